@@ -1,0 +1,3 @@
+from kvplan.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,214 @@
+"""The ``kvplan`` command: parse arguments, call the library, format the answer.
+
+Every command prints one JSON object with ``--json`` and a readable table without it. Bad input
+exits 2 with a one-line ``error: …`` on stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from kvplan import __version__
+from kvplan.budget import uniform_budget
+from kvplan.capacity import DEFAULT_BLOCK_SIZE, capacity
+from kvplan.drift import drift_budget
+from kvplan.units import format_size, parse_size, parse_size_list
+
+EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class CliError(ValueError):
+    """Bad command-line input; printed as ``error: …`` with exit status 2."""
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _size_list(text: str) -> list[int]:
+    try:
+        return parse_size_list(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return value
+
+
+def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
+    """Plain-text table with right-aligned columns, one line per row.
+
+    >>> print(format_table([{"rank": 0, "safe": "12 GiB"}], ["rank", "safe"]))
+    rank    safe
+       0  12 GiB
+    """
+    cells = [[str(row.get(column, "")) for column in columns] for row in rows]
+    widths = [max(len(column), *(len(row[i]) for row in cells)) for i, column in enumerate(columns)]
+    lines = ["  ".join(column.rjust(width) for column, width in zip(columns, widths))]
+    lines += ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+# --- budget -----------------------------------------------------------------------------------
+
+
+def _add_budget(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "budget",
+        help="uniform --kv-cache-memory-bytes from per-rank room and a reserve",
+        description="The largest KV budget every rank can allocate: min over ranks of "
+        "(room − reserve), rounded down to whole blocks. "
+        "Example: kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB",
+    )
+    parser.add_argument(
+        "--room", type=_size_list, required=True, help="room per rank, comma-separated, rank order"
+    )
+    parser.add_argument("--reserve", type=_size, required=True, help="operating reserve per rank")
+    parser.add_argument("--block-bytes", type=_positive_int, help="round down to whole blocks")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(run=_run_budget)
+
+
+def _run_budget(args: argparse.Namespace) -> int:
+    budget = uniform_budget(args.room, args.reserve, block_bytes=args.block_bytes)
+    if args.json:
+        return _print_json(budget.to_dict())
+    print(f"uniform budget  {format_size(budget.uniform_budget_bytes)} per GPU "
+          f"(limiting rank {budget.limiting_rank})")
+    print(f"flag            {budget.flag}")
+    print(f"allocated       {format_size(budget.allocated_total_bytes)} over {len(budget.ranks)} GPUs")
+    print(f"stranded        {format_size(budget.stranded_total_bytes)} on the stronger ranks")
+    print(f"min/median      {budget.min_median_ratio:.3f} "
+          f"(the weak rank removes {budget.weak_rank_loss_fraction:.0%} of typical capacity)")
+    rows = [
+        {
+            "rank": rank["rank"],
+            "room": format_size(rank["room_bytes"]),
+            "safe": format_size(rank["safe_bytes"]),
+            "stranded": format_size(rank["stranded_bytes"]),
+            "limits": "<-" if rank["rank"] == budget.limiting_rank else "",
+        }
+        for rank in budget.to_dict()["ranks"]
+    ]
+    print()
+    print(format_table(rows, ["rank", "room", "safe", "stranded", "limits"]))
+    return EXIT_OK
+
+
+# --- capacity ---------------------------------------------------------------------------------
+
+
+def _add_capacity(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "capacity",
+        help="blocks, tokens and full-length concurrency of a per-GPU KV budget",
+        description="What a per-GPU KV budget buys. "
+        "Example: kvplan capacity --kv-bytes 12GiB --bytes-per-token 256KiB --max-model-len 8192",
+    )
+    parser.add_argument("--kv-bytes", type=_size, required=True, help="KV budget per GPU")
+    parser.add_argument("--bytes-per-token", type=_size, required=True, help="KV bytes per token per GPU")
+    parser.add_argument("--max-model-len", type=_positive_int, required=True, help="sequence length")
+    parser.add_argument("--block-size", type=_positive_int, default=DEFAULT_BLOCK_SIZE)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(run=_run_capacity)
+
+
+def _run_capacity(args: argparse.Namespace) -> int:
+    result = capacity(args.kv_bytes, args.bytes_per_token, args.max_model_len, args.block_size)
+    if args.json:
+        return _print_json(result.to_dict())
+    print(f"bytes per token   {format_size(result.bytes_per_token)}")
+    print(f"block             {format_size(result.block_bytes)} ({result.block_size} tokens)")
+    print(f"blocks            {result.blocks:,}")
+    print(f"tokens            {result.tokens:,}")
+    print(f"max concurrency   {result.max_concurrency:.2f}x at {result.max_model_len:,} tokens")
+    return EXIT_OK
+
+
+# --- drift ------------------------------------------------------------------------------------
+
+
+def _add_drift(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "drift",
+        help="cut a reference budget by the free memory a later boot lost",
+        description="B_adj = B_ref − max(0, F_ref − F_boot) − guard per rank; never raises a value. "
+        "Example: kvplan drift --ref-free 42GiB --ref-budget 30GiB --boot-free 40.75GiB --guard 0.5GiB",
+    )
+    parser.add_argument("--ref-free", type=_size_list, required=True, help="free at reference startup")
+    parser.add_argument("--ref-budget", type=_size_list, required=True, help="reference safe budget")
+    parser.add_argument("--boot-free", type=_size_list, required=True, help="free at this startup")
+    parser.add_argument("--guard", type=_size, default=0, help="extra guard per rank (default 0)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(run=_run_drift)
+
+
+def _run_drift(args: argparse.Namespace) -> int:
+    result = drift_budget(args.ref_budget, args.ref_free, args.boot_free, args.guard)
+    if args.json:
+        return _print_json(result.to_dict())
+    print(f"adjusted budget  {format_size(result.uniform_budget_bytes)} per GPU "
+          f"(limiting rank {result.limiting_rank})")
+    print(f"flag             --kv-cache-memory-bytes={result.uniform_budget_bytes}")
+    if result.reprofile_to_raise:
+        print("note             some rank has more free memory than at the reference: "
+              "re-profile to raise the value")
+    rows = [
+        {"rank": r["rank"], "drift": format_size(r["drift_bytes"]),
+         "adjusted": format_size(r["adjusted_bytes"])}
+        for r in result.to_dict()["ranks"]
+    ]
+    print()
+    print(format_table(rows, ["rank", "drift", "adjusted"]))
+    return EXIT_OK
+
+
+# --- entry point ------------------------------------------------------------------------------
+
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    _add_budget,
+    _add_capacity,
+    _add_drift,
+]
+
+
+def _print_json(data: dict) -> int:
+    json.dump(data, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    return EXIT_OK
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered."""
+    parser = argparse.ArgumentParser(
+        prog="kvplan",
+        description="Safe, evidenced per-GPU KV-cache budgets from vLLM startup logs.",
+    )
+    parser.add_argument("--version", action="version", version=f"kvplan {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in COMMANDS:
+        add_command(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``kvplan`` command; returns the exit status (0 ok, 1 failed check, 2 bad input)."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.run(args)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT

@@ -1,0 +1,74 @@
+"""The ledger glossary: one canonical name per quantity, one row per boot × rank.
+
+Every memory column is ``int`` bytes and ends in ``_bytes``. Readers produce these names,
+every other module consumes them; add a column here before using it anywhere else.
+"""
+
+from __future__ import annotations
+
+IDENTITY = {
+    "source": "file the row was read from",
+    "boot": "index of the boot inside the file (a restart starts a new boot), from 0",
+    "rank": "global worker rank",
+    "tp_rank": "tensor-parallel rank",
+    "pp_rank": "pipeline-parallel rank",
+    "dp_rank": "data-parallel rank",
+    "process": "process prefix as logged, e.g. 'Worker_TP1'",
+    "pid": "process id as logged",
+}
+
+#: The compatibility key: a budget is reusable only where every one of these is unchanged.
+COMPATIBILITY_KEY = {
+    "vllm_version": "vLLM release, e.g. '0.11.0'",
+    "model": "model name or path",
+    "revision": "model revision",
+    "dtype": "model dtype, e.g. 'torch.bfloat16'",
+    "quantization": "quantization method, or None",
+    "kv_cache_dtype": "KV cache dtype, e.g. 'auto' or 'fp8'",
+    "max_model_len": "maximum sequence length [tokens]",
+    "block_size": "KV cache block size [tokens]",
+    "tensor_parallel_size": "TP degree",
+    "pipeline_parallel_size": "PP degree",
+    "data_parallel_size": "DP degree",
+    "decode_context_parallel_size": "DCP degree",
+    "enforce_eager": "True when CUDA graphs are off",
+    "gpu_memory_utilization": "requested fraction of total GPU memory",
+    "gpu_name": "GPU type, e.g. 'NVIDIA H100 80GB HBM3'",
+    "driver_version": "NVIDIA driver version",
+}
+
+MEASUREMENTS = {
+    "total_bytes": "total GPU memory",
+    "init_free_bytes": "free GPU memory when the worker started",
+    "requested_bytes": "total × gpu_memory_utilization",
+    "weights_bytes": "memory taken by model weights",
+    "non_torch_bytes": "memory outside PyTorch's allocator (NCCL, CUDA context)",
+    "activation_peak_bytes": "peak activation memory of the profile run",
+    "cuda_graph_bytes": "memory taken by CUDA graph capture (can be negative as logged)",
+    "cuda_graph_estimate_bytes": "CUDA graph memory estimated before KV sizing (vLLM ≥ 0.18)",
+    "available_kv_bytes": "KV cache memory vLLM computed as available",
+    "suggested_fit_bytes": "vLLM's --kv-cache-memory suggestion to fit the requested memory",
+    "suggested_full_bytes": "vLLM's --kv-cache-memory suggestion to fully utilize the GPU",
+    "kv_in_use_bytes": "KV cache memory in use, as vLLM reported it",
+    "manual_kv_bytes": "KV cache bytes set by --kv-cache-memory-bytes on a manual boot",
+    "other_process_bytes": "memory used by other processes on the same GPU",
+    "room_bytes": "bytes this rank can give to KV cache (best evidence, see room_source)",
+}
+
+AS_LOGGED = {
+    "kv_cache_tokens": "'GPU KV cache size' as logged [tokens]",
+    "max_concurrency": "'Maximum concurrency' as logged [full-length sequences]",
+    "num_gpu_blocks": "'# GPU blocks' as logged",
+}
+
+OUTCOME = {
+    "room_source": "where room_bytes came from: suggestion, available_kv, parts",
+    "outcome": "ok, oom, error or incomplete",
+    "error": "the error text when outcome is not ok",
+}
+
+GLOSSARY = {**IDENTITY, **COMPATIBILITY_KEY, **MEASUREMENTS, **AS_LOGGED, **OUTCOME}
+LEDGER_COLUMNS = list(GLOSSARY)
+BYTES_COLUMNS = [name for name in LEDGER_COLUMNS if name.endswith("_bytes")]
+KEY_COLUMNS = list(COMPATIBILITY_KEY)
+OUTCOMES = ("ok", "oom", "error", "incomplete")

@@ -1,0 +1,128 @@
+"""Reusing an approved budget on a later boot: cut it by lost startup free memory, never raise it.
+
+``B_adj_i = B_ref_i − max(0, F_ref_i − F_boot_i) − G``: a rank that starts with less free memory
+than at the reference boot loses that much KV room; a rank with more free memory gains nothing
+(raising the value needs a fresh profiled boot).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pandas as pd
+
+
+def adjusted_budget_bytes(
+    ref_budget_bytes: int, ref_free_bytes: int, boot_free_bytes: int, guard_bytes: int = 0
+) -> int:
+    """A rank's budget on a later boot: ``B_ref − max(0, F_ref − F_boot) − G``.
+
+    >>> GiB = 2**30
+    >>> adjusted_budget_bytes(30 * GiB, 42 * GiB, 40 * GiB + 3 * GiB // 4, GiB // 2) / GiB
+    28.25
+    """
+    return ref_budget_bytes - max(0, ref_free_bytes - boot_free_bytes) - guard_bytes
+
+
+@dataclass(frozen=True)
+class Drift:
+    """Per-rank drift against a reference boot and the uniform adjusted budget (bytes)."""
+
+    ranks: tuple[int, ...]
+    ref_budget_bytes: tuple[int, ...]
+    ref_free_bytes: tuple[int, ...]
+    boot_free_bytes: tuple[int, ...]
+    guard_bytes: int
+    drift_bytes: tuple[int, ...]
+    adjusted_bytes: tuple[int, ...]
+
+    @property
+    def uniform_budget_bytes(self) -> int:
+        """The value every rank can still allocate: the minimum adjusted budget."""
+        return min(self.adjusted_bytes)
+
+    @property
+    def limiting_rank(self) -> int:
+        """The rank whose adjusted budget bounds the launch."""
+        return self.ranks[self.adjusted_bytes.index(self.uniform_budget_bytes)]
+
+    @property
+    def reprofile_to_raise(self) -> bool:
+        """True when some rank has more free memory than at the reference: re-profile to raise."""
+        return any(drift < 0 for drift in self.drift_bytes)
+
+    def to_frame(self) -> pd.DataFrame:
+        """One row per rank: reference and boot free memory, drift, adjusted budget."""
+        return pd.DataFrame(
+            {
+                "rank": list(self.ranks),
+                "ref_free_bytes": list(self.ref_free_bytes),
+                "boot_free_bytes": list(self.boot_free_bytes),
+                "drift_bytes": list(self.drift_bytes),
+                "ref_budget_bytes": list(self.ref_budget_bytes),
+                "adjusted_bytes": list(self.adjusted_bytes),
+            }
+        ).set_index("rank")
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict with ``uniform_budget_bytes``, ``reprofile_to_raise`` and ``ranks``."""
+        return {
+            "uniform_budget_bytes": self.uniform_budget_bytes,
+            "limiting_rank": self.limiting_rank,
+            "reprofile_to_raise": self.reprofile_to_raise,
+            "guard_bytes": self.guard_bytes,
+            "flag": f"--kv-cache-memory-bytes={self.uniform_budget_bytes}",
+            "ranks": [
+                {"rank": rank, "drift_bytes": drift, "adjusted_bytes": adjusted}
+                for rank, drift, adjusted in zip(self.ranks, self.drift_bytes, self.adjusted_bytes)
+            ],
+        }
+
+
+def drift_budget(
+    ref_budget_bytes: int | Sequence[int],
+    ref_free_bytes: int | Sequence[int],
+    boot_free_bytes: int | Sequence[int],
+    guard_bytes: int = 0,
+    ranks: Sequence[int] | None = None,
+) -> Drift:
+    """Adjusted budget per rank for a later boot; scalars apply to every rank.
+
+    ``drift_bytes`` is ``F_ref − F_boot`` (positive = free memory lost since the reference).
+
+    >>> GiB = 2**30
+    >>> d = drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 43 * GiB], guard_bytes=0)
+    >>> d.uniform_budget_bytes // GiB, d.limiting_rank, d.reprofile_to_raise
+    (29, 0, True)
+    """
+    if guard_bytes < 0:
+        raise ValueError(f"guard must not be negative, got {guard_bytes} bytes")
+    columns = [_as_list(v) for v in (ref_budget_bytes, ref_free_bytes, boot_free_bytes)]
+    lengths = {len(column) for column in columns if len(column) != 1}
+    if len(lengths) > 1:
+        raise ValueError(f"per-rank lists differ in length: {sorted(lengths)}")
+    n = lengths.pop() if lengths else 1
+    ref_budget, ref_free, boot_free = (c * n if len(c) == 1 else c for c in columns)
+    rank_ids = tuple(range(n)) if ranks is None else tuple(int(r) for r in ranks)
+    if len(rank_ids) != n:
+        raise ValueError(f"{len(rank_ids)} rank ids for {n} ranks")
+    return Drift(
+        ranks=rank_ids,
+        ref_budget_bytes=tuple(ref_budget),
+        ref_free_bytes=tuple(ref_free),
+        boot_free_bytes=tuple(boot_free),
+        guard_bytes=guard_bytes,
+        drift_bytes=tuple(ref - boot for ref, boot in zip(ref_free, boot_free)),
+        adjusted_bytes=tuple(
+            adjusted_budget_bytes(b, f_ref, f_boot, guard_bytes)
+            for b, f_ref, f_boot in zip(ref_budget, ref_free, boot_free)
+        ),
+    )
+
+
+def _as_list(value: int | Sequence[int]) -> list[int]:
+    values = [int(value)] if isinstance(value, int) else [int(v) for v in value]
+    if not values:
+        raise ValueError("empty per-rank list")
+    return values

@@ -1,0 +1,117 @@
+"""Byte sizes at the edges: parse what people and vLLM write, format what people read.
+
+Inside kvplan every size is an ``int`` number of bytes. Text becomes bytes only here
+(:func:`parse_size`) and bytes become text only here (:func:`format_size`, :func:`bytes_to_gib`).
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import ROUND_HALF_EVEN, Decimal, InvalidOperation
+
+GiB = 1 << 30
+MiB = 1 << 20
+KiB = 1 << 10
+
+_BINARY = {"kib": KiB, "mib": MiB, "gib": GiB, "tib": 1 << 40}
+_SI = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+# vLLM's `human_readable_int`: upper case is binary, lower case decimal, integers only with binary.
+_VLLM_BINARY = {"K": KiB, "M": MiB, "G": GiB, "T": 1 << 40}
+_VLLM_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+_SIZE_RE = re.compile(r"\s*([+-]?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
+
+
+def parse_size(text: str | int) -> int:
+    """Bytes in a size written as ``12GiB``, ``0.9 GiB``, ``512MiB``, ``12GB`` or ``12G``.
+
+    Binary units (``KiB``, ``MiB``, ``GiB``, ``TiB``) are powers of 2, SI units (``kB``, ``MB``,
+    ``GB``, ``TB``) powers of 10, ``B`` or no unit plain bytes. A single letter follows vLLM's
+    ``--kv-cache-memory-bytes`` rule: ``12G`` = 12·2^30, ``12g`` = 12·10^9, and a decimal with an
+    upper-case letter is refused as vLLM refuses it. Fractions of a byte round to the nearest byte.
+
+    >>> parse_size("12GiB")
+    12884901888
+    >>> parse_size("12g"), parse_size("256 KiB"), parse_size(4096)
+    (12000000000, 262144, 4096)
+    """
+    if isinstance(text, bool):
+        raise ValueError(f"not a size: {text!r}")
+    if isinstance(text, int):
+        return text
+    match = _SIZE_RE.fullmatch(str(text))
+    if match is None:
+        raise ValueError(f"not a size: {text!r} (expected e.g. 12GiB, 512MiB, 12GB, 12G or bytes)")
+    number, unit = match.groups()
+    try:
+        value = Decimal(number)
+    except InvalidOperation as exc:  # pragma: no cover - the regex admits only numbers
+        raise ValueError(f"not a size: {text!r}") from exc
+    if unit in _VLLM_BINARY and "." in number:
+        raise ValueError(
+            f"not a size: {text!r}: decimals are not allowed with binary suffixes like {unit} "
+            f"(vLLM refuses them); write {number}{unit}iB or {number}{unit.lower()}"
+        )
+    factor = _unit_factor(unit)
+    if factor is None:
+        raise ValueError(f"not a size: {text!r}: unknown unit {unit!r} (use B, KiB, MiB, GiB, GB, G)")
+    if factor == 1 and value != value.to_integral_value():
+        raise ValueError(f"not a size: {text!r}: a byte count must be a whole number")
+    return int((value * factor).to_integral_value(rounding=ROUND_HALF_EVEN))
+
+
+def _unit_factor(unit: str) -> int | None:
+    if unit in ("", "B", "b"):
+        return 1
+    if unit in _VLLM_BINARY:
+        return _VLLM_BINARY[unit]
+    if unit in _VLLM_DECIMAL:
+        return _VLLM_DECIMAL[unit]
+    return _BINARY.get(unit.lower()) or _SI.get(unit.lower())
+
+
+def format_size(num_bytes: int, decimals: int = 2) -> str:
+    """Human text for a byte count, in the largest binary unit that keeps it ≥ 1.
+
+    Trailing zeros are dropped, so whole units read cleanly.
+
+    >>> format_size(12 * GiB)
+    '12 GiB'
+    >>> format_size(19219978650), format_size(262144), format_size(-150 * MiB), format_size(512)
+    ('17.9 GiB', '256 KiB', '-150 MiB', '512 B')
+    """
+    magnitude = abs(num_bytes)
+    for unit, factor in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if magnitude >= factor:
+            text = f"{num_bytes / factor:.{decimals}f}".rstrip("0").rstrip(".")
+            return f"{text} {unit}"
+    return f"{num_bytes} B"
+
+
+def bytes_to_gib(num_bytes: int) -> float:
+    """GiB (2^30 bytes) as a float, for axes and tables only.
+
+    >>> bytes_to_gib(13 * GiB // 2)
+    6.5
+    """
+    return num_bytes / GiB
+
+
+def parse_size_list(text: str) -> list[int]:
+    """Bytes for a comma-separated list of sizes, one per rank in rank order.
+
+    >>> parse_size_list("18.8GiB, 12GiB")
+    [20186346291, 12884901888]
+    """
+    items = [item.strip() for item in str(text).split(",")]
+    if not text or not any(items):
+        raise ValueError("empty size list: give one size per rank, comma-separated")
+    sizes = []
+    for position, item in enumerate(items):
+        if not item:
+            raise ValueError(f"empty entry at position {position} in size list {text!r}")
+        try:
+            sizes.append(parse_size(item))
+        except ValueError as exc:
+            raise ValueError(f"entry {position} of {text!r}: {exc}") from None
+    return sizes
