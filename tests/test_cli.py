@@ -1,0 +1,107 @@
+"""The foundation commands keep their contract: flags, JSON keys, exit codes."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from kvplan.cli import main
+from kvplan.units import parse_size
+from tests.conftest import GiB
+
+
+def run_json(capsys, *argv):
+    assert main([*argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_budget_four_rank_example(capsys):
+    data = run_json(capsys, "budget", "--room", "18.8GiB,17.6GiB,12.9GiB,16.4GiB", "--reserve", "0.9GiB")
+    assert data["uniform_budget_bytes"] == 12 * GiB  # min(17.9, 16.7, 12.0, 15.5) GiB
+    assert data["limiting_rank"] == 2
+    assert data["allocated_total_bytes"] == 48 * GiB
+    # stranded = Σ safe − 48 GiB, with safe = room − 0.9 GiB each (parse_size to the nearest byte)
+    safe = [parse_size(f"{g}GiB") - parse_size("0.9GiB") for g in ("18.8", "17.6", "12.9", "16.4")]
+    assert data["stranded_total_bytes"] == sum(safe) - 48 * GiB
+    assert data["min_safe_bytes"] == 12 * GiB
+    assert data["max_safe_bytes"] == safe[0]
+    assert data["median_safe_bytes"] == (safe[3] + safe[1]) // 2  # middle of 12.0, 15.5, 16.7, 17.9
+    assert data["min_median_ratio"] == pytest.approx(12 * GiB / ((safe[3] + safe[1]) // 2))
+    assert data["flag"] == "--kv-cache-memory-bytes=12884901888"
+    assert data["ranks"][2] == {
+        "rank": 2, "room_bytes": parse_size("12.9GiB"), "safe_bytes": 12 * GiB, "stranded_bytes": 0,
+    }
+
+
+def test_budget_block_bytes_rounds_down(capsys):
+    # 12.1 GiB = 12,992,276,070 B; 3,097 blocks of 4 MiB = 12,989,759,488 B
+    data = run_json(capsys, "budget", "--room", "13.1GiB", "--reserve", "1GiB", "--block-bytes", "4194304")
+    assert data["uniform_budget_bytes"] == 12_989_759_488
+
+
+def test_budget_table(capsys):
+    assert main(["budget", "--room", "18.8GiB,17.6GiB,12.9GiB,16.4GiB", "--reserve", "0.9GiB"]) == 0
+    out = capsys.readouterr().out
+    assert "--kv-cache-memory-bytes=12884901888" in out
+    assert "14.1 GiB" in out
+    assert "12 GiB per GPU (limiting rank 2)" in out
+
+
+def test_capacity(capsys):
+    data = run_json(capsys, "capacity", "--kv-bytes", "12GiB", "--bytes-per-token", "256KiB",
+                    "--max-model-len", "8192")
+    # 12 GiB / (16 × 256 KiB) = 3,072 blocks = 49,152 tokens = 6 sequences of 8,192
+    keys = ("bytes_per_token", "block_bytes", "blocks", "tokens", "max_concurrency")
+    assert {k: data[k] for k in keys} == {
+        "bytes_per_token": 262_144, "block_bytes": 4_194_304, "blocks": 3_072, "tokens": 49_152,
+        "max_concurrency": 6.0,
+    }
+
+
+def test_drift(capsys):
+    data = run_json(capsys, "drift", "--ref-free", "42GiB", "--ref-budget", "30GiB",
+                    "--boot-free", "40.75GiB", "--guard", "0.5GiB")
+    # 30 − (42 − 40.75) − 0.5 = 28.25 GiB
+    assert data["uniform_budget_bytes"] == parse_size("28.25GiB")
+    assert data["reprofile_to_raise"] is False
+    assert data["ranks"] == [{"rank": 0, "drift_bytes": parse_size("1.25GiB"),
+                              "adjusted_bytes": parse_size("28.25GiB")}]
+
+
+def test_drift_per_rank_lists(capsys):
+    data = run_json(capsys, "drift", "--ref-free", "42GiB", "--ref-budget", "30GiB",
+                    "--boot-free", "41.8GiB,42.1GiB,40.6GiB,41.9GiB")
+    assert [r["rank"] for r in data["ranks"]] == [0, 1, 2, 3]
+    assert data["limiting_rank"] == 2
+    assert data["reprofile_to_raise"] is True  # rank 1 has 0.1 GiB more than at reference
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        (["budget", "--room", "12GiB,abc", "--reserve", "1GiB"], "'abc'"),
+        (["budget", "--room", "12GiB,13GiB", "--reserve", "12.5GiB"], "rank 0"),
+        (["budget", "--room", "", "--reserve", "1GiB"], "empty"),
+        (["drift", "--ref-free", "42GiB,41GiB", "--ref-budget", "30GiB", "--boot-free", "1GiB,2GiB,3GiB"],
+         "differ in length"),
+    ],
+)
+def test_bad_input_exits_2_with_one_line(capsys, argv, fragment):
+    with pytest.raises(SystemExit) as exc_info:
+        status = main(argv)
+        raise SystemExit(status)
+    assert exc_info.value.code == 2
+    err = capsys.readouterr().err
+    assert fragment in err
+    assert "Traceback" not in err
+
+
+def test_python_dash_m_runs_as_a_process():
+    result = subprocess.run(
+        [sys.executable, "-m", "kvplan", "budget", "--room", "12GiB,abc", "--reserve", "1GiB"],
+        capture_output=True, text=True, check=False,
+    )
+    assert result.returncode == 2
+    assert "error:" in result.stderr
+    assert "Traceback" not in result.stderr
