@@ -1,8 +1,29 @@
-"""Gate a canary boot against an approved budget: each check with its verdict and evidence."""
+"""Gate a canary boot against an approved budget: each check with its verdict and evidence.
+
+Every check is a pure function of the approved decision (:class:`Approved`) and the boot's ledger
+(one row per boot × rank, glossary columns from :mod:`kvplan.columns`). A check passes (``True``),
+fails (``False``) or cannot be judged from the evidence given (``None``); :func:`gate_verdict` folds
+them into one answer. The budget check is :func:`kvplan.drift.drift_budget` applied to each rank's
+safe budget at approval: ``safe_ref − max(0, F_ref − F_boot) − guard ≥ approved value``.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
+
+import pandas as pd
+
+from kvplan.budget import round_down_to_blocks
+from kvplan.drift import drift_budget
+from kvplan.units import format_size
+
+KEY_CHECK = "compatibility key"
+RANKS_CHECK = "every rank present"
+OUTCOME_CHECK = "no OOM or error"
+BUDGET_CHECK = "approved value fits every rank"
+RESERVE_CHECK = "reserve present after warm-up"
+TOKENS_CHECK = "tokens cover the admission plan"
 
 
 @dataclass(frozen=True)
@@ -20,3 +41,258 @@ class Check:
     def to_dict(self) -> dict:
         """JSON-ready ``{"name", "passed", "detail"}``."""
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class Approved:
+    """What a gate needs from an approval (sizes in bytes, one entry per approved rank).
+
+    ``ref_free_bytes`` is each rank's startup free memory at approval (None where the approved
+    logs did not show it); ``tokens_required`` is the admission plan in tokens (None: no plan).
+    """
+
+    budget_bytes: int
+    ranks: tuple[int, ...]
+    safe_bytes: tuple[int, ...]
+    ref_free_bytes: tuple[int | None, ...]
+    reserve_bytes: int
+    guard_bytes: int
+    block_bytes: int | None
+    compatibility_key: Mapping[str, object]
+    tokens_required: int | None = None
+
+
+def gate_verdict(checks: Sequence[Check]) -> bool | None:
+    """False when any check failed, else None when any could not be judged, else True.
+
+    >>> gate_verdict([Check("a", True, ""), Check("b", None, "")]) is None
+    True
+    >>> gate_verdict([Check("a", None, ""), Check("b", False, "")])
+    False
+    """
+    verdicts = [check.passed for check in checks]
+    if False in verdicts:
+        return False
+    if None in verdicts or not verdicts:
+        return None
+    return True
+
+
+def check_compatibility_key(approved_key: Mapping[str, object], boot_key: Mapping[str, object]) -> Check:
+    """Every key field the boot shows equals the approved one; each difference is listed.
+
+    A field unknown on one side (not in that log) cannot differ; it is named in the detail.
+
+    >>> check_compatibility_key({"model": "m", "block_size": 16}, {"model": "m", "block_size": 32}).detail
+    'block_size: approved 16, boot 32'
+    """
+    differences, unknown = [], []
+    for field in sorted(set(approved_key) | set(boot_key)):
+        approved, boot = _known(approved_key.get(field)), _known(boot_key.get(field))
+        if approved is None or boot is None:
+            if approved is not None or boot is not None:
+                unknown.append(field)
+        elif str(approved) != str(boot):
+            differences.append(f"{field}: approved {approved}, boot {boot}")
+    note = f"; not shown on one side: {', '.join(unknown)}" if unknown else ""
+    if differences:
+        return Check(KEY_CHECK, False, "; ".join(differences) + note)
+    return Check(KEY_CHECK, True, f"{len(approved_key)} fields unchanged{note}")
+
+
+def check_ranks_present(approved_ranks: Sequence[int], boot_ledger: pd.DataFrame) -> Check:
+    """The boot shows exactly the approved ranks.
+
+    >>> check_ranks_present([0, 1], pd.DataFrame({"rank": [0]})).detail
+    'missing rank 1 (boot shows 0; approved 0-1)'
+    """
+    boot = sorted({int(rank) for rank in boot_ledger["rank"].dropna()})
+    approved = sorted(int(rank) for rank in approved_ranks)
+    missing = [rank for rank in approved if rank not in boot]
+    extra = [rank for rank in boot if rank not in approved]
+    problems = []
+    if missing:
+        problems.append(f"missing rank{'s' if len(missing) > 1 else ''} {_rank_list(missing)}")
+    if extra:
+        problems.append(f"unapproved rank{'s' if len(extra) > 1 else ''} {_rank_list(extra)}")
+    seen = f"boot shows {_rank_list(boot) or 'no rank'}; approved {_rank_span(approved)}"
+    if problems:
+        return Check(RANKS_CHECK, False, f"{', '.join(problems)} ({seen})")
+    return Check(RANKS_CHECK, True, f"ranks {_rank_span(boot)} of {len(approved)}")
+
+
+def check_outcomes(boot_ledger: pd.DataFrame) -> Check:
+    """No rank ran out of memory or stopped with an error; an incomplete boot cannot be judged.
+
+    >>> frame = pd.DataFrame({"source": ["c.log"], "rank": [2], "outcome": ["oom"],
+    ...                       "error": ["CUDA out of memory"]})
+    >>> check_outcomes(frame).detail
+    'c.log rank 2: oom: CUDA out of memory'
+    """
+    failed, unknown = [], []
+    for row in boot_ledger.itertuples(index=False):
+        outcome = _known(getattr(row, "outcome", None))
+        where = f"{getattr(row, 'source', '?')} rank {_rank_text(row.rank)}"
+        if outcome in ("oom", "error"):
+            failed.append(f"{where}: {outcome}: {_known(getattr(row, 'error', None)) or 'no text'}")
+        elif outcome != "ok":
+            unknown.append(f"{where}: {outcome or 'no outcome'}")
+    if failed:
+        return Check(OUTCOME_CHECK, False, "; ".join(failed + unknown))
+    if unknown:
+        detail = "; ".join(unknown) + " (the log stops before the KV cache is sized)"
+        return Check(OUTCOME_CHECK, None, detail)
+    return Check(OUTCOME_CHECK, True, f"{len(boot_ledger)} rank rows ok")
+
+
+def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes: int) -> Check:
+    """Per rank ``safe_ref − max(0, F_ref − F_boot) − guard ≥`` the approved value.
+
+    ``F_boot`` is the rank's lowest startup free memory in the boot ledger. On failure the detail
+    names the lower value that fits (rounded down to whole blocks), as ``kvplan drift`` does.
+    """
+    boot_free = _per_rank_min(boot_ledger, "init_free_bytes")
+    missing = [rank for rank, ref in zip(approved.ranks, approved.ref_free_bytes)
+               if ref is None or rank not in boot_free]
+    if missing:
+        return Check(BUDGET_CHECK, None, f"startup free memory not shown for rank {_rank_list(missing)} "
+                                         "at approval or in this boot")
+    drift = drift_budget(list(approved.safe_bytes), [int(f) for f in approved.ref_free_bytes],
+                         [boot_free[rank] for rank in approved.ranks], guard_bytes, approved.ranks)
+    lines = [
+        f"rank {rank}: {format_size(safe)} − max(0, {format_size(ref)} − {format_size(boot)}) − "
+        f"{format_size(guard_bytes)} = {format_size(adjusted)} "
+        f"{'≥' if adjusted >= approved.budget_bytes else '<'} {format_size(approved.budget_bytes)}"
+        for rank, safe, ref, boot, adjusted in zip(drift.ranks, drift.ref_budget_bytes, drift.ref_free_bytes,
+                                                   drift.boot_free_bytes, drift.adjusted_bytes)
+    ]
+    if drift.reprofile_to_raise:
+        lines.append("some rank has more free memory than at approval: re-profile to raise the value")
+    passed = drift.uniform_budget_bytes >= approved.budget_bytes
+    if not passed:
+        lines.append(_lower_value_text(drift.uniform_budget_bytes, drift.limiting_rank, approved.block_bytes))
+    return Check(BUDGET_CHECK, passed, "; ".join(lines))
+
+
+def check_reserve_after_warmup(
+    approved: Approved,
+    boot_ledger: pd.DataFrame,
+    free_after_warmup_bytes: Mapping[int, int] | None = None,
+) -> Check:
+    """The reserve is still free on every rank once the KV cache is allocated and graphs captured.
+
+    Where a snapshot taken after warm-up gives free memory per rank (``free_after_warmup_bytes``,
+    e.g. from nvidia-smi), that must be ≥ the reserve. Otherwise, where the boot logged its room
+    after warm-up, ``room − KV allocated`` must be (KV allocated = the boot's manual value, or the
+    approved one). A boot that shows neither passes with a note: there is nothing to check.
+    """
+    room = _per_rank_min(boot_ledger, "room_bytes")
+    manual = _per_rank_min(boot_ledger, "manual_kv_bytes")
+    lines, passed, shown = [], True, 0
+    for rank in approved.ranks:
+        if free_after_warmup_bytes is not None and rank in free_after_warmup_bytes:
+            left, how = free_after_warmup_bytes[rank], "free after warm-up (snapshot)"
+        elif rank in room:
+            kv_bytes = manual.get(rank, approved.budget_bytes)
+            left = room[rank] - kv_bytes
+            how = f"room {format_size(room[rank])} − KV {format_size(kv_bytes)}"
+        else:
+            continue
+        shown += 1
+        ok = left >= approved.reserve_bytes
+        passed = passed and ok
+        lines.append(f"rank {rank}: {how} = {format_size(left)} {'≥' if ok else '<'} reserve "
+                     f"{format_size(approved.reserve_bytes)}")
+    if not shown:
+        return Check(RESERVE_CHECK, True, "not shown by this boot (no room after warm-up and no snapshot); "
+                                          "nothing to check")
+    return Check(RESERVE_CHECK, passed, "; ".join(lines))
+
+
+def check_tokens(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
+    """The boot's logged "GPU KV cache size" in tokens covers the admission plan recorded at approval.
+
+    >>> a = Approved(1, (0,), (1,), (1,), 0, 0, None, {}, tokens_required=49_152)
+    >>> check_tokens(a, pd.DataFrame({"rank": [0], "kv_cache_tokens": [40_000]})).passed
+    False
+    """
+    if approved.tokens_required is None:
+        return Check(TOKENS_CHECK, True, "no admission plan recorded at approval "
+                                         "(approve with --target-concurrency and --seq-len)")
+    if "kv_cache_tokens" not in boot_ledger.columns or boot_ledger["kv_cache_tokens"].dropna().empty:
+        return Check(TOKENS_CHECK, None, "the boot did not log its GPU KV cache size")
+    tokens = int(boot_ledger["kv_cache_tokens"].dropna().min())
+    passed = tokens >= approved.tokens_required
+    return Check(TOKENS_CHECK, passed, f"GPU KV cache size {tokens:,} tokens {'≥' if passed else '<'} "
+                                       f"plan {approved.tokens_required:,} tokens")
+
+
+def gate_checks(
+    approved: Approved,
+    boot_ledger: pd.DataFrame,
+    boot_key: Mapping[str, object],
+    guard_bytes: int | None = None,
+    free_after_warmup_bytes: Mapping[int, int] | None = None,
+) -> list[Check]:
+    """Every gate check of a boot against an approval, in a fixed order.
+
+    ``guard_bytes`` None uses the guard recorded in the approval's policy.
+    """
+    guard = approved.guard_bytes if guard_bytes is None else guard_bytes
+    if guard < 0:
+        raise ValueError(f"guard must not be negative, got {guard} bytes")
+    return [
+        check_compatibility_key(approved.compatibility_key, boot_key),
+        check_ranks_present(approved.ranks, boot_ledger),
+        check_outcomes(boot_ledger),
+        check_budget_fits(approved, boot_ledger, guard),
+        check_reserve_after_warmup(approved, boot_ledger, free_after_warmup_bytes),
+        check_tokens(approved, boot_ledger),
+    ]
+
+
+def _lower_value_text(uniform_bytes: int, limiting_rank: int, block_bytes: int | None) -> str:
+    value = uniform_bytes if block_bytes is None or uniform_bytes <= 0 else round_down_to_blocks(
+        uniform_bytes, block_bytes)
+    if value <= 0:
+        return f"no value fits rank {limiting_rank}: re-profile this deployment"
+    rounding = " (whole blocks)" if block_bytes else ""
+    return (f"a lower value fits: {format_size(value)}{rounding}, --kv-cache-memory-bytes={value} "
+            f"(limiting rank {limiting_rank})")
+
+
+def _per_rank_min(ledger: pd.DataFrame, column: str) -> dict[int, int]:
+    """Lowest non-missing value of ``column`` per rank (the worst boot wins)."""
+    if column not in ledger.columns:
+        return {}
+    values = ledger[["rank", column]].dropna()
+    return {int(rank): int(value) for rank, value in values.groupby("rank")[column].min().items()}
+
+
+def _known(value: object) -> object:
+    """None for missing values (None, NaN, pd.NA), else the value."""
+    if value is None:
+        return None
+    try:
+        return None if pd.isna(value) else value
+    except (TypeError, ValueError):  # lists and dicts are known values
+        return value
+
+
+def _rank_text(rank: object) -> str:
+    return "?" if _known(rank) is None else str(int(rank))
+
+
+def _rank_list(ranks: Sequence[int]) -> str:
+    return ", ".join(str(rank) for rank in ranks)
+
+
+def _rank_span(ranks: Sequence[int]) -> str:
+    """``0-3`` for a contiguous run, else the list.
+
+    >>> _rank_span([0, 1, 2, 3]), _rank_span([0, 2])
+    ('0-3', '0, 2')
+    """
+    if len(ranks) > 1 and list(ranks) == list(range(ranks[0], ranks[-1] + 1)):
+        return f"{ranks[0]}-{ranks[-1]}"
+    return _rank_list(ranks)
