@@ -1,0 +1,393 @@
+"""Charts for planners and review meetings: each takes computed results and returns a Figure.
+
+Nothing here computes a budget: the numbers come from :mod:`kvplan.budget`, :mod:`kvplan.capacity`,
+:mod:`kvplan.drift` and the ledger, and are only converted to GiB for the axes. Every chart answers
+one question, says it in its title, and annotates the numbers a reviewer would ask about. Figures
+are sized and lettered to stay readable on a projector; close them with ``plt.close(fig)``.
+
+The limiting rank is always drawn in :data:`LIMITING_COLOR`, the other ranks in :data:`RANK_COLOR`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+from matplotlib.ticker import FuncFormatter, LogLocator
+
+from kvplan.budget import Budget
+from kvplan.drift import Drift
+from kvplan.units import GiB, bytes_to_gib, format_size
+
+# Okabe–Ito colours: distinguishable with colour-vision deficiency and on projectors.
+RANK_COLOR = "#0072B2"
+LIMITING_COLOR = "#D55E00"
+AVERAGE_COLOR = "#CC79A7"
+REFERENCE_COLOR = "#999999"
+TARGET_COLOR = "#009E73"
+
+#: Ledger segments bottom to top: (ledger column or budget part, legend label, colour).
+LEDGER_SEGMENTS = (
+    ("other_process_bytes", "other processes", "#000000"),
+    ("weights_bytes", "weights", "#56B4E9"),
+    ("non_torch_bytes", "non-torch (NCCL, context)", "#E69F00"),
+    ("activation_peak_bytes", "activation peak", "#F0E442"),
+    ("cuda_graph_bytes", "CUDA graphs", "#CC79A7"),
+    ("not_itemised", "not itemised in the log", "#DDDDDD"),
+    ("uniform", "uniform KV budget", RANK_COLOR),
+    ("stranded", "stranded", "white"),
+    ("reserve", "reserve", TARGET_COLOR),
+)
+
+FONT_SIZE = 12
+FIGSIZE = (10, 5.5)
+
+
+def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None) -> Figure:
+    """Where each GPU's memory goes: the ledger parts, reserve, uniform budget and stranded bytes.
+
+    One stacked bar per rank, against that GPU's total memory (black tick). ``ledger`` holds one row
+    per rank (one boot) with the glossary columns; a missing part counts as zero, negative CUDA-graph
+    bytes (free memory rose during capture) draw as zero, and ``cuda_graph_estimate_bytes`` stands
+    in where no capture was logged. What the log does not itemise (CUDA context, vLLM's 150 MiB
+    margin) fills the bar up to ``room_bytes`` below the KV part, so ``uniform + stranded + reserve``
+    is exactly the budget's room for the rank. Segment heights are in GiB.
+    """
+    rows = _one_row_per_rank(ledger, budget.ranks)
+    labels = [str(rank) for rank in budget.ranks]
+    heights: dict[str, list[float]] = {}
+    for column, _, _ in LEDGER_SEGMENTS[:5]:
+        values = [_part_bytes(rows.loc[rank], column) for rank in budget.ranks]
+        heights[column] = [bytes_to_gib(max(0, value)) for value in values]
+    totals = [_optional_int(rows.loc[rank].get("total_bytes")) for rank in budget.ranks]
+    kv_parts = {
+        "uniform": [bytes_to_gib(budget.uniform_budget_bytes)] * len(labels),
+        "stranded": [bytes_to_gib(stranded) for stranded in budget.stranded_bytes],
+        "reserve": [bytes_to_gib(budget.reserve_bytes)] * len(labels),
+    }
+    itemised = [sum(heights[column][i] for column in heights) for i in range(len(labels))]
+    room = [bytes_to_gib(room) for room in budget.room_bytes]
+    heights["not_itemised"] = [
+        max(0.0, bytes_to_gib(total) - done - kv) if total is not None else 0.0
+        for total, done, kv in zip(totals, itemised, room)
+    ]
+    heights.update(kv_parts)
+
+    fig, ax = _figure()
+    bottom = [0.0] * len(labels)
+    for column, label, color in LEDGER_SEGMENTS:
+        values = heights[column]
+        if not any(values):
+            continue
+        stranded = column == "stranded"
+        ax.bar(
+            labels, values, bottom=bottom, color=color, label=label, width=0.6,
+            edgecolor=RANK_COLOR if stranded else "white", hatch="//" if stranded else None,
+        )
+        bottom = [b + v for b, v in zip(bottom, values)]
+    for i, total in enumerate(totals):
+        if total is not None:
+            ax.hlines(bytes_to_gib(total), i - 0.38, i + 0.38, color="black", linewidth=2.5)
+            ax.annotate(
+                f"total {format_size(total)}", (i, bytes_to_gib(total)), textcoords="offset points",
+                xytext=(0, 4), ha="center", fontsize=FONT_SIZE - 2,
+            )
+    _mark_limiting_tick(ax, budget.ranks, budget.limiting_rank)
+    ax.set_xlabel("rank")
+    ax.set_ylabel("GPU memory [GiB]")
+    ax.set_title(
+        title
+        or f"Where each GPU's memory goes: {format_size(budget.uniform_budget_bytes)} KV on every rank, "
+        f"{format_size(budget.stranded_total_bytes)} stranded"
+    )
+    handles, names = ax.get_legend_handles_labels()
+    ax.legend(handles[::-1], names[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0),
+              fontsize=FONT_SIZE - 1, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+def safe_budget_chart(budget: Budget, title: str | None = None) -> Figure:
+    """Why the minimum: safe budget per rank, the uniform value, and the tempting (unsafe) average.
+
+    Bars are ``safe_bytes`` per rank in GiB; the limiting rank is drawn in :data:`LIMITING_COLOR`.
+    The uniform budget is a solid line; the average of the safe budgets is a dashed line labelled
+    as the wrong answer, because the limiting rank cannot allocate it.
+    """
+    labels = [str(rank) for rank in budget.ranks]
+    safe_gib = [bytes_to_gib(safe) for safe in budget.safe_bytes]
+    average_bytes = sum(budget.safe_bytes) / len(budget.safe_bytes)
+    fig, ax = _figure()
+    bars = ax.bar(labels, safe_gib, color=_rank_colors(budget.ranks, budget.limiting_rank), width=0.6)
+    _annotate_bars(ax, bars, budget.safe_bytes)
+    ax.axhline(
+        bytes_to_gib(budget.uniform_budget_bytes), color="black", linewidth=2,
+        label=f"uniform budget {format_size(budget.uniform_budget_bytes)} (safe on every rank)",
+    )
+    ax.axhline(
+        bytes_to_gib(average_bytes), color=AVERAGE_COLOR, linestyle="--", linewidth=2,
+        label=f"average {format_size(int(average_bytes))}: unsafe, "
+        f"rank {budget.limiting_rank} cannot hold it",
+    )
+    ax.set_xlabel("rank")
+    ax.set_ylabel("safe KV budget (room − reserve) [GiB]")
+    ax.set_ylim(0, max(safe_gib) * 1.25)
+    uniform = format_size(budget.uniform_budget_bytes)
+    ax.set_title(title or f"One value for every rank: the minimum, {uniform}")
+    handles, _ = ax.get_legend_handles_labels()
+    handles.append(Patch(color=LIMITING_COLOR, label=f"limiting rank {budget.limiting_rank}"))
+    ax.legend(handles=handles, loc="upper right", fontsize=FONT_SIZE - 1)
+    fig.tight_layout()
+    return fig
+
+
+def stranded_chart(budget: Budget, title: str | None = None) -> Figure:
+    """What the uniform value leaves unused: stranded bytes per rank and their total.
+
+    Bar heights are ``budget.stranded_bytes`` in GiB (including block rounding, which the title
+    states separately when there is any).
+    """
+    labels = [str(rank) for rank in budget.ranks]
+    fig, ax = _figure()
+    bars = ax.bar(
+        labels, [bytes_to_gib(s) for s in budget.stranded_bytes],
+        color=_rank_colors(budget.ranks, budget.limiting_rank), width=0.6,
+    )
+    _annotate_bars(ax, bars, budget.stranded_bytes)
+    rounding = (
+        f" ({format_size(budget.rounding_loss_bytes)} per rank from block rounding)"
+        if budget.rounding_loss_bytes
+        else ""
+    )
+    ax.set_title(
+        title
+        or f"Stranded on the stronger ranks: {format_size(budget.stranded_total_bytes)} in total{rounding}"
+    )
+    ax.set_xlabel("rank")
+    ax.set_ylabel("stranded KV memory [GiB]")
+    ax.set_ylim(0, max(1.0, max(bytes_to_gib(s) for s in budget.stranded_bytes)) * 1.2)
+    fig.tight_layout()
+    return fig
+
+
+def concurrency_chart(
+    curves: pd.DataFrame | Mapping[str, pd.DataFrame],
+    max_model_len: int,
+    target_concurrency: float | None = None,
+    title: str | None = None,
+) -> Figure:
+    """What a budget buys: full-length sequences held at once against sequence length (log–log).
+
+    ``curves`` is one :func:`kvplan.capacity.concurrency_curve` frame, or several keyed by a label
+    (e.g. ``{"uniform 12 GiB": ..., "rank 2 fixed": ...}``); each legend entry states its tokens.
+    ``max_model_len`` is marked with a vertical line and the concurrency there is annotated; a
+    target concurrency is a horizontal line.
+    """
+    if isinstance(curves, pd.DataFrame):
+        curves = {"budget": curves}
+    fig, ax = _figure()
+    colors = [RANK_COLOR, LIMITING_COLOR, AVERAGE_COLOR, REFERENCE_COLOR]
+    for (label, curve), color in zip(curves.items(), colors * len(curves)):
+        tokens = int(curve["tokens"].iloc[0])
+        ax.plot(
+            curve["seq_len"], curve["max_concurrency"], marker="o", color=color, linewidth=2,
+            label=f"{label}: {tokens:,} tokens",
+        )
+        at_max = curve.loc[curve["seq_len"] == max_model_len, "max_concurrency"]
+        if len(at_max):
+            ax.annotate(
+                f"{float(at_max.iloc[0]):.2f}× at {max_model_len:,}", (max_model_len, float(at_max.iloc[0])),
+                textcoords="offset points", xytext=(6, 6), fontsize=FONT_SIZE - 1, color=color,
+            )
+    ax.axvline(max_model_len, color="black", linestyle=":", label=f"max_model_len {max_model_len:,}")
+    if target_concurrency is not None:
+        ax.axhline(
+            target_concurrency, color=TARGET_COLOR, linestyle="--", linewidth=2,
+            label=f"target {target_concurrency:g} sequences",
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.set_xlabel("sequence length [tokens]")
+    ax.set_ylabel("full-length sequences at once")
+    ax.set_title(title or "What the budget buys: concurrency against sequence length")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(loc="upper right", fontsize=FONT_SIZE - 1)
+    fig.tight_layout()
+    return fig
+
+
+def drift_chart(drift: Drift, title: str | None = None) -> Figure:
+    """Which rank moved: reference vs boot free memory (left) and the adjusted budget (right).
+
+    Left: grouped bars of ``ref_free_bytes`` and ``boot_free_bytes`` per rank with the drift
+    annotated. Right: ``adjusted_bytes`` per rank (limiting rank highlighted) with the reference
+    budget as a grey outline and the uniform adjusted value as a line. All in GiB.
+    """
+    labels = [str(rank) for rank in drift.ranks]
+    positions = list(range(len(labels)))
+    fig, (left, right) = plt.subplots(1, 2, figsize=(FIGSIZE[0] + 3, FIGSIZE[1]))
+    for ax in (left, right):
+        _style(ax)
+    width = 0.38
+    left.bar([p - width / 2 for p in positions], [bytes_to_gib(f) for f in drift.ref_free_bytes], width,
+             color=REFERENCE_COLOR, label="reference boot")
+    boot_bars = left.bar(
+        [p + width / 2 for p in positions], [bytes_to_gib(f) for f in drift.boot_free_bytes], width,
+        color=_rank_colors(drift.ranks, drift.limiting_rank), label="this boot",
+    )
+    for bar, moved in zip(boot_bars, drift.drift_bytes):
+        text = f"−{format_size(moved)}" if moved > 0 else ("+" + format_size(-moved) if moved else "±0")
+        left.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), textcoords="offset points",
+                      xytext=(0, 4), ha="center", fontsize=FONT_SIZE - 1)
+    left.set_xticks(positions, labels)
+    left.set_ylim(0, max(bytes_to_gib(f) for f in drift.ref_free_bytes + drift.boot_free_bytes) * 1.3)
+    left.set_xlabel("rank")
+    left.set_ylabel("free GPU memory at startup [GiB]")
+    left.set_title("Free memory at startup")
+    left.legend(loc="upper left", ncols=2, fontsize=FONT_SIZE - 1)
+
+    adjusted = right.bar(
+        labels, [bytes_to_gib(a) for a in drift.adjusted_bytes],
+        color=_rank_colors(drift.ranks, drift.limiting_rank), width=0.6, label="adjusted budget",
+    )
+    right.bar(labels, [bytes_to_gib(b) for b in drift.ref_budget_bytes], width=0.6, fill=False,
+              edgecolor=REFERENCE_COLOR, linewidth=2, linestyle="--", label="reference budget")
+    _annotate_bars(right, adjusted, drift.adjusted_bytes, inside=True)
+    right.axhline(bytes_to_gib(drift.uniform_budget_bytes), color="black", linewidth=2,
+                  label=f"uniform {format_size(drift.uniform_budget_bytes)}")
+    right.set_ylim(0, max(bytes_to_gib(b) for b in drift.ref_budget_bytes + drift.adjusted_bytes) * 1.25)
+    right.set_xlabel("rank")
+    right.set_ylabel("KV budget [GiB]")
+    right.set_title(f"Adjusted budget (guard {format_size(drift.guard_bytes)})")
+    right.legend(loc="upper right", fontsize=FONT_SIZE - 1)
+    raise_note = "; a rank gained free memory: re-profile to raise" if drift.reprofile_to_raise else ""
+    fig.suptitle(
+        title
+        or f"Rank {drift.limiting_rank} lost the most: {format_size(drift.uniform_budget_bytes)} "
+        f"is safe on this boot{raise_note}",
+        fontsize=FONT_SIZE + 2,
+    )
+    fig.tight_layout()
+    return fig
+
+
+def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Figure:
+    """Is the weak rank stable? Min / median / max safe budget per boot, min labelled with its rank.
+
+    ``budgets`` maps a boot label to that boot's :class:`Budget`. Each boot is a vertical range from
+    ``min_safe_bytes`` to ``max_safe_bytes`` with the median as a white dot and the minimum in
+    :data:`LIMITING_COLOR`, annotated with the limiting rank. All in GiB.
+    """
+    if not budgets:
+        raise ValueError("spread_chart needs at least one boot's budget")
+    labels = list(budgets)
+    fig, ax = _figure()
+    for i, label in enumerate(labels):
+        budget = budgets[label]
+        low, mid, high = (bytes_to_gib(b) for b in (budget.min_safe_bytes, budget.median_safe_bytes,
+                                                     budget.max_safe_bytes))
+        ax.vlines(i, low, high, color=RANK_COLOR, linewidth=6, alpha=0.5)
+        ax.plot(i, high, marker="_", markersize=22, color=RANK_COLOR, markeredgewidth=3)
+        ax.plot(i, mid, marker="o", markersize=10, color="white", markeredgecolor=RANK_COLOR,
+                markeredgewidth=2)
+        ax.plot(i, low, marker="o", markersize=10, color=LIMITING_COLOR)
+        ax.annotate(f"rank {budget.limiting_rank}\n{format_size(budget.min_safe_bytes)}", (i, low),
+                    textcoords="offset points", xytext=(10, -8), fontsize=FONT_SIZE - 1)
+    ax.plot([], [], marker="o", color=LIMITING_COLOR, linestyle="", label="min (limiting rank)")
+    ax.plot([], [], marker="o", color="white", markeredgecolor=RANK_COLOR, linestyle="", label="median")
+    ax.plot([], [], marker="_", color=RANK_COLOR, markersize=16, linestyle="", label="max")
+    ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0)
+    ax.set_xlim(-0.5, len(labels) - 0.5)
+    ax.set_ylim(0, max(bytes_to_gib(b.max_safe_bytes) for b in budgets.values()) * 1.2)
+    ax.set_xlabel("boot")
+    ax.set_ylabel("safe KV budget [GiB]")
+    limiting = sorted({b.limiting_rank for b in budgets.values()})
+    verdict = (
+        f"rank {limiting[0]} limits every boot"
+        if len(limiting) == 1
+        else f"the limiting rank moves ({', '.join(map(str, limiting))})"
+    )
+    ax.set_title(title or f"Safe budget spread over {len(labels)} boots: {verdict}")
+    ax.legend(loc="upper right", fontsize=FONT_SIZE - 1)
+    fig.tight_layout()
+    return fig
+
+
+def gib_table(frame: pd.DataFrame, decimals: int = 2) -> pd.DataFrame:
+    """A copy for display with every ``*_bytes`` column shown as ``*_gib`` (rounded), others unchanged.
+
+    >>> gib_table(pd.DataFrame({"rank": [0], "safe_bytes": [3 * 2**29]}))
+       rank  safe_gib
+    0     0       1.5
+    """
+    shown = frame.copy()
+    renames = {}
+    for column in frame.columns:
+        if str(column).endswith("_bytes"):
+            gib = pd.to_numeric(frame[column], errors="coerce").astype("float64") / GiB
+            shown[column] = gib.round(decimals)
+            renames[column] = str(column).removesuffix("_bytes") + "_gib"
+    return shown.rename(columns=renames)
+
+
+def _figure() -> tuple[Figure, Axes]:
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    _style(ax)
+    return fig, ax
+
+
+def _style(ax: Axes) -> None:
+    ax.tick_params(labelsize=FONT_SIZE)
+    ax.xaxis.label.set_size(FONT_SIZE)
+    ax.yaxis.label.set_size(FONT_SIZE)
+    ax.title.set_size(FONT_SIZE + 1)
+    ax.spines[["top", "right"]].set_visible(False)
+
+
+def _rank_colors(ranks: Sequence[int], limiting_rank: int) -> list[str]:
+    return [LIMITING_COLOR if rank == limiting_rank else RANK_COLOR for rank in ranks]
+
+
+def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool = False) -> None:
+    for bar, size in zip(bars, sizes_bytes):
+        ax.annotate(
+            format_size(size), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            textcoords="offset points", xytext=(0, -6 if inside else 4), ha="center",
+            va="top" if inside else "bottom", color="white" if inside else "black", fontsize=FONT_SIZE,
+        )
+
+
+def _mark_limiting_tick(ax: Axes, ranks: Sequence[int], limiting_rank: int) -> None:
+    ax.set_xticks(range(len(ranks)), [f"{r}\n(limiting)" if r == limiting_rank else str(r) for r in ranks])
+    ax.get_xticklabels()[list(ranks).index(limiting_rank)].set_color(LIMITING_COLOR)
+
+
+def _one_row_per_rank(ledger: pd.DataFrame, ranks: Sequence[int]) -> pd.DataFrame:
+    duplicated = sorted(set(ledger.loc[ledger["rank"].duplicated(), "rank"].astype(int)))
+    if duplicated:
+        raise ValueError(
+            f"ledger has several rows for rank(s) {duplicated}: select one boot (source, boot) to chart"
+        )
+    rows = ledger.set_index("rank")
+    missing = [rank for rank in ranks if rank not in rows.index]
+    if missing:
+        raise ValueError(f"ledger has no row for rank(s) {missing} of the budget")
+    return rows
+
+
+def _part_bytes(row: pd.Series, column: str) -> int:
+    value = _optional_int(row.get(column))
+    if value is None and column == "cuda_graph_bytes":
+        value = _optional_int(row.get("cuda_graph_estimate_bytes"))
+    return value or 0
+
+
+def _optional_int(value) -> int | None:
+    return None if value is None or pd.isna(value) else int(value)

@@ -1,0 +1,325 @@
+"""What-if exploration: move the reserve, guard, block size, length or a co-tenant and watch the budget.
+
+Two layers. :func:`evaluate` is a pure function from a :class:`Scenario` (every input in bytes) to an
+:class:`Outcome` (the budget, what it buys, the drift): it only calls :mod:`kvplan.budget`,
+:mod:`kvplan.capacity` and :mod:`kvplan.drift`, so it is tested without a browser.
+:class:`WhatIfPanel` wires ipywidgets controls to it and redraws the budget table and the
+:mod:`kvplan.charts` figures whenever a control moves.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import pandas as pd
+from IPython.display import display
+
+from kvplan import charts
+from kvplan.budget import Budget, uniform_budget
+from kvplan.capacity import (
+    DEFAULT_BLOCK_SIZE,
+    Capacity,
+    block_bytes_from_token_bytes,
+    bytes_for_sequences,
+    capacity,
+    concurrency_curve,
+)
+from kvplan.drift import Drift, drift_budget
+from kvplan.units import bytes_to_gib, format_size, parse_size
+
+#: Block sizes vLLM accepts on CUDA (``CacheConfig.block_size``), offered by the panel.
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Inputs of one what-if evaluation; sizes in bytes, per-rank tuples in rank order.
+
+    ``add_back_bytes`` raises a rank's room, e.g. by the memory of a co-tenant that moved away.
+    Capacity needs ``bytes_per_token`` (per rank, from :mod:`kvplan.kvspec`) and ``max_model_len``;
+    drift needs ``ref_free_bytes`` and ``boot_free_bytes`` (startup free memory per rank of the
+    profiled reference and of the later boot), against which ``guard_bytes`` is kept.
+    """
+
+    room_bytes: tuple[int, ...]
+    reserve_bytes: int
+    ranks: tuple[int, ...] | None = None
+    add_back_bytes: tuple[int, ...] | None = None
+    bytes_per_token: int | None = None
+    block_size: int = DEFAULT_BLOCK_SIZE
+    max_model_len: int | None = None
+    target_concurrency: float | None = None
+    guard_bytes: int = 0
+    ref_free_bytes: tuple[int, ...] | None = None
+    boot_free_bytes: tuple[int, ...] | None = None
+
+    @property
+    def rank_ids(self) -> tuple[int, ...]:
+        """Rank ids, 0..n-1 unless given."""
+        return tuple(range(len(self.room_bytes))) if self.ranks is None else tuple(self.ranks)
+
+
+@dataclass(frozen=True, eq=False)
+class Outcome:
+    """Everything one scenario gives: the budget, and where inputs allow, capacity and drift.
+
+    Compared by identity (it holds a DataFrame); compare ``budget`` or ``capacity`` instead.
+    """
+
+    scenario: Scenario
+    budget: Budget
+    capacity: Capacity | None
+    curve: pd.DataFrame | None
+    target_bytes: int | None
+    drift: Drift | None
+
+    def table(self) -> pd.DataFrame:
+        """Per-rank table in bytes: room (after add-back), safe, stranded, and adjusted under drift."""
+        frame = self.budget.to_frame()
+        frame.insert(1, "add_back_bytes", list(self.scenario.add_back_bytes or [0] * len(frame)))
+        if self.drift is not None:
+            frame["adjusted_bytes"] = list(self.drift.adjusted_bytes)
+        return frame
+
+    def headline(self) -> dict[str, str]:
+        """The figures a reviewer asks for first, as readable text.
+
+        >>> GiB = 2**30
+        >>> outcome = evaluate(Scenario((13 * GiB, 18 * GiB), reserve_bytes=GiB))
+        >>> outcome.headline()["uniform budget"], outcome.headline()["limiting rank"]
+        ('12 GiB', '0')
+        """
+        budget = self.budget
+        lines = {
+            "uniform budget": format_size(budget.uniform_budget_bytes),
+            "flag": budget.flag,
+            "limiting rank": str(budget.limiting_rank),
+            "stranded total": format_size(budget.stranded_total_bytes),
+            "min/median": f"{budget.min_median_ratio:.3f}",
+        }
+        if self.capacity is not None:
+            lines["tokens"] = f"{self.capacity.tokens:,}"
+            cap = self.capacity
+            lines["max concurrency"] = f"{cap.max_concurrency:.2f}× at {cap.max_model_len:,}"
+        if self.target_bytes is not None:
+            lines["target needs"] = (
+                f"{format_size(self.target_bytes)} per rank for {self.scenario.target_concurrency:g} "
+                f"sequences of {self.scenario.max_model_len:,}"
+            )
+        if self.drift is not None:
+            lines["after drift"] = (
+                f"{format_size(self.drift.uniform_budget_bytes)} (rank {self.drift.limiting_rank} limits"
+                + ("; re-profile to raise" if self.drift.reprofile_to_raise else "")
+                + ")"
+            )
+        return lines
+
+
+def sequence_lengths(max_model_len: int, shortest: int = 256) -> list[int]:
+    """Powers of two from ``shortest`` up to ``max_model_len``, plus ``max_model_len`` itself [tokens].
+
+    >>> sequence_lengths(32768)
+    [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+    >>> sequence_lengths(10000, shortest=2048)
+    [2048, 4096, 8192, 10000]
+    """
+    if max_model_len <= 0:
+        raise ValueError(f"max_model_len must be positive, got {max_model_len}")
+    lengths = []
+    length = shortest
+    while length < max_model_len:
+        lengths.append(length)
+        length *= 2
+    return [*lengths, max_model_len]
+
+
+def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outcome:
+    """The budget and what it buys for one scenario (pure: no widgets, no drawing).
+
+    Room per rank is ``room_bytes + add_back_bytes``; the budget is rounded to whole blocks when
+    ``bytes_per_token`` is known; the drift reference budget per rank is the safe budget
+    (room − reserve), as the gate uses it.
+
+    >>> GiB = 2**30
+    >>> s = Scenario((13 * GiB, 18 * GiB), GiB, bytes_per_token=256 * 1024, max_model_len=8192)
+    >>> o = evaluate(s)
+    >>> o.budget.uniform_budget_bytes // GiB, o.capacity.tokens, o.capacity.max_concurrency
+    (12, 49152, 6.0)
+    >>> evaluate(replace(s, add_back_bytes=(6 * GiB, 0))).budget.limiting_rank  # 19 vs 18 GiB
+    1
+    """
+    ranks = scenario.rank_ids
+    add_back = scenario.add_back_bytes or (0,) * len(scenario.room_bytes)
+    if len(add_back) != len(scenario.room_bytes):
+        raise ValueError(f"{len(add_back)} add-back values for {len(scenario.room_bytes)} ranks")
+    room = [r + extra for r, extra in zip(scenario.room_bytes, add_back)]
+    bpt = scenario.bytes_per_token
+    block_bytes = None if bpt is None else block_bytes_from_token_bytes(bpt, scenario.block_size)
+    budget = uniform_budget(room, scenario.reserve_bytes, block_bytes=block_bytes, ranks=ranks)
+    cap = curve = target = None
+    if bpt is not None and scenario.max_model_len is not None:
+        cap = capacity(budget.uniform_budget_bytes, bpt, scenario.max_model_len, scenario.block_size)
+        lengths = seq_lens if seq_lens is not None else sequence_lengths(scenario.max_model_len)
+        curve = concurrency_curve(budget.uniform_budget_bytes, bpt, lengths, scenario.block_size)
+        if scenario.target_concurrency:
+            sequences = math.ceil(scenario.target_concurrency)
+            target = bytes_for_sequences(sequences, scenario.max_model_len, bpt, scenario.block_size)
+    drift = None
+    if scenario.boot_free_bytes is not None:
+        if scenario.ref_free_bytes is None:
+            raise ValueError("drift needs the reference boot's free memory per rank (ref_free_bytes)")
+        drift = drift_budget(
+            list(budget.safe_bytes), list(scenario.ref_free_bytes), list(scenario.boot_free_bytes),
+            scenario.guard_bytes, ranks,
+        )
+    return Outcome(scenario, budget, cap, curve, target, drift)
+
+
+def gib_to_bytes(value_gib: float) -> int:
+    """Bytes in a slider's GiB value, to the nearest byte (0.9 → parse_size("0.9GiB")).
+
+    >>> gib_to_bytes(0.9) == parse_size("0.9GiB"), gib_to_bytes(12)
+    (True, 12884901888)
+    """
+    return parse_size(f"{value_gib:.6f}GiB")
+
+
+class WhatIfPanel:
+    """Sliders and fields over a :class:`Scenario`; every change re-runs :func:`evaluate` and redraws.
+
+    Shows the headline, the per-rank table (GiB) and the charts: safe budget per rank, stranded
+    capacity, concurrency (with ``bytes_per_token`` and ``max_model_len``) and drift (with boot free
+    memory). ``co_tenant_bytes`` (per rank, e.g. the ledger's ``other_process_bytes``) labels the
+    add-back sliders so a planner can ask "what if the co-tenant on rank 2 moved?". Display the
+    panel by making it the last expression of a cell. Bad input (a reserve above a rank's room)
+    shows the error in place of the charts.
+    """
+
+    def __init__(self, scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None = None) -> None:
+        self.base = scenario
+        self.outcome: Outcome | None = None
+        self.error: str | None = None
+        self.controls = _controls(scenario, co_tenant_bytes)
+        self.output = widgets.Output()
+        self._initial = {name: control.value for name, control in self.controls.items()}
+        for control in self.controls.values():
+            control.observe(self._on_change, names="value")
+        self.box = widgets.VBox(
+            [widgets.HBox([widgets.VBox(list(self.controls.values()))]), self.output]
+        )
+        self.update()
+
+    def scenario(self) -> Scenario:
+        """The scenario the controls currently describe (untouched controls keep the exact bytes)."""
+        moved = {
+            name: control.value
+            for name, control in self.controls.items()
+            if control.value != self._initial[name]
+        }
+        changes: dict = {}
+        if "reserve_gib" in moved:
+            changes["reserve_bytes"] = gib_to_bytes(moved["reserve_gib"])
+        if "guard_gib" in moved:
+            changes["guard_bytes"] = gib_to_bytes(moved["guard_gib"])
+        if "block_size" in moved:
+            changes["block_size"] = int(moved["block_size"])
+        if "max_model_len" in moved:
+            changes["max_model_len"] = int(moved["max_model_len"])
+        if "target_concurrency" in moved:
+            changes["target_concurrency"] = float(moved["target_concurrency"]) or None
+        ranks = self.base.rank_ids
+        if any(f"add_back_{rank}" in moved for rank in ranks):
+            base = self.base.add_back_bytes or (0,) * len(ranks)
+            changes["add_back_bytes"] = tuple(
+                gib_to_bytes(moved[f"add_back_{rank}"]) if f"add_back_{rank}" in moved else extra
+                for rank, extra in zip(ranks, base)
+            )
+        return replace(self.base, **changes)
+
+    def update(self) -> None:
+        """Re-evaluate the current scenario and redraw the table and charts."""
+        try:
+            self.outcome, self.error = evaluate(self.scenario()), None
+        except ValueError as exc:
+            self.outcome, self.error = None, str(exc)
+        with self.output:
+            self.output.clear_output(wait=True)
+            if self.error is not None:
+                display(widgets.HTML(f"<b>No safe budget:</b> {self.error}"))
+                return
+            display(pd.Series(self.outcome.headline(), name="value").to_frame())
+            display(charts.gib_table(self.outcome.table()))
+            for figure in self.figures():
+                display(figure)
+                plt.close(figure)
+
+    def figures(self) -> list:
+        """The charts for the current outcome (the caller closes them)."""
+        outcome = self.outcome
+        if outcome is None:
+            return []
+        figures = [charts.safe_budget_chart(outcome.budget), charts.stranded_chart(outcome.budget)]
+        if outcome.curve is not None:
+            figures.append(
+                charts.concurrency_chart(
+                    {f"uniform {format_size(outcome.budget.uniform_budget_bytes)}": outcome.curve},
+                    outcome.scenario.max_model_len,
+                    outcome.scenario.target_concurrency,
+                )
+            )
+        if outcome.drift is not None:
+            figures.append(charts.drift_chart(outcome.drift))
+        return figures
+
+    def _on_change(self, _change: dict) -> None:
+        self.update()
+
+    def _repr_mimebundle_(self, **kwargs):
+        return self.box._repr_mimebundle_(**kwargs)
+
+
+def _controls(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None) -> dict[str, widgets.Widget]:
+    style = {"description_width": "initial"}
+    layout = widgets.Layout(width="480px")
+    reserve_gib = bytes_to_gib(scenario.reserve_bytes)
+    controls: dict[str, widgets.Widget] = {
+        "reserve_gib": widgets.FloatSlider(
+            value=reserve_gib, min=0.0, max=max(4.0, 2 * reserve_gib), step=0.05, readout_format=".2f",
+            description="reserve per rank [GiB]", style=style, layout=layout, continuous_update=False,
+        )
+    }
+    if scenario.boot_free_bytes is not None:
+        guard_gib = bytes_to_gib(scenario.guard_bytes)
+        controls["guard_gib"] = widgets.FloatSlider(
+            value=guard_gib, min=0.0, max=max(2.0, 2 * guard_gib), step=0.05, readout_format=".2f",
+            description="drift guard [GiB]", style=style, layout=layout, continuous_update=False,
+        )
+    if scenario.bytes_per_token is not None:
+        sizes = sorted({*BLOCK_SIZES, scenario.block_size})
+        controls["block_size"] = widgets.Dropdown(
+            options=sizes, value=scenario.block_size, description="block size [tokens]", style=style
+        )
+        if scenario.max_model_len is not None:
+            controls["max_model_len"] = widgets.BoundedIntText(
+                value=scenario.max_model_len, min=1, max=10_000_000, step=1024,
+                description="max model length [tokens]", style=style,
+            )
+            controls["target_concurrency"] = widgets.BoundedFloatText(
+                value=scenario.target_concurrency or 0.0, min=0.0, max=100_000.0, step=1.0,
+                description="target concurrency (0 = none)", style=style,
+            )
+    add_back = scenario.add_back_bytes or (0,) * len(scenario.room_bytes)
+    co_tenants = list(co_tenant_bytes) if co_tenant_bytes is not None else [None] * len(add_back)
+    for rank, extra, co_tenant in zip(scenario.rank_ids, add_back, co_tenants):
+        note = f" (co-tenant {format_size(int(co_tenant))})" if co_tenant else ""
+        ceiling = max(8.0, bytes_to_gib(int(co_tenant or 0)), bytes_to_gib(extra))
+        controls[f"add_back_{rank}"] = widgets.FloatSlider(
+            value=bytes_to_gib(extra), min=0.0, max=math.ceil(ceiling), step=0.1, readout_format=".2f",
+            description=f"rank {rank}: add back [GiB]{note}", style=style, layout=layout,
+            continuous_update=False,
+        )
+    return controls

@@ -1,0 +1,168 @@
+"""Charts draw exactly the computed numbers: bar heights in GiB, the limiting rank highlighted."""
+
+import matplotlib.pyplot as plt
+import pandas as pd
+import pytest
+from matplotlib.colors import to_rgba
+
+from kvplan import charts
+from kvplan.budget import uniform_budget
+from kvplan.capacity import concurrency_curve
+from kvplan.drift import drift_budget
+from kvplan.units import bytes_to_gib, parse_size
+from tests.conftest import GiB, KiB
+
+# Two H100-like ranks, 80 GiB each. Rank 1 shares its GPU with a 5 GiB co-tenant.
+# rank 0: 33 weights + 1 non-torch + 2 activation + 1 graphs = 37 GiB non-KV, room 40 GiB
+# rank 1: 5 other + 37 non-KV = 42 GiB, room 35 GiB
+# not itemised (CUDA context, vLLM's margin) = 80 − 37 − 40 = 3 GiB and 80 − 42 − 35 = 3 GiB
+LEDGER = pd.DataFrame(
+    {
+        "rank": [0, 1],
+        "total_bytes": [80 * GiB, 80 * GiB],
+        "other_process_bytes": [pd.NA, 5 * GiB],
+        "weights_bytes": [33 * GiB, 33 * GiB],
+        "non_torch_bytes": [GiB, GiB],
+        "activation_peak_bytes": [2 * GiB, 2 * GiB],
+        "cuda_graph_bytes": [GiB, pd.NA],
+        "cuda_graph_estimate_bytes": [pd.NA, GiB],
+        "room_bytes": [40 * GiB, 35 * GiB],
+    }
+)
+# reserve 1 GiB → safe 39 and 34 GiB → uniform 34 GiB, rank 1 limits, 5 GiB stranded on rank 0
+BUDGET = uniform_budget([40 * GiB, 35 * GiB], GiB)
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def _bars(ax, label):
+    (container,) = [c for c in ax.containers if c.get_label() == label]
+    return [patch.get_height() for patch in container.patches]
+
+
+def _line_y(ax, label_start):
+    (line,) = [line for line in ax.get_lines() if line.get_label().startswith(label_start)]
+    return line.get_ydata()[0]
+
+
+def test_ledger_chart_stacks_parts_and_budget_up_to_total():
+    fig = charts.ledger_chart(LEDGER, BUDGET)
+    ax = fig.axes[0]
+    assert _bars(ax, "uniform KV budget") == [34.0, 34.0]
+    assert _bars(ax, "stranded") == [5.0, 0.0]  # 39 − 34, 34 − 34
+    assert _bars(ax, "reserve") == [1.0, 1.0]
+    assert _bars(ax, "other processes") == [0.0, 5.0]  # NA counts as zero
+    assert _bars(ax, "CUDA graphs") == [1.0, 1.0]  # rank 1 falls back to the estimate
+    assert _bars(ax, "not itemised in the log") == [3.0, 3.0]
+    # every bar reaches the GPU's total: 37 + 3 + 40 = 80 and 42 + 3 + 35 = 80
+    tops = [0.0, 0.0]
+    for container in ax.containers:
+        for i, patch in enumerate(container.patches):
+            tops[i] += patch.get_height()
+    assert tops == [80.0, 80.0]
+    limiting_tick = ax.get_xticklabels()[1]
+    assert "limiting" in limiting_tick.get_text()
+    assert to_rgba(limiting_tick.get_color()) == to_rgba(charts.LIMITING_COLOR)
+
+
+def test_ledger_chart_refuses_several_boots():
+    with pytest.raises(ValueError, match=r"several rows for rank\(s\) \[0, 1\]"):
+        charts.ledger_chart(pd.concat([LEDGER, LEDGER]), BUDGET)
+
+
+def test_ledger_chart_refuses_a_missing_rank():
+    with pytest.raises(ValueError, match=r"no row for rank\(s\) \[1\]"):
+        charts.ledger_chart(LEDGER.iloc[:1], BUDGET)
+
+
+def test_safe_budget_chart_highlights_the_limiting_rank_and_the_unsafe_average():
+    fig = charts.safe_budget_chart(BUDGET)
+    ax = fig.axes[0]
+    bars = ax.containers[0].patches
+    assert [bar.get_height() for bar in bars] == [39.0, 34.0]
+    assert [bar.get_facecolor() for bar in bars] == [
+        to_rgba(charts.RANK_COLOR), to_rgba(charts.LIMITING_COLOR)
+    ]
+    assert _line_y(ax, "uniform budget 34 GiB") == 34.0
+    assert _line_y(ax, "average 36.5 GiB: unsafe, rank 1") == 36.5  # (39 + 34) / 2
+    assert [t.get_text() for t in ax.texts] == ["39 GiB", "34 GiB"]
+
+
+def test_founding_example_safe_budget_in_gib():
+    # rooms 18.8, 17.6, 12.9, 16.4 GiB − 0.9 GiB → 17.9, 16.7, 12.0, 15.5 GiB; rank 2 limits
+    rooms = [parse_size(f"{gib}GiB") for gib in ("18.8", "17.6", "12.9", "16.4")]
+    budget = uniform_budget(rooms, parse_size("0.9GiB"))
+    ax = charts.safe_budget_chart(budget).axes[0]
+    assert [round(bar.get_height(), 6) for bar in ax.containers[0].patches] == [17.9, 16.7, 12.0, 15.5]
+    assert ax.containers[0].patches[2].get_facecolor() == to_rgba(charts.LIMITING_COLOR)
+    assert _line_y(ax, "uniform budget 12 GiB") == 12.0
+    stranded = charts.stranded_chart(budget)
+    assert "14.1 GiB in total" in stranded.axes[0].get_title()  # 5.9 + 4.7 + 0 + 3.5
+
+
+def test_stranded_chart_heights_and_rounding_note():
+    # 1 GiB blocks cannot split 34 GiB further; with 3 GiB blocks 34 → 33 GiB: 1 GiB lost to rounding
+    budget = uniform_budget([40 * GiB, 35 * GiB], GiB, block_bytes=3 * GiB)
+    ax = charts.stranded_chart(budget).axes[0]
+    assert [bar.get_height() for bar in ax.containers[0].patches] == [6.0, 1.0]  # 39 − 33, 34 − 33
+    assert ax.get_title() == (
+        "Stranded on the stronger ranks: 7 GiB in total (1 GiB per rank from block rounding)"
+    )
+
+
+def test_concurrency_chart_draws_the_curve_target_and_max_model_len():
+    # 12 GiB at 256 KiB per token: 3072 blocks of 16 → 49,152 tokens; 12, 6, 3 sequences at 4k, 8k, 16k
+    curve = concurrency_curve(12 * GiB, 256 * KiB, [4096, 8192, 16384])
+    ax = charts.concurrency_chart({"uniform 12 GiB": curve}, max_model_len=8192, target_concurrency=8).axes[0]
+    (line,) = [line for line in ax.get_lines() if line.get_label().startswith("uniform")]
+    assert line.get_label() == "uniform 12 GiB: 49,152 tokens"
+    assert list(line.get_ydata()) == [12.0, 6.0, 3.0]
+    assert list(_line_x(ax, "max_model_len 8,192")) == [8192, 8192]
+    assert _line_y(ax, "target 8 sequences") == 8
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    assert [t.get_text() for t in ax.texts] == ["6.00× at 8,192"]
+
+
+def _line_x(ax, label):
+    (line,) = [line for line in ax.get_lines() if line.get_label() == label]
+    return line.get_xdata()
+
+
+def test_drift_chart_shows_free_memory_and_adjusted_budget():
+    # Scenario C: B_ref 30 GiB, F_ref 42 GiB, boots 41.8, 42.1, 40.75, 41.9 GiB, guard 0.5 GiB
+    boot = [parse_size(f"{gib}GiB") for gib in ("41.8", "42.1", "40.75", "41.9")]
+    drift = drift_budget(30 * GiB, 42 * GiB, boot, guard_bytes=GiB // 2, ranks=[0, 1, 2, 3])
+    fig = charts.drift_chart(drift)
+    left, right = fig.axes
+    assert [bar.get_height() for bar in left.containers[0].patches] == [42.0] * 4
+    assert [bar.get_height() for bar in left.containers[1].patches] == [bytes_to_gib(f) for f in boot]
+    adjusted = right.containers[0].patches
+    # 30 − 0.2 − 0.5 = 29.3; 30 − 0 − 0.5 = 29.5 (never raised); 30 − 1.25 − 0.5 = 28.25; 29.4
+    assert [round(bar.get_height(), 6) for bar in adjusted] == [29.3, 29.5, 28.25, 29.4]
+    assert adjusted[2].get_facecolor() == to_rgba(charts.LIMITING_COLOR)
+    assert _line_y(right, "uniform 28.25 GiB") == 28.25
+    assert "re-profile to raise" in fig._suptitle.get_text()
+    assert [t.get_text() for t in left.texts][1:3] == ["+102.4 MiB", "−1.25 GiB"]  # 0.1 GiB = 102.4 MiB
+
+
+def test_spread_chart_marks_min_median_max_and_a_stable_weak_rank():
+    # boot a: safe 39, 34 GiB; boot b: safe 38, 33, 36 GiB → median 36 GiB; rank 1 limits both
+    budgets = {
+        "a": uniform_budget([40 * GiB, 35 * GiB], GiB),
+        "b": uniform_budget([39 * GiB, 34 * GiB, 37 * GiB], GiB),
+    }
+    ax = charts.spread_chart(budgets).axes[0]
+    points = [(line.get_xdata()[0], line.get_ydata()[0]) for line in ax.get_lines() if len(line.get_xdata())]
+    # per boot: max, median, min
+    assert points == [(0, 39.0), (0, 36.5), (0, 34.0), (1, 38.0), (1, 36.0), (1, 33.0)]
+    assert ax.get_title() == "Safe budget spread over 2 boots: rank 1 limits every boot"
+    assert [t.get_text() for t in ax.texts] == ["rank 1\n34 GiB", "rank 1\n33 GiB"]
+
+
+def test_spread_chart_needs_a_boot():
+    with pytest.raises(ValueError, match="at least one boot"):
+        charts.spread_chart({})
