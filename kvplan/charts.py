@@ -50,8 +50,9 @@ FIGSIZE = (10, 5.5)
 def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None) -> Figure:
     """Where each GPU's memory goes: the ledger parts, reserve, uniform budget and stranded bytes.
 
-    One stacked bar per rank, against that GPU's total memory (black tick). ``ledger`` holds one row
-    per rank (one boot) with the glossary columns; a missing part counts as zero, negative CUDA-graph
+    One stacked bar per rank, against that GPU's total memory (black tick). ``ledger`` has the
+    glossary columns; where it holds several boots, each rank is drawn from its boot with the lowest
+    ``room_bytes`` (the one that set its budget). A missing part counts as zero, negative CUDA-graph
     bytes (free memory rose during capture) draw as zero, and ``cuda_graph_estimate_bytes`` stands
     in where no capture was logged. What the log does not itemise (CUDA context, vLLM's 150 MiB
     margin) fills the bar up to ``room_bytes`` below the KV part, so ``uniform + stranded + reserve``
@@ -370,12 +371,17 @@ def _mark_limiting_tick(ax: Axes, ranks: Sequence[int], limiting_rank: int) -> N
 
 
 def _one_row_per_rank(ledger: pd.DataFrame, ranks: Sequence[int]) -> pd.DataFrame:
-    duplicated = sorted(set(ledger.loc[ledger["rank"].duplicated(), "rank"].astype(int)))
-    if duplicated:
-        raise ValueError(
-            f"ledger has several rows for rank(s) {duplicated}: select one boot (source, boot) to chart"
-        )
-    rows = ledger.set_index("rank")
+    rows = ledger[ledger["rank"].isin(list(ranks))]
+    if rows["rank"].duplicated().any():
+        if "room_bytes" not in rows.columns or rows["room_bytes"].isna().any():
+            duplicated = sorted(set(rows.loc[rows["rank"].duplicated(), "rank"].astype(int)))
+            raise ValueError(
+                f"ledger has several rows for rank(s) {duplicated} and no room_bytes to choose by: "
+                "select one boot (source, boot) to chart"
+            )
+        lowest = rows["room_bytes"].astype("float64").groupby(rows["rank"]).idxmin()
+        rows = rows.loc[lowest.to_numpy()]
+    rows = rows.set_index("rank")
     missing = [rank for rank in ranks if rank not in rows.index]
     if missing:
         raise ValueError(f"ledger has no row for rank(s) {missing} of the budget")

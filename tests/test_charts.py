@@ -69,9 +69,18 @@ def test_ledger_chart_stacks_parts_and_budget_up_to_total():
     assert to_rgba(limiting_tick.get_color()) == to_rgba(charts.LIMITING_COLOR)
 
 
-def test_ledger_chart_refuses_several_boots():
+def test_ledger_chart_draws_each_rank_from_its_worst_boot():
+    # a second boot where rank 0 had 1 GiB less room (39 GiB) and 1 GiB more weights
+    second = LEDGER.assign(room_bytes=[39 * GiB, 36 * GiB], weights_bytes=[34 * GiB, 30 * GiB])
+    budget = uniform_budget([39 * GiB, 35 * GiB], GiB)  # worst room per rank: 39, 35 GiB
+    ax = charts.ledger_chart(pd.concat([LEDGER, second], ignore_index=True), budget).axes[0]
+    assert _bars(ax, "weights") == [34.0, 33.0]  # rank 0 from the second boot, rank 1 from the first
+    assert _bars(ax, "stranded") == [4.0, 0.0]  # 38 − 34
+
+
+def test_ledger_chart_refuses_several_boots_without_room():
     with pytest.raises(ValueError, match=r"several rows for rank\(s\) \[0, 1\]"):
-        charts.ledger_chart(pd.concat([LEDGER, LEDGER]), BUDGET)
+        charts.ledger_chart(pd.concat([LEDGER, LEDGER]).drop(columns="room_bytes"), BUDGET)
 
 
 def test_ledger_chart_refuses_a_missing_rank():
