@@ -1,0 +1,1033 @@
+"""KV-cache bytes per token per rank from a Hugging Face model config and the parallel layout.
+
+vLLM sizes the KV cache per rank, for the layers and KV heads that rank really holds, and reports
+"GPU KV cache size" and "Maximum concurrency" with release-specific arithmetic. This module repeats
+that arithmetic so a budget in bytes becomes the tokens and sequences vLLM will print.
+
+Notes
+-----
+Per token and layer, on one rank (``vllm/v1/kv_cache_interface.py``):
+
+- standard / grouped-query / multi-query attention: ``2 × kv_heads_per_rank × head_dim × dtype_bytes``
+  with ``kv_heads_per_rank = max(1, kv_heads // tp)`` (replicated when ``tp > kv_heads``);
+- MLA (DeepSeek-V2/V3, Kimi): one latent of ``kv_lora_rank + qk_rope_head_dim`` values, no factor 2,
+  the same on every TP rank; ``fp8_ds_mla`` stores 656 bytes per token per layer.
+
+A block holds ``block_size`` tokens of every KV layer the rank owns; ``blocks = kv_bytes // block_bytes``
+and every rank then uses the minimum over ranks. Pipeline stages own ``L // pp`` layers, the remainder
+going to the stages before the last (``vllm/distributed/utils.py`` ``get_pp_indices``). Decode context
+parallel (DCP) shards the tokens of a sequence over ``dcp`` ranks.
+
+Sliding-window and hybrid models follow vLLM's hybrid KV cache manager
+(``v1/core/kv_cache_utils.py`` ``_get_kv_cache_groups_uniform_page_size``): layers of each kind are
+split into groups of equal size, every group shares one pool of blocks, and a request needs
+``ceil(L / block_size)`` blocks per full-attention group, ``ceil(min(window − 1 + batched, L) /
+block_size) + 1`` per sliding-window group and one block per Mamba / linear-attention group. Where
+the result depends on something the config cannot give (the batched-token budget, the recurrent state
+layout of a release), the spec says so in ``approximate_reason``; it never treats such a model as
+full attention silently.
+
+References
+----------
+vLLM ``v1/kv_cache_interface.py``, ``v1/core/kv_cache_utils.py``, ``distributed/utils.py``,
+``model_executor/models/config.py`` (hybrid attention block size), and
+``vllm-log-formats.md`` §8 for the release differences.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import pandas as pd
+
+from kvplan.capacity import DEFAULT_BLOCK_SIZE
+from kvplan.units import GiB
+
+FULL_ATTENTION = "full_attention"
+SLIDING_ATTENTION = "sliding_attention"
+MLA_ATTENTION = "mla_attention"
+LINEAR_ATTENTION = "linear_attention"
+
+#: Bytes per stored value for each ``--kv-cache-dtype``; ``auto`` follows the model dtype.
+KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {
+    "auto": None,
+    "bfloat16": 2,
+    "float16": 2,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+    "fp8_ds_mla": 1,
+}
+# vLLM serves float32 checkpoints in a 16-bit dtype by default (``dtype=auto``).
+_MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2}
+#: ``fp8_ds_mla`` page: 512 fp8 latent values + 4 float32 scales + 64 bf16 rope values per token.
+FP8_DS_MLA_BYTES_PER_TOKEN = 656
+#: Block size the FlashMLA backends force ("Forcing kv cache block size to 64 for FlashMLA backend").
+MLA_BLOCK_SIZE = 64
+#: Hybrid Mamba models round the attention block size up to a multiple of this.
+HYBRID_BLOCK_ALIGNMENT = 16
+#: Release assumed when none is given: the newest in ``vllm-log-formats.md``.
+DEFAULT_VLLM_VERSION = "0.33.0"
+#: ``--max-num-batched-tokens`` assumed for sliding-window accounting when none is given.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+#: Half of the 0.01 GiB step of a 2-decimal GiB figure: how far such a figure can be from the truth.
+GIB_2DP_HALF_STEP_BYTES = GiB // 200
+
+_NESTED_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
+
+
+class KVSpecError(ValueError):
+    """A model config or layout kvplan cannot size; the message names the field or vLLM's rule."""
+
+
+# --- versions ---------------------------------------------------------------------------------
+
+
+def parse_vllm_version(version: str | None) -> tuple[int, int, int]:
+    """``(major, minor, patch)`` of a vLLM release string; ``None`` means the newest known release.
+
+    >>> parse_vllm_version("0.6.6.post1"), parse_vllm_version("v0.11.0"), parse_vllm_version("0.19")
+    ((0, 6, 6), (0, 11, 0), (0, 19, 0))
+    """
+    text = DEFAULT_VLLM_VERSION if version is None else str(version)
+    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if match is None:
+        raise KVSpecError(f"vllm_version: expected a release like '0.11.0', got {text!r}")
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+# --- the model config -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """The KV-relevant architecture of one model, read from its config (no layout yet).
+
+    ``layer_types`` has one entry per decoder layer: ``full_attention``, ``sliding_attention``,
+    ``mla_attention`` or ``linear_attention`` (Mamba / gated-delta-net state instead of a KV cache).
+    """
+
+    name: str
+    model_type: str
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype_bytes: int
+    layer_types: tuple[str, ...]
+    sliding_window: int | None = None
+    mla_latent_dim: int | None = None
+    linear_kind: str | None = None
+    linear_dims: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def _language_config(config: Mapping) -> Mapping:
+    """The language model's config: nested ``text_config`` / ``llm_config`` merged over the outer."""
+    for key in _NESTED_CONFIG_KEYS:
+        inner = config.get(key)
+        if isinstance(inner, Mapping):
+            outer = {k: v for k, v in config.items() if k not in _NESTED_CONFIG_KEYS}
+            return {**outer, **inner, "_nested_in": key}
+    return config
+
+
+def _positive_field(config: Mapping, name: str, where: str) -> int:
+    value = config.get(name)
+    if value is None:
+        raise KVSpecError(f"{where}: missing field {name!r} (needed to size the KV cache)")
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise KVSpecError(f"{where}: field {name!r} must be a positive integer, got {value!r}")
+    return value
+
+
+def _config_name(config: Mapping) -> str:
+    source = config.get("_source")
+    if isinstance(source, Mapping) and source.get("model"):
+        return str(source["model"])
+    return str(config.get("_name_or_path") or config.get("_path") or config.get("model_type") or "model")
+
+
+def model_arch(config: Mapping) -> ModelArch:
+    """Read the KV-relevant architecture from a Hugging Face ``config.json`` dict.
+
+    Vision-language configs that nest the language model (``text_config``, ``llm_config``) are read
+    from the nested part. A missing field raises :class:`KVSpecError` naming it.
+
+    >>> arch = model_arch({"num_hidden_layers": 80, "num_attention_heads": 64,
+    ...                    "num_key_value_heads": 8, "hidden_size": 8192, "torch_dtype": "bfloat16"})
+    >>> arch.num_layers, arch.num_kv_heads, arch.head_dim, arch.dtype_bytes
+    (80, 8, 128, 2)
+    """
+    if not isinstance(config, Mapping):
+        raise KVSpecError(
+            f"model config: expected a dict (a parsed config.json), got {type(config).__name__}"
+        )
+    name = _config_name(config)
+    lm = _language_config(config)
+    where = f"{name}" + (f" ({lm['_nested_in']})" if "_nested_in" in lm else "")
+    num_layers = _positive_field(lm, "num_hidden_layers", where)
+    num_heads = _positive_field(lm, "num_attention_heads", where)
+    if lm.get("multi_query") is True:
+        num_kv_heads = 1
+    elif lm.get("num_key_value_heads") is not None:
+        num_kv_heads = _positive_field(lm, "num_key_value_heads", where)
+    else:
+        num_kv_heads = num_heads  # plain multi-head attention: as many KV heads as query heads
+    dtype = str(lm.get("torch_dtype") or lm.get("dtype") or "float32").removeprefix("torch.")
+    if dtype not in _MODEL_DTYPE_BYTES:
+        raise KVSpecError(
+            f"{where}: field 'torch_dtype' = {dtype!r} is not one of {sorted(_MODEL_DTYPE_BYTES)}"
+        )
+    mla_latent_dim = None
+    if lm.get("kv_lora_rank") is not None:
+        mla_latent_dim = _positive_field(lm, "kv_lora_rank", where) + _positive_field(
+            lm, "qk_rope_head_dim", where
+        )
+        head_dim = mla_latent_dim
+    elif lm.get("head_dim") is not None:
+        head_dim = _positive_field(lm, "head_dim", where)
+    else:
+        hidden = _positive_field(lm, "hidden_size", where)
+        if hidden % num_heads:
+            raise KVSpecError(
+                f"{where}: no 'head_dim', and hidden_size {hidden} is not a multiple of "
+                f"num_attention_heads {num_heads}"
+            )
+        head_dim = hidden // num_heads
+    layer_types, window, notes = _layer_types(lm, num_layers, where, mla=mla_latent_dim is not None)
+    linear_kind, linear_dims = (None, ())
+    if LINEAR_ATTENTION in layer_types:
+        linear_kind, linear_dims = _linear_state_dims(lm, where)
+    return ModelArch(
+        name=name,
+        model_type=str(lm.get("model_type") or ""),
+        num_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        dtype_bytes=_MODEL_DTYPE_BYTES[dtype],
+        layer_types=layer_types,
+        sliding_window=window,
+        mla_latent_dim=mla_latent_dim,
+        linear_kind=linear_kind,
+        linear_dims=linear_dims,
+        notes=notes,
+    )
+
+
+_LAYER_TYPE_NAMES = {
+    "full_attention": FULL_ATTENTION,
+    "attention": FULL_ATTENTION,
+    "sliding_attention": SLIDING_ATTENTION,
+    "linear_attention": LINEAR_ATTENTION,
+    "mamba": LINEAR_ATTENTION,
+}
+
+
+def _layer_types(
+    lm: Mapping, num_layers: int, where: str, mla: bool
+) -> tuple[tuple[str, ...], int | None, tuple[str, ...]]:
+    """Kind of every layer, the sliding window (tokens) and notes on what is assumed."""
+    window = lm.get("sliding_window")
+    if lm.get("use_sliding_window") is False:
+        window = None
+    notes: list[str] = []
+    if isinstance(lm.get("layer_types"), Sequence) and not isinstance(lm.get("layer_types"), str):
+        raw = list(lm["layer_types"])
+        if len(raw) != num_layers:
+            raise KVSpecError(
+                f"{where}: field 'layer_types' has {len(raw)} entries, num_hidden_layers is {num_layers}"
+            )
+        unknown = sorted({str(t) for t in raw} - set(_LAYER_TYPE_NAMES))
+        if unknown:
+            raise KVSpecError(
+                f"{where}: field 'layer_types' has {unknown}, which kvplan cannot size "
+                f"(known: {sorted(_LAYER_TYPE_NAMES)})"
+            )
+        kinds = [_LAYER_TYPE_NAMES[str(t)] for t in raw]
+    elif lm.get("full_attention_interval") is not None:  # Qwen3-Next style: every n-th layer attends
+        interval = _positive_field(lm, "full_attention_interval", where)
+        kinds = [FULL_ATTENTION if (i + 1) % interval == 0 else LINEAR_ATTENTION for i in range(num_layers)]
+    elif lm.get("attn_layer_period") is not None:  # Jamba: attention every period, at an offset
+        period = _positive_field(lm, "attn_layer_period", where)
+        offset = int(lm.get("attn_layer_offset") or 0)
+        kinds = [FULL_ATTENTION if i % period == offset else LINEAR_ATTENTION for i in range(num_layers)]
+    elif window:
+        kinds = _sliding_pattern(lm, num_layers, where, notes)
+    else:
+        kinds = [FULL_ATTENTION] * num_layers
+    if SLIDING_ATTENTION in kinds:
+        if not window:
+            raise KVSpecError(f"{where}: sliding-window layers but no positive 'sliding_window' field")
+        window = int(window)
+    else:
+        window = None
+    if mla:
+        if set(kinds) != {FULL_ATTENTION}:
+            raise KVSpecError(f"{where}: MLA with sliding-window or linear layers is not supported by kvplan")
+        kinds = [MLA_ATTENTION] * num_layers
+    if kinds.count(LINEAR_ATTENTION) == num_layers:
+        raise KVSpecError(f"{where}: no attention layer at all (a pure Mamba model has no KV cache to size)")
+    return tuple(kinds), window, tuple(notes)
+
+
+def _sliding_pattern(lm: Mapping, num_layers: int, where: str, notes: list[str]) -> list[str]:
+    """Which layers use the config's ``sliding_window`` when it has no ``layer_types`` list."""
+    model_type = str(lm.get("model_type") or "")
+    pattern = lm.get("sliding_window_pattern") or lm.get("_sliding_window_pattern")
+    if pattern is None and model_type.startswith("gemma3"):
+        pattern = 6  # Gemma3TextConfig's default: five local layers, then one global
+    if pattern is not None:
+        pattern = int(pattern)
+        return [FULL_ATTENTION if (i + 1) % pattern == 0 else SLIDING_ATTENTION for i in range(num_layers)]
+    if model_type.startswith("gemma2"):  # Gemma 2: even layers local, odd layers global
+        return [SLIDING_ATTENTION if i % 2 == 0 else FULL_ATTENTION for i in range(num_layers)]
+    if lm.get("use_sliding_window") and lm.get("max_window_layers") is not None:  # Qwen2 style
+        first = int(lm["max_window_layers"])
+        return [SLIDING_ATTENTION if i >= first else FULL_ATTENTION for i in range(num_layers)]
+    notes.append(
+        "the config's sliding_window is taken to apply to every layer (Mistral v0.1 style); releases "
+        "that read only per-layer layer_types size these layers as full attention: check the log"
+    )
+    return [SLIDING_ATTENTION] * num_layers
+
+
+def _linear_state_dims(lm: Mapping, where: str) -> tuple[str, tuple[int, ...]]:
+    """What sizes the recurrent state of the linear-attention / Mamba layers."""
+    if lm.get("linear_num_value_heads") is not None:  # gated delta net (Qwen3-Next)
+        names = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+                 "linear_value_head_dim", "linear_conv_kernel_dim")
+        return "gated_delta_net", tuple(_positive_field(lm, n, where) for n in names)
+    if lm.get("mamba_d_state") is not None:  # Mamba-1 (Jamba)
+        hidden = _positive_field(lm, "hidden_size", where)
+        expand = _positive_field(lm, "mamba_expand", where)
+        return "mamba", (expand * hidden, _positive_field(lm, "mamba_d_conv", where),
+                         _positive_field(lm, "mamba_d_state", where))
+    raise KVSpecError(
+        f"{where}: linear-attention layers without a known state description "
+        "(expected linear_num_value_heads… for gated delta net or mamba_d_state… for Mamba)"
+    )
+
+
+# --- layout -----------------------------------------------------------------------------------
+
+
+def pp_partition(num_layers: int, pp: int, partition: Sequence[int] | None = None) -> list[int]:
+    """Layers per pipeline stage as vLLM's ``get_pp_indices`` splits them.
+
+    ``num_layers // pp`` each; the remainder goes one layer each to the stages before the last,
+    starting from the second-to-last. ``partition`` is ``VLLM_PP_LAYER_PARTITION``.
+
+    >>> pp_partition(80, 3), pp_partition(61, 3), pp_partition(32, 4)
+    ([27, 27, 26], [20, 21, 20], [8, 8, 8, 8])
+    """
+    if pp <= 0:
+        raise KVSpecError(f"pp must be positive, got {pp}")
+    if pp > num_layers:
+        raise KVSpecError(f"pp {pp} is larger than the {num_layers} layers: vLLM needs a layer per stage")
+    if partition is not None:
+        partition = [int(p) for p in partition]
+        if len(partition) != pp or sum(partition) != num_layers:
+            raise KVSpecError(
+                f"VLLM_PP_LAYER_PARTITION {partition}: needs {pp} entries summing to {num_layers} layers"
+            )
+        return partition
+    sizes = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    return sizes
+
+
+def kv_heads_per_rank(num_kv_heads: int, num_attention_heads: int, tp: int) -> int:
+    """KV heads each TP rank stores: ``kv // tp``, or 1 (replicated) when ``tp > kv``.
+
+    Refuses the layouts vLLM refuses: TP not dividing the attention heads, or KV heads and TP
+    not dividing one another.
+
+    >>> kv_heads_per_rank(8, 64, 4), kv_heads_per_rank(8, 64, 16), kv_heads_per_rank(1, 32, 8)
+    (2, 1, 1)
+    """
+    if tp <= 0:
+        raise KVSpecError(f"tp must be positive, got {tp}")
+    if num_attention_heads % tp:
+        raise KVSpecError(
+            f"tp {tp} does not divide num_attention_heads {num_attention_heads}: vLLM refuses this layout "
+            f"(total number of attention heads must be divisible by the tensor parallel size)"
+        )
+    if num_kv_heads >= tp and num_kv_heads % tp:
+        raise KVSpecError(
+            f"tp {tp} does not divide num_key_value_heads {num_kv_heads}: vLLM refuses this layout"
+        )
+    if num_kv_heads < tp and tp % num_kv_heads:
+        raise KVSpecError(
+            f"num_key_value_heads {num_kv_heads} does not divide tp {tp}: vLLM cannot replicate the KV heads"
+        )
+    return max(1, num_kv_heads // tp)
+
+
+def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
+    """Bytes per stored KV value for a ``--kv-cache-dtype``; ``auto`` = the model dtype.
+
+    >>> kv_dtype_bytes("auto", 2), kv_dtype_bytes("fp8", 2), kv_dtype_bytes("float16", 2)
+    (2, 1, 2)
+    """
+    if kv_cache_dtype not in KV_CACHE_DTYPE_BYTES:
+        raise KVSpecError(f"kv_cache_dtype {kv_cache_dtype!r}: expected one of {list(KV_CACHE_DTYPE_BYTES)}")
+    size = KV_CACHE_DTYPE_BYTES[kv_cache_dtype]
+    return model_dtype_bytes if size is None else size
+
+
+def attention_bytes_per_token_per_layer(arch: ModelArch, tp: int, kv_cache_dtype: str = "auto") -> int:
+    """KV bytes one token takes in one attention layer of one TP rank.
+
+    >>> attention_bytes_per_token_per_layer(model_arch({"num_hidden_layers": 80,
+    ...     "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128}), tp=4)
+    1024
+    """
+    dtype_bytes = kv_dtype_bytes(kv_cache_dtype, arch.dtype_bytes)
+    kv_heads_per_rank(arch.num_kv_heads, arch.num_attention_heads, tp)  # validates the TP layout
+    if arch.mla_latent_dim is not None:
+        if kv_cache_dtype == "fp8_ds_mla":
+            return FP8_DS_MLA_BYTES_PER_TOKEN
+        return arch.mla_latent_dim * dtype_bytes
+    if kv_cache_dtype == "fp8_ds_mla":
+        raise KVSpecError(
+            f"kv_cache_dtype 'fp8_ds_mla' is for MLA models only; {arch.name} has no kv_lora_rank"
+        )
+    heads = kv_heads_per_rank(arch.num_kv_heads, arch.num_attention_heads, tp)
+    return 2 * heads * arch.head_dim * dtype_bytes
+
+
+def linear_state_bytes(arch: ModelArch, tp: int) -> int:
+    """Bytes of one request's recurrent state in one linear-attention / Mamba layer of a TP rank.
+
+    Gated delta net: conv ``(2·k_heads·k_dim + v_heads·v_dim) / tp × (kernel − 1)`` plus temporal
+    ``v_heads / tp × k_dim × v_dim``; Mamba-1: ``d_inner / tp × (d_conv − 1 + d_state)``; both in
+    the model dtype.
+
+    >>> arch = model_arch({"num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 2,
+    ...     "head_dim": 256, "full_attention_interval": 4, "linear_num_key_heads": 16,
+    ...     "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+    ...     "linear_conv_kernel_dim": 4, "torch_dtype": "bfloat16"})
+    >>> linear_state_bytes(arch, tp=1)
+    1097728
+    """
+    def shard(total: int, what: str) -> int:
+        if total % tp:
+            raise KVSpecError(
+                f"tp {tp} does not divide {what} {total} of {arch.name}: vLLM refuses this layout"
+            )
+        return total // tp
+
+    if arch.linear_kind == "gated_delta_net":
+        k_heads, v_heads, k_dim, v_dim, kernel = arch.linear_dims
+        conv_dim = shard(2 * k_heads * k_dim + v_heads * v_dim, "the linear-attention conv dimension")
+        conv = conv_dim * (kernel - 1)
+        temporal = shard(v_heads, "linear_num_value_heads") * k_dim * v_dim
+        return (conv + temporal) * arch.dtype_bytes
+    if arch.linear_kind == "mamba":
+        d_inner, d_conv, d_state = arch.linear_dims
+        return shard(d_inner, "the Mamba inner dimension") * (d_conv - 1 + d_state) * arch.dtype_bytes
+    raise KVSpecError(f"{arch.name}: no linear-attention layers")
+
+
+# --- vLLM's KV cache groups -------------------------------------------------------------------
+
+
+def kv_cache_groups(layer_types: Sequence[str]) -> list[tuple[str, tuple[int, ...]]]:
+    """vLLM's KV cache groups: ``(kind, layer indices)``, every group the same size (hybrid manager).
+
+    One kind → one group of all layers. Several kinds → group size = the smallest kind's layer
+    count (or the largest, when it is under 1.5× the smallest), each kind split round-robin.
+
+    >>> [(kind, len(layers)) for kind, layers in kv_cache_groups(["sliding_attention"] * 5
+    ...                                                          + ["full_attention"])]
+    [('sliding_attention', 1), ('sliding_attention', 1), ('sliding_attention', 1), \
+('sliding_attention', 1), ('sliding_attention', 1), ('full_attention', 1)]
+    """
+    by_kind: dict[str, list[int]] = {}
+    for index, kind in enumerate(layer_types):
+        by_kind.setdefault(kind, []).append(index)
+    if len(by_kind) == 1:
+        kind, layers = next(iter(by_kind.items()))
+        return [(kind, tuple(layers))]
+    counts = [len(layers) for layers in by_kind.values()]
+    group_size = max(counts) if max(counts) < min(counts) * 1.5 else min(counts)
+    groups = []
+    for kind, layers in by_kind.items():
+        num_groups = math.ceil(len(layers) / group_size)
+        groups += [(kind, tuple(layers[i::num_groups])) for i in range(num_groups)]
+    return groups
+
+
+# --- the spec ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What one pipeline stage's ranks hold (sizes in bytes, per rank).
+
+    ``block_bytes`` is one block across the stage's KV layers, as vLLM divides available memory by:
+    ``page_bytes × layers_per_group`` (for a uniform model, the stage's attention layers).
+    ``bytes_per_token = block_bytes / block_size``: what one token slot of the pool costs.
+    """
+
+    pp_rank: int
+    first_layer: int
+    end_layer: int
+    attention_layers: int
+    linear_layers: int
+    layers_per_group: int
+    page_bytes: int
+    block_bytes: int
+    bytes_per_token: int
+
+
+@dataclass(frozen=True)
+class KVCapacity:
+    """Blocks, tokens and full-length concurrency of a per-rank KV budget, as vLLM reports them."""
+
+    model: str
+    vllm_version: str
+    tp: int
+    pp: int
+    dcp: int
+    kv_cache_dtype: str
+    kv_bytes: int
+    bytes_per_token: int
+    block_size: int
+    block_bytes: int
+    blocks: int
+    tokens: int
+    max_model_len: int
+    max_concurrency: float
+    approximate: bool
+    approximate_reason: str
+    limiting_stage: int
+    stages: tuple[dict, ...]
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict; ``stages`` holds one entry per pipeline stage."""
+        data = asdict(self)
+        data["stages"] = [dict(stage) for stage in self.stages]
+        return data
+
+
+@dataclass(frozen=True)
+class KVSpec:
+    """KV-cache geometry of one model on one parallel layout, for one vLLM release.
+
+    Build it with :func:`kv_spec`. Sizes are bytes per rank.
+    """
+
+    arch: ModelArch
+    tp: int
+    pp: int
+    dcp: int
+    kv_cache_dtype: str
+    vllm_version: str
+    block_size: int
+    block_size_note: str
+    bytes_per_token_per_layer: int
+    groups: tuple[tuple[str, tuple[int, ...]], ...]
+    stages: tuple[StageSpec, ...]
+    max_num_batched_tokens: int
+    approximate_reason: str
+    requested_block_size: int | None = None
+    pp_layers: tuple[int, ...] = field(default=())
+
+    @property
+    def approximate(self) -> bool:
+        """True when vLLM's figures cannot be reproduced exactly; see ``approximate_reason``."""
+        return bool(self.approximate_reason)
+
+    @property
+    def limiting_stage(self) -> StageSpec:
+        """The stage with the largest block: it gets the fewest blocks from the same budget."""
+        return max(self.stages, key=lambda stage: (stage.block_bytes, -stage.pp_rank))
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Bytes per token slot on the limiting stage (per rank)."""
+        return self.limiting_stage.bytes_per_token
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block on the limiting stage (per rank)."""
+        return self.limiting_stage.block_bytes
+
+    def stage(self, pp_rank: int) -> StageSpec:
+        """The stage of pipeline rank ``pp_rank``."""
+        if not 0 <= pp_rank < len(self.stages):
+            raise KVSpecError(f"pp_rank {pp_rank} is outside 0..{len(self.stages) - 1}")
+        return self.stages[pp_rank]
+
+    def with_settings(self, block_size: int | None = None, vllm_version: str | None = None) -> KVSpec:
+        """The same model and layout with another block size or release (``None`` keeps the current)."""
+        return kv_spec(
+            self.arch,
+            tp=self.tp,
+            pp=self.pp,
+            dcp=self.dcp,
+            kv_cache_dtype=self.kv_cache_dtype,
+            block_size=self.requested_block_size if block_size is None else block_size,
+            vllm_version=self.vllm_version if vllm_version is None else vllm_version,
+            max_num_batched_tokens=self.max_num_batched_tokens,
+            pp_layers=self.pp_layers,
+        )
+
+    def num_blocks(self, kv_bytes: int) -> int:
+        """Blocks every rank gets from ``kv_bytes`` per rank: the minimum over stages.
+
+        >>> kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+        ...          "head_dim": 128}, tp=4).num_blocks(12 * 2**30)
+        9830
+        """
+        return min(max(0, kv_bytes // stage.block_bytes) for stage in self.stages)
+
+    def blocks_per_request(self, max_model_len: int) -> int:
+        """Blocks one request of ``max_model_len`` tokens needs, summed over vLLM's KV cache groups.
+
+        >>> kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
+        ...          "head_dim": 64}, tp=1).blocks_per_request(8193)
+        513
+        """
+        if max_model_len <= 0:
+            raise KVSpecError(f"max_model_len must be positive, got {max_model_len}")
+        full_len = math.ceil(max_model_len / self.dcp)
+        window_len = min((self.arch.sliding_window or 0) - 1 + self.max_num_batched_tokens, max_model_len)
+        total = 0
+        for kind, _layers in self.groups:
+            if kind in (FULL_ATTENTION, MLA_ATTENTION):
+                total += math.ceil(full_len / self.block_size)
+            elif kind == SLIDING_ATTENTION:
+                total += math.ceil(window_len / self.block_size) + 1
+            else:
+                total += 1
+        return total
+
+    def max_concurrency(self, num_blocks: int, max_model_len: int) -> float:
+        """vLLM's "Maximum concurrency" for ``num_blocks`` blocks, in this release's arithmetic.
+
+        Before 0.9.1 ``blocks × block_size / L``; from 0.9.1 ``blocks / blocks per request``.
+
+        >>> spec = kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64}, tp=1)
+        >>> old = spec.with_settings(vllm_version="0.8.5")
+        >>> spec.max_concurrency(3072, 8193), old.max_concurrency(3072, 8193)
+        (5.988304093567251, 5.999267667521054)
+        """
+        if parse_vllm_version(self.vllm_version) < (0, 9, 1):
+            return num_blocks * self.block_size / max_model_len
+        return num_blocks / self.blocks_per_request(max_model_len)
+
+    def kv_cache_tokens(self, num_blocks: int, max_model_len: int) -> int:
+        """vLLM's "GPU KV cache size" in tokens for ``num_blocks`` blocks, in this release's arithmetic.
+
+        Up to 0.20: ``blocks // groups × block_size`` (× dcp from 0.11); from 0.21:
+        ``int(max_concurrency × max_model_len)``.
+
+        >>> spec = kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64}, tp=1)
+        >>> old = spec.with_settings(vllm_version="0.20.0")
+        >>> spec.kv_cache_tokens(3072, 8193), old.kv_cache_tokens(3072, 8193)
+        (49062, 49152)
+        """
+        version = parse_vllm_version(self.vllm_version)
+        if version >= (0, 21, 0):
+            return int(self.max_concurrency(num_blocks, max_model_len) * max_model_len)
+        groups = len(self.groups) if version >= (0, 9, 0) else 1
+        dcp = self.dcp if version >= (0, 11, 0) else 1
+        return num_blocks // groups * self.block_size * dcp
+
+    def capacity(self, kv_bytes: int, max_model_len: int) -> KVCapacity:
+        """Blocks, tokens and concurrency of ``kv_bytes`` per rank, as this release would log them.
+
+        >>> c = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+        ...              "head_dim": 128}, tp=4, vllm_version="0.26.0").capacity(12 * 2**30, 32768)
+        >>> c.bytes_per_token, c.blocks, c.tokens, round(c.max_concurrency, 2)
+        (81920, 9830, 157280, 4.8)
+        """
+        blocks = self.num_blocks(kv_bytes)
+        limiting = self.limiting_stage
+        return KVCapacity(
+            model=self.arch.name,
+            vllm_version=self.vllm_version,
+            tp=self.tp,
+            pp=self.pp,
+            dcp=self.dcp,
+            kv_cache_dtype=self.kv_cache_dtype,
+            kv_bytes=kv_bytes,
+            bytes_per_token=limiting.bytes_per_token,
+            block_size=self.block_size,
+            block_bytes=limiting.block_bytes,
+            blocks=blocks,
+            tokens=self.kv_cache_tokens(blocks, max_model_len),
+            max_model_len=max_model_len,
+            max_concurrency=self.max_concurrency(blocks, max_model_len),
+            approximate=self.approximate,
+            approximate_reason=self.approximate_reason,
+            limiting_stage=limiting.pp_rank,
+            stages=tuple(
+                {**asdict(stage), "blocks": max(0, kv_bytes // stage.block_bytes)} for stage in self.stages
+            ),
+        )
+
+    def to_dict(self) -> dict:
+        """JSON-ready summary: layout, block size, per-stage geometry, approximate flag."""
+        return {
+            "model": self.arch.name,
+            "vllm_version": self.vllm_version,
+            "tp": self.tp,
+            "pp": self.pp,
+            "dcp": self.dcp,
+            "kv_cache_dtype": self.kv_cache_dtype,
+            "block_size": self.block_size,
+            "block_size_note": self.block_size_note,
+            "bytes_per_token_per_layer": self.bytes_per_token_per_layer,
+            "bytes_per_token": self.bytes_per_token,
+            "block_bytes": self.block_bytes,
+            "kv_cache_groups": [{"kind": kind, "layers": len(layers)} for kind, layers in self.groups],
+            "approximate": self.approximate,
+            "approximate_reason": self.approximate_reason,
+            "stages": [asdict(stage) for stage in self.stages],
+        }
+
+
+def _resolve_block_size(
+    arch: ModelArch, requested: int | None, kv_cache_dtype: str, version: tuple[int, int, int],
+    attention_token_bytes: int, linear_bytes: int | None,
+) -> tuple[int, str]:
+    """The block size vLLM ends up with, and a note when it is not the one asked for."""
+    if requested is not None and requested <= 0:
+        raise KVSpecError(f"block_size must be positive, got {requested}")
+    if arch.mla_latent_dim is not None:
+        if kv_cache_dtype == "fp8_ds_mla":
+            why = "fp8_ds_mla (FlashMLA sparse) pages hold 64 tokens"
+        elif requested is None:
+            why = "MLA backends (FlashMLA) use 64-token blocks"
+        elif version < (0, 20, 0):
+            why = "vLLM before 0.20 forces 64-token blocks for the FlashMLA backend"
+        else:
+            return requested, ""
+        if requested not in (None, MLA_BLOCK_SIZE):
+            why = f"block size {requested} overridden: {why}"
+        return MLA_BLOCK_SIZE, why
+    if linear_bytes is not None:
+        step_bytes = HYBRID_BLOCK_ALIGNMENT * attention_token_bytes
+        needed = HYBRID_BLOCK_ALIGNMENT * -(-linear_bytes // step_bytes)
+        if requested is None or requested < needed:
+            return needed, (
+                f"attention block size raised to {needed} tokens so an attention page "
+                f"(≥ {linear_bytes:,} bytes of recurrent state) fits a whole Mamba / linear-attention state"
+            )
+        return requested, ""
+    return (DEFAULT_BLOCK_SIZE if requested is None else requested), ""
+
+
+def kv_spec(
+    config: Mapping | ModelArch,
+    *,
+    tp: int = 1,
+    pp: int = 1,
+    dcp: int = 1,
+    kv_cache_dtype: str = "auto",
+    block_size: int | None = None,
+    vllm_version: str | None = None,
+    max_num_batched_tokens: int | None = None,
+    pp_layers: Sequence[int] = (),
+) -> KVSpec:
+    """The per-rank KV geometry of a model config on a ``tp × pp`` layout with ``dcp``.
+
+    ``block_size=None`` takes vLLM's default for the model (16; 64 for MLA; raised for hybrid Mamba
+    models). ``pp_layers`` is ``VLLM_PP_LAYER_PARTITION`` when set. ``max_num_batched_tokens`` only
+    matters for sliding-window layers; without it the spec assumes 8,192 and says it is approximate.
+
+    >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
+    >>> spec.bytes_per_token_per_layer, spec.bytes_per_token, spec.block_bytes
+    (1024, 81920, 1310720)
+    """
+    arch = config if isinstance(config, ModelArch) else model_arch(config)
+    version = parse_vllm_version(vllm_version)
+    if dcp <= 0:
+        raise KVSpecError(f"dcp must be positive, got {dcp}")
+    if dcp > 1:
+        if tp % dcp:
+            raise KVSpecError(f"dcp {dcp} does not divide tp {tp}: vLLM needs tp divisible by the DCP size")
+        if version < (0, 11, 0):
+            raise KVSpecError(f"decode context parallel needs vLLM 0.11 or later, not {vllm_version}")
+        if SLIDING_ATTENTION in arch.layer_types:
+            raise KVSpecError(f"{arch.name}: vLLM does not support DCP with sliding-window layers")
+    token_bytes = attention_bytes_per_token_per_layer(arch, tp, kv_cache_dtype)
+    reasons = list(arch.notes)
+    linear_bytes = None
+    layer_types = arch.layer_types
+    if LINEAR_ATTENTION in layer_types:
+        if version < (0, 10, 0):
+            raise KVSpecError(
+                f"{arch.name}: hybrid Mamba / linear-attention models are sized here from vLLM 0.10"
+            )
+        linear_bytes = linear_state_bytes(arch, tp)
+        reasons.append(
+            "linear-attention / Mamba state: its size (state dtypes, prefix-caching mode) and the page "
+            "padding vary by release; blocks and concurrency are estimates"
+        )
+    if SLIDING_ATTENTION in layer_types:
+        if version < (0, 9, 0):
+            layer_types = tuple(FULL_ATTENTION for _ in layer_types)
+            reasons.append(
+                "vLLM before 0.9 keeps sliding-window layers as full attention (no hybrid KV cache "
+                "manager); sized that way"
+            )
+        elif max_num_batched_tokens is None:
+            reasons.append(
+                f"sliding-window layers hold min(window − 1 + max_num_batched_tokens, L) tokens; "
+                f"max_num_batched_tokens not given, {DEFAULT_MAX_NUM_BATCHED_TOKENS} assumed"
+            )
+    size, note = _resolve_block_size(arch, block_size, kv_cache_dtype, version, token_bytes, linear_bytes)
+    page_bytes = size * token_bytes
+    groups = tuple(kv_cache_groups(layer_types))
+    sizes = pp_partition(arch.num_layers, pp, list(pp_layers) or None)
+    stages = []
+    start = 0
+    for rank, count in enumerate(sizes):
+        end = start + count
+        layers_per_group = max(sum(start <= i < end for i in layers) for _kind, layers in groups)
+        owned = layer_types[start:end]
+        stages.append(
+            StageSpec(
+                pp_rank=rank,
+                first_layer=start,
+                end_layer=end,
+                attention_layers=sum(kind != LINEAR_ATTENTION for kind in owned),
+                linear_layers=sum(kind == LINEAR_ATTENTION for kind in owned),
+                layers_per_group=layers_per_group,
+                page_bytes=page_bytes,
+                block_bytes=page_bytes * layers_per_group,
+                bytes_per_token=token_bytes * layers_per_group,
+            )
+        )
+        start = end
+    return KVSpec(
+        arch=arch,
+        tp=tp,
+        pp=pp,
+        dcp=dcp,
+        kv_cache_dtype=kv_cache_dtype,
+        vllm_version=".".join(str(part) for part in version) if vllm_version is None else str(vllm_version),
+        block_size=size,
+        block_size_note=note,
+        bytes_per_token_per_layer=token_bytes,
+        groups=groups,
+        stages=tuple(stages),
+        max_num_batched_tokens=max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        approximate_reason="; ".join(reasons),
+        requested_block_size=block_size,
+        pp_layers=tuple(pp_layers),
+    )
+
+
+# --- cross-check against what a log printed ---------------------------------------------------
+
+
+def _first(values: pd.Series):
+    present = values.dropna()
+    return present.iloc[0] if len(present) else None
+
+
+def _diagnose(spec: KVSpec, available_bytes: int, logged_tokens: int | None, predicted_tokens: int) -> str:
+    """A reason for a mismatch: which setting the size of the gap points to."""
+    if not logged_tokens or not predicted_tokens:
+        return "the logged blocks or concurrency differ: check --block-size and max_model_len"
+    ratio = logged_tokens / predicted_tokens
+    implied = available_bytes / logged_tokens * spec.dcp
+    hint = (
+        f"the log implies ≈{implied:,.0f} bytes per token per rank, the config and layout give "
+        f"{spec.bytes_per_token:,} (logged/predicted tokens = {ratio:.3f})"
+    )
+    candidates = [
+        (2.0, "a factor 2: KV dtype (fp8 = 1 byte, bf16/fp16 = 2 bytes) or the KV-head split across TP"),
+        (0.5, "a factor 2: KV dtype (fp8 = 1 byte, bf16/fp16 = 2 bytes) or the KV-head split across TP"),
+    ]
+    if spec.tp > 1:
+        candidates += [(spec.tp, "a factor TP: check --tp (KV heads per rank)"),
+                       (1 / spec.tp, "a factor TP: check --tp (KV heads per rank)")]
+    layers = spec.limiting_stage.layers_per_group
+    for other in {spec.arch.num_layers, *(s.layers_per_group for s in spec.stages)} - {layers}:
+        candidates.append((layers / other, f"the layer count: {other} KV layers per rank fit, not {layers} "
+                                           "(check --pp or the model config)"))
+    if spec.dcp > 1:
+        candidates.append((1 / spec.dcp, "a factor DCP: check --dcp"))
+    for factor, reason in candidates:
+        if abs(ratio - factor) <= 0.02 * factor:
+            return f"{reason}; {hint}"
+    if abs(ratio - 1) <= 0.02:
+        return f"tokens agree but blocks or concurrency do not: check --block-size and max_model_len; {hint}"
+    return f"check the layer count, KV dtype, block size or layout; {hint}"
+
+
+def cross_check(
+    ledger: pd.DataFrame,
+    spec: KVSpec,
+    *,
+    max_model_len: int | None = None,
+    available_tolerance_bytes: int | None = None,
+) -> pd.DataFrame:
+    """Predicted against logged "GPU KV cache size", "Maximum concurrency" and GPU blocks.
+
+    Works on ledger columns (``kvplan.columns``): ``available_kv_bytes`` (else ``kv_in_use_bytes``,
+    exact ``manual_kv_bytes`` first), ``num_gpu_blocks``, ``kv_cache_tokens``, ``max_concurrency``,
+    ``max_model_len``, ``block_size``, ``vllm_version`` and, where present, ``source``, ``boot``,
+    ``pp_rank``. vLLM 0.9.0–0.11.0 log the figures once per worker from that worker's memory, so
+    each row is checked; other releases log them once from the minimum over ranks, so each boot is
+    checked against the minimum available memory of its rows.
+
+    Available memory read from a 2-decimal GiB figure is only known to ±0.005 GiB; the prediction
+    is then a range, and ``agrees`` is False only when a logged figure lies outside it (more than
+    block rounding apart). Pass ``available_tolerance_bytes=0`` when the bytes are exact.
+
+    Returns one row per check: ``source``, ``boot``, ``rank``, ``vllm_version``, ``block_size``,
+    ``available_kv_bytes``, ``tolerance_bytes``, ``predicted_num_gpu_blocks``,
+    ``logged_num_gpu_blocks``, ``predicted_kv_cache_tokens``, ``logged_kv_cache_tokens``,
+    ``predicted_max_concurrency``, ``logged_max_concurrency``, ``agrees`` (None when the log has
+    nothing to compare) and ``reason``.
+
+    >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+    ...                 "head_dim": 128}, tp=4)
+    >>> ledger = pd.DataFrame({"available_kv_bytes": [12 * 2**30], "kv_cache_tokens": [157280],
+    ...     "max_concurrency": [4.8], "max_model_len": [32768], "vllm_version": ["0.26.0"]})
+    >>> cross_check(ledger, spec, available_tolerance_bytes=0)[["predicted_kv_cache_tokens", "agrees"]]
+       predicted_kv_cache_tokens  agrees
+    0                     157280    True
+    """
+    rows = ledger.reset_index(drop=True).copy()
+    for column in ("source", "boot", "rank", "pp_rank", "vllm_version", "block_size", "max_model_len",
+                   "available_kv_bytes", "kv_in_use_bytes", "manual_kv_bytes", "num_gpu_blocks",
+                   "kv_cache_tokens", "max_concurrency"):
+        if column not in rows:
+            rows[column] = None
+    rows["_available"] = rows["manual_kv_bytes"].combine_first(rows["available_kv_bytes"]).combine_first(
+        rows["kv_in_use_bytes"]
+    )
+    rows["_exact"] = rows["manual_kv_bytes"].notna()
+    rows["_key"] = list(zip(rows["source"].astype(str), rows["boot"].astype(str)))
+    units: list[pd.DataFrame] = []
+    for _key, boot in rows.groupby("_key", sort=False):
+        version = _first(boot["vllm_version"]) or spec.vllm_version
+        per_worker = (0, 9, 0) <= parse_vllm_version(version) <= (0, 11, 0)
+        units += [boot.loc[[i]] for i in boot.index] if per_worker else [boot]
+    results = [_check_unit(unit, spec, max_model_len, available_tolerance_bytes) for unit in units]
+    return pd.DataFrame(results)
+
+
+def _check_unit(
+    unit: pd.DataFrame, spec: KVSpec, max_model_len: int | None, tolerance: int | None
+) -> dict:
+    version = _first(unit["vllm_version"]) or spec.vllm_version
+    block_size = _first(unit["block_size"])
+    row_spec = spec.with_settings(
+        block_size=None if block_size is None else int(block_size), vllm_version=str(version)
+    )
+    length = _first(unit["max_model_len"]) or max_model_len
+    logged = {name: _first(unit[name]) for name in ("num_gpu_blocks", "kv_cache_tokens", "max_concurrency")}
+    result = {
+        "source": _first(unit["source"]),
+        "boot": _first(unit["boot"]),
+        "rank": _first(unit["rank"]) if len(unit) == 1 else None,
+        "vllm_version": str(version),
+        "block_size": row_spec.block_size,
+        "available_kv_bytes": None,
+        "tolerance_bytes": None,
+        "predicted_num_gpu_blocks": None,
+        "logged_num_gpu_blocks": logged["num_gpu_blocks"],
+        "predicted_kv_cache_tokens": None,
+        "logged_kv_cache_tokens": logged["kv_cache_tokens"],
+        "predicted_max_concurrency": None,
+        "logged_max_concurrency": logged["max_concurrency"],
+        "agrees": None,
+        "reason": "",
+    }
+    known = unit.dropna(subset=["_available"])
+    if known.empty or length is None:
+        result["reason"] = "no available KV memory in the log" if known.empty else "max_model_len unknown"
+        return result
+    length = int(length)
+
+    def blocks_at(offset: int) -> int:
+        per_row = []
+        for _index, row in known.iterrows():
+            stage = row_spec.limiting_stage
+            if row["pp_rank"] is not None and not pd.isna(row["pp_rank"]):
+                stage = row_spec.stage(int(row["pp_rank"]))
+            per_row.append(max(0, (int(row["_available"]) + offset) // stage.block_bytes))
+        return min(per_row)
+
+    exact = bool(known["_exact"].all())
+    tol = 0 if exact else (GIB_2DP_HALF_STEP_BYTES if tolerance is None else tolerance)
+    available = int(known["_available"].min())
+    blocks, low, high = blocks_at(0), blocks_at(-tol), blocks_at(tol)
+    tokens = row_spec.kv_cache_tokens(blocks, length)
+    concurrency = row_spec.max_concurrency(blocks, length)
+    result.update(
+        available_kv_bytes=available,
+        tolerance_bytes=tol,
+        predicted_num_gpu_blocks=blocks,
+        predicted_kv_cache_tokens=tokens,
+        predicted_max_concurrency=concurrency,
+    )
+    checks = []
+    if logged["num_gpu_blocks"] is not None:
+        checks.append(low <= int(logged["num_gpu_blocks"]) <= high)
+    if logged["kv_cache_tokens"] is not None:
+        lo, hi = row_spec.kv_cache_tokens(low, length), row_spec.kv_cache_tokens(high, length)
+        checks.append(lo <= int(logged["kv_cache_tokens"]) <= hi)
+    if logged["max_concurrency"] is not None:
+        lo = round(row_spec.max_concurrency(low, length), 2)
+        hi = round(row_spec.max_concurrency(high, length), 2)
+        checks.append(lo <= round(float(logged["max_concurrency"]), 2) <= hi)
+    if not checks:
+        result["reason"] = "the log printed no KV cache size, concurrency or block count"
+        return result
+    result["agrees"] = all(checks)
+    notes = []
+    if len(known) < len(unit):
+        notes.append(f"available memory known for {len(known)} of {len(unit)} ranks")
+    if row_spec.approximate:
+        notes.append(f"approximate: {row_spec.approximate_reason}")
+    if not result["agrees"]:
+        logged_tokens = logged["kv_cache_tokens"]
+        if logged_tokens is None and logged["num_gpu_blocks"] is not None:
+            logged_tokens = int(logged["num_gpu_blocks"]) * row_spec.block_size
+        notes.insert(0, "differs by more than block rounding: "
+                     + _diagnose(row_spec, available, None if logged_tokens is None else int(logged_tokens),
+                                 tokens))
+    result["reason"] = "; ".join(notes)
+    return result
+
+
+__all__ = [
+    "DEFAULT_VLLM_VERSION",
+    "FP8_DS_MLA_BYTES_PER_TOKEN",
+    "GIB_2DP_HALF_STEP_BYTES",
+    "KV_CACHE_DTYPE_BYTES",
+    "MLA_BLOCK_SIZE",
+    "KVCapacity",
+    "KVSpec",
+    "KVSpecError",
+    "ModelArch",
+    "StageSpec",
+    "attention_bytes_per_token_per_layer",
+    "cross_check",
+    "kv_cache_groups",
+    "kv_dtype_bytes",
+    "kv_heads_per_rank",
+    "kv_spec",
+    "linear_state_bytes",
+    "model_arch",
+    "parse_vllm_version",
+    "pp_partition",
+]
