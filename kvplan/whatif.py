@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
@@ -31,6 +32,9 @@ from kvplan.capacity import (
 from kvplan.drift import Drift, drift_budget
 from kvplan.units import bytes_to_gib, format_size, parse_size
 
+if TYPE_CHECKING:
+    from kvplan.kvspec import KVCapacity, KVSpec
+
 #: Block sizes vLLM accepts on CUDA (``CacheConfig.block_size``), offered by the panel.
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
@@ -40,9 +44,11 @@ class Scenario:
     """Inputs of one what-if evaluation; sizes in bytes, per-rank tuples in rank order.
 
     ``add_back_bytes`` raises a rank's room, e.g. by the memory of a co-tenant that moved away.
-    Capacity needs ``bytes_per_token`` (per rank, from :mod:`kvplan.kvspec`) and ``max_model_len``;
-    drift needs ``ref_free_bytes`` and ``boot_free_bytes`` (startup free memory per rank of the
-    profiled reference and of the later boot), against which ``guard_bytes`` is kept.
+    Capacity needs ``max_model_len`` and either a ``kv_spec`` (:func:`kvplan.kvspec.kv_spec`: vLLM's
+    own block, token and concurrency arithmetic for the model, layout and release) or a plain
+    ``bytes_per_token`` per rank. ``block_size=None`` means the spec's block size (else 16). Drift
+    needs ``ref_free_bytes`` and ``boot_free_bytes`` (startup free memory per rank of the profiled
+    reference and of the later boot), against which ``guard_bytes`` is kept.
     """
 
     room_bytes: tuple[int, ...]
@@ -50,12 +56,20 @@ class Scenario:
     ranks: tuple[int, ...] | None = None
     add_back_bytes: tuple[int, ...] | None = None
     bytes_per_token: int | None = None
-    block_size: int = DEFAULT_BLOCK_SIZE
+    block_size: int | None = None
     max_model_len: int | None = None
     target_concurrency: float | None = None
     guard_bytes: int = 0
     ref_free_bytes: tuple[int, ...] | None = None
     boot_free_bytes: tuple[int, ...] | None = None
+    kv_spec: KVSpec | None = None
+
+    @property
+    def effective_block_size(self) -> int:
+        """Block size in tokens: the one given, else the spec's, else vLLM's default 16."""
+        if self.block_size is not None:
+            return self.block_size
+        return self.kv_spec.block_size if self.kv_spec is not None else DEFAULT_BLOCK_SIZE
 
     @property
     def rank_ids(self) -> tuple[int, ...]:
@@ -72,7 +86,7 @@ class Outcome:
 
     scenario: Scenario
     budget: Budget
-    capacity: Capacity | None
+    capacity: Capacity | KVCapacity | None
     curve: pd.DataFrame | None
     target_bytes: int | None
     drift: Drift | None
@@ -157,17 +171,32 @@ def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outco
     if len(add_back) != len(scenario.room_bytes):
         raise ValueError(f"{len(add_back)} add-back values for {len(scenario.room_bytes)} ranks")
     room = [r + extra for r, extra in zip(scenario.room_bytes, add_back)]
+    block_size = scenario.effective_block_size
+    spec = scenario.kv_spec
+    if spec is not None and spec.block_size != block_size:
+        spec = spec.with_settings(block_size=block_size)
     bpt = scenario.bytes_per_token
-    block_bytes = None if bpt is None else block_bytes_from_token_bytes(bpt, scenario.block_size)
+    if spec is not None:
+        block_bytes = spec.block_bytes
+    else:
+        block_bytes = None if bpt is None else block_bytes_from_token_bytes(bpt, block_size)
     budget = uniform_budget(room, scenario.reserve_bytes, block_bytes=block_bytes, ranks=ranks)
     cap = curve = target = None
-    if bpt is not None and scenario.max_model_len is not None:
-        cap = capacity(budget.uniform_budget_bytes, bpt, scenario.max_model_len, scenario.block_size)
-        lengths = seq_lens if seq_lens is not None else sequence_lengths(scenario.max_model_len)
-        curve = concurrency_curve(budget.uniform_budget_bytes, bpt, lengths, scenario.block_size)
-        if scenario.target_concurrency:
-            sequences = math.ceil(scenario.target_concurrency)
-            target = bytes_for_sequences(sequences, scenario.max_model_len, bpt, scenario.block_size)
+    length = scenario.max_model_len
+    if block_bytes is not None and length is not None:
+        kv_bytes = budget.uniform_budget_bytes
+        lengths = list(seq_lens) if seq_lens is not None else sequence_lengths(length)
+        sequences = math.ceil(scenario.target_concurrency) if scenario.target_concurrency else None
+        if spec is not None:
+            cap = spec.capacity(kv_bytes, length)
+            curve = spec_concurrency_curve(spec, kv_bytes, lengths)
+            if sequences:
+                target = sequences * spec.blocks_per_request(length) * spec.block_bytes
+        else:
+            cap = capacity(kv_bytes, bpt, length, block_size)
+            curve = concurrency_curve(kv_bytes, bpt, lengths, block_size)
+            if sequences:
+                target = bytes_for_sequences(sequences, length, bpt, block_size)
     drift = None
     if scenario.boot_free_bytes is not None:
         if scenario.ref_free_bytes is None:
@@ -177,6 +206,27 @@ def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outco
             scenario.guard_bytes, ranks,
         )
     return Outcome(scenario, budget, cap, curve, target, drift)
+
+
+def spec_concurrency_curve(spec: KVSpec, kv_bytes: int, seq_lens: Sequence[int]) -> pd.DataFrame:
+    """:func:`kvplan.capacity.concurrency_curve` in vLLM's own arithmetic for a model spec.
+
+    Tokens and concurrency come from ``spec.capacity`` at each length, so hybrid and sliding-window
+    models are sized as vLLM sizes them (and as approximately as the spec says).
+    """
+    rows = []
+    for length in seq_lens:
+        cap = spec.capacity(kv_bytes, int(length))
+        rows.append(
+            {
+                "seq_len": int(length),
+                "blocks": cap.blocks,
+                "tokens": cap.tokens,
+                "max_concurrency": cap.max_concurrency,
+                "whole_sequences": math.floor(cap.max_concurrency),
+            }
+        )
+    return pd.DataFrame(rows)
 
 
 def gib_to_bytes(value_gib: float) -> int:
@@ -192,11 +242,11 @@ class WhatIfPanel:
     """Sliders and fields over a :class:`Scenario`; every change re-runs :func:`evaluate` and redraws.
 
     Shows the headline, the per-rank table (GiB) and the charts: safe budget per rank, stranded
-    capacity, concurrency (with ``bytes_per_token`` and ``max_model_len``) and drift (with boot free
-    memory). ``co_tenant_bytes`` (per rank, e.g. the ledger's ``other_process_bytes``) labels the
-    add-back sliders so a planner can ask "what if the co-tenant on rank 2 moved?". Display the
-    panel by making it the last expression of a cell. Bad input (a reserve above a rank's room)
-    shows the error in place of the charts.
+    capacity, concurrency (with a spec or ``bytes_per_token``, and ``max_model_len``) and drift
+    (with boot free memory). ``co_tenant_bytes`` (per rank, e.g. the ledger's
+    ``other_process_bytes``) labels the add-back sliders so a planner can ask "what if the
+    co-tenant on rank 2 moved?". Display the panel by making it the last expression of a cell.
+    Bad input (a reserve above a rank's room) shows the error in place of the charts.
     """
 
     def __init__(self, scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None = None) -> None:
@@ -298,10 +348,11 @@ def _controls(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None) 
             value=guard_gib, min=0.0, max=max(2.0, 2 * guard_gib), step=0.05, readout_format=".2f",
             description="drift guard [GiB]", style=style, layout=layout, continuous_update=False,
         )
-    if scenario.bytes_per_token is not None:
-        sizes = sorted({*BLOCK_SIZES, scenario.block_size})
+    if scenario.bytes_per_token is not None or scenario.kv_spec is not None:
+        block_size = scenario.effective_block_size
         controls["block_size"] = widgets.Dropdown(
-            options=sizes, value=scenario.block_size, description="block size [tokens]", style=style
+            options=sorted({*BLOCK_SIZES, block_size}), value=block_size,
+            description="block size [tokens]", style=style,
         )
         if scenario.max_model_len is not None:
             controls["max_model_len"] = widgets.BoundedIntText(

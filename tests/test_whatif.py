@@ -141,3 +141,23 @@ def test_panel_draws_every_chart_the_inputs_allow():
     assert titles[1].startswith("Stranded on the stronger ranks")
     assert titles[2].startswith("What the budget buys")
     assert figures[3]._suptitle.get_text().startswith("Rank 2 lost the most")
+
+
+def test_a_model_spec_gives_vllm_figures_and_follows_the_block_size():
+    from kvplan.kvspec import kv_spec
+
+    # Llama-3.1-70B shape: 80 layers, 8 KV heads, head_dim 128, bf16; TP=4 → 81,920 B per token per rank
+    config = {"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128}
+    spec = kv_spec(config, tp=4, vllm_version="0.26.0")
+    scenario = Scenario(ROOMS, RESERVE, kv_spec=spec, max_model_len=32_768, target_concurrency=8)
+    outcome = evaluate(scenario)
+    assert outcome.budget.num_blocks == 9830  # as with bytes_per_token: 12 GiB // 1,310,720
+    # 0.21+: tokens = int(9830 / 2048 × 32,768) = 157,280
+    assert outcome.capacity.tokens == 157_280
+    assert outcome.curve["tokens"].tolist()[-1] == 157_280
+    assert outcome.target_bytes == 20 * GiB  # 8 × 2048 × 1,310,720
+    # block 32 → 2,621,440 B blocks: 4915 of them
+    assert evaluate(replace(scenario, block_size=32)).budget.num_blocks == 4915
+    panel = WhatIfPanel(scenario)
+    panel.controls["block_size"].value = 32
+    assert panel.outcome.budget.num_blocks == 4915
