@@ -15,6 +15,8 @@ from kvplan import __version__
 from kvplan.budget import uniform_budget
 from kvplan.capacity import DEFAULT_BLOCK_SIZE, capacity
 from kvplan.drift import drift_budget
+from kvplan.io.model_config import read_model_config
+from kvplan.kvspec import KV_CACHE_DTYPE_BYTES, KVSpec, kv_spec
 from kvplan.units import format_size, parse_size, parse_size_list
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
@@ -111,30 +113,92 @@ def _run_budget(args: argparse.Namespace) -> int:
 # --- capacity ---------------------------------------------------------------------------------
 
 
+def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --model/--tp/--pp/--dcp/--kv-cache-dtype/--block-size/--vllm-version (see _kv_spec_from_args)."""
+    group = parser.add_argument_group(
+        "model and layout", "bytes per token per rank from a model config, as vLLM sizes the KV cache"
+    )
+    group.add_argument("--model", metavar="CONFIG",
+                       help="a config.json path, or a catalogue name in data/models (e.g. llama-3.1-70b)")
+    group.add_argument("--tp", type=_positive_int, help="tensor-parallel size (needed with --model)")
+    group.add_argument("--pp", type=_positive_int, default=1, help="pipeline-parallel size (default 1)")
+    group.add_argument("--dcp", type=_positive_int, default=1,
+                       help="decode-context-parallel size (default 1)")
+    group.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPE_BYTES),
+                       help="vLLM's --kv-cache-dtype (default auto = the model dtype)")
+    group.add_argument("--block-size", type=_positive_int,
+                       help=f"tokens per block (default {DEFAULT_BLOCK_SIZE}; with --model, vLLM's choice "
+                            "for the model: 64 for MLA, larger for hybrid Mamba models)")
+    group.add_argument("--vllm-version", metavar="V",
+                       help="vLLM release whose arithmetic to reproduce (default: the newest known)")
+
+
+def _kv_spec_from_args(args: argparse.Namespace) -> KVSpec | None:
+    """The KV spec the --model arguments describe, or None without --model."""
+    if not args.model:
+        return None
+    if args.tp is None:
+        raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
+    return kv_spec(
+        read_model_config(args.model),
+        tp=args.tp,
+        pp=args.pp,
+        dcp=args.dcp,
+        kv_cache_dtype=args.kv_cache_dtype,
+        block_size=args.block_size,
+        vllm_version=args.vllm_version,
+    )
+
+
 def _add_capacity(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "capacity",
         help="blocks, tokens and full-length concurrency of a per-GPU KV budget",
-        description="What a per-GPU KV budget buys. "
-        "Example: kvplan capacity --kv-bytes 12GiB --bytes-per-token 256KiB --max-model-len 8192",
+        description="What a per-GPU KV budget buys, from bytes per token or from a model config and "
+        "layout (reproducing vLLM's 'GPU KV cache size' and 'Maximum concurrency'). "
+        "Example: kvplan capacity --kv-bytes 12GiB --bytes-per-token 256KiB --max-model-len 8192; "
+        "example: kvplan capacity --model llama-3.1-70b --tp 4 --kv-bytes 12GiB --max-model-len 32768",
     )
     parser.add_argument("--kv-bytes", type=_size, required=True, help="KV budget per GPU")
-    parser.add_argument("--bytes-per-token", type=_size, required=True, help="KV bytes per token per GPU")
+    parser.add_argument("--bytes-per-token", type=_size, help="KV bytes per token per GPU (or --model)")
     parser.add_argument("--max-model-len", type=_positive_int, required=True, help="sequence length")
-    parser.add_argument("--block-size", type=_positive_int, default=DEFAULT_BLOCK_SIZE)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_model_arguments(parser)
     parser.set_defaults(run=_run_capacity)
 
 
 def _run_capacity(args: argparse.Namespace) -> int:
-    result = capacity(args.kv_bytes, args.bytes_per_token, args.max_model_len, args.block_size)
+    spec = _kv_spec_from_args(args)
+    if (spec is None) == (args.bytes_per_token is None):
+        raise CliError("give exactly one of --bytes-per-token or --model")
+    if spec is None:
+        result = capacity(args.kv_bytes, args.bytes_per_token, args.max_model_len,
+                          args.block_size or DEFAULT_BLOCK_SIZE)
+        data = result.to_dict()
+    else:
+        data = spec.capacity(args.kv_bytes, args.max_model_len).to_dict()
     if args.json:
-        return _print_json(result.to_dict())
-    print(f"bytes per token   {format_size(result.bytes_per_token)}")
-    print(f"block             {format_size(result.block_bytes)} ({result.block_size} tokens)")
-    print(f"blocks            {result.blocks:,}")
-    print(f"tokens            {result.tokens:,}")
-    print(f"max concurrency   {result.max_concurrency:.2f}x at {result.max_model_len:,} tokens")
+        return _print_json(data)
+    if spec is not None:
+        print(f"model             {data['model']} (tp {spec.tp}, pp {spec.pp}, dcp {spec.dcp}, "
+              f"KV {spec.kv_cache_dtype}, vLLM {spec.vllm_version})")
+    print(f"bytes per token   {format_size(data['bytes_per_token'])}")
+    print(f"block             {format_size(data['block_bytes'])} ({data['block_size']} tokens)")
+    print(f"blocks            {data['blocks']:,}")
+    print(f"tokens            {data['tokens']:,}")
+    print(f"max concurrency   {data['max_concurrency']:.2f}x at {data['max_model_len']:,} tokens")
+    if spec is not None:
+        if spec.block_size_note:
+            print(f"block size        {spec.block_size_note}")
+        if spec.approximate:
+            print(f"approximate       {spec.approximate_reason}")
+        if spec.pp > 1:
+            rows = [{"stage": st["pp_rank"], "layers": f"{st['first_layer']}-{st['end_layer'] - 1}",
+                     "per token": format_size(st["bytes_per_token"]),
+                     "block": format_size(st["block_bytes"]), "blocks": f"{st['blocks']:,}"}
+                    for st in data["stages"]]
+            print()
+            print(format_table(rows, ["stage", "layers", "per token", "block", "blocks"]))
     return EXIT_OK
 
 

@@ -1,0 +1,490 @@
+"""KV bytes per token per rank from model configs and layouts, and vLLM's reported figures.
+
+Every expected number is derived by hand in the comment beside it.
+"""
+
+import json
+
+import pandas as pd
+import pytest
+
+from kvplan.cli import main
+from kvplan.io.model_config import ModelConfigError, catalogue_names, read_model_config
+from kvplan.kvspec import (
+    FULL_ATTENTION,
+    LINEAR_ATTENTION,
+    SLIDING_ATTENTION,
+    KVSpecError,
+    cross_check,
+    kv_cache_groups,
+    kv_spec,
+    model_arch,
+    pp_partition,
+)
+from tests.conftest import GiB, KiB, MiB
+
+LLAMA_70B = read_model_config("llama-3.1-70b")  # 80 layers, 64 heads, 8 KV heads, head_dim 8192/64 = 128
+DEEPSEEK_V3 = read_model_config("deepseek-v3")  # 61 MLA layers, kv_lora_rank 512, qk_rope_head_dim 64
+
+
+# --- standard / grouped-query attention -------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tp", "bytes_per_token"),
+    [
+        (1, 327_680),  # 2 (K,V) × 8 KV heads × 128 × 2 B = 4,096 B per layer × 80 layers
+        (2, 163_840),  # 4 KV heads per rank: 2 × 4 × 128 × 2 = 2,048 × 80
+        (4, 81_920),  # 2 KV heads per rank: 2 × 2 × 128 × 2 = 1,024 × 80 (the founding example)
+        (8, 40_960),  # 1 KV head per rank: 2 × 1 × 128 × 2 = 512 × 80
+        (16, 40_960),  # TP 16 > 8 KV heads: each head replicated, still 1 per rank = 512 × 80
+    ],
+)
+def test_gqa_bytes_per_token_by_tp(tp, bytes_per_token):
+    spec = kv_spec(LLAMA_70B, tp=tp)
+    assert spec.bytes_per_token == bytes_per_token
+    assert spec.block_size == 16
+    assert spec.block_bytes == 16 * bytes_per_token
+    assert spec.stages[0].attention_layers == 80
+    assert not spec.approximate
+
+
+def test_founding_scenario_block_bytes():
+    # Llama-3.1-70B TP=4 bf16: 81,920 B per token per rank × 16 tokens = 1,310,720 B per block
+    spec = kv_spec(LLAMA_70B, tp=4)
+    assert spec.stages[0].page_bytes == 16 * 1_024
+    assert spec.block_bytes == 1_310_720
+
+
+def test_head_dim_from_config_wins_over_hidden_size():
+    # Qwen3-32B: head_dim 128 although hidden 5120 / 64 heads = 80; 2 × 8 × 128 × 2 B × 64 layers
+    assert kv_spec(read_model_config("qwen3-32b"), tp=1).bytes_per_token == 262_144
+
+
+def test_multi_query_attention():
+    # MQA: one KV head shared by all 32 query heads; replicated at TP 4 → 2 × 1 × 64 × 2 B × 24 layers
+    config = {"num_hidden_layers": 24, "num_attention_heads": 32, "multi_query": True, "hidden_size": 2048}
+    assert kv_spec(config, tp=4).bytes_per_token == 2 * 1 * 64 * 2 * 24 == 6_144
+
+
+def test_multi_head_attention_without_kv_head_field():
+    # no num_key_value_heads → as many KV heads as query heads (16): 2 × 16 × 64 × 2 B × 12 layers
+    config = {"num_hidden_layers": 12, "num_attention_heads": 16, "hidden_size": 1024}
+    assert kv_spec(config, tp=1).bytes_per_token == 49_152
+
+
+def test_fp8_halves_bf16():
+    # Qwen3-8B: 36 layers × 2 × 8 KV heads × 128 × 2 B = 147,456 B; fp8 stores 1 B per value → 73,728
+    qwen = read_model_config("qwen3-8b")
+    bf16 = kv_spec(qwen, tp=1, kv_cache_dtype="auto").bytes_per_token
+    fp8 = kv_spec(qwen, tp=1, kv_cache_dtype="fp8").bytes_per_token
+    assert (bf16, fp8) == (147_456, 73_728)
+    assert kv_spec(qwen, tp=1, kv_cache_dtype="fp8_e5m2").bytes_per_token == fp8
+
+
+# --- nested vision-language configs ------------------------------------------------------------
+
+
+def test_nested_text_config():
+    # A LLaVA-style config around Llama-3.1-8B: text_config holds 32 layers, 8 KV heads, 4096/32 = 128
+    # → 2 × 8 × 128 × 2 B × 32 layers = 131,072 B; the vision tower is ignored; dtype from the outer config
+    config = {
+        "architectures": ["LlavaForConditionalGeneration"],
+        "torch_dtype": "float16",
+        "text_config": {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                        "hidden_size": 4096},
+        "vision_config": {"num_hidden_layers": 24, "num_attention_heads": 16, "hidden_size": 1024},
+    }
+    assert kv_spec(config, tp=1).bytes_per_token == 131_072
+
+
+def test_nested_llm_config():
+    # InternVL-style llm_config: 28 layers × 2 × 4 KV heads × 128 × 2 B = 57,344 B at TP 1; TP 2 halves
+    config = {"llm_config": {"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+                             "head_dim": 128, "torch_dtype": "bfloat16"},
+              "vision_config": {"num_hidden_layers": 24}}
+    assert kv_spec(config, tp=1).bytes_per_token == 57_344
+    assert kv_spec(config, tp=2).bytes_per_token == 28_672
+
+
+# --- MLA ---------------------------------------------------------------------------------------
+
+
+def test_mla_bf16_same_on_every_tp_rank():
+    # DeepSeek-V3: one latent of 512 + 64 = 576 values × 2 B = 1,152 B per layer, no factor 2,
+    # not split by TP → 1,152 × 61 = 70,272 B per token on every rank, at TP 1 and TP 8 alike
+    for tp in (1, 8):
+        spec = kv_spec(DEEPSEEK_V3, tp=tp)
+        assert spec.bytes_per_token_per_layer == 1_152
+        assert spec.bytes_per_token == 70_272
+    # MLA backends force 64-token blocks: 64 × 70,272 = 4,497,408 B
+    assert spec.block_size == 64
+    assert spec.block_bytes == 4_497_408
+
+
+def test_mla_fp8_ds_mla():
+    # fp8_ds_mla: 656 B per token per layer (512 fp8 + 4 × 4 B scales + 64 × 2 B rope) × 61 = 40,016 B
+    spec = kv_spec(DEEPSEEK_V3, tp=8, kv_cache_dtype="fp8_ds_mla")
+    assert spec.bytes_per_token == 40_016
+    assert spec.block_size == 64
+
+
+def test_mla_block_size_forced_before_0_20():
+    # vLLM 0.8–0.17 force 64-token blocks for FlashMLA even when --block-size 16 is given; 0.20+ keep it
+    assert kv_spec(DEEPSEEK_V3, tp=8, block_size=16, vllm_version="0.11.0").block_size == 64
+    assert "overridden" in kv_spec(DEEPSEEK_V3, tp=8, block_size=16, vllm_version="0.11.0").block_size_note
+    assert kv_spec(DEEPSEEK_V3, tp=8, block_size=16, vllm_version="0.26.0").block_size == 16
+
+
+def test_fp8_ds_mla_needs_mla():
+    with pytest.raises(KVSpecError, match="fp8_ds_mla"):
+        kv_spec(LLAMA_70B, tp=4, kv_cache_dtype="fp8_ds_mla")
+
+
+# --- pipeline parallel -------------------------------------------------------------------------
+
+
+def test_pp_partition_like_vllm():
+    # 80 = 3 × 26 + 2: the two extra layers go to the stages before the last → 27, 27, 26
+    assert pp_partition(80, 3) == [27, 27, 26]
+    # 61 = 3 × 20 + 1: one extra layer, to the second-to-last stage → 20, 21, 20
+    assert pp_partition(61, 3) == [20, 21, 20]
+    # 62 = 4 × 15 + 2 → the 2nd and 3rd stages get one more: 15, 16, 16, 15
+    assert pp_partition(62, 4) == [15, 16, 16, 15]
+    assert pp_partition(80, 2, [30, 50]) == [30, 50]  # VLLM_PP_LAYER_PARTITION
+
+
+def test_pp3_uneven_stages():
+    # Llama-70B TP 4 PP 3: stages of 27, 27, 26 layers × 1,024 B = 27,648, 27,648, 26,624 B per token
+    spec = kv_spec(LLAMA_70B, tp=4, pp=3)
+    assert [s.bytes_per_token for s in spec.stages] == [27_648, 27_648, 26_624]
+    assert [(s.first_layer, s.end_layer) for s in spec.stages] == [(0, 27), (27, 54), (54, 80)]
+    # the 27-layer stages limit: 12 GiB / (16 × 27,648 = 442,368 B) = 29,127.1 → 29,127 blocks for all
+    assert spec.limiting_stage.pp_rank == 0
+    assert spec.num_blocks(12 * GiB) == 29_127
+    cap = spec.capacity(12 * GiB, 32768)
+    assert [s["blocks"] for s in cap.stages] == [29_127, 29_127, 30_247]  # 12 GiB / 425,984 = 30,247.4
+
+
+def test_pp_larger_than_layers_is_refused():
+    with pytest.raises(KVSpecError, match="layer per stage"):
+        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64}, tp=1, pp=3)
+
+
+# --- decode context parallel -------------------------------------------------------------------
+
+
+def test_dcp_shards_tokens():
+    # DeepSeek-V3 TP 8 DCP 8: each rank stores 1/8 of a sequence's tokens; blocks are unchanged
+    # 12 GiB / 4,497,408 B = 2,864.8 → 2,864 blocks on every rank
+    plain = kv_spec(DEEPSEEK_V3, tp=8, vllm_version="0.20.0")
+    dcp = kv_spec(DEEPSEEK_V3, tp=8, dcp=8, vllm_version="0.20.0")
+    assert plain.num_blocks(12 * GiB) == dcp.num_blocks(12 * GiB) == 2_864
+    # 0.11–0.20 multiply the token count by the DCP size: 2,864 × 64 × 8 = 1,466,368
+    assert dcp.kv_cache_tokens(2_864, 32768) == 1_466_368
+    # a 32,768-token request needs ceil(ceil(32768 / 8) / 64) = 64 blocks instead of 512
+    assert dcp.blocks_per_request(32768) == 64
+    assert dcp.max_concurrency(2_864, 32768) == 2_864 / 64
+    # 0.21+: int(concurrency × L) = int(44.75 × 32768) = 1,466,368
+    assert dcp.with_settings(vllm_version="0.21.0").kv_cache_tokens(2_864, 32768) == 1_466_368
+
+
+def test_dcp_must_divide_tp():
+    with pytest.raises(KVSpecError, match="dcp 3 does not divide tp 8"):
+        kv_spec(DEEPSEEK_V3, tp=8, dcp=3)
+
+
+# --- sliding-window and hybrid models ----------------------------------------------------------
+
+
+def test_gemma3_groups_and_blocks():
+    # Gemma 3 27B: 62 layers, every 6th global → 10 full + 52 sliding; group size = 10 (52 ≥ 1.5 × 10)
+    # → 1 full group + ceil(52 / 10) = 6 sliding groups of 10 (the last padded), 7 groups
+    spec = kv_spec(read_model_config("gemma-3-27b"), tp=1, max_num_batched_tokens=8192)
+    assert [kind for kind, _ in spec.groups].count(FULL_ATTENTION) == 1
+    assert [kind for kind, _ in spec.groups].count(SLIDING_ATTENTION) == 6
+    # 2 × 16 KV heads × 128 × 2 B = 8,192 B per token per layer; a block = 16 × 8,192 × 10 layers
+    assert spec.bytes_per_token_per_layer == 8_192
+    assert spec.block_bytes == 1_310_720
+    # per 32,768-token request: 2,048 blocks (full) + 6 × (ceil(min(1023 + 8192, 32768) / 16) + 1 = 577)
+    assert spec.blocks_per_request(32768) == 2_048 + 6 * 577
+    assert not spec.approximate
+
+
+def test_sliding_window_without_batched_tokens_is_approximate():
+    spec = kv_spec(read_model_config("gemma-3-27b"), tp=1)
+    assert spec.approximate
+    assert "max_num_batched_tokens" in spec.approximate_reason
+
+
+def test_gpt_oss_alternating_layers():
+    # gpt-oss-120b: 18 sliding (128 tokens) + 18 full → two groups of 18 layers
+    # 2 × 8 KV heads × 64 × 2 B = 2,048 B per token per layer; block = 16 × 2,048 × 18 = 589,824 B
+    spec = kv_spec(read_model_config("gpt-oss-120b"), tp=1, max_num_batched_tokens=2048)
+    assert [(kind, len(layers)) for kind, layers in spec.groups] == [
+        (SLIDING_ATTENTION, 18), (FULL_ATTENTION, 18)]
+    assert spec.block_bytes == 589_824
+    # 8,192-token request: 512 (full) + ceil(min(127 + 2048, 8192) / 16) + 1 = 136 + 1 → 649 blocks
+    assert spec.blocks_per_request(8192) == 649
+
+
+def test_mistral_window_on_every_layer_is_marked():
+    # Mistral-7B v0.1 style: sliding_window 4096 and no per-layer list → every layer sliding, one group,
+    # and a note that releases reading only layer_types treat the layers as full attention
+    config = {"model_type": "mistral", "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "hidden_size": 4096, "sliding_window": 4096}
+    spec = kv_spec(config, tp=1, max_num_batched_tokens=2048)
+    assert spec.groups == ((SLIDING_ATTENTION, tuple(range(32))),)
+    assert spec.approximate and "every layer" in spec.approximate_reason
+    # 32,768-token request: ceil(min(4095 + 2048, 32768) / 16) + 1 = 384 + 1 = 385 blocks
+    assert spec.blocks_per_request(32768) == 385
+
+
+def test_qwen2_style_window_flag_off_means_full_attention():
+    config = {"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
+              "head_dim": 128, "sliding_window": 131072, "use_sliding_window": False}
+    assert kv_spec(config, tp=1).groups == ((FULL_ATTENTION, tuple(range(28))),)
+
+
+def test_hybrid_group_size_rule():
+    # 13 full + 12 sliding: 13 < 1.5 × 12 → group size 13, one group per kind (sliding padded)
+    assert [len(g) for _, g in kv_cache_groups([FULL_ATTENTION] * 13 + [SLIDING_ATTENTION] * 12)] == [13, 12]
+
+
+def test_qwen3_next_hybrid_block_size():
+    # Qwen3-Next: 12 full-attention layers (every 4th), 36 gated-delta-net layers.
+    # Linear state per layer at TP 1: conv (2 × 16 × 128 + 32 × 128 = 8,192) × 3 + temporal 32 × 128 × 128
+    # = 24,576 + 524,288 = 548,864 values × 2 B = 1,097,728 B.
+    # Attention: 2 × 2 KV heads × 256 × 2 B = 2,048 B per token per layer;
+    # block size = 16 × ceil(1,097,728 / (16 × 2,048)) = 16 × ceil(33.5) = 544 tokens.
+    spec = kv_spec(read_model_config("qwen3-next-80b-a3b"), tp=1)
+    assert spec.block_size == 544
+    assert spec.stages[0].page_bytes == 544 * 2_048
+    # groups of 12: 1 full + 3 linear → block = 1,114,112 × 12 = 13,369,344 B
+    assert sorted(len(layers) for _, layers in spec.groups) == [12, 12, 12, 12]
+    assert spec.block_bytes == 13_369_344
+    # a request: ceil(32768 / 544) = 61 blocks (full) + 1 state block per linear group × 3 = 64
+    assert spec.blocks_per_request(32768) == 64
+    assert spec.approximate and "Mamba" in spec.approximate_reason
+    assert model_arch(read_model_config("qwen3-next-80b-a3b")).layer_types[:4] == (
+        LINEAR_ATTENTION, LINEAR_ATTENTION, LINEAR_ATTENTION, FULL_ATTENTION)
+
+
+def test_jamba_layers():
+    # Jamba: attention every 8th layer from offset 4 → 4 of 32; Mamba state per layer at TP 1:
+    # d_inner 2 × 4096 = 8,192 × (d_conv − 1 + d_state = 3 + 16) × 2 B = 311,296 B; attention
+    # 2 × 8 × 128 × 2 = 4,096 B per token per layer → block size 16 × ceil(311,296 / 65,536 = 4.75) = 80
+    config = {"model_type": "jamba", "num_hidden_layers": 32, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "hidden_size": 4096, "attn_layer_period": 8, "attn_layer_offset": 4,
+              "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2}
+    spec = kv_spec(config, tp=1)
+    assert spec.stages[0].attention_layers == 4
+    assert spec.block_size == 80
+
+
+# --- releases: tokens and concurrency ----------------------------------------------------------
+
+
+def test_tokens_and_concurrency_by_release():
+    # Llama-70B TP 4, 9,830 blocks of 16 tokens, L = 32,000 (not a multiple of 16: 2,000 blocks each)
+    spec = kv_spec(LLAMA_70B, tp=4)
+    old, mid, new = (spec.with_settings(vllm_version=v) for v in ("0.8.5", "0.20.0", "0.21.0"))
+    # ≤ 0.9.0: concurrency = blocks × 16 / L = 157,280 / 32,000 = 4.915; tokens = 157,280
+    assert old.max_concurrency(9_830, 32_000) == pytest.approx(4.915)
+    assert old.kv_cache_tokens(9_830, 32_000) == 157_280
+    # 0.9.1+: 9,830 / ceil(32,000 / 16) = 9,830 / 2,000 = 4.915; 0.20 tokens = 9,830 × 16 = 157,280
+    assert mid.max_concurrency(9_830, 32_000) == pytest.approx(4.915)
+    assert mid.kv_cache_tokens(9_830, 32_000) == 157_280
+    # 0.21+: int(4.915 × 32,000) = 157,280 here as well; with L = 32,001 they part:
+    # 9,830 / ceil(32,001 / 16) = 9,830 / 2,001 → × 32,001 = 157,206.8… → 157,206
+    assert new.kv_cache_tokens(9_830, 32_001) == 157_206
+    assert mid.kv_cache_tokens(9_830, 32_001) == 157_280
+
+
+# --- errors ------------------------------------------------------------------------------------
+
+
+def test_missing_field_is_named():
+    with pytest.raises(KVSpecError, match="'num_hidden_layers'"):
+        kv_spec({"num_attention_heads": 8, "head_dim": 64}, tp=1)
+    with pytest.raises(KVSpecError, match="'hidden_size'"):  # no head_dim and nothing to derive it from
+        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8}, tp=1)
+    with pytest.raises(KVSpecError, match="'qk_rope_head_dim'"):
+        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "kv_lora_rank": 512}, tp=1)
+
+
+def test_tp_not_dividing_attention_heads_is_refused():
+    with pytest.raises(KVSpecError, match="tp 3 does not divide num_attention_heads 64"):
+        kv_spec(LLAMA_70B, tp=3)
+    with pytest.raises(KVSpecError, match="tp 4 does not divide num_key_value_heads 6"):
+        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 24, "num_key_value_heads": 6,
+                 "head_dim": 64}, tp=4)
+    with pytest.raises(KVSpecError, match="num_key_value_heads 3 does not divide tp 4"):
+        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 24, "num_key_value_heads": 3,
+                 "head_dim": 64}, tp=4)
+
+
+def test_unknown_kv_dtype_and_layer_type():
+    with pytest.raises(KVSpecError, match="kv_cache_dtype 'int3'"):
+        kv_spec(LLAMA_70B, tp=4, kv_cache_dtype="int3")
+    with pytest.raises(KVSpecError, match="chunked_attention"):
+        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64,
+                 "layer_types": ["chunked_attention", "full_attention"]}, tp=1)
+
+
+# --- cross-check against logged figures --------------------------------------------------------
+
+
+def _ledger(**columns):
+    return pd.DataFrame({key: [value] for key, value in columns.items()})
+
+
+def test_cross_check_agrees_within_gib_rounding():
+    # 0.26.0, TP 4, 32,768 tokens. Available "12.34 GiB" (2 decimals): ±0.005 GiB = ±5,368,709 B.
+    # 12.34 GiB = 13,249,974,108 B / 1,310,720 = 10,108.9 → 10,108 blocks; ± 0.005 GiB → 10,104…10,113
+    # logged 10,110 blocks × 16 = 161,760 tokens, 10,110 / 2,048 = 4.94x: inside the range
+    spec = kv_spec(LLAMA_70B, tp=4)
+    ledger = _ledger(available_kv_bytes=13_249_974_108, kv_cache_tokens=161_760, max_concurrency=4.94,
+                     max_model_len=32768, block_size=16, vllm_version="0.26.0")
+    row = cross_check(ledger, spec).iloc[0]
+    assert row["predicted_num_gpu_blocks"] == 10_108
+    assert row["tolerance_bytes"] == GiB // 200
+    assert bool(row["agrees"]) is True
+
+
+def test_cross_check_exact_bytes_flags_one_block():
+    # the same row with exact bytes: 10,108 blocks → 161,728 tokens; the logged 161,760 is 2 blocks off
+    spec = kv_spec(LLAMA_70B, tp=4)
+    ledger = _ledger(manual_kv_bytes=13_249_974_108, kv_cache_tokens=161_760, max_model_len=32768,
+                     vllm_version="0.26.0")
+    row = cross_check(ledger, spec).iloc[0]
+    assert row["tolerance_bytes"] == 0
+    assert row["predicted_kv_cache_tokens"] == 161_728
+    assert bool(row["agrees"]) is False
+
+
+def test_cross_check_names_kv_dtype_when_off_by_two():
+    # the log ran fp8 (40,960 B per token) but the planner assumed bf16 (81,920): twice the tokens
+    # 12 GiB / (16 × 40,960) = 19,660 blocks → 314,560 tokens logged, 157,280 predicted
+    spec = kv_spec(LLAMA_70B, tp=4)
+    ledger = _ledger(available_kv_bytes=12 * GiB, kv_cache_tokens=314_560, max_concurrency=9.6,
+                     max_model_len=32768, vllm_version="0.26.0")
+    row = cross_check(ledger, spec).iloc[0]
+    assert bool(row["agrees"]) is False
+    assert "KV dtype" in row["reason"]
+
+
+def test_cross_check_per_boot_uses_the_weakest_rank():
+    # 0.26 logs the engine figures once, from the minimum over ranks: ranks with 12 and 10 GiB
+    # → 10 GiB / 1,310,720 = 8,192 blocks = 131,072 tokens = 4.0x at 32,768
+    spec = kv_spec(LLAMA_70B, tp=4)
+    ledger = pd.DataFrame({"source": ["a.log", "a.log"], "boot": [0, 0], "rank": [0, 1],
+                           "manual_kv_bytes": [12 * GiB, 10 * GiB], "kv_cache_tokens": [131_072, None],
+                           "max_concurrency": [4.0, None], "max_model_len": [32768, 32768],
+                           "vllm_version": ["0.26.0", "0.26.0"]})
+    result = cross_check(ledger, spec)
+    assert len(result) == 1
+    assert result.iloc[0]["predicted_num_gpu_blocks"] == 8_192
+    assert bool(result.iloc[0]["agrees"]) is True
+
+
+def test_cross_check_v0_blocks_and_concurrency():
+    # V0 0.6.6: "# GPU blocks" and concurrency = blocks × 16 / L. Llama-3.1-8B TP 2: 32 layers ×
+    # 2 × 4 × 128 × 2 B = 65,536 B per token → 1 MiB per block; 20 GiB exact → 20,480 blocks;
+    # 20,480 × 16 / 8,192 = 40.0x
+    spec = kv_spec(read_model_config("llama-3.1-8b"), tp=2)
+    ledger = _ledger(manual_kv_bytes=20 * GiB, num_gpu_blocks=20_480, max_concurrency=40.0,
+                     max_model_len=8192, vllm_version="0.6.6.post1")
+    row = cross_check(ledger, spec).iloc[0]
+    assert spec.block_bytes == 1 * MiB
+    assert bool(row["agrees"]) is True
+
+
+def test_cross_check_without_logged_figures():
+    spec = kv_spec(LLAMA_70B, tp=4)
+    row = cross_check(_ledger(available_kv_bytes=12 * GiB, max_model_len=32768), spec).iloc[0]
+    assert row["agrees"] is None
+    assert "printed no" in row["reason"]
+
+
+# --- the catalogue and the loader --------------------------------------------------------------
+
+
+def test_catalogue_files_name_model_and_revision_and_load():
+    names = catalogue_names()
+    assert len(names) >= 12
+    for name in names:
+        config = read_model_config(name)
+        assert config["_source"]["model"] and config["_source"]["revision"], name
+        assert kv_spec(config, tp=1).bytes_per_token > 0, name
+
+
+@pytest.mark.parametrize(
+    ("name", "tp", "bytes_per_token"),
+    [
+        ("llama-3.1-8b", 1, 131_072),  # 32 layers × 2 × 8 × 128 × 2 B
+        ("qwen3-14b", 2, 81_920),  # 40 layers × 2 × 4 KV heads per rank × 128 × 2 B
+        ("qwen3-235b-a22b", 8, 48_128),  # 94 layers × 2 × 1 (4 KV heads replicated over 8) × 128 × 2 B
+        ("mistral-7b", 1, 131_072),  # v0.3, no window: 32 × 2 × 8 × 128 × 2 B
+        ("mistral-small-24b", 4, 40_960),  # 40 layers × 2 × 2 × 128 × 2 B
+    ],
+)
+def test_catalogue_numbers(name, tp, bytes_per_token):
+    assert kv_spec(read_model_config(name), tp=tp).bytes_per_token == bytes_per_token
+
+
+def test_loader_errors_name_the_file(tmp_path):
+    bad = tmp_path / "config.json"
+    bad.write_text('{\n  "num_hidden_layers": 32,\n  "num_attention_heads": \n}\n')
+    with pytest.raises(ModelConfigError, match=r"config\.json, line 4, column 1"):
+        read_model_config(bad)
+    with pytest.raises(ModelConfigError, match=r"catalogue: .*llama-3\.1-70b"):
+        read_model_config("no-such-model")
+
+
+# --- command line ------------------------------------------------------------------------------
+
+
+def _run_json(capsys, *argv):
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_capacity_with_model(capsys):
+    # Llama-70B TP 4 at 0.26.0: 12 GiB / 1,310,720 = 9,830 blocks; 9,830 / 2,048 = 4.7998x;
+    # tokens = int(4.7998… × 32,768) = 157,280
+    data = _run_json(capsys, "capacity", "--model", "llama-3.1-70b", "--tp", "4", "--kv-bytes", "12GiB",
+                     "--max-model-len", "32768", "--vllm-version", "0.26.0", "--json")
+    assert {k: data[k] for k in ("bytes_per_token", "block_bytes", "blocks", "tokens", "approximate")} == {
+        "bytes_per_token": 81_920, "block_bytes": 1_310_720, "blocks": 9_830, "tokens": 157_280,
+        "approximate": False}
+    assert data["max_concurrency"] == pytest.approx(9_830 / 2_048)
+
+
+def test_capacity_with_pp_lists_stages(capsys):
+    data = _run_json(capsys, "capacity", "--model", "llama-3.1-70b", "--tp", "4", "--pp", "3",
+                     "--kv-bytes", "12GiB", "--max-model-len", "32768", "--json")
+    assert [s["bytes_per_token"] for s in data["stages"]] == [27_648, 27_648, 26_624]
+    assert data["blocks"] == 29_127
+
+
+def test_capacity_config_path_and_old_form(tmp_path, capsys):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+                                "hidden_size": 4096}))
+    data = _run_json(capsys, "capacity", "--model", str(path), "--tp", "1", "--kv-bytes", "2MiB",
+                     "--max-model-len", "16", "--json")
+    assert data["bytes_per_token"] == 128 * KiB  # 32 × 2 × 8 × 128 × 2 B
+    old = _run_json(capsys, "capacity", "--kv-bytes", "12GiB", "--bytes-per-token", "256KiB",
+                    "--max-model-len", "8192", "--json")
+    assert old["tokens"] == 49_152
+
+
+def test_capacity_model_errors(capsys):
+    assert main(["capacity", "--model", "llama-3.1-70b", "--kv-bytes", "12GiB", "--max-model-len", "8"]) == 2
+    assert "--tp" in capsys.readouterr().err
+    assert main(["capacity", "--kv-bytes", "12GiB", "--max-model-len", "8"]) == 2
+    assert "exactly one of" in capsys.readouterr().err
+    assert main(["capacity", "--model", "llama-3.1-70b", "--tp", "3", "--kv-bytes", "12GiB",
+                 "--max-model-len", "8"]) == 2
+    assert "num_attention_heads" in capsys.readouterr().err
