@@ -4,11 +4,13 @@ Every expected number is derived by hand in the comment beside it.
 """
 
 import json
+import re
 
 import pandas as pd
 import pytest
 
 from kvplan.cli import main
+from kvplan.config import DATA_DIR
 from kvplan.io.model_config import ModelConfigError, catalogue_names, read_model_config
 from kvplan.kvspec import (
     FULL_ATTENTION,
@@ -19,8 +21,10 @@ from kvplan.kvspec import (
     kv_cache_groups,
     kv_spec,
     model_arch,
+    parse_vllm_version,
     pp_partition,
 )
+from kvplan.units import parse_size
 from tests.conftest import GiB, KiB, MiB
 
 LLAMA_70B = read_model_config("llama-3.1-70b")  # 80 layers, 64 heads, 8 KV heads, head_dim 8192/64 = 128
@@ -488,3 +492,133 @@ def test_capacity_model_errors(capsys):
     assert main(["capacity", "--model", "llama-3.1-70b", "--tp", "3", "--kv-bytes", "12GiB",
                  "--max-model-len", "8"]) == 2
     assert "num_attention_heads" in capsys.readouterr().err
+
+
+# --- the bundled sample boots: predicted against what the logs printed ---------------------------
+#
+# Each boot folder in data/boots/ is read with the small regexes below (vLLM's own line formats, see
+# vllm-log-formats.md §4, §5, §8), its model is looked up in the catalogue by the logged model name,
+# and cross_check must find the logged "GPU KV cache size", "Maximum concurrency" and GPU blocks
+# where vLLM's arithmetic puts them: exactly when the log gives the available bytes exactly (a manual
+# --kv-cache-memory-bytes value, or 0.10.2's "in use is N bytes"), within the ±0.005 GiB of a
+# 2-decimal GiB figure otherwise.
+
+BOOTS_DIR = DATA_DIR / "boots"
+_PREFIX = re.compile(r"^\((?P<name>[^)]*?) pid=\d+[^)]*\)\s*")
+_AVAILABLE = [  # (pattern, exact): first match per rank wins
+    (re.compile(r"Current kv cache memory in use is (\d+) bytes"), True),
+    (re.compile(r"Current kv cache memory in use is (-?[\d.]+) GiB"), False),
+    (re.compile(r"Available KV cache memory: (-?[\d.]+) GiB"), False),
+    (re.compile(r"the rest of the memory reserved for KV Cache is (-?[\d.]+)GiB"), False),
+]
+_MANUAL = re.compile(r"'kv_cache_memory_bytes': (\d+)")
+_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
+_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
+_BLOCKS = re.compile(r"# (?:GPU|CUDA|cuda) blocks: (\d+)")
+_VERSION = re.compile(r"(?:LLM engine \(v|API server version )([\w.+]+)")
+
+
+def _engine_and_rank(prefix: str) -> tuple[int, int]:
+    """DP engine and TP rank of a process prefix (none or an unknown one: engine 0, rank 0)."""
+    dp = re.search(r"_DP(\d+)", prefix)
+    tp = re.search(r"_TP(\d+)", prefix)
+    rank = int(tp.group(1)) if tp else (1 if prefix.startswith("VllmWorkerProcess") else 0)
+    return (int(dp.group(1)) if dp else 0), rank
+
+
+def _read_boot(folder):
+    """Per DP engine: config fields, per-rank available bytes (and exactness), logged figures."""
+    engines: dict[int, dict] = {}
+    config: dict = {}
+    for path in sorted(folder.glob("*.log")):
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+            line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+            match = _PREFIX.match(line)
+            prefix = match.group("name") if match else ""
+            engine, rank = _engine_and_rank(prefix)
+            state = engines.setdefault(engine, {"available": {}, "tokens": [], "concurrency": [],
+                                                "blocks": []})
+            for key, pattern in (("model", r"model='([^']+)'"), ("tp", r"tensor_parallel_size=(\d+)"),
+                                 ("pp", r"pipeline_parallel_size=(\d+)"), ("kv", r"kv_cache_dtype=(\w+)"),
+                                 ("manual", _MANUAL.pattern), ("version", _VERSION.pattern)):
+                found = re.search(pattern, line)
+                if found and key not in config:
+                    config[key] = found.group(1)
+            for pattern, exact in _AVAILABLE:
+                found = pattern.search(line)
+                if found and rank not in state["available"]:
+                    value = int(found.group(1)) if exact else parse_size(f"{found.group(1)}GiB")
+                    state["available"][rank] = (value, exact)
+            if found := _TOKENS.search(line):
+                state["tokens"].append(int(found.group(1).replace(",", "")))
+            if found := _CONCURRENCY.search(line):
+                state["length"] = int(found.group(1).replace(",", ""))
+                state["concurrency"].append(float(found.group(2)))
+            if found := _BLOCKS.search(line):
+                state["blocks"].append(int(found.group(1)))
+    return config, {k: v for k, v in engines.items() if v["tokens"] or v["concurrency"] or v["blocks"]}
+
+
+def _logged(values: list, position: int, per_worker: bool):
+    """The logged figure for the rank at ``position``: its own (0.9–0.11.0) or the engine's, once."""
+    if per_worker:
+        return values[position] if position < len(values) else None
+    return values[0] if position == 0 and values else None
+
+
+def _catalogue_entry(model: str) -> dict:
+    for name in catalogue_names():
+        config = read_model_config(name)
+        if config["_source"]["model"] == model:
+            return config
+    raise AssertionError(f"{model} is not in data/models: add its config to check this boot")
+
+
+@pytest.mark.parametrize("folder", sorted(p for p in BOOTS_DIR.glob("*") if p.is_dir()), ids=lambda p: p.name)
+def test_sample_boot_figures_match_the_log(folder):
+    config, engines = _read_boot(folder)
+    if not engines:
+        pytest.skip(f"{folder.name}: no KV cache size, concurrency or block line (not a sizing boot)")
+    spec = kv_spec(_catalogue_entry(config["model"]), tp=int(config.get("tp", 1)),
+                   pp=int(config.get("pp", 1)), kv_cache_dtype=config.get("kv", "auto"),
+                   vllm_version=config["version"])
+    per_worker = (0, 9, 0) <= parse_vllm_version(config["version"]) <= (0, 11, 0)
+    for engine, state in engines.items():
+        ranks = sorted(state["available"])
+        manual = int(config["manual"]) if "manual" in config else None
+        exact = manual is not None or all(state["available"][r][1] for r in ranks)
+        rows = []
+        for position, rank in enumerate(ranks or [0]):
+            rows.append({"source": folder.name, "boot": engine, "rank": rank,
+                         "available_kv_bytes": manual if manual is not None else state["available"][rank][0],
+                         "max_model_len": state["length"], "vllm_version": config["version"],
+                         **{column: _logged(state[key], position, per_worker) for column, key in
+                            (("kv_cache_tokens", "tokens"), ("max_concurrency", "concurrency"),
+                             ("num_gpu_blocks", "blocks"))}})
+        result = cross_check(pd.DataFrame(rows), spec, available_tolerance_bytes=0 if exact else None)
+        checked = result.dropna(subset=["agrees"])
+        assert len(checked), f"{folder.name} engine {engine}: nothing to compare"
+        assert checked["agrees"].all(), checked[["rank", "predicted_kv_cache_tokens",
+                                                 "logged_kv_cache_tokens", "reason"]].to_string()
+        if exact:  # exact available bytes: the predicted tokens are the logged tokens, to the token
+            logged_tokens = checked["logged_kv_cache_tokens"].dropna()
+            assert (checked.loc[logged_tokens.index, "predicted_kv_cache_tokens"] == logged_tokens).all()
+
+
+def test_four_rank_boot_by_hand():
+    # Scenario A (0.26.0, Llama-3.1-70B TP 4, 32,768 tokens): the engine logs from the weakest rank;
+    # the ranks' "in use" figures are 11.91, 11.91, 11.89, 11.9 GiB (2 decimals) → min 11.89 GiB
+    # = 12,766,789,288 B ± 5,368,709 B → 9,736.2 … 9,744.4 blocks of 1,310,720 B. The log's
+    # 155,856 tokens = 9,741 blocks × 16 and 9,741 / 2,048 = 4.756 → "4.76x" lie in that range
+    # (within the rounding of a 2-decimal GiB figure, not exact).
+    folder = BOOTS_DIR / "four-rank"
+    if not folder.is_dir():
+        pytest.skip("data/boots/four-rank not present")
+    text = (folder / "boot.log").read_text()
+    assert "GPU KV cache size: 155,856 tokens" in text
+    spec = kv_spec(LLAMA_70B, tp=4, vllm_version="0.26.0")
+    low = spec.num_blocks(parse_size("11.89GiB") - GiB // 200)
+    high = spec.num_blocks(parse_size("11.89GiB") + GiB // 200)
+    assert (low, high) == (9_736, 9_744)
+    assert spec.kv_cache_tokens(9_741, 32768) == 155_856
+    assert round(spec.max_concurrency(9_741, 32768), 2) == 4.76
