@@ -1,0 +1,1 @@
+"""Readers, one per evidence source: vLLM logs, nvidia-smi snapshots, model configs, load data."""

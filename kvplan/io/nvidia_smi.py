@@ -1,0 +1,334 @@
+"""Read ``nvidia-smi`` CSV snapshots and join what they say about each GPU to the ledger.
+
+Two queries are read, with or without header and units (``--format=csv``, ``csv,noheader``,
+``csv,nounits`` or ``csv,noheader,nounits``)::
+
+    nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.total,memory.used,memory.free --format=csv
+    nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv
+
+The kind is told from the header (``memory.total [MiB]`` vs ``used_gpu_memory [MiB]``), or, without a
+header, from the number of fields (7 = GPUs, 4 = processes, in the order of the queries above).
+nvidia-smi reports memory in MiB; values become ``int`` bytes. ``[N/A]`` and ``[Not Supported]``
+(common for process memory inside containers) become ``<NA>``, never 0.
+
+Memory used by *other* processes on a GPU is the sum over its processes whose pid is not one of the
+vLLM pids the ledger knows (the workers of the logged boots). A rank finds its GPU through its own pid
+in the process snapshot, or through an explicit ``gpu_index_by_rank`` map when the snapshot was taken
+while vLLM was not running.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+import pandas as pd
+
+from kvplan.units import parse_size
+
+GPU_COLUMNS = [
+    "gpu_index",
+    "gpu_uuid",
+    "gpu_name",
+    "driver_version",
+    "memory_total_bytes",
+    "memory_used_bytes",
+    "memory_free_bytes",
+]
+APP_COLUMNS = ["gpu_uuid", "pid", "process_name", "used_memory_bytes"]
+CONTEXT_COLUMNS = ["gpu_index", "gpu_uuid", "gpu_name", "driver_version", "other_process_bytes"]
+JOINED_COLUMNS = ["gpu_name", "driver_version", "other_process_bytes"]
+
+# Header field (units stripped) -> column, per kind. ``used_memory`` prints as ``used_gpu_memory``.
+_HEADERS = {
+    "gpus": {
+        "index": "gpu_index",
+        "uuid": "gpu_uuid",
+        "name": "gpu_name",
+        "driver_version": "driver_version",
+        "memory.total": "memory_total_bytes",
+        "memory.used": "memory_used_bytes",
+        "memory.free": "memory_free_bytes",
+    },
+    "apps": {
+        "gpu_uuid": "gpu_uuid",
+        "pid": "pid",
+        "process_name": "process_name",
+        "used_gpu_memory": "used_memory_bytes",
+        "used_memory": "used_memory_bytes",
+    },
+}
+_COLUMNS = {"gpus": GPU_COLUMNS, "apps": APP_COLUMNS}
+_NOT_AVAILABLE = {"[n/a]", "n/a", "[not supported]", "[unknown error]", "[insufficient permissions]"}
+
+
+class NvidiaSmiError(ValueError):
+    """An nvidia-smi snapshot that cannot be read or joined; the message names the file and line."""
+
+
+def read_nvidia_smi_csv(path_or_text: str | Path, kind: str | None = None) -> pd.DataFrame:
+    """A ``--query-gpu`` or ``--query-compute-apps`` CSV snapshot as a DataFrame with int bytes.
+
+    ``path_or_text`` is a file path, or the CSV text itself (text has a newline or a comma).
+    ``kind`` ("gpus" or "apps") is detected when omitted; give it for a header-less snapshot that may
+    be empty (``--query-compute-apps … noheader`` prints nothing when no process runs).
+    Columns are :data:`GPU_COLUMNS` or :data:`APP_COLUMNS`, plus ``source`` and ``line`` (1-based);
+    ``df.attrs["kind"]`` tells which.
+
+    >>> apps = read_nvidia_smi_csv("GPU-0a1b, 4242, python3, 1024 MiB")
+    >>> apps.attrs["kind"], int(apps.loc[0, "pid"]), int(apps.loc[0, "used_memory_bytes"])
+    ('apps', 4242, 1073741824)
+    """
+    if kind not in (None, "gpus", "apps"):
+        raise NvidiaSmiError(f"kind must be 'gpus', 'apps' or None, not {kind!r}")
+    source, text = _source_and_text(path_or_text)
+    rows = [(number, line.strip()) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not rows:
+        if kind is None:
+            raise NvidiaSmiError(
+                f"{source}: empty nvidia-smi snapshot; pass kind='apps' if it is a header-less "
+                "--query-compute-apps snapshot with no process running"
+            )
+        return _frame([], kind, source)
+    number, first = rows[0]
+    header = _parse_header(first)
+    if header is not None:
+        detected, fields = _header_kind(header, source, number)
+        rows = rows[1:]
+    else:
+        detected, fields = _headerless_kind(first, source, number)
+    if kind is not None and kind != detected:
+        raise NvidiaSmiError(f"{source}, line {number}: expected a {kind!r} snapshot, found {detected!r}")
+    records = [_parse_row(line, fields, detected, source, line_no) for line_no, line in rows]
+    return _frame(records, detected, source)
+
+
+def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame, vllm_pids: Iterable[int]) -> pd.DataFrame:
+    """Per GPU index: name, driver and memory used by processes other than ``vllm_pids`` [bytes].
+
+    ``other_process_bytes`` is ``<NA>`` when one of those processes' memory is not reported.
+    Columns are :data:`CONTEXT_COLUMNS`, one row per GPU, in index order.
+
+    >>> gpus = read_nvidia_smi_csv("0, GPU-0a1b, NVIDIA H100 80GB HBM3, 580.95.05, 81559, 3072, 78017")
+    >>> apps = read_nvidia_smi_csv("GPU-0a1b, 7, VLLM::Worker_TP0, 2048\\nGPU-0a1b, 9, python3, 1024")
+    >>> int(gpu_context(gpus, apps, vllm_pids=[7]).loc[0, "other_process_bytes"])
+    1073741824
+    """
+    known = {int(pid) for pid in vllm_pids}
+    _check_apps_on_known_gpus(gpus, apps)
+    rows = []
+    for gpu in gpus.sort_values("gpu_index").itertuples(index=False):
+        on_gpu = apps[(apps["gpu_uuid"] == gpu.gpu_uuid) & ~apps["pid"].isin(known)]
+        used = on_gpu["used_memory_bytes"]
+        other = pd.NA if used.isna().any() else int(used.sum())
+        rows.append([gpu.gpu_index, gpu.gpu_uuid, gpu.gpu_name, gpu.driver_version, other])
+    frame = pd.DataFrame(rows, columns=CONTEXT_COLUMNS)
+    frame["other_process_bytes"] = frame["other_process_bytes"].astype("Int64")
+    return frame
+
+
+def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame) -> dict[int, int]:
+    """Which GPU index each process in the snapshot runs on.
+
+    A process on several GPUs (one row per GPU) is an error: its rank has no single GPU.
+
+    >>> gpus = read_nvidia_smi_csv("1, GPU-0a1b, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")
+    >>> gpu_index_by_pid(gpus, read_nvidia_smi_csv("GPU-0a1b, 7, python3, 2048"))
+    {7: 1}
+    """
+    _check_apps_on_known_gpus(gpus, apps)
+    index_of_uuid = dict(zip(gpus["gpu_uuid"], gpus["gpu_index"]))
+    mapping: dict[int, int] = {}
+    for app in apps.itertuples(index=False):
+        index = int(index_of_uuid[app.gpu_uuid])
+        if mapping.setdefault(int(app.pid), index) != index:
+            raise NvidiaSmiError(
+                f"{app.source}, line {app.line}: pid {app.pid} runs on GPUs {mapping[int(app.pid)]} and "
+                f"{index}; a vLLM rank must own one GPU"
+            )
+    return mapping
+
+
+def join_nvidia_smi(
+    ledger: pd.DataFrame,
+    gpus: pd.DataFrame,
+    apps: pd.DataFrame,
+    extra_vllm_pids: Iterable[int] = (),
+    gpu_index_by_rank: Mapping[int, int] | None = None,
+) -> pd.DataFrame:
+    """A copy of ``ledger`` with ``gpu_name``, ``driver_version`` and ``other_process_bytes`` filled in.
+
+    The vLLM pids are the ledger's ``pid`` values plus ``extra_vllm_pids`` (e.g. an EngineCore that
+    holds GPU memory). A row's GPU is the one its ``pid`` runs on in ``apps``; rows whose pid is not
+    in the snapshot use ``gpu_index_by_rank[rank]`` when given, else stay ``<NA>``. A pid found on
+    another GPU than ``gpu_index_by_rank`` says, or a GPU name or driver that differs from one already
+    in the ledger, is an error naming the source and rank.
+
+    >>> gpus = read_nvidia_smi_csv("0, GPU-0a1b, NVIDIA H100 80GB HBM3, 580.95.05, 81559, 3072, 78017")
+    >>> apps = read_nvidia_smi_csv("GPU-0a1b, 7, VLLM::Worker_TP0, 2048\\nGPU-0a1b, 9, python3, 1024")
+    >>> ledger = pd.DataFrame({"source": ["boot.log"], "rank": [0], "pid": [7]})
+    >>> row = join_nvidia_smi(ledger, gpus, apps).iloc[0]
+    >>> row["gpu_name"], int(row["other_process_bytes"])
+    ('NVIDIA H100 80GB HBM3', 1073741824)
+    """
+    joined = ledger.copy()
+    pids = joined["pid"] if "pid" in joined.columns else pd.Series(pd.NA, index=joined.index)
+    vllm_pids = {int(pid) for pid in pids.dropna()} | {int(pid) for pid in extra_vllm_pids}
+    context = gpu_context(gpus, apps, vllm_pids).set_index("gpu_index")
+    by_pid = gpu_index_by_pid(gpus, apps)
+    for column in JOINED_COLUMNS:
+        if column not in joined.columns:
+            joined[column] = pd.NA
+    for label, row in joined.iterrows():
+        index = _row_gpu_index(row, by_pid, gpu_index_by_rank, context.index)
+        if index is None:
+            continue
+        gpu = context.loc[index]
+        for column in ("gpu_name", "driver_version"):
+            current = row[column]
+            if not pd.isna(current) and str(current) != str(gpu[column]):
+                raise NvidiaSmiError(
+                    f"{_where(row)}: the ledger says {column} {current!r}, the nvidia-smi snapshot says "
+                    f"{gpu[column]!r} for GPU {index}; a snapshot of another machine?"
+                )
+            joined.at[label, column] = gpu[column]
+        joined.at[label, "other_process_bytes"] = gpu["other_process_bytes"]
+    joined["other_process_bytes"] = joined["other_process_bytes"].astype("Int64")
+    return joined
+
+
+def _row_gpu_index(row, by_pid, gpu_index_by_rank, known_indexes) -> int | None:
+    pid = row.get("pid")
+    from_pid = None if pd.isna(pid) else by_pid.get(int(pid))
+    rank = row.get("rank")
+    from_rank = None
+    if gpu_index_by_rank is not None and not pd.isna(rank) and int(rank) in gpu_index_by_rank:
+        from_rank = int(gpu_index_by_rank[int(rank)])
+        if from_rank not in known_indexes:
+            raise NvidiaSmiError(
+                f"{_where(row)}: gpu_index_by_rank maps it to GPU {from_rank}, not in the snapshot"
+            )
+    if from_pid is not None and from_rank is not None and from_pid != from_rank:
+        raise NvidiaSmiError(
+            f"{_where(row)}: pid {int(pid)} runs on GPU {from_pid} in the snapshot, "
+            f"but gpu_index_by_rank says GPU {from_rank}"
+        )
+    return from_pid if from_pid is not None else from_rank
+
+
+def _where(row) -> str:
+    source = row.get("source", "ledger")
+    rank = row.get("rank")
+    return f"{source}, rank {rank}" if not pd.isna(rank) else str(source)
+
+
+def _check_apps_on_known_gpus(gpus: pd.DataFrame, apps: pd.DataFrame) -> None:
+    unknown = apps[~apps["gpu_uuid"].isin(set(gpus["gpu_uuid"]))]
+    if not unknown.empty:
+        first = unknown.iloc[0]
+        raise NvidiaSmiError(
+            f"{first['source']}, line {first['line']}: process {first['pid']} runs on {first['gpu_uuid']}, "
+            "which the --query-gpu snapshot does not list; were both taken on the same machine?"
+        )
+
+
+def _source_and_text(path_or_text: str | Path) -> tuple[str, str]:
+    if isinstance(path_or_text, Path) or ("\n" not in path_or_text and "," not in path_or_text):
+        path = Path(path_or_text)
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise NvidiaSmiError(f"{path}: cannot read nvidia-smi snapshot ({exc.strerror})") from None
+        return str(path), data.decode("utf-8", errors="replace").lstrip("\ufeff")
+    return "<text>", path_or_text
+
+
+def _split(line: str) -> list[str]:
+    return [part.strip() for part in line.split(",")]
+
+
+def _parse_header(line: str) -> list[str] | None:
+    """Header names with units stripped, or None when the line is data (its first field is not a name)."""
+    names = [part.split("[")[0].strip().lower() for part in _split(line)]
+    known = set(_HEADERS["gpus"]) | set(_HEADERS["apps"])
+    return names if names and names[0] in known else None
+
+
+def _header_kind(names: list[str], source: str, number: int) -> tuple[str, list[str]]:
+    for kind, mapping in _HEADERS.items():
+        fields = [mapping.get(name) for name in names]
+        if set(_COLUMNS[kind]) <= set(fields) - {None}:
+            return kind, fields
+    raise NvidiaSmiError(
+        f"{source}, line {number}: header {', '.join(names)!r} is neither "
+        "--query-gpu=index,uuid,name,driver_version,memory.total,memory.used,memory.free nor "
+        "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
+    )
+
+
+def _headerless_kind(line: str, source: str, number: int) -> tuple[str, list[str]]:
+    count = len(_split(line))
+    if count == len(GPU_COLUMNS) and _split(line)[0].isdigit():
+        return "gpus", list(GPU_COLUMNS)
+    if count >= len(APP_COLUMNS) and _split(line)[0].upper().startswith(("GPU-", "MIG-")):
+        return "apps", list(APP_COLUMNS)
+    raise NvidiaSmiError(
+        f"{source}, line {number}: expected an nvidia-smi CSV header, a --query-gpu row of 7 fields "
+        f"starting with the GPU index, or a --query-compute-apps row of 4 fields starting with the GPU "
+        f"UUID; got {count} fields: {line[:80]!r}"
+    )
+
+
+def _parse_row(line: str, fields: list[str | None], kind: str, source: str, number: int) -> dict:
+    parts = _split(line)
+    extra = len(parts) - len(fields)
+    if extra > 0 and "process_name" in fields:
+        # A process name with commas in it: give the surplus fields back to the name.
+        at = fields.index("process_name")
+        parts = [*parts[:at], ", ".join(parts[at : at + extra + 1]), *parts[at + extra + 1 :]]
+    if len(parts) != len(fields):
+        raise NvidiaSmiError(
+            f"{source}, line {number}: expected {len(fields)} comma-separated fields, got {len(parts)}: "
+            f"{line[:80]!r}"
+        )
+    record = {"source": source, "line": number}
+    for field, value in zip(fields, parts):
+        if field is not None:
+            record[field] = _value(field, value, source, number)
+    return record
+
+
+def _value(field: str, value: str, source: str, number: int):
+    if field.endswith("_bytes"):
+        if value.lower() in _NOT_AVAILABLE:
+            return pd.NA
+        # nvidia-smi reports memory in MiB; ``nounits`` drops the unit but not the scale.
+        text = value if value.lower().endswith("ib") else f"{value} MiB"
+        try:
+            return parse_size(text)
+        except ValueError:
+            return _bad(field, value, source, number)
+    if field in ("gpu_index", "pid"):
+        if not value.isdigit():
+            return _bad(field, value, source, number)
+        return int(value)
+    return value
+
+
+def _bad(field: str, value: str, source: str, number: int):
+    unit = " (MiB, e.g. '81559 MiB' or '81559')" if field.endswith("_bytes") else " (a whole number)"
+    raise NvidiaSmiError(f"{source}, line {number}: {field} {value!r} is not a valid value{unit}")
+
+
+def _frame(records: list[dict], kind: str, source: str) -> pd.DataFrame:
+    columns = [*_COLUMNS[kind], "source", "line"]
+    frame = pd.DataFrame(records, columns=columns)
+    for column in columns:
+        if column.endswith("_bytes"):
+            frame[column] = frame[column].astype("Int64")
+        elif column in ("gpu_index", "pid", "line"):
+            frame[column] = frame[column].astype("int64")
+    frame.attrs["kind"] = kind
+    frame.attrs["source"] = source
+    return frame
+
