@@ -236,7 +236,20 @@ def _layer_types(
     window = lm.get("sliding_window")
     if lm.get("use_sliding_window") is False:
         window = None
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
+        raise KVSpecError(
+            f"{where}: field 'sliding_window' must be one whole number of tokens, got {window!r}"
+        )
+    if lm.get("attention_chunk_size"):
+        raise KVSpecError(
+            f"{where}: field 'attention_chunk_size' (chunked local attention, Llama 4) is not sized "
+            "by kvplan; it would be wrong to size these layers as full attention"
+        )
     notes: list[str] = []
+    if mla and lm.get("index_topk") is not None:
+        notes.append(
+            "DeepSeek-V3.2 sparse attention also keeps an indexer key cache per layer, not counted here"
+        )
     if isinstance(lm.get("layer_types"), Sequence) and not isinstance(lm.get("layer_types"), str):
         raw = list(lm["layer_types"])
         if len(raw) != num_layers:

@@ -622,3 +622,12 @@ def test_four_rank_boot_by_hand():
     assert (low, high) == (9_736, 9_744)
     assert spec.kv_cache_tokens(9_741, 32768) == 155_856
     assert round(spec.max_concurrency(9_741, 32768), 2) == 4.76
+
+
+def test_layers_kvplan_cannot_size_are_refused_or_marked():
+    # chunked local attention (Llama 4) must not pass as full attention
+    with pytest.raises(KVSpecError, match="attention_chunk_size"):
+        kv_spec({"num_hidden_layers": 4, "num_attention_heads": 8, "head_dim": 64,
+                 "attention_chunk_size": 8192}, tp=1)
+    # DeepSeek-V3.2's indexer cache is not counted: the spec says so
+    assert "indexer" in kv_spec({**DEEPSEEK_V3, "index_topk": 2048}, tp=8).approximate_reason
