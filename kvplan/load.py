@@ -1,0 +1,478 @@
+"""A budget under load: timeline, summary and gate checks from vLLM stats lines and /metrics scrapes.
+
+A budget that boots is necessary, not sufficient. During a load test vLLM reports KV cache usage, running and
+waiting requests, throughput and preemptions (periodic stats lines in the server log, and the Prometheus
+``/metrics`` endpoint); OOMs show up as error lines. The readers in :mod:`kvplan.io.vllm_stats` and
+:mod:`kvplan.io.prometheus_text` turn that evidence into :class:`LoadRow` s; this module turns rows into a
+timeline (:func:`load_timeline`), a JSON-ready summary (:func:`load_summary`) and gate checks
+(:func:`load_checks`). Everything here is pure: no file is read.
+
+Units: usage and hit rates in percent (0–100), throughput in tokens per second, capacity in tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+import pandas as pd
+
+from kvplan.gate import Check
+
+ROW_KEYS = (
+    "source",
+    "line",
+    "time",
+    "engine",
+    "kv_cache_usage_pct",
+    "running",
+    "waiting",
+    "swapped",
+    "prompt_tokens_per_s",
+    "generation_tokens_per_s",
+    "prefix_cache_hit_pct",
+    "preemptions",
+    "preemptions_total",
+    "event",
+)
+EVENTS = ("preemption", "oom", "error")
+KINDS = ("log", "metrics")
+YEARLESS_TIME_FORMAT = "%m-%d %H:%M:%S"  # vLLM's own `_DATE_FORMAT`
+
+
+class LoadFormatError(ValueError):
+    """A load-test file kvplan cannot read; the message names the file, the line and what was expected."""
+
+
+@dataclass(frozen=True)
+class LoadRow:
+    """One stats line, one /metrics scrape of one engine, or one event (preemption warning, OOM, error).
+
+    Unknown values are ``None``. ``engine`` is vLLM's engine index (``Engine 001`` → 1, ``engine="1"`` → 1);
+    ``None`` when the evidence names no engine (V0, or ``N Engines Aggregated``). ``kind`` says which
+    family of evidence the row came from (``log`` or ``metrics``); ``year_known`` is False when the time
+    comes from vLLM's yearless ``%m-%d %H:%M:%S`` stamp with no year given; ``raw`` is the text the row
+    was read from (provenance). Only :data:`ROW_KEYS` go into :meth:`to_dict`.
+
+    >>> LoadRow("server.log", 7, None, 0, kv_cache_usage_pct=41.5, event=None).to_dict()["kv_cache_usage_pct"]
+    41.5
+    """
+
+    source: str
+    line: int
+    time: datetime | None
+    engine: int | None
+    kv_cache_usage_pct: float | None = None
+    running: int | None = None
+    waiting: int | None = None
+    swapped: int | None = None
+    prompt_tokens_per_s: float | None = None
+    generation_tokens_per_s: float | None = None
+    prefix_cache_hit_pct: float | None = None
+    preemptions: int | None = None
+    preemptions_total: int | None = None
+    event: str | None = None
+    kind: str = "log"
+    year_known: bool = True
+    raw: str = field(default="", repr=False)
+
+    def __post_init__(self) -> None:
+        if self.event is not None and self.event not in EVENTS:
+            raise ValueError(f"unknown load event {self.event!r} (expected one of {EVENTS})")
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown evidence kind {self.kind!r} (expected one of {KINDS})")
+
+    @property
+    def time_text(self) -> str | None:
+        """ISO 8601 time, or vLLM's ``MM-DD HH:MM:SS`` when the year is unknown.
+
+        >>> LoadRow("a.log", 1, datetime(2000, 11, 29, 10, 0, 10), None, year_known=False).time_text
+        '11-29 10:00:10'
+        """
+        if self.time is None:
+            return None
+        return self.time.isoformat() if self.year_known else self.time.strftime(YEARLESS_TIME_FORMAT)
+
+    def to_dict(self) -> dict:
+        """JSON-ready dict with exactly the keys of :data:`ROW_KEYS`."""
+        data = {key: getattr(self, key) for key in ROW_KEYS}
+        data["time"] = self.time_text
+        return data
+
+
+@dataclass(frozen=True)
+class LoadSource:
+    """What one file says about the server it came from, besides its rows.
+
+    ``kv_cache_tokens`` is the KV capacity in tokens (vLLM's "GPU KV cache size: N tokens" line, or
+    ``num_gpu_blocks × block_size`` from ``vllm:cache_config_info``); ``kv_cache_memory_bytes`` the manual
+    ``--kv-cache-memory-bytes`` value when the log shows one (a manual-value canary);
+    ``reports_preemptions`` whether the format can show a preemption at all (V1 logs before 0.11.1
+    cannot).
+    """
+
+    source: str
+    kind: str
+    kv_cache_tokens: int | None = None
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    reports_preemptions: bool = True
+
+
+@dataclass(frozen=True)
+class LoadReading:
+    """Rows, warnings and per-file facts read from the files of one load-test run."""
+
+    rows: tuple[LoadRow, ...]
+    warnings: tuple[str, ...] = ()
+    sources: tuple[LoadSource, ...] = ()
+
+    def to_dict(self) -> dict:
+        """``{"rows": [...], "warnings": [...]}``, the JSON of ``kvplan load --json``."""
+        return {"rows": [row.to_dict() for row in self.rows], "warnings": list(self.warnings)}
+
+    @property
+    def kv_cache_tokens(self) -> int | None:
+        """The run's KV capacity in tokens when its files state one value; ``None`` otherwise."""
+        values = {s.kv_cache_tokens for s in self.sources if s.kv_cache_tokens is not None}
+        return values.pop() if len(values) == 1 else None
+
+
+def combine_readings(readings: Iterable[LoadReading], order: Sequence[str] = ()) -> LoadReading:
+    """One reading from several, rows ordered by file (``order`` = paths as given), then by line.
+
+    >>> a = LoadReading((LoadRow("b.log", 2, None, None),), ("w",))
+    >>> b = LoadReading((LoadRow("a.log", 9, None, None),))
+    >>> [row.source for row in combine_readings([a, b], order=["a.log", "b.log"]).rows]
+    ['a.log', 'b.log']
+    """
+    readings = list(readings)
+    rank = {source: position for position, source in enumerate(order)}
+    rows = [row for reading in readings for row in reading.rows]
+    rows.sort(key=lambda row: rank.get(row.source, len(rank)))
+    return LoadReading(
+        rows=tuple(rows),
+        warnings=tuple(w for reading in readings for w in reading.warnings),
+        sources=tuple(s for reading in readings for s in reading.sources),
+    )
+
+
+def counter_increase(previous: float | None, current: float | None) -> float | None:
+    """Increase of a Prometheus counter between two scrapes, reset-safe (never negative).
+
+    A counter that went down was reset by a server restart; as Prometheus' ``rate()`` does, the increase
+    is then the new value (everything counted since the restart).
+
+    >>> counter_increase(40, 52), counter_increase(52, 3), counter_increase(None, 3)
+    (12, 3, None)
+    """
+    if previous is None or current is None:
+        return None
+    return current - previous if current >= previous else current
+
+
+def percent(fraction: float) -> float:
+    """A 0–1 fraction as a 0–100 percentage, without float noise.
+
+    >>> percent(0.07), percent(0.153846)
+    (7.0, 15.3846)
+    """
+    return round(fraction * 100, 6)
+
+
+# --- timeline ---------------------------------------------------------------------------------
+
+TIMELINE_COLUMNS = [key for key in ROW_KEYS if key != "time"] + ["kind", "preemptions_cum", "elapsed_s"]
+
+
+def _cumulative_preemptions(rows: Sequence[LoadRow]) -> list[int | None]:
+    """Preemptions so far in the run, per row, for rows of one evidence kind and one engine.
+
+    Metrics: the first counter value plus the reset-safe increases after it. Logs: the running sum of
+    the interval counts (V1 ``Preemptions: N``), raised to a V0 warning's ``total_num_cumulative_preemption``.
+    ``None`` until some count is known.
+    """
+    total: int | None = None
+    out: list[int | None] = []
+    for position, row in enumerate(rows):
+        if row.kind == "metrics":
+            if position == 0 or total is None:
+                total = row.preemptions_total
+            elif row.preemptions is not None:
+                total += row.preemptions
+        else:
+            if row.preemptions is not None:
+                total = (total or 0) + row.preemptions
+            if row.preemptions_total is not None:
+                total = max(total or 0, row.preemptions_total)
+        out.append(total)
+    return out
+
+
+def load_timeline(reading: LoadReading) -> pd.DataFrame:
+    """The run as a DataFrame indexed by time, one row per :class:`LoadRow`, in file order.
+
+    Columns: every :data:`ROW_KEYS` key but ``time``, plus ``kind`` (``log``/``metrics``),
+    ``preemptions_cum`` (preemptions so far in the run for that engine and evidence kind, counter
+    resets included, never decreasing) and ``elapsed_s`` (seconds since the run's first timed row,
+    for comparing runs made at different times). Group by ``engine`` for per-engine series.
+
+    >>> rows = (LoadRow("m", 1, datetime(2026, 1, 1, 0, 0, 0), 0, preemptions_total=5, kind="metrics"),
+    ...         LoadRow("m", 9, datetime(2026, 1, 1, 0, 0, 10), 0, preemptions=2, preemptions_total=2,
+    ...                 kind="metrics"))
+    >>> load_timeline(LoadReading(rows))[["preemptions_cum", "elapsed_s"]].to_dict("list")
+    {'preemptions_cum': [5, 7], 'elapsed_s': [0.0, 10.0]}
+    """
+    rows = list(reading.rows)
+    cumulative: dict[int, int | None] = {}
+    groups: dict[tuple, list[int]] = {}
+    for index, row in enumerate(rows):
+        groups.setdefault((row.kind, row.engine), []).append(index)
+    for indices in groups.values():
+        for index, value in zip(indices, _cumulative_preemptions([rows[i] for i in indices])):
+            cumulative[index] = value
+    frame = pd.DataFrame(
+        [{**{key: getattr(row, key) for key in TIMELINE_COLUMNS[:-2]}} for row in rows],
+        columns=TIMELINE_COLUMNS[:-2],
+    )
+    frame["preemptions_cum"] = pd.array([cumulative[i] for i in range(len(rows))], dtype="Int64")
+    for column in ("line", "engine", "running", "waiting", "swapped", "preemptions", "preemptions_total"):
+        frame[column] = pd.array(frame[column].tolist(), dtype="Int64")
+    times = pd.to_datetime(pd.Series([row.time for row in rows], dtype="object"))
+    start = times.min()
+    frame["elapsed_s"] = (times - start).dt.total_seconds().to_numpy() if len(rows) else []
+    frame.index = pd.DatetimeIndex(times, name="time")
+    return frame
+
+
+# --- summary ----------------------------------------------------------------------------------
+
+
+def _where(row: LoadRow) -> dict:
+    return {"source": row.source, "line": row.line, "time": row.time_text, "engine": row.engine}
+
+
+def _where_text(row: LoadRow) -> str:
+    when = f" ({row.time_text})" if row.time_text else ""
+    engine = f", engine {row.engine}" if row.engine is not None else ""
+    return f"{row.source}:{row.line}{when}{engine}"
+
+
+def run_preemptions(reading: LoadReading) -> int | None:
+    """Preemptions in the run: summed over engines, the larger of what logs and metrics show.
+
+    Logs and /metrics of one run count the same preemptions, so the two kinds are never added.
+    ``None`` when no file can tell (e.g. a V1 log before 0.11.1 without a /metrics snapshot).
+
+    >>> run_preemptions(LoadReading((LoadRow("s.log", 3, None, 0, preemptions=4),
+    ...                              LoadRow("s.log", 9, None, 0, preemptions=0))))
+    4
+    """
+    timeline = load_timeline(reading)
+    by_kind = []
+    for _, frame in timeline.groupby("kind"):
+        last = frame.groupby("engine", dropna=False)["preemptions_cum"].max()
+        if last.notna().any():
+            by_kind.append(int(last.fillna(0).sum()))
+    if by_kind:
+        return max(by_kind)
+    if reading.rows and all(s.reports_preemptions for s in reading.sources) and reading.sources:
+        return 0
+    return None
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(sum(known) / len(known), 3) if known else None
+
+
+def _peak_row(rows: Sequence[LoadRow]) -> LoadRow | None:
+    usage = [row for row in rows if row.kv_cache_usage_pct is not None]
+    return max(usage, key=lambda row: row.kv_cache_usage_pct) if usage else None
+
+
+def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> dict:
+    """JSON-ready summary of one run, for notebooks, the evidence bundle and the canary comparison.
+
+    ``kv_cache_tokens`` overrides the capacity the files state. Keys: ``sources``, ``rows``,
+    ``engines``, ``start``, ``end``, ``duration_s``, ``kv_cache_tokens``, ``peak_kv_cache_usage_pct``,
+    ``peak_kv_cache_tokens`` (peak usage × capacity, rounded down), ``peak_at``, ``max_running``,
+    ``max_waiting``, ``mean_prompt_tokens_per_s``, ``mean_generation_tokens_per_s`` (means over the
+    rows that report them), ``preemptions``, ``oom_events``, ``error_events``, ``events``, ``warnings``.
+
+    >>> rows = (LoadRow("s.log", 1, None, 0, kv_cache_usage_pct=50.0, generation_tokens_per_s=900.0),
+    ...         LoadRow("s.log", 2, None, 0, kv_cache_usage_pct=80.0, generation_tokens_per_s=1100.0))
+    >>> s = load_summary(LoadReading(rows), kv_cache_tokens=157280)
+    >>> s["peak_kv_cache_usage_pct"], s["peak_kv_cache_tokens"], s["mean_generation_tokens_per_s"]
+    (80.0, 125824, 1000.0)
+    """
+    rows = reading.rows
+    capacity = kv_cache_tokens if kv_cache_tokens is not None else reading.kv_cache_tokens
+    peak = _peak_row(rows)
+    times = [row.time for row in rows if row.time is not None]
+    timed = [row for row in rows if row.time is not None]
+    events = [row for row in rows if row.event is not None]
+    running = [row.running for row in rows if row.running is not None]
+    waiting = [row.waiting for row in rows if row.waiting is not None]
+    return {
+        "sources": list(dict.fromkeys(row.source for row in rows)),
+        "rows": len(rows),
+        "engines": sorted({row.engine for row in rows if row.engine is not None}),
+        "start": min(timed, key=lambda r: r.time).time_text if timed else None,
+        "end": max(timed, key=lambda r: r.time).time_text if timed else None,
+        "duration_s": (max(times) - min(times)).total_seconds() if times else None,
+        "kv_cache_tokens": capacity,
+        "peak_kv_cache_usage_pct": peak.kv_cache_usage_pct if peak else None,
+        "peak_kv_cache_tokens": (
+            int(peak.kv_cache_usage_pct * capacity // 100) if peak and capacity is not None else None
+        ),
+        "peak_at": _where(peak) if peak else None,
+        "max_running": max(running) if running else None,
+        "max_waiting": max(waiting) if waiting else None,
+        "mean_prompt_tokens_per_s": _mean(row.prompt_tokens_per_s for row in rows),
+        "mean_generation_tokens_per_s": _mean(row.generation_tokens_per_s for row in rows),
+        "preemptions": run_preemptions(reading),
+        "oom_events": sum(row.event == "oom" for row in rows),
+        "error_events": sum(row.event == "error" for row in rows),
+        "events": [{"event": row.event, **_where(row)} for row in events],
+        "warnings": list(reading.warnings),
+    }
+
+
+# --- gate checks ------------------------------------------------------------------------------
+
+
+def capacity_loss(kv_cache_tokens: int, profiled_kv_cache_tokens: int) -> tuple[int, float]:
+    """Tokens and percent of KV capacity a manual-value canary gives up against the profiled canary.
+
+    Negative values are a gain.
+
+    >>> capacity_loss(157_280, 181_504)  # 181,504 − 157,280 = 24,224 tokens = 13.346%
+    (24224, 13.346)
+    """
+    if profiled_kv_cache_tokens <= 0:
+        raise ValueError(f"profiled KV capacity must be positive, got {profiled_kv_cache_tokens} tokens")
+    loss = profiled_kv_cache_tokens - kv_cache_tokens
+    return loss, round(100 * loss / profiled_kv_cache_tokens, 3)
+
+
+def load_checks(
+    reading: LoadReading,
+    *,
+    max_preemptions: int = 0,
+    profiled_kv_cache_tokens: int | None = None,
+    max_capacity_loss_pct: float | None = None,
+    kv_cache_tokens: int | None = None,
+) -> list[Check]:
+    """Gate checks for a canary's load test (``kvplan gate … --load``).
+
+    Parameters
+    ----------
+    reading : the run, from :func:`kvplan.io.vllm_stats.read_load_evidence` (logs and /metrics alike).
+    max_preemptions : policy threshold on preemptions in the whole run [count], default 0.
+    profiled_kv_cache_tokens : KV capacity of the profiled canary [tokens]; when given (the canary is a
+        manual-value canary), the capacity loss against it is checked.
+    max_capacity_loss_pct : policy bound on that loss [%]; ``None`` reports the loss without a bound.
+    kv_cache_tokens : the canary's KV capacity [tokens], when its load files do not state it.
+
+    Returns the checks in order: no OOM; preemptions ≤ threshold; peak KV cache usage (reported, passes
+    whenever it is known); and, with a profiled capacity, the capacity loss. ``passed`` is ``None`` when
+    the evidence cannot tell.
+
+    >>> rows = (LoadRow("s.log", 4, None, 0, kv_cache_usage_pct=88.0, preemptions=0),)
+    >>> [c.passed for c in load_checks(LoadReading(rows))]
+    [True, True, True]
+    """
+    rows = reading.rows
+    capacity = kv_cache_tokens if kv_cache_tokens is not None else reading.kv_cache_tokens
+    checks = [_oom_check(rows), _preemption_check(reading, max_preemptions), _peak_check(rows, capacity)]
+    if profiled_kv_cache_tokens is not None:
+        checks.append(_capacity_check(capacity, profiled_kv_cache_tokens, max_capacity_loss_pct))
+    return checks
+
+
+def _oom_check(rows: Sequence[LoadRow]) -> Check:
+    name = "no OOM under load"
+    if not rows:
+        return Check(name, None, "no load evidence: no stats line, scrape or event was read")
+    ooms = [row for row in rows if row.event == "oom"]
+    errors = [row for row in rows if row.event == "error"]
+    error_note = f"; {len(errors)} other error event(s), first at {_where_text(errors[0])}" if errors else ""
+    if ooms:
+        return Check(
+            name,
+            False,
+            f"{len(ooms)} OOM event(s), first at {_where_text(ooms[0])}: "
+            f"{ooms[0].raw.strip()[:160]}{error_note}",
+        )
+    return Check(
+        name, True, f"no OOM line in {len({r.source for r in rows})} file(s), {len(rows)} rows{error_note}"
+    )
+
+
+def _preemption_check(reading: LoadReading, max_preemptions: int) -> Check:
+    name = f"preemptions ≤ {max_preemptions}"
+    total = run_preemptions(reading)
+    if total is None:
+        return Check(
+            name,
+            None,
+            "these files cannot show preemptions (V1 stats lines before vLLM 0.11.1 "
+            "omit them): add a /metrics snapshot with vllm:num_preemptions_total",
+        )
+    if total <= max_preemptions:
+        return Check(name, True, f"{total} preemption(s) in the run; policy allows {max_preemptions}")
+    first = _first_preemption(reading)
+    return Check(
+        name,
+        False,
+        f"{total} preemption(s) in the run, first seen at {_where_text(first)}; policy "
+        f"allows {max_preemptions}: the KV cache ran out for this request mix (requests were "
+        "evicted and recomputed)",
+    )
+
+
+def _first_preemption(reading: LoadReading) -> LoadRow:
+    """The earliest row (by time, then file order) at which some engine's preemption count is above 0."""
+    timeline = load_timeline(reading).reset_index()
+    firsts = [
+        group.index[0]
+        for _, group in timeline[timeline["preemptions_cum"].fillna(0) > 0].groupby(
+            ["kind", "engine"], dropna=False
+        )
+    ]
+    return min(
+        (reading.rows[i] for i in firsts), key=lambda row: (row.time is None, row.time or datetime.min)
+    )
+
+
+def _peak_check(rows: Sequence[LoadRow], capacity: int | None) -> Check:
+    name = "peak KV cache usage reported"
+    peak = _peak_row(rows)
+    if peak is None:
+        return Check(name, None, "no KV cache usage value in the load evidence")
+    tokens = ""
+    if capacity is not None:
+        tokens = f" of {capacity:,} tokens (≈{int(peak.kv_cache_usage_pct * capacity // 100):,} tokens)"
+    return Check(name, True, f"peak {peak.kv_cache_usage_pct:.1f}%{tokens} at {_where_text(peak)}")
+
+
+def _capacity_check(capacity: int | None, profiled: int, bound_pct: float | None) -> Check:
+    name = "capacity vs profiled canary" + (f" (loss ≤ {bound_pct:g}%)" if bound_pct is not None else "")
+    if capacity is None:
+        return Check(
+            name,
+            None,
+            "the canary's KV capacity is unknown: its load files state no "
+            "'GPU KV cache size' line nor vllm:cache_config_info; pass it explicitly",
+        )
+    loss_tokens, loss_pct = capacity_loss(capacity, profiled)
+    detail = (
+        f"{capacity:,} tokens against {profiled:,} profiled: "
+        f"{'loss' if loss_tokens >= 0 else 'gain'} of {abs(loss_tokens):,} tokens ({abs(loss_pct):g}%)"
+    )
+    if bound_pct is None:
+        return Check(name, True, detail + "; no policy bound set")
+    return Check(name, loss_pct <= bound_pct, f"{detail}; policy bound {bound_pct:g}%")
