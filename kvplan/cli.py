@@ -7,6 +7,7 @@ exits 2 with a one-line ``error: …`` on stderr.
 from __future__ import annotations
 
 import argparse
+import csv
 import json
 import sys
 from collections.abc import Callable, Sequence
@@ -16,7 +17,9 @@ from kvplan.budget import uniform_budget
 from kvplan.capacity import DEFAULT_BLOCK_SIZE, capacity
 from kvplan.drift import drift_budget
 from kvplan.io.model_config import read_model_config
+from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.kvspec import KV_CACHE_DTYPE_BYTES, KVSpec, kv_spec
+from kvplan.load import ROW_KEYS, load_summary
 from kvplan.units import format_size, parse_size, parse_size_list
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
@@ -114,7 +117,7 @@ def _run_budget(args: argparse.Namespace) -> int:
 
 
 def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --model/--tp/--pp/--dcp/--kv-cache-dtype/--block-size/--vllm-version (see _kv_spec_from_args)."""
+    """Add --model/--tp/--pp/--dcp/--kv-cache-dtype/--block-size/--vllm-version/--max-num-batched-tokens."""
     group = parser.add_argument_group(
         "model and layout", "bytes per token per rank from a model config, as vLLM sizes the KV cache"
     )
@@ -131,6 +134,8 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
                             "for the model: 64 for MLA, larger for hybrid Mamba models)")
     group.add_argument("--vllm-version", metavar="V",
                        help="vLLM release whose arithmetic to reproduce (default: the newest known)")
+    group.add_argument("--max-num-batched-tokens", type=_positive_int, metavar="N",
+                       help="vLLM's --max-num-batched-tokens; sizes sliding-window layers exactly")
 
 
 def _kv_spec_from_args(args: argparse.Namespace) -> KVSpec | None:
@@ -147,6 +152,7 @@ def _kv_spec_from_args(args: argparse.Namespace) -> KVSpec | None:
         kv_cache_dtype=args.kv_cache_dtype,
         block_size=args.block_size,
         vllm_version=args.vllm_version,
+        max_num_batched_tokens=args.max_num_batched_tokens,
     )
 
 
@@ -240,12 +246,61 @@ def _run_drift(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- load -------------------------------------------------------------------------------------
+
+
+def _add_load(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "load",
+        help="KV cache usage, requests, preemptions and OOMs under load, from logs and /metrics",
+        description="One row per vLLM stats line, per /metrics scrape and engine, and per event "
+        "(preemption warning, OOM, error), in file order; unknown values are null. Give the files of "
+        "one run: server logs and saved /metrics snapshots alike. "
+        "Example: kvplan load data/load/manual-canary-overload/server.log --year 2026 --json",
+    )
+    parser.add_argument(
+        "files", nargs="+", metavar="FILE", help="server logs and /metrics snapshots of one run"
+    )
+    parser.add_argument("--year", type=_positive_int, help="year of vLLM's yearless MM-DD timestamps")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help='print {"rows": [...], "warnings": [...]}')
+    output.add_argument("--csv", action="store_true", help="print the rows as CSV (warnings on stderr)")
+    parser.set_defaults(run=_run_load)
+
+
+def _run_load(args: argparse.Namespace) -> int:
+    reading = read_load_evidence(args.files, year=args.year)
+    if args.json:
+        return _print_json(reading.to_dict())
+    rows = [row.to_dict() for row in reading.rows]
+    if args.csv:
+        writer = csv.DictWriter(sys.stdout, fieldnames=ROW_KEYS, lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(rows)
+    else:
+        summary = load_summary(reading)
+        shown = [{**row, "where": f"{row['source']}:{row['line']}"} for row in rows]
+        columns = ["where", "time", "engine", "kv_cache_usage_pct", "running", "waiting",
+                   "generation_tokens_per_s", "preemptions", "preemptions_total", "event"]
+        print(format_table([{k: ("" if v is None else v) for k, v in row.items()} for row in shown], columns))
+        print()
+        print(f"peak KV cache usage  {summary['peak_kv_cache_usage_pct']}% "
+              f"(capacity {summary['kv_cache_tokens'] or 'unknown'} tokens)")
+        preemptions = summary["preemptions"]
+        print(f"preemptions          {'unknown' if preemptions is None else preemptions}")
+        print(f"OOM / error events   {summary['oom_events']} / {summary['error_events']}")
+    for warning in reading.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
+    return EXIT_OK
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_budget,
     _add_capacity,
     _add_drift,
+    _add_load,
 ]
 
 

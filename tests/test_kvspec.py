@@ -631,3 +631,16 @@ def test_layers_kvplan_cannot_size_are_refused_or_marked():
                  "attention_chunk_size": 8192}, tp=1)
     # DeepSeek-V3.2's indexer cache is not counted: the spec says so
     assert "indexer" in kv_spec({**DEEPSEEK_V3, "index_topk": 2048}, tp=8).approximate_reason
+
+
+def test_capacity_sliding_window_exact_with_batched_tokens(capsys):
+    # gpt-oss-120b TP 1 with --max-num-batched-tokens 2048: 589,824 B blocks; 1 GiB → 1,820 blocks
+    # (1,073,741,824 / 589,824 = 1,820.4); 8,192-token requests need 649 blocks → 1,820 / 649 = 2.80x
+    data = _run_json(capsys, "capacity", "--model", "gpt-oss-120b", "--tp", "1", "--kv-bytes", "1GiB",
+                     "--max-model-len", "8192", "--max-num-batched-tokens", "2048", "--json")
+    assert (data["blocks"], data["approximate"]) == (1_820, False)
+    assert data["max_concurrency"] == pytest.approx(1_820 / 649)
+    # without it the same command is marked approximate
+    data = _run_json(capsys, "capacity", "--model", "gpt-oss-120b", "--tp", "1", "--kv-bytes", "1GiB",
+                     "--max-model-len", "8192", "--json")
+    assert data["approximate"] is True and "max_num_batched_tokens" in data["approximate_reason"]
