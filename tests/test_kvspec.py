@@ -644,3 +644,17 @@ def test_capacity_sliding_window_exact_with_batched_tokens(capsys):
     data = _run_json(capsys, "capacity", "--model", "gpt-oss-120b", "--tp", "1", "--kv-bytes", "1GiB",
                      "--max-model-len", "8192", "--json")
     assert data["approximate"] is True and "max_num_batched_tokens" in data["approximate_reason"]
+
+
+def test_cross_check_per_worker_releases_check_each_row():
+    # vLLM 0.9.0–0.11.0 log one "GPU KV cache size" per worker, from that worker's own memory.
+    # Llama-3.1-8B TP 2 (1 MiB blocks): 20 GiB → 20,480 blocks = 327,680 tokens = 40.0x at 8,192;
+    # 19 GiB → 19,456 blocks = 311,296 tokens = 38.0x. Each row is checked on its own.
+    spec = kv_spec(read_model_config("llama-3.1-8b"), tp=2)
+    ledger = pd.DataFrame({"source": ["e.log"] * 2, "boot": [0, 0], "rank": [0, 1],
+                           "available_kv_bytes": [20 * GiB, 19 * GiB], "kv_cache_tokens": [327_680, 311_296],
+                           "max_concurrency": [40.0, 38.0], "max_model_len": [8192, 8192],
+                           "vllm_version": ["0.10.2", "0.10.2"]})
+    result = cross_check(ledger, spec, available_tolerance_bytes=0)
+    assert result["predicted_kv_cache_tokens"].tolist() == [327_680, 311_296]
+    assert result["agrees"].tolist() == [True, True]
