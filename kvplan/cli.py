@@ -12,13 +12,17 @@ import json
 import sys
 from collections.abc import Callable, Sequence
 
+import pandas as pd
+
 from kvplan import __version__
 from kvplan.budget import uniform_budget
 from kvplan.capacity import DEFAULT_BLOCK_SIZE, capacity
 from kvplan.drift import drift_budget
 from kvplan.io.model_config import read_model_config
+from kvplan.io.vllm_log import read_vllm_logs
 from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.kvspec import KV_CACHE_DTYPE_BYTES, KVSpec, kv_spec
+from kvplan.ledger import budget_from_ledger
 from kvplan.load import ROW_KEYS, load_summary
 from kvplan.units import format_size, parse_size, parse_size_list
 
@@ -73,22 +77,35 @@ def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
 def _add_budget(sub: argparse._SubParsersAction) -> None:
     parser = sub.add_parser(
         "budget",
-        help="uniform --kv-cache-memory-bytes from per-rank room and a reserve",
+        help="uniform --kv-cache-memory-bytes from vLLM logs (or per-rank room) and a reserve",
         description="The largest KV budget every rank can allocate: min over ranks of "
-        "(room − reserve), rounded down to whole blocks. "
+        "(room − reserve), rounded down to whole blocks. Room comes from the logs (each rank's worst "
+        "boot) or from --room. "
+        "Example: kvplan budget data/boots/four-rank/*.log --reserve 0.9GiB  "
         "Example: kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB",
     )
-    parser.add_argument(
-        "--room", type=_size_list, required=True, help="room per rank, comma-separated, rank order"
-    )
+    parser.add_argument("logs", nargs="*", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
+    parser.add_argument("--room", type=_size_list, help="room per rank, comma-separated, rank order (no LOG)")
     parser.add_argument("--reserve", type=_size, required=True, help="operating reserve per rank")
     parser.add_argument("--block-bytes", type=_positive_int, help="round down to whole blocks")
+    parser.add_argument("--assume-uniform", action="store_true",
+                        help="logs showing local rank 0 only: take its room for every rank")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=_run_budget)
 
 
 def _run_budget(args: argparse.Namespace) -> int:
-    budget = uniform_budget(args.room, args.reserve, block_bytes=args.block_bytes)
+    if bool(args.logs) == (args.room is not None):
+        raise CliError("give either LOG files or --room (exactly one of them)")
+    if args.room is not None:
+        if args.assume_uniform:
+            raise CliError("--assume-uniform applies to LOG files only")
+        budget = uniform_budget(args.room, args.reserve, block_bytes=args.block_bytes)
+    else:
+        ledger, metadata = read_vllm_logs(args.logs)
+        _print_warnings(metadata["warnings"])
+        budget = budget_from_ledger(ledger, args.reserve, block_bytes=args.block_bytes,
+                                    assume_uniform=args.assume_uniform)
     if args.json:
         return _print_json(budget.to_dict())
     print(f"uniform budget  {format_size(budget.uniform_budget_bytes)} per GPU "
@@ -111,6 +128,64 @@ def _run_budget(args: argparse.Namespace) -> int:
     print()
     print(format_table(rows, ["rank", "room", "safe", "stranded", "limits"]))
     return EXIT_OK
+
+
+# --- ledger -----------------------------------------------------------------------------------
+
+#: Columns of the readable ``kvplan ledger`` table (sizes formatted); --json and --csv give all columns.
+LEDGER_TABLE = ["source", "boot", "rank", "process", "outcome", "init_free_bytes", "weights_bytes",
+                "available_kv_bytes", "suggested_full_bytes", "room_bytes", "room_source"]
+
+
+def _add_ledger(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "ledger",
+        help="read vLLM startup logs into the per-rank ledger (one row per boot × rank)",
+        description="Every boot and rank in the logs with its memory ledger, room and outcome. "
+        "Example: kvplan ledger data/boots/four-rank/*.log --json",
+    )
+    parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument("--json", action="store_true", help='print {"rows": [...], "warnings": [...]}')
+    form.add_argument("--csv", action="store_true", help="print the ledger as CSV")
+    parser.set_defaults(run=_run_ledger)
+
+
+def _run_ledger(args: argparse.Namespace) -> int:
+    ledger, metadata = read_vllm_logs(args.logs)
+    if args.json:
+        rows = [{column: _json_scalar(value) for column, value in row.items()}
+                for row in ledger.to_dict(orient="records")]
+        return _print_json({"rows": rows, "warnings": list(metadata["warnings"])})
+    _print_warnings(metadata["warnings"])
+    if args.csv:
+        ledger.to_csv(sys.stdout, index=False)
+        return EXIT_OK
+    rows = [
+        {column: _table_cell(column, row[column]) for column in LEDGER_TABLE}
+        for row in ledger.to_dict(orient="records")
+    ]
+    print(format_table(rows, LEDGER_TABLE))
+    return EXIT_OK
+
+
+def _json_scalar(value: object) -> object:
+    """A ledger cell for JSON: plain int/float/bool/str, None for NA."""
+    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
+        return None
+    return value.item() if hasattr(value, "item") else value
+
+
+def _table_cell(column: str, value: object) -> str:
+    value = _json_scalar(value)
+    if value is None:
+        return "-"
+    return format_size(int(value)) if column.endswith("_bytes") else str(value)
+
+
+def _print_warnings(warnings: Sequence[str]) -> None:
+    for warning in warnings:
+        print(f"warning: {warning}", file=sys.stderr)
 
 
 # --- capacity ---------------------------------------------------------------------------------
@@ -298,6 +373,7 @@ def _run_load(args: argparse.Namespace) -> int:
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_budget,
+    _add_ledger,
     _add_capacity,
     _add_drift,
     _add_load,
