@@ -10,8 +10,9 @@ Two layers. :func:`evaluate` is a pure function from a :class:`Scenario` (every 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import ipywidgets as widgets
@@ -30,6 +31,7 @@ from kvplan.capacity import (
     concurrency_curve,
 )
 from kvplan.drift import Drift, drift_budget
+from kvplan.ledger import budget_from_ledger
 from kvplan.units import bytes_to_gib, format_size, parse_size
 
 if TYPE_CHECKING:
@@ -107,17 +109,10 @@ class Outcome:
         >>> outcome.headline()["uniform budget"], outcome.headline()["limiting rank"]
         ('12 GiB', '0')
         """
-        budget = self.budget
-        lines = {
-            "uniform budget": format_size(budget.uniform_budget_bytes),
-            "flag": budget.flag,
-            "limiting rank": str(budget.limiting_rank),
-            "stranded total": format_size(budget.stranded_total_bytes),
-            "min/median": f"{budget.min_median_ratio:.3f}",
-        }
+        lines = budget_headline(self.budget)
         if self.capacity is not None:
-            lines["tokens"] = f"{self.capacity.tokens:,}"
             cap = self.capacity
+            lines["tokens"] = f"{cap.tokens:,}"
             lines["max concurrency"] = f"{cap.max_concurrency:.2f}× at {cap.max_model_len:,}"
         if self.target_bytes is not None:
             lines["target needs"] = (
@@ -131,6 +126,71 @@ class Outcome:
                 + ")"
             )
         return lines
+
+
+def budget_headline(budget: Budget) -> dict[str, str]:
+    """Uniform budget, flag, limiting rank, stranded total and min/median of a budget, as text.
+
+    >>> budget_headline(uniform_budget([13 * 2**30, 18 * 2**30], 2**30))["stranded total"]
+    '5 GiB'
+    """
+    return {
+        "uniform budget": format_size(budget.uniform_budget_bytes),
+        "flag": budget.flag,
+        "limiting rank": str(budget.limiting_rank),
+        "stranded total": format_size(budget.stranded_total_bytes),
+        "min/median": f"{budget.min_median_ratio:.3f}",
+    }
+
+
+def format_headline(lines: Mapping[str, str]) -> str:
+    """Headline figures as aligned ``name  value`` lines, stable enough to pin in a notebook test.
+
+    >>> print(format_headline({"uniform budget": "12 GiB", "limiting rank": "2"}))
+    uniform budget  12 GiB
+    limiting rank   2
+    """
+    width = max(len(name) for name in lines)
+    return "\n".join(f"{name.ljust(width)}  {value}" for name, value in lines.items())
+
+
+def weak_rank_verdict(budget: Budget, loss_threshold: float = 0.10) -> str:
+    """Fix the weak rank or tune the value? Decided by ``1 − min/median`` against a threshold.
+
+    When the weakest rank removes at least ``loss_threshold`` of the median rank's safe budget,
+    the weak rank (its co-tenant, its extra memory) is the lever; otherwise the ranks agree and the
+    reserve is the lever. The 10 % default is a policy choice, not a vLLM figure.
+
+    >>> GiB = 2**30
+    >>> weak_rank_verdict(uniform_budget([13 * GiB, 19 * GiB, 19 * GiB], GiB))[:36]
+    'Fix the weak rank: rank 0 (12 GiB) r'
+    """
+    loss = budget.weak_rank_loss_fraction
+    rank, weakest = budget.limiting_rank, format_size(budget.min_safe_bytes)
+    median = format_size(budget.median_safe_bytes)
+    if loss >= loss_threshold:
+        return (
+            f"Fix the weak rank: rank {rank} ({weakest}) removes {loss:.0%} of the median rank's "
+            f"safe budget ({median}); find what else holds memory on its GPU before tuning the value."
+        )
+    return (
+        f"Tune the value: the weakest rank ({rank}, {weakest}) is within {loss:.0%} of the median "
+        f"({median}); the reserve is the lever."
+    )
+
+
+def budgets_by_boot(ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None
+                    ) -> dict[str, Budget]:
+    """The budget each boot of a ledger would give on its own, keyed ``"<file> #<boot>"``.
+
+    Feeds :func:`kvplan.charts.spread_chart`: a weak rank that limits every boot is a property of
+    the machine; one that moves is noise the worst-boot rule already covers.
+    """
+    budgets = {}
+    for (source, boot), rows in ledger.groupby(["source", "boot"], sort=False):
+        label = f"{Path(str(source)).name} #{int(boot)}"
+        budgets[label] = budget_from_ledger(rows, reserve_bytes, block_bytes=block_bytes)
+    return budgets
 
 
 def sequence_lengths(max_model_len: int, shortest: int = 256) -> list[int]:

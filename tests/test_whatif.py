@@ -3,10 +3,22 @@
 from dataclasses import replace
 
 import matplotlib.pyplot as plt
+import pandas as pd
 import pytest
 
+from kvplan.budget import uniform_budget
 from kvplan.units import parse_size
-from kvplan.whatif import Scenario, WhatIfPanel, evaluate, gib_to_bytes, sequence_lengths
+from kvplan.whatif import (
+    Scenario,
+    WhatIfPanel,
+    budget_headline,
+    budgets_by_boot,
+    evaluate,
+    format_headline,
+    gib_to_bytes,
+    sequence_lengths,
+    weak_rank_verdict,
+)
 from tests.conftest import GiB
 
 # Scenario A: rooms 18.8, 17.6, 12.9, 16.4 GiB (nearest byte), reserve 0.9 GiB → 12 GiB, rank 2 limits.
@@ -161,3 +173,41 @@ def test_a_model_spec_gives_vllm_figures_and_follows_the_block_size():
     panel = WhatIfPanel(scenario)
     panel.controls["block_size"].value = 32
     assert panel.outcome.budget.num_blocks == 4915
+
+
+def test_headline_text_of_the_founding_example():
+    text = format_headline(budget_headline(uniform_budget(ROOMS, RESERVE)))
+    assert text.splitlines() == [
+        "uniform budget  12 GiB",
+        "flag            --kv-cache-memory-bytes=12884901888",
+        "limiting rank   2",
+        "stranded total  14.1 GiB",  # 5.9 + 4.7 + 0 + 3.5
+        "min/median      0.745",  # 12.0 / median(12.0, 15.5, 16.7, 17.9) = 12.0 / 16.1
+    ]
+
+
+def test_verdict_fix_the_weak_rank_or_tune_the_value():
+    # 1 − 12.0 / 16.1 = 0.2547 ≥ 10 %: the weak rank is the lever
+    assert weak_rank_verdict(uniform_budget(ROOMS, RESERVE)) == (
+        "Fix the weak rank: rank 2 (12 GiB) removes 25% of the median rank's safe budget (16.1 GiB); "
+        "find what else holds memory on its GPU before tuning the value."
+    )
+    # safe 15, 15.5, 16 GiB: 1 − 15 / 15.5 = 3 % < 10 %: tune the value
+    even = uniform_budget([16 * GiB, 33 * GiB // 2, 17 * GiB], GiB)
+    assert weak_rank_verdict(even) == (
+        "Tune the value: the weakest rank (0, 15 GiB) is within 3% of the median (15.5 GiB); "
+        "the reserve is the lever."
+    )
+
+
+def test_budgets_by_boot_gives_one_budget_per_boot():
+    # boot 0: rooms 13, 18 GiB; boot 1: rooms 14, 12 GiB; reserve 1 GiB
+    ledger = pd.DataFrame({
+        "source": ["/x/a.log"] * 4, "boot": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
+        "room_bytes": [13 * GiB, 18 * GiB, 14 * GiB, 12 * GiB], "room_source": ["suggestion"] * 4,
+        "outcome": ["ok"] * 4,
+    })
+    budgets = budgets_by_boot(ledger, GiB)
+    assert list(budgets) == ["a.log #0", "a.log #1"]
+    assert [b.uniform_budget_bytes for b in budgets.values()] == [12 * GiB, 11 * GiB]
+    assert [b.limiting_rank for b in budgets.values()] == [0, 1]
