@@ -1,0 +1,198 @@
+"""Saved /metrics snapshots: names V0 and V1, engine labels, scrape splitting, rates and counter resets.
+
+The expositions are written in prometheus_client's text format with vLLM's names and HELP texts
+(shared/vllm-load-formats.md §6); every expected rate is worked out in a comment.
+"""
+
+import glob
+import itertools
+from datetime import datetime
+
+import pytest
+
+from kvplan.config import DATA_DIR
+from kvplan.io.prometheus_text import (
+    is_metrics_text,
+    parse_metrics_snapshots,
+    parse_metrics_text,
+    read_metrics_snapshots,
+    split_scrapes,
+)
+from kvplan.load import LoadFormatError, load_timeline, run_preemptions
+
+MODEL = 'model_name="meta-llama/Llama-3.1-70B-Instruct"'
+
+
+def v1_scrape(stamp: str, running: int, waiting: int, usage: float, prompt: float, generation: float,
+              preemptions: float, hits: float = 0.0, queries: float = 0.0, engine: str = "0") -> str:
+    """One V1 (0.9.2+) scrape with a time comment, `_created` gauges included as V1 exports them."""
+    labels = f'engine="{engine}",{MODEL}'
+    created = "1.7952345e+09"
+    lines = [f"# {stamp}"]
+    families = [
+        ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", running),
+        ("vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.", waiting),
+        ("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage),
+        ("vllm:num_preemptions", "counter", "Cumulative number of preemption from the engine.", preemptions),
+        ("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", prompt),
+        ("vllm:generation_tokens", "counter", "Number of generation tokens processed.", generation),
+        ("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in terms of number of cached tokens.",
+         hits),
+        ("vllm:prefix_cache_queries", "counter",
+         "Prefix cache queries, in terms of number of queried tokens.", queries),
+    ]
+    for name, kind, text, value in families:
+        exposed = f"{name}_total" if kind == "counter" else name
+        lines += [f"# HELP {exposed} {text}", f"# TYPE {exposed} {kind}",
+                  f"{exposed}{{{labels}}} {float(value)}"]
+        if kind == "counter":
+            lines += [f"# HELP {name}_created {text}", f"# TYPE {name}_created gauge",
+                      f"{name}_created{{{labels}}} {created}"]
+    return "\n".join(lines) + "\n"
+
+
+def test_one_v1_scrape_ignores_created():
+    text = v1_scrape("2026-11-29T10:00:00Z", 23, 41, 0.984, 1000, 500, 7)
+    [scrape] = parse_metrics_text(text, "one.prom")
+    assert scrape.time == datetime(2026, 11, 29, 10, 0, 0)
+    assert not any(name.endswith("_created") for name in scrape.values[0])
+    [row] = parse_metrics_snapshots([("one.prom", text)]).rows
+    d = row.to_dict()
+    # 0.984 → 98.4 %; one scrape: no interval, so no rates and no per-interval preemptions
+    assert (d["kv_cache_usage_pct"], d["running"], d["waiting"], d["engine"]) == (98.4, 23, 41, 0)
+    assert (d["prompt_tokens_per_s"], d["preemptions"], d["preemptions_total"]) == (None, None, 7)
+
+
+def test_many_scrapes_rates_and_counter_reset():
+    text = (
+        v1_scrape("2026-11-29T10:00:00Z", 20, 0, 0.50, 10_000, 2_000, 5, hits=100, queries=10_000)
+        + v1_scrape("2026-11-29T10:00:30Z", 22, 4, 0.97, 70_000, 26_000, 9, hits=700, queries=70_000)
+        # the server restarted: every counter starts again from zero
+        + v1_scrape("2026-11-29T10:01:30Z", 3, 0, 0.10, 12_000, 600, 2, hits=0, queries=12_000)
+    )
+    reading = parse_metrics_snapshots([("run.prom", text)])
+    rows = [row.to_dict() for row in reading.rows]
+    # a scrape is 40 lines (its time comment, 3 gauges × 3 lines, 5 counters × 6 with `_created`)
+    assert [row["line"] for row in rows] == [1, 41, 81]
+    # prompt (70,000 − 10,000) / 30 s = 2,000 tok/s; after the reset 12,000 / 60 s = 200 tok/s, never negative
+    assert [row["prompt_tokens_per_s"] for row in rows] == [None, 2000.0, 200.0]
+    # generation (26,000 − 2,000) / 30 = 800; 600 / 60 = 10
+    assert [row["generation_tokens_per_s"] for row in rows] == [None, 800.0, 10.0]
+    # hits 600 of 60,000 queried tokens = 1 %; after the reset 0 of 12,000
+    assert [row["prefix_cache_hit_pct"] for row in rows] == [None, 1.0, 0.0]
+    assert [row["preemptions"] for row in rows] == [None, 4, 2]
+    assert [row["preemptions_total"] for row in rows] == [5, 9, 2]
+    # the run total: 5 before the first scrape + 4 + 2 after the restart = 11
+    assert load_timeline(reading)["preemptions_cum"].tolist() == [5, 9, 11]
+    assert run_preemptions(reading) == 11
+    assert any("run.prom:81: counters went down" in w for w in reading.warnings)
+
+
+def test_scrapes_split_by_repeated_help_without_time():
+    one = v1_scrape("x", 1, 0, 0.1, 10, 10, 0).split("\n", 1)[1]  # drop the comment line
+    reading = parse_metrics_snapshots([("twice.prom", one + one)])
+    assert len(reading.rows) == 2 and reading.rows[1].line == 40  # 39 lines per scrape without the comment
+    assert reading.rows[1].prompt_tokens_per_s is None  # no times, no rates
+    assert any("without a time" in w for w in reading.warnings)
+
+
+def test_federate_dump_with_sample_timestamps_and_two_engines():
+    # /federate output: TYPE untyped, no HELP, timestamps in ms, extra labels, one series per DP engine
+    text = "".join(
+        f'# TYPE vllm:num_requests_running untyped\n'
+        f'vllm:num_requests_running{{engine="0",{MODEL},instance="a:8000",job="vllm"}} {r0} {ms}\n'
+        f'vllm:num_requests_running{{engine="1",{MODEL},instance="a:8000",job="vllm"}} {r1} {ms}\n'
+        f'# TYPE vllm:num_preemptions_total untyped\n'
+        f'vllm:num_preemptions_total{{engine="1",{MODEL},instance="a:8000",job="vllm"}} {p1} {ms}\n'
+        for ms, r0, r1, p1 in [(1795511850000, 4.0, 6.0, 0.0), (1795511880000, 5.0, 7.0, 3.0)]
+    )
+    rows = parse_metrics_snapshots([("fed.prom", text)]).rows
+    # 1795511850 s = 2026-11-24T09:17:30Z; one row per scrape and engine
+    assert [(r.time.isoformat(), r.engine, r.running, r.preemptions) for r in rows] == [
+        ("2026-11-24T09:17:30", 0, 4, None), ("2026-11-24T09:17:30", 1, 6, None),
+        ("2026-11-24T09:18:00", 0, 5, None), ("2026-11-24T09:18:00", 1, 7, 3),
+    ]
+
+
+V0_SCRAPE = """\
+# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
+# TYPE vllm:cache_config_info gauge
+vllm:cache_config_info{block_size="16",cache_dtype="auto",num_gpu_blocks="9830",swap_space="4"} 1.0
+# HELP vllm:num_requests_running Number of requests currently running on GPU.
+# TYPE vllm:num_requests_running gauge
+vllm:num_requests_running{model_name="llama"} 12.0
+# HELP vllm:num_requests_swapped Number of requests swapped to CPU.
+# TYPE vllm:num_requests_swapped gauge
+vllm:num_requests_swapped{model_name="llama"} 1.0
+# HELP vllm:num_requests_waiting Number of requests waiting to be processed.
+# TYPE vllm:num_requests_waiting gauge
+vllm:num_requests_waiting{model_name="llama"} 4.0
+# HELP vllm:gpu_cache_usage_perc GPU KV-cache usage. 1 means 100 percent usage.
+# TYPE vllm:gpu_cache_usage_perc gauge
+vllm:gpu_cache_usage_perc{model_name="llama"} 0.971
+# HELP vllm:gpu_prefix_cache_hit_rate GPU prefix cache block hit rate.
+# TYPE vllm:gpu_prefix_cache_hit_rate gauge
+vllm:gpu_prefix_cache_hit_rate{model_name="llama"} -1.0
+# HELP vllm:avg_prompt_throughput_toks_per_s Average prefill throughput in tokens/s.
+# TYPE vllm:avg_prompt_throughput_toks_per_s gauge
+vllm:avg_prompt_throughput_toks_per_s{model_name="llama"} 0.0
+# HELP vllm:avg_generation_throughput_toks_per_s Average generation throughput in tokens/s.
+# TYPE vllm:avg_generation_throughput_toks_per_s gauge
+vllm:avg_generation_throughput_toks_per_s{model_name="llama"} 210.3
+# HELP vllm:num_preemptions_total Cumulative number of preemption from the engine.
+# TYPE vllm:num_preemptions_total counter
+vllm:num_preemptions_total{model_name="llama"} 51.0
+"""
+
+
+def test_v0_names():
+    reading = parse_metrics_snapshots([("v0.prom", V0_SCRAPE)])
+    d = reading.rows[0].to_dict()
+    # gpu_cache_usage_perc 0.971 → 97.1 %; the avg_* gauges are rates already; −1 = prefix caching off
+    assert (d["engine"], d["kv_cache_usage_pct"], d["swapped"], d["waiting"]) == (None, 97.1, 1, 4)
+    assert d["generation_tokens_per_s"] == 210.3
+    assert (d["prefix_cache_hit_pct"], d["preemptions_total"]) == (None, 51)
+    # cache_config_info: 9,830 blocks × 16 = 157,280 tokens
+    assert reading.sources[0].kv_cache_tokens == 157_280
+
+
+def test_is_metrics_text():
+    assert is_metrics_text(V0_SCRAPE)
+    assert is_metrics_text('vllm:num_requests_running{engine="0"} 3.0\n')
+    assert not is_metrics_text("(APIServer pid=1) INFO 11-29 10:00:10 [loggers.py:310] Engine 000: …\n")
+
+
+def test_split_scrapes_drops_a_time_comment_without_samples():
+    chunks = split_scrapes("# 1795511850\n# 2026-11-24T09:18:00+02:00\nvllm:x 1.0\n")
+    # the first time comment has no sample after it and is dropped; the second, +02:00, is 07:18 UTC
+    assert [(line, stamp) for line, stamp, _ in chunks] == [(2, datetime(2026, 11, 24, 7, 18))]
+
+
+def test_malformed_line_names_file_and_line():
+    with pytest.raises(LoadFormatError, match=r"bad\.prom:3: not Prometheus text exposition"):
+        parse_metrics_text("# TYPE vllm:x gauge\nvllm:x 1.0\nvllm:x{engine=\"0\" 2.0\n", "bad.prom")
+
+
+def test_no_vllm_metric_is_refused():
+    with pytest.raises(LoadFormatError, match=r"node\.prom: no vllm: metric"):
+        parse_metrics_text("# TYPE node_load1 gauge\nnode_load1 0.5\n", "node.prom")
+
+
+def test_sample_one_scrape_per_file():
+    paths = sorted(glob.glob(str(DATA_DIR / "load" / "manual-canary" / "metrics" / "*.prom")))
+    reading = read_metrics_snapshots(paths)
+    assert len(reading.rows) == len(paths) == 6  # a scrape every 60 s over the run
+    assert [row.source for row in reading.rows] == paths
+    # rates come from counters in consecutive files, 60 s apart
+    assert reading.rows[0].generation_tokens_per_s is None
+    assert all(row.generation_tokens_per_s > 0 for row in reading.rows[1:])
+    assert run_preemptions(reading) == 0
+    assert reading.kv_cache_tokens == 157_280
+
+
+def test_sample_federate_file():
+    reading = read_metrics_snapshots([DATA_DIR / "load" / "profiled-canary" / "federate.prom"])
+    # the profiled boot of data/boots/four-rank: 155,856 tokens = 9,741 blocks × 16
+    assert reading.kv_cache_tokens == 155_856
+    times = [row.time for row in reading.rows]
+    assert all((b - a).total_seconds() == 30 for a, b in itertools.pairwise(times))

@@ -1,0 +1,338 @@
+"""The server-log reader pins every stats-line form, the preemption warning, OOM/error events and tolerances.
+
+Each message below is written from the format strings in shared/vllm-load-formats.md (§2–§5), with numbers
+chosen by hand; each expected value is read straight off the line it comes from.
+"""
+
+from datetime import datetime
+
+import pandas as pd
+import pytest
+
+from kvplan.config import DATA_DIR
+from kvplan.io.vllm_stats import parse_stats_message, parse_stats_text, read_load_evidence, read_vllm_stats
+from kvplan.load import LoadFormatError, load_timeline, run_preemptions
+
+V1 = "(APIServer pid=7) INFO 11-29 10:{:02d}:{:02d} [loggers.py:{}] "
+
+
+def v1_line(minute: int, second: int, message: str, lineno: int = 310) -> str:
+    return V1.format(minute, second, lineno) + message
+
+
+# --- one stats message per form -----------------------------------------------------------------
+
+FORMS = {
+    # ≤0.2.x and 0.3.x–0.4.1: f-strings, no trailing period
+    "v0 0.2-0.4.1": (
+        "Avg prompt throughput: 1024.4 tokens/s, Avg generation throughput: 126.3 tokens/s, Running: 5 reqs, "
+        "Swapped: 0 reqs, Pending: 2 reqs, GPU KV cache usage: 3.1%, CPU KV cache usage: 0.0%",
+        {"prompt_tokens_per_s": 1024.4, "generation_tokens_per_s": 126.3, "running": 5, "swapped": 0,
+         "waiting": 2, "kv_cache_usage_pct": 3.1, "engine": None, "form": "v0"},
+    ),
+    # ≥0.4.3: %-format with the trailing period; the CPU value (swap space) is not the KV usage
+    "v0 0.4.3+": (
+        "Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 210.3 tokens/s, Running: 12 reqs, "
+        "Swapped: 1 reqs, Pending: 4 reqs, GPU KV cache usage: 97.1%, CPU KV cache usage: 2.5%.",
+        {"prompt_tokens_per_s": 0.0, "generation_tokens_per_s": 210.3, "running": 12, "swapped": 1,
+         "waiting": 4, "kv_cache_usage_pct": 97.1, "engine": None, "form": "v0"},
+    ),
+    # a patched V0 build with extra fields (vllm#2731)
+    "v0 patched": (
+        "Avg prompt throughput: 382.6 tokens/s, Avg generation throughput: 118.5 tokens/s, Max "
+        "iteration time: "
+        "386.7 ms, Avg time/tok:149.4 ms, Running: 35 reqs, Swapped: 0 reqs, Pending: 115 reqs, GPU KV cache "
+        "usage: 99.0%, CPU KV cache usage: 0.0%",
+        {"running": 35, "waiting": 115, "kv_cache_usage_pct": 99.0, "swapped": 0},
+    ),
+    # 0.7.0: two fields only
+    "v1 0.7.0": ("Running: 4 reqs, Waiting: 0 reqs ", {"running": 4, "waiting": 0, "form": "v1"}),
+    # 0.7.1–0.7.2: no comma after "Waiting: N reqs", trailing period
+    "v1 0.7.1": (
+        "Avg prompt throughput: 512.0 tokens/s, Avg generation throughput: 96.3 tokens/s, Running: 4 reqs, "
+        "Waiting: 1 reqs GPU KV cache usage: 5.2%.",
+        {"running": 4, "waiting": 1, "kv_cache_usage_pct": 5.2, "generation_tokens_per_s": 96.3},
+    ),
+    # 0.7.3–0.8.2: adds the prefix cache hit rate
+    "v1 0.7.3": (
+        "Avg prompt throughput: 512.0 tokens/s, Avg generation throughput: 96.3 tokens/s, Running: 4 reqs, "
+        "Waiting: 0 reqs, GPU KV cache usage: 5.2%, Prefix cache hit rate: 12.5%",
+        {"kv_cache_usage_pct": 5.2, "prefix_cache_hit_pct": 12.5, "engine": None},
+    ),
+    # 0.8.3–0.11.0: "Engine %03d: "
+    "v1 0.8.3": (
+        "Engine 001: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 880.0 tokens/s, "
+        "Running: "
+        "28 reqs, Waiting: 0 reqs, GPU KV cache usage: 61.0%, Prefix cache hit rate: 0.0%",
+        {"engine": 1, "running": 28, "kv_cache_usage_pct": 61.0},
+    ),
+    # 0.11.1–0.19: Preemptions only when > 0 in the interval
+    "v1 0.11.1 preemptions": (
+        "Engine 000: Avg prompt throughput: 6531.3 tokens/s, Avg generation throughput: 806.4 tokens/s, "
+        "Running: "
+        "23 reqs, Waiting: 41 reqs, Preemptions: 2, GPU KV cache usage: 98.4%, Prefix cache hit rate: 0.0%",
+        {"engine": 0, "waiting": 41, "preemptions": 2, "kv_cache_usage_pct": 98.4},
+    ),
+    # 0.20–0.29: Deferred after Waiting (already counted in Waiting)
+    "v1 0.20 deferred": (
+        "Engine 000: Avg prompt throughput: 10.0 tokens/s, Avg generation throughput: 20.0 tokens/s, "
+        "Running: "
+        "3 reqs, Waiting: 5 reqs, Deferred: 2 reqs, GPU KV cache usage: 9.9%, Prefix cache hit rate: 1.0%",
+        {"waiting": 5, "kv_cache_usage_pct": 9.9, "prefix_cache_hit_pct": 1.0},
+    ),
+    # 0.30: the device name in front of "KV cache usage"
+    "v1 0.30 device": (
+        "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 12.5 tokens/s, Running: "
+        "1 reqs, Waiting: 0 reqs, XPU KV cache usage: 0.7%, Prefix cache hit rate: 0.0%",
+        {"kv_cache_usage_pct": 0.7},
+    ),
+    # 0.31+: KV usage right after Waiting, then Preemptions; external hit rate must not be read as ours
+    "v1 0.31 order": (
+        "Engine 002: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 300.0 tokens/s, "
+        "Running: "
+        "9 reqs, Waiting: 2 reqs, GPU KV cache usage: 88.8%, Preemptions: 3, Prefix cache hit rate: 20.0%, "
+        "External prefix cache hit rate: 75.0%",
+        {"engine": 2, "kv_cache_usage_pct": 88.8, "preemptions": 3, "prefix_cache_hit_pct": 20.0},
+    ),
+    # --aggregate-engine-logging: no single engine
+    "v1 aggregated": (
+        "2 Engines Aggregated: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 40.0 "
+        "tokens/s, "
+        "Running: 2 reqs, Waiting: 0 reqs, GPU KV cache usage: 1.5%, Prefix cache hit rate: 0.0%",
+        {"engine": None, "running": 2},
+    ),
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_stats_message_forms(form):
+    message, expected = FORMS[form]
+    fields = parse_stats_message(message)
+    assert {key: fields.get(key) for key in expected} == expected
+
+
+def test_not_a_stats_message():
+    assert parse_stats_message("Prefix cache hit rate: GPU: 12.34%, CPU: 0.00%") is None
+    assert parse_stats_message("Dumping scheduler stats: SchedulerStats(num_running_reqs=3, …)") is None
+
+
+# --- whole logs -------------------------------------------------------------------------------------
+
+V0_LOG = """\
+INFO 11-29 10:00:05 metrics.py:467] Avg prompt throughput: 2048.0 tokens/s, Avg generation throughput: 96.0 \
+tokens/s, Running: 8 reqs, Swapped: 0 reqs, Pending: 0 reqs, GPU KV cache usage: 40.5%, CPU KV cache\
+ usage: 0.0%.
+INFO 11-29 10:00:05 metrics.py:483] Prefix cache hit rate: GPU: 12.34%, CPU: 0.00%
+WARNING 11-29 10:00:07 scheduler.py:1560] Sequence group 17 is preempted by PreemptionMode.RECOMPUTE\
+ mode because \
+there is not enough KV cache space. This can affect the end-to-end performance. Increase\
+ gpu_memory_utilization or \
+tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption=1
+INFO 11-29 10:00:10 metrics.py:467] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 310.2 \
+tokens/s, Running: 11 reqs, Swapped: 0 reqs, Pending: 6 reqs, GPU KV cache usage: 99.2%, CPU KV cache\
+ usage: 0.0%.
+WARNING 11-29 10:00:13 scheduler.py:1560] Sequence group 90 is preempted by PreemptionMode.SWAP mode because \
+there is not enough KV cache space. This can affect the end-to-end performance. Increase\
+ gpu_memory_utilization or \
+tensor_parallel_size to provide more KV cache memory. total_num_cumulative_preemption=51
+ERROR 11-29 10:00:14 engine.py:160] OutOfMemoryError('CUDA out of memory. Tried to allocate 150.00 MiB.\
+ GPU 0 has \
+a total capacity of 79.14 GiB of which 112.75 MiB is free.')
+ERROR 11-29 10:00:14 engine.py:160] Traceback (most recent call last):
+ERROR 11-29 10:00:14 engine.py:160]   File\
+ "/usr/lib/python3/site-packages/vllm/engine/multiprocessing/engine.py"
+ERROR 11-29 10:00:14 engine.py:160] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 150.00 MiB.
+INFO 11-29 10:00:20 launcher.py:57] Shutting down FastAPI HTTP server.
+"""
+
+
+def test_v0_log_timeline():
+    reading = parse_stats_text(V0_LOG, "v0.log", year=2026)
+    rows = [row.to_dict() for row in reading.rows]
+    assert [(r["line"], r["event"]) for r in rows] == [(1, None), (3, "preemption"), (4, None),
+                                                      (5, "preemption"), (6, "oom")]
+    assert rows[0]["prefix_cache_hit_pct"] == 12.34  # the companion line's GPU value
+    assert rows[0]["time"] == "2026-11-29T10:00:05"
+    assert rows[0]["preemptions"] is None  # V0 stats lines carry no preemption count
+    assert [r["preemptions_total"] for r in rows] == [None, 1, None, 51, None]
+    timeline = load_timeline(reading)
+    # the warning's total is exact where printed and carried forward: 1 at line 3, 51 at line 5
+    assert timeline["preemptions_cum"].tolist() == [pd.NA, 1, 1, 51, 51]
+    assert run_preemptions(reading) == 51
+    assert any("51st" in w for w in reading.warnings)
+
+
+def test_oom_block_is_one_event():
+    # four ERROR records in a row (the exception and its traceback) are one OOM, not four
+    reading = parse_stats_text(V0_LOG, "v0.log", year=2026)
+    assert sum(row.event == "oom" for row in reading.rows) == 1
+
+
+V1_CRASH = """\
+(APIServer pid=1) INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg \
+generation throughput: 1020.0 tokens/s, Running: 30 reqs, Waiting: 0 reqs, GPU KV cache usage: 92.0%,\
+ Prefix cache \
+hit rate: 0.0%
+(EngineCore pid=9) ERROR 11-29 10:00:12 [dump_input.py:72] Dumping input data for V1 LLM engine\
+ (v0.26.0) with \
+config: model='meta-llama/Llama-3.1-70B-Instruct'
+(EngineCore pid=9) ERROR 11-29 10:00:12 [dump_input.py:79] Dumping scheduler stats: SchedulerStats(\
+num_running_reqs=31, num_waiting_reqs=2, step_counter=0, kv_cache_usage=0.9375, prefix_cache_stats=None)
+(EngineCore pid=9) ERROR 11-29 10:00:12 [core.py:868] EngineCore encountered a fatal error.
+(EngineCore pid=9) ERROR 11-29 10:00:12 [core.py:868] torch.OutOfMemoryError: CUDA out of memory. Tried to \
+allocate 2.00 GiB.
+(APIServer pid=1) ERROR 11-29 10:00:12 [async_llm.py:480] AsyncLLM output_handler failed.
+(APIServer pid=1) INFO:     Shutting down
+"""
+
+
+def test_v1_crash_is_one_oom_event_with_last_state():
+    rows = parse_stats_text(V1_CRASH, "crash.log", year=2026).rows
+    assert [(row.line, row.event) for row in rows] == [(1, None), (2, "oom")]
+    crash = rows[1]
+    # SchedulerStats(num_running_reqs=31, num_waiting_reqs=2, kv_cache_usage=0.9375) → 93.75 %
+    assert (crash.running, crash.waiting, crash.kv_cache_usage_pct) == (31, 2, 93.75)
+
+
+def test_error_without_oom():
+    text = "(APIServer pid=1) ERROR 11-29 10:00:12 [serving_chat.py:201] Error in preprocessing prompt inputs"
+    assert [row.event for row in parse_stats_text(text, "e.log").rows] == ["error"]
+
+
+DP_LOG = "\n".join([
+    v1_line(0, 10, "Engine 000: Avg prompt throughput: 100.0 tokens/s, Avg generation throughput: 50.0 "
+                   "tokens/s, "
+            "Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 10.0%, Prefix cache hit rate: 0.0%"),
+    v1_line(0, 10, "Engine 001: Avg prompt throughput: 100.0 tokens/s, Avg generation throughput: 50.0 "
+                   "tokens/s, "
+            "Running: 3 reqs, Waiting: 1 reqs, Preemptions: 2, GPU KV cache usage: 99.0%, Prefix cache "
+            "hit rate: "
+            "0.0%"),
+    v1_line(0, 20, "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 60.0 "
+                   "tokens/s, "
+            "Running: 3 reqs, Waiting: 0 reqs, Preemptions: 1, GPU KV cache usage: 12.0%, Prefix cache "
+            "hit rate: "
+            "0.0%"),
+    v1_line(0, 20, "Engine 001: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 60.0 "
+                   "tokens/s, "
+            "Running: 4 reqs, Waiting: 0 reqs, Preemptions: 3, GPU KV cache usage: 98.0%, Prefix cache "
+            "hit rate: "
+            "0.0%"),
+])
+
+
+def test_v1_engines_and_interval_preemptions():
+    reading = parse_stats_text(DP_LOG, "dp.log", year=2026)
+    assert [(r.engine, r.preemptions) for r in reading.rows] == [(0, 0), (1, 2), (0, 1), (1, 3)]
+    timeline = load_timeline(reading)
+    # cumulative per engine: engine 0 → 0, 1; engine 1 → 2, 5
+    assert timeline["preemptions_cum"].tolist() == [0, 2, 1, 5]
+    assert timeline.index[0] == datetime(2026, 11, 29, 10, 0, 10)
+    assert run_preemptions(reading) == 6  # 1 + 5, summed over engines
+
+
+def test_v1_before_0_11_1_cannot_count_preemptions():
+    # loggers.py:127 is 0.11.0's stats call: no "Preemptions" field exists, so absence means unknown
+    text = v1_line(0, 10, FORMS["v1 0.8.3"][0], lineno=127)
+    reading = parse_stats_text(text, "old.log")
+    assert reading.rows[0].preemptions is None
+    assert run_preemptions(reading) is None
+    assert any("before vLLM 0.11.1" in w for w in reading.warnings)
+
+
+def test_time_without_year_and_rollover():
+    late = v1_line(0, 0, FORMS["v1 0.8.3"][0]).replace("11-29 10:00:00", "12-31 23:59:55")
+    early = v1_line(0, 0, FORMS["v1 0.8.3"][0]).replace("11-29 10:00:00", "01-01 00:00:05")
+    unknown = parse_stats_text(late + "\n" + early, "ny.log")
+    assert [r.to_dict()["time"] for r in unknown.rows] == ["12-31 23:59:55", "01-01 00:00:05"]
+    assert any("no year" in w for w in unknown.warnings)
+    known = parse_stats_text(late + "\n" + early, "ny.log", year=2025)
+    assert [r.time for r in known.rows] == [datetime(2025, 12, 31, 23, 59, 55), datetime(2026, 1, 1, 0, 0, 5)]
+    # the 10 s between them survive the year change
+    assert load_timeline(known)["elapsed_s"].tolist() == [0.0, 10.0]
+
+
+STATS_0_26 = FORMS["v1 0.11.1 preemptions"][0]
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "time"),
+    [
+        # docker --timestamps: the outer UTC stamp gives the year, vLLM's own stamp the time
+        ("docker", f"2026-11-29T10:00:10.758564289Z {v1_line(0, 10, STATS_0_26)}", "2026-11-29T10:00:10"),
+        # outer bracketed stamp (vllm#6206), 8 h ahead of vLLM's local time
+        ("bracketed", f"[2026-11-29 18:00:10] INFO 11-29 10:00:10 metrics.py:334] {STATS_0_26}",
+         "2026-11-29T10:00:10"),
+        # VLLM_LOGGING_CONFIG_PATH format (vllm#11517): its own full stamp
+        ("custom", f"2026-11-29 10:00:10 - vllm.v1.metrics.loggers - INFO - {STATS_0_26}",
+         "2026-11-29T10:00:10"),
+        # a Ray actor prefix in front
+        ("ray", f"(MapWorker(MapBatches(vLLMEngineStageUDF)) pid=20874) INFO 11-29 10:00:10 [loggers.py:310] "
+                f"{STATS_0_26}", "11-29 10:00:10"),
+        # a tqdm bar on the same physical line
+        ("tqdm", f"Processed prompts:   0%|  | 34/10000 [00:05<27:41, 6.00it/s]{v1_line(0, 10, STATS_0_26)}",
+         "11-29 10:00:10"),
+        # colours
+        ("ansi", "\x1b[0;36m(APIServer pid=7)\x1b[0;0m \x1b[32mINFO\x1b[0m \x1b[90m11-29 10:00:10 "
+                 f"[loggers.py:310]\x1b[0m {STATS_0_26}", "11-29 10:00:10"),
+    ],
+)
+def test_tolerated_wrappers(name, text, time):
+    rows = parse_stats_text(text, f"{name}.log").rows
+    assert len(rows) == 1
+    assert rows[0].to_dict()["time"] == time
+    assert (rows[0].waiting, rows[0].preemptions, rows[0].kv_cache_usage_pct) == (41, 2, 98.4)
+
+
+def test_glued_records_on_one_line():
+    first = v1_line(0, 10, FORMS["v1 0.8.3"][0])
+    second = v1_line(0, 20, STATS_0_26)
+    rows = parse_stats_text(first + second, "glued.log").rows
+    assert [(r.line, r.engine, r.kv_cache_usage_pct) for r in rows] == [(1, 1, 61.0), (1, 0, 98.4)]
+
+
+def test_hard_wrap_at_column_159_is_joined():
+    record = v1_line(0, 10, STATS_0_26)
+    assert len(record) > 159
+    wrapped = record[:159] + "\n" + record[159:] + "\n" + v1_line(0, 20, STATS_0_26)
+    rows = parse_stats_text(wrapped, "wrapped.log").rows
+    assert [(r.line, r.kv_cache_usage_pct, r.preemptions) for r in rows] == [(1, 98.4, 2), (3, 98.4, 2)]
+
+
+def test_bare_message_has_no_time():
+    reading = parse_stats_text(STATS_0_26 + "\n", "copied.log")
+    assert reading.rows[0].time is None and reading.rows[0].running == 23
+    assert any("lost their log header" in w for w in reading.warnings)
+
+
+def test_idle_gap_is_reported():
+    lines = [v1_line(0, s, STATS_0_26) for s in (10, 20, 30)] + [v1_line(5, 0, STATS_0_26)]
+    warnings = parse_stats_text("\n".join(lines), "idle.log").warnings
+    # gaps 10, 10, 270 s; 270 > 3 × the usual 10 s
+    assert any("between lines 3 and 4 (270 s; usual interval 10 s)" in w for w in warnings)
+
+
+def test_not_a_log_is_refused():
+    with pytest.raises(LoadFormatError, match=r"notes\.txt: no vLLM stats line"):
+        parse_stats_text("just some notes\n", "notes.txt")
+
+
+# --- the sample data --------------------------------------------------------------------------------
+
+OVERLOAD = DATA_DIR / "load" / "manual-canary-overload"
+
+
+def test_sample_overload_log_and_metrics_agree():
+    log = read_vllm_stats(OVERLOAD / "server.log", year=2026)
+    metrics = read_load_evidence([OVERLOAD / "metrics.prom"])
+    # the log's Preemptions fields and the counter's reset-safe increases count the same preemptions
+    assert run_preemptions(log) == run_preemptions(metrics) == 30
+    assert log.sources[0].kv_cache_tokens == 157_280  # "GPU KV cache size: 157,280 tokens" = 9,830 × 16
+    assert log.sources[0].kv_cache_memory_bytes == 9_830 * 1_310_720  # the manual value in non-default args
+
+
+def test_year_comes_from_metrics_of_the_same_run():
+    both = read_load_evidence([OVERLOAD / "server.log", OVERLOAD / "metrics.prom"])
+    assert all(row.year_known for row in both.rows)
+    assert both.rows[0].source.endswith("server.log")  # file order as given
+    assert any("year is taken from the /metrics" in w for w in both.warnings)
