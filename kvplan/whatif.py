@@ -31,7 +31,7 @@ from kvplan.capacity import (
     concurrency_curve,
 )
 from kvplan.drift import Drift, drift_budget
-from kvplan.ledger import budget_from_ledger
+from kvplan.ledger import budget_from_ledger, room_per_rank
 from kvplan.units import bytes_to_gib, format_size, parse_size
 
 if TYPE_CHECKING:
@@ -65,6 +65,19 @@ class Scenario:
     ref_free_bytes: tuple[int, ...] | None = None
     boot_free_bytes: tuple[int, ...] | None = None
     kv_spec: KVSpec | None = None
+
+    @classmethod
+    def from_ledger(cls, ledger: pd.DataFrame, reserve_bytes: int, assume_uniform: bool = False,
+                    **options) -> Scenario:
+        """A scenario over the worst room per rank of a ledger (:func:`kvplan.ledger.room_per_rank`).
+
+        ``options`` are the other fields (``kv_spec``, ``max_model_len``, ``target_concurrency``, ...).
+        """
+        rooms = room_per_rank(ledger, assume_uniform=assume_uniform)
+        return cls(
+            tuple(int(room) for room in rooms["room_bytes"]), reserve_bytes,
+            ranks=tuple(int(rank) for rank in rooms.index), **options,
+        )
 
     @property
     def effective_block_size(self) -> int:
@@ -191,6 +204,21 @@ def budgets_by_boot(ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int |
         label = f"{Path(str(source)).name} #{int(boot)}"
         budgets[label] = budget_from_ledger(rows, reserve_bytes, block_bytes=block_bytes)
     return budgets
+
+
+def co_tenant_bytes(ledger: pd.DataFrame, ranks: Sequence[int] | None = None) -> list[int | None]:
+    """Per rank (rank order), the most memory other processes held on its GPU in any boot.
+
+    ``None`` where no nvidia-smi snapshot joined the ledger; labels :class:`WhatIfPanel`'s sliders.
+
+    >>> co_tenant_bytes(pd.DataFrame({"rank": [0, 1, 1], "other_process_bytes": [None, 5, 7]}))
+    [None, 7]
+    """
+    wanted = sorted({int(rank) for rank in ledger["rank"].dropna()}) if ranks is None else list(ranks)
+    if "other_process_bytes" not in ledger.columns:
+        return [None] * len(wanted)
+    most = ledger.groupby("rank")["other_process_bytes"].max()
+    return [None if rank not in most.index or pd.isna(most[rank]) else int(most[rank]) for rank in wanted]
 
 
 def sequence_lengths(max_model_len: int, shortest: int = 256) -> list[int]:

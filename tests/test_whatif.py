@@ -13,6 +13,7 @@ from kvplan.whatif import (
     WhatIfPanel,
     budget_headline,
     budgets_by_boot,
+    co_tenant_bytes,
     evaluate,
     format_headline,
     gib_to_bytes,
@@ -211,3 +212,16 @@ def test_budgets_by_boot_gives_one_budget_per_boot():
     assert list(budgets) == ["a.log #0", "a.log #1"]
     assert [b.uniform_budget_bytes for b in budgets.values()] == [12 * GiB, 11 * GiB]
     assert [b.limiting_rank for b in budgets.values()] == [0, 1]
+
+
+def test_scenario_and_co_tenants_from_a_ledger_take_each_rank_at_its_worst():
+    # rank 0: rooms 13 and 14 GiB over two boots → 13; rank 1: 12 GiB (boot 1 only shows it)
+    ledger = pd.DataFrame({
+        "source": ["a.log"] * 4, "boot": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
+        "room_bytes": [13 * GiB, pd.NA, 14 * GiB, 12 * GiB], "room_source": ["suggestion"] * 4,
+        "other_process_bytes": [pd.NA, 5 * GiB, pd.NA, 6 * GiB], "outcome": ["ok"] * 4,
+    })
+    scenario = Scenario.from_ledger(ledger, GiB, max_model_len=8192)
+    assert scenario == Scenario((13 * GiB, 12 * GiB), GiB, ranks=(0, 1), max_model_len=8192)
+    assert co_tenant_bytes(ledger) == [None, 6 * GiB]  # the most any boot saw
+    assert co_tenant_bytes(ledger.drop(columns="other_process_bytes")) == [None, None]
