@@ -1,0 +1,108 @@
+"""Charts of a load test: they draw a timeline or summaries already computed, and return a Figure.
+
+:func:`occupancy_chart` — KV cache usage against time, with the capacity line and preemptions / OOMs marked;
+:func:`requests_chart` — running against waiting requests; :func:`canary_comparison_chart` — the profiled and
+the manual-value canary side by side under the same request mix. Time is minutes since the run's first timed
+row (``elapsed_s``), so runs made at different times line up.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.figure import Figure
+
+CAPACITY_COLOR = "tab:red"
+PREEMPTION_COLOR = "tab:orange"
+OOM_COLOR = "black"
+COMPARISON_PANELS = (
+    ("mean_generation_tokens_per_s", "generation throughput", "tokens/s"),
+    ("preemptions", "preemptions", "count"),
+    ("peak_kv_cache_usage_pct", "peak KV cache usage", "%"),
+    ("kv_cache_tokens", "KV cache capacity", "tokens"),
+)
+
+
+def _series(timeline: pd.DataFrame, column: str) -> list[tuple[str, pd.DataFrame]]:
+    """(label, rows) per engine and evidence kind that have ``column`` and a time, in elapsed order."""
+    known = timeline[timeline[column].notna() & timeline["elapsed_s"].notna()]
+    groups = []
+    for (engine, kind), rows in known.groupby(["engine", "kind"], dropna=False, sort=True):
+        name = "all engines" if pd.isna(engine) else f"engine {engine}"
+        groups.append((f"{name} ({kind})", rows.sort_values("elapsed_s", kind="stable")))
+    return groups
+
+
+def occupancy_chart(timeline: pd.DataFrame, kv_cache_tokens: int | None = None, title: str = "") -> Figure:
+    """KV cache usage [%] against minutes, capacity at 100 %, a vertical line per interval with preemptions.
+
+    ``timeline`` is :func:`kvplan.load.load_timeline`'s frame; ``kv_cache_tokens`` names the capacity line.
+    OOM events are black crosses at the top.
+    """
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for label, rows in _series(timeline, "kv_cache_usage_pct"):
+        ax.plot(rows["elapsed_s"] / 60, rows["kv_cache_usage_pct"].astype(float), label=label)
+    capacity = "capacity" + (f" = {kv_cache_tokens:,} tokens" if kv_cache_tokens is not None else "")
+    ax.axhline(100, color=CAPACITY_COLOR, linestyle="--", label=capacity)
+    timed = timeline[timeline["elapsed_s"].notna()]
+    preempted = timed[(timed["preemptions"].fillna(0) > 0) | (timed["event"] == "preemption")]
+    for position, minutes in enumerate(preempted["elapsed_s"] / 60):
+        ax.axvline(minutes, color=PREEMPTION_COLOR, alpha=0.6, linewidth=1,
+                   label="interval with preemptions" if position == 0 else None)
+    ooms = timed[timed["event"] == "oom"]
+    if len(ooms):
+        ax.plot(ooms["elapsed_s"] / 60, [100] * len(ooms), "x", color=OOM_COLOR, markersize=10, label="OOM")
+    ax.set_ylim(0, 105)
+    ax.set_xlabel("minutes since the first row")
+    ax.set_ylabel("KV cache usage [%]")
+    ax.set_title(title or "KV cache occupancy under load")
+    ax.legend(loc="lower right", fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def requests_chart(timeline: pd.DataFrame, title: str = "") -> Figure:
+    """Running and waiting requests against minutes, one pair of lines per engine and evidence kind."""
+    fig, ax = plt.subplots(figsize=(9, 4))
+    for column, style in (("running", "-"), ("waiting", ":")):
+        for label, rows in _series(timeline, column):
+            ax.plot(rows["elapsed_s"] / 60, rows[column].astype(float), style, label=f"{column}, {label}")
+    ax.set_xlabel("minutes since the first row")
+    ax.set_ylabel("requests")
+    ax.set_title(title or "Running vs waiting requests")
+    ax.legend(fontsize="small")
+    fig.tight_layout()
+    return fig
+
+
+def canary_comparison_chart(
+    summaries: Sequence[dict],
+    labels: Sequence[str] = ("profiled canary", "manual-value canary"),
+    title: str = "",
+) -> Figure:
+    """Side by side, one bar per run: throughput, preemptions, peak KV usage, KV capacity in tokens.
+
+    ``summaries`` are :func:`kvplan.load.load_summary` dicts of runs under the same request mix; unknown
+    values draw no bar and say "n/a".
+    """
+    if len(summaries) != len(labels):
+        raise ValueError(f"{len(summaries)} summaries but {len(labels)} labels")
+    fig, axes = plt.subplots(1, len(COMPARISON_PANELS), figsize=(12, 3.6))
+    colors = [f"C{index}" for index in range(len(summaries))]
+    for ax, (key, name, unit) in zip(axes, COMPARISON_PANELS):
+        values = [summary.get(key) for summary in summaries]
+        heights = [0 if value is None else value for value in values]
+        bars = ax.bar(range(len(values)), heights, color=colors)
+        for bar, value in zip(bars, values):
+            text = "n/a" if value is None else f"{value:,.1f}" if isinstance(value, float) else f"{value:,}"
+            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
+                        fontsize="small")
+        ax.set_xticks(range(len(values)), labels, rotation=15, fontsize="small")
+        ax.set_title(name, fontsize="medium")
+        ax.set_ylabel(unit)
+        ax.margins(y=0.15)
+    fig.suptitle(title or "Same request mix: profiled vs manual-value canary")
+    fig.tight_layout()
+    return fig

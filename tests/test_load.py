@@ -1,0 +1,178 @@
+"""The load timeline, summary and gate checks, on hand-made rows and on the scenario A sample runs.
+
+Scenario A (data/load/): Llama-3.1-70B TP=4 on vLLM 0.26.0, 1,310,720 B per block per rank. The profiled
+canary is the boot of data/boots/four-rank (GPU KV cache size 155,856 tokens = 9,741 blocks × 16); the
+manual-value canary runs the approved 12 GiB = 9,830 blocks (12 GiB // 1,310,720 B) = 157,280 tokens.
+"""
+
+import csv
+import glob
+import io
+import json
+from datetime import datetime
+
+import pandas as pd
+import pytest
+
+from kvplan.cli import main
+from kvplan.config import DATA_DIR
+from kvplan.io.vllm_stats import read_load_evidence
+from kvplan.load import (
+    ROW_KEYS,
+    LoadReading,
+    LoadRow,
+    LoadSource,
+    capacity_loss,
+    load_checks,
+    load_summary,
+    load_timeline,
+    run_preemptions,
+)
+
+LOAD = DATA_DIR / "load"
+PROFILED_TOKENS = 9_741 * 16  # 155,856
+MANUAL_TOKENS = 9_830 * 16  # 157,280
+
+
+def run_files(name: str) -> list[str]:
+    paths = glob.glob(str(LOAD / name / "**" / "*.*"), recursive=True)
+    return sorted(path for path in paths if not path.endswith(".py"))
+
+
+def row(line, second, **values):
+    return LoadRow("s.log", line, datetime(2026, 11, 27, 10, 0, second), values.pop("engine", 0), **values)
+
+
+# --- timeline ---------------------------------------------------------------------------------------
+
+
+def test_timeline_columns_and_index():
+    reading = LoadReading((row(1, 0, kv_cache_usage_pct=50.0, preemptions=0),
+                           row(2, 10, kv_cache_usage_pct=99.5, preemptions=3, waiting=7)))
+    timeline = load_timeline(reading)
+    assert timeline.index.name == "time"
+    assert timeline.index[1] == pd.Timestamp("2026-11-27 10:00:10")
+    assert list(timeline.columns) == [k for k in ROW_KEYS if k != "time"] + ["kind", "preemptions_cum",
+                                                                             "elapsed_s"]
+    assert timeline["preemptions_cum"].tolist() == [0, 3]
+    assert timeline["elapsed_s"].tolist() == [0.0, 10.0]
+    assert timeline["waiting"].tolist() == [pd.NA, 7]
+
+
+def test_logs_and_metrics_of_one_run_are_not_added():
+    log = row(1, 10, preemptions=4)
+    metric = LoadRow("m.prom", 1, datetime(2026, 11, 27, 10, 0, 30), 0, preemptions_total=3, kind="metrics")
+    # the log saw 4, the counter 3 (scraped earlier): the same preemptions, so the run had 4, not 7
+    assert run_preemptions(LoadReading((log, metric))) == 4
+
+
+def test_preemptions_unknown_without_evidence():
+    reading = LoadReading((row(1, 0, kv_cache_usage_pct=5.0),), sources=(LoadSource("s.log", "log",
+                                                                                      reports_preemptions=False),))
+    assert run_preemptions(reading) is None
+
+
+# --- summary ----------------------------------------------------------------------------------------
+
+
+def test_summary_of_the_overload_run():
+    summary = load_summary(read_load_evidence(run_files("manual-canary-overload")))
+    assert summary["kv_cache_tokens"] == MANUAL_TOKENS
+    assert summary["preemptions"] == 30  # 16 before the restart + 14 after, as the counter shows
+    # the gauge's peak: 7 of the 9,829 usable blocks free (block 0 is the null block) → 1 − 7/9,829
+    assert summary["peak_kv_cache_usage_pct"] == 99.928782
+    assert summary["peak_at"]["source"].endswith("metrics.prom")  # the log prints it rounded, 99.9 %
+    assert summary["peak_kv_cache_tokens"] == 157_167  # 157,280 × 0.99928782 = 157,167.99, rounded down
+    assert summary["max_waiting"] == 42
+    assert summary["oom_events"] == 0
+    json.dumps(summary)  # JSON-ready
+
+
+def test_summary_peak_tokens_round_down():
+    summary = load_summary(LoadReading((row(1, 0, kv_cache_usage_pct=70.1),)), kv_cache_tokens=MANUAL_TOKENS)
+    assert summary["peak_kv_cache_tokens"] == 110_253  # 157,280 × 0.701 = 110,253.28
+
+
+# --- gate checks ------------------------------------------------------------------------------------
+
+
+def test_checks_pass_on_the_steady_manual_canary():
+    checks = load_checks(read_load_evidence(run_files("manual-canary")),
+                         profiled_kv_cache_tokens=PROFILED_TOKENS, max_capacity_loss_pct=5)
+    assert [c.name for c in checks] == [
+        "no OOM under load", "preemptions ≤ 0", "peak KV cache usage reported",
+        "capacity vs profiled canary (loss ≤ 5%)",
+    ]
+    assert [c.passed for c in checks] == [True, True, True, True]
+    # 157,280 − 155,856 = 1,424 tokens more than profiled: 1,424 / 155,856 = 0.914 %
+    assert "gain of 1,424 tokens (0.914%)" in checks[3].detail
+
+
+def test_checks_fail_where_preemptions_occur():
+    checks = load_checks(read_load_evidence(run_files("manual-canary-overload")))
+    preemption = checks[1]
+    assert preemption.passed is False
+    assert preemption.detail.startswith("30 preemption(s) in the run, first seen at ")
+    assert "policy allows 0" in preemption.detail
+    # a looser policy admits them
+    assert load_checks(read_load_evidence(run_files("manual-canary-overload")), max_preemptions=30)[1].passed
+
+
+def test_oom_fails_and_unknown_preemptions_cannot_be_judged():
+    rows = (row(1, 0, kv_cache_usage_pct=99.0), row(2, 5, event="oom", raw="torch.OutOfMemoryError: CUDA …"))
+    reading = LoadReading(rows, sources=(LoadSource("s.log", "log", reports_preemptions=False),))
+    oom, preemption, peak = load_checks(reading)
+    assert oom.passed is False and "s.log:2" in oom.detail
+    assert preemption.passed is None and "/metrics" in preemption.detail
+    assert peak.passed is True and "99.0%" in peak.detail
+
+
+def test_capacity_loss_bound():
+    # a manual canary with 157,280 tokens against a profiled 163,840 (10,240 blocks): 6,560 tokens = 4.004 %
+    assert capacity_loss(MANUAL_TOKENS, 163_840) == (6_560, 4.004)
+    reading = LoadReading((row(1, 0, kv_cache_usage_pct=10.0, preemptions=0),))
+    check = load_checks(reading, kv_cache_tokens=MANUAL_TOKENS, profiled_kv_cache_tokens=163_840,
+                        max_capacity_loss_pct=2)[3]
+    assert check.passed is False and "loss of 6,560 tokens (4.004%)" in check.detail
+    unknown = load_checks(reading, profiled_kv_cache_tokens=163_840)[3]
+    assert unknown.passed is None
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+
+def test_cli_json_rows(capsys):
+    paths = run_files("manual-canary-overload")
+    assert main(["load", *paths, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data) == {"rows", "warnings"}
+    assert all(list(r) == list(ROW_KEYS) for r in data["rows"])
+    assert [r["source"] for r in data["rows"]] == sorted(r["source"] for r in data["rows"])  # file order
+    preempted = [r for r in data["rows"] if r["source"].endswith("server.log") and r["preemptions"]]
+    assert sum(r["preemptions"] for r in preempted) == 30
+    assert any("restarted" in w for w in data["warnings"])
+
+
+def test_cli_csv_and_table(capsys):
+    log = str(LOAD / "manual-canary" / "server.log")
+    assert main(["load", log, "--year", "2026", "--csv"]) == 0
+    rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert list(rows[0]) == list(ROW_KEYS)
+    assert rows[0]["time"] == "2026-11-27T09:33:08" and rows[0]["swapped"] == ""
+    assert main(["load", log]) == 0
+    captured = capsys.readouterr()
+    assert "preemptions          0" in captured.out
+    assert "carry no year" in captured.err
+
+
+def test_cli_bad_file(tmp_path, capsys):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("nothing from vLLM here\n")
+    assert main(["load", str(notes)]) == 2
+    assert "no vLLM stats line" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags", [["--json", "--csv"]])
+def test_cli_json_and_csv_exclude_each_other(flags):
+    with pytest.raises(SystemExit):
+        main(["load", "x.log", *flags])

@@ -1,0 +1,74 @@
+"""Load charts draw exactly the timeline and summaries they are given."""
+
+from datetime import datetime
+
+import matplotlib.pyplot as plt
+import pytest
+
+from kvplan import load_charts
+from kvplan.load import LoadReading, LoadRow, load_timeline
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+def at(second: int) -> datetime:
+    return datetime(2026, 11, 27, 10, 0, second)
+
+
+# three stats lines of engine 0 at 0, 30, 60 s; preemptions in the second interval; an OOM at 60 s
+ROWS = (
+    LoadRow("s.log", 1, at(0), 0, kv_cache_usage_pct=40.0, running=10, waiting=0, preemptions=0),
+    LoadRow("s.log", 2, at(30), 0, kv_cache_usage_pct=99.5, running=20, waiting=6, preemptions=2),
+    LoadRow("s.log", 3, at(59), 0, kv_cache_usage_pct=97.0, running=18, waiting=3, preemptions=0),
+    LoadRow("s.log", 4, at(59), None, event="oom"),
+)
+TIMELINE = load_timeline(LoadReading(ROWS))
+
+
+def lines_by_label(ax):
+    return {line.get_label(): line for line in ax.get_lines()}
+
+
+def test_occupancy_draws_usage_capacity_and_preemptions():
+    fig = load_charts.occupancy_chart(TIMELINE, kv_cache_tokens=157_280)
+    ax = fig.axes[0]
+    lines = lines_by_label(ax)
+    usage = lines["engine 0 (log)"]
+    assert list(usage.get_xdata()) == [0.0, 0.5, pytest.approx(59 / 60)]  # minutes
+    assert list(usage.get_ydata()) == [40.0, 99.5, 97.0]
+    capacity = lines["capacity = 157,280 tokens"]
+    assert list(capacity.get_ydata()) == [100, 100]
+    # one vertical line for the one interval with preemptions, at 0.5 min
+    marks = [line for line in ax.get_lines() if line.get_color() == load_charts.PREEMPTION_COLOR]
+    assert [list(line.get_xdata()) for line in marks] == [[0.5, 0.5]]
+    assert list(lines["OOM"].get_ydata()) == [100]
+
+
+def test_requests_chart_draws_running_and_waiting():
+    fig = load_charts.requests_chart(TIMELINE)
+    lines = lines_by_label(fig.axes[0])
+    assert list(lines["running, engine 0 (log)"].get_ydata()) == [10, 20, 18]
+    assert list(lines["waiting, engine 0 (log)"].get_ydata()) == [0, 6, 3]
+
+
+def test_canary_comparison_bars():
+    profiled = {"mean_generation_tokens_per_s": 673.7, "preemptions": 0, "peak_kv_cache_usage_pct": 70.7,
+                "kv_cache_tokens": 155_856}
+    manual = {"mean_generation_tokens_per_s": 671.0, "preemptions": None, "peak_kv_cache_usage_pct": 70.1,
+              "kv_cache_tokens": 157_280}
+    fig = load_charts.canary_comparison_chart([profiled, manual])
+    heights = [[bar.get_height() for bar in ax.patches] for ax in fig.axes]
+    # unknown preemptions draw no bar (height 0) and say "n/a"
+    assert heights == [[673.7, 671.0], [0, 0], [70.7, 70.1], [155_856, 157_280]]
+    assert [t.get_text() for t in fig.axes[1].texts] == ["0", "n/a"]
+    assert [t.get_text() for t in fig.axes[3].get_xticklabels()] == ["profiled canary", "manual-value canary"]
+
+
+def test_comparison_needs_one_label_per_summary():
+    with pytest.raises(ValueError, match="2 summaries but 1 labels"):
+        load_charts.canary_comparison_chart([{}, {}], labels=["one"])
+
