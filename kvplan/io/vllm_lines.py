@@ -307,7 +307,7 @@ def _manual(m: re.Match) -> dict:
 
 
 def _plan_applied(m: re.Match) -> dict:
-    return {"manual_kv_bytes": int(m.group(1)), "init_free_bytes": gib_bytes(m.group(3))}
+    return {"manual_kv_bytes": int(m.group(1)), "init_free_bytes": gib_bytes(m.group(4))}
 
 
 def _graph_took(m: re.Match) -> dict:

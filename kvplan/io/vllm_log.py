@@ -194,7 +194,7 @@ def read_vllm_log(path_or_text: str | os.PathLike | bytes | IO[bytes], source: s
 def _looks_like_path(text: str) -> bool:
     if "\n" in text or "\r" in text:
         return False
-    return os.path.exists(text) or bool(re.search(r"\.(log|txt|out|err)$", text)) or os.sep in text
+    return os.path.exists(text) or bool(re.fullmatch(r"\S+\.(log|txt|out|err)", text))
 
 
 def read_vllm_logs(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, dict]:
@@ -415,8 +415,9 @@ def _resolve(boot: _Boot, source: str) -> tuple[list[dict], list[tuple], list[st
             rows[rank] = {"rank": rank}
         return rows[rank]
 
+    printed = {event.key for event in boot.events if event.scope in ("rank", "assign", "outcome")}
     for process_key, info in ranks_of.items():
-        if info.get("rank") is not None:
+        if info.get("rank") is not None and process_key in printed:
             target = row(info["rank"])
             for name in ("tp_rank", "pp_rank", "dp_rank", "process", "pid"):
                 if info.get(name) is not None:
@@ -465,7 +466,7 @@ def _resolve(boot: _Boot, source: str) -> tuple[list[dict], list[tuple], list[st
                         f"({len(serving_failures)} line(s)): the budget may be too high for live traffic")
     _attach_engine_values(engine_values, rows, key, origin, source, warnings, row)
     if not rows and (failures or boot.events):
-        single = (key.get("tensor_parallel_size") or 1) * (key.get("pipeline_parallel_size") or 1)
+        single = (_size(key, "tensor_parallel_size") or 1) * (_size(key, "pipeline_parallel_size") or 1)
         if single == 1 and not unattributed:
             row(0)
     flags = _boot_flags(boot, key, version)
@@ -593,9 +594,10 @@ def _attribute(boot: _Boot, key: dict, version: tuple | None, source: str, warni
     if v0 or (not has_workers and (world is None or world == 1)):
         info[None].update(rank=0, tp_rank=0, pp_rank=0, dp_rank=0)
     used: dict[int, tuple] = {}
+    printed = {event.key for event in boot.events if event.scope in ("rank", "assign", "outcome")}
     for process_key, item in info.items():
         rank = item.get("rank")
-        if rank is None:
+        if rank is None or process_key not in printed:
             continue
         line = _first_line(boot, process_key)
         if world is not None and rank >= world:
