@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 CAPACITY_COLOR = "tab:red"
 PREEMPTION_COLOR = "tab:orange"
 OOM_COLOR = "black"
+GAP_FACTOR = 3  # a gap longer than this many usual intervals breaks a line
 COMPARISON_PANELS = (
     ("mean_generation_tokens_per_s", "generation throughput", "tokens/s"),
     ("preemptions", "preemptions", "count"),
@@ -25,30 +26,53 @@ COMPARISON_PANELS = (
 )
 
 
-def _series(timeline: pd.DataFrame, column: str) -> list[tuple[str, pd.DataFrame]]:
-    """(label, rows) per engine and evidence kind that have ``column`` and a time, in elapsed order."""
+def _series(timeline: pd.DataFrame, column: str) -> list[tuple[str, pd.Series, pd.Series]]:
+    """(label, minutes, values) per engine and evidence kind, for rows with ``column`` and a time.
+
+    A gap longer than :data:`GAP_FACTOR` usual intervals (a restart, an idle server) breaks the line.
+    """
     known = timeline[timeline[column].notna() & timeline["elapsed_s"].notna()]
     groups = []
     for (engine, kind), rows in known.groupby(["engine", "kind"], dropna=False, sort=True):
+        rows = rows.sort_values("elapsed_s", kind="stable")
+        minutes = (rows["elapsed_s"] / 60).reset_index(drop=True)
+        values = rows[column].astype(float).reset_index(drop=True)
+        gaps = minutes.diff()
+        breaks = gaps[gaps > GAP_FACTOR * gaps.median()].index
+        for offset, index in enumerate(breaks):  # a NaN point between two rows lifts the pen
+            at = index + offset - 0.5
+            minutes.loc[at], values.loc[at] = float("nan"), float("nan")
+        order = minutes.index.argsort()
         name = "all engines" if pd.isna(engine) else f"engine {engine}"
-        groups.append((f"{name} ({kind})", rows.sort_values("elapsed_s", kind="stable")))
+        groups.append((f"{name} ({kind})", minutes.iloc[order], values.iloc[order]))
     return groups
+
+
+def _preemption_minutes(timeline: pd.DataFrame) -> pd.Series:
+    """Minutes of rows with preemptions, from the evidence kind that counts them most often."""
+    timed = timeline[timeline["elapsed_s"].notna()]
+    known = timed[timed["preemptions"].notna() | (timed["event"] == "preemption")]
+    if known.empty:
+        return pd.Series(dtype=float)
+    kind = known["kind"].value_counts().idxmax()
+    rows = known[known["kind"] == kind]
+    return rows[(rows["preemptions"].fillna(0) > 0) | (rows["event"] == "preemption")]["elapsed_s"] / 60
 
 
 def occupancy_chart(timeline: pd.DataFrame, kv_cache_tokens: int | None = None, title: str = "") -> Figure:
     """KV cache usage [%] against minutes, capacity at 100 %, a vertical line per interval with preemptions.
 
     ``timeline`` is :func:`kvplan.load.load_timeline`'s frame; ``kv_cache_tokens`` names the capacity line.
-    OOM events are black crosses at the top.
+    Preemptions are marked from the evidence kind (log or metrics) that reports them most often, so one run's
+    log and /metrics do not mark the same preemptions twice. OOM events are black crosses at the top.
     """
     fig, ax = plt.subplots(figsize=(9, 4))
-    for label, rows in _series(timeline, "kv_cache_usage_pct"):
-        ax.plot(rows["elapsed_s"] / 60, rows["kv_cache_usage_pct"].astype(float), label=label)
+    for label, minutes, values in _series(timeline, "kv_cache_usage_pct"):
+        ax.plot(minutes, values, label=label)
     capacity = "capacity" + (f" = {kv_cache_tokens:,} tokens" if kv_cache_tokens is not None else "")
     ax.axhline(100, color=CAPACITY_COLOR, linestyle="--", label=capacity)
     timed = timeline[timeline["elapsed_s"].notna()]
-    preempted = timed[(timed["preemptions"].fillna(0) > 0) | (timed["event"] == "preemption")]
-    for position, minutes in enumerate(preempted["elapsed_s"] / 60):
+    for position, minutes in enumerate(_preemption_minutes(timeline)):
         ax.axvline(minutes, color=PREEMPTION_COLOR, alpha=0.6, linewidth=1,
                    label="interval with preemptions" if position == 0 else None)
     ooms = timed[timed["event"] == "oom"]
@@ -67,8 +91,8 @@ def requests_chart(timeline: pd.DataFrame, title: str = "") -> Figure:
     """Running and waiting requests against minutes, one pair of lines per engine and evidence kind."""
     fig, ax = plt.subplots(figsize=(9, 4))
     for column, style in (("running", "-"), ("waiting", ":")):
-        for label, rows in _series(timeline, column):
-            ax.plot(rows["elapsed_s"] / 60, rows[column].astype(float), style, label=f"{column}, {label}")
+        for label, minutes, values in _series(timeline, column):
+            ax.plot(minutes, values, style, label=f"{column}, {label}")
     ax.set_xlabel("minutes since the first row")
     ax.set_ylabel("requests")
     ax.set_title(title or "Running vs waiting requests")
@@ -102,7 +126,7 @@ def canary_comparison_chart(
         ax.set_xticks(range(len(values)), labels, rotation=15, fontsize="small")
         ax.set_title(name, fontsize="medium")
         ax.set_ylabel(unit)
-        ax.margins(y=0.15)
+        ax.set_ylim(0, (max(heights) or 1) * 1.15)
     fig.suptitle(title or "Same request mix: profiled vs manual-value canary")
     fig.tight_layout()
     return fig

@@ -1,6 +1,6 @@
 """Load charts draw exactly the timeline and summaries they are given."""
 
-from datetime import datetime
+from datetime import datetime, timedelta
 
 import matplotlib.pyplot as plt
 import pytest
@@ -72,3 +72,22 @@ def test_comparison_needs_one_label_per_summary():
     with pytest.raises(ValueError, match="2 summaries but 1 labels"):
         load_charts.canary_comparison_chart([{}, {}], labels=["one"])
 
+
+
+def test_a_restart_gap_breaks_the_line_and_preemptions_are_marked_once():
+    # stats lines at 0, 10, 20 s, then the server restarts and logs again at 300 and 310 s: the 280 s gap
+    # is more than 3 × the usual 10 s, so the line lifts between 20 and 300 s
+    seconds = [0, 10, 20, 300, 310]
+    rows = [LoadRow("s.log", i, at(0) + timedelta(seconds=s), 0, kv_cache_usage_pct=50.0 + i,
+                    preemptions=1 if i == 1 else 0)
+            for i, s in enumerate(seconds)]
+    # the same run's /metrics saw the same preemption once
+    rows.append(LoadRow("m.prom", 1, at(10), 0, kv_cache_usage_pct=51.0, preemptions=1, preemptions_total=1,
+                        kind="metrics"))
+    fig = load_charts.occupancy_chart(load_timeline(LoadReading(tuple(rows))))
+    usage = lines_by_label(fig.axes[0])["engine 0 (log)"]
+    ydata = list(usage.get_ydata())
+    assert ydata[:3] == [50.0, 51.0, 52.0] and ydata[4:] == [53.0, 54.0]
+    assert ydata[3] != ydata[3]  # NaN
+    marks = [line for line in fig.axes[0].get_lines() if line.get_color() == load_charts.PREEMPTION_COLOR]
+    assert len(marks) == 1  # from the log (5 rows with counts) only, not again from the one scrape
