@@ -203,3 +203,16 @@ def test_a_process_on_a_gpu_the_gpu_snapshot_lacks_is_refused():
     apps = read_nvidia_smi_csv("GPU-cccc, 5, python3, 10 MiB")
     with pytest.raises(NvidiaSmiError, match=r"<text>, line 1: process 5 runs on GPU-cccc"):
         gpu_context(gpus, apps, vllm_pids=[])
+
+
+def test_shared_gpu_snapshot_of_scenario_b():
+    folder = DATA_DIR / "boots" / "shared-gpu"
+    gpus = read_nvidia_smi_csv(folder / "nvidia-smi-gpu.csv")
+    apps = read_nvidia_smi_csv(folder / "nvidia-smi-apps.csv")
+    ledger = pd.DataFrame({"source": ["boot.log"] * 3, "rank": [0, 1, 2], "pid": [61305, 61306, 61307]})
+    joined = join_nvidia_smi(ledger, gpus, apps)
+    # GPU 0 hosts a second vLLM server (pid 20931, 17152 MiB = 17,985,175,552 B); GPUs 1 and 2 nothing else
+    assert joined["other_process_bytes"].tolist() == [17_985_175_552, 0, 0]
+    assert set(joined["gpu_name"]) == {"NVIDIA RTX PRO 6000 Blackwell Server Edition"}
+    # 97887 MiB total, 638 MiB reserved: free = 97887 − 638 − used; GPU 0 used 94195 MiB → 3054 MiB free
+    assert int(gpus.loc[0, "memory_free_bytes"]) == 3054 * MiB
