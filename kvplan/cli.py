@@ -14,16 +14,17 @@ from collections.abc import Callable, Sequence
 
 import pandas as pd
 
-from kvplan import __version__
+from kvplan import __version__, evidence, gate
 from kvplan.budget import uniform_budget
 from kvplan.capacity import DEFAULT_BLOCK_SIZE, capacity
 from kvplan.drift import drift_budget
-from kvplan.io.model_config import read_model_config
+from kvplan.io.model_config import read_model_config, resolve_model_config
+from kvplan.io.nvidia_smi import APP_COLUMNS, gpu_index_by_pid, join_nvidia_smi, read_nvidia_smi_csv
 from kvplan.io.vllm_log import read_vllm_logs
 from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.kvspec import KV_CACHE_DTYPE_BYTES, KVSpec, kv_spec
-from kvplan.ledger import budget_from_ledger
-from kvplan.load import ROW_KEYS, load_summary
+from kvplan.ledger import budget_from_ledger, compatibility_key
+from kvplan.load import ROW_KEYS, load_checks, load_summary
 from kvplan.units import format_size, parse_size, parse_size_list
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
@@ -369,6 +370,180 @@ def _run_load(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --- approve, verify, gate ----------------------------------------------------------------------
+
+
+def _add_approve(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "approve",
+        help="write an evidence bundle: the approved budget, its ledger, charts, hashes and source lines",
+        description="Compute the uniform budget from the logs of a profiled boot and write it, with its "
+        "evidence, to a new folder OUT/<date>-<hash> (never overwritten). "
+        "Example: kvplan approve data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b "
+        "--tp 4 --target-concurrency 4 --seq-len 32768 --approver 'Ana Planner' --out evidence/",
+    )
+    parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM logs of the profiled boot(s)")
+    parser.add_argument("--reserve", type=_size, required=True, help="operating reserve per rank")
+    parser.add_argument("--guard", type=_size, default=0,
+                        help="guard a canary gate subtracts by default (default 0)")
+    parser.add_argument("--assume-uniform", action="store_true",
+                        help="use rank 0's room for ranks whose logs do not show theirs")
+    parser.add_argument("--target-concurrency", type=_positive_int, metavar="C",
+                        help="admission plan: C full sequences at once (with --seq-len)")
+    parser.add_argument("--seq-len", type=_positive_int, metavar="L",
+                        help="admission plan: tokens per sequence")
+    parser.add_argument("--approver", required=True, metavar="NAME", help="who approves")
+    parser.add_argument("--note", default="", metavar="TEXT", help="e.g. the change ticket")
+    parser.add_argument("--out", required=True, metavar="DIR", help="folder the bundle folder is created in")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    before = {action.dest for action in parser._actions}
+    _add_model_arguments(parser)
+    options = sorted({action.dest for action in parser._actions} - before - {"model"})
+    parser.set_defaults(run=_run_approve, model_option_names=options)
+
+
+def _run_approve(args: argparse.Namespace) -> int:
+    if (args.target_concurrency is None) != (args.seq_len is None):
+        raise CliError("an admission plan needs both --target-concurrency and --seq-len")
+    layout = None
+    if args.model:
+        if args.tp is None:
+            raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
+        options = {name: getattr(args, name) for name in args.model_option_names}
+        layout = evidence.ModelLayout(resolve_model_config(args.model), options)
+    plan = evidence.Plan(args.target_concurrency, args.seq_len) if args.seq_len else None
+    policy = evidence.Policy(args.reserve, args.guard, args.assume_uniform)
+    bundle = evidence.approve(args.logs, args.out, policy, args.approver, args.note, layout, plan)
+    record = evidence.read_bundle(bundle)
+    if args.json:
+        return _print_json({"bundle": str(bundle), "decision": record["decision"],
+                            "checks": record["checks"], "warnings": record["warnings"]})
+    decision = record["decision"]
+    print(f"approved     {decision['human']} per GPU (limiting rank {decision['limiting_rank']})")
+    print(f"flag         {decision['flag']}")
+    print(f"bundle       {bundle}")
+    print(f"verify with  kvplan verify {bundle}")
+    _print_warnings(record["warnings"])
+    return EXIT_OK
+
+
+def _add_verify(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "verify",
+        help="re-check an evidence bundle: hashes, and the decision recomputed from its inputs",
+        description="Exit 0 when every hash and the recomputed decision agree with the bundle, 1 with "
+        "the differences listed when anything changed, 2 when the bundle cannot be read. "
+        "Example: kvplan verify evidence/2026-11-29-0123456789ab",
+    )
+    parser.add_argument("bundle", metavar="BUNDLE", help="an evidence bundle folder")
+    parser.add_argument("--json", action="store_true", help='print {"bundle", "ok", "differences"}')
+    parser.set_defaults(run=_run_verify)
+
+
+def _run_verify(args: argparse.Namespace) -> int:
+    differences = evidence.verify_bundle(args.bundle)
+    if args.json:
+        _print_json({"bundle": args.bundle, "ok": not differences, "differences": differences})
+    elif differences:
+        print(f"{args.bundle}: CHANGED, {len(differences)} difference{'s' if len(differences) > 1 else ''}:")
+        for difference in differences:
+            print(f"  - {difference}")
+    else:
+        print(f"{args.bundle}: ok: every hash and the recomputed decision agree")
+    return EXIT_FAIL if differences else EXIT_OK
+
+
+def _add_gate(sub: argparse._SubParsersAction) -> None:
+    parser = sub.add_parser(
+        "gate",
+        help="check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)",
+        description="Same compatibility key, every rank present, no OOM or error, "
+        "safe_ref − max(0, F_ref − F_boot) − guard ≥ the approved value on every rank, the reserve "
+        "still free after warm-up, tokens ≥ the admission plan; with --load, the load-test checks too. "
+        "Exit 0 pass, 1 fail, 2 cannot judge (bad or incomplete input). "
+        "Example: kvplan gate --approved evidence/2026-11-29-0123456789ab canary.log --guard 0.5GiB",
+    )
+    parser.add_argument("logs", nargs="+", metavar="BOOT_LOG", help="vLLM logs of the canary boot")
+    parser.add_argument("--approved", required=True, metavar="BUNDLE", help="the approved evidence bundle")
+    parser.add_argument("--nvidia-smi", action="append", default=[], metavar="CSV",
+                        help="nvidia-smi --query-gpu (and --query-compute-apps) CSV taken after warm-up; "
+                             "repeat for both")
+    parser.add_argument("--guard", type=_size, help="guard per rank (default: the approval's, normally 0)")
+    parser.add_argument("--load", nargs="+", default=[], metavar="LOG_OR_METRICS",
+                        help="load-test server logs and /metrics snapshots of the canary")
+    parser.add_argument("--max-preemptions", type=int, default=0, metavar="N",
+                        help="with --load: preemptions allowed in the run (default 0)")
+    parser.add_argument("--max-capacity-loss", type=float, metavar="PCT",
+                        help="with --load, for a manual-value canary: bound on tokens lost against the "
+                             "profiled boot [%%]")
+    parser.add_argument("--json", action="store_true", help='print {"passed", "checks": [...]}')
+    parser.set_defaults(run=_run_gate)
+
+
+def _run_gate(args: argparse.Namespace) -> int:
+    approved = evidence.approved_from_record(evidence.read_bundle(args.approved))
+    ledger, metadata = read_vllm_logs(args.logs)
+    free_after_warmup = None
+    if args.nvidia_smi:
+        ledger, free_after_warmup = _join_snapshots(ledger, args.nvidia_smi)
+    checks = gate.gate_checks(approved, ledger, compatibility_key(ledger), args.guard, free_after_warmup)
+    if args.load:
+        manual = "manual_kv_bytes" in ledger and ledger["manual_kv_bytes"].notna().any()
+        logged = ledger["kv_cache_tokens"].dropna() if "kv_cache_tokens" in ledger else pd.Series(dtype=int)
+        checks += load_checks(
+            read_load_evidence(args.load),
+            max_preemptions=args.max_preemptions,
+            profiled_kv_cache_tokens=approved.logged_tokens if manual else None,
+            max_capacity_loss_pct=args.max_capacity_loss,
+            kv_cache_tokens=int(logged.min()) if not logged.empty else None,
+        )
+    verdict = gate.gate_verdict(checks)
+    if args.json:
+        _print_json({"passed": verdict is True, "checks": [check.to_dict() for check in checks]})
+    else:
+        for check in checks:
+            word = {True: "PASS", False: "FAIL", None: "????"}[check.passed]
+            print(f"{word}  {check.name}")
+            for part in check.detail.split("; "):
+                print(f"      {part}")
+        failed = sum(check.passed is False for check in checks)
+        unknown = sum(check.passed is None for check in checks)
+        summary = {True: "PASS", False: f"FAIL ({failed} of {len(checks)} checks failed)",
+                   None: f"CANNOT JUDGE ({unknown} of {len(checks)} checks lack evidence)"}[verdict]
+        print(f"gate: {summary}")
+        _print_warnings(metadata["warnings"])
+    return {True: EXIT_OK, False: EXIT_FAIL, None: EXIT_BAD_INPUT}[verdict]
+
+
+def _join_snapshots(ledger: pd.DataFrame, paths: Sequence[str]) -> tuple[pd.DataFrame, dict[int, int]]:
+    """The ledger with GPU name/driver joined, and free memory per rank from a --query-gpu snapshot.
+
+    A rank's GPU is the one its pid runs on in a --query-compute-apps snapshot; without one, GPU
+    index = rank (a single node with all GPUs visible).
+    """
+    frames = {}
+    for path in paths:
+        frame = read_nvidia_smi_csv(path)
+        frames[frame.attrs["kind"]] = frame
+    if "gpus" not in frames:
+        raise CliError("--nvidia-smi needs a --query-gpu=index,uuid,name,driver_version,memory.total,"
+                       "memory.used,memory.free snapshot")
+    gpus = frames["gpus"]
+    apps = frames.get("apps", pd.DataFrame(columns=[*APP_COLUMNS, "source", "line"]))
+    known = {int(index) for index in gpus["gpu_index"]}
+    by_pid = gpu_index_by_pid(gpus, apps)
+    by_rank = {}
+    for rank in sorted({int(rank) for rank in ledger["rank"].dropna()}):
+        pids = ledger.loc[ledger["rank"] == rank, "pid"].dropna() if "pid" in ledger else []
+        on = {by_pid[int(pid)] for pid in pids if int(pid) in by_pid}
+        index = on.pop() if len(on) == 1 else rank
+        if index in known:
+            by_rank[rank] = index
+    joined = join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)
+    free = dict(zip(gpus["gpu_index"].astype(int), gpus["memory_free_bytes"]))
+    return joined, {rank: int(free[index]) for rank, index in by_rank.items() if not pd.isna(free[index])}
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
@@ -377,6 +552,9 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_capacity,
     _add_drift,
     _add_load,
+    _add_approve,
+    _add_verify,
+    _add_gate,
 ]
 
 

@@ -48,7 +48,8 @@ class Approved:
     """What a gate needs from an approval (sizes in bytes, one entry per approved rank).
 
     ``ref_free_bytes`` is each rank's startup free memory at approval (None where the approved
-    logs did not show it); ``tokens_required`` is the admission plan in tokens (None: no plan).
+    logs did not show it); ``tokens_required`` is the admission plan in tokens (None: no plan);
+    ``logged_tokens`` the "GPU KV cache size" the approved (profiled) boot logged.
     """
 
     budget_bytes: int
@@ -60,6 +61,7 @@ class Approved:
     block_bytes: int | None
     compatibility_key: Mapping[str, object]
     tokens_required: int | None = None
+    logged_tokens: int | None = None
 
 
 def gate_verdict(checks: Sequence[Check]) -> bool | None:

@@ -1,0 +1,796 @@
+"""The evidence bundle: an approved budget with everything needed to re-check it, written once.
+
+One folder per approval, named ``YYYY-MM-DD-<hash>`` after the UTC date and the first 12 hex digits
+of :func:`inputs_digest` (the SHA-256 of the input files' hashes, the policy, the model layout and
+the admission plan). It holds ``budget.json`` (schema in ``docs/budget-json.md``), ``ledger.csv``,
+``SUMMARY.md``, ``evidence.log``, ``charts/*.png`` and a copy of every input under ``inputs/``, so
+:func:`verify_bundle` can recompute the decision anywhere. The folder is assembled under a hidden
+temporary name beside the target and renamed into place; any failure removes the temporary folder,
+and an existing bundle is never overwritten or changed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import pandas as pd
+
+from kvplan import __version__, charts
+from kvplan.budget import Budget
+from kvplan.capacity import blocks_per_sequence
+from kvplan.gate import Approved, Check, check_outcomes, check_ranks_present
+from kvplan.io.model_config import read_model_config
+from kvplan.io.vllm_log import read_vllm_log
+from kvplan.kvspec import KVSpec, cross_check, kv_spec
+from kvplan.ledger import budget_from_ledger, compatibility_key, room_per_rank
+from kvplan.units import format_size
+
+SCHEMA = "kvplan.budget"
+SCHEMA_VERSION = 1
+BUDGET_JSON = "budget.json"
+INPUTS_DIR = "inputs"
+CHARTS_DIR = "charts"
+DIGEST_CHARS = 12
+_CHUNK_BYTES = 1 << 20
+
+
+class BundleError(ValueError):
+    """A bundle that cannot be read (missing folder, bad or unknown ``budget.json``)."""
+
+
+class BundleExistsError(BundleError):
+    """Approving into a folder that already holds a bundle: bundles are never overwritten."""
+
+
+class ApprovalError(ValueError):
+    """A check at approval failed (e.g. the admission plan does not fit): no bundle is written."""
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The approver's policy: reserve kept free per rank, canary guard (bytes), rank-0 assumption."""
+
+    reserve_bytes: int
+    guard_bytes: int = 0
+    assume_uniform: bool = False
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The admission plan: ``target_concurrency`` full sequences of ``seq_len`` tokens at once."""
+
+    target_concurrency: int
+    seq_len: int
+
+
+@dataclass(frozen=True)
+class ModelLayout:
+    """How KV bytes per token were derived: the model config (an input file) and the layout options.
+
+    ``options`` are the keyword arguments of :func:`kvplan.kvspec.kv_spec` other than the config
+    (``tp``, ``pp``, ``dcp``, ``kv_cache_dtype``, ``block_size``, ``vllm_version``,
+    ``max_num_batched_tokens``), recorded so that :func:`verify_bundle` rebuilds the same spec. A
+    ``vllm_version`` or ``block_size`` left None is taken from the logs' compatibility key.
+    """
+
+    config: Path
+    options: Mapping[str, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Everything an approval computes from its inputs (all sizes in bytes)."""
+
+    ledger: pd.DataFrame
+    provenance: pd.DataFrame
+    warnings: tuple[str, ...]
+    budget: Budget
+    compatibility_key: dict
+    ref_free_bytes: tuple[int | None, ...]
+    room_sources: tuple[str | None, ...]
+    spec: KVSpec | None
+    capacity: tuple[dict, ...] | None
+    plan: dict | None
+    checks: tuple[Check, ...]
+
+
+# --- hashes and names ---------------------------------------------------------------------------
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def inputs_digest(file_hashes: Sequence[str], settings: Mapping[str, object]) -> str:
+    """Hex SHA-256 over the inputs' hashes (in order) and the settings, as canonical JSON.
+
+    >>> inputs_digest(["ab"], {"reserve_bytes": 1}) == inputs_digest(["ab"], {"reserve_bytes": 1})
+    True
+    >>> inputs_digest(["ab"], {"reserve_bytes": 1}) == inputs_digest(["ab"], {"reserve_bytes": 2})
+    False
+    """
+    text = json.dumps({"files": list(file_hashes), "settings": settings}, sort_keys=True,
+                      separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def bundle_name(created: datetime, digest: str) -> str:
+    """Folder name of a bundle: UTC date and the first 12 hex digits of its inputs digest.
+
+    >>> bundle_name(datetime(2026, 11, 29, 10, 40, tzinfo=timezone.utc), "0123456789abcdef")
+    '2026-11-29-0123456789ab'
+    """
+    return f"{created.astimezone(timezone.utc):%Y-%m-%d}-{digest[:DIGEST_CHARS]}"
+
+
+def input_names(paths: Sequence[str | os.PathLike]) -> list[str]:
+    """Bundle-relative names of the input copies: ``inputs/<file name>``, numbered when names clash.
+
+    >>> input_names(["a/reference.log", "b/canary.log"])
+    ['inputs/reference.log', 'inputs/canary.log']
+    >>> input_names(["a/x.log", "b/x.log"])
+    ['inputs/1-x.log', 'inputs/2-x.log']
+    """
+    names = [Path(path).name for path in paths]
+    if len(set(names)) == len(names):
+        return [f"{INPUTS_DIR}/{name}" for name in names]
+    return [f"{INPUTS_DIR}/{i}-{name}" for i, name in enumerate(names, start=1)]
+
+
+# --- the decision (pure over its inputs) ----------------------------------------------------------
+
+
+def read_named_logs(logs: Sequence[tuple[Path, str]]) -> tuple[pd.DataFrame, list[str], pd.DataFrame]:
+    """Ledger, warnings and provenance of ``(path, name)`` pairs, each read with ``source = name``.
+
+    Naming the bundle copies (``inputs/boot.log``) rather than where they happen to lie makes an
+    approval and a later verification produce the same ledger, warnings and evidence lines.
+    """
+    ledgers, warnings, provenance = [], [], []
+    for path, name in logs:
+        ledger, metadata = read_vllm_log(Path(path), source=name)
+        ledgers.append(ledger)
+        warnings += list(metadata["warnings"])
+        provenance.append(metadata["provenance"])
+    return pd.concat(ledgers, ignore_index=True), warnings, pd.concat(provenance, ignore_index=True)
+
+
+def decide(
+    logs: Sequence[tuple[Path, str]],
+    policy: Policy,
+    layout: ModelLayout | None = None,
+    plan: Plan | None = None,
+) -> Decision:
+    """Read the logs and compute the approved budget, capacity, admission plan and checks."""
+    ledger, warnings, provenance = read_named_logs(logs)
+    key = compatibility_key(ledger)
+    spec = layout_spec(layout, key) if layout is not None else None
+    budget = budget_from_ledger(ledger, policy.reserve_bytes, block_bytes=spec.block_bytes if spec else None,
+                                assume_uniform=policy.assume_uniform)
+    ref_free, sources = reference_rows(ledger, budget, policy.assume_uniform)
+    max_model_len = _int_or_none(key.get("max_model_len"))
+    capacity = None
+    if spec is not None:
+        capacity = capacity_rows(spec, budget.uniform_budget_bytes, planned_lengths(max_model_len, plan))
+    plan_record = admission_plan(plan, key, spec, budget) if plan else None
+    checks = [check_ranks_present(budget.ranks, ledger), check_outcomes(ledger)]
+    if spec is not None:
+        checks.append(model_check(ledger, spec))
+    if plan_record is not None and plan_record["fits"] is not None:
+        checks.append(Check("admission plan fits", plan_record["fits"], plan_record["detail"]))
+    return Decision(
+        ledger=ledger, provenance=provenance, warnings=tuple(warnings), budget=budget, compatibility_key=key,
+        ref_free_bytes=ref_free, room_sources=sources, spec=spec, capacity=capacity, plan=plan_record,
+        checks=tuple(checks),
+    )
+
+
+def layout_spec(layout: ModelLayout, key: Mapping[str, object]) -> KVSpec:
+    """The KV spec of the model config on the layout; release and block size default to the logs'.
+
+    A ``tp`` that differs from the logs' ``tensor_parallel_size`` is refused: the bytes per token
+    would describe another deployment.
+    """
+    options = dict(layout.options)
+    logged_tp = _int_or_none(key.get("tensor_parallel_size"))
+    if logged_tp is not None and options.get("tp") is not None and int(options["tp"]) != logged_tp:
+        raise ValueError(f"--tp {options['tp']} but the logs show tensor_parallel_size {logged_tp}")
+    if options.get("vllm_version") is None and _is_known(key.get("vllm_version")):
+        options["vllm_version"] = str(key["vllm_version"])
+    if options.get("block_size") is None and _is_known(key.get("block_size")):
+        options["block_size"] = int(key["block_size"])
+    return kv_spec(read_model_config(layout.config), **options)
+
+
+def model_check(ledger: pd.DataFrame, spec: KVSpec) -> Check:
+    """The model config's predicted "GPU KV cache size" and concurrency agree with what the logs printed."""
+    rows = cross_check(ledger, spec)
+    judged = rows[rows["agrees"].notna()] if not rows.empty else rows
+    if judged.empty:
+        return Check("model config matches the logs", None, "the logs printed no KV cache size to compare")
+    wrong = judged[~judged["agrees"].astype(bool)]
+    if not wrong.empty:
+        first = wrong.iloc[0]
+        return Check("model config matches the logs", False,
+                     f"{first['source']}: predicted {first['predicted_kv_cache_tokens']:,} tokens, logged "
+                     f"{first['logged_kv_cache_tokens']}: {first['reason']}")
+    first = judged.iloc[0]
+    return Check("model config matches the logs", True,
+                 f"{spec.arch.name}: {spec.bytes_per_token:,} B per token per rank; predicted "
+                 f"{first['predicted_kv_cache_tokens']:,} tokens, logged {first['logged_kv_cache_tokens']:,} "
+                 f"({len(judged)} boot{'s' if len(judged) > 1 else ''} compared)")
+
+
+def reference_rows(
+    ledger: pd.DataFrame, budget: Budget, assume_uniform: bool = False
+) -> tuple[tuple[int | None, ...], tuple[str | None, ...]]:
+    """Per budget rank: startup free memory (the gate's ``F_ref``) and room source of the boot used.
+
+    From :func:`kvplan.ledger.room_per_rank`; a rank whose room was assumed from rank 0 keeps its
+    own startup free memory (the highest its boots show, which makes a gate stricter), or None.
+    """
+    rooms = room_per_rank(ledger, assume_uniform=assume_uniform)
+    free, sources = [], []
+    for rank in budget.ranks:
+        source = _plain(rooms.loc[rank, "room_source"])
+        value = _int_or_none(rooms.loc[rank, "init_free_bytes"])
+        if source == "assumed_uniform":
+            own = ledger.loc[ledger["rank"] == rank, "init_free_bytes"].dropna()
+            value = int(own.max()) if not own.empty else None
+        free.append(value)
+        sources.append(None if source is None else str(source))
+    return tuple(free), tuple(sources)
+
+
+def capacity_rows(spec: KVSpec, kv_bytes: int, lengths: Sequence[int]) -> tuple[dict, ...]:
+    """Blocks, logged-size tokens and full-length concurrency of ``kv_bytes`` at each request length."""
+    rows = []
+    for length in lengths:
+        result = spec.capacity(kv_bytes, length)
+        rows.append({"seq_len": length, "blocks": result.blocks, "tokens": result.tokens,
+                     "max_concurrency": result.max_concurrency,
+                     "whole_sequences": math.floor(result.max_concurrency)})
+    return tuple(rows)
+
+
+def planned_lengths(max_model_len: int | None, plan: Plan | None) -> list[int]:
+    """Sequence lengths of the capacity table: the plan's length and ``max_model_len``, ascending.
+
+    >>> planned_lengths(32768, Plan(6, 8192))
+    [8192, 32768]
+    """
+    lengths = {plan.seq_len} if plan else set()
+    if max_model_len is not None:
+        lengths.add(max_model_len)
+    return sorted(lengths)
+
+
+def admission_plan(plan: Plan, key: Mapping[str, object], spec: KVSpec | None, budget: Budget) -> dict:
+    """The plan in blocks, logged-size tokens and (with a model) bytes against the approved value.
+
+    ``blocks_required = C × blocks per request of L`` (``ceil(L / block_size)`` for full attention);
+    ``tokens_required`` is the "GPU KV cache size" a boot with exactly those blocks logs (the gate
+    compares a canary's logged size with it); ``fits`` is None without a model.
+    """
+    max_model_len = _int_or_none(key.get("max_model_len")) or plan.seq_len
+    if spec is not None:
+        blocks = plan.target_concurrency * spec.blocks_per_request(plan.seq_len)
+        tokens, block_size = spec.kv_cache_tokens(blocks, max_model_len), spec.block_size
+    else:
+        block_size = _int_or_none(key.get("block_size"))
+        if block_size is None:
+            raise ValueError("the admission plan needs the block size: the logs do not show it; give --model")
+        blocks = plan.target_concurrency * blocks_per_sequence(plan.seq_len, block_size)
+        tokens = blocks * block_size
+    record = {"target_concurrency": plan.target_concurrency, "seq_len": plan.seq_len,
+              "block_size": block_size,
+              "blocks_required": blocks, "tokens_required": tokens, "bytes_required": None, "fits": None,
+              "detail": f"{plan.target_concurrency} × {plan.seq_len:,} tokens needs {blocks:,} blocks "
+                        f"({tokens:,} tokens); bytes unknown without --model"}
+    if spec is not None:
+        needed = blocks * spec.block_bytes
+        fits = budget.uniform_budget_bytes >= needed
+        record.update(bytes_required=needed, fits=fits,
+                      detail=f"{plan.target_concurrency} × {plan.seq_len:,} tokens needs {blocks:,} blocks "
+                             f"({tokens:,} tokens) = {format_size(needed)} per GPU {'≤' if fits else '>'} "
+                             f"approved {format_size(budget.uniform_budget_bytes)}")
+    return record
+
+
+# --- the record (budget.json) --------------------------------------------------------------------
+
+
+def build_record(
+    decision: Decision,
+    policy: Policy,
+    inputs: Sequence[Mapping[str, object]],
+    digest: str,
+    created: datetime,
+    approver: str,
+    note: str = "",
+    layout_options: Mapping[str, object] | None = None,
+) -> dict:
+    """The ``budget.json`` content (schema ``kvplan.budget`` version 1, see ``docs/budget-json.md``)."""
+    budget = decision.budget
+    ranks = []
+    for i, rank in enumerate(budget.ranks):
+        ranks.append({
+            "rank": rank,
+            "room_bytes": budget.room_bytes[i],
+            "room_source": decision.room_sources[i],
+            "safe_bytes": budget.safe_bytes[i],
+            "stranded_bytes": budget.stranded_bytes[i],
+            "init_free_bytes": decision.ref_free_bytes[i],
+            "limiting": rank == budget.limiting_rank,
+        })
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "kvplan_version": __version__,
+        "created_utc": created.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        "approver": approver,
+        "note": note,
+        "inputs_digest": digest,
+        "decision": {
+            "kv_cache_memory_bytes": budget.uniform_budget_bytes,
+            "flag": budget.flag,
+            "human": format_size(budget.uniform_budget_bytes),
+            "limiting_rank": budget.limiting_rank,
+            "num_blocks": budget.num_blocks,
+        },
+        "policy": {
+            "reserve_bytes": policy.reserve_bytes,
+            "guard_bytes": policy.guard_bytes,
+            "assume_uniform": policy.assume_uniform,
+            "rounding": {
+                "block_bytes": budget.block_bytes,
+                "rule": "down to whole KV blocks" if budget.block_bytes else "none (no model given)",
+            },
+        },
+        "ranks": ranks,
+        "summary": {
+            "min_safe_bytes": budget.min_safe_bytes,
+            "median_safe_bytes": budget.median_safe_bytes,
+            "max_safe_bytes": budget.max_safe_bytes,
+            "min_median_ratio": budget.min_median_ratio,
+            "allocated_total_bytes": budget.allocated_total_bytes,
+        },
+        "stranded": {
+            "total_bytes": budget.stranded_total_bytes,
+            "rounding_loss_bytes": budget.rounding_loss_bytes,
+            "per_rank_bytes": list(budget.stranded_bytes),
+        },
+        "kv_spec": decision.spec.to_dict() if decision.spec else None,
+        "model_options": dict(layout_options) if layout_options is not None else None,
+        "capacity": [dict(row) for row in decision.capacity] if decision.capacity is not None else None,
+        "admission_plan": decision.plan,
+        "compatibility_key": {k: _json_value(v) for k, v in decision.compatibility_key.items()},
+        "checks": [check.to_dict() for check in decision.checks],
+        "warnings": list(decision.warnings),
+        "inputs": [dict(entry) for entry in inputs],
+        "ledger": _records(decision.ledger),
+        "files": {},
+    }
+
+
+def approved_from_record(record: Mapping) -> Approved:
+    """What :mod:`kvplan.gate` needs, from a ``budget.json`` record."""
+    plan = record.get("admission_plan") or {}
+    logged = [int(row["kv_cache_tokens"]) for row in record.get("ledger", [])
+              if _is_known(row.get("kv_cache_tokens"))]
+    return Approved(
+        budget_bytes=int(record["decision"]["kv_cache_memory_bytes"]),
+        ranks=tuple(int(r["rank"]) for r in record["ranks"]),
+        safe_bytes=tuple(int(r["safe_bytes"]) for r in record["ranks"]),
+        ref_free_bytes=tuple(_int_or_none(r.get("init_free_bytes")) for r in record["ranks"]),
+        reserve_bytes=int(record["policy"]["reserve_bytes"]),
+        guard_bytes=int(record["policy"]["guard_bytes"]),
+        block_bytes=_int_or_none(record["policy"]["rounding"]["block_bytes"]),
+        compatibility_key=dict(record["compatibility_key"]),
+        tokens_required=_int_or_none(plan.get("tokens_required")),
+        logged_tokens=min(logged, default=None),
+    )
+
+
+# --- SUMMARY.md and evidence.log (pure text) ------------------------------------------------------
+
+
+def summary_markdown(record: Mapping, name: str) -> str:
+    """``SUMMARY.md``: the decision, per-rank table, stranded, capacity, key, checks and inputs."""
+    decision, policy = record["decision"], record["policy"]
+    limiting = decision["limiting_rank"]
+    rounding = policy["rounding"]
+    lines = [
+        f"# KV-cache budget: {decision['human']} per GPU (`{decision['flag']}`)",
+        "",
+        f"- **Decision:** `{decision['flag']}`: {decision['kv_cache_memory_bytes']:,} bytes = "
+        f"{decision['human']} per GPU, on every rank; rank {limiting} limits.",
+        f"- **Approved by** {record['approver']} at {record['created_utc']} with kvplan "
+        f"{record['kvplan_version']}; bundle `{name}`.",
+    ]
+    if record.get("note"):
+        lines.append(f"- **Note:** {record['note']}")
+    lines += [
+        f"- **Policy:** reserve {format_size(policy['reserve_bytes'])} per GPU; canary guard "
+        f"{format_size(policy['guard_bytes'])}; rounding {rounding['rule']}"
+        + (f" of {format_size(rounding['block_bytes'])} ({decision['num_blocks']:,} blocks)"
+           if rounding["block_bytes"] else "")
+        + ("; rank 0's room assumed for every rank (--assume-uniform)" if policy["assume_uniform"] else "")
+        + ".",
+        "",
+        "## Per rank",
+        "",
+        "| rank | room | room from | safe = room − reserve | approved | stranded | startup free |",
+        "|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for rank in record["ranks"]:
+        marker = " (limits)" if rank["limiting"] else ""
+        free = format_size(rank["init_free_bytes"]) if rank["init_free_bytes"] is not None else "not shown"
+        lines.append(
+            f"| {rank['rank']}{marker} | {format_size(rank['room_bytes'])} | {rank['room_source'] or '?'} | "
+            f"{format_size(rank['safe_bytes'])} | {decision['human']} | "
+            f"{format_size(rank['stranded_bytes'])} | {free} |"
+        )
+    summary, stranded = record["summary"], record["stranded"]
+    lines += [
+        "",
+        f"**Stranded:** {format_size(stranded['total_bytes'])} over all ranks (of which block rounding "
+        f"{format_size(stranded['rounding_loss_bytes'])} per rank); allocated "
+        f"{format_size(summary['allocated_total_bytes'])}. Min/median safe budget "
+        f"{summary['min_median_ratio']:.3f}: the weakest rank removes {1 - summary['min_median_ratio']:.0%} "
+        "of typical capacity.",
+        "",
+        "## Capacity at the approved value",
+        "",
+    ]
+    if record["capacity"]:
+        spec = record["kv_spec"]
+        lines += [
+            f"{format_size(spec['bytes_per_token'])} per token per rank, blocks of {spec['block_size']} "
+            "tokens "
+            f"({format_size(spec['block_bytes'])}).",
+            "",
+            "| sequence length | blocks | tokens | full-length sequences at once |",
+            "|---:|---:|---:|---:|",
+        ]
+        lines += [f"| {row['seq_len']:,} | {row['blocks']:,} | {row['tokens']:,} | "
+                  f"{row['max_concurrency']:.2f} |"
+                  for row in record["capacity"]]
+    else:
+        lines.append("Not computed: approve with `--model CONFIG --tp N` to turn bytes into tokens.")
+    if record["admission_plan"]:
+        lines += ["", f"**Admission plan:** {record['admission_plan']['detail']}."]
+    lines += ["", "## Compatibility key (reuse only where all of these are unchanged)", "",
+              "| field | value |", "|---|---|"]
+    lines += [f"| {k} | {'not shown' if v is None else v} |" for k, v in record["compatibility_key"].items()]
+    lines += ["", "## Checks at approval", ""]
+    lines += [f"- **{_verdict_word(c['passed'])}** {c['name']}: {c['detail']}" for c in record["checks"]]
+    lines += ["", "## Inputs", "", "| file | SHA-256 |", "|---|---|"]
+    lines += [f"| `{entry['bundle_path']}` (was `{entry['path']}`) | `{entry['sha256']}` |"
+              for entry in record["inputs"]]
+    lines += ["", f"Re-check: `kvplan verify {name}`. Gate a canary boot: "
+                  f"`kvplan gate --approved {name} CANARY.log`.", ""]
+    return "\n".join(lines)
+
+
+def evidence_lines(provenance: pd.DataFrame) -> list[str]:
+    """``evidence.log``: each source line once, with ``file:line``, boot, rank and every value read from it.
+
+    >>> prov = pd.DataFrame({"source": ["a.log"] * 2, "line": [9, 9], "boot": [0, 0], "rank": [2, 2],
+    ...     "column": ["init_free_bytes", "room_bytes"], "value": [100, 90], "raw": ["the line"] * 2})
+    >>> evidence_lines(prov)[3:]
+    ['a.log:9  boot 0  rank 2  init_free_bytes = 100; room_bytes = 90', '    the line']
+    """
+    lines = ["# kvplan evidence: every number in budget.json and ledger.csv, with the line it came from",
+             "# file:line  boot  rank  column = value; ...   then the line as logged", ""]
+    if provenance.empty:
+        return [*lines, "(the reader recorded no provenance)"]
+    frame = provenance.assign(_line=provenance["line"].astype("Int64").fillna(0)).sort_values(
+        ["source", "_line"], kind="stable")
+    groups: dict[tuple, dict] = {}
+    for row in frame.itertuples(index=False):
+        place = (str(row.source), _int_or_none(row.line), _int_or_none(row.boot), str(row.raw).rstrip())
+        values = groups.setdefault(place, {}).setdefault(_int_or_none(row.rank), [])
+        values.append(f"{row.column} = {_json_value(row.value)}")
+    for (source, line, boot, raw), by_rank in groups.items():
+        where = f"{source}:{line}" if line is not None else source
+        ranks = ", ".join("-" if rank is None else str(rank) for rank in by_rank)
+        shown = list(by_rank.values())
+        if all(values == shown[0] for values in shown):
+            text = f"rank{'s' if len(by_rank) > 1 else ''} {ranks}  " + "; ".join(shown[0])
+        else:
+            text = "  ".join(f"rank {rank}: " + "; ".join(values) for rank, values in by_rank.items())
+        lines.append(f"{where}  boot {'-' if boot is None else boot}  {text}")
+        lines.append(f"    {raw}" if line is not None else f"    (not a log line: {raw})")
+    return lines
+
+
+def _verdict_word(passed: bool | None) -> str:
+    return {True: "pass", False: "FAIL", None: "cannot judge"}[passed]
+
+
+# --- writing, reading, verifying ------------------------------------------------------------------
+
+
+def approve(
+    log_paths: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    policy: Policy,
+    approver: str,
+    note: str = "",
+    layout: ModelLayout | None = None,
+    plan: Plan | None = None,
+    now: datetime | None = None,
+    after_each_file: Callable[[Path], None] | None = None,
+) -> Path:
+    """Compute the decision and write its bundle under ``out_dir``; returns the new folder.
+
+    Raises :class:`BundleExistsError` when the folder already exists and ValueError when the plan
+    does not fit the approved value. ``after_each_file`` is called with each file written (tests use
+    it to interrupt the export).
+    """
+    if not approver.strip():
+        raise ValueError("an approval needs the approver's name (--approver)")
+    logs = [Path(path) for path in log_paths]
+    if not logs:
+        raise ValueError("no log files: approve needs the logs of at least one profiled boot")
+    sources = logs + ([Path(layout.config)] if layout else [])
+    hashes = [sha256_file(path) for path in sources]
+    settings = _settings(policy, layout, plan)
+    digest = inputs_digest(hashes, settings)
+    created = (now or datetime.now(timezone.utc)).replace(microsecond=0)
+    out = Path(out_dir)
+    final = out / bundle_name(created, digest)
+    if final.exists():
+        raise BundleExistsError(f"{final}: a bundle for these inputs already exists; bundles are never "
+                                "overwritten (verify it with `kvplan verify`)")
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=out))
+    try:
+        names = input_names(sources)
+        inputs = _copy_inputs(sources, names, hashes, staging, len(logs))
+        copied_logs = [(staging / name, name) for name in names[: len(logs)]]
+        copied_layout = ModelLayout(staging / names[-1], layout.options) if layout else None
+        decision = decide(copied_logs, policy, copied_layout, plan)
+        _refuse_failed_checks(decision)
+        record = build_record(decision, policy, inputs, digest, created, approver, note,
+                              dict(layout.options) if layout else None)
+        files = _write_artifacts(staging, decision, record, final.name, after_each_file)
+        record["files"] = files
+        _write_text(staging / BUDGET_JSON, json.dumps(record, indent=2) + "\n", after_each_file)
+        if final.exists():
+            raise BundleExistsError(f"{final}: appeared while writing; nothing was changed")
+        os.rename(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final
+
+
+def read_bundle(bundle: str | os.PathLike) -> dict:
+    """The ``budget.json`` record of a bundle; :class:`BundleError` when it cannot be read."""
+    path = Path(bundle) / BUDGET_JSON
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise BundleError(f"{path}: no such file: not an evidence bundle") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BundleError(f"{path}: unreadable: {exc}") from None
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise BundleError(f"{path}: not a {SCHEMA} record")
+    if record.get("schema_version") != SCHEMA_VERSION:
+        raise BundleError(f"{path}: schema version {record.get('schema_version')!r}; this kvplan reads "
+                          f"version {SCHEMA_VERSION}")
+    required = ("decision", "policy", "ranks", "inputs", "files", "compatibility_key")
+    missing = [key for key in required if key not in record]
+    if missing:
+        raise BundleError(f"{path}: missing {', '.join(missing)}")
+    return record
+
+
+def verify_bundle(bundle: str | os.PathLike) -> list[str]:
+    """Differences between a bundle and a fresh recomputation from its inputs (empty = all agree).
+
+    Checks every file hash (inputs and artifacts, none missing or added), the inputs digest in the
+    folder name, and the decision, per-rank budgets, key, capacity, plan and ledger recomputed from
+    the input copies and the recorded policy. Raises :class:`BundleError` for an unreadable bundle.
+    """
+    folder = Path(bundle)
+    record = read_bundle(folder)
+    differences = _file_differences(folder, record)
+    try:
+        policy = Policy(int(record["policy"]["reserve_bytes"]), int(record["policy"]["guard_bytes"]),
+                        bool(record["policy"]["assume_uniform"]))
+        plan_record = record.get("admission_plan")
+        plan = None
+        if plan_record:
+            plan = Plan(int(plan_record["target_concurrency"]), int(plan_record["seq_len"]))
+        options = record.get("model_options")
+        entries = record["inputs"]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BundleError(f"{folder / BUDGET_JSON}: malformed policy, plan or inputs: {exc}") from None
+    logs = [e for e in entries if e.get("role") == "log"]
+    configs = [e for e in entries if e.get("role") == "model config"]
+    layout = None
+    if configs and options is not None:
+        layout = ModelLayout(folder / configs[0]["bundle_path"], options)
+    settings = _settings(policy, layout, plan)
+    digest = inputs_digest([e["sha256"] for e in logs + configs], settings)
+    if digest != record.get("inputs_digest"):
+        differences.append(f"inputs digest: recorded {record.get('inputs_digest')}, recomputed {digest} "
+                           "(policy, plan, model options or input hashes were changed)")
+    if not folder.resolve().name.endswith(digest[:DIGEST_CHARS]):
+        differences.append(f"folder name {folder.resolve().name!r} does not end with the inputs digest "
+                           f"{digest[:DIGEST_CHARS]}")
+    if any(not (folder / e["bundle_path"]).is_file() for e in logs + configs):
+        return differences
+    try:
+        decision = decide([(folder / e["bundle_path"], e["bundle_path"]) for e in logs], policy, layout, plan)
+    except ValueError as exc:
+        return [*differences, f"recomputation failed: {exc}"]
+    fresh = build_record(decision, policy, entries, digest, datetime.now(timezone.utc),
+                         record.get("approver", ""), record.get("note", ""), options)
+    for key in ("decision", "policy", "ranks", "summary", "stranded", "kv_spec", "capacity", "admission_plan",
+                "compatibility_key", "checks", "ledger"):
+        differences += _compare(key, record.get(key), _roundtrip(fresh[key]))
+    return differences
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+
+def _settings(policy: Policy, layout: ModelLayout | None, plan: Plan | None) -> dict:
+    return {"policy": asdict(policy), "model_options": dict(layout.options) if layout else None,
+            "plan": asdict(plan) if plan else None}
+
+
+def _copy_inputs(sources: Sequence[Path], names: Sequence[str], hashes: Sequence[str], staging: Path,
+                 log_count: int) -> list[dict]:
+    (staging / INPUTS_DIR).mkdir()
+    entries = []
+    for i, (source, name, digest) in enumerate(zip(sources, names, hashes)):
+        shutil.copyfile(source, staging / name)
+        if sha256_file(staging / name) != digest:
+            raise ValueError(f"{source}: changed while it was being copied; approve again")
+        entries.append({"path": str(source), "bundle_path": name, "sha256": digest,
+                        "size_bytes": (staging / name).stat().st_size,
+                        "role": "log" if i < log_count else "model config"})
+    return entries
+
+
+def _refuse_failed_checks(decision: Decision) -> None:
+    failed = [check for check in decision.checks if check.passed is False]
+    if failed:
+        raise ApprovalError("not approved: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+
+
+def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str,
+                     after_each_file: Callable[[Path], None] | None) -> dict[str, str]:
+    """Write ledger.csv, SUMMARY.md, evidence.log and the charts; returns their SHA-256 by name."""
+    written = [
+        _write_text(staging / "ledger.csv", decision.ledger.to_csv(index=False), after_each_file),
+        _write_text(staging / "SUMMARY.md", summary_markdown(record, name), after_each_file),
+        _write_text(staging / "evidence.log", "\n".join(evidence_lines(decision.provenance)) + "\n",
+                    after_each_file),
+    ]
+    (staging / CHARTS_DIR).mkdir()
+    for chart_name, figure in _figures(decision):
+        path = staging / CHARTS_DIR / f"{chart_name}.png"
+        try:
+            figure.savefig(path, dpi=100, metadata={"Software": None})
+        finally:
+            plt.close(figure)
+        if after_each_file:
+            after_each_file(path)
+        written.append(path)
+    return {path.relative_to(staging).as_posix(): sha256_file(path) for path in written}
+
+
+def _figures(decision: Decision):
+    budget = decision.budget
+    yield "ledger", charts.ledger_chart(decision.ledger, budget)
+    yield "safe-budget", charts.safe_budget_chart(budget)
+    yield "stranded", charts.stranded_chart(budget)
+    spec, max_len = decision.spec, _int_or_none(decision.compatibility_key.get("max_model_len"))
+    if spec is not None and max_len:
+        lengths = sorted({2**k for k in range(9, int(math.log2(max_len)) + 1)} | {max_len}
+                         | ({decision.plan["seq_len"]} if decision.plan else set()))
+        curve = pd.DataFrame(capacity_rows(spec, budget.uniform_budget_bytes, lengths))
+        target = decision.plan["target_concurrency"] if decision.plan else None
+        yield "concurrency", charts.concurrency_chart(curve, max_len, target)
+
+
+def _write_text(path: Path, text: str, after_each_file: Callable[[Path], None] | None) -> Path:
+    path.write_text(text, encoding="utf-8")
+    if after_each_file:
+        after_each_file(path)
+    return path
+
+
+def _file_differences(folder: Path, record: Mapping) -> list[str]:
+    differences = []
+    expected = dict(record["files"])
+    expected.update({e["bundle_path"]: e["sha256"] for e in record["inputs"]})
+    for name, digest in sorted(expected.items()):
+        path = folder / name
+        if not path.is_file():
+            differences.append(f"{name}: missing")
+        elif sha256_file(path) != digest:
+            differences.append(f"{name}: SHA-256 {sha256_file(path)} differs from the recorded {digest}")
+    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
+    for name in sorted(present - set(expected) - {BUDGET_JSON}):
+        differences.append(f"{name}: not part of the bundle as approved")
+    return differences
+
+
+def _compare(key: str, recorded: object, fresh: object) -> list[str]:
+    """Field-by-field differences between a recorded and a recomputed JSON value."""
+    if recorded == fresh:
+        return []
+    if isinstance(recorded, dict) and isinstance(fresh, dict):
+        out = []
+        for name in sorted(set(recorded) | set(fresh), key=str):
+            out += _compare(f"{key}.{name}", recorded.get(name), fresh.get(name))
+        return out
+    if isinstance(recorded, list) and isinstance(fresh, list) and len(recorded) == len(fresh):
+        out = []
+        for i, (a, b) in enumerate(zip(recorded, fresh)):
+            out += _compare(f"{key}[{i}]", a, b)
+        return out
+    return [f"{key}: recorded {_short(recorded)}, recomputed {_short(fresh)}"]
+
+
+def _short(value: object) -> str:
+    text = json.dumps(value, default=str)
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def _roundtrip(value: object) -> object:
+    return json.loads(json.dumps(value))
+
+
+def _records(frame: pd.DataFrame) -> list[dict]:
+    return [{str(k): _json_value(v) for k, v in row.items()} for row in frame.to_dict(orient="records")]
+
+
+def _json_value(value: object) -> object:
+    """Plain JSON value: None for missing, int for whole numbers, float, bool or str otherwise."""
+    if not _is_known(value):
+        return None
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def _is_known(value: object) -> bool:
+    if value is None:
+        return False
+    try:
+        return not bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return True
+
+
+def _int_or_none(value: object) -> int | None:
+    return int(value) if _is_known(value) else None
+
+
+def _plain(value: object) -> object:
+    return _json_value(value)
