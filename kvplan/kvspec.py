@@ -992,32 +992,37 @@ def _check_unit(
         predicted_kv_cache_tokens=tokens,
         predicted_max_concurrency=concurrency,
     )
-    checks = []
+    checks: dict[str, bool] = {}
     if logged["num_gpu_blocks"] is not None:
-        checks.append(low <= int(logged["num_gpu_blocks"]) <= high)
+        checks["blocks"] = low <= int(logged["num_gpu_blocks"]) <= high
     if logged["kv_cache_tokens"] is not None:
         lo, hi = row_spec.kv_cache_tokens(low, length), row_spec.kv_cache_tokens(high, length)
-        checks.append(lo <= int(logged["kv_cache_tokens"]) <= hi)
+        checks["tokens"] = lo <= int(logged["kv_cache_tokens"]) <= hi
     if logged["max_concurrency"] is not None:
         lo = round(row_spec.max_concurrency(low, length), 2)
         hi = round(row_spec.max_concurrency(high, length), 2)
-        checks.append(lo <= round(float(logged["max_concurrency"]), 2) <= hi)
+        checks["concurrency"] = lo <= round(float(logged["max_concurrency"]), 2) <= hi
     if not checks:
         result["reason"] = "the log printed no KV cache size, concurrency or block count"
         return result
-    result["agrees"] = all(checks)
+    result["agrees"] = all(checks.values())
     notes = []
     if len(known) < len(unit):
         notes.append(f"available memory known for {len(known)} of {len(unit)} ranks")
     if row_spec.approximate:
         notes.append(f"approximate: {row_spec.approximate_reason}")
     if not result["agrees"]:
-        logged_tokens = logged["kv_cache_tokens"]
-        if logged_tokens is None and logged["num_gpu_blocks"] is not None:
-            logged_tokens = int(logged["num_gpu_blocks"]) * row_spec.block_size
-        notes.insert(0, "differs by more than block rounding: "
-                     + _diagnose(row_spec, available, None if logged_tokens is None else int(logged_tokens),
-                                 tokens))
+        others = [ok for name, ok in checks.items() if name != "blocks"]
+        if not checks.get("blocks", True) and others and all(others):
+            reason = (f"the GPU block count differs ({logged['num_gpu_blocks']} logged, {blocks} predicted) "
+                      "while tokens and concurrency agree: check --block-size")
+        else:
+            logged_tokens = logged["kv_cache_tokens"]
+            if logged_tokens is None and logged["num_gpu_blocks"] is not None:
+                logged_tokens = int(logged["num_gpu_blocks"]) * row_spec.block_size
+            reason = _diagnose(row_spec, available, None if logged_tokens is None else int(logged_tokens),
+                               tokens)
+        notes.insert(0, f"differs by more than block rounding: {reason}")
     result["reason"] = "; ".join(notes)
     return result
 

@@ -505,7 +505,7 @@ def test_capacity_model_errors(capsys):
 
 BOOTS_DIR = DATA_DIR / "boots"
 _PREFIX = re.compile(r"^\((?P<name>[^)]*?) pid=\d+[^)]*\)\s*")
-_AVAILABLE = [  # (pattern, exact): first match per rank wins
+_AVAILABLE = [  # (pattern, exact), best first: per rank the best source found anywhere in the log wins
     (re.compile(r"Current kv cache memory in use is (\d+) bytes"), True),
     (re.compile(r"Current kv cache memory in use is (-?[\d.]+) GiB"), False),
     (re.compile(r"Available KV cache memory: (-?[\d.]+) GiB"), False),
@@ -526,36 +526,36 @@ def _engine_and_rank(prefix: str) -> tuple[int, int]:
     return (int(dp.group(1)) if dp else 0), rank
 
 
-def _read_boot(folder):
-    """Per DP engine: config fields, per-rank available bytes (and exactness), logged figures."""
+def _read_boot(path):
+    """One boot log: config fields, and per DP engine the per-rank available bytes (and whether
+    they are exact) and the logged figures."""
     engines: dict[int, dict] = {}
     config: dict = {}
-    for path in sorted(folder.glob("*.log")):
-        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-            line = re.sub(r"\x1b\[[0-9;]*m", "", line)
-            match = _PREFIX.match(line)
-            prefix = match.group("name") if match else ""
-            engine, rank = _engine_and_rank(prefix)
-            state = engines.setdefault(engine, {"available": {}, "tokens": [], "concurrency": [],
-                                                "blocks": []})
-            for key, pattern in (("model", r"model='([^']+)'"), ("tp", r"tensor_parallel_size=(\d+)"),
-                                 ("pp", r"pipeline_parallel_size=(\d+)"), ("kv", r"kv_cache_dtype=(\w+)"),
-                                 ("manual", _MANUAL.pattern), ("version", _VERSION.pattern)):
-                found = re.search(pattern, line)
-                if found and key not in config:
-                    config[key] = found.group(1)
-            for pattern, exact in _AVAILABLE:
-                found = pattern.search(line)
-                if found and rank not in state["available"]:
-                    value = int(found.group(1)) if exact else parse_size(f"{found.group(1)}GiB")
-                    state["available"][rank] = (value, exact)
-            if found := _TOKENS.search(line):
-                state["tokens"].append(int(found.group(1).replace(",", "")))
-            if found := _CONCURRENCY.search(line):
-                state["length"] = int(found.group(1).replace(",", ""))
-                state["concurrency"].append(float(found.group(2)))
-            if found := _BLOCKS.search(line):
-                state["blocks"].append(int(found.group(1)))
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        line = re.sub(r"\x1b\[[0-9;]*m", "", line)
+        match = _PREFIX.match(line)
+        prefix = match.group("name") if match else ""
+        engine, rank = _engine_and_rank(prefix)
+        state = engines.setdefault(engine, {"available": {}, "tokens": [], "concurrency": [],
+                                            "blocks": []})
+        for key, pattern in (("model", r"model='([^']+)'"), ("tp", r"tensor_parallel_size=(\d+)"),
+                             ("pp", r"pipeline_parallel_size=(\d+)"), ("kv", r"kv_cache_dtype=(\w+)"),
+                             ("manual", _MANUAL.pattern), ("version", _VERSION.pattern)):
+            found = re.search(pattern, line)
+            if found and key not in config:
+                config[key] = found.group(1)
+        for priority, (pattern, exact) in enumerate(_AVAILABLE):
+            found = pattern.search(line)
+            if found and priority < state["available"].get(rank, (len(_AVAILABLE),))[0]:
+                value = int(found.group(1)) if exact else parse_size(f"{found.group(1)}GiB")
+                state["available"][rank] = (priority, value, exact)
+        if found := _TOKENS.search(line):
+            state["tokens"].append(int(found.group(1).replace(",", "")))
+        if found := _CONCURRENCY.search(line):
+            state["length"] = int(found.group(1).replace(",", ""))
+            state["concurrency"].append(float(found.group(2)))
+        if found := _BLOCKS.search(line):
+            state["blocks"].append(int(found.group(1)))
     return config, {k: v for k, v in engines.items() if v["tokens"] or v["concurrency"] or v["blocks"]}
 
 
@@ -574,11 +574,11 @@ def _catalogue_entry(model: str) -> dict:
     raise AssertionError(f"{model} is not in data/models: add its config to check this boot")
 
 
-@pytest.mark.parametrize("folder", sorted(p for p in BOOTS_DIR.glob("*") if p.is_dir()), ids=lambda p: p.name)
-def test_sample_boot_figures_match_the_log(folder):
-    config, engines = _read_boot(folder)
+@pytest.mark.parametrize("log", sorted(BOOTS_DIR.glob("*/*.log")), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_sample_boot_figures_match_the_log(log):
+    config, engines = _read_boot(log)
     if not engines:
-        pytest.skip(f"{folder.name}: no KV cache size, concurrency or block line (not a sizing boot)")
+        pytest.skip(f"{log}: no KV cache size, concurrency or block line (not a sizing boot)")
     spec = kv_spec(_catalogue_entry(config["model"]), tp=int(config.get("tp", 1)),
                    pp=int(config.get("pp", 1)), kv_cache_dtype=config.get("kv", "auto"),
                    vllm_version=config["version"])
@@ -586,18 +586,18 @@ def test_sample_boot_figures_match_the_log(folder):
     for engine, state in engines.items():
         ranks = sorted(state["available"])
         manual = int(config["manual"]) if "manual" in config else None
-        exact = manual is not None or all(state["available"][r][1] for r in ranks)
+        exact = manual is not None or all(state["available"][r][2] for r in ranks)
         rows = []
         for position, rank in enumerate(ranks or [0]):
-            rows.append({"source": folder.name, "boot": engine, "rank": rank,
-                         "available_kv_bytes": manual if manual is not None else state["available"][rank][0],
+            rows.append({"source": log.name, "boot": engine, "rank": rank,
+                         "available_kv_bytes": manual if manual is not None else state["available"][rank][1],
                          "max_model_len": state["length"], "vllm_version": config["version"],
                          **{column: _logged(state[key], position, per_worker) for column, key in
                             (("kv_cache_tokens", "tokens"), ("max_concurrency", "concurrency"),
                              ("num_gpu_blocks", "blocks"))}})
         result = cross_check(pd.DataFrame(rows), spec, available_tolerance_bytes=0 if exact else None)
         checked = result.dropna(subset=["agrees"])
-        assert len(checked), f"{folder.name} engine {engine}: nothing to compare"
+        assert len(checked), f"{log} engine {engine}: nothing to compare"
         assert checked["agrees"].all(), checked[["rank", "predicted_kv_cache_tokens",
                                                  "logged_kv_cache_tokens", "reason"]].to_string()
         if exact:  # exact available bytes: the predicted tokens are the logged tokens, to the token
@@ -658,3 +658,31 @@ def test_cross_check_per_worker_releases_check_each_row():
     result = cross_check(ledger, spec, available_tolerance_bytes=0)
     assert result["predicted_kv_cache_tokens"].tolist() == [327_680, 311_296]
     assert result["agrees"].tolist() == [True, True]
+
+
+def test_drift_canary_boot_exact():
+    # Scenario C canary (0.26.0, Qwen3-14B TP 4, manual --kv-cache-memory-bytes 32,212,254,720 = 30 GiB,
+    # exact bytes): 40 layers × 2 × 2 KV heads per rank × 128 × 2 B = 40,960 B per token, 655,360 B per
+    # block → 30 GiB / 655,360 = 49,152 blocks = 786,432 tokens; 49,152 / 2,048 = 24.0x at 32,768
+    log = BOOTS_DIR / "drift" / "canary.log"
+    if not log.is_file():
+        pytest.skip("data/boots/drift/canary.log not present")
+    text = log.read_text()
+    assert "GPU KV cache size: 786,432 tokens" in text
+    assert "Maximum concurrency for 32,768 tokens per request: 24.00x" in text
+    spec = kv_spec(read_model_config("qwen3-14b"), tp=4, vllm_version="0.26.0")
+    assert spec.block_bytes == 655_360
+    assert spec.num_blocks(32_212_254_720) == 49_152
+    assert spec.kv_cache_tokens(49_152, 32768) == 786_432
+    assert spec.max_concurrency(49_152, 32768) == 24.0
+
+
+def test_cross_check_blocks_only_points_to_block_size():
+    # V0 logs blocks and concurrency: with 32-token blocks the same 20 GiB gives 10,240 blocks of 2 MiB and
+    # the same 10,240 × 32 / 8,192 = 40.0x; a 16-token spec predicts 20,480 blocks → block size is named
+    spec = kv_spec(read_model_config("llama-3.1-8b"), tp=2)
+    ledger = _ledger(manual_kv_bytes=20 * GiB, num_gpu_blocks=10_240, max_concurrency=40.0,
+                     max_model_len=8192, vllm_version="0.6.6.post1")
+    row = cross_check(ledger, spec).iloc[0]
+    assert bool(row["agrees"]) is False
+    assert "--block-size" in row["reason"]
