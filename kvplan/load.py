@@ -39,6 +39,10 @@ ROW_KEYS = (
 EVENTS = ("preemption", "oom", "error")
 KINDS = ("log", "metrics")
 YEARLESS_TIME_FORMAT = "%m-%d %H:%M:%S"  # vLLM's own `_DATE_FORMAT`
+OOM_CHECK = "no OOM under load"
+PREEMPTION_CHECK = "preemptions ≤ {max_preemptions}"
+PEAK_CHECK = "peak KV cache usage reported"
+CAPACITY_CHECK = "capacity vs profiled canary"
 
 
 class LoadFormatError(ValueError):
@@ -297,7 +301,8 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
     """JSON-ready summary of one run, for notebooks, the evidence bundle and the canary comparison.
 
     ``kv_cache_tokens`` overrides the capacity the files state. Keys: ``sources``, ``rows``,
-    ``engines``, ``start``, ``end``, ``duration_s``, ``kv_cache_tokens``, ``peak_kv_cache_usage_pct``,
+    ``engines``, ``start``, ``end``, ``duration_s``, ``kv_cache_tokens``, ``kv_cache_memory_bytes`` (the
+    manual ``--kv-cache-memory-bytes`` value when the log shows one), ``peak_kv_cache_usage_pct``,
     ``peak_kv_cache_tokens`` (peak usage × capacity, rounded down), ``peak_at``, ``max_running``,
     ``max_waiting``, ``mean_prompt_tokens_per_s``, ``mean_generation_tokens_per_s`` (means over the
     rows that report them), ``preemptions``, ``oom_events``, ``error_events``, ``events``, ``warnings``.
@@ -316,6 +321,7 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
     events = [row for row in rows if row.event is not None]
     running = [row.running for row in rows if row.running is not None]
     waiting = [row.waiting for row in rows if row.waiting is not None]
+    manual = {s.kv_cache_memory_bytes for s in reading.sources if s.kv_cache_memory_bytes is not None}
     return {
         "sources": list(dict.fromkeys(row.source for row in rows)),
         "rows": len(rows),
@@ -324,6 +330,7 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
         "end": max(timed, key=lambda r: r.time).time_text if timed else None,
         "duration_s": (max(times) - min(times)).total_seconds() if times else None,
         "kv_cache_tokens": capacity,
+        "kv_cache_memory_bytes": manual.pop() if len(manual) == 1 else None,
         "peak_kv_cache_usage_pct": peak.kv_cache_usage_pct if peak else None,
         "peak_kv_cache_tokens": (
             int(peak.kv_cache_usage_pct * capacity // 100) if peak and capacity is not None else None
@@ -394,7 +401,7 @@ def load_checks(
 
 
 def _oom_check(rows: Sequence[LoadRow]) -> Check:
-    name = "no OOM under load"
+    name = OOM_CHECK
     if not rows:
         return Check(name, None, "no load evidence: no stats line, scrape or event was read")
     ooms = [row for row in rows if row.event == "oom"]
@@ -413,7 +420,7 @@ def _oom_check(rows: Sequence[LoadRow]) -> Check:
 
 
 def _preemption_check(reading: LoadReading, max_preemptions: int) -> Check:
-    name = f"preemptions ≤ {max_preemptions}"
+    name = PREEMPTION_CHECK.format(max_preemptions=max_preemptions)
     total = run_preemptions(reading)
     if total is None:
         return Check(
@@ -449,7 +456,7 @@ def _first_preemption(reading: LoadReading) -> LoadRow:
 
 
 def _peak_check(rows: Sequence[LoadRow], capacity: int | None) -> Check:
-    name = "peak KV cache usage reported"
+    name = PEAK_CHECK
     peak = _peak_row(rows)
     if peak is None:
         return Check(name, None, "no KV cache usage value in the load evidence")
@@ -460,7 +467,7 @@ def _peak_check(rows: Sequence[LoadRow], capacity: int | None) -> Check:
 
 
 def _capacity_check(capacity: int | None, profiled: int, bound_pct: float | None) -> Check:
-    name = "capacity vs profiled canary" + (f" (loss ≤ {bound_pct:g}%)" if bound_pct is not None else "")
+    name = CAPACITY_CHECK + (f" (loss ≤ {bound_pct:g}%)" if bound_pct is not None else "")
     if capacity is None:
         return Check(
             name,

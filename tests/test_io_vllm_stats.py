@@ -312,6 +312,14 @@ def test_idle_gap_is_reported():
     assert any("between lines 3 and 4 (270 s; usual interval 10 s)" in w for w in warnings)
 
 
+def test_startup_only_log_gives_capacity_and_a_warning():
+    text = ("(EngineCore pid=48467) INFO 11-24 09:16:03 [kv_cache_utils.py:1733] GPU KV cache size: 155,856 "
+            "tokens\n")
+    reading = parse_stats_text(text, "boot.log")
+    assert reading.rows == () and reading.kv_cache_tokens == 155_856
+    assert any("startup lines only" in w for w in reading.warnings)
+
+
 def test_not_a_log_is_refused():
     with pytest.raises(LoadFormatError, match=r"notes\.txt: no vLLM stats line"):
         parse_stats_text("just some notes\n", "notes.txt")

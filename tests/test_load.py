@@ -78,6 +78,7 @@ def test_preemptions_unknown_without_evidence():
 def test_summary_of_the_overload_run():
     summary = load_summary(read_load_evidence(run_files("manual-canary-overload")))
     assert summary["kv_cache_tokens"] == MANUAL_TOKENS
+    assert summary["kv_cache_memory_bytes"] == 9_830 * 1_310_720  # 12,884,377,600 B, the manual value
     assert summary["preemptions"] == 30  # 16 before the restart + 14 after, as the counter shows
     # the gauge's peak: 7 of the 9,829 usable blocks free (block 0 is the null block) → 1 − 7/9,829
     assert summary["peak_kv_cache_usage_pct"] == 99.928782
@@ -86,6 +87,11 @@ def test_summary_of_the_overload_run():
     assert summary["max_waiting"] == 42
     assert summary["oom_events"] == 0
     json.dumps(summary)  # JSON-ready
+
+
+def test_profiled_summary_has_no_manual_value():
+    summary = load_summary(read_load_evidence(run_files("profiled-canary")))
+    assert (summary["kv_cache_tokens"], summary["kv_cache_memory_bytes"]) == (PROFILED_TOKENS, None)
 
 
 def test_summary_peak_tokens_round_down():

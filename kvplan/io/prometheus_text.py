@@ -269,21 +269,22 @@ def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[LoadRow], list[str]]:
     return [rows[key] for key in sorted(rows, key=lambda k: (k[0], -1 if k[1] is None else k[1]))], warnings
 
 
+def _only_int_label(configs: Sequence[dict[str, str]], name: str) -> int | None:
+    """A whole-number ``vllm:cache_config_info`` label when every scrape agrees, else ``None``."""
+    values = {int(c[name]) for c in configs if c.get(name, "").isdigit()}
+    return values.pop() if len(values) == 1 else None
+
+
 def _source_facts(source: str, scrapes: Sequence[Scrape]) -> LoadSource:
     configs = [c for s in scrapes if s.source == source for c in s.cache_config.values()]
-    tokens = {
-        int(c["num_gpu_blocks"]) * int(c["block_size"])
-        for c in configs
-        if c.get("num_gpu_blocks", "").isdigit() and c.get("block_size", "").isdigit()
-    }
-    blocks = {int(c["num_gpu_blocks"]) for c in configs if c.get("num_gpu_blocks", "").isdigit()}
-    sizes = {int(c["block_size"]) for c in configs if c.get("block_size", "").isdigit()}
+    blocks, block_size = _only_int_label(configs, "num_gpu_blocks"), _only_int_label(configs, "block_size")
     return LoadSource(
         source,
         "metrics",
-        kv_cache_tokens=tokens.pop() if len(tokens) == 1 else None,
-        num_gpu_blocks=blocks.pop() if len(blocks) == 1 else None,
-        block_size=sizes.pop() if len(sizes) == 1 else None,
+        kv_cache_tokens=blocks * block_size if blocks is not None and block_size is not None else None,
+        num_gpu_blocks=blocks,
+        block_size=block_size,
+        kv_cache_memory_bytes=_only_int_label(configs, "kv_cache_memory_bytes"),
         reports_preemptions=any(
             COUNTERS["preemptions"] in v for s in scrapes if s.source == source for v in s.values.values()
         ),

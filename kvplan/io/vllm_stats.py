@@ -284,6 +284,9 @@ def parse_stats_text(
             "found; expected a vLLM server log or a saved /metrics snapshot"
         )
     warnings += _warnings(source, rows, records, forms, late_v1)
+    if not rows:
+        warnings.append(f"{source}: startup lines only, no stats line, preemption or OOM line "
+                        "(idle intervals are logged at DEBUG)")
     if len(kv_tokens) > 1:
         warnings.append(
             f"{source}: several 'GPU KV cache size' values {sorted(kv_tokens)}; capacity left unknown"
