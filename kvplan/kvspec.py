@@ -892,18 +892,19 @@ def cross_check(
 ) -> pd.DataFrame:
     """Predicted against logged "GPU KV cache size", "Maximum concurrency" and GPU blocks.
 
-    Works on ledger columns (``kvplan.columns``): ``available_kv_bytes`` (else ``kv_in_use_bytes``,
-    exact ``manual_kv_bytes`` first), ``num_gpu_blocks``, ``kv_cache_tokens``, ``max_concurrency``,
-    ``max_model_len``, ``block_size``, ``vllm_version`` and, where present, ``source``, ``boot``,
-    ``pp_rank``. vLLM 0.9.0–0.11.0 log the figures once per worker from that worker's memory, so
-    each row is checked; other releases log them once from the minimum over ranks, so each boot is
-    checked against the minimum available memory of its rows.
+    Works on ledger columns (``kvplan.columns``): ``available_kv_bytes`` (else ``kv_in_use_bytes``;
+    exact ``manual_kv_bytes`` and 0.10.2's byte-exact ``kv_in_use_bytes`` first), ``num_gpu_blocks``,
+    ``kv_cache_tokens``, ``max_concurrency``, ``max_model_len``, ``block_size``, ``vllm_version`` and,
+    where present, ``source``, ``boot``, ``dp_rank`` (each DP rank is its own engine) and ``pp_rank``.
+    vLLM 0.9.0–0.11.0 log the figures once per worker from that worker's memory, so each row is
+    checked; other releases log them once from the minimum over ranks, so each boot is checked
+    against the minimum available memory of its rows.
 
     Available memory read from a 2-decimal GiB figure is only known to ±0.005 GiB; the prediction
     is then a range, and ``agrees`` is False only when a logged figure lies outside it (more than
     block rounding apart). Pass ``available_tolerance_bytes=0`` when the bytes are exact.
 
-    Returns one row per check: ``source``, ``boot``, ``rank``, ``vllm_version``, ``block_size``,
+    Returns one row per check: ``source``, ``boot``, ``dp_rank``, ``rank``, ``vllm_version``, ``block_size``,
     ``available_kv_bytes``, ``tolerance_bytes``, ``predicted_num_gpu_blocks``,
     ``logged_num_gpu_blocks``, ``predicted_kv_cache_tokens``, ``logged_kv_cache_tokens``,
     ``predicted_max_concurrency``, ``logged_max_concurrency``, ``agrees`` (None when the log has
@@ -918,16 +919,24 @@ def cross_check(
     0                     157280    True
     """
     rows = ledger.reset_index(drop=True).copy()
-    for column in ("source", "boot", "rank", "pp_rank", "vllm_version", "block_size", "max_model_len",
-                   "available_kv_bytes", "kv_in_use_bytes", "manual_kv_bytes", "num_gpu_blocks",
-                   "kv_cache_tokens", "max_concurrency"):
+    for column in ("source", "boot", "dp_rank", "rank", "pp_rank", "vllm_version", "block_size",
+                   "max_model_len", "available_kv_bytes", "kv_in_use_bytes", "manual_kv_bytes",
+                   "num_gpu_blocks", "kv_cache_tokens", "max_concurrency"):
         if column not in rows:
             rows[column] = None
-    rows["_available"] = rows["manual_kv_bytes"].combine_first(rows["available_kv_bytes"]).combine_first(
-        rows["kv_in_use_bytes"]
+    # vLLM 0.10.2 prints "Current kv cache memory in use is N bytes": exact, so it goes first there.
+    in_use_exact = rows["vllm_version"].map(
+        lambda v: v is not None and not pd.isna(v) and parse_vllm_version(str(v)) == (0, 10, 2)
+    ) & rows["kv_in_use_bytes"].notna()
+    rows["_available"] = (
+        rows["manual_kv_bytes"]
+        .combine_first(rows["kv_in_use_bytes"].where(in_use_exact))
+        .combine_first(rows["available_kv_bytes"])
+        .combine_first(rows["kv_in_use_bytes"])
     )
-    rows["_exact"] = rows["manual_kv_bytes"].notna()
-    rows["_key"] = list(zip(rows["source"].astype(str), rows["boot"].astype(str)))
+    rows["_exact"] = rows["manual_kv_bytes"].notna() | in_use_exact
+    # DP ranks are separate engines: each logs its own figures and none takes a minimum across them
+    rows["_key"] = list(zip(*(rows[c].astype(str) for c in ("source", "boot", "dp_rank"))))
     units: list[pd.DataFrame] = []
     for _key, boot in rows.groupby("_key", sort=False):
         version = _first(boot["vllm_version"]) or spec.vllm_version
@@ -950,6 +959,7 @@ def _check_unit(
     result = {
         "source": _first(unit["source"]),
         "boot": _first(unit["boot"]),
+        "dp_rank": _first(unit["dp_rank"]),
         "rank": _first(unit["rank"]) if len(unit) == 1 else None,
         "vllm_version": str(version),
         "block_size": row_spec.block_size,

@@ -686,3 +686,25 @@ def test_cross_check_blocks_only_points_to_block_size():
     row = cross_check(ledger, spec).iloc[0]
     assert bool(row["agrees"]) is False
     assert "--block-size" in row["reason"]
+
+
+@pytest.mark.parametrize("log", sorted(BOOTS_DIR.glob("*/*.log")), ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_sample_boot_cross_check_on_the_ledger(log):
+    # The planner's path: kvplan.io.read_vllm_log → ledger → cross_check, with the model from the
+    # catalogue. Every figure a boot logged must agree; boots whose available bytes are exact
+    # (manual --kv-cache-memory-bytes, 0.10.2's "in use is N bytes") are checked with no tolerance.
+    from kvplan.io import read_vllm_log
+
+    reading = read_vllm_log(log)
+    ledger = reading[0] if isinstance(reading, tuple) else reading.ledger
+    config, _engines = _read_boot(log)
+    spec = kv_spec(_catalogue_entry(config["model"]), tp=int(config.get("tp", 1)),
+                   pp=int(config.get("pp", 1)), kv_cache_dtype=config.get("kv", "auto"),
+                   vllm_version=config["version"])
+    result = cross_check(ledger, spec)
+    checked = result.dropna(subset=["agrees"])
+    assert len(checked), result.to_string()
+    assert checked["agrees"].all(), checked[["rank", "predicted_kv_cache_tokens", "logged_kv_cache_tokens",
+                                             "reason"]].to_string()
+    if "manual" in config or log.parent.name == "v0.10.2":
+        assert (checked["tolerance_bytes"] == 0).all()
