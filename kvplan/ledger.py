@@ -62,16 +62,22 @@ def compatibility_key(ledger: pd.DataFrame) -> dict:
             parts = []
             for value in values:
                 places = shown[shown[column].map(_plain) == value][["source", "boot"]].drop_duplicates()
-                where = ", ".join(_where(ledger, s, b, None, column) for s, b in places.itertuples(index=False))
+                where = ", ".join(
+                    _where(ledger, s, b, None, column) for s, b in places.itertuples(index=False)
+                )
                 parts.append(f"{value!r} in {where}")
             conflicts.append(f"{column}: " + " vs ".join(parts))
     if conflicts:
-        raise LedgerError("the logs mix compatibility keys, so no single budget applies: " + "; ".join(conflicts))
+        raise LedgerError(
+            "the logs mix compatibility keys, so no single budget applies: " + "; ".join(conflicts)
+        )
     return key
 
 
 def _world_size(key: dict) -> int | None:
-    sizes = [key.get(name) for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")]
+    sizes = [
+        key.get(name) for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+    ]
     if any(size is None for size in sizes):
         return None
     return int(sizes[0]) * int(sizes[1]) * int(sizes[2])
@@ -106,15 +112,22 @@ def room_per_rank(ledger: pd.DataFrame, assume_uniform: bool = False) -> pd.Data
             lowest = rows["init_free_bytes"].dropna()
             free = lowest.min() if not lowest.empty else None
         records[int(rank)] = {
-            "room_bytes": min(rooms), "room_source": _plain(worst.get("room_source")),
-            "init_free_bytes": _plain(free), "room_min_bytes": min(rooms),
-            "room_median_bytes": median_bytes(rooms), "room_max_bytes": max(rooms), "boots": len(rooms),
-            "source": _plain(worst.get("source")), "boot": _plain(worst.get("boot")),
+            "room_bytes": min(rooms),
+            "room_source": _plain(worst.get("room_source")),
+            "init_free_bytes": _plain(free),
+            "room_min_bytes": min(rooms),
+            "room_median_bytes": median_bytes(rooms),
+            "room_max_bytes": max(rooms),
+            "boots": len(rooms),
+            "source": _plain(worst.get("source")),
+            "boot": _plain(worst.get("boot")),
         }
     if not records:
-        raise LedgerError(f"no rank shows its room in {_files(ledger)}: the logs hold no --kv-cache-memory "
-                          "suggestion, 'Available KV cache memory' or DEBUG memory lines (a manual-value or "
-                          "unfinished boot?); profile a boot without --kv-cache-memory-bytes")
+        raise LedgerError(
+            f"no rank shows its room in {_files(ledger)}: the logs hold no --kv-cache-memory "
+            "suggestion, 'Available KV cache memory' or DEBUG memory lines (a manual-value or "
+            "unfinished boot?); profile a boot without --kv-cache-memory-bytes"
+        )
     lacking = [rank for rank in expected if rank not in records]
     if lacking and not assume_uniform:
         raise LedgerError(_lacking_message(ledger, key, world, ranks_seen, records, lacking))
@@ -124,19 +137,34 @@ def room_per_rank(ledger: pd.DataFrame, assume_uniform: bool = False) -> pd.Data
             records[rank] = {**lowest, "room_source": "assumed_uniform", "boots": 0}
     frame = pd.DataFrame.from_dict(records, orient="index").sort_index()
     frame.index.name = "rank"
-    for column in ("room_bytes", "init_free_bytes", "room_min_bytes", "room_median_bytes", "room_max_bytes",
-                   "boots", "boot"):
+    for column in (
+        "room_bytes",
+        "init_free_bytes",
+        "room_min_bytes",
+        "room_median_bytes",
+        "room_max_bytes",
+        "boots",
+        "boot",
+    ):
         frame[column] = frame[column].astype("Int64")
     return frame
 
 
 def _files(ledger: pd.DataFrame) -> str:
-    files = list(dict.fromkeys(str(source) for source in ledger["source"].dropna())) if "source" in ledger else []
+    files = (
+        list(dict.fromkeys(str(source) for source in ledger["source"].dropna())) if "source" in ledger else []
+    )
     return ", ".join(files) or "the ledger"
 
 
-def _lacking_message(ledger: pd.DataFrame, key: dict, world: int | None, ranks_seen: list[int],
-                     records: dict, lacking: list[int]) -> str:
+def _lacking_message(
+    ledger: pd.DataFrame,
+    key: dict,
+    world: int | None,
+    ranks_seen: list[int],
+    records: dict,
+    lacking: list[int],
+) -> str:
     sources = {record["room_source"] for record in records.values()}
     version = key.get("vllm_version")
     recent = version is None or tuple(int(p) for p in str(version).split(".")[:2] if p.isdigit()) >= (0, 11)
@@ -144,22 +172,30 @@ def _lacking_message(ledger: pd.DataFrame, key: dict, world: int | None, ranks_s
     where = _where(ledger, records[first]["source"], records[first]["boot"], first, "room_bytes")
     listing = ", ".join(str(rank) for rank in lacking)
     if sources == {"available_kv"} and recent:
-        return (f"{where}: the logs show the room of local rank 0 only (rank(s) "
-                f"{', '.join(str(r) for r in sorted(records))}); rank(s) {listing} show none, and rank 0 "
-                "does not speak for the others. Rerun with VLLM_LOGGING_LEVEL=DEBUG or vLLM ≥ 0.26 (the "
-                "--kv-cache-memory suggestion is printed on every rank), or pass --assume-uniform to accept "
-                "rank 0's room for every rank.")
+        return (
+            f"{where}: the logs show the room of local rank 0 only (rank(s) "
+            f"{', '.join(str(r) for r in sorted(records))}); rank(s) {listing} show none, and rank 0 "
+            "does not speak for the others. Rerun with VLLM_LOGGING_LEVEL=DEBUG or vLLM ≥ 0.26 (the "
+            "--kv-cache-memory suggestion is printed on every rank), or pass --assume-uniform to accept "
+            "rank 0's room for every rank."
+        )
     missing = [rank for rank in lacking if rank not in ranks_seen]
     if missing:
-        size_where = _where(ledger, ledger["source"].iloc[0], ledger["boot"].iloc[0], None, "tensor_parallel_size")
-        return (f"rank(s) {', '.join(str(r) for r in missing)} missing: TP × PP × DP = {world} ({size_where}) "
-                f"but {_files(ledger)} show rank(s) {', '.join(str(r) for r in ranks_seen)} only. "
-                "Give every rank's log (all nodes), or check that no worker died silently.")
+        size_where = _where(
+            ledger, ledger["source"].iloc[0], ledger["boot"].iloc[0], None, "tensor_parallel_size"
+        )
+        return (
+            f"rank(s) {', '.join(str(r) for r in missing)} missing: TP × PP × DP = {world} ({size_where}) "
+            f"but {_files(ledger)} show rank(s) {', '.join(str(r) for r in ranks_seen)} only. "
+            "Give every rank's log (all nodes), or check that no worker died silently."
+        )
     rows = ledger[ledger["rank"].isin(lacking)]
     places = ", ".join(sorted({f"{s} boot {b}" for s, b in rows[["source", "boot"]].itertuples(index=False)}))
-    return (f"rank(s) {listing} show no room in {places}: no --kv-cache-memory suggestion, no "
-            "'Available KV cache memory' that can be corrected for CUDA graphs, no DEBUG memory lines. "
-            "Profile a boot without --kv-cache-memory-bytes, with VLLM_LOGGING_LEVEL=DEBUG.")
+    return (
+        f"rank(s) {listing} show no room in {places}: no --kv-cache-memory suggestion, no "
+        "'Available KV cache memory' that can be corrected for CUDA graphs, no DEBUG memory lines. "
+        "Profile a boot without --kv-cache-memory-bytes, with VLLM_LOGGING_LEVEL=DEBUG."
+    )
 
 
 def check_outcomes(ledger: pd.DataFrame) -> None:
@@ -175,14 +211,17 @@ def check_outcomes(ledger: pd.DataFrame) -> None:
     row = failed.iloc[0]
     where = _where(ledger, row["source"], row["boot"], row["rank"], "outcome")
     more = f" ({len(failed) - 1} more row(s) not ok)" if len(failed) > 1 else ""
-    raise LedgerError(f"{where}: boot {_plain(row['boot'])} rank {_plain(row['rank'])} did not boot cleanly "
-                      f"({_plain(row['outcome']) or 'unknown'}: {_plain(row.get('error')) or 'no text'}){more}; "
-                      "the budget is refused rather than computed from partial evidence. Leave that boot out "
-                      "or fix it and boot again.")
+    raise LedgerError(
+        f"{where}: boot {_plain(row['boot'])} rank {_plain(row['rank'])} did not boot cleanly "
+        f"({_plain(row['outcome']) or 'unknown'}: {_plain(row.get('error')) or 'no text'}){more}; "
+        "the budget is refused rather than computed from partial evidence. Leave that boot out "
+        "or fix it and boot again."
+    )
 
 
-def budget_from_ledger(ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None,
-                       assume_uniform: bool = False) -> Budget:
+def budget_from_ledger(
+    ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None, assume_uniform: bool = False
+) -> Budget:
     """The uniform budget from a ledger: checks, worst room per rank, then :func:`uniform_budget`.
 
     >>> GiB = 2**30
@@ -195,8 +234,12 @@ def budget_from_ledger(ledger: pd.DataFrame, reserve_bytes: int, block_bytes: in
     check_outcomes(ledger)
     rooms = room_per_rank(ledger, assume_uniform=assume_uniform)
     try:
-        return uniform_budget(rooms["room_bytes"].astype(int).tolist(), reserve_bytes, block_bytes=block_bytes,
-                              ranks=rooms.index.astype(int).tolist())
+        return uniform_budget(
+            rooms["room_bytes"].astype(int).tolist(),
+            reserve_bytes,
+            block_bytes=block_bytes,
+            ranks=rooms.index.astype(int).tolist(),
+        )
     except BudgetError as exc:
         weakest = int(rooms["room_bytes"].astype(int).idxmin())
         record = rooms.loc[weakest]

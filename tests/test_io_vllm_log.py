@@ -3,6 +3,8 @@
 Sizes vLLM prints in GiB become bytes by ``parse_size(f"{x}GiB")`` (nearest byte): ``gib("10.2")``.
 """
 
+# ruff: noqa: E501  (vLLM log lines are long; they are kept whole so each test shows the real line)
+
 import io
 import string
 
@@ -42,43 +44,66 @@ FAMILIES = [
     ("Model loading took 14.9889 GiB memory and 5.365113 seconds", {"weights_bytes": gib("14.9889")}),
     ("Model loading took 10.2 GiB memory and 4.781181 seconds", {"weights_bytes": gib("10.2")}),
     # V0 0.6.4 one-line summary: kv = 79.15 × 0.90 − 16.53 − 0.14 = 54.565 → printed 54.56
-    ("Memory profiling results: total_gpu_memory=79.15GiB initial_memory_usage=15.45GiB peak_torch_memory=16.53GiB "
-     "memory_usage_post_profile=15.61Gib non_torch_memory=0.14GiB kv_cache_size=54.56GiB gpu_memory_utilization=0.90",
-     {"total_bytes": gib("79.15"), "non_torch_bytes": gib("0.14"), "available_kv_bytes": gib("54.56")}),
+    (
+        "Memory profiling results: total_gpu_memory=79.15GiB initial_memory_usage=15.45GiB peak_torch_memory=16.53GiB "
+        "memory_usage_post_profile=15.61Gib non_torch_memory=0.14GiB kv_cache_size=54.56GiB gpu_memory_utilization=0.90",
+        {"total_bytes": gib("79.15"), "non_torch_bytes": gib("0.14"), "available_kv_bytes": gib("54.56")},
+    ),
     ("Available KV cache memory: 61.52 GiB", {"available_kv_bytes": gib("61.52")}),
     # DEBUG, 0.9.1–0.10.0 and 0.10.1+ (0.14+ prints util as %f)
-    ("Initial free memory: 78.47 GiB, free memory: 62.31 GiB, requested GPU memory: 71.27 GiB",
-     {"init_free_bytes": gib("78.47"), "requested_bytes": gib("71.27")}),
-    ("Initial free memory: 78.47 GiB; Requested memory: 0.90 (util), 71.27 GiB",
-     {"init_free_bytes": gib("78.47"), "requested_bytes": gib("71.27")}),
-    ("Initial free memory: 78.47 GiB; Requested memory: 0.900000 (util), 71.27 GiB",
-     {"init_free_bytes": gib("78.47"), "requested_bytes": gib("71.27")}),
+    (
+        "Initial free memory: 78.47 GiB, free memory: 62.31 GiB, requested GPU memory: 71.27 GiB",
+        {"init_free_bytes": gib("78.47"), "requested_bytes": gib("71.27")},
+    ),
+    (
+        "Initial free memory: 78.47 GiB; Requested memory: 0.90 (util), 71.27 GiB",
+        {"init_free_bytes": gib("78.47"), "requested_bytes": gib("71.27")},
+    ),
+    (
+        "Initial free memory: 78.47 GiB; Requested memory: 0.900000 (util), 71.27 GiB",
+        {"init_free_bytes": gib("78.47"), "requested_bytes": gib("71.27")},
+    ),
     # profile result up to 0.26: 17.5 = 15.7 + 1.65 + 0.15
-    ("Memory profiling takes 6.21 seconds. Total non KV cache memory: 17.5GiB; torch peak memory increase: 1.65GiB; "
-     "non-torch forward increase memory: 0.15GiB; weights memory: 15.7GiB.",
-     {"weights_bytes": gib("15.7"), "activation_peak_bytes": gib("1.65"), "non_torch_bytes": gib("0.15")}),
+    (
+        "Memory profiling takes 6.21 seconds. Total non KV cache memory: 17.5GiB; torch peak memory increase: 1.65GiB; "
+        "non-torch forward increase memory: 0.15GiB; weights memory: 15.7GiB.",
+        {"weights_bytes": gib("15.7"), "activation_peak_bytes": gib("1.65"), "non_torch_bytes": gib("0.15")},
+    ),
     # 0.27+: consumed 16.3 = weights 15.7 + non-torch 0.6; headroom = 18.1 − 16.3 = 1.8
-    ("Memory profiling takes 6.21 seconds. Total non KV cache memory: 18.1GiB; torch peak memory increase: 1.65GiB; "
-     "total consumed (from mem_get_info): 16.3GiB; weights memory: 15.7GiB.",
-     {"weights_bytes": gib("15.7"), "non_torch_bytes": gib("16.3") - gib("15.7"),
-      "activation_peak_bytes": gib("18.1") - gib("16.3")}),
-    ("worker init memory snapshot: torch_peak=0.0GiB, free_memory=78.47GiB, total_memory=79.19GiB, "
-     "cuda_memory=0.72GiB, torch_memory=0.0GiB, non_torch_memory=0.72GiB, timestamp=1755160000.1, auto_measure=True",
-     {"init_free_bytes": gib("78.47"), "total_bytes": gib("79.19")}),
+    (
+        "Memory profiling takes 6.21 seconds. Total non KV cache memory: 18.1GiB; torch peak memory increase: 1.65GiB; "
+        "total consumed (from mem_get_info): 16.3GiB; weights memory: 15.7GiB.",
+        {
+            "weights_bytes": gib("15.7"),
+            "non_torch_bytes": gib("16.3") - gib("15.7"),
+            "activation_peak_bytes": gib("18.1") - gib("16.3"),
+        },
+    ),
+    (
+        "worker init memory snapshot: torch_peak=0.0GiB, free_memory=78.47GiB, total_memory=79.19GiB, "
+        "cuda_memory=0.72GiB, torch_memory=0.0GiB, non_torch_memory=0.72GiB, timestamp=1755160000.1, auto_measure=True",
+        {"init_free_bytes": gib("78.47"), "total_bytes": gib("79.19")},
+    ),
     ("worker requested memory: 71.27GiB", {"requested_bytes": gib("71.27")}),
     ("Graph capturing finished in 12 secs, took 0.53 GiB", {"cuda_graph_bytes": gib("0.53")}),
     ("Graph capturing finished in 9 secs, took -9.96 GiB", {"cuda_graph_bytes": -gib("9.96")}),
     ("Estimated CUDA graph memory: 0.97 GiB total", {"cuda_graph_estimate_bytes": gib("0.97")}),
-    ("CUDA graph pool memory: 0.91 GiB (actual), 0.97 GiB (estimated), difference: 0.06 GiB (6.9%).",
-     {"cuda_graph_bytes": gib("0.91"), "cuda_graph_estimate_bytes": gib("0.97")}),
+    (
+        "CUDA graph pool memory: 0.91 GiB (actual), 0.97 GiB (estimated), difference: 0.06 GiB (6.9%).",
+        {"cuda_graph_bytes": gib("0.91"), "cuda_graph_estimate_bytes": gib("0.97")},
+    ),
     # engine lines: 42,656 tokens = 2,666 blocks × 16; 42,656 / 8,192 = 5.21x
     ("GPU KV cache size: 42,656 tokens", {"kv_cache_tokens": 42656}),
     ("Maximum concurrency for 8,192 tokens per request: 5.21x", {"max_concurrency": 5.21}),
     ("Maximum concurrency for 8192 tokens per request: 5.21x", {"max_concurrency": 5.21}),
-    ("GPU KV cache size: 42,656 tokens, Maximum concurrency for 8,192 tokens per request: 5.21x",
-     {"kv_cache_tokens": 42656, "max_concurrency": 5.21, "max_model_len": 8192}),
-    ("GPU + host KV cache size: 42,656 tokens, Maximum concurrency for 8,192 tokens per request: 5.21x",
-     {"kv_cache_tokens": 42656, "max_concurrency": 5.21}),
+    (
+        "GPU KV cache size: 42,656 tokens, Maximum concurrency for 8,192 tokens per request: 5.21x",
+        {"kv_cache_tokens": 42656, "max_concurrency": 5.21, "max_model_len": 8192},
+    ),
+    (
+        "GPU + host KV cache size: 42,656 tokens, Maximum concurrency for 8,192 tokens per request: 5.21x",
+        {"kv_cache_tokens": 42656, "max_concurrency": 5.21},
+    ),
     ("# GPU blocks: 2666, # CPU blocks: 2048", {"num_gpu_blocks": 2666}),
     ("# CUDA blocks: 2666, # CPU blocks: 2048", {"num_gpu_blocks": 2666}),
     ("# cuda blocks: 2666, # CPU blocks: 2048", {"num_gpu_blocks": 2666}),
@@ -86,45 +111,71 @@ FAMILIES = [
     # 0.10.2 suggestion, plain ints: non_kv = 15.7 + 1.65 + 0.15 + 0.53 = 18.03 GiB;
     # full = 78.47 GiB − 18.03 GiB − 150 MiB = 64739669441, fit = 71.27 GiB − 18.03 GiB − 150 MiB = 57008728308,
     # in use = 71.27 − 17.5 GiB = 57735097875 bytes
-    ("Free memory on device (78.47/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). "
-     "Actual usage is 15.7 GiB for weight, 1.65 GiB for peak activation, 0.15 GiB for non-torch memory, and 0.53 GiB "
-     "for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=57008728308` to fit into "
-     "requested memory, or `--kv-cache-memory=64739669441` to fully utilize gpu memory. Current kv cache memory in "
-     "use is 57735097875 bytes.",
-     {"init_free_bytes": gib("78.47"), "total_bytes": gib("79.19"), "requested_bytes": gib("71.27"),
-      "weights_bytes": gib("15.7"), "activation_peak_bytes": gib("1.65"), "non_torch_bytes": gib("0.15"),
-      "cuda_graph_bytes": gib("0.53"), "suggested_fit_bytes": 57008728308, "suggested_full_bytes": 64739669441,
-      "kv_in_use_bytes": 57735097875, "room_bytes": 64739669441}),
+    (
+        "Free memory on device (78.47/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). "
+        "Actual usage is 15.7 GiB for weight, 1.65 GiB for peak activation, 0.15 GiB for non-torch memory, and 0.53 GiB "
+        "for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=57008728308` to fit into "
+        "requested memory, or `--kv-cache-memory=64739669441` to fully utilize gpu memory. Current kv cache memory in "
+        "use is 57735097875 bytes.",
+        {
+            "init_free_bytes": gib("78.47"),
+            "total_bytes": gib("79.19"),
+            "requested_bytes": gib("71.27"),
+            "weights_bytes": gib("15.7"),
+            "activation_peak_bytes": gib("1.65"),
+            "non_torch_bytes": gib("0.15"),
+            "cuda_graph_bytes": gib("0.53"),
+            "suggested_fit_bytes": 57008728308,
+            "suggested_full_bytes": 64739669441,
+            "kv_in_use_bytes": 57735097875,
+            "room_bytes": 64739669441,
+        },
+    ),
     # 0.11–0.26 text, (X GiB) after each value, in use in GiB
-    ("Free memory on device (78.47/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). "
-     "Actual usage is 15.7 GiB for weight, 1.65 GiB for peak activation, 0.15 GiB for non-torch memory, and 0.53 GiB "
-     "for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=57008728308` (53.09 GiB) "
-     "to fit into requested memory, or `--kv-cache-memory=64739669441` (60.29 GiB) to fully utilize gpu memory. "
-     "Current kv cache memory in use is 53.77 GiB.",
-     {"suggested_full_bytes": 64739669441, "kv_in_use_bytes": gib("53.77")}),
+    (
+        "Free memory on device (78.47/79.19 GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). "
+        "Actual usage is 15.7 GiB for weight, 1.65 GiB for peak activation, 0.15 GiB for non-torch memory, and 0.53 GiB "
+        "for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=57008728308` (53.09 GiB) "
+        "to fit into requested memory, or `--kv-cache-memory=64739669441` (60.29 GiB) to fully utilize gpu memory. "
+        "Current kv cache memory in use is 53.77 GiB.",
+        {"suggested_full_bytes": 64739669441, "kv_in_use_bytes": gib("53.77")},
+    ),
     # 0.27+: consumed memory (weights + non-torch); suggestions can be negative (vllm#57936)
-    ("Free memory on device (78.47/79.19 GiB) on startup. Desired GPU memory utilization is (0.92, 72.85 GiB). "
-     "Actual usage is 16.3 GiB for consumed memory (weights + non-torch), 1.8 GiB for peak activation, and 61.0 GiB "
-     "for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=-6603473715` (-6.15 GiB) "
-     "to fit into requested memory, or `--kv-cache-memory=-849899929` (-0.79 GiB) to fully utilize gpu memory. "
-     "Current kv cache memory in use is 53.05 GiB.",
-     {"activation_peak_bytes": gib("1.8"), "cuda_graph_bytes": gib("61.0"), "suggested_full_bytes": -849899929}),
+    (
+        "Free memory on device (78.47/79.19 GiB) on startup. Desired GPU memory utilization is (0.92, 72.85 GiB). "
+        "Actual usage is 16.3 GiB for consumed memory (weights + non-torch), 1.8 GiB for peak activation, and 61.0 GiB "
+        "for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=-6603473715` (-6.15 GiB) "
+        "to fit into requested memory, or `--kv-cache-memory=-849899929` (-0.79 GiB) to fully utilize gpu memory. "
+        "Current kv cache memory in use is 53.05 GiB.",
+        {
+            "activation_peak_bytes": gib("1.8"),
+            "cuda_graph_bytes": gib("61.0"),
+            "suggested_full_bytes": -849899929,
+        },
+    ),
     # manual boots: 0.10.2 (unrounded free, "8.00GiB" without a space, "does does"), 0.14+
-    ("Initial free memory 78.53466796875 GiB, reserved 8.00GiB memory for KV Cache as specified by "
-     "kv_cache_memory_bytes config and skipped memory profiling. This does does not respect the "
-     "gpu_memory_utilization config.",
-     {"init_free_bytes": int(78.53466796875 * GiB), "manual_kv_bytes": 8 * GiB}),
-    ("Initial free memory 31.16 GiB, reserved 4.25 GiB memory for KV Cache as specified by kv_cache_memory_bytes "
-     "config and skipped memory profiling. This does not respect the gpu_memory_utilization config.",
-     {"init_free_bytes": gib("31.16"), "manual_kv_bytes": gib("4.25")}),
-    ("Applying persisted startup plan (fingerprint 3f2a9c): kv_cache_memory_bytes=12884901888 (12.00 GiB), "
-     "recorded free-memory baseline 54.50 GiB, current 54.48 GiB. Memory profiling will be skipped.",
-     {"manual_kv_bytes": 12 * GiB, "init_free_bytes": gib("54.48")}),
+    (
+        "Initial free memory 78.53466796875 GiB, reserved 8.00GiB memory for KV Cache as specified by "
+        "kv_cache_memory_bytes config and skipped memory profiling. This does does not respect the "
+        "gpu_memory_utilization config.",
+        {"init_free_bytes": int(78.53466796875 * GiB), "manual_kv_bytes": 8 * GiB},
+    ),
+    (
+        "Initial free memory 31.16 GiB, reserved 4.25 GiB memory for KV Cache as specified by kv_cache_memory_bytes "
+        "config and skipped memory profiling. This does not respect the gpu_memory_utilization config.",
+        {"init_free_bytes": gib("31.16"), "manual_kv_bytes": gib("4.25")},
+    ),
+    (
+        "Applying persisted startup plan (fingerprint 3f2a9c): kv_cache_memory_bytes=12884901888 (12.00 GiB), "
+        "recorded free-memory baseline 54.50 GiB, current 54.48 GiB. Memory profiling will be skipped.",
+        {"manual_kv_bytes": 12 * GiB, "init_free_bytes": gib("54.48")},
+    ),
 ]
 
 
-@pytest.mark.parametrize(("line", "expected"), FAMILIES, ids=[f"{i}-{line[:30]}" for i, (line, _e) in
-                                                              enumerate(FAMILIES)])
+@pytest.mark.parametrize(
+    ("line", "expected"), FAMILIES, ids=[f"{i}-{line[:30]}" for i, (line, _e) in enumerate(FAMILIES)]
+)
 def test_line_family_exact_values(line, expected):
     row = one_row(HEAD + line + "\n")
     assert {name: row[name] for name in expected} == expected
@@ -137,31 +188,53 @@ def test_every_line_family_is_also_read_without_its_header():
         assert {name: row[name] for name in expected} == expected
 
 
-@pytest.mark.parametrize(("line", "outcome"), [
-    ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "
-     "79.19 GiB of which 1.02 GiB is free.", "oom"),
-    ("RuntimeError: CUDA error: out of memory", "oom"),
-    ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
-     "initializing the engine.", "error"),
-    ("ValueError: To serve at least one request with the models's max seq len (131072), (16.0 GiB KV cache is "
-     "needed, which is larger than the available KV cache memory (6.91 GiB). Based on the available memory, the "
-     "estimated maximum model length is 56576.", "error"),
-    ("AssertionError: Error in memory profiling. Initial free memory 78.5 GiB, current free memory 80.1 GiB. This "
-     "happens when other processes sharing the same container release GPU memory while vLLM is profiling.", "error"),
-    ("ValueError: Free memory on device cuda:0 (67.24/79.25 GiB) on startup is less than desired GPU memory "
-     "utilization (0.9, 71.33 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
-     "error"),
-])
+@pytest.mark.parametrize(
+    ("line", "outcome"),
+    [
+        (
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "
+            "79.19 GiB of which 1.02 GiB is free.",
+            "oom",
+        ),
+        ("RuntimeError: CUDA error: out of memory", "oom"),
+        (
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+            "initializing the engine.",
+            "error",
+        ),
+        (
+            "ValueError: To serve at least one request with the models's max seq len (131072), (16.0 GiB KV cache is "
+            "needed, which is larger than the available KV cache memory (6.91 GiB). Based on the available memory, the "
+            "estimated maximum model length is 56576.",
+            "error",
+        ),
+        (
+            "AssertionError: Error in memory profiling. Initial free memory 78.5 GiB, current free memory 80.1 GiB. This "
+            "happens when other processes sharing the same container release GPU memory while vLLM is profiling.",
+            "error",
+        ),
+        (
+            "ValueError: Free memory on device cuda:0 (67.24/79.25 GiB) on startup is less than desired GPU memory "
+            "utilization (0.9, 71.33 GiB). Decrease GPU memory utilization or reduce GPU memory used by other processes.",
+            "error",
+        ),
+    ],
+)
 def test_startup_failures(line, outcome):
     row = one_row(HEAD.replace("INFO", "ERROR") + "Available KV cache memory: 1.0 GiB\n" + line + "\n")
     assert (row["outcome"], row["error"]) == (outcome, line)
 
 
 def test_free_memory_below_request_keeps_its_values():
-    row = one_row("ValueError: Free memory on device cuda:0 (67.24/79.25 GiB) on startup is less than desired GPU "
-                  "memory utilization (0.9, 71.33 GiB). Decrease GPU memory utilization.")
+    row = one_row(
+        "ValueError: Free memory on device cuda:0 (67.24/79.25 GiB) on startup is less than desired GPU "
+        "memory utilization (0.9, 71.33 GiB). Decrease GPU memory utilization."
+    )
     assert (row["init_free_bytes"], row["total_bytes"], row["requested_bytes"]) == (
-        gib("67.24"), gib("79.25"), gib("71.33"))
+        gib("67.24"),
+        gib("79.25"),
+        gib("71.33"),
+    )
 
 
 def test_a_log_that_stops_before_the_kv_cache_is_sized_is_incomplete():
@@ -170,8 +243,10 @@ def test_a_log_that_stops_before_the_kv_cache_is_sized_is_incomplete():
 
 
 def test_info_lines_that_mention_errors_are_not_failures():
-    row = one_row(HEAD + "Available KV cache memory: 1.0 GiB\n"
-                  "WARNING 08-14 14:07:22 [x.py:1] ValueError: fallback used\n")
+    row = one_row(
+        HEAD + "Available KV cache memory: 1.0 GiB\n"
+        "WARNING 08-14 14:07:22 [x.py:1] ValueError: fallback used\n"
+    )
     assert row["outcome"] == "ok"
 
 
@@ -179,10 +254,16 @@ def test_info_lines_that_mention_errors_are_not_failures():
 
 
 def test_key_values_scanner_respects_brackets_and_quotes():
-    text = ("model='a,b', compilation_config={\"sizes\": [1, 2], \"x\": {\"y\": 1}}, "
-            "decoding_config=DecodingConfig(backend='x', n=1), max_seq_len=8192")
-    assert key_values(text) == {"model": "a,b", "compilation_config": {"sizes": [1, 2], "x": {"y": 1}},
-                                "decoding_config": "DecodingConfig(backend='x', n=1)", "max_seq_len": 8192}
+    text = (
+        'model=\'a,b\', compilation_config={"sizes": [1, 2], "x": {"y": 1}}, '
+        "decoding_config=DecodingConfig(backend='x', n=1), max_seq_len=8192"
+    )
+    assert key_values(text) == {
+        "model": "a,b",
+        "compilation_config": {"sizes": [1, 2], "x": {"y": 1}},
+        "decoding_config": "DecodingConfig(backend='x', n=1)",
+        "max_seq_len": 8192,
+    }
 
 
 def test_version_non_default_args_and_engine_config_make_the_key():
@@ -193,18 +274,41 @@ def test_version_non_default_args_and_engine_config_make_the_key():
         "(EngineCore_DP0 pid=2) INFO 08-14 14:00:05 [core.py:1] Initializing a V1 LLM engine (v0.26.0) with config: "
         "model='m/x', revision='abc', dtype=torch.bfloat16, max_seq_len=4096, tensor_parallel_size=2, "
         "pipeline_parallel_size=1, data_parallel_size=1, decode_context_parallel_size=1, quantization=fp8, "
-        "enforce_eager=True, kv_cache_dtype=fp8, compilation_config={\"level\": 0}\n"
+        'enforce_eager=True, kv_cache_dtype=fp8, compilation_config={"level": 0}\n'
         "(Worker_TP0 pid=3) INFO 08-14 14:01:00 [gpu_worker.py:1] Available KV cache memory: 5.0 GiB\n"
     )
     ledger, meta = read_vllm_log(text)
     key = meta["boots"][0]["compatibility_key"]
-    assert {k: key[k] for k in ("vllm_version", "model", "revision", "dtype", "quantization", "kv_cache_dtype",
-                                "max_model_len", "block_size", "tensor_parallel_size", "enforce_eager",
-                                "gpu_memory_utilization", "decode_context_parallel_size")} == {
-        "vllm_version": "0.26.0", "model": "m/x", "revision": "abc", "dtype": "torch.bfloat16",
-        "quantization": "fp8", "kv_cache_dtype": "fp8", "max_model_len": 4096, "block_size": 32,
-        "tensor_parallel_size": 2, "enforce_eager": True, "gpu_memory_utilization": 0.85,
-        "decode_context_parallel_size": 1}
+    assert {
+        k: key[k]
+        for k in (
+            "vllm_version",
+            "model",
+            "revision",
+            "dtype",
+            "quantization",
+            "kv_cache_dtype",
+            "max_model_len",
+            "block_size",
+            "tensor_parallel_size",
+            "enforce_eager",
+            "gpu_memory_utilization",
+            "decode_context_parallel_size",
+        )
+    } == {
+        "vllm_version": "0.26.0",
+        "model": "m/x",
+        "revision": "abc",
+        "dtype": "torch.bfloat16",
+        "quantization": "fp8",
+        "kv_cache_dtype": "fp8",
+        "max_model_len": 4096,
+        "block_size": 32,
+        "tensor_parallel_size": 2,
+        "enforce_eager": True,
+        "gpu_memory_utilization": 0.85,
+        "decode_context_parallel_size": 1,
+    }
     assert ledger.loc[0, "block_size"] == 32
     # enforce_eager: no CUDA graphs, so the available KV needs no correction
     assert (ledger.loc[0, "room_bytes"], ledger.loc[0, "room_source"]) == (5 * GiB, "available_kv")
@@ -220,26 +324,33 @@ def test_defaults_fill_what_the_log_does_not_say():
 
 
 def test_forced_block_size_line():
-    row = one_row("vLLM API server version 0.9.0\nForcing kv cache block size to 64 for FlashMLA backend.\n"
-                  "Available KV cache memory: 5.0 GiB\n")
+    row = one_row(
+        "vLLM API server version 0.9.0\nForcing kv cache block size to 64 for FlashMLA backend.\n"
+        "Available KV cache memory: 5.0 GiB\n"
+    )
     assert row["block_size"] == 64
 
 
 # --- rank attribution -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("prefix", "tp", "pp", "rank"), [
-    ("(Worker_TP1 pid=11) ", 4, 1, 1),
-    ("(Worker_PP1_TP0 pid=11) ", 2, 2, 2),  # rank = tp + TP × pp = 0 + 2 × 1
-    ("(Worker_PP1_TP1 pid=11) ", 2, 2, 3),
-    ("(VllmWorker TP1 pid=11) ", 2, 1, 1),
-    ("(VllmWorker PP1_TP0 pid=11) ", 2, 2, 2),
-    ("(VllmWorker rank=1 pid=11) ", 2, 1, 1),
-    ("(Worker_TP1_EP1 pid=11) ", 2, 1, 1),
-])
+@pytest.mark.parametrize(
+    ("prefix", "tp", "pp", "rank"),
+    [
+        ("(Worker_TP1 pid=11) ", 4, 1, 1),
+        ("(Worker_PP1_TP0 pid=11) ", 2, 2, 2),  # rank = tp + TP × pp = 0 + 2 × 1
+        ("(Worker_PP1_TP1 pid=11) ", 2, 2, 3),
+        ("(VllmWorker TP1 pid=11) ", 2, 1, 1),
+        ("(VllmWorker PP1_TP0 pid=11) ", 2, 2, 2),
+        ("(VllmWorker rank=1 pid=11) ", 2, 1, 1),
+        ("(Worker_TP1_EP1 pid=11) ", 2, 1, 1),
+    ],
+)
 def test_rank_from_prefix(prefix, tp, pp, rank):
-    config = (f"Initializing a V1 LLM engine (v0.12.0) with config: model='m', tensor_parallel_size={tp}, "
-              f"pipeline_parallel_size={pp}, data_parallel_size=1\n")
+    config = (
+        f"Initializing a V1 LLM engine (v0.12.0) with config: model='m', tensor_parallel_size={tp}, "
+        f"pipeline_parallel_size={pp}, data_parallel_size=1\n"
+    )
     ledger, _ = read_vllm_log(config + prefix + HEAD + "Available KV cache memory: 5.0 GiB\n")
     row = ledger.dropna(subset=["available_kv_bytes"]).iloc[0]
     assert row["rank"] == rank and row["tp_rank"] == rank % tp and row["pp_rank"] == rank // tp
@@ -247,12 +358,14 @@ def test_rank_from_prefix(prefix, tp, pp, rank):
 
 def test_dp_prefixes_and_the_rank_assignment_line():
     # DP=2, TP=2: Worker_DP1_TP0_EP2 is global rank 2 = tp 0 + TP 2 × (pp 0 + PP 1 × dp 1)
-    text = ("Initializing a V1 LLM engine (v0.12.0) with config: model='m', tensor_parallel_size=2, "
-            "pipeline_parallel_size=1, data_parallel_size=2\n"
-            "(Worker_DP1_TP0_EP2 pid=21) " + HEAD + "Available KV cache memory: 5.0 GiB\n"
-            "(Worker pid=22) INFO 08-14 14:00:00 [parallel_state.py:1] rank 3 in world size 4 is assigned as "
-            "DP rank 1, PP rank 0, PCP rank 0, TP rank 1, EP rank 3, EPLB rank N/A\n"
-            "(Worker_DP1_TP1_EP3 pid=22) " + HEAD + "Available KV cache memory: 6.0 GiB\n")
+    text = (
+        "Initializing a V1 LLM engine (v0.12.0) with config: model='m', tensor_parallel_size=2, "
+        "pipeline_parallel_size=1, data_parallel_size=2\n"
+        "(Worker_DP1_TP0_EP2 pid=21) " + HEAD + "Available KV cache memory: 5.0 GiB\n"
+        "(Worker pid=22) INFO 08-14 14:00:00 [parallel_state.py:1] rank 3 in world size 4 is assigned as "
+        "DP rank 1, PP rank 0, PCP rank 0, TP rank 1, EP rank 3, EPLB rank N/A\n"
+        "(Worker_DP1_TP1_EP3 pid=22) " + HEAD + "Available KV cache memory: 6.0 GiB\n"
+    )
     ledger, _ = read_vllm_log(text)
     rows = ledger.set_index("rank")
     assert rows.loc[2, "available_kv_bytes"] == 5 * GiB and rows.loc[2, "dp_rank"] == 1
@@ -260,20 +373,25 @@ def test_dp_prefixes_and_the_rank_assignment_line():
 
 
 def test_engine_core_prefix_is_the_worker_when_tp_is_one():
-    text = ("Initializing a V1 LLM engine (v0.26.0) with config: model='m', tensor_parallel_size=1, "
-            "pipeline_parallel_size=1, data_parallel_size=3\n"
-            "(EngineCore_DP2 pid=5) " + HEAD + "Available KV cache memory: 5.0 GiB\n"
-            "(EngineCore_DP2 pid=5) " + HEAD + "GPU KV cache size: 1,000 tokens\n")
+    text = (
+        "Initializing a V1 LLM engine (v0.26.0) with config: model='m', tensor_parallel_size=1, "
+        "pipeline_parallel_size=1, data_parallel_size=3\n"
+        "(EngineCore_DP2 pid=5) " + HEAD + "Available KV cache memory: 5.0 GiB\n"
+        "(EngineCore_DP2 pid=5) " + HEAD + "GPU KV cache size: 1,000 tokens\n"
+    )
     ledger, _ = read_vllm_log(text)
     assert ledger[["rank", "dp_rank", "available_kv_bytes", "kv_cache_tokens"]].values.tolist() == [
-        [2, 2, 5 * GiB, 1000]]
+        [2, 2, 5 * GiB, 1000]
+    ]
 
 
 def test_v0_three_line_log_two_ranks(tmp_path):
     ledger, meta = read_vllm_log(LOGS / "v0.6.6-tp2-three-line.log")
     assert meta["warnings"] == []
     assert ledger[["rank", "process", "pid"]].astype(object).where(ledger.notna(), None).values.tolist() == [
-        [0, None, None], [1, "VllmWorkerProcess", 4102]]
+        [0, None, None],
+        [1, "VllmWorkerProcess", 4102],
+    ]
     assert ledger["available_kv_bytes"].tolist() == [gib("62.14"), gib("62.21")]
     assert ledger["non_torch_bytes"].tolist() == [gib("0.42"), gib("0.35")]
     assert ledger["total_bytes"].tolist() == [gib("79.19")] * 2
@@ -285,22 +403,28 @@ def test_v0_three_line_log_two_ranks(tmp_path):
     assert ledger["max_concurrency"].tolist() == [124.28] * 2  # 63,631 × 16 / 8,192
     key = meta["boots"][0]["compatibility_key"]
     assert (key["vllm_version"], key["tensor_parallel_size"], key["max_model_len"], key["model"]) == (
-        "0.6.6.post1", 2, 8192, "meta-llama/Llama-3.1-8B-Instruct")
+        "0.6.6.post1",
+        2,
+        8192,
+        "meta-llama/Llama-3.1-8B-Instruct",
+    )
     assert ledger["outcome"].tolist() == ["ok", "ok"]
 
 
 def test_v0_worker_processes_without_rank_lines_get_ranks_in_pid_order_with_a_warning():
-    text = ("Initializing an LLM engine (v0.6.3) with config: model='m', tensor_parallel_size=3, "
-            "pipeline_parallel_size=1\n"
-            "(VllmWorkerProcess pid=9) " + HEAD + "Loading model weights took 1.0 GB\n"
-            "(VllmWorkerProcess pid=8) " + HEAD + "Loading model weights took 2.0 GB\n")
+    text = (
+        "Initializing an LLM engine (v0.6.3) with config: model='m', tensor_parallel_size=3, "
+        "pipeline_parallel_size=1\n"
+        "(VllmWorkerProcess pid=9) " + HEAD + "Loading model weights took 1.0 GB\n"
+        "(VllmWorkerProcess pid=8) " + HEAD + "Loading model weights took 2.0 GB\n"
+    )
     ledger, meta = read_vllm_log(text)
     assert ledger[["rank", "pid", "weights_bytes"]].values.tolist() == [[1, 8, 2 * GiB], [2, 9, 1 * GiB]]
     assert "pid (spawn) order" in meta["warnings"][0]
 
 
 def test_per_worker_kv_lines_of_0_9_to_0_11_go_to_ranks_in_order():
-    ledger, meta = read_vllm_log(LOGS / "v0.9.2-tp2-oom-then-restart.log")
+    ledger, _ = read_vllm_log(LOGS / "v0.9.2-tp2-oom-then-restart.log")
     second = ledger[ledger["boot"] == 1]
     # 57.88 GiB // 1 MiB per block = 59,269 blocks × 16 = 948,304 tokens; 57.5 GiB → 58,880 → 942,080
     assert second["kv_cache_tokens"].tolist() == [948304, 942080]
@@ -310,7 +434,11 @@ def test_per_worker_kv_lines_of_0_9_to_0_11_go_to_ranks_in_order():
 def test_several_boots_in_one_file_and_outcomes():
     ledger, meta = read_vllm_log(LOGS / "v0.9.2-tp2-oom-then-restart.log")
     assert ledger[["boot", "rank", "outcome"]].values.tolist() == [
-        [0, 0, "error"], [0, 1, "oom"], [1, 0, "ok"], [1, 1, "ok"]]
+        [0, 0, "error"],
+        [0, 1, "oom"],
+        [1, 0, "ok"],
+        [1, 1, "ok"],
+    ]
     assert ledger.loc[1, "error"].startswith("torch.OutOfMemoryError: CUDA out of memory.")
     assert ledger.loc[0, "error"].startswith("RuntimeError: Engine core initialization failed.")
     assert ledger.loc[0, "gpu_memory_utilization"] == 0.85
@@ -334,25 +462,37 @@ def test_rank_zero_only_log_warns_how_to_get_per_rank_numbers():
 
 
 def test_suggestion_double_count_is_flagged_for_0_27_and_later():
-    text = ("vLLM API server version 0.27.0\n(EngineCore pid=2) Initializing a V1 LLM engine (v0.27.0) with config: "
-            "model='m', tensor_parallel_size=1\n" + FAMILIES[30][0] + "\n")
+    text = (
+        "vLLM API server version 0.27.0\n(EngineCore pid=2) Initializing a V1 LLM engine (v0.27.0) with config: "
+        "model='m', tensor_parallel_size=1\n" + FAMILIES[30][0] + "\n"
+    )
     ledger, meta = read_vllm_log(text)
     assert ledger.loc[0, "room_bytes"] == -849899929
     assert any("vllm#57936" in warning for warning in meta["warnings"])
 
 
 def test_estimating_releases_subtract_only_what_the_pool_exceeded_the_estimate_by():
-    text = ("vLLM API server version 0.22.0\n"
-            + HEAD + "Available KV cache memory: 20.0 GiB\n"
-            + HEAD + "CUDA graph pool memory: 1.5 GiB (actual), 1.0 GiB (estimated), difference: 0.5 GiB (50.0%).\n")
+    text = (
+        "vLLM API server version 0.22.0\n"
+        + HEAD
+        + "Available KV cache memory: 20.0 GiB\n"
+        + HEAD
+        + "CUDA graph pool memory: 1.5 GiB (actual), 1.0 GiB (estimated), difference: 0.5 GiB (50.0%).\n"
+    )
     assert one_row(text)["room_bytes"] == 20 * GiB - (gib("1.5") - gib("1.0"))
 
 
 def test_room_from_parts_when_only_debug_lines_are_there():
-    text = ("vLLM API server version 0.15.0\n"
-            + HEAD + "Initial free memory: 78.47 GiB; Requested memory: 0.900000 (util), 71.27 GiB\n"
-            + HEAD + FAMILIES[11][0] + "\n"
-            + HEAD + "Estimated CUDA graph memory: 0.53 GiB total\n")
+    text = (
+        "vLLM API server version 0.15.0\n"
+        + HEAD
+        + "Initial free memory: 78.47 GiB; Requested memory: 0.900000 (util), 71.27 GiB\n"
+        + HEAD
+        + FAMILIES[11][0]
+        + "\n"
+        + HEAD
+        + "Estimated CUDA graph memory: 0.53 GiB total\n"
+    )
     row = one_row(text)
     # 78.47 − (15.7 + 1.65 + 0.15 + 0.53) GiB − 150 MiB: vLLM's own suggestion arithmetic
     expected = gib("78.47") - (gib("15.7") + gib("1.65") + gib("0.15") + gib("0.53")) - 150 * MiB
@@ -360,7 +500,9 @@ def test_room_from_parts_when_only_debug_lines_are_there():
 
 
 def test_available_kv_without_graph_memory_is_not_used_as_room():
-    ledger, meta = read_vllm_log("vLLM API server version 0.10.0\n" + HEAD + "Available KV cache memory: 9.0 GiB\n")
+    ledger, meta = read_vllm_log(
+        "vLLM API server version 0.10.0\n" + HEAD + "Available KV cache memory: 9.0 GiB\n"
+    )
     assert pd.isna(ledger.loc[0, "room_bytes"])
     assert "Graph capturing finished" in meta["warnings"][0]
 
@@ -369,14 +511,26 @@ def test_available_kv_without_graph_memory_is_not_used_as_room():
 
 
 def test_split_records_handles_relays_interleaving_and_wrappers():
-    (ray,) = split_records("(EngineCore_DP0 pid=1) (RayWorkerWrapper pid=77, ip=10.0.0.2) INFO 08-14 14:00:00 "
-                           "[x.py:1] Hello [repeated 3x across cluster]")
+    (ray,) = split_records(
+        "(EngineCore_DP0 pid=1) (RayWorkerWrapper pid=77, ip=10.0.0.2) INFO 08-14 14:00:00 "
+        "[x.py:1] Hello [repeated 3x across cluster]"
+    )
     assert (ray.process, ray.pid, ray.ip, ray.outer, ray.repeated, ray.message) == (
-        "RayWorkerWrapper", 77, "10.0.0.2", ("EngineCore_DP0",), 3, "Hello")
-    first, second = split_records("(Worker_TP0 pid=1) INFO 08-14 14:00:00 [a.py:1] Available KV cac"
-                                  "(Worker_TP1 pid=2) INFO 08-14 14:00:00 [a.py:1] Available KV cache memory: 2.0 GiB")
+        "RayWorkerWrapper",
+        77,
+        "10.0.0.2",
+        ("EngineCore_DP0",),
+        3,
+        "Hello",
+    )
+    first, second = split_records(
+        "(Worker_TP0 pid=1) INFO 08-14 14:00:00 [a.py:1] Available KV cac"
+        "(Worker_TP1 pid=2) INFO 08-14 14:00:00 [a.py:1] Available KV cache memory: 2.0 GiB"
+    )
     assert (first.pid, first.message, second.pid) == (1, "Available KV cac", 2)
-    (docker,) = split_records("2026-04-19 12:59:18.350 | (EngineCore pid=196) INFO 04-19 10:59:18 [a.py:1] hi")
+    (docker,) = split_records(
+        "2026-04-19 12:59:18.350 | (EngineCore pid=196) INFO 04-19 10:59:18 [a.py:1] hi"
+    )
     assert (docker.process, docker.message) == ("EngineCore", "hi")
 
 
@@ -405,29 +559,38 @@ def test_ansi_crlf_cr_interleaving_bad_bytes_and_a_cut_off_end():
 
 
 def test_lost_prefix_in_a_multi_rank_log_is_not_guessed():
-    text = ("Initializing a V1 LLM engine (v0.10.0) with config: model='m', tensor_parallel_size=2\n"
-            "(VllmWorker rank=1 pid=11) " + HEAD + "Available KV cache memory: 4.0 GiB\n"
-            + HEAD + "Available KV cache memory: 3.0 GiB\n")
+    text = (
+        "Initializing a V1 LLM engine (v0.10.0) with config: model='m', tensor_parallel_size=2\n"
+        "(VllmWorker rank=1 pid=11) "
+        + HEAD
+        + "Available KV cache memory: 4.0 GiB\n"
+        + HEAD
+        + "Available KV cache memory: 3.0 GiB\n"
+    )
     ledger, meta = read_vllm_log(text, source="x.log")
     assert ledger["rank"].tolist() == [1]
     assert meta["warnings"][0].startswith("x.log:3: 1 line(s) with per-rank values carry no process prefix")
 
 
 def test_ray_prefixes_use_the_rank_line_and_repeated_lines_warn():
-    text = ("Initializing a V1 LLM engine (v0.10.0) with config: model='m', tensor_parallel_size=2\n"
-            "(RayWorkerWrapper pid=300, ip=10.0.0.5) INFO 08-14 14:00:00 [parallel_state.py:1] rank 1 in world size 2 "
-            "is assigned as DP rank 0, PP rank 0, TP rank 1, EP rank 1\n"
-            "(RayWorkerWrapper pid=300, ip=10.0.0.5) " + HEAD + "Available KV cache memory: 4.0 GiB "
-            "[repeated 1x across cluster]\n")
+    text = (
+        "Initializing a V1 LLM engine (v0.10.0) with config: model='m', tensor_parallel_size=2\n"
+        "(RayWorkerWrapper pid=300, ip=10.0.0.5) INFO 08-14 14:00:00 [parallel_state.py:1] rank 1 in world size 2 "
+        "is assigned as DP rank 0, PP rank 0, TP rank 1, EP rank 1\n"
+        "(RayWorkerWrapper pid=300, ip=10.0.0.5) " + HEAD + "Available KV cache memory: 4.0 GiB "
+        "[repeated 1x across cluster]\n"
+    )
     ledger, meta = read_vllm_log(text, source="ray.log")
     assert ledger[["rank", "pid", "available_kv_bytes"]].values.tolist() == [[1, 300, 4 * GiB]]
     assert meta["warnings"][0].startswith("ray.log:3: Ray collapsed 1 similar lines")
 
 
 def test_a_claimed_rank_outside_the_world_is_dropped():
-    text = ("Initializing a V1 LLM engine (v0.12.0) with config: model='m', tensor_parallel_size=2, "
-            "pipeline_parallel_size=1, data_parallel_size=1\n"
-            "(Worker_TP7 pid=11) " + HEAD + "Available KV cache memory: 5.0 GiB\n")
+    text = (
+        "Initializing a V1 LLM engine (v0.12.0) with config: model='m', tensor_parallel_size=2, "
+        "pipeline_parallel_size=1, data_parallel_size=1\n"
+        "(Worker_TP7 pid=11) " + HEAD + "Available KV cache memory: 5.0 GiB\n"
+    )
     ledger, meta = read_vllm_log(text, source="w.log")
     assert ledger.empty and "claims rank 7 but the world size is 2" in meta["warnings"][0]
 
@@ -438,9 +601,11 @@ def test_a_binary_file_is_the_documented_parse_error():
 
 
 def test_serving_errors_after_startup_do_not_change_the_outcome():
-    text = (HEAD + "Available KV cache memory: 5.0 GiB\n"
-            "INFO:     Application startup complete.\n"
-            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.0 GiB.\n")
+    text = (
+        HEAD + "Available KV cache memory: 5.0 GiB\n"
+        "INFO:     Application startup complete.\n"
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.0 GiB.\n"
+    )
     ledger, meta = read_vllm_log(text, source="s.log")
     assert ledger.loc[0, "outcome"] == "ok"
     assert meta["warnings"][0].startswith("s.log:3: out-of-memory or error after startup")
@@ -463,9 +628,14 @@ def test_read_many_logs_by_folder_glob_or_list(tmp_path):
 
 
 def test_ledger_columns_dtypes_and_streams():
-    ledger, _ = read_vllm_log(io.BytesIO((HEAD + "Available KV cache memory: 5.0 GiB\n").encode()), source="s")
+    ledger, _ = read_vllm_log(
+        io.BytesIO((HEAD + "Available KV cache memory: 5.0 GiB\n").encode()), source="s"
+    )
     assert list(ledger.columns) == LEDGER_COLUMNS
-    assert str(ledger["available_kv_bytes"].dtype) == "Int64" and str(ledger["max_concurrency"].dtype) == "Float64"
+    assert (
+        str(ledger["available_kv_bytes"].dtype) == "Int64"
+        and str(ledger["max_concurrency"].dtype) == "Float64"
+    )
     assert ledger.loc[0, "source"] == "s"
 
 
@@ -485,7 +655,7 @@ SAMPLE_LINES = (LOGS / "v0.9.2-tp2-oom-then-restart.log").read_bytes().splitline
 
 def _check_never_invents(data: bytes) -> None:
     try:
-        ledger, _meta = read_vllm_log(data, source="p.log")
+        ledger, _ = read_vllm_log(data, source="p.log")
     except LogParseError:
         return
     ranks = set(ledger["rank"].dropna().astype(int))
@@ -515,7 +685,11 @@ def test_shuffled_lines(lines):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.sampled_from([*SAMPLE_LINES, b"(Worker_TP9 pid=5) INFO x\n", b"\r", b"\x1b[0m"]),
-                max_size=30), st.text(string.printable, max_size=40))
+@given(
+    st.lists(
+        st.sampled_from([*SAMPLE_LINES, b"(Worker_TP9 pid=5) INFO x\n", b"\r", b"\x1b[0m"]), max_size=30
+    ),
+    st.text(string.printable, max_size=40),
+)
 def test_sample_lines_mixed_with_noise(lines, noise):
     _check_never_invents(b"".join(lines) + noise.encode())

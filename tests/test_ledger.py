@@ -21,16 +21,22 @@ HEAD = "INFO 08-14 14:07:22 [gpu_worker.py:227] "
 def boot_text(version, rooms, tp=None):
     """One boot: engine config, then one suggestion line per rank with the given room bytes."""
     tp = tp or len(rooms)
-    lines = [f"vLLM API server version {version}",
-             f"(EngineCore_DP0 pid=9) Initializing a V1 LLM engine (v{version}) with config: model='m', "
-             f"tensor_parallel_size={tp}, pipeline_parallel_size=1, data_parallel_size=1"]
+    lines = [
+        f"vLLM API server version {version}",
+        f"(EngineCore_DP0 pid=9) Initializing a V1 LLM engine (v{version}) with config: model='m', "
+        f"tensor_parallel_size={tp}, pipeline_parallel_size=1, data_parallel_size=1",
+    ]
     for rank, room in enumerate(rooms):
-        lines.append(f"(Worker_TP{rank} pid={100 + rank}) {HEAD}Free memory on device (70.0/79.19 GiB) on startup. "
-                     "Desired GPU memory utilization is (0.9, 71.27 GiB). Actual usage is 32.0 GiB for weight, 2.0 GiB "
-                     "for peak activation, 1.0 GiB for non-torch memory, and 0.5 GiB for CUDAGraph memory. Replace "
-                     f"gpu_memory_utilization config with `--kv-cache-memory=1` (0.0 GiB) to fit into requested memory, "
-                     f"or `--kv-cache-memory={room}` ({room / GiB:.2f} GiB) to fully utilize gpu memory. Current kv "
-                     "cache memory in use is 30.0 GiB.")
+        lines.append(
+            f"(Worker_TP{rank} pid={100 + rank}) {HEAD}Free memory on device (70.0/79.19 GiB) on startup. "
+            "Desired GPU memory utilization is (0.9, 71.27 GiB). Actual usage is 32.0 GiB for weight, "
+            "2.0 GiB "
+            "for peak activation, 1.0 GiB for non-torch memory, and 0.5 GiB for CUDAGraph memory. Replace "
+            "gpu_memory_utilization config with `--kv-cache-memory=1` (0.0 GiB) to fit into requested "
+            "memory, "
+            f"or `--kv-cache-memory={room}` ({room / GiB:.2f} GiB) to fully utilize gpu memory. Current kv "
+            "cache memory in use is 30.0 GiB."
+        )
     return "\n".join(lines) + "\n"
 
 
@@ -98,32 +104,48 @@ def test_missing_rank_is_refused_naming_the_file_and_line(tmp_path):
 
 def test_failed_boot_is_refused_naming_the_error_line():
     ledger, _ = read_vllm_log(LOGS / "v0.9.2-tp2-oom-then-restart.log")
-    with pytest.raises(LedgerError, match=r"restart\.log:10: boot 0 rank 0 did not boot cleanly \(error: "
-                                          r"RuntimeError: Engine core"):
+    with pytest.raises(
+        LedgerError,
+        match=r"restart\.log:10: boot 0 rank 0 did not boot cleanly \(error: "
+        r"RuntimeError: Engine core",
+    ):
         budget_from_ledger(ledger, GiB)
     good = ledger[ledger["boot"] == 1]
     good.attrs = ledger.attrs
     # 57.5 − 0.53 GiB (rank 1) − 1 GiB reserve
-    assert budget_from_ledger(good, GiB).uniform_budget_bytes == parse_size("57.5GiB") - parse_size("0.53GiB") - GiB
+    assert (
+        budget_from_ledger(good, GiB).uniform_budget_bytes
+        == parse_size("57.5GiB") - parse_size("0.53GiB") - GiB
+    )
 
 
 def test_mixed_keys_are_refused_field_by_field():
-    ledger = ledger_of_texts({"a.log": boot_text("0.26.0", [20 * GiB, 19 * GiB]),
-                                           "b.log": boot_text("0.25.0", [20 * GiB, 19 * GiB])})
+    ledger = ledger_of_texts(
+        {
+            "a.log": boot_text("0.26.0", [20 * GiB, 19 * GiB]),
+            "b.log": boot_text("0.25.0", [20 * GiB, 19 * GiB]),
+        }
+    )
     with pytest.raises(LedgerError, match=r"vllm_version: '0\.26\.0' in a\.log:1 vs '0\.25\.0' in b\.log:1"):
         compatibility_key(ledger)
 
 
 def test_repeated_boots_take_each_ranks_worst_room_and_show_the_spread():
-    text = (boot_text("0.26.0", [20 * GiB, 19 * GiB]) + boot_text("0.26.0", [18 * GiB, 21 * GiB])
-            + boot_text("0.26.0", [22 * GiB, 20 * GiB]))
+    text = (
+        boot_text("0.26.0", [20 * GiB, 19 * GiB])
+        + boot_text("0.26.0", [18 * GiB, 21 * GiB])
+        + boot_text("0.26.0", [22 * GiB, 20 * GiB])
+    )
     ledger, _ = read_vllm_log(text, source="r.log")
     assert ledger["boot"].tolist() == [0, 0, 1, 1, 2, 2]
     rooms = room_per_rank(ledger)
     # rank 0: 20, 18, 22 → worst 18 (boot 1), median 20; rank 1: 19, 21, 20 → worst 19 (boot 0)
-    assert rooms[["room_bytes", "room_min_bytes", "room_median_bytes", "room_max_bytes", "boots", "boot"]
-                 ].values.tolist() == [[18 * GiB, 18 * GiB, 20 * GiB, 22 * GiB, 3, 1],
-                                       [19 * GiB, 19 * GiB, 20 * GiB, 21 * GiB, 3, 0]]
+    assert rooms[
+        ["room_bytes", "room_min_bytes", "room_median_bytes", "room_max_bytes", "boots", "boot"]
+    ].values.tolist() == [
+        [18 * GiB, 18 * GiB, 20 * GiB, 22 * GiB, 3, 1],
+        [19 * GiB, 19 * GiB, 20 * GiB, 21 * GiB, 3, 0],
+    ]
     # init_free of the worst boot: every boot starts with 70.0 GiB free here
     assert rooms["init_free_bytes"].tolist() == [parse_size("70.0GiB")] * 2
     assert budget_from_ledger(ledger, GiB).uniform_budget_bytes == 17 * GiB  # 18 − 1 on rank 0

@@ -107,7 +107,7 @@ def _segment_records(segment: str) -> list[Record]:
     while index < len(starts):
         prefixes, level, end = [], None, starts[index][0]
         while index < len(starts) and starts[index][0] <= end + 1:
-            start, end, kind, match = starts[index]
+            _start, end, kind, match = starts[index]
             if kind == "prefix" and level is None:
                 prefixes.append(match)
             elif kind == "header" and level is None:
@@ -153,7 +153,7 @@ def gib_bytes(text: str, unit: str = "GiB") -> int:
     """Bytes in a number vLLM printed in GiB; "GB"/"Gib" meant GiB, "MB" meant MiB.
 
     >>> gib_bytes("10.2"), gib_bytes("-9.96"), gib_bytes("14.9864", "GB"), gib_bytes("512", "MB")
-    (10952166605, -10694468485, 16091471720, 536870912)
+    (10952166605, -10694468567, 16091524471, 536870912)
     """
     binary = {"GiB": "GiB", "GB": "GiB", "Gib": "GiB", "MiB": "MiB", "MB": "MiB"}[unit]
     return parse_size(f"{text}{binary}")
@@ -244,18 +244,29 @@ def _weights(m: re.Match) -> dict:
 
 def _v0_one_line(m: re.Match) -> dict:
     total, _initial, _peak, _post, non_torch, kv = (gib_bytes(m.group(i)) for i in range(1, 7))
-    return {"total_bytes": total, "non_torch_bytes": non_torch, "available_kv_bytes": kv,
-            "gpu_memory_utilization": float(m.group(7))}
+    return {
+        "total_bytes": total,
+        "non_torch_bytes": non_torch,
+        "available_kv_bytes": kv,
+        "gpu_memory_utilization": float(m.group(7)),
+    }
 
 
 def _v0_total(m: re.Match) -> dict:
-    return {"total_bytes": gib_bytes(m.group(1)), "gpu_memory_utilization": float(m.group(2)),
-            "requested_bytes": gib_bytes(m.group(3))}
+    return {
+        "total_bytes": gib_bytes(m.group(1)),
+        "gpu_memory_utilization": float(m.group(2)),
+        "requested_bytes": gib_bytes(m.group(3)),
+    }
 
 
 def _v0_parts(m: re.Match) -> dict:
-    return {"weights_bytes": gib_bytes(m.group(1)), "non_torch_bytes": gib_bytes(m.group(2)),
-            "activation_peak_bytes": gib_bytes(m.group(3)), "available_kv_bytes": gib_bytes(m.group(4))}
+    return {
+        "weights_bytes": gib_bytes(m.group(1)),
+        "non_torch_bytes": gib_bytes(m.group(2)),
+        "activation_peak_bytes": gib_bytes(m.group(3)),
+        "available_kv_bytes": gib_bytes(m.group(4)),
+    }
 
 
 def _profile_result(m: re.Match) -> dict:
@@ -263,8 +274,11 @@ def _profile_result(m: re.Match) -> dict:
     non_kv, torch_peak, third, weights = (gib_bytes(m.group(i)) for i in (1, 2, 4, 5))
     if m.group(3).startswith("non-torch"):
         return {"activation_peak_bytes": torch_peak, "non_torch_bytes": third, "weights_bytes": weights}
-    return {"weights_bytes": weights, "non_torch_bytes": third - weights,
-            "activation_peak_bytes": non_kv - third}
+    return {
+        "weights_bytes": weights,
+        "non_torch_bytes": third - weights,
+        "activation_peak_bytes": non_kv - third,
+    }
 
 
 def _init_free_old(m: re.Match) -> dict:
@@ -272,8 +286,11 @@ def _init_free_old(m: re.Match) -> dict:
 
 
 def _init_free(m: re.Match) -> dict:
-    return {"init_free_bytes": gib_bytes(m.group(1)), "gpu_memory_utilization": float(m.group(2)),
-            "requested_bytes": gib_bytes(m.group(3))}
+    return {
+        "init_free_bytes": gib_bytes(m.group(1)),
+        "gpu_memory_utilization": float(m.group(2)),
+        "requested_bytes": gib_bytes(m.group(3)),
+    }
 
 
 def _snapshot(m: re.Match) -> dict:
@@ -281,13 +298,21 @@ def _snapshot(m: re.Match) -> dict:
 
 
 def _device_free(m: re.Match) -> dict:
-    return {"init_free_bytes": gib_bytes(m.group(1)), "total_bytes": gib_bytes(m.group(2)),
-            "gpu_memory_utilization": float(m.group(3)), "requested_bytes": gib_bytes(m.group(4))}
+    return {
+        "init_free_bytes": gib_bytes(m.group(1)),
+        "total_bytes": gib_bytes(m.group(2)),
+        "gpu_memory_utilization": float(m.group(3)),
+        "requested_bytes": gib_bytes(m.group(4)),
+    }
 
 
 def _usage_old(m: re.Match) -> dict:
-    return {"weights_bytes": gib_bytes(m.group(1)), "activation_peak_bytes": gib_bytes(m.group(2)),
-            "non_torch_bytes": gib_bytes(m.group(3)), "cuda_graph_bytes": gib_bytes(m.group(4))}
+    return {
+        "weights_bytes": gib_bytes(m.group(1)),
+        "activation_peak_bytes": gib_bytes(m.group(2)),
+        "non_torch_bytes": gib_bytes(m.group(3)),
+        "cuda_graph_bytes": gib_bytes(m.group(4)),
+    }
 
 
 def _usage_new(m: re.Match) -> dict:
@@ -358,8 +383,13 @@ def _namespace(m: re.Match) -> dict:
 
 
 def _assign(m: re.Match) -> dict:
-    return {"rank": int(m.group(1)), "world_size": int(m.group(2)), "dp_rank": int(m.group(3)),
-            "pp_rank": int(m.group(4)), "tp_rank": int(m.group(6))}
+    return {
+        "rank": int(m.group(1)),
+        "world_size": int(m.group(2)),
+        "dp_rank": int(m.group(3)),
+        "pp_rank": int(m.group(4)),
+        "tp_rank": int(m.group(6)),
+    }
 
 
 def _world_debug(m: re.Match) -> dict:
@@ -380,104 +410,376 @@ def _flag(name: str, value: object = True) -> Handler:
 
 #: (family, trigger substring, regex, scope, handler). The trigger is checked first (cheap).
 FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
-    ("weights", "took", re.compile(r"(?:Loading model weights|Model loading) took " + NUM + r" (GiB|GB|MB)\b"),
-     "rank", _weights),
-    ("profile_v0_one_line", "total_gpu_memory=", re.compile(
-        r"total_gpu_memory=" + NUM + r"GiB initial_memory_usage=" + NUM + r"GiB peak_torch_memory=" + NUM
-        + r"GiB memory_usage_post_profile=" + NUM + r"Gib non_torch_memory=" + NUM + r"GiB kv_cache_size="
-        + NUM + r"GiB gpu_memory_utilization=" + NUM), "rank", _v0_one_line),
-    ("profile_v0_total", "total_gpu_memory (", re.compile(
-        r"total_gpu_memory \(" + NUM + r"GiB\) x gpu_memory_utilization \(" + NUM + r"\) = " + NUM + "GiB"),
-     "rank", _v0_total),
-    ("profile_v0_parts", "model weights take", re.compile(
-        r"model weights take " + NUM + r"GiB; non_torch_memory takes " + NUM
-        + r"GiB; PyTorch activation peak memory takes " + NUM
-        + r"GiB; the rest of the memory reserved for KV Cache is " + NUM + "GiB"), "rank", _v0_parts),
-    ("profile_result", "Total non KV cache memory", re.compile(
-        r"Total non KV cache memory: " + NUM + r" ?GiB; torch peak memory increase: " + NUM
-        + r" ?GiB; (non-torch forward increase memory|total consumed \(from mem_get_info\)): " + NUM
-        + r" ?GiB; weights memory: " + NUM + r" ?GiB"), "rank", _profile_result),
-    ("available_kv", "Available KV cache memory", re.compile(r"Available KV cache memory: " + NUM + r" GiB"),
-     "rank", lambda m: {"available_kv_bytes": gib_bytes(m.group(1))}),
-    ("init_free_debug_old", "Initial free memory:", re.compile(
-        r"Initial free memory: " + NUM + r" GiB, free memory: " + NUM + r" GiB, requested GPU memory: "
-        + NUM + r" GiB"), "rank", _init_free_old),
-    ("init_free_debug", "Initial free memory:", re.compile(
-        r"Initial free memory: " + NUM + r" GiB; Requested memory: " + NUM + r" \(util\), " + NUM + r" GiB"),
-     "rank", _init_free),
-    ("memory_snapshot", "memory snapshot", re.compile(
-        r"init memory snapshot: .*?free_memory=" + NUM + r" ?GiB, total_memory=" + NUM + r" ?GiB"),
-     "rank", _snapshot),
-    ("requested_debug", "worker requested memory", re.compile(r"worker requested memory: " + NUM + r" ?GiB"),
-     "rank", lambda m: {"requested_bytes": gib_bytes(m.group(1))}),
-    ("device_free", "Free memory on device", re.compile(
-        r"Free memory on device(?: \S+)? \(" + NUM + "/" + NUM + r" GiB\) on startup(?:\.| is less than) "
-        r"[Dd]esired GPU memory utilization (?:is )?\(" + NUM + ", " + NUM + r" GiB\)"), "rank", _device_free),
-    ("usage", "for CUDAGraph memory", re.compile(
-        r"Actual usage is " + NUM + r" GiB for weight, " + NUM + r" GiB for peak activation, " + NUM
-        + r" GiB for non-torch memory, and " + NUM + r" GiB for CUDAGraph memory"), "rank", _usage_old),
-    ("usage_consumed", "for CUDAGraph memory", re.compile(
-        r"Actual usage is " + NUM + r" GiB for consumed memory \(weights \+ non-torch\), " + NUM
-        + r" GiB for peak activation, and " + NUM + r" GiB for CUDAGraph memory"), "rank", _usage_new),
-    ("suggestion", "--kv-cache-memory=", re.compile(
-        r"`--kv-cache-memory=(-?\d+)`(?: \(-?[\d.]+ GiB\))? to fit into requested memory, or "
-        r"`--kv-cache-memory=(-?\d+)`(?: \(-?[\d.]+ GiB\))? to fully utilize gpu memory"), "rank", _suggestion),
-    ("kv_in_use", "kv cache memory in use", re.compile(
-        r"Current kv cache memory in use is (?:(\d+) bytes|" + NUM + r" GiB)"), "rank", _in_use),
-    ("manual", "as specified by kv_cache_memory_bytes", re.compile(
-        r"Initial free memory " + NUM + r" GiB, reserved " + NUM + r" ?GiB memory for KV Cache"), "rank", _manual),
-    ("startup_plan", "persisted startup plan", re.compile(
-        r"kv_cache_memory_bytes=(\d+) \(" + NUM + r" GiB\), recorded free-memory baseline " + NUM
-        + r" GiB, current " + NUM + r" GiB"), "rank", _plan_applied),
-    ("graph_took", "Graph capturing finished", re.compile(r"Graph capturing finished in \d+ secs?, took " + NUM
-                                                          + r" GiB"), "rank", _graph_took),
-    ("graph_finished", "Graph capturing finished", re.compile(r"Graph capturing finished in \d+ secs?\.\s*$"),
-     "flag", _flag("graphs_captured")),
-    ("graph_estimate", "Estimated CUDA graph memory", re.compile(
-        r"Estimated CUDA graph memory: " + NUM + r" GiB total"), "rank", _graph_estimate),
-    ("graph_pool", "CUDA graph pool memory", re.compile(
-        r"CUDA graph pool memory: " + NUM + r" GiB \(actual\), " + NUM + r" GiB \(estimated\)"), "rank", _graph_pool),
-    ("graph_estimate_on", "CUDA graph memory profiling is enabled", re.compile(r"profiling is enabled"),
-     "flag", _flag("estimate_applied", True)),
-    ("graph_estimate_off", "CUDA graph memory profiling", re.compile(
-        r"CUDA graph memory profiling is disabled|In v0\.19, CUDA graph memory profiling will be enabled"),
-     "flag", _flag("estimate_applied", False)),
-    ("kv_tokens", "KV cache size:", re.compile(
-        r"KV cache size: ([\d,]+) tokens(?:, Maximum concurrency for ([\d,]+) tokens per request: " + NUM
-        + r"x)?"), "engine", _tokens),
-    ("concurrency", "Maximum concurrency for", re.compile(
-        r"^Maximum concurrency for ([\d,]+) tokens per request: " + NUM + r"x"), "engine", _concurrency),
+    (
+        "weights",
+        "took",
+        re.compile(r"(?:Loading model weights|Model loading) took " + NUM + r" (GiB|GB|MB)\b"),
+        "rank",
+        _weights,
+    ),
+    (
+        "profile_v0_one_line",
+        "total_gpu_memory=",
+        re.compile(
+            r"total_gpu_memory="
+            + NUM
+            + r"GiB initial_memory_usage="
+            + NUM
+            + r"GiB peak_torch_memory="
+            + NUM
+            + r"GiB memory_usage_post_profile="
+            + NUM
+            + r"Gib non_torch_memory="
+            + NUM
+            + r"GiB kv_cache_size="
+            + NUM
+            + r"GiB gpu_memory_utilization="
+            + NUM
+        ),
+        "rank",
+        _v0_one_line,
+    ),
+    (
+        "profile_v0_total",
+        "total_gpu_memory (",
+        re.compile(
+            r"total_gpu_memory \(" + NUM + r"GiB\) x gpu_memory_utilization \(" + NUM + r"\) = " + NUM + "GiB"
+        ),
+        "rank",
+        _v0_total,
+    ),
+    (
+        "profile_v0_parts",
+        "model weights take",
+        re.compile(
+            r"model weights take "
+            + NUM
+            + r"GiB; non_torch_memory takes "
+            + NUM
+            + r"GiB; PyTorch activation peak memory takes "
+            + NUM
+            + r"GiB; the rest of the memory reserved for KV Cache is "
+            + NUM
+            + "GiB"
+        ),
+        "rank",
+        _v0_parts,
+    ),
+    (
+        "profile_result",
+        "Total non KV cache memory",
+        re.compile(
+            r"Total non KV cache memory: "
+            + NUM
+            + r" ?GiB; torch peak memory increase: "
+            + NUM
+            + r" ?GiB; (non-torch forward increase memory|total consumed \(from mem_get_info\)): "
+            + NUM
+            + r" ?GiB; weights memory: "
+            + NUM
+            + r" ?GiB"
+        ),
+        "rank",
+        _profile_result,
+    ),
+    (
+        "available_kv",
+        "Available KV cache memory",
+        re.compile(r"Available KV cache memory: " + NUM + r" GiB"),
+        "rank",
+        lambda m: {"available_kv_bytes": gib_bytes(m.group(1))},
+    ),
+    (
+        "init_free_debug_old",
+        "Initial free memory:",
+        re.compile(
+            r"Initial free memory: "
+            + NUM
+            + r" GiB, free memory: "
+            + NUM
+            + r" GiB, requested GPU memory: "
+            + NUM
+            + r" GiB"
+        ),
+        "rank",
+        _init_free_old,
+    ),
+    (
+        "init_free_debug",
+        "Initial free memory:",
+        re.compile(
+            r"Initial free memory: "
+            + NUM
+            + r" GiB; Requested memory: "
+            + NUM
+            + r" \(util\), "
+            + NUM
+            + r" GiB"
+        ),
+        "rank",
+        _init_free,
+    ),
+    (
+        "memory_snapshot",
+        "memory snapshot",
+        re.compile(r"init memory snapshot: .*?free_memory=" + NUM + r" ?GiB, total_memory=" + NUM + r" ?GiB"),
+        "rank",
+        _snapshot,
+    ),
+    (
+        "requested_debug",
+        "worker requested memory",
+        re.compile(r"worker requested memory: " + NUM + r" ?GiB"),
+        "rank",
+        lambda m: {"requested_bytes": gib_bytes(m.group(1))},
+    ),
+    (
+        "device_free",
+        "Free memory on device",
+        re.compile(
+            r"Free memory on device(?: \S+)? \(" + NUM + "/" + NUM + r" GiB\) on startup(?:\.| is less than) "
+            r"[Dd]esired GPU memory utilization (?:is )?\(" + NUM + ", " + NUM + r" GiB\)"
+        ),
+        "rank",
+        _device_free,
+    ),
+    (
+        "usage",
+        "for CUDAGraph memory",
+        re.compile(
+            r"Actual usage is "
+            + NUM
+            + r" GiB for weight, "
+            + NUM
+            + r" GiB for peak activation, "
+            + NUM
+            + r" GiB for non-torch memory, and "
+            + NUM
+            + r" GiB for CUDAGraph memory"
+        ),
+        "rank",
+        _usage_old,
+    ),
+    (
+        "usage_consumed",
+        "for CUDAGraph memory",
+        re.compile(
+            r"Actual usage is "
+            + NUM
+            + r" GiB for consumed memory \(weights \+ non-torch\), "
+            + NUM
+            + r" GiB for peak activation, and "
+            + NUM
+            + r" GiB for CUDAGraph memory"
+        ),
+        "rank",
+        _usage_new,
+    ),
+    (
+        "suggestion",
+        "--kv-cache-memory=",
+        re.compile(
+            r"`--kv-cache-memory=(-?\d+)`(?: \(-?[\d.]+ GiB\))? to fit into requested memory, or "
+            r"`--kv-cache-memory=(-?\d+)`(?: \(-?[\d.]+ GiB\))? to fully utilize gpu memory"
+        ),
+        "rank",
+        _suggestion,
+    ),
+    (
+        "kv_in_use",
+        "kv cache memory in use",
+        re.compile(r"Current kv cache memory in use is (?:(\d+) bytes|" + NUM + r" GiB)"),
+        "rank",
+        _in_use,
+    ),
+    (
+        "manual",
+        "as specified by kv_cache_memory_bytes",
+        re.compile(r"Initial free memory " + NUM + r" GiB, reserved " + NUM + r" ?GiB memory for KV Cache"),
+        "rank",
+        _manual,
+    ),
+    (
+        "startup_plan",
+        "persisted startup plan",
+        re.compile(
+            r"kv_cache_memory_bytes=(\d+) \("
+            + NUM
+            + r" GiB\), recorded free-memory baseline "
+            + NUM
+            + r" GiB, current "
+            + NUM
+            + r" GiB"
+        ),
+        "rank",
+        _plan_applied,
+    ),
+    (
+        "graph_took",
+        "Graph capturing finished",
+        re.compile(r"Graph capturing finished in \d+ secs?, took " + NUM + r" GiB"),
+        "rank",
+        _graph_took,
+    ),
+    (
+        "graph_finished",
+        "Graph capturing finished",
+        re.compile(r"Graph capturing finished in \d+ secs?\.\s*$"),
+        "flag",
+        _flag("graphs_captured"),
+    ),
+    (
+        "graph_estimate",
+        "Estimated CUDA graph memory",
+        re.compile(r"Estimated CUDA graph memory: " + NUM + r" GiB total"),
+        "rank",
+        _graph_estimate,
+    ),
+    (
+        "graph_pool",
+        "CUDA graph pool memory",
+        re.compile(r"CUDA graph pool memory: " + NUM + r" GiB \(actual\), " + NUM + r" GiB \(estimated\)"),
+        "rank",
+        _graph_pool,
+    ),
+    (
+        "graph_estimate_on",
+        "CUDA graph memory profiling is enabled",
+        re.compile(r"profiling is enabled"),
+        "flag",
+        _flag("estimate_applied", True),
+    ),
+    (
+        "graph_estimate_off",
+        "CUDA graph memory profiling",
+        re.compile(
+            r"CUDA graph memory profiling is disabled|In v0\.19, CUDA graph memory profiling will be enabled"
+        ),
+        "flag",
+        _flag("estimate_applied", False),
+    ),
+    (
+        "kv_tokens",
+        "KV cache size:",
+        re.compile(
+            r"KV cache size: ([\d,]+) tokens(?:, Maximum concurrency for ([\d,]+) tokens per request: "
+            + NUM
+            + r"x)?"
+        ),
+        "engine",
+        _tokens,
+    ),
+    (
+        "concurrency",
+        "Maximum concurrency for",
+        re.compile(r"^Maximum concurrency for ([\d,]+) tokens per request: " + NUM + r"x"),
+        "engine",
+        _concurrency,
+    ),
     ("blocks", " blocks: ", re.compile(r"# (?:GPU|CUDA|cuda) blocks: (\d+)"), "engine", _blocks),
-    ("version", " version ", re.compile(r"vLLM API server version (v?\d+\.\d+[\w.+\-]*)"), "config", _version),
-    ("engine_config", "with config", re.compile(
-        r"Initializing an? (?:V1 )?LLM engine (?:\((v?[^)\s]+)\) )?with config: (.*)$"), "config", _engine_config),
-    ("non_default_args", "non-default args", re.compile(r"non-default args: (\{.*\})\s*$"), "config",
-     _non_default),
+    (
+        "version",
+        " version ",
+        re.compile(r"vLLM API server version (v?\d+\.\d+[\w.+\-]*)"),
+        "config",
+        _version,
+    ),
+    (
+        "engine_config",
+        "with config",
+        re.compile(r"Initializing an? (?:V1 )?LLM engine (?:\((v?[^)\s]+)\) )?with config: (.*)$"),
+        "config",
+        _engine_config,
+    ),
+    (
+        "non_default_args",
+        "non-default args",
+        re.compile(r"non-default args: (\{.*\})\s*$"),
+        "config",
+        _non_default,
+    ),
     ("namespace_args", "args: Namespace(", re.compile(r"args: Namespace\((.*)\)\s*$"), "config", _namespace),
-    ("block_size", "block size", re.compile(
-        r"(?:(?:Forcing|Setting) kv cache|Setting attention) block size to (\d+)"), "config", _block_size),
-    ("rank_assign", "in world size", re.compile(
-        r"rank (\d+) in world size (\d+) is assigned as DP rank (\d+), PP rank (\d+),(?: PCP rank (\d+),)? "
-        r"TP rank (\d+)"), "assign", _assign),
-    ("world_debug", "world_size=", re.compile(r"world_size=(\d+) rank=(\d+) local_rank=\d+"), "assign",
-     _world_debug),
-    ("startup_done", "took", re.compile(r"init engine \(profile, create kv cache, warmup model\) took"),
-     "flag", _flag("startup_done")),
-    ("startup_done", "startup complete", re.compile(r"Application startup complete"), "flag",
-     _flag("startup_done")),
-    ("oom", "emory", re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"), "outcome",
-     lambda m: {"outcome": "oom", **_text(m)}),
-    ("error_kv_too_small", "KV cache is needed", re.compile(
-        r"KV cache is needed, which is larger than the available KV cache memory"), "outcome",
-     lambda m: {"outcome": "error", **_text(m)}),
-    ("error_no_blocks", "No available memory for the cache blocks", re.compile(r"No available memory"),
-     "outcome", lambda m: {"outcome": "error", **_text(m)}),
-    ("error_free_below", "less than desired GPU memory", re.compile(r"is less than desired GPU memory"),
-     "outcome", lambda m: {"outcome": "error", **_text(m)}),
-    ("error_profiling", "Error in memory profiling", re.compile(r"Error in memory profiling"), "outcome",
-     lambda m: {"outcome": "error", **_text(m)}),
-    ("error_exception", "Error", re.compile(r"^(?:[\w.]+\.)?[A-Za-z]*(?:Error|Exception): \S"), "outcome",
-     lambda m: {"outcome": "error", **_text(m)}),
+    (
+        "block_size",
+        "block size",
+        re.compile(r"(?:(?:Forcing|Setting) kv cache|Setting attention) block size to (\d+)"),
+        "config",
+        _block_size,
+    ),
+    (
+        "rank_assign",
+        "in world size",
+        re.compile(
+            r"rank (\d+) in world size (\d+) is assigned as DP rank (\d+), PP rank (\d+),"
+            r"(?: PCP rank (\d+),)? "
+            r"TP rank (\d+)"
+        ),
+        "assign",
+        _assign,
+    ),
+    (
+        "world_debug",
+        "world_size=",
+        re.compile(r"world_size=(\d+) rank=(\d+) local_rank=\d+"),
+        "assign",
+        _world_debug,
+    ),
+    (
+        "startup_done",
+        "took",
+        re.compile(r"init engine \(profile, create kv cache, warmup model\) took"),
+        "flag",
+        _flag("startup_done"),
+    ),
+    (
+        "startup_done",
+        "startup complete",
+        re.compile(r"Application startup complete"),
+        "flag",
+        _flag("startup_done"),
+    ),
+    (
+        "oom",
+        "emory",
+        re.compile(r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory"),
+        "outcome",
+        lambda m: {"outcome": "oom", **_text(m)},
+    ),
+    (
+        "error_kv_too_small",
+        "KV cache is needed",
+        re.compile(r"KV cache is needed, which is larger than the available KV cache memory"),
+        "outcome",
+        lambda m: {"outcome": "error", **_text(m)},
+    ),
+    (
+        "error_no_blocks",
+        "No available memory for the cache blocks",
+        re.compile(r"No available memory"),
+        "outcome",
+        lambda m: {"outcome": "error", **_text(m)},
+    ),
+    (
+        "error_free_below",
+        "less than desired GPU memory",
+        re.compile(r"is less than desired GPU memory"),
+        "outcome",
+        lambda m: {"outcome": "error", **_text(m)},
+    ),
+    (
+        "error_profiling",
+        "Error in memory profiling",
+        re.compile(r"Error in memory profiling"),
+        "outcome",
+        lambda m: {"outcome": "error", **_text(m)},
+    ),
+    (
+        "error_exception",
+        "Error",
+        re.compile(r"^(?:[\w.]+\.)?[A-Za-z]*(?:Error|Exception): \S"),
+        "outcome",
+        lambda m: {"outcome": "error", **_text(m)},
+    ),
 ]
 
 

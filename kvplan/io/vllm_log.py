@@ -41,29 +41,63 @@ CHUNK_BYTES = 1 << 23
 MAX_LINE_BYTES = 1 << 24
 
 INT_COLUMNS = [
-    *BYTES_COLUMNS, "boot", "rank", "tp_rank", "pp_rank", "dp_rank", "pid", "max_model_len", "block_size",
-    "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "decode_context_parallel_size",
-    "kv_cache_tokens", "num_gpu_blocks",
+    *BYTES_COLUMNS,
+    "boot",
+    "rank",
+    "tp_rank",
+    "pp_rank",
+    "dp_rank",
+    "pid",
+    "max_model_len",
+    "block_size",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "decode_context_parallel_size",
+    "kv_cache_tokens",
+    "num_gpu_blocks",
 ]
 FLOAT_COLUMNS = ["gpu_memory_utilization", "max_concurrency"]
 BOOL_COLUMNS = ["enforce_eager"]
 PROVENANCE_COLUMNS = ["source", "line", "boot", "rank", "column", "value", "raw"]
 ENGINE_COLUMNS = ("kv_cache_tokens", "max_concurrency", "num_gpu_blocks")
-KV_SIZED_COLUMNS = ("available_kv_bytes", "suggested_full_bytes", "manual_kv_bytes", "kv_in_use_bytes",
-                    "num_gpu_blocks", "kv_cache_tokens")
+KV_SIZED_COLUMNS = (
+    "available_kv_bytes",
+    "suggested_full_bytes",
+    "manual_kv_bytes",
+    "kv_in_use_bytes",
+    "num_gpu_blocks",
+    "kv_cache_tokens",
+)
 #: Configuration names as vLLM logs them → glossary names.
 CONFIG_NAMES = {
-    "model": "model", "model_tag": "model", "revision": "revision", "dtype": "dtype",
-    "quantization": "quantization", "kv_cache_dtype": "kv_cache_dtype", "max_seq_len": "max_model_len",
-    "max_model_len": "max_model_len", "block_size": "block_size",
-    "tensor_parallel_size": "tensor_parallel_size", "pipeline_parallel_size": "pipeline_parallel_size",
-    "data_parallel_size": "data_parallel_size", "decode_context_parallel_size": "decode_context_parallel_size",
-    "enforce_eager": "enforce_eager", "gpu_memory_utilization": "gpu_memory_utilization",
+    "model": "model",
+    "model_tag": "model",
+    "revision": "revision",
+    "dtype": "dtype",
+    "quantization": "quantization",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "max_seq_len": "max_model_len",
+    "max_model_len": "max_model_len",
+    "block_size": "block_size",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "data_parallel_size": "data_parallel_size",
+    "decode_context_parallel_size": "decode_context_parallel_size",
+    "enforce_eager": "enforce_eager",
+    "gpu_memory_utilization": "gpu_memory_utilization",
     "vllm_version": "vllm_version",
 }
 #: Where a configuration value came from, most trusted first.
-CONFIG_PRIORITY = {"version": 0, "engine_config": 1, "non_default_args": 2, "namespace_args": 2,
-                   "block_size": 3, "rank": 4, "engine": 4}
+CONFIG_PRIORITY = {
+    "version": 0,
+    "engine_config": 1,
+    "non_default_args": 2,
+    "namespace_args": 2,
+    "block_size": 3,
+    "rank": 4,
+    "engine": 4,
+}
 _FRONTEND_RE = re.compile(r"(?:APIServer|ApiServer|DPSupervisor|MainProcess|DPCoordinator)\w*")
 _ENGINE_RE = re.compile(r"(?:EngineCore|DPEngineCoreActor)(?:_DP(\d+)|_(\d+))?")
 _WORKER_RE = re.compile(r"(?:Worker|VllmWorker)((?:[ _](?:DP|PP|PCP|TP|DCP|EP)\d+)*)")
@@ -159,14 +193,15 @@ def _scan(body: bytes, base: int, anchor_only: bool = False) -> Iterator[tuple[i
     for start in sorted(starts):
         line += body.count(b"\n", previous, start)
         previous = start
-        yield (line if anchor_only else line + 1), body[start: body.find(b"\n", start)]
+        yield (line if anchor_only else line + 1), body[start : body.find(b"\n", start)]
 
 
 # --- reading ------------------------------------------------------------------------------------
 
 
-def read_vllm_log(path_or_text: str | os.PathLike | bytes | IO[bytes], source: str | None = None
-                  ) -> tuple[pd.DataFrame, dict]:
+def read_vllm_log(
+    path_or_text: str | os.PathLike | bytes | IO[bytes], source: str | None = None
+) -> tuple[pd.DataFrame, dict]:
     """The ledger of one vLLM log (a path, the log text itself, bytes or a binary stream).
 
     Returns ``(ledger, metadata)``: the ledger has one row per boot × rank, columns in
@@ -177,8 +212,9 @@ def read_vllm_log(path_or_text: str | os.PathLike | bytes | IO[bytes], source: s
     >>> text = ("INFO 07-15 10:21:33 [gpu_worker.py:227] Available KV cache memory: 12.5 GiB\\n"
     ...         "INFO 07-15 10:21:34 [kv_cache_utils.py:1] GPU KV cache size: 102,400 tokens\\n")
     >>> ledger, meta = read_vllm_log(text)
-    >>> ledger.loc[0, ["rank", "available_kv_bytes", "room_source", "outcome"]].tolist()
-    [0, 13421772800, 'available_kv', 'ok']
+    >>> row = ledger.iloc[0]
+    >>> int(row["rank"]), int(row["available_kv_bytes"]), int(row["kv_cache_tokens"]), row["outcome"]
+    (0, 13421772800, 102400, 'ok')
     """
     if isinstance(path_or_text, (bytes, bytearray)):
         return _read_stream(io.BytesIO(path_or_text), source or "<text>")
@@ -358,8 +394,13 @@ class _Reader:
             if row[4] in ("room_bytes", "outcome") or row[4] in KEY_COLUMNS
         }
         ledger.attrs = {"lines": lines}
-        return ledger, {"warnings": self.warnings, "provenance": provenance, "boots": self.boots,
-                        "lines": lines, "total_lines": total_lines}
+        return ledger, {
+            "warnings": self.warnings,
+            "provenance": provenance,
+            "boots": self.boots,
+            "lines": lines,
+            "total_lines": total_lines,
+        }
 
 
 def _sizes_kv(fact) -> bool:
@@ -436,7 +477,13 @@ def _resolve(boot: _Boot, source: str) -> tuple[list[dict], list[tuple], list[st
             priority = {"oom": 0}.get(event.values["outcome"], 2 if event.family == "error_exception" else 1)
             slot = rank if rank is not None else None
             if slot not in failures or failures[slot][0] > priority:
-                failures[slot] = (priority, event.line, event.values["outcome"], event.values["text"], event.raw)
+                failures[slot] = (
+                    priority,
+                    event.line,
+                    event.values["outcome"],
+                    event.values["text"],
+                    event.raw,
+                )
             continue
         if event.scope == "engine" or (event.scope == "rank" and info.get("engine") and rank is None):
             if event.scope == "rank":
@@ -462,8 +509,10 @@ def _resolve(boot: _Boot, source: str) -> tuple[list[dict], list[tuple], list[st
             "prefix that names a rank; they are left out of the ledger (first shown)"
         )
     if serving_failures:
-        warnings.append(f"{source}:{serving_failures[0]}: out-of-memory or error after startup completed "
-                        f"({len(serving_failures)} line(s)): the budget may be too high for live traffic")
+        warnings.append(
+            f"{source}:{serving_failures[0]}: out-of-memory or error after startup completed "
+            f"({len(serving_failures)} line(s)): the budget may be too high for live traffic"
+        )
     _attach_engine_values(engine_values, rows, key, origin, source, warnings, row)
     if not rows and (failures or boot.events):
         single = (_size(key, "tensor_parallel_size") or 1) * (_size(key, "pipeline_parallel_size") or 1)
@@ -487,9 +536,14 @@ def _resolve(boot: _Boot, source: str) -> tuple[list[dict], list[tuple], list[st
         provenance.append((source, line, boot.index, pd.NA, column, key[column], raw))
     provenance.sort(key=lambda item: (item[1] if isinstance(item[1], int) else -1, str(item[3]), item[4]))
     info = {
-        "source": source, "boot": boot.index, "first_line": boot.first_line, "last_line": boot.last_line,
-        "vllm_version": key.get("vllm_version"), "compatibility_key": dict(key),
-        "ranks": sorted(rows), "outcomes": {rank: rows[rank].get("outcome") for rank in sorted(rows)},
+        "source": source,
+        "boot": boot.index,
+        "first_line": boot.first_line,
+        "last_line": boot.last_line,
+        "vllm_version": key.get("vllm_version"),
+        "compatibility_key": dict(key),
+        "ranks": sorted(rows),
+        "outcomes": {rank: rows[rank].get("outcome") for rank in sorted(rows)},
     }
     return records, provenance, warnings, info
 
@@ -528,7 +582,9 @@ def _size(key: dict, name: str) -> int | None:
 
 
 def _world(key: dict) -> int | None:
-    sizes = [_size(key, name) for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")]
+    sizes = [
+        _size(key, name) for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+    ]
     return None if None in sizes else sizes[0] * sizes[1] * sizes[2]
 
 
@@ -538,8 +594,14 @@ def _rank_from_name(name: str, key: dict) -> dict:
     if match:
         return {"rank": int(match.group(1))}
     match = _WORKER_RE.fullmatch(name)
-    if match is None or name in ("Worker",) or (name == "VllmWorker" and (_size(key, "tensor_parallel_size") or 1)
-                                                  * (_size(key, "pipeline_parallel_size") or 1) != 1):
+    if (
+        match is None
+        or name in ("Worker",)
+        or (
+            name == "VllmWorker"
+            and (_size(key, "tensor_parallel_size") or 1) * (_size(key, "pipeline_parallel_size") or 1) != 1
+        )
+    ):
         return {}
     groups = {group: int(index) for group, index in _GROUP_RE.findall(match.group(1))}
     tp, pp, dp = groups.get("TP", 0), groups.get("PP", 0), groups.get("DP", 0)
@@ -566,8 +628,11 @@ def _attribute(boot: _Boot, key: dict, version: tuple | None, source: str, warni
         if event.scope == "assign" and event.key is not None:
             assigned[event.key] = event.values
     all_names = {name for names in boot.names.values() for name in names}
-    v0 = boot.flags.get("v1") is False or "VllmWorkerProcess" in all_names or (
-        boot.flags.get("v1") is None and version is not None and version < (0, 8))
+    v0 = (
+        boot.flags.get("v1") is False
+        or "VllmWorkerProcess" in all_names
+        or (boot.flags.get("v1") is None and version is not None and version < (0, 8))
+    )
     info: dict = {}
     for process_key, names in boot.names.items():
         item: dict = {"pid": process_key[0], "process": _best_name(names)}
@@ -587,7 +652,11 @@ def _attribute(boot: _Boot, key: dict, version: tuple | None, source: str, warni
         info[process_key] = item
     has_workers = any(item.get("rank") is not None for item in info.values())
     for item in info.values():
-        if item.get("engine") and item.get("rank") is None and (tp_pp == 1 or (tp_pp is None and not has_workers)):
+        if (
+            item.get("engine")
+            and item.get("rank") is None
+            and (tp_pp == 1 or (tp_pp is None and not has_workers))
+        ):
             item["rank"] = item["dp_rank"] = item.get("engine_dp") or 0
     _v0_workers(info, boot, world, source, warnings)
     info[None] = {"engine": True, "engine_dp": None}
@@ -601,13 +670,17 @@ def _attribute(boot: _Boot, key: dict, version: tuple | None, source: str, warni
             continue
         line = _first_line(boot, process_key)
         if world is not None and rank >= world:
-            warnings.append(f"{source}:{line}: process {item.get('process') or '(no prefix)'} claims rank {rank} "
-                            f"but the world size is {world}; its lines are left out")
+            warnings.append(
+                f"{source}:{line}: process {item.get('process') or '(no prefix)'} claims rank {rank} "
+                f"but the world size is {world}; its lines are left out"
+            )
             item["rank"] = None
         elif rank in used:
-            warnings.append(f"{source}:{line}: two processes claim rank {rank} in one boot "
-                            f"(pids {used[rank][0]} and {process_key[0] if process_key else 'none'}); "
-                            "the second one's lines are left out")
+            warnings.append(
+                f"{source}:{line}: two processes claim rank {rank} in one boot "
+                f"(pids {used[rank][0]} and {process_key[0] if process_key else 'none'}); "
+                "the second one's lines are left out"
+            )
             item["rank"] = None
         else:
             used[rank] = process_key or (None,)
@@ -616,8 +689,9 @@ def _attribute(boot: _Boot, key: dict, version: tuple | None, source: str, warni
 
 def _v0_workers(info: dict, boot: _Boot, world: int | None, source: str, warnings: list) -> None:
     """V0 ``VllmWorkerProcess`` workers without a rank line: ranks 1.. in pid order (spawn order)."""
-    pending = sorted(k for k, item in info.items()
-                     if item.get("rank") is None and "VllmWorkerProcess" in boot.names[k])
+    pending = sorted(
+        k for k, item in info.items() if item.get("rank") is None and "VllmWorkerProcess" in boot.names[k]
+    )
     if not pending:
         return
     taken = {item.get("rank") for item in info.values()}
@@ -627,8 +701,9 @@ def _v0_workers(info: dict, boot: _Boot, world: int | None, source: str, warning
         info[process_key]["rank"] = rank
     if len(pending) > 1:
         warnings.append(
-            f"{source}:{_first_line(boot, pending[0])}: vLLM V0 does not log which rank a VllmWorkerProcess is; "
-            f"ranks {free[:len(pending)]} were given to pids {[k[0] for k in pending]} in pid (spawn) order. "
+            f"{source}:{_first_line(boot, pending[0])}: vLLM V0 does not log which rank a "
+            f"VllmWorkerProcess is; ranks {free[: len(pending)]} were given to pids "
+            f"{[k[0] for k in pending]} in pid (spawn) order. "
             "VLLM_LOGGING_LEVEL=DEBUG logs 'world_size=… rank=…' per worker."
         )
 
@@ -642,13 +717,15 @@ def _first_line(boot: _Boot, process_key: tuple | None) -> int:
     return next((event.line for event in boot.events if event.key == process_key), boot.first_line)
 
 
-def _attach_engine_values(engine_values: dict, rows: dict, key: dict, origin: dict, source: str,
-                          warnings: list, row) -> None:
+def _attach_engine_values(
+    engine_values: dict, rows: dict, key: dict, origin: dict, source: str, warnings: list, row
+) -> None:
     """Engine-level values onto ranks: one line per worker in rank order (0.9–0.11.0), else to all."""
     tp_pp = (_size(key, "tensor_parallel_size") or 1) * (_size(key, "pipeline_parallel_size") or 1)
     for dp, columns in engine_values.items():
-        targets = sorted(rank for rank, values in rows.items()
-                         if dp is None or values.get("dp_rank", rank // tp_pp) == dp)
+        targets = sorted(
+            rank for rank, values in rows.items() if dp is None or values.get("dp_rank", rank // tp_pp) == dp
+        )
         if not targets and tp_pp == 1 and (dp is None or _size(key, "tensor_parallel_size") is not None):
             row(dp or 0)
             targets = [dp or 0]
@@ -660,8 +737,10 @@ def _attach_engine_values(engine_values: dict, rows: dict, key: dict, origin: di
             else:
                 chosen = min(pairs, key=lambda pair: pair[0])
                 if len({value for value, _event in pairs}) > 1:
-                    warnings.append(f"{source}:{chosen[1].line}: {len(pairs)} different '{column}' lines for "
-                                    f"{len(targets)} rank(s); the lowest is kept for every rank")
+                    warnings.append(
+                        f"{source}:{chosen[1].line}: {len(pairs)} different '{column}' lines for "
+                        f"{len(targets)} rank(s); the lowest is kept for every rank"
+                    )
                 assignment = [(rank, chosen) for rank in targets]
             for rank, (value, event) in assignment:
                 rows[rank][column] = value
@@ -677,8 +756,17 @@ def _boot_flags(boot: _Boot, key: dict, version: tuple | None) -> dict:
     return {"estimate_applied": applied, "eager": key.get("enforce_eager") is True, "version": version}
 
 
-def _fill_row(values: dict, rank: int, key: dict, boot: _Boot, source: str, failures: dict, flags: dict,
-              origin: dict, warnings: list) -> None:
+def _fill_row(
+    values: dict,
+    rank: int,
+    key: dict,
+    boot: _Boot,
+    source: str,
+    failures: dict,
+    flags: dict,
+    origin: dict,
+    warnings: list,
+) -> None:
     tp_size, pp_size = _size(key, "tensor_parallel_size"), _size(key, "pipeline_parallel_size")
     if tp_size is not None and pp_size is not None:
         values.setdefault("tp_rank", rank % tp_size)
@@ -692,8 +780,10 @@ def _fill_row(values: dict, rank: int, key: dict, boot: _Boot, source: str, fail
     elif any(values.get(column) is not None for column in KV_SIZED_COLUMNS):
         values["outcome"] = "ok"
     else:
-        values.update(outcome="incomplete",
-                      error=f"the log stops before the KV cache was sized (last line read: {boot.last_line})")
+        values.update(
+            outcome="incomplete",
+            error=f"the log stops before the KV cache was sized (last line read: {boot.last_line})",
+        )
         origin[(rank, "outcome")] = (boot.last_line, "")
     room = _room(values, rank, flags, origin, source, warnings)
     if room is not None:
@@ -701,8 +791,9 @@ def _fill_row(values: dict, rank: int, key: dict, boot: _Boot, source: str, fail
         origin[(rank, "room_bytes")] = line_raw
 
 
-def _room(values: dict, rank: int, flags: dict, origin: dict, source: str, warnings: list
-          ) -> tuple[int, str, tuple] | None:
+def _room(
+    values: dict, rank: int, flags: dict, origin: dict, source: str, warnings: list
+) -> tuple[int, str, tuple] | None:
     """``(room_bytes, room_source, (line, raw))`` for one rank, best evidence first."""
     if values.get("suggested_full_bytes") is not None:
         return values["suggested_full_bytes"], "suggestion", origin[(rank, "suggested_full_bytes")]
@@ -715,14 +806,21 @@ def _room(values: dict, rank: int, flags: dict, origin: dict, source: str, warni
         else:
             correction = None if graph is None else max(0, graph)
         if correction is not None:
-            return (values["available_kv_bytes"] - correction, "available_kv",
-                    origin[(rank, "available_kv_bytes")])
+            return (
+                values["available_kv_bytes"] - correction,
+                "available_kv",
+                origin[(rank, "available_kv_bytes")],
+            )
         line = origin[(rank, "available_kv_bytes")][0]
-        warnings.append(f"{source}:{line}: rank {rank}: 'Available KV cache memory' is not used as room: "
-                        "CUDA graphs are captured after it and the log shows no 'Graph capturing finished … "
-                        "took X GiB' for this rank")
-    parts = [values.get(name) for name in ("init_free_bytes", "weights_bytes", "activation_peak_bytes",
-                                           "non_torch_bytes")]
+        warnings.append(
+            f"{source}:{line}: rank {rank}: 'Available KV cache memory' is not used as room: "
+            "CUDA graphs are captured after it and the log shows no 'Graph capturing finished … "
+            "took X GiB' for this rank"
+        )
+    parts = [
+        values.get(name)
+        for name in ("init_free_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes")
+    ]
     graph_bytes = graph if graph is not None else estimate
     if graph_bytes is None and flags["eager"]:
         graph_bytes = 0
@@ -733,37 +831,52 @@ def _room(values: dict, rank: int, flags: dict, origin: dict, source: str, warni
     return room, "parts", origin[(rank, "init_free_bytes")]
 
 
-def _boot_warnings(rows: dict, key: dict, flags: dict, source: str, boot: _Boot, origin: dict,
-                   warnings: list) -> None:
+def _boot_warnings(
+    rows: dict, key: dict, flags: dict, source: str, boot: _Boot, origin: dict, warnings: list
+) -> None:
     version = flags["version"]
     sources = {rank: values.get("room_source") for rank, values in rows.items()}
     known = {rank: src for rank, src in sources.items() if src is not None}
     first = boot.first_line
     if len(set(known.values())) > 1:
         listing = ", ".join(f"rank {rank}: {src}" for rank, src in sorted(known.items()))
-        warnings.append(f"{source}:{first}: boot {boot.index}: room comes from different evidence per rank "
-                        f"({listing}); compare with care")
+        warnings.append(
+            f"{source}:{first}: boot {boot.index}: room comes from different evidence per rank "
+            f"({listing}); compare with care"
+        )
     world = _world(key) or len(rows)
     lacking = [rank for rank in range(max(world, len(rows))) if rank not in known]
-    if known and lacking and set(known.values()) == {"available_kv"} and (version is None or version >= (0, 11, 1)):
+    if (
+        known
+        and lacking
+        and set(known.values()) == {"available_kv"}
+        and (version is None or version >= (0, 11, 1))
+    ):
         rank0 = min(known)
         line = origin.get((rank0, "room_bytes"), (first,))[0]
         shown = ", ".join(str(rank) for rank in sorted(known))
         warnings.append(
-            f"{source}:{line}: boot {boot.index}: this log shows the room of local rank 0 only (rank {shown}; "
+            f"{source}:{line}: boot {boot.index}: this log shows the room of local rank 0 only "
+            f"(rank {shown}; "
             f"vLLM {key.get('vllm_version') if not _missing(key.get('vllm_version')) else '≥ 0.11.1'} prints "
             "'Available KV cache memory' on local rank 0 alone), ranks "
             f"{', '.join(str(rank) for rank in lacking)} show none. For per-rank numbers rerun with "
-            "VLLM_LOGGING_LEVEL=DEBUG or vLLM ≥ 0.26 (suggestion line on every rank), or accept rank 0 for all "
+            "VLLM_LOGGING_LEVEL=DEBUG or vLLM ≥ 0.26 (suggestion line on every rank), or accept rank 0 "
+            "for all "
             "ranks explicitly with --assume-uniform."
         )
     double = version is not None and ((0, 18) <= version < (0, 19) or version >= (0, 27))
-    if double and flags["estimate_applied"] and any(
-        values.get("room_source") == "suggestion" and (values.get("cuda_graph_bytes") or 0) > 0
-        for values in rows.values()
+    if (
+        double
+        and flags["estimate_applied"]
+        and any(
+            values.get("room_source") == "suggestion" and (values.get("cuda_graph_bytes") or 0) > 0
+            for values in rows.values()
+        )
     ):
         warnings.append(
-            f"{source}:{first}: boot {boot.index}: vLLM {key['vllm_version']} counts CUDA-graph memory twice in "
+            f"{source}:{first}: boot {boot.index}: vLLM {key['vllm_version']} counts CUDA-graph memory "
+            "twice in "
             "its --kv-cache-memory suggestion (vllm#57936): the room shown is lower than the GPU really has "
             "(conservative)"
         )

@@ -1,0 +1,126 @@
+"""Throughput and peak memory of ``kvplan ledger`` on a large log, side by side with ``grep -c -F``.
+
+Builds a log of many boots in /tmp (never in the repository): each boot is the four-rank sample
+boot (restarted with new pids), followed by serving traffic (metrics and access lines), as a
+long-running server's log looks. Then runs ``kvplan ledger --csv`` and ``grep -c -F`` over the
+reader's own anchor phrases on the same file, and prints MB/s and peak resident memory of each.
+
+Goal (issue 3): at least one third of grep's throughput, under 300 MB peak on a 1 GB log.
+
+    .venv/bin/python benchmarks/parse_speed.py --mb 1024
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from kvplan.config import DATA_DIR
+from kvplan.io.vllm_lines import ANCHORS
+
+BOOT_LOG = DATA_DIR / "boots" / "four-rank" / "boot.log"
+SERVING_LINES = (
+    "(APIServer pid={pid}) INFO 11-24 10:{m:02d}:{s:02d} [loggers.py:123] Engine 000: Avg prompt throughput: "
+    "{a}.4 tokens/s, Avg generation throughput: {b}.1 tokens/s, Running: 12 reqs, Waiting: 0 reqs, "
+    "GPU KV cache usage: 41.2%, Prefix cache hit rate: 3.1%\n",
+    '(APIServer pid={pid}) INFO:     10.0.0.{a}:{port} - "POST /v1/chat/completions HTTP/1.1" 200 OK\n',
+)
+
+
+def build_log(path: Path, target_bytes: int, serving_bytes_per_boot: int) -> int:
+    """Write boots + serving traffic until ``target_bytes``; returns the number of boots."""
+    boot = BOOT_LOG.read_text()
+    boots = 0
+    with open(path, "w") as out:
+        written = 0
+        while written < target_bytes:
+            shift = boots * 1000
+            text = re.sub(r"pid=(\d+)", lambda m, shift=shift: f"pid={int(m.group(1)) + shift}", boot)
+            out.write(text)
+            written += len(text)
+            chunk = []
+            size = 0
+            index = 0
+            while size < serving_bytes_per_boot:
+                line = SERVING_LINES[index % 2].format(
+                    pid=48211 + shift,
+                    m=index // 60 % 60,
+                    s=index % 60,
+                    a=index % 250,
+                    b=index % 97,
+                    port=40000 + index % 20000,
+                )
+                chunk.append(line)
+                size += len(line)
+                index += 1
+            out.write("".join(chunk))
+            written += size
+            boots += 1
+    return boots
+
+
+def run(command: list[str]) -> tuple[float, int, str]:
+    """Wall seconds, peak RSS [bytes] and stdout of one command, in a fresh child process."""
+    code = (
+        "import resource, subprocess, sys, time\n"
+        "t = time.perf_counter()\n"
+        "p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)\n"
+        "dt = time.perf_counter() - t\n"
+        "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
+        "print(dt, rss, p.stdout.decode().splitlines()[0] if p.stdout else '')\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, *command], capture_output=True, text=True, check=True
+    ).stdout
+    seconds, rss, first = out.split(" ", 2)
+    return float(seconds), int(rss), first.strip()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--mb", type=int, default=600, help="log size to build [MB, 10^6 bytes] (default 600)"
+    )
+    parser.add_argument(
+        "--serving-mb-per-boot", type=float, default=2.0, help="serving traffic after each boot"
+    )
+    parser.add_argument("--keep", action="store_true", help="keep the log in /tmp")
+    args = parser.parse_args()
+    handle, name = tempfile.mkstemp(prefix="kvplan-bench-", suffix=".log", dir="/tmp")
+    os.close(handle)
+    path = Path(name)
+    patterns = path.with_suffix(".patterns")
+    try:
+        started = time.perf_counter()
+        boots = build_log(path, args.mb * 10**6, int(args.serving_mb_per_boot * 10**6))
+        size = path.stat().st_size
+        print(f"built {path} ({size / 1e6:.0f} MB, {boots} boots) in {time.perf_counter() - started:.1f} s")
+        patterns.write_bytes(b"\n".join(ANCHORS) + b"\n")
+        subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
+        kv_seconds, kv_rss, _ = run([sys.executable, "-m", "kvplan", "ledger", str(path), "--csv"])
+        grep_seconds, grep_rss, count = run(["grep", "-c", "-F", "-f", str(patterns), str(path)])
+        print(f"{'':14}{'seconds':>9}{'MB/s':>9}{'peak MB':>9}")
+        for label, seconds, rss in (
+            ("kvplan ledger", kv_seconds, kv_rss),
+            ("grep -c -F", grep_seconds, grep_rss),
+        ):
+            print(f"{label:14}{seconds:9.2f}{size / 1e6 / seconds:9.0f}{rss / 1e6:9.0f}")
+        print(
+            f"grep matched {count} lines; kvplan reaches {grep_seconds / kv_seconds:.2f} of grep's "
+            "throughput "
+            f"(goal ≥ 0.33), peak {kv_rss / 1e6:.0f} MB (goal < 300 MB on 1 GB)"
+        )
+    finally:
+        patterns.unlink(missing_ok=True)
+        if not args.keep:
+            path.unlink(missing_ok=True)
+
+
+if __name__ == "__main__":
+    main()
