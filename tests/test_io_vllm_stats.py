@@ -192,6 +192,7 @@ def test_v1_crash_is_one_oom_event_with_last_state():
     crash = rows[1]
     # SchedulerStats(num_running_reqs=31, num_waiting_reqs=2, kv_cache_usage=0.9375) → 93.75 %
     assert (crash.running, crash.waiting, crash.kv_cache_usage_pct) == (31, 2, 93.75)
+    assert crash.raw.startswith("torch.OutOfMemoryError: CUDA out of memory")  # the evidence quoted
 
 
 def test_error_without_oom():

@@ -252,8 +252,8 @@ def parse_stats_text(
             if error_row is None:
                 error_row = base(record, event="oom" if is_oom else "error")
                 rows.append(error_row)
-            elif is_oom:
-                error_row["event"] = "oom"
+            elif is_oom and error_row["event"] != "oom":
+                error_row.update(event="oom", raw=message)  # quote the OOM line, not the block's first line
             for key, pattern in _DUMP.items():
                 match = pattern.search(message)
                 if match:
@@ -359,7 +359,8 @@ def read_load_evidence(paths: Sequence[str | Path], year: int | None = None) -> 
 
     Each file is sniffed: Prometheus text (``# HELP`` / ``# TYPE`` / ``vllm:`` samples) goes to
     :func:`kvplan.io.prometheus_text.read_metrics_snapshots` (all snapshots together, so counters are
-    diffed across files), anything else to :func:`read_vllm_stats`. Give the files of one run only.
+    diffed across files), anything else to :func:`read_vllm_stats`. Give the files of one run only. Without
+    ``year``, logs take the year of the snapshots' times when snapshots are given (with a warning).
     """
     texts = {str(path): Path(path).read_text(encoding="utf-8", errors="replace") for path in paths}
     metrics = [path for path, text in texts.items() if prometheus_text.is_metrics_text(text)]
