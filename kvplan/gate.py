@@ -106,7 +106,7 @@ def check_ranks_present(approved_ranks: Sequence[int], boot_ledger: pd.DataFrame
     """The boot shows exactly the approved ranks.
 
     >>> check_ranks_present([0, 1], pd.DataFrame({"rank": [0]})).detail
-    'missing rank 1 (boot shows 0; approved 0-1)'
+    'missing rank 1 (the boot shows rank 0 of approved 0-1)'
     """
     boot = sorted({int(rank) for rank in boot_ledger["rank"].dropna()})
     approved = sorted(int(rank) for rank in approved_ranks)
@@ -117,7 +117,7 @@ def check_ranks_present(approved_ranks: Sequence[int], boot_ledger: pd.DataFrame
         problems.append(f"missing rank{'s' if len(missing) > 1 else ''} {_rank_list(missing)}")
     if extra:
         problems.append(f"unapproved rank{'s' if len(extra) > 1 else ''} {_rank_list(extra)}")
-    seen = f"boot shows {_rank_list(boot) or 'no rank'}; approved {_rank_span(approved)}"
+    seen = f"the boot shows rank {_rank_list(boot) or 'none'} of approved {_rank_span(approved)}"
     if problems:
         return Check(RANKS_CHECK, False, f"{', '.join(problems)} ({seen})")
     return Check(RANKS_CHECK, True, f"ranks {_rank_span(boot)} of {len(approved)}")
@@ -154,11 +154,12 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
     names the lower value that fits (rounded down to whole blocks), as ``kvplan drift`` does.
     """
     boot_free = _per_rank_min(boot_ledger, "init_free_bytes")
-    missing = [rank for rank, ref in zip(approved.ranks, approved.ref_free_bytes)
-               if ref is None or rank not in boot_free]
-    if missing:
-        return Check(BUDGET_CHECK, None, f"startup free memory not shown for rank {_rank_list(missing)} "
-                                         "at approval or in this boot")
+    not_approved = [rank for rank, ref in zip(approved.ranks, approved.ref_free_bytes) if ref is None]
+    not_booted = [rank for rank in approved.ranks if rank not in boot_free]
+    if not_approved or not_booted:
+        where = [f"rank {_rank_list(ranks)} {place}" for ranks, place in
+                 ((not_approved, "at approval"), (not_booted, "in this boot")) if ranks]
+        return Check(BUDGET_CHECK, None, f"startup free memory not shown for {' and '.join(where)}")
     drift = drift_budget(list(approved.safe_bytes), [int(f) for f in approved.ref_free_bytes],
                          [boot_free[rank] for rank in approved.ranks], guard_bytes, approved.ranks)
     lines = [
