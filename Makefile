@@ -13,7 +13,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# The notebooks run headless on the sample data; each becomes build/report/<name>.html with its charts
+# as PNG files in build/report/<name>_files/, listed in build/report/index.html.
+REPORT := build/report
+
 demo: $(STAMP)
+	rm -rf $(REPORT) && mkdir -p $(REPORT)
+	$(BIN)/jupyter nbconvert --log-level=WARN --to html --execute --ExecutePreprocessor.timeout=300 \
+		--ExtractOutputPreprocessor.enabled=True --output-dir $(REPORT) notebooks/*.ipynb
+	@{ echo '<!doctype html><title>kvplan report</title><h1>kvplan report</h1><ul>'; \
+		for page in $(REPORT)/*.html; do name=$$(basename $$page .html); \
+		echo "<li><a href=\"$$name.html\">$$name</a> ($$(ls $(REPORT)/$${name}_files 2>/dev/null | wc -l) charts)</li>"; \
+		done; echo '</ul>'; } > $(REPORT)/index.html
+	@echo "report: $(REPORT)/index.html"
 	$(BIN)/python -m kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB
 
 test: lint unit nbtest

@@ -357,12 +357,15 @@ def _rank_colors(ranks: Sequence[int], limiting_rank: int) -> list[str]:
 
 
 def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool = False) -> None:
+    """Label each bar with its size: above the bar, or in white at its middle (``inside``)."""
     for bar, size in zip(bars, sizes_bytes):
-        ax.annotate(
-            format_size(size), (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-            textcoords="offset points", xytext=(0, -6 if inside else 4), ha="center",
-            va="top" if inside else "bottom", color="white" if inside else "black", fontsize=FONT_SIZE,
-        )
+        x = bar.get_x() + bar.get_width() / 2
+        if inside:
+            ax.annotate(format_size(size), (x, bar.get_height() / 2), ha="center", va="center",
+                        color="white", fontsize=FONT_SIZE, rotation=90)
+        else:
+            ax.annotate(format_size(size), (x, bar.get_height()), textcoords="offset points", xytext=(0, 4),
+                        ha="center", va="bottom", fontsize=FONT_SIZE)
 
 
 def _mark_limiting_tick(ax: Axes, ranks: Sequence[int], limiting_rank: int) -> None:
