@@ -4,6 +4,7 @@ Each message below is written from the format strings in shared/vllm-load-format
 chosen by hand; each expected value is read straight off the line it comes from.
 """
 
+import re
 from datetime import datetime
 
 import pandas as pd
@@ -109,6 +110,45 @@ def test_stats_message_forms(form):
     message, expected = FORMS[form]
     fields = parse_stats_message(message)
     assert {key: fields.get(key) for key in expected} == expected
+
+
+# the record header each form was printed with: ≤0.7.x without brackets, 0.8+ with; the stats call's line
+# number per release from the formats file (0.7.0's is not listed, so its line is a bare message)
+HEADERS = {
+    "v0 0.2-0.4.1": "INFO 11-29 10:00:10 metrics.py:229] ",
+    "v0 0.4.3+": "INFO 11-29 10:00:10 metrics.py:467] ",
+    "v0 patched": "INFO 11-29 10:00:10 llm_engine.py:921] ",
+    "v1 0.7.0": "",
+    "v1 0.7.1": "INFO 11-29 10:00:10 loggers.py:69] ",
+    "v1 0.7.3": "INFO 11-29 10:00:10 loggers.py:78] ",
+    "v1 0.8.3": "INFO 11-29 10:00:10 [loggers.py:87] ",
+    "v1 0.11.1 preemptions": "(APIServer pid=7) INFO 11-29 10:00:10 [loggers.py:236] ",
+    "v1 0.20 deferred": "(APIServer pid=7) INFO 11-29 10:00:10 [loggers.py:271] ",
+    "v1 0.30 device": "(APIServer pid=7) INFO 11-29 10:00:10 [loggers.py:315] ",
+    "v1 0.31 order": "(APIServer pid=7) INFO 11-29 10:00:10 [loggers.py:320] ",
+    "v1 aggregated": "(APIServer pid=7) INFO 11-29 10:00:10 [loggers.py:259] ",
+}
+
+
+@pytest.mark.parametrize("form", sorted(FORMS))
+def test_timeline_row_per_form(form):
+    message, expected = FORMS[form]
+    reading = parse_stats_text(HEADERS[form] + message, f"{form}.log", year=2026)
+    timeline = load_timeline(reading)
+    assert len(timeline) == 1
+    row = timeline.iloc[0]
+    for key, value in expected.items():
+        if key != "form":
+            assert (pd.isna(row[key]) if value is None else row[key] == value), key
+    timed = bool(HEADERS[form])
+    assert (timeline.index[0] == pd.Timestamp("2026-11-29 10:00:10")) if timed else pd.isna(timeline.index[0])
+    # the interval's preemptions: stated, 0 when the release omits a zero (0.11.1+, loggers.py ≥ 236),
+    # unknown for V0 lines and older V1 lines
+    lineno = re.search(r"loggers\.py:(\d+)", HEADERS[form])
+    if lineno and int(lineno.group(1)) >= 236:
+        assert row["preemptions"] == expected.get("preemptions", 0)
+    else:
+        assert pd.isna(row["preemptions"])
 
 
 def test_not_a_stats_message():
