@@ -523,6 +523,7 @@ class KVCapacity:
     approximate_reason: str
     limiting_stage: int
     stages: tuple[dict, ...]
+    block_size_note: str = ""
 
     def to_dict(self) -> dict:
         """JSON-ready dict; ``stages`` holds one entry per pipeline stage."""
@@ -687,6 +688,7 @@ class KVSpec:
             stages=tuple(
                 {**asdict(stage), "blocks": max(0, kv_bytes // stage.block_bytes)} for stage in self.stages
             ),
+            block_size_note=self.block_size_note,
         )
 
     def to_dict(self) -> dict:
