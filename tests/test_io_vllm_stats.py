@@ -325,6 +325,15 @@ def test_tolerated_wrappers(name, text, time):
     assert (rows[0].waiting, rows[0].preemptions, rows[0].kv_cache_usage_pct) == (41, 2, 98.4)
 
 
+def test_debug_stats_lines_are_read():
+    # at VLLM_LOGGING_LEVEL=DEBUG a stalled server's demoted line (0 tok/s, Running > 0) is still a row
+    message = ("Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, "
+               "Running: 5 reqs, Waiting: 9 reqs, GPU KV cache usage: 99.9%, Prefix cache hit rate: 0.0%")
+    text = "(APIServer pid=7) DEBUG 11-29 10:00:10 [v1/metrics/loggers.py:310] " + message
+    [row] = parse_stats_text(text, "debug.log").rows
+    assert (row.running, row.waiting, row.generation_tokens_per_s, row.preemptions) == (5, 9, 0.0, 0)
+
+
 def test_glued_records_on_one_line():
     first = v1_line(0, 10, FORMS["v1 0.8.3"][0])
     second = v1_line(0, 20, STATS_0_26)
