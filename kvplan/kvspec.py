@@ -723,7 +723,8 @@ def _resolve_block_size(
         if kv_cache_dtype == "fp8_ds_mla":
             why = "fp8_ds_mla (FlashMLA sparse) pages hold 64 tokens"
         elif requested is None:
-            why = "MLA backends (FlashMLA) use 64-token blocks"
+            why = ("MLA backends (FlashMLA) use 64-token blocks; CUTLASS MLA on Blackwell uses 128 "
+                   "(give block_size=128)")
         elif version < (0, 20, 0):
             why = "vLLM before 0.20 forces 64-token blocks for the FlashMLA backend"
         else:
