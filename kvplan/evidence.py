@@ -566,7 +566,13 @@ def approve(
         inputs = _copy_inputs(sources, names, hashes, staging, len(logs))
         copied_logs = [(staging / name, name) for name in names[: len(logs)]]
         copied_layout = ModelLayout(staging / names[-1], layout.options) if layout else None
-        decision = decide(copied_logs, policy, copied_layout, plan)
+        try:
+            decision = decide(copied_logs, policy, copied_layout, plan)
+        except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
+            message = str(exc)
+            for source, name in zip(sources, names):
+                message = message.replace(name, str(source))
+            raise ApprovalError(message) from exc
         _refuse_failed_checks(decision)
         record = build_record(decision, policy, inputs, digest, created, approver, note,
                               dict(layout.options) if layout else None)
@@ -648,6 +654,9 @@ def verify_bundle(bundle: str | os.PathLike) -> list[str]:
     for key in ("decision", "policy", "ranks", "summary", "stranded", "kv_spec", "capacity", "admission_plan",
                 "compatibility_key", "checks", "ledger"):
         differences += _compare(key, record.get(key), _roundtrip(fresh[key]))
+    if differences and record.get("kvplan_version") != __version__:
+        differences.append(f"note: approved with kvplan {record.get('kvplan_version')}, verified with "
+                           f"{__version__}; a reader change can explain a recomputed difference")
     return differences
 
 

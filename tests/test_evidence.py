@@ -222,3 +222,21 @@ class TestWriting:
 
 def record_name(record: dict) -> str:
     return f"2026-11-29-{record['inputs_digest'][:12]}"
+
+
+class TestRankZeroOnly:
+    LOG = DATA_DIR / "boots" / "rank0-only" / "boot.log"
+
+    def test_refused_naming_the_users_file(self, tmp_path):
+        message = f"^{self.LOG}:\\d+: the logs show the room of local rank 0 only"
+        with pytest.raises(ApprovalError, match=message):
+            evidence.approve([self.LOG], tmp_path, Policy(GiB), "QA", now=NOW)
+        assert list(tmp_path.iterdir()) == []
+
+    def test_assume_uniform_is_recorded_and_verifies(self, tmp_path):
+        bundle = evidence.approve([self.LOG], tmp_path, Policy(GiB, assume_uniform=True), "QA", now=NOW)
+        record = evidence.read_bundle(bundle)
+        assert record["policy"]["assume_uniform"] is True
+        assert [r["room_source"] for r in record["ranks"]][1] == "assumed_uniform"
+        assert record["ranks"][0]["room_bytes"] == record["ranks"][1]["room_bytes"]
+        assert evidence.verify_bundle(bundle) == []
