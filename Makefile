@@ -16,6 +16,7 @@ $(STAMP): pyproject.toml
 # The notebooks run headless on the sample data; each becomes build/report/<name>.html with its charts
 # as PNG files in build/report/<name>_files/, listed in build/report/index.html.
 REPORT := build/report
+EVIDENCE := build/evidence
 
 demo: $(STAMP)
 	rm -rf $(REPORT) && mkdir -p $(REPORT)
@@ -27,6 +28,11 @@ demo: $(STAMP)
 		done; echo '</ul>'; } > $(REPORT)/index.html
 	@echo "report: $(REPORT)/index.html"
 	$(BIN)/python -m kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB
+	@# The demo's own bundle folder is rebuilt each run (an approval is never overwritten, so clear it first).
+	rm -rf $(EVIDENCE)
+	$(BIN)/python -m kvplan approve data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b --tp 4 \
+		--target-concurrency 4 --seq-len 32768 --approver "make demo" --note "sample four-rank boot" --out $(EVIDENCE)
+	$(BIN)/python -m kvplan verify $(EVIDENCE)/*
 
 test: lint unit nbtest
 
