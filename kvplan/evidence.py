@@ -17,7 +17,7 @@ import math
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -536,13 +536,11 @@ def approve(
     layout: ModelLayout | None = None,
     plan: Plan | None = None,
     now: datetime | None = None,
-    after_each_file: Callable[[Path], None] | None = None,
 ) -> Path:
     """Compute the decision and write its bundle under ``out_dir``; returns the new folder.
 
-    Raises :class:`BundleExistsError` when the folder already exists and ValueError when the plan
-    does not fit the approved value. ``after_each_file`` is called with each file written (tests use
-    it to interrupt the export).
+    Raises :class:`BundleExistsError` when the folder already exists, and :class:`ApprovalError`
+    when the logs give no budget or a check at approval fails (e.g. the plan does not fit).
     """
     if not approver.strip():
         raise ValueError("an approval needs the approver's name (--approver)")
@@ -576,9 +574,8 @@ def approve(
         _refuse_failed_checks(decision)
         record = build_record(decision, policy, inputs, digest, created, approver, note,
                               dict(layout.options) if layout else None)
-        files = _write_artifacts(staging, decision, record, final.name, after_each_file)
-        record["files"] = files
-        _write_text(staging / BUDGET_JSON, json.dumps(record, indent=2) + "\n", after_each_file)
+        record["files"] = _write_artifacts(staging, decision, record, final.name)
+        (staging / BUDGET_JSON).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
         if final.exists():
             raise BundleExistsError(f"{final}: appeared while writing; nothing was changed")
         os.rename(staging, final)
@@ -688,15 +685,17 @@ def _refuse_failed_checks(decision: Decision) -> None:
         raise ApprovalError("not approved: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
 
 
-def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str,
-                     after_each_file: Callable[[Path], None] | None) -> dict[str, str]:
+def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str) -> dict[str, str]:
     """Write ledger.csv, SUMMARY.md, evidence.log and the charts; returns their SHA-256 by name."""
-    written = [
-        _write_text(staging / "ledger.csv", decision.ledger.to_csv(index=False), after_each_file),
-        _write_text(staging / "SUMMARY.md", summary_markdown(record, name), after_each_file),
-        _write_text(staging / "evidence.log", "\n".join(evidence_lines(decision.provenance)) + "\n",
-                    after_each_file),
-    ]
+    texts = {
+        "ledger.csv": decision.ledger.to_csv(index=False),
+        "SUMMARY.md": summary_markdown(record, name),
+        "evidence.log": "\n".join(evidence_lines(decision.provenance)) + "\n",
+    }
+    written = []
+    for file_name, text in texts.items():
+        (staging / file_name).write_text(text, encoding="utf-8")
+        written.append(staging / file_name)
     (staging / CHARTS_DIR).mkdir()
     for chart_name, figure in _figures(decision):
         path = staging / CHARTS_DIR / f"{chart_name}.png"
@@ -704,8 +703,6 @@ def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str,
             figure.savefig(path, dpi=100, metadata={"Software": None})
         finally:
             plt.close(figure)
-        if after_each_file:
-            after_each_file(path)
         written.append(path)
     return {path.relative_to(staging).as_posix(): sha256_file(path) for path in written}
 
@@ -722,13 +719,6 @@ def _figures(decision: Decision):
         curve = pd.DataFrame(capacity_rows(spec, budget.uniform_budget_bytes, lengths))
         target = decision.plan["target_concurrency"] if decision.plan else None
         yield "concurrency", charts.concurrency_chart(curve, max_len, target)
-
-
-def _write_text(path: Path, text: str, after_each_file: Callable[[Path], None] | None) -> Path:
-    path.write_text(text, encoding="utf-8")
-    if after_each_file:
-        after_each_file(path)
-    return path
 
 
 def _file_differences(folder: Path, record: Mapping) -> list[str]:

@@ -177,14 +177,17 @@ class TestWriting:
         assert {p: p.read_bytes() for p in bundle.rglob("*") if p.is_file()} == before
         assert list(bundle.parent.iterdir()) == [bundle]  # no temporary folder left either
 
-    @pytest.mark.parametrize("stop_at", ["ledger.csv", "stranded.png", "budget.json"])
-    def test_interrupted_export_leaves_nothing(self, tmp_path, stop_at):
-        def crash(path: Path) -> None:
-            if path.name == stop_at:
-                raise KeyboardInterrupt("simulated crash")
+    @pytest.mark.parametrize("where", ["summary_markdown", "stranded_chart", "rename"])
+    def test_interrupted_export_leaves_nothing(self, tmp_path, monkeypatch, where):
+        # a crash while writing SUMMARY.md, while drawing the third chart, and at the final rename
+        def crash(*args, **kwargs):
+            raise KeyboardInterrupt("simulated crash")
 
+        modules = {"summary_markdown": evidence, "stranded_chart": evidence.charts, "rename": evidence.os}
+        target = modules[where]
+        monkeypatch.setattr(target, where, crash)
         with pytest.raises(KeyboardInterrupt):
-            approve(tmp_path, after_each_file=crash)
+            approve(tmp_path)
         assert list(tmp_path.iterdir()) == []
 
     def test_plan_that_does_not_fit_writes_nothing(self, tmp_path):
