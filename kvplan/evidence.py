@@ -389,7 +389,14 @@ def build_record(
 
 
 def approved_from_record(record: Mapping) -> Approved:
-    """What :mod:`kvplan.gate` needs, from a ``budget.json`` record."""
+    """What :mod:`kvplan.gate` needs, from a ``budget.json`` record; :class:`BundleError` if malformed."""
+    try:
+        return _approved(record)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BundleError(f"budget.json lacks or garbles what a gate needs: {exc!r}") from None
+
+
+def _approved(record: Mapping) -> Approved:
     plan = record.get("admission_plan") or {}
     logged = [int(row["kv_cache_tokens"]) for row in record.get("ledger", [])
               if _is_known(row.get("kv_cache_tokens"))]
@@ -615,7 +622,10 @@ def verify_bundle(bundle: str | os.PathLike) -> list[str]:
     """
     folder = Path(bundle)
     record = read_bundle(folder)
-    differences = _file_differences(folder, record)
+    try:
+        differences = _file_differences(folder, record)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise BundleError(f"{folder / BUDGET_JSON}: malformed files or inputs list: {exc!r}") from None
     try:
         policy = Policy(int(record["policy"]["reserve_bytes"]), int(record["policy"]["guard_bytes"]),
                         bool(record["policy"]["assume_uniform"]))
@@ -644,7 +654,7 @@ def verify_bundle(bundle: str | os.PathLike) -> list[str]:
         return differences
     try:
         decision = decide([(folder / e["bundle_path"], e["bundle_path"]) for e in logs], policy, layout, plan)
-    except ValueError as exc:
+    except (ValueError, TypeError) as exc:  # TypeError: model options kv_spec does not take
         return [*differences, f"recomputation failed: {exc}"]
     fresh = build_record(decision, policy, entries, digest, datetime.now(timezone.utc),
                          record.get("approver", ""), record.get("note", ""), options)

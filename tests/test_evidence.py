@@ -169,6 +169,15 @@ class TestVerify:
             evidence.read_bundle(tmp_path)
 
 
+def test_gate_refuses_a_garbled_record(bundle, tmp_path, capsys):
+    folder = Path(shutil.copytree(bundle, tmp_path / bundle.name))
+    record = json.loads((folder / "budget.json").read_text())
+    del record["ranks"][0]["safe_bytes"]
+    (folder / "budget.json").write_text(json.dumps(record))
+    assert main(["gate", "--approved", str(folder), str(FOUR_RANK)]) == 2
+    assert "lacks or garbles what a gate needs: KeyError('safe_bytes')" in capsys.readouterr().err
+
+
 class TestWriting:
     def test_existing_bundle_is_refused_and_left_unchanged(self, bundle, capsys):
         before = {p: p.read_bytes() for p in bundle.rglob("*") if p.is_file()}
