@@ -34,6 +34,10 @@ ANCHORS: tuple[bytes, ...] = (
     b"block size",
     b"startup complete",
 )
+#: One byte pair of each anchor, rare in serving traffic and prose, that the fast scan looks for.
+ANCHOR_PAIRS: tuple[bytes, ...] = (
+    b"ry", b"oo", b"ze", b"xi", b"s:", b" v", b"nf", b"gs", b"rl", b"Er", b"k ", b"tu",
+)
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX_RE = re.compile(r"\((?:([A-Za-z_][\w.\-= ]*?) )?pid=(\d+)(?:, ip=([^)\s]+))?\)\s?")

@@ -28,10 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
+import numpy as np
 import pandas as pd
 
 from kvplan.columns import BYTES_COLUMNS, KEY_COLUMNS, LEDGER_COLUMNS
-from kvplan.io.vllm_lines import ANCHORS, Record, read_message, split_records
+from kvplan.io.vllm_lines import ANCHOR_PAIRS, ANCHORS, Record, read_message, split_records
 from kvplan.units import MiB
 
 #: vLLM's ``redundancy_buffer_memory`` in the suggestion arithmetic.
@@ -166,34 +167,52 @@ def iter_candidate_lines(
         if cut == 0:
             tail = buffer
             if len(tail) > MAX_LINE_BYTES:
-                yield from _scan(tail + b"\n", base, anchor_only=True)
+                yield from _scan(tail + b"\n", base)[0]
                 tail = b""
             continue
         body, tail = buffer[:cut], buffer[cut:]
-        yield from _scan(body, base)
-        base += body.count(b"\n")
+        found, newlines = _scan(body, base)
+        yield from found
+        base += newlines
     if tail:
         stats.ended_mid_line = True
-        yield from _scan(tail + b"\n", base)
+        yield from _scan(tail + b"\n", base)[0]
         base += 1
     stats.lines = base
 
 
-def _scan(body: bytes, base: int, anchor_only: bool = False) -> Iterator[tuple[int, bytes]]:
-    """Candidate lines of ``body`` (which ends with a newline); ``base`` newlines precede it."""
-    starts = set()
-    for anchor in ANCHORS:
-        position = body.find(anchor)
-        while position != -1:
-            start = body.rfind(b"\n", 0, position) + 1
-            end = body.find(b"\n", position)
-            starts.add(start)
-            position = body.find(anchor, end)
-    line, previous = base, 0
-    for start in sorted(starts):
-        line += body.count(b"\n", previous, start)
-        previous = start
-        yield (line if anchor_only else line + 1), body[start : body.find(b"\n", start)]
+def _scan(body: bytes, base: int) -> tuple[list[tuple[int, bytes]], int]:
+    """Candidate lines of ``body`` (which ends with a newline; ``base`` newlines precede it) and
+    the number of lines in it.
+
+    Two vectorised look-ups (the byte pairs at even and at odd offsets, read in place as
+    little-endian 16-bit numbers) mark every position where a signature pair of an anchor starts
+    (:data:`~kvplan.io.vllm_lines.ANCHOR_PAIRS`); only lines holding such a pair are checked for
+    the anchors themselves.
+    """
+    size = len(body)
+    even = np.frombuffer(body, dtype="<u2", count=size // 2)
+    odd = np.frombuffer(body, dtype="<u2", offset=1, count=(size - 1) // 2)
+    hits = np.concatenate((np.flatnonzero(_PAIR_TABLE[even]) * 2, np.flatnonzero(_PAIR_TABLE[odd]) * 2 + 1))
+    newlines = np.flatnonzero(np.frombuffer(body, dtype=np.uint8) == 10)
+    found = []
+    for index in np.unique(np.searchsorted(newlines, hits)).tolist():
+        start = int(newlines[index - 1]) + 1 if index else 0
+        line = body[start : int(newlines[index])]
+        if any(anchor in line for anchor in ANCHORS):
+            found.append((base + index + 1, line))
+    return found, len(newlines)
+
+
+def _pair_table() -> np.ndarray:
+    """Pair → is a signature, indexed by the pair read as a little-endian 16-bit number."""
+    table = np.zeros(1 << 16, dtype=bool)
+    for pair in ANCHOR_PAIRS:
+        table[pair[1] << 8 | pair[0]] = True
+    return table
+
+
+_PAIR_TABLE = _pair_table()
 
 
 # --- reading ------------------------------------------------------------------------------------
