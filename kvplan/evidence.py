@@ -551,6 +551,8 @@ def approve(
     """
     if not approver.strip():
         raise ValueError("an approval needs the approver's name (--approver)")
+    if policy.guard_bytes < 0:
+        raise ValueError(f"guard must not be negative, got {format_size(policy.guard_bytes)}")
     logs = [Path(path) for path in log_paths]
     if not logs:
         raise ValueError("no log files: approve needs the logs of at least one profiled boot")
