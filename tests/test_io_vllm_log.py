@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kvplan.columns import LEDGER_COLUMNS
+from kvplan.config import DATA_DIR
 from kvplan.io import LogParseError, read_vllm_log, read_vllm_logs
 from kvplan.io.vllm_lines import key_values, split_records
 from kvplan.units import parse_size
@@ -693,3 +694,102 @@ def test_shuffled_lines(lines):
 )
 def test_sample_lines_mixed_with_noise(lines, noise):
     _check_never_invents(b"".join(lines) + noise.encode())
+
+
+# --- the bundled samples (data/boots, inputs in data/README.md) --------------------------------
+
+BOOTS = DATA_DIR / "boots"
+
+
+def sample(name):
+    ledger, meta = read_vllm_logs(BOOTS / name)
+    return ledger, meta
+
+
+def test_sample_four_rank():
+    ledger, meta = sample("four-rank")
+    assert meta["warnings"] == []
+    assert ledger["process"].tolist() == ["Worker_TP0", "Worker_TP1", "Worker_TP2", "Worker_TP3"]
+    # to_gpu = init_free − (W + P + NT + cg) − 150 MiB per rank, printed as exact ints in the suggestion
+    assert ledger["room_bytes"].tolist() == [20186346291, 18897856102, 13851269530, 17609365914]
+    assert ledger["suggested_fit_bytes"].tolist() == [12686186087, 12701914727, 12676748903, 12696671847]
+    assert ledger["init_free_bytes"].tolist() == [gib(x) for x in ("54.5", "53.28", "48.61", "52.09")]
+    # "Available KV cache memory" from Worker_TP0 only; engine lines once, from min blocks 9,741 (rank 2)
+    assert ledger["available_kv_bytes"].tolist()[0] == gib("11.9")
+    assert ledger["available_kv_bytes"].isna().tolist() == [False, True, True, True]
+    assert ledger["kv_cache_tokens"].tolist() == [155856] * 4  # 9,741 × 16
+    assert ledger["max_concurrency"].tolist() == [4.76] * 4  # 9,741 / 2,048
+    row = ledger.iloc[0]
+    assert (row["vllm_version"], row["model"], row["max_model_len"], row["tensor_parallel_size"],
+            row["gpu_memory_utilization"], row["block_size"]) == (
+        "0.26.0", "meta-llama/Llama-3.1-70B-Instruct", 32768, 4, 0.6, 16)
+
+
+def test_sample_shared_gpu_dp_ranks_from_engine_core_prefixes():
+    ledger, meta = sample("shared-gpu")
+    assert meta["warnings"] == []
+    assert ledger[["rank", "dp_rank", "process"]].values.tolist() == [
+        [0, 0, "EngineCore_DP0"], [1, 1, "EngineCore_DP1"], [2, 2, "EngineCore_DP2"]]
+    assert ledger["room_bytes"].tolist() == [64394135552, 82385707008, 82379497472]
+    # DP engines do not take a minimum across each other: only DP0 printed its engine lines
+    assert ledger["kv_cache_tokens"].tolist()[0] == 425360  # 26,585 × 16
+    assert ledger["kv_cache_tokens"].isna().tolist() == [False, True, True]
+
+
+def test_sample_drift_reference_and_manual_canary():
+    reference, _ = read_vllm_log(BOOTS / "drift" / "reference.log")
+    assert reference["room_bytes"].tolist() == [31 * GiB] * 4
+    assert reference["kv_cache_tokens"].tolist() == [761216] * 4  # 47,576 × 16
+    canary, _ = read_vllm_log(BOOTS / "drift" / "canary.log")
+    assert canary["manual_kv_bytes"].tolist() == [30 * GiB] * 4
+    assert canary["init_free_bytes"].tolist() == [gib(x) for x in ("41.8", "42.1", "40.75", "41.9")]
+    assert canary["room_bytes"].isna().all() and canary["outcome"].tolist() == ["ok"] * 4
+    assert canary["kv_cache_tokens"].tolist() == [786432] * 4  # 49,152 × 16
+
+
+def test_sample_v0_three_line():
+    ledger, meta = sample("v0-three-line")
+    assert meta["warnings"] == []
+    assert ledger["available_kv_bytes"].tolist() == [gib("60.43"), gib("60.47")]
+    # V0 captures graphs after sizing the KV cache: rank 0 took 0.30 GiB, rank 1 0.28 GiB
+    assert ledger["room_bytes"].tolist() == [gib("60.43") - gib("0.30"), gib("60.47") - gib("0.28")]
+    assert ledger["num_gpu_blocks"].tolist() == [61884] * 2
+    assert ledger["max_concurrency"].tolist() == [30.22] * 2  # 61,884 × 16 / 32,768
+    assert ledger["total_bytes"].tolist() == [gib("79.15")] * 2
+    assert ledger["pid"].tolist()[1] == 1931
+
+
+def test_sample_v0_10_2_plain_int_suggestion_and_per_worker_engine_lines():
+    ledger, meta = sample("v0.10.2")
+    assert meta["warnings"] == []
+    assert ledger["room_bytes"].tolist() == [65828691968, 65866260480]
+    assert ledger["suggested_fit_bytes"].tolist() == [57968040345, 58005264793]
+    assert ledger["kv_in_use_bytes"].tolist() == [58843601305, 58875058585]
+    # 0.9–0.11.0: one engine pair per worker, in rank order, before the minimum
+    assert ledger["kv_cache_tokens"].tolist() == [718304, 718688]
+    assert ledger["max_concurrency"].tolist() == [17.54, 17.55]
+
+
+def test_sample_v0_19_debug():
+    ledger, meta = sample("v0.19-debug")
+    assert meta["warnings"] == []
+    assert ledger["room_bytes"].tolist() == [74240157696, 74254837760]
+    assert ledger["init_free_bytes"].tolist() == [gib("78.53"), gib("78.54")]
+    assert ledger["kv_cache_tokens"].tolist() == [1022192] * 2  # 63,887 × 16
+
+
+def test_sample_rank0_only():
+    ledger, meta = sample("rank0-only")
+    # 0.23 subtracts the graph estimate first; the pool (0.37 GiB) stayed under it (0.4 GiB)
+    assert ledger["room_bytes"].tolist()[0] == gib("63.57")
+    assert ledger["room_bytes"].isna().tolist() == [False, True]
+    assert len(meta["warnings"]) == 1 and "local rank 0 only" in meta["warnings"][0]
+
+
+def test_sample_oom_in_graph_capture():
+    ledger, meta = sample("oom")
+    assert ledger["outcome"].tolist() == ["error", "oom"]
+    assert ledger.loc[1, "error"].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.")
+    assert ledger.loc[0, "error"].startswith("RuntimeError: Worker failed with error 'CUDA out of memory.")
+    assert meta["lines"][(str(BOOTS / "oom" / "boot.log"), 0, 1, "outcome")] == 65
+    assert ledger["kv_cache_tokens"].tolist() == [1087056, 1087200]

@@ -791,7 +791,10 @@ def _fill_row(
         values.setdefault("tp_rank", rank % tp_size)
         values.setdefault("pp_rank", rank // tp_size % pp_size)
         values.setdefault("dp_rank", rank // (tp_size * pp_size))
-    failure = failures.get(rank) or failures.get(None)
+    failure = failures.get(rank)
+    if failure is None and None in failures:
+        # the engine or API server failed: this rank did not fail itself, its boot did
+        failure = (*failures[None][:2], "error", *failures[None][3:])
     if failure is not None:
         _priority, line, outcome, text, raw = failure
         values.update(outcome=outcome, error=text)
@@ -831,11 +834,12 @@ def _room(
                 origin[(rank, "available_kv_bytes")],
             )
         line = origin[(rank, "available_kv_bytes")][0]
-        warnings.append(
-            f"{source}:{line}: rank {rank}: 'Available KV cache memory' is not used as room: "
-            "CUDA graphs are captured after it and the log shows no 'Graph capturing finished … "
-            "took X GiB' for this rank"
-        )
+        if values.get("outcome") == "ok":
+            warnings.append(
+                f"{source}:{line}: rank {rank}: 'Available KV cache memory' is not used as room: "
+                "CUDA graphs are captured after it and the log shows no 'Graph capturing finished … "
+                "took X GiB' for this rank"
+            )
     parts = [
         values.get(name)
         for name in ("init_free_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes")
