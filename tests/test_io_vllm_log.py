@@ -171,6 +171,13 @@ FAMILIES = [
         "recorded free-memory baseline 54.50 GiB, current 54.48 GiB. Memory profiling will be skipped.",
         {"manual_kv_bytes": 12 * GiB, "init_free_bytes": gib("54.48")},
     ),
+    # the comma-separated variant of the one-line V0 summary (with duration)
+    (
+        "Memory profiling results: duration=4.91 seconds, total_gpu_memory=79.15GiB, "
+        "initial_memory_usage=15.45GiB, peak_torch_memory=16.53GiB, memory_usage_post_profile=15.61GiB, "
+        "non_torch_memory=0.14GiB, kv_cache_size=54.56GiB, gpu_memory_utilization=0.90.",
+        {"total_bytes": gib("79.15"), "non_torch_bytes": gib("0.14"), "available_kv_bytes": gib("54.56")},
+    ),
 ]
 
 

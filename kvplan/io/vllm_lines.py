@@ -246,15 +246,24 @@ def _weights(m: re.Match) -> dict:
     return {"weights_bytes": gib_bytes(m.group(1), m.group(2))}
 
 
-def _v0_one_line(m: re.Match) -> dict:
-    total, _initial, _peak, _post, non_torch, kv = (gib_bytes(m.group(i)) for i in range(1, 7))
-    return {
-        "total_bytes": total,
-        "non_torch_bytes": non_torch,
-        "available_kv_bytes": kv,
-        "gpu_memory_utilization": float(m.group(7)),
-    }
+_V0_RESULT_FIELDS = {
+    "total_bytes": re.compile(r"total_gpu_memory=" + NUM + r" ?Gi[Bb]"),
+    "non_torch_bytes": re.compile(r"non_torch_memory=" + NUM + r" ?Gi[Bb]"),
+    "available_kv_bytes": re.compile(r"kv_cache_size=" + NUM + r" ?Gi[Bb]"),
+}
 
+
+def _v0_one_line(m: re.Match) -> dict:
+    """0.6.4's ``Memory profiling results: key=value …`` (space- or comma-separated forms)."""
+    values = {}
+    for column, pattern in _V0_RESULT_FIELDS.items():
+        found = pattern.search(m.string)
+        if found:
+            values[column] = gib_bytes(found.group(1))
+    util = re.search(r"gpu_memory_utilization=(\d+(?:\.\d+)?)", m.string)
+    if util:
+        values["gpu_memory_utilization"] = float(util.group(1))
+    return values
 
 def _v0_total(m: re.Match) -> dict:
     return {
@@ -424,22 +433,7 @@ FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
     (
         "profile_v0_one_line",
         "total_gpu_memory=",
-        re.compile(
-            r"total_gpu_memory="
-            + NUM
-            + r"GiB initial_memory_usage="
-            + NUM
-            + r"GiB peak_torch_memory="
-            + NUM
-            + r"GiB memory_usage_post_profile="
-            + NUM
-            + r"Gib non_torch_memory="
-            + NUM
-            + r"GiB kv_cache_size="
-            + NUM
-            + r"GiB gpu_memory_utilization="
-            + NUM
-        ),
+        re.compile(r"Memory profiling results: .*?total_gpu_memory=" + NUM + r" ?GiB.*?kv_cache_size="),
         "rank",
         _v0_one_line,
     ),
