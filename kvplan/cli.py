@@ -23,7 +23,7 @@ from kvplan.io.nvidia_smi import APP_COLUMNS, gpu_index_by_pid, join_nvidia_smi,
 from kvplan.io.vllm_log import read_vllm_logs
 from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.kvspec import KV_CACHE_DTYPE_BYTES, KVSpec, kv_spec
-from kvplan.ledger import budget_from_ledger, compatibility_key
+from kvplan.ledger import budget_from_ledger, compatibility_key, room_per_rank
 from kvplan.load import ROW_KEYS, load_checks, load_summary
 from kvplan.units import format_size, parse_size, parse_size_list
 
@@ -107,6 +107,13 @@ def _run_budget(args: argparse.Namespace) -> int:
         _print_warnings(metadata["warnings"])
         budget = budget_from_ledger(ledger, args.reserve, block_bytes=args.block_bytes,
                                     assume_uniform=args.assume_uniform)
+        if args.assume_uniform:
+            rooms = room_per_rank(ledger, assume_uniform=True)
+            assumed = rooms.index[rooms["room_source"] == "assumed_uniform"].tolist()
+            if assumed:
+                lowest = format_size(min(budget.room_bytes))
+                _print_warnings([f"--assume-uniform: rank(s) {', '.join(map(str, assumed))} show no room of "
+                                 f"their own and take the lowest room shown ({lowest})"])
     if args.json:
         return _print_json(budget.to_dict())
     print(f"uniform budget  {format_size(budget.uniform_budget_bytes)} per GPU "

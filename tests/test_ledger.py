@@ -161,3 +161,16 @@ def test_empty_ledger_is_refused():
     ledger, _ = read_vllm_log("nothing to see\n")
     with pytest.raises(LedgerError, match="empty"):
         compatibility_key(ledger)
+
+
+def test_cli_budget_assume_uniform_on_the_rank0_only_sample(capsys):
+    sample = str(DATA_DIR / "boots" / "rank0-only")
+    assert main(["budget", sample, "--reserve", "1GiB", "--json"]) == 2
+    assert "local rank 0 only" in capsys.readouterr().err
+    assert main(["budget", sample, "--reserve", "1GiB", "--assume-uniform", "--json"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    # rank 0's room 63.57 GiB stands for rank 1 too; budget = 63.57 − 1 GiB
+    assert [rank["room_bytes"] for rank in data["ranks"]] == [parse_size("63.57GiB")] * 2
+    assert data["uniform_budget_bytes"] == parse_size("63.57GiB") - GiB
+    assert "rank(s) 1 show no room of their own" in captured.err
