@@ -390,8 +390,6 @@ class _Reader:
             priority = CONFIG_PRIORITY[family]
             if column not in config or CONFIG_PRIORITY[config[column][3]] > priority:
                 config[column] = (_config_value(column, value), number, raw, family)
-        if family == "non_default_args" and values.get("kv_cache_memory_bytes") is not None:
-            self.boot.flags.setdefault("manual_flag", (values["kv_cache_memory_bytes"], number))
 
     def _close(self) -> None:
         boot = self.boot
@@ -407,6 +405,8 @@ class _Reader:
         self._close()
         ledger = _frame(self.rows)
         provenance = pd.DataFrame(self.provenance, columns=PROVENANCE_COLUMNS)
+        for column in ("line", "boot", "rank"):
+            provenance[column] = provenance[column].astype("Int64")
         lines = {
             (self.source, row[2], -1 if row[3] is pd.NA else row[3], row[4]): row[1]
             for row in self.provenance
