@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 CAPACITY_COLOR = "tab:red"
-PREEMPTION_COLOR = "tab:orange"
+PREEMPTION_COLOR = "magenta"  # not a default cycle colour, so never mistaken for a series
 OOM_COLOR = "black"
 GAP_FACTOR = 3  # a gap longer than this many usual intervals breaks a line
 COMPARISON_PANELS = (
