@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
 from kvplan.units import parse_size
@@ -36,7 +36,18 @@ ANCHORS: tuple[bytes, ...] = (
 )
 #: One byte pair of each anchor, rare in serving traffic and prose, that the fast scan looks for.
 ANCHOR_PAIRS: tuple[bytes, ...] = (
-    b"ry", b"oo", b"ze", b"xi", b"s:", b" v", b"nf", b"gs", b"rl", b"Er", b"k ", b"tu",
+    b"ry",
+    b"oo",
+    b"ze",
+    b"xi",
+    b"s:",
+    b" v",
+    b"nf",
+    b"gs",
+    b"rl",
+    b"Er",
+    b"k ",
+    b"tu",
 )
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -178,14 +189,18 @@ def literal_value(text: str) -> object:
         return text
 
 
-def split_top_level(text: str, separator: str = ",") -> list[str]:
-    """Split on ``separator`` outside brackets and quotes (engine-config and dict literals).
+_SPLIT_RE = re.compile(r"[\"'()\[\]{},]")
+
+
+def split_top_level(text: str) -> list[str]:
+    """Split on commas outside brackets and quotes (engine-config and dict literals).
 
     >>> split_top_level("a=1, b={'x': 1, 'y': [2, 3]}, c='p,q'")
     ['a=1', " b={'x': 1, 'y': [2, 3]}", " c='p,q'"]
     """
-    parts, depth, quote, current = [], 0, "", []
-    for char in text:
+    parts, depth, quote, start = [], 0, "", 0
+    for match in _SPLIT_RE.finditer(text):
+        char = match.group()
         if quote:
             if char == quote:
                 quote = ""
@@ -195,29 +210,51 @@ def split_top_level(text: str, separator: str = ",") -> list[str]:
             depth += 1
         elif char in ")]}":
             depth = max(0, depth - 1)
-        elif char == separator and depth == 0:
-            parts.append("".join(current))
-            current = []
-            continue
-        current.append(char)
-    if current:
-        parts.append("".join(current))
+        elif depth == 0:
+            parts.append(text[start : match.start()])
+            start = match.end()
+    if start < len(text):
+        parts.append(text[start:])
     return parts
 
 
-def key_values(text: str, separator: str = "=") -> dict[str, object]:
+#: Configuration names as vLLM logs them (engine config, ``non-default args``, ``Namespace``) →
+#: glossary names; only these are read.
+CONFIG_NAMES = {
+    "model": "model",
+    "model_tag": "model",
+    "revision": "revision",
+    "dtype": "dtype",
+    "quantization": "quantization",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "max_seq_len": "max_model_len",
+    "max_model_len": "max_model_len",
+    "block_size": "block_size",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "data_parallel_size": "data_parallel_size",
+    "decode_context_parallel_size": "decode_context_parallel_size",
+    "enforce_eager": "enforce_eager",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "vllm_version": "vllm_version",
+}
+
+
+def key_values(text: str, separator: str = "=", names: Collection[str] | None = None) -> dict[str, object]:
     """``key=value, key=value`` (engine config, ``Namespace(...)``) or a dict literal's items.
+
+    With ``names``, only those keys are kept (and their values evaluated).
 
     >>> key_values("model='m', max_seq_len=32768, compilation_config={\\"level\\":3, \\"x\\":[1,2]}")
     {'model': 'm', 'max_seq_len': 32768, 'compilation_config': {'level': 3, 'x': [1, 2]}}
-    >>> key_values("'tensor_parallel_size': 4, 'kv_cache_dtype': 'fp8'", separator=":")
-    {'tensor_parallel_size': 4, 'kv_cache_dtype': 'fp8'}
+    >>> key_values("'tensor_parallel_size': 4, 'kv_cache_dtype': 'fp8'", ":", names={"kv_cache_dtype"})
+    {'kv_cache_dtype': 'fp8'}
     """
     values: dict[str, object] = {}
     for part in split_top_level(text):
         name, sep, value = part.partition(separator)
         name = name.strip().strip("'\"")
-        if sep and re.fullmatch(r"\w+", name):
+        if sep and (name in names if names is not None else re.fullmatch(r"\w+", name)):
             values[name] = literal_value(value)
     return values
 
@@ -264,6 +301,7 @@ def _v0_one_line(m: re.Match) -> dict:
     if util:
         values["gpu_memory_utilization"] = float(util.group(1))
     return values
+
 
 def _v0_total(m: re.Match) -> dict:
     return {
@@ -380,7 +418,7 @@ def _version(m: re.Match) -> dict:
 
 
 def _engine_config(m: re.Match) -> dict:
-    values = key_values(m.group(2))
+    values = key_values(m.group(2), names=CONFIG_NAMES)
     if m.group(1):
         values["vllm_version"] = m.group(1).lstrip("v")
     values["_v1"] = "V1" in m.group(0)[:40]
@@ -388,11 +426,13 @@ def _engine_config(m: re.Match) -> dict:
 
 
 def _non_default(m: re.Match) -> dict:
-    return key_values(m.group(1).strip().removeprefix("{").removesuffix("}"), separator=":")
+    return key_values(
+        m.group(1).strip().removeprefix("{").removesuffix("}"), separator=":", names=CONFIG_NAMES
+    )
 
 
 def _namespace(m: re.Match) -> dict:
-    return key_values(m.group(1))
+    return key_values(m.group(1), names=CONFIG_NAMES)
 
 
 def _assign(m: re.Match) -> dict:

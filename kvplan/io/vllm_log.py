@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 
 from kvplan.columns import BYTES_COLUMNS, KEY_COLUMNS, LEDGER_COLUMNS
-from kvplan.io.vllm_lines import ANCHOR_PAIRS, ANCHORS, Record, read_message, split_records
+from kvplan.io.vllm_lines import ANCHOR_PAIRS, ANCHORS, CONFIG_NAMES, Record, read_message, split_records
 from kvplan.units import MiB
 
 #: vLLM's ``redundancy_buffer_memory`` in the suggestion arithmetic.
@@ -70,25 +70,6 @@ KV_SIZED_COLUMNS = (
     "num_gpu_blocks",
     "kv_cache_tokens",
 )
-#: Configuration names as vLLM logs them → glossary names.
-CONFIG_NAMES = {
-    "model": "model",
-    "model_tag": "model",
-    "revision": "revision",
-    "dtype": "dtype",
-    "quantization": "quantization",
-    "kv_cache_dtype": "kv_cache_dtype",
-    "max_seq_len": "max_model_len",
-    "max_model_len": "max_model_len",
-    "block_size": "block_size",
-    "tensor_parallel_size": "tensor_parallel_size",
-    "pipeline_parallel_size": "pipeline_parallel_size",
-    "data_parallel_size": "data_parallel_size",
-    "decode_context_parallel_size": "decode_context_parallel_size",
-    "enforce_eager": "enforce_eager",
-    "gpu_memory_utilization": "gpu_memory_utilization",
-    "vllm_version": "vllm_version",
-}
 #: Where a configuration value came from, most trusted first.
 CONFIG_PRIORITY = {
     "version": 0,
@@ -483,7 +464,7 @@ def _resolve(boot: _Boot, source: str) -> tuple[list[dict], list[tuple], list[st
                 if info.get(name) is not None:
                     target[name] = info[name]
     unattributed: list[int] = []
-    failures: dict[int | None, tuple[int, int, str]] = {}
+    failures: dict[int | None, tuple[int, int, str, str, str]] = {}
     serving_failures: list[int] = []
     engine_values: dict[int | None, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for event in boot.events:
