@@ -422,7 +422,7 @@ class WhatIfPanel:
 
 def _controls(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None) -> dict[str, widgets.Widget]:
     style = {"description_width": "initial"}
-    layout = widgets.Layout(width="480px")
+    layout = widgets.Layout(width="640px")
     reserve_gib = bytes_to_gib(scenario.reserve_bytes)
     controls: dict[str, widgets.Widget] = {
         "reserve_gib": widgets.FloatSlider(
@@ -454,7 +454,7 @@ def _controls(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None) 
     add_back = scenario.add_back_bytes or (0,) * len(scenario.room_bytes)
     co_tenants = list(co_tenant_bytes) if co_tenant_bytes is not None else [None] * len(add_back)
     for rank, extra, co_tenant in zip(scenario.rank_ids, add_back, co_tenants):
-        note = f" (co-tenant {format_size(int(co_tenant))})" if co_tenant else ""
+        note = f" (other processes {format_size(int(co_tenant))})" if co_tenant else ""
         ceiling = max(8.0, bytes_to_gib(int(co_tenant or 0)), bytes_to_gib(extra))
         controls[f"add_back_{rank}"] = widgets.FloatSlider(
             value=bytes_to_gib(extra), min=0.0, max=math.ceil(ceiling), step=0.1, readout_format=".2f",

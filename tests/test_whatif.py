@@ -119,7 +119,7 @@ def test_panel_starts_from_the_exact_scenario():
         "reserve_gib", "block_size", "max_model_len", "target_concurrency",
         "add_back_0", "add_back_1", "add_back_2", "add_back_3",
     }
-    assert panel.controls["add_back_2"].description == "rank 2: add back [GiB] (co-tenant 5 GiB)"
+    assert panel.controls["add_back_2"].description == "rank 2: add back [GiB] (other processes 5 GiB)"
 
 
 def test_panel_recomputes_when_a_control_moves():
