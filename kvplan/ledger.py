@@ -32,7 +32,7 @@ def _plain(value: object) -> object:
 
 def _where(ledger: pd.DataFrame, source: object, boot: object, rank: object, column: str) -> str:
     """``file:line`` of a ledger value when the reader recorded it, else ``file``."""
-    lines = ledger.attrs.get("lines", {}) if isinstance(ledger.attrs, dict) else {}
+    lines = ledger.attrs.get("lines", {})
     rank_key = -1 if not _known(rank) else int(rank)
     line = lines.get((source, _plain(boot), rank_key, column))
     return f"{source}:{line}" if _known(line) else f"{source}"

@@ -23,7 +23,7 @@ import io
 import os
 import re
 from collections import defaultdict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
@@ -88,6 +88,32 @@ _GROUP_RE = re.compile(r"(DP|PP|PCP|TP|DCP|EP)(\d+)")
 
 class LogParseError(ValueError):
     """Input that is not a text log at all; the message names the file and line."""
+
+
+class EvidenceLines(Mapping):
+    """Read-only ``(source, boot, rank, column) → line`` of the room, outcome and key values.
+
+    Kept in ``ledger.attrs["lines"]`` (rank ``-1`` for boot-level key fields) so that refusals can
+    name the line; immutable, so pandas shares it between frames instead of deep-copying it.
+
+    >>> EvidenceLines({("a.log", 0, 2, "outcome"): 65})[("a.log", 0, 2, "outcome")]
+    65
+    """
+
+    def __init__(self, items: Iterable | Mapping = ()) -> None:
+        self._lines = dict(items)
+
+    def __getitem__(self, key: tuple) -> int:
+        return self._lines[key]
+
+    def __iter__(self) -> Iterator[tuple]:
+        return iter(self._lines)
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def __deepcopy__(self, memo: dict) -> EvidenceLines:
+        return self
 
 
 @dataclass
@@ -247,9 +273,7 @@ def read_vllm_logs(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> tu
         ledgers.append(ledger)
         metas.append(meta)
     ledger = pd.concat(ledgers, ignore_index=True) if len(ledgers) > 1 else ledgers[0]
-    lines = {}
-    for meta in metas:
-        lines.update(meta["lines"])
+    lines = EvidenceLines({key: line for meta in metas for key, line in meta["lines"].items()})
     ledger.attrs = {"lines": lines}
     provenance = pd.concat([m["provenance"] for m in metas], ignore_index=True)
     return ledger, {
@@ -388,11 +412,11 @@ class _Reader:
         provenance = pd.DataFrame(self.provenance, columns=PROVENANCE_COLUMNS)
         for column in ("line", "boot", "rank"):
             provenance[column] = provenance[column].astype("Int64")
-        lines = {
-            (self.source, row[2], -1 if row[3] is pd.NA else row[3], row[4]): row[1]
+        lines = EvidenceLines(
+            ((self.source, row[2], -1 if row[3] is pd.NA else row[3], row[4]), row[1])
             for row in self.provenance
             if row[4] in ("room_bytes", "outcome") or row[4] in KEY_COLUMNS
-        }
+        )
         ledger.attrs = {"lines": lines}
         return ledger, {
             "warnings": self.warnings,
