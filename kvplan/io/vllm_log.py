@@ -470,7 +470,6 @@ def _resolve(boot: _Boot, source: str) -> tuple[list[dict], list[tuple], list[st
     provenance: list[tuple] = []
     key, key_origin = _boot_key(boot)
     version = version_tuple(key.get("vllm_version"))
-    done_line = boot.flags.get("startup_done", (None, None))[1]
     ranks_of = _attribute(boot, key, version, source, warnings)
     rows: dict[int, dict] = {}
     origin: dict[tuple[int, str], tuple[int, str]] = {}
@@ -487,46 +486,7 @@ def _resolve(boot: _Boot, source: str) -> tuple[list[dict], list[tuple], list[st
             for name in ("tp_rank", "pp_rank", "dp_rank", "process", "pid"):
                 if info.get(name) is not None:
                     target[name] = info[name]
-    unattributed: list[int] = []
-    failures: dict[int | None, tuple[int, int, str, str, str]] = {}
-    serving_failures: list[int] = []
-    engine_values: dict[int | None, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    for event in boot.events:
-        info = ranks_of.get(event.key, {})
-        rank = info.get("rank")
-        if event.scope == "outcome":
-            if done_line is not None and event.line > done_line:
-                serving_failures.append(event.line)
-                continue
-            priority = {"oom": 0}.get(event.values["outcome"], 2 if event.family == "error_exception" else 1)
-            slot = rank if rank is not None else None
-            if slot not in failures or failures[slot][0] > priority:
-                failures[slot] = (
-                    priority,
-                    event.line,
-                    event.values["outcome"],
-                    event.values["text"],
-                    event.raw,
-                )
-            continue
-        if event.scope == "engine" or (event.scope == "rank" and info.get("engine") and rank is None):
-            if event.scope == "rank":
-                unattributed.append(event.line)
-                continue
-            for name, value in event.values.items():
-                engine_values[info.get("engine_dp")][name].append((value, event))
-            continue
-        if event.scope != "rank":
-            continue
-        if rank is None:
-            unattributed.append(event.line)
-            continue
-        target = row(rank)
-        for name, value in event.values.items():
-            if name == "gpu_memory_utilization":
-                continue
-            target[name] = value
-            origin[(rank, name)] = (event.line, event.raw)
+    unattributed, failures, serving_failures, engine_values = _sort_events(boot, ranks_of, row, origin)
     if unattributed:
         warnings.append(
             f"{source}:{unattributed[0]}: {len(unattributed)} line(s) with per-rank values carry no process "
@@ -570,6 +530,56 @@ def _resolve(boot: _Boot, source: str) -> tuple[list[dict], list[tuple], list[st
         "outcomes": {rank: rows[rank].get("outcome") for rank in sorted(rows)},
     }
     return records, provenance, warnings, info
+
+
+def _sort_events(boot: _Boot, ranks_of: dict, row, origin: dict) -> tuple[list, dict, list, dict]:
+    """Put each event where it belongs: a rank's row, an engine's values, a failure, or nowhere.
+
+    Returns the lines of unattributed per-rank values, the first failure per rank (None: engine
+    or API server) before startup completed, the failure lines after it, and engine values by DP rank.
+    """
+    done_line = boot.flags.get("startup_done", (None, None))[1]
+    unattributed: list[int] = []
+    failures: dict[int | None, tuple[int, int, str, str, str]] = {}
+    serving_failures: list[int] = []
+    engine_values: dict[int | None, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for event in boot.events:
+        info = ranks_of.get(event.key, {})
+        rank = info.get("rank")
+        if event.scope == "outcome":
+            if done_line is not None and event.line > done_line:
+                serving_failures.append(event.line)
+                continue
+            priority = {"oom": 0}.get(event.values["outcome"], 2 if event.family == "error_exception" else 1)
+            slot = rank if rank is not None else None
+            if slot not in failures or failures[slot][0] > priority:
+                failures[slot] = (
+                    priority,
+                    event.line,
+                    event.values["outcome"],
+                    event.values["text"],
+                    event.raw,
+                )
+            continue
+        if event.scope == "engine" or (event.scope == "rank" and info.get("engine") and rank is None):
+            if event.scope == "rank":
+                unattributed.append(event.line)
+                continue
+            for name, value in event.values.items():
+                engine_values[info.get("engine_dp")][name].append((value, event))
+            continue
+        if event.scope != "rank":
+            continue
+        if rank is None:
+            unattributed.append(event.line)
+            continue
+        target = row(rank)
+        for name, value in event.values.items():
+            if name == "gpu_memory_utilization":
+                continue
+            target[name] = value
+            origin[(rank, name)] = (event.line, event.raw)
+    return unattributed, failures, serving_failures, engine_values
 
 
 def _missing(value: object) -> bool:
