@@ -175,3 +175,13 @@ def test_spread_chart_marks_min_median_max_and_a_stable_weak_rank():
 def test_spread_chart_needs_a_boot():
     with pytest.raises(ValueError, match="at least one boot"):
         charts.spread_chart({})
+
+
+def test_ledger_chart_without_total_draws_no_total_and_nothing_unitemised():
+    ax = charts.ledger_chart(LEDGER.drop(columns="total_bytes"), BUDGET).axes[0]
+    labels = [container.get_label() for container in ax.containers]
+    assert "not itemised in the log" not in labels
+    assert not [t for t in ax.texts if t.get_text().startswith("total")]
+    # 37 GiB of parts + 40 GiB room on rank 0; 42 + 35 on rank 1: 77 GiB tall each
+    tops = [sum(c.patches[i].get_height() for c in ax.containers) for i in range(2)]
+    assert tops == [77.0, 77.0]
