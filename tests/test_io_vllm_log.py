@@ -171,6 +171,11 @@ FAMILIES = [
         "recorded free-memory baseline 54.50 GiB, current 54.48 GiB. Memory profiling will be skipped.",
         {"manual_kv_bytes": 12 * GiB, "init_free_bytes": gib("54.48")},
     ),
+    (
+        "Startup plan not applied: current free memory (52.25 GiB) is below the recorded baseline (54.50 GiB); "
+        "falling back to full memory profiling.",
+        {"init_free_bytes": gib("52.25")},
+    ),
     # the comma-separated variant of the one-line V0 summary (with duration)
     (
         "Memory profiling results: duration=4.91 seconds, total_gpu_memory=79.15GiB, "
@@ -800,3 +805,39 @@ def test_sample_oom_in_graph_capture():
     assert ledger.loc[0, "error"].startswith("RuntimeError: Worker failed with error 'CUDA out of memory.")
     assert meta["lines"][(str(BOOTS / "oom" / "boot.log"), 0, 1, "outcome")] == 65
     assert ledger["kv_cache_tokens"].tolist() == [1087056, 1087200]
+
+
+@pytest.mark.parametrize(
+    ("version", "hint", "room_gib"),
+    [
+        # 0.19 with the env var unset: the estimate is printed, not subtracted → room = 20 − captured 1.5
+        ("0.19.0", "In v0.19, CUDA graph memory profiling will be enabled by default (VLLM_MEMORY_PROFILER_"
+         "ESTIMATE_CUDAGRAPHS=1), which more accurately accounts for CUDA graph memory during KV cache allocation. "
+         "To try it now, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 and increase --gpu-memory-utilization from "
+         "0.9000 to 0.9189 to maintain the same effective KV cache size.", "18.5"),
+        # 0.18 with the env var on: subtracted first → only the pool's excess over the estimate (0.5 GiB)
+        ("0.18.0", "CUDA graph memory profiling is enabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1). This will "
+         "become the default in v0.19. The current --gpu-memory-utilization=0.9000 is equivalent to "
+         "--gpu-memory-utilization=0.8811 without CUDA graph memory profiling.", "19.5"),
+        # 0.22 with the env var off (WARNING): not subtracted
+        ("0.22.0", "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Consider "
+         "re-enabling it (the default as of v0.21.0) and increasing --gpu-memory-utilization from 0.9000 to 0.9189.",
+         "18.5"),
+    ],
+)
+def test_graph_estimate_hints_decide_the_correction(version, hint, room_gib):
+    text = (f"vLLM API server version {version}\n" + HEAD + "Available KV cache memory: 20.0 GiB\n" + HEAD + hint
+            + "\n" + HEAD + "CUDA graph pool memory: 1.5 GiB (actual), 1.0 GiB (estimated), difference: 0.5 GiB (50.0%).\n")
+    # 20, 1.5 and 1.0 GiB are exact in binary, so the differences are exact too
+    assert one_row(text)["room_bytes"] == gib(room_gib)
+
+
+def test_suggestion_double_count_is_flagged_for_0_18_with_the_estimate_on():
+    text = ("vLLM API server version 0.18.0\n" + HEAD + "CUDA graph memory profiling is enabled "
+            "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1). This will become the default in v0.19.\n" + HEAD
+            + FAMILIES[29][0] + "\n")
+    ledger, meta = read_vllm_log(text)
+    assert ledger.loc[0, "room_bytes"] == 64739669441
+    assert any("vllm#57936" in warning for warning in meta["warnings"])
+    _, meta = read_vllm_log(text.replace("0.18.0", "0.19.0"))
+    assert not any("vllm#57936" in warning for warning in meta["warnings"])

@@ -653,6 +653,13 @@ FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
         _plan_applied,
     ),
     (
+        "startup_plan_not_applied",
+        "Startup plan not applied",
+        re.compile(r"current free memory \(" + NUM + r" GiB\) is below the recorded baseline"),
+        "rank",
+        lambda m: {"init_free_bytes": gib_bytes(m.group(1))},
+    ),
+    (
         "graph_took",
         "Graph capturing finished",
         re.compile(r"Graph capturing finished in \d+ secs?, took " + NUM + r" GiB"),
