@@ -57,6 +57,14 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
     in where no capture was logged. What the log does not itemise (CUDA context, vLLM's 150 MiB
     margin) fills the bar up to ``room_bytes`` below the KV part, so ``uniform + stranded + reserve``
     is exactly the budget's room for the rank. Segment heights are in GiB.
+
+    >>> from kvplan.budget import uniform_budget
+    >>> ledger = pd.DataFrame({"rank": [0, 1], "total_bytes": [20 * GiB] * 2, "weights_bytes": [5 * GiB] * 2})
+    >>> fig = ledger_chart(ledger, uniform_budget([13 * GiB, 15 * GiB], GiB))
+    >>> # weights, not itemised (20 − 5 − room), uniform KV, stranded, reserve
+    >>> [[float(p.get_height()) for p in c] for c in fig.axes[0].containers]
+    [[5.0, 5.0], [2.0, 0.0], [12.0, 12.0], [0.0, 2.0], [1.0, 1.0]]
+    >>> plt.close(fig)
     """
     rows = _one_row_per_rank(ledger, budget.ranks)
     labels = [str(rank) for rank in budget.ranks]
@@ -118,6 +126,12 @@ def safe_budget_chart(budget: Budget, title: str | None = None) -> Figure:
     Bars are ``safe_bytes`` per rank in GiB; the limiting rank is drawn in :data:`LIMITING_COLOR`.
     The uniform budget is a solid line; the average of the safe budgets is a dashed line labelled
     as the wrong answer, because the limiting rank cannot allocate it.
+
+    >>> from kvplan.budget import uniform_budget
+    >>> fig = safe_budget_chart(uniform_budget([13 * GiB, 18 * GiB], GiB))
+    >>> [float(bar.get_height()) for bar in fig.axes[0].containers[0]]
+    [12.0, 17.0]
+    >>> plt.close(fig)
     """
     labels = [str(rank) for rank in budget.ranks]
     safe_gib = [bytes_to_gib(safe) for safe in budget.safe_bytes]
@@ -151,6 +165,12 @@ def stranded_chart(budget: Budget, title: str | None = None) -> Figure:
 
     Bar heights are ``budget.stranded_bytes`` in GiB (including block rounding, which the title
     states separately when there is any).
+
+    >>> from kvplan.budget import uniform_budget
+    >>> fig = stranded_chart(uniform_budget([13 * GiB, 18 * GiB], GiB))
+    >>> fig.axes[0].get_title()
+    'Stranded on the stronger ranks: 5 GiB in total'
+    >>> plt.close(fig)
     """
     labels = [str(rank) for rank in budget.ranks]
     fig, ax = _figure()
@@ -187,6 +207,12 @@ def concurrency_chart(
     (e.g. ``{"uniform 12 GiB": ..., "rank 2 fixed": ...}``); each legend entry states its tokens.
     ``max_model_len`` is marked with a vertical line and the concurrency there is annotated; a
     target concurrency is a horizontal line.
+
+    >>> from kvplan.capacity import concurrency_curve
+    >>> fig = concurrency_chart(concurrency_curve(12 * GiB, 256 * 1024, [4096, 8192]), 8192, 8)
+    >>> fig.axes[0].get_lines()[0].get_ydata().tolist()
+    [12.0, 6.0]
+    >>> plt.close(fig)
     """
     if isinstance(curves, pd.DataFrame):
         curves = {"budget": curves}
@@ -230,6 +256,12 @@ def drift_chart(drift: Drift, title: str | None = None) -> Figure:
     Left: grouped bars of ``ref_free_bytes`` and ``boot_free_bytes`` per rank with the drift
     annotated. Right: ``adjusted_bytes`` per rank (limiting rank highlighted) with the reference
     budget as a grey outline and the uniform adjusted value as a line. All in GiB.
+
+    >>> from kvplan.drift import drift_budget
+    >>> fig = drift_chart(drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 42 * GiB]))
+    >>> [float(bar.get_height()) for bar in fig.axes[1].containers[0]]  # 30 − (42 − 41), 30
+    [29.0, 30.0]
+    >>> plt.close(fig)
     """
     labels = [str(rank) for rank in drift.ranks]
     positions = list(range(len(labels)))
@@ -285,6 +317,12 @@ def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Fig
     ``budgets`` maps a boot label to that boot's :class:`Budget`. Each boot is a vertical range from
     ``min_safe_bytes`` to ``max_safe_bytes`` with the median as a white dot and the minimum in
     :data:`LIMITING_COLOR`, annotated with the limiting rank. All in GiB.
+
+    >>> from kvplan.budget import uniform_budget
+    >>> fig = spread_chart({"boot 0": uniform_budget([13 * GiB, 18 * GiB], GiB)})
+    >>> fig.axes[0].get_title()
+    'Safe budget spread over 1 boot: rank 0 limits every boot'
+    >>> plt.close(fig)
     """
     if not budgets:
         raise ValueError("spread_chart needs at least one boot's budget")
@@ -315,7 +353,8 @@ def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Fig
         if len(limiting) == 1
         else f"the limiting rank moves ({', '.join(map(str, limiting))})"
     )
-    ax.set_title(title or f"Safe budget spread over {len(labels)} boots: {verdict}")
+    boots = f"{len(labels)} boot{'s' if len(labels) != 1 else ''}"
+    ax.set_title(title or f"Safe budget spread over {boots}: {verdict}")
     ax.legend(loc="upper right", fontsize=FONT_SIZE - 1)
     fig.tight_layout()
     return fig
