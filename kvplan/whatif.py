@@ -2,7 +2,9 @@
 
 Two layers. :func:`evaluate` is a pure function from a :class:`Scenario` (every input in bytes) to an
 :class:`Outcome` (the budget, what it buys, the drift): it only calls :mod:`kvplan.budget`,
-:mod:`kvplan.capacity` and :mod:`kvplan.drift`, so it is tested without a browser.
+:mod:`kvplan.capacity` (or the scenario's :class:`~kvplan.kvspec.KVSpec`) and :mod:`kvplan.drift`, so
+it is tested without a browser. Small helpers turn a ledger into a scenario and a budget into the
+headline text and the "fix the weak rank or tune the value?" verdict the notebooks print.
 :class:`WhatIfPanel` wires ipywidgets controls to it and redraws the budget table and the
 :mod:`kvplan.charts` figures whenever a control moves.
 """
