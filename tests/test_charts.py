@@ -185,3 +185,11 @@ def test_ledger_chart_without_total_draws_no_total_and_nothing_unitemised():
     # 37 GiB of parts + 40 GiB room on rank 0; 42 + 35 on rank 1: 77 GiB tall each
     tops = [sum(c.patches[i].get_height() for c in ax.containers) for i in range(2)]
     assert tops == [77.0, 77.0]
+
+
+def test_ledger_chart_draws_negative_graph_memory_as_zero():
+    # vLLM can log "took -0.5 GiB" when free memory rose during capture: drawn as 0, the rest not itemised
+    ledger = LEDGER.assign(cuda_graph_bytes=[-GiB // 2, pd.NA])
+    ax = charts.ledger_chart(ledger, BUDGET).axes[0]
+    assert _bars(ax, "CUDA graphs") == [0.0, 1.0]
+    assert _bars(ax, "not itemised in the log") == [4.0, 3.0]  # 80 − 36 − 40 on rank 0
