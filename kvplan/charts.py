@@ -217,7 +217,7 @@ def concurrency_chart(
     if isinstance(curves, pd.DataFrame):
         curves = {"budget": curves}
     fig, ax = _figure()
-    colors = [RANK_COLOR, LIMITING_COLOR, AVERAGE_COLOR, REFERENCE_COLOR]
+    colors = [RANK_COLOR, "#E69F00", AVERAGE_COLOR, REFERENCE_COLOR]
     for (label, curve), color in zip(curves.items(), colors * len(curves)):
         tokens = int(curve["tokens"].iloc[0])
         ax.plot(

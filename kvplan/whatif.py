@@ -223,6 +223,24 @@ def co_tenant_bytes(ledger: pd.DataFrame, ranks: Sequence[int] | None = None) ->
     return [None if rank not in most.index or pd.isna(most[rank]) else int(most[rank]) for rank in wanted]
 
 
+def weak_rank_at_median(outcome: Outcome) -> Scenario:
+    """The same scenario with the limiting rank's safe budget raised to the median rank's.
+
+    "What would the launch buy if its weak rank were a typical one?": the answer to "fix the weak
+    rank or tune the value?" in tokens. The uniform value then follows the next weakest rank.
+
+    >>> GiB = 2**30
+    >>> outcome = evaluate(Scenario((13 * GiB, 17 * GiB, 19 * GiB), GiB))  # safe 12, 16, 18 GiB
+    >>> evaluate(weak_rank_at_median(outcome)).budget.uniform_budget_bytes // GiB
+    16
+    """
+    scenario, budget = outcome.scenario, outcome.budget
+    add_back = list(scenario.add_back_bytes or (0,) * len(scenario.room_bytes))
+    position = budget.ranks.index(budget.limiting_rank)
+    add_back[position] += budget.median_safe_bytes - budget.min_safe_bytes
+    return replace(scenario, add_back_bytes=tuple(add_back))
+
+
 def sequence_lengths(max_model_len: int, shortest: int = 256) -> list[int]:
     """Powers of two from ``shortest`` up to ``max_model_len``, plus ``max_model_len`` itself [tokens].
 

@@ -18,6 +18,7 @@ from kvplan.whatif import (
     format_headline,
     gib_to_bytes,
     sequence_lengths,
+    weak_rank_at_median,
     weak_rank_verdict,
 )
 from tests.conftest import GiB
@@ -225,3 +226,15 @@ def test_scenario_and_co_tenants_from_a_ledger_take_each_rank_at_its_worst():
     assert scenario == Scenario((13 * GiB, 12 * GiB), GiB, ranks=(0, 1), max_model_len=8192)
     assert co_tenant_bytes(ledger) == [None, 6 * GiB]  # the most any boot saw
     assert co_tenant_bytes(ledger.drop(columns="other_process_bytes")) == [None, None]
+
+
+def test_weak_rank_at_median_shows_what_fixing_it_buys():
+    # safe 17.9, 16.7, 12.0, 15.5 GiB; median 16.1 GiB → rank 2 gets 4.1 GiB back, rank 3 (15.5) then limits
+    outcome = evaluate(FOUR_RANK)
+    fixed = evaluate(weak_rank_at_median(outcome))
+    budget = outcome.budget
+    assert fixed.scenario.add_back_bytes[2] == budget.median_safe_bytes - budget.min_safe_bytes
+    assert fixed.budget.limiting_rank == 3
+    # 16,642,998,272 B (15.5 GiB) // 1,310,720 B = 12,697 blocks × 16 = 203,152 tokens (vs 157,280)
+    assert fixed.budget.num_blocks == (ROOMS[3] - RESERVE) // 1_310_720 == 12_697
+    assert fixed.capacity.tokens == 203_152
