@@ -10,7 +10,7 @@ import argparse
 import csv
 import json
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 import pandas as pd
 
@@ -19,11 +19,16 @@ from kvplan.budget import uniform_budget
 from kvplan.capacity import DEFAULT_BLOCK_SIZE, capacity
 from kvplan.drift import drift_budget
 from kvplan.io.model_config import read_model_config, resolve_model_config
-from kvplan.io.nvidia_smi import APP_COLUMNS, gpu_index_by_pid, join_nvidia_smi, read_nvidia_smi_csv
+from kvplan.io.nvidia_smi import (
+    free_bytes_by_rank,
+    gpu_index_by_rank,
+    join_nvidia_smi,
+    read_nvidia_smi_snapshots,
+)
 from kvplan.io.vllm_log import read_vllm_logs
 from kvplan.io.vllm_stats import read_load_evidence
-from kvplan.kvspec import KV_CACHE_DTYPE_BYTES, KVSpec, kv_spec
-from kvplan.ledger import budget_from_ledger, compatibility_key, room_per_rank
+from kvplan.kvspec import KV_CACHE_DTYPE_BYTES, KVSpec, kv_spec, options_for_logs
+from kvplan.ledger import budget_from_ledger, compatibility_key, plain_value, room_per_rank
 from kvplan.load import ROW_KEYS, load_checks, load_summary
 from kvplan.units import format_size, parse_size, parse_size_list
 
@@ -162,7 +167,7 @@ def _add_ledger(sub: argparse._SubParsersAction) -> None:
 def _run_ledger(args: argparse.Namespace) -> int:
     ledger, metadata = read_vllm_logs(args.logs)
     if args.json:
-        rows = [{column: _json_scalar(value) for column, value in row.items()}
+        rows = [{column: plain_value(value) for column, value in row.items()}
                 for row in ledger.to_dict(orient="records")]
         return _print_json({"rows": rows, "warnings": list(metadata["warnings"])})
     _print_warnings(metadata["warnings"])
@@ -177,15 +182,8 @@ def _run_ledger(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _json_scalar(value: object) -> object:
-    """A ledger cell for JSON: plain int/float/bool/str, None for NA."""
-    if value is None or value is pd.NA or (isinstance(value, float) and value != value):
-        return None
-    return value.item() if hasattr(value, "item") else value
-
-
 def _table_cell(column: str, value: object) -> str:
-    value = _json_scalar(value)
+    value = plain_value(value)
     if value is None:
         return "-"
     return format_size(int(value)) if column.endswith("_bytes") else str(value)
@@ -221,22 +219,20 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="vLLM's --max-num-batched-tokens; sizes sliding-window layers exactly")
 
 
-def _kv_spec_from_args(args: argparse.Namespace) -> KVSpec | None:
-    """The KV spec the --model arguments describe, or None without --model."""
+def _kv_spec_from_args(args: argparse.Namespace, key: Mapping[str, object] | None = None) -> KVSpec | None:
+    """The KV spec the --model arguments describe, or None without --model.
+
+    With the logs' compatibility ``key``, an unset --vllm-version or --block-size is the logs' own and a
+    --tp other than the logs' is refused.
+    """
     if not args.model:
         return None
     if args.tp is None:
         raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
-    return kv_spec(
-        read_model_config(args.model),
-        tp=args.tp,
-        pp=args.pp,
-        dcp=args.dcp,
-        kv_cache_dtype=args.kv_cache_dtype,
-        block_size=args.block_size,
-        vllm_version=args.vllm_version,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-    )
+    options = {"tp": args.tp, "pp": args.pp, "dcp": args.dcp, "kv_cache_dtype": args.kv_cache_dtype,
+               "block_size": args.block_size, "vllm_version": args.vllm_version,
+               "max_num_batched_tokens": args.max_num_batched_tokens}
+    return kv_spec(read_model_config(args.model), **options_for_logs(options, key or {}))
 
 
 def _add_capacity(sub: argparse._SubParsersAction) -> None:
@@ -523,32 +519,10 @@ def _run_gate(args: argparse.Namespace) -> int:
 
 
 def _join_snapshots(ledger: pd.DataFrame, paths: Sequence[str]) -> tuple[pd.DataFrame, dict[int, int]]:
-    """The ledger with GPU name/driver joined, and free memory per rank from a --query-gpu snapshot.
-
-    A rank's GPU is the one its pid runs on in a --query-compute-apps snapshot; without one, GPU
-    index = rank (a single node with all GPUs visible).
-    """
-    frames = {}
-    for path in paths:
-        frame = read_nvidia_smi_csv(path)
-        frames[frame.attrs["kind"]] = frame
-    if "gpus" not in frames:
-        raise CliError("--nvidia-smi needs a --query-gpu=index,uuid,name,driver_version,memory.total,"
-                       "memory.used,memory.free snapshot")
-    gpus = frames["gpus"]
-    apps = frames.get("apps", pd.DataFrame(columns=[*APP_COLUMNS, "source", "line"]))
-    known = {int(index) for index in gpus["gpu_index"]}
-    by_pid = gpu_index_by_pid(gpus, apps)
-    by_rank = {}
-    for rank in sorted({int(rank) for rank in ledger["rank"].dropna()}):
-        pids = ledger.loc[ledger["rank"] == rank, "pid"].dropna() if "pid" in ledger else []
-        on = {by_pid[int(pid)] for pid in pids if int(pid) in by_pid}
-        index = on.pop() if len(on) == 1 else rank
-        if index in known:
-            by_rank[rank] = index
-    joined = join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)
-    free = dict(zip(gpus["gpu_index"].astype(int), gpus["memory_free_bytes"]))
-    return joined, {rank: int(free[index]) for rank, index in by_rank.items() if not pd.isna(free[index])}
+    """The ledger with GPU name, driver and other processes' memory joined, and free memory per rank."""
+    gpus, apps = read_nvidia_smi_snapshots(paths)
+    by_rank = gpu_index_by_rank(ledger, gpus, apps)
+    return join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank), free_bytes_by_rank(gpus, by_rank)
 
 
 # --- entry point ------------------------------------------------------------------------------

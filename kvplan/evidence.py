@@ -31,8 +31,8 @@ from kvplan.capacity import blocks_per_sequence
 from kvplan.gate import Approved, Check, check_outcomes, check_ranks_present
 from kvplan.io.model_config import read_model_config
 from kvplan.io.vllm_log import read_vllm_log
-from kvplan.kvspec import KVSpec, cross_check, kv_spec
-from kvplan.ledger import budget_from_ledger, compatibility_key, room_per_rank
+from kvplan.kvspec import KVSpec, cross_check, kv_spec, options_for_logs
+from kvplan.ledger import budget_from_ledger, compatibility_key, is_known, room_per_rank
 from kvplan.units import format_size
 
 SCHEMA = "kvplan.budget"
@@ -201,20 +201,8 @@ def decide(
 
 
 def layout_spec(layout: ModelLayout, key: Mapping[str, object]) -> KVSpec:
-    """The KV spec of the model config on the layout; release and block size default to the logs'.
-
-    A ``tp`` that differs from the logs' ``tensor_parallel_size`` is refused: the bytes per token
-    would describe another deployment.
-    """
-    options = dict(layout.options)
-    logged_tp = _int_or_none(key.get("tensor_parallel_size"))
-    if logged_tp is not None and options.get("tp") is not None and int(options["tp"]) != logged_tp:
-        raise ValueError(f"--tp {options['tp']} but the logs show tensor_parallel_size {logged_tp}")
-    if options.get("vllm_version") is None and _is_known(key.get("vllm_version")):
-        options["vllm_version"] = str(key["vllm_version"])
-    if options.get("block_size") is None and _is_known(key.get("block_size")):
-        options["block_size"] = int(key["block_size"])
-    return kv_spec(read_model_config(layout.config), **options)
+    """The KV spec of the model config on the layout; release and block size default to the logs'."""
+    return kv_spec(read_model_config(layout.config), **options_for_logs(layout.options, key))
 
 
 def model_check(ledger: pd.DataFrame, spec: KVSpec) -> Check:
@@ -247,7 +235,7 @@ def reference_rows(
     rooms = room_per_rank(ledger, assume_uniform=assume_uniform)
     free, sources = [], []
     for rank in budget.ranks:
-        source = _plain(rooms.loc[rank, "room_source"])
+        source = _json_value(rooms.loc[rank, "room_source"])
         value = _int_or_none(rooms.loc[rank, "init_free_bytes"])
         if source == "assumed_uniform":
             own = ledger.loc[ledger["rank"] == rank, "init_free_bytes"].dropna()
@@ -399,7 +387,7 @@ def approved_from_record(record: Mapping) -> Approved:
 def _approved(record: Mapping) -> Approved:
     plan = record.get("admission_plan") or {}
     logged = [int(row["kv_cache_tokens"]) for row in record.get("ledger", [])
-              if _is_known(row.get("kv_cache_tokens"))]
+              if is_known(row.get("kv_cache_tokens"))]
     return Approved(
         budget_bytes=int(record["decision"]["kv_cache_memory_bytes"]),
         ranks=tuple(int(r["rank"]) for r in record["ranks"]),
@@ -781,7 +769,7 @@ def _records(frame: pd.DataFrame) -> list[dict]:
 
 def _json_value(value: object) -> object:
     """Plain JSON value: None for missing, int for whole numbers, float, bool or str otherwise."""
-    if not _is_known(value):
+    if not is_known(value):
         return None
     if hasattr(value, "item"):
         value = value.item()
@@ -790,18 +778,7 @@ def _json_value(value: object) -> object:
     return str(value)
 
 
-def _is_known(value: object) -> bool:
-    if value is None:
-        return False
-    try:
-        return not bool(pd.isna(value))
-    except (TypeError, ValueError):
-        return True
-
-
 def _int_or_none(value: object) -> int | None:
-    return int(value) if _is_known(value) else None
+    return int(value) if is_known(value) else None
 
 
-def _plain(value: object) -> object:
-    return _json_value(value)

@@ -16,6 +16,7 @@ import pandas as pd
 
 from kvplan.budget import round_down_to_blocks
 from kvplan.drift import drift_budget
+from kvplan.ledger import plain_value
 from kvplan.units import format_size
 
 KEY_CHECK = "compatibility key"
@@ -90,7 +91,7 @@ def check_compatibility_key(approved_key: Mapping[str, object], boot_key: Mappin
     """
     differences, unknown = [], []
     for field in sorted(set(approved_key) | set(boot_key)):
-        approved, boot = _known(approved_key.get(field)), _known(boot_key.get(field))
+        approved, boot = plain_value(approved_key.get(field)), plain_value(boot_key.get(field))
         if approved is None or boot is None:
             if approved is not None or boot is not None:
                 unknown.append(field)
@@ -133,10 +134,10 @@ def check_outcomes(boot_ledger: pd.DataFrame) -> Check:
     """
     failed, unknown = [], []
     for row in boot_ledger.itertuples(index=False):
-        outcome = _known(getattr(row, "outcome", None))
+        outcome = plain_value(getattr(row, "outcome", None))
         where = f"{getattr(row, 'source', '?')} rank {_rank_text(row.rank)}"
         if outcome in ("oom", "error"):
-            failed.append(f"{where}: {outcome}: {_known(getattr(row, 'error', None)) or 'no text'}")
+            failed.append(f"{where}: {outcome}: {plain_value(getattr(row, 'error', None)) or 'no text'}")
         elif outcome != "ok":
             unknown.append(f"{where}: {outcome or 'no outcome'}")
     if failed:
@@ -272,18 +273,8 @@ def _per_rank_min(ledger: pd.DataFrame, column: str) -> dict[int, int]:
     return {int(rank): int(value) for rank, value in values.groupby("rank")[column].min().items()}
 
 
-def _known(value: object) -> object:
-    """None for missing values (None, NaN, pd.NA), else the value."""
-    if value is None:
-        return None
-    try:
-        return None if pd.isna(value) else value
-    except (TypeError, ValueError):  # lists and dicts are known values
-        return value
-
-
 def _rank_text(rank: object) -> str:
-    return "?" if _known(rank) is None else str(int(rank))
+    return "?" if plain_value(rank) is None else str(int(rank))
 
 
 def _rank_list(ranks: Sequence[int]) -> str:

@@ -44,6 +44,7 @@ from dataclasses import asdict, dataclass, field
 import pandas as pd
 
 from kvplan.capacity import DEFAULT_BLOCK_SIZE
+from kvplan.ledger import is_known
 from kvplan.units import GiB
 
 FULL_ATTENTION = "full_attention"
@@ -742,6 +743,27 @@ def _resolve_block_size(
             )
         return requested, ""
     return (DEFAULT_BLOCK_SIZE if requested is None else requested), ""
+
+
+def options_for_logs(options: Mapping[str, object], key: Mapping[str, object]) -> dict:
+    """:func:`kv_spec` options completed from the logs' compatibility key, refusing a contradicting TP.
+
+    A ``vllm_version`` or ``block_size`` left None is taken from the key (the release and block size the
+    logs were printed by); a ``tp`` other than the logs' ``tensor_parallel_size`` is refused, since its
+    bytes per token would describe another deployment.
+
+    >>> options_for_logs({"tp": 4, "block_size": None}, {"vllm_version": "0.26.0", "block_size": 16,
+    ...                                                   "tensor_parallel_size": 4})
+    {'tp': 4, 'block_size': 16, 'vllm_version': '0.26.0'}
+    """
+    completed = dict(options)
+    logged_tp = key.get("tensor_parallel_size")
+    if is_known(logged_tp) and completed.get("tp") is not None and int(completed["tp"]) != int(logged_tp):
+        raise KVSpecError(f"--tp {completed['tp']} but the logs show tensor_parallel_size {logged_tp}")
+    for name, kind in (("vllm_version", str), ("block_size", int)):
+        if completed.get(name) is None and is_known(key.get(name)):
+            completed[name] = kind(key[name])
+    return completed
 
 
 def kv_spec(

@@ -19,13 +19,28 @@ class LedgerError(ValueError):
     """A ledger from which no budget may be computed; the message names file and line."""
 
 
-def _known(value: object) -> bool:
-    return not (value is None or value is pd.NA or (isinstance(value, float) and value != value))
+def is_known(value: object) -> bool:
+    """False for a missing ledger cell (None, NaN, ``pd.NA``); lists and dicts count as known.
+
+    >>> is_known(pd.NA), is_known(float("nan")), is_known(0), is_known([1])
+    (False, False, True, True)
+    """
+    if value is None:
+        return False
+    try:
+        return not bool(pd.isna(value))
+    except (TypeError, ValueError):  # array-likes: pd.isna answers element-wise
+        return True
 
 
-def _plain(value: object) -> object:
-    """A pandas scalar as a plain Python value (None for NA)."""
-    if not _known(value):
+def plain_value(value: object) -> object:
+    """A ledger cell as a plain Python value: None when missing, numpy scalars unwrapped.
+
+    >>> import numpy as np
+    >>> plain_value(np.int64(7)), plain_value(pd.NA)
+    (7, None)
+    """
+    if not is_known(value):
         return None
     return value.item() if hasattr(value, "item") else value
 
@@ -33,9 +48,9 @@ def _plain(value: object) -> object:
 def _where(ledger: pd.DataFrame, source: object, boot: object, rank: object, column: str) -> str:
     """``file:line`` of a ledger value when the reader recorded it, else ``file``."""
     lines = ledger.attrs.get("lines", {})
-    rank_key = -1 if not _known(rank) else int(rank)
-    line = lines.get((source, _plain(boot), rank_key, column))
-    return f"{source}:{line}" if _known(line) else f"{source}"
+    rank_key = -1 if not is_known(rank) else int(rank)
+    line = lines.get((source, plain_value(boot), rank_key, column))
+    return f"{source}:{line}" if is_known(line) else f"{source}"
 
 
 def compatibility_key(ledger: pd.DataFrame) -> dict:
@@ -56,12 +71,12 @@ def compatibility_key(ledger: pd.DataFrame) -> dict:
             key[column] = None
             continue
         shown = ledger[["source", "boot", column]].dropna(subset=[column])
-        values = list(dict.fromkeys(_plain(value) for value in shown[column]))
+        values = list(dict.fromkeys(plain_value(value) for value in shown[column]))
         key[column] = values[0] if len(values) == 1 else None
         if len(values) > 1:
             parts = []
             for value in values:
-                places = shown[shown[column].map(_plain) == value][["source", "boot"]].drop_duplicates()
+                places = shown[shown[column].map(plain_value) == value][["source", "boot"]].drop_duplicates()
                 where = ", ".join(
                     _where(ledger, s, b, None, column) for s, b in places.itertuples(index=False)
                 )
@@ -108,19 +123,19 @@ def room_per_rank(ledger: pd.DataFrame, assume_uniform: bool = False) -> pd.Data
         rooms = [int(value) for value in rows["room_bytes"]]
         worst = rows.loc[rows["room_bytes"].astype("Int64").idxmin()]
         free = worst.get("init_free_bytes")
-        if not _known(free) and "init_free_bytes" in rows:
+        if not is_known(free) and "init_free_bytes" in rows:
             lowest = rows["init_free_bytes"].dropna()
             free = lowest.min() if not lowest.empty else None
         records[int(rank)] = {
             "room_bytes": min(rooms),
-            "room_source": _plain(worst.get("room_source")),
-            "init_free_bytes": _plain(free),
+            "room_source": plain_value(worst.get("room_source")),
+            "init_free_bytes": plain_value(free),
             "room_min_bytes": min(rooms),
             "room_median_bytes": median_bytes(rooms),
             "room_max_bytes": max(rooms),
             "boots": len(rooms),
-            "source": _plain(worst.get("source")),
-            "boot": _plain(worst.get("boot")),
+            "source": plain_value(worst.get("source")),
+            "boot": plain_value(worst.get("boot")),
         }
     if not records:
         raise LedgerError(
@@ -212,8 +227,8 @@ def check_outcomes(ledger: pd.DataFrame) -> None:
     where = _where(ledger, row["source"], row["boot"], row["rank"], "outcome")
     more = f" ({len(failed) - 1} more row(s) not ok)" if len(failed) > 1 else ""
     raise LedgerError(
-        f"{where}: boot {_plain(row['boot'])} rank {_plain(row['rank'])} did not boot cleanly "
-        f"({_plain(row['outcome']) or 'unknown'}: {_plain(row.get('error')) or 'no text'}){more}; "
+        f"{where}: boot {plain_value(row['boot'])} rank {plain_value(row['rank'])} did not boot cleanly "
+        f"({plain_value(row['outcome']) or 'unknown'}: {plain_value(row.get('error')) or 'no text'}){more}; "
         "the budget is refused rather than computed from partial evidence. Leave that boot out "
         "or fix it and boot again."
     )

@@ -149,6 +149,58 @@ def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame) -> dict[int, int]:
     return mapping
 
 
+def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The ``--query-gpu`` and ``--query-compute-apps`` snapshots among ``paths``, as ``(gpus, apps)``.
+
+    The GPU snapshot is required; without a process snapshot ``apps`` is empty.
+    """
+    frames = {}
+    for path in paths:
+        frame = read_nvidia_smi_csv(path)
+        frames[frame.attrs["kind"]] = frame
+    if "gpus" not in frames:
+        raise NvidiaSmiError(
+            "an nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.total,memory.used,memory.free "
+            f"snapshot is needed; got only {', '.join(map(str, paths)) or 'nothing'}"
+        )
+    apps = frames.get("apps", pd.DataFrame(columns=[*APP_COLUMNS, "source", "line"]))
+    return frames["gpus"], apps
+
+
+def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFrame) -> dict[int, int]:
+    """Which GPU each ledger rank runs on: the GPU its pid holds memory on, else GPU index = rank.
+
+    The fallback assumes one node with every GPU visible; ranks without a GPU in the snapshot are left out.
+
+    >>> gpus = read_nvidia_smi_csv("0, GPU-0, NVIDIA L40S, 580.95.05, 46068, 2048, 43403\\n"
+    ...                            "1, GPU-1, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")
+    >>> apps = read_nvidia_smi_csv("GPU-0, 8, VLLM::Worker_TP1, 2048")
+    >>> gpu_index_by_rank(pd.DataFrame({"rank": [0, 1], "pid": [7, 8]}), gpus, apps)
+    {0: 0, 1: 0}
+    """
+    known = {int(index) for index in gpus["gpu_index"]}
+    by_pid = gpu_index_by_pid(gpus, apps)
+    mapping = {}
+    for rank in sorted({int(rank) for rank in ledger["rank"].dropna()}):
+        pids = ledger.loc[ledger["rank"] == rank, "pid"].dropna() if "pid" in ledger else []
+        found = {by_pid[int(pid)] for pid in pids if int(pid) in by_pid}
+        index = found.pop() if len(found) == 1 else rank
+        if index in known:
+            mapping[rank] = index
+    return mapping
+
+
+def free_bytes_by_rank(gpus: pd.DataFrame, by_rank: Mapping[int, int]) -> dict[int, int]:
+    """Free memory [bytes] each rank's GPU showed in the ``--query-gpu`` snapshot (unknown ranks left out).
+
+    >>> gpus = read_nvidia_smi_csv("0, GPU-0, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")
+    >>> free_bytes_by_rank(gpus, {3: 0})  # 43,403 MiB × 1,048,576
+    {3: 45511344128}
+    """
+    free = dict(zip(gpus["gpu_index"].astype(int), gpus["memory_free_bytes"]))
+    return {rank: int(free[index]) for rank, index in by_rank.items() if not pd.isna(free[index])}
+
+
 def join_nvidia_smi(
     ledger: pd.DataFrame,
     gpus: pd.DataFrame,
