@@ -437,7 +437,10 @@ class WhatIfPanel:
         self.update()
 
     def _repr_mimebundle_(self, **kwargs):
-        return self.box._repr_mimebundle_(**kwargs)
+        bundle = self.box._repr_mimebundle_(**kwargs)
+        if bundle is not None:
+            bundle["text/plain"] = "What-if panel: open the notebook in JupyterLab with a live kernel."
+        return bundle
 
 
 def _controls(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None) -> dict[str, widgets.Widget]:

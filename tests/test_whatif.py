@@ -121,6 +121,9 @@ def test_panel_starts_from_the_exact_scenario():
         "add_back_0", "add_back_1", "add_back_2", "add_back_3",
     }
     assert panel.controls["add_back_2"].description == "rank 2: add back [GiB] (other processes 5 GiB)"
+    bundle = panel._repr_mimebundle_()
+    assert "application/vnd.jupyter.widget-view+json" in bundle
+    assert bundle["text/plain"].startswith("What-if panel")
 
 
 def test_panel_recomputes_when_a_control_moves():
