@@ -96,21 +96,32 @@ def _add_budget(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--block-bytes", type=_positive_int, help="round down to whole blocks")
     parser.add_argument("--assume-uniform", action="store_true",
                         help="logs showing local rank 0 only: take its room for every rank")
+    parser.add_argument("--max-model-len", type=_positive_int, metavar="L",
+                        help="with --model: sequence length for the concurrency figure (default: the logs')")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_model_arguments(parser)
     parser.set_defaults(run=_run_budget)
 
 
 def _run_budget(args: argparse.Namespace) -> int:
     if bool(args.logs) == (args.room is not None):
         raise CliError("give either LOG files or --room (exactly one of them)")
+    if args.model and args.block_bytes:
+        raise CliError("give --block-bytes or --model, not both: the model sets the block bytes")
+    key: dict = {}
     if args.room is not None:
         if args.assume_uniform:
             raise CliError("--assume-uniform applies to LOG files only")
-        budget = uniform_budget(args.room, args.reserve, block_bytes=args.block_bytes)
+        spec = _kv_spec_from_args(args)
+        block_bytes = spec.block_bytes if spec else args.block_bytes
+        budget = uniform_budget(args.room, args.reserve, block_bytes=block_bytes)
     else:
         ledger, metadata = read_vllm_logs(args.logs)
         _print_warnings(metadata["warnings"])
-        budget = budget_from_ledger(ledger, args.reserve, block_bytes=args.block_bytes,
+        key = compatibility_key(ledger)
+        spec = _kv_spec_from_args(args, key)
+        block_bytes = spec.block_bytes if spec else args.block_bytes
+        budget = budget_from_ledger(ledger, args.reserve, block_bytes=block_bytes,
                                     assume_uniform=args.assume_uniform)
         if args.assume_uniform:
             rooms = room_per_rank(ledger, assume_uniform=True)
@@ -119,10 +130,24 @@ def _run_budget(args: argparse.Namespace) -> int:
                 lowest = format_size(min(budget.room_bytes))
                 _print_warnings([f"--assume-uniform: rank(s) {', '.join(map(str, assumed))} show no room of "
                                  f"their own and take the lowest room shown ({lowest})"])
+    max_model_len = args.max_model_len or plain_value(key.get("max_model_len"))
+    if spec is not None and max_model_len is None:
+        raise CliError("--model needs --max-model-len L when the logs do not show max_model_len")
+    capacity_data = spec.capacity(budget.uniform_budget_bytes, int(max_model_len)).to_dict() if spec else None
     if args.json:
-        return _print_json(budget.to_dict())
+        data = budget.to_dict()
+        if capacity_data is not None:
+            data["capacity"] = capacity_data
+        return _print_json(data)
     print(f"uniform budget  {format_size(budget.uniform_budget_bytes)} per GPU "
           f"(limiting rank {budget.limiting_rank})")
+    if capacity_data is not None:
+        print(f"capacity        {capacity_data['blocks']:,} blocks = {capacity_data['tokens']:,} tokens, "
+              f"{capacity_data['max_concurrency']:.2f}x at {capacity_data['max_model_len']:,} tokens")
+    if budget.block_bytes:
+        block = format_size(budget.block_bytes)
+        print(f"rounding        down to {budget.num_blocks:,} whole blocks of {block} "
+              f"(−{format_size(budget.rounding_loss_bytes)})")
     print(f"flag            {budget.flag}")
     print(f"allocated       {format_size(budget.allocated_total_bytes)} over {len(budget.ranks)} GPUs")
     print(f"stranded        {format_size(budget.stranded_total_bytes)} on the stronger ranks")
@@ -158,6 +183,9 @@ def _add_ledger(sub: argparse._SubParsersAction) -> None:
         "Example: kvplan ledger data/boots/four-rank/*.log --json",
     )
     parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
+    parser.add_argument("--nvidia-smi", action="append", default=[], metavar="CSV",
+                        help="nvidia-smi --query-gpu (and --query-compute-apps) CSV of the same boot: joins "
+                             "gpu_name, driver_version and other_process_bytes; repeat for both")
     form = parser.add_mutually_exclusive_group()
     form.add_argument("--json", action="store_true", help='print {"rows": [...], "warnings": [...]}')
     form.add_argument("--csv", action="store_true", help="print the ledger as CSV")
@@ -166,6 +194,8 @@ def _add_ledger(sub: argparse._SubParsersAction) -> None:
 
 def _run_ledger(args: argparse.Namespace) -> int:
     ledger, metadata = read_vllm_logs(args.logs)
+    if args.nvidia_smi:
+        ledger, _ = _join_snapshots(ledger, args.nvidia_smi)
     if args.json:
         rows = [{column: plain_value(value) for column, value in row.items()}
                 for row in ledger.to_dict(orient="records")]

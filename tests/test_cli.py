@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from kvplan.cli import main
+from kvplan.config import DATA_DIR
 from kvplan.units import parse_size
 from tests.conftest import GiB
 
@@ -105,3 +106,47 @@ def test_python_dash_m_runs_as_a_process():
     assert result.returncode == 2
     assert "error:" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+FOUR_RANK = DATA_DIR / "boots" / "four-rank"
+
+
+def test_budget_from_logs_with_model_rounds_to_blocks_and_reports_tokens(capsys):
+    data = run_json(capsys, "budget", f"{FOUR_RANK}/boot.log", "--reserve", "0.9GiB",
+                    "--model", "llama-3.1-70b", "--tp", "4")
+    # Llama-3.1-70B at TP 4: 2 KV heads × 128 × 2 (K and V) × 2 B = 1,024 B per token per layer;
+    # × 80 layers × 16 tokens = 1,310,720 B per block. 12 GiB // 1,310,720 = 9,830 blocks
+    # = 12,884,377,600 B (512 KiB below 12 GiB).
+    assert data["block_bytes"] == 1_310_720
+    assert data["num_blocks"] == 9_830
+    assert data["uniform_budget_bytes"] == 12_884_377_600
+    assert data["rounding_loss_bytes"] == 12 * GiB - 12_884_377_600 == 512 * 1024
+    # vLLM 0.26 (the logs' release): concurrency = 9,830 / ceil(32,768 / 16) = 4.7998…;
+    # tokens = int(4.7998046875 × 32,768) = 157,280
+    assert data["capacity"]["tokens"] == 157_280
+    assert data["capacity"]["max_concurrency"] == pytest.approx(9_830 / 2_048)
+
+
+def test_budget_model_and_block_bytes_conflict(capsys):
+    status = main(["budget", f"{FOUR_RANK}/boot.log", "--reserve", "0.9GiB", "--model", "llama-3.1-70b",
+                   "--tp", "4", "--block-bytes", "4096"])
+    assert status == 2
+    assert "not both" in capsys.readouterr().err
+
+
+def test_budget_model_with_a_tp_the_logs_contradict(capsys):
+    status = main(["budget", f"{FOUR_RANK}/boot.log", "--reserve", "0.9GiB", "--model", "llama-3.1-70b",
+                   "--tp", "8"])
+    assert status == 2
+    assert "tensor_parallel_size 4" in capsys.readouterr().err
+
+
+def test_ledger_joins_nvidia_smi_snapshots(capsys):
+    data = run_json(capsys, "ledger", f"{FOUR_RANK}/boot.log",
+                    "--nvidia-smi", f"{FOUR_RANK}/nvidia-smi-gpu.csv",
+                    "--nvidia-smi", f"{FOUR_RANK}/nvidia-smi-apps.csv")
+    rank2 = next(row for row in data["rows"] if row["rank"] == 2)
+    assert rank2["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    assert rank2["driver_version"] == "580.95.05"
+    # GPU 2 also holds the sidecar server's worker (24,643 MiB) and a notebook (6,032 MiB)
+    assert rank2["other_process_bytes"] == (24_643 + 6_032) * 1024 * 1024
