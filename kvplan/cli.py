@@ -534,16 +534,7 @@ def _run_gate(args: argparse.Namespace) -> int:
     if args.json:
         _print_json({"passed": verdict is True, "checks": [check.to_dict() for check in checks]})
     else:
-        for check in checks:
-            word = {True: "PASS", False: "FAIL", None: "????"}[check.passed]
-            print(f"{word}  {check.name}")
-            for part in check.detail.split("; "):
-                print(f"      {part}")
-        failed = sum(check.passed is False for check in checks)
-        unknown = sum(check.passed is None for check in checks)
-        summary = {True: "PASS", False: f"FAIL ({failed} of {len(checks)} checks failed)",
-                   None: f"CANNOT JUDGE ({unknown} of {len(checks)} checks lack evidence)"}[verdict]
-        print(f"gate: {summary}")
+        print(gate.format_checks(checks))
         _print_warnings(metadata["warnings"])
     return {True: EXIT_OK, False: EXIT_FAIL, None: EXIT_BAD_INPUT}[verdict]
 

@@ -28,7 +28,7 @@ import pandas as pd
 from kvplan import __version__, charts
 from kvplan.budget import Budget
 from kvplan.capacity import blocks_per_sequence
-from kvplan.gate import Approved, Check, check_outcomes, check_ranks_present
+from kvplan.gate import Approved, Check, check_outcomes, check_ranks_present, verdict_word
 from kvplan.io.model_config import read_model_config
 from kvplan.io.vllm_log import read_vllm_log
 from kvplan.kvspec import KVSpec, cross_check, kv_spec, options_for_logs
@@ -474,7 +474,7 @@ def summary_markdown(record: Mapping, name: str) -> str:
               "| field | value |", "|---|---|"]
     lines += [f"| {k} | {'not shown' if v is None else v} |" for k, v in record["compatibility_key"].items()]
     lines += ["", "## Checks at approval", ""]
-    lines += [f"- **{_verdict_word(c['passed'])}** {c['name']}: {c['detail']}" for c in record["checks"]]
+    lines += [f"- **{verdict_word(c['passed'])}** {c['name']}: {c['detail']}" for c in record["checks"]]
     lines += ["", "## Inputs", "", "| file | SHA-256 |", "|---|---|"]
     lines += [f"| `{entry['bundle_path']}` (was `{entry['path']}`) | `{entry['sha256']}` |"
               for entry in record["inputs"]]
@@ -513,10 +513,6 @@ def evidence_lines(provenance: pd.DataFrame) -> list[str]:
         lines.append(f"{where}  boot {'-' if boot is None else boot}  {text}")
         lines.append(f"    {raw}" if line is not None else f"    (not a log line: {raw})")
     return lines
-
-
-def _verdict_word(passed: bool | None) -> str:
-    return {True: "pass", False: "FAIL", None: "cannot judge"}[passed]
 
 
 # --- writing, reading, verifying ------------------------------------------------------------------

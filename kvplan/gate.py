@@ -81,6 +81,42 @@ def gate_verdict(checks: Sequence[Check]) -> bool | None:
     return True
 
 
+def verdict_word(passed: bool | None) -> str:
+    """The one word for a verdict, for a check or a whole gate: ``PASS``, ``FAIL`` or ``CANNOT JUDGE``.
+
+    >>> verdict_word(True), verdict_word(False), verdict_word(None)
+    ('PASS', 'FAIL', 'CANNOT JUDGE')
+    """
+    return {True: "PASS", False: "FAIL", None: "CANNOT JUDGE"}[passed]
+
+
+def format_checks(checks: Sequence[Check]) -> str:
+    """The text ``kvplan gate`` prints: each check with its verdict, its evidence parts, then the verdict.
+
+    A detail's ``; ``-separated parts go on their own indented lines; the last line folds the checks
+    with :func:`gate_verdict` and counts the failed (or unjudged) ones.
+
+    >>> checks = [Check("every rank present", True, "ranks 0-3 of 4"),
+    ...           Check("no OOM or error", None, "c.log rank 2: incomplete; d.log rank 0: incomplete")]
+    >>> print(format_checks(checks))
+    PASS  every rank present
+          ranks 0-3 of 4
+    CANNOT JUDGE  no OOM or error
+          c.log rank 2: incomplete
+          d.log rank 0: incomplete
+    gate: CANNOT JUDGE (1 of 2 checks lack evidence)
+    """
+    lines = []
+    for check in checks:
+        lines.append(f"{verdict_word(check.passed)}  {check.name}")
+        lines += [f"      {part}" for part in check.detail.split("; ") if part]
+    verdict = gate_verdict(checks)
+    counts = {False: f" ({sum(c.passed is False for c in checks)} of {len(checks)} checks failed)",
+              None: f" ({sum(c.passed is None for c in checks)} of {len(checks)} checks lack evidence)"}
+    lines.append(f"gate: {verdict_word(verdict)}{counts.get(verdict, '')}")
+    return "\n".join(lines)
+
+
 def check_compatibility_key(approved_key: Mapping[str, object], boot_key: Mapping[str, object]) -> Check:
     """Every key field the boot shows equals the approved one; each difference is listed.
 

@@ -117,7 +117,7 @@ class TestBundleContents:
         assert "| 2 (limits) | 12.9 GiB | suggestion | 12 GiB |" in summary
         assert "**Stranded:** 14.1 GiB" in summary
         assert "| 32,768 | 9,830 | 157,280 | 4.80 |" in summary
-        assert "**pass** admission plan fits" in summary
+        assert "**PASS** admission plan fits" in summary
 
 
 class TestVerify:

@@ -24,8 +24,10 @@ from kvplan.gate import (
     check_ranks_present,
     check_reserve_after_warmup,
     check_tokens,
+    format_checks,
     gate_checks,
     gate_verdict,
+    verdict_word,
 )
 from kvplan.io.model_config import resolve_model_config
 from kvplan.units import parse_size
@@ -62,6 +64,31 @@ def test_verdict_folds_fail_over_unknown_over_pass():
     assert gate_verdict([Check("a", True, ""), Check("b", None, "")]) is None
     assert gate_verdict([Check("a", None, ""), Check("b", False, "")]) is False
     assert gate_verdict([]) is None
+
+
+def test_one_word_per_verdict_for_checks_and_gates():
+    assert [verdict_word(v) for v in (True, False, None)] == ["PASS", "FAIL", "CANNOT JUDGE"]
+    # the overall word of a gate is the word of its folded verdict
+    assert verdict_word(gate_verdict([Check("a", True, ""), Check("b", None, "")])) == "CANNOT JUDGE"
+
+
+def test_format_checks_lists_each_check_then_the_verdict():
+    checks = [Check(RANKS_CHECK, True, "ranks 0-3 of 4"),
+              Check(BUDGET_CHECK, False, "rank 2: 28.25 GiB < 30 GiB; a lower value fits: 28.25 GiB"),
+              Check(TOKENS_CHECK, None, "the boot did not log its GPU KV cache size")]
+    assert format_checks(checks).splitlines() == [
+        "PASS  every rank present",
+        "      ranks 0-3 of 4",
+        "FAIL  approved value fits every rank",
+        "      rank 2: 28.25 GiB < 30 GiB",
+        "      a lower value fits: 28.25 GiB",
+        "CANNOT JUDGE  tokens cover the admission plan",
+        "      the boot did not log its GPU KV cache size",
+        "gate: FAIL (1 of 3 checks failed)",  # a failure outranks a check that cannot be judged
+    ]
+    assert format_checks(checks[:1]).splitlines()[-1] == "gate: PASS"
+    assert format_checks([checks[0], checks[2]]).splitlines()[-1] == (
+        "gate: CANNOT JUDGE (1 of 2 checks lack evidence)")
 
 
 class TestCompatibilityKey:
