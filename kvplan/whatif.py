@@ -185,17 +185,17 @@ def weak_rank_verdict(budget: Budget, loss_threshold: float = 0.10) -> str:
     median = format_size(budget.median_safe_bytes)
     if loss >= loss_threshold:
         return (
-            f"Fix the weak rank: rank {rank} ({weakest}) removes {loss:.0%} of the median rank's "
+            f"Fix the weak rank: rank {rank} ({weakest}) removes {loss:.1%} of the median rank's "
             f"safe budget ({median}); find what else holds memory on its GPU before tuning the value."
         )
     return (
-        f"Tune the value: the weakest rank ({rank}, {weakest}) is within {loss:.0%} of the median "
+        f"Tune the value: the weakest rank ({rank}, {weakest}) is within {loss:.1%} of the median "
         f"({median}); the reserve is the lever."
     )
 
 
-def budgets_by_boot(ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None
-                    ) -> dict[str, Budget]:
+def budgets_by_boot(ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None,
+                    assume_uniform: bool = False) -> dict[str, Budget]:
     """The budget each boot of a ledger would give on its own, keyed ``"<file> #<boot>"``.
 
     Feeds :func:`kvplan.charts.spread_chart`: a weak rank that limits every boot is a property of
@@ -204,7 +204,8 @@ def budgets_by_boot(ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int |
     budgets = {}
     for (source, boot), rows in ledger.groupby(["source", "boot"], sort=False):
         label = f"{Path(str(source)).name} #{int(boot)}"
-        budgets[label] = budget_from_ledger(rows, reserve_bytes, block_bytes=block_bytes)
+        budgets[label] = budget_from_ledger(rows, reserve_bytes, block_bytes=block_bytes,
+                                            assume_uniform=assume_uniform)
     return budgets
 
 

@@ -194,13 +194,13 @@ def test_headline_text_of_the_founding_example():
 def test_verdict_fix_the_weak_rank_or_tune_the_value():
     # 1 − 12.0 / 16.1 = 0.2547 ≥ 10 %: the weak rank is the lever
     assert weak_rank_verdict(uniform_budget(ROOMS, RESERVE)) == (
-        "Fix the weak rank: rank 2 (12 GiB) removes 25% of the median rank's safe budget (16.1 GiB); "
+        "Fix the weak rank: rank 2 (12 GiB) removes 25.5% of the median rank's safe budget (16.1 GiB); "
         "find what else holds memory on its GPU before tuning the value."
     )
-    # safe 15, 15.5, 16 GiB: 1 − 15 / 15.5 = 3 % < 10 %: tune the value
+    # safe 15, 15.5, 16 GiB: 1 − 15 / 15.5 = 3.2 % < 10 %: tune the value
     even = uniform_budget([16 * GiB, 33 * GiB // 2, 17 * GiB], GiB)
     assert weak_rank_verdict(even) == (
-        "Tune the value: the weakest rank (0, 15 GiB) is within 3% of the median (15.5 GiB); "
+        "Tune the value: the weakest rank (0, 15 GiB) is within 3.2% of the median (15.5 GiB); "
         "the reserve is the lever."
     )
 
