@@ -411,7 +411,8 @@ def _add_approve(sub: argparse._SubParsersAction) -> None:
         "approve",
         help="write an evidence bundle: the approved budget, its ledger, charts, hashes and source lines",
         description="Compute the uniform budget from the logs of a profiled boot and write it, with its "
-        "evidence, to a new folder OUT/<date>-<hash> (never overwritten). "
+        "evidence, to a new folder OUT/<date>-<hash> (never overwritten). With --load, the load test "
+        "of a canary at that value joins the evidence and its checks (no OOM, preemptions ≤ N) must pass. "
         "Example: kvplan approve data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b "
         "--tp 4 --target-concurrency 4 --seq-len 32768 --approver 'Ana Planner' --out evidence/",
     )
@@ -428,6 +429,12 @@ def _add_approve(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--approver", required=True, metavar="NAME", help="who approves")
     parser.add_argument("--note", default="", metavar="TEXT", help="e.g. the change ticket")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder the bundle folder is created in")
+    parser.add_argument("--load", nargs="+", default=[], metavar="LOG_OR_METRICS",
+                        help="server logs and /metrics snapshots of a load test at the approved value")
+    parser.add_argument("--max-preemptions", type=int, metavar="N",
+                        help="with --load: preemptions allowed in the run (default 0)")
+    parser.add_argument("--year", type=_positive_int,
+                        help="with --load: year of vLLM's yearless MM-DD timestamps")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     before = {action.dest for action in parser._actions}
     _add_model_arguments(parser)
@@ -446,14 +453,27 @@ def _run_approve(args: argparse.Namespace) -> int:
         layout = evidence.ModelLayout(resolve_model_config(args.model), options)
     plan = evidence.Plan(args.target_concurrency, args.seq_len) if args.seq_len else None
     policy = evidence.Policy(args.reserve, args.guard, args.assume_uniform)
-    bundle = evidence.approve(args.logs, args.out, policy, args.approver, args.note, layout, plan)
+    load_policy = None
+    if args.load:
+        allowed = 0 if args.max_preemptions is None else args.max_preemptions
+        load_policy = evidence.LoadPolicy(allowed, args.year)
+    elif args.max_preemptions is not None or args.year is not None:
+        raise CliError("--max-preemptions and --year apply to --load files only")
+    bundle = evidence.approve(args.logs, args.out, policy, args.approver, args.note, layout, plan,
+                              load_paths=args.load, load_policy=load_policy)
     record = evidence.read_bundle(bundle)
     if args.json:
-        return _print_json({"bundle": str(bundle), "decision": record["decision"],
+        return _print_json({"bundle": str(bundle), "decision": record["decision"], "load": record.get("load"),
                             "checks": record["checks"], "warnings": record["warnings"]})
     decision = record["decision"]
     print(f"approved     {decision['human']} per GPU (limiting rank {decision['limiting_rank']})")
     print(f"flag         {decision['flag']}")
+    if "load" in record:
+        load = record["load"]
+        peak = load["peak_kv_cache_usage_pct"]
+        print(f"under load   peak KV cache usage {'unknown' if peak is None else f'{peak:.1f}%'}, "
+              f"{'unknown' if load['preemptions'] is None else load['preemptions']} preemption(s), "
+              f"{load['oom_events']} OOM")
     print(f"bundle       {bundle}")
     print(f"verify with  kvplan verify {bundle}")
     _print_warnings(record["warnings"])

@@ -1,12 +1,12 @@
 """The evidence bundle: an approved budget with everything needed to re-check it, written once.
 
 One folder per approval, named ``YYYY-MM-DD-<hash>`` after the UTC date and the first 12 hex digits
-of :func:`inputs_digest` (the SHA-256 of the input files' hashes, the policy, the model layout and
-the admission plan). It holds ``budget.json`` (schema in ``docs/budget-json.md``), ``ledger.csv``,
-``SUMMARY.md``, ``evidence.log``, ``charts/*.png`` and a copy of every input under ``inputs/``, so
-:func:`verify_bundle` can recompute the decision anywhere. The folder is assembled under a hidden
-temporary name beside the target and renamed into place; any failure removes the temporary folder,
-and an existing bundle is never overwritten or changed.
+of :func:`inputs_digest` (the SHA-256 of the input files' hashes, the policy, the model layout, the
+admission plan and, with load-test files, the load policy). It holds ``budget.json`` (schema in
+``docs/budget-json.md``), ``ledger.csv``, ``SUMMARY.md``, ``evidence.log``, ``charts/*.png`` and a copy
+of every input under ``inputs/``, so :func:`verify_bundle` can recompute the decision anywhere. The
+folder is assembled under a hidden temporary name beside the target and renamed into place; any
+failure removes the temporary folder, and an existing bundle is never overwritten or changed.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import tempfile
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -31,8 +32,10 @@ from kvplan.capacity import blocks_per_sequence
 from kvplan.gate import Approved, Check, check_outcomes, check_ranks_present, verdict_word
 from kvplan.io.model_config import read_model_config
 from kvplan.io.vllm_log import read_vllm_log
+from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.kvspec import KVSpec, cross_check, kv_spec, options_for_logs
 from kvplan.ledger import budget_from_ledger, compatibility_key, is_known, room_per_rank
+from kvplan.load import LoadFormatError, LoadReading, load_checks, load_summary
 from kvplan.units import format_size
 
 SCHEMA = "kvplan.budget"
@@ -74,6 +77,29 @@ class Plan:
 
 
 @dataclass(frozen=True)
+class LoadPolicy:
+    """How load-test evidence is read and judged at approval.
+
+    ``max_preemptions`` is the number of preemptions the run may show (default 0); ``year`` anchors
+    vLLM's yearless ``MM-DD HH:MM:SS`` log stamps (None: times stay yearless unless /metrics give one).
+
+    >>> LoadPolicy(max_preemptions=-1)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_preemptions must be a count ≥ 0, got -1
+    """
+
+    max_preemptions: int = 0
+    year: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_preemptions, int) or self.max_preemptions < 0:
+            raise ValueError(f"max_preemptions must be a count ≥ 0, got {self.max_preemptions!r}")
+        if self.year is not None and (not isinstance(self.year, int) or self.year <= 0):
+            raise ValueError(f"year must be a positive whole number, got {self.year!r}")
+
+
+@dataclass(frozen=True)
 class ModelLayout:
     """How KV bytes per token were derived: the model config (an input file) and the layout options.
 
@@ -102,6 +128,7 @@ class Decision:
     capacity: tuple[dict, ...] | None
     plan: dict | None
     checks: tuple[Check, ...]
+    load: dict | None = None
 
 
 # --- hashes and names ---------------------------------------------------------------------------
@@ -175,8 +202,14 @@ def decide(
     policy: Policy,
     layout: ModelLayout | None = None,
     plan: Plan | None = None,
+    loads: Sequence[tuple[Path, str]] = (),
+    load_policy: LoadPolicy | None = None,
 ) -> Decision:
-    """Read the logs and compute the approved budget, capacity, admission plan and checks."""
+    """Read the logs and compute the approved budget, capacity, admission plan and checks.
+
+    With load-test files (``(path, name)`` pairs, logs and /metrics snapshots of one run), the
+    decision also holds their :func:`load_section` and the load checks join the approval checks.
+    """
     ledger, warnings, provenance = read_named_logs(logs)
     key = compatibility_key(ledger)
     spec = layout_spec(layout, key) if layout is not None else None
@@ -193,11 +226,86 @@ def decide(
         checks.append(model_check(ledger, spec))
     if plan_record is not None and plan_record["fits"] is not None:
         checks.append(Check("admission plan fits", plan_record["fits"], plan_record["detail"]))
+    load = None
+    if loads:
+        load_policy = load_policy or LoadPolicy()
+        at_max_len = [row["tokens"] for row in capacity or () if row["seq_len"] == max_model_len]
+        approved_tokens = at_max_len[0] if at_max_len else None
+        reading = read_named_load(loads, load_policy.year)
+        load, more_checks = load_section(reading, load_policy, budget.uniform_budget_bytes, approved_tokens,
+                                         profiled_tokens(ledger))
+        checks += more_checks
     return Decision(
         ledger=ledger, provenance=provenance, warnings=tuple(warnings), budget=budget, compatibility_key=key,
         ref_free_bytes=ref_free, room_sources=sources, spec=spec, capacity=capacity, plan=plan_record,
-        checks=tuple(checks),
+        checks=tuple(checks), load=load,
     )
+
+
+def read_named_load(loads: Sequence[tuple[Path, str]], year: int | None = None) -> LoadReading:
+    """Load evidence of ``(path, name)`` pairs, read together, every row and warning naming ``name``.
+
+    As for the logs, naming the bundle copies makes approval and verification read the same text.
+    """
+    names = {str(path): name for path, name in loads}
+    try:
+        reading = read_load_evidence([path for path, _ in loads], year=year)
+    except ValueError as exc:
+        raise LoadFormatError(_renamed(str(exc), names)) from exc
+    return LoadReading(
+        rows=tuple(replace(row, source=names.get(row.source, row.source)) for row in reading.rows),
+        warnings=tuple(_renamed(warning, names) for warning in reading.warnings),
+        sources=tuple(replace(s, source=names.get(s.source, s.source)) for s in reading.sources),
+    )
+
+
+def profiled_tokens(ledger: pd.DataFrame) -> int | None:
+    """Lowest "GPU KV cache size" [tokens] that a profiled boot (no manual KV value) in the ledger logged.
+
+    >>> profiled_tokens(pd.DataFrame({"kv_cache_tokens": [155_856, 157_280],
+    ...                               "manual_kv_bytes": [None, 12_884_377_600]}))
+    155856
+    """
+    if "kv_cache_tokens" not in ledger.columns:
+        return None
+    rows = ledger[ledger["manual_kv_bytes"].isna()] if "manual_kv_bytes" in ledger.columns else ledger
+    tokens = rows["kv_cache_tokens"].dropna()
+    return int(tokens.min()) if not tokens.empty else None
+
+
+def load_section(
+    reading: LoadReading,
+    load_policy: LoadPolicy,
+    approved_bytes: int,
+    approved_tokens: int | None = None,
+    profiled_kv_cache_tokens: int | None = None,
+) -> tuple[dict, list[Check]]:
+    """The ``load`` section of ``budget.json`` and the load checks that join the approval checks.
+
+    The section is :func:`kvplan.load.load_summary` of the run plus ``max_preemptions``, ``year``,
+    ``approved_kv_cache_tokens`` (tokens the approved value ``approved_bytes`` holds at
+    ``max_model_len``; None without a model) and ``notes`` (where the run was not at the approved value).
+    Capacity is the run's own (its "GPU KV cache size" line or ``vllm:cache_config_info``), else
+    ``approved_tokens``. The checks are :func:`kvplan.load.load_checks` with the policy's preemption
+    threshold; a run at a manual ``--kv-cache-memory-bytes`` value also reports its capacity against
+    ``profiled_kv_cache_tokens`` (the profiled boot's logged size), without a bound.
+    """
+    stated = reading.kv_cache_tokens
+    tokens = stated if stated is not None else approved_tokens
+    summary = load_summary(reading, kv_cache_tokens=tokens)
+    manual = summary["kv_cache_memory_bytes"]
+    checks = load_checks(reading, max_preemptions=load_policy.max_preemptions, kv_cache_tokens=tokens,
+                         profiled_kv_cache_tokens=profiled_kv_cache_tokens if manual is not None else None)
+    notes = []
+    if manual is not None and manual != approved_bytes:
+        notes.append(f"the load run used --kv-cache-memory-bytes={manual}, not the approved "
+                     f"{approved_bytes}: it is evidence for another value")
+    if stated is not None and approved_tokens is not None and stated != approved_tokens:
+        notes.append(f"the load run's KV cache holds {stated:,} tokens; the approved value holds "
+                     f"{approved_tokens:,}")
+    section = {**summary, "approved_kv_cache_tokens": approved_tokens,
+               "max_preemptions": load_policy.max_preemptions, "year": load_policy.year, "notes": notes}
+    return section, checks
 
 
 def layout_spec(layout: ModelLayout, key: Mapping[str, object]) -> KVSpec:
@@ -367,6 +475,7 @@ def build_record(
         "model_options": dict(layout_options) if layout_options is not None else None,
         "capacity": [dict(row) for row in decision.capacity] if decision.capacity is not None else None,
         "admission_plan": decision.plan,
+        **({"load": decision.load} if decision.load is not None else {}),
         "compatibility_key": {k: _json_value(v) for k, v in decision.compatibility_key.items()},
         "checks": [check.to_dict() for check in decision.checks],
         "warnings": list(decision.warnings),
@@ -470,6 +579,8 @@ def summary_markdown(record: Mapping, name: str) -> str:
         lines.append("Not computed: approve with `--model CONFIG --tp N` to turn bytes into tokens.")
     if record["admission_plan"]:
         lines += ["", f"**Admission plan:** {record['admission_plan']['detail']}."]
+    if record.get("load") is not None:
+        lines += ["", "## Under load", "", *under_load_lines(record["load"])]
     lines += ["", "## Compatibility key (reuse only where all of these are unchanged)", "",
               "| field | value |", "|---|---|"]
     lines += [f"| {k} | {'not shown' if v is None else v} |" for k, v in record["compatibility_key"].items()]
@@ -481,6 +592,61 @@ def summary_markdown(record: Mapping, name: str) -> str:
     lines += ["", f"Re-check: `kvplan verify {name}`. Gate a canary boot: "
                   f"`kvplan gate --approved {name} CANARY.log`.", ""]
     return "\n".join(lines)
+
+
+def under_load_lines(load: Mapping) -> list[str]:
+    """The "Under load" bullets of ``SUMMARY.md`` from a ``budget.json`` ``load`` section.
+
+    >>> load = {"sources": ["inputs/server.log"], "rows": 40, "start": "2026-11-27T09:32:10",
+    ...     "end": "2026-11-27T09:38:58", "duration_s": 408.0, "kv_cache_tokens": 157280,
+    ...     "kv_cache_memory_bytes": 12884377600, "approved_kv_cache_tokens": 157280,
+    ...     "peak_kv_cache_usage_pct": 70.1, "peak_kv_cache_tokens": 110253,
+    ...     "peak_at": {"source": "inputs/server.log", "line": 61, "time": None, "engine": 0},
+    ...     "max_running": 32, "max_waiting": 3, "mean_prompt_tokens_per_s": 1520.5,
+    ...     "mean_generation_tokens_per_s": 689.25, "preemptions": 0, "max_preemptions": 0,
+    ...     "oom_events": 0, "error_events": 0, "warnings": [], "notes": []}
+    >>> print("\\n".join(under_load_lines(load)))
+    - **Evidence:** 40 rows from `inputs/server.log`, 2026-11-27T09:32:10 to 2026-11-27T09:38:58 (408 s).
+    - **Peak KV cache usage:** 70.1% of 157,280 tokens (≈110,253) at `inputs/server.log:61`.
+    - **Preemptions:** 0 (policy allows 0); **OOM / error events:** 0 / 0.
+    - **Throughput:** prompt 1,520, generation 689 tokens/s on average; peak 32 running, 3 waiting.
+    - **Capacity:** 157,280 tokens (`--kv-cache-memory-bytes=12884377600`); approved value: 157,280.
+    """
+    peak, tokens, preemptions = load["peak_kv_cache_usage_pct"], load["kv_cache_tokens"], load["preemptions"]
+    span = f", {load['start']} to {load['end']} ({load['duration_s']:g} s)" if load["start"] else ""
+    files = ", ".join(f"`{source}`" for source in load["sources"])
+    lines = [f"- **Evidence:** {load['rows']} rows from {files}{span}."]
+    if peak is None:
+        lines.append("- **Peak KV cache usage:** not reported.")
+    else:
+        of = f" of {tokens:,} tokens (≈{load['peak_kv_cache_tokens']:,})" if tokens is not None else ""
+        where = f"{load['peak_at']['source']}:{load['peak_at']['line']}"
+        lines.append(f"- **Peak KV cache usage:** {peak:.1f}%{of} at `{where}`.")
+    counted = "not reported" if preemptions is None else preemptions
+    lines.append(f"- **Preemptions:** {counted} (policy allows {load['max_preemptions']}); "
+                 f"**OOM / error events:** {load['oom_events']} / {load['error_events']}.")
+    prompt, generation = load["mean_prompt_tokens_per_s"], load["mean_generation_tokens_per_s"]
+    lines.append(f"- **Throughput:** prompt {_count_text(prompt)}, generation {_count_text(generation)} "
+                 f"tokens/s on average; peak {_count_text(load['max_running'])} running, "
+                 f"{_count_text(load['max_waiting'])} waiting.")
+    manual = load["kv_cache_memory_bytes"]
+    setting = f"`--kv-cache-memory-bytes={manual}`" if manual is not None else "profiled"
+    approved = load["approved_kv_cache_tokens"]
+    lines.append(f"- **Capacity:** {_count_text(tokens)} tokens ({setting}); approved value: "
+                 f"{_count_text(approved)}.")
+    lines += [f"- **Note:** {note}." for note in load["notes"]]
+    if load["warnings"]:
+        lines.append(f"- {len(load['warnings'])} reader warning(s) in `budget.json` (`load.warnings`).")
+    return lines
+
+
+def _count_text(value: float | None) -> str:
+    """A count or rate with thousands separators, rounded to whole units; ``?`` when unknown.
+
+    >>> _count_text(1520.5), _count_text(None)
+    ('1,520', '?')
+    """
+    return "?" if value is None else f"{value:,.0f}"
 
 
 def evidence_lines(provenance: pd.DataFrame) -> list[str]:
@@ -527,11 +693,16 @@ def approve(
     layout: ModelLayout | None = None,
     plan: Plan | None = None,
     now: datetime | None = None,
+    load_paths: Sequence[str | os.PathLike] = (),
+    load_policy: LoadPolicy | None = None,
 ) -> Path:
     """Compute the decision and write its bundle under ``out_dir``; returns the new folder.
 
+    ``load_paths`` are the server logs and /metrics snapshots of a load test at the approved value
+    (read with ``load_policy``, default: no preemption allowed); they are inputs like the logs.
     Raises :class:`BundleExistsError` when the folder already exists, and :class:`ApprovalError`
-    when the logs give no budget or a check at approval fails (e.g. the plan does not fit).
+    when the logs give no budget or a check at approval fails (e.g. the plan does not fit, or the
+    load test shows an OOM or more preemptions than the policy allows).
     """
     if not approver.strip():
         raise ValueError("an approval needs the approver's name (--approver)")
@@ -540,9 +711,15 @@ def approve(
     logs = [Path(path) for path in log_paths]
     if not logs:
         raise ValueError("no log files: approve needs the logs of at least one profiled boot")
-    sources = logs + ([Path(layout.config)] if layout else [])
+    loads = [Path(path) for path in load_paths]
+    if load_policy is not None and not loads:
+        raise ValueError("a load policy (max preemptions, year) needs load-test files (--load)")
+    load_policy = (load_policy or LoadPolicy()) if loads else None
+    configs = [Path(layout.config)] if layout else []
+    sources = logs + configs + loads
+    roles = ["log"] * len(logs) + ["model config"] * len(configs) + ["load"] * len(loads)
     hashes = [sha256_file(path) for path in sources]
-    settings = _settings(policy, layout, plan)
+    settings = _settings(policy, layout, plan, load_policy)
     digest = inputs_digest(hashes, settings)
     created = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     out = Path(out_dir)
@@ -554,17 +731,15 @@ def approve(
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=out))
     try:
         names = input_names(sources)
-        inputs = _copy_inputs(sources, names, hashes, staging, len(logs))
-        copied_logs = [(staging / name, name) for name in names[: len(logs)]]
-        copied_layout = ModelLayout(staging / names[-1], layout.options) if layout else None
+        inputs = _copy_inputs(sources, names, hashes, roles, staging)
+        copied = {role: [(staging / name, name) for name, r in zip(names, roles) if r == role]
+                  for role in ("log", "model config", "load")}
+        copied_layout = ModelLayout(copied["model config"][0][0], layout.options) if layout else None
         try:
-            decision = decide(copied_logs, policy, copied_layout, plan)
+            decision = decide(copied["log"], policy, copied_layout, plan, copied["load"], load_policy)
+            _refuse_failed_checks(decision)
         except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
-            message = str(exc)
-            for source, name in zip(sources, names):
-                message = message.replace(name, str(source))
-            raise ApprovalError(message) from exc
-        _refuse_failed_checks(decision)
+            raise ApprovalError(_renamed(str(exc), dict(zip(names, map(str, sources))))) from exc
         record = build_record(decision, policy, inputs, digest, created, approver, note,
                               dict(layout.options) if layout else None)
         record["files"] = _write_artifacts(staging, decision, record, final.name)
@@ -621,32 +796,39 @@ def verify_bundle(bundle: str | os.PathLike) -> list[str]:
             plan = Plan(int(plan_record["target_concurrency"]), int(plan_record["seq_len"]))
         options = record.get("model_options")
         entries = record["inputs"]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BundleError(f"{folder / BUDGET_JSON}: malformed policy, plan or inputs: {exc}") from None
+        loads = [e for e in entries if e.get("role") == "load"]
+        load_record = record.get("load")
+        load_policy = None
+        if loads:
+            load_policy = LoadPolicy() if load_record is None else LoadPolicy(
+                int(load_record["max_preemptions"]), _int_or_none(load_record["year"]))
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BundleError(f"{folder / BUDGET_JSON}: malformed policy, plan, load or inputs: {exc}") from None
     logs = [e for e in entries if e.get("role") == "log"]
     configs = [e for e in entries if e.get("role") == "model config"]
     layout = None
     if configs and options is not None:
         layout = ModelLayout(folder / configs[0]["bundle_path"], options)
-    settings = _settings(policy, layout, plan)
-    digest = inputs_digest([e["sha256"] for e in logs + configs], settings)
+    settings = _settings(policy, layout, plan, load_policy)
+    digest = inputs_digest([e["sha256"] for e in logs + configs + loads], settings)
     if digest != record.get("inputs_digest"):
         differences.append(f"inputs digest: recorded {record.get('inputs_digest')}, recomputed {digest} "
-                           "(policy, plan, model options or input hashes were changed)")
+                           "(policy, plan, model options, load policy or input hashes were changed)")
     if not folder.resolve().name.endswith(digest[:DIGEST_CHARS]):
         differences.append(f"folder name {folder.resolve().name!r} does not end with the inputs digest "
                            f"{digest[:DIGEST_CHARS]}")
-    if any(not (folder / e["bundle_path"]).is_file() for e in logs + configs):
+    if any(not (folder / e["bundle_path"]).is_file() for e in logs + configs + loads):
         return differences
     try:
-        decision = decide([(folder / e["bundle_path"], e["bundle_path"]) for e in logs], policy, layout, plan)
+        decision = decide([(folder / e["bundle_path"], e["bundle_path"]) for e in logs], policy, layout, plan,
+                          [(folder / e["bundle_path"], e["bundle_path"]) for e in loads], load_policy)
     except (ValueError, TypeError) as exc:  # TypeError: model options kv_spec does not take
         return [*differences, f"recomputation failed: {exc}"]
     fresh = build_record(decision, policy, entries, digest, datetime.now(timezone.utc),
                          record.get("approver", ""), record.get("note", ""), options)
     for key in ("decision", "policy", "ranks", "summary", "stranded", "kv_spec", "capacity", "admission_plan",
-                "compatibility_key", "checks", "ledger"):
-        differences += _compare(key, record.get(key), _roundtrip(fresh[key]))
+                "load", "compatibility_key", "checks", "ledger"):
+        differences += _compare(key, record.get(key), _roundtrip(fresh.get(key)))
     if differences and record.get("kvplan_version") != __version__:
         differences.append(f"note: approved with kvplan {record.get('kvplan_version')}, verified with "
                            f"{__version__}; a reader change can explain a recomputed difference")
@@ -656,23 +838,39 @@ def verify_bundle(bundle: str | os.PathLike) -> list[str]:
 # --- helpers --------------------------------------------------------------------------------------
 
 
-def _settings(policy: Policy, layout: ModelLayout | None, plan: Plan | None) -> dict:
-    return {"policy": asdict(policy), "model_options": dict(layout.options) if layout else None,
-            "plan": asdict(plan) if plan else None}
+def _settings(policy: Policy, layout: ModelLayout | None, plan: Plan | None,
+              load_policy: LoadPolicy | None = None) -> dict:
+    """The settings of the inputs digest; ``load`` only with load evidence, so older digests still agree."""
+    settings = {"policy": asdict(policy), "model_options": dict(layout.options) if layout else None,
+                "plan": asdict(plan) if plan else None}
+    if load_policy is not None:
+        settings["load"] = asdict(load_policy)
+    return settings
 
 
-def _copy_inputs(sources: Sequence[Path], names: Sequence[str], hashes: Sequence[str], staging: Path,
-                 log_count: int) -> list[dict]:
+def _copy_inputs(sources: Sequence[Path], names: Sequence[str], hashes: Sequence[str], roles: Sequence[str],
+                 staging: Path) -> list[dict]:
     (staging / INPUTS_DIR).mkdir()
     entries = []
-    for i, (source, name, digest) in enumerate(zip(sources, names, hashes)):
+    for source, name, digest, role in zip(sources, names, hashes, roles):
         shutil.copyfile(source, staging / name)
         if sha256_file(staging / name) != digest:
             raise ValueError(f"{source}: changed while it was being copied; approve again")
         entries.append({"path": str(source), "bundle_path": name, "sha256": digest,
-                        "size_bytes": (staging / name).stat().st_size,
-                        "role": "log" if i < log_count else "model config"})
+                        "size_bytes": (staging / name).stat().st_size, "role": role})
     return entries
+
+
+def _renamed(text: str, names: Mapping[str, str]) -> str:
+    """``text`` with every key of ``names`` replaced by its value in one pass, longest key first.
+
+    >>> _renamed("inputs/a.log.1: bad; inputs/a.log: ok", {"inputs/a.log": "x", "inputs/a.log.1": "y"})
+    'y: bad; x: ok'
+    """
+    if not names:
+        return text
+    pattern = "|".join(re.escape(old) for old in sorted(names, key=len, reverse=True))
+    return re.sub(pattern, lambda match: names[match.group(0)], text)
 
 
 def _refuse_failed_checks(decision: Decision) -> None:

@@ -252,3 +252,117 @@ class TestRankZeroOnly:
         assert [r["room_source"] for r in record["ranks"]][1] == "assumed_uniform"
         assert record["ranks"][0]["room_bytes"] == record["ranks"][1]["room_bytes"]
         assert evidence.verify_bundle(bundle) == []
+
+
+LOAD = DATA_DIR / "load"
+STEADY = [LOAD / "manual-canary" / "server.log", *sorted((LOAD / "manual-canary" / "metrics").glob("*.prom"))]
+OVERLOAD = [LOAD / "manual-canary-overload" / "server.log", LOAD / "manual-canary-overload" / "metrics.prom"]
+#: the inputs-digest settings of `approve(...)` as they were before load evidence existed
+SETTINGS = {"policy": {"reserve_bytes": RESERVE, "guard_bytes": 0, "assume_uniform": False},
+            "model_options": LLAMA_70B_TP4, "plan": {"target_concurrency": 4, "seq_len": 32768}}
+
+
+@pytest.fixture(scope="module")
+def load_bundle(tmp_path_factory) -> Path:
+    """Scenario A approved together with the steady load test of the manual-value canary at 12 GiB."""
+    return approve(tmp_path_factory.mktemp("load"), load_paths=STEADY,
+                   load_policy=evidence.LoadPolicy(max_preemptions=0, year=2026))
+
+
+class TestLoadEvidence:
+    def test_steady_canary_approves_with_its_load_summary(self, load_bundle):
+        record = evidence.read_bundle(load_bundle)
+        load = record["load"]
+        # the run: --kv-cache-memory-bytes 12884377600 = 9,830 blocks × 16 = 157,280 tokens, the same the
+        # approved 12 GiB holds at max_model_len 32,768 (capacity table above)
+        assert (load["kv_cache_memory_bytes"], load["kv_cache_tokens"], load["approved_kv_cache_tokens"]) == (
+            12_884_377_600, 157_280, 157_280)
+        # peak "GPU KV cache usage: 70.1%" (server.log line 304) × 157,280 = 110,253.28 → 110,253 tokens
+        assert (load["peak_kv_cache_usage_pct"], load["peak_kv_cache_tokens"]) == (70.1, 110_253)
+        assert load["peak_at"] == {"source": "inputs/server.log", "line": 304, "time": "2026-11-27T09:36:28",
+                                   "engine": 0}
+        assert (load["preemptions"], load["oom_events"], load["error_events"]) == (0, 0, 0)
+        assert (load["max_preemptions"], load["year"], load["notes"]) == (0, 2026, [])
+        assert load["sources"] == ["inputs/server.log"] + [f"inputs/scrape-0{i}.prom" for i in range(1, 7)]
+
+    def test_load_files_are_hashed_inputs_with_their_role(self, load_bundle):
+        record = evidence.read_bundle(load_bundle)
+        loads = [entry for entry in record["inputs"] if entry["role"] == "load"]
+        assert [entry["path"] for entry in loads] == [str(path) for path in STEADY]
+        for entry in loads:
+            assert entry["sha256"] == evidence.sha256_file(load_bundle / entry["bundle_path"])
+        settings = {**SETTINGS, "load": {"max_preemptions": 0, "year": 2026}}
+        hashes = [entry["sha256"] for entry in record["inputs"]]  # logs, model config, then load files
+        assert record["inputs_digest"] == evidence.inputs_digest(hashes, settings)
+
+    def test_load_checks_join_the_approval_checks(self, load_bundle):
+        checks = {c["name"]: c for c in evidence.read_bundle(load_bundle)["checks"]}
+        assert list(checks)[4:] == ["no OOM under load", "preemptions ≤ 0", "peak KV cache usage reported",
+                                    "capacity vs profiled canary"]
+        assert all(c["passed"] is True for c in checks.values())
+        # against the profiled boot's logged 155,856 tokens: 157,280 − 155,856 = 1,424 tokens = 0.914 %
+        assert checks["capacity vs profiled canary"]["detail"].startswith(
+            "157,280 tokens against 155,856 profiled: gain of 1,424 tokens (0.914%)")
+
+    def test_summary_has_an_under_load_part(self, load_bundle):
+        summary = (load_bundle / "SUMMARY.md").read_text()
+        part = summary.split("## Under load\n\n")[1].split("\n\n")[0].splitlines()
+        assert part[1] == ("- **Peak KV cache usage:** 70.1% of 157,280 tokens (≈110,253) at "
+                           "`inputs/server.log:304`.")
+        assert part[2] == "- **Preemptions:** 0 (policy allows 0); **OOM / error events:** 0 / 0."
+        assert part[3].startswith("- **Throughput:** prompt ") and "peak 32 running" in part[3]
+        assert part[4] == ("- **Capacity:** 157,280 tokens (`--kv-cache-memory-bytes=12884377600`); "
+                           "approved value: 157,280.")
+        assert "**PASS** preemptions ≤ 0" in summary
+
+    def test_bundle_verifies(self, load_bundle):
+        assert evidence.verify_bundle(load_bundle) == []
+
+    def test_changed_load_file_fails_verify(self, load_bundle, tmp_path):
+        folder = Path(shutil.copytree(load_bundle, tmp_path / load_bundle.name))
+        log = folder / "inputs" / "server.log"
+        log.write_text(log.read_text().replace("GPU KV cache usage: 70.1%", "GPU KV cache usage: 75.1%"))
+        differences = evidence.verify_bundle(folder)
+        assert differences[0].startswith("inputs/server.log: SHA-256 ")
+        assert "load.peak_kv_cache_usage_pct: recorded 70.1, recomputed 75.1" in differences
+        assert main(["verify", str(folder)]) == 1
+
+    def test_tampered_load_policy_fails_verify(self, load_bundle, tmp_path):
+        folder = Path(shutil.copytree(load_bundle, tmp_path / load_bundle.name))
+        record = json.loads((folder / "budget.json").read_text())
+        record["load"]["max_preemptions"] = 50
+        (folder / "budget.json").write_text(json.dumps(record))
+        assert any(d.startswith("inputs digest: recorded") for d in evidence.verify_bundle(folder))
+        del record["load"]
+        (folder / "budget.json").write_text(json.dumps(record))
+        assert any(d.startswith("load: recorded null, recomputed {") for d in evidence.verify_bundle(folder))
+
+    def test_overload_run_with_preemptions_is_refused(self, tmp_path):
+        # the overload mix preempts 16 + 14 = 30 times (two passes, a restart between them); the first
+        # preemption is the "Preemptions: 1" of the stats line at server.log line 8
+        message = (r"^not approved: preemptions ≤ 0: 30 preemption\(s\) in the run, first seen at "
+                   f"{OVERLOAD[0]}:8 .*policy allows 0: the KV cache ran out")
+        with pytest.raises(ApprovalError, match=message):
+            approve(tmp_path, load_paths=OVERLOAD, load_policy=evidence.LoadPolicy(year=2026))
+        assert list(tmp_path.iterdir()) == []
+
+    def test_a_policy_that_allows_the_preemptions_approves(self, tmp_path):
+        record = evidence.read_bundle(approve(tmp_path, load_paths=OVERLOAD,
+                                              load_policy=evidence.LoadPolicy(max_preemptions=30, year=2026)))
+        assert (record["load"]["preemptions"], record["load"]["max_preemptions"]) == (30, 30)
+
+    def test_without_load_files_nothing_changes(self, bundle):
+        # no `load` key, and the inputs digest has the settings it had before load evidence existed
+        record = evidence.read_bundle(bundle)
+        assert "load" not in record
+        hashes = [entry["sha256"] for entry in record["inputs"]]
+        assert record["inputs_digest"] == evidence.inputs_digest(hashes, SETTINGS)
+
+    def test_cli_approve_with_load(self, tmp_path, capsys):
+        argv = ["approve", str(FOUR_RANK), "--reserve", "0.9GiB", "--approver", "A", "--out", str(tmp_path)]
+        assert main([*argv, "--load", *map(str, OVERLOAD), "--year", "2026"]) == 2
+        assert "not approved: preemptions ≤ 0: 30 preemption(s)" in capsys.readouterr().err
+        assert main([*argv, "--load", *map(str, STEADY), "--year", "2026"]) == 0
+        assert "under load   peak KV cache usage 70.1%, 0 preemption(s), 0 OOM" in capsys.readouterr().out
+        assert main([*argv, "--year", "2026"]) == 2
+        assert "apply to --load files only" in capsys.readouterr().err
