@@ -24,8 +24,8 @@ demo: $(STAMP)
 		--ExtractOutputPreprocessor.enabled=True --output-dir $(REPORT) notebooks/*.ipynb
 	@{ echo '<!doctype html><title>kvplan report</title><h1>kvplan report</h1><ul>'; \
 		for page in $(REPORT)/*.html; do name=$$(basename $$page .html); \
-		echo "<li><a href=\"$$name.html\">$$name</a> ($$(ls $(REPORT)/$${name}_files 2>/dev/null | wc -l) charts)</li>"; \
-		done; echo '</ul>'; } > $(REPORT)/index.html
+		echo "<li><a href=\"$$name.html\">$$name</a> (PNG charts: $$(ls $(REPORT)/$${name}_files 2>/dev/null | wc -l))</li>"; \
+		done; echo '</ul>'; } > $(REPORT)/index.tmp && mv $(REPORT)/index.tmp $(REPORT)/index.html
 	@echo "report: $(REPORT)/index.html"
 	$(BIN)/python -m kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB
 	@# The demo's own bundle folder is rebuilt each run (an approval is never overwritten, so clear it first).
