@@ -23,10 +23,9 @@ from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
-from kvplan import __version__, charts
+from kvplan import __version__
 from kvplan.budget import Budget
 from kvplan.capacity import blocks_per_sequence
 from kvplan.gate import Approved, Check, check_outcomes, check_ranks_present, verdict_word
@@ -890,6 +889,9 @@ def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str)
     for file_name, text in texts.items():
         (staging / file_name).write_text(text, encoding="utf-8")
         written.append(staging / file_name)
+    # matplotlib loads only when a bundle is drawn, so `kvplan gate` and `verify` start fast in pipelines
+    import matplotlib.pyplot as plt
+
     (staging / CHARTS_DIR).mkdir()
     for chart_name, figure in _figures(decision):
         path = staging / CHARTS_DIR / f"{chart_name}.png"
@@ -902,6 +904,8 @@ def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str)
 
 
 def _figures(decision: Decision):
+    from kvplan import charts  # see _write_artifacts: matplotlib only when drawing
+
     budget = decision.budget
     yield "ledger", charts.ledger_chart(decision.ledger, budget)
     yield "safe-budget", charts.safe_budget_chart(budget)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan import evidence
+from kvplan import charts, evidence
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
 from kvplan.evidence import ApprovalError, BundleError, BundleExistsError, ModelLayout, Plan, Policy
@@ -192,7 +192,7 @@ class TestWriting:
         def crash(*args, **kwargs):
             raise KeyboardInterrupt("simulated crash")
 
-        modules = {"summary_markdown": evidence, "stranded_chart": evidence.charts, "rename": evidence.os}
+        modules = {"summary_markdown": evidence, "stranded_chart": charts, "rename": evidence.os}
         target = modules[where]
         monkeypatch.setattr(target, where, crash)
         with pytest.raises(KeyboardInterrupt):
