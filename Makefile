@@ -27,7 +27,7 @@ demo: $(STAMP)
 		echo "<li><a href=\"$$name.html\">$$name</a> (PNG charts: $$(ls $(REPORT)/$${name}_files 2>/dev/null | wc -l))</li>"; \
 		done; echo '</ul>'; } > $(REPORT)/index.tmp && mv $(REPORT)/index.tmp $(REPORT)/index.html
 	@echo "report: $(REPORT)/index.html"
-	$(BIN)/python -m kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB
+	$(BIN)/python -m kvplan budget data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b --tp 4
 	@# The demo's own bundle folder is rebuilt each run (an approval is never overwritten, so clear it first).
 	rm -rf $(EVIDENCE)
 	$(BIN)/python -m kvplan approve data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b --tp 4 \
