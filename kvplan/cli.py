@@ -398,8 +398,7 @@ def _run_load(args: argparse.Namespace) -> int:
         preemptions = summary["preemptions"]
         print(f"preemptions          {'unknown' if preemptions is None else preemptions}")
         print(f"OOM / error events   {summary['oom_events']} / {summary['error_events']}")
-    for warning in reading.warnings:
-        print(f"warning: {warning}", file=sys.stderr)
+    _print_warnings(reading.warnings)
     return EXIT_OK
 
 
