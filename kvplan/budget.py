@@ -19,6 +19,15 @@ class BudgetError(ValueError):
     """Input from which no safe budget can be computed; the message names the rank."""
 
 
+def kv_cache_flag(num_bytes: int) -> str:
+    """vLLM's flag for a per-GPU KV budget, exactly as a launch command takes it.
+
+    >>> kv_cache_flag(12 * 2**30)
+    '--kv-cache-memory-bytes=12884901888'
+    """
+    return f"--kv-cache-memory-bytes={num_bytes}"
+
+
 @dataclass(frozen=True)
 class Budget:
     """One uniform KV budget and how every rank stands against it (all sizes in bytes).
@@ -65,7 +74,7 @@ class Budget:
     @property
     def flag(self) -> str:
         """The exact vLLM flag, e.g. ``--kv-cache-memory-bytes=12884901888``."""
-        return f"--kv-cache-memory-bytes={self.uniform_budget_bytes}"
+        return kv_cache_flag(self.uniform_budget_bytes)
 
     def to_frame(self) -> pd.DataFrame:
         """One row per rank: room, safe budget, uniform budget, stranded bytes, limiting flag."""

@@ -109,6 +109,8 @@ def capacity(
     """
     block_bytes = block_bytes_from_token_bytes(bytes_per_token, block_size)
     blocks = blocks_from_bytes(kv_bytes, block_bytes)
+    if blocks == 0:
+        raise ValueError(f"a KV budget of {kv_bytes} bytes holds no block of {block_bytes} bytes")
     return Capacity(
         kv_bytes=kv_bytes,
         bytes_per_token=bytes_per_token,

@@ -11,6 +11,7 @@ import csv
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from typing import NoReturn
 
 import pandas as pd
 
@@ -25,7 +26,7 @@ from kvplan.io.nvidia_smi import (
     join_nvidia_smi,
     read_nvidia_smi_snapshots,
 )
-from kvplan.io.vllm_log import read_vllm_logs
+from kvplan.io.vllm_log import read_vllm_logs, version_tuple
 from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.kvspec import KV_CACHE_DTYPE_BYTES, KVSpec, kv_spec, options_for_logs
 from kvplan.ledger import budget_from_ledger, compatibility_key, plain_value, room_per_rank
@@ -51,6 +52,13 @@ def _size_list(text: str) -> list[int]:
         return parse_size_list(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _positive_size(text: str) -> int:
+    value = _size(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
 
 
 def _positive_int(text: str) -> int:
@@ -93,7 +101,7 @@ def _add_budget(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("logs", nargs="*", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
     parser.add_argument("--room", type=_size_list, help="room per rank, comma-separated, rank order (no LOG)")
     parser.add_argument("--reserve", type=_size, required=True, help="operating reserve per rank")
-    parser.add_argument("--block-bytes", type=_positive_int, help="round down to whole blocks")
+    parser.add_argument("--block-bytes", type=_positive_size, help="round down to whole blocks of this size")
     parser.add_argument("--assume-uniform", action="store_true",
                         help="logs showing local rank 0 only: take its room for every rank")
     parser.add_argument("--max-model-len", type=_positive_int, metavar="L",
@@ -109,6 +117,8 @@ def _run_budget(args: argparse.Namespace) -> int:
     if args.model and args.block_bytes:
         raise CliError("give --block-bytes or --model, not both: the model sets the block bytes")
     key: dict = {}
+    warnings: list[str] = []
+    room_sources: dict = {}
     if args.room is not None:
         if args.assume_uniform:
             raise CliError("--assume-uniform applies to LOG files only")
@@ -117,25 +127,31 @@ def _run_budget(args: argparse.Namespace) -> int:
         budget = uniform_budget(args.room, args.reserve, block_bytes=block_bytes)
     else:
         ledger, metadata = read_vllm_logs(args.logs)
-        _print_warnings(metadata["warnings"])
+        warnings += metadata["warnings"]
         key = compatibility_key(ledger)
         spec = _kv_spec_from_args(args, key)
         block_bytes = spec.block_bytes if spec else args.block_bytes
         budget = budget_from_ledger(ledger, args.reserve, block_bytes=block_bytes,
                                     assume_uniform=args.assume_uniform)
-        if args.assume_uniform:
-            rooms = room_per_rank(ledger, assume_uniform=True)
-            assumed = rooms.index[rooms["room_source"] == "assumed_uniform"].tolist()
-            if assumed:
-                lowest = format_size(min(budget.room_bytes))
-                _print_warnings([f"--assume-uniform: rank(s) {', '.join(map(str, assumed))} show no room of "
-                                 f"their own and take the lowest room shown ({lowest})"])
+        room_sources = room_per_rank(ledger, assume_uniform=args.assume_uniform)["room_source"].to_dict()
+        assumed = [rank for rank, source in room_sources.items() if source == "assumed_uniform"]
+        if assumed:
+            warnings.append(f"--assume-uniform: rank(s) {', '.join(map(str, assumed))} show no room of their "
+                            f"own and take the lowest room shown ({format_size(min(budget.room_bytes))})")
+        version = version_tuple(key.get("vllm_version"))
+        if version is not None and version < (0, 10, 2):
+            warnings.append(f"vLLM {key['vllm_version']} has no --kv-cache-memory-bytes (added in "
+                            "0.10.2): the value is a planning figure for this release, not a flag it accepts")
+    _print_warnings(warnings)
     max_model_len = args.max_model_len or plain_value(key.get("max_model_len"))
     if spec is not None and max_model_len is None:
         raise CliError("--model needs --max-model-len L when the logs do not show max_model_len")
     capacity_data = spec.capacity(budget.uniform_budget_bytes, int(max_model_len)).to_dict() if spec else None
     if args.json:
         data = budget.to_dict()
+        for rank in data["ranks"]:
+            rank["room_source"] = plain_value(room_sources.get(rank["rank"], "given"))
+        data["warnings"] = warnings
         if capacity_data is not None:
             data["capacity"] = capacity_data
         return _print_json(data)
@@ -341,7 +357,7 @@ def _run_drift(args: argparse.Namespace) -> int:
         return _print_json(result.to_dict())
     print(f"adjusted budget  {format_size(result.uniform_budget_bytes)} per GPU "
           f"(limiting rank {result.limiting_rank})")
-    print(f"flag             --kv-cache-memory-bytes={result.uniform_budget_bytes}")
+    print(f"flag             {result.flag}")
     if result.reprofile_to_raise:
         print("note             some rank has more free memory than at the reference: "
               "re-profile to raise the value")
@@ -585,9 +601,16 @@ def _print_json(data: dict) -> int:
     return EXIT_OK
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``error: kvplan budget: …`` and exit 2, no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="kvplan",
         description="Safe, evidenced per-GPU KV-cache budgets from vLLM startup logs.",
     )

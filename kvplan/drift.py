@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from kvplan.budget import BudgetError, kv_cache_flag
+from kvplan.units import format_size
+
 
 def adjusted_budget_bytes(
     ref_budget_bytes: int, ref_free_bytes: int, boot_free_bytes: int, guard_bytes: int = 0
@@ -48,6 +51,11 @@ class Drift:
         return self.ranks[self.adjusted_bytes.index(self.uniform_budget_bytes)]
 
     @property
+    def flag(self) -> str:
+        """The vLLM flag for the adjusted uniform value."""
+        return kv_cache_flag(self.uniform_budget_bytes)
+
+    @property
     def reprofile_to_raise(self) -> bool:
         """True when some rank has more free memory than at the reference: re-profile to raise."""
         return any(drift < 0 for drift in self.drift_bytes)
@@ -72,7 +80,7 @@ class Drift:
             "limiting_rank": self.limiting_rank,
             "reprofile_to_raise": self.reprofile_to_raise,
             "guard_bytes": self.guard_bytes,
-            "flag": f"--kv-cache-memory-bytes={self.uniform_budget_bytes}",
+            "flag": self.flag,
             "ranks": [
                 {"rank": rank, "drift_bytes": drift, "adjusted_bytes": adjusted}
                 for rank, drift, adjusted in zip(self.ranks, self.drift_bytes, self.adjusted_bytes)
@@ -89,7 +97,8 @@ def drift_budget(
 ) -> Drift:
     """Adjusted budget per rank for a later boot; scalars apply to every rank.
 
-    ``drift_bytes`` is ``F_ref − F_boot`` (positive = free memory lost since the reference).
+    ``drift_bytes`` is ``F_ref − F_boot`` (positive = free memory lost since the reference). A rank
+    whose reference budget or adjusted budget is not positive is refused (:class:`BudgetError`).
 
     >>> GiB = 2**30
     >>> d = drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 43 * GiB], guard_bytes=0)
@@ -107,6 +116,18 @@ def drift_budget(
     rank_ids = tuple(range(n)) if ranks is None else tuple(int(r) for r in ranks)
     if len(rank_ids) != n:
         raise ValueError(f"{len(rank_ids)} rank ids for {n} ranks")
+    adjusted = [
+        adjusted_budget_bytes(b, f_ref, f_boot, guard_bytes)
+        for b, f_ref, f_boot in zip(ref_budget, ref_free, boot_free)
+    ]
+    for rank, budget, value in zip(rank_ids, ref_budget, adjusted):
+        if budget <= 0:
+            raise BudgetError(f"rank {rank}: reference budget {format_size(budget)} is not positive")
+        if value <= 0:
+            raise BudgetError(
+                f"rank {rank}: the lost startup free memory and the guard leave no KV budget "
+                f"(adjusted {format_size(value)} from {format_size(budget)}); re-profile this boot"
+            )
     return Drift(
         ranks=rank_ids,
         ref_budget_bytes=tuple(ref_budget),
@@ -114,10 +135,7 @@ def drift_budget(
         boot_free_bytes=tuple(boot_free),
         guard_bytes=guard_bytes,
         drift_bytes=tuple(ref - boot for ref, boot in zip(ref_free, boot_free)),
-        adjusted_bytes=tuple(
-            adjusted_budget_bytes(b, f_ref, f_boot, guard_bytes)
-            for b, f_ref, f_boot in zip(ref_budget, ref_free, boot_free)
-        ),
+        adjusted_bytes=tuple(adjusted),
     )
 
 

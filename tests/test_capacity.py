@@ -1,7 +1,7 @@
 """Bytes → blocks → tokens → full-length sequences, as vLLM counts them."""
 
 import pytest
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from kvplan.capacity import (
@@ -47,6 +47,8 @@ def test_curve():
 def test_refusals():
     with pytest.raises(ValueError, match="positive"):
         capacity(GiB, 0, 8192)
+    with pytest.raises(ValueError, match="holds no block"):  # 1 KiB < one 4 MiB block
+        capacity(KiB, 256 * KiB, 8192)
     with pytest.raises(ValueError, match="sequence length"):
         max_concurrency(10, 0)
 
@@ -55,6 +57,7 @@ def test_refusals():
        st.integers(min_value=1, max_value=1 << 20), st.sampled_from([1, 8, 16, 32, 64, 128, 256]))
 def test_inverse_round_trip(kv_bytes, bytes_per_token, seq_len, block_size):
     """The bytes for the whole sequences a budget holds never exceed that budget."""
+    assume(kv_bytes >= bytes_per_token * block_size)  # at least one block, else capacity() refuses
     result = capacity(kv_bytes, bytes_per_token, seq_len, block_size)
     whole = int(result.max_concurrency)
     assert bytes_for_sequences(whole, seq_len, bytes_per_token, block_size) <= kv_bytes

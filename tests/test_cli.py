@@ -32,7 +32,23 @@ def test_budget_four_rank_example(capsys):
     assert data["flag"] == "--kv-cache-memory-bytes=12884901888"
     assert data["ranks"][2] == {
         "rank": 2, "room_bytes": parse_size("12.9GiB"), "safe_bytes": 12 * GiB, "stranded_bytes": 0,
+        "room_source": "given",
     }
+    assert data["warnings"] == []
+
+
+def test_budget_weak_rank_removes_a_third(capsys):
+    # rooms 13, 19, 20 GiB − 1 GiB reserve → safe 12, 18, 19 GiB; min/median = 12/18 = 2/3
+    data = run_json(capsys, "budget", "--room", "13GiB,19GiB,20GiB", "--reserve", "1GiB")
+    assert (data["min_safe_bytes"], data["median_safe_bytes"]) == (12 * GiB, 18 * GiB)
+    assert data["min_median_ratio"] == pytest.approx(2 / 3)
+    assert data["weak_rank_loss_fraction"] == pytest.approx(1 / 3)
+
+
+def test_budget_weakest_rank_after_capture_before_rounding(capsys):
+    # 13.1 GiB room − 1 GiB reserve = 12.1 GiB, no block rounding asked for
+    data = run_json(capsys, "budget", "--room", "13.1GiB,20GiB", "--reserve", "1GiB")
+    assert data["uniform_budget_bytes"] == parse_size("12.1GiB") == 12_992_276_070
 
 
 def test_budget_block_bytes_rounds_down(capsys):
@@ -86,6 +102,13 @@ def test_drift_per_rank_lists(capsys):
         (["budget", "--room", "", "--reserve", "1GiB"], "empty"),
         (["drift", "--ref-free", "42GiB,41GiB", "--ref-budget", "30GiB", "--boot-free", "1GiB,2GiB,3GiB"],
          "differ in length"),
+        # 1 GiB − (42 − 30) GiB − 0.5 GiB = −11.5 GiB: no budget left, never a negative flag
+        (["drift", "--ref-free", "42GiB", "--ref-budget", "1GiB", "--boot-free", "30GiB",
+          "--guard", "0.5GiB"],
+         "rank 0: the lost startup free memory and the guard leave no KV budget (adjusted -11.5 GiB"),
+        (["budget", "--room", "13GiB", "--reserve", "1GiB", "--block-bytes", "0"], "must be positive"),
+        (["capacity", "--kv-bytes", "1KiB", "--bytes-per-token", "256KiB", "--max-model-len", "8192"],
+         "holds no block"),
     ],
 )
 def test_bad_input_exits_2_with_one_line(capsys, argv, fragment):
@@ -95,7 +118,8 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, fragment):
     assert exc_info.value.code == 2
     err = capsys.readouterr().err
     assert fragment in err
-    assert "Traceback" not in err
+    assert err.startswith("error: ")
+    assert err.count("\n") == 1  # one line, no usage dump, no traceback
 
 
 def test_python_dash_m_runs_as_a_process():
@@ -150,3 +174,8 @@ def test_ledger_joins_nvidia_smi_snapshots(capsys):
     assert rank2["driver_version"] == "580.95.05"
     # GPU 2 also holds the sidecar server's worker (24,643 MiB) and a notebook (6,032 MiB)
     assert rank2["other_process_bytes"] == (24_643 + 6_032) * 1024 * 1024
+
+
+def test_budget_warns_that_old_releases_have_no_flag(capsys):
+    data = run_json(capsys, "budget", str(DATA_DIR / "boots" / "v0-three-line"), "--reserve", "0.9GiB")
+    assert any("vLLM 0.6.6.post1 has no --kv-cache-memory-bytes" in w for w in data["warnings"])

@@ -64,6 +64,9 @@ def test_cli_budget_from_logs_equals_the_room_form(capsys):
     from_logs = json.loads(capsys.readouterr().out)
     assert main(["budget", "--room", "18.8GiB,17.6GiB,12.9GiB,16.4GiB", "--reserve", "0.9GiB", "--json"]) == 0
     from_room = json.loads(capsys.readouterr().out)
+    # the same budget; only where each room came from differs (the logs' suggestion lines vs given)
+    assert [rank.pop("room_source") for rank in from_logs["ranks"]] == ["suggestion"] * 4
+    assert [rank.pop("room_source") for rank in from_room["ranks"]] == ["given"] * 4
     assert from_logs == from_room
     assert (from_logs["uniform_budget_bytes"], from_logs["limiting_rank"]) == (12 * GiB, 2)
 
