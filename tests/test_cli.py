@@ -179,3 +179,12 @@ def test_ledger_joins_nvidia_smi_snapshots(capsys):
 def test_budget_warns_that_old_releases_have_no_flag(capsys):
     data = run_json(capsys, "budget", str(DATA_DIR / "boots" / "v0-three-line"), "--reserve", "0.9GiB")
     assert any("vLLM 0.6.6.post1 has no --kv-cache-memory-bytes" in w for w in data["warnings"])
+
+
+def test_ledger_refuses_an_nvidia_smi_snapshot_of_another_launch(capsys):
+    # the four-rank snapshot's pids (31877…52388) hold none of the v0.19-debug boot's workers (412, 413)
+    status = main(["ledger", str(DATA_DIR / "boots" / "v0.19-debug" / "boot.log"),
+                   "--nvidia-smi", str(FOUR_RANK / "nvidia-smi-gpu.csv"),
+                   "--nvidia-smi", str(FOUR_RANK / "nvidia-smi-apps.csv")])
+    assert status == 2
+    assert "none of the logged vLLM pids (412, 413)" in capsys.readouterr().err

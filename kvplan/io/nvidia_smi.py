@@ -171,6 +171,7 @@ def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFra
     """Which GPU each ledger rank runs on: the GPU its pid holds memory on, else GPU index = rank.
 
     The fallback assumes one node with every GPU visible; ranks without a GPU in the snapshot are left out.
+    A process snapshot that holds none of the ledger's pids is refused: it belongs to another launch.
 
     >>> gpus = read_nvidia_smi_csv("0, GPU-0, NVIDIA L40S, 580.95.05, 46068, 2048, 43403\\n"
     ...                            "1, GPU-1, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")
@@ -180,6 +181,14 @@ def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFra
     """
     known = {int(index) for index in gpus["gpu_index"]}
     by_pid = gpu_index_by_pid(gpus, apps)
+    ledger_pids = {int(pid) for pid in ledger["pid"].dropna()} if "pid" in ledger else set()
+    if by_pid and ledger_pids and not ledger_pids & set(by_pid):
+        sources = ", ".join(sorted({str(source) for source in apps["source"]}))
+        raise NvidiaSmiError(
+            f"{sources}: the process snapshot shows none of the logged vLLM pids "
+            f"({', '.join(map(str, sorted(ledger_pids)))}): it was taken at another time or on another "
+            "machine"
+        )
     mapping = {}
     for rank in sorted({int(rank) for rank in ledger["rank"].dropna()}):
         pids = ledger.loc[ledger["rank"] == rank, "pid"].dropna() if "pid" in ledger else []
