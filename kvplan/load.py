@@ -56,8 +56,13 @@ class LoadRow:
     Unknown values are ``None``. ``engine`` is vLLM's engine index (``Engine 001`` → 1, ``engine="1"`` → 1);
     ``None`` when the evidence names no engine (V0, or ``N Engines Aggregated``). ``kind`` says which
     family of evidence the row came from (``log`` or ``metrics``); ``year_known`` is False when the time
-    comes from vLLM's yearless ``%m-%d %H:%M:%S`` stamp with no year given; ``raw`` is the text the row
-    was read from (provenance). Only :data:`ROW_KEYS` go into :meth:`to_dict`.
+    comes from vLLM's yearless ``%m-%d %H:%M:%S`` stamp with no year given; ``restarts`` counts the server
+    restarts the file showed before this row (a log's counters, e.g. V0's ``total_num_cumulative_preemption``,
+    start again from zero after each); ``raw`` is the text the row was read from (provenance). Only
+    :data:`ROW_KEYS` go into :meth:`to_dict`.
+
+    Times are naive: /metrics times are UTC, log times the server's local time unless the reader was given
+    the server's UTC offset (see :func:`kvplan.io.vllm_stats.read_load_evidence`).
 
     >>> LoadRow("server.log", 7, None, 0, kv_cache_usage_pct=41.5, event=None).to_dict()["kv_cache_usage_pct"]
     41.5
@@ -79,6 +84,7 @@ class LoadRow:
     event: str | None = None
     kind: str = "log"
     year_known: bool = True
+    restarts: int = 0
     raw: str = field(default="", repr=False)
 
     def __post_init__(self) -> None:
@@ -194,11 +200,20 @@ TIMELINE_COLUMNS = [key for key in ROW_KEYS if key != "time"] + ["kind", "preemp
 def _cumulative_preemptions(rows: Sequence[LoadRow]) -> list[int | None]:
     """Preemptions so far in the run, per row, for rows of one evidence kind and one engine.
 
-    Metrics: the first counter value plus the reset-safe increases after it. Logs: the running sum of
-    the interval counts (V1 ``Preemptions: N``), raised to a V0 warning's ``total_num_cumulative_preemption``.
-    ``None`` until some count is known.
+    Metrics: the first counter value plus the reset-safe increases after it. Logs: the running sum of the
+    interval counts (V1 ``Preemptions: N``) plus the reset-safe increases of V0's counter
+    ``total_num_cumulative_preemption`` (which starts again from zero when the server restarts: a row
+    with more ``restarts`` than the one before counts its value from zero). ``None`` until some count is
+    known.
+
+    >>> rows = [LoadRow("s.log", 1, None, None, preemptions_total=51, event="preemption"),
+    ...         LoadRow("s.log", 9, None, None, preemptions_total=1, event="preemption", restarts=1)]
+    >>> _cumulative_preemptions(rows)  # 51 before the restart + 1 after
+    [51, 52]
     """
     total: int | None = None
+    counter: int | None = None  # the last V0 counter value seen in this server's life
+    restarts = rows[0].restarts if rows else 0
     out: list[int | None] = []
     for position, row in enumerate(rows):
         if row.kind == "metrics":
@@ -207,10 +222,14 @@ def _cumulative_preemptions(rows: Sequence[LoadRow]) -> list[int | None]:
             elif row.preemptions is not None:
                 total += row.preemptions
         else:
+            if row.restarts != restarts:
+                counter, restarts = 0, row.restarts
             if row.preemptions is not None:
                 total = (total or 0) + row.preemptions
             if row.preemptions_total is not None:
-                total = max(total or 0, row.preemptions_total)
+                increase = counter_increase(counter, row.preemptions_total)
+                total = (total or 0) + (row.preemptions_total if increase is None else int(increase))
+                counter = row.preemptions_total
         out.append(total)
     return out
 
@@ -264,32 +283,109 @@ def _where_text(row: LoadRow) -> str:
     return f"{row.source}:{row.line}{when}{engine}"
 
 
+def _preemptions_by_kind(reading: LoadReading) -> dict[str, tuple[int, bool]]:
+    """Per evidence kind that counts preemptions: (run total summed over engines, lower bound?).
+
+    A log's total is a lower bound when it comes from V0 preemption warnings: vLLM logs one only at the
+    1st, 51st, 101st … preemption, so up to 49 more may follow the last one printed.
+    """
+    timeline = load_timeline(reading)
+    totals = {}
+    for kind, frame in timeline.groupby("kind"):
+        last = frame.groupby("engine", dropna=False)["preemptions_cum"].max()
+        if last.notna().any():
+            from_warnings = kind == "log" and frame["preemptions_total"].notna().any()
+            totals[kind] = (int(last.fillna(0).sum()), bool(from_warnings))
+    return totals
+
+
 def run_preemptions(reading: LoadReading) -> int | None:
     """Preemptions in the run: summed over engines, the larger of what logs and metrics show.
 
     Logs and /metrics of one run count the same preemptions, so the two kinds are never added.
-    ``None`` when no file can tell (e.g. a V1 log before 0.11.1 without a /metrics snapshot).
+    ``None`` when no file can tell (e.g. a V1 log before 0.11.1 without a /metrics snapshot). When only
+    V0 preemption warnings count them, the total is a lower bound (:func:`preemptions_lower_bound`).
 
     >>> run_preemptions(LoadReading((LoadRow("s.log", 3, None, 0, preemptions=4),
     ...                              LoadRow("s.log", 9, None, 0, preemptions=0))))
     4
     """
-    timeline = load_timeline(reading)
-    by_kind = []
-    for _, frame in timeline.groupby("kind"):
-        last = frame.groupby("engine", dropna=False)["preemptions_cum"].max()
-        if last.notna().any():
-            by_kind.append(int(last.fillna(0).sum()))
-    if by_kind:
-        return max(by_kind)
+    totals = _preemptions_by_kind(reading)
+    if totals:
+        return max(total for total, _ in totals.values())
     if reading.rows and all(s.reports_preemptions for s in reading.sources) and reading.sources:
         return 0
     return None
 
 
-def _mean(values: Iterable[float | None]) -> float | None:
-    known = [v for v in values if v is not None]
-    return round(sum(known) / len(known), 3) if known else None
+def preemptions_lower_bound(reading: LoadReading) -> bool:
+    """True when :func:`run_preemptions` is only a lower bound: no exact count (a /metrics counter, V1's
+    ``Preemptions: N``) reaches the total that V0's every-50th preemption warning shows.
+
+    >>> preemptions_lower_bound(LoadReading((LoadRow("s.log", 5, None, None, preemptions_total=51,
+    ...                                              event="preemption"),)))
+    True
+    """
+    totals = _preemptions_by_kind(reading)
+    if not totals:
+        return False
+    top = max(total for total, _ in totals.values())
+    return all(bound for total, bound in totals.values() if total == top)
+
+
+def _interval_seconds(rows: Sequence[LoadRow]) -> list[float | None]:
+    """Seconds since the previous timed row of the same engine and evidence kind (``None`` for the first)."""
+    last: dict[tuple, datetime] = {}
+    out: list[float | None] = []
+    for row in rows:
+        key = (row.kind, row.engine)
+        before = last.get(key)
+        out.append(None if before is None or row.time is None else (row.time - before).total_seconds())
+        if row.time is not None:
+            last[key] = row.time
+    return out
+
+
+def mean_throughput(reading: LoadReading) -> tuple[float | None, float | None, str | None]:
+    """The run's mean prompt and generation throughput [tokens/s] and the evidence kind they come from.
+
+    Logs and /metrics cover different intervals, so they are never averaged together. The log's own
+    figures are preferred: each stats line is the average over its logging interval (all of one length),
+    so their plain mean is the time-weighted mean over the logged intervals (idle intervals, which vLLM
+    logs at DEBUG only, are left out). Without log figures, the /metrics rates are weighted by the seconds
+    since the previous scrape of that engine (= tokens counted / seconds covered). Means are per engine,
+    then summed over engines (the server's throughput).
+
+    >>> def scrape(line, second, rate=None):
+    ...     return LoadRow("m", line, datetime(2026, 1, 1, 0, 0, second), 0, generation_tokens_per_s=rate,
+    ...                    kind="metrics")
+    >>> rows = (scrape(1, 0), scrape(2, 10, 900.0), scrape(3, 40, 500.0))
+    >>> mean_throughput(LoadReading(rows))  # (900 × 10 + 500 × 30) / 40 s = 600
+    (None, 600.0, 'metrics')
+    """
+    rows = list(reading.rows)
+    seconds = _interval_seconds(rows)
+    reported = [
+        (row, dt) for row, dt in zip(rows, seconds)
+        if row.prompt_tokens_per_s is not None or row.generation_tokens_per_s is not None
+    ]
+    kind = "log" if any(row.kind == "log" for row, _ in reported) else ("metrics" if reported else None)
+    means = []
+    for column in ("prompt_tokens_per_s", "generation_tokens_per_s"):
+        per_engine: dict[int | None, list[tuple[float, float]]] = {}
+        for row, dt in reported:
+            value = getattr(row, column)
+            if row.kind == kind and value is not None:
+                weight = 1.0 if kind == "log" else dt
+                per_engine.setdefault(row.engine, []).append((value, weight))
+        engine_means = []
+        for pairs in per_engine.values():
+            weighted = [(v, w) for v, w in pairs if w]
+            if not weighted:  # /metrics rates with no known interval (e.g. V0 gauges in one scrape)
+                weighted = [(v, 1.0) for v, _ in pairs]
+            engine_means.append(sum(v * w for v, w in weighted) / sum(w for _, w in weighted))
+        means.append(round(sum(engine_means), 3) if engine_means else None)
+    return means[0], means[1], kind
 
 
 def _peak_row(rows: Sequence[LoadRow]) -> LoadRow | None:
@@ -304,8 +400,11 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
     ``engines``, ``start``, ``end``, ``duration_s``, ``kv_cache_tokens``, ``kv_cache_memory_bytes`` (the
     manual ``--kv-cache-memory-bytes`` value when the log shows one), ``peak_kv_cache_usage_pct``,
     ``peak_kv_cache_tokens`` (peak usage × capacity, rounded down), ``peak_at``, ``max_running``,
-    ``max_waiting``, ``mean_prompt_tokens_per_s``, ``mean_generation_tokens_per_s`` (means over the
-    rows that report them), ``preemptions``, ``oom_events``, ``error_events``, ``events``, ``warnings``.
+    ``max_waiting``, ``mean_prompt_tokens_per_s``, ``mean_generation_tokens_per_s`` (from one evidence
+    kind, ``throughput_from``: the log's interval figures when it has them, else the /metrics rates
+    weighted by the seconds they cover; see :func:`mean_throughput`), ``preemptions``,
+    ``preemptions_lower_bound`` (True when only V0's every-50th preemption warning counts them),
+    ``oom_events``, ``error_events``, ``events``, ``warnings``.
 
     >>> rows = (LoadRow("s.log", 1, None, 0, kv_cache_usage_pct=50.0, generation_tokens_per_s=900.0),
     ...         LoadRow("s.log", 2, None, 0, kv_cache_usage_pct=80.0, generation_tokens_per_s=1100.0))
@@ -322,6 +421,7 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
     running = [row.running for row in rows if row.running is not None]
     waiting = [row.waiting for row in rows if row.waiting is not None]
     manual = {s.kv_cache_memory_bytes for s in reading.sources if s.kv_cache_memory_bytes is not None}
+    prompt, generation, throughput_from = mean_throughput(reading)
     return {
         "sources": list(dict.fromkeys(row.source for row in rows)),
         "rows": len(rows),
@@ -338,9 +438,11 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
         "peak_at": _where(peak) if peak else None,
         "max_running": max(running) if running else None,
         "max_waiting": max(waiting) if waiting else None,
-        "mean_prompt_tokens_per_s": _mean(row.prompt_tokens_per_s for row in rows),
-        "mean_generation_tokens_per_s": _mean(row.generation_tokens_per_s for row in rows),
+        "mean_prompt_tokens_per_s": prompt,
+        "mean_generation_tokens_per_s": generation,
+        "throughput_from": throughput_from,
         "preemptions": run_preemptions(reading),
+        "preemptions_lower_bound": preemptions_lower_bound(reading),
         "oom_events": sum(row.event == "oom" for row in rows),
         "error_events": sum(row.event == "error" for row in rows),
         "events": [{"event": row.event, **_where(row)} for row in events],
@@ -429,15 +531,30 @@ def _preemption_check(reading: LoadReading, max_preemptions: int) -> Check:
             "these files cannot show preemptions (V1 stats lines before vLLM 0.11.1 "
             "omit them): add a /metrics snapshot with vllm:num_preemptions_total",
         )
+    bound = preemptions_lower_bound(reading)
+    counted = f"at least {total}" if bound else f"{total}"
+    why = (
+        " (vLLM V0 logs a preemption warning only at the 1st, 51st, 101st … preemption, so the "
+        "log's total_num_cumulative_preemption is a lower bound)"
+        if bound
+        else ""
+    )
     if total <= max_preemptions:
+        if bound and total > 0:
+            return Check(
+                name,
+                None,
+                f"{counted} preemption(s) in the run{why}; policy allows {max_preemptions}: add a "
+                "/metrics snapshot with vllm:num_preemptions_total for the exact count",
+            )
         return Check(name, True, f"{total} preemption(s) in the run; policy allows {max_preemptions}")
     first = _first_preemption(reading)
     return Check(
         name,
         False,
-        f"{total} preemption(s) in the run, first seen at {_where_text(first)}; policy "
+        f"{counted} preemption(s) in the run, first seen at {_where_text(first)}; policy "
         f"allows {max_preemptions}: the KV cache ran out for this request mix (requests were "
-        "evicted and recomputed)",
+        f"evicted and recomputed){why}",
     )
 
 

@@ -5,7 +5,10 @@ The expositions are written in prometheus_client's text format with vLLM's names
 """
 
 import glob
+import importlib.util
 import itertools
+import re
+import sys
 from datetime import datetime
 
 import pytest
@@ -196,3 +199,66 @@ def test_sample_federate_file():
     assert reading.kv_cache_tokens == 155_856
     times = [row.time for row in reading.rows]
     assert all((b - a).total_seconds() == 30 for a, b in itertools.pairwise(times))
+
+
+# --- the sample dumps are in vLLM 0.26's and Prometheus' formats ----------------------------------
+
+LOAD = DATA_DIR / "load"
+
+
+def _sample_lines(path):
+    return [line for line in path.read_text().splitlines() if line and not line.startswith("#")]
+
+
+def _label_names(line):
+    labels = line[line.index("{") + 1:line.rindex("}")]
+    return [part.split("=", 1)[0] for part in re.findall(r'(\w+="[^"]*")', labels)]
+
+
+def test_sample_dumps_follow_vllm_0_26_and_prometheus():
+    dumps = sorted(LOAD.glob("*/**/*.prom"))
+    assert len(dumps) == 8  # 6 single scrapes, the overload file, the /federate file
+    for path in dumps:
+        lines = _sample_lines(path)
+        # prometheus_client and Prometheus federation both print label names sorted
+        assert all(_label_names(line) == sorted(_label_names(line)) for line in lines), path
+        # vllm:engine_sleep_state is always emitted from 0.11.1: awake 1, both sleep levels 0, per scrape
+        states = [line for line in lines if line.startswith("vllm:engine_sleep_state{")]
+        scrapes = [line for line in lines if line.startswith("vllm:num_requests_running{")]
+        assert len(states) == 3 * len(scrapes) > 0, path
+        info = [line for line in lines if line.startswith("vllm:cache_config_info{")]
+        # CacheConfig.metrics_info(): every field, is_attention_free among them, plus engine
+        assert all({"is_attention_free", "enable_prefix_caching", "sliding_window", "engine"}
+                   <= set(_label_names(line)) for line in info), path
+    federated = (LOAD / "profiled-canary" / "federate.prom").read_text().splitlines()
+    types = [line.split()[2] for line in federated if line.startswith("# TYPE")]
+    first_dump = types[:types.index(types[0], 1)]
+    assert first_dump == sorted(first_dump)  # /federate sorts series by metric name
+
+
+def test_sample_gpu_memory_utilization_label_matches_the_boot_args():
+    # the profiled canary sets --gpu-memory-utilization 0.6; the manual canaries leave it at vLLM 0.26's
+    # default, 0.92 (the default since 0.20.0), which --kv-cache-memory-bytes makes vLLM ignore
+    for run, expected in [("profiled-canary", "0.6"), ("manual-canary", "0.92"),
+                          ("manual-canary-overload", "0.92")]:
+        log = (LOAD / run / "server.log").read_text()
+        stated = re.findall(r"'gpu_memory_utilization': ([\d.]+)", log)
+        assert stated == ([expected] if run == "profiled-canary" else [])
+        for path in (LOAD / run).glob("**/*.prom"):
+            assert set(re.findall(r'gpu_memory_utilization="([^"]+)"', path.read_text())) == {expected}
+
+
+def test_generator_and_sample_data_agree(tmp_path, monkeypatch):
+    # data/load/make_load_samples.py writes exactly the files in data/load (run it to regenerate them)
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)
+    spec = importlib.util.spec_from_file_location("make_load_samples", LOAD / "make_load_samples.py")
+    generator = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, generator)  # dataclasses look their module up there
+    spec.loader.exec_module(generator)
+    monkeypatch.setattr(generator, "HERE", tmp_path)
+    generator.main()
+    written = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*") if p.is_file())
+    stored = [p.relative_to(LOAD) for p in LOAD.rglob("*") if p.is_file() and p.suffix in (".log", ".prom")]
+    assert written == sorted(stored)
+    for relative in written:
+        assert (tmp_path / relative).read_text() == (LOAD / relative).read_text(), relative

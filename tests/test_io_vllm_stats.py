@@ -394,3 +394,67 @@ def test_year_comes_from_metrics_of_the_same_run():
     assert all(row.year_known for row in both.rows)
     assert both.rows[0].source.endswith("server.log")  # file order as given
     assert any("year is taken from the /metrics" in w for w in both.warnings)
+
+
+# --- restarts and lower bounds in V0 logs (total_num_cumulative_preemption) ------------------------
+
+V0_PREEMPTED = (
+    "WARNING 11-29 10:{:02d}:00 scheduler.py:1560] Sequence group {} is preempted by "
+    "PreemptionMode.RECOMPUTE mode because there is not enough KV cache space. This can affect the "
+    "end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to provide more KV "
+    "cache memory. total_num_cumulative_preemption={}"
+)
+V0_RESTART_LOG = "\n".join([
+    "INFO 11-29 09:59:00 api_server.py:712] vLLM API server version 0.6.6",
+    V0_PREEMPTED.format(1, 7, 1),
+    V0_PREEMPTED.format(2, 80, 51),
+    "INFO 11-29 10:03:00 launcher.py:57] Shutting down FastAPI HTTP server.",
+    "INFO 11-29 10:04:00 api_server.py:712] vLLM API server version 0.6.6",
+    "INFO 11-29 10:04:01 llm_engine.py:234] Initializing an LLM engine (v0.6.6) with config: model='llama'",
+    V0_PREEMPTED.format(5, 3, 1),
+])
+
+
+def test_v0_counter_restarts_from_zero_after_a_server_restart():
+    reading = parse_stats_text(V0_RESTART_LOG, "restart.log", year=2026)
+    # the second start (lines 5 and 6, one boot) comes after rows: rows after it have restarts = 1
+    assert [(row.line, row.preemptions_total, row.restarts) for row in reading.rows] == [
+        (2, 1, 0), (3, 51, 0), (7, 1, 1)]
+    # 51 preemptions before the restart + 1 after = 52 (the counter restarted at 1, it did not go back)
+    assert load_timeline(reading)["preemptions_cum"].tolist() == [1, 51, 52]
+    assert run_preemptions(reading) == 52
+    assert any("restart.log:5: the server restarted" in w for w in reading.warnings)
+
+
+def test_v0_totals_come_from_the_counter_not_line_counts_and_are_a_lower_bound():
+    from kvplan.load import load_checks, preemptions_lower_bound
+
+    reading = parse_stats_text(V0_RESTART_LOG, "restart.log", year=2026)
+    # three warning lines, but 52 preemptions (51 + 1); up to 49 more may follow each printed warning
+    assert run_preemptions(reading) == 52 and preemptions_lower_bound(reading)
+    assert any("lower bound" in w and "line 7 (total_num_cumulative_preemption=1)" in w
+               for w in reading.warnings)
+    check = load_checks(reading)[1]
+    assert check.passed is False and check.detail.startswith("at least 52 preemption(s)")
+    # a policy of 60 cannot be judged from a lower bound of 52: the true count may be up to 52 + 49
+    assert load_checks(reading, max_preemptions=60)[1].passed is None
+    # V1's per-interval counts are exact
+    assert not preemptions_lower_bound(parse_stats_text(DP_LOG, "dp.log", year=2026))
+
+
+# --- time zones ----------------------------------------------------------------------------------------
+
+
+def test_log_and_metrics_times_need_an_offset(tmp_path):
+    log = tmp_path / "server.log"
+    log.write_text(v1_line(0, 10, STATS_0_26) + "\n")
+    prom = tmp_path / "metrics.prom"
+    prom.write_text('# 2026-11-29T17:00:10Z\nvllm:num_requests_running{engine="0"} 23.0\n')
+    mixed = read_load_evidence([log, prom])
+    assert any("without a known offset" in w for w in mixed.warnings)
+    # the server runs on UTC−7 (PDT): its 10:00:10 local is 17:00:10 UTC, the scrape's time
+    aligned = read_load_evidence([log, prom], utc_offset=-7)
+    assert not any("without a known offset" in w for w in aligned.warnings)
+    assert [row.time for row in aligned.rows] == [datetime(2026, 11, 29, 17, 0, 10)] * 2
+    with pytest.raises(ValueError, match="UTC offset 20 h is out of range"):
+        read_load_evidence([log], utc_offset=20)

@@ -182,3 +182,41 @@ def test_cli_bad_file(tmp_path, capsys):
 def test_cli_json_and_csv_exclude_each_other(flags):
     with pytest.raises(SystemExit):
         main(["load", "x.log", *flags])
+
+
+# --- throughput means per evidence kind ------------------------------------------------------------
+
+
+def test_throughput_means_do_not_mix_logs_and_metrics():
+    # two 10 s log intervals at 1,000 and 600 tok/s; two scrapes 60 s apart give one rate of 780 tok/s
+    rows = (row(1, 10, generation_tokens_per_s=1000.0, prompt_tokens_per_s=200.0),
+            row(2, 20, generation_tokens_per_s=600.0, prompt_tokens_per_s=0.0),
+            LoadRow("m.prom", 1, datetime(2026, 11, 27, 10, 0, 0), 0, kind="metrics"),
+            LoadRow("m.prom", 40, datetime(2026, 11, 27, 10, 1, 0), 0, generation_tokens_per_s=780.0,
+                    prompt_tokens_per_s=50.0, kind="metrics"))
+    summary = load_summary(LoadReading(rows))
+    # the log's own figures: (1,000 + 600) / 2 = 800 and (200 + 0) / 2 = 100; mixing the 780 in would give
+    # (1,000 + 600 + 780) / 3 = 793.333
+    assert (summary["mean_generation_tokens_per_s"], summary["mean_prompt_tokens_per_s"]) == (800.0, 100.0)
+    assert summary["throughput_from"] == "log"
+    # without the log: the scrape rates weighted by the seconds they cover; here one 60 s interval
+    metrics_only = load_summary(LoadReading(rows[2:]))
+    assert metrics_only["mean_generation_tokens_per_s"] == 780.0
+    assert metrics_only["throughput_from"] == "metrics"
+
+
+def test_cli_log_utc_offset(capsys):
+    paths = run_files("manual-canary-overload")
+    assert main(["load", *paths, "--json"]) == 0
+    assert any("without a known offset" in w for w in json.loads(capsys.readouterr().out)["warnings"])
+    # the sample servers log in UTC: offset 0 aligns them and silences the warning; +1 h moves log times
+    # back an hour (10:00 local at UTC+1 is 09:00 UTC), the /metrics times stay
+    assert main(["load", *paths, "--json", "--log-utc-offset", "0"]) == 0
+    aligned = json.loads(capsys.readouterr().out)
+    assert not any("without a known offset" in w for w in aligned["warnings"])
+    assert main(["load", *paths, "--json", "--log-utc-offset", "1"]) == 0
+    shifted = json.loads(capsys.readouterr().out)
+    first_log = next(r for r in aligned["rows"] if r["source"].endswith("server.log") and r["time"])
+    where = (first_log["source"], first_log["line"])
+    moved = next(r for r in shifted["rows"] if (r["source"], r["line"]) == where)
+    assert (first_log["time"], moved["time"]) == ("2026-11-27T11:03:08", "2026-11-27T10:03:08")

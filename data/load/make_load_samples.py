@@ -19,6 +19,15 @@ Scenario A: meta-llama/Llama-3.1-70B-Instruct, bf16, TP=4, vLLM 0.26.0, block 16
 
 Every number in the files comes out of this arithmetic; the same seed gives the same request mix to the
 profiled and the manual-value canary.
+
+The /metrics dumps follow vLLM 0.26's PrometheusStatLogger as prometheus_client prints it (labels sorted by
+name, `_created` gauges for counters), with `vllm:engine_sleep_state` (0.11.1+, registered after
+`vllm:num_requests_waiting`; awake = 1 by default) and `vllm:cache_config_info`, whose labels are
+`CacheConfig.metrics_info()` = every CacheConfig field as a string, plus `engine`. The field set is the one
+of mid-2026 releases (vllm#44691 shows it; later releases add more fields). A server started without
+`--gpu-memory-utilization` reports the default, 0.92 from vLLM 0.20.0 (vllm-log-formats.md §9), also when
+`--kv-cache-memory-bytes` makes vLLM ignore it. The /federate dump is what Prometheus serves: families
+sorted by name, `# TYPE … untyped`, label names sorted (instance and job among them), times in ms.
 """
 
 from __future__ import annotations
@@ -27,7 +36,10 @@ import math
 import random
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from pathlib import Path
+
+from prometheus_client.utils import floatToGoString
 
 HERE = Path(__file__).resolve().parent
 MODEL = "meta-llama/Llama-3.1-70B-Instruct"
@@ -36,6 +48,7 @@ BLOCK_BYTES = 1_310_720
 MAX_MODEL_LEN = 32768
 MANUAL_BLOCKS = 9_830  # 12 GiB // 1,310,720 B
 PROFILED_BLOCKS = 9_741  # data/boots/four-rank/boot.log: "GPU KV cache size: 155,856 tokens" = 9,741 × 16
+DEFAULT_GPU_MEMORY_UTILIZATION = 0.92  # CacheConfig default from vLLM 0.20.0 (0.9 before)
 PREFILL_TOKENS_PER_S = 16_384
 LOG_INTERVAL_S = 10
 
@@ -187,52 +200,101 @@ def scrape(server: Server, blocks: int, util: float | None, created: float) -> d
 HELP = {
     "vllm:num_requests_running": ("gauge", "Number of requests in model execution batches."),
     "vllm:num_requests_waiting": ("gauge", "Number of requests waiting to be processed."),
+    "vllm:engine_sleep_state": ("gauge", "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 "
+                                "means engine is awake; weights_offloaded = 1 means sleep level 1; "
+                                "discard_all = 1 means sleep level 2."),
     "vllm:kv_cache_usage_perc": ("gauge", "KV-cache usage. 1 means 100 percent usage."),
     "vllm:prefix_cache_queries": ("counter", "Prefix cache queries, in terms of number of queried tokens."),
     "vllm:prefix_cache_hits": ("counter", "Prefix cache hits, in terms of number of cached tokens."),
     "vllm:num_preemptions": ("counter", "Cumulative number of preemption from the engine."),
     "vllm:prompt_tokens": ("counter", "Number of prefill tokens processed."),
     "vllm:generation_tokens": ("counter", "Number of generation tokens processed."),
+    "vllm:cache_config_info": ("gauge", "Information of the LLMEngine CacheConfig"),
 }
+SLEEP_STATES = {"awake": 1, "weights_offloaded": 0, "discard_all": 0}  # record_sleep_state() defaults
 
 
-def exposition(values: dict, federate_ms: int | None = None) -> list[str]:
-    """prometheus_client's text exposition of the families kvplan reads (or a /federate dump with times)."""
-    labels = f'engine="0",model_name="{MODEL}"'
-    if federate_ms is not None:
-        labels += ',instance="canary-0:8000",job="vllm"'
-    suffix = f" {federate_ms}" if federate_ms is not None else ""
-    gauges = {"vllm:num_requests_running": values["running"], "vllm:num_requests_waiting": values["waiting"],
-              "vllm:kv_cache_usage_perc": values["usage"]}
+def cache_config(blocks: int, util: float | None) -> dict[str, str]:
+    """`CacheConfig.metrics_info()` of the sample servers: str() of each field (Llama: no Mamba, no window)."""
+    return {
+        "block_size": str(BLOCK_SIZE), "_block_size_resolved": "True", "user_specified_block_size": "False",
+        "user_specified_mamba_block_size": "False", "hash_block_size": "None",
+        "gpu_memory_utilization": str(util or DEFAULT_GPU_MEMORY_UTILIZATION), "cache_dtype": "auto",
+        "is_attention_free": "False", "num_gpu_blocks_override": "None", "sliding_window": "None",
+        "enable_prefix_caching": "True", "prefix_caching_hash_algo": "sha256", "calculate_kv_scales": "False",
+        "kv_cache_dtype_skip_layers": "[]", "mamba_page_size_padded": "None", "mamba_block_size": "None",
+        "mamba_cache_dtype": "auto", "mamba_ssm_cache_dtype": "auto", "mamba_cache_mode": "none",
+        "num_gpu_blocks": str(blocks), "num_cpu_blocks": "None", "kv_sharing_fast_prefill": "False",
+        "kv_cache_memory_bytes": str(blocks * BLOCK_BYTES if util is None else None),
+        "kv_offloading_size": "None", "kv_offloading_backend": "native",
+    }
+
+
+def families(values: dict) -> list[tuple[str, str, list[tuple[dict, float]]]]:
+    """(family name, type, [(labels, value)]) in the order vLLM registers them; counters keep their stem."""
+    labels = {"engine": "0", "model_name": MODEL}
+    gauges = {"vllm:num_requests_running": values["running"], "vllm:num_requests_waiting": values["waiting"]}
+    out = [(name, "gauge", [(labels, value)]) for name, value in gauges.items()]
+    out.append(("vllm:engine_sleep_state", "gauge",
+                [({**labels, "sleep_state": state}, value) for state, value in SLEEP_STATES.items()]))
+    out.append(("vllm:kv_cache_usage_perc", "gauge", [(labels, values["usage"])]))
     counters = {"vllm:prefix_cache_queries": values["queries"], "vllm:prefix_cache_hits": 0,
                 "vllm:num_preemptions": values["preemptions"], "vllm:prompt_tokens": values["prompt"],
                 "vllm:generation_tokens": values["generation"]}
+    out += [(name, "counter", [(labels, value)]) for name, value in counters.items()]
+    out.append(("vllm:cache_config_info", "gauge",
+                [({**cache_config(values["blocks"], values["util"]), "engine": "0"}, 1.0)]))
+    return out
+
+
+def go_float(value: float) -> str:
+    """Go's strconv.FormatFloat(value, 'g', -1, 64), as Prometheus' /federate prints a value: 32, 0, 1e+06."""
+    number = Decimal(repr(float(value))).normalize()
+    if number == 0:
+        return "0"
+    sign, digits, exponent = number.as_tuple()
+    power = len(digits) - 1 + exponent
+    if -4 <= power < 6:
+        return format(number, "f")
+    mantissa = str(digits[0]) + ("." + "".join(map(str, digits[1:])) if len(digits) > 1 else "")
+    return f"{'-' if sign else ''}{mantissa}e{'+' if power >= 0 else '-'}{abs(power):02d}"
+
+
+def sample(name: str, labels: dict, value: float, suffix: str = "", federate: bool = False) -> str:
+    text = ",".join(f'{key}="{labels[key]}"' for key in sorted(labels))  # both print label names sorted
+    return f"{name}{{{text}}} {go_float(value) if federate else floatToGoString(value)}{suffix}"
+
+
+def exposition(values: dict) -> list[str]:
+    """prometheus_client's text exposition of one /metrics scrape (counters as `_total` + `_created`)."""
     lines = []
-    for name, value in [*gauges.items(), *counters.items()]:
-        kind, text = HELP[name]
+    for name, kind, samples in families(values):
+        text = HELP[name][1]
         exposed = f"{name}_total" if kind == "counter" else name
-        if federate_ms is None:
-            lines += [f"# HELP {exposed} {text}", f"# TYPE {exposed} {kind}"]
-        else:
-            lines.append(f"# TYPE {exposed} untyped")
-        lines.append(f"{exposed}{{{labels}}} {float(value)!r}{suffix}")
+        lines += [f"# HELP {exposed} {text}", f"# TYPE {exposed} {kind}"]
+        lines += [sample(exposed, labels, value) for labels, value in samples]
         if kind == "counter":
-            if federate_ms is None:
-                lines += [f"# HELP {name}_created {text}", f"# TYPE {name}_created gauge"]
-            else:
-                lines.append(f"# TYPE {name}_created untyped")
-            lines.append(f"{name}_created{{{labels}}} {values['created']!r}{suffix}")
-    info = (f'block_size="16",cache_dtype="auto",enable_prefix_caching="True",engine="0",'
-            f'gpu_memory_utilization="{values["util"] or 0.92}",'
-            f'kv_cache_memory_bytes="{values["blocks"] * BLOCK_BYTES if values["util"] is None else None}",'
-            f'num_cpu_blocks="None",num_gpu_blocks="{values["blocks"]}",num_gpu_blocks_override="None"')
-    if federate_ms is None:
-        lines += ["# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig",
-                  "# TYPE vllm:cache_config_info gauge"]
-    else:
-        lines += ["# TYPE vllm:cache_config_info untyped"]
-        info += ',instance="canary-0:8000",job="vllm"'
-    lines.append(f"vllm:cache_config_info{{{info}}} 1.0{suffix}")
+            lines += [f"# HELP {name}_created {text}", f"# TYPE {name}_created gauge"]
+            lines += [sample(f"{name}_created", labels, values["created"]) for labels, _ in samples]
+    return lines
+
+
+def federation(values: dict, when_ms: int) -> list[str]:
+    """Prometheus /federate output of one evaluation: series sorted by name and labels, `untyped`, ms times."""
+    target = {"instance": "canary-0:8000", "job": "vllm"}
+    series: dict[str, list[tuple[dict, float]]] = {}
+    for name, kind, samples in families(values):
+        if kind == "counter":
+            series[f"{name}_total"] = samples
+            series[f"{name}_created"] = [(labels, values["created"]) for labels, _ in samples]
+        else:
+            series[name] = samples
+    lines = []
+    for name in sorted(series):
+        lines.append(f"# TYPE {name} untyped")
+        ordered = sorted(series[name], key=lambda pair: sorted({**pair[0], **target}.items()))
+        lines += [sample(name, {**labels, **target}, value, f" {when_ms}", federate=True)
+                  for labels, value in ordered]
     return lines
 
 
@@ -276,7 +338,7 @@ def run(mix: Mix, blocks: int, start: datetime, api: int, core: int, manual: boo
             lines.append(f"(APIServer pid={api}) INFO {stamp(start)} [launcher.py:101] Shutting down FastAPI "
                          "HTTP server.")
             start, api, core = start + timedelta(seconds=20), api + 811, core + 811
-        lines += startup(api, core, start, blocks, manual, util or 0.92, took_s)
+        lines += startup(api, core, start, blocks, manual, util or DEFAULT_GPU_MEMORY_UTILIZATION, took_s)
         begin = start + timedelta(seconds=178)  # the benchmark starts 38 s after "Starting vLLM API server"
         created = (begin - timedelta(seconds=2)).replace(tzinfo=timezone.utc).timestamp()
         part = requests[number * share:(number + 1) * share]
@@ -298,7 +360,7 @@ def main() -> None:
     write(HERE / "profiled-canary" / "server.log", log)
     write(HERE / "profiled-canary" / "federate.prom", [
         line for when, values in scrapes
-        for line in exposition(values, int(when.replace(tzinfo=timezone.utc).timestamp() * 1000))
+        for line in federation(values, int(when.replace(tzinfo=timezone.utc).timestamp() * 1000))
     ])
     # manual-value canary: the same steady mix, one /metrics scrape per file with a time comment
     log, scrapes = run(STEADY, MANUAL_BLOCKS, datetime(2026, 11, 27, 9, 30, 0), 3114, 3301, True, None, 60, 88.12)

@@ -14,7 +14,13 @@ year; the time is vLLM's own stamp), a ``VLLM_LOGGING_CONFIG_PATH`` format ``YYY
 LEVEL - message``, tqdm bars on the same physical line, several records glued on one line, a record
 hard-wrapped at column 159 over two lines, and bare messages whose header was lost (no time).
 Idle intervals are not logged at INFO (vLLM demotes a stats line to DEBUG when all throughputs are 0);
-long gaps between stats lines are reported as warnings.
+long gaps between stats lines are reported as warnings. A server start seen after rows (``vLLM API server
+version …``, ``Initializing a(n) … LLM engine``) is a restart: later rows carry ``restarts`` ≥ 1, so V0's
+``total_num_cumulative_preemption``, which starts again from 1, is counted on top of the earlier total.
+
+Times: vLLM stamps records with the server's local time, /metrics scrapes are UTC. ``utc_offset`` (hours
+east of UTC, e.g. ``-7`` for PDT) turns log times into UTC; without it, a run that mixes logs and
+/metrics gets a warning that the two are compared as if the server ran on UTC.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ import re
 import statistics
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from kvplan.io import prometheus_text
@@ -79,6 +85,8 @@ _DUMP = {
     "waiting": re.compile(r"SchedulerStats\(.*?\bnum_waiting_reqs=(\d+)"),
     "kv_cache_usage_pct": re.compile(r"SchedulerStats\(.*?\bkv_cache_usage=([\d.e+-]+)"),
 }
+_SERVER_START = re.compile(r"vLLM API server version |Initializing an? (?:V1 )?LLM engine")
+MAX_UTC_OFFSET_HOURS = 14  # UTC−12 … UTC+14 are the offsets in use
 _KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 _MANUAL_BYTES = re.compile(r"'kv_cache_memory_bytes': (\d+)")
 
@@ -199,13 +207,34 @@ def _records(text: str, year: int | None, wrap_width: int) -> Iterator[_Record]:
         )
 
 
+def log_time_shift(utc_offset: float | None) -> timedelta:
+    """What to add to a log time (the server's local time) to get UTC, for ``utc_offset`` hours east of UTC.
+
+    >>> log_time_shift(-7), log_time_shift(5.5), log_time_shift(None)
+    (datetime.timedelta(seconds=25200), datetime.timedelta(days=-1, seconds=66600), datetime.timedelta(0))
+    """
+    if utc_offset is None:
+        return timedelta(0)
+    if not -MAX_UTC_OFFSET_HOURS <= utc_offset <= MAX_UTC_OFFSET_HOURS:
+        raise ValueError(
+            f"UTC offset {utc_offset:g} h is out of range: expected hours east of UTC, "
+            f"from -{MAX_UTC_OFFSET_HOURS} to +{MAX_UTC_OFFSET_HOURS}"
+        )
+    return -timedelta(hours=utc_offset)
+
+
 def parse_stats_text(
-    text: str, source: str, year: int | None = None, wrap_width: int = WRAP_WIDTH
+    text: str,
+    source: str,
+    year: int | None = None,
+    wrap_width: int = WRAP_WIDTH,
+    utc_offset: float | None = None,
 ) -> LoadReading:
     """Rows and warnings from the text of one vLLM server log (pure; see :func:`read_vllm_stats`).
 
     ``year`` anchors vLLM's yearless ``%m-%d`` stamps; without it the year comes from an outer stamp
     (docker, bracketed, custom format) or stays unknown (rows then have ``year_known=False``).
+    ``utc_offset`` is the server's offset from UTC in hours; given, row times are UTC, else local.
 
     >>> text = ("(APIServer pid=3) INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Avg prompt throughput: "
     ...         "512.0 tokens/s, Avg generation throughput: 96.3 tokens/s, Running: 4 reqs, Waiting: 0 reqs, "
@@ -214,8 +243,13 @@ def parse_stats_text(
     >>> row.time.isoformat(), row.engine, row.running, row.preemptions
     ('2026-11-29T10:00:10', 0, 4, 0)
     """
-    records = list(_records(text, year, wrap_width))
+    shift = log_time_shift(utc_offset)
+    records = [
+        replace(r, time=r.time + shift) if r.time is not None and shift else r
+        for r in _records(text, year, wrap_width)
+    ]
     rows: list[dict] = []
+    restarts, rows_at_start = 0, 0
     warnings: list[str] = []
     error_row: dict | None = None
     late_v1 = any(
@@ -237,12 +271,21 @@ def parse_stats_text(
             "time": record.time,
             "year_known": record.year_known,
             "engine": record.engine_prefix,
+            "restarts": restarts,
             "raw": record.message,
             **values,
         }
 
     for record in records:
         message = record.message
+        if _SERVER_START.search(message):
+            if len(rows) > rows_at_start:
+                restarts += 1
+                warnings.append(
+                    f"{source}:{record.line}: the server restarted (a new vLLM start after stats lines); "
+                    "its log counters (V0's total_num_cumulative_preemption) count from zero again"
+                )
+            rows_at_start = len(rows)
         for pattern, found in ((_KV_TOKENS, kv_tokens), (_MANUAL_BYTES, manual_bytes)):
             match = pattern.search(message)
             if match:
@@ -323,10 +366,15 @@ def _warnings(
             f"{source}: {len(untimed)} row(s) lost their log header and have no time "
             f"(first at line {untimed[0]['line']})"
         )
-    if any(row.get("event") == "preemption" for row in rows):
+    preempted = [row for row in rows if row.get("event") == "preemption"]
+    if preempted:
+        last = preempted[-1]
+        total = last["preemptions_total"]
+        value = "" if total is None else f" (total_num_cumulative_preemption={total})"
         warnings.append(
-            f"{source}: vLLM V0 logs a preemption warning only at the 1st, 51st, 101st … preemption; "
-            "total_num_cumulative_preemption is exact there and a lower bound in between"
+            f"{source}: vLLM V0 logs a preemption warning only at the 1st, 51st, 101st … preemption; the "
+            "preemptions counted from this log are a lower bound: up to 49 more may follow the last "
+            f"warning, line {last['line']}{value}"
         )
     if "v1" in forms and not late_v1:
         warnings.append(
@@ -348,39 +396,51 @@ def _warnings(
     return warnings
 
 
-def read_vllm_stats(path: str | Path, year: int | None = None) -> LoadReading:
+def read_vllm_stats(
+    path: str | Path, year: int | None = None, utc_offset: float | None = None
+) -> LoadReading:
     """Rows and warnings from one vLLM server log file; ``source`` is the path as given."""
     text = Path(path).read_text(encoding="utf-8", errors="replace")
-    return parse_stats_text(text, str(path), year=year)
+    return parse_stats_text(text, str(path), year=year, utc_offset=utc_offset)
 
 
-def read_load_evidence(paths: Sequence[str | Path], year: int | None = None) -> LoadReading:
+def read_load_evidence(
+    paths: Sequence[str | Path], year: int | None = None, utc_offset: float | None = None
+) -> LoadReading:
     """One run's load evidence from server logs and /metrics snapshots alike, rows in file order.
 
     Each file is sniffed: Prometheus text (``# HELP`` / ``# TYPE`` / ``vllm:`` samples) goes to
     :func:`kvplan.io.prometheus_text.read_metrics_snapshots` (all snapshots together, so counters are
     diffed across files), anything else to :func:`read_vllm_stats`. Give the files of one run only. Without
     ``year``, logs take the year of the snapshots' times when snapshots are given (with a warning).
+    ``utc_offset`` is the server's offset from UTC in hours (the log's local time minus UTC); given, log
+    times are turned into UTC like the /metrics times, otherwise a run that mixes both gets a warning.
     """
+    shift = log_time_shift(utc_offset)
     texts = {str(path): Path(path).read_text(encoding="utf-8", errors="replace") for path in paths}
     metrics = [path for path, text in texts.items() if prometheus_text.is_metrics_text(text)]
     readings = []
+    notes: list[str] = []
     if metrics:
         readings.append(prometheus_text.parse_metrics_snapshots([(path, texts[path]) for path in metrics]))
         timed = [row.time for row in readings[0].rows if row.time is not None]
         if year is None and timed and len(metrics) < len(texts):
-            year = min(timed).year
-            readings[0] = replace(
-                readings[0],
-                warnings=(
-                    *readings[0].warnings,
-                    (
-                        f"the logs' year is taken from the /metrics times ({year}); log times are the "
-                        "server's local time, /metrics times UTC"
-                    ),
-                ),
+            year = (min(timed) - shift).year  # the servers' local year at the first scrape
+            notes.append(
+                f"the logs' year is taken from the /metrics times ({year}); log times are the server's "
+                "local time, /metrics times UTC"
             )
+        if len(metrics) < len(texts) and utc_offset is None:
+            notes.append(
+                "log times (the server's local time) and /metrics times (UTC) are mixed without a known "
+                "offset: they are compared as if the server ran on UTC; give the server's UTC offset "
+                "(--log-utc-offset HOURS, utc_offset=) to align them"
+            )
+        if notes:
+            readings[0] = replace(readings[0], warnings=(*readings[0].warnings, *notes))
     readings += [
-        parse_stats_text(text, path, year=year) for path, text in texts.items() if path not in metrics
+        parse_stats_text(text, path, year=year, utc_offset=utc_offset)
+        for path, text in texts.items()
+        if path not in metrics
     ]
     return combine_readings(readings, order=list(texts))
