@@ -387,6 +387,11 @@ def _add_load(sub: argparse._SubParsersAction) -> None:
         "files", nargs="+", metavar="FILE", help="server logs and /metrics snapshots of one run"
     )
     parser.add_argument("--year", type=_positive_int, help="year of vLLM's yearless MM-DD timestamps")
+    parser.add_argument(
+        "--log-utc-offset", type=float, metavar="HOURS", dest="log_utc_offset",
+        help="the server's offset from UTC in hours (e.g. -7 for PDT): log times (local) become UTC, "
+        "like /metrics times; without it, logs and /metrics are compared as if the server ran on UTC",
+    )
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help='print {"rows": [...], "warnings": [...]}')
     output.add_argument("--csv", action="store_true", help="print the rows as CSV (warnings on stderr)")
@@ -394,7 +399,7 @@ def _add_load(sub: argparse._SubParsersAction) -> None:
 
 
 def _run_load(args: argparse.Namespace) -> int:
-    reading = read_load_evidence(args.files, year=args.year)
+    reading = read_load_evidence(args.files, year=args.year, utc_offset=args.log_utc_offset)
     if args.json:
         return _print_json(reading.to_dict())
     rows = [row.to_dict() for row in reading.rows]
@@ -412,7 +417,8 @@ def _run_load(args: argparse.Namespace) -> int:
         print(f"peak KV cache usage  {summary['peak_kv_cache_usage_pct']}% "
               f"(capacity {summary['kv_cache_tokens'] or 'unknown'} tokens)")
         preemptions = summary["preemptions"]
-        print(f"preemptions          {'unknown' if preemptions is None else preemptions}")
+        at_least = "at least " if summary["preemptions_lower_bound"] else ""
+        print(f"preemptions          {'unknown' if preemptions is None else f'{at_least}{preemptions}'}")
         print(f"OOM / error events   {summary['oom_events']} / {summary['error_events']}")
     _print_warnings(reading.warnings)
     return EXIT_OK
