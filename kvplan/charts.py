@@ -16,7 +16,7 @@ import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
-from matplotlib.patches import Patch
+from matplotlib.patches import Patch, Rectangle
 from matplotlib.ticker import FuncFormatter, LogLocator
 
 from kvplan.budget import Budget
@@ -42,6 +42,9 @@ LEDGER_SEGMENTS = (
     ("stranded", "stranded", "white"),
     ("reserve", "reserve", TARGET_COLOR),
 )
+
+#: Ledger segments labelled with their size where tall enough to hold the text.
+SIZED_SEGMENTS = ("other_process_bytes", "weights_bytes", "uniform", "stranded")
 
 FONT_SIZE = 12
 FIGSIZE = (10, 5.5)
@@ -69,13 +72,16 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
     rows = _one_row_per_rank(ledger, budget.ranks)
     labels = [str(rank) for rank in budget.ranks]
     heights: dict[str, list[float]] = {}
+    sizes: dict[str, list[int]] = {}  # exact bytes of the segments labelled with their size
     for column, _, _ in LEDGER_SEGMENTS[:5]:
-        values = [_part_bytes(rows.loc[rank], column) for rank in budget.ranks]
-        heights[column] = [bytes_to_gib(max(0, value)) for value in values]
+        sizes[column] = [max(0, _part_bytes(rows.loc[rank], column)) for rank in budget.ranks]
+        heights[column] = [bytes_to_gib(value) for value in sizes[column]]
     totals = [_optional_int(rows.loc[rank].get("total_bytes")) for rank in budget.ranks]
+    sizes["uniform"] = [budget.uniform_budget_bytes] * len(labels)
+    sizes["stranded"] = list(budget.stranded_bytes)
     kv_parts = {
-        "uniform": [bytes_to_gib(budget.uniform_budget_bytes)] * len(labels),
-        "stranded": [bytes_to_gib(stranded) for stranded in budget.stranded_bytes],
+        "uniform": [bytes_to_gib(size) for size in sizes["uniform"]],
+        "stranded": [bytes_to_gib(size) for size in sizes["stranded"]],
         "reserve": [bytes_to_gib(budget.reserve_bytes)] * len(labels),
     }
     itemised = [sum(heights[column][i] for column in heights) for i in range(len(labels))]
@@ -88,24 +94,31 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
 
     fig, ax = _figure()
     bottom = [0.0] * len(labels)
+    tallest = max(max(sum(h[i] for h in heights.values()) for i in range(len(labels))),
+                  max((bytes_to_gib(t) for t in totals if t is not None), default=0.0))
     for column, label, color in LEDGER_SEGMENTS:
         values = heights[column]
         if not any(values):
             continue
         stranded = column == "stranded"
-        ax.bar(
+        bars = ax.bar(
             labels, values, bottom=bottom, color=color, label=label, width=0.6,
             edgecolor=RANK_COLOR if stranded else "white", hatch="//" if stranded else None,
         )
+        if column in SIZED_SEGMENTS:
+            _label_segments(ax, bars, sizes[column], tallest * 0.04, dark=color in ("#000000", RANK_COLOR))
         bottom = [b + v for b, v in zip(bottom, values)]
     for i, total in enumerate(totals):
         if total is not None:
             ax.hlines(bytes_to_gib(total), i - 0.38, i + 0.38, color="black", linewidth=2.5)
-            ax.annotate(
-                f"total {format_size(total)}", (i, bytes_to_gib(total)), textcoords="offset points",
-                xytext=(0, 4), ha="center", fontsize=FONT_SIZE - 2,
-            )
-    _mark_limiting_tick(ax, budget.ranks, budget.limiting_rank)
+    limiting = list(budget.ranks).index(budget.limiting_rank)
+    ax.add_patch(Rectangle((limiting - 0.33, 0), 0.66, bottom[limiting], fill=False, edgecolor=LIMITING_COLOR,
+                           linewidth=3, label="_limiting outline"))
+    ax.annotate("limits the budget", (limiting, max(bottom[limiting], bytes_to_gib(totals[limiting] or 0))),
+                textcoords="offset points", xytext=(0, 5), ha="center", va="bottom", color=LIMITING_COLOR,
+                fontsize=FONT_SIZE - 1, fontweight="bold")
+    ax.set_ylim(0, tallest * 1.1)
+    _mark_limiting_tick(ax, budget.ranks, budget.limiting_rank, totals)
     ax.set_xlabel("rank")
     ax.set_ylabel("GPU memory [GiB]")
     ax.set_title(
@@ -138,7 +151,8 @@ def safe_budget_chart(budget: Budget, title: str | None = None) -> Figure:
     average_bytes = sum(budget.safe_bytes) / len(budget.safe_bytes)
     fig, ax = _figure()
     bars = ax.bar(labels, safe_gib, color=_rank_colors(budget.ranks, budget.limiting_rank), width=0.6)
-    _annotate_bars(ax, bars, budget.safe_bytes)
+    # inside the bar tops: the uniform and average lines run just above or across the bars
+    _annotate_bars(ax, bars, budget.safe_bytes, inside="top")
     ax.axhline(
         bytes_to_gib(budget.uniform_budget_bytes), color="black", linewidth=2,
         label=f"uniform budget {format_size(budget.uniform_budget_bytes)} (safe on every rank)",
@@ -148,6 +162,7 @@ def safe_budget_chart(budget: Budget, title: str | None = None) -> Figure:
         label=f"average {format_size(int(average_bytes))}: unsafe, "
         f"rank {budget.limiting_rank} cannot hold it",
     )
+    _mark_limiting_tick(ax, budget.ranks, budget.limiting_rank)
     ax.set_xlabel("rank")
     ax.set_ylabel("safe KV budget (room − reserve) [GiB]")
     ax.set_ylim(0, max(safe_gib) * 1.25)
@@ -179,6 +194,11 @@ def stranded_chart(budget: Budget, title: str | None = None) -> Figure:
         color=_rank_colors(budget.ranks, budget.limiting_rank), width=0.6,
     )
     _annotate_bars(ax, bars, budget.stranded_bytes)
+    limiting = list(budget.ranks).index(budget.limiting_rank)
+    stranded_there = budget.stranded_bytes[limiting]
+    ax.texts[limiting].set_text(f"limits: {format_size(stranded_there) if stranded_there else '0'} stranded")
+    ax.texts[limiting].set_color(LIMITING_COLOR)
+    ax.texts[limiting].set_fontweight("bold")
     rounding = (
         f" ({format_size(budget.rounding_loss_bytes)} per rank from block rounding)"
         if budget.rounding_loss_bytes
@@ -188,6 +208,7 @@ def stranded_chart(budget: Budget, title: str | None = None) -> Figure:
         title
         or f"Stranded on the stronger ranks: {format_size(budget.stranded_total_bytes)} in total{rounding}"
     )
+    _mark_limiting_tick(ax, budget.ranks, budget.limiting_rank)
     ax.set_xlabel("rank")
     ax.set_ylabel("stranded KV memory [GiB]")
     ax.set_ylim(0, max(1.0, max(bytes_to_gib(s) for s in budget.stranded_bytes)) * 1.2)
@@ -200,13 +221,19 @@ def concurrency_chart(
     max_model_len: int,
     target_concurrency: float | None = None,
     title: str | None = None,
+    crossings: Mapping[str, int] | None = None,
+    note: str = "",
 ) -> Figure:
     """What a budget buys: full-length sequences held at once against sequence length (log–log).
 
     ``curves`` is one :func:`kvplan.capacity.concurrency_curve` frame, or several keyed by a label
-    (e.g. ``{"uniform 12 GiB": ..., "rank 2 fixed": ...}``); each legend entry states its tokens.
-    ``max_model_len`` is marked with a vertical line and the concurrency there is annotated; a
-    target concurrency is a horizontal line.
+    (e.g. ``{"uniform 12 GiB": ..., "rank 2 fixed": ...}``); each legend entry states its tokens at
+    ``max_model_len`` (vLLM ≥ 0.21 logs tokens that depend on the length for sliding-window and
+    hybrid models). ``max_model_len`` is marked with a vertical line and the concurrency there is
+    annotated left of it; a target concurrency is a horizontal line. ``crossings`` maps a curve's
+    label to the longest length at which it still holds the target (e.g.
+    :attr:`kvplan.whatif.Outcome.target_length`), marked on the target line when shorter than
+    ``max_model_len``. ``note`` (e.g. why a spec is approximate) is printed under the plot.
 
     >>> from kvplan.capacity import concurrency_curve
     >>> fig = concurrency_chart(concurrency_curve(12 * GiB, 256 * 1024, [4096, 8192]), 8192, 8)
@@ -216,28 +243,51 @@ def concurrency_chart(
     """
     if isinstance(curves, pd.DataFrame):
         curves = {"budget": curves}
+    crossings = crossings or {}
     fig, ax = _figure()
     colors = [RANK_COLOR, "#E69F00", AVERAGE_COLOR, REFERENCE_COLOR]
-    for (label, curve), color in zip(curves.items(), colors * len(curves)):
-        tokens = int(curve["tokens"].iloc[0])
+    at_max_values = []
+    for index, ((label, curve), color) in enumerate(zip(curves.items(), colors * len(curves))):
+        row = _row_at_length(curve, max_model_len)
         ax.plot(
             curve["seq_len"], curve["max_concurrency"], marker="o", color=color, linewidth=2,
-            label=f"{label}: {tokens:,} tokens",
+            label=f"{label}: {int(row['tokens']):,} tokens at {int(row['seq_len']):,}",
         )
-        at_max = curve.loc[curve["seq_len"] == max_model_len, "max_concurrency"]
-        if len(at_max):
+        if int(row["seq_len"]) == max_model_len:
+            at_max_values.append((float(row["max_concurrency"]), color))
+        crossing = crossings.get(label)
+        if target_concurrency is not None and crossing and crossing < max_model_len:
+            # marked on the target line; the label sits in the empty lower left, below every curve
+            ax.plot([crossing], [target_concurrency], marker="D", markersize=9, color=color,
+                    markeredgecolor="black", linestyle="", label="_crossing")
             ax.annotate(
-                f"{float(at_max.iloc[0]):.2f}× at {max_model_len:,}", (max_model_len, float(at_max.iloc[0])),
-                textcoords="offset points", xytext=(6, 6), fontsize=FONT_SIZE - 1, color=color,
+                f"{target_concurrency:g} sequences up to {crossing:,} tokens", (crossing, target_concurrency),
+                xycoords="data", textcoords="axes fraction", xytext=(0.03, 0.05 + 0.08 * index),
+                ha="left", va="bottom", fontsize=FONT_SIZE - 1, color=color, fontweight="bold",
+                arrowprops={"arrowstyle": "->", "color": color, "linewidth": 1.2},
             )
+    # concurrency at max_model_len: right of the marker line (the axis extends to hold it)
+    for value, color in at_max_values:
+        ax.annotate(
+            f"{value:.2f}×", (max_model_len, value), textcoords="offset points",
+            xytext=(8, 0), ha="left", va="center", fontsize=FONT_SIZE - 1, color=color, fontweight="bold",
+        )
     ax.axvline(max_model_len, color="black", linestyle=":", label=f"max_model_len {max_model_len:,}")
     if target_concurrency is not None:
         ax.axhline(
             target_concurrency, color=TARGET_COLOR, linestyle="--", linewidth=2,
             label=f"target {target_concurrency:g} sequences",
         )
+    if note:
+        fig.text(0.01, 0.01, f"approximate: {note}", fontsize=FONT_SIZE - 2, color="#555555", wrap=True,
+                 va="bottom")
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
+    lowest = min([float(curve["max_concurrency"].min()) for curve in curves.values()]
+                 + ([target_concurrency] if target_concurrency else []))
+    highest = max(float(curve["max_concurrency"].max()) for curve in curves.values())
+    ax.set_ylim(lowest / 4, highest * 4)  # room for the crossing labels below and the legend above
+    ax.set_xlim(right=max_model_len * 2.2)
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
@@ -246,7 +296,7 @@ def concurrency_chart(
     ax.set_title(title or "What the budget buys: concurrency against sequence length")
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(loc="upper right", fontsize=FONT_SIZE - 1)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.06 if note else 0, 1, 1))
     return fig
 
 
@@ -395,11 +445,14 @@ def _rank_colors(ranks: Sequence[int], limiting_rank: int) -> list[str]:
     return [LIMITING_COLOR if rank == limiting_rank else RANK_COLOR for rank in ranks]
 
 
-def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool = False) -> None:
-    """Label each bar with its size: above the bar, or in white at its middle (``inside``)."""
+def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool | str = False) -> None:
+    """Label each bar with its size: above it, in white at its middle (``inside``) or top (``"top"``)."""
     for bar, size in zip(bars, sizes_bytes):
         x = bar.get_x() + bar.get_width() / 2
-        if inside:
+        if inside == "top":
+            ax.annotate(format_size(size), (x, bar.get_height()), textcoords="offset points", xytext=(0, -6),
+                        ha="center", va="top", color="white", fontsize=FONT_SIZE, fontweight="bold")
+        elif inside:
             ax.annotate(format_size(size), (x, bar.get_height() / 2), ha="center", va="center",
                         color="white", fontsize=FONT_SIZE, rotation=90)
         else:
@@ -407,9 +460,36 @@ def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool = Fa
                         ha="center", va="bottom", fontsize=FONT_SIZE)
 
 
-def _mark_limiting_tick(ax: Axes, ranks: Sequence[int], limiting_rank: int) -> None:
-    ax.set_xticks(range(len(ranks)), [f"{r}\n(limiting)" if r == limiting_rank else str(r) for r in ranks])
+def _mark_limiting_tick(ax: Axes, ranks: Sequence[int], limiting_rank: int,
+                        totals: Sequence[int | None] = ()) -> None:
+    """Rank tick labels, the limiting one coloured, with each GPU's total memory under the rank when known."""
+    totals = list(totals) or [None] * len(ranks)
+    labels = [
+        (f"{rank} (limiting)" if rank == limiting_rank else str(rank))
+        + (f"\nof {format_size(total)}" if total is not None else "")
+        for rank, total in zip(ranks, totals)
+    ]
+    ax.set_xticks(range(len(ranks)), labels)
     ax.get_xticklabels()[list(ranks).index(limiting_rank)].set_color(LIMITING_COLOR)
+
+
+def _label_segments(ax: Axes, bars, sizes_bytes: Sequence[int], min_height: float, dark: bool) -> None:
+    """Each stacked segment at least ``min_height`` [GiB] tall, labelled with its size at its middle."""
+    for bar, size in zip(bars, sizes_bytes):
+        if bar.get_height() < min_height:
+            continue
+        ax.annotate(
+            format_size(size), (bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2),
+            ha="center", va="center", fontsize=FONT_SIZE - 1, color="white" if dark else "black",
+            bbox=None if dark else {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
+        )
+
+
+def _row_at_length(curve: pd.DataFrame, seq_len: int) -> pd.Series:
+    """The curve's row at ``seq_len``, else its longest length below it (else its shortest)."""
+    upto = curve[curve["seq_len"] <= seq_len]
+    rows = upto if len(upto) else curve
+    return rows.loc[rows["seq_len"].idxmax()] if len(upto) else rows.loc[rows["seq_len"].idxmin()]
 
 
 def _one_row_per_rank(ledger: pd.DataFrame, ranks: Sequence[int]) -> pd.DataFrame:

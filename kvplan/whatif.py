@@ -4,8 +4,10 @@ Two layers. :func:`evaluate` is a pure function from a :class:`Scenario` (every 
 :class:`Outcome` (the budget, what it buys, the drift): it only calls :mod:`kvplan.budget`,
 :mod:`kvplan.capacity` (or the scenario's :class:`~kvplan.kvspec.KVSpec`) and :mod:`kvplan.drift`, so
 it is tested without a browser. Small helpers turn a ledger into a scenario and a budget into the
-headline text and the "fix the weak rank or tune the value?" verdict the notebooks print.
-:class:`WhatIfPanel` wires ipywidgets controls to it and redraws the budget table and the
+headline text and the "fix the weak rank or tune the value?" verdict the notebooks print, and give
+the notebooks one call for each step they show (:func:`read_launch`, :func:`launch_spec`,
+:func:`coverage`, :func:`startup_free_bytes`, :func:`concurrency_figure`), so a notebook holds no
+logic of its own. :class:`WhatIfPanel` wires ipywidgets controls to it and redraws the budget table and the
 :mod:`kvplan.charts` figures whenever a control moves.
 """
 
@@ -32,11 +34,18 @@ from kvplan.capacity import (
     capacity,
     concurrency_curve,
 )
+from kvplan.columns import MEASUREMENTS
 from kvplan.drift import Drift, drift_budget
-from kvplan.ledger import budget_from_ledger, room_per_rank
+from kvplan.io import read_vllm_logs
+from kvplan.io.model_config import read_model_config
+from kvplan.io.nvidia_smi import gpu_index_by_rank, join_nvidia_smi, read_nvidia_smi_snapshots
+from kvplan.kvspec import kv_spec, options_for_logs
+from kvplan.ledger import budget_from_ledger, compatibility_key, is_known, room_per_rank
 from kvplan.units import bytes_to_gib, format_size, parse_size
 
 if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
     from kvplan.kvspec import KVCapacity, KVSpec
 
 #: Block sizes vLLM accepts on CUDA (``CacheConfig.block_size``), offered by the panel.
@@ -98,7 +107,9 @@ class Scenario:
 class Outcome:
     """Everything one scenario gives: the budget, and where inputs allow, capacity and drift.
 
-    Compared by identity (it holds a DataFrame); compare ``budget`` or ``capacity`` instead.
+    ``target_length`` is the longest request length (≤ ``max_model_len``) at which the target
+    concurrency still fits, 0 when not even one token does. Compared by identity (it holds a
+    DataFrame); compare ``budget`` or ``capacity`` instead.
     """
 
     scenario: Scenario
@@ -107,6 +118,7 @@ class Outcome:
     curve: pd.DataFrame | None
     target_bytes: int | None
     drift: Drift | None
+    target_length: int | None = None
 
     def table(self) -> pd.DataFrame:
         """Per-rank table in bytes: room (after add-back), safe, stranded, and adjusted under drift."""
@@ -127,12 +139,20 @@ class Outcome:
         lines = budget_headline(self.budget)
         if self.capacity is not None:
             cap = self.capacity
+            note = getattr(cap, "block_size_note", "")
+            lines["block size"] = f"{cap.block_size} tokens" + (f" ({note})" if note else "")
             lines["tokens"] = f"{cap.tokens:,}"
             lines["max concurrency"] = f"{cap.max_concurrency:.2f}× at {cap.max_model_len:,}"
+            if getattr(cap, "approximate_reason", ""):
+                lines["approximate"] = cap.approximate_reason
         if self.target_bytes is not None:
             lines["target needs"] = (
                 f"{format_size(self.target_bytes)} per rank for {self.scenario.target_concurrency:g} "
                 f"sequences of {self.scenario.max_model_len:,}"
+            )
+        if self.target_length is not None and self.target_length < (self.scenario.max_model_len or 0):
+            lines["target fits"] = (
+                f"{self.scenario.target_concurrency:g} sequences up to {self.target_length:,} tokens each"
             )
         if self.drift is not None:
             lines["after drift"] = (
@@ -224,6 +244,102 @@ def co_tenant_bytes(ledger: pd.DataFrame, ranks: Sequence[int] | None = None) ->
     return [None if rank not in most.index or pd.isna(most[rank]) else int(most[rank]) for rank in wanted]
 
 
+#: The snapshot files :func:`read_launch` looks for next to the logs (the README's nvidia-smi commands).
+NVIDIA_SMI_NAMES = ("nvidia-smi-gpu.csv", "nvidia-smi-apps.csv")
+
+
+def read_launch(
+    log_dir: str | Path, nvidia_smi: Sequence[str | Path] | None = None
+) -> tuple[pd.DataFrame, dict]:
+    """The ledger and reader metadata of a launch's logs, with nvidia-smi snapshots joined when given.
+
+    ``log_dir`` is what :func:`kvplan.io.read_vllm_logs` takes (a folder of ``*.log``, a file, a
+    glob). ``nvidia_smi=None`` takes the :data:`NVIDIA_SMI_NAMES` files found in ``log_dir`` (a
+    folder), so pointing a notebook at another folder needs no second parameter; ``[]`` joins none.
+    Ranks are matched to GPUs by pid, else GPU index = rank (:func:`kvplan.io.nvidia_smi.gpu_index_by_rank`).
+    """
+    ledger, metadata = read_vllm_logs(log_dir)
+    if nvidia_smi is None:
+        folder = Path(log_dir)
+        nvidia_smi = [folder / name for name in NVIDIA_SMI_NAMES if (folder / name).is_file()]
+    if nvidia_smi:
+        gpus, apps = read_nvidia_smi_snapshots(nvidia_smi)
+        by_rank = gpu_index_by_rank(ledger, gpus, apps)
+        attrs = ledger.attrs
+        ledger = join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)
+        ledger.attrs = attrs
+    return ledger, metadata
+
+
+def launch_spec(ledger: pd.DataFrame, model: str | Path, tp: int | None = None, **options) -> KVSpec:
+    """The KV spec of ``model`` (a name in ``data/models/`` or a config.json) on the launch the logs show.
+
+    Layout (TP, PP, DCP), KV dtype, block size and vLLM release come from the logs' compatibility
+    key unless given in ``options`` (:func:`kvplan.kvspec.kv_spec` keywords); a ``tp`` other than
+    the logs' is refused (:func:`kvplan.kvspec.options_for_logs`).
+    """
+    key = compatibility_key(ledger)
+    logged = {
+        "tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dcp": "decode_context_parallel_size",
+        "kv_cache_dtype": "kv_cache_dtype",
+    }
+    completed = {name: key.get(column) for name, column in logged.items() if is_known(key.get(column))}
+    completed.update({name: value for name, value in {"tp": tp, **options}.items() if value is not None})
+    return kv_spec(read_model_config(model), **options_for_logs(completed, key))
+
+
+def coverage(ledger: pd.DataFrame) -> pd.DataFrame:
+    """Which measurements each boot × rank printed: one row per ledger measurement, True where shown.
+
+    Columns are ``(boot, rank)`` (``(source, boot, rank)`` when the ledger holds several files); a
+    measurement the ledger has no column for is False everywhere.
+
+    >>> ledger = pd.DataFrame({"boot": [0, 0], "rank": [0, 1], "room_bytes": [5, None]})
+    >>> print(coverage(ledger).loc["room_bytes"])
+    boot  rank
+    0     0        True
+          1       False
+    Name: room_bytes, dtype: bool
+    """
+    index = ["boot", "rank"]
+    if "source" in ledger.columns and ledger["source"].nunique() > 1:
+        index = ["source", *index]
+    shown = ledger.set_index(index).reindex(columns=list(MEASUREMENTS))
+    return shown.notna().T
+
+
+def startup_free_bytes(ledger: pd.DataFrame, ranks: Sequence[int]) -> tuple[int, ...]:
+    """Free GPU memory at startup per rank (``ranks`` order): ``F_ref`` of a reference, ``F_boot`` of a boot.
+
+    Where a rank shows its room, the free memory of the boot with the lowest room (the one that set
+    its budget, as :func:`kvplan.ledger.room_per_rank` and the approval take it); otherwise (a boot
+    started with a manual value) the lowest free memory over its boots, as the gate takes it. A rank
+    that shows none is refused.
+
+    >>> ledger = pd.DataFrame({"source": "a.log", "rank": [0, 0, 1], "room_bytes": [30, 20, None],
+    ...                        "init_free_bytes": [50, 52, 49]})
+    >>> startup_free_bytes(ledger, [0, 1])  # rank 0: the boot with room 20; rank 1: its lowest
+    (52, 49)
+    """
+    free = []
+    for rank in ranks:
+        rows = ledger[(ledger["rank"] == rank) & ledger["init_free_bytes"].notna()]
+        if rows.empty:
+            sources = ledger["source"].dropna() if "source" in ledger.columns else []
+            files = ", ".join(dict.fromkeys(str(source) for source in sources))
+            raise ValueError(
+                f"{files or 'the ledger'}: rank {rank} shows no free memory at startup "
+                "(no startup memory line in its log): is the log complete?"
+            )
+        with_room = rows[rows["room_bytes"].notna()] if "room_bytes" in rows.columns else rows.iloc[0:0]
+        if with_room.empty:
+            free.append(int(rows["init_free_bytes"].astype("int64").min()))
+        else:
+            worst = with_room["room_bytes"].astype("int64").idxmin()
+            free.append(int(with_room.loc[worst, "init_free_bytes"]))
+    return tuple(free)
+
+
 def weak_rank_at_median(outcome: Outcome) -> Scenario:
     """The same scenario with the limiting rank's safe budget raised to the median rank's.
 
@@ -290,7 +406,7 @@ def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outco
     else:
         block_bytes = None if bpt is None else block_bytes_from_token_bytes(bpt, block_size)
     budget = uniform_budget(room, scenario.reserve_bytes, block_bytes=block_bytes, ranks=ranks)
-    cap = curve = target = None
+    cap = curve = target = target_length = None
     length = scenario.max_model_len
     if block_bytes is not None and length is not None:
         kv_bytes = budget.uniform_budget_bytes
@@ -301,11 +417,19 @@ def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outco
             curve = spec_concurrency_curve(spec, kv_bytes, lengths)
             if sequences:
                 target = sequences * spec.blocks_per_request(length) * spec.block_bytes
+
+            def concurrency_at(seq_len: int) -> float:
+                return spec.capacity(kv_bytes, seq_len).max_concurrency
         else:
             cap = capacity(kv_bytes, bpt, length, block_size)
             curve = concurrency_curve(kv_bytes, bpt, lengths, block_size)
             if sequences:
                 target = bytes_for_sequences(sequences, length, bpt, block_size)
+
+            def concurrency_at(seq_len: int) -> float:
+                return capacity(kv_bytes, bpt, seq_len, block_size).max_concurrency
+        if scenario.target_concurrency:
+            target_length = longest_length_at(concurrency_at, scenario.target_concurrency, length)
     drift = None
     if scenario.boot_free_bytes is not None:
         if scenario.ref_free_bytes is None:
@@ -314,7 +438,59 @@ def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outco
             list(budget.safe_bytes), list(scenario.ref_free_bytes), list(scenario.boot_free_bytes),
             scenario.guard_bytes, ranks,
         )
-    return Outcome(scenario, budget, cap, curve, target, drift)
+    return Outcome(scenario, budget, cap, curve, target, drift, target_length)
+
+
+def longest_length_at(concurrency_at, target: float, max_model_len: int) -> int:
+    """The longest length ≤ ``max_model_len`` [tokens] with ``concurrency_at(length) ≥ target``; 0 if none.
+
+    ``concurrency_at`` (full-length requests at once for a request length) must not rise with the
+    length, as vLLM's concurrency does not; found by bisection.
+
+    >>> # 3072 blocks of 16 tokens: 8 requests fit while a request needs ≤ 3072 / 8 = 384 blocks = 6144 tokens
+    >>> longest_length_at(lambda n: 3072 / -(-n // 16), 8, 32_768)
+    6144
+    >>> longest_length_at(lambda n: 2.0, 8, 32_768), longest_length_at(lambda n: 9.0, 8, 32_768)
+    (0, 32768)
+    """
+    low, high = 0, max_model_len  # concurrency_at(low) ≥ target, or low = 0
+    if concurrency_at(high) >= target:
+        return high
+    while high - low > 1:
+        middle = (low + high) // 2
+        if concurrency_at(middle) >= target:
+            low = middle
+        else:
+            high = middle
+    return low
+
+
+def concurrency_figure(outcome: Outcome, weak_rank_fixed: bool = False) -> Figure:
+    """:func:`kvplan.charts.concurrency_chart` of an outcome (needs its curve), labelled and annotated.
+
+    With ``weak_rank_fixed``, a second curve shows the same launch with its limiting rank raised to
+    the median rank (:func:`weak_rank_at_median`). Each curve's crossing of the target concurrency
+    is marked at its ``target_length``, and an approximate spec says why under the title.
+    """
+    if outcome.curve is None:
+        raise ValueError("no concurrency curve: the scenario needs a model spec (or bytes per token) "
+                         "and max_model_len")
+    budget = outcome.budget
+    outcomes = {f"uniform {format_size(budget.uniform_budget_bytes)}": outcome}
+    if weak_rank_fixed:
+        fixed = evaluate(weak_rank_at_median(outcome))
+        median = format_size(budget.median_safe_bytes)
+        label = (f"rank {budget.limiting_rank} raised to the median ({median}): "
+                 f"uniform {format_size(fixed.budget.uniform_budget_bytes)}")
+        outcomes[label] = fixed
+    crossings = {label: o.target_length for label, o in outcomes.items() if o.target_length is not None}
+    return charts.concurrency_chart(
+        {label: o.curve for label, o in outcomes.items()},
+        outcome.scenario.max_model_len,
+        outcome.scenario.target_concurrency,
+        crossings=crossings,
+        note=getattr(outcome.capacity, "approximate_reason", ""),
+    )
 
 
 def spec_concurrency_curve(spec: KVSpec, kv_bytes: int, seq_lens: Sequence[int]) -> pd.DataFrame:
@@ -338,6 +514,25 @@ def spec_concurrency_curve(spec: KVSpec, kv_bytes: int, seq_lens: Sequence[int])
     return pd.DataFrame(rows)
 
 
+def ledger_after_add_back(ledger: pd.DataFrame, scenario: Scenario) -> pd.DataFrame:
+    """A copy of ``ledger`` with ``other_process_bytes`` lowered by the scenario's add-back per rank (≥ 0).
+
+    "What if the co-tenant on rank 2 moved?" as the ledger chart draws it.
+
+    >>> frame = pd.DataFrame({"rank": [0, 1], "other_process_bytes": [None, 5]})
+    >>> scenario = Scenario((10, 10), 1, add_back_bytes=(3, 2))
+    >>> ledger_after_add_back(frame, scenario)["other_process_bytes"].tolist()
+    [0, 3]
+    """
+    shown = ledger.copy()
+    if not scenario.add_back_bytes:
+        return shown
+    other = pd.to_numeric(shown.get("other_process_bytes", pd.Series(0, index=shown.index)), errors="coerce")
+    extra = shown["rank"].map(dict(zip(scenario.rank_ids, scenario.add_back_bytes))).fillna(0)
+    shown["other_process_bytes"] = (other.fillna(0) - extra).clip(lower=0).astype("int64")
+    return shown
+
+
 def gib_to_bytes(value_gib: float) -> int:
     """Bytes in a slider's GiB value, to the nearest byte (0.9 → parse_size("0.9GiB")).
 
@@ -350,7 +545,8 @@ def gib_to_bytes(value_gib: float) -> int:
 class WhatIfPanel:
     """Sliders and fields over a :class:`Scenario`; every change re-runs :func:`evaluate` and redraws.
 
-    Shows the headline, the per-rank table (GiB) and the charts: safe budget per rank, stranded
+    Shows the headline, the per-rank table (GiB) and the charts: safe budget per rank, the per-rank
+    ledger (when ``ledger`` is given; added-back memory comes off its "other processes"), stranded
     capacity, concurrency (with a spec or ``bytes_per_token``, and ``max_model_len``) and drift
     (with boot free memory). ``co_tenant_bytes`` (per rank, e.g. the ledger's
     ``other_process_bytes``) labels the add-back sliders so a planner can ask "what if the
@@ -358,8 +554,10 @@ class WhatIfPanel:
     Bad input (a reserve above a rank's room) shows the error in place of the charts.
     """
 
-    def __init__(self, scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None = None) -> None:
+    def __init__(self, scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None = None,
+                 ledger: pd.DataFrame | None = None) -> None:
         self.base = scenario
+        self.ledger = ledger
         self.outcome: Outcome | None = None
         self.error: str | None = None
         self.controls = _controls(scenario, co_tenant_bytes)
@@ -421,15 +619,13 @@ class WhatIfPanel:
         outcome = self.outcome
         if outcome is None:
             return []
-        figures = [charts.safe_budget_chart(outcome.budget), charts.stranded_chart(outcome.budget)]
+        figures = [charts.safe_budget_chart(outcome.budget)]
+        if self.ledger is not None:
+            shown = ledger_after_add_back(self.ledger, outcome.scenario)
+            figures.append(charts.ledger_chart(shown, outcome.budget))
+        figures.append(charts.stranded_chart(outcome.budget))
         if outcome.curve is not None:
-            figures.append(
-                charts.concurrency_chart(
-                    {f"uniform {format_size(outcome.budget.uniform_budget_bytes)}": outcome.curve},
-                    outcome.scenario.max_model_len,
-                    outcome.scenario.target_concurrency,
-                )
-            )
+            figures.append(concurrency_figure(outcome))
         if outcome.drift is not None:
             figures.append(charts.drift_chart(outcome.drift))
         return figures

@@ -65,8 +65,26 @@ def test_ledger_chart_stacks_parts_and_budget_up_to_total():
             tops[i] += patch.get_height()
     assert tops == [80.0, 80.0]
     limiting_tick = ax.get_xticklabels()[1]
-    assert "limiting" in limiting_tick.get_text()
+    assert limiting_tick.get_text() == "1 (limiting)\nof 80 GiB"  # each GPU's total under its rank
     assert to_rgba(limiting_tick.get_color()) == to_rgba(charts.LIMITING_COLOR)
+    # the limiting rank is outlined on the bar itself, full height (42 + 3 + 35 = 80 GiB), and labelled
+    (outline,) = [patch for patch in ax.patches if patch.get_label() == "_limiting outline"]
+    assert (outline.get_x() + outline.get_width() / 2, outline.get_height()) == (1.0, 80.0)
+    assert to_rgba(outline.get_edgecolor()) == to_rgba(charts.LIMITING_COLOR)
+    assert "limits the budget" in [t.get_text() for t in ax.texts]
+
+
+def test_ledger_chart_labels_the_big_segments_with_their_sizes():
+    ax = charts.ledger_chart(LEDGER, BUDGET).axes[0]
+    labels = [(t.get_text(), round(t.xy[0], 6), round(t.xy[1], 6))
+              for t in ax.texts if t.get_text() != "limits the budget"]
+    # segments at least 4 % of the 80 GiB bar (3.2 GiB) carry their size at their middle:
+    # rank 1's 5 GiB co-tenant (0–5), weights 33 GiB (0–33 and 5–38), KV 34 GiB (40–74, 45–79 after
+    # 1 + 2 + 1 + 3 GiB of small parts), rank 0's 5 GiB stranded (74–79); the 1 GiB parts are not labelled
+    assert labels == [
+        ("5 GiB", 1.0, 2.5), ("33 GiB", 0.0, 16.5), ("33 GiB", 1.0, 21.5),
+        ("34 GiB", 0.0, 57.0), ("34 GiB", 1.0, 62.0), ("5 GiB", 0.0, 76.5),
+    ]
 
 
 def test_ledger_chart_draws_each_rank_from_its_worst_boot():
@@ -99,6 +117,10 @@ def test_safe_budget_chart_highlights_the_limiting_rank_and_the_unsafe_average()
     assert _line_y(ax, "uniform budget 34 GiB") == 34.0
     assert _line_y(ax, "average 36.5 GiB: unsafe, rank 1") == 36.5  # (39 + 34) / 2
     assert [t.get_text() for t in ax.texts] == ["39 GiB", "34 GiB"]
+    # labels sit inside the bar tops (below them), where the uniform and average lines cannot strike them
+    assert [(t.xy[1], t.get_va(), t.xyann[1] < 0) for t in ax.texts] == [
+        (39.0, "top", True), (34.0, "top", True)
+    ]
 
 
 def test_founding_example_safe_budget_in_gib():
@@ -111,6 +133,9 @@ def test_founding_example_safe_budget_in_gib():
     assert _line_y(ax, "uniform budget 12 GiB") == 12.0
     stranded = charts.stranded_chart(budget)
     assert "14.1 GiB in total" in stranded.axes[0].get_title()  # 5.9 + 4.7 + 0 + 3.5
+    # rank 3 at 15.5 GiB, the average (17.9 + 16.7 + 12 + 15.5) / 4 = 15.525 GiB: its label is inside the bar
+    (rank3,) = [t for t in ax.texts if t.get_text() == "15.5 GiB"]
+    assert rank3.get_va() == "top" and rank3.xyann[1] < 0
 
 
 def test_stranded_chart_heights_and_rounding_note():
@@ -118,9 +143,19 @@ def test_stranded_chart_heights_and_rounding_note():
     budget = uniform_budget([40 * GiB, 35 * GiB], GiB, block_bytes=3 * GiB)
     ax = charts.stranded_chart(budget).axes[0]
     assert [bar.get_height() for bar in ax.containers[0].patches] == [6.0, 1.0]  # 39 − 33, 34 − 33
+    # the limiting rank 1 strands only the rounding: its label says it limits
+    assert [t.get_text() for t in ax.texts] == ["6 GiB", "limits: 1 GiB stranded"]
+    assert to_rgba(ax.texts[1].get_color()) == to_rgba(charts.LIMITING_COLOR)
+    assert ax.get_xticklabels()[1].get_text() == "1 (limiting)"
     assert ax.get_title() == (
         "Stranded on the stronger ranks: 7 GiB in total (1 GiB per rank from block rounding)"
     )
+
+
+def test_stranded_chart_marks_a_limiting_rank_with_nothing_stranded():
+    ax = charts.stranded_chart(BUDGET).axes[0]  # stranded 5 GiB on rank 0, 0 on the limiting rank 1
+    assert [bar.get_height() for bar in ax.containers[0].patches] == [5.0, 0.0]
+    assert [t.get_text() for t in ax.texts] == ["5 GiB", "limits: 0 stranded"]
 
 
 def test_concurrency_chart_draws_the_curve_target_and_max_model_len():
@@ -128,12 +163,36 @@ def test_concurrency_chart_draws_the_curve_target_and_max_model_len():
     curve = concurrency_curve(12 * GiB, 256 * KiB, [4096, 8192, 16384])
     ax = charts.concurrency_chart({"uniform 12 GiB": curve}, max_model_len=8192, target_concurrency=8).axes[0]
     (line,) = [line for line in ax.get_lines() if line.get_label().startswith("uniform")]
-    assert line.get_label() == "uniform 12 GiB: 49,152 tokens"
+    assert line.get_label() == "uniform 12 GiB: 49,152 tokens at 8,192"
     assert list(line.get_ydata()) == [12.0, 6.0, 3.0]
     assert list(_line_x(ax, "max_model_len 8,192")) == [8192, 8192]
     assert _line_y(ax, "target 8 sequences") == 8
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
-    assert [t.get_text() for t in ax.texts] == ["6.00× at 8,192"]
+    assert [t.get_text() for t in ax.texts] == ["6.00×"]
+    # the label is right of the max_model_len line, inside the axis (extended to 2.2 × 8192)
+    assert ax.texts[0].get_ha() == "left" and ax.get_xlim()[1] == pytest.approx(8192 * 2.2)
+
+
+def test_concurrency_chart_labels_tokens_at_max_model_len():
+    # vLLM ≥ 0.21 logs tokens = int(concurrency × length); for a sliding-window model that grows with the
+    # length: 2.0 × 4096 = 8192 tokens at 4k, 0.5 × 32,768 = 16,384 tokens at 32k
+    curve = pd.DataFrame({"seq_len": [4096, 32768], "tokens": [8192, 16384], "max_concurrency": [2.0, 0.5]})
+    fig = charts.concurrency_chart({"uniform": curve}, 32768, note="sliding-window layers: 8192 assumed")
+    (line,) = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("uniform")]
+    assert line.get_label() == "uniform: 16,384 tokens at 32,768"
+    assert [t.get_text() for t in fig.texts] == ["approximate: sliding-window layers: 8192 assumed"]
+
+
+def test_concurrency_chart_marks_where_a_curve_crosses_the_target():
+    # 12 GiB / (16 × 256 KiB) = 3072 blocks; 8 sequences fit while one needs ≤ 384 blocks = 6144 tokens
+    curve = concurrency_curve(12 * GiB, 256 * KiB, [4096, 8192])
+    ax = charts.concurrency_chart({"uniform": curve}, 8192, 8, crossings={"uniform": 6144}).axes[0]
+    (marker,) = [line for line in ax.get_lines() if line.get_label() == "_crossing"]
+    assert (list(marker.get_xdata()), list(marker.get_ydata())) == ([6144], [8])
+    assert "8 sequences up to 6,144 tokens" in [t.get_text() for t in ax.texts]
+    # a crossing at max_model_len (the target fits at full length) is not marked
+    ax = charts.concurrency_chart({"uniform": curve}, 8192, 4, crossings={"uniform": 8192}).axes[0]
+    assert not [line for line in ax.get_lines() if line.get_label() == "_crossing"]
 
 
 def _line_x(ax, label):
@@ -181,7 +240,7 @@ def test_ledger_chart_without_total_draws_no_total_and_nothing_unitemised():
     ax = charts.ledger_chart(LEDGER.drop(columns="total_bytes"), BUDGET).axes[0]
     labels = [container.get_label() for container in ax.containers]
     assert "not itemised in the log" not in labels
-    assert not [t for t in ax.texts if t.get_text().startswith("total")]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1 (limiting)"]  # no total to show
     # 37 GiB of parts + 40 GiB room on rank 0; 42 + 35 on rank 1: 77 GiB tall each
     tops = [sum(c.patches[i].get_height() for c in ax.containers) for i in range(2)]
     assert tops == [77.0, 77.0]

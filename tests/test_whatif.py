@@ -7,6 +7,9 @@ import pandas as pd
 import pytest
 
 from kvplan.budget import uniform_budget
+from kvplan.config import DATA_DIR
+from kvplan.io.model_config import read_model_config
+from kvplan.kvspec import kv_spec
 from kvplan.units import parse_size
 from kvplan.whatif import (
     Scenario,
@@ -14,14 +17,22 @@ from kvplan.whatif import (
     budget_headline,
     budgets_by_boot,
     co_tenant_bytes,
+    concurrency_figure,
+    coverage,
     evaluate,
     format_headline,
     gib_to_bytes,
+    launch_spec,
+    ledger_after_add_back,
+    read_launch,
     sequence_lengths,
+    startup_free_bytes,
     weak_rank_at_median,
     weak_rank_verdict,
 )
-from tests.conftest import GiB
+from tests.conftest import GiB, MiB
+
+SAMPLE = DATA_DIR / "boots" / "four-rank"
 
 # Scenario A: rooms 18.8, 17.6, 12.9, 16.4 GiB (nearest byte), reserve 0.9 GiB → 12 GiB, rank 2 limits.
 ROOMS = tuple(parse_size(f"{gib}GiB") for gib in ("18.8", "17.6", "12.9", "16.4"))
@@ -164,7 +175,8 @@ def test_a_model_spec_gives_vllm_figures_and_follows_the_block_size():
     from kvplan.kvspec import kv_spec
 
     # Llama-3.1-70B shape: 80 layers, 8 KV heads, head_dim 128, bf16; TP=4 → 81,920 B per token per rank
-    config = {"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128}
+    config = {"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+              "torch_dtype": "bfloat16"}
     spec = kv_spec(config, tp=4, vllm_version="0.26.0")
     scenario = Scenario(ROOMS, RESERVE, kv_spec=spec, max_model_len=32_768, target_concurrency=8)
     outcome = evaluate(scenario)
@@ -219,10 +231,10 @@ def test_budgets_by_boot_gives_one_budget_per_boot():
 
 
 def test_scenario_and_co_tenants_from_a_ledger_take_each_rank_at_its_worst():
-    # rank 0: rooms 13 and 14 GiB over two boots → 13; rank 1: 12 GiB (boot 1 only shows it)
+    # rank 0: rooms 13 and 14 GiB over two boots → 13; rank 1: 15 and 12 GiB → 12
     ledger = pd.DataFrame({
         "source": ["a.log"] * 4, "boot": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
-        "room_bytes": [13 * GiB, pd.NA, 14 * GiB, 12 * GiB], "room_source": ["suggestion"] * 4,
+        "room_bytes": [13 * GiB, 15 * GiB, 14 * GiB, 12 * GiB], "room_source": ["suggestion"] * 4,
         "other_process_bytes": [pd.NA, 5 * GiB, pd.NA, 6 * GiB], "outcome": ["ok"] * 4,
     })
     scenario = Scenario.from_ledger(ledger, GiB, max_model_len=8192)
@@ -241,3 +253,112 @@ def test_weak_rank_at_median_shows_what_fixing_it_buys():
     # 16,642,998,272 B (15.5 GiB) // 1,310,720 B = 12,697 blocks × 16 = 203,152 tokens (vs 157,280)
     assert fixed.budget.num_blocks == (ROOMS[3] - RESERVE) // 1_310_720 == 12_697
     assert fixed.capacity.tokens == 203_152
+
+
+def test_target_length_is_the_longest_request_the_target_still_fits():
+    # 9830 blocks / 8 sequences = 1228.75 → 1228 blocks of 16 = 19,648 tokens each (< 32,768)
+    outcome = evaluate(replace(FOUR_RANK, target_concurrency=8))
+    assert outcome.target_length == 19_648
+    assert outcome.headline()["target fits"] == "8 sequences up to 19,648 tokens each"
+    # 4 sequences of 32,768 need 4 × 2048 = 8192 ≤ 9830 blocks: the target fits at full length
+    four = evaluate(replace(FOUR_RANK, target_concurrency=4))
+    assert four.target_length == 32_768 and "target fits" not in four.headline()
+
+
+def test_headline_shows_the_block_size_vllm_forces():
+    # DeepSeek-V3 (MLA) before 0.20: block size 16 is overridden to 64; 61 layers × 576 × 2 B = 70,272 B/token
+    spec = kv_spec(read_model_config("deepseek-v3"), tp=8, vllm_version="0.19.0")
+    outcome = evaluate(Scenario(ROOMS, RESERVE, kv_spec=spec, block_size=16, max_model_len=32_768))
+    assert outcome.capacity.block_size == 64
+    assert outcome.budget.uniform_budget_bytes % (64 * 70_272) == 0
+    assert outcome.headline()["block size"] == (
+        "64 tokens (block size 16 overridden: "
+        "vLLM before 0.20 forces 64-token blocks for the FlashMLA backend)"
+    )
+
+
+def test_concurrency_figure_labels_tokens_at_max_model_len_and_says_why_approximate():
+    # Gemma-3-27B (sliding window) on 0.26: tokens = int(concurrency × length) depend on the length
+    spec = kv_spec(read_model_config("gemma-3-27b"), tp=2, vllm_version="0.26.0")
+    outcome = evaluate(Scenario(ROOMS, RESERVE, kv_spec=spec, max_model_len=131_072, target_concurrency=2))
+    assert outcome.curve["tokens"].iloc[0] != outcome.capacity.tokens
+    fig = concurrency_figure(outcome)
+    (line,) = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("uniform")]
+    assert line.get_label() == f"uniform 12 GiB: {outcome.capacity.tokens:,} tokens at 131,072"
+    assert [t.get_text() for t in fig.texts] == [f"approximate: {spec.approximate_reason}"]
+
+
+def test_concurrency_figure_compares_the_weak_rank_at_the_median():
+    # rank 2 raised to the median safe budget 16.1 GiB; rank 3's 15.5 GiB then sets the uniform value
+    fig = concurrency_figure(evaluate(replace(FOUR_RANK, target_concurrency=8)), weak_rank_fixed=True)
+    labels = [line.get_label() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
+    assert labels[:2] == [
+        "uniform 12 GiB: 157,280 tokens at 32,768",
+        "rank 2 raised to the median (16.1 GiB): uniform 15.5 GiB: 203,152 tokens at 32,768",
+    ]
+    # crossings: 1228 blocks → 19,648 tokens; 12,697 / 8 = 1587 blocks → 25,392 tokens
+    texts = [t.get_text() for t in fig.axes[0].texts]
+    assert "8 sequences up to 19,648 tokens" in texts and "8 sequences up to 25,392 tokens" in texts
+
+
+def test_read_launch_joins_the_snapshots_found_next_to_the_logs(tmp_path):
+    ledger, _ = read_launch(SAMPLE)
+    assert ledger["other_process_bytes"].notna().all()  # joined from nvidia-smi-*.csv in the folder
+    bare, _ = read_launch(SAMPLE, nvidia_smi=[])
+    assert "other_process_bytes" not in bare.columns or bare["other_process_bytes"].isna().all()
+    # another folder with only a log: nothing to join, no error
+    (tmp_path / "boot.log").write_text((SAMPLE / "boot.log").read_text())
+    alone, _ = read_launch(tmp_path)
+    assert "other_process_bytes" not in alone.columns or alone["other_process_bytes"].isna().all()
+    assert len(alone) == len(ledger)
+
+
+def test_launch_spec_takes_the_layout_from_the_logs():
+    ledger, _ = read_launch(SAMPLE, nvidia_smi=[])
+    spec = launch_spec(ledger, "llama-3.1-70b")  # TP 4, block 16, 0.26.0 from the log
+    assert (spec.tp, spec.block_size, spec.block_bytes) == (4, 16, 1_310_720)
+    assert launch_spec(ledger, "llama-3.1-70b", tp=4) == spec
+    with pytest.raises(ValueError, match="logs show tensor_parallel_size 4"):
+        launch_spec(ledger, "llama-3.1-70b", tp=2)
+
+
+def test_coverage_marks_what_each_rank_printed():
+    ledger = pd.DataFrame({"source": "a.log", "boot": [0, 0], "rank": [0, 1],
+                           "room_bytes": [5 * GiB, None], "weights_bytes": [GiB, GiB]})
+    shown = coverage(ledger)
+    assert shown.loc["room_bytes"].tolist() == [True, False]
+    assert shown.loc["weights_bytes"].tolist() == [True, True]
+    assert not shown.loc["cuda_graph_bytes"].any()  # no column: never shown
+
+
+def test_startup_free_bytes_of_a_reference_and_of_a_later_boot():
+    # reference: two boots of rank 0, rooms 13 and 12 GiB → the 12 GiB boot's free memory, 42 GiB
+    reference = pd.DataFrame({"source": "r.log", "rank": [0, 0, 1],
+                              "room_bytes": [13 * GiB, 12 * GiB, 14 * GiB],
+                              "init_free_bytes": [41 * GiB, 42 * GiB, 43 * GiB]})
+    assert startup_free_bytes(reference, [0, 1]) == (42 * GiB, 43 * GiB)
+    # a boot with a manual value shows no room: the lowest free memory over its boots
+    boot = pd.DataFrame({"source": "b.log", "rank": [0, 0, 1],
+                         "init_free_bytes": [41 * GiB, 40 * GiB, 43 * GiB]})
+    assert startup_free_bytes(boot, [0, 1]) == (40 * GiB, 43 * GiB)
+    with pytest.raises(ValueError, match=r"b\.log: rank 2 shows no free memory at startup"):
+        startup_free_bytes(boot, [0, 1, 2])
+
+
+def test_panel_redraws_the_ledger_chart_with_the_co_tenant_added_back():
+    ledger, _ = read_launch(SAMPLE)
+    panel = WhatIfPanel(Scenario.from_ledger(ledger, RESERVE), ledger=ledger)
+    titles = [fig.axes[0].get_title() for fig in panel.figures()]
+    assert titles[1].startswith("Where each GPU's memory goes: 12 GiB KV on every rank")
+    panel.controls["add_back_2"].value = 5.0
+    ax = panel.figures()[1].axes[0]
+    (other,) = [c for c in ax.containers if c.get_label() == "other processes"]
+    before = ledger.loc[ledger["rank"] == 2, "other_process_bytes"].iloc[0]
+    assert other.patches[2].get_height() == pytest.approx((before - 5 * GiB) / GiB)
+    assert ax.get_title().startswith("Where each GPU's memory goes: 15.5 GiB KV")  # rank 3 limits now
+
+
+def test_ledger_after_add_back_takes_memory_off_the_co_tenant():
+    ledger = pd.DataFrame({"rank": [0, 1], "other_process_bytes": [pd.NA, 5 * GiB]})
+    scenario = Scenario((10 * GiB, 10 * GiB), GiB, add_back_bytes=(0, 512 * MiB))
+    assert ledger_after_add_back(ledger, scenario)["other_process_bytes"].tolist() == [0, 4.5 * GiB]
