@@ -12,6 +12,7 @@ import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import NoReturn
+from warnings import catch_warnings, simplefilter
 
 import pandas as pd
 
@@ -29,7 +30,7 @@ from kvplan.io.nvidia_smi import (
 from kvplan.io.vllm_log import read_vllm_logs, version_tuple
 from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.kvspec import KV_CACHE_DTYPE_BYTES, KVSpec, kv_spec, options_for_logs
-from kvplan.ledger import budget_from_ledger, compatibility_key, plain_value, room_per_rank
+from kvplan.ledger import LedgerWarning, budget_from_ledger, compatibility_key, plain_value, room_per_rank
 from kvplan.load import ROW_KEYS, load_checks, load_summary
 from kvplan.units import format_size, parse_size, parse_size_list
 
@@ -202,21 +203,48 @@ def _add_ledger(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--nvidia-smi", action="append", default=[], metavar="CSV",
                         help="nvidia-smi --query-gpu (and --query-compute-apps) CSV of the same boot: joins "
                              "gpu_name, driver_version and other_process_bytes; repeat for both")
+    parser.add_argument("--rooms", action="store_true",
+                        help="also each rank's room over the boots: worst, min, median, max, spread "
+                             '(JSON key "rooms"); refused as kvplan budget refuses')
+    parser.add_argument("--assume-uniform", action="store_true",
+                        help="with --rooms: logs showing local rank 0 only: take its room for every rank")
     form = parser.add_mutually_exclusive_group()
-    form.add_argument("--json", action="store_true", help='print {"rows": [...], "warnings": [...]}')
+    form.add_argument("--json", action="store_true",
+                      help='print {"rows": [...], "warnings": [...]} (and "rooms": [...] with --rooms)')
     form.add_argument("--csv", action="store_true", help="print the ledger as CSV")
     parser.set_defaults(run=_run_ledger)
 
 
+#: Columns of the ``kvplan ledger --rooms`` table: each rank's room over the boots of one key.
+ROOMS_TABLE = ["rank", "room_bytes", "room_source", "room_min_bytes", "room_median_bytes", "room_max_bytes",
+               "room_spread_bytes", "boots", "worst_boot"]
+
+
 def _run_ledger(args: argparse.Namespace) -> int:
+    if args.assume_uniform and not args.rooms:
+        raise CliError("--assume-uniform applies to --rooms only")
+    if args.rooms and args.csv:
+        raise CliError("--rooms prints a table or JSON, not CSV")
     ledger, metadata = read_vllm_logs(args.logs)
     if args.nvidia_smi:
         ledger, _ = _join_snapshots(ledger, args.nvidia_smi)
+    notes = list(metadata["warnings"])
+    rooms = None
+    if args.rooms:
+        with catch_warnings():
+            simplefilter("ignore", LedgerWarning)  # printed below with the reader's, as notes
+            frame = room_per_rank(ledger, assume_uniform=args.assume_uniform)
+        notes += frame.attrs.get("warnings", [])
+        rooms = [{"rank": int(rank), **{column: plain_value(value) for column, value in row.items()}}
+                 for rank, row in frame.to_dict(orient="index").items()]
     if args.json:
         rows = [{column: plain_value(value) for column, value in row.items()}
                 for row in ledger.to_dict(orient="records")]
-        return _print_json({"rows": rows, "warnings": list(metadata["warnings"])})
-    _print_warnings(metadata["warnings"])
+        data = {"rows": rows, "warnings": notes}
+        if rooms is not None:
+            data["rooms"] = rooms
+        return _print_json(data)
+    _print_warnings(notes)
     if args.csv:
         ledger.to_csv(sys.stdout, index=False)
         return EXIT_OK
@@ -225,6 +253,11 @@ def _run_ledger(args: argparse.Namespace) -> int:
         for row in ledger.to_dict(orient="records")
     ]
     print(format_table(rows, LEDGER_TABLE))
+    if rooms is not None:
+        print()
+        table = [{**{column: _table_cell(column, room.get(column)) for column in ROOMS_TABLE},
+                  "worst_boot": f"{room['source']} #{room['boot']}"} for room in rooms]
+        print(format_table(table, ROOMS_TABLE))
     return EXIT_OK
 
 

@@ -53,6 +53,7 @@ MEASUREMENTS = {
     "manual_kv_bytes": "KV cache bytes set by --kv-cache-memory-bytes on a manual boot",
     "other_process_bytes": "memory used by other processes on the same GPU",
     "room_bytes": "bytes this rank can give to KV cache (best evidence, see room_source)",
+    "profiled_free_bytes": "free GPU memory after the profile run (DEBUG 'Free memory after profiling')",
 }
 
 AS_LOGGED = {

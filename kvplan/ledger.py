@@ -8,15 +8,25 @@ Every refusal is a :class:`LedgerError` naming the file and line of the evidence
 
 from __future__ import annotations
 
+import warnings
+
 import pandas as pd
 
 from kvplan.budget import Budget, BudgetError, median_bytes, uniform_budget
 from kvplan.columns import KEY_COLUMNS
+from kvplan.io.vllm_lines import LAYOUT_FIELDS, local_rank0_only, rank0_only_advice, version_tuple, world_size
 from kvplan.units import format_size
+
+#: Key fields that every boot of a budget must show: which model, and how many ranks.
+REQUIRED_KEY = ("model", *LAYOUT_FIELDS)
 
 
 class LedgerError(ValueError):
     """A ledger from which no budget may be computed; the message names file and line."""
+
+
+class LedgerWarning(UserWarning):
+    """Evidence a budget uses with a caveat (different room sources, a manual boot left out)."""
 
 
 def is_known(value: object) -> bool:
@@ -45,19 +55,26 @@ def plain_value(value: object) -> object:
     return value.item() if hasattr(value, "item") else value
 
 
+def _line(ledger: pd.DataFrame, source: object, boot: object, rank: object, column: str) -> int | None:
+    """Line number of a ledger value when the reader recorded it (rank None: a boot-level value)."""
+    rank_key = -1 if not is_known(rank) else int(rank)
+    line = ledger.attrs.get("lines", {}).get((source, plain_value(boot), rank_key, column))
+    return int(line) if is_known(line) else None
+
+
 def _where(ledger: pd.DataFrame, source: object, boot: object, rank: object, column: str) -> str:
     """``file:line`` of a ledger value when the reader recorded it, else ``file``."""
-    lines = ledger.attrs.get("lines", {})
-    rank_key = -1 if not is_known(rank) else int(rank)
-    line = lines.get((source, plain_value(boot), rank_key, column))
-    return f"{source}:{line}" if is_known(line) else f"{source}"
+    line = _line(ledger, source, boot, rank, column)
+    return f"{source}:{line}" if line is not None else f"{source}"
 
 
 def compatibility_key(ledger: pd.DataFrame) -> dict:
     """The one compatibility key shared by every row, as plain values (None = not logged).
 
     A field logged with different values raises :class:`LedgerError` listing each field, each
-    value and the files (and lines) that show it; a field some files do not show is not a conflict.
+    value and the files (and lines) that show it. A field some boots do not show is not a conflict,
+    except the model and the parallel layout (:data:`REQUIRED_KEY`): a boot that does not show them
+    could be any configuration, so it does not merge with boots that do.
 
     >>> frame = pd.DataFrame({"source": ["a.log"], "boot": [0], "rank": [0], "vllm_version": ["0.26.0"]})
     >>> compatibility_key(frame)["vllm_version"]
@@ -73,6 +90,12 @@ def compatibility_key(ledger: pd.DataFrame) -> dict:
         shown = ledger[["source", "boot", column]].dropna(subset=[column])
         values = list(dict.fromkeys(plain_value(value) for value in shown[column]))
         key[column] = values[0] if len(values) == 1 else None
+        if values and column in REQUIRED_KEY:
+            unshown = [pair for pair in _boots(ledger) if pair not in set(_boots(shown))]
+            if unshown:
+                places = ", ".join(f"{s} boot {b} ({_boot_where(ledger, s, b)})" for s, b in unshown)
+                conflicts.append(f"{column}: {values[0]!r} shown, but not logged in {places}")
+                key[column] = None
         if len(values) > 1:
             parts = []
             for value in values:
@@ -89,13 +112,45 @@ def compatibility_key(ledger: pd.DataFrame) -> dict:
     return key
 
 
-def _world_size(key: dict) -> int | None:
-    sizes = [
-        key.get(name) for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
-    ]
-    if any(size is None for size in sizes):
-        return None
-    return int(sizes[0]) * int(sizes[1]) * int(sizes[2])
+def _boots(ledger: pd.DataFrame) -> list[tuple]:
+    """The ``(source, boot)`` pairs of a ledger, in order, as plain values."""
+    return list(dict.fromkeys(zip(ledger["source"], ledger["boot"].map(plain_value))))
+
+
+def _boot_where(ledger: pd.DataFrame, source: object, boot: object) -> str:
+    """``file:line`` of a boot's first line when the reader recorded it, else ``file``."""
+    return _where(ledger, source, boot, None, "boot")
+
+
+def _layout(ledger: pd.DataFrame, key: dict) -> int | None:
+    """TP × PP × DP of the key; refuses logs that do not show the model or the parallel layout.
+
+    A ledger from the reader carries every key column, so a missing value means the logs do not
+    say (the start of the boot is missing or was cut away). A hand-built frame without those columns
+    gets a :class:`LedgerWarning` that the ranks seen are taken as every rank.
+    """
+    unknown = [name for name in ("model", *LAYOUT_FIELDS) if name in ledger.columns and key.get(name) is None]
+    if unknown:
+        raise LedgerError(
+            f"{_files(ledger)}: the logs do not show {', '.join(unknown)} (no version, non-default args or "
+            "engine-config line: the start of the boot is missing?), so neither the configuration the "
+            "budget is for nor the number of ranks TP × PP × DP is known. Give the whole log from the start "
+            "of each boot."
+        )
+    world = world_size(key)
+    if world is None:
+        ranks = sorted({int(rank) for rank in ledger["rank"].dropna()})
+        _warn(
+            f"{_files(ledger)}: TP × PP × DP is unknown (the ledger has no parallel-size columns): the "
+            f"rank(s) seen, {', '.join(map(str, ranks))}, are taken as every rank"
+        )
+    return world
+
+
+def _warn(message: str, notes: list[str] | None = None) -> None:
+    if notes is not None:
+        notes.append(message)
+    warnings.warn(LedgerWarning(message), stacklevel=3)
 
 
 def room_per_rank(ledger: pd.DataFrame, assume_uniform: bool = False) -> pd.DataFrame:
@@ -103,66 +158,147 @@ def room_per_rank(ledger: pd.DataFrame, assume_uniform: bool = False) -> pd.Data
 
     Indexed by rank: ``room_bytes`` (the lowest over boots), ``room_source``, ``init_free_bytes``
     (of that boot, else the rank's lowest), ``room_min_bytes``, ``room_median_bytes``,
-    ``room_max_bytes``, ``boots`` (how many boots showed a room), ``source`` and ``boot`` of the
-    worst boot. Refuses mixed keys, a missing rank and ranks without room; with
-    ``assume_uniform=True`` ranks without room get the lowest room shown (``room_source``
-    ``assumed_uniform``), for logs where vLLM printed local rank 0 only.
+    ``room_max_bytes``, ``room_spread_bytes`` (max − min), ``boots`` (how many boots showed the
+    rank's own room), ``source`` and ``boot`` of the worst boot; ``attrs["warnings"]`` holds what
+    was also issued as :class:`LedgerWarning`.
 
-    >>> frame = pd.DataFrame({"source": ["a.log"] * 3, "boot": [0, 1, 0], "rank": [0, 0, 1],
-    ...                       "room_bytes": [30, 20, 25], "room_source": ["suggestion"] * 3})
-    >>> room_per_rank(frame)[["room_bytes", "room_max_bytes", "boots"]].values.tolist()
-    [[20, 30, 2], [25, 25, 1]]
+    Every boot that shows a room is room evidence and must show one for every rank of TP × PP × DP;
+    otherwise :class:`LedgerError` names the boot, rank, file and line, unless ``assume_uniform``
+    (then such a rank takes the lowest room of that boot, ``room_source`` ``assumed_uniform``, for
+    logs where vLLM printed local rank 0 only). Rooms of different evidence are never mixed
+    silently: a warning lists each rank's source when the chosen rooms differ.
+
+    Decision on boots without any room: a **manual-value boot** (``--kv-cache-memory-bytes``; it
+    shows free memory, not room) is not room evidence: it is left out, with a warning naming it,
+    because such a boot is judged against the profiled one by ``kvplan drift`` / ``kvplan gate``.
+    Any other boot without room (failed or cut off) is refused.
+
+    >>> frame = pd.DataFrame({"source": ["a.log"] * 4, "boot": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
+    ...                       "room_bytes": [30, 25, 20, 26], "room_source": ["suggestion"] * 4,
+    ...                       "model": "m", "tensor_parallel_size": 2, "pipeline_parallel_size": 1,
+    ...                       "data_parallel_size": 1})
+    >>> room_per_rank(frame)[["room_bytes", "room_max_bytes", "room_spread_bytes", "boots"]].values.tolist()
+    [[20, 30, 10, 2], [25, 26, 1, 2]]
     """
     key = compatibility_key(ledger)
-    world = _world_size(key)
-    ranks_seen = sorted({int(rank) for rank in ledger["rank"].dropna()})
+    world = _layout(ledger, key)
+    notes: list[str] = []
+    frame = ledger.assign(source=ledger.get("source", "the ledger"), boot=ledger.get("boot", 0))
+    ranks_seen = sorted({int(rank) for rank in frame["rank"].dropna()})
     expected = list(range(world)) if world is not None else ranks_seen
-    with_room = ledger.dropna(subset=["room_bytes"]) if "room_bytes" in ledger else ledger.iloc[0:0]
-    records = {}
-    for rank, rows in with_room.groupby("rank"):
-        rooms = [int(value) for value in rows["room_bytes"]]
-        worst = rows.loc[rows["room_bytes"].astype("Int64").idxmin()]
-        free = worst.get("init_free_bytes")
-        if not is_known(free) and "init_free_bytes" in rows:
-            lowest = rows["init_free_bytes"].dropna()
-            free = lowest.min() if not lowest.empty else None
-        records[int(rank)] = {
-            "room_bytes": min(rooms),
-            "room_source": plain_value(worst.get("room_source")),
-            "init_free_bytes": plain_value(free),
-            "room_min_bytes": min(rooms),
-            "room_median_bytes": median_bytes(rooms),
-            "room_max_bytes": max(rooms),
-            "boots": len(rooms),
-            "source": plain_value(worst.get("source")),
-            "boot": plain_value(worst.get("boot")),
-        }
-    if not records:
+    room_known = frame["room_bytes"].notna() if "room_bytes" in frame else pd.Series(False, index=frame.index)
+    observations: dict[int, list[dict]] = {}
+    manual_boots = []
+    for (source, boot), rows in frame.groupby(["source", "boot"], sort=False):
+        with_room = rows[room_known[rows.index]]
+        if with_room.empty:
+            manual_boots.append(_roomless_boot(ledger, source, boot, rows, notes))
+            continue
+        own = {int(row["rank"]): row for _, row in with_room.iterrows()}
+        lacking = [rank for rank in expected if rank not in own]
+        if lacking and not assume_uniform:
+            raise LedgerError(_lacking_message(ledger, key, world, source, boot, rows, own, lacking))
+        lowest = min(own.values(), key=lambda row: int(row["room_bytes"]))
+        for rank in expected:
+            row = own.get(rank, lowest)
+            free = rows.loc[rows["rank"] == rank, "init_free_bytes"] if "init_free_bytes" in rows else None
+            observations.setdefault(rank, []).append({
+                "room_bytes": int(row["room_bytes"]),
+                "room_source": plain_value(row.get("room_source")) if rank in own else "assumed_uniform",
+                "init_free_bytes": plain_value(free.dropna().min()) if free is not None else None,
+                "source": plain_value(source),
+                "boot": plain_value(boot),
+                "own": rank in own,
+            })
+    if not observations:
+        manual = f" ({len(manual_boots)} manual-value boot(s): no room evidence)" if manual_boots else ""
         raise LedgerError(
-            f"no rank shows its room in {_files(ledger)}: the logs hold no --kv-cache-memory "
-            "suggestion, 'Available KV cache memory' or DEBUG memory lines (a manual-value or "
-            "unfinished boot?); profile a boot without --kv-cache-memory-bytes"
+            f"no rank shows its room in {_files(ledger)}{manual}: the logs hold no --kv-cache-memory "
+            "suggestion, 'Available KV cache memory' or DEBUG memory lines; profile a boot without "
+            "--kv-cache-memory-bytes"
         )
-    lacking = [rank for rank in expected if rank not in records]
-    if lacking and not assume_uniform:
-        raise LedgerError(_lacking_message(ledger, key, world, ranks_seen, records, lacking))
-    if lacking:
-        lowest = min(records.values(), key=lambda record: record["room_bytes"])
-        for rank in lacking:
-            records[rank] = {**lowest, "room_source": "assumed_uniform", "boots": 0}
-    frame = pd.DataFrame.from_dict(records, orient="index").sort_index()
-    frame.index.name = "rank"
+    records = {rank: _record(items) for rank, items in observations.items()}
+    _warn_mixed_sources(ledger, records, notes)
+    result = pd.DataFrame.from_dict(records, orient="index").sort_index()
+    result.index.name = "rank"
     for column in (
         "room_bytes",
         "init_free_bytes",
         "room_min_bytes",
         "room_median_bytes",
         "room_max_bytes",
+        "room_spread_bytes",
         "boots",
         "boot",
     ):
-        frame[column] = frame[column].astype("Int64")
-    return frame
+        result[column] = result[column].astype("Int64")
+    result.attrs = {"warnings": notes}
+    return result
+
+
+def _record(items: list[dict]) -> dict:
+    """One rank's worst observation and the spread of its rooms over boots."""
+    rooms = [item["room_bytes"] for item in items]
+    worst = min(items, key=lambda item: item["room_bytes"])
+    free = worst["init_free_bytes"]
+    if free is None:
+        known = [item["init_free_bytes"] for item in items if item["init_free_bytes"] is not None]
+        free = min(known) if known else None
+    return {
+        "room_bytes": worst["room_bytes"],
+        "room_source": worst["room_source"],
+        "init_free_bytes": free,
+        "room_min_bytes": min(rooms),
+        "room_median_bytes": median_bytes(rooms),
+        "room_max_bytes": max(rooms),
+        "room_spread_bytes": max(rooms) - min(rooms),
+        "boots": sum(item["own"] for item in items),
+        "source": worst["source"],
+        "boot": worst["boot"],
+    }
+
+
+def _roomless_boot(
+    ledger: pd.DataFrame, source: object, boot: object, rows: pd.DataFrame, notes: list
+) -> str:
+    """Warn about a manual-value boot (returns its name); refuse any other boot without room."""
+    where = _boot_where(ledger, source, boot)
+    manual = rows["manual_kv_bytes"].dropna() if "manual_kv_bytes" in rows else pd.Series(dtype="Int64")
+    if not manual.empty:
+        _warn(
+            f"{where}: boot {plain_value(boot)} is a manual-value boot (--kv-cache-memory-bytes "
+            f"{format_size(int(manual.min()))}): it shows the memory free at startup, not the room of its "
+            "ranks, so it is no room evidence and is left out of the room. Judge it against the profiled "
+            "boot's approval with `kvplan drift` or `kvplan gate`.",
+            notes,
+        )
+        return f"{source} boot {plain_value(boot)}"
+    outcomes = ", ".join(
+        f"rank {plain_value(rank)} {plain_value(outcome) or 'unknown'}"
+        for rank, outcome in zip(rows["rank"], rows.get("outcome", pd.Series([None] * len(rows))))
+    )
+    raise LedgerError(
+        f"{where}: boot {plain_value(boot)} shows no room on any rank ({outcomes or 'no ranks'}): it is no "
+        "room evidence for a budget. Leave that boot out, or profile it again without "
+        "--kv-cache-memory-bytes."
+    )
+
+
+def _warn_mixed_sources(ledger: pd.DataFrame, records: dict, notes: list) -> None:
+    sources = {rank: record["room_source"] for rank, record in records.items()}
+    if len(set(sources.values()) - {"assumed_uniform"}) <= 1:
+        return
+    listing = "; ".join(
+        f"rank {rank}: {source} "
+        f"({_where(ledger, records[rank]['source'], records[rank]['boot'], rank, 'room_bytes')})"
+        for rank, source in sorted(sources.items())
+    )
+    _warn(
+        f"the rooms come from different evidence per rank ({listing}): a suggestion, an available-KV "
+        "figure and a sum of parts are not measured alike; compare with care, or profile again so that "
+        "every rank logs the same lines",
+        notes,
+    )
 
 
 def _files(ledger: pd.DataFrame) -> str:
@@ -176,45 +312,53 @@ def _lacking_message(
     ledger: pd.DataFrame,
     key: dict,
     world: int | None,
-    ranks_seen: list[int],
-    records: dict,
+    source: object,
+    boot: object,
+    rows: pd.DataFrame,
+    own: dict,
     lacking: list[int],
 ) -> str:
-    sources = {record["room_source"] for record in records.values()}
-    version = key.get("vllm_version")
-    recent = version is None or tuple(int(p) for p in str(version).split(".")[:2] if p.isdigit()) >= (0, 11)
-    first = min(records)
-    where = _where(ledger, records[first]["source"], records[first]["boot"], first, "room_bytes")
-    listing = ", ".join(str(rank) for rank in lacking)
-    if sources == {"available_kv"} and recent:
+    """Why a boot with room evidence shows none for some ranks, and what to do."""
+    name = f"boot {plain_value(boot)}"
+    listing = ", ".join(map(str, lacking))
+    first = min(own)
+    where = _where(ledger, source, boot, first, "room_bytes")
+    sources = {plain_value(row.get("room_source")) for row in own.values()}
+    if sources == {"available_kv"}:
+        version = version_tuple(key.get("vllm_version"))
+        shown = "local rank 0" if local_rank0_only(version) else f"rank(s) {', '.join(map(str, sorted(own)))}"
         return (
-            f"{where}: the logs show the room of local rank 0 only (rank(s) "
-            f"{', '.join(str(r) for r in sorted(records))}); rank(s) {listing} show none, and rank 0 "
-            "does not speak for the others. Rerun with VLLM_LOGGING_LEVEL=DEBUG or vLLM ≥ 0.26 (the "
-            "--kv-cache-memory suggestion is printed on every rank), or pass --assume-uniform to accept "
-            "rank 0's room for every rank."
+            f"{where}: the logs show the room of {shown} only ({name}); rank(s) {listing} show none, and "
+            f"rank 0 does not speak for the others. {rank0_only_advice(version)}."
         )
-    missing = [rank for rank in lacking if rank not in ranks_seen]
+    present = {int(rank) for rank in rows["rank"].dropna()}
+    missing = [rank for rank in lacking if rank not in present]
     if missing:
-        size_where = _where(
-            ledger, ledger["source"].iloc[0], ledger["boot"].iloc[0], None, "tensor_parallel_size"
-        )
+        size_where = _where(ledger, source, boot, None, "tensor_parallel_size")
         return (
-            f"rank(s) {', '.join(str(r) for r in missing)} missing: TP × PP × DP = {world} ({size_where}) "
-            f"but {_files(ledger)} show rank(s) {', '.join(str(r) for r in ranks_seen)} only. "
-            "Give every rank's log (all nodes), or check that no worker died silently."
+            f"{_boot_where(ledger, source, boot)}: rank(s) {', '.join(map(str, missing))} missing from "
+            f"{name}: TP × PP × DP = {world} ({size_where}) but the boot shows rank(s) "
+            f"{', '.join(map(str, sorted(present)))} only. Give every rank's log (all nodes), or check "
+            "that no worker died silently."
         )
-    rows = ledger[ledger["rank"].isin(lacking)]
-    places = ", ".join(sorted({f"{s} boot {b}" for s, b in rows[["source", "boot"]].itertuples(index=False)}))
     return (
-        f"rank(s) {listing} show no room in {places}: no --kv-cache-memory suggestion, no "
-        "'Available KV cache memory' that can be corrected for CUDA graphs, no DEBUG memory lines. "
-        "Profile a boot without --kv-cache-memory-bytes, with VLLM_LOGGING_LEVEL=DEBUG."
+        f"{where}: rank(s) {listing} show no room in {name} while rank(s) {', '.join(map(str, sorted(own)))} "
+        "do: no --kv-cache-memory suggestion, no 'Available KV cache memory' that can be corrected for CUDA "
+        "graphs, no DEBUG memory lines. Rooms of different boots are not mixed: profile a boot without "
+        "--kv-cache-memory-bytes, with VLLM_LOGGING_LEVEL=DEBUG, or leave this boot out."
     )
 
 
+#: Order in which failed rows are reported: out of memory first, then errors, then cut-off boots.
+_OUTCOME_ORDER = {"oom": 0, "error": 1, "incomplete": 2}
+_SHOWN_FAILURES = 6
+
+
 def check_outcomes(ledger: pd.DataFrame) -> None:
-    """Raise :class:`LedgerError` for the first row whose boot did not finish sizing the KV cache.
+    """Raise :class:`LedgerError` when any row's boot did not come through startup cleanly.
+
+    The message lists each failed row with its own file:line and text, OOM first, then errors (a
+    rank's own before the ones it only inherits from the engine, by line), then incomplete boots.
 
     >>> check_outcomes(pd.DataFrame({"source": ["a.log"], "boot": [0], "rank": [0], "outcome": ["ok"]}))
     """
@@ -223,14 +367,25 @@ def check_outcomes(ledger: pd.DataFrame) -> None:
     failed = ledger[ledger["outcome"].fillna("incomplete") != "ok"]
     if failed.empty:
         return
-    row = failed.iloc[0]
-    where = _where(ledger, row["source"], row["boot"], row["rank"], "outcome")
-    more = f" ({len(failed) - 1} more row(s) not ok)" if len(failed) > 1 else ""
+    items = []
+    for _, row in failed.iterrows():
+        outcome = plain_value(row["outcome"]) or "incomplete"
+        where = _where(ledger, row["source"], row["boot"], row["rank"], "outcome")
+        line = _line(ledger, row["source"], row["boot"], row["rank"], "outcome")
+        text = str(plain_value(row.get("error")) or "no text")
+        text = text if len(text) <= 240 else text[:239] + "…"
+        items.append((
+            _OUTCOME_ORDER.get(outcome, 3),
+            line if line is not None else float("inf"),
+            f"{where}: boot {plain_value(row['boot'])} rank {plain_value(row['rank'])} did not boot cleanly "
+            f"({outcome}: {text})",
+        ))
+    items.sort(key=lambda item: item[:2])
+    shown = [item[2] for item in items[:_SHOWN_FAILURES]]
+    more = f"; {len(items) - _SHOWN_FAILURES} more row(s) not ok" if len(items) > _SHOWN_FAILURES else ""
     raise LedgerError(
-        f"{where}: boot {plain_value(row['boot'])} rank {plain_value(row['rank'])} did not boot cleanly "
-        f"({plain_value(row['outcome']) or 'unknown'}: {plain_value(row.get('error')) or 'no text'}){more}; "
-        "the budget is refused rather than computed from partial evidence. Leave that boot out "
-        "or fix it and boot again."
+        "; ".join(shown) + more + ". The budget is refused rather than computed from partial evidence. "
+        "Leave that boot out or fix it and boot again."
     )
 
 

@@ -15,8 +15,9 @@ from hypothesis import strategies as st
 
 from kvplan.columns import LEDGER_COLUMNS
 from kvplan.config import DATA_DIR
-from kvplan.io import LogParseError, read_vllm_log, read_vllm_logs
-from kvplan.io.vllm_lines import key_values, split_records
+from kvplan.io import LogParseError, read_vllm_log, read_vllm_logs, vllm_lines
+from kvplan.io.vllm_lines import key_values, read_message, split_records
+from kvplan.io.vllm_log import iter_candidate_lines
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR, GiB, MiB
 
@@ -183,7 +184,32 @@ FAMILIES = [
         "non_torch_memory=0.14GiB, kv_cache_size=54.56GiB, gpu_memory_utilization=0.90.",
         {"total_bytes": gib("79.15"), "non_torch_bytes": gib("0.14"), "available_kv_bytes": gib("54.56")},
     ),
+    # V0 three-line form (0.6.x): 79.19 × 0.90 = 71.27; 71.27 − 7.48 − 0.42 − 1.23 = 62.14
+    (
+        "the current vLLM instance can use total_gpu_memory (79.19GiB) x gpu_memory_utilization (0.90) = 71.27GiB",
+        {"total_bytes": gib("79.19"), "requested_bytes": gib("71.27")},
+    ),
+    (
+        "model weights take 7.48GiB; non_torch_memory takes 0.42GiB; PyTorch activation peak memory takes 1.23GiB; "
+        "the rest of the memory reserved for KV Cache is 62.14GiB.",
+        {"weights_bytes": gib("7.48"), "activation_peak_bytes": gib("1.23"), "available_kv_bytes": gib("62.14")},
+    ),
+    # DEBUG 0.10.1+: within requested = 62.31 − (78.47 − 71.27) = 55.11 (free after − unrequested)
+    (
+        "Free memory after profiling: 62.31 GiB (total), 55.11 GiB (within requested)",
+        {"profiled_free_bytes": gib("62.31")},
+    ),
 ]
+
+
+def line_of(family, containing=""):
+    """The one line above that vLLM's family ``family`` (as vllm_lines names it) reads and holds ``containing``."""
+    (line,) = [
+        line
+        for line, _expected in FAMILIES
+        if containing in line and family in {fact.family for fact in read_message(line)}
+    ]
+    return line
 
 
 @pytest.mark.parametrize(
@@ -259,6 +285,7 @@ def test_info_lines_that_mention_errors_are_not_failures():
     row = one_row(
         HEAD + "Available KV cache memory: 1.0 GiB\n"
         "WARNING 08-14 14:07:22 [x.py:1] ValueError: fallback used\n"
+        "INFO:     Application startup complete.\n"
     )
     assert row["outcome"] == "ok"
 
@@ -453,7 +480,11 @@ def test_several_boots_in_one_file_and_outcomes():
         [1, 1, "ok"],
     ]
     assert ledger.loc[1, "error"].startswith("torch.OutOfMemoryError: CUDA out of memory.")
-    assert ledger.loc[0, "error"].startswith("RuntimeError: Engine core initialization failed.")
+    # rank 0 logged no failure of its own: it carries the API server's, said to be not its own
+    assert ledger.loc[0, "error"] == (
+        f"not this rank's own failure: APIServer failed, at {LOGS / 'v0.9.2-tp2-oom-then-restart.log'}:10: "
+        "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"
+    )
     assert ledger.loc[0, "gpu_memory_utilization"] == 0.85
     assert [b["first_line"] for b in meta["boots"]] == [1, 11]
     assert meta["lines"][(str(LOGS / "v0.9.2-tp2-oom-then-restart.log"), 0, 1, "outcome")] == 8
@@ -477,7 +508,7 @@ def test_rank_zero_only_log_warns_how_to_get_per_rank_numbers():
 def test_suggestion_double_count_is_flagged_for_0_27_and_later():
     text = (
         "vLLM API server version 0.27.0\n(EngineCore pid=2) Initializing a V1 LLM engine (v0.27.0) with config: "
-        "model='m', tensor_parallel_size=1\n" + FAMILIES[30][0] + "\n"
+        "model='m', tensor_parallel_size=1\n" + line_of("suggestion", "consumed memory") + "\n"
     )
     ledger, meta = read_vllm_log(text)
     assert ledger.loc[0, "room_bytes"] == -849899929
@@ -501,7 +532,7 @@ def test_room_from_parts_when_only_debug_lines_are_there():
         + HEAD
         + "Initial free memory: 78.47 GiB; Requested memory: 0.900000 (util), 71.27 GiB\n"
         + HEAD
-        + FAMILIES[11][0]
+        + line_of("profile_result", "non-torch forward")
         + "\n"
         + HEAD
         + "Estimated CUDA graph memory: 0.53 GiB total\n"
@@ -613,15 +644,117 @@ def test_a_binary_file_is_the_documented_parse_error():
         read_vllm_log(b"\x1f\x8b\x08\x00\x00", source="z.gz")
 
 
-def test_serving_errors_after_startup_do_not_change_the_outcome():
+def test_errors_after_startup_make_the_outcome_and_say_when():
     text = (
         HEAD + "Available KV cache memory: 5.0 GiB\n"
         "INFO:     Application startup complete.\n"
-        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.0 GiB.\n"
+        "ERROR 08-14 14:09:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.0 GiB.\n"
     )
     ledger, meta = read_vllm_log(text, source="s.log")
-    assert ledger.loc[0, "outcome"] == "ok"
-    assert meta["warnings"][0].startswith("s.log:3: out-of-memory or error after startup")
+    assert (ledger.loc[0, "outcome"], ledger.loc[0, "error"]) == (
+        "oom",
+        "after startup completed, at s.log:3: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.0 GiB.",
+    )
+    assert meta["lines"][("s.log", 0, 0, "outcome")] == 3
+    assert meta["warnings"][0].startswith("s.log:3: out-of-memory or error after startup completed (1 line(s))")
+
+
+FOUR_RANK_LOG = DATA_DIR / "boots" / "four-rank" / "boot.log"
+
+
+def test_a_worker_oom_after_startup_marks_that_rank_oom_and_no_other():
+    # the four-rank sample has 87 lines; the appended OOM of Worker_TP2 (rank 2) is line 88
+    text = FOUR_RANK_LOG.read_text() + (
+        "(Worker_TP2 pid=48604) ERROR 11-24 10:31:02 [core.py:900] torch.OutOfMemoryError: CUDA out of memory. "
+        "Tried to allocate 2.00 GiB. GPU 2 has a total capacity of 79.19 GiB of which 1.10 GiB is free.\n"
+    )
+    ledger, _ = read_vllm_log(text, source="late.log")
+    assert ledger["outcome"].tolist() == ["ok", "ok", "oom", "ok"]
+    assert ledger.loc[2, "error"].startswith("after startup completed, at late.log:88: torch.OutOfMemoryError")
+
+
+def test_an_engine_fatal_error_after_startup_fails_every_rank_as_the_engines():
+    text = FOUR_RANK_LOG.read_text() + (
+        "(EngineCore pid=48467) ERROR 11-24 10:31:02 [core.py:958] EngineCore encountered a fatal error.\n"
+    )
+    ledger, _ = read_vllm_log(text, source="fatal.log")
+    assert ledger["outcome"].tolist() == ["error"] * 4
+    assert set(ledger["error"]) == {
+        "not this rank's own failure: EngineCore failed after startup completed, at fatal.log:88: "
+        "EngineCore encountered a fatal error."
+    }
+
+
+def test_a_log_cut_after_kv_sizing_is_incomplete_and_the_diagnosis_knows_the_release():
+    # four-rank cut after line 63 ("Maximum concurrency"): KV sized, no graph capture, no suggestion,
+    # no "init engine … took": startup did not complete on any rank
+    lines = FOUR_RANK_LOG.read_text().splitlines(keepends=True)
+    ledger, meta = read_vllm_log("".join(lines[:63]), source="cut.log")
+    assert ledger["outcome"].tolist() == ["incomplete"] * 4
+    assert "after the KV cache was sized but before startup completed" in ledger.loc[0, "error"]
+    (warning,) = meta["warnings"]
+    # line 57 is rank 0's "Available KV cache memory"; 0.26 prints the suggestion on every rank
+    assert warning.startswith("cut.log:57: boot 0: this log shows the room of rank(s) 0 only")
+    assert "vLLM 0.26.0 prints the --kv-cache-memory suggestion on every rank" in warning
+    assert "rerun with" not in warning
+
+
+def test_old_graph_capture_line_completes_a_v0_boot():
+    # 0.5.x V0, one GPU: no "init engine … took"; graph capture is the last step of startup
+    text = (
+        "Initializing an LLM engine (v0.5.4) with config: model='m', tensor_parallel_size=1\n"
+        + HEAD + "# GPU blocks: 2666, # CPU blocks: 2048\n"
+        + HEAD + "Graph capturing finished in 5 secs.\n"
+    )
+    assert (one_row(text)["outcome"], one_row(text)["num_gpu_blocks"]) == ("ok", 2666)
+    cut = text.rsplit(HEAD, 1)[0]
+    assert one_row(cut)["outcome"] == "incomplete"
+
+
+def test_cr_only_file_counts_each_cr_as_a_line():
+    text = FOUR_RANK_LOG.read_text() + (
+        "(Worker_TP2 pid=48604) ERROR 11-24 10:31:02 [core.py:900] torch.OutOfMemoryError: CUDA out of memory.\n"
+    )
+    lf, lf_meta = read_vllm_log(text, source="x.log")
+    cr, cr_meta = read_vllm_log(text.replace("\n", "\r").encode(), source="x.log")
+    pd.testing.assert_frame_equal(lf, cr)
+    # the OOM is line 88 either way, and no "ends mid-line" warning for the trailing \r
+    assert cr_meta["warnings"] == lf_meta["warnings"] and cr_meta["warnings"][0].startswith("x.log:88:")
+    assert cr_meta["lines"][("x.log", 0, 2, "outcome")] == 88
+
+
+#: One line of each family not in FAMILIES above (configuration, ranks, flags, failures).
+OTHER_LINES = [
+    "vLLM API server version 0.26.0",
+    "Initializing a V1 LLM engine (v0.26.0) with config: model='m', tensor_parallel_size=2",
+    "non-default args: {'model': 'm', 'tensor_parallel_size': 2}",
+    "args: Namespace(model='m', tensor_parallel_size=2)",
+    "Forcing kv cache block size to 64 for FlashMLA backend.",
+    "rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, TP rank 1, EP rank 1",
+    "world_size=2 rank=1 local_rank=1 distributed_init_method=tcp://127.0.0.1:1 backend=nccl",
+    "init engine (profile, create kv cache, warmup model) took 38.11 seconds",
+    "Application startup complete.",
+    "Graph capturing finished in 5 secs.",
+    "CUDA graph memory profiling is enabled (default since v0.21.0).",
+    "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0).",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.0 GiB.",
+    "ValueError: To serve at least one request with the models's max seq len (131072), (16.0 GiB KV cache is "
+    "needed, which is larger than the available KV cache memory (6.91 GiB).",
+    "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`.",
+    "ValueError: Free memory on device cuda:0 (67.24/79.25 GiB) on startup is less than desired GPU memory "
+    "utilization (0.9, 71.33 GiB).",
+    "EngineCore encountered a fatal error.",
+    "AssertionError: Error in memory profiling. Initial free memory 78.5 GiB, current free memory 80.1 GiB.",
+    "RuntimeError: Engine core initialization failed.",
+]
+
+
+def test_every_family_has_a_sample_line_and_every_sample_line_passes_the_prefilter():
+    lines = [line for line, _expected in FAMILIES] + OTHER_LINES
+    for line in lines:
+        assert list(iter_candidate_lines(io.BytesIO(line.encode() + b"\n"))) == [(1, line.encode())], line
+    matched = {fact.family for line in lines for fact in read_message(line)}
+    assert matched == {family for family, *_rest in vllm_lines.FAMILIES}
 
 
 # --- files, folders, globs and the frame ------------------------------------------------------
@@ -795,14 +928,18 @@ def test_sample_rank0_only():
     # 0.23 subtracts the graph estimate first; the pool (0.37 GiB) stayed under it (0.4 GiB)
     assert ledger["room_bytes"].tolist()[0] == gib("63.57")
     assert ledger["room_bytes"].isna().tolist() == [False, True]
-    assert len(meta["warnings"]) == 1 and "local rank 0 only" in meta["warnings"][0]
+    assert len(meta["warnings"]) == 1 and "on local rank 0 alone" in meta["warnings"][0]
 
 
 def test_sample_oom_in_graph_capture():
     ledger, meta = sample("oom")
     assert ledger["outcome"].tolist() == ["error", "oom"]
     assert ledger.loc[1, "error"].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.")
-    assert ledger.loc[0, "error"].startswith("RuntimeError: Worker failed with error 'CUDA out of memory.")
+    # rank 0 did not fail itself: the engine's failure (line 84) is named as the engine's
+    assert ledger.loc[0, "error"].startswith(
+        f"not this rank's own failure: EngineCore_DP0 failed, at {BOOTS / 'oom' / 'boot.log'}:84: "
+        "RuntimeError: Worker failed with error 'CUDA out of memory."
+    )
     assert meta["lines"][(str(BOOTS / "oom" / "boot.log"), 0, 1, "outcome")] == 65
     assert ledger["kv_cache_tokens"].tolist() == [1087056, 1087200]
 
@@ -835,7 +972,7 @@ def test_graph_estimate_hints_decide_the_correction(version, hint, room_gib):
 def test_suggestion_double_count_is_flagged_for_0_18_with_the_estimate_on():
     text = ("vLLM API server version 0.18.0\n" + HEAD + "CUDA graph memory profiling is enabled "
             "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1). This will become the default in v0.19.\n" + HEAD
-            + FAMILIES[29][0] + "\n")
+            + line_of("suggestion", "(60.29 GiB)") + "\n")
     ledger, meta = read_vllm_log(text)
     assert ledger.loc[0, "room_bytes"] == 64739669441
     assert any("vllm#57936" in warning for warning in meta["warnings"])

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import ast
 import re
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
 
 from kvplan.units import parse_size
@@ -33,6 +33,8 @@ ANCHORS: tuple[bytes, ...] = (
     b"Error",
     b"block size",
     b"startup complete",
+    b"Graph capturing",  # 0.5–0.6.3 "Graph capturing finished in N secs." has no other anchor
+    b"fatal error",
 )
 #: One byte pair of each anchor, rare in serving traffic and prose, that the fast scan looks for.
 ANCHOR_PAIRS: tuple[bytes, ...] = (
@@ -48,6 +50,8 @@ ANCHOR_PAIRS: tuple[bytes, ...] = (
     b"Er",
     b"k ",
     b"tu",
+    b"Gr",
+    b"rr",
 )
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -257,6 +261,74 @@ def key_values(text: str, separator: str = "=", names: Collection[str] | None = 
         if sep and (name in names if names is not None else re.fullmatch(r"\w+", name)):
             values[name] = literal_value(value)
     return values
+
+
+def version_tuple(version: object) -> tuple[int, ...] | None:
+    """``(major, minor, patch)`` of a vLLM version string, None when unknown.
+
+    >>> version_tuple("0.6.6.post1"), version_tuple("0.11.1rc2"), version_tuple(None)
+    ((0, 6, 6), (0, 11, 1), None)
+    """
+    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", str(version)) if isinstance(version, str) else None
+    if match is None:
+        return None
+    return tuple(int(part or 0) for part in match.groups())
+
+
+#: The compatibility-key fields whose product is the number of ranks.
+LAYOUT_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+
+
+def world_size(key: Mapping[str, object]) -> int | None:
+    """TP × PP × DP of a compatibility key; None when any of the three is not known.
+
+    >>> world_size({"tensor_parallel_size": 4, "pipeline_parallel_size": 1, "data_parallel_size": 2})
+    8
+    >>> world_size({"tensor_parallel_size": 4}) is None
+    True
+    """
+    world = 1
+    for name in LAYOUT_FIELDS:
+        try:
+            world *= int(key.get(name))  # None, pd.NA and NaN raise: not known
+        except (TypeError, ValueError):
+            return None
+    return world
+
+
+def local_rank0_only(version: tuple[int, ...] | None) -> bool:
+    """True when a release (None: unknown) may print 'Available KV cache memory' on local rank 0 alone
+    and the --kv-cache-memory suggestion at DEBUG only: 0.11.1 up to 0.26.
+
+    >>> local_rank0_only((0, 11, 0)), local_rank0_only((0, 14, 0)), local_rank0_only((0, 26, 0))
+    (False, True, False)
+    """
+    return version is None or (0, 11, 1) <= version < (0, 26)
+
+
+def rank0_only_advice(version: tuple[int, ...] | None) -> str:
+    """Why a log shows the room of local rank 0 only, and how to get every rank's, for a release.
+
+    >>> rank0_only_advice((0, 26, 0)).startswith("vLLM 0.26.0 prints the --kv-cache-memory suggestion")
+    True
+    """
+    shown = ".".join(map(str, version)) if version else None
+    if local_rank0_only(version):
+        release = f"vLLM {shown}" if shown else "vLLM 0.11.1–0.25 (the log does not say which)"
+        return (
+            f"{release} prints 'Available KV cache memory' on local rank 0 alone; for per-rank numbers "
+            "rerun with VLLM_LOGGING_LEVEL=DEBUG or vLLM ≥ 0.26 (suggestion line on every rank), or accept "
+            "rank 0 for all ranks explicitly with --assume-uniform"
+        )
+    if version >= (0, 26):
+        return (
+            f"vLLM {shown} prints the --kv-cache-memory suggestion on every rank at INFO, so the other "
+            "ranks' lines are missing: the log was cut off or filtered; give the whole log of every rank"
+        )
+    return (
+        f"vLLM {shown} prints 'Available KV cache memory' on every rank, so the other ranks' lines are "
+        "missing: the log was cut off or filtered; give the whole log of every rank"
+    )
 
 
 # --- line families ----------------------------------------------------------------------------
@@ -558,6 +630,16 @@ FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
         _init_free,
     ),
     (
+        "free_after_profiling",
+        "Free memory after profiling:",
+        re.compile(
+            r"Free memory after profiling: " + NUM + r" ?GiB \(total\), " + NUM
+            + r" ?GiB \(within requested\)"
+        ),
+        "rank",
+        lambda m: {"profiled_free_bytes": gib_bytes(m.group(1))},
+    ),
+    (
         "memory_snapshot",
         "memory snapshot",
         re.compile(r"init memory snapshot: .*?free_memory=" + NUM + r" ?GiB, total_memory=" + NUM + r" ?GiB"),
@@ -670,8 +752,8 @@ FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
         "graph_finished",
         "Graph capturing finished",
         re.compile(r"Graph capturing finished in \d+ secs?\.\s*$"),
-        "flag",
-        _flag("graphs_captured"),
+        "rank",
+        lambda m: {},
     ),
     (
         "graph_estimate",
@@ -808,6 +890,13 @@ FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
         "error_free_below",
         "less than desired GPU memory",
         re.compile(r"is less than desired GPU memory"),
+        "outcome",
+        lambda m: {"outcome": "error", **_text(m)},
+    ),
+    (
+        "error_fatal",
+        "fatal error",
+        re.compile(r"EngineCore encountered a fatal error"),
         "outcome",
         lambda m: {"outcome": "error", **_text(m)},
     ),

@@ -32,7 +32,17 @@ import numpy as np
 import pandas as pd
 
 from kvplan.columns import BYTES_COLUMNS, KEY_COLUMNS, LEDGER_COLUMNS
-from kvplan.io.vllm_lines import ANCHOR_PAIRS, ANCHORS, CONFIG_NAMES, Record, read_message, split_records
+from kvplan.io.vllm_lines import (
+    ANCHOR_PAIRS,
+    ANCHORS,
+    CONFIG_NAMES,
+    Record,
+    rank0_only_advice,
+    read_message,
+    split_records,
+    version_tuple,
+    world_size,
+)
 from kvplan.units import MiB
 
 #: vLLM's ``redundancy_buffer_memory`` in the suggestion arithmetic.
@@ -70,6 +80,8 @@ KV_SIZED_COLUMNS = (
     "num_gpu_blocks",
     "kv_cache_tokens",
 )
+#: Rank lines printed after that rank's last allocation: the rank got through startup.
+DONE_FAMILIES = ("graph_took", "graph_finished", "graph_pool", "suggestion")
 #: Where a configuration value came from, most trusted first.
 CONFIG_PRIORITY = {
     "version": 0,
@@ -93,8 +105,9 @@ class LogParseError(ValueError):
 class EvidenceLines(Mapping):
     """Read-only ``(source, boot, rank, column) → line`` of the room, outcome and key values.
 
-    Kept in ``ledger.attrs["lines"]`` (rank ``-1`` for boot-level key fields) so that refusals can
-    name the line; immutable, so pandas shares it between frames instead of deep-copying it.
+    Kept in ``ledger.attrs["lines"]`` (rank ``-1`` for boot-level key fields, and column ``boot`` for
+    the boot's first line) so that refusals can name the line; immutable, so pandas shares it between
+    frames instead of deep-copying it.
 
     >>> EvidenceLines({("a.log", 0, 2, "outcome"): 65})[("a.log", 0, 2, "outcome")]
     65
@@ -125,6 +138,19 @@ class _Event:
     scope: str
     values: dict
     level: str | None
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """An OOM or error line: how bad (0 = OOM first), where, what, who printed it, and when."""
+
+    priority: int
+    line: int
+    outcome: str
+    text: str
+    raw: str
+    process: str
+    after_startup: bool
 
 
 @dataclass
@@ -236,7 +262,8 @@ def read_vllm_log(
     boot: version, compatibility key, lines, outcome).
 
     >>> text = ("INFO 07-15 10:21:33 [gpu_worker.py:227] Available KV cache memory: 12.5 GiB\\n"
-    ...         "INFO 07-15 10:21:34 [kv_cache_utils.py:1] GPU KV cache size: 102,400 tokens\\n")
+    ...         "INFO 07-15 10:21:34 [kv_cache_utils.py:1] GPU KV cache size: 102,400 tokens\\n"
+    ...         "INFO:     Application startup complete.\\n")
     >>> ledger, meta = read_vllm_log(text)
     >>> row = ledger.iloc[0]
     >>> int(row["rank"]), int(row["available_kv_bytes"]), int(row["kv_cache_tokens"]), row["outcome"]
@@ -303,10 +330,14 @@ def _read_stream(stream: IO[bytes], source: str) -> tuple[pd.DataFrame, dict]:
     reader = _Reader(source)
     stats = ScanStats()
     first = stream.read(8192)
+    # CR-only line ends (classic Mac, `tr '\n' '\r'`): a first block with \r but no \n. Then every \r
+    # ends a line, so that file:line counts as an editor would; elsewhere \r stays a progress update.
+    cr_only = b"\r" in first and b"\n" not in first
+    end = b"\r" if cr_only else b"\n"
     if b"\x00" in first:
-        line = first[: first.index(b"\x00")].count(b"\n") + 1
+        line = first[: first.index(b"\x00")].count(end) + 1
         raise LogParseError(f"{source}: line {line}: NUL byte: not a text log (compressed or binary?)")
-    for number, raw in iter_candidate_lines(_Prepend(first, stream), stats):
+    for number, raw in iter_candidate_lines(_Prepend(first, stream, cr_only), stats):
         reader.line(number, raw.decode("utf-8", "replace"))
     if stats.ended_mid_line:
         reader.warnings.append(f"{source}:{stats.lines}: the file ends mid-line (the log was cut off)")
@@ -314,16 +345,19 @@ def _read_stream(stream: IO[bytes], source: str) -> tuple[pd.DataFrame, dict]:
 
 
 class _Prepend:
-    """A binary stream with ``head`` put back in front (what the NUL check read)."""
+    """A binary stream with ``head`` put back in front (what the NUL check read); with ``cr_only``,
+    every ``\r`` read as ``\n``."""
 
-    def __init__(self, head: bytes, stream: IO[bytes]) -> None:
-        self.head, self.stream = head, stream
+    def __init__(self, head: bytes, stream: IO[bytes], cr_only: bool = False) -> None:
+        self.head, self.stream, self.cr_only = head, stream, cr_only
 
     def read(self, size: int) -> bytes:
         if self.head:
             head, self.head = self.head, b""
-            return head + self.stream.read(max(0, size - len(head)))
-        return self.stream.read(size)
+            block = head + self.stream.read(max(0, size - len(head)))
+        else:
+            block = self.stream.read(size)
+        return block.replace(b"\r", b"\n") if self.cr_only else block
 
 
 class _Reader:
@@ -413,9 +447,14 @@ class _Reader:
         for column in ("line", "boot", "rank"):
             provenance[column] = provenance[column].astype("Int64")
         lines = EvidenceLines(
-            ((self.source, row[2], -1 if row[3] is pd.NA else row[3], row[4]), row[1])
-            for row in self.provenance
-            if row[4] in ("room_bytes", "outcome") or row[4] in KEY_COLUMNS
+            [
+                *(
+                    ((self.source, row[2], -1 if row[3] is pd.NA else row[3], row[4]), row[1])
+                    for row in self.provenance
+                    if row[4] in ("room_bytes", "outcome") or row[4] in KEY_COLUMNS
+                ),
+                *(((self.source, info["boot"], -1, "boot"), info["first_line"]) for info in self.boots),
+            ]
         )
         ledger.attrs = {"lines": lines}
         return ledger, {
@@ -452,18 +491,6 @@ def _config_value(column: str, value: object) -> object:
 # --- one boot → rows ----------------------------------------------------------------------------
 
 
-def version_tuple(version: object) -> tuple[int, ...] | None:
-    """``(major, minor, patch)`` of a vLLM version string, None when unknown.
-
-    >>> version_tuple("0.6.6.post1"), version_tuple("0.11.1rc2"), version_tuple(None)
-    ((0, 6, 6), (0, 11, 1), None)
-    """
-    match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", str(version)) if isinstance(version, str) else None
-    if match is None:
-        return None
-    return tuple(int(part or 0) for part in match.groups())
-
-
 def _resolve(boot: _Boot, source: str) -> tuple[list[dict], list[tuple], list[str], dict]:
     """Attribute a boot's events to ranks and compute each rank's row."""
     warnings = list(boot.warnings)
@@ -495,7 +522,8 @@ def _resolve(boot: _Boot, source: str) -> tuple[list[dict], list[tuple], list[st
     if serving_failures:
         warnings.append(
             f"{source}:{serving_failures[0]}: out-of-memory or error after startup completed "
-            f"({len(serving_failures)} line(s)): the budget may be too high for live traffic"
+            f"({len(serving_failures)} line(s)): the boot is marked oom/error, so no budget or gate "
+            "passes on it; the value may be too high for live traffic"
         )
     _attach_engine_values(engine_values, rows, key, origin, source, warnings, row)
     if not rows and (failures or boot.events):
@@ -535,31 +563,35 @@ def _resolve(boot: _Boot, source: str) -> tuple[list[dict], list[tuple], list[st
 def _sort_events(boot: _Boot, ranks_of: dict, row, origin: dict) -> tuple[list, dict, list, dict]:
     """Put each event where it belongs: a rank's row, an engine's values, a failure, or nowhere.
 
-    Returns the lines of unattributed per-rank values, the first failure per rank (None: engine
-    or API server) before startup completed, the failure lines after it, and engine values by DP rank.
+    Returns the lines of unattributed per-rank values, the worst failure per rank (None: engine
+    or API server; OOM first, then the earliest), the lines of failures after startup completed, and
+    engine values by DP rank. A rank's own line printed after its last allocation (graph capture
+    finished, graph pool, the suggestion) marks it ``_done``.
     """
     done_line = boot.flags.get("startup_done", (None, None))[1]
     unattributed: list[int] = []
-    failures: dict[int | None, tuple[int, int, str, str, str]] = {}
+    failures: dict[int | None, _Failure] = {}
     serving_failures: list[int] = []
     engine_values: dict[int | None, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for event in boot.events:
         info = ranks_of.get(event.key, {})
         rank = info.get("rank")
         if event.scope == "outcome":
-            if done_line is not None and event.line > done_line:
+            after = done_line is not None and event.line > done_line
+            if after:
                 serving_failures.append(event.line)
-                continue
-            priority = {"oom": 0}.get(event.values["outcome"], 2 if event.family == "error_exception" else 1)
-            slot = rank if rank is not None else None
-            if slot not in failures or failures[slot][0] > priority:
-                failures[slot] = (
-                    priority,
-                    event.line,
-                    event.values["outcome"],
-                    event.values["text"],
-                    event.raw,
-                )
+            outcome = event.values["outcome"]
+            failure = _Failure(
+                {"oom": 0}.get(outcome, 2 if event.family == "error_exception" else 1),
+                event.line,
+                outcome,
+                event.values["text"],
+                event.raw,
+                info.get("process") or "a process without prefix",
+                after,
+            )
+            if rank not in failures or failures[rank].priority > failure.priority:
+                failures[rank] = failure
             continue
         if event.scope == "engine" or (event.scope == "rank" and info.get("engine") and rank is None):
             if event.scope == "rank":
@@ -574,6 +606,8 @@ def _sort_events(boot: _Boot, ranks_of: dict, row, origin: dict) -> tuple[list, 
             unattributed.append(event.line)
             continue
         target = row(rank)
+        if event.family in DONE_FAMILIES:
+            target["_done"] = True
         for name, value in event.values.items():
             if name == "gpu_memory_utilization":
                 continue
@@ -607,19 +641,17 @@ def _boot_key(boot: _Boot) -> tuple[dict, dict]:
         for name in ("pipeline_parallel_size", "data_parallel_size"):
             if _missing(key[name]):
                 key[name], origin[name] = 1, (pd.NA, "not in the engine config: 1")
+    if any(family == "non_default_args" for *_rest, family in boot.config.values()):
+        # 'non-default args' lists what differs from the defaults: a size it does not list is 1
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+            if _missing(key[name]):
+                key[name], origin[name] = 1, (pd.NA, "not in the non-default args: 1")
     return key, origin
 
 
 def _size(key: dict, name: str) -> int | None:
     value = key.get(name)
     return None if _missing(value) else int(value)
-
-
-def _world(key: dict) -> int | None:
-    sizes = [
-        _size(key, name) for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
-    ]
-    return None if None in sizes else sizes[0] * sizes[1] * sizes[2]
 
 
 def _rank_from_name(name: str, key: dict) -> dict:
@@ -653,7 +685,7 @@ def _rank_from_name(name: str, key: dict) -> dict:
 
 def _attribute(boot: _Boot, key: dict, version: tuple | None, source: str, warnings: list) -> dict:
     """Process identity ``(pid, ip)`` (None: no prefix) → rank, group ranks, roles."""
-    world = _world(key)
+    world = world_size(key)
     tp_pp = None
     if _size(key, "tensor_parallel_size") is not None and _size(key, "pipeline_parallel_size") is not None:
         tp_pp = _size(key, "tensor_parallel_size") * _size(key, "pipeline_parallel_size")
@@ -806,20 +838,37 @@ def _fill_row(
         values.setdefault("tp_rank", rank % tp_size)
         values.setdefault("pp_rank", rank // tp_size % pp_size)
         values.setdefault("dp_rank", rank // (tp_size * pp_size))
-    failure = failures.get(rank)
-    if failure is None and None in failures:
-        # the engine or API server failed: this rank did not fail itself, its boot did
-        failure = (*failures[None][:2], "error", *failures[None][3:])
+    failure, engine = failures.get(rank), failures.get(None)
+    sized = any(values.get(column) is not None for column in KV_SIZED_COLUMNS)
     if failure is not None:
-        _priority, line, outcome, text, raw = failure
-        values.update(outcome=outcome, error=text)
-        origin[(rank, "outcome")] = (line, raw)
-    elif any(values.get(column) is not None for column in KV_SIZED_COLUMNS):
+        text = failure.text
+        if failure.after_startup:
+            text = f"after startup completed, at {source}:{failure.line}: {text}"
+        values.update(outcome=failure.outcome, error=text)
+        origin[(rank, "outcome")] = (failure.line, failure.raw)
+    elif engine is not None:
+        # the engine or API server failed; this rank logged no failure of its own
+        phase = " after startup completed" if engine.after_startup else ""
+        values.update(
+            outcome="error",
+            error=f"not this rank's own failure: {engine.process} failed{phase}, at {source}:{engine.line}: "
+            f"{engine.text}",
+        )
+        origin[(rank, "outcome")] = (engine.line, engine.raw)
+    elif not sized:
+        values.update(
+            outcome="incomplete",
+            error=f"the log stops before the KV cache was sized (last line read: {boot.last_line})",
+        )
+        origin[(rank, "outcome")] = (boot.last_line, "")
+    elif "startup_done" in boot.flags or values.get("_done"):
         values["outcome"] = "ok"
     else:
         values.update(
             outcome="incomplete",
-            error=f"the log stops before the KV cache was sized (last line read: {boot.last_line})",
+            error="the log stops after the KV cache was sized but before startup completed: no "
+            "'init engine … took', 'Application startup complete' or graph-capture line "
+            f"(last line read: {boot.last_line})",
         )
         origin[(rank, "outcome")] = (boot.last_line, "")
     room = _room(values, rank, flags, origin, source, warnings)
@@ -849,7 +898,7 @@ def _room(
                 origin[(rank, "available_kv_bytes")],
             )
         line = origin[(rank, "available_kv_bytes")][0]
-        if values.get("outcome") == "ok":
+        if values.get("outcome") in ("ok", "incomplete"):
             warnings.append(
                 f"{source}:{line}: rank {rank}: 'Available KV cache memory' is not used as room: "
                 "CUDA graphs are captured after it and the log shows no 'Graph capturing finished … "
@@ -882,26 +931,14 @@ def _boot_warnings(
             f"{source}:{first}: boot {boot.index}: room comes from different evidence per rank "
             f"({listing}); compare with care"
         )
-    world = _world(key) or len(rows)
+    world = world_size(key) or len(rows)
     lacking = [rank for rank in range(max(world, len(rows))) if rank not in known]
-    if (
-        known
-        and lacking
-        and set(known.values()) == {"available_kv"}
-        and (version is None or version >= (0, 11, 1))
-    ):
-        rank0 = min(known)
-        line = origin.get((rank0, "room_bytes"), (first,))[0]
-        shown = ", ".join(str(rank) for rank in sorted(known))
+    if known and lacking and set(known.values()) == {"available_kv"}:
+        line = origin.get((min(known), "room_bytes"), (first,))[0]
         warnings.append(
-            f"{source}:{line}: boot {boot.index}: this log shows the room of local rank 0 only "
-            f"(rank {shown}; "
-            f"vLLM {key.get('vllm_version') if not _missing(key.get('vllm_version')) else '≥ 0.11.1'} prints "
-            "'Available KV cache memory' on local rank 0 alone), ranks "
-            f"{', '.join(str(rank) for rank in lacking)} show none. For per-rank numbers rerun with "
-            "VLLM_LOGGING_LEVEL=DEBUG or vLLM ≥ 0.26 (suggestion line on every rank), or accept rank 0 "
-            "for all "
-            "ranks explicitly with --assume-uniform."
+            f"{source}:{line}: boot {boot.index}: this log shows the room of rank(s) "
+            f"{', '.join(str(rank) for rank in sorted(known))} only; rank(s) "
+            f"{', '.join(str(rank) for rank in lacking)} show none. {rank0_only_advice(version)}."
         )
     double = version is not None and ((0, 18) <= version < (0, 19) or version >= (0, 27))
     if (
