@@ -31,7 +31,7 @@ from kvplan.io.vllm_log import read_vllm_logs, version_tuple
 from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.kvspec import KV_CACHE_DTYPE_BYTES, KVSpec, kv_spec, options_for_logs
 from kvplan.ledger import LedgerWarning, budget_from_ledger, compatibility_key, plain_value, room_per_rank
-from kvplan.load import ROW_KEYS, load_checks, load_summary
+from kvplan.load import ROW_KEYS, load_summary
 from kvplan.units import format_size, parse_size, parse_size_list
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
@@ -485,10 +485,7 @@ def _add_approve(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", required=True, metavar="DIR", help="folder the bundle folder is created in")
     parser.add_argument("--load", nargs="+", default=[], metavar="LOG_OR_METRICS",
                         help="server logs and /metrics snapshots of a load test at the approved value")
-    parser.add_argument("--max-preemptions", type=int, metavar="N",
-                        help="with --load: preemptions allowed in the run (default 0)")
-    parser.add_argument("--year", type=_positive_int,
-                        help="with --load: year of vLLM's yearless MM-DD timestamps")
+    _add_load_policy_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     before = {action.dest for action in parser._actions}
     _add_model_arguments(parser)
@@ -507,18 +504,13 @@ def _run_approve(args: argparse.Namespace) -> int:
         layout = evidence.ModelLayout(resolve_model_config(args.model), options)
     plan = evidence.Plan(args.target_concurrency, args.seq_len) if args.seq_len else None
     policy = evidence.Policy(args.reserve, args.guard, args.assume_uniform)
-    load_policy = None
-    if args.load:
-        allowed = 0 if args.max_preemptions is None else args.max_preemptions
-        load_policy = evidence.LoadPolicy(allowed, args.year)
-    elif args.max_preemptions is not None or args.year is not None:
-        raise CliError("--max-preemptions and --year apply to --load files only")
     bundle = evidence.approve(args.logs, args.out, policy, args.approver, args.note, layout, plan,
-                              load_paths=args.load, load_policy=load_policy)
+                              load_paths=args.load, load_policy=_load_policy(args))
     record = evidence.read_bundle(bundle)
+    warnings = [evidence.user_paths(record, warning) for warning in record["warnings"]]
     if args.json:
         return _print_json({"bundle": str(bundle), "decision": record["decision"], "load": record.get("load"),
-                            "checks": record["checks"], "warnings": record["warnings"]})
+                            "checks": record["checks"], "warnings": warnings})
     decision = record["decision"]
     print(f"approved     {decision['human']} per GPU (limiting rank {decision['limiting_rank']})")
     print(f"flag         {decision['flag']}")
@@ -530,8 +522,31 @@ def _run_approve(args: argparse.Namespace) -> int:
               f"{load['oom_events']} OOM")
     print(f"bundle       {bundle}")
     print(f"verify with  kvplan verify {bundle}")
-    _print_warnings(record["warnings"])
+    _print_warnings(warnings)
     return EXIT_OK
+
+
+def _add_load_policy_arguments(parser: argparse.ArgumentParser) -> None:
+    """--max-preemptions, --max-capacity-loss and --year: how approve and gate judge --load files."""
+    parser.add_argument("--max-preemptions", type=int, metavar="N",
+                        help="with --load: preemptions allowed in the run (default 0)")
+    parser.add_argument("--max-capacity-loss", type=float, metavar="PCT",
+                        help="with --load, for a run at a manual --kv-cache-memory-bytes value: bound on "
+                             "the KV tokens lost against the approved profiled boot [%%] (default: "
+                             "reported, no bound)")
+    parser.add_argument("--year", type=_positive_int,
+                        help="with --load: year of vLLM's yearless MM-DD timestamps")
+
+
+def _load_policy(args: argparse.Namespace) -> evidence.LoadPolicy | None:
+    """The load policy of --max-preemptions, --max-capacity-loss and --year; None without --load."""
+    given = [args.max_preemptions, args.max_capacity_loss, args.year]
+    if not args.load:
+        if any(value is not None for value in given):
+            raise CliError("--max-preemptions, --max-capacity-loss and --year apply to --load files only")
+        return None
+    allowed = 0 if args.max_preemptions is None else args.max_preemptions
+    return evidence.LoadPolicy(allowed, args.year, args.max_capacity_loss)
 
 
 def _add_verify(sub: argparse._SubParsersAction) -> None:
@@ -539,8 +554,13 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
         "verify",
         help="re-check an evidence bundle: hashes, and the decision recomputed from its inputs",
         description="Exit 0 when every hash and the recomputed decision agree with the bundle, 1 with "
-        "the differences listed when anything changed, 2 when the bundle cannot be read. "
-        "Example: kvplan verify evidence/2026-11-29-0123456789ab",
+        "the differences listed when anything changed, 2 when the bundle cannot be read. Checked: every "
+        "file's SHA-256 (none missing or added), charts are PNGs, the decision recomputed from the input "
+        "copies, SUMMARY.md, ledger.csv and evidence.log regenerated byte for byte, and the folder name "
+        "<date>-<hash>: the hash covers the inputs, policy, plan, approver, note and kvplan version, and "
+        "the date is created_utc's. So a renamed bundle folder fails (exit 1: give it back its name), "
+        "and a second approver (or a different note) approving the same inputs on the same day gets a "
+        "folder of its own. Example: kvplan verify evidence/2026-11-29-0123456789ab",
     )
     parser.add_argument("bundle", metavar="BUNDLE", help="an evidence bundle folder")
     parser.add_argument("--json", action="store_true", help='print {"bundle", "ok", "differences"}')
@@ -567,7 +587,10 @@ def _add_gate(sub: argparse._SubParsersAction) -> None:
         description="Same compatibility key, every rank present, no OOM or error, "
         "safe_ref − max(0, F_ref − F_boot) − guard ≥ the approved value on every rank, the reserve "
         "still free after warm-up, tokens ≥ the admission plan; with --load, the load-test checks too. "
-        "Exit 0 pass, 1 fail, 2 cannot judge (bad or incomplete input). "
+        "The bundle is verified first (as kvplan verify); a changed bundle cannot be judged against. "
+        "A check with no evidence here (no plan recorded; no observation of the reserve after warm-up) "
+        "is listed as N/A and does not decide the verdict. "
+        "Exit 0 pass, 1 fail, 2 cannot judge (bad or incomplete input, or a changed bundle). "
         "Example: kvplan gate --approved evidence/2026-11-29-0123456789ab canary.log --guard 0.5GiB",
     )
     parser.add_argument("logs", nargs="+", metavar="BOOT_LOG", help="vLLM logs of the canary boot")
@@ -578,38 +601,37 @@ def _add_gate(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--guard", type=_size, help="guard per rank (default: the approval's, normally 0)")
     parser.add_argument("--load", nargs="+", default=[], metavar="LOG_OR_METRICS",
                         help="load-test server logs and /metrics snapshots of the canary")
-    parser.add_argument("--max-preemptions", type=int, default=0, metavar="N",
-                        help="with --load: preemptions allowed in the run (default 0)")
-    parser.add_argument("--max-capacity-loss", type=float, metavar="PCT",
-                        help="with --load, for a manual-value canary: bound on tokens lost against the "
-                             "profiled boot [%%]")
-    parser.add_argument("--json", action="store_true", help='print {"passed", "checks": [...]}')
+    _add_load_policy_arguments(parser)
+    parser.add_argument("--json", action="store_true",
+                        help='print {"passed", "checks": [{"name", "passed", "detail", "applicable"}], '
+                             '"warnings"}')
     parser.set_defaults(run=_run_gate)
 
 
 def _run_gate(args: argparse.Namespace) -> int:
-    approved = evidence.approved_from_record(evidence.read_bundle(args.approved))
+    load_policy = _load_policy(args)
+    evidence.require_files(args.logs, "BOOT_LOG")
+    evidence.require_files(args.nvidia_smi, "--nvidia-smi")
+    evidence.require_files(args.load, "--load")
+    _, approved = evidence.verified_approval(args.approved)
     ledger, metadata = read_vllm_logs(args.logs)
+    evidence.require_boot(ledger, args.logs)
+    warnings = list(metadata["warnings"])
     free_after_warmup = None
     if args.nvidia_smi:
         ledger, free_after_warmup = _join_snapshots(ledger, args.nvidia_smi)
     checks = gate.gate_checks(approved, ledger, compatibility_key(ledger), args.guard, free_after_warmup)
     if args.load:
-        manual = "manual_kv_bytes" in ledger and ledger["manual_kv_bytes"].notna().any()
-        logged = ledger["kv_cache_tokens"].dropna() if "kv_cache_tokens" in ledger else pd.Series(dtype=int)
-        checks += load_checks(
-            read_load_evidence(args.load),
-            max_preemptions=args.max_preemptions,
-            profiled_kv_cache_tokens=approved.logged_tokens if manual else None,
-            max_capacity_loss_pct=args.max_capacity_loss,
-            kv_cache_tokens=int(logged.min()) if not logged.empty else None,
-        )
+        section, load_checks = evidence.gate_load(approved, args.load, load_policy)
+        checks += load_checks
+        warnings += section["notes"] + section["warnings"]
     verdict = gate.gate_verdict(checks)
     if args.json:
-        _print_json({"passed": verdict is True, "checks": [check.to_dict() for check in checks]})
+        _print_json({"passed": verdict is True, "checks": [check.to_dict() for check in checks],
+                     "warnings": warnings})
     else:
         print(gate.format_checks(checks))
-        _print_warnings(metadata["warnings"])
+    _print_warnings(warnings)
     return {True: EXIT_OK, False: EXIT_FAIL, None: EXIT_BAD_INPUT}[verdict]
 
 

@@ -1,23 +1,26 @@
 """The evidence bundle: an approved budget with everything needed to re-check it, written once.
 
 One folder per approval, named ``YYYY-MM-DD-<hash>`` after the UTC date and the first 12 hex digits
-of :func:`inputs_digest` (the SHA-256 of the input files' hashes, the policy, the model layout, the
-admission plan and, with load-test files, the load policy). It holds ``budget.json`` (schema in
+of :func:`inputs_digest` (the SHA-256 of the input files' hashes, paths and roles, the policy, the
+model layout, the admission plan, the approver, the note, the kvplan version and, with load-test
+files, the load policy). It holds ``budget.json`` (schema in
 ``docs/budget-json.md``), ``ledger.csv``, ``SUMMARY.md``, ``evidence.log``, ``charts/*.png`` and a copy
 of every input under ``inputs/``, so :func:`verify_bundle` can recompute the decision anywhere. The
-folder is assembled under a hidden temporary name beside the target and renamed into place; any
-failure removes the temporary folder, and an existing bundle is never overwritten or changed.
+folder is assembled under a hidden temporary name beside the target (created with the process
+umask, like the files in it) and renamed into place; any failure removes the temporary folder, and
+an existing bundle is never overwritten or changed.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
 import re
+import secrets
 import shutil
-import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
@@ -38,12 +41,15 @@ from kvplan.load import LoadFormatError, LoadReading, load_checks, load_summary
 from kvplan.units import format_size
 
 SCHEMA = "kvplan.budget"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 BUDGET_JSON = "budget.json"
 INPUTS_DIR = "inputs"
 CHARTS_DIR = "charts"
 DIGEST_CHARS = 12
 _CHUNK_BYTES = 1 << 20
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+STARTUP_LINES = ("vLLM startup lines such as 'Free memory on device (…) on startup', 'Available KV cache "
+                 "memory: … GiB' or 'GPU KV cache size: N tokens'")
 
 
 class BundleError(ValueError):
@@ -54,8 +60,16 @@ class BundleExistsError(BundleError):
     """Approving into a folder that already holds a bundle: bundles are never overwritten."""
 
 
+class BundleChangedError(BundleError):
+    """A bundle that no longer verifies: a gate cannot judge a boot against it."""
+
+
 class ApprovalError(ValueError):
     """A check at approval failed (e.g. the admission plan does not fit): no bundle is written."""
+
+
+class InputFileError(ValueError):
+    """An input file that is missing or holds nothing kvplan can read; the message names it."""
 
 
 @dataclass(frozen=True)
@@ -80,22 +94,33 @@ class LoadPolicy:
     """How load-test evidence is read and judged at approval.
 
     ``max_preemptions`` is the number of preemptions the run may show (default 0); ``year`` anchors
-    vLLM's yearless ``MM-DD HH:MM:SS`` log stamps (None: times stay yearless unless /metrics give one).
+    vLLM's yearless ``MM-DD HH:MM:SS`` log stamps (None: times stay yearless unless /metrics give one);
+    ``max_capacity_loss_pct`` bounds the KV tokens a run at a manual value may give up against the
+    profiled boot [%] (None: the loss is reported without a bound).
 
     >>> LoadPolicy(max_preemptions=-1)
     Traceback (most recent call last):
     ...
     ValueError: max_preemptions must be a count ≥ 0, got -1
+    >>> LoadPolicy(max_capacity_loss_pct=-2.0)
+    Traceback (most recent call last):
+    ...
+    ValueError: max_capacity_loss_pct must be a percentage ≥ 0, got -2.0
     """
 
     max_preemptions: int = 0
     year: int | None = None
+    max_capacity_loss_pct: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_preemptions, int) or self.max_preemptions < 0:
             raise ValueError(f"max_preemptions must be a count ≥ 0, got {self.max_preemptions!r}")
         if self.year is not None and (not isinstance(self.year, int) or self.year <= 0):
             raise ValueError(f"year must be a positive whole number, got {self.year!r}")
+        bound = self.max_capacity_loss_pct
+        if bound is not None and (not isinstance(bound, (int, float)) or not math.isfinite(bound)
+                                  or bound < 0):
+            raise ValueError(f"max_capacity_loss_pct must be a percentage ≥ 0, got {bound!r}")
 
 
 @dataclass(frozen=True)
@@ -193,7 +218,36 @@ def read_named_logs(logs: Sequence[tuple[Path, str]]) -> tuple[pd.DataFrame, lis
         ledgers.append(ledger)
         warnings += list(metadata["warnings"])
         provenance.append(metadata["provenance"])
-    return pd.concat(ledgers, ignore_index=True), warnings, pd.concat(provenance, ignore_index=True)
+    ledger = pd.concat(ledgers, ignore_index=True)
+    require_boot(ledger, [name for _, name in logs])
+    return ledger, warnings, pd.concat(provenance, ignore_index=True)
+
+
+def require_boot(ledger: pd.DataFrame, names: Sequence[str]) -> None:
+    """Raise :class:`InputFileError` naming the files when their ledger holds no boot at all.
+
+    >>> require_boot(pd.DataFrame(), ["garbage.log"])
+    Traceback (most recent call last):
+    ...
+    kvplan.evidence.InputFileError: garbage.log: no vLLM boot found: expected vLLM startup lines such as \
+'Free memory on device (…) on startup', 'Available KV cache memory: … GiB' or 'GPU KV cache size: N tokens'
+    """
+    if ledger.empty:
+        raise InputFileError(f"{', '.join(map(str, names))}: no vLLM boot found: expected {STARTUP_LINES}")
+
+
+def require_files(paths: Sequence[str | os.PathLike], argument: str) -> None:
+    """Raise :class:`InputFileError` naming the first path that is not a readable file, and its argument.
+
+    >>> require_files(["no/such.log"], "BOOT_LOG")
+    Traceback (most recent call last):
+    ...
+    kvplan.evidence.InputFileError: no/such.log: no such file (BOOT_LOG)
+    """
+    for path in paths:
+        if not Path(path).is_file():
+            what = "a folder, not a file" if Path(path).is_dir() else "no such file"
+            raise InputFileError(f"{path}: {what} ({argument})")
 
 
 def decide(
@@ -286,25 +340,50 @@ def load_section(
     ``max_model_len``; None without a model) and ``notes`` (where the run was not at the approved value).
     Capacity is the run's own (its "GPU KV cache size" line or ``vllm:cache_config_info``), else
     ``approved_tokens``. The checks are :func:`kvplan.load.load_checks` with the policy's preemption
-    threshold; a run at a manual ``--kv-cache-memory-bytes`` value also reports its capacity against
-    ``profiled_kv_cache_tokens`` (the profiled boot's logged size), without a bound.
+    threshold; a run at a manual ``--kv-cache-memory-bytes`` value (stated by the run's own startup
+    arguments) also checks its capacity against ``profiled_kv_cache_tokens`` (the profiled boot's
+    logged size) with the policy's ``max_capacity_loss_pct``. :func:`decide` (approve) and
+    :func:`gate_load` (gate) both use this one rule.
     """
     stated = reading.kv_cache_tokens
     tokens = stated if stated is not None else approved_tokens
     summary = load_summary(reading, kv_cache_tokens=tokens)
     manual = summary["kv_cache_memory_bytes"]
     checks = load_checks(reading, max_preemptions=load_policy.max_preemptions, kv_cache_tokens=tokens,
-                         profiled_kv_cache_tokens=profiled_kv_cache_tokens if manual is not None else None)
+                         profiled_kv_cache_tokens=profiled_kv_cache_tokens if manual is not None else None,
+                         max_capacity_loss_pct=load_policy.max_capacity_loss_pct)
     notes = []
-    if manual is not None and manual != approved_bytes:
+    if manual is None:
+        notes.append("the load run states no --kv-cache-memory-bytes (a profiled run): it is not evidence "
+                     "for the approved value")
+    elif manual != approved_bytes:
         notes.append(f"the load run used --kv-cache-memory-bytes={manual}, not the approved "
                      f"{approved_bytes}: it is evidence for another value")
     if stated is not None and approved_tokens is not None and stated != approved_tokens:
         notes.append(f"the load run's KV cache holds {stated:,} tokens; the approved value holds "
                      f"{approved_tokens:,}")
     section = {**summary, "approved_kv_cache_tokens": approved_tokens,
-               "max_preemptions": load_policy.max_preemptions, "year": load_policy.year, "notes": notes}
+               "max_preemptions": load_policy.max_preemptions, "year": load_policy.year,
+               "max_capacity_loss_pct": load_policy.max_capacity_loss_pct, "notes": notes}
     return section, checks
+
+
+def gate_load(
+    approved: Approved, load_paths: Sequence[str | os.PathLike], load_policy: LoadPolicy | None = None
+) -> tuple[dict, list[Check]]:
+    """The load section and load checks of a canary's load test against an approval (``gate --load``).
+
+    The same rule as at approval (:func:`load_section`): capacity is the run's own, else the tokens
+    the approved value holds; the capacity loss is checked when the run states a manual value, against
+    the profiled boot the bundle was approved from. The section's ``notes`` say where the run was not
+    at the approved value.
+    """
+    paths = [Path(path) for path in load_paths]
+    require_files(paths, "--load")
+    load_policy = load_policy or LoadPolicy()
+    reading = read_load_evidence(paths, year=load_policy.year)
+    return load_section(reading, load_policy, approved.budget_bytes, approved.capacity_tokens,
+                        approved.logged_tokens)
 
 
 def layout_spec(layout: ModelLayout, key: Mapping[str, object]) -> KVSpec:
@@ -494,8 +573,9 @@ def approved_from_record(record: Mapping) -> Approved:
 
 def _approved(record: Mapping) -> Approved:
     plan = record.get("admission_plan") or {}
-    logged = [int(row["kv_cache_tokens"]) for row in record.get("ledger", [])
-              if is_known(row.get("kv_cache_tokens"))]
+    max_model_len = _int_or_none(record["compatibility_key"].get("max_model_len"))
+    at_max_len = [int(row["tokens"]) for row in record.get("capacity") or ()
+                  if row["seq_len"] == max_model_len]
     return Approved(
         budget_bytes=int(record["decision"]["kv_cache_memory_bytes"]),
         ranks=tuple(int(r["rank"]) for r in record["ranks"]),
@@ -506,8 +586,33 @@ def _approved(record: Mapping) -> Approved:
         block_bytes=_int_or_none(record["policy"]["rounding"]["block_bytes"]),
         compatibility_key=dict(record["compatibility_key"]),
         tokens_required=_int_or_none(plan.get("tokens_required")),
-        logged_tokens=min(logged, default=None),
+        logged_tokens=profiled_tokens(pd.DataFrame(record.get("ledger") or [])),
+        capacity_tokens=at_max_len[0] if at_max_len else None,
     )
+
+
+def verified_approval(bundle: str | os.PathLike) -> tuple[dict, Approved]:
+    """The record and gate view of a bundle that verifies; :class:`BundleChangedError` listing the
+    differences when it does not (a gate must not trust a changed approval).
+    """
+    differences = verify_bundle(bundle)
+    if differences:
+        listed = "".join(f"\n  - {difference}" for difference in differences)
+        raise BundleChangedError(f"cannot judge: the approved bundle changed: {bundle} fails verification "
+                                 f"({len(differences)} difference{'s' if len(differences) > 1 else ''}):"
+                                 f"{listed}")
+    record = read_bundle(bundle)
+    return record, approved_from_record(record)
+
+
+def user_paths(record: Mapping, text: str) -> str:
+    """``text`` with the bundle's input copies (``inputs/boot.log``) named as the user gave them.
+
+    >>> user_paths({"inputs": [{"bundle_path": "inputs/oom.log", "path": "data/oom.log"}]},
+    ...            "inputs/oom.log:88: no KV cache line")
+    'data/oom.log:88: no KV cache line'
+    """
+    return _renamed(text, {entry["bundle_path"]: entry["path"] for entry in record.get("inputs", [])})
 
 
 # --- SUMMARY.md and evidence.log (pure text) ------------------------------------------------------
@@ -699,9 +804,14 @@ def approve(
 
     ``load_paths`` are the server logs and /metrics snapshots of a load test at the approved value
     (read with ``load_policy``, default: no preemption allowed); they are inputs like the logs.
-    Raises :class:`BundleExistsError` when the folder already exists, and :class:`ApprovalError`
-    when the logs give no budget or a check at approval fails (e.g. the plan does not fit, or the
-    load test shows an OOM or more preemptions than the policy allows).
+    Raises :class:`BundleExistsError` when the folder already exists (the same inputs, policy,
+    approver and note approved on the same UTC day), :class:`InputFileError` for a missing input, and
+    :class:`ApprovalError` when the logs give no budget or a check at approval fails (e.g. the plan
+    does not fit, or the load test shows an OOM or more preemptions than the policy allows).
+
+    The final name is claimed with ``mkdir`` (which fails when anything exists there) and the
+    finished temporary folder is renamed onto that empty claim, so a bundle written at the same
+    moment by another process is never replaced.
     """
     if not approver.strip():
         raise ValueError("an approval needs the approver's name (--approver)")
@@ -715,19 +825,26 @@ def approve(
         raise ValueError("a load policy (max preemptions, year) needs load-test files (--load)")
     load_policy = (load_policy or LoadPolicy()) if loads else None
     configs = [Path(layout.config)] if layout else []
+    require_files(logs, "LOG")
+    require_files(configs, "--model")
+    require_files(loads, "--load")
     sources = logs + configs + loads
     roles = ["log"] * len(logs) + ["model config"] * len(configs) + ["load"] * len(loads)
     hashes = [sha256_file(path) for path in sources]
-    settings = _settings(policy, layout, plan, load_policy)
+    entries = [{"path": str(source), "role": role} for source, role in zip(sources, roles)]
+    settings = _settings(policy, layout, plan, load_policy, entries, approver, note, __version__)
     digest = inputs_digest(hashes, settings)
     created = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     out = Path(out_dir)
     final = out / bundle_name(created, digest)
+    exists = BundleExistsError(f"{final}: a bundle for these inputs already exists (same inputs, policy, "
+                               "approver and note on the same day); bundles are never overwritten (verify "
+                               "it with `kvplan verify`)")
     if final.exists():
-        raise BundleExistsError(f"{final}: a bundle for these inputs already exists; bundles are never "
-                                "overwritten (verify it with `kvplan verify`)")
+        raise exists
     out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", suffix=".partial", dir=out))
+    staging = out / f".{final.name}.{secrets.token_hex(4)}.partial"
+    staging.mkdir()  # mode 0o777 less the umask, like every file written into it
     try:
         names = input_names(sources)
         inputs = _copy_inputs(sources, names, hashes, roles, staging)
@@ -743,13 +860,31 @@ def approve(
                               dict(layout.options) if layout else None)
         record["files"] = _write_artifacts(staging, decision, record, final.name)
         (staging / BUDGET_JSON).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-        if final.exists():
-            raise BundleExistsError(f"{final}: appeared while writing; nothing was changed")
-        os.rename(staging, final)
+        _move_into_place(staging, final, exists)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return final
+
+
+def _move_into_place(staging: Path, final: Path, exists: BundleExistsError) -> None:
+    """Rename ``staging`` to ``final``, never replacing anything another process put there.
+
+    ``mkdir`` claims the name atomically (it fails when anything exists); renaming a folder onto an
+    empty folder replaces it, and fails once another process has put a file into the claim.
+    """
+    try:
+        final.mkdir()
+    except FileExistsError:
+        raise exists from None
+    try:
+        os.rename(staging, final)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            final.rmdir()  # our claim, if it is still empty
+        if isinstance(exc, OSError):
+            raise exists from None
+        raise
 
 
 def read_bundle(bundle: str | os.PathLike) -> dict:
@@ -776,17 +911,20 @@ def read_bundle(bundle: str | os.PathLike) -> dict:
 def verify_bundle(bundle: str | os.PathLike) -> list[str]:
     """Differences between a bundle and a fresh recomputation from its inputs (empty = all agree).
 
-    Checks every file hash (inputs and artifacts, none missing or added), the inputs digest in the
-    folder name, and the decision, per-rank budgets, key, capacity, plan and ledger recomputed from
-    the input copies and the recorded policy. Raises :class:`BundleError` for an unreadable bundle.
+    Checks every file hash (inputs and artifacts, none missing or added), that charts are PNG files,
+    the inputs digest (input hashes, paths and roles, policy, plan, model options, approver, note,
+    kvplan version) and the folder name that carries it, the approval date against the folder's date,
+    and the decision, per-rank budgets, key, capacity, plan and ledger recomputed from the input
+    copies and the recorded policy; ``SUMMARY.md``, ``ledger.csv`` and ``evidence.log`` must equal,
+    byte for byte, the text regenerated from the recorded ``budget.json`` and the fresh decision.
+    A renamed folder fails the name check. Raises :class:`BundleError` for an unreadable bundle.
     """
     folder = Path(bundle)
     record = read_bundle(folder)
     try:
         differences = _file_differences(folder, record)
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise BundleError(f"{folder / BUDGET_JSON}: malformed files or inputs list: {exc!r}") from None
-    try:
+        entries = record["inputs"]
+        _ = [(e["path"], e["bundle_path"], e["sha256"], e["role"]) for e in entries]
         policy = Policy(int(record["policy"]["reserve_bytes"]), int(record["policy"]["guard_bytes"]),
                         bool(record["policy"]["assume_uniform"]))
         plan_record = record.get("admission_plan")
@@ -794,42 +932,63 @@ def verify_bundle(bundle: str | os.PathLike) -> list[str]:
         if plan_record:
             plan = Plan(int(plan_record["target_concurrency"]), int(plan_record["seq_len"]))
         options = record.get("model_options")
-        entries = record["inputs"]
         loads = [e for e in entries if e.get("role") == "load"]
         load_record = record.get("load")
         load_policy = None
         if loads:
             load_policy = LoadPolicy() if load_record is None else LoadPolicy(
-                int(load_record["max_preemptions"]), _int_or_none(load_record["year"]))
+                int(load_record["max_preemptions"]), _int_or_none(load_record["year"]),
+                load_record.get("max_capacity_loss_pct"))
+        approver, note, version = str(record["approver"]), str(record["note"]), str(record["kvplan_version"])
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise BundleError(f"{folder / BUDGET_JSON}: malformed policy, plan, load or inputs: {exc}") from None
+        raise BundleError(f"{folder / BUDGET_JSON}: malformed policy, plan, load, approval or inputs: "
+                          f"{exc!r}") from None
     logs = [e for e in entries if e.get("role") == "log"]
     configs = [e for e in entries if e.get("role") == "model config"]
+    ordered = logs + configs + loads
+    if ordered != list(entries):
+        differences.append("inputs: roles or order changed (logs, then the model config, then load files)")
     layout = None
     if configs and options is not None:
         layout = ModelLayout(folder / configs[0]["bundle_path"], options)
-    settings = _settings(policy, layout, plan, load_policy)
-    digest = inputs_digest([e["sha256"] for e in logs + configs + loads], settings)
+    settings = _settings(policy, layout, plan, load_policy,
+                         [{"path": e["path"], "role": e["role"]} for e in ordered], approver, note, version)
+    digest = inputs_digest([e["sha256"] for e in ordered], settings)
     if digest != record.get("inputs_digest"):
         differences.append(f"inputs digest: recorded {record.get('inputs_digest')}, recomputed {digest} "
-                           "(policy, plan, model options, load policy or input hashes were changed)")
-    if not folder.resolve().name.endswith(digest[:DIGEST_CHARS]):
-        differences.append(f"folder name {folder.resolve().name!r} does not end with the inputs digest "
-                           f"{digest[:DIGEST_CHARS]}")
-    if any(not (folder / e["bundle_path"]).is_file() for e in logs + configs + loads):
+                           "(policy, plan, model options, load policy, input hashes or paths, approver, "
+                           "note or kvplan version were changed)")
+    name = folder.resolve().name
+    if not name.endswith(digest[:DIGEST_CHARS]):
+        differences.append(f"folder name {name!r} does not end with the inputs digest "
+                           f"{digest[:DIGEST_CHARS]} (a renamed bundle does not verify: give it back "
+                           "its name)")
+    created = _created(record.get("created_utc"))
+    if created is None:
+        differences.append(f"created_utc: {record.get('created_utc')!r} is not an ISO 8601 UTC time")
+    elif not name.startswith(f"{created:%Y-%m-%d}-"):
+        differences.append(f"created_utc {record['created_utc']} is not the date of the folder name {name!r}")
+    differences += _entry_differences(folder, entries)
+    if any(not (folder / e["bundle_path"]).is_file() for e in ordered) or created is None:
         return differences
     try:
         decision = decide([(folder / e["bundle_path"], e["bundle_path"]) for e in logs], policy, layout, plan,
                           [(folder / e["bundle_path"], e["bundle_path"]) for e in loads], load_policy)
     except (ValueError, TypeError) as exc:  # TypeError: model options kv_spec does not take
         return [*differences, f"recomputation failed: {exc}"]
-    fresh = build_record(decision, policy, entries, digest, datetime.now(timezone.utc),
-                         record.get("approver", ""), record.get("note", ""), options)
+    fresh = build_record(decision, policy, entries, digest, created, approver, note, options)
+    fresh["kvplan_version"] = version
     for key in ("decision", "policy", "ranks", "summary", "stranded", "kv_spec", "capacity", "admission_plan",
-                "load", "compatibility_key", "checks", "ledger"):
+                "load", "compatibility_key", "checks", "warnings", "ledger"):
         differences += _compare(key, record.get(key), _roundtrip(fresh.get(key)))
-    if differences and record.get("kvplan_version") != __version__:
-        differences.append(f"note: approved with kvplan {record.get('kvplan_version')}, verified with "
+    for file_name, text in artifact_texts(decision, _roundtrip(fresh), name).items():
+        differences += _text_difference(folder / file_name, file_name, text)
+    expected_charts = {f"{CHARTS_DIR}/{chart}.png" for chart in chart_names(decision)}
+    recorded_charts = {path for path in record["files"] if path.startswith(f"{CHARTS_DIR}/")}
+    if recorded_charts != expected_charts:
+        differences.append(f"charts: recorded {sorted(recorded_charts)}, expected {sorted(expected_charts)}")
+    if differences and version != __version__:
+        differences.append(f"note: approved with kvplan {version}, verified with "
                            f"{__version__}; a reader change can explain a recomputed difference")
     return differences
 
@@ -837,14 +996,32 @@ def verify_bundle(bundle: str | os.PathLike) -> list[str]:
 # --- helpers --------------------------------------------------------------------------------------
 
 
-def _settings(policy: Policy, layout: ModelLayout | None, plan: Plan | None,
-              load_policy: LoadPolicy | None = None) -> dict:
-    """The settings of the inputs digest; ``load`` only with load evidence, so older digests still agree."""
+def _settings(policy: Policy, layout: ModelLayout | None, plan: Plan | None, load_policy: LoadPolicy | None,
+              inputs: Sequence[Mapping[str, str]], approver: str, note: str, version: str) -> dict:
+    """The settings of the inputs digest: policy, layout, plan, input paths and roles, the approval;
+    ``load`` only with load evidence."""
     settings = {"policy": asdict(policy), "model_options": dict(layout.options) if layout else None,
-                "plan": asdict(plan) if plan else None}
+                "plan": asdict(plan) if plan else None,
+                "inputs": [{"path": entry["path"], "role": entry["role"]} for entry in inputs],
+                "approval": {"approver": approver, "note": note, "kvplan_version": version}}
     if load_policy is not None:
         settings["load"] = asdict(load_policy)
     return settings
+
+
+def _created(text: object) -> datetime | None:
+    """The approval time of ``created_utc`` (``…Z``, UTC), None when it is not one.
+
+    >>> _created("2026-11-29T10:40:00Z"), _created("yesterday")
+    (datetime.datetime(2026, 11, 29, 10, 40, tzinfo=datetime.timezone.utc), None)
+    """
+    if not isinstance(text, str) or not text.endswith("Z"):
+        return None
+    try:
+        created = datetime.fromisoformat(text[:-1] + "+00:00")
+    except ValueError:
+        return None
+    return created if created.utcoffset() is not None else None
 
 
 def _copy_inputs(sources: Sequence[Path], names: Sequence[str], hashes: Sequence[str], roles: Sequence[str],
@@ -878,15 +1055,31 @@ def _refuse_failed_checks(decision: Decision) -> None:
         raise ApprovalError("not approved: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
 
 
-def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str) -> dict[str, str]:
-    """Write ledger.csv, SUMMARY.md, evidence.log and the charts; returns their SHA-256 by name."""
-    texts = {
+def artifact_texts(decision: Decision, record: Mapping, name: str) -> dict[str, str]:
+    """The text files of bundle ``name``: ``ledger.csv``, ``SUMMARY.md`` and ``evidence.log``.
+
+    Pure over the decision and the record, so :func:`verify_bundle` regenerates them byte for byte.
+    """
+    return {
         "ledger.csv": decision.ledger.to_csv(index=False),
         "SUMMARY.md": summary_markdown(record, name),
         "evidence.log": "\n".join(evidence_lines(decision.provenance)) + "\n",
     }
+
+
+def chart_names(decision: Decision) -> list[str]:
+    """Names of the bundle's charts (``charts/<name>.png``); ``concurrency`` needs a model and
+    ``max_model_len``."""
+    names = ["ledger", "safe-budget", "stranded"]
+    if decision.spec is not None and _int_or_none(decision.compatibility_key.get("max_model_len")):
+        names.append("concurrency")
+    return names
+
+
+def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str) -> dict[str, str]:
+    """Write ledger.csv, SUMMARY.md, evidence.log and the charts; returns their SHA-256 by name."""
     written = []
-    for file_name, text in texts.items():
+    for file_name, text in artifact_texts(decision, record, name).items():
         (staging / file_name).write_text(text, encoding="utf-8")
         written.append(staging / file_name)
     # matplotlib loads only when a bundle is drawn, so `kvplan gate` and `verify` start fast in pipelines
@@ -907,11 +1100,12 @@ def _figures(decision: Decision):
     from kvplan import charts  # see _write_artifacts: matplotlib only when drawing
 
     budget = decision.budget
+    names = chart_names(decision)
     yield "ledger", charts.ledger_chart(decision.ledger, budget)
     yield "safe-budget", charts.safe_budget_chart(budget)
     yield "stranded", charts.stranded_chart(budget)
     spec, max_len = decision.spec, _int_or_none(decision.compatibility_key.get("max_model_len"))
-    if spec is not None and max_len:
+    if "concurrency" in names:
         lengths = sorted({2**k for k in range(9, int(math.log2(max_len)) + 1)} | {max_len}
                          | ({decision.plan["seq_len"]} if decision.plan else set()))
         curve = pd.DataFrame(capacity_rows(spec, budget.uniform_budget_bytes, lengths))
@@ -929,10 +1123,47 @@ def _file_differences(folder: Path, record: Mapping) -> list[str]:
             differences.append(f"{name}: missing")
         elif sha256_file(path) != digest:
             differences.append(f"{name}: SHA-256 {sha256_file(path)} differs from the recorded {digest}")
+        elif name.startswith(f"{CHARTS_DIR}/") and not _is_png(path):
+            differences.append(f"{name}: not a PNG image")
     present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
     for name in sorted(present - set(expected) - {BUDGET_JSON}):
         differences.append(f"{name}: not part of the bundle as approved")
     return differences
+
+
+def _is_png(path: Path) -> bool:
+    with open(path, "rb") as handle:
+        return path.suffix == ".png" and handle.read(len(PNG_SIGNATURE)) == PNG_SIGNATURE
+
+
+def _entry_differences(folder: Path, entries: Sequence[Mapping]) -> list[str]:
+    """Each input entry's ``bundle_path`` and ``size_bytes`` as approve derives them from its path
+    and copy."""
+    differences = []
+    for entry, name in zip(entries, input_names([entry["path"] for entry in entries])):
+        if entry["bundle_path"] != name:
+            differences.append(f"inputs: {entry['path']} is copied as {name}, recorded "
+                               f"{entry['bundle_path']}")
+        elif (folder / name).is_file() and (folder / name).stat().st_size != entry.get("size_bytes"):
+            differences.append(f"{name}: {(folder / name).stat().st_size} bytes, recorded "
+                               f"{entry.get('size_bytes')}")
+    return differences
+
+
+def _text_difference(path: Path, name: str, expected: str) -> list[str]:
+    """The first line where a bundle text file differs from its regeneration (nothing when equal)."""
+    if not path.is_file():
+        return []  # reported as missing by the hash check
+    actual = path.read_bytes()
+    if actual == expected.encode("utf-8"):
+        return []
+    got = actual.decode("utf-8", errors="replace").splitlines()
+    want = expected.splitlines()
+    line = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    shown = got[line] if line < len(got) else "(end of file)"
+    wanted = want[line] if line < len(want) else "(end of file)"
+    return [f"{name}: differs from the text regenerated from budget.json at line {line + 1}: "
+            f"{_short(shown)} (expected {_short(wanted)})"]
 
 
 def _compare(key: str, recorded: object, fresh: object) -> list[str]:

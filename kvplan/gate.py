@@ -3,8 +3,11 @@
 Every check is a pure function of the approved decision (:class:`Approved`) and the boot's ledger
 (one row per boot × rank, glossary columns from :mod:`kvplan.columns`). A check passes (``True``),
 fails (``False``) or cannot be judged from the evidence given (``None``); :func:`gate_verdict` folds
-them into one answer. The budget check is :func:`kvplan.drift.drift_budget` applied to each rank's
-safe budget at approval: ``safe_ref − max(0, F_ref − F_boot) − guard ≥ approved value``.
+them into one answer. A check with nothing to look at in this gate (no admission plan was approved;
+no observation of the reserve after warm-up) is *not applicable* (``applicable=False``, ``passed``
+None): it is listed as ``N/A`` with the reason and neither passes, fails nor blocks the verdict.
+The budget check is :func:`kvplan.drift.drift_budget` applied to each rank's safe budget
+at approval: ``safe_ref − max(0, F_ref − F_boot) − guard ≥ approved value``.
 """
 
 from __future__ import annotations
@@ -25,19 +28,24 @@ OUTCOME_CHECK = "no OOM or error"
 BUDGET_CHECK = "approved value fits every rank"
 RESERVE_CHECK = "reserve present after warm-up"
 TOKENS_CHECK = "tokens cover the admission plan"
+NOT_APPLICABLE = "N/A"
 
 
 @dataclass(frozen=True)
 class Check:
     """One gate check: its name, whether it passed (None = cannot judge) and the evidence.
 
-    >>> Check("every rank present", True, "ranks 0-3 of 4").to_dict()["passed"]
-    True
+    ``applicable`` False marks a check with no evidence to judge in this gate (``passed`` is then
+    None); :func:`gate_verdict` leaves it out and :func:`format_checks` prints it as ``N/A``.
+
+    >>> Check("every rank present", True, "ranks 0-3 of 4").to_dict()
+    {'name': 'every rank present', 'passed': True, 'detail': 'ranks 0-3 of 4', 'applicable': True}
     """
 
     name: str
     passed: bool | None
     detail: str
+    applicable: bool = True
 
     def to_dict(self) -> dict:
         """JSON-ready ``{"name", "passed", "detail"}``."""
@@ -50,7 +58,9 @@ class Approved:
 
     ``ref_free_bytes`` is each rank's startup free memory at approval (None where the approved
     logs did not show it); ``tokens_required`` is the admission plan in tokens (None: no plan);
-    ``logged_tokens`` the "GPU KV cache size" the approved (profiled) boot logged.
+    ``logged_tokens`` the lowest "GPU KV cache size" the approved profiled boots logged (boots at a
+    manual value left out); ``capacity_tokens`` the tokens the approved value holds at
+    ``max_model_len`` (None without a model).
     """
 
     budget_bytes: int
@@ -63,17 +73,22 @@ class Approved:
     compatibility_key: Mapping[str, object]
     tokens_required: int | None = None
     logged_tokens: int | None = None
+    capacity_tokens: int | None = None
 
 
 def gate_verdict(checks: Sequence[Check]) -> bool | None:
     """False when any check failed, else None when any could not be judged, else True.
 
+    Checks that are not applicable are left out; with none applicable the gate cannot judge.
+
     >>> gate_verdict([Check("a", True, ""), Check("b", None, "")]) is None
     True
     >>> gate_verdict([Check("a", None, ""), Check("b", False, "")])
     False
+    >>> gate_verdict([Check("a", True, ""), Check("b", None, "no plan", applicable=False)])
+    True
     """
-    verdicts = [check.passed for check in checks]
+    verdicts = [check.passed for check in checks if check.applicable]
     if False in verdicts:
         return False
     if None in verdicts or not verdicts:
@@ -93,27 +108,35 @@ def verdict_word(passed: bool | None) -> str:
 def format_checks(checks: Sequence[Check]) -> str:
     """The text ``kvplan gate`` prints: each check with its verdict, its evidence parts, then the verdict.
 
-    A detail's ``; ``-separated parts go on their own indented lines; the last line folds the checks
-    with :func:`gate_verdict` and counts the failed (or unjudged) ones.
+    A detail's ``; ``-separated parts go on their own indented lines; a check that is not applicable
+    reads ``N/A``. The last line folds the checks with :func:`gate_verdict`, counts the failed (or
+    unjudged) ones among the applicable checks and names how many were not applicable.
 
     >>> checks = [Check("every rank present", True, "ranks 0-3 of 4"),
-    ...           Check("no OOM or error", None, "c.log rank 2: incomplete; d.log rank 0: incomplete")]
+    ...           Check("no OOM or error", None, "c.log rank 2: incomplete; d.log rank 0: incomplete"),
+    ...           Check("tokens cover the admission plan", None, "no plan", applicable=False)]
     >>> print(format_checks(checks))
     PASS  every rank present
           ranks 0-3 of 4
     CANNOT JUDGE  no OOM or error
           c.log rank 2: incomplete
           d.log rank 0: incomplete
-    gate: CANNOT JUDGE (1 of 2 checks lack evidence)
+    N/A  tokens cover the admission plan
+          no plan
+    gate: CANNOT JUDGE (1 of 2 checks lack evidence; 1 not applicable)
     """
     lines = []
     for check in checks:
-        lines.append(f"{verdict_word(check.passed)}  {check.name}")
+        lines.append(f"{verdict_word(check.passed) if check.applicable else NOT_APPLICABLE}  {check.name}")
         lines += [f"      {part}" for part in check.detail.split("; ") if part]
+    judged = [check for check in checks if check.applicable]
     verdict = gate_verdict(checks)
-    counts = {False: f" ({sum(c.passed is False for c in checks)} of {len(checks)} checks failed)",
-              None: f" ({sum(c.passed is None for c in checks)} of {len(checks)} checks lack evidence)"}
-    lines.append(f"gate: {verdict_word(verdict)}{counts.get(verdict, '')}")
+    counts = {False: f"{sum(c.passed is False for c in judged)} of {len(judged)} checks failed",
+              None: f"{sum(c.passed is None for c in judged)} of {len(judged)} checks lack evidence"}
+    notes = [counts[verdict]] if verdict in counts else []
+    if len(judged) < len(checks):
+        notes.append(f"{len(checks) - len(judged)} not applicable")
+    lines.append(f"gate: {verdict_word(verdict)}" + (f" ({'; '.join(notes)})" if notes else ""))
     return "\n".join(lines)
 
 
@@ -221,44 +244,52 @@ def check_reserve_after_warmup(
 ) -> Check:
     """The reserve is still free on every rank once the KV cache is allocated and graphs captured.
 
-    Where a snapshot taken after warm-up gives free memory per rank (``free_after_warmup_bytes``,
-    e.g. from nvidia-smi), that must be ≥ the reserve. Otherwise, where the boot logged its room
-    after warm-up, ``room − KV allocated`` must be (KV allocated = the boot's manual value, or the
-    approved one). A boot that shows neither passes with a note: there is nothing to check.
+    Only an observation of this boot counts: free memory per rank in a snapshot taken after warm-up
+    (``free_after_warmup_bytes``, e.g. from nvidia-smi) must be ≥ the reserve; without a snapshot, a
+    boot that ran a manual ``--kv-cache-memory-bytes`` value and logged its room after warm-up must
+    keep ``room − manual value`` ≥ the reserve. A profiled boot's KV cache is not the approved value,
+    so ``room − approved`` would be arithmetic, not an observation (the budget check already covers
+    ``room − reserve ≥ approved``): with no rank observed the check is not applicable.
+
+    >>> frame = pd.DataFrame({"rank": [0], "room_bytes": [31 << 30], "manual_kv_bytes": [None]})
+    >>> a = Approved(30 << 30, (0,), (30 << 30,), (42 << 30,), 1 << 30, 0, None, {})
+    >>> check_reserve_after_warmup(a, frame).applicable
+    False
     """
     room = _per_rank_min(boot_ledger, "room_bytes")
     manual = _per_rank_min(boot_ledger, "manual_kv_bytes")
-    lines, passed, shown = [], True, 0
+    lines, passed = [], True
     for rank in approved.ranks:
         if free_after_warmup_bytes is not None and rank in free_after_warmup_bytes:
             left, how = free_after_warmup_bytes[rank], "free after warm-up (snapshot)"
-        elif rank in room:
-            kv_bytes = manual.get(rank, approved.budget_bytes)
-            left = room[rank] - kv_bytes
-            how = f"room {format_size(room[rank])} − KV {format_size(kv_bytes)}"
+        elif rank in room and rank in manual:
+            left = room[rank] - manual[rank]
+            how = f"room {format_size(room[rank])} − KV {format_size(manual[rank])}"
         else:
             continue
-        shown += 1
         ok = left >= approved.reserve_bytes
         passed = passed and ok
         lines.append(f"rank {rank}: {how} = {format_size(left)} {'≥' if ok else '<'} reserve "
                      f"{format_size(approved.reserve_bytes)}")
-    if not shown:
-        return Check(RESERVE_CHECK, True, "not shown by this boot (no room after warm-up and no snapshot); "
-                                          "nothing to check")
+    if not lines:
+        return Check(RESERVE_CHECK, None, "not applicable: no observation after warm-up (give an nvidia-smi "
+                                          "snapshot taken after warm-up with --nvidia-smi, or gate a boot "
+                                          "that ran the manual value and logged its room)", applicable=False)
     return Check(RESERVE_CHECK, passed, "; ".join(lines))
 
 
 def check_tokens(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
     """The boot's logged "GPU KV cache size" in tokens covers the admission plan recorded at approval.
 
+    Without a recorded plan the check is not applicable (it neither passes nor blocks).
+
     >>> a = Approved(1, (0,), (1,), (1,), 0, 0, None, {}, tokens_required=49_152)
     >>> check_tokens(a, pd.DataFrame({"rank": [0], "kv_cache_tokens": [40_000]})).passed
     False
     """
     if approved.tokens_required is None:
-        return Check(TOKENS_CHECK, True, "no admission plan recorded at approval "
-                                         "(approve with --target-concurrency and --seq-len)")
+        return Check(TOKENS_CHECK, None, "not applicable: no admission plan recorded at approval (approve "
+                                         "with --target-concurrency and --seq-len)", applicable=False)
     if "kv_cache_tokens" not in boot_ledger.columns or boot_ledger["kv_cache_tokens"].dropna().empty:
         return Check(TOKENS_CHECK, None, "the boot did not log its GPU KV cache size")
     tokens = int(boot_ledger["kv_cache_tokens"].dropna().min())

@@ -1,13 +1,15 @@
 """The evidence bundle: contents, atomic write, refusal to overwrite, and verify catching every change."""
 
 import json
+import os
 import shutil
+import stat
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from kvplan import charts, evidence
+from kvplan import __version__, charts, evidence
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
 from kvplan.evidence import ApprovalError, BundleError, BundleExistsError, ModelLayout, Plan, Policy
@@ -159,6 +161,70 @@ class TestVerify:
         (copy_of_bundle / "notes.txt").write_text("x")
         assert evidence.verify_bundle(copy_of_bundle) == ["notes.txt: not part of the bundle as approved"]
 
+    @pytest.mark.parametrize(("key", "value"), [
+        ("approver", "Mallory"), ("note", "CHG-9999"), ("kvplan_version", "9.9.9"),
+        ("created_utc", "2026-11-28T10:40:00Z"), ("created_utc", "2026-11-29T11:55:00Z"), ("inputs", "path"),
+    ])
+    def test_edited_approval_fields(self, copy_of_bundle, capsys, key, value):
+        # approver, note, version and input paths are in the inputs digest (the folder name); created_utc's
+        # date must be the folder's, and its time is printed in SUMMARY.md
+        path = copy_of_bundle / "budget.json"
+        record = json.loads(path.read_text())
+        if key == "inputs":
+            record["inputs"][0]["path"] = "/elsewhere/boot.log"
+        else:
+            record[key] = value
+        path.write_text(json.dumps(record))
+        differences = evidence.verify_bundle(copy_of_bundle)
+        expected = {"approver": "inputs digest: recorded", "note": "inputs digest: recorded",
+                    "kvplan_version": "inputs digest: recorded", "inputs": "inputs digest: recorded",
+                    "created_utc": "created_utc 2026-11-28T10:40:00Z is not the date of the folder name"
+                    if value.startswith("2026-11-28") else "SUMMARY.md: differs from the text regenerated"}
+        assert any(d.startswith(expected[key]) for d in differences), differences
+        assert main(["verify", str(copy_of_bundle)]) == 1
+
+    @pytest.mark.parametrize(("name", "old", "new"), [
+        ("SUMMARY.md", "12 GiB per GPU", "16 GiB per GPU"),
+        ("SUMMARY.md", "Approved by** Ana Planner", "Approved by** Mallory"),
+        ("evidence.log", "rank 2", "rank 3"),
+        ("ledger.csv", "\ninputs/boot.log,", "\ninputs/other.log,"),
+    ])
+    def test_edited_text_file_with_its_hash_updated(self, copy_of_bundle, name, old, new):
+        # the edit and a matching `files` hash: the regenerated text still differs
+        file = copy_of_bundle / name
+        file.write_text(file.read_text().replace(old, new, 1))
+        path = copy_of_bundle / "budget.json"
+        record = json.loads(path.read_text())
+        record["files"][name] = evidence.sha256_file(file)
+        path.write_text(json.dumps(record))
+        differences = evidence.verify_bundle(copy_of_bundle)
+        assert len(differences) == 1
+        assert differences[0].startswith(
+            f"{name}: differs from the text regenerated from budget.json at line ")
+
+    def test_chart_replaced_by_text_with_its_hash_updated(self, copy_of_bundle):
+        chart = copy_of_bundle / "charts" / "stranded.png"
+        chart.write_text("not a chart")
+        path = copy_of_bundle / "budget.json"
+        record = json.loads(path.read_text())
+        record["files"]["charts/stranded.png"] = evidence.sha256_file(chart)
+        path.write_text(json.dumps(record))
+        assert evidence.verify_bundle(copy_of_bundle) == ["charts/stranded.png: not a PNG image"]
+
+    def test_renamed_folder_fails(self, bundle, tmp_path, capsys):
+        folder = Path(shutil.copytree(bundle, tmp_path / "2026-11-29-renamed"))
+        assert any(d.startswith("folder name '2026-11-29-renamed' does not end with the inputs digest")
+                   for d in evidence.verify_bundle(folder))
+        assert main(["verify", str(folder)]) == 1
+
+    def test_verify_help_documents_names(self, capsys):
+        with pytest.raises(SystemExit):
+            main(["verify", "--help"])
+        text = " ".join(capsys.readouterr().out.split())
+        assert "a renamed bundle folder fails (exit 1" in text
+        assert "a second approver (or a different note) approving the same inputs on the same day gets a " \
+               "folder of its own" in text
+
     def test_unreadable_bundle_exits_2(self, tmp_path, capsys):
         assert main(["verify", str(tmp_path)]) == 2
         (tmp_path / "budget.json").write_text("{not json")
@@ -175,7 +241,12 @@ def test_gate_refuses_a_garbled_record(bundle, tmp_path, capsys):
     del record["ranks"][0]["safe_bytes"]
     (folder / "budget.json").write_text(json.dumps(record))
     assert main(["gate", "--approved", str(folder), str(FOUR_RANK)]) == 2
-    assert "lacks or garbles what a gate needs: KeyError('safe_bytes')" in capsys.readouterr().err
+    # rank 0: room 18.8 GiB − reserve 0.9 GiB = 17.9 GiB = 19,219,978,649 B (each size to the nearest byte)
+    assert capsys.readouterr().err == (
+        f"error: cannot judge: the approved bundle changed: {folder} fails verification (1 difference):\n"
+        "  - ranks[0].safe_bytes: recorded null, recomputed 19219978649\n")
+    with pytest.raises(BundleError, match="lacks or garbles what a gate needs: KeyError\\('safe_bytes'\\)"):
+        evidence.approved_from_record(record)
 
 
 class TestWriting:
@@ -206,7 +277,7 @@ class TestWriting:
         assert list(tmp_path.iterdir()) == []
 
     def test_tp_that_contradicts_the_logs_is_refused(self, tmp_path):
-        with pytest.raises(ValueError, match="--tp 2 but the logs show tensor_parallel_size 4"):
+        with pytest.raises(ValueError, match=r"tp 2\b.* the logs show tensor_parallel_size 4"):
             layout = ModelLayout(resolve_model_config("llama-3.1-70b"), {**LLAMA_70B_TP4, "tp": 2})
             approve(tmp_path, layout=layout)
 
@@ -225,6 +296,79 @@ class TestWriting:
         assert main(["verify", out["bundle"]]) == 0
         assert main(argv) == 2  # same inputs, same day: refused
         assert "already exists" in capsys.readouterr().err
+
+    def test_second_approver_same_inputs_same_day_gets_its_own_folder(self, tmp_path):
+        first = approve(tmp_path)
+        second = approve(tmp_path, approver="Bo Reviewer")
+        third = approve(tmp_path, note="CHG-1235")
+        assert len({first, second, third}) == 3
+        assert evidence.verify_bundle(second) == [] and evidence.verify_bundle(third) == []
+        with pytest.raises(BundleExistsError, match="same inputs, policy, approver and note on the same day"):
+            approve(tmp_path, approver="Bo Reviewer")
+
+    def test_bundle_is_readable_under_the_umask(self, tmp_path):
+        previous = os.umask(0o022)
+        try:
+            folder = approve(tmp_path)
+        finally:
+            os.umask(previous)
+        # 0o777 & ~0o022 = 0o755 for folders, 0o666 & ~0o022 = 0o644 for files (was 0o700: mkdtemp)
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o755
+        assert stat.S_IMODE((folder / "inputs").stat().st_mode) == 0o755
+        assert stat.S_IMODE((folder / "budget.json").stat().st_mode) == 0o644
+
+    def test_a_bundle_written_meanwhile_is_never_replaced(self, tmp_path, monkeypatch):
+        # another approval of the same inputs finishes between our claim of the name and our rename
+        rename = os.rename
+
+        def other_writer_first(source, target):
+            (Path(target) / "budget.json").write_text("the other approval")
+            rename(source, target)
+
+        monkeypatch.setattr(evidence.os, "rename", other_writer_first)
+        with pytest.raises(BundleExistsError, match="never overwritten"):
+            approve(tmp_path)
+        [folder] = tmp_path.iterdir()  # the other bundle, untouched; our temporary folder is gone
+        assert (folder / "budget.json").read_text() == "the other approval"
+
+    def test_an_empty_folder_at_the_name_is_not_replaced(self, tmp_path, monkeypatch):
+        # an empty folder appears at the final name after the first check (os.rename would replace it)
+        write = evidence._write_artifacts
+
+        def appears(staging, decision, record, name):
+            (staging.parent / name).mkdir()
+            return write(staging, decision, record, name)
+
+        monkeypatch.setattr(evidence, "_write_artifacts", appears)
+        with pytest.raises(BundleExistsError):
+            approve(tmp_path)
+        [folder] = tmp_path.iterdir()
+        assert list(folder.iterdir()) == []
+
+    def test_missing_or_bootless_input_is_named(self, tmp_path, capsys):
+        missing = tmp_path / "missing.log"
+        base = ["approve", "--reserve", "0.9GiB", "--approver", "A", "--out", str(tmp_path / "ev")]
+        assert main([*base, str(missing)]) == 2
+        assert capsys.readouterr().err == f"error: {missing}: no such file (LOG)\n"
+        assert main([*base, str(FOUR_RANK), "--load", str(missing)]) == 2
+        assert capsys.readouterr().err == f"error: {missing}: no such file (--load)\n"
+        garbage = tmp_path / "garbage.log"
+        garbage.write_text("hello\n")
+        assert main([*base, str(garbage)]) == 2
+        assert capsys.readouterr().err.startswith(
+            f"error: {garbage}: no vLLM boot found: expected vLLM startup")
+
+    def test_warnings_name_the_users_file(self, tmp_path, capsys):
+        # the sample boot without its final newline: the reader warns that the file ends mid-line, at
+        # line 87 (the log's last line), naming the file; approve names the user's path, not the copy
+        log = tmp_path / "cut.log"
+        log.write_bytes(FOUR_RANK.read_bytes()[:-1])
+        assert main(["approve", str(log), "--reserve", "0.9GiB", "--approver", "A", "--out",
+                     str(tmp_path / "ev")]) == 0
+        err = capsys.readouterr().err
+        assert f"warning: {log}:87: the file ends mid-line" in err and "inputs/cut.log" not in err
+        [folder] = (tmp_path / "ev").iterdir()  # the bundle itself keeps naming its own copy
+        assert evidence.read_bundle(folder)["warnings"][0].startswith("inputs/cut.log:87: the file ends")
 
     def test_cli_plan_needs_both_halves(self, tmp_path, capsys):
         assert main(["approve", str(FOUR_RANK), "--reserve", "0.9GiB", "--seq-len", "8192",
@@ -257,9 +401,15 @@ class TestRankZeroOnly:
 LOAD = DATA_DIR / "load"
 STEADY = [LOAD / "manual-canary" / "server.log", *sorted((LOAD / "manual-canary" / "metrics").glob("*.prom"))]
 OVERLOAD = [LOAD / "manual-canary-overload" / "server.log", LOAD / "manual-canary-overload" / "metrics.prom"]
-#: the inputs-digest settings of `approve(...)` as they were before load evidence existed
-SETTINGS = {"policy": {"reserve_bytes": RESERVE, "guard_bytes": 0, "assume_uniform": False},
-            "model_options": LLAMA_70B_TP4, "plan": {"target_concurrency": 4, "seq_len": 32768}}
+
+
+def settings(record: dict, load: dict | None = None) -> dict:
+    """The inputs-digest settings of `approve(...)`: policy, layout, plan, input paths and roles, approval."""
+    out = {"policy": {"reserve_bytes": RESERVE, "guard_bytes": 0, "assume_uniform": False},
+           "model_options": LLAMA_70B_TP4, "plan": {"target_concurrency": 4, "seq_len": 32768},
+           "inputs": [{"path": entry["path"], "role": entry["role"]} for entry in record["inputs"]],
+           "approval": {"approver": "Ana Planner", "note": "CHG-1234", "kvplan_version": __version__}}
+    return out if load is None else {**out, "load": load}
 
 
 @pytest.fixture(scope="module")
@@ -291,9 +441,9 @@ class TestLoadEvidence:
         assert [entry["path"] for entry in loads] == [str(path) for path in STEADY]
         for entry in loads:
             assert entry["sha256"] == evidence.sha256_file(load_bundle / entry["bundle_path"])
-        settings = {**SETTINGS, "load": {"max_preemptions": 0, "year": 2026}}
+        load = {"max_preemptions": 0, "year": 2026, "max_capacity_loss_pct": None}
         hashes = [entry["sha256"] for entry in record["inputs"]]  # logs, model config, then load files
-        assert record["inputs_digest"] == evidence.inputs_digest(hashes, settings)
+        assert record["inputs_digest"] == evidence.inputs_digest(hashes, settings(record, load))
 
     def test_load_checks_join_the_approval_checks(self, load_bundle):
         checks = {c["name"]: c for c in evidence.read_bundle(load_bundle)["checks"]}
@@ -351,12 +501,12 @@ class TestLoadEvidence:
                                               load_policy=evidence.LoadPolicy(max_preemptions=30, year=2026)))
         assert (record["load"]["preemptions"], record["load"]["max_preemptions"]) == (30, 30)
 
-    def test_without_load_files_nothing_changes(self, bundle):
-        # no `load` key, and the inputs digest has the settings it had before load evidence existed
+    def test_without_load_files_there_is_no_load_section(self, bundle):
+        # no `load` key, and no load policy in the inputs digest
         record = evidence.read_bundle(bundle)
         assert "load" not in record
         hashes = [entry["sha256"] for entry in record["inputs"]]
-        assert record["inputs_digest"] == evidence.inputs_digest(hashes, SETTINGS)
+        assert record["inputs_digest"] == evidence.inputs_digest(hashes, settings(record))
 
     def test_cli_approve_with_load(self, tmp_path, capsys):
         argv = ["approve", str(FOUR_RANK), "--reserve", "0.9GiB", "--approver", "A", "--out", str(tmp_path)]

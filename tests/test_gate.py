@@ -1,6 +1,7 @@
 """Gate checks on hand-built ledgers with known answers (scenario C's numbers) and on the sample boots."""
 
 import json
+import shutil
 from pathlib import Path
 
 import pandas as pd
@@ -172,8 +173,9 @@ class TestReserveAfterWarmup:
         assert check_reserve_after_warmup(approved(), frame).passed is True
 
     def test_shrunken_room_fails(self):
-        # rank 3's room fell to 30.5 GiB: 30.5 − 30 = 0.5 GiB < 1 GiB reserve
-        frame = boot(room_bytes=[31 * GiB, 31 * GiB, 31 * GiB, 30 * GiB + 512 * MiB])
+        # a manual boot at the approved value; rank 3's room fell to 30.5 GiB: 30.5 − 30 = 0.5 GiB < 1 GiB
+        frame = boot(room_bytes=[31 * GiB, 31 * GiB, 31 * GiB, 30 * GiB + 512 * MiB],
+                     manual_kv_bytes=[APPROVED_BYTES] * 4)
         check = check_reserve_after_warmup(approved(), frame)
         assert check.passed is False
         assert "rank 3: room 30.5 GiB − KV 30 GiB = 512 MiB < reserve 1 GiB" in check.detail
@@ -184,15 +186,23 @@ class TestReserveAfterWarmup:
         assert check.passed is False
         assert "rank 2: free after warm-up (snapshot) = 900 MiB < reserve 1 GiB" in check.detail
 
-    def test_not_shown_is_nothing_to_check(self):
-        check = check_reserve_after_warmup(approved(), boot())
-        assert check.passed is True
-        assert check.detail.startswith("not shown by this boot")
+    @pytest.mark.parametrize("columns", [{}, {"room_bytes": [31 * GiB] * 4}])
+    def test_no_observation_is_not_applicable(self, columns):
+        # no room, or the room of a profiled boot (its KV cache was not the approved value: room −
+        # approved would be arithmetic, not an observation after warm-up): nothing shows the reserve
+        check = check_reserve_after_warmup(approved(), boot(**columns))
+        assert (check.passed, check.applicable) == (None, False)
+        assert check.detail.startswith("not applicable: no observation after warm-up")
+        # it neither passes nor blocks the gate: the other checks decide
+        assert gate_verdict([Check(KEY_CHECK, True, ""), check]) is True
+        assert gate_verdict([Check(KEY_CHECK, False, ""), check]) is False
 
 
 class TestTokens:
-    def test_no_plan_passes_with_a_note(self):
-        assert check_tokens(approved(), boot()).detail.startswith("no admission plan recorded")
+    def test_no_plan_is_not_applicable(self):
+        check = check_tokens(approved(), boot(kv_cache_tokens=[49_152] * 4))
+        assert (check.passed, check.applicable) == (None, False)
+        assert check.detail.startswith("not applicable: no admission plan recorded")
 
     @pytest.mark.parametrize(("logged", "passed"), [(49_152, True), (49_136, False)])
     def test_logged_tokens_against_the_plan(self, logged, passed):
@@ -218,6 +228,11 @@ def test_gate_checks_order_and_guard_default():
 
 FOUR_RANK = DATA_DIR / "boots" / "four-rank"
 DRIFT = DATA_DIR / "boots" / "drift"
+LOAD = DATA_DIR / "load"
+PROFILED_RUN = sorted((LOAD / "profiled-canary").iterdir())
+STEADY_RUN = [LOAD / "manual-canary" / "server.log",
+              *sorted((LOAD / "manual-canary" / "metrics").glob("*.prom"))]
+OVERLOAD_RUN = sorted((LOAD / "manual-canary-overload").iterdir())
 
 
 def _approve(out: Path, log: Path, reserve: str, model: str, target: int, seq_len: int) -> Path:
@@ -260,10 +275,10 @@ class TestGateOnSampleBoots:
     def test_the_approved_boot_passes_every_check(self, capsys, four_rank_bundle):
         status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log")
         assert status == 0
-        assert all(check.passed for check in checks.values())
-        # rank 2: room 12.9 GiB − KV 12,884,377,600 B = 922.1 MiB ≥ reserve 0.9 GiB
-        reserve = checks[RESERVE_CHECK].detail
-        assert "rank 2: room 12.9 GiB − KV 12 GiB = 922.1 MiB ≥ reserve 921.6 MiB" in reserve
+        assert [name for name, check in checks.items() if check.passed] == [
+            KEY_CHECK, RANKS_CHECK, OUTCOME_CHECK, BUDGET_CHECK, TOKENS_CHECK]
+        # a profiled boot without an nvidia-smi snapshot shows nothing after warm-up: not applicable
+        assert (checks[RESERVE_CHECK].passed, checks[RESERVE_CHECK].applicable) == (None, False)
         assert checks[TOKENS_CHECK].detail == "GPU KV cache size 155,856 tokens ≥ plan 131,072 tokens"
 
     def test_changed_vllm_version_fails_the_key(self, capsys, four_rank_bundle, tmp_path):
@@ -320,15 +335,111 @@ class TestGateOnSampleBoots:
         assert checks[TOKENS_CHECK].detail == "GPU KV cache size 122,880 tokens < plan 131,072 tokens"
 
     def test_load_evidence(self, capsys, four_rank_bundle):
-        load = DATA_DIR / "load"
-        status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--load",
-                              *sorted((load / "profiled-canary").iterdir()))
+        status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--load", *PROFILED_RUN)
         assert status == 0
-        assert len(checks) > 6
-        status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--load",
-                              *sorted((load / "manual-canary-overload").iterdir()))
+        assert {name: check.passed for name, check in checks.items()} == {
+            KEY_CHECK: True, RANKS_CHECK: True, OUTCOME_CHECK: True, BUDGET_CHECK: True, RESERVE_CHECK: None,
+            TOKENS_CHECK: True, "no OOM under load": True, "preemptions ≤ 0": True,
+            "peak KV cache usage reported": True}  # a profiled run: no capacity-loss check
+        assert checks["preemptions ≤ 0"].detail == "0 preemption(s) in the run; policy allows 0"
+        # the profiled canary's own "GPU KV cache size: 155,856 tokens" (server.log line 3)
+        assert checks["peak KV cache usage reported"].detail.startswith("peak 70.")
+        assert " of 155,856 tokens (≈" in checks["peak KV cache usage reported"].detail
+        status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--load", *OVERLOAD_RUN)
         assert status == 1
         assert [name for name, check in checks.items() if check.passed is False] == ["preemptions ≤ 0"]
+        assert checks["preemptions ≤ 0"].detail.startswith("30 preemption(s) in the run, first seen at ")
+        # capacity is the run's own logged 157,280 tokens (9,830 blocks × 16), not the gated boot's 155,856
+        assert " of 157,280 tokens (≈" in checks["peak KV cache usage reported"].detail
+
+    def test_load_capacity_and_manual_value_as_approve_reads_them(self, capsys, four_rank_bundle):
+        # the manual canary states --kv-cache-memory-bytes 12884377600 = the approved value, so its capacity
+        # is compared with the profiled boot's 155,856 tokens: 157,280 − 155,856 = 1,424 tokens gained =
+        # 1,424 / 155,856 = 0.914 %; a bound of 0.5 % is met (a gain is no loss)
+        status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--load", *STEADY_RUN,
+                              "--max-capacity-loss", "0.5")
+        assert status == 0
+        assert checks["capacity vs profiled canary (loss ≤ 0.5%)"].detail == (
+            "157,280 tokens against 155,856 profiled: gain of 1,424 tokens (0.914%); policy bound 0.5%")
+        # approve reads the same run the same way
+        record = evidence.read_bundle(evidence.approve(
+            [FOUR_RANK / "boot.log"], four_rank_bundle.parent, evidence.Policy(parse_size("0.9GiB")), "QA",
+            note="load", layout=evidence.ModelLayout(resolve_model_config("llama-3.1-70b"), {"tp": 4}),
+            plan=evidence.Plan(4, 32768), load_paths=STEADY_RUN,
+            load_policy=evidence.LoadPolicy(max_capacity_loss_pct=0.5)))
+        approved_check = next(c for c in record["checks"] if c["name"].startswith("capacity vs profiled"))
+        assert approved_check["detail"] == checks["capacity vs profiled canary (loss ≤ 0.5%)"].detail
+
+    def test_capacity_loss_bound_fails_a_smaller_manual_value(self, capsys, four_rank_bundle, tmp_path):
+        # the steady canary's log as if started at 9,600 blocks: 9,600 × 1,310,720 B = 12,582,912,000 B,
+        # 9,600 × 16 = 153,600 tokens; loss 155,856 − 153,600 = 2,256 tokens = 2,256 / 155,856 = 1.447 % > 1 %
+        log = edited(tmp_path, STEADY_RUN[0], lambda text: text.replace(
+            "GPU KV cache size: 157,280 tokens", "GPU KV cache size: 153,600 tokens").replace(
+            "'kv_cache_memory_bytes': 12884377600", "'kv_cache_memory_bytes': 12582912000"))
+        status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--load", log,
+                              "--max-capacity-loss", "1")
+        assert status == 1
+        assert checks["capacity vs profiled canary (loss ≤ 1%)"] == Check(
+            "capacity vs profiled canary (loss ≤ 1%)", False,
+            "153,600 tokens against 155,856 profiled: loss of 2,256 tokens (1.447%); policy bound 1%")
+        # 70.1 % of 153,600 = 107,673.6 → ≈107,673 tokens: the run's own capacity
+        assert " of 153,600 tokens (≈107,673 tokens)" in checks["peak KV cache usage reported"].detail
+
+    def test_load_run_not_at_the_approved_value_is_warned(self, capsys, four_rank_bundle):
+        main(["gate", "--approved", str(four_rank_bundle), str(FOUR_RANK / "boot.log"), "--load",
+              *map(str, PROFILED_RUN)])
+        err = capsys.readouterr().err
+        assert "warning: the load run states no --kv-cache-memory-bytes (a profiled run): it is not " in err
+        # 9,830 blocks × 16 = 157,280 tokens at the approved 12 GiB; the profiled run logged 155,856
+        assert ("warning: the load run's KV cache holds 155,856 tokens; the approved value holds 157,280"
+                in err)
+
+    def test_year_anchors_the_log_times(self, capsys, four_rank_bundle):
+        # the steady canary's server log alone: its peak stats line (line 304) is stamped "11-27 09:36:28"
+        argv = [FOUR_RANK / "boot.log", "--load", STEADY_RUN[0]]
+        _, checks = gate(capsys, four_rank_bundle, *argv)
+        assert "server.log:304 (11-27 09:36:28)" in checks["peak KV cache usage reported"].detail
+        _, checks = gate(capsys, four_rank_bundle, *argv, "--year", "2026")
+        assert "server.log:304 (2026-11-27T09:36:28)" in checks["peak KV cache usage reported"].detail
+        assert main(["gate", "--approved", str(four_rank_bundle), str(FOUR_RANK / "boot.log"),
+                     "--year", "2026"]) == 2
+        assert "apply to --load files only" in capsys.readouterr().err
+
+
+class TestGateTrustsOnlyAVerifiedBundle:
+    def test_hand_edited_budget_is_not_judged_against(self, capsys, four_rank_bundle, tmp_path):
+        folder = Path(shutil.copytree(four_rank_bundle, tmp_path / four_rank_bundle.name))
+        record = json.loads((folder / "budget.json").read_text())
+        record["decision"]["kv_cache_memory_bytes"] = 10_884_377_600
+        record["policy"]["reserve_bytes"] = 1
+        (folder / "budget.json").write_text(json.dumps(record))
+        assert main(["gate", "--approved", str(folder), str(FOUR_RANK / "boot.log")]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(
+            f"error: cannot judge: the approved bundle changed: {folder} fails verification")
+        # recomputed with the edited 1 B reserve: rank 2's 12.9 GiB = 13,851,332,198 B − 1 B, / 1,310,720 B
+        # = 10,567.7 → 10,567 blocks × 1,310,720 B = 13,850,378,240 B
+        assert "  - decision.kv_cache_memory_bytes: recorded 10884377600, recomputed 13850378240\n" in err
+        assert "  - inputs digest: recorded " in err  # the 1 B reserve is not the approved policy
+        assert main(["verify", str(folder)]) == 1
+
+
+class TestGateInputErrors:
+    def test_a_file_without_startup_lines_is_named(self, capsys, four_rank_bundle, tmp_path):
+        garbage = tmp_path / "garbage.log"
+        garbage.write_text("hello\n")
+        assert main(["gate", "--approved", str(four_rank_bundle), str(garbage)]) == 2
+        assert capsys.readouterr().err == (
+            f"error: {garbage}: no vLLM boot found: expected vLLM startup lines such as 'Free memory on "
+            "device (…) on startup', 'Available KV cache memory: … GiB' or 'GPU KV cache size: N tokens'\n")
+
+    @pytest.mark.parametrize("argument", ["BOOT_LOG", "--nvidia-smi", "--load"])
+    def test_a_missing_file_names_its_argument(self, capsys, four_rank_bundle, tmp_path, argument):
+        missing = tmp_path / "missing.file"
+        argv = {"BOOT_LOG": [missing], "--nvidia-smi": [FOUR_RANK / "boot.log", "--nvidia-smi", missing],
+                "--load": [FOUR_RANK / "boot.log", "--load", missing]}[argument]
+        assert main(["gate", "--approved", str(four_rank_bundle), *map(str, argv)]) == 2
+        assert capsys.readouterr().err == f"error: {missing}: no such file ({argument})\n"
 
 
 class TestGateOnDriftCanary:
@@ -359,6 +470,8 @@ class TestGateOnDriftCanary:
         assert main(["gate", "--approved", str(drift_bundle), str(DRIFT / "canary.log")]) == 1
         out = capsys.readouterr().out
         assert "FAIL  approved value fits every rank" in out
-        assert out.rstrip().endswith("gate: FAIL (1 of 6 checks failed)")
+        # the canary logged no room after warm-up and no snapshot was given: the reserve check is N/A
+        assert "N/A  reserve present after warm-up" in out
+        assert out.rstrip().endswith("gate: FAIL (1 of 5 checks failed; 1 not applicable)")
         assert main(["gate", "--approved", str(tmp_path), str(DRIFT / "canary.log")]) == 2
         assert "not an evidence bundle" in capsys.readouterr().err
