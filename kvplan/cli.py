@@ -29,7 +29,14 @@ from kvplan.io.nvidia_smi import (
 )
 from kvplan.io.vllm_log import read_vllm_logs, version_tuple
 from kvplan.io.vllm_stats import read_load_evidence
-from kvplan.kvspec import KV_CACHE_DTYPE_BYTES, KVSpec, kv_spec, options_for_logs
+from kvplan.kvspec import (
+    KV_CACHE_DTYPE_BYTES,
+    KVSpec,
+    cross_check,
+    cross_check_verdict,
+    kv_spec,
+    options_for_logs,
+)
 from kvplan.ledger import LedgerWarning, budget_from_ledger, compatibility_key, plain_value, room_per_rank
 from kvplan.load import ROW_KEYS, load_summary
 from kvplan.units import format_size, parse_size, parse_size_list
@@ -120,6 +127,7 @@ def _run_budget(args: argparse.Namespace) -> int:
     key: dict = {}
     warnings: list[str] = []
     room_sources: dict = {}
+    verdict = None
     if args.room is not None:
         if args.assume_uniform:
             raise CliError("--assume-uniform applies to LOG files only")
@@ -131,6 +139,12 @@ def _run_budget(args: argparse.Namespace) -> int:
         warnings += metadata["warnings"]
         key = compatibility_key(ledger)
         spec = _kv_spec_from_args(args, key)
+        if spec is not None:
+            rows = cross_check(ledger, spec, max_model_len=args.max_model_len)
+            verdict = cross_check_verdict(rows)
+            if rows["agrees"].isin([False]).any():
+                warnings.append(f"{verdict}. The capacity below is the model config's prediction, not what "
+                                "these logs show vLLM allocating: fix the model config or the layout flags")
         block_bytes = spec.block_bytes if spec else args.block_bytes
         budget = budget_from_ledger(ledger, args.reserve, block_bytes=block_bytes,
                                     assume_uniform=args.assume_uniform)
@@ -155,12 +169,16 @@ def _run_budget(args: argparse.Namespace) -> int:
         data["warnings"] = warnings
         if capacity_data is not None:
             data["capacity"] = capacity_data
+        if verdict is not None:
+            data["cross_check"] = verdict
         return _print_json(data)
     print(f"uniform budget  {format_size(budget.uniform_budget_bytes)} per GPU "
           f"(limiting rank {budget.limiting_rank})")
     if capacity_data is not None:
         print(f"capacity        {capacity_data['blocks']:,} blocks = {capacity_data['tokens']:,} tokens, "
               f"{capacity_data['max_concurrency']:.2f}x at {capacity_data['max_model_len']:,} tokens")
+    if verdict is not None:
+        print(f"cross-check     {verdict}")
     if budget.block_bytes:
         block = format_size(budget.block_bytes)
         print(f"rounding        down to {budget.num_blocks:,} whole blocks of {block} "
@@ -283,12 +301,13 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument("--model", metavar="CONFIG",
                        help="a config.json path, or a catalogue name in data/models (e.g. llama-3.1-70b)")
-    group.add_argument("--tp", type=_positive_int, help="tensor-parallel size (needed with --model)")
-    group.add_argument("--pp", type=_positive_int, default=1, help="pipeline-parallel size (default 1)")
-    group.add_argument("--dcp", type=_positive_int, default=1,
-                       help="decode-context-parallel size (default 1)")
-    group.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPE_BYTES),
-                       help="vLLM's --kv-cache-dtype (default auto = the model dtype)")
+    group.add_argument("--tp", type=_positive_int,
+                       help="tensor-parallel size (needed with --model unless the logs show it)")
+    group.add_argument("--pp", type=_positive_int, help="pipeline-parallel size (default: the logs', else 1)")
+    group.add_argument("--dcp", type=_positive_int,
+                       help="decode-context-parallel size (default: the logs', else 1)")
+    group.add_argument("--kv-cache-dtype", choices=list(KV_CACHE_DTYPE_BYTES),
+                       help="vLLM's --kv-cache-dtype (default: the logs', else auto = the model dtype)")
     group.add_argument("--block-size", type=_positive_int,
                        help=f"tokens per block (default {DEFAULT_BLOCK_SIZE}; with --model, vLLM's choice "
                             "for the model: 64 for MLA, larger for hybrid Mamba models)")
@@ -301,12 +320,13 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
 def _kv_spec_from_args(args: argparse.Namespace, key: Mapping[str, object] | None = None) -> KVSpec | None:
     """The KV spec the --model arguments describe, or None without --model.
 
-    With the logs' compatibility ``key``, an unset --vllm-version or --block-size is the logs' own and a
-    --tp other than the logs' is refused.
+    With the logs' compatibility ``key`` (:func:`kvplan.kvspec.options_for_logs`), unset layout, KV dtype,
+    release and block size are the logs' own, a given one that contradicts the logs is refused, and so
+    is a config of another model than the logs served.
     """
     if not args.model:
         return None
-    if args.tp is None:
+    if args.tp is None and (key or {}).get("tensor_parallel_size") is None:
         raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
     options = {"tp": args.tp, "pp": args.pp, "dcp": args.dcp, "kv_cache_dtype": args.kv_cache_dtype,
                "block_size": args.block_size, "vllm_version": args.vllm_version,

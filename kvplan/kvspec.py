@@ -39,11 +39,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 
 import pandas as pd
 
 from kvplan.capacity import DEFAULT_BLOCK_SIZE
+from kvplan.io.vllm_lines import version_tuple
 from kvplan.ledger import is_known
 from kvplan.units import GiB
 
@@ -64,6 +65,8 @@ KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {
 }
 # vLLM serves float32 checkpoints in a 16-bit dtype by default (``dtype=auto``).
 _MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2}
+#: Bytes per value of the dtype vLLM really served (``dtype=torch.bfloat16`` in its config line).
+_SERVED_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 #: ``fp8_ds_mla`` page: 512 fp8 latent values + 4 float32 scales + 64 bf16 rope values per token.
 FP8_DS_MLA_BYTES_PER_TOKEN = 656
 #: Block size the FlashMLA backends force ("Forcing kv cache block size to 64 for FlashMLA backend").
@@ -74,6 +77,9 @@ HYBRID_BLOCK_ALIGNMENT = 16
 DEFAULT_VLLM_VERSION = "0.33.0"
 #: ``--max-num-batched-tokens`` assumed for sliding-window accounting when none is given.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+#: Hybrid groups take the largest kind's layer count when it is under this × the smallest's:
+#: 1.25 up to 0.17, 1.5 from 0.18.0 (vLLM PR #36684, merged 2026-03-10; 0.18.0 was released 2026-03-20).
+GROUP_SIZE_RATIO = {(0, 0, 0): 1.25, (0, 18, 0): 1.5}
 #: Half of the 0.01 GiB step of a 2-decimal GiB figure: how far such a figure can be from the truth.
 GIB_2DP_HALF_STEP_BYTES = GiB // 200
 
@@ -93,12 +99,11 @@ def parse_vllm_version(version: str | None) -> tuple[int, int, int]:
     >>> parse_vllm_version("0.6.6.post1"), parse_vllm_version("v0.11.0"), parse_vllm_version("0.19")
     ((0, 6, 6), (0, 11, 0), (0, 19, 0))
     """
-    text = DEFAULT_VLLM_VERSION if version is None else str(version)
-    match = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
-    if match is None:
+    text = DEFAULT_VLLM_VERSION if version is None else str(version).strip()
+    parsed = version_tuple(text)
+    if parsed is None:
         raise KVSpecError(f"vllm_version: expected a release like '0.11.0', got {text!r}")
-    major, minor, patch = match.groups()
-    return int(major), int(minor), int(patch or 0)
+    return parsed
 
 
 # --- the model config -------------------------------------------------------------------------
@@ -110,6 +115,8 @@ class ModelArch:
 
     ``layer_types`` has one entry per decoder layer: ``full_attention``, ``sliding_attention``,
     ``mla_attention`` or ``linear_attention`` (Mamba / gated-delta-net state instead of a KV cache).
+    ``dtype_bytes`` is None when the config names no ``torch_dtype``/``dtype``; ``model_id`` is the
+    Hugging Face name the config states (``_source.model`` or ``_name_or_path``), None when it names none.
     """
 
     name: str
@@ -118,13 +125,15 @@ class ModelArch:
     num_attention_heads: int
     num_kv_heads: int
     head_dim: int
-    dtype_bytes: int
+    dtype_bytes: int | None
     layer_types: tuple[str, ...]
     sliding_window: int | None = None
     mla_latent_dim: int | None = None
     linear_kind: str | None = None
     linear_dims: tuple[int, ...] = ()
     notes: tuple[str, ...] = ()
+    model_id: str | None = None
+    sparse_indexer: bool = False
 
 
 def _language_config(config: Mapping) -> Mapping:
@@ -146,18 +155,72 @@ def _positive_field(config: Mapping, name: str, where: str) -> int:
     return value
 
 
-def _config_name(config: Mapping) -> str:
+def _config_model_id(config: Mapping) -> str | None:
+    """The model the config says it describes: ``_source.model``, else ``_name_or_path``."""
     source = config.get("_source")
     if isinstance(source, Mapping) and source.get("model"):
         return str(source["model"])
-    return str(config.get("_name_or_path") or config.get("_path") or config.get("model_type") or "model")
+    return str(config["_name_or_path"]) if config.get("_name_or_path") else None
+
+
+def _config_name(config: Mapping) -> str:
+    return _config_model_id(config) or str(config.get("_path") or config.get("model_type") or "model")
+
+
+#: Model types whose Hugging Face config class sets a missing ``num_key_value_heads`` to
+#: ``num_attention_heads`` (``LlamaConfig``); other classes default it to a fixed number
+#: (``Gemma3TextConfig`` 4, ``MistralConfig`` 8, ``Qwen3Config`` 32), so kvplan refuses to guess there.
+KV_HEADS_DEFAULT_TO_HEADS = ("llama",)
+#: Model types whose config class has its own ``head_dim`` default (not ``hidden_size / heads``):
+#: ``Gemma*Config`` 256, ``Qwen3Config`` 128. A config of these types without ``head_dim`` is refused.
+HEAD_DIM_CLASS_DEFAULT = ("gemma", "qwen3")
+_KV_HEAD_FIELDS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
+
+
+def _kv_heads(lm: Mapping, num_heads: int, where: str) -> tuple[int, str | None]:
+    """KV heads of the language model, and a note when they were not stated but defaulted."""
+    if lm.get("multi_query") is True:
+        return 1, None
+    for name in _KV_HEAD_FIELDS:
+        if lm.get(name) is not None:
+            return _positive_field(lm, name, where), None
+    model_type = str(lm.get("model_type") or "")
+    if model_type in KV_HEADS_DEFAULT_TO_HEADS:
+        return num_heads, (
+            f"no 'num_key_value_heads': taken as num_attention_heads ({num_heads}), the default of "
+            f"{model_type}'s config class; check it against the model's published config"
+        )
+    raise KVSpecError(
+        f"{where}: missing field 'num_key_value_heads' (needed to size the KV cache; Hugging Face config "
+        f"classes default it differently per model type, so kvplan does not guess it for "
+        f"model_type {model_type or 'unknown'!r}: copy it from the model's published config.json, or "
+        "set it to num_attention_heads for plain multi-head attention)"
+    )
+
+
+def _dtype_bytes(lm: Mapping, where: str) -> int | None:
+    """Bytes per value of the config's ``torch_dtype`` / ``dtype``; None when it names none."""
+    raw = lm.get("torch_dtype") or lm.get("dtype")
+    if raw is None:
+        return None
+    dtype = str(raw).removeprefix("torch.")
+    if dtype not in _MODEL_DTYPE_BYTES:
+        raise KVSpecError(
+            f"{where}: field 'torch_dtype' = {dtype!r} is not one of {sorted(_MODEL_DTYPE_BYTES)}"
+        )
+    return _MODEL_DTYPE_BYTES[dtype]
 
 
 def model_arch(config: Mapping) -> ModelArch:
     """Read the KV-relevant architecture from a Hugging Face ``config.json`` dict.
 
     Vision-language configs that nest the language model (``text_config``, ``llm_config``) are read
-    from the nested part. A missing field raises :class:`KVSpecError` naming it.
+    from the nested part. A missing field raises :class:`KVSpecError` naming it, except where the
+    rule is the Hugging Face config class's own and unambiguous: ``head_dim`` = ``hidden_size /
+    num_attention_heads`` (not for Gemma / Qwen3, whose classes default it to a constant), and for
+    ``model_type`` ``llama`` only, ``num_key_value_heads`` = ``num_attention_heads`` (then noted in
+    ``notes``, which makes the spec approximate). A missing ``torch_dtype`` leaves ``dtype_bytes``
+    None: :func:`kv_spec` then needs a fixed-size ``kv_cache_dtype`` or the served ``dtype``.
 
     >>> arch = model_arch({"num_hidden_layers": 80, "num_attention_heads": 64,
     ...                    "num_key_value_heads": 8, "hidden_size": 8192, "torch_dtype": "bfloat16"})
@@ -173,17 +236,9 @@ def model_arch(config: Mapping) -> ModelArch:
     where = f"{name}" + (f" ({lm['_nested_in']})" if "_nested_in" in lm else "")
     num_layers = _positive_field(lm, "num_hidden_layers", where)
     num_heads = _positive_field(lm, "num_attention_heads", where)
-    if lm.get("multi_query") is True:
-        num_kv_heads = 1
-    elif lm.get("num_key_value_heads") is not None:
-        num_kv_heads = _positive_field(lm, "num_key_value_heads", where)
-    else:
-        num_kv_heads = num_heads  # plain multi-head attention: as many KV heads as query heads
-    dtype = str(lm.get("torch_dtype") or lm.get("dtype") or "float32").removeprefix("torch.")
-    if dtype not in _MODEL_DTYPE_BYTES:
-        raise KVSpecError(
-            f"{where}: field 'torch_dtype' = {dtype!r} is not one of {sorted(_MODEL_DTYPE_BYTES)}"
-        )
+    num_kv_heads, kv_heads_note = _kv_heads(lm, num_heads, where)
+    dtype_bytes = _dtype_bytes(lm, where)
+    model_type = str(lm.get("model_type") or "")
     mla_latent_dim = None
     if lm.get("kv_lora_rank") is not None:
         mla_latent_dim = _positive_field(lm, "kv_lora_rank", where) + _positive_field(
@@ -192,6 +247,11 @@ def model_arch(config: Mapping) -> ModelArch:
         head_dim = mla_latent_dim
     elif lm.get("head_dim") is not None:
         head_dim = _positive_field(lm, "head_dim", where)
+    elif model_type.startswith(HEAD_DIM_CLASS_DEFAULT):
+        raise KVSpecError(
+            f"{where}: missing field 'head_dim' (model_type {model_type!r}: its config class defaults it "
+            "to a constant, not hidden_size / num_attention_heads; copy it from the published config.json)"
+        )
     else:
         hidden = _positive_field(lm, "hidden_size", where)
         if hidden % num_heads:
@@ -201,23 +261,27 @@ def model_arch(config: Mapping) -> ModelArch:
             )
         head_dim = hidden // num_heads
     layer_types, window, notes = _layer_types(lm, num_layers, where, mla=mla_latent_dim is not None)
+    if kv_heads_note:
+        notes = (kv_heads_note, *notes)
     linear_kind, linear_dims = (None, ())
     if LINEAR_ATTENTION in layer_types:
         linear_kind, linear_dims = _linear_state_dims(lm, where)
     return ModelArch(
         name=name,
-        model_type=str(lm.get("model_type") or ""),
+        model_type=model_type,
         num_layers=num_layers,
         num_attention_heads=num_heads,
         num_kv_heads=num_kv_heads,
         head_dim=head_dim,
-        dtype_bytes=_MODEL_DTYPE_BYTES[dtype],
+        dtype_bytes=dtype_bytes,
         layer_types=layer_types,
         sliding_window=window,
         mla_latent_dim=mla_latent_dim,
         linear_kind=linear_kind,
         linear_dims=linear_dims,
         notes=notes,
+        model_id=_config_model_id(config),
+        sparse_indexer=mla_latent_dim is not None and lm.get("index_topk") is not None,
     )
 
 
@@ -296,6 +360,8 @@ def _sliding_pattern(lm: Mapping, num_layers: int, where: str, notes: list[str])
     pattern = lm.get("sliding_window_pattern") or lm.get("_sliding_window_pattern")
     if pattern is None and model_type.startswith("gemma3"):
         pattern = 6  # Gemma3TextConfig's default: five local layers, then one global
+        notes.append("no 'sliding_window_pattern': Gemma3TextConfig's default 6 (five local, one global) "
+                     "taken; check it against the model's published config")
     if pattern is not None:
         pattern = int(pattern)
         return [FULL_ATTENTION if (i + 1) % pattern == 0 else SLIDING_ATTENTION for i in range(num_layers)]
@@ -384,15 +450,24 @@ def kv_heads_per_rank(num_kv_heads: int, num_attention_heads: int, tp: int) -> i
     return max(1, num_kv_heads // tp)
 
 
-def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int) -> int:
+def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int | None, model: str = "model") -> int:
     """Bytes per stored KV value for a ``--kv-cache-dtype``; ``auto`` = the model dtype.
 
-    >>> kv_dtype_bytes("auto", 2), kv_dtype_bytes("fp8", 2), kv_dtype_bytes("float16", 2)
+    ``model_dtype_bytes`` None (a config without ``torch_dtype``) is refused for ``auto``: vLLM
+    would serve such a config in 16 bits, but a ``--dtype float32`` launch stores 4 bytes, so
+    kvplan asks rather than assumes.
+
+    >>> kv_dtype_bytes("auto", 2), kv_dtype_bytes("fp8", 2), kv_dtype_bytes("float16", None)
     (2, 1, 2)
     """
     if kv_cache_dtype not in KV_CACHE_DTYPE_BYTES:
         raise KVSpecError(f"kv_cache_dtype {kv_cache_dtype!r}: expected one of {list(KV_CACHE_DTYPE_BYTES)}")
     size = KV_CACHE_DTYPE_BYTES[kv_cache_dtype]
+    if size is None and model_dtype_bytes is None:
+        raise KVSpecError(
+            f"{model}: missing field 'torch_dtype' (the model dtype sizes a kv_cache_dtype 'auto' cache): "
+            "add it to the config, or give --kv-cache-dtype (e.g. bfloat16 or fp8) or the logs' dtype"
+        )
     return model_dtype_bytes if size is None else size
 
 
@@ -400,13 +475,20 @@ def attention_bytes_per_token_per_layer(arch: ModelArch, tp: int, kv_cache_dtype
     """KV bytes one token takes in one attention layer of one TP rank.
 
     >>> attention_bytes_per_token_per_layer(model_arch({"num_hidden_layers": 80,
-    ...     "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128}), tp=4)
+    ...     "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
+    ...     "torch_dtype": "bfloat16"}), tp=4)
     1024
     """
-    dtype_bytes = kv_dtype_bytes(kv_cache_dtype, arch.dtype_bytes)
+    dtype_bytes = kv_dtype_bytes(kv_cache_dtype, arch.dtype_bytes, arch.name)
     kv_heads_per_rank(arch.num_kv_heads, arch.num_attention_heads, tp)  # validates the TP layout
     if arch.mla_latent_dim is not None:
         if kv_cache_dtype == "fp8_ds_mla":
+            if not arch.sparse_indexer:
+                raise KVSpecError(
+                    f"kv_cache_dtype 'fp8_ds_mla' is the FlashMLA-sparse format of DeepSeek-V3.2-style "
+                    f"models (config field 'index_topk'); {arch.name} has none, and vLLM has no attention "
+                    "backend that serves it with fp8_ds_mla (use fp8 or auto)"
+                )
             return FP8_DS_MLA_BYTES_PER_TOKEN
         return arch.mla_latent_dim * dtype_bytes
     if kv_cache_dtype == "fp8_ds_mla":
@@ -422,7 +504,7 @@ def linear_state_bytes(arch: ModelArch, tp: int) -> int:
 
     Gated delta net: conv ``(2·k_heads·k_dim + v_heads·v_dim) / tp × (kernel − 1)`` plus temporal
     ``v_heads / tp × k_dim × v_dim``; Mamba-1: ``d_inner / tp × (d_conv − 1 + d_state)``; both in
-    the model dtype.
+    the model dtype (refused when the config names none).
 
     >>> arch = model_arch({"num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 2,
     ...     "head_dim": 256, "full_attention_interval": 4, "linear_num_key_heads": 16,
@@ -431,6 +513,9 @@ def linear_state_bytes(arch: ModelArch, tp: int) -> int:
     >>> linear_state_bytes(arch, tp=1)
     1097728
     """
+    if arch.dtype_bytes is None:
+        raise KVSpecError(f"{arch.name}: missing field 'torch_dtype' (it sizes the recurrent state)")
+
     def shard(total: int, what: str) -> int:
         if total % tp:
             raise KVSpecError(
@@ -453,11 +538,17 @@ def linear_state_bytes(arch: ModelArch, tp: int) -> int:
 # --- vLLM's KV cache groups -------------------------------------------------------------------
 
 
-def kv_cache_groups(layer_types: Sequence[str]) -> list[tuple[str, tuple[int, ...]]]:
+def kv_cache_groups(
+    layer_types: Sequence[str], vllm_version: str | None = None
+) -> list[tuple[str, tuple[int, ...]]]:
     """vLLM's KV cache groups: ``(kind, layer indices)``, every group the same size (hybrid manager).
 
     One kind → one group of all layers. Several kinds → group size = the smallest kind's layer
-    count (or the largest, when it is under 1.5× the smallest), each kind split round-robin.
+    count (or the largest, when it is under :data:`GROUP_SIZE_RATIO` × the smallest: 1.25 up to
+    0.17, 1.5 from 0.18), each kind split round-robin into ``ceil(count / group size)`` groups
+    (``layers[i::n]``, so 52 layers in 6 groups are 9, 9, 9, 9, 8, 8; vLLM sizes memory by the
+    largest group). Later releases' smarter group-size search (vLLM PRs #49472, #58175, open when
+    this was written) is not modelled.
 
     >>> [(kind, len(layers)) for kind, layers in kv_cache_groups(["sliding_attention"] * 5
     ...                                                          + ["full_attention"])]
@@ -471,7 +562,9 @@ def kv_cache_groups(layer_types: Sequence[str]) -> list[tuple[str, tuple[int, ..
         kind, layers = next(iter(by_kind.items()))
         return [(kind, tuple(layers))]
     counts = [len(layers) for layers in by_kind.values()]
-    group_size = max(counts) if max(counts) < min(counts) * 1.5 else min(counts)
+    version = parse_vllm_version(vllm_version)
+    ratio = GROUP_SIZE_RATIO[max(start for start in GROUP_SIZE_RATIO if start <= version)]
+    group_size = max(counts) if max(counts) < min(counts) * ratio else min(counts)
     groups = []
     for kind, layers in by_kind.items():
         num_groups = math.ceil(len(layers) / group_size)
@@ -555,6 +648,7 @@ class KVSpec:
     approximate_reason: str
     requested_block_size: int | None = None
     pp_layers: tuple[int, ...] = field(default=())
+    dtype: str | None = None
 
     @property
     def approximate(self) -> bool:
@@ -594,13 +688,14 @@ class KVSpec:
             vllm_version=self.vllm_version if vllm_version is None else vllm_version,
             max_num_batched_tokens=self.max_num_batched_tokens,
             pp_layers=self.pp_layers,
+            dtype=self.dtype,
         )
 
     def num_blocks(self, kv_bytes: int) -> int:
         """Blocks every rank gets from ``kv_bytes`` per rank: the minimum over stages.
 
         >>> kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-        ...          "head_dim": 128}, tp=4).num_blocks(12 * 2**30)
+        ...          "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4).num_blocks(12 * 2**30)
         9830
         """
         return min(max(0, kv_bytes // stage.block_bytes) for stage in self.stages)
@@ -609,7 +704,7 @@ class KVSpec:
         """Blocks one request of ``max_model_len`` tokens needs, summed over vLLM's KV cache groups.
 
         >>> kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
-        ...          "head_dim": 64}, tp=1).blocks_per_request(8193)
+        ...          "head_dim": 64, "torch_dtype": "bfloat16"}, tp=1).blocks_per_request(8193)
         513
         """
         if max_model_len <= 0:
@@ -629,15 +724,17 @@ class KVSpec:
     def max_concurrency(self, num_blocks: int, max_model_len: int) -> float:
         """vLLM's "Maximum concurrency" for ``num_blocks`` blocks, in this release's arithmetic.
 
-        Before 0.9.1 ``blocks × block_size / L``; from 0.9.1 ``blocks / blocks per request``.
+        Before 0.9.1 ``tokens / L`` with this release's "GPU KV cache size" tokens (0.9.0 hybrid:
+        the blocks split across the KV cache groups); from 0.9.1 ``blocks / blocks per request``.
 
-        >>> spec = kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64}, tp=1)
+        >>> spec = kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
+        ...                "head_dim": 64, "torch_dtype": "bfloat16"}, tp=1)
         >>> old = spec.with_settings(vllm_version="0.8.5")
         >>> spec.max_concurrency(3072, 8193), old.max_concurrency(3072, 8193)
         (5.988304093567251, 5.999267667521054)
         """
         if parse_vllm_version(self.vllm_version) < (0, 9, 1):
-            return num_blocks * self.block_size / max_model_len
+            return self.kv_cache_tokens(num_blocks, max_model_len) / max_model_len
         return num_blocks / self.blocks_per_request(max_model_len)
 
     def kv_cache_tokens(self, num_blocks: int, max_model_len: int) -> int:
@@ -646,7 +743,8 @@ class KVSpec:
         Up to 0.20: ``blocks // groups × block_size`` (× dcp from 0.11); from 0.21:
         ``int(max_concurrency × max_model_len)``.
 
-        >>> spec = kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64}, tp=1)
+        >>> spec = kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
+        ...                "head_dim": 64, "torch_dtype": "bfloat16"}, tp=1)
         >>> old = spec.with_settings(vllm_version="0.20.0")
         >>> spec.kv_cache_tokens(3072, 8193), old.kv_cache_tokens(3072, 8193)
         (49062, 49152)
@@ -662,7 +760,8 @@ class KVSpec:
         """Blocks, tokens and concurrency of ``kv_bytes`` per rank, as this release would log them.
 
         >>> c = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-        ...              "head_dim": 128}, tp=4, vllm_version="0.26.0").capacity(12 * 2**30, 32768)
+        ...              "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4,
+        ...             vllm_version="0.26.0").capacity(12 * 2**30, 32768)
         >>> c.bytes_per_token, c.blocks, c.tokens, round(c.max_concurrency, 2)
         (81920, 9830, 157280, 4.8)
         """
@@ -745,25 +844,93 @@ def _resolve_block_size(
     return (DEFAULT_BLOCK_SIZE if requested is None else requested), ""
 
 
-def options_for_logs(options: Mapping[str, object], key: Mapping[str, object]) -> dict:
-    """:func:`kv_spec` options completed from the logs' compatibility key, refusing a contradicting TP.
+#: kv_spec option ← compatibility-key field it must agree with (and is taken from when not given).
+_LOGGED_OPTIONS = {
+    "tp": "tensor_parallel_size",
+    "pp": "pipeline_parallel_size",
+    "dcp": "decode_context_parallel_size",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "dtype": "dtype",
+}
+#: Defaults of the layout options when neither the caller nor the logs give them.
+_OPTION_DEFAULTS = {"pp": 1, "dcp": 1, "kv_cache_dtype": "auto"}
+#: Spellings of one KV cache dtype: vLLM's "fp8" is e4m3 on CUDA.
+_KV_DTYPE_ALIASES = {"fp8_e4m3": "fp8"}
 
-    A ``vllm_version`` or ``block_size`` left None is taken from the key (the release and block size the
-    logs were printed by); a ``tp`` other than the logs' ``tensor_parallel_size`` is refused, since its
-    bytes per token would describe another deployment.
+
+def _same_setting(name: str, given: object, logged: object) -> bool:
+    if name in ("tp", "pp", "dcp"):
+        return int(given) == int(logged)
+    if name == "dtype":
+        return str(given).removeprefix("torch.") == str(logged).removeprefix("torch.")
+    return _KV_DTYPE_ALIASES.get(str(given), str(given)) == _KV_DTYPE_ALIASES.get(str(logged), str(logged))
+
+
+def options_for_logs(options: Mapping[str, object], key: Mapping[str, object]) -> dict:
+    """:func:`kv_spec` options completed from the logs' compatibility key, refusing contradictions.
+
+    ``tp``, ``pp``, ``dcp``, ``kv_cache_dtype`` and ``dtype`` left None are the logs' (else 1, 1,
+    ``auto`` and the config's); given ones must equal the logs', else :class:`KVSpecError` names both,
+    since their bytes per token would describe another deployment. ``vllm_version`` and
+    ``block_size`` left None are the logs'; ``logged_model`` carries the logs' model name so that
+    :func:`kv_spec` can refuse a config of another model.
 
     >>> options_for_logs({"tp": 4, "block_size": None}, {"vllm_version": "0.26.0", "block_size": 16,
-    ...                                                   "tensor_parallel_size": 4})
-    {'tp': 4, 'block_size': 16, 'vllm_version': '0.26.0'}
+    ...     "tensor_parallel_size": 4, "kv_cache_dtype": "fp8", "pipeline_parallel_size": 1})
+    {'tp': 4, 'block_size': 16, 'pp': 1, 'dcp': 1, 'kv_cache_dtype': 'fp8', 'vllm_version': '0.26.0'}
+    >>> options_for_logs({"kv_cache_dtype": "auto"}, {"kv_cache_dtype": "fp8"})
+    Traceback (most recent call last):
+    ...
+    kvplan.kvspec.KVSpecError: kv_cache_dtype 'auto' given, but the logs show kv_cache_dtype 'fp8'
     """
     completed = dict(options)
-    logged_tp = key.get("tensor_parallel_size")
-    if is_known(logged_tp) and completed.get("tp") is not None and int(completed["tp"]) != int(logged_tp):
-        raise KVSpecError(f"--tp {completed['tp']} but the logs show tensor_parallel_size {logged_tp}")
+    for name, column in _LOGGED_OPTIONS.items():
+        given, logged = completed.get(name), key.get(column)
+        if not is_known(logged):
+            if given is None and name in _OPTION_DEFAULTS:
+                completed[name] = _OPTION_DEFAULTS[name]
+            continue
+        if given is not None and not _same_setting(name, given, logged):
+            raise KVSpecError(f"{name} {given!r} given, but the logs show {column} {logged!r}")
+        if given is None:
+            completed[name] = str(logged) if name in ("kv_cache_dtype", "dtype") else int(logged)
     for name, kind in (("vllm_version", str), ("block_size", int)):
         if completed.get(name) is None and is_known(key.get(name)):
             completed[name] = kind(key[name])
+    if is_known(key.get("model")):
+        completed["logged_model"] = str(key["model"])
     return completed
+
+
+_HF_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def check_model_name(arch: ModelArch, logged_model: str | None) -> None:
+    """Refuse a config that names another model than the logs served, where the two can be compared.
+
+    Comparable when both are Hugging Face repo ids (``org/name``; a local path is not); they agree
+    when one's lower-case name contains the other's (``Llama-3.1-70B`` matches
+    ``Llama-3.1-70B-Instruct`` and ``…-Instruct-FP8``, which share the architecture).
+
+    >>> arch = model_arch({"_source": {"model": "meta-llama/Llama-3.1-8B-Instruct"}, "model_type": "llama",
+    ...     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128})
+    >>> check_model_name(arch, "/models/llama")  # a local path: nothing to compare
+    >>> check_model_name(arch, "meta-llama/Llama-3.1-70B-Instruct")  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ...
+    kvplan.kvspec.KVSpecError: the model config describes meta-llama/Llama-3.1-8B-Instruct, but the logs ...
+    """
+    if not logged_model or not arch.model_id:
+        return
+    if not (_HF_REPO_ID.fullmatch(logged_model) and _HF_REPO_ID.fullmatch(arch.model_id)):
+        return
+    ours, theirs = (name.rsplit("/", 1)[1].lower() for name in (arch.model_id, logged_model))
+    if ours in theirs or theirs in ours:
+        return
+    raise KVSpecError(
+        f"the model config describes {arch.model_id}, but the logs served {logged_model}: "
+        "give the served model's config.json"
+    )
 
 
 def kv_spec(
@@ -777,12 +944,17 @@ def kv_spec(
     vllm_version: str | None = None,
     max_num_batched_tokens: int | None = None,
     pp_layers: Sequence[int] = (),
+    dtype: str | None = None,
+    logged_model: str | None = None,
 ) -> KVSpec:
     """The per-rank KV geometry of a model config on a ``tp × pp`` layout with ``dcp``.
 
     ``block_size=None`` takes vLLM's default for the model (16; 64 for MLA; raised for hybrid Mamba
     models). ``pp_layers`` is ``VLLM_PP_LAYER_PARTITION`` when set. ``max_num_batched_tokens`` only
     matters for sliding-window layers; without it the spec assumes 8,192 and says it is approximate.
+    ``dtype`` is the dtype vLLM served (``--dtype`` as its log shows it, e.g. ``torch.bfloat16``;
+    None or ``auto`` = the config's ``torch_dtype``). ``logged_model`` is the model name the logs
+    show; a config naming another model is refused (:func:`check_model_name`).
 
     >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
     ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
@@ -790,6 +962,12 @@ def kv_spec(
     (1024, 81920, 1310720)
     """
     arch = config if isinstance(config, ModelArch) else model_arch(config)
+    check_model_name(arch, logged_model)
+    if dtype is not None and str(dtype) != "auto":
+        served = str(dtype).removeprefix("torch.")
+        if served not in _SERVED_DTYPE_BYTES:
+            raise KVSpecError(f"dtype {dtype!r}: expected one of {sorted(_SERVED_DTYPE_BYTES)} (or auto)")
+        arch = replace(arch, dtype_bytes=_SERVED_DTYPE_BYTES[served])
     version = parse_vllm_version(vllm_version)
     if dcp <= 0:
         raise KVSpecError(f"dcp must be positive, got {dcp}")
@@ -828,7 +1006,7 @@ def kv_spec(
             )
     size, note = _resolve_block_size(arch, block_size, kv_cache_dtype, version, token_bytes, linear_bytes)
     page_bytes = size * token_bytes
-    groups = tuple(kv_cache_groups(layer_types))
+    groups = tuple(kv_cache_groups(layer_types, ".".join(map(str, version))))
     sizes = pp_partition(arch.num_layers, pp, list(pp_layers) or None)
     stages = []
     start = 0
@@ -866,6 +1044,7 @@ def kv_spec(
         approximate_reason="; ".join(reasons),
         requested_block_size=block_size,
         pp_layers=tuple(pp_layers),
+        dtype=None if dtype is None else str(dtype),
     )
 
 
@@ -877,35 +1056,38 @@ def _first(values: pd.Series):
     return present.iloc[0] if len(present) else None
 
 
-def _diagnose(spec: KVSpec, available_bytes: int, logged_tokens: int | None, predicted_tokens: int) -> str:
-    """A reason for a mismatch: which setting the size of the gap points to."""
+def _diagnose(
+    spec: KVSpec, available_bytes: int, logged_tokens: int | None, predicted_tokens: int
+) -> tuple[str, str]:
+    """The likely cause of a mismatch (short) and the reason: which setting the gap points to."""
     if not logged_tokens or not predicted_tokens:
-        return "the logged blocks or concurrency differ: check --block-size and max_model_len"
+        return "block size or max_model_len", (
+            "the logged blocks or concurrency differ: check --block-size and max_model_len")
     ratio = logged_tokens / predicted_tokens
     implied = available_bytes / logged_tokens * spec.dcp
     hint = (
         f"the log implies ≈{implied:,.0f} bytes per token per rank, the config and layout give "
         f"{spec.bytes_per_token:,} (logged/predicted tokens = {ratio:.3f})"
     )
-    candidates = [
-        (2.0, "a factor 2: KV dtype (fp8 = 1 byte, bf16/fp16 = 2 bytes) or the KV-head split across TP"),
-        (0.5, "a factor 2: KV dtype (fp8 = 1 byte, bf16/fp16 = 2 bytes) or the KV-head split across TP"),
-    ]
+    dtype = ("KV dtype", "a factor 2: KV dtype (fp8 = 1 byte, bf16/fp16 = 2 bytes) or the KV-head split "
+                         "across TP")
+    candidates = [(2.0, *dtype), (0.5, *dtype)]
     if spec.tp > 1:
-        candidates += [(spec.tp, "a factor TP: check --tp (KV heads per rank)"),
-                       (1 / spec.tp, "a factor TP: check --tp (KV heads per rank)")]
+        tp = ("TP", "a factor TP: check --tp (KV heads per rank)")
+        candidates += [(spec.tp, *tp), (1 / spec.tp, *tp)]
     layers = spec.limiting_stage.layers_per_group
     for other in {spec.arch.num_layers, *(s.layers_per_group for s in spec.stages)} - {layers}:
-        candidates.append((layers / other, f"the layer count: {other} KV layers per rank fit, not {layers} "
-                                           "(check --pp or the model config)"))
+        reason = f"the layer count: {other} KV layers per rank fit, not {layers} (check --pp or the config)"
+        candidates.append((layers / other, "layer count", reason))
     if spec.dcp > 1:
-        candidates.append((1 / spec.dcp, "a factor DCP: check --dcp"))
-    for factor, reason in candidates:
+        candidates.append((1 / spec.dcp, "DCP", "a factor DCP: check --dcp"))
+    for factor, cause, reason in candidates:
         if abs(ratio - factor) <= 0.02 * factor:
-            return f"{reason}; {hint}"
+            return cause, f"{reason}; {hint}"
     if abs(ratio - 1) <= 0.02:
-        return f"tokens agree but blocks or concurrency do not: check --block-size and max_model_len; {hint}"
-    return f"check the layer count, KV dtype, block size or layout; {hint}"
+        return "block size or max_model_len", (
+            f"tokens agree but blocks or concurrency do not: check --block-size and max_model_len; {hint}")
+    return "model config or layout", f"check the layer count, KV dtype, block size or layout; {hint}"
 
 
 def cross_check(
@@ -933,10 +1115,13 @@ def cross_check(
     ``available_kv_bytes``, ``tolerance_bytes``, ``predicted_num_gpu_blocks``,
     ``logged_num_gpu_blocks``, ``predicted_kv_cache_tokens``, ``logged_kv_cache_tokens``,
     ``predicted_max_concurrency``, ``logged_max_concurrency``, ``agrees`` (None when the log has
-    nothing to compare) and ``reason``.
+    nothing to compare), ``likely_cause`` (short, when it disagrees: ``KV dtype``, ``TP``, ``layer
+    count``, ``DCP``, ``block size``, ``block size or max_model_len`` or ``model config or layout``) and
+    ``reason``.
+    :func:`cross_check_verdict` turns the rows into one line.
 
     >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-    ...                 "head_dim": 128}, tp=4)
+    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
     >>> ledger = pd.DataFrame({"available_kv_bytes": [12 * 2**30], "kv_cache_tokens": [157280],
     ...     "max_concurrency": [4.8], "max_model_len": [32768], "vllm_version": ["0.26.0"]})
     >>> cross_check(ledger, spec, available_tolerance_bytes=0)[["predicted_kv_cache_tokens", "agrees"]]
@@ -997,6 +1182,7 @@ def _check_unit(
         "predicted_max_concurrency": None,
         "logged_max_concurrency": logged["max_concurrency"],
         "agrees": None,
+        "likely_cause": None,
         "reason": "",
     }
     known = unit.dropna(subset=["_available"])
@@ -1049,17 +1235,70 @@ def _check_unit(
     if not result["agrees"]:
         others = [ok for name, ok in checks.items() if name != "blocks"]
         if not checks.get("blocks", True) and others and all(others):
+            result["likely_cause"] = "block size"
             reason = (f"the GPU block count differs ({logged['num_gpu_blocks']} logged, {blocks} predicted) "
                       "while tokens and concurrency agree: check --block-size")
         else:
             logged_tokens = logged["kv_cache_tokens"]
             if logged_tokens is None and logged["num_gpu_blocks"] is not None:
                 logged_tokens = int(logged["num_gpu_blocks"]) * row_spec.block_size
-            reason = _diagnose(row_spec, available, None if logged_tokens is None else int(logged_tokens),
-                               tokens)
+            result["likely_cause"], reason = _diagnose(
+                row_spec, available, None if logged_tokens is None else int(logged_tokens), tokens)
         notes.insert(0, f"differs by more than block rounding: {reason}")
     result["reason"] = "; ".join(notes)
     return result
+
+
+def _compared_figure(row: pd.Series) -> str:
+    """``predicted X, logged Y`` for the first figure the log printed: tokens, blocks or concurrency."""
+    for name, unit in (("kv_cache_tokens", " tokens"), ("num_gpu_blocks", " GPU blocks")):
+        if is_known(row[f"logged_{name}"]):
+            return f"predicted {int(row[f'predicted_{name}']):,}{unit}, logged {int(row[f'logged_{name}']):,}"
+    return (f"predicted {row['predicted_max_concurrency']:.2f}x concurrency, "
+            f"logged {float(row['logged_max_concurrency']):.2f}x")
+
+
+def cross_check_verdict(rows: pd.DataFrame) -> str:
+    """One line from :func:`cross_check` rows, for a planner to read and CI to pin.
+
+    Agreement names the rounding it allowed (exact bytes, or a 2-decimal GiB figure's ±0.005 GiB);
+    a disagreement starts ``model config DISAGREES`` and names the likely cause; with several rows
+    the first disagreeing one is shown and the count of checks is given.
+
+    >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
+    >>> def ledger(tokens):
+    ...     return pd.DataFrame({"available_kv_bytes": [12 * 2**30], "kv_cache_tokens": [tokens],
+    ...                          "max_model_len": [32768], "vllm_version": ["0.26.0"]})
+    >>> print(cross_check_verdict(cross_check(ledger(157280), spec)))
+    model config agrees with the log: predicted 157,280 tokens, logged 157,280 (within 2-decimal GiB rounding)
+    >>> print(cross_check_verdict(cross_check(ledger(314560), spec, available_tolerance_bytes=0)))
+    model config DISAGREES with the log: predicted 157,280 tokens, logged 314,560; likely cause: KV dtype
+    >>> print(cross_check_verdict(cross_check(ledger(None), spec)))
+    nothing to cross-check: the log printed no KV cache size, concurrency or block count
+    """
+    judged = rows[rows["agrees"].notna()] if "agrees" in rows else rows.iloc[0:0]
+    if judged.empty:
+        reason = rows["reason"].iloc[0] if len(rows) and rows["reason"].iloc[0] else "no boot to compare"
+        return f"nothing to cross-check: {reason}"
+    wrong = judged[~judged["agrees"].astype(bool)]
+    count = ""
+    if len(judged) > 1:
+        count = f" ({len(wrong)} of {len(judged)} checks)" if len(wrong) else f" ({len(judged)} checks)"
+    if len(wrong):
+        first = wrong.iloc[0]
+        return (f"model config DISAGREES with the log: {_compared_figure(first)}; "
+                f"likely cause: {first['likely_cause']}{count}")
+    tolerances = {int(t) for t in judged["tolerance_bytes"]}
+    if tolerances == {0}:
+        allowed = "exact bytes"
+    elif tolerances <= {0, GIB_2DP_HALF_STEP_BYTES}:
+        allowed = "within 2-decimal GiB rounding"
+    else:
+        allowed = f"within ±{max(tolerances):,} B of available memory"
+    approximate = "; the spec is approximate" if judged["reason"].str.contains("approximate:").any() else ""
+    figure = _compared_figure(judged.iloc[0])
+    return f"model config agrees with the log: {figure} ({allowed}){count}{approximate}"
 
 
 __all__ = [
@@ -1074,13 +1313,16 @@ __all__ = [
     "ModelArch",
     "StageSpec",
     "attention_bytes_per_token_per_layer",
+    "check_model_name",
     "cross_check",
+    "cross_check_verdict",
     "kv_cache_groups",
     "kv_dtype_bytes",
     "kv_heads_per_rank",
     "kv_spec",
     "linear_state_bytes",
     "model_arch",
+    "options_for_logs",
     "parse_vllm_version",
     "pp_partition",
 ]

@@ -11,6 +11,7 @@ import pytest
 
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
+from kvplan.io import read_vllm_log
 from kvplan.io.model_config import ModelConfigError, catalogue_names, read_model_config
 from kvplan.kvspec import (
     FULL_ATTENTION,
@@ -18,12 +19,15 @@ from kvplan.kvspec import (
     SLIDING_ATTENTION,
     KVSpecError,
     cross_check,
+    cross_check_verdict,
     kv_cache_groups,
     kv_spec,
     model_arch,
+    options_for_logs,
     parse_vllm_version,
     pp_partition,
 )
+from kvplan.ledger import compatibility_key
 from kvplan.units import parse_size
 from tests.conftest import GiB, KiB, MiB
 
@@ -67,14 +71,49 @@ def test_head_dim_from_config_wins_over_hidden_size():
 
 def test_multi_query_attention():
     # MQA: one KV head shared by all 32 query heads; replicated at TP 4 → 2 × 1 × 64 × 2 B × 24 layers
-    config = {"num_hidden_layers": 24, "num_attention_heads": 32, "multi_query": True, "hidden_size": 2048}
+    config = {"num_hidden_layers": 24, "num_attention_heads": 32, "multi_query": True, "hidden_size": 2048,
+              "torch_dtype": "bfloat16"}
     assert kv_spec(config, tp=4).bytes_per_token == 2 * 1 * 64 * 2 * 24 == 6_144
 
 
-def test_multi_head_attention_without_kv_head_field():
-    # no num_key_value_heads → as many KV heads as query heads (16): 2 × 16 × 64 × 2 B × 12 layers
-    config = {"num_hidden_layers": 12, "num_attention_heads": 16, "hidden_size": 1024}
-    assert kv_spec(config, tp=1).bytes_per_token == 49_152
+def test_missing_kv_heads_defaults_only_for_llama_and_says_so():
+    # LlamaConfig sets a missing num_key_value_heads to num_attention_heads (16): 2 × 16 × 64 × 2 B ×
+    # 12 layers = 49,152 B, marked approximate with a note naming the field
+    config = {"model_type": "llama", "num_hidden_layers": 12, "num_attention_heads": 16, "hidden_size": 1024,
+              "torch_dtype": "bfloat16"}
+    spec = kv_spec(config, tp=1)
+    assert spec.bytes_per_token == 49_152
+    assert spec.approximate and "num_key_value_heads" in spec.approximate_reason
+
+
+def test_missing_kv_heads_refused_where_the_default_differs():
+    # Gemma 3 27B without num_key_value_heads used to be sized as 32 KV heads: at TP 2, 2 × 16 × 128 × 2 B
+    # = 8,192 B per layer × 10 layers per group = 81,920 B, double the real 16 KV heads' 40,960 B
+    # (2 × 8 × 128 × 2 = 4,096 × 10). Gemma3TextConfig's default is 4, neither: refuse, naming the field.
+    gemma = read_model_config("gemma-3-27b")
+    assert kv_spec(gemma, tp=2, max_num_batched_tokens=8192).bytes_per_token == 40_960
+    text = {k: v for k, v in gemma["text_config"].items() if k != "num_key_value_heads"}
+    with pytest.raises(KVSpecError, match="missing field 'num_key_value_heads'"):
+        kv_spec({**gemma, "text_config": text}, tp=2)
+
+
+def test_missing_dtype_refused_unless_the_kv_dtype_or_served_dtype_fixes_it():
+    # Llama-3.1-70B without torch_dtype: 'auto' cannot be sized; fp8 fixes 1 B (2 × 2 × 128 × 1 × 80
+    # = 40,960 B at TP 4), and the logs' served dtype=torch.bfloat16 fixes 2 B (81,920 B)
+    config = {k: v for k, v in LLAMA_70B.items() if k != "torch_dtype"}
+    with pytest.raises(KVSpecError, match="missing field 'torch_dtype'"):
+        kv_spec(config, tp=4)
+    assert kv_spec(config, tp=4, kv_cache_dtype="fp8").bytes_per_token == 40_960
+    assert kv_spec(config, tp=4, dtype="torch.bfloat16").bytes_per_token == 81_920
+    # a float32 launch (--dtype float32) stores 4 B per value: 2 × 2 × 128 × 4 × 80 = 163,840 B
+    assert kv_spec(LLAMA_70B, tp=4, dtype="torch.float32").bytes_per_token == 163_840
+
+
+def test_missing_head_dim_refused_where_the_class_has_its_own():
+    # Qwen3-32B: hidden 5,120 / 64 heads = 80, but Qwen3Config's head_dim is 128: never derive it there
+    qwen = {k: v for k, v in read_model_config("qwen3-32b").items() if k != "head_dim"}
+    with pytest.raises(KVSpecError, match="missing field 'head_dim'"):
+        kv_spec(qwen, tp=1)
 
 
 def test_fp8_halves_bf16():
@@ -127,10 +166,13 @@ def test_mla_bf16_same_on_every_tp_rank():
 
 
 def test_mla_fp8_ds_mla():
-    # fp8_ds_mla: 656 B per token per layer (512 fp8 + 4 × 4 B scales + 64 × 2 B rope) × 61 = 40,016 B
-    spec = kv_spec(DEEPSEEK_V3, tp=8, kv_cache_dtype="fp8_ds_mla")
+    # fp8_ds_mla: 656 B per token per layer (512 fp8 + 4 × 4 B scales + 64 × 2 B rope) × 61 = 40,016 B;
+    # only DeepSeek-V3.2-style sparse models (index_topk) have a backend that serves it
+    spec = kv_spec({**DEEPSEEK_V3, "index_topk": 2048}, tp=8, kv_cache_dtype="fp8_ds_mla")
     assert spec.bytes_per_token == 40_016
     assert spec.block_size == 64
+    with pytest.raises(KVSpecError, match="index_topk"):  # DeepSeek-V3 itself: no sparse indexer
+        kv_spec(DEEPSEEK_V3, tp=8, kv_cache_dtype="fp8_ds_mla")
 
 
 def test_mla_block_size_forced_before_0_20():
@@ -172,7 +214,8 @@ def test_pp3_uneven_stages():
 
 def test_pp_larger_than_layers_is_refused():
     with pytest.raises(KVSpecError, match="layer per stage"):
-        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64}, tp=1, pp=3)
+        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64,
+                 "torch_dtype": "bfloat16"}, tp=1, pp=3)
 
 
 # --- decode context parallel -------------------------------------------------------------------
@@ -203,10 +246,11 @@ def test_dcp_must_divide_tp():
 
 def test_gemma3_groups_and_blocks():
     # Gemma 3 27B: 62 layers, every 6th global → 10 full + 52 sliding; group size = 10 (52 ≥ 1.5 × 10)
-    # → 1 full group + ceil(52 / 10) = 6 sliding groups of 10 (the last padded), 7 groups
+    # → 1 full group + ceil(52 / 10) = 6 sliding groups, 7 groups. vLLM splits round-robin
+    # (layers[i::6]): 52 = 4 × 9 + 2 × 8 → 9, 9, 9, 9, 8, 8, and sizes memory by the largest group (10)
     spec = kv_spec(read_model_config("gemma-3-27b"), tp=1, max_num_batched_tokens=8192)
-    assert [kind for kind, _ in spec.groups].count(FULL_ATTENTION) == 1
-    assert [kind for kind, _ in spec.groups].count(SLIDING_ATTENTION) == 6
+    assert [len(layers) for kind, layers in spec.groups if kind == FULL_ATTENTION] == [10]
+    assert [len(layers) for kind, layers in spec.groups if kind == SLIDING_ATTENTION] == [9, 9, 9, 9, 8, 8]
     # 2 × 16 KV heads × 128 × 2 B = 8,192 B per token per layer; a block = 16 × 8,192 × 10 layers
     assert spec.bytes_per_token_per_layer == 8_192
     assert spec.block_bytes == 1_310_720
@@ -236,7 +280,8 @@ def test_mistral_window_on_every_layer_is_marked():
     # Mistral-7B v0.1 style: sliding_window 4096 and no per-layer list → every layer sliding, one group,
     # and a note that releases reading only layer_types treat the layers as full attention
     config = {"model_type": "mistral", "num_hidden_layers": 32, "num_attention_heads": 32,
-              "num_key_value_heads": 8, "hidden_size": 4096, "sliding_window": 4096}
+              "num_key_value_heads": 8, "hidden_size": 4096, "sliding_window": 4096,
+              "torch_dtype": "bfloat16"}
     spec = kv_spec(config, tp=1, max_num_batched_tokens=2048)
     assert spec.groups == ((SLIDING_ATTENTION, tuple(range(32))),)
     assert spec.approximate and "every layer" in spec.approximate_reason
@@ -246,7 +291,8 @@ def test_mistral_window_on_every_layer_is_marked():
 
 def test_qwen2_style_window_flag_off_means_full_attention():
     config = {"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-              "head_dim": 128, "sliding_window": 131072, "use_sliding_window": False}
+              "head_dim": 128, "sliding_window": 131072, "use_sliding_window": False,
+              "torch_dtype": "bfloat16"}
     assert kv_spec(config, tp=1).groups == ((FULL_ATTENTION, tuple(range(28))),)
 
 
@@ -280,7 +326,7 @@ def test_jamba_layers():
     # 2 × 8 × 128 × 2 = 4,096 B per token per layer → block size 16 × ceil(311,296 / 65,536 = 4.75) = 80
     config = {"model_type": "jamba", "num_hidden_layers": 32, "num_attention_heads": 32,
               "num_key_value_heads": 8, "hidden_size": 4096, "attn_layer_period": 8, "attn_layer_offset": 4,
-              "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2}
+              "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "torch_dtype": "bfloat16"}
     spec = kv_spec(config, tp=1)
     assert spec.stages[0].attention_layers == 4
     assert spec.block_size == 80
@@ -312,9 +358,10 @@ def test_missing_field_is_named():
     with pytest.raises(KVSpecError, match="'num_hidden_layers'"):
         kv_spec({"num_attention_heads": 8, "head_dim": 64}, tp=1)
     with pytest.raises(KVSpecError, match="'hidden_size'"):  # no head_dim and nothing to derive it from
-        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8}, tp=1)
+        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8}, tp=1)
     with pytest.raises(KVSpecError, match="'qk_rope_head_dim'"):
-        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "kv_lora_rank": 512}, tp=1)
+        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
+                 "kv_lora_rank": 512}, tp=1)
 
 
 def test_tp_not_dividing_attention_heads_is_refused():
@@ -322,17 +369,17 @@ def test_tp_not_dividing_attention_heads_is_refused():
         kv_spec(LLAMA_70B, tp=3)
     with pytest.raises(KVSpecError, match="tp 4 does not divide num_key_value_heads 6"):
         kv_spec({"num_hidden_layers": 2, "num_attention_heads": 24, "num_key_value_heads": 6,
-                 "head_dim": 64}, tp=4)
+                 "head_dim": 64, "torch_dtype": "bfloat16"}, tp=4)
     with pytest.raises(KVSpecError, match="num_key_value_heads 3 does not divide tp 4"):
         kv_spec({"num_hidden_layers": 2, "num_attention_heads": 24, "num_key_value_heads": 3,
-                 "head_dim": 64}, tp=4)
+                 "head_dim": 64, "torch_dtype": "bfloat16"}, tp=4)
 
 
 def test_unknown_kv_dtype_and_layer_type():
     with pytest.raises(KVSpecError, match="kv_cache_dtype 'int3'"):
         kv_spec(LLAMA_70B, tp=4, kv_cache_dtype="int3")
     with pytest.raises(KVSpecError, match="chunked_attention"):
-        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "head_dim": 64,
+        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64,
                  "layer_types": ["chunked_attention", "full_attention"]}, tp=1)
 
 
@@ -475,7 +522,7 @@ def test_capacity_with_pp_lists_stages(capsys):
 def test_capacity_config_path_and_old_form(tmp_path, capsys):
     path = tmp_path / "config.json"
     path.write_text(json.dumps({"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-                                "hidden_size": 4096}))
+                                "hidden_size": 4096, "torch_dtype": "bfloat16"}))
     data = _run_json(capsys, "capacity", "--model", str(path), "--tp", "1", "--kv-bytes", "2MiB",
                      "--max-model-len", "16", "--json")
     assert data["bytes_per_token"] == 128 * KiB  # 32 × 2 × 8 × 128 × 2 B
@@ -496,74 +543,14 @@ def test_capacity_model_errors(capsys):
 
 # --- the bundled sample boots: predicted against what the logs printed ---------------------------
 #
-# Each boot folder in data/boots/ is read with the small regexes below (vLLM's own line formats, see
-# vllm-log-formats.md §4, §5, §8), its model is looked up in the catalogue by the logged model name,
-# and cross_check must find the logged "GPU KV cache size", "Maximum concurrency" and GPU blocks
-# where vLLM's arithmetic puts them: exactly when the log gives the available bytes exactly (a manual
+# The planner's path: kvplan.io.read_vllm_log → ledger → compatibility key → kv_spec (layout, KV dtype,
+# release and block size from the key, model from the catalogue by the logged name) → cross_check.
+# The logged "GPU KV cache size", "Maximum concurrency" and GPU blocks must lie where vLLM's
+# arithmetic puts them: exactly when the log gives the available bytes exactly (a manual
 # --kv-cache-memory-bytes value, or 0.10.2's "in use is N bytes"), within the ±0.005 GiB of a
 # 2-decimal GiB figure otherwise.
 
 BOOTS_DIR = DATA_DIR / "boots"
-_PREFIX = re.compile(r"^\((?P<name>[^)]*?) pid=\d+[^)]*\)\s*")
-_AVAILABLE = [  # (pattern, exact), best first: per rank the best source found anywhere in the log wins
-    (re.compile(r"Current kv cache memory in use is (\d+) bytes"), True),
-    (re.compile(r"Current kv cache memory in use is (-?[\d.]+) GiB"), False),
-    (re.compile(r"Available KV cache memory: (-?[\d.]+) GiB"), False),
-    (re.compile(r"the rest of the memory reserved for KV Cache is (-?[\d.]+)GiB"), False),
-]
-_MANUAL = re.compile(r"'kv_cache_memory_bytes': (\d+)")
-_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
-_CONCURRENCY = re.compile(r"Maximum concurrency for ([\d,]+) tokens per request: ([\d.]+)x")
-_BLOCKS = re.compile(r"# (?:GPU|CUDA|cuda) blocks: (\d+)")
-_VERSION = re.compile(r"(?:LLM engine \(v|API server version )([\w.+]+)")
-
-
-def _engine_and_rank(prefix: str) -> tuple[int, int]:
-    """DP engine and TP rank of a process prefix (none or an unknown one: engine 0, rank 0)."""
-    dp = re.search(r"_DP(\d+)", prefix)
-    tp = re.search(r"_TP(\d+)", prefix)
-    rank = int(tp.group(1)) if tp else (1 if prefix.startswith("VllmWorkerProcess") else 0)
-    return (int(dp.group(1)) if dp else 0), rank
-
-
-def _read_boot(path):
-    """One boot log: config fields, and per DP engine the per-rank available bytes (and whether
-    they are exact) and the logged figures."""
-    engines: dict[int, dict] = {}
-    config: dict = {}
-    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
-        line = re.sub(r"\x1b\[[0-9;]*m", "", line)
-        match = _PREFIX.match(line)
-        prefix = match.group("name") if match else ""
-        engine, rank = _engine_and_rank(prefix)
-        state = engines.setdefault(engine, {"available": {}, "tokens": [], "concurrency": [],
-                                            "blocks": []})
-        for key, pattern in (("model", r"model='([^']+)'"), ("tp", r"tensor_parallel_size=(\d+)"),
-                             ("pp", r"pipeline_parallel_size=(\d+)"), ("kv", r"kv_cache_dtype=(\w+)"),
-                             ("manual", _MANUAL.pattern), ("version", _VERSION.pattern)):
-            found = re.search(pattern, line)
-            if found and key not in config:
-                config[key] = found.group(1)
-        for priority, (pattern, exact) in enumerate(_AVAILABLE):
-            found = pattern.search(line)
-            if found and priority < state["available"].get(rank, (len(_AVAILABLE),))[0]:
-                value = int(found.group(1)) if exact else parse_size(f"{found.group(1)}GiB")
-                state["available"][rank] = (priority, value, exact)
-        if found := _TOKENS.search(line):
-            state["tokens"].append(int(found.group(1).replace(",", "")))
-        if found := _CONCURRENCY.search(line):
-            state["length"] = int(found.group(1).replace(",", ""))
-            state["concurrency"].append(float(found.group(2)))
-        if found := _BLOCKS.search(line):
-            state["blocks"].append(int(found.group(1)))
-    return config, {k: v for k, v in engines.items() if v["tokens"] or v["concurrency"] or v["blocks"]}
-
-
-def _logged(values: list, position: int, per_worker: bool):
-    """The logged figure for the rank at ``position``: its own (0.9–0.11.0) or the engine's, once."""
-    if per_worker:
-        return values[position] if position < len(values) else None
-    return values[0] if position == 0 and values else None
 
 
 def _catalogue_entry(model: str) -> dict:
@@ -576,39 +563,32 @@ def _catalogue_entry(model: str) -> dict:
 
 @pytest.mark.parametrize("log", sorted(BOOTS_DIR.glob("*/*.log")), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_sample_boot_figures_match_the_log(log):
-    config, engines = _read_boot(log)
-    if not engines:
+    ledger, _metadata = read_vllm_log(log)
+    printed = ledger[["kv_cache_tokens", "max_concurrency", "num_gpu_blocks"]].notna().any(axis=None)
+    if not printed:
         pytest.skip(f"{log}: no KV cache size, concurrency or block line (not a sizing boot)")
-    spec = kv_spec(_catalogue_entry(config["model"]), tp=int(config.get("tp", 1)),
-                   pp=int(config.get("pp", 1)), kv_cache_dtype=config.get("kv", "auto"),
-                   vllm_version=config["version"])
-    per_worker = (0, 9, 0) <= parse_vllm_version(config["version"]) <= (0, 11, 0)
-    for engine, state in engines.items():
-        ranks = sorted(state["available"])
-        manual = int(config["manual"]) if "manual" in config else None
-        exact = manual is not None or all(state["available"][r][2] for r in ranks)
-        rows = []
-        for position, rank in enumerate(ranks or [0]):
-            rows.append({"source": log.name, "boot": engine, "rank": rank,
-                         "available_kv_bytes": manual if manual is not None else state["available"][rank][1],
-                         "max_model_len": state["length"], "vllm_version": config["version"],
-                         **{column: _logged(state[key], position, per_worker) for column, key in
-                            (("kv_cache_tokens", "tokens"), ("max_concurrency", "concurrency"),
-                             ("num_gpu_blocks", "blocks"))}})
-        result = cross_check(pd.DataFrame(rows), spec, available_tolerance_bytes=0 if exact else None)
-        checked = result.dropna(subset=["agrees"])
-        assert len(checked), f"{log} engine {engine}: nothing to compare"
-        assert checked["agrees"].all(), checked[["rank", "predicted_kv_cache_tokens",
-                                                 "logged_kv_cache_tokens", "reason"]].to_string()
-        if exact:  # exact available bytes: the predicted tokens are the logged tokens, to the token
-            logged_tokens = checked["logged_kv_cache_tokens"].dropna()
-            assert (checked.loc[logged_tokens.index, "predicted_kv_cache_tokens"] == logged_tokens).all()
+    key = compatibility_key(ledger)
+    spec = kv_spec(_catalogue_entry(key["model"]), **options_for_logs({}, key))
+    result = cross_check(ledger, spec)
+    checked = result.dropna(subset=["agrees"])
+    assert len(checked), result.to_string()
+    assert checked["agrees"].all(), checked[["rank", "predicted_kv_cache_tokens", "logged_kv_cache_tokens",
+                                             "reason"]].to_string()
+    assert cross_check_verdict(result).startswith("model config agrees with the log")
+    if ledger["manual_kv_bytes"].notna().any() or log.parent.name == "v0.10.2":
+        # exact available bytes: no tolerance, and the predicted tokens are the logged tokens, to the token
+        assert (checked["tolerance_bytes"] == 0).all()
+        logged_tokens = checked["logged_kv_cache_tokens"].dropna()
+        assert (checked.loc[logged_tokens.index, "predicted_kv_cache_tokens"] == logged_tokens).all()
+    else:  # 2-decimal GiB figures: ±0.005 GiB = ±5,368,709 B
+        assert (checked["tolerance_bytes"] == GiB // 200).all()
 
 
 def test_four_rank_boot_by_hand():
     # Scenario A (0.26.0, Llama-3.1-70B TP 4, 32,768 tokens): the engine logs from the weakest rank;
     # the ranks' "in use" figures are 11.91, 11.91, 11.89, 11.9 GiB (2 decimals) → min 11.89 GiB
-    # = 12,766,789,288 B ± 5,368,709 B → 9,736.2 … 9,744.4 blocks of 1,310,720 B. The log's
+    # = 11.89 × 1,073,741,824 = 12,766,790,287.4 → 12,766,790,287 B (parse_size) ± 5,368,709 B
+    # → 9,736.2 … 9,744.4 blocks of 1,310,720 B. The log's
     # 155,856 tokens = 9,741 blocks × 16 and 9,741 / 2,048 = 4.756 → "4.76x" lie in that range
     # (within the rounding of a 2-decimal GiB figure, not exact).
     folder = BOOTS_DIR / "four-rank"
@@ -617,6 +597,7 @@ def test_four_rank_boot_by_hand():
     text = (folder / "boot.log").read_text()
     assert "GPU KV cache size: 155,856 tokens" in text
     spec = kv_spec(LLAMA_70B, tp=4, vllm_version="0.26.0")
+    assert parse_size("11.89GiB") == 12_766_790_287
     low = spec.num_blocks(parse_size("11.89GiB") - GiB // 200)
     high = spec.num_blocks(parse_size("11.89GiB") + GiB // 200)
     assert (low, high) == (9_736, 9_744)
@@ -627,7 +608,7 @@ def test_four_rank_boot_by_hand():
 def test_layers_kvplan_cannot_size_are_refused_or_marked():
     # chunked local attention (Llama 4) must not pass as full attention
     with pytest.raises(KVSpecError, match="attention_chunk_size"):
-        kv_spec({"num_hidden_layers": 4, "num_attention_heads": 8, "head_dim": 64,
+        kv_spec({"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64,
                  "attention_chunk_size": 8192}, tp=1)
     # DeepSeek-V3.2's indexer cache is not counted: the spec says so
     assert "indexer" in kv_spec({**DEEPSEEK_V3, "index_topk": 2048}, tp=8).approximate_reason
@@ -688,23 +669,146 @@ def test_cross_check_blocks_only_points_to_block_size():
     assert "--block-size" in row["reason"]
 
 
-@pytest.mark.parametrize("log", sorted(BOOTS_DIR.glob("*/*.log")), ids=lambda p: f"{p.parent.name}/{p.name}")
-def test_sample_boot_cross_check_on_the_ledger(log):
-    # The planner's path: kvplan.io.read_vllm_log → ledger → cross_check, with the model from the
-    # catalogue. Every figure a boot logged must agree; boots whose available bytes are exact
-    # (manual --kv-cache-memory-bytes, 0.10.2's "in use is N bytes") are checked with no tolerance.
-    from kvplan.io import read_vllm_log
+# --- the logs' settings: filled in, contradictions refused ----------------------------------------
 
-    reading = read_vllm_log(log)
-    ledger = reading[0] if isinstance(reading, tuple) else reading.ledger
-    config, _engines = _read_boot(log)
-    spec = kv_spec(_catalogue_entry(config["model"]), tp=int(config.get("tp", 1)),
-                   pp=int(config.get("pp", 1)), kv_cache_dtype=config.get("kv", "auto"),
-                   vllm_version=config["version"])
-    result = cross_check(ledger, spec)
-    checked = result.dropna(subset=["agrees"])
-    assert len(checked), result.to_string()
-    assert checked["agrees"].all(), checked[["rank", "predicted_kv_cache_tokens", "logged_kv_cache_tokens",
-                                             "reason"]].to_string()
-    if "manual" in config or log.parent.name == "v0.10.2":
-        assert (checked["tolerance_bytes"] == 0).all()
+FOUR_RANK_LOG = BOOTS_DIR / "four-rank" / "boot.log"  # 0.26.0, Llama-3.1-70B TP 4, kv_cache_dtype=auto
+
+
+def test_options_for_logs_fills_layout_and_kv_dtype_from_the_key():
+    key = {"tensor_parallel_size": 4, "pipeline_parallel_size": 2, "decode_context_parallel_size": 1,
+           "kv_cache_dtype": "fp8", "dtype": "torch.bfloat16", "vllm_version": "0.26.0", "block_size": 16,
+           "model": "meta-llama/Llama-3.1-70B-Instruct"}
+    options = options_for_logs({"tp": None, "pp": None, "dcp": None, "kv_cache_dtype": None}, key)
+    assert {k: options[k] for k in ("tp", "pp", "dcp", "kv_cache_dtype", "dtype")} == {
+        "tp": 4, "pp": 2, "dcp": 1, "kv_cache_dtype": "fp8", "dtype": "torch.bfloat16"}
+    # TP 4, PP 2 (40 layers per stage), fp8: 2 × 2 KV heads × 128 × 1 B × 40 = 20,480 B per token
+    assert kv_spec(LLAMA_70B, **options).bytes_per_token == 20_480
+    # nothing logged: the defaults 1, 1, auto
+    assert options_for_logs({}, {}) == {"pp": 1, "dcp": 1, "kv_cache_dtype": "auto"}
+    # vLLM's "fp8" is e4m3: the two spellings agree
+    assert options_for_logs({"kv_cache_dtype": "fp8_e4m3"}, key)["kv_cache_dtype"] == "fp8_e4m3"
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        ({"tp": 8}, "tp 8 given, but the logs show tensor_parallel_size 4"),
+        ({"pp": 2}, "pp 2 given, but the logs show pipeline_parallel_size 1"),
+        ({"dcp": 2}, "dcp 2 given, but the logs show decode_context_parallel_size 1"),
+        ({"kv_cache_dtype": "auto"}, "kv_cache_dtype 'auto' given, but the logs show kv_cache_dtype 'fp8'"),
+    ],
+)
+def test_options_for_logs_refuses_contradictions(given, message):
+    key = {"tensor_parallel_size": 4, "pipeline_parallel_size": 1, "decode_context_parallel_size": 1,
+           "kv_cache_dtype": "fp8"}
+    with pytest.raises(KVSpecError, match=message):
+        options_for_logs(given, key)
+
+
+def test_config_of_another_model_than_the_logs_is_refused():
+    expected = ("describes meta-llama/Llama-3.1-8B-Instruct, "
+                "but the logs served meta-llama/Llama-3.1-70B-Instruct")
+    with pytest.raises(KVSpecError, match=re.escape(expected)):
+        kv_spec(read_model_config("llama-3.1-8b"), tp=4, logged_model="meta-llama/Llama-3.1-70B-Instruct")
+    # the same architecture under a quantized repo name, or a local path, is not a contradiction
+    kv_spec(LLAMA_70B, tp=4, logged_model="RedHatAI/Llama-3.1-70B-Instruct-FP8")
+    kv_spec(LLAMA_70B, tp=4, logged_model="/models/llama-70b")
+
+
+def test_budget_model_takes_kv_dtype_from_the_log_and_warns_on_disagreement(tmp_path, capsys):
+    # A copy of the four-rank boot with kv_cache_dtype=auto changed to fp8. The budget: rank 2's room
+    # 13,851,269,530 B − 0.9 GiB (966,367,642 B) = 12,884,901,888 B. fp8 blocks are 16 × 40,960 =
+    # 655,360 B → 19,660.8 → 19,660 blocks (12,884,377,600 B) = 314,560 tokens; bf16 would be 9,830.
+    log = tmp_path / "boot.log"
+    log.write_text(FOUR_RANK_LOG.read_text().replace("kv_cache_dtype=auto", "kv_cache_dtype=fp8"))
+    data = _run_json(capsys, "budget", str(log), "--reserve", "0.9GiB", "--model", "llama-3.1-70b", "--json")
+    assert (data["capacity"]["kv_cache_dtype"], data["capacity"]["tp"]) == ("fp8", 4)
+    assert (data["capacity"]["blocks"], data["capacity"]["tokens"]) == (19_660, 314_560)
+    # but the log printed the bf16 figure: min 11.89 GiB = 12,766,790,287 B / 655,360 = 19,480 blocks
+    # → 311,680 tokens predicted against 155,856 logged, half: the KV dtype
+    assert data["cross_check"] == ("model config DISAGREES with the log: predicted 311,680 tokens, logged "
+                                   "155,856; likely cause: KV dtype")
+    assert any(warning.startswith("model config DISAGREES") for warning in data["warnings"])
+    # the text form shouts it on stderr
+    assert main(["budget", str(log), "--reserve", "0.9GiB", "--model", "llama-3.1-70b"]) == 0
+    assert "warning: model config DISAGREES with the log" in capsys.readouterr().err
+
+
+def test_budget_model_agrees_with_the_four_rank_log(capsys):
+    # 12,884,377,600 B / 1,310,720 = 9,830 blocks = 157,280 tokens; the cross-check: min 11.89 GiB
+    # = 12,766,790,287 B / 1,310,720 = 9,740.3 → 9,740 blocks × 16 = 155,840 predicted, 155,856 logged
+    # (9,741 blocks), inside the 9,736 … 9,744 of ±0.005 GiB
+    data = _run_json(capsys, "budget", str(FOUR_RANK_LOG), "--reserve", "0.9GiB", "--model", "llama-3.1-70b",
+                     "--json")
+    assert data["capacity"]["tokens"] == 157_280
+    assert data["cross_check"] == ("model config agrees with the log: predicted 155,840 tokens, logged "
+                                   "155,856 (within 2-decimal GiB rounding)")
+    assert not any("DISAGREES" in warning for warning in data["warnings"])
+
+
+def test_budget_model_refuses_a_contradicting_setting_or_model(capsys):
+    # the reviewer's case: the 70B log sized with the 8B config printed 393,216 tokens, exit 0
+    assert main(["budget", str(FOUR_RANK_LOG), "--reserve", "0.9GiB", "--model", "llama-3.1-8b",
+                 "--tp", "4"]) == 2
+    assert "logs served meta-llama/Llama-3.1-70B-Instruct" in capsys.readouterr().err
+    assert main(["budget", str(FOUR_RANK_LOG), "--reserve", "0.9GiB", "--model", "llama-3.1-70b",
+                 "--kv-cache-dtype", "fp8"]) == 2
+    assert "kv_cache_dtype 'fp8' given, but the logs show kv_cache_dtype 'auto'" in capsys.readouterr().err
+    assert main(["budget", str(FOUR_RANK_LOG), "--reserve", "0.9GiB", "--model", "llama-3.1-70b",
+                 "--pp", "2"]) == 2
+    assert "pipeline_parallel_size 1" in capsys.readouterr().err
+
+
+# --- the cross-check verdict ------------------------------------------------------------------------
+
+
+def test_cross_check_verdict_on_the_four_rank_boot():
+    ledger, _ = read_vllm_log(FOUR_RANK_LOG)
+    spec = kv_spec(LLAMA_70B, **options_for_logs({}, compatibility_key(ledger)))
+    assert cross_check_verdict(cross_check(ledger, spec)) == (
+        "model config agrees with the log: predicted 155,840 tokens, logged 155,856 "
+        "(within 2-decimal GiB rounding)")
+
+
+def test_cross_check_verdict_counts_checks_and_blocks_only_logs():
+    # two per-worker rows (0.10.2, exact): 20 GiB → 20,480 blocks (327,680 tokens) agrees; 19 GiB
+    # → 19,456 blocks = 311,296 tokens predicted, but 622,592 logged (twice): the KV dtype
+    spec = kv_spec(read_model_config("llama-3.1-8b"), tp=2)
+    ledger = pd.DataFrame({"source": ["e.log"] * 2, "boot": [0, 0], "rank": [0, 1],
+                           "available_kv_bytes": [20 * GiB, 19 * GiB], "kv_cache_tokens": [327_680, 622_592],
+                           "max_model_len": [8192, 8192], "vllm_version": ["0.10.2", "0.10.2"]})
+    verdict = cross_check_verdict(cross_check(ledger, spec, available_tolerance_bytes=0))
+    assert verdict == ("model config DISAGREES with the log: predicted 311,296 tokens, logged 622,592; "
+                       "likely cause: KV dtype (1 of 2 checks)")
+    # V0 logs blocks only: 20 GiB / 1 MiB = 20,480 blocks, exact
+    v0 = _ledger(manual_kv_bytes=20 * GiB, num_gpu_blocks=20_480, max_model_len=8192, vllm_version="0.6.6")
+    assert cross_check_verdict(cross_check(v0, spec)) == (
+        "model config agrees with the log: predicted 20,480 GPU blocks, logged 20,480 (exact bytes)")
+
+
+# --- release-dependent vLLM rules -------------------------------------------------------------------
+
+
+def test_group_size_ratio_by_release():
+    # 17 full + 12 sliding (gpt-oss-20b + a 4-layer EAGLE drafter): 17 / 12 = 1.42.
+    # From 0.18 (threshold 1.5): 17 < 18 → group size 17, one group per kind.
+    # Up to 0.17 (threshold 1.25): 17 ≥ 15 → group size 12: ceil(17 / 12) = 2 full groups (9, 8) + 1 sliding.
+    layers = [FULL_ATTENTION] * 17 + [SLIDING_ATTENTION] * 12
+    assert [len(g) for _, g in kv_cache_groups(layers, "0.18.0")] == [17, 12]
+    assert [len(g) for _, g in kv_cache_groups(layers, "0.17.1")] == [9, 8, 12]
+
+
+def test_v0_9_0_hybrid_concurrency_splits_tokens_across_groups():
+    # Gemma 3 27B on 0.9.0: 7 KV cache groups. 7,000 blocks → tokens = 7,000 // 7 × 16 = 16,000;
+    # concurrency = tokens / L = 16,000 / 8,000 = 2.0 (not 7,000 × 16 / 8,000 = 14.0)
+    spec = kv_spec(read_model_config("gemma-3-27b"), tp=1, vllm_version="0.9.0", max_num_batched_tokens=8192)
+    assert len(spec.groups) == 7
+    assert spec.kv_cache_tokens(7_000, 8_000) == 16_000
+    assert spec.max_concurrency(7_000, 8_000) == 2.0
+
+
+def test_parse_vllm_version_shares_the_readers_rule():
+    # one parser: kvplan.io.vllm_lines.version_tuple; kvspec adds only the default and the error
+    assert parse_vllm_version("0.11.1rc2") == (0, 11, 1)
+    with pytest.raises(KVSpecError, match="vllm_version"):
+        parse_vllm_version("nightly")

@@ -316,3 +316,20 @@ def test_cli_ledger_rooms_shows_each_ranks_spread(tmp_path, capsys):
     assert main(["ledger", str(log), "--rooms"]) == 0
     assert "room_spread_bytes" in capsys.readouterr().out
     assert main(["ledger", str(log), "--assume-uniform"]) == 2
+
+
+def test_an_oom_after_startup_is_refused_by_approve_and_fails_the_gate(tmp_path, capsys):
+    # the four-rank sample (87 lines) with Worker_TP2's serving OOM appended as line 88
+    late = tmp_path / "late.log"
+    late.write_text((FOUR_RANK / "boot.log").read_text() + (
+        "(Worker_TP2 pid=48604) ERROR 11-24 10:31:02 [core.py:900] torch.OutOfMemoryError: CUDA out of memory. "
+        "Tried to allocate 2.00 GiB.\n"
+    ))
+    out = tmp_path / "evidence"
+    assert main(["approve", str(late), "--reserve", "0.9GiB", "--approver", "t", "--out", str(out)]) == 2
+    assert f"{late}:88: boot 0 rank 2 did not boot cleanly (oom: after startup completed" in capsys.readouterr().err
+    assert main(["approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--approver", "t",
+                 "--out", str(out), "--json"]) == 0
+    bundle = json.loads(capsys.readouterr().out)["bundle"]
+    assert main(["gate", "--approved", bundle, str(late)]) == 1
+    assert f"rank 2: oom: after startup completed, at {late}:88" in capsys.readouterr().out
