@@ -119,7 +119,8 @@ class LoadSource:
     ``num_gpu_blocks × block_size`` from ``vllm:cache_config_info``); ``kv_cache_memory_bytes`` the manual
     ``--kv-cache-memory-bytes`` value when the log shows one (a manual-value canary);
     ``reports_preemptions`` whether the format can show a preemption at all (V1 logs before 0.11.1
-    cannot).
+    cannot); ``utc_offset_hours`` a log's offset from UTC when known (given, or read from docker
+    stamps), in which case its row times are UTC.
     """
 
     source: str
@@ -129,6 +130,7 @@ class LoadSource:
     block_size: int | None = None
     kv_cache_memory_bytes: int | None = None
     reports_preemptions: bool = True
+    utc_offset_hours: float | None = None
 
 
 @dataclass(frozen=True)

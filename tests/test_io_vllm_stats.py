@@ -458,3 +458,21 @@ def test_log_and_metrics_times_need_an_offset(tmp_path):
     assert [row.time for row in aligned.rows] == [datetime(2026, 11, 29, 17, 0, 10)] * 2
     with pytest.raises(ValueError, match="UTC offset 20 h is out of range"):
         read_load_evidence([log], utc_offset=20)
+
+
+def test_docker_stamps_give_the_offset(tmp_path):
+    # docker --timestamps writes UTC (17:00:10.76Z) in front of vLLM's local 10:00:10: the server is at UTC−7,
+    # (10:00:10 − 17:00:10.76 = −7 h 0 min 0.76 s, rounded to the quarter hour)
+    log = tmp_path / "server.log"
+    log.write_text(f"2026-11-29T17:00:10.758564289Z {v1_line(0, 10, STATS_0_26)}\n")
+    prom = tmp_path / "metrics.prom"
+    prom.write_text('# 2026-11-29T17:00:10Z\nvllm:num_requests_running{engine="0"} 23.0\n')
+    reading = read_load_evidence([log, prom])
+    assert [row.time for row in reading.rows] == [datetime(2026, 11, 29, 17, 0, 10)] * 2
+    assert reading.sources[1].utc_offset_hours == -7
+    assert not any("without a known offset" in w for w in reading.warnings)
+    assert any("UTC-7 h, read from the docker" in w for w in reading.warnings)
+    # an offset given that contradicts the stamps is used, with a warning
+    given = read_load_evidence([log], utc_offset=-8)
+    assert given.rows[0].time == datetime(2026, 11, 29, 18, 0, 10)
+    assert any("not the -8 h given" in w for w in given.warnings)

@@ -53,8 +53,10 @@ _CUSTOM_HEADER = re.compile(
     rf"(?P<stamp>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[,.]\d+)? - (?P<logger>[\w.]+) - (?P<level>{_LEVELS}) - "
 )
 _OUTER_STAMP = re.compile(
-    r"^(?:(?P<docker>\d{4}-\d\d)-\d\dT[\d:.]+Z |\[(?P<bracket>\d{4}-\d\d)-\d\d [\d:]+\] )"
+    r"^(?:(?P<docker_stamp>(?P<docker>\d{4}-\d\d)-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?Z "
+    r"|\[(?P<bracket>\d{4}-\d\d)-\d\d [\d:]+\] )"
 )
+OFFSET_STEP_MINUTES = 15  # UTC offsets in use are whole quarter hours
 _TRAILING_PREFIX = re.compile(r"\s*\([^()]*(?:\([^()]*\)[^()]*)*pid=\d+[^()]*\)\s*$")
 _ENGINE_PREFIX = re.compile(r"EngineCore_(?:DP)?(\d+)\b")
 
@@ -103,6 +105,7 @@ class _Record:
     lineno: int | None
     engine_prefix: int | None
     message: str
+    utc_offset_minutes: int | None = None  # from a docker --timestamps UTC stamp in front
 
 
 def parse_stats_message(message: str) -> dict | None:
@@ -195,6 +198,10 @@ def _records(text: str, year: int | None, wrap_width: int) -> Iterator[_Record]:
             f"{year_value}-{month:02d}-{header.group('day')} {header.group('clock')}", "%Y-%m-%d %H:%M:%S"
         )
         prefix = _ENGINE_PREFIX.search(before[-120:])
+        offset = None
+        if outer and outer.group("docker_stamp"):  # docker's stamp is UTC, vLLM's the local time
+            utc = datetime.strptime(outer.group("docker_stamp"), "%Y-%m-%dT%H:%M:%S")
+            offset = OFFSET_STEP_MINUTES * round((when - utc).total_seconds() / 60 / OFFSET_STEP_MINUTES)
         yield _Record(
             number,
             header.group("level"),
@@ -204,6 +211,7 @@ def _records(text: str, year: int | None, wrap_width: int) -> Iterator[_Record]:
             int(header.group("lineno")),
             int(prefix.group(1)) if prefix else None,
             message,
+            offset,
         )
 
 
@@ -223,6 +231,32 @@ def log_time_shift(utc_offset: float | None) -> timedelta:
     return -timedelta(hours=utc_offset)
 
 
+def _utc_offset(
+    source: str, records: Sequence[_Record], given: float | None, warnings: list[str]
+) -> float | None:
+    """The log's UTC offset [h]: the one given, else the one its docker stamps agree on, else ``None``."""
+    hours = sorted({r.utc_offset_minutes / 60 for r in records if r.utc_offset_minutes is not None})
+    if given is not None:
+        if hours and hours != [given]:
+            warnings.append(
+                f"{source}: the docker timestamps put the server at UTC{hours[0]:+g} h, not the "
+                f"{given:+g} h given; the given offset is used"
+            )
+        return given
+    if len(hours) == 1:
+        warnings.append(
+            f"{source}: log times turned into UTC with the server's offset UTC{hours[0]:+g} h, "
+            "read from the docker --timestamps stamps (UTC) in front of vLLM's (local time)"
+        )
+        return hours[0]
+    if hours:
+        warnings.append(
+            f"{source}: the docker timestamps give several UTC offsets "
+            f"({', '.join(f'{h:+g} h' for h in hours)}); log times left as the server's local time"
+        )
+    return None
+
+
 def parse_stats_text(
     text: str,
     source: str,
@@ -234,7 +268,14 @@ def parse_stats_text(
 
     ``year`` anchors vLLM's yearless ``%m-%d`` stamps; without it the year comes from an outer stamp
     (docker, bracketed, custom format) or stays unknown (rows then have ``year_known=False``).
-    ``utc_offset`` is the server's offset from UTC in hours; given, row times are UTC, else local.
+    ``utc_offset`` is the server's offset from UTC in hours; given, row times are UTC, else local. Without
+    it, docker ``--timestamps`` stamps (UTC) in front of vLLM's (local) give the offset when they agree.
+
+    >>> text = ("2026-11-29T17:00:10.758Z (APIServer pid=1) INFO 11-29 10:00:10 [loggers.py:310] Engine 000: "
+    ...         "Running: 4 reqs, Waiting: 0 reqs, GPU KV cache usage: 5.2%")
+    >>> reading = parse_stats_text(text, "docker.log")
+    >>> reading.rows[0].time.isoformat(), reading.sources[0].utc_offset_hours
+    ('2026-11-29T17:00:10', -7.0)
 
     >>> text = ("(APIServer pid=3) INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Avg prompt throughput: "
     ...         "512.0 tokens/s, Avg generation throughput: 96.3 tokens/s, Running: 4 reqs, Waiting: 0 reqs, "
@@ -243,14 +284,13 @@ def parse_stats_text(
     >>> row.time.isoformat(), row.engine, row.running, row.preemptions
     ('2026-11-29T10:00:10', 0, 4, 0)
     """
+    records = list(_records(text, year, wrap_width))
+    warnings: list[str] = []
+    utc_offset = _utc_offset(source, records, utc_offset, warnings)
     shift = log_time_shift(utc_offset)
-    records = [
-        replace(r, time=r.time + shift) if r.time is not None and shift else r
-        for r in _records(text, year, wrap_width)
-    ]
+    records = [replace(r, time=r.time + shift) if r.time is not None and shift else r for r in records]
     rows: list[dict] = []
     restarts, rows_at_start = 0, 0
-    warnings: list[str] = []
     error_row: dict | None = None
     late_v1 = any(
         (r.file == "loggers.py" and (r.lineno or 0) >= V1_PREEMPTIONS_FIELD_FROM_LINENO)
@@ -346,6 +386,7 @@ def parse_stats_text(
                 kv_cache_tokens=kv_tokens.pop() if len(kv_tokens) == 1 else None,
                 kv_cache_memory_bytes=manual_bytes.pop() if len(manual_bytes) == 1 else None,
                 reports_preemptions="v0" in forms or ("v1" in forms and late_v1),
+                utc_offset_hours=utc_offset,
             ),
         ),
     )
@@ -414,7 +455,8 @@ def read_load_evidence(
     diffed across files), anything else to :func:`read_vllm_stats`. Give the files of one run only. Without
     ``year``, logs take the year of the snapshots' times when snapshots are given (with a warning).
     ``utc_offset`` is the server's offset from UTC in hours (the log's local time minus UTC); given, log
-    times are turned into UTC like the /metrics times, otherwise a run that mixes both gets a warning.
+    times are turned into UTC like the /metrics times, as they are when docker stamps show the offset;
+    otherwise a run that mixes logs and /metrics gets a warning.
     """
     shift = log_time_shift(utc_offset)
     texts = {str(path): Path(path).read_text(encoding="utf-8", errors="replace") for path in paths}
@@ -430,17 +472,18 @@ def read_load_evidence(
                 f"the logs' year is taken from the /metrics times ({year}); log times are the server's "
                 "local time, /metrics times UTC"
             )
-        if len(metrics) < len(texts) and utc_offset is None:
-            notes.append(
-                "log times (the server's local time) and /metrics times (UTC) are mixed without a known "
-                "offset: they are compared as if the server ran on UTC; give the server's UTC offset "
-                "(--log-utc-offset HOURS, utc_offset=) to align them"
-            )
-        if notes:
-            readings[0] = replace(readings[0], warnings=(*readings[0].warnings, *notes))
-    readings += [
+    logs = [
         parse_stats_text(text, path, year=year, utc_offset=utc_offset)
         for path, text in texts.items()
         if path not in metrics
     ]
-    return combine_readings(readings, order=list(texts))
+    local = [s.source for log in logs for s in log.sources if s.utc_offset_hours is None]
+    if metrics and local:
+        notes.append(
+            f"log times (the server's local time) and /metrics times (UTC) are mixed without a known "
+            f"offset for {', '.join(local)}: they are compared as if the server ran on UTC; give the "
+            "server's UTC offset (--log-utc-offset HOURS, utc_offset=) to align them"
+        )
+    if notes:
+        readings[0] = replace(readings[0], warnings=(*readings[0].warnings, *notes))
+    return combine_readings([*readings, *logs], order=list(texts))
