@@ -29,7 +29,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvplan import __version__
-from kvplan.budget import Budget
+from kvplan.budget import Budget, kv_cache_flag
 from kvplan.capacity import blocks_per_sequence
 from kvplan.gate import Approved, Check, check_outcomes, check_ranks_present, verdict_word
 from kvplan.io.model_config import read_model_config
@@ -357,7 +357,7 @@ def load_section(
         notes.append("the load run states no --kv-cache-memory-bytes (a profiled run): it is not evidence "
                      "for the approved value")
     elif manual != approved_bytes:
-        notes.append(f"the load run used --kv-cache-memory-bytes={manual}, not the approved "
+        notes.append(f"the load run used {kv_cache_flag(manual)}, not the approved "
                      f"{approved_bytes}: it is evidence for another value")
     if stated is not None and approved_tokens is not None and stated != approved_tokens:
         notes.append(f"the load run's KV cache holds {stated:,} tokens; the approved value holds "
@@ -734,7 +734,7 @@ def under_load_lines(load: Mapping) -> list[str]:
                  f"tokens/s on average; peak {_count_text(load['max_running'])} running, "
                  f"{_count_text(load['max_waiting'])} waiting.")
     manual = load["kv_cache_memory_bytes"]
-    setting = f"`--kv-cache-memory-bytes={manual}`" if manual is not None else "profiled"
+    setting = f"`{kv_cache_flag(manual)}`" if manual is not None else "profiled"
     approved = load["approved_kv_cache_tokens"]
     lines.append(f"- **Capacity:** {_count_text(tokens)} tokens ({setting}); approved value: "
                  f"{_count_text(approved)}.")

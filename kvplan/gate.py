@@ -17,7 +17,7 @@ from dataclasses import asdict, dataclass
 
 import pandas as pd
 
-from kvplan.budget import round_down_to_blocks
+from kvplan.budget import kv_cache_flag, round_down_to_blocks
 from kvplan.drift import drift_budget
 from kvplan.ledger import plain_value
 from kvplan.units import format_size
@@ -328,7 +328,7 @@ def _lower_value_text(uniform_bytes: int, limiting_rank: int, block_bytes: int |
     if value <= 0:
         return f"no value fits rank {limiting_rank}: re-profile this deployment"
     rounding = " (whole blocks)" if block_bytes else ""
-    return (f"a lower value fits: {format_size(value)}{rounding}, --kv-cache-memory-bytes={value} "
+    return (f"a lower value fits: {format_size(value)}{rounding}, {kv_cache_flag(value)} "
             f"(limiting rank {limiting_rank})")
 
 

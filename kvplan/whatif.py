@@ -25,7 +25,7 @@ import pandas as pd
 from IPython.display import display
 
 from kvplan import charts
-from kvplan.budget import Budget, uniform_budget
+from kvplan.budget import Budget, kv_cache_flag, uniform_budget
 from kvplan.capacity import (
     DEFAULT_BLOCK_SIZE,
     Capacity,
@@ -176,6 +176,51 @@ def budget_headline(budget: Budget) -> dict[str, str]:
         "stranded total": format_size(budget.stranded_total_bytes),
         "min/median": f"{budget.min_median_ratio:.3f}",
     }
+
+
+def spec_headline(spec: KVSpec) -> dict[str, str]:
+    """What a model spec says per rank: bytes per token and per block, block size and why, approximate or not.
+
+    >>> from kvplan.kvspec import kv_spec
+    >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4, vllm_version="0.26.0")
+    >>> spec_headline(spec)["bytes per block"]
+    '1,310,720 (1.25 MiB)'
+    """
+    note = f" ({spec.block_size_note})" if spec.block_size_note else ""
+    return {
+        "model": spec.arch.name,
+        "bytes per token per layer": f"{spec.bytes_per_token_per_layer:,}",
+        "bytes per token per rank": f"{spec.bytes_per_token:,}",
+        "block size": f"{spec.block_size} tokens{note}",
+        "bytes per block": f"{spec.block_bytes:,} ({format_size(spec.block_bytes)})",
+        "approximate": spec.approximate_reason or "no: exact for this model and release",
+    }
+
+
+def drift_headline(drift: Drift) -> dict[str, str]:
+    """The drift-adjusted value, its limiting rank, whether to re-profile, and the flag for this boot.
+
+    >>> GiB = 2**30
+    >>> drift_headline(drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 42 * GiB]))["adjusted uniform budget"]
+    '29 GiB'
+    """
+    return {
+        "adjusted uniform budget": format_size(drift.uniform_budget_bytes),
+        "limiting rank": str(drift.limiting_rank),
+        "re-profile to raise": str(drift.reprofile_to_raise),
+        "flag for this boot": kv_cache_flag(drift.uniform_budget_bytes),
+    }
+
+
+def warnings_markdown(warnings: Sequence[str], none: str = "No warnings.") -> str:
+    """The reader's warnings as a Markdown bullet list, or ``none`` when there are none.
+
+    >>> print(warnings_markdown(["a.log:3: rank 1 shows no room", "b.log: no model name"]))
+    - a.log:3: rank 1 shows no room
+    - b.log: no model name
+    """
+    return "\n".join(f"- {warning}" for warning in warnings) or none
 
 
 def format_headline(lines: Mapping[str, str]) -> str:
