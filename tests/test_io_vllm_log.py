@@ -841,6 +841,21 @@ def test_sample_lines_mixed_with_noise(lines, noise):
     _check_never_invents(b"".join(lines) + noise.encode())
 
 
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(st.sampled_from([*SAMPLE_LINES, b"noise\n", b"\n", b"x" * 40 + b"\n"]), max_size=25),
+    st.sampled_from([b"", b"Available KV cache memory: 1.0 GiB", b"tail"]),
+    st.integers(min_value=1, max_value=300),
+)
+def test_the_prefilter_finds_the_same_lines_whatever_the_chunk_size(lines, last, chunk_bytes):
+    # The reference: split the text into lines and keep those holding an anchor; a chunk boundary
+    # (falling inside a line, on a newline, or a chunk without any newline) must not change it.
+    data = b"".join(lines) + last
+    expected = [(number, line) for number, line in enumerate(data.split(b"\n"), start=1)
+                if any(anchor in line for anchor in vllm_lines.ANCHORS)]
+    assert list(iter_candidate_lines(io.BytesIO(data), chunk_bytes=chunk_bytes)) == expected
+
+
 # --- the bundled samples (data/boots, inputs in data/README.md) --------------------------------
 
 BOOTS = DATA_DIR / "boots"

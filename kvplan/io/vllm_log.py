@@ -195,18 +195,20 @@ def iter_candidate_lines(
         block = stream.read(chunk_bytes)
         if not block:
             break
-        buffer = tail + block if tail else block
-        cut = buffer.rfind(b"\n") + 1
-        if cut == 0:
-            tail = buffer
+        first = block.find(b"\n")
+        if first == -1:
+            tail += block
             if len(tail) > MAX_LINE_BYTES:
                 yield from _scan(tail + b"\n", base)[0]
                 tail = b""
             continue
-        body, tail = buffer[:cut], buffer[cut:]
-        found, newlines = _scan(body, base)
+        # The line that spans the chunk boundary, then the whole lines of the block, scanned in place.
+        yield from _scan(tail + block[: first + 1], base)[0]
+        last = block.rfind(b"\n")
+        found, newlines = _scan(memoryview(block)[first + 1 : last + 1], base + 1)
         yield from found
-        base += newlines
+        base += 1 + newlines
+        tail = block[last + 1 :]
     if tail:
         stats.ended_mid_line = True
         yield from _scan(tail + b"\n", base)[0]
@@ -214,7 +216,7 @@ def iter_candidate_lines(
     stats.lines = base
 
 
-def _scan(body: bytes, base: int) -> tuple[list[tuple[int, bytes]], int]:
+def _scan(body: bytes | memoryview, base: int) -> tuple[list[tuple[int, bytes]], int]:
     """Candidate lines of ``body`` (which ends with a newline; ``base`` newlines precede it) and
     the number of lines in it.
 
@@ -224,6 +226,8 @@ def _scan(body: bytes, base: int) -> tuple[list[tuple[int, bytes]], int]:
     the anchors themselves.
     """
     size = len(body)
+    if size == 0:
+        return [], 0
     even = np.frombuffer(body, dtype="<u2", count=size // 2)
     odd = np.frombuffer(body, dtype="<u2", offset=1, count=(size - 1) // 2)
     hits = np.concatenate((np.flatnonzero(_PAIR_TABLE[even]) * 2, np.flatnonzero(_PAIR_TABLE[odd]) * 2 + 1))
@@ -231,7 +235,7 @@ def _scan(body: bytes, base: int) -> tuple[list[tuple[int, bytes]], int]:
     found = []
     for index in np.unique(np.searchsorted(newlines, hits)).tolist():
         start = int(newlines[index - 1]) + 1 if index else 0
-        line = body[start : int(newlines[index])]
+        line = bytes(body[start : int(newlines[index])])
         if any(anchor in line for anchor in ANCHORS):
             found.append((base + index + 1, line))
     return found, len(newlines)
