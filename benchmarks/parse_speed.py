@@ -85,7 +85,8 @@ def run(command: list[str]) -> tuple[float, int, str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--mb", type=int, default=1024, help="log size to build [MB, 10^6 bytes] (default 1024: the goal's 1 GB)"
+        "--mb", type=int, default=1024,
+        help="log size to build [MB, 10^6 bytes] (default 1024: the goal's 1 GB)",
     )
     parser.add_argument(
         "--serving-mb-per-boot", type=float, default=2.0, help="serving traffic after each boot"
