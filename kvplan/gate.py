@@ -140,26 +140,58 @@ def format_checks(checks: Sequence[Check]) -> str:
     return "\n".join(lines)
 
 
-def check_compatibility_key(approved_key: Mapping[str, object], boot_key: Mapping[str, object]) -> Check:
-    """Every key field the boot shows equals the approved one; each difference is listed.
+#: Key fields a manual-value boot does not use: with ``--kv-cache-memory-bytes`` vLLM sizes the KV cache
+#: from that value, and its own hint says to replace ``--gpu-memory-utilization`` by it.
+MANUAL_BOOT_IGNORES = ("gpu_memory_utilization",)
+#: Key fields vLLM leaves out or prints as ``None`` when they are at their default (no quantization,
+#: the default revision): on a side whose logs show the model's configuration, unknown means "None".
+NONE_WHEN_CONFIG_SHOWN = ("quantization", "revision")
 
-    A field unknown on one side (not in that log) cannot differ; it is named in the detail.
+
+def _explicit_defaults(key: Mapping[str, object]) -> dict[str, object]:
+    if plain_value(key.get("model")) is None:
+        return dict(key)
+    return {**key, **{f: "None" for f in NONE_WHEN_CONFIG_SHOWN if plain_value(key.get(f)) is None}}
+
+
+def check_compatibility_key(
+    approved_key: Mapping[str, object], boot_key: Mapping[str, object], manual_boot: bool = False
+) -> Check:
+    """Every key field shown on both sides is equal; each difference is listed.
+
+    A field unknown on one side (not in that log) or on both cannot be compared: the detail names it
+    and it is not counted as unchanged. A ``manual_boot`` (one run with ``--kv-cache-memory-bytes``)
+    is not compared on :data:`MANUAL_BOOT_IGNORES`. A side that shows the model's configuration reads an
+    unknown :data:`NONE_WHEN_CONFIG_SHOWN` field as ``None`` (vLLM's default), so adding quantization fails.
 
     >>> check_compatibility_key({"model": "m", "block_size": 16}, {"model": "m", "block_size": 32}).detail
     'block_size: approved 16, boot 32'
+    >>> check_compatibility_key({"model": "m", "gpu_name": None}, {"model": "m", "gpu_name": None}).detail
+    '3 fields unchanged; not shown on either side (not compared): gpu_name'
+    >>> check_compatibility_key({"model": "m"}, {"model": "m", "quantization": "fp8"}).detail
+    'quantization: approved None, boot fp8'
     """
-    differences, unknown = [], []
+    approved_key, boot_key = _explicit_defaults(approved_key), _explicit_defaults(boot_key)
+    differences, one_side, neither, equal, ignored = [], [], [], 0, []
     for field in sorted(set(approved_key) | set(boot_key)):
         approved, boot = plain_value(approved_key.get(field)), plain_value(boot_key.get(field))
-        if approved is None or boot is None:
-            if approved is not None or boot is not None:
-                unknown.append(field)
+        if manual_boot and field in MANUAL_BOOT_IGNORES:
+            ignored.append(field)
+        elif approved is None and boot is None:
+            neither.append(field)
+        elif approved is None or boot is None:
+            one_side.append(field)
         elif str(approved) != str(boot):
             differences.append(f"{field}: approved {approved}, boot {boot}")
-    note = f"; not shown on one side: {', '.join(unknown)}" if unknown else ""
+        else:
+            equal += 1
+    notes = [f"not shown on one side: {', '.join(one_side)}" if one_side else "",
+             f"not shown on either side (not compared): {', '.join(neither)}" if neither else "",
+             f"not used by a manual-value boot: {', '.join(ignored)}" if ignored else ""]
+    note = "".join(f"; {part}" for part in notes if part)
     if differences:
         return Check(KEY_CHECK, False, "; ".join(differences) + note)
-    return Check(KEY_CHECK, True, f"{len(approved_key)} fields unchanged{note}")
+    return Check(KEY_CHECK, True, f"{equal} field{'s' if equal != 1 else ''} unchanged{note}")
 
 
 def check_ranks_present(approved_ranks: Sequence[int], boot_ledger: pd.DataFrame) -> Check:
@@ -313,13 +345,18 @@ def gate_checks(
     if guard < 0:
         raise ValueError(f"guard must not be negative, got {guard} bytes")
     return [
-        check_compatibility_key(approved.compatibility_key, boot_key),
+        check_compatibility_key(approved.compatibility_key, boot_key, manual_boot=_is_manual(boot_ledger)),
         check_ranks_present(approved.ranks, boot_ledger),
         check_outcomes(boot_ledger),
         check_budget_fits(approved, boot_ledger, guard),
         check_reserve_after_warmup(approved, boot_ledger, free_after_warmup_bytes),
         check_tokens(approved, boot_ledger),
     ]
+
+
+def _is_manual(boot_ledger: pd.DataFrame) -> bool:
+    """Whether the boot ran a manual ``--kv-cache-memory-bytes`` value (its ledger shows one)."""
+    return "manual_kv_bytes" in boot_ledger and bool(boot_ledger["manual_kv_bytes"].notna().any())
 
 
 def _lower_value_text(uniform_bytes: int, limiting_rank: int, block_bytes: int | None) -> str:

@@ -100,7 +100,31 @@ class TestCompatibilityKey:
         changed = {**KEY, "vllm_version": "0.27.0", "block_size": 32}
         check = check_compatibility_key(KEY, changed)
         assert check.passed is False
-        assert check.detail == "block_size: approved 16, boot 32; vllm_version: approved 0.26.0, boot 0.27.0"
+        assert check.detail == (
+            "block_size: approved 16, boot 32; vllm_version: approved 0.26.0, boot 0.27.0; "
+            "not shown on either side (not compared): gpu_name")
+
+    def test_fields_unknown_on_both_sides_are_not_counted_as_unchanged(self):
+        # KEY has 5 fields and shows the model, so quantization and revision read as vLLM's default
+        # None on both sides: 4 + 2 = 6 compared and equal; gpu_name is None on both, not compared.
+        check = check_compatibility_key(KEY, dict(KEY))
+        assert check.detail == "6 fields unchanged; not shown on either side (not compared): gpu_name"
+
+    def test_quantization_added_on_the_boot_fails(self):
+        # the approved logs show the model's config without quantization: vLLM's default, None
+        check = check_compatibility_key(KEY, {**KEY, "quantization": "fp8"})
+        assert check.passed is False
+        assert check.detail.startswith("quantization: approved None, boot fp8")
+
+    def test_a_manual_value_boot_is_not_compared_on_gpu_memory_utilization(self):
+        # vLLM sizes a manual boot's KV cache from --kv-cache-memory-bytes; its hint says to drop
+        # --gpu-memory-utilization, so 0.9 approved against the default 0.92 is no difference there.
+        approved_key = {**KEY, "gpu_memory_utilization": 0.9}
+        boot_key = {**KEY, "gpu_memory_utilization": 0.92}
+        assert check_compatibility_key(approved_key, boot_key).passed is False
+        check = check_compatibility_key(approved_key, boot_key, manual_boot=True)
+        assert check.passed is True
+        assert "not used by a manual-value boot: gpu_memory_utilization" in check.detail
 
     def test_field_known_on_one_side_only_is_named_not_failed(self):
         check = check_compatibility_key(KEY, {**KEY, "gpu_name": "NVIDIA H100 80GB HBM3"})
@@ -285,7 +309,10 @@ class TestGateOnSampleBoots:
         log = edited(tmp_path, FOUR_RANK / "boot.log", lambda text: text.replace("0.26.0", "0.27.0"))
         status, checks = gate(capsys, four_rank_bundle, log)
         assert status == 1
-        assert checks[KEY_CHECK].detail == "vllm_version: approved 0.26.0, boot 0.27.0"
+        # the sample boot shows no GPU name or driver (no nvidia-smi snapshot), and says so
+        assert checks[KEY_CHECK].detail == (
+            "vllm_version: approved 0.26.0, boot 0.27.0; not shown on either side (not compared): "
+            "driver_version, gpu_name")
 
     def test_a_missing_rank_fails(self, capsys, four_rank_bundle, tmp_path):
         # every line of rank 3's worker process (pid 48605) removed
