@@ -5,22 +5,35 @@ four H100s shared with a sidecar vLLM server (pids 31877–31880, 24643 MiB each
 (1244 MiB), GPU 2 (6032 MiB) and GPU 3 (2467 MiB); the logged boot's workers are pids 48602–48605.
 """
 
+import json
+
 import pandas as pd
 import pytest
 
+from kvplan.cli import main
 from kvplan.config import DATA_DIR
+from kvplan.io import read_vllm_logs
 from kvplan.io.nvidia_smi import (
     APP_COLUMNS,
     GPU_COLUMNS,
+    TOTAL_ROUNDING_BYTES,
     NvidiaSmiError,
+    NvidiaSmiWarning,
     gpu_context,
     gpu_index_by_pid,
+    gpu_index_by_rank,
     join_nvidia_smi,
     read_nvidia_smi_csv,
+    read_nvidia_smi_snapshots,
+    total_bytes_match,
 )
-from tests.conftest import MiB
+from tests.conftest import GiB, MiB
 
 FOUR_RANK = DATA_DIR / "boots" / "four-rank"
+SHARED_GPU = DATA_DIR / "boots" / "shared-gpu"
+# vLLM's logged totals, parsed from 2 decimals of GiB: 79.19 × 2^30 and 94.97 × 2^30, rounded to whole bytes
+H100_LOGGED_TOTAL = 85_029_615_043
+RTX_PRO_LOGGED_TOTAL = 101_973_261_025
 WORKER_PIDS = [48602, 48603, 48604, 48605]
 
 GPU_CSV = """\
@@ -216,3 +229,97 @@ def test_shared_gpu_snapshot_of_scenario_b():
     assert set(joined["gpu_name"]) == {"NVIDIA RTX PRO 6000 Blackwell Server Edition"}
     # 97887 MiB total, 638 MiB reserved: free = 97887 − 638 − used; GPU 0 used 94195 MiB → 3054 MiB free
     assert int(gpus.loc[0, "memory_free_bytes"]) == 3054 * MiB
+
+
+def test_without_a_process_snapshot_other_process_bytes_is_unknown_not_zero(gpus):
+    snapshot, apps = read_nvidia_smi_snapshots([FOUR_RANK / "nvidia-smi-gpu.csv"])
+    assert apps is None  # no process snapshot, unlike an empty one
+    ledger = pd.DataFrame({"source": ["boot.log"] * 4, "rank": [0, 1, 2, 3], "pid": WORKER_PIDS})
+    with pytest.warns(NvidiaSmiWarning, match="memory of other processes on each GPU is unknown"):
+        joined = join_nvidia_smi(ledger, snapshot, apps, gpu_index_by_rank={0: 0, 1: 1, 2: 2, 3: 3})
+    assert joined["other_process_bytes"].isna().all()  # was 0 on every rank: a sum over no processes
+    assert set(joined["gpu_name"]) == {"NVIDIA H100 80GB HBM3"}  # the GPU snapshot still joins
+    assert "--query-compute-apps" in joined.attrs["warnings"][0]
+    assert gpu_context(gpus, None, vllm_pids=[])["other_process_bytes"].isna().all()
+    # a process snapshot with no process in it does say "nothing else": 0
+    nobody = read_nvidia_smi_csv("gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n")
+    assert gpu_context(gpus, nobody, vllm_pids=[])["other_process_bytes"].tolist() == [0] * 4
+
+
+def test_cli_ledger_without_the_apps_snapshot_leaves_other_processes_unknown(capsys):
+    argv = ["ledger", f"{FOUR_RANK}/boot.log", "--nvidia-smi", f"{FOUR_RANK}/nvidia-smi-gpu.csv", "--json"]
+    with pytest.warns(NvidiaSmiWarning, match="no nvidia-smi --query-compute-apps snapshot"):
+        assert main(argv) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [row["other_process_bytes"] for row in rows] == [None] * 4
+    assert main([*argv[:-1], "--nvidia-smi", f"{FOUR_RANK}/nvidia-smi-apps.csv", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    # with it: sidecar 24643 MiB on each GPU, + 1244 / 6032 / 2467 MiB on GPUs 1–3 (24.1–30.0 GiB)
+    assert [row["other_process_bytes"] for row in rows] == [
+        24643 * MiB, 25887 * MiB, 30675 * MiB, 27110 * MiB
+    ]
+
+
+def test_total_bytes_match_accepts_the_bundled_samples_and_rounding_only():
+    assert (round(79.19 * GiB), round(94.97 * GiB)) == (H100_LOGGED_TOTAL, RTX_PRO_LOGGED_TOTAL)
+    # H100: 81,559 MiB = 85,520,809,984 B; − 85,029,615,043 B logged = 491,194,941 B (468.4 MiB reserved)
+    assert total_bytes_match(H100_LOGGED_TOTAL, 81_559 * MiB)
+    # RTX PRO 6000: 97,887 MiB = 102,641,958,912 B; − 101,973,261,025 B = 668,697,887 B (637.7 MiB)
+    assert total_bytes_match(RTX_PRO_LOGGED_TOTAL, 97_887 * MiB)
+    # crossed: 102,641,958,912 − 85,029,615,043 = 17,612,343,869 B (16.4 GiB) more than logged
+    assert not total_bytes_match(H100_LOGGED_TOTAL, 97_887 * MiB)
+    # crossed the other way: the log says 101,973,261,025 B, more than the snapshot's 85,520,809,984 B
+    assert not total_bytes_match(RTX_PRO_LOGGED_TOTAL, 81_559 * MiB)
+    # rounding: 0.005 GiB (5,368,709 B) + 1 MiB (1,048,576 B) = 6,417,285 B either way; reserved ≤ 1 GiB
+    assert TOTAL_ROUNDING_BYTES == 6_417_285
+    smi = 81_559 * MiB
+    assert total_bytes_match(smi + 6_417_285, smi) and not total_bytes_match(smi + 6_417_286, smi)
+    # 1,073,741,824 + 6,417,285 = 1,080,159,109 B below the snapshot's total is the most accepted
+    assert total_bytes_match(smi - 1_080_159_109, smi) and not total_bytes_match(smi - 1_080_159_110, smi)
+
+
+@pytest.mark.parametrize("folder", [FOUR_RANK, SHARED_GPU])
+def test_the_bundled_snapshots_join_their_own_logs(folder):
+    ledger, _ = read_vllm_logs(folder / "boot.log")
+    gpus, apps = read_nvidia_smi_snapshots([folder / "nvidia-smi-gpu.csv", folder / "nvidia-smi-apps.csv"])
+    by_rank = gpu_index_by_rank(ledger, gpus, apps)
+    assert by_rank == {rank: rank for rank in range(len(gpus))}
+    assert join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)["gpu_name"].notna().all()
+
+
+def test_a_gpu_whose_total_differs_from_the_logged_total_is_refused():
+    ledger, _ = read_vllm_logs(FOUR_RANK / "boot.log")  # 4 × H100, 79.19 GiB logged on each rank
+    gpus, apps = read_nvidia_smi_snapshots([SHARED_GPU / "nvidia-smi-gpu.csv"])  # 3 × 97,887 MiB
+    # 97,887 MiB = 95.59 GiB: 16.4 GiB more than 79.19 GiB (see the test above)
+    message = (
+        r"shared-gpu/nvidia-smi-gpu\.csv, line 2: GPU 0 has memory\.total 97,887 MiB \(95\.59 GiB\), but "
+        r".*four-rank/boot\.log, rank 0 logged 79\.19 GiB total GPU memory.*another machine"
+    )
+    with pytest.raises(NvidiaSmiError, match=message):
+        gpu_index_by_rank(ledger, gpus, apps)
+    with pytest.raises(NvidiaSmiError, match=message):  # an explicit rank map is checked as well
+        join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank={0: 0})
+    with pytest.raises(NvidiaSmiError, match=r"line 3: GPU 1 .* rank 2 logged"):  # rank 2 on GPU 1 by pid
+        join_nvidia_smi(
+            ledger[ledger["rank"] == 2], gpus, read_nvidia_smi_csv(f"{gpus.loc[1, 'gpu_uuid']}, 48604, x, 1")
+        )
+
+
+def test_cli_ledger_refuses_the_snapshot_of_another_machine(capsys):
+    status = main(["ledger", f"{FOUR_RANK}/boot.log", "--nvidia-smi", f"{SHARED_GPU}/nvidia-smi-gpu.csv"])
+    assert status == 2
+    assert "GPU 0 has memory.total 97,887 MiB (95.59 GiB), but " in capsys.readouterr().err
+
+
+def test_a_snapshot_with_fewer_gpus_than_ranks_is_refused(tmp_path):
+    three = tmp_path / "three-gpus.csv"  # the four-rank snapshot without GPU 3 (its last line)
+    three.write_text("".join((FOUR_RANK / "nvidia-smi-gpu.csv").read_text().splitlines(True)[:4]))
+    ledger, _ = read_vllm_logs(FOUR_RANK / "boot.log")  # ranks 0–3, totals that fit GPUs 0–2
+    gpus, apps = read_nvidia_smi_snapshots([three])
+    message = r"three-gpus\.csv: the snapshot lists 3 GPU\(s\) \(index 0, 1, 2\), none for rank\(s\) 3 of"
+    with pytest.raises(NvidiaSmiError, match=message):
+        gpu_index_by_rank(ledger, gpus, apps)
+    # with a process snapshot of the same node the ranks are placed by pid: only GPUs 0–2 matter
+    lines = (FOUR_RANK / "nvidia-smi-apps.csv").read_text().splitlines(True)
+    apps = read_nvidia_smi_csv("".join(lines[:9]))  # header + the 8 processes on GPUs 0–2
+    assert gpu_index_by_rank(ledger, gpus, apps) == {0: 0, 1: 1, 2: 2}

@@ -12,19 +12,25 @@ nvidia-smi reports memory in MiB; values become ``int`` bytes. ``[N/A]`` and ``[
 (common for process memory inside containers) become ``<NA>``, never 0.
 
 Memory used by *other* processes on a GPU is the sum over its processes whose pid is not one of the
-vLLM pids the ledger knows (the workers of the logged boots). A rank finds its GPU through its own pid
-in the process snapshot, or through an explicit ``gpu_index_by_rank`` map when the snapshot was taken
-while vLLM was not running.
+vLLM pids the ledger knows (the workers of the logged boots). Without a process snapshot it is unknown
+(``<NA>``, with a :class:`NvidiaSmiWarning`), never 0. A rank finds its GPU through its own pid in the
+process snapshot, or through an explicit ``gpu_index_by_rank`` map when the snapshot was taken while
+vLLM was not running.
+
+A snapshot of another machine is refused: a GPU whose ``memory.total`` does not fit the total GPU
+memory vLLM logged for the rank placed on it (:func:`total_bytes_match`), or, with no process snapshot
+to place the ranks by pid, fewer GPUs than ranks.
 """
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 import pandas as pd
 
-from kvplan.units import parse_size
+from kvplan.units import GiB, MiB, format_size, parse_size
 
 GPU_COLUMNS = [
     "gpu_index",
@@ -61,9 +67,21 @@ _HEADERS = {
 _COLUMNS = {"gpus": GPU_COLUMNS, "apps": APP_COLUMNS}
 _NOT_AVAILABLE = {"[n/a]", "n/a", "[not supported]", "[unknown error]", "[insufficient permissions]"}
 
+# Rounding between the two totals of one GPU: vLLM logs its total (torch.cuda.mem_get_info) with two
+# decimals of GiB (±0.005 GiB ≈ ±5.1 MiB); nvidia-smi prints memory.total in whole MiB (< 1 MiB off).
+TOTAL_ROUNDING_BYTES = GiB // 200 + MiB
+# What the driver keeps for itself (nvidia-smi's memory.reserved) is in memory.total but not in
+# mem_get_info's total. The bundled samples: H100 81,559 MiB vs 79.19 GiB logged (468 MiB less), RTX PRO
+# 6000 97,887 MiB vs 94.97 GiB (638 MiB less). 1 GiB covers those; other GPU models differ by GiBs.
+DRIVER_RESERVED_MAX_BYTES = GiB
+
 
 class NvidiaSmiError(ValueError):
     """An nvidia-smi snapshot that cannot be read or joined; the message names the file and line."""
+
+
+class NvidiaSmiWarning(UserWarning):
+    """A snapshot joined with something unknown (e.g. no process snapshot: other processes' memory)."""
 
 
 def read_nvidia_smi_csv(path_or_text: str | Path, kind: str | None = None) -> pd.DataFrame:
@@ -103,11 +121,12 @@ def read_nvidia_smi_csv(path_or_text: str | Path, kind: str | None = None) -> pd
     return _frame(records, detected, source)
 
 
-def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame, vllm_pids: Iterable[int]) -> pd.DataFrame:
+def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame | None, vllm_pids: Iterable[int]) -> pd.DataFrame:
     """Per GPU index: name, driver and memory used by processes other than ``vllm_pids`` [bytes].
 
-    ``other_process_bytes`` is ``<NA>`` when one of those processes' memory is not reported.
-    Columns are :data:`CONTEXT_COLUMNS`, one row per GPU, in index order.
+    ``other_process_bytes`` is ``<NA>`` when one of those processes' memory is not reported, and on
+    every GPU when ``apps`` is None (no process snapshot). Columns are :data:`CONTEXT_COLUMNS`, one row
+    per GPU, in index order.
 
     >>> gpus = read_nvidia_smi_csv("0, GPU-0a1b, NVIDIA H100 80GB HBM3, 580.95.05, 81559, 3072, 78017")
     >>> apps = read_nvidia_smi_csv("GPU-0a1b, 7, VLLM::Worker_TP0, 2048\\nGPU-0a1b, 9, python3, 1024")
@@ -118,17 +137,21 @@ def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame, vllm_pids: Iterable[int]
     _check_apps_on_known_gpus(gpus, apps)
     rows = []
     for gpu in gpus.sort_values("gpu_index").itertuples(index=False):
-        on_gpu = apps[(apps["gpu_uuid"] == gpu.gpu_uuid) & ~apps["pid"].isin(known)]
-        used = on_gpu["used_memory_bytes"]
-        other = pd.NA if used.isna().any() else int(used.sum())
+        other = pd.NA if apps is None else _other_process_bytes(apps, gpu.gpu_uuid, known)
         rows.append([gpu.gpu_index, gpu.gpu_uuid, gpu.gpu_name, gpu.driver_version, other])
     frame = pd.DataFrame(rows, columns=CONTEXT_COLUMNS)
     frame["other_process_bytes"] = frame["other_process_bytes"].astype("Int64")
     return frame
 
 
-def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame) -> dict[int, int]:
-    """Which GPU index each process in the snapshot runs on.
+def _other_process_bytes(apps: pd.DataFrame, gpu_uuid: str, vllm_pids: set[int]):
+    """Memory [bytes] of the processes on ``gpu_uuid`` not in ``vllm_pids``; ``<NA>`` if one is unreported."""
+    used = apps.loc[(apps["gpu_uuid"] == gpu_uuid) & ~apps["pid"].isin(vllm_pids), "used_memory_bytes"]
+    return pd.NA if used.isna().any() else int(used.sum())
+
+
+def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
+    """Which GPU index each process in the snapshot runs on (none when ``apps`` is None).
 
     A process on several GPUs (one row per GPU) is an error: its rank has no single GPU.
 
@@ -136,6 +159,8 @@ def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame) -> dict[int, int]:
     >>> gpu_index_by_pid(gpus, read_nvidia_smi_csv("GPU-0a1b, 7, python3, 2048"))
     {7: 1}
     """
+    if apps is None:
+        return {}
     _check_apps_on_known_gpus(gpus, apps)
     index_of_uuid = dict(zip(gpus["gpu_uuid"], gpus["gpu_index"]))
     mapping: dict[int, int] = {}
@@ -149,10 +174,16 @@ def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame) -> dict[int, int]:
     return mapping
 
 
-def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame]:
+def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
     """The ``--query-gpu`` and ``--query-compute-apps`` snapshots among ``paths``, as ``(gpus, apps)``.
 
-    The GPU snapshot is required; without a process snapshot ``apps`` is empty.
+    The GPU snapshot is required. Without a process snapshot ``apps`` is None (other processes'
+    memory unknown), unlike a process snapshot with no process in it (an empty frame: none).
+
+    >>> from kvplan.config import DATA_DIR
+    >>> gpus, apps = read_nvidia_smi_snapshots([DATA_DIR / "boots" / "four-rank" / "nvidia-smi-gpu.csv"])
+    >>> len(gpus), apps is None
+    (4, True)
     """
     frames = {}
     for path in paths:
@@ -163,15 +194,16 @@ def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame
             "an nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.total,memory.used,memory.free "
             f"snapshot is needed; got only {', '.join(map(str, paths)) or 'nothing'}"
         )
-    apps = frames.get("apps", pd.DataFrame(columns=[*APP_COLUMNS, "source", "line"]))
-    return frames["gpus"], apps
+    return frames["gpus"], frames.get("apps")
 
 
-def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFrame) -> dict[int, int]:
+def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
     """Which GPU each ledger rank runs on: the GPU its pid holds memory on, else GPU index = rank.
 
-    The fallback assumes one node with every GPU visible; ranks without a GPU in the snapshot are left out.
-    A process snapshot that holds none of the ledger's pids is refused: it belongs to another launch.
+    The fallback assumes one node with every GPU visible. When no rank is placed by pid, a snapshot with
+    fewer GPUs than that needs is refused; when some are (e.g. one node of several), ranks without a GPU
+    in the snapshot are left out. A process snapshot that holds none of the ledger's pids is refused: it
+    belongs to another launch; so is a GPU whose memory.total does not fit the rank's logged total.
 
     >>> gpus = read_nvidia_smi_csv("0, GPU-0, NVIDIA L40S, 580.95.05, 46068, 2048, 43403\\n"
     ...                            "1, GPU-1, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")
@@ -189,14 +221,38 @@ def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFra
             f"({', '.join(map(str, sorted(ledger_pids)))}): it was taken at another time or on another "
             "machine"
         )
-    mapping = {}
+    mapping, placed_by_pid = {}, False
     for rank in sorted({int(rank) for rank in ledger["rank"].dropna()}):
         pids = ledger.loc[ledger["rank"] == rank, "pid"].dropna() if "pid" in ledger else []
         found = {by_pid[int(pid)] for pid in pids if int(pid) in by_pid}
-        index = found.pop() if len(found) == 1 else rank
-        if index in known:
-            mapping[rank] = index
+        placed_by_pid = placed_by_pid or len(found) == 1
+        mapping[rank] = found.pop() if len(found) == 1 else rank
+    mapping = {rank: index for rank, index in mapping.items() if index in known or not placed_by_pid}
+    _check_totals_by_rank(ledger, gpus, mapping)
+    _check_gpus_cover_ranks(gpus, mapping)
     return mapping
+
+
+def _check_totals_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, index_by_rank: Mapping[int, int]) -> None:
+    """Refuse a GPU whose memory.total does not fit the ``total_bytes`` logged by a rank placed on it."""
+    snapshot = gpus.set_index("gpu_index")
+    for _, row in ledger.iterrows():
+        index = None if pd.isna(row.get("rank")) else index_by_rank.get(int(row["rank"]))
+        if index in snapshot.index:
+            _check_total_bytes(row, snapshot.loc[index], index)
+
+
+def _check_gpus_cover_ranks(gpus: pd.DataFrame, index_by_rank: Mapping[int, int]) -> None:
+    """Refuse a ``--query-gpu`` snapshot that lacks the GPU (index = rank) of some ranks."""
+    known = {int(index) for index in gpus["gpu_index"]}
+    missing = [rank for rank, index in index_by_rank.items() if index not in known]
+    if missing:
+        raise NvidiaSmiError(
+            f"{gpus.attrs.get('source', '<snapshot>')}: the snapshot lists {len(known)} GPU(s) "
+            f"(index {', '.join(map(str, sorted(known)))}), none for rank(s) {', '.join(map(str, missing))} "
+            f"of the {len(index_by_rank)} logged: a snapshot of another machine? Add the "
+            "--query-compute-apps snapshot taken with it to place the ranks by pid"
+        )
 
 
 def free_bytes_by_rank(gpus: pd.DataFrame, by_rank: Mapping[int, int]) -> dict[int, int]:
@@ -222,8 +278,11 @@ def join_nvidia_smi(
     The vLLM pids are the ledger's ``pid`` values plus ``extra_vllm_pids`` (e.g. an EngineCore that
     holds GPU memory). A row's GPU is the one its ``pid`` runs on in ``apps``; rows whose pid is not
     in the snapshot use ``gpu_index_by_rank[rank]`` when given, else stay ``<NA>``. A pid found on
-    another GPU than ``gpu_index_by_rank`` says, or a GPU name or driver that differs from one already
-    in the ledger, is an error naming the source and rank.
+    another GPU than ``gpu_index_by_rank`` says, a GPU name or driver that differs from one already
+    in the ledger, or a GPU ``memory.total`` that does not fit the row's logged ``total_bytes``
+    (:func:`total_bytes_match`) is an error naming the snapshot, the source and rank. With ``apps``
+    None, ``other_process_bytes`` stays ``<NA>`` and a :class:`NvidiaSmiWarning` says so (also in
+    ``attrs["warnings"]`` of the result).
 
     >>> gpus = read_nvidia_smi_csv("0, GPU-0a1b, NVIDIA H100 80GB HBM3, 580.95.05, 81559, 3072, 78017")
     >>> apps = read_nvidia_smi_csv("GPU-0a1b, 7, VLLM::Worker_TP0, 2048\\nGPU-0a1b, 9, python3, 1024")
@@ -236,6 +295,7 @@ def join_nvidia_smi(
     pids = joined["pid"] if "pid" in joined.columns else pd.Series(pd.NA, index=joined.index)
     vllm_pids = {int(pid) for pid in pids.dropna()} | {int(pid) for pid in extra_vllm_pids}
     context = gpu_context(gpus, apps, vllm_pids).set_index("gpu_index")
+    snapshot = gpus.set_index("gpu_index")
     by_pid = gpu_index_by_pid(gpus, apps)
     for column in JOINED_COLUMNS:
         if column not in joined.columns:
@@ -244,6 +304,7 @@ def join_nvidia_smi(
         index = _row_gpu_index(row, by_pid, gpu_index_by_rank, context.index)
         if index is None:
             continue
+        _check_total_bytes(row, snapshot.loc[index], index)
         gpu = context.loc[index]
         for column in ("gpu_name", "driver_version"):
             current = row[column]
@@ -255,7 +316,47 @@ def join_nvidia_smi(
             joined.at[label, column] = gpu[column]
         joined.at[label, "other_process_bytes"] = gpu["other_process_bytes"]
     joined["other_process_bytes"] = joined["other_process_bytes"].astype("Int64")
+    if apps is None:
+        _warn_no_process_snapshot(joined, gpus)
     return joined
+
+
+def total_bytes_match(logged_total_bytes: int, smi_total_bytes: int) -> bool:
+    """Whether vLLM's logged total GPU memory can be the same GPU as nvidia-smi's ``memory.total``.
+
+    The logged total may lack up to :data:`DRIVER_RESERVED_MAX_BYTES` (the driver's reservation),
+    give or take :data:`TOTAL_ROUNDING_BYTES`.
+
+    >>> total_bytes_match(85_029_615_043, 81_559 * MiB)  # H100: 79.19 GiB logged, 468 MiB reserved
+    True
+    >>> total_bytes_match(85_029_615_043, 97_887 * MiB)  # an RTX PRO 6000: 16.4 GiB more
+    False
+    """
+    reserved_bytes = smi_total_bytes - logged_total_bytes
+    return -TOTAL_ROUNDING_BYTES <= reserved_bytes <= DRIVER_RESERVED_MAX_BYTES + TOTAL_ROUNDING_BYTES
+
+
+def _check_total_bytes(row, gpu, index: int) -> None:
+    """Refuse a GPU whose ``memory.total`` does not fit the total vLLM logged for ``row``'s rank."""
+    logged, smi = row.get("total_bytes"), gpu["memory_total_bytes"]
+    if pd.isna(logged) or pd.isna(smi) or total_bytes_match(int(logged), int(smi)):
+        return
+    raise NvidiaSmiError(
+        f"{gpu['source']}, line {gpu['line']}: GPU {index} has memory.total {int(smi) // MiB:,} MiB "
+        f"({format_size(int(smi))}), but {_where(row)} logged {format_size(int(logged))} total GPU memory; "
+        f"the same GPU's totals differ by at most the driver's reservation "
+        f"({format_size(DRIVER_RESERVED_MAX_BYTES)}) and rounding: a snapshot of another machine?"
+    )
+
+
+def _warn_no_process_snapshot(joined: pd.DataFrame, gpus: pd.DataFrame) -> None:
+    message = (
+        f"{gpus.attrs.get('source', '<snapshot>')}: no nvidia-smi --query-compute-apps snapshot, so the "
+        "memory of other processes on each GPU is unknown (other_process_bytes left empty); add one taken "
+        "with it: nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv"
+    )
+    joined.attrs["warnings"] = [*joined.attrs.get("warnings", []), message]
+    warnings.warn(NvidiaSmiWarning(message), stacklevel=3)
 
 
 def _row_gpu_index(row, by_pid, gpu_index_by_rank, known_indexes) -> int | None:
@@ -283,7 +384,9 @@ def _where(row) -> str:
     return f"{source}, rank {rank}" if not pd.isna(rank) else str(source)
 
 
-def _check_apps_on_known_gpus(gpus: pd.DataFrame, apps: pd.DataFrame) -> None:
+def _check_apps_on_known_gpus(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> None:
+    if apps is None:
+        return
     unknown = apps[~apps["gpu_uuid"].isin(set(gpus["gpu_uuid"]))]
     if not unknown.empty:
         first = unknown.iloc[0]
@@ -392,4 +495,3 @@ def _frame(records: list[dict], kind: str, source: str) -> pd.DataFrame:
     frame.attrs["kind"] = kind
     frame.attrs["source"] = source
     return frame
-
