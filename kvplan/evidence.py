@@ -8,7 +8,9 @@ files, the load policy). It holds ``budget.json`` (schema in
 of every input under ``inputs/``, so :func:`verify_bundle` can recompute the decision anywhere. The
 folder is assembled under a hidden temporary name beside the target (created with the process
 umask, like the files in it) and renamed into place; any failure removes the temporary folder, and
-an existing bundle is never overwritten or changed.
+an existing bundle is never overwritten or changed (nor written into: an output folder that is or lies
+inside a bundle is refused). The folder name is a label: a copied or renamed bundle verifies by the
+``inputs_digest`` inside its ``budget.json``, and the name that differs is only noted.
 """
 
 from __future__ import annotations
@@ -201,6 +203,34 @@ def input_names(paths: Sequence[str | os.PathLike]) -> list[str]:
     if len(set(names)) == len(names):
         return [f"{INPUTS_DIR}/{name}" for name in names]
     return [f"{INPUTS_DIR}/{i}-{name}" for i, name in enumerate(names, start=1)]
+
+
+def enclosing_bundle(path: str | os.PathLike) -> Path | None:
+    """The bundle folder (holding ``budget.json``) that ``path`` is or lies inside, resolved; else None.
+
+    ``path`` need not exist yet (an ``--out`` folder that approve would create).
+
+    >>> enclosing_bundle("/no/such/folder") is None
+    True
+    """
+    resolved = Path(path).resolve()
+    folders = (resolved, *resolved.parents)
+    return next((folder for folder in folders if (folder / BUDGET_JSON).is_file()), None)
+
+
+def name_notes(name: str, approved_name: str) -> list[str]:
+    """The note for a bundle folder whose ``name`` is not the ``approved_name`` (a label, never a difference).
+
+    >>> name_notes("2026-11-29-0123456789ab", "2026-11-29-0123456789ab")
+    []
+    >>> name_notes("CHG-1234", "2026-11-29-0123456789ab")  # doctest: +NORMALIZE_WHITESPACE
+    ["folder name 'CHG-1234' is not the approved name '2026-11-29-0123456789ab' (created_utc's date and the
+    inputs digest in budget.json): a label only; the contents are checked against that digest"]
+    """
+    if name == approved_name:
+        return []
+    return [f"folder name {name!r} is not the approved name {approved_name!r} (created_utc's date and the "
+            "inputs digest in budget.json): a label only; the contents are checked against that digest"]
 
 
 # --- the decision (pure over its inputs) ----------------------------------------------------------
@@ -804,10 +834,12 @@ def approve(
 
     ``load_paths`` are the server logs and /metrics snapshots of a load test at the approved value
     (read with ``load_policy``, default: no preemption allowed); they are inputs like the logs.
-    Raises :class:`BundleExistsError` when the folder already exists (the same inputs, policy,
-    approver and note approved on the same UTC day), :class:`InputFileError` for a missing input, and
-    :class:`ApprovalError` when the logs give no budget or a check at approval fails (e.g. the plan
-    does not fit, or the load test shows an OOM or more preemptions than the policy allows).
+    Raises :class:`BundleExistsError` when the folder already exists (the same input files given by the
+    same paths, policy, approver and note approved on the same UTC day) or when ``out_dir`` is a bundle
+    or lies inside one (writing there would change an approved bundle), :class:`InputFileError` for a
+    missing input, and :class:`ApprovalError` when the logs give no budget or a check at approval fails
+    (e.g. the plan does not fit, or the load test shows an OOM or more preemptions than the policy
+    allows).
 
     The final name is claimed with ``mkdir`` (which fails when anything exists there) and the
     finished temporary folder is renamed onto that empty claim, so a bundle written at the same
@@ -836,10 +868,15 @@ def approve(
     digest = inputs_digest(hashes, settings)
     created = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     out = Path(out_dir)
+    enclosing = enclosing_bundle(out)
+    if enclosing is not None:
+        raise BundleExistsError(f"{out}: inside the evidence bundle {enclosing}: writing there would change "
+                                "an approved bundle; give --out the folder that holds bundles, e.g. "
+                                f"{enclosing.parent}")
     final = out / bundle_name(created, digest)
-    exists = BundleExistsError(f"{final}: a bundle for these inputs already exists (same inputs, policy, "
-                               "approver and note on the same day); bundles are never overwritten (verify "
-                               "it with `kvplan verify`)")
+    exists = BundleExistsError(f"{final}: a bundle for these inputs already exists (same input files by the "
+                               "same paths, policy, approver and note on the same day); bundles are never "
+                               "overwritten (verify it with `kvplan verify`)")
     if final.exists():
         raise exists
     out.mkdir(parents=True, exist_ok=True)
@@ -911,13 +948,24 @@ def read_bundle(bundle: str | os.PathLike) -> dict:
 def verify_bundle(bundle: str | os.PathLike) -> list[str]:
     """Differences between a bundle and a fresh recomputation from its inputs (empty = all agree).
 
-    Checks every file hash (inputs and artifacts, none missing or added), that charts are PNG files,
-    the inputs digest (input hashes, paths and roles, policy, plan, model options, approver, note,
-    kvplan version) and the folder name that carries it, the approval date against the folder's date,
-    and the decision, per-rank budgets, key, capacity, plan and ledger recomputed from the input
-    copies and the recorded policy; ``SUMMARY.md``, ``ledger.csv`` and ``evidence.log`` must equal,
-    byte for byte, the text regenerated from the recorded ``budget.json`` and the fresh decision.
-    A renamed folder fails the name check. Raises :class:`BundleError` for an unreadable bundle.
+    The differences of :func:`verify_bundle_with_notes`, without its notes.
+    """
+    return verify_bundle_with_notes(bundle)[0]
+
+
+def verify_bundle_with_notes(bundle: str | os.PathLike) -> tuple[list[str], list[str]]:
+    """Differences between a bundle and a fresh recomputation from its inputs (empty = all agree), and notes.
+
+    Checks every file hash (inputs and artifacts, none missing, no file or folder added), that charts
+    are PNG files, the inputs digest (input hashes, paths and roles, policy, plan, model options,
+    approver, note, kvplan version) recomputed against the recorded one, that ``created_utc`` is an
+    ISO 8601 UTC time, and the decision, per-rank budgets, key, capacity, plan and ledger recomputed
+    from the input copies and the recorded policy; ``SUMMARY.md``, ``ledger.csv`` and ``evidence.log``
+    must equal, byte for byte, the text regenerated from the recorded ``budget.json`` and the fresh
+    decision (``SUMMARY.md`` names the approved folder, whatever the folder is called now). The folder
+    name is a label: one that is not the approved ``<created_utc date>-<digest>`` (a copied or renamed
+    bundle) is a note (:func:`name_notes`), never a difference. Raises :class:`BundleError` for an
+    unreadable bundle.
     """
     folder = Path(bundle)
     record = read_bundle(folder)
@@ -958,30 +1006,27 @@ def verify_bundle(bundle: str | os.PathLike) -> list[str]:
         differences.append(f"inputs digest: recorded {record.get('inputs_digest')}, recomputed {digest} "
                            "(policy, plan, model options, load policy, input hashes or paths, approver, "
                            "note or kvplan version were changed)")
-    name = folder.resolve().name
-    if not name.endswith(digest[:DIGEST_CHARS]):
-        differences.append(f"folder name {name!r} does not end with the inputs digest "
-                           f"{digest[:DIGEST_CHARS]} (a renamed bundle does not verify: give it back "
-                           "its name)")
     created = _created(record.get("created_utc"))
+    notes = []
     if created is None:
         differences.append(f"created_utc: {record.get('created_utc')!r} is not an ISO 8601 UTC time")
-    elif not name.startswith(f"{created:%Y-%m-%d}-"):
-        differences.append(f"created_utc {record['created_utc']} is not the date of the folder name {name!r}")
+    else:
+        approved_name = bundle_name(created, str(record.get("inputs_digest")))
+        notes = name_notes(folder.resolve().name, approved_name)
     differences += _entry_differences(folder, entries)
     if any(not (folder / e["bundle_path"]).is_file() for e in ordered) or created is None:
-        return differences
+        return differences, notes
     try:
         decision = decide([(folder / e["bundle_path"], e["bundle_path"]) for e in logs], policy, layout, plan,
                           [(folder / e["bundle_path"], e["bundle_path"]) for e in loads], load_policy)
     except (ValueError, TypeError) as exc:  # TypeError: model options kv_spec does not take
-        return [*differences, f"recomputation failed: {exc}"]
+        return [*differences, f"recomputation failed: {exc}"], notes
     fresh = build_record(decision, policy, entries, digest, created, approver, note, options)
     fresh["kvplan_version"] = version
     for key in ("decision", "policy", "ranks", "summary", "stranded", "kv_spec", "capacity", "admission_plan",
                 "load", "compatibility_key", "checks", "warnings", "ledger"):
         differences += _compare(key, record.get(key), _roundtrip(fresh.get(key)))
-    for file_name, text in artifact_texts(decision, _roundtrip(fresh), name).items():
+    for file_name, text in artifact_texts(decision, _roundtrip(fresh), approved_name).items():
         differences += _text_difference(folder / file_name, file_name, text)
     expected_charts = {f"{CHARTS_DIR}/{chart}.png" for chart in chart_names(decision)}
     recorded_charts = {path for path in record["files"] if path.startswith(f"{CHARTS_DIR}/")}
@@ -990,7 +1035,7 @@ def verify_bundle(bundle: str | os.PathLike) -> list[str]:
     if differences and version != __version__:
         differences.append(f"note: approved with kvplan {version}, verified with "
                            f"{__version__}; a reader change can explain a recomputed difference")
-    return differences
+    return differences, notes
 
 
 # --- helpers --------------------------------------------------------------------------------------
@@ -1125,10 +1170,24 @@ def _file_differences(folder: Path, record: Mapping) -> list[str]:
             differences.append(f"{name}: SHA-256 {sha256_file(path)} differs from the recorded {digest}")
         elif name.startswith(f"{CHARTS_DIR}/") and not _is_png(path):
             differences.append(f"{name}: not a PNG image")
-    present = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()}
-    for name in sorted(present - set(expected) - {BUDGET_JSON}):
-        differences.append(f"{name}: not part of the bundle as approved")
+    differences += [f"{name}: not part of the bundle as approved" for name in added_paths(folder, expected)]
     return differences
+
+
+def added_paths(folder: Path, expected: Sequence[str]) -> list[str]:
+    """Paths under ``folder`` that are neither ``budget.json``, an ``expected`` file nor a folder holding
+    one, sorted; folders end with ``/`` (an added empty folder changes a bundle too)."""
+    wanted = {BUDGET_JSON, *expected}
+    folders = {parent.as_posix() for name in wanted for parent in Path(name).parents} - {"."}
+    added = []
+    for path in folder.rglob("*"):
+        name = path.relative_to(folder).as_posix()
+        if path.is_dir() and not path.is_symlink():
+            if name not in folders:
+                added.append(f"{name}/")
+        elif name not in wanted:
+            added.append(name)
+    return sorted(added)
 
 
 def _is_png(path: Path) -> bool:

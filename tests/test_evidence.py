@@ -161,13 +161,22 @@ class TestVerify:
         (copy_of_bundle / "notes.txt").write_text("x")
         assert evidence.verify_bundle(copy_of_bundle) == ["notes.txt: not part of the bundle as approved"]
 
+    def test_added_empty_folders(self, copy_of_bundle, capsys):
+        (copy_of_bundle / "empty").mkdir()
+        (copy_of_bundle / "charts" / "old" / "older").mkdir(parents=True)
+        assert evidence.verify_bundle(copy_of_bundle) == [
+            "charts/old/: not part of the bundle as approved",
+            "charts/old/older/: not part of the bundle as approved",
+            "empty/: not part of the bundle as approved"]
+        assert main(["verify", str(copy_of_bundle)]) == 1
+
     @pytest.mark.parametrize(("key", "value"), [
         ("approver", "Mallory"), ("note", "CHG-9999"), ("kvplan_version", "9.9.9"),
         ("created_utc", "2026-11-28T10:40:00Z"), ("created_utc", "2026-11-29T11:55:00Z"), ("inputs", "path"),
     ])
     def test_edited_approval_fields(self, copy_of_bundle, capsys, key, value):
-        # approver, note, version and input paths are in the inputs digest (the folder name); created_utc's
-        # date must be the folder's, and its time is printed in SUMMARY.md
+        # approver, note, version and input paths are in the inputs digest; created_utc (date and time) is
+        # printed in SUMMARY.md
         path = copy_of_bundle / "budget.json"
         record = json.loads(path.read_text())
         if key == "inputs":
@@ -178,8 +187,7 @@ class TestVerify:
         differences = evidence.verify_bundle(copy_of_bundle)
         expected = {"approver": "inputs digest: recorded", "note": "inputs digest: recorded",
                     "kvplan_version": "inputs digest: recorded", "inputs": "inputs digest: recorded",
-                    "created_utc": "created_utc 2026-11-28T10:40:00Z is not the date of the folder name"
-                    if value.startswith("2026-11-28") else "SUMMARY.md: differs from the text regenerated"}
+                    "created_utc": "SUMMARY.md: differs from the text regenerated"}
         assert any(d.startswith(expected[key]) for d in differences), differences
         assert main(["verify", str(copy_of_bundle)]) == 1
 
@@ -211,19 +219,44 @@ class TestVerify:
         path.write_text(json.dumps(record))
         assert evidence.verify_bundle(copy_of_bundle) == ["charts/stranded.png: not a PNG image"]
 
-    def test_renamed_folder_fails(self, bundle, tmp_path, capsys):
-        folder = Path(shutil.copytree(bundle, tmp_path / "2026-11-29-renamed"))
-        assert any(d.startswith("folder name '2026-11-29-renamed' does not end with the inputs digest")
-                   for d in evidence.verify_bundle(folder))
+    @pytest.mark.parametrize("name", ["2026-11-29-renamed", "CHG-1234", "2026-11-30-{digest}"])
+    def test_copied_or_renamed_bundle_verifies_with_a_note(self, bundle, tmp_path, capsys, name):
+        # the folder name is a label (tickets attach bundles under other names; `cp -r` to elsewhere):
+        # the contents are checked against the inputs digest inside budget.json, the name only noted
+        digest = evidence.read_bundle(bundle)["inputs_digest"]
+        folder = Path(shutil.copytree(bundle, tmp_path / name.format(digest=digest[:12])))
+        differences, notes = evidence.verify_bundle_with_notes(folder)
+        assert differences == []
+        assert notes == [f"folder name {folder.name!r} is not the approved name {bundle.name!r} "
+                         "(created_utc's date and the inputs digest in budget.json): a label only; the "
+                         "contents are checked against that digest"]
+        assert main(["verify", str(folder)]) == 0
+
+    def test_renamed_and_changed_bundle_still_fails(self, bundle, tmp_path):
+        folder = Path(shutil.copytree(bundle, tmp_path / "renamed"))
+        (folder / "notes.txt").write_text("x")
+        differences, notes = evidence.verify_bundle_with_notes(folder)
+        assert differences == ["notes.txt: not part of the bundle as approved"] and len(notes) == 1
         assert main(["verify", str(folder)]) == 1
+
+    def test_untouched_bundle_has_no_notes(self, bundle):
+        assert evidence.verify_bundle_with_notes(bundle) == ([], [])
 
     def test_verify_help_documents_names(self, capsys):
         with pytest.raises(SystemExit):
             main(["verify", "--help"])
         text = " ".join(capsys.readouterr().out.split())
-        assert "a renamed bundle folder fails (exit 1" in text
+        assert "a copied or renamed bundle folder verifies (exit 0" in text
         assert "a second approver (or a different note) approving the same inputs on the same day gets a " \
                "folder of its own" in text
+
+    def test_created_utc_must_be_a_utc_time(self, copy_of_bundle):
+        path = copy_of_bundle / "budget.json"
+        record = json.loads(path.read_text())
+        record["created_utc"] = "2026-11-29 10:40"
+        path.write_text(json.dumps(record))
+        assert evidence.verify_bundle(copy_of_bundle) == [
+            "created_utc: '2026-11-29 10:40' is not an ISO 8601 UTC time"]
 
     def test_unreadable_bundle_exits_2(self, tmp_path, capsys):
         assert main(["verify", str(tmp_path)]) == 2
@@ -256,6 +289,24 @@ class TestWriting:
             approve(bundle.parent)
         assert {p: p.read_bytes() for p in bundle.rglob("*") if p.is_file()} == before
         assert list(bundle.parent.iterdir()) == [bundle]  # no temporary folder left either
+
+    @pytest.mark.parametrize("inside", [".", "sub", "inputs", "charts/sub/deeper"])
+    def test_out_in_a_bundle_is_refused_and_the_bundle_left_unchanged(self, copy_of_bundle, capsys, inside):
+        # an approval into a bundle (or a folder inside one) would change an approved bundle
+        before = sorted(p.relative_to(copy_of_bundle).as_posix() for p in copy_of_bundle.rglob("*"))
+        out = copy_of_bundle / inside
+        with pytest.raises(BundleExistsError, match=f"^{out}: inside the evidence bundle {copy_of_bundle}"):
+            approve(out, approver="Bo Reviewer")
+        assert main(["approve", str(FOUR_RANK), "--reserve", "0.9GiB", "--approver", "Bo", "--out",
+                     str(out)]) == 2
+        assert f"inside the evidence bundle {copy_of_bundle}" in capsys.readouterr().err
+        assert sorted(p.relative_to(copy_of_bundle).as_posix() for p in copy_of_bundle.rglob("*")) == before
+        assert evidence.verify_bundle(copy_of_bundle) == []
+
+    def test_enclosing_bundle(self, copy_of_bundle, tmp_path):
+        assert evidence.enclosing_bundle(copy_of_bundle) == copy_of_bundle.resolve()
+        assert evidence.enclosing_bundle(copy_of_bundle / "a" / "b") == copy_of_bundle.resolve()
+        assert evidence.enclosing_bundle(tmp_path / "elsewhere") is None
 
     @pytest.mark.parametrize("where", ["summary_markdown", "stranded_chart", "rename"])
     def test_interrupted_export_leaves_nothing(self, tmp_path, monkeypatch, where):
@@ -303,8 +354,22 @@ class TestWriting:
         third = approve(tmp_path, note="CHG-1235")
         assert len({first, second, third}) == 3
         assert evidence.verify_bundle(second) == [] and evidence.verify_bundle(third) == []
-        with pytest.raises(BundleExistsError, match="same inputs, policy, approver and note on the same day"):
+        same = "same input files by the same paths, policy, approver and note on the same day"
+        with pytest.raises(BundleExistsError, match=same):
             approve(tmp_path, approver="Bo Reviewer")
+
+    def test_the_same_file_by_another_path_gets_its_own_folder(self, tmp_path, monkeypatch):
+        # the inputs digest holds the paths as given: `data/x.log` and `/abs/data/x.log` are two approvals
+        monkeypatch.chdir(FOUR_RANK.parent)
+        relative = approve(tmp_path, log_paths=[Path(FOUR_RANK.name)])
+        absolute = approve(tmp_path, log_paths=[FOUR_RANK.resolve()])
+        assert relative != absolute
+        assert evidence.verify_bundle(relative) == [] and evidence.verify_bundle(absolute) == []
+
+    def test_readme_says_the_same_paths_are_refused(self):
+        readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+        section = " ".join(readme.split("### `kvplan approve`")[1].split("### `kvplan verify`")[0].split())
+        assert "the same files given by the same paths" in section
 
     def test_bundle_is_readable_under_the_umask(self, tmp_path):
         previous = os.umask(0o022)
