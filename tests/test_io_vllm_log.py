@@ -18,6 +18,7 @@ from kvplan.config import DATA_DIR
 from kvplan.io import LogParseError, read_vllm_log, read_vllm_logs, vllm_lines
 from kvplan.io.vllm_lines import key_values, read_message, split_records
 from kvplan.io.vllm_log import iter_candidate_lines
+from kvplan.ledger import LedgerError, budget_from_ledger
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR, GiB, MiB
 
@@ -697,6 +698,41 @@ def test_a_log_cut_after_kv_sizing_is_incomplete_and_the_diagnosis_knows_the_rel
     assert warning.startswith("cut.log:57: boot 0: this log shows the room of rank(s) 0 only")
     assert "vLLM 0.26.0 prints the --kv-cache-memory suggestion on every rank" in warning
     assert "rerun with" not in warning
+
+
+#: The line of the four-rank sample that completes startup (v0.26, EngineCore):
+#: "(EngineCore pid=48467) … init engine (profile, create kv cache, warmup model) took 97.36 seconds"
+FOUR_RANK_STARTUP_LINE = 75
+
+
+def test_every_cut_of_the_four_rank_log_is_incomplete_on_every_rank_until_startup_completes():
+    lines = FOUR_RANK_LOG.read_text().splitlines(keepends=True)
+    assert "init engine (profile, create kv cache, warmup model) took" in lines[FOUR_RANK_STARTUP_LINE - 1]
+    for cut in range(1, len(lines) + 1):
+        ledger, _ = read_vllm_log("".join(lines[:cut]), source="cut.log")
+        if cut >= FOUR_RANK_STARTUP_LINE:
+            assert ledger["outcome"].tolist() == ["ok"] * 4, cut
+            continue
+        # graph capture, graph pool and suggestion lines (66–74) do not complete a 0.26 boot
+        assert set(ledger["outcome"]) <= {"incomplete"}, cut
+        # lines 1–7: the boot has begun but no rank has printed yet, so the ledger is empty
+        with pytest.raises(LedgerError, match="incomplete" if len(ledger) else "empty") as refused:
+            budget_from_ledger(ledger, parse_size("0.9GiB"))
+        assert "rank(s) 0 only" not in str(refused.value), cut
+
+
+def test_an_old_release_boot_completes_when_every_rank_captured_its_graphs():
+    # 0.5.x V0, TP=2, no "init engine … took": graph capture is each rank's last startup step
+    text = (
+        "Initializing an LLM engine (v0.5.4) with config: model='m', tensor_parallel_size=2\n"
+        + HEAD + "# GPU blocks: 2666, # CPU blocks: 2048\n"
+        + "(VllmWorkerProcess pid=7) " + HEAD + "Graph capturing finished in 5 secs.\n"
+    )
+    ledger, _ = read_vllm_log(text)
+    # rank 1 is through, but the driver (rank 0) has not finished: the boot has not
+    assert ledger[["rank", "outcome"]].values.tolist() == [[1, "incomplete"]]
+    ledger, _ = read_vllm_log(text + HEAD + "Graph capturing finished in 6 secs.\n")
+    assert ledger["outcome"].tolist() == ["ok"] * 2
 
 
 def test_old_graph_capture_line_completes_a_v0_boot():

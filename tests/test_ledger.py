@@ -39,6 +39,8 @@ def boot_text(version, rooms, tp=None):
             f"or `--kv-cache-memory={room}` ({room / GiB:.2f} GiB) to fully utilize gpu memory. Current kv "
             "cache memory in use is 30.0 GiB."
         )
+    # startup completes: without this line the boot is incomplete, and refused
+    lines.append(f"(EngineCore_DP0 pid=9) {HEAD}init engine (profile, create kv cache, warmup model) took 9.00 seconds")
     return "\n".join(lines) + "\n"
 
 

@@ -80,8 +80,11 @@ KV_SIZED_COLUMNS = (
     "num_gpu_blocks",
     "kv_cache_tokens",
 )
-#: Rank lines printed after that rank's last allocation: the rank got through startup.
-DONE_FAMILIES = ("graph_took", "graph_finished", "graph_pool", "suggestion")
+#: The last startup line of a rank in releases that may print no boot-level completion line
+#: (0.5.0–0.6.3, "Graph capturing finished in N secs."). Later releases log more after graph capture
+#: (graph pool, --kv-cache-memory suggestion, warm-up), so only "init engine … took" or "Application
+#: startup complete" completes their boots.
+OLD_LAST_LINE_FAMILIES = ("graph_finished",)
 #: Where a configuration value came from, most trusted first.
 CONFIG_PRIORITY = {
     "version": 0,
@@ -535,6 +538,7 @@ def _resolve(boot: _Boot, source: str) -> tuple[list[dict], list[tuple], list[st
         if single == 1 and not unattributed:
             row(0)
     flags = _boot_flags(boot, key, version)
+    flags["startup_done"] = _startup_done(boot, rows, key)
     for rank, values in rows.items():
         _fill_row(values, rank, key, boot, source, failures, flags, origin, warnings)
     _boot_warnings(rows, key, flags, source, boot, origin, warnings)
@@ -569,8 +573,7 @@ def _sort_events(boot: _Boot, ranks_of: dict, row, origin: dict) -> tuple[list, 
 
     Returns the lines of unattributed per-rank values, the worst failure per rank (None: engine
     or API server; OOM first, then the earliest), the lines of failures after startup completed, and
-    engine values by DP rank. A rank's own line printed after its last allocation (graph capture
-    finished, graph pool, the suggestion) marks it ``_done``.
+    engine values by DP rank. A rank's last startup line of an old release marks it ``_done``.
     """
     done_line = boot.flags.get("startup_done", (None, None))[1]
     unattributed: list[int] = []
@@ -610,7 +613,7 @@ def _sort_events(boot: _Boot, ranks_of: dict, row, origin: dict) -> tuple[list, 
             unattributed.append(event.line)
             continue
         target = row(rank)
-        if event.family in DONE_FAMILIES:
+        if event.family in OLD_LAST_LINE_FAMILIES:
             target["_done"] = True
         for name, value in event.values.items():
             if name == "gpu_memory_utilization":
@@ -817,6 +820,14 @@ def _attach_engine_values(
                 origin[(rank, column)] = (event.line, event.raw)
 
 
+def _startup_done(boot: _Boot, rows: dict, key: dict) -> bool:
+    """Whether the boot got through startup, for all its ranks at once: its completion line, or
+    (old releases that may print none) the last startup line of every rank of the world.
+    """
+    ranks = range(max(world_size(key) or 0, len(rows), 1))
+    return "startup_done" in boot.flags or all(rows.get(rank, {}).get("_done") for rank in ranks)
+
+
 def _boot_flags(boot: _Boot, key: dict, version: tuple | None) -> dict:
     """Whether vLLM subtracted a CUDA-graph estimate before sizing KV, and whether graphs were off."""
     if "estimate_applied" in boot.flags:
@@ -865,13 +876,13 @@ def _fill_row(
             error=f"the log stops before the KV cache was sized (last line read: {boot.last_line})",
         )
         origin[(rank, "outcome")] = (boot.last_line, "")
-    elif "startup_done" in boot.flags or values.get("_done"):
+    elif flags["startup_done"]:
         values["outcome"] = "ok"
     else:
         values.update(
             outcome="incomplete",
             error="the log stops after the KV cache was sized but before startup completed: no "
-            "'init engine … took', 'Application startup complete' or graph-capture line "
+            "'init engine … took' or 'Application startup complete' line "
             f"(last line read: {boot.last_line})",
         )
         origin[(rank, "outcome")] = (boot.last_line, "")
