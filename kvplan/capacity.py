@@ -13,6 +13,9 @@ from dataclasses import asdict, dataclass
 import pandas as pd
 
 DEFAULT_BLOCK_SIZE = 16
+#: The ``--block-size`` values vLLM accepts (``CacheConfig.BlockSize``; 256 since 0.10). vLLM picks
+#: other sizes itself for hybrid Mamba models, never from the flag.
+VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
 
 def block_bytes_from_token_bytes(bytes_per_token: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:

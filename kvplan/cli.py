@@ -10,18 +10,20 @@ import argparse
 import csv
 import json
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import NoReturn
-from warnings import catch_warnings, simplefilter
+from warnings import catch_warnings, showwarning, simplefilter
 
 import pandas as pd
 
 from kvplan import __version__, evidence, gate
 from kvplan.budget import uniform_budget
-from kvplan.capacity import DEFAULT_BLOCK_SIZE, capacity
+from kvplan.capacity import DEFAULT_BLOCK_SIZE, VLLM_BLOCK_SIZES, capacity
 from kvplan.drift import drift_budget
 from kvplan.io.model_config import read_model_config, resolve_model_config
 from kvplan.io.nvidia_smi import (
+    NvidiaSmiWarning,
     free_bytes_by_rank,
     gpu_index_by_rank,
     join_nvidia_smi,
@@ -57,9 +59,13 @@ def _size(text: str) -> int:
 
 def _size_list(text: str) -> list[int]:
     try:
-        return parse_size_list(text)
+        sizes = parse_size_list(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+    negative = [position for position, size in enumerate(sizes) if size < 0]
+    if negative:
+        raise argparse.ArgumentTypeError(f"entry {negative[0]} of {text!r} is negative: memory sizes are ≥ 0")
+    return sizes
 
 
 def _positive_size(text: str) -> int:
@@ -79,6 +85,13 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _block_size(text: str) -> int:
+    value = _positive_int(text)
+    if value not in VLLM_BLOCK_SIZES:
+        raise argparse.ArgumentTypeError(f"{value} is not a block size vLLM accepts {VLLM_BLOCK_SIZES}")
+    return value
+
+
 def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
     """Plain-text table with right-aligned columns, one line per row.
 
@@ -87,10 +100,35 @@ def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
        0  12 GiB
     """
     cells = [[str(row.get(column, "")) for column in columns] for row in rows]
-    widths = [max(len(column), *(len(row[i]) for row in cells)) for i, column in enumerate(columns)]
+    widths = [max([len(column), *(len(row[i]) for row in cells)]) for i, column in enumerate(columns)]
     lines = ["  ".join(column.rjust(width) for column, width in zip(columns, widths))]
     lines += ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in cells]
     return "\n".join(lines)
+
+
+#: Warnings of the readers and the ledger that a command reports as its own ``warning:`` lines / JSON.
+REPORTED_WARNINGS = (LedgerWarning, NvidiaSmiWarning)
+
+
+@contextmanager
+def _reader_warnings_into(notes: list[str]) -> Iterator[None]:
+    """Collect the :data:`REPORTED_WARNINGS` raised inside into ``notes`` (each once), not Python's print."""
+    caught: list = []
+    try:
+        with catch_warnings(record=True) as caught:
+            for category in REPORTED_WARNINGS:
+                simplefilter("always", category)
+            yield
+    finally:
+        for warning in caught:
+            if not issubclass(warning.category, REPORTED_WARNINGS):
+                showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+            elif str(warning.message) not in notes:
+                notes.append(str(warning.message))
+
+
+#: --model options that mean nothing without --model (--block-size also sizes `kvplan capacity` alone).
+MODEL_ONLY_OPTIONS = ("tp", "pp", "dcp", "kv_cache_dtype", "vllm_version", "max_num_batched_tokens")
 
 
 # --- budget -----------------------------------------------------------------------------------
@@ -124,6 +162,8 @@ def _run_budget(args: argparse.Namespace) -> int:
         raise CliError("give either LOG files or --room (exactly one of them)")
     if args.model and args.block_bytes:
         raise CliError("give --block-bytes or --model, not both: the model sets the block bytes")
+    if args.block_size and not args.model:
+        raise CliError("--block-size needs --model here (or give --block-bytes, the bytes of one block)")
     key: dict = {}
     warnings: list[str] = []
     room_sources: dict = {}
@@ -132,6 +172,9 @@ def _run_budget(args: argparse.Namespace) -> int:
         if args.assume_uniform:
             raise CliError("--assume-uniform applies to LOG files only")
         spec = _kv_spec_from_args(args)
+        if spec is not None and len(args.room) % (spec.tp * spec.pp):
+            raise CliError(f"--room gives {len(args.room)} rank(s), but --tp {spec.tp} × --pp {spec.pp} = "
+                           f"{spec.tp * spec.pp} ranks per replica: give one room per rank, rank order")
         block_bytes = spec.block_bytes if spec else args.block_bytes
         budget = uniform_budget(args.room, args.reserve, block_bytes=block_bytes)
     else:
@@ -146,9 +189,10 @@ def _run_budget(args: argparse.Namespace) -> int:
                 warnings.append(f"{verdict}. The capacity below is the model config's prediction, not what "
                                 "these logs show vLLM allocating: fix the model config or the layout flags")
         block_bytes = spec.block_bytes if spec else args.block_bytes
-        budget = budget_from_ledger(ledger, args.reserve, block_bytes=block_bytes,
-                                    assume_uniform=args.assume_uniform)
-        room_sources = room_per_rank(ledger, assume_uniform=args.assume_uniform)["room_source"].to_dict()
+        with _reader_warnings_into(warnings):
+            budget = budget_from_ledger(ledger, args.reserve, block_bytes=block_bytes,
+                                        assume_uniform=args.assume_uniform)
+            room_sources = room_per_rank(ledger, assume_uniform=args.assume_uniform)["room_source"].to_dict()
         assumed = [rank for rank, source in room_sources.items() if source == "assumed_uniform"]
         if assumed:
             warnings.append(f"--assume-uniform: rank(s) {', '.join(map(str, assumed))} show no room of their "
@@ -244,15 +288,17 @@ def _run_ledger(args: argparse.Namespace) -> int:
     if args.rooms and args.csv:
         raise CliError("--rooms prints a table or JSON, not CSV")
     ledger, metadata = read_vllm_logs(args.logs)
-    if args.nvidia_smi:
-        ledger, _ = _join_snapshots(ledger, args.nvidia_smi)
+    if ledger.empty:
+        raise CliError(f"no vLLM boot found in {', '.join(map(str, args.logs))}: expected vLLM startup lines "
+                       "(e.g. 'Available KV cache memory', '# GPU blocks', 'GPU KV cache size')")
     notes = list(metadata["warnings"])
+    if args.nvidia_smi:
+        with _reader_warnings_into(notes):
+            ledger, _ = _join_snapshots(ledger, args.nvidia_smi)
     rooms = None
     if args.rooms:
-        with catch_warnings():
-            simplefilter("ignore", LedgerWarning)  # printed below with the reader's, as notes
+        with _reader_warnings_into(notes):
             frame = room_per_rank(ledger, assume_uniform=args.assume_uniform)
-        notes += frame.attrs.get("warnings", [])
         rooms = [{"rank": int(rank), **{column: plain_value(value) for column, value in row.items()}}
                  for rank, row in frame.to_dict(orient="index").items()]
     if args.json:
@@ -308,7 +354,7 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="decode-context-parallel size (default: the logs', else 1)")
     group.add_argument("--kv-cache-dtype", choices=list(KV_CACHE_DTYPE_BYTES),
                        help="vLLM's --kv-cache-dtype (default: the logs', else auto = the model dtype)")
-    group.add_argument("--block-size", type=_positive_int,
+    group.add_argument("--block-size", type=_block_size,
                        help=f"tokens per block (default {DEFAULT_BLOCK_SIZE}; with --model, vLLM's choice "
                             "for the model: 64 for MLA, larger for hybrid Mamba models)")
     group.add_argument("--vllm-version", metavar="V",
@@ -325,6 +371,10 @@ def _kv_spec_from_args(args: argparse.Namespace, key: Mapping[str, object] | Non
     is a config of another model than the logs served.
     """
     if not args.model:
+        given = [f"--{name.replace('_', '-')}" for name in MODEL_ONLY_OPTIONS
+                 if getattr(args, name, None) is not None]
+        if given:
+            raise CliError(f"{', '.join(given)} describe the model's layout: give --model CONFIG with them")
         return None
     if args.tp is None and (key or {}).get("tensor_parallel_size") is None:
         raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
@@ -399,7 +449,8 @@ def _add_drift(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--ref-free", type=_size_list, required=True, help="free at reference startup")
     parser.add_argument("--ref-budget", type=_size_list, required=True, help="reference safe budget")
     parser.add_argument("--boot-free", type=_size_list, required=True, help="free at this startup")
-    parser.add_argument("--guard", type=_size, default=0, help="extra guard per rank (default 0)")
+    parser.add_argument("--guard", type=_size, required=True,
+                        help="extra guard per rank, one size for every rank (policy: give it; 0GiB for none)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=_run_drift)
 
@@ -528,6 +579,11 @@ def _run_approve(args: argparse.Namespace) -> int:
                               load_paths=args.load, load_policy=_load_policy(args))
     record = evidence.read_bundle(bundle)
     warnings = [evidence.user_paths(record, warning) for warning in record["warnings"]]
+    headroom = min(rank["stranded_bytes"] for rank in record["ranks"])
+    if args.guard > headroom:
+        warnings.append(f"--guard {format_size(args.guard)} is recorded as kvplan gate's default, and the "
+                        f"weakest rank has only {format_size(headroom)} above the approved value: even the "
+                        "approved boot fails the gate unless it is given a smaller --guard")
     if args.json:
         return _print_json({"bundle": str(bundle), "decision": record["decision"], "load": record.get("load"),
                             "checks": record["checks"], "warnings": warnings})
@@ -584,20 +640,26 @@ def _add_verify(sub: argparse._SubParsersAction) -> None:
         "folder of its own. Example: kvplan verify evidence/2026-11-29-0123456789ab",
     )
     parser.add_argument("bundle", metavar="BUNDLE", help="an evidence bundle folder")
-    parser.add_argument("--json", action="store_true", help='print {"bundle", "ok", "differences"}')
+    parser.add_argument("--json", action="store_true", help='print {"bundle", "ok", "differences", "notes"}')
     parser.set_defaults(run=_run_verify)
 
 
 def _run_verify(args: argparse.Namespace) -> int:
-    differences = evidence.verify_bundle(args.bundle)
+    recomputed_warnings: list[str] = []  # the bundle records them; verify compares, never reprints them
+    with _reader_warnings_into(recomputed_warnings):
+        differences, notes = evidence.verify_bundle_with_notes(args.bundle)
     if args.json:
-        _print_json({"bundle": args.bundle, "ok": not differences, "differences": differences})
-    elif differences:
+        _print_json({"bundle": args.bundle, "ok": not differences, "differences": differences,
+                     "notes": notes})
+        return EXIT_FAIL if differences else EXIT_OK
+    if differences:
         print(f"{args.bundle}: CHANGED, {len(differences)} difference{'s' if len(differences) > 1 else ''}:")
         for difference in differences:
             print(f"  - {difference}")
     else:
         print(f"{args.bundle}: ok: every hash and the recomputed decision agree")
+    for note in notes:
+        print(f"  note: {note}")
     return EXIT_FAIL if differences else EXIT_OK
 
 
@@ -706,8 +768,12 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``kvplan`` command; returns the exit status (0 ok, 1 failed check, 2 bad input)."""
     args = build_parser().parse_args(argv)
+    notes: list[str] = []
     try:
-        return args.run(args)
+        with _reader_warnings_into(notes):  # what a command did not report itself
+            return args.run(args)
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    finally:
+        _print_warnings(notes)

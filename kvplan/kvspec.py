@@ -75,6 +75,8 @@ MLA_BLOCK_SIZE = 64
 HYBRID_BLOCK_ALIGNMENT = 16
 #: Release assumed when none is given: the newest in ``vllm-log-formats.md``.
 DEFAULT_VLLM_VERSION = "0.33.0"
+#: The oldest release whose KV arithmetic kvplan repeats.
+OLDEST_VLLM_VERSION = (0, 5, 0)
 #: ``--max-num-batched-tokens`` assumed for sliding-window accounting when none is given.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 #: Hybrid groups take the largest kind's layer count when it is under this × the smallest's:
@@ -969,6 +971,8 @@ def kv_spec(
             raise KVSpecError(f"dtype {dtype!r}: expected one of {sorted(_SERVED_DTYPE_BYTES)} (or auto)")
         arch = replace(arch, dtype_bytes=_SERVED_DTYPE_BYTES[served])
     version = parse_vllm_version(vllm_version)
+    if version < OLDEST_VLLM_VERSION:
+        raise KVSpecError(f"vllm_version {vllm_version}: kvplan repeats vLLM's arithmetic from 0.5.0 on")
     if dcp <= 0:
         raise KVSpecError(f"dcp must be positive, got {dcp}")
     if dcp > 1:

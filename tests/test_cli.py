@@ -87,8 +87,9 @@ def test_drift(capsys):
 
 
 def test_drift_per_rank_lists(capsys):
+    # no guard (0GiB given: the guard is policy and never defaulted): rank 2 loses 42 − 40.6 = 1.4 GiB
     data = run_json(capsys, "drift", "--ref-free", "42GiB", "--ref-budget", "30GiB",
-                    "--boot-free", "41.8GiB,42.1GiB,40.6GiB,41.9GiB")
+                    "--boot-free", "41.8GiB,42.1GiB,40.6GiB,41.9GiB", "--guard", "0GiB")
     assert [r["rank"] for r in data["ranks"]] == [0, 1, 2, 3]
     assert data["limiting_rank"] == 2
     assert data["reprofile_to_raise"] is True  # rank 1 has 0.1 GiB more than at reference
@@ -100,8 +101,21 @@ def test_drift_per_rank_lists(capsys):
         (["budget", "--room", "12GiB,abc", "--reserve", "1GiB"], "'abc'"),
         (["budget", "--room", "12GiB,13GiB", "--reserve", "12.5GiB"], "rank 0"),
         (["budget", "--room", "", "--reserve", "1GiB"], "empty"),
-        (["drift", "--ref-free", "42GiB,41GiB", "--ref-budget", "30GiB", "--boot-free", "1GiB,2GiB,3GiB"],
-         "differ in length"),
+        (["drift", "--ref-free", "42GiB,41GiB", "--ref-budget", "30GiB", "--boot-free", "1GiB,2GiB,3GiB",
+          "--guard", "0GiB"], "differ in length"),
+        (["drift", "--ref-free", "42GiB", "--ref-budget", "30GiB", "--boot-free", "40GiB"], "--guard"),
+        (["budget", "--room=12GiB,-3GiB", "--reserve", "1GiB"], "entry 1 of '12GiB,-3GiB' is negative"),
+        # Llama-3.1-8B at TP 1 × PP 3 runs 3 ranks per replica: 2 rooms cannot be that layout
+        (["budget", "--room", "13GiB,13GiB", "--reserve", "1GiB", "--model", "llama-3.1-8b", "--tp", "1",
+          "--pp", "3", "--max-model-len", "8192"], "--room gives 2 rank(s), but --tp 1 × --pp 3 = 3"),
+        (["capacity", "--kv-bytes", "12GiB", "--bytes-per-token", "256KiB", "--max-model-len", "8192",
+          "--tp", "4", "--kv-cache-dtype", "fp8"], "--tp, --kv-cache-dtype describe the model's layout"),
+        (["budget", "--room", "13GiB", "--reserve", "1GiB", "--block-size", "16"],
+         "--block-size needs --model"),
+        (["capacity", "--model", "llama-3.1-70b", "--tp", "4", "--block-size", "7", "--kv-bytes", "12GiB",
+          "--max-model-len", "8192"], "7 is not a block size vLLM accepts (1, 8, 16, 32, 64, 128, 256)"),
+        (["capacity", "--model", "llama-3.1-70b", "--tp", "4", "--vllm-version", "0.4.0", "--kv-bytes",
+          "12GiB", "--max-model-len", "8192"], "from 0.5.0 on"),
         # 1 GiB − (42 − 30) GiB − 0.5 GiB = −11.5 GiB: no budget left, never a negative flag
         (["drift", "--ref-free", "42GiB", "--ref-budget", "1GiB", "--boot-free", "30GiB",
           "--guard", "0.5GiB"],
@@ -188,3 +202,50 @@ def test_ledger_refuses_an_nvidia_smi_snapshot_of_another_launch(capsys):
                    "--nvidia-smi", str(FOUR_RANK / "nvidia-smi-apps.csv")])
     assert status == 2
     assert "none of the logged vLLM pids (412, 413)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content", [b"", b"Name,Value\n1,2\n"])
+def test_ledger_of_a_file_without_vllm_lines_exits_2_with_one_line(capsys, tmp_path, content):
+    path = tmp_path / "not-a-log.txt"
+    path.write_bytes(content)
+    assert main(["ledger", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: no vLLM boot found in {path}: expected vLLM startup lines")
+    assert err.count("\n") == 1
+
+
+def test_budget_reports_the_ledger_warnings_once_and_in_the_json(capsys, recwarn):
+    # data/boots/drift holds a profiled reference boot and a manual-value canary: the canary is
+    # not room evidence, which the ledger says once (a warning), the reference alone sets the budget.
+    data = run_json(capsys, "budget", str(DATA_DIR / "boots" / "drift"), "--reserve", "1GiB")
+    manual = [w for w in data["warnings"] if "canary.log" in w and "manual" in w]
+    assert len(manual) == 1
+    assert not [w for w in recwarn if "LedgerWarning" in w.category.__name__]  # no raw Python warning
+    assert main(["budget", str(DATA_DIR / "boots" / "drift"), "--reserve", "1GiB"]) == 0
+    err = capsys.readouterr().err
+    assert err.count(manual[0]) == 1 and "LedgerWarning" not in err
+
+
+def test_approve_warns_when_its_guard_would_fail_the_approved_boot(capsys, tmp_path):
+    # four-rank at 0.9 GiB reserve: rank 2's safe budget is exactly the approved 12 GiB (no --model,
+    # so no rounding), 0 B above it, so any recorded guard > 0 fails a gate of this very boot.
+    status = main(["approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--guard", "0.5GiB",
+                   "--approver", "t", "--out", str(tmp_path)])
+    assert status == 0
+    err = capsys.readouterr().err
+    assert "--guard 512 MiB is recorded as kvplan gate's default" in err
+    assert "only 0 B above the approved value" in err
+
+
+def test_verify_of_a_renamed_bundle_exits_0_with_the_name_as_a_note(capsys, tmp_path):
+    assert main(["approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--approver", "t",
+                 "--out", str(tmp_path / "evidence")]) == 0
+    capsys.readouterr()
+    (bundle,) = (tmp_path / "evidence").iterdir()
+    renamed = bundle.rename(tmp_path / "CHG-1234")
+    assert main(["verify", str(renamed), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert (data["ok"], data["differences"]) == (True, [])
+    assert len(data["notes"]) == 1 and bundle.name in data["notes"][0]
+    assert main(["verify", str(renamed)]) == 0
+    assert "  note: " in capsys.readouterr().out
