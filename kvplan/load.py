@@ -469,6 +469,15 @@ def capacity_loss(kv_cache_tokens: int, profiled_kv_cache_tokens: int) -> tuple[
     return loss, round(100 * loss / profiled_kv_cache_tokens, 3)
 
 
+def capacity_change_text(loss_tokens: int, loss_pct: float) -> str:
+    """A :func:`capacity_loss` result in words: a loss, or a gain when it is negative.
+
+    >>> capacity_change_text(24_224, 13.346), capacity_change_text(-1_424, -0.914)
+    ('loss of 24,224 tokens (13.346%)', 'gain of 1,424 tokens (0.914%)')
+    """
+    return f"{'loss' if loss_tokens >= 0 else 'gain'} of {abs(loss_tokens):,} tokens ({abs(loss_pct):g}%)"
+
+
 def load_checks(
     reading: LoadReading,
     *,
@@ -595,10 +604,8 @@ def _capacity_check(capacity: int | None, profiled: int, bound_pct: float | None
             "'GPU KV cache size' line nor vllm:cache_config_info; pass it explicitly",
         )
     loss_tokens, loss_pct = capacity_loss(capacity, profiled)
-    detail = (
-        f"{capacity:,} tokens against {profiled:,} profiled: "
-        f"{'loss' if loss_tokens >= 0 else 'gain'} of {abs(loss_tokens):,} tokens ({abs(loss_pct):g}%)"
-    )
+    change = capacity_change_text(loss_tokens, loss_pct)
+    detail = f"{capacity:,} tokens against {profiled:,} profiled: {change}"
     if bound_pct is None:
         return Check(name, True, detail + "; no policy bound set")
     return Check(name, loss_pct <= bound_pct, f"{detail}; policy bound {bound_pct:g}%")

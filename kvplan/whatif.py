@@ -14,6 +14,7 @@ logic of its own. :class:`WhatIfPanel` wires ipywidgets controls to it and redra
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -38,7 +39,12 @@ from kvplan.columns import MEASUREMENTS
 from kvplan.drift import Drift, drift_budget
 from kvplan.io import read_vllm_logs
 from kvplan.io.model_config import read_model_config
-from kvplan.io.nvidia_smi import gpu_index_by_rank, join_nvidia_smi, read_nvidia_smi_snapshots
+from kvplan.io.nvidia_smi import (
+    NvidiaSmiWarning,
+    gpu_index_by_rank,
+    join_nvidia_smi,
+    read_nvidia_smi_snapshots,
+)
 from kvplan.kvspec import kv_spec, options_for_logs
 from kvplan.ledger import budget_from_ledger, compatibility_key, is_known, room_per_rank
 from kvplan.units import bytes_to_gib, format_size, parse_size
@@ -311,8 +317,11 @@ def read_launch(
         gpus, apps = read_nvidia_smi_snapshots(nvidia_smi)
         by_rank = gpu_index_by_rank(ledger, gpus, apps)
         attrs = ledger.attrs
-        ledger = join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)
-        ledger.attrs = attrs
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", NvidiaSmiWarning)  # listed with the reader's warnings below
+            joined = join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)
+        metadata = {**metadata, "warnings": [*metadata["warnings"], *joined.attrs.get("warnings", [])]}
+        ledger, ledger.attrs = joined, attrs
     return ledger, metadata
 
 

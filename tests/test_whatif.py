@@ -362,3 +362,11 @@ def test_ledger_after_add_back_takes_memory_off_the_co_tenant():
     ledger = pd.DataFrame({"rank": [0, 1], "other_process_bytes": [pd.NA, 5 * GiB]})
     scenario = Scenario((10 * GiB, 10 * GiB), GiB, add_back_bytes=(0, 512 * MiB))
     assert ledger_after_add_back(ledger, scenario)["other_process_bytes"].tolist() == [0, 4.5 * GiB]
+
+
+def test_read_launch_lists_the_snapshot_warning_with_the_readers(recwarn):
+    # the GPU snapshot alone cannot tell other processes' memory: unknown, and said in the warnings list
+    ledger, metadata = read_launch(SAMPLE, nvidia_smi=[SAMPLE / "nvidia-smi-gpu.csv"])
+    assert ledger["other_process_bytes"].isna().all()
+    assert [w for w in metadata["warnings"] if "--query-compute-apps" in w]
+    assert not [w for w in recwarn if w.category.__name__ == "NvidiaSmiWarning"]

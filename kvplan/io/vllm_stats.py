@@ -481,8 +481,9 @@ def read_load_evidence(
     if metrics and local:
         notes.append(
             f"log times (the server's local time) and /metrics times (UTC) are mixed without a known "
-            f"offset for {', '.join(local)}: they are compared as if the server ran on UTC; give the "
-            "server's UTC offset (--log-utc-offset HOURS, utc_offset=) to align them"
+            f"offset for {', '.join(local)}: the timeline places them as if the server ran on UTC (the "
+            "load checks do not depend on it); to align them give the server's UTC offset "
+            "(kvplan load --log-utc-offset HOURS, utc_offset= in Python)"
         )
     if notes:
         readings[0] = replace(readings[0], warnings=(*readings[0].warnings, *notes))
