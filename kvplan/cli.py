@@ -15,20 +15,12 @@ from contextlib import contextmanager
 from typing import NoReturn
 from warnings import catch_warnings, showwarning, simplefilter
 
-import pandas as pd
-
 from kvplan import __version__, evidence, gate
 from kvplan.budget import uniform_budget
 from kvplan.capacity import DEFAULT_BLOCK_SIZE, VLLM_BLOCK_SIZES, capacity
 from kvplan.drift import drift_budget
 from kvplan.io.model_config import read_model_config, resolve_model_config
-from kvplan.io.nvidia_smi import (
-    NvidiaSmiWarning,
-    free_bytes_by_rank,
-    gpu_index_by_rank,
-    join_nvidia_smi,
-    read_nvidia_smi_snapshots,
-)
+from kvplan.io.nvidia_smi import NvidiaSmiWarning, join_snapshots
 from kvplan.io.vllm_log import read_vllm_logs, version_tuple
 from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.kvspec import (
@@ -294,7 +286,7 @@ def _run_ledger(args: argparse.Namespace) -> int:
     notes = list(metadata["warnings"])
     if args.nvidia_smi:
         with _reader_warnings_into(notes):
-            ledger, _ = _join_snapshots(ledger, args.nvidia_smi)
+            ledger, _ = join_snapshots(ledger, args.nvidia_smi)
     rooms = None
     if args.rooms:
         with _reader_warnings_into(notes):
@@ -542,6 +534,10 @@ def _add_approve(sub: argparse._SubParsersAction) -> None:
         "--tp 4 --target-concurrency 4 --seq-len 32768 --approver 'Ana Planner' --out evidence/",
     )
     parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM logs of the profiled boot(s)")
+    parser.add_argument("--nvidia-smi", action="append", default=[], metavar="CSV",
+                        help="nvidia-smi --query-gpu (and --query-compute-apps) CSV of the profiled boot: "
+                             "inputs of the bundle; joins gpu_name and driver_version into the compatibility "
+                             "key (a gate compares them) and other_process_bytes; repeat for both")
     parser.add_argument("--reserve", type=_size, required=True, help="operating reserve per rank")
     parser.add_argument("--guard", type=_size, default=0,
                         help="guard a canary gate subtracts by default (default 0)")
@@ -576,7 +572,8 @@ def _run_approve(args: argparse.Namespace) -> int:
     plan = evidence.Plan(args.target_concurrency, args.seq_len) if args.seq_len else None
     policy = evidence.Policy(args.reserve, args.guard, args.assume_uniform)
     bundle = evidence.approve(args.logs, args.out, policy, args.approver, args.note, layout, plan,
-                              load_paths=args.load, load_policy=_load_policy(args))
+                              load_paths=args.load, load_policy=_load_policy(args),
+                              nvidia_smi_paths=args.nvidia_smi)
     record = evidence.read_bundle(bundle)
     warnings = [evidence.user_paths(record, warning) for warning in record["warnings"]]
     headroom = min(rank["stranded_bytes"] for rank in record["ranks"])
@@ -702,7 +699,7 @@ def _run_gate(args: argparse.Namespace) -> int:
     warnings = list(metadata["warnings"])
     free_after_warmup = None
     if args.nvidia_smi:
-        ledger, free_after_warmup = _join_snapshots(ledger, args.nvidia_smi)
+        ledger, free_after_warmup = join_snapshots(ledger, args.nvidia_smi)
     checks = gate.gate_checks(approved, ledger, compatibility_key(ledger), args.guard, free_after_warmup)
     if args.load:
         section, load_checks = evidence.gate_load(approved, args.load, load_policy)
@@ -716,13 +713,6 @@ def _run_gate(args: argparse.Namespace) -> int:
         print(gate.format_checks(checks))
     _print_warnings(warnings)
     return {True: EXIT_OK, False: EXIT_FAIL, None: EXIT_BAD_INPUT}[verdict]
-
-
-def _join_snapshots(ledger: pd.DataFrame, paths: Sequence[str]) -> tuple[pd.DataFrame, dict[int, int]]:
-    """The ledger with GPU name, driver and other processes' memory joined, and free memory per rank."""
-    gpus, apps = read_nvidia_smi_snapshots(paths)
-    by_rank = gpu_index_by_rank(ledger, gpus, apps)
-    return join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank), free_bytes_by_rank(gpus, by_rank)
 
 
 # --- entry point ------------------------------------------------------------------------------

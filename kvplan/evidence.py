@@ -5,7 +5,8 @@ of :func:`inputs_digest` (the SHA-256 of the input files' hashes, paths and role
 model layout, the admission plan, the approver, the note, the kvplan version and, with load-test
 files, the load policy). It holds ``budget.json`` (schema in
 ``docs/budget-json.md``), ``ledger.csv``, ``SUMMARY.md``, ``evidence.log``, ``charts/*.png`` and a copy
-of every input under ``inputs/``, so :func:`verify_bundle` can recompute the decision anywhere. The
+of every input under ``inputs/`` (the logs, the ``nvidia-smi`` snapshots of the profiled boot when given, the
+model config, load-test files), so :func:`verify_bundle` can recompute the decision anywhere. The
 folder is assembled under a hidden temporary name beside the target (created with the process
 umask, like the files in it) and renamed into place; any failure removes the temporary folder, and
 an existing bundle is never overwritten or changed (nor written into: an output folder that is or lies
@@ -35,6 +36,7 @@ from kvplan.budget import Budget, kv_cache_flag
 from kvplan.capacity import blocks_per_sequence
 from kvplan.gate import Approved, Check, check_outcomes, check_ranks_present, verdict_word
 from kvplan.io.model_config import read_model_config
+from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
 from kvplan.io.vllm_log import read_vllm_log
 from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.kvspec import KVSpec, cross_check, kv_spec, options_for_logs
@@ -50,6 +52,7 @@ CHARTS_DIR = "charts"
 DIGEST_CHARS = 12
 _CHUNK_BYTES = 1 << 20
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+NVIDIA_SMI_ROLE = "nvidia-smi"
 STARTUP_LINES = ("vLLM startup lines such as 'Free memory on device (…) on startup', 'Available KV cache "
                  "memory: … GiB' or 'GPU KV cache size: N tokens'")
 
@@ -287,13 +290,20 @@ def decide(
     plan: Plan | None = None,
     loads: Sequence[tuple[Path, str]] = (),
     load_policy: LoadPolicy | None = None,
+    snapshots: Sequence[tuple[Path, str]] = (),
 ) -> Decision:
     """Read the logs and compute the approved budget, capacity, admission plan and checks.
 
     With load-test files (``(path, name)`` pairs, logs and /metrics snapshots of one run), the
-    decision also holds their :func:`load_section` and the load checks join the approval checks.
+    decision also holds their :func:`load_section` and the load checks join the approval checks. With
+    nvidia-smi ``snapshots`` (``(path, name)`` pairs) of the profiled boot, the ledger is joined with
+    them (:func:`join_named_snapshots`), so the compatibility key holds ``gpu_name`` and
+    ``driver_version``, and the join's warnings follow the reader's.
     """
     ledger, warnings, provenance = read_named_logs(logs)
+    if snapshots:
+        ledger, joined_warnings = join_named_snapshots(ledger, snapshots)
+        warnings += joined_warnings
     key = compatibility_key(ledger)
     spec = layout_spec(layout, key) if layout is not None else None
     budget = budget_from_ledger(ledger, policy.reserve_bytes, block_bytes=spec.block_bytes if spec else None,
@@ -323,6 +333,27 @@ def decide(
         ref_free_bytes=ref_free, room_sources=sources, spec=spec, capacity=capacity, plan=plan_record,
         checks=tuple(checks), load=load,
     )
+
+
+def join_named_snapshots(
+    ledger: pd.DataFrame, snapshots: Sequence[tuple[Path, str]]
+) -> tuple[pd.DataFrame, list[str]]:
+    """The ledger joined with the nvidia-smi snapshots of ``(path, name)`` pairs, and the join's warnings.
+
+    :func:`kvplan.io.nvidia_smi.join_snapshots` (the one join of ``kvplan ledger`` and ``gate``): fills
+    ``gpu_name``, ``driver_version`` and ``other_process_bytes``. Its warnings (e.g. no
+    ``--query-compute-apps`` snapshot: other processes' memory unknown) are returned, not raised as Python
+    warnings, and they and any :class:`~kvplan.io.nvidia_smi.NvidiaSmiError` name ``name``, so approval
+    and verification read the same text.
+    """
+    names = {str(path): name for path, name in snapshots}
+    try:
+        joined, _ = join_snapshots(ledger, [Path(path) for path, _ in snapshots], warn=False)
+    except NvidiaSmiError as exc:
+        raise NvidiaSmiError(_renamed(str(exc), names)) from exc
+    warnings = [_renamed(warning, names) for warning in joined.attrs.get("warnings", [])]
+    joined.attrs = dict(ledger.attrs)
+    return joined, warnings
 
 
 def read_named_load(loads: Sequence[tuple[Path, str]], year: int | None = None) -> LoadReading:
@@ -829,11 +860,16 @@ def approve(
     now: datetime | None = None,
     load_paths: Sequence[str | os.PathLike] = (),
     load_policy: LoadPolicy | None = None,
+    nvidia_smi_paths: Sequence[str | os.PathLike] = (),
 ) -> Path:
     """Compute the decision and write its bundle under ``out_dir``; returns the new folder.
 
     ``load_paths`` are the server logs and /metrics snapshots of a load test at the approved value
     (read with ``load_policy``, default: no preemption allowed); they are inputs like the logs.
+    ``nvidia_smi_paths`` are the ``--query-gpu`` (and optionally ``--query-compute-apps``) CSV snapshots
+    of the profiled boot: inputs too (role ``nvidia-smi``, after the logs), joined with the ledger so the
+    compatibility key holds ``gpu_name`` and ``driver_version``. Without them the inputs, the digest and
+    the record are what they were before snapshots could be given.
     Raises :class:`BundleExistsError` when the folder already exists (the same input files given by the
     same paths, policy, approver and note approved on the same UTC day) or when ``out_dir`` is a bundle
     or lies inside one (writing there would change an approved bundle), :class:`InputFileError` for a
@@ -857,11 +893,14 @@ def approve(
         raise ValueError("a load policy (max preemptions, year) needs load-test files (--load)")
     load_policy = (load_policy or LoadPolicy()) if loads else None
     configs = [Path(layout.config)] if layout else []
+    snapshots = [Path(path) for path in nvidia_smi_paths]
     require_files(logs, "LOG")
+    require_files(snapshots, "--nvidia-smi")
     require_files(configs, "--model")
     require_files(loads, "--load")
-    sources = logs + configs + loads
-    roles = ["log"] * len(logs) + ["model config"] * len(configs) + ["load"] * len(loads)
+    sources = logs + snapshots + configs + loads
+    roles = (["log"] * len(logs) + [NVIDIA_SMI_ROLE] * len(snapshots) + ["model config"] * len(configs)
+             + ["load"] * len(loads))
     hashes = [sha256_file(path) for path in sources]
     entries = [{"path": str(source), "role": role} for source, role in zip(sources, roles)]
     settings = _settings(policy, layout, plan, load_policy, entries, approver, note, __version__)
@@ -886,10 +925,11 @@ def approve(
         names = input_names(sources)
         inputs = _copy_inputs(sources, names, hashes, roles, staging)
         copied = {role: [(staging / name, name) for name, r in zip(names, roles) if r == role]
-                  for role in ("log", "model config", "load")}
+                  for role in ("log", NVIDIA_SMI_ROLE, "model config", "load")}
         copied_layout = ModelLayout(copied["model config"][0][0], layout.options) if layout else None
         try:
-            decision = decide(copied["log"], policy, copied_layout, plan, copied["load"], load_policy)
+            decision = decide(copied["log"], policy, copied_layout, plan, copied["load"], load_policy,
+                              copied[NVIDIA_SMI_ROLE])
             _refuse_failed_checks(decision)
         except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
             raise ApprovalError(_renamed(str(exc), dict(zip(names, map(str, sources))))) from exc
@@ -992,10 +1032,12 @@ def verify_bundle_with_notes(bundle: str | os.PathLike) -> tuple[list[str], list
         raise BundleError(f"{folder / BUDGET_JSON}: malformed policy, plan, load, approval or inputs: "
                           f"{exc!r}") from None
     logs = [e for e in entries if e.get("role") == "log"]
+    snapshots = [e for e in entries if e.get("role") == NVIDIA_SMI_ROLE]
     configs = [e for e in entries if e.get("role") == "model config"]
-    ordered = logs + configs + loads
+    ordered = logs + snapshots + configs + loads
     if ordered != list(entries):
-        differences.append("inputs: roles or order changed (logs, then the model config, then load files)")
+        differences.append("inputs: roles or order changed (logs, then nvidia-smi snapshots, then the model "
+                           "config, then load files)")
     layout = None
     if configs and options is not None:
         layout = ModelLayout(folder / configs[0]["bundle_path"], options)
@@ -1018,7 +1060,8 @@ def verify_bundle_with_notes(bundle: str | os.PathLike) -> tuple[list[str], list
         return differences, notes
     try:
         decision = decide([(folder / e["bundle_path"], e["bundle_path"]) for e in logs], policy, layout, plan,
-                          [(folder / e["bundle_path"], e["bundle_path"]) for e in loads], load_policy)
+                          [(folder / e["bundle_path"], e["bundle_path"]) for e in loads], load_policy,
+                          [(folder / e["bundle_path"], e["bundle_path"]) for e in snapshots])
     except (ValueError, TypeError) as exc:  # TypeError: model options kv_spec does not take
         return [*differences, f"recomputation failed: {exc}"], notes
     fresh = build_record(decision, policy, entries, digest, created, approver, note, options)

@@ -14,7 +14,6 @@ logic of its own. :class:`WhatIfPanel` wires ipywidgets controls to it and redra
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -39,12 +38,7 @@ from kvplan.columns import MEASUREMENTS
 from kvplan.drift import Drift, drift_budget
 from kvplan.io import read_vllm_logs
 from kvplan.io.model_config import read_model_config
-from kvplan.io.nvidia_smi import (
-    NvidiaSmiWarning,
-    gpu_index_by_rank,
-    join_nvidia_smi,
-    read_nvidia_smi_snapshots,
-)
+from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.kvspec import kv_spec, options_for_logs
 from kvplan.ledger import budget_from_ledger, compatibility_key, is_known, room_per_rank
 from kvplan.units import bytes_to_gib, format_size, parse_size
@@ -314,12 +308,8 @@ def read_launch(
         folder = Path(log_dir)
         nvidia_smi = [folder / name for name in NVIDIA_SMI_NAMES if (folder / name).is_file()]
     if nvidia_smi:
-        gpus, apps = read_nvidia_smi_snapshots(nvidia_smi)
-        by_rank = gpu_index_by_rank(ledger, gpus, apps)
         attrs = ledger.attrs
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", NvidiaSmiWarning)  # listed with the reader's warnings below
-            joined = join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)
+        joined, _ = join_snapshots(ledger, nvidia_smi, warn=False)  # warnings listed with the reader's below
         metadata = {**metadata, "warnings": [*metadata["warnings"], *joined.attrs.get("warnings", [])]}
         ledger, ledger.attrs = joined, attrs
     return ledger, metadata

@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -249,3 +250,36 @@ def test_verify_of_a_renamed_bundle_exits_0_with_the_name_as_a_note(capsys, tmp_
     assert len(data["notes"]) == 1 and bundle.name in data["notes"][0]
     assert main(["verify", str(renamed)]) == 0
     assert "  note: " in capsys.readouterr().out
+
+
+def test_approve_with_nvidia_smi_then_gate_compares_the_gpu_type(capsys, tmp_path):
+    snapshots = ["--nvidia-smi", str(FOUR_RANK / "nvidia-smi-gpu.csv"),
+                 "--nvidia-smi", str(FOUR_RANK / "nvidia-smi-apps.csv")]
+    approved = run_json(capsys, "approve", str(FOUR_RANK / "boot.log"), *snapshots, "--reserve", "0.9GiB",
+                        "--approver", "t", "--out", str(tmp_path / "evidence"))
+    assert approved["warnings"] == []
+    bundle = approved["bundle"]
+    record = json.loads((Path(bundle) / "budget.json").read_text())
+    assert record["compatibility_key"]["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    assert [entry["role"] for entry in record["inputs"]] == ["log", "nvidia-smi", "nvidia-smi"]
+    assert main(["verify", bundle]) == 0
+    capsys.readouterr()
+
+    def key_check(*argv):
+        status = main(["gate", "--approved", bundle, str(FOUR_RANK / "boot.log"), *argv, "--json"])
+        checks = json.loads(capsys.readouterr().out)["checks"]
+        return status, next(check for check in checks if check["name"] == "compatibility key")
+
+    # the approved boot with its own snapshots: all 16 key fields shown on both sides and equal
+    status, check = key_check(*snapshots)
+    assert (status, check["passed"], check["detail"]) == (0, True, "16 fields unchanged")
+    # the same boot on another GPU type with the same memory.total (81,559 MiB): the key fails on gpu_name
+    other = tmp_path / "nvidia-smi-gpu.csv"
+    other.write_text((FOUR_RANK / "nvidia-smi-gpu.csv").read_text().replace("H100 80GB HBM3", "H100 NVL"))
+    status, check = key_check("--nvidia-smi", str(other), *snapshots[2:])
+    assert (status, check["passed"]) == (1, False)
+    assert check["detail"] == "gpu_name: approved NVIDIA H100 80GB HBM3, boot NVIDIA H100 NVL"
+    # without snapshots the canary shows neither field: named, not compared, not failed
+    status, check = key_check()
+    assert (status, check["passed"]) == (0, True)
+    assert check["detail"] == "14 fields unchanged; not shown on one side: driver_version, gpu_name"

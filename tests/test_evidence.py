@@ -15,7 +15,7 @@ from kvplan.config import DATA_DIR
 from kvplan.evidence import ApprovalError, BundleError, BundleExistsError, ModelLayout, Plan, Policy
 from kvplan.io.model_config import resolve_model_config
 from kvplan.units import parse_size
-from tests.conftest import GiB
+from tests.conftest import GiB, MiB
 
 FOUR_RANK = DATA_DIR / "boots" / "four-rank" / "boot.log"
 NOW = datetime(2026, 11, 29, 10, 40, tzinfo=timezone.utc)
@@ -581,3 +581,95 @@ class TestLoadEvidence:
         assert "under load   peak KV cache usage 70.1%, 0 preemption(s), 0 OOM" in capsys.readouterr().out
         assert main([*argv, "--year", "2026"]) == 2
         assert "apply to --load files only" in capsys.readouterr().err
+
+
+SMI_GPUS = FOUR_RANK.parent / "nvidia-smi-gpu.csv"
+SMI_APPS = FOUR_RANK.parent / "nvidia-smi-apps.csv"
+H100 = "NVIDIA H100 80GB HBM3"
+
+
+@pytest.fixture(scope="module")
+def smi_bundle(tmp_path_factory) -> Path:
+    """Scenario A approved with the --query-gpu and --query-compute-apps snapshots of the profiled boot."""
+    return approve(tmp_path_factory.mktemp("smi"), nvidia_smi_paths=[SMI_GPUS, SMI_APPS])
+
+
+class TestNvidiaSmiSnapshots:
+    def test_key_holds_the_snapshots_gpu_name_and_driver(self, smi_bundle):
+        record = evidence.read_bundle(smi_bundle)
+        # every GPU row of nvidia-smi-gpu.csv: "NVIDIA H100 80GB HBM3, 580.95.05"; the logs show neither
+        assert (record["compatibility_key"]["gpu_name"], record["compatibility_key"]["driver_version"]) == (
+            H100, "580.95.05")
+        rank2 = next(row for row in record["ledger"] if row["rank"] == 2)
+        # GPU 2 also holds the sidecar server's worker (pid 31879, 24,643 MiB) and a notebook (6,032 MiB)
+        assert rank2["other_process_bytes"] == (24_643 + 6_032) * MiB == 32_165_068_800
+        assert record["warnings"] == []  # both snapshots given: nothing unknown
+        # the snapshots change the key only: the decision is the founding example's 12 GiB in whole blocks
+        assert record["decision"]["kv_cache_memory_bytes"] == 12_884_377_600
+        assert "| gpu_name | NVIDIA H100 80GB HBM3 |" in (smi_bundle / "SUMMARY.md").read_text()
+
+    def test_snapshots_are_hashed_inputs_with_their_role(self, smi_bundle):
+        record = evidence.read_bundle(smi_bundle)
+        assert [(e["path"], e["bundle_path"], e["role"]) for e in record["inputs"]] == [
+            (str(FOUR_RANK), "inputs/boot.log", "log"),
+            (str(SMI_GPUS), "inputs/nvidia-smi-gpu.csv", "nvidia-smi"),
+            (str(SMI_APPS), "inputs/nvidia-smi-apps.csv", "nvidia-smi"),
+            (str(resolve_model_config("llama-3.1-70b")), "inputs/llama-3.1-70b.json", "model config")]
+        for entry in record["inputs"][1:3]:
+            assert entry["sha256"] == evidence.sha256_file(smi_bundle / entry["bundle_path"])
+            assert entry["sha256"] == evidence.sha256_file(entry["path"])
+        hashes = [entry["sha256"] for entry in record["inputs"]]  # logs, snapshots, then the model config
+        assert record["inputs_digest"] == evidence.inputs_digest(hashes, settings(record))
+
+    def test_bundle_verifies(self, smi_bundle, capsys):
+        assert evidence.verify_bundle(smi_bundle) == []
+        assert main(["verify", str(smi_bundle)]) == 0
+
+    def test_changed_snapshot_fails_verify(self, smi_bundle, tmp_path):
+        folder = Path(shutil.copytree(smi_bundle, tmp_path / smi_bundle.name))
+        apps = folder / "inputs" / "nvidia-smi-apps.csv"
+        apps.write_text(apps.read_text().replace("6032 MiB", "6033 MiB"))  # one byte: the notebook on GPU 2
+        differences = evidence.verify_bundle(folder)
+        assert differences[0].startswith("inputs/nvidia-smi-apps.csv: SHA-256 ")
+        # rank 2's other processes, re-joined from the copy: (24,643 + 6,033) MiB = 32,166,117,376 B
+        assert "ledger[2].other_process_bytes: recorded 32165068800, recomputed 32166117376" in differences
+        assert main(["verify", str(folder)]) == 1
+
+    def test_without_a_process_snapshot_the_warning_is_in_the_bundle(self, tmp_path, recwarn):
+        folder = approve(tmp_path, nvidia_smi_paths=[SMI_GPUS])
+        record = evidence.read_bundle(folder)
+        assert record["compatibility_key"]["gpu_name"] == H100
+        assert [row["other_process_bytes"] for row in record["ledger"]] == [None] * 4  # unknown, never 0
+        assert record["warnings"] == [
+            "inputs/nvidia-smi-gpu.csv: no nvidia-smi --query-compute-apps snapshot, so the memory of other "
+            "processes on each GPU is unknown (other_process_bytes left empty); add one taken with it: "
+            "nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv"]
+        assert not [w for w in recwarn if w.category.__name__ == "NvidiaSmiWarning"]  # no raw Python warning
+        assert evidence.verify_bundle(folder) == []
+        assert not [w for w in recwarn if w.category.__name__ == "NvidiaSmiWarning"]
+
+    def test_cli_warning_names_the_users_snapshot_once(self, tmp_path, capsys):
+        assert main(["approve", str(FOUR_RANK), "--nvidia-smi", str(SMI_GPUS), "--reserve", "0.9GiB",
+                     "--approver", "A", "--out", str(tmp_path)]) == 0
+        err = capsys.readouterr().err
+        assert err.count(f"warning: {SMI_GPUS}: no nvidia-smi --query-compute-apps snapshot") == 1
+        assert "inputs/nvidia-smi-gpu.csv" not in err and "NvidiaSmiWarning" not in err
+
+    def test_snapshot_of_another_gpu_model_is_refused_naming_the_users_file(self, tmp_path):
+        # an RTX PRO 6000's 97,887 MiB cannot be the 79.19 GiB (81,089 MiB) vLLM logged on these ranks
+        other = tmp_path / "other-gpu.csv"
+        other.write_text(SMI_GPUS.read_text().replace("81559 MiB", "97887 MiB"))
+        with pytest.raises(ApprovalError, match=f"^{other}, line 2: GPU 0 has memory.total 97,887 MiB"):
+            approve(tmp_path / "ev", nvidia_smi_paths=[other, SMI_APPS])
+        assert not (tmp_path / "ev").exists() or list((tmp_path / "ev").iterdir()) == []
+
+    def test_without_snapshots_the_digest_is_the_one_before_snapshots(self, tmp_path, monkeypatch):
+        # the same approval by kvplan before `approve --nvidia-smi` existed named its bundle
+        # 2026-11-29-64429095d68f (the inputs by the same relative path, the kvplan version pinned to 0.0.0)
+        monkeypatch.chdir(DATA_DIR.parent)
+        monkeypatch.setattr(evidence, "__version__", "0.0.0")
+        folder = evidence.approve([Path("data/boots/four-rank/boot.log")], tmp_path, Policy(RESERVE),
+                                  "Ana Planner", now=NOW)
+        assert folder.name == "2026-11-29-64429095d68f"
+        assert [entry["role"] for entry in evidence.read_bundle(folder)["inputs"]] == ["log"]
+        assert evidence.verify_bundle(folder) == []

@@ -321,6 +321,35 @@ def join_nvidia_smi(
     return joined
 
 
+def join_snapshots(
+    ledger: pd.DataFrame, paths: Iterable[str | Path], warn: bool = True
+) -> tuple[pd.DataFrame, dict[int, int]]:
+    """The ledger joined with the nvidia-smi snapshots among ``paths``, and each rank's free memory [bytes].
+
+    One call for every reader of snapshots (``kvplan ledger``, ``gate`` and ``approve``, the notebooks'
+    :func:`kvplan.whatif.read_launch`): :func:`read_nvidia_smi_snapshots`, ranks placed on GPUs by
+    :func:`gpu_index_by_rank`, :func:`join_nvidia_smi`, and :func:`free_bytes_by_rank`. The join's
+    warnings (no process snapshot: other processes' memory unknown) are in ``attrs["warnings"]`` of the
+    joined ledger; ``warn=False`` does not also raise them as :class:`NvidiaSmiWarning`, for a caller that
+    records them itself.
+
+    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan.io import read_vllm_logs
+    >>> folder = DATA_DIR / "boots" / "four-rank"
+    >>> ledger, _ = read_vllm_logs(folder / "boot.log")
+    >>> joined, free = join_snapshots(ledger, [folder / "nvidia-smi-gpu.csv"], warn=False)
+    >>> joined["gpu_name"].unique().tolist(), free[2] // MiB, len(joined.attrs["warnings"])
+    (['NVIDIA H100 80GB HBM3'], 2314, 1)
+    """
+    gpus, apps = read_nvidia_smi_snapshots(list(paths))
+    by_rank = gpu_index_by_rank(ledger, gpus, apps)
+    with warnings.catch_warnings():
+        if not warn:
+            warnings.simplefilter("ignore", NvidiaSmiWarning)
+        joined = join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)
+    return joined, free_bytes_by_rank(gpus, by_rank)
+
+
 def total_bytes_match(logged_total_bytes: int, smi_total_bytes: int) -> bool:
     """Whether vLLM's logged total GPU memory can be the same GPU as nvidia-smi's ``memory.total``.
 
