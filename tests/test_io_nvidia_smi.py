@@ -323,3 +323,10 @@ def test_a_snapshot_with_fewer_gpus_than_ranks_is_refused(tmp_path):
     lines = (FOUR_RANK / "nvidia-smi-apps.csv").read_text().splitlines(True)
     apps = read_nvidia_smi_csv("".join(lines[:9]))  # header + the 8 processes on GPUs 0–2
     assert gpu_index_by_rank(ledger, gpus, apps) == {0: 0, 1: 1, 2: 2}
+
+
+def test_two_snapshots_of_one_kind_are_refused():
+    # which of two GPU snapshots describes the boot? kvplan does not pick one silently
+    gpu = FOUR_RANK / "nvidia-smi-gpu.csv"
+    with pytest.raises(NvidiaSmiError, match="a second --query-gpu snapshot"):
+        read_nvidia_smi_snapshots([gpu, FOUR_RANK / "nvidia-smi-apps.csv", gpu])

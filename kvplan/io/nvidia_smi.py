@@ -185,10 +185,17 @@ def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame
     >>> len(gpus), apps is None
     (4, True)
     """
-    frames = {}
+    frames: dict[str, pd.DataFrame] = {}
     for path in paths:
         frame = read_nvidia_smi_csv(path)
-        frames[frame.attrs["kind"]] = frame
+        kind = frame.attrs["kind"]
+        if kind in frames:
+            query = "gpu" if kind == "gpus" else "compute-apps"
+            raise NvidiaSmiError(
+                f"{path}: a second --query-{query} snapshot (the first is {frames[kind].attrs['source']}): "
+                "give one of each kind, taken after warm-up of the same boot"
+            )
+        frames[kind] = frame
     if "gpus" not in frames:
         raise NvidiaSmiError(
             "an nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.total,memory.used,memory.free "
