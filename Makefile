@@ -31,6 +31,7 @@ demo: $(STAMP)
 	@# The demo's own bundle folder is rebuilt each run (an approval is never overwritten, so clear it first).
 	rm -rf $(EVIDENCE)
 	$(BIN)/python -m kvplan approve data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b --tp 4 \
+		--nvidia-smi data/boots/four-rank/nvidia-smi-gpu.csv --nvidia-smi data/boots/four-rank/nvidia-smi-apps.csv \
 		--target-concurrency 4 --seq-len 32768 --approver "make demo" --note "sample four-rank boot" --out $(EVIDENCE)
 	$(BIN)/python -m kvplan verify $(EVIDENCE)/*
 
