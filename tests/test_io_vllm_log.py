@@ -1029,3 +1029,170 @@ def test_suggestion_double_count_is_flagged_for_0_18_with_the_estimate_on():
     assert any("vllm#57936" in warning for warning in meta["warnings"])
     _, meta = read_vllm_log(text.replace("0.18.0", "0.19.0"))
     assert not any("vllm#57936" in warning for warning in meta["warnings"])
+
+
+# --- Ray workers, the V0 engine-config form, colour codes without ESC, Ray's log dedup -------------
+
+
+def test_v0_ray_worker_without_a_rank_line_is_the_rank_after_the_driver():
+    # vLLM 0.7.2, TP 2 over Ray: the driver (no prefix) is rank 0, the one Ray worker can only be rank 1.
+    # V0 summary: total 79.19 × 0.90 = 71.27 GiB; KV = 71.271 − weights 7.51 − non-torch − peak 1.42:
+    # driver 71.271 − 7.51 − 0.68 − 1.42 = 61.66, worker 71.271 − 7.51 − 0.60 − 1.42 = 61.74 GiB
+    ledger, meta = read_vllm_log(LOGS / "v0.7.2-ray-tp2.log", source="ray2.log")
+    assert meta["warnings"] == []  # no false "carry no process prefix"; one worker for one free rank: no guess
+    rows = ledger[["rank", "process", "pid", "outcome"]].astype(object).where(ledger.notna(), None)
+    assert rows.values.tolist() == [[0, None, None, "ok"], [1, "RayWorkerWrapper", 5121, "ok"]]
+    assert ledger["available_kv_bytes"].tolist() == [gib("61.66"), gib("61.74")]
+    assert ledger["non_torch_bytes"].tolist() == [gib("0.68"), gib("0.60")]
+    # V0 sizes KV before capturing graphs: room = available − captured graph memory
+    assert ledger["room_bytes"].tolist() == [gib("61.66") - gib("0.29"), gib("61.74") - gib("0.34")]
+    # Llama-3.1-8B at TP 2: 2 (K, V) × 16 tokens × 4 heads × 128 × 2 bytes × 32 layers = 1 MiB per block;
+    # the minimum over workers, 61.66 GiB // 1 MiB = 63,139 blocks; 63,139 × 16 / 8,192 = 123.32x
+    assert ledger["num_gpu_blocks"].tolist() == [63139] * 2
+    assert ledger["max_concurrency"].tolist() == [123.32] * 2
+    budget = budget_from_ledger(ledger, reserve_bytes=GiB)
+    assert budget.uniform_budget_bytes <= gib("61.66") - gib("0.29") - GiB  # the driver is the weaker rank
+
+
+def test_ray_workers_without_rank_lines_are_numbered_by_first_appearance_with_one_warning():
+    # vLLM 0.7.2, TP 4 over Ray with Ray's log dedup on: pid 6203 prints first, pid 6201's lines are
+    # the '[repeated 2x across cluster]' ones (its own values, and the collapsed line of one more worker)
+    source = str(LOGS / "v0.7.2-ray-tp4-dedup.log")
+    ledger, meta = read_vllm_log(source)
+    rows = ledger[["rank", "pid"]].astype(object).where(ledger.notna(), None)
+    assert rows.values.tolist() == [[0, None], [1, 6203], [2, 6201]]  # appearance order, not pid order
+    # KV: driver 71.271 − 3.76 − 0.74 − 1.42 = 65.35; 6203: − 0.63 → 65.46; 6201: − 0.61 → 65.48 GiB
+    assert ledger["available_kv_bytes"].tolist() == [gib("65.35"), gib("65.46"), gib("65.48")]
+    # the value shown on a collapsed line stays on the pid that printed it
+    assert ledger["cuda_graph_bytes"].tolist() == [gib("0.29"), gib("0.30"), gib("0.31")]
+    order = [warning for warning in meta["warnings"] if "first appearance" in warning]
+    assert len(order) == 1 and order[0].startswith(f"{source}:6: ")
+    assert "pid 6203 → rank 1, pid 6201 → rank 2" in order[0] and "not vLLM's own rank" in order[0]
+    assert "uniform budget (a minimum over all ranks) is unaffected" in order[0]
+    assert not any("carry no process prefix" in warning for warning in meta["warnings"])
+
+
+def test_rank_assignment_lines_win_over_the_order_of_appearance_for_ray_workers():
+    text = (
+        "Initializing a V1 LLM engine (v0.10.0) with config: model='m', tensor_parallel_size=2, "
+        "pipeline_parallel_size=1\n"
+        "(RayWorkerWrapper pid=41, ip=10.0.0.5) " + HEAD + "Available KV cache memory: 4.0 GiB\n"
+        "(RayWorkerWrapper pid=40, ip=10.0.0.5) " + HEAD + "Available KV cache memory: 3.0 GiB\n"
+        "(RayWorkerWrapper pid=41, ip=10.0.0.5) INFO 08-14 14:00:00 [parallel_state.py:1] rank 1 in world size 2 "
+        "is assigned as DP rank 0, PP rank 0, TP rank 1, EP rank 1\n"
+        "(RayWorkerWrapper pid=40, ip=10.0.0.5) INFO 08-14 14:00:00 [parallel_state.py:1] rank 0 in world size 2 "
+        "is assigned as DP rank 0, PP rank 0, TP rank 0, EP rank 0\n"
+    )
+    ledger, meta = read_vllm_log(text)
+    assert ledger[["rank", "pid", "available_kv_bytes"]].values.tolist() == [[0, 40, 3 * GiB], [1, 41, 4 * GiB]]
+    assert not any("first appearance" in warning for warning in meta["warnings"])
+
+
+def test_the_v0_engine_config_form_of_0_7_3_to_0_10_is_read():
+    # "Initializing a V0 LLM engine (v…)" is what V0 prints from 0.7.3 until it was removed (0.11.0)
+    line = (
+        "INFO 03-20 10:00:09 [llm_engine.py:232] Initializing a V0 LLM engine (v0.8.1) with config: "
+        "model='meta-llama/Llama-3.1-8B-Instruct', speculative_config=None, tokenizer='meta-llama/Llama-3.1-8B-Instruct', "
+        "skip_tokenizer_init=False, tokenizer_mode=auto, revision=None, override_neuron_config=None, "
+        "tokenizer_revision=None, trust_remote_code=False, dtype=torch.bfloat16, max_seq_len=8192, download_dir=None, "
+        "load_format=LoadFormat.AUTO, tensor_parallel_size=2, pipeline_parallel_size=1, "
+        "disable_custom_all_reduce=False, quantization=None, enforce_eager=False, kv_cache_dtype=auto, "
+        "device_config=cuda, seed=0, served_model_name=meta-llama/Llama-3.1-8B-Instruct, enable_prefix_caching=False"
+    )
+    [fact] = read_message(split_records(line)[0].message)
+    assert fact.family == "engine_config" and fact.values["_v1"] is False
+    text = (
+        line + "\n"
+        "INFO 03-20 10:00:24 [worker.py:267] model weights take 7.51GiB; non_torch_memory takes 0.71GiB; PyTorch "
+        "activation peak memory takes 1.42GiB; the rest of the memory reserved for KV Cache is 61.63GiB.\n"
+        "\x1b[1;36m(VllmWorkerProcess pid=4100)\x1b[0;0m INFO 03-20 10:00:24 [worker.py:267] model weights take "
+        "7.51GiB; non_torch_memory takes 0.63GiB; PyTorch activation peak memory takes 1.42GiB; the rest of the "
+        "memory reserved for KV Cache is 61.71GiB.\n"
+    )
+    ledger, meta = read_vllm_log(text)
+    key = meta["boots"][0]["compatibility_key"]
+    assert (key["vllm_version"], key["model"], key["tensor_parallel_size"], key["max_model_len"]) == (
+        "0.8.1",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        2,
+        8192,
+    )
+    assert ledger["available_kv_bytes"].tolist() == [gib("61.63"), gib("61.71")]
+
+
+def test_colour_codes_that_lost_their_esc_byte_are_stripped_around_the_prefix_and_level():
+    # vLLM ≤ 0.11 always colours the prefix (\x1b[1;36m … \x1b[0;0m); copy-paste may drop the ESC bytes.
+    # V0 0.6.6 TP 2: KV = 71.271 − 7.48 − non-torch − 1.23: driver − 0.42 → 62.14, worker − 0.35 → 62.21 GiB
+    text = (
+        "INFO 12-19 10:21:09 llm_engine.py:234] Initializing an LLM engine (v0.6.6.post1) with config: "
+        "model='meta-llama/Llama-3.1-8B-Instruct', max_seq_len=8192, tensor_parallel_size=2, pipeline_parallel_size=1, "
+        "enforce_eager=False\n"
+        "INFO 12-19 10:22:01 worker.py:232] model weights take 7.48GiB; non_torch_memory takes 0.42GiB; PyTorch "
+        "activation peak memory takes 1.23GiB; the rest of the memory reserved for KV Cache is 62.14GiB.\n"
+        "[1;36m(VllmWorkerProcess pid=902)[0;0m INFO 12-19 10:22:01 worker.py:232] model weights take 7.48GiB; "
+        "non_torch_memory takes 0.35GiB; PyTorch activation peak memory takes 1.23GiB; the rest of the memory "
+        "reserved for KV Cache is 62.21GiB.\n"
+    )
+    ledger, _meta = read_vllm_log(text)
+    assert ledger[["rank", "pid"]].astype(object).where(ledger.notna(), None).values.tolist() == [
+        [0, None],
+        [1, 902],
+    ]
+    assert ledger["available_kv_bytes"].tolist() == [gib("62.14"), gib("62.21")]  # rank 0 keeps its own
+    # 0.12+ level and grey codes without ESC, and one mid-line after another record
+    [record] = split_records(
+        "(Worker_TP1 pid=12) [32mINFO[0m [90m08-14 14:07:22[0m [90m[gpu_worker.py:227][0m "
+        "Available KV cache memory: 5.0 GiB"
+    )
+    assert (record.process, record.pid, record.level, record.message) == (
+        "Worker_TP1",
+        12,
+        "INFO",
+        "Available KV cache memory: 5.0 GiB",
+    )
+    records = split_records("50%|## [1;36m(VllmWorkerProcess pid=7)[0;0m " + HEAD + "done")
+    assert [(r.pid, r.level, r.message) for r in records] == [(None, None, "50%|##"), (7, "INFO", "done")]
+    # never inside a message body, nor on a line without a prefix or level
+    assert split_records(HEAD + "[1;36mtext[0;0m [32mINFO[0m")[0].message == "[1;36mtext[0;0m [32mINFO[0m"
+    assert split_records("[1;36mno header")[0].message == "[1;36mno header"
+
+
+def test_ranks_whose_lines_ray_deduplicated_are_not_incomplete_and_the_budget_says_why():
+    # vLLM 0.11.0 (prints 'Available KV cache memory' on every rank), TP 4 over Ray, eager (no graphs).
+    # An excerpt of the workers' lines: pid 24's line stands for 3 lines Ray collapsed (pids 22, 23, 24).
+    # KV = 79.19 × 0.90 − (3.76 weights + 1.42 peak + non-torch): rank 0 − 0.71 → 65.38, shown − 0.63 → 65.46
+    prefix = "(EngineCore_DP0 pid=5) (RayWorkerWrapper pid={}, ip=10.0.0.7) INFO 10-03 10:00:{} "
+    text = (
+        "(EngineCore_DP0 pid=5) INFO 10-03 10:00:09 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: "
+        "model='m', dtype=torch.bfloat16, max_seq_len=32768, tensor_parallel_size=4, pipeline_parallel_size=1, "
+        "data_parallel_size=1, quantization=None, enforce_eager=True, kv_cache_dtype=auto\n"
+        + "".join(
+            prefix.format(21 + rank, 12) + f"[parallel_state.py:1165] rank {rank} in world size 4 is assigned as "
+            f"DP rank 0, PP rank 0, TP rank {rank}, EP rank {rank}\n"
+            for rank in range(4)
+        )
+        + prefix.format(21, 27) + "[gpu_worker.py:298] Available KV cache memory: 65.38 GiB\n"
+        + prefix.format(24, 27) + "[gpu_worker.py:298] Available KV cache memory: 65.46 GiB [repeated 3x across cluster]\n"
+        "(EngineCore_DP0 pid=5) INFO 10-03 10:00:30 [core.py:210] init engine (profile, create kv cache, warmup "
+        "model) took 20.10 seconds\n"
+    )
+    ledger, meta = read_vllm_log(text, source="ray.log")
+    assert ledger["outcome"].tolist() == ["ok"] * 4  # the boot completed on every rank
+    assert ledger["room_bytes"].astype(object).where(ledger["room_bytes"].notna(), None).tolist() == [
+        gib("65.38"), None, None, gib("65.46")  # the shown value stays on pid 24
+    ]
+    dedup = [warning for warning in meta["warnings"] if "rank(s) 1, 2 show no room" in warning]
+    assert len(dedup) == 1 and dedup[0].startswith("ray.log:7: boot 0:")
+    assert "Ray deduplicated" in dedup[0] and "RAY_DEDUP_LOGS=0" in dedup[0]
+    with pytest.raises(LedgerError, match=r"rank\(s\) 1, 2 show none") as refused:
+        budget_from_ledger(ledger, reserve_bytes=GiB)
+    assert "RAY_DEDUP_LOGS=0" in str(refused.value)
+    # V0 (0.7.2) with one worker never shown: rank 3 has no line at all
+    v0_ledger, v0_meta = read_vllm_log(LOGS / "v0.7.2-ray-tp4-dedup.log", source="v0.log")
+    assert v0_ledger["outcome"].tolist() == ["ok"] * 3
+    assert any(
+        warning.startswith("v0.log:16: boot 0: rank(s) 3 show no room") and "RAY_DEDUP_LOGS=0" in warning
+        for warning in v0_meta["warnings"]
+    )
+    with pytest.raises(LedgerError, match="RAY_DEDUP_LOGS=0"):
+        budget_from_ledger(v0_ledger, reserve_bytes=GiB)

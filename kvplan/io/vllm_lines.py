@@ -61,6 +61,15 @@ _HEADER_RE = re.compile(
     r"(?:\[?[\w./<>-]+:\d+\] ?)?"
 )
 _RAY_REPEAT_RE = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
+#: A colour code whose ESC byte was lost in copy-paste (``[1;36m``), and the tokens of a record's
+#: head (process prefix, level, date, ``[file:line]``) among which such codes are stripped.
+_BARE_CODE_RE = re.compile(r"\[[0-9;]*m")
+_HEAD_TOKEN_RE = re.compile(
+    r"(?P<code>\[[0-9;]*m)|(?P<space>[ \t]+)"
+    r"|(?P<prefix>\((?:[A-Za-z_][\w.\-= ]*? )?pid=\d+(?:, ip=[^)\s]+)?\))"
+    r"|(?P<level>(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)(?![\w:]))"
+    r"|(?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)|(?P<file>\[?[\w./<>-]+:\d+\])"
+)
 NUM = r"(-?\d+(?:\.\d+)?)"
 
 
@@ -106,8 +115,66 @@ def split_records(line: str) -> list[Record]:
     """
     records = []
     for segment in strip_ansi(line).split("\r"):
-        records.extend(_segment_records(segment))
+        records.extend(_segment_records(strip_bare_colour(segment)))
     return records
+
+
+def strip_bare_colour(segment: str) -> str:
+    """``segment`` without the colour codes that lost their ESC byte (``[1;36m``) in a record's head.
+
+    Only codes among the process prefix, level, date and ``[file:line]`` at the start of a record
+    (the segment's start, or a process prefix) go, as :func:`strip_ansi` removes real ones; the same
+    text inside a message body stays.
+
+    >>> strip_bare_colour("[1;36m(VllmWorkerProcess pid=902)[0;0m INFO 09-13 10:00:16 [a.py:1] x [1m")
+    '(VllmWorkerProcess pid=902) INFO 09-13 10:00:16 [a.py:1] x [1m'
+    >>> strip_bare_colour("[32mINFO[0m [90m06-01 10:00:00[0m [90m[a.py:1][0m [1mbold")
+    'INFO 06-01 10:00:00 [a.py:1] [1mbold'
+    >>> strip_bare_colour("[1;36mno head here")
+    '[1;36mno head here'
+    """
+    if "m" not in segment or _BARE_CODE_RE.search(segment) is None:
+        return segment
+    starts = [0]
+    for match in _PREFIX_RE.finditer(segment):
+        before = segment[: match.start()]
+        code = re.search(r"(?:\[[0-9;]*m)+$", before)
+        starts.append(code.start() if code else match.start())
+    cuts: list[tuple[int, int]] = []
+    done = 0
+    for start in starts:
+        if start < done:
+            continue
+        codes, head, position = [], False, start
+        while True:
+            token = _HEAD_TOKEN_RE.match(segment, position)
+            if token is None or token.end() == position:
+                break
+            kind = token.lastgroup
+            if kind == "code":
+                codes.append(token.span())
+            elif kind in ("prefix", "level"):
+                head = True
+            position = token.end()
+            if kind == "file":
+                # the message follows; only a reset glued to ``[file:line]`` is still the head's
+                adjacent = _BARE_CODE_RE.match(segment, position)
+                while adjacent:
+                    codes.append(adjacent.span())
+                    position = adjacent.end()
+                    adjacent = _BARE_CODE_RE.match(segment, position)
+                break
+        done = position
+        if head:
+            cuts.extend(codes)
+    if not cuts:
+        return segment
+    parts, last = [], 0
+    for begin, end in cuts:
+        parts.append(segment[last:begin])
+        last = end
+    parts.append(segment[last:])
+    return "".join(parts)
 
 
 def _segment_records(segment: str) -> list[Record]:
@@ -306,12 +373,24 @@ def local_rank0_only(version: tuple[int, ...] | None) -> bool:
     return version is None or (0, 11, 1) <= version < (0, 26)
 
 
-def rank0_only_advice(version: tuple[int, ...] | None) -> str:
+#: Why lines of other ranks may be missing from a complete log: Ray's log deduplication.
+RAY_DEDUP_HINT = (
+    "; under Ray, a '[repeated Nx across cluster]' line means Ray deduplicated the other ranks' lines: "
+    "rerun with RAY_DEDUP_LOGS=0 for per-rank numbers"
+)
+
+
+def rank0_only_advice(version: tuple[int, ...] | None, ray_hint: bool = True) -> str:
     """Why a log shows the room of local rank 0 only, and how to get every rank's, for a release.
+
+    ``ray_hint`` names Ray's log deduplication as a cause too (False: the caller knows it is not).
 
     >>> rank0_only_advice((0, 26, 0)).startswith("vLLM 0.26.0 prints the --kv-cache-memory suggestion")
     True
+    >>> "RAY_DEDUP_LOGS=0" in rank0_only_advice((0, 7, 2)), "Ray" in rank0_only_advice((0, 7, 2), False)
+    (True, False)
     """
+    ray = RAY_DEDUP_HINT if ray_hint else ""
     shown = ".".join(map(str, version)) if version else None
     if local_rank0_only(version):
         release = f"vLLM {shown}" if shown else "vLLM 0.11.1–0.25 (the log does not say which)"
@@ -324,10 +403,11 @@ def rank0_only_advice(version: tuple[int, ...] | None) -> str:
         return (
             f"vLLM {shown} prints the --kv-cache-memory suggestion on every rank at INFO, so the other "
             "ranks' lines are missing: the log was cut off or filtered; give the whole log of every rank"
+            f"{ray}"
         )
     return (
         f"vLLM {shown} prints 'Available KV cache memory' on every rank, so the other ranks' lines are "
-        "missing: the log was cut off or filtered; give the whole log of every rank"
+        f"missing: the log was cut off or filtered; give the whole log of every rank{ray}"
     )
 
 
@@ -814,7 +894,9 @@ FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
     (
         "engine_config",
         "with config",
-        re.compile(r"Initializing an? (?:V1 )?LLM engine (?:\((v?[^)\s]+)\) )?with config: (.*)$"),
+        # "a V0 LLM engine" is the real V0 form of 0.7.3–0.10.x (vllm-log-formats.md §10 lists only
+        # "an LLM engine" and "a V1 LLM engine")
+        re.compile(r"Initializing (?:an|a V0|a V1) LLM engine (?:\((v?[^)\s]+)\) )?with config: (.*)$"),
         "config",
         _engine_config,
     ),

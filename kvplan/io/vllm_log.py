@@ -99,6 +99,8 @@ _FRONTEND_RE = re.compile(r"(?:APIServer|ApiServer|DPSupervisor|MainProcess|DPCo
 _ENGINE_RE = re.compile(r"(?:EngineCore|DPEngineCoreActor)(?:_DP(\d+)|_(\d+))?")
 _WORKER_RE = re.compile(r"(?:Worker|VllmWorker)((?:[ _](?:DP|PP|PCP|TP|DCP|EP)\d+)*)")
 _GROUP_RE = re.compile(r"(DP|PP|PCP|TP|DCP|EP)(\d+)")
+#: Ray's name for a vLLM worker actor (V0 and V1): ``(RayWorkerWrapper pid=N, ip=A.B.C.D)``.
+_RAY_WORKER_RE = re.compile(r"RayWorker\w*")
 
 
 class LogParseError(ValueError):
@@ -168,6 +170,8 @@ class _Boot:
     flags: dict = field(default_factory=dict)
     kv_reached: bool = False
     warnings: list = field(default_factory=list)
+    #: lines where Ray collapsed KV-sizing lines of several workers into one ([repeated Nx across cluster])
+    ray_repeats: list = field(default_factory=list)
 
 
 # --- streaming ----------------------------------------------------------------------------------
@@ -410,6 +414,8 @@ class _Reader:
             return
         if fact.scope in ("rank", "engine", "outcome") and _sizes_kv(fact):
             boot.kv_reached = True
+            if record.repeated and fact.scope == "rank":
+                boot.ray_repeats.append(number)
         boot.events.append(_Event(number, raw, key, fact.family, fact.scope, fact.values, record.level))
 
     def _maybe_new_boot(self, number: int, family: str, key: tuple | None) -> None:
@@ -732,6 +738,7 @@ def _attribute(boot: _Boot, key: dict, version: tuple | None, source: str, warni
         ):
             item["rank"] = item["dp_rank"] = item.get("engine_dp") or 0
     _v0_workers(info, boot, world, source, warnings)
+    has_workers = _ray_workers(info, boot, world, 1 if v0 else 0, source, warnings) or has_workers
     info[None] = {"engine": True, "engine_dp": None}
     if v0 or (not has_workers and (world is None or world == 1)):
         info[None].update(rank=0, tp_rank=0, pp_rank=0, dp_rank=0)
@@ -779,6 +786,37 @@ def _v0_workers(info: dict, boot: _Boot, world: int | None, source: str, warning
             f"{[k[0] for k in pending]} in pid (spawn) order. "
             "VLLM_LOGGING_LEVEL=DEBUG logs 'world_size=… rank=…' per worker."
         )
+
+
+def _ray_workers(info: dict, boot: _Boot, world: int | None, first: int, source: str, warnings: list) -> bool:
+    """Ray workers without a rank line: the free ranks from ``first`` (1 under V0, whose driver
+    without prefix is rank 0) in order of first appearance, as vLLM logs no rank for them.
+
+    True when a Ray worker was given a rank here."""
+    pending = [
+        k
+        for k, item in info.items()  # in order of first appearance (boot.names is filled line by line)
+        if item.get("rank") is None
+        and not item.get("engine")
+        and any(_RAY_WORKER_RE.fullmatch(name) for name in boot.names[k])
+    ]
+    if not pending:
+        return False
+    taken = {item.get("rank") for item in info.values()}
+    limit = world if world is not None else len(pending) + first
+    free = [rank for rank in range(first, limit) if rank not in taken]
+    for process_key, rank in zip(pending, free):
+        info[process_key]["rank"] = rank
+    if len(pending) > 1 or len(free) > 1:
+        given = ", ".join(f"pid {key[0]} → rank {rank}" for key, rank in zip(pending, free))
+        warnings.append(
+            f"{source}:{_first_line(boot, pending[0])}: no 'rank R in world size W is assigned as …' or "
+            f"'world_size=… rank=…' line ties the Ray workers to ranks, so their rank numbers are by order "
+            f"of first appearance ({given}), not vLLM's own rank: the per-rank table may name ranks "
+            "differently, while the uniform budget (a minimum over all ranks) is unaffected. "
+            "VLLM_LOGGING_LEVEL=DEBUG logs 'world_size=… rank=…' per worker."
+        )
+    return bool(free)
 
 
 def _best_name(names: list[str]) -> str:
@@ -854,7 +892,10 @@ def _fill_row(
         values.setdefault("pp_rank", rank // tp_size % pp_size)
         values.setdefault("dp_rank", rank // (tp_size * pp_size))
     failure, engine = failures.get(rank), failures.get(None)
-    sized = any(values.get(column) is not None for column in KV_SIZED_COLUMNS)
+    # a Ray worker whose KV lines Ray collapsed into another worker's [repeated Nx across cluster] line
+    # sized its KV cache like the rest: its outcome is the boot's, with no room of its own
+    collapsed = bool(boot.ray_repeats) and bool(_RAY_WORKER_RE.fullmatch(str(values.get("process") or "")))
+    sized = collapsed or any(values.get(column) is not None for column in KV_SIZED_COLUMNS)
     if failure is not None:
         text = failure.text
         if failure.after_startup:
@@ -948,12 +989,19 @@ def _boot_warnings(
         )
     world = world_size(key) or len(rows)
     lacking = [rank for rank in range(max(world, len(rows))) if rank not in known]
-    if known and lacking and set(known.values()) == {"available_kv"}:
+    if lacking and boot.ray_repeats:
+        warnings.append(
+            f"{source}:{boot.ray_repeats[0]}: boot {boot.index}: rank(s) "
+            f"{', '.join(str(rank) for rank in lacking)} show no room of their own: Ray deduplicated their "
+            "lines into other workers' '[repeated Nx across cluster]' lines (each value shown stays on the "
+            "pid that printed it). Rerun with RAY_DEDUP_LOGS=0 for per-rank numbers."
+        )
+    elif known and lacking and set(known.values()) == {"available_kv"}:
         line = origin.get((min(known), "room_bytes"), (first,))[0]
         warnings.append(
             f"{source}:{line}: boot {boot.index}: this log shows the room of rank(s) "
             f"{', '.join(str(rank) for rank in sorted(known))} only; rank(s) "
-            f"{', '.join(str(rank) for rank in lacking)} show none. {rank0_only_advice(version)}."
+            f"{', '.join(str(rank) for rank in lacking)} show none. {rank0_only_advice(version, False)}."
         )
     double = version is not None and ((0, 18) <= version < (0, 19) or version >= (0, 27))
     if (
