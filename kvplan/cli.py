@@ -565,8 +565,6 @@ def _run_approve(args: argparse.Namespace) -> int:
         raise CliError("an admission plan needs both --target-concurrency and --seq-len")
     layout = None
     if args.model:
-        if args.tp is None:
-            raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
         options = {name: getattr(args, name) for name in args.model_option_names}
         layout = evidence.ModelLayout(resolve_model_config(args.model), options)
     plan = evidence.Plan(args.target_concurrency, args.seq_len) if args.seq_len else None

@@ -448,8 +448,13 @@ def gate_load(
 
 
 def layout_spec(layout: ModelLayout, key: Mapping[str, object]) -> KVSpec:
-    """The KV spec of the model config on the layout; release and block size default to the logs'."""
-    return kv_spec(read_model_config(layout.config), **options_for_logs(layout.options, key))
+    """The KV spec of the model config on the layout; unset layout, KV dtype, release and block size are
+    the logs' (:func:`kvplan.kvspec.options_for_logs`)."""
+    options = options_for_logs(layout.options, key)
+    if options.get("tp") is None:
+        raise ValueError("--model needs --tp N: the logs do not show the tensor-parallel size the ranks "
+                         "run with")
+    return kv_spec(read_model_config(layout.config), **options)
 
 
 def model_check(ledger: pd.DataFrame, spec: KVSpec) -> Check:

@@ -283,3 +283,17 @@ def test_approve_with_nvidia_smi_then_gate_compares_the_gpu_type(capsys, tmp_pat
     status, check = key_check()
     assert (status, check["passed"]) == (0, True)
     assert check["detail"] == "14 fields unchanged; not shown on one side: driver_version, gpu_name"
+
+
+def test_approve_takes_the_tp_from_the_logs_and_records_the_catalogue_model_by_relative_path(
+        capsys, tmp_path, monkeypatch):
+    # the four-rank log shows tensor_parallel_size 4: Llama-3.1-70B's block is 1,310,720 B at TP 4 and
+    # 12 GiB // 1,310,720 B = 9,830 blocks, as with --tp 4
+    monkeypatch.chdir(DATA_DIR.parent)
+    assert main(["approve", "data/boots/four-rank/boot.log", "--reserve", "0.9GiB",
+                 "--model", "llama-3.1-70b", "--approver", "t", "--out", str(tmp_path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["decision"]["flag"] == "--kv-cache-memory-bytes=12884377600"
+    record = json.loads((tmp_path / Path(data["bundle"]).name / "budget.json").read_text())
+    assert [entry["path"] for entry in record["inputs"]] == [
+        "data/boots/four-rank/boot.log", "data/models/llama-3.1-70b.json"]

@@ -37,12 +37,21 @@ def resolve_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR
         return path
     candidate = Path(models_dir) / f"{path_or_name}.json"
     if candidate.is_file():
-        return candidate
+        return _relative_to_cwd(candidate)
     names = ", ".join(catalogue_names(models_dir)) or "none"
     raise ModelConfigError(
         f"model config {str(path_or_name)!r}: no such file, and no catalogue entry "
         f"{candidate.name} in {models_dir} (catalogue: {names})"
     )
+
+
+def _relative_to_cwd(path: Path) -> Path:
+    """``path`` relative to the working directory when it lies below it (so an evidence bundle records
+    ``data/models/x.json``, not the checkout's absolute path), else unchanged."""
+    try:
+        return path.resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return path
 
 
 def read_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR) -> dict:
