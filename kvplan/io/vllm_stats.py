@@ -468,10 +468,9 @@ def read_load_evidence(
         timed = [row.time for row in readings[0].rows if row.time is not None]
         if year is None and timed and len(metrics) < len(texts):
             year = (min(timed) - shift).year  # the servers' local year at the first scrape
-            notes.append(
-                f"the logs' year is taken from the /metrics times ({year}); log times are the server's "
-                "local time, /metrics times UTC"
-            )
+            clocks = ("" if utc_offset is not None
+                      else "; log times are the server's local time, /metrics times UTC")
+            notes.append(f"the logs' year is taken from the /metrics times ({year}){clocks}")
     logs = [
         parse_stats_text(text, path, year=year, utc_offset=utc_offset)
         for path, text in texts.items()
