@@ -355,6 +355,15 @@ def _add_model_arguments(parser: argparse.ArgumentParser) -> None:
                        help="vLLM's --max-num-batched-tokens; sizes sliding-window layers exactly")
 
 
+def _refuse_layout_without_model(
+    args: argparse.Namespace, options: Sequence[str] = MODEL_ONLY_OPTIONS
+) -> None:
+    """Layout flags mean nothing without --model: refused rather than silently ignored."""
+    given = [f"--{name.replace('_', '-')}" for name in options if getattr(args, name, None) is not None]
+    if given:
+        raise CliError(f"{', '.join(given)} describe the model's layout: give --model CONFIG with them")
+
+
 def _kv_spec_from_args(args: argparse.Namespace, key: Mapping[str, object] | None = None) -> KVSpec | None:
     """The KV spec the --model arguments describe, or None without --model.
 
@@ -363,10 +372,7 @@ def _kv_spec_from_args(args: argparse.Namespace, key: Mapping[str, object] | Non
     is a config of another model than the logs served.
     """
     if not args.model:
-        given = [f"--{name.replace('_', '-')}" for name in MODEL_ONLY_OPTIONS
-                 if getattr(args, name, None) is not None]
-        if given:
-            raise CliError(f"{', '.join(given)} describe the model's layout: give --model CONFIG with them")
+        _refuse_layout_without_model(args)
         return None
     if args.tp is None and (key or {}).get("tensor_parallel_size") is None:
         raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
@@ -564,7 +570,9 @@ def _run_approve(args: argparse.Namespace) -> int:
     if (args.target_concurrency is None) != (args.seq_len is None):
         raise CliError("an admission plan needs both --target-concurrency and --seq-len")
     layout = None
-    if args.model:
+    if not args.model:
+        _refuse_layout_without_model(args, (*MODEL_ONLY_OPTIONS, "block_size"))
+    else:
         options = {name: getattr(args, name) for name in args.model_option_names}
         layout = evidence.ModelLayout(resolve_model_config(args.model), options)
     plan = evidence.Plan(args.target_concurrency, args.seq_len) if args.seq_len else None
@@ -697,7 +705,8 @@ def _run_gate(args: argparse.Namespace) -> int:
     warnings = list(metadata["warnings"])
     free_after_warmup = None
     if args.nvidia_smi:
-        ledger, free_after_warmup = join_snapshots(ledger, args.nvidia_smi)
+        with _reader_warnings_into(warnings):
+            ledger, free_after_warmup = join_snapshots(ledger, args.nvidia_smi)
     checks = gate.gate_checks(approved, ledger, compatibility_key(ledger), args.guard, free_after_warmup)
     if args.load:
         section, load_checks = evidence.gate_load(approved, args.load, load_policy)

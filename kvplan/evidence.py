@@ -39,7 +39,7 @@ from kvplan.io.model_config import read_model_config
 from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
 from kvplan.io.vllm_log import read_vllm_log
 from kvplan.io.vllm_stats import read_load_evidence
-from kvplan.kvspec import KVSpec, cross_check, kv_spec, options_for_logs
+from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
 from kvplan.ledger import budget_from_ledger, compatibility_key, is_known, room_per_rank
 from kvplan.load import LoadFormatError, LoadReading, load_checks, load_summary
 from kvplan.units import format_size
@@ -217,8 +217,16 @@ def enclosing_bundle(path: str | os.PathLike) -> Path | None:
     True
     """
     resolved = Path(path).resolve()
-    folders = (resolved, *resolved.parents)
-    return next((folder for folder in folders if (folder / BUDGET_JSON).is_file()), None)
+    return next((folder for folder in (resolved, *resolved.parents) if _is_bundle(folder)), None)
+
+
+def _is_bundle(folder: Path) -> bool:
+    """Whether ``folder`` holds a kvplan ``budget.json`` record (not any file of that name, e.g.
+    ``kvplan budget --json > budget.json``)."""
+    try:
+        return json.loads((folder / BUDGET_JSON).read_text(encoding="utf-8")).get("schema") == SCHEMA
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 def name_notes(name: str, approved_name: str) -> list[str]:
@@ -460,20 +468,16 @@ def layout_spec(layout: ModelLayout, key: Mapping[str, object]) -> KVSpec:
 def model_check(ledger: pd.DataFrame, spec: KVSpec) -> Check:
     """The model config's predicted "GPU KV cache size" and concurrency agree with what the logs printed."""
     rows = cross_check(ledger, spec)
-    judged = rows[rows["agrees"].notna()] if not rows.empty else rows
-    if judged.empty:
-        return Check("model config matches the logs", None, "the logs printed no KV cache size to compare")
-    wrong = judged[~judged["agrees"].astype(bool)]
-    if not wrong.empty:
-        first = wrong.iloc[0]
+    verdict = cross_check_verdict(rows)
+    agrees = rows["agrees"].dropna() if "agrees" in rows else rows.iloc[0:0]
+    if agrees.empty:
+        return Check("model config matches the logs", None, verdict)
+    if not agrees.astype(bool).all():
+        first = rows.loc[agrees[~agrees.astype(bool)].index[0]]
         return Check("model config matches the logs", False,
-                     f"{first['source']}: predicted {first['predicted_kv_cache_tokens']:,} tokens, logged "
-                     f"{first['logged_kv_cache_tokens']}: {first['reason']}")
-    first = judged.iloc[0]
+                     f"{first['source']}: {verdict}; {first['reason']}")
     return Check("model config matches the logs", True,
-                 f"{spec.arch.name}: {spec.bytes_per_token:,} B per token per rank; predicted "
-                 f"{first['predicted_kv_cache_tokens']:,} tokens, logged {first['logged_kv_cache_tokens']:,} "
-                 f"({len(judged)} boot{'s' if len(judged) > 1 else ''} compared)")
+                 f"{spec.arch.name}: {spec.bytes_per_token:,} B per token per rank; {verdict}")
 
 
 def reference_rows(

@@ -159,10 +159,13 @@ def check_compatibility_key(
 ) -> Check:
     """Every key field shown on both sides is equal; each difference is listed.
 
-    A field unknown on one side (not in that log) or on both cannot be compared: the detail names it
-    and it is not counted as unchanged. A ``manual_boot`` (one run with ``--kv-cache-memory-bytes``)
-    is not compared on :data:`MANUAL_BOOT_IGNORES`. A side that shows the model's configuration reads an
-    unknown :data:`NONE_WHEN_CONFIG_SHOWN` field as ``None`` (vLLM's default), so adding quantization fails.
+    A field unknown on both sides, or shown by the boot only, cannot be compared: the detail names it
+    and it is not counted as unchanged. A field the approval recorded but the boot does not show (e.g.
+    ``gpu_name`` from an nvidia-smi snapshot at approval, none given to the gate) leaves the check
+    unjudged (``passed`` None) unless another field differs. A ``manual_boot`` (one run with
+    ``--kv-cache-memory-bytes``) is not compared on :data:`MANUAL_BOOT_IGNORES`. A side that shows the
+    model's configuration reads an unknown :data:`NONE_WHEN_CONFIG_SHOWN` field as ``None`` (vLLM's
+    default), so adding quantization fails.
 
     >>> check_compatibility_key({"model": "m", "block_size": 16}, {"model": "m", "block_size": 32}).detail
     'block_size: approved 16, boot 32'
@@ -170,28 +173,37 @@ def check_compatibility_key(
     '3 fields unchanged; not shown on either side (not compared): gpu_name'
     >>> check_compatibility_key({"model": "m"}, {"model": "m", "quantization": "fp8"}).detail
     'quantization: approved None, boot fp8'
+    >>> check_compatibility_key({"model": "m", "gpu_name": "H100"}, {"model": "m"}).passed is None
+    True
     """
     approved_key, boot_key = _explicit_defaults(approved_key), _explicit_defaults(boot_key)
-    differences, one_side, neither, equal, ignored = [], [], [], 0, []
+    differences, boot_only, approved_only, neither, equal, ignored = [], [], [], [], 0, []
     for field in sorted(set(approved_key) | set(boot_key)):
         approved, boot = plain_value(approved_key.get(field)), plain_value(boot_key.get(field))
         if manual_boot and field in MANUAL_BOOT_IGNORES:
             ignored.append(field)
         elif approved is None and boot is None:
             neither.append(field)
-        elif approved is None or boot is None:
-            one_side.append(field)
+        elif approved is None:
+            boot_only.append(field)
+        elif boot is None:
+            approved_only.append(field)
         elif str(approved) != str(boot):
             differences.append(f"{field}: approved {approved}, boot {boot}")
         else:
             equal += 1
-    notes = [f"not shown on one side: {', '.join(one_side)}" if one_side else "",
+    notes = [f"not recorded at approval (not compared): {', '.join(boot_only)}" if boot_only else "",
              f"not shown on either side (not compared): {', '.join(neither)}" if neither else "",
              f"not used by a manual-value boot: {', '.join(ignored)}" if ignored else ""]
     note = "".join(f"; {part}" for part in notes if part)
     if differences:
         return Check(KEY_CHECK, False, "; ".join(differences) + note)
-    return Check(KEY_CHECK, True, f"{equal} field{'s' if equal != 1 else ''} unchanged{note}")
+    unchanged = f"{equal} field{'s' if equal != 1 else ''} unchanged"
+    if approved_only:
+        return Check(KEY_CHECK, None, (
+            f"the approval recorded {', '.join(approved_only)}, which this boot does not show (for gpu_name "
+            f"and driver_version, give the canary's --nvidia-smi snapshots); {unchanged}{note}"))
+    return Check(KEY_CHECK, True, unchanged + note)
 
 
 def check_ranks_present(approved_ranks: Sequence[int], boot_ledger: pd.DataFrame) -> Check:

@@ -77,6 +77,8 @@ HYBRID_BLOCK_ALIGNMENT = 16
 DEFAULT_VLLM_VERSION = "0.33.0"
 #: The oldest release whose KV arithmetic kvplan repeats.
 OLDEST_VLLM_VERSION = (0, 5, 0)
+#: The first release with ``fp8_ds_mla`` pages (``MLAAttentionSpec``; the flag's choices list it from 0.14).
+FP8_DS_MLA_FROM = (0, 11, 0)
 #: ``--max-num-batched-tokens`` assumed for sliding-window accounting when none is given.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
 #: Hybrid groups take the largest kind's layer count when it is under this × the smallest's:
@@ -907,16 +909,36 @@ def options_for_logs(options: Mapping[str, object], key: Mapping[str, object]) -
 _HF_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
+#: Name parts that mark a release variant of one architecture (tuning, quantisation, a date stamp).
+MODEL_VARIANT_PARTS = frozenset({
+    "instruct", "thinking", "chat", "base", "it", "hf", "fp8", "fp4", "nvfp4", "awq", "gptq", "int4", "int8",
+    "w4a16", "w8a8", "w8a16", "bnb", "4bit", "8bit", "dynamic", "quantized",
+})
+
+
+def model_base_name(repo_id: str) -> str:
+    """The architecture part of a Hugging Face model name: lower case, variant parts and date stamps dropped.
+
+    >>> model_base_name("Qwen/Qwen3-235B-A22B-Instruct-2507")
+    'qwen3-235b-a22b'
+    >>> model_base_name("RedHatAI/Llama-3.1-70B-Instruct-FP8")
+    'llama-3.1-70b'
+    """
+    parts = re.split(r"[-_]", repo_id.rsplit("/", 1)[-1].lower())
+    return "-".join(p for p in parts if p not in MODEL_VARIANT_PARTS and not re.fullmatch(r"\d{4}", p))
+
+
 def check_model_name(arch: ModelArch, logged_model: str | None) -> None:
     """Refuse a config that names another model than the logs served, where the two can be compared.
 
-    Comparable when both are Hugging Face repo ids (``org/name``; a local path is not); they agree
-    when one's lower-case name contains the other's (``Llama-3.1-70B`` matches
-    ``Llama-3.1-70B-Instruct`` and ``…-Instruct-FP8``, which share the architecture).
+    Comparable when both are Hugging Face repo ids (``org/name``; a local path is not); they agree when
+    their :func:`model_base_name` is the same (``Llama-3.1-70B`` and ``Llama-3.1-70B-Instruct-FP8``;
+    not ``Llama-3.3-70B``, nor ``DeepSeek-V3.2-Exp`` against ``DeepSeek-V3``: give that model's own config).
 
     >>> arch = model_arch({"_source": {"model": "meta-llama/Llama-3.1-8B-Instruct"}, "model_type": "llama",
     ...     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128})
     >>> check_model_name(arch, "/models/llama")  # a local path: nothing to compare
+    >>> check_model_name(arch, "RedHatAI/Llama-3.1-8B-Instruct-FP8")  # a quantised variant: same architecture
     >>> check_model_name(arch, "meta-llama/Llama-3.1-70B-Instruct")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
     ...
@@ -926,8 +948,7 @@ def check_model_name(arch: ModelArch, logged_model: str | None) -> None:
         return
     if not (_HF_REPO_ID.fullmatch(logged_model) and _HF_REPO_ID.fullmatch(arch.model_id)):
         return
-    ours, theirs = (name.rsplit("/", 1)[1].lower() for name in (arch.model_id, logged_model))
-    if ours in theirs or theirs in ours:
+    if model_base_name(arch.model_id) == model_base_name(logged_model):
         return
     raise KVSpecError(
         f"the model config describes {arch.model_id}, but the logs served {logged_model}: "
@@ -973,6 +994,9 @@ def kv_spec(
     version = parse_vllm_version(vllm_version)
     if version < OLDEST_VLLM_VERSION:
         raise KVSpecError(f"vllm_version {vllm_version}: kvplan repeats vLLM's arithmetic from 0.5.0 on")
+    if kv_cache_dtype == "fp8_ds_mla" and version < FP8_DS_MLA_FROM:
+        raise KVSpecError(f"kv_cache_dtype 'fp8_ds_mla' does not exist in vLLM {vllm_version}: its 656-byte "
+                          "pages came with DeepSeek-V3.2 support in 0.11.0")
     if dcp <= 0:
         raise KVSpecError(f"dcp must be positive, got {dcp}")
     if dcp > 1:
@@ -1326,6 +1350,7 @@ __all__ = [
     "kv_spec",
     "linear_state_bytes",
     "model_arch",
+    "model_base_name",
     "options_for_logs",
     "parse_vllm_version",
     "pp_partition",

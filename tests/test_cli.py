@@ -279,10 +279,13 @@ def test_approve_with_nvidia_smi_then_gate_compares_the_gpu_type(capsys, tmp_pat
     status, check = key_check("--nvidia-smi", str(other), *snapshots[2:])
     assert (status, check["passed"]) == (1, False)
     assert check["detail"] == "gpu_name: approved NVIDIA H100 80GB HBM3, boot NVIDIA H100 NVL"
-    # without snapshots the canary shows neither field: named, not compared, not failed
+    # without snapshots the canary shows neither field the approval recorded: the gate cannot judge
+    # the GPU type (exit 2) rather than pass a canary that may run on other GPUs
     status, check = key_check()
-    assert (status, check["passed"]) == (0, True)
-    assert check["detail"] == "14 fields unchanged; not shown on one side: driver_version, gpu_name"
+    assert (status, check["passed"]) == (2, None)
+    assert check["detail"].startswith(
+        "the approval recorded driver_version, gpu_name, which this boot does not show (for gpu_name and "
+        "driver_version, give the canary's --nvidia-smi snapshots); 14 fields unchanged")
 
 
 def test_approve_takes_the_tp_from_the_logs_and_records_the_catalogue_model_by_relative_path(
@@ -297,3 +300,19 @@ def test_approve_takes_the_tp_from_the_logs_and_records_the_catalogue_model_by_r
     record = json.loads((tmp_path / Path(data["bundle"]).name / "budget.json").read_text())
     assert [entry["path"] for entry in record["inputs"]] == [
         "data/boots/four-rank/boot.log", "data/models/llama-3.1-70b.json"]
+
+
+def test_approve_beside_a_budget_json_that_is_not_a_bundle(capsys, tmp_path, monkeypatch):
+    # `kvplan budget --json > budget.json` in a project folder does not make that folder a bundle
+    monkeypatch.chdir(tmp_path)
+    assert main(["budget", "--room", "13GiB", "--reserve", "1GiB", "--json"]) == 0
+    (tmp_path / "budget.json").write_text(capsys.readouterr().out)
+    assert main(["approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--approver", "t",
+                 "--out", "evidence"]) == 0
+
+
+def test_approve_refuses_layout_flags_without_a_model(capsys, tmp_path):
+    assert main(["approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--tp", "2",
+                 "--block-size", "32", "--approver", "t", "--out", str(tmp_path)]) == 2
+    assert "--tp, --block-size describe the model's layout" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())

@@ -129,7 +129,13 @@ class TestCompatibilityKey:
     def test_field_known_on_one_side_only_is_named_not_failed(self):
         check = check_compatibility_key(KEY, {**KEY, "gpu_name": "NVIDIA H100 80GB HBM3"})
         assert check.passed is True
-        assert "not shown on one side: gpu_name" in check.detail
+        assert "not recorded at approval (not compared): gpu_name" in check.detail
+
+    def test_field_recorded_at_approval_but_not_shown_by_the_boot_cannot_be_judged(self):
+        # approved with an nvidia-smi snapshot, gated without one: the GPU type is unknown, not "unchanged"
+        check = check_compatibility_key({**KEY, "gpu_name": "NVIDIA H100 80GB HBM3"}, KEY)
+        assert check.passed is None
+        assert check.detail.startswith("the approval recorded gpu_name, which this boot does not show")
 
 
 class TestRanksPresent:

@@ -274,8 +274,13 @@ def test_total_bytes_match_accepts_the_bundled_samples_and_rounding_only():
     assert TOTAL_ROUNDING_BYTES == 6_417_285
     smi = 81_559 * MiB
     assert total_bytes_match(smi + 6_417_285, smi) and not total_bytes_match(smi + 6_417_286, smi)
-    # 1,073,741,824 + 6,417,285 = 1,080,159,109 B below the snapshot's total is the most accepted
-    assert total_bytes_match(smi - 1_080_159_109, smi) and not total_bytes_match(smi - 1_080_159_110, smi)
+    # the driver may keep max(1 GiB, 3 % of memory.total): 3 % of 85,520,809,984 B = 2,565,624,299 B
+    # (int), + 6,417,285 B rounding = 2,572,041,584 B below the snapshot's total is the most accepted
+    assert total_bytes_match(smi - 2_572_041_584, smi) and not total_bytes_match(smi - 2_572_041_585, smi)
+    # a 24 GiB GPU: 3 % is 0.72 GiB, so the 1 GiB floor holds: 1,073,741,824 + 6,417,285 = 1,080,159,109 B
+    small = 24 * GiB
+    assert total_bytes_match(small - 1_080_159_109, small)
+    assert not total_bytes_match(small - 1_080_159_110, small)
 
 
 @pytest.mark.parametrize("folder", [FOUR_RANK, SHARED_GPU])

@@ -18,6 +18,7 @@ from kvplan.kvspec import (
     LINEAR_ATTENTION,
     SLIDING_ATTENTION,
     KVSpecError,
+    check_model_name,
     cross_check,
     cross_check_verdict,
     kv_cache_groups,
@@ -812,3 +813,34 @@ def test_parse_vllm_version_shares_the_readers_rule():
     assert parse_vllm_version("0.11.1rc2") == (0, 11, 1)
     with pytest.raises(KVSpecError, match="vllm_version"):
         parse_vllm_version("nightly")
+
+
+@pytest.mark.parametrize(
+    ("config_model", "logged_model", "same"),
+    [
+        # quantised or tuned variants and date stamps share the architecture
+        ("meta-llama/Llama-3.1-70B-Instruct", "RedHatAI/Llama-3.1-70B-Instruct-FP8", True),
+        ("Qwen/Qwen3-Next-80B-A3B-Instruct", "Qwen/Qwen3-Next-80B-A3B-Thinking", True),
+        ("Qwen/Qwen3-235B-A22B", "Qwen/Qwen3-235B-A22B-Instruct-2507", True),
+        # another release or size is another model: give its own config
+        ("meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.3-70B-Instruct", False),
+        ("deepseek-ai/DeepSeek-V3", "deepseek-ai/DeepSeek-V3.2-Exp", False),
+        ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-70B-Instruct", False),
+    ],
+)
+def test_model_names_agree_by_architecture_not_by_substring(config_model, logged_model, same):
+    arch = model_arch({**LLAMA_70B, "_source": {"model": config_model}})
+    if same:
+        check_model_name(arch, logged_model)
+    else:
+        with pytest.raises(KVSpecError, match=re.escape("give the served model's config.json")):
+            check_model_name(arch, logged_model)
+
+
+def test_fp8_ds_mla_needs_a_release_that_has_it():
+    # MLAAttentionSpec's 656-byte fp8_ds_mla page first appears in vLLM 0.11.0
+    sparse = {**DEEPSEEK_V3, "index_topk": 2048}
+    spec = kv_spec(sparse, tp=8, kv_cache_dtype="fp8_ds_mla", vllm_version="0.11.0")
+    assert spec.bytes_per_token_per_layer == 656
+    with pytest.raises(KVSpecError, match=re.escape("does not exist in vLLM 0.10.2")):
+        kv_spec(sparse, tp=8, kv_cache_dtype="fp8_ds_mla", vllm_version="0.10.2")

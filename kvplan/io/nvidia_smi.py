@@ -72,8 +72,20 @@ _NOT_AVAILABLE = {"[n/a]", "n/a", "[not supported]", "[unknown error]", "[insuff
 TOTAL_ROUNDING_BYTES = GiB // 200 + MiB
 # What the driver keeps for itself (nvidia-smi's memory.reserved) is in memory.total but not in
 # mem_get_info's total. The bundled samples: H100 81,559 MiB vs 79.19 GiB logged (468 MiB less), RTX PRO
-# 6000 97,887 MiB vs 94.97 GiB (638 MiB less). 1 GiB covers those; other GPU models differ by GiBs.
+# 6000 97,887 MiB vs 94.97 GiB (638 MiB less). The allowance is the larger of 1 GiB and 3 % of the GPU
+# (2.4 GiB on an 80 GB GPU), so larger reservations (ECC, bigger GPUs) pass, while other GPU models of
+# one family still differ by far more (H100 80 GB vs H100 NVL 94 GB: 14 GiB).
 DRIVER_RESERVED_MAX_BYTES = GiB
+DRIVER_RESERVED_MAX_FRACTION = 0.03
+
+
+def driver_reserved_max_bytes(smi_total_bytes: int) -> int:
+    """The most a GPU's driver reservation may take from nvidia-smi's ``memory.total`` [bytes].
+
+    >>> driver_reserved_max_bytes(81_559 * MiB) // MiB  # H100 80 GB: 3 % = 2,446 MiB
+    2446
+    """
+    return max(DRIVER_RESERVED_MAX_BYTES, int(DRIVER_RESERVED_MAX_FRACTION * smi_total_bytes))
 
 
 class NvidiaSmiError(ValueError):
@@ -360,7 +372,7 @@ def join_snapshots(
 def total_bytes_match(logged_total_bytes: int, smi_total_bytes: int) -> bool:
     """Whether vLLM's logged total GPU memory can be the same GPU as nvidia-smi's ``memory.total``.
 
-    The logged total may lack up to :data:`DRIVER_RESERVED_MAX_BYTES` (the driver's reservation),
+    The logged total may lack up to :func:`driver_reserved_max_bytes` (the driver's reservation),
     give or take :data:`TOTAL_ROUNDING_BYTES`.
 
     >>> total_bytes_match(85_029_615_043, 81_559 * MiB)  # H100: 79.19 GiB logged, 468 MiB reserved
@@ -369,7 +381,8 @@ def total_bytes_match(logged_total_bytes: int, smi_total_bytes: int) -> bool:
     False
     """
     reserved_bytes = smi_total_bytes - logged_total_bytes
-    return -TOTAL_ROUNDING_BYTES <= reserved_bytes <= DRIVER_RESERVED_MAX_BYTES + TOTAL_ROUNDING_BYTES
+    allowed_bytes = driver_reserved_max_bytes(smi_total_bytes) + TOTAL_ROUNDING_BYTES
+    return -TOTAL_ROUNDING_BYTES <= reserved_bytes <= allowed_bytes
 
 
 def _check_total_bytes(row, gpu, index: int) -> None:
@@ -381,7 +394,8 @@ def _check_total_bytes(row, gpu, index: int) -> None:
         f"{gpu['source']}, line {gpu['line']}: GPU {index} has memory.total {int(smi) // MiB:,} MiB "
         f"({format_size(int(smi))}), but {_where(row)} logged {format_size(int(logged))} total GPU memory; "
         f"the same GPU's totals differ by at most the driver's reservation "
-        f"({format_size(DRIVER_RESERVED_MAX_BYTES)}) and rounding: a snapshot of another machine?"
+        f"(here up to {format_size(driver_reserved_max_bytes(int(smi)))}) and rounding: a snapshot of "
+        "another machine?"
     )
 
 
