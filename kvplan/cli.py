@@ -737,7 +737,19 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
 
 
 def _print_json(data: dict) -> int:
-    json.dump(data, sys.stdout, indent=2)
+    """Print ``data`` as strict JSON: a float ``NaN`` or ``±Inf`` (which JSON cannot hold) prints as null."""
+    import math
+
+    def strict(value: object) -> object:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {key: strict(item) for key, item in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [strict(item) for item in value]
+        return value
+
+    json.dump(strict(data), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
     return EXIT_OK
 

@@ -12,6 +12,7 @@ Units: usage and hit rates in percent (0–100), throughput in tokens per second
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -105,8 +106,11 @@ class LoadRow:
         return self.time.isoformat() if self.year_known else self.time.strftime(YEARLESS_TIME_FORMAT)
 
     def to_dict(self) -> dict:
-        """JSON-ready dict with exactly the keys of :data:`ROW_KEYS`."""
-        data = {key: getattr(self, key) for key in ROW_KEYS}
+        """JSON-ready dict with exactly the keys of :data:`ROW_KEYS`; a ``NaN`` or ``±Inf`` value is unknown.
+
+        >>> LoadRow("m.prom", 1, None, 0, kv_cache_usage_pct=float("nan")).to_dict()["kv_cache_usage_pct"]
+        """
+        data = {key: finite(getattr(self, key)) for key in ROW_KEYS}
         data["time"] = self.time_text
         return data
 
@@ -183,6 +187,15 @@ def counter_increase(previous: float | None, current: float | None) -> float | N
     if previous is None or current is None:
         return None
     return current - previous if current >= previous else current
+
+
+def finite(value):
+    """``value`` unless it is a float ``NaN`` or ``±Inf`` (unknown: ``None``; JSON has no such numbers).
+
+    >>> finite(41.5), finite(float("nan")), finite(float("-inf")), finite("a.log")
+    (41.5, None, None, 'a.log')
+    """
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def percent(fraction: float) -> float:
@@ -369,14 +382,14 @@ def mean_throughput(reading: LoadReading) -> tuple[float | None, float | None, s
     seconds = _interval_seconds(rows)
     reported = [
         (row, dt) for row, dt in zip(rows, seconds)
-        if row.prompt_tokens_per_s is not None or row.generation_tokens_per_s is not None
+        if finite(row.prompt_tokens_per_s) is not None or finite(row.generation_tokens_per_s) is not None
     ]
     kind = "log" if any(row.kind == "log" for row, _ in reported) else ("metrics" if reported else None)
     means = []
     for column in ("prompt_tokens_per_s", "generation_tokens_per_s"):
         per_engine: dict[int | None, list[tuple[float, float]]] = {}
         for row, dt in reported:
-            value = getattr(row, column)
+            value = finite(getattr(row, column))  # means over finite values only
             if row.kind == kind and value is not None:
                 weight = 1.0 if kind == "log" else dt
                 per_engine.setdefault(row.engine, []).append((value, weight))
@@ -391,7 +404,7 @@ def mean_throughput(reading: LoadReading) -> tuple[float | None, float | None, s
 
 
 def _peak_row(rows: Sequence[LoadRow]) -> LoadRow | None:
-    usage = [row for row in rows if row.kv_cache_usage_pct is not None]
+    usage = [row for row in rows if finite(row.kv_cache_usage_pct) is not None]  # the peak of finite values
     return max(usage, key=lambda row: row.kv_cache_usage_pct) if usage else None
 
 
@@ -420,8 +433,8 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
     times = [row.time for row in rows if row.time is not None]
     timed = [row for row in rows if row.time is not None]
     events = [row for row in rows if row.event is not None]
-    running = [row.running for row in rows if row.running is not None]
-    waiting = [row.waiting for row in rows if row.waiting is not None]
+    running = [row.running for row in rows if finite(row.running) is not None]
+    waiting = [row.waiting for row in rows if finite(row.waiting) is not None]
     manual = {s.kv_cache_memory_bytes for s in reading.sources if s.kv_cache_memory_bytes is not None}
     prompt, generation, throughput_from = mean_throughput(reading)
     return {

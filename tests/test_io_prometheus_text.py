@@ -7,6 +7,7 @@ The expositions are written in prometheus_client's text format with vLLM's names
 import glob
 import importlib.util
 import itertools
+import json
 import re
 import sys
 from datetime import datetime
@@ -27,10 +28,13 @@ MODEL = 'model_name="meta-llama/Llama-3.1-70B-Instruct"'
 
 
 def v1_scrape(stamp: str, running: int, waiting: int, usage: float, prompt: float, generation: float,
-              preemptions: float, hits: float = 0.0, queries: float = 0.0, engine: str = "0") -> str:
-    """One V1 (0.9.2+) scrape with a time comment, `_created` gauges included as V1 exports them."""
+              preemptions: float, hits: float = 0.0, queries: float = 0.0, engine: str = "0",
+              created: str = "1.7952345e+09") -> str:
+    """One V1 (0.9.2+) scrape with a time comment, `_created` gauges included as V1 exports them.
+
+    A value given as text (``"NaN"``, ``"+Inf"``, ``"-Inf"``: prometheus_client's spelling) is written as is.
+    """
     labels = f'engine="{engine}",{MODEL}'
-    created = "1.7952345e+09"
     lines = [f"# {stamp}"]
     families = [
         ("vllm:num_requests_running", "gauge", "Number of requests in model execution batches.", running),
@@ -47,7 +51,7 @@ def v1_scrape(stamp: str, running: int, waiting: int, usage: float, prompt: floa
     for name, kind, text, value in families:
         exposed = f"{name}_total" if kind == "counter" else name
         lines += [f"# HELP {exposed} {text}", f"# TYPE {exposed} {kind}",
-                  f"{exposed}{{{labels}}} {float(value)}"]
+                  f"{exposed}{{{labels}}} {value if isinstance(value, str) else float(value)}"]
         if kind == "counter":
             lines += [f"# HELP {name}_created {text}", f"# TYPE {name}_created gauge",
                       f"{name}_created{{{labels}}} {created}"]
@@ -165,6 +169,23 @@ def test_is_metrics_text():
     assert not is_metrics_text("(APIServer pid=1) INFO 11-29 10:00:10 [loggers.py:310] Engine 000: …\n")
 
 
+def test_is_metrics_text_when_a_later_sample_is_vllm():
+    # a V1 dump with its # HELP / # TYPE lines stripped (grep -v '^#'): prometheus_client's own python_* and
+    # process_* families come first, the vllm: ones later
+    stripped = (
+        'python_gc_objects_collected_total{generation="0"} 12345.0\n'
+        'python_info{implementation="CPython",major="3",minor="12",patchlevel="11",version="3.12.11"} 1.0\n'
+        "process_cpu_seconds_total 10.5\n"
+        f'vllm:num_requests_running{{engine="0",{MODEL}}} 3.0\n'
+    )
+    assert is_metrics_text(stripped)
+    [row] = parse_metrics_snapshots([("stripped.prom", stripped)]).rows
+    assert (row.engine, row.running) == (0, 3)
+    # samples without any vllm: name, or a log line after a well-formed sample, are not a vLLM dump
+    assert not is_metrics_text("node_load1 0.5\nnode_load5 0.25\n")
+    assert not is_metrics_text("python_info 1.0\nINFO 11-29 10:00:10 [loggers.py:310] vllm: started\n")
+
+
 def test_split_scrapes_drops_a_time_comment_without_samples():
     chunks = split_scrapes("# 1795511850\n# 2026-11-24T09:18:00+02:00\nvllm:x 1.0\n")
     # the first time comment has no sample after it and is dropped; the second, +02:00, is 07:18 UTC
@@ -262,3 +283,147 @@ def test_generator_and_sample_data_agree(tmp_path, monkeypatch):
     assert written == sorted(stored)
     for relative in written:
         assert (tmp_path / relative).read_text() == (LOAD / relative).read_text(), relative
+
+
+# --- NaN / ±Inf, concatenated scrapes, _created restarts, series that make no row -------------------------
+
+
+def test_non_finite_samples_are_unknown_with_a_warning():
+    # NaN, +Inf and -Inf are legal sample values (prometheus_client prints them so); each is read as unknown
+    text = (
+        # line 1: running NaN (sample on line 4), usage +Inf (line 10)
+        v1_scrape("2026-11-29T10:00:00Z", "NaN", 4, "+Inf", 10_000, 2_000, 5)
+        # line 41: waiting -Inf (line 41 + 6 = 47), prompt counter NaN (line 41 + 18 = 59)
+        + v1_scrape("2026-11-29T10:00:30Z", 22, "-Inf", 0.5, "NaN", 26_000, 9)
+        + v1_scrape("2026-11-29T10:01:30Z", 20, 1, 0.6, 70_000, 50_000, 9)  # line 81
+    )
+    reading = parse_metrics_snapshots([("run.prom", text)])
+    rows = [row.to_dict() for row in reading.rows]
+    assert [row["running"] for row in rows] == [None, 22, 20]
+    assert [row["waiting"] for row in rows] == [4, None, 1]
+    assert [row["kv_cache_usage_pct"] for row in rows] == [None, 50.0, 60.0]
+    # prompt: unknown at 10:00:30, so no increase into or out of it; generation (26,000 − 2,000) / 30 s = 800,
+    # (50,000 − 26,000) / 60 s = 400
+    assert [row["prompt_tokens_per_s"] for row in rows] == [None, None, None]
+    assert [row["generation_tokens_per_s"] for row in rows] == [None, 800.0, 400.0]
+    assert [row["preemptions"] for row in rows] == [None, 4, 0]
+    notes = [w for w in reading.warnings if "not a finite number" in w]
+    assert [w.split(" (")[0] for w in notes] == [
+        "run.prom:4: vllm:num_requests_running is NaN",
+        "run.prom:10: vllm:kv_cache_usage_perc is +Inf",
+        "run.prom:47: vllm:num_requests_waiting is -Inf",
+        "run.prom:59: vllm:prompt_tokens_total is NaN",
+    ]
+    json.dumps(reading.to_dict(), allow_nan=False)  # strict JSON: no NaN / Infinity anywhere
+
+
+def test_non_finite_sample_in_one_label_series_makes_the_sum_unknown():
+    # two series of one engine (a /federate dump of two instances): 3 + NaN is unknown, not 3
+    text = (
+        "# TYPE vllm:num_requests_running gauge\n"
+        f'vllm:num_requests_running{{engine="0",instance="a:8000",{MODEL}}} 3.0\n'
+        f'vllm:num_requests_running{{engine="0",instance="b:8000",{MODEL}}} NaN\n'
+        "# TYPE vllm:num_requests_waiting gauge\n"
+        f'vllm:num_requests_waiting{{engine="0",instance="a:8000",{MODEL}}} 1.0\n'
+    )
+    reading = parse_metrics_snapshots([("fed.prom", text)])
+    [row] = reading.rows
+    assert (row.running, row.waiting) == (None, 1)
+    assert any(w.startswith("fed.prom:3: vllm:num_requests_running is NaN") for w in reading.warnings)
+
+
+def _grep_vllm(scrape: str) -> str:
+    """What `curl -s …/metrics | grep ^vllm:` keeps of a scrape: the vllm: samples, no comment at all."""
+    return "".join(line + "\n" for line in scrape.splitlines() if line.startswith("vllm:"))
+
+
+def test_concatenated_scrapes_are_split_where_a_series_repeats():
+    # `curl -s …/metrics | grep ^vllm: >> dump.prom` twice: 3 gauges + 5 counters with `_created` = 13 lines
+    # each, no time comment and no # HELP between; running 3 then 4 must not be summed into 7
+    first = _grep_vllm(v1_scrape("x", 3, 0, 0.25, 1_000, 500, 5))
+    second = _grep_vllm(v1_scrape("x", 4, 1, 0.5, 2_000, 900, 6))
+    reading = parse_metrics_snapshots([("dump.prom", first + second)])
+    rows = reading.rows
+    assert [(row.line, row.time, row.running, row.waiting) for row in rows] == [
+        (1, None, 3, 0), (14, None, 4, 1),
+    ]
+    assert [row.preemptions_total for row in rows] == [5, 6]
+    assert [row.preemptions for row in rows] == [None, 1]  # 6 − 5, in the order given
+    assert rows[1].generation_tokens_per_s is None  # no times, no rates
+    assert any(
+        w.startswith("dump.prom:14: the scrapes had no timestamps and were split where a series repeated")
+        for w in reading.warnings
+    )
+    # after a time comment the first scrape has its time; the repeated one (line 2 + 13 = 15) has none
+    timed = parse_metrics_snapshots([("dump.prom", "# 2026-11-29T10:00:00Z\n" + first + second)]).rows
+    assert [(row.line, row.time) for row in timed] == [(1, datetime(2026, 11, 29, 10)), (15, None)]
+
+
+def test_series_at_two_sample_timestamps_is_not_a_repeat():
+    # a /federate-style dump without TYPE lines: the same series at 1795946400000 ms (10:00:00Z) and
+    # 30 s later is two timed scrapes, not a concatenation
+    text = (
+        f'vllm:generation_tokens_total{{engine="0",{MODEL}}} 1000.0 1795946400000\n'
+        f'vllm:generation_tokens_total{{engine="0",{MODEL}}} 4000.0 1795946430000\n'
+    )
+    reading = parse_metrics_snapshots([("fed.prom", text)])
+    # (4,000 − 1,000) / 30 s = 100 tok/s
+    assert [row.generation_tokens_per_s for row in reading.rows] == [None, 100.0]
+    assert not any("split where a series repeated" in w for w in reading.warnings)
+
+
+def test_changed_created_time_is_a_restart_even_when_counters_grew():
+    # the server started at 09:00:00Z (1795942800 = 1.7959428e+09), restarted at 10:05:00Z (1.7959467e+09)
+    # between two scrapes 600 s apart; by 10:10:00Z its new counters had grown past the old values
+    text = (
+        v1_scrape("2026-11-29T10:00:00Z", 20, 0, 0.5, 10_000, 2_000, 5, hits=100, queries=10_000,
+                  created="1.7959428e+09")
+        + v1_scrape("2026-11-29T10:10:00Z", 20, 0, 0.5, 70_000, 62_000, 8, hits=7_000, queries=70_000,
+                    created="1.7959467e+09")
+    )
+    reading = parse_metrics_snapshots([("run.prom", text)])
+    rows = reading.rows
+    # counted from zero: prompt 70,000 / 600 s = 116.667 (not (70,000 − 10,000) / 600 = 100),
+    # generation 62,000 / 600 = 103.333 (not 100), preemptions 8 (not 3), hits 7,000 of 70,000 = 10 %
+    # (not 6,900 of 60,000 = 11.5 %)
+    assert rows[1].prompt_tokens_per_s == 116.667
+    assert rows[1].generation_tokens_per_s == 103.333
+    assert (rows[1].preemptions, rows[1].prefix_cache_hit_pct) == (8, 10.0)
+    assert run_preemptions(reading) == 13  # 5 before the first scrape + 8 since the restart
+    [note] = [w for w in reading.warnings if "restarted" in w]
+    assert note.startswith("run.prom:41: counters were created anew since the previous scrape")
+    assert "vllm:num_preemptions_total" in note and "_created time changed" in note
+
+
+def test_unchanged_created_time_keeps_the_increase():
+    # the same _created time in both scrapes: no restart, increases as before
+    text = (v1_scrape("2026-11-29T10:00:00Z", 20, 0, 0.5, 10_000, 2_000, 5)
+            + v1_scrape("2026-11-29T10:10:00Z", 20, 0, 0.5, 70_000, 62_000, 8))
+    reading = parse_metrics_snapshots([("run.prom", text)])
+    # (62,000 − 2,000) / 600 s = 100; 8 − 5 = 3
+    assert (reading.rows[1].generation_tokens_per_s, reading.rows[1].preemptions) == (100.0, 3)
+    assert not any("restarted" in w for w in reading.warnings)
+
+
+def test_series_without_an_engine_and_without_row_fields_make_no_row():
+    # V1's LoRA info gauge has no engine label (its value is a Unix time); it is no field of a row
+    text = (
+        "# 2026-11-29T10:00:00Z\n"
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f'vllm:num_requests_running{{engine="0",{MODEL}}} 3.0\n'
+        "# HELP vllm:lora_requests_info Running stats on lora requests.\n"
+        "# TYPE vllm:lora_requests_info gauge\n"
+        'vllm:lora_requests_info{max_lora="2",running_lora_adapters="alpaca",waiting_lora_adapters=""} '
+        "1.789828498802105e+09\n"
+    )
+    rows = parse_metrics_snapshots([("lora.prom", text)]).rows
+    assert [(row.engine, row.running) for row in rows] == [(0, 3)]
+
+
+def test_integer_sample_values_read_as_floats():
+    # vLLM 0.2.x (aioprometheus) wrote values without ".0"; prometheus_client's parser returns an int for them
+    text = ('# TYPE vllm:avg_generation_throughput_toks_per_s gauge\n'
+            'vllm:avg_generation_throughput_toks_per_s{model_name="m"} 120\n')
+    [row] = parse_metrics_snapshots([("v0.prom", text)]).rows
+    assert json.dumps(row.to_dict()["generation_tokens_per_s"]) == "120.0"

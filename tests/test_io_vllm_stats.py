@@ -476,3 +476,21 @@ def test_docker_stamps_give_the_offset(tmp_path):
     given = read_load_evidence([log], utc_offset=-8)
     assert given.rows[0].time == datetime(2026, 11, 29, 18, 0, 10)
     assert any("not the -8 h given" in w for w in given.warnings)
+
+
+# --- recognising /metrics files ---------------------------------------------------------------------------
+
+
+def test_stripped_metrics_dump_with_a_python_sample_first_is_read_as_metrics(tmp_path):
+    # a V1 /metrics dump saved with its comment lines stripped: prometheus_client's python_gc_* family
+    # comes before the vllm: ones, so the first sample is no vllm: name
+    prom = tmp_path / "nocomment.prom"
+    prom.write_text(
+        'python_gc_objects_collected_total{generation="0"} 12345.0\n'
+        "process_cpu_seconds_total 10.5\n"
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+        'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25\n'
+    )
+    [row] = read_load_evidence([prom]).rows
+    # read as a scrape (kind metrics, 0.25 → 25 %), not refused as a log without stats lines
+    assert (row.kind, row.engine, row.running, row.kv_cache_usage_pct) == ("metrics", 0, 3, 25.0)

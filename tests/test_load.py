@@ -14,7 +14,7 @@ from datetime import datetime
 import pandas as pd
 import pytest
 
-from kvplan.cli import main
+from kvplan.cli import _print_json, main
 from kvplan.config import DATA_DIR
 from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.load import (
@@ -220,3 +220,76 @@ def test_cli_log_utc_offset(capsys):
     where = (first_log["source"], first_log["line"])
     moved = next(r for r in shifted["rows"] if (r["source"], r["line"]) == where)
     assert (first_log["time"], moved["time"]) == ("2026-11-27T11:03:08", "2026-11-27T10:03:08")
+
+
+# --- NaN / ±Inf: unknown in rows, summary and JSON ---------------------------------------------------
+
+
+def _strict_json(text):
+    """json.loads that refuses NaN / Infinity (Python's json accepts them; JSON does not)."""
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_non_finite_values_are_null_and_left_out_of_peaks_and_means():
+    nan, inf = float("nan"), float("inf")
+    rows = (row(1, 0, kv_cache_usage_pct=nan, generation_tokens_per_s=nan, prompt_tokens_per_s=nan),
+            row(2, 10, kv_cache_usage_pct=80.0, generation_tokens_per_s=900.0, prompt_tokens_per_s=100.0),
+            row(3, 20, kv_cache_usage_pct=inf, generation_tokens_per_s=1100.0, prompt_tokens_per_s=-inf))
+    reading = LoadReading(rows)
+    assert [r["kv_cache_usage_pct"] for r in reading.to_dict()["rows"]] == [None, 80.0, None]
+    assert [r["prompt_tokens_per_s"] for r in reading.to_dict()["rows"]] == [None, 100.0, None]
+    summary = load_summary(reading, kv_cache_tokens=MANUAL_TOKENS)
+    # peak of the finite values: 80 % at line 2, 80 % of 157,280 = 125,824 tokens
+    assert (summary["peak_kv_cache_usage_pct"], summary["peak_at"]["line"]) == (80.0, 2)
+    assert summary["peak_kv_cache_tokens"] == 125_824
+    # means of the finite log figures: (900 + 1,100) / 2 = 1,000; prompt 100 alone
+    assert (summary["mean_generation_tokens_per_s"], summary["mean_prompt_tokens_per_s"]) == (1000.0, 100.0)
+    json.dumps({"rows": reading.to_dict()["rows"], "summary": summary}, allow_nan=False)
+    assert load_checks(reading)[2].passed is True  # the peak check reports 80.0 %
+
+
+def test_cli_json_has_no_nan_for_non_finite_metrics(tmp_path, capsys):
+    # vLLM V1 exposition with NaN / +Inf samples (legal Prometheus values) in two scrapes 10 s apart
+    prom = tmp_path / "nan.prom"
+    labels = 'engine="0",model_name="m"'
+    prom.write_text(
+        "# 2026-11-29T10:00:00Z\n"
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f"vllm:num_requests_running{{{labels}}} NaN\n"  # line 4
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        f"vllm:kv_cache_usage_perc{{{labels}}} 0.25\n"
+        "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n"
+        "# TYPE vllm:prompt_tokens_total counter\n"
+        f"vllm:prompt_tokens_total{{{labels}}} 100.0\n"
+        "# 2026-11-29T10:00:10Z\n"  # line 11
+        "# HELP vllm:num_requests_running Number of requests in model execution batches.\n"
+        "# TYPE vllm:num_requests_running gauge\n"
+        f"vllm:num_requests_running{{{labels}}} 2.0\n"
+        "# HELP vllm:kv_cache_usage_perc KV-cache usage. 1 means 100 percent usage.\n"
+        "# TYPE vllm:kv_cache_usage_perc gauge\n"
+        f"vllm:kv_cache_usage_perc{{{labels}}} NaN\n"  # line 17
+        "# HELP vllm:prompt_tokens_total Number of prefill tokens processed.\n"
+        "# TYPE vllm:prompt_tokens_total counter\n"
+        f"vllm:prompt_tokens_total{{{labels}}} +Inf\n"  # line 20
+    )
+    assert main(["load", str(prom), "--json"]) == 0
+    data = _strict_json(capsys.readouterr().out)
+    assert [(r["running"], r["kv_cache_usage_pct"], r["prompt_tokens_per_s"]) for r in data["rows"]] == [
+        (None, 25.0, None), (2, None, None),
+    ]
+    assert [w.split(" (")[0] for w in data["warnings"]] == [
+        f"{prom}:4: vllm:num_requests_running is NaN",
+        f"{prom}:17: vllm:kv_cache_usage_perc is NaN",
+        f"{prom}:20: vllm:prompt_tokens_total is +Inf",
+    ]
+    assert main(["load", str(prom)]) == 0  # the table and summary too
+    assert "peak KV cache usage  25.0%" in capsys.readouterr().out
+
+
+def test_cli_json_prints_non_finite_floats_as_null(capsys):
+    assert _print_json({"a": float("nan"), "b": [1.5, float("-inf")], "c": {"d": float("inf")}}) == 0
+    assert _strict_json(capsys.readouterr().out) == {"a": None, "b": [1.5, None], "c": {"d": None}}

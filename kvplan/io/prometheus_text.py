@@ -4,7 +4,11 @@ The exposition itself is parsed by ``prometheus_client.parser.text_string_to_met
 told apart by (a) sample timestamps (``name{…} value 1732874410000``: one scrape per distinct time),
 (b) a comment line holding a time, e.g. ``# 2026-11-29T10:00:10Z`` or ``# 1732874410`` (what
 ``echo "# $(date -u +%FT%TZ)"; curl -s …/metrics`` writes before each scrape), or (c) a family's ``# HELP``
-seen again. Times are naive UTC. ``*_created`` samples (Unix start times, V1) are never read as counts.
+seen again, or (d) a series (name and labels) seen again: scrapes concatenated without any separator, e.g.
+``curl -s …/metrics | grep ^vllm: >> dump.prom``; those have no time, so no rates. Times are naive UTC.
+``*_created`` samples (Unix start times, V1) are never read as counts; a counter whose ``_created`` time
+changed between scrapes was created anew (a server restart) and counts from zero. ``NaN`` and ``±Inf``
+samples (legal Prometheus values) are read as unknown, with a warning.
 
 Names read (``vllm-load-formats.md`` §6), V0 and V1 alike: ``vllm:kv_cache_usage_perc`` (else
 ``vllm:gpu_cache_usage_perc``) as 0–100 %, ``vllm:num_requests_running`` / ``_waiting`` / ``_swapped``,
@@ -17,6 +21,7 @@ label gives the engine; counters that go down (a server restart) count from zero
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -34,6 +39,13 @@ _TIME_COMMENT = re.compile(
 )
 _DECLARATION = re.compile(r"^#\s*(HELP|TYPE)\s+(\S+)")
 _SAMPLE = re.compile(r"^[A-Za-z_:][\w:]*(?:\{.*\})?\s+\S+")
+_LABELS = r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\}'
+_SERIES = re.compile(
+    rf"^\s*(?P<name>[A-Za-z_:][\w:]*)\s*(?P<labels>{_LABELS})?\s+(?P<value>\S+)(?:\s+(?P<time>\S+))?"
+)
+_LABEL = re.compile(r'([A-Za-z_]\w*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_NUMBER = r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|Inf|inf|NaN|nan)"
+_STRICT_SAMPLE = re.compile(rf"^[A-Za-z_:][\w:]*\s*(?:{_LABELS})?\s+{_NUMBER}(?:\s+-?\d+(?:\.\d+)?)?$")
 
 FRACTIONS = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hit_rate"}
 COUNTERS = {
@@ -45,13 +57,25 @@ PREFIX_COUNTERS = (
     ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
     ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
 )
+GAUGES = {
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:num_requests_swapped",
+    "vllm:avg_prompt_throughput_toks_per_s",
+    "vllm:avg_generation_throughput_toks_per_s",
+}
+READ_COUNTERS = {*COUNTERS.values(), *(name for pair in PREFIX_COUNTERS for name in pair)}
+READ = FRACTIONS | GAUGES | READ_COUNTERS  # the names a row's fields come from; other series make no row
+CREATED = {name.removesuffix("_total") + "_created": name for name in READ_COUNTERS}  # V1's start times
 
 
 @dataclass(frozen=True)
 class Scrape:
     """One scrape: sample values per engine (``None`` = no engine label), summed over other labels.
 
-    ``cache_config`` holds the labels of ``vllm:cache_config_info`` per engine.
+    Only the names in :data:`READ` are kept; a ``NaN`` or ``±Inf`` sample leaves its name out (unknown).
+    ``cache_config`` holds the labels of ``vllm:cache_config_info`` per engine; ``created`` the latest
+    ``_created`` time (Unix seconds) of each counter read, per engine (V1 only).
     """
 
     source: str
@@ -59,12 +83,18 @@ class Scrape:
     time: datetime | None
     values: dict[int | None, dict[str, float]] = field(default_factory=dict)
     cache_config: dict[int | None, dict[str, str]] = field(default_factory=dict)
+    created: dict[int | None, dict[str, float]] = field(default_factory=dict)
 
 
 def is_metrics_text(text: str) -> bool:
     """True when ``text`` looks like Prometheus text exposition rather than a log.
 
+    A ``# HELP`` / ``# TYPE`` line or a ``vllm:`` sample says so; other samples before the first ``vllm:``
+    one (``python_gc_…`` in a dump whose comment lines were stripped) must be well-formed sample lines.
+
     >>> is_metrics_text("# 2026-11-29T10:00:10Z\\n# HELP vllm:num_requests_running x\\n")
+    True
+    >>> is_metrics_text('python_gc_objects_collected_total{generation="0"} 1.0\\nvllm:num_requests_running 3')
     True
     >>> is_metrics_text("INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Running: 1 reqs")
     False
@@ -73,7 +103,10 @@ def is_metrics_text(text: str) -> bool:
         line = line.strip()
         if not line or (line.startswith("#") and not _DECLARATION.match(line)):
             continue
-        return bool(_DECLARATION.match(line)) or bool(_SAMPLE.match(line) and line.startswith("vllm:"))
+        if _DECLARATION.match(line) or (_SAMPLE.match(line) and line.startswith("vllm:")):
+            return True
+        if not _STRICT_SAMPLE.match(line):
+            return False
     return False
 
 
@@ -87,54 +120,184 @@ def _comment_time(line: str) -> datetime | None:
     return stamp.astimezone(timezone.utc).replace(tzinfo=None) if stamp.tzinfo else stamp
 
 
+def _series(line: str) -> tuple[tuple, str] | None:
+    """(identity, text) of a sample line's series: name, sorted labels and sample timestamp; ``None`` if
+    the line is no sample. Equal identities in one scrape mean two scrapes were concatenated."""
+    match = _SERIES.match(line)
+    if not match:
+        return None
+    name, labels = match.group("name"), match.group("labels") or ""
+    return (name, tuple(sorted(_LABEL.findall(labels))), match.group("time")), name + labels
+
+
+@dataclass
+class _Chunk:
+    """The lines of one scrape in a file, with their line numbers."""
+
+    line: int
+    time: datetime | None
+    repeated: str | None = None  # the series whose second appearance started this chunk
+    lines: list[str] = field(default_factory=list)
+    numbers: list[int] = field(default_factory=list)
+    declared: set[tuple[str, str]] = field(default_factory=set)
+    series: set[tuple] = field(default_factory=set)
+    has_samples: bool = False
+
+
+def _chunks(text: str) -> list[_Chunk]:
+    chunks: list[_Chunk] = []
+    for number, line in enumerate(text.splitlines(), start=1):
+        stamp = _comment_time(line)
+        stripped = line.strip()
+        current = chunks[-1] if chunks else None
+        if stamp is not None:
+            if current is not None and not current.has_samples and current.time is None:
+                current.time = stamp
+            else:
+                chunks.append(_Chunk(number, stamp))
+            continue
+        declaration = _DECLARATION.match(stripped)
+        series = _series(stripped) if stripped and not stripped.startswith("#") else None
+        if current is None or (declaration and declaration.groups() in current.declared):
+            current = _Chunk(number, None)
+            chunks.append(current)
+        elif series is not None and series[0] in current.series:
+            current = _Chunk(number, None, repeated=series[1])
+            chunks.append(current)
+        if declaration:
+            current.declared.add(declaration.groups())
+        elif stripped and not stripped.startswith("#"):
+            current.has_samples = True
+            if series is not None:
+                current.series.add(series[0])
+        current.lines.append(line)
+        current.numbers.append(number)
+    return [chunk for chunk in chunks if chunk.has_samples]
+
+
 def split_scrapes(text: str) -> list[tuple[int, datetime | None, str]]:
     """(first line number, time from a time comment or ``None``, text) for each scrape in a file.
 
     >>> [(line, time.minute) for line, time, _ in split_scrapes(
     ...     "# 2026-11-29T10:00:10Z\\n# HELP a x\\na 1\\n# 2026-11-29T10:01:10Z\\n# HELP a x\\na 2\\n")]
     [(1, 0), (4, 1)]
+    >>> [(line, time) for line, time, _ in split_scrapes('a{e="0"} 1\\nb 5\\na{e="0"} 2\\n')]  # a repeats
+    [(1, None), (3, None)]
     """
-    chunks: list[list] = []  # [line, time, lines, declared, has_samples]
-    for number, line in enumerate(text.splitlines(), start=1):
-        stamp = _comment_time(line)
-        declaration = _DECLARATION.match(line.strip())
-        current = chunks[-1] if chunks else None
-        if stamp is not None:
-            if current is not None and not current[4] and current[1] is None:
-                current[1] = stamp
-            else:
-                chunks.append([number, stamp, [], set(), False])
-            continue
-        if current is None or (declaration and declaration.groups() in current[3]):
-            current = [number, None, [], set(), False]
-            chunks.append(current)
-        if declaration:
-            current[3].add(declaration.groups())
-        elif line.strip() and not line.lstrip().startswith("#"):
-            current[4] = True
-        current[2].append(line)
-    return [(line, stamp, "\n".join(lines) + "\n") for line, stamp, lines, _, has in chunks if has]
+    return [(chunk.line, chunk.time, "\n".join(chunk.lines) + "\n") for chunk in _chunks(text)]
 
 
-def _families(chunk: str, source: str, first_line: int) -> list:
+def _families(chunk: _Chunk, source: str) -> list:
     try:
-        return list(text_string_to_metric_families(chunk))
+        return list(text_string_to_metric_families("\n".join(chunk.lines) + "\n"))
     except (ValueError, IndexError, TypeError) as exc:
-        for offset, line in enumerate(chunk.splitlines()):
+        for number, line in zip(chunk.numbers, chunk.lines):
             try:
                 list(text_string_to_metric_families(line + "\n"))
             except (ValueError, IndexError, TypeError):
                 raise LoadFormatError(
-                    f"{source}:{first_line + offset}: not Prometheus text exposition: {line.strip()[:120]!r}"
+                    f"{source}:{number}: not Prometheus text exposition: {line.strip()[:120]!r}"
                 ) from None
         raise LoadFormatError(
-            f"{source}: lines from {first_line}: not Prometheus text exposition ({exc})"
+            f"{source}: lines from {chunk.line}: not Prometheus text exposition ({exc})"
         ) from None
 
 
 def _engine(labels: dict[str, str]) -> int | None:
     engine = labels.get("engine")
     return int(engine) if engine is not None and engine.isdigit() else None
+
+
+def _non_finite_lines(chunk: _Chunk) -> list[tuple[int, str]]:
+    """(line number, metric name) of the chunk's samples whose value is ``NaN`` or ``±Inf``."""
+    found = []
+    for number, line in zip(chunk.numbers, chunk.lines):
+        match = _SERIES.match(line) if line.strip() and not line.lstrip().startswith("#") else None
+        try:
+            finite = match is None or math.isfinite(float(match.group("value")))
+        except ValueError:
+            finite = True
+        if not finite:
+            found.append((number, match.group("name")))
+    return found
+
+
+def _value_text(value: float) -> str:
+    return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+
+
+def _add(values: dict[str, float], name: str, value: float) -> None:
+    """Sum a read sample into its engine's values (the highest for fractions); ``NaN`` marks unknown."""
+    old, value = values.get(name), float(value)  # prometheus_client reads "120" as the int 120
+    if not math.isfinite(value) or (old is not None and math.isnan(old)):
+        values[name] = math.nan
+    elif old is None:
+        values[name] = value
+    else:
+        values[name] = max(old, value) if name in FRACTIONS else old + value
+
+
+def _read_metrics_text(text: str, source: str) -> tuple[list[Scrape], list[str]]:
+    """The scrapes of one saved /metrics file and what the reader noticed (file and line in each)."""
+    scrapes: list[Scrape] = []
+    warnings: list[str] = []
+    found = False
+    chunks = _chunks(text)
+    for chunk in chunks:
+        non_finite = _non_finite_lines(chunk)
+        by_time: dict[float | None, Scrape] = {}
+        for family in _families(chunk, source):
+            for sample in family.samples:
+                name = sample.name
+                if not name.startswith("vllm:"):
+                    continue
+                found = found or name not in CREATED
+                if name not in READ and name not in CREATED and name != "vllm:cache_config_info":
+                    continue
+                when = sample.timestamp
+                if when is not None and not isinstance(when, (int, float)):
+                    when = float(when.sec) + when.nsec / 1e9
+                scrape = by_time.get(when)
+                if scrape is None:
+                    time = (
+                        chunk.time
+                        if when is None
+                        else datetime.fromtimestamp(when, tz=timezone.utc).replace(tzinfo=None)
+                    )
+                    scrape = by_time[when] = Scrape(source, chunk.line, time)
+                engine = _engine(sample.labels)
+                if name == "vllm:cache_config_info":
+                    scrape.cache_config[engine] = dict(sample.labels)
+                elif name in CREATED:
+                    if math.isfinite(sample.value):
+                        created = scrape.created.setdefault(engine, {})
+                        counter = CREATED[name]
+                        created[counter] = max(created.get(counter, sample.value), sample.value)
+                else:
+                    if not math.isfinite(sample.value):
+                        where = next((entry for entry in non_finite if entry[1] == name), None)
+                        if where is not None:
+                            non_finite.remove(where)
+                        line = where[0] if where else chunk.line
+                        warnings.append(
+                            f"{source}:{line}: {name} is {_value_text(sample.value)} (not a finite number): "
+                            "read as unknown"
+                        )
+                    _add(scrape.values.setdefault(engine, {}), name, sample.value)
+        for scrape in by_time.values():
+            for engine, values in scrape.values.items():
+                scrape.values[engine] = {name: v for name, v in values.items() if not math.isnan(v)}
+        scrapes.extend(by_time.values())
+    if not found:
+        raise LoadFormatError(f"{source}: no vllm: metric found; expected a saved vLLM /metrics snapshot")
+    repeats = [chunk for chunk in chunks if chunk.repeated is not None]
+    if repeats:
+        warnings.append(
+            f"{source}:{repeats[0].line}: the scrapes had no timestamps and were split where a series "
+            f"repeated ({repeats[0].repeated} again; {len(repeats)} split(s) in this file): scrapes "
+            "concatenated without a time comment or # HELP between them have no time, so no rates"
+        )
+    return scrapes, warnings
 
 
 def parse_metrics_text(text: str, source: str) -> list[Scrape]:
@@ -146,37 +309,7 @@ def parse_metrics_text(text: str, source: str) -> list[Scrape]:
     >>> s[0].values, s[0].time.isoformat()
     ({0: {'vllm:num_preemptions_total': 3.0}}, '2024-11-29T10:00:10')
     """
-    scrapes: list[Scrape] = []
-    for first_line, stamp, chunk in split_scrapes(text):
-        by_time: dict[float | None, Scrape] = {}
-        for family in _families(chunk, source, first_line):
-            for sample in family.samples:
-                if sample.name.endswith("_created") or not sample.name.startswith("vllm:"):
-                    continue
-                when = sample.timestamp
-                if when is not None and not isinstance(when, (int, float)):
-                    when = float(when.sec) + when.nsec / 1e9
-                scrape = by_time.get(when)
-                if scrape is None:
-                    time = (
-                        stamp
-                        if when is None
-                        else datetime.fromtimestamp(when, tz=timezone.utc).replace(tzinfo=None)
-                    )
-                    scrape = by_time[when] = Scrape(source, first_line, time)
-                engine = _engine(sample.labels)
-                if sample.name == "vllm:cache_config_info":
-                    scrape.cache_config[engine] = dict(sample.labels)
-                    continue
-                values = scrape.values.setdefault(engine, {})
-                if sample.name in FRACTIONS:
-                    values[sample.name] = max(values.get(sample.name, sample.value), sample.value)
-                else:
-                    values[sample.name] = values.get(sample.name, 0.0) + sample.value
-        scrapes.extend(by_time.values())
-    if not any(scrape.values or scrape.cache_config for scrape in scrapes):
-        raise LoadFormatError(f"{source}: no vllm: metric found; expected a saved vLLM /metrics snapshot")
-    return scrapes
+    return _read_metrics_text(text, source)[0]
 
 
 def _rate(previous: dict | None, current: dict, name: str, seconds: float | None) -> float | None:
@@ -204,7 +337,8 @@ def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[LoadRow], list[str]]:
     """One row per scrape and engine, with rates and preemptions per interval between scrapes.
 
     Intervals follow time order when every scrape has a time, else the order given; rows keep the order
-    given. A counter that went down (server restart) counts from zero and is reported in the warnings.
+    given. A counter that went down, or whose ``_created`` time changed (a server restart), counts from
+    zero and is reported in the warnings.
     """
     order = list(range(len(scrapes)))
     if all(scrape.time is not None for scrape in scrapes):
@@ -221,16 +355,32 @@ def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[LoadRow], list[str]]:
                 if before is not None and before.time is not None and scrape.time is not None
                 else None
             )
-            reset = [
+            went_down = sorted(
                 name
                 for name in values
                 if name.endswith("_total") and last and values[name] < last.get(name, 0)
-            ]
-            if reset:
+            )
+            # V1: a counter whose _created time changed was created anew (a restart), even if it grew
+            created_before = before.created.get(engine, {}) if before is not None else {}
+            anew = sorted(
+                name
+                for name, created in scrape.created.get(engine, {}).items()
+                if name in created_before and created != created_before[name] and name not in went_down
+            )
+            # one restart, one warning: counters that went down say it already; else the _created times do
+            reason = (
+                f"counters went down since the previous scrape ({', '.join(went_down)})"
+                if went_down
+                else f"counters were created anew since the previous scrape ({', '.join(anew)}: their "
+                "_created time changed)"
+            )
+            if went_down or anew:
                 warnings.append(
-                    f"{scrape.source}:{scrape.line}: counters went down since the previous scrape "
-                    f"({', '.join(sorted(reset))}): the server restarted; increases count from zero"
+                    f"{scrape.source}:{scrape.line}: {reason}: the server restarted; increases count "
+                    "from zero"
                 )
+            if last is not None and anew:
+                last = {**last, **{name: 0.0 for name in anew}}  # counted from zero since the restart
             usage = values.get("vllm:kv_cache_usage_perc", values.get("vllm:gpu_cache_usage_perc"))
             rows[(index, engine)] = LoadRow(
                 source=scrape.source,
@@ -299,10 +449,15 @@ def parse_metrics_snapshots(files: Sequence[tuple[str, str]]) -> LoadReading:
     >>> reading.rows[0].running, reading.rows[0].engine
     (7, 0)
     """
-    scrapes = [scrape for source, text in files for scrape in parse_metrics_text(text, source)]
+    scrapes: list[Scrape] = []
+    notes: list[str] = []
+    for source, text in files:
+        file_scrapes, file_notes = _read_metrics_text(text, source)
+        scrapes += file_scrapes
+        notes += file_notes
     rows, warnings = metrics_rows(scrapes)
     return LoadReading(
-        tuple(rows), tuple(warnings), tuple(_source_facts(source, scrapes) for source, _ in files)
+        tuple(rows), (*notes, *warnings), tuple(_source_facts(source, scrapes) for source, _ in files)
     )
 
 
