@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -736,20 +737,20 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
 ]
 
 
+def _strict_json(value: object) -> object:
+    """``value`` with every non-finite float (NaN, ±Inf) replaced by None, through dicts and lists."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {key: _strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_strict_json(item) for item in value]
+    return value
+
+
 def _print_json(data: dict) -> int:
     """Print ``data`` as strict JSON: a float ``NaN`` or ``±Inf`` (which JSON cannot hold) prints as null."""
-    import math
-
-    def strict(value: object) -> object:
-        if isinstance(value, float) and not math.isfinite(value):
-            return None
-        if isinstance(value, dict):
-            return {key: strict(item) for key, item in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [strict(item) for item in value]
-        return value
-
-    json.dump(strict(data), sys.stdout, indent=2, allow_nan=False)
+    json.dump(_strict_json(data), sys.stdout, indent=2, allow_nan=False)
     sys.stdout.write("\n")
     return EXIT_OK
 
