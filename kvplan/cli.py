@@ -392,7 +392,7 @@ def _add_capacity(sub: argparse._SubParsersAction) -> None:
         "Example: kvplan capacity --kv-bytes 12GiB --bytes-per-token 256KiB --max-model-len 8192; "
         "example: kvplan capacity --model llama-3.1-70b --tp 4 --kv-bytes 12GiB --max-model-len 32768",
     )
-    parser.add_argument("--kv-bytes", type=_size, required=True, help="KV budget per GPU")
+    parser.add_argument("--kv-bytes", type=_positive_size, required=True, help="KV budget per GPU")
     parser.add_argument("--bytes-per-token", type=_size, help="KV bytes per token per GPU (or --model)")
     parser.add_argument("--max-model-len", type=_positive_int, required=True, help="sequence length")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -410,6 +410,9 @@ def _run_capacity(args: argparse.Namespace) -> int:
         data = result.to_dict()
     else:
         data = spec.capacity(args.kv_bytes, args.max_model_len).to_dict()
+        if data["blocks"] == 0:
+            raise CliError(f"--kv-bytes {format_size(args.kv_bytes)} holds no block of "
+                           f"{format_size(data['block_bytes'])} ({data['block_size']} tokens)")
     if args.json:
         return _print_json(data)
     if spec is not None:

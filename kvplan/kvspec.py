@@ -77,6 +77,10 @@ HYBRID_BLOCK_ALIGNMENT = 16
 DEFAULT_VLLM_VERSION = "0.33.0"
 #: The oldest release whose KV arithmetic kvplan repeats.
 OLDEST_VLLM_VERSION = (0, 5, 0)
+#: The first release that serves MLA models with MLA (a latent per token); before, K and V per head.
+MLA_FROM = (0, 7, 1)
+#: The first release whose MLA backends force 64-token blocks ("Forcing kv cache block size to 64").
+MLA_BLOCK_FORCED_FROM = (0, 8, 0)
 #: The first release with ``fp8_ds_mla`` pages (``MLAAttentionSpec``; the flag's choices list it from 0.14).
 FP8_DS_MLA_FROM = (0, 11, 0)
 #: ``--max-num-batched-tokens`` assumed for sliding-window accounting when none is given.
@@ -826,11 +830,13 @@ def _resolve_block_size(
     if arch.mla_latent_dim is not None:
         if kv_cache_dtype == "fp8_ds_mla":
             why = "fp8_ds_mla (FlashMLA sparse) pages hold 64 tokens"
+        elif version < MLA_BLOCK_FORCED_FROM:
+            return (DEFAULT_BLOCK_SIZE if requested is None else requested), ""
         elif requested is None:
             why = ("MLA backends (FlashMLA) use 64-token blocks; CUTLASS MLA on Blackwell uses 128 "
                    "(give block_size=128)")
-        elif version < (0, 20, 0):
-            why = "vLLM before 0.20 forces 64-token blocks for the FlashMLA backend"
+        elif version < (0, 20, 0) and requested % MLA_BLOCK_SIZE:
+            why = "vLLM 0.8–0.19 forces 64-token blocks for the FlashMLA backend unless a multiple of 64"
         else:
             return requested, ""
         if requested not in (None, MLA_BLOCK_SIZE):
@@ -994,6 +1000,10 @@ def kv_spec(
     version = parse_vllm_version(vllm_version)
     if version < OLDEST_VLLM_VERSION:
         raise KVSpecError(f"vllm_version {vllm_version}: kvplan repeats vLLM's arithmetic from 0.5.0 on")
+    if arch.mla_latent_dim is not None and version < MLA_FROM:
+        raise KVSpecError(f"vLLM {vllm_version} serves {arch.name} without MLA (K and V per head, head "
+                          "size padded): kvplan sizes MLA models from 0.7.1 on, where one latent per token "
+                          "is cached")
     if kv_cache_dtype == "fp8_ds_mla" and version < FP8_DS_MLA_FROM:
         raise KVSpecError(f"kv_cache_dtype 'fp8_ds_mla' does not exist in vLLM {vllm_version}: its 656-byte "
                           "pages came with DeepSeek-V3.2 support in 0.11.0")

@@ -113,6 +113,8 @@ def test_drift_per_rank_lists(capsys):
           "--tp", "4", "--kv-cache-dtype", "fp8"], "--tp, --kv-cache-dtype describe the model's layout"),
         (["budget", "--room", "13GiB", "--reserve", "1GiB", "--block-size", "16"],
          "--block-size needs --model"),
+        (["capacity", "--model", "llama-3.1-8b", "--tp", "1", "--max-model-len", "8192", "--kv-bytes=-1"],
+         "must be positive"),
         (["capacity", "--model", "llama-3.1-70b", "--tp", "4", "--block-size", "7", "--kv-bytes", "12GiB",
           "--max-model-len", "8192"], "7 is not a block size vLLM accepts (1, 8, 16, 32, 64, 128, 256)"),
         (["capacity", "--model", "llama-3.1-70b", "--tp", "4", "--vllm-version", "0.4.0", "--kv-bytes",
@@ -316,3 +318,22 @@ def test_approve_refuses_layout_flags_without_a_model(capsys, tmp_path):
                  "--block-size", "32", "--approver", "t", "--out", str(tmp_path)]) == 2
     assert "--tp, --block-size describe the model's layout" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+@pytest.mark.parametrize(
+    ("argv", "fragment"),
+    [
+        # Llama-3.1-8B at TP 1: 32 layers × 2 × 8 heads × 128 × 2 B = 131,072 B a token; × 16 = 2 MiB a block
+        (["--kv-bytes", "1MiB"], "--kv-bytes 1 MiB holds no block of 2 MiB (16 tokens)"),
+    ],
+)
+def test_capacity_with_a_model_refuses_a_budget_without_a_block(capsys, argv, fragment):
+    assert main(["capacity", "--model", "llama-3.1-8b", "--tp", "1", "--max-model-len", "8192", *argv]) == 2
+    assert fragment in capsys.readouterr().err
+
+
+def test_an_unknown_model_config_is_named_once_with_its_json_suffix(capsys):
+    assert main(["capacity", "--model", "nonexist.json", "--tp", "1", "--kv-bytes", "1GiB",
+                 "--max-model-len", "8192"]) == 2
+    err = capsys.readouterr().err
+    assert "no catalogue entry nonexist.json in" in err

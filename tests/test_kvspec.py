@@ -844,3 +844,14 @@ def test_fp8_ds_mla_needs_a_release_that_has_it():
     assert spec.bytes_per_token_per_layer == 656
     with pytest.raises(KVSpecError, match=re.escape("does not exist in vLLM 0.10.2")):
         kv_spec(sparse, tp=8, kv_cache_dtype="fp8_ds_mla", vllm_version="0.10.2")
+
+
+def test_mla_block_size_follows_the_release():
+    # 0.7.1–0.7.3: MLA without FlashMLA, vLLM's default 16-token blocks: 16 × 70,272 B = 1,124,352 B
+    assert kv_spec(DEEPSEEK_V3, tp=8, vllm_version="0.7.3").block_bytes == 16 * 70_272
+    # 0.8–0.19 force 64 unless the block is a multiple of 64 (FlashMLA's rule), so 128 is kept
+    assert kv_spec(DEEPSEEK_V3, tp=8, vllm_version="0.17.0", block_size=128).block_size == 128
+    assert kv_spec(DEEPSEEK_V3, tp=8, vllm_version="0.17.0", block_size=16).block_size == 64
+    # before 0.7.1 vLLM cached K and V per head for DeepSeek (no MLA): kvplan refuses to guess it
+    with pytest.raises(KVSpecError, match=re.escape("serves deepseek-ai/DeepSeek-V3 without MLA")):
+        kv_spec(DEEPSEEK_V3, tp=8, vllm_version="0.6.6")

@@ -273,7 +273,7 @@ def test_headline_shows_the_block_size_vllm_forces():
     assert outcome.budget.uniform_budget_bytes % (64 * 70_272) == 0
     assert outcome.headline()["block size"] == (
         "64 tokens (block size 16 overridden: "
-        "vLLM before 0.20 forces 64-token blocks for the FlashMLA backend)"
+        "vLLM 0.8–0.19 forces 64-token blocks for the FlashMLA backend unless a multiple of 64)"
     )
 
 

@@ -35,7 +35,7 @@ def resolve_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR
     path = Path(path_or_name)
     if path.is_file():
         return path
-    candidate = Path(models_dir) / f"{path_or_name}.json"
+    candidate = Path(models_dir) / f"{str(path_or_name).removesuffix('.json')}.json"
     if candidate.is_file():
         return _relative_to_cwd(candidate)
     names = ", ".join(catalogue_names(models_dir)) or "none"
