@@ -22,7 +22,7 @@ from kvplan.capacity import DEFAULT_BLOCK_SIZE, VLLM_BLOCK_SIZES, capacity
 from kvplan.drift import drift_budget
 from kvplan.io.model_config import read_model_config, resolve_model_config
 from kvplan.io.nvidia_smi import NvidiaSmiWarning, join_snapshots
-from kvplan.io.vllm_log import read_vllm_logs, version_tuple
+from kvplan.io.vllm_log import read_vllm_logs
 from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.kvspec import (
     KV_CACHE_DTYPE_BYTES,
@@ -34,6 +34,7 @@ from kvplan.kvspec import (
 )
 from kvplan.ledger import LedgerWarning, budget_from_ledger, compatibility_key, plain_value, room_per_rank
 from kvplan.load import ROW_KEYS, load_summary
+from kvplan.releases import version_tuple
 from kvplan.units import format_size, parse_size, parse_size_list
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2

@@ -6,6 +6,8 @@ every other module consumes them; add a column here before using it anywhere els
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 IDENTITY = {
     "source": "file the row was read from",
     "boot": "index of the boot inside the file (a restart starts a new boot), from 0",
@@ -73,3 +75,24 @@ LEDGER_COLUMNS = list(GLOSSARY)
 BYTES_COLUMNS = [name for name in LEDGER_COLUMNS if name.endswith("_bytes")]
 KEY_COLUMNS = list(COMPATIBILITY_KEY)
 OUTCOMES = ("ok", "oom", "error", "incomplete")
+
+
+#: The compatibility-key fields whose product is the number of ranks.
+LAYOUT_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
+
+
+def world_size(key: Mapping[str, object]) -> int | None:
+    """TP × PP × DP of a compatibility key; None when any of the three is not known.
+
+    >>> world_size({"tensor_parallel_size": 4, "pipeline_parallel_size": 1, "data_parallel_size": 2})
+    8
+    >>> world_size({"tensor_parallel_size": 4}) is None
+    True
+    """
+    world = 1
+    for name in LAYOUT_FIELDS:
+        try:
+            world *= int(key.get(name))  # None, pd.NA and NaN raise: not known
+        except (TypeError, ValueError):
+            return None
+    return world

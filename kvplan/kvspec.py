@@ -44,8 +44,8 @@ from dataclasses import asdict, dataclass, field, replace
 import pandas as pd
 
 from kvplan.capacity import DEFAULT_BLOCK_SIZE
-from kvplan.io.vllm_lines import version_tuple
 from kvplan.ledger import is_known
+from kvplan.releases import version_tuple
 from kvplan.units import GiB
 
 FULL_ATTENTION = "full_attention"

@@ -13,8 +13,8 @@ import warnings
 import pandas as pd
 
 from kvplan.budget import Budget, BudgetError, median_bytes, uniform_budget
-from kvplan.columns import KEY_COLUMNS
-from kvplan.io.vllm_lines import LAYOUT_FIELDS, local_rank0_only, rank0_only_advice, version_tuple, world_size
+from kvplan.columns import KEY_COLUMNS, LAYOUT_FIELDS, world_size
+from kvplan.releases import local_rank0_only, rank0_only_advice, version_tuple
 from kvplan.units import format_size
 
 #: Key fields that every boot of a budget must show: which model, and how many ranks.

@@ -809,7 +809,7 @@ def test_v0_9_0_hybrid_concurrency_splits_tokens_across_groups():
 
 
 def test_parse_vllm_version_shares_the_readers_rule():
-    # one parser: kvplan.io.vllm_lines.version_tuple; kvspec adds only the default and the error
+    # one parser: kvplan.releases.version_tuple; kvspec adds only the default and the error
     assert parse_vllm_version("0.11.1rc2") == (0, 11, 1)
     with pytest.raises(KVSpecError, match="vllm_version"):
         parse_vllm_version("nightly")

@@ -31,18 +31,9 @@ from typing import IO
 import numpy as np
 import pandas as pd
 
-from kvplan.columns import BYTES_COLUMNS, KEY_COLUMNS, LEDGER_COLUMNS
-from kvplan.io.vllm_lines import (
-    ANCHOR_PAIRS,
-    ANCHORS,
-    CONFIG_NAMES,
-    Record,
-    rank0_only_advice,
-    read_message,
-    split_records,
-    version_tuple,
-    world_size,
-)
+from kvplan.columns import BYTES_COLUMNS, KEY_COLUMNS, LEDGER_COLUMNS, world_size
+from kvplan.io.vllm_lines import ANCHOR_PAIRS, ANCHORS, CONFIG_NAMES, Record, read_message, split_records
+from kvplan.releases import rank0_only_advice, version_tuple
 from kvplan.units import MiB
 
 #: vLLM's ``redundancy_buffer_memory`` in the suggestion arithmetic.
