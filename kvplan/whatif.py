@@ -13,8 +13,9 @@ logic of its own. :class:`WhatIfPanel` wires ipywidgets controls to it and redra
 
 from __future__ import annotations
 
+import html
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -61,7 +62,9 @@ class Scenario:
     own block, token and concurrency arithmetic for the model, layout and release) or a plain
     ``bytes_per_token`` per rank. ``block_size=None`` means the spec's block size (else 16). Drift
     needs ``ref_free_bytes`` and ``boot_free_bytes`` (startup free memory per rank of the profiled
-    reference and of the later boot), against which ``guard_bytes`` is kept.
+    reference and of the later boot), against which ``guard_bytes`` is kept. ``max_position_embeddings``
+    is the longest context the model config states (``None``: the one :func:`launch_spec` read for
+    ``kv_spec``, if any); a longer ``max_model_len`` is warned about in the headline.
     """
 
     room_bytes: tuple[int, ...]
@@ -76,6 +79,7 @@ class Scenario:
     ref_free_bytes: tuple[int, ...] | None = None
     boot_free_bytes: tuple[int, ...] | None = None
     kv_spec: KVSpec | None = None
+    max_position_embeddings: int | None = None
 
     @classmethod
     def from_ledger(cls, ledger: pd.DataFrame, reserve_bytes: int, assume_uniform: bool = False,
@@ -98,6 +102,13 @@ class Scenario:
         return self.kv_spec.block_size if self.kv_spec is not None else DEFAULT_BLOCK_SIZE
 
     @property
+    def position_limit(self) -> int | None:
+        """The model's longest context in tokens: the one given, else the config's behind ``kv_spec``."""
+        if self.max_position_embeddings is not None:
+            return self.max_position_embeddings
+        return getattr(self.kv_spec, _CONFIG_MAX_LENGTH, None)
+
+    @property
     def rank_ids(self) -> tuple[int, ...]:
         """Rank ids, 0..n-1 unless given."""
         return tuple(range(len(self.room_bytes))) if self.ranks is None else tuple(self.ranks)
@@ -108,8 +119,9 @@ class Outcome:
     """Everything one scenario gives: the budget, and where inputs allow, capacity and drift.
 
     ``target_length`` is the longest request length (≤ ``max_model_len``) at which the target
-    concurrency still fits, 0 when not even one token does. Compared by identity (it holds a
-    DataFrame); compare ``budget`` or ``capacity`` instead.
+    concurrency (rounded up to whole sequences) still fits, 0 when not even one token does. ``spec``
+    is the model spec at the block size in effect (vLLM may raise the one asked for). Compared by
+    identity (it holds a DataFrame); compare ``budget`` or ``capacity`` instead.
     """
 
     scenario: Scenario
@@ -119,13 +131,34 @@ class Outcome:
     target_bytes: int | None
     drift: Drift | None
     target_length: int | None = None
+    spec: KVSpec | None = None
+
+    @property
+    def boot_budget_bytes(self) -> int | None:
+        """Under drift, the value for this boot: :func:`boot_budget_bytes` (whole blocks); else None."""
+        return None if self.drift is None else boot_budget_bytes(self.drift, self.budget.block_bytes)
+
+    @property
+    def target_sequences(self) -> int | None:
+        """The target concurrency in whole sequences (rounded up), None without a target."""
+        target = self.scenario.target_concurrency
+        return math.ceil(target) if target else None
 
     def table(self) -> pd.DataFrame:
-        """Per-rank table in bytes: room (after add-back), safe, stranded, and adjusted under drift."""
+        """Per-rank table in bytes: room (after add-back), safe, uniform, stranded, limiting.
+
+        Under drift, ``uniform_budget_bytes`` and ``limiting`` are this boot's (the adjusted value in
+        whole blocks and the drift's limiting rank), after ``adjusted_bytes``; the reference's are kept
+        as ``ref_uniform_budget_bytes``, ``ref_stranded_bytes`` and ``ref_limiting``.
+        """
         frame = self.budget.to_frame()
         frame.insert(1, "add_back_bytes", list(self.scenario.add_back_bytes or [0] * len(frame)))
         if self.drift is not None:
+            frame = frame.rename(columns={"uniform_budget_bytes": "ref_uniform_budget_bytes",
+                                          "stranded_bytes": "ref_stranded_bytes", "limiting": "ref_limiting"})
             frame["adjusted_bytes"] = list(self.drift.adjusted_bytes)
+            frame["uniform_budget_bytes"] = self.boot_budget_bytes
+            frame["limiting"] = [rank == self.drift.limiting_rank for rank in self.drift.ranks]
         return frame
 
     def headline(self) -> dict[str, str]:
@@ -137,6 +170,22 @@ class Outcome:
         ('12 GiB', '0')
         """
         lines = budget_headline(self.budget)
+        if self.drift is not None:
+            boot_value = self.boot_budget_bytes
+            lines = {
+                "after drift": (
+                    f"{format_size(boot_value)} (rank {self.drift.limiting_rank} limits"
+                    + ("; re-profile to raise" if self.drift.reprofile_to_raise else "")
+                    + ")"
+                ),
+                "flag for this boot": kv_cache_flag(boot_value),
+                "limiting rank": str(self.drift.limiting_rank),
+                "reference budget": lines["uniform budget"],
+                "reference flag": lines["flag"],
+                "reference limiting rank": lines["limiting rank"],
+                "reference stranded total": lines["stranded total"],
+                "reference min/median": lines["min/median"],
+            }
         if self.capacity is not None:
             cap = self.capacity
             note = getattr(cap, "block_size_note", "")
@@ -145,22 +194,57 @@ class Outcome:
             lines["max concurrency"] = f"{cap.max_concurrency:.2f}× at {cap.max_model_len:,}"
             if getattr(cap, "approximate_reason", ""):
                 lines["approximate"] = cap.approximate_reason
+        elif self.spec is not None:
+            note = self.spec.block_size_note
+            lines["block size"] = f"{self.spec.block_size} tokens" + (f" ({note})" if note else "")
+        elif self.budget.block_bytes is not None:
+            lines["block size"] = f"{self.scenario.effective_block_size} tokens"
+        length = self.scenario.max_model_len
         if self.target_bytes is not None:
-            lines["target needs"] = (
-                f"{format_size(self.target_bytes)} per rank for {self.scenario.target_concurrency:g} "
-                f"sequences of {self.scenario.max_model_len:,}"
-            )
-        if self.target_length is not None and self.target_length < (self.scenario.max_model_len or 0):
+            target, sequences = self.scenario.target_concurrency, self.target_sequences
+            rounded = f" ({target:g} rounded up to {sequences})" if sequences != target else ""
+            needed = format_size(self.target_bytes)
+            lines["target needs"] = f"{needed} per rank for {sequences:,} sequences of {length:,}{rounded}"
+        if self.target_length is not None and self.target_length < (length or 0):
+            sequences = self.target_sequences
             lines["target fits"] = (
-                f"{self.scenario.target_concurrency:g} sequences up to {self.target_length:,} tokens each"
+                f"{sequences:,} sequences up to {self.target_length:,} tokens each"
+                if self.target_length > 0
+                else f"no: {sequences:,} sequences do not fit at any length (not even 1 token each)"
             )
-        if self.drift is not None:
-            lines["after drift"] = (
-                f"{format_size(self.drift.uniform_budget_bytes)} (rank {self.drift.limiting_rank} limits"
-                + ("; re-profile to raise" if self.drift.reprofile_to_raise else "")
-                + ")"
-            )
+        warning = length_warning(length, self.scenario.position_limit)
+        if warning:
+            lines["max model length"] = warning
         return lines
+
+
+def boot_budget_bytes(drift: Drift, block_bytes: int | None = None) -> int:
+    """The drift-adjusted uniform value for a later boot, rounded down to whole blocks when known.
+
+    >>> GiB = 2**30
+    >>> drift = drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 42 * GiB])  # 29 GiB
+    >>> boot_budget_bytes(drift), boot_budget_bytes(drift, 3 * GiB) // GiB  # 9 blocks of 3 GiB
+    (31138512896, 27)
+    """
+    value = drift.uniform_budget_bytes
+    return value if not block_bytes else value // block_bytes * block_bytes
+
+
+def length_warning(max_model_len: int | None, position_limit: int | None) -> str:
+    """A warning when ``max_model_len`` exceeds the model's ``max_position_embeddings``; else "".
+
+    >>> length_warning(10_000_000, 131_072).startswith("10,000,000 tokens exceeds")
+    True
+    >>> length_warning(32_768, 131_072), length_warning(10_000_000, None)
+    ('', '')
+    """
+    if max_model_len is None or position_limit is None or max_model_len <= position_limit:
+        return ""
+    return (
+        f"{max_model_len:,} tokens exceeds the model config's max_position_embeddings "
+        f"({position_limit:,}): vLLM refuses it unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1, "
+        "and the model was not trained that long"
+    )
 
 
 def budget_headline(budget: Budget) -> dict[str, str]:
@@ -289,6 +373,9 @@ def co_tenant_bytes(ledger: pd.DataFrame, ranks: Sequence[int] | None = None) ->
     return [None if rank not in most.index or pd.isna(most[rank]) else int(most[rank]) for rank in wanted]
 
 
+_ledger_co_tenants = co_tenant_bytes  # for WhatIfPanel, whose parameter has the same name
+
+
 #: The snapshot files :func:`read_launch` looks for next to the logs (the README's nvidia-smi commands).
 NVIDIA_SMI_NAMES = ("nvidia-smi-gpu.csv", "nvidia-smi-apps.csv")
 
@@ -329,7 +416,31 @@ def launch_spec(ledger: pd.DataFrame, model: str | Path, tp: int | None = None, 
     }
     completed = {name: key.get(column) for name, column in logged.items() if is_known(key.get(column))}
     completed.update({name: value for name, value in {"tp": tp, **options}.items() if value is not None})
-    return kv_spec(read_model_config(model), **options_for_logs(completed, key))
+    config = read_model_config(model)
+    spec = kv_spec(config, **options_for_logs(completed, key))
+    # kept on this spec object (not a field: equal specs of configs stating other lengths stay equal)
+    object.__setattr__(spec, _CONFIG_MAX_LENGTH, config_max_length(config))
+    return spec
+
+
+#: Attribute :func:`launch_spec` sets on its spec: the config's ``max_position_embeddings`` (or None).
+_CONFIG_MAX_LENGTH = "_kvplan_max_position_embeddings"
+
+
+def config_max_length(config: Mapping) -> int | None:
+    """The longest context a model config states (``max_position_embeddings``, also in a nested
+    ``text_config``/``llm_config``), None when it states none.
+
+    >>> config_max_length({"max_position_embeddings": 131072}), config_max_length({})
+    (131072, None)
+    >>> config_max_length({"text_config": {"max_position_embeddings": 8192}})
+    8192
+    """
+    for inner in (config, *(config.get(key) for key in ("text_config", "llm_config"))):
+        value = inner.get("max_position_embeddings") if isinstance(inner, Mapping) else None
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
 
 
 def coverage(ledger: pd.DataFrame) -> pd.DataFrame:
@@ -472,8 +583,8 @@ def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outco
 
             def concurrency_at(seq_len: int) -> float:
                 return capacity(kv_bytes, bpt, seq_len, block_size).max_concurrency
-        if scenario.target_concurrency:
-            target_length = longest_length_at(concurrency_at, scenario.target_concurrency, length)
+        if sequences:
+            target_length = longest_length_at(concurrency_at, sequences, length)
     drift = None
     if scenario.boot_free_bytes is not None:
         if scenario.ref_free_bytes is None:
@@ -482,7 +593,7 @@ def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outco
             list(budget.safe_bytes), list(scenario.ref_free_bytes), list(scenario.boot_free_bytes),
             scenario.guard_bytes, ranks,
         )
-    return Outcome(scenario, budget, cap, curve, target, drift, target_length)
+    return Outcome(scenario, budget, cap, curve, target, drift, target_length, spec)
 
 
 def longest_length_at(concurrency_at, target: float, max_model_len: int) -> int:
@@ -586,16 +697,99 @@ def gib_to_bytes(value_gib: float) -> int:
     return parse_size(f"{value_gib:.6f}GiB")
 
 
+def add_back_bytes(value_gib: float, co_tenant: int | None) -> int:
+    """An add-back slider's bytes, never more than the co-tenant holds (nothing when that is unknown).
+
+    A slider at its maximum (the co-tenant's bytes in GiB) gives the co-tenant's exact bytes.
+
+    >>> co_tenant = 25_845_153_792  # 24.07 GiB (rounded)
+    >>> add_back_bytes(25.0, co_tenant) == add_back_bytes(co_tenant / 2**30, co_tenant) == co_tenant
+    True
+    >>> add_back_bytes(2.0, co_tenant), add_back_bytes(2.0, None)
+    (2147483648, 0)
+    """
+    if co_tenant is None:
+        return 0
+    if value_gib >= bytes_to_gib(int(co_tenant)):  # the slider's maximum
+        return int(co_tenant)
+    return min(gib_to_bytes(value_gib), int(co_tenant))
+
+
+def add_back_limits(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None) -> list[int | None]:
+    """The most each rank's add-back may be (rank order): its co-tenant's bytes, None where unknown.
+
+    A scenario that already adds back more than that keeps its own value as the limit.
+
+    >>> add_back_limits(Scenario((10, 10), 1, add_back_bytes=(0, 9)), [5, 7])
+    [5, 9]
+    >>> add_back_limits(Scenario((10,), 1), None)
+    [None]
+    """
+    add_back = scenario.add_back_bytes or (0,) * len(scenario.room_bytes)
+    co_tenants = list(co_tenant_bytes) if co_tenant_bytes is not None else [None] * len(add_back)
+    if len(co_tenants) != len(add_back):
+        raise ValueError(f"{len(co_tenants)} co-tenant values for {len(add_back)} ranks")
+    return [
+        (max(int(co_tenant), extra) if co_tenant is not None and not pd.isna(co_tenant) else (extra or None))
+        for co_tenant, extra in zip(co_tenants, add_back)
+    ]
+
+
+#: A chart of :class:`WhatIfPanel`: its name and a function drawing it.
+ChartStep = tuple[str, "Callable[[], Figure]"]
+
+
+def rows_that_set_the_room(ledger: pd.DataFrame) -> pd.DataFrame:
+    """The ledger rows of each rank that show its room (all of a rank's rows where none does).
+
+    A ledger of a profiled reference and a boot started with a manual value (which shows no room)
+    is charted from the reference, the boot whose room set the budget.
+
+    >>> frame = pd.DataFrame({"rank": [0, 0, 1], "room_bytes": [None, 5, None]})
+    >>> rows_that_set_the_room(frame).index.tolist()
+    [1, 2]
+    """
+    if "room_bytes" not in ledger.columns:
+        return ledger
+    shown = ledger["room_bytes"].notna()
+    any_shown = shown.groupby(ledger["rank"]).transform("any")
+    return ledger[shown | ~any_shown]
+
+
+def panel_charts(outcome: Outcome, ledger: pd.DataFrame | None = None) -> list[ChartStep]:
+    """The charts an outcome allows, as ``(name, draw)`` pairs in display order (nothing drawn yet).
+
+    Safe budget per rank; the ledger (when given, from :func:`rows_that_set_the_room` with the
+    add-back taken off the co-tenants); stranded capacity; concurrency (with a curve); drift.
+
+    >>> GiB = 2**30
+    >>> [name for name, _ in panel_charts(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))]
+    ['safe budget', 'stranded']
+    """
+    steps: list[ChartStep] = [("safe budget", lambda: charts.safe_budget_chart(outcome.budget))]
+    if ledger is not None:
+        steps.append(("ledger", lambda: charts.ledger_chart(
+            ledger_after_add_back(rows_that_set_the_room(ledger), outcome.scenario), outcome.budget)))
+    steps.append(("stranded", lambda: charts.stranded_chart(outcome.budget)))
+    if outcome.curve is not None:
+        steps.append(("concurrency", lambda: concurrency_figure(outcome)))
+    if outcome.drift is not None:
+        steps.append(("drift", lambda: charts.drift_chart(outcome.drift)))
+    return steps
+
+
 class WhatIfPanel:
     """Sliders and fields over a :class:`Scenario`; every change re-runs :func:`evaluate` and redraws.
 
-    Shows the headline, the per-rank table (GiB) and the charts: safe budget per rank, the per-rank
-    ledger (when ``ledger`` is given; added-back memory comes off its "other processes"), stranded
-    capacity, concurrency (with a spec or ``bytes_per_token``, and ``max_model_len``) and drift
-    (with boot free memory). ``co_tenant_bytes`` (per rank, e.g. the ledger's
-    ``other_process_bytes``) labels the add-back sliders so a planner can ask "what if the
-    co-tenant on rank 2 moved?". Display the panel by making it the last expression of a cell.
-    Bad input (a reserve above a rank's room) shows the error in place of the charts.
+    Shows the headline, the per-rank table (GiB) and the charts (:func:`panel_charts`): safe budget
+    per rank, the per-rank ledger (when ``ledger`` is given; added-back memory comes off its "other
+    processes"), stranded capacity, concurrency (with a spec or ``bytes_per_token``, and
+    ``max_model_len``) and drift (with boot free memory). ``co_tenant_bytes`` (per rank, e.g.
+    :func:`co_tenant_bytes` of the ledger; taken from ``ledger`` when not given) labels and caps the
+    add-back sliders so a planner can ask "what if the co-tenant on rank 2 moved?"; a rank whose
+    co-tenant memory is unknown gets a disabled slider. Display the panel by making it the last
+    expression of a cell. Bad input (a reserve above a rank's room) shows the error in place of the
+    charts; a chart that cannot be drawn shows why in its place (``chart_errors``).
     """
 
     def __init__(self, scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None = None,
@@ -604,7 +798,11 @@ class WhatIfPanel:
         self.ledger = ledger
         self.outcome: Outcome | None = None
         self.error: str | None = None
-        self.controls = _controls(scenario, co_tenant_bytes)
+        self.chart_errors: dict[str, str] = {}
+        if co_tenant_bytes is None and ledger is not None:
+            co_tenant_bytes = _ledger_co_tenants(ledger, scenario.rank_ids)
+        self.add_back_limits = add_back_limits(scenario, co_tenant_bytes)
+        self.controls = _controls(scenario, co_tenant_bytes, self.add_back_limits)
         self.output = widgets.Output()
         self._initial = {name: control.value for name, control in self.controls.items()}
         for control in self.controls.values():
@@ -631,13 +829,13 @@ class WhatIfPanel:
         if "max_model_len" in moved:
             changes["max_model_len"] = int(moved["max_model_len"])
         if "target_concurrency" in moved:
-            changes["target_concurrency"] = float(moved["target_concurrency"]) or None
+            changes["target_concurrency"] = int(moved["target_concurrency"]) or None
         ranks = self.base.rank_ids
         if any(f"add_back_{rank}" in moved for rank in ranks):
             base = self.base.add_back_bytes or (0,) * len(ranks)
             changes["add_back_bytes"] = tuple(
-                gib_to_bytes(moved[f"add_back_{rank}"]) if f"add_back_{rank}" in moved else extra
-                for rank, extra in zip(ranks, base)
+                add_back_bytes(moved[f"add_back_{rank}"], limit) if f"add_back_{rank}" in moved else extra
+                for rank, extra, limit in zip(ranks, base, self.add_back_limits)
             )
         return replace(self.base, **changes)
 
@@ -647,31 +845,37 @@ class WhatIfPanel:
             self.outcome, self.error = evaluate(self.scenario()), None
         except ValueError as exc:
             self.outcome, self.error = None, str(exc)
+        self.chart_errors = {}
         with self.output:
             self.output.clear_output(wait=True)
             if self.error is not None:
-                display(widgets.HTML(f"<b>No safe budget:</b> {self.error}"))
+                display(widgets.HTML(f"<b>No safe budget:</b> {html.escape(self.error)}"))
                 return
             display(pd.Series(self.outcome.headline(), name="value").to_frame())
             display(charts.gib_table(self.outcome.table()))
-            for figure in self.figures():
+            for name, draw in panel_charts(self.outcome, self.ledger):
+                try:
+                    figure = draw()
+                except Exception as exc:  # any failure is shown, never raised from a control
+                    self.chart_errors[name] = f"{type(exc).__name__}: {exc}"
+                    display(widgets.HTML(f"<b>The {name} chart cannot be drawn:</b> "
+                                         f"{html.escape(self.chart_errors[name])}"))
+                    continue
                 display(figure)
                 plt.close(figure)
 
     def figures(self) -> list:
-        """The charts for the current outcome (the caller closes them)."""
-        outcome = self.outcome
-        if outcome is None:
+        """The charts for the current outcome (the caller closes them); none is left open on failure."""
+        if self.outcome is None:
             return []
-        figures = [charts.safe_budget_chart(outcome.budget)]
-        if self.ledger is not None:
-            shown = ledger_after_add_back(self.ledger, outcome.scenario)
-            figures.append(charts.ledger_chart(shown, outcome.budget))
-        figures.append(charts.stranded_chart(outcome.budget))
-        if outcome.curve is not None:
-            figures.append(concurrency_figure(outcome))
-        if outcome.drift is not None:
-            figures.append(charts.drift_chart(outcome.drift))
+        figures = []
+        try:
+            for _, draw in panel_charts(self.outcome, self.ledger):
+                figures.append(draw())
+        except Exception:
+            for figure in figures:
+                plt.close(figure)
+            raise
         return figures
 
     def _on_change(self, _change: dict) -> None:
@@ -684,7 +888,8 @@ class WhatIfPanel:
         return bundle
 
 
-def _controls(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None) -> dict[str, widgets.Widget]:
+def _controls(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None,
+              limits: Sequence[int | None]) -> dict[str, widgets.Widget]:
     style = {"description_width": "initial"}
     layout = widgets.Layout(width="640px")
     reserve_gib = bytes_to_gib(scenario.reserve_bytes)
@@ -704,25 +909,33 @@ def _controls(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None) 
         block_size = scenario.effective_block_size
         controls["block_size"] = widgets.Dropdown(
             options=sorted({*BLOCK_SIZES, block_size}), value=block_size,
-            description="block size [tokens]", style=style,
+            description="block size asked [tokens]", style=style,
+            tooltip="vLLM may raise it (hybrid and MLA models): the headline shows the block size in effect",
         )
         if scenario.max_model_len is not None:
             controls["max_model_len"] = widgets.BoundedIntText(
                 value=scenario.max_model_len, min=1, max=10_000_000, step=1024,
                 description="max model length [tokens]", style=style,
             )
-            controls["target_concurrency"] = widgets.BoundedFloatText(
-                value=scenario.target_concurrency or 0.0, min=0.0, max=100_000.0, step=1.0,
-                description="target concurrency (0 = none)", style=style,
+            controls["target_concurrency"] = widgets.BoundedIntText(
+                value=math.ceil(scenario.target_concurrency or 0), min=0, max=100_000, step=1,
+                description="target concurrency [sequences] (0 = none)", style=style,
             )
     add_back = scenario.add_back_bytes or (0,) * len(scenario.room_bytes)
     co_tenants = list(co_tenant_bytes) if co_tenant_bytes is not None else [None] * len(add_back)
-    for rank, extra, co_tenant in zip(scenario.rank_ids, add_back, co_tenants):
-        note = f" (other processes {format_size(int(co_tenant))})" if co_tenant else ""
-        ceiling = max(8.0, bytes_to_gib(int(co_tenant or 0)), bytes_to_gib(extra))
+    for rank, extra, co_tenant, limit in zip(scenario.rank_ids, add_back, co_tenants, limits):
+        known = co_tenant is not None and not pd.isna(co_tenant)
+        note = f" (other processes {format_size(int(co_tenant))})" if known else " (other processes unknown)"
+        ceiling = bytes_to_gib(limit or 0)
         controls[f"add_back_{rank}"] = widgets.FloatSlider(
-            value=bytes_to_gib(extra), min=0.0, max=math.ceil(ceiling), step=0.1, readout_format=".2f",
+            value=bytes_to_gib(extra), min=0.0, max=ceiling, step=0.1, readout_format=".2f",
             description=f"rank {rank}: add back [GiB]{note}", style=style, layout=layout,
-            continuous_update=False,
+            continuous_update=False, disabled=not limit,
+            tooltip=(
+                "up to what other processes hold on this GPU" if known and limit
+                else "no other processes on this GPU: nothing to add back" if known
+                else "no nvidia-smi snapshot joined for this rank: its co-tenant memory is unknown, "
+                "so nothing can be added back"
+            ),
         )
     return controls

@@ -1,11 +1,14 @@
 """What-if: the pure recompute step gives the library's numbers; the panel only wires controls to it."""
 
+import json
 from dataclasses import replace
 
+import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
+from kvplan import whatif
 from kvplan.budget import uniform_budget
 from kvplan.config import DATA_DIR
 from kvplan.io.model_config import read_model_config
@@ -14,10 +17,12 @@ from kvplan.units import parse_size
 from kvplan.whatif import (
     Scenario,
     WhatIfPanel,
+    add_back_bytes,
     budget_headline,
     budgets_by_boot,
     co_tenant_bytes,
     concurrency_figure,
+    config_max_length,
     coverage,
     evaluate,
     format_headline,
@@ -25,6 +30,7 @@ from kvplan.whatif import (
     launch_spec,
     ledger_after_add_back,
     read_launch,
+    rows_that_set_the_room,
     sequence_lengths,
     startup_free_bytes,
     weak_rank_at_median,
@@ -138,7 +144,7 @@ def test_panel_starts_from_the_exact_scenario():
 
 
 def test_panel_recomputes_when_a_control_moves():
-    panel = WhatIfPanel(Scenario(ROOMS, RESERVE))
+    panel = WhatIfPanel(Scenario(ROOMS, RESERVE), co_tenant_bytes=[None, None, 6 * GiB, None])
     panel.controls["reserve_gib"].value = 1.9
     # 12.9 GiB − 1.9 GiB = 13,851,269,530 − 2,040,109,466 = 11,811,160,064 B = 11 GiB exactly
     assert panel.outcome.budget.uniform_budget_bytes == 11 * GiB
@@ -370,3 +376,174 @@ def test_read_launch_lists_the_snapshot_warning_with_the_readers(recwarn):
     assert ledger["other_process_bytes"].isna().all()
     assert [w for w in metadata["warnings"] if "--query-compute-apps" in w]
     assert not [w for w in recwarn if w.category.__name__ == "NvidiaSmiWarning"]
+
+
+# --- drift panel: the flag shown is this boot's, not the reference's ---------------------------------------
+
+DRIFT = DATA_DIR / "boots" / "drift"
+# Scenario C: room 31 GiB, reserve 1 GiB → safe 30 GiB; F_ref 42; boots 41.8, 42.1, 40.75, 41.9; G 0.5
+DRIFT_SCENARIO = Scenario(
+    (31 * GiB,) * 4, GiB, guard_bytes=GiB // 2, ref_free_bytes=(42 * GiB,) * 4,
+    boot_free_bytes=tuple(parse_size(f"{gib}GiB") for gib in ("41.8", "42.1", "40.75", "41.9")),
+)
+
+
+def test_drift_headline_shows_the_flag_for_this_boot_and_the_reference_as_such():
+    headline = evaluate(DRIFT_SCENARIO).headline()
+    # rank 2: 30 − (42 − 40.75) − 0.5 = 28.25 GiB = 30,333,206,528 B; reference 30 GiB = 32,212,254,720 B
+    assert headline["flag for this boot"] == "--kv-cache-memory-bytes=30333206528"
+    assert headline["limiting rank"] == "2"  # the drift's, not the reference's rank 0
+    assert headline["reference flag"] == "--kv-cache-memory-bytes=32212254720"
+    assert headline["reference limiting rank"] == "0"
+    assert "flag" not in headline and "uniform budget" not in headline
+    assert list(headline)[:3] == ["after drift", "flag for this boot", "limiting rank"]
+
+
+def test_drift_flag_for_this_boot_is_whole_blocks_when_a_block_size_is_set():
+    # block 16 × 81,920 = 1,310,720 B = 1.25 MiB; 28.25 GiB = 28,928 MiB → 23,142.4 → 23,142 blocks
+    outcome = evaluate(replace(DRIFT_SCENARIO, bytes_per_token=BYTES_PER_TOKEN))
+    assert outcome.boot_budget_bytes == 23_142 * 1_310_720 == 30_332_682_240
+    assert outcome.headline()["flag for this boot"] == "--kv-cache-memory-bytes=30332682240"
+    assert outcome.headline()["reference flag"] == "--kv-cache-memory-bytes=32212254720"  # 24,576 blocks
+
+
+def test_drift_table_uniform_budget_and_limiting_rank_are_this_boots():
+    table = evaluate(DRIFT_SCENARIO).table()
+    assert table["uniform_budget_bytes"].tolist() == [30_333_206_528] * 4  # 28.25 GiB
+    assert table["limiting"].tolist() == [False, False, True, False]
+    assert table["ref_uniform_budget_bytes"].tolist() == [30 * GiB] * 4
+    assert table["ref_limiting"].tolist() == [True, False, False, False]
+
+
+def test_drift_panel_of_the_sample_shows_the_flag_for_this_boot():
+    # notebook 04: reference.log profiled, canary.log with the value; reserve 1 GiB, guard 0.5 GiB
+    reference, _ = read_launch(DRIFT / "reference.log")
+    boot, _ = read_launch(DRIFT / "canary.log")
+    scenario = Scenario.from_ledger(reference, GiB, guard_bytes=GiB // 2)
+    ranks = scenario.rank_ids
+    panel = WhatIfPanel(replace(scenario, ref_free_bytes=startup_free_bytes(reference, ranks),
+                                boot_free_bytes=startup_free_bytes(boot, ranks)))
+    headline = panel.outcome.headline()
+    assert headline["flag for this boot"] == "--kv-cache-memory-bytes=30333206528"  # 28.25 GiB
+    assert headline["after drift"] == "28.25 GiB (rank 2 limits; re-profile to raise)"
+    assert headline["reference budget"] == "30 GiB"
+
+
+# --- add-back sliders: never more than the co-tenant holds -------------------------------------------------
+
+def test_add_back_is_capped_at_the_co_tenants_exact_bytes():
+    ledger, _ = read_launch(SAMPLE)
+    co_tenants = co_tenant_bytes(ledger)
+    assert co_tenants[0] == 25_840_058_368  # rank 0's co-tenant: 24.07 GiB
+    panel = WhatIfPanel(Scenario.from_ledger(ledger, RESERVE), co_tenant_bytes=co_tenants, ledger=ledger)
+    slider = panel.controls["add_back_0"]
+    assert slider.max == 25_840_058_368 / 2**30  # 24.0654… GiB exactly, not ceil() = 25
+    slider.value = 25.0  # more than the co-tenant holds: the slider stops at its max
+    assert panel.scenario().add_back_bytes[0] == 25_840_058_368
+    assert add_back_bytes(25.0, 25_840_058_368) == 25_840_058_368
+    assert add_back_bytes(2.0, 25_840_058_368) == 2 * GiB
+
+
+def test_rank_without_known_co_tenant_memory_gets_no_add_back():
+    ledger, _ = read_launch(SAMPLE, nvidia_smi=[])  # no nvidia-smi: co-tenants unknown
+    panel = WhatIfPanel(Scenario.from_ledger(ledger, RESERVE), ledger=ledger)
+    slider = panel.controls["add_back_2"]
+    assert slider.disabled and slider.max == 0.0
+    assert "co-tenant memory is unknown" in slider.tooltip
+    slider.value = 5.0  # clamped to 0: rank 2's room stays 12.9 GiB, nothing beyond the GPU's total
+    assert panel.scenario().add_back_bytes in (None, (0, 0, 0, 0))
+    assert panel.outcome.budget.limiting_rank == 2
+    assert add_back_bytes(5.0, None) == 0
+
+
+# --- chart errors are shown in the panel, and leave no figure open ------------------------------------------
+
+def test_panel_on_a_reference_and_a_manual_value_boot_draws_the_ledger_from_the_reference(monkeypatch):
+    # data/boots/drift: 4 rows with room (reference.log) + 4 without (canary.log, a manual value);
+    # building the panel used to raise "ledger has several rows for rank(s) [0, 1, 2, 3]"
+    ledger, _ = read_launch(DRIFT)
+    panel = WhatIfPanel(Scenario.from_ledger(ledger, GiB), ledger=ledger)
+    assert panel.error is None and panel.chart_errors == {}
+    titles = [fig.axes[0].get_title() for fig in panel.figures()]
+    assert titles[1].startswith("Where each GPU's memory goes: 30 GiB KV")  # 31 − 1 GiB, the reference
+    assert len(rows_that_set_the_room(ledger)) == 4
+
+
+def test_a_failing_chart_is_shown_in_the_panel_and_closes_its_figures(monkeypatch):
+    shown = []
+    monkeypatch.setattr(whatif, "display", shown.append)
+    panel = WhatIfPanel(Scenario(ROOMS, RESERVE), co_tenant_bytes=[None, None, 6 * GiB, None])
+
+    def broken(_budget):
+        raise ValueError("chart failed")
+
+    monkeypatch.setattr(whatif.charts, "stranded_chart", broken)
+    shown.clear()
+    panel.controls["add_back_2"].value = 1.0  # used to raise out of `.value =` and leave the panel stale
+    assert panel.outcome.scenario.add_back_bytes[2] == GiB  # the table and headline are the new ones
+    assert panel.chart_errors == {"stranded": "ValueError: chart failed"}
+    messages = [item.value for item in shown if isinstance(item, widgets.HTML)]
+    assert messages == ["<b>The stranded chart cannot be drawn:</b> ValueError: chart failed"]
+    assert plt.get_fignums() == []
+    with pytest.raises(ValueError, match="chart failed"):
+        panel.figures()
+    assert plt.get_fignums() == []  # the safe-budget chart drawn before the failing one is closed
+
+
+# --- target concurrency: whole sequences, and a target that never fits -------------------------------------
+
+def test_fractional_target_says_it_rounds_up():
+    # 3 sequences × 2048 blocks × 1,310,720 B = 8,053,063,680 B = 7.5 GiB
+    headline = evaluate(replace(FOUR_RANK, target_concurrency=2.5)).headline()
+    assert headline["target needs"] == "7.5 GiB per rank for 3 sequences of 32,768 (2.5 rounded up to 3)"
+
+
+def test_a_target_that_fits_at_no_length_says_so():
+    # 100,000 sequences need ≥ 100,000 blocks; the budget holds 9830
+    outcome = evaluate(replace(FOUR_RANK, target_concurrency=100_000))
+    assert outcome.target_length == 0
+    assert outcome.headline()["target fits"] == (
+        "no: 100,000 sequences do not fit at any length (not even 1 token each)"
+    )
+
+
+def test_target_concurrency_control_takes_whole_sequences():
+    panel = WhatIfPanel(replace(FOUR_RANK, target_concurrency=8))
+    control = panel.controls["target_concurrency"]
+    assert isinstance(control.value, int) and control.step == 1
+    control.value = 3
+    assert panel.scenario().target_concurrency == 3
+    assert panel.outcome.headline()["target needs"] == "7.5 GiB per rank for 3 sequences of 32,768"
+
+
+# --- block size in effect; max model length beyond the model's ---------------------------------------------
+
+def test_headline_shows_the_block_size_vllm_raises_for_a_hybrid_model():
+    spec = kv_spec(read_model_config("qwen3-next-80b-a3b"), tp=8, vllm_version="0.26.0")
+    panel = WhatIfPanel(Scenario(ROOMS, RESERVE, kv_spec=spec))  # no max_model_len: no capacity line
+    panel.controls["block_size"].value = 16
+    assert panel.outcome.headline()["block size"] == f"144 tokens ({spec.block_size_note})"
+    assert "raised to 144 tokens" in spec.block_size_note
+    # bytes per token only: the block size asked is the one in effect
+    assert evaluate(Scenario(ROOMS, RESERVE, bytes_per_token=BYTES_PER_TOKEN)).headline()["block size"] == (
+        "16 tokens"
+    )
+
+
+def test_max_model_len_beyond_the_configs_max_position_embeddings_is_warned(tmp_path):
+    config = {**read_model_config("llama-3.1-70b"), "max_position_embeddings": 131_072}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    ledger, _ = read_launch(SAMPLE, nvidia_smi=[])
+    spec = launch_spec(ledger, path)
+    assert config_max_length(config) == 131_072
+    panel = WhatIfPanel(Scenario.from_ledger(ledger, RESERVE, kv_spec=spec, max_model_len=32_768))
+    assert "max model length" not in panel.outcome.headline()  # 32,768 ≤ 131,072
+    panel.controls["max_model_len"].value = 10_000_000
+    assert panel.outcome.headline()["max model length"].startswith(
+        "10,000,000 tokens exceeds the model config's max_position_embeddings (131,072)"
+    )
+    # the bundled llama-3.1-70b config states none: no warning
+    plain = Scenario.from_ledger(ledger, RESERVE, kv_spec=launch_spec(ledger, "llama-3.1-70b"),
+                                 max_model_len=10_000_000)
+    assert plain.position_limit is None and "max model length" not in evaluate(plain).headline()
