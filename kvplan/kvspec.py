@@ -124,7 +124,8 @@ class ModelArch:
     ``layer_types`` has one entry per decoder layer: ``full_attention``, ``sliding_attention``,
     ``mla_attention`` or ``linear_attention`` (Mamba / gated-delta-net state instead of a KV cache).
     ``dtype_bytes`` is None when the config names no ``torch_dtype``/``dtype``; ``model_id`` is the
-    Hugging Face name the config states (``_source.model`` or ``_name_or_path``), None when it names none.
+    Hugging Face name the config states (``_source.model`` or ``_name_or_path``), None when it names none;
+    ``max_position_embeddings`` the longest context the config states, None when it states none.
     """
 
     name: str
@@ -142,6 +143,7 @@ class ModelArch:
     notes: tuple[str, ...] = ()
     model_id: str | None = None
     sparse_indexer: bool = False
+    max_position_embeddings: int | None = None
 
 
 def _language_config(config: Mapping) -> Mapping:
@@ -290,7 +292,14 @@ def model_arch(config: Mapping) -> ModelArch:
         notes=notes,
         model_id=_config_model_id(config),
         sparse_indexer=mla_latent_dim is not None and lm.get("index_topk") is not None,
+        max_position_embeddings=_positive_or_none(lm.get("max_position_embeddings", config.get(
+            "max_position_embeddings"))),
     )
+
+
+def _positive_or_none(value: object) -> int | None:
+    """A positive whole number as int, else None (a config field that may be absent)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
 
 _LAYER_TYPE_NAMES = {

@@ -41,7 +41,7 @@ from kvplan.io import read_vllm_logs
 from kvplan.io.model_config import read_model_config
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.kvspec import kv_spec, options_for_logs
-from kvplan.ledger import budget_from_ledger, compatibility_key, is_known, room_per_rank
+from kvplan.ledger import budget_from_ledger, compatibility_key, room_per_rank
 from kvplan.units import bytes_to_gib, format_size, parse_size
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ class Scenario:
         """The model's longest context in tokens: the one given, else the config's behind ``kv_spec``."""
         if self.max_position_embeddings is not None:
             return self.max_position_embeddings
-        return getattr(self.kv_spec, _CONFIG_MAX_LENGTH, None)
+        return self.kv_spec.arch.max_position_embeddings if self.kv_spec is not None else None
 
     @property
     def rank_ids(self) -> tuple[int, ...]:
@@ -409,38 +409,8 @@ def launch_spec(ledger: pd.DataFrame, model: str | Path, tp: int | None = None, 
     key unless given in ``options`` (:func:`kvplan.kvspec.kv_spec` keywords); a ``tp`` other than
     the logs' is refused (:func:`kvplan.kvspec.options_for_logs`).
     """
-    key = compatibility_key(ledger)
-    logged = {
-        "tp": "tensor_parallel_size", "pp": "pipeline_parallel_size", "dcp": "decode_context_parallel_size",
-        "kv_cache_dtype": "kv_cache_dtype",
-    }
-    completed = {name: key.get(column) for name, column in logged.items() if is_known(key.get(column))}
-    completed.update({name: value for name, value in {"tp": tp, **options}.items() if value is not None})
-    config = read_model_config(model)
-    spec = kv_spec(config, **options_for_logs(completed, key))
-    # kept on this spec object (not a field: equal specs of configs stating other lengths stay equal)
-    object.__setattr__(spec, _CONFIG_MAX_LENGTH, config_max_length(config))
-    return spec
-
-
-#: Attribute :func:`launch_spec` sets on its spec: the config's ``max_position_embeddings`` (or None).
-_CONFIG_MAX_LENGTH = "_kvplan_max_position_embeddings"
-
-
-def config_max_length(config: Mapping) -> int | None:
-    """The longest context a model config states (``max_position_embeddings``, also in a nested
-    ``text_config``/``llm_config``), None when it states none.
-
-    >>> config_max_length({"max_position_embeddings": 131072}), config_max_length({})
-    (131072, None)
-    >>> config_max_length({"text_config": {"max_position_embeddings": 8192}})
-    8192
-    """
-    for inner in (config, *(config.get(key) for key in ("text_config", "llm_config"))):
-        value = inner.get("max_position_embeddings") if isinstance(inner, Mapping) else None
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
+    options = options_for_logs({"tp": tp, **options}, compatibility_key(ledger))
+    return kv_spec(read_model_config(model), **options)
 
 
 def coverage(ledger: pd.DataFrame) -> pd.DataFrame:

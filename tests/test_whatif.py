@@ -22,7 +22,6 @@ from kvplan.whatif import (
     budgets_by_boot,
     co_tenant_bytes,
     concurrency_figure,
-    config_max_length,
     coverage,
     evaluate,
     format_headline,
@@ -536,7 +535,7 @@ def test_max_model_len_beyond_the_configs_max_position_embeddings_is_warned(tmp_
     path.write_text(json.dumps(config))
     ledger, _ = read_launch(SAMPLE, nvidia_smi=[])
     spec = launch_spec(ledger, path)
-    assert config_max_length(config) == 131_072
+    assert spec.arch.max_position_embeddings == 131_072
     panel = WhatIfPanel(Scenario.from_ledger(ledger, RESERVE, kv_spec=spec, max_model_len=32_768))
     assert "max model length" not in panel.outcome.headline()  # 32,768 ≤ 131,072
     panel.controls["max_model_len"].value = 10_000_000
