@@ -65,7 +65,8 @@ AS_LOGGED = {
 }
 
 OUTCOME = {
-    "room_source": "where room_bytes came from: suggestion, available_kv, parts",
+    "room_source": "where room_bytes came from: suggestion, available_kv, parts (read from a log) or manual "
+    "(stated in a ledger CSV by hand)",
     "outcome": "ok, oom, error or incomplete",
     "error": "the error text when outcome is not ok",
 }
@@ -75,6 +76,8 @@ LEDGER_COLUMNS = list(GLOSSARY)
 BYTES_COLUMNS = [name for name in LEDGER_COLUMNS if name.endswith("_bytes")]
 KEY_COLUMNS = list(COMPATIBILITY_KEY)
 OUTCOMES = ("ok", "oom", "error", "incomplete")
+#: Values of ``room_source``: the log reader's evidence, best first, then a room stated by hand (ledger CSV).
+ROOM_SOURCES = ("suggestion", "available_kv", "parts", "manual")
 
 
 #: The compatibility-key fields whose product is the number of ranks.

@@ -261,7 +261,8 @@ def read_vllm_log(
     Returns ``(ledger, metadata)``: the ledger has one row per boot × rank, columns in
     :data:`~kvplan.columns.LEDGER_COLUMNS` order; metadata holds ``warnings`` (each naming file
     and line), ``provenance`` (source, line, boot, rank, column, value, raw) and ``boots`` (per
-    boot: version, compatibility key, lines, outcome).
+    boot: version, compatibility key, lines, outcome). A path ending in ``.csv`` is a ledger CSV and is
+    read by :func:`kvplan.io.ledger_csv.read_ledger_csv` into the same shape.
 
     >>> text = ("INFO 07-15 10:21:33 [gpu_worker.py:227] Available KV cache memory: 12.5 GiB\\n"
     ...         "INFO 07-15 10:21:34 [kv_cache_utils.py:1] GPU KV cache size: 102,400 tokens\\n"
@@ -277,6 +278,8 @@ def read_vllm_log(
         return _read_stream(path_or_text, source or getattr(path_or_text, "name", "<stream>"))
     if isinstance(path_or_text, os.PathLike) or _looks_like_path(path_or_text):
         path = Path(path_or_text)
+        if path.suffix.lower() == ".csv":
+            return _read_ledger_csv(path, source or str(path_or_text))
         with open(path, "rb") as stream:
             return _read_stream(stream, source or str(path_or_text))
     return _read_stream(io.BytesIO(str(path_or_text).encode("utf-8")), source or "<text>")
@@ -291,7 +294,11 @@ def _looks_like_path(text: str) -> bool:
 def read_vllm_logs(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> tuple[pd.DataFrame, dict]:
     """The ledgers of many logs concatenated: a list of paths, a folder (its ``*.log``), or a glob.
 
-    ``source`` is each path as given; metadata lists are concatenated in file order.
+    ``source`` is each path as given; metadata lists are concatenated in file order. A ``.csv`` path
+    (given, or matched by a glob; a folder gives its ``*.log`` only) is a ledger CSV, read by
+    :func:`kvplan.io.ledger_csv.read_ledger_csv` (as :func:`read_vllm_log` reads any ``.csv`` path, so
+    that an evidence bundle that copies such a file reads it back alike); an nvidia-smi snapshot given
+    here is refused, pointing to ``--nvidia-smi``.
     """
     files = _expand(paths)
     if not files:
@@ -312,6 +319,12 @@ def read_vllm_logs(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> tu
         "lines": lines,
         "files": [str(path) for path in files],
     }
+
+
+def _read_ledger_csv(path: Path, source: str) -> tuple[pd.DataFrame, dict]:
+    from kvplan.io.ledger_csv import read_ledger_csv  # here, as that module builds on this one
+
+    return read_ledger_csv(path, source=source)
 
 
 def _expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:

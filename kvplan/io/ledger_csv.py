@@ -1,0 +1,321 @@
+"""Read a ledger CSV: what ``kvplan ledger --csv`` writes, or a planner's hand-made table of rooms.
+
+Returns ``(ledger, metadata)`` in the shape of :func:`kvplan.io.vllm_log.read_vllm_log`: the ledger has
+every column of :data:`~kvplan.columns.LEDGER_COLUMNS` in glossary order with the same nullable dtypes
+(bytes ``Int64``), so the CSV ``kvplan ledger --csv`` writes reads back to the very same ledger. A CSV may
+hold any subset of the glossary's columns; the rules:
+
+- every column is a glossary name (an unknown one is an error naming the file, the column and the
+  closest glossary names); ``rank`` is required, in the header and in every row;
+- ``*_bytes`` cells are integers or sizes :func:`kvplan.units.parse_size` accepts (``18.8GiB``,
+  ``512MiB``), stored as ``int`` bytes; an empty cell is ``NA``;
+- ``source`` defaults to the CSV's own name and ``boot`` to 0;
+- ``room_source`` is one of :data:`~kvplan.columns.ROOM_SOURCES`; a room the CSV states without one is
+  ``manual`` (a room stated by hand). A CSV *without* a ``room_bytes`` column has each rank's room
+  computed from its parts as the log reader computes it (suggestion, available KV corrected for graphs,
+  or free at startup − parts − 150 MiB); a CSV with that column states the room, and an empty cell is no
+  room (as ``kvplan ledger --csv`` writes a rank without one);
+- ``outcome`` is one of :data:`~kvplan.columns.OUTCOMES`. A row that states none (no column, or an empty
+  cell) is taken as ``ok`` when it has a room (a planner lists the rooms of ranks that booted) and as
+  ``incomplete`` otherwise, with a warning saying that the CSV states no outcome.
+
+Every value keeps its provenance: the CSV file, the CSV line (of the row's first line) and that line as
+written. ``ledger.attrs["lines"]`` (what refusals quote as ``file:line``) holds the CSV lines only for
+rows whose ``source`` is the CSV itself: a row that names another file (a log ``kvplan ledger --csv``
+read) keeps no line, since a CSV line number is not a line of that log.
+"""
+
+from __future__ import annotations
+
+import csv
+import difflib
+import io
+import math
+import os
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+
+import pandas as pd
+
+from kvplan.columns import BYTES_COLUMNS, KEY_COLUMNS, LEDGER_COLUMNS, OUTCOMES, ROOM_SOURCES
+from kvplan.io.vllm_log import (
+    BOOL_COLUMNS,
+    FLOAT_COLUMNS,
+    INT_COLUMNS,
+    PROVENANCE_COLUMNS,
+    EvidenceLines,
+    _frame,
+    _room,
+)
+from kvplan.releases import version_tuple
+from kvplan.units import parse_size
+
+#: Header fields of ``nvidia-smi --query-gpu`` / ``--query-compute-apps`` that are no glossary name.
+NVIDIA_SMI_FIELDS = frozenset(
+    {"index", "uuid", "name", "memory.total", "memory.used", "memory.free", "gpu_uuid", "process_name",
+     "used_gpu_memory", "used_memory"}
+)
+#: Columns whose values are never negative.
+_COUNT_COLUMNS = ("boot", "rank", "tp_rank", "pp_rank", "dp_rank")
+_TRUE, _FALSE = {"true", "1", "yes"}, {"false", "0", "no"}
+
+
+class LedgerCsvError(ValueError):
+    """A ledger CSV that cannot be read; the one-line message names the file and the line or column."""
+
+
+def read_ledger_csv(path: str | os.PathLike, source: str | None = None) -> tuple[pd.DataFrame, dict]:
+    """The ledger of one ledger CSV and its metadata (``warnings``, ``provenance``, ``boots``, ``lines``).
+
+    ``source`` names the file in messages and provenance and is the default of the ``source`` column
+    (default: ``path`` as given).
+
+    >>> import tempfile
+    >>> path = Path(tempfile.mkdtemp()) / "rooms.csv"
+    >>> _ = path.write_text("rank,room_bytes,outcome\\n0,18.8GiB,ok\\n1,12884901888,ok\\n")
+    >>> ledger, meta = read_ledger_csv(path, source="rooms.csv")
+    >>> ledger[["source", "boot", "rank", "room_bytes", "room_source"]].values.tolist()
+    [['rooms.csv', 0, 0, 20186346291, 'manual'], ['rooms.csv', 0, 1, 12884901888, 'manual']]
+    >>> first = meta["provenance"].iloc[0]
+    >>> first["source"], int(first["line"]), first["column"], first["raw"]
+    ('rooms.csv', 2, 'rank', '0,18.8GiB,ok')
+    """
+    name = source or str(path)
+    data = Path(path).read_bytes()
+    if b"\x00" in data:
+        line = data[: data.index(b"\x00")].count(b"\n") + 1
+        raise LedgerCsvError(f"{name}:{line}: NUL byte: not a text CSV (compressed or binary?)")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise LedgerCsvError(f"{name}:{line}: not UTF-8 text: a ledger CSV is UTF-8") from None
+    physical = io.StringIO(text, newline="").readlines()
+    records = _records(physical, name)
+    if not records:
+        raise LedgerCsvError(f"{name}: empty: a ledger CSV has a header of glossary column names "
+                             "(kvplan.columns) and one row per boot × rank")
+    header_line, header, _raw = records[0]
+    columns = _header(header, header_line, name)
+    if len(records) == 1:
+        raise LedgerCsvError(f"{name}: no rows below the header: a ledger CSV has one row per boot × rank")
+    reader = _Rows(name, columns)
+    for line, cells, raw in records[1:]:
+        reader.row(line, cells, raw)
+    return reader.finish(len(physical))
+
+
+def _records(physical: list[str], name: str) -> list[tuple[int, list[str], str]]:
+    """``(first line, cells, raw text)`` of every non-blank CSV record (a quoted cell may span lines)."""
+    reader = csv.reader(physical, skipinitialspace=True)
+    records, previous = [], 0
+    try:
+        for cells in reader:
+            start, previous = previous + 1, reader.line_num
+            if any(cell.strip() for cell in cells):
+                raw = "".join(physical[start - 1 : reader.line_num]).rstrip("\r\n")
+                records.append((start, cells, raw))
+    except csv.Error as exc:
+        raise LedgerCsvError(f"{name}:{reader.line_num}: not a readable CSV: {exc}") from None
+    return records
+
+
+def _header(cells: list[str], line: int, name: str) -> list[str]:
+    """The header's column names, checked against the glossary."""
+    columns = [cell.strip() for cell in cells]
+    fields = {column.split("[")[0].strip().lower() for column in columns}
+    uuids = any(column.upper().startswith(("GPU-", "MIG-")) for column in columns[:2])  # no header
+    if fields & NVIDIA_SMI_FIELDS or uuids:
+        raise LedgerCsvError(
+            f"{name}: an nvidia-smi snapshot (--query-gpu or --query-compute-apps CSV), not a vLLM log or a "
+            f"ledger CSV: give it as --nvidia-smi {name}, beside the logs of the same boot"
+        )
+    for position, column in enumerate(columns):
+        if column in LEDGER_COLUMNS:
+            if column in columns[:position]:
+                raise LedgerCsvError(f"{name}:{line}: column {column!r} appears twice in the header")
+            continue
+        if not column:
+            raise LedgerCsvError(
+                f"{name}:{line}: column {position + 1} has no name (a DataFrame index? write it with "
+                "index=False); every column of a ledger CSV is a glossary name (kvplan.columns)"
+            )
+        close = difflib.get_close_matches(column.lower(), LEDGER_COLUMNS, n=3, cutoff=0.5)
+        hint = f"closest glossary names: {', '.join(close)}" if close else "see kvplan.columns"
+        raise LedgerCsvError(f"{name}:{line}: unknown column {column!r}: not a ledger glossary name ({hint})")
+    if "rank" not in columns:
+        raise LedgerCsvError(f"{name}:{line}: no 'rank' column: a ledger CSV has one row per rank, "
+                             "numbered in column 'rank'")
+    return columns
+
+
+class _Rows:
+    """Turns CSV records into ledger rows, provenance, evidence lines and warnings."""
+
+    def __init__(self, name: str, columns: list[str]) -> None:
+        self.name, self.columns = name, columns
+        self.states_room = "room_bytes" in columns
+        self.rows: list[dict] = []
+        self.provenance: list[tuple] = []
+        self.lines: dict[tuple, int] = {}
+        self.warnings: list[str] = []
+        self.seen: dict[tuple, int] = {}
+        self.boots: dict[tuple, dict] = {}
+        self.no_outcome: list[int] = []
+
+    def row(self, line: int, cells: list[str], raw: str) -> None:
+        if len(cells) != len(self.columns):
+            raise LedgerCsvError(f"{self.name}:{line}: {len(cells)} fields, but the header has "
+                                 f"{len(self.columns)}")
+        values = {}
+        for column, cell in zip(self.columns, cells):
+            if cell.strip():
+                values[column] = _value(column, cell, self.name, line)
+        if "rank" not in values:
+            raise LedgerCsvError(f"{self.name}:{line}: no rank: every row of a ledger CSV is one rank "
+                                 "(column 'rank')")
+        values.setdefault("source", self.name)
+        values.setdefault("boot", 0)
+        source, boot, rank = values["source"], values["boot"], values["rank"]
+        identity = (source, boot, rank)
+        if identity in self.seen:
+            raise LedgerCsvError(f"{self.name}:{line}: rank {rank} of {source} boot {boot} already has a row "
+                                 f"(line {self.seen[identity]})")
+        self.seen[identity] = line
+        read = [column for column in self.columns if column in values]
+        if not self.states_room:
+            self._computed_room(values, line, raw, read)
+        elif "room_bytes" in values and "room_source" not in values:
+            values["room_source"] = "manual"
+            read.append("room_source")
+        if "outcome" not in values:
+            self.no_outcome.append(line)
+            if "room_bytes" in values:
+                values["outcome"] = "ok"
+            else:
+                values.update(outcome="incomplete", error="the ledger CSV states no outcome and no room")
+                read.append("error")
+            read.append("outcome")
+        own = source == self.name
+        for column in read:
+            self.provenance.append((self.name, line, boot, rank, column, values[column], raw))
+            if own and (column in ("room_bytes", "outcome") or column in KEY_COLUMNS):
+                self.lines[(source, boot, rank, column)] = line
+        boot_info = self.boots.setdefault((source, boot), {"first_line": line, "rows": []})
+        boot_info["last_line"] = line
+        boot_info["rows"].append(values)
+        if own:
+            self.lines.setdefault((source, boot, -1, "boot"), line)
+            for column in KEY_COLUMNS:
+                if column in values:
+                    self.lines.setdefault((source, boot, -1, column), line)
+        self.rows.append(values)
+
+    def _computed_room(self, values: dict, line: int, raw: str, read: list[str]) -> None:
+        """Room from the row's parts, as the log reader computes it (no ``room_bytes`` column)."""
+        version = version_tuple(values.get("vllm_version"))
+        flags = {
+            "estimate_applied": version is not None and version >= (0, 20),
+            "eager": values.get("enforce_eager") is True,
+            "version": version,
+        }
+        rank = values["rank"]
+        origin = {(rank, column): (line, raw) for column in values}
+        stated = values.get("room_source")
+        room = _room(values, rank, flags, origin, self.name, self.warnings)
+        if room is None:
+            if stated is not None:
+                self.warnings.append(f"{self.name}:{line}: rank {rank}: room_source {stated!r} is stated but "
+                                     "the row gives no room_bytes and not the parts to compute it")
+                values.pop("room_source")
+                read.remove("room_source")
+            return
+        values["room_bytes"], values["room_source"] = room[0], room[1]
+        if stated is not None and stated != room[1]:
+            self.warnings.append(f"{self.name}:{line}: rank {rank}: room_source {stated!r} is stated, but "
+                                 f"the room was computed from {room[1]}")
+        read += [column for column in ("room_bytes", "room_source") if column not in read]
+
+    def finish(self, total_lines: int) -> tuple[pd.DataFrame, dict]:
+        if self.no_outcome:
+            count = len(self.no_outcome)
+            listing = ", ".join(map(str, self.no_outcome[:8])) + (", …" if count > 8 else "")
+            self.warnings.append(
+                f"{self.name}:{self.no_outcome[0]}: the CSV states no outcome for {count} row(s) "
+                f"(line(s) {listing}): a row with a room is taken as ok (the rank booted), one without as "
+                "incomplete; add an 'outcome' column (ok, oom, error, incomplete) to state it"
+            )
+        ledger = _frame(self.rows)
+        provenance = pd.DataFrame(self.provenance, columns=PROVENANCE_COLUMNS)
+        for column in ("line", "boot", "rank"):
+            provenance[column] = provenance[column].astype("Int64")
+        lines = EvidenceLines(self.lines)
+        ledger.attrs = {"lines": lines}
+        boots = [
+            {
+                "source": source,
+                "boot": boot,
+                "first_line": info["first_line"],
+                "last_line": info["last_line"],
+                "vllm_version": _shared(info["rows"], "vllm_version"),
+                "compatibility_key": {column: _shared(info["rows"], column) for column in KEY_COLUMNS},
+                "ranks": sorted(row["rank"] for row in info["rows"]),
+                "outcomes": {row["rank"]: row.get("outcome") for row in sorted(info["rows"], key=_rank)},
+            }
+            for (source, boot), info in self.boots.items()
+        ]
+        return ledger, {
+            "warnings": self.warnings,
+            "provenance": provenance,
+            "boots": boots,
+            "lines": lines,
+            "total_lines": total_lines,
+        }
+
+
+def _rank(row: dict) -> int:
+    return row["rank"]
+
+
+def _shared(rows: list[dict], column: str) -> object:
+    """The value every row of a boot gives ``column`` (NA when none does or when they differ)."""
+    values = {row[column] for row in rows if column in row}
+    return values.pop() if len(values) == 1 else pd.NA
+
+
+def _value(column: str, cell: str, name: str, line: int) -> object:
+    """One cell as the glossary types it; :class:`LedgerCsvError` naming file, line and column."""
+    text = cell.strip()
+    where = f"{name}:{line}: column {column!r}"
+    if column in BYTES_COLUMNS:
+        try:
+            return parse_size(text)
+        except ValueError as exc:
+            raise LedgerCsvError(f"{where}: {exc}") from None
+    if column in INT_COLUMNS:
+        try:
+            number = Decimal(text)
+        except InvalidOperation:
+            number = None
+        if number is None or not number.is_finite() or number != number.to_integral_value():
+            raise LedgerCsvError(f"{where}: not a whole number: {text!r}")
+        if column in _COUNT_COLUMNS and number < 0:
+            raise LedgerCsvError(f"{where}: must not be negative, got {text!r}")
+        return int(number)
+    if column in FLOAT_COLUMNS:
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        if not math.isfinite(number):
+            raise LedgerCsvError(f"{where}: not a number: {text!r}")
+        return number
+    if column in BOOL_COLUMNS:
+        if text.lower() in _TRUE | _FALSE:
+            return text.lower() in _TRUE
+        raise LedgerCsvError(f"{where}: not True or False: {text!r}")
+    if column == "outcome" and text not in OUTCOMES:
+        raise LedgerCsvError(f"{where}: {text!r} is not an outcome (one of {', '.join(OUTCOMES)})")
+    if column == "room_source" and text not in ROOM_SOURCES:
+        raise LedgerCsvError(f"{where}: {text!r} is not a room source (one of {', '.join(ROOM_SOURCES)})")
+    return text
