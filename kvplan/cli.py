@@ -221,9 +221,14 @@ def _run_budget(args: argparse.Namespace) -> int:
         block = format_size(budget.block_bytes)
         print(f"rounding        down to {budget.num_blocks:,} whole blocks of {block} "
               f"(−{format_size(budget.rounding_loss_bytes)})")
+    else:
+        print("rounding        none: give --model (or --block-bytes) to round down to whole KV blocks "
+              "(vLLM rounds down itself, so the value is safe)")
     print(f"flag            {budget.flag}")
     print(f"allocated       {format_size(budget.allocated_total_bytes)} over {len(budget.ranks)} GPUs")
     print(f"stranded        {format_size(budget.stranded_total_bytes)} on the stronger ranks")
+    print(f"safe budgets    min {format_size(budget.min_safe_bytes)}, median "
+          f"{format_size(budget.median_safe_bytes)}, max {format_size(budget.max_safe_bytes)}")
     print(f"min/median      {budget.min_median_ratio:.3f} "
           f"(the weak rank removes {budget.weak_rank_loss_fraction:.0%} of typical capacity)")
     rows = [
@@ -587,6 +592,13 @@ def _run_approve(args: argparse.Namespace) -> int:
                               nvidia_smi_paths=args.nvidia_smi)
     record = evidence.read_bundle(bundle)
     warnings = [evidence.user_paths(record, warning) for warning in record["warnings"]]
+    if not args.model:
+        warnings.append("no --model: the value is not rounded to whole KV blocks and the bundle has no "
+                        "capacity table (tokens, concurrency); give --model CONFIG to add both")
+    if not args.nvidia_smi:
+        warnings.append("no --nvidia-smi: the recorded key has no GPU type or driver, so a gate cannot "
+                        "compare them; give the profiled boot's --query-gpu (and --query-compute-apps) "
+                        "snapshots")
     headroom = min(rank["stranded_bytes"] for rank in record["ranks"])
     if args.guard > headroom:
         warnings.append(f"--guard {format_size(args.guard)} is recorded as kvplan gate's default, and the "

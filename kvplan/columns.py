@@ -34,6 +34,7 @@ COMPATIBILITY_KEY = {
     "data_parallel_size": "DP degree",
     "decode_context_parallel_size": "DCP degree",
     "enforce_eager": "True when CUDA graphs are off",
+    "cudagraph_mode": "V1 CUDA graph mode (compilation_config), e.g. 'FULL_AND_PIECEWISE'",
     "gpu_memory_utilization": "requested fraction of total GPU memory",
     "gpu_name": "GPU type, e.g. 'NVIDIA H100 80GB HBM3'",
     "driver_version": "NVIDIA driver version",

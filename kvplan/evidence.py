@@ -612,6 +612,7 @@ def build_record(
             "median_safe_bytes": budget.median_safe_bytes,
             "max_safe_bytes": budget.max_safe_bytes,
             "min_median_ratio": budget.min_median_ratio,
+            "weak_rank_loss_fraction": budget.weak_rank_loss_fraction,
             "allocated_total_bytes": budget.allocated_total_bytes,
         },
         "stranded": {

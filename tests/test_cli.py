@@ -259,7 +259,8 @@ def test_approve_with_nvidia_smi_then_gate_compares_the_gpu_type(capsys, tmp_pat
                  "--nvidia-smi", str(FOUR_RANK / "nvidia-smi-apps.csv")]
     approved = run_json(capsys, "approve", str(FOUR_RANK / "boot.log"), *snapshots, "--reserve", "0.9GiB",
                         "--approver", "t", "--out", str(tmp_path / "evidence"))
-    assert approved["warnings"] == []
+    # with both snapshots the only note left is the missing model (no block rounding, no capacity table)
+    assert [w.split(":")[0] for w in approved["warnings"]] == ["no --model"]
     bundle = approved["bundle"]
     record = json.loads((Path(bundle) / "budget.json").read_text())
     assert record["compatibility_key"]["gpu_name"] == "NVIDIA H100 80GB HBM3"
@@ -272,9 +273,9 @@ def test_approve_with_nvidia_smi_then_gate_compares_the_gpu_type(capsys, tmp_pat
         checks = json.loads(capsys.readouterr().out)["checks"]
         return status, next(check for check in checks if check["name"] == "compatibility key")
 
-    # the approved boot with its own snapshots: all 16 key fields shown on both sides and equal
+    # the approved boot with its own snapshots: all 17 key fields (cudagraph_mode too) shown and equal
     status, check = key_check(*snapshots)
-    assert (status, check["passed"], check["detail"]) == (0, True, "16 fields unchanged")
+    assert (status, check["passed"], check["detail"]) == (0, True, "17 fields unchanged")
     # the same boot on another GPU type with the same memory.total (81,559 MiB): the key fails on gpu_name
     other = tmp_path / "nvidia-smi-gpu.csv"
     other.write_text((FOUR_RANK / "nvidia-smi-gpu.csv").read_text().replace("H100 80GB HBM3", "H100 NVL"))
@@ -287,7 +288,7 @@ def test_approve_with_nvidia_smi_then_gate_compares_the_gpu_type(capsys, tmp_pat
     assert (status, check["passed"]) == (2, None)
     assert check["detail"].startswith(
         "the approval recorded driver_version, gpu_name, which this boot does not show (for gpu_name and "
-        "driver_version, give the canary's --nvidia-smi snapshots); 14 fields unchanged")
+        "driver_version, give the canary's --nvidia-smi snapshots); 15 fields unchanged")
 
 
 def test_approve_takes_the_tp_from_the_logs_and_records_the_catalogue_model_by_relative_path(
@@ -337,3 +338,9 @@ def test_an_unknown_model_config_is_named_once_with_its_json_suffix(capsys):
                  "--max-model-len", "8192"]) == 2
     err = capsys.readouterr().err
     assert "no catalogue entry nonexist.json in" in err
+
+
+def test_approve_says_what_the_bundle_lacks_without_model_and_snapshots(capsys, tmp_path):
+    data = run_json(capsys, "approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--approver", "t",
+                    "--out", str(tmp_path))
+    assert [w.split(":")[0] for w in data["warnings"]] == ["no --model", "no --nvidia-smi"]

@@ -1196,3 +1196,25 @@ def test_ranks_whose_lines_ray_deduplicated_are_not_incomplete_and_the_budget_sa
     )
     with pytest.raises(LedgerError, match="RAY_DEDUP_LOGS=0"):
         budget_from_ledger(v0_ledger, reserve_bytes=GiB)
+
+
+@pytest.mark.parametrize(
+    ("config", "mode"),
+    [
+        # 0.11+ engine config prints the enum: FULL_AND_PIECEWISE = (FULL 2, PIECEWISE 1)
+        ("compilation_config={'level': 3, 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>}",
+         "FULL_AND_PIECEWISE"),
+        # 0.10 prints JSON: a pair (decode, mixed) or one number (1 = PIECEWISE)
+        ('compilation_config={"level":3,"cudagraph_mode":[2,0]}', "FULL_DECODE_ONLY"),
+        ('compilation_config={"level":3,"cudagraph_mode":1,"use_cudagraph":true}', "PIECEWISE"),
+        ('compilation_config={"level":3,"use_cudagraph":true}', None),
+    ],
+)
+def test_the_cuda_graph_mode_as_each_release_prints_it(config, mode):
+    assert vllm_lines.cudagraph_mode(config) == mode
+
+
+@pytest.mark.parametrize(("sample", "mode"), [("four-rank", "FULL_AND_PIECEWISE"), ("v0.10.2", "PIECEWISE")])
+def test_the_cuda_graph_mode_joins_the_compatibility_key(sample, mode):
+    ledger, _ = read_vllm_log(BOOTS / sample / "boot.log")
+    assert set(ledger["cudagraph_mode"]) == {mode}

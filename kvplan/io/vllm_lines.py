@@ -308,7 +308,33 @@ CONFIG_NAMES = {
     "enforce_eager": "enforce_eager",
     "gpu_memory_utilization": "gpu_memory_utilization",
     "vllm_version": "vllm_version",
+    "cudagraph_mode": "cudagraph_mode",
 }
+
+#: ``compilation_config``'s ``cudagraph_mode`` as logged: an enum repr (0.11+), a number or a pair (0.10).
+_CUDAGRAPH_MODE_RE = re.compile(
+    r"""['"]cudagraph_mode['"]\s*:\s*(?:<CUDAGraphMode\.(\w+)|[\[(]\s*(\d)\s*,\s*(\d)\s*[\])]|(\d)\b|['"](\w+)['"])"""
+)
+#: vLLM's ``CUDAGraphMode`` values: NONE 0, PIECEWISE 1, FULL 2, and the (decode, mixed) pairs.
+_CUDAGRAPH_MODES = {("0",): "NONE", ("1",): "PIECEWISE", ("2",): "FULL", ("2", "0"): "FULL_DECODE_ONLY",
+                    ("2", "1"): "FULL_AND_PIECEWISE"}
+
+
+def cudagraph_mode(config_text: str) -> str | None:
+    """The CUDA graph mode a config line states, by its enum name; None when it states none.
+
+    >>> cudagraph_mode("compilation_config={'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>}")
+    'FULL_AND_PIECEWISE'
+    >>> cudagraph_mode('compilation_config={"cudagraph_mode":[2,1]}'), cudagraph_mode('{"cudagraph_mode":1}')
+    ('FULL_AND_PIECEWISE', 'PIECEWISE')
+    """
+    m = _CUDAGRAPH_MODE_RE.search(config_text)
+    if m is None:
+        return None
+    name, first, second, single, quoted = m.groups()
+    if name or quoted:
+        return name or quoted
+    return _CUDAGRAPH_MODES.get((first, second) if first else (single,))
 
 
 def key_values(text: str, separator: str = "=", names: Collection[str] | None = None) -> dict[str, object]:
@@ -490,6 +516,9 @@ def _version(m: re.Match) -> dict:
 
 def _engine_config(m: re.Match) -> dict:
     values = key_values(m.group(2), names=CONFIG_NAMES)
+    mode = cudagraph_mode(m.group(2))
+    if mode:
+        values["cudagraph_mode"] = mode
     if m.group(1):
         values["vllm_version"] = m.group(1).lstrip("v")
     values["_v1"] = "V1" in m.group(0)[:40]
@@ -497,9 +526,13 @@ def _engine_config(m: re.Match) -> dict:
 
 
 def _non_default(m: re.Match) -> dict:
-    return key_values(
+    values = key_values(
         m.group(1).strip().removeprefix("{").removesuffix("}"), separator=":", names=CONFIG_NAMES
     )
+    mode = cudagraph_mode(m.group(1))
+    if mode:
+        values["cudagraph_mode"] = mode
+    return values
 
 
 def _namespace(m: re.Match) -> dict:
