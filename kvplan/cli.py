@@ -801,5 +801,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OverflowError as exc:  # a number in the input beyond what a 64-bit ledger or a float holds
+        print(f"error: a number in the input is too large to hold ({exc})", file=sys.stderr)
+        return EXIT_BAD_INPUT
     finally:
         _print_warnings(notes)

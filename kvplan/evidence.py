@@ -668,10 +668,9 @@ def verified_approval(bundle: str | os.PathLike) -> tuple[dict, Approved]:
     """
     differences = verify_bundle(bundle)
     if differences:
-        listed = "".join(f"\n  - {difference}" for difference in differences)
+        count = f"{len(differences)} difference{'s' if len(differences) > 1 else ''}"
         raise BundleChangedError(f"cannot judge: the approved bundle changed: {bundle} fails verification "
-                                 f"({len(differences)} difference{'s' if len(differences) > 1 else ''}):"
-                                 f"{listed}")
+                                 f"({count}; `kvplan verify {bundle}` lists them), first: {differences[0]}")
     record = read_bundle(bundle)
     return record, approved_from_record(record)
 

@@ -156,12 +156,17 @@ def _language_config(config: Mapping) -> Mapping:
     return config
 
 
+#: Above this, a layer, head or dimension count is no real model's: refused rather than looped over.
+MAX_CONFIG_COUNT = 1_000_000
+
+
 def _positive_field(config: Mapping, name: str, where: str) -> int:
     value = config.get(name)
     if value is None:
         raise KVSpecError(f"{where}: missing field {name!r} (needed to size the KV cache)")
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise KVSpecError(f"{where}: field {name!r} must be a positive integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_CONFIG_COUNT:
+        raise KVSpecError(f"{where}: field {name!r} must be a positive integer up to {MAX_CONFIG_COUNT:,}, "
+                          f"got {value!r}")
     return value
 
 

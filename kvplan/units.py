@@ -19,6 +19,9 @@ _SI = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _VLLM_BINARY = {"K": KiB, "M": MiB, "G": GiB, "T": 1 << 40}
 _VLLM_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
+#: The largest size kvplan takes: the ledger holds bytes as 64-bit integers (8 EiB − 1 B).
+MAX_SIZE_BYTES = 2**63 - 1
+
 _SIZE_RE = re.compile(r"\s*([+-]?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
 
 
@@ -28,7 +31,8 @@ def parse_size(text: str | int) -> int:
     Binary units (``KiB``, ``MiB``, ``GiB``, ``TiB``) are powers of 2, SI units (``kB``, ``MB``,
     ``GB``, ``TB``) powers of 10, ``B`` or no unit plain bytes. A single letter follows vLLM's
     ``--kv-cache-memory-bytes`` rule: ``12G`` = 12·2^30, ``12g`` = 12·10^9, and a decimal with an
-    upper-case letter is refused as vLLM refuses it. Fractions of a byte round to the nearest byte.
+    upper-case letter is refused as vLLM refuses it. Fractions of a byte round to the nearest byte;
+    a size beyond :data:`MAX_SIZE_BYTES` (either sign) is refused.
 
     >>> parse_size("12GiB")
     12884901888
@@ -38,7 +42,7 @@ def parse_size(text: str | int) -> int:
     if isinstance(text, bool):
         raise ValueError(f"not a size: {text!r}")
     if isinstance(text, int):
-        return text
+        return _within_range(text, text)
     match = _SIZE_RE.fullmatch(str(text))
     if match is None:
         raise ValueError(f"not a size: {text!r} (expected e.g. 12GiB, 512MiB, 12GB, 12G or bytes)")
@@ -57,7 +61,13 @@ def parse_size(text: str | int) -> int:
         raise ValueError(f"not a size: {text!r}: unknown unit {unit!r} (use B, KiB, MiB, GiB, GB, G)")
     if factor == 1 and value != value.to_integral_value():
         raise ValueError(f"not a size: {text!r}: a byte count must be a whole number")
-    return int((value * factor).to_integral_value(rounding=ROUND_HALF_EVEN))
+    return _within_range(int((value * factor).to_integral_value(rounding=ROUND_HALF_EVEN)), text)
+
+
+def _within_range(num_bytes: int, text: object) -> int:
+    if abs(num_bytes) > MAX_SIZE_BYTES:
+        raise ValueError(f"not a size: {text!r}: beyond 8 EiB, the largest size kvplan holds")
+    return num_bytes
 
 
 def _unit_factor(unit: str) -> int | None:

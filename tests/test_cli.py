@@ -344,3 +344,13 @@ def test_approve_says_what_the_bundle_lacks_without_model_and_snapshots(capsys, 
     data = run_json(capsys, "approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--approver", "t",
                     "--out", str(tmp_path))
     assert [w.split(":")[0] for w in data["warnings"]] == ["no --model", "no --nvidia-smi"]
+
+
+def test_a_number_too_large_for_the_ledger_exits_2_with_one_line(capsys, tmp_path):
+    # a rank of 10**26 in a log cannot be held by the ledger's 64-bit integers
+    log = tmp_path / "big-rank.log"
+    log.write_text((DATA_DIR / "boots" / "drift" / "reference.log").read_text().replace(
+        "TP rank 2", "TP rank 99999999999999999999999999"))
+    assert main(["budget", str(log), "--reserve", "1GiB"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: ") and err.count("\n") == 1

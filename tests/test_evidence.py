@@ -276,8 +276,9 @@ def test_gate_refuses_a_garbled_record(bundle, tmp_path, capsys):
     assert main(["gate", "--approved", str(folder), str(FOUR_RANK)]) == 2
     # rank 0: room 18.8 GiB − reserve 0.9 GiB = 17.9 GiB = 19,219,978,649 B (each size to the nearest byte)
     assert capsys.readouterr().err == (
-        f"error: cannot judge: the approved bundle changed: {folder} fails verification (1 difference):\n"
-        "  - ranks[0].safe_bytes: recorded null, recomputed 19219978649\n")
+        f"error: cannot judge: the approved bundle changed: {folder} fails verification (1 difference; "
+        f"`kvplan verify {folder}` lists them), first: ranks[0].safe_bytes: recorded null, recomputed "
+        "19219978649\n")
     with pytest.raises(BundleError, match="lacks or garbles what a gate needs: KeyError\\('safe_bytes'\\)"):
         evidence.approved_from_record(record)
 

@@ -450,10 +450,13 @@ class TestGateTrustsOnlyAVerifiedBundle:
         err = capsys.readouterr().err
         assert err.startswith(
             f"error: cannot judge: the approved bundle changed: {folder} fails verification")
+        assert err.count("\n") == 1  # one line; kvplan verify lists every difference
+        assert main(["verify", str(folder)]) == 1
+        out = capsys.readouterr().out
         # recomputed with the edited 1 B reserve: rank 2's 12.9 GiB = 13,851,332,198 B − 1 B, / 1,310,720 B
         # = 10,567.7 → 10,567 blocks × 1,310,720 B = 13,850,378,240 B
-        assert "  - decision.kv_cache_memory_bytes: recorded 10884377600, recomputed 13850378240\n" in err
-        assert "  - inputs digest: recorded " in err  # the 1 B reserve is not the approved policy
+        assert "  - decision.kv_cache_memory_bytes: recorded 10884377600, recomputed 13850378240\n" in out
+        assert "  - inputs digest: recorded " in out  # the 1 B reserve is not the approved policy
         assert main(["verify", str(folder)]) == 1
 
 

@@ -855,3 +855,9 @@ def test_mla_block_size_follows_the_release():
     # before 0.7.1 vLLM cached K and V per head for DeepSeek (no MLA): kvplan refuses to guess it
     with pytest.raises(KVSpecError, match=re.escape("serves deepseek-ai/DeepSeek-V3 without MLA")):
         kv_spec(DEEPSEEK_V3, tp=8, vllm_version="0.6.6")
+
+
+def test_an_absurd_layer_count_is_refused_not_looped_over():
+    # 10**30 layers (a corrupted config) would build a list of 10**30 layer kinds
+    with pytest.raises(KVSpecError, match="'num_hidden_layers' must be a positive integer up to 1,000,000"):
+        kv_spec({**LLAMA_70B, "num_hidden_layers": 10**30}, tp=4)

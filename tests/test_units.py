@@ -95,3 +95,12 @@ def test_format_then_parse_is_within_rounding(num_bytes):
     text = format_size(num_bytes)
     unit = {"B": 1, "KiB": KiB, "MiB": MiB, "GiB": GiB, "TiB": 1 << 40}[text.split()[1]]
     assert abs(parse_size(text) - num_bytes) <= unit // 200 + 1
+
+
+@pytest.mark.parametrize("text", ["1" * 400, "8388608TiB", "-8388608TiB", 2**63])
+def test_sizes_beyond_8_eib_are_refused(text):
+    # the ledger holds bytes as 64-bit integers: 2**63 − 1 B (8 EiB − 1 B) is the largest size;
+    # 8,388,608 TiB = 2**23 × 2**40 B = 2**63 B is one byte beyond it
+    with pytest.raises(ValueError, match="beyond 8 EiB"):
+        parse_size(text)
+    assert parse_size(2**63 - 1) == 2**63 - 1
