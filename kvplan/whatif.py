@@ -380,6 +380,44 @@ _ledger_co_tenants = co_tenant_bytes  # for WhatIfPanel, whose parameter has the
 NVIDIA_SMI_NAMES = ("nvidia-smi-gpu.csv", "nvidia-smi-apps.csv")
 
 
+def snapshots_in(folder: str | Path) -> list[Path]:
+    """The nvidia-smi snapshots saved in ``folder`` under the :data:`NVIDIA_SMI_NAMES`, in that order.
+
+    The rule by which :func:`read_launch` finds them when ``nvidia_smi`` is None; a name that is not a
+    file there (or a ``folder`` that is a file or a glob) gives none.
+
+    >>> from kvplan.config import DATA_DIR
+    >>> [path.name for path in snapshots_in(DATA_DIR / "boots" / "four-rank")]
+    ['nvidia-smi-gpu.csv', 'nvidia-smi-apps.csv']
+    >>> snapshots_in(DATA_DIR / "boots" / "four-rank" / "boot.log")
+    []
+    """
+    folder = Path(folder)
+    return [folder / name for name in NVIDIA_SMI_NAMES if (folder / name).is_file()]
+
+
+def launch_snapshots(
+    log_paths: Sequence[str | Path], nvidia_smi: Sequence[str | Path] | None = None
+) -> list[Path]:
+    """The nvidia-smi snapshots of a launch given as log files: ``nvidia_smi`` when given, else found.
+
+    ``None`` takes :func:`snapshots_in` each distinct folder of ``log_paths`` (the rule of
+    :func:`read_launch`); ``[]`` gives none. The result is what :func:`kvplan.evidence.approve` takes as
+    ``nvidia_smi_paths``.
+
+    >>> from kvplan.config import DATA_DIR
+    >>> logs = [DATA_DIR / "boots" / "four-rank" / "boot.log"]
+    >>> [path.name for path in launch_snapshots(logs)]
+    ['nvidia-smi-gpu.csv', 'nvidia-smi-apps.csv']
+    >>> launch_snapshots(logs, [])
+    []
+    """
+    if nvidia_smi is not None:
+        return [Path(path) for path in nvidia_smi]
+    folders = dict.fromkeys(Path(path).parent for path in log_paths)
+    return [path for folder in folders for path in snapshots_in(folder)]
+
+
 def read_launch(
     log_dir: str | Path, nvidia_smi: Sequence[str | Path] | None = None
 ) -> tuple[pd.DataFrame, dict]:
@@ -392,8 +430,7 @@ def read_launch(
     """
     ledger, metadata = read_vllm_logs(log_dir)
     if nvidia_smi is None:
-        folder = Path(log_dir)
-        nvidia_smi = [folder / name for name in NVIDIA_SMI_NAMES if (folder / name).is_file()]
+        nvidia_smi = snapshots_in(log_dir)
     if nvidia_smi:
         attrs = ledger.attrs
         joined, _ = join_snapshots(ledger, nvidia_smi, warn=False)  # warnings listed with the reader's below

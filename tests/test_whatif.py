@@ -546,3 +546,15 @@ def test_max_model_len_beyond_the_configs_max_position_embeddings_is_warned(tmp_
     plain = Scenario.from_ledger(ledger, RESERVE, kv_spec=launch_spec(ledger, "llama-3.1-70b"),
                                  max_model_len=10_000_000)
     assert plain.position_limit is None and "max model length" not in evaluate(plain).headline()
+
+
+def test_launch_snapshots_find_the_files_beside_the_logs_unless_given(tmp_path):
+    (tmp_path / "boot.log").write_text("")
+    assert whatif.launch_snapshots([tmp_path / "boot.log"]) == []
+    (tmp_path / "nvidia-smi-apps.csv").write_text("")
+    (tmp_path / "nvidia-smi-gpu.csv").write_text("")
+    found = whatif.launch_snapshots([tmp_path / "boot.log", tmp_path / "boot.log"])
+    assert found == [tmp_path / "nvidia-smi-gpu.csv", tmp_path / "nvidia-smi-apps.csv"]  # one folder, once
+    assert whatif.snapshots_in(tmp_path) == found
+    assert whatif.launch_snapshots([tmp_path / "boot.log"], []) == []
+    assert [str(path) for path in whatif.launch_snapshots([tmp_path / "boot.log"], ["x.csv"])] == ["x.csv"]
