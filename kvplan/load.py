@@ -13,12 +13,13 @@ Units: usage and hit rates in percent (0–100), throughput in tokens per second
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
 import pandas as pd
 
+from kvplan.budget import kv_cache_flag
 from kvplan.gate import Check
 
 ROW_KEYS = (
@@ -622,3 +623,52 @@ def _capacity_check(capacity: int | None, profiled: int, bound_pct: float | None
     if bound_pct is None:
         return Check(name, True, detail + "; no policy bound set")
     return Check(name, loss_pct <= bound_pct, f"{detail}; policy bound {bound_pct:g}%")
+
+
+COMPARISON_ROWS = (
+    "kv_cache_tokens", "peak_kv_cache_usage_pct", "peak_kv_cache_tokens", "max_running", "max_waiting",
+    "mean_generation_tokens_per_s", "preemptions", "oom_events",
+)
+"""The :func:`load_summary` keys that :func:`load_comparison_table` shows, in its row order."""
+
+
+def load_comparison_table(summaries: Mapping[str, Mapping]) -> pd.DataFrame:
+    """Runs side by side: one column per named :func:`load_summary`, one row per :data:`COMPARISON_ROWS` key.
+
+    A key a summary lacks is left empty (NaN).
+
+    >>> runs = {"a": {"kv_cache_tokens": 100, "preemptions": 0}, "b": {"kv_cache_tokens": 90}}
+    >>> load_comparison_table(runs).loc[["kv_cache_tokens", "preemptions"]]
+                       a    b
+    kv_cache_tokens  100   90
+    preemptions        0  NaN
+    """
+    columns = {name: pd.Series(dict(summary), dtype=object) for name, summary in summaries.items()}
+    return pd.DataFrame(columns).reindex(list(COMPARISON_ROWS))
+
+
+def canary_capacity_headline(profiled: Mapping, canary: Mapping) -> dict[str, str]:
+    """Capacity of the profiled and the manual-value canary and the change between them, for a headline.
+
+    ``profiled`` and ``canary`` are :func:`load_summary` dicts; the canary's line names the
+    ``--kv-cache-memory-bytes`` value its log shows, and the change is :func:`capacity_loss` in words.
+
+    >>> canary = {"kv_cache_tokens": 157_280, "kv_cache_memory_bytes": 12_884_377_600}
+    >>> headline = canary_capacity_headline({"kv_cache_tokens": 155_856}, canary)
+    >>> for label, text in headline.items():
+    ...     print(f"{label}: {text}")
+    profiled canary: 155,856 tokens
+    manual-value canary: 157,280 tokens (--kv-cache-memory-bytes=12884377600)
+    capacity change: gain of 1,424 tokens (0.914%)
+    """
+    for name, summary in (("profiled", profiled), ("manual-value", canary)):
+        if summary.get("kv_cache_tokens") is None:
+            raise ValueError(f"the {name} canary's files show no KV cache capacity (GPU KV cache size)")
+    manual = canary.get("kv_cache_memory_bytes")
+    flag = f" ({kv_cache_flag(manual)})" if manual is not None else ""
+    return {
+        "profiled canary": f"{profiled['kv_cache_tokens']:,} tokens",
+        "manual-value canary": f"{canary['kv_cache_tokens']:,} tokens{flag}",
+        "capacity change": capacity_change_text(*capacity_loss(canary["kv_cache_tokens"],
+                                                               profiled["kv_cache_tokens"])),
+    }

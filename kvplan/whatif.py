@@ -450,6 +450,31 @@ def launch_spec(ledger: pd.DataFrame, model: str | Path, tp: int | None = None, 
     return kv_spec(read_model_config(model), **options)
 
 
+def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:
+    """The maximum model length to plan with: ``given`` when set, else the one the launch logged.
+
+    Raises :class:`ValueError` naming ``MAX_MODEL_LEN`` (the notebooks' parameter) when ``given`` is
+    None and the logs do not print ``max_model_len``, or when ``given`` is not a positive whole number;
+    logs whose boots disagree are refused by :func:`kvplan.ledger.compatibility_key`.
+
+    >>> ledger = pd.DataFrame({"source": "a.log", "boot": 0, "rank": [0, 1], "max_model_len": 32768})
+    >>> launch_max_model_len(ledger), launch_max_model_len(ledger, 8192)
+    (32768, 8192)
+    >>> launch_max_model_len(ledger.drop(columns="max_model_len"))
+    Traceback (most recent call last):
+    ...
+    ValueError: the logs show no max_model_len: set MAX_MODEL_LEN to the length the launch used
+    """
+    if given is not None:
+        if isinstance(given, bool) or not isinstance(given, int) or given <= 0:
+            raise ValueError(f"MAX_MODEL_LEN must be a positive whole number of tokens, got {given!r}")
+        return given
+    logged = compatibility_key(ledger).get("max_model_len")
+    if logged is None or pd.isna(logged):
+        raise ValueError("the logs show no max_model_len: set MAX_MODEL_LEN to the length the launch used")
+    return int(logged)
+
+
 def coverage(ledger: pd.DataFrame) -> pd.DataFrame:
     """Which measurements each boot × rank printed: one row per ledger measurement, True where shown.
 

@@ -293,3 +293,19 @@ def test_cli_json_has_no_nan_for_non_finite_metrics(tmp_path, capsys):
 def test_cli_json_prints_non_finite_floats_as_null(capsys):
     assert _print_json({"a": float("nan"), "b": [1.5, float("-inf")], "c": {"d": float("inf")}}) == 0
     assert _strict_json(capsys.readouterr().out) == {"a": None, "b": [1.5, None], "c": {"d": None}}
+
+
+def test_comparison_table_and_capacity_headline_of_the_sample_canaries():
+    from kvplan.load import COMPARISON_ROWS, canary_capacity_headline, load_comparison_table
+
+    load_dir = DATA_DIR / "load"
+    profiled = load_summary(read_load_evidence([load_dir / "profiled-canary" / "server.log"]))
+    canary = load_summary(read_load_evidence([load_dir / "manual-canary" / "server.log"]))
+    table = load_comparison_table({"profiled": profiled, "canary": canary})
+    assert list(table.index) == list(COMPARISON_ROWS) and list(table.columns) == ["profiled", "canary"]
+    assert table.loc["kv_cache_tokens"].tolist() == [155_856, 157_280]
+    headline = canary_capacity_headline(profiled, canary)
+    assert headline["manual-value canary"] == "157,280 tokens (--kv-cache-memory-bytes=12884377600)"
+    assert headline["capacity change"].startswith("gain of 1,424 tokens")
+    with pytest.raises(ValueError, match="profiled canary"):
+        canary_capacity_headline({**profiled, "kv_cache_tokens": None}, canary)

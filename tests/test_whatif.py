@@ -558,3 +558,18 @@ def test_launch_snapshots_find_the_files_beside_the_logs_unless_given(tmp_path):
     assert whatif.snapshots_in(tmp_path) == found
     assert whatif.launch_snapshots([tmp_path / "boot.log"], []) == []
     assert [str(path) for path in whatif.launch_snapshots([tmp_path / "boot.log"], ["x.csv"])] == ["x.csv"]
+
+
+def test_launch_max_model_len_takes_the_given_else_the_logged_length_and_names_the_parameter():
+    ledger = pd.DataFrame({"source": "a.log", "boot": 0, "rank": [0, 1], "max_model_len": [32768, 32768]})
+    assert whatif.launch_max_model_len(ledger) == 32768
+    assert whatif.launch_max_model_len(ledger, 4096) == 4096
+    disagree = ledger.assign(boot=[0, 1], max_model_len=[32768, 16384])
+    for unknown in (ledger.drop(columns="max_model_len"), ledger.assign(max_model_len=None)):
+        with pytest.raises(ValueError, match="MAX_MODEL_LEN"):
+            whatif.launch_max_model_len(unknown)
+    with pytest.raises(ValueError, match="mix compatibility keys"):
+        whatif.launch_max_model_len(disagree)
+    for wrong in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="MAX_MODEL_LEN"):
+            whatif.launch_max_model_len(ledger, wrong)
