@@ -287,9 +287,7 @@ def _run_ledger(args: argparse.Namespace) -> int:
     if args.rooms and args.csv:
         raise CliError("--rooms prints a table or JSON, not CSV")
     ledger, metadata = read_vllm_logs(args.logs)
-    if ledger.empty:
-        raise CliError(f"no vLLM boot found in {', '.join(map(str, args.logs))}: expected vLLM startup lines "
-                       "(e.g. 'Available KV cache memory', '# GPU blocks', 'GPU KV cache size')")
+    evidence.require_boot(ledger, args.logs)
     notes = list(metadata["warnings"])
     if args.nvidia_smi:
         with _reader_warnings_into(notes):

@@ -26,7 +26,7 @@ import pandas as pd
 from IPython.display import display
 
 from kvplan import charts
-from kvplan.budget import Budget, kv_cache_flag, uniform_budget
+from kvplan.budget import Budget, kv_cache_flag, round_down_to_blocks, uniform_budget
 from kvplan.capacity import (
     DEFAULT_BLOCK_SIZE,
     Capacity,
@@ -227,7 +227,7 @@ def boot_budget_bytes(drift: Drift, block_bytes: int | None = None) -> int:
     (31138512896, 27)
     """
     value = drift.uniform_budget_bytes
-    return value if not block_bytes else value // block_bytes * block_bytes
+    return value if not block_bytes else round_down_to_blocks(value, block_bytes)
 
 
 def length_warning(max_model_len: int | None, position_limit: int | None) -> str:
@@ -293,7 +293,7 @@ def drift_headline(drift: Drift) -> dict[str, str]:
         "adjusted uniform budget": format_size(drift.uniform_budget_bytes),
         "limiting rank": str(drift.limiting_rank),
         "re-profile to raise": str(drift.reprofile_to_raise),
-        "flag for this boot": kv_cache_flag(drift.uniform_budget_bytes),
+        "flag for this boot": kv_cache_flag(boot_budget_bytes(drift)),
     }
 
 

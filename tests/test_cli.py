@@ -213,7 +213,7 @@ def test_ledger_of_a_file_without_vllm_lines_exits_2_with_one_line(capsys, tmp_p
     path.write_bytes(content)
     assert main(["ledger", str(path)]) == 2
     err = capsys.readouterr().err
-    assert err.startswith(f"error: no vLLM boot found in {path}: expected vLLM startup lines")
+    assert err.startswith(f"error: {path}: no vLLM boot found: expected vLLM startup lines such as ")
     assert err.count("\n") == 1
 
 

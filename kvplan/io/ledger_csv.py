@@ -44,8 +44,8 @@ from kvplan.io.vllm_log import (
     INT_COLUMNS,
     PROVENANCE_COLUMNS,
     EvidenceLines,
-    _frame,
-    _room,
+    ledger_frame,
+    room_evidence,
 )
 from kvplan.releases import version_tuple
 from kvplan.units import parse_size
@@ -222,7 +222,7 @@ class _Rows:
         rank = values["rank"]
         origin = {(rank, column): (line, raw) for column in values}
         stated = values.get("room_source")
-        room = _room(values, rank, flags, origin, self.name, self.warnings)
+        room = room_evidence(values, rank, flags, origin, self.name, self.warnings)
         if room is None:
             if stated is not None:
                 self.warnings.append(f"{self.name}:{line}: rank {rank}: room_source {stated!r} is stated but "
@@ -245,7 +245,7 @@ class _Rows:
                 f"(line(s) {listing}): a row with a room is taken as ok (the rank booted), one without as "
                 "incomplete; add an 'outcome' column (ok, oom, error, incomplete) to state it"
             )
-        ledger = _frame(self.rows)
+        ledger = ledger_frame(self.rows)
         provenance = pd.DataFrame(self.provenance, columns=PROVENANCE_COLUMNS)
         for column in ("line", "boot", "rank"):
             provenance[column] = provenance[column].astype("Int64")

@@ -459,7 +459,7 @@ class _Reader:
 
     def finish(self, total_lines: int) -> tuple[pd.DataFrame, dict]:
         self._close()
-        ledger = _frame(self.rows)
+        ledger = ledger_frame(self.rows)
         provenance = pd.DataFrame(self.provenance, columns=PROVENANCE_COLUMNS)
         for column in ("line", "boot", "rank"):
             provenance[column] = provenance[column].astype("Int64")
@@ -931,13 +931,13 @@ def _fill_row(
             f"(last line read: {boot.last_line})",
         )
         origin[(rank, "outcome")] = (boot.last_line, "")
-    room = _room(values, rank, flags, origin, source, warnings)
+    room = room_evidence(values, rank, flags, origin, source, warnings)
     if room is not None:
         values["room_bytes"], values["room_source"], line_raw = room
         origin[(rank, "room_bytes")] = line_raw
 
 
-def _room(
+def room_evidence(
     values: dict, rank: int, flags: dict, origin: dict, source: str, warnings: list
 ) -> tuple[int, str, tuple] | None:
     """``(room_bytes, room_source, (line, raw))`` for one rank, best evidence first."""
@@ -1024,7 +1024,7 @@ def _boot_warnings(
         )
 
 
-def _frame(rows: list[dict]) -> pd.DataFrame:
+def ledger_frame(rows: list[dict]) -> pd.DataFrame:
     """Rows → ledger with the glossary's columns, order and nullable dtypes."""
     data = {}
     for column in LEDGER_COLUMNS:
