@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import math
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
@@ -33,7 +32,7 @@ from kvplan.kvspec import (
     options_for_logs,
 )
 from kvplan.ledger import LedgerWarning, budget_from_ledger, compatibility_key, plain_value, room_per_rank
-from kvplan.load import ROW_KEYS, load_summary
+from kvplan.load import ROW_KEYS, finite, load_summary
 from kvplan.releases import version_tuple
 from kvplan.units import format_size, parse_size, parse_size_list
 
@@ -752,14 +751,13 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
 
 
 def _strict_json(value: object) -> object:
-    """``value`` with every non-finite float (NaN, ±Inf) replaced by None, through dicts and lists."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
+    """``value`` with every non-finite float (NaN, ±Inf) replaced by None (:func:`kvplan.load.finite`),
+    through dicts and lists."""
     if isinstance(value, dict):
         return {key: _strict_json(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [_strict_json(item) for item in value]
-    return value
+    return finite(value)
 
 
 def _print_json(data: dict) -> int:
