@@ -35,6 +35,7 @@ from kvplan.ledger import LedgerWarning, budget_from_ledger, compatibility_key, 
 from kvplan.load import ROW_KEYS, finite, load_summary
 from kvplan.releases import version_tuple
 from kvplan.units import format_size, parse_size, parse_size_list
+from kvplan.verdict import format_checks, gate_verdict
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -726,12 +727,12 @@ def _run_gate(args: argparse.Namespace) -> int:
         section, load_checks = evidence.gate_load(approved, args.load, load_policy)
         checks += load_checks
         warnings += section["notes"] + section["warnings"]
-    verdict = gate.gate_verdict(checks)
+    verdict = gate_verdict(checks)
     if args.json:
         _print_json({"passed": verdict is True, "checks": [check.to_dict() for check in checks],
                      "warnings": warnings})
     else:
-        print(gate.format_checks(checks))
+        print(format_checks(checks))
     _print_warnings(warnings)
     return {True: EXIT_OK, False: EXIT_FAIL, None: EXIT_BAD_INPUT}[verdict]
 

@@ -34,7 +34,7 @@ import pandas as pd
 from kvplan import __version__
 from kvplan.budget import Budget, kv_cache_flag
 from kvplan.capacity import blocks_per_sequence
-from kvplan.gate import Approved, Check, check_outcomes, check_ranks_present, verdict_word
+from kvplan.gate import Approved, check_outcomes, check_ranks_present
 from kvplan.io.model_config import read_model_config
 from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
 from kvplan.io.vllm_log import read_vllm_log
@@ -43,6 +43,7 @@ from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, opt
 from kvplan.ledger import budget_from_ledger, compatibility_key, is_known, room_per_rank
 from kvplan.load import LoadFormatError, LoadReading, load_checks, load_summary
 from kvplan.units import format_size
+from kvplan.verdict import Check, verdict_word
 
 SCHEMA = "kvplan.budget"
 SCHEMA_VERSION = 2

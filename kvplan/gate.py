@@ -13,7 +13,7 @@ at approval: ``safe_ref − max(0, F_ref − F_boot) − guard ≥ approved valu
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import pandas as pd
 
@@ -21,6 +21,7 @@ from kvplan.budget import kv_cache_flag, round_down_to_blocks
 from kvplan.drift import drift_budget
 from kvplan.ledger import plain_value
 from kvplan.units import format_size
+from kvplan.verdict import Check
 
 KEY_CHECK = "compatibility key"
 RANKS_CHECK = "every rank present"
@@ -28,28 +29,6 @@ OUTCOME_CHECK = "no OOM or error"
 BUDGET_CHECK = "approved value fits every rank"
 RESERVE_CHECK = "reserve present after warm-up"
 TOKENS_CHECK = "tokens cover the admission plan"
-NOT_APPLICABLE = "N/A"
-
-
-@dataclass(frozen=True)
-class Check:
-    """One gate check: its name, whether it passed (None = cannot judge) and the evidence.
-
-    ``applicable`` False marks a check with no evidence to judge in this gate (``passed`` is then
-    None); :func:`gate_verdict` leaves it out and :func:`format_checks` prints it as ``N/A``.
-
-    >>> Check("every rank present", True, "ranks 0-3 of 4").to_dict()
-    {'name': 'every rank present', 'passed': True, 'detail': 'ranks 0-3 of 4', 'applicable': True}
-    """
-
-    name: str
-    passed: bool | None
-    detail: str
-    applicable: bool = True
-
-    def to_dict(self) -> dict:
-        """JSON-ready ``{"name", "passed", "detail"}``."""
-        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -74,70 +53,6 @@ class Approved:
     tokens_required: int | None = None
     logged_tokens: int | None = None
     capacity_tokens: int | None = None
-
-
-def gate_verdict(checks: Sequence[Check]) -> bool | None:
-    """False when any check failed, else None when any could not be judged, else True.
-
-    Checks that are not applicable are left out; with none applicable the gate cannot judge.
-
-    >>> gate_verdict([Check("a", True, ""), Check("b", None, "")]) is None
-    True
-    >>> gate_verdict([Check("a", None, ""), Check("b", False, "")])
-    False
-    >>> gate_verdict([Check("a", True, ""), Check("b", None, "no plan", applicable=False)])
-    True
-    """
-    verdicts = [check.passed for check in checks if check.applicable]
-    if False in verdicts:
-        return False
-    if None in verdicts or not verdicts:
-        return None
-    return True
-
-
-def verdict_word(passed: bool | None) -> str:
-    """The one word for a verdict, for a check or a whole gate: ``PASS``, ``FAIL`` or ``CANNOT JUDGE``.
-
-    >>> verdict_word(True), verdict_word(False), verdict_word(None)
-    ('PASS', 'FAIL', 'CANNOT JUDGE')
-    """
-    return {True: "PASS", False: "FAIL", None: "CANNOT JUDGE"}[passed]
-
-
-def format_checks(checks: Sequence[Check]) -> str:
-    """The text ``kvplan gate`` prints: each check with its verdict, its evidence parts, then the verdict.
-
-    A detail's ``; ``-separated parts go on their own indented lines; a check that is not applicable
-    reads ``N/A``. The last line folds the checks with :func:`gate_verdict`, counts the failed (or
-    unjudged) ones among the applicable checks and names how many were not applicable.
-
-    >>> checks = [Check("every rank present", True, "ranks 0-3 of 4"),
-    ...           Check("no OOM or error", None, "c.log rank 2: incomplete; d.log rank 0: incomplete"),
-    ...           Check("tokens cover the admission plan", None, "no plan", applicable=False)]
-    >>> print(format_checks(checks))
-    PASS  every rank present
-          ranks 0-3 of 4
-    CANNOT JUDGE  no OOM or error
-          c.log rank 2: incomplete
-          d.log rank 0: incomplete
-    N/A  tokens cover the admission plan
-          no plan
-    gate: CANNOT JUDGE (1 of 2 checks lack evidence; 1 not applicable)
-    """
-    lines = []
-    for check in checks:
-        lines.append(f"{verdict_word(check.passed) if check.applicable else NOT_APPLICABLE}  {check.name}")
-        lines += [f"      {part}" for part in check.detail.split("; ") if part]
-    judged = [check for check in checks if check.applicable]
-    verdict = gate_verdict(checks)
-    counts = {False: f"{sum(c.passed is False for c in judged)} of {len(judged)} checks failed",
-              None: f"{sum(c.passed is None for c in judged)} of {len(judged)} checks lack evidence"}
-    notes = [counts[verdict]] if verdict in counts else []
-    if len(judged) < len(checks):
-        notes.append(f"{len(checks) - len(judged)} not applicable")
-    lines.append(f"gate: {verdict_word(verdict)}" + (f" ({'; '.join(notes)})" if notes else ""))
-    return "\n".join(lines)
 
 
 #: Key fields a manual-value boot does not use: with ``--kv-cache-memory-bytes`` vLLM sizes the KV cache

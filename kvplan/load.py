@@ -20,7 +20,7 @@ from datetime import datetime
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
-from kvplan.gate import Check
+from kvplan.verdict import Check
 
 ROW_KEYS = (
     "source",

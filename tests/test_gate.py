@@ -18,20 +18,17 @@ from kvplan.gate import (
     RESERVE_CHECK,
     TOKENS_CHECK,
     Approved,
-    Check,
     check_budget_fits,
     check_compatibility_key,
     check_outcomes,
     check_ranks_present,
     check_reserve_after_warmup,
     check_tokens,
-    format_checks,
     gate_checks,
-    gate_verdict,
-    verdict_word,
 )
 from kvplan.io.model_config import resolve_model_config
 from kvplan.units import parse_size
+from kvplan.verdict import Check, format_checks, gate_verdict, verdict_word
 from tests.conftest import GiB, MiB
 
 KEY = {"vllm_version": "0.26.0", "model": "m", "tensor_parallel_size": 4, "block_size": 16, "gpu_name": None}

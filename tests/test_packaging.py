@@ -11,9 +11,12 @@ def _name(requirement: str) -> str:
     return re.split(r"[<>=!~ ]", requirement.strip(), maxsplit=1)[0].lower().replace("_", "-")
 
 
-def test_environment_yml_lists_the_pyproject_runtime_dependencies():
+def test_environment_yml_lists_the_runtime_and_notebook_dependencies():
     # the installed metadata is pyproject.toml's [project] table; extras are marked "; extra == ..."
-    runtime = {_name(dep) for dep in requires("kvplan-kit") if "extra ==" not in dep}
+    # environment.yml keeps the design card's full set: the runtime, the notebooks ([lab]) and nbval.
+    deps = requires("kvplan-kit")
+    runtime = {_name(dep) for dep in deps if "extra ==" not in dep}
+    runtime |= {_name(dep) for dep in deps if 'extra == "lab"' in dep} | {"nbval"}
     text = (ROOT / "environment.yml").read_text()
     conda_block = text.split("dependencies:", 1)[1]
     conda = {

@@ -1,0 +1,119 @@
+"""Warnings as one structured channel: a :class:`Note` is a warning's text with its code, file and line.
+
+Every reader and every step of the decision returns its warnings as notes; the CLI prints them, the
+JSON lists them (``"warnings"``: the texts, ``"warning_details"``: :meth:`Note.to_dict`) and the bundle
+records them. A note *is* its text (a ``str``), so code that prints or searches warnings needs no
+change; the code, file and line ride along for aggregation and for the JSON.
+
+Repeated notes of one kind in one file are folded by :func:`aggregate_notes` into one line with a
+count and the first few line numbers, so a log with 10,000 restarts prints tens of lines, not tens of
+thousands.
+
+>>> first = Note("two processes claim rank 0 in one boot", code="rank-claimed", file="a.log", line=213)
+>>> again = Note("two processes claim rank 0 in one boot", code="rank-claimed", file="a.log", line=1000)
+>>> [str(note) for note in aggregate_notes([first, again])]
+['a.log: two processes claim rank 0 in one boot: 2 times, first at lines 213, 1000']
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+#: How many line numbers an aggregated note quotes.
+SHOWN_LINES = 3
+
+
+class Note(str):
+    """A warning's text (the ``str`` itself) with ``code`` (its kind), ``file`` and ``line`` (1-based).
+
+    ``code`` names the kind of warning for aggregation ("" when none was given: such notes are never
+    folded); ``count`` and ``lines`` say how many occurrences an aggregated note stands for.
+
+    >>> note = Note("a.log:7: rank 1 shows no room", code="no-room", file="a.log", line=7)
+    >>> note, note.code, note.line, "no room" in note
+    ('a.log:7: rank 1 shows no room', 'no-room', 7, True)
+    """
+
+    code: str
+    file: str | None
+    line: int | None
+    count: int
+    lines: tuple[int, ...]
+
+    def __new__(
+        cls,
+        text: str,
+        code: str = "",
+        file: str | None = None,
+        line: int | None = None,
+        count: int = 1,
+        lines: tuple[int, ...] = (),
+    ) -> Note:
+        note = super().__new__(cls, text)
+        note.code = code or getattr(text, "code", "")
+        note.file = file if file is not None else getattr(text, "file", None)
+        note.line = line if line is not None else getattr(text, "line", None)
+        note.count = count
+        note.lines = lines or ((note.line,) if note.line is not None else ())
+        return note
+
+    def __reduce__(self):  # pickled across processes (Dask workers) with its fields
+        return (Note, (str(self), self.code, self.file, self.line, self.count, self.lines))
+
+    def to_dict(self) -> dict:
+        """``{"code", "message", "file", "line", "count", "lines"}``: one entry of ``"warning_details"``."""
+        return {"code": self.code, "message": str(self), "file": self.file, "line": self.line,
+                "count": self.count, "lines": list(self.lines)}
+
+
+def as_note(text: str) -> Note:
+    """``text`` as a :class:`Note` (itself when it already is one).
+
+    >>> as_note("plain text").code
+    ''
+    """
+    return text if isinstance(text, Note) else Note(text)
+
+
+def aggregate_notes(notes: Iterable[str]) -> list[Note]:
+    """Notes in first-seen order, each kind (code, file, text without the line) folded into one.
+
+    Notes without a code, and distinct texts, are kept as they are (one occurrence prints unchanged);
+    a note repeated ``n > 1`` times becomes ``"FILE: TEXT: n times, first at lines L1, L2, L3"``.
+    Exact duplicates without a code are printed once.
+
+    >>> notes = [Note("boot restarted", code="restart", file="a.log", line=n) for n in (5, 9, 12, 40)]
+    >>> [str(note) for note in aggregate_notes([*notes, "plain", "plain"])]
+    ['a.log: boot restarted: 4 times, first at lines 5, 9, 12', 'plain']
+    """
+    groups: dict[tuple, list[Note]] = {}
+    for text in notes:
+        note = as_note(text)
+        key = (note.code, note.file, _without_place(note)) if note.code else ("", None, str(note))
+        groups.setdefault(key, []).append(note)
+    folded = []
+    for (code, file, text), members in groups.items():
+        if len(members) == 1 or not code:
+            folded.append(members[0])
+            continue
+        lines = tuple(sorted({line for member in members for line in member.lines}))
+        count = sum(member.count for member in members)
+        shown = ", ".join(str(line) for line in lines[:SHOWN_LINES])
+        where = f", first at lines {shown}" if shown else ""
+        prefix = f"{file}: " if file else ""
+        folded.append(Note(f"{prefix}{text}: {count:,} times{where}", code=code, file=file,
+                           line=lines[0] if lines else None, count=count, lines=lines[:SHOWN_LINES]))
+    return folded
+
+
+def _without_place(note: Note) -> str:
+    """The note's text without a leading ``FILE:LINE:`` or ``FILE:`` (the place is kept apart).
+
+    >>> _without_place(Note("a.log:12: rank 0 twice", file="a.log", line=12))
+    'rank 0 twice'
+    """
+    text = str(note)
+    for prefix in (f"{note.file}:{note.line}: ", f"{note.file}: "):
+        if note.file and text.startswith(prefix):
+            return text[len(prefix):]
+    return text
