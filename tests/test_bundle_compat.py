@@ -1,0 +1,38 @@
+"""The compatibility promise: a bundle written by kvplan 0.1.0 (``tests/data/bundles/v0.1.0``) still verifies.
+
+The fixture is ``make demo``'s approval, made with the 0.1.0 code and committed unchanged: the four-rank
+boot, a 0.9 GiB reserve, Llama-3.1-70B at TP=4, both nvidia-smi snapshots, 4 × 32,768 tokens. It must verify
+from any checkout location and any working directory: nothing in a bundle depends on where it lies.
+"""
+
+import shutil
+from pathlib import Path
+
+from kvplan import evidence
+from kvplan.cli import main
+from tests.conftest import TESTS_DATA_DIR
+
+[V0_1_0] = (TESTS_DATA_DIR / "bundles" / "v0.1.0").iterdir()
+
+
+def test_the_0_1_0_bundle_verifies(capsys):
+    assert evidence.verify_bundle_with_notes(V0_1_0) == ([], [])
+    assert main(["verify", str(V0_1_0)]) == 0
+    assert "ok" in capsys.readouterr().out
+
+
+def test_it_verifies_moved_elsewhere_and_from_another_folder(tmp_path, monkeypatch):
+    # the checkout's location is in no hash: a copy under another parent, verified from another cwd
+    copy = Path(shutil.copytree(V0_1_0, tmp_path / "elsewhere" / V0_1_0.name))
+    monkeypatch.chdir(tmp_path)
+    assert evidence.verify_bundle_with_notes(copy) == ([], [])
+
+
+def test_it_records_relative_paths_only():
+    record = evidence.read_bundle(V0_1_0)
+    assert [entry["path"] for entry in record["inputs"]] == [
+        "data/boots/four-rank/boot.log", "data/boots/four-rank/nvidia-smi-gpu.csv",
+        "data/boots/four-rank/nvidia-smi-apps.csv", "data/models/llama-3.1-70b.json"]
+    # the decision is the founding example: room 12.9 GiB − 0.9 GiB reserve = 12 GiB, rounded down to whole
+    # 1.25 MiB blocks: 12 GiB = 9,830.4 blocks → 9,830 × 1,310,720 B = 12,884,377,600 B
+    assert record["decision"]["kv_cache_memory_bytes"] == 9_830 * 1_310_720
