@@ -30,7 +30,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvplan.load import LoadFormatError, LoadReading, LoadRow, LoadSource, counter_increase, percent
+from kvplan.load_rows import LoadFormatError, LoadReading, LoadRow, LoadSource, counter_increase, percent
 
 _TIME_COMMENT = re.compile(
     r"^#\s*(?!HELP\b|TYPE\b)(?:.*?\b)?"

@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from kvplan.io import prometheus_text
-from kvplan.load import LoadFormatError, LoadReading, LoadRow, LoadSource, combine_readings, percent
+from kvplan.load_rows import LoadFormatError, LoadReading, LoadRow, LoadSource, combine_readings, percent
 
 WRAP_WIDTH = 159  # column at which some log collectors hard-wrap a record
 PLACEHOLDER_YEAR = 2000  # a leap year, so 02-29 parses; used only when no year is known (year_known=False)
