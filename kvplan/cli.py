@@ -15,8 +15,7 @@ from contextlib import contextmanager
 from typing import NoReturn
 from warnings import catch_warnings, showwarning, simplefilter
 
-from kvplan import __version__, evidence, gate
-from kvplan.budget import uniform_budget
+from kvplan import __version__, evidence, gate, plan
 from kvplan.capacity import DEFAULT_BLOCK_SIZE, VLLM_BLOCK_SIZES, capacity
 from kvplan.drift import drift_budget
 from kvplan.io.model_config import read_model_config, resolve_model_config
@@ -26,14 +25,11 @@ from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.kvspec import (
     KV_CACHE_DTYPE_BYTES,
     KVSpec,
-    cross_check,
-    cross_check_verdict,
     kv_spec,
     options_for_logs,
 )
-from kvplan.ledger import LedgerWarning, budget_from_ledger, compatibility_key, plain_value, room_per_rank
+from kvplan.ledger import LedgerWarning, compatibility_key, plain_value, room_per_rank
 from kvplan.load import ROW_KEYS, finite, load_summary
-from kvplan.releases import version_tuple
 from kvplan.units import format_size, parse_size, parse_size_list
 from kvplan.verdict import format_checks, gate_verdict
 
@@ -158,52 +154,36 @@ def _run_budget(args: argparse.Namespace) -> int:
         raise CliError("give --block-bytes or --model, not both: the model sets the block bytes")
     if args.block_size and not args.model:
         raise CliError("--block-size needs --model here (or give --block-bytes, the bytes of one block)")
-    key: dict = {}
-    warnings: list[str] = []
-    room_sources: dict = {}
-    verdict = None
-    if args.room is not None:
-        if args.assume_uniform:
-            raise CliError("--assume-uniform applies to LOG files only")
-        spec = _kv_spec_from_args(args)
-        if spec is not None and len(args.room) % (spec.tp * spec.pp):
-            raise CliError(f"--room gives {len(args.room)} rank(s), but --tp {spec.tp} × --pp {spec.pp} = "
-                           f"{spec.tp * spec.pp} ranks per replica: give one room per rank, rank order")
-        block_bytes = spec.block_bytes if spec else args.block_bytes
-        budget = uniform_budget(args.room, args.reserve, block_bytes=block_bytes)
-    else:
-        ledger, metadata = read_vllm_logs(args.logs)
-        warnings += metadata["warnings"]
-        key = compatibility_key(ledger)
-        spec = _kv_spec_from_args(args, key)
-        if spec is not None:
-            rows = cross_check(ledger, spec, max_model_len=args.max_model_len)
-            verdict = cross_check_verdict(rows)
-            if rows["agrees"].isin([False]).any():
-                warnings.append(f"{verdict}. The capacity below is the model config's prediction, not what "
-                                "these logs show vLLM allocating: fix the model config or the layout flags")
-        block_bytes = spec.block_bytes if spec else args.block_bytes
-        with _reader_warnings_into(warnings):
-            budget = budget_from_ledger(ledger, args.reserve, block_bytes=block_bytes,
-                                        assume_uniform=args.assume_uniform)
-            room_sources = room_per_rank(ledger, assume_uniform=args.assume_uniform)["room_source"].to_dict()
-        assumed = [rank for rank, source in room_sources.items() if source == "assumed_uniform"]
-        if assumed:
-            warnings.append(f"--assume-uniform: rank(s) {', '.join(map(str, assumed))} show no room of their "
-                            f"own and take the lowest room shown ({format_size(min(budget.room_bytes))})")
-        version = version_tuple(key.get("vllm_version"))
-        if version is not None and version < (0, 10, 2):
-            warnings.append(f"vLLM {key['vllm_version']} has no --kv-cache-memory-bytes (added in "
-                            "0.10.2): the value is a planning figure for this release, not a flag it accepts")
+    if args.room is not None and args.assume_uniform:
+        raise CliError("--assume-uniform applies to LOG files only")
+    layout = _layout_from_args(args)
+    evidence_in = plan.given_rooms(args.room) if args.room is not None else plan.read_evidence(args.logs)
+    if layout is not None and layout.options["tp"] is None and (
+        evidence_in.rooms is not None
+        or compatibility_key(evidence_in.ledger).get("tensor_parallel_size") is None
+    ):
+        raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
+    if layout is not None and evidence_in.rooms is not None:
+        tp, pp = layout.options["tp"], layout.options["pp"] or 1
+        if len(args.room) % (tp * pp):
+            raise CliError(f"--room gives {len(args.room)} rank(s), but --tp {tp} × --pp {pp} = "
+                           f"{tp * pp} ranks per replica: give one room per rank, rank order")
+    caught: list[str] = []  # the ledger's warnings, also in decision.notes
+    with _reader_warnings_into(caught):
+        decision = plan.decide(evidence_in, plan.Policy(args.reserve, assume_uniform=args.assume_uniform),
+                               layout, max_model_len=args.max_model_len, block_bytes=args.block_bytes)
+    notes = [*decision.warnings, *decision.notes]
+    warnings = notes + [note for note in caught if note not in notes]
+    budget, spec, verdict = decision.budget, decision.spec, decision.cross_check_verdict
     _print_warnings(warnings)
-    max_model_len = args.max_model_len or plain_value(key.get("max_model_len"))
-    if spec is not None and max_model_len is None:
+    if spec is not None and decision.max_model_len is None:
         raise CliError("--model needs --max-model-len L when the logs do not show max_model_len")
-    capacity_data = spec.capacity(budget.uniform_budget_bytes, int(max_model_len)).to_dict() if spec else None
+    capacity_data = decision.capacity_at_max_len.to_dict() if spec is not None else None
+    room_sources = dict(zip(budget.ranks, decision.room_sources))
     if args.json:
         data = budget.to_dict()
         for rank in data["ranks"]:
-            rank["room_source"] = plain_value(room_sources.get(rank["rank"], "given"))
+            rank["room_source"] = room_sources[rank["rank"]]
         data["warnings"] = warnings
         if capacity_data is not None:
             data["capacity"] = capacity_data
@@ -287,7 +267,7 @@ def _run_ledger(args: argparse.Namespace) -> int:
     if args.rooms and args.csv:
         raise CliError("--rooms prints a table or JSON, not CSV")
     ledger, metadata = read_vllm_logs(args.logs)
-    evidence.require_boot(ledger, args.logs)
+    plan.require_boot(ledger, args.logs)
     notes = list(metadata["warnings"])
     if args.nvidia_smi:
         with _reader_warnings_into(notes):
@@ -367,6 +347,17 @@ def _refuse_layout_without_model(
     given = [f"--{name.replace('_', '-')}" for name in options if getattr(args, name, None) is not None]
     if given:
         raise CliError(f"{', '.join(given)} describe the model's layout: give --model CONFIG with them")
+
+
+def _layout_from_args(args: argparse.Namespace) -> plan.ModelLayout | None:
+    """The model config and layout options the --model arguments give, or None without --model."""
+    if not args.model:
+        _refuse_layout_without_model(args)
+        return None
+    options = {"tp": args.tp, "pp": args.pp, "dcp": args.dcp, "kv_cache_dtype": args.kv_cache_dtype,
+               "block_size": args.block_size, "vllm_version": args.vllm_version,
+               "max_num_batched_tokens": args.max_num_batched_tokens}
+    return plan.ModelLayout(args.model, options)
 
 
 def _kv_spec_from_args(args: argparse.Namespace, key: Mapping[str, object] | None = None) -> KVSpec | None:
@@ -582,10 +573,10 @@ def _run_approve(args: argparse.Namespace) -> int:
         _refuse_layout_without_model(args, (*MODEL_ONLY_OPTIONS, "block_size"))
     else:
         options = {name: getattr(args, name) for name in args.model_option_names}
-        layout = evidence.ModelLayout(resolve_model_config(args.model), options)
-    plan = evidence.Plan(args.target_concurrency, args.seq_len) if args.seq_len else None
-    policy = evidence.Policy(args.reserve, args.guard, args.assume_uniform)
-    bundle = evidence.approve(args.logs, args.out, policy, args.approver, args.note, layout, plan,
+        layout = plan.ModelLayout(resolve_model_config(args.model), options)
+    admission = plan.Plan(args.target_concurrency, args.seq_len) if args.seq_len else None
+    policy = plan.Policy(args.reserve, args.guard, args.assume_uniform)
+    bundle = evidence.approve(args.logs, args.out, policy, args.approver, args.note, layout, admission,
                               load_paths=args.load, load_policy=_load_policy(args),
                               nvidia_smi_paths=args.nvidia_smi)
     record = evidence.read_bundle(bundle)
@@ -632,7 +623,7 @@ def _add_load_policy_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --load: year of vLLM's yearless MM-DD timestamps")
 
 
-def _load_policy(args: argparse.Namespace) -> evidence.LoadPolicy | None:
+def _load_policy(args: argparse.Namespace) -> plan.LoadPolicy | None:
     """The load policy of --max-preemptions, --max-capacity-loss and --year; None without --load."""
     given = [args.max_preemptions, args.max_capacity_loss, args.year]
     if not args.load:
@@ -640,7 +631,7 @@ def _load_policy(args: argparse.Namespace) -> evidence.LoadPolicy | None:
             raise CliError("--max-preemptions, --max-capacity-loss and --year apply to --load files only")
         return None
     allowed = 0 if args.max_preemptions is None else args.max_preemptions
-    return evidence.LoadPolicy(allowed, args.year, args.max_capacity_loss)
+    return plan.LoadPolicy(allowed, args.year, args.max_capacity_loss)
 
 
 def _add_verify(sub: argparse._SubParsersAction) -> None:
@@ -711,12 +702,12 @@ def _add_gate(sub: argparse._SubParsersAction) -> None:
 
 def _run_gate(args: argparse.Namespace) -> int:
     load_policy = _load_policy(args)
-    evidence.require_files(args.logs, "BOOT_LOG")
-    evidence.require_files(args.nvidia_smi, "--nvidia-smi")
-    evidence.require_files(args.load, "--load")
+    plan.require_files(args.logs, "BOOT_LOG")
+    plan.require_files(args.nvidia_smi, "--nvidia-smi")
+    plan.require_files(args.load, "--load")
     _, approved = evidence.verified_approval(args.approved)
     ledger, metadata = read_vllm_logs(args.logs)
-    evidence.require_boot(ledger, args.logs)
+    plan.require_boot(ledger, args.logs)
     warnings = list(metadata["warnings"])
     free_after_warmup = None
     if args.nvidia_smi:
@@ -724,7 +715,7 @@ def _run_gate(args: argparse.Namespace) -> int:
             ledger, free_after_warmup = join_snapshots(ledger, args.nvidia_smi)
     checks = gate.gate_checks(approved, ledger, compatibility_key(ledger), args.guard, free_after_warmup)
     if args.load:
-        section, load_checks = evidence.gate_load(approved, args.load, load_policy)
+        section, load_checks = plan.gate_load(approved, args.load, load_policy)
         checks += load_checks
         warnings += section["notes"] + section["warnings"]
     verdict = gate_verdict(checks)

@@ -21,29 +21,33 @@ import hashlib
 import json
 import math
 import os
-import re
 import secrets
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pandas as pd
 
 from kvplan import __version__
-from kvplan.budget import Budget, kv_cache_flag
-from kvplan.capacity import blocks_per_sequence
-from kvplan.gate import Approved, check_outcomes, check_ranks_present
-from kvplan.io.model_config import read_model_config
-from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
-from kvplan.io.vllm_log import read_vllm_log
-from kvplan.io.vllm_stats import read_load_evidence
-from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
-from kvplan.ledger import budget_from_ledger, compatibility_key, is_known, room_per_rank
-from kvplan.load import LoadFormatError, LoadReading, load_checks, load_summary
+from kvplan.budget import kv_cache_flag
+from kvplan.gate import Approved
+from kvplan.ledger import is_known
+from kvplan.plan import (
+    Decision,
+    LoadPolicy,
+    ModelLayout,
+    Plan,
+    Policy,
+    decide,
+    profiled_tokens,
+    renamed,
+    require_files,
+)
+from kvplan.plan.admission import capacity_rows
 from kvplan.units import format_size
-from kvplan.verdict import Check, verdict_word
+from kvplan.verdict import verdict_word
 
 SCHEMA = "kvplan.budget"
 SCHEMA_VERSION = 2
@@ -54,9 +58,6 @@ DIGEST_CHARS = 12
 _CHUNK_BYTES = 1 << 20
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 NVIDIA_SMI_ROLE = "nvidia-smi"
-STARTUP_LINES = ("vLLM startup lines such as 'Free memory on device (…) on startup', 'Available KV cache "
-                 "memory: … GiB' or 'GPU KV cache size: N tokens'")
-
 
 class BundleError(ValueError):
     """A bundle that cannot be read (missing folder, bad or unknown ``budget.json``)."""
@@ -72,93 +73,6 @@ class BundleChangedError(BundleError):
 
 class ApprovalError(ValueError):
     """A check at approval failed (e.g. the admission plan does not fit): no bundle is written."""
-
-
-class InputFileError(ValueError):
-    """An input file that is missing or holds nothing kvplan can read; the message names it."""
-
-
-@dataclass(frozen=True)
-class Policy:
-    """The approver's policy: reserve kept free per rank, canary guard (bytes), rank-0 assumption."""
-
-    reserve_bytes: int
-    guard_bytes: int = 0
-    assume_uniform: bool = False
-
-
-@dataclass(frozen=True)
-class Plan:
-    """The admission plan: ``target_concurrency`` full sequences of ``seq_len`` tokens at once."""
-
-    target_concurrency: int
-    seq_len: int
-
-
-@dataclass(frozen=True)
-class LoadPolicy:
-    """How load-test evidence is read and judged at approval.
-
-    ``max_preemptions`` is the number of preemptions the run may show (default 0); ``year`` anchors
-    vLLM's yearless ``MM-DD HH:MM:SS`` log stamps (None: times stay yearless unless /metrics give one);
-    ``max_capacity_loss_pct`` bounds the KV tokens a run at a manual value may give up against the
-    profiled boot [%] (None: the loss is reported without a bound).
-
-    >>> LoadPolicy(max_preemptions=-1)
-    Traceback (most recent call last):
-    ...
-    ValueError: max_preemptions must be a count ≥ 0, got -1
-    >>> LoadPolicy(max_capacity_loss_pct=-2.0)
-    Traceback (most recent call last):
-    ...
-    ValueError: max_capacity_loss_pct must be a percentage ≥ 0, got -2.0
-    """
-
-    max_preemptions: int = 0
-    year: int | None = None
-    max_capacity_loss_pct: float | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.max_preemptions, int) or self.max_preemptions < 0:
-            raise ValueError(f"max_preemptions must be a count ≥ 0, got {self.max_preemptions!r}")
-        if self.year is not None and (not isinstance(self.year, int) or self.year <= 0):
-            raise ValueError(f"year must be a positive whole number, got {self.year!r}")
-        bound = self.max_capacity_loss_pct
-        if bound is not None and (not isinstance(bound, (int, float)) or not math.isfinite(bound)
-                                  or bound < 0):
-            raise ValueError(f"max_capacity_loss_pct must be a percentage ≥ 0, got {bound!r}")
-
-
-@dataclass(frozen=True)
-class ModelLayout:
-    """How KV bytes per token were derived: the model config (an input file) and the layout options.
-
-    ``options`` are the keyword arguments of :func:`kvplan.kvspec.kv_spec` other than the config
-    (``tp``, ``pp``, ``dcp``, ``kv_cache_dtype``, ``block_size``, ``vllm_version``,
-    ``max_num_batched_tokens``), recorded so that :func:`verify_bundle` rebuilds the same spec. A
-    ``vllm_version`` or ``block_size`` left None is taken from the logs' compatibility key.
-    """
-
-    config: Path
-    options: Mapping[str, object] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Everything an approval computes from its inputs (all sizes in bytes)."""
-
-    ledger: pd.DataFrame
-    provenance: pd.DataFrame
-    warnings: tuple[str, ...]
-    budget: Budget
-    compatibility_key: dict
-    ref_free_bytes: tuple[int | None, ...]
-    room_sources: tuple[str | None, ...]
-    spec: KVSpec | None
-    capacity: tuple[dict, ...] | None
-    plan: dict | None
-    checks: tuple[Check, ...]
-    load: dict | None = None
 
 
 # --- hashes and names ---------------------------------------------------------------------------
@@ -243,318 +157,6 @@ def name_notes(name: str, approved_name: str) -> list[str]:
         return []
     return [f"folder name {name!r} is not the approved name {approved_name!r} (created_utc's date and the "
             "inputs digest in budget.json): a label only; the contents are checked against that digest"]
-
-
-# --- the decision (pure over its inputs) ----------------------------------------------------------
-
-
-def read_named_logs(logs: Sequence[tuple[Path, str]]) -> tuple[pd.DataFrame, list[str], pd.DataFrame]:
-    """Ledger, warnings and provenance of ``(path, name)`` pairs, each read with ``source = name``.
-
-    Naming the bundle copies (``inputs/boot.log``) rather than where they happen to lie makes an
-    approval and a later verification produce the same ledger, warnings and evidence lines.
-    """
-    ledgers, warnings, provenance = [], [], []
-    for path, name in logs:
-        ledger, metadata = read_vllm_log(Path(path), source=name)
-        ledgers.append(ledger)
-        warnings += list(metadata["warnings"])
-        provenance.append(metadata["provenance"])
-    ledger = pd.concat(ledgers, ignore_index=True)
-    require_boot(ledger, [name for _, name in logs])
-    return ledger, warnings, pd.concat(provenance, ignore_index=True)
-
-
-def require_boot(ledger: pd.DataFrame, names: Sequence[str]) -> None:
-    """Raise :class:`InputFileError` naming the files when their ledger holds no boot at all.
-
-    >>> require_boot(pd.DataFrame(), ["garbage.log"])
-    Traceback (most recent call last):
-    ...
-    kvplan.evidence.InputFileError: garbage.log: no vLLM boot found: expected vLLM startup lines such as \
-'Free memory on device (…) on startup', 'Available KV cache memory: … GiB' or 'GPU KV cache size: N tokens'
-    """
-    if ledger.empty:
-        raise InputFileError(f"{', '.join(map(str, names))}: no vLLM boot found: expected {STARTUP_LINES}")
-
-
-def require_files(paths: Sequence[str | os.PathLike], argument: str) -> None:
-    """Raise :class:`InputFileError` naming the first path that is not a readable file, and its argument.
-
-    >>> require_files(["no/such.log"], "BOOT_LOG")
-    Traceback (most recent call last):
-    ...
-    kvplan.evidence.InputFileError: no/such.log: no such file (BOOT_LOG)
-    """
-    for path in paths:
-        if not Path(path).is_file():
-            what = "a folder, not a file" if Path(path).is_dir() else "no such file"
-            raise InputFileError(f"{path}: {what} ({argument})")
-
-
-def decide(
-    logs: Sequence[tuple[Path, str]],
-    policy: Policy,
-    layout: ModelLayout | None = None,
-    plan: Plan | None = None,
-    loads: Sequence[tuple[Path, str]] = (),
-    load_policy: LoadPolicy | None = None,
-    snapshots: Sequence[tuple[Path, str]] = (),
-) -> Decision:
-    """Read the logs and compute the approved budget, capacity, admission plan and checks.
-
-    With load-test files (``(path, name)`` pairs, logs and /metrics snapshots of one run), the
-    decision also holds their :func:`load_section` and the load checks join the approval checks. With
-    nvidia-smi ``snapshots`` (``(path, name)`` pairs) of the profiled boot, the ledger is joined with
-    them (:func:`join_named_snapshots`), so the compatibility key holds ``gpu_name`` and
-    ``driver_version``, and the join's warnings follow the reader's.
-    """
-    ledger, warnings, provenance = read_named_logs(logs)
-    if snapshots:
-        ledger, joined_warnings = join_named_snapshots(ledger, snapshots)
-        warnings += joined_warnings
-    key = compatibility_key(ledger)
-    spec = layout_spec(layout, key) if layout is not None else None
-    budget = budget_from_ledger(ledger, policy.reserve_bytes, block_bytes=spec.block_bytes if spec else None,
-                                assume_uniform=policy.assume_uniform)
-    ref_free, sources = reference_rows(ledger, budget, policy.assume_uniform)
-    max_model_len = _int_or_none(key.get("max_model_len"))
-    capacity = None
-    if spec is not None:
-        capacity = capacity_rows(spec, budget.uniform_budget_bytes, planned_lengths(max_model_len, plan))
-    plan_record = admission_plan(plan, key, spec, budget) if plan else None
-    checks = [check_ranks_present(budget.ranks, ledger), check_outcomes(ledger)]
-    if spec is not None:
-        checks.append(model_check(ledger, spec))
-    if plan_record is not None and plan_record["fits"] is not None:
-        checks.append(Check("admission plan fits", plan_record["fits"], plan_record["detail"]))
-    load = None
-    if loads:
-        load_policy = load_policy or LoadPolicy()
-        at_max_len = [row["tokens"] for row in capacity or () if row["seq_len"] == max_model_len]
-        approved_tokens = at_max_len[0] if at_max_len else None
-        reading = read_named_load(loads, load_policy.year)
-        load, more_checks = load_section(reading, load_policy, budget.uniform_budget_bytes, approved_tokens,
-                                         profiled_tokens(ledger))
-        checks += more_checks
-    return Decision(
-        ledger=ledger, provenance=provenance, warnings=tuple(warnings), budget=budget, compatibility_key=key,
-        ref_free_bytes=ref_free, room_sources=sources, spec=spec, capacity=capacity, plan=plan_record,
-        checks=tuple(checks), load=load,
-    )
-
-
-def join_named_snapshots(
-    ledger: pd.DataFrame, snapshots: Sequence[tuple[Path, str]]
-) -> tuple[pd.DataFrame, list[str]]:
-    """The ledger joined with the nvidia-smi snapshots of ``(path, name)`` pairs, and the join's warnings.
-
-    :func:`kvplan.io.nvidia_smi.join_snapshots` (the one join of ``kvplan ledger`` and ``gate``): fills
-    ``gpu_name``, ``driver_version`` and ``other_process_bytes``. Its warnings (e.g. no
-    ``--query-compute-apps`` snapshot: other processes' memory unknown) are returned, not raised as Python
-    warnings, and they and any :class:`~kvplan.io.nvidia_smi.NvidiaSmiError` name ``name``, so approval
-    and verification read the same text.
-    """
-    names = {str(path): name for path, name in snapshots}
-    try:
-        joined, _ = join_snapshots(ledger, [Path(path) for path, _ in snapshots], warn=False)
-    except NvidiaSmiError as exc:
-        raise NvidiaSmiError(_renamed(str(exc), names)) from exc
-    warnings = [_renamed(warning, names) for warning in joined.attrs.get("warnings", [])]
-    joined.attrs = dict(ledger.attrs)
-    return joined, warnings
-
-
-def read_named_load(loads: Sequence[tuple[Path, str]], year: int | None = None) -> LoadReading:
-    """Load evidence of ``(path, name)`` pairs, read together, every row and warning naming ``name``.
-
-    As for the logs, naming the bundle copies makes approval and verification read the same text.
-    """
-    names = {str(path): name for path, name in loads}
-    try:
-        reading = read_load_evidence([path for path, _ in loads], year=year)
-    except ValueError as exc:
-        raise LoadFormatError(_renamed(str(exc), names)) from exc
-    return LoadReading(
-        rows=tuple(replace(row, source=names.get(row.source, row.source)) for row in reading.rows),
-        warnings=tuple(_renamed(warning, names) for warning in reading.warnings),
-        sources=tuple(replace(s, source=names.get(s.source, s.source)) for s in reading.sources),
-    )
-
-
-def profiled_tokens(ledger: pd.DataFrame) -> int | None:
-    """Lowest "GPU KV cache size" [tokens] that a profiled boot (no manual KV value) in the ledger logged.
-
-    >>> profiled_tokens(pd.DataFrame({"kv_cache_tokens": [155_856, 157_280],
-    ...                               "manual_kv_bytes": [None, 12_884_377_600]}))
-    155856
-    """
-    if "kv_cache_tokens" not in ledger.columns:
-        return None
-    rows = ledger[ledger["manual_kv_bytes"].isna()] if "manual_kv_bytes" in ledger.columns else ledger
-    tokens = rows["kv_cache_tokens"].dropna()
-    return int(tokens.min()) if not tokens.empty else None
-
-
-def load_section(
-    reading: LoadReading,
-    load_policy: LoadPolicy,
-    approved_bytes: int,
-    approved_tokens: int | None = None,
-    profiled_kv_cache_tokens: int | None = None,
-) -> tuple[dict, list[Check]]:
-    """The ``load`` section of ``budget.json`` and the load checks that join the approval checks.
-
-    The section is :func:`kvplan.load.load_summary` of the run plus ``max_preemptions``, ``year``,
-    ``approved_kv_cache_tokens`` (tokens the approved value ``approved_bytes`` holds at
-    ``max_model_len``; None without a model) and ``notes`` (where the run was not at the approved value).
-    Capacity is the run's own (its "GPU KV cache size" line or ``vllm:cache_config_info``), else
-    ``approved_tokens``. The checks are :func:`kvplan.load.load_checks` with the policy's preemption
-    threshold; a run at a manual ``--kv-cache-memory-bytes`` value (stated by the run's own startup
-    arguments) also checks its capacity against ``profiled_kv_cache_tokens`` (the profiled boot's
-    logged size) with the policy's ``max_capacity_loss_pct``. :func:`decide` (approve) and
-    :func:`gate_load` (gate) both use this one rule.
-    """
-    stated = reading.kv_cache_tokens
-    tokens = stated if stated is not None else approved_tokens
-    summary = load_summary(reading, kv_cache_tokens=tokens)
-    manual = summary["kv_cache_memory_bytes"]
-    checks = load_checks(reading, max_preemptions=load_policy.max_preemptions, kv_cache_tokens=tokens,
-                         profiled_kv_cache_tokens=profiled_kv_cache_tokens if manual is not None else None,
-                         max_capacity_loss_pct=load_policy.max_capacity_loss_pct)
-    notes = []
-    if manual is None:
-        notes.append("the load run states no --kv-cache-memory-bytes (a profiled run): it is not evidence "
-                     "for the approved value")
-    elif manual != approved_bytes:
-        notes.append(f"the load run used {kv_cache_flag(manual)}, not the approved "
-                     f"{approved_bytes}: it is evidence for another value")
-    if stated is not None and approved_tokens is not None and stated != approved_tokens:
-        notes.append(f"the load run's KV cache holds {stated:,} tokens; the approved value holds "
-                     f"{approved_tokens:,}")
-    section = {**summary, "approved_kv_cache_tokens": approved_tokens,
-               "max_preemptions": load_policy.max_preemptions, "year": load_policy.year,
-               "max_capacity_loss_pct": load_policy.max_capacity_loss_pct, "notes": notes}
-    return section, checks
-
-
-def gate_load(
-    approved: Approved, load_paths: Sequence[str | os.PathLike], load_policy: LoadPolicy | None = None
-) -> tuple[dict, list[Check]]:
-    """The load section and load checks of a canary's load test against an approval (``gate --load``).
-
-    The same rule as at approval (:func:`load_section`): capacity is the run's own, else the tokens
-    the approved value holds; the capacity loss is checked when the run states a manual value, against
-    the profiled boot the bundle was approved from. The section's ``notes`` say where the run was not
-    at the approved value.
-    """
-    paths = [Path(path) for path in load_paths]
-    require_files(paths, "--load")
-    load_policy = load_policy or LoadPolicy()
-    reading = read_load_evidence(paths, year=load_policy.year)
-    return load_section(reading, load_policy, approved.budget_bytes, approved.capacity_tokens,
-                        approved.logged_tokens)
-
-
-def layout_spec(layout: ModelLayout, key: Mapping[str, object]) -> KVSpec:
-    """The KV spec of the model config on the layout; unset layout, KV dtype, release and block size are
-    the logs' (:func:`kvplan.kvspec.options_for_logs`)."""
-    options = options_for_logs(layout.options, key)
-    if options.get("tp") is None:
-        raise ValueError("--model needs --tp N: the logs do not show the tensor-parallel size the ranks "
-                         "run with")
-    return kv_spec(read_model_config(layout.config), **options)
-
-
-def model_check(ledger: pd.DataFrame, spec: KVSpec) -> Check:
-    """The model config's predicted "GPU KV cache size" and concurrency agree with what the logs printed."""
-    rows = cross_check(ledger, spec)
-    verdict = cross_check_verdict(rows)
-    agrees = rows["agrees"].dropna() if "agrees" in rows else rows.iloc[0:0]
-    if agrees.empty:
-        return Check("model config matches the logs", None, verdict)
-    if not agrees.astype(bool).all():
-        first = rows.loc[agrees[~agrees.astype(bool)].index[0]]
-        return Check("model config matches the logs", False,
-                     f"{first['source']}: {verdict}; {first['reason']}")
-    return Check("model config matches the logs", True,
-                 f"{spec.arch.name}: {spec.bytes_per_token:,} B per token per rank; {verdict}")
-
-
-def reference_rows(
-    ledger: pd.DataFrame, budget: Budget, assume_uniform: bool = False
-) -> tuple[tuple[int | None, ...], tuple[str | None, ...]]:
-    """Per budget rank: startup free memory (the gate's ``F_ref``) and room source of the boot used.
-
-    From :func:`kvplan.ledger.room_per_rank`; a rank whose room was assumed from rank 0 keeps its
-    own startup free memory (the highest its boots show, which makes a gate stricter), or None.
-    """
-    rooms = room_per_rank(ledger, assume_uniform=assume_uniform)
-    free, sources = [], []
-    for rank in budget.ranks:
-        source = _json_value(rooms.loc[rank, "room_source"])
-        value = _int_or_none(rooms.loc[rank, "init_free_bytes"])
-        if source == "assumed_uniform":
-            own = ledger.loc[ledger["rank"] == rank, "init_free_bytes"].dropna()
-            value = int(own.max()) if not own.empty else None
-        free.append(value)
-        sources.append(None if source is None else str(source))
-    return tuple(free), tuple(sources)
-
-
-def capacity_rows(spec: KVSpec, kv_bytes: int, lengths: Sequence[int]) -> tuple[dict, ...]:
-    """Blocks, logged-size tokens and full-length concurrency of ``kv_bytes`` at each request length."""
-    rows = []
-    for length in lengths:
-        result = spec.capacity(kv_bytes, length)
-        rows.append({"seq_len": length, "blocks": result.blocks, "tokens": result.tokens,
-                     "max_concurrency": result.max_concurrency,
-                     "whole_sequences": math.floor(result.max_concurrency)})
-    return tuple(rows)
-
-
-def planned_lengths(max_model_len: int | None, plan: Plan | None) -> list[int]:
-    """Sequence lengths of the capacity table: the plan's length and ``max_model_len``, ascending.
-
-    >>> planned_lengths(32768, Plan(6, 8192))
-    [8192, 32768]
-    """
-    lengths = {plan.seq_len} if plan else set()
-    if max_model_len is not None:
-        lengths.add(max_model_len)
-    return sorted(lengths)
-
-
-def admission_plan(plan: Plan, key: Mapping[str, object], spec: KVSpec | None, budget: Budget) -> dict:
-    """The plan in blocks, logged-size tokens and (with a model) bytes against the approved value.
-
-    ``blocks_required = C × blocks per request of L`` (``ceil(L / block_size)`` for full attention);
-    ``tokens_required`` is the "GPU KV cache size" a boot with exactly those blocks logs (the gate
-    compares a canary's logged size with it); ``fits`` is None without a model.
-    """
-    max_model_len = _int_or_none(key.get("max_model_len")) or plan.seq_len
-    if spec is not None:
-        blocks = plan.target_concurrency * spec.blocks_per_request(plan.seq_len)
-        tokens, block_size = spec.kv_cache_tokens(blocks, max_model_len), spec.block_size
-    else:
-        block_size = _int_or_none(key.get("block_size"))
-        if block_size is None:
-            raise ValueError("the admission plan needs the block size: the logs do not show it; give --model")
-        blocks = plan.target_concurrency * blocks_per_sequence(plan.seq_len, block_size)
-        tokens = blocks * block_size
-    record = {"target_concurrency": plan.target_concurrency, "seq_len": plan.seq_len,
-              "block_size": block_size,
-              "blocks_required": blocks, "tokens_required": tokens, "bytes_required": None, "fits": None,
-              "detail": f"{plan.target_concurrency} × {plan.seq_len:,} tokens needs {blocks:,} blocks "
-                        f"({tokens:,} tokens); bytes unknown without --model"}
-    if spec is not None:
-        needed = blocks * spec.block_bytes
-        fits = budget.uniform_budget_bytes >= needed
-        record.update(bytes_required=needed, fits=fits,
-                      detail=f"{plan.target_concurrency} × {plan.seq_len:,} tokens needs {blocks:,} blocks "
-                             f"({tokens:,} tokens) = {format_size(needed)} per GPU {'≤' if fits else '>'} "
-                             f"approved {format_size(budget.uniform_budget_bytes)}")
-    return record
 
 
 # --- the record (budget.json) --------------------------------------------------------------------
@@ -683,7 +285,7 @@ def user_paths(record: Mapping, text: str) -> str:
     ...            "inputs/oom.log:88: no KV cache line")
     'data/oom.log:88: no KV cache line'
     """
-    return _renamed(text, {entry["bundle_path"]: entry["path"] for entry in record.get("inputs", [])})
+    return renamed(text, {entry["bundle_path"]: entry["path"] for entry in record.get("inputs", [])})
 
 
 # --- SUMMARY.md and evidence.log (pure text) ------------------------------------------------------
@@ -942,7 +544,7 @@ def approve(
                               copied[NVIDIA_SMI_ROLE])
             _refuse_failed_checks(decision)
         except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
-            raise ApprovalError(_renamed(str(exc), dict(zip(names, map(str, sources))))) from exc
+            raise ApprovalError(renamed(str(exc), dict(zip(names, map(str, sources))))) from exc
         record = build_record(decision, policy, inputs, digest, created, approver, note,
                               dict(layout.options) if layout else None)
         record["files"] = _write_artifacts(staging, decision, record, final.name)
@@ -1133,18 +735,6 @@ def _copy_inputs(sources: Sequence[Path], names: Sequence[str], hashes: Sequence
         entries.append({"path": str(source), "bundle_path": name, "sha256": digest,
                         "size_bytes": (staging / name).stat().st_size, "role": role})
     return entries
-
-
-def _renamed(text: str, names: Mapping[str, str]) -> str:
-    """``text`` with every key of ``names`` replaced by its value in one pass, longest key first.
-
-    >>> _renamed("inputs/a.log.1: bad; inputs/a.log: ok", {"inputs/a.log": "x", "inputs/a.log.1": "y"})
-    'y: bad; x: ok'
-    """
-    if not names:
-        return text
-    pattern = "|".join(re.escape(old) for old in sorted(names, key=len, reverse=True))
-    return re.sub(pattern, lambda match: names[match.group(0)], text)
 
 
 def _refuse_failed_checks(decision: Decision) -> None:

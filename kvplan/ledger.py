@@ -402,7 +402,17 @@ def budget_from_ledger(
     True
     """
     check_outcomes(ledger)
-    rooms = room_per_rank(ledger, assume_uniform=assume_uniform)
+    return budget_from_rooms(ledger, room_per_rank(ledger, assume_uniform=assume_uniform), reserve_bytes,
+                             block_bytes)
+
+
+def budget_from_rooms(
+    ledger: pd.DataFrame, rooms: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None
+) -> Budget:
+    """:func:`uniform_budget` of the worst room per rank (:func:`room_per_rank` of ``ledger``).
+
+    A budget that leaves nothing is refused naming the weakest rank's file and line.
+    """
     try:
         return uniform_budget(
             rooms["room_bytes"].astype(int).tolist(),

@@ -6,7 +6,7 @@ Two layers. :func:`evaluate` is a pure function from a :class:`Scenario` (every 
 it is tested without a browser. Small helpers turn a ledger into a scenario and a budget into the
 headline text and the "fix the weak rank or tune the value?" verdict the notebooks print, and give
 the notebooks one call for each step they show (:func:`read_launch`, :func:`launch_spec`,
-:func:`coverage`, :func:`startup_free_bytes`, :func:`concurrency_figure`), so a notebook holds no
+:func:`coverage`, :func:`concurrency_figure`), so a notebook holds no
 logic of its own. :class:`WhatIfPanel` wires ipywidgets controls to it and redraws the budget table and the
 :mod:`kvplan.charts` figures whenever a control moves.
 """
@@ -38,10 +38,9 @@ from kvplan.capacity import (
 from kvplan.columns import MEASUREMENTS
 from kvplan.drift import Drift, drift_budget
 from kvplan.io import read_vllm_logs
-from kvplan.io.model_config import read_model_config
 from kvplan.io.nvidia_smi import join_snapshots
-from kvplan.kvspec import kv_spec, options_for_logs
-from kvplan.ledger import budget_from_ledger, compatibility_key, room_per_rank
+from kvplan.ledger import compatibility_key
+from kvplan.plan import Decision, Evidence, ModelLayout, Policy, decide, layout_spec
 from kvplan.units import bytes_to_gib, format_size, parse_size
 
 if TYPE_CHECKING:
@@ -82,17 +81,22 @@ class Scenario:
     max_position_embeddings: int | None = None
 
     @classmethod
+    def from_decision(cls, decision: Decision, **options) -> Scenario:
+        """A scenario over a decision's worst room per rank, its reserve and its KV spec.
+
+        ``options`` are the other fields (``max_model_len``, ``target_concurrency``, ``guard_bytes``,
+        ``boot_free_bytes``, ...); ``ref_free_bytes`` defaults to the decision's ``F_ref``.
+        """
+        budget = decision.budget
+        defaults = {"kv_spec": decision.spec, "ref_free_bytes": decision.ref_free_bytes}
+        return cls(budget.room_bytes, budget.reserve_bytes, ranks=budget.ranks, **{**defaults, **options})
+
+    @classmethod
     def from_ledger(cls, ledger: pd.DataFrame, reserve_bytes: int, assume_uniform: bool = False,
                     **options) -> Scenario:
-        """A scenario over the worst room per rank of a ledger (:func:`kvplan.ledger.room_per_rank`).
-
-        ``options`` are the other fields (``kv_spec``, ``max_model_len``, ``target_concurrency``, ...).
-        """
-        rooms = room_per_rank(ledger, assume_uniform=assume_uniform)
-        return cls(
-            tuple(int(room) for room in rooms["room_bytes"]), reserve_bytes,
-            ranks=tuple(int(rank) for rank in rooms.index), **options,
-        )
+        """:meth:`from_decision` of the pipeline's decision over a ledger (no model: ``kv_spec`` option)."""
+        decision = decide(Evidence(ledger), Policy(reserve_bytes, assume_uniform=assume_uniform))
+        return cls.from_decision(decision, **{"kv_spec": None, "ref_free_bytes": None, **options})
 
     @property
     def effective_block_size(self) -> int:
@@ -353,8 +357,8 @@ def budgets_by_boot(ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int |
     budgets = {}
     for (source, boot), rows in ledger.groupby(["source", "boot"], sort=False):
         label = f"{Path(str(source)).name} #{int(boot)}"
-        budgets[label] = budget_from_ledger(rows, reserve_bytes, block_bytes=block_bytes,
-                                            assume_uniform=assume_uniform)
+        policy = Policy(reserve_bytes, assume_uniform=assume_uniform)
+        budgets[label] = decide(Evidence(rows), policy, block_bytes=block_bytes).budget
     return budgets
 
 
@@ -446,8 +450,7 @@ def launch_spec(ledger: pd.DataFrame, model: str | Path, tp: int | None = None, 
     key unless given in ``options`` (:func:`kvplan.kvspec.kv_spec` keywords); a ``tp`` other than
     the logs' is refused (:func:`kvplan.kvspec.options_for_logs`).
     """
-    options = options_for_logs({"tp": tp, **options}, compatibility_key(ledger))
-    return kv_spec(read_model_config(model), **options)
+    return layout_spec(ModelLayout(model, {"tp": tp, **options}), compatibility_key(ledger))
 
 
 def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:
@@ -493,38 +496,6 @@ def coverage(ledger: pd.DataFrame) -> pd.DataFrame:
         index = ["source", *index]
     shown = ledger.set_index(index).reindex(columns=list(MEASUREMENTS))
     return shown.notna().T
-
-
-def startup_free_bytes(ledger: pd.DataFrame, ranks: Sequence[int]) -> tuple[int, ...]:
-    """Free GPU memory at startup per rank (``ranks`` order): ``F_ref`` of a reference, ``F_boot`` of a boot.
-
-    Where a rank shows its room, the free memory of the boot with the lowest room (the one that set
-    its budget, as :func:`kvplan.ledger.room_per_rank` and the approval take it); otherwise (a boot
-    started with a manual value) the lowest free memory over its boots, as the gate takes it. A rank
-    that shows none is refused.
-
-    >>> ledger = pd.DataFrame({"source": "a.log", "rank": [0, 0, 1], "room_bytes": [30, 20, None],
-    ...                        "init_free_bytes": [50, 52, 49]})
-    >>> startup_free_bytes(ledger, [0, 1])  # rank 0: the boot with room 20; rank 1: its lowest
-    (52, 49)
-    """
-    free = []
-    for rank in ranks:
-        rows = ledger[(ledger["rank"] == rank) & ledger["init_free_bytes"].notna()]
-        if rows.empty:
-            sources = ledger["source"].dropna() if "source" in ledger.columns else []
-            files = ", ".join(dict.fromkeys(str(source) for source in sources))
-            raise ValueError(
-                f"{files or 'the ledger'}: rank {rank} shows no free memory at startup "
-                "(no startup memory line in its log): is the log complete?"
-            )
-        with_room = rows[rows["room_bytes"].notna()] if "room_bytes" in rows.columns else rows.iloc[0:0]
-        if with_room.empty:
-            free.append(int(rows["init_free_bytes"].astype("int64").min()))
-        else:
-            worst = with_room["room_bytes"].astype("int64").idxmin()
-            free.append(int(with_room.loc[worst, "init_free_bytes"]))
-    return tuple(free)
 
 
 def weak_rank_at_median(outcome: Outcome) -> Scenario:

@@ -13,6 +13,7 @@ from kvplan.budget import uniform_budget
 from kvplan.config import DATA_DIR
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import kv_spec
+from kvplan.plan import Evidence, Policy, boot_free_bytes, decide
 from kvplan.units import parse_size
 from kvplan.whatif import (
     Scenario,
@@ -31,7 +32,6 @@ from kvplan.whatif import (
     read_launch,
     rows_that_set_the_room,
     sequence_lengths,
-    startup_free_bytes,
     weak_rank_at_median,
     weak_rank_verdict,
 )
@@ -337,17 +337,20 @@ def test_coverage_marks_what_each_rank_printed():
 
 
 def test_startup_free_bytes_of_a_reference_and_of_a_later_boot():
-    # reference: two boots of rank 0, rooms 13 and 12 GiB → the 12 GiB boot's free memory, 42 GiB
-    reference = pd.DataFrame({"source": "r.log", "rank": [0, 0, 1],
-                              "room_bytes": [13 * GiB, 12 * GiB, 14 * GiB],
-                              "init_free_bytes": [41 * GiB, 42 * GiB, 43 * GiB]})
-    assert startup_free_bytes(reference, [0, 1]) == (42 * GiB, 43 * GiB)
+    # reference: two boots; rank 0's rooms 13 and 12 GiB → the 12 GiB boot's free memory, 42 GiB;
+    # rank 1's rooms 14 and 15 GiB → the 14 GiB boot's, 43 GiB (the pipeline's one F_ref rule)
+    reference = pd.DataFrame({"source": "r.log", "boot": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
+                              "room_bytes": [13 * GiB, 14 * GiB, 12 * GiB, 15 * GiB],
+                              "room_source": "suggestion", "outcome": "ok", "model": "m",
+                              "tensor_parallel_size": 2, "pipeline_parallel_size": 1, "data_parallel_size": 1,
+                              "init_free_bytes": [41 * GiB, 43 * GiB, 42 * GiB, 44 * GiB]})
+    assert decide(Evidence(reference), Policy(GiB)).ref_free_bytes == (42 * GiB, 43 * GiB)
     # a boot with a manual value shows no room: the lowest free memory over its boots
     boot = pd.DataFrame({"source": "b.log", "rank": [0, 0, 1],
                          "init_free_bytes": [41 * GiB, 40 * GiB, 43 * GiB]})
-    assert startup_free_bytes(boot, [0, 1]) == (40 * GiB, 43 * GiB)
+    assert boot_free_bytes(boot, [0, 1]) == (40 * GiB, 43 * GiB)
     with pytest.raises(ValueError, match=r"b\.log: rank 2 shows no free memory at startup"):
-        startup_free_bytes(boot, [0, 1, 2])
+        boot_free_bytes(boot, [0, 1, 2])
 
 
 def test_panel_redraws_the_ledger_chart_with_the_co_tenant_added_back():
@@ -418,10 +421,9 @@ def test_drift_panel_of_the_sample_shows_the_flag_for_this_boot():
     # notebook 04: reference.log profiled, canary.log with the value; reserve 1 GiB, guard 0.5 GiB
     reference, _ = read_launch(DRIFT / "reference.log")
     boot, _ = read_launch(DRIFT / "canary.log")
-    scenario = Scenario.from_ledger(reference, GiB, guard_bytes=GiB // 2)
-    ranks = scenario.rank_ids
-    panel = WhatIfPanel(replace(scenario, ref_free_bytes=startup_free_bytes(reference, ranks),
-                                boot_free_bytes=startup_free_bytes(boot, ranks)))
+    decision = decide(Evidence(reference), Policy(GiB))
+    panel = WhatIfPanel(Scenario.from_decision(decision, guard_bytes=GiB // 2,
+                                               boot_free_bytes=boot_free_bytes(boot, decision.budget.ranks)))
     headline = panel.outcome.headline()
     assert headline["flag for this boot"] == "--kv-cache-memory-bytes=30333206528"  # 28.25 GiB
     assert headline["after drift"] == "28.25 GiB (rank 2 limits; re-profile to raise)"

@@ -1,0 +1,197 @@
+"""The one decision pipeline: evidence and policy in, one frozen :class:`Decision` out.
+
+``kvplan budget``, ``approve``, ``verify``, ``gate``, the what-if panels and the notebooks all call
+:func:`decide`; none of them re-derives a room, a free-memory reference or a capacity. The steps, in
+order (each names the function that computes its number):
+
+1. evidence: the ledger of the logs (:func:`kvplan.plan.read_evidence`) or rooms given by hand;
+2. compatibility key (:func:`kvplan.ledger.compatibility_key`) and the KV spec of the model config on
+   the logs' layout (:func:`kvplan.kvspec.kv_spec`, :func:`kvplan.kvspec.options_for_logs`);
+3. room per rank, the worst boot of each (:func:`kvplan.ledger.room_per_rank`);
+4. safe budgets, uniform budget, stranded, block rounding (:func:`kvplan.budget.uniform_budget`);
+5. ``F_ref`` per rank (:func:`kvplan.plan.reference.reference_free_bytes`);
+6. capacity at the planned lengths and the admission plan (:mod:`kvplan.plan.admission`);
+7. the model cross-check (:func:`kvplan.kvspec.cross_check`) and the checks; the load section.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from kvplan.budget import Budget, uniform_budget
+from kvplan.gate import check_outcomes, check_ranks_present
+from kvplan.io.model_config import read_model_config
+from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
+from kvplan.ledger import budget_from_rooms, compatibility_key, is_known, room_per_rank
+from kvplan.ledger import check_outcomes as refuse_failed_boots
+from kvplan.plan.admission import admission_plan, capacity_rows, planned_lengths
+from kvplan.plan.inputs import LoadPolicy, ModelLayout, Plan, Policy
+from kvplan.plan.load_evidence import load_section, profiled_tokens, read_named_load
+from kvplan.plan.reading import Evidence, read_evidence
+from kvplan.plan.reference import reference_free_bytes
+from kvplan.releases import version_tuple
+from kvplan.units import format_size
+from kvplan.verdict import Check
+
+MODEL_CHECK = "model config matches the logs"
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Everything a decision computes from its evidence and policy (all sizes in bytes).
+
+    ``rooms`` is :func:`kvplan.ledger.room_per_rank` (per rank: room, its source, the worst boot and
+    the spread; None for rooms given by hand); ``ref_free_bytes`` and ``room_sources`` follow
+    ``budget.ranks``; ``capacity`` holds the rows at the planned lengths and ``capacity_at_max_len``
+    the full :class:`~kvplan.kvspec.KVCapacity` at ``max_model_len``; ``cross_check`` the per-boot
+    rows of the model check. ``warnings`` are the readers' (a bundle records them); ``notes`` what the
+    decision itself has to say (rooms of different evidence, ranks assumed uniform, an old release,
+    a model config that disagrees with the logs).
+    """
+
+    ledger: pd.DataFrame
+    provenance: pd.DataFrame
+    warnings: tuple[str, ...]
+    budget: Budget
+    compatibility_key: dict
+    ref_free_bytes: tuple[int | None, ...]
+    room_sources: tuple[str | None, ...]
+    spec: KVSpec | None
+    capacity: tuple[dict, ...] | None
+    plan: dict | None
+    checks: tuple[Check, ...]
+    load: dict | None = None
+    rooms: pd.DataFrame | None = None
+    max_model_len: int | None = None
+    capacity_at_max_len: object | None = None
+    cross_check: pd.DataFrame | None = None
+    cross_check_verdict: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def uniform_budget_bytes(self) -> int:
+        """The value every rank gets: ``--kv-cache-memory-bytes`` [bytes]."""
+        return self.budget.uniform_budget_bytes
+
+
+def layout_spec(layout: ModelLayout, key: dict) -> KVSpec:
+    """The KV spec of the model config on the layout; unset layout, KV dtype, release and block size are
+    the logs' (:func:`kvplan.kvspec.options_for_logs`)."""
+    options = options_for_logs(layout.options, key)
+    if options.get("tp") is None:
+        raise ValueError("--model needs --tp N: the logs do not show the tensor-parallel size the ranks "
+                         "run with")
+    return kv_spec(read_model_config(layout.config), **options)
+
+
+def model_check(rows: pd.DataFrame, spec: KVSpec) -> Check:
+    """The model config's predicted "GPU KV cache size" and concurrency agree with what the logs printed."""
+    verdict = cross_check_verdict(rows)
+    agrees = rows["agrees"].dropna() if "agrees" in rows else rows.iloc[0:0]
+    if agrees.empty:
+        return Check(MODEL_CHECK, None, verdict)
+    if not agrees.astype(bool).all():
+        first = rows.loc[agrees[~agrees.astype(bool)].index[0]]
+        return Check(MODEL_CHECK, False, f"{first['source']}: {verdict}; {first['reason']}")
+    return Check(MODEL_CHECK, True,
+                 f"{spec.arch.name}: {spec.bytes_per_token:,} B per token per rank; {verdict}")
+
+
+def decide(
+    logs: Evidence | str | os.PathLike | Sequence[str | os.PathLike | tuple[str | os.PathLike, str]],
+    policy: Policy,
+    layout: ModelLayout | None = None,
+    plan: Plan | None = None,
+    loads: Sequence[tuple[Path, str]] = (),
+    load_policy: LoadPolicy | None = None,
+    snapshots: Sequence[str | os.PathLike | tuple[str | os.PathLike, str]] = (),
+    max_model_len: int | None = None,
+    block_bytes: int | None = None,
+) -> Decision:
+    """The decision of ``logs`` under ``policy``: the one pipeline every consumer calls.
+
+    ``logs`` is :class:`~kvplan.plan.Evidence` (e.g. :func:`~kvplan.plan.given_rooms`) or what
+    :func:`~kvplan.plan.read_evidence` reads (paths, a folder, a glob, ``(path, name)`` pairs), with
+    the nvidia-smi ``snapshots`` of the same boot. ``layout`` (a model config and layout options) sets
+    the block bytes, the capacity table and the cross-check; without it ``block_bytes`` may round.
+    ``max_model_len`` overrides the logged length for capacity. ``loads`` are ``(path, name)`` pairs of
+    a load test at the approved value, judged with ``load_policy``.
+
+    >>> from kvplan.config import DATA_DIR
+    >>> d = decide([DATA_DIR / "boots" / "four-rank" / "boot.log"], Policy(reserve_bytes=966_367_642),
+    ...            ModelLayout("llama-3.1-70b", {"tp": 4}))
+    >>> d.budget.flag, d.budget.limiting_rank, d.capacity[0]["tokens"]
+    ('--kv-cache-memory-bytes=12884377600', 2, 157280)
+    """
+    evidence = logs if isinstance(logs, Evidence) else read_evidence(logs, snapshots)
+    ledger = evidence.ledger
+    key = compatibility_key(ledger) if evidence.rooms is None else {}
+    spec = layout_spec(layout, key) if layout is not None else None
+    block = spec.block_bytes if spec is not None else block_bytes
+    notes: list[str] = []
+    rooms = None
+    if evidence.rooms is not None:
+        budget = uniform_budget(list(evidence.rooms), policy.reserve_bytes, block_bytes=block)
+        ref_free: tuple[int | None, ...] = (None,) * len(budget.ranks)
+        sources: tuple[str | None, ...] = ("given",) * len(budget.ranks)
+    else:
+        refuse_failed_boots(ledger)
+        rooms = room_per_rank(ledger, assume_uniform=policy.assume_uniform)
+        notes += rooms.attrs.get("warnings", [])
+        budget = budget_from_rooms(ledger, rooms, policy.reserve_bytes, block_bytes=block)
+        ref_free = reference_free_bytes(ledger, rooms)
+        sources = tuple(None if not is_known(s) else str(s) for s in rooms["room_source"])
+        notes += _decision_notes(rooms, budget, key)
+    logged_len = key.get("max_model_len")
+    length = max_model_len or (int(logged_len) if is_known(logged_len) else None)
+    capacity = at_max_len = rows = verdict = None
+    if spec is not None:
+        capacity = capacity_rows(spec, budget.uniform_budget_bytes, planned_lengths(length, plan))
+        at_max_len = spec.capacity(budget.uniform_budget_bytes, length) if length else None
+        if evidence.rooms is None:
+            rows = cross_check(ledger, spec, max_model_len=max_model_len)
+            verdict = cross_check_verdict(rows)
+            if rows["agrees"].isin([False]).any():
+                notes.insert(0, f"{verdict}. The capacity below is the model config's prediction, not what "
+                                "these logs show vLLM allocating: fix the model config or the layout flags")
+    plan_record = admission_plan(plan, key, spec, budget) if plan else None
+    checks = []
+    if evidence.rooms is None:
+        checks = [check_ranks_present(budget.ranks, ledger), check_outcomes(ledger)]
+        if spec is not None:
+            checks.append(model_check(rows, spec))
+    if plan_record is not None and plan_record["fits"] is not None:
+        checks.append(Check("admission plan fits", plan_record["fits"], plan_record["detail"]))
+    load = None
+    if loads:
+        load_policy = load_policy or LoadPolicy()
+        at_length = [row["tokens"] for row in capacity or () if row["seq_len"] == length]
+        reading = read_named_load(loads, load_policy.year)
+        load, more_checks = load_section(reading, load_policy, budget.uniform_budget_bytes,
+                                         at_length[0] if at_length else None, profiled_tokens(ledger))
+        checks += more_checks
+    return Decision(
+        ledger=ledger, provenance=evidence.provenance, warnings=evidence.warnings, budget=budget,
+        compatibility_key=key, ref_free_bytes=ref_free, room_sources=sources, spec=spec, capacity=capacity,
+        plan=plan_record, checks=tuple(checks), load=load, rooms=rooms, max_model_len=length,
+        capacity_at_max_len=at_max_len, cross_check=rows, cross_check_verdict=verdict, notes=tuple(notes),
+    )
+
+
+def _decision_notes(rooms: pd.DataFrame, budget: Budget, key: dict) -> list[str]:
+    """What the decision says about its own evidence: ranks assumed uniform, a release without the flag."""
+    notes = []
+    assumed = [int(rank) for rank, source in rooms["room_source"].items() if source == "assumed_uniform"]
+    if assumed:
+        notes.append(f"--assume-uniform: rank(s) {', '.join(map(str, assumed))} show no room of their "
+                     f"own and take the lowest room shown ({format_size(min(budget.room_bytes))})")
+    version = version_tuple(key.get("vllm_version"))
+    if version is not None and version < (0, 10, 2):
+        notes.append(f"vLLM {key['vllm_version']} has no --kv-cache-memory-bytes (added in "
+                     "0.10.2): the value is a planning figure for this release, not a flag it accepts")
+    return notes

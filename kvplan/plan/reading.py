@@ -1,0 +1,153 @@
+"""The evidence a decision is made from: the ledger of the logs, its provenance and the reader's notes.
+
+:func:`read_evidence` is the only place the pipeline reads files: the vLLM logs (or ledger CSVs),
+named as the caller wants them quoted (a bundle names its copies ``inputs/boot.log`` so approval and
+verification read the same text), joined with nvidia-smi snapshots of the same boot.
+:func:`given_rooms` is the evidence of ``kvplan budget --room``: rooms typed in by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
+from kvplan.io.vllm_log import read_vllm_log, read_vllm_logs
+
+STARTUP_LINES = ("vLLM startup lines such as 'Free memory on device (…) on startup', 'Available KV cache "
+                 "memory: … GiB' or 'GPU KV cache size: N tokens'")
+
+
+class InputFileError(ValueError):
+    """An input file that is missing or holds nothing kvplan can read; the message names it."""
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What the pipeline decides from: the ledger (one row per boot × rank, bytes), its provenance
+    (file, line and raw text of each value) and the warnings of reading it.
+
+    ``rooms`` holds rooms given by hand (``kvplan budget --room``) instead of a ledger; then
+    ``ledger`` is empty.
+    """
+
+    ledger: pd.DataFrame
+    provenance: pd.DataFrame = field(default_factory=pd.DataFrame)
+    warnings: tuple[str, ...] = ()
+    rooms: tuple[int, ...] | None = None
+
+
+def given_rooms(room_bytes: Sequence[int]) -> Evidence:
+    """Evidence of rooms typed in by hand, rank order [bytes].
+
+    >>> given_rooms([13 * 2**30, 14 * 2**30]).rooms == (13 * 2**30, 14 * 2**30)
+    True
+    """
+    return Evidence(ledger=pd.DataFrame(), rooms=tuple(int(room) for room in room_bytes))
+
+
+def read_evidence(
+    logs: str | os.PathLike | Sequence[str | os.PathLike | tuple[str | os.PathLike, str]],
+    snapshots: Sequence[str | os.PathLike | tuple[str | os.PathLike, str]] = (),
+) -> Evidence:
+    """The evidence of vLLM logs (paths, a folder of ``*.log``, a glob, or ``(path, name)`` pairs).
+
+    ``(path, name)`` pairs read each file with ``source = name``; plain paths keep their text. The
+    nvidia-smi ``snapshots`` (paths or pairs) of the same boot are joined by pid, else GPU index =
+    rank (:func:`kvplan.io.nvidia_smi.join_snapshots`), filling ``gpu_name``, ``driver_version`` and
+    ``other_process_bytes``; their warnings follow the reader's. A ledger with no boot at all is
+    refused (:func:`require_boot`).
+
+    >>> from kvplan.config import DATA_DIR
+    >>> evidence = read_evidence([DATA_DIR / "boots" / "four-rank" / "boot.log"])
+    >>> sorted(evidence.ledger["rank"].tolist())
+    [0, 1, 2, 3]
+    """
+    if isinstance(logs, (str, os.PathLike)) or not all(isinstance(item, tuple) for item in logs):
+        ledger, metadata = read_vllm_logs(logs)
+        names = [str(path) for path in metadata["files"]]
+        warnings, provenance = list(metadata["warnings"]), metadata["provenance"]
+    else:
+        ledger, warnings, provenance = _read_named(logs)
+        names = [name for _, name in logs]
+    require_boot(ledger, names)
+    if snapshots:
+        ledger, joined = _join_named(ledger, [_pair(item) for item in snapshots])
+        warnings += joined
+    return Evidence(ledger=ledger, provenance=provenance, warnings=tuple(warnings))
+
+
+def _pair(item: str | os.PathLike | tuple[str | os.PathLike, str]) -> tuple[Path, str]:
+    return (Path(item[0]), item[1]) if isinstance(item, tuple) else (Path(item), str(item))
+
+
+def _read_named(
+    logs: Sequence[tuple[str | os.PathLike, str]],
+) -> tuple[pd.DataFrame, list[str], pd.DataFrame]:
+    ledgers, warnings, provenance = [], [], []
+    for path, name in logs:
+        ledger, metadata = read_vllm_log(Path(path), source=name)
+        ledgers.append(ledger)
+        warnings += list(metadata["warnings"])
+        provenance.append(metadata["provenance"])
+    if not ledgers:
+        raise InputFileError("no log files: a decision needs the logs of at least one profiled boot")
+    return pd.concat(ledgers, ignore_index=True), warnings, pd.concat(provenance, ignore_index=True)
+
+
+def _join_named(
+    ledger: pd.DataFrame, snapshots: Sequence[tuple[Path, str]]
+) -> tuple[pd.DataFrame, list[str]]:
+    """The ledger joined with the snapshots, and the join's warnings, each naming the snapshot's name."""
+    names = {str(path): name for path, name in snapshots}
+    try:
+        joined, _ = join_snapshots(ledger, [path for path, _ in snapshots], warn=False)
+    except NvidiaSmiError as exc:
+        raise NvidiaSmiError(renamed(str(exc), names)) from exc
+    warnings = [renamed(warning, names) for warning in joined.attrs.get("warnings", [])]
+    joined.attrs = dict(ledger.attrs)
+    return joined, warnings
+
+
+def require_boot(ledger: pd.DataFrame, names: Sequence[str]) -> None:
+    """Raise :class:`InputFileError` naming the files when their ledger holds no boot at all.
+
+    >>> require_boot(pd.DataFrame(), ["garbage.log"])
+    Traceback (most recent call last):
+    ...
+    kvplan.plan.reading.InputFileError: garbage.log: no vLLM boot found: expected vLLM startup lines such \
+as 'Free memory on device (…) on startup', 'Available KV cache memory: … GiB' or 'GPU KV cache size: N tokens'
+    """
+    if ledger.empty:
+        raise InputFileError(f"{', '.join(map(str, names))}: no vLLM boot found: expected {STARTUP_LINES}")
+
+
+def require_files(paths: Sequence[str | os.PathLike], argument: str) -> None:
+    """Raise :class:`InputFileError` naming the first path that is not a readable file, and its argument.
+
+    >>> require_files(["no/such.log"], "BOOT_LOG")
+    Traceback (most recent call last):
+    ...
+    kvplan.plan.reading.InputFileError: no/such.log: no such file (BOOT_LOG)
+    """
+    for path in paths:
+        if not Path(path).is_file():
+            what = "a folder, not a file" if Path(path).is_dir() else "no such file"
+            raise InputFileError(f"{path}: {what} ({argument})")
+
+
+def renamed(text: str, names: Mapping[str, str]) -> str:
+    """``text`` with every key of ``names`` replaced by its value in one pass, longest key first.
+
+    >>> renamed("inputs/a.log.1: bad; inputs/a.log: ok", {"inputs/a.log": "x", "inputs/a.log.1": "y"})
+    'y: bad; x: ok'
+    """
+    if not names:
+        return text
+    pattern = "|".join(re.escape(old) for old in sorted(names, key=len, reverse=True))
+    return re.sub(pattern, lambda match: names[match.group(0)], text)
