@@ -343,8 +343,8 @@ def drift_chart(drift: Drift, title: str | None = None) -> Figure:
     right.bar(labels, [bytes_to_gib(b) for b in drift.ref_budget_bytes], width=0.6, fill=False,
               edgecolor=REFERENCE_COLOR, linewidth=2, linestyle="--", label="reference budget")
     _annotate_bars(right, adjusted, drift.adjusted_bytes, inside=True)
-    right.axhline(bytes_to_gib(drift.uniform_budget_bytes), color="black", linewidth=2,
-                  label=f"uniform {format_size(drift.uniform_budget_bytes)}")
+    right.axhline(bytes_to_gib(drift.adjusted_uniform_bytes), color="black", linewidth=2,
+                  label=f"uniform {format_size(drift.adjusted_uniform_bytes)}")
     right.set_ylim(0, max(bytes_to_gib(b) for b in drift.ref_budget_bytes + drift.adjusted_bytes) * 1.25)
     right.set_xlabel("rank")
     right.set_ylabel("KV budget [GiB]")
@@ -353,7 +353,7 @@ def drift_chart(drift: Drift, title: str | None = None) -> Figure:
     raise_note = "; a rank gained free memory: re-profile to raise" if drift.reprofile_to_raise else ""
     fig.suptitle(
         title
-        or f"Rank {drift.limiting_rank} lost the most: {format_size(drift.uniform_budget_bytes)} "
+        or f"Rank {drift.limiting_rank} lost the most: {format_size(drift.adjusted_uniform_bytes)} "
         f"is safe on this boot{raise_note}",
         fontsize=FONT_SIZE + 2,
     )

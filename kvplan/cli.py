@@ -456,7 +456,7 @@ def _run_drift(args: argparse.Namespace) -> int:
     result = drift_budget(args.ref_budget, args.ref_free, args.boot_free, args.guard)
     if args.json:
         return _print_json(result.to_dict())
-    print(f"adjusted budget  {format_size(result.uniform_budget_bytes)} per GPU "
+    print(f"adjusted budget  {format_size(result.adjusted_uniform_bytes)} per GPU "
           f"(limiting rank {result.limiting_rank})")
     print(f"flag             {result.flag}")
     if result.reprofile_to_raise:

@@ -41,19 +41,19 @@ class Drift:
     adjusted_bytes: tuple[int, ...]
 
     @property
-    def uniform_budget_bytes(self) -> int:
+    def adjusted_uniform_bytes(self) -> int:
         """The value every rank can still allocate: the minimum adjusted budget."""
         return min(self.adjusted_bytes)
 
     @property
     def limiting_rank(self) -> int:
         """The rank whose adjusted budget bounds the launch."""
-        return self.ranks[self.adjusted_bytes.index(self.uniform_budget_bytes)]
+        return self.ranks[self.adjusted_bytes.index(self.adjusted_uniform_bytes)]
 
     @property
     def flag(self) -> str:
         """The vLLM flag for the adjusted uniform value."""
-        return kv_cache_flag(self.uniform_budget_bytes)
+        return kv_cache_flag(self.adjusted_uniform_bytes)
 
     @property
     def reprofile_to_raise(self) -> bool:
@@ -76,7 +76,7 @@ class Drift:
     def to_dict(self) -> dict:
         """JSON-ready dict with ``uniform_budget_bytes``, ``reprofile_to_raise`` and ``ranks``."""
         return {
-            "uniform_budget_bytes": self.uniform_budget_bytes,
+            "uniform_budget_bytes": self.adjusted_uniform_bytes,
             "limiting_rank": self.limiting_rank,
             "reprofile_to_raise": self.reprofile_to_raise,
             "guard_bytes": self.guard_bytes,
@@ -102,7 +102,7 @@ def drift_budget(
 
     >>> GiB = 2**30
     >>> d = drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 43 * GiB], guard_bytes=0)
-    >>> d.uniform_budget_bytes // GiB, d.limiting_rank, d.reprofile_to_raise
+    >>> d.adjusted_uniform_bytes // GiB, d.limiting_rank, d.reprofile_to_raise
     (29, 0, True)
     """
     if guard_bytes < 0:

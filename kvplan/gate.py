@@ -190,9 +190,10 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
     ]
     if drift.reprofile_to_raise:
         lines.append("some rank has more free memory than at approval: re-profile to raise the value")
-    passed = drift.uniform_budget_bytes >= approved.budget_bytes
+    passed = drift.adjusted_uniform_bytes >= approved.budget_bytes
     if not passed:
-        lines.append(_lower_value_text(drift.uniform_budget_bytes, drift.limiting_rank, approved.block_bytes))
+        lines.append(_lower_value_text(drift.adjusted_uniform_bytes, drift.limiting_rank,
+                                       approved.block_bytes))
     return Check(BUDGET_CHECK, passed, "; ".join(lines))
 
 

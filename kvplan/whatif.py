@@ -230,7 +230,7 @@ def boot_budget_bytes(drift: Drift, block_bytes: int | None = None) -> int:
     >>> boot_budget_bytes(drift), boot_budget_bytes(drift, 3 * GiB) // GiB  # 9 blocks of 3 GiB
     (31138512896, 27)
     """
-    value = drift.uniform_budget_bytes
+    value = drift.adjusted_uniform_bytes
     return value if not block_bytes else round_down_to_blocks(value, block_bytes)
 
 
@@ -294,7 +294,7 @@ def drift_headline(drift: Drift) -> dict[str, str]:
     '29 GiB'
     """
     return {
-        "adjusted uniform budget": format_size(drift.uniform_budget_bytes),
+        "adjusted uniform budget": format_size(drift.adjusted_uniform_bytes),
         "limiting rank": str(drift.limiting_rank),
         "re-profile to raise": str(drift.reprofile_to_raise),
         "flag for this boot": kv_cache_flag(boot_budget_bytes(drift)),

@@ -21,7 +21,7 @@ def test_the_rank_that_lost_most_bounds_the_launch():
     boot_free = [parse_size(f"{gib}GiB") for gib in ("41.8", "42.1", "40.6", "41.9")]
     drift = drift_budget(30 * GiB, 42 * GiB, boot_free, guard_bytes=0)
     assert drift.limiting_rank == 2
-    assert drift.uniform_budget_bytes == 30 * GiB - (42 * GiB - parse_size("40.6GiB"))
+    assert drift.adjusted_uniform_bytes == 30 * GiB - (42 * GiB - parse_size("40.6GiB"))
     assert round(sum(boot_free) / 4 / GiB, 1) == 41.6
     # rank 1 gained 0.1 GiB: no increase, but "re-profile to raise"
     assert drift.adjusted_bytes[1] == 30 * GiB

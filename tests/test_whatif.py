@@ -108,7 +108,7 @@ def test_drift_uses_each_rank_safe_budget_and_the_guard():
         (31 * GiB,) * 4, GiB, guard_bytes=GiB // 2, ref_free_bytes=(42 * GiB,) * 4, boot_free_bytes=boot
     )
     outcome = evaluate(scenario)
-    assert outcome.drift.uniform_budget_bytes == 28 * GiB + GiB // 4  # 30 − 1.25 − 0.5 = 28.25 GiB
+    assert outcome.drift.adjusted_uniform_bytes == 28 * GiB + GiB // 4  # 30 − 1.25 − 0.5 = 28.25 GiB
     assert outcome.drift.limiting_rank == 2
     assert outcome.headline()["after drift"] == "28.25 GiB (rank 2 limits; re-profile to raise)"
     assert outcome.table()["adjusted_bytes"].tolist() == list(outcome.drift.adjusted_bytes)
