@@ -24,9 +24,11 @@ from kvplan.gate import (
     check_ranks_present,
     check_reserve_after_warmup,
     check_tokens,
+    defaulted_key_fields,
     gate_checks,
 )
 from kvplan.io.model_config import resolve_model_config
+from kvplan.io.vllm_log import read_vllm_log
 from kvplan.units import parse_size
 from kvplan.verdict import Check, format_checks, gate_verdict, verdict_word
 from tests.conftest import GiB, MiB
@@ -135,6 +137,37 @@ class TestCompatibilityKey:
         assert check.detail.startswith("the approval recorded gpu_name, which this boot does not show")
 
 
+class TestDefaultsAreNotShown:
+    """Issue 11 item 13: a value the reader filled with vLLM's default is not evidence of the boot's key."""
+
+    def test_a_boots_default_against_a_shown_approved_value_cannot_be_judged(self):
+        # the approval's logs showed block_size 16; the canary's do not (the reader assumed 16): not compared
+        check = check_compatibility_key(KEY, dict(KEY), boot_defaults={"block_size"})
+        assert check.passed is None
+        assert check.detail.startswith("the approval recorded block_size, which this boot does not show")
+        assert "the reader assumed vLLM's default, which is not evidence" in check.detail
+
+    def test_an_approved_default_against_a_shown_boot_value_is_not_recorded_at_approval(self):
+        check = check_compatibility_key(KEY, dict(KEY), approved_defaults={"block_size"})
+        assert check.passed is True
+        assert "not recorded at approval (not compared): block_size" in check.detail
+        assert check.detail.startswith("5 fields unchanged")  # 6 of TestCompatibilityKey less block_size
+
+    def test_defaults_on_both_sides_are_one_releases_rule(self):
+        both = check_compatibility_key(KEY, dict(KEY), approved_defaults={"block_size"},
+                                       boot_defaults={"block_size"})
+        assert both == check_compatibility_key(KEY, dict(KEY))
+
+    def test_a_default_that_differs_from_a_shown_value_is_still_a_difference(self):
+        check = check_compatibility_key(KEY, {**KEY, "block_size": 64}, boot_defaults={"block_size"})
+        assert check.passed is False and check.detail.startswith("block_size: approved 16, boot 64")
+
+    def test_the_readers_defaults_are_found_in_its_provenance(self):
+        # data/boots/four-rank/boot.log shows no block size: the reader fills vLLM 0.26.0's default, 16
+        _, metadata = read_vllm_log(FOUR_RANK / "boot.log")
+        assert "block_size" in defaulted_key_fields(metadata["provenance"])
+
+
 class TestRanksPresent:
     def test_all_ranks(self):
         expected = Check("every rank present", True, "ranks 0-3 of 4")
@@ -191,6 +224,45 @@ class TestBudgetFits:
         check = check_budget_fits(approved(ref_free_bytes=(42 * GiB, None, 42 * GiB, 42 * GiB)), boot(), 0)
         assert check.passed is None
         assert check.detail == "startup free memory not shown for rank 1 at approval"
+
+
+class TestBudgetFitsOnEveryEstimate:
+    """Issue 11 items 7, 8 and 12: the budget check takes the lowest estimate and fails, never errs."""
+
+    def test_the_boots_own_room_below_approved_plus_reserve_fails(self):
+        # free memory unchanged (drift 0: 30 GiB ≥ 30 GiB), but rank 1's own room fell to 30.5 GiB (e.g. a
+        # larger max_num_batched_tokens, not in the key): 30.5 − 1 GiB reserve = 29.5 GiB < 30 GiB
+        frame = boot(room_bytes=[31 * GiB, 30 * GiB + 512 * MiB, 31 * GiB, 31 * GiB])
+        check = check_budget_fits(approved(), frame, guard_bytes=0)
+        assert check.passed is False
+        assert ("rank 1: the boot's own room 30.5 GiB − reserve 1 GiB − 0 B = 29.5 GiB < 30 GiB"
+                in check.detail)
+        # 29.5 GiB / 1.25 MiB = 24,166.4 blocks → 24,166 × 1,310,720 B = 31,674,859,520 B
+        assert check.detail.endswith("--kv-cache-memory-bytes=31674859520 (limiting rank 1)")
+
+    def test_the_room_alone_judges_a_rank_without_free_memory(self):
+        # no startup free memory at approval for rank 1, but the boot shows its room: 31 − 1 = 30 GiB ≥ 30 GiB
+        frame = boot(room_bytes=[31 * GiB] * 4)
+        check = check_budget_fits(approved(ref_free_bytes=(42 * GiB, None, 42 * GiB, 42 * GiB)), frame, 0)
+        assert check.passed is True
+
+    def test_a_manual_value_above_the_approved_one_fails(self):
+        # the canary ran 32 GiB by hand on every rank, above the approved 30 GiB: its pass would say nothing
+        frame = boot(room_bytes=[40 * GiB] * 4, manual_kv_bytes=[32 * GiB] * 4)
+        check = check_budget_fits(approved(), frame, guard_bytes=0)
+        assert check.passed is False
+        assert ("rank 0 ran --kv-cache-memory-bytes=34359738368, above the approved 30 GiB: not a canary of "
+                "the approved value") in check.detail
+        # at or below the approved value is a canary of it
+        at_value = boot(room_bytes=[40 * GiB] * 4, manual_kv_bytes=[APPROVED_BYTES] * 4)
+        assert check_budget_fits(approved(), at_value, guard_bytes=0).passed is True
+
+    def test_a_rank_left_with_no_room_fails_instead_of_refusing(self):
+        # rank 2 lost 31 GiB of free memory: 30 − 31 = −1 GiB; a FAIL with the arithmetic, not bad input
+        check = check_budget_fits(approved(), boot(("42GiB", "42GiB", "11GiB", "42GiB")), guard_bytes=0)
+        assert check.passed is False
+        assert "rank 2: 30 GiB − max(0, 42 GiB − 11 GiB) − 0 B = -1 GiB < 30 GiB" in check.detail
+        assert check.detail.endswith("no value fits rank 2: re-profile this deployment")
 
 
 class TestReserveAfterWarmup:
@@ -434,6 +506,28 @@ class TestGateOnSampleBoots:
         assert main(["gate", "--approved", str(four_rank_bundle), str(FOUR_RANK / "boot.log"),
                      "--year", "2026"]) == 2
         assert "apply to --load files only" in capsys.readouterr().err
+
+    def test_a_canary_that_lost_most_of_its_memory_fails_with_the_checks_printed(self, capsys,
+                                                                                 four_rank_bundle, tmp_path):
+        # rank 2 starts with 30.01 GiB free instead of 48.61 GiB: 18.6 GiB lost, more than its 12 GiB budget;
+        # a FAIL (exit 1) with every check printed, not a refusal (exit 2)
+        log = edited(tmp_path, FOUR_RANK / "boot.log", lambda text: text.replace("(48.61/79.19 GiB)",
+                                                                                 "(30.01/79.19 GiB)"))
+        assert main(["gate", "--approved", str(four_rank_bundle), str(log)]) == 1
+        out = capsys.readouterr().out
+        assert "FAIL  approved value fits every rank" in out
+        assert "no value fits rank 2: re-profile this deployment" in out
+        assert "PASS  every rank present" in out
+
+    def test_a_canary_with_less_room_of_its_own_fails(self, capsys, four_rank_bundle, tmp_path):
+        # same free memory, but rank 2's own room fell from 12.9 to 12.4 GiB (13,314,398,618 B):
+        # 12.4 − 0.9 GiB reserve = 11.5 GiB < the approved 12 GiB
+        log = edited(tmp_path, FOUR_RANK / "boot.log", lambda text: text.replace(
+            "`--kv-cache-memory=13851269530` (12.9 GiB)", "`--kv-cache-memory=13314398618` (12.4 GiB)"))
+        status, checks = gate(capsys, four_rank_bundle, log)
+        assert status == 1
+        assert "rank 2: the boot's own room 12.4 GiB − reserve 921.6 MiB − 0 B = 11.5 GiB < 12 GiB" in (
+            checks[BUDGET_CHECK].detail)
 
 
 class TestGateTrustsOnlyAVerifiedBundle:
