@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 from kvplan.config import DATA_DIR
-from kvplan.io.vllm_lines import ANCHORS
+from kvplan.io.vllm.scan import ANCHORS
 
 BOOT_LOG = DATA_DIR / "boots" / "four-rank" / "boot.log"
 SERVING_LINES = (

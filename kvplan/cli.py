@@ -20,7 +20,7 @@ from kvplan.capacity import DEFAULT_BLOCK_SIZE, VLLM_BLOCK_SIZES, capacity
 from kvplan.drift import drift_budget
 from kvplan.io.model_config import read_model_config, resolve_model_config
 from kvplan.io.nvidia_smi import NvidiaSmiWarning, join_snapshots
-from kvplan.io.vllm_log import read_vllm_logs
+from kvplan.io.vllm import read_vllm_logs
 from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.kvspec import (
     KV_CACHE_DTYPE_BYTES,
@@ -160,7 +160,7 @@ def _run_budget(args: argparse.Namespace) -> int:
     evidence_in = plan.given_rooms(args.room) if args.room is not None else plan.read_evidence(args.logs)
     if layout is not None and layout.options["tp"] is None and (
         evidence_in.rooms is not None
-        or compatibility_key(evidence_in.ledger).get("tensor_parallel_size") is None
+        or compatibility_key(evidence_in.ledger, evidence_in.lines).get("tensor_parallel_size") is None
     ):
         raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
     if layout is not None and evidence_in.rooms is not None:
@@ -275,7 +275,7 @@ def _run_ledger(args: argparse.Namespace) -> int:
     rooms = None
     if args.rooms:
         with _reader_warnings_into(notes):
-            frame = room_per_rank(ledger, assume_uniform=args.assume_uniform)
+            frame = room_per_rank(ledger, assume_uniform=args.assume_uniform, lines=metadata.lines)
         rooms = [{"rank": int(rank), **{column: plain_value(value) for column, value in row.items()}}
                  for rank, row in frame.to_dict(orient="index").items()]
     if args.json:
@@ -713,7 +713,8 @@ def _run_gate(args: argparse.Namespace) -> int:
     if args.nvidia_smi:
         with _reader_warnings_into(warnings):
             ledger, free_after_warmup = join_snapshots(ledger, args.nvidia_smi)
-    checks = gate.gate_checks(approved, ledger, compatibility_key(ledger), args.guard, free_after_warmup)
+    checks = gate.gate_checks(approved, ledger, compatibility_key(ledger, metadata.lines), args.guard,
+                              free_after_warmup)
     if args.load:
         section, load_checks = plan.gate_load(approved, args.load, load_policy)
         checks += load_checks

@@ -77,6 +77,27 @@ LEDGER_COLUMNS = list(GLOSSARY)
 BYTES_COLUMNS = [name for name in LEDGER_COLUMNS if name.endswith("_bytes")]
 KEY_COLUMNS = list(COMPATIBILITY_KEY)
 OUTCOMES = ("ok", "oom", "error", "incomplete")
+#: Nullable dtypes of the ledger: whole numbers ``Int64``, fractions ``Float64``, flags ``boolean``,
+#: every other column ``string``.
+INT_COLUMNS = [
+    *BYTES_COLUMNS,
+    "boot",
+    "rank",
+    "tp_rank",
+    "pp_rank",
+    "dp_rank",
+    "pid",
+    "max_model_len",
+    "block_size",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "decode_context_parallel_size",
+    "kv_cache_tokens",
+    "num_gpu_blocks",
+]
+FLOAT_COLUMNS = ["gpu_memory_utilization", "max_concurrency"]
+BOOL_COLUMNS = ["enforce_eager"]
 #: Values of ``room_source``: the log reader's evidence, best first, then a room stated by hand (ledger CSV).
 ROOM_SOURCES = ("suggestion", "available_kv", "parts", "manual")
 

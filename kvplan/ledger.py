@@ -9,6 +9,7 @@ Every refusal is a :class:`LedgerError` naming the file and line of the evidence
 from __future__ import annotations
 
 import warnings
+from collections.abc import Mapping
 
 import pandas as pd
 
@@ -55,26 +56,28 @@ def plain_value(value: object) -> object:
     return value.item() if hasattr(value, "item") else value
 
 
-def _line(ledger: pd.DataFrame, source: object, boot: object, rank: object, column: str) -> int | None:
+def _line(lines: Mapping, source: object, boot: object, rank: object, column: str) -> int | None:
     """Line number of a ledger value when the reader recorded it (rank None: a boot-level value)."""
     rank_key = -1 if not is_known(rank) else int(rank)
-    line = ledger.attrs.get("lines", {}).get((source, plain_value(boot), rank_key, column))
+    line = lines.get((source, plain_value(boot), rank_key, column))
     return int(line) if is_known(line) else None
 
 
-def _where(ledger: pd.DataFrame, source: object, boot: object, rank: object, column: str) -> str:
-    """``file:line`` of a ledger value when the reader recorded it, else ``file``."""
-    line = _line(ledger, source, boot, rank, column)
+def _where(lines: Mapping, source: object, boot: object, rank: object, column: str) -> str:
+    """``file:line`` of a ledger value when the reader recorded it (in ``lines``), else ``file``."""
+    line = _line(lines, source, boot, rank, column)
     return f"{source}:{line}" if line is not None else f"{source}"
 
 
-def compatibility_key(ledger: pd.DataFrame) -> dict:
+def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dict:
     """The one compatibility key shared by every row, as plain values (None = not logged).
 
     A field logged with different values raises :class:`LedgerError` listing each field, each
     value and the files (and lines) that show it. A field some boots do not show is not a conflict,
     except the model and the parallel layout (:data:`REQUIRED_KEY`): a boot that does not show them
-    could be any configuration, so it does not merge with boots that do.
+    could be any configuration, so it does not merge with boots that do. ``lines`` is the readers'
+    line index (:attr:`kvplan.io.metadata.ReadMetadata.lines`): with it, messages name ``file:line``.
+    O(rows × key fields).
 
     >>> frame = pd.DataFrame({"source": ["a.log"], "boot": [0], "rank": [0], "vllm_version": ["0.26.0"]})
     >>> compatibility_key(frame)["vllm_version"]
@@ -82,7 +85,9 @@ def compatibility_key(ledger: pd.DataFrame) -> dict:
     """
     if ledger.empty:
         raise LedgerError("the ledger is empty: no boot was found in the logs")
+    lines = lines if lines is not None else {}
     key, conflicts = {}, []
+    boots = None
     for column in KEY_COLUMNS:
         if column not in ledger.columns:
             key[column] = None
@@ -91,9 +96,11 @@ def compatibility_key(ledger: pd.DataFrame) -> dict:
         values = list(dict.fromkeys(plain_value(value) for value in shown[column]))
         key[column] = values[0] if len(values) == 1 else None
         if values and column in REQUIRED_KEY:
-            unshown = [pair for pair in _boots(ledger) if pair not in set(_boots(shown))]
+            boots = boots if boots is not None else _boots(ledger)
+            shown_boots = set(_boots(shown))
+            unshown = [pair for pair in boots if pair not in shown_boots]
             if unshown:
-                places = ", ".join(f"{s} boot {b} ({_boot_where(ledger, s, b)})" for s, b in unshown)
+                places = ", ".join(f"{s} boot {b} ({_boot_where(lines, s, b)})" for s, b in unshown)
                 conflicts.append(f"{column}: {values[0]!r} shown, but not logged in {places}")
                 key[column] = None
         if len(values) > 1:
@@ -101,7 +108,7 @@ def compatibility_key(ledger: pd.DataFrame) -> dict:
             for value in values:
                 places = shown[shown[column].map(plain_value) == value][["source", "boot"]].drop_duplicates()
                 where = ", ".join(
-                    _where(ledger, s, b, None, column) for s, b in places.itertuples(index=False)
+                    _where(lines, s, b, None, column) for s, b in places.itertuples(index=False)
                 )
                 parts.append(f"{value!r} in {where}")
             conflicts.append(f"{column}: " + " vs ".join(parts))
@@ -117,9 +124,9 @@ def _boots(ledger: pd.DataFrame) -> list[tuple]:
     return list(dict.fromkeys(zip(ledger["source"], ledger["boot"].map(plain_value))))
 
 
-def _boot_where(ledger: pd.DataFrame, source: object, boot: object) -> str:
+def _boot_where(lines: Mapping, source: object, boot: object) -> str:
     """``file:line`` of a boot's first line when the reader recorded it, else ``file``."""
-    return _where(ledger, source, boot, None, "boot")
+    return _where(lines, source, boot, None, "boot")
 
 
 def _layout(ledger: pd.DataFrame, key: dict) -> int | None:
@@ -153,14 +160,20 @@ def _warn(message: str, notes: list[str] | None = None) -> None:
     warnings.warn(LedgerWarning(message), stacklevel=3)
 
 
-def room_per_rank(ledger: pd.DataFrame, assume_uniform: bool = False) -> pd.DataFrame:
+def room_per_rank(
+    ledger: pd.DataFrame,
+    assume_uniform: bool = False,
+    lines: Mapping | None = None,
+    notes: list | None = None,
+) -> pd.DataFrame:
     """Each rank's room over all boots of one key: the worst (lowest) boot, and the spread.
 
     Indexed by rank: ``room_bytes`` (the lowest over boots), ``room_source``, ``init_free_bytes``
     (of that boot, else the rank's lowest), ``room_min_bytes``, ``room_median_bytes``,
     ``room_max_bytes``, ``room_spread_bytes`` (max − min), ``boots`` (how many boots showed the
-    rank's own room), ``source`` and ``boot`` of the worst boot; ``attrs["warnings"]`` holds what
-    was also issued as :class:`LedgerWarning`.
+    rank's own room), ``source`` and ``boot`` of the worst boot. What is issued as
+    :class:`LedgerWarning` is also appended to ``notes`` (when given); ``lines`` as for
+    :func:`compatibility_key`.
 
     Every boot that shows a room is room evidence and must show one for every rank of TP × PP × DP;
     otherwise :class:`LedgerError` names the boot, rank, file and line, unless ``assume_uniform``
@@ -180,9 +193,10 @@ def room_per_rank(ledger: pd.DataFrame, assume_uniform: bool = False) -> pd.Data
     >>> room_per_rank(frame)[["room_bytes", "room_max_bytes", "room_spread_bytes", "boots"]].values.tolist()
     [[20, 30, 10, 2], [25, 26, 1, 2]]
     """
-    key = compatibility_key(ledger)
+    lines = lines if lines is not None else {}
+    key = compatibility_key(ledger, lines)
     world = _layout(ledger, key)
-    notes: list[str] = []
+    notes = notes if notes is not None else []
     frame = ledger.assign(source=ledger.get("source", "the ledger"), boot=ledger.get("boot", 0))
     ranks_seen = sorted({int(rank) for rank in frame["rank"].dropna()})
     expected = list(range(world)) if world is not None else ranks_seen
@@ -192,12 +206,12 @@ def room_per_rank(ledger: pd.DataFrame, assume_uniform: bool = False) -> pd.Data
     for (source, boot), rows in frame.groupby(["source", "boot"], sort=False):
         with_room = rows[room_known[rows.index]]
         if with_room.empty:
-            manual_boots.append(_roomless_boot(ledger, source, boot, rows, notes))
+            manual_boots.append(_roomless_boot(lines, source, boot, rows, notes))
             continue
         own = {int(row["rank"]): row for _, row in with_room.iterrows()}
         lacking = [rank for rank in expected if rank not in own]
         if lacking and not assume_uniform:
-            raise LedgerError(_lacking_message(ledger, key, world, source, boot, rows, own, lacking))
+            raise LedgerError(_lacking_message(lines, key, world, source, boot, rows, own, lacking))
         lowest = min(own.values(), key=lambda row: int(row["room_bytes"]))
         for rank in expected:
             row = own.get(rank, lowest)
@@ -218,7 +232,7 @@ def room_per_rank(ledger: pd.DataFrame, assume_uniform: bool = False) -> pd.Data
             "--kv-cache-memory-bytes"
         )
     records = {rank: _record(items) for rank, items in observations.items()}
-    _warn_mixed_sources(ledger, records, notes)
+    _warn_mixed_sources(lines, records, notes)
     result = pd.DataFrame.from_dict(records, orient="index").sort_index()
     result.index.name = "rank"
     for column in (
@@ -232,7 +246,6 @@ def room_per_rank(ledger: pd.DataFrame, assume_uniform: bool = False) -> pd.Data
         "boot",
     ):
         result[column] = result[column].astype("Int64")
-    result.attrs = {"warnings": notes}
     return result
 
 
@@ -258,11 +271,9 @@ def _record(items: list[dict]) -> dict:
     }
 
 
-def _roomless_boot(
-    ledger: pd.DataFrame, source: object, boot: object, rows: pd.DataFrame, notes: list
-) -> str:
+def _roomless_boot(lines: Mapping, source: object, boot: object, rows: pd.DataFrame, notes: list) -> str:
     """Warn about a manual-value boot (returns its name); refuse any other boot without room."""
-    where = _boot_where(ledger, source, boot)
+    where = _boot_where(lines, source, boot)
     manual = rows["manual_kv_bytes"].dropna() if "manual_kv_bytes" in rows else pd.Series(dtype="Int64")
     if not manual.empty:
         _warn(
@@ -284,13 +295,13 @@ def _roomless_boot(
     )
 
 
-def _warn_mixed_sources(ledger: pd.DataFrame, records: dict, notes: list) -> None:
+def _warn_mixed_sources(lines: Mapping, records: dict, notes: list) -> None:
     sources = {rank: record["room_source"] for rank, record in records.items()}
     if len(set(sources.values()) - {"assumed_uniform"}) <= 1:
         return
     listing = "; ".join(
         f"rank {rank}: {source} "
-        f"({_where(ledger, records[rank]['source'], records[rank]['boot'], rank, 'room_bytes')})"
+        f"({_where(lines, records[rank]['source'], records[rank]['boot'], rank, 'room_bytes')})"
         for rank, source in sorted(sources.items())
     )
     _warn(
@@ -309,7 +320,7 @@ def _files(ledger: pd.DataFrame) -> str:
 
 
 def _lacking_message(
-    ledger: pd.DataFrame,
+    lines: Mapping,
     key: dict,
     world: int | None,
     source: object,
@@ -322,7 +333,7 @@ def _lacking_message(
     name = f"boot {plain_value(boot)}"
     listing = ", ".join(map(str, lacking))
     first = min(own)
-    where = _where(ledger, source, boot, first, "room_bytes")
+    where = _where(lines, source, boot, first, "room_bytes")
     sources = {plain_value(row.get("room_source")) for row in own.values()}
     if sources == {"available_kv"}:
         version = version_tuple(key.get("vllm_version"))
@@ -334,9 +345,9 @@ def _lacking_message(
     present = {int(rank) for rank in rows["rank"].dropna()}
     missing = [rank for rank in lacking if rank not in present]
     if missing:
-        size_where = _where(ledger, source, boot, None, "tensor_parallel_size")
+        size_where = _where(lines, source, boot, None, "tensor_parallel_size")
         return (
-            f"{_boot_where(ledger, source, boot)}: rank(s) {', '.join(map(str, missing))} missing from "
+            f"{_boot_where(lines, source, boot)}: rank(s) {', '.join(map(str, missing))} missing from "
             f"{name}: TP × PP × DP = {world} ({size_where}) but the boot shows rank(s) "
             f"{', '.join(map(str, sorted(present)))} only. Give every rank's log (all nodes), or check "
             "that no worker died silently."
@@ -354,7 +365,7 @@ _OUTCOME_ORDER = {"oom": 0, "error": 1, "incomplete": 2}
 _SHOWN_FAILURES = 6
 
 
-def check_outcomes(ledger: pd.DataFrame) -> None:
+def check_outcomes(ledger: pd.DataFrame, lines: Mapping | None = None) -> None:
     """Raise :class:`LedgerError` when any row's boot did not come through startup cleanly.
 
     The message lists each failed row with its own file:line and text, OOM first, then errors (a
@@ -364,14 +375,15 @@ def check_outcomes(ledger: pd.DataFrame) -> None:
     """
     if "outcome" not in ledger:
         return
+    lines = lines if lines is not None else {}
     failed = ledger[ledger["outcome"].fillna("incomplete") != "ok"]
     if failed.empty:
         return
     items = []
     for _, row in failed.iterrows():
         outcome = plain_value(row["outcome"]) or "incomplete"
-        where = _where(ledger, row["source"], row["boot"], row["rank"], "outcome")
-        line = _line(ledger, row["source"], row["boot"], row["rank"], "outcome")
+        where = _where(lines, row["source"], row["boot"], row["rank"], "outcome")
+        line = _line(lines, row["source"], row["boot"], row["rank"], "outcome")
         text = str(plain_value(row.get("error")) or "no text")
         text = text if len(text) <= 240 else text[:239] + "…"
         items.append((
@@ -390,7 +402,11 @@ def check_outcomes(ledger: pd.DataFrame) -> None:
 
 
 def budget_from_ledger(
-    ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None, assume_uniform: bool = False
+    ledger: pd.DataFrame,
+    reserve_bytes: int,
+    block_bytes: int | None = None,
+    assume_uniform: bool = False,
+    lines: Mapping | None = None,
 ) -> Budget:
     """The uniform budget from a ledger: checks, worst room per rank, then :func:`uniform_budget`.
 
@@ -401,18 +417,24 @@ def budget_from_ledger(
     >>> budget_from_ledger(frame, GiB).uniform_budget_bytes == 12 * GiB
     True
     """
-    check_outcomes(ledger)
-    return budget_from_rooms(ledger, room_per_rank(ledger, assume_uniform=assume_uniform), reserve_bytes,
-                             block_bytes)
+    lines = lines if lines is not None else {}
+    check_outcomes(ledger, lines)
+    return budget_from_rooms(ledger, room_per_rank(ledger, assume_uniform=assume_uniform, lines=lines),
+                             reserve_bytes, block_bytes, lines)
 
 
 def budget_from_rooms(
-    ledger: pd.DataFrame, rooms: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None
+    ledger: pd.DataFrame,
+    rooms: pd.DataFrame,
+    reserve_bytes: int,
+    block_bytes: int | None = None,
+    lines: Mapping | None = None,
 ) -> Budget:
     """:func:`uniform_budget` of the worst room per rank (:func:`room_per_rank` of ``ledger``).
 
-    A budget that leaves nothing is refused naming the weakest rank's file and line.
+    A budget that leaves nothing is refused naming the weakest rank's file and line (from ``lines``).
     """
+    lines = lines if lines is not None else {}
     try:
         return uniform_budget(
             rooms["room_bytes"].astype(int).tolist(),
@@ -423,5 +445,5 @@ def budget_from_rooms(
     except BudgetError as exc:
         weakest = int(rooms["room_bytes"].astype(int).idxmin())
         record = rooms.loc[weakest]
-        where = _where(ledger, record["source"], record["boot"], weakest, "room_bytes")
+        where = _where(lines, record["source"], record["boot"], weakest, "room_bytes")
         raise LedgerError(f"{where}: {exc} (weakest room {format_size(int(record['room_bytes']))})") from None

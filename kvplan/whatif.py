@@ -37,7 +37,7 @@ from kvplan.capacity import (
 )
 from kvplan.columns import MEASUREMENTS
 from kvplan.drift import Drift, drift_budget
-from kvplan.io import read_vllm_logs
+from kvplan.io import ReadMetadata, read_vllm_logs
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import compatibility_key
 from kvplan.plan import Decision, Evidence, ModelLayout, Policy, decide, layout_spec
@@ -424,7 +424,7 @@ def launch_snapshots(
 
 def read_launch(
     log_dir: str | Path, nvidia_smi: Sequence[str | Path] | None = None
-) -> tuple[pd.DataFrame, dict]:
+) -> tuple[pd.DataFrame, ReadMetadata]:
     """The ledger and reader metadata of a launch's logs, with nvidia-smi snapshots joined when given.
 
     ``log_dir`` is what :func:`kvplan.io.read_vllm_logs` takes (a folder of ``*.log``, a file, a
@@ -436,10 +436,9 @@ def read_launch(
     if nvidia_smi is None:
         nvidia_smi = snapshots_in(log_dir)
     if nvidia_smi:
-        attrs = ledger.attrs
         joined, _ = join_snapshots(ledger, nvidia_smi, warn=False)  # warnings listed with the reader's below
-        metadata = {**metadata, "warnings": [*metadata["warnings"], *joined.attrs.get("warnings", [])]}
-        ledger, ledger.attrs = joined, attrs
+        metadata = metadata.with_warnings(joined.attrs.get("warnings", []))
+        ledger = joined
     return ledger, metadata
 
 

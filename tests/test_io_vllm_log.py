@@ -15,15 +15,25 @@ from hypothesis import strategies as st
 
 from kvplan.columns import LEDGER_COLUMNS
 from kvplan.config import DATA_DIR
-from kvplan.io import LogParseError, read_vllm_log, read_vllm_logs, vllm_lines
-from kvplan.io.vllm_lines import key_values, read_message, split_records
-from kvplan.io.vllm_log import iter_candidate_lines
+from kvplan.io import LogParseError, read_vllm_log, read_vllm_logs
+from kvplan.io.vllm import families, scan, values
+from kvplan.io.vllm.families import read_message
+from kvplan.io.vllm.records import split_records
+from kvplan.io.vllm.values import key_values
 from kvplan.ledger import LedgerError, budget_from_ledger
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR, GiB, MiB
 
 LOGS = TESTS_DATA_DIR / "logs"
 HEAD = "INFO 08-14 14:07:22 [gpu_worker.py:227] "
+
+
+def candidates(stream, **options):
+    """``(line number, raw line)`` of the scan's candidate lines, each checked against its byte offset."""
+    data = stream.getvalue()
+    found = list(scan.iter_candidate_lines(stream, **options))
+    assert all(data[offset:offset + len(raw)] == raw for _number, offset, raw in found)
+    return [(number, raw) for number, _offset, raw in found]
 
 
 def gib(text):
@@ -204,7 +214,7 @@ FAMILIES = [
 
 
 def line_of(family, containing=""):
-    """The one line above that vLLM's family ``family`` (as vllm_lines names it) reads and holds ``containing``."""
+    """The one line above that vLLM's family ``family`` (as kvplan.io.vllm.families names it) reads and holds ``containing``."""
     (line,) = [
         line
         for line, _expected in FAMILIES
@@ -788,9 +798,9 @@ OTHER_LINES = [
 def test_every_family_has_a_sample_line_and_every_sample_line_passes_the_prefilter():
     lines = [line for line, _expected in FAMILIES] + OTHER_LINES
     for line in lines:
-        assert list(iter_candidate_lines(io.BytesIO(line.encode() + b"\n"))) == [(1, line.encode())], line
+        assert candidates(io.BytesIO(line.encode() + b"\n")) == [(1, line.encode())], line
     matched = {fact.family for line in lines for fact in read_message(line)}
-    assert matched == {family for family, *_rest in vllm_lines.FAMILIES}
+    assert matched == {family for family, *_rest in families.FAMILIES}
 
 
 # --- files, folders, globs and the frame ------------------------------------------------------
@@ -825,7 +835,7 @@ def test_small_chunks_give_the_same_ledger(monkeypatch):
     """Lines cut across read blocks are put back together."""
     path = LOGS / "v0.6.6-tp2-three-line.log"
     whole, _ = read_vllm_log(path)
-    monkeypatch.setattr("kvplan.io.vllm_log.CHUNK_BYTES", 37)
+    monkeypatch.setattr("kvplan.io.vllm.scan.CHUNK_BYTES", 37)
     pieces, _ = read_vllm_log(path)
     pd.testing.assert_frame_equal(whole, pieces)
 
@@ -888,8 +898,8 @@ def test_the_prefilter_finds_the_same_lines_whatever_the_chunk_size(lines, last,
     # (falling inside a line, on a newline, or a chunk without any newline) must not change it.
     data = b"".join(lines) + last
     expected = [(number, line) for number, line in enumerate(data.split(b"\n"), start=1)
-                if any(anchor in line for anchor in vllm_lines.ANCHORS)]
-    assert list(iter_candidate_lines(io.BytesIO(data), chunk_bytes=chunk_bytes)) == expected
+                if any(anchor in line for anchor in scan.ANCHORS)]
+    assert candidates(io.BytesIO(data), chunk_bytes=chunk_bytes) == expected
 
 
 # --- the bundled samples (data/boots, inputs in data/README.md) --------------------------------
@@ -1211,7 +1221,7 @@ def test_ranks_whose_lines_ray_deduplicated_are_not_incomplete_and_the_budget_sa
     ],
 )
 def test_the_cuda_graph_mode_as_each_release_prints_it(config, mode):
-    assert vllm_lines.cudagraph_mode(config) == mode
+    assert values.cudagraph_mode(config) == mode
 
 
 @pytest.mark.parametrize(("sample", "mode"), [("four-rank", "FULL_AND_PIECEWISE"), ("v0.10.2", "PIECEWISE")])

@@ -48,8 +48,7 @@ def ledger_of_texts(texts):
     """Several in-memory logs as one ledger, as read_vllm_logs makes of files."""
     frames = [read_vllm_log(text, source=name) for name, text in texts.items()]
     ledger = pd.concat([frame for frame, _ in frames], ignore_index=True)
-    ledger.attrs = {"lines": {k: v for _, meta in frames for k, v in meta["lines"].items()}}
-    return ledger
+    return ledger, {k: v for _, meta in frames for k, v in meta["lines"].items()}
 
 
 def test_four_rank_sample_gives_12_gib_with_rank_2_limiting():
@@ -58,7 +57,7 @@ def test_four_rank_sample_gives_12_gib_with_rank_2_limiting():
     # the sample's rooms are parse_size of 18.8, 17.6, 12.9 and 16.4 GiB (suggested_full, every rank)
     assert ledger["room_bytes"].tolist() == [parse_size(f"{x}GiB") for x in ("18.8", "17.6", "12.9", "16.4")]
     assert ledger["room_source"].tolist() == ["suggestion"] * 4
-    budget = budget_from_ledger(ledger, RESERVE)
+    budget = budget_from_ledger(ledger, RESERVE, lines=meta.lines)
     # min(room − 0.9 GiB) = 12.9 − 0.9 = 12.0 GiB on rank 2
     assert (budget.uniform_budget_bytes, budget.limiting_rank) == (12 * GiB, 2)
 
@@ -95,22 +94,22 @@ def test_cli_ledger_json_csv_and_table(capsys):
 
 
 def test_rank_zero_only_is_refused_unless_assumed_uniform():
-    ledger, _ = read_vllm_log(LOGS / "v0.14.0-tp2-rank0-only.log")
+    ledger, meta = read_vllm_log(LOGS / "v0.14.0-tp2-rank0-only.log")
     with pytest.raises(LedgerError, match=r"rank0-only\.log:7: the logs show the room of local rank 0 only"):
-        budget_from_ledger(ledger, GiB)
-    rooms = room_per_rank(ledger, assume_uniform=True)
+        budget_from_ledger(ledger, GiB, lines=meta.lines)
+    rooms = room_per_rank(ledger, assume_uniform=True, lines=meta.lines)
     assert rooms["room_source"].tolist() == ["available_kv", "assumed_uniform"]
     assert rooms["room_bytes"].tolist() == [parse_size("52.3GiB") - parse_size("0.62GiB")] * 2
 
 
 def test_missing_rank_is_refused_naming_the_file_and_line(tmp_path):
-    ledger, _ = read_vllm_log(boot_text("0.26.0", [20 * GiB, 19 * GiB], tp=4), source="two.log")
+    ledger, meta = read_vllm_log(boot_text("0.26.0", [20 * GiB, 19 * GiB], tp=4), source="two.log")
     with pytest.raises(LedgerError, match=r"two\.log:1: rank\(s\) 2, 3 missing from boot 0: TP × PP × DP = 4 \(two\.log:2\)"):
-        room_per_rank(ledger)
+        room_per_rank(ledger, lines=meta.lines)
 
 
 def test_failed_boot_is_refused_naming_the_error_line():
-    ledger, _ = read_vllm_log(LOGS / "v0.9.2-tp2-oom-then-restart.log")
+    ledger, meta = read_vllm_log(LOGS / "v0.9.2-tp2-oom-then-restart.log")
     # rank 1's own OOM (line 8) comes first; rank 0 only carries the API server's error (line 10), said so
     with pytest.raises(
         LedgerError,
@@ -118,25 +117,24 @@ def test_failed_boot_is_refused_naming_the_error_line():
         r".*restart\.log:10: boot 0 rank 0 did not boot cleanly \(error: not this rank's own failure: "
         r"APIServer failed, at .*restart\.log:10: RuntimeError: Engine core",
     ):
-        budget_from_ledger(ledger, GiB)
+        budget_from_ledger(ledger, GiB, lines=meta.lines)
     good = ledger[ledger["boot"] == 1]
-    good.attrs = ledger.attrs
     # 57.5 − 0.53 GiB (rank 1) − 1 GiB reserve
     assert (
-        budget_from_ledger(good, GiB).uniform_budget_bytes
+        budget_from_ledger(good, GiB, lines=meta.lines).uniform_budget_bytes
         == parse_size("57.5GiB") - parse_size("0.53GiB") - GiB
     )
 
 
 def test_mixed_keys_are_refused_field_by_field():
-    ledger = ledger_of_texts(
+    ledger, lines = ledger_of_texts(
         {
             "a.log": boot_text("0.26.0", [20 * GiB, 19 * GiB]),
             "b.log": boot_text("0.25.0", [20 * GiB, 19 * GiB]),
         }
     )
     with pytest.raises(LedgerError, match=r"vllm_version: '0\.26\.0' in a\.log:1 vs '0\.25\.0' in b\.log:1"):
-        compatibility_key(ledger)
+        compatibility_key(ledger, lines)
 
 
 def test_repeated_boots_take_each_ranks_worst_room_and_show_the_spread():
@@ -145,9 +143,9 @@ def test_repeated_boots_take_each_ranks_worst_room_and_show_the_spread():
         + boot_text("0.26.0", [18 * GiB, 21 * GiB])
         + boot_text("0.26.0", [22 * GiB, 20 * GiB])
     )
-    ledger, _ = read_vllm_log(text, source="r.log")
+    ledger, meta = read_vllm_log(text, source="r.log")
     assert ledger["boot"].tolist() == [0, 0, 1, 1, 2, 2]
-    rooms = room_per_rank(ledger)
+    rooms = room_per_rank(ledger, lines=meta.lines)
     # rank 0: 20, 18, 22 → worst 18 (boot 1), median 20; rank 1: 19, 21, 20 → worst 19 (boot 0)
     assert rooms[
         ["room_bytes", "room_min_bytes", "room_median_bytes", "room_max_bytes", "boots", "boot"]
@@ -157,19 +155,19 @@ def test_repeated_boots_take_each_ranks_worst_room_and_show_the_spread():
     ]
     # init_free of the worst boot: every boot starts with 70.0 GiB free here
     assert rooms["init_free_bytes"].tolist() == [parse_size("70.0GiB")] * 2
-    assert budget_from_ledger(ledger, GiB).uniform_budget_bytes == 17 * GiB  # 18 − 1 on rank 0
+    assert budget_from_ledger(ledger, GiB, lines=meta.lines).uniform_budget_bytes == 17 * GiB  # 18 − 1 on rank 0
 
 
 def test_a_reserve_larger_than_the_room_names_the_file():
-    ledger, _ = read_vllm_log(boot_text("0.26.0", [2 * GiB, 3 * GiB]), source="small.log")
+    ledger, meta = read_vllm_log(boot_text("0.26.0", [2 * GiB, 3 * GiB]), source="small.log")
     with pytest.raises(LedgerError, match=r"small\.log:3: rank 0: reserve"):
-        budget_from_ledger(ledger, 4 * GiB)
+        budget_from_ledger(ledger, 4 * GiB, lines=meta.lines)
 
 
 def test_empty_ledger_is_refused():
-    ledger, _ = read_vllm_log("nothing to see\n")
+    ledger, meta = read_vllm_log("nothing to see\n")
     with pytest.raises(LedgerError, match="empty"):
-        compatibility_key(ledger)
+        compatibility_key(ledger, meta.lines)
 
 
 def test_cli_budget_assume_uniform_on_the_rank0_only_sample(capsys):
@@ -186,9 +184,9 @@ def test_cli_budget_assume_uniform_on_the_rank0_only_sample(capsys):
 
 
 def test_oom_sample_refusal_names_the_oom_rank_first_and_the_engines_error_as_the_engines():
-    ledger, _ = read_vllm_logs(DATA_DIR / "boots" / "oom")
+    ledger, meta = read_vllm_logs(DATA_DIR / "boots" / "oom")
     with pytest.raises(LedgerError) as refused:
-        budget_from_ledger(ledger, RESERVE)
+        budget_from_ledger(ledger, RESERVE, lines=meta.lines)
     first, second = str(refused.value).split("; ", 1)
     # rank 1's own OOM is line 65; rank 0's row holds EngineCore_DP0's RuntimeError of line 84
     assert first.startswith("data/boots/oom/boot.log:65: boot 0 rank 1 did not boot cleanly (oom: ".replace(
@@ -203,10 +201,10 @@ def test_an_oom_after_startup_refuses_the_budget():
         "(Worker_TP2 pid=48604) ERROR 11-24 10:31:02 [core.py:900] torch.OutOfMemoryError: CUDA out of memory. "
         "Tried to allocate 2.00 GiB.\n"
     )
-    ledger, _ = read_vllm_log(text, source="late.log")
+    ledger, meta = read_vllm_log(text, source="late.log")
     with pytest.raises(LedgerError, match=r"^late\.log:88: boot 0 rank 2 did not boot cleanly \(oom: after "
                        r"startup completed, at late\.log:88: torch\.OutOfMemoryError"):
-        budget_from_ledger(ledger, RESERVE)
+        budget_from_ledger(ledger, RESERVE, lines=meta.lines)
 
 
 def debug_and_info_boots():
@@ -237,12 +235,12 @@ def debug_and_info_boots():
 
 
 def test_a_boot_lacking_a_ranks_room_is_refused_rather_than_mixed_with_other_boots():
-    ledger, _ = read_vllm_log(debug_and_info_boots(), source="mix.log")
+    ledger, meta = read_vllm_log(debug_and_info_boots(), source="mix.log")
     # boot 1 (from line 7) has rank 0's room (line 9) only; boot 0's suggestion for rank 1 does not fill in
     with pytest.raises(LedgerError, match=r"^mix\.log:9: the logs show the room of local rank 0 only \(boot 1\); "
                        r"rank\(s\) 1 show none"):
-        budget_from_ledger(ledger, GiB)
-    rooms = room_per_rank(ledger, assume_uniform=True)
+        budget_from_ledger(ledger, GiB, lines=meta.lines)
+    rooms = room_per_rank(ledger, assume_uniform=True, lines=meta.lines)
     # rank 0: 60 (boot 0 suggestion), 40 (boot 1 available KV; 0.23 subtracts the graph estimate first and no
     # pool line exceeds it, so no correction) → worst 40, spread 20; rank 1: 60 own, 40 assumed in boot 1
     assert rooms[["room_bytes", "room_spread_bytes", "boots", "boot"]].values.tolist() == [
@@ -258,23 +256,23 @@ def test_rooms_from_different_evidence_are_named_in_a_warning():
     # rank 0: 20, 18 → 18 from parts (boot 1); rank 1: 19, 21 → 19 from the suggestion (boot 0)
     with pytest.warns(LedgerWarning, match=r"different evidence per rank \(rank 0: parts \(a\.log\); "
                       r"rank 1: suggestion \(a\.log\)\)"):
-        rooms = room_per_rank(frame)
+        rooms = room_per_rank(frame, notes=(notes := []))
     assert rooms["room_bytes"].tolist() == [18 * GiB, 19 * GiB]
-    assert len(rooms.attrs["warnings"]) == 1
+    assert len(notes) == 1
 
 
 def test_a_manual_canary_is_named_not_silently_dropped():
-    ledger, _ = read_vllm_logs(DATA_DIR / "boots" / "drift")
+    ledger, meta = read_vllm_logs(DATA_DIR / "boots" / "drift")
     with pytest.warns(LedgerWarning, match=r"canary\.log:1: boot 0 is a manual-value boot \(--kv-cache-memory-bytes "
                       r"30 GiB\).*`kvplan drift` or `kvplan gate`"):
-        budget = budget_from_ledger(ledger, GiB)
+        budget = budget_from_ledger(ledger, GiB, lines=meta.lines)
     assert budget.uniform_budget_bytes == 30 * GiB  # reference rooms 31 GiB on every rank − 1 GiB
 
 
 def test_a_failed_boot_without_room_is_refused_by_room_per_rank():
-    ledger, _ = read_vllm_log(LOGS / "v0.9.2-tp2-oom-then-restart.log", source="r.log")
+    ledger, meta = read_vllm_log(LOGS / "v0.9.2-tp2-oom-then-restart.log", source="r.log")
     with pytest.raises(LedgerError, match=r"^r\.log:1: boot 0 shows no room on any rank \(rank 0 error, rank 1 oom\)"):
-        room_per_rank(ledger)
+        room_per_rank(ledger, lines=meta.lines)
 
 
 V019 = DATA_DIR / "boots" / "v0.19-debug" / "boot.log"
@@ -287,15 +285,15 @@ def without_key_lines(text):
 
 
 def test_logs_without_model_or_layout_refuse_a_budget_and_do_not_merge():
-    nokey, _ = read_vllm_log(without_key_lines(V019.read_text()), source="nokey.log")
+    nokey, nokey_meta = read_vllm_log(without_key_lines(V019.read_text()), source="nokey.log")
     with pytest.raises(LedgerError, match=r"^nokey\.log: the logs do not show model, tensor_parallel_size, "
                        r"pipeline_parallel_size, data_parallel_size"):
-        budget_from_ledger(nokey, GiB)
-    reference, _ = read_vllm_log(DATA_DIR / "boots" / "drift" / "reference.log", source="ref.log")
+        budget_from_ledger(nokey, GiB, lines=nokey_meta.lines)
+    reference, reference_meta = read_vllm_log(DATA_DIR / "boots" / "drift" / "reference.log", source="ref.log")
     merged = pd.concat([reference, nokey], ignore_index=True)
-    merged.attrs = {"lines": {**reference.attrs["lines"], **nokey.attrs["lines"]}}
+    lines = {**reference_meta.lines, **nokey_meta.lines}
     with pytest.raises(LedgerError, match=r"model: '.*' shown, but not logged in nokey\.log boot 0 \(nokey\.log:\d+\)"):
-        compatibility_key(merged)
+        compatibility_key(merged, lines)
 
 
 def test_non_default_args_without_a_size_mean_size_one():

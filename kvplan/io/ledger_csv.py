@@ -1,6 +1,6 @@
 """Read a ledger CSV: what ``kvplan ledger --csv`` writes, or a planner's hand-made table of rooms.
 
-Returns ``(ledger, metadata)`` in the shape of :func:`kvplan.io.vllm_log.read_vllm_log`: the ledger has
+Returns ``(ledger, metadata)`` in the shape of :func:`kvplan.io.vllm.read_vllm_log`: the ledger has
 every column of :data:`~kvplan.columns.LEDGER_COLUMNS` in glossary order with the same nullable dtypes
 (bytes ``Int64``), so the CSV ``kvplan ledger --csv`` writes reads back to the very same ledger. A CSV may
 hold any subset of the glossary's columns; the rules:
@@ -20,7 +20,7 @@ hold any subset of the glossary's columns; the rules:
   ``incomplete`` otherwise, with a warning saying that the CSV states no outcome.
 
 Every value keeps its provenance: the CSV file, the CSV line (of the row's first line) and that line as
-written. ``ledger.attrs["lines"]`` (what refusals quote as ``file:line``) holds the CSV lines only for
+written. ``metadata.lines`` (what refusals quote as ``file:line``) holds the CSV lines only for
 rows whose ``source`` is the CSV itself: a row that names another file (a log ``kvplan ledger --csv``
 read) keeps no line, since a CSV line number is not a line of that log.
 """
@@ -37,16 +37,19 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvplan.columns import BYTES_COLUMNS, KEY_COLUMNS, LEDGER_COLUMNS, OUTCOMES, ROOM_SOURCES
-from kvplan.io.vllm_log import (
+from kvplan.columns import (
     BOOL_COLUMNS,
+    BYTES_COLUMNS,
     FLOAT_COLUMNS,
     INT_COLUMNS,
-    PROVENANCE_COLUMNS,
-    EvidenceLines,
-    ledger_frame,
-    room_evidence,
+    KEY_COLUMNS,
+    LEDGER_COLUMNS,
+    OUTCOMES,
+    ROOM_SOURCES,
 )
+from kvplan.io.ledger_frame import ledger_frame
+from kvplan.io.metadata import EvidenceLines, ReadMetadata, place_note
+from kvplan.io.room import room_evidence
 from kvplan.releases import version_tuple
 from kvplan.units import parse_size
 
@@ -64,7 +67,7 @@ class LedgerCsvError(ValueError):
     """A ledger CSV that cannot be read; the one-line message names the file and the line or column."""
 
 
-def read_ledger_csv(path: str | os.PathLike, source: str | None = None) -> tuple[pd.DataFrame, dict]:
+def read_ledger_csv(path: str | os.PathLike, source: str | None = None) -> tuple[pd.DataFrame, ReadMetadata]:
     """The ledger of one ledger CSV and its metadata (``warnings``, ``provenance``, ``boots``, ``lines``).
 
     ``source`` names the file in messages and provenance and is the default of the ``source`` column
@@ -225,32 +228,31 @@ class _Rows:
         room = room_evidence(values, rank, flags, origin, self.name, self.warnings)
         if room is None:
             if stated is not None:
-                self.warnings.append(f"{self.name}:{line}: rank {rank}: room_source {stated!r} is stated but "
-                                     "the row gives no room_bytes and not the parts to compute it")
+                self.warnings.append(place_note(
+                    "room-source-without-room", self.name, line,
+                    f"rank {rank}: room_source {stated!r} is stated "
+                    "but the row gives no room_bytes and not the parts to compute it"))
                 values.pop("room_source")
                 read.remove("room_source")
             return
         values["room_bytes"], values["room_source"] = room[0], room[1]
         if stated is not None and stated != room[1]:
-            self.warnings.append(f"{self.name}:{line}: rank {rank}: room_source {stated!r} is stated, but "
-                                 f"the room was computed from {room[1]}")
+            self.warnings.append(place_note(
+                "room-source-differs", self.name, line, f"rank {rank}: room_source {stated!r} is stated, but "
+                f"the room was computed from {room[1]}"))
         read += [column for column in ("room_bytes", "room_source") if column not in read]
 
-    def finish(self, total_lines: int) -> tuple[pd.DataFrame, dict]:
+    def finish(self, total_lines: int) -> tuple[pd.DataFrame, ReadMetadata]:
         if self.no_outcome:
             count = len(self.no_outcome)
             listing = ", ".join(map(str, self.no_outcome[:8])) + (", …" if count > 8 else "")
-            self.warnings.append(
-                f"{self.name}:{self.no_outcome[0]}: the CSV states no outcome for {count} row(s) "
+            self.warnings.append(place_note(
+                "csv-no-outcome", self.name, self.no_outcome[0],
+                f"the CSV states no outcome for {count} row(s) "
                 f"(line(s) {listing}): a row with a room is taken as ok (the rank booted), one without as "
                 "incomplete; add an 'outcome' column (ok, oom, error, incomplete) to state it"
-            )
+            ))
         ledger = ledger_frame(self.rows)
-        provenance = pd.DataFrame(self.provenance, columns=PROVENANCE_COLUMNS)
-        for column in ("line", "boot", "rank"):
-            provenance[column] = provenance[column].astype("Int64")
-        lines = EvidenceLines(self.lines)
-        ledger.attrs = {"lines": lines}
         boots = [
             {
                 "source": source,
@@ -264,13 +266,14 @@ class _Rows:
             }
             for (source, boot), info in self.boots.items()
         ]
-        return ledger, {
-            "warnings": self.warnings,
-            "provenance": provenance,
-            "boots": boots,
-            "lines": lines,
-            "total_lines": total_lines,
-        }
+        return ledger, ReadMetadata(
+            sources=(self.name,),
+            warnings=tuple(self.warnings),
+            lines=EvidenceLines(self.lines),
+            boots=tuple(boots),
+            provenance_rows=tuple(self.provenance),
+            total_lines=total_lines,
+        )
 
 
 def _rank(row: dict) -> int:

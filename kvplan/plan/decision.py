@@ -130,7 +130,7 @@ def decide(
     """
     evidence = logs if isinstance(logs, Evidence) else read_evidence(logs, snapshots)
     ledger = evidence.ledger
-    key = compatibility_key(ledger) if evidence.rooms is None else {}
+    key = compatibility_key(ledger, evidence.lines) if evidence.rooms is None else {}
     spec = layout_spec(layout, key) if layout is not None else None
     block = spec.block_bytes if spec is not None else block_bytes
     notes: list[str] = []
@@ -140,10 +140,10 @@ def decide(
         ref_free: tuple[int | None, ...] = (None,) * len(budget.ranks)
         sources: tuple[str | None, ...] = ("given",) * len(budget.ranks)
     else:
-        refuse_failed_boots(ledger)
-        rooms = room_per_rank(ledger, assume_uniform=policy.assume_uniform)
-        notes += rooms.attrs.get("warnings", [])
-        budget = budget_from_rooms(ledger, rooms, policy.reserve_bytes, block_bytes=block)
+        refuse_failed_boots(ledger, evidence.lines)
+        rooms = room_per_rank(ledger, assume_uniform=policy.assume_uniform, lines=evidence.lines, notes=notes)
+        budget = budget_from_rooms(ledger, rooms, policy.reserve_bytes, block_bytes=block,
+                                   lines=evidence.lines)
         ref_free = reference_free_bytes(ledger, rooms)
         sources = tuple(None if not is_known(s) else str(s) for s in rooms["room_source"])
         notes += _decision_notes(rooms, budget, key)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
-from kvplan.io.vllm_log import read_vllm_log, read_vllm_logs
+from kvplan.io.vllm import read_vllm_log, read_vllm_logs
 
 STARTUP_LINES = ("vLLM startup lines such as 'Free memory on device (…) on startup', 'Available KV cache "
                  "memory: … GiB' or 'GPU KV cache size: N tokens'")
@@ -40,6 +40,8 @@ class Evidence:
     provenance: pd.DataFrame = field(default_factory=pd.DataFrame)
     warnings: tuple[str, ...] = ()
     rooms: tuple[int, ...] | None = None
+    #: the readers' line index (:attr:`kvplan.io.metadata.ReadMetadata.lines`) refusals quote
+    lines: Mapping = field(default_factory=dict)
 
 
 def given_rooms(room_bytes: Sequence[int]) -> Evidence:
@@ -70,16 +72,16 @@ def read_evidence(
     """
     if isinstance(logs, (str, os.PathLike)) or not all(isinstance(item, tuple) for item in logs):
         ledger, metadata = read_vllm_logs(logs)
-        names = [str(path) for path in metadata["files"]]
-        warnings, provenance = list(metadata["warnings"]), metadata["provenance"]
+        names = list(metadata.sources)
+        warnings, provenance, lines = list(metadata["warnings"]), metadata["provenance"], metadata.lines
     else:
-        ledger, warnings, provenance = _read_named(logs)
+        ledger, warnings, provenance, lines = _read_named(logs)
         names = [name for _, name in logs]
     require_boot(ledger, names)
     if snapshots:
         ledger, joined = _join_named(ledger, [_pair(item) for item in snapshots])
         warnings += joined
-    return Evidence(ledger=ledger, provenance=provenance, warnings=tuple(warnings))
+    return Evidence(ledger=ledger, provenance=provenance, warnings=tuple(warnings), lines=lines)
 
 
 def _pair(item: str | os.PathLike | tuple[str | os.PathLike, str]) -> tuple[Path, str]:
@@ -88,16 +90,17 @@ def _pair(item: str | os.PathLike | tuple[str | os.PathLike, str]) -> tuple[Path
 
 def _read_named(
     logs: Sequence[tuple[str | os.PathLike, str]],
-) -> tuple[pd.DataFrame, list[str], pd.DataFrame]:
-    ledgers, warnings, provenance = [], [], []
+) -> tuple[pd.DataFrame, list[str], pd.DataFrame, dict]:
+    ledgers, warnings, provenance, lines = [], [], [], {}
     for path, name in logs:
         ledger, metadata = read_vllm_log(Path(path), source=name)
         ledgers.append(ledger)
         warnings += list(metadata["warnings"])
         provenance.append(metadata["provenance"])
+        lines.update(metadata.lines)
     if not ledgers:
         raise InputFileError("no log files: a decision needs the logs of at least one profiled boot")
-    return pd.concat(ledgers, ignore_index=True), warnings, pd.concat(provenance, ignore_index=True)
+    return pd.concat(ledgers, ignore_index=True), warnings, pd.concat(provenance, ignore_index=True), lines
 
 
 def _join_named(
@@ -110,7 +113,6 @@ def _join_named(
     except NvidiaSmiError as exc:
         raise NvidiaSmiError(renamed(str(exc), names)) from exc
     warnings = [renamed(warning, names) for warning in joined.attrs.get("warnings", [])]
-    joined.attrs = dict(ledger.attrs)
     return joined, warnings
 
 

@@ -1,0 +1,41 @@
+"""Ledger rows (dicts) into the ledger DataFrame: the glossary's columns, order and nullable dtypes.
+
+Both readers (vLLM logs, ledger CSVs) build their frame here, so a ledger reads back alike from
+either.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from kvplan.columns import BOOL_COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, LEDGER_COLUMNS
+
+
+def missing(value: object) -> bool:
+    """True for a value the ledger stores as ``NA``: None, ``pd.NA`` or NaN.
+
+    >>> missing(None), missing(pd.NA), missing(float("nan")), missing(0)
+    (True, True, True, False)
+    """
+    return value is None or value is pd.NA or (isinstance(value, float) and value != value)
+
+
+def ledger_frame(rows: list[dict]) -> pd.DataFrame:
+    """Rows → ledger with the glossary's columns, order and nullable dtypes.
+
+    >>> frame = ledger_frame([{"rank": 0, "room_bytes": 12, "outcome": "ok"}])
+    >>> frame.loc[0, "room_bytes"], str(frame["room_bytes"].dtype), frame["model"].isna().all()
+    (np.int64(12), 'Int64', np.True_)
+    """
+    data = {}
+    for column in LEDGER_COLUMNS:
+        values = [None if missing(row.get(column)) else row.get(column) for row in rows]
+        if column in INT_COLUMNS:
+            data[column] = pd.array(values, dtype="Int64")
+        elif column in FLOAT_COLUMNS:
+            data[column] = pd.array(values, dtype="Float64")
+        elif column in BOOL_COLUMNS:
+            data[column] = pd.array(values, dtype="boolean")
+        else:
+            data[column] = pd.array([None if v is None else str(v) for v in values], dtype="string")
+    return pd.DataFrame(data, columns=LEDGER_COLUMNS)

@@ -1,0 +1,192 @@
+"""What a reader returns beside its frame: every ``read_*`` returns ``(frame, ReadMetadata)``.
+
+:class:`ReadMetadata` is one small frozen record for every source (vLLM logs, ledger CSVs,
+nvidia-smi snapshots, load evidence): the files read, the warnings (:class:`kvplan.notes.Note`, each
+with its code, file and line), the provenance of every value, the line index refusals quote as
+``file:line`` (:class:`EvidenceLines`), the boots found and the kind of snapshot. It replaces
+``DataFrame.attrs``, which pandas drops or copies at will. Fields a reader has nothing for stay empty.
+
+Provenance is kept compactly (file, line number, byte offset) and the raw line text is read back
+from the file only when :attr:`ReadMetadata.provenance` is asked for (evidence bundles, ``--json``), so
+memory grows with the number of values, not with the log text.
+
+For code written against the earlier ``dict`` metadata, ``metadata["warnings"]`` (and the other
+field names) still reads a field, sequences as lists.
+
+>>> cut = Note("a.log:3: cut", code="cut", file="a.log", line=3)
+>>> meta = ReadMetadata(sources=("a.log",), warnings=(cut,))
+>>> meta["warnings"], meta.warnings[0].code, meta.kind
+(['a.log:3: cut'], 'cut', None)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import pandas as pd
+
+from kvplan.notes import Note
+
+#: Columns of :attr:`ReadMetadata.provenance`: one row per value read.
+PROVENANCE_COLUMNS = ["source", "line", "boot", "rank", "column", "value", "raw"]
+
+
+class EvidenceLines(Mapping):
+    """Read-only ``(source, boot, rank, column) → line`` of the room, outcome and key values.
+
+    Rank ``-1`` stands for boot-level key fields, and column ``boot`` for the boot's first line, so
+    that refusals can name the line.
+
+    >>> EvidenceLines({("a.log", 0, 2, "outcome"): 65})[("a.log", 0, 2, "outcome")]
+    65
+    """
+
+    def __init__(self, items: Iterable | Mapping = ()) -> None:
+        self._lines = dict(items)
+
+    def __getitem__(self, key: tuple) -> int:
+        return self._lines[key]
+
+    def __iter__(self) -> Iterator[tuple]:
+        return iter(self._lines)
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+
+@dataclass(frozen=True)
+class RawLines:
+    """Where raw lines can be read back: ``source → (path or bytes, line end)`` of each file read.
+
+    A provenance row's ``raw`` is either the text itself (a CSV line, "default of vLLM 0.26") or an
+    ``int`` byte offset into its source, read back here on demand, one line (``\\r`` progress updates
+    included, as the reader saw it; ``\\r`` itself ends the line of a CR-only file).
+
+    >>> RawLines({"<text>": (b"one\\ntwo\\n", b"\\n")}).line("<text>", 4)
+    'two'
+    """
+
+    files: Mapping[str, tuple[object, bytes]] = field(default_factory=dict)
+
+    def line(self, source: str, offset: int) -> str:
+        """The line of ``source`` that starts at byte ``offset``, decoded, without its line end."""
+        where, end = self.files.get(source, (None, b"\n"))
+        if where is None:
+            return ""
+        if isinstance(where, (bytes, bytearray)):
+            stop = where.find(end, offset)
+            data = bytes(where[offset : stop if stop != -1 else len(where)])
+        else:
+            with open(where, "rb") as stream:
+                stream.seek(offset)
+                data = _read_to(stream, end)
+        return data.decode("utf-8", "replace")
+
+
+def _read_to(stream, end: bytes, block: int = 1 << 16) -> bytes:
+    """Bytes from the stream's position up to (without) ``end`` or the end of the file."""
+    parts = []
+    while True:
+        data = stream.read(block)
+        stop = data.find(end)
+        if stop != -1 or not data:
+            parts.append(data[:stop] if stop != -1 else data)
+            return b"".join(parts)
+        parts.append(data)
+
+
+@dataclass(frozen=True, eq=False)
+class ReadMetadata:
+    """What came with a frame: sources, warnings, provenance, line index, boots, kind.
+
+    ``provenance_rows`` are tuples in :data:`PROVENANCE_COLUMNS` order whose ``raw`` may be a byte
+    offset (see :class:`RawLines`); :attr:`provenance` is them as a DataFrame with the text read back.
+    ``total_lines`` counts the lines of a single file read (None when several were); ``kind`` names
+    the kind of snapshot (nvidia-smi's ``"gpus"`` or ``"apps"``).
+    """
+
+    sources: tuple[str, ...] = ()
+    warnings: tuple[Note, ...] = ()
+    lines: EvidenceLines = field(default_factory=EvidenceLines)
+    boots: tuple[dict, ...] = ()
+    provenance_rows: tuple[tuple, ...] = ()
+    raw_lines: RawLines = field(default_factory=RawLines)
+    total_lines: int | None = None
+    kind: str | None = None
+
+    @cached_property
+    def provenance(self) -> pd.DataFrame:
+        """One row per value: source, line, boot, rank, column, value and the raw line as logged."""
+        rows = [
+            (*row[:6], self.raw_lines.line(row[0], row[6]) if isinstance(row[6], int) else row[6])
+            for row in self.provenance_rows
+        ]
+        frame = pd.DataFrame(rows, columns=PROVENANCE_COLUMNS)
+        for column in ("line", "boot", "rank"):
+            frame[column] = frame[column].astype("Int64")
+        return frame
+
+    def __getitem__(self, name: str) -> object:
+        if name not in _FIELDS and name != "provenance":
+            raise KeyError(name)
+        value = getattr(self, name)
+        return list(value) if isinstance(value, tuple) else value
+
+    def get(self, name: str, default: object = None) -> object:
+        """A field by name, as ``metadata[name]``; ``default`` for a name that is no field."""
+        try:
+            return self[name]
+        except KeyError:
+            return default
+
+    def with_warnings(self, notes: Iterable[str]) -> ReadMetadata:
+        """The same metadata with ``notes`` added after its own warnings."""
+        return dataclasses.replace(self, warnings=(*self.warnings, *(_note(text) for text in notes)))
+
+
+_FIELDS = frozenset(f.name for f in dataclasses.fields(ReadMetadata))
+
+
+def _note(text: str) -> Note:
+    return text if isinstance(text, Note) else Note(text)
+
+
+def merge_metadata(parts: Sequence[ReadMetadata]) -> ReadMetadata:
+    """The metadata of several reads in order: sources, warnings, lines, boots and provenance joined.
+
+    >>> a = ReadMetadata(sources=("a.log",), lines=EvidenceLines({("a.log", 0, 0, "outcome"): 9}))
+    >>> b = ReadMetadata(sources=("b.log",), warnings=(Note("b.log: empty"),))
+    >>> merged = merge_metadata([a, b])
+    >>> merged.sources, merged["warnings"], dict(merged.lines)
+    (('a.log', 'b.log'), ['b.log: empty'], {('a.log', 0, 0, 'outcome'): 9})
+    """
+    if len(parts) == 1:
+        return dataclasses.replace(parts[0], total_lines=None)
+    files: dict[str, object] = {}
+    lines: dict = {}
+    for part in parts:
+        files.update(part.raw_lines.files)
+        lines.update(part.lines)
+    return ReadMetadata(
+        sources=tuple(source for part in parts for source in part.sources),
+        warnings=tuple(note for part in parts for note in part.warnings),
+        lines=EvidenceLines(lines),
+        boots=tuple(boot for part in parts for boot in part.boots),
+        provenance_rows=tuple(row for part in parts for row in part.provenance_rows),
+        raw_lines=RawLines(files),
+        kind=next((part.kind for part in parts if part.kind), None),
+    )
+
+
+def place_note(code: str, source: str, line: int | None, text: str) -> Note:
+    """A warning of kind ``code`` at ``source:line`` (``source`` alone when the line is None).
+
+    >>> note = place_note("cut-mid-line", "a.log", 6, "the file ends mid-line")
+    >>> str(note), note.code, note.file, note.line
+    ('a.log:6: the file ends mid-line', 'cut-mid-line', 'a.log', 6)
+    """
+    where = f"{source}:{line}" if line is not None else f"{source}"
+    return Note(f"{where}: {text}", code=code, file=source, line=line)

@@ -1,0 +1,113 @@
+"""The room of a rank, best evidence first, and the warnings about where rooms came from."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from kvplan.columns import world_size
+from kvplan.io.metadata import place_note
+from kvplan.releases import rank0_only_advice
+from kvplan.units import MiB
+
+
+class BootPlace(Protocol):
+    """Where a boot is: its index in the file, its first line, its Ray-collapsed lines."""
+
+    index: int
+    first_line: int
+    ray_repeats: list
+
+
+#: vLLM's ``redundancy_buffer_memory`` in the suggestion arithmetic.
+SUGGESTION_BUFFER_BYTES = 150 * MiB
+
+
+def room_evidence(
+    values: dict, rank: int, flags: dict, origin: dict, source: str, warnings: list
+) -> tuple[int, str, tuple] | None:
+    """``(room_bytes, room_source, (line, raw))`` for one rank, best evidence first."""
+    if values.get("suggested_full_bytes") is not None:
+        return values["suggested_full_bytes"], "suggestion", origin[(rank, "suggested_full_bytes")]
+    graph, estimate = values.get("cuda_graph_bytes"), values.get("cuda_graph_estimate_bytes")
+    if values.get("available_kv_bytes") is not None:
+        if flags["estimate_applied"]:
+            correction = max(0, graph - estimate) if graph is not None and estimate is not None else 0
+        elif flags["eager"]:
+            correction = 0
+        else:
+            correction = None if graph is None else max(0, graph)
+        if correction is not None:
+            return (
+                values["available_kv_bytes"] - correction,
+                "available_kv",
+                origin[(rank, "available_kv_bytes")],
+            )
+        line = origin[(rank, "available_kv_bytes")][0]
+        if values.get("outcome") in ("ok", "incomplete"):
+            warnings.append(place_note(
+                "available-kv-not-room", source, line,
+                f"rank {rank}: 'Available KV cache memory' is not used as room: "
+                "CUDA graphs are captured after it and the log shows no 'Graph capturing finished … "
+                "took X GiB' for this rank"
+            ))
+    parts = [
+        values.get(name)
+        for name in ("init_free_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes")
+    ]
+    graph_bytes = graph if graph is not None else estimate
+    if graph_bytes is None and flags["eager"]:
+        graph_bytes = 0
+    if None in parts or graph_bytes is None:
+        return None
+    init_free, weights, activation, non_torch = parts
+    room = init_free - (weights + activation + non_torch + max(0, graph_bytes)) - SUGGESTION_BUFFER_BYTES
+    return room, "parts", origin[(rank, "init_free_bytes")]
+
+
+def boot_room_warnings(
+    rows: dict, key: dict, flags: dict, source: str, boot: BootPlace, origin: dict, warnings: list
+) -> None:
+    version = flags["version"]
+    sources = {rank: values.get("room_source") for rank, values in rows.items()}
+    known = {rank: src for rank, src in sources.items() if src is not None}
+    first = boot.first_line
+    if len(set(known.values())) > 1:
+        listing = ", ".join(f"rank {rank}: {src}" for rank, src in sorted(known.items()))
+        warnings.append(place_note(
+            "room-sources-differ", source, first,
+            f"boot {boot.index}: room comes from different evidence per rank "
+            f"({listing}); compare with care"
+        ))
+    world = world_size(key) or len(rows)
+    lacking = [rank for rank in range(max(world, len(rows))) if rank not in known]
+    if lacking and boot.ray_repeats:
+        warnings.append(place_note(
+            "ray-dedup-no-room", source, boot.ray_repeats[0], f"boot {boot.index}: rank(s) "
+            f"{', '.join(str(rank) for rank in lacking)} show no room of their own: Ray deduplicated their "
+            "lines into other workers' '[repeated Nx across cluster]' lines (each value shown stays on the "
+            "pid that printed it). Rerun with RAY_DEDUP_LOGS=0 for per-rank numbers."
+        ))
+    elif known and lacking and set(known.values()) == {"available_kv"}:
+        line = origin.get((min(known), "room_bytes"), (first,))[0]
+        warnings.append(place_note(
+            "rank0-only-room", source, line, f"boot {boot.index}: this log shows the room of rank(s) "
+            f"{', '.join(str(rank) for rank in sorted(known))} only; rank(s) "
+            f"{', '.join(str(rank) for rank in lacking)} show none. {rank0_only_advice(version, False)}."
+        ))
+    double = version is not None and ((0, 18) <= version < (0, 19) or version >= (0, 27))
+    if (
+        double
+        and flags["estimate_applied"]
+        and any(
+            values.get("room_source") == "suggestion" and (values.get("cuda_graph_bytes") or 0) > 0
+            for values in rows.values()
+        )
+    ):
+        warnings.append(place_note(
+            "graph-counted-twice", source, first,
+            f"boot {boot.index}: vLLM {key['vllm_version']} counts CUDA-graph memory "
+            "twice in "
+            "its --kv-cache-memory suggestion (vllm#57936): the room shown is lower than the GPU really has "
+            "(conservative)"
+        ))
+

@@ -1,0 +1,174 @@
+"""Candidate lines into boots: facts per record, a new boot at each restart, configuration by trust.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pandas as pd
+
+from kvplan.io.vllm.families import read_message
+from kvplan.io.vllm.handlers import Fact
+from kvplan.io.vllm.records import Record, split_records
+from kvplan.io.vllm.values import CONFIG_NAMES
+from kvplan.notes import Note
+
+KV_SIZED_COLUMNS = (
+    "available_kv_bytes",
+    "suggested_full_bytes",
+    "manual_kv_bytes",
+    "kv_in_use_bytes",
+    "num_gpu_blocks",
+    "kv_cache_tokens",
+)
+#: Where a configuration value came from, most trusted first.
+CONFIG_PRIORITY = {
+    "version": 0,
+    "engine_config": 1,
+    "non_default_args": 2,
+    "namespace_args": 2,
+    "block_size": 3,
+    "rank": 4,
+    "engine": 4,
+}
+
+
+@dataclass
+class Event:
+    """One fact of a boot: its line, the raw line (byte offset, or the text), who printed it, what it says."""
+
+    line: int
+    raw: int | str
+    key: tuple | None
+    family: str
+    scope: str
+    values: dict
+    level: str | None
+
+
+@dataclass
+class Boot:
+    """One boot's facts as read so far: configuration, events, process names, flags, warnings."""
+
+    index: int
+    first_line: int
+    last_line: int = 0
+    config: dict = field(default_factory=dict)
+    events: list = field(default_factory=list)
+    names: dict = field(default_factory=lambda: defaultdict(list))
+    config_printers: set = field(default_factory=set)
+    flags: dict = field(default_factory=dict)
+    kv_reached: bool = False
+    warnings: list = field(default_factory=list)
+    #: lines where Ray collapsed KV-sizing lines of several workers into one ([repeated Nx across cluster])
+    ray_repeats: list = field(default_factory=list)
+
+
+class BootSplitter:
+    """Turns candidate lines into boots, handing each finished boot to ``close`` (a restart, or the end).
+
+    ``raw`` of each line is what provenance keeps of it: its byte offset (read back on demand) or
+    its text.
+    """
+
+    def __init__(self, source: str, close: Callable[[Boot], None]) -> None:
+        self.source = source
+        self.close = close
+        self.boot = Boot(0, 1)
+
+    def line(self, number: int, raw: int | str, text: str) -> None:
+        """Read one physical line (number from 1)."""
+        for record in split_records(text):
+            for fact in read_message(record.message):
+                self._fact(number, raw, record, fact)
+
+    def finish(self) -> None:
+        """Close the last boot."""
+        self._close()
+
+    def _fact(self, number: int, raw: int | str, record: Record, fact: Fact) -> None:
+        key = None if record.pid is None else (record.pid, record.ip)
+        if fact.scope == "config":
+            self._maybe_new_boot(number, fact.family, key)
+        boot = self.boot
+        boot.last_line = number
+        if record.repeated:
+            boot.warnings.append(Note(
+                f"{self.source}:{number}: Ray collapsed {record.repeated} similar lines from other workers "
+                "into this one ([repeated Nx across cluster]); their values are lost. Set RAY_DEDUP_LOGS=0.",
+                code="ray-collapsed", file=self.source, line=number,
+            ))
+        if key is not None and record.process not in boot.names[key]:
+            boot.names[key].append(record.process)
+        if fact.scope == "config":
+            if fact.family == "engine_config":
+                boot.config_printers.add(key)
+                boot.flags.setdefault("v1", fact.values.get("_v1"))
+            self._config(number, raw, fact.family, fact.values)
+            return
+        if fact.scope == "outcome" and record.level in ("DEBUG", "INFO", "WARNING"):
+            return
+        if fact.scope == "flag":
+            for name, value in fact.values.items():
+                boot.flags.setdefault(name, (value, number))
+            return
+        if fact.scope in ("rank", "engine", "outcome") and _sizes_kv(fact):
+            boot.kv_reached = True
+            if record.repeated and fact.scope == "rank":
+                boot.ray_repeats.append(number)
+        boot.events.append(Event(number, raw, key, fact.family, fact.scope, fact.values, record.level))
+
+    def _maybe_new_boot(self, number: int, family: str, key: tuple | None) -> None:
+        boot = self.boot
+        seen = {name for name, (_v, _l, _r, origin) in boot.config.items() if origin == family}
+        if family == "version":
+            start = bool(boot.events) or bool(boot.config_printers) or "vllm_version" in seen
+        elif family in ("non_default_args", "namespace_args"):
+            start = bool(boot.events) or bool(boot.config_printers) or bool(seen)
+        elif family == "engine_config":
+            start = boot.kv_reached or "startup_done" in boot.flags or key in boot.config_printers
+        else:
+            start = False
+        if start:
+            self._close()
+            self.boot = Boot(boot.index + 1, number)
+
+    def _config(self, number: int, raw: int | str, family: str, values: dict) -> None:
+        config = self.boot.config
+        for name, value in values.items():
+            column = CONFIG_NAMES.get(name)
+            if column is None:
+                continue
+            priority = CONFIG_PRIORITY[family]
+            if column not in config or CONFIG_PRIORITY[config[column][3]] > priority:
+                config[column] = (_config_value(column, value), number, raw, family)
+
+    def _close(self) -> None:
+        boot = self.boot
+        if boot.events or boot.config:
+            self.close(boot)
+
+
+def _sizes_kv(fact: Fact) -> bool:
+    return fact.scope == "outcome" or any(name in KV_SIZED_COLUMNS for name in fact.values)
+
+
+def _config_value(column: str, value: object) -> object:
+    if value is None or (isinstance(value, str) and value in ("None", "")):
+        return pd.NA
+    if column in ("max_model_len", "block_size") or column.endswith("_parallel_size"):
+        try:
+            return int(value)
+        except (TypeError, ValueError):
+            return pd.NA
+    if column == "gpu_memory_utilization":
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return pd.NA
+    if column == "enforce_eager":
+        return value if isinstance(value, bool) else str(value) == "True"
+    return str(value)
+

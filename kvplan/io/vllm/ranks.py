@@ -1,0 +1,189 @@
+"""Which rank printed a line: process prefixes, rank-assignment lines, V0 and Ray workers without one.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kvplan.columns import world_size
+from kvplan.io.ledger_frame import missing
+from kvplan.io.metadata import place_note
+from kvplan.io.vllm.boots import Boot
+
+_FRONTEND_RE = re.compile(r"(?:APIServer|ApiServer|DPSupervisor|MainProcess|DPCoordinator)\w*")
+_ENGINE_RE = re.compile(r"(?:EngineCore|DPEngineCoreActor)(?:_DP(\d+)|_(\d+))?")
+_WORKER_RE = re.compile(r"(?:Worker|VllmWorker)((?:[ _](?:DP|PP|PCP|TP|DCP|EP)\d+)*)")
+_GROUP_RE = re.compile(r"(DP|PP|PCP|TP|DCP|EP)(\d+)")
+#: Ray's name for a vLLM worker actor (V0 and V1): ``(RayWorkerWrapper pid=N, ip=A.B.C.D)``.
+RAY_WORKER_RE = re.compile(r"RayWorker\w*")
+
+
+def key_size(key: dict, name: str) -> int | None:
+    value = key.get(name)
+    return None if missing(value) else int(value)
+
+
+def _rank_from_name(name: str, key: dict) -> dict:
+    """Rank and group ranks from a process prefix name (``Worker_PP1_TP0``, ``VllmWorker rank=2``)."""
+    match = re.fullmatch(r"VllmWorker rank=(\d+)", name)
+    if match:
+        return {"rank": int(match.group(1))}
+    match = _WORKER_RE.fullmatch(name)
+    if (
+        match is None
+        or name in ("Worker",)
+        or (
+            name == "VllmWorker"
+            and (key_size(key, "tensor_parallel_size") or 1) * (key_size(key, "pipeline_parallel_size") or 1)
+            != 1
+        )
+    ):
+        return {}
+    groups = {group: int(index) for group, index in _GROUP_RE.findall(match.group(1))}
+    tp, pp, dp = groups.get("TP", 0), groups.get("PP", 0), groups.get("DP", 0)
+    pcp = groups.get("PCP", 0)
+    tp_size, pp_size = key_size(key, "tensor_parallel_size"), key_size(key, "pipeline_parallel_size")
+    info = {"tp_rank": tp, "pp_rank": pp, "dp_rank": dp}
+    if pp == pcp == dp == 0:
+        info["rank"] = tp
+    elif tp_size is not None and (pcp == 0 or "PCP" in groups) and (dp == 0 or pp_size is not None):
+        pcp_size = 1 if pcp == 0 else None
+        if pcp_size is not None:
+            info["rank"] = tp + tp_size * (pp + (pp_size or 1) * dp)
+    return info
+
+
+def attribute(boot: Boot, key: dict, version: tuple | None, source: str, warnings: list) -> dict:
+    """Process identity ``(pid, ip)`` (None: no prefix) → rank, group ranks, roles."""
+    world = world_size(key)
+    tp_pp = None
+    tp_size, pp_size = key_size(key, "tensor_parallel_size"), key_size(key, "pipeline_parallel_size")
+    if tp_size is not None and pp_size is not None:
+        tp_pp = tp_size * pp_size
+    assigned: dict = {}
+    for event in boot.events:
+        if event.scope == "assign" and event.key is not None:
+            assigned[event.key] = event.values
+    all_names = {name for names in boot.names.values() for name in names}
+    v0 = (
+        boot.flags.get("v1") is False
+        or "VllmWorkerProcess" in all_names
+        or (boot.flags.get("v1") is None and version is not None and version < (0, 8))
+    )
+    info: dict = {}
+    for process_key, names in boot.names.items():
+        item: dict = {"pid": process_key[0], "process": _best_name(names)}
+        for name in names:
+            if _FRONTEND_RE.fullmatch(name):
+                item["frontend"] = True
+            engine = _ENGINE_RE.fullmatch(name)
+            if engine:
+                item["engine"] = True
+                index = engine.group(1) or engine.group(2)
+                item["engine_dp"] = int(index) if index is not None else None
+            for name_key, value in _rank_from_name(name, key).items():
+                item.setdefault(name_key, value)
+        if process_key in assigned:
+            values = assigned[process_key]
+            item.update({k: values[k] for k in ("rank", "tp_rank", "pp_rank", "dp_rank") if k in values})
+        info[process_key] = item
+    has_workers = any(item.get("rank") is not None for item in info.values())
+    for item in info.values():
+        if (
+            item.get("engine")
+            and item.get("rank") is None
+            and (tp_pp == 1 or (tp_pp is None and not has_workers))
+        ):
+            item["rank"] = item["dp_rank"] = item.get("engine_dp") or 0
+    _v0_workers(info, boot, world, source, warnings)
+    has_workers = _ray_workers(info, boot, world, 1 if v0 else 0, source, warnings) or has_workers
+    info[None] = {"engine": True, "engine_dp": None}
+    if v0 or (not has_workers and (world is None or world == 1)):
+        info[None].update(rank=0, tp_rank=0, pp_rank=0, dp_rank=0)
+    used: dict[int, tuple] = {}
+    printed = {event.key for event in boot.events if event.scope in ("rank", "assign", "outcome")}
+    for process_key, item in info.items():
+        rank = item.get("rank")
+        if rank is None or process_key not in printed:
+            continue
+        line = first_line(boot, process_key)
+        if world is not None and rank >= world:
+            warnings.append(place_note(
+                "rank-out-of-world", source, line,
+                f"process {item.get('process') or '(no prefix)'} claims rank {rank} "
+                f"but the world size is {world}; its lines are left out"
+            ))
+            item["rank"] = None
+        elif rank in used:
+            warnings.append(place_note(
+                "rank-claimed-twice", source, line, f"two processes claim rank {rank} in one boot "
+                f"(pids {used[rank][0]} and {process_key[0] if process_key else 'none'}); "
+                "the second one's lines are left out"
+            ))
+            item["rank"] = None
+        else:
+            used[rank] = process_key or (None,)
+    return info
+
+
+def _v0_workers(info: dict, boot: Boot, world: int | None, source: str, warnings: list) -> None:
+    """V0 ``VllmWorkerProcess`` workers without a rank line: ranks 1.. in pid order (spawn order)."""
+    pending = sorted(
+        k for k, item in info.items() if item.get("rank") is None and "VllmWorkerProcess" in boot.names[k]
+    )
+    if not pending:
+        return
+    taken = {item.get("rank") for item in info.values()}
+    limit = world if world is not None else len(pending) + 1
+    free = [rank for rank in range(1, limit) if rank not in taken]
+    for process_key, rank in zip(pending, free):
+        info[process_key]["rank"] = rank
+    if len(pending) > 1:
+        warnings.append(place_note(
+            "v0-rank-order", source, first_line(boot, pending[0]), f"vLLM V0 does not log which rank a "
+            f"VllmWorkerProcess is; ranks {free[: len(pending)]} were given to pids "
+            f"{[k[0] for k in pending]} in pid (spawn) order. "
+            "VLLM_LOGGING_LEVEL=DEBUG logs 'world_size=… rank=…' per worker."
+        ))
+
+
+def _ray_workers(info: dict, boot: Boot, world: int | None, first: int, source: str, warnings: list) -> bool:
+    """Ray workers without a rank line: the free ranks from ``first`` (1 under V0, whose driver
+    without prefix is rank 0) in order of first appearance, as vLLM logs no rank for them.
+
+    True when a Ray worker was given a rank here."""
+    pending = [
+        k
+        for k, item in info.items()  # in order of first appearance (boot.names is filled line by line)
+        if item.get("rank") is None
+        and not item.get("engine")
+        and any(RAY_WORKER_RE.fullmatch(name) for name in boot.names[k])
+    ]
+    if not pending:
+        return False
+    taken = {item.get("rank") for item in info.values()}
+    limit = world if world is not None else len(pending) + first
+    free = [rank for rank in range(first, limit) if rank not in taken]
+    for process_key, rank in zip(pending, free):
+        info[process_key]["rank"] = rank
+    if len(pending) > 1 or len(free) > 1:
+        given = ", ".join(f"pid {key[0]} → rank {rank}" for key, rank in zip(pending, free))
+        warnings.append(place_note(
+            "ray-rank-order", source, first_line(boot, pending[0]),
+            f"no 'rank R in world size W is assigned as …' or "
+            f"'world_size=… rank=…' line ties the Ray workers to ranks, so their rank numbers are by order "
+            f"of first appearance ({given}), not vLLM's own rank: the per-rank table may name ranks "
+            "differently, while the uniform budget (a minimum over all ranks) is unaffected. "
+            "VLLM_LOGGING_LEVEL=DEBUG logs 'world_size=… rank=…' per worker."
+        ))
+    return bool(free)
+
+
+def _best_name(names: list[str]) -> str:
+    specific = [name for name in names if _GROUP_RE.search(name) or "rank=" in name or "_DP" in name]
+    return (specific or names)[-1]
+
+
+def first_line(boot: Boot, process_key: tuple | None) -> int:
+    return next((event.line for event in boot.events if event.key == process_key), boot.first_line)
+

@@ -1,0 +1,204 @@
+"""Read vLLM startup logs (releases 0.5 to 0.33) into the per-rank ledger.
+
+One row per boot × rank with the columns of :data:`kvplan.columns.LEDGER_COLUMNS`, bytes as
+nullable ``Int64`` and ``NA`` where the log does not say. Files are streamed in blocks
+(:mod:`kvplan.io.vllm.scan`). Every value keeps the file and line number it came from
+(``metadata.provenance``, ``metadata.lines``).
+"""
+
+from __future__ import annotations
+
+import glob as globlib
+import io
+import os
+import re
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO
+
+import pandas as pd
+
+from kvplan.columns import KEY_COLUMNS
+from kvplan.io.ledger_csv import read_ledger_csv
+from kvplan.io.ledger_frame import ledger_frame
+from kvplan.io.metadata import EvidenceLines, RawLines, ReadMetadata, merge_metadata, place_note
+from kvplan.io.vllm.boots import Boot, BootSplitter
+from kvplan.io.vllm.resolve import resolve_boot
+from kvplan.io.vllm.scan import Prepend, ScanStats, iter_candidate_lines
+
+
+class LogParseError(ValueError):
+    """Input that is not a text log at all; the message names the file and line."""
+
+
+def read_vllm_log(
+    path_or_text: str | os.PathLike | bytes | IO[bytes], source: str | None = None
+) -> tuple[pd.DataFrame, ReadMetadata]:
+    """The ledger of one vLLM log (a path, the log text itself, bytes or a binary stream).
+
+    Returns ``(ledger, metadata)``: the ledger has one row per boot × rank, columns in
+    :data:`~kvplan.columns.LEDGER_COLUMNS` order; the :class:`~kvplan.io.metadata.ReadMetadata`
+    holds ``warnings`` (notes naming file and line), ``provenance`` (source, line, boot, rank,
+    column, value, raw), ``lines`` and ``boots`` (per boot: version, compatibility key, lines,
+    outcome). A path ending in ``.csv`` is a ledger CSV and is read by
+    :func:`kvplan.io.ledger_csv.read_ledger_csv` into the same shape.
+
+    >>> text = ("INFO 07-15 10:21:33 [gpu_worker.py:227] Available KV cache memory: 12.5 GiB\\n"
+    ...         "INFO 07-15 10:21:34 [kv_cache_utils.py:1] GPU KV cache size: 102,400 tokens\\n"
+    ...         "INFO:     Application startup complete.\\n")
+    >>> ledger, meta = read_vllm_log(text)
+    >>> row = ledger.iloc[0]
+    >>> int(row["rank"]), int(row["available_kv_bytes"]), int(row["kv_cache_tokens"]), row["outcome"]
+    (0, 13421772800, 102400, 'ok')
+    """
+    if _is_path(path_or_text) and Path(path_or_text).suffix.lower() == ".csv":
+        return read_ledger_csv(Path(path_or_text), source=source or str(path_or_text))
+    rows = _LogRows()
+    _read_into(rows, path_or_text, source)
+    return ledger_frame(rows.rows), rows.metadata()
+
+
+def _is_path(path_or_text: object) -> bool:
+    """Whether :func:`read_vllm_log`'s argument names a file (rather than holding the text)."""
+    if isinstance(path_or_text, os.PathLike):
+        return True
+    return isinstance(path_or_text, str) and _looks_like_path(path_or_text)
+
+
+def _looks_like_path(text: str) -> bool:
+    if "\n" in text or "\r" in text:
+        return False
+    return os.path.exists(text) or bool(re.fullmatch(r"\S+\.(log|txt|out|err)", text))
+
+
+def read_vllm_logs(
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+) -> tuple[pd.DataFrame, ReadMetadata]:
+    """The ledgers of many logs as one: a list of paths, a folder (its ``*.log``), or a glob.
+
+    ``source`` is each path as given; metadata is joined in file order, and the rows of all logs
+    make one frame. A ``.csv`` path (given, or matched by a glob; a folder gives its ``*.log`` only) is
+    a ledger CSV, read by :func:`kvplan.io.ledger_csv.read_ledger_csv` (as :func:`read_vllm_log` reads
+    any ``.csv`` path, so that an evidence bundle that copies such a file reads it back alike); an
+    nvidia-smi snapshot given here is refused, pointing to ``--nvidia-smi``.
+    """
+    files = _expand(paths)
+    if not files:
+        raise FileNotFoundError(f"no log files in {paths!r} (expected paths, a folder of *.log, or a glob)")
+    frames: list[pd.DataFrame] = []
+    metas: list[ReadMetadata] = []
+    rows: _LogRows | None = None
+    for path in files:
+        if path.lower().endswith(".csv"):
+            if rows is not None:
+                frames.append(ledger_frame(rows.rows))
+                metas.append(rows.metadata(single=False))
+                rows = None
+            frame, meta = read_ledger_csv(Path(path), source=path)
+            frames.append(frame)
+            metas.append(meta)
+            continue
+        rows = rows if rows is not None else _LogRows()
+        _read_into(rows, Path(path), path)
+    if rows is not None:
+        frames.append(ledger_frame(rows.rows))
+        metas.append(rows.metadata(single=False))
+    ledger = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return ledger, merge_metadata(metas)
+
+
+def _expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:
+    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    files: list[str] = []
+    for item in items:
+        text = str(item)
+        if os.path.isdir(text):
+            files.extend(sorted(str(p) for p in Path(text).glob("*.log")))
+        elif any(char in text for char in "*?[") and not os.path.exists(text):
+            files.extend(sorted(globlib.glob(text)))
+        else:
+            files.append(text)
+    return files
+
+
+class _LogRows:
+    """Rows, provenance, line index, warnings and boots of the logs read so far (one or many files)."""
+
+    def __init__(self) -> None:
+        self.rows: list[dict] = []
+        self.provenance: list[tuple] = []
+        self.warnings: list = []
+        self.boots: list[dict] = []
+        self.lines: dict[tuple, int] = {}
+        self.files: dict[str, tuple[object, bytes]] = {}
+        self.sources: list[str] = []
+        self.total_lines: int | None = None
+
+    def close(self, boot: Boot, source: str) -> None:
+        """Resolve one finished boot into rows."""
+        rows, provenance, warnings, info = resolve_boot(boot, source)
+        self.rows.extend(rows)
+        self.provenance.extend(provenance)
+        self.warnings.extend(warnings)
+        self.boots.append(info)
+        lines = self.lines
+        for row in provenance:
+            if row[4] in ("room_bytes", "outcome") or row[4] in KEY_COLUMNS:
+                lines[(source, row[2], -1 if row[3] is pd.NA else row[3], row[4])] = row[1]
+        lines[(source, info["boot"], -1, "boot")] = info["first_line"]
+
+    def metadata(self, single: bool = True) -> ReadMetadata:
+        return ReadMetadata(
+            sources=tuple(self.sources),
+            warnings=tuple(self.warnings),
+            lines=EvidenceLines(self.lines),
+            boots=tuple(self.boots),
+            provenance_rows=tuple(self.provenance),
+            raw_lines=RawLines(self.files),
+            total_lines=self.total_lines if single else None,
+        )
+
+
+def _read_into(
+    rows: _LogRows, path_or_text: str | os.PathLike | bytes | IO[bytes], source: str | None
+) -> None:
+    """Read one log (path, text, bytes or binary stream) into ``rows``."""
+    if isinstance(path_or_text, (bytes, bytearray)):
+        data = bytes(path_or_text)
+        _read_stream(rows, io.BytesIO(data), source or "<text>", data)
+    elif hasattr(path_or_text, "read"):
+        name = getattr(path_or_text, "name", None)
+        where = name if isinstance(name, str) and os.path.isfile(name) else None
+        _read_stream(rows, path_or_text, source or name or "<stream>", where)
+    elif _is_path(path_or_text):
+        with open(path_or_text, "rb") as stream:
+            _read_stream(rows, stream, source or str(path_or_text), os.fspath(path_or_text))
+    else:
+        data = str(path_or_text).encode("utf-8")
+        _read_stream(rows, io.BytesIO(data), source or "<text>", data)
+
+
+def _read_stream(rows: _LogRows, stream: IO[bytes], source: str, where: object) -> None:
+    """Scan one stream; ``where`` (its path or bytes, None when neither) is where raw lines are read
+    back from: without it, provenance keeps each line's text."""
+    stats = ScanStats()
+    first = stream.read(8192)
+    # CR-only line ends (classic Mac, `tr '\n' '\r'`): a first block with \r but no \n. Then every \r
+    # ends a line, so that file:line counts as an editor would; elsewhere \r stays a progress update.
+    cr_only = b"\r" in first and b"\n" not in first
+    end = b"\r" if cr_only else b"\n"
+    if b"\x00" in first:
+        line = first[: first.index(b"\x00")].count(end) + 1
+        raise LogParseError(f"{source}: line {line}: NUL byte: not a text log (compressed or binary?)")
+    splitter = BootSplitter(source, lambda boot: rows.close(boot, source))
+    for number, offset, raw in iter_candidate_lines(Prepend(first, stream, cr_only), stats):
+        text = raw.decode("utf-8", "replace")
+        splitter.line(number, offset if where is not None else text, text)
+    if stats.ended_mid_line:
+        rows.warnings.append(place_note(
+            "cut-mid-line", source, stats.lines, "the file ends mid-line (the log was cut off)"))
+    splitter.finish()
+    if where is not None:
+        rows.files[source] = (where, end)
+    rows.sources.append(source)
+    rows.total_lines = stats.lines

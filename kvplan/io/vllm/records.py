@@ -1,0 +1,186 @@
+"""One physical vLLM log line into records: who printed each (process prefix, pid, level), what it says.
+
+:func:`split_records` copes with what real files contain: ANSI colour, ``\\r`` progress updates,
+several process prefixes on one line, two processes' output interleaved, lost headers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_PREFIX_RE = re.compile(r"\((?:([A-Za-z_][\w.\-= ]*?) )?pid=(\d+)(?:, ip=([^)\s]+))?\)\s?")
+_HEADER_RE = re.compile(
+    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? "
+    r"(?:\[?[\w./<>-]+:\d+\] ?)?"
+)
+_RAY_REPEAT_RE = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
+#: A colour code whose ESC byte was lost in copy-paste (``[1;36m``), and the tokens of a record's
+#: head (process prefix, level, date, ``[file:line]``) among which such codes are stripped.
+_BARE_CODE_RE = re.compile(r"\[[0-9;]*m")
+_HEAD_TOKEN_RE = re.compile(
+    r"(?P<code>\[[0-9;]*m)|(?P<space>[ \t]+)"
+    r"|(?P<prefix>\((?:[A-Za-z_][\w.\-= ]*? )?pid=\d+(?:, ip=[^)\s]+)?\))"
+    r"|(?P<level>(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)(?![\w:]))"
+    r"|(?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)|(?P<file>\[?[\w./<>-]+:\d+\])"
+)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One log record: who printed it and what it says.
+
+    ``process`` is the innermost prefix name ('' when none), ``pid``/``ip`` the process identity
+    (None when no prefix), ``outer`` the relaying prefixes outside it (Ray through EngineCore),
+    ``level`` the log level when the header survived, ``repeated`` Ray's collapsed-line count.
+    """
+
+    message: str
+    process: str = ""
+    pid: int | None = None
+    ip: str | None = None
+    level: str | None = None
+    repeated: int = 0
+    outer: tuple[str, ...] = ()
+
+
+def strip_ansi(text: str) -> str:
+    """Text without ANSI colour codes.
+
+    >>> strip_ansi("\\x1b[32mINFO\\x1b[0m 08-14")
+    'INFO 08-14'
+    """
+    return _ANSI_RE.sub("", text) if "\x1b" in text else text
+
+
+def split_records(line: str) -> list[Record]:
+    """The records in one physical line (``\\n`` already removed).
+
+    ``\\r`` separates progress-bar updates and continuation lines; a process prefix or a log
+    header in the middle of a line starts a new record (two processes wrote into one line).
+    Consecutive prefixes are relays: the innermost one names the process that printed.
+
+    >>> r = split_records("(Worker_TP1 pid=12) INFO 08-14 14:07:22 [gpu_worker.py:1] Hi")[0]
+    >>> r.process, r.pid, r.level, r.message
+    ('Worker_TP1', 12, 'INFO', 'Hi')
+    >>> [x.message for x in split_records("50%|##  \\rINFO 08-14 14:07:22 [a.py:1] done")]
+    ['50%|##', 'done']
+    """
+    records = []
+    for segment in strip_ansi(line).split("\r"):
+        records.extend(_segment_records(strip_bare_colour(segment)))
+    return records
+
+
+def strip_bare_colour(segment: str) -> str:
+    """``segment`` without the colour codes that lost their ESC byte (``[1;36m``) in a record's head.
+
+    Only codes among the process prefix, level, date and ``[file:line]`` at the start of a record
+    (the segment's start, or a process prefix) go, as :func:`strip_ansi` removes real ones; the same
+    text inside a message body stays.
+
+    >>> strip_bare_colour("[1;36m(VllmWorkerProcess pid=902)[0;0m INFO 09-13 10:00:16 [a.py:1] x [1m")
+    '(VllmWorkerProcess pid=902) INFO 09-13 10:00:16 [a.py:1] x [1m'
+    >>> strip_bare_colour("[32mINFO[0m [90m06-01 10:00:00[0m [90m[a.py:1][0m [1mbold")
+    'INFO 06-01 10:00:00 [a.py:1] [1mbold'
+    >>> strip_bare_colour("[1;36mno head here")
+    '[1;36mno head here'
+    """
+    if "m" not in segment or _BARE_CODE_RE.search(segment) is None:
+        return segment
+    starts = [0]
+    for match in _PREFIX_RE.finditer(segment):
+        before = segment[: match.start()]
+        code = re.search(r"(?:\[[0-9;]*m)+$", before)
+        starts.append(code.start() if code else match.start())
+    cuts: list[tuple[int, int]] = []
+    done = 0
+    for start in starts:
+        if start < done:
+            continue
+        codes, head, position = [], False, start
+        while True:
+            token = _HEAD_TOKEN_RE.match(segment, position)
+            if token is None or token.end() == position:
+                break
+            kind = token.lastgroup
+            if kind == "code":
+                codes.append(token.span())
+            elif kind in ("prefix", "level"):
+                head = True
+            position = token.end()
+            if kind == "file":
+                # the message follows; only a reset glued to ``[file:line]`` is still the head's
+                adjacent = _BARE_CODE_RE.match(segment, position)
+                while adjacent:
+                    codes.append(adjacent.span())
+                    position = adjacent.end()
+                    adjacent = _BARE_CODE_RE.match(segment, position)
+                break
+        done = position
+        if head:
+            cuts.extend(codes)
+    if not cuts:
+        return segment
+    parts, last = [], 0
+    for begin, end in cuts:
+        parts.append(segment[last:begin])
+        last = end
+    parts.append(segment[last:])
+    return "".join(parts)
+
+
+def _segment_records(segment: str) -> list[Record]:
+    starts = sorted(
+        [(m.start(), m.end(), "prefix", m) for m in _PREFIX_RE.finditer(segment)]
+        + [(m.start(), m.end(), "header", m) for m in _HEADER_RE.finditer(segment)]
+    )
+    records: list[Record] = []
+    if not starts:
+        text = segment.strip()
+        return [Record(text)] if text else []
+    head = segment[: starts[0][0]].strip()
+    if head and not _is_external_stamp(head):
+        records.append(Record(head))
+    index = 0
+    while index < len(starts):
+        prefixes, level, end = [], None, starts[index][0]
+        while index < len(starts) and starts[index][0] <= end + 1:
+            _start, end, kind, match = starts[index]
+            if kind == "prefix" and level is None:
+                prefixes.append(match)
+            elif kind == "header" and level is None:
+                level = match.group(0).split(" ", 1)[0]
+            else:
+                break
+            index += 1
+        stop = starts[index][0] if index < len(starts) else len(segment)
+        message = segment[end:stop].strip()
+        records.append(_record(message, prefixes, level))
+    return records
+
+
+def _is_external_stamp(text: str) -> bool:
+    """True for text that wrappers put before vLLM's own line (docker, compose, ``ts``)."""
+    return text.endswith("|") or bool(re.fullmatch(r"[\d\-:.,TZ+ ]+", text))
+
+
+def _record(message: str, prefixes: list[re.Match], level: str | None) -> Record:
+    repeated = 0
+    repeat = _RAY_REPEAT_RE.search(message)
+    if repeat:
+        repeated = int(repeat.group(1))
+        message = message[: repeat.start()]
+    if not prefixes:
+        return Record(message, level=level, repeated=repeated)
+    inner = prefixes[-1]
+    return Record(
+        message,
+        process=(inner.group(1) or "").strip(),
+        pid=int(inner.group(2)),
+        ip=inner.group(3),
+        level=level,
+        repeated=repeated,
+        outer=tuple((m.group(1) or "").strip() for m in prefixes[:-1]),
+    )

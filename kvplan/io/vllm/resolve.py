@@ -1,0 +1,302 @@
+"""One boot into ledger rows: events to ranks, engine values, outcomes, the compatibility key.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+
+import pandas as pd
+
+from kvplan.columns import KEY_COLUMNS, LEDGER_COLUMNS, world_size
+from kvplan.io.ledger_frame import missing
+from kvplan.io.metadata import place_note
+from kvplan.io.room import boot_room_warnings, room_evidence
+from kvplan.io.vllm.boots import KV_SIZED_COLUMNS, Boot
+from kvplan.io.vllm.ranks import RAY_WORKER_RE, attribute, key_size
+from kvplan.releases import version_tuple
+
+ENGINE_COLUMNS = ("kv_cache_tokens", "max_concurrency", "num_gpu_blocks")
+#: The last startup line of a rank in releases that may print no boot-level completion line
+#: (0.5.0–0.6.3, "Graph capturing finished in N secs."). Later releases log more after graph capture
+#: (graph pool, --kv-cache-memory suggestion, warm-up), so only "init engine … took" or "Application
+#: startup complete" completes their boots.
+OLD_LAST_LINE_FAMILIES = ("graph_finished",)
+
+
+@dataclass(frozen=True)
+class _Failure:
+    """An OOM or error line: how bad (0 = OOM first), where, what, who printed it, and when."""
+
+    priority: int
+    line: int
+    outcome: str
+    text: str
+    raw: int | str
+    process: str
+    after_startup: bool
+
+
+
+def resolve_boot(boot: Boot, source: str) -> tuple[list[dict], list[tuple], list[str], dict]:
+    """Attribute a boot's events to ranks and compute each rank's row."""
+    warnings = list(boot.warnings)
+    provenance: list[tuple] = []
+    key, key_origin = _boot_key(boot)
+    version = version_tuple(key.get("vllm_version"))
+    ranks_of = attribute(boot, key, version, source, warnings)
+    rows: dict[int, dict] = {}
+    origin: dict[tuple[int, str], tuple[int, int | str]] = {}
+
+    def row(rank: int) -> dict:
+        if rank not in rows:
+            rows[rank] = {"rank": rank}
+        return rows[rank]
+
+    printed = {event.key for event in boot.events if event.scope in ("rank", "assign", "outcome")}
+    for process_key, info in ranks_of.items():
+        if info.get("rank") is not None and process_key in printed:
+            target = row(info["rank"])
+            for name in ("tp_rank", "pp_rank", "dp_rank", "process", "pid"):
+                if info.get(name) is not None:
+                    target[name] = info[name]
+    unattributed, failures, serving_failures, engine_values = _sort_events(boot, ranks_of, row, origin)
+    if unattributed:
+        warnings.append(place_note(
+            "unattributed-values", source, unattributed[0],
+            f"{len(unattributed)} line(s) with per-rank values carry no process "
+            "prefix that names a rank; they are left out of the ledger (first shown)"
+        ))
+    if serving_failures:
+        warnings.append(place_note(
+            "failure-after-startup", source, serving_failures[0],
+            f"out-of-memory or error after startup completed "
+            f"({len(serving_failures)} line(s)): the boot is marked oom/error, so no budget or gate "
+            "passes on it; the value may be too high for live traffic"
+        ))
+    _attach_engine_values(engine_values, rows, key, origin, source, warnings, row)
+    if not rows and (failures or boot.events):
+        single = (key_size(key, "tensor_parallel_size") or 1) * (key_size(key, "pipeline_parallel_size") or 1)
+        if single == 1 and not unattributed:
+            row(0)
+    flags = _boot_flags(boot, key, version)
+    flags["startup_done"] = _startup_done(boot, rows, key)
+    for rank, values in rows.items():
+        _fill_row(values, rank, key, boot, source, failures, flags, origin, warnings)
+    boot_room_warnings(rows, key, flags, source, boot, origin, warnings)
+    records = []
+    for rank in sorted(rows):
+        values = rows[rank]
+        values.update(source=source, boot=boot.index)
+        for column, value in key.items():
+            values.setdefault(column, value)
+        records.append(values)
+    for (rank, column), (line, raw) in origin.items():
+        if rank in rows and column in LEDGER_COLUMNS:
+            provenance.append((source, line, boot.index, rank, column, rows[rank].get(column), raw))
+    for column, (line, raw) in key_origin.items():
+        provenance.append((source, line, boot.index, pd.NA, column, key[column], raw))
+    provenance.sort(key=lambda item: (item[1] if isinstance(item[1], int) else -1, str(item[3]), item[4]))
+    info = {
+        "source": source,
+        "boot": boot.index,
+        "first_line": boot.first_line,
+        "last_line": boot.last_line,
+        "vllm_version": key.get("vllm_version"),
+        "compatibility_key": dict(key),
+        "ranks": sorted(rows),
+        "outcomes": {rank: rows[rank].get("outcome") for rank in sorted(rows)},
+    }
+    return records, provenance, warnings, info
+
+
+def _sort_events(boot: Boot, ranks_of: dict, row, origin: dict) -> tuple[list, dict, list, dict]:
+    """Put each event where it belongs: a rank's row, an engine's values, a failure, or nowhere.
+
+    Returns the lines of unattributed per-rank values, the worst failure per rank (None: engine
+    or API server; OOM first, then the earliest), the lines of failures after startup completed, and
+    engine values by DP rank. A rank's last startup line of an old release marks it ``_done``.
+    """
+    done_line = boot.flags.get("startup_done", (None, None))[1]
+    unattributed: list[int] = []
+    failures: dict[int | None, _Failure] = {}
+    serving_failures: list[int] = []
+    engine_values: dict[int | None, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for event in boot.events:
+        info = ranks_of.get(event.key, {})
+        rank = info.get("rank")
+        if event.scope == "outcome":
+            after = done_line is not None and event.line > done_line
+            if after:
+                serving_failures.append(event.line)
+            outcome = event.values["outcome"]
+            failure = _Failure(
+                {"oom": 0}.get(outcome, 2 if event.family == "error_exception" else 1),
+                event.line,
+                outcome,
+                event.values["text"],
+                event.raw,
+                info.get("process") or "a process without prefix",
+                after,
+            )
+            if rank not in failures or failures[rank].priority > failure.priority:
+                failures[rank] = failure
+            continue
+        if event.scope == "engine" or (event.scope == "rank" and info.get("engine") and rank is None):
+            if event.scope == "rank":
+                unattributed.append(event.line)
+                continue
+            for name, value in event.values.items():
+                engine_values[info.get("engine_dp")][name].append((value, event))
+            continue
+        if event.scope != "rank":
+            continue
+        if rank is None:
+            unattributed.append(event.line)
+            continue
+        target = row(rank)
+        if event.family in OLD_LAST_LINE_FAMILIES:
+            target["_done"] = True
+        for name, value in event.values.items():
+            if name == "gpu_memory_utilization":
+                continue
+            target[name] = value
+            origin[(rank, name)] = (event.line, event.raw)
+    return unattributed, failures, serving_failures, engine_values
+
+
+def _boot_key(boot: Boot) -> tuple[dict, dict]:
+    """The boot's compatibility key and, per field, the line it came from (defaults: no line)."""
+    key: dict = {column: pd.NA for column in KEY_COLUMNS}
+    origin: dict = {}
+    for column, (value, line, raw, _family) in boot.config.items():
+        if column in key:
+            key[column], origin[column] = value, (line, raw)
+    for event in boot.events:
+        for name in ("gpu_memory_utilization", "max_model_len"):
+            if name in event.values and missing(key[name]):
+                key[name], origin[name] = event.values[name], (event.line, event.raw)
+    version = version_tuple(key["vllm_version"])
+    if version is not None:
+        defaults = {"gpu_memory_utilization": 0.92 if version >= (0, 20) else 0.9, "block_size": 16}
+        for name, value in defaults.items():
+            if missing(key[name]):
+                key[name], origin[name] = value, (pd.NA, f"default of vLLM {key['vllm_version']}")
+    if boot.config_printers:
+        for name in ("pipeline_parallel_size", "data_parallel_size"):
+            if missing(key[name]):
+                key[name], origin[name] = 1, (pd.NA, "not in the engine config: 1")
+    if any(family == "non_default_args" for *_rest, family in boot.config.values()):
+        # 'non-default args' lists what differs from the defaults: a size it does not list is 1
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+            if missing(key[name]):
+                key[name], origin[name] = 1, (pd.NA, "not in the non-default args: 1")
+    return key, origin
+
+
+
+def _attach_engine_values(
+    engine_values: dict, rows: dict, key: dict, origin: dict, source: str, warnings: list, row
+) -> None:
+    """Engine-level values onto ranks: one line per worker in rank order (0.9–0.11.0), else to all."""
+    tp_pp = (key_size(key, "tensor_parallel_size") or 1) * (key_size(key, "pipeline_parallel_size") or 1)
+    for dp, columns in engine_values.items():
+        targets = sorted(
+            rank for rank, values in rows.items() if dp is None or values.get("dp_rank", rank // tp_pp) == dp
+        )
+        if not targets and tp_pp == 1 and (dp is None or key_size(key, "tensor_parallel_size") is not None):
+            row(dp or 0)
+            targets = [dp or 0]
+        for column, pairs in columns.items():
+            if column not in ENGINE_COLUMNS:
+                continue
+            if len(pairs) == len(targets) > 1:
+                assignment = list(zip(targets, pairs))
+            else:
+                chosen = min(pairs, key=lambda pair: pair[0])
+                if len({value for value, _event in pairs}) > 1:
+                    warnings.append(place_note(
+                        "engine-values-differ", source, chosen[1].line,
+                        f"{len(pairs)} different '{column}' lines for "
+                        f"{len(targets)} rank(s); the lowest is kept for every rank"
+                    ))
+                assignment = [(rank, chosen) for rank in targets]
+            for rank, (value, event) in assignment:
+                rows[rank][column] = value
+                origin[(rank, column)] = (event.line, event.raw)
+
+
+def _startup_done(boot: Boot, rows: dict, key: dict) -> bool:
+    """Whether the boot got through startup, for all its ranks at once: its completion line, or
+    (old releases that may print none) the last startup line of every rank of the world.
+    """
+    ranks = range(max(world_size(key) or 0, len(rows), 1))
+    return "startup_done" in boot.flags or all(rows.get(rank, {}).get("_done") for rank in ranks)
+
+
+def _boot_flags(boot: Boot, key: dict, version: tuple | None) -> dict:
+    """Whether vLLM subtracted a CUDA-graph estimate before sizing KV, and whether graphs were off."""
+    if "estimate_applied" in boot.flags:
+        applied = bool(boot.flags["estimate_applied"][0])
+    else:
+        applied = version is not None and version >= (0, 20)
+    return {"estimate_applied": applied, "eager": key.get("enforce_eager") is True, "version": version}
+
+
+def _fill_row(
+    values: dict,
+    rank: int,
+    key: dict,
+    boot: Boot,
+    source: str,
+    failures: dict,
+    flags: dict,
+    origin: dict,
+    warnings: list,
+) -> None:
+    tp_size, pp_size = key_size(key, "tensor_parallel_size"), key_size(key, "pipeline_parallel_size")
+    if tp_size is not None and pp_size is not None:
+        values.setdefault("tp_rank", rank % tp_size)
+        values.setdefault("pp_rank", rank // tp_size % pp_size)
+        values.setdefault("dp_rank", rank // (tp_size * pp_size))
+    failure, engine = failures.get(rank), failures.get(None)
+    # a Ray worker whose KV lines Ray collapsed into another worker's [repeated Nx across cluster] line
+    # sized its KV cache like the rest: its outcome is the boot's, with no room of its own
+    collapsed = bool(boot.ray_repeats) and bool(RAY_WORKER_RE.fullmatch(str(values.get("process") or "")))
+    sized = collapsed or any(values.get(column) is not None for column in KV_SIZED_COLUMNS)
+    if failure is not None:
+        text = failure.text
+        if failure.after_startup:
+            text = f"after startup completed, at {source}:{failure.line}: {text}"
+        values.update(outcome=failure.outcome, error=text)
+        origin[(rank, "outcome")] = (failure.line, failure.raw)
+    elif engine is not None:
+        # the engine or API server failed; this rank logged no failure of its own
+        phase = " after startup completed" if engine.after_startup else ""
+        values.update(
+            outcome="error",
+            error=f"not this rank's own failure: {engine.process} failed{phase}, at {source}:{engine.line}: "
+            f"{engine.text}",
+        )
+        origin[(rank, "outcome")] = (engine.line, engine.raw)
+    elif not sized:
+        values.update(
+            outcome="incomplete",
+            error=f"the log stops before the KV cache was sized (last line read: {boot.last_line})",
+        )
+        origin[(rank, "outcome")] = (boot.last_line, "")
+    elif flags["startup_done"]:
+        values["outcome"] = "ok"
+    else:
+        values.update(
+            outcome="incomplete",
+            error="the log stops after the KV cache was sized but before startup completed: no "
+            "'init engine … took' or 'Application startup complete' line "
+            f"(last line read: {boot.last_line})",
+        )
+        origin[(rank, "outcome")] = (boot.last_line, "")
+    room = room_evidence(values, rank, flags, origin, source, warnings)
+    if room is not None:
+        values["room_bytes"], values["room_source"], line_raw = room
+        origin[(rank, "room_bytes")] = line_raw
+

@@ -1,0 +1,134 @@
+"""Values as vLLM prints them: sizes in GiB (bytes here, and only here), config literals, key=value lists.
+
+vLLM prints GiB (and, in old releases, "GB" or "MB" meaning GiB and MiB).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Collection
+
+from kvplan.units import parse_size
+
+
+def gib_bytes(text: str, unit: str = "GiB") -> int:
+    """Bytes in a number vLLM printed in GiB; "GB"/"Gib" meant GiB, "MB" meant MiB.
+
+    >>> gib_bytes("10.2"), gib_bytes("-9.96"), gib_bytes("14.9864", "GB"), gib_bytes("512", "MB")
+    (10952166605, -10694468567, 16091524471, 536870912)
+    """
+    binary = {"GiB": "GiB", "GB": "GiB", "Gib": "GiB", "MiB": "MiB", "MB": "MiB"}[unit]
+    return parse_size(f"{text}{binary}")
+
+
+def literal_value(text: str) -> object:
+    """A configuration value as Python sees it: numbers, booleans, None, quoted strings.
+
+    Anything else (``torch.bfloat16``, ``auto``, ``{...}``) stays text.
+
+    >>> literal_value("32768"), literal_value("'fp8'"), literal_value("None"), literal_value("torch.bfloat16")
+    (32768, 'fp8', None, 'torch.bfloat16')
+    """
+    text = text.strip()
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
+        return text
+
+
+_SPLIT_RE = re.compile(r"[\"'()\[\]{},]")
+
+
+def split_top_level(text: str) -> list[str]:
+    """Split on commas outside brackets and quotes (engine-config and dict literals).
+
+    >>> split_top_level("a=1, b={'x': 1, 'y': [2, 3]}, c='p,q'")
+    ['a=1', " b={'x': 1, 'y': [2, 3]}", " c='p,q'"]
+    """
+    parts, depth, quote, start = [], 0, "", 0
+    for match in _SPLIT_RE.finditer(text):
+        char = match.group()
+        if quote:
+            if char == quote:
+                quote = ""
+        elif char in "'\"":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            parts.append(text[start : match.start()])
+            start = match.end()
+    if start < len(text):
+        parts.append(text[start:])
+    return parts
+
+
+#: Configuration names as vLLM logs them (engine config, ``non-default args``, ``Namespace``) →
+#: glossary names; only these are read.
+CONFIG_NAMES = {
+    "model": "model",
+    "model_tag": "model",
+    "revision": "revision",
+    "dtype": "dtype",
+    "quantization": "quantization",
+    "kv_cache_dtype": "kv_cache_dtype",
+    "max_seq_len": "max_model_len",
+    "max_model_len": "max_model_len",
+    "block_size": "block_size",
+    "tensor_parallel_size": "tensor_parallel_size",
+    "pipeline_parallel_size": "pipeline_parallel_size",
+    "data_parallel_size": "data_parallel_size",
+    "decode_context_parallel_size": "decode_context_parallel_size",
+    "enforce_eager": "enforce_eager",
+    "gpu_memory_utilization": "gpu_memory_utilization",
+    "vllm_version": "vllm_version",
+    "cudagraph_mode": "cudagraph_mode",
+}
+
+#: ``compilation_config``'s ``cudagraph_mode`` as logged: an enum repr (0.11+), a number or a pair (0.10).
+_CUDAGRAPH_MODE_RE = re.compile(
+    r"""['"]cudagraph_mode['"]\s*:\s*(?:<CUDAGraphMode\.(\w+)|[\[(]\s*(\d)\s*,\s*(\d)\s*[\])]|(\d)\b|['"](\w+)['"])"""
+)
+#: vLLM's ``CUDAGraphMode`` values: NONE 0, PIECEWISE 1, FULL 2, and the (decode, mixed) pairs.
+_CUDAGRAPH_MODES = {("0",): "NONE", ("1",): "PIECEWISE", ("2",): "FULL", ("2", "0"): "FULL_DECODE_ONLY",
+                    ("2", "1"): "FULL_AND_PIECEWISE"}
+
+
+def cudagraph_mode(config_text: str) -> str | None:
+    """The CUDA graph mode a config line states, by its enum name; None when it states none.
+
+    >>> cudagraph_mode("compilation_config={'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>}")
+    'FULL_AND_PIECEWISE'
+    >>> cudagraph_mode('compilation_config={"cudagraph_mode":[2,1]}'), cudagraph_mode('{"cudagraph_mode":1}')
+    ('FULL_AND_PIECEWISE', 'PIECEWISE')
+    """
+    m = _CUDAGRAPH_MODE_RE.search(config_text)
+    if m is None:
+        return None
+    name, first, second, single, quoted = m.groups()
+    if name or quoted:
+        return name or quoted
+    return _CUDAGRAPH_MODES.get((first, second) if first else (single,))
+
+
+def key_values(text: str, separator: str = "=", names: Collection[str] | None = None) -> dict[str, object]:
+    """``key=value, key=value`` (engine config, ``Namespace(...)``) or a dict literal's items.
+
+    With ``names``, only those keys are kept (and their values evaluated).
+
+    >>> key_values("model='m', max_seq_len=32768, compilation_config={\\"level\\":3, \\"x\\":[1,2]}")
+    {'model': 'm', 'max_seq_len': 32768, 'compilation_config': {'level': 3, 'x': [1, 2]}}
+    >>> key_values("'tensor_parallel_size': 4, 'kv_cache_dtype': 'fp8'", ":", names={"kv_cache_dtype"})
+    {'kv_cache_dtype': 'fp8'}
+    """
+    values: dict[str, object] = {}
+    for part in split_top_level(text):
+        name, sep, value = part.partition(separator)
+        name = name.strip().strip("'\"")
+        if sep and (name in names if names is not None else re.fullmatch(r"\w+", name)):
+            values[name] = literal_value(value)
+    return values
+
