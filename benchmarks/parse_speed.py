@@ -3,7 +3,8 @@
 Builds a log of many boots in /tmp (never in the repository): each boot is the four-rank sample
 boot (restarted with new pids), followed by serving traffic (metrics and access lines), as a
 long-running server's log looks. Then runs ``kvplan ledger --csv`` and ``grep -c -F`` over the
-reader's own anchor phrases on the same file, and prints MB/s and peak resident memory of each.
+reader's own anchor phrases on the same file (median of 3, each one's output to a file, not
+``/dev/null``, where GNU grep stops at the first match), and prints MB/s and peak resident memory.
 
 Goal (issue 3): at least one third of grep's throughput, under 300 MB peak on a 1 GB log.
 
@@ -23,6 +24,9 @@ from pathlib import Path
 
 from kvplan.config import DATA_DIR
 from kvplan.io.vllm.scan import ANCHORS
+
+sys.path.insert(0, str(Path(__file__).parent))
+from measure import run_median  # the benchmarks' own helper, beside this script
 
 BOOT_LOG = DATA_DIR / "boots" / "four-rank" / "boot.log"
 SERVING_LINES = (
@@ -65,23 +69,6 @@ def build_log(path: Path, target_bytes: int, serving_bytes_per_boot: int) -> int
     return boots
 
 
-def run(command: list[str]) -> tuple[float, int, str]:
-    """Wall seconds, peak RSS [bytes] and stdout of one command, in a fresh child process."""
-    code = (
-        "import resource, subprocess, sys, time\n"
-        "t = time.perf_counter()\n"
-        "p = subprocess.run(sys.argv[1:], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)\n"
-        "dt = time.perf_counter() - t\n"
-        "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
-        "print(dt, rss, p.stdout.decode().splitlines()[0] if p.stdout else '')\n"
-    )
-    out = subprocess.run(
-        [sys.executable, "-c", code, *command], capture_output=True, text=True, check=True
-    ).stdout
-    seconds, rss, first = out.split(" ", 2)
-    return float(seconds), int(rss), first.strip()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -104,8 +91,11 @@ def main() -> None:
         print(f"built {path} ({size / 1e6:.0f} MB, {boots} boots) in {time.perf_counter() - started:.1f} s")
         patterns.write_bytes(b"\n".join(ANCHORS) + b"\n")
         subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
-        kv_seconds, kv_rss, _ = run([sys.executable, "-m", "kvplan", "ledger", str(path), "--csv"])
-        grep_seconds, grep_rss, count = run(["grep", "-c", "-F", "-f", str(patterns), str(path)])
+        kvplan = [sys.executable, "-m", "kvplan", "ledger", str(path), "--csv"]
+        kv_seconds, kv_rss, _code, _out = run_median(kvplan)
+        grep = ["grep", "-c", "-F", "-f", str(patterns), str(path)]
+        grep_seconds, grep_rss, _code, count = run_median(grep)
+        count = count.decode().strip()
         print(f"{'':14}{'seconds':>9}{'MB/s':>9}{'peak MB':>9}")
         for label, seconds, rss in (
             ("kvplan ledger", kv_seconds, kv_rss),

@@ -1,0 +1,45 @@
+"""Timing helpers shared by the benchmarks: wall seconds and peak RSS of a command, median of N runs.
+
+Each command runs in a fresh child process with its standard output written to a file (never
+``/dev/null``: GNU grep stops at the first match when its output is ``/dev/null``), and its peak
+resident memory is read with ``resource.getrusage(RUSAGE_CHILDREN)`` in a wrapper process.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import tempfile
+
+_WRAPPER = (
+    "import resource, subprocess, sys, time\n"
+    "out = open(sys.argv[1], 'wb')\n"
+    "t = time.perf_counter()\n"
+    "code = subprocess.run(sys.argv[2:], stdout=out, stderr=subprocess.DEVNULL).returncode\n"
+    "dt = time.perf_counter() - t\n"
+    "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
+    "print(dt, rss, code)\n"
+)
+
+
+def run_once(command: list[str]) -> tuple[float, int, int, bytes]:
+    """Wall seconds, peak RSS [bytes], exit code and standard output of one run of ``command``."""
+    with tempfile.NamedTemporaryFile(prefix="kvplan-bench-out-", dir="/tmp") as out:
+        line = subprocess.run(
+            [sys.executable, "-c", _WRAPPER, out.name, *command], capture_output=True, text=True, check=True
+        ).stdout
+        seconds, rss, code = line.split()
+        return float(seconds), int(rss), int(code), open(out.name, "rb").read()
+
+
+def run_median(command: list[str], repeat: int = 3) -> tuple[float, int, int, bytes]:
+    """:func:`run_once` ``repeat`` times: median seconds, highest peak RSS, the last code and output."""
+    runs = [run_once(command) for _ in range(repeat)]
+    return (statistics.median(run[0] for run in runs), max(run[1] for run in runs), runs[-1][2], runs[-1][3])
+
+
+def python_line_loop(path: str) -> list[str]:
+    """A command that reads ``path`` line by line in bare Python and prints the count (the floor)."""
+    code = "import sys\nn = 0\nfor _ in open(sys.argv[1], 'rb'):\n    n += 1\nprint(n)\n"
+    return [sys.executable, "-c", code, path]
