@@ -1,14 +1,22 @@
-"""What KV bytes buy: bytes → blocks → tokens → full-length sequences.
+"""What KV bytes buy: bytes → blocks → tokens → full-length sequences, and the capacity table.
 
 ``tokens = blocks × block_size`` and the number of full-length sequences at length L is
-``blocks / ceil(L / block_size)``, which is what vLLM logs as "Maximum concurrency".
+``blocks / ceil(L / block_size)``, which is what vLLM logs as "Maximum concurrency". This holds for a
+model whose every token costs the same bytes (:class:`FlatSpec`, the ``--bytes-per-token`` path); a
+model config's :class:`kvplan.kvspec.KVSpec` answers the same questions in vLLM's per-release
+arithmetic. Both return one :class:`Capacity`, and :func:`capacity_rows` / :func:`capacity_table`
+tabulate either at the lengths of :func:`sequence_lengths`.
+
+>>> capacity(12 * 2**30, 256 * 1024, max_model_len=8192).max_concurrency
+6.0
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, fields
+from typing import Protocol
 
 import pandas as pd
 
@@ -16,6 +24,10 @@ DEFAULT_BLOCK_SIZE = 16
 #: The ``--block-size`` values vLLM accepts (``CacheConfig.BlockSize``; 256 since 0.10). vLLM picks
 #: other sizes itself for hybrid Mamba models, never from the flag.
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+#: The shortest request length [tokens] of a default capacity table (:func:`sequence_lengths`).
+SHORTEST_SEQUENCE_LENGTH = 256
+#: Columns of a capacity table, one row per request length.
+CAPACITY_TABLE_COLUMNS = ("seq_len", "blocks", "tokens", "max_concurrency", "whole_sequences")
 
 
 def block_bytes_from_token_bytes(bytes_per_token: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
@@ -79,13 +91,26 @@ def bytes_for_sequences(
     >>> bytes_for_sequences(6, 8192, 256 * 1024) == 12 * 2**30
     True
     """
-    block_bytes = block_bytes_from_token_bytes(bytes_per_token, block_size)
-    return num_sequences * blocks_per_sequence(seq_len, block_size) * block_bytes
+    return FlatSpec(bytes_per_token, block_size).bytes_for_sequences(num_sequences, seq_len)
+
+
+#: Fields a model-config spec adds to a :class:`Capacity` (None on the bytes-per-token path).
+SPEC_FIELDS = ("model", "vllm_version", "tp", "pp", "dcp", "kv_cache_dtype")
+#: ... and after the common fields.
+SPEC_TAIL_FIELDS = ("approximate", "approximate_reason", "limiting_stage", "stages", "block_size_note")
 
 
 @dataclass(frozen=True)
 class Capacity:
-    """Tokens and concurrency bought by ``kv_bytes`` per rank (sizes in bytes)."""
+    """Blocks, tokens and full-length concurrency of ``kv_bytes`` per rank (sizes in bytes), as vLLM
+    reports them: ``tokens`` is its "GPU KV cache size", ``max_concurrency`` its "Maximum concurrency
+    for ``max_model_len`` tokens per request".
+
+    A model-config spec (:meth:`kvplan.kvspec.KVSpec.capacity`) also fills the model, release and
+    layout fields, ``stages`` (one dict per pipeline stage) and ``approximate_reason`` (why the figures
+    are approximate, empty when they are exact); the bytes-per-token path leaves them unset and
+    :meth:`to_dict` then omits them.
+    """
 
     kv_bytes: int
     bytes_per_token: int
@@ -95,35 +120,145 @@ class Capacity:
     tokens: int
     max_model_len: int
     max_concurrency: float
+    model: str | None = None
+    vllm_version: str | None = None
+    tp: int | None = None
+    pp: int | None = None
+    dcp: int | None = None
+    kv_cache_dtype: str | None = None
+    approximate: bool = False
+    approximate_reason: str = ""
+    limiting_stage: int | None = None
+    stages: tuple[dict, ...] | None = None
+    block_size_note: str = ""
 
     def to_dict(self) -> dict:
-        """JSON-ready dict of every field."""
-        return asdict(self)
+        """JSON-ready dict: the common fields, and the spec's fields when a model spec made it.
+
+        >>> sorted(capacity(12 * 2**30, 256 * 1024, 8192).to_dict())  # doctest: +NORMALIZE_WHITESPACE
+        ['block_bytes', 'block_size', 'blocks', 'bytes_per_token', 'kv_bytes', 'max_concurrency',
+         'max_model_len', 'tokens']
+        """
+        common = [f.name for f in fields(self) if f.name not in SPEC_FIELDS + SPEC_TAIL_FIELDS]
+        names = common if self.model is None else [*SPEC_FIELDS, *common, *SPEC_TAIL_FIELDS]
+        data = {name: getattr(self, name) for name in names}
+        if self.stages is not None and "stages" in data:
+            data["stages"] = [dict(stage) for stage in self.stages]
+        return data
+
+
+class Sizing(Protocol):
+    """What sizes a KV budget: :class:`FlatSpec` or a model config's :class:`kvplan.kvspec.KVSpec`."""
+
+    def capacity(self, kv_bytes: int, max_model_len: int) -> Capacity: ...  # pragma: no cover
+
+
+@dataclass(frozen=True)
+class FlatSpec:
+    """A model whose every token costs ``bytes_per_token`` per rank in one pool of ``block_size``-token
+    blocks: the ``--bytes-per-token`` path (no model config, no release arithmetic).
+
+    >>> spec = FlatSpec(256 * 1024)
+    >>> spec.block_bytes, spec.blocks_per_request(8193), spec.capacity(12 * 2**30, 8192).tokens
+    (4194304, 513, 49152)
+    """
+
+    bytes_per_token: int
+    block_size: int = DEFAULT_BLOCK_SIZE
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block per rank."""
+        return block_bytes_from_token_bytes(self.bytes_per_token, self.block_size)
+
+    def num_blocks(self, kv_bytes: int) -> int:
+        """Whole blocks in ``kv_bytes`` per rank."""
+        return blocks_from_bytes(kv_bytes, self.block_bytes)
+
+    def blocks_per_request(self, max_model_len: int) -> int:
+        """Blocks one request of ``max_model_len`` tokens occupies."""
+        return blocks_per_sequence(max_model_len, self.block_size)
+
+    def bytes_for_sequences(self, num_sequences: int, seq_len: int) -> int:
+        """KV bytes per rank that hold ``num_sequences`` full sequences of ``seq_len`` tokens."""
+        return num_sequences * self.blocks_per_request(seq_len) * self.block_bytes
+
+    def capacity(self, kv_bytes: int, max_model_len: int) -> Capacity:
+        """Blocks, tokens and full-length concurrency of ``kv_bytes`` per rank (0 blocks allowed)."""
+        blocks = self.num_blocks(kv_bytes)
+        return Capacity(
+            kv_bytes=kv_bytes,
+            bytes_per_token=self.bytes_per_token,
+            block_size=self.block_size,
+            block_bytes=self.block_bytes,
+            blocks=blocks,
+            tokens=tokens_from_blocks(blocks, self.block_size),
+            max_model_len=max_model_len,
+            max_concurrency=max_concurrency(blocks, max_model_len, self.block_size),
+        )
 
 
 def capacity(
     kv_bytes: int, bytes_per_token: int, max_model_len: int, block_size: int = DEFAULT_BLOCK_SIZE
 ) -> Capacity:
-    """Blocks, tokens and full-length concurrency of a per-rank KV budget.
+    """Blocks, tokens and full-length concurrency of a per-rank KV budget; refuses one that holds no block.
 
     >>> c = capacity(12 * 2**30, 256 * 1024, max_model_len=8192)
     >>> c.blocks, c.tokens, c.max_concurrency
     (3072, 49152, 6.0)
     """
-    block_bytes = block_bytes_from_token_bytes(bytes_per_token, block_size)
-    blocks = blocks_from_bytes(kv_bytes, block_bytes)
-    if blocks == 0:
-        raise ValueError(f"a KV budget of {kv_bytes} bytes holds no block of {block_bytes} bytes")
-    return Capacity(
-        kv_bytes=kv_bytes,
-        bytes_per_token=bytes_per_token,
-        block_size=block_size,
-        block_bytes=block_bytes,
-        blocks=blocks,
-        tokens=tokens_from_blocks(blocks, block_size),
-        max_model_len=max_model_len,
-        max_concurrency=max_concurrency(blocks, max_model_len, block_size),
-    )
+    result = FlatSpec(bytes_per_token, block_size).capacity(kv_bytes, max_model_len)
+    if result.blocks == 0:
+        raise ValueError(f"a KV budget of {kv_bytes} bytes holds no block of {result.block_bytes} bytes")
+    return result
+
+
+def sequence_lengths(
+    max_model_len: int, shortest: int = SHORTEST_SEQUENCE_LENGTH, also: Iterable[int] = ()
+) -> list[int]:
+    """The request lengths of a capacity table [tokens]: powers of two from ``shortest`` below
+    ``max_model_len``, ``max_model_len`` itself and the lengths in ``also`` (an admission plan's), ascending.
+
+    >>> sequence_lengths(32768)
+    [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
+    >>> sequence_lengths(10000, shortest=2048, also=[3000])
+    [2048, 3000, 4096, 8192, 10000]
+    """
+    if max_model_len <= 0:
+        raise ValueError(f"max_model_len must be positive, got {max_model_len}")
+    if shortest <= 0:
+        raise ValueError(f"the shortest length must be positive, got {shortest}")
+    lengths = {max_model_len, *(int(length) for length in also)}
+    length = shortest
+    while length < max_model_len:
+        lengths.add(length)
+        length *= 2
+    return sorted(lengths)
+
+
+def capacity_rows(sizing: Sizing, kv_bytes: int, seq_lens: Iterable[int]) -> tuple[dict, ...]:
+    """One row per request length: ``seq_len``, ``blocks``, ``tokens`` (vLLM's "GPU KV cache size"),
+    ``max_concurrency`` and ``whole_sequences`` (its floor) of ``kv_bytes`` per rank.
+
+    >>> [row["whole_sequences"] for row in capacity_rows(FlatSpec(256 * 1024), 12 * 2**30, [4096, 8192])]
+    [12, 6]
+    """
+    rows = []
+    for length in seq_lens:
+        result = sizing.capacity(kv_bytes, int(length))
+        rows.append({"seq_len": int(length), "blocks": result.blocks, "tokens": result.tokens,
+                     "max_concurrency": result.max_concurrency,
+                     "whole_sequences": math.floor(result.max_concurrency)})
+    return tuple(rows)
+
+
+def capacity_table(sizing: Sizing, kv_bytes: int, seq_lens: Sequence[int]) -> pd.DataFrame:
+    """:func:`capacity_rows` as a DataFrame with the columns :data:`CAPACITY_TABLE_COLUMNS`.
+
+    >>> capacity_table(FlatSpec(256 * 1024), 12 * 2**30, [8192])["tokens"].tolist()
+    [49152]
+    """
+    return pd.DataFrame(list(capacity_rows(sizing, kv_bytes, seq_lens)), columns=list(CAPACITY_TABLE_COLUMNS))
 
 
 def concurrency_curve(
@@ -132,22 +267,9 @@ def concurrency_curve(
     seq_lens: Iterable[int],
     block_size: int = DEFAULT_BLOCK_SIZE,
 ) -> pd.DataFrame:
-    """Tokens and full-length sequences at each length, one row per ``seq_len``.
-
-    Columns: ``seq_len``, ``blocks``, ``tokens``, ``max_concurrency``, ``whole_sequences``.
+    """The capacity table of the bytes-per-token path: :func:`capacity_table` of a :class:`FlatSpec`.
 
     >>> concurrency_curve(12 * 2**30, 256 * 1024, [4096, 8192])["whole_sequences"].tolist()
     [12, 6]
     """
-    blocks = blocks_from_bytes(kv_bytes, block_bytes_from_token_bytes(bytes_per_token, block_size))
-    lengths = [int(length) for length in seq_lens]
-    concurrency = [max_concurrency(blocks, length, block_size) for length in lengths]
-    return pd.DataFrame(
-        {
-            "seq_len": lengths,
-            "blocks": blocks,
-            "tokens": tokens_from_blocks(blocks, block_size),
-            "max_concurrency": concurrency,
-            "whole_sequences": [math.floor(value) for value in concurrency],
-        }
-    )
+    return capacity_table(FlatSpec(bytes_per_token, block_size), kv_bytes, list(seq_lens))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import pandas as pd
+
 IDENTITY = {
     "source": "file the row was read from",
     "boot": "index of the boot inside the file (a restart starts a new boot), from 0",
@@ -121,3 +123,17 @@ def world_size(key: Mapping[str, object]) -> int | None:
         except (TypeError, ValueError):
             return None
     return world
+
+
+def is_known(value: object) -> bool:
+    """False for a missing ledger cell (None, NaN, ``pd.NA``); lists and dicts count as known.
+
+    >>> is_known(pd.NA), is_known(float("nan")), is_known(0), is_known([1])
+    (False, False, True, True)
+    """
+    if value is None:
+        return False
+    try:
+        return not bool(pd.isna(value))
+    except (TypeError, ValueError):  # array-likes: pd.isna answers element-wise
+        return True

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from kvplan.budget import Budget, BudgetError, median_bytes, uniform_budget
-from kvplan.columns import KEY_COLUMNS, LAYOUT_FIELDS, world_size
+from kvplan.columns import KEY_COLUMNS, LAYOUT_FIELDS, is_known, world_size
 from kvplan.releases import local_rank0_only, rank0_only_advice, version_tuple
 from kvplan.units import format_size
 
@@ -28,20 +28,6 @@ class LedgerError(ValueError):
 
 class LedgerWarning(UserWarning):
     """Evidence a budget uses with a caveat (different room sources, a manual boot left out)."""
-
-
-def is_known(value: object) -> bool:
-    """False for a missing ledger cell (None, NaN, ``pd.NA``); lists and dicts count as known.
-
-    >>> is_known(pd.NA), is_known(float("nan")), is_known(0), is_known([1])
-    (False, False, True, True)
-    """
-    if value is None:
-        return False
-    try:
-        return not bool(pd.isna(value))
-    except (TypeError, ValueError):  # array-likes: pd.isna answers element-wise
-        return True
 
 
 def plain_value(value: object) -> object:

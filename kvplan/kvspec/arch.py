@@ -1,0 +1,197 @@
+"""The KV-relevant architecture of a model, read from its Hugging Face ``config.json`` (no layout yet).
+
+>>> model_arch({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+...             "head_dim": 64, "torch_dtype": "bfloat16"}).layer_types
+('full_attention', 'full_attention')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from kvplan.kvspec.base import LINEAR_ATTENTION, KVSpecError
+from kvplan.kvspec.layers import layer_kinds, linear_state_dims, positive_field
+
+_NESTED_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
+#: Bytes per value of a config's ``torch_dtype``: vLLM serves float32 checkpoints in a 16-bit dtype
+#: by default (``dtype=auto``).
+_MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2}
+
+
+@dataclass(frozen=True)
+class ModelArch:
+    """The KV-relevant architecture of one model, read from its config (no layout yet).
+
+    ``layer_types`` has one entry per decoder layer: ``full_attention``, ``sliding_attention``,
+    ``mla_attention`` or ``linear_attention`` (Mamba / gated-delta-net state instead of a KV cache).
+    ``dtype_bytes`` is None when the config names no ``torch_dtype``/``dtype``; ``model_id`` is the
+    Hugging Face name the config states (``_source.model`` or ``_name_or_path``), None when it names none;
+    ``max_position_embeddings`` the longest context the config states, None when it states none.
+    """
+
+    name: str
+    model_type: str
+    num_layers: int
+    num_attention_heads: int
+    num_kv_heads: int
+    head_dim: int
+    dtype_bytes: int | None
+    layer_types: tuple[str, ...]
+    sliding_window: int | None = None
+    mla_latent_dim: int | None = None
+    linear_kind: str | None = None
+    linear_dims: tuple[int, ...] = ()
+    notes: tuple[str, ...] = ()
+    model_id: str | None = None
+    sparse_indexer: bool = False
+    max_position_embeddings: int | None = None
+
+
+def _language_config(config: Mapping) -> Mapping:
+    """The language model's config: nested ``text_config`` / ``llm_config`` merged over the outer."""
+    for key in _NESTED_CONFIG_KEYS:
+        inner = config.get(key)
+        if isinstance(inner, Mapping):
+            outer = {k: v for k, v in config.items() if k not in _NESTED_CONFIG_KEYS}
+            return {**outer, **inner, "_nested_in": key}
+    return config
+
+
+def _config_model_id(config: Mapping) -> str | None:
+    """The model the config says it describes: ``_source.model``, else ``_name_or_path``."""
+    source = config.get("_source")
+    if isinstance(source, Mapping) and source.get("model"):
+        return str(source["model"])
+    return str(config["_name_or_path"]) if config.get("_name_or_path") else None
+
+
+def _config_name(config: Mapping) -> str:
+    return _config_model_id(config) or str(config.get("_path") or config.get("model_type") or "model")
+
+
+#: Model types whose Hugging Face config class sets a missing ``num_key_value_heads`` to
+#: ``num_attention_heads`` (``LlamaConfig``); other classes default it to a fixed number
+#: (``Gemma3TextConfig`` 4, ``MistralConfig`` 8, ``Qwen3Config`` 32), so kvplan refuses to guess there.
+KV_HEADS_DEFAULT_TO_HEADS = ("llama",)
+#: Model types whose config class has its own ``head_dim`` default (not ``hidden_size / heads``):
+#: ``Gemma*Config`` 256, ``Qwen3Config`` 128. A config of these types without ``head_dim`` is refused.
+HEAD_DIM_CLASS_DEFAULT = ("gemma", "qwen3")
+_KV_HEAD_FIELDS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
+
+
+def _kv_heads(lm: Mapping, num_heads: int, where: str) -> tuple[int, str | None]:
+    """KV heads of the language model, and a note when they were not stated but defaulted."""
+    if lm.get("multi_query") is True:
+        return 1, None
+    for name in _KV_HEAD_FIELDS:
+        if lm.get(name) is not None:
+            return positive_field(lm, name, where), None
+    model_type = str(lm.get("model_type") or "")
+    if model_type in KV_HEADS_DEFAULT_TO_HEADS:
+        return num_heads, (
+            f"no 'num_key_value_heads': taken as num_attention_heads ({num_heads}), the default of "
+            f"{model_type}'s config class; check it against the model's published config"
+        )
+    raise KVSpecError(
+        f"{where}: missing field 'num_key_value_heads' (needed to size the KV cache; Hugging Face config "
+        f"classes default it differently per model type, so kvplan does not guess it for "
+        f"model_type {model_type or 'unknown'!r}: copy it from the model's published config.json, or "
+        "set it to num_attention_heads for plain multi-head attention)"
+    )
+
+
+def _dtype_bytes(lm: Mapping, where: str) -> int | None:
+    """Bytes per value of the config's ``torch_dtype`` / ``dtype``; None when it names none."""
+    raw = lm.get("torch_dtype") or lm.get("dtype")
+    if raw is None:
+        return None
+    dtype = str(raw).removeprefix("torch.")
+    if dtype not in _MODEL_DTYPE_BYTES:
+        raise KVSpecError(
+            f"{where}: field 'torch_dtype' = {dtype!r} is not one of {sorted(_MODEL_DTYPE_BYTES)}"
+        )
+    return _MODEL_DTYPE_BYTES[dtype]
+
+
+def model_arch(config: Mapping) -> ModelArch:
+    """Read the KV-relevant architecture from a Hugging Face ``config.json`` dict.
+
+    Vision-language configs that nest the language model (``text_config``, ``llm_config``) are read
+    from the nested part. A missing field raises :class:`KVSpecError` naming it, except where the
+    rule is the Hugging Face config class's own and unambiguous: ``head_dim`` = ``hidden_size /
+    num_attention_heads`` (not for Gemma / Qwen3, whose classes default it to a constant), and for
+    ``model_type`` ``llama`` only, ``num_key_value_heads`` = ``num_attention_heads`` (then noted in
+    ``notes``, which makes the spec approximate). A missing ``torch_dtype`` leaves ``dtype_bytes``
+    None: :func:`kv_spec` then needs a fixed-size ``kv_cache_dtype`` or the served ``dtype``.
+
+    >>> arch = model_arch({"num_hidden_layers": 80, "num_attention_heads": 64,
+    ...                    "num_key_value_heads": 8, "hidden_size": 8192, "torch_dtype": "bfloat16"})
+    >>> arch.num_layers, arch.num_kv_heads, arch.head_dim, arch.dtype_bytes
+    (80, 8, 128, 2)
+    """
+    if not isinstance(config, Mapping):
+        raise KVSpecError(
+            f"model config: expected a dict (a parsed config.json), got {type(config).__name__}"
+        )
+    name = _config_name(config)
+    lm = _language_config(config)
+    where = f"{name}" + (f" ({lm['_nested_in']})" if "_nested_in" in lm else "")
+    num_layers = positive_field(lm, "num_hidden_layers", where)
+    num_heads = positive_field(lm, "num_attention_heads", where)
+    num_kv_heads, kv_heads_note = _kv_heads(lm, num_heads, where)
+    dtype_bytes = _dtype_bytes(lm, where)
+    model_type = str(lm.get("model_type") or "")
+    mla_latent_dim = None
+    if lm.get("kv_lora_rank") is not None:
+        mla_latent_dim = positive_field(lm, "kv_lora_rank", where) + positive_field(
+            lm, "qk_rope_head_dim", where
+        )
+        head_dim = mla_latent_dim
+    elif lm.get("head_dim") is not None:
+        head_dim = positive_field(lm, "head_dim", where)
+    elif model_type.startswith(HEAD_DIM_CLASS_DEFAULT):
+        raise KVSpecError(
+            f"{where}: missing field 'head_dim' (model_type {model_type!r}: its config class defaults it "
+            "to a constant, not hidden_size / num_attention_heads; copy it from the published config.json)"
+        )
+    else:
+        hidden = positive_field(lm, "hidden_size", where)
+        if hidden % num_heads:
+            raise KVSpecError(
+                f"{where}: no 'head_dim', and hidden_size {hidden} is not a multiple of "
+                f"num_attention_heads {num_heads}"
+            )
+        head_dim = hidden // num_heads
+    layer_types, window, notes = layer_kinds(lm, num_layers, where, mla=mla_latent_dim is not None)
+    if kv_heads_note:
+        notes = (kv_heads_note, *notes)
+    linear_kind, linear_dims = (None, ())
+    if LINEAR_ATTENTION in layer_types:
+        linear_kind, linear_dims = linear_state_dims(lm, where)
+    return ModelArch(
+        name=name,
+        model_type=model_type,
+        num_layers=num_layers,
+        num_attention_heads=num_heads,
+        num_kv_heads=num_kv_heads,
+        head_dim=head_dim,
+        dtype_bytes=dtype_bytes,
+        layer_types=layer_types,
+        sliding_window=window,
+        mla_latent_dim=mla_latent_dim,
+        linear_kind=linear_kind,
+        linear_dims=linear_dims,
+        notes=notes,
+        model_id=_config_model_id(config),
+        sparse_indexer=mla_latent_dim is not None and lm.get("index_topk") is not None,
+        max_position_embeddings=_positive_or_none(lm.get("max_position_embeddings", config.get(
+            "max_position_embeddings"))),
+    )
+
+
+def _positive_or_none(value: object) -> int | None:
+    """A positive whole number as int, else None (a config field that may be absent)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+

@@ -1,0 +1,274 @@
+"""The model config against what a log printed: predicted against logged "GPU KV cache size",
+"Maximum concurrency" and GPU blocks, with the likely cause of a disagreement, and one line for it.
+
+>>> from kvplan.kvspec import kv_spec
+>>> cross_check_verdict(cross_check(pd.DataFrame({"vllm_version": ["0.26.0"]}), kv_spec({
+...     "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64,
+...     "torch_dtype": "bfloat16"})))
+'nothing to cross-check: no available KV memory in the log'
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from kvplan.columns import is_known
+from kvplan.kvspec.base import parse_vllm_version
+from kvplan.kvspec.spec import KVSpec
+from kvplan.releases import KV_CACHE_MEMORY_BYTES_FROM, PER_WORKER_KV_LINES_FROM, PER_WORKER_KV_LINES_UNTIL
+from kvplan.units import GiB
+
+#: Half of the 0.01 GiB step of a 2-decimal GiB figure: how far such a figure can be from the truth.
+GIB_2DP_HALF_STEP_BYTES = GiB // 200
+
+
+def _first(values: pd.Series):
+    present = values.dropna()
+    return present.iloc[0] if len(present) else None
+
+
+def _diagnose(
+    spec: KVSpec, available_bytes: int, logged_tokens: int | None, predicted_tokens: int
+) -> tuple[str, str]:
+    """The likely cause of a mismatch (short) and the reason: which setting the gap points to."""
+    if not logged_tokens or not predicted_tokens:
+        return "block size or max_model_len", (
+            "the logged blocks or concurrency differ: check --block-size and max_model_len")
+    ratio = logged_tokens / predicted_tokens
+    implied = available_bytes / logged_tokens * spec.dcp
+    hint = (
+        f"the log implies ≈{implied:,.0f} bytes per token per rank, the config and layout give "
+        f"{spec.bytes_per_token:,} (logged/predicted tokens = {ratio:.3f})"
+    )
+    dtype = ("KV dtype", "a factor 2: KV dtype (fp8 = 1 byte, bf16/fp16 = 2 bytes) or the KV-head split "
+                         "across TP")
+    candidates = [(2.0, *dtype), (0.5, *dtype)]
+    if spec.tp > 1:
+        tp = ("TP", "a factor TP: check --tp (KV heads per rank)")
+        candidates += [(spec.tp, *tp), (1 / spec.tp, *tp)]
+    layers = spec.limiting_stage.layers_per_group
+    for other in {spec.arch.num_layers, *(s.layers_per_group for s in spec.stages)} - {layers}:
+        reason = f"the layer count: {other} KV layers per rank fit, not {layers} (check --pp or the config)"
+        candidates.append((layers / other, "layer count", reason))
+    if spec.dcp > 1:
+        candidates.append((1 / spec.dcp, "DCP", "a factor DCP: check --dcp"))
+    for factor, cause, reason in candidates:
+        if abs(ratio - factor) <= 0.02 * factor:
+            return cause, f"{reason}; {hint}"
+    if abs(ratio - 1) <= 0.02:
+        return "block size or max_model_len", (
+            f"tokens agree but blocks or concurrency do not: check --block-size and max_model_len; {hint}")
+    return "model config or layout", f"check the layer count, KV dtype, block size or layout; {hint}"
+
+
+def cross_check(
+    ledger: pd.DataFrame,
+    spec: KVSpec,
+    *,
+    max_model_len: int | None = None,
+    available_tolerance_bytes: int | None = None,
+) -> pd.DataFrame:
+    """Predicted against logged "GPU KV cache size", "Maximum concurrency" and GPU blocks.
+
+    Works on ledger columns (``kvplan.columns``): ``available_kv_bytes`` (else ``kv_in_use_bytes``;
+    exact ``manual_kv_bytes`` and 0.10.2's byte-exact ``kv_in_use_bytes`` first), ``num_gpu_blocks``,
+    ``kv_cache_tokens``, ``max_concurrency``, ``max_model_len``, ``block_size``, ``vllm_version`` and,
+    where present, ``source``, ``boot``, ``dp_rank`` (each DP rank is its own engine) and ``pp_rank``.
+    vLLM 0.9.0–0.11.0 log the figures once per worker from that worker's memory, so each row is
+    checked; other releases log them once from the minimum over ranks, so each boot is checked
+    against the minimum available memory of its rows.
+
+    Available memory read from a 2-decimal GiB figure is only known to ±0.005 GiB; the prediction
+    is then a range, and ``agrees`` is False only when a logged figure lies outside it (more than
+    block rounding apart). Pass ``available_tolerance_bytes=0`` when the bytes are exact.
+
+    Returns one row per check: ``source``, ``boot``, ``dp_rank``, ``rank``, ``vllm_version``, ``block_size``,
+    ``available_kv_bytes``, ``tolerance_bytes``, ``predicted_num_gpu_blocks``,
+    ``logged_num_gpu_blocks``, ``predicted_kv_cache_tokens``, ``logged_kv_cache_tokens``,
+    ``predicted_max_concurrency``, ``logged_max_concurrency``, ``agrees`` (None when the log has
+    nothing to compare), ``likely_cause`` (short, when it disagrees: ``KV dtype``, ``TP``, ``layer
+    count``, ``DCP``, ``block size``, ``block size or max_model_len`` or ``model config or layout``) and
+    ``reason``.
+    :func:`cross_check_verdict` turns the rows into one line.
+
+    >>> from kvplan.kvspec import kv_spec
+    >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
+    >>> ledger = pd.DataFrame({"available_kv_bytes": [12 * 2**30], "kv_cache_tokens": [157280],
+    ...     "max_concurrency": [4.8], "max_model_len": [32768], "vllm_version": ["0.26.0"]})
+    >>> cross_check(ledger, spec, available_tolerance_bytes=0)[["predicted_kv_cache_tokens", "agrees"]]
+       predicted_kv_cache_tokens  agrees
+    0                     157280    True
+    """
+    rows = ledger.reset_index(drop=True).copy()
+    for column in ("source", "boot", "dp_rank", "rank", "pp_rank", "vllm_version", "block_size",
+                   "max_model_len", "available_kv_bytes", "kv_in_use_bytes", "manual_kv_bytes",
+                   "num_gpu_blocks", "kv_cache_tokens", "max_concurrency"):
+        if column not in rows:
+            rows[column] = None
+    # vLLM 0.10.2 prints "Current kv cache memory in use is N bytes": exact, so it goes first there.
+    in_use_exact = rows["vllm_version"].map(
+        lambda v: is_known(v) and parse_vllm_version(str(v)) == KV_CACHE_MEMORY_BYTES_FROM
+    ) & rows["kv_in_use_bytes"].notna()
+    rows["_available"] = (
+        rows["manual_kv_bytes"]
+        .combine_first(rows["kv_in_use_bytes"].where(in_use_exact))
+        .combine_first(rows["available_kv_bytes"])
+        .combine_first(rows["kv_in_use_bytes"])
+    )
+    rows["_exact"] = rows["manual_kv_bytes"].notna() | in_use_exact
+    # DP ranks are separate engines: each logs its own figures and none takes a minimum across them
+    rows["_key"] = list(zip(*(rows[c].astype(str) for c in ("source", "boot", "dp_rank"))))
+    units: list[pd.DataFrame] = []
+    for _key, boot in rows.groupby("_key", sort=False):
+        version = _first(boot["vllm_version"]) or spec.vllm_version
+        per_worker = PER_WORKER_KV_LINES_FROM <= parse_vllm_version(version) <= PER_WORKER_KV_LINES_UNTIL
+        units += [boot.loc[[i]] for i in boot.index] if per_worker else [boot]
+    results = [_check_unit(unit, spec, max_model_len, available_tolerance_bytes) for unit in units]
+    return pd.DataFrame(results)
+
+
+def _check_unit(
+    unit: pd.DataFrame, spec: KVSpec, max_model_len: int | None, tolerance: int | None
+) -> dict:
+    version = _first(unit["vllm_version"]) or spec.vllm_version
+    block_size = _first(unit["block_size"])
+    row_spec = spec.with_settings(
+        block_size=None if block_size is None else int(block_size), vllm_version=str(version)
+    )
+    length = _first(unit["max_model_len"]) or max_model_len
+    logged = {name: _first(unit[name]) for name in ("num_gpu_blocks", "kv_cache_tokens", "max_concurrency")}
+    result = {
+        "source": _first(unit["source"]),
+        "boot": _first(unit["boot"]),
+        "dp_rank": _first(unit["dp_rank"]),
+        "rank": _first(unit["rank"]) if len(unit) == 1 else None,
+        "vllm_version": str(version),
+        "block_size": row_spec.block_size,
+        "available_kv_bytes": None,
+        "tolerance_bytes": None,
+        "predicted_num_gpu_blocks": None,
+        "logged_num_gpu_blocks": logged["num_gpu_blocks"],
+        "predicted_kv_cache_tokens": None,
+        "logged_kv_cache_tokens": logged["kv_cache_tokens"],
+        "predicted_max_concurrency": None,
+        "logged_max_concurrency": logged["max_concurrency"],
+        "agrees": None,
+        "likely_cause": None,
+        "reason": "",
+    }
+    known = unit.dropna(subset=["_available"])
+    if known.empty or length is None:
+        result["reason"] = "no available KV memory in the log" if known.empty else "max_model_len unknown"
+        return result
+    length = int(length)
+
+    def blocks_at(offset: int) -> int:
+        per_row = []
+        for _index, row in known.iterrows():
+            stage = row_spec.limiting_stage
+            if row["pp_rank"] is not None and not pd.isna(row["pp_rank"]):
+                stage = row_spec.stage(int(row["pp_rank"]))
+            per_row.append(max(0, (int(row["_available"]) + offset) // stage.block_bytes))
+        return min(per_row)
+
+    exact = bool(known["_exact"].all())
+    tol = 0 if exact else (GIB_2DP_HALF_STEP_BYTES if tolerance is None else tolerance)
+    available = int(known["_available"].min())
+    blocks, low, high = blocks_at(0), blocks_at(-tol), blocks_at(tol)
+    tokens = row_spec.kv_cache_tokens(blocks, length)
+    concurrency = row_spec.max_concurrency(blocks, length)
+    result.update(
+        available_kv_bytes=available,
+        tolerance_bytes=tol,
+        predicted_num_gpu_blocks=blocks,
+        predicted_kv_cache_tokens=tokens,
+        predicted_max_concurrency=concurrency,
+    )
+    checks: dict[str, bool] = {}
+    if logged["num_gpu_blocks"] is not None:
+        checks["blocks"] = low <= int(logged["num_gpu_blocks"]) <= high
+    if logged["kv_cache_tokens"] is not None:
+        lo, hi = row_spec.kv_cache_tokens(low, length), row_spec.kv_cache_tokens(high, length)
+        checks["tokens"] = lo <= int(logged["kv_cache_tokens"]) <= hi
+    if logged["max_concurrency"] is not None:
+        lo = round(row_spec.max_concurrency(low, length), 2)
+        hi = round(row_spec.max_concurrency(high, length), 2)
+        checks["concurrency"] = lo <= round(float(logged["max_concurrency"]), 2) <= hi
+    if not checks:
+        result["reason"] = "the log printed no KV cache size, concurrency or block count"
+        return result
+    result["agrees"] = all(checks.values())
+    notes = []
+    if len(known) < len(unit):
+        notes.append(f"available memory known for {len(known)} of {len(unit)} ranks")
+    if row_spec.approximate:
+        notes.append(f"approximate: {row_spec.approximate_reason}")
+    if not result["agrees"]:
+        others = [ok for name, ok in checks.items() if name != "blocks"]
+        if not checks.get("blocks", True) and others and all(others):
+            result["likely_cause"] = "block size"
+            reason = (f"the GPU block count differs ({logged['num_gpu_blocks']} logged, {blocks} predicted) "
+                      "while tokens and concurrency agree: check --block-size")
+        else:
+            logged_tokens = logged["kv_cache_tokens"]
+            if logged_tokens is None and logged["num_gpu_blocks"] is not None:
+                logged_tokens = int(logged["num_gpu_blocks"]) * row_spec.block_size
+            result["likely_cause"], reason = _diagnose(
+                row_spec, available, None if logged_tokens is None else int(logged_tokens), tokens)
+        notes.insert(0, f"differs by more than block rounding: {reason}")
+    result["reason"] = "; ".join(notes)
+    return result
+
+
+def _compared_figure(row: pd.Series) -> str:
+    """``predicted X, logged Y`` for the first figure the log printed: tokens, blocks or concurrency."""
+    for name, unit in (("kv_cache_tokens", " tokens"), ("num_gpu_blocks", " GPU blocks")):
+        if is_known(row[f"logged_{name}"]):
+            return f"predicted {int(row[f'predicted_{name}']):,}{unit}, logged {int(row[f'logged_{name}']):,}"
+    return (f"predicted {row['predicted_max_concurrency']:.2f}x concurrency, "
+            f"logged {float(row['logged_max_concurrency']):.2f}x")
+
+
+def cross_check_verdict(rows: pd.DataFrame) -> str:
+    """One line from :func:`cross_check` rows, for a planner to read and CI to pin.
+
+    Agreement names the rounding it allowed (exact bytes, or a 2-decimal GiB figure's ±0.005 GiB);
+    a disagreement starts ``model config DISAGREES`` and names the likely cause; with several rows
+    the first disagreeing one is shown and the count of checks is given.
+
+    >>> from kvplan.kvspec import kv_spec
+    >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
+    >>> def ledger(tokens):
+    ...     return pd.DataFrame({"available_kv_bytes": [12 * 2**30], "kv_cache_tokens": [tokens],
+    ...                          "max_model_len": [32768], "vllm_version": ["0.26.0"]})
+    >>> print(cross_check_verdict(cross_check(ledger(157280), spec)))
+    model config agrees with the log: predicted 157,280 tokens, logged 157,280 (within 2-decimal GiB rounding)
+    >>> print(cross_check_verdict(cross_check(ledger(314560), spec, available_tolerance_bytes=0)))
+    model config DISAGREES with the log: predicted 157,280 tokens, logged 314,560; likely cause: KV dtype
+    >>> print(cross_check_verdict(cross_check(ledger(None), spec)))
+    nothing to cross-check: the log printed no KV cache size, concurrency or block count
+    """
+    judged = rows[rows["agrees"].notna()] if "agrees" in rows else rows.iloc[0:0]
+    if judged.empty:
+        reason = rows["reason"].iloc[0] if len(rows) and rows["reason"].iloc[0] else "no boot to compare"
+        return f"nothing to cross-check: {reason}"
+    wrong = judged[~judged["agrees"].astype(bool)]
+    count = ""
+    if len(judged) > 1:
+        count = f" ({len(wrong)} of {len(judged)} checks)" if len(wrong) else f" ({len(judged)} checks)"
+    if len(wrong):
+        first = wrong.iloc[0]
+        return (f"model config DISAGREES with the log: {_compared_figure(first)}; "
+                f"likely cause: {first['likely_cause']}{count}")
+    tolerances = {int(t) for t in judged["tolerance_bytes"]}
+    if tolerances == {0}:
+        allowed = "exact bytes"
+    elif tolerances <= {0, GIB_2DP_HALF_STEP_BYTES}:
+        allowed = "within 2-decimal GiB rounding"
+    else:
+        allowed = f"within ±{max(tolerances):,} B of available memory"
+    approximate = "; the spec is approximate" if judged["reason"].str.contains("approximate:").any() else ""
+    figure = _compared_figure(judged.iloc[0])
+    return f"model config agrees with the log: {figure} ({allowed}){count}{approximate}"
