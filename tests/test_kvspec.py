@@ -799,6 +799,15 @@ def test_group_size_ratio_by_release():
     assert [len(g) for _, g in kv_cache_groups(layers, "0.17.1")] == [9, 8, 12]
 
 
+def test_no_group_size_ratio_before_0_12():
+    # 13 full + 12 sliding: 13 < 12 × 1.25 = 15, so 0.12–0.17 take group size 13 (one group per kind);
+    # 0.11 has no ratio (kv_cache_utils.py: group_size = min(...)) → 12: ceil(13 / 12) = 2 full groups
+    # of 7 and 6 layers (layers[i::2]) + 1 sliding group of 12
+    layers = [FULL_ATTENTION] * 13 + [SLIDING_ATTENTION] * 12
+    assert [len(g) for _, g in kv_cache_groups(layers, "0.12.0")] == [13, 12]
+    assert [len(g) for _, g in kv_cache_groups(layers, "0.11.0")] == [7, 6, 12]
+
+
 def test_v0_9_0_hybrid_concurrency_splits_tokens_across_groups():
     # Gemma 3 27B on 0.9.0: 7 KV cache groups. 7,000 blocks → tokens = 7,000 // 7 × 16 = 16,000;
     # concurrency = tokens / L = 16,000 / 8,000 = 2.0 (not 7,000 × 16 / 8,000 = 14.0)
