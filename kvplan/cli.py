@@ -740,6 +740,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     _add_approve,
     _add_verify,
     _add_gate,
+    lambda sub: __import__("kvplan.cli_fleet", fromlist=["add_fleet"]).add_fleet(sub),  # kvplan fleet
 ]
 
 

@@ -1,0 +1,256 @@
+"""``kvplan fleet plan`` and ``kvplan fleet gate``: budgets per host class, bundles, waves, canary verdicts.
+
+Exit codes as ``kvplan gate``: 0 pass, 1 fail (a canary failed: stop the rollout), 2 cannot judge or bad
+input (one ``error:`` line naming the file or URL). The fleet extra (dask, fsspec, s3fs) is imported
+only when a fleet command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kvplan.units import format_size, parse_size
+
+
+def _size(text: str) -> int:
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _labels(text: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated label names, got {text!r}")
+    return names
+
+
+def _ratio(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
+    return value
+
+
+def _add_engine_arguments(parser: argparse.ArgumentParser, default: str | None) -> None:
+    parser.add_argument(
+        "--scheduler",
+        metavar="ADDR",
+        default=default,
+        help="'local' (an embedded cluster, one process per core), 'synchronous', or a Dask "
+        "scheduler address tcp://HOST:8786 (default: DASK_SCHEDULER_ADDRESS, else "
+        f"{default or 'local'})",
+    )
+    parser.add_argument(
+        "--storage-option",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="fsspec storage option for s3:// fleets (key, secret, endpoint_url, anon, ...); "
+        "repeat; the standard AWS environment variables work too",
+    )
+
+
+def add_fleet(sub: argparse._SubParsersAction) -> None:
+    """Register ``kvplan fleet plan`` and ``kvplan fleet gate``."""
+    fleet = sub.add_parser(
+        "fleet",
+        help="budgets per host class from many hosts' logs; rollout waves; canary gate",
+        description="Fleets: hosts grouped by compatibility key and labels into classes, "
+        "each with its uniform budget, bundle and rollout waves.",
+    )
+    commands = fleet.add_subparsers(dest="fleet_command", required=True, metavar="COMMAND")
+    plan = commands.add_parser(
+        "plan",
+        help="per-class budgets, outliers, split advice, bundles and waves",
+        description="Read every host's startup logs (on Dask), group hosts into classes, and give each class "
+        "its uniform budget, limiting host and rank, stranded capacity, outliers with their likely cause and "
+        "the tokens a split would buy, then the rollout waves (canaries first). Example: kvplan fleet plan "
+        "data/fleet/small --reserve 1GiB --model llama-3.1-70b --out evidence/",
+    )
+    plan.add_argument(
+        "fleet",
+        metavar="FLEET",
+        help="folder of host folders, or a manifest CSV host,path,labels (local or s3://)",
+    )
+    plan.add_argument("--reserve", type=_size, required=True, help="operating reserve per rank")
+    plan.add_argument(
+        "--class-by",
+        type=_labels,
+        default=(),
+        metavar="LABELS",
+        help="labels that split classes further, comma-separated (manifest columns or key fields)",
+    )
+    plan.add_argument(
+        "--model",
+        action="append",
+        default=[],
+        metavar="CONFIG",
+        help="model config(s): each class uses the one that serves its model; repeat",
+    )
+    plan.add_argument("--out", metavar="DIR", help="write one evidence bundle per approved class here")
+    plan.add_argument(
+        "--approver", default="kvplan fleet plan", metavar="NAME", help="who approves the bundles"
+    )
+    plan.add_argument(
+        "--split-below",
+        type=_ratio,
+        default=None,
+        metavar="R",
+        help="advise a split when min/median of host budgets < R (default 0.95)",
+    )
+    plan.add_argument(
+        "--min-hosts",
+        type=_count,
+        default=None,
+        metavar="N",
+        help="a class needs N clean hosts to be approved (default 3)",
+    )
+    plan.add_argument(
+        "--canaries", type=_count, default=None, metavar="N", help="canary hosts per class (default 2)"
+    )
+    plan.add_argument(
+        "--target-concurrency", type=_count, metavar="C", help="admission plan (with --seq-len)"
+    )
+    plan.add_argument("--seq-len", type=_count, metavar="L", help="admission plan: tokens per sequence")
+    plan.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_engine_arguments(plan, None)
+    plan.set_defaults(run=_run_plan)
+    gate = commands.add_parser(
+        "gate",
+        help="canary hosts against their class's bundle: per-host verdict and the stop decision",
+        description="Each host is gated (as kvplan gate) against the bundle whose class lists it. Exit 0 all "
+        "pass (go on), 1 any failed (stop), 2 a host cannot be judged or bad input. "
+        "Example: kvplan fleet gate "
+        "--approved evidence/2026-12-01-0123456789ab canary-fleet/ --hosts gpu-00019,gpu-00020",
+    )
+    gate.add_argument(
+        "targets",
+        nargs="*",
+        metavar="LOGS_OR_FLEET",
+        help="a fleet folder or manifest of canary hosts, or the log files of one host",
+    )
+    gate.add_argument("--approved", nargs="+", required=True, metavar="BUNDLE", help="the classes' bundles")
+    gate.add_argument("--hosts", type=_labels, default=(), metavar="H1,H2", help="gate only these hosts")
+    gate.add_argument("--json", action="store_true", help='print {"passed", "decision", "hosts": [...]}')
+    _add_engine_arguments(gate, "synchronous")
+    gate.set_defaults(run=_run_gate)
+
+
+def _storage(args: argparse.Namespace) -> dict:
+    from kvplan.fleet.inputs import parse_storage_options
+
+    return parse_storage_options(args.storage_option)
+
+
+def _run_plan(args: argparse.Namespace) -> int:
+    from kvplan.cli import _print_json, _print_warnings, format_table
+    from kvplan.evidence import Plan
+    from kvplan.fleet import FleetPolicy, plan_fleet
+    from kvplan.fleet.engine import default_scheduler, stderr_progress
+
+    if (args.target_concurrency is None) != (args.seq_len is None):
+        raise ValueError("an admission plan needs both --target-concurrency and --seq-len")
+    policy = FleetPolicy(
+        args.reserve,
+        tuple(args.class_by),
+        approver=args.approver,
+        plan=Plan(args.target_concurrency, args.seq_len) if args.seq_len else None,
+        **{
+            name: value
+            for name, value in (
+                ("split_below", args.split_below),
+                ("min_hosts", args.min_hosts),
+                ("canaries", args.canaries),
+            )
+            if value is not None
+        },
+    )
+    result = plan_fleet(
+        args.fleet,
+        policy,
+        args.model,
+        default_scheduler(args.scheduler),
+        _storage(args),
+        args.out,
+        progress=stderr_progress(),
+        announce=lambda text: print(text, file=sys.stderr),
+    )
+    data = result.to_dict()
+    if args.json:
+        return _print_json(data)
+    rows = [
+        {
+            "class": c["class"],
+            "hosts": c["clean_hosts"],
+            "budget": format_size(c["uniform_budget_bytes"]),
+            "limiting": f"{c['limiting_host']} rank {c['limiting_rank']}",
+            "min/median": f"{c['min_median_ratio']:.3f}",
+            "stranded": format_size(c["stranded_total_bytes"]),
+            "approved": "yes" if c["approved"] else "NO",
+        }
+        for c in data["classes"]
+    ]
+    print(format_table(rows, ["class", "hosts", "budget", "limiting", "min/median", "stranded", "approved"]))
+    for c in data["classes"]:
+        for outlier in c["outliers"]:
+            print(
+                f"outlier  {c['class']}: {outlier['host']} {format_size(outlier['budget_bytes'])}: "
+                f"{outlier['likely_cause']}"
+            )
+        gain = c["split"].get("gain_split_tokens")
+        if gain:
+            print(f"split    {c['class']}: splitting the outliers off gains {gain:,} tokens over the class")
+    for item in data["excluded"]:
+        print(f"excluded {item['host']}: {item['reason']}")
+    for wave in data["waves"]:
+        print(
+            f"wave {wave['wave']}  {wave['kind']:6}  {wave['class']}: {len(wave['hosts'])} host(s)  "
+            f"{wave['flag']}"
+        )
+        print(f"         then: {wave['gate']}")
+    _print_warnings(data["warnings"])
+    return 0
+
+
+def _run_gate(args: argparse.Namespace) -> int:
+    from kvplan.cli import _print_json
+    from kvplan.fleet.engine import default_scheduler
+    from kvplan.fleet.gate import gate_fleet, stop_decision
+
+    if not args.targets and len(args.approved) > 1:  # --approved B1 B2 FLEET: the last one is the fleet
+        args.targets = [args.approved.pop()]
+    if not args.targets:
+        raise ValueError(
+            "kvplan fleet gate: give LOGS_OR_FLEET after the bundles (--approved BUNDLE... FLEET)"
+        )
+    verdicts = gate_fleet(
+        args.approved, args.targets, args.hosts, default_scheduler(args.scheduler), _storage(args)
+    )
+    status, decision = stop_decision(verdicts)
+    if args.json:
+        _print_json({"passed": status == 0, "decision": decision, "hosts": [v.to_dict() for v in verdicts]})
+        return status
+    for verdict in verdicts:
+        state = {True: "PASS", False: "FAIL", None: "CANNOT JUDGE"}[verdict.passed]
+        print(f"{verdict.host}: {state}" + (f" ({verdict.reason})" if verdict.reason else ""))
+        for check in verdict.checks:
+            if check["passed"] is False:
+                print(f"  FAIL {check['name']}: {check['detail']}")
+    print(decision)
+    return status

@@ -1,0 +1,19 @@
+"""Fleets: budgets per host class from many hosts' startup logs, read on Dask from disk or object storage.
+
+Needs the ``fleet`` extra (``pip install 'kvplan-kit[fleet]'``: dask[distributed], fsspec, s3fs); ``import
+kvplan`` does not import it. :func:`plan_fleet` decides, :func:`gate_fleet` judges canary hosts.
+"""
+
+from kvplan.fleet.engine import read_fleet
+from kvplan.fleet.inputs import FleetInputError, list_fleet, parse_storage_options
+from kvplan.fleet.plan import FleetPlan, FleetPolicy, plan_fleet
+
+__all__ = [
+    "FleetInputError",
+    "FleetPlan",
+    "FleetPolicy",
+    "list_fleet",
+    "parse_storage_options",
+    "plan_fleet",
+    "read_fleet",
+]

@@ -1,0 +1,174 @@
+"""Fleet input: which hosts there are, which files each has, and the labels the manifest gives them.
+
+A fleet is a folder of host folders (``FLEET/<host>/*.log`` and ``nvidia-smi*.csv``) or a manifest CSV
+``host,path,label...`` (one row per file; paths relative to the manifest or absolute URLs). Both may
+lie on local disk or in object storage (``s3://bucket/prefix``), read through fsspec with the given
+storage options (or the standard AWS environment variables; ``endpoint_url`` for S3-compatible
+servers). A file whose name starts with ``nvidia-smi`` and ends in ``.csv`` is a snapshot; every other
+file is a log (a ``.csv`` log is a ledger CSV, as ``kvplan budget`` reads it).
+
+Listing the fleet is the one step that touches storage before the work is spread: an unreachable
+bucket or a refused credential is a :class:`FleetInputError` naming the URL.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+#: Manifest columns that are not labels.
+MANIFEST_FIELDS = ("host", "path")
+LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".csv")
+
+
+class FleetInputError(ValueError):
+    """A fleet that cannot be listed (unreachable storage, refused credential, bad manifest); names it."""
+
+
+@dataclass(frozen=True)
+class HostFiles:
+    """One host's evidence: its log and snapshot URLs, its labels, and manifest rows whose file is missing.
+
+    ``missing`` holds ``(manifest line, path)`` pairs; a host with any is excluded with that reason.
+    """
+
+    host: str
+    logs: tuple[str, ...]
+    snapshots: tuple[str, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    missing: tuple[tuple[int, str], ...] = ()
+
+
+def parse_storage_options(pairs: Sequence[str]) -> dict[str, object]:
+    """``key=value`` texts as fsspec storage options; ``endpoint_url`` goes into ``client_kwargs``.
+
+    >>> parse_storage_options(["key=ak", "anon=false", "endpoint_url=http://127.0.0.1:8333"])
+    {'key': 'ak', 'anon': False, 'client_kwargs': {'endpoint_url': 'http://127.0.0.1:8333'}}
+    """
+    options: dict[str, object] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name.strip():
+            raise FleetInputError(f"--storage-option {pair!r}: expected KEY=VALUE")
+        parsed: object = {"true": True, "false": False}.get(value.lower(), value)
+        if name.strip() == "endpoint_url":
+            options.setdefault("client_kwargs", {})["endpoint_url"] = value  # type: ignore[index]
+        else:
+            options[name.strip()] = parsed
+    return options
+
+
+def filesystem(url: str, storage_options: Mapping[str, object] | None = None):
+    """The fsspec filesystem of ``url`` and the path inside it (local paths stay as they are).
+
+    ``AWS_ENDPOINT_URL`` (the standard variable) sets the S3 endpoint when no option gives one.
+    """
+    import fsspec
+
+    options = dict(storage_options or {})
+    protocol = url.split("://", 1)[0] if "://" in url else "file"
+    if protocol in ("s3", "s3a") and os.environ.get("AWS_ENDPOINT_URL"):
+        options.setdefault("client_kwargs", {}).setdefault("endpoint_url", os.environ["AWS_ENDPOINT_URL"])
+    fs, path = fsspec.core.url_to_fs(url, **options)
+    return fs, path
+
+
+def _url(fs, path: str) -> str:
+    """A full URL for ``path`` on ``fs`` (local paths stay plain)."""
+    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return path if protocol in ("file", "local") else f"{protocol}://{path}"
+
+
+def is_snapshot(name: str) -> bool:
+    """Whether a file is an nvidia-smi snapshot (``nvidia-smi*.csv``) rather than a log.
+
+    >>> is_snapshot("gpu-1/nvidia-smi-gpu.csv"), is_snapshot("gpu-1/boot.log")
+    (True, False)
+    """
+    base = name.rstrip("/").rsplit("/", 1)[-1].lower()
+    return base.startswith("nvidia-smi") and base.endswith(".csv")
+
+
+def list_fleet(url: str, storage_options: Mapping[str, object] | None = None) -> list[HostFiles]:
+    """Every host of the fleet at ``url`` (a folder of host folders, or a manifest ``.csv``), by host name."""
+    try:
+        fs, path = filesystem(url, storage_options)
+        if not fs.exists(path):
+            raise FileNotFoundError(path)
+        if path.lower().endswith(".csv") and not fs.isdir(path):
+            return _from_manifest(fs, path)
+        return _from_folders(fs, path)
+    except FleetInputError:
+        raise
+    except (FileNotFoundError, NotADirectoryError):
+        raise FleetInputError(f"{url}: no such fleet folder or manifest") from None
+    except Exception as exc:  # botocore/aiohttp errors are not OSError: name the URL, say what failed
+        raise FleetInputError(
+            f"{url}: cannot list the fleet ({type(exc).__name__}: {_first_line(exc)})"
+        ) from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else "no detail"
+
+
+def _from_folders(fs, path: str) -> list[HostFiles]:
+    if not fs.isdir(path):
+        raise FleetInputError(f"{_url(fs, path)}: not a folder of host folders or a manifest .csv")
+    hosts = []
+    for entry in sorted(fs.ls(path, detail=True), key=lambda item: item["name"]):
+        if entry["type"] != "directory":
+            continue
+        files = sorted(item["name"] for item in fs.ls(entry["name"], detail=True) if item["type"] == "file")
+        name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+        logs = [_url(fs, f) for f in files if not is_snapshot(f) and f.lower().endswith(LOG_SUFFIXES)]
+        snapshots = [_url(fs, f) for f in files if is_snapshot(f)]
+        hosts.append(HostFiles(name, tuple(logs), tuple(snapshots)))
+    if not hosts:
+        raise FleetInputError(f"{_url(fs, path)}: no host folders (expected FLEET/<host>/*.log)")
+    return hosts
+
+
+def _from_manifest(fs, path: str) -> list[HostFiles]:
+    """Hosts of a manifest: one row per file; a relative path is relative to the manifest's folder."""
+    with fs.open(path, "rb") as stream:
+        text = stream.read().decode("utf-8-sig")
+    rows = list(csv.reader(io.StringIO(text)))
+    where = _url(fs, path)
+    if not rows or [name.strip() for name in rows[0][:2]] != list(MANIFEST_FIELDS):
+        raise FleetInputError(f"{where}:1: expected the header host,path[,label...]")
+    header = [name.strip() for name in rows[0]]
+    base = path.rsplit("/", 1)[0] if "/" in path else ""
+    by_host: dict[str, dict] = {}
+    for number, row in enumerate(rows[1:], start=2):
+        if not any(cell.strip() for cell in row):
+            continue
+        if len(row) != len(header):
+            raise FleetInputError(
+                f"{where}:{number}: expected {len(header)} fields ({','.join(header)}), got {len(row)}"
+            )
+        values = dict(zip(header, (cell.strip() for cell in row)))
+        host, file = values["host"], values["path"]
+        if not host or not file:
+            raise FleetInputError(f"{where}:{number}: empty host or path")
+        entry = by_host.setdefault(host, {"logs": [], "snapshots": [], "missing": [], "labels": {}})
+        labels = {name: value for name, value in values.items() if name not in MANIFEST_FIELDS}
+        if entry["labels"] and entry["labels"] != labels:
+            raise FleetInputError(f"{where}:{number}: host {host} has other labels than on its earlier rows")
+        entry["labels"] = labels
+        if "://" in file:
+            file_fs, file_path = filesystem(file, getattr(fs, "storage_options", None))
+        else:
+            file_fs, file_path = fs, file if file.startswith("/") else f"{base}/{file}" if base else file
+        if not file_fs.exists(file_path):
+            entry["missing"].append((number, file))
+            continue
+        entry["snapshots" if is_snapshot(file_path) else "logs"].append(_url(file_fs, file_path))
+    return [
+        HostFiles(host, tuple(e["logs"]), tuple(e["snapshots"]), e["labels"], tuple(e["missing"]))
+        for host, e in sorted(by_host.items())
+    ]

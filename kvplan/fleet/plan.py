@@ -1,0 +1,266 @@
+"""The fleet decision: read every host, group classes, budget each, advise splits, bundle and plan waves.
+
+:func:`plan_fleet` is the one function ``kvplan fleet plan`` and notebook 07 call. Its result,
+:class:`FleetPlan`, holds the classes (each a :class:`~kvplan.fleet.classes.FleetClass` with its capacity,
+split advice and bundle), the excluded hosts with their reasons, the rollout waves and the warnings;
+:meth:`FleetPlan.to_dict` is the JSON of ``kvplan fleet plan --json``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from kvplan.evidence import ApprovalError, ModelLayout, Plan, capacity_rows, layout_spec, planned_lengths
+from kvplan.fleet.classes import FleetClass, budget_refusal, class_budget, class_name, group_classes
+from kvplan.fleet.engine import Progress, read_fleet
+from kvplan.fleet.inputs import list_fleet
+from kvplan.fleet.read import HostReading
+from kvplan.fleet.rollout import CANARIES, rollout_waves
+from kvplan.fleet.split import SPLIT_BELOW, split_advice
+from kvplan.io.model_config import resolve_model_config
+from kvplan.kvspec import KVSpec
+from kvplan.notes import Note, aggregate_notes
+from kvplan.units import format_size
+
+#: A class needs at least this many clean hosts to be approved (policy; default).
+MIN_HOSTS = 3
+
+
+@dataclass(frozen=True)
+class FleetPolicy:
+    """The planner's policy: reserve per rank [bytes], class labels, split bound, minimum clean hosts,
+    canaries per class, optional admission plan, and who approves the bundles."""
+
+    reserve_bytes: int
+    class_by: tuple[str, ...] = ()
+    split_below: float = SPLIT_BELOW
+    min_hosts: int = MIN_HOSTS
+    canaries: int = CANARIES
+    plan: Plan | None = None
+    approver: str = "kvplan fleet plan"
+
+
+@dataclass(frozen=True)
+class ClassDecision:
+    """One class's decision: budget and hosts (:class:`FleetClass`), capacity, split advice, bundle."""
+
+    fleet_class: FleetClass
+    spec: KVSpec | None
+    capacity: tuple[dict, ...] | None
+    split: dict
+    approved: bool
+    reason: str | None = None
+    bundle: str | None = None
+
+    def to_dict(self) -> dict:
+        """The class's entry of ``kvplan fleet plan --json`` (bytes as int)."""
+        c = self.fleet_class
+        summary = c.host_budget_summary()
+        return {
+            "class": c.name,
+            "key": dict(c.key),
+            "labels": dict(c.labels),
+            "hosts": list(c.host_names),
+            "clean_hosts": len(c.hosts),
+            "uniform_budget_bytes": c.budget.uniform_budget_bytes,
+            "flag": c.budget.flag if self.approved else None,
+            "limiting_host": c.limiting_host,
+            "limiting_rank": c.limiting_rank,
+            "stranded_total_bytes": c.budget.stranded_total_bytes,
+            "stranded_by_host": dict(c.stranded_by_host),
+            "host_budgets": dict(c.host_budgets),
+            "host_budget_min_bytes": summary["min_bytes"],
+            "host_budget_median_bytes": summary["median_bytes"],
+            "host_budget_max_bytes": summary["max_bytes"],
+            "min_median_ratio": summary["min_median_ratio"],
+            "block_bytes": c.budget.block_bytes,
+            "capacity": list(self.capacity) if self.capacity else None,
+            "outliers": self.split["outliers"],
+            "split": self.split,
+            "approved": self.approved,
+            "not_approved_reason": self.reason,
+            "bundle": self.bundle,
+        }
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """Everything ``kvplan fleet plan`` decides for a fleet."""
+
+    fleet: str
+    classes: tuple[ClassDecision, ...]
+    excluded: tuple[tuple[str, str], ...]
+    waves: tuple[dict, ...]
+    warnings: tuple[str, ...] = field(default=())
+
+    def to_dict(self) -> dict:
+        """The JSON of ``kvplan fleet plan --json``."""
+        notes = aggregate_notes(self.warnings)
+        return {
+            "fleet": self.fleet,
+            "classes": [decision.to_dict() for decision in self.classes],
+            "excluded": [{"host": host, "reason": reason} for host, reason in self.excluded],
+            "waves": list(self.waves),
+            "warnings": [str(note) for note in notes],
+            "warning_details": [Note(note).to_dict() for note in notes],
+        }
+
+
+def plan_fleet(
+    fleet: str,
+    policy: FleetPolicy,
+    models: Sequence[str] = (),
+    scheduler: str = "local",
+    storage_options: Mapping[str, object] | None = None,
+    out: str | Path | None = None,
+    progress: Progress | None = None,
+    announce: Callable[[str], None] | None = None,
+    readings: Sequence[HostReading] | None = None,
+) -> FleetPlan:
+    """Plan the fleet at ``fleet`` (folder of host folders or manifest; local or ``s3://``).
+
+    ``readings`` (from an earlier :func:`kvplan.fleet.engine.read_fleet`) skips reading again, so a
+    notebook can move the policy without re-reading the logs. With ``out``, each approved class gets
+    its bundle there (:func:`kvplan.fleet.bundles.approve_class`).
+    """
+    if readings is None:
+        readings = read_fleet(
+            list_fleet(fleet, storage_options), storage_options, scheduler, progress, announce
+        )
+    warnings: list[str] = [note for reading in readings for note in reading.warnings]
+    excluded = [(r.host, r.excluded) for r in readings if r.excluded is not None]
+    usable = []
+    for reading in readings:
+        if reading.excluded is not None:
+            continue
+        refusal = budget_refusal(reading, policy.reserve_bytes, None)
+        if refusal:
+            excluded.append((reading.host, refusal))
+        else:
+            usable.append(reading)
+    decisions = [
+        _decide(key, labels, hosts, policy, models, warnings)
+        for (key, labels), hosts in group_classes(usable, policy.class_by)
+    ]
+    decisions.sort(key=lambda d: (-len(d.fleet_class.hosts), d.fleet_class.name))
+    if out is not None:
+        decisions = [_with_bundle(d, Path(out), policy, storage_options, warnings) for d in decisions]
+    approved = [decision.to_dict() for decision in decisions if decision.approved]
+    waves = rollout_waves(approved, fleet, policy.canaries)
+    return FleetPlan(fleet, tuple(decisions), tuple(sorted(excluded)), tuple(waves), tuple(warnings))
+
+
+def _decide(
+    key: tuple,
+    labels: tuple,
+    hosts: list[HostReading],
+    policy: FleetPolicy,
+    models: Sequence[str],
+    warnings: list[str],
+) -> ClassDecision:
+    key_dict, label_dict = dict(key), {name: value for name, value in labels}
+    name = class_name(key_dict, label_dict)
+    spec, model = _spec(key_dict, models, name, warnings)
+    block_bytes = spec.block_bytes if spec else None
+    budget, slots, own, stranded = class_budget(hosts, policy.reserve_bytes, block_bytes)
+    fleet_class = FleetClass(
+        name, key_dict, {k: str(v) for k, v in label_dict.items()}, tuple(hosts), slots, budget, own, stranded
+    )
+    capacity, tokens = None, None
+    max_len = key_dict.get("max_model_len")
+    if spec is not None:
+        capacity = capacity_rows(
+            spec, budget.uniform_budget_bytes, planned_lengths(int(max_len) if max_len else None, policy.plan)
+        )
+        if max_len:
+
+            def tokens(num_bytes: int) -> int:
+                return spec.capacity(num_bytes, int(max_len)).tokens
+
+    replicas = int(key_dict.get("data_parallel_size") or 1)
+    split = split_advice(hosts, own, policy.reserve_bytes, block_bytes, tokens, replicas, policy.split_below)
+    split["model"] = model
+    reason = None
+    if len(hosts) < policy.min_hosts:
+        reason = (
+            f"{len(hosts)} clean host(s), fewer than the policy's minimum of {policy.min_hosts}: too few "
+            "boots to trust a class value; profile more hosts of this class or join them to another"
+        )
+        warnings.append(Note(f"class {name}: not approved: {reason}", code="fleet-too-few-hosts"))
+    if spec is None and models:
+        warnings.append(
+            Note(
+                f"class {name}: no --model config matches its model {key_dict.get('model')!r}: "
+                "no block rounding and no capacity",
+                code="fleet-no-model",
+            )
+        )
+    if split["outliers"]:
+        ratio = fleet_class.host_budget_summary()["min_median_ratio"]
+        warnings.append(
+            Note(
+                f"class {name}: min/median of host budgets {ratio:.3f} < {policy.split_below}: "
+                f"{len(split['outliers'])} host(s) hold it down; see the split advice",
+                code="fleet-split-advice",
+            )
+        )
+    return ClassDecision(fleet_class, spec, capacity, split, approved=reason is None, reason=reason)
+
+
+def _spec(key: Mapping[str, object], models: Sequence[str], name: str, warnings: list[str]):
+    """The KV spec of the first ``models`` config that fits the class's key, and that config's path."""
+    refusals = []
+    for model in models:
+        config = resolve_model_config(model)
+        try:
+            return layout_spec(ModelLayout(config, {}), key), str(config)
+        except ValueError as exc:
+            refusals.append(f"{model}: {exc}")
+    if refusals and len(models) > 1:
+        warnings.append(Note(f"class {name}: " + "; ".join(refusals), code="fleet-model-refused"))
+    return None, None
+
+
+def _with_bundle(
+    decision: ClassDecision,
+    out: Path,
+    policy: FleetPolicy,
+    storage_options: Mapping[str, object] | None,
+    warnings: list[str],
+) -> ClassDecision:
+    """The decision with its class's bundle written under ``out``; a refused approval un-approves it."""
+    from kvplan.fleet.bundles import approve_class
+
+    if not decision.approved:
+        return decision
+    c = decision.fleet_class
+    try:
+        bundle = approve_class(
+            c.name,
+            c.labels,
+            c.hosts,
+            out,
+            policy.reserve_bytes,
+            policy.approver,
+            decision.split.get("model"),
+            policy.plan,
+            storage_options,
+        )
+    except (ApprovalError, ValueError) as exc:
+        warnings.append(Note(f"class {c.name}: not approved: {exc}", code="fleet-approval-refused"))
+        return ClassDecision(c, decision.spec, decision.capacity, decision.split, False, str(exc))
+    bundled = ClassDecision(c, decision.spec, decision.capacity, decision.split, True, None, str(bundle))
+    if c.budget.uniform_budget_bytes != _bundle_value(bundle):
+        raise ApprovalError(
+            f"{bundle}: the bundle approves another value than the class's "
+            f"{format_size(c.budget.uniform_budget_bytes)}: refusing a plan that disagrees"
+        )
+    return bundled
+
+
+def _bundle_value(bundle: Path) -> int:
+    from kvplan.evidence import read_bundle
+
+    return int(read_bundle(bundle)["decision"]["kv_cache_memory_bytes"])

@@ -1,0 +1,188 @@
+"""One host's reading: its ledger rows, warnings, compatibility key and room per rank, or why it is left out.
+
+:func:`read_host` is the unit of work a Dask task runs: it streams the host's logs through
+:func:`kvplan.io.read_vllm_log`, joins its nvidia-smi snapshots (:func:`kvplan.io.nvidia_smi.join_snapshots`,
+which adds GPU type and driver to the key), and checks it as a launch of its own
+(:func:`kvplan.ledger.check_outcomes`, :func:`~kvplan.ledger.compatibility_key`,
+:func:`~kvplan.ledger.room_per_rank`). A host that fails any of these is *excluded* with the reason, never
+folded into a class. Only ledger rows travel back, never the log text.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import pandas as pd
+
+from kvplan.fleet.inputs import HostFiles, filesystem
+from kvplan.io import read_vllm_log
+from kvplan.io.nvidia_smi import join_snapshots
+from kvplan.ledger import (
+    LedgerError,
+    LedgerWarning,
+    check_outcomes,
+    compatibility_key,
+    plain_value,
+    room_per_rank,
+)
+from kvplan.notes import Note
+
+#: Ledger columns a host's reading keeps per rank of its worst boot (for the likely cause of a weak host).
+PART_COLUMNS = (
+    "init_free_bytes",
+    "weights_bytes",
+    "activation_peak_bytes",
+    "non_torch_bytes",
+    "cuda_graph_bytes",
+    "other_process_bytes",
+    "total_bytes",
+)
+#: How many characters of a refusal an excluded host's reason keeps.
+REASON_CHARS = 400
+
+
+@dataclass(frozen=True)
+class HostReading:
+    """What one host's files say (sizes in bytes).
+
+    ``rooms`` holds one plain record per rank: :func:`kvplan.ledger.room_per_rank` of the host (``rank``,
+    ``room_bytes``, ``room_source``, ``source``, ``boot``, ...) with the :data:`PART_COLUMNS` of the rank's
+    worst
+    boot; ``excluded`` is the reason the host is left out (None: clean). Plain records, not a frame per host,
+    keep what travels back from ten thousand tasks small.
+    """
+
+    host: str
+    files: tuple[str, ...]
+    labels: Mapping[str, str]
+    key: Mapping[str, object] | None
+    rooms: tuple[dict, ...] | None
+    excluded: str | None
+    warnings: tuple[str, ...] = ()
+
+
+def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = None) -> HostReading:
+    """Read and check one host (runs inside a Dask task); never raises for the host's own content."""
+    names = (*files.logs, *files.snapshots)
+    base = {"host": files.host, "files": names, "labels": dict(files.labels)}
+    if files.missing:
+        listing = "; ".join(f"manifest line {line}: {path}: no such file" for line, path in files.missing)
+        return HostReading(**base, key=None, rooms=None, excluded=listing)
+    if not files.logs:
+        return HostReading(**base, key=None, rooms=None, excluded="no log files (expected <host>/*.log)")
+    notes: list[str] = []
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always", LedgerWarning)
+            ledger = read_logs(files.logs, storage_options, notes)
+            if ledger.empty:
+                reason = f"no vLLM boot found in {', '.join(files.logs)}"
+                return HostReading(**base, key=None, rooms=None, excluded=reason, warnings=tuple(notes))
+            if files.snapshots:
+                lines = ledger.attrs
+                ledger.attrs = {}
+                ledger, _ = join_host_snapshots(ledger, files.snapshots, storage_options, notes)
+                ledger.attrs = lines
+            key, rooms = _checked(ledger)
+        notes += [
+            Note(str(w.message), code="ledger", file=files.host)
+            for w in caught
+            if issubclass(w.category, LedgerWarning)
+        ]
+    except FileNotFoundError as exc:
+        return HostReading(**base, key=None, rooms=None, excluded=f"{exc.filename or exc}: no such file")
+    except ValueError as exc:  # LedgerError, LogParseError, NvidiaSmiError: the host's evidence is refused
+        return HostReading(**base, key=None, rooms=None, excluded=_short(str(exc)), warnings=tuple(notes))
+    return HostReading(
+        **base, key=key, rooms=_with_parts(rooms, ledger), excluded=None, warnings=tuple(notes)
+    )
+
+
+def _checked(ledger: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    """Key and room per rank of one host's ledger, refused as :mod:`kvplan.ledger` refuses a launch.
+
+    pandas deep-copies ``attrs`` (the reader's line numbers) on every operation, so the checks run on a
+    copy without them, and only a refusal runs again with them, for a message that names each line.
+    """
+    lines = ledger.attrs
+    ledger.attrs = {}
+    try:
+        return _checks(ledger)
+    except LedgerError:
+        ledger.attrs = lines
+        return _checks(ledger)
+
+
+def _checks(ledger: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    key = compatibility_key(ledger)
+    check_outcomes(ledger)
+    return key, room_per_rank(ledger)
+
+
+def read_logs(urls, storage_options, notes: list) -> pd.DataFrame:
+    """The host's logs, each streamed from its URL (local or object storage), concatenated."""
+    frames = []
+    for url in urls:
+        fs, path = filesystem(url, storage_options)
+        with fs.open(path, "rb") as stream:
+            ledger, metadata = read_vllm_log(stream, source=url)
+        notes += list(metadata["warnings"])
+        frames.append(ledger)
+    ledger = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    if len(frames) > 1:  # the ledger's record of line numbers, merged (concat keeps only equal attrs)
+        ledger.attrs = {"lines": {k: v for f in frames for k, v in f.attrs.get("lines", {}).items()}}
+    return ledger
+
+
+def join_host_snapshots(
+    ledger: pd.DataFrame, urls, storage_options, notes: list
+) -> tuple[pd.DataFrame, dict]:
+    """The ledger joined with the host's snapshots (fetched to a temporary folder when remote), and each
+    rank's free memory in them [bytes] (:func:`kvplan.io.nvidia_smi.join_snapshots`)."""
+    folder = None
+    try:
+        paths = []
+        for url in urls:
+            if "://" not in url:
+                paths.append(url)
+                continue
+            folder = folder or tempfile.mkdtemp(prefix="kvplan-fleet-")
+            fs, path = filesystem(url, storage_options)
+            local = os.path.join(folder, path.rsplit("/", 1)[-1])
+            fs.get(path, local)
+            paths.append(local)
+        joined, free = join_snapshots(ledger, paths, warn=False)
+        notes += list(joined.attrs.get("warnings", []))
+        return joined, free
+    finally:
+        if folder:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _with_parts(rooms: pd.DataFrame, ledger: pd.DataFrame) -> tuple[dict, ...]:
+    """One plain record per rank: its room and the ledger parts of its worst boot."""
+    rows = ledger.drop_duplicates(["source", "boot", "rank"]).set_index(["source", "boot", "rank"])
+    records = []
+    for rank, room in rooms.iterrows():
+        record = {"rank": int(rank), **{name: plain_value(value) for name, value in room.items()}}
+        where = (room["source"], room["boot"], rank)
+        row = rows.loc[where] if where in rows.index else pd.Series(dtype=object)
+        record.update({column: plain_value(row.get(column)) for column in PART_COLUMNS})
+        records.append(record)
+    return tuple(records)
+
+
+def _short(text: str) -> str:
+    """A refusal cut to its first item and :data:`REASON_CHARS` characters, with the count of the rest.
+
+    >>> _short("a.log:3: rank 0 oom; a.log:4: rank 1 oom")
+    'a.log:3: rank 0 oom (+1 more)'
+    """
+    items = text.split("; ")
+    first = items[0] if len(items[0]) <= REASON_CHARS else items[0][: REASON_CHARS - 1] + "…"
+    return first + (f" (+{len(items) - 1} more)" if len(items) > 1 else "")
