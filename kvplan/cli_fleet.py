@@ -72,7 +72,8 @@ def add_fleet(sub: argparse._SubParsersAction) -> None:
         "fleet",
         help="budgets per host class from many hosts' logs; rollout waves; canary gate",
         description="Fleets: hosts grouped by compatibility key and labels into classes, "
-        "each with its uniform budget, bundle and rollout waves.",
+        "each with its uniform budget, bundle and rollout waves. "
+        "Example: kvplan fleet plan data/fleet/small --reserve 1GiB --model llama-3.1-70b",
     )
     commands = fleet.add_subparsers(dest="fleet_command", required=True, metavar="COMMAND")
     plan = commands.add_parser(
