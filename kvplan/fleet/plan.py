@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvplan.evidence import ApprovalError, ModelLayout, Plan, capacity_rows, layout_spec, planned_lengths
+from kvplan.evidence import ApprovalError
 from kvplan.fleet.classes import FleetClass, budget_refusal, class_budget, class_name, group_classes
 from kvplan.fleet.engine import Progress, read_fleet
 from kvplan.fleet.inputs import list_fleet
@@ -22,6 +22,8 @@ from kvplan.fleet.split import SPLIT_BELOW, split_advice
 from kvplan.io.model_config import resolve_model_config
 from kvplan.kvspec import KVSpec
 from kvplan.notes import Note, aggregate_notes
+from kvplan.plan import ModelLayout, Plan, layout_spec
+from kvplan.plan.admission import capacity_rows, planned_lengths
 from kvplan.units import format_size
 
 #: A class needs at least this many clean hosts to be approved (policy; default).
