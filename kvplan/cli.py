@@ -501,14 +501,15 @@ def _add_load(sub: argparse._SubParsersAction) -> None:
 
 def _run_load(args: argparse.Namespace) -> int:
     reading = read_load_evidence(args.files, year=args.year, utc_offset=args.log_utc_offset)
-    if args.json:
-        return _print_json(reading.to_dict())
-    rows = [row.to_dict() for row in reading.rows]
+    if args.json:  # streamed, one row a line, by the C encoder
+        sys.stdout.writelines(reading.json_chunks())
+        return EXIT_OK
     if args.csv:
-        writer = csv.DictWriter(sys.stdout, fieldnames=ROW_KEYS, lineterminator="\n")
-        writer.writeheader()
-        writer.writerows(rows)
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(ROW_KEYS)
+        writer.writerows(reading.row_values())
     else:
+        rows = list(reading.row_dicts())
         summary = load_summary(reading)
         shown = [{**row, "where": f"{row['source']}:{row['line']}"} for row in rows]
         columns = ["where", "time", "engine", "kv_cache_usage_pct", "running", "waiting",

@@ -1,8 +1,9 @@
-"""Load-test rows: what the load readers return and the load core reads (:class:`LoadRow`, ...).
+"""Rows: what the load readers return and the load core reads: :class:`LoadRow`, :class:`LoadSource`.
 
 The readers in :mod:`kvplan.io.vllm_stats` and :mod:`kvplan.io.prometheus_text` turn stats lines, /metrics
-scrapes and OOM lines into :class:`LoadRow` s; :mod:`kvplan.load` turns them into a timeline, a summary
-and gate checks. This module sits on the base floor so that readers and core share the types.
+scrapes and OOM lines into :class:`LoadRow` s (kept packed in :class:`kvplan.load_reading.LoadRows`);
+:mod:`kvplan.load` turns them into a timeline, a summary and gate checks. This module and
+:mod:`kvplan.load_reading` sit on the base floor so that readers and core share the types.
 
 Units: usage and hit rates in percent (0–100), throughput in tokens per second, capacity in tokens.
 """
@@ -10,7 +11,6 @@ Units: usage and hit rates in percent (0–100), throughput in tokens per second
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -124,44 +124,6 @@ class LoadSource:
     kv_cache_memory_bytes: int | None = None
     reports_preemptions: bool = True
     utc_offset_hours: float | None = None
-
-
-@dataclass(frozen=True)
-class LoadReading:
-    """Rows, warnings and per-file facts read from the files of one load-test run."""
-
-    rows: tuple[LoadRow, ...]
-    warnings: tuple[str, ...] = ()
-    sources: tuple[LoadSource, ...] = ()
-
-    def to_dict(self) -> dict:
-        """``{"rows": [...], "warnings": [...]}``, the JSON of ``kvplan load --json``."""
-        return {"rows": [row.to_dict() for row in self.rows], "warnings": list(self.warnings)}
-
-    @property
-    def kv_cache_tokens(self) -> int | None:
-        """The run's KV capacity in tokens when its files state one value; ``None`` otherwise."""
-        values = {s.kv_cache_tokens for s in self.sources if s.kv_cache_tokens is not None}
-        return values.pop() if len(values) == 1 else None
-
-
-def combine_readings(readings: Iterable[LoadReading], order: Sequence[str] = ()) -> LoadReading:
-    """One reading from several, rows ordered by file (``order`` = paths as given), then by line.
-
-    >>> a = LoadReading((LoadRow("b.log", 2, None, None),), ("w",))
-    >>> b = LoadReading((LoadRow("a.log", 9, None, None),))
-    >>> [row.source for row in combine_readings([a, b], order=["a.log", "b.log"]).rows]
-    ['a.log', 'b.log']
-    """
-    readings = list(readings)
-    rank = {source: position for position, source in enumerate(order)}
-    rows = [row for reading in readings for row in reading.rows]
-    rows.sort(key=lambda row: rank.get(row.source, len(rank)))
-    return LoadReading(
-        rows=tuple(rows),
-        warnings=tuple(w for reading in readings for w in reading.warnings),
-        sources=tuple(s for reading in readings for s in reading.sources),
-    )
 
 
 def counter_increase(previous: float | None, current: float | None) -> float | None:

@@ -427,3 +427,17 @@ def test_integer_sample_values_read_as_floats():
             'vllm:avg_generation_throughput_toks_per_s{model_name="m"} 120\n')
     [row] = parse_metrics_snapshots([("v0.prom", text)]).rows
     assert json.dumps(row.to_dict()["generation_tokens_per_s"]) == "120.0"
+
+
+def test_kv_usage_outside_zero_to_one_is_unknown_with_a_warning():
+    # vLLM exports KV usage as a 0–1 fraction (1 − free blocks / blocks, BlockPool.get_usage), so -5 (what a
+    # broken exporter or a hand edit gives) or 1.5 cannot come from vLLM: unknown, never -500 % or 150 %
+    text = (v1_scrape("2026-11-29T10:00:00Z", 2, 0, -5, 0, 0, 0)  # usage sample on line 10
+            + v1_scrape("2026-11-29T10:00:30Z", 2, 0, 1.5, 0, 0, 0)  # line 41 + 9 = 50
+            + v1_scrape("2026-11-29T10:01:00Z", 2, 0, 1.0, 0, 0, 0))  # 1 = 100 %: full, and possible
+    reading = parse_metrics_snapshots([("bad.prom", text)])
+    assert [row.kv_cache_usage_pct for row in reading.rows] == [None, None, 100.0]
+    notes = [w for w in reading.warnings if "outside 0–1" in w]
+    assert [(note.code, note.line) for note in notes] == [("kv-usage-out-of-range", 10),
+                                                          ("kv-usage-out-of-range", 50)]
+    assert notes[0].startswith("bad.prom:10: vllm:kv_cache_usage_perc is -5")

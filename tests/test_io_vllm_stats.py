@@ -494,3 +494,15 @@ def test_stripped_metrics_dump_with_a_python_sample_first_is_read_as_metrics(tmp
     [row] = read_load_evidence([prom]).rows
     # read as a scrape (kind metrics, 0.25 → 25 %), not refused as a log without stats lines
     assert (row.kind, row.engine, row.running, row.kv_cache_usage_pct) == ("metrics", 0, 3, 25.0)
+
+
+def test_kv_usage_outside_zero_to_hundred_percent_is_unknown_with_a_warning():
+    # vLLM prints "GPU KV cache usage: %.1f%%" of 100 × (1 − free / total blocks): never below 0 or above 100
+    line = ("(APIServer pid=3) INFO 11-29 10:00:{s} [loggers.py:310] Engine 000: Running: 4 reqs, "
+            "Waiting: 0 reqs, GPU KV cache usage: {usage}%, Prefix cache hit rate: 0.0%\n")
+    text = "".join(line.format(s=f"{10 * i:02d}", usage=u) for i, u in enumerate(("-5.0", "100.0", "150.2")))
+    reading = parse_stats_text(text, "bad.log", year=2026)
+    assert [row.kv_cache_usage_pct for row in reading.rows] == [None, 100.0, None]
+    notes = [w for w in reading.warnings if "outside 0–100%" in w]
+    assert [(note.code, note.line) for note in notes] == [("kv-usage-out-of-range", 1),
+                                                          ("kv-usage-out-of-range", 3)]

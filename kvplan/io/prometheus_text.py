@@ -23,14 +23,17 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from kvplan.load_rows import LoadFormatError, LoadReading, LoadRow, LoadSource, counter_increase, percent
+from kvplan.io.metrics_rows import CREATED, FRACTIONS, KV_USAGE, READ, Scrape, metrics_rows, source_facts
+from kvplan.load_reading import LoadReading
+from kvplan.load_rows import LoadFormatError
+from kvplan.notes import Note
 
 _TIME_COMMENT = re.compile(
     r"^#\s*(?!HELP\b|TYPE\b)(?:.*?\b)?"
@@ -47,44 +50,6 @@ _LABEL = re.compile(r'([A-Za-z_]\w*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 _NUMBER = r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|Inf|inf|NaN|nan)"
 _STRICT_SAMPLE = re.compile(rf"^[A-Za-z_:][\w:]*\s*(?:{_LABELS})?\s+{_NUMBER}(?:\s+-?\d+(?:\.\d+)?)?$")
 
-FRACTIONS = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hit_rate"}
-COUNTERS = {
-    "prompt": "vllm:prompt_tokens_total",
-    "generation": "vllm:generation_tokens_total",
-    "preemptions": "vllm:num_preemptions_total",
-}
-PREFIX_COUNTERS = (
-    ("vllm:prefix_cache_hits_total", "vllm:prefix_cache_queries_total"),
-    ("vllm:gpu_prefix_cache_hits_total", "vllm:gpu_prefix_cache_queries_total"),
-)
-GAUGES = {
-    "vllm:num_requests_running",
-    "vllm:num_requests_waiting",
-    "vllm:num_requests_swapped",
-    "vllm:avg_prompt_throughput_toks_per_s",
-    "vllm:avg_generation_throughput_toks_per_s",
-}
-READ_COUNTERS = {*COUNTERS.values(), *(name for pair in PREFIX_COUNTERS for name in pair)}
-READ = FRACTIONS | GAUGES | READ_COUNTERS  # the names a row's fields come from; other series make no row
-CREATED = {name.removesuffix("_total") + "_created": name for name in READ_COUNTERS}  # V1's start times
-
-
-@dataclass(frozen=True)
-class Scrape:
-    """One scrape: sample values per engine (``None`` = no engine label), summed over other labels.
-
-    Only the names in :data:`READ` are kept; a ``NaN`` or ``±Inf`` sample leaves its name out (unknown).
-    ``cache_config`` holds the labels of ``vllm:cache_config_info`` per engine; ``created`` the latest
-    ``_created`` time (Unix seconds) of each counter read, per engine (V1 only).
-    """
-
-    source: str
-    line: int
-    time: datetime | None
-    values: dict[int | None, dict[str, float]] = field(default_factory=dict)
-    cache_config: dict[int | None, dict[str, str]] = field(default_factory=dict)
-    created: dict[int | None, dict[str, float]] = field(default_factory=dict)
-
 
 def is_metrics_text(text: str) -> bool:
     """True when ``text`` looks like Prometheus text exposition rather than a log.
@@ -99,7 +64,16 @@ def is_metrics_text(text: str) -> bool:
     >>> is_metrics_text("INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Running: 1 reqs")
     False
     """
-    for line in text.splitlines():
+    return is_metrics_lines(text.splitlines())
+
+
+def is_metrics_lines(lines: Iterable[str]) -> bool:
+    """:func:`is_metrics_text` over lines, reading only as many as it needs (a file's first lines, mostly).
+
+    >>> is_metrics_lines(iter(["# TYPE vllm:num_requests_running gauge"]))
+    True
+    """
+    for line in lines:
         line = line.strip()
         if not line or (line.startswith("#") and not _DECLARATION.match(line)):
             continue
@@ -144,26 +118,40 @@ class _Chunk:
     has_samples: bool = False
 
 
-def _chunks(text: str) -> list[_Chunk]:
-    chunks: list[_Chunk] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        stamp = _comment_time(line)
+def physical_lines(lines: Iterable[str]) -> Iterator[str]:
+    """The lines of a file object as ``str.splitlines`` cuts its text (also at form feeds and the like).
+
+    >>> list(physical_lines(["a\\n", "b\\x0cc\\n", "\\n"]))
+    ['a', 'b', 'c', '']
+    """
+    for line in lines:
+        yield from line.splitlines()
+
+
+def _chunks(lines: Iterable[str]) -> Iterator[_Chunk]:
+    """The scrapes of a file, one chunk at a time: only the current scrape's lines are held."""
+    current: _Chunk | None = None
+    for number, line in enumerate(lines, start=1):
+        stamp = _comment_time(line) if line.lstrip().startswith("#") else None
         stripped = line.strip()
-        current = chunks[-1] if chunks else None
         if stamp is not None:
             if current is not None and not current.has_samples and current.time is None:
                 current.time = stamp
             else:
-                chunks.append(_Chunk(number, stamp))
+                if current is not None and current.has_samples:
+                    yield current
+                current = _Chunk(number, stamp)
             continue
-        declaration = _DECLARATION.match(stripped)
+        declaration = _DECLARATION.match(stripped) if stripped.startswith("#") else None
         series = _series(stripped) if stripped and not stripped.startswith("#") else None
         if current is None or (declaration and declaration.groups() in current.declared):
+            if current is not None and current.has_samples:
+                yield current
             current = _Chunk(number, None)
-            chunks.append(current)
         elif series is not None and series[0] in current.series:
+            if current.has_samples:
+                yield current
             current = _Chunk(number, None, repeated=series[1])
-            chunks.append(current)
         if declaration:
             current.declared.add(declaration.groups())
         elif stripped and not stripped.startswith("#"):
@@ -172,7 +160,8 @@ def _chunks(text: str) -> list[_Chunk]:
                 current.series.add(series[0])
         current.lines.append(line)
         current.numbers.append(number)
-    return [chunk for chunk in chunks if chunk.has_samples]
+    if current is not None and current.has_samples:
+        yield current
 
 
 def split_scrapes(text: str) -> list[tuple[int, datetime | None, str]]:
@@ -184,7 +173,7 @@ def split_scrapes(text: str) -> list[tuple[int, datetime | None, str]]:
     >>> [(line, time) for line, time, _ in split_scrapes('a{e="0"} 1\\nb 5\\na{e="0"} 2\\n')]  # a repeats
     [(1, None), (3, None)]
     """
-    return [(chunk.line, chunk.time, "\n".join(chunk.lines) + "\n") for chunk in _chunks(text)]
+    return [(chunk.line, chunk.time, "\n".join(chunk.lines) + "\n") for chunk in _chunks(text.splitlines())]
 
 
 def _families(chunk: _Chunk, source: str) -> list:
@@ -222,6 +211,19 @@ def _non_finite_lines(chunk: _Chunk) -> list[tuple[int, str]]:
     return found
 
 
+def _sample_line(chunk: _Chunk, name: str, value: float) -> int:
+    """The line of the chunk's first ``name`` sample with ``value`` (the chunk's first line if none)."""
+    for number, line in zip(chunk.numbers, chunk.lines):
+        match = _SERIES.match(line)
+        if match and match.group("name") == name:
+            try:
+                if float(match.group("value")) == value:
+                    return number
+            except ValueError:
+                continue
+    return chunk.line
+
+
 def _value_text(value: float) -> str:
     return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
 
@@ -237,13 +239,15 @@ def _add(values: dict[str, float], name: str, value: float) -> None:
         values[name] = max(old, value) if name in FRACTIONS else old + value
 
 
-def _read_metrics_text(text: str, source: str) -> tuple[list[Scrape], list[str]]:
+def _read_metrics_lines(lines: Iterable[str], source: str) -> tuple[list[Scrape], list[str]]:
     """The scrapes of one saved /metrics file and what the reader noticed (file and line in each)."""
     scrapes: list[Scrape] = []
     warnings: list[str] = []
     found = False
-    chunks = _chunks(text)
-    for chunk in chunks:
+    repeats: list[tuple[int, str]] = []  # (line, series) where a repeated series started a scrape
+    for chunk in _chunks(lines):
+        if chunk.repeated is not None:
+            repeats.append((chunk.line, chunk.repeated))
         non_finite = _non_finite_lines(chunk)
         by_time: dict[float | None, Scrape] = {}
         for family in _families(chunk, source):
@@ -274,27 +278,44 @@ def _read_metrics_text(text: str, source: str) -> tuple[list[Scrape], list[str]]
                         counter = CREATED[name]
                         created[counter] = max(created.get(counter, sample.value), sample.value)
                 else:
-                    if not math.isfinite(sample.value):
+                    value = sample.value
+                    if not math.isfinite(value):
                         where = next((entry for entry in non_finite if entry[1] == name), None)
                         if where is not None:
                             non_finite.remove(where)
                         line = where[0] if where else chunk.line
                         warnings.append(
-                            f"{source}:{line}: {name} is {_value_text(sample.value)} (not a finite number): "
-                            "read as unknown"
+                            Note(
+                                f"{source}:{line}: {name} is {_value_text(value)} (not a finite number): "
+                                "read as unknown",
+                                code="metrics-non-finite",
+                                file=source,
+                                line=line,
+                            )
                         )
-                    _add(scrape.values.setdefault(engine, {}), name, sample.value)
+                    elif name in KV_USAGE and not 0 <= value <= 1:
+                        line = _sample_line(chunk, name, value)
+                        warnings.append(
+                            Note(
+                                f"{source}:{line}: {name} is {value:g}, outside 0–1 (vLLM exports KV cache "
+                                "usage as a fraction of its blocks): read as unknown",
+                                code="kv-usage-out-of-range",
+                                file=source,
+                                line=line,
+                            )
+                        )
+                        value = math.nan
+                    _add(scrape.values.setdefault(engine, {}), name, value)
         for scrape in by_time.values():
             for engine, values in scrape.values.items():
                 scrape.values[engine] = {name: v for name, v in values.items() if not math.isnan(v)}
         scrapes.extend(by_time.values())
     if not found:
         raise LoadFormatError(f"{source}: no vllm: metric found; expected a saved vLLM /metrics snapshot")
-    repeats = [chunk for chunk in chunks if chunk.repeated is not None]
     if repeats:
         warnings.append(
-            f"{source}:{repeats[0].line}: the scrapes had no timestamps and were split where a series "
-            f"repeated ({repeats[0].repeated} again; {len(repeats)} split(s) in this file): scrapes "
+            f"{source}:{repeats[0][0]}: the scrapes had no timestamps and were split where a series "
+            f"repeated ({repeats[0][1]} again; {len(repeats)} split(s) in this file): scrapes "
             "concatenated without a time comment or # HELP between them have no time, so no rates"
         )
     return scrapes, warnings
@@ -309,136 +330,7 @@ def parse_metrics_text(text: str, source: str) -> list[Scrape]:
     >>> s[0].values, s[0].time.isoformat()
     ({0: {'vllm:num_preemptions_total': 3.0}}, '2024-11-29T10:00:10')
     """
-    return _read_metrics_text(text, source)[0]
-
-
-def _rate(previous: dict | None, current: dict, name: str, seconds: float | None) -> float | None:
-    increase = counter_increase(previous.get(name) if previous else None, current.get(name))
-    return round(increase / seconds, 3) if increase is not None and seconds else None
-
-
-def _hit_pct(previous: dict | None, current: dict) -> float | None:
-    rate = current.get("vllm:gpu_prefix_cache_hit_rate")
-    if rate is not None:
-        return percent(rate) if rate >= 0 else None  # V0 exports -1 when prefix caching is off
-    for hits_name, queries_name in PREFIX_COUNTERS:
-        if queries_name in current and previous is not None:
-            queries = counter_increase(previous.get(queries_name), current[queries_name])
-            hits = counter_increase(previous.get(hits_name), current.get(hits_name, 0.0))
-            return percent(hits / queries) if queries and hits is not None else None
-    return None
-
-
-def _optional_int(value: float | None) -> int | None:
-    return None if value is None else round(value)
-
-
-def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[LoadRow], list[str]]:
-    """One row per scrape and engine, with rates and preemptions per interval between scrapes.
-
-    Intervals follow time order when every scrape has a time, else the order given; rows keep the order
-    given. A counter that went down, or whose ``_created`` time changed (a server restart), counts from
-    zero and is reported in the warnings.
-    """
-    order = list(range(len(scrapes)))
-    if all(scrape.time is not None for scrape in scrapes):
-        order.sort(key=lambda i: scrapes[i].time)
-    previous: dict[int | None, tuple[Scrape, dict]] = {}
-    rows: dict[tuple[int, int | None], LoadRow] = {}
-    warnings: list[str] = []
-    for index in order:
-        scrape = scrapes[index]
-        for engine, values in scrape.values.items():
-            before, last = previous.get(engine, (None, None))
-            seconds = (
-                (scrape.time - before.time).total_seconds()
-                if before is not None and before.time is not None and scrape.time is not None
-                else None
-            )
-            went_down = sorted(
-                name
-                for name in values
-                if name.endswith("_total") and last and values[name] < last.get(name, 0)
-            )
-            # V1: a counter whose _created time changed was created anew (a restart), even if it grew
-            created_before = before.created.get(engine, {}) if before is not None else {}
-            anew = sorted(
-                name
-                for name, created in scrape.created.get(engine, {}).items()
-                if name in created_before and created != created_before[name] and name not in went_down
-            )
-            # one restart, one warning: counters that went down say it already; else the _created times do
-            reason = (
-                f"counters went down since the previous scrape ({', '.join(went_down)})"
-                if went_down
-                else f"counters were created anew since the previous scrape ({', '.join(anew)}: their "
-                "_created time changed)"
-            )
-            if went_down or anew:
-                warnings.append(
-                    f"{scrape.source}:{scrape.line}: {reason}: the server restarted; increases count "
-                    "from zero"
-                )
-            if last is not None and anew:
-                last = {**last, **{name: 0.0 for name in anew}}  # counted from zero since the restart
-            usage = values.get("vllm:kv_cache_usage_perc", values.get("vllm:gpu_cache_usage_perc"))
-            rows[(index, engine)] = LoadRow(
-                source=scrape.source,
-                line=scrape.line,
-                time=scrape.time,
-                engine=engine,
-                kv_cache_usage_pct=None if usage is None else percent(usage),
-                running=_optional_int(values.get("vllm:num_requests_running")),
-                waiting=_optional_int(values.get("vllm:num_requests_waiting")),
-                swapped=_optional_int(values.get("vllm:num_requests_swapped")),
-                prompt_tokens_per_s=values.get(
-                    "vllm:avg_prompt_throughput_toks_per_s", _rate(last, values, COUNTERS["prompt"], seconds)
-                ),
-                generation_tokens_per_s=values.get(
-                    "vllm:avg_generation_throughput_toks_per_s",
-                    _rate(last, values, COUNTERS["generation"], seconds),
-                ),
-                prefix_cache_hit_pct=_hit_pct(last, values),
-                preemptions=_optional_int(
-                    counter_increase(
-                        last.get(COUNTERS["preemptions"]) if last else None,
-                        values.get(COUNTERS["preemptions"]),
-                    )
-                ),
-                preemptions_total=_optional_int(values.get(COUNTERS["preemptions"])),
-                kind="metrics",
-                raw=f"scrape at line {scrape.line}",
-            )
-            previous[engine] = (scrape, values)
-    untimed = sorted({scrape.source for scrape in scrapes if scrape.time is None})
-    warnings += [
-        f"{source}: scrape(s) without a time (no sample timestamps, no '# <ISO time>' comment): "
-        "no rates for them"
-        for source in untimed
-    ]
-    return [rows[key] for key in sorted(rows, key=lambda k: (k[0], -1 if k[1] is None else k[1]))], warnings
-
-
-def _only_int_label(configs: Sequence[dict[str, str]], name: str) -> int | None:
-    """A whole-number ``vllm:cache_config_info`` label when every scrape agrees, else ``None``."""
-    values = {int(c[name]) for c in configs if c.get(name, "").isdigit()}
-    return values.pop() if len(values) == 1 else None
-
-
-def _source_facts(source: str, scrapes: Sequence[Scrape]) -> LoadSource:
-    configs = [c for s in scrapes if s.source == source for c in s.cache_config.values()]
-    blocks, block_size = _only_int_label(configs, "num_gpu_blocks"), _only_int_label(configs, "block_size")
-    return LoadSource(
-        source,
-        "metrics",
-        kv_cache_tokens=blocks * block_size if blocks is not None and block_size is not None else None,
-        num_gpu_blocks=blocks,
-        block_size=block_size,
-        kv_cache_memory_bytes=_only_int_label(configs, "kv_cache_memory_bytes"),
-        reports_preemptions=any(
-            COUNTERS["preemptions"] in v for s in scrapes if s.source == source for v in s.values.values()
-        ),
-    )
+    return _read_metrics_lines(text.splitlines(), source)[0]
 
 
 def parse_metrics_snapshots(files: Sequence[tuple[str, str]]) -> LoadReading:
@@ -449,20 +341,33 @@ def parse_metrics_snapshots(files: Sequence[tuple[str, str]]) -> LoadReading:
     >>> reading.rows[0].running, reading.rows[0].engine
     (7, 0)
     """
+    return _metrics_reading([(source, text.splitlines()) for source, text in files])
+
+
+def _metrics_reading(files: Iterable[tuple[str, Iterable[str]]]) -> LoadReading:
+    """Rows from ``(source, lines)`` of one run's /metrics files, each read as a stream, in order."""
     scrapes: list[Scrape] = []
     notes: list[str] = []
-    for source, text in files:
-        file_scrapes, file_notes = _read_metrics_text(text, source)
+    sources: list[str] = []
+    for source, lines in files:
+        file_scrapes, file_notes = _read_metrics_lines(lines, source)
         scrapes += file_scrapes
         notes += file_notes
+        sources.append(source)
     rows, warnings = metrics_rows(scrapes)
     return LoadReading(
-        tuple(rows), (*notes, *warnings), tuple(_source_facts(source, scrapes) for source, _ in files)
+        tuple(rows), (*notes, *warnings), tuple(source_facts(source, scrapes) for source in sources)
     )
 
 
 def read_metrics_snapshots(paths: Sequence[str | Path]) -> LoadReading:
-    """Rows from saved /metrics files of one run, in the order given (``source`` = the path as given)."""
-    return parse_metrics_snapshots(
-        [(str(path), Path(path).read_text(encoding="utf-8", errors="replace")) for path in paths]
-    )
+    """Rows from saved /metrics files of one run, in the order given (``source`` = the path as given).
+
+    Each file is read as a stream, one scrape at a time."""
+
+    def files() -> Iterator[tuple[str, Iterator[str]]]:
+        for path in paths:
+            with open(path, encoding="utf-8", errors="replace") as lines:
+                yield str(path), physical_lines(lines)
+
+    return _metrics_reading(files())

@@ -1,5 +1,4 @@
-"""Gate checks for a canary's load test (``kvplan gate … --load``): pure functions returning :class:`Check`.
-"""
+"""Gate checks for a canary's load test (``kvplan gate … --load``): pure functions returning ``Check``."""
 
 from __future__ import annotations
 
@@ -9,7 +8,8 @@ from datetime import datetime
 from kvplan.load.compare import capacity_change_text, capacity_loss
 from kvplan.load.summary import peak_row, preemptions_lower_bound, run_preemptions, where_text
 from kvplan.load.timeline import load_timeline
-from kvplan.load_rows import LoadReading, LoadRow
+from kvplan.load_reading import LoadReading
+from kvplan.load_rows import LoadRow
 from kvplan.verdict import Check
 
 OOM_CHECK = "no OOM under load"

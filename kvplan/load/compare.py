@@ -1,5 +1,4 @@
-"""Canaries side by side: the capacity a manual-value canary gives up against the profiled one, and the table.
-"""
+"""Canaries side by side: the capacity a manual-value canary gives up against the profiled one; the table."""
 
 from __future__ import annotations
 
@@ -34,8 +33,14 @@ def capacity_change_text(loss_tokens: int, loss_pct: float) -> str:
 
 
 COMPARISON_ROWS = (
-    "kv_cache_tokens", "peak_kv_cache_usage_pct", "peak_kv_cache_tokens", "max_running", "max_waiting",
-    "mean_generation_tokens_per_s", "preemptions", "oom_events",
+    "kv_cache_tokens",
+    "peak_kv_cache_usage_pct",
+    "peak_kv_cache_tokens",
+    "max_running",
+    "max_waiting",
+    "mean_generation_tokens_per_s",
+    "preemptions",
+    "oom_events",
 )
 """The :func:`load_summary` keys that :func:`load_comparison_table` shows, in its row order."""
 
@@ -77,6 +82,7 @@ def canary_capacity_headline(profiled: Mapping, canary: Mapping) -> dict[str, st
     return {
         "profiled canary": f"{profiled['kv_cache_tokens']:,} tokens",
         "manual-value canary": f"{canary['kv_cache_tokens']:,} tokens{flag}",
-        "capacity change": capacity_change_text(*capacity_loss(canary["kv_cache_tokens"],
-                                                               profiled["kv_cache_tokens"])),
+        "capacity change": capacity_change_text(
+            *capacity_loss(canary["kv_cache_tokens"], profiled["kv_cache_tokens"])
+        ),
     }

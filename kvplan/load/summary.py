@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from kvplan.load.timeline import load_timeline
-from kvplan.load_rows import LoadReading, LoadRow, finite
+from kvplan.load_reading import LoadReading
+from kvplan.load_rows import LoadRow, finite
 
 
 def _where(row: LoadRow) -> dict:
@@ -106,7 +107,8 @@ def mean_throughput(reading: LoadReading) -> tuple[float | None, float | None, s
     rows = list(reading.rows)
     seconds = _interval_seconds(rows)
     reported = [
-        (row, dt) for row, dt in zip(rows, seconds)
+        (row, dt)
+        for row, dt in zip(rows, seconds)
         if finite(row.prompt_tokens_per_s) is not None or finite(row.generation_tokens_per_s) is not None
     ]
     kind = "log" if any(row.kind == "log" for row, _ in reported) else ("metrics" if reported else None)

@@ -1,5 +1,4 @@
-"""The load run as a time-indexed DataFrame: :func:`load_timeline`, with preemptions counted per engine.
-"""
+"""The load run as a time-indexed DataFrame: :func:`load_timeline`, with preemptions counted per engine."""
 
 from __future__ import annotations
 
@@ -7,7 +6,8 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from kvplan.load_rows import ROW_KEYS, LoadReading, LoadRow, counter_increase
+from kvplan.load_reading import LoadReading
+from kvplan.load_rows import ROW_KEYS, LoadRow, counter_increase
 
 TIMELINE_COLUMNS = [key for key in ROW_KEYS if key != "time"] + ["kind", "preemptions_cum", "elapsed_s"]
 

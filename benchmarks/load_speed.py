@@ -1,0 +1,104 @@
+"""Throughput and peak memory of ``kvplan load --csv`` and ``--json`` on a large stats log, beside one regex.
+
+Builds a vLLM 0.26 server log in /tmp (never in the repository) from the project's own load samples
+(``data/load/*/server.log``, written by ``data/load/make_load_samples.py``): one server start, then the
+samples' stats lines (``Engine 000: … Running: N reqs, Waiting: N reqs, [Preemptions: N,] GPU KV cache
+usage: …``) over and over, restamped every 10 s so the run is one continuous load test. Then it runs, side by
+side and each in a fresh process, ``kvplan load --csv``, ``kvplan load --json`` and a one-regex Python
+reader that writes the same rows' numbers as CSV (the floor for a Python line loop), each with its output
+to a file; it prints the median of ``--repeat`` runs of wall time, MB/s and peak resident memory
+(``/usr/bin/time``'s maximum RSS).
+
+Goal (issue 15): ≥ 30 MB/s with ``--json`` on the 200 MB log, peak under 500 MB.
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/load_speed.py --mb 200 --repeat 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from kvplan.config import DATA_DIR
+
+SAMPLES = sorted((DATA_DIR / "load").glob("*/server.log"))
+STAMP = re.compile(r" (\d\d-\d\d \d\d:\d\d:\d\d) \[")
+START = datetime(2026, 11, 27, 11, 0, 0)
+INTERVAL = timedelta(seconds=10)  # vLLM V1's API server logs stats every 10 s
+ONE_REGEX = r"""
+import re, sys
+pattern = re.compile(rb"Engine (\d+): .*?Running: (\d+) reqs, Waiting: (\d+) reqs.*?KV cache usage: ([\d.]+)")
+with open(sys.argv[1], "rb") as log, open(sys.argv[2], "wb") as out:
+    for number, line in enumerate(log, 1):
+        match = pattern.search(line)
+        if match:
+            out.write(b"%d,%s\n" % (number, b",".join(match.groups())))
+"""
+
+
+def build_log(path: Path, target_bytes: int) -> int:
+    """Write one server start and the samples' stats lines until ``target_bytes``; returns the stats lines."""
+    first = SAMPLES[0].read_text().splitlines()
+    stats = [line for sample in SAMPLES for line in sample.read_text().splitlines() if "Running: " in line]
+    header = [line for line in first if "Running: " not in line and "] " in line][:6]
+    written = lines = 0
+    when = START
+    with open(path, "w") as out:
+        out.write("\n".join(header) + "\n")
+        while written < target_bytes:
+            chunk = []
+            for line in stats:
+                when += INTERVAL
+                chunk.append(STAMP.sub(when.strftime(" %m-%d %H:%M:%S ["), line, count=1))
+            text = "\n".join(chunk) + "\n"
+            out.write(text)
+            written += len(text)
+            lines += len(chunk)
+    return lines
+
+
+def measure(command: list[str], out: Path) -> tuple[float, int]:
+    """Wall seconds and peak RSS [bytes] of ``command`` with its stdout to ``out``."""
+    with tempfile.NamedTemporaryFile("r", suffix=".time") as report, open(out, "w") as stdout:
+        subprocess.run(
+            ["/usr/bin/time", "-f", "%e %M", "-o", report.name, *command],
+            stdout=stdout,
+            stderr=subprocess.DEVNULL,
+            check=True,
+        )
+        seconds, kib = report.read().split()[-2:]
+    return float(seconds), int(kib) * 1024
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--mb", type=float, default=200, help="size of the stats log [MB] (default 200)")
+    parser.add_argument("--repeat", type=int, default=3, help="runs per command; the median is shown")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="kvplan-load-speed-") as folder:
+        log = Path(folder) / "server.log"
+        lines = build_log(log, int(args.mb * 1e6))
+        size = log.stat().st_size
+        print(f"{log}: {size / 1e6:.1f} MB, {lines:,} stats lines")
+        kvplan = [sys.executable, "-m", "kvplan", "load", str(log), "--year", "2026"]
+        commands = {
+            "kvplan load --csv": [*kvplan, "--csv"],
+            "kvplan load --json": [*kvplan, "--json"],
+            "one regex (Python)": [sys.executable, "-c", ONE_REGEX, str(log), "/dev/stdout"],
+        }
+        print(f"{'command':<22} {'seconds':>8} {'MB/s':>7} {'peak MB':>8}")
+        for name, command in commands.items():
+            runs = [measure(command, Path(folder) / "out") for _ in range(args.repeat)]
+            seconds = statistics.median(s for s, _ in runs)
+            peak = statistics.median(r for _, r in runs)
+            print(f"{name:<22} {seconds:8.2f} {size / 1e6 / seconds:7.1f} {peak / 1e6:8.0f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,248 @@
+"""The records of a vLLM server log, as a stream: header, time and message of each, from the lines.
+
+A record is one log call: ``LEVEL MM-DD HH:MM:SS [file.py:N] message``. Tolerated around it: ANSI colours,
+process prefixes (``(APIServer pid=1)``, Ray actors), docker ``--timestamps`` RFC 3339 stamps and
+bracketed ``[YYYY-MM-DD HH:MM:SS]`` stamps in front (they give the year; the time is vLLM's own stamp), a
+``VLLM_LOGGING_CONFIG_PATH`` format ``YYYY-MM-DD HH:MM:SS - logger - LEVEL - message``, tqdm bars on the
+same physical line, several records glued on one line, a record hard-wrapped at column 159 over two
+lines, and bare messages whose header was lost (no time). Lines are read one at a time (a file object
+reads them in blocks), so a log of any size is read in bounded memory.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import NamedTuple
+
+from kvplan.load_rows import LoadFormatError
+
+WRAP_WIDTH = 159  # column at which some log collectors hard-wrap a record
+PLACEHOLDER_YEAR = 2000  # a leap year, so 02-29 parses; used only when no year is known (year_known=False)
+OFFSET_STEP_MINUTES = 15  # UTC offsets in use are whole quarter hours
+MAX_UTC_OFFSET_HOURS = 14  # UTC−12 … UTC+14 are the offsets in use
+
+_LEVEL_WORDS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+_LEVELS = "|".join(_LEVEL_WORDS)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_HEADER = re.compile(
+    rf"(?P<level>{_LEVELS}) (?P<month>\d\d)-(?P<day>\d\d) (?P<clock>\d\d:\d\d:\d\d)(?:\.\d+)? "
+    r"\[?(?P<file>[\w./-]+?):(?P<lineno>\d+)\] "
+)
+_CUSTOM_HEADER = re.compile(
+    rf"(?P<stamp>\d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d)(?:[,.]\d+)? - (?P<logger>[\w.]+) - (?P<level>{_LEVELS}) - "
+)
+_OUTER_STAMP = re.compile(
+    r"^(?:(?P<docker_stamp>(?P<docker>\d{4}-\d\d)-\d\dT\d\d:\d\d:\d\d)(?:\.\d+)?Z "
+    r"|\[(?P<bracket>\d{4}-\d\d)-\d\d [\d:]+\] )"
+)
+_TRAILING_PREFIX = re.compile(r"\s*\([^()]*(?:\([^()]*\)[^()]*)*pid=\d+[^()]*\)\s*$")
+_ENGINE_PREFIX = re.compile(r"EngineCore_(?:DP)?(\d+)\b")
+
+
+class Record(NamedTuple):
+    """One log record: where it starts, its level and time (``None`` when the header was lost)."""
+
+    line: int
+    level: str | None
+    time: datetime | None
+    year_known: bool
+    file: str | None
+    lineno: int | None
+    engine_prefix: int | None
+    message: str
+    utc_offset_minutes: int | None = None  # from a docker --timestamps UTC stamp in front
+
+
+def _clean(line: str) -> str:
+    """A physical line without its newline, carriage return and ANSI colours."""
+    if line.endswith("\n"):
+        line = line[:-1]
+    if "\x1b" in line:
+        line = _ANSI.sub("", line)
+    return line.rstrip("\r")
+
+
+def _first_header(line: str) -> re.Match | None:
+    """The leftmost vLLM header, as ``_HEADER.search`` finds it; tried first where one usually stands:
+    at the start, or right after a ``(… pid=N) `` process prefix that holds no level word."""
+    start = line.find(") ") + 2 if line.startswith("(") else 0
+    if start == 1 or any(level in line[:start] for level in _LEVEL_WORDS):
+        return _HEADER.search(line)
+    return _HEADER.match(line, start) or _HEADER.search(line)
+
+
+def _find_headers(line: str) -> list[re.Match]:
+    first = _first_header(line)
+    # a second vLLM header needs another "] "; the custom format's header needs " - "
+    headers = (
+        [first, *_HEADER.finditer(line, first.end())]
+        if first and "] " in line[first.end() :]
+        else ([first] if first else [])
+    )
+    if " - " in line:
+        headers = sorted([*headers, *_CUSTOM_HEADER.finditer(line)], key=lambda m: m.start())
+    return headers
+
+
+def split_records(lines: Iterable[str], wrap_width: int) -> Iterator[tuple[int, str, re.Match | None, str]]:
+    """(line number, physical prefix text, header match, message) for each record, in order.
+
+    >>> [(n, m) for n, _, _, m in split_records(["INFO 11-29 10:00:10 [a.py:1] one", "two"], 159)]
+    [(1, 'one'), (2, 'two')]
+    """
+    lines = iter(lines)
+    number = 0
+    pending = next(lines, None)
+    while pending is not None:
+        line = _clean(pending)
+        number += 1
+        start = number
+        pending = next(lines, None)
+        while len(line) == wrap_width and pending is not None and not _find_headers(_clean(pending)):
+            line += _clean(pending)
+            number += 1
+            pending = next(lines, None)
+        headers = _find_headers(line)
+        if not headers:
+            if line.strip():
+                yield start, "", None, line.strip()
+            continue
+        for position, header in enumerate(headers):
+            end = headers[position + 1].start() if position + 1 < len(headers) else len(line)
+            before = line[headers[position - 1].end() if position else 0 : header.start()]
+            message = line[header.end() : end]
+            if "pid=" in message:
+                message = _TRAILING_PREFIX.sub("", message)
+            yield start, before, header, message.strip()
+
+
+def records(
+    lines: Iterable[str], year: int | None, wrap_width: int = WRAP_WIDTH, source: str = "log"
+) -> Iterator[Record]:
+    """Records with times; the year comes from ``year``, an outer stamp, or stays unknown.
+
+    A stamp that names no real time (``02-30``, ``25:00:00``) is a :class:`LoadFormatError` naming
+    ``source`` and the line.
+
+    >>> lines = ["INFO 12-31 23:59:50 [a.py:1] x", "INFO 01-01 00:00:00 [a.py:1] y"]
+    >>> [r.time.isoformat() for r in records(lines, year=2026)]
+    ['2026-12-31T23:59:50', '2027-01-01T00:00:00']
+    """
+    known = year is not None
+    year_value, last_month = (year if known else PLACEHOLDER_YEAR), None
+    for number, before, header, message in split_records(lines, wrap_width):
+        try:
+            record = _record(number, before, header, message, year, known, year_value, last_month)
+        except ValueError as exc:
+            raise LoadFormatError(f"{source}:{number}: no such time in the record's stamp ({exc})") from None
+        yield record
+        if record.time is not None:
+            known, year_value, last_month = record.year_known, record.time.year, record.time.month
+
+
+def _record(
+    number: int,
+    before: str,
+    header: re.Match | None,
+    message: str,
+    year: int | None,
+    known: bool,
+    year_value: int,
+    last_month: int | None,
+) -> Record:
+    """One record; ``known``, ``year_value`` and ``last_month`` carry the year from the records before."""
+    if header is None:
+        return Record(number, None, None, False, None, None, None, message)
+    if header.re is _CUSTOM_HEADER:
+        stamp = datetime.strptime(header.group("stamp"), "%Y-%m-%d %H:%M:%S")
+        return Record(number, header.group("level"), stamp, True, header.group("logger"), None, None, message)
+    level, month_text, day, clock, file, lineno = header.group(
+        "level", "month", "day", "clock", "file", "lineno"
+    )
+    month = int(month_text)
+    outer = _OUTER_STAMP.match(before) if before[:1] == "[" or before[:1].isdecimal() else None
+    if outer and year is None:
+        outer_year, outer_month = (
+            int(p) for p in (outer.group("docker") or outer.group("bracket")).split("-")
+        )
+        # the outer stamp may be UTC and vLLM's local time: take the year that puts them closest
+        known = True
+        year_value = outer_year - (outer_month == 1 and month == 12) + (outer_month == 12 and month == 1)
+    elif last_month is not None and month < last_month:
+        year_value += 1  # the log ran over New Year
+    when = datetime(year_value, month, int(day), int(clock[:2]), int(clock[3:5]), int(clock[6:8]))
+    prefix = _ENGINE_PREFIX.search(before[-120:]) if "EngineCore_" in before else None
+    offset = None
+    if outer and outer.group("docker_stamp"):  # docker's stamp is UTC, vLLM's the local time
+        utc = datetime.strptime(outer.group("docker_stamp"), "%Y-%m-%dT%H:%M:%S")
+        offset = OFFSET_STEP_MINUTES * round((when - utc).total_seconds() / 60 / OFFSET_STEP_MINUTES)
+    return Record(
+        number,
+        level,
+        when,
+        known,
+        _file_name(file),
+        int(lineno),
+        int(prefix.group(1)) if prefix else None,
+        message,
+        offset,
+    )
+
+
+@functools.lru_cache(maxsize=1024)
+def _file_name(path: str) -> str:
+    return Path(path).name
+
+
+def log_time_shift(utc_offset: float | None) -> timedelta:
+    """What to add to a log time (the server's local time) to get UTC, for ``utc_offset`` hours east of UTC.
+
+    >>> log_time_shift(-7), log_time_shift(5.5), log_time_shift(None)
+    (datetime.timedelta(seconds=25200), datetime.timedelta(days=-1, seconds=66600), datetime.timedelta(0))
+    """
+    if utc_offset is None:
+        return timedelta(0)
+    if not -MAX_UTC_OFFSET_HOURS <= utc_offset <= MAX_UTC_OFFSET_HOURS:
+        raise ValueError(
+            f"UTC offset {utc_offset:g} h is out of range: expected hours east of UTC, "
+            f"from -{MAX_UTC_OFFSET_HOURS} to +{MAX_UTC_OFFSET_HOURS}"
+        )
+    return -timedelta(hours=utc_offset)
+
+
+def utc_offset_hours(
+    source: str, stamped: set[int], given: float | None, warnings: list[str]
+) -> float | None:
+    """The log's UTC offset [h]: the one given, else the one its docker stamps agree on, else ``None``.
+
+    ``stamped`` holds the offsets [min] that docker ``--timestamps`` stamps showed; what was decided is
+    said in ``warnings``.
+
+    >>> notes = []
+    >>> utc_offset_hours("a.log", {-420}, None, notes), len(notes)
+    (-7.0, 1)
+    """
+    hours = sorted({minutes / 60 for minutes in stamped})
+    if given is not None:
+        if hours and hours != [given]:
+            warnings.append(
+                f"{source}: the docker timestamps put the server at UTC{hours[0]:+g} h, not the "
+                f"{given:+g} h given; the given offset is used"
+            )
+        return given
+    if len(hours) == 1:
+        warnings.append(
+            f"{source}: log times turned into UTC with the server's offset UTC{hours[0]:+g} h, "
+            "read from the docker --timestamps stamps (UTC) in front of vLLM's (local time)"
+        )
+        return hours[0]
+    if hours:
+        warnings.append(
+            f"{source}: the docker timestamps give several UTC offsets "
+            f"({', '.join(f'{h:+g} h' for h in hours)}); log times left as the server's local time"
+        )
+    return None
