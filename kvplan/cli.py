@@ -271,7 +271,7 @@ def _run_ledger(args: argparse.Namespace) -> int:
     notes = list(metadata["warnings"])
     if args.nvidia_smi:
         with _reader_warnings_into(notes):
-            ledger, _ = join_snapshots(ledger, args.nvidia_smi)
+            ledger, _, _ = join_snapshots(ledger, args.nvidia_smi)  # warnings come as NvidiaSmiWarning
     rooms = None
     if args.rooms:
         with _reader_warnings_into(notes):
@@ -713,7 +713,7 @@ def _run_gate(args: argparse.Namespace) -> int:
     free_after_warmup = None
     if args.nvidia_smi:
         with _reader_warnings_into(warnings):
-            ledger, free_after_warmup = join_snapshots(ledger, args.nvidia_smi)
+            ledger, free_after_warmup, _ = join_snapshots(ledger, args.nvidia_smi)
     checks = gate.gate_checks(approved, ledger, compatibility_key(ledger, metadata.lines), args.guard,
                               free_after_warmup)
     if args.load:

@@ -436,8 +436,8 @@ def read_launch(
     if nvidia_smi is None:
         nvidia_smi = snapshots_in(log_dir)
     if nvidia_smi:
-        joined, _ = join_snapshots(ledger, nvidia_smi, warn=False)  # warnings listed with the reader's below
-        metadata = metadata.with_warnings(joined.attrs.get("warnings", []))
+        joined, _, joined_metadata = join_snapshots(ledger, nvidia_smi, warn=False)  # warnings listed below
+        metadata = metadata.with_warnings(joined_metadata.warnings)
         ledger = joined
     return ledger, metadata
 

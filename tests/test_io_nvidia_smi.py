@@ -51,16 +51,16 @@ GPU-bbbb, 101, VLLM::Worker_TP1, 28000 MiB
 
 @pytest.fixture(scope="module")
 def gpus():
-    return read_nvidia_smi_csv(FOUR_RANK / "nvidia-smi-gpu.csv")
+    return read_nvidia_smi_csv(FOUR_RANK / "nvidia-smi-gpu.csv")[0]
 
 
 @pytest.fixture(scope="module")
 def apps():
-    return read_nvidia_smi_csv(FOUR_RANK / "nvidia-smi-apps.csv")
+    return read_nvidia_smi_csv(FOUR_RANK / "nvidia-smi-apps.csv")[0]
 
 
 def test_query_gpu_snapshot_columns_and_bytes(gpus):
-    assert gpus.attrs["kind"] == "gpus"
+    assert read_nvidia_smi_csv(FOUR_RANK / "nvidia-smi-gpu.csv")[1].kind == "gpus"
     assert list(gpus.columns) == [*GPU_COLUMNS, "source", "line"]
     assert gpus["gpu_index"].tolist() == [0, 1, 2, 3]
     assert set(gpus["gpu_name"]) == {"NVIDIA H100 80GB HBM3"}
@@ -74,7 +74,7 @@ def test_query_gpu_snapshot_columns_and_bytes(gpus):
 
 
 def test_query_compute_apps_snapshot(apps):
-    assert apps.attrs["kind"] == "apps"
+    assert read_nvidia_smi_csv(FOUR_RANK / "nvidia-smi-apps.csv")[1].kind == "apps"
     assert list(apps.columns) == [*APP_COLUMNS, "source", "line"]
     assert len(apps) == 11  # 4 sidecar workers + 3 co-tenants + 4 logged workers
     row = apps[apps["pid"] == 50740].iloc[0]
@@ -113,7 +113,7 @@ def test_join_fills_the_ledger_by_pid(gpus, apps):
     ledger = pd.DataFrame(
         {"source": ["boot.log"] * 4, "rank": [3, 2, 1, 0], "pid": pd.array(WORKER_PIDS[::-1], dtype="Int64")}
     )
-    joined = join_nvidia_smi(ledger, gpus, apps)
+    joined = join_nvidia_smi(ledger, gpus, apps)[0]
     assert "gpu_name" not in ledger.columns  # a new frame; the input is untouched
     assert joined["rank"].tolist() == [3, 2, 1, 0]
     assert joined["other_process_bytes"].tolist() == [27110 * MiB, 30675 * MiB, 25887 * MiB, 24643 * MiB]
@@ -124,69 +124,70 @@ def test_join_fills_the_ledger_by_pid(gpus, apps):
 def test_join_uses_the_rank_map_for_pids_not_in_the_snapshot(gpus, apps):
     # A boot from another day: its pids are gone, so only an explicit rank -> GPU map can place it.
     ledger = pd.DataFrame({"source": ["old.log"] * 2, "rank": [0, 1], "pid": [9001, 9002]})
-    unplaced = join_nvidia_smi(ledger, gpus, apps)
+    unplaced = join_nvidia_smi(ledger, gpus, apps)[0]
     assert unplaced["other_process_bytes"].isna().all()
     assert unplaced["gpu_name"].isna().all()
-    placed = join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank={0: 2, 1: 3})
+    placed = join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank={0: 2, 1: 3})[0]
     # Nothing of these pids is excluded, so the logged workers of the running boot count as others:
     # GPU 2: 24643 + 6032 + 48100 MiB; GPU 3: 24643 + 2467 + 48081 MiB
     assert placed["other_process_bytes"].tolist() == [78775 * MiB, 75191 * MiB]
 
 
 def test_join_excludes_extra_vllm_pids():
-    gpus = read_nvidia_smi_csv(GPU_CSV)
-    apps = read_nvidia_smi_csv(APPS_CSV)
+    gpus = read_nvidia_smi_csv(GPU_CSV)[0]
+    apps = read_nvidia_smi_csv(APPS_CSV)[0]
     ledger = pd.DataFrame({"source": ["x.log"], "rank": [0], "pid": [100]})
-    assert int(join_nvidia_smi(ledger, gpus, apps).loc[0, "other_process_bytes"]) == 2000 * MiB
-    excluded = join_nvidia_smi(ledger, gpus, apps, extra_vllm_pids=[200])
+    assert int(join_nvidia_smi(ledger, gpus, apps)[0].loc[0, "other_process_bytes"]) == 2000 * MiB
+    excluded = join_nvidia_smi(ledger, gpus, apps, extra_vllm_pids=[200])[0]
     assert int(excluded.loc[0, "other_process_bytes"]) == 0
 
 
 def test_join_refuses_a_pid_on_another_gpu_than_the_rank_map(gpus, apps):
     ledger = pd.DataFrame({"source": ["boot.log"], "rank": [0], "pid": [48602]})
     with pytest.raises(NvidiaSmiError, match=r"boot\.log, rank 0: pid 48602 runs on GPU 0.*says GPU 1"):
-        join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank={0: 1})
+        join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank={0: 1})[0]
 
 
 def test_join_refuses_a_different_gpu_name_already_in_the_ledger(gpus, apps):
     ledger = pd.DataFrame({"source": ["boot.log"], "rank": [0], "pid": [48602], "gpu_name": ["NVIDIA A100"]})
     with pytest.raises(NvidiaSmiError, match="another machine"):
-        join_nvidia_smi(ledger, gpus, apps)
+        join_nvidia_smi(ledger, gpus, apps)[0]
 
 
 def test_noheader_nounits_variants_read_the_same_values():
-    gpus = read_nvidia_smi_csv("0, GPU-aaaa, NVIDIA L40S, 580.95.05, 46068, 30000, 15451\n")
-    assert gpus.attrs["kind"] == "gpus"
+    gpus, metadata = read_nvidia_smi_csv("0, GPU-aaaa, NVIDIA L40S, 580.95.05, 46068, 30000, 15451\n")
+    assert metadata.kind == "gpus"
     assert int(gpus.loc[0, "memory_total_bytes"]) == 46068 * MiB  # 48,305,799,168 B
-    with_units = read_nvidia_smi_csv("GPU-aaaa, 100, python3, 2000 MiB")
-    without = read_nvidia_smi_csv("GPU-aaaa, 100, python3, 2000")
+    with_units = read_nvidia_smi_csv("GPU-aaaa, 100, python3, 2000 MiB")[0]
+    without = read_nvidia_smi_csv("GPU-aaaa, 100, python3, 2000")[0]
     assert with_units["used_memory_bytes"].tolist() == without["used_memory_bytes"].tolist() == [2000 * MiB]
     crlf = "gpu_uuid, pid, process_name, used_gpu_memory\r\nGPU-aaaa, 7, x, 5\r\n"  # nounits header, CRLF
-    nounits_header = read_nvidia_smi_csv(crlf)
+    nounits_header = read_nvidia_smi_csv(crlf)[0]
     assert int(nounits_header.loc[0, "used_memory_bytes"]) == 5 * MiB
 
 
 def test_not_available_memory_is_na_not_zero():
-    gpus = read_nvidia_smi_csv(GPU_CSV)
+    gpus = read_nvidia_smi_csv(GPU_CSV)[0]
     assert pd.isna(gpus.loc[1, "memory_used_bytes"])
-    apps = read_nvidia_smi_csv("gpu_uuid, pid, process_name, used_gpu_memory [MiB]\nGPU-bbbb, 3, x, [N/A]\n")
+    header = "gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n"
+    apps, _ = read_nvidia_smi_csv(header + "GPU-bbbb, 3, x, [N/A]\n")
     context = gpu_context(gpus, apps, vllm_pids=[])
     assert int(context.loc[0, "other_process_bytes"]) == 0  # GPU 0 has no process in this snapshot
     assert pd.isna(context.loc[1, "other_process_bytes"])  # unknown, never 0
 
 
 def test_process_name_with_commas_is_kept_whole():
-    apps = read_nvidia_smi_csv("GPU-aaaa, 7, python3 serve.py --a 1, --b 2, 512 MiB")
+    apps = read_nvidia_smi_csv("GPU-aaaa, 7, python3 serve.py --a 1, --b 2, 512 MiB")[0]
     assert apps.loc[0, "process_name"] == "python3 serve.py --a 1, --b 2"
     assert int(apps.loc[0, "used_memory_bytes"]) == 512 * MiB
 
 
 def test_empty_snapshots():
-    header_only = read_nvidia_smi_csv("gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n")
-    assert header_only.empty and header_only.attrs["kind"] == "apps"
-    assert read_nvidia_smi_csv("\n", kind="apps").empty
+    header_only, metadata = read_nvidia_smi_csv("gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n")
+    assert header_only.empty and metadata.kind == "apps"
+    assert read_nvidia_smi_csv("\n", kind="apps")[0].empty
     with pytest.raises(NvidiaSmiError, match="empty nvidia-smi snapshot; pass kind='apps'"):
-        read_nvidia_smi_csv("\n\n")
+        read_nvidia_smi_csv("\n\n")[0]
 
 
 @pytest.mark.parametrize(
@@ -201,29 +202,29 @@ def test_empty_snapshots():
 )
 def test_bad_snapshots_name_the_line(text, message):
     with pytest.raises(NvidiaSmiError, match=message):
-        read_nvidia_smi_csv(text)
+        read_nvidia_smi_csv(text)[0]
 
 
 def test_kind_mismatch_and_missing_file(tmp_path):
     with pytest.raises(NvidiaSmiError, match="expected a 'apps' snapshot, found 'gpus'"):
-        read_nvidia_smi_csv(GPU_CSV, kind="apps")
+        read_nvidia_smi_csv(GPU_CSV, kind="apps")[0]
     with pytest.raises(NvidiaSmiError, match=r"missing\.csv: cannot read nvidia-smi snapshot"):
-        read_nvidia_smi_csv(tmp_path / "missing.csv")
+        read_nvidia_smi_csv(tmp_path / "missing.csv")[0]
 
 
 def test_a_process_on_a_gpu_the_gpu_snapshot_lacks_is_refused():
-    gpus = read_nvidia_smi_csv(GPU_CSV)
-    apps = read_nvidia_smi_csv("GPU-cccc, 5, python3, 10 MiB")
+    gpus = read_nvidia_smi_csv(GPU_CSV)[0]
+    apps = read_nvidia_smi_csv("GPU-cccc, 5, python3, 10 MiB")[0]
     with pytest.raises(NvidiaSmiError, match=r"<text>, line 1: process 5 runs on GPU-cccc"):
         gpu_context(gpus, apps, vllm_pids=[])
 
 
 def test_shared_gpu_snapshot_of_scenario_b():
     folder = DATA_DIR / "boots" / "shared-gpu"
-    gpus = read_nvidia_smi_csv(folder / "nvidia-smi-gpu.csv")
-    apps = read_nvidia_smi_csv(folder / "nvidia-smi-apps.csv")
+    gpus = read_nvidia_smi_csv(folder / "nvidia-smi-gpu.csv")[0]
+    apps = read_nvidia_smi_csv(folder / "nvidia-smi-apps.csv")[0]
     ledger = pd.DataFrame({"source": ["boot.log"] * 3, "rank": [0, 1, 2], "pid": [61305, 61306, 61307]})
-    joined = join_nvidia_smi(ledger, gpus, apps)
+    joined = join_nvidia_smi(ledger, gpus, apps)[0]
     # GPU 0 hosts a second vLLM server (pid 20931, 17152 MiB = 17,985,175,552 B); GPUs 1 and 2 nothing else
     assert joined["other_process_bytes"].tolist() == [17_985_175_552, 0, 0]
     assert set(joined["gpu_name"]) == {"NVIDIA RTX PRO 6000 Blackwell Server Edition"}
@@ -236,13 +237,13 @@ def test_without_a_process_snapshot_other_process_bytes_is_unknown_not_zero(gpus
     assert apps is None  # no process snapshot, unlike an empty one
     ledger = pd.DataFrame({"source": ["boot.log"] * 4, "rank": [0, 1, 2, 3], "pid": WORKER_PIDS})
     with pytest.warns(NvidiaSmiWarning, match="memory of other processes on each GPU is unknown"):
-        joined = join_nvidia_smi(ledger, snapshot, apps, gpu_index_by_rank={0: 0, 1: 1, 2: 2, 3: 3})
+        joined, metadata = join_nvidia_smi(ledger, snapshot, apps, gpu_index_by_rank={0: 0, 1: 1, 2: 2, 3: 3})
     assert joined["other_process_bytes"].isna().all()  # was 0 on every rank: a sum over no processes
     assert set(joined["gpu_name"]) == {"NVIDIA H100 80GB HBM3"}  # the GPU snapshot still joins
-    assert "--query-compute-apps" in joined.attrs["warnings"][0]
+    assert "--query-compute-apps" in metadata.warnings[0]
     assert gpu_context(gpus, None, vllm_pids=[])["other_process_bytes"].isna().all()
     # a process snapshot with no process in it does say "nothing else": 0
-    nobody = read_nvidia_smi_csv("gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n")
+    nobody = read_nvidia_smi_csv("gpu_uuid, pid, process_name, used_gpu_memory [MiB]\n")[0]
     assert gpu_context(gpus, nobody, vllm_pids=[])["other_process_bytes"].tolist() == [0] * 4
 
 
@@ -289,7 +290,7 @@ def test_the_bundled_snapshots_join_their_own_logs(folder):
     gpus, apps = read_nvidia_smi_snapshots([folder / "nvidia-smi-gpu.csv", folder / "nvidia-smi-apps.csv"])
     by_rank = gpu_index_by_rank(ledger, gpus, apps)
     assert by_rank == {rank: rank for rank in range(len(gpus))}
-    assert join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)["gpu_name"].notna().all()
+    assert join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)[0]["gpu_name"].notna().all()
 
 
 def test_a_gpu_whose_total_differs_from_the_logged_total_is_refused():
@@ -303,11 +304,10 @@ def test_a_gpu_whose_total_differs_from_the_logged_total_is_refused():
     with pytest.raises(NvidiaSmiError, match=message):
         gpu_index_by_rank(ledger, gpus, apps)
     with pytest.raises(NvidiaSmiError, match=message):  # an explicit rank map is checked as well
-        join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank={0: 0})
+        join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank={0: 0})[0]
     with pytest.raises(NvidiaSmiError, match=r"line 3: GPU 1 .* rank 2 logged"):  # rank 2 on GPU 1 by pid
-        join_nvidia_smi(
-            ledger[ledger["rank"] == 2], gpus, read_nvidia_smi_csv(f"{gpus.loc[1, 'gpu_uuid']}, 48604, x, 1")
-        )
+        other, _ = read_nvidia_smi_csv(f"{gpus.loc[1, 'gpu_uuid']}, 48604, x, 1")
+        join_nvidia_smi(ledger[ledger["rank"] == 2], gpus, other)
 
 
 def test_cli_ledger_refuses_the_snapshot_of_another_machine(capsys):
@@ -326,7 +326,7 @@ def test_a_snapshot_with_fewer_gpus_than_ranks_is_refused(tmp_path):
         gpu_index_by_rank(ledger, gpus, apps)
     # with a process snapshot of the same node the ranks are placed by pid: only GPUs 0–2 matter
     lines = (FOUR_RANK / "nvidia-smi-apps.csv").read_text().splitlines(True)
-    apps = read_nvidia_smi_csv("".join(lines[:9]))  # header + the 8 processes on GPUs 0–2
+    apps = read_nvidia_smi_csv("".join(lines[:9]))[0]  # header + the 8 processes on GPUs 0–2
     assert gpu_index_by_rank(ledger, gpus, apps) == {0: 0, 1: 1, 2: 2}
 
 
@@ -335,3 +335,23 @@ def test_two_snapshots_of_one_kind_are_refused():
     gpu = FOUR_RANK / "nvidia-smi-gpu.csv"
     with pytest.raises(NvidiaSmiError, match="a second --query-gpu snapshot"):
         read_nvidia_smi_snapshots([gpu, FOUR_RANK / "nvidia-smi-apps.csv", gpu])
+
+
+@pytest.mark.parametrize(
+    ("row", "message"),
+    [
+        # nvidia-smi's free and used are parts of the total (used = total − free − reserved): never above it
+        ("46068 MiB, 2048 MiB, 46069 MiB", r"line 2: memory\.free 46,069 MiB is more than memory\.total"),
+        ("46068 MiB, 46100 MiB, 0 MiB", r"line 2: memory\.used 46,100 MiB is more than memory\.total"),
+        # 30,000 + 16,069 = 46,069 MiB: 1 MiB over the total passes as rounding; 24,000 + 24,000 does not
+        ("46068 MiB, 24000 MiB, 24000 MiB", r"line 2: memory\.used \+ memory\.free = 48,000 MiB is more"),
+        ("46068 MiB, -5 MiB, 43403 MiB", r"line 2: memory_used_bytes '-5 MiB' is not a valid value"),
+    ],
+)
+def test_memory_nvidia_smi_cannot_print_is_refused_with_file_and_line(tmp_path, row, message):
+    path = tmp_path / "gpu.csv"
+    path.write_text(GPU_CSV.splitlines()[0] + f"\n0, GPU-aaaa, NVIDIA L40S, 580.95.05, {row}\n")
+    with pytest.raises(NvidiaSmiError, match=rf"{path}, {message}"):
+        read_nvidia_smi_csv(path)[0]
+    rounding = GPU_CSV.replace("15451 MiB", "16069 MiB")  # used + free = total + 1 MiB: whole-MiB rounding
+    assert int(read_nvidia_smi_csv(rounding)[0].loc[0, "memory_free_bytes"]) == 16069 * MiB

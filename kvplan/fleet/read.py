@@ -156,8 +156,8 @@ def join_host_snapshots(
             local = os.path.join(folder, path.rsplit("/", 1)[-1])
             fs.get(path, local)
             paths.append(local)
-        joined, free = join_snapshots(ledger, paths, warn=False)
-        notes += list(joined.attrs.get("warnings", []))
+        joined, free, joined_metadata = join_snapshots(ledger, paths, warn=False)
+        notes += list(joined_metadata.warnings)
         return joined, free
     finally:
         if folder:

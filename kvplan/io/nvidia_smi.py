@@ -1,15 +1,5 @@
-"""Read ``nvidia-smi`` CSV snapshots and join what they say about each GPU to the ledger.
-
-Two queries are read, with or without header and units (``--format=csv``, ``csv,noheader``,
-``csv,nounits`` or ``csv,noheader,nounits``)::
-
-    nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.total,memory.used,memory.free --format=csv
-    nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv
-
-The kind is told from the header (``memory.total [MiB]`` vs ``used_gpu_memory [MiB]``), or, without a
-header, from the number of fields (7 = GPUs, 4 = processes, in the order of the queries above).
-nvidia-smi reports memory in MiB; values become ``int`` bytes. ``[N/A]`` and ``[Not Supported]``
-(common for process memory inside containers) become ``<NA>``, never 0.
+"""Join what ``nvidia-smi`` snapshots say about each GPU to the ledger (one snapshot is read by
+:mod:`kvplan.io.nvidia_smi_csv`, re-exported here).
 
 Memory used by *other* processes on a GPU is the sum over its processes whose pid is not one of the
 vLLM pids the ledger knows (the workers of the logged boots). Without a process snapshot it is unknown
@@ -30,42 +20,33 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvplan.units import GiB, MiB, format_size, parse_size
+from kvplan.io.metadata import ReadMetadata
+from kvplan.io.nvidia_smi_csv import APP_COLUMNS, GPU_COLUMNS, NvidiaSmiError, read_nvidia_smi_csv
+from kvplan.notes import Note
+from kvplan.units import GiB, MiB, format_size
 
-GPU_COLUMNS = [
-    "gpu_index",
-    "gpu_uuid",
-    "gpu_name",
-    "driver_version",
-    "memory_total_bytes",
-    "memory_used_bytes",
-    "memory_free_bytes",
+__all__ = [
+    "APP_COLUMNS",
+    "CONTEXT_COLUMNS",
+    "GPU_COLUMNS",
+    "JOINED_COLUMNS",
+    "TOTAL_ROUNDING_BYTES",
+    "NvidiaSmiError",
+    "NvidiaSmiWarning",
+    "driver_reserved_max_bytes",
+    "free_bytes_by_rank",
+    "gpu_context",
+    "gpu_index_by_pid",
+    "gpu_index_by_rank",
+    "join_nvidia_smi",
+    "join_snapshots",
+    "read_nvidia_smi_csv",
+    "read_nvidia_smi_snapshots",
+    "total_bytes_match",
 ]
-APP_COLUMNS = ["gpu_uuid", "pid", "process_name", "used_memory_bytes"]
+
 CONTEXT_COLUMNS = ["gpu_index", "gpu_uuid", "gpu_name", "driver_version", "other_process_bytes"]
 JOINED_COLUMNS = ["gpu_name", "driver_version", "other_process_bytes"]
-
-# Header field (units stripped) -> column, per kind. ``used_memory`` prints as ``used_gpu_memory``.
-_HEADERS = {
-    "gpus": {
-        "index": "gpu_index",
-        "uuid": "gpu_uuid",
-        "name": "gpu_name",
-        "driver_version": "driver_version",
-        "memory.total": "memory_total_bytes",
-        "memory.used": "memory_used_bytes",
-        "memory.free": "memory_free_bytes",
-    },
-    "apps": {
-        "gpu_uuid": "gpu_uuid",
-        "pid": "pid",
-        "process_name": "process_name",
-        "used_gpu_memory": "used_memory_bytes",
-        "used_memory": "used_memory_bytes",
-    },
-}
-_COLUMNS = {"gpus": GPU_COLUMNS, "apps": APP_COLUMNS}
-_NOT_AVAILABLE = {"[n/a]", "n/a", "[not supported]", "[unknown error]", "[insufficient permissions]"}
 
 # Rounding between the two totals of one GPU: vLLM logs its total (torch.cuda.mem_get_info) with two
 # decimals of GiB (±0.005 GiB ≈ ±5.1 MiB); nvidia-smi prints memory.total in whole MiB (< 1 MiB off).
@@ -88,49 +69,8 @@ def driver_reserved_max_bytes(smi_total_bytes: int) -> int:
     return max(DRIVER_RESERVED_MAX_BYTES, int(DRIVER_RESERVED_MAX_FRACTION * smi_total_bytes))
 
 
-class NvidiaSmiError(ValueError):
-    """An nvidia-smi snapshot that cannot be read or joined; the message names the file and line."""
-
-
 class NvidiaSmiWarning(UserWarning):
     """A snapshot joined with something unknown (e.g. no process snapshot: other processes' memory)."""
-
-
-def read_nvidia_smi_csv(path_or_text: str | Path, kind: str | None = None) -> pd.DataFrame:
-    """A ``--query-gpu`` or ``--query-compute-apps`` CSV snapshot as a DataFrame with int bytes.
-
-    ``path_or_text`` is a file path, or the CSV text itself (text has a newline or a comma).
-    ``kind`` ("gpus" or "apps") is detected when omitted; give it for a header-less snapshot that may
-    be empty (``--query-compute-apps … noheader`` prints nothing when no process runs).
-    Columns are :data:`GPU_COLUMNS` or :data:`APP_COLUMNS`, plus ``source`` and ``line`` (1-based);
-    ``df.attrs["kind"]`` tells which.
-
-    >>> apps = read_nvidia_smi_csv("GPU-0a1b, 4242, python3, 1024 MiB")
-    >>> apps.attrs["kind"], int(apps.loc[0, "pid"]), int(apps.loc[0, "used_memory_bytes"])
-    ('apps', 4242, 1073741824)
-    """
-    if kind not in (None, "gpus", "apps"):
-        raise NvidiaSmiError(f"kind must be 'gpus', 'apps' or None, not {kind!r}")
-    source, text = _source_and_text(path_or_text)
-    rows = [(number, line.strip()) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
-    if not rows:
-        if kind is None:
-            raise NvidiaSmiError(
-                f"{source}: empty nvidia-smi snapshot; pass kind='apps' if it is a header-less "
-                "--query-compute-apps snapshot with no process running"
-            )
-        return _frame([], kind, source)
-    number, first = rows[0]
-    header = _parse_header(first)
-    if header is not None:
-        detected, fields = _header_kind(header, source, number)
-        rows = rows[1:]
-    else:
-        detected, fields = _headerless_kind(first, source, number)
-    if kind is not None and kind != detected:
-        raise NvidiaSmiError(f"{source}, line {number}: expected a {kind!r} snapshot, found {detected!r}")
-    records = [_parse_row(line, fields, detected, source, line_no) for line_no, line in rows]
-    return _frame(records, detected, source)
 
 
 def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame | None, vllm_pids: Iterable[int]) -> pd.DataFrame:
@@ -140,8 +80,8 @@ def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame | None, vllm_pids: Iterab
     every GPU when ``apps`` is None (no process snapshot). Columns are :data:`CONTEXT_COLUMNS`, one row
     per GPU, in index order.
 
-    >>> gpus = read_nvidia_smi_csv("0, GPU-0a1b, NVIDIA H100 80GB HBM3, 580.95.05, 81559, 3072, 78017")
-    >>> apps = read_nvidia_smi_csv("GPU-0a1b, 7, VLLM::Worker_TP0, 2048\\nGPU-0a1b, 9, python3, 1024")
+    >>> gpus = read_nvidia_smi_csv("0, GPU-0a1b, NVIDIA H100 80GB HBM3, 580.95.05, 81559, 3072, 78017")[0]
+    >>> apps = read_nvidia_smi_csv("GPU-0a1b, 7, VLLM::Worker_TP0, 2048\\nGPU-0a1b, 9, python3, 1024")[0]
     >>> int(gpu_context(gpus, apps, vllm_pids=[7]).loc[0, "other_process_bytes"])
     1073741824
     """
@@ -167,8 +107,8 @@ def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int,
 
     A process on several GPUs (one row per GPU) is an error: its rank has no single GPU.
 
-    >>> gpus = read_nvidia_smi_csv("1, GPU-0a1b, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")
-    >>> gpu_index_by_pid(gpus, read_nvidia_smi_csv("GPU-0a1b, 7, python3, 2048"))
+    >>> gpus = read_nvidia_smi_csv("1, GPU-0a1b, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")[0]
+    >>> gpu_index_by_pid(gpus, read_nvidia_smi_csv("GPU-0a1b, 7, python3, 2048")[0])
     {7: 1}
     """
     if apps is None:
@@ -199,12 +139,12 @@ def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame
     """
     frames: dict[str, pd.DataFrame] = {}
     for path in paths:
-        frame = read_nvidia_smi_csv(path)
-        kind = frame.attrs["kind"]
+        frame, metadata = read_nvidia_smi_csv(path)
+        kind = metadata.kind
         if kind in frames:
             query = "gpu" if kind == "gpus" else "compute-apps"
             raise NvidiaSmiError(
-                f"{path}: a second --query-{query} snapshot (the first is {frames[kind].attrs['source']}): "
+                f"{path}: a second --query-{query} snapshot (the first is {_source(frames[kind])}): "
                 "give one of each kind, taken after warm-up of the same boot"
             )
         frames[kind] = frame
@@ -225,8 +165,8 @@ def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFra
     belongs to another launch; so is a GPU whose memory.total does not fit the rank's logged total.
 
     >>> gpus = read_nvidia_smi_csv("0, GPU-0, NVIDIA L40S, 580.95.05, 46068, 2048, 43403\\n"
-    ...                            "1, GPU-1, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")
-    >>> apps = read_nvidia_smi_csv("GPU-0, 8, VLLM::Worker_TP1, 2048")
+    ...                            "1, GPU-1, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")[0]
+    >>> apps = read_nvidia_smi_csv("GPU-0, 8, VLLM::Worker_TP1, 2048")[0]
     >>> gpu_index_by_rank(pd.DataFrame({"rank": [0, 1], "pid": [7, 8]}), gpus, apps)
     {0: 0, 1: 0}
     """
@@ -267,7 +207,7 @@ def _check_gpus_cover_ranks(gpus: pd.DataFrame, index_by_rank: Mapping[int, int]
     missing = [rank for rank, index in index_by_rank.items() if index not in known]
     if missing:
         raise NvidiaSmiError(
-            f"{gpus.attrs.get('source', '<snapshot>')}: the snapshot lists {len(known)} GPU(s) "
+            f"{_source(gpus)}: the snapshot lists {len(known)} GPU(s) "
             f"(index {', '.join(map(str, sorted(known)))}), none for rank(s) {', '.join(map(str, missing))} "
             f"of the {len(index_by_rank)} logged: a snapshot of another machine? Add the "
             "--query-compute-apps snapshot taken with it to place the ranks by pid"
@@ -277,7 +217,7 @@ def _check_gpus_cover_ranks(gpus: pd.DataFrame, index_by_rank: Mapping[int, int]
 def free_bytes_by_rank(gpus: pd.DataFrame, by_rank: Mapping[int, int]) -> dict[int, int]:
     """Free memory [bytes] each rank's GPU showed in the ``--query-gpu`` snapshot (unknown ranks left out).
 
-    >>> gpus = read_nvidia_smi_csv("0, GPU-0, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")
+    >>> gpus = read_nvidia_smi_csv("0, GPU-0, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")[0]
     >>> free_bytes_by_rank(gpus, {3: 0})  # 43,403 MiB × 1,048,576
     {3: 45511344128}
     """
@@ -291,7 +231,7 @@ def join_nvidia_smi(
     apps: pd.DataFrame,
     extra_vllm_pids: Iterable[int] = (),
     gpu_index_by_rank: Mapping[int, int] | None = None,
-) -> pd.DataFrame:
+) -> tuple[pd.DataFrame, ReadMetadata]:
     """A copy of ``ledger`` with ``gpu_name``, ``driver_version`` and ``other_process_bytes`` filled in.
 
     The vLLM pids are the ledger's ``pid`` values plus ``extra_vllm_pids`` (e.g. an EngineCore that
@@ -300,13 +240,13 @@ def join_nvidia_smi(
     another GPU than ``gpu_index_by_rank`` says, a GPU name or driver that differs from one already
     in the ledger, or a GPU ``memory.total`` that does not fit the row's logged ``total_bytes``
     (:func:`total_bytes_match`) is an error naming the snapshot, the source and rank. With ``apps``
-    None, ``other_process_bytes`` stays ``<NA>`` and a :class:`NvidiaSmiWarning` says so (also in
-    ``attrs["warnings"]`` of the result).
+    None, ``other_process_bytes`` stays ``<NA>`` and a :class:`NvidiaSmiWarning` says so (also in the
+    warnings of the metadata returned with the joined copy).
 
-    >>> gpus = read_nvidia_smi_csv("0, GPU-0a1b, NVIDIA H100 80GB HBM3, 580.95.05, 81559, 3072, 78017")
-    >>> apps = read_nvidia_smi_csv("GPU-0a1b, 7, VLLM::Worker_TP0, 2048\\nGPU-0a1b, 9, python3, 1024")
+    >>> gpus = read_nvidia_smi_csv("0, GPU-0a1b, NVIDIA H100 80GB HBM3, 580.95.05, 81559, 3072, 78017")[0]
+    >>> apps = read_nvidia_smi_csv("GPU-0a1b, 7, VLLM::Worker_TP0, 2048\\nGPU-0a1b, 9, python3, 1024")[0]
     >>> ledger = pd.DataFrame({"source": ["boot.log"], "rank": [0], "pid": [7]})
-    >>> row = join_nvidia_smi(ledger, gpus, apps).iloc[0]
+    >>> row = join_nvidia_smi(ledger, gpus, apps)[0].iloc[0]
     >>> row["gpu_name"], int(row["other_process_bytes"])
     ('NVIDIA H100 80GB HBM3', 1073741824)
     """
@@ -335,38 +275,42 @@ def join_nvidia_smi(
             joined.at[label, column] = gpu[column]
         joined.at[label, "other_process_bytes"] = gpu["other_process_bytes"]
     joined["other_process_bytes"] = joined["other_process_bytes"].astype("Int64")
-    if apps is None:
-        _warn_no_process_snapshot(joined, gpus)
-    return joined
+    sources = tuple(
+        dict.fromkeys(
+            str(source) for frame in (gpus, apps) if frame is not None for source in frame["source"]
+        )
+    )
+    notes = (_warn_no_process_snapshot(gpus),) if apps is None else ()
+    return joined, ReadMetadata(sources=sources, warnings=notes)
 
 
 def join_snapshots(
     ledger: pd.DataFrame, paths: Iterable[str | Path], warn: bool = True
-) -> tuple[pd.DataFrame, dict[int, int]]:
-    """The ledger joined with the nvidia-smi snapshots among ``paths``, and each rank's free memory [bytes].
+) -> tuple[pd.DataFrame, dict[int, int], ReadMetadata]:
+    """The ledger joined with the snapshots among ``paths``, each rank's free memory [bytes], the metadata.
 
     One call for every reader of snapshots (``kvplan ledger``, ``gate`` and ``approve``, the notebooks'
     :func:`kvplan.whatif.read_launch`): :func:`read_nvidia_smi_snapshots`, ranks placed on GPUs by
     :func:`gpu_index_by_rank`, :func:`join_nvidia_smi`, and :func:`free_bytes_by_rank`. The join's
-    warnings (no process snapshot: other processes' memory unknown) are in ``attrs["warnings"]`` of the
-    joined ledger; ``warn=False`` does not also raise them as :class:`NvidiaSmiWarning`, for a caller that
-    records them itself.
+    warnings (no process snapshot: other processes' memory unknown) are the metadata's ``warnings``
+    (:class:`~kvplan.notes.Note` s with code, file and line); ``warn=False`` does not also raise them
+    as :class:`NvidiaSmiWarning`, for a caller that records them itself.
 
     >>> from kvplan.config import DATA_DIR
     >>> from kvplan.io import read_vllm_logs
     >>> folder = DATA_DIR / "boots" / "four-rank"
     >>> ledger, _ = read_vllm_logs(folder / "boot.log")
-    >>> joined, free = join_snapshots(ledger, [folder / "nvidia-smi-gpu.csv"], warn=False)
-    >>> joined["gpu_name"].unique().tolist(), free[2] // MiB, len(joined.attrs["warnings"])
-    (['NVIDIA H100 80GB HBM3'], 2314, 1)
+    >>> joined, free, metadata = join_snapshots(ledger, [folder / "nvidia-smi-gpu.csv"], warn=False)
+    >>> joined["gpu_name"].unique().tolist(), free[2] // MiB, metadata.warnings[0].code
+    (['NVIDIA H100 80GB HBM3'], 2314, 'nvidia-smi-no-process-snapshot')
     """
     gpus, apps = read_nvidia_smi_snapshots(list(paths))
     by_rank = gpu_index_by_rank(ledger, gpus, apps)
     with warnings.catch_warnings():
         if not warn:
             warnings.simplefilter("ignore", NvidiaSmiWarning)
-        joined = join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)
-    return joined, free_bytes_by_rank(gpus, by_rank)
+        joined, metadata = join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)
+    return joined, free_bytes_by_rank(gpus, by_rank), metadata
 
 
 def total_bytes_match(logged_total_bytes: int, smi_total_bytes: int) -> bool:
@@ -399,14 +343,22 @@ def _check_total_bytes(row, gpu, index: int) -> None:
     )
 
 
-def _warn_no_process_snapshot(joined: pd.DataFrame, gpus: pd.DataFrame) -> None:
-    message = (
-        f"{gpus.attrs.get('source', '<snapshot>')}: no nvidia-smi --query-compute-apps snapshot, so the "
-        "memory of other processes on each GPU is unknown (other_process_bytes left empty); add one taken "
-        "with it: nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv"
+def _warn_no_process_snapshot(gpus: pd.DataFrame) -> Note:
+    source = _source(gpus)
+    message = Note(
+        f"{source}: no nvidia-smi --query-compute-apps snapshot, so the memory of other processes on each "
+        "GPU is unknown (other_process_bytes left empty); add one taken with it: nvidia-smi "
+        "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv",
+        code="nvidia-smi-no-process-snapshot",
+        file=source,
     )
-    joined.attrs["warnings"] = [*joined.attrs.get("warnings", []), message]
     warnings.warn(NvidiaSmiWarning(message), stacklevel=3)
+    return message
+
+
+def _source(snapshot: pd.DataFrame) -> str:
+    """The file a snapshot frame was read from (its ``source`` column)."""
+    return str(snapshot["source"].iloc[0]) if len(snapshot) else "<snapshot>"
 
 
 def _row_gpu_index(row, by_pid, gpu_index_by_rank, known_indexes) -> int | None:
@@ -444,104 +396,3 @@ def _check_apps_on_known_gpus(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> 
             f"{first['source']}, line {first['line']}: process {first['pid']} runs on {first['gpu_uuid']}, "
             "which the --query-gpu snapshot does not list; were both taken on the same machine?"
         )
-
-
-def _source_and_text(path_or_text: str | Path) -> tuple[str, str]:
-    if isinstance(path_or_text, Path) or ("\n" not in path_or_text and "," not in path_or_text):
-        path = Path(path_or_text)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise NvidiaSmiError(f"{path}: cannot read nvidia-smi snapshot ({exc.strerror})") from None
-        return str(path), data.decode("utf-8", errors="replace").lstrip("\ufeff")
-    return "<text>", path_or_text
-
-
-def _split(line: str) -> list[str]:
-    return [part.strip() for part in line.split(",")]
-
-
-def _parse_header(line: str) -> list[str] | None:
-    """Header names with units stripped, or None when the line is data (its first field is not a name)."""
-    names = [part.split("[")[0].strip().lower() for part in _split(line)]
-    known = set(_HEADERS["gpus"]) | set(_HEADERS["apps"])
-    return names if names and names[0] in known else None
-
-
-def _header_kind(names: list[str], source: str, number: int) -> tuple[str, list[str]]:
-    for kind, mapping in _HEADERS.items():
-        fields = [mapping.get(name) for name in names]
-        if set(_COLUMNS[kind]) <= set(fields) - {None}:
-            return kind, fields
-    raise NvidiaSmiError(
-        f"{source}, line {number}: header {', '.join(names)!r} is neither "
-        "--query-gpu=index,uuid,name,driver_version,memory.total,memory.used,memory.free nor "
-        "--query-compute-apps=gpu_uuid,pid,process_name,used_memory"
-    )
-
-
-def _headerless_kind(line: str, source: str, number: int) -> tuple[str, list[str]]:
-    count = len(_split(line))
-    if count == len(GPU_COLUMNS) and _split(line)[0].isdigit():
-        return "gpus", list(GPU_COLUMNS)
-    if count >= len(APP_COLUMNS) and _split(line)[0].upper().startswith(("GPU-", "MIG-")):
-        return "apps", list(APP_COLUMNS)
-    raise NvidiaSmiError(
-        f"{source}, line {number}: expected an nvidia-smi CSV header, a --query-gpu row of 7 fields "
-        f"starting with the GPU index, or a --query-compute-apps row of 4 fields starting with the GPU "
-        f"UUID; got {count} fields: {line[:80]!r}"
-    )
-
-
-def _parse_row(line: str, fields: list[str | None], kind: str, source: str, number: int) -> dict:
-    parts = _split(line)
-    extra = len(parts) - len(fields)
-    if extra > 0 and "process_name" in fields:
-        # A process name with commas in it: give the surplus fields back to the name.
-        at = fields.index("process_name")
-        parts = [*parts[:at], ", ".join(parts[at : at + extra + 1]), *parts[at + extra + 1 :]]
-    if len(parts) != len(fields):
-        raise NvidiaSmiError(
-            f"{source}, line {number}: expected {len(fields)} comma-separated fields, got {len(parts)}: "
-            f"{line[:80]!r}"
-        )
-    record = {"source": source, "line": number}
-    for field, value in zip(fields, parts):
-        if field is not None:
-            record[field] = _value(field, value, source, number)
-    return record
-
-
-def _value(field: str, value: str, source: str, number: int):
-    if field.endswith("_bytes"):
-        if value.lower() in _NOT_AVAILABLE:
-            return pd.NA
-        # nvidia-smi reports memory in MiB; ``nounits`` drops the unit but not the scale.
-        text = value if value.lower().endswith("ib") else f"{value} MiB"
-        try:
-            return parse_size(text)
-        except ValueError:
-            return _bad(field, value, source, number)
-    if field in ("gpu_index", "pid"):
-        if not value.isdigit():
-            return _bad(field, value, source, number)
-        return int(value)
-    return value
-
-
-def _bad(field: str, value: str, source: str, number: int):
-    unit = " (MiB, e.g. '81559 MiB' or '81559')" if field.endswith("_bytes") else " (a whole number)"
-    raise NvidiaSmiError(f"{source}, line {number}: {field} {value!r} is not a valid value{unit}")
-
-
-def _frame(records: list[dict], kind: str, source: str) -> pd.DataFrame:
-    columns = [*_COLUMNS[kind], "source", "line"]
-    frame = pd.DataFrame(records, columns=columns)
-    for column in columns:
-        if column.endswith("_bytes"):
-            frame[column] = frame[column].astype("Int64")
-        elif column in ("gpu_index", "pid", "line"):
-            frame[column] = frame[column].astype("int64")
-    frame.attrs["kind"] = kind
-    frame.attrs["source"] = source
-    return frame

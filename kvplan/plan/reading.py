@@ -109,10 +109,10 @@ def _join_named(
     """The ledger joined with the snapshots, and the join's warnings, each naming the snapshot's name."""
     names = {str(path): name for path, name in snapshots}
     try:
-        joined, _ = join_snapshots(ledger, [path for path, _ in snapshots], warn=False)
+        joined, _, joined_metadata = join_snapshots(ledger, [path for path, _ in snapshots], warn=False)
     except NvidiaSmiError as exc:
         raise NvidiaSmiError(renamed(str(exc), names)) from exc
-    warnings = [renamed(warning, names) for warning in joined.attrs.get("warnings", [])]
+    warnings = [renamed(warning, names) for warning in joined_metadata.warnings]
     return joined, warnings
 
 
