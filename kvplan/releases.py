@@ -26,6 +26,9 @@ NEWEST_KNOWN: Release = (0, 33, 0)
 MLA_FROM: Release = (0, 7, 1)
 #: ``platforms/cuda.py`` forces 64-token blocks for FlashMLA ("Forcing kv cache block size to 64").
 MLA_BLOCK_FORCED_FROM: Release = (0, 8, 0)
+#: FlashMLA keeps a requested block size that is a multiple of 64 (``platforms/cuda.py`` ``% 64``);
+#: 0.8–0.11 force 64 unless it is exactly 64.
+MLA_BLOCK_MULTIPLE_KEPT_FROM: Release = (0, 12, 0)
 #: The attention backend chooses the MLA block size (``platforms/interface.py`` backend preference:
 #: FLASH_ATTN_MLA 16 on Hopper, FLASHINFER_MLA 32 on Blackwell, FLASHMLA 64 for fp8 KV).
 MLA_BACKEND_BLOCK_SIZE_FROM: Release = (0, 18, 0)
@@ -60,6 +63,9 @@ ASYNC_SCHEDULING_DEFAULT_FROM: Release = (0, 26, 0)
 #: Hybrid models default to prefix caching, hence Mamba cache mode "align" (``config/model.py``,
 #: ``model_executor/models/config.py``): 2 Mamba blocks per request (``v1/kv_cache_interface.py``).
 MAMBA_ALIGN_FROM: Release = (0, 26, 0)
+#: Auto-fit ``--max-model-len -1`` plans against the blocks less the null block the block pool holds
+#: back (``v1/core/kv_cache_utils.py`` "Reserve the null block"); before, against every block.
+AUTO_FIT_NULL_BLOCK_FROM: Release = (0, 29, 0)
 #: Align mode keeps one more Mamba block, a prefill checkpoint, for FlashInfer gated delta net
 #: (``model_executor/layers/mamba/qwen_gdn_linear_attn.py``), and aligns the attention block size
 #: of such hybrids to a multiple of 64 (``platforms/interface.py``, ``v1/attention/backends/gdn_attn.py``).

@@ -158,10 +158,10 @@ def test_mla_bf16_same_on_every_tp_rank():
     # DeepSeek-V3: one latent of 512 + 64 = 576 values × 2 B = 1,152 B per layer, no factor 2,
     # not split by TP → 1,152 × 61 = 70,272 B per token on every rank, at TP 1 and TP 8 alike
     for tp in (1, 8):
-        spec = kv_spec(DEEPSEEK_V3, tp=tp)
+        spec = kv_spec(DEEPSEEK_V3, tp=tp, vllm_version="0.17.0")
         assert spec.bytes_per_token_per_layer == 1_152
         assert spec.bytes_per_token == 70_272
-    # MLA backends force 64-token blocks: 64 × 70,272 = 4,497,408 B
+    # MLA backends force 64-token blocks up to 0.17: 64 × 70,272 = 4,497,408 B
     assert spec.block_size == 64
     assert spec.block_bytes == 4_497_408
 
@@ -225,8 +225,9 @@ def test_pp_larger_than_layers_is_refused():
 def test_dcp_shards_tokens():
     # DeepSeek-V3 TP 8 DCP 8: each rank stores 1/8 of a sequence's tokens; blocks are unchanged
     # 12 GiB / 4,497,408 B = 2,864.8 → 2,864 blocks on every rank
-    plain = kv_spec(DEEPSEEK_V3, tp=8, vllm_version="0.20.0")
-    dcp = kv_spec(DEEPSEEK_V3, tp=8, dcp=8, vllm_version="0.20.0")
+    # (--block-size 64: from 0.18 the MLA backend's block size, FlashMLA's 64 with fp8 KV, is kept)
+    plain = kv_spec(DEEPSEEK_V3, tp=8, vllm_version="0.20.0", block_size=64)
+    dcp = kv_spec(DEEPSEEK_V3, tp=8, dcp=8, vllm_version="0.20.0", block_size=64)
     assert plain.num_blocks(12 * GiB) == dcp.num_blocks(12 * GiB) == 2_864
     # 0.11–0.20 multiply the token count by the DCP size: 2,864 × 64 × 8 = 1,466,368
     assert dcp.kv_cache_tokens(2_864, 32768) == 1_466_368
@@ -249,7 +250,8 @@ def test_gemma3_groups_and_blocks():
     # Gemma 3 27B: 62 layers, every 6th global → 10 full + 52 sliding; group size = 10 (52 ≥ 1.5 × 10)
     # → 1 full group + ceil(52 / 10) = 6 sliding groups, 7 groups. vLLM splits round-robin
     # (layers[i::6]): 52 = 4 × 9 + 2 × 8 → 9, 9, 9, 9, 8, 8, and sizes memory by the largest group (10)
-    spec = kv_spec(read_model_config("gemma-3-27b"), tp=1, max_num_batched_tokens=8192)
+    # (vLLM 0.25: a window group keeps W − 1 + max_num_batched_tokens; 0.26+ doubles the in-flight term)
+    spec = kv_spec(read_model_config("gemma-3-27b"), tp=1, max_num_batched_tokens=8192, vllm_version="0.25.0")
     assert [len(layers) for kind, layers in spec.groups if kind == FULL_ATTENTION] == [10]
     assert [len(layers) for kind, layers in spec.groups if kind == SLIDING_ATTENTION] == [9, 9, 9, 9, 8, 8]
     # 2 × 16 KV heads × 128 × 2 B = 8,192 B per token per layer; a block = 16 × 8,192 × 10 layers
@@ -269,7 +271,8 @@ def test_sliding_window_without_batched_tokens_is_approximate():
 def test_gpt_oss_alternating_layers():
     # gpt-oss-120b: 18 sliding (128 tokens) + 18 full → two groups of 18 layers
     # 2 × 8 KV heads × 64 × 2 B = 2,048 B per token per layer; block = 16 × 2,048 × 18 = 589,824 B
-    spec = kv_spec(read_model_config("gpt-oss-120b"), tp=1, max_num_batched_tokens=2048)
+    spec = kv_spec(read_model_config("gpt-oss-120b"), tp=1, max_num_batched_tokens=2048,
+                   vllm_version="0.25.0")
     assert [(kind, len(layers)) for kind, layers in spec.groups] == [
         (SLIDING_ATTENTION, 18), (FULL_ATTENTION, 18)]
     assert spec.block_bytes == 589_824
@@ -283,7 +286,7 @@ def test_mistral_window_on_every_layer_is_marked():
     config = {"model_type": "mistral", "num_hidden_layers": 32, "num_attention_heads": 32,
               "num_key_value_heads": 8, "hidden_size": 4096, "sliding_window": 4096,
               "torch_dtype": "bfloat16"}
-    spec = kv_spec(config, tp=1, max_num_batched_tokens=2048)
+    spec = kv_spec(config, tp=1, max_num_batched_tokens=2048, vllm_version="0.25.0")
     assert spec.groups == ((SLIDING_ATTENTION, tuple(range(32))),)
     assert spec.approximate and "every layer" in spec.approximate_reason
     # 32,768-token request: ceil(min(4095 + 2048, 32768) / 16) + 1 = 384 + 1 = 385 blocks
@@ -307,8 +310,9 @@ def test_qwen3_next_hybrid_block_size():
     # Linear state per layer at TP 1: conv (2 × 16 × 128 + 32 × 128 = 8,192) × 3 + temporal 32 × 128 × 128
     # = 24,576 + 524,288 = 548,864 values × 2 B = 1,097,728 B.
     # Attention: 2 × 2 KV heads × 256 × 2 B = 2,048 B per token per layer;
-    # block size = 16 × ceil(1,097,728 / (16 × 2,048)) = 16 × ceil(33.5) = 544 tokens.
-    spec = kv_spec(read_model_config("qwen3-next-80b-a3b"), tp=1)
+    # block size = 16 × ceil(1,097,728 / (16 × 2,048)) = 16 × ceil(33.5) = 544 tokens (vLLM 0.25: one
+    # state block per request; 0.26+ "align" mode and 0.33's 64-alignment: tests/test_kvspec_v033.py).
+    spec = kv_spec(read_model_config("qwen3-next-80b-a3b"), tp=1, vllm_version="0.25.0")
     assert spec.block_size == 544
     assert spec.stages[0].page_bytes == 544 * 2_048
     # groups of 12: 1 full + 3 linear → block = 1,114,112 × 12 = 13,369,344 B
@@ -468,7 +472,7 @@ def test_catalogue_files_name_model_and_revision_and_load():
     for name in names:
         config = read_model_config(name)
         assert config["_source"]["model"] and config["_source"]["revision"], name
-        assert kv_spec(config, tp=1).bytes_per_token > 0, name
+        assert kv_spec(config, tp=1, gpu_name="NVIDIA H100 80GB HBM3").bytes_per_token > 0, name
 
 
 @pytest.mark.parametrize(
@@ -617,11 +621,13 @@ def test_layers_kvplan_cannot_size_are_refused_or_marked():
 
 def test_capacity_sliding_window_exact_with_batched_tokens(capsys):
     # gpt-oss-120b TP 1 with --max-num-batched-tokens 2048: 589,824 B blocks; 1 GiB → 1,820 blocks
-    # (1,073,741,824 / 589,824 = 1,820.4); 8,192-token requests need 649 blocks → 1,820 / 649 = 2.80x
+    # (1,073,741,824 / 589,824 = 1,820.4); on vLLM 0.33 (the default release) async scheduling keeps
+    # 2 × 2,048 tokens in flight, so an 8,192-token request needs 512 (full) + ceil(min(127 + 4,096, 8,192)
+    # / 16) + 1 = 264 + 1 → 777 blocks: 1,820 / 777 = 2.34x (0.25 and older: 649 blocks, 2.80x)
     data = _run_json(capsys, "capacity", "--model", "gpt-oss-120b", "--tp", "1", "--kv-bytes", "1GiB",
                      "--max-model-len", "8192", "--max-num-batched-tokens", "2048", "--json")
     assert (data["blocks"], data["approximate"]) == (1_820, False)
-    assert data["max_concurrency"] == pytest.approx(1_820 / 649)
+    assert data["max_concurrency"] == pytest.approx(1_820 / 777)
     # without it the same command is marked approximate
     data = _run_json(capsys, "capacity", "--model", "gpt-oss-120b", "--tp", "1", "--kv-bytes", "1GiB",
                      "--max-model-len", "8192", "--json")

@@ -271,14 +271,15 @@ def test_target_length_is_the_longest_request_the_target_still_fits():
 
 
 def test_headline_shows_the_block_size_vllm_forces():
-    # DeepSeek-V3 (MLA) before 0.20: block size 16 is overridden to 64; 61 layers × 576 × 2 B = 70,272 B/token
-    spec = kv_spec(read_model_config("deepseek-v3"), tp=8, vllm_version="0.19.0")
+    # DeepSeek-V3 (MLA) in 0.12–0.17: block size 16 is overridden to 64; 61 × 576 × 2 B = 70,272 B/token
+    # (from 0.18 vLLM keeps a --block-size the MLA backend supports)
+    spec = kv_spec(read_model_config("deepseek-v3"), tp=8, vllm_version="0.17.0")
     outcome = evaluate(Scenario(ROOMS, RESERVE, kv_spec=spec, block_size=16, max_model_len=32_768))
     assert outcome.capacity.block_size == 64
     assert outcome.budget.uniform_budget_bytes % (64 * 70_272) == 0
     assert outcome.headline()["block size"] == (
         "64 tokens (block size 16 overridden: "
-        "vLLM 0.8–0.19 forces 64-token blocks for the FlashMLA backend unless a multiple of 64)"
+        "vLLM 0.12–0.17 forces 64-token blocks for the FlashMLA backend unless a multiple of 64)"
     )
 
 

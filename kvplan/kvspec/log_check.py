@@ -164,6 +164,8 @@ def _check_unit(
     length = int(length)
 
     def blocks_at(offset: int) -> int:
+        if row_spec.num_gpu_blocks_override is not None:
+            return row_spec.num_gpu_blocks_override  # vLLM allocates exactly these, whatever the memory
         per_row = []
         for _index, row in known.iterrows():
             stage = row_spec.limiting_stage

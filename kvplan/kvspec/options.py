@@ -17,6 +17,16 @@ _LOGGED_OPTIONS = {
     "dcp": "decode_context_parallel_size",
     "kv_cache_dtype": "kv_cache_dtype",
     "dtype": "dtype",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+}
+#: Launch settings the logs show (ledger columns of the same name), taken when not given.
+_LAUNCH_OPTIONS = {
+    "async_scheduling": bool,
+    "mamba_cache_mode": str,
+    "hybrid_kv_cache_manager": bool,
+    "num_gpu_blocks_override": int,
+    "kv_cache_group_block_sizes": str,
+    "gpu_name": str,
 }
 #: Defaults of the layout options when neither the caller nor the logs give them.
 _OPTION_DEFAULTS = {"pp": 1, "dcp": 1, "kv_cache_dtype": "auto"}
@@ -25,7 +35,7 @@ _KV_DTYPE_ALIASES = {"fp8_e4m3": "fp8"}
 
 
 def _same_setting(name: str, given: object, logged: object) -> bool:
-    if name in ("tp", "pp", "dcp"):
+    if name in ("tp", "pp", "dcp", "max_num_batched_tokens"):
         return int(given) == int(logged)
     if name == "dtype":
         return str(given).removeprefix("torch.") == str(logged).removeprefix("torch.")
@@ -60,7 +70,7 @@ def options_for_logs(options: Mapping[str, object], key: Mapping[str, object]) -
             raise KVSpecError(f"{name} {given!r} given, but the logs show {column} {logged!r}")
         if given is None:
             completed[name] = str(logged) if name in ("kv_cache_dtype", "dtype") else int(logged)
-    for name, kind in (("vllm_version", str), ("block_size", int)):
+    for name, kind in (("vllm_version", str), ("block_size", int), *_LAUNCH_OPTIONS.items()):
         if completed.get(name) is None and is_known(key.get(name)):
             completed[name] = kind(key[name])
     if is_known(key.get("model")):

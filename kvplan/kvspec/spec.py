@@ -29,22 +29,14 @@ from kvplan.kvspec.base import (
     KVSpecError,
     parse_vllm_version,
 )
-from kvplan.kvspec.block_size import resolve_block_size
+from kvplan.kvspec.block_size import BlockSizeInputs, logged_block_sizes, resolve_block_size
 from kvplan.kvspec.groups import kv_cache_groups
+from kvplan.kvspec.launch import LaunchSettings, launch_settings
 from kvplan.kvspec.layout import pp_partition
 from kvplan.kvspec.model_name import check_model_name
 from kvplan.kvspec.page import SERVED_DTYPE_BYTES, attention_bytes_per_token_per_layer, linear_state_bytes
-from kvplan.releases import (
-    DCP_FROM,
-    FP8_DS_MLA_FROM,
-    HYBRID_KV_MANAGER_FROM,
-    HYBRID_MAMBA_FROM,
-    MLA_FROM,
-    OLDEST_KV_ARITHMETIC,
-)
-
-#: ``--max-num-batched-tokens`` assumed for sliding-window accounting when none is given.
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192
+from kvplan.kvspec.support import check_release_support, pcp_note, unmodelled_kv_dtype
+from kvplan.releases import HYBRID_KV_MANAGER_FROM, HYBRID_MAMBA_FROM, MAMBA_ALIGN_FROM
 
 
 @dataclass(frozen=True)
@@ -86,11 +78,20 @@ class KVSpec:
     bytes_per_token_per_layer: int
     groups: tuple[tuple[str, tuple[int, ...]], ...]
     stages: tuple[StageSpec, ...]
-    max_num_batched_tokens: int
+    launch: LaunchSettings
     approximate_reason: str
-    requested_block_size: int | None = None
-    pp_layers: tuple[int, ...] = field(default=())
-    dtype: str | None = None
+    num_gpu_blocks_override: int | None = None
+    options: Mapping[str, object] = field(default_factory=dict)
+
+    @property
+    def max_num_batched_tokens(self) -> int:
+        """``max_num_batched_tokens`` the sliding-window arithmetic used (logged, given or assumed)."""
+        return self.launch.max_num_batched_tokens
+
+    @property
+    def settings_note(self) -> str:
+        """Which launch settings were vLLM's defaults because the logs did not show them."""
+        return "; ".join(self.launch.notes)
 
     @property
     def approximate(self) -> bool:
@@ -118,20 +119,17 @@ class KVSpec:
             raise KVSpecError(f"pp_rank {pp_rank} is outside 0..{len(self.stages) - 1}")
         return self.stages[pp_rank]
 
-    def with_settings(self, block_size: int | None = None, vllm_version: str | None = None) -> KVSpec:
-        """The same model and layout with another block size or release (``None`` keeps the current)."""
-        return kv_spec(
-            self.arch,
-            tp=self.tp,
-            pp=self.pp,
-            dcp=self.dcp,
-            kv_cache_dtype=self.kv_cache_dtype,
-            block_size=self.requested_block_size if block_size is None else block_size,
-            vllm_version=self.vllm_version if vllm_version is None else vllm_version,
-            max_num_batched_tokens=self.max_num_batched_tokens,
-            pp_layers=self.pp_layers,
-            dtype=self.dtype,
-        )
+    def with_settings(
+        self, block_size: int | None = None, vllm_version: str | None = None, **changes: object
+    ) -> KVSpec:
+        """The same model and layout with another block size, release or :func:`kv_spec` keyword
+        (``None`` keeps the current)."""
+        options = dict(self.options)
+        if block_size is not None:
+            options["block_size"] = block_size
+        if vllm_version is not None:
+            options["vllm_version"] = vllm_version
+        return kv_spec(self.arch, **{**options, **changes})  # type: ignore[arg-type]
 
     def num_blocks(self, kv_bytes: int) -> int:
         """Blocks every rank gets from ``kv_bytes`` per rank: the minimum over stages.
@@ -140,6 +138,8 @@ class KVSpec:
         ...          "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4).num_blocks(12 * 2**30)
         9830
         """
+        if self.num_gpu_blocks_override is not None:
+            return self.num_gpu_blocks_override  # vLLM allocates exactly these (kv_cache_planning.py)
         return min(max(0, kv_bytes // stage.block_bytes) for stage in self.stages)
 
     def blocks_per_request(self, max_model_len: int) -> int:
@@ -179,6 +179,10 @@ class KVSpec:
         """
         return figures.kv_cache_tokens(self, num_blocks, max_model_len)
 
+    def auto_fit_max_model_len(self, kv_bytes: int, max_model_len: int) -> int:
+        """The length vLLM fits for ``--max-model-len -1`` (:func:`figures.auto_fit_max_model_len`)."""
+        return figures.auto_fit_max_model_len(self, kv_bytes, max_model_len)
+
     def capacity(self, kv_bytes: int, max_model_len: int) -> Capacity:
         """Blocks, tokens and concurrency of ``kv_bytes`` per rank, as this release would log them.
 
@@ -209,7 +213,8 @@ class KVSpec:
             approximate_reason=self.approximate_reason,
             limiting_stage=limiting.pp_rank,
             stages=tuple(
-                {**asdict(stage), "blocks": max(0, kv_bytes // stage.block_bytes)} for stage in self.stages
+                {**asdict(stage), "blocks": self.num_gpu_blocks_override if self.num_gpu_blocks_override
+                 is not None else max(0, kv_bytes // stage.block_bytes)} for stage in self.stages
             ),
             block_size_note=self.block_size_note,
         )
@@ -241,28 +246,40 @@ def kv_spec(
     tp: int = 1,
     pp: int = 1,
     dcp: int = 1,
+    pcp: int = 1,
     kv_cache_dtype: str = "auto",
     block_size: int | None = None,
     vllm_version: str | None = None,
     max_num_batched_tokens: int | None = None,
+    async_scheduling: bool | None = None,
+    mamba_cache_mode: str | None = None,
+    hybrid_kv_cache_manager: bool | None = None,
+    num_gpu_blocks_override: int | None = None,
+    kv_cache_group_block_sizes: object = None,
+    gpu_name: str | None = None,
     pp_layers: Sequence[int] = (),
     dtype: str | None = None,
     logged_model: str | None = None,
 ) -> KVSpec:
     """The per-rank KV geometry of a model config on a ``tp × pp`` layout with ``dcp``.
 
-    ``block_size=None`` takes vLLM's default for the model (16; 64 for MLA; raised for hybrid Mamba
-    models). ``pp_layers`` is ``VLLM_PP_LAYER_PARTITION`` when set. ``max_num_batched_tokens`` only
-    matters for sliding-window layers; without it the spec assumes 8,192 and says it is approximate.
-    ``dtype`` is the dtype vLLM served (``--dtype`` as its log shows it, e.g. ``torch.bfloat16``;
-    None or ``auto`` = the config's ``torch_dtype``). ``logged_model`` is the model name the logs
-    show; a config naming another model is refused (:func:`check_model_name`).
+    ``block_size=None`` takes vLLM's choice for the model (16; the MLA backend's from 0.18, which
+    needs ``gpu_name`` or the logged ``kv_cache_group_block_sizes``; raised for hybrid Mamba models).
+    The launch settings (``max_num_batched_tokens``, ``async_scheduling``, ``mamba_cache_mode``,
+    ``hybrid_kv_cache_manager``: False when vLLM disabled it, ``num_gpu_blocks_override``) are the
+    logs'; None takes vLLM's default for the release (:func:`kvplan.kvspec.launch.launch_settings`,
+    named in :attr:`KVSpec.settings_note`), or a lower bound named in ``approximate_reason``.
+    ``pp_layers`` is ``VLLM_PP_LAYER_PARTITION`` when set. ``dtype`` is the dtype vLLM served
+    (``--dtype`` as its log shows it, e.g. ``torch.bfloat16``; None or ``auto`` = the config's
+    ``torch_dtype``). ``logged_model`` is the model name the logs show; a config naming another
+    model is refused (:func:`check_model_name`).
 
     >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
     ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
     >>> spec.bytes_per_token_per_layer, spec.bytes_per_token, spec.block_bytes
     (1024, 81920, 1310720)
     """
+    options = {name: value for name, value in locals().items() if name != "config"}
     arch = config if isinstance(config, ModelArch) else model_arch(config)
     check_model_name(arch, logged_model)
     if dtype is not None and str(dtype) != "auto":
@@ -271,26 +288,10 @@ def kv_spec(
             raise KVSpecError(f"dtype {dtype!r}: expected one of {sorted(SERVED_DTYPE_BYTES)} (or auto)")
         arch = replace(arch, dtype_bytes=SERVED_DTYPE_BYTES[served])
     version = parse_vllm_version(vllm_version)
-    if version < OLDEST_KV_ARITHMETIC:
-        raise KVSpecError(f"vllm_version {vllm_version}: kvplan repeats vLLM's arithmetic from 0.5.0 on")
-    if arch.mla_latent_dim is not None and version < MLA_FROM:
-        raise KVSpecError(f"vLLM {vllm_version} serves {arch.name} without MLA (K and V per head, head "
-                          "size padded): kvplan sizes MLA models from 0.7.1 on, where one latent per token "
-                          "is cached")
-    if kv_cache_dtype == "fp8_ds_mla" and version < FP8_DS_MLA_FROM:
-        raise KVSpecError(f"kv_cache_dtype 'fp8_ds_mla' does not exist in vLLM {vllm_version}: its 656-byte "
-                          "pages came with DeepSeek-V3.2 support in 0.11.0")
-    if dcp <= 0:
-        raise KVSpecError(f"dcp must be positive, got {dcp}")
-    if dcp > 1:
-        if tp % dcp:
-            raise KVSpecError(f"dcp {dcp} does not divide tp {tp}: vLLM needs tp divisible by the DCP size")
-        if version < DCP_FROM:
-            raise KVSpecError(f"decode context parallel needs vLLM 0.11 or later, not {vllm_version}")
-        if SLIDING_ATTENTION in arch.layer_types:
-            raise KVSpecError(f"{arch.name}: vLLM does not support DCP with sliding-window layers")
-    token_bytes = attention_bytes_per_token_per_layer(arch, tp, kv_cache_dtype)
-    reasons = list(arch.notes)
+    check_release_support(arch, version, vllm_version, tp=tp, dcp=dcp, kv_cache_dtype=kv_cache_dtype)
+    sized_dtype, dtype_note = unmodelled_kv_dtype(kv_cache_dtype)
+    token_bytes = attention_bytes_per_token_per_layer(arch, tp, sized_dtype)
+    reasons = [*arch.notes, *filter(None, (dtype_note, pcp_note(pcp)))]
     linear_bytes = None
     layer_types = arch.layer_types
     if LINEAR_ATTENTION in layer_types:
@@ -299,30 +300,60 @@ def kv_spec(
                 f"{arch.name}: hybrid Mamba / linear-attention models are sized here from vLLM 0.10"
             )
         linear_bytes = linear_state_bytes(arch, tp)
-        reasons.append(
-            "linear-attention / Mamba state: its size (state dtypes, prefix-caching mode) and the page "
-            "padding vary by release; blocks and concurrency are estimates"
-        )
+        if version < MAMBA_ALIGN_FROM:
+            reasons.append(
+                "linear-attention / Mamba state: its size (state dtypes, prefix-caching mode) and the page "
+                "padding vary by release before 0.26; blocks and concurrency are estimates"
+            )
     if SLIDING_ATTENTION in layer_types:
+        why = None
         if version < HYBRID_KV_MANAGER_FROM:
-            layer_types = tuple(FULL_ATTENTION for _ in layer_types)
-            reasons.append(
-                "vLLM before 0.9 keeps sliding-window layers as full attention (no hybrid KV cache "
-                "manager); sized that way"
-            )
-        elif max_num_batched_tokens is None:
-            reasons.append(
-                f"sliding-window layers hold min(window − 1 + max_num_batched_tokens, L) tokens; "
-                f"max_num_batched_tokens not given, {DEFAULT_MAX_NUM_BATCHED_TOKENS} assumed"
-            )
-    size, note = resolve_block_size(block_size, kv_cache_dtype, version, token_bytes, linear_bytes,
-                                    mla=arch.mla_latent_dim is not None)
-    page_bytes = size * token_bytes
+            why = "vLLM before 0.9 keeps sliding-window layers as full attention (no hybrid KV cache manager)"
+        elif hybrid_kv_cache_manager is False:
+            why = "vLLM disabled the hybrid KV cache manager (the logs say so)"
+        if why:
+            layer_types = tuple(FULL_ATTENTION if kind == SLIDING_ATTENTION else kind for kind in layer_types)
+            reasons.append(f"{why}; sliding-window layers sized as full attention")
+    launch = launch_settings(
+        version, pp=pp, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
+        mamba_cache_mode=mamba_cache_mode, gpu_name=gpu_name, sliding=SLIDING_ATTENTION in layer_types,
+        linear_kind=arch.linear_kind, head_k_dim=arch.linear_dims[2] if arch.linear_kind == "gated_delta_net"
+        else None)
+    reasons += launch.approximate
+    size, note = resolve_block_size(BlockSizeInputs(
+        block_size, sized_dtype, version, token_bytes, linear_bytes, mla=arch.mla_latent_dim is not None,
+        sparse=arch.sparse_indexer, gpu_name=gpu_name,
+        logged_sizes=logged_block_sizes(kv_cache_group_block_sizes), gdn_align=launch.gdn_checkpoint))
+    if num_gpu_blocks_override is not None and num_gpu_blocks_override <= 0:
+        raise KVSpecError(f"num_gpu_blocks_override must be positive, got {num_gpu_blocks_override}")
     groups = tuple(kv_cache_groups(layer_types, ".".join(map(str, version))))
-    sizes = pp_partition(arch.num_layers, pp, list(pp_layers) or None)
+    return KVSpec(
+        arch=arch,
+        tp=tp,
+        pp=pp,
+        dcp=dcp,
+        kv_cache_dtype=kv_cache_dtype,
+        vllm_version=".".join(str(part) for part in version) if vllm_version is None else str(vllm_version),
+        block_size=size,
+        block_size_note=note,
+        bytes_per_token_per_layer=token_bytes,
+        groups=groups,
+        stages=_stages(arch.num_layers, layer_types, groups, pp, pp_layers, size * token_bytes, token_bytes),
+        launch=launch,
+        approximate_reason="; ".join(reasons),
+        num_gpu_blocks_override=num_gpu_blocks_override,
+        options=options,
+    )
+
+
+def _stages(
+    num_layers: int, layer_types: Sequence[str], groups: Sequence[tuple[str, tuple[int, ...]]], pp: int,
+    pp_layers: Sequence[int], page_bytes: int, token_bytes: int,
+) -> tuple[StageSpec, ...]:
+    """What each pipeline stage holds: its layers, the layers per KV cache group it owns, its block."""
     stages = []
     start = 0
-    for rank, count in enumerate(sizes):
+    for rank, count in enumerate(pp_partition(num_layers, pp, list(pp_layers) or None)):
         end = start + count
         layers_per_group = max(sum(start <= i < end for i in layers) for _kind, layers in groups)
         owned = layer_types[start:end]
@@ -340,21 +371,4 @@ def kv_spec(
             )
         )
         start = end
-    return KVSpec(
-        arch=arch,
-        tp=tp,
-        pp=pp,
-        dcp=dcp,
-        kv_cache_dtype=kv_cache_dtype,
-        vllm_version=".".join(str(part) for part in version) if vllm_version is None else str(vllm_version),
-        block_size=size,
-        block_size_note=note,
-        bytes_per_token_per_layer=token_bytes,
-        groups=groups,
-        stages=tuple(stages),
-        max_num_batched_tokens=max_num_batched_tokens or DEFAULT_MAX_NUM_BATCHED_TOKENS,
-        approximate_reason="; ".join(reasons),
-        requested_block_size=block_size,
-        pp_layers=tuple(pp_layers),
-        dtype=None if dtype is None else str(dtype),
-    )
+    return tuple(stages)
