@@ -4,7 +4,8 @@ Hosts are grouped first by their whole compatibility key (a different vLLM, mode
 type or driver is another class, never mixed), then by the labels the planner names (``class_by``,
 e.g. ``("zone",)``; a label is a manifest column or a key field). A class's budget is
 :func:`kvplan.budget.uniform_budget` over the rooms of all its hosts' ranks at once, so its limiting
-rank names a host; each host's own budget is the same function over that host's ranks alone.
+rank names a host (through the one pipeline, :func:`kvplan.plan.decide` on the class's rooms); each host's own
+budget is the same rule over that host's ranks alone.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from kvplan.budget import Budget, BudgetError, median_bytes, uniform_budget
 from kvplan.columns import KEY_COLUMNS
 from kvplan.fleet.read import HostReading
+from kvplan.plan import Policy, decide, given_rooms
 
 #: Key fields that make the readable part of a class name, in order.
 NAME_FIELDS = ("gpu_name", "driver_version", "vllm_version")
@@ -110,7 +112,7 @@ def class_budget(hosts: Sequence[HostReading], reserve_bytes: int, block_bytes: 
         for record in reading.rooms or ():
             slots.append((reading.host, int(record["rank"])))
             rooms.append(int(record["room_bytes"]))
-    budget = uniform_budget(rooms, reserve_bytes, block_bytes=block_bytes)
+    budget = decide(given_rooms(rooms), Policy(reserve_bytes), block_bytes=block_bytes).budget
     own, stranded = {}, {}
     for reading in hosts:
         own[reading.host] = host_budget(reading, reserve_bytes, block_bytes)
