@@ -164,6 +164,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     from kvplan.evidence import Plan
     from kvplan.fleet import FleetPolicy, plan_fleet
     from kvplan.fleet.engine import default_scheduler, stderr_progress
+    from kvplan.fleet.plan import class_rows
 
     if (args.target_concurrency is None) != (args.seq_len is None):
         raise ValueError("an admission plan needs both --target-concurrency and --seq-len")
@@ -195,18 +196,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     data = result.to_dict()
     if args.json:
         return _print_json(data)
-    rows = [
-        {
-            "class": c["class"],
-            "hosts": c["clean_hosts"],
-            "budget": format_size(c["uniform_budget_bytes"]),
-            "limiting": f"{c['limiting_host']} rank {c['limiting_rank']}",
-            "min/median": f"{c['min_median_ratio']:.3f}",
-            "stranded": format_size(c["stranded_total_bytes"]),
-            "approved": "yes" if c["approved"] else "NO",
-        }
-        for c in data["classes"]
-    ]
+    rows = class_rows(data)
     print(format_table(rows, ["class", "hosts", "budget", "limiting", "min/median", "stranded", "approved"]))
     for c in data["classes"]:
         for outlier in c["outliers"]:

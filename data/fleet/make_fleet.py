@@ -35,6 +35,7 @@ whose file is missing (host `h-missing`). The same seed gives the same fleet, by
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import random
 from dataclasses import dataclass, field
@@ -130,6 +131,7 @@ def rank_numbers(host: Host, rank: int) -> dict:
     }
 
 
+@functools.lru_cache(maxsize=1)
 def _engine_lines() -> tuple[str, str]:
     """The non-default args and engine config of data/boots/four-rank/boot.log, for TP=8, util 0.9."""
     lines = FOUR_RANK.read_text(encoding="utf-8").splitlines()

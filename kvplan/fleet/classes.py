@@ -11,7 +11,7 @@ budget is the same rule over that host's ranks alone.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from kvplan.budget import Budget, BudgetError, median_bytes, uniform_budget
 from kvplan.columns import KEY_COLUMNS
@@ -136,3 +136,16 @@ def budget_refusal(reading: HostReading, reserve_bytes: int, block_bytes: int | 
     except BudgetError as exc:
         return f"{exc} (at the fleet's reserve)"
     return None
+
+
+def move_hosts(readings: Sequence[HostReading], labels: Mapping[str, Mapping[str, str]]) -> list[HostReading]:
+    """The readings with extra labels on the named hosts (a what-if: move hosts into a class of their own).
+
+    Plan with ``class_by`` naming the label: e.g. ``move_hosts(r, {"gpu-00019": {"pool": "weak"}})`` and
+    ``class_by=("pool",)`` puts gpu-00019 in its own class.
+
+    >>> moved = move_hosts([HostReading("h1", (), {}, {}, (), None)], {"h1": {"pool": "weak"}})
+    >>> moved[0].labels
+    {'pool': 'weak'}
+    """
+    return [replace(r, labels={**r.labels, **labels[r.host]}) if r.host in labels else r for r in readings]

@@ -70,7 +70,7 @@ def gate_host(
         return HostVerdict(files.host, bundle, None, reason="no log files of the canary boot")
     notes: list[str] = []
     try:
-        ledger = read_logs(files.logs, storage_options, notes)
+        ledger, lines = read_logs(files.logs, storage_options, notes)
         if ledger.empty:
             return HostVerdict(
                 files.host, bundle, None, reason=f"no vLLM boot found in {', '.join(files.logs)}"
@@ -78,7 +78,7 @@ def gate_host(
         free = None
         if files.snapshots:
             ledger, free = join_host_snapshots(ledger, files.snapshots, storage_options, notes)
-        checks = gate_checks(approved, ledger, compatibility_key(ledger), None, free)
+        checks = gate_checks(approved, ledger, compatibility_key(ledger, lines), None, free)
     except (ValueError, OSError) as exc:
         return HostVerdict(files.host, bundle, None, reason=str(exc))
     return HostVerdict(files.host, bundle, gate_verdict(checks), tuple(check.to_dict() for check in checks))

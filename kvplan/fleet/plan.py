@@ -266,3 +266,19 @@ def _bundle_value(bundle: Path) -> int:
     from kvplan.evidence import read_bundle
 
     return int(read_bundle(bundle)["decision"]["kv_cache_memory_bytes"])
+
+
+def class_rows(plan: Mapping) -> list[dict]:
+    """One readable row per class of a plan's dict: hosts, value, limiting host and rank, min/median."""
+    return [
+        {
+            "class": c["class"],
+            "hosts": c["clean_hosts"],
+            "budget": format_size(c["uniform_budget_bytes"]),
+            "limiting": f"{c['limiting_host']} rank {c['limiting_rank']}",
+            "min/median": f"{c['min_median_ratio']:.3f}",
+            "stranded": format_size(c["stranded_total_bytes"]),
+            "approved": "yes" if c["approved"] else "NO",
+        }
+        for c in plan["classes"]
+    ]

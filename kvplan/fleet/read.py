@@ -23,7 +23,6 @@ from kvplan.fleet.inputs import HostFiles, filesystem
 from kvplan.io import read_vllm_log
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import (
-    LedgerError,
     LedgerWarning,
     check_outcomes,
     compatibility_key,
@@ -79,16 +78,15 @@ def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = N
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", LedgerWarning)
-            ledger = read_logs(files.logs, storage_options, notes)
+            ledger, lines = read_logs(files.logs, storage_options, notes)
             if ledger.empty:
                 reason = f"no vLLM boot found in {', '.join(files.logs)}"
                 return HostReading(**base, key=None, rooms=None, excluded=reason, warnings=tuple(notes))
             if files.snapshots:
-                lines = ledger.attrs
-                ledger.attrs = {}
                 ledger, _ = join_host_snapshots(ledger, files.snapshots, storage_options, notes)
-                ledger.attrs = lines
-            key, rooms = _checked(ledger)
+            key = compatibility_key(ledger, lines)
+            check_outcomes(ledger, lines)
+            rooms = room_per_rank(ledger, lines=lines)
         notes += [
             Note(str(w.message), code="ledger", file=files.host)
             for w in caught
@@ -103,40 +101,18 @@ def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = N
     )
 
 
-def _checked(ledger: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
-    """Key and room per rank of one host's ledger, refused as :mod:`kvplan.ledger` refuses a launch.
-
-    pandas deep-copies ``attrs`` (the reader's line numbers) on every operation, so the checks run on a
-    copy without them, and only a refusal runs again with them, for a message that names each line.
-    """
-    lines = ledger.attrs
-    ledger.attrs = {}
-    try:
-        return _checks(ledger)
-    except LedgerError:
-        ledger.attrs = lines
-        return _checks(ledger)
-
-
-def _checks(ledger: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
-    key = compatibility_key(ledger)
-    check_outcomes(ledger)
-    return key, room_per_rank(ledger)
-
-
-def read_logs(urls, storage_options, notes: list) -> pd.DataFrame:
-    """The host's logs, each streamed from its URL (local or object storage), concatenated."""
-    frames = []
+def read_logs(urls, storage_options, notes: list) -> tuple[pd.DataFrame, dict]:
+    """The host's logs, each streamed from its URL (local or object storage), concatenated, and the
+    readers' line index (``ReadMetadata.lines``) that refusals quote."""
+    frames, lines = [], {}
     for url in urls:
         fs, path = filesystem(url, storage_options)
         with fs.open(path, "rb") as stream:
             ledger, metadata = read_vllm_log(stream, source=url)
         notes += list(metadata["warnings"])
+        lines.update(metadata.lines)
         frames.append(ledger)
-    ledger = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    if len(frames) > 1:  # the ledger's record of line numbers, merged (concat keeps only equal attrs)
-        ledger.attrs = {"lines": {k: v for f in frames for k, v in f.attrs.get("lines", {}).items()}}
-    return ledger
+    return (pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]), lines
 
 
 def join_host_snapshots(
