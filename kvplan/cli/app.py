@@ -1,0 +1,79 @@
+"""The ``kvplan`` entry point: the parser with every command group, and one-line errors with exit 2.
+
+Each command group is a module of :mod:`kvplan.cli` with an ``add_<command>(sub)`` function that
+registers its subcommand and sets ``run``; :data:`COMMANDS` lists them in ``--help`` order. A command
+module imports the library inside its ``run`` functions, so that ``kvplan --help`` and the light
+commands start without pandas or matplotlib.
+
+>>> sorted(build_parser().parse_args(["drift", "--ref-free", "42GiB", "--ref-budget", "30GiB",
+...     "--boot-free", "40.75GiB", "--guard", "0.5GiB"]).__dict__)[:3]
+['boot_free', 'command', 'guard']
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Sequence
+from typing import NoReturn
+
+from kvplan.cli.approve import add_approve, add_verify
+from kvplan.cli.budget import add_budget
+from kvplan.cli.capacity import add_capacity, add_drift
+from kvplan.cli.errors import EXIT_BAD_INPUT
+from kvplan.cli.gate import add_gate
+from kvplan.cli.ledger import add_ledger
+from kvplan.cli.load import add_load
+from kvplan.cli.output import print_warnings, reader_warnings_into
+
+#: Every subcommand's ``add_<command>(sub)``, in ``--help`` order. A new command group (e.g. the
+#: fleet commands) is one more module of :mod:`kvplan.cli` whose ``add_…`` function is listed here.
+COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
+    add_budget,
+    add_ledger,
+    add_capacity,
+    add_drift,
+    add_load,
+    add_approve,
+    add_verify,
+    add_gate,
+]
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``error: kvplan budget: …`` and exit 2, no usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser with every subcommand registered."""
+    from kvplan import __version__
+
+    parser = _Parser(
+        prog="kvplan",
+        description="Safe, evidenced per-GPU KV-cache budgets from vLLM startup logs.",
+    )
+    parser.add_argument("--version", action="version", version=f"kvplan {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add_command in COMMANDS:
+        add_command(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one ``kvplan`` command; returns the exit status (0 ok, 1 failed check, 2 bad input)."""
+    args = build_parser().parse_args(argv)
+    notes: list[str] = []
+    try:
+        with reader_warnings_into(notes):  # what a command did not report itself
+            return args.run(args)
+    except (ValueError, OSError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except OverflowError as exc:  # a number in the input beyond what a 64-bit ledger or a float holds
+        print(f"error: a number in the input is too large to hold ({exc})", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    finally:
+        print_warnings(notes)

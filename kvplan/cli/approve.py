@@ -1,0 +1,193 @@
+"""``kvplan approve`` (write an evidence bundle) and ``kvplan verify`` (re-check one).
+
+The decision is :func:`kvplan.plan.decide`'s, the bundle :mod:`kvplan.evidence`'s; this module parses,
+calls them and formats the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from kvplan.cli.arguments import (
+    LAYOUT_OPTIONS,
+    MODEL_ONLY_OPTIONS,
+    add_load_policy_arguments,
+    add_model_arguments,
+    load_policy,
+    positive_int,
+    refuse_layout_without_model,
+    size,
+)
+from kvplan.cli.errors import EXIT_FAIL, EXIT_OK, CliError
+from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
+from kvplan.units import format_size
+
+
+def add_approve(sub: argparse._SubParsersAction) -> None:
+    """Register ``kvplan approve``."""
+    parser = sub.add_parser(
+        "approve",
+        help="write an evidence bundle: the approved budget, its ledger, charts, hashes and source lines",
+        description="Compute the uniform budget from the logs of a profiled boot and write it, with its "
+        "evidence, to a new folder OUT/<date>-<hash> (never overwritten). With --load, the load test "
+        "of a canary at that value joins the evidence and its checks (no OOM, preemptions ≤ N) must pass. "
+        "Example: kvplan approve data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b "
+        "--tp 4 --target-concurrency 4 --seq-len 32768 --approver 'Ana Planner' --out evidence/",
+    )
+    parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM logs of the profiled boot(s)")
+    parser.add_argument(
+        "--nvidia-smi",
+        action="append",
+        default=[],
+        metavar="CSV",
+        help="nvidia-smi --query-gpu (and --query-compute-apps) CSV of the profiled boot: "
+        "inputs of the bundle; joins gpu_name and driver_version into the compatibility "
+        "key (a gate compares them) and other_process_bytes; repeat for both",
+    )
+    parser.add_argument("--reserve", type=size, required=True, help="operating reserve per rank")
+    parser.add_argument(
+        "--guard", type=size, default=0, help="guard a canary gate subtracts by default (default 0)"
+    )
+    parser.add_argument(
+        "--assume-uniform",
+        action="store_true",
+        help="use rank 0's room for ranks whose logs do not show theirs",
+    )
+    parser.add_argument(
+        "--target-concurrency",
+        type=positive_int,
+        metavar="C",
+        help="admission plan: C full sequences at once (with --seq-len)",
+    )
+    parser.add_argument(
+        "--seq-len", type=positive_int, metavar="L", help="admission plan: tokens per sequence"
+    )
+    parser.add_argument("--approver", required=True, metavar="NAME", help="who approves")
+    parser.add_argument("--note", default="", metavar="TEXT", help="e.g. the change ticket")
+    parser.add_argument("--out", required=True, metavar="DIR", help="folder the bundle folder is created in")
+    parser.add_argument(
+        "--load",
+        nargs="+",
+        default=[],
+        metavar="LOG_OR_METRICS",
+        help="server logs and /metrics snapshots of a load test at the approved value",
+    )
+    add_load_policy_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_model_arguments(parser)
+    parser.set_defaults(run=run_approve)
+
+
+def run_approve(args: argparse.Namespace) -> int:
+    """Write the bundle of the logs' decision and print the approved value and where the bundle is."""
+    from kvplan import evidence, plan
+    from kvplan.io.model_config import resolve_model_config
+
+    if (args.target_concurrency is None) != (args.seq_len is None):
+        raise CliError("an admission plan needs both --target-concurrency and --seq-len")
+    layout = None
+    if not args.model:
+        refuse_layout_without_model(args, (*MODEL_ONLY_OPTIONS, "block_size"))
+    else:
+        options = {name: getattr(args, name) for name in sorted(LAYOUT_OPTIONS)}
+        layout = plan.ModelLayout(resolve_model_config(args.model), options)
+    admission = plan.Plan(args.target_concurrency, args.seq_len) if args.seq_len else None
+    policy = plan.Policy(args.reserve, args.guard, args.assume_uniform)
+    bundle = evidence.approve(
+        args.logs,
+        args.out,
+        policy,
+        args.approver,
+        args.note,
+        layout,
+        admission,
+        load_paths=args.load,
+        load_policy=load_policy(args),
+        nvidia_smi_paths=args.nvidia_smi,
+    )
+    record = evidence.read_bundle(bundle)
+    warnings = [evidence.user_paths(record, warning) for warning in record["warnings"]]
+    if not args.model:
+        warnings.append(
+            "no --model: the value is not rounded to whole KV blocks and the bundle has no "
+            "capacity table (tokens, concurrency); give --model CONFIG to add both"
+        )
+    if not args.nvidia_smi:
+        warnings.append(
+            "no --nvidia-smi: the recorded key has no GPU type or driver, so a gate cannot "
+            "compare them; give the profiled boot's --query-gpu (and --query-compute-apps) "
+            "snapshots"
+        )
+    headroom = min(rank["stranded_bytes"] for rank in record["ranks"])
+    if args.guard > headroom:
+        warnings.append(
+            f"--guard {format_size(args.guard)} is recorded as kvplan gate's default, and the "
+            f"weakest rank has only {format_size(headroom)} above the approved value: even the "
+            "approved boot fails the gate unless it is given a smaller --guard"
+        )
+    if args.json:
+        return print_json(
+            {
+                "bundle": str(bundle),
+                "decision": record["decision"],
+                "load": record.get("load"),
+                "checks": record["checks"],
+                "warnings": warnings,
+            }
+        )
+    decision = record["decision"]
+    print(f"approved     {decision['human']} per GPU (limiting rank {decision['limiting_rank']})")
+    print(f"flag         {decision['flag']}")
+    if "load" in record:
+        load = record["load"]
+        peak = load["peak_kv_cache_usage_pct"]
+        print(
+            f"under load   peak KV cache usage {'unknown' if peak is None else f'{peak:.1f}%'}, "
+            f"{'unknown' if load['preemptions'] is None else load['preemptions']} preemption(s), "
+            f"{load['oom_events']} OOM"
+        )
+    print(f"bundle       {bundle}")
+    print(f"verify with  kvplan verify {bundle}")
+    print_warnings(warnings)
+    return EXIT_OK
+
+
+def add_verify(sub: argparse._SubParsersAction) -> None:
+    """Register ``kvplan verify``."""
+    parser = sub.add_parser(
+        "verify",
+        help="re-check an evidence bundle: hashes, and the decision recomputed from its inputs",
+        description="Exit 0 when every hash and the recomputed decision agree with the bundle, 1 with "
+        "the differences listed when anything changed, 2 when the bundle cannot be read. Checked: every "
+        "file's SHA-256 (none missing, no file or folder added), charts are PNGs, the inputs digest in "
+        "budget.json (it covers the inputs, policy, plan, approver, note and kvplan version) and the "
+        "decision recomputed from the input copies, SUMMARY.md, ledger.csv and evidence.log regenerated "
+        "byte for byte. The folder name <date>-<hash> (created_utc's date, the digest's first 12 hex "
+        "digits) is a label: a copied or renamed bundle folder verifies (exit 0) when its contents agree, "
+        "and a second approver (or a different note) approving the same inputs on the same day gets a "
+        "folder of its own. Example: kvplan verify evidence/2026-11-29-0123456789ab",
+    )
+    parser.add_argument("bundle", metavar="BUNDLE", help="an evidence bundle folder")
+    parser.add_argument("--json", action="store_true", help='print {"bundle", "ok", "differences", "notes"}')
+    parser.set_defaults(run=run_verify)
+
+
+def run_verify(args: argparse.Namespace) -> int:
+    """Print whether the bundle's hashes and recomputed decision agree; exit 1 with the differences."""
+    from kvplan import evidence
+
+    recomputed_warnings: list[str] = []  # the bundle records them; verify compares, never reprints them
+    with reader_warnings_into(recomputed_warnings):
+        differences, notes = evidence.verify_bundle_with_notes(args.bundle)
+    if args.json:
+        print_json({"bundle": args.bundle, "ok": not differences, "differences": differences, "notes": notes})
+        return EXIT_FAIL if differences else EXIT_OK
+    if differences:
+        print(f"{args.bundle}: CHANGED, {len(differences)} difference{'s' if len(differences) > 1 else ''}:")
+        for difference in differences:
+            print(f"  - {difference}")
+    else:
+        print(f"{args.bundle}: ok: every hash and the recomputed decision agree")
+    for note in notes:
+        print(f"  note: {note}")
+    return EXIT_FAIL if differences else EXIT_OK

@@ -1,0 +1,173 @@
+"""``kvplan budget``: the uniform ``--kv-cache-memory-bytes`` of vLLM logs (or per-rank room) and a reserve.
+
+The decision is :func:`kvplan.plan.decide`'s; this module parses, calls it and formats the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from kvplan.cli.arguments import (
+    add_model_arguments,
+    layout_options,
+    positive_int,
+    positive_size,
+    refuse_layout_without_model,
+    size,
+    size_list,
+)
+from kvplan.cli.errors import EXIT_OK, CliError
+from kvplan.cli.output import format_table, print_json, print_warnings, reader_warnings_into
+from kvplan.units import format_size
+
+
+def add_budget(sub: argparse._SubParsersAction) -> None:
+    """Register ``kvplan budget``."""
+    parser = sub.add_parser(
+        "budget",
+        help="uniform --kv-cache-memory-bytes from vLLM logs (or per-rank room) and a reserve",
+        description="The largest KV budget every rank can allocate: min over ranks of "
+        "(room − reserve), rounded down to whole blocks. Room comes from the logs (each rank's worst "
+        "boot) or from --room. "
+        "Example: kvplan budget data/boots/four-rank/*.log --reserve 0.9GiB  "
+        "Example: kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB",
+    )
+    parser.add_argument("logs", nargs="*", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
+    parser.add_argument("--room", type=size_list, help="room per rank, comma-separated, rank order (no LOG)")
+    parser.add_argument("--reserve", type=size, required=True, help="operating reserve per rank")
+    parser.add_argument("--block-bytes", type=positive_size, help="round down to whole blocks of this size")
+    parser.add_argument(
+        "--assume-uniform",
+        action="store_true",
+        help="logs showing local rank 0 only: take its room for every rank",
+    )
+    parser.add_argument(
+        "--max-model-len",
+        type=positive_int,
+        metavar="L",
+        help="with --model: sequence length for the concurrency figure (default: the logs')",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_model_arguments(parser)
+    parser.set_defaults(run=run_budget)
+
+
+def run_budget(args: argparse.Namespace) -> int:
+    """Print the decision of the logs (or ``--room``) under ``--reserve``."""
+    from kvplan import plan
+    from kvplan.ledger import compatibility_key
+
+    if bool(args.logs) == (args.room is not None):
+        raise CliError("give either LOG files or --room (exactly one of them)")
+    if args.model and args.block_bytes:
+        raise CliError("give --block-bytes or --model, not both: the model sets the block bytes")
+    if args.block_size and not args.model:
+        raise CliError("--block-size needs --model here (or give --block-bytes, the bytes of one block)")
+    if args.room is not None and args.assume_uniform:
+        raise CliError("--assume-uniform applies to LOG files only")
+    layout = None
+    if args.model:
+        layout = plan.ModelLayout(args.model, layout_options(args))
+    else:
+        refuse_layout_without_model(args)
+    evidence_in = plan.given_rooms(args.room) if args.room is not None else plan.read_evidence(args.logs)
+    if (
+        layout is not None
+        and layout.options["tp"] is None
+        and (
+            evidence_in.rooms is not None
+            or compatibility_key(evidence_in.ledger, evidence_in.lines).get("tensor_parallel_size") is None
+        )
+    ):
+        raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
+    if layout is not None and evidence_in.rooms is not None:
+        tp, pp = layout.options["tp"], layout.options["pp"] or 1
+        if len(args.room) % (tp * pp):
+            raise CliError(
+                f"--room gives {len(args.room)} rank(s), but --tp {tp} × --pp {pp} = "
+                f"{tp * pp} ranks per replica: give one room per rank, rank order"
+            )
+    caught: list[str] = []  # the ledger's warnings, also in decision.notes
+    with reader_warnings_into(caught):
+        decision = plan.decide(
+            evidence_in,
+            plan.Policy(args.reserve, assume_uniform=args.assume_uniform),
+            layout,
+            max_model_len=args.max_model_len,
+            block_bytes=args.block_bytes,
+        )
+    notes = [*decision.warnings, *decision.notes]
+    warnings = notes + [note for note in caught if note not in notes]
+    print_warnings(warnings)
+    if decision.spec is not None and decision.max_model_len is None:
+        raise CliError("--model needs --max-model-len L when the logs do not show max_model_len")
+    if args.json:
+        return print_json(_budget_json(decision, warnings))
+    _print_budget(decision)
+    return EXIT_OK
+
+
+def _budget_json(decision, warnings: list[str]) -> dict:
+    """The ``kvplan budget --json`` object: the budget, each rank's room source, warnings, capacity."""
+    budget = decision.budget
+    room_sources = dict(zip(budget.ranks, decision.room_sources))
+    data = budget.to_dict()
+    for rank in data["ranks"]:
+        rank["room_source"] = room_sources[rank["rank"]]
+    data["warnings"] = warnings
+    if decision.spec is not None:
+        data["capacity"] = decision.capacity_at_max_len.to_dict()
+    if decision.cross_check_verdict is not None:
+        data["cross_check"] = decision.cross_check_verdict
+    return data
+
+
+def _print_budget(decision) -> None:
+    """The readable answer: the value, its capacity, rounding, flag, stranded capacity and the ranks."""
+    budget, verdict = decision.budget, decision.cross_check_verdict
+    print(
+        f"uniform budget  {format_size(budget.uniform_budget_bytes)} per GPU "
+        f"(limiting rank {budget.limiting_rank})"
+    )
+    if decision.spec is not None:
+        capacity = decision.capacity_at_max_len.to_dict()
+        print(
+            f"capacity        {capacity['blocks']:,} blocks = {capacity['tokens']:,} tokens, "
+            f"{capacity['max_concurrency']:.2f}x at {capacity['max_model_len']:,} tokens"
+        )
+    if verdict is not None:
+        print(f"cross-check     {verdict}")
+    if budget.block_bytes:
+        block = format_size(budget.block_bytes)
+        print(
+            f"rounding        down to {budget.num_blocks:,} whole blocks of {block} "
+            f"(−{format_size(budget.rounding_loss_bytes)})"
+        )
+    else:
+        print(
+            "rounding        none: give --model (or --block-bytes) to round down to whole KV blocks "
+            "(vLLM rounds down itself, so the value is safe)"
+        )
+    print(f"flag            {budget.flag}")
+    print(f"allocated       {format_size(budget.allocated_total_bytes)} over {len(budget.ranks)} GPUs")
+    print(f"stranded        {format_size(budget.stranded_total_bytes)} on the stronger ranks")
+    print(
+        f"safe budgets    min {format_size(budget.min_safe_bytes)}, median "
+        f"{format_size(budget.median_safe_bytes)}, max {format_size(budget.max_safe_bytes)}"
+    )
+    print(
+        f"min/median      {budget.min_median_ratio:.3f} "
+        f"(the weak rank removes {budget.weak_rank_loss_fraction:.0%} of typical capacity)"
+    )
+    rows = [
+        {
+            "rank": rank["rank"],
+            "room": format_size(rank["room_bytes"]),
+            "safe": format_size(rank["safe_bytes"]),
+            "stranded": format_size(rank["stranded_bytes"]),
+            "limits": "<-" if rank["rank"] == budget.limiting_rank else "",
+        }
+        for rank in budget.to_dict()["ranks"]
+    ]
+    print()
+    print(format_table(rows, ["rank", "room", "safe", "stranded", "limits"]))

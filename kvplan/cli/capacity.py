@@ -1,0 +1,153 @@
+"""``kvplan capacity`` (what a per-GPU KV budget buys) and ``kvplan drift`` (a reference budget reused
+on a later boot)."""
+
+from __future__ import annotations
+
+import argparse
+
+from kvplan.cli.arguments import (
+    add_model_arguments,
+    layout_options,
+    positive_int,
+    positive_size,
+    refuse_layout_without_model,
+    size,
+    size_list,
+)
+from kvplan.cli.errors import EXIT_OK, CliError
+from kvplan.cli.output import format_table, print_json
+from kvplan.units import format_size
+
+
+def add_capacity(sub: argparse._SubParsersAction) -> None:
+    """Register ``kvplan capacity``."""
+    parser = sub.add_parser(
+        "capacity",
+        help="blocks, tokens and full-length concurrency of a per-GPU KV budget",
+        description="What a per-GPU KV budget buys, from bytes per token or from a model config and "
+        "layout (reproducing vLLM's 'GPU KV cache size' and 'Maximum concurrency'). "
+        "Example: kvplan capacity --kv-bytes 12GiB --bytes-per-token 256KiB --max-model-len 8192; "
+        "example: kvplan capacity --model llama-3.1-70b --tp 4 --kv-bytes 12GiB --max-model-len 32768",
+    )
+    parser.add_argument("--kv-bytes", type=positive_size, required=True, help="KV budget per GPU")
+    parser.add_argument("--bytes-per-token", type=size, help="KV bytes per token per GPU (or --model)")
+    parser.add_argument("--max-model-len", type=positive_int, required=True, help="sequence length")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_model_arguments(parser)
+    parser.set_defaults(run=run_capacity)
+
+
+def _kv_spec_from_args(args: argparse.Namespace):
+    """The :class:`kvplan.kvspec.KVSpec` the --model arguments describe, or None without --model."""
+    if not args.model:
+        refuse_layout_without_model(args)
+        return None
+    if args.tp is None:
+        raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
+    from kvplan.io.model_config import read_model_config
+    from kvplan.kvspec import kv_spec, options_for_logs
+
+    return kv_spec(read_model_config(args.model), **options_for_logs(layout_options(args), {}))
+
+
+def run_capacity(args: argparse.Namespace) -> int:
+    """Print the blocks, tokens and concurrency ``--kv-bytes`` buys."""
+    spec = _kv_spec_from_args(args)
+    if (spec is None) == (args.bytes_per_token is None):
+        raise CliError("give exactly one of --bytes-per-token or --model")
+    if spec is None:
+        from kvplan.capacity import DEFAULT_BLOCK_SIZE, capacity
+
+        result = capacity(
+            args.kv_bytes, args.bytes_per_token, args.max_model_len, args.block_size or DEFAULT_BLOCK_SIZE
+        )
+        data = result.to_dict()
+    else:
+        data = spec.capacity(args.kv_bytes, args.max_model_len).to_dict()
+        if data["blocks"] == 0:
+            raise CliError(
+                f"--kv-bytes {format_size(args.kv_bytes)} holds no block of "
+                f"{format_size(data['block_bytes'])} ({data['block_size']} tokens)"
+            )
+    if args.json:
+        return print_json(data)
+    if spec is not None:
+        print(
+            f"model             {data['model']} (tp {spec.tp}, pp {spec.pp}, dcp {spec.dcp}, "
+            f"KV {spec.kv_cache_dtype}, vLLM {spec.vllm_version})"
+        )
+    print(f"bytes per token   {format_size(data['bytes_per_token'])}")
+    print(f"block             {format_size(data['block_bytes'])} ({data['block_size']} tokens)")
+    print(f"blocks            {data['blocks']:,}")
+    print(f"tokens            {data['tokens']:,}")
+    print(f"max concurrency   {data['max_concurrency']:.2f}x at {data['max_model_len']:,} tokens")
+    if spec is not None:
+        if spec.block_size_note:
+            print(f"block size        {spec.block_size_note}")
+        if spec.approximate:
+            print(f"approximate       {spec.approximate_reason}")
+        if spec.pp > 1:
+            rows = [
+                {
+                    "stage": st["pp_rank"],
+                    "layers": f"{st['first_layer']}-{st['end_layer'] - 1}",
+                    "per token": format_size(st["bytes_per_token"]),
+                    "block": format_size(st["block_bytes"]),
+                    "blocks": f"{st['blocks']:,}",
+                }
+                for st in data["stages"]
+            ]
+            print()
+            print(format_table(rows, ["stage", "layers", "per token", "block", "blocks"]))
+    return EXIT_OK
+
+
+def add_drift(sub: argparse._SubParsersAction) -> None:
+    """Register ``kvplan drift``."""
+    parser = sub.add_parser(
+        "drift",
+        help="cut a reference budget by the free memory a later boot lost",
+        description="B_adj = B_ref − max(0, F_ref − F_boot) − guard per rank; never raises a value. "
+        "Example: kvplan drift --ref-free 42GiB --ref-budget 30GiB --boot-free 40.75GiB --guard 0.5GiB",
+    )
+    parser.add_argument("--ref-free", type=size_list, required=True, help="free at reference startup")
+    parser.add_argument("--ref-budget", type=size_list, required=True, help="reference safe budget")
+    parser.add_argument("--boot-free", type=size_list, required=True, help="free at this startup")
+    parser.add_argument(
+        "--guard",
+        type=size,
+        required=True,
+        help="extra guard per rank, one size for every rank (policy: give it; 0GiB for none)",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(run=run_drift)
+
+
+def run_drift(args: argparse.Namespace) -> int:
+    """Print the drift-adjusted budget of each rank and the uniform value."""
+    from kvplan.drift import drift_budget
+
+    result = drift_budget(args.ref_budget, args.ref_free, args.boot_free, args.guard)
+    if args.json:
+        return print_json(result.to_dict())
+    print(
+        f"adjusted budget  {format_size(result.adjusted_uniform_bytes)} per GPU "
+        f"(limiting rank {result.limiting_rank})"
+    )
+    print(f"flag             {result.flag}")
+    if result.reprofile_to_raise:
+        print(
+            "note             some rank has more free memory than at the reference: "
+            "re-profile to raise the value"
+        )
+    rows = [
+        {
+            "rank": r["rank"],
+            "drift": format_size(r["drift_bytes"]),
+            "adjusted": format_size(r["adjusted_bytes"]),
+        }
+        for r in result.to_dict()["ranks"]
+    ]
+    print()
+    print(format_table(rows, ["rank", "drift", "adjusted"]))
+    return EXIT_OK

@@ -1,0 +1,91 @@
+"""``kvplan gate``: a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge).
+
+The checks are :func:`kvplan.gate.gate_checks`' and :func:`kvplan.plan.gate_load`'s, the verdict
+:func:`kvplan.verdict.gate_verdict`'s; this module parses, calls them and formats the answer.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from kvplan.cli.arguments import add_load_policy_arguments, load_policy, size
+from kvplan.cli.errors import EXIT_BAD_INPUT, EXIT_FAIL, EXIT_OK
+from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
+
+
+def add_gate(sub: argparse._SubParsersAction) -> None:
+    """Register ``kvplan gate``."""
+    parser = sub.add_parser(
+        "gate",
+        help="check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)",
+        description="Same compatibility key, every rank present, no OOM or error, "
+        "safe_ref − max(0, F_ref − F_boot) − guard ≥ the approved value on every rank, the reserve "
+        "still free after warm-up, tokens ≥ the admission plan; with --load, the load-test checks too. "
+        "The bundle is verified first (as kvplan verify); a changed bundle cannot be judged against. "
+        "A check with no evidence here (no plan recorded; no observation of the reserve after warm-up) "
+        "is listed as N/A and does not decide the verdict. "
+        "Exit 0 pass, 1 fail, 2 cannot judge (bad or incomplete input, or a changed bundle). "
+        "Example: kvplan gate --approved evidence/2026-11-29-0123456789ab canary.log --guard 0.5GiB",
+    )
+    parser.add_argument("logs", nargs="+", metavar="BOOT_LOG", help="vLLM logs of the canary boot")
+    parser.add_argument("--approved", required=True, metavar="BUNDLE", help="the approved evidence bundle")
+    parser.add_argument(
+        "--nvidia-smi",
+        action="append",
+        default=[],
+        metavar="CSV",
+        help="nvidia-smi --query-gpu (and --query-compute-apps) CSV taken after warm-up; repeat for both",
+    )
+    parser.add_argument("--guard", type=size, help="guard per rank (default: the approval's, normally 0)")
+    parser.add_argument(
+        "--load",
+        nargs="+",
+        default=[],
+        metavar="LOG_OR_METRICS",
+        help="load-test server logs and /metrics snapshots of the canary",
+    )
+    add_load_policy_arguments(parser)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"passed", "checks": [{"name", "passed", "detail", "applicable"}], "warnings"}',
+    )
+    parser.set_defaults(run=run_gate)
+
+
+def run_gate(args: argparse.Namespace) -> int:
+    """Print each gate check with its evidence; the exit status is the verdict."""
+    from kvplan import evidence, gate, plan
+    from kvplan.io.nvidia_smi import join_snapshots
+    from kvplan.io.vllm import read_vllm_logs
+    from kvplan.ledger import compatibility_key
+    from kvplan.verdict import format_checks, gate_verdict
+
+    policy = load_policy(args)
+    plan.require_files(args.logs, "BOOT_LOG")
+    plan.require_files(args.nvidia_smi, "--nvidia-smi")
+    plan.require_files(args.load, "--load")
+    _, approved = evidence.verified_approval(args.approved)
+    ledger, metadata = read_vllm_logs(args.logs)
+    plan.require_boot(ledger, args.logs)
+    warnings = list(metadata["warnings"])
+    free_after_warmup = None
+    if args.nvidia_smi:
+        with reader_warnings_into(warnings):
+            ledger, free_after_warmup, _ = join_snapshots(ledger, args.nvidia_smi)
+    checks = gate.gate_checks(
+        approved, ledger, compatibility_key(ledger, metadata.lines), args.guard, free_after_warmup
+    )
+    if args.load:
+        section, load_checks = plan.gate_load(approved, args.load, policy)
+        checks += load_checks
+        warnings += section["notes"] + section["warnings"]
+    verdict = gate_verdict(checks)
+    if args.json:
+        print_json(
+            {"passed": verdict is True, "checks": [check.to_dict() for check in checks], "warnings": warnings}
+        )
+    else:
+        print(format_checks(checks))
+    print_warnings(warnings)
+    return {True: EXIT_OK, False: EXIT_FAIL, None: EXIT_BAD_INPUT}[verdict]

@@ -1,0 +1,141 @@
+"""``kvplan ledger``: every boot and rank of vLLM startup logs with its memory ledger, room and outcome."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from kvplan.cli.errors import EXIT_OK, CliError
+from kvplan.cli.output import format_table, print_json, print_warnings, reader_warnings_into
+from kvplan.units import format_size
+
+#: Columns of the readable ``kvplan ledger`` table (sizes formatted); --json and --csv give all columns.
+LEDGER_TABLE = [
+    "source",
+    "boot",
+    "rank",
+    "process",
+    "outcome",
+    "init_free_bytes",
+    "weights_bytes",
+    "available_kv_bytes",
+    "suggested_full_bytes",
+    "room_bytes",
+    "room_source",
+]
+#: Columns of the ``kvplan ledger --rooms`` table: each rank's room over the boots of one key.
+ROOMS_TABLE = [
+    "rank",
+    "room_bytes",
+    "room_source",
+    "room_min_bytes",
+    "room_median_bytes",
+    "room_max_bytes",
+    "room_spread_bytes",
+    "boots",
+    "worst_boot",
+]
+
+
+def add_ledger(sub: argparse._SubParsersAction) -> None:
+    """Register ``kvplan ledger``."""
+    parser = sub.add_parser(
+        "ledger",
+        help="read vLLM startup logs into the per-rank ledger (one row per boot × rank)",
+        description="Every boot and rank in the logs with its memory ledger, room and outcome. "
+        "Example: kvplan ledger data/boots/four-rank/*.log --json",
+    )
+    parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
+    parser.add_argument(
+        "--nvidia-smi",
+        action="append",
+        default=[],
+        metavar="CSV",
+        help="nvidia-smi --query-gpu (and --query-compute-apps) CSV of the same boot: joins "
+        "gpu_name, driver_version and other_process_bytes; repeat for both",
+    )
+    parser.add_argument(
+        "--rooms",
+        action="store_true",
+        help="also each rank's room over the boots: worst, min, median, max, spread "
+        '(JSON key "rooms"); refused as kvplan budget refuses',
+    )
+    parser.add_argument(
+        "--assume-uniform",
+        action="store_true",
+        help="with --rooms: logs showing local rank 0 only: take its room for every rank",
+    )
+    form = parser.add_mutually_exclusive_group()
+    form.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"rows": [...], "warnings": [...]} (and "rooms": [...] with --rooms)',
+    )
+    form.add_argument("--csv", action="store_true", help="print the ledger as CSV")
+    parser.set_defaults(run=run_ledger)
+
+
+def run_ledger(args: argparse.Namespace) -> int:
+    """Print the ledger of the logs (and each rank's room over the boots with ``--rooms``)."""
+    from kvplan import plan
+    from kvplan.io.nvidia_smi import join_snapshots
+    from kvplan.io.vllm import read_vllm_logs
+    from kvplan.ledger import plain_value, room_per_rank
+
+    if args.assume_uniform and not args.rooms:
+        raise CliError("--assume-uniform applies to --rooms only")
+    if args.rooms and args.csv:
+        raise CliError("--rooms prints a table or JSON, not CSV")
+    ledger, metadata = read_vllm_logs(args.logs)
+    plan.require_boot(ledger, args.logs)
+    notes = list(metadata["warnings"])
+    if args.nvidia_smi:
+        with reader_warnings_into(notes):
+            ledger, _, _ = join_snapshots(ledger, args.nvidia_smi)  # warnings come as NvidiaSmiWarning
+    rooms = None
+    if args.rooms:
+        with reader_warnings_into(notes):
+            frame = room_per_rank(ledger, assume_uniform=args.assume_uniform, lines=metadata.lines)
+        rooms = [
+            {"rank": int(rank), **{column: plain_value(value) for column, value in row.items()}}
+            for rank, row in frame.to_dict(orient="index").items()
+        ]
+    if args.json:
+        rows = [
+            {column: plain_value(value) for column, value in row.items()}
+            for row in ledger.to_dict(orient="records")
+        ]
+        data = {"rows": rows, "warnings": notes}
+        if rooms is not None:
+            data["rooms"] = rooms
+        return print_json(data)
+    print_warnings(notes)
+    if args.csv:
+        ledger.to_csv(sys.stdout, index=False)
+        return EXIT_OK
+    rows = [
+        {column: _table_cell(column, row[column]) for column in LEDGER_TABLE}
+        for row in ledger.to_dict(orient="records")
+    ]
+    print(format_table(rows, LEDGER_TABLE))
+    if rooms is not None:
+        print()
+        table = [
+            {
+                **{column: _table_cell(column, room.get(column)) for column in ROOMS_TABLE},
+                "worst_boot": f"{room['source']} #{room['boot']}",
+            }
+            for room in rooms
+        ]
+        print(format_table(table, ROOMS_TABLE))
+    return EXIT_OK
+
+
+def _table_cell(column: str, value: object) -> str:
+    """A ledger value for the readable table: ``-`` when unknown, sizes formatted."""
+    from kvplan.ledger import plain_value
+
+    value = plain_value(value)
+    if value is None:
+        return "-"
+    return format_size(int(value)) if column.endswith("_bytes") else str(value)

@@ -1,0 +1,83 @@
+"""``kvplan load``: KV cache usage, requests, preemptions and OOMs under load, from logs and /metrics."""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+
+from kvplan.cli.arguments import positive_int
+from kvplan.cli.errors import EXIT_OK
+from kvplan.cli.output import format_table, print_warnings
+from kvplan.load_rows import ROW_KEYS
+
+
+def add_load(sub: argparse._SubParsersAction) -> None:
+    """Register ``kvplan load``."""
+    parser = sub.add_parser(
+        "load",
+        help="KV cache usage, requests, preemptions and OOMs under load, from logs and /metrics",
+        description="One row per vLLM stats line, per /metrics scrape and engine, and per event "
+        "(preemption warning, OOM, error), in file order; unknown values are null. Give the files of "
+        "one run: server logs and saved /metrics snapshots alike. "
+        "Example: kvplan load data/load/manual-canary-overload/server.log --year 2026 --json",
+    )
+    parser.add_argument(
+        "files", nargs="+", metavar="FILE", help="server logs and /metrics snapshots of one run"
+    )
+    parser.add_argument("--year", type=positive_int, help="year of vLLM's yearless MM-DD timestamps")
+    parser.add_argument(
+        "--log-utc-offset",
+        type=float,
+        metavar="HOURS",
+        dest="log_utc_offset",
+        help="the server's offset from UTC in hours (e.g. -7 for PDT): log times (local) become UTC, "
+        "like /metrics times; without it, logs and /metrics are compared as if the server ran on UTC",
+    )
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help='print {"rows": [...], "warnings": [...]}')
+    output.add_argument("--csv", action="store_true", help="print the rows as CSV (warnings on stderr)")
+    parser.set_defaults(run=run_load)
+
+
+def run_load(args: argparse.Namespace) -> int:
+    """Print the rows of the load-test files (and the run's summary without ``--json``/``--csv``)."""
+    from kvplan.io.vllm_stats import read_load_evidence
+    from kvplan.load import load_summary
+
+    reading = read_load_evidence(args.files, year=args.year, utc_offset=args.log_utc_offset)
+    if args.json:  # streamed, one row a line, by the C encoder
+        sys.stdout.writelines(reading.json_chunks())
+        return EXIT_OK
+    if args.csv:
+        writer = csv.writer(sys.stdout, lineterminator="\n")
+        writer.writerow(ROW_KEYS)
+        writer.writerows(reading.row_values())
+    else:
+        rows = list(reading.row_dicts())
+        summary = load_summary(reading)
+        shown = [{**row, "where": f"{row['source']}:{row['line']}"} for row in rows]
+        columns = [
+            "where",
+            "time",
+            "engine",
+            "kv_cache_usage_pct",
+            "running",
+            "waiting",
+            "generation_tokens_per_s",
+            "preemptions",
+            "preemptions_total",
+            "event",
+        ]
+        print(format_table([{k: ("" if v is None else v) for k, v in row.items()} for row in shown], columns))
+        print()
+        print(
+            f"peak KV cache usage  {summary['peak_kv_cache_usage_pct']}% "
+            f"(capacity {summary['kv_cache_tokens'] or 'unknown'} tokens)"
+        )
+        preemptions = summary["preemptions"]
+        at_least = "at least " if summary["preemptions_lower_bound"] else ""
+        print(f"preemptions          {'unknown' if preemptions is None else f'{at_least}{preemptions}'}")
+        print(f"OOM / error events   {summary['oom_events']} / {summary['error_events']}")
+    print_warnings(reading.warnings)
+    return EXIT_OK
