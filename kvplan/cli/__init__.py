@@ -2,11 +2,11 @@
 
 Every command prints one JSON object with ``--json`` and a readable table without it. Bad input
 exits 2 with a one-line ``error: …`` on stderr. :mod:`kvplan.cli.app` holds the parser and the entry
-point, :mod:`~kvplan.cli.arguments` and :mod:`~kvplan.cli.output` what the commands share, and one
-module per command group the commands: :mod:`~kvplan.cli.budget`, :mod:`~kvplan.cli.ledger`,
+point, :mod:`~kvplan.cli.arguments`, :mod:`~kvplan.cli.output` what the commands share, and one module
+per command group the commands: :mod:`~kvplan.cli.budget`, :mod:`~kvplan.cli.ledger`,
 :mod:`~kvplan.cli.capacity` (capacity, drift), :mod:`~kvplan.cli.load`, :mod:`~kvplan.cli.approve`
-(approve, verify), :mod:`~kvplan.cli.gate`. Commands only parse, call the library and format: the
-decision is :func:`kvplan.plan.decide`'s.
+(approve, verify), :mod:`~kvplan.cli.gate`, :mod:`~kvplan.cli.fleet` (fleet plan, fleet gate).
+Commands only parse, call the library and format: the decision is :func:`kvplan.plan.decide`'s.
 """
 
 from kvplan.cli.app import COMMANDS, build_parser, main

@@ -21,13 +21,14 @@ from kvplan.cli.approve import add_approve, add_verify
 from kvplan.cli.budget import add_budget
 from kvplan.cli.capacity import add_capacity, add_drift
 from kvplan.cli.errors import EXIT_BAD_INPUT
+from kvplan.cli.fleet import add_fleet
 from kvplan.cli.gate import add_gate
 from kvplan.cli.ledger import add_ledger
 from kvplan.cli.load import add_load
 from kvplan.cli.output import print_warnings, reader_warnings_into
 
-#: Every subcommand's ``add_<command>(sub)``, in ``--help`` order. A new command group (e.g. the
-#: fleet commands) is one more module of :mod:`kvplan.cli` whose ``add_…`` function is listed here.
+#: Every subcommand's ``add_<command>(sub)``, in ``--help`` order. A new command group is one more
+#: module of :mod:`kvplan.cli` whose ``add_…`` function is listed here.
 COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_budget,
     add_ledger,
@@ -37,6 +38,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_approve,
     add_verify,
     add_gate,
+    add_fleet,
 ]
 
 

@@ -160,7 +160,9 @@ def _storage(args: argparse.Namespace) -> dict:
 
 
 def _run_plan(args: argparse.Namespace) -> int:
-    from kvplan.cli import _print_json, _print_warnings, format_table
+    from kvplan.cli.output import format_table
+    from kvplan.cli.output import print_json as _print_json
+    from kvplan.cli.output import print_warnings as _print_warnings
     from kvplan.evidence import Plan
     from kvplan.fleet import FleetPolicy, plan_fleet
     from kvplan.fleet.engine import default_scheduler, stderr_progress
@@ -220,7 +222,7 @@ def _run_plan(args: argparse.Namespace) -> int:
 
 
 def _run_gate(args: argparse.Namespace) -> int:
-    from kvplan.cli import _print_json
+    from kvplan.cli.output import print_json as _print_json
     from kvplan.fleet.engine import default_scheduler
     from kvplan.fleet.gate import gate_fleet, stop_decision
 
