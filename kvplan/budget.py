@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from kvplan.units import format_size
+
+if TYPE_CHECKING:  # pandas only for the frames' annotations
+    import pandas as pd
 
 
 class BudgetError(ValueError):
@@ -78,6 +80,8 @@ class Budget:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per rank: room, safe budget, uniform budget, stranded bytes, limiting flag."""
+        import pandas as pd  # here, not at import: the CLI's light commands start without pandas
+
         return pd.DataFrame(
             {
                 "rank": list(self.ranks),

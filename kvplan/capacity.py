@@ -16,9 +16,11 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import pandas as pd
+if TYPE_CHECKING:  # pandas only for the frames' annotations
+    import pandas as pd
+
 
 DEFAULT_BLOCK_SIZE = 16
 #: The ``--block-size`` values vLLM accepts (``CacheConfig.BlockSize``; 256 since 0.10). vLLM picks
@@ -258,6 +260,8 @@ def capacity_table(sizing: Sizing, kv_bytes: int, seq_lens: Sequence[int]) -> pd
     >>> capacity_table(FlatSpec(256 * 1024), 12 * 2**30, [8192])["tokens"].tolist()
     [49152]
     """
+    import pandas as pd  # here, not at import: `kvplan capacity` starts without pandas
+
     return pd.DataFrame(list(capacity_rows(sizing, kv_bytes, seq_lens)), columns=list(CAPACITY_TABLE_COLUMNS))
 
 

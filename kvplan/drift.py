@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from kvplan.budget import BudgetError, kv_cache_flag
 from kvplan.units import format_size
+
+if TYPE_CHECKING:  # pandas only for the frames' annotations
+    import pandas as pd
 
 
 def adjusted_budget_bytes(
@@ -62,6 +64,8 @@ class Drift:
 
     def to_frame(self) -> pd.DataFrame:
         """One row per rank: reference and boot free memory, drift, adjusted budget."""
+        import pandas as pd  # here, not at import: the CLI's light commands start without pandas
+
         return pd.DataFrame(
             {
                 "rank": list(self.ranks),

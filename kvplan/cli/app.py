@@ -23,6 +23,7 @@ from kvplan.cli.capacity import add_capacity, add_drift
 from kvplan.cli.errors import EXIT_BAD_INPUT
 from kvplan.cli.fleet import add_fleet
 from kvplan.cli.gate import add_gate
+from kvplan.cli.help import ExampleFormatter, examples
 from kvplan.cli.ledger import add_ledger
 from kvplan.cli.load import add_load
 from kvplan.cli.output import print_warnings, reader_warnings_into
@@ -42,6 +43,25 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
 ]
 
 
+class _Version(argparse.Action):
+    """``--version``: print ``kvplan VERSION`` and exit 0; the version is read only when asked for."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
+        super().__init__(
+            option_strings,
+            dest,
+            nargs=0,
+            default=argparse.SUPPRESS,
+            help="show program's version number and exit",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object) -> NoReturn:
+        from kvplan import __version__
+
+        print(f"kvplan {__version__}")
+        parser.exit()
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``error: kvplan budget: …`` and exit 2, no usage dump."""
 
@@ -51,13 +71,14 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
-    from kvplan import __version__
-
     parser = _Parser(
         prog="kvplan",
-        description="Safe, evidenced per-GPU KV-cache budgets from vLLM startup logs.",
+        description="Safe, evidenced per-GPU KV-cache budgets from vLLM startup logs. "
+        "Each command explains itself: kvplan COMMAND --help.",
+        epilog=examples(["kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB"]),
+        formatter_class=ExampleFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"kvplan {__version__}")
+    parser.add_argument("--version", action=_Version)
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_command in COMMANDS:
         add_command(sub)

@@ -11,38 +11,38 @@ import argparse
 from kvplan.cli.arguments import (
     LAYOUT_OPTIONS,
     MODEL_ONLY_OPTIONS,
-    add_load_policy_arguments,
+    add_load_arguments,
     add_model_arguments,
+    add_nvidia_smi_argument,
     load_policy,
-    positive_int,
     refuse_layout_without_model,
-    size,
 )
 from kvplan.cli.errors import EXIT_FAIL, EXIT_OK, CliError
+from kvplan.cli.help import add_command
 from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
+from kvplan.cli.sizes import positive_int, size
 from kvplan.units import format_size
 
 
 def add_approve(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan approve``."""
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "approve",
-        help="write an evidence bundle: the approved budget, its ledger, charts, hashes and source lines",
-        description="Compute the uniform budget from the logs of a profiled boot and write it, with its "
-        "evidence, to a new folder OUT/<date>-<hash> (never overwritten). With --load, the load test "
-        "of a canary at that value joins the evidence and its checks (no OOM, preemptions ≤ N) must pass. "
-        "Example: kvplan approve data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b "
-        "--tp 4 --target-concurrency 4 --seq-len 32768 --approver 'Ana Planner' --out evidence/",
+        "write an evidence bundle: the approved budget, its ledger, charts, hashes and source lines",
+        "Compute the uniform budget from the logs of a profiled boot and write it, with its evidence, "
+        "to a new folder OUT/<date>-<hash> (never overwritten). With --load, the load test of a canary "
+        "at that value joins the evidence and its checks (no OOM, preemptions ≤ N) must pass.",
+        [
+            "kvplan approve data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b --tp 4 "
+            "--target-concurrency 4 --seq-len 32768 --approver 'Ana Planner' --out evidence/",
+        ],
     )
     parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM logs of the profiled boot(s)")
-    parser.add_argument(
-        "--nvidia-smi",
-        action="append",
-        default=[],
-        metavar="CSV",
-        help="nvidia-smi --query-gpu (and --query-compute-apps) CSV of the profiled boot: "
-        "inputs of the bundle; joins gpu_name and driver_version into the compatibility "
-        "key (a gate compares them) and other_process_bytes; repeat for both",
+    add_nvidia_smi_argument(
+        parser,
+        "of the profiled boot: inputs of the bundle; joins gpu_name and driver_version into the "
+        "compatibility key (a gate compares them) and other_process_bytes",
     )
     parser.add_argument("--reserve", type=size, required=True, help="operating reserve per rank")
     parser.add_argument(
@@ -65,14 +65,7 @@ def add_approve(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--approver", required=True, metavar="NAME", help="who approves")
     parser.add_argument("--note", default="", metavar="TEXT", help="e.g. the change ticket")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder the bundle folder is created in")
-    parser.add_argument(
-        "--load",
-        nargs="+",
-        default=[],
-        metavar="LOG_OR_METRICS",
-        help="server logs and /metrics snapshots of a load test at the approved value",
-    )
-    add_load_policy_arguments(parser)
+    add_load_arguments(parser, "server logs and /metrics snapshots of a load test at the approved value")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_model_arguments(parser)
     parser.set_defaults(run=run_approve)
@@ -154,18 +147,20 @@ def run_approve(args: argparse.Namespace) -> int:
 
 def add_verify(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan verify``."""
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "verify",
-        help="re-check an evidence bundle: hashes, and the decision recomputed from its inputs",
-        description="Exit 0 when every hash and the recomputed decision agree with the bundle, 1 with "
-        "the differences listed when anything changed, 2 when the bundle cannot be read. Checked: every "
+        "re-check an evidence bundle: hashes, and the decision recomputed from its inputs",
+        "Exit 0 when every hash and the recomputed decision agree with the bundle, 1 with the "
+        "differences listed when anything changed, 2 when the bundle cannot be read. Checked: every "
         "file's SHA-256 (none missing, no file or folder added), charts are PNGs, the inputs digest in "
         "budget.json (it covers the inputs, policy, plan, approver, note and kvplan version) and the "
         "decision recomputed from the input copies, SUMMARY.md, ledger.csv and evidence.log regenerated "
         "byte for byte. The folder name <date>-<hash> (created_utc's date, the digest's first 12 hex "
         "digits) is a label: a copied or renamed bundle folder verifies (exit 0) when its contents agree, "
         "and a second approver (or a different note) approving the same inputs on the same day gets a "
-        "folder of its own. Example: kvplan verify evidence/2026-11-29-0123456789ab",
+        "folder of its own.",
+        ["kvplan verify evidence/2026-11-29-0123456789ab"],
     )
     parser.add_argument("bundle", metavar="BUNDLE", help="an evidence bundle folder")
     parser.add_argument("--json", action="store_true", help='print {"bundle", "ok", "differences", "notes"}')

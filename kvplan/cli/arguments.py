@@ -1,73 +1,27 @@
-"""Argument helpers shared by the commands: sizes, counts, the model/layout and load-policy arguments.
+"""Argument groups shared by the commands: the model/layout, nvidia-smi and load-policy arguments.
 
-Sizes are parsed by :func:`kvplan.units.parse_size` into ``int`` bytes at this edge; a value argparse
-cannot take is an ``error: kvplan CMD: argument …`` line with exit 2.
+Building them imports neither pandas nor the model code: the ``--kv-cache-dtype`` names are read
+from :data:`kvplan.kvspec.KV_CACHE_DTYPE_BYTES` only when the flag is given or its help is shown.
 
->>> size_list("13GiB,14GiB") == [13 * 2**30, 14 * 2**30]
-True
+>>> parser = argparse.ArgumentParser()
+>>> add_model_arguments(parser)
+>>> layout_options(parser.parse_args(["--model", "llama-3.1-70b", "--tp", "4"]))["tp"]
+4
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
-from kvplan.capacity import DEFAULT_BLOCK_SIZE, VLLM_BLOCK_SIZES
+from kvplan.capacity import DEFAULT_BLOCK_SIZE
 from kvplan.cli.errors import CliError
-from kvplan.kvspec import KV_CACHE_DTYPE_BYTES
-from kvplan.units import parse_size, parse_size_list
+from kvplan.cli.sizes import block_size, positive_int
 
 #: --model options that mean nothing without --model (--block-size also sizes `kvplan capacity` alone).
 MODEL_ONLY_OPTIONS = ("tp", "pp", "dcp", "kv_cache_dtype", "vllm_version", "max_num_batched_tokens")
 #: The layout options of a model config, as :class:`kvplan.plan.ModelLayout` takes them.
 LAYOUT_OPTIONS = ("tp", "pp", "dcp", "kv_cache_dtype", "block_size", "vllm_version", "max_num_batched_tokens")
-
-
-def size(text: str) -> int:
-    """A size such as ``0.9GiB`` in bytes."""
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def size_list(text: str) -> list[int]:
-    """Comma-separated sizes ≥ 0, one per rank in rank order [bytes]."""
-    try:
-        sizes = parse_size_list(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    negative = [position for position, size in enumerate(sizes) if size < 0]
-    if negative:
-        raise argparse.ArgumentTypeError(f"entry {negative[0]} of {text!r} is negative: memory sizes are ≥ 0")
-    return sizes
-
-
-def positive_size(text: str) -> int:
-    """A size > 0 [bytes]."""
-    value = size(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
-    return value
-
-
-def positive_int(text: str) -> int:
-    """A whole number > 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
-    return value
-
-
-def block_size(text: str) -> int:
-    """A ``--block-size`` vLLM accepts [tokens]."""
-    value = positive_int(text)
-    if value not in VLLM_BLOCK_SIZES:
-        raise argparse.ArgumentTypeError(f"{value} is not a block size vLLM accepts {VLLM_BLOCK_SIZES}")
-    return value
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,8 +43,9 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
     group.add_argument(
         "--kv-cache-dtype",
-        choices=list(KV_CACHE_DTYPE_BYTES),
-        help="vLLM's --kv-cache-dtype (default: the logs', else auto = the model dtype)",
+        choices=KVCacheDtypes(),
+        metavar="DTYPE",
+        help="vLLM's --kv-cache-dtype, one of %(choices)s (default: the logs', else auto = the model dtype)",
     )
     group.add_argument(
         "--block-size",
@@ -111,6 +66,33 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
+class KVCacheDtypes:
+    """The ``--kv-cache-dtype`` names vLLM accepts, as argparse ``choices``, read when first asked.
+
+    >>> "fp8" in KVCacheDtypes(), "fp7" in KVCacheDtypes()
+    (True, False)
+    """
+
+    def __iter__(self) -> Iterator[str]:
+        from kvplan.kvspec import KV_CACHE_DTYPE_BYTES
+
+        return iter(KV_CACHE_DTYPE_BYTES)
+
+    def __contains__(self, name: object) -> bool:
+        return name in list(self)
+
+
+def add_nvidia_smi_argument(parser: argparse.ArgumentParser, snapshot: str) -> None:
+    """Add the repeatable ``--nvidia-smi CSV``: ``snapshot`` says which boot and what it joins."""
+    parser.add_argument(
+        "--nvidia-smi",
+        action="append",
+        default=[],
+        metavar="CSV",
+        help=f"nvidia-smi --query-gpu (and --query-compute-apps) CSV {snapshot}; repeat for both",
+    )
+
+
 def refuse_layout_without_model(
     args: argparse.Namespace, options: Sequence[str] = MODEL_ONLY_OPTIONS
 ) -> None:
@@ -125,8 +107,10 @@ def layout_options(args: argparse.Namespace) -> dict:
     return {name: getattr(args, name) for name in LAYOUT_OPTIONS}
 
 
-def add_load_policy_arguments(parser: argparse.ArgumentParser) -> None:
-    """--max-preemptions, --max-capacity-loss and --year: how approve and gate judge --load files."""
+def add_load_arguments(parser: argparse.ArgumentParser, files: str) -> None:
+    """``--load FILE ...`` (``files`` says whose) and how approve and gate judge them: --max-preemptions,
+    --max-capacity-loss and --year."""
+    parser.add_argument("--load", nargs="+", default=[], metavar="LOG_OR_METRICS", help=files)
     parser.add_argument(
         "--max-preemptions",
         type=int,

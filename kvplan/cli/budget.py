@@ -7,33 +7,35 @@ from __future__ import annotations
 
 import argparse
 
-from kvplan.cli.arguments import (
-    add_model_arguments,
-    layout_options,
-    positive_int,
-    positive_size,
-    refuse_layout_without_model,
-    size,
-    size_list,
-)
+from kvplan.cli.arguments import add_model_arguments, layout_options, refuse_layout_without_model
 from kvplan.cli.errors import EXIT_OK, CliError
+from kvplan.cli.help import add_command
 from kvplan.cli.output import format_table, print_json, print_warnings, reader_warnings_into
+from kvplan.cli.sizes import positive_int, positive_size, size, size_list
 from kvplan.units import format_size
 
 
 def add_budget(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan budget``."""
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "budget",
-        help="uniform --kv-cache-memory-bytes from vLLM logs (or per-rank room) and a reserve",
-        description="The largest KV budget every rank can allocate: min over ranks of "
-        "(room − reserve), rounded down to whole blocks. Room comes from the logs (each rank's worst "
-        "boot) or from --room. "
-        "Example: kvplan budget data/boots/four-rank/*.log --reserve 0.9GiB  "
-        "Example: kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB",
+        "uniform --kv-cache-memory-bytes from vLLM logs (or per-rank room) and a reserve",
+        "The largest KV budget every rank can allocate: min over ranks of (room − reserve), rounded "
+        "down to whole blocks. Room comes from the logs (each rank's worst boot) or from --room, one "
+        "size per rank.",
+        [
+            "kvplan budget data/boots/four-rank/*.log --reserve 0.9GiB",
+            "kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB",
+        ],
     )
     parser.add_argument("logs", nargs="*", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
-    parser.add_argument("--room", type=size_list, help="room per rank, comma-separated, rank order (no LOG)")
+    parser.add_argument(
+        "--room",
+        type=size_list,
+        metavar="SIZE,...",
+        help="room per rank, comma-separated, rank order (no LOG)",
+    )
     parser.add_argument("--reserve", type=size, required=True, help="operating reserve per rank")
     parser.add_argument("--block-bytes", type=positive_size, help="round down to whole blocks of this size")
     parser.add_argument(
@@ -55,7 +57,6 @@ def add_budget(sub: argparse._SubParsersAction) -> None:
 def run_budget(args: argparse.Namespace) -> int:
     """Print the decision of the logs (or ``--room``) under ``--reserve``."""
     from kvplan import plan
-    from kvplan.ledger import compatibility_key
 
     if bool(args.logs) == (args.room is not None):
         raise CliError("give either LOG files or --room (exactly one of them)")
@@ -65,11 +66,29 @@ def run_budget(args: argparse.Namespace) -> int:
         raise CliError("--block-size needs --model here (or give --block-bytes, the bytes of one block)")
     if args.room is not None and args.assume_uniform:
         raise CliError("--assume-uniform applies to LOG files only")
-    layout = None
+    policy = plan.Policy(args.reserve, assume_uniform=args.assume_uniform)
     if args.model:
-        layout = plan.ModelLayout(args.model, layout_options(args))
+        decision, warnings = _decide(args, plan.ModelLayout(args.model, layout_options(args)), policy)
     else:
         refuse_layout_without_model(args)
+        if args.room is not None:  # the pipeline's rule for rooms given by hand, without pandas
+            decision, warnings = plan.decide_rooms(args.room, policy, args.block_bytes), []
+        else:
+            decision, warnings = _decide(args, None, policy)
+    print_warnings(warnings)
+    if decision.spec is not None and decision.max_model_len is None:
+        raise CliError("--model needs --max-model-len L when the logs do not show max_model_len")
+    if args.json:
+        return print_json(_budget_json(decision, warnings))
+    _print_budget(decision)
+    return EXIT_OK
+
+
+def _decide(args: argparse.Namespace, layout, policy) -> tuple:
+    """:func:`kvplan.plan.decide` of the logs (or ``--room`` with ``--model``) and its warnings."""
+    from kvplan import plan
+    from kvplan.ledger import compatibility_key
+
     evidence_in = plan.given_rooms(args.room) if args.room is not None else plan.read_evidence(args.logs)
     if (
         layout is not None
@@ -90,21 +109,10 @@ def run_budget(args: argparse.Namespace) -> int:
     caught: list[str] = []  # the ledger's warnings, also in decision.notes
     with reader_warnings_into(caught):
         decision = plan.decide(
-            evidence_in,
-            plan.Policy(args.reserve, assume_uniform=args.assume_uniform),
-            layout,
-            max_model_len=args.max_model_len,
-            block_bytes=args.block_bytes,
+            evidence_in, policy, layout, max_model_len=args.max_model_len, block_bytes=args.block_bytes
         )
     notes = [*decision.warnings, *decision.notes]
-    warnings = notes + [note for note in caught if note not in notes]
-    print_warnings(warnings)
-    if decision.spec is not None and decision.max_model_len is None:
-        raise CliError("--model needs --max-model-len L when the logs do not show max_model_len")
-    if args.json:
-        return print_json(_budget_json(decision, warnings))
-    _print_budget(decision)
-    return EXIT_OK
+    return decision, notes + [note for note in caught if note not in notes]
 
 
 def _budget_json(decision, warnings: list[str]) -> dict:

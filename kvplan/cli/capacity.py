@@ -5,32 +5,32 @@ from __future__ import annotations
 
 import argparse
 
-from kvplan.cli.arguments import (
-    add_model_arguments,
-    layout_options,
-    positive_int,
-    positive_size,
-    refuse_layout_without_model,
-    size,
-    size_list,
-)
+from kvplan.cli.arguments import add_model_arguments, layout_options, refuse_layout_without_model
 from kvplan.cli.errors import EXIT_OK, CliError
+from kvplan.cli.help import add_command
 from kvplan.cli.output import format_table, print_json
+from kvplan.cli.sizes import positive_int, positive_size, size, size_list
 from kvplan.units import format_size
 
 
 def add_capacity(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan capacity``."""
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "capacity",
-        help="blocks, tokens and full-length concurrency of a per-GPU KV budget",
-        description="What a per-GPU KV budget buys, from bytes per token or from a model config and "
-        "layout (reproducing vLLM's 'GPU KV cache size' and 'Maximum concurrency'). "
-        "Example: kvplan capacity --kv-bytes 12GiB --bytes-per-token 256KiB --max-model-len 8192; "
-        "example: kvplan capacity --model llama-3.1-70b --tp 4 --kv-bytes 12GiB --max-model-len 32768",
+        "blocks, tokens and full-length concurrency of a per-GPU KV budget",
+        "What a per-GPU KV budget buys, from bytes per token or from a model config and layout "
+        "(reproducing vLLM's 'GPU KV cache size' and 'Maximum concurrency'). Give exactly one of "
+        "--bytes-per-token or --model (one of them is required).",
+        [
+            "kvplan capacity --kv-bytes 12GiB --bytes-per-token 256KiB --max-model-len 8192",
+            "kvplan capacity --model llama-3.1-70b --tp 4 --kv-bytes 12GiB --max-model-len 32768",
+        ],
     )
     parser.add_argument("--kv-bytes", type=positive_size, required=True, help="KV budget per GPU")
-    parser.add_argument("--bytes-per-token", type=size, help="KV bytes per token per GPU (or --model)")
+    parser.add_argument(
+        "--bytes-per-token", type=size, help="KV bytes per token per GPU (required unless --model is given)"
+    )
     parser.add_argument("--max-model-len", type=positive_int, required=True, help="sequence length")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_model_arguments(parser)
@@ -104,15 +104,31 @@ def run_capacity(args: argparse.Namespace) -> int:
 
 def add_drift(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan drift``."""
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "drift",
-        help="cut a reference budget by the free memory a later boot lost",
-        description="B_adj = B_ref − max(0, F_ref − F_boot) − guard per rank; never raises a value. "
-        "Example: kvplan drift --ref-free 42GiB --ref-budget 30GiB --boot-free 40.75GiB --guard 0.5GiB",
+        "cut a reference budget by the free memory a later boot lost",
+        "B_adj = B_ref − max(0, F_ref − F_boot) − guard per rank; never raises a value. --ref-free, "
+        "--ref-budget and --boot-free are lists per rank: comma-separated sizes in rank order, one per "
+        "rank (a single size stands for every rank); --guard is one size for every rank.",
+        [
+            "kvplan drift --ref-free 42GiB --ref-budget 30GiB --boot-free 40.75GiB --guard 0.5GiB",
+            "kvplan drift --ref-free 42GiB,42GiB,42GiB,42GiB --ref-budget 30GiB,30GiB,30GiB,30GiB "
+            "--boot-free 41.8GiB,42.1GiB,40.6GiB,41.9GiB --guard 0.5GiB",
+        ],
     )
-    parser.add_argument("--ref-free", type=size_list, required=True, help="free at reference startup")
-    parser.add_argument("--ref-budget", type=size_list, required=True, help="reference safe budget")
-    parser.add_argument("--boot-free", type=size_list, required=True, help="free at this startup")
+    for flag, what in (
+        ("--ref-free", "free at reference startup"),
+        ("--ref-budget", "reference safe budget"),
+        ("--boot-free", "free at this startup"),
+    ):
+        parser.add_argument(
+            flag,
+            type=size_list,
+            required=True,
+            metavar="SIZE,...",
+            help=f"{what}, per rank (comma-separated, rank order)",
+        )
     parser.add_argument(
         "--guard",
         type=size,

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kvplan.cli.help import add_command
 from kvplan.units import format_size, parse_size
 
 
@@ -68,21 +69,23 @@ def _add_engine_arguments(parser: argparse.ArgumentParser, default: str | None) 
 
 def add_fleet(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan fleet plan`` and ``kvplan fleet gate``."""
-    fleet = sub.add_parser(
+    fleet = add_command(
+        sub,
         "fleet",
-        help="budgets per host class from many hosts' logs; rollout waves; canary gate",
-        description="Fleets: hosts grouped by compatibility key and labels into classes, "
-        "each with its uniform budget, bundle and rollout waves. "
-        "Example: kvplan fleet plan data/fleet/small --reserve 1GiB --model llama-3.1-70b",
+        "budgets per host class from many hosts' logs; rollout waves; canary gate",
+        "Fleets: hosts grouped by compatibility key and labels into classes, "
+        "each with its uniform budget, bundle and rollout waves.",
+        ["kvplan fleet plan data/fleet/small --reserve 1GiB --model llama-3.1-70b"],
     )
     commands = fleet.add_subparsers(dest="fleet_command", required=True, metavar="COMMAND")
-    plan = commands.add_parser(
+    plan = add_command(
+        commands,
         "plan",
-        help="per-class budgets, outliers, split advice, bundles and waves",
-        description="Read every host's startup logs (on Dask), group hosts into classes, and give each class "
+        "per-class budgets, outliers, split advice, bundles and waves",
+        "Read every host's startup logs (on Dask), group hosts into classes, and give each class "
         "its uniform budget, limiting host and rank, stranded capacity, outliers with their likely cause and "
-        "the tokens a split would buy, then the rollout waves (canaries first). Example: kvplan fleet plan "
-        "data/fleet/small --reserve 1GiB --model llama-3.1-70b --out evidence/",
+        "the tokens a split would buy, then the rollout waves (canaries first).",
+        ["kvplan fleet plan data/fleet/small --reserve 1GiB --model llama-3.1-70b --out evidence/"],
     )
     plan.add_argument(
         "fleet",
@@ -132,13 +135,16 @@ def add_fleet(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     _add_engine_arguments(plan, None)
     plan.set_defaults(run=_run_plan)
-    gate = commands.add_parser(
+    gate = add_command(
+        commands,
         "gate",
-        help="canary hosts against their class's bundle: per-host verdict and the stop decision",
-        description="Each host is gated (as kvplan gate) against the bundle whose class lists it. Exit 0 all "
-        "pass (go on), 1 any failed (stop), 2 a host cannot be judged or bad input. "
-        "Example: kvplan fleet gate "
-        "--approved evidence/2026-12-01-0123456789ab canary-fleet/ --hosts gpu-00019,gpu-00020",
+        "canary hosts against their class's bundle: per-host verdict and the stop decision",
+        "Each host is gated (as kvplan gate) against the bundle whose class lists it. Exit 0 all "
+        "pass (go on), 1 any failed (stop), 2 a host cannot be judged or bad input.",
+        [
+            "kvplan fleet gate --approved evidence/2026-12-01-0123456789ab canary-fleet/ "
+            "--hosts gpu-00019,gpu-00020"
+        ],
     )
     gate.add_argument(
         "targets",

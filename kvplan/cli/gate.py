@@ -8,43 +8,33 @@ from __future__ import annotations
 
 import argparse
 
-from kvplan.cli.arguments import add_load_policy_arguments, load_policy, size
+from kvplan.cli.arguments import add_load_arguments, add_nvidia_smi_argument, load_policy
 from kvplan.cli.errors import EXIT_BAD_INPUT, EXIT_FAIL, EXIT_OK
+from kvplan.cli.help import add_command
 from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
+from kvplan.cli.sizes import size
 
 
 def add_gate(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan gate``."""
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "gate",
-        help="check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)",
-        description="Same compatibility key, every rank present, no OOM or error, "
+        "check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)",
+        "Same compatibility key, every rank present, no OOM or error, "
         "safe_ref − max(0, F_ref − F_boot) − guard ≥ the approved value on every rank, the reserve "
         "still free after warm-up, tokens ≥ the admission plan; with --load, the load-test checks too. "
         "The bundle is verified first (as kvplan verify); a changed bundle cannot be judged against. "
         "A check with no evidence here (no plan recorded; no observation of the reserve after warm-up) "
         "is listed as N/A and does not decide the verdict. "
-        "Exit 0 pass, 1 fail, 2 cannot judge (bad or incomplete input, or a changed bundle). "
-        "Example: kvplan gate --approved evidence/2026-11-29-0123456789ab canary.log --guard 0.5GiB",
+        "Exit 0 pass, 1 fail, 2 cannot judge (bad or incomplete input, or a changed bundle).",
+        ["kvplan gate --approved evidence/2026-11-29-0123456789ab canary.log --guard 0.5GiB"],
     )
     parser.add_argument("logs", nargs="+", metavar="BOOT_LOG", help="vLLM logs of the canary boot")
     parser.add_argument("--approved", required=True, metavar="BUNDLE", help="the approved evidence bundle")
-    parser.add_argument(
-        "--nvidia-smi",
-        action="append",
-        default=[],
-        metavar="CSV",
-        help="nvidia-smi --query-gpu (and --query-compute-apps) CSV taken after warm-up; repeat for both",
-    )
+    add_nvidia_smi_argument(parser, "taken after warm-up")
     parser.add_argument("--guard", type=size, help="guard per rank (default: the approval's, normally 0)")
-    parser.add_argument(
-        "--load",
-        nargs="+",
-        default=[],
-        metavar="LOG_OR_METRICS",
-        help="load-test server logs and /metrics snapshots of the canary",
-    )
-    add_load_policy_arguments(parser)
+    add_load_arguments(parser, "load-test server logs and /metrics snapshots of the canary")
     parser.add_argument(
         "--json",
         action="store_true",

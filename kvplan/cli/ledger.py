@@ -5,7 +5,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from kvplan.cli.arguments import add_nvidia_smi_argument
 from kvplan.cli.errors import EXIT_OK, CliError
+from kvplan.cli.help import add_command
 from kvplan.cli.output import format_table, print_json, print_warnings, reader_warnings_into
 from kvplan.units import format_size
 
@@ -39,20 +41,16 @@ ROOMS_TABLE = [
 
 def add_ledger(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan ledger``."""
-    parser = sub.add_parser(
+    parser = add_command(
+        sub,
         "ledger",
-        help="read vLLM startup logs into the per-rank ledger (one row per boot × rank)",
-        description="Every boot and rank in the logs with its memory ledger, room and outcome. "
-        "Example: kvplan ledger data/boots/four-rank/*.log --json",
+        "read vLLM startup logs into the per-rank ledger (one row per boot × rank)",
+        "Every boot and rank in the logs with its memory ledger, room and outcome.",
+        ["kvplan ledger data/boots/four-rank/*.log --json"],
     )
     parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
-    parser.add_argument(
-        "--nvidia-smi",
-        action="append",
-        default=[],
-        metavar="CSV",
-        help="nvidia-smi --query-gpu (and --query-compute-apps) CSV of the same boot: joins "
-        "gpu_name, driver_version and other_process_bytes; repeat for both",
+    add_nvidia_smi_argument(
+        parser, "of the same boot: joins gpu_name, driver_version and other_process_bytes"
     )
     parser.add_argument(
         "--rooms",

@@ -1,5 +1,9 @@
 """The one decision pipeline: :func:`decide` turns evidence and policy into one frozen :class:`Decision`.
 
+The steps that read logs (and pandas with them) are imported on first use: ``kvplan.plan.decide``
+imports :mod:`kvplan.plan.decision` when first asked for, while the policy types, :class:`Decision`
+and :func:`decide_rooms` (rooms given by hand, the rule :func:`decide` applies to them) import neither.
+
 >>> from kvplan.plan import Policy, decide, given_rooms
 >>> GiB = 2**30
 >>> rooms = [int(gib * GiB) for gib in (18.8, 17.6, 12.9, 16.4)]
@@ -7,22 +11,62 @@
 2
 """
 
-from kvplan.plan.decision import Decision, decide, layout_spec, model_check
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING
+
 from kvplan.plan.inputs import LoadPolicy, ModelLayout, Plan, Policy
-from kvplan.plan.load_evidence import gate_load, load_section, profiled_tokens, read_named_load
-from kvplan.plan.reading import (
-    STARTUP_LINES,
-    Evidence,
-    InputFileError,
-    given_rooms,
-    read_evidence,
-    renamed,
-    require_boot,
-    require_files,
-)
-from kvplan.plan.reference import boot_free_bytes, reference_free_bytes
+from kvplan.plan.record import Decision
+from kvplan.plan.rooms import GIVEN, decide_rooms
+
+if TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from kvplan.plan.decision import decide, layout_spec, model_check
+    from kvplan.plan.load_evidence import gate_load, load_section, profiled_tokens, read_named_load
+    from kvplan.plan.reading import (
+        STARTUP_LINES,
+        Evidence,
+        InputFileError,
+        given_rooms,
+        read_evidence,
+        renamed,
+        require_boot,
+        require_files,
+    )
+    from kvplan.plan.reference import boot_free_bytes, reference_free_bytes
+
+#: The module of :mod:`kvplan.plan` each name is imported from on first use.
+_LAZY = {
+    **dict.fromkeys(("decide", "layout_spec", "model_check"), "decision"),
+    **dict.fromkeys(("gate_load", "load_section", "profiled_tokens", "read_named_load"), "load_evidence"),
+    **dict.fromkeys(
+        (
+            "STARTUP_LINES",
+            "Evidence",
+            "InputFileError",
+            "given_rooms",
+            "read_evidence",
+            "renamed",
+            "require_boot",
+            "require_files",
+        ),
+        "reading",
+    ),
+    **dict.fromkeys(("boot_free_bytes", "reference_free_bytes"), "reference"),
+}
+
+
+def __getattr__(name: str) -> object:
+    """The pipeline's names that read logs, imported when first asked for."""
+    if name not in _LAZY:
+        raise AttributeError(f"module 'kvplan.plan' has no attribute {name!r}")
+    value = getattr(import_module(f"kvplan.plan.{_LAZY[name]}"), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
+    "GIVEN",
     "STARTUP_LINES",
     "Decision",
     "Evidence",
@@ -33,6 +77,7 @@ __all__ = [
     "Policy",
     "boot_free_bytes",
     "decide",
+    "decide_rooms",
     "gate_load",
     "given_rooms",
     "layout_spec",

@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from kvplan.budget import Budget, uniform_budget
+from kvplan.budget import Budget
 from kvplan.gate import check_outcomes, check_ranks_present
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
@@ -33,50 +32,14 @@ from kvplan.plan.admission import admission_plan, capacity_rows, planned_lengths
 from kvplan.plan.inputs import LoadPolicy, ModelLayout, Plan, Policy
 from kvplan.plan.load_evidence import load_section, profiled_tokens, read_named_load
 from kvplan.plan.reading import Evidence, read_evidence
+from kvplan.plan.record import Decision
 from kvplan.plan.reference import reference_free_bytes
+from kvplan.plan.rooms import decide_rooms
 from kvplan.releases import version_tuple
 from kvplan.units import format_size
 from kvplan.verdict import Check
 
 MODEL_CHECK = "model config matches the logs"
-
-
-@dataclass(frozen=True)
-class Decision:
-    """Everything a decision computes from its evidence and policy (all sizes in bytes).
-
-    ``rooms`` is :func:`kvplan.ledger.room_per_rank` (per rank: room, its source, the worst boot and
-    the spread; None for rooms given by hand); ``ref_free_bytes`` and ``room_sources`` follow
-    ``budget.ranks``; ``capacity`` holds the rows at the planned lengths and ``capacity_at_max_len``
-    the full :class:`~kvplan.kvspec.KVCapacity` at ``max_model_len``; ``cross_check`` the per-boot
-    rows of the model check. ``warnings`` are the readers' (a bundle records them); ``notes`` what the
-    decision itself has to say (rooms of different evidence, ranks assumed uniform, an old release,
-    a model config that disagrees with the logs).
-    """
-
-    ledger: pd.DataFrame
-    provenance: pd.DataFrame
-    warnings: tuple[str, ...]
-    budget: Budget
-    compatibility_key: dict
-    ref_free_bytes: tuple[int | None, ...]
-    room_sources: tuple[str | None, ...]
-    spec: KVSpec | None
-    capacity: tuple[dict, ...] | None
-    plan: dict | None
-    checks: tuple[Check, ...]
-    load: dict | None = None
-    rooms: pd.DataFrame | None = None
-    max_model_len: int | None = None
-    capacity_at_max_len: object | None = None
-    cross_check: pd.DataFrame | None = None
-    cross_check_verdict: str | None = None
-    notes: tuple[str, ...] = ()
-
-    @property
-    def uniform_budget_bytes(self) -> int:
-        """The value every rank gets: ``--kv-cache-memory-bytes`` [bytes]."""
-        return self.budget.uniform_budget_bytes
 
 
 def layout_spec(layout: ModelLayout, key: dict) -> KVSpec:
@@ -136,9 +99,8 @@ def decide(
     notes: list[str] = []
     rooms = None
     if evidence.rooms is not None:
-        budget = uniform_budget(list(evidence.rooms), policy.reserve_bytes, block_bytes=block)
-        ref_free: tuple[int | None, ...] = (None,) * len(budget.ranks)
-        sources: tuple[str | None, ...] = ("given",) * len(budget.ranks)
+        given = decide_rooms(evidence.rooms, policy, block)
+        budget, ref_free, sources = given.budget, given.ref_free_bytes, given.room_sources
     else:
         refuse_failed_boots(ledger, evidence.lines)
         rooms = room_per_rank(ledger, assume_uniform=policy.assume_uniform, lines=evidence.lines, notes=notes)

@@ -1,0 +1,61 @@
+"""The record of one decision: :class:`Decision`, what :func:`kvplan.plan.decide` returns.
+
+It imports neither pandas nor the model code, so that a decision from rooms given by hand
+(:func:`kvplan.plan.decide_rooms`, ``kvplan budget --room``) starts fast.
+
+>>> from kvplan.plan import Policy, decide_rooms
+>>> decide_rooms([13 * 2**30, 14 * 2**30], Policy(2**30)).uniform_budget_bytes == 12 * 2**30
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from kvplan.budget import Budget
+from kvplan.verdict import Check
+
+if TYPE_CHECKING:  # for the annotations only
+    import pandas as pd
+
+    from kvplan.kvspec import KVSpec
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Everything a decision computes from its evidence and policy (all sizes in bytes).
+
+    ``rooms`` is :func:`kvplan.ledger.room_per_rank` (per rank: room, its source, the worst boot and
+    the spread; None for rooms given by hand); ``ref_free_bytes`` and ``room_sources`` follow
+    ``budget.ranks``; ``capacity`` holds the rows at the planned lengths and ``capacity_at_max_len``
+    the full :class:`~kvplan.kvspec.KVCapacity` at ``max_model_len``; ``cross_check`` the per-boot
+    rows of the model check. ``warnings`` are the readers' (a bundle records them); ``notes`` what the
+    decision itself has to say (rooms of different evidence, ranks assumed uniform, an old release,
+    a model config that disagrees with the logs). ``ledger`` and ``provenance`` are None when no logs
+    were read (:func:`kvplan.plan.decide_rooms`).
+    """
+
+    ledger: pd.DataFrame | None
+    provenance: pd.DataFrame | None
+    warnings: tuple[str, ...]
+    budget: Budget
+    compatibility_key: dict
+    ref_free_bytes: tuple[int | None, ...]
+    room_sources: tuple[str | None, ...]
+    spec: KVSpec | None
+    capacity: tuple[dict, ...] | None
+    plan: dict | None
+    checks: tuple[Check, ...]
+    load: dict | None = None
+    rooms: pd.DataFrame | None = None
+    max_model_len: int | None = None
+    capacity_at_max_len: object | None = None
+    cross_check: pd.DataFrame | None = None
+    cross_check_verdict: str | None = None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def uniform_budget_bytes(self) -> int:
+        """The value every rank gets: ``--kv-cache-memory-bytes`` [bytes]."""
+        return self.budget.uniform_budget_bytes

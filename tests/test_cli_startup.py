@@ -1,0 +1,84 @@
+"""The light commands start without pandas, matplotlib or the evidence machinery (issue 15, start-up)."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+HEAVY = ("pandas", "numpy", "matplotlib", "kvplan.evidence", "kvplan.plan.decision", "kvplan.ledger")
+
+#: Run one command in a fresh interpreter and print which heavy modules it left in ``sys.modules``.
+PROBE = (
+    "import json, sys\n"
+    "from kvplan.cli import main\n"
+    "status = main(sys.argv[1:])\n"
+    f"print(json.dumps([status, [name for name in {HEAVY!r} if name in sys.modules]]))\n"
+)
+
+
+def _heavy_modules(*argv: str) -> list:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE, *argv], capture_output=True, text=True, env=env, cwd=ROOT, check=True
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["budget", "--room", "18.8GiB,17.6GiB,12.9GiB,16.4GiB", "--reserve", "0.9GiB"],
+        ["budget", "--room", "18.8GiB,17.6GiB,12.9GiB,16.4GiB", "--reserve", "0.9GiB", "--json"],
+        ["capacity", "--kv-bytes", "12GiB", "--bytes-per-token", "256KiB", "--max-model-len", "8192"],
+        [
+            "drift",
+            "--ref-free",
+            "42GiB",
+            "--ref-budget",
+            "30GiB",
+            "--boot-free",
+            "40.75GiB",
+            "--guard",
+            "0.5GiB",
+        ],
+    ],
+    ids=["budget --room", "budget --room --json", "capacity", "drift"],
+)
+def test_light_command_imports_no_pandas(argv):
+    status, heavy = _heavy_modules(*argv)
+    assert status == 0
+    assert heavy == []
+
+
+def test_budget_room_gives_the_pipelines_answer_without_pandas(capsys):
+    # the same four-rank example through kvplan.plan.decide (pandas) and decide_rooms (none): one answer
+    from kvplan.cli import main
+    from kvplan.plan import Policy, decide, given_rooms
+    from kvplan.units import parse_size
+
+    assert main(["budget", "--room", "18.8GiB,17.6GiB,12.9GiB,16.4GiB", "--reserve", "0.9GiB", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    rooms = [parse_size(f"{gib}GiB") for gib in ("18.8", "17.6", "12.9", "16.4")]
+    decision = decide(given_rooms(rooms), Policy(parse_size("0.9GiB")))
+    expected = decision.budget.to_dict()
+    for rank, source in zip(expected["ranks"], decision.room_sources):
+        rank["room_source"] = source
+    assert printed == {**expected, "warnings": []}
+
+
+def test_help_and_version_import_no_pandas():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for flag in ("--help", "--version"):
+        code = (
+            "import sys\nfrom kvplan.cli import main\n"
+            "try:\n    main([sys.argv[1]])\nexcept SystemExit:\n    pass\n"
+            f"print([name for name in {HEAVY!r} if name in sys.modules])"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code, flag], capture_output=True, text=True, env=env, check=True
+        )
+        assert done.stdout.splitlines()[-1] == "[]", flag
