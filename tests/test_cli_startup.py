@@ -29,27 +29,16 @@ def _heavy_modules(*argv: str) -> list:
 
 
 @pytest.mark.parametrize(
-    "argv",
+    "command",
     [
-        ["budget", "--room", "18.8GiB,17.6GiB,12.9GiB,16.4GiB", "--reserve", "0.9GiB"],
-        ["budget", "--room", "18.8GiB,17.6GiB,12.9GiB,16.4GiB", "--reserve", "0.9GiB", "--json"],
-        ["capacity", "--kv-bytes", "12GiB", "--bytes-per-token", "256KiB", "--max-model-len", "8192"],
-        [
-            "drift",
-            "--ref-free",
-            "42GiB",
-            "--ref-budget",
-            "30GiB",
-            "--boot-free",
-            "40.75GiB",
-            "--guard",
-            "0.5GiB",
-        ],
+        "budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB",
+        "budget --room 13.1GiB,20GiB --reserve 1GiB --block-bytes 4MiB --json",
+        "capacity --kv-bytes 12GiB --bytes-per-token 256KiB --max-model-len 8192 --block-size 32 --json",
+        "drift --ref-free 42GiB,42GiB --ref-budget 30GiB --boot-free 41.8GiB,40.6GiB --guard 0.5GiB --json",
     ],
-    ids=["budget --room", "budget --room --json", "capacity", "drift"],
 )
-def test_light_command_imports_no_pandas(argv):
-    status, heavy = _heavy_modules(*argv)
+def test_light_command_imports_no_pandas(command):
+    status, heavy = _heavy_modules(*command.split())
     assert status == 0
     assert heavy == []
 

@@ -11,14 +11,8 @@ import argparse
 import sys
 
 from kvplan.cli.help import add_command
-from kvplan.units import format_size, parse_size
-
-
-def _size(text: str) -> int:
-    try:
-        return parse_size(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
+from kvplan.cli.sizes import size as _size
+from kvplan.units import format_size
 
 
 def _labels(text: str) -> tuple[str, ...]:
