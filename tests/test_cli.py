@@ -302,7 +302,7 @@ def test_approve_takes_the_tp_from_the_logs_and_records_the_catalogue_model_by_r
     assert data["decision"]["flag"] == "--kv-cache-memory-bytes=12884377600"
     record = json.loads((tmp_path / Path(data["bundle"]).name / "budget.json").read_text())
     assert [entry["path"] for entry in record["inputs"]] == [
-        "data/boots/four-rank/boot.log", "data/models/llama-3.1-70b.json"]
+        "data/boots/four-rank/boot.log", "kvplan/models/llama-3.1-70b.json"]
 
 
 def test_approve_beside_a_budget_json_that_is_not_a_bundle(capsys, tmp_path, monkeypatch):

@@ -1,6 +1,7 @@
 """Read a Hugging Face ``config.json`` from disk, by path or by name in the bundled catalogue.
 
-The catalogue is ``data/models/<name>.json`` (see ``data/models/README.md``). Nothing here touches
+The catalogue is ``kvplan/models/<name>.json``, package data installed with kvplan (see
+``kvplan/models/README.md``). Nothing here touches
 the network: a name that is neither a file nor a catalogue entry is an error that lists the names
 the catalogue has.
 """
@@ -47,7 +48,7 @@ def resolve_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR
 
 def _relative_to_cwd(path: Path) -> Path:
     """``path`` relative to the working directory when it lies below it (so an evidence bundle records
-    ``data/models/x.json``, not the checkout's absolute path), else unchanged."""
+    ``kvplan/models/x.json``, not the checkout's absolute path), else unchanged."""
     try:
         return path.resolve().relative_to(Path.cwd().resolve())
     except ValueError:
