@@ -563,7 +563,7 @@ def _catalogue_entry(model: str) -> dict:
         config = read_model_config(name)
         if config["_source"]["model"] == model:
             return config
-    raise AssertionError(f"{model} is not in the catalogue (kvplan/models): add its config to check this boot")
+    raise AssertionError(f"{model} is not in the catalogue (kvplan/models): add its config to check it")
 
 
 @pytest.mark.parametrize("log", sorted(BOOTS_DIR.glob("*/*.log")), ids=lambda p: f"{p.parent.name}/{p.name}")
