@@ -186,28 +186,40 @@ def room_per_rank(
     frame = ledger.assign(source=ledger.get("source", "the ledger"), boot=ledger.get("boot", 0))
     ranks_seen = sorted({int(rank) for rank in frame["rank"].dropna()})
     expected = list(range(world)) if world is not None else ranks_seen
-    room_known = frame["room_bytes"].notna() if "room_bytes" in frame else pd.Series(False, index=frame.index)
+    cells = {name: _cells(frame, name) for name in ("source", "boot", "rank", "room_bytes", "room_source",
+                                                     "init_free_bytes")}
+    boots: dict[tuple, list[int]] = {}  # (source, boot) → row positions, in order of first appearance
+    for position, pair in enumerate(zip(cells["source"], cells["boot"])):
+        if None not in pair:
+            boots.setdefault(pair, []).append(position)
     observations: dict[int, list[dict]] = {}
     manual_boots = []
-    for (source, boot), rows in frame.groupby(["source", "boot"], sort=False):
-        with_room = rows[room_known[rows.index]]
-        if with_room.empty:
-            manual_boots.append(_roomless_boot(lines, source, boot, rows, notes))
+    for (source, boot), positions in boots.items():
+        own: dict[int, dict] = {}
+        free: dict[int, int] = {}
+        for position in positions:
+            rank, room = cells["rank"][position], cells["room_bytes"][position]
+            initial = cells["init_free_bytes"][position]
+            if rank is not None and initial is not None:
+                free[int(rank)] = min(free.get(int(rank), initial), initial)
+            if room is not None and rank is not None:
+                own[int(rank)] = {"room_bytes": int(room), "room_source": cells["room_source"][position]}
+        if not own:
+            manual_boots.append(_roomless_boot(lines, source, boot, frame.iloc[positions], notes))
             continue
-        own = {int(row["rank"]): row for _, row in with_room.iterrows()}
         lacking = [rank for rank in expected if rank not in own]
         if lacking and not assume_uniform:
+            rows = frame.iloc[positions]
             raise LedgerError(_lacking_message(lines, key, world, source, boot, rows, own, lacking))
-        lowest = min(own.values(), key=lambda row: int(row["room_bytes"]))
+        lowest = min(own.values(), key=lambda row: row["room_bytes"])
         for rank in expected:
             row = own.get(rank, lowest)
-            free = rows.loc[rows["rank"] == rank, "init_free_bytes"] if "init_free_bytes" in rows else None
             observations.setdefault(rank, []).append({
-                "room_bytes": int(row["room_bytes"]),
-                "room_source": plain_value(row.get("room_source")) if rank in own else "assumed_uniform",
-                "init_free_bytes": plain_value(free.dropna().min()) if free is not None else None,
-                "source": plain_value(source),
-                "boot": plain_value(boot),
+                "room_bytes": row["room_bytes"],
+                "room_source": row["room_source"] if rank in own else "assumed_uniform",
+                "init_free_bytes": free.get(rank),
+                "source": source,
+                "boot": boot,
                 "own": rank in own,
             })
     if not observations:
@@ -233,6 +245,15 @@ def room_per_rank(
     ):
         result[column] = result[column].astype("Int64")
     return result
+
+
+def _cells(frame: pd.DataFrame, column: str) -> list:
+    """A column's cells as plain Python values (None when missing), or Nones when there is no column."""
+    if column not in frame:
+        return [None] * len(frame)
+    series = frame[column]
+    return [None if missing else value.item() if hasattr(value, "item") else value
+            for value, missing in zip(series.tolist(), series.isna().tolist())]
 
 
 def _record(items: list[dict]) -> dict:

@@ -73,21 +73,33 @@ class RawLines:
 
     def line(self, source: str, offset: int) -> str:
         """The line of ``source`` that starts at byte ``offset``, decoded, without its line end."""
+        return self.lines(source, [offset])[offset]
+
+    def lines(self, source: str, offsets: Iterable[int]) -> dict[int, str]:
+        """``offset → line`` for the lines of ``source`` starting at ``offsets`` (the file opened once)."""
         where, end = self.files.get(source, (None, b"\n"))
+        wanted = sorted(set(offsets))
         if where is None:
-            return ""
+            return dict.fromkeys(wanted, "")
         if isinstance(where, (bytes, bytearray)):
-            stop = where.find(end, offset)
-            data = bytes(where[offset : stop if stop != -1 else len(where)])
+            found = {}
+            for offset in wanted:
+                stop = where.find(end, offset)
+                found[offset] = bytes(where[offset : stop if stop != -1 else len(where)])
         else:
             with open(where, "rb") as stream:
-                stream.seek(offset)
-                data = _read_to(stream, end)
-        return data.decode("utf-8", "replace")
+                found = {}
+                for offset in wanted:
+                    stream.seek(offset)
+                    found[offset] = _read_to(stream, end)
+        return {offset: data.decode("utf-8", "replace") for offset, data in found.items()}
 
 
-def _read_to(stream, end: bytes, block: int = 1 << 16) -> bytes:
+def _read_to(stream, end: bytes, block: int = 4096) -> bytes:
     """Bytes from the stream's position up to (without) ``end`` or the end of the file."""
+    if end == b"\n":
+        data = stream.readline()
+        return data[:-1] if data.endswith(b"\n") else data
     parts = []
     while True:
         data = stream.read(block)
@@ -120,8 +132,13 @@ class ReadMetadata:
     @cached_property
     def provenance(self) -> pd.DataFrame:
         """One row per value: source, line, boot, rank, column, value and the raw line as logged."""
+        offsets: dict[str, list[int]] = {}
+        for row in self.provenance_rows:
+            if isinstance(row[6], int):
+                offsets.setdefault(row[0], []).append(row[6])
+        text = {source: self.raw_lines.lines(source, found) for source, found in offsets.items()}
         rows = [
-            (*row[:6], self.raw_lines.line(row[0], row[6]) if isinstance(row[6], int) else row[6])
+            (*row[:6], text[row[0]][row[6]] if isinstance(row[6], int) else row[6])
             for row in self.provenance_rows
         ]
         frame = pd.DataFrame(rows, columns=PROVENANCE_COLUMNS)
