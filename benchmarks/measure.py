@@ -11,12 +11,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from pathlib import Path
+
+#: The standard error of the last :func:`run_once` (one item).
+LAST_STDERR: list[bytes] = [b""]
 
 _WRAPPER = (
     "import resource, subprocess, sys, time\n"
-    "out = open(sys.argv[1], 'wb')\n"
+    "out, err = open(sys.argv[1], 'wb'), open(sys.argv[1] + '.err', 'wb')\n"
     "t = time.perf_counter()\n"
-    "code = subprocess.run(sys.argv[2:], stdout=out, stderr=subprocess.DEVNULL).returncode\n"
+    "code = subprocess.run(sys.argv[2:], stdout=out, stderr=err).returncode\n"
     "dt = time.perf_counter() - t\n"
     "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
     "print(dt, rss, code)\n"
@@ -24,13 +28,17 @@ _WRAPPER = (
 
 
 def run_once(command: list[str]) -> tuple[float, int, int, bytes]:
-    """Wall seconds, peak RSS [bytes], exit code and standard output of one run of ``command``."""
+    """Wall seconds, peak RSS [bytes], exit code and standard output of one run of ``command``;
+    its standard error is kept in :data:`LAST_STDERR`."""
     with tempfile.NamedTemporaryFile(prefix="kvplan-bench-out-", dir="/tmp") as out:
         line = subprocess.run(
             [sys.executable, "-c", _WRAPPER, out.name, *command], capture_output=True, text=True, check=True
         ).stdout
         seconds, rss, code = line.split()
-        return float(seconds), int(rss), int(code), open(out.name, "rb").read()
+        err = Path(out.name + ".err")
+        LAST_STDERR[:] = [err.read_bytes()]
+        err.unlink()
+        return float(seconds), int(rss), int(code), Path(out.name).read_bytes()
 
 
 def run_median(command: list[str], repeat: int = 3) -> tuple[float, int, int, bytes]:

@@ -365,20 +365,35 @@ FAMILIES += [
 ]
 
 
+#: Each distinct trigger with the positions (in :data:`FAMILIES` order) of the families it gates.
+_BY_TRIGGER: dict[str, list[int]] = {}
+for _position, (_family, _trigger, *_rest) in enumerate(FAMILIES):
+    _BY_TRIGGER.setdefault(_trigger, []).append(_position)
+_TRIGGERS = tuple(_BY_TRIGGER.items())
+
+
 def read_message(message: str) -> list[Fact]:
     """The facts in one log message, one per line family that matches.
 
-    Outcome families stop at the first match, so one error line is one error.
+    The distinct triggers are checked once each; only the families of the triggers present are
+    tried, in table order. Outcome families stop at the first match, so one error line is one error.
 
     >>> [(f.family, f.values) for f in read_message("Available KV cache memory: 12.5 GiB")]
     [('available_kv', {'available_kv_bytes': 13421772800})]
     >>> read_message("Loading safetensors checkpoint shards: 100% Completed")
     []
     """
+    candidates = [position for trigger, positions in _TRIGGERS if trigger in message
+                  for position in positions]
+    if not candidates:
+        return []
+    if len(candidates) > 1:
+        candidates.sort()
     facts = []
     seen_outcome = False
-    for family, trigger, pattern, scope, handler in FAMILIES:
-        if trigger not in message or (scope == "outcome" and seen_outcome):
+    for position in candidates:
+        family, _trigger, pattern, scope, handler = FAMILIES[position]
+        if scope == "outcome" and seen_outcome:
             continue
         match = pattern.search(message)
         if match is None:

@@ -132,9 +132,14 @@ def strip_bare_colour(segment: str) -> str:
 
 
 def _segment_records(segment: str) -> list[Record]:
+    prefixes = list(_PREFIX_RE.finditer(segment))
+    headers = list(_HEADER_RE.finditer(segment))
+    single = _single_record(segment, prefixes, headers)
+    if single is not None:
+        return single
     starts = sorted(
-        [(m.start(), m.end(), "prefix", m) for m in _PREFIX_RE.finditer(segment)]
-        + [(m.start(), m.end(), "header", m) for m in _HEADER_RE.finditer(segment)]
+        [(m.start(), m.end(), "prefix", m) for m in prefixes]
+        + [(m.start(), m.end(), "header", m) for m in headers]
     )
     records: list[Record] = []
     if not starts:
@@ -158,6 +163,24 @@ def _segment_records(segment: str) -> list[Record]:
         stop = starts[index][0] if index < len(starts) else len(segment)
         message = segment[end:stop].strip()
         records.append(_record(message, prefixes, level))
+    return records
+
+
+def _single_record(segment: str, prefixes: list[re.Match], headers: list[re.Match]) -> list[Record] | None:
+    """The records of the common segment, one record with at most one prefix right before one header
+    (or a prefix alone), as the general walk in :func:`_segment_records` reads it; None otherwise."""
+    if len(prefixes) > 1 or len(headers) > 1 or not (prefixes or headers):
+        return None
+    if headers:
+        header = headers[0]
+        if prefixes and not prefixes[0].start() < header.start() <= prefixes[0].end() + 1:
+            return None
+        first, end, level = (prefixes or headers)[0].start(), header.end(), header.group(0).split(" ", 1)[0]
+    else:
+        first, end, level = prefixes[0].start(), prefixes[0].end(), None
+    head = segment[:first].strip()
+    records = [Record(head)] if head and not _is_external_stamp(head) else []
+    records.append(_record(segment[end:].strip(), prefixes, level))
     return records
 
 

@@ -6,6 +6,7 @@ time and memory.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
@@ -122,7 +123,7 @@ def _scan(body: bytes | memoryview, base: int, offset: int) -> tuple[list[tuple[
     for index in np.unique(np.searchsorted(newlines, hits)).tolist():
         start = int(newlines[index - 1]) + 1 if index else 0
         line = bytes(body[start : int(newlines[index])])
-        if any(anchor in line for anchor in ANCHORS):
+        if _ANCHOR_RE.search(line):
             found.append((base + index + 1, offset + start, line))
     return found, len(newlines)
 
@@ -136,6 +137,8 @@ def _pair_table() -> np.ndarray:
 
 
 _PAIR_TABLE = _pair_table()
+#: Any anchor, as one pattern: one C-level search per line that holds a signature pair.
+_ANCHOR_RE = re.compile(b"|".join(re.escape(anchor) for anchor in ANCHORS))
 
 
 class Prepend:

@@ -6,20 +6,45 @@ vLLM prints GiB (and, in old releases, "GB" or "MB" meaning GiB and MiB).
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Collection
 
-from kvplan.units import parse_size
+from kvplan.units import MAX_SIZE_BYTES, parse_size
+
+#: Bytes per unit as vLLM prints them: "GB"/"Gib" meant GiB, "MB" meant MiB.
+_UNIT_BYTES = {"GiB": 2**30, "GB": 2**30, "Gib": 2**30, "MiB": 2**20, "MB": 2**20}
+_DECIMAL_RE = re.compile(r"(-?)(\d+)(?:\.(\d+))?")
 
 
+@functools.lru_cache(maxsize=8192)
 def gib_bytes(text: str, unit: str = "GiB") -> int:
     """Bytes in a number vLLM printed in GiB; "GB"/"Gib" meant GiB, "MB" meant MiB.
+
+    Exact integer arithmetic, rounded half to even to the nearest byte as
+    :func:`kvplan.units.parse_size` rounds (which reads anything but a plain decimal, and refuses
+    sizes beyond its range); the line families' ``NUM`` only captures plain decimals.
 
     >>> gib_bytes("10.2"), gib_bytes("-9.96"), gib_bytes("14.9864", "GB"), gib_bytes("512", "MB")
     (10952166605, -10694468567, 16091524471, 536870912)
     """
-    binary = {"GiB": "GiB", "GB": "GiB", "Gib": "GiB", "MiB": "MiB", "MB": "MiB"}[unit]
-    return parse_size(f"{text}{binary}")
+    factor = _UNIT_BYTES[unit]
+    match = _DECIMAL_RE.fullmatch(text)
+    if match is None:
+        return parse_size(f"{text}{'GiB' if factor == 2**30 else 'MiB'}")
+    sign, whole, fraction = match.groups()
+    scale = 10 ** len(fraction or "")
+    quotient, remainder = divmod(int(f"{sign}{whole}{fraction or ''}") * factor, scale)
+    if 2 * remainder > scale or (2 * remainder == scale and quotient % 2):
+        quotient += 1
+    if abs(quotient) > MAX_SIZE_BYTES:
+        return parse_size(f"{text}{'GiB' if factor == 2**30 else 'MiB'}")  # refuses it, naming the size
+    return quotient
+
+
+_CONSTANTS = {"None": None, "True": True, "False": False}
+_INT_RE = re.compile(r"-?(?:0|[1-9]\d*)")
+_FLOAT_RE = re.compile(r"-?\d+\.\d+")
 
 
 def literal_value(text: str) -> object:
@@ -27,11 +52,25 @@ def literal_value(text: str) -> object:
 
     Anything else (``torch.bfloat16``, ``auto``, ``{...}``) stays text.
 
+    Plain numbers, simple quoted strings and the constants are read directly; the rest by
+    :func:`ast.literal_eval`, so each gives what Python would.
+
     >>> literal_value("32768"), literal_value("'fp8'"), literal_value("None"), literal_value("torch.bfloat16")
     (32768, 'fp8', None, 'torch.bfloat16')
+    >>> literal_value("0.90"), literal_value("007"), literal_value("'a\\\\'b'"), literal_value("[1, 2]")
+    (0.9, '007', "a'b", [1, 2])
     """
     text = text.strip()
-    try:
+    if text in _CONSTANTS:
+        return _CONSTANTS[text]
+    if _INT_RE.fullmatch(text):
+        return int(text)
+    if _FLOAT_RE.fullmatch(text):
+        return float(text)
+    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"" and "\\" not in text \
+            and text[0] not in text[1:-1]:
+        return text[1:-1]
+    try:  # anything else Python would read (escapes, containers, underscores)
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         return text
