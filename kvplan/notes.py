@@ -76,32 +76,39 @@ def as_note(text: str) -> Note:
 
 
 def aggregate_notes(notes: Iterable[str]) -> list[Note]:
-    """Notes in first-seen order, each kind (code, file, text without the line) folded into one.
+    """Notes in first-seen order, each kind (code and file) folded into one.
 
-    Notes without a code, and distinct texts, are kept as they are (one occurrence prints unchanged);
-    a note repeated ``n > 1`` times becomes ``"FILE: TEXT: n times, first at lines L1, L2, L3"``.
-    Exact duplicates without a code are printed once.
+    Notes without a code are kept as they are (one occurrence prints unchanged); a kind seen
+    ``n > 1`` times becomes ``"FILE: TEXT: n times, first at lines L1, L2, L3"``, TEXT the first
+    note's text without its place (marked "the first shown" when the texts differ, e.g. in the boot
+    or the pids they name). Exact duplicates without a code are printed once.
 
     >>> notes = [Note("boot restarted", code="restart", file="a.log", line=n) for n in (5, 9, 12, 40)]
     >>> [str(note) for note in aggregate_notes([*notes, "plain", "plain"])]
     ['a.log: boot restarted: 4 times, first at lines 5, 9, 12', 'plain']
+    >>> boots = [Note(f"a.log:{n}: boot {n}: rank 1 shows no room", code="no-room", file="a.log", line=n)
+    ...          for n in (3, 8)]
+    >>> [str(note) for note in aggregate_notes(boots)]
+    ['a.log: boot 3: rank 1 shows no room: 2 times (the first shown), first at lines 3, 8']
     """
     groups: dict[tuple, list[Note]] = {}
     for text in notes:
         note = as_note(text)
-        key = (note.code, note.file, _without_place(note)) if note.code else ("", None, str(note))
+        key = (note.code, note.file) if note.code else ("", str(note))
         groups.setdefault(key, []).append(note)
     folded = []
-    for (code, file, text), members in groups.items():
+    for (code, file), members in groups.items():
         if len(members) == 1 or not code:
             folded.append(members[0])
             continue
+        varied = len({_without_place(member) for member in members}) > 1
         lines = tuple(sorted({line for member in members for line in member.lines}))
         count = sum(member.count for member in members)
         shown = ", ".join(str(line) for line in lines[:SHOWN_LINES])
         where = f", first at lines {shown}" if shown else ""
         prefix = f"{file}: " if file else ""
-        folded.append(Note(f"{prefix}{text}: {count:,} times{where}", code=code, file=file,
+        text = f"{_without_place(members[0])}: {count:,} times" + (" (the first shown)" if varied else "")
+        folded.append(Note(f"{prefix}{text}{where}", code=code, file=file,
                            line=lines[0] if lines else None, count=count, lines=lines[:SHOWN_LINES]))
     return folded
 

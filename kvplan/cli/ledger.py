@@ -79,6 +79,7 @@ def run_ledger(args: argparse.Namespace) -> int:
     from kvplan.io.nvidia_smi import join_snapshots
     from kvplan.io.vllm import read_vllm_logs
     from kvplan.ledger import plain_value, room_per_rank
+    from kvplan.notes import aggregate_notes
 
     if args.assume_uniform and not args.rooms:
         raise CliError("--assume-uniform applies to --rooms only")
@@ -103,7 +104,7 @@ def run_ledger(args: argparse.Namespace) -> int:
             {column: plain_value(value) for column, value in row.items()}
             for row in ledger.to_dict(orient="records")
         ]
-        data = {"rows": rows, "warnings": notes}
+        data = {"rows": rows, "warnings": [str(note) for note in aggregate_notes(notes)]}
         if rooms is not None:
             data["rooms"] = rooms
         return print_json(data)

@@ -66,8 +66,10 @@ def reader_warnings_into(notes: list[str]) -> Iterator[None]:
 
 
 def print_warnings(warnings: Sequence[str]) -> None:
-    """Print each warning as ``warning: …`` on stderr."""
-    for warning in warnings:
+    """Print each warning kind of each file once (:func:`kvplan.notes.aggregate_notes`) as ``warning: …``."""
+    from kvplan.notes import aggregate_notes
+
+    for warning in aggregate_notes(warnings):
         print(f"warning: {warning}", file=sys.stderr)
 
 
