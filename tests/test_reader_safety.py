@@ -1,0 +1,239 @@
+"""No wrong budget from any log: conflicting evidence about a rank, impossible values, failed boots.
+
+The rule (DESIGN.md "Safety rules", issue 11 items 1–5): when evidence about one rank conflicts (two
+values, two processes, two launches in one file) the reader takes the safe value (the lower room, the
+higher non-KV use) and says so with the lines, or refuses naming the lines; values outside physical
+bounds are refused with file and line in bounded time and memory.
+
+Boots are vLLM 0.26.0, TP=2, with each rank's room from its ``--kv-cache-memory`` suggestion
+(``gpu_worker.py`` ``compile_or_warm_up_model``): ``to_gpu = free − (weights + activation + non-torch
++ graphs) − 150 MiB`` (vllm-log-formats.md §5), computed here from the printed GiB values.
+"""
+
+# ruff: noqa: E501  (vLLM log lines are long; they are kept whole so each test shows the real line)
+
+import json
+import resource
+import subprocess
+import sys
+
+from kvplan.cli import main
+from kvplan.io import read_vllm_log
+from kvplan.units import MiB, parse_size
+from tests.conftest import TESTS_DATA_DIR
+from tests.fidelity_lines import engine_config, log, vllm_line
+
+V = "0.26.0"
+TOTAL = "79.19"
+
+
+def gib(text):
+    return parse_size(f"{text}GiB")
+
+
+def to_gpu(free, weights="15.27", activation="1.45", non_torch="0.43", graphs="0.49"):
+    """vLLM's "fully utilize" suggestion from the printed parts (bytes)."""
+    return gib(free) - (gib(weights) + gib(activation) + gib(non_torch) + gib(graphs)) - 150 * MiB
+
+
+def suggestion(free, total=TOTAL):
+    """The 0.11.0–0.26.0 suggestion message for a rank with ``free`` GiB free at startup."""
+    full = to_gpu(free)
+    return (
+        f"Free memory on device ({free}/{total} GiB) on startup. Desired GPU memory utilization is (0.9, 71.27 GiB). "
+        "Actual usage is 15.27 GiB for weight, 1.45 GiB for peak activation, 0.43 GiB for non-torch memory, and "
+        "0.49 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=50000000000` "
+        f"(46.57 GiB) to fit into requested memory, or `--kv-cache-memory={full}` ({round(full / 2**30, 2)} GiB) to "
+        "fully utilize gpu memory. Current kv cache memory in use is 46.0 GiB."
+    )
+
+
+def launch(free0, free1, model="Qwen/Qwen3-8B", engine=200, workers=(300, 301), tp=2):
+    """The lines of one TP=2 launch: engine config, both ranks' suggestions, KV size, completion."""
+    config = vllm_line(V, engine_config(V, model=model, tp=tp), "EngineCore", engine, where="core.py:139")
+    rank0 = vllm_line(V, suggestion(free0), "Worker_TP0", workers[0], where="gpu_worker.py:1066")
+    rank1 = vllm_line(V, suggestion(free1), "Worker_TP1", workers[1], where="gpu_worker.py:1066")
+    size = vllm_line(V, "GPU KV cache size: 400,000 tokens", "EngineCore", engine, where="kv_cache_utils.py:1147")
+    done = vllm_line(V, "init engine (profile, create kv cache, warmup model) took 41.20 seconds", "EngineCore", engine, where="core.py:412")
+    return [config, rank0, rank1, size, done]
+
+
+def budget(tmp_path, text, *extra, name="boot.log"):
+    path = tmp_path / name
+    path.write_text(text)
+    return main(["budget", str(path), "--reserve", "1GiB", "--json", *extra]), path
+
+
+def uniform(capsys, tmp_path, text):
+    code, _path = budget(tmp_path, text)
+    out = capsys.readouterr()
+    assert code == 0, out.err
+    return json.loads(out.out)
+
+
+def refusal(capsys, tmp_path, text, *argv):
+    path = tmp_path / "boot.log"
+    path.write_text(text)
+    code = main([*argv, str(path)] if argv else ["budget", str(path), "--reserve", "1GiB"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err
+    return errors[0], path
+
+
+# --- a rank's room printed twice, or by two processes (items 2 and 3) ----------------------------
+
+
+def test_one_launch_alone(capsys, tmp_path):
+    # rank 1 limits: to_gpu(70.0) − 1 GiB reserve
+    data = uniform(capsys, tmp_path, log(*launch("76.5", "70.0")))
+    assert data["uniform_budget_bytes"] == to_gpu("70.0") - gib("1")
+
+
+def test_a_rank_room_printed_twice_keeps_the_lower_and_says_so(capsys, tmp_path):
+    lines = launch("76.5", "66.0")
+    # rank 1 prints its suggestion again, higher (free 70.0): the first (lower) one must stay
+    lines.insert(3, vllm_line(V, suggestion("70.0"), "Worker_TP1", 301, where="gpu_worker.py:1066"))
+    data = uniform(capsys, tmp_path, log(*lines))
+    assert data["uniform_budget_bytes"] == to_gpu("66.0") - gib("1")
+    assert any("rank 1" in w and ":3" in w and ":4" in w for w in data["warnings"]), data["warnings"]
+
+
+def test_a_rank_room_printed_twice_lower_second_keeps_the_lower(capsys, tmp_path):
+    lines = launch("76.5", "70.0")
+    lines.insert(3, vllm_line(V, suggestion("66.0"), "Worker_TP1", 301, where="gpu_worker.py:1066"))
+    data = uniform(capsys, tmp_path, log(*lines))
+    assert data["uniform_budget_bytes"] == to_gpu("66.0") - gib("1")
+
+
+def test_a_second_process_claiming_a_rank_with_less_room_is_not_dropped(capsys, tmp_path):
+    lines = launch("76.5", "70.0")
+    lines.insert(3, vllm_line(V, suggestion("61.0"), "Worker_TP1", 302, where="gpu_worker.py:1066"))
+    data = uniform(capsys, tmp_path, log(*lines))
+    assert data["uniform_budget_bytes"] == to_gpu("61.0") - gib("1")
+    assert any("301" in w and "302" in w for w in data["warnings"]), data["warnings"]
+
+
+# --- two launches in one file (item 1) ------------------------------------------------------------
+
+
+def interleave(first, second):
+    return [line for pair in zip(first, second) for line in pair]
+
+
+def test_two_launches_interleaved_give_no_more_than_the_weaker(capsys, tmp_path):
+    # replica A allows to_gpu(70.0), replica B to_gpu(61.0) on rank 1: the file's budget is B's or less
+    text = log(*interleave(launch("76.5", "70.0"), launch("76.0", "61.0", engine=210, workers=(310, 311))))
+    data = uniform(capsys, tmp_path, text)
+    assert data["uniform_budget_bytes"] <= to_gpu("61.0") - gib("1")
+
+
+def test_two_containers_with_the_same_pids_interleaved(capsys, tmp_path):
+    text = log(*interleave(launch("76.5", "70.0"), launch("76.0", "61.0")))
+    data = uniform(capsys, tmp_path, text)
+    assert data["uniform_budget_bytes"] <= to_gpu("61.0") - gib("1")
+
+
+def test_two_models_interleaved_are_refused_naming_both(capsys, tmp_path):
+    text = log(*interleave(launch("76.5", "70.0"), launch("76.0", "61.0", model="meta-llama/Llama-3.1-8B", engine=210, workers=(310, 311))))
+    error, path = refusal(capsys, tmp_path, text)
+    assert "Qwen/Qwen3-8B" in error and "meta-llama/Llama-3.1-8B" in error
+    assert f"{path}:1" in error and f"{path}:2" in error
+
+
+def test_the_sample_of_two_launches(capsys):
+    # tests/data/fidelity-two-launches.log: two replicas of one model writing into one file; replica B's
+    # rank 1 (free 61.0 GiB) bounds the launch
+    path = TESTS_DATA_DIR / "fidelity-two-launches.log"
+    assert main(["budget", str(path), "--reserve", "1GiB", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["uniform_budget_bytes"] <= to_gpu("61.0") - gib("1")
+
+
+# --- impossible values (items 4 and 5, 18) --------------------------------------------------------
+
+
+def test_room_above_the_gpu_total_is_refused_with_its_line(capsys, tmp_path):
+    lines = launch("76.5", "70.0")
+    lines[2] = vllm_line(V, suggestion("900.0"), "Worker_TP1", 301, where="gpu_worker.py:1066")
+    error, path = refusal(capsys, tmp_path, log(*lines))
+    assert f"{path}:3" in error and "79.19" in error
+
+
+def test_negative_free_memory_is_refused(capsys, tmp_path):
+    lines = launch("76.5", "70.0")
+    lines[2] = vllm_line(V, suggestion("-3.0"), "Worker_TP1", 301, where="gpu_worker.py:1066")
+    error, path = refusal(capsys, tmp_path, log(*lines))
+    assert f"{path}:3" in error
+
+
+def test_free_memory_above_total_on_a_manual_boot_is_refused(capsys, tmp_path):
+    message = "Initial free memory 95.0 GiB, reserved 40.0 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling."
+    lines = launch("76.5", "70.0")
+    lines.insert(1, vllm_line(V, "worker init memory snapshot: torch_peak=0.0GiB, free_memory=78.0GiB, total_memory=79.19GiB, cuda_memory=1.19GiB, torch_memory=0.0GiB, non_torch_memory=0.5GiB, timestamp=1.0, auto_measure=True", "Worker_TP0", 300, "DEBUG"))
+    lines.insert(2, vllm_line(V, message, "Worker_TP0", 300, where="gpu_worker.py:676"))
+    error, path = refusal(capsys, tmp_path, log(*lines))
+    assert f"{path}:3" in error
+
+
+def run_bounded(argv, memory_bytes=2 << 30):
+    """``kvplan argv`` in a child limited to ``memory_bytes`` of address space and 60 s."""
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
+
+    return subprocess.run([sys.executable, "-m", "kvplan", *argv], capture_output=True, text=True, timeout=60, preexec_fn=limit)
+
+
+def test_tensor_parallel_size_zero_is_refused_with_its_line(tmp_path):
+    path = tmp_path / "boot.log"
+    path.write_text(log(*launch("76.5", "70.0", tp=0)))
+    result = run_bounded(["budget", str(path), "--reserve", "1GiB"])
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: {path}:1:") and "tensor_parallel_size" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+def test_absurd_tensor_parallel_size_is_refused_in_bounded_memory(tmp_path):
+    path = tmp_path / "boot.log"
+    path.write_text(log(*launch("76.5", "70.0", tp=99999999999)))
+    for command in (["budget", str(path), "--reserve", "1GiB"], ["ledger", str(path)]):
+        result = run_bounded(command)
+        assert result.returncode == 2, result.stderr
+        assert f"{path}:1" in result.stderr and "tensor_parallel_size" in result.stderr
+
+
+# --- failed boots (issue 12) ----------------------------------------------------------------------
+
+
+def failure_only_log():
+    lines = [vllm_line(V, "EngineCore failed to start.", "EngineCore", 7, "ERROR", "core.py:1584")]
+    lines += [vllm_line(V, "Traceback (most recent call last):", "EngineCore", 7, "ERROR", "core.py:1584")]
+    lines += [vllm_line(V, '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", line 4211, in capture_model', "EngineCore", 7, "ERROR", "core.py:1584")]
+    lines += [vllm_line(V, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which 11.06 MiB is free.", "EngineCore", 7, "ERROR", "core.py:1584")]
+    return log(*lines)
+
+
+def test_a_failure_only_log_is_a_failed_boot_in_the_ledger(capsys, tmp_path):
+    path = tmp_path / "boot.log"
+    path.write_text(failure_only_log())
+    assert main(["ledger", str(path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert [row["outcome"] for row in rows] == ["oom"]
+
+
+def test_budget_refuses_a_failure_only_log_naming_the_failure_and_its_line(capsys, tmp_path):
+    error, path = refusal(capsys, tmp_path, failure_only_log())
+    assert "no vLLM boot found" not in error
+    assert f"{path}:4" in error and "out of memory" in error and "CUDA graphs" in error
+
+
+def test_approve_refuses_a_failure_only_log_naming_the_failure(capsys, tmp_path):
+    path = tmp_path / "boot.log"
+    path.write_text(failure_only_log())
+    code = main(["approve", str(path), "--reserve", "1GiB", "--approver", "A", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2
+    assert "no vLLM boot found" not in err and f"{path}:4" in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
