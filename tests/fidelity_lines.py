@@ -61,7 +61,9 @@ def engine_process(version: str, dp: int | None = None) -> str:
     return "EngineCore" if dp is None else f"EngineCore_DP{dp}"
 
 
-def engine_config(version: str, model: str = "Qwen/Qwen3-8B", tp: int = 1, max_seq_len: int = 32768, **extra) -> str:
+def engine_config(
+    version: str, model: str = "Qwen/Qwen3-8B", tp: int = 1, max_seq_len: int = 32768, **extra: object
+) -> str:
     """The message of the V1 engine-config line (``Initializing a V1 LLM engine (vX) with config: …``).
 
     >>> engine_config("0.33.0", tp=2)[:48]
@@ -84,7 +86,9 @@ def engine_config(version: str, model: str = "Qwen/Qwen3-8B", tp: int = 1, max_s
     return f"Initializing a V1 LLM engine (v{version}) with config: {body}"
 
 
-def v0_engine_config(version: str, model: str = "meta-llama/Llama-3.1-8B", tp: int = 1, max_seq_len: int = 8192) -> str:
+def v0_engine_config(
+    version: str, model: str = "meta-llama/Llama-3.1-8B", tp: int = 1, max_seq_len: int = 8192
+) -> str:
     """The message of the V0 engine-config line (``Initializing an LLM engine (vX) with config: …``).
 
     >>> v0_engine_config("0.6.6")[:44]

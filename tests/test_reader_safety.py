@@ -18,7 +18,6 @@ import subprocess
 import sys
 
 from kvplan.cli import main
-from kvplan.io import read_vllm_log
 from kvplan.units import MiB, parse_size
 from tests.conftest import TESTS_DATA_DIR
 from tests.fidelity_lines import engine_config, log, vllm_line
