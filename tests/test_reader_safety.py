@@ -17,6 +17,8 @@ import resource
 import subprocess
 import sys
 
+import pytest
+
 from kvplan.cli import main
 from kvplan.units import MiB, parse_size
 from tests.conftest import TESTS_DATA_DIR
@@ -129,7 +131,8 @@ def test_two_launches_interleaved_give_no_more_than_the_weaker(capsys, tmp_path)
 
 
 def test_two_containers_with_the_same_pids_interleaved(capsys, tmp_path):
-    text = log(*interleave(launch("76.5", "70.0"), launch("76.0", "61.0")))
+    # the weaker launch first: keeping the last value (the other launch's) would be the unsafe one
+    text = log(*interleave(launch("76.0", "61.0"), launch("76.5", "70.0")))
     data = uniform(capsys, tmp_path, text)
     assert data["uniform_budget_bytes"] <= to_gpu("61.0") - gib("1")
 
@@ -157,14 +160,14 @@ def test_room_above_the_gpu_total_is_refused_with_its_line(capsys, tmp_path):
     lines = launch("76.5", "70.0")
     lines[2] = vllm_line(V, suggestion("900.0"), "Worker_TP1", 301, where="gpu_worker.py:1066")
     error, path = refusal(capsys, tmp_path, log(*lines))
-    assert f"{path}:3" in error and "79.19" in error
+    assert f"{path}:3" in error and "79.19" in error and "impossible" in error
 
 
 def test_negative_free_memory_is_refused(capsys, tmp_path):
     lines = launch("76.5", "70.0")
     lines[2] = vllm_line(V, suggestion("-3.0"), "Worker_TP1", 301, where="gpu_worker.py:1066")
     error, path = refusal(capsys, tmp_path, log(*lines))
-    assert f"{path}:3" in error
+    assert f"{path}:3" in error and "impossible" in error
 
 
 def test_free_memory_above_total_on_a_manual_boot_is_refused(capsys, tmp_path):
@@ -173,7 +176,7 @@ def test_free_memory_above_total_on_a_manual_boot_is_refused(capsys, tmp_path):
     lines.insert(1, vllm_line(V, "worker init memory snapshot: torch_peak=0.0GiB, free_memory=78.0GiB, total_memory=79.19GiB, cuda_memory=1.19GiB, torch_memory=0.0GiB, non_torch_memory=0.5GiB, timestamp=1.0, auto_measure=True", "Worker_TP0", 300, "DEBUG"))
     lines.insert(2, vllm_line(V, message, "Worker_TP0", 300, where="gpu_worker.py:676"))
     error, path = refusal(capsys, tmp_path, log(*lines))
-    assert f"{path}:3" in error
+    assert f"{path}:3" in error and "impossible" in error
 
 
 def run_bounded(argv, memory_bytes=2 << 30):
@@ -234,5 +237,25 @@ def test_approve_refuses_a_failure_only_log_naming_the_failure(capsys, tmp_path)
     code = main(["approve", str(path), "--reserve", "1GiB", "--approver", "A", "--out", str(tmp_path / "out")])
     err = capsys.readouterr().err
     assert code == 2
-    assert "no vLLM boot found" not in err and f"{path}:4" in err
+    assert "no vLLM boot found" not in err and f"{path}:4" in err and "CUDA graphs" in err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+@pytest.mark.parametrize(
+    ("lines", "line", "words"),
+    [
+        # v1/engine/core.py: the EngineCore's one line, the traceback went elsewhere
+        ([vllm_line(V, "EngineCore failed to start.", "EngineCore", 7, "ERROR", "core.py:1584")], 1, "EngineCore failed to start"),
+        # executor/multiproc_worker_utils.py (V0, 0.5–0.10.2)
+        ([vllm_line("0.6.6", "Exception in worker VllmWorkerProcess while processing method determine_num_available_blocks.", "VllmWorkerProcess", 902, "ERROR", "multiproc_worker_utils.py:226")], 1, "determine_num_available_blocks"),
+        # v1/engine/core.py 0.7.0–0.8.4
+        ([vllm_line("0.8.0", "EngineCore hit an exception: Traceback (most recent call last):", None, None, "ERROR", "core.py:340")], 1, "EngineCore hit an exception"),
+    ],
+)
+def test_failure_only_logs_are_failed_boots_never_no_boot_found(capsys, tmp_path, lines, line, words):
+    error, path = refusal(capsys, tmp_path, log(*lines))
+    assert "no vLLM boot found" not in error
+    assert f"{path}:{line}" in error and words in error
+    assert main(["ledger", str(path), "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)["rows"]
+    assert rows and all(row["outcome"] == "error" for row in rows)
