@@ -59,6 +59,8 @@ MEASUREMENTS = {
     "other_process_bytes": "memory used by other processes on the same GPU",
     "room_bytes": "bytes this rank can give to KV cache (best evidence, see room_source)",
     "profiled_free_bytes": "free GPU memory after the profile run (DEBUG 'Free memory after profiling')",
+    "encoder_cuda_graph_bytes": "memory taken by the encoder's CUDA graph capture (vLLM ≥ 0.31)",
+    "external_weights_bytes": "weights held outside the vLLM process (weight-cache daemon, vLLM ≥ 0.32)",
 }
 
 AS_LOGGED = {
@@ -72,9 +74,53 @@ OUTCOME = {
     "(stated in a ledger CSV by hand)",
     "outcome": "ok, oom, error or incomplete",
     "error": "the error text when outcome is not ok",
+    "failed_in": "the vLLM function a failed boot went through (traceback or worker method), "
+    "e.g. 'capture_model'",
 }
 
-GLOSSARY = {**IDENTITY, **COMPATIBILITY_KEY, **MEASUREMENTS, **AS_LOGGED, **OUTCOME}
+#: Configuration that changes vLLM's KV arithmetic, as the logs state it (NA when they do not).
+#: Kept out of :data:`COMPATIBILITY_KEY` so that gates and bundles that do not show them compare as
+#: before; a change of any of them changes capacity, so kvspec and gates read them when shown.
+SIZING_CONFIG = {
+    "max_num_batched_tokens": "scheduler's max_num_batched_tokens ('Chunked prefill is enabled with …')",
+    "async_scheduling": "True when async scheduling is on (non-default args)",
+    "mamba_cache_mode": "Mamba cache mode, e.g. 'align' (hybrid models with prefix caching)",
+    "hybrid_kv_cache_manager": "False when vLLM disabled the hybrid KV cache manager or treats "
+    "sliding-window layers as full attention",
+    "num_gpu_blocks_override": "num_gpu_blocks_override applied ('Overriding num_gpu_blocks=…')",
+    "kv_cache_group_block_sizes": "'kv cache group sizes' as logged, e.g. '(576, 576)'",
+    "kv_cache_pools": "pools of the KV cache size line: 'GPU', 'GPU + host' (HiSparse), 'XPU', …",
+}
+
+#: ``failed_in`` → what vLLM was doing (the words a refusal uses).
+FAILURE_PHASES = {
+    "capture_model": "capturing CUDA graphs",
+    "_capture_cudagraphs": "capturing CUDA graphs",
+    "profile_cudagraph_memory": "estimating CUDA graph memory",
+    "determine_num_available_blocks": "profiling memory to size the KV cache",
+    "determine_available_memory": "profiling memory to size the KV cache",
+    "profile_run": "profiling memory to size the KV cache",
+    "initialize_cache": "allocating the KV cache",
+    "initialize_from_config": "allocating the KV cache",
+    "initialize_kv_cache": "allocating the KV cache",
+    "load_model": "loading the model weights",
+    "compile_or_warm_up_model": "compiling and warming up the model",
+    "init_device": "checking free GPU memory at startup",
+}
+
+
+def failure_phase(failed_in: object) -> str:
+    """Words for where a boot failed, from its ``failed_in`` ('' when unknown).
+
+    >>> failure_phase("capture_model"), failure_phase(None)
+    ('while capturing CUDA graphs (capture_model)', '')
+    """
+    if not isinstance(failed_in, str) or not failed_in:
+        return ""
+    return f"while {FAILURE_PHASES.get(failed_in, 'running')} ({failed_in})"
+
+
+GLOSSARY = {**IDENTITY, **COMPATIBILITY_KEY, **MEASUREMENTS, **AS_LOGGED, **OUTCOME, **SIZING_CONFIG}
 LEDGER_COLUMNS = list(GLOSSARY)
 BYTES_COLUMNS = [name for name in LEDGER_COLUMNS if name.endswith("_bytes")]
 KEY_COLUMNS = list(COMPATIBILITY_KEY)
@@ -97,9 +143,11 @@ INT_COLUMNS = [
     "decode_context_parallel_size",
     "kv_cache_tokens",
     "num_gpu_blocks",
+    "max_num_batched_tokens",
+    "num_gpu_blocks_override",
 ]
 FLOAT_COLUMNS = ["gpu_memory_utilization", "max_concurrency"]
-BOOL_COLUMNS = ["enforce_eager"]
+BOOL_COLUMNS = ["enforce_eager", "async_scheduling", "hybrid_kv_cache_manager"]
 #: Values of ``room_source``: the log reader's evidence, best first, then a room stated by hand (ledger CSV).
 ROOM_SOURCES = ("suggestion", "available_kv", "parts", "manual")
 

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from kvplan.budget import Budget, BudgetError, median_bytes, uniform_budget
-from kvplan.columns import KEY_COLUMNS, LAYOUT_FIELDS, is_known, world_size
+from kvplan.columns import KEY_COLUMNS, LAYOUT_FIELDS, failure_phase, is_known, world_size
 from kvplan.releases import local_rank0_only, rank0_only_advice, version_tuple
 from kvplan.units import format_size
 
@@ -393,11 +393,12 @@ def check_outcomes(ledger: pd.DataFrame, lines: Mapping | None = None) -> None:
         line = _line(lines, row["source"], row["boot"], row["rank"], "outcome")
         text = str(plain_value(row.get("error")) or "no text")
         text = text if len(text) <= 240 else text[:239] + "…"
+        phase = failure_phase(plain_value(row.get("failed_in")))
         items.append((
             _OUTCOME_ORDER.get(outcome, 3),
             line if line is not None else float("inf"),
             f"{where}: boot {plain_value(row['boot'])} rank {plain_value(row['rank'])} did not boot cleanly "
-            f"({outcome}: {text})",
+            f"({outcome}: {text})" + (f" {phase}" if phase else ""),
         ))
     items.sort(key=lambda item: item[:2])
     shown = [item[2] for item in items[:_SHOWN_FAILURES]]

@@ -24,11 +24,13 @@ def gib(text):
     return parse_size(f"{text}GiB")
 
 
-def single_rank(version, *messages, process=None, pid=123):
-    """A TP=1 V1 boot of ``version``: engine config, then ``messages`` printed by EngineCore."""
+def single_rank(version, *messages, process=None, pid=123, level="INFO"):
+    """A TP=1 V1 boot of ``version``: engine config, then ``messages`` printed by EngineCore (the worker
+    at TP=1), then its weights line, so that the rank has a row whatever the messages are."""
     process = process or engine_process(version)
     lines = [vllm_line(version, engine_config(version), process, pid, where="core.py:139")]
-    lines += [vllm_line(version, message, process, pid, where="kv_cache_utils.py:1") for message in messages]
+    lines += [vllm_line(version, message, process, pid, level, "kv_cache_utils.py:1") for message in messages]
+    lines += [vllm_line(version, "Model loading took 10.2 GiB memory and 4.781181 seconds", process, pid, where="gpu_model_runner.py:1")]
     return log(*lines)
 
 
@@ -149,7 +151,7 @@ def test_v1_available_memory_inside_the_too_small_error(version):
         "estimated maximum model length is 56576. Try increasing `gpu_memory_utilization` or decreasing "
         "`max_model_len` when initializing the engine."
     )
-    row, meta = boot_row(single_rank(version, error))
+    row, meta = boot_row(single_rank(version, error, level="ERROR"))
     assert row["outcome"] == "error"
     assert row["available_kv_bytes"] == gib("6.91")
     assert provenance_line(meta, "available_kv_bytes") == 2
@@ -436,3 +438,36 @@ def test_server_version_logo():
     text = log(*logo) + single_rank(version).replace(f"(v{version}) ", "")
     row, _meta = boot_row(text)
     assert row["vllm_version"] == "0.33.0"
+
+
+#: One bare line (no header) of each family these tests add, for the every-family sample check of
+#: tests/test_io_vllm_log.py (each must pass the byte pre-filter and match its family).
+SAMPLE_LINES = [
+    "EngineCore failed to start.",
+    "EngineCore hit an exception: Traceback (most recent call last):",
+    "Exception in worker VllmWorkerProcess while processing method determine_num_available_blocks.",
+    "ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that can be stored in KV cache (21520).",
+    "nixl._bindings.nixlBackendError: NIXL_ERR_BACKEND",
+    "[1764410400.123456] [gpu-node-1:123  :0]          ib_iface.c:1046 UCX  ERROR ibv_create_cq(cqe=4096) failed",
+    'File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", line 4211, in capture_model',
+    "num_blocks: 21760, block_shape: torch.Size([16, 8, 128])",
+    "Overriding num_gpu_blocks=24576 with num_gpu_blocks_override=4096",
+    "Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available KV cache memory (30.0 GiB GPU)",
+    "Chunked prefill is enabled with max_num_batched_tokens=8192.",
+    "Mamba cache mode is set to 'align' for Qwen3NextForCausalLM by default when prefix caching is enabled",
+    "Hybrid KV cache manager is disabled for this hybrid model, This means we do not enable any optimizations for saving KV cache memory.",
+    "KV cache page sizes cannot be unified; treating sliding-window layers as full attention for cache allocation.",
+    "kv cache group sizes (576, 576)",
+    "GPU + host KV cache size: 2,869,120 tokens, Maximum concurrency for 131,072 tokens per request: 21.89x",
+    "Encoder graph capturing finished in 3 secs, took 0.42 GiB (8 graphs)",
+    "Weights are held outside this process: of the 128.63 GiB utilization budget, 60.2 GiB is externally held and 68.43 GiB remains for the engine's own allocations.",
+    "2 Engines: vllm cache_config_info with initialization after num_gpu_blocks is: 105604",
+    "vLLM server version 0.33.0, serving model Qwen/Qwen3-8B",
+    " ▄▄ ▄█ █     █     █ ▀▄▀ █  version 0.33.0",
+    "model weights take\t14.96GiB",
+    "the current vLLM instance can use    71.29GiB",
+    "Sleep mode freed 120.5 GiB memory, 1.2 GiB memory is still in use.",
+    "Free memory grew by 1.25 GiB during profiling (initial 130.2 GiB, current 131.45 GiB). Sizing the KV cache from the 3.5 GiB torch reserved instead of the profiling difference.",
+    "[Elastic EP] Synced KV cache memory size to new workers",
+    "HiSparse steady-state maximum concurrency for 131,072 tokens per request: 35.20x (running requests reading from host).",
+]

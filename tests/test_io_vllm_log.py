@@ -23,6 +23,7 @@ from kvplan.io.vllm.values import key_values
 from kvplan.ledger import LedgerError, budget_from_ledger
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR, GiB, MiB
+from tests.test_io_vllm_families import SAMPLE_LINES as FIDELITY_LINES
 
 LOGS = TESTS_DATA_DIR / "logs"
 HEAD = "INFO 08-14 14:07:22 [gpu_worker.py:227] "
@@ -796,7 +797,7 @@ OTHER_LINES = [
 
 
 def test_every_family_has_a_sample_line_and_every_sample_line_passes_the_prefilter():
-    lines = [line for line, _expected in FAMILIES] + OTHER_LINES
+    lines = [line for line, _expected in FAMILIES] + OTHER_LINES + FIDELITY_LINES
     for line in lines:
         assert candidates(io.BytesIO(line.encode() + b"\n")) == [(1, line.encode())], line
     matched = {fact.family for line in lines for fact in read_message(line)}

@@ -173,7 +173,7 @@ def test_negative_free_memory_is_refused(capsys, tmp_path):
 def test_free_memory_above_total_on_a_manual_boot_is_refused(capsys, tmp_path):
     message = "Initial free memory 95.0 GiB, reserved 40.0 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling."
     lines = launch("76.5", "70.0")
-    lines.insert(1, vllm_line(V, "worker init memory snapshot: torch_peak=0.0GiB, free_memory=78.0GiB, total_memory=79.19GiB, cuda_memory=1.19GiB, torch_memory=0.0GiB, non_torch_memory=0.5GiB, timestamp=1.0, auto_measure=True", "Worker_TP0", 300, "DEBUG"))
+    lines[1] = (vllm_line(V, "worker init memory snapshot: torch_peak=0.0GiB, free_memory=78.0GiB, total_memory=79.19GiB, cuda_memory=1.19GiB, torch_memory=0.0GiB, non_torch_memory=0.5GiB, timestamp=1.0, auto_measure=True", "Worker_TP0", 300, "DEBUG"))  # rank 0 booted manually: no suggestion
     lines.insert(2, vllm_line(V, message, "Worker_TP0", 300, where="gpu_worker.py:676"))
     error, path = refusal(capsys, tmp_path, log(*lines))
     assert f"{path}:3" in error and "impossible" in error

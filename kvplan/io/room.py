@@ -29,6 +29,9 @@ def room_evidence(
     if values.get("suggested_full_bytes") is not None:
         return values["suggested_full_bytes"], "suggestion", origin[(rank, "suggested_full_bytes")]
     graph, estimate = values.get("cuda_graph_bytes"), values.get("cuda_graph_estimate_bytes")
+    if graph is not None and values.get("encoder_cuda_graph_bytes") is not None:
+        # the encoder's graphs (0.31+) are captured too: counted with the decoder's (the safe side)
+        graph += max(0, values["encoder_cuda_graph_bytes"])
     if values.get("available_kv_bytes") is not None:
         if flags["estimate_applied"]:
             correction = max(0, graph - estimate) if graph is not None and estimate is not None else 0

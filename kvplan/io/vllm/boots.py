@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
+from kvplan.io.vllm.bounds import check_parallel_size
 from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.handlers import Fact
 from kvplan.io.vllm.records import Record, split_records
@@ -25,6 +26,7 @@ KV_SIZED_COLUMNS = (
 )
 #: Where a configuration value came from, most trusted first.
 CONFIG_PRIORITY = {
+    "auto_fit": -1,  # the length vLLM fitted after the engine config printed the original one
     "version": 0,
     "engine_config": 1,
     "non_default_args": 2,
@@ -32,7 +34,17 @@ CONFIG_PRIORITY = {
     "block_size": 3,
     "rank": 4,
     "engine": 4,
+    "blocks_override": 1,
+    "max_num_batched_tokens": 1,
+    "mamba_cache_mode": 1,
+    "hybrid_off": 0,  # vLLM's own word that it turned the manager off outranks the arguments
+    "group_sizes": 1,
+    "kv_pools": 1,
 }
+#: Key fields two launches of one boot cannot disagree on: a second value is a second launch.
+IDENTITY_FIELDS = (
+    "model", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "vllm_version",
+)
 
 
 @dataclass
@@ -64,6 +76,8 @@ class Boot:
     warnings: list = field(default_factory=list)
     #: lines where Ray collapsed KV-sizing lines of several workers into one ([repeated Nx across cluster])
     ray_repeats: list = field(default_factory=list)
+    #: identity fields printed with two values by one family: (column, (value, line), (value, line))
+    conflicts: list = field(default_factory=list)
 
 
 class BootSplitter:
@@ -141,14 +155,27 @@ class BootSplitter:
             column = CONFIG_NAMES.get(name)
             if column is None:
                 continue
+            if name == "disable_hybrid_kv_cache_manager" and isinstance(value, bool):
+                value = not value
+            value = _config_value(column, value)
+            if column.endswith("_parallel_size"):
+                check_parallel_size(column, value, self.source, number)
             priority = CONFIG_PRIORITY[family]
-            if column not in config or CONFIG_PRIORITY[config[column][3]] > priority:
-                config[column] = (_config_value(column, value), number, raw, family)
+            held = config.get(column)
+            second = held is not None and held[3] == family and str(held[0]) != str(value)
+            if second and column in IDENTITY_FIELDS:
+                self.boot.conflicts.append((column, (held[0], held[1]), (value, number)))
+            if held is None or CONFIG_PRIORITY[held[3]] > priority:
+                config[column] = (value, number, raw, family)
 
     def _close(self) -> None:
         boot = self.boot
         if boot.events or boot.config:
             self.close(boot)
+
+
+#: Configuration columns held as whole numbers.
+INT_CONFIG = ("max_model_len", "block_size", "max_num_batched_tokens", "num_gpu_blocks_override")
 
 
 def _sizes_kv(fact: Fact) -> bool:
@@ -158,7 +185,7 @@ def _sizes_kv(fact: Fact) -> bool:
 def _config_value(column: str, value: object) -> object:
     if value is None or (isinstance(value, str) and value in ("None", "")):
         return pd.NA
-    if column in ("max_model_len", "block_size") or column.endswith("_parallel_size"):
+    if column in INT_CONFIG or column.endswith("_parallel_size"):
         try:
             return int(value)
         except (TypeError, ValueError):
@@ -168,7 +195,7 @@ def _config_value(column: str, value: object) -> object:
             return float(value)
         except (TypeError, ValueError):
             return pd.NA
-    if column == "enforce_eager":
+    if column in ("enforce_eager", "async_scheduling", "hybrid_kv_cache_manager"):
         return value if isinstance(value, bool) else str(value) == "True"
     return str(value)
 

@@ -10,7 +10,9 @@ from __future__ import annotations
 import re
 
 from kvplan.io.vllm import handlers as h
+from kvplan.io.vllm.failure_lines import FAILURE_FAMILIES, FAILURE_VALUE_FAMILIES, failure_handler
 from kvplan.io.vllm.handlers import NUM, Fact, Handler
+from kvplan.io.vllm.sizing_lines import SIZING_FAMILIES
 from kvplan.io.vllm.values import gib_bytes
 
 #: (family, trigger substring, regex, scope, handler). The trigger is checked first (cheap).
@@ -283,7 +285,8 @@ FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
         "engine",
         h.concurrency,
     ),
-    ("blocks", " blocks: ", re.compile(r"# (?:GPU|CUDA|cuda) blocks: (\d+)"), "engine", h.blocks),
+    # "# GPU blocks: N"; a bare line pasted into Markdown loses its leading "#" ("GPU blocks: N, # CPU …")
+    ("blocks", " blocks: ", re.compile(r"(?:# |^)(?:GPU|CUDA|cuda) blocks: (\d+)"), "engine", h.blocks),
     (
         "version",
         " version ",
@@ -359,8 +362,14 @@ FAILURES = [
     ("error_profiling", "Error in memory profiling", r"Error in memory profiling", "error"),
     ("error_exception", "Error", r"^(?:[\w.]+\.)?[A-Za-z]*(?:Error|Exception): \S", "error"),
 ]
+FAMILIES += SIZING_FAMILIES + FAILURE_VALUE_FAMILIES
 FAMILIES += [
-    (family, trigger, re.compile(pattern), "outcome", h.failure(outcome))
+    (family, trigger, re.compile(pattern), "outcome", failure_handler(outcome, priority))
+    for family, trigger, pattern, outcome, priority in FAILURE_FAMILIES
+]
+FAMILIES += [
+    (family, trigger, re.compile(pattern), "outcome",
+     failure_handler(outcome, 0 if outcome == "oom" else 2 if family == "error_exception" else 1))
     for family, trigger, pattern, outcome in FAILURES
 ]
 

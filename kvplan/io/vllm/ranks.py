@@ -115,12 +115,13 @@ def attribute(boot: Boot, key: dict, version: tuple | None, source: str, warning
             ))
             item["rank"] = None
         elif rank in used:
+            # both are evidence about the rank: resolve keeps each as an observation and the safe one
+            # (conflicts.safest), rather than dropping one by the order it appeared in
             warnings.append(place_note(
                 "rank-claimed-twice", source, line, f"two processes claim rank {rank} in one boot "
                 f"(pids {used[rank][0]} and {process_key[0] if process_key else 'none'}); "
-                "the second one's lines are left out"
+                "both are kept as evidence and the lower room is used"
             ))
-            item["rank"] = None
         else:
             used[rank] = process_key or (None,)
     return info

@@ -23,6 +23,8 @@ from kvplan.io.ledger_csv import read_ledger_csv
 from kvplan.io.ledger_frame import ledger_frame
 from kvplan.io.metadata import EvidenceLines, RawLines, ReadMetadata, merge_metadata, place_note
 from kvplan.io.vllm.boots import Boot, BootSplitter
+from kvplan.io.vllm.bounds import ImpossibleValue
+from kvplan.io.vllm.conflicts import TwoLaunches
 from kvplan.io.vllm.resolve import resolve_boot
 from kvplan.io.vllm.scan import Prepend, ScanStats, iter_candidate_lines
 
@@ -191,13 +193,16 @@ def _read_stream(rows: _LogRows, stream: IO[bytes], source: str, where: object) 
         line = first[: first.index(b"\x00")].count(end) + 1
         raise LogParseError(f"{source}: line {line}: NUL byte: not a text log (compressed or binary?)")
     splitter = BootSplitter(source, lambda boot: rows.close(boot, source))
-    for number, offset, raw in iter_candidate_lines(Prepend(first, stream, cr_only), stats):
-        text = raw.decode("utf-8", "replace")
-        splitter.line(number, offset if where is not None else text, text)
-    if stats.ended_mid_line:
-        rows.warnings.append(place_note(
-            "cut-mid-line", source, stats.lines, "the file ends mid-line (the log was cut off)"))
-    splitter.finish()
+    try:
+        for number, offset, raw in iter_candidate_lines(Prepend(first, stream, cr_only), stats):
+            text = raw.decode("utf-8", "replace")
+            splitter.line(number, offset if where is not None else text, text)
+        if stats.ended_mid_line:
+            rows.warnings.append(place_note(
+                "cut-mid-line", source, stats.lines, "the file ends mid-line (the log was cut off)"))
+        splitter.finish()
+    except (ImpossibleValue, TwoLaunches) as exc:  # a log no single vLLM launch can print: refused
+        raise LogParseError(str(exc)) from None
     if where is not None:
         rows.files[source] = (where, end)
     rows.sources.append(source)

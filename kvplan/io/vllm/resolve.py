@@ -8,11 +8,13 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kvplan.columns import KEY_COLUMNS, LEDGER_COLUMNS, world_size
+from kvplan.columns import KEY_COLUMNS, LEDGER_COLUMNS, SIZING_CONFIG, world_size
 from kvplan.io.ledger_frame import missing
 from kvplan.io.metadata import place_note
 from kvplan.io.room import boot_room_warnings, room_evidence
 from kvplan.io.vllm.boots import KV_SIZED_COLUMNS, Boot
+from kvplan.io.vllm.bounds import check_row
+from kvplan.io.vllm.conflicts import RankObservations, safest, two_launches
 from kvplan.io.vllm.ranks import RAY_WORKER_RE, attribute, key_size
 from kvplan.releases import version_tuple
 
@@ -35,6 +37,7 @@ class _Failure:
     raw: int | str
     process: str
     after_startup: bool
+    failed_in: str | None = None
 
 
 
@@ -60,7 +63,9 @@ def resolve_boot(boot: Boot, source: str) -> tuple[list[dict], list[tuple], list
             for name in ("tp_rank", "pp_rank", "dp_rank", "process", "pid"):
                 if info.get(name) is not None:
                     target[name] = info[name]
-    unattributed, failures, serving_failures, engine_values = _sort_events(boot, ranks_of, row, origin)
+    if boot.conflicts:
+        raise two_launches(boot.conflicts, source)
+    unattributed, failures, serving_failures, engine_values, seen = _sort_events(boot, ranks_of, row, origin)
     if unattributed:
         warnings.append(place_note(
             "unattributed-values", source, unattributed[0],
@@ -81,8 +86,12 @@ def resolve_boot(boot: Boot, source: str) -> tuple[list[dict], list[tuple], list
             row(0)
     flags = _boot_flags(boot, key, version)
     flags["startup_done"] = _startup_done(boot, rows, key)
+    _keep_safest(seen, rows, flags, origin, source, boot.index, warnings)
     for rank, values in rows.items():
         _fill_row(values, rank, key, boot, source, failures, flags, origin, warnings)
+        check_row(values, rank, origin, source)
+    warnings.extend(_caveats(boot, source))
+    sizing = {column: boot.config[column] for column in SIZING_CONFIG if column in boot.config}
     boot_room_warnings(rows, key, flags, source, boot, origin, warnings)
     records = []
     for rank in sorted(rows):
@@ -90,12 +99,16 @@ def resolve_boot(boot: Boot, source: str) -> tuple[list[dict], list[tuple], list
         values.update(source=source, boot=boot.index)
         for column, value in key.items():
             values.setdefault(column, value)
+        for column, (value, *_rest) in sizing.items():
+            values.setdefault(column, value)
         records.append(values)
     for (rank, column), (line, raw) in origin.items():
         if rank in rows and column in LEDGER_COLUMNS:
             provenance.append((source, line, boot.index, rank, column, rows[rank].get(column), raw))
     for column, (line, raw) in key_origin.items():
         provenance.append((source, line, boot.index, pd.NA, column, key[column], raw))
+    for column, (value, line, raw, _family) in sizing.items():
+        provenance.append((source, line, boot.index, pd.NA, column, value, raw))
     provenance.sort(key=lambda item: (item[1] if isinstance(item[1], int) else -1, str(item[3]), item[4]))
     info = {
         "source": source,
@@ -110,34 +123,44 @@ def resolve_boot(boot: Boot, source: str) -> tuple[list[dict], list[tuple], list
     return records, provenance, warnings, info
 
 
-def _sort_events(boot: Boot, ranks_of: dict, row, origin: dict) -> tuple[list, dict, list, dict]:
-    """Put each event where it belongs: a rank's row, an engine's values, a failure, or nowhere.
+def _sort_events(
+    boot: Boot, ranks_of: dict, row, origin: dict
+) -> tuple[list, dict, list, dict, RankObservations]:
+    """Put each event where it belongs: a rank's observations, an engine's values, a failure, or nowhere.
 
     Returns the lines of unattributed per-rank values, the worst failure per rank (None: engine
-    or API server; OOM first, then the earliest), the lines of failures after startup completed, and
-    engine values by DP rank. A rank's last startup line of an old release marks it ``_done``.
+    or API server; OOM first, then the earliest), the lines of failures after startup completed,
+    engine values by DP rank, and each rank's observations (:mod:`~kvplan.io.vllm.conflicts`). A rank's
+    last startup line of an old release marks it ``_done``. A failure's ``failed_in`` is the last
+    traceback frame (or V0 worker method) of a known vLLM function its process printed before it.
     """
     done_line = boot.flags.get("startup_done", (None, None))[1]
     unattributed: list[int] = []
     failures: dict[int | None, _Failure] = {}
     serving_failures: list[int] = []
     engine_values: dict[int | None, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    seen = RankObservations()
+    frames: dict = {}
     for event in boot.events:
         info = ranks_of.get(event.key, {})
         rank = info.get("rank")
+        if event.scope == "frame":
+            frames[event.key] = event.values["failed_in"]
+            continue
         if event.scope == "outcome":
             after = done_line is not None and event.line > done_line
             if after:
                 serving_failures.append(event.line)
             outcome = event.values["outcome"]
             failure = _Failure(
-                {"oom": 0}.get(outcome, 2 if event.family == "error_exception" else 1),
+                0 if outcome == "oom" else event.values.get("priority", 1),
                 event.line,
                 outcome,
                 event.values["text"],
                 event.raw,
                 info.get("process") or "a process without prefix",
                 after,
+                frames.get(event.key),
             )
             if rank not in failures or failures[rank].priority > failure.priority:
                 failures[rank] = failure
@@ -157,12 +180,36 @@ def _sort_events(boot: Boot, ranks_of: dict, row, origin: dict) -> tuple[list, d
         target = row(rank)
         if event.family in OLD_LAST_LINE_FAMILIES:
             target["_done"] = True
-        for name, value in event.values.items():
-            if name == "gpu_memory_utilization":
-                continue
-            target[name] = value
-            origin[(rank, name)] = (event.line, event.raw)
-    return unattributed, failures, serving_failures, engine_values
+        values = {name: value for name, value in event.values.items() if name != "gpu_memory_utilization"}
+        seen.add(rank, event.key, event.family, values, (event.line, event.raw))
+    return unattributed, failures, serving_failures, engine_values, seen
+
+
+def _keep_safest(
+    seen: RankObservations, rows: dict, flags: dict, origin: dict, source: str, boot: int, warnings: list
+) -> None:
+    """Each rank's values from its safest observation (the lowest room), with a note when several conflict."""
+    for rank in seen.ranks():
+
+        def room_of(values: dict, where: dict, rank: int = rank) -> int | None:
+            places = {(rank, name): line_raw for name, line_raw in where.items()}
+            room = room_evidence({**rows[rank], **values}, rank, flags, places, source, [])
+            return None if room is None else room[0]
+
+        chosen, note = safest(rank, seen.of(rank), room_of, source, boot)
+        rows[rank].update(chosen.values)
+        origin.update({(rank, name): line_raw for name, line_raw in chosen.origin.items()})
+        if note is not None:
+            warnings.append(note)
+
+
+def _caveats(boot: Boot, source: str) -> list:
+    """Notes for the lines that change what this boot's room means (sizing_lines.ROOM_CAVEATS)."""
+    return [
+        place_note(name.removeprefix("caveat:"), source, value[1], value[0])
+        for name, value in boot.flags.items()
+        if name.startswith("caveat:")
+    ]
 
 
 def _boot_key(boot: Boot) -> tuple[dict, dict]:
@@ -222,8 +269,18 @@ def _attach_engine_values(
                     ))
                 assignment = [(rank, chosen) for rank in targets]
             for rank, (value, event) in assignment:
+                if event.family == "api_num_gpu_blocks" and not _holds_the_minimum(rows, targets, rank):
+                    continue  # the engine's block count after min-unification: the limiting rank's own
                 rows[rank][column] = value
                 origin[(rank, column)] = (event.line, event.raw)
+
+
+def _holds_the_minimum(rows: dict, targets: list, rank: int) -> bool:
+    """Whether ``rank`` logged the fewest KV tokens of ``targets`` (0.9–0.11.0 print each worker's own,
+    before vLLM takes the minimum), or no rank logged tokens of its own."""
+    tokens = [rows[other].get("kv_cache_tokens") for other in targets]
+    shown = [value for value in tokens if value is not None]
+    return not shown or rows[rank].get("kv_cache_tokens") == min(shown)
 
 
 def _startup_done(boot: Boot, rows: dict, key: dict) -> bool:
@@ -268,7 +325,7 @@ def _fill_row(
         text = failure.text
         if failure.after_startup:
             text = f"after startup completed, at {source}:{failure.line}: {text}"
-        values.update(outcome=failure.outcome, error=text)
+        values.update(outcome=failure.outcome, error=text, failed_in=failure.failed_in)
         origin[(rank, "outcome")] = (failure.line, failure.raw)
     elif engine is not None:
         # the engine or API server failed; this rank logged no failure of its own
@@ -277,6 +334,7 @@ def _fill_row(
             outcome="error",
             error=f"not this rank's own failure: {engine.process} failed{phase}, at {source}:{engine.line}: "
             f"{engine.text}",
+            failed_in=engine.failed_in,
         )
         origin[(rank, "outcome")] = (engine.line, engine.raw)
     elif not sized:

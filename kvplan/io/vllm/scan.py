@@ -32,6 +32,26 @@ ANCHORS: tuple[bytes, ...] = (
     b"startup complete",
     b"Graph capturing",  # 0.5–0.6.3 "Graph capturing finished in N secs." has no other anchor
     b"fatal error",
+    # failed boots (failure_lines.py): generic start failures, V0 worker exceptions, transfer errors,
+    # traceback frames
+    b"failed to start",
+    b"hit an exception",
+    b"Exception in worker",
+    b"UCX",
+    b"NIXL_ERR",
+    b'", line ',
+    # lines that change the arithmetic (sizing_lines.py)
+    b"num_gpu_blocks",
+    b"max_num_batched_tokens",
+    b"num_blocks: ",
+    b"Mamba cache mode",
+    b"ybrid",
+    b"page sizes cannot be unified",
+    b"group sizes",
+    b"Weights are held outside",
+    b"weights take",
+    b"vLLM instance can use",
+    b"HiSparse steady-state maximum",
 )
 #: One byte pair of each anchor, rare in serving traffic and prose, that the fast scan looks for.
 ANCHOR_PAIRS: tuple[bytes, ...] = (
@@ -49,6 +69,15 @@ ANCHOR_PAIRS: tuple[bytes, ...] = (
     b"tu",
     b"Gr",
     b"rr",
+    b"ai",
+    b"xc",
+    b"CX",
+    b"RR",
+    b'",',
+    b"_b",
+    b"mb",
+    b"yb",
+    b"ht",
 )
 
 

@@ -125,6 +125,15 @@ CONFIG_NAMES = {
     "gpu_memory_utilization": "gpu_memory_utilization",
     "vllm_version": "vllm_version",
     "cudagraph_mode": "cudagraph_mode",
+    "max_num_batched_tokens": "max_num_batched_tokens",
+    "async_scheduling": "async_scheduling",
+    "mamba_cache_mode": "mamba_cache_mode",
+    "hybrid_kv_cache_manager": "hybrid_kv_cache_manager",
+    # ``--disable-hybrid-kv-cache-manager``: its value is negated into hybrid_kv_cache_manager
+    "disable_hybrid_kv_cache_manager": "hybrid_kv_cache_manager",
+    "num_gpu_blocks_override": "num_gpu_blocks_override",
+    "kv_cache_group_block_sizes": "kv_cache_group_block_sizes",
+    "kv_cache_pools": "kv_cache_pools",
 }
 
 #: ``compilation_config``'s ``cudagraph_mode`` as logged: an enum repr (0.11+), a number or a pair (0.10).

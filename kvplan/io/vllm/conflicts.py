@@ -1,0 +1,135 @@
+"""Conflicting evidence about one rank: several observations, the safe one kept, and the note that says so.
+
+A rank is observed more than once in a boot when a second process claims it (two replicas or two
+containers writing one file, a restarted worker) or when one process prints the same line family
+again with another value (two launches with the same pids). Each observation is the rank's values
+as one process printed them; the rank's row is the observation with the **lowest room** (the value
+that has to boot every time), and a note names every observation's line. Keeping the first or the last
+by accident would let more evidence raise a budget.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from kvplan.notes import Note
+
+
+@dataclass
+class Observation:
+    """One rank's values as one process printed them: values, their (line, raw) and the families seen."""
+
+    key: tuple | None
+    values: dict = field(default_factory=dict)
+    origin: dict = field(default_factory=dict)
+    families: dict = field(default_factory=dict)
+
+    def first_line(self) -> int:
+        """The earliest line of this observation (0 when it has none)."""
+        return min((line for line, _raw in self.origin.values() if isinstance(line, int)), default=0)
+
+
+class RankObservations:
+    """The observations of every rank of one boot, filled event by event.
+
+    >>> seen = RankObservations()
+    >>> seen.add(1, (301, None), "suggestion", {"suggested_full_bytes": 9}, (3, ""))
+    >>> seen.add(1, (301, None), "suggestion", {"suggested_full_bytes": 7}, (4, ""))
+    >>> [o.values for o in seen.of(1)]
+    [{'suggested_full_bytes': 9}, {'suggested_full_bytes': 7}]
+    """
+
+    def __init__(self) -> None:
+        self._by_rank: dict[int, list[Observation]] = {}
+
+    def add(self, rank: int, key: tuple | None, family: str, values: dict, where: tuple) -> None:
+        """Record one event's ``values`` of ``family`` printed by process ``key`` for ``rank``."""
+        items = self._by_rank.setdefault(rank, [])
+        current = next((item for item in reversed(items) if item.key == key), None)
+        if current is None or _repeats(current, family, values):
+            base = dict(current.values) if current is not None else {}
+            base_origin = dict(current.origin) if current is not None else {}
+            current = Observation(key, base, base_origin)
+            items.append(current)
+        for name, value in values.items():
+            current.values[name] = value
+            current.origin[name] = where
+            current.families[name] = family
+
+    def ranks(self) -> list[int]:
+        """The ranks observed."""
+        return list(self._by_rank)
+
+    def of(self, rank: int) -> list[Observation]:
+        """The observations of ``rank`` in the order they started."""
+        return self._by_rank.get(rank, [])
+
+
+def _repeats(observation: Observation, family: str, values: dict) -> bool:
+    """True when ``family`` prints again a value this observation already holds from that family."""
+    return any(
+        observation.families.get(name) == family and observation.values.get(name) != values[name]
+        for name in values
+    )
+
+
+def safest(
+    rank: int,
+    observations: list[Observation],
+    room_of: Callable[[dict, dict], int | None],
+    source: str,
+    boot: int,
+) -> tuple[Observation, Note | None]:
+    """The observation with the lowest room (the first when none shows a room), and the note when several.
+
+    ``room_of(values, origin)`` is the room one observation's values give (None: none).
+
+    >>> one = Observation((1, None), {"r": 9}, {"r": (3, "")})
+    >>> two = Observation((2, None), {"r": 7}, {"r": (4, "")})
+    >>> chosen, note = safest(0, [one, two], lambda v, o: v["r"], "a.log", 0)
+    >>> chosen.values, note.code, note.line
+    ({'r': 7}, 'conflicting-rank-evidence', 4)
+    """
+    if len(observations) == 1:
+        return observations[0], None
+    rooms = [room_of(dict(item.values), dict(item.origin)) for item in observations]
+    shown = [(room, index) for index, room in enumerate(rooms) if room is not None]
+    index = min(shown)[1] if shown else 0
+    chosen = observations[index]
+    listing = "; ".join(
+        f"{_who(item)} from {source}:{item.first_line()}"
+        + (f" shows room {room} B" if room is not None else " shows no room")
+        for item, room in zip(observations, rooms)
+    )
+    kept = f"the lowest room is kept ({source}:{chosen.first_line()})" if shown else "the first is kept"
+    note = Note(
+        f"{source}:{chosen.first_line()}: boot {boot} rank {rank}: {len(observations)} observations of this "
+        f"rank conflict ({listing}); {kept}. Two launches or processes wrote one file? Give each launch's "
+        "log on its own.",
+        code="conflicting-rank-evidence", file=source, line=chosen.first_line(),
+    )
+    return chosen, note
+
+
+def _who(observation: Observation) -> str:
+    return "a process without prefix" if observation.key is None else f"pid {observation.key[0]}"
+
+
+class TwoLaunches(ValueError):
+    """Two launches' lines interleave in one boot and disagree on what was launched."""
+
+
+def two_launches(conflicts: list, source: str) -> TwoLaunches:
+    """The refusal of a boot whose identity fields were printed with two values (two launches in one file).
+
+    >>> print(str(two_launches([("model", ("a", 3), ("b", 4))], "x.log"))[:62])
+    x.log:3: two launches in one boot: model 'a' at x.log:3 vs 'b'
+    """
+    column, (first, first_line), (second, second_line) = conflicts[0]
+    others = "".join(f"; {c} {a!r} vs {b!r} (lines {la}, {lb})" for c, (a, la), (b, lb) in conflicts[1:])
+    return TwoLaunches(
+        f"{source}:{first_line}: two launches in one boot: {column} {first!r} at {source}:{first_line} vs "
+        f"{second!r} at {source}:{second_line}{others}. Their lines interleave, so no rank's evidence can be "
+        "told apart; give each launch's log on its own"
+    )
