@@ -24,10 +24,8 @@ class Observation:
     values: dict = field(default_factory=dict)
     origin: dict = field(default_factory=dict)
     families: dict = field(default_factory=dict)
-
-    def first_line(self) -> int:
-        """The earliest line of this observation (0 when it has none)."""
-        return min((line for line, _raw in self.origin.values() if isinstance(line, int)), default=0)
+    #: the line that started this observation
+    start: int = 0
 
 
 class RankObservations:
@@ -50,7 +48,7 @@ class RankObservations:
         if current is None or _repeats(current, family, values):
             base = dict(current.values) if current is not None else {}
             base_origin = dict(current.origin) if current is not None else {}
-            current = Observation(key, base, base_origin)
+            current = Observation(key, base, base_origin, start=where[0] if isinstance(where[0], int) else 0)
             items.append(current)
         for name, value in values.items():
             current.values[name] = value
@@ -83,10 +81,11 @@ def safest(
 ) -> tuple[Observation, Note | None]:
     """The observation with the lowest room (the first when none shows a room), and the note when several.
 
-    ``room_of(values, origin)`` is the room one observation's values give (None: none).
+    ``room_of(values, origin)`` is the room one observation's values give (None: none). Between equal
+    rooms the one with less free memory at startup is kept: the worse start, which a canary is judged on.
 
-    >>> one = Observation((1, None), {"r": 9}, {"r": (3, "")})
-    >>> two = Observation((2, None), {"r": 7}, {"r": (4, "")})
+    >>> one = Observation((1, None), {"r": 9}, {"r": (3, "")}, start=3)
+    >>> two = Observation((2, None), {"r": 7}, {"r": (4, "")}, start=4)
     >>> chosen, note = safest(0, [one, two], lambda v, o: v["r"], "a.log", 0)
     >>> chosen.values, note.code, note.line
     ({'r': 7}, 'conflicting-rank-evidence', 4)
@@ -94,22 +93,30 @@ def safest(
     if len(observations) == 1:
         return observations[0], None
     rooms = [room_of(dict(item.values), dict(item.origin)) for item in observations]
-    shown = [(room, index) for index, room in enumerate(rooms) if room is not None]
-    index = min(shown)[1] if shown else 0
+    shown = [
+        (room, _free(observations[index]), index) for index, room in enumerate(rooms) if room is not None
+    ]
+    index = min(shown)[2] if shown else min(range(len(observations)), key=lambda i: _free(observations[i]))
     chosen = observations[index]
     listing = "; ".join(
-        f"{_who(item)} from {source}:{item.first_line()}"
+        f"{_who(item)} from {source}:{item.start}"
         + (f" shows room {room} B" if room is not None else " shows no room")
         for item, room in zip(observations, rooms)
     )
-    kept = f"the lowest room is kept ({source}:{chosen.first_line()})" if shown else "the first is kept"
+    kept = (f"the lowest room (then the least free memory) is kept ({source}:{chosen.start})" if shown
+            else f"the least free memory is kept ({source}:{chosen.start})")
     note = Note(
-        f"{source}:{chosen.first_line()}: boot {boot} rank {rank}: {len(observations)} observations of this "
+        f"{source}:{chosen.start}: boot {boot} rank {rank}: {len(observations)} observations of this "
         f"rank conflict ({listing}); {kept}. Two launches or processes wrote one file? Give each launch's "
         "log on its own.",
-        code="conflicting-rank-evidence", file=source, line=chosen.first_line(),
+        code="conflicting-rank-evidence", file=source, line=chosen.start,
     )
     return chosen, note
+
+
+def _free(observation: Observation) -> float:
+    free = observation.values.get("init_free_bytes")
+    return free if isinstance(free, int) else float("inf")
 
 
 def _who(observation: Observation) -> str:
