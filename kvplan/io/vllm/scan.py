@@ -34,7 +34,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"fatal error",
     # failed boots (failure_lines.py): generic start failures, V0 worker exceptions, transfer errors,
     # traceback frames
-    b"failed to start",
+    b"failed to start",  # lines of EngineCore / WorkerProc: their pairs "eC", "rP"
     b"hit an exception",
     b"Exception in worker",
     b"UCX",
@@ -69,7 +69,8 @@ ANCHOR_PAIRS: tuple[bytes, ...] = (
     b"tu",
     b"Gr",
     b"rr",
-    b"ai",
+    b"eC",  # EngineCore failed to start / hit an exception
+    b"rP",  # WorkerProc failed to start
     b"xc",
     b"CX",
     b"RR",
