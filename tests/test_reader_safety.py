@@ -259,3 +259,26 @@ def test_failure_only_logs_are_failed_boots_never_no_boot_found(capsys, tmp_path
     assert main(["ledger", str(path), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)["rows"]
     assert rows and all(row["outcome"] == "error" for row in rows)
+
+
+def csv_ledger(tmp_path, **change):
+    row = {"source": "a.log", "boot": "0", "rank": "0", "model": "m", "vllm_version": "0.26.0",
+           "tensor_parallel_size": "1", "pipeline_parallel_size": "1", "data_parallel_size": "1",
+           "outcome": "ok", "total_bytes": "80GiB", "room_bytes": "60GiB", **change}
+    path = tmp_path / "ledger.csv"
+    path.write_text(",".join(row) + "\n" + ",".join(row.values()) + "\n")
+    return path
+
+
+def test_a_ledger_csv_with_room_above_the_gpu_total_is_refused(capsys, tmp_path):
+    path = csv_ledger(tmp_path, room_bytes="900GiB")
+    assert main(["budget", str(path), "--reserve", "1GiB"]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {path}:2: rank 0: room_bytes 900 GiB is impossible")
+
+
+def test_a_ledger_csv_with_an_absurd_parallel_size_is_refused_in_bounded_memory(tmp_path):
+    for size in ("0", "99999999999"):
+        path = csv_ledger(tmp_path, tensor_parallel_size=size)
+        result = run_bounded(["budget", str(path), "--reserve", "1GiB"])
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"error: {path}:2: tensor_parallel_size={size} is impossible")

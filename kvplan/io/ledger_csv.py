@@ -43,10 +43,12 @@ from kvplan.columns import (
     FLOAT_COLUMNS,
     INT_COLUMNS,
     KEY_COLUMNS,
+    LAYOUT_FIELDS,
     LEDGER_COLUMNS,
     OUTCOMES,
     ROOM_SOURCES,
 )
+from kvplan.io.bounds import ImpossibleValue, check_parallel_size, check_row
 from kvplan.io.ledger_frame import ledger_frame
 from kvplan.io.metadata import EvidenceLines, ReadMetadata, place_note
 from kvplan.io.room import room_evidence
@@ -191,6 +193,12 @@ class _Rows:
         elif "room_bytes" in values and "room_source" not in values:
             values["room_source"] = "manual"
             read.append("room_source")
+        try:  # the log reader's physical bounds: no GPU shows these values
+            for column in LAYOUT_FIELDS:
+                check_parallel_size(column, values.get(column), self.name, line)
+            check_row(values, rank, {(rank, column): (line, raw) for column in values}, self.name)
+        except ImpossibleValue as exc:
+            raise LedgerCsvError(str(exc)) from None
         if "outcome" not in values:
             self.no_outcome.append(line)
             if "room_bytes" in values:

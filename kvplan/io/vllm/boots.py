@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kvplan.io.vllm.bounds import check_parallel_size
+from kvplan.io.bounds import check_parallel_size
 from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.handlers import Fact
 from kvplan.io.vllm.records import Record, split_records

@@ -19,11 +19,11 @@ from typing import IO
 import pandas as pd
 
 from kvplan.columns import KEY_COLUMNS
+from kvplan.io.bounds import ImpossibleValue
 from kvplan.io.ledger_csv import read_ledger_csv
 from kvplan.io.ledger_frame import ledger_frame
 from kvplan.io.metadata import EvidenceLines, RawLines, ReadMetadata, merge_metadata, place_note
 from kvplan.io.vllm.boots import Boot, BootSplitter
-from kvplan.io.vllm.bounds import ImpossibleValue
 from kvplan.io.vllm.conflicts import TwoLaunches
 from kvplan.io.vllm.resolve import resolve_boot
 from kvplan.io.vllm.scan import Prepend, ScanStats, iter_candidate_lines

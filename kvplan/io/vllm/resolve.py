@@ -9,11 +9,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kvplan.columns import KEY_COLUMNS, LEDGER_COLUMNS, SIZING_CONFIG, world_size
+from kvplan.io.bounds import check_row
 from kvplan.io.ledger_frame import missing
 from kvplan.io.metadata import place_note
 from kvplan.io.room import boot_room_warnings, room_evidence
 from kvplan.io.vllm.boots import KV_SIZED_COLUMNS, Boot
-from kvplan.io.vllm.bounds import check_row
 from kvplan.io.vllm.conflicts import RankObservations, safest, two_launches
 from kvplan.io.vllm.ranks import RAY_WORKER_RE, attribute, key_size
 from kvplan.releases import version_tuple
