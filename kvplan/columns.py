@@ -120,6 +120,10 @@ def failure_phase(failed_in: object) -> str:
     return f"while {FAILURE_PHASES.get(failed_in, 'running')} ({failed_in})"
 
 
+#: Columns that kvplan 0.1.0 did not write: a bundle whose recorded ledger has none of one of them is
+#: verified on the columns it recorded (a reader that learned more lines since must not fail it).
+NEWER_THAN_0_1_0 = (*SIZING_CONFIG, "encoder_cuda_graph_bytes", "external_weights_bytes", "failed_in")
+
 GLOSSARY = {**IDENTITY, **COMPATIBILITY_KEY, **MEASUREMENTS, **AS_LOGGED, **OUTCOME, **SIZING_CONFIG}
 LEDGER_COLUMNS = list(GLOSSARY)
 BYTES_COLUMNS = [name for name in LEDGER_COLUMNS if name.endswith("_bytes")]
