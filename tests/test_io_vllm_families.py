@@ -12,7 +12,7 @@ import pytest
 
 from kvplan.io import read_vllm_log
 from kvplan.units import parse_size
-from tests.fidelity_lines import engine_config, engine_process, log, v0_engine_config, vllm_line
+from tests.fidelity_lines import engine_config, engine_process, log, release, v0_engine_config, vllm_line
 
 #: Releases of each family, from the released wheels (first .. last that holds the format string).
 V1_ALL = ["0.8.5", "0.9.2", "0.10.2", "0.11.0", "0.14.0", "0.18.0", "0.26.0", "0.30.0", "0.31.0", "0.33.0"]
@@ -220,15 +220,20 @@ def test_gpu_blocks_whose_hash_was_lost_in_copy_paste(version):
     ("version", "message"),
     [
         # v1/metrics/loggers.py log_engine_initialized: DEBUG "Engine %03d: …" (0.10–0.33), INFO "%d Engines: …" (0.11+, DP > 1)
+        ("0.9.0", "vllm cache_config_info with initialization after num_gpu_blocks is: 105604"),
+        ("0.9.2", "Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: 105604"),
         ("0.11.0", "Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: 105604"),
         ("0.33.0", "Engine 000: vllm cache_config_info with initialization after num_gpu_blocks is: 105604"),
+        ("0.11.1", "2 Engines: vllm cache_config_info with initialization after num_gpu_blocks is: 105604"),
         ("0.27.0", "2 Engines: vllm cache_config_info with initialization after num_gpu_blocks is: 105604"),
         ("0.33.0", "2 Engines: vllm cache_config_info with initialization after num_gpu_blocks is: 105604"),
     ],
 )
 def test_the_api_servers_num_gpu_blocks(version, message):
+    # INFO up to 0.11.0, DEBUG for "Engine NNN:" from 0.11.1
+    level = "DEBUG" if message.startswith("Engine") and release(version) >= (0, 11, 1) else "INFO"
     text = single_rank(version, "Available KV cache memory: 30.0 GiB") + log(
-        vllm_line(version, message, "APIServer", 100, "DEBUG" if message.startswith("Engine") else "INFO", "loggers.py:350")
+        vllm_line(version, message, "APIServer", 100, level, "loggers.py:350")
     )
     row, _meta = boot_row(text)
     assert row["num_gpu_blocks"] == 105604
@@ -271,10 +276,16 @@ def test_the_0_6_5_development_profiling_table(separator):
 # --- 0.26–0.33 lines that change the arithmetic -----------------------------------------------
 
 
-@pytest.mark.parametrize("version", FROM_0_27)
+@pytest.mark.parametrize("version", ["0.5.5", "0.6.6", "0.10.2", "0.11.1", "0.20.0", *FROM_0_27])
 def test_block_override(version):
-    # kv_cache_utils.py (0.27–0.32) / kv_cache_planning.py:1525 (0.33): "Overriding num_gpu_blocks=%d with num_gpu_blocks_override=%d"
-    row, meta = boot_row(single_rank(version, "Overriding num_gpu_blocks=24576 with num_gpu_blocks_override=4096"))
+    # V0 engine/llm_engine.py (0.5–0.10.2), V1 kv_cache_utils.py (0.6.4–0.32) / kv_cache_planning.py:1525 (0.33):
+    # "Overriding num_gpu_blocks=%d with num_gpu_blocks_override=%d"
+    message = "Overriding num_gpu_blocks=24576 with num_gpu_blocks_override=4096"
+    if release(version) < (0, 8, 0):
+        text = log(v0_engine_config(version), vllm_line(version, message, where="llm_engine.py:395"), "Loading model weights took 14.9888 GB")
+    else:
+        text = single_rank(version, message)
+    row, meta = boot_row(text)
     assert row["num_gpu_blocks_override"] == 4096
     assert provenance_line(meta, "num_gpu_blocks_override") == 2
 
@@ -283,7 +294,7 @@ def test_block_override(version):
     ("version", "message"),
     [
         *[(v, "Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available GPU memory (30.0 GiB available for KV cache)")
-          for v in ("0.27.0", "0.30.0", "0.31.0")],
+          for v in ("0.14.0", "0.20.0", "0.27.0", "0.30.0", "0.31.0")],
         *[(v, "Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available KV cache memory (30.0 GiB GPU)")
           for v in ("0.32.0", "0.33.0")],
         ("0.33.0", "Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available KV cache memory (30.0 GiB GPU + 60.0 GiB host)"),
@@ -296,7 +307,7 @@ def test_auto_fit_reduced_length_wins_over_the_engine_config(version, message):
     assert provenance_line(meta, "max_model_len") == 2
 
 
-@pytest.mark.parametrize("version", ["0.26.0", *FROM_0_27])
+@pytest.mark.parametrize("version", ["0.8.5", "0.10.2", "0.14.0", "0.20.0", "0.26.0", *FROM_0_27])
 def test_chunked_prefill_max_num_batched_tokens(version):
     # config/scheduler.py __post_init__: info_once "Chunked prefill is enabled with max_num_batched_tokens=%d."
     text = log(
@@ -318,7 +329,7 @@ def test_non_default_args_give_max_num_batched_tokens_and_async_scheduling():
     assert not row["hybrid_kv_cache_manager"]
 
 
-@pytest.mark.parametrize("version", ["0.26.0", *FROM_0_27])
+@pytest.mark.parametrize("version", ["0.15.0", "0.20.0", "0.26.0", *FROM_0_27])
 def test_mamba_cache_mode(version):
     # model_executor/models/config.py: "Mamba cache mode is set to '%s' for %s by default when prefix caching is enabled"
     message = "Mamba cache mode is set to 'align' for Qwen3NextForCausalLM by default when prefix caching is enabled"
@@ -414,9 +425,9 @@ def test_hisparse_steady_state_concurrency_is_flagged():
     assert any(getattr(w, "code", None) == "hisparse" for w in meta["warnings"])
 
 
-@pytest.mark.parametrize("version", ["0.20.0", "0.27.0", "0.33.0"])
+@pytest.mark.parametrize("version", ["0.15.0", "0.20.0", "0.27.0", "0.33.0"])
 def test_server_version_line(version):
-    # entrypoints/utils.py (0.20) / serve/utils/api_utils.py (0.27–0.32) / common/startup.py:18 (0.33)
+    # entrypoints/… (0.15–0.26) / serve/utils/api_utils.py (0.27–0.32) / common/startup.py:18 (0.33)
     text = log(vllm_line(version, f"vLLM server version {version}, serving model Qwen/Qwen3-8B", "APIServer", 100, where="startup.py:36"))
     text += single_rank(version).replace(f"(v{version}) ", "")
     row, _meta = boot_row(text)
