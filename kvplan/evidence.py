@@ -24,7 +24,7 @@ import os
 import secrets
 import shutil
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -32,6 +32,7 @@ import pandas as pd
 
 from kvplan import __version__
 from kvplan.budget import kv_cache_flag
+from kvplan.columns import NEWER_THAN_0_1_0
 from kvplan.gate import Approved
 from kvplan.ledger import is_known
 from kvplan.plan import (
@@ -676,6 +677,7 @@ def verify_bundle_with_notes(bundle: str | os.PathLike) -> tuple[list[str], list
                           [(folder / e["bundle_path"], e["bundle_path"]) for e in snapshots])
     except (ValueError, TypeError) as exc:  # TypeError: model options kv_spec does not take
         return [*differences, f"recomputation failed: {exc}"], notes
+    decision = _as_recorded(decision, record.get("ledger"))
     fresh = build_record(decision, policy, entries, digest, created, approver, note, options)
     fresh["kvplan_version"] = version
     for key in ("decision", "policy", "ranks", "summary", "stranded", "kv_spec", "capacity", "admission_plan",
@@ -694,6 +696,25 @@ def verify_bundle_with_notes(bundle: str | os.PathLike) -> tuple[list[str], list
 
 
 # --- helpers --------------------------------------------------------------------------------------
+
+
+def _as_recorded(decision: Decision, recorded_ledger: object) -> Decision:
+    """``decision`` without the ledger columns (and their provenance) that a bundle of kvplan 0.1.0 did not
+    record (:data:`~kvplan.columns.NEWER_THAN_0_1_0`, absent from every recorded row): the reader has
+    learned more lines since, and what it learned is no part of what was approved. Any other column is
+    compared as before.
+    """
+    if not isinstance(recorded_ledger, list) or not all(isinstance(row, dict) for row in recorded_ledger):
+        return decision
+    absent = [c for c in NEWER_THAN_0_1_0 if recorded_ledger and all(c not in row for row in recorded_ledger)]
+    if not absent:
+        return decision
+    provenance = decision.provenance
+    if "column" in provenance:
+        provenance = provenance[~provenance["column"].isin(absent)].reset_index(drop=True)
+    ledger = decision.ledger.drop(columns=absent, errors="ignore")
+    return replace(decision, ledger=ledger, provenance=provenance)
+
 
 
 def _settings(policy: Policy, layout: ModelLayout | None, plan: Plan | None, load_policy: LoadPolicy | None,

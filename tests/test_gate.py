@@ -540,13 +540,7 @@ class TestLowFreeMemoryIsNeverHidden:
         [line] = [line for line in lines if self.RANK_2 in line]
         return line.replace("48.61/79.19", "40.61/79.19")
 
-    @pytest.mark.parametrize("how", [
-        pytest.param("duplicate line first", marks=pytest.mark.xfail(
-            strict=True, reason="the log reader keeps a rank's last value (issue 11 item 2, the reader's)")),
-        "duplicate line last",
-        pytest.param("second process", marks=pytest.mark.xfail(
-            strict=True, reason="the log reader drops a second process's lines (issue 11 item 3)")),
-    ])
+    @pytest.mark.parametrize("how", ["duplicate line first", "duplicate line last", "second process"])
     def test_the_lower_free_memory_fails_the_canary(self, capsys, four_rank_bundle, tmp_path, how):
         # rank 2 shows 40.61 GiB free at startup once besides its 48.61 GiB: 12 GiB − (48.61 − 40.61) GiB
         # = 4 GiB < 12 GiB, so the canary fails (or is refused naming the conflict), never passes
