@@ -92,28 +92,20 @@ def test_one_launch_alone(capsys, tmp_path):
     assert data["uniform_budget_bytes"] == to_gpu("70.0") - gib("1")
 
 
-def test_a_rank_room_printed_twice_keeps_the_lower_and_says_so(capsys, tmp_path):
-    lines = launch("76.5", "66.0")
-    # rank 1 prints its suggestion again, higher (free 70.0): the first (lower) one must stay
-    lines.insert(3, vllm_line(V, suggestion("70.0"), "Worker_TP1", 301, where="gpu_worker.py:1066"))
+@pytest.mark.parametrize(
+    ("first", "extra", "pid", "names"),
+    [
+        ("66.0", "70.0", 301, (":3", ":4")),  # rank 1 prints its suggestion again, higher: the first stays
+        ("70.0", "66.0", 301, (":3", ":4")),  # again, lower: the second
+        ("70.0", "61.0", 302, ("301", "302")),  # a second process claims rank 1 with less room: not dropped
+    ],
+)
+def test_a_rank_observed_twice_keeps_the_lower_room_and_says_so(capsys, tmp_path, first, extra, pid, names):
+    lines = launch("76.5", first)
+    lines.insert(3, vllm_line(V, suggestion(extra), "Worker_TP1", pid, where="gpu_worker.py:1066"))
     data = uniform(capsys, tmp_path, log(*lines))
-    assert data["uniform_budget_bytes"] == to_gpu("66.0") - gib("1")
-    assert any("rank 1" in w and ":3" in w and ":4" in w for w in data["warnings"]), data["warnings"]
-
-
-def test_a_rank_room_printed_twice_lower_second_keeps_the_lower(capsys, tmp_path):
-    lines = launch("76.5", "70.0")
-    lines.insert(3, vllm_line(V, suggestion("66.0"), "Worker_TP1", 301, where="gpu_worker.py:1066"))
-    data = uniform(capsys, tmp_path, log(*lines))
-    assert data["uniform_budget_bytes"] == to_gpu("66.0") - gib("1")
-
-
-def test_a_second_process_claiming_a_rank_with_less_room_is_not_dropped(capsys, tmp_path):
-    lines = launch("76.5", "70.0")
-    lines.insert(3, vllm_line(V, suggestion("61.0"), "Worker_TP1", 302, where="gpu_worker.py:1066"))
-    data = uniform(capsys, tmp_path, log(*lines))
-    assert data["uniform_budget_bytes"] == to_gpu("61.0") - gib("1")
-    assert any("301" in w and "302" in w for w in data["warnings"]), data["warnings"]
+    assert data["uniform_budget_bytes"] == to_gpu(min(first, extra, key=float)) - gib("1")
+    assert any("rank 1" in w and all(n in w for n in names) for w in data["warnings"]), data["warnings"]
 
 
 # --- two launches in one file (item 1) ------------------------------------------------------------
