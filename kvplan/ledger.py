@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import pandas as pd
 
 from kvplan.budget import Budget, BudgetError, median_bytes, uniform_budget
-from kvplan.columns import KEY_COLUMNS, LAYOUT_FIELDS, failure_phase, is_known, world_size
+from kvplan.columns import KEY_COLUMNS, LAYOUT_FIELDS, SIZING_CONFIG, failure_phase, is_known, world_size
 from kvplan.releases import local_rank0_only, rank0_only_advice, version_tuple
 from kvplan.units import format_size
 
@@ -53,6 +53,24 @@ def _where(lines: Mapping, source: object, boot: object, rank: object, column: s
     """``file:line`` of a ledger value when the reader recorded it (in ``lines``), else ``file``."""
     line = _line(lines, source, boot, rank, column)
     return f"{source}:{line}" if line is not None else f"{source}"
+
+
+def launch_settings(ledger: pd.DataFrame) -> dict:
+    """The :data:`~kvplan.columns.SIZING_CONFIG` settings the logs show with one value (for kvspec).
+
+    A setting no row shows, or shown with two values, is left out (kvspec then takes vLLM's default or
+    its named lower bound).
+
+    >>> launch_settings(pd.DataFrame({"max_num_batched_tokens": [8192, 8192], "mamba_cache_mode": [None] * 2}))
+    {'max_num_batched_tokens': 8192}
+    """
+    settings = {}
+    for column in SIZING_CONFIG:
+        if column in ledger.columns:
+            values = {plain_value(value) for value in ledger[column].dropna()}
+            if len(values) == 1:
+                settings[column] = values.pop()
+    return settings
 
 
 def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dict:

@@ -39,7 +39,7 @@ from kvplan.columns import MEASUREMENTS
 from kvplan.drift import Drift, drift_budget
 from kvplan.io import ReadMetadata, read_vllm_logs
 from kvplan.io.nvidia_smi import join_snapshots
-from kvplan.ledger import compatibility_key
+from kvplan.ledger import compatibility_key, launch_settings
 from kvplan.plan import Decision, Evidence, ModelLayout, Policy, decide, layout_spec
 from kvplan.units import bytes_to_gib, format_size, parse_size
 
@@ -449,7 +449,8 @@ def launch_spec(ledger: pd.DataFrame, model: str | Path, tp: int | None = None, 
     key unless given in ``options`` (:func:`kvplan.kvspec.kv_spec` keywords); a ``tp`` other than
     the logs' is refused (:func:`kvplan.kvspec.options_for_logs`).
     """
-    return layout_spec(ModelLayout(model, {"tp": tp, **options}), compatibility_key(ledger))
+    key = {**compatibility_key(ledger), **launch_settings(ledger)}
+    return layout_spec(ModelLayout(model, {"tp": tp, **options}), key)
 
 
 def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:

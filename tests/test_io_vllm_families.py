@@ -329,6 +329,14 @@ def test_non_default_args_give_max_num_batched_tokens_and_async_scheduling():
     assert not row["hybrid_kv_cache_manager"]
 
 
+@pytest.mark.parametrize(("version", "state"), [("0.14.0", "enabled"), ("0.20.0", "disabled"), ("0.26.0", "enabled")])
+def test_asynchronous_scheduling(version, state):
+    # config/vllm.py __post_init__: info_once "Asynchronous scheduling is %s." (0.14–0.26)
+    text = log(vllm_line(version, f"Asynchronous scheduling is {state}.", "APIServer", 100, where="vllm.py:1110"))
+    row, _meta = boot_row(text + single_rank(version))
+    assert row["async_scheduling"] == (state == "enabled")
+
+
 @pytest.mark.parametrize("version", ["0.15.0", "0.20.0", "0.26.0", *FROM_0_27])
 def test_mamba_cache_mode(version):
     # model_executor/models/config.py: "Mamba cache mode is set to '%s' for %s by default when prefix caching is enabled"
@@ -481,4 +489,5 @@ SAMPLE_LINES = [
     "Free memory grew by 1.25 GiB during profiling (initial 130.2 GiB, current 131.45 GiB). Sizing the KV cache from the 3.5 GiB torch reserved instead of the profiling difference.",
     "[Elastic EP] Synced KV cache memory size to new workers",
     "HiSparse steady-state maximum concurrency for 131,072 tokens per request: 35.20x (running requests reading from host).",
+    "Asynchronous scheduling is enabled.",
 ]

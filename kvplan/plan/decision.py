@@ -26,7 +26,7 @@ from kvplan.budget import Budget
 from kvplan.gate import check_outcomes, check_ranks_present
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
-from kvplan.ledger import budget_from_rooms, compatibility_key, is_known, room_per_rank
+from kvplan.ledger import budget_from_rooms, compatibility_key, is_known, launch_settings, room_per_rank
 from kvplan.ledger import check_outcomes as refuse_failed_boots
 from kvplan.plan.admission import admission_plan, capacity_rows, planned_lengths
 from kvplan.plan.inputs import LoadPolicy, ModelLayout, Plan, Policy
@@ -94,7 +94,7 @@ def decide(
     evidence = logs if isinstance(logs, Evidence) else read_evidence(logs, snapshots)
     ledger = evidence.ledger
     key = compatibility_key(ledger, evidence.lines) if evidence.rooms is None else {}
-    spec = layout_spec(layout, key) if layout is not None else None
+    spec = layout_spec(layout, {**key, **launch_settings(ledger)}) if layout is not None else None
     block = spec.block_bytes if spec is not None else block_bytes
     notes: list[str] = []
     rooms = None

@@ -37,6 +37,7 @@ CONFIG_PRIORITY = {
     "blocks_override": 1,
     "max_num_batched_tokens": 1,
     "mamba_cache_mode": 1,
+    "async_scheduling": 0,
     "hybrid_off": 0,  # vLLM's own word that it turned the manager off outranks the arguments
     "group_sizes": 1,
     "kv_pools": 1,

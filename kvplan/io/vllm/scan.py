@@ -45,6 +45,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"max_num_batched_tokens",
     b"num_blocks: ",
     b"Mamba cache mode",
+    b"Asynchronous scheduling is",  # its pair "ch" is common: "yn" instead
     b"ybrid",
     b"page sizes cannot be unified",
     b"group sizes",
@@ -78,6 +79,7 @@ ANCHOR_PAIRS: tuple[bytes, ...] = (
     b"_b",
     b"mb",
     b"yb",
+    b"yn",
     b"ht",
 )
 

@@ -8,6 +8,7 @@ Releases (checked against the released wheels; 0.33 file:line, the string is the
   KV cache)`` (0.14–0.31) and ``… in available KV cache memory (%s)`` (0.32–0.33): the fitted length.
 - ``Chunked prefill is enabled with max_num_batched_tokens=%d.`` (``config.py``/``config/scheduler.py``,
   0.5.5–0.33).
+- ``Asynchronous scheduling is %s.`` (``config/vllm.py``, 0.14–0.26).
 - ``Mamba cache mode is set to '%s' for %s by default when prefix caching is enabled``
   (``model_executor/models/config.py``, 0.15–0.33, WARNING to 0.2x, INFO later).
 - The hybrid KV cache manager off: ``Hybrid KV cache manager is disabled for this hybrid model`` (0.9.1+),
@@ -65,6 +66,9 @@ SIZING_FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
     ("max_num_batched_tokens", "max_num_batched_tokens=",
      re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)"), "config",
      lambda m: {"max_num_batched_tokens": int(m.group(1))}),
+    ("async_scheduling", "scheduling is",  # config/vllm.py info_once, 0.14–0.26
+     re.compile(r"^Asynchronous scheduling is (enabled|disabled)"), "config",
+     lambda m: {"async_scheduling": m.group(1) == "enabled"}),
     ("mamba_cache_mode", "ache mode is set to",
      re.compile(r"Mamba cache mode is set to '(\w+)'"), "config", lambda m: {"mamba_cache_mode": m.group(1)}),
     ("hybrid_off", "ybrid",
