@@ -61,7 +61,7 @@ def launch_settings(ledger: pd.DataFrame) -> dict:
     A setting no row shows, or shown with two values, is left out (kvspec then takes vLLM's default or
     its named lower bound).
 
-    >>> launch_settings(pd.DataFrame({"max_num_batched_tokens": [8192, 8192], "mamba_cache_mode": [None] * 2}))
+    >>> launch_settings(pd.DataFrame({"max_num_batched_tokens": [8192] * 2, "mamba_cache_mode": [None] * 2}))
     {'max_num_batched_tokens': 8192}
     """
     settings = {}
