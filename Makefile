@@ -1,15 +1,24 @@
 # Two commands do everything on a fresh machine: `make demo` and `make test`.
 # Each creates .venv and installs kvplan (with its dev tools) the first time.
+# With a conda environment active (`conda activate kvplan`, CONDA_PREFIX set) that environment is used
+# instead: kvplan is installed into it (editable, with its dev tools) once, and nothing else is created.
 PYTHON ?= python3
+ifdef CONDA_PREFIX
+BIN := $(CONDA_PREFIX)/bin
+STAMP := $(CONDA_PREFIX)/.kvplan-installed
+else
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+endif
 
-.PHONY: demo test lint unit nbtest lab clean
+.PHONY: demo test lint unit nbtest browser-test lab clean
 
 $(STAMP): pyproject.toml
+ifndef CONDA_PREFIX
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
+endif
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
@@ -35,7 +44,7 @@ demo: $(STAMP)
 		--target-concurrency 4 --seq-len 32768 --approver "make demo" --note "sample four-rank boot" --out $(EVIDENCE)
 	$(BIN)/python -m kvplan verify $(EVIDENCE)/*
 
-test: lint unit nbtest
+test: lint unit nbtest browser-test
 
 lint: $(STAMP)
 	$(BIN)/ruff check kvplan tests benchmarks
@@ -49,8 +58,16 @@ nbtest: $(STAMP)
 			--nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/; \
 	else echo "no notebooks yet"; fi
 
+# The what-if panels in a real JupyterLab and Debian's Chromium (/usr/bin/chromium; .ci/run installs it).
+browser-test: $(STAMP)
+	@test -x /usr/bin/chromium || { echo "error: /usr/bin/chromium is missing: apt-get install -y chromium"; exit 2; }
+	KVPLAN_BROWSER_TEST=1 $(BIN)/python -m pytest -p no:cacheprovider tests/test_browser_panels.py
+
+# JupyterLab refuses to run as root (containers, devcontainers) unless told to.
+LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
+
 lab: $(STAMP)
-	$(BIN)/jupyter lab notebooks/
+	$(BIN)/jupyter lab $(LAB_FLAGS) notebooks/
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis

@@ -3,7 +3,8 @@
 Nothing here computes a budget: the numbers come from :mod:`kvplan.budget`, :mod:`kvplan.capacity`,
 :mod:`kvplan.drift` and the ledger, and are only converted to GiB for the axes. Every chart answers
 one question, says it in its title, and annotates the numbers a reviewer would ask about. Figures
-are sized and lettered to stay readable on a projector; close them with ``plt.close(fig)``.
+are sized and lettered to stay readable on a projector; they are plain ``matplotlib.figure.Figure``
+objects, never registered with pyplot, so a drawing in one thread cannot be closed or flushed by another.
 
 The limiting rank is always drawn in :data:`LIMITING_COLOR`, the other ranks in :data:`RANK_COLOR`.
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
@@ -67,7 +67,6 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
     >>> # weights, not itemised (20 − 5 − room), uniform KV, stranded, reserve
     >>> [[float(p.get_height()) for p in c] for c in fig.axes[0].containers]
     [[5.0, 5.0], [2.0, 0.0], [12.0, 12.0], [0.0, 2.0], [1.0, 1.0]]
-    >>> plt.close(fig)
     """
     rows = _one_row_per_rank(ledger, budget.ranks)
     labels = [str(rank) for rank in budget.ranks]
@@ -133,59 +132,92 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
     return fig
 
 
-def safe_budget_chart(budget: Budget, title: str | None = None) -> Figure:
+def limiting_ranks(budget: Budget) -> list[int]:
+    """Every rank whose safe budget is the minimum (several when ranks tie; all when every rank does).
+
+    >>> from kvplan.budget import uniform_budget
+    >>> limiting_ranks(uniform_budget([13 * GiB, 18 * GiB, 13 * GiB], GiB))
+    [0, 2]
+    """
+    return [rank for rank, safe in zip(budget.ranks, budget.safe_bytes) if safe == budget.min_safe_bytes]
+
+
+def safe_budget_chart(budget: Budget, title: str | None = None, top_gib: float | None = None,
+                      previous: Budget | None = None) -> Figure:
     """Why the minimum: safe budget per rank, the uniform value, and the tempting (unsafe) average.
 
-    Bars are ``safe_bytes`` per rank in GiB; the limiting rank is drawn in :data:`LIMITING_COLOR`.
-    The uniform budget is a solid line; the average of the safe budgets is a dashed line labelled
-    as the wrong answer, because the limiting rank cannot allocate it.
+    Bars are ``safe_bytes`` per rank in GiB; the limiting rank(s) in :data:`LIMITING_COLOR`. The uniform
+    budget is a solid line; the average of the safe budgets is a dashed line labelled as the wrong answer,
+    because the limiting rank cannot allocate it. When every rank holds the same safe budget the average
+    is the uniform value: no average line is drawn and no rank is named as limiting. ``top_gib`` fixes the
+    y axis (a what-if panel keeps it while its controls move); ``previous`` draws that budget's bars and
+    uniform value faintly, so a change is seen against the state before it.
 
     >>> from kvplan.budget import uniform_budget
     >>> fig = safe_budget_chart(uniform_budget([13 * GiB, 18 * GiB], GiB))
     >>> [float(bar.get_height()) for bar in fig.axes[0].containers[0]]
     [12.0, 17.0]
-    >>> plt.close(fig)
+    >>> tied = safe_budget_chart(uniform_budget([31 * GiB] * 4, GiB))
+    >>> [text for text in tied.axes[0].get_legend().get_texts() if "unsafe" in text.get_text()]
+    []
     """
     labels = [str(rank) for rank in budget.ranks]
     safe_gib = [bytes_to_gib(safe) for safe in budget.safe_bytes]
-    average_bytes = sum(budget.safe_bytes) / len(budget.safe_bytes)
+    weakest = limiting_ranks(budget)
+    tied = len(weakest) == len(budget.ranks)
+    average_bytes = sum(budget.safe_bytes) // len(budget.safe_bytes)
     fig, ax = _figure()
-    bars = ax.bar(labels, safe_gib, color=_rank_colors(budget.ranks, budget.limiting_rank), width=0.6)
-    # inside the bar tops: the uniform and average lines run just above or across the bars
+    if previous is not None:
+        ax.bar(labels, [bytes_to_gib(safe) for safe in previous.safe_bytes], width=0.6, fill=False,
+               edgecolor=REFERENCE_COLOR, linestyle="--", linewidth=1.5, label="before the last change")
+        ax.axhline(bytes_to_gib(previous.uniform_budget_bytes), color=REFERENCE_COLOR, linewidth=1.5,
+                   alpha=0.6, label=f"uniform before: {format_size(previous.uniform_budget_bytes)}")
+    colors = [LIMITING_COLOR if rank in weakest and not tied else RANK_COLOR for rank in budget.ranks]
+    bars = ax.bar(labels, safe_gib, color=colors, width=0.6)
+    # labels sit inside the bar tops: the uniform and average lines run above or across bars, not labels
     _annotate_bars(ax, bars, budget.safe_bytes, inside="top")
     ax.axhline(
         bytes_to_gib(budget.uniform_budget_bytes), color="black", linewidth=2,
         label=f"uniform budget {format_size(budget.uniform_budget_bytes)} (safe on every rank)",
     )
-    ax.axhline(
-        bytes_to_gib(average_bytes), color=AVERAGE_COLOR, linestyle="--", linewidth=2,
-        label=f"average {format_size(int(average_bytes))}: unsafe, "
-        f"rank {budget.limiting_rank} cannot hold it",
-    )
-    _mark_limiting_tick(ax, budget.ranks, budget.limiting_rank)
+    if not tied:
+        names = _rank_list(weakest)
+        ax.axhline(
+            bytes_to_gib(average_bytes), color=AVERAGE_COLOR, linestyle="--", linewidth=2,
+            label=f"average {format_size(average_bytes)}: unsafe, {names} cannot hold it",
+        )
+    _mark_limiting_tick(ax, budget.ranks, [] if tied else weakest)
     ax.set_xlabel("rank")
     ax.set_ylabel("safe KV budget (room − reserve) [GiB]")
-    ax.set_ylim(0, max(safe_gib) * 1.25)
+    ax.set_ylim(0, top_gib or max(safe_gib) * 1.3)
     uniform = format_size(budget.uniform_budget_bytes)
-    ax.set_title(title or f"One value for every rank: the minimum, {uniform}")
+    ax.set_title(title or (f"Every rank holds the same safe budget: {uniform}, none limits alone" if tied
+                           else f"One value for every rank: the minimum, {uniform}"))
     handles, _ = ax.get_legend_handles_labels()
-    handles.append(Patch(color=LIMITING_COLOR, label=f"limiting rank {budget.limiting_rank}"))
+    if not tied:
+        handles.append(Patch(color=LIMITING_COLOR, label=f"limiting: {_rank_list(weakest)}"))
     ax.legend(handles=handles, loc="upper right", fontsize=FONT_SIZE - 1)
     fig.tight_layout()
     return fig
 
 
-def stranded_chart(budget: Budget, title: str | None = None) -> Figure:
+def _rank_list(ranks: Sequence[int]) -> str:
+    """``rank 2`` or ``ranks 1 and 2`` or ``ranks 0, 1 and 3``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+
+
+def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | None = None) -> Figure:
     """What the uniform value leaves unused: stranded bytes per rank and their total.
 
     Bar heights are ``budget.stranded_bytes`` in GiB (including block rounding, which the title
-    states separately when there is any).
+    states separately when there is any). ``top_gib`` fixes the y axis.
 
     >>> from kvplan.budget import uniform_budget
     >>> fig = stranded_chart(uniform_budget([13 * GiB, 18 * GiB], GiB))
     >>> fig.axes[0].get_title()
     'Stranded on the stronger ranks: 5 GiB in total'
-    >>> plt.close(fig)
     """
     labels = [str(rank) for rank in budget.ranks]
     fig, ax = _figure()
@@ -211,7 +243,7 @@ def stranded_chart(budget: Budget, title: str | None = None) -> Figure:
     _mark_limiting_tick(ax, budget.ranks, budget.limiting_rank)
     ax.set_xlabel("rank")
     ax.set_ylabel("stranded KV memory [GiB]")
-    ax.set_ylim(0, max(1.0, max(bytes_to_gib(s) for s in budget.stranded_bytes)) * 1.2)
+    ax.set_ylim(0, top_gib or max(1.0, max(bytes_to_gib(s) for s in budget.stranded_bytes)) * 1.2)
     fig.tight_layout()
     return fig
 
@@ -223,6 +255,8 @@ def concurrency_chart(
     title: str | None = None,
     crossings: Mapping[str, int] | None = None,
     note: str = "",
+    limits: tuple[float, float, float, float] | None = None,
+    previous: pd.DataFrame | None = None,
 ) -> Figure:
     """What a budget buys: full-length sequences held at once against sequence length (log–log).
 
@@ -233,19 +267,23 @@ def concurrency_chart(
     annotated left of it; a target concurrency is a horizontal line. ``crossings`` maps a curve's
     label to the longest length at which it still holds the target (e.g.
     :attr:`kvplan.whatif.Outcome.target_length`), marked on the target line when shorter than
-    ``max_model_len``. ``note`` (e.g. why a spec is approximate) is printed under the plot.
+    ``max_model_len``. ``note`` (e.g. why a spec is approximate) is printed under the plot. ``limits``
+    ``(x_min, x_max, y_min, y_max)`` fixes the axes (a what-if panel keeps them while its controls move);
+    ``previous`` (a curve of the state before the last change) is drawn faintly.
 
     >>> from kvplan.capacity import concurrency_curve
     >>> fig = concurrency_chart(concurrency_curve(12 * GiB, 256 * 1024, [4096, 8192]), 8192, 8)
     >>> fig.axes[0].get_lines()[0].get_ydata().tolist()
     [12.0, 6.0]
-    >>> plt.close(fig)
     """
     if isinstance(curves, pd.DataFrame):
         curves = {"budget": curves}
     crossings = crossings or {}
     fig, ax = _figure()
     colors = [RANK_COLOR, "#E69F00", AVERAGE_COLOR, REFERENCE_COLOR]
+    if previous is not None:
+        ax.plot(previous["seq_len"], previous["max_concurrency"], color=REFERENCE_COLOR, linewidth=1.5,
+                linestyle="--", alpha=0.7, label="before the last change")
     at_max_values = []
     for index, ((label, curve), color) in enumerate(zip(curves.items(), colors * len(curves))):
         row = _row_at_length(curve, max_model_len)
@@ -286,8 +324,12 @@ def concurrency_chart(
     lowest = min([float(curve["max_concurrency"].min()) for curve in curves.values()]
                  + ([target_concurrency] if target_concurrency else []))
     highest = max(float(curve["max_concurrency"].max()) for curve in curves.values())
-    ax.set_ylim(lowest / 4, highest * 4)  # room for the crossing labels below and the legend above
-    ax.set_xlim(right=max_model_len * 2.2)
+    if limits is None:
+        ax.set_ylim(lowest / 4, highest * 4)  # room for the crossing labels below and the legend above
+        ax.set_xlim(right=max_model_len * 2.2)
+    else:
+        ax.set_xlim(limits[0], limits[1])
+        ax.set_ylim(limits[2], limits[3])
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
@@ -300,22 +342,24 @@ def concurrency_chart(
     return fig
 
 
-def drift_chart(drift: Drift, title: str | None = None) -> Figure:
+def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = None) -> Figure:
     """Which rank moved: reference vs boot free memory (left) and the adjusted budget (right).
 
     Left: grouped bars of ``ref_free_bytes`` and ``boot_free_bytes`` per rank with the drift
     annotated. Right: ``adjusted_bytes`` per rank (limiting rank highlighted) with the reference
-    budget as a grey outline and the uniform adjusted value as a line. All in GiB.
+    budget as a grey outline and the uniform adjusted value as a line. All in GiB. Free memory lost since
+    the reference is positive ("lost 1.25 GiB", as ``drift_bytes`` and the drift table count it), gained
+    is "gained". ``top_gib`` fixes the right axis.
 
     >>> from kvplan.drift import drift_budget
     >>> fig = drift_chart(drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 42 * GiB]))
     >>> [float(bar.get_height()) for bar in fig.axes[1].containers[0]]  # 30 − (42 − 41), 30
     [29.0, 30.0]
-    >>> plt.close(fig)
     """
     labels = [str(rank) for rank in drift.ranks]
     positions = list(range(len(labels)))
-    fig, (left, right) = plt.subplots(1, 2, figsize=(FIGSIZE[0] + 3, FIGSIZE[1]))
+    fig = Figure(figsize=(FIGSIZE[0] + 3, FIGSIZE[1]))
+    left, right = fig.subplots(1, 2)
     for ax in (left, right):
         _style(ax)
     width = 0.38
@@ -326,7 +370,8 @@ def drift_chart(drift: Drift, title: str | None = None) -> Figure:
         color=_rank_colors(drift.ranks, drift.limiting_rank), label="this boot",
     )
     for bar, moved in zip(boot_bars, drift.drift_bytes):
-        text = f"−{format_size(moved)}" if moved > 0 else ("+" + format_size(-moved) if moved else "±0")
+        text = f"lost {bytes_to_gib(moved):.2f} GiB" if moved > 0 else (
+            f"gained {bytes_to_gib(-moved):.2f} GiB" if moved else "same")
         left.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), textcoords="offset points",
                       xytext=(0, 4), ha="center", fontsize=FONT_SIZE - 1)
     left.set_xticks(positions, labels)
@@ -345,7 +390,8 @@ def drift_chart(drift: Drift, title: str | None = None) -> Figure:
     _annotate_bars(right, adjusted, drift.adjusted_bytes, inside=True)
     right.axhline(bytes_to_gib(drift.adjusted_uniform_bytes), color="black", linewidth=2,
                   label=f"uniform {format_size(drift.adjusted_uniform_bytes)}")
-    right.set_ylim(0, max(bytes_to_gib(b) for b in drift.ref_budget_bytes + drift.adjusted_bytes) * 1.25)
+    tallest = max(bytes_to_gib(b) for b in drift.ref_budget_bytes + drift.adjusted_bytes)
+    right.set_ylim(0, top_gib or tallest * 1.25)
     right.set_xlabel("rank")
     right.set_ylabel("KV budget [GiB]")
     right.set_title(f"Adjusted budget (guard {format_size(drift.guard_bytes)})")
@@ -372,7 +418,6 @@ def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Fig
     >>> fig = spread_chart({"boot 0": uniform_budget([13 * GiB, 18 * GiB], GiB)})
     >>> fig.axes[0].get_title()
     'Safe budget spread over 1 boot: rank 0 limits every boot'
-    >>> plt.close(fig)
     """
     if not budgets:
         raise ValueError("spread_chart needs at least one boot's budget")
@@ -428,7 +473,8 @@ def gib_table(frame: pd.DataFrame, decimals: int = 2) -> pd.DataFrame:
 
 
 def _figure() -> tuple[Figure, Axes]:
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+    fig = Figure(figsize=FIGSIZE)
+    ax = fig.subplots()
     _style(ax)
     return fig, ax
 
@@ -460,17 +506,19 @@ def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool | st
                         ha="center", va="bottom", fontsize=FONT_SIZE)
 
 
-def _mark_limiting_tick(ax: Axes, ranks: Sequence[int], limiting_rank: int,
+def _mark_limiting_tick(ax: Axes, ranks: Sequence[int], limiting: int | Sequence[int],
                         totals: Sequence[int | None] = ()) -> None:
     """Rank tick labels, the limiting one coloured, with each GPU's total memory under the rank when known."""
     totals = list(totals) or [None] * len(ranks)
+    marked = [limiting] if isinstance(limiting, int) else list(limiting)
     labels = [
-        (f"{rank} (limiting)" if rank == limiting_rank else str(rank))
+        (f"{rank} (limiting)" if rank in marked else str(rank))
         + (f"\nof {format_size(total)}" if total is not None else "")
         for rank, total in zip(ranks, totals)
     ]
     ax.set_xticks(range(len(ranks)), labels)
-    ax.get_xticklabels()[list(ranks).index(limiting_rank)].set_color(LIMITING_COLOR)
+    for rank in marked:
+        ax.get_xticklabels()[list(ranks).index(rank)].set_color(LIMITING_COLOR)
 
 
 def _label_segments(ax: Axes, bars, sizes_bytes: Sequence[int], min_height: float, dark: bool) -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-import matplotlib.pyplot as plt
 import pandas as pd
 from matplotlib.figure import Figure
 
@@ -66,7 +65,8 @@ def occupancy_chart(timeline: pd.DataFrame, kv_cache_tokens: int | None = None, 
     Preemptions are marked from the evidence kind (log or metrics) that reports them most often, so one run's
     log and /metrics do not mark the same preemptions twice. OOM events are black crosses at the top.
     """
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig = Figure(figsize=(9, 4))
+    ax = fig.subplots()
     for label, minutes, values in _series(timeline, "kv_cache_usage_pct"):
         ax.plot(minutes, values, label=label)
     capacity = "capacity" + (f" = {kv_cache_tokens:,} tokens" if kv_cache_tokens is not None else "")
@@ -89,7 +89,8 @@ def occupancy_chart(timeline: pd.DataFrame, kv_cache_tokens: int | None = None, 
 
 def requests_chart(timeline: pd.DataFrame, title: str = "") -> Figure:
     """Running and waiting requests against minutes, one pair of lines per engine and evidence kind."""
-    fig, ax = plt.subplots(figsize=(9, 4))
+    fig = Figure(figsize=(9, 4))
+    ax = fig.subplots()
     for column, style in (("running", "-"), ("waiting", ":")):
         for label, minutes, values in _series(timeline, column):
             ax.plot(minutes, values, style, label=f"{column}, {label}")
@@ -113,7 +114,8 @@ def canary_comparison_chart(
     """
     if len(summaries) != len(labels):
         raise ValueError(f"{len(summaries)} summaries but {len(labels)} labels")
-    fig, axes = plt.subplots(1, len(COMPARISON_PANELS), figsize=(12, 3.6))
+    fig = Figure(figsize=(12, 3.6))
+    axes = fig.subplots(1, len(COMPARISON_PANELS))
     colors = [f"C{index}" for index in range(len(summaries))]
     for ax, (key, name, unit) in zip(axes, COMPARISON_PANELS):
         values = [summary.get(key) for summary in summaries]

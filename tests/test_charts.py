@@ -214,7 +214,9 @@ def test_drift_chart_shows_free_memory_and_adjusted_budget():
     assert adjusted[2].get_facecolor() == to_rgba(charts.LIMITING_COLOR)
     assert _line_y(right, "uniform 28.25 GiB") == 28.25
     assert "re-profile to raise" in fig._suptitle.get_text()
-    assert [t.get_text() for t in left.texts][1:3] == ["+102.4 MiB", "−1.25 GiB"]  # 0.1 GiB = 102.4 MiB
+    # one sign convention (issue 14, item 5): free memory lost is positive "lost", as drift_bytes and the
+    # drift table count it (rank 2: 42 − 40.75 = 1.25 GiB lost), in one unit, GiB (0.1 GiB = 102.4 MiB)
+    assert [t.get_text() for t in left.texts][1:3] == ["gained 0.10 GiB", "lost 1.25 GiB"]
 
 
 def test_spread_chart_marks_min_median_max_and_a_stable_weak_rank():

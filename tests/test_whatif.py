@@ -3,19 +3,17 @@
 import json
 from dataclasses import replace
 
-import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from kvplan import whatif
+from kvplan import charts
+from kvplan import notebook as whatif
 from kvplan.budget import uniform_budget
 from kvplan.config import DATA_DIR
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import kv_spec
-from kvplan.plan import Evidence, Policy, boot_free_bytes, decide
-from kvplan.units import parse_size
-from kvplan.whatif import (
+from kvplan.notebook import (
     Scenario,
     WhatIfPanel,
     add_back_bytes,
@@ -35,6 +33,8 @@ from kvplan.whatif import (
     weak_rank_at_median,
     weak_rank_verdict,
 )
+from kvplan.plan import Evidence, Policy, boot_free_bytes, decide
+from kvplan.units import parse_size
 from tests.conftest import GiB, MiB
 
 SAMPLE = DATA_DIR / "boots" / "four-rank"
@@ -264,10 +264,18 @@ def test_target_length_is_the_longest_request_the_target_still_fits():
     # 9830 blocks / 8 sequences = 1228.75 → 1228 blocks of 16 = 19,648 tokens each (< 32,768)
     outcome = evaluate(replace(FOUR_RANK, target_concurrency=8))
     assert outcome.target_length == 19_648
-    assert outcome.headline()["target fits"] == "8 sequences up to 19,648 tokens each"
+    # a plain no when the target does not fit at max_model_len (issue 14, item 4), with how far it goes
+    assert outcome.headline()["target fits"] == (
+        "no: 8 sequences of 32,768 do not fit; 8 fit up to 19,648 tokens each"
+    )
+    assert outcome.verdict().startswith("DOES NOT FIT: 8 sequences of 32,768 tokens")
     # 4 sequences of 32,768 need 4 × 2048 = 8192 ≤ 9830 blocks: the target fits at full length
     four = evaluate(replace(FOUR_RANK, target_concurrency=4))
-    assert four.target_length == 32_768 and "target fits" not in four.headline()
+    assert four.target_length == 32_768
+    assert four.headline()["target fits"] == "yes: 4 sequences of 32,768 tokens at once"  # a plain yes
+    assert four.verdict() == (
+        "FITS: 4 sequences of 32,768 tokens · --kv-cache-memory-bytes=12884377600 · rank 2 limits"
+    )
 
 
 def test_headline_shows_the_block_size_vllm_forces():
@@ -471,25 +479,22 @@ def test_panel_on_a_reference_and_a_manual_value_boot_draws_the_ledger_from_the_
     assert len(rows_that_set_the_room(ledger)) == 4
 
 
-def test_a_failing_chart_is_shown_in_the_panel_and_closes_its_figures(monkeypatch):
-    shown = []
-    monkeypatch.setattr(whatif, "display", shown.append)
+def test_a_failing_chart_is_shown_in_the_panel_in_its_place(monkeypatch):
     panel = WhatIfPanel(Scenario(ROOMS, RESERVE), co_tenant_bytes=[None, None, 6 * GiB, None])
 
-    def broken(_budget):
+    def broken(_budget, **_options):
         raise ValueError("chart failed")
 
-    monkeypatch.setattr(whatif.charts, "stranded_chart", broken)
-    shown.clear()
+    monkeypatch.setattr(charts, "stranded_chart", broken)
     panel.controls["add_back_2"].value = 1.0  # used to raise out of `.value =` and leave the panel stale
     assert panel.outcome.scenario.add_back_bytes[2] == GiB  # the table and headline are the new ones
     assert panel.chart_errors == {"stranded": "ValueError: chart failed"}
-    messages = [item.value for item in shown if isinstance(item, widgets.HTML)]
-    assert messages == ["<b>The stranded chart cannot be drawn:</b> ValueError: chart failed"]
-    assert plt.get_fignums() == []
+    message = "<b>The stranded chart cannot be drawn:</b> ValueError: chart failed"
+    assert panel.images["stranded"].value == message
+    assert panel.images["safe budget"].value.startswith('<img class="kvplan-chart"')  # the others still drawn
     with pytest.raises(ValueError, match="chart failed"):
         panel.figures()
-    assert plt.get_fignums() == []  # the safe-budget chart drawn before the failing one is closed
+    assert plt.get_fignums() == []  # no pyplot figure is ever opened
 
 
 # --- target concurrency: whole sequences, and a target that never fits -------------------------------------

@@ -1,0 +1,163 @@
+"""The what-if charts of an outcome, and figures as PNG images with alt text for notebooks and panels.
+
+Every figure is a plain :class:`matplotlib.figure.Figure` from :mod:`kvplan.charts` (never pyplot), rendered
+here to PNG bytes at a fixed size (:data:`PANEL_DPI`, no tight bounding box), so a panel's image has the same
+size in every state and two renderings of one state are the same picture.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from kvplan import charts
+from kvplan.notebook.launch import rows_that_set_the_room
+from kvplan.notebook.scenario import Outcome
+from kvplan.notebook.whatif import evaluate, ledger_after_add_back, weak_rank_at_median
+from kvplan.units import bytes_to_gib, format_size
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+#: Dots per inch of every PNG a notebook or panel shows: 10 × 5.5 in charts are 800 × 440 px.
+PANEL_DPI = 80
+
+
+def figure_png(figure: Figure, dpi: int = PANEL_DPI) -> bytes:
+    """The figure as PNG bytes at ``dpi`` (its size in inches × dpi, white background).
+
+    >>> from kvplan.budget import uniform_budget
+    >>> png = figure_png(charts.safe_budget_chart(uniform_budget([13 * 2**30, 18 * 2**30], 2**30)))
+    >>> png[:8] == b"\\x89PNG\\r\\n\\x1a\\n", int.from_bytes(png[16:20], "big")  # 10 in × 80 dpi wide
+    (True, 800)
+    """
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, facecolor="white")
+    return buffer.getvalue()
+
+
+def figure_alt(figure: Figure) -> str:
+    """Alt text of a chart: its title (the question it answers and the answer), else its axes' titles.
+
+    >>> from kvplan.budget import uniform_budget
+    >>> figure_alt(charts.stranded_chart(uniform_budget([13 * 2**30, 18 * 2**30], 2**30)))
+    'Chart: Stranded on the stronger ranks: 5 GiB in total'
+    """
+    titles = [figure._suptitle.get_text()] if figure._suptitle is not None else []
+    titles += [ax.get_title() for ax in figure.axes if ax.get_title()]
+    return "Chart: " + ("; ".join(title for title in titles if title) or "untitled")
+
+
+@dataclass(frozen=True)
+class Chart:
+    """A figure shown as a PNG with alt text; the last expression of a notebook cell displays it."""
+
+    figure: Figure
+
+    def _repr_mimebundle_(self, include=None, exclude=None):
+        alt = figure_alt(self.figure)
+        return {"image/png": figure_png(self.figure), "text/plain": alt}, {"image/png": {"alt": alt}}
+
+
+def chart(figure: Figure) -> Chart:
+    """Show a :mod:`kvplan.charts` figure in a notebook: ``chart(safe_budget_chart(budget))``."""
+    return Chart(figure)
+
+
+def concurrency_figure(outcome: Outcome, weak_rank_fixed: bool = False,
+                       limits: tuple[float, float, float, float] | None = None,
+                       previous: Outcome | None = None) -> Figure:
+    """:func:`kvplan.charts.concurrency_chart` of an outcome (needs its curve), labelled and annotated.
+
+    With ``weak_rank_fixed``, a second curve shows the same launch with its limiting rank raised to
+    the median rank (:func:`~kvplan.notebook.whatif.weak_rank_at_median`). Each curve's crossing of the
+    target concurrency is marked at its ``target_length``, and an approximate spec says why under the
+    title. ``limits`` fixes the axes and ``previous`` is drawn faintly (a what-if panel's baseline).
+    """
+    if outcome.curve is None:
+        raise ValueError("no concurrency curve: the scenario needs a model spec (or bytes per token) "
+                         "and max_model_len")
+    budget = outcome.budget
+    outcomes = {f"uniform {format_size(budget.uniform_budget_bytes)}": outcome}
+    if weak_rank_fixed:
+        fixed = evaluate(weak_rank_at_median(outcome))
+        median = format_size(budget.median_safe_bytes)
+        label = (f"rank {budget.limiting_rank} raised to the median ({median}): "
+                 f"uniform {format_size(fixed.budget.uniform_budget_bytes)}")
+        outcomes[label] = fixed
+    crossings = {label: o.target_length for label, o in outcomes.items() if o.target_length is not None}
+    return charts.concurrency_chart(
+        {label: o.curve for label, o in outcomes.items()},
+        outcome.scenario.max_model_len,
+        outcome.scenario.target_concurrency,
+        crossings=crossings,
+        note=getattr(outcome.capacity, "approximate_reason", ""),
+        limits=limits,
+        previous=None if previous is None else previous.curve,
+    )
+
+
+#: A chart of a what-if panel: its name and a function drawing it.
+ChartStep = tuple[str, "Callable[[], Figure]"]
+
+
+@dataclass(frozen=True)
+class Axes:
+    """Fixed axis tops of a panel's charts [GiB], and the concurrency chart's ``(x0, x1, y0, y1)``."""
+
+    budget_top_gib: float | None = None
+    concurrency: tuple[float, float, float, float] | None = None
+
+
+def panel_axes(low: Outcome, high: Outcome) -> Axes:
+    """Axes that hold every state between the lowest and the highest budget a panel's controls allow.
+
+    >>> from kvplan.notebook.scenario import Scenario
+    >>> GiB = 2**30
+    >>> rooms = (13 * GiB, 18 * GiB)
+    >>> panel_axes(evaluate(Scenario(rooms, 4 * GiB)), evaluate(Scenario(rooms, 0)))  # 18 GiB × 1.3
+    Axes(budget_top_gib=23.4, concurrency=None)
+    """
+    top = round(bytes_to_gib(max(high.budget.safe_bytes)) * 1.3, 2)
+    concurrency = None
+    if low.curve is not None and high.curve is not None:
+        length = float(high.scenario.max_model_len or low.scenario.max_model_len)
+        lowest = max(float(low.curve["max_concurrency"].min()), 1e-3)
+        concurrency = (float(high.curve["seq_len"].min()) / 1.5, length * 2.2, lowest / 4,
+                       float(high.curve["max_concurrency"].max()) * 4)
+    return Axes(top, concurrency)
+
+
+def panel_charts(outcome: Outcome, ledger: pd.DataFrame | None = None, axes: Axes | None = None,
+                 baseline: Outcome | None = None) -> list[ChartStep]:
+    """The charts an outcome allows, as ``(name, draw)`` pairs in display order (nothing drawn yet).
+
+    Safe budget per rank; the ledger (when given, from :func:`~kvplan.notebook.launch.rows_that_set_the_room`
+    with the add-back taken off the co-tenants); stranded capacity; concurrency (with a curve); drift.
+    ``axes`` fixes the axes; ``baseline`` (the panel at the notebook's parameters) is drawn faintly.
+
+    >>> from kvplan.notebook.scenario import Scenario
+    >>> GiB = 2**30
+    >>> [name for name, _ in panel_charts(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))]
+    ['safe budget', 'stranded']
+    """
+    axes = axes or Axes()
+    top = axes.budget_top_gib
+    before = None if baseline is None else baseline.budget
+    steps: list[ChartStep] = [
+        ("safe budget", lambda: charts.safe_budget_chart(outcome.budget, top_gib=top, previous=before))
+    ]
+    if ledger is not None:
+        steps.append(("ledger", lambda: charts.ledger_chart(
+            ledger_after_add_back(rows_that_set_the_room(ledger), outcome.scenario), outcome.budget)))
+    steps.append(("stranded", lambda: charts.stranded_chart(outcome.budget, top_gib=top)))
+    if outcome.curve is not None:
+        steps.append(("concurrency", lambda: concurrency_figure(outcome, limits=axes.concurrency,
+                                                                 previous=baseline)))
+    if outcome.drift is not None:
+        steps.append(("drift", lambda: charts.drift_chart(outcome.drift, top_gib=top)))
+    return steps

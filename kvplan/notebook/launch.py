@@ -1,0 +1,185 @@
+"""Reading a launch for a notebook: its logs, the nvidia-smi snapshots beside them, its spec and length."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from kvplan.budget import Budget
+from kvplan.columns import MEASUREMENTS
+from kvplan.io import ReadMetadata, read_vllm_logs
+from kvplan.io.nvidia_smi import join_snapshots
+from kvplan.ledger import compatibility_key, launch_settings
+from kvplan.plan import Evidence, ModelLayout, Policy, decide, layout_spec
+
+if TYPE_CHECKING:
+
+    from kvplan.kvspec import KVSpec
+
+
+def budgets_by_boot(ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None,
+                    assume_uniform: bool = False) -> dict[str, Budget]:
+    """The budget each boot of a ledger would give on its own, keyed ``"<file> #<boot>"``.
+
+    Feeds :func:`kvplan.charts.spread_chart`: a weak rank that limits every boot is a property of
+    the machine; one that moves is noise the worst-boot rule already covers.
+    """
+    budgets = {}
+    for (source, boot), rows in ledger.groupby(["source", "boot"], sort=False):
+        label = f"{Path(str(source)).name} #{int(boot)}"
+        policy = Policy(reserve_bytes, assume_uniform=assume_uniform)
+        budgets[label] = decide(Evidence(rows), policy, block_bytes=block_bytes).budget
+    return budgets
+
+
+def co_tenant_bytes(ledger: pd.DataFrame, ranks: Sequence[int] | None = None) -> list[int | None]:
+    """Per rank (rank order), the most memory other processes held on its GPU in any boot.
+
+    ``None`` where no nvidia-smi snapshot joined the ledger; labels :class:`WhatIfPanel`'s sliders.
+
+    >>> co_tenant_bytes(pd.DataFrame({"rank": [0, 1, 1], "other_process_bytes": [None, 5, 7]}))
+    [None, 7]
+    """
+    wanted = sorted({int(rank) for rank in ledger["rank"].dropna()}) if ranks is None else list(ranks)
+    if "other_process_bytes" not in ledger.columns:
+        return [None] * len(wanted)
+    most = ledger.groupby("rank")["other_process_bytes"].max()
+    return [None if rank not in most.index or pd.isna(most[rank]) else int(most[rank]) for rank in wanted]
+
+
+#: The snapshot files :func:`read_launch` looks for next to the logs (the README's nvidia-smi commands).
+NVIDIA_SMI_NAMES = ("nvidia-smi-gpu.csv", "nvidia-smi-apps.csv")
+
+
+def snapshots_in(folder: str | Path) -> list[Path]:
+    """The nvidia-smi snapshots saved in ``folder`` under the :data:`NVIDIA_SMI_NAMES`, in that order.
+
+    The rule by which :func:`read_launch` finds them when ``nvidia_smi`` is None; a name that is not a
+    file there (or a ``folder`` that is a file or a glob) gives none.
+
+    >>> from kvplan.config import DATA_DIR
+    >>> [path.name for path in snapshots_in(DATA_DIR / "boots" / "four-rank")]
+    ['nvidia-smi-gpu.csv', 'nvidia-smi-apps.csv']
+    >>> snapshots_in(DATA_DIR / "boots" / "four-rank" / "boot.log")
+    []
+    """
+    folder = Path(folder)
+    return [folder / name for name in NVIDIA_SMI_NAMES if (folder / name).is_file()]
+
+
+def launch_snapshots(
+    log_paths: Sequence[str | Path], nvidia_smi: Sequence[str | Path] | None = None
+) -> list[Path]:
+    """The nvidia-smi snapshots of a launch given as log files: ``nvidia_smi`` when given, else found.
+
+    ``None`` takes :func:`snapshots_in` each distinct folder of ``log_paths`` (the rule of
+    :func:`read_launch`); ``[]`` gives none. The result is what :func:`kvplan.evidence.approve` takes as
+    ``nvidia_smi_paths``.
+
+    >>> from kvplan.config import DATA_DIR
+    >>> logs = [DATA_DIR / "boots" / "four-rank" / "boot.log"]
+    >>> [path.name for path in launch_snapshots(logs)]
+    ['nvidia-smi-gpu.csv', 'nvidia-smi-apps.csv']
+    >>> launch_snapshots(logs, [])
+    []
+    """
+    if nvidia_smi is not None:
+        return [Path(path) for path in nvidia_smi]
+    folders = dict.fromkeys(Path(path).parent for path in log_paths)
+    return [path for folder in folders for path in snapshots_in(folder)]
+
+
+def read_launch(
+    log_dir: str | Path, nvidia_smi: Sequence[str | Path] | None = None
+) -> tuple[pd.DataFrame, ReadMetadata]:
+    """The ledger and reader metadata of a launch's logs, with nvidia-smi snapshots joined when given.
+
+    ``log_dir`` is what :func:`kvplan.io.read_vllm_logs` takes (a folder of ``*.log``, a file, a
+    glob). ``nvidia_smi=None`` takes the :data:`NVIDIA_SMI_NAMES` files found in ``log_dir`` (a
+    folder), so pointing a notebook at another folder needs no second parameter; ``[]`` joins none.
+    Ranks are matched to GPUs by pid, else GPU index = rank (:func:`kvplan.io.nvidia_smi.gpu_index_by_rank`).
+    """
+    ledger, metadata = read_vllm_logs(log_dir)
+    if nvidia_smi is None:
+        nvidia_smi = snapshots_in(log_dir)
+    if nvidia_smi:
+        joined, _, joined_metadata = join_snapshots(ledger, nvidia_smi, warn=False)  # warnings listed below
+        metadata = metadata.with_warnings(joined_metadata.warnings)
+        ledger = joined
+    return ledger, metadata
+
+
+def launch_spec(ledger: pd.DataFrame, model: str | Path, tp: int | None = None, **options) -> KVSpec:
+    """The KV spec of ``model`` (a name in ``data/models/`` or a config.json) on the launch the logs show.
+
+    Layout (TP, PP, DCP), KV dtype, block size and vLLM release come from the logs' compatibility
+    key unless given in ``options`` (:func:`kvplan.kvspec.kv_spec` keywords); a ``tp`` other than
+    the logs' is refused (:func:`kvplan.kvspec.options_for_logs`).
+    """
+    key = {**compatibility_key(ledger), **launch_settings(ledger)}
+    return layout_spec(ModelLayout(model, {"tp": tp, **options}), key)
+
+
+def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:
+    """The maximum model length to plan with: ``given`` when set, else the one the launch logged.
+
+    Raises :class:`ValueError` naming ``MAX_MODEL_LEN`` (the notebooks' parameter) when ``given`` is
+    None and the logs do not print ``max_model_len``, or when ``given`` is not a positive whole number;
+    logs whose boots disagree are refused by :func:`kvplan.ledger.compatibility_key`.
+
+    >>> ledger = pd.DataFrame({"source": "a.log", "boot": 0, "rank": [0, 1], "max_model_len": 32768})
+    >>> launch_max_model_len(ledger), launch_max_model_len(ledger, 8192)
+    (32768, 8192)
+    >>> launch_max_model_len(ledger.drop(columns="max_model_len"))
+    Traceback (most recent call last):
+    ...
+    ValueError: the logs show no max_model_len: set MAX_MODEL_LEN to the length the launch used
+    """
+    if given is not None:
+        if isinstance(given, bool) or not isinstance(given, int) or given <= 0:
+            raise ValueError(f"MAX_MODEL_LEN must be a positive whole number of tokens, got {given!r}")
+        return given
+    logged = compatibility_key(ledger).get("max_model_len")
+    if logged is None or pd.isna(logged):
+        raise ValueError("the logs show no max_model_len: set MAX_MODEL_LEN to the length the launch used")
+    return int(logged)
+
+
+def coverage(ledger: pd.DataFrame) -> pd.DataFrame:
+    """Which measurements each boot × rank printed: one row per ledger measurement, True where shown.
+
+    Columns are ``(boot, rank)`` (``(source, boot, rank)`` when the ledger holds several files); a
+    measurement the ledger has no column for is False everywhere.
+
+    >>> ledger = pd.DataFrame({"boot": [0, 0], "rank": [0, 1], "room_bytes": [5, None]})
+    >>> print(coverage(ledger).loc["room_bytes"])
+    boot  rank
+    0     0        True
+          1       False
+    Name: room_bytes, dtype: bool
+    """
+    index = ["boot", "rank"]
+    if "source" in ledger.columns and ledger["source"].nunique() > 1:
+        index = ["source", *index]
+    shown = ledger.set_index(index).reindex(columns=list(MEASUREMENTS))
+    return shown.notna().T
+
+
+def rows_that_set_the_room(ledger: pd.DataFrame) -> pd.DataFrame:
+    """The ledger rows of each rank that show its room (all of a rank's rows where none does).
+
+    A ledger of a profiled reference and a boot started with a manual value (which shows no room)
+    is charted from the reference, the boot whose room set the budget.
+
+    >>> frame = pd.DataFrame({"rank": [0, 0, 1], "room_bytes": [None, 5, None]})
+    >>> rows_that_set_the_room(frame).index.tolist()
+    [1, 2]
+    """
+    if "room_bytes" not in ledger.columns:
+        return ledger
+    shown = ledger["room_bytes"].notna()
+    any_shown = shown.groupby(ledger["rank"]).transform("any")
+    return ledger[shown | ~any_shown]

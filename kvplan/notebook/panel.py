@@ -1,0 +1,244 @@
+"""The what-if panel: ipywidgets controls over a scenario, redrawn correctly under any kernel threading.
+
+JupyterLab ≥ 4.4 delivers widget messages on kernel subshells (other threads), so two control changes can
+be handled at once. The panel therefore draws no pyplot state (its figures are plain ``Figure`` objects
+rendered to PNG bytes, :mod:`kvplan.notebook.figures`), captures no output (each chart is its own
+``Image`` widget, the verdict and the tables are ``HTML`` widgets whose values are replaced whole), and
+renders one state at a time under a lock: a change that arrives while another renders waits, and a state
+that a newer change has superseded is skipped, so the last state always wins. Axes stay fixed while the
+controls move (from the controls' ranges), and the state at the notebook's parameters is drawn faintly.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import math
+import threading
+from collections.abc import Sequence
+from dataclasses import replace
+
+import ipywidgets as widgets
+import pandas as pd
+
+from kvplan import charts
+from kvplan.notebook.figures import ChartStep, figure_alt, figure_png, panel_axes, panel_charts
+from kvplan.notebook.launch import co_tenant_bytes as ledger_co_tenants
+from kvplan.notebook.scenario import BLOCK_SIZES, Outcome, Scenario
+from kvplan.notebook.whatif import add_back_bytes, add_back_limits, evaluate, gib_to_bytes
+from kvplan.units import bytes_to_gib, format_size
+
+
+class WhatIfPanel:
+    """Sliders and fields over a :class:`Scenario`; every change re-runs :func:`evaluate` and redraws.
+
+    Shows a verdict line (:meth:`Outcome.verdict`), the headline, the per-rank table (GiB) and the charts
+    (:func:`~kvplan.notebook.figures.panel_charts`): safe budget per rank, the per-rank ledger (when
+    ``ledger`` is given; added-back memory comes off its "other processes"), stranded capacity,
+    concurrency (with a spec or ``bytes_per_token``, and ``max_model_len``) and drift (with boot free
+    memory). ``co_tenant_bytes`` (per rank; taken from ``ledger`` when not given) labels and caps the
+    add-back sliders; a rank whose co-tenant memory is unknown gets a disabled slider. Display the panel by
+    making it the last expression of a cell; a notebook rendered without a kernel shows its static
+    snapshot (verdict, headline and charts at the notebook's parameters). Bad input (a reserve above a
+    rank's room) shows the error in the verdict line; a chart that cannot be drawn says why in its place
+    (``chart_errors``).
+    """
+
+    def __init__(self, scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None = None,
+                 ledger: pd.DataFrame | None = None) -> None:
+        self.base = scenario
+        self.ledger = ledger
+        self.outcome: Outcome | None = None
+        self.error: str | None = None
+        self.chart_errors: dict[str, str] = {}
+        if co_tenant_bytes is None and ledger is not None:
+            co_tenant_bytes = ledger_co_tenants(ledger, scenario.rank_ids)
+        self.add_back_limits = add_back_limits(scenario, co_tenant_bytes)
+        self.controls = _controls(scenario, co_tenant_bytes, self.add_back_limits)
+        self._initial = {name: control.value for name, control in self.controls.items()}
+        self.baseline = evaluate(scenario)  # the notebook's parameters: drawn faintly, sets the axes
+        self.axes = panel_axes(evaluate(self._extreme(low=True)), evaluate(self._extreme(low=False)))
+        self.verdict_html = widgets.HTML()
+        self.verdict_html.add_class("kvplan-verdict")
+        self.table_html = widgets.HTML()
+        self.table_html.add_class("kvplan-table")
+        self.images = {name: widgets.HTML() for name, _ in self.chart_steps()}  # one output per chart
+        self.box = widgets.VBox([widgets.VBox(list(self.controls.values())), self.verdict_html,
+                                 self.table_html, *self.images.values()])
+        self.box.add_class("kvplan-panel")
+        self._render_lock = threading.Lock()
+        self._ticket_lock = threading.Lock()
+        self._ticket = 0
+        for control in self.controls.values():
+            control.observe(self._on_change, names="value")
+        self.update()
+
+    def _extreme(self, low: bool) -> Scenario:
+        """The scenario of the lowest (``low``) or highest budget the controls reach: reserve and add-back."""
+        reserve = self.controls["reserve_gib"]
+        add_back = tuple(0 if low else (limit or 0) for limit in self.add_back_limits)
+        return replace(self.base, reserve_bytes=gib_to_bytes(reserve.max if low else reserve.min),
+                       add_back_bytes=add_back, target_concurrency=None)
+
+    def scenario(self) -> Scenario:
+        """The scenario the controls currently describe (untouched controls keep the exact bytes)."""
+        moved = {
+            name: control.value
+            for name, control in self.controls.items()
+            if control.value != self._initial[name]
+        }
+        changes: dict = {}
+        if "reserve_gib" in moved:
+            changes["reserve_bytes"] = gib_to_bytes(moved["reserve_gib"])
+        if "guard_gib" in moved:
+            changes["guard_bytes"] = gib_to_bytes(moved["guard_gib"])
+        if "block_size" in moved:
+            changes["block_size"] = int(moved["block_size"])
+        if "max_model_len" in moved:
+            changes["max_model_len"] = int(moved["max_model_len"])
+        if "target_concurrency" in moved:
+            changes["target_concurrency"] = int(moved["target_concurrency"]) or None
+        ranks = self.base.rank_ids
+        if any(f"add_back_{rank}" in moved for rank in ranks):
+            base = self.base.add_back_bytes or (0,) * len(ranks)
+            changes["add_back_bytes"] = tuple(
+                add_back_bytes(moved[f"add_back_{rank}"], limit) if f"add_back_{rank}" in moved else extra
+                for rank, extra, limit in zip(ranks, base, self.add_back_limits)
+            )
+        return replace(self.base, **changes)
+
+    def verdict(self) -> str:
+        """The verdict line the panel shows: :meth:`Outcome.verdict`, or why there is no safe budget."""
+        if self.outcome is None:
+            return f"DOES NOT FIT: no safe budget: {self.error}"
+        return self.outcome.verdict()
+
+    def chart_steps(self, outcome: Outcome | None = None) -> list[ChartStep]:
+        """The panel's charts for ``outcome`` (default: the baseline) with its fixed axes and baseline."""
+        return panel_charts(outcome or self.baseline, self.ledger, self.axes, self.baseline)
+
+    def chart_pngs(self) -> list[bytes]:
+        """The PNG of every chart for the current state, as the panel shows them."""
+        return [figure_png(draw()) for _, draw in self.chart_steps(self.outcome)]
+
+    def figures(self) -> list:
+        """The chart figures for the current outcome (plain ``Figure`` objects: nothing to close)."""
+        return [] if self.outcome is None else [draw() for _, draw in self.chart_steps(self.outcome)]
+
+    def update(self) -> None:
+        """Re-evaluate the controls' scenario and redraw; a state superseded while waiting is skipped."""
+        with self._ticket_lock:
+            self._ticket += 1
+            ticket = self._ticket
+        with self._render_lock:
+            if ticket != self._ticket:
+                return  # a newer change is waiting for the lock: it renders the latest state
+            self._render(self.scenario())
+
+    def _render(self, scenario: Scenario) -> None:
+        try:
+            outcome, error = evaluate(scenario), None
+        except ValueError as exc:
+            outcome, error = None, str(exc)
+        errors: dict[str, str] = {}
+        images: dict[str, str] = {}
+        if outcome is not None:  # everything is drawn first, then shown at once: text and charts agree
+            for name, draw in self.chart_steps(outcome):
+                try:
+                    images[name] = _image_html(draw())
+                except Exception as exc:  # any failure is shown, never raised from a control
+                    errors[name] = f"{type(exc).__name__}: {exc}"
+                    images[name] = f"<b>The {name} chart cannot be drawn:</b> {html.escape(errors[name])}"
+        self.outcome, self.error, self.chart_errors = outcome, error, errors
+        for name, value in images.items():
+            self.images[name].value = value
+        self.table_html.value = "" if outcome is None else _tables_html(outcome)
+        self.verdict_html.value = f"<b>{html.escape(self.verdict())}</b>"
+
+    def snapshot_html(self) -> str:
+        """The panel at the notebook's parameters as static HTML (verdict, headline, charts with alt text)."""
+        outcome = self.baseline
+        images = [_image_html(draw()) for _, draw in self.chart_steps(outcome)]
+        return (
+            '<div class="kvplan-snapshot"><p><i>What-if panel, shown at the notebook\'s parameters (open the '
+            "notebook in JupyterLab with a live kernel to move its controls).</i></p>"
+            f"<p><b>{html.escape(outcome.verdict())}</b></p>{_tables_html(outcome)}{''.join(images)}</div>"
+        )
+
+    def _on_change(self, _change: dict) -> None:
+        self.update()
+
+    def _repr_mimebundle_(self, **kwargs):
+        bundle = self.box._repr_mimebundle_(**kwargs)
+        if bundle is not None:
+            bundle["text/plain"] = "What-if panel: open the notebook in JupyterLab with a live kernel."
+            bundle["text/html"] = self.snapshot_html()
+        return bundle
+
+
+def _image_html(figure) -> str:
+    """A chart as an ``<img>`` with its PNG inline and its title as alt text (no file, no network)."""
+    data = base64.b64encode(figure_png(figure)).decode()
+    return (f'<img class="kvplan-chart" src="data:image/png;base64,{data}" '
+            f'alt="{html.escape(figure_alt(figure))}" style="max-width:100%">')
+
+
+def _tables_html(outcome: Outcome) -> str:
+    """The headline (name, value) and the per-rank table in GiB, as HTML tables."""
+    headline = pd.Series(outcome.headline(), name="value").to_frame()
+    return (headline.to_html(classes="kvplan-headline", border=0)
+            + charts.gib_table(outcome.table()).to_html(classes="kvplan-ranks", border=0))
+
+
+def _controls(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None,
+              limits: Sequence[int | None]) -> dict[str, widgets.Widget]:
+    style = {"description_width": "initial"}
+    layout = widgets.Layout(width="640px")
+    reserve_gib = bytes_to_gib(scenario.reserve_bytes)
+    controls: dict[str, widgets.Widget] = {
+        "reserve_gib": widgets.FloatSlider(
+            value=reserve_gib, min=0.0, max=max(4.0, 2 * reserve_gib), step=0.05, readout_format=".2f",
+            description="reserve per rank [GiB]", style=style, layout=layout, continuous_update=False,
+        )
+    }
+    if scenario.boot_free_bytes is not None:
+        guard_gib = bytes_to_gib(scenario.guard_bytes)
+        controls["guard_gib"] = widgets.FloatSlider(
+            value=guard_gib, min=0.0, max=max(2.0, 2 * guard_gib), step=0.05, readout_format=".2f",
+            description="drift guard [GiB]", style=style, layout=layout, continuous_update=False,
+        )
+    if scenario.bytes_per_token is not None or scenario.kv_spec is not None:
+        block_size = scenario.effective_block_size
+        controls["block_size"] = widgets.Dropdown(
+            options=sorted({*BLOCK_SIZES, block_size}), value=block_size,
+            description="block size asked [tokens]", style=style,
+            tooltip="vLLM may raise it (hybrid and MLA models): the headline shows the block size in effect",
+        )
+        if scenario.max_model_len is not None:
+            box = widgets.Layout(width="420px")  # wide enough for the label and a seven-digit number
+            controls["max_model_len"] = widgets.BoundedIntText(
+                value=scenario.max_model_len, min=1, max=10_000_000, step=1024,
+                description="max model length [tokens]", style=style, layout=box,
+            )
+            controls["target_concurrency"] = widgets.BoundedIntText(
+                value=math.ceil(scenario.target_concurrency or 0), min=0, max=100_000, step=1,
+                description="target concurrency [sequences] (0 = none)", style=style, layout=box,
+            )
+    add_back = scenario.add_back_bytes or (0,) * len(scenario.room_bytes)
+    co_tenants = list(co_tenant_bytes) if co_tenant_bytes is not None else [None] * len(add_back)
+    for rank, extra, co_tenant, limit in zip(scenario.rank_ids, add_back, co_tenants, limits):
+        known = co_tenant is not None and not pd.isna(co_tenant)
+        note = f" (other processes {format_size(int(co_tenant))})" if known else " (other processes unknown)"
+        ceiling = bytes_to_gib(limit or 0)
+        controls[f"add_back_{rank}"] = widgets.FloatSlider(
+            value=bytes_to_gib(extra), min=0.0, max=ceiling, step=0.1, readout_format=".2f",
+            description=f"rank {rank}: add back [GiB]{note}", style=style, layout=layout,
+            continuous_update=False, disabled=not limit,
+            tooltip=(
+                "up to what other processes hold on this GPU" if known and limit
+                else "no other processes on this GPU: nothing to add back" if known
+                else "no nvidia-smi snapshot joined for this rank: its co-tenant memory is unknown, "
+                "so nothing can be added back"
+            ),
+        )
+    return controls
