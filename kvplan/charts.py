@@ -266,7 +266,7 @@ def concurrency_chart(
     hybrid models). ``max_model_len`` is marked with a vertical line and the concurrency there is
     annotated left of it; a target concurrency is a horizontal line. ``crossings`` maps a curve's
     label to the longest length at which it still holds the target (e.g.
-    :attr:`kvplan.whatif.Outcome.target_length`), marked on the target line when shorter than
+    :attr:`kvplan.notebook.scenario.Outcome.target_length`), marked on the target line when shorter than
     ``max_model_len``. ``note`` (e.g. why a spec is approximate) is printed under the plot. ``limits``
     ``(x_min, x_max, y_min, y_max)`` fixes the axes (a what-if panel keeps them while its controls move);
     ``previous`` (a curve of the state before the last change) is drawn faintly.
