@@ -16,7 +16,13 @@ from tests.conftest import TESTS_DATA_DIR
 
 
 def test_the_0_1_0_bundle_verifies(capsys):
-    assert evidence.verify_bundle_with_notes(V0_1_0) == ([], [])
+    # 0.1.0 wrote no seal: its charts are redrawn and compared byte for byte, and a note says its
+    # created_utc is pinned only by the bundle's digest
+    differences, notes = evidence.verify_bundle_with_notes(V0_1_0)
+    assert differences == []
+    digest = evidence.bundle_digest((V0_1_0 / "budget.json").read_bytes())
+    assert notes == [f"no seal_sha256 (written by kvplan 0.1.0 or before): its created_utc is not sealed; pin "
+                     f"the bundle with kvplan gate --approved-digest {digest}"]
     assert main(["verify", str(V0_1_0)]) == 0
     assert "ok" in capsys.readouterr().out
 
@@ -25,7 +31,7 @@ def test_it_verifies_moved_elsewhere_and_from_another_folder(tmp_path, monkeypat
     # the checkout's location is in no hash: a copy under another parent, verified from another cwd
     copy = Path(shutil.copytree(V0_1_0, tmp_path / "elsewhere" / V0_1_0.name))
     monkeypatch.chdir(tmp_path)
-    assert evidence.verify_bundle_with_notes(copy) == ([], [])
+    assert evidence.verify_bundle(copy) == []
 
 
 def test_it_records_relative_paths_only():

@@ -315,7 +315,7 @@ class TestWriting:
         def crash(*args, **kwargs):
             raise KeyboardInterrupt("simulated crash")
 
-        modules = {"summary_markdown": evidence, "stranded_chart": charts, "rename": evidence.os}
+        modules = {"summary_markdown": evidence.render, "stranded_chart": charts, "rename": evidence.write.os}
         target = modules[where]
         monkeypatch.setattr(target, where, crash)
         with pytest.raises(KeyboardInterrupt):
@@ -391,7 +391,7 @@ class TestWriting:
             (Path(target) / "budget.json").write_text("the other approval")
             rename(source, target)
 
-        monkeypatch.setattr(evidence.os, "rename", other_writer_first)
+        monkeypatch.setattr(evidence.write.os, "rename", other_writer_first)
         with pytest.raises(BundleExistsError, match="never overwritten"):
             approve(tmp_path)
         [folder] = tmp_path.iterdir()  # the other bundle, untouched; our temporary folder is gone
@@ -399,13 +399,13 @@ class TestWriting:
 
     def test_an_empty_folder_at_the_name_is_not_replaced(self, tmp_path, monkeypatch):
         # an empty folder appears at the final name after the first check (os.rename would replace it)
-        write = evidence._write_artifacts
+        write = evidence.write._write_artifacts
 
         def appears(staging, decision, record, name):
             (staging.parent / name).mkdir()
             return write(staging, decision, record, name)
 
-        monkeypatch.setattr(evidence, "_write_artifacts", appears)
+        monkeypatch.setattr(evidence.write, "_write_artifacts", appears)
         with pytest.raises(BundleExistsError):
             approve(tmp_path)
         [folder] = tmp_path.iterdir()
@@ -668,7 +668,7 @@ class TestNvidiaSmiSnapshots:
         # the same approval by kvplan before `approve --nvidia-smi` existed named its bundle
         # 2026-11-29-64429095d68f (the inputs by the same relative path, the kvplan version pinned to 0.0.0)
         monkeypatch.chdir(DATA_DIR.parent)
-        monkeypatch.setattr(evidence, "__version__", "0.0.0")
+        monkeypatch.setattr(evidence.write, "__version__", "0.0.0")
         folder = evidence.approve([Path("data/boots/four-rank/boot.log")], tmp_path, Policy(RESERVE),
                                   "Ana Planner", now=NOW)
         assert folder.name == "2026-11-29-64429095d68f"

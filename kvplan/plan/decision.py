@@ -49,7 +49,10 @@ def layout_spec(layout: ModelLayout, key: dict) -> KVSpec:
     if options.get("tp") is None:
         raise ValueError("--model needs --tp N: the logs do not show the tensor-parallel size the ranks "
                          "run with")
-    return kv_spec(read_model_config(layout.config), **options)
+    config = read_model_config(layout.config)
+    if layout.name is not None:
+        config["_path"] = layout.name
+    return kv_spec(config, **options)
 
 
 def model_check(rows: pd.DataFrame, spec: KVSpec) -> Check:

@@ -75,7 +75,10 @@ class ModelLayout:
     (``tp``, ``pp``, ``dcp``, ``kv_cache_dtype``, ``block_size``, ``vllm_version``,
     ``max_num_batched_tokens``), recorded so that :func:`kvplan.evidence.verify_bundle` rebuilds the
     same spec. A ``vllm_version`` or ``block_size`` left None is taken from the logs' compatibility key.
+    ``name`` is how the config is quoted where it names no model (a bundle's copy ``inputs/config.json``,
+    so approval and verification read the same text wherever the bundle lies); None: its path.
     """
 
     config: Path | str
     options: Mapping[str, object] = field(default_factory=dict)
+    name: str | None = None
