@@ -8,9 +8,7 @@ import pandas as pd
 import pytest
 
 from kvplan import evidence
-from kvplan.cli import main
-from kvplan.config import DATA_DIR
-from kvplan.gate import (
+from kvplan.checks import (
     BUDGET_CHECK,
     KEY_CHECK,
     OUTCOME_CHECK,
@@ -27,6 +25,8 @@ from kvplan.gate import (
     defaulted_key_fields,
     gate_checks,
 )
+from kvplan.cli import main
+from kvplan.config import DATA_DIR
 from kvplan.io.model_config import resolve_model_config
 from kvplan.io.vllm import read_vllm_log
 from kvplan.units import parse_size

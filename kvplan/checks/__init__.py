@@ -1,0 +1,53 @@
+"""Checks: pure functions of evidence that return :class:`kvplan.verdict.Check`.
+
+:mod:`~kvplan.checks.key` (the compatibility key, with vLLM's defaults as not shown),
+:mod:`~kvplan.checks.boot` (every rank present, no OOM or error) and :mod:`~kvplan.checks.gate` (a canary
+against an approval: :class:`Approved`, the budget, reserve and token checks, :func:`gate_checks`). The
+load checks are :mod:`kvplan.load.checks`'s, the model cross-check :func:`kvplan.plan.model_check`.
+
+>>> from kvplan.checks import check_ranks_present
+>>> import pandas as pd
+>>> check_ranks_present([0, 1], pd.DataFrame({"rank": [0]})).passed
+False
+"""
+
+from kvplan.checks.boot import OUTCOME_CHECK, RANKS_CHECK, check_outcomes, check_ranks_present
+from kvplan.checks.gate import (
+    BUDGET_CHECK,
+    RESERVE_CHECK,
+    TOKENS_CHECK,
+    Approved,
+    check_budget_fits,
+    check_reserve_after_warmup,
+    check_tokens,
+    gate_checks,
+)
+from kvplan.checks.key import (
+    DEFAULT_PROVENANCE,
+    KEY_CHECK,
+    MANUAL_BOOT_IGNORES,
+    NONE_WHEN_CONFIG_SHOWN,
+    check_compatibility_key,
+    defaulted_key_fields,
+)
+
+__all__ = [
+    "BUDGET_CHECK",
+    "DEFAULT_PROVENANCE",
+    "KEY_CHECK",
+    "MANUAL_BOOT_IGNORES",
+    "NONE_WHEN_CONFIG_SHOWN",
+    "OUTCOME_CHECK",
+    "RANKS_CHECK",
+    "RESERVE_CHECK",
+    "TOKENS_CHECK",
+    "Approved",
+    "check_budget_fits",
+    "check_compatibility_key",
+    "check_outcomes",
+    "check_ranks_present",
+    "check_reserve_after_warmup",
+    "check_tokens",
+    "defaulted_key_fields",
+    "gate_checks",
+]

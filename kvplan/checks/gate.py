@@ -1,0 +1,276 @@
+"""Gate a canary boot against an approved budget: each check with its verdict and evidence.
+
+Every check is a pure function of the approved decision (:class:`Approved`) and the boot's ledger
+(one row per boot × rank, glossary columns from :mod:`kvplan.columns`). A check passes (``True``),
+fails (``False``) or cannot be judged from the evidence given (``None``); :func:`gate_verdict` folds
+them into one answer. A check with nothing to look at in this gate (no admission plan was approved;
+no observation of the reserve after warm-up) is *not applicable* (``applicable=False``, ``passed``
+None): it is listed as ``N/A`` with the reason and neither passes, fails nor blocks the verdict.
+The budget check takes, per rank, the lower of :func:`kvplan.drift.adjusted_budget_bytes` applied to
+the rank's safe budget at approval (``safe_ref − max(0, F_ref − F_boot)``) and the boot's own room less
+the reserve, then subtracts the guard: that must be ≥ the approved value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+
+import pandas as pd
+
+from kvplan.budget import kv_cache_flag, round_down_to_blocks
+from kvplan.checks.boot import check_outcomes, check_ranks_present, rank_list
+from kvplan.checks.key import check_compatibility_key
+from kvplan.drift import adjusted_budget_bytes
+from kvplan.units import format_size
+from kvplan.verdict import Check
+
+BUDGET_CHECK = "approved value fits every rank"
+RESERVE_CHECK = "reserve present after warm-up"
+TOKENS_CHECK = "tokens cover the admission plan"
+
+
+@dataclass(frozen=True)
+class Approved:
+    """What a gate needs from an approval (sizes in bytes, one entry per approved rank).
+
+    ``ref_free_bytes`` is each rank's startup free memory at approval (None where the approved
+    logs did not show it); ``tokens_required`` is the admission plan in tokens (None: no plan);
+    ``logged_tokens`` the lowest "GPU KV cache size" the approved profiled boots logged (boots at a
+    manual value left out); ``capacity_tokens`` the tokens the approved value holds at
+    ``max_model_len`` (None without a model); ``defaulted_key_fields`` the key fields the approved logs
+    did not show, filled with vLLM's default by the reader (:func:`defaulted_key_fields`).
+    """
+
+    budget_bytes: int
+    ranks: tuple[int, ...]
+    safe_bytes: tuple[int, ...]
+    ref_free_bytes: tuple[int | None, ...]
+    reserve_bytes: int
+    guard_bytes: int
+    block_bytes: int | None
+    compatibility_key: Mapping[str, object]
+    tokens_required: int | None = None
+    logged_tokens: int | None = None
+    capacity_tokens: int | None = None
+    defaulted_key_fields: frozenset[str] = frozenset()
+
+
+def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes: int) -> Check:
+    """Per rank, the lowest estimate of what this boot can allocate, less the guard, is ≥ the approved value.
+
+    Two estimates, the lower wins (more evidence can only lower a budget): the drift rule
+    ``safe_ref − max(0, F_ref − F_boot)`` (``F_boot`` the rank's lowest startup free memory in the boot
+    ledger) and, where the boot logs its own room, ``room_boot − reserve`` (a canary that changed what is
+    not in the key, e.g. ``max_num_batched_tokens``, shows its smaller room only there). A rank with
+    neither cannot be judged. A boot that ran a manual ``--kv-cache-memory-bytes`` value above the approved
+    one fails: it is not a canary of the approved value. A rank left with no room at all fails (it is not
+    bad input: the boot is judged, with every check printed). On failure the detail names the lower value
+    that fits (rounded down to whole blocks), as ``kvplan drift`` does.
+
+    >>> GiB = 1 << 30
+    >>> a = Approved(30 * GiB, (0,), (30 * GiB,), (42 * GiB,), GiB, 0, None, {})
+    >>> frame = pd.DataFrame({"rank": [0], "init_free_bytes": [42 * GiB], "room_bytes": [30 * GiB]})
+    >>> check_budget_fits(a, frame, 0).detail.split("; ")[1]
+    "rank 0: the boot's own room 30 GiB − reserve 1 GiB − 0 B = 29 GiB < 30 GiB"
+    """
+    boot_free = _per_rank(boot_ledger, "init_free_bytes", "min")
+    room = _per_rank(boot_ledger, "room_bytes", "min")
+    manual = _per_rank(boot_ledger, "manual_kv_bytes", "max")
+    budget = approved.budget_bytes
+    drift_lines, room_lines, estimates = [], [], {}
+    reprofile = False
+    for rank, safe, ref in zip(approved.ranks, approved.safe_bytes, approved.ref_free_bytes):
+        if ref is not None and rank in boot_free:
+            adjusted = adjusted_budget_bytes(safe, int(ref), boot_free[rank], guard_bytes)
+            reprofile = reprofile or boot_free[rank] > int(ref)
+            estimates[rank] = adjusted
+            drift_lines.append(
+                f"rank {rank}: {format_size(safe)} − max(0, {format_size(int(ref))} − "
+                f"{format_size(boot_free[rank])}) − {format_size(guard_bytes)} = {format_size(adjusted)} "
+                f"{'≥' if adjusted >= budget else '<'} {format_size(budget)}"
+            )
+        if rank in room:
+            own = room[rank] - approved.reserve_bytes - guard_bytes
+            estimates[rank] = min(own, estimates.get(rank, own))
+            room_lines.append(
+                f"rank {rank}: the boot's own room {format_size(room[rank])} − reserve "
+                f"{format_size(approved.reserve_bytes)} − {format_size(guard_bytes)} = {format_size(own)} "
+                f"{'≥' if own >= budget else '<'} {format_size(budget)}"
+            )
+    above = [
+        f"rank {rank} ran {kv_cache_flag(value)}, above the approved {format_size(budget)}: not a "
+        "canary of the approved value"
+        for rank, value in sorted(manual.items())
+        if value > budget
+    ]
+    failed = bool(above) or any(value < budget for value in estimates.values())
+    unjudged = [rank for rank in approved.ranks if rank not in estimates]
+    if unjudged and not failed:
+        not_approved = [
+            rank
+            for rank, ref in zip(approved.ranks, approved.ref_free_bytes)
+            if ref is None and rank in unjudged
+        ]
+        not_booted = [rank for rank in unjudged if rank not in boot_free]
+        where = [
+            f"rank {rank_list(ranks)} {place}"
+            for ranks, place in ((not_approved, "at approval"), (not_booted, "in this boot"))
+            if ranks
+        ]
+        return Check(BUDGET_CHECK, None, f"startup free memory not shown for {' and '.join(where)}")
+    lines = drift_lines + room_lines
+    if reprofile:
+        lines.append("some rank has more free memory than at approval: re-profile to raise the value")
+    lines += above
+    if failed:
+        if unjudged:
+            lines.append(f"rank {rank_list(unjudged)}: no startup free memory or room shown")
+        if estimates:
+            lowest = min(estimates.values())
+            limiting = next(rank for rank in approved.ranks if estimates.get(rank) == lowest)
+            lines.append(_lower_value_text(lowest, limiting, approved.block_bytes))
+    return Check(BUDGET_CHECK, not failed, "; ".join(lines))
+
+
+def check_reserve_after_warmup(
+    approved: Approved,
+    boot_ledger: pd.DataFrame,
+    free_after_warmup_bytes: Mapping[int, int] | None = None,
+) -> Check:
+    """The reserve is still free on every rank once the KV cache is allocated and graphs captured.
+
+    Only an observation of this boot counts: free memory per rank in a snapshot taken after warm-up
+    (``free_after_warmup_bytes``, e.g. from nvidia-smi) must be ≥ the reserve; without a snapshot, a
+    boot that ran a manual ``--kv-cache-memory-bytes`` value and logged its room after warm-up must
+    keep ``room − manual value`` ≥ the reserve. A profiled boot's KV cache is not the approved value,
+    so ``room − approved`` would be arithmetic, not an observation (the budget check already covers
+    ``room − reserve ≥ approved``): with no rank observed the check is not applicable.
+
+    >>> frame = pd.DataFrame({"rank": [0], "room_bytes": [31 << 30], "manual_kv_bytes": [None]})
+    >>> a = Approved(30 << 30, (0,), (30 << 30,), (42 << 30,), 1 << 30, 0, None, {})
+    >>> check_reserve_after_warmup(a, frame).applicable
+    False
+    """
+    room = _per_rank(boot_ledger, "room_bytes", "min")
+    manual = _per_rank(boot_ledger, "manual_kv_bytes", "max")
+    lines, passed = [], True
+    for rank in approved.ranks:
+        if free_after_warmup_bytes is not None and rank in free_after_warmup_bytes:
+            left, how = free_after_warmup_bytes[rank], "free after warm-up (snapshot)"
+        elif rank in room and rank in manual:
+            left = room[rank] - manual[rank]
+            how = f"room {format_size(room[rank])} − KV {format_size(manual[rank])}"
+        else:
+            continue
+        ok = left >= approved.reserve_bytes
+        passed = passed and ok
+        lines.append(
+            f"rank {rank}: {how} = {format_size(left)} {'≥' if ok else '<'} reserve "
+            f"{format_size(approved.reserve_bytes)}"
+        )
+    if not lines:
+        return Check(
+            RESERVE_CHECK,
+            None,
+            "not applicable: no observation after warm-up (give an nvidia-smi "
+            "snapshot taken after warm-up with --nvidia-smi, or gate a boot "
+            "that ran the manual value and logged its room)",
+            applicable=False,
+        )
+    return Check(RESERVE_CHECK, passed, "; ".join(lines))
+
+
+def check_tokens(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
+    """The boot's logged "GPU KV cache size" in tokens covers the admission plan recorded at approval.
+
+    Without a recorded plan the check is not applicable (it neither passes nor blocks).
+
+    >>> a = Approved(1, (0,), (1,), (1,), 0, 0, None, {}, tokens_required=49_152)
+    >>> check_tokens(a, pd.DataFrame({"rank": [0], "kv_cache_tokens": [40_000]})).passed
+    False
+    """
+    if approved.tokens_required is None:
+        return Check(
+            TOKENS_CHECK,
+            None,
+            "not applicable: no admission plan recorded at approval (approve "
+            "with --target-concurrency and --seq-len)",
+            applicable=False,
+        )
+    if "kv_cache_tokens" not in boot_ledger.columns or boot_ledger["kv_cache_tokens"].dropna().empty:
+        return Check(TOKENS_CHECK, None, "the boot did not log its GPU KV cache size")
+    tokens = int(boot_ledger["kv_cache_tokens"].dropna().min())
+    passed = tokens >= approved.tokens_required
+    return Check(
+        TOKENS_CHECK,
+        passed,
+        f"GPU KV cache size {tokens:,} tokens {'≥' if passed else '<'} "
+        f"plan {approved.tokens_required:,} tokens",
+    )
+
+
+def gate_checks(
+    approved: Approved,
+    boot_ledger: pd.DataFrame,
+    boot_key: Mapping[str, object],
+    guard_bytes: int | None = None,
+    free_after_warmup_bytes: Mapping[int, int] | None = None,
+    boot_defaults: Collection[str] = (),
+) -> list[Check]:
+    """Every gate check of a boot against an approval, in a fixed order.
+
+    ``guard_bytes`` None uses the guard recorded in the approval's policy; ``boot_defaults`` are the key
+    fields the boot's logs do not show (:func:`defaulted_key_fields` of the boot's provenance).
+    """
+    guard = approved.guard_bytes if guard_bytes is None else guard_bytes
+    if guard < 0:
+        raise ValueError(f"guard must not be negative, got {guard} bytes")
+    return [
+        check_compatibility_key(
+            approved.compatibility_key,
+            boot_key,
+            manual_boot=_is_manual(boot_ledger),
+            approved_defaults=approved.defaulted_key_fields,
+            boot_defaults=boot_defaults,
+        ),
+        check_ranks_present(approved.ranks, boot_ledger),
+        check_outcomes(boot_ledger),
+        check_budget_fits(approved, boot_ledger, guard),
+        check_reserve_after_warmup(approved, boot_ledger, free_after_warmup_bytes),
+        check_tokens(approved, boot_ledger),
+    ]
+
+
+def _is_manual(boot_ledger: pd.DataFrame) -> bool:
+    """Whether the boot ran a manual ``--kv-cache-memory-bytes`` value (its ledger shows one)."""
+    return "manual_kv_bytes" in boot_ledger and bool(boot_ledger["manual_kv_bytes"].notna().any())
+
+
+def _lower_value_text(uniform_bytes: int, limiting_rank: int, block_bytes: int | None) -> str:
+    value = (
+        uniform_bytes
+        if block_bytes is None or uniform_bytes <= 0
+        else round_down_to_blocks(uniform_bytes, block_bytes)
+    )
+    if value <= 0:
+        return f"no value fits rank {limiting_rank}: re-profile this deployment"
+    rounding = " (whole blocks)" if block_bytes else ""
+    return (
+        f"a lower value fits: {format_size(value)}{rounding}, {kv_cache_flag(value)} "
+        f"(limiting rank {limiting_rank})"
+    )
+
+
+def _per_rank(ledger: pd.DataFrame, column: str, pick: str) -> dict[int, int]:
+    """The ``pick`` (``"min"`` or ``"max"``) non-missing value of ``column`` per rank, over every row.
+
+    The worst boot wins: the lowest free memory or room, the highest manual KV value a rank ran.
+
+    >>> _per_rank(pd.DataFrame({"rank": [0, 0], "room_bytes": [5, 3]}), "room_bytes", "min")
+    {0: 3}
+    """
+    if column not in ledger.columns:
+        return {}
+    values = ledger[["rank", column]].dropna()
+    return {int(rank): int(value) for rank, value in values.groupby("rank")[column].agg(pick).items()}

@@ -1,0 +1,127 @@
+"""The compatibility-key check: every key field shown on both sides is equal; unshown is not unchanged.
+
+A field the logs do not show, or that the log reader filled with vLLM's default
+(:func:`defaulted_key_fields`), is named "not compared", never counted as unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+
+import pandas as pd
+
+from kvplan.ledger import plain_value
+from kvplan.verdict import Check
+
+KEY_CHECK = "compatibility key"
+
+#: Key fields a manual-value boot does not use: with ``--kv-cache-memory-bytes`` vLLM sizes the KV cache
+#: from that value, and its own hint says to replace ``--gpu-memory-utilization`` by it.
+MANUAL_BOOT_IGNORES = ("gpu_memory_utilization",)
+#: Key fields vLLM leaves out or prints as ``None`` when they are at their default (no quantization,
+#: the default revision): on a side whose logs show the model's configuration, unknown means "None".
+NONE_WHEN_CONFIG_SHOWN = ("quantization", "revision")
+#: How the log reader's provenance marks a key value it filled with vLLM's default (no log line).
+DEFAULT_PROVENANCE = "default of vLLM"
+
+
+def _explicit_defaults(key: Mapping[str, object]) -> dict[str, object]:
+    if plain_value(key.get("model")) is None:
+        return dict(key)
+    return {**key, **{f: "None" for f in NONE_WHEN_CONFIG_SHOWN if plain_value(key.get(f)) is None}}
+
+
+def defaulted_key_fields(provenance: pd.DataFrame) -> frozenset[str]:
+    """Key fields the reader filled with vLLM's default because the logs did not show them.
+
+    The log reader records such a value with no line and the raw text ``default of vLLM <release>``
+    (e.g. ``block_size`` 16, which MLA and hybrid models do not use).
+
+    >>> defaulted_key_fields(pd.DataFrame({"column": ["block_size", "model"], "line": [None, 3],
+    ...                                    "raw": ["default of vLLM 0.26.0", "model=m"]}))
+    frozenset({'block_size'})
+    """
+    if provenance.empty or not {"column", "line", "raw"} <= set(provenance.columns):
+        return frozenset()
+    filled = provenance["line"].isna() & provenance["raw"].astype(str).str.startswith(DEFAULT_PROVENANCE)
+    return frozenset(str(column) for column in provenance.loc[filled, "column"])
+
+
+def check_compatibility_key(
+    approved_key: Mapping[str, object],
+    boot_key: Mapping[str, object],
+    manual_boot: bool = False,
+    approved_defaults: Collection[str] = (),
+    boot_defaults: Collection[str] = (),
+) -> Check:
+    """Every key field shown on both sides is equal; each difference is listed.
+
+    A field unknown on both sides, or shown by the boot only, cannot be compared: the detail names it
+    and it is not counted as unchanged. A field the approval recorded but the boot does not show (e.g.
+    ``gpu_name`` from an nvidia-smi snapshot at approval, none given to the gate) leaves the check
+    unjudged (``passed`` None) unless another field differs. A value the reader filled with vLLM's
+    default (``approved_defaults``, ``boot_defaults``: :func:`defaulted_key_fields`) is not shown: equal
+    to a shown value it is not compared (a boot's default against a shown approved value leaves the
+    check unjudged); a default on both sides is the same release's rule and compares; a different value
+    is a difference either way. A ``manual_boot`` (one run with ``--kv-cache-memory-bytes``) is not
+    compared on :data:`MANUAL_BOOT_IGNORES`. A side that shows the model's configuration reads an unknown
+    :data:`NONE_WHEN_CONFIG_SHOWN` field as ``None`` (vLLM's default), so adding quantization fails.
+
+    >>> check_compatibility_key({"model": "m", "block_size": 16}, {"model": "m", "block_size": 32}).detail
+    'block_size: approved 16, boot 32'
+    >>> check_compatibility_key({"model": "m", "gpu_name": None}, {"model": "m", "gpu_name": None}).detail
+    '3 fields unchanged; not shown on either side (not compared): gpu_name'
+    >>> check_compatibility_key({"model": "m"}, {"model": "m", "quantization": "fp8"}).detail
+    'quantization: approved None, boot fp8'
+    >>> check_compatibility_key({"model": "m", "gpu_name": "H100"}, {"model": "m"}).passed is None
+    True
+    >>> key = {"model": "m", "block_size": 16}
+    >>> check_compatibility_key(key, key, boot_defaults={"block_size"}).passed is None
+    True
+    """
+    approved_key, boot_key = _explicit_defaults(approved_key), _explicit_defaults(boot_key)
+    differences, boot_only, approved_only, neither, equal, ignored = [], [], [], [], 0, []
+    for field in sorted(set(approved_key) | set(boot_key)):
+        approved, boot = plain_value(approved_key.get(field)), plain_value(boot_key.get(field))
+        assumed = (field in approved_defaults, field in boot_defaults)
+        if manual_boot and field in MANUAL_BOOT_IGNORES:
+            ignored.append(field)
+        elif approved is None and boot is None:
+            neither.append(field)
+        elif approved is not None and boot is not None and str(approved) != str(boot):
+            differences.append(f"{field}: approved {approved}, boot {boot}")
+        elif approved is None or assumed == (True, False):
+            boot_only.append(field)
+        elif boot is None or assumed == (False, True):
+            approved_only.append(field)
+        else:
+            equal += 1
+    notes = [
+        f"not recorded at approval (not compared): {', '.join(boot_only)}" if boot_only else "",
+        f"not shown on either side (not compared): {', '.join(neither)}" if neither else "",
+        f"not used by a manual-value boot: {', '.join(ignored)}" if ignored else "",
+    ]
+    note = "".join(f"; {part}" for part in notes if part)
+    if differences:
+        return Check(KEY_CHECK, False, "; ".join(differences) + note)
+    unchanged = f"{equal} field{'s' if equal != 1 else ''} unchanged"
+    if approved_only:
+        assumed_here = [field for field in approved_only if field in boot_defaults]
+        default_note = (
+            (
+                f"; this boot does not show {', '.join(assumed_here)} (the reader assumed vLLM's "
+                "default, which is not evidence)"
+            )
+            if assumed_here
+            else ""
+        )
+        return Check(
+            KEY_CHECK,
+            None,
+            (
+                f"the approval recorded {', '.join(approved_only)}, which this boot does not show "
+                f"(for gpu_name and driver_version, give the canary's --nvidia-smi snapshots){default_note}; "
+                f"{unchanged}{note}"
+            ),
+        )
+    return Check(KEY_CHECK, True, unchanged + note)
