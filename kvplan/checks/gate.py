@@ -28,6 +28,10 @@ from kvplan.verdict import Check
 BUDGET_CHECK = "approved value fits every rank"
 RESERVE_CHECK = "reserve present after warm-up"
 TOKENS_CHECK = "tokens cover the admission plan"
+#: Half of the 0.01 GiB to which vLLM prints a manual KV value beside its bytes [bytes]: a reading of the
+#: manual value within it of the approved value is the approved value (57,466,662,420 B printed as 53.52 GiB
+#: for 57,465,241,600 B).
+PRINTED_GIB_ROUNDING = (1 << 30) // 200
 
 
 @dataclass(frozen=True)
@@ -63,10 +67,10 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
     ``safe_ref − max(0, F_ref − F_boot)`` (``F_boot`` the rank's lowest startup free memory in the boot
     ledger) and, where the boot logs its own room, ``room_boot − reserve`` (a canary that changed what is
     not in the key, e.g. ``max_num_batched_tokens``, shows its smaller room only there). A rank with
-    neither cannot be judged. A boot that ran a manual ``--kv-cache-memory-bytes`` value above the approved
-    one fails: it is not a canary of the approved value. A rank left with no room at all fails (it is not
-    bad input: the boot is judged, with every check printed). On failure the detail names the lower value
-    that fits (rounded down to whole blocks), as ``kvplan drift`` does.
+    neither cannot be judged. A boot that ran a manual ``--kv-cache-memory-bytes`` value holding more whole
+    blocks than the approved one fails: it is not a canary of the approved value. A rank left with no
+    room at all fails (it is not bad input: the boot is judged, with every check printed). On failure the
+    detail names the lower value that fits (rounded down to whole blocks), as ``kvplan drift`` does.
 
     >>> GiB = 1 << 30
     >>> a = Approved(30 * GiB, (0,), (30 * GiB,), (42 * GiB,), GiB, 0, None, {})
@@ -102,7 +106,7 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
         f"rank {rank} ran {kv_cache_flag(value)}, above the approved {format_size(budget)}: not a "
         "canary of the approved value"
         for rank, value in sorted(manual.items())
-        if value > budget
+        if _blocks(value, approved.block_bytes) > _blocks(budget + PRINTED_GIB_ROUNDING, approved.block_bytes)
     ]
     failed = bool(above) or any(value < budget for value in estimates.values())
     unjudged = [rank for rank in approved.ranks if rank not in estimates]
@@ -260,6 +264,16 @@ def _lower_value_text(uniform_bytes: int, limiting_rank: int, block_bytes: int |
         f"a lower value fits: {format_size(value)}{rounding}, {kv_cache_flag(value)} "
         f"(limiting rank {limiting_rank})"
     )
+
+
+def _blocks(kv_bytes: int, block_bytes: int | None) -> int:
+    """What vLLM allocates for a manual value: whole blocks (``kv_bytes // block_bytes``); the bytes when
+    the block size is unknown. A manual value above the approved one by less than a block allocates the same.
+
+    >>> _blocks(12_884_377_600 + 1_000_000, 1_310_720) == _blocks(12_884_377_600, 1_310_720)  # 9,830 blocks
+    True
+    """
+    return kv_bytes if not block_bytes else kv_bytes // block_bytes
 
 
 def _per_rank(ledger: pd.DataFrame, column: str, pick: str) -> dict[int, int]:
