@@ -13,6 +13,7 @@ commands start without pandas or matplotlib.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
@@ -92,6 +93,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with reader_warnings_into(notes):  # what a command did not report itself
             return args.run(args)
+    except BrokenPipeError:  # the reader of stdout left (`kvplan verify B | head -1`): nothing to say to it
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
+        return EXIT_BAD_INPUT
     except (ValueError, OSError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

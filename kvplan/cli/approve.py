@@ -140,6 +140,7 @@ def run_approve(args: argparse.Namespace) -> int:
             f"{load['oom_events']} OOM"
         )
     print(f"bundle       {bundle}")
+    print(f"digest       sha256:{evidence.bundle_digest((bundle / evidence.BUDGET_JSON).read_bytes())}")
     print(f"verify with  kvplan verify {bundle}")
     print_warnings(warnings)
     return EXIT_OK
@@ -173,9 +174,11 @@ def run_verify(args: argparse.Namespace) -> int:
 
     recomputed_warnings: list[str] = []  # the bundle records them; verify compares, never reprints them
     with reader_warnings_into(recomputed_warnings):
-        differences, notes = evidence.verify_bundle_with_notes(args.bundle)
+        verified = evidence.verify(args.bundle)
+    differences, notes = list(verified.differences), list(verified.notes)
     if args.json:
-        print_json({"bundle": args.bundle, "ok": not differences, "differences": differences, "notes": notes})
+        print_json({"bundle": args.bundle, "ok": not differences, "differences": differences, "notes": notes,
+                    "digest": verified.digest})
         return EXIT_FAIL if differences else EXIT_OK
     if differences:
         print(f"{args.bundle}: CHANGED, {len(differences)} difference{'s' if len(differences) > 1 else ''}:")
@@ -185,4 +188,6 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"{args.bundle}: ok: every hash and the recomputed decision agree")
     for note in notes:
         print(f"  note: {note}")
+    print(f"  digest: sha256:{verified.digest} (SHA-256 of budget.json; pin it with kvplan gate "
+          "--approved-digest)")
     return EXIT_FAIL if differences else EXIT_OK

@@ -32,13 +32,18 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("logs", nargs="+", metavar="BOOT_LOG", help="vLLM logs of the canary boot")
     parser.add_argument("--approved", required=True, metavar="BUNDLE", help="the approved evidence bundle")
+    parser.add_argument("--approved-digest", metavar="SHA256",
+                        help="the bundle's digest as approved (SHA-256 of its budget.json, as approve and "
+                             "verify print it; at least 12 hex digits): another bundle at --approved is not "
+                             "judged")
     add_nvidia_smi_argument(parser, "taken after warm-up")
     parser.add_argument("--guard", type=size, help="guard per rank (default: the approval's, normally 0)")
     add_load_arguments(parser, "load-test server logs and /metrics snapshots of the canary")
     parser.add_argument(
         "--json",
         action="store_true",
-        help='print {"passed", "checks": [{"name", "passed", "detail", "applicable"}], "warnings"}',
+        help='print {"passed", "checks": [{"name", "passed", "detail", "applicable"}], "warnings", '
+        '"approved_digest"}',
     )
     parser.set_defaults(run=run_gate)
 
@@ -55,7 +60,7 @@ def run_gate(args: argparse.Namespace) -> int:
     plan.require_files(args.logs, "BOOT_LOG")
     plan.require_files(args.nvidia_smi, "--nvidia-smi")
     plan.require_files(args.load, "--load")
-    _, approved = evidence.verified_approval(args.approved)
+    verified, approved = evidence.verified_approval(args.approved, args.approved_digest)
     ledger, metadata = read_vllm_logs(args.logs)
     plan.require_boot(ledger, args.logs)
     warnings = list(metadata["warnings"])
@@ -64,7 +69,8 @@ def run_gate(args: argparse.Namespace) -> int:
         with reader_warnings_into(warnings):
             ledger, free_after_warmup, _ = join_snapshots(ledger, args.nvidia_smi)
     checks = gate.gate_checks(
-        approved, ledger, compatibility_key(ledger, metadata.lines), args.guard, free_after_warmup
+        approved, ledger, compatibility_key(ledger, metadata.lines), args.guard, free_after_warmup,
+        boot_defaults=gate.defaulted_key_fields(metadata.provenance),
     )
     if args.load:
         section, load_checks = plan.gate_load(approved, args.load, policy)
@@ -73,9 +79,11 @@ def run_gate(args: argparse.Namespace) -> int:
     verdict = gate_verdict(checks)
     if args.json:
         print_json(
-            {"passed": verdict is True, "checks": [check.to_dict() for check in checks], "warnings": warnings}
+            {"passed": verdict is True, "checks": [check.to_dict() for check in checks], "warnings": warnings,
+             "approved_digest": verified.digest}
         )
     else:
+        print(f"approved bundle {args.approved} (digest sha256:{verified.digest})")
         print(format_checks(checks))
     print_warnings(warnings)
     return {True: EXIT_OK, False: EXIT_FAIL, None: EXIT_BAD_INPUT}[verdict]
