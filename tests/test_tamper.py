@@ -214,7 +214,8 @@ def test_every_file_changed_with_its_hash_fixed_fails_verify(which, sealed, tmp_
 def test_a_chart_swapped_in_a_bundle_without_a_seal_is_noted(tmp_path):
     # issue 11 item 15 on the unsealed 0.1.0 bundle: its stranded chart replaced by its ledger chart, hashes
     # fixed. Charts drawn by an older release cannot be redrawn byte for byte, so the swap is a note (the
-    # known limit in docs/safety.md); a sealed bundle fails any such change (test_every_file_changed_with_its_hash_fixed_fails_verify).
+    # known limit in docs/safety.md); a sealed bundle fails any such change
+    # (test_every_file_changed_with_its_hash_fixed_fails_verify).
     folder = copy(V0_1_0, tmp_path)
     shutil.copyfile(folder / "charts" / "ledger.png", folder / "charts" / "stranded.png")
     record = json.loads((folder / "budget.json").read_text())
