@@ -1,0 +1,161 @@
+"""Reading a bundle: ``budget.json`` bounded, parsed and shape-checked; every other file hashed once.
+
+:func:`read_files` copies each input into a private folder while hashing it
+(:func:`~kvplan.evidence.files.copy_hashed`) and reads each artifact into memory, so what verify judges
+and recomputes from is exactly the bytes it hashed. Paths that leave the bundle are never opened.
+
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from kvplan.evidence.files import UnsafeFileError, copy_hashed, path_problem, read_bounded
+from kvplan.evidence.record import (
+    BUDGET_JSON,
+    CHARTS_DIR,
+    INPUTS_DIR,
+    SCHEMA,
+    SCHEMA_VERSION,
+    BundleError,
+    bundle_digest,
+)
+
+#: Largest ``budget.json`` read [bytes]; a bigger one is refused before it is read.
+MAX_RECORD_BYTES = 64 << 20
+#: Largest text file or chart of a bundle read [bytes].
+MAX_ARTIFACT_BYTES = 512 << 20
+#: Deepest nesting of JSON objects and lists in ``budget.json`` (approve writes 5).
+MAX_DEPTH = 32
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+def read_bundle(bundle: str | os.PathLike) -> dict:
+    """The ``budget.json`` record of a bundle; :class:`BundleError` when it cannot be read."""
+    return load(Path(bundle))[0]
+
+
+def load(folder: Path) -> tuple[dict, bytes]:
+    path = folder / BUDGET_JSON
+    try:
+        data = read_bounded(folder, BUDGET_JSON, MAX_RECORD_BYTES)
+    except FileNotFoundError:
+        raise BundleError(f"{path}: no such file: not an evidence bundle") from None
+    except NotADirectoryError:
+        raise BundleError(f"{folder}: not a folder: not an evidence bundle") from None
+    except (UnsafeFileError, OSError) as exc:
+        raise BundleError(f"{path}: unreadable: {exc}") from None
+    try:
+        record = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BundleError(
+            f"{path}: unreadable: {exc if not isinstance(exc, RecursionError) else 'too deep'}"
+        ) from None
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise BundleError(f"{path}: not a {SCHEMA} record")
+    if _depth(record) > MAX_DEPTH:
+        raise BundleError(f"{path}: nested deeper than {MAX_DEPTH} levels: not a record approve writes")
+    if record.get("schema_version") != SCHEMA_VERSION:
+        raise BundleError(
+            f"{path}: schema version {record.get('schema_version')!r}; this kvplan reads "
+            f"version {SCHEMA_VERSION}"
+        )
+    required = ("decision", "policy", "ranks", "inputs", "files", "compatibility_key")
+    missing = [key for key in required if key not in record]
+    if missing:
+        raise BundleError(f"{path}: missing {', '.join(missing)}")
+    return record, data
+
+
+def _depth(value: object) -> int:
+    """Nesting depth of a JSON value, without recursion (a hostile record cannot exhaust the stack).
+
+    >>> _depth({"a": [1, {"b": []}]}), _depth(3)
+    (4, 0)
+    """
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is not None:
+            deepest = max(deepest, level)
+            if level <= MAX_DEPTH:
+                todo += [(child, level + 1) for child in children]
+    return deepest
+
+
+def bundle_paths(record: Mapping, differences: list[str]) -> dict[str, str]:
+    """Recorded SHA-256 by bundle path, files then inputs; unsafe paths become differences, never opened."""
+    files = record["files"]
+    if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
+        raise BundleError("budget.json: files is not an object of SHA-256 strings by path")
+    paths = {}
+    for name, digest in [*files.items(), *((e["bundle_path"], e["sha256"]) for e in record["inputs"])]:
+        problem = path_problem(name)
+        if problem is None and name.split("/")[0] not in (INPUTS_DIR, CHARTS_DIR) and "/" in name:
+            problem = "not under inputs/ or charts/"
+        if problem is None and name == BUDGET_JSON:
+            problem = "budget.json hashes itself"
+        if problem is not None:
+            differences.append(f"{name!r}: {problem}: not opened")
+        else:
+            paths[name] = digest
+    return paths
+
+
+def read_files(
+    folder: Path, private: Path, record: Mapping, paths: Mapping[str, str], differences: list[str]
+) -> tuple[dict[str, Path], dict[str, bytes]]:
+    """Hash each file once: inputs copied into ``private`` (their paths returned), artifacts into memory."""
+    sizes = {e["bundle_path"]: e["size_bytes"] for e in record["inputs"]}
+    copies, artifacts = {}, {}
+    (private / INPUTS_DIR).mkdir()
+    for name, recorded in sorted(paths.items()):
+        try:
+            if name in sizes:
+                target = private / name
+                actual, _ = copy_hashed(folder, name, target, sizes[name])
+                data = None
+            else:
+                data = read_bounded(folder, name, MAX_ARTIFACT_BYTES)
+                actual = bundle_digest(data)
+        except FileNotFoundError:
+            differences.append(f"{name}: missing")
+            continue
+        except (UnsafeFileError, OSError) as exc:
+            differences.append(str(exc) if str(exc).startswith(name) else f"{name}: {exc}")
+            continue
+        if data is None:
+            copies[name] = target  # judged by its hash, and recomputed from: the same bytes
+        else:
+            artifacts[name] = data
+        if actual != recorded:
+            differences.append(f"{name}: SHA-256 {actual} differs from the recorded {recorded}")
+        elif name.startswith(f"{CHARTS_DIR}/") and not (
+            name.endswith(".png") and data.startswith(PNG_SIGNATURE)
+        ):
+            differences.append(f"{name}: not a PNG image")
+    return copies, artifacts
+
+
+def added_paths(folder: Path, expected: Mapping[str, str] | Sequence[str]) -> list[str]:
+    """Paths under ``folder`` that are neither ``budget.json``, an ``expected`` file nor a folder holding
+    one, sorted; folders end with ``/``. Symlinks are never followed (a symlink is listed as added unless
+    expected, and then refused when opened)."""
+    wanted = {BUDGET_JSON, *expected}
+    folders = {parent.as_posix() for name in wanted for parent in Path(name).parents} - {"."}
+    added = []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        here = Path(root).relative_to(folder)
+        for name in dirs + files:
+            path = (here / name).as_posix()
+            is_dir = stat.S_ISDIR(os.lstat(Path(root) / name).st_mode)
+            if is_dir and path not in folders:
+                added.append(f"{path}/")
+            elif not is_dir and path not in wanted:
+                added.append(path)
+    return sorted(added)

@@ -1,0 +1,327 @@
+"""The bundle record (``budget.json``): its schema, digests, seal, canonical bytes and the gate's view.
+
+``budget.json`` is written as :func:`record_bytes` (indented JSON, one trailing newline), so its bytes
+are a function of the record and :func:`bundle_digest` (their SHA-256) pins a whole bundle: the record
+lists the SHA-256 of every other file. :func:`inputs_digest` seals what was approved (its first 12 hex
+digits name the folder); :func:`seal` seals the rest of the record (``created_utc``, the charts'
+hashes, every key). Schema in ``docs/budget-json.md``.
+
+>>> bundle_name(datetime(2026, 11, 29, 10, 40, tzinfo=timezone.utc), "0123456789abcdef")
+'2026-11-29-0123456789ab'
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pandas as pd
+
+from kvplan import __version__
+from kvplan.checks import Approved
+from kvplan.ledger import is_known
+from kvplan.plan import Decision, LoadPolicy, ModelLayout, Plan, Policy, profiled_tokens
+from kvplan.units import format_size
+
+SCHEMA = "kvplan.budget"
+SCHEMA_VERSION = 2
+BUDGET_JSON = "budget.json"
+INPUTS_DIR = "inputs"
+CHARTS_DIR = "charts"
+DIGEST_CHARS = 12
+SEAL_KEY = "seal_sha256"
+NVIDIA_SMI_ROLE = "nvidia-smi"
+#: Input roles in the order a bundle lists them.
+ROLES = ("log", NVIDIA_SMI_ROLE, "model config", "load")
+#: Every top-level key approve writes; ``load`` only with load evidence, the seal from this release on.
+KNOWN_KEYS = (
+    "schema",
+    "schema_version",
+    "kvplan_version",
+    "created_utc",
+    "approver",
+    "note",
+    "inputs_digest",
+    "decision",
+    "policy",
+    "ranks",
+    "summary",
+    "stranded",
+    "kv_spec",
+    "model_options",
+    "capacity",
+    "admission_plan",
+    "load",
+    "compatibility_key",
+    "checks",
+    "warnings",
+    "inputs",
+    "ledger",
+    "files",
+    SEAL_KEY,
+)
+#: The keys of each ``inputs[]`` entry.
+INPUT_KEYS = ("path", "bundle_path", "sha256", "size_bytes", "role")
+_CHUNK_BYTES = 1 << 20
+
+
+class BundleError(ValueError):
+    """A bundle that cannot be read (missing folder, bad or unknown ``budget.json``)."""
+
+
+class BundleExistsError(BundleError):
+    """Approving into a folder that already holds a bundle: bundles are never overwritten."""
+
+
+class BundleChangedError(BundleError):
+    """A bundle that no longer verifies: a gate cannot judge a boot against it."""
+
+
+class ApprovalError(ValueError):
+    """A check at approval failed (e.g. the admission plan does not fit): no bundle is written."""
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def canonical_json(value: object) -> bytes:
+    """Sorted keys, no spaces, ASCII: the bytes the digests are taken over.
+
+    >>> canonical_json({"b": 1, "a": [True, None]})
+    b'{"a":[true,null],"b":1}'
+    """
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def inputs_digest(file_hashes: Sequence[str], settings: Mapping[str, object]) -> str:
+    """Hex SHA-256 over the inputs' hashes (in order) and the settings, as canonical JSON.
+
+    >>> inputs_digest(["ab"], {"reserve_bytes": 1}) == inputs_digest(["ab"], {"reserve_bytes": 2})
+    False
+    """
+    return hashlib.sha256(canonical_json({"files": list(file_hashes), "settings": settings})).hexdigest()
+
+
+def seal(record: Mapping) -> str:
+    """Hex SHA-256 of the canonical JSON of ``record`` without its seal: every key and value.
+
+    >>> seal({"a": 1, SEAL_KEY: "x"}) == seal({"a": 1})
+    True
+    """
+    return hashlib.sha256(canonical_json({k: v for k, v in record.items() if k != SEAL_KEY})).hexdigest()
+
+
+def record_bytes(record: Mapping) -> bytes:
+    """The bytes of ``budget.json`` for ``record``, as approve writes them (and verify requires)."""
+    return (json.dumps(record, indent=2) + "\n").encode()
+
+
+def bundle_digest(data: bytes) -> str:
+    """The bundle's digest: the SHA-256 of its ``budget.json`` bytes (which list every other file's)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def bundle_name(created: datetime, digest: str) -> str:
+    """Folder name of a bundle: UTC date and the first 12 hex digits of its inputs digest."""
+    return f"{created.astimezone(timezone.utc):%Y-%m-%d}-{digest[:DIGEST_CHARS]}"
+
+
+def input_names(paths: Sequence[str | os.PathLike]) -> list[str]:
+    """Bundle-relative names of the input copies: ``inputs/<file name>``, numbered when names clash.
+
+    >>> input_names(["a/reference.log", "b/canary.log"])
+    ['inputs/reference.log', 'inputs/canary.log']
+    >>> input_names(["a/x.log", "b/x.log"])
+    ['inputs/1-x.log', 'inputs/2-x.log']
+    """
+    names = [Path(path).name for path in paths]
+    if len(set(names)) == len(names):
+        return [f"{INPUTS_DIR}/{name}" for name in names]
+    return [f"{INPUTS_DIR}/{i}-{name}" for i, name in enumerate(names, start=1)]
+
+
+def settings(
+    policy: Policy,
+    layout: ModelLayout | None,
+    plan: Plan | None,
+    load_policy: LoadPolicy | None,
+    inputs: Sequence[Mapping[str, str]],
+    approver: str,
+    note: str,
+    version: str,
+) -> dict:
+    """The settings of the inputs digest: policy, layout, plan, input paths and roles, the approval;
+    ``load`` only with load evidence."""
+    out = {
+        "policy": asdict(policy),
+        "model_options": dict(layout.options) if layout else None,
+        "plan": asdict(plan) if plan else None,
+        "inputs": [{"path": entry["path"], "role": entry["role"]} for entry in inputs],
+        "approval": {"approver": approver, "note": note, "kvplan_version": version},
+    }
+    if load_policy is not None:
+        out["load"] = asdict(load_policy)
+    return out
+
+
+def created_time(text: object) -> datetime | None:
+    """The approval time of ``created_utc`` (``…Z``, UTC, whole seconds), None when it is not one.
+
+    >>> created_time("2026-11-29T10:40:00Z"), created_time("yesterday")
+    (datetime.datetime(2026, 11, 29, 10, 40, tzinfo=datetime.timezone.utc), None)
+    """
+    if not isinstance(text, str) or not text.endswith("Z"):
+        return None
+    try:
+        created = datetime.fromisoformat(text[:-1] + "+00:00")
+    except ValueError:
+        return None
+    return created if created.utcoffset() is not None and utc_text(created) == text else None
+
+
+def utc_text(created: datetime) -> str:
+    """``created_utc`` as written: ISO 8601 UTC to the second with ``Z``."""
+    return created.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+
+
+def build_record(
+    decision: Decision,
+    policy: Policy,
+    inputs: Sequence[Mapping[str, object]],
+    digest: str,
+    created: datetime,
+    approver: str,
+    note: str = "",
+    layout_options: Mapping[str, object] | None = None,
+    version: str = __version__,
+) -> dict:
+    """The ``budget.json`` content (schema ``kvplan.budget`` version 2, see ``docs/budget-json.md``),
+    without the file hashes (``files``) and the seal, which approve adds last; ``version`` is the kvplan
+    release that approves."""
+    budget = decision.budget
+    ranks = [
+        {
+            "rank": rank,
+            "room_bytes": budget.room_bytes[i],
+            "room_source": decision.room_sources[i],
+            "safe_bytes": budget.safe_bytes[i],
+            "stranded_bytes": budget.stranded_bytes[i],
+            "init_free_bytes": decision.ref_free_bytes[i],
+            "limiting": rank == budget.limiting_rank,
+        }
+        for i, rank in enumerate(budget.ranks)
+    ]
+    return {
+        "schema": SCHEMA,
+        "schema_version": SCHEMA_VERSION,
+        "kvplan_version": version,
+        "created_utc": utc_text(created),
+        "approver": approver,
+        "note": note,
+        "inputs_digest": digest,
+        "decision": {
+            "kv_cache_memory_bytes": budget.uniform_budget_bytes,
+            "flag": budget.flag,
+            "human": format_size(budget.uniform_budget_bytes),
+            "limiting_rank": budget.limiting_rank,
+            "num_blocks": budget.num_blocks,
+        },
+        "policy": {
+            "reserve_bytes": policy.reserve_bytes,
+            "guard_bytes": policy.guard_bytes,
+            "assume_uniform": policy.assume_uniform,
+            "rounding": {
+                "block_bytes": budget.block_bytes,
+                "rule": "down to whole KV blocks" if budget.block_bytes else "none (no model given)",
+            },
+        },
+        "ranks": ranks,
+        "summary": {
+            "min_safe_bytes": budget.min_safe_bytes,
+            "median_safe_bytes": budget.median_safe_bytes,
+            "max_safe_bytes": budget.max_safe_bytes,
+            "min_median_ratio": budget.min_median_ratio,
+            "weak_rank_loss_fraction": budget.weak_rank_loss_fraction,
+            "allocated_total_bytes": budget.allocated_total_bytes,
+        },
+        "stranded": {
+            "total_bytes": budget.stranded_total_bytes,
+            "rounding_loss_bytes": budget.rounding_loss_bytes,
+            "per_rank_bytes": list(budget.stranded_bytes),
+        },
+        "kv_spec": decision.spec.to_dict() if decision.spec else None,
+        "model_options": dict(layout_options) if layout_options is not None else None,
+        "capacity": [dict(row) for row in decision.capacity] if decision.capacity is not None else None,
+        "admission_plan": decision.plan,
+        **({"load": decision.load} if decision.load is not None else {}),
+        "compatibility_key": {k: json_value(v) for k, v in decision.compatibility_key.items()},
+        "checks": [check.to_dict() for check in decision.checks],
+        "warnings": list(decision.warnings),
+        "inputs": [dict(entry) for entry in inputs],
+        "ledger": [
+            {str(k): json_value(v) for k, v in row.items()}
+            for row in decision.ledger.to_dict(orient="records")
+        ],
+        "files": {},
+    }
+
+
+def approved_from_record(record: Mapping, defaulted_key_fields: frozenset[str] = frozenset()) -> Approved:
+    """What :mod:`kvplan.checks` needs, from a ``budget.json`` record; :class:`BundleError` if malformed.
+
+    ``defaulted_key_fields`` are the key fields the approved logs did not show
+    (:func:`kvplan.checks.defaulted_key_fields` of the verified decision's provenance).
+    """
+    try:
+        plan = record.get("admission_plan") or {}
+        max_model_len = int_or_none(record["compatibility_key"].get("max_model_len"))
+        at_max_len = [
+            int(row["tokens"]) for row in record.get("capacity") or () if row["seq_len"] == max_model_len
+        ]
+        return Approved(
+            budget_bytes=int(record["decision"]["kv_cache_memory_bytes"]),
+            ranks=tuple(int(r["rank"]) for r in record["ranks"]),
+            safe_bytes=tuple(int(r["safe_bytes"]) for r in record["ranks"]),
+            ref_free_bytes=tuple(int_or_none(r.get("init_free_bytes")) for r in record["ranks"]),
+            reserve_bytes=int(record["policy"]["reserve_bytes"]),
+            guard_bytes=int(record["policy"]["guard_bytes"]),
+            block_bytes=int_or_none(record["policy"]["rounding"]["block_bytes"]),
+            compatibility_key=dict(record["compatibility_key"]),
+            tokens_required=int_or_none(plan.get("tokens_required")),
+            logged_tokens=profiled_tokens(pd.DataFrame(record.get("ledger") or [])),
+            capacity_tokens=at_max_len[0] if at_max_len else None,
+            defaulted_key_fields=frozenset(defaulted_key_fields),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BundleError(f"budget.json lacks or garbles what a gate needs: {exc!r}") from None
+
+
+def json_value(value: object) -> object:
+    """Plain JSON value: None for missing, int for whole numbers, float, bool or str otherwise.
+
+    >>> json_value(float("nan")), json_value(3)
+    (None, 3)
+    """
+    if not is_known(value):
+        return None
+    if hasattr(value, "item"):
+        value = value.item()
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    return str(value)
+
+
+def int_or_none(value: object) -> int | None:
+    """``int(value)``, None where it is unknown."""
+    return int(value) if is_known(value) else None

@@ -1,0 +1,319 @@
+"""Writing a bundle: compute the decision, assemble the folder under a hidden name, fsync, rename into place.
+
+One folder per approval, named ``YYYY-MM-DD-<hash>`` after the UTC date and the first 12 hex digits of
+:func:`~kvplan.evidence.record.inputs_digest`. The folder is assembled under ``.<name>.<random>.partial``
+beside the target (created with the process umask, like the files in it), every file and folder is
+fsync'ed, and it is renamed onto an empty claim of the final name made with ``mkdir``, so a bundle another
+process wrote meanwhile is never replaced; any failure removes the temporary folder. An existing bundle
+is never overwritten, changed or written into. A kill can leave a claim or a ``.partial`` folder behind:
+the next approval into the same folder removes a stale one and says so (:func:`clean_stale`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import shutil
+import time
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+
+from kvplan import __version__
+from kvplan.evidence.record import (
+    BUDGET_JSON,
+    INPUTS_DIR,
+    NVIDIA_SMI_ROLE,
+    ROLES,
+    SCHEMA,
+    SEAL_KEY,
+    ApprovalError,
+    BundleExistsError,
+    build_record,
+    bundle_name,
+    input_names,
+    inputs_digest,
+    record_bytes,
+    seal,
+    settings,
+    sha256_file,
+)
+from kvplan.evidence.render import artifact_texts, chart_images
+from kvplan.plan import Decision, LoadPolicy, ModelLayout, Plan, Policy, decide, renamed, require_files
+from kvplan.units import format_size
+
+#: A ``.partial`` folder older than this belongs to an approval that was killed [seconds].
+STALE_PARTIAL_S = 3600
+PARTIAL_SUFFIX = ".partial"
+
+
+def approve(
+    log_paths: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    policy: Policy,
+    approver: str,
+    note: str = "",
+    layout: ModelLayout | None = None,
+    plan: Plan | None = None,
+    now: datetime | None = None,
+    load_paths: Sequence[str | os.PathLike] = (),
+    load_policy: LoadPolicy | None = None,
+    nvidia_smi_paths: Sequence[str | os.PathLike] = (),
+) -> Path:
+    """Compute the decision and write its bundle under ``out_dir``; returns the new folder.
+
+    ``load_paths`` are the server logs and /metrics snapshots of a load test at the approved value
+    (read with ``load_policy``, default: no preemption allowed); ``nvidia_smi_paths`` the ``--query-gpu``
+    (and optionally ``--query-compute-apps``) CSV snapshots of the profiled boot. Both are inputs like the
+    logs. Raises :class:`BundleExistsError` when the folder already exists (the same input files given
+    by the same paths, policy, approver and note approved on the same UTC day) or when ``out_dir`` is a
+    bundle or lies inside one, :class:`~kvplan.plan.InputFileError` for a missing input, and
+    :class:`ApprovalError` when the logs give no budget or a check at approval fails.
+    """
+    if not isinstance(approver, str) or not approver.strip():
+        raise ValueError("an approval needs the approver's name (--approver)")
+    if policy.guard_bytes < 0:
+        raise ValueError(f"guard must not be negative, got {format_size(policy.guard_bytes)}")
+    logs, loads = [Path(path) for path in log_paths], [Path(path) for path in load_paths]
+    if not logs:
+        raise ValueError("no log files: approve needs the logs of at least one profiled boot")
+    if load_policy is not None and not loads:
+        raise ValueError("a load policy (max preemptions, year) needs load-test files (--load)")
+    load_policy = (load_policy or LoadPolicy()) if loads else None
+    configs = [Path(layout.config)] if layout else []
+    snapshots = [Path(path) for path in nvidia_smi_paths]
+    for paths, argument in (
+        (logs, "LOG"),
+        (snapshots, "--nvidia-smi"),
+        (configs, "--model"),
+        (loads, "--load"),
+    ):
+        require_files(paths, argument)
+    sources = logs + snapshots + configs + loads
+    roles = [role for role, paths in zip(ROLES, (logs, snapshots, configs, loads)) for _ in paths]
+    hashes = [sha256_file(path) for path in sources]
+    entries = [{"path": str(source), "role": role} for source, role in zip(sources, roles)]
+    digest = inputs_digest(
+        hashes, settings(policy, layout, plan, load_policy, entries, approver, note, __version__)
+    )
+    created = (now or datetime.now(timezone.utc)).replace(microsecond=0)
+    out = Path(out_dir)
+    enclosing = enclosing_bundle(out)
+    if enclosing is not None:
+        raise BundleExistsError(
+            f"{out}: inside the evidence bundle {enclosing}: writing there would change "
+            "an approved bundle; give --out the folder that holds bundles, e.g. "
+            f"{enclosing.parent}"
+        )
+    final = out / bundle_name(created, digest)
+    exists = BundleExistsError(
+        f"{final}: a bundle for these inputs already exists (same input files by the "
+        "same paths, policy, approver and note on the same day); bundles are never "
+        "overwritten (verify it with `kvplan verify`)"
+    )
+    clean_stale(out, final.name)
+    if final.exists():
+        raise exists
+    out.mkdir(parents=True, exist_ok=True)
+    staging = out / f".{final.name}.{secrets.token_hex(4)}{PARTIAL_SUFFIX}"
+    staging.mkdir()  # mode 0o777 less the umask, like every file written into it
+    try:
+        names = input_names(sources)
+        inputs = _copy_inputs(sources, names, hashes, roles, staging)
+        copied = {
+            role: [(staging / name, name) for name, r in zip(names, roles) if r == role] for role in ROLES
+        }
+        copied_layout = None
+        if layout:
+            [(config_path, config_name)] = copied["model config"]
+            copied_layout = ModelLayout(config_path, layout.options, name=config_name)
+        try:
+            decision = decide(
+                copied["log"],
+                policy,
+                copied_layout,
+                plan,
+                copied["load"],
+                load_policy,
+                copied[NVIDIA_SMI_ROLE],
+            )
+            _refuse_failed_checks(decision)
+        except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
+            raise ApprovalError(renamed(str(exc), dict(zip(names, map(str, sources))))) from exc
+        record = build_record(
+            decision,
+            policy,
+            inputs,
+            digest,
+            created,
+            approver,
+            note,
+            dict(layout.options) if layout else None,
+            version=__version__,
+        )
+        record["files"] = _write_artifacts(staging, decision, record, final.name)
+        record[SEAL_KEY] = seal(record)
+        _write_synced(staging / BUDGET_JSON, record_bytes(record))
+        _sync(staging / INPUTS_DIR)
+        _sync(staging)
+        _move_into_place(staging, final, exists)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return final
+
+
+def enclosing_bundle(path: str | os.PathLike) -> Path | None:
+    """The bundle folder (holding ``budget.json``) that ``path`` is or lies inside, resolved; else None.
+
+    ``path`` need not exist yet (an ``--out`` folder that approve would create).
+
+    >>> enclosing_bundle("/no/such/folder") is None
+    True
+    """
+    resolved = Path(path).resolve()
+    return next((folder for folder in (resolved, *resolved.parents) if _is_bundle(folder)), None)
+
+
+def _is_bundle(folder: Path) -> bool:
+    """Whether ``folder`` holds a kvplan ``budget.json`` record (not any file of that name)."""
+    path = folder / BUDGET_JSON
+    try:
+        if not path.is_file() or path.stat().st_size > 1 << 26:
+            return False
+        return json.loads(path.read_text(encoding="utf-8")).get("schema") == SCHEMA
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return False
+
+
+def clean_stale(out: Path, name: str, now: float | None = None) -> list[Path]:
+    """Remove what killed approvals left in ``out``; returns what was removed.
+
+    An empty folder at the final ``name`` is a claim whose rename never happened (a kill between the
+    claim and the rename): it would block this approval for the rest of the UTC day. A
+    ``.<bundle>.<random>.partial`` folder older than :data:`STALE_PARTIAL_S` is an assembly that was
+    killed (a live approval renames its own within seconds). Each removal is reported as a Python
+    warning (the CLI prints it as ``warning:``).
+
+    >>> clean_stale(Path("/no/such/folder"), "2026-11-29-0123456789ab")
+    []
+    """
+    import warnings
+
+    removed = []
+    claim = out / name
+    with contextlib.suppress(OSError):
+        if claim.is_dir() and not claim.is_symlink() and not any(claim.iterdir()):
+            claim.rmdir()
+            removed.append(claim)
+    moment = time.time() if now is None else now
+    with contextlib.suppress(OSError):
+        for folder in out.glob(f".*{PARTIAL_SUFFIX}"):
+            if (
+                folder.is_dir()
+                and not folder.is_symlink()
+                and moment - folder.stat().st_mtime > STALE_PARTIAL_S
+            ):
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+    for path in removed:
+        warnings.warn(
+            f"{path}: removed what a killed approval left (an empty claim of a bundle name or an "
+            "unfinished .partial folder)",
+            stacklevel=2,
+        )
+    return removed
+
+
+def _copy_inputs(
+    sources: Sequence[Path], names: Sequence[str], hashes: Sequence[str], roles: Sequence[str], staging: Path
+) -> list[dict]:
+    (staging / INPUTS_DIR).mkdir()
+    entries = []
+    for source, name, digest, role in zip(sources, names, hashes, roles):
+        try:
+            shutil.copyfile(source, staging / name)
+        except OSError as exc:
+            raise OSError(
+                exc.errno, f"{staging / name}: cannot copy {source} into the bundle: {exc.strerror}"
+            ) from None
+        _sync(staging / name)
+        if sha256_file(staging / name) != digest:
+            raise ValueError(f"{source}: changed while it was being copied; approve again")
+        entries.append(
+            {
+                "path": str(source),
+                "bundle_path": name,
+                "sha256": digest,
+                "size_bytes": (staging / name).stat().st_size,
+                "role": role,
+            }
+        )
+    return entries
+
+
+def _refuse_failed_checks(decision: Decision) -> None:
+    failed = [check for check in decision.checks if check.passed is False]
+    if failed:
+        raise ApprovalError("not approved: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+
+
+def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str) -> dict[str, str]:
+    """Write ledger.csv, SUMMARY.md, evidence.log and the charts, fsync'ed; returns their SHA-256 by name."""
+    written = {
+        file_name: text.encode("utf-8") for file_name, text in artifact_texts(decision, record, name).items()
+    }
+    for file_name, data in written.items():
+        _write_synced(staging / file_name, data)
+    images = chart_images(decision)
+    if images:
+        (staging / next(iter(images))).parent.mkdir()
+    for file_name, data in images.items():
+        _write_synced(staging / file_name, data)
+    if images:
+        _sync((staging / next(iter(images))).parent)
+    return {file_name: sha256_file(staging / file_name) for file_name in {**written, **images}}
+
+
+def _write_synced(path: Path, data: bytes) -> None:
+    """Write a new file and fsync it; an error (a full disk: errno 28) names the file."""
+    try:
+        with open(path, "xb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        raise OSError(exc.errno, f"{path}: cannot write the bundle: {exc.strerror}") from None
+
+
+def _sync(path: Path) -> None:
+    """fsync a file or folder (a folder's entries reach the disk before the rename that publishes it)."""
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
+
+
+def _move_into_place(staging: Path, final: Path, exists: BundleExistsError) -> None:
+    """Rename ``staging`` to ``final``, never replacing anything another process put there.
+
+    ``mkdir`` claims the name atomically (it fails when anything exists); renaming a folder onto an
+    empty folder replaces it, and fails once another process has put a file into the claim.
+    """
+    try:
+        final.mkdir()
+    except FileExistsError:
+        raise exists from None
+    try:
+        os.rename(staging, final)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            final.rmdir()  # our claim, if it is still empty
+        if isinstance(exc, OSError):
+            raise exists from None
+        raise
+    with contextlib.suppress(OSError):
+        _sync(final.parent)
