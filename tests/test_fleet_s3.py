@@ -40,7 +40,7 @@ def free_ports(count: int) -> list[int]:
     return ports
 
 
-def wait_for(port: int, process: subprocess.Popen, log: Path, seconds: float = 60) -> None:
+def wait_for(port: int, process: subprocess.Popen, log: Path, seconds: float = 120) -> None:
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -97,12 +97,21 @@ def seaweed(tmp_path_factory):
         wait_for(s3, process, log)
         yield f"http://127.0.0.1:{s3}"
     finally:
-        os.killpg(process.pid, signal.SIGTERM)
+        stop(process)
+
+
+def stop(process: subprocess.Popen) -> None:
+    """Stop the server this test started (its process group, by pid): TERM, then KILL after 5 s."""
+    for sig, wait in ((signal.SIGTERM, 5), (signal.SIGKILL, 30)):
         try:
-            process.wait(timeout=5)
+            os.killpg(process.pid, sig)
+        except ProcessLookupError:  # already gone
+            return
+        try:
+            process.wait(timeout=wait)
+            return
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            continue
 
 
 @pytest.fixture(scope="module")
@@ -169,8 +178,8 @@ def test_plan_from_s3_matches_local(seaweed, bucket, capsys, tmp_path):
     assert "mix compatibility keys" in reasons["gpu-00007"]
 
 
-def test_wrong_credential_is_one_error_line(seaweed, bucket, capsys):
-    status = main(
+def plan_s3(*storage_options: str) -> int:
+    return main(
         [
             "fleet",
             "plan",
@@ -179,9 +188,13 @@ def test_wrong_credential_is_one_error_line(seaweed, bucket, capsys):
             "1GiB",
             "--scheduler",
             "synchronous",
-            *options(seaweed, secret="wrong"),
+            *storage_options,
         ]
     )
+
+
+def test_wrong_credential_is_one_error_line(seaweed, bucket, capsys):
+    status = plan_s3(*options(seaweed, secret="wrong"))
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1
     assert err[0].startswith("error: s3://fleet/small: ")
@@ -190,18 +203,7 @@ def test_wrong_credential_is_one_error_line(seaweed, bucket, capsys):
 def test_unreachable_bucket_is_one_error_line(seaweed, capsys, monkeypatch):
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")  # botocore's retries would only make the refusal slower
     host, port = "127.0.0.1", free_ports(1)[0]  # nothing listens there
-    status = main(
-        [
-            "fleet",
-            "plan",
-            "s3://fleet/small",
-            "--reserve",
-            "1GiB",
-            "--scheduler",
-            "synchronous",
-            *options(f"http://{host}:{port}"),
-        ]
-    )
+    status = plan_s3(*options(f"http://{host}:{port}"))
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1
     assert err[0].startswith("error: s3://fleet/small: cannot list the fleet")
