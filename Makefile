@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 endif
 
-.PHONY: demo test lint unit nbtest browser-test lab clean
+.PHONY: demo test lint unit nbtest browser-test fuzz lab clean
 
 $(STAMP): pyproject.toml
 ifndef CONDA_PREFIX
@@ -48,6 +48,8 @@ test: lint unit nbtest browser-test
 
 lint: $(STAMP)
 	$(BIN)/ruff check kvplan tests benchmarks
+	$(BIN)/ruff format --check kvplan tests benchmarks
+	$(BIN)/mypy kvplan
 
 unit: $(STAMP)
 	$(BIN)/python -m pytest --doctest-modules kvplan tests
@@ -63,6 +65,12 @@ browser-test: $(STAMP)
 	@test -x /usr/bin/chromium || { echo "error: /usr/bin/chromium is missing: apt-get install -y chromium"; exit 2; }
 	KVPLAN_BROWSER_TEST=1 $(BIN)/python -m pytest -p no:cacheprovider tests/test_browser_panels.py
 
+# The long fuzz run (CI runs a bounded number of examples of the same targets in `make unit`).
+FUZZ_EXAMPLES ?= 5000
+fuzz: $(STAMP)
+	KVPLAN_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) KVPLAN_TAMPER_FULL=1 $(BIN)/python -m pytest -q \
+		tests/test_fuzz_reader.py tests/test_fuzz_load.py tests/test_tamper.py
+
 # JupyterLab refuses to run as root (containers, devcontainers) unless told to.
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
@@ -70,4 +78,4 @@ lab: $(STAMP)
 	$(BIN)/jupyter lab $(LAB_FLAGS) notebooks/
 
 clean:
-	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis .mypy_cache

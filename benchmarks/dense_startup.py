@@ -30,8 +30,10 @@ from kvplan.io.vllm.scan import ANCHORS
 sys.path.insert(0, str(Path(__file__).parent))
 from measure import LAST_STDERR, python_line_loop, run_median  # the benchmarks' own helpers
 
-SAMPLES = [*sorted(DATA_DIR.glob("boots/*/*.log")),
-           *sorted((DATA_DIR.parent / "tests" / "data" / "logs").glob("*.log"))]
+SAMPLES = [
+    *sorted(DATA_DIR.glob("boots/*/*.log")),
+    *sorted((DATA_DIR.parent / "tests" / "data" / "logs").glob("*.log")),
+]
 
 
 def build_log(path: Path, target_bytes: int) -> int:
@@ -65,8 +67,10 @@ def main() -> None:
         started = time.perf_counter()
         copies = build_log(path, args.mb * 10**6)
         size = path.stat().st_size
-        print(f"built {path} ({size / 1e6:.0f} MB, {copies} sample boots from {len(SAMPLES)} files) "
-              f"in {time.perf_counter() - started:.1f} s")
+        print(
+            f"built {path} ({size / 1e6:.0f} MB, {copies} sample boots from {len(SAMPLES)} files) "
+            f"in {time.perf_counter() - started:.1f} s"
+        )
         patterns.write_bytes(b"\n".join(ANCHORS) + b"\n")
         subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
         commands = {
@@ -83,13 +87,17 @@ def main() -> None:
         print(f"{'':22}{'seconds':>9}{'MB/s':>9}{'peak MB':>9}{'× grep':>9}")
         grep_seconds = results["grep -c -F"][0]
         for label, (seconds, rss, _code, _out) in results.items():
-            print(f"{label:22}{seconds:9.2f}{size / 1e6 / seconds:9.0f}{rss / 1e6:9.0f}"
-                  f"{seconds / grep_seconds:9.1f}")
+            print(
+                f"{label:22}{seconds:9.2f}{size / 1e6 / seconds:9.0f}{rss / 1e6:9.0f}"
+                f"{seconds / grep_seconds:9.1f}"
+            )
         kv_seconds, kv_rss, kv_code, kv_out = results["kvplan ledger --csv"]
         rows = kv_out.count(b"\n") - 1
-        print(f"kvplan: exit {kv_code}, {rows} ledger rows, {warning_lines} warning lines; "
-              f"grep matched {results['grep -c -F'][3].decode().strip()} lines. Goals: ≤ 20× grep "
-              f"(now {kv_seconds / grep_seconds:.1f}×), < 300 MB (now {kv_rss / 1e6:.0f} MB)")
+        print(
+            f"kvplan: exit {kv_code}, {rows} ledger rows, {warning_lines} warning lines; "
+            f"grep matched {results['grep -c -F'][3].decode().strip()} lines. Goals: ≤ 20× grep "
+            f"(now {kv_seconds / grep_seconds:.1f}×), < 300 MB (now {kv_rss / 1e6:.0f} MB)"
+        )
     finally:
         patterns.unlink(missing_ok=True)
         if not args.keep:

@@ -72,7 +72,9 @@ def build_log(path: Path, target_bytes: int, serving_bytes_per_boot: int) -> int
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--mb", type=int, default=1024,
+        "--mb",
+        type=int,
+        default=1024,
         help="log size to build [MB, 10^6 bytes] (default 1024: the goal's 1 GB)",
     )
     parser.add_argument(

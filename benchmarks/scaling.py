@@ -87,8 +87,10 @@ def main() -> None:
                 repeat = 1 if label.startswith("approve") else args.repeat  # a bundle is never overwritten
                 seconds, rss, code, _out = run_median(command, repeat)
                 results.setdefault(label, {})[boots] = (seconds, rss, code)
-                print(f"{label:24}{boots:>6} boots {seconds:9.2f} s {rss / 1e6:8.0f} MB  exit {code}",
-                      flush=True)
+                print(
+                    f"{label:24}{boots:>6} boots {seconds:9.2f} s {rss / 1e6:8.0f} MB  exit {code}",
+                    flush=True,
+                )
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(f"\n{'':24}" + "".join(f"{n:>10}" for n in args.boots) + "   growth per decade")

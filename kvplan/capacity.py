@@ -248,9 +248,15 @@ def capacity_rows(sizing: Sizing, kv_bytes: int, seq_lens: Iterable[int]) -> tup
     rows = []
     for length in seq_lens:
         result = sizing.capacity(kv_bytes, int(length))
-        rows.append({"seq_len": int(length), "blocks": result.blocks, "tokens": result.tokens,
-                     "max_concurrency": result.max_concurrency,
-                     "whole_sequences": math.floor(result.max_concurrency)})
+        rows.append(
+            {
+                "seq_len": int(length),
+                "blocks": result.blocks,
+                "tokens": result.tokens,
+                "max_concurrency": result.max_concurrency,
+                "whole_sequences": math.floor(result.max_concurrency),
+            }
+        )
     return tuple(rows)
 
 

@@ -93,16 +93,24 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
 
     fig, ax = _figure()
     bottom = [0.0] * len(labels)
-    tallest = max(max(sum(h[i] for h in heights.values()) for i in range(len(labels))),
-                  max((bytes_to_gib(t) for t in totals if t is not None), default=0.0))
+    tallest = max(
+        max(sum(h[i] for h in heights.values()) for i in range(len(labels))),
+        max((bytes_to_gib(t) for t in totals if t is not None), default=0.0),
+    )
     for column, label, color in LEDGER_SEGMENTS:
         values = heights[column]
         if not any(values):
             continue
         stranded = column == "stranded"
         bars = ax.bar(
-            labels, values, bottom=bottom, color=color, label=label, width=0.6,
-            edgecolor=RANK_COLOR if stranded else "white", hatch="//" if stranded else None,
+            labels,
+            values,
+            bottom=bottom,
+            color=color,
+            label=label,
+            width=0.6,
+            edgecolor=RANK_COLOR if stranded else "white",
+            hatch="//" if stranded else None,
         )
         if column in SIZED_SEGMENTS:
             _label_segments(ax, bars, sizes[column], tallest * 0.04, dark=color in ("#000000", RANK_COLOR))
@@ -111,11 +119,28 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
         if total is not None:
             ax.hlines(bytes_to_gib(total), i - 0.38, i + 0.38, color="black", linewidth=2.5)
     limiting = list(budget.ranks).index(budget.limiting_rank)
-    ax.add_patch(Rectangle((limiting - 0.33, 0), 0.66, bottom[limiting], fill=False, edgecolor=LIMITING_COLOR,
-                           linewidth=3, label="_limiting outline"))
-    ax.annotate("limits the budget", (limiting, max(bottom[limiting], bytes_to_gib(totals[limiting] or 0))),
-                textcoords="offset points", xytext=(0, 5), ha="center", va="bottom", color=LIMITING_COLOR,
-                fontsize=FONT_SIZE - 1, fontweight="bold")
+    ax.add_patch(
+        Rectangle(
+            (limiting - 0.33, 0),
+            0.66,
+            bottom[limiting],
+            fill=False,
+            edgecolor=LIMITING_COLOR,
+            linewidth=3,
+            label="_limiting outline",
+        )
+    )
+    ax.annotate(
+        "limits the budget",
+        (limiting, max(bottom[limiting], bytes_to_gib(totals[limiting] or 0))),
+        textcoords="offset points",
+        xytext=(0, 5),
+        ha="center",
+        va="bottom",
+        color=LIMITING_COLOR,
+        fontsize=FONT_SIZE - 1,
+        fontweight="bold",
+    )
     ax.set_ylim(0, tallest * 1.1)
     _mark_limiting_tick(ax, budget.ranks, budget.limiting_rank, totals)
     ax.set_xlabel("rank")
@@ -126,8 +151,14 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
         f"{format_size(budget.stranded_total_bytes)} stranded"
     )
     handles, names = ax.get_legend_handles_labels()
-    ax.legend(handles[::-1], names[::-1], loc="upper left", bbox_to_anchor=(1.01, 1.0),
-              fontsize=FONT_SIZE - 1, frameon=False)
+    ax.legend(
+        handles[::-1],
+        names[::-1],
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+        fontsize=FONT_SIZE - 1,
+        frameon=False,
+    )
     fig.tight_layout()
     return fig
 
@@ -142,8 +173,9 @@ def limiting_ranks(budget: Budget) -> list[int]:
     return [rank for rank, safe in zip(budget.ranks, budget.safe_bytes) if safe == budget.min_safe_bytes]
 
 
-def safe_budget_chart(budget: Budget, title: str | None = None, top_gib: float | None = None,
-                      previous: Budget | None = None) -> Figure:
+def safe_budget_chart(
+    budget: Budget, title: str | None = None, top_gib: float | None = None, previous: Budget | None = None
+) -> Figure:
     """Why the minimum: safe budget per rank, the uniform value, and the tempting (unsafe) average.
 
     Bars are ``safe_bytes`` per rank in GiB; the limiting rank(s) in :data:`LIMITING_COLOR`. The uniform
@@ -168,22 +200,40 @@ def safe_budget_chart(budget: Budget, title: str | None = None, top_gib: float |
     average_bytes = sum(budget.safe_bytes) // len(budget.safe_bytes)
     fig, ax = _figure()
     if previous is not None:
-        ax.bar(labels, [bytes_to_gib(safe) for safe in previous.safe_bytes], width=0.6, fill=False,
-               edgecolor=REFERENCE_COLOR, linestyle="--", linewidth=1.5, label="before the last change")
-        ax.axhline(bytes_to_gib(previous.uniform_budget_bytes), color=REFERENCE_COLOR, linewidth=1.5,
-                   alpha=0.6, label=f"uniform before: {format_size(previous.uniform_budget_bytes)}")
+        ax.bar(
+            labels,
+            [bytes_to_gib(safe) for safe in previous.safe_bytes],
+            width=0.6,
+            fill=False,
+            edgecolor=REFERENCE_COLOR,
+            linestyle="--",
+            linewidth=1.5,
+            label="before the last change",
+        )
+        ax.axhline(
+            bytes_to_gib(previous.uniform_budget_bytes),
+            color=REFERENCE_COLOR,
+            linewidth=1.5,
+            alpha=0.6,
+            label=f"uniform before: {format_size(previous.uniform_budget_bytes)}",
+        )
     colors = [LIMITING_COLOR if rank in weakest and not tied else RANK_COLOR for rank in budget.ranks]
     bars = ax.bar(labels, safe_gib, color=colors, width=0.6)
     # labels sit inside the bar tops: the uniform and average lines run above or across bars, not labels
     _annotate_bars(ax, bars, budget.safe_bytes, inside="top")
     ax.axhline(
-        bytes_to_gib(budget.uniform_budget_bytes), color="black", linewidth=2,
+        bytes_to_gib(budget.uniform_budget_bytes),
+        color="black",
+        linewidth=2,
         label=f"uniform budget {format_size(budget.uniform_budget_bytes)} (safe on every rank)",
     )
     if not tied:
         names = _rank_list(weakest)
         ax.axhline(
-            bytes_to_gib(average_bytes), color=AVERAGE_COLOR, linestyle="--", linewidth=2,
+            bytes_to_gib(average_bytes),
+            color=AVERAGE_COLOR,
+            linestyle="--",
+            linewidth=2,
             label=f"average {format_size(average_bytes)}: unsafe, {names} cannot hold it",
         )
     _mark_limiting_tick(ax, budget.ranks, [] if tied else weakest)
@@ -191,8 +241,14 @@ def safe_budget_chart(budget: Budget, title: str | None = None, top_gib: float |
     ax.set_ylabel("safe KV budget (room − reserve) [GiB]")
     ax.set_ylim(0, top_gib or max(safe_gib) * 1.3)
     uniform = format_size(budget.uniform_budget_bytes)
-    ax.set_title(title or (f"Every rank holds the same safe budget: {uniform}, none limits alone" if tied
-                           else f"One value for every rank: the minimum, {uniform}"))
+    ax.set_title(
+        title
+        or (
+            f"Every rank holds the same safe budget: {uniform}, none limits alone"
+            if tied
+            else f"One value for every rank: the minimum, {uniform}"
+        )
+    )
     handles, _ = ax.get_legend_handles_labels()
     if not tied:
         handles.append(Patch(color=LIMITING_COLOR, label=f"limiting: {_rank_list(weakest)}"))
@@ -222,8 +278,10 @@ def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | No
     labels = [str(rank) for rank in budget.ranks]
     fig, ax = _figure()
     bars = ax.bar(
-        labels, [bytes_to_gib(s) for s in budget.stranded_bytes],
-        color=_rank_colors(budget.ranks, budget.limiting_rank), width=0.6,
+        labels,
+        [bytes_to_gib(s) for s in budget.stranded_bytes],
+        color=_rank_colors(budget.ranks, budget.limiting_rank),
+        width=0.6,
     )
     _annotate_bars(ax, bars, budget.stranded_bytes)
     limiting = list(budget.ranks).index(budget.limiting_rank)
@@ -282,13 +340,24 @@ def concurrency_chart(
     fig, ax = _figure()
     colors = [RANK_COLOR, "#E69F00", AVERAGE_COLOR, REFERENCE_COLOR]
     if previous is not None:
-        ax.plot(previous["seq_len"], previous["max_concurrency"], color=REFERENCE_COLOR, linewidth=1.5,
-                linestyle="--", alpha=0.7, label="before the last change")
+        ax.plot(
+            previous["seq_len"],
+            previous["max_concurrency"],
+            color=REFERENCE_COLOR,
+            linewidth=1.5,
+            linestyle="--",
+            alpha=0.7,
+            label="before the last change",
+        )
     at_max_values = []
     for index, ((label, curve), color) in enumerate(zip(curves.items(), colors * len(curves))):
         row = _row_at_length(curve, max_model_len)
         ax.plot(
-            curve["seq_len"], curve["max_concurrency"], marker="o", color=color, linewidth=2,
+            curve["seq_len"],
+            curve["max_concurrency"],
+            marker="o",
+            color=color,
+            linewidth=2,
             label=f"{label}: {int(row['tokens']):,} tokens at {int(row['seq_len']):,}",
         )
         if int(row["seq_len"]) == max_model_len:
@@ -296,33 +365,67 @@ def concurrency_chart(
         crossing = crossings.get(label)
         if target_concurrency is not None and crossing and crossing < max_model_len:
             # marked on the target line; the label sits in the empty lower left, below every curve
-            ax.plot([crossing], [target_concurrency], marker="D", markersize=9, color=color,
-                    markeredgecolor="black", linestyle="", label="_crossing")
+            ax.plot(
+                [crossing],
+                [target_concurrency],
+                marker="D",
+                markersize=9,
+                color=color,
+                markeredgecolor="black",
+                linestyle="",
+                label="_crossing",
+            )
             ax.annotate(
-                f"{target_concurrency:g} sequences up to {crossing:,} tokens", (crossing, target_concurrency),
-                xycoords="data", textcoords="axes fraction", xytext=(0.03, 0.05 + 0.08 * index),
-                ha="left", va="bottom", fontsize=FONT_SIZE - 1, color=color, fontweight="bold",
+                f"{target_concurrency:g} sequences up to {crossing:,} tokens",
+                (crossing, target_concurrency),
+                xycoords="data",
+                textcoords="axes fraction",
+                xytext=(0.03, 0.05 + 0.08 * index),
+                ha="left",
+                va="bottom",
+                fontsize=FONT_SIZE - 1,
+                color=color,
+                fontweight="bold",
                 arrowprops={"arrowstyle": "->", "color": color, "linewidth": 1.2},
             )
     # concurrency at max_model_len: right of the marker line (the axis extends to hold it)
     for value, color in at_max_values:
         ax.annotate(
-            f"{value:.2f}×", (max_model_len, value), textcoords="offset points",
-            xytext=(8, 0), ha="left", va="center", fontsize=FONT_SIZE - 1, color=color, fontweight="bold",
+            f"{value:.2f}×",
+            (max_model_len, value),
+            textcoords="offset points",
+            xytext=(8, 0),
+            ha="left",
+            va="center",
+            fontsize=FONT_SIZE - 1,
+            color=color,
+            fontweight="bold",
         )
     ax.axvline(max_model_len, color="black", linestyle=":", label=f"max_model_len {max_model_len:,}")
     if target_concurrency is not None:
         ax.axhline(
-            target_concurrency, color=TARGET_COLOR, linestyle="--", linewidth=2,
+            target_concurrency,
+            color=TARGET_COLOR,
+            linestyle="--",
+            linewidth=2,
             label=f"target {target_concurrency:g} sequences",
         )
     if note:
-        fig.text(0.01, 0.01, f"approximate: {note}", fontsize=FONT_SIZE - 2, color="#555555", wrap=True,
-                 va="bottom")
+        fig.text(
+            0.01,
+            0.01,
+            f"approximate: {note}",
+            fontsize=FONT_SIZE - 2,
+            color="#555555",
+            wrap=True,
+            va="bottom",
+        )
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
-    lowest = min([float(curve["max_concurrency"].min()) for curve in curves.values()]
-                 + ([target_concurrency] if target_concurrency else []))
+    lowest = min(
+        [float(curve["max_concurrency"].min()) for curve in curves.values()]
+        + ([target_concurrency] if target_concurrency else [])
+    )
     highest = max(float(curve["max_concurrency"].max()) for curve in curves.values())
     if limits is None:
         ax.set_ylim(lowest / 4, highest * 4)  # room for the crossing labels below and the legend above
@@ -363,17 +466,34 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
     for ax in (left, right):
         _style(ax)
     width = 0.38
-    left.bar([p - width / 2 for p in positions], [bytes_to_gib(f) for f in drift.ref_free_bytes], width,
-             color=REFERENCE_COLOR, label="reference boot")
+    left.bar(
+        [p - width / 2 for p in positions],
+        [bytes_to_gib(f) for f in drift.ref_free_bytes],
+        width,
+        color=REFERENCE_COLOR,
+        label="reference boot",
+    )
     boot_bars = left.bar(
-        [p + width / 2 for p in positions], [bytes_to_gib(f) for f in drift.boot_free_bytes], width,
-        color=_rank_colors(drift.ranks, drift.limiting_rank), label="this boot",
+        [p + width / 2 for p in positions],
+        [bytes_to_gib(f) for f in drift.boot_free_bytes],
+        width,
+        color=_rank_colors(drift.ranks, drift.limiting_rank),
+        label="this boot",
     )
     for bar, moved in zip(boot_bars, drift.drift_bytes):
-        text = f"lost {bytes_to_gib(moved):.2f} GiB" if moved > 0 else (
-            f"gained {bytes_to_gib(-moved):.2f} GiB" if moved else "same")
-        left.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), textcoords="offset points",
-                      xytext=(0, 4), ha="center", fontsize=FONT_SIZE - 1)
+        text = (
+            f"lost {bytes_to_gib(moved):.2f} GiB"
+            if moved > 0
+            else (f"gained {bytes_to_gib(-moved):.2f} GiB" if moved else "same")
+        )
+        left.annotate(
+            text,
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            textcoords="offset points",
+            xytext=(0, 4),
+            ha="center",
+            fontsize=FONT_SIZE - 1,
+        )
     left.set_xticks(positions, labels)
     left.set_ylim(0, max(bytes_to_gib(f) for f in drift.ref_free_bytes + drift.boot_free_bytes) * 1.3)
     left.set_xlabel("rank")
@@ -382,14 +502,29 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
     left.legend(loc="upper left", ncols=2, fontsize=FONT_SIZE - 1)
 
     adjusted = right.bar(
-        labels, [bytes_to_gib(a) for a in drift.adjusted_bytes],
-        color=_rank_colors(drift.ranks, drift.limiting_rank), width=0.6, label="adjusted budget",
+        labels,
+        [bytes_to_gib(a) for a in drift.adjusted_bytes],
+        color=_rank_colors(drift.ranks, drift.limiting_rank),
+        width=0.6,
+        label="adjusted budget",
     )
-    right.bar(labels, [bytes_to_gib(b) for b in drift.ref_budget_bytes], width=0.6, fill=False,
-              edgecolor=REFERENCE_COLOR, linewidth=2, linestyle="--", label="reference budget")
+    right.bar(
+        labels,
+        [bytes_to_gib(b) for b in drift.ref_budget_bytes],
+        width=0.6,
+        fill=False,
+        edgecolor=REFERENCE_COLOR,
+        linewidth=2,
+        linestyle="--",
+        label="reference budget",
+    )
     _annotate_bars(right, adjusted, drift.adjusted_bytes, inside=True)
-    right.axhline(bytes_to_gib(drift.adjusted_uniform_bytes), color="black", linewidth=2,
-                  label=f"uniform {format_size(drift.adjusted_uniform_bytes)}")
+    right.axhline(
+        bytes_to_gib(drift.adjusted_uniform_bytes),
+        color="black",
+        linewidth=2,
+        label=f"uniform {format_size(drift.adjusted_uniform_bytes)}",
+    )
     tallest = max(bytes_to_gib(b) for b in drift.ref_budget_bytes + drift.adjusted_bytes)
     right.set_ylim(0, top_gib or tallest * 1.25)
     right.set_xlabel("rank")
@@ -425,15 +560,22 @@ def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Fig
     fig, ax = _figure()
     for i, label in enumerate(labels):
         budget = budgets[label]
-        low, mid, high = (bytes_to_gib(b) for b in (budget.min_safe_bytes, budget.median_safe_bytes,
-                                                     budget.max_safe_bytes))
+        low, mid, high = (
+            bytes_to_gib(b) for b in (budget.min_safe_bytes, budget.median_safe_bytes, budget.max_safe_bytes)
+        )
         ax.vlines(i, low, high, color=RANK_COLOR, linewidth=6, alpha=0.5)
         ax.plot(i, high, marker="_", markersize=22, color=RANK_COLOR, markeredgewidth=3)
-        ax.plot(i, mid, marker="o", markersize=10, color="white", markeredgecolor=RANK_COLOR,
-                markeredgewidth=2)
+        ax.plot(
+            i, mid, marker="o", markersize=10, color="white", markeredgecolor=RANK_COLOR, markeredgewidth=2
+        )
         ax.plot(i, low, marker="o", markersize=10, color=LIMITING_COLOR)
-        ax.annotate(f"rank {budget.limiting_rank}\n{format_size(budget.min_safe_bytes)}", (i, low),
-                    textcoords="offset points", xytext=(10, -8), fontsize=FONT_SIZE - 1)
+        ax.annotate(
+            f"rank {budget.limiting_rank}\n{format_size(budget.min_safe_bytes)}",
+            (i, low),
+            textcoords="offset points",
+            xytext=(10, -8),
+            fontsize=FONT_SIZE - 1,
+        )
     ax.plot([], [], marker="o", color=LIMITING_COLOR, linestyle="", label="min (limiting rank)")
     ax.plot([], [], marker="o", color="white", markeredgecolor=RANK_COLOR, linestyle="", label="median")
     ax.plot([], [], marker="_", color=RANK_COLOR, markersize=16, linestyle="", label="max")
@@ -496,18 +638,42 @@ def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool | st
     for bar, size in zip(bars, sizes_bytes):
         x = bar.get_x() + bar.get_width() / 2
         if inside == "top":
-            ax.annotate(format_size(size), (x, bar.get_height()), textcoords="offset points", xytext=(0, -6),
-                        ha="center", va="top", color="white", fontsize=FONT_SIZE, fontweight="bold")
+            ax.annotate(
+                format_size(size),
+                (x, bar.get_height()),
+                textcoords="offset points",
+                xytext=(0, -6),
+                ha="center",
+                va="top",
+                color="white",
+                fontsize=FONT_SIZE,
+                fontweight="bold",
+            )
         elif inside:
-            ax.annotate(format_size(size), (x, bar.get_height() / 2), ha="center", va="center",
-                        color="white", fontsize=FONT_SIZE, rotation=90)
+            ax.annotate(
+                format_size(size),
+                (x, bar.get_height() / 2),
+                ha="center",
+                va="center",
+                color="white",
+                fontsize=FONT_SIZE,
+                rotation=90,
+            )
         else:
-            ax.annotate(format_size(size), (x, bar.get_height()), textcoords="offset points", xytext=(0, 4),
-                        ha="center", va="bottom", fontsize=FONT_SIZE)
+            ax.annotate(
+                format_size(size),
+                (x, bar.get_height()),
+                textcoords="offset points",
+                xytext=(0, 4),
+                ha="center",
+                va="bottom",
+                fontsize=FONT_SIZE,
+            )
 
 
-def _mark_limiting_tick(ax: Axes, ranks: Sequence[int], limiting: int | Sequence[int],
-                        totals: Sequence[int | None] = ()) -> None:
+def _mark_limiting_tick(
+    ax: Axes, ranks: Sequence[int], limiting: int | Sequence[int], totals: Sequence[int | None] = ()
+) -> None:
     """Rank tick labels, the limiting one coloured, with each GPU's total memory under the rank when known."""
     totals = list(totals) or [None] * len(ranks)
     marked = [limiting] if isinstance(limiting, int) else list(limiting)
@@ -527,8 +693,12 @@ def _label_segments(ax: Axes, bars, sizes_bytes: Sequence[int], min_height: floa
         if bar.get_height() < min_height:
             continue
         ax.annotate(
-            format_size(size), (bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2),
-            ha="center", va="center", fontsize=FONT_SIZE - 1, color="white" if dark else "black",
+            format_size(size),
+            (bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2),
+            ha="center",
+            va="center",
+            fontsize=FONT_SIZE - 1,
+            color="white" if dark else "black",
             bbox=None if dark else {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
         )
 

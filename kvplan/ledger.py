@@ -204,8 +204,10 @@ def room_per_rank(
     frame = ledger.assign(source=ledger.get("source", "the ledger"), boot=ledger.get("boot", 0))
     ranks_seen = sorted({int(rank) for rank in frame["rank"].dropna()})
     expected = list(range(world)) if world is not None else ranks_seen
-    cells = {name: _cells(frame, name) for name in ("source", "boot", "rank", "room_bytes", "room_source",
-                                                     "init_free_bytes")}
+    cells = {
+        name: _cells(frame, name)
+        for name in ("source", "boot", "rank", "room_bytes", "room_source", "init_free_bytes")
+    }
     boots: dict[tuple, list[int]] = {}  # (source, boot) → row positions, in order of first appearance
     for position, pair in enumerate(zip(cells["source"], cells["boot"])):
         if None not in pair:
@@ -232,14 +234,16 @@ def room_per_rank(
         lowest = min(own.values(), key=lambda row: row["room_bytes"])
         for rank in expected:
             row = own.get(rank, lowest)
-            observations.setdefault(rank, []).append({
-                "room_bytes": row["room_bytes"],
-                "room_source": row["room_source"] if rank in own else "assumed_uniform",
-                "init_free_bytes": free.get(rank),
-                "source": source,
-                "boot": boot,
-                "own": rank in own,
-            })
+            observations.setdefault(rank, []).append(
+                {
+                    "room_bytes": row["room_bytes"],
+                    "room_source": row["room_source"] if rank in own else "assumed_uniform",
+                    "init_free_bytes": free.get(rank),
+                    "source": source,
+                    "boot": boot,
+                    "own": rank in own,
+                }
+            )
     if not observations:
         manual = f" ({len(manual_boots)} manual-value boot(s): no room evidence)" if manual_boots else ""
         raise LedgerError(
@@ -270,8 +274,10 @@ def _cells(frame: pd.DataFrame, column: str) -> list:
     if column not in frame:
         return [None] * len(frame)
     series = frame[column]
-    return [None if missing else value.item() if hasattr(value, "item") else value
-            for value, missing in zip(series.tolist(), series.isna().tolist())]
+    return [
+        None if missing else value.item() if hasattr(value, "item") else value
+        for value, missing in zip(series.tolist(), series.isna().tolist())
+    ]
 
 
 def _record(items: list[dict]) -> dict:
@@ -412,12 +418,14 @@ def check_outcomes(ledger: pd.DataFrame, lines: Mapping | None = None) -> None:
         text = str(plain_value(row.get("error")) or "no text")
         text = text if len(text) <= 240 else text[:239] + "…"
         phase = failure_phase(plain_value(row.get("failed_in")))
-        items.append((
-            _OUTCOME_ORDER.get(outcome, 3),
-            line if line is not None else float("inf"),
-            f"{where}: boot {plain_value(row['boot'])} rank {plain_value(row['rank'])} did not boot cleanly "
-            f"({outcome}: {text})" + (f" {phase}" if phase else ""),
-        ))
+        items.append(
+            (
+                _OUTCOME_ORDER.get(outcome, 3),
+                line if line is not None else float("inf"),
+                f"{where}: boot {plain_value(row['boot'])} rank {plain_value(row['rank'])} did not boot cleanly "
+                f"({outcome}: {text})" + (f" {phase}" if phase else ""),
+            )
+        )
     items.sort(key=lambda item: item[:2])
     shown = [item[2] for item in items[:_SHOWN_FAILURES]]
     more = f"; {len(items) - _SHOWN_FAILURES} more row(s) not ok" if len(items) > _SHOWN_FAILURES else ""
@@ -445,8 +453,13 @@ def budget_from_ledger(
     """
     lines = lines if lines is not None else {}
     check_outcomes(ledger, lines)
-    return budget_from_rooms(ledger, room_per_rank(ledger, assume_uniform=assume_uniform, lines=lines),
-                             reserve_bytes, block_bytes, lines)
+    return budget_from_rooms(
+        ledger,
+        room_per_rank(ledger, assume_uniform=assume_uniform, lines=lines),
+        reserve_bytes,
+        block_bytes,
+        lines,
+    )
 
 
 def budget_from_rooms(

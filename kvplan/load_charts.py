@@ -73,8 +73,13 @@ def occupancy_chart(timeline: pd.DataFrame, kv_cache_tokens: int | None = None, 
     ax.axhline(100, color=CAPACITY_COLOR, linestyle="--", label=capacity)
     timed = timeline[timeline["elapsed_s"].notna()]
     for position, minutes in enumerate(_preemption_minutes(timeline)):
-        ax.axvline(minutes, color=PREEMPTION_COLOR, alpha=0.6, linewidth=1,
-                   label="interval with preemptions" if position == 0 else None)
+        ax.axvline(
+            minutes,
+            color=PREEMPTION_COLOR,
+            alpha=0.6,
+            linewidth=1,
+            label="interval with preemptions" if position == 0 else None,
+        )
     ooms = timed[timed["event"] == "oom"]
     if len(ooms):
         ax.plot(ooms["elapsed_s"] / 60, [100] * len(ooms), "x", color=OOM_COLOR, markersize=10, label="OOM")
@@ -123,8 +128,13 @@ def canary_comparison_chart(
         bars = ax.bar(range(len(values)), heights, color=colors)
         for bar, value in zip(bars, values):
             text = "n/a" if value is None else f"{value:,.1f}" if isinstance(value, float) else f"{value:,}"
-            ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()), ha="center", va="bottom",
-                        fontsize="small")
+            ax.annotate(
+                text,
+                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                ha="center",
+                va="bottom",
+                fontsize="small",
+            )
         ax.set_xticks(range(len(values)), labels, rotation=15, fontsize="small")
         ax.set_title(name, fontsize="medium")
         ax.set_ylabel(unit)

@@ -62,8 +62,14 @@ class Note(str):
 
     def to_dict(self) -> dict:
         """``{"code", "message", "file", "line", "count", "lines"}``: one entry of ``"warning_details"``."""
-        return {"code": self.code, "message": str(self), "file": self.file, "line": self.line,
-                "count": self.count, "lines": list(self.lines)}
+        return {
+            "code": self.code,
+            "message": str(self),
+            "file": self.file,
+            "line": self.line,
+            "count": self.count,
+            "lines": list(self.lines),
+        }
 
 
 def as_note(text: str) -> Note:
@@ -108,8 +114,16 @@ def aggregate_notes(notes: Iterable[str]) -> list[Note]:
         where = f", first at lines {shown}" if shown else ""
         prefix = f"{file}: " if file else ""
         text = f"{_without_place(members[0])}: {count:,} times" + (" (the first shown)" if varied else "")
-        folded.append(Note(f"{prefix}{text}{where}", code=code, file=file,
-                           line=lines[0] if lines else None, count=count, lines=lines[:SHOWN_LINES]))
+        folded.append(
+            Note(
+                f"{prefix}{text}{where}",
+                code=code,
+                file=file,
+                line=lines[0] if lines else None,
+                count=count,
+                lines=lines[:SHOWN_LINES],
+            )
+        )
     return folded
 
 
@@ -122,5 +136,5 @@ def _without_place(note: Note) -> str:
     text = str(note)
     for prefix in (f"{note.file}:{note.line}: ", f"{note.file}: "):
         if note.file and text.startswith(prefix):
-            return text[len(prefix):]
+            return text[len(prefix) :]
     return text

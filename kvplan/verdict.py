@@ -91,8 +91,10 @@ def format_checks(checks: Sequence[Check]) -> str:
         lines += [f"      {part}" for part in check.detail.split("; ") if part]
     judged = [check for check in checks if check.applicable]
     verdict = gate_verdict(checks)
-    counts = {False: f"{sum(c.passed is False for c in judged)} of {len(judged)} checks failed",
-              None: f"{sum(c.passed is None for c in judged)} of {len(judged)} checks lack evidence"}
+    counts = {
+        False: f"{sum(c.passed is False for c in judged)} of {len(judged)} checks failed",
+        None: f"{sum(c.passed is None for c in judged)} of {len(judged)} checks lack evidence",
+    }
     notes = [counts[verdict]] if verdict in counts else []
     if len(judged) < len(checks):
         notes.append(f"{len(checks) - len(judged)} not applicable")

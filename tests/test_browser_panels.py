@@ -43,8 +43,16 @@ pytestmark = pytest.mark.skipif(
 
 ROOT = Path(__file__).resolve().parents[1]
 CHROMIUM = os.environ.get("KVPLAN_CHROMIUM", "/usr/bin/chromium")
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
 SAMPLE = DATA_DIR / "boots" / "four-rank"
 PANEL = ".kvplan-panel"
 SCREENS = os.environ.get("KVPLAN_SCREENS")  # a folder: screenshots of each panel before and after a burst
@@ -93,22 +101,37 @@ def lab(tmp_path_factory):
         folder = home / "settings" / "@jupyterlab" / extension
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{name}.jupyterlab-settings").write_text(value)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "JUPYTER_CONFIG_DIR": str(home / "config"),
-           "JUPYTER_RUNTIME_DIR": str(home / "runtime"), "JUPYTER_DATA_DIR": str(home / "data"),
-           "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"), "JUPYTERLAB_WORKSPACES_DIR": str(home / "ws")}
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "JUPYTER_CONFIG_DIR": str(home / "config"),
+        "JUPYTER_RUNTIME_DIR": str(home / "runtime"),
+        "JUPYTER_DATA_DIR": str(home / "data"),
+        "JUPYTERLAB_SETTINGS_DIR": str(home / "settings"),
+        "JUPYTERLAB_WORKSPACES_DIR": str(home / "ws"),
+    }
     env.pop("MPLBACKEND", None)  # the kernel's default (inline) backend, as a user gets it
     port, token = _free_port(), secrets.token_hex(16)
     log = home / "server.log"
     served = home / "served"
     skip = shutil.ignore_patterns(".ipynb_checkpoints")
     shutil.copytree(ROOT / "notebooks", served / "notebooks", ignore=skip)
-    command = [sys.executable, "-m", "jupyterlab", "--no-browser", "--ip=127.0.0.1", f"--port={port}",
-               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={served}"]
+    command = [
+        sys.executable,
+        "-m",
+        "jupyterlab",
+        "--no-browser",
+        "--ip=127.0.0.1",
+        f"--port={port}",
+        f"--IdentityProvider.token={token}",
+        f"--ServerApp.root_dir={served}",
+    ]
     if os.getuid() == 0:
         command.append("--allow-root")
     with open(log, "w") as out:
-        server = subprocess.Popen(command, cwd=served, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                  start_new_session=True)
+        server = subprocess.Popen(
+            command, cwd=served, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
     try:
         _wait_for_port(port, server, 60, log)
         yield f"http://127.0.0.1:{port}", token
@@ -127,10 +150,17 @@ def browser(tmp_path_factory):
     log = profile / "chromium.log"
     with open(log, "w") as out:
         chromium = subprocess.Popen(
-            [CHROMIUM, *CHROMIUM_ARGS, f"--remote-debugging-port={port}",
-             "--remote-debugging-address=127.0.0.1",
-             f"--user-data-dir={profile / 'profile'}", "about:blank"],
-            stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                CHROMIUM,
+                *CHROMIUM_ARGS,
+                f"--remote-debugging-port={port}",
+                "--remote-debugging-address=127.0.0.1",
+                f"--user-data-dir={profile / 'profile'}",
+                "about:blank",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
     try:
         _wait_for_port(port, chromium, 30, log)
@@ -163,8 +193,9 @@ def _panel_03():
 
 
 def _panel_04():
-    decision = decide(DATA_DIR / "boots" / "drift" / "reference.log",
-                      Policy(parse_size("1GiB"), parse_size("0.5GiB")))
+    decision = decide(
+        DATA_DIR / "boots" / "drift" / "reference.log", Policy(parse_size("1GiB"), parse_size("0.5GiB"))
+    )
     boot, _ = read_launch(DATA_DIR / "boots" / "drift" / "canary.log")
     boot_free = boot_free_bytes(boot, decision.budget.ranks)
     guard = parse_size("0.5GiB")
@@ -181,22 +212,31 @@ class Burst:
 
 
 NOTEBOOKS = {
-    "02-rank-headroom.ipynb": (_panel_02, (
-        Burst("slider", "reserve per rank", (0.1, 0.05, -0.08, 0.12)),
-        Burst("dropdown", "block size asked", ("32", "64", "8", "128")),
-        Burst("slider", "rank 2: add back", (0.2, 0.15, -0.1, 0.1)),
-    )),
-    "03-concurrency.ipynb": (_panel_03, (
-        Burst("number", "target concurrency", ("2", "6", "12", "5")),
-        Burst("slider", "rank 2: add back", (0.1, 0.2, -0.05, 0.3)),
-        Burst("number", "max model length", ("8192", "16384", "65536", "24576")),
-        Burst("slider", "reserve per rank", (-0.05, 0.1, 0.08, -0.03)),
-        Burst("dropdown", "block size asked", ("32", "128", "16", "64")),
-    )),
-    "04-drift-and-gate.ipynb": (_panel_04, (
-        Burst("slider", "drift guard", (0.1, 0.1, -0.05, 0.15)),
-        Burst("slider", "reserve per rank", (0.05, 0.05, 0.1, -0.07)),
-    )),
+    "02-rank-headroom.ipynb": (
+        _panel_02,
+        (
+            Burst("slider", "reserve per rank", (0.1, 0.05, -0.08, 0.12)),
+            Burst("dropdown", "block size asked", ("32", "64", "8", "128")),
+            Burst("slider", "rank 2: add back", (0.2, 0.15, -0.1, 0.1)),
+        ),
+    ),
+    "03-concurrency.ipynb": (
+        _panel_03,
+        (
+            Burst("number", "target concurrency", ("2", "6", "12", "5")),
+            Burst("slider", "rank 2: add back", (0.1, 0.2, -0.05, 0.3)),
+            Burst("number", "max model length", ("8192", "16384", "65536", "24576")),
+            Burst("slider", "reserve per rank", (-0.05, 0.1, 0.08, -0.03)),
+            Burst("dropdown", "block size asked", ("32", "128", "16", "64")),
+        ),
+    ),
+    "04-drift-and-gate.ipynb": (
+        _panel_04,
+        (
+            Burst("slider", "drift guard", (0.1, 0.1, -0.05, 0.15)),
+            Burst("slider", "reserve per rank", (0.05, 0.05, 0.1, -0.07)),
+        ),
+    ),
 }
 
 
@@ -208,8 +248,10 @@ def _open_and_run(page, lab, notebook: str) -> None:
     # a workspace of its own: only this notebook open
     page.goto(f"{base}/lab/workspaces/{Path(notebook).stem}/tree/notebooks/{notebook}?token={token}")
     page.wait_for_selector(".jp-Notebook .jp-Cell", timeout=60_000)
-    started = ("() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
-               ".some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent))")
+    started = (
+        "() => [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')]"
+        ".some(p => /\\[(\\*|\\d+)\\]/.test(p.textContent))"
+    )
     for _ in range(6):  # the kernel may still be starting: run all again until a cell starts
         page.click(".jp-Notebook .jp-Cell >> nth=0")  # the notebook is the current widget
         page.click("li.lm-MenuBar-item:has-text('Run')")
@@ -312,11 +354,13 @@ def _image_problems(png: bytes, reference: bytes, name: str) -> list[str]:
         problems.append(f"{name}: blank ({ink.mean():.2%} dark pixels)")
     if ink[: height // 10].mean() < 0.002:
         problems.append(f"{name}: no title (nothing dark in the top tenth)")
-    if ink[:, : width // 10].mean() < 0.002 or ink[height - height // 8:].mean() < 0.002:
+    if ink[:, : width // 10].mean() < 0.002 or ink[height - height // 8 :].mean() < 0.002:
         problems.append(f"{name}: no axes (nothing dark in the left tenth or the bottom eighth)")
     if shown.shape != expected.shape:
-        problems.append(f"{name}: {shown.shape[1]}×{shown.shape[0]} px, the library draws "
-                        f"{expected.shape[1]}×{expected.shape[0]}")
+        problems.append(
+            f"{name}: {shown.shape[1]}×{shown.shape[0]} px, the library draws "
+            f"{expected.shape[1]}×{expected.shape[0]}"
+        )
     elif (np.abs(shown - expected).max(axis=2) > 64).mean() > 0.002:
         differing = (np.abs(shown - expected).max(axis=2) > 64).mean()
         problems.append(f"{name}: {differing:.2%} of pixels differ from the library's figure for this state")

@@ -78,7 +78,10 @@ def test_to_frame_and_to_dict():
     data = budget.to_dict()
     assert data["uniform_budget_bytes"] == 12 * GiB
     assert data["ranks"][2] == {
-        "rank": 2, "room_bytes": ROOMS[2], "safe_bytes": 12 * GiB, "stranded_bytes": 0,
+        "rank": 2,
+        "room_bytes": ROOMS[2],
+        "safe_bytes": 12 * GiB,
+        "stranded_bytes": 0,
     }
 
 
@@ -115,8 +118,11 @@ def test_helpers():
 rooms_strategy = st.lists(st.integers(min_value=2 * GiB, max_value=200 * GiB), min_size=1, max_size=16)
 
 
-@given(rooms_strategy, st.integers(min_value=0, max_value=GiB),
-       st.one_of(st.none(), st.integers(min_value=1, max_value=64 * MiB)))
+@given(
+    rooms_strategy,
+    st.integers(min_value=0, max_value=GiB),
+    st.one_of(st.none(), st.integers(min_value=1, max_value=64 * MiB)),
+)
 def test_invariants(rooms, reserve, block_bytes):
     budget = uniform_budget(rooms, reserve, block_bytes=block_bytes)
     assert all(budget.uniform_budget_bytes <= safe for safe in budget.safe_bytes)

@@ -21,8 +21,10 @@ def test_the_0_1_0_bundle_verifies(capsys):
     differences, notes = evidence.verify_bundle_with_notes(V0_1_0)
     assert differences == []
     digest = evidence.bundle_digest((V0_1_0 / "budget.json").read_bytes())
-    assert notes[0] == ("no seal_sha256 (written by kvplan 0.1.0 or before): its created_utc is not sealed; "
-                        f"pin the bundle with kvplan gate --approved-digest {digest}")
+    assert notes[0] == (
+        "no seal_sha256 (written by kvplan 0.1.0 or before): its created_utc is not sealed; "
+        f"pin the bundle with kvplan gate --approved-digest {digest}"
+    )
     # charts drawn by 0.1.0 are checked by hash; where today's chart code draws other bytes, a note says so
     assert all(note.startswith("charts/") and "checked by hash only" in note for note in notes[1:])
     assert main(["verify", str(V0_1_0)]) == 0
@@ -39,8 +41,11 @@ def test_it_verifies_moved_elsewhere_and_from_another_folder(tmp_path, monkeypat
 def test_it_records_relative_paths_only():
     record = evidence.read_bundle(V0_1_0)
     assert [entry["path"] for entry in record["inputs"]] == [
-        "data/boots/four-rank/boot.log", "data/boots/four-rank/nvidia-smi-gpu.csv",
-        "data/boots/four-rank/nvidia-smi-apps.csv", "data/models/llama-3.1-70b.json"]
+        "data/boots/four-rank/boot.log",
+        "data/boots/four-rank/nvidia-smi-gpu.csv",
+        "data/boots/four-rank/nvidia-smi-apps.csv",
+        "data/models/llama-3.1-70b.json",
+    ]
     # the decision is the founding example: room 12.9 GiB − 0.9 GiB reserve = 12 GiB, rounded down to whole
     # 1.25 MiB blocks: 12 GiB = 9,830.4 blocks → 9,830 × 1,310,720 B = 12,884,377,600 B
     assert record["decision"]["kv_cache_memory_bytes"] == 9_830 * 1_310_720

@@ -59,8 +59,12 @@ def test_refusals():
         max_concurrency(10, 0)
 
 
-@given(st.integers(min_value=0, max_value=1 << 40), st.integers(min_value=1, max_value=1 << 20),
-       st.integers(min_value=1, max_value=1 << 20), st.sampled_from([1, 8, 16, 32, 64, 128, 256]))
+@given(
+    st.integers(min_value=0, max_value=1 << 40),
+    st.integers(min_value=1, max_value=1 << 20),
+    st.integers(min_value=1, max_value=1 << 20),
+    st.sampled_from([1, 8, 16, 32, 64, 128, 256]),
+)
 def test_inverse_round_trip(kv_bytes, bytes_per_token, seq_len, block_size):
     """The bytes for the whole sequences a budget holds never exceed that budget."""
     assume(kv_bytes >= bytes_per_token * block_size)  # at least one block, else capacity() refuses
@@ -71,8 +75,13 @@ def test_inverse_round_trip(kv_bytes, bytes_per_token, seq_len, block_size):
 
 # --- one capacity model for the bytes-per-token and the model-config path ---------------------------
 
-LLAMA_70B_LIKE = {"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-                  "head_dim": 128, "torch_dtype": "bfloat16"}
+LLAMA_70B_LIKE = {
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "torch_dtype": "bfloat16",
+}
 
 
 def test_both_paths_return_one_capacity_type_with_the_same_figures():
@@ -84,8 +93,16 @@ def test_both_paths_return_one_capacity_type_with_the_same_figures():
     spec = kv_spec(LLAMA_70B_LIKE, tp=4, vllm_version="0.26.0")
     flat, model = FlatSpec(81_920).capacity(12 * GiB, 32_768), spec.capacity(12 * GiB, 32_768)
     assert KVCapacity is Capacity and type(flat) is type(model) is Capacity
-    for name in ("kv_bytes", "bytes_per_token", "block_size", "block_bytes", "blocks", "tokens",
-                 "max_model_len", "max_concurrency"):
+    for name in (
+        "kv_bytes",
+        "bytes_per_token",
+        "block_size",
+        "block_bytes",
+        "blocks",
+        "tokens",
+        "max_model_len",
+        "max_concurrency",
+    ):
         assert getattr(flat, name) == getattr(model, name), name
     assert (model.blocks, model.tokens, model.max_concurrency) == (9_830, 157_280, 9_830 / 2_048)
 
@@ -94,13 +111,37 @@ def test_to_dict_keys_are_the_json_contract_of_each_path():
     from kvplan.kvspec import kv_spec
 
     assert list(capacity(12 * GiB, 256 * KiB, 8192).to_dict()) == [
-        "kv_bytes", "bytes_per_token", "block_size", "block_bytes", "blocks", "tokens", "max_model_len",
-        "max_concurrency"]
+        "kv_bytes",
+        "bytes_per_token",
+        "block_size",
+        "block_bytes",
+        "blocks",
+        "tokens",
+        "max_model_len",
+        "max_concurrency",
+    ]
     model = kv_spec(LLAMA_70B_LIKE, tp=4, pp=2).capacity(12 * GiB, 32_768).to_dict()
     assert list(model) == [
-        "model", "vllm_version", "tp", "pp", "dcp", "kv_cache_dtype", "kv_bytes", "bytes_per_token",
-        "block_size", "block_bytes", "blocks", "tokens", "max_model_len", "max_concurrency", "approximate",
-        "approximate_reason", "limiting_stage", "stages", "block_size_note"]
+        "model",
+        "vllm_version",
+        "tp",
+        "pp",
+        "dcp",
+        "kv_cache_dtype",
+        "kv_bytes",
+        "bytes_per_token",
+        "block_size",
+        "block_bytes",
+        "blocks",
+        "tokens",
+        "max_model_len",
+        "max_concurrency",
+        "approximate",
+        "approximate_reason",
+        "limiting_stage",
+        "stages",
+        "block_size_note",
+    ]
     assert [stage["pp_rank"] for stage in model["stages"]] == [0, 1]  # a list of dicts, one per stage
 
 
@@ -119,10 +160,21 @@ def test_one_capacity_table_for_both_paths():
     # 3,000 tokens take ceil(3000 / 16) = 188 blocks: 9,830 / 188 = 52.3 → 52 whole sequences
     assert flat.set_index("seq_len").loc[3000, "whole_sequences"] == 52
     assert capacity_rows(spec.with_settings(vllm_version="0.26.0"), 12 * GiB, [3_000, 32_768]) == (
-        {"seq_len": 3_000, "blocks": 9_830, "tokens": 156_861, "max_concurrency": 9_830 / 188,
-         "whole_sequences": 52},
-        {"seq_len": 32_768, "blocks": 9_830, "tokens": 157_280, "max_concurrency": 9_830 / 2_048,
-         "whole_sequences": 4},)
+        {
+            "seq_len": 3_000,
+            "blocks": 9_830,
+            "tokens": 156_861,
+            "max_concurrency": 9_830 / 188,
+            "whole_sequences": 52,
+        },
+        {
+            "seq_len": 32_768,
+            "blocks": 9_830,
+            "tokens": 157_280,
+            "max_concurrency": 9_830 / 2_048,
+            "whole_sequences": 4,
+        },
+    )
     assert list(capacity_table(spec, 12 * GiB, []).columns) == list(CAPACITY_TABLE_COLUMNS)
 
 

@@ -76,14 +76,21 @@ def test_ledger_chart_stacks_parts_and_budget_up_to_total():
 
 def test_ledger_chart_labels_the_big_segments_with_their_sizes():
     ax = charts.ledger_chart(LEDGER, BUDGET).axes[0]
-    labels = [(t.get_text(), round(t.xy[0], 6), round(t.xy[1], 6))
-              for t in ax.texts if t.get_text() != "limits the budget"]
+    labels = [
+        (t.get_text(), round(t.xy[0], 6), round(t.xy[1], 6))
+        for t in ax.texts
+        if t.get_text() != "limits the budget"
+    ]
     # segments at least 4 % of the 80 GiB bar (3.2 GiB) carry their size at their middle:
     # rank 1's 5 GiB co-tenant (0–5), weights 33 GiB (0–33 and 5–38), KV 34 GiB (40–74, 45–79 after
     # 1 + 2 + 1 + 3 GiB of small parts), rank 0's 5 GiB stranded (74–79); the 1 GiB parts are not labelled
     assert labels == [
-        ("5 GiB", 1.0, 2.5), ("33 GiB", 0.0, 16.5), ("33 GiB", 1.0, 21.5),
-        ("34 GiB", 0.0, 57.0), ("34 GiB", 1.0, 62.0), ("5 GiB", 0.0, 76.5),
+        ("5 GiB", 1.0, 2.5),
+        ("33 GiB", 0.0, 16.5),
+        ("33 GiB", 1.0, 21.5),
+        ("34 GiB", 0.0, 57.0),
+        ("34 GiB", 1.0, 62.0),
+        ("5 GiB", 0.0, 76.5),
     ]
 
 
@@ -112,14 +119,16 @@ def test_safe_budget_chart_highlights_the_limiting_rank_and_the_unsafe_average()
     bars = ax.containers[0].patches
     assert [bar.get_height() for bar in bars] == [39.0, 34.0]
     assert [bar.get_facecolor() for bar in bars] == [
-        to_rgba(charts.RANK_COLOR), to_rgba(charts.LIMITING_COLOR)
+        to_rgba(charts.RANK_COLOR),
+        to_rgba(charts.LIMITING_COLOR),
     ]
     assert _line_y(ax, "uniform budget 34 GiB") == 34.0
     assert _line_y(ax, "average 36.5 GiB: unsafe, rank 1") == 36.5  # (39 + 34) / 2
     assert [t.get_text() for t in ax.texts] == ["39 GiB", "34 GiB"]
     # labels sit inside the bar tops (below them), where the uniform and average lines cannot strike them
     assert [(t.xy[1], t.get_va(), t.xyann[1] < 0) for t in ax.texts] == [
-        (39.0, "top", True), (34.0, "top", True)
+        (39.0, "top", True),
+        (34.0, "top", True),
     ]
 
 

@@ -32,7 +32,10 @@ def test_budget_four_rank_example(capsys):
     assert data["min_median_ratio"] == pytest.approx(12 * GiB / ((safe[3] + safe[1]) // 2))
     assert data["flag"] == "--kv-cache-memory-bytes=12884901888"
     assert data["ranks"][2] == {
-        "rank": 2, "room_bytes": parse_size("12.9GiB"), "safe_bytes": 12 * GiB, "stranded_bytes": 0,
+        "rank": 2,
+        "room_bytes": parse_size("12.9GiB"),
+        "safe_bytes": 12 * GiB,
+        "stranded_bytes": 0,
         "room_source": "given",
     }
     assert data["warnings"] == []
@@ -67,30 +70,55 @@ def test_budget_table(capsys):
 
 
 def test_capacity(capsys):
-    data = run_json(capsys, "capacity", "--kv-bytes", "12GiB", "--bytes-per-token", "256KiB",
-                    "--max-model-len", "8192")
+    data = run_json(
+        capsys, "capacity", "--kv-bytes", "12GiB", "--bytes-per-token", "256KiB", "--max-model-len", "8192"
+    )
     # 12 GiB / (16 × 256 KiB) = 3,072 blocks = 49,152 tokens = 6 sequences of 8,192
     keys = ("bytes_per_token", "block_bytes", "blocks", "tokens", "max_concurrency")
     assert {k: data[k] for k in keys} == {
-        "bytes_per_token": 262_144, "block_bytes": 4_194_304, "blocks": 3_072, "tokens": 49_152,
+        "bytes_per_token": 262_144,
+        "block_bytes": 4_194_304,
+        "blocks": 3_072,
+        "tokens": 49_152,
         "max_concurrency": 6.0,
     }
 
 
 def test_drift(capsys):
-    data = run_json(capsys, "drift", "--ref-free", "42GiB", "--ref-budget", "30GiB",
-                    "--boot-free", "40.75GiB", "--guard", "0.5GiB")
+    data = run_json(
+        capsys,
+        "drift",
+        "--ref-free",
+        "42GiB",
+        "--ref-budget",
+        "30GiB",
+        "--boot-free",
+        "40.75GiB",
+        "--guard",
+        "0.5GiB",
+    )
     # 30 − (42 − 40.75) − 0.5 = 28.25 GiB
     assert data["uniform_budget_bytes"] == parse_size("28.25GiB")
     assert data["reprofile_to_raise"] is False
-    assert data["ranks"] == [{"rank": 0, "drift_bytes": parse_size("1.25GiB"),
-                              "adjusted_bytes": parse_size("28.25GiB")}]
+    assert data["ranks"] == [
+        {"rank": 0, "drift_bytes": parse_size("1.25GiB"), "adjusted_bytes": parse_size("28.25GiB")}
+    ]
 
 
 def test_drift_per_rank_lists(capsys):
     # no guard (0GiB given: the guard is policy and never defaulted): rank 2 loses 42 − 40.6 = 1.4 GiB
-    data = run_json(capsys, "drift", "--ref-free", "42GiB", "--ref-budget", "30GiB",
-                    "--boot-free", "41.8GiB,42.1GiB,40.6GiB,41.9GiB", "--guard", "0GiB")
+    data = run_json(
+        capsys,
+        "drift",
+        "--ref-free",
+        "42GiB",
+        "--ref-budget",
+        "30GiB",
+        "--boot-free",
+        "41.8GiB,42.1GiB,40.6GiB,41.9GiB",
+        "--guard",
+        "0GiB",
+    )
     assert [r["rank"] for r in data["ranks"]] == [0, 1, 2, 3]
     assert data["limiting_rank"] == 2
     assert data["reprofile_to_raise"] is True  # rank 1 has 0.1 GiB more than at reference
@@ -102,30 +130,117 @@ def test_drift_per_rank_lists(capsys):
         (["budget", "--room", "12GiB,abc", "--reserve", "1GiB"], "'abc'"),
         (["budget", "--room", "12GiB,13GiB", "--reserve", "12.5GiB"], "rank 0"),
         (["budget", "--room", "", "--reserve", "1GiB"], "empty"),
-        (["drift", "--ref-free", "42GiB,41GiB", "--ref-budget", "30GiB", "--boot-free", "1GiB,2GiB,3GiB",
-          "--guard", "0GiB"], "differ in length"),
+        (
+            [
+                "drift",
+                "--ref-free",
+                "42GiB,41GiB",
+                "--ref-budget",
+                "30GiB",
+                "--boot-free",
+                "1GiB,2GiB,3GiB",
+                "--guard",
+                "0GiB",
+            ],
+            "differ in length",
+        ),
         (["drift", "--ref-free", "42GiB", "--ref-budget", "30GiB", "--boot-free", "40GiB"], "--guard"),
         (["budget", "--room=12GiB,-3GiB", "--reserve", "1GiB"], "entry 1 of '12GiB,-3GiB' is negative"),
         # Llama-3.1-8B at TP 1 × PP 3 runs 3 ranks per replica: 2 rooms cannot be that layout
-        (["budget", "--room", "13GiB,13GiB", "--reserve", "1GiB", "--model", "llama-3.1-8b", "--tp", "1",
-          "--pp", "3", "--max-model-len", "8192"], "--room gives 2 rank(s), but --tp 1 × --pp 3 = 3"),
-        (["capacity", "--kv-bytes", "12GiB", "--bytes-per-token", "256KiB", "--max-model-len", "8192",
-          "--tp", "4", "--kv-cache-dtype", "fp8"], "--tp, --kv-cache-dtype describe the model's layout"),
-        (["budget", "--room", "13GiB", "--reserve", "1GiB", "--block-size", "16"],
-         "--block-size needs --model"),
-        (["capacity", "--model", "llama-3.1-8b", "--tp", "1", "--max-model-len", "8192", "--kv-bytes=-1"],
-         "must be positive"),
-        (["capacity", "--model", "llama-3.1-70b", "--tp", "4", "--block-size", "7", "--kv-bytes", "12GiB",
-          "--max-model-len", "8192"], "7 is not a block size vLLM accepts (1, 8, 16, 32, 64, 128, 256)"),
-        (["capacity", "--model", "llama-3.1-70b", "--tp", "4", "--vllm-version", "0.4.0", "--kv-bytes",
-          "12GiB", "--max-model-len", "8192"], "from 0.5.0 on"),
+        (
+            [
+                "budget",
+                "--room",
+                "13GiB,13GiB",
+                "--reserve",
+                "1GiB",
+                "--model",
+                "llama-3.1-8b",
+                "--tp",
+                "1",
+                "--pp",
+                "3",
+                "--max-model-len",
+                "8192",
+            ],
+            "--room gives 2 rank(s), but --tp 1 × --pp 3 = 3",
+        ),
+        (
+            [
+                "capacity",
+                "--kv-bytes",
+                "12GiB",
+                "--bytes-per-token",
+                "256KiB",
+                "--max-model-len",
+                "8192",
+                "--tp",
+                "4",
+                "--kv-cache-dtype",
+                "fp8",
+            ],
+            "--tp, --kv-cache-dtype describe the model's layout",
+        ),
+        (
+            ["budget", "--room", "13GiB", "--reserve", "1GiB", "--block-size", "16"],
+            "--block-size needs --model",
+        ),
+        (
+            ["capacity", "--model", "llama-3.1-8b", "--tp", "1", "--max-model-len", "8192", "--kv-bytes=-1"],
+            "must be positive",
+        ),
+        (
+            [
+                "capacity",
+                "--model",
+                "llama-3.1-70b",
+                "--tp",
+                "4",
+                "--block-size",
+                "7",
+                "--kv-bytes",
+                "12GiB",
+                "--max-model-len",
+                "8192",
+            ],
+            "7 is not a block size vLLM accepts (1, 8, 16, 32, 64, 128, 256)",
+        ),
+        (
+            [
+                "capacity",
+                "--model",
+                "llama-3.1-70b",
+                "--tp",
+                "4",
+                "--vllm-version",
+                "0.4.0",
+                "--kv-bytes",
+                "12GiB",
+                "--max-model-len",
+                "8192",
+            ],
+            "from 0.5.0 on",
+        ),
         # 1 GiB − (42 − 30) GiB − 0.5 GiB = −11.5 GiB: no budget left, never a negative flag
-        (["drift", "--ref-free", "42GiB", "--ref-budget", "1GiB", "--boot-free", "30GiB",
-          "--guard", "0.5GiB"],
-         "rank 0: the lost startup free memory and the guard leave no KV budget (adjusted -11.5 GiB"),
+        (
+            [
+                "drift",
+                "--ref-free",
+                "42GiB",
+                "--ref-budget",
+                "1GiB",
+                "--boot-free",
+                "30GiB",
+                "--guard",
+                "0.5GiB",
+            ],
+            "rank 0: the lost startup free memory and the guard leave no KV budget (adjusted -11.5 GiB",
+        ),
         (["budget", "--room", "13GiB", "--reserve", "1GiB", "--block-bytes", "0"], "must be positive"),
-        (["capacity", "--kv-bytes", "1KiB", "--bytes-per-token", "256KiB", "--max-model-len", "8192"],
-         "holds no block"),
+        (
+            ["capacity", "--kv-bytes", "1KiB", "--bytes-per-token", "256KiB", "--max-model-len", "8192"],
+            "holds no block",
+        ),
     ],
 )
 def test_bad_input_exits_2_with_one_line(capsys, argv, fragment):
@@ -142,7 +257,9 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, fragment):
 def test_python_dash_m_runs_as_a_process():
     result = subprocess.run(
         [sys.executable, "-m", "kvplan", "budget", "--room", "12GiB,abc", "--reserve", "1GiB"],
-        capture_output=True, text=True, check=False,
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert result.returncode == 2
     assert "error:" in result.stderr
@@ -153,8 +270,17 @@ FOUR_RANK = DATA_DIR / "boots" / "four-rank"
 
 
 def test_budget_from_logs_with_model_rounds_to_blocks_and_reports_tokens(capsys):
-    data = run_json(capsys, "budget", f"{FOUR_RANK}/boot.log", "--reserve", "0.9GiB",
-                    "--model", "llama-3.1-70b", "--tp", "4")
+    data = run_json(
+        capsys,
+        "budget",
+        f"{FOUR_RANK}/boot.log",
+        "--reserve",
+        "0.9GiB",
+        "--model",
+        "llama-3.1-70b",
+        "--tp",
+        "4",
+    )
     # Llama-3.1-70B at TP 4: 2 KV heads × 128 × 2 (K and V) × 2 B = 1,024 B per token per layer;
     # × 80 layers × 16 tokens = 1,310,720 B per block. 12 GiB // 1,310,720 = 9,830 blocks
     # = 12,884,377,600 B (512 KiB below 12 GiB).
@@ -169,23 +295,42 @@ def test_budget_from_logs_with_model_rounds_to_blocks_and_reports_tokens(capsys)
 
 
 def test_budget_model_and_block_bytes_conflict(capsys):
-    status = main(["budget", f"{FOUR_RANK}/boot.log", "--reserve", "0.9GiB", "--model", "llama-3.1-70b",
-                   "--tp", "4", "--block-bytes", "4096"])
+    status = main(
+        [
+            "budget",
+            f"{FOUR_RANK}/boot.log",
+            "--reserve",
+            "0.9GiB",
+            "--model",
+            "llama-3.1-70b",
+            "--tp",
+            "4",
+            "--block-bytes",
+            "4096",
+        ]
+    )
     assert status == 2
     assert "not both" in capsys.readouterr().err
 
 
 def test_budget_model_with_a_tp_the_logs_contradict(capsys):
-    status = main(["budget", f"{FOUR_RANK}/boot.log", "--reserve", "0.9GiB", "--model", "llama-3.1-70b",
-                   "--tp", "8"])
+    status = main(
+        ["budget", f"{FOUR_RANK}/boot.log", "--reserve", "0.9GiB", "--model", "llama-3.1-70b", "--tp", "8"]
+    )
     assert status == 2
     assert "tensor_parallel_size 4" in capsys.readouterr().err
 
 
 def test_ledger_joins_nvidia_smi_snapshots(capsys):
-    data = run_json(capsys, "ledger", f"{FOUR_RANK}/boot.log",
-                    "--nvidia-smi", f"{FOUR_RANK}/nvidia-smi-gpu.csv",
-                    "--nvidia-smi", f"{FOUR_RANK}/nvidia-smi-apps.csv")
+    data = run_json(
+        capsys,
+        "ledger",
+        f"{FOUR_RANK}/boot.log",
+        "--nvidia-smi",
+        f"{FOUR_RANK}/nvidia-smi-gpu.csv",
+        "--nvidia-smi",
+        f"{FOUR_RANK}/nvidia-smi-apps.csv",
+    )
     rank2 = next(row for row in data["rows"] if row["rank"] == 2)
     assert rank2["gpu_name"] == "NVIDIA H100 80GB HBM3"
     assert rank2["driver_version"] == "580.95.05"
@@ -200,9 +345,16 @@ def test_budget_warns_that_old_releases_have_no_flag(capsys):
 
 def test_ledger_refuses_an_nvidia_smi_snapshot_of_another_launch(capsys):
     # the four-rank snapshot's pids (31877…52388) hold none of the v0.19-debug boot's workers (412, 413)
-    status = main(["ledger", str(DATA_DIR / "boots" / "v0.19-debug" / "boot.log"),
-                   "--nvidia-smi", str(FOUR_RANK / "nvidia-smi-gpu.csv"),
-                   "--nvidia-smi", str(FOUR_RANK / "nvidia-smi-apps.csv")])
+    status = main(
+        [
+            "ledger",
+            str(DATA_DIR / "boots" / "v0.19-debug" / "boot.log"),
+            "--nvidia-smi",
+            str(FOUR_RANK / "nvidia-smi-gpu.csv"),
+            "--nvidia-smi",
+            str(FOUR_RANK / "nvidia-smi-apps.csv"),
+        ]
+    )
     assert status == 2
     assert "none of the logged vLLM pids (412, 413)" in capsys.readouterr().err
 
@@ -232,8 +384,20 @@ def test_budget_reports_the_ledger_warnings_once_and_in_the_json(capsys, recwarn
 def test_approve_warns_when_its_guard_would_fail_the_approved_boot(capsys, tmp_path):
     # four-rank at 0.9 GiB reserve: rank 2's safe budget is exactly the approved 12 GiB (no --model,
     # so no rounding), 0 B above it, so any recorded guard > 0 fails a gate of this very boot.
-    status = main(["approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--guard", "0.5GiB",
-                   "--approver", "t", "--out", str(tmp_path)])
+    status = main(
+        [
+            "approve",
+            str(FOUR_RANK / "boot.log"),
+            "--reserve",
+            "0.9GiB",
+            "--guard",
+            "0.5GiB",
+            "--approver",
+            "t",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert status == 0
     err = capsys.readouterr().err
     assert "--guard 512 MiB is recorded as kvplan gate's default" in err
@@ -241,8 +405,21 @@ def test_approve_warns_when_its_guard_would_fail_the_approved_boot(capsys, tmp_p
 
 
 def test_verify_of_a_renamed_bundle_exits_0_with_the_name_as_a_note(capsys, tmp_path):
-    assert main(["approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--approver", "t",
-                 "--out", str(tmp_path / "evidence")]) == 0
+    assert (
+        main(
+            [
+                "approve",
+                str(FOUR_RANK / "boot.log"),
+                "--reserve",
+                "0.9GiB",
+                "--approver",
+                "t",
+                "--out",
+                str(tmp_path / "evidence"),
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
     (bundle,) = (tmp_path / "evidence").iterdir()
     renamed = bundle.rename(tmp_path / "CHG-1234")
@@ -255,10 +432,24 @@ def test_verify_of_a_renamed_bundle_exits_0_with_the_name_as_a_note(capsys, tmp_
 
 
 def test_approve_with_nvidia_smi_then_gate_compares_the_gpu_type(capsys, tmp_path):
-    snapshots = ["--nvidia-smi", str(FOUR_RANK / "nvidia-smi-gpu.csv"),
-                 "--nvidia-smi", str(FOUR_RANK / "nvidia-smi-apps.csv")]
-    approved = run_json(capsys, "approve", str(FOUR_RANK / "boot.log"), *snapshots, "--reserve", "0.9GiB",
-                        "--approver", "t", "--out", str(tmp_path / "evidence"))
+    snapshots = [
+        "--nvidia-smi",
+        str(FOUR_RANK / "nvidia-smi-gpu.csv"),
+        "--nvidia-smi",
+        str(FOUR_RANK / "nvidia-smi-apps.csv"),
+    ]
+    approved = run_json(
+        capsys,
+        "approve",
+        str(FOUR_RANK / "boot.log"),
+        *snapshots,
+        "--reserve",
+        "0.9GiB",
+        "--approver",
+        "t",
+        "--out",
+        str(tmp_path / "evidence"),
+    )
     # with both snapshots the only note left is the missing model (no block rounding, no capacity table)
     assert [w.split(":")[0] for w in approved["warnings"]] == ["no --model"]
     bundle = approved["bundle"]
@@ -288,21 +479,41 @@ def test_approve_with_nvidia_smi_then_gate_compares_the_gpu_type(capsys, tmp_pat
     assert (status, check["passed"]) == (2, None)
     assert check["detail"].startswith(
         "the approval recorded driver_version, gpu_name, which this boot does not show (for gpu_name and "
-        "driver_version, give the canary's --nvidia-smi snapshots); 15 fields unchanged")
+        "driver_version, give the canary's --nvidia-smi snapshots); 15 fields unchanged"
+    )
 
 
 def test_approve_takes_the_tp_from_the_logs_and_records_the_catalogue_model_by_relative_path(
-        capsys, tmp_path, monkeypatch):
+    capsys, tmp_path, monkeypatch
+):
     # the four-rank log shows tensor_parallel_size 4: Llama-3.1-70B's block is 1,310,720 B at TP 4 and
     # 12 GiB // 1,310,720 B = 9,830 blocks, as with --tp 4
     monkeypatch.chdir(DATA_DIR.parent)
-    assert main(["approve", "data/boots/four-rank/boot.log", "--reserve", "0.9GiB",
-                 "--model", "llama-3.1-70b", "--approver", "t", "--out", str(tmp_path), "--json"]) == 0
+    assert (
+        main(
+            [
+                "approve",
+                "data/boots/four-rank/boot.log",
+                "--reserve",
+                "0.9GiB",
+                "--model",
+                "llama-3.1-70b",
+                "--approver",
+                "t",
+                "--out",
+                str(tmp_path),
+                "--json",
+            ]
+        )
+        == 0
+    )
     data = json.loads(capsys.readouterr().out)
     assert data["decision"]["flag"] == "--kv-cache-memory-bytes=12884377600"
     record = json.loads((tmp_path / Path(data["bundle"]).name / "budget.json").read_text())
     assert [entry["path"] for entry in record["inputs"]] == [
-        "data/boots/four-rank/boot.log", "kvplan/models/llama-3.1-70b.json"]
+        "data/boots/four-rank/boot.log",
+        "kvplan/models/llama-3.1-70b.json",
+    ]
 
 
 def test_approve_beside_a_budget_json_that_is_not_a_bundle(capsys, tmp_path, monkeypatch):
@@ -310,13 +521,43 @@ def test_approve_beside_a_budget_json_that_is_not_a_bundle(capsys, tmp_path, mon
     monkeypatch.chdir(tmp_path)
     assert main(["budget", "--room", "13GiB", "--reserve", "1GiB", "--json"]) == 0
     (tmp_path / "budget.json").write_text(capsys.readouterr().out)
-    assert main(["approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--approver", "t",
-                 "--out", "evidence"]) == 0
+    assert (
+        main(
+            [
+                "approve",
+                str(FOUR_RANK / "boot.log"),
+                "--reserve",
+                "0.9GiB",
+                "--approver",
+                "t",
+                "--out",
+                "evidence",
+            ]
+        )
+        == 0
+    )
 
 
 def test_approve_refuses_layout_flags_without_a_model(capsys, tmp_path):
-    assert main(["approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--tp", "2",
-                 "--block-size", "32", "--approver", "t", "--out", str(tmp_path)]) == 2
+    assert (
+        main(
+            [
+                "approve",
+                str(FOUR_RANK / "boot.log"),
+                "--reserve",
+                "0.9GiB",
+                "--tp",
+                "2",
+                "--block-size",
+                "32",
+                "--approver",
+                "t",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     assert "--tp, --block-size describe the model's layout" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
@@ -334,23 +575,49 @@ def test_capacity_with_a_model_refuses_a_budget_without_a_block(capsys, argv, fr
 
 
 def test_an_unknown_model_config_is_named_once_with_its_json_suffix(capsys):
-    assert main(["capacity", "--model", "nonexist.json", "--tp", "1", "--kv-bytes", "1GiB",
-                 "--max-model-len", "8192"]) == 2
+    assert (
+        main(
+            [
+                "capacity",
+                "--model",
+                "nonexist.json",
+                "--tp",
+                "1",
+                "--kv-bytes",
+                "1GiB",
+                "--max-model-len",
+                "8192",
+            ]
+        )
+        == 2
+    )
     err = capsys.readouterr().err
     assert "no catalogue entry nonexist.json in" in err
 
 
 def test_approve_says_what_the_bundle_lacks_without_model_and_snapshots(capsys, tmp_path):
-    data = run_json(capsys, "approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--approver", "t",
-                    "--out", str(tmp_path))
+    data = run_json(
+        capsys,
+        "approve",
+        str(FOUR_RANK / "boot.log"),
+        "--reserve",
+        "0.9GiB",
+        "--approver",
+        "t",
+        "--out",
+        str(tmp_path),
+    )
     assert [w.split(":")[0] for w in data["warnings"]] == ["no --model", "no --nvidia-smi"]
 
 
 def test_a_number_too_large_for_the_ledger_exits_2_with_one_line(capsys, tmp_path):
     # a rank of 10**26 in a log cannot be held by the ledger's 64-bit integers
     log = tmp_path / "big-rank.log"
-    log.write_text((DATA_DIR / "boots" / "drift" / "reference.log").read_text().replace(
-        "TP rank 2", "TP rank 99999999999999999999999999"))
+    log.write_text(
+        (DATA_DIR / "boots" / "drift" / "reference.log")
+        .read_text()
+        .replace("TP rank 2", "TP rank 99999999999999999999999999")
+    )
     assert main(["budget", str(log), "--reserve", "1GiB"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1

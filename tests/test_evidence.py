@@ -20,16 +20,31 @@ from tests.conftest import GiB, MiB
 FOUR_RANK = DATA_DIR / "boots" / "four-rank" / "boot.log"
 NOW = datetime(2026, 11, 29, 10, 40, tzinfo=timezone.utc)
 RESERVE = parse_size("0.9GiB")
-LLAMA_70B_TP4 = {"tp": 4, "pp": 1, "dcp": 1, "kv_cache_dtype": "auto", "block_size": None,
-                 "vllm_version": None, "max_num_batched_tokens": None}
+LLAMA_70B_TP4 = {
+    "tp": 4,
+    "pp": 1,
+    "dcp": 1,
+    "kv_cache_dtype": "auto",
+    "block_size": None,
+    "vllm_version": None,
+    "max_num_batched_tokens": None,
+}
 BLOCK_BYTES = 1_310_720  # Llama-3.1-70B at TP=4: 80 layers × 2 × 2 KV heads × 128 × 2 B × 16 tokens
 
 
 def approve(out: Path, **changes) -> Path:
     """Scenario A approved with a 0.9 GiB reserve, the 70B model at TP=4 and 4 × 32,768-token plan."""
     layout = ModelLayout(resolve_model_config("llama-3.1-70b"), LLAMA_70B_TP4)
-    arguments = dict(log_paths=[FOUR_RANK], out_dir=out, policy=Policy(RESERVE), approver="Ana Planner",
-                     note="CHG-1234", layout=layout, plan=Plan(4, 32768), now=NOW)
+    arguments = dict(
+        log_paths=[FOUR_RANK],
+        out_dir=out,
+        policy=Policy(RESERVE),
+        approver="Ana Planner",
+        note="CHG-1234",
+        layout=layout,
+        plan=Plan(4, 32768),
+        now=NOW,
+    )
     arguments.update(changes)
     return evidence.approve(**arguments)
 
@@ -50,9 +65,16 @@ class TestBundleContents:
         record = evidence.read_bundle(bundle)
         assert bundle.name == f"2026-11-29-{record['inputs_digest'][:12]}"
         assert sorted(p.relative_to(bundle).as_posix() for p in bundle.rglob("*") if p.is_file()) == [
-            "SUMMARY.md", "budget.json", "charts/concurrency.png", "charts/ledger.png",
-            "charts/safe-budget.png", "charts/stranded.png", "evidence.log", "inputs/boot.log",
-            "inputs/llama-3.1-70b.json", "ledger.csv",
+            "SUMMARY.md",
+            "budget.json",
+            "charts/concurrency.png",
+            "charts/ledger.png",
+            "charts/safe-budget.png",
+            "charts/stranded.png",
+            "evidence.log",
+            "inputs/boot.log",
+            "inputs/llama-3.1-70b.json",
+            "ledger.csv",
         ]
 
     def test_decision_is_the_founding_example_in_whole_blocks(self, bundle):
@@ -60,12 +82,19 @@ class TestBundleContents:
         # min safe = room(12.9 GiB) − 0.9 GiB = 12 GiB (each parse_size to the nearest byte, as logged);
         # 12 GiB / 1.25 MiB = 9,830.4 → 9,830 blocks × 1,310,720 B = 12,884,377,600 B
         assert record["decision"] == {
-            "kv_cache_memory_bytes": 12_884_377_600, "flag": "--kv-cache-memory-bytes=12884377600",
-            "human": "12 GiB", "limiting_rank": 2, "num_blocks": 9_830,
+            "kv_cache_memory_bytes": 12_884_377_600,
+            "flag": "--kv-cache-memory-bytes=12884377600",
+            "human": "12 GiB",
+            "limiting_rank": 2,
+            "num_blocks": 9_830,
         }
         rounding = {"block_bytes": BLOCK_BYTES, "rule": "down to whole KV blocks"}
-        assert record["policy"] == {"reserve_bytes": RESERVE, "guard_bytes": 0, "assume_uniform": False,
-                                    "rounding": rounding}
+        assert record["policy"] == {
+            "reserve_bytes": RESERVE,
+            "guard_bytes": 0,
+            "assume_uniform": False,
+            "rounding": rounding,
+        }
         rooms = [parse_size(f"{g}GiB") for g in ("18.8", "17.6", "12.9", "16.4")]
         assert [r["room_bytes"] for r in record["ranks"]] == rooms
         assert [r["safe_bytes"] for r in record["ranks"]] == [room - RESERVE for room in rooms]
@@ -82,12 +111,23 @@ class TestBundleContents:
     def test_capacity_table_and_admission_plan(self, bundle):
         record = evidence.read_bundle(bundle)
         # 9,830 blocks × 16 = 157,280 tokens; 32,768 tokens = 2,048 blocks → 9,830 / 2,048 = 4.80 sequences
-        assert record["capacity"] == [{"seq_len": 32768, "blocks": 9830, "tokens": 157_280,
-                                       "max_concurrency": 9830 / 2048, "whole_sequences": 4}]
+        assert record["capacity"] == [
+            {
+                "seq_len": 32768,
+                "blocks": 9830,
+                "tokens": 157_280,
+                "max_concurrency": 9830 / 2048,
+                "whole_sequences": 4,
+            }
+        ]
         plan = record["admission_plan"]
         # 4 × 2,048 blocks = 8,192 blocks = 131,072 tokens = 8,192 × 1.25 MiB = 10 GiB ≤ 12 GiB
         assert (plan["blocks_required"], plan["tokens_required"], plan["bytes_required"], plan["fits"]) == (
-            8192, 131_072, 10 * GiB, True)
+            8192,
+            131_072,
+            10 * GiB,
+            True,
+        )
 
     def test_inputs_hashed_and_copied(self, bundle):
         record = evidence.read_bundle(bundle)
@@ -108,8 +148,11 @@ class TestBundleContents:
     def test_ledger_csv_and_evidence_log_quote_the_source_lines(self, bundle):
         assert (bundle / "ledger.csv").read_text().count("\n") == 5  # header + 4 ranks
         text = (bundle / "evidence.log").read_text()
-        line = next(n for n, raw in enumerate(FOUR_RANK.read_text().splitlines(), 1)
-                    if "Worker_TP2" in raw and "to fully utilize gpu memory" in raw)
+        line = next(
+            n
+            for n, raw in enumerate(FOUR_RANK.read_text().splitlines(), 1)
+            if "Worker_TP2" in raw and "to fully utilize gpu memory" in raw
+        )
         assert f"inputs/boot.log:{line}  boot 0  rank 2  " in text
         assert f"suggested_full_bytes = {parse_size('12.9GiB')}" in text
 
@@ -133,7 +176,8 @@ class TestVerify:
         record["decision"]["kv_cache_memory_bytes"] = 13 * GiB
         path.write_text(json.dumps(record))
         assert "decision.kv_cache_memory_bytes: recorded 13958643712, recomputed 12884377600" in (
-            evidence.verify_bundle(copy_of_bundle))
+            evidence.verify_bundle(copy_of_bundle)
+        )
         assert main(["verify", str(copy_of_bundle)]) == 1
         assert "CHANGED" in capsys.readouterr().out
 
@@ -167,13 +211,21 @@ class TestVerify:
         assert evidence.verify_bundle(copy_of_bundle) == [
             "charts/old/: not part of the bundle as approved",
             "charts/old/older/: not part of the bundle as approved",
-            "empty/: not part of the bundle as approved"]
+            "empty/: not part of the bundle as approved",
+        ]
         assert main(["verify", str(copy_of_bundle)]) == 1
 
-    @pytest.mark.parametrize(("key", "value"), [
-        ("approver", "Mallory"), ("note", "CHG-9999"), ("kvplan_version", "9.9.9"),
-        ("created_utc", "2026-11-28T10:40:00Z"), ("created_utc", "2026-11-29T11:55:00Z"), ("inputs", "path"),
-    ])
+    @pytest.mark.parametrize(
+        ("key", "value"),
+        [
+            ("approver", "Mallory"),
+            ("note", "CHG-9999"),
+            ("kvplan_version", "9.9.9"),
+            ("created_utc", "2026-11-28T10:40:00Z"),
+            ("created_utc", "2026-11-29T11:55:00Z"),
+            ("inputs", "path"),
+        ],
+    )
     def test_edited_approval_fields(self, copy_of_bundle, capsys, key, value):
         # approver, note, version and input paths are in the inputs digest; created_utc (date and time) is
         # printed in SUMMARY.md
@@ -185,18 +237,25 @@ class TestVerify:
             record[key] = value
         path.write_text(json.dumps(record))
         differences = evidence.verify_bundle(copy_of_bundle)
-        expected = {"approver": "inputs digest: recorded", "note": "inputs digest: recorded",
-                    "kvplan_version": "inputs digest: recorded", "inputs": "inputs digest: recorded",
-                    "created_utc": "SUMMARY.md: differs from the text regenerated"}
+        expected = {
+            "approver": "inputs digest: recorded",
+            "note": "inputs digest: recorded",
+            "kvplan_version": "inputs digest: recorded",
+            "inputs": "inputs digest: recorded",
+            "created_utc": "SUMMARY.md: differs from the text regenerated",
+        }
         assert any(d.startswith(expected[key]) for d in differences), differences
         assert main(["verify", str(copy_of_bundle)]) == 1
 
-    @pytest.mark.parametrize(("name", "old", "new"), [
-        ("SUMMARY.md", "12 GiB per GPU", "16 GiB per GPU"),
-        ("SUMMARY.md", "Approved by** Ana Planner", "Approved by** Mallory"),
-        ("evidence.log", "rank 2", "rank 3"),
-        ("ledger.csv", "\ninputs/boot.log,", "\ninputs/other.log,"),
-    ])
+    @pytest.mark.parametrize(
+        ("name", "old", "new"),
+        [
+            ("SUMMARY.md", "12 GiB per GPU", "16 GiB per GPU"),
+            ("SUMMARY.md", "Approved by** Ana Planner", "Approved by** Mallory"),
+            ("evidence.log", "rank 2", "rank 3"),
+            ("ledger.csv", "\ninputs/boot.log,", "\ninputs/other.log,"),
+        ],
+    )
     def test_edited_text_file_with_its_hash_updated(self, copy_of_bundle, name, old, new):
         # the edit and a matching `files` hash: the regenerated text still differs
         file = copy_of_bundle / name
@@ -208,7 +267,8 @@ class TestVerify:
         differences = evidence.verify_bundle(copy_of_bundle)
         assert len(differences) == 1
         assert differences[0].startswith(
-            f"{name}: differs from the text regenerated from budget.json at line ")
+            f"{name}: differs from the text regenerated from budget.json at line "
+        )
 
     def test_chart_replaced_by_text_with_its_hash_updated(self, copy_of_bundle):
         chart = copy_of_bundle / "charts" / "stranded.png"
@@ -227,9 +287,11 @@ class TestVerify:
         folder = Path(shutil.copytree(bundle, tmp_path / name.format(digest=digest[:12])))
         differences, notes = evidence.verify_bundle_with_notes(folder)
         assert differences == []
-        assert notes == [f"folder name {folder.name!r} is not the approved name {bundle.name!r} "
-                         "(created_utc's date and the inputs digest in budget.json): a label only; the "
-                         "contents are checked against that digest"]
+        assert notes == [
+            f"folder name {folder.name!r} is not the approved name {bundle.name!r} "
+            "(created_utc's date and the inputs digest in budget.json): a label only; the "
+            "contents are checked against that digest"
+        ]
         assert main(["verify", str(folder)]) == 0
 
     def test_renamed_and_changed_bundle_still_fails(self, bundle, tmp_path):
@@ -247,8 +309,10 @@ class TestVerify:
             main(["verify", "--help"])
         text = " ".join(capsys.readouterr().out.split())
         assert "a copied or renamed bundle folder verifies (exit 0" in text
-        assert "a second approver (or a different note) approving the same inputs on the same day gets a " \
-               "folder of its own" in text
+        assert (
+            "a second approver (or a different note) approving the same inputs on the same day gets a "
+            "folder of its own" in text
+        )
 
     def test_created_utc_must_be_a_utc_time(self, copy_of_bundle):
         path = copy_of_bundle / "budget.json"
@@ -256,7 +320,8 @@ class TestVerify:
         record["created_utc"] = "2026-11-29 10:40"
         path.write_text(json.dumps(record))
         assert evidence.verify_bundle(copy_of_bundle) == [
-            "created_utc: '2026-11-29 10:40' is not an ISO 8601 UTC time"]
+            "created_utc: '2026-11-29 10:40' is not an ISO 8601 UTC time"
+        ]
 
     def test_unreadable_bundle_exits_2(self, tmp_path, capsys):
         assert main(["verify", str(tmp_path)]) == 2
@@ -278,7 +343,8 @@ def test_gate_refuses_a_garbled_record(bundle, tmp_path, capsys):
     assert capsys.readouterr().err == (
         f"error: cannot judge: the approved bundle changed: {folder} fails verification (1 difference; "
         f"`kvplan verify {folder}` lists them), first: ranks[0].safe_bytes: recorded null, recomputed "
-        "19219978649\n")
+        "19219978649\n"
+    )
     with pytest.raises(BundleError, match="lacks or garbles what a gate needs: KeyError\\('safe_bytes'\\)"):
         evidence.approved_from_record(record)
 
@@ -298,8 +364,10 @@ class TestWriting:
         out = copy_of_bundle / inside
         with pytest.raises(BundleExistsError, match=f"^{out}: inside the evidence bundle {copy_of_bundle}"):
             approve(out, approver="Bo Reviewer")
-        assert main(["approve", str(FOUR_RANK), "--reserve", "0.9GiB", "--approver", "Bo", "--out",
-                     str(out)]) == 2
+        assert (
+            main(["approve", str(FOUR_RANK), "--reserve", "0.9GiB", "--approver", "Bo", "--out", str(out)])
+            == 2
+        )
         assert f"inside the evidence bundle {copy_of_bundle}" in capsys.readouterr().err
         assert sorted(p.relative_to(copy_of_bundle).as_posix() for p in copy_of_bundle.rglob("*")) == before
         assert evidence.verify_bundle(copy_of_bundle) == []
@@ -340,8 +408,21 @@ class TestWriting:
         assert evidence.verify_bundle(tmp_path / record_name(record)) == []
 
     def test_cli_approve_then_verify(self, tmp_path, capsys):
-        argv = ["approve", str(FOUR_RANK), "--reserve", "0.9GiB", "--model", "llama-3.1-70b", "--tp", "4",
-                "--approver", "Ana Planner", "--out", str(tmp_path), "--json"]
+        argv = [
+            "approve",
+            str(FOUR_RANK),
+            "--reserve",
+            "0.9GiB",
+            "--model",
+            "llama-3.1-70b",
+            "--tp",
+            "4",
+            "--approver",
+            "Ana Planner",
+            "--out",
+            str(tmp_path),
+            "--json",
+        ]
         assert main(argv) == 0
         out = json.loads(capsys.readouterr().out)
         assert out["decision"]["flag"] == "--kv-cache-memory-bytes=12884377600"
@@ -422,23 +503,43 @@ class TestWriting:
         garbage.write_text("hello\n")
         assert main([*base, str(garbage)]) == 2
         assert capsys.readouterr().err.startswith(
-            f"error: {garbage}: no vLLM boot found: expected vLLM startup")
+            f"error: {garbage}: no vLLM boot found: expected vLLM startup"
+        )
 
     def test_warnings_name_the_users_file(self, tmp_path, capsys):
         # the sample boot without its final newline: the reader warns that the file ends mid-line, at
         # line 87 (the log's last line), naming the file; approve names the user's path, not the copy
         log = tmp_path / "cut.log"
         log.write_bytes(FOUR_RANK.read_bytes()[:-1])
-        assert main(["approve", str(log), "--reserve", "0.9GiB", "--approver", "A", "--out",
-                     str(tmp_path / "ev")]) == 0
+        assert (
+            main(
+                ["approve", str(log), "--reserve", "0.9GiB", "--approver", "A", "--out", str(tmp_path / "ev")]
+            )
+            == 0
+        )
         err = capsys.readouterr().err
         assert f"warning: {log}:87: the file ends mid-line" in err and "inputs/cut.log" not in err
         [folder] = (tmp_path / "ev").iterdir()  # the bundle itself keeps naming its own copy
         assert evidence.read_bundle(folder)["warnings"][0].startswith("inputs/cut.log:87: the file ends")
 
     def test_cli_plan_needs_both_halves(self, tmp_path, capsys):
-        assert main(["approve", str(FOUR_RANK), "--reserve", "0.9GiB", "--seq-len", "8192",
-                     "--approver", "A", "--out", str(tmp_path)]) == 2
+        assert (
+            main(
+                [
+                    "approve",
+                    str(FOUR_RANK),
+                    "--reserve",
+                    "0.9GiB",
+                    "--seq-len",
+                    "8192",
+                    "--approver",
+                    "A",
+                    "--out",
+                    str(tmp_path),
+                ]
+            )
+            == 2
+        )
         assert "--target-concurrency and --seq-len" in capsys.readouterr().err
 
 
@@ -471,18 +572,24 @@ OVERLOAD = [LOAD / "manual-canary-overload" / "server.log", LOAD / "manual-canar
 
 def settings(record: dict, load: dict | None = None) -> dict:
     """The inputs-digest settings of `approve(...)`: policy, layout, plan, input paths and roles, approval."""
-    out = {"policy": {"reserve_bytes": RESERVE, "guard_bytes": 0, "assume_uniform": False},
-           "model_options": LLAMA_70B_TP4, "plan": {"target_concurrency": 4, "seq_len": 32768},
-           "inputs": [{"path": entry["path"], "role": entry["role"]} for entry in record["inputs"]],
-           "approval": {"approver": "Ana Planner", "note": "CHG-1234", "kvplan_version": __version__}}
+    out = {
+        "policy": {"reserve_bytes": RESERVE, "guard_bytes": 0, "assume_uniform": False},
+        "model_options": LLAMA_70B_TP4,
+        "plan": {"target_concurrency": 4, "seq_len": 32768},
+        "inputs": [{"path": entry["path"], "role": entry["role"]} for entry in record["inputs"]],
+        "approval": {"approver": "Ana Planner", "note": "CHG-1234", "kvplan_version": __version__},
+    }
     return out if load is None else {**out, "load": load}
 
 
 @pytest.fixture(scope="module")
 def load_bundle(tmp_path_factory) -> Path:
     """Scenario A approved together with the steady load test of the manual-value canary at 12 GiB."""
-    return approve(tmp_path_factory.mktemp("load"), load_paths=STEADY,
-                   load_policy=evidence.LoadPolicy(max_preemptions=0, year=2026))
+    return approve(
+        tmp_path_factory.mktemp("load"),
+        load_paths=STEADY,
+        load_policy=evidence.LoadPolicy(max_preemptions=0, year=2026),
+    )
 
 
 class TestLoadEvidence:
@@ -492,11 +599,18 @@ class TestLoadEvidence:
         # the run: --kv-cache-memory-bytes 12884377600 = 9,830 blocks × 16 = 157,280 tokens, the same the
         # approved 12 GiB holds at max_model_len 32,768 (capacity table above)
         assert (load["kv_cache_memory_bytes"], load["kv_cache_tokens"], load["approved_kv_cache_tokens"]) == (
-            12_884_377_600, 157_280, 157_280)
+            12_884_377_600,
+            157_280,
+            157_280,
+        )
         # peak "GPU KV cache usage: 70.1%" (server.log line 304) × 157,280 = 110,253.28 → 110,253 tokens
         assert (load["peak_kv_cache_usage_pct"], load["peak_kv_cache_tokens"]) == (70.1, 110_253)
-        assert load["peak_at"] == {"source": "inputs/server.log", "line": 304, "time": "2026-11-27T09:36:28",
-                                   "engine": 0}
+        assert load["peak_at"] == {
+            "source": "inputs/server.log",
+            "line": 304,
+            "time": "2026-11-27T09:36:28",
+            "engine": 0,
+        }
         assert (load["preemptions"], load["oom_events"], load["error_events"]) == (0, 0, 0)
         assert (load["max_preemptions"], load["year"], load["notes"]) == (0, 2026, [])
         assert load["sources"] == ["inputs/server.log"] + [f"inputs/scrape-0{i}.prom" for i in range(1, 7)]
@@ -513,22 +627,29 @@ class TestLoadEvidence:
 
     def test_load_checks_join_the_approval_checks(self, load_bundle):
         checks = {c["name"]: c for c in evidence.read_bundle(load_bundle)["checks"]}
-        assert list(checks)[4:] == ["no OOM under load", "preemptions ≤ 0", "peak KV cache usage reported",
-                                    "capacity vs profiled canary"]
+        assert list(checks)[4:] == [
+            "no OOM under load",
+            "preemptions ≤ 0",
+            "peak KV cache usage reported",
+            "capacity vs profiled canary",
+        ]
         assert all(c["passed"] is True for c in checks.values())
         # against the profiled boot's logged 155,856 tokens: 157,280 − 155,856 = 1,424 tokens = 0.914 %
         assert checks["capacity vs profiled canary"]["detail"].startswith(
-            "157,280 tokens against 155,856 profiled: gain of 1,424 tokens (0.914%)")
+            "157,280 tokens against 155,856 profiled: gain of 1,424 tokens (0.914%)"
+        )
 
     def test_summary_has_an_under_load_part(self, load_bundle):
         summary = (load_bundle / "SUMMARY.md").read_text()
         part = summary.split("## Under load\n\n")[1].split("\n\n")[0].splitlines()
-        assert part[1] == ("- **Peak KV cache usage:** 70.1% of 157,280 tokens (≈110,253) at "
-                           "`inputs/server.log:304`.")
+        assert part[1] == (
+            "- **Peak KV cache usage:** 70.1% of 157,280 tokens (≈110,253) at `inputs/server.log:304`."
+        )
         assert part[2] == "- **Preemptions:** 0 (policy allows 0); **OOM / error events:** 0 / 0."
         assert part[3].startswith("- **Throughput:** prompt ") and "peak 32 running" in part[3]
-        assert part[4] == ("- **Capacity:** 157,280 tokens (`--kv-cache-memory-bytes=12884377600`); "
-                           "approved value: 157,280.")
+        assert part[4] == (
+            "- **Capacity:** 157,280 tokens (`--kv-cache-memory-bytes=12884377600`); approved value: 157,280."
+        )
         assert "**PASS** preemptions ≤ 0" in summary
 
     def test_bundle_verifies(self, load_bundle):
@@ -556,15 +677,20 @@ class TestLoadEvidence:
     def test_overload_run_with_preemptions_is_refused(self, tmp_path):
         # the overload mix preempts 16 + 14 = 30 times (two passes, a restart between them); the first
         # preemption is the "Preemptions: 1" of the stats line at server.log line 8
-        message = (r"^not approved: preemptions ≤ 0: 30 preemption\(s\) in the run, first seen at "
-                   f"{OVERLOAD[0]}:8 .*policy allows 0: the KV cache ran out")
+        message = (
+            r"^not approved: preemptions ≤ 0: 30 preemption\(s\) in the run, first seen at "
+            f"{OVERLOAD[0]}:8 .*policy allows 0: the KV cache ran out"
+        )
         with pytest.raises(ApprovalError, match=message):
             approve(tmp_path, load_paths=OVERLOAD, load_policy=evidence.LoadPolicy(year=2026))
         assert list(tmp_path.iterdir()) == []
 
     def test_a_policy_that_allows_the_preemptions_approves(self, tmp_path):
-        record = evidence.read_bundle(approve(tmp_path, load_paths=OVERLOAD,
-                                              load_policy=evidence.LoadPolicy(max_preemptions=30, year=2026)))
+        record = evidence.read_bundle(
+            approve(
+                tmp_path, load_paths=OVERLOAD, load_policy=evidence.LoadPolicy(max_preemptions=30, year=2026)
+            )
+        )
         assert (record["load"]["preemptions"], record["load"]["max_preemptions"]) == (30, 30)
 
     def test_without_load_files_there_is_no_load_section(self, bundle):
@@ -600,7 +726,9 @@ class TestNvidiaSmiSnapshots:
         record = evidence.read_bundle(smi_bundle)
         # every GPU row of nvidia-smi-gpu.csv: "NVIDIA H100 80GB HBM3, 580.95.05"; the logs show neither
         assert (record["compatibility_key"]["gpu_name"], record["compatibility_key"]["driver_version"]) == (
-            H100, "580.95.05")
+            H100,
+            "580.95.05",
+        )
         rank2 = next(row for row in record["ledger"] if row["rank"] == 2)
         # GPU 2 also holds the sidecar server's worker (pid 31879, 24,643 MiB) and a notebook (6,032 MiB)
         assert rank2["other_process_bytes"] == (24_643 + 6_032) * MiB == 32_165_068_800
@@ -615,7 +743,8 @@ class TestNvidiaSmiSnapshots:
             (str(FOUR_RANK), "inputs/boot.log", "log"),
             (str(SMI_GPUS), "inputs/nvidia-smi-gpu.csv", "nvidia-smi"),
             (str(SMI_APPS), "inputs/nvidia-smi-apps.csv", "nvidia-smi"),
-            (str(resolve_model_config("llama-3.1-70b")), "inputs/llama-3.1-70b.json", "model config")]
+            (str(resolve_model_config("llama-3.1-70b")), "inputs/llama-3.1-70b.json", "model config"),
+        ]
         for entry in record["inputs"][1:3]:
             assert entry["sha256"] == evidence.sha256_file(smi_bundle / entry["bundle_path"])
             assert entry["sha256"] == evidence.sha256_file(entry["path"])
@@ -644,14 +773,30 @@ class TestNvidiaSmiSnapshots:
         assert record["warnings"] == [
             "inputs/nvidia-smi-gpu.csv: no nvidia-smi --query-compute-apps snapshot, so the memory of other "
             "processes on each GPU is unknown (other_process_bytes left empty); add one taken with it: "
-            "nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv"]
+            "nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv"
+        ]
         assert not [w for w in recwarn if w.category.__name__ == "NvidiaSmiWarning"]  # no raw Python warning
         assert evidence.verify_bundle(folder) == []
         assert not [w for w in recwarn if w.category.__name__ == "NvidiaSmiWarning"]
 
     def test_cli_warning_names_the_users_snapshot_once(self, tmp_path, capsys):
-        assert main(["approve", str(FOUR_RANK), "--nvidia-smi", str(SMI_GPUS), "--reserve", "0.9GiB",
-                     "--approver", "A", "--out", str(tmp_path)]) == 0
+        assert (
+            main(
+                [
+                    "approve",
+                    str(FOUR_RANK),
+                    "--nvidia-smi",
+                    str(SMI_GPUS),
+                    "--reserve",
+                    "0.9GiB",
+                    "--approver",
+                    "A",
+                    "--out",
+                    str(tmp_path),
+                ]
+            )
+            == 0
+        )
         err = capsys.readouterr().err
         assert err.count(f"warning: {SMI_GPUS}: no nvidia-smi --query-compute-apps snapshot") == 1
         assert "inputs/nvidia-smi-gpu.csv" not in err and "NvidiaSmiWarning" not in err
@@ -669,8 +814,9 @@ class TestNvidiaSmiSnapshots:
         # 2026-11-29-64429095d68f (the inputs by the same relative path, the kvplan version pinned to 0.0.0)
         monkeypatch.chdir(DATA_DIR.parent)
         monkeypatch.setattr(evidence.write, "__version__", "0.0.0")
-        folder = evidence.approve([Path("data/boots/four-rank/boot.log")], tmp_path, Policy(RESERVE),
-                                  "Ana Planner", now=NOW)
+        folder = evidence.approve(
+            [Path("data/boots/four-rank/boot.log")], tmp_path, Policy(RESERVE), "Ana Planner", now=NOW
+        )
         assert folder.name == "2026-11-29-64429095d68f"
         assert [entry["role"] for entry in evidence.read_bundle(folder)["inputs"]] == ["log"]
         assert evidence.verify_bundle(folder) == []

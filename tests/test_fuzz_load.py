@@ -25,9 +25,16 @@ from kvplan.io.vllm_stats import parse_stats_text
 from kvplan.load import LoadFormatError
 
 EXAMPLES = int(os.environ.get("KVPLAN_FUZZ_EXAMPLES", "40"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, derandomize="KVPLAN_FUZZ_EXAMPLES" not in os.environ,
-                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
-                                       HealthCheck.function_scoped_fixture])
+FUZZ = settings(
+    max_examples=EXAMPLES,
+    deadline=None,
+    derandomize="KVPLAN_FUZZ_EXAMPLES" not in os.environ,
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.function_scoped_fixture,
+    ],
+)
 
 
 def _lines(pattern: str) -> list[str]:
@@ -37,8 +44,29 @@ def _lines(pattern: str) -> list[str]:
 LOG_LINES = _lines("load/*/server.log")
 METRICS_LINES = _lines("load/*/*.prom")[:400] + _lines("load/*/metrics/*.prom")[:200]
 SMI_LINES = _lines("boots/*/nvidia-smi*.csv")
-SALT = ["", "-5", "1e309", "NaN", "+Inf", "9" * 30, "\x1b[31m", "\r", ",", "}", "{", '"', "#", " - ", "] ",
-        "(EngineCore_DP1 pid=7) ", "ERROR 11-27 11:00:00 [core.py:1] ", "02-30", "[N/A]", "MiB", "-1 MiB"]
+SALT = [
+    "",
+    "-5",
+    "1e309",
+    "NaN",
+    "+Inf",
+    "9" * 30,
+    "\x1b[31m",
+    "\r",
+    ",",
+    "}",
+    "{",
+    '"',
+    "#",
+    " - ",
+    "] ",
+    "(EngineCore_DP1 pid=7) ",
+    "ERROR 11-27 11:00:00 [core.py:1] ",
+    "02-30",
+    "[N/A]",
+    "MiB",
+    "-1 MiB",
+]
 
 
 @st.composite

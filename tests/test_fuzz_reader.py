@@ -9,8 +9,6 @@ CI runs a bounded number of examples per test (:data:`EXAMPLES`, default 25, the
 tests/test_fuzz_reader.py --hypothesis-show-statistics`` (the ``make fuzz`` target).
 """
 
-# ruff: noqa: E501  (vLLM log lines are long; they are kept whole so each test shows the real line)
-
 import contextlib
 import io
 import json
@@ -28,8 +26,12 @@ from tests.test_reader_safety import V, launch, suggestion
 
 EXAMPLES = int(os.environ.get("KVPLAN_FUZZ_EXAMPLES", "25"))
 #: No shrinking in the bounded run (a failure is reported as found, fast); the long run shrinks.
-PHASES = [Phase.explicit, Phase.reuse, Phase.generate] + ([Phase.shrink] if "KVPLAN_FUZZ_EXAMPLES" in os.environ else [])
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, phases=PHASES, suppress_health_check=[HealthCheck.too_slow])
+PHASES = [Phase.explicit, Phase.reuse, Phase.generate] + (
+    [Phase.shrink] if "KVPLAN_FUZZ_EXAMPLES" in os.environ else []
+)
+FUZZ = settings(
+    max_examples=EXAMPLES, deadline=None, phases=PHASES, suppress_health_check=[HealthCheck.too_slow]
+)
 
 #: Real lines of every kind the reader knows, as building blocks (one TP=2 launch plus failures).
 BLOCKS = [
@@ -39,11 +41,27 @@ BLOCKS = [
     vllm_line(V, "Model loading took 15.27 GiB memory and 4.781181 seconds", "Worker_TP1", 301),
     vllm_line(V, "Graph capturing finished in 12 secs, took 0.49 GiB", "Worker_TP0", 300),
     vllm_line(V, "EngineCore failed to start.", "EngineCore", 200, "ERROR"),
-    vllm_line(V, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.", "Worker_TP1", 301, "ERROR"),
+    vllm_line(
+        V,
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.",
+        "Worker_TP1",
+        301,
+        "ERROR",
+    ),
     vllm_line(V, "Overriding num_gpu_blocks=24576 with num_gpu_blocks_override=4096", "EngineCore", 200),
-    vllm_line(V, "Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available GPU memory (30.0 GiB available for KV cache)", "EngineCore", 200),
+    vllm_line(
+        V,
+        "Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available GPU memory (30.0 GiB available for KV cache)",
+        "EngineCore",
+        200,
+    ),
     vllm_line(V, "Chunked prefill is enabled with max_num_batched_tokens=8192.", "APIServer", 100),
-    vllm_line(V, "rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, TP rank 1, EP rank 1", "Worker_TP1", 301),
+    vllm_line(
+        V,
+        "rank 1 in world size 2 is assigned as DP rank 0, PP rank 0, TP rank 1, EP rank 1",
+        "Worker_TP1",
+        301,
+    ),
     "INFO:     Application startup complete.",
 ]
 
@@ -120,7 +138,9 @@ def test_interleaving_two_launches_never_gives_more_than_either_alone(data):
     frees = [str(data.draw(st.decimals("40", "79", places=2))) for _ in range(4)]
     same_pids = data.draw(st.booleans())
     first = launch(frees[0], frees[1])
-    second = launch(frees[2], frees[3], engine=200 if same_pids else 210, workers=(300, 301) if same_pids else (310, 311))
+    second = launch(
+        frees[2], frees[3], engine=200 if same_pids else 210, workers=(300, 301) if same_pids else (310, 311)
+    )
     alone = [budget_of(log(*first)), budget_of(log(*second))]
     order = data.draw(st.permutations([0] * len(first) + [1] * len(second)))
     queues = [list(first), list(second)]
@@ -131,8 +151,10 @@ def test_interleaving_two_launches_never_gives_more_than_either_alone(data):
 
 
 CSV_CELLS = st.one_of(
-    st.just(""), st.integers(-(2**70), 2**70).map(str), st.sampled_from(["ok", "oom", "NA", "nan", "inf", "1e400", "0.26.0", "suggestion", "manual", "True"]),
-    st.text(alphabet=",\"\n\r x0123456789.-", max_size=8),
+    st.just(""),
+    st.integers(-(2**70), 2**70).map(str),
+    st.sampled_from(["ok", "oom", "NA", "nan", "inf", "1e400", "0.26.0", "suggestion", "manual", "True"]),
+    st.text(alphabet=',"\n\r x0123456789.-', max_size=8),
 )
 
 
@@ -149,8 +171,15 @@ def test_ledger_csv_of_random_cells(data):
 @given(st.data())
 def test_a_valid_ledger_csv_with_one_cell_changed(data):
     base = {
-        "source": "a.log", "boot": "0", "model": "m", "vllm_version": "0.26.0", "tensor_parallel_size": "2",
-        "pipeline_parallel_size": "1", "data_parallel_size": "1", "outcome": "ok", "room_source": "manual",
+        "source": "a.log",
+        "boot": "0",
+        "model": "m",
+        "vllm_version": "0.26.0",
+        "tensor_parallel_size": "2",
+        "pipeline_parallel_size": "1",
+        "data_parallel_size": "1",
+        "outcome": "ok",
+        "room_source": "manual",
         "total_bytes": str(80 << 30),
     }
     rows = [dict(base, rank="0", room_bytes=str(60 << 30)), dict(base, rank="1", room_bytes=str(50 << 30))]

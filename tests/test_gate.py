@@ -40,17 +40,33 @@ APPROVED_BYTES = 30 * GiB // BLOCK_BYTES * BLOCK_BYTES  # 30 GiB rounded down: 2
 
 def approved(**changes) -> Approved:
     """Scenario C at approval: room 31 GiB, reserve 1 GiB → safe 30 GiB, 42 GiB free at start."""
-    fields = dict(budget_bytes=APPROVED_BYTES, ranks=(0, 1, 2, 3), safe_bytes=(30 * GiB,) * 4,
-                  ref_free_bytes=(42 * GiB,) * 4, reserve_bytes=GiB, guard_bytes=0, block_bytes=BLOCK_BYTES,
-                  compatibility_key=KEY, tokens_required=None)
+    fields = dict(
+        budget_bytes=APPROVED_BYTES,
+        ranks=(0, 1, 2, 3),
+        safe_bytes=(30 * GiB,) * 4,
+        ref_free_bytes=(42 * GiB,) * 4,
+        reserve_bytes=GiB,
+        guard_bytes=0,
+        block_bytes=BLOCK_BYTES,
+        compatibility_key=KEY,
+        tokens_required=None,
+    )
     fields.update(changes)
     return Approved(**fields)
 
 
 def boot(free=("42GiB",) * 4, **columns) -> pd.DataFrame:
     """One boot of four ranks: startup free memory as logged, everything else from ``columns``."""
-    frame = pd.DataFrame({"source": "canary.log", "boot": 0, "rank": [0, 1, 2, 3],
-                          "init_free_bytes": [parse_size(f) for f in free], "outcome": "ok", "error": None})
+    frame = pd.DataFrame(
+        {
+            "source": "canary.log",
+            "boot": 0,
+            "rank": [0, 1, 2, 3],
+            "init_free_bytes": [parse_size(f) for f in free],
+            "outcome": "ok",
+            "error": None,
+        }
+    )
     for name, values in columns.items():
         frame[name] = values
     return frame
@@ -73,9 +89,11 @@ def test_one_word_per_verdict_for_checks_and_gates():
 
 
 def test_format_checks_lists_each_check_then_the_verdict():
-    checks = [Check(RANKS_CHECK, True, "ranks 0-3 of 4"),
-              Check(BUDGET_CHECK, False, "rank 2: 28.25 GiB < 30 GiB; a lower value fits: 28.25 GiB"),
-              Check(TOKENS_CHECK, None, "the boot did not log its GPU KV cache size")]
+    checks = [
+        Check(RANKS_CHECK, True, "ranks 0-3 of 4"),
+        Check(BUDGET_CHECK, False, "rank 2: 28.25 GiB < 30 GiB; a lower value fits: 28.25 GiB"),
+        Check(TOKENS_CHECK, None, "the boot did not log its GPU KV cache size"),
+    ]
     assert format_checks(checks).splitlines() == [
         "PASS  every rank present",
         "      ranks 0-3 of 4",
@@ -88,7 +106,8 @@ def test_format_checks_lists_each_check_then_the_verdict():
     ]
     assert format_checks(checks[:1]).splitlines()[-1] == "gate: PASS"
     assert format_checks([checks[0], checks[2]]).splitlines()[-1] == (
-        "gate: CANNOT JUDGE (1 of 2 checks lack evidence)")
+        "gate: CANNOT JUDGE (1 of 2 checks lack evidence)"
+    )
 
 
 class TestCompatibilityKey:
@@ -101,7 +120,8 @@ class TestCompatibilityKey:
         assert check.passed is False
         assert check.detail == (
             "block_size: approved 16, boot 32; vllm_version: approved 0.26.0, boot 0.27.0; "
-            "not shown on either side (not compared): gpu_name")
+            "not shown on either side (not compared): gpu_name"
+        )
 
     def test_fields_unknown_on_both_sides_are_not_counted_as_unchanged(self):
         # KEY has 5 fields and shows the model, so quantization and revision read as vLLM's default
@@ -154,8 +174,9 @@ class TestDefaultsAreNotShown:
         assert check.detail.startswith("5 fields unchanged")  # 6 of TestCompatibilityKey less block_size
 
     def test_defaults_on_both_sides_are_one_releases_rule(self):
-        both = check_compatibility_key(KEY, dict(KEY), approved_defaults={"block_size"},
-                                       boot_defaults={"block_size"})
+        both = check_compatibility_key(
+            KEY, dict(KEY), approved_defaults={"block_size"}, boot_defaults={"block_size"}
+        )
         assert both == check_compatibility_key(KEY, dict(KEY))
 
     def test_a_default_that_differs_from_a_shown_value_is_still_a_difference(self):
@@ -184,8 +205,10 @@ class TestOutcomes:
         assert check_outcomes(boot()).passed is True
 
     def test_oom_fails_with_its_text(self):
-        frame = boot(outcome=["ok", "ok", "oom", "ok"],
-                     error=[None, None, "CUDA out of memory. Tried to allocate 1.25 GiB", None])
+        frame = boot(
+            outcome=["ok", "ok", "oom", "ok"],
+            error=[None, None, "CUDA out of memory. Tried to allocate 1.25 GiB", None],
+        )
         check = check_outcomes(frame)
         assert check.passed is False
         assert check.detail == "canary.log rank 2: oom: CUDA out of memory. Tried to allocate 1.25 GiB"
@@ -235,8 +258,9 @@ class TestBudgetFitsOnEveryEstimate:
         frame = boot(room_bytes=[31 * GiB, 30 * GiB + 512 * MiB, 31 * GiB, 31 * GiB])
         check = check_budget_fits(approved(), frame, guard_bytes=0)
         assert check.passed is False
-        assert ("rank 1: the boot's own room 30.5 GiB − reserve 1 GiB − 0 B = 29.5 GiB < 30 GiB"
-                in check.detail)
+        assert (
+            "rank 1: the boot's own room 30.5 GiB − reserve 1 GiB − 0 B = 29.5 GiB < 30 GiB" in check.detail
+        )
         # 29.5 GiB / 1.25 MiB = 24,166.4 blocks → 24,166 × 1,310,720 B = 31,674,859,520 B
         assert check.detail.endswith("--kv-cache-memory-bytes=31674859520 (limiting rank 1)")
 
@@ -251,8 +275,10 @@ class TestBudgetFitsOnEveryEstimate:
         frame = boot(room_bytes=[40 * GiB] * 4, manual_kv_bytes=[32 * GiB] * 4)
         check = check_budget_fits(approved(), frame, guard_bytes=0)
         assert check.passed is False
-        assert ("rank 0 ran --kv-cache-memory-bytes=34359738368, above the approved 30 GiB: not a canary of "
-                "the approved value") in check.detail
+        assert (
+            "rank 0 ran --kv-cache-memory-bytes=34359738368, above the approved 30 GiB: not a canary of "
+            "the approved value"
+        ) in check.detail
         # at or below the approved value is a canary of it
         at_value = boot(room_bytes=[40 * GiB] * 4, manual_kv_bytes=[APPROVED_BYTES] * 4)
         assert check_budget_fits(approved(), at_value, guard_bytes=0).passed is True
@@ -273,8 +299,10 @@ class TestReserveAfterWarmup:
 
     def test_shrunken_room_fails(self):
         # a manual boot at the approved value; rank 3's room fell to 30.5 GiB: 30.5 − 30 = 0.5 GiB < 1 GiB
-        frame = boot(room_bytes=[31 * GiB, 31 * GiB, 31 * GiB, 30 * GiB + 512 * MiB],
-                     manual_kv_bytes=[APPROVED_BYTES] * 4)
+        frame = boot(
+            room_bytes=[31 * GiB, 31 * GiB, 31 * GiB, 30 * GiB + 512 * MiB],
+            manual_kv_bytes=[APPROVED_BYTES] * 4,
+        )
         check = check_reserve_after_warmup(approved(), frame)
         assert check.passed is False
         assert "rank 3: room 30.5 GiB − KV 30 GiB = 512 MiB < reserve 1 GiB" in check.detail
@@ -329,15 +357,23 @@ FOUR_RANK = DATA_DIR / "boots" / "four-rank"
 DRIFT = DATA_DIR / "boots" / "drift"
 LOAD = DATA_DIR / "load"
 PROFILED_RUN = sorted((LOAD / "profiled-canary").iterdir())
-STEADY_RUN = [LOAD / "manual-canary" / "server.log",
-              *sorted((LOAD / "manual-canary" / "metrics").glob("*.prom"))]
+STEADY_RUN = [
+    LOAD / "manual-canary" / "server.log",
+    *sorted((LOAD / "manual-canary" / "metrics").glob("*.prom")),
+]
 OVERLOAD_RUN = sorted((LOAD / "manual-canary-overload").iterdir())
 
 
 def _approve(out: Path, log: Path, reserve: str, model: str, target: int, seq_len: int) -> Path:
     layout = evidence.ModelLayout(resolve_model_config(model), {"tp": 4})
-    return evidence.approve([log], out, evidence.Policy(parse_size(reserve)), "QA", layout=layout,
-                            plan=evidence.Plan(target, seq_len))
+    return evidence.approve(
+        [log],
+        out,
+        evidence.Policy(parse_size(reserve)),
+        "QA",
+        layout=layout,
+        plan=evidence.Plan(target, seq_len),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -375,7 +411,12 @@ class TestGateOnSampleBoots:
         status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log")
         assert status == 0
         assert [name for name, check in checks.items() if check.passed] == [
-            KEY_CHECK, RANKS_CHECK, OUTCOME_CHECK, BUDGET_CHECK, TOKENS_CHECK]
+            KEY_CHECK,
+            RANKS_CHECK,
+            OUTCOME_CHECK,
+            BUDGET_CHECK,
+            TOKENS_CHECK,
+        ]
         # a profiled boot without an nvidia-smi snapshot shows nothing after warm-up: not applicable
         assert (checks[RESERVE_CHECK].passed, checks[RESERVE_CHECK].applicable) == (None, False)
         assert checks[TOKENS_CHECK].detail == "GPU KV cache size 155,856 tokens ≥ plan 131,072 tokens"
@@ -387,12 +428,16 @@ class TestGateOnSampleBoots:
         # the sample boot shows no GPU name or driver (no nvidia-smi snapshot), and says so
         assert checks[KEY_CHECK].detail == (
             "vllm_version: approved 0.26.0, boot 0.27.0; not shown on either side (not compared): "
-            "driver_version, gpu_name")
+            "driver_version, gpu_name"
+        )
 
     def test_a_missing_rank_fails(self, capsys, four_rank_bundle, tmp_path):
         # every line of rank 3's worker process (pid 48605) removed
-        log = edited(tmp_path, FOUR_RANK / "boot.log",
-                     lambda text: "".join(line for line in text.splitlines(True) if "pid=48605" not in line))
+        log = edited(
+            tmp_path,
+            FOUR_RANK / "boot.log",
+            lambda text: "".join(line for line in text.splitlines(True) if "pid=48605" not in line),
+        )
         status, checks = gate(capsys, four_rank_bundle, log)
         assert status == 1
         assert checks[RANKS_CHECK].detail == "missing rank 3 (the boot shows rank 0, 1, 2 of approved 0-3)"
@@ -413,25 +458,41 @@ class TestGateOnSampleBoots:
 
     def test_nvidia_smi_snapshot_after_warmup(self, capsys, four_rank_bundle, tmp_path):
         snapshots = [FOUR_RANK / "nvidia-smi-gpu.csv", FOUR_RANK / "nvidia-smi-apps.csv"]
-        status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log",
-                              *(arg for csv in snapshots for arg in ("--nvidia-smi", csv)))
+        status, checks = gate(
+            capsys,
+            four_rank_bundle,
+            FOUR_RANK / "boot.log",
+            *(arg for csv in snapshots for arg in ("--nvidia-smi", csv)),
+        )
         assert status == 0
         # GPU 2 (rank 2's pid in the apps snapshot): 2,314 MiB free = 2.26 GiB ≥ 0.9 GiB
         assert "rank 2: free after warm-up (snapshot) = 2.26 GiB ≥ reserve 921.6 MiB" in (
-            checks[RESERVE_CHECK].detail)
+            checks[RESERVE_CHECK].detail
+        )
         # the same snapshot with 512 MiB left on GPU 2: the reserve is gone
-        low = edited(tmp_path, snapshots[0],
-                     lambda text: text.replace(" 78775 MiB, 2314 MiB", " 80577 MiB, 512 MiB"))
-        status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--nvidia-smi", low,
-                              "--nvidia-smi", snapshots[1])
+        low = edited(
+            tmp_path, snapshots[0], lambda text: text.replace(" 78775 MiB, 2314 MiB", " 80577 MiB, 512 MiB")
+        )
+        status, checks = gate(
+            capsys,
+            four_rank_bundle,
+            FOUR_RANK / "boot.log",
+            "--nvidia-smi",
+            low,
+            "--nvidia-smi",
+            snapshots[1],
+        )
         assert status == 1
         reserve = checks[RESERVE_CHECK].detail
         assert "rank 2: free after warm-up (snapshot) = 512 MiB < reserve 921.6 MiB" in reserve
 
     def test_fewer_tokens_than_the_plan_fails(self, capsys, four_rank_bundle, tmp_path):
         # what a canary that allocated 7,680 blocks (7,680 × 16 = 122,880 tokens < 131,072) would log
-        log = edited(tmp_path, FOUR_RANK / "boot.log",
-                     lambda text: text.replace("cache size: 155,856 tokens", "cache size: 122,880 tokens"))
+        log = edited(
+            tmp_path,
+            FOUR_RANK / "boot.log",
+            lambda text: text.replace("cache size: 155,856 tokens", "cache size: 122,880 tokens"),
+        )
         status, checks = gate(capsys, four_rank_bundle, log)
         assert status == 1
         assert checks[TOKENS_CHECK].detail == "GPU KV cache size 122,880 tokens < plan 131,072 tokens"
@@ -440,9 +501,16 @@ class TestGateOnSampleBoots:
         status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--load", *PROFILED_RUN)
         assert status == 0
         assert {name: check.passed for name, check in checks.items()} == {
-            KEY_CHECK: True, RANKS_CHECK: True, OUTCOME_CHECK: True, BUDGET_CHECK: True, RESERVE_CHECK: None,
-            TOKENS_CHECK: True, "no OOM under load": True, "preemptions ≤ 0": True,
-            "peak KV cache usage reported": True}  # a profiled run: no capacity-loss check
+            KEY_CHECK: True,
+            RANKS_CHECK: True,
+            OUTCOME_CHECK: True,
+            BUDGET_CHECK: True,
+            RESERVE_CHECK: None,
+            TOKENS_CHECK: True,
+            "no OOM under load": True,
+            "preemptions ≤ 0": True,
+            "peak KV cache usage reported": True,
+        }  # a profiled run: no capacity-loss check
         assert checks["preemptions ≤ 0"].detail == "0 preemption(s) in the run; policy allows 0"
         # the profiled canary's own "GPU KV cache size: 155,856 tokens" (server.log line 3)
         assert checks["peak KV cache usage reported"].detail.startswith("peak 70.")
@@ -458,43 +526,75 @@ class TestGateOnSampleBoots:
         # the manual canary states --kv-cache-memory-bytes 12884377600 = the approved value, so its capacity
         # is compared with the profiled boot's 155,856 tokens: 157,280 − 155,856 = 1,424 tokens gained =
         # 1,424 / 155,856 = 0.914 %; a bound of 0.5 % is met (a gain is no loss)
-        status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--load", *STEADY_RUN,
-                              "--max-capacity-loss", "0.5")
+        status, checks = gate(
+            capsys,
+            four_rank_bundle,
+            FOUR_RANK / "boot.log",
+            "--load",
+            *STEADY_RUN,
+            "--max-capacity-loss",
+            "0.5",
+        )
         assert status == 0
         assert checks["capacity vs profiled canary (loss ≤ 0.5%)"].detail == (
-            "157,280 tokens against 155,856 profiled: gain of 1,424 tokens (0.914%); policy bound 0.5%")
+            "157,280 tokens against 155,856 profiled: gain of 1,424 tokens (0.914%); policy bound 0.5%"
+        )
         # approve reads the same run the same way
-        record = evidence.read_bundle(evidence.approve(
-            [FOUR_RANK / "boot.log"], four_rank_bundle.parent, evidence.Policy(parse_size("0.9GiB")), "QA",
-            note="load", layout=evidence.ModelLayout(resolve_model_config("llama-3.1-70b"), {"tp": 4}),
-            plan=evidence.Plan(4, 32768), load_paths=STEADY_RUN,
-            load_policy=evidence.LoadPolicy(max_capacity_loss_pct=0.5)))
+        record = evidence.read_bundle(
+            evidence.approve(
+                [FOUR_RANK / "boot.log"],
+                four_rank_bundle.parent,
+                evidence.Policy(parse_size("0.9GiB")),
+                "QA",
+                note="load",
+                layout=evidence.ModelLayout(resolve_model_config("llama-3.1-70b"), {"tp": 4}),
+                plan=evidence.Plan(4, 32768),
+                load_paths=STEADY_RUN,
+                load_policy=evidence.LoadPolicy(max_capacity_loss_pct=0.5),
+            )
+        )
         approved_check = next(c for c in record["checks"] if c["name"].startswith("capacity vs profiled"))
         assert approved_check["detail"] == checks["capacity vs profiled canary (loss ≤ 0.5%)"].detail
 
     def test_capacity_loss_bound_fails_a_smaller_manual_value(self, capsys, four_rank_bundle, tmp_path):
         # the steady canary's log as if started at 9,600 blocks: 9,600 × 1,310,720 B = 12,582,912,000 B,
         # 9,600 × 16 = 153,600 tokens; loss 155,856 − 153,600 = 2,256 tokens = 2,256 / 155,856 = 1.447 % > 1 %
-        log = edited(tmp_path, STEADY_RUN[0], lambda text: text.replace(
-            "GPU KV cache size: 157,280 tokens", "GPU KV cache size: 153,600 tokens").replace(
-            "'kv_cache_memory_bytes': 12884377600", "'kv_cache_memory_bytes': 12582912000"))
-        status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--load", log,
-                              "--max-capacity-loss", "1")
+        log = edited(
+            tmp_path,
+            STEADY_RUN[0],
+            lambda text: text.replace(
+                "GPU KV cache size: 157,280 tokens", "GPU KV cache size: 153,600 tokens"
+            ).replace("'kv_cache_memory_bytes': 12884377600", "'kv_cache_memory_bytes': 12582912000"),
+        )
+        status, checks = gate(
+            capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--load", log, "--max-capacity-loss", "1"
+        )
         assert status == 1
         assert checks["capacity vs profiled canary (loss ≤ 1%)"] == Check(
-            "capacity vs profiled canary (loss ≤ 1%)", False,
-            "153,600 tokens against 155,856 profiled: loss of 2,256 tokens (1.447%); policy bound 1%")
+            "capacity vs profiled canary (loss ≤ 1%)",
+            False,
+            "153,600 tokens against 155,856 profiled: loss of 2,256 tokens (1.447%); policy bound 1%",
+        )
         # 70.1 % of 153,600 = 107,673.6 → ≈107,673 tokens: the run's own capacity
         assert " of 153,600 tokens (≈107,673 tokens)" in checks["peak KV cache usage reported"].detail
 
     def test_load_run_not_at_the_approved_value_is_warned(self, capsys, four_rank_bundle):
-        main(["gate", "--approved", str(four_rank_bundle), str(FOUR_RANK / "boot.log"), "--load",
-              *map(str, PROFILED_RUN)])
+        main(
+            [
+                "gate",
+                "--approved",
+                str(four_rank_bundle),
+                str(FOUR_RANK / "boot.log"),
+                "--load",
+                *map(str, PROFILED_RUN),
+            ]
+        )
         err = capsys.readouterr().err
         assert "warning: the load run states no --kv-cache-memory-bytes (a profiled run): it is not " in err
         # 9,830 blocks × 16 = 157,280 tokens at the approved 12 GiB; the profiled run logged 155,856
-        assert ("warning: the load run's KV cache holds 155,856 tokens; the approved value holds 157,280"
-                in err)
+        assert (
+            "warning: the load run's KV cache holds 155,856 tokens; the approved value holds 157,280" in err
+        )
 
     def test_year_anchors_the_log_times(self, capsys, four_rank_bundle):
         # the steady canary's server log alone: its peak stats line (line 304) is stamped "11-27 09:36:28"
@@ -503,16 +603,22 @@ class TestGateOnSampleBoots:
         assert "server.log:304 (11-27 09:36:28)" in checks["peak KV cache usage reported"].detail
         _, checks = gate(capsys, four_rank_bundle, *argv, "--year", "2026")
         assert "server.log:304 (2026-11-27T09:36:28)" in checks["peak KV cache usage reported"].detail
-        assert main(["gate", "--approved", str(four_rank_bundle), str(FOUR_RANK / "boot.log"),
-                     "--year", "2026"]) == 2
+        assert (
+            main(["gate", "--approved", str(four_rank_bundle), str(FOUR_RANK / "boot.log"), "--year", "2026"])
+            == 2
+        )
         assert "apply to --load files only" in capsys.readouterr().err
 
-    def test_a_canary_that_lost_most_of_its_memory_fails_with_the_checks_printed(self, capsys,
-                                                                                 four_rank_bundle, tmp_path):
+    def test_a_canary_that_lost_most_of_its_memory_fails_with_the_checks_printed(
+        self, capsys, four_rank_bundle, tmp_path
+    ):
         # rank 2 starts with 30.01 GiB free instead of 48.61 GiB: 18.6 GiB lost, more than its 12 GiB budget;
         # a FAIL (exit 1) with every check printed, not a refusal (exit 2)
-        log = edited(tmp_path, FOUR_RANK / "boot.log", lambda text: text.replace("(48.61/79.19 GiB)",
-                                                                                 "(30.01/79.19 GiB)"))
+        log = edited(
+            tmp_path,
+            FOUR_RANK / "boot.log",
+            lambda text: text.replace("(48.61/79.19 GiB)", "(30.01/79.19 GiB)"),
+        )
         assert main(["gate", "--approved", str(four_rank_bundle), str(log)]) == 1
         out = capsys.readouterr().out
         assert "FAIL  approved value fits every rank" in out
@@ -522,12 +628,18 @@ class TestGateOnSampleBoots:
     def test_a_canary_with_less_room_of_its_own_fails(self, capsys, four_rank_bundle, tmp_path):
         # same free memory, but rank 2's own room fell from 12.9 to 12.4 GiB (13,314,398,618 B):
         # 12.4 − 0.9 GiB reserve = 11.5 GiB < the approved 12 GiB
-        log = edited(tmp_path, FOUR_RANK / "boot.log", lambda text: text.replace(
-            "`--kv-cache-memory=13851269530` (12.9 GiB)", "`--kv-cache-memory=13314398618` (12.4 GiB)"))
+        log = edited(
+            tmp_path,
+            FOUR_RANK / "boot.log",
+            lambda text: text.replace(
+                "`--kv-cache-memory=13851269530` (12.9 GiB)", "`--kv-cache-memory=13314398618` (12.4 GiB)"
+            ),
+        )
         status, checks = gate(capsys, four_rank_bundle, log)
         assert status == 1
         assert "rank 2: the boot's own room 12.4 GiB − reserve 921.6 MiB − 0 B = 11.5 GiB < 12 GiB" in (
-            checks[BUDGET_CHECK].detail)
+            checks[BUDGET_CHECK].detail
+        )
 
 
 class TestLowFreeMemoryIsNeverHidden:
@@ -572,7 +684,8 @@ class TestGateTrustsOnlyAVerifiedBundle:
         assert main(["gate", "--approved", str(folder), str(FOUR_RANK / "boot.log")]) == 2
         err = capsys.readouterr().err
         assert err.startswith(
-            f"error: cannot judge: the approved bundle changed: {folder} fails verification")
+            f"error: cannot judge: the approved bundle changed: {folder} fails verification"
+        )
         assert err.count("\n") == 1  # one line; kvplan verify lists every difference
         assert main(["verify", str(folder)]) == 1
         out = capsys.readouterr().out
@@ -590,13 +703,17 @@ class TestGateInputErrors:
         assert main(["gate", "--approved", str(four_rank_bundle), str(garbage)]) == 2
         assert capsys.readouterr().err == (
             f"error: {garbage}: no vLLM boot found: expected vLLM startup lines such as 'Free memory on "
-            "device (…) on startup', 'Available KV cache memory: … GiB' or 'GPU KV cache size: N tokens'\n")
+            "device (…) on startup', 'Available KV cache memory: … GiB' or 'GPU KV cache size: N tokens'\n"
+        )
 
     @pytest.mark.parametrize("argument", ["BOOT_LOG", "--nvidia-smi", "--load"])
     def test_a_missing_file_names_its_argument(self, capsys, four_rank_bundle, tmp_path, argument):
         missing = tmp_path / "missing.file"
-        argv = {"BOOT_LOG": [missing], "--nvidia-smi": [FOUR_RANK / "boot.log", "--nvidia-smi", missing],
-                "--load": [FOUR_RANK / "boot.log", "--load", missing]}[argument]
+        argv = {
+            "BOOT_LOG": [missing],
+            "--nvidia-smi": [FOUR_RANK / "boot.log", "--nvidia-smi", missing],
+            "--load": [FOUR_RANK / "boot.log", "--load", missing],
+        }[argument]
         assert main(["gate", "--approved", str(four_rank_bundle), *map(str, argv)]) == 2
         assert capsys.readouterr().err == f"error: {missing}: no such file ({argument})\n"
 
@@ -622,8 +739,10 @@ class TestGateOnDriftCanary:
         status, checks = gate(capsys, drift_bundle, DRIFT / "canary.log", "--guard", "0.5GiB")
         assert status == 1
         # 28.25 GiB / 40,960 B per token / 16 = 46,284.8 blocks → 46,284 × 655,360 B = 30,332,682,240 B
-        assert checks[BUDGET_CHECK].detail.endswith("a lower value fits: 28.25 GiB (whole blocks), "
-                                                     "--kv-cache-memory-bytes=30332682240 (limiting rank 2)")
+        assert checks[BUDGET_CHECK].detail.endswith(
+            "a lower value fits: 28.25 GiB (whole blocks), "
+            "--kv-cache-memory-bytes=30332682240 (limiting rank 2)"
+        )
 
     def test_text_output_and_bad_bundle(self, capsys, drift_bundle, tmp_path):
         assert main(["gate", "--approved", str(drift_bundle), str(DRIFT / "canary.log")]) == 1

@@ -62,7 +62,8 @@ def test_sample_csv_budget_is_the_founding_example(capsys):
     assert data["limiting_rank"] == 2
     assert data["flag"] == "--kv-cache-memory-bytes=12884901888"
     assert [rank["room_bytes"] for rank in data["ranks"]] == [
-        parse_size(size) for size in ("18.8GiB", "17.6GiB", "12.9GiB", "16.4GiB")]
+        parse_size(size) for size in ("18.8GiB", "17.6GiB", "12.9GiB", "16.4GiB")
+    ]
     assert {rank["room_source"] for rank in data["ranks"]} == {"manual"}
     assert len(data["warnings"]) == 1 and "states no outcome" in data["warnings"][0]
 
@@ -79,18 +80,23 @@ def test_sample_csv_ledger_and_metadata():
     assert meta["warnings"] == [
         f"{ROOMS}:2: the CSV states no outcome for 4 row(s) (line(s) 2, 3, 4, 5): a row with a room is "
         "taken as ok (the rank booted), one without as incomplete; add an 'outcome' column (ok, oom, error, "
-        "incomplete) to state it"]
+        "incomplete) to state it"
+    ]
     raw = meta["provenance"].query("rank == 2 and column == 'room_bytes'")
     assert raw[["line", "value", "raw"]].values.tolist() == [
-        [4, parse_size("12.9GiB"), f"2,12.9GiB,manual,{MODEL},4,1,1,0.26.0"]]
+        [4, parse_size("12.9GiB"), f"2,12.9GiB,manual,{MODEL},4,1,1,0.26.0"]
+    ]
 
 
 def test_room_computed_from_parts_without_a_room_column(tmp_path):
     # no room_bytes column: the room is computed as the log reader does (suggestion first, else the parts:
     # init_free − (weights + activation + non-torch + graphs) − 150 MiB = 40 − 30 − 150 MiB)
-    path = write(tmp_path, "rank,suggested_full_bytes,init_free_bytes,weights_bytes,activation_peak_bytes,"
-                           "non_torch_bytes,cuda_graph_bytes,outcome\n"
-                           "0,20GiB,,,,,,ok\n1,,40GiB,25GiB,3GiB,1GiB,1GiB,ok\n")
+    path = write(
+        tmp_path,
+        "rank,suggested_full_bytes,init_free_bytes,weights_bytes,activation_peak_bytes,"
+        "non_torch_bytes,cuda_graph_bytes,outcome\n"
+        "0,20GiB,,,,,,ok\n1,,40GiB,25GiB,3GiB,1GiB,1GiB,ok\n",
+    )
     ledger, _ = read_ledger_csv(path)
     assert ledger["room_bytes"].tolist() == [20 * GiB, 10 * GiB - parse_size("150MiB")]
     assert ledger["room_source"].tolist() == ["suggestion", "parts"]
@@ -99,28 +105,51 @@ def test_room_computed_from_parts_without_a_room_column(tmp_path):
 ROW = f"{MODEL},4,1,1"
 
 
-@pytest.mark.parametrize("text, expected", [
-    # an unknown column: the file, the header line, the column and the closest glossary names
-    ("rank,room_byte,tensor_paralel_size\n0,12GiB,4\n",
-     "{path}:1: unknown column 'room_byte': not a ledger glossary name (closest glossary names: room_bytes, "
-     "total_bytes, room_source)"),
-    # a size parse_size does not accept: the file, the line and the column
-    (HEADER + f"0,12GiB,{ROW},ok\n1,twelve,{ROW},ok\n",
-     "{path}:3: column 'room_bytes': not a size: 'twelve' (expected e.g. 12GiB, 512MiB, 12GB, 12G or bytes)"),
-    # a row without rank: the file and the line
-    (HEADER + f"0,12GiB,{ROW},ok\n,12GiB,{ROW},ok\n",
-     "{path}:3: no rank: every row of a ledger CSV is one rank (column 'rank')"),
-    # no rank column at all: the header line
-    ("room_bytes\n12GiB\n",
-     "{path}:1: no 'rank' column: a ledger CSV has one row per rank, numbered in column 'rank'"),
-    # an outcome that is not one of OUTCOMES: the file, the line and the column
-    (HEADER + f"0,12GiB,{ROW},fine\n",
-     "{path}:2: column 'outcome': 'fine' is not an outcome (one of ok, oom, error, incomplete)"),
-    # a room_source that is not one of ROOM_SOURCES
-    ("rank,room_bytes,room_source\n0,12GiB,guessed\n",
-     "{path}:2: column 'room_source': 'guessed' is not a room source (one of suggestion, available_kv, "
-     "parts, manual)"),
-], ids=["unknown-column", "bad-size", "row-without-rank", "no-rank-column", "bad-outcome", "bad-room-source"])
+@pytest.mark.parametrize(
+    "text, expected",
+    [
+        # an unknown column: the file, the header line, the column and the closest glossary names
+        (
+            "rank,room_byte,tensor_paralel_size\n0,12GiB,4\n",
+            "{path}:1: unknown column 'room_byte': not a ledger glossary name (closest glossary names: room_bytes, "
+            "total_bytes, room_source)",
+        ),
+        # a size parse_size does not accept: the file, the line and the column
+        (
+            HEADER + f"0,12GiB,{ROW},ok\n1,twelve,{ROW},ok\n",
+            "{path}:3: column 'room_bytes': not a size: 'twelve' (expected e.g. 12GiB, 512MiB, 12GB, 12G or bytes)",
+        ),
+        # a row without rank: the file and the line
+        (
+            HEADER + f"0,12GiB,{ROW},ok\n,12GiB,{ROW},ok\n",
+            "{path}:3: no rank: every row of a ledger CSV is one rank (column 'rank')",
+        ),
+        # no rank column at all: the header line
+        (
+            "room_bytes\n12GiB\n",
+            "{path}:1: no 'rank' column: a ledger CSV has one row per rank, numbered in column 'rank'",
+        ),
+        # an outcome that is not one of OUTCOMES: the file, the line and the column
+        (
+            HEADER + f"0,12GiB,{ROW},fine\n",
+            "{path}:2: column 'outcome': 'fine' is not an outcome (one of ok, oom, error, incomplete)",
+        ),
+        # a room_source that is not one of ROOM_SOURCES
+        (
+            "rank,room_bytes,room_source\n0,12GiB,guessed\n",
+            "{path}:2: column 'room_source': 'guessed' is not a room source (one of suggestion, available_kv, "
+            "parts, manual)",
+        ),
+    ],
+    ids=[
+        "unknown-column",
+        "bad-size",
+        "row-without-rank",
+        "no-rank-column",
+        "bad-outcome",
+        "bad-room-source",
+    ],
+)
 def test_bad_csv_is_a_one_line_error_naming_file_and_line(capsys, tmp_path, text, expected):
     path = write(tmp_path, text)
     with pytest.raises(LedgerCsvError) as info:
@@ -148,15 +177,30 @@ def test_nvidia_smi_snapshot_given_as_log_points_to_the_flag(capsys):
 
 
 def test_approve_and_verify_with_the_csv(capsys, tmp_path):
-    approved = json.loads(_run(capsys, "approve", str(ROOMS), "--reserve", "0.9GiB", "--approver", "t",
-                               "--out", str(tmp_path / "evidence"), "--json"))
+    approved = json.loads(
+        _run(
+            capsys,
+            "approve",
+            str(ROOMS),
+            "--reserve",
+            "0.9GiB",
+            "--approver",
+            "t",
+            "--out",
+            str(tmp_path / "evidence"),
+            "--json",
+        )
+    )
     assert approved["decision"]["flag"] == "--kv-cache-memory-bytes=12884901888"
     bundle = approved["bundle"]
     record = json.loads((tmp_path / "evidence" / bundle.split("/")[-1] / "budget.json").read_text())
     assert [(entry["bundle_path"], entry["role"]) for entry in record["inputs"]] == [
-        ("inputs/four-rank-rooms.csv", "log")]
-    assert ("inputs/four-rank-rooms.csv:4" in
-            (tmp_path / "evidence" / bundle.split("/")[-1] / "evidence.log").read_text())
+        ("inputs/four-rank-rooms.csv", "log")
+    ]
+    assert (
+        "inputs/four-rank-rooms.csv:4"
+        in (tmp_path / "evidence" / bundle.split("/")[-1] / "evidence.log").read_text()
+    )
     assert main(["verify", bundle, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert (data["ok"], data["differences"]) == (True, [])

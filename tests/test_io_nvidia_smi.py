@@ -257,7 +257,10 @@ def test_cli_ledger_without_the_apps_snapshot_leaves_other_processes_unknown(cap
     rows = json.loads(capsys.readouterr().out)["rows"]
     # with it: sidecar 24643 MiB on each GPU, + 1244 / 6032 / 2467 MiB on GPUs 1–3 (24.1–30.0 GiB)
     assert [row["other_process_bytes"] for row in rows] == [
-        24643 * MiB, 25887 * MiB, 30675 * MiB, 27110 * MiB
+        24643 * MiB,
+        25887 * MiB,
+        30675 * MiB,
+        27110 * MiB,
     ]
 
 

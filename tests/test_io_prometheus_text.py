@@ -27,9 +27,19 @@ from kvplan.load import LoadFormatError, load_timeline, run_preemptions
 MODEL = 'model_name="meta-llama/Llama-3.1-70B-Instruct"'
 
 
-def v1_scrape(stamp: str, running: int, waiting: int, usage: float, prompt: float, generation: float,
-              preemptions: float, hits: float = 0.0, queries: float = 0.0, engine: str = "0",
-              created: str = "1.7952345e+09") -> str:
+def v1_scrape(
+    stamp: str,
+    running: int,
+    waiting: int,
+    usage: float,
+    prompt: float,
+    generation: float,
+    preemptions: float,
+    hits: float = 0.0,
+    queries: float = 0.0,
+    engine: str = "0",
+    created: str = "1.7952345e+09",
+) -> str:
     """One V1 (0.9.2+) scrape with a time comment, `_created` gauges included as V1 exports them.
 
     A value given as text (``"NaN"``, ``"+Inf"``, ``"-Inf"``: prometheus_client's spelling) is written as is.
@@ -43,18 +53,32 @@ def v1_scrape(stamp: str, running: int, waiting: int, usage: float, prompt: floa
         ("vllm:num_preemptions", "counter", "Cumulative number of preemption from the engine.", preemptions),
         ("vllm:prompt_tokens", "counter", "Number of prefill tokens processed.", prompt),
         ("vllm:generation_tokens", "counter", "Number of generation tokens processed.", generation),
-        ("vllm:prefix_cache_hits", "counter", "Prefix cache hits, in terms of number of cached tokens.",
-         hits),
-        ("vllm:prefix_cache_queries", "counter",
-         "Prefix cache queries, in terms of number of queried tokens.", queries),
+        (
+            "vllm:prefix_cache_hits",
+            "counter",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            hits,
+        ),
+        (
+            "vllm:prefix_cache_queries",
+            "counter",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            queries,
+        ),
     ]
     for name, kind, text, value in families:
         exposed = f"{name}_total" if kind == "counter" else name
-        lines += [f"# HELP {exposed} {text}", f"# TYPE {exposed} {kind}",
-                  f"{exposed}{{{labels}}} {value if isinstance(value, str) else float(value)}"]
+        lines += [
+            f"# HELP {exposed} {text}",
+            f"# TYPE {exposed} {kind}",
+            f"{exposed}{{{labels}}} {value if isinstance(value, str) else float(value)}",
+        ]
         if kind == "counter":
-            lines += [f"# HELP {name}_created {text}", f"# TYPE {name}_created gauge",
-                      f"{name}_created{{{labels}}} {created}"]
+            lines += [
+                f"# HELP {name}_created {text}",
+                f"# TYPE {name}_created gauge",
+                f"{name}_created{{{labels}}} {created}",
+            ]
     return "\n".join(lines) + "\n"
 
 
@@ -106,18 +130,20 @@ def test_scrapes_split_by_repeated_help_without_time():
 def test_federate_dump_with_sample_timestamps_and_two_engines():
     # /federate output: TYPE untyped, no HELP, timestamps in ms, extra labels, one series per DP engine
     text = "".join(
-        f'# TYPE vllm:num_requests_running untyped\n'
+        f"# TYPE vllm:num_requests_running untyped\n"
         f'vllm:num_requests_running{{engine="0",{MODEL},instance="a:8000",job="vllm"}} {r0} {ms}\n'
         f'vllm:num_requests_running{{engine="1",{MODEL},instance="a:8000",job="vllm"}} {r1} {ms}\n'
-        f'# TYPE vllm:num_preemptions_total untyped\n'
+        f"# TYPE vllm:num_preemptions_total untyped\n"
         f'vllm:num_preemptions_total{{engine="1",{MODEL},instance="a:8000",job="vllm"}} {p1} {ms}\n'
         for ms, r0, r1, p1 in [(1795511850000, 4.0, 6.0, 0.0), (1795511880000, 5.0, 7.0, 3.0)]
     )
     rows = parse_metrics_snapshots([("fed.prom", text)]).rows
     # 1795511850 s = 2026-11-24T09:17:30Z; one row per scrape and engine
     assert [(r.time.isoformat(), r.engine, r.running, r.preemptions) for r in rows] == [
-        ("2026-11-24T09:17:30", 0, 4, None), ("2026-11-24T09:17:30", 1, 6, None),
-        ("2026-11-24T09:18:00", 0, 5, None), ("2026-11-24T09:18:00", 1, 7, 3),
+        ("2026-11-24T09:17:30", 0, 4, None),
+        ("2026-11-24T09:17:30", 1, 6, None),
+        ("2026-11-24T09:18:00", 0, 5, None),
+        ("2026-11-24T09:18:00", 1, 7, 3),
     ]
 
 
@@ -194,7 +220,7 @@ def test_split_scrapes_drops_a_time_comment_without_samples():
 
 def test_malformed_line_names_file_and_line():
     with pytest.raises(LoadFormatError, match=r"bad\.prom:3: not Prometheus text exposition"):
-        parse_metrics_text("# TYPE vllm:x gauge\nvllm:x 1.0\nvllm:x{engine=\"0\" 2.0\n", "bad.prom")
+        parse_metrics_text('# TYPE vllm:x gauge\nvllm:x 1.0\nvllm:x{engine="0" 2.0\n', "bad.prom")
 
 
 def test_no_vllm_metric_is_refused():
@@ -232,7 +258,7 @@ def _sample_lines(path):
 
 
 def _label_names(line):
-    labels = line[line.index("{") + 1:line.rindex("}")]
+    labels = line[line.index("{") + 1 : line.rindex("}")]
     return [part.split("=", 1)[0] for part in re.findall(r'(\w+="[^"]*")', labels)]
 
 
@@ -249,19 +275,25 @@ def test_sample_dumps_follow_vllm_0_26_and_prometheus():
         assert len(states) == 3 * len(scrapes) > 0, path
         info = [line for line in lines if line.startswith("vllm:cache_config_info{")]
         # CacheConfig.metrics_info(): every field, is_attention_free among them, plus engine
-        assert all({"is_attention_free", "enable_prefix_caching", "sliding_window", "engine"}
-                   <= set(_label_names(line)) for line in info), path
+        assert all(
+            {"is_attention_free", "enable_prefix_caching", "sliding_window", "engine"}
+            <= set(_label_names(line))
+            for line in info
+        ), path
     federated = (LOAD / "profiled-canary" / "federate.prom").read_text().splitlines()
     types = [line.split()[2] for line in federated if line.startswith("# TYPE")]
-    first_dump = types[:types.index(types[0], 1)]
+    first_dump = types[: types.index(types[0], 1)]
     assert first_dump == sorted(first_dump)  # /federate sorts series by metric name
 
 
 def test_sample_gpu_memory_utilization_label_matches_the_boot_args():
     # the profiled canary sets --gpu-memory-utilization 0.6; the manual canaries leave it at vLLM 0.26's
     # default, 0.92 (the default since 0.20.0), which --kv-cache-memory-bytes makes vLLM ignore
-    for run, expected in [("profiled-canary", "0.6"), ("manual-canary", "0.92"),
-                          ("manual-canary-overload", "0.92")]:
+    for run, expected in [
+        ("profiled-canary", "0.6"),
+        ("manual-canary", "0.92"),
+        ("manual-canary-overload", "0.92"),
+    ]:
         log = (LOAD / run / "server.log").read_text()
         stated = re.findall(r"'gpu_memory_utilization': ([\d.]+)", log)
         assert stated == ([expected] if run == "profiled-canary" else [])
@@ -345,7 +377,8 @@ def test_concatenated_scrapes_are_split_where_a_series_repeats():
     reading = parse_metrics_snapshots([("dump.prom", first + second)])
     rows = reading.rows
     assert [(row.line, row.time, row.running, row.waiting) for row in rows] == [
-        (1, None, 3, 0), (14, None, 4, 1),
+        (1, None, 3, 0),
+        (14, None, 4, 1),
     ]
     assert [row.preemptions_total for row in rows] == [5, 6]
     assert [row.preemptions for row in rows] == [None, 1]  # 6 − 5, in the order given
@@ -375,11 +408,28 @@ def test_series_at_two_sample_timestamps_is_not_a_repeat():
 def test_changed_created_time_is_a_restart_even_when_counters_grew():
     # the server started at 09:00:00Z (1795942800 = 1.7959428e+09), restarted at 10:05:00Z (1.7959467e+09)
     # between two scrapes 600 s apart; by 10:10:00Z its new counters had grown past the old values
-    text = (
-        v1_scrape("2026-11-29T10:00:00Z", 20, 0, 0.5, 10_000, 2_000, 5, hits=100, queries=10_000,
-                  created="1.7959428e+09")
-        + v1_scrape("2026-11-29T10:10:00Z", 20, 0, 0.5, 70_000, 62_000, 8, hits=7_000, queries=70_000,
-                    created="1.7959467e+09")
+    text = v1_scrape(
+        "2026-11-29T10:00:00Z",
+        20,
+        0,
+        0.5,
+        10_000,
+        2_000,
+        5,
+        hits=100,
+        queries=10_000,
+        created="1.7959428e+09",
+    ) + v1_scrape(
+        "2026-11-29T10:10:00Z",
+        20,
+        0,
+        0.5,
+        70_000,
+        62_000,
+        8,
+        hits=7_000,
+        queries=70_000,
+        created="1.7959467e+09",
     )
     reading = parse_metrics_snapshots([("run.prom", text)])
     rows = reading.rows
@@ -397,8 +447,9 @@ def test_changed_created_time_is_a_restart_even_when_counters_grew():
 
 def test_unchanged_created_time_keeps_the_increase():
     # the same _created time in both scrapes: no restart, increases as before
-    text = (v1_scrape("2026-11-29T10:00:00Z", 20, 0, 0.5, 10_000, 2_000, 5)
-            + v1_scrape("2026-11-29T10:10:00Z", 20, 0, 0.5, 70_000, 62_000, 8))
+    text = v1_scrape("2026-11-29T10:00:00Z", 20, 0, 0.5, 10_000, 2_000, 5) + v1_scrape(
+        "2026-11-29T10:10:00Z", 20, 0, 0.5, 70_000, 62_000, 8
+    )
     reading = parse_metrics_snapshots([("run.prom", text)])
     # (62,000 − 2,000) / 600 s = 100; 8 − 5 = 3
     assert (reading.rows[1].generation_tokens_per_s, reading.rows[1].preemptions) == (100.0, 3)
@@ -423,8 +474,10 @@ def test_series_without_an_engine_and_without_row_fields_make_no_row():
 
 def test_integer_sample_values_read_as_floats():
     # vLLM 0.2.x (aioprometheus) wrote values without ".0"; prometheus_client's parser returns an int for them
-    text = ('# TYPE vllm:avg_generation_throughput_toks_per_s gauge\n'
-            'vllm:avg_generation_throughput_toks_per_s{model_name="m"} 120\n')
+    text = (
+        "# TYPE vllm:avg_generation_throughput_toks_per_s gauge\n"
+        'vllm:avg_generation_throughput_toks_per_s{model_name="m"} 120\n'
+    )
     [row] = parse_metrics_snapshots([("v0.prom", text)]).rows
     assert json.dumps(row.to_dict()["generation_tokens_per_s"]) == "120.0"
 
@@ -432,12 +485,16 @@ def test_integer_sample_values_read_as_floats():
 def test_kv_usage_outside_zero_to_one_is_unknown_with_a_warning():
     # vLLM exports KV usage as a 0–1 fraction (1 − free blocks / blocks, BlockPool.get_usage), so -5 (what a
     # broken exporter or a hand edit gives) or 1.5 cannot come from vLLM: unknown, never -500 % or 150 %
-    text = (v1_scrape("2026-11-29T10:00:00Z", 2, 0, -5, 0, 0, 0)  # usage sample on line 10
-            + v1_scrape("2026-11-29T10:00:30Z", 2, 0, 1.5, 0, 0, 0)  # line 41 + 9 = 50
-            + v1_scrape("2026-11-29T10:01:00Z", 2, 0, 1.0, 0, 0, 0))  # 1 = 100 %: full, and possible
+    text = (
+        v1_scrape("2026-11-29T10:00:00Z", 2, 0, -5, 0, 0, 0)  # usage sample on line 10
+        + v1_scrape("2026-11-29T10:00:30Z", 2, 0, 1.5, 0, 0, 0)  # line 41 + 9 = 50
+        + v1_scrape("2026-11-29T10:01:00Z", 2, 0, 1.0, 0, 0, 0)
+    )  # 1 = 100 %: full, and possible
     reading = parse_metrics_snapshots([("bad.prom", text)])
     assert [row.kv_cache_usage_pct for row in reading.rows] == [None, None, 100.0]
     notes = [w for w in reading.warnings if "outside 0–1" in w]
-    assert [(note.code, note.line) for note in notes] == [("kv-usage-out-of-range", 10),
-                                                          ("kv-usage-out-of-range", 50)]
+    assert [(note.code, note.line) for note in notes] == [
+        ("kv-usage-out-of-range", 10),
+        ("kv-usage-out-of-range", 50),
+    ]
     assert notes[0].startswith("bad.prom:10: vllm:kv_cache_usage_perc is -5")

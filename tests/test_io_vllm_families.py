@@ -6,8 +6,6 @@ record format and process prefix (:mod:`tests.fidelity_lines`). Sizes printed in
 by ``parse_size(f"{x}GiB")`` (nearest byte): ``gib("10.2")``.
 """
 
-# ruff: noqa: E501  (vLLM log lines are long; they are kept whole so each test shows the real line)
-
 import pytest
 
 from kvplan.io import read_vllm_log
@@ -30,7 +28,15 @@ def single_rank(version, *messages, process=None, pid=123, level="INFO"):
     process = process or engine_process(version)
     lines = [vllm_line(version, engine_config(version), process, pid, where="core.py:139")]
     lines += [vllm_line(version, message, process, pid, level, "kv_cache_utils.py:1") for message in messages]
-    lines += [vllm_line(version, "Model loading took 10.2 GiB memory and 4.781181 seconds", process, pid, where="gpu_model_runner.py:1")]
+    lines += [
+        vllm_line(
+            version,
+            "Model loading took 10.2 GiB memory and 4.781181 seconds",
+            process,
+            pid,
+            where="gpu_model_runner.py:1",
+        )
+    ]
     return log(*lines)
 
 
@@ -92,7 +98,13 @@ def test_engine_core_failed_to_start_with_a_plain_error_is_an_error(version):
 @pytest.mark.parametrize("version", ["0.8.5", "0.18.0", "0.33.0"])
 def test_engine_core_failed_to_start_without_any_exception_line_is_still_an_error(version):
     # the traceback was not captured (stderr elsewhere): the one line still says the boot failed
-    row, _meta = boot_row(log(vllm_line(version, "EngineCore failed to start.", engine_process(version), 7, "ERROR", "core.py:1584")))
+    row, _meta = boot_row(
+        log(
+            vllm_line(
+                version, "EngineCore failed to start.", engine_process(version), 7, "ERROR", "core.py:1584"
+            )
+        )
+    )
     assert (row["outcome"], row["error"]) == ("error", "EngineCore failed to start.")
 
 
@@ -103,7 +115,14 @@ def test_exception_in_a_v0_worker_while_sizing_the_kv_cache(version):
     lines = [
         vllm_line(version, v0_engine_config(version, tp=2), where="llm_engine.py:1"),
         vllm_line(version, message, "VllmWorkerProcess", 902, "ERROR", "multiproc_worker_utils.py:226"),
-        vllm_line(version, "Traceback (most recent call last):", "VllmWorkerProcess", 902, "ERROR", "multiproc_worker_utils.py:226"),
+        vllm_line(
+            version,
+            "Traceback (most recent call last):",
+            "VllmWorkerProcess",
+            902,
+            "ERROR",
+            "multiproc_worker_utils.py:226",
+        ),
         vllm_line(version, OOM, "VllmWorkerProcess", 902, "ERROR", "multiproc_worker_utils.py:226"),
     ]
     ledger, _meta = read_vllm_log(log(*lines))
@@ -190,7 +209,9 @@ def test_ucx_error_line_is_an_error():
     # UCX's own logger: "[time] [host:pid:thread]  file.c:N  UCX  ERROR message"
     version = "0.33.0"
     ucx = "[1764410400.123456] [gpu-node-1:123  :0]          ib_iface.c:1046 UCX  ERROR ibv_create_cq(cqe=4096) failed: Cannot allocate memory"
-    text = single_rank(version, "Available KV cache memory: 30.0 GiB", "GPU KV cache size: 100,000 tokens") + log(ucx)
+    text = single_rank(
+        version, "Available KV cache memory: 30.0 GiB", "GPU KV cache size: 100,000 tokens"
+    ) + log(ucx)
     row, _meta = boot_row(text)
     assert row["outcome"] == "error" and "UCX  ERROR" in row["error"]
 
@@ -199,7 +220,9 @@ def test_traceback_through_capture_model_without_memory_numbers_is_an_error_in_c
     version = "0.26.0"
     error = "RuntimeError: CUDA error: operation not permitted when stream is capturing"
     lines = [vllm_line(version, engine_config(version), "EngineCore", 7, where="core.py:139")]
-    lines += [vllm_line(version, text, "EngineCore", 7, "ERROR", "core.py:1584") for text in TRACEBACK_CAPTURE]
+    lines += [
+        vllm_line(version, text, "EngineCore", 7, "ERROR", "core.py:1584") for text in TRACEBACK_CAPTURE
+    ]
     lines += [vllm_line(version, error, "EngineCore", 7, "ERROR", "core.py:1584")]
     row, _meta = boot_row(log(*lines))
     assert (row["outcome"], row["error"], row["failed_in"]) == ("error", error, "capture_model")
@@ -261,7 +284,10 @@ def test_the_0_6_5_development_profiling_table(separator):
         ("PyTorch activation peak memory", "1.26GiB"),
         ("available_kv_cache_memory", "53.29GiB"),
     ]
-    lines = [v0_engine_config("0.6.4.post1"), vllm_line("0.6.4", "Memory profiling results:", where="worker.py:243")]
+    lines = [
+        v0_engine_config("0.6.4.post1"),
+        vllm_line("0.6.4", "Memory profiling results:", where="worker.py:243"),
+    ]
     lines += [vllm_line("0.6.4", f"{key}{separator}{value}", where="worker.py:243") for key, value in fields]
     row, meta = boot_row(log(*lines))
     assert row["total_bytes"] == gib("79.22")
@@ -282,7 +308,11 @@ def test_block_override(version):
     # "Overriding num_gpu_blocks=%d with num_gpu_blocks_override=%d"
     message = "Overriding num_gpu_blocks=24576 with num_gpu_blocks_override=4096"
     if release(version) < (0, 8, 0):
-        text = log(v0_engine_config(version), vllm_line(version, message, where="llm_engine.py:395"), "Loading model weights took 14.9888 GB")
+        text = log(
+            v0_engine_config(version),
+            vllm_line(version, message, where="llm_engine.py:395"),
+            "Loading model weights took 14.9888 GB",
+        )
     else:
         text = single_rank(version, message)
     row, meta = boot_row(text)
@@ -293,11 +323,24 @@ def test_block_override(version):
 @pytest.mark.parametrize(
     ("version", "message"),
     [
-        *[(v, "Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available GPU memory (30.0 GiB available for KV cache)")
-          for v in ("0.14.0", "0.20.0", "0.27.0", "0.30.0", "0.31.0")],
-        *[(v, "Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available KV cache memory (30.0 GiB GPU)")
-          for v in ("0.32.0", "0.33.0")],
-        ("0.33.0", "Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available KV cache memory (30.0 GiB GPU + 60.0 GiB host)"),
+        *[
+            (
+                v,
+                "Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available GPU memory (30.0 GiB available for KV cache)",
+            )
+            for v in ("0.14.0", "0.20.0", "0.27.0", "0.30.0", "0.31.0")
+        ],
+        *[
+            (
+                v,
+                "Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available KV cache memory (30.0 GiB GPU)",
+            )
+            for v in ("0.32.0", "0.33.0")
+        ],
+        (
+            "0.33.0",
+            "Auto-fit max_model_len: reduced from 131072 to 98304 to fit in available KV cache memory (30.0 GiB GPU + 60.0 GiB host)",
+        ),
     ],
 )
 def test_auto_fit_reduced_length_wins_over_the_engine_config(version, message):
@@ -311,7 +354,13 @@ def test_auto_fit_reduced_length_wins_over_the_engine_config(version, message):
 def test_chunked_prefill_max_num_batched_tokens(version):
     # config/scheduler.py __post_init__: info_once "Chunked prefill is enabled with max_num_batched_tokens=%d."
     text = log(
-        vllm_line(version, "Chunked prefill is enabled with max_num_batched_tokens=8192.", "APIServer", 100, where="scheduler.py:311"),
+        vllm_line(
+            version,
+            "Chunked prefill is enabled with max_num_batched_tokens=8192.",
+            "APIServer",
+            100,
+            where="scheduler.py:311",
+        ),
     ) + single_rank(version)
     row, meta = boot_row(text)
     assert row["max_num_batched_tokens"] == 8192
@@ -329,10 +378,14 @@ def test_non_default_args_give_max_num_batched_tokens_and_async_scheduling():
     assert not row["hybrid_kv_cache_manager"]
 
 
-@pytest.mark.parametrize(("version", "state"), [("0.14.0", "enabled"), ("0.20.0", "disabled"), ("0.26.0", "enabled")])
+@pytest.mark.parametrize(
+    ("version", "state"), [("0.14.0", "enabled"), ("0.20.0", "disabled"), ("0.26.0", "enabled")]
+)
 def test_asynchronous_scheduling(version, state):
     # config/vllm.py __post_init__: info_once "Asynchronous scheduling is %s." (0.14–0.26)
-    text = log(vllm_line(version, f"Asynchronous scheduling is {state}.", "APIServer", 100, where="vllm.py:1110"))
+    text = log(
+        vllm_line(version, f"Asynchronous scheduling is {state}.", "APIServer", 100, where="vllm.py:1110")
+    )
     row, _meta = boot_row(text + single_rank(version))
     assert row["async_scheduling"] == (state == "enabled")
 
@@ -395,10 +448,19 @@ def test_encoder_graph_capture_memory_is_graph_memory(version):
 @pytest.mark.parametrize(
     ("family", "message"),
     [
-        ("weights_outside", "Weights are held outside this process: of the 128.63 GiB utilization budget, 60.2 GiB is externally held and 68.43 GiB remains for the engine's own allocations."),
+        (
+            "weights_outside",
+            "Weights are held outside this process: of the 128.63 GiB utilization budget, 60.2 GiB is externally held and 68.43 GiB remains for the engine's own allocations.",
+        ),
         ("sleep_mode", "Sleep mode freed 120.5 GiB memory, 1.2 GiB memory is still in use."),
-        ("sleep_mode", "CuMemAllocator: sleep freed 120.50 GiB memory in total, of which 15.27 GiB is backed up in CPU and the rest 105.23 GiB is discarded directly."),
-        ("rocm_free_grew", "Free memory grew by 1.25 GiB during profiling (initial 130.2 GiB, current 131.45 GiB). Sizing the KV cache from the 3.5 GiB torch reserved instead of the profiling difference."),
+        (
+            "sleep_mode",
+            "CuMemAllocator: sleep freed 120.50 GiB memory in total, of which 15.27 GiB is backed up in CPU and the rest 105.23 GiB is discarded directly.",
+        ),
+        (
+            "rocm_free_grew",
+            "Free memory grew by 1.25 GiB during profiling (initial 130.2 GiB, current 131.45 GiB). Sizing the KV cache from the 3.5 GiB torch reserved instead of the profiling difference.",
+        ),
         ("elastic_ep", "[Elastic EP] Synced KV cache memory size to new workers"),
     ],
 )
@@ -420,7 +482,10 @@ def test_weights_outside_the_process_reads_the_engine_budget():
 
 @pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
 def test_hisparse_gpu_plus_host_size_is_not_a_gpu_figure(version):
-    text = single_rank(version, "GPU + host KV cache size: 2,869,120 tokens, Maximum concurrency for 131,072 tokens per request: 21.89x")
+    text = single_rank(
+        version,
+        "GPU + host KV cache size: 2,869,120 tokens, Maximum concurrency for 131,072 tokens per request: 21.89x",
+    )
     row, _meta = boot_row(text)
     assert row["kv_cache_pools"] == "GPU + host"
     assert row["kv_cache_tokens"] == 2869120
@@ -428,7 +493,10 @@ def test_hisparse_gpu_plus_host_size_is_not_a_gpu_figure(version):
 
 def test_hisparse_steady_state_concurrency_is_flagged():
     version = "0.33.0"
-    text = single_rank(version, "HiSparse steady-state maximum concurrency for 131,072 tokens per request: 35.20x (running requests reading from host).")
+    text = single_rank(
+        version,
+        "HiSparse steady-state maximum concurrency for 131,072 tokens per request: 35.20x (running requests reading from host).",
+    )
     _row, meta = boot_row(text)
     assert any(getattr(w, "code", None) == "hisparse" for w in meta["warnings"])
 
@@ -436,7 +504,15 @@ def test_hisparse_steady_state_concurrency_is_flagged():
 @pytest.mark.parametrize("version", ["0.15.0", "0.20.0", "0.27.0", "0.33.0"])
 def test_server_version_line(version):
     # entrypoints/… (0.15–0.26) / serve/utils/api_utils.py (0.27–0.32) / common/startup.py:18 (0.33)
-    text = log(vllm_line(version, f"vLLM server version {version}, serving model Qwen/Qwen3-8B", "APIServer", 100, where="startup.py:36"))
+    text = log(
+        vllm_line(
+            version,
+            f"vLLM server version {version}, serving model Qwen/Qwen3-8B",
+            "APIServer",
+            100,
+            where="startup.py:36",
+        )
+    )
     text += single_rank(version).replace(f"(v{version}) ", "")
     row, _meta = boot_row(text)
     assert row["vllm_version"] == version

@@ -3,8 +3,6 @@
 Sizes vLLM prints in GiB become bytes by ``parse_size(f"{x}GiB")`` (nearest byte): ``gib("10.2")``.
 """
 
-# ruff: noqa: E501  (vLLM log lines are long; they are kept whole so each test shows the real line)
-
 import io
 import string
 
@@ -33,7 +31,7 @@ def candidates(stream, **options):
     """``(line number, raw line)`` of the scan's candidate lines, each checked against its byte offset."""
     data = stream.getvalue()
     found = list(scan.iter_candidate_lines(stream, **options))
-    assert all(data[offset:offset + len(raw)] == raw for _number, offset, raw in found)
+    assert all(data[offset : offset + len(raw)] == raw for _number, offset, raw in found)
     return [(number, raw) for number, _offset, raw in found]
 
 
@@ -204,7 +202,11 @@ FAMILIES = [
     (
         "model weights take 7.48GiB; non_torch_memory takes 0.42GiB; PyTorch activation peak memory takes 1.23GiB; "
         "the rest of the memory reserved for KV Cache is 62.14GiB.",
-        {"weights_bytes": gib("7.48"), "activation_peak_bytes": gib("1.23"), "available_kv_bytes": gib("62.14")},
+        {
+            "weights_bytes": gib("7.48"),
+            "activation_peak_bytes": gib("1.23"),
+            "available_kv_bytes": gib("62.14"),
+        },
     ),
     # DEBUG 0.10.1+: within requested = 62.31 − (78.47 − 71.27) = 55.11 (free after − unrequested)
     (
@@ -668,7 +670,9 @@ def test_errors_after_startup_make_the_outcome_and_say_when():
         "after startup completed, at s.log:3: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.0 GiB.",
     )
     assert meta["lines"][("s.log", 0, 0, "outcome")] == 3
-    assert meta["warnings"][0].startswith("s.log:3: out-of-memory or error after startup completed (1 line(s))")
+    assert meta["warnings"][0].startswith(
+        "s.log:3: out-of-memory or error after startup completed (1 line(s))"
+    )
 
 
 FOUR_RANK_LOG = DATA_DIR / "boots" / "four-rank" / "boot.log"
@@ -682,7 +686,9 @@ def test_a_worker_oom_after_startup_marks_that_rank_oom_and_no_other():
     )
     ledger, _ = read_vllm_log(text, source="late.log")
     assert ledger["outcome"].tolist() == ["ok", "ok", "oom", "ok"]
-    assert ledger.loc[2, "error"].startswith("after startup completed, at late.log:88: torch.OutOfMemoryError")
+    assert ledger.loc[2, "error"].startswith(
+        "after startup completed, at late.log:88: torch.OutOfMemoryError"
+    )
 
 
 def test_an_engine_fatal_error_after_startup_fails_every_rank_as_the_engines():
@@ -736,8 +742,11 @@ def test_an_old_release_boot_completes_when_every_rank_captured_its_graphs():
     # 0.5.x V0, TP=2, no "init engine … took": graph capture is each rank's last startup step
     text = (
         "Initializing an LLM engine (v0.5.4) with config: model='m', tensor_parallel_size=2\n"
-        + HEAD + "# GPU blocks: 2666, # CPU blocks: 2048\n"
-        + "(VllmWorkerProcess pid=7) " + HEAD + "Graph capturing finished in 5 secs.\n"
+        + HEAD
+        + "# GPU blocks: 2666, # CPU blocks: 2048\n"
+        + "(VllmWorkerProcess pid=7) "
+        + HEAD
+        + "Graph capturing finished in 5 secs.\n"
     )
     ledger, _ = read_vllm_log(text)
     # rank 1 is through, but the driver (rank 0) has not finished: the boot has not
@@ -750,8 +759,10 @@ def test_old_graph_capture_line_completes_a_v0_boot():
     # 0.5.x V0, one GPU: no "init engine … took"; graph capture is the last step of startup
     text = (
         "Initializing an LLM engine (v0.5.4) with config: model='m', tensor_parallel_size=1\n"
-        + HEAD + "# GPU blocks: 2666, # CPU blocks: 2048\n"
-        + HEAD + "Graph capturing finished in 5 secs.\n"
+        + HEAD
+        + "# GPU blocks: 2666, # CPU blocks: 2048\n"
+        + HEAD
+        + "Graph capturing finished in 5 secs.\n"
     )
     assert (one_row(text)["outcome"], one_row(text)["num_gpu_blocks"]) == ("ok", 2666)
     cut = text.rsplit(HEAD, 1)[0]
@@ -898,8 +909,11 @@ def test_the_prefilter_finds_the_same_lines_whatever_the_chunk_size(lines, last,
     # The reference: split the text into lines and keep those holding an anchor; a chunk boundary
     # (falling inside a line, on a newline, or a chunk without any newline) must not change it.
     data = b"".join(lines) + last
-    expected = [(number, line) for number, line in enumerate(data.split(b"\n"), start=1)
-                if any(anchor in line for anchor in scan.ANCHORS)]
+    expected = [
+        (number, line)
+        for number, line in enumerate(data.split(b"\n"), start=1)
+        if any(anchor in line for anchor in scan.ANCHORS)
+    ]
     assert candidates(io.BytesIO(data), chunk_bytes=chunk_bytes) == expected
 
 
@@ -927,16 +941,24 @@ def test_sample_four_rank():
     assert ledger["kv_cache_tokens"].tolist() == [155856] * 4  # 9,741 × 16
     assert ledger["max_concurrency"].tolist() == [4.76] * 4  # 9,741 / 2,048
     row = ledger.iloc[0]
-    assert (row["vllm_version"], row["model"], row["max_model_len"], row["tensor_parallel_size"],
-            row["gpu_memory_utilization"], row["block_size"]) == (
-        "0.26.0", "meta-llama/Llama-3.1-70B-Instruct", 32768, 4, 0.6, 16)
+    assert (
+        row["vllm_version"],
+        row["model"],
+        row["max_model_len"],
+        row["tensor_parallel_size"],
+        row["gpu_memory_utilization"],
+        row["block_size"],
+    ) == ("0.26.0", "meta-llama/Llama-3.1-70B-Instruct", 32768, 4, 0.6, 16)
 
 
 def test_sample_shared_gpu_dp_ranks_from_engine_core_prefixes():
     ledger, meta = sample("shared-gpu")
     assert meta["warnings"] == []
     assert ledger[["rank", "dp_rank", "process"]].values.tolist() == [
-        [0, 0, "EngineCore_DP0"], [1, 1, "EngineCore_DP1"], [2, 2, "EngineCore_DP2"]]
+        [0, 0, "EngineCore_DP0"],
+        [1, 1, "EngineCore_DP1"],
+        [2, 2, "EngineCore_DP2"],
+    ]
     assert ledger["room_bytes"].tolist() == [64394135552, 82385707008, 82379497472]
     # DP engines do not take a minimum across each other: only DP0 printed its engine lines
     assert ledger["kv_cache_tokens"].tolist()[0] == 425360  # 26,585 × 16
@@ -996,7 +1018,9 @@ def test_sample_rank0_only():
 def test_sample_oom_in_graph_capture():
     ledger, meta = sample("oom")
     assert ledger["outcome"].tolist() == ["error", "oom"]
-    assert ledger.loc[1, "error"].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB.")
+    assert ledger.loc[1, "error"].startswith(
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB."
+    )
     # rank 0 did not fail itself: the engine's failure (line 84) is named as the engine's
     assert ledger.loc[0, "error"].startswith(
         f"not this rank's own failure: EngineCore_DP0 failed, at {BOOTS / 'oom' / 'boot.log'}:84: "
@@ -1010,31 +1034,54 @@ def test_sample_oom_in_graph_capture():
     ("version", "hint", "room_gib"),
     [
         # 0.19 with the env var unset: the estimate is printed, not subtracted → room = 20 − captured 1.5
-        ("0.19.0", "In v0.19, CUDA graph memory profiling will be enabled by default (VLLM_MEMORY_PROFILER_"
-         "ESTIMATE_CUDAGRAPHS=1), which more accurately accounts for CUDA graph memory during KV cache allocation. "
-         "To try it now, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 and increase --gpu-memory-utilization from "
-         "0.9000 to 0.9189 to maintain the same effective KV cache size.", "18.5"),
+        (
+            "0.19.0",
+            "In v0.19, CUDA graph memory profiling will be enabled by default (VLLM_MEMORY_PROFILER_"
+            "ESTIMATE_CUDAGRAPHS=1), which more accurately accounts for CUDA graph memory during KV cache allocation. "
+            "To try it now, set VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 and increase --gpu-memory-utilization from "
+            "0.9000 to 0.9189 to maintain the same effective KV cache size.",
+            "18.5",
+        ),
         # 0.18 with the env var on: subtracted first → only the pool's excess over the estimate (0.5 GiB)
-        ("0.18.0", "CUDA graph memory profiling is enabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1). This will "
-         "become the default in v0.19. The current --gpu-memory-utilization=0.9000 is equivalent to "
-         "--gpu-memory-utilization=0.8811 without CUDA graph memory profiling.", "19.5"),
+        (
+            "0.18.0",
+            "CUDA graph memory profiling is enabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1). This will "
+            "become the default in v0.19. The current --gpu-memory-utilization=0.9000 is equivalent to "
+            "--gpu-memory-utilization=0.8811 without CUDA graph memory profiling.",
+            "19.5",
+        ),
         # 0.22 with the env var off (WARNING): not subtracted
-        ("0.22.0", "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Consider "
-         "re-enabling it (the default as of v0.21.0) and increasing --gpu-memory-utilization from 0.9000 to 0.9189.",
-         "18.5"),
+        (
+            "0.22.0",
+            "CUDA graph memory profiling is disabled (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=0). Consider "
+            "re-enabling it (the default as of v0.21.0) and increasing --gpu-memory-utilization from 0.9000 to 0.9189.",
+            "18.5",
+        ),
     ],
 )
 def test_graph_estimate_hints_decide_the_correction(version, hint, room_gib):
-    text = (f"vLLM API server version {version}\n" + HEAD + "Available KV cache memory: 20.0 GiB\n" + HEAD + hint
-            + "\n" + HEAD + "CUDA graph pool memory: 1.5 GiB (actual), 1.0 GiB (estimated), difference: 0.5 GiB (50.0%).\n")
+    text = (
+        f"vLLM API server version {version}\n"
+        + HEAD
+        + "Available KV cache memory: 20.0 GiB\n"
+        + HEAD
+        + hint
+        + "\n"
+        + HEAD
+        + "CUDA graph pool memory: 1.5 GiB (actual), 1.0 GiB (estimated), difference: 0.5 GiB (50.0%).\n"
+    )
     # 20, 1.5 and 1.0 GiB are exact in binary, so the differences are exact too
     assert one_row(text)["room_bytes"] == gib(room_gib)
 
 
 def test_suggestion_double_count_is_flagged_for_0_18_with_the_estimate_on():
-    text = ("vLLM API server version 0.18.0\n" + HEAD + "CUDA graph memory profiling is enabled "
-            "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1). This will become the default in v0.19.\n" + HEAD
-            + line_of("suggestion", "(60.29 GiB)") + "\n")
+    text = (
+        "vLLM API server version 0.18.0\n" + HEAD + "CUDA graph memory profiling is enabled "
+        "(VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1). This will become the default in v0.19.\n"
+        + HEAD
+        + line_of("suggestion", "(60.29 GiB)")
+        + "\n"
+    )
     ledger, meta = read_vllm_log(text)
     assert ledger.loc[0, "room_bytes"] == 64739669441
     assert any("vllm#57936" in warning for warning in meta["warnings"])
@@ -1050,7 +1097,9 @@ def test_v0_ray_worker_without_a_rank_line_is_the_rank_after_the_driver():
     # V0 summary: total 79.19 × 0.90 = 71.27 GiB; KV = 71.271 − weights 7.51 − non-torch − peak 1.42:
     # driver 71.271 − 7.51 − 0.68 − 1.42 = 61.66, worker 71.271 − 7.51 − 0.60 − 1.42 = 61.74 GiB
     ledger, meta = read_vllm_log(LOGS / "v0.7.2-ray-tp2.log", source="ray2.log")
-    assert meta["warnings"] == []  # no false "carry no process prefix"; one worker for one free rank: no guess
+    assert (
+        meta["warnings"] == []
+    )  # no false "carry no process prefix"; one worker for one free rank: no guess
     rows = ledger[["rank", "process", "pid", "outcome"]].astype(object).where(ledger.notna(), None)
     assert rows.values.tolist() == [[0, None, None, "ok"], [1, "RayWorkerWrapper", 5121, "ok"]]
     assert ledger["available_kv_bytes"].tolist() == [gib("61.66"), gib("61.74")]
@@ -1095,7 +1144,10 @@ def test_rank_assignment_lines_win_over_the_order_of_appearance_for_ray_workers(
         "is assigned as DP rank 0, PP rank 0, TP rank 0, EP rank 0\n"
     )
     ledger, meta = read_vllm_log(text)
-    assert ledger[["rank", "pid", "available_kv_bytes"]].values.tolist() == [[0, 40, 3 * GiB], [1, 41, 4 * GiB]]
+    assert ledger[["rank", "pid", "available_kv_bytes"]].values.tolist() == [
+        [0, 40, 3 * GiB],
+        [1, 41, 4 * GiB],
+    ]
     assert not any("first appearance" in warning for warning in meta["warnings"])
 
 
@@ -1178,19 +1230,25 @@ def test_ranks_whose_lines_ray_deduplicated_are_not_incomplete_and_the_budget_sa
         "model='m', dtype=torch.bfloat16, max_seq_len=32768, tensor_parallel_size=4, pipeline_parallel_size=1, "
         "data_parallel_size=1, quantization=None, enforce_eager=True, kv_cache_dtype=auto\n"
         + "".join(
-            prefix.format(21 + rank, 12) + f"[parallel_state.py:1165] rank {rank} in world size 4 is assigned as "
+            prefix.format(21 + rank, 12)
+            + f"[parallel_state.py:1165] rank {rank} in world size 4 is assigned as "
             f"DP rank 0, PP rank 0, TP rank {rank}, EP rank {rank}\n"
             for rank in range(4)
         )
-        + prefix.format(21, 27) + "[gpu_worker.py:298] Available KV cache memory: 65.38 GiB\n"
-        + prefix.format(24, 27) + "[gpu_worker.py:298] Available KV cache memory: 65.46 GiB [repeated 3x across cluster]\n"
+        + prefix.format(21, 27)
+        + "[gpu_worker.py:298] Available KV cache memory: 65.38 GiB\n"
+        + prefix.format(24, 27)
+        + "[gpu_worker.py:298] Available KV cache memory: 65.46 GiB [repeated 3x across cluster]\n"
         "(EngineCore_DP0 pid=5) INFO 10-03 10:00:30 [core.py:210] init engine (profile, create kv cache, warmup "
         "model) took 20.10 seconds\n"
     )
     ledger, meta = read_vllm_log(text, source="ray.log")
     assert ledger["outcome"].tolist() == ["ok"] * 4  # the boot completed on every rank
     assert ledger["room_bytes"].astype(object).where(ledger["room_bytes"].notna(), None).tolist() == [
-        gib("65.38"), None, None, gib("65.46")  # the shown value stays on pid 24
+        gib("65.38"),
+        None,
+        None,
+        gib("65.46"),  # the shown value stays on pid 24
     ]
     dedup = [warning for warning in meta["warnings"] if "rank(s) 1, 2 show no room" in warning]
     assert len(dedup) == 1 and dedup[0].startswith("ray.log:7: boot 0:")
@@ -1213,8 +1271,10 @@ def test_ranks_whose_lines_ray_deduplicated_are_not_incomplete_and_the_budget_sa
     ("config", "mode"),
     [
         # 0.11+ engine config prints the enum: FULL_AND_PIECEWISE = (FULL 2, PIECEWISE 1)
-        ("compilation_config={'level': 3, 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>}",
-         "FULL_AND_PIECEWISE"),
+        (
+            "compilation_config={'level': 3, 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>}",
+            "FULL_AND_PIECEWISE",
+        ),
         # 0.10 prints JSON: a pair (decode, mixed) or one number (1 = PIECEWISE)
         ('compilation_config={"level":3,"cudagraph_mode":[2,0]}', "FULL_DECODE_ONLY"),
         ('compilation_config={"level":3,"cudagraph_mode":1,"use_cudagraph":true}', "PIECEWISE"),

@@ -28,15 +28,31 @@ FORMS = {
     "v0 0.2-0.4.1": (
         "Avg prompt throughput: 1024.4 tokens/s, Avg generation throughput: 126.3 tokens/s, Running: 5 reqs, "
         "Swapped: 0 reqs, Pending: 2 reqs, GPU KV cache usage: 3.1%, CPU KV cache usage: 0.0%",
-        {"prompt_tokens_per_s": 1024.4, "generation_tokens_per_s": 126.3, "running": 5, "swapped": 0,
-         "waiting": 2, "kv_cache_usage_pct": 3.1, "engine": None, "form": "v0"},
+        {
+            "prompt_tokens_per_s": 1024.4,
+            "generation_tokens_per_s": 126.3,
+            "running": 5,
+            "swapped": 0,
+            "waiting": 2,
+            "kv_cache_usage_pct": 3.1,
+            "engine": None,
+            "form": "v0",
+        },
     ),
     # ≥0.4.3: %-format with the trailing period; the CPU value (swap space) is not the KV usage
     "v0 0.4.3+": (
         "Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 210.3 tokens/s, Running: 12 reqs, "
         "Swapped: 1 reqs, Pending: 4 reqs, GPU KV cache usage: 97.1%, CPU KV cache usage: 2.5%.",
-        {"prompt_tokens_per_s": 0.0, "generation_tokens_per_s": 210.3, "running": 12, "swapped": 1,
-         "waiting": 4, "kv_cache_usage_pct": 97.1, "engine": None, "form": "v0"},
+        {
+            "prompt_tokens_per_s": 0.0,
+            "generation_tokens_per_s": 210.3,
+            "running": 12,
+            "swapped": 1,
+            "waiting": 4,
+            "kv_cache_usage_pct": 97.1,
+            "engine": None,
+            "form": "v0",
+        },
     ),
     # a patched V0 build with extra fields (vllm#2731)
     "v0 patched": (
@@ -139,7 +155,7 @@ def test_timeline_row_per_form(form):
     row = timeline.iloc[0]
     for key, value in expected.items():
         if key != "form":
-            assert (pd.isna(row[key]) if value is None else row[key] == value), key
+            assert pd.isna(row[key]) if value is None else row[key] == value, key
     timed = bool(HEADERS[form])
     assert (timeline.index[0] == pd.Timestamp("2026-11-29 10:00:10")) if timed else pd.isna(timeline.index[0])
     # the interval's preemptions: stated, 0 when the release omits a zero (0.11.1+, loggers.py ≥ 236),
@@ -189,8 +205,13 @@ INFO 11-29 10:00:20 launcher.py:57] Shutting down FastAPI HTTP server.
 def test_v0_log_timeline():
     reading = parse_stats_text(V0_LOG, "v0.log", year=2026)
     rows = [row.to_dict() for row in reading.rows]
-    assert [(r["line"], r["event"]) for r in rows] == [(1, None), (3, "preemption"), (4, None),
-                                                      (5, "preemption"), (6, "oom")]
+    assert [(r["line"], r["event"]) for r in rows] == [
+        (1, None),
+        (3, "preemption"),
+        (4, None),
+        (5, "preemption"),
+        (6, "oom"),
+    ]
     assert rows[0]["prefix_cache_hit_pct"] == 12.34  # the companion line's GPU value
     assert rows[0]["time"] == "2026-11-29T10:00:05"
     assert rows[0]["preemptions"] is None  # V0 stats lines carry no preemption count
@@ -240,26 +261,44 @@ def test_error_without_oom():
     assert [row.event for row in parse_stats_text(text, "e.log").rows] == ["error"]
 
 
-DP_LOG = "\n".join([
-    v1_line(0, 10, "Engine 000: Avg prompt throughput: 100.0 tokens/s, Avg generation throughput: 50.0 "
-                   "tokens/s, "
-            "Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 10.0%, Prefix cache hit rate: 0.0%"),
-    v1_line(0, 10, "Engine 001: Avg prompt throughput: 100.0 tokens/s, Avg generation throughput: 50.0 "
-                   "tokens/s, "
+DP_LOG = "\n".join(
+    [
+        v1_line(
+            0,
+            10,
+            "Engine 000: Avg prompt throughput: 100.0 tokens/s, Avg generation throughput: 50.0 "
+            "tokens/s, "
+            "Running: 3 reqs, Waiting: 0 reqs, GPU KV cache usage: 10.0%, Prefix cache hit rate: 0.0%",
+        ),
+        v1_line(
+            0,
+            10,
+            "Engine 001: Avg prompt throughput: 100.0 tokens/s, Avg generation throughput: 50.0 "
+            "tokens/s, "
             "Running: 3 reqs, Waiting: 1 reqs, Preemptions: 2, GPU KV cache usage: 99.0%, Prefix cache "
             "hit rate: "
-            "0.0%"),
-    v1_line(0, 20, "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 60.0 "
-                   "tokens/s, "
+            "0.0%",
+        ),
+        v1_line(
+            0,
+            20,
+            "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 60.0 "
+            "tokens/s, "
             "Running: 3 reqs, Waiting: 0 reqs, Preemptions: 1, GPU KV cache usage: 12.0%, Prefix cache "
             "hit rate: "
-            "0.0%"),
-    v1_line(0, 20, "Engine 001: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 60.0 "
-                   "tokens/s, "
+            "0.0%",
+        ),
+        v1_line(
+            0,
+            20,
+            "Engine 001: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 60.0 "
+            "tokens/s, "
             "Running: 4 reqs, Waiting: 0 reqs, Preemptions: 3, GPU KV cache usage: 98.0%, Prefix cache "
             "hit rate: "
-            "0.0%"),
-])
+            "0.0%",
+        ),
+    ]
+)
 
 
 def test_v1_engines_and_interval_preemptions():
@@ -302,20 +341,37 @@ STATS_0_26 = FORMS["v1 0.11.1 preemptions"][0]
         # docker --timestamps: the outer UTC stamp gives the year, vLLM's own stamp the time
         ("docker", f"2026-11-29T10:00:10.758564289Z {v1_line(0, 10, STATS_0_26)}", "2026-11-29T10:00:10"),
         # outer bracketed stamp (vllm#6206), 8 h ahead of vLLM's local time
-        ("bracketed", f"[2026-11-29 18:00:10] INFO 11-29 10:00:10 metrics.py:334] {STATS_0_26}",
-         "2026-11-29T10:00:10"),
+        (
+            "bracketed",
+            f"[2026-11-29 18:00:10] INFO 11-29 10:00:10 metrics.py:334] {STATS_0_26}",
+            "2026-11-29T10:00:10",
+        ),
         # VLLM_LOGGING_CONFIG_PATH format (vllm#11517): its own full stamp
-        ("custom", f"2026-11-29 10:00:10 - vllm.v1.metrics.loggers - INFO - {STATS_0_26}",
-         "2026-11-29T10:00:10"),
+        (
+            "custom",
+            f"2026-11-29 10:00:10 - vllm.v1.metrics.loggers - INFO - {STATS_0_26}",
+            "2026-11-29T10:00:10",
+        ),
         # a Ray actor prefix in front
-        ("ray", f"(MapWorker(MapBatches(vLLMEngineStageUDF)) pid=20874) INFO 11-29 10:00:10 [loggers.py:310] "
-                f"{STATS_0_26}", "11-29 10:00:10"),
+        (
+            "ray",
+            f"(MapWorker(MapBatches(vLLMEngineStageUDF)) pid=20874) INFO 11-29 10:00:10 [loggers.py:310] "
+            f"{STATS_0_26}",
+            "11-29 10:00:10",
+        ),
         # a tqdm bar on the same physical line
-        ("tqdm", f"Processed prompts:   0%|  | 34/10000 [00:05<27:41, 6.00it/s]{v1_line(0, 10, STATS_0_26)}",
-         "11-29 10:00:10"),
+        (
+            "tqdm",
+            f"Processed prompts:   0%|  | 34/10000 [00:05<27:41, 6.00it/s]{v1_line(0, 10, STATS_0_26)}",
+            "11-29 10:00:10",
+        ),
         # colours
-        ("ansi", "\x1b[0;36m(APIServer pid=7)\x1b[0;0m \x1b[32mINFO\x1b[0m \x1b[90m11-29 10:00:10 "
-                 f"[loggers.py:310]\x1b[0m {STATS_0_26}", "11-29 10:00:10"),
+        (
+            "ansi",
+            "\x1b[0;36m(APIServer pid=7)\x1b[0;0m \x1b[32mINFO\x1b[0m \x1b[90m11-29 10:00:10 "
+            f"[loggers.py:310]\x1b[0m {STATS_0_26}",
+            "11-29 10:00:10",
+        ),
     ],
 )
 def test_tolerated_wrappers(name, text, time):
@@ -327,8 +383,10 @@ def test_tolerated_wrappers(name, text, time):
 
 def test_debug_stats_lines_are_read():
     # at VLLM_LOGGING_LEVEL=DEBUG a stalled server's demoted line (0 tok/s, Running > 0) is still a row
-    message = ("Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, "
-               "Running: 5 reqs, Waiting: 9 reqs, GPU KV cache usage: 99.9%, Prefix cache hit rate: 0.0%")
+    message = (
+        "Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 0.0 tokens/s, "
+        "Running: 5 reqs, Waiting: 9 reqs, GPU KV cache usage: 99.9%, Prefix cache hit rate: 0.0%"
+    )
     text = "(APIServer pid=7) DEBUG 11-29 10:00:10 [v1/metrics/loggers.py:310] " + message
     [row] = parse_stats_text(text, "debug.log").rows
     assert (row.running, row.waiting, row.generation_tokens_per_s, row.preemptions) == (5, 9, 0.0, 0)
@@ -363,8 +421,10 @@ def test_idle_gap_is_reported():
 
 
 def test_startup_only_log_gives_capacity_and_a_warning():
-    text = ("(EngineCore pid=48467) INFO 11-24 09:16:03 [kv_cache_utils.py:1733] GPU KV cache size: 155,856 "
-            "tokens\n")
+    text = (
+        "(EngineCore pid=48467) INFO 11-24 09:16:03 [kv_cache_utils.py:1733] GPU KV cache size: 155,856 "
+        "tokens\n"
+    )
     reading = parse_stats_text(text, "boot.log")
     assert reading.rows == () and reading.kv_cache_tokens == 155_856
     assert any("startup lines only" in w for w in reading.warnings)
@@ -404,22 +464,27 @@ V0_PREEMPTED = (
     "end-to-end performance. Increase gpu_memory_utilization or tensor_parallel_size to provide more KV "
     "cache memory. total_num_cumulative_preemption={}"
 )
-V0_RESTART_LOG = "\n".join([
-    "INFO 11-29 09:59:00 api_server.py:712] vLLM API server version 0.6.6",
-    V0_PREEMPTED.format(1, 7, 1),
-    V0_PREEMPTED.format(2, 80, 51),
-    "INFO 11-29 10:03:00 launcher.py:57] Shutting down FastAPI HTTP server.",
-    "INFO 11-29 10:04:00 api_server.py:712] vLLM API server version 0.6.6",
-    "INFO 11-29 10:04:01 llm_engine.py:234] Initializing an LLM engine (v0.6.6) with config: model='llama'",
-    V0_PREEMPTED.format(5, 3, 1),
-])
+V0_RESTART_LOG = "\n".join(
+    [
+        "INFO 11-29 09:59:00 api_server.py:712] vLLM API server version 0.6.6",
+        V0_PREEMPTED.format(1, 7, 1),
+        V0_PREEMPTED.format(2, 80, 51),
+        "INFO 11-29 10:03:00 launcher.py:57] Shutting down FastAPI HTTP server.",
+        "INFO 11-29 10:04:00 api_server.py:712] vLLM API server version 0.6.6",
+        "INFO 11-29 10:04:01 llm_engine.py:234] Initializing an LLM engine (v0.6.6) with config: model='llama'",
+        V0_PREEMPTED.format(5, 3, 1),
+    ]
+)
 
 
 def test_v0_counter_restarts_from_zero_after_a_server_restart():
     reading = parse_stats_text(V0_RESTART_LOG, "restart.log", year=2026)
     # the second start (lines 5 and 6, one boot) comes after rows: rows after it have restarts = 1
     assert [(row.line, row.preemptions_total, row.restarts) for row in reading.rows] == [
-        (2, 1, 0), (3, 51, 0), (7, 1, 1)]
+        (2, 1, 0),
+        (3, 51, 0),
+        (7, 1, 1),
+    ]
     # 51 preemptions before the restart + 1 after = 52 (the counter restarted at 1, it did not go back)
     assert load_timeline(reading)["preemptions_cum"].tolist() == [1, 51, 52]
     assert run_preemptions(reading) == 52
@@ -432,8 +497,9 @@ def test_v0_totals_come_from_the_counter_not_line_counts_and_are_a_lower_bound()
     reading = parse_stats_text(V0_RESTART_LOG, "restart.log", year=2026)
     # three warning lines, but 52 preemptions (51 + 1); up to 49 more may follow each printed warning
     assert run_preemptions(reading) == 52 and preemptions_lower_bound(reading)
-    assert any("lower bound" in w and "line 7 (total_num_cumulative_preemption=1)" in w
-               for w in reading.warnings)
+    assert any(
+        "lower bound" in w and "line 7 (total_num_cumulative_preemption=1)" in w for w in reading.warnings
+    )
     check = load_checks(reading)[1]
     assert check.passed is False and check.detail.startswith("at least 52 preemption(s)")
     # a policy of 60 cannot be judged from a lower bound of 52: the true count may be up to 52 + 49
@@ -498,11 +564,15 @@ def test_stripped_metrics_dump_with_a_python_sample_first_is_read_as_metrics(tmp
 
 def test_kv_usage_outside_zero_to_hundred_percent_is_unknown_with_a_warning():
     # vLLM prints "GPU KV cache usage: %.1f%%" of 100 × (1 − free / total blocks): never below 0 or above 100
-    line = ("(APIServer pid=3) INFO 11-29 10:00:{s} [loggers.py:310] Engine 000: Running: 4 reqs, "
-            "Waiting: 0 reqs, GPU KV cache usage: {usage}%, Prefix cache hit rate: 0.0%\n")
+    line = (
+        "(APIServer pid=3) INFO 11-29 10:00:{s} [loggers.py:310] Engine 000: Running: 4 reqs, "
+        "Waiting: 0 reqs, GPU KV cache usage: {usage}%, Prefix cache hit rate: 0.0%\n"
+    )
     text = "".join(line.format(s=f"{10 * i:02d}", usage=u) for i, u in enumerate(("-5.0", "100.0", "150.2")))
     reading = parse_stats_text(text, "bad.log", year=2026)
     assert [row.kv_cache_usage_pct for row in reading.rows] == [None, 100.0, None]
     notes = [w for w in reading.warnings if "outside 0–100%" in w]
-    assert [(note.code, note.line) for note in notes] == [("kv-usage-out-of-range", 1),
-                                                          ("kv-usage-out-of-range", 3)]
+    assert [(note.code, note.line) for note in notes] == [
+        ("kv-usage-out-of-range", 1),
+        ("kv-usage-out-of-range", 3),
+    ]

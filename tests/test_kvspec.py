@@ -72,16 +72,26 @@ def test_head_dim_from_config_wins_over_hidden_size():
 
 def test_multi_query_attention():
     # MQA: one KV head shared by all 32 query heads; replicated at TP 4 → 2 × 1 × 64 × 2 B × 24 layers
-    config = {"num_hidden_layers": 24, "num_attention_heads": 32, "multi_query": True, "hidden_size": 2048,
-              "torch_dtype": "bfloat16"}
+    config = {
+        "num_hidden_layers": 24,
+        "num_attention_heads": 32,
+        "multi_query": True,
+        "hidden_size": 2048,
+        "torch_dtype": "bfloat16",
+    }
     assert kv_spec(config, tp=4).bytes_per_token == 2 * 1 * 64 * 2 * 24 == 6_144
 
 
 def test_missing_kv_heads_defaults_only_for_llama_and_says_so():
     # LlamaConfig sets a missing num_key_value_heads to num_attention_heads (16): 2 × 16 × 64 × 2 B ×
     # 12 layers = 49,152 B, marked approximate with a note naming the field
-    config = {"model_type": "llama", "num_hidden_layers": 12, "num_attention_heads": 16, "hidden_size": 1024,
-              "torch_dtype": "bfloat16"}
+    config = {
+        "model_type": "llama",
+        "num_hidden_layers": 12,
+        "num_attention_heads": 16,
+        "hidden_size": 1024,
+        "torch_dtype": "bfloat16",
+    }
     spec = kv_spec(config, tp=1)
     assert spec.bytes_per_token == 49_152
     assert spec.approximate and "num_key_value_heads" in spec.approximate_reason
@@ -135,8 +145,12 @@ def test_nested_text_config():
     config = {
         "architectures": ["LlavaForConditionalGeneration"],
         "torch_dtype": "float16",
-        "text_config": {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-                        "hidden_size": 4096},
+        "text_config": {
+            "num_hidden_layers": 32,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 8,
+            "hidden_size": 4096,
+        },
         "vision_config": {"num_hidden_layers": 24, "num_attention_heads": 16, "hidden_size": 1024},
     }
     assert kv_spec(config, tp=1).bytes_per_token == 131_072
@@ -144,9 +158,16 @@ def test_nested_text_config():
 
 def test_nested_llm_config():
     # InternVL-style llm_config: 28 layers × 2 × 4 KV heads × 128 × 2 B = 57,344 B at TP 1; TP 2 halves
-    config = {"llm_config": {"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-                             "head_dim": 128, "torch_dtype": "bfloat16"},
-              "vision_config": {"num_hidden_layers": 24}}
+    config = {
+        "llm_config": {
+            "num_hidden_layers": 28,
+            "num_attention_heads": 28,
+            "num_key_value_heads": 4,
+            "head_dim": 128,
+            "torch_dtype": "bfloat16",
+        },
+        "vision_config": {"num_hidden_layers": 24},
+    }
     assert kv_spec(config, tp=1).bytes_per_token == 57_344
     assert kv_spec(config, tp=2).bytes_per_token == 28_672
 
@@ -215,8 +236,17 @@ def test_pp3_uneven_stages():
 
 def test_pp_larger_than_layers_is_refused():
     with pytest.raises(KVSpecError, match="layer per stage"):
-        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64,
-                 "torch_dtype": "bfloat16"}, tp=1, pp=3)
+        kv_spec(
+            {
+                "num_hidden_layers": 2,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 8,
+                "head_dim": 64,
+                "torch_dtype": "bfloat16",
+            },
+            tp=1,
+            pp=3,
+        )
 
 
 # --- decode context parallel -------------------------------------------------------------------
@@ -271,10 +301,13 @@ def test_sliding_window_without_batched_tokens_is_approximate():
 def test_gpt_oss_alternating_layers():
     # gpt-oss-120b: 18 sliding (128 tokens) + 18 full → two groups of 18 layers
     # 2 × 8 KV heads × 64 × 2 B = 2,048 B per token per layer; block = 16 × 2,048 × 18 = 589,824 B
-    spec = kv_spec(read_model_config("gpt-oss-120b"), tp=1, max_num_batched_tokens=2048,
-                   vllm_version="0.25.0")
+    spec = kv_spec(
+        read_model_config("gpt-oss-120b"), tp=1, max_num_batched_tokens=2048, vllm_version="0.25.0"
+    )
     assert [(kind, len(layers)) for kind, layers in spec.groups] == [
-        (SLIDING_ATTENTION, 18), (FULL_ATTENTION, 18)]
+        (SLIDING_ATTENTION, 18),
+        (FULL_ATTENTION, 18),
+    ]
     assert spec.block_bytes == 589_824
     # 8,192-token request: 512 (full) + ceil(min(127 + 2048, 8192) / 16) + 1 = 136 + 1 → 649 blocks
     assert spec.blocks_per_request(8192) == 649
@@ -283,9 +316,15 @@ def test_gpt_oss_alternating_layers():
 def test_mistral_window_on_every_layer_is_marked():
     # Mistral-7B v0.1 style: sliding_window 4096 and no per-layer list → every layer sliding, one group,
     # and a note that releases reading only layer_types treat the layers as full attention
-    config = {"model_type": "mistral", "num_hidden_layers": 32, "num_attention_heads": 32,
-              "num_key_value_heads": 8, "hidden_size": 4096, "sliding_window": 4096,
-              "torch_dtype": "bfloat16"}
+    config = {
+        "model_type": "mistral",
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "sliding_window": 4096,
+        "torch_dtype": "bfloat16",
+    }
     spec = kv_spec(config, tp=1, max_num_batched_tokens=2048, vllm_version="0.25.0")
     assert spec.groups == ((SLIDING_ATTENTION, tuple(range(32))),)
     assert spec.approximate and "every layer" in spec.approximate_reason
@@ -294,9 +333,15 @@ def test_mistral_window_on_every_layer_is_marked():
 
 
 def test_qwen2_style_window_flag_off_means_full_attention():
-    config = {"num_hidden_layers": 28, "num_attention_heads": 28, "num_key_value_heads": 4,
-              "head_dim": 128, "sliding_window": 131072, "use_sliding_window": False,
-              "torch_dtype": "bfloat16"}
+    config = {
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "head_dim": 128,
+        "sliding_window": 131072,
+        "use_sliding_window": False,
+        "torch_dtype": "bfloat16",
+    }
     assert kv_spec(config, tp=1).groups == ((FULL_ATTENTION, tuple(range(28))),)
 
 
@@ -322,16 +367,30 @@ def test_qwen3_next_hybrid_block_size():
     assert spec.blocks_per_request(32768) == 64
     assert spec.approximate and "Mamba" in spec.approximate_reason
     assert model_arch(read_model_config("qwen3-next-80b-a3b")).layer_types[:4] == (
-        LINEAR_ATTENTION, LINEAR_ATTENTION, LINEAR_ATTENTION, FULL_ATTENTION)
+        LINEAR_ATTENTION,
+        LINEAR_ATTENTION,
+        LINEAR_ATTENTION,
+        FULL_ATTENTION,
+    )
 
 
 def test_jamba_layers():
     # Jamba: attention every 8th layer from offset 4 → 4 of 32; Mamba state per layer at TP 1:
     # d_inner 2 × 4096 = 8,192 × (d_conv − 1 + d_state = 3 + 16) × 2 B = 311,296 B; attention
     # 2 × 8 × 128 × 2 = 4,096 B per token per layer → block size 16 × ceil(311,296 / 65,536 = 4.75) = 80
-    config = {"model_type": "jamba", "num_hidden_layers": 32, "num_attention_heads": 32,
-              "num_key_value_heads": 8, "hidden_size": 4096, "attn_layer_period": 8, "attn_layer_offset": 4,
-              "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2, "torch_dtype": "bfloat16"}
+    config = {
+        "model_type": "jamba",
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "attn_layer_period": 8,
+        "attn_layer_offset": 4,
+        "mamba_d_state": 16,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "torch_dtype": "bfloat16",
+    }
     spec = kv_spec(config, tp=1)
     assert spec.stages[0].attention_layers == 4
     assert spec.block_size == 80
@@ -365,27 +424,53 @@ def test_missing_field_is_named():
     with pytest.raises(KVSpecError, match="'hidden_size'"):  # no head_dim and nothing to derive it from
         kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8}, tp=1)
     with pytest.raises(KVSpecError, match="'qk_rope_head_dim'"):
-        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
-                 "kv_lora_rank": 512}, tp=1)
+        kv_spec(
+            {"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8, "kv_lora_rank": 512},
+            tp=1,
+        )
 
 
 def test_tp_not_dividing_attention_heads_is_refused():
     with pytest.raises(KVSpecError, match="tp 3 does not divide num_attention_heads 64"):
         kv_spec(LLAMA_70B, tp=3)
     with pytest.raises(KVSpecError, match="tp 4 does not divide num_key_value_heads 6"):
-        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 24, "num_key_value_heads": 6,
-                 "head_dim": 64, "torch_dtype": "bfloat16"}, tp=4)
+        kv_spec(
+            {
+                "num_hidden_layers": 2,
+                "num_attention_heads": 24,
+                "num_key_value_heads": 6,
+                "head_dim": 64,
+                "torch_dtype": "bfloat16",
+            },
+            tp=4,
+        )
     with pytest.raises(KVSpecError, match="num_key_value_heads 3 does not divide tp 4"):
-        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 24, "num_key_value_heads": 3,
-                 "head_dim": 64, "torch_dtype": "bfloat16"}, tp=4)
+        kv_spec(
+            {
+                "num_hidden_layers": 2,
+                "num_attention_heads": 24,
+                "num_key_value_heads": 3,
+                "head_dim": 64,
+                "torch_dtype": "bfloat16",
+            },
+            tp=4,
+        )
 
 
 def test_unknown_kv_dtype_and_layer_type():
     with pytest.raises(KVSpecError, match="kv_cache_dtype 'int3'"):
         kv_spec(LLAMA_70B, tp=4, kv_cache_dtype="int3")
     with pytest.raises(KVSpecError, match="chunked_attention"):
-        kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64,
-                 "layer_types": ["chunked_attention", "full_attention"]}, tp=1)
+        kv_spec(
+            {
+                "num_hidden_layers": 2,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 8,
+                "head_dim": 64,
+                "layer_types": ["chunked_attention", "full_attention"],
+            },
+            tp=1,
+        )
 
 
 # --- cross-check against logged figures --------------------------------------------------------
@@ -400,8 +485,14 @@ def test_cross_check_agrees_within_gib_rounding():
     # 12.34 GiB = 13,249,974,108 B / 1,310,720 = 10,108.9 → 10,108 blocks; ± 0.005 GiB → 10,104…10,113
     # logged 10,110 blocks × 16 = 161,760 tokens, 10,110 / 2,048 = 4.94x: inside the range
     spec = kv_spec(LLAMA_70B, tp=4)
-    ledger = _ledger(available_kv_bytes=13_249_974_108, kv_cache_tokens=161_760, max_concurrency=4.94,
-                     max_model_len=32768, block_size=16, vllm_version="0.26.0")
+    ledger = _ledger(
+        available_kv_bytes=13_249_974_108,
+        kv_cache_tokens=161_760,
+        max_concurrency=4.94,
+        max_model_len=32768,
+        block_size=16,
+        vllm_version="0.26.0",
+    )
     row = cross_check(ledger, spec).iloc[0]
     assert row["predicted_num_gpu_blocks"] == 10_108
     assert row["tolerance_bytes"] == GiB // 200
@@ -411,8 +502,9 @@ def test_cross_check_agrees_within_gib_rounding():
 def test_cross_check_exact_bytes_flags_one_block():
     # the same row with exact bytes: 10,108 blocks → 161,728 tokens; the logged 161,760 is 2 blocks off
     spec = kv_spec(LLAMA_70B, tp=4)
-    ledger = _ledger(manual_kv_bytes=13_249_974_108, kv_cache_tokens=161_760, max_model_len=32768,
-                     vllm_version="0.26.0")
+    ledger = _ledger(
+        manual_kv_bytes=13_249_974_108, kv_cache_tokens=161_760, max_model_len=32768, vllm_version="0.26.0"
+    )
     row = cross_check(ledger, spec).iloc[0]
     assert row["tolerance_bytes"] == 0
     assert row["predicted_kv_cache_tokens"] == 161_728
@@ -423,8 +515,13 @@ def test_cross_check_names_kv_dtype_when_off_by_two():
     # the log ran fp8 (40,960 B per token) but the planner assumed bf16 (81,920): twice the tokens
     # 12 GiB / (16 × 40,960) = 19,660 blocks → 314,560 tokens logged, 157,280 predicted
     spec = kv_spec(LLAMA_70B, tp=4)
-    ledger = _ledger(available_kv_bytes=12 * GiB, kv_cache_tokens=314_560, max_concurrency=9.6,
-                     max_model_len=32768, vllm_version="0.26.0")
+    ledger = _ledger(
+        available_kv_bytes=12 * GiB,
+        kv_cache_tokens=314_560,
+        max_concurrency=9.6,
+        max_model_len=32768,
+        vllm_version="0.26.0",
+    )
     row = cross_check(ledger, spec).iloc[0]
     assert bool(row["agrees"]) is False
     assert "KV dtype" in row["reason"]
@@ -434,10 +531,18 @@ def test_cross_check_per_boot_uses_the_weakest_rank():
     # 0.26 logs the engine figures once, from the minimum over ranks: ranks with 12 and 10 GiB
     # → 10 GiB / 1,310,720 = 8,192 blocks = 131,072 tokens = 4.0x at 32,768
     spec = kv_spec(LLAMA_70B, tp=4)
-    ledger = pd.DataFrame({"source": ["a.log", "a.log"], "boot": [0, 0], "rank": [0, 1],
-                           "manual_kv_bytes": [12 * GiB, 10 * GiB], "kv_cache_tokens": [131_072, None],
-                           "max_concurrency": [4.0, None], "max_model_len": [32768, 32768],
-                           "vllm_version": ["0.26.0", "0.26.0"]})
+    ledger = pd.DataFrame(
+        {
+            "source": ["a.log", "a.log"],
+            "boot": [0, 0],
+            "rank": [0, 1],
+            "manual_kv_bytes": [12 * GiB, 10 * GiB],
+            "kv_cache_tokens": [131_072, None],
+            "max_concurrency": [4.0, None],
+            "max_model_len": [32768, 32768],
+            "vllm_version": ["0.26.0", "0.26.0"],
+        }
+    )
     result = cross_check(ledger, spec)
     assert len(result) == 1
     assert result.iloc[0]["predicted_num_gpu_blocks"] == 8_192
@@ -449,8 +554,13 @@ def test_cross_check_v0_blocks_and_concurrency():
     # 2 × 4 × 128 × 2 B = 65,536 B per token → 1 MiB per block; 20 GiB exact → 20,480 blocks;
     # 20,480 × 16 / 8,192 = 40.0x
     spec = kv_spec(read_model_config("llama-3.1-8b"), tp=2)
-    ledger = _ledger(manual_kv_bytes=20 * GiB, num_gpu_blocks=20_480, max_concurrency=40.0,
-                     max_model_len=8192, vllm_version="0.6.6.post1")
+    ledger = _ledger(
+        manual_kv_bytes=20 * GiB,
+        num_gpu_blocks=20_480,
+        max_concurrency=40.0,
+        max_model_len=8192,
+        vllm_version="0.6.6.post1",
+    )
     row = cross_check(ledger, spec).iloc[0]
     assert spec.block_bytes == 1 * MiB
     assert bool(row["agrees"]) is True
@@ -509,30 +619,89 @@ def _run_json(capsys, *argv):
 def test_capacity_with_model(capsys):
     # Llama-70B TP 4 at 0.26.0: 12 GiB / 1,310,720 = 9,830 blocks; 9,830 / 2,048 = 4.7998x;
     # tokens = int(4.7998… × 32,768) = 157,280
-    data = _run_json(capsys, "capacity", "--model", "llama-3.1-70b", "--tp", "4", "--kv-bytes", "12GiB",
-                     "--max-model-len", "32768", "--vllm-version", "0.26.0", "--json")
+    data = _run_json(
+        capsys,
+        "capacity",
+        "--model",
+        "llama-3.1-70b",
+        "--tp",
+        "4",
+        "--kv-bytes",
+        "12GiB",
+        "--max-model-len",
+        "32768",
+        "--vllm-version",
+        "0.26.0",
+        "--json",
+    )
     assert {k: data[k] for k in ("bytes_per_token", "block_bytes", "blocks", "tokens", "approximate")} == {
-        "bytes_per_token": 81_920, "block_bytes": 1_310_720, "blocks": 9_830, "tokens": 157_280,
-        "approximate": False}
+        "bytes_per_token": 81_920,
+        "block_bytes": 1_310_720,
+        "blocks": 9_830,
+        "tokens": 157_280,
+        "approximate": False,
+    }
     assert data["max_concurrency"] == pytest.approx(9_830 / 2_048)
 
 
 def test_capacity_with_pp_lists_stages(capsys):
-    data = _run_json(capsys, "capacity", "--model", "llama-3.1-70b", "--tp", "4", "--pp", "3",
-                     "--kv-bytes", "12GiB", "--max-model-len", "32768", "--json")
+    data = _run_json(
+        capsys,
+        "capacity",
+        "--model",
+        "llama-3.1-70b",
+        "--tp",
+        "4",
+        "--pp",
+        "3",
+        "--kv-bytes",
+        "12GiB",
+        "--max-model-len",
+        "32768",
+        "--json",
+    )
     assert [s["bytes_per_token"] for s in data["stages"]] == [27_648, 27_648, 26_624]
     assert data["blocks"] == 29_127
 
 
 def test_capacity_config_path_and_old_form(tmp_path, capsys):
     path = tmp_path / "config.json"
-    path.write_text(json.dumps({"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-                                "hidden_size": 4096, "torch_dtype": "bfloat16"}))
-    data = _run_json(capsys, "capacity", "--model", str(path), "--tp", "1", "--kv-bytes", "2MiB",
-                     "--max-model-len", "16", "--json")
+    path.write_text(
+        json.dumps(
+            {
+                "num_hidden_layers": 32,
+                "num_attention_heads": 32,
+                "num_key_value_heads": 8,
+                "hidden_size": 4096,
+                "torch_dtype": "bfloat16",
+            }
+        )
+    )
+    data = _run_json(
+        capsys,
+        "capacity",
+        "--model",
+        str(path),
+        "--tp",
+        "1",
+        "--kv-bytes",
+        "2MiB",
+        "--max-model-len",
+        "16",
+        "--json",
+    )
     assert data["bytes_per_token"] == 128 * KiB  # 32 × 2 × 8 × 128 × 2 B
-    old = _run_json(capsys, "capacity", "--kv-bytes", "12GiB", "--bytes-per-token", "256KiB",
-                    "--max-model-len", "8192", "--json")
+    old = _run_json(
+        capsys,
+        "capacity",
+        "--kv-bytes",
+        "12GiB",
+        "--bytes-per-token",
+        "256KiB",
+        "--max-model-len",
+        "8192",
+        "--json",
+    )
     assert old["tokens"] == 49_152
 
 
@@ -541,8 +710,22 @@ def test_capacity_model_errors(capsys):
     assert "--tp" in capsys.readouterr().err
     assert main(["capacity", "--kv-bytes", "12GiB", "--max-model-len", "8"]) == 2
     assert "exactly one of" in capsys.readouterr().err
-    assert main(["capacity", "--model", "llama-3.1-70b", "--tp", "3", "--kv-bytes", "12GiB",
-                 "--max-model-len", "8"]) == 2
+    assert (
+        main(
+            [
+                "capacity",
+                "--model",
+                "llama-3.1-70b",
+                "--tp",
+                "3",
+                "--kv-bytes",
+                "12GiB",
+                "--max-model-len",
+                "8",
+            ]
+        )
+        == 2
+    )
     assert "num_attention_heads" in capsys.readouterr().err
 
 
@@ -577,8 +760,9 @@ def test_sample_boot_figures_match_the_log(log):
     result = cross_check(ledger, spec)
     checked = result.dropna(subset=["agrees"])
     assert len(checked), result.to_string()
-    assert checked["agrees"].all(), checked[["rank", "predicted_kv_cache_tokens", "logged_kv_cache_tokens",
-                                             "reason"]].to_string()
+    assert checked["agrees"].all(), checked[
+        ["rank", "predicted_kv_cache_tokens", "logged_kv_cache_tokens", "reason"]
+    ].to_string()
     assert cross_check_verdict(result).startswith("model config agrees with the log")
     if ledger["manual_kv_bytes"].notna().any() or log.parent.name == "v0.10.2":
         # exact available bytes: no tolerance, and the predicted tokens are the logged tokens, to the token
@@ -613,8 +797,16 @@ def test_four_rank_boot_by_hand():
 def test_layers_kvplan_cannot_size_are_refused_or_marked():
     # chunked local attention (Llama 4) must not pass as full attention
     with pytest.raises(KVSpecError, match="attention_chunk_size"):
-        kv_spec({"num_hidden_layers": 4, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64,
-                 "attention_chunk_size": 8192}, tp=1)
+        kv_spec(
+            {
+                "num_hidden_layers": 4,
+                "num_attention_heads": 8,
+                "num_key_value_heads": 8,
+                "head_dim": 64,
+                "attention_chunk_size": 8192,
+            },
+            tp=1,
+        )
     # DeepSeek-V3.2's indexer cache is not counted: the spec says so
     assert "indexer" in kv_spec({**DEEPSEEK_V3, "index_topk": 2048}, tp=8).approximate_reason
 
@@ -624,13 +816,37 @@ def test_capacity_sliding_window_exact_with_batched_tokens(capsys):
     # (1,073,741,824 / 589,824 = 1,820.4); on vLLM 0.33 (the default release) async scheduling keeps
     # 2 × 2,048 tokens in flight, so an 8,192-token request needs 512 (full) + ceil(min(127 + 4,096, 8,192)
     # / 16) + 1 = 264 + 1 → 777 blocks: 1,820 / 777 = 2.34x (0.25 and older: 649 blocks, 2.80x)
-    data = _run_json(capsys, "capacity", "--model", "gpt-oss-120b", "--tp", "1", "--kv-bytes", "1GiB",
-                     "--max-model-len", "8192", "--max-num-batched-tokens", "2048", "--json")
+    data = _run_json(
+        capsys,
+        "capacity",
+        "--model",
+        "gpt-oss-120b",
+        "--tp",
+        "1",
+        "--kv-bytes",
+        "1GiB",
+        "--max-model-len",
+        "8192",
+        "--max-num-batched-tokens",
+        "2048",
+        "--json",
+    )
     assert (data["blocks"], data["approximate"]) == (1_820, False)
     assert data["max_concurrency"] == pytest.approx(1_820 / 777)
     # without it the same command is marked approximate
-    data = _run_json(capsys, "capacity", "--model", "gpt-oss-120b", "--tp", "1", "--kv-bytes", "1GiB",
-                     "--max-model-len", "8192", "--json")
+    data = _run_json(
+        capsys,
+        "capacity",
+        "--model",
+        "gpt-oss-120b",
+        "--tp",
+        "1",
+        "--kv-bytes",
+        "1GiB",
+        "--max-model-len",
+        "8192",
+        "--json",
+    )
     assert data["approximate"] is True and "max_num_batched_tokens" in data["approximate_reason"]
 
 
@@ -639,10 +855,18 @@ def test_cross_check_per_worker_releases_check_each_row():
     # Llama-3.1-8B TP 2 (1 MiB blocks): 20 GiB → 20,480 blocks = 327,680 tokens = 40.0x at 8,192;
     # 19 GiB → 19,456 blocks = 311,296 tokens = 38.0x. Each row is checked on its own.
     spec = kv_spec(read_model_config("llama-3.1-8b"), tp=2)
-    ledger = pd.DataFrame({"source": ["e.log"] * 2, "boot": [0, 0], "rank": [0, 1],
-                           "available_kv_bytes": [20 * GiB, 19 * GiB], "kv_cache_tokens": [327_680, 311_296],
-                           "max_concurrency": [40.0, 38.0], "max_model_len": [8192, 8192],
-                           "vllm_version": ["0.10.2", "0.10.2"]})
+    ledger = pd.DataFrame(
+        {
+            "source": ["e.log"] * 2,
+            "boot": [0, 0],
+            "rank": [0, 1],
+            "available_kv_bytes": [20 * GiB, 19 * GiB],
+            "kv_cache_tokens": [327_680, 311_296],
+            "max_concurrency": [40.0, 38.0],
+            "max_model_len": [8192, 8192],
+            "vllm_version": ["0.10.2", "0.10.2"],
+        }
+    )
     result = cross_check(ledger, spec, available_tolerance_bytes=0)
     assert result["predicted_kv_cache_tokens"].tolist() == [327_680, 311_296]
     assert result["agrees"].tolist() == [True, True]
@@ -669,8 +893,13 @@ def test_cross_check_blocks_only_points_to_block_size():
     # V0 logs blocks and concurrency: with 32-token blocks the same 20 GiB gives 10,240 blocks of 2 MiB and
     # the same 10,240 × 32 / 8,192 = 40.0x; a 16-token spec predicts 20,480 blocks → block size is named
     spec = kv_spec(read_model_config("llama-3.1-8b"), tp=2)
-    ledger = _ledger(manual_kv_bytes=20 * GiB, num_gpu_blocks=10_240, max_concurrency=40.0,
-                     max_model_len=8192, vllm_version="0.6.6.post1")
+    ledger = _ledger(
+        manual_kv_bytes=20 * GiB,
+        num_gpu_blocks=10_240,
+        max_concurrency=40.0,
+        max_model_len=8192,
+        vllm_version="0.6.6.post1",
+    )
     row = cross_check(ledger, spec).iloc[0]
     assert bool(row["agrees"]) is False
     assert "--block-size" in row["reason"]
@@ -682,12 +911,24 @@ FOUR_RANK_LOG = BOOTS_DIR / "four-rank" / "boot.log"  # 0.26.0, Llama-3.1-70B TP
 
 
 def test_options_for_logs_fills_layout_and_kv_dtype_from_the_key():
-    key = {"tensor_parallel_size": 4, "pipeline_parallel_size": 2, "decode_context_parallel_size": 1,
-           "kv_cache_dtype": "fp8", "dtype": "torch.bfloat16", "vllm_version": "0.26.0", "block_size": 16,
-           "model": "meta-llama/Llama-3.1-70B-Instruct"}
+    key = {
+        "tensor_parallel_size": 4,
+        "pipeline_parallel_size": 2,
+        "decode_context_parallel_size": 1,
+        "kv_cache_dtype": "fp8",
+        "dtype": "torch.bfloat16",
+        "vllm_version": "0.26.0",
+        "block_size": 16,
+        "model": "meta-llama/Llama-3.1-70B-Instruct",
+    }
     options = options_for_logs({"tp": None, "pp": None, "dcp": None, "kv_cache_dtype": None}, key)
     assert {k: options[k] for k in ("tp", "pp", "dcp", "kv_cache_dtype", "dtype")} == {
-        "tp": 4, "pp": 2, "dcp": 1, "kv_cache_dtype": "fp8", "dtype": "torch.bfloat16"}
+        "tp": 4,
+        "pp": 2,
+        "dcp": 1,
+        "kv_cache_dtype": "fp8",
+        "dtype": "torch.bfloat16",
+    }
     # TP 4, PP 2 (40 layers per stage), fp8: 2 × 2 KV heads × 128 × 1 B × 40 = 20,480 B per token
     assert kv_spec(LLAMA_70B, **options).bytes_per_token == 20_480
     # nothing logged: the defaults 1, 1, auto
@@ -706,15 +947,20 @@ def test_options_for_logs_fills_layout_and_kv_dtype_from_the_key():
     ],
 )
 def test_options_for_logs_refuses_contradictions(given, message):
-    key = {"tensor_parallel_size": 4, "pipeline_parallel_size": 1, "decode_context_parallel_size": 1,
-           "kv_cache_dtype": "fp8"}
+    key = {
+        "tensor_parallel_size": 4,
+        "pipeline_parallel_size": 1,
+        "decode_context_parallel_size": 1,
+        "kv_cache_dtype": "fp8",
+    }
     with pytest.raises(KVSpecError, match=message):
         options_for_logs(given, key)
 
 
 def test_config_of_another_model_than_the_logs_is_refused():
-    expected = ("describes meta-llama/Llama-3.1-8B-Instruct, "
-                "but the logs served meta-llama/Llama-3.1-70B-Instruct")
+    expected = (
+        "describes meta-llama/Llama-3.1-8B-Instruct, but the logs served meta-llama/Llama-3.1-70B-Instruct"
+    )
     with pytest.raises(KVSpecError, match=re.escape(expected)):
         kv_spec(read_model_config("llama-3.1-8b"), tp=4, logged_model="meta-llama/Llama-3.1-70B-Instruct")
     # the same architecture under a quantized repo name, or a local path, is not a contradiction
@@ -733,8 +979,10 @@ def test_budget_model_takes_kv_dtype_from_the_log_and_warns_on_disagreement(tmp_
     assert (data["capacity"]["blocks"], data["capacity"]["tokens"]) == (19_660, 314_560)
     # but the log printed the bf16 figure: min 11.89 GiB = 12,766,790,287 B / 655,360 = 19,480 blocks
     # → 311,680 tokens predicted against 155,856 logged, half: the KV dtype
-    assert data["cross_check"] == ("model config DISAGREES with the log: predicted 311,680 tokens, logged "
-                                   "155,856; likely cause: KV dtype")
+    assert data["cross_check"] == (
+        "model config DISAGREES with the log: predicted 311,680 tokens, logged "
+        "155,856; likely cause: KV dtype"
+    )
     assert any(warning.startswith("model config DISAGREES") for warning in data["warnings"])
     # the text form shouts it on stderr
     assert main(["budget", str(log), "--reserve", "0.9GiB", "--model", "llama-3.1-70b"]) == 0
@@ -745,24 +993,44 @@ def test_budget_model_agrees_with_the_four_rank_log(capsys):
     # 12,884,377,600 B / 1,310,720 = 9,830 blocks = 157,280 tokens; the cross-check: min 11.89 GiB
     # = 12,766,790,287 B / 1,310,720 = 9,740.3 → 9,740 blocks × 16 = 155,840 predicted, 155,856 logged
     # (9,741 blocks), inside the 9,736 … 9,744 of ±0.005 GiB
-    data = _run_json(capsys, "budget", str(FOUR_RANK_LOG), "--reserve", "0.9GiB", "--model", "llama-3.1-70b",
-                     "--json")
+    data = _run_json(
+        capsys, "budget", str(FOUR_RANK_LOG), "--reserve", "0.9GiB", "--model", "llama-3.1-70b", "--json"
+    )
     assert data["capacity"]["tokens"] == 157_280
-    assert data["cross_check"] == ("model config agrees with the log: predicted 155,840 tokens, logged "
-                                   "155,856 (within 2-decimal GiB rounding)")
+    assert data["cross_check"] == (
+        "model config agrees with the log: predicted 155,840 tokens, logged "
+        "155,856 (within 2-decimal GiB rounding)"
+    )
     assert not any("DISAGREES" in warning for warning in data["warnings"])
 
 
 def test_budget_model_refuses_a_contradicting_setting_or_model(capsys):
     # the reviewer's case: the 70B log sized with the 8B config printed 393,216 tokens, exit 0
-    assert main(["budget", str(FOUR_RANK_LOG), "--reserve", "0.9GiB", "--model", "llama-3.1-8b",
-                 "--tp", "4"]) == 2
+    assert (
+        main(["budget", str(FOUR_RANK_LOG), "--reserve", "0.9GiB", "--model", "llama-3.1-8b", "--tp", "4"])
+        == 2
+    )
     assert "logs served meta-llama/Llama-3.1-70B-Instruct" in capsys.readouterr().err
-    assert main(["budget", str(FOUR_RANK_LOG), "--reserve", "0.9GiB", "--model", "llama-3.1-70b",
-                 "--kv-cache-dtype", "fp8"]) == 2
+    assert (
+        main(
+            [
+                "budget",
+                str(FOUR_RANK_LOG),
+                "--reserve",
+                "0.9GiB",
+                "--model",
+                "llama-3.1-70b",
+                "--kv-cache-dtype",
+                "fp8",
+            ]
+        )
+        == 2
+    )
     assert "kv_cache_dtype 'fp8' given, but the logs show kv_cache_dtype 'auto'" in capsys.readouterr().err
-    assert main(["budget", str(FOUR_RANK_LOG), "--reserve", "0.9GiB", "--model", "llama-3.1-70b",
-                 "--pp", "2"]) == 2
+    assert (
+        main(["budget", str(FOUR_RANK_LOG), "--reserve", "0.9GiB", "--model", "llama-3.1-70b", "--pp", "2"])
+        == 2
+    )
     assert "pipeline_parallel_size 1" in capsys.readouterr().err
 
 
@@ -774,23 +1042,35 @@ def test_cross_check_verdict_on_the_four_rank_boot():
     spec = kv_spec(LLAMA_70B, **options_for_logs({}, compatibility_key(ledger)))
     assert cross_check_verdict(cross_check(ledger, spec)) == (
         "model config agrees with the log: predicted 155,840 tokens, logged 155,856 "
-        "(within 2-decimal GiB rounding)")
+        "(within 2-decimal GiB rounding)"
+    )
 
 
 def test_cross_check_verdict_counts_checks_and_blocks_only_logs():
     # two per-worker rows (0.10.2, exact): 20 GiB → 20,480 blocks (327,680 tokens) agrees; 19 GiB
     # → 19,456 blocks = 311,296 tokens predicted, but 622,592 logged (twice): the KV dtype
     spec = kv_spec(read_model_config("llama-3.1-8b"), tp=2)
-    ledger = pd.DataFrame({"source": ["e.log"] * 2, "boot": [0, 0], "rank": [0, 1],
-                           "available_kv_bytes": [20 * GiB, 19 * GiB], "kv_cache_tokens": [327_680, 622_592],
-                           "max_model_len": [8192, 8192], "vllm_version": ["0.10.2", "0.10.2"]})
+    ledger = pd.DataFrame(
+        {
+            "source": ["e.log"] * 2,
+            "boot": [0, 0],
+            "rank": [0, 1],
+            "available_kv_bytes": [20 * GiB, 19 * GiB],
+            "kv_cache_tokens": [327_680, 622_592],
+            "max_model_len": [8192, 8192],
+            "vllm_version": ["0.10.2", "0.10.2"],
+        }
+    )
     verdict = cross_check_verdict(cross_check(ledger, spec, available_tolerance_bytes=0))
-    assert verdict == ("model config DISAGREES with the log: predicted 311,296 tokens, logged 622,592; "
-                       "likely cause: KV dtype (1 of 2 checks)")
+    assert verdict == (
+        "model config DISAGREES with the log: predicted 311,296 tokens, logged 622,592; "
+        "likely cause: KV dtype (1 of 2 checks)"
+    )
     # V0 logs blocks only: 20 GiB / 1 MiB = 20,480 blocks, exact
     v0 = _ledger(manual_kv_bytes=20 * GiB, num_gpu_blocks=20_480, max_model_len=8192, vllm_version="0.6.6")
     assert cross_check_verdict(cross_check(v0, spec)) == (
-        "model config agrees with the log: predicted 20,480 GPU blocks, logged 20,480 (exact bytes)")
+        "model config agrees with the log: predicted 20,480 GPU blocks, logged 20,480 (exact bytes)"
+    )
 
 
 # --- release-dependent vLLM rules -------------------------------------------------------------------

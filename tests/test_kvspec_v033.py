@@ -47,8 +47,13 @@ def test_sliding_window_in_flight_tokens_gemma3_27b_tp2():
     # 1,089 → 8,192 + 6 × 1,089 = 14,726 blocks. Concurrency 49,152 / 14,726 = 3.3378 → "3.34x";
     # tokens int(3.33777 × 131,072) = 437,488. (kvplan's old 1 × 8,192: 8,192 + 6 × 577 = 11,654 blocks,
     # 552,842 tokens: +26 %.)
-    ledger, spec = _boot("gemma-3-27b-tp2-sliding-window", "gemma-3-27b", 30 * GiB,
-                              max_num_batched_tokens=8192, async_scheduling=True)
+    ledger, spec = _boot(
+        "gemma-3-27b-tp2-sliding-window",
+        "gemma-3-27b",
+        30 * GiB,
+        max_num_batched_tokens=8192,
+        async_scheduling=True,
+    )
     capacity = spec.capacity(30 * GiB, 131_072)
     assert (capacity.blocks, spec.blocks_per_request(131_072)) == (49_152, 14_726)
     assert (capacity.tokens, round(capacity.max_concurrency, 2)) == (437_488, 3.34) == _logged(ledger)
@@ -67,8 +72,9 @@ def test_sliding_window_defaults_are_named_and_a_lower_bound():
     assert spec.capacity(30 * GiB, 131_072).tokens < 437_488
     # vLLM printed that it disabled the hybrid KV cache manager: sliding layers are full attention,
     # 62 layers in one group → block 16 × 4,096 × 62 = 4,063,232 B; 30 GiB → 7,927 blocks; 8,192 per request
-    off = kv_spec(read_model_config("gemma-3-27b"), tp=2, max_num_batched_tokens=8192,
-                  hybrid_kv_cache_manager=False)
+    off = kv_spec(
+        read_model_config("gemma-3-27b"), tp=2, max_num_batched_tokens=8192, hybrid_kv_cache_manager=False
+    )
     assert (off.num_blocks(30 * GiB), off.blocks_per_request(131_072)) == (7_927, 8_192)
     assert "sized as full attention" in off.approximate_reason
 
@@ -82,9 +88,16 @@ def test_hybrid_gdn_align_mode_qwen3_next_tp2_on_hopper():
     # Groups of 12 (1 full + 3 GDN) → block = 576 × 1,024 × 12 = 7,077,888 B; 40 GiB → 6,068 blocks.
     # A 262,144-token request: ceil(262,144 / 576) = 456 + 3 groups × (2 + 1 checkpoint) = 465 blocks →
     # 6,068 / 465 = 13.0495 → "13.05x"; tokens int(13.0495 × 262,144) = 3,420,838.
-    ledger, spec = _boot("qwen3-next-80b-a3b-tp2-hybrid-gdn", "qwen3-next-80b-a3b", 40 * GiB,
-                         max_num_batched_tokens=8192, async_scheduling=True, mamba_cache_mode="align",
-                              kv_cache_group_block_sizes="(576, 576, 576, 576)", gpu_name=H100)
+    ledger, spec = _boot(
+        "qwen3-next-80b-a3b-tp2-hybrid-gdn",
+        "qwen3-next-80b-a3b",
+        40 * GiB,
+        max_num_batched_tokens=8192,
+        async_scheduling=True,
+        mamba_cache_mode="align",
+        kv_cache_group_block_sizes="(576, 576, 576, 576)",
+        gpu_name=H100,
+    )
     assert (spec.block_size, spec.block_bytes) == (576, 7_077_888)
     capacity = spec.capacity(40 * GiB, 262_144)
     assert (capacity.blocks, spec.blocks_per_request(262_144)) == (6_068, 465)
@@ -92,8 +105,9 @@ def test_hybrid_gdn_align_mode_qwen3_next_tp2_on_hopper():
     assert not spec.approximate
     assert cross_check_verdict(cross_check(ledger, spec)).startswith("model config agrees")
     # the same from the config and the GPU alone (no group-size line): the rule, not the logged size
-    from_gpu = kv_spec(read_model_config("qwen3-next-80b-a3b"), tp=2, gpu_name=H100,
-                       max_num_batched_tokens=8192)
+    from_gpu = kv_spec(
+        read_model_config("qwen3-next-80b-a3b"), tp=2, gpu_name=H100, max_num_batched_tokens=8192
+    )
     assert (from_gpu.block_size, from_gpu.capacity(40 * GiB, 262_144).tokens) == (576, 3_420_838)
 
 
@@ -110,8 +124,12 @@ def test_hybrid_gdn_on_an_unknown_gpu_is_the_lower_bound():
     low, a100_figure = (spec.capacity(40 * GiB, 262_144).max_concurrency for spec in (unknown, a100))
     assert low < a100_figure
     # before 0.26 prefix caching was off for hybrids: one state block per group (544, 482 + 3 = 485)
-    assert kv_spec(read_model_config("qwen3-next-80b-a3b"), tp=2, vllm_version="0.25.0").blocks_per_request(
-        262_144) == 485
+    assert (
+        kv_spec(read_model_config("qwen3-next-80b-a3b"), tp=2, vllm_version="0.25.0").blocks_per_request(
+            262_144
+        )
+        == 485
+    )
 
 
 def test_mla_block_size_from_the_backend_deepseek_v3_tp8_on_hopper():
@@ -143,8 +161,9 @@ def test_block_override_llama_3_1_70b_tp4():
     # Llama-3.1-70B TP 4: 2 KV heads per rank × 128 × 2 × 2 B × 80 layers = 81,920 B per token; block
     # 1,310,720 B; 12 GiB would hold 9,830 blocks ("Overriding num_gpu_blocks=9830"), vLLM allocates the
     # override's 4,096: 4,096 / (32,768 / 16 = 2,048) = 2.00x, int(2.0 × 32,768) = 65,536 tokens.
-    ledger, spec = _boot("llama-3.1-70b-tp4-block-override", "llama-3.1-70b", 12 * GiB,
-                              num_gpu_blocks_override=4096)
+    ledger, spec = _boot(
+        "llama-3.1-70b-tp4-block-override", "llama-3.1-70b", 12 * GiB, num_gpu_blocks_override=4096
+    )
     capacity = spec.capacity(12 * GiB, 32_768)
     assert (capacity.blocks, capacity.tokens, round(capacity.max_concurrency, 2)) == (4_096, 65_536, 2.0)
     assert (capacity.tokens, capacity.max_concurrency) == _logged(ledger)

@@ -102,8 +102,10 @@ def test_every_import_goes_down_the_floors():
 
 
 def test_no_import_cycle_between_modules():
-    edges = {module: {t for t in targets if t != module and not module.startswith(t + ".")}
-             for module, targets in graph().items()}
+    edges = {
+        module: {t for t in targets if t != module and not module.startswith(t + ".")}
+        for module, targets in graph().items()
+    }
     # a package's __init__ re-exporting its own modules is not a cycle of concepts
     edges = {m: {t for t in ts if not t.startswith(m + ".")} for m, ts in edges.items()}
     cycles, state = [], {}
@@ -112,7 +114,7 @@ def test_no_import_cycle_between_modules():
         state[node] = "open"
         for target in sorted(edges.get(node, ())):
             if state.get(target) == "open":
-                cycles.append(" -> ".join([*stack[stack.index(target):], target]))
+                cycles.append(" -> ".join([*stack[stack.index(target) :], target]))
             elif target not in state:
                 visit(target, [*stack, target])
         state[node] = "done"

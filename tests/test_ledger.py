@@ -1,7 +1,5 @@
 """Ledger checks, worst room per rank, and the budget from logs (library and CLI)."""
 
-# ruff: noqa: E501  (refusal messages are matched whole, so each test shows the real message)
-
 import json
 
 import pandas as pd
@@ -40,7 +38,9 @@ def boot_text(version, rooms, tp=None):
             "cache memory in use is 30.0 GiB."
         )
     # startup completes: without this line the boot is incomplete, and refused
-    lines.append(f"(EngineCore_DP0 pid=9) {HEAD}init engine (profile, create kv cache, warmup model) took 9.00 seconds")
+    lines.append(
+        f"(EngineCore_DP0 pid=9) {HEAD}init engine (profile, create kv cache, warmup model) took 9.00 seconds"
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -104,7 +104,9 @@ def test_rank_zero_only_is_refused_unless_assumed_uniform():
 
 def test_missing_rank_is_refused_naming_the_file_and_line(tmp_path):
     ledger, meta = read_vllm_log(boot_text("0.26.0", [20 * GiB, 19 * GiB], tp=4), source="two.log")
-    with pytest.raises(LedgerError, match=r"two\.log:1: rank\(s\) 2, 3 missing from boot 0: TP × PP × DP = 4 \(two\.log:2\)"):
+    with pytest.raises(
+        LedgerError, match=r"two\.log:1: rank\(s\) 2, 3 missing from boot 0: TP × PP × DP = 4 \(two\.log:2\)"
+    ):
         room_per_rank(ledger, lines=meta.lines)
 
 
@@ -155,7 +157,9 @@ def test_repeated_boots_take_each_ranks_worst_room_and_show_the_spread():
     ]
     # init_free of the worst boot: every boot starts with 70.0 GiB free here
     assert rooms["init_free_bytes"].tolist() == [parse_size("70.0GiB")] * 2
-    assert budget_from_ledger(ledger, GiB, lines=meta.lines).uniform_budget_bytes == 17 * GiB  # 18 − 1 on rank 0
+    assert (
+        budget_from_ledger(ledger, GiB, lines=meta.lines).uniform_budget_bytes == 17 * GiB
+    )  # 18 − 1 on rank 0
 
 
 def test_a_reserve_larger_than_the_room_names_the_file():
@@ -189,10 +193,15 @@ def test_oom_sample_refusal_names_the_oom_rank_first_and_the_engines_error_as_th
         budget_from_ledger(ledger, RESERVE, lines=meta.lines)
     first, second = str(refused.value).split("; ", 1)
     # rank 1's own OOM is line 65; rank 0's row holds EngineCore_DP0's RuntimeError of line 84
-    assert first.startswith("data/boots/oom/boot.log:65: boot 0 rank 1 did not boot cleanly (oom: ".replace(
-        "data/boots", str(DATA_DIR / "boots")))
-    assert second.startswith(f"{DATA_DIR / 'boots' / 'oom' / 'boot.log'}:84: boot 0 rank 0 did not boot cleanly "
-                             "(error: not this rank's own failure: EngineCore_DP0 failed, at ")
+    assert first.startswith(
+        "data/boots/oom/boot.log:65: boot 0 rank 1 did not boot cleanly (oom: ".replace(
+            "data/boots", str(DATA_DIR / "boots")
+        )
+    )
+    assert second.startswith(
+        f"{DATA_DIR / 'boots' / 'oom' / 'boot.log'}:84: boot 0 rank 0 did not boot cleanly "
+        "(error: not this rank's own failure: EngineCore_DP0 failed, at "
+    )
 
 
 def test_an_oom_after_startup_refuses_the_budget():
@@ -202,14 +211,18 @@ def test_an_oom_after_startup_refuses_the_budget():
         "Tried to allocate 2.00 GiB.\n"
     )
     ledger, meta = read_vllm_log(text, source="late.log")
-    with pytest.raises(LedgerError, match=r"^late\.log:88: boot 0 rank 2 did not boot cleanly \(oom: after "
-                       r"startup completed, at late\.log:88: torch\.OutOfMemoryError"):
+    with pytest.raises(
+        LedgerError,
+        match=r"^late\.log:88: boot 0 rank 2 did not boot cleanly \(oom: after "
+        r"startup completed, at late\.log:88: torch\.OutOfMemoryError",
+    ):
         budget_from_ledger(ledger, RESERVE, lines=meta.lines)
 
 
 def debug_and_info_boots():
     """0.23, TP=2: boot 0 at DEBUG (suggestion 60 GiB on both ranks), boot 1 at INFO (rank 0's
     'Available KV cache memory: 40.0 GiB' only). Lines: boot 0 is 1–6, boot 1 is 7–11."""
+
     def boot(debug):
         lines = [
             "vLLM API server version 0.23.0",
@@ -227,8 +240,10 @@ def debug_and_info_boots():
                 "utilize gpu memory. Current kv cache memory in use is 40.0 GiB."
                 for rank in (0, 1)
             ]
-        lines.append("(EngineCore pid=9) INFO 08-14 14:07:30 [core.py:1] init engine (profile, create kv cache, "
-                     "warmup model) took 8.00 seconds")
+        lines.append(
+            "(EngineCore pid=9) INFO 08-14 14:07:30 [core.py:1] init engine (profile, create kv cache, "
+            "warmup model) took 8.00 seconds"
+        )
         return "\n".join(lines) + "\n"
 
     return boot(True) + boot(False)
@@ -237,25 +252,40 @@ def debug_and_info_boots():
 def test_a_boot_lacking_a_ranks_room_is_refused_rather_than_mixed_with_other_boots():
     ledger, meta = read_vllm_log(debug_and_info_boots(), source="mix.log")
     # boot 1 (from line 7) has rank 0's room (line 9) only; boot 0's suggestion for rank 1 does not fill in
-    with pytest.raises(LedgerError, match=r"^mix\.log:9: the logs show the room of local rank 0 only \(boot 1\); "
-                       r"rank\(s\) 1 show none"):
+    with pytest.raises(
+        LedgerError,
+        match=r"^mix\.log:9: the logs show the room of local rank 0 only \(boot 1\); "
+        r"rank\(s\) 1 show none",
+    ):
         budget_from_ledger(ledger, GiB, lines=meta.lines)
     rooms = room_per_rank(ledger, assume_uniform=True, lines=meta.lines)
     # rank 0: 60 (boot 0 suggestion), 40 (boot 1 available KV; 0.23 subtracts the graph estimate first and no
     # pool line exceeds it, so no correction) → worst 40, spread 20; rank 1: 60 own, 40 assumed in boot 1
     assert rooms[["room_bytes", "room_spread_bytes", "boots", "boot"]].values.tolist() == [
-        [40 * GiB, 20 * GiB, 2, 1], [40 * GiB, 20 * GiB, 1, 1]]
+        [40 * GiB, 20 * GiB, 2, 1],
+        [40 * GiB, 20 * GiB, 1, 1],
+    ]
     assert rooms["room_source"].tolist() == ["available_kv", "assumed_uniform"]
 
 
 def test_rooms_from_different_evidence_are_named_in_a_warning():
     key = {"model": "m", "tensor_parallel_size": 2, "pipeline_parallel_size": 1, "data_parallel_size": 1}
-    frame = pd.DataFrame({"source": ["a.log"] * 4, "boot": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
-                          "room_bytes": [20 * GiB, 19 * GiB, 18 * GiB, 21 * GiB],
-                          "room_source": ["suggestion", "suggestion", "parts", "suggestion"], **key})
+    frame = pd.DataFrame(
+        {
+            "source": ["a.log"] * 4,
+            "boot": [0, 0, 1, 1],
+            "rank": [0, 1, 0, 1],
+            "room_bytes": [20 * GiB, 19 * GiB, 18 * GiB, 21 * GiB],
+            "room_source": ["suggestion", "suggestion", "parts", "suggestion"],
+            **key,
+        }
+    )
     # rank 0: 20, 18 → 18 from parts (boot 1); rank 1: 19, 21 → 19 from the suggestion (boot 0)
-    with pytest.warns(LedgerWarning, match=r"different evidence per rank \(rank 0: parts \(a\.log\); "
-                      r"rank 1: suggestion \(a\.log\)\)"):
+    with pytest.warns(
+        LedgerWarning,
+        match=r"different evidence per rank \(rank 0: parts \(a\.log\); "
+        r"rank 1: suggestion \(a\.log\)\)",
+    ):
         rooms = room_per_rank(frame, notes=(notes := []))
     assert rooms["room_bytes"].tolist() == [18 * GiB, 19 * GiB]
     assert len(notes) == 1
@@ -263,15 +293,20 @@ def test_rooms_from_different_evidence_are_named_in_a_warning():
 
 def test_a_manual_canary_is_named_not_silently_dropped():
     ledger, meta = read_vllm_logs(DATA_DIR / "boots" / "drift")
-    with pytest.warns(LedgerWarning, match=r"canary\.log:1: boot 0 is a manual-value boot \(--kv-cache-memory-bytes "
-                      r"30 GiB\).*`kvplan drift` or `kvplan gate`"):
+    with pytest.warns(
+        LedgerWarning,
+        match=r"canary\.log:1: boot 0 is a manual-value boot \(--kv-cache-memory-bytes "
+        r"30 GiB\).*`kvplan drift` or `kvplan gate`",
+    ):
         budget = budget_from_ledger(ledger, GiB, lines=meta.lines)
     assert budget.uniform_budget_bytes == 30 * GiB  # reference rooms 31 GiB on every rank − 1 GiB
 
 
 def test_a_failed_boot_without_room_is_refused_by_room_per_rank():
     ledger, meta = read_vllm_log(LOGS / "v0.9.2-tp2-oom-then-restart.log", source="r.log")
-    with pytest.raises(LedgerError, match=r"^r\.log:1: boot 0 shows no room on any rank \(rank 0 error, rank 1 oom\)"):
+    with pytest.raises(
+        LedgerError, match=r"^r\.log:1: boot 0 shows no room on any rank \(rank 0 error, rank 1 oom\)"
+    ):
         room_per_rank(ledger, lines=meta.lines)
 
 
@@ -286,22 +321,33 @@ def without_key_lines(text):
 
 def test_logs_without_model_or_layout_refuse_a_budget_and_do_not_merge():
     nokey, nokey_meta = read_vllm_log(without_key_lines(V019.read_text()), source="nokey.log")
-    with pytest.raises(LedgerError, match=r"^nokey\.log: the logs do not show model, tensor_parallel_size, "
-                       r"pipeline_parallel_size, data_parallel_size"):
+    with pytest.raises(
+        LedgerError,
+        match=r"^nokey\.log: the logs do not show model, tensor_parallel_size, "
+        r"pipeline_parallel_size, data_parallel_size",
+    ):
         budget_from_ledger(nokey, GiB, lines=nokey_meta.lines)
-    reference, reference_meta = read_vllm_log(DATA_DIR / "boots" / "drift" / "reference.log", source="ref.log")
+    reference, reference_meta = read_vllm_log(
+        DATA_DIR / "boots" / "drift" / "reference.log", source="ref.log"
+    )
     merged = pd.concat([reference, nokey], ignore_index=True)
     lines = {**reference_meta.lines, **nokey_meta.lines}
-    with pytest.raises(LedgerError, match=r"model: '.*' shown, but not logged in nokey\.log boot 0 \(nokey\.log:\d+\)"):
+    with pytest.raises(
+        LedgerError, match=r"model: '.*' shown, but not logged in nokey\.log boot 0 \(nokey\.log:\d+\)"
+    ):
         compatibility_key(merged, lines)
 
 
 def test_non_default_args_without_a_size_mean_size_one():
-    text = ("(APIServer pid=1) INFO 08-14 14:00:01 [utils.py:1] non-default args: {'model': 'm'}\n"
-            f"{HEAD}Available KV cache memory: 5.0 GiB\n")
+    text = (
+        "(APIServer pid=1) INFO 08-14 14:00:01 [utils.py:1] non-default args: {'model': 'm'}\n"
+        f"{HEAD}Available KV cache memory: 5.0 GiB\n"
+    )
     ledger, _ = read_vllm_log(text)
     # vLLM lists only what differs from the defaults: no tensor_parallel_size there means TP = 1
-    assert ledger.loc[0, ["tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"]].tolist() == [1, 1, 1]
+    assert ledger.loc[
+        0, ["tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"]
+    ].tolist() == [1, 1, 1]
 
 
 def test_cli_ledger_rooms_shows_each_ranks_spread(tmp_path, capsys):
@@ -311,8 +357,10 @@ def test_cli_ledger_rooms_shows_each_ranks_spread(tmp_path, capsys):
     data = json.loads(capsys.readouterr().out)
     assert set(data) == {"rows", "warnings", "rooms"}
     # rank 0: 20, 18 → worst 18 (boot 1), spread 2; rank 1: 19, 21 → worst 19 (boot 0), spread 2
-    assert [(r["rank"], r["room_bytes"], r["room_max_bytes"], r["room_spread_bytes"], r["boot"])
-            for r in data["rooms"]] == [(0, 18 * GiB, 20 * GiB, 2 * GiB, 1), (1, 19 * GiB, 21 * GiB, 2 * GiB, 0)]
+    assert [
+        (r["rank"], r["room_bytes"], r["room_max_bytes"], r["room_spread_bytes"], r["boot"])
+        for r in data["rooms"]
+    ] == [(0, 18 * GiB, 20 * GiB, 2 * GiB, 1), (1, 19 * GiB, 21 * GiB, 2 * GiB, 0)]
     assert main(["ledger", str(log), "--rooms"]) == 0
     assert "room_spread_bytes" in capsys.readouterr().out
     assert main(["ledger", str(log), "--assume-uniform"]) == 2
@@ -321,15 +369,35 @@ def test_cli_ledger_rooms_shows_each_ranks_spread(tmp_path, capsys):
 def test_an_oom_after_startup_is_refused_by_approve_and_fails_the_gate(tmp_path, capsys):
     # the four-rank sample (87 lines) with Worker_TP2's serving OOM appended as line 88
     late = tmp_path / "late.log"
-    late.write_text((FOUR_RANK / "boot.log").read_text() + (
-        "(Worker_TP2 pid=48604) ERROR 11-24 10:31:02 [core.py:900] torch.OutOfMemoryError: CUDA out of memory. "
-        "Tried to allocate 2.00 GiB.\n"
-    ))
+    late.write_text(
+        (FOUR_RANK / "boot.log").read_text()
+        + (
+            "(Worker_TP2 pid=48604) ERROR 11-24 10:31:02 [core.py:900] torch.OutOfMemoryError: CUDA out of memory. "
+            "Tried to allocate 2.00 GiB.\n"
+        )
+    )
     out = tmp_path / "evidence"
     assert main(["approve", str(late), "--reserve", "0.9GiB", "--approver", "t", "--out", str(out)]) == 2
-    assert f"{late}:88: boot 0 rank 2 did not boot cleanly (oom: after startup completed" in capsys.readouterr().err
-    assert main(["approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--approver", "t",
-                 "--out", str(out), "--json"]) == 0
+    assert (
+        f"{late}:88: boot 0 rank 2 did not boot cleanly (oom: after startup completed"
+        in capsys.readouterr().err
+    )
+    assert (
+        main(
+            [
+                "approve",
+                str(FOUR_RANK / "boot.log"),
+                "--reserve",
+                "0.9GiB",
+                "--approver",
+                "t",
+                "--out",
+                str(out),
+                "--json",
+            ]
+        )
+        == 0
+    )
     bundle = json.loads(capsys.readouterr().out)["bundle"]
     assert main(["gate", "--approved", bundle, str(late)]) == 1
     assert f"rank 2: oom: after startup completed, at {late}:88" in capsys.readouterr().out

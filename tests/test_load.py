@@ -47,13 +47,20 @@ def row(line, second, **values):
 
 
 def test_timeline_columns_and_index():
-    reading = LoadReading((row(1, 0, kv_cache_usage_pct=50.0, preemptions=0),
-                           row(2, 10, kv_cache_usage_pct=99.5, preemptions=3, waiting=7)))
+    reading = LoadReading(
+        (
+            row(1, 0, kv_cache_usage_pct=50.0, preemptions=0),
+            row(2, 10, kv_cache_usage_pct=99.5, preemptions=3, waiting=7),
+        )
+    )
     timeline = load_timeline(reading)
     assert timeline.index.name == "time"
     assert timeline.index[1] == pd.Timestamp("2026-11-27 10:00:10")
-    assert list(timeline.columns) == [k for k in ROW_KEYS if k != "time"] + ["kind", "preemptions_cum",
-                                                                             "elapsed_s"]
+    assert list(timeline.columns) == [k for k in ROW_KEYS if k != "time"] + [
+        "kind",
+        "preemptions_cum",
+        "elapsed_s",
+    ]
     assert timeline["preemptions_cum"].tolist() == [0, 3]
     assert timeline["elapsed_s"].tolist() == [0.0, 10.0]
     assert timeline["waiting"].tolist() == [pd.NA, 7]
@@ -67,8 +74,9 @@ def test_logs_and_metrics_of_one_run_are_not_added():
 
 
 def test_preemptions_unknown_without_evidence():
-    reading = LoadReading((row(1, 0, kv_cache_usage_pct=5.0),), sources=(LoadSource("s.log", "log",
-                                                                                      reports_preemptions=False),))
+    reading = LoadReading(
+        (row(1, 0, kv_cache_usage_pct=5.0),), sources=(LoadSource("s.log", "log", reports_preemptions=False),)
+    )
     assert run_preemptions(reading) is None
 
 
@@ -103,10 +111,15 @@ def test_summary_peak_tokens_round_down():
 
 
 def test_checks_pass_on_the_steady_manual_canary():
-    checks = load_checks(read_load_evidence(run_files("manual-canary")),
-                         profiled_kv_cache_tokens=PROFILED_TOKENS, max_capacity_loss_pct=5)
+    checks = load_checks(
+        read_load_evidence(run_files("manual-canary")),
+        profiled_kv_cache_tokens=PROFILED_TOKENS,
+        max_capacity_loss_pct=5,
+    )
     assert [c.name for c in checks] == [
-        "no OOM under load", "preemptions ≤ 0", "peak KV cache usage reported",
+        "no OOM under load",
+        "preemptions ≤ 0",
+        "peak KV cache usage reported",
         "capacity vs profiled canary (loss ≤ 5%)",
     ]
     assert [c.passed for c in checks] == [True, True, True, True]
@@ -137,8 +150,9 @@ def test_capacity_loss_bound():
     # a manual canary with 157,280 tokens against a profiled 163,840 (10,240 blocks): 6,560 tokens = 4.004 %
     assert capacity_loss(MANUAL_TOKENS, 163_840) == (6_560, 4.004)
     reading = LoadReading((row(1, 0, kv_cache_usage_pct=10.0, preemptions=0),))
-    check = load_checks(reading, kv_cache_tokens=MANUAL_TOKENS, profiled_kv_cache_tokens=163_840,
-                        max_capacity_loss_pct=2)[3]
+    check = load_checks(
+        reading, kv_cache_tokens=MANUAL_TOKENS, profiled_kv_cache_tokens=163_840, max_capacity_loss_pct=2
+    )[3]
     assert check.passed is False and "loss of 6,560 tokens (4.004%)" in check.detail
     unknown = load_checks(reading, profiled_kv_cache_tokens=163_840)[3]
     assert unknown.passed is None
@@ -189,11 +203,20 @@ def test_cli_json_and_csv_exclude_each_other(flags):
 
 def test_throughput_means_do_not_mix_logs_and_metrics():
     # two 10 s log intervals at 1,000 and 600 tok/s; two scrapes 60 s apart give one rate of 780 tok/s
-    rows = (row(1, 10, generation_tokens_per_s=1000.0, prompt_tokens_per_s=200.0),
-            row(2, 20, generation_tokens_per_s=600.0, prompt_tokens_per_s=0.0),
-            LoadRow("m.prom", 1, datetime(2026, 11, 27, 10, 0, 0), 0, kind="metrics"),
-            LoadRow("m.prom", 40, datetime(2026, 11, 27, 10, 1, 0), 0, generation_tokens_per_s=780.0,
-                    prompt_tokens_per_s=50.0, kind="metrics"))
+    rows = (
+        row(1, 10, generation_tokens_per_s=1000.0, prompt_tokens_per_s=200.0),
+        row(2, 20, generation_tokens_per_s=600.0, prompt_tokens_per_s=0.0),
+        LoadRow("m.prom", 1, datetime(2026, 11, 27, 10, 0, 0), 0, kind="metrics"),
+        LoadRow(
+            "m.prom",
+            40,
+            datetime(2026, 11, 27, 10, 1, 0),
+            0,
+            generation_tokens_per_s=780.0,
+            prompt_tokens_per_s=50.0,
+            kind="metrics",
+        ),
+    )
     summary = load_summary(LoadReading(rows))
     # the log's own figures: (1,000 + 600) / 2 = 800 and (200 + 0) / 2 = 100; mixing the 780 in would give
     # (1,000 + 600 + 780) / 3 = 793.333
@@ -227,16 +250,20 @@ def test_cli_log_utc_offset(capsys):
 
 def _strict_json(text):
     """json.loads that refuses NaN / Infinity (Python's json accepts them; JSON does not)."""
+
     def refuse(constant):
         raise ValueError(f"not JSON: {constant}")
+
     return json.loads(text, parse_constant=refuse)
 
 
 def test_non_finite_values_are_null_and_left_out_of_peaks_and_means():
     nan, inf = float("nan"), float("inf")
-    rows = (row(1, 0, kv_cache_usage_pct=nan, generation_tokens_per_s=nan, prompt_tokens_per_s=nan),
-            row(2, 10, kv_cache_usage_pct=80.0, generation_tokens_per_s=900.0, prompt_tokens_per_s=100.0),
-            row(3, 20, kv_cache_usage_pct=inf, generation_tokens_per_s=1100.0, prompt_tokens_per_s=-inf))
+    rows = (
+        row(1, 0, kv_cache_usage_pct=nan, generation_tokens_per_s=nan, prompt_tokens_per_s=nan),
+        row(2, 10, kv_cache_usage_pct=80.0, generation_tokens_per_s=900.0, prompt_tokens_per_s=100.0),
+        row(3, 20, kv_cache_usage_pct=inf, generation_tokens_per_s=1100.0, prompt_tokens_per_s=-inf),
+    )
     reading = LoadReading(rows)
     assert [r["kv_cache_usage_pct"] for r in reading.to_dict()["rows"]] == [None, 80.0, None]
     assert [r["prompt_tokens_per_s"] for r in reading.to_dict()["rows"]] == [None, 100.0, None]
@@ -279,7 +306,8 @@ def test_cli_json_has_no_nan_for_non_finite_metrics(tmp_path, capsys):
     assert main(["load", str(prom), "--json"]) == 0
     data = _strict_json(capsys.readouterr().out)
     assert [(r["running"], r["kv_cache_usage_pct"], r["prompt_tokens_per_s"]) for r in data["rows"]] == [
-        (None, 25.0, None), (2, None, None),
+        (None, 25.0, None),
+        (2, None, None),
     ]
     assert [w.split(" (")[0] for w in data["warnings"]] == [
         f"{prom}:4: vllm:num_requests_running is NaN",

@@ -56,10 +56,18 @@ def test_requests_chart_draws_running_and_waiting():
 
 
 def test_canary_comparison_bars():
-    profiled = {"mean_generation_tokens_per_s": 673.7, "preemptions": 0, "peak_kv_cache_usage_pct": 70.7,
-                "kv_cache_tokens": 155_856}
-    manual = {"mean_generation_tokens_per_s": 671.0, "preemptions": None, "peak_kv_cache_usage_pct": 70.1,
-              "kv_cache_tokens": 157_280}
+    profiled = {
+        "mean_generation_tokens_per_s": 673.7,
+        "preemptions": 0,
+        "peak_kv_cache_usage_pct": 70.7,
+        "kv_cache_tokens": 155_856,
+    }
+    manual = {
+        "mean_generation_tokens_per_s": 671.0,
+        "preemptions": None,
+        "peak_kv_cache_usage_pct": 70.1,
+        "kv_cache_tokens": 157_280,
+    }
     fig = load_charts.canary_comparison_chart([profiled, manual])
     heights = [[bar.get_height() for bar in ax.patches] for ax in fig.axes]
     # unknown preemptions draw no bar (height 0) and say "n/a"
@@ -73,17 +81,34 @@ def test_comparison_needs_one_label_per_summary():
         load_charts.canary_comparison_chart([{}, {}], labels=["one"])
 
 
-
 def test_a_restart_gap_breaks_the_line_and_preemptions_are_marked_once():
     # stats lines at 0, 10, 20 s, then the server restarts and logs again at 300 and 310 s: the 280 s gap
     # is more than 3 × the usual 10 s, so the line lifts between 20 and 300 s
     seconds = [0, 10, 20, 300, 310]
-    rows = [LoadRow("s.log", i, at(0) + timedelta(seconds=s), 0, kv_cache_usage_pct=50.0 + i,
-                    preemptions=1 if i == 1 else 0)
-            for i, s in enumerate(seconds)]
+    rows = [
+        LoadRow(
+            "s.log",
+            i,
+            at(0) + timedelta(seconds=s),
+            0,
+            kv_cache_usage_pct=50.0 + i,
+            preemptions=1 if i == 1 else 0,
+        )
+        for i, s in enumerate(seconds)
+    ]
     # the same run's /metrics saw the same preemption once
-    rows.append(LoadRow("m.prom", 1, at(10), 0, kv_cache_usage_pct=51.0, preemptions=1, preemptions_total=1,
-                        kind="metrics"))
+    rows.append(
+        LoadRow(
+            "m.prom",
+            1,
+            at(10),
+            0,
+            kv_cache_usage_pct=51.0,
+            preemptions=1,
+            preemptions_total=1,
+            kind="metrics",
+        )
+    )
     fig = load_charts.occupancy_chart(load_timeline(LoadReading(tuple(rows))))
     usage = lines_by_label(fig.axes[0])["engine 0 (log)"]
     ydata = list(usage.get_ydata())

@@ -54,8 +54,11 @@ def test_budget_cli_and_the_pipeline_give_the_same_flag(capsys):
 
 def test_the_sample_launch_decides_once_with_capacity_and_checks():
     # four-rank sample, llama-3.1-70b TP4: 9,830 blocks of 16 tokens = 157,280 tokens (make demo's numbers)
-    decision = decide([DATA_DIR / "boots" / "four-rank" / "boot.log"], Policy(966_367_642),
-                      ModelLayout("llama-3.1-70b", {"tp": 4}))
+    decision = decide(
+        [DATA_DIR / "boots" / "four-rank" / "boot.log"],
+        Policy(966_367_642),
+        ModelLayout("llama-3.1-70b", {"tp": 4}),
+    )
     assert decision.budget.num_blocks == 9_830
     assert decision.capacity_at_max_len.tokens == 9_830 * 16
     assert decision.rooms.loc[2, "room_bytes"] == min(decision.budget.room_bytes)  # rank 2 limits

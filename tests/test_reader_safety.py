@@ -10,8 +10,6 @@ Boots are vLLM 0.26.0, TP=2, with each rank's room from its ``--kv-cache-memory`
 + graphs) − 150 MiB`` (vllm-log-formats.md §5), computed here from the printed GiB values.
 """
 
-# ruff: noqa: E501  (vLLM log lines are long; they are kept whole so each test shows the real line)
-
 import json
 import resource
 import subprocess
@@ -54,8 +52,16 @@ def launch(free0, free1, model="Qwen/Qwen3-8B", engine=200, workers=(300, 301), 
     config = vllm_line(V, engine_config(V, model=model, tp=tp), "EngineCore", engine, where="core.py:139")
     rank0 = vllm_line(V, suggestion(free0), "Worker_TP0", workers[0], where="gpu_worker.py:1066")
     rank1 = vllm_line(V, suggestion(free1), "Worker_TP1", workers[1], where="gpu_worker.py:1066")
-    size = vllm_line(V, "GPU KV cache size: 400,000 tokens", "EngineCore", engine, where="kv_cache_utils.py:1147")
-    done = vllm_line(V, "init engine (profile, create kv cache, warmup model) took 41.20 seconds", "EngineCore", engine, where="core.py:412")
+    size = vllm_line(
+        V, "GPU KV cache size: 400,000 tokens", "EngineCore", engine, where="kv_cache_utils.py:1147"
+    )
+    done = vllm_line(
+        V,
+        "init engine (profile, create kv cache, warmup model) took 41.20 seconds",
+        "EngineCore",
+        engine,
+        where="core.py:412",
+    )
     return [config, rank0, rank1, size, done]
 
 
@@ -130,7 +136,12 @@ def test_two_containers_with_the_same_pids_interleaved(capsys, tmp_path):
 
 
 def test_two_models_interleaved_are_refused_naming_both(capsys, tmp_path):
-    text = log(*interleave(launch("76.5", "70.0"), launch("76.0", "61.0", model="meta-llama/Llama-3.1-8B", engine=210, workers=(310, 311))))
+    text = log(
+        *interleave(
+            launch("76.5", "70.0"),
+            launch("76.0", "61.0", model="meta-llama/Llama-3.1-8B", engine=210, workers=(310, 311)),
+        )
+    )
     error, path = refusal(capsys, tmp_path, text)
     assert "Qwen/Qwen3-8B" in error and "meta-llama/Llama-3.1-8B" in error
     assert f"{path}:1" in error and f"{path}:2" in error
@@ -165,7 +176,13 @@ def test_negative_free_memory_is_refused(capsys, tmp_path):
 def test_free_memory_above_total_on_a_manual_boot_is_refused(capsys, tmp_path):
     message = "Initial free memory 95.0 GiB, reserved 40.0 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling."
     lines = launch("76.5", "70.0")
-    lines[1] = (vllm_line(V, "worker init memory snapshot: torch_peak=0.0GiB, free_memory=78.0GiB, total_memory=79.19GiB, cuda_memory=1.19GiB, torch_memory=0.0GiB, non_torch_memory=0.5GiB, timestamp=1.0, auto_measure=True", "Worker_TP0", 300, "DEBUG"))  # rank 0 booted manually: no suggestion
+    lines[1] = vllm_line(
+        V,
+        "worker init memory snapshot: torch_peak=0.0GiB, free_memory=78.0GiB, total_memory=79.19GiB, cuda_memory=1.19GiB, torch_memory=0.0GiB, non_torch_memory=0.5GiB, timestamp=1.0, auto_measure=True",
+        "Worker_TP0",
+        300,
+        "DEBUG",
+    )  # rank 0 booted manually: no suggestion
     lines.insert(2, vllm_line(V, message, "Worker_TP0", 300, where="gpu_worker.py:676"))
     error, path = refusal(capsys, tmp_path, log(*lines))
     assert f"{path}:3" in error and "impossible" in error
@@ -177,7 +194,9 @@ def run_bounded(argv, memory_bytes=2 << 30):
     def limit():
         resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
 
-    return subprocess.run([sys.executable, "-m", "kvplan", *argv], capture_output=True, text=True, timeout=60, preexec_fn=limit)
+    return subprocess.run(
+        [sys.executable, "-m", "kvplan", *argv], capture_output=True, text=True, timeout=60, preexec_fn=limit
+    )
 
 
 def test_tensor_parallel_size_zero_is_refused_with_its_line(tmp_path):
@@ -204,8 +223,26 @@ def test_absurd_tensor_parallel_size_is_refused_in_bounded_memory(tmp_path):
 def failure_only_log():
     lines = [vllm_line(V, "EngineCore failed to start.", "EngineCore", 7, "ERROR", "core.py:1584")]
     lines += [vllm_line(V, "Traceback (most recent call last):", "EngineCore", 7, "ERROR", "core.py:1584")]
-    lines += [vllm_line(V, '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", line 4211, in capture_model', "EngineCore", 7, "ERROR", "core.py:1584")]
-    lines += [vllm_line(V, "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which 11.06 MiB is free.", "EngineCore", 7, "ERROR", "core.py:1584")]
+    lines += [
+        vllm_line(
+            V,
+            '  File "/usr/local/lib/python3.12/dist-packages/vllm/v1/worker/gpu_model_runner.py", line 4211, in capture_model',
+            "EngineCore",
+            7,
+            "ERROR",
+            "core.py:1584",
+        )
+    ]
+    lines += [
+        vllm_line(
+            V,
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which 11.06 MiB is free.",
+            "EngineCore",
+            7,
+            "ERROR",
+            "core.py:1584",
+        )
+    ]
     return log(*lines)
 
 
@@ -226,7 +263,9 @@ def test_budget_refuses_a_failure_only_log_naming_the_failure_and_its_line(capsy
 def test_approve_refuses_a_failure_only_log_naming_the_failure(capsys, tmp_path):
     path = tmp_path / "boot.log"
     path.write_text(failure_only_log())
-    code = main(["approve", str(path), "--reserve", "1GiB", "--approver", "A", "--out", str(tmp_path / "out")])
+    code = main(
+        ["approve", str(path), "--reserve", "1GiB", "--approver", "A", "--out", str(tmp_path / "out")]
+    )
     err = capsys.readouterr().err
     assert code == 2
     assert "no vLLM boot found" not in err and f"{path}:4" in err and "CUDA graphs" in err
@@ -237,11 +276,41 @@ def test_approve_refuses_a_failure_only_log_naming_the_failure(capsys, tmp_path)
     ("lines", "line", "words"),
     [
         # v1/engine/core.py: the EngineCore's one line, the traceback went elsewhere
-        ([vllm_line(V, "EngineCore failed to start.", "EngineCore", 7, "ERROR", "core.py:1584")], 1, "EngineCore failed to start"),
+        (
+            [vllm_line(V, "EngineCore failed to start.", "EngineCore", 7, "ERROR", "core.py:1584")],
+            1,
+            "EngineCore failed to start",
+        ),
         # executor/multiproc_worker_utils.py (V0, 0.5–0.10.2)
-        ([vllm_line("0.6.6", "Exception in worker VllmWorkerProcess while processing method determine_num_available_blocks.", "VllmWorkerProcess", 902, "ERROR", "multiproc_worker_utils.py:226")], 1, "determine_num_available_blocks"),
+        (
+            [
+                vllm_line(
+                    "0.6.6",
+                    "Exception in worker VllmWorkerProcess while processing method determine_num_available_blocks.",
+                    "VllmWorkerProcess",
+                    902,
+                    "ERROR",
+                    "multiproc_worker_utils.py:226",
+                )
+            ],
+            1,
+            "determine_num_available_blocks",
+        ),
         # v1/engine/core.py 0.7.0–0.8.4
-        ([vllm_line("0.8.0", "EngineCore hit an exception: Traceback (most recent call last):", None, None, "ERROR", "core.py:340")], 1, "EngineCore hit an exception"),
+        (
+            [
+                vllm_line(
+                    "0.8.0",
+                    "EngineCore hit an exception: Traceback (most recent call last):",
+                    None,
+                    None,
+                    "ERROR",
+                    "core.py:340",
+                )
+            ],
+            1,
+            "EngineCore hit an exception",
+        ),
     ],
 )
 def test_failure_only_logs_are_failed_boots_never_no_boot_found(capsys, tmp_path, lines, line, words):
@@ -254,9 +323,20 @@ def test_failure_only_logs_are_failed_boots_never_no_boot_found(capsys, tmp_path
 
 
 def csv_ledger(tmp_path, **change):
-    row = {"source": "a.log", "boot": "0", "rank": "0", "model": "m", "vllm_version": "0.26.0",
-           "tensor_parallel_size": "1", "pipeline_parallel_size": "1", "data_parallel_size": "1",
-           "outcome": "ok", "total_bytes": "80GiB", "room_bytes": "60GiB", **change}
+    row = {
+        "source": "a.log",
+        "boot": "0",
+        "rank": "0",
+        "model": "m",
+        "vllm_version": "0.26.0",
+        "tensor_parallel_size": "1",
+        "pipeline_parallel_size": "1",
+        "data_parallel_size": "1",
+        "outcome": "ok",
+        "total_bytes": "80GiB",
+        "room_bytes": "60GiB",
+        **change,
+    }
     path = tmp_path / "ledger.csv"
     path.write_text(",".join(row) + "\n" + ",".join(row.values()) + "\n")
     return path

@@ -34,10 +34,17 @@ FULL = os.environ.get("KVPLAN_TAMPER_FULL") == "1"
 def sealed(tmp_path_factory) -> Path:
     """Today's bundle of scenario A: four-rank boot, nvidia-smi snapshots, Llama-3.1-70B at TP=4, a plan."""
     layout = ModelLayout(resolve_model_config("llama-3.1-70b"), {"tp": 4})
-    return evidence.approve([FOUR_RANK / "boot.log"], tmp_path_factory.mktemp("sealed"),
-                            Policy(parse_size("0.9GiB")), "Ana Planner", "CHG-1234", layout, Plan(4, 32768),
-                            now=NOW, nvidia_smi_paths=[FOUR_RANK / "nvidia-smi-gpu.csv",
-                                                       FOUR_RANK / "nvidia-smi-apps.csv"])
+    return evidence.approve(
+        [FOUR_RANK / "boot.log"],
+        tmp_path_factory.mktemp("sealed"),
+        Policy(parse_size("0.9GiB")),
+        "Ana Planner",
+        "CHG-1234",
+        layout,
+        Plan(4, 32768),
+        now=NOW,
+        nvidia_smi_paths=[FOUR_RANK / "nvidia-smi-gpu.csv", FOUR_RANK / "nvidia-smi-apps.csv"],
+    )
 
 
 def copy(bundle: Path, tmp_path: Path) -> Path:
@@ -113,7 +120,8 @@ def key_paths(record: dict, top_level_only: bool = False) -> list[tuple]:
     for path in leaf_paths(record):
         shape = tuple("*" if isinstance(part, int) else part for part in path)
         fixed = (path[0] == "files" and len(path) > 1) or (
-            path[0] == "inputs" and path[-1] in ("sha256", "size_bytes"))
+            path[0] == "inputs" and path[-1] in ("sha256", "size_bytes")
+        )
         if shape in seen or fixed or path[0] == evidence.SEAL_KEY or (top_level_only and len(path) > 1):
             continue
         seen.add(shape)
@@ -176,7 +184,8 @@ def test_padding_in_budget_json_fails_verify(sealed, tmp_path, size):
         handle.write(b" " * size)
     assert evidence.verify_bundle(folder) == [
         "budget.json: its bytes are not what approve writes for its record (padding, other spacing or key "
-        "order)"]
+        "order)"
+    ]
 
 
 def test_a_huge_budget_json_is_refused_before_it_is_read(sealed, tmp_path):
@@ -190,9 +199,20 @@ def test_a_huge_budget_json_is_refused_before_it_is_read(sealed, tmp_path):
     assert time.monotonic() - started < 5
 
 
-@pytest.mark.parametrize("name", ["SUMMARY.md", "ledger.csv", "evidence.log", "charts/stranded.png",
-                                  "charts/concurrency.png", "inputs/boot.log", "inputs/nvidia-smi-gpu.csv",
-                                  "inputs/nvidia-smi-apps.csv", "inputs/llama-3.1-70b.json"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "SUMMARY.md",
+        "ledger.csv",
+        "evidence.log",
+        "charts/stranded.png",
+        "charts/concurrency.png",
+        "inputs/boot.log",
+        "inputs/nvidia-smi-gpu.csv",
+        "inputs/nvidia-smi-apps.csv",
+        "inputs/llama-3.1-70b.json",
+    ],
+)
 @pytest.mark.parametrize("which", ["sealed", "v0.1.0"])
 def test_every_file_changed_with_its_hash_fixed_fails_verify(which, sealed, tmp_path, name):
     # one byte flipped in the middle of each file; a v0.1.0 bundle (no seal) has its charts checked by hash
@@ -271,8 +291,14 @@ def test_a_model_config_outside_the_working_folder_verifies(tmp_path, monkeypatc
     (tmp_path / "cfg").mkdir()
     (tmp_path / "cfg" / "config.json").write_text(json.dumps(config))
     monkeypatch.chdir(DATA_DIR)
-    bundle = evidence.approve([FOUR_RANK / "boot.log"], tmp_path / "out", Policy(parse_size("0.9GiB")), "QA",
-                              layout=ModelLayout(tmp_path / "cfg" / "config.json", {"tp": 4}), now=NOW)
+    bundle = evidence.approve(
+        [FOUR_RANK / "boot.log"],
+        tmp_path / "out",
+        Policy(parse_size("0.9GiB")),
+        "QA",
+        layout=ModelLayout(tmp_path / "cfg" / "config.json", {"tp": 4}),
+        now=NOW,
+    )
     record = evidence.read_bundle(bundle)
     assert record["kv_spec"]["model"] == "inputs/config.json"
     assert ".partial" not in (bundle / "budget.json").read_text()
@@ -291,8 +317,16 @@ class TestGatePinsTheApproval:
 
     def test_approved_digest_pins_the_bundle(self, sealed, tmp_path, capsys):
         digest = evidence.bundle_digest((sealed / "budget.json").read_bytes())
-        argv = ["gate", "--approved", str(sealed), str(FOUR_RANK / "boot.log"), "--nvidia-smi",
-                str(FOUR_RANK / "nvidia-smi-gpu.csv"), "--nvidia-smi", str(FOUR_RANK / "nvidia-smi-apps.csv")]
+        argv = [
+            "gate",
+            "--approved",
+            str(sealed),
+            str(FOUR_RANK / "boot.log"),
+            "--nvidia-smi",
+            str(FOUR_RANK / "nvidia-smi-gpu.csv"),
+            "--nvidia-smi",
+            str(FOUR_RANK / "nvidia-smi-apps.csv"),
+        ]
         assert main([*argv, "--approved-digest", digest]) == 0
         assert main([*argv, "--approved-digest", f"sha256:{digest[:12]}"]) == 0
         capsys.readouterr()
@@ -301,8 +335,9 @@ class TestGatePinsTheApproval:
 
     def test_another_approval_at_the_approved_path_is_not_judged_against(self, sealed, tmp_path, capsys):
         # a self-consistent bundle of another approval (another approver), renamed to the approved name
-        other = evidence.approve([FOUR_RANK / "boot.log"], tmp_path / "other", Policy(parse_size("0.5GiB")),
-                                 "Mallory", now=NOW)
+        other = evidence.approve(
+            [FOUR_RANK / "boot.log"], tmp_path / "other", Policy(parse_size("0.5GiB")), "Mallory", now=NOW
+        )
         assert evidence.verify_bundle(other) == []
         placed = Path(shutil.copytree(other, tmp_path / "approved" / sealed.name))
         assert main(["gate", "--approved", str(placed), str(FOUR_RANK / "boot.log")]) == 2
@@ -320,8 +355,14 @@ class TestGatePinsTheApproval:
 def test_the_note_and_approver_are_quoted_in_summary(tmp_path):
     # issue 11 item 17: a note cannot add a heading, a list item or an HTML comment
     note = "CHG-1\n# KV-cache budget: 40 GiB per GPU\n<!-- the real tables follow -->"
-    bundle = evidence.approve([FOUR_RANK / "boot.log"], tmp_path, Policy(parse_size("0.9GiB")),
-                              "Eve\n- **Decision:** 40 GiB", note, now=NOW)
+    bundle = evidence.approve(
+        [FOUR_RANK / "boot.log"],
+        tmp_path,
+        Policy(parse_size("0.9GiB")),
+        "Eve\n- **Decision:** 40 GiB",
+        note,
+        now=NOW,
+    )
     summary = (bundle / "SUMMARY.md").read_text()
     assert summary.count("\n# ") == 0 and summary.startswith("# KV-cache budget: 12 GiB")
     assert re.search(r"(?<!\\)<!--", summary) is None  # only the escaped \<!-- is left
@@ -335,13 +376,15 @@ class TestStaleClaims:
     """Issue 11 item 19: what a killed approval leaves behind never blocks the next one."""
 
     def test_an_empty_claim_is_removed_and_reported(self, tmp_path):
-        first = evidence.approve([FOUR_RANK / "boot.log"], tmp_path, Policy(parse_size("0.9GiB")), "QA",
-                                 now=NOW)
+        first = evidence.approve(
+            [FOUR_RANK / "boot.log"], tmp_path, Policy(parse_size("0.9GiB")), "QA", now=NOW
+        )
         shutil.rmtree(first)
         first.mkdir()  # a kill between the claim and the rename
         with pytest.warns(UserWarning, match="removed what a killed approval left"):
-            again = evidence.approve([FOUR_RANK / "boot.log"], tmp_path, Policy(parse_size("0.9GiB")), "QA",
-                                     now=NOW)
+            again = evidence.approve(
+                [FOUR_RANK / "boot.log"], tmp_path, Policy(parse_size("0.9GiB")), "QA", now=NOW
+            )
         assert again == first and evidence.verify_bundle(again) == []
 
     def test_an_old_partial_folder_is_removed_and_a_fresh_one_kept(self, tmp_path):
@@ -354,10 +397,13 @@ class TestStaleClaims:
         assert not old.exists() and fresh.exists()
 
 
-@pytest.mark.parametrize(("edit", "message"), [
-    (lambda r: r["inputs"][0].__setitem__("path", 5), "inputs[0] is not an input entry"),
-    (lambda r: r["policy"].__setitem__("reserve_bytes", "1GiB"), "malformed policy"),
-])
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda r: r["inputs"][0].__setitem__("path", 5), "inputs[0] is not an input entry"),
+        (lambda r: r["policy"].__setitem__("reserve_bytes", "1GiB"), "malformed policy"),
+    ],
+)
 def test_garbled_records_are_one_error_line(sealed, tmp_path, capsys, edit, message):
     # issue 11 item 18: a non-string input path or a string size: exit 2, one error line naming budget.json
     folder = copy(sealed, tmp_path)
@@ -373,8 +419,9 @@ def test_a_deeply_nested_budget_json_is_one_error_line(sealed, tmp_path, capsys)
     # issue 11 item 18: 100,000 nested lists would exhaust Python's stack in a naive reader
     folder = copy(sealed, tmp_path)
     text = (folder / "budget.json").read_text()
-    (folder / "budget.json").write_text(text.replace('"note": "CHG-1234"', '"note": ' + "[" * 100_000
-                                                     + "]" * 100_000))
+    (folder / "budget.json").write_text(
+        text.replace('"note": "CHG-1234"', '"note": ' + "[" * 100_000 + "]" * 100_000)
+    )
     assert main(["verify", str(folder)]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and err.startswith(f"error: {folder / 'budget.json'}: ")
@@ -386,6 +433,12 @@ def test_verify_into_a_closed_pipe_is_quiet(sealed, tmp_path):
     import sys
 
     command = f"{sys.executable} -m kvplan verify {sealed} | head -c 1"
-    result = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=120,
-                            env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    result = subprocess.run(
+        command,
+        shell=True,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
+    )
     assert "Traceback" not in result.stderr and "Broken pipe" not in result.stderr

@@ -133,8 +133,14 @@ def test_panel_starts_from_the_exact_scenario():
     assert panel.outcome.budget == evaluate(FOUR_RANK).budget
     assert panel.outcome.capacity == evaluate(FOUR_RANK).capacity
     assert set(panel.controls) == {
-        "reserve_gib", "block_size", "max_model_len", "target_concurrency",
-        "add_back_0", "add_back_1", "add_back_2", "add_back_3",
+        "reserve_gib",
+        "block_size",
+        "max_model_len",
+        "target_concurrency",
+        "add_back_0",
+        "add_back_1",
+        "add_back_2",
+        "add_back_3",
     }
     assert panel.controls["add_back_2"].description == "rank 2: add back [GiB] (other processes 5 GiB)"
     bundle = panel._repr_mimebundle_()
@@ -180,8 +186,13 @@ def test_a_model_spec_gives_vllm_figures_and_follows_the_block_size():
     from kvplan.kvspec import kv_spec
 
     # Llama-3.1-70B shape: 80 layers, 8 KV heads, head_dim 128, bf16; TP=4 → 81,920 B per token per rank
-    config = {"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8, "head_dim": 128,
-              "torch_dtype": "bfloat16"}
+    config = {
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "torch_dtype": "bfloat16",
+    }
     spec = kv_spec(config, tp=4, vllm_version="0.26.0")
     scenario = Scenario(ROOMS, RESERVE, kv_spec=spec, max_model_len=32_768, target_concurrency=8)
     outcome = evaluate(scenario)
@@ -224,11 +235,16 @@ def test_verdict_fix_the_weak_rank_or_tune_the_value():
 
 def test_budgets_by_boot_gives_one_budget_per_boot():
     # boot 0: rooms 13, 18 GiB; boot 1: rooms 14, 12 GiB; reserve 1 GiB
-    ledger = pd.DataFrame({
-        "source": ["/x/a.log"] * 4, "boot": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
-        "room_bytes": [13 * GiB, 18 * GiB, 14 * GiB, 12 * GiB], "room_source": ["suggestion"] * 4,
-        "outcome": ["ok"] * 4,
-    })
+    ledger = pd.DataFrame(
+        {
+            "source": ["/x/a.log"] * 4,
+            "boot": [0, 0, 1, 1],
+            "rank": [0, 1, 0, 1],
+            "room_bytes": [13 * GiB, 18 * GiB, 14 * GiB, 12 * GiB],
+            "room_source": ["suggestion"] * 4,
+            "outcome": ["ok"] * 4,
+        }
+    )
     budgets = budgets_by_boot(ledger, GiB)
     assert list(budgets) == ["a.log #0", "a.log #1"]
     assert [b.uniform_budget_bytes for b in budgets.values()] == [12 * GiB, 11 * GiB]
@@ -237,11 +253,17 @@ def test_budgets_by_boot_gives_one_budget_per_boot():
 
 def test_scenario_and_co_tenants_from_a_ledger_take_each_rank_at_its_worst():
     # rank 0: rooms 13 and 14 GiB over two boots → 13; rank 1: 15 and 12 GiB → 12
-    ledger = pd.DataFrame({
-        "source": ["a.log"] * 4, "boot": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
-        "room_bytes": [13 * GiB, 15 * GiB, 14 * GiB, 12 * GiB], "room_source": ["suggestion"] * 4,
-        "other_process_bytes": [pd.NA, 5 * GiB, pd.NA, 6 * GiB], "outcome": ["ok"] * 4,
-    })
+    ledger = pd.DataFrame(
+        {
+            "source": ["a.log"] * 4,
+            "boot": [0, 0, 1, 1],
+            "rank": [0, 1, 0, 1],
+            "room_bytes": [13 * GiB, 15 * GiB, 14 * GiB, 12 * GiB],
+            "room_source": ["suggestion"] * 4,
+            "other_process_bytes": [pd.NA, 5 * GiB, pd.NA, 6 * GiB],
+            "outcome": ["ok"] * 4,
+        }
+    )
     scenario = Scenario.from_ledger(ledger, GiB, max_model_len=8192)
     assert scenario == Scenario((13 * GiB, 12 * GiB), GiB, ranks=(0, 1), max_model_len=8192)
     assert co_tenant_bytes(ledger) == [None, 6 * GiB]  # the most any boot saw
@@ -337,8 +359,15 @@ def test_launch_spec_takes_the_layout_from_the_logs():
 
 
 def test_coverage_marks_what_each_rank_printed():
-    ledger = pd.DataFrame({"source": "a.log", "boot": [0, 0], "rank": [0, 1],
-                           "room_bytes": [5 * GiB, None], "weights_bytes": [GiB, GiB]})
+    ledger = pd.DataFrame(
+        {
+            "source": "a.log",
+            "boot": [0, 0],
+            "rank": [0, 1],
+            "room_bytes": [5 * GiB, None],
+            "weights_bytes": [GiB, GiB],
+        }
+    )
     shown = coverage(ledger)
     assert shown.loc["room_bytes"].tolist() == [True, False]
     assert shown.loc["weights_bytes"].tolist() == [True, True]
@@ -348,15 +377,26 @@ def test_coverage_marks_what_each_rank_printed():
 def test_startup_free_bytes_of_a_reference_and_of_a_later_boot():
     # reference: two boots; rank 0's rooms 13 and 12 GiB → the 12 GiB boot's free memory, 42 GiB;
     # rank 1's rooms 14 and 15 GiB → the 14 GiB boot's, 43 GiB (the pipeline's one F_ref rule)
-    reference = pd.DataFrame({"source": "r.log", "boot": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
-                              "room_bytes": [13 * GiB, 14 * GiB, 12 * GiB, 15 * GiB],
-                              "room_source": "suggestion", "outcome": "ok", "model": "m",
-                              "tensor_parallel_size": 2, "pipeline_parallel_size": 1, "data_parallel_size": 1,
-                              "init_free_bytes": [41 * GiB, 43 * GiB, 42 * GiB, 44 * GiB]})
+    reference = pd.DataFrame(
+        {
+            "source": "r.log",
+            "boot": [0, 0, 1, 1],
+            "rank": [0, 1, 0, 1],
+            "room_bytes": [13 * GiB, 14 * GiB, 12 * GiB, 15 * GiB],
+            "room_source": "suggestion",
+            "outcome": "ok",
+            "model": "m",
+            "tensor_parallel_size": 2,
+            "pipeline_parallel_size": 1,
+            "data_parallel_size": 1,
+            "init_free_bytes": [41 * GiB, 43 * GiB, 42 * GiB, 44 * GiB],
+        }
+    )
     assert decide(Evidence(reference), Policy(GiB)).ref_free_bytes == (42 * GiB, 43 * GiB)
     # a boot with a manual value shows no room: the lowest free memory over its boots
-    boot = pd.DataFrame({"source": "b.log", "rank": [0, 0, 1],
-                         "init_free_bytes": [41 * GiB, 40 * GiB, 43 * GiB]})
+    boot = pd.DataFrame(
+        {"source": "b.log", "rank": [0, 0, 1], "init_free_bytes": [41 * GiB, 40 * GiB, 43 * GiB]}
+    )
     assert boot_free_bytes(boot, [0, 1]) == (40 * GiB, 43 * GiB)
     with pytest.raises(ValueError, match=r"b\.log: rank 2 shows no free memory at startup"):
         boot_free_bytes(boot, [0, 1, 2])
@@ -394,7 +434,10 @@ def test_read_launch_lists_the_snapshot_warning_with_the_readers(recwarn):
 DRIFT = DATA_DIR / "boots" / "drift"
 # Scenario C: room 31 GiB, reserve 1 GiB → safe 30 GiB; F_ref 42; boots 41.8, 42.1, 40.75, 41.9; G 0.5
 DRIFT_SCENARIO = Scenario(
-    (31 * GiB,) * 4, GiB, guard_bytes=GiB // 2, ref_free_bytes=(42 * GiB,) * 4,
+    (31 * GiB,) * 4,
+    GiB,
+    guard_bytes=GiB // 2,
+    ref_free_bytes=(42 * GiB,) * 4,
     boot_free_bytes=tuple(parse_size(f"{gib}GiB") for gib in ("41.8", "42.1", "40.75", "41.9")),
 )
 
@@ -431,8 +474,11 @@ def test_drift_panel_of_the_sample_shows_the_flag_for_this_boot():
     reference, _ = read_launch(DRIFT / "reference.log")
     boot, _ = read_launch(DRIFT / "canary.log")
     decision = decide(Evidence(reference), Policy(GiB))
-    panel = WhatIfPanel(Scenario.from_decision(decision, guard_bytes=GiB // 2,
-                                               boot_free_bytes=boot_free_bytes(boot, decision.budget.ranks)))
+    panel = WhatIfPanel(
+        Scenario.from_decision(
+            decision, guard_bytes=GiB // 2, boot_free_bytes=boot_free_bytes(boot, decision.budget.ranks)
+        )
+    )
     headline = panel.outcome.headline()
     assert headline["flag for this boot"] == "--kv-cache-memory-bytes=30333206528"  # 28.25 GiB
     assert headline["after drift"] == "28.25 GiB (rank 2 limits; re-profile to raise)"
@@ -440,6 +486,7 @@ def test_drift_panel_of_the_sample_shows_the_flag_for_this_boot():
 
 
 # --- add-back sliders: never more than the co-tenant holds -------------------------------------------------
+
 
 def test_add_back_is_capped_at_the_co_tenants_exact_bytes():
     ledger, _ = read_launch(SAMPLE)
@@ -467,6 +514,7 @@ def test_rank_without_known_co_tenant_memory_gets_no_add_back():
 
 
 # --- chart errors are shown in the panel, and leave no figure open ------------------------------------------
+
 
 def test_panel_on_a_reference_and_a_manual_value_boot_draws_the_ledger_from_the_reference(monkeypatch):
     # data/boots/drift: 4 rows with room (reference.log) + 4 without (canary.log, a manual value);
@@ -499,6 +547,7 @@ def test_a_failing_chart_is_shown_in_the_panel_in_its_place(monkeypatch):
 
 # --- target concurrency: whole sequences, and a target that never fits -------------------------------------
 
+
 def test_fractional_target_says_it_rounds_up():
     # 3 sequences × 2048 blocks × 1,310,720 B = 8,053,063,680 B = 7.5 GiB
     headline = evaluate(replace(FOUR_RANK, target_concurrency=2.5)).headline()
@@ -524,6 +573,7 @@ def test_target_concurrency_control_takes_whole_sequences():
 
 
 # --- block size in effect; max model length beyond the model's ---------------------------------------------
+
 
 def test_headline_shows_the_block_size_vllm_raises_for_a_hybrid_model():
     spec = kv_spec(read_model_config("qwen3-next-80b-a3b"), tp=8, vllm_version="0.26.0")
@@ -551,8 +601,9 @@ def test_max_model_len_beyond_the_configs_max_position_embeddings_is_warned(tmp_
         "10,000,000 tokens exceeds the model config's max_position_embeddings (131,072)"
     )
     # the bundled llama-3.1-70b config states none: no warning
-    plain = Scenario.from_ledger(ledger, RESERVE, kv_spec=launch_spec(ledger, "llama-3.1-70b"),
-                                 max_model_len=10_000_000)
+    plain = Scenario.from_ledger(
+        ledger, RESERVE, kv_spec=launch_spec(ledger, "llama-3.1-70b"), max_model_len=10_000_000
+    )
     assert plain.position_limit is None and "max model length" not in evaluate(plain).headline()
 
 

@@ -146,8 +146,10 @@ class Mix:
         rng = random.Random(self.seed)
         half_in, half_out = self.input_len // 2, self.output_len // 2
         return [
-            Request(rng.randint(self.input_len - half_in, self.input_len + half_in),
-                    rng.randint(self.output_len - half_out, self.output_len + half_out))
+            Request(
+                rng.randint(self.input_len - half_in, self.input_len + half_in),
+                rng.randint(self.output_len - half_out, self.output_len + half_out),
+            )
             for _ in range(self.prompts)
         ]
 
@@ -160,11 +162,17 @@ def stamp(when: datetime) -> str:
     return when.strftime("%m-%d %H:%M:%S")
 
 
-def startup(api: int, core: int, start: datetime, blocks: int, manual: bool, util: float, took_s: float) -> list[str]:
+def startup(
+    api: int, core: int, start: datetime, blocks: int, manual: bool, util: float, took_s: float
+) -> list[str]:
     """The startup lines kvplan reads (the full profiled boot is data/boots/four-rank/boot.log)."""
-    args = (f"'model_tag': '{MODEL}', 'host': '0.0.0.0', 'model': '{MODEL}', 'max_model_len': {MAX_MODEL_LEN}, "
-            "'tensor_parallel_size': 4, ")
-    args += f"'kv_cache_memory_bytes': {blocks * BLOCK_BYTES}" if manual else f"'gpu_memory_utilization': {util}"
+    args = (
+        f"'model_tag': '{MODEL}', 'host': '0.0.0.0', 'model': '{MODEL}', 'max_model_len': {MAX_MODEL_LEN}, "
+        "'tensor_parallel_size': 4, "
+    )
+    args += (
+        f"'kv_cache_memory_bytes': {blocks * BLOCK_BYTES}" if manual else f"'gpu_memory_utilization': {util}"
+    )
     concurrency = blocks / math.ceil(MAX_MODEL_LEN / BLOCK_SIZE)  # 0.9.1–0.26: blocks / cdiv(len, block)
     tokens = int(concurrency * MAX_MODEL_LEN)  # 0.21+: int(max_concurrency × max_model_len)
     a, c = f"(APIServer pid={api}) ", f"(EngineCore pid={core}) "
@@ -182,27 +190,38 @@ def startup(api: int, core: int, start: datetime, blocks: int, manual: bool, uti
 
 def stats_line(api: int, when: datetime, prompt: int, generated: int, server: Server, preempted: int) -> str:
     preemptions = f"Preemptions: {preempted}, " if preempted else ""
-    return (f"(APIServer pid={api}) INFO {stamp(when)} [loggers.py:310] Engine 000: Avg prompt throughput: "
-            f"{prompt / LOG_INTERVAL_S:.1f} tokens/s, Avg generation throughput: {generated / LOG_INTERVAL_S:.1f} "
-            f"tokens/s, Running: {len(server.running)} reqs, Waiting: {len(server.waiting)} reqs, "
-            f"{preemptions}GPU KV cache usage: {server.usage * 100:.1f}%, Prefix cache hit rate: 0.0%")
+    return (
+        f"(APIServer pid={api}) INFO {stamp(when)} [loggers.py:310] Engine 000: Avg prompt throughput: "
+        f"{prompt / LOG_INTERVAL_S:.1f} tokens/s, Avg generation throughput: {generated / LOG_INTERVAL_S:.1f} "
+        f"tokens/s, Running: {len(server.running)} reqs, Waiting: {len(server.waiting)} reqs, "
+        f"{preemptions}GPU KV cache usage: {server.usage * 100:.1f}%, Prefix cache hit rate: 0.0%"
+    )
 
 
 def scrape(server: Server, blocks: int, util: float | None, created: float) -> dict[str, float]:
     return {
-        "running": len(server.running), "waiting": len(server.waiting), "usage": server.usage,
-        "prompt": server.prompt_total, "generation": server.generation_total,
-        "preemptions": server.preemptions_total, "queries": server.prompt_total, "created": created,
-        "blocks": blocks, "util": util,
+        "running": len(server.running),
+        "waiting": len(server.waiting),
+        "usage": server.usage,
+        "prompt": server.prompt_total,
+        "generation": server.generation_total,
+        "preemptions": server.preemptions_total,
+        "queries": server.prompt_total,
+        "created": created,
+        "blocks": blocks,
+        "util": util,
     }
 
 
 HELP = {
     "vllm:num_requests_running": ("gauge", "Number of requests in model execution batches."),
     "vllm:num_requests_waiting": ("gauge", "Number of requests waiting to be processed."),
-    "vllm:engine_sleep_state": ("gauge", "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 "
-                                "means engine is awake; weights_offloaded = 1 means sleep level 1; "
-                                "discard_all = 1 means sleep level 2."),
+    "vllm:engine_sleep_state": (
+        "gauge",
+        "Engine sleep state; awake = 0 means engine is sleeping; awake = 1 "
+        "means engine is awake; weights_offloaded = 1 means sleep level 1; "
+        "discard_all = 1 means sleep level 2.",
+    ),
     "vllm:kv_cache_usage_perc": ("gauge", "KV-cache usage. 1 means 100 percent usage."),
     "vllm:prefix_cache_queries": ("counter", "Prefix cache queries, in terms of number of queried tokens."),
     "vllm:prefix_cache_hits": ("counter", "Prefix cache hits, in terms of number of cached tokens."),
@@ -217,16 +236,31 @@ SLEEP_STATES = {"awake": 1, "weights_offloaded": 0, "discard_all": 0}  # record_
 def cache_config(blocks: int, util: float | None) -> dict[str, str]:
     """`CacheConfig.metrics_info()` of the sample servers: str() of each field (Llama: no Mamba, no window)."""
     return {
-        "block_size": str(BLOCK_SIZE), "_block_size_resolved": "True", "user_specified_block_size": "False",
-        "user_specified_mamba_block_size": "False", "hash_block_size": "None",
-        "gpu_memory_utilization": str(util or DEFAULT_GPU_MEMORY_UTILIZATION), "cache_dtype": "auto",
-        "is_attention_free": "False", "num_gpu_blocks_override": "None", "sliding_window": "None",
-        "enable_prefix_caching": "True", "prefix_caching_hash_algo": "sha256", "calculate_kv_scales": "False",
-        "kv_cache_dtype_skip_layers": "[]", "mamba_page_size_padded": "None", "mamba_block_size": "None",
-        "mamba_cache_dtype": "auto", "mamba_ssm_cache_dtype": "auto", "mamba_cache_mode": "none",
-        "num_gpu_blocks": str(blocks), "num_cpu_blocks": "None", "kv_sharing_fast_prefill": "False",
+        "block_size": str(BLOCK_SIZE),
+        "_block_size_resolved": "True",
+        "user_specified_block_size": "False",
+        "user_specified_mamba_block_size": "False",
+        "hash_block_size": "None",
+        "gpu_memory_utilization": str(util or DEFAULT_GPU_MEMORY_UTILIZATION),
+        "cache_dtype": "auto",
+        "is_attention_free": "False",
+        "num_gpu_blocks_override": "None",
+        "sliding_window": "None",
+        "enable_prefix_caching": "True",
+        "prefix_caching_hash_algo": "sha256",
+        "calculate_kv_scales": "False",
+        "kv_cache_dtype_skip_layers": "[]",
+        "mamba_page_size_padded": "None",
+        "mamba_block_size": "None",
+        "mamba_cache_dtype": "auto",
+        "mamba_ssm_cache_dtype": "auto",
+        "mamba_cache_mode": "none",
+        "num_gpu_blocks": str(blocks),
+        "num_cpu_blocks": "None",
+        "kv_sharing_fast_prefill": "False",
         "kv_cache_memory_bytes": str(blocks * BLOCK_BYTES if util is None else None),
-        "kv_offloading_size": "None", "kv_offloading_backend": "native",
+        "kv_offloading_size": "None",
+        "kv_offloading_backend": "native",
     }
 
 
@@ -235,15 +269,29 @@ def families(values: dict) -> list[tuple[str, str, list[tuple[dict, float]]]]:
     labels = {"engine": "0", "model_name": MODEL}
     gauges = {"vllm:num_requests_running": values["running"], "vllm:num_requests_waiting": values["waiting"]}
     out = [(name, "gauge", [(labels, value)]) for name, value in gauges.items()]
-    out.append(("vllm:engine_sleep_state", "gauge",
-                [({**labels, "sleep_state": state}, value) for state, value in SLEEP_STATES.items()]))
+    out.append(
+        (
+            "vllm:engine_sleep_state",
+            "gauge",
+            [({**labels, "sleep_state": state}, value) for state, value in SLEEP_STATES.items()],
+        )
+    )
     out.append(("vllm:kv_cache_usage_perc", "gauge", [(labels, values["usage"])]))
-    counters = {"vllm:prefix_cache_queries": values["queries"], "vllm:prefix_cache_hits": 0,
-                "vllm:num_preemptions": values["preemptions"], "vllm:prompt_tokens": values["prompt"],
-                "vllm:generation_tokens": values["generation"]}
+    counters = {
+        "vllm:prefix_cache_queries": values["queries"],
+        "vllm:prefix_cache_hits": 0,
+        "vllm:num_preemptions": values["preemptions"],
+        "vllm:prompt_tokens": values["prompt"],
+        "vllm:generation_tokens": values["generation"],
+    }
     out += [(name, "counter", [(labels, value)]) for name, value in counters.items()]
-    out.append(("vllm:cache_config_info", "gauge",
-                [({**cache_config(values["blocks"], values["util"]), "engine": "0"}, 1.0)]))
+    out.append(
+        (
+            "vllm:cache_config_info",
+            "gauge",
+            [({**cache_config(values["blocks"], values["util"]), "engine": "0"}, 1.0)],
+        )
+    )
     return out
 
 
@@ -293,13 +341,23 @@ def federation(values: dict, when_ms: int) -> list[str]:
     for name in sorted(series):
         lines.append(f"# TYPE {name} untyped")
         ordered = sorted(series[name], key=lambda pair: sorted({**pair[0], **target}.items()))
-        lines += [sample(name, {**labels, **target}, value, f" {when_ms}", federate=True)
-                  for labels, value in ordered]
+        lines += [
+            sample(name, {**labels, **target}, value, f" {when_ms}", federate=True)
+            for labels, value in ordered
+        ]
     return lines
 
 
-def serve(requests: list[Request], concurrency: int, server: Server, begin: datetime, api: int,
-          scrape_every: int, created: float, util: float | None) -> tuple[list[str], list, datetime]:
+def serve(
+    requests: list[Request],
+    concurrency: int,
+    server: Server,
+    begin: datetime,
+    api: int,
+    scrape_every: int,
+    created: float,
+    util: float | None,
+) -> tuple[list[str], list, datetime]:
     """One benchmark pass from ``begin``: log lines, (time, values) of each /metrics scrape, end time."""
     lines, scrapes = [], []
     sent = min(concurrency, len(requests))
@@ -311,8 +369,10 @@ def serve(requests: list[Request], concurrency: int, server: Server, begin: date
         prompt, generated, preempted, finished = server.step()
         interval = [interval[0] + prompt, interval[1] + generated, interval[2] + preempted]
         for _ in range(finished):
-            lines.append(f'(APIServer pid={api}) INFO:     10.4.0.17:{40000 + sent} - '
-                         '"POST /v1/completions HTTP/1.1" 200 OK')
+            lines.append(
+                f"(APIServer pid={api}) INFO:     10.4.0.17:{40000 + sent} - "
+                '"POST /v1/completions HTTP/1.1" 200 OK'
+            )
             if sent < len(requests):
                 server.waiting.append(requests[sent])
                 sent += 1
@@ -323,26 +383,42 @@ def serve(requests: list[Request], concurrency: int, server: Server, begin: date
             interval = [0, 0, 0]
         if second % scrape_every == 0:
             scrapes.append((clock, scrape(server, server.num_blocks, util, created)))
-            lines.append(f'(APIServer pid={api}) INFO:     10.4.0.9:{50000 + second} - "GET /metrics HTTP/1.1" 200 OK')
+            lines.append(
+                f'(APIServer pid={api}) INFO:     10.4.0.9:{50000 + second} - "GET /metrics HTTP/1.1" 200 OK'
+            )
     return lines, scrapes, clock
 
 
-def run(mix: Mix, blocks: int, start: datetime, api: int, core: int, manual: bool, util: float | None,
-        scrape_every: int, took_s: float, passes: int = 1) -> tuple[list[str], list[tuple[datetime, dict]]]:
+def run(
+    mix: Mix,
+    blocks: int,
+    start: datetime,
+    api: int,
+    core: int,
+    manual: bool,
+    util: float | None,
+    scrape_every: int,
+    took_s: float,
+    passes: int = 1,
+) -> tuple[list[str], list[tuple[datetime, dict]]]:
     """Boot, then serve the mix in ``passes`` equal passes with a server restart between them."""
     requests = mix.requests()
     share = len(requests) // passes
     lines, scrapes = [], []
     for number in range(passes):
         if number:
-            lines.append(f"(APIServer pid={api}) INFO {stamp(start)} [launcher.py:101] Shutting down FastAPI "
-                         "HTTP server.")
+            lines.append(
+                f"(APIServer pid={api}) INFO {stamp(start)} [launcher.py:101] Shutting down FastAPI "
+                "HTTP server."
+            )
             start, api, core = start + timedelta(seconds=20), api + 811, core + 811
         lines += startup(api, core, start, blocks, manual, util or DEFAULT_GPU_MEMORY_UTILIZATION, took_s)
         begin = start + timedelta(seconds=178)  # the benchmark starts 38 s after "Starting vLLM API server"
         created = (begin - timedelta(seconds=2)).replace(tzinfo=timezone.utc).timestamp()
-        part = requests[number * share:(number + 1) * share]
-        more, taken, start = serve(part, mix.concurrency, Server(blocks), begin, api, scrape_every, created, util)
+        part = requests[number * share : (number + 1) * share]
+        more, taken, start = serve(
+            part, mix.concurrency, Server(blocks), begin, api, scrape_every, created, util
+        )
         lines += more
         scrapes += taken
     return lines, scrapes
@@ -356,26 +432,41 @@ def write(path: Path, lines: list[str]) -> None:
 def main() -> None:
     # profiled canary: steady mix, /federate dumps with sample timestamps, many per file
     # the profiled boot of data/boots/four-rank/ (same processes), then the steady mix
-    log, scrapes = run(STEADY, PROFILED_BLOCKS, datetime(2026, 11, 24, 9, 14, 2), 48211, 48467, False, 0.6, 30, 97.36)
+    log, scrapes = run(
+        STEADY, PROFILED_BLOCKS, datetime(2026, 11, 24, 9, 14, 2), 48211, 48467, False, 0.6, 30, 97.36
+    )
     write(HERE / "profiled-canary" / "server.log", log)
-    write(HERE / "profiled-canary" / "federate.prom", [
-        line for when, values in scrapes
-        for line in federation(values, int(when.replace(tzinfo=timezone.utc).timestamp() * 1000))
-    ])
+    write(
+        HERE / "profiled-canary" / "federate.prom",
+        [
+            line
+            for when, values in scrapes
+            for line in federation(values, int(when.replace(tzinfo=timezone.utc).timestamp() * 1000))
+        ],
+    )
     # manual-value canary: the same steady mix, one /metrics scrape per file with a time comment
-    log, scrapes = run(STEADY, MANUAL_BLOCKS, datetime(2026, 11, 27, 9, 30, 0), 3114, 3301, True, None, 60, 88.12)
+    log, scrapes = run(
+        STEADY, MANUAL_BLOCKS, datetime(2026, 11, 27, 9, 30, 0), 3114, 3301, True, None, 60, 88.12
+    )
     write(HERE / "manual-canary" / "server.log", log)
     for number, (when, values) in enumerate(scrapes, start=1):
-        write(HERE / "manual-canary" / "metrics" / f"scrape-{number:02d}.prom",
-              [f"# {when.strftime('%Y-%m-%dT%H:%M:%SZ')}", *exposition(values)])
+        write(
+            HERE / "manual-canary" / "metrics" / f"scrape-{number:02d}.prom",
+            [f"# {when.strftime('%Y-%m-%dT%H:%M:%SZ')}", *exposition(values)],
+        )
     # manual-value canary under the overload mix: preemptions, a server restart half-way, many scrapes per file
-    log, scrapes = run(OVERLOAD, MANUAL_BLOCKS, datetime(2026, 11, 27, 11, 0, 0), 4420, 4597, True, None, 30,
-                       87.95, passes=2)
+    log, scrapes = run(
+        OVERLOAD, MANUAL_BLOCKS, datetime(2026, 11, 27, 11, 0, 0), 4420, 4597, True, None, 30, 87.95, passes=2
+    )
     write(HERE / "manual-canary-overload" / "server.log", log)
-    write(HERE / "manual-canary-overload" / "metrics.prom", [
-        line for when, values in scrapes
-        for line in [f"# {when.strftime('%Y-%m-%dT%H:%M:%SZ')}", *exposition(values)]
-    ])
+    write(
+        HERE / "manual-canary-overload" / "metrics.prom",
+        [
+            line
+            for when, values in scrapes
+            for line in [f"# {when.strftime('%Y-%m-%dT%H:%M:%SZ')}", *exposition(values)]
+        ],
+    )
 
 
 if __name__ == "__main__":

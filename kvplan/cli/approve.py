@@ -177,8 +177,15 @@ def run_verify(args: argparse.Namespace) -> int:
         verified = evidence.verify(args.bundle)
     differences, notes = list(verified.differences), list(verified.notes)
     if args.json:
-        print_json({"bundle": args.bundle, "ok": not differences, "differences": differences, "notes": notes,
-                    "digest": verified.digest})
+        print_json(
+            {
+                "bundle": args.bundle,
+                "ok": not differences,
+                "differences": differences,
+                "notes": notes,
+                "digest": verified.digest,
+            }
+        )
         return EXIT_FAIL if differences else EXIT_OK
     if differences:
         print(f"{args.bundle}: CHANGED, {len(differences)} difference{'s' if len(differences) > 1 else ''}:")
@@ -188,6 +195,8 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"{args.bundle}: ok: every hash and the recomputed decision agree")
     for note in notes:
         print(f"  note: {note}")
-    print(f"  digest: sha256:{verified.digest} (SHA-256 of budget.json; pin it with kvplan gate "
-          "--approved-digest)")
+    print(
+        f"  digest: sha256:{verified.digest} (SHA-256 of budget.json; pin it with kvplan gate "
+        "--approved-digest)"
+    )
     return EXIT_FAIL if differences else EXIT_OK

@@ -32,10 +32,13 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("logs", nargs="+", metavar="BOOT_LOG", help="vLLM logs of the canary boot")
     parser.add_argument("--approved", required=True, metavar="BUNDLE", help="the approved evidence bundle")
-    parser.add_argument("--approved-digest", metavar="SHA256",
-                        help="the bundle's digest as approved (SHA-256 of its budget.json, as approve and "
-                             "verify print it; at least 12 hex digits): another bundle at --approved is not "
-                             "judged")
+    parser.add_argument(
+        "--approved-digest",
+        metavar="SHA256",
+        help="the bundle's digest as approved (SHA-256 of its budget.json, as approve and "
+        "verify print it; at least 12 hex digits): another bundle at --approved is not "
+        "judged",
+    )
     add_nvidia_smi_argument(parser, "taken after warm-up")
     parser.add_argument("--guard", type=size, help="guard per rank (default: the approval's, normally 0)")
     add_load_arguments(parser, "load-test server logs and /metrics snapshots of the canary")
@@ -69,7 +72,11 @@ def run_gate(args: argparse.Namespace) -> int:
         with reader_warnings_into(warnings):
             ledger, free_after_warmup, _ = join_snapshots(ledger, args.nvidia_smi)
     checks = gate.gate_checks(
-        approved, ledger, compatibility_key(ledger, metadata.lines), args.guard, free_after_warmup,
+        approved,
+        ledger,
+        compatibility_key(ledger, metadata.lines),
+        args.guard,
+        free_after_warmup,
         boot_defaults=gate.defaulted_key_fields(metadata.provenance),
     )
     if args.load:
@@ -79,8 +86,12 @@ def run_gate(args: argparse.Namespace) -> int:
     verdict = gate_verdict(checks)
     if args.json:
         print_json(
-            {"passed": verdict is True, "checks": [check.to_dict() for check in checks], "warnings": warnings,
-             "approved_digest": verified.digest}
+            {
+                "passed": verdict is True,
+                "checks": [check.to_dict() for check in checks],
+                "warnings": warnings,
+                "approved_digest": verified.digest,
+            }
         )
     else:
         print(f"approved bundle {args.approved} (digest sha256:{verified.digest})")

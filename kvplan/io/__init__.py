@@ -1,5 +1,4 @@
-"""Readers, one per evidence source: vLLM logs, ledger CSVs, nvidia-smi snapshots, model configs, load data.
-"""
+"""Readers, one per evidence source: vLLM logs, ledger CSVs, nvidia-smi snapshots, model configs, load data."""
 
 from kvplan.io.ledger_csv import LedgerCsvError, read_ledger_csv
 from kvplan.io.metadata import ReadMetadata

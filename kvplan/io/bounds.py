@@ -18,13 +18,25 @@ MAX_DEVICE_BYTES = 1 << 44
 MAX_PARALLEL_SIZE = 1 << 16
 #: Columns that cannot be below zero in any release (cudaMemGetInfo, a weight size, total × util).
 NEVER_NEGATIVE = (
-    "total_bytes", "init_free_bytes", "profiled_free_bytes", "requested_bytes", "weights_bytes",
-    "manual_kv_bytes", "external_weights_bytes",
+    "total_bytes",
+    "init_free_bytes",
+    "profiled_free_bytes",
+    "requested_bytes",
+    "weights_bytes",
+    "manual_kv_bytes",
+    "external_weights_bytes",
 )
 #: Columns that cannot exceed the GPU's total memory.
 AT_MOST_TOTAL = (
-    "init_free_bytes", "profiled_free_bytes", "requested_bytes", "weights_bytes", "room_bytes",
-    "suggested_full_bytes", "suggested_fit_bytes", "available_kv_bytes", "kv_in_use_bytes",
+    "init_free_bytes",
+    "profiled_free_bytes",
+    "requested_bytes",
+    "weights_bytes",
+    "room_bytes",
+    "suggested_full_bytes",
+    "suggested_fit_bytes",
+    "available_kv_bytes",
+    "kv_in_use_bytes",
 )
 
 

@@ -57,8 +57,18 @@ from kvplan.units import parse_size
 
 #: Header fields of ``nvidia-smi --query-gpu`` / ``--query-compute-apps`` that are no glossary name.
 NVIDIA_SMI_FIELDS = frozenset(
-    {"index", "uuid", "name", "memory.total", "memory.used", "memory.free", "gpu_uuid", "process_name",
-     "used_gpu_memory", "used_memory"}
+    {
+        "index",
+        "uuid",
+        "name",
+        "memory.total",
+        "memory.used",
+        "memory.free",
+        "gpu_uuid",
+        "process_name",
+        "used_gpu_memory",
+        "used_memory",
+    }
 )
 #: Columns whose values are never negative.
 _COUNT_COLUMNS = ("boot", "rank", "tp_rank", "pp_rank", "dp_rank")
@@ -98,8 +108,10 @@ def read_ledger_csv(path: str | os.PathLike, source: str | None = None) -> tuple
     physical = io.StringIO(text, newline="").readlines()
     records = _records(physical, name)
     if not records:
-        raise LedgerCsvError(f"{name}: empty: a ledger CSV has a header of glossary column names "
-                             "(kvplan.columns) and one row per boot × rank")
+        raise LedgerCsvError(
+            f"{name}: empty: a ledger CSV has a header of glossary column names "
+            "(kvplan.columns) and one row per boot × rank"
+        )
     header_line, header, _raw = records[0]
     columns = _header(header, header_line, name)
     if len(records) == 1:
@@ -149,8 +161,9 @@ def _header(cells: list[str], line: int, name: str) -> list[str]:
         hint = f"closest glossary names: {', '.join(close)}" if close else "see kvplan.columns"
         raise LedgerCsvError(f"{name}:{line}: unknown column {column!r}: not a ledger glossary name ({hint})")
     if "rank" not in columns:
-        raise LedgerCsvError(f"{name}:{line}: no 'rank' column: a ledger CSV has one row per rank, "
-                             "numbered in column 'rank'")
+        raise LedgerCsvError(
+            f"{name}:{line}: no 'rank' column: a ledger CSV has one row per rank, numbered in column 'rank'"
+        )
     return columns
 
 
@@ -170,22 +183,26 @@ class _Rows:
 
     def row(self, line: int, cells: list[str], raw: str) -> None:
         if len(cells) != len(self.columns):
-            raise LedgerCsvError(f"{self.name}:{line}: {len(cells)} fields, but the header has "
-                                 f"{len(self.columns)}")
+            raise LedgerCsvError(
+                f"{self.name}:{line}: {len(cells)} fields, but the header has {len(self.columns)}"
+            )
         values = {}
         for column, cell in zip(self.columns, cells):
             if cell.strip():
                 values[column] = _value(column, cell, self.name, line)
         if "rank" not in values:
-            raise LedgerCsvError(f"{self.name}:{line}: no rank: every row of a ledger CSV is one rank "
-                                 "(column 'rank')")
+            raise LedgerCsvError(
+                f"{self.name}:{line}: no rank: every row of a ledger CSV is one rank (column 'rank')"
+            )
         values.setdefault("source", self.name)
         values.setdefault("boot", 0)
         source, boot, rank = values["source"], values["boot"], values["rank"]
         identity = (source, boot, rank)
         if identity in self.seen:
-            raise LedgerCsvError(f"{self.name}:{line}: rank {rank} of {source} boot {boot} already has a row "
-                                 f"(line {self.seen[identity]})")
+            raise LedgerCsvError(
+                f"{self.name}:{line}: rank {rank} of {source} boot {boot} already has a row "
+                f"(line {self.seen[identity]})"
+            )
         self.seen[identity] = line
         read = [column for column in self.columns if column in values]
         if not self.states_room:
@@ -236,30 +253,45 @@ class _Rows:
         room = room_evidence(values, rank, flags, origin, self.name, self.warnings)
         if room is None:
             if stated is not None:
-                self.warnings.append(place_note(
-                    "room-source-without-room", self.name, line,
-                    f"rank {rank}: room_source {stated!r} is stated "
-                    "but the row gives no room_bytes and not the parts to compute it"))
+                self.warnings.append(
+                    place_note(
+                        "room-source-without-room",
+                        self.name,
+                        line,
+                        f"rank {rank}: room_source {stated!r} is stated "
+                        "but the row gives no room_bytes and not the parts to compute it",
+                    )
+                )
                 values.pop("room_source")
                 read.remove("room_source")
             return
         values["room_bytes"], values["room_source"] = room[0], room[1]
         if stated is not None and stated != room[1]:
-            self.warnings.append(place_note(
-                "room-source-differs", self.name, line, f"rank {rank}: room_source {stated!r} is stated, but "
-                f"the room was computed from {room[1]}"))
+            self.warnings.append(
+                place_note(
+                    "room-source-differs",
+                    self.name,
+                    line,
+                    f"rank {rank}: room_source {stated!r} is stated, but "
+                    f"the room was computed from {room[1]}",
+                )
+            )
         read += [column for column in ("room_bytes", "room_source") if column not in read]
 
     def finish(self, total_lines: int) -> tuple[pd.DataFrame, ReadMetadata]:
         if self.no_outcome:
             count = len(self.no_outcome)
             listing = ", ".join(map(str, self.no_outcome[:8])) + (", …" if count > 8 else "")
-            self.warnings.append(place_note(
-                "csv-no-outcome", self.name, self.no_outcome[0],
-                f"the CSV states no outcome for {count} row(s) "
-                f"(line(s) {listing}): a row with a room is taken as ok (the rank booted), one without as "
-                "incomplete; add an 'outcome' column (ok, oom, error, incomplete) to state it"
-            ))
+            self.warnings.append(
+                place_note(
+                    "csv-no-outcome",
+                    self.name,
+                    self.no_outcome[0],
+                    f"the CSV states no outcome for {count} row(s) "
+                    f"(line(s) {listing}): a row with a room is taken as ok (the rank booted), one without as "
+                    "incomplete; add an 'outcome' column (ok, oom, error, incomplete) to state it",
+                )
+            )
         ledger = ledger_frame(self.rows)
         boots = [
             {

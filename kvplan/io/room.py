@@ -47,12 +47,16 @@ def room_evidence(
             )
         line = origin[(rank, "available_kv_bytes")][0]
         if values.get("outcome") in ("ok", "incomplete"):
-            warnings.append(place_note(
-                "available-kv-not-room", source, line,
-                f"rank {rank}: 'Available KV cache memory' is not used as room: "
-                "CUDA graphs are captured after it and the log shows no 'Graph capturing finished … "
-                "took X GiB' for this rank"
-            ))
+            warnings.append(
+                place_note(
+                    "available-kv-not-room",
+                    source,
+                    line,
+                    f"rank {rank}: 'Available KV cache memory' is not used as room: "
+                    "CUDA graphs are captured after it and the log shows no 'Graph capturing finished … "
+                    "took X GiB' for this rank",
+                )
+            )
     parts = [
         values.get(name)
         for name in ("init_free_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes")
@@ -76,27 +80,41 @@ def boot_room_warnings(
     first = boot.first_line
     if len(set(known.values())) > 1:
         listing = ", ".join(f"rank {rank}: {src}" for rank, src in sorted(known.items()))
-        warnings.append(place_note(
-            "room-sources-differ", source, first,
-            f"boot {boot.index}: room comes from different evidence per rank "
-            f"({listing}); compare with care"
-        ))
+        warnings.append(
+            place_note(
+                "room-sources-differ",
+                source,
+                first,
+                f"boot {boot.index}: room comes from different evidence per rank "
+                f"({listing}); compare with care",
+            )
+        )
     world = world_size(key) or len(rows)
     lacking = [rank for rank in range(max(world, len(rows))) if rank not in known]
     if lacking and boot.ray_repeats:
-        warnings.append(place_note(
-            "ray-dedup-no-room", source, boot.ray_repeats[0], f"boot {boot.index}: rank(s) "
-            f"{', '.join(str(rank) for rank in lacking)} show no room of their own: Ray deduplicated their "
-            "lines into other workers' '[repeated Nx across cluster]' lines (each value shown stays on the "
-            "pid that printed it). Rerun with RAY_DEDUP_LOGS=0 for per-rank numbers."
-        ))
+        warnings.append(
+            place_note(
+                "ray-dedup-no-room",
+                source,
+                boot.ray_repeats[0],
+                f"boot {boot.index}: rank(s) "
+                f"{', '.join(str(rank) for rank in lacking)} show no room of their own: Ray deduplicated their "
+                "lines into other workers' '[repeated Nx across cluster]' lines (each value shown stays on the "
+                "pid that printed it). Rerun with RAY_DEDUP_LOGS=0 for per-rank numbers.",
+            )
+        )
     elif known and lacking and set(known.values()) == {"available_kv"}:
         line = origin.get((min(known), "room_bytes"), (first,))[0]
-        warnings.append(place_note(
-            "rank0-only-room", source, line, f"boot {boot.index}: this log shows the room of rank(s) "
-            f"{', '.join(str(rank) for rank in sorted(known))} only; rank(s) "
-            f"{', '.join(str(rank) for rank in lacking)} show none. {rank0_only_advice(version, False)}."
-        ))
+        warnings.append(
+            place_note(
+                "rank0-only-room",
+                source,
+                line,
+                f"boot {boot.index}: this log shows the room of rank(s) "
+                f"{', '.join(str(rank) for rank in sorted(known))} only; rank(s) "
+                f"{', '.join(str(rank) for rank in lacking)} show none. {rank0_only_advice(version, False)}.",
+            )
+        )
     double = version is not None and ((0, 18) <= version < (0, 19) or version >= (0, 27))
     if (
         double
@@ -106,11 +124,14 @@ def boot_room_warnings(
             for values in rows.values()
         )
     ):
-        warnings.append(place_note(
-            "graph-counted-twice", source, first,
-            f"boot {boot.index}: vLLM {key['vllm_version']} counts CUDA-graph memory "
-            "twice in "
-            "its --kv-cache-memory suggestion (vllm#57936): the room shown is lower than the GPU really has "
-            "(conservative)"
-        ))
-
+        warnings.append(
+            place_note(
+                "graph-counted-twice",
+                source,
+                first,
+                f"boot {boot.index}: vLLM {key['vllm_version']} counts CUDA-graph memory "
+                "twice in "
+                "its --kv-cache-memory suggestion (vllm#57936): the room shown is lower than the GPU really has "
+                "(conservative)",
+            )
+        )

@@ -185,13 +185,12 @@ def model_arch(config: Mapping) -> ModelArch:
         notes=notes,
         model_id=_config_model_id(config),
         sparse_indexer=mla_latent_dim is not None and lm.get("index_topk") is not None,
-        max_position_embeddings=_positive_or_none(lm.get("max_position_embeddings", config.get(
-            "max_position_embeddings"))),
+        max_position_embeddings=_positive_or_none(
+            lm.get("max_position_embeddings", config.get("max_position_embeddings"))
+        ),
     )
 
 
 def _positive_or_none(value: object) -> int | None:
     """A positive whole number as int, else None (a config field that may be absent)."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
-
-

@@ -36,8 +36,12 @@ GDN_CHECKPOINT_ALIGNMENT = 64
 #: MLA block size the first-choice backend prefers from 0.18 (``platforms/cuda.py`` priorities,
 #: ``get_preferred_block_size``): FLASH_ATTN_MLA ``MultipleOf(16)`` on Hopper (no fp8 KV: FLASHMLA 64
 #: then), FLASHINFER_MLA ``[32, 64]`` on Blackwell.
-MLA_BACKEND_BLOCK_SIZES = {("hopper", False): 16, ("hopper", True): 64, ("blackwell", False): 32,
-                           ("blackwell", True): 32}
+MLA_BACKEND_BLOCK_SIZES = {
+    ("hopper", False): 16,
+    ("hopper", True): 64,
+    ("blackwell", False): 32,
+    ("blackwell", True): 32,
+}
 
 
 @dataclass(frozen=True)
@@ -72,7 +76,8 @@ def logged_block_sizes(text: object) -> tuple[int, ...]:
     sizes = tuple(int(size) for size in re.findall(r"\d+", str(text)))
     if not sizes or min(sizes) <= 0:
         raise KVSpecError(
-            f"kv_cache_group_block_sizes {text!r}: expected the sizes as logged, e.g. '(576, 576)'")
+            f"kv_cache_group_block_sizes {text!r}: expected the sizes as logged, e.g. '(576, 576)'"
+        )
     return sizes
 
 
@@ -93,14 +98,20 @@ def _mla_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:
             raise KVSpecError(
                 f"vLLM {'.'.join(map(str, version))} lets the MLA attention backend pick the block size "
                 "(16 on Hopper with bf16 KV, 64 with fp8 KV, 32 on Blackwell), and "
-                + (f"kvplan does not know the backend of a {inputs.gpu_name}" if inputs.gpu_name
-                   else "the GPU type is not known")
+                + (
+                    f"kvplan does not know the backend of a {inputs.gpu_name}"
+                    if inputs.gpu_name
+                    else "the GPU type is not known"
+                )
                 + ": give --block-size, the logs' 'kv cache group sizes' or 'Setting kv cache block size' "
-                "line, or an nvidia-smi snapshot (--nvidia-smi) that names the GPU")
+                "line, or an nvidia-smi snapshot (--nvidia-smi) that names the GPU"
+            )
         return size, f"MLA block size {size}: the {family} attention backend's choice from vLLM 0.18"
     elif requested is None:
-        why = ("MLA backends (FlashMLA) use 64-token blocks; CUTLASS MLA on Blackwell uses 128 "
-               "(give block_size=128)")
+        why = (
+            "MLA backends (FlashMLA) use 64-token blocks; CUTLASS MLA on Blackwell uses 128 "
+            "(give block_size=128)"
+        )
     elif version < MLA_BLOCK_MULTIPLE_KEPT_FROM and requested != MLA_BLOCK_SIZE:
         why = "vLLM 0.8–0.11 forces 64-token blocks for the FlashMLA backend"
     elif requested % MLA_BLOCK_SIZE:
@@ -126,7 +137,8 @@ def _hybrid_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:
     return needed, (
         f"attention block size raised to {needed} tokens so an attention page "
         f"(≥ {inputs.linear_bytes:,} bytes of recurrent state) fits a whole Mamba / linear-attention state"
-        + (f", aligned to {align} tokens" if align != HYBRID_BLOCK_ALIGNMENT else ""))
+        + (f", aligned to {align} tokens" if align != HYBRID_BLOCK_ALIGNMENT else "")
+    )
 
 
 def resolve_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:

@@ -81,8 +81,10 @@ def _in_flight_batches(version: Release, async_scheduling: bool, pp: int) -> tup
         return pp, ""
     if pp <= 1:
         return 2, ""
-    return pp + 1, (f"async scheduling with PP {pp}: {pp + 1} batches in flight taken (model runner V2; "
-                    f"V1 keeps {pp}), a lower bound")
+    return pp + 1, (
+        f"async scheduling with PP {pp}: {pp + 1} batches in flight taken (model runner V2; "
+        f"V1 keeps {pp}), a lower bound"
+    )
 
 
 def launch_settings(
@@ -115,7 +117,8 @@ def launch_settings(
             approximate.append(
                 f"max_num_batched_tokens not in the logs or given: {max_num_batched_tokens:,}, the largest "
                 "vLLM default, assumed for sliding-window groups (a lower bound; the 'Chunked prefill is "
-                "enabled with max_num_batched_tokens=N' line or --max-num-batched-tokens makes it exact)")
+                "enabled with max_num_batched_tokens=N' line or --max-num-batched-tokens makes it exact)"
+            )
     if async_scheduling is None:
         async_scheduling = version >= ASYNC_SCHEDULING_DEFAULT_FROM
         if version >= IN_FLIGHT_TOKENS_FROM and sliding:
@@ -126,8 +129,10 @@ def launch_settings(
     if mamba_cache_mode is None:
         mamba_cache_mode = "align" if hybrid and version >= MAMBA_ALIGN_FROM else "none"
         if hybrid and version >= MAMBA_ALIGN_FROM:
-            notes.append("Mamba cache mode not in the logs: 'align', vLLM 0.26+ default for hybrid models "
-                         "(prefix caching on): 2 state blocks per request")
+            notes.append(
+                "Mamba cache mode not in the logs: 'align', vLLM 0.26+ default for hybrid models "
+                "(prefix caching on): 2 state blocks per request"
+            )
     elif mamba_cache_mode not in MAMBA_CACHE_MODES:
         raise KVSpecError(f"mamba_cache_mode {mamba_cache_mode!r}: expected one of {list(MAMBA_CACHE_MODES)}")
     gdn_checkpoint = False
@@ -139,7 +144,8 @@ def launch_settings(
             approximate.append(
                 "FlashInfer gated-delta-net prefill assumed (Hopper; Blackwell with CUDA 13): a 64-aligned "
                 "block size and a checkpoint block per request, a lower bound"
-                + ("" if family else "; the GPU type (nvidia-smi snapshot) makes it exact"))
+                + ("" if family else "; the GPU type (nvidia-smi snapshot) makes it exact")
+            )
     return LaunchSettings(
         max_num_batched_tokens=max_num_batched_tokens,
         in_flight_tokens=batches * max_num_batched_tokens,

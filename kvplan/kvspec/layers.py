@@ -33,8 +33,9 @@ def positive_field(config: Mapping, name: str, where: str) -> int:
     if value is None:
         raise KVSpecError(f"{where}: missing field {name!r} (needed to size the KV cache)")
     if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_CONFIG_COUNT:
-        raise KVSpecError(f"{where}: field {name!r} must be a positive integer up to {MAX_CONFIG_COUNT:,}, "
-                          f"got {value!r}")
+        raise KVSpecError(
+            f"{where}: field {name!r} must be a positive integer up to {MAX_CONFIG_COUNT:,}, got {value!r}"
+        )
     return value
 
 
@@ -114,8 +115,10 @@ def _sliding_pattern(lm: Mapping, num_layers: int, where: str, notes: list[str])
     pattern = lm.get("sliding_window_pattern") or lm.get("_sliding_window_pattern")
     if pattern is None and model_type.startswith("gemma3"):
         pattern = 6  # Gemma3TextConfig's default: five local layers, then one global
-        notes.append("no 'sliding_window_pattern': Gemma3TextConfig's default 6 (five local, one global) "
-                     "taken; check it against the model's published config")
+        notes.append(
+            "no 'sliding_window_pattern': Gemma3TextConfig's default 6 (five local, one global) "
+            "taken; check it against the model's published config"
+        )
     if pattern is not None:
         pattern = int(pattern)
         return [FULL_ATTENTION if (i + 1) % pattern == 0 else SLIDING_ATTENTION for i in range(num_layers)]
@@ -134,14 +137,22 @@ def _sliding_pattern(lm: Mapping, num_layers: int, where: str, notes: list[str])
 def linear_state_dims(lm: Mapping, where: str) -> tuple[str, tuple[int, ...]]:
     """What sizes the recurrent state of the linear-attention / Mamba layers: ``(kind, dims)``."""
     if lm.get("linear_num_value_heads") is not None:  # gated delta net (Qwen3-Next)
-        names = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
-                 "linear_value_head_dim", "linear_conv_kernel_dim")
+        names = (
+            "linear_num_key_heads",
+            "linear_num_value_heads",
+            "linear_key_head_dim",
+            "linear_value_head_dim",
+            "linear_conv_kernel_dim",
+        )
         return "gated_delta_net", tuple(positive_field(lm, n, where) for n in names)
     if lm.get("mamba_d_state") is not None:  # Mamba-1 (Jamba)
         hidden = positive_field(lm, "hidden_size", where)
         expand = positive_field(lm, "mamba_expand", where)
-        return "mamba", (expand * hidden, positive_field(lm, "mamba_d_conv", where),
-                         positive_field(lm, "mamba_d_state", where))
+        return "mamba", (
+            expand * hidden,
+            positive_field(lm, "mamba_d_conv", where),
+            positive_field(lm, "mamba_d_state", where),
+        )
     raise KVSpecError(
         f"{where}: linear-attention layers without a known state description "
         "(expected linear_num_value_heads… for gated delta net or mamba_d_state… for Mamba)"

@@ -33,15 +33,18 @@ def _diagnose(
     """The likely cause of a mismatch (short) and the reason: which setting the gap points to."""
     if not logged_tokens or not predicted_tokens:
         return "block size or max_model_len", (
-            "the logged blocks or concurrency differ: check --block-size and max_model_len")
+            "the logged blocks or concurrency differ: check --block-size and max_model_len"
+        )
     ratio = logged_tokens / predicted_tokens
     implied = available_bytes / logged_tokens * spec.dcp
     hint = (
         f"the log implies ≈{implied:,.0f} bytes per token per rank, the config and layout give "
         f"{spec.bytes_per_token:,} (logged/predicted tokens = {ratio:.3f})"
     )
-    dtype = ("KV dtype", "a factor 2: KV dtype (fp8 = 1 byte, bf16/fp16 = 2 bytes) or the KV-head split "
-                         "across TP")
+    dtype = (
+        "KV dtype",
+        "a factor 2: KV dtype (fp8 = 1 byte, bf16/fp16 = 2 bytes) or the KV-head split across TP",
+    )
     candidates = [(2.0, *dtype), (0.5, *dtype)]
     if spec.tp > 1:
         tp = ("TP", "a factor TP: check --tp (KV heads per rank)")
@@ -57,7 +60,8 @@ def _diagnose(
             return cause, f"{reason}; {hint}"
     if abs(ratio - 1) <= 0.02:
         return "block size or max_model_len", (
-            f"tokens agree but blocks or concurrency do not: check --block-size and max_model_len; {hint}")
+            f"tokens agree but blocks or concurrency do not: check --block-size and max_model_len; {hint}"
+        )
     return "model config or layout", f"check the layer count, KV dtype, block size or layout; {hint}"
 
 
@@ -101,15 +105,31 @@ def cross_check(
     0                     157280    True
     """
     rows = ledger.reset_index(drop=True).copy()
-    for column in ("source", "boot", "dp_rank", "rank", "pp_rank", "vllm_version", "block_size",
-                   "max_model_len", "available_kv_bytes", "kv_in_use_bytes", "manual_kv_bytes",
-                   "num_gpu_blocks", "kv_cache_tokens", "max_concurrency"):
+    for column in (
+        "source",
+        "boot",
+        "dp_rank",
+        "rank",
+        "pp_rank",
+        "vllm_version",
+        "block_size",
+        "max_model_len",
+        "available_kv_bytes",
+        "kv_in_use_bytes",
+        "manual_kv_bytes",
+        "num_gpu_blocks",
+        "kv_cache_tokens",
+        "max_concurrency",
+    ):
         if column not in rows:
             rows[column] = None
     # vLLM 0.10.2 prints "Current kv cache memory in use is N bytes": exact, so it goes first there.
-    in_use_exact = rows["vllm_version"].map(
-        lambda v: is_known(v) and parse_vllm_version(str(v)) == KV_CACHE_MEMORY_BYTES_FROM
-    ) & rows["kv_in_use_bytes"].notna()
+    in_use_exact = (
+        rows["vllm_version"].map(
+            lambda v: is_known(v) and parse_vllm_version(str(v)) == KV_CACHE_MEMORY_BYTES_FROM
+        )
+        & rows["kv_in_use_bytes"].notna()
+    )
     rows["_available"] = (
         rows["manual_kv_bytes"]
         .combine_first(rows["kv_in_use_bytes"].where(in_use_exact))
@@ -128,9 +148,7 @@ def cross_check(
     return pd.DataFrame(results)
 
 
-def _check_unit(
-    unit: pd.DataFrame, spec: KVSpec, max_model_len: int | None, tolerance: int | None
-) -> dict:
+def _check_unit(unit: pd.DataFrame, spec: KVSpec, max_model_len: int | None, tolerance: int | None) -> dict:
     version = _first(unit["vllm_version"]) or spec.vllm_version
     block_size = _first(unit["block_size"])
     row_spec = spec.with_settings(
@@ -210,14 +228,17 @@ def _check_unit(
         others = [ok for name, ok in checks.items() if name != "blocks"]
         if not checks.get("blocks", True) and others and all(others):
             result["likely_cause"] = "block size"
-            reason = (f"the GPU block count differs ({logged['num_gpu_blocks']} logged, {blocks} predicted) "
-                      "while tokens and concurrency agree: check --block-size")
+            reason = (
+                f"the GPU block count differs ({logged['num_gpu_blocks']} logged, {blocks} predicted) "
+                "while tokens and concurrency agree: check --block-size"
+            )
         else:
             logged_tokens = logged["kv_cache_tokens"]
             if logged_tokens is None and logged["num_gpu_blocks"] is not None:
                 logged_tokens = int(logged["num_gpu_blocks"]) * row_spec.block_size
             result["likely_cause"], reason = _diagnose(
-                row_spec, available, None if logged_tokens is None else int(logged_tokens), tokens)
+                row_spec, available, None if logged_tokens is None else int(logged_tokens), tokens
+            )
         notes.insert(0, f"differs by more than block rounding: {reason}")
     result["reason"] = "; ".join(notes)
     return result
@@ -228,8 +249,10 @@ def _compared_figure(row: pd.Series) -> str:
     for name, unit in (("kv_cache_tokens", " tokens"), ("num_gpu_blocks", " GPU blocks")):
         if is_known(row[f"logged_{name}"]):
             return f"predicted {int(row[f'predicted_{name}']):,}{unit}, logged {int(row[f'logged_{name}']):,}"
-    return (f"predicted {row['predicted_max_concurrency']:.2f}x concurrency, "
-            f"logged {float(row['logged_max_concurrency']):.2f}x")
+    return (
+        f"predicted {row['predicted_max_concurrency']:.2f}x concurrency, "
+        f"logged {float(row['logged_max_concurrency']):.2f}x"
+    )
 
 
 def cross_check_verdict(rows: pd.DataFrame) -> str:
@@ -262,8 +285,10 @@ def cross_check_verdict(rows: pd.DataFrame) -> str:
         count = f" ({len(wrong)} of {len(judged)} checks)" if len(wrong) else f" ({len(judged)} checks)"
     if len(wrong):
         first = wrong.iloc[0]
-        return (f"model config DISAGREES with the log: {_compared_figure(first)}; "
-                f"likely cause: {first['likely_cause']}{count}")
+        return (
+            f"model config DISAGREES with the log: {_compared_figure(first)}; "
+            f"likely cause: {first['likely_cause']}{count}"
+        )
     tolerances = {int(t) for t in judged["tolerance_bytes"]}
     if tolerances == {0}:
         allowed = "exact bytes"

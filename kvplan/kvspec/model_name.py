@@ -16,10 +16,31 @@ _HF_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 #: Name parts that mark a release variant of one architecture (tuning, quantisation, a date stamp).
-MODEL_VARIANT_PARTS = frozenset({
-    "instruct", "thinking", "chat", "base", "it", "hf", "fp8", "fp4", "nvfp4", "awq", "gptq", "int4", "int8",
-    "w4a16", "w8a8", "w8a16", "bnb", "4bit", "8bit", "dynamic", "quantized",
-})
+MODEL_VARIANT_PARTS = frozenset(
+    {
+        "instruct",
+        "thinking",
+        "chat",
+        "base",
+        "it",
+        "hf",
+        "fp8",
+        "fp4",
+        "nvfp4",
+        "awq",
+        "gptq",
+        "int4",
+        "int8",
+        "w4a16",
+        "w8a8",
+        "w8a16",
+        "bnb",
+        "4bit",
+        "8bit",
+        "dynamic",
+        "quantized",
+    }
+)
 
 
 def model_base_name(repo_id: str) -> str:

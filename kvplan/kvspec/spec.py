@@ -59,7 +59,6 @@ class StageSpec:
     bytes_per_token: int
 
 
-
 @dataclass(frozen=True)
 class KVSpec:
     """KV-cache geometry of one model on one parallel layout, for one vLLM release.
@@ -213,8 +212,13 @@ class KVSpec:
             approximate_reason=self.approximate_reason,
             limiting_stage=limiting.pp_rank,
             stages=tuple(
-                {**asdict(stage), "blocks": self.num_gpu_blocks_override if self.num_gpu_blocks_override
-                 is not None else max(0, kv_bytes // stage.block_bytes)} for stage in self.stages
+                {
+                    **asdict(stage),
+                    "blocks": self.num_gpu_blocks_override
+                    if self.num_gpu_blocks_override is not None
+                    else max(0, kv_bytes // stage.block_bytes),
+                }
+                for stage in self.stages
             ),
             block_size_note=self.block_size_note,
         )
@@ -315,15 +319,31 @@ def kv_spec(
             layer_types = tuple(FULL_ATTENTION if kind == SLIDING_ATTENTION else kind for kind in layer_types)
             reasons.append(f"{why}; sliding-window layers sized as full attention")
     launch = launch_settings(
-        version, pp=pp, max_num_batched_tokens=max_num_batched_tokens, async_scheduling=async_scheduling,
-        mamba_cache_mode=mamba_cache_mode, gpu_name=gpu_name, sliding=SLIDING_ATTENTION in layer_types,
-        linear_kind=arch.linear_kind, head_k_dim=arch.linear_dims[2] if arch.linear_kind == "gated_delta_net"
-        else None)
+        version,
+        pp=pp,
+        max_num_batched_tokens=max_num_batched_tokens,
+        async_scheduling=async_scheduling,
+        mamba_cache_mode=mamba_cache_mode,
+        gpu_name=gpu_name,
+        sliding=SLIDING_ATTENTION in layer_types,
+        linear_kind=arch.linear_kind,
+        head_k_dim=arch.linear_dims[2] if arch.linear_kind == "gated_delta_net" else None,
+    )
     reasons += launch.approximate
-    size, note = resolve_block_size(BlockSizeInputs(
-        block_size, sized_dtype, version, token_bytes, linear_bytes, mla=arch.mla_latent_dim is not None,
-        sparse=arch.sparse_indexer, gpu_name=gpu_name,
-        logged_sizes=logged_block_sizes(kv_cache_group_block_sizes), gdn_align=launch.gdn_checkpoint))
+    size, note = resolve_block_size(
+        BlockSizeInputs(
+            block_size,
+            sized_dtype,
+            version,
+            token_bytes,
+            linear_bytes,
+            mla=arch.mla_latent_dim is not None,
+            sparse=arch.sparse_indexer,
+            gpu_name=gpu_name,
+            logged_sizes=logged_block_sizes(kv_cache_group_block_sizes),
+            gdn_align=launch.gdn_checkpoint,
+        )
+    )
     if num_gpu_blocks_override is not None and num_gpu_blocks_override <= 0:
         raise KVSpecError(f"num_gpu_blocks_override must be positive, got {num_gpu_blocks_override}")
     groups = tuple(kv_cache_groups(layer_types, ".".join(map(str, version))))
@@ -347,8 +367,13 @@ def kv_spec(
 
 
 def _stages(
-    num_layers: int, layer_types: Sequence[str], groups: Sequence[tuple[str, tuple[int, ...]]], pp: int,
-    pp_layers: Sequence[int], page_bytes: int, token_bytes: int,
+    num_layers: int,
+    layer_types: Sequence[str],
+    groups: Sequence[tuple[str, tuple[int, ...]]],
+    pp: int,
+    pp_layers: Sequence[int],
+    page_bytes: int,
+    token_bytes: int,
 ) -> tuple[StageSpec, ...]:
     """What each pipeline stage holds: its layers, the layers per KV cache group it owns, its block."""
     stages = []

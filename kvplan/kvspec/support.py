@@ -21,9 +21,11 @@ def unmodelled_kv_dtype(kv_cache_dtype: str) -> tuple[str, str]:
     """The KV dtype kvplan sizes in place of ``kv_cache_dtype``, and why (empty when it is modelled)."""
     if kv_cache_dtype not in SUB_BYTE_KV_DTYPES:
         return kv_cache_dtype, ""
-    return "fp8", (f"kv_cache_dtype {kv_cache_dtype!r} is not modelled: sized as fp8 (1 byte per value; "
-                   "nvfp4 pages take 0.5625 bytes per value plus scales), so blocks and tokens are a "
-                   "lower bound")
+    return "fp8", (
+        f"kv_cache_dtype {kv_cache_dtype!r} is not modelled: sized as fp8 (1 byte per value; "
+        "nvfp4 pages take 0.5625 bytes per value plus scales), so blocks and tokens are a "
+        "lower bound"
+    )
 
 
 def check_release_support(
@@ -33,12 +35,16 @@ def check_release_support(
     if version < OLDEST_KV_ARITHMETIC:
         raise KVSpecError(f"vllm_version {shown}: kvplan repeats vLLM's arithmetic from 0.5.0 on")
     if arch.mla_latent_dim is not None and version < MLA_FROM:
-        raise KVSpecError(f"vLLM {shown} serves {arch.name} without MLA (K and V per head, head "
-                          "size padded): kvplan sizes MLA models from 0.7.1 on, where one latent per token "
-                          "is cached")
+        raise KVSpecError(
+            f"vLLM {shown} serves {arch.name} without MLA (K and V per head, head "
+            "size padded): kvplan sizes MLA models from 0.7.1 on, where one latent per token "
+            "is cached"
+        )
     if kv_cache_dtype == "fp8_ds_mla" and version < FP8_DS_MLA_FROM:
-        raise KVSpecError(f"kv_cache_dtype 'fp8_ds_mla' does not exist in vLLM {shown}: its 656-byte "
-                          "pages came with DeepSeek-V3.2 support in 0.11.0")
+        raise KVSpecError(
+            f"kv_cache_dtype 'fp8_ds_mla' does not exist in vLLM {shown}: its 656-byte "
+            "pages came with DeepSeek-V3.2 support in 0.11.0"
+        )
     if dcp <= 0:
         raise KVSpecError(f"dcp must be positive, got {dcp}")
     if dcp > 1:
@@ -60,5 +66,7 @@ def pcp_note(pcp: int) -> str:
         raise KVSpecError(f"pcp must be positive, got {pcp}")
     if pcp == 1:
         return ""
-    return (f"prefill context parallel (PCP {pcp}) is not modelled: sized without it (whole requests "
-            "per rank), a lower bound")
+    return (
+        f"prefill context parallel (PCP {pcp}) is not modelled: sized without it (whole requests "
+        "per rank), a lower bound"
+    )

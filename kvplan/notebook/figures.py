@@ -68,9 +68,12 @@ def chart(figure: Figure) -> Chart:
     return Chart(figure)
 
 
-def concurrency_figure(outcome: Outcome, weak_rank_fixed: bool = False,
-                       limits: tuple[float, float, float, float] | None = None,
-                       previous: Outcome | None = None) -> Figure:
+def concurrency_figure(
+    outcome: Outcome,
+    weak_rank_fixed: bool = False,
+    limits: tuple[float, float, float, float] | None = None,
+    previous: Outcome | None = None,
+) -> Figure:
     """:func:`kvplan.charts.concurrency_chart` of an outcome (needs its curve), labelled and annotated.
 
     With ``weak_rank_fixed``, a second curve shows the same launch with its limiting rank raised to
@@ -79,15 +82,18 @@ def concurrency_figure(outcome: Outcome, weak_rank_fixed: bool = False,
     title. ``limits`` fixes the axes and ``previous`` is drawn faintly (a what-if panel's baseline).
     """
     if outcome.curve is None:
-        raise ValueError("no concurrency curve: the scenario needs a model spec (or bytes per token) "
-                         "and max_model_len")
+        raise ValueError(
+            "no concurrency curve: the scenario needs a model spec (or bytes per token) and max_model_len"
+        )
     budget = outcome.budget
     outcomes = {f"uniform {format_size(budget.uniform_budget_bytes)}": outcome}
     if weak_rank_fixed:
         fixed = evaluate(weak_rank_at_median(outcome))
         median = format_size(budget.median_safe_bytes)
-        label = (f"rank {budget.limiting_rank} raised to the median ({median}): "
-                 f"uniform {format_size(fixed.budget.uniform_budget_bytes)}")
+        label = (
+            f"rank {budget.limiting_rank} raised to the median ({median}): "
+            f"uniform {format_size(fixed.budget.uniform_budget_bytes)}"
+        )
         outcomes[label] = fixed
     crossings = {label: o.target_length for label, o in outcomes.items() if o.target_length is not None}
     return charts.concurrency_chart(
@@ -127,13 +133,21 @@ def panel_axes(low: Outcome, high: Outcome) -> Axes:
     if low.curve is not None and high.curve is not None:
         length = float(high.scenario.max_model_len or low.scenario.max_model_len)
         lowest = max(float(low.curve["max_concurrency"].min()), 1e-3)
-        concurrency = (float(high.curve["seq_len"].min()) / 1.5, length * 2.2, lowest / 4,
-                       float(high.curve["max_concurrency"].max()) * 4)
+        concurrency = (
+            float(high.curve["seq_len"].min()) / 1.5,
+            length * 2.2,
+            lowest / 4,
+            float(high.curve["max_concurrency"].max()) * 4,
+        )
     return Axes(top, concurrency)
 
 
-def panel_charts(outcome: Outcome, ledger: pd.DataFrame | None = None, axes: Axes | None = None,
-                 baseline: Outcome | None = None) -> list[ChartStep]:
+def panel_charts(
+    outcome: Outcome,
+    ledger: pd.DataFrame | None = None,
+    axes: Axes | None = None,
+    baseline: Outcome | None = None,
+) -> list[ChartStep]:
     """The charts an outcome allows, as ``(name, draw)`` pairs in display order (nothing drawn yet).
 
     Safe budget per rank; the ledger (when given, from :func:`~kvplan.notebook.launch.rows_that_set_the_room`
@@ -152,12 +166,19 @@ def panel_charts(outcome: Outcome, ledger: pd.DataFrame | None = None, axes: Axe
         ("safe budget", lambda: charts.safe_budget_chart(outcome.budget, top_gib=top, previous=before))
     ]
     if ledger is not None:
-        steps.append(("ledger", lambda: charts.ledger_chart(
-            ledger_after_add_back(rows_that_set_the_room(ledger), outcome.scenario), outcome.budget)))
+        steps.append(
+            (
+                "ledger",
+                lambda: charts.ledger_chart(
+                    ledger_after_add_back(rows_that_set_the_room(ledger), outcome.scenario), outcome.budget
+                ),
+            )
+        )
     steps.append(("stranded", lambda: charts.stranded_chart(outcome.budget, top_gib=top)))
     if outcome.curve is not None:
-        steps.append(("concurrency", lambda: concurrency_figure(outcome, limits=axes.concurrency,
-                                                                 previous=baseline)))
+        steps.append(
+            ("concurrency", lambda: concurrency_figure(outcome, limits=axes.concurrency, previous=baseline))
+        )
     if outcome.drift is not None:
         steps.append(("drift", lambda: charts.drift_chart(outcome.drift, top_gib=top)))
     return steps

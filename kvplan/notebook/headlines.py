@@ -10,7 +10,6 @@ from kvplan.drift import Drift
 from kvplan.units import format_size
 
 if TYPE_CHECKING:
-
     from kvplan.kvspec import KVSpec
 
 

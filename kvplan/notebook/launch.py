@@ -16,12 +16,12 @@ from kvplan.ledger import compatibility_key, launch_settings
 from kvplan.plan import Evidence, ModelLayout, Policy, decide, layout_spec
 
 if TYPE_CHECKING:
-
     from kvplan.kvspec import KVSpec
 
 
-def budgets_by_boot(ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None,
-                    assume_uniform: bool = False) -> dict[str, Budget]:
+def budgets_by_boot(
+    ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None, assume_uniform: bool = False
+) -> dict[str, Budget]:
     """The budget each boot of a ledger would give on its own, keyed ``"<file> #<boot>"``.
 
     Feeds :func:`kvplan.charts.spread_chart`: a weak rank that limits every boot is a property of

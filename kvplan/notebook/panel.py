@@ -44,8 +44,12 @@ class WhatIfPanel:
     (``chart_errors``).
     """
 
-    def __init__(self, scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None = None,
-                 ledger: pd.DataFrame | None = None) -> None:
+    def __init__(
+        self,
+        scenario: Scenario,
+        co_tenant_bytes: Sequence[int | None] | None = None,
+        ledger: pd.DataFrame | None = None,
+    ) -> None:
         self.base = scenario
         self.ledger = ledger
         self.outcome: Outcome | None = None
@@ -63,8 +67,14 @@ class WhatIfPanel:
         self.table_html = widgets.HTML()
         self.table_html.add_class("kvplan-table")
         self.images = {name: widgets.HTML() for name, _ in self.chart_steps()}  # one output per chart
-        self.box = widgets.VBox([widgets.VBox(list(self.controls.values())), self.verdict_html,
-                                 self.table_html, *self.images.values()])
+        self.box = widgets.VBox(
+            [
+                widgets.VBox(list(self.controls.values())),
+                self.verdict_html,
+                self.table_html,
+                *self.images.values(),
+            ]
+        )
         self.box.add_class("kvplan-panel")
         self._render_lock = threading.Lock()
         self._ticket_lock = threading.Lock()
@@ -77,8 +87,12 @@ class WhatIfPanel:
         """The scenario of the lowest (``low``) or highest budget the controls reach: reserve and add-back."""
         reserve = self.controls["reserve_gib"]
         add_back = tuple(0 if low else (limit or 0) for limit in self.add_back_limits)
-        return replace(self.base, reserve_bytes=gib_to_bytes(reserve.max if low else reserve.min),
-                       add_back_bytes=add_back, target_concurrency=None)
+        return replace(
+            self.base,
+            reserve_bytes=gib_to_bytes(reserve.max if low else reserve.min),
+            add_back_bytes=add_back,
+            target_concurrency=None,
+        )
 
     def scenario(self) -> Scenario:
         """The scenario the controls currently describe (untouched controls keep the exact bytes)."""
@@ -179,50 +193,80 @@ class WhatIfPanel:
 def _image_html(figure) -> str:
     """A chart as an ``<img>`` with its PNG inline and its title as alt text (no file, no network)."""
     data = base64.b64encode(figure_png(figure)).decode()
-    return (f'<img class="kvplan-chart" src="data:image/png;base64,{data}" '
-            f'alt="{html.escape(figure_alt(figure))}" style="max-width:100%">')
+    return (
+        f'<img class="kvplan-chart" src="data:image/png;base64,{data}" '
+        f'alt="{html.escape(figure_alt(figure))}" style="max-width:100%">'
+    )
 
 
 def _tables_html(outcome: Outcome) -> str:
     """The headline (name, value) and the per-rank table in GiB, as HTML tables."""
     headline = pd.Series(outcome.headline(), name="value").to_frame()
-    return (headline.to_html(classes="kvplan-headline", border=0)
-            + charts.gib_table(outcome.table()).to_html(classes="kvplan-ranks", border=0))
+    return headline.to_html(classes="kvplan-headline", border=0) + charts.gib_table(outcome.table()).to_html(
+        classes="kvplan-ranks", border=0
+    )
 
 
-def _controls(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None,
-              limits: Sequence[int | None]) -> dict[str, widgets.Widget]:
+def _controls(
+    scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None, limits: Sequence[int | None]
+) -> dict[str, widgets.Widget]:
     style = {"description_width": "initial"}
     layout = widgets.Layout(width="640px")
     reserve_gib = bytes_to_gib(scenario.reserve_bytes)
     controls: dict[str, widgets.Widget] = {
         "reserve_gib": widgets.FloatSlider(
-            value=reserve_gib, min=0.0, max=max(4.0, 2 * reserve_gib), step=0.05, readout_format=".2f",
-            description="reserve per rank [GiB]", style=style, layout=layout, continuous_update=False,
+            value=reserve_gib,
+            min=0.0,
+            max=max(4.0, 2 * reserve_gib),
+            step=0.05,
+            readout_format=".2f",
+            description="reserve per rank [GiB]",
+            style=style,
+            layout=layout,
+            continuous_update=False,
         )
     }
     if scenario.boot_free_bytes is not None:
         guard_gib = bytes_to_gib(scenario.guard_bytes)
         controls["guard_gib"] = widgets.FloatSlider(
-            value=guard_gib, min=0.0, max=max(2.0, 2 * guard_gib), step=0.05, readout_format=".2f",
-            description="drift guard [GiB]", style=style, layout=layout, continuous_update=False,
+            value=guard_gib,
+            min=0.0,
+            max=max(2.0, 2 * guard_gib),
+            step=0.05,
+            readout_format=".2f",
+            description="drift guard [GiB]",
+            style=style,
+            layout=layout,
+            continuous_update=False,
         )
     if scenario.bytes_per_token is not None or scenario.kv_spec is not None:
         block_size = scenario.effective_block_size
         controls["block_size"] = widgets.Dropdown(
-            options=sorted({*BLOCK_SIZES, block_size}), value=block_size,
-            description="block size asked [tokens]", style=style,
+            options=sorted({*BLOCK_SIZES, block_size}),
+            value=block_size,
+            description="block size asked [tokens]",
+            style=style,
             tooltip="vLLM may raise it (hybrid and MLA models): the headline shows the block size in effect",
         )
         if scenario.max_model_len is not None:
             box = widgets.Layout(width="420px")  # wide enough for the label and a seven-digit number
             controls["max_model_len"] = widgets.BoundedIntText(
-                value=scenario.max_model_len, min=1, max=10_000_000, step=1024,
-                description="max model length [tokens]", style=style, layout=box,
+                value=scenario.max_model_len,
+                min=1,
+                max=10_000_000,
+                step=1024,
+                description="max model length [tokens]",
+                style=style,
+                layout=box,
             )
             controls["target_concurrency"] = widgets.BoundedIntText(
-                value=math.ceil(scenario.target_concurrency or 0), min=0, max=100_000, step=1,
-                description="target concurrency [sequences] (0 = none)", style=style, layout=box,
+                value=math.ceil(scenario.target_concurrency or 0),
+                min=0,
+                max=100_000,
+                step=1,
+                description="target concurrency [sequences] (0 = none)",
+                style=style,
+                layout=box,
             )
     add_back = scenario.add_back_bytes or (0,) * len(scenario.room_bytes)
     co_tenants = list(co_tenant_bytes) if co_tenant_bytes is not None else [None] * len(add_back)
@@ -231,12 +275,21 @@ def _controls(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None,
         note = f" (other processes {format_size(int(co_tenant))})" if known else " (other processes unknown)"
         ceiling = bytes_to_gib(limit or 0)
         controls[f"add_back_{rank}"] = widgets.FloatSlider(
-            value=bytes_to_gib(extra), min=0.0, max=ceiling, step=0.1, readout_format=".2f",
-            description=f"rank {rank}: add back [GiB]{note}", style=style, layout=layout,
-            continuous_update=False, disabled=not limit,
+            value=bytes_to_gib(extra),
+            min=0.0,
+            max=ceiling,
+            step=0.1,
+            readout_format=".2f",
+            description=f"rank {rank}: add back [GiB]{note}",
+            style=style,
+            layout=layout,
+            continuous_update=False,
+            disabled=not limit,
             tooltip=(
-                "up to what other processes hold on this GPU" if known and limit
-                else "no other processes on this GPU: nothing to add back" if known
+                "up to what other processes hold on this GPU"
+                if known and limit
+                else "no other processes on this GPU: nothing to add back"
+                if known
                 else "no nvidia-smi snapshot joined for this rank: its co-tenant memory is unknown, "
                 "so nothing can be added back"
             ),

@@ -18,7 +18,6 @@ from kvplan.plan import Decision, Evidence, Policy, decide
 from kvplan.units import format_size
 
 if TYPE_CHECKING:
-
     from kvplan.kvspec import KVCapacity, KVSpec
 from kvplan.notebook.headlines import boot_budget_bytes, budget_headline, length_warning
 
@@ -66,8 +65,9 @@ class Scenario:
         return cls(budget.room_bytes, budget.reserve_bytes, ranks=budget.ranks, **{**defaults, **options})
 
     @classmethod
-    def from_ledger(cls, ledger: pd.DataFrame, reserve_bytes: int, assume_uniform: bool = False,
-                    **options) -> Scenario:
+    def from_ledger(
+        cls, ledger: pd.DataFrame, reserve_bytes: int, assume_uniform: bool = False, **options
+    ) -> Scenario:
         """:meth:`from_decision` of the pipeline's decision over a ledger (no model: ``kv_spec`` option)."""
         decision = decide(Evidence(ledger), Policy(reserve_bytes, assume_uniform=assume_uniform))
         return cls.from_decision(decision, **{"kv_spec": None, "ref_free_bytes": None, **options})
@@ -135,8 +135,10 @@ class Outcome:
         if self.fits:
             return f"yes: {sequences:,} sequences of {length:,} tokens at once"
         if self.target_length:
-            return (f"no: {sequences:,} sequences of {length:,} do not fit; "
-                    f"{sequences:,} fit up to {self.target_length:,} tokens each")
+            return (
+                f"no: {sequences:,} sequences of {length:,} do not fit; "
+                f"{sequences:,} fit up to {self.target_length:,} tokens each"
+            )
         return f"no: {sequences:,} sequences do not fit at any length (not even 1 token each)"
 
     def verdict(self) -> str:
@@ -174,8 +176,13 @@ class Outcome:
         frame = self.budget.to_frame()
         frame.insert(1, "add_back_bytes", list(self.scenario.add_back_bytes or [0] * len(frame)))
         if self.drift is not None:
-            frame = frame.rename(columns={"uniform_budget_bytes": "ref_uniform_budget_bytes",
-                                          "stranded_bytes": "ref_stranded_bytes", "limiting": "ref_limiting"})
+            frame = frame.rename(
+                columns={
+                    "uniform_budget_bytes": "ref_uniform_budget_bytes",
+                    "stranded_bytes": "ref_stranded_bytes",
+                    "limiting": "ref_limiting",
+                }
+            )
             frame["adjusted_bytes"] = list(self.drift.adjusted_bytes)
             frame["uniform_budget_bytes"] = self.boot_budget_bytes
             frame["limiting"] = [rank == self.drift.limiting_rank for rank in self.drift.ranks]

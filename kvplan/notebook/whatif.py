@@ -24,7 +24,6 @@ from kvplan.drift import drift_budget
 from kvplan.units import bytes_to_gib, parse_size
 
 if TYPE_CHECKING:
-
     from kvplan.kvspec import KVSpec
 from kvplan.notebook.scenario import Outcome, Scenario
 
@@ -117,6 +116,7 @@ def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outco
 
             def concurrency_at(seq_len: int) -> float:
                 return capacity(kv_bytes, bpt, seq_len, block_size).max_concurrency
+
         if sequences:
             target_length = longest_length_at(concurrency_at, sequences, length)
     drift = None
@@ -124,8 +124,11 @@ def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outco
         if scenario.ref_free_bytes is None:
             raise ValueError("drift needs the reference boot's free memory per rank (ref_free_bytes)")
         drift = drift_budget(
-            list(budget.safe_bytes), list(scenario.ref_free_bytes), list(scenario.boot_free_bytes),
-            scenario.guard_bytes, ranks,
+            list(budget.safe_bytes),
+            list(scenario.ref_free_bytes),
+            list(scenario.boot_free_bytes),
+            scenario.guard_bytes,
+            ranks,
         )
     return Outcome(scenario, budget, cap, curve, target, drift, target_length, spec)
 

@@ -22,9 +22,15 @@ def capacity_rows(spec: KVSpec, kv_bytes: int, lengths: Sequence[int]) -> tuple[
     rows = []
     for length in lengths:
         result = spec.capacity(kv_bytes, length)
-        rows.append({"seq_len": length, "blocks": result.blocks, "tokens": result.tokens,
-                     "max_concurrency": result.max_concurrency,
-                     "whole_sequences": math.floor(result.max_concurrency)})
+        rows.append(
+            {
+                "seq_len": length,
+                "blocks": result.blocks,
+                "tokens": result.tokens,
+                "max_concurrency": result.max_concurrency,
+                "whole_sequences": math.floor(result.max_concurrency),
+            }
+        )
     return tuple(rows)
 
 
@@ -59,16 +65,25 @@ def admission_plan(plan: Plan, key: Mapping[str, object], spec: KVSpec | None, b
         block_size = int(logged_block)
         blocks = plan.target_concurrency * blocks_per_sequence(plan.seq_len, block_size)
         tokens = blocks * block_size
-    record = {"target_concurrency": plan.target_concurrency, "seq_len": plan.seq_len,
-              "block_size": block_size,
-              "blocks_required": blocks, "tokens_required": tokens, "bytes_required": None, "fits": None,
-              "detail": f"{plan.target_concurrency} × {plan.seq_len:,} tokens needs {blocks:,} blocks "
-                        f"({tokens:,} tokens); bytes unknown without --model"}
+    record = {
+        "target_concurrency": plan.target_concurrency,
+        "seq_len": plan.seq_len,
+        "block_size": block_size,
+        "blocks_required": blocks,
+        "tokens_required": tokens,
+        "bytes_required": None,
+        "fits": None,
+        "detail": f"{plan.target_concurrency} × {plan.seq_len:,} tokens needs {blocks:,} blocks "
+        f"({tokens:,} tokens); bytes unknown without --model",
+    }
     if spec is not None:
         needed = blocks * spec.block_bytes
         fits = budget.uniform_budget_bytes >= needed
-        record.update(bytes_required=needed, fits=fits,
-                      detail=f"{plan.target_concurrency} × {plan.seq_len:,} tokens needs {blocks:,} blocks "
-                             f"({tokens:,} tokens) = {format_size(needed)} per GPU {'≤' if fits else '>'} "
-                             f"approved {format_size(budget.uniform_budget_bytes)}")
+        record.update(
+            bytes_required=needed,
+            fits=fits,
+            detail=f"{plan.target_concurrency} × {plan.seq_len:,} tokens needs {blocks:,} blocks "
+            f"({tokens:,} tokens) = {format_size(needed)} per GPU {'≤' if fits else '>'} "
+            f"approved {format_size(budget.uniform_budget_bytes)}",
+        )
     return record

@@ -47,8 +47,9 @@ def layout_spec(layout: ModelLayout, key: dict) -> KVSpec:
     the logs' (:func:`kvplan.kvspec.options_for_logs`)."""
     options = options_for_logs(layout.options, key)
     if options.get("tp") is None:
-        raise ValueError("--model needs --tp N: the logs do not show the tensor-parallel size the ranks "
-                         "run with")
+        raise ValueError(
+            "--model needs --tp N: the logs do not show the tensor-parallel size the ranks run with"
+        )
     config = read_model_config(layout.config)
     if layout.name is not None:
         config["_path"] = layout.name
@@ -64,8 +65,9 @@ def model_check(rows: pd.DataFrame, spec: KVSpec) -> Check:
     if not agrees.astype(bool).all():
         first = rows.loc[agrees[~agrees.astype(bool)].index[0]]
         return Check(MODEL_CHECK, False, f"{first['source']}: {verdict}; {first['reason']}")
-    return Check(MODEL_CHECK, True,
-                 f"{spec.arch.name}: {spec.bytes_per_token:,} B per token per rank; {verdict}")
+    return Check(
+        MODEL_CHECK, True, f"{spec.arch.name}: {spec.bytes_per_token:,} B per token per rank; {verdict}"
+    )
 
 
 def decide(
@@ -107,8 +109,9 @@ def decide(
     else:
         refuse_failed_boots(ledger, evidence.lines)
         rooms = room_per_rank(ledger, assume_uniform=policy.assume_uniform, lines=evidence.lines, notes=notes)
-        budget = budget_from_rooms(ledger, rooms, policy.reserve_bytes, block_bytes=block,
-                                   lines=evidence.lines)
+        budget = budget_from_rooms(
+            ledger, rooms, policy.reserve_bytes, block_bytes=block, lines=evidence.lines
+        )
         ref_free = reference_free_bytes(ledger, rooms)
         sources = tuple(None if not is_known(s) else str(s) for s in rooms["room_source"])
         notes += _decision_notes(rooms, budget, key)
@@ -122,8 +125,11 @@ def decide(
             rows = cross_check(ledger, spec, max_model_len=max_model_len)
             verdict = cross_check_verdict(rows)
             if rows["agrees"].isin([False]).any():
-                notes.insert(0, f"{verdict}. The capacity below is the model config's prediction, not what "
-                                "these logs show vLLM allocating: fix the model config or the layout flags")
+                notes.insert(
+                    0,
+                    f"{verdict}. The capacity below is the model config's prediction, not what "
+                    "these logs show vLLM allocating: fix the model config or the layout flags",
+                )
     plan_record = admission_plan(plan, key, spec, budget) if plan else None
     checks = []
     if evidence.rooms is None:
@@ -137,14 +143,33 @@ def decide(
         load_policy = load_policy or LoadPolicy()
         at_length = [row["tokens"] for row in capacity or () if row["seq_len"] == length]
         reading = read_named_load(loads, load_policy.year)
-        load, more_checks = load_section(reading, load_policy, budget.uniform_budget_bytes,
-                                         at_length[0] if at_length else None, profiled_tokens(ledger))
+        load, more_checks = load_section(
+            reading,
+            load_policy,
+            budget.uniform_budget_bytes,
+            at_length[0] if at_length else None,
+            profiled_tokens(ledger),
+        )
         checks += more_checks
     return Decision(
-        ledger=ledger, provenance=evidence.provenance, warnings=evidence.warnings, budget=budget,
-        compatibility_key=key, ref_free_bytes=ref_free, room_sources=sources, spec=spec, capacity=capacity,
-        plan=plan_record, checks=tuple(checks), load=load, rooms=rooms, max_model_len=length,
-        capacity_at_max_len=at_max_len, cross_check=rows, cross_check_verdict=verdict, notes=tuple(notes),
+        ledger=ledger,
+        provenance=evidence.provenance,
+        warnings=evidence.warnings,
+        budget=budget,
+        compatibility_key=key,
+        ref_free_bytes=ref_free,
+        room_sources=sources,
+        spec=spec,
+        capacity=capacity,
+        plan=plan_record,
+        checks=tuple(checks),
+        load=load,
+        rooms=rooms,
+        max_model_len=length,
+        capacity_at_max_len=at_max_len,
+        cross_check=rows,
+        cross_check_verdict=verdict,
+        notes=tuple(notes),
     )
 
 
@@ -153,10 +178,14 @@ def _decision_notes(rooms: pd.DataFrame, budget: Budget, key: dict) -> list[str]
     notes = []
     assumed = [int(rank) for rank, source in rooms["room_source"].items() if source == "assumed_uniform"]
     if assumed:
-        notes.append(f"--assume-uniform: rank(s) {', '.join(map(str, assumed))} show no room of their "
-                     f"own and take the lowest room shown ({format_size(min(budget.room_bytes))})")
+        notes.append(
+            f"--assume-uniform: rank(s) {', '.join(map(str, assumed))} show no room of their "
+            f"own and take the lowest room shown ({format_size(min(budget.room_bytes))})"
+        )
     version = version_tuple(key.get("vllm_version"))
     if version is not None and version < (0, 10, 2):
-        notes.append(f"vLLM {key['vllm_version']} has no --kv-cache-memory-bytes (added in "
-                     "0.10.2): the value is a planning figure for this release, not a flag it accepts")
+        notes.append(
+            f"vLLM {key['vllm_version']} has no --kv-cache-memory-bytes (added in "
+            "0.10.2): the value is a planning figure for this release, not a flag it accepts"
+        )
     return notes

@@ -62,8 +62,9 @@ class LoadPolicy:
         if self.year is not None and (not isinstance(self.year, int) or self.year <= 0):
             raise ValueError(f"year must be a positive whole number, got {self.year!r}")
         bound = self.max_capacity_loss_pct
-        if bound is not None and (not isinstance(bound, (int, float)) or not math.isfinite(bound)
-                                  or bound < 0):
+        if bound is not None and (
+            not isinstance(bound, (int, float)) or not math.isfinite(bound) or bound < 0
+        ):
             raise ValueError(f"max_capacity_loss_pct must be a percentage ≥ 0, got {bound!r}")
 
 

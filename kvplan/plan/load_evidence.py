@@ -74,22 +74,36 @@ def load_section(
     tokens = stated if stated is not None else approved_tokens
     summary = load_summary(reading, kv_cache_tokens=tokens)
     manual = summary["kv_cache_memory_bytes"]
-    checks = load_checks(reading, max_preemptions=load_policy.max_preemptions, kv_cache_tokens=tokens,
-                         profiled_kv_cache_tokens=profiled_kv_cache_tokens if manual is not None else None,
-                         max_capacity_loss_pct=load_policy.max_capacity_loss_pct)
+    checks = load_checks(
+        reading,
+        max_preemptions=load_policy.max_preemptions,
+        kv_cache_tokens=tokens,
+        profiled_kv_cache_tokens=profiled_kv_cache_tokens if manual is not None else None,
+        max_capacity_loss_pct=load_policy.max_capacity_loss_pct,
+    )
     notes = []
     if manual is None:
-        notes.append("the load run states no --kv-cache-memory-bytes (a profiled run): it is not evidence "
-                     "for the approved value")
+        notes.append(
+            "the load run states no --kv-cache-memory-bytes (a profiled run): it is not evidence "
+            "for the approved value"
+        )
     elif manual != approved_bytes:
-        notes.append(f"the load run used {kv_cache_flag(manual)}, not the approved "
-                     f"{approved_bytes}: it is evidence for another value")
+        notes.append(
+            f"the load run used {kv_cache_flag(manual)}, not the approved "
+            f"{approved_bytes}: it is evidence for another value"
+        )
     if stated is not None and approved_tokens is not None and stated != approved_tokens:
-        notes.append(f"the load run's KV cache holds {stated:,} tokens; the approved value holds "
-                     f"{approved_tokens:,}")
-    section = {**summary, "approved_kv_cache_tokens": approved_tokens,
-               "max_preemptions": load_policy.max_preemptions, "year": load_policy.year,
-               "max_capacity_loss_pct": load_policy.max_capacity_loss_pct, "notes": notes}
+        notes.append(
+            f"the load run's KV cache holds {stated:,} tokens; the approved value holds {approved_tokens:,}"
+        )
+    section = {
+        **summary,
+        "approved_kv_cache_tokens": approved_tokens,
+        "max_preemptions": load_policy.max_preemptions,
+        "year": load_policy.year,
+        "max_capacity_loss_pct": load_policy.max_capacity_loss_pct,
+        "notes": notes,
+    }
     return section, checks
 
 
@@ -105,5 +119,6 @@ def gate_load(
     require_files(paths, "--load")
     load_policy = load_policy or LoadPolicy()
     reading = read_load_evidence(paths, year=load_policy.year)
-    return load_section(reading, load_policy, approved.budget_bytes, approved.capacity_tokens,
-                        approved.logged_tokens)
+    return load_section(
+        reading, load_policy, approved.budget_bytes, approved.capacity_tokens, approved.logged_tokens
+    )

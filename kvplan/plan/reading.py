@@ -19,8 +19,10 @@ import pandas as pd
 from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
 from kvplan.io.vllm import read_vllm_log, read_vllm_logs
 
-STARTUP_LINES = ("vLLM startup lines such as 'Free memory on device (…) on startup', 'Available KV cache "
-                 "memory: … GiB' or 'GPU KV cache size: N tokens'")
+STARTUP_LINES = (
+    "vLLM startup lines such as 'Free memory on device (…) on startup', 'Available KV cache "
+    "memory: … GiB' or 'GPU KV cache size: N tokens'"
+)
 
 
 class InputFileError(ValueError):

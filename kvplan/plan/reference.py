@@ -57,7 +57,9 @@ def boot_free_bytes(ledger: pd.DataFrame, ranks: Sequence[int]) -> tuple[int, ..
         if shown.empty:
             sources = ledger["source"].dropna() if "source" in ledger.columns else []
             files = ", ".join(dict.fromkeys(str(source) for source in sources))
-            raise ValueError(f"{files or 'the ledger'}: rank {rank} shows no free memory at startup "
-                             "(no startup memory line in its log): is the log complete?")
+            raise ValueError(
+                f"{files or 'the ledger'}: rank {rank} shows no free memory at startup "
+                "(no startup memory line in its log): is the log complete?"
+            )
         free.append(int(shown.astype("int64").min()))
     return tuple(free)

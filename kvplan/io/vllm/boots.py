@@ -1,5 +1,4 @@
-"""Candidate lines into boots: facts per record, a new boot at each restart, configuration by trust.
-"""
+"""Candidate lines into boots: facts per record, a new boot at each restart, configuration by trust."""
 
 from __future__ import annotations
 
@@ -44,7 +43,11 @@ CONFIG_PRIORITY = {
 }
 #: Key fields two launches of one boot cannot disagree on: a second value is a second launch.
 IDENTITY_FIELDS = (
-    "model", "tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size", "vllm_version",
+    "model",
+    "tensor_parallel_size",
+    "pipeline_parallel_size",
+    "data_parallel_size",
+    "vllm_version",
 )
 
 
@@ -110,11 +113,15 @@ class BootSplitter:
         boot = self.boot
         boot.last_line = number
         if record.repeated:
-            boot.warnings.append(Note(
-                f"{self.source}:{number}: Ray collapsed {record.repeated} similar lines from other workers "
-                "into this one ([repeated Nx across cluster]); their values are lost. Set RAY_DEDUP_LOGS=0.",
-                code="ray-collapsed", file=self.source, line=number,
-            ))
+            boot.warnings.append(
+                Note(
+                    f"{self.source}:{number}: Ray collapsed {record.repeated} similar lines from other workers "
+                    "into this one ([repeated Nx across cluster]); their values are lost. Set RAY_DEDUP_LOGS=0.",
+                    code="ray-collapsed",
+                    file=self.source,
+                    line=number,
+                )
+            )
         if key is not None and record.process not in boot.names[key]:
             boot.names[key].append(record.process)
         if fact.scope == "config":
@@ -199,4 +206,3 @@ def _config_value(column: str, value: object) -> object:
     if column in ("enforce_eager", "async_scheduling", "hybrid_kv_cache_manager"):
         return value if isinstance(value, bool) else str(value) == "True"
     return str(value)
-

@@ -103,13 +103,18 @@ def safest(
         + (f" shows room {room} B" if room is not None else " shows no room")
         for item, room in zip(observations, rooms)
     )
-    kept = (f"the lowest room (then the least free memory) is kept ({source}:{chosen.start})" if shown
-            else f"the least free memory is kept ({source}:{chosen.start})")
+    kept = (
+        f"the lowest room (then the least free memory) is kept ({source}:{chosen.start})"
+        if shown
+        else f"the least free memory is kept ({source}:{chosen.start})"
+    )
     note = Note(
         f"{source}:{chosen.start}: boot {boot} rank {rank}: {len(observations)} observations of this "
         f"rank conflict ({listing}); {kept}. Two launches or processes wrote one file? Give each launch's "
         "log on its own.",
-        code="conflicting-rank-evidence", file=source, line=chosen.start,
+        code="conflicting-rank-evidence",
+        file=source,
+        line=chosen.start,
     )
     return chosen, note
 

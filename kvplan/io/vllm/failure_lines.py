@@ -30,11 +30,20 @@ from kvplan.io.vllm.values import gib_bytes
 FAILURE_FAMILIES = [
     ("error_engine_start", "failed to start", r"(?:EngineCore|WorkerProc) failed to start", "error", 3),
     ("error_engine_hit", "hit an exception", r"EngineCore hit an exception", "error", 3),
-    ("error_worker_method", "Exception in worker", r"Exception in worker \S+ while processing method \w+",
-     "error", 3),
-    ("error_v0_max_seq_len", "maximum number of tokens that can be",
-     r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV cache",
-     "error", 1),
+    (
+        "error_worker_method",
+        "Exception in worker",
+        r"Exception in worker \S+ while processing method \w+",
+        "error",
+        3,
+    ),
+    (
+        "error_v0_max_seq_len",
+        "maximum number of tokens that can be",
+        r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV cache",
+        "error",
+        1,
+    ),
     ("error_nixl", "NIXL", r"NIXL_ERR_\w+", "error", 1),
     ("error_ucx", "UCX", r"\bUCX\s+ERROR\b", "error", 1),
 ]
@@ -60,16 +69,35 @@ def _frame(m: re.Match) -> dict:
 
 #: Value families of failure lines: (family, trigger, regex, scope, handler), as in ``FAMILIES``.
 FAILURE_VALUE_FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
-    ("worker_method", "Exception in worker",
-     re.compile(r"Exception in worker \S+ while processing method (\w+)"), "frame", _worker_method),
-    ("v0_max_tokens", "maximum number of tokens that can be",
-     re.compile(r"stored in KV cache \((\d+)\)"), "engine", _v0_tokens),
-    ("available_in_error", "larger than the available KV cache memory",
-     re.compile(r"larger than the available KV cache memory \(" + NUM + r" GiB\)"), "rank",
-     _available_in_error),
-    ("nixl_num_blocks", "num_blocks: ", re.compile(r"^num_blocks: (\d+), block_shape: "), "rank",
-     lambda m: {"num_gpu_blocks": int(m.group(1))}),
-    ("frame", "File \"", FRAME_RE, "frame", _frame),
+    (
+        "worker_method",
+        "Exception in worker",
+        re.compile(r"Exception in worker \S+ while processing method (\w+)"),
+        "frame",
+        _worker_method,
+    ),
+    (
+        "v0_max_tokens",
+        "maximum number of tokens that can be",
+        re.compile(r"stored in KV cache \((\d+)\)"),
+        "engine",
+        _v0_tokens,
+    ),
+    (
+        "available_in_error",
+        "larger than the available KV cache memory",
+        re.compile(r"larger than the available KV cache memory \(" + NUM + r" GiB\)"),
+        "rank",
+        _available_in_error,
+    ),
+    (
+        "nixl_num_blocks",
+        "num_blocks: ",
+        re.compile(r"^num_blocks: (\d+), block_shape: "),
+        "rank",
+        lambda m: {"num_gpu_blocks": int(m.group(1))},
+    ),
+    ("frame", 'File "', FRAME_RE, "frame", _frame),
 ]
 
 

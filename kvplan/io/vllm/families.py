@@ -115,7 +115,10 @@ FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
         "free_after_profiling",
         "Free memory after profiling:",
         re.compile(
-            r"Free memory after profiling: " + NUM + r" ?GiB \(total\), " + NUM
+            r"Free memory after profiling: "
+            + NUM
+            + r" ?GiB \(total\), "
+            + NUM
             + r" ?GiB \(within requested\)"
         ),
         "rank",
@@ -354,8 +357,12 @@ FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
 #: Failure families, (family, trigger, regex, outcome): the message is the error text.
 FAILURES = [
     ("oom", "emory", r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", "oom"),
-    ("error_kv_too_small", "KV cache is needed",
-     r"KV cache is needed, which is larger than the available KV cache memory", "error"),
+    (
+        "error_kv_too_small",
+        "KV cache is needed",
+        r"KV cache is needed, which is larger than the available KV cache memory",
+        "error",
+    ),
     ("error_no_blocks", "No available memory for the cache blocks", r"No available memory", "error"),
     ("error_free_below", "less than desired GPU memory", r"is less than desired GPU memory", "error"),
     ("error_fatal", "fatal error", r"EngineCore encountered a fatal error", "error"),
@@ -368,8 +375,13 @@ FAMILIES += [
     for family, trigger, pattern, outcome, priority in FAILURE_FAMILIES
 ]
 FAMILIES += [
-    (family, trigger, re.compile(pattern), "outcome",
-     failure_handler(outcome, 0 if outcome == "oom" else 2 if family == "error_exception" else 1))
+    (
+        family,
+        trigger,
+        re.compile(pattern),
+        "outcome",
+        failure_handler(outcome, 0 if outcome == "oom" else 2 if family == "error_exception" else 1),
+    )
     for family, trigger, pattern, outcome in FAILURES
 ]
 
@@ -392,8 +404,9 @@ def read_message(message: str) -> list[Fact]:
     >>> read_message("Loading safetensors checkpoint shards: 100% Completed")
     []
     """
-    candidates = [position for trigger, positions in _TRIGGERS if trigger in message
-                  for position in positions]
+    candidates = [
+        position for trigger, positions in _TRIGGERS if trigger in message for position in positions
+    ]
     if not candidates:
         return []
     if len(candidates) > 1:

@@ -1,5 +1,4 @@
-"""What a matched line family means: each handler turns a regex match into ledger values.
-"""
+"""What a matched line family means: each handler turns a regex match into ledger values."""
 
 from __future__ import annotations
 
@@ -221,4 +220,3 @@ def failure(outcome: str) -> Handler:
 
 def flag(name: str, value: object = True) -> Handler:
     return lambda m: {name: value}
-

@@ -1,5 +1,4 @@
-"""Which rank printed a line: process prefixes, rank-assignment lines, V0 and Ray workers without one.
-"""
+"""Which rank printed a line: process prefixes, rank-assignment lines, V0 and Ray workers without one."""
 
 from __future__ import annotations
 
@@ -108,20 +107,29 @@ def attribute(boot: Boot, key: dict, version: tuple | None, source: str, warning
             continue
         line = first_line(boot, process_key)
         if world is not None and rank >= world:
-            warnings.append(place_note(
-                "rank-out-of-world", source, line,
-                f"process {item.get('process') or '(no prefix)'} claims rank {rank} "
-                f"but the world size is {world}; its lines are left out"
-            ))
+            warnings.append(
+                place_note(
+                    "rank-out-of-world",
+                    source,
+                    line,
+                    f"process {item.get('process') or '(no prefix)'} claims rank {rank} "
+                    f"but the world size is {world}; its lines are left out",
+                )
+            )
             item["rank"] = None
         elif rank in used:
             # both are evidence about the rank: resolve keeps each as an observation and the safe one
             # (conflicts.safest), rather than dropping one by the order it appeared in
-            warnings.append(place_note(
-                "rank-claimed-twice", source, line, f"two processes claim rank {rank} in one boot "
-                f"(pids {used[rank][0]} and {process_key[0] if process_key else 'none'}); "
-                "both are kept as evidence and the lower room is used"
-            ))
+            warnings.append(
+                place_note(
+                    "rank-claimed-twice",
+                    source,
+                    line,
+                    f"two processes claim rank {rank} in one boot "
+                    f"(pids {used[rank][0]} and {process_key[0] if process_key else 'none'}); "
+                    "both are kept as evidence and the lower room is used",
+                )
+            )
         else:
             used[rank] = process_key or (None,)
     return info
@@ -140,12 +148,17 @@ def _v0_workers(info: dict, boot: Boot, world: int | None, source: str, warnings
     for process_key, rank in zip(pending, free):
         info[process_key]["rank"] = rank
     if len(pending) > 1:
-        warnings.append(place_note(
-            "v0-rank-order", source, first_line(boot, pending[0]), f"vLLM V0 does not log which rank a "
-            f"VllmWorkerProcess is; ranks {free[: len(pending)]} were given to pids "
-            f"{[k[0] for k in pending]} in pid (spawn) order. "
-            "VLLM_LOGGING_LEVEL=DEBUG logs 'world_size=… rank=…' per worker."
-        ))
+        warnings.append(
+            place_note(
+                "v0-rank-order",
+                source,
+                first_line(boot, pending[0]),
+                f"vLLM V0 does not log which rank a "
+                f"VllmWorkerProcess is; ranks {free[: len(pending)]} were given to pids "
+                f"{[k[0] for k in pending]} in pid (spawn) order. "
+                "VLLM_LOGGING_LEVEL=DEBUG logs 'world_size=… rank=…' per worker.",
+            )
+        )
 
 
 def _ray_workers(info: dict, boot: Boot, world: int | None, first: int, source: str, warnings: list) -> bool:
@@ -169,14 +182,18 @@ def _ray_workers(info: dict, boot: Boot, world: int | None, first: int, source: 
         info[process_key]["rank"] = rank
     if len(pending) > 1 or len(free) > 1:
         given = ", ".join(f"pid {key[0]} → rank {rank}" for key, rank in zip(pending, free))
-        warnings.append(place_note(
-            "ray-rank-order", source, first_line(boot, pending[0]),
-            f"no 'rank R in world size W is assigned as …' or "
-            f"'world_size=… rank=…' line ties the Ray workers to ranks, so their rank numbers are by order "
-            f"of first appearance ({given}), not vLLM's own rank: the per-rank table may name ranks "
-            "differently, while the uniform budget (a minimum over all ranks) is unaffected. "
-            "VLLM_LOGGING_LEVEL=DEBUG logs 'world_size=… rank=…' per worker."
-        ))
+        warnings.append(
+            place_note(
+                "ray-rank-order",
+                source,
+                first_line(boot, pending[0]),
+                f"no 'rank R in world size W is assigned as …' or "
+                f"'world_size=… rank=…' line ties the Ray workers to ranks, so their rank numbers are by order "
+                f"of first appearance ({given}), not vLLM's own rank: the per-rank table may name ranks "
+                "differently, while the uniform budget (a minimum over all ranks) is unaffected. "
+                "VLLM_LOGGING_LEVEL=DEBUG logs 'world_size=… rank=…' per worker.",
+            )
+        )
     return bool(free)
 
 
@@ -187,4 +204,3 @@ def _best_name(names: list[str]) -> str:
 
 def first_line(boot: Boot, process_key: tuple | None) -> int:
     return next((event.line for event in boot.events if event.key == process_key), boot.first_line)
-

@@ -198,8 +198,11 @@ def _read_stream(rows: _LogRows, stream: IO[bytes], source: str, where: object) 
             text = raw.decode("utf-8", "replace")
             splitter.line(number, offset if where is not None else text, text)
         if stats.ended_mid_line:
-            rows.warnings.append(place_note(
-                "cut-mid-line", source, stats.lines, "the file ends mid-line (the log was cut off)"))
+            rows.warnings.append(
+                place_note(
+                    "cut-mid-line", source, stats.lines, "the file ends mid-line (the log was cut off)"
+                )
+            )
         splitter.finish()
     except (ImpossibleValue, TwoLaunches) as exc:  # a log no single vLLM launch can print: refused
         raise LogParseError(str(exc)) from None

@@ -1,5 +1,4 @@
-"""One boot into ledger rows: events to ranks, engine values, outcomes, the compatibility key.
-"""
+"""One boot into ledger rows: events to ranks, engine values, outcomes, the compatibility key."""
 
 from __future__ import annotations
 
@@ -40,7 +39,6 @@ class _Failure:
     failed_in: str | None = None
 
 
-
 def resolve_boot(boot: Boot, source: str) -> tuple[list[dict], list[tuple], list[str], dict]:
     """Attribute a boot's events to ranks and compute each rank's row."""
     warnings = list(boot.warnings)
@@ -67,18 +65,26 @@ def resolve_boot(boot: Boot, source: str) -> tuple[list[dict], list[tuple], list
         raise two_launches(boot.conflicts, source)
     unattributed, failures, serving_failures, engine_values, seen = _sort_events(boot, ranks_of, row, origin)
     if unattributed:
-        warnings.append(place_note(
-            "unattributed-values", source, unattributed[0],
-            f"{len(unattributed)} line(s) with per-rank values carry no process "
-            "prefix that names a rank; they are left out of the ledger (first shown)"
-        ))
+        warnings.append(
+            place_note(
+                "unattributed-values",
+                source,
+                unattributed[0],
+                f"{len(unattributed)} line(s) with per-rank values carry no process "
+                "prefix that names a rank; they are left out of the ledger (first shown)",
+            )
+        )
     if serving_failures:
-        warnings.append(place_note(
-            "failure-after-startup", source, serving_failures[0],
-            f"out-of-memory or error after startup completed "
-            f"({len(serving_failures)} line(s)): the boot is marked oom/error, so no budget or gate "
-            "passes on it; the value may be too high for live traffic"
-        ))
+        warnings.append(
+            place_note(
+                "failure-after-startup",
+                source,
+                serving_failures[0],
+                f"out-of-memory or error after startup completed "
+                f"({len(serving_failures)} line(s)): the boot is marked oom/error, so no budget or gate "
+                "passes on it; the value may be too high for live traffic",
+            )
+        )
     _attach_engine_values(engine_values, rows, key, origin, source, warnings, row)
     if not rows and (failures or boot.events):
         single = (key_size(key, "tensor_parallel_size") or 1) * (key_size(key, "pipeline_parallel_size") or 1)
@@ -241,7 +247,6 @@ def _boot_key(boot: Boot) -> tuple[dict, dict]:
     return key, origin
 
 
-
 def _attach_engine_values(
     engine_values: dict, rows: dict, key: dict, origin: dict, source: str, warnings: list, row
 ) -> None:
@@ -262,11 +267,15 @@ def _attach_engine_values(
             else:
                 chosen = min(pairs, key=lambda pair: pair[0])
                 if len({value for value, _event in pairs}) > 1:
-                    warnings.append(place_note(
-                        "engine-values-differ", source, chosen[1].line,
-                        f"{len(pairs)} different '{column}' lines for "
-                        f"{len(targets)} rank(s); the lowest is kept for every rank"
-                    ))
+                    warnings.append(
+                        place_note(
+                            "engine-values-differ",
+                            source,
+                            chosen[1].line,
+                            f"{len(pairs)} different '{column}' lines for "
+                            f"{len(targets)} rank(s); the lowest is kept for every rank",
+                        )
+                    )
                 assignment = [(rank, chosen) for rank in targets]
             for rank, (value, event) in assignment:
                 if event.family == "api_num_gpu_blocks" and not _holds_the_minimum(rows, targets, rank):
@@ -357,4 +366,3 @@ def _fill_row(
     if room is not None:
         values["room_bytes"], values["room_source"], line_raw = room
         origin[(rank, "room_bytes")] = line_raw
-

@@ -187,4 +187,3 @@ class Prepend:
         else:
             block = self.stream.read(size)
         return block.replace(b"\r", b"\n") if self.cr_only else block
-

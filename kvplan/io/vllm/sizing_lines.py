@@ -57,70 +57,159 @@ def _table_field(m: re.Match) -> dict:
 
 #: (family, trigger, regex, scope, handler), as in ``FAMILIES``.
 SIZING_FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
-    ("blocks_override", "num_gpu_blocks_override",
-     re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)"), "config",
-     lambda m: {"num_gpu_blocks_override": int(m.group(2))}),
-    ("auto_fit", "Auto-fit max_model_len: reduced",
-     re.compile(r"Auto-fit max_model_len: reduced from (\d+) to (\d+) to fit in available"), "config",
-     lambda m: {"max_model_len": int(m.group(2))}),
-    ("max_num_batched_tokens", "max_num_batched_tokens=",
-     re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)"), "config",
-     lambda m: {"max_num_batched_tokens": int(m.group(1))}),
-    ("async_scheduling", "scheduling is",  # config/vllm.py info_once, 0.14–0.26
-     re.compile(r"^Asynchronous scheduling is (enabled|disabled)"), "config",
-     lambda m: {"async_scheduling": m.group(1) == "enabled"}),
-    ("mamba_cache_mode", "ache mode is set to",
-     re.compile(r"Mamba cache mode is set to '(\w+)'"), "config", lambda m: {"mamba_cache_mode": m.group(1)}),
-    ("hybrid_off", "ybrid",
-     re.compile(r"Hybrid KV cache manager is disabled for this hybrid model|"
-                r"Turning off hybrid kv cache manager|"
-                r"chunked local attention with the hybrid KV cache manager\. Disabling it"), "config",
-     lambda m: {"hybrid_kv_cache_manager": False}),
-    ("hybrid_off", "cannot be unified",
-     re.compile(r"KV cache page sizes cannot be unified; treating sliding-window layers as full attention"),
-     "config", lambda m: {"hybrid_kv_cache_manager": False}),
-    ("group_sizes", "group sizes",
-     re.compile(r"^kv cache group sizes ([\[(][\d, ]*[\])])"), "config",
-     lambda m: {"kv_cache_group_block_sizes": m.group(1)}),
-    ("kv_pools", "KV cache size:", re.compile(r"^(GPU \+ host|GPU|[A-Z]{2,}) KV cache size: "), "config",
-     lambda m: {"kv_cache_pools": m.group(1)}),
-    ("encoder_graph", "Encoder graph capturing",
-     re.compile(r"Encoder graph capturing finished in \d+ secs?, took " + NUM + r" GiB"), "rank",
-     lambda m: {"encoder_cuda_graph_bytes": gib_bytes(m.group(1))}),
-    ("weights_outside", "held outside this process",
-     re.compile(r"Weights are held outside this process: of the " + NUM + r" GiB utilization budget, " + NUM
-                + r" GiB is externally held and " + NUM + r" GiB remains"), "rank",
-     lambda m: {"external_weights_bytes": gib_bytes(m.group(2)), "requested_bytes": gib_bytes(m.group(3))}),
-    ("api_num_gpu_blocks", "num_gpu_blocks is:",
-     re.compile(r"vllm cache_config_info with initialization after num_gpu_blocks is: (\d+)"), "engine",
-     lambda m: {"num_gpu_blocks": int(m.group(1))}),
-    ("version", " version ",
-     re.compile(r"vLLM server version (v?\d+\.\d+[\w.+\-]*), serving model"), "config",
-     lambda m: {"vllm_version": m.group(1).lstrip("v")}),
-    ("version", " version ",
-     re.compile(r"█\s+version (v?\d+\.\d+[\w.+\-]*)\s*$"), "config",
-     lambda m: {"vllm_version": m.group(1).lstrip("v")}),
+    (
+        "blocks_override",
+        "num_gpu_blocks_override",
+        re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)"),
+        "config",
+        lambda m: {"num_gpu_blocks_override": int(m.group(2))},
+    ),
+    (
+        "auto_fit",
+        "Auto-fit max_model_len: reduced",
+        re.compile(r"Auto-fit max_model_len: reduced from (\d+) to (\d+) to fit in available"),
+        "config",
+        lambda m: {"max_model_len": int(m.group(2))},
+    ),
+    (
+        "max_num_batched_tokens",
+        "max_num_batched_tokens=",
+        re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)"),
+        "config",
+        lambda m: {"max_num_batched_tokens": int(m.group(1))},
+    ),
+    (
+        "async_scheduling",
+        "scheduling is",  # config/vllm.py info_once, 0.14–0.26
+        re.compile(r"^Asynchronous scheduling is (enabled|disabled)"),
+        "config",
+        lambda m: {"async_scheduling": m.group(1) == "enabled"},
+    ),
+    (
+        "mamba_cache_mode",
+        "ache mode is set to",
+        re.compile(r"Mamba cache mode is set to '(\w+)'"),
+        "config",
+        lambda m: {"mamba_cache_mode": m.group(1)},
+    ),
+    (
+        "hybrid_off",
+        "ybrid",
+        re.compile(
+            r"Hybrid KV cache manager is disabled for this hybrid model|"
+            r"Turning off hybrid kv cache manager|"
+            r"chunked local attention with the hybrid KV cache manager\. Disabling it"
+        ),
+        "config",
+        lambda m: {"hybrid_kv_cache_manager": False},
+    ),
+    (
+        "hybrid_off",
+        "cannot be unified",
+        re.compile(
+            r"KV cache page sizes cannot be unified; treating sliding-window layers as full attention"
+        ),
+        "config",
+        lambda m: {"hybrid_kv_cache_manager": False},
+    ),
+    (
+        "group_sizes",
+        "group sizes",
+        re.compile(r"^kv cache group sizes ([\[(][\d, ]*[\])])"),
+        "config",
+        lambda m: {"kv_cache_group_block_sizes": m.group(1)},
+    ),
+    (
+        "kv_pools",
+        "KV cache size:",
+        re.compile(r"^(GPU \+ host|GPU|[A-Z]{2,}) KV cache size: "),
+        "config",
+        lambda m: {"kv_cache_pools": m.group(1)},
+    ),
+    (
+        "encoder_graph",
+        "Encoder graph capturing",
+        re.compile(r"Encoder graph capturing finished in \d+ secs?, took " + NUM + r" GiB"),
+        "rank",
+        lambda m: {"encoder_cuda_graph_bytes": gib_bytes(m.group(1))},
+    ),
+    (
+        "weights_outside",
+        "held outside this process",
+        re.compile(
+            r"Weights are held outside this process: of the "
+            + NUM
+            + r" GiB utilization budget, "
+            + NUM
+            + r" GiB is externally held and "
+            + NUM
+            + r" GiB remains"
+        ),
+        "rank",
+        lambda m: {"external_weights_bytes": gib_bytes(m.group(2)), "requested_bytes": gib_bytes(m.group(3))},
+    ),
+    (
+        "api_num_gpu_blocks",
+        "num_gpu_blocks is:",
+        re.compile(r"vllm cache_config_info with initialization after num_gpu_blocks is: (\d+)"),
+        "engine",
+        lambda m: {"num_gpu_blocks": int(m.group(1))},
+    ),
+    (
+        "version",
+        " version ",
+        re.compile(r"vLLM server version (v?\d+\.\d+[\w.+\-]*), serving model"),
+        "config",
+        lambda m: {"vllm_version": m.group(1).lstrip("v")},
+    ),
+    (
+        "version",
+        " version ",
+        re.compile(r"█\s+version (v?\d+\.\d+[\w.+\-]*)\s*$"),
+        "config",
+        lambda m: {"vllm_version": m.group(1).lstrip("v")},
+    ),
     # the 0.6.5 development line's table (PR #10511): "key<TAB>value" (or runs of spaces), one a line
     ("profile_table", "\t", re.compile(_TABLE_KEYS + r"\t\s*" + NUM + r"\s*GiB\s*$"), "rank", _table_field),
     ("profile_table", "  ", re.compile(_TABLE_KEYS + r" {2,}" + NUM + r"\s*GiB\s*$"), "rank", _table_field),
 ]
 #: Lines that make a room mean something else, (note code, trigger, regex, what the note says).
 ROOM_CAVEATS = [
-    ("sleep_mode", "freed", r"^Sleep mode freed|^CuMemAllocator: sleep freed",
-     "this boot ran with sleep mode (CuMemAllocator): vLLM overestimates 'Available KV cache memory' under "
-     "CuMem (vllm#40256), so its room may be too high; profile a boot without --enable-sleep-mode"),
-    ("rocm_free_grew", "Free memory grew by", r"^Free memory grew by .* torch reserved",
-     "free memory grew during profiling (ROCm): vLLM sized the KV cache from torch reserved memory, a lower "
-     "bound, instead of the profiling difference; re-profile on a quiet GPU"),
-    ("elastic_ep", "Elastic EP", r"\[Elastic EP\] Synced KV cache memory size",
-     "Elastic EP scale-up workers took the first workers' KV cache size without profiling their own memory: "
-     "their room is not measured"),
-    ("hisparse", "HiSparse", r"^HiSparse steady-state maximum concurrency",
-     "HiSparse keeps KV cache on the host too: 'GPU + host KV cache size' is limited by both pools, not a "
-     "GPU-only figure; the host pool is not modelled"),
-    ("weights_outside", "held outside this process", r"^Weights are held outside this process",
-     "weights are held outside this process (weight-cache daemon): the requested memory is the engine's "
-     "budget after the externally held weights"),
+    (
+        "sleep_mode",
+        "freed",
+        r"^Sleep mode freed|^CuMemAllocator: sleep freed",
+        "this boot ran with sleep mode (CuMemAllocator): vLLM overestimates 'Available KV cache memory' under "
+        "CuMem (vllm#40256), so its room may be too high; profile a boot without --enable-sleep-mode",
+    ),
+    (
+        "rocm_free_grew",
+        "Free memory grew by",
+        r"^Free memory grew by .* torch reserved",
+        "free memory grew during profiling (ROCm): vLLM sized the KV cache from torch reserved memory, a lower "
+        "bound, instead of the profiling difference; re-profile on a quiet GPU",
+    ),
+    (
+        "elastic_ep",
+        "Elastic EP",
+        r"\[Elastic EP\] Synced KV cache memory size",
+        "Elastic EP scale-up workers took the first workers' KV cache size without profiling their own memory: "
+        "their room is not measured",
+    ),
+    (
+        "hisparse",
+        "HiSparse",
+        r"^HiSparse steady-state maximum concurrency",
+        "HiSparse keeps KV cache on the host too: 'GPU + host KV cache size' is limited by both pools, not a "
+        "GPU-only figure; the host pool is not modelled",
+    ),
+    (
+        "weights_outside",
+        "held outside this process",
+        r"^Weights are held outside this process",
+        "weights are held outside this process (weight-cache daemon): the requested memory is the engine's "
+        "budget after the externally held weights",
+    ),
 ]
 SIZING_FAMILIES += [
     (code, trigger, re.compile(pattern), "flag", flag(f"caveat:{code}", note))

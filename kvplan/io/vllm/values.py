@@ -67,8 +67,13 @@ def literal_value(text: str) -> object:
         return int(text)
     if _FLOAT_RE.fullmatch(text):
         return float(text)
-    if len(text) > 1 and text[0] == text[-1] and text[0] in "'\"" and "\\" not in text \
-            and text[0] not in text[1:-1]:
+    if (
+        len(text) > 1
+        and text[0] == text[-1]
+        and text[0] in "'\""
+        and "\\" not in text
+        and text[0] not in text[1:-1]
+    ):
         return text[1:-1]
     try:  # anything else Python would read (escapes, containers, underscores)
         return ast.literal_eval(text)
@@ -141,8 +146,13 @@ _CUDAGRAPH_MODE_RE = re.compile(
     r"""['"]cudagraph_mode['"]\s*:\s*(?:<CUDAGraphMode\.(\w+)|[\[(]\s*(\d)\s*,\s*(\d)\s*[\])]|(\d)\b|['"](\w+)['"])"""
 )
 #: vLLM's ``CUDAGraphMode`` values: NONE 0, PIECEWISE 1, FULL 2, and the (decode, mixed) pairs.
-_CUDAGRAPH_MODES = {("0",): "NONE", ("1",): "PIECEWISE", ("2",): "FULL", ("2", "0"): "FULL_DECODE_ONLY",
-                    ("2", "1"): "FULL_AND_PIECEWISE"}
+_CUDAGRAPH_MODES = {
+    ("0",): "NONE",
+    ("1",): "PIECEWISE",
+    ("2",): "FULL",
+    ("2", "0"): "FULL_DECODE_ONLY",
+    ("2", "1"): "FULL_AND_PIECEWISE",
+}
 
 
 def cudagraph_mode(config_text: str) -> str | None:
@@ -179,4 +189,3 @@ def key_values(text: str, separator: str = "=", names: Collection[str] | None = 
         if sep and (name in names if names is not None else re.fullmatch(r"\w+", name)):
             values[name] = literal_value(value)
     return values
-
