@@ -1,34 +1,30 @@
-"""Charts for planners and review meetings: each takes computed results and returns a Figure.
-
-Nothing here computes a budget: the numbers come from :mod:`kvplan.budget`, :mod:`kvplan.capacity`,
-:mod:`kvplan.drift` and the ledger, and are only converted to GiB for the axes. Every chart answers
-one question, says it in its title, and annotates the numbers a reviewer would ask about. Figures
-are sized and lettered to stay readable on a projector; they are plain ``matplotlib.figure.Figure``
-objects, never registered with pyplot, so a drawing in one thread cannot be closed or flushed by another.
-
-The limiting rank is always drawn in :data:`LIMITING_COLOR`, the other ranks in :data:`RANK_COLOR`.
-"""
+"""Per-rank charts: the memory ledger, the safe budget, stranded capacity, spread over boots; GiB tables."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
-from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
-from matplotlib.ticker import FuncFormatter, LogLocator
 
 from kvplan.budget import Budget
-from kvplan.drift import Drift
+from kvplan.charts.style import (
+    AVERAGE_COLOR,
+    FONT_SIZE,
+    LIMITING_COLOR,
+    RANK_COLOR,
+    REFERENCE_COLOR,
+    TARGET_COLOR,
+    _annotate_bars,
+    _figure,
+    _label_segments,
+    _mark_limiting_tick,
+    _rank_colors,
+    _rank_list,
+    limiting_ranks,
+)
 from kvplan.units import GiB, bytes_to_gib, format_size
-
-# Okabe–Ito colours: distinguishable with colour-vision deficiency and on projectors.
-RANK_COLOR = "#0072B2"
-LIMITING_COLOR = "#D55E00"
-AVERAGE_COLOR = "#CC79A7"
-REFERENCE_COLOR = "#999999"
-TARGET_COLOR = "#009E73"
 
 #: Ledger segments bottom to top: (ledger column or budget part, legend label, colour).
 LEDGER_SEGMENTS = (
@@ -43,11 +39,9 @@ LEDGER_SEGMENTS = (
     ("reserve", "reserve", TARGET_COLOR),
 )
 
+
 #: Ledger segments labelled with their size where tall enough to hold the text.
 SIZED_SEGMENTS = ("other_process_bytes", "weights_bytes", "uniform", "stranded")
-
-FONT_SIZE = 12
-FIGSIZE = (10, 5.5)
 
 
 def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None) -> Figure:
@@ -163,16 +157,6 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
     return fig
 
 
-def limiting_ranks(budget: Budget) -> list[int]:
-    """Every rank whose safe budget is the minimum (several when ranks tie; all when every rank does).
-
-    >>> from kvplan.budget import uniform_budget
-    >>> limiting_ranks(uniform_budget([13 * GiB, 18 * GiB, 13 * GiB], GiB))
-    [0, 2]
-    """
-    return [rank for rank, safe in zip(budget.ranks, budget.safe_bytes) if safe == budget.min_safe_bytes]
-
-
 def safe_budget_chart(
     budget: Budget, title: str | None = None, top_gib: float | None = None, previous: Budget | None = None
 ) -> Figure:
@@ -257,13 +241,6 @@ def safe_budget_chart(
     return fig
 
 
-def _rank_list(ranks: Sequence[int]) -> str:
-    """``rank 2`` or ``ranks 1 and 2`` or ``ranks 0, 1 and 3``."""
-    if len(ranks) == 1:
-        return f"rank {ranks[0]}"
-    return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
-
-
 def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | None = None) -> Figure:
     """What the uniform value leaves unused: stranded bytes per rank and their total.
 
@@ -302,242 +279,6 @@ def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | No
     ax.set_xlabel("rank")
     ax.set_ylabel("stranded KV memory [GiB]")
     ax.set_ylim(0, top_gib or max(1.0, max(bytes_to_gib(s) for s in budget.stranded_bytes)) * 1.2)
-    fig.tight_layout()
-    return fig
-
-
-def concurrency_chart(
-    curves: pd.DataFrame | Mapping[str, pd.DataFrame],
-    max_model_len: int,
-    target_concurrency: float | None = None,
-    title: str | None = None,
-    crossings: Mapping[str, int] | None = None,
-    note: str = "",
-    limits: tuple[float, float, float, float] | None = None,
-    previous: pd.DataFrame | None = None,
-) -> Figure:
-    """What a budget buys: full-length sequences held at once against sequence length (log–log).
-
-    ``curves`` is one :func:`kvplan.capacity.concurrency_curve` frame, or several keyed by a label
-    (e.g. ``{"uniform 12 GiB": ..., "rank 2 fixed": ...}``); each legend entry states its tokens at
-    ``max_model_len`` (vLLM ≥ 0.21 logs tokens that depend on the length for sliding-window and
-    hybrid models). ``max_model_len`` is marked with a vertical line and the concurrency there is
-    annotated left of it; a target concurrency is a horizontal line. ``crossings`` maps a curve's
-    label to the longest length at which it still holds the target (e.g.
-    :attr:`kvplan.notebook.scenario.Outcome.target_length`), marked on the target line when shorter than
-    ``max_model_len``. ``note`` (e.g. why a spec is approximate) is printed under the plot. ``limits``
-    ``(x_min, x_max, y_min, y_max)`` fixes the axes (a what-if panel keeps them while its controls move);
-    ``previous`` (a curve of the state before the last change) is drawn faintly.
-
-    >>> from kvplan.capacity import concurrency_curve
-    >>> fig = concurrency_chart(concurrency_curve(12 * GiB, 256 * 1024, [4096, 8192]), 8192, 8)
-    >>> fig.axes[0].get_lines()[0].get_ydata().tolist()
-    [12.0, 6.0]
-    """
-    if isinstance(curves, pd.DataFrame):
-        curves = {"budget": curves}
-    crossings = crossings or {}
-    fig, ax = _figure()
-    colors = [RANK_COLOR, "#E69F00", AVERAGE_COLOR, REFERENCE_COLOR]
-    if previous is not None:
-        ax.plot(
-            previous["seq_len"],
-            previous["max_concurrency"],
-            color=REFERENCE_COLOR,
-            linewidth=1.5,
-            linestyle="--",
-            alpha=0.7,
-            label="before the last change",
-        )
-    at_max_values = []
-    for index, ((label, curve), color) in enumerate(zip(curves.items(), colors * len(curves))):
-        row = _row_at_length(curve, max_model_len)
-        ax.plot(
-            curve["seq_len"],
-            curve["max_concurrency"],
-            marker="o",
-            color=color,
-            linewidth=2,
-            label=f"{label}: {int(row['tokens']):,} tokens at {int(row['seq_len']):,}",
-        )
-        if int(row["seq_len"]) == max_model_len:
-            at_max_values.append((float(row["max_concurrency"]), color))
-        crossing = crossings.get(label)
-        if target_concurrency is not None and crossing and crossing < max_model_len:
-            # marked on the target line; the label sits in the empty lower left, below every curve
-            ax.plot(
-                [crossing],
-                [target_concurrency],
-                marker="D",
-                markersize=9,
-                color=color,
-                markeredgecolor="black",
-                linestyle="",
-                label="_crossing",
-            )
-            ax.annotate(
-                f"{target_concurrency:g} sequences up to {crossing:,} tokens",
-                (crossing, target_concurrency),
-                xycoords="data",
-                textcoords="axes fraction",
-                xytext=(0.03, 0.05 + 0.08 * index),
-                ha="left",
-                va="bottom",
-                fontsize=FONT_SIZE - 1,
-                color=color,
-                fontweight="bold",
-                arrowprops={"arrowstyle": "->", "color": color, "linewidth": 1.2},
-            )
-    # concurrency at max_model_len: right of the marker line (the axis extends to hold it)
-    for value, color in at_max_values:
-        ax.annotate(
-            f"{value:.2f}×",
-            (max_model_len, value),
-            textcoords="offset points",
-            xytext=(8, 0),
-            ha="left",
-            va="center",
-            fontsize=FONT_SIZE - 1,
-            color=color,
-            fontweight="bold",
-        )
-    ax.axvline(max_model_len, color="black", linestyle=":", label=f"max_model_len {max_model_len:,}")
-    if target_concurrency is not None:
-        ax.axhline(
-            target_concurrency,
-            color=TARGET_COLOR,
-            linestyle="--",
-            linewidth=2,
-            label=f"target {target_concurrency:g} sequences",
-        )
-    if note:
-        fig.text(
-            0.01,
-            0.01,
-            f"approximate: {note}",
-            fontsize=FONT_SIZE - 2,
-            color="#555555",
-            wrap=True,
-            va="bottom",
-        )
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    lowest = min(
-        [float(curve["max_concurrency"].min()) for curve in curves.values()]
-        + ([target_concurrency] if target_concurrency else [])
-    )
-    highest = max(float(curve["max_concurrency"].max()) for curve in curves.values())
-    if limits is None:
-        ax.set_ylim(lowest / 4, highest * 4)  # room for the crossing labels below and the legend above
-        ax.set_xlim(right=max_model_len * 2.2)
-    else:
-        ax.set_xlim(limits[0], limits[1])
-        ax.set_ylim(limits[2], limits[3])
-    ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
-    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
-    ax.set_xlabel("sequence length [tokens]")
-    ax.set_ylabel("full-length sequences at once")
-    ax.set_title(title or "What the budget buys: concurrency against sequence length")
-    ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="upper right", fontsize=FONT_SIZE - 1)
-    fig.tight_layout(rect=(0, 0.06 if note else 0, 1, 1))
-    return fig
-
-
-def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = None) -> Figure:
-    """Which rank moved: reference vs boot free memory (left) and the adjusted budget (right).
-
-    Left: grouped bars of ``ref_free_bytes`` and ``boot_free_bytes`` per rank with the drift
-    annotated. Right: ``adjusted_bytes`` per rank (limiting rank highlighted) with the reference
-    budget as a grey outline and the uniform adjusted value as a line. All in GiB. Free memory lost since
-    the reference is positive ("lost 1.25 GiB", as ``drift_bytes`` and the drift table count it), gained
-    is "gained". ``top_gib`` fixes the right axis.
-
-    >>> from kvplan.drift import drift_budget
-    >>> fig = drift_chart(drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 42 * GiB]))
-    >>> [float(bar.get_height()) for bar in fig.axes[1].containers[0]]  # 30 − (42 − 41), 30
-    [29.0, 30.0]
-    """
-    labels = [str(rank) for rank in drift.ranks]
-    positions = list(range(len(labels)))
-    fig = Figure(figsize=(FIGSIZE[0] + 3, FIGSIZE[1]))
-    left, right = fig.subplots(1, 2)
-    for ax in (left, right):
-        _style(ax)
-    width = 0.38
-    left.bar(
-        [p - width / 2 for p in positions],
-        [bytes_to_gib(f) for f in drift.ref_free_bytes],
-        width,
-        color=REFERENCE_COLOR,
-        label="reference boot",
-    )
-    boot_bars = left.bar(
-        [p + width / 2 for p in positions],
-        [bytes_to_gib(f) for f in drift.boot_free_bytes],
-        width,
-        color=_rank_colors(drift.ranks, drift.limiting_rank),
-        label="this boot",
-    )
-    for bar, moved in zip(boot_bars, drift.drift_bytes):
-        text = (
-            f"lost {bytes_to_gib(moved):.2f} GiB"
-            if moved > 0
-            else (f"gained {bytes_to_gib(-moved):.2f} GiB" if moved else "same")
-        )
-        left.annotate(
-            text,
-            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-            textcoords="offset points",
-            xytext=(0, 4),
-            ha="center",
-            fontsize=FONT_SIZE - 1,
-        )
-    left.set_xticks(positions, labels)
-    left.set_ylim(0, max(bytes_to_gib(f) for f in drift.ref_free_bytes + drift.boot_free_bytes) * 1.3)
-    left.set_xlabel("rank")
-    left.set_ylabel("free GPU memory at startup [GiB]")
-    left.set_title("Free memory at startup")
-    left.legend(loc="upper left", ncols=2, fontsize=FONT_SIZE - 1)
-
-    adjusted = right.bar(
-        labels,
-        [bytes_to_gib(a) for a in drift.adjusted_bytes],
-        color=_rank_colors(drift.ranks, drift.limiting_rank),
-        width=0.6,
-        label="adjusted budget",
-    )
-    right.bar(
-        labels,
-        [bytes_to_gib(b) for b in drift.ref_budget_bytes],
-        width=0.6,
-        fill=False,
-        edgecolor=REFERENCE_COLOR,
-        linewidth=2,
-        linestyle="--",
-        label="reference budget",
-    )
-    _annotate_bars(right, adjusted, drift.adjusted_bytes, inside=True)
-    right.axhline(
-        bytes_to_gib(drift.adjusted_uniform_bytes),
-        color="black",
-        linewidth=2,
-        label=f"uniform {format_size(drift.adjusted_uniform_bytes)}",
-    )
-    tallest = max(bytes_to_gib(b) for b in drift.ref_budget_bytes + drift.adjusted_bytes)
-    right.set_ylim(0, top_gib or tallest * 1.25)
-    right.set_xlabel("rank")
-    right.set_ylabel("KV budget [GiB]")
-    right.set_title(f"Adjusted budget (guard {format_size(drift.guard_bytes)})")
-    right.legend(loc="upper right", fontsize=FONT_SIZE - 1)
-    raise_note = "; a rank gained free memory: re-profile to raise" if drift.reprofile_to_raise else ""
-    fig.suptitle(
-        title
-        or f"Rank {drift.limiting_rank} lost the most: {format_size(drift.adjusted_uniform_bytes)} "
-        f"is safe on this boot{raise_note}",
-        fontsize=FONT_SIZE + 2,
-    )
     fig.tight_layout()
     return fig
 
@@ -612,102 +353,6 @@ def gib_table(frame: pd.DataFrame, decimals: int = 2) -> pd.DataFrame:
             shown[column] = gib.round(decimals)
             renames[column] = str(column).removesuffix("_bytes") + "_gib"
     return shown.rename(columns=renames)
-
-
-def _figure() -> tuple[Figure, Axes]:
-    fig = Figure(figsize=FIGSIZE)
-    ax = fig.subplots()
-    _style(ax)
-    return fig, ax
-
-
-def _style(ax: Axes) -> None:
-    ax.tick_params(labelsize=FONT_SIZE)
-    ax.xaxis.label.set_size(FONT_SIZE)
-    ax.yaxis.label.set_size(FONT_SIZE)
-    ax.title.set_size(FONT_SIZE + 1)
-    ax.spines[["top", "right"]].set_visible(False)
-
-
-def _rank_colors(ranks: Sequence[int], limiting_rank: int) -> list[str]:
-    return [LIMITING_COLOR if rank == limiting_rank else RANK_COLOR for rank in ranks]
-
-
-def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool | str = False) -> None:
-    """Label each bar with its size: above it, in white at its middle (``inside``) or top (``"top"``)."""
-    for bar, size in zip(bars, sizes_bytes):
-        x = bar.get_x() + bar.get_width() / 2
-        if inside == "top":
-            ax.annotate(
-                format_size(size),
-                (x, bar.get_height()),
-                textcoords="offset points",
-                xytext=(0, -6),
-                ha="center",
-                va="top",
-                color="white",
-                fontsize=FONT_SIZE,
-                fontweight="bold",
-            )
-        elif inside:
-            ax.annotate(
-                format_size(size),
-                (x, bar.get_height() / 2),
-                ha="center",
-                va="center",
-                color="white",
-                fontsize=FONT_SIZE,
-                rotation=90,
-            )
-        else:
-            ax.annotate(
-                format_size(size),
-                (x, bar.get_height()),
-                textcoords="offset points",
-                xytext=(0, 4),
-                ha="center",
-                va="bottom",
-                fontsize=FONT_SIZE,
-            )
-
-
-def _mark_limiting_tick(
-    ax: Axes, ranks: Sequence[int], limiting: int | Sequence[int], totals: Sequence[int | None] = ()
-) -> None:
-    """Rank tick labels, the limiting one coloured, with each GPU's total memory under the rank when known."""
-    totals = list(totals) or [None] * len(ranks)
-    marked = [limiting] if isinstance(limiting, int) else list(limiting)
-    labels = [
-        (f"{rank} (limiting)" if rank in marked else str(rank))
-        + (f"\nof {format_size(total)}" if total is not None else "")
-        for rank, total in zip(ranks, totals)
-    ]
-    ax.set_xticks(range(len(ranks)), labels)
-    for rank in marked:
-        ax.get_xticklabels()[list(ranks).index(rank)].set_color(LIMITING_COLOR)
-
-
-def _label_segments(ax: Axes, bars, sizes_bytes: Sequence[int], min_height: float, dark: bool) -> None:
-    """Each stacked segment at least ``min_height`` [GiB] tall, labelled with its size at its middle."""
-    for bar, size in zip(bars, sizes_bytes):
-        if bar.get_height() < min_height:
-            continue
-        ax.annotate(
-            format_size(size),
-            (bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2),
-            ha="center",
-            va="center",
-            fontsize=FONT_SIZE - 1,
-            color="white" if dark else "black",
-            bbox=None if dark else {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
-        )
-
-
-def _row_at_length(curve: pd.DataFrame, seq_len: int) -> pd.Series:
-    """The curve's row at ``seq_len``, else its longest length below it (else its shortest)."""
-    upto = curve[curve["seq_len"] <= seq_len]
-    rows = upto if len(upto) else curve
-    return rows.loc[rows["seq_len"].idxmax()] if len(upto) else rows.loc[rows["seq_len"].idxmin()]
 
 
 def _one_row_per_rank(ledger: pd.DataFrame, ranks: Sequence[int]) -> pd.DataFrame:

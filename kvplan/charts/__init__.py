@@ -1,0 +1,52 @@
+"""Charts for planners and review meetings: each takes computed results and returns a Figure.
+
+Nothing here computes a budget: the numbers come from :mod:`kvplan.budget`, :mod:`kvplan.capacity`,
+:mod:`kvplan.drift` and the ledger, and are only converted to GiB for the axes. Every chart answers
+one question, says it in its title, and annotates the numbers a reviewer would ask about. Figures
+are sized and lettered to stay readable on a projector; they are plain ``matplotlib.figure.Figure``
+objects, never registered with pyplot, so a drawing in one thread cannot be closed or flushed by another.
+
+The limiting rank is always drawn in :data:`LIMITING_COLOR`, the other ranks in :data:`RANK_COLOR`.
+"""
+
+from kvplan.charts.concurrency import concurrency_chart
+from kvplan.charts.drift import drift_chart
+from kvplan.charts.ranks import (
+    LEDGER_SEGMENTS,
+    SIZED_SEGMENTS,
+    gib_table,
+    ledger_chart,
+    safe_budget_chart,
+    spread_chart,
+    stranded_chart,
+)
+from kvplan.charts.style import (
+    AVERAGE_COLOR,
+    FIGSIZE,
+    FONT_SIZE,
+    LIMITING_COLOR,
+    RANK_COLOR,
+    REFERENCE_COLOR,
+    TARGET_COLOR,
+    limiting_ranks,
+)
+
+__all__ = [
+    "AVERAGE_COLOR",
+    "FIGSIZE",
+    "FONT_SIZE",
+    "LEDGER_SEGMENTS",
+    "LIMITING_COLOR",
+    "RANK_COLOR",
+    "REFERENCE_COLOR",
+    "SIZED_SEGMENTS",
+    "TARGET_COLOR",
+    "concurrency_chart",
+    "drift_chart",
+    "gib_table",
+    "ledger_chart",
+    "limiting_ranks",
+    "safe_budget_chart",
+    "spread_chart",
+    "stranded_chart",
+]

@@ -1,0 +1,107 @@
+"""Drift: free memory at startup and the adjusted budget per rank, reference against a later boot."""
+
+from __future__ import annotations
+
+from matplotlib.figure import Figure
+
+from kvplan.charts.style import FIGSIZE, FONT_SIZE, REFERENCE_COLOR, _annotate_bars, _rank_colors, _style
+from kvplan.drift import Drift
+from kvplan.units import bytes_to_gib, format_size
+
+
+def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = None) -> Figure:
+    """Which rank moved: reference vs boot free memory (left) and the adjusted budget (right).
+
+    Left: grouped bars of ``ref_free_bytes`` and ``boot_free_bytes`` per rank with the drift
+    annotated. Right: ``adjusted_bytes`` per rank (limiting rank highlighted) with the reference
+    budget as a grey outline and the uniform adjusted value as a line. All in GiB. Free memory lost since
+    the reference is positive ("lost 1.25 GiB", as ``drift_bytes`` and the drift table count it), gained
+    is "gained". ``top_gib`` fixes the right axis.
+
+    >>> from kvplan.drift import drift_budget
+    >>> from kvplan.units import GiB
+    >>> fig = drift_chart(drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 42 * GiB]))
+    >>> [float(bar.get_height()) for bar in fig.axes[1].containers[0]]  # 30 − (42 − 41), 30
+    [29.0, 30.0]
+    """
+    labels = [str(rank) for rank in drift.ranks]
+    positions = list(range(len(labels)))
+    fig = Figure(figsize=(FIGSIZE[0] + 3, FIGSIZE[1]))
+    left, right = fig.subplots(1, 2)
+    for ax in (left, right):
+        _style(ax)
+    width = 0.38
+    left.bar(
+        [p - width / 2 for p in positions],
+        [bytes_to_gib(f) for f in drift.ref_free_bytes],
+        width,
+        color=REFERENCE_COLOR,
+        label="reference boot",
+    )
+    boot_bars = left.bar(
+        [p + width / 2 for p in positions],
+        [bytes_to_gib(f) for f in drift.boot_free_bytes],
+        width,
+        color=_rank_colors(drift.ranks, drift.limiting_rank),
+        label="this boot",
+    )
+    for bar, moved in zip(boot_bars, drift.drift_bytes):
+        text = (
+            f"lost {bytes_to_gib(moved):.2f} GiB"
+            if moved > 0
+            else (f"gained {bytes_to_gib(-moved):.2f} GiB" if moved else "same")
+        )
+        left.annotate(
+            text,
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            textcoords="offset points",
+            xytext=(0, 4),
+            ha="center",
+            fontsize=FONT_SIZE - 1,
+        )
+    left.set_xticks(positions, labels)
+    left.set_ylim(0, max(bytes_to_gib(f) for f in drift.ref_free_bytes + drift.boot_free_bytes) * 1.3)
+    left.set_xlabel("rank")
+    left.set_ylabel("free GPU memory at startup [GiB]")
+    left.set_title("Free memory at startup")
+    left.legend(loc="upper left", ncols=2, fontsize=FONT_SIZE - 1)
+
+    adjusted = right.bar(
+        labels,
+        [bytes_to_gib(a) for a in drift.adjusted_bytes],
+        color=_rank_colors(drift.ranks, drift.limiting_rank),
+        width=0.6,
+        label="adjusted budget",
+    )
+    right.bar(
+        labels,
+        [bytes_to_gib(b) for b in drift.ref_budget_bytes],
+        width=0.6,
+        fill=False,
+        edgecolor=REFERENCE_COLOR,
+        linewidth=2,
+        linestyle="--",
+        label="reference budget",
+    )
+    _annotate_bars(right, adjusted, drift.adjusted_bytes, inside=True)
+    right.axhline(
+        bytes_to_gib(drift.adjusted_uniform_bytes),
+        color="black",
+        linewidth=2,
+        label=f"uniform {format_size(drift.adjusted_uniform_bytes)}",
+    )
+    tallest = max(bytes_to_gib(b) for b in drift.ref_budget_bytes + drift.adjusted_bytes)
+    right.set_ylim(0, top_gib or tallest * 1.25)
+    right.set_xlabel("rank")
+    right.set_ylabel("KV budget [GiB]")
+    right.set_title(f"Adjusted budget (guard {format_size(drift.guard_bytes)})")
+    right.legend(loc="upper right", fontsize=FONT_SIZE - 1)
+    raise_note = "; a rank gained free memory: re-profile to raise" if drift.reprofile_to_raise else ""
+    fig.suptitle(
+        title
+        or f"Rank {drift.limiting_rank} lost the most: {format_size(drift.adjusted_uniform_bytes)} "
+        f"is safe on this boot{raise_note}",
+        fontsize=FONT_SIZE + 2,
+    )
+    fig.tight_layout()
+    return fig

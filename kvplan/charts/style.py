@@ -1,0 +1,142 @@
+"""The charts' shared look: colours, sizes, figure set-up and bar annotations (no chart of its own).
+
+The limiting rank is always drawn in :data:`LIMITING_COLOR`, the other ranks in :data:`RANK_COLOR`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+
+from kvplan.budget import Budget
+from kvplan.units import format_size
+
+# Okabe–Ito colours: distinguishable with colour-vision deficiency and on projectors.
+RANK_COLOR = "#0072B2"
+
+
+LIMITING_COLOR = "#D55E00"
+
+
+AVERAGE_COLOR = "#CC79A7"
+
+
+REFERENCE_COLOR = "#999999"
+
+
+TARGET_COLOR = "#009E73"
+
+
+FONT_SIZE = 12
+
+
+FIGSIZE = (10, 5.5)
+
+
+def limiting_ranks(budget: Budget) -> list[int]:
+    """Every rank whose safe budget is the minimum (several when ranks tie; all when every rank does).
+
+    >>> from kvplan.budget import uniform_budget
+    >>> from kvplan.units import GiB
+    >>> limiting_ranks(uniform_budget([13 * GiB, 18 * GiB, 13 * GiB], GiB))
+    [0, 2]
+    """
+    return [rank for rank, safe in zip(budget.ranks, budget.safe_bytes) if safe == budget.min_safe_bytes]
+
+
+def _rank_list(ranks: Sequence[int]) -> str:
+    """``rank 2`` or ``ranks 1 and 2`` or ``ranks 0, 1 and 3``."""
+    if len(ranks) == 1:
+        return f"rank {ranks[0]}"
+    return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
+
+
+def _figure() -> tuple[Figure, Axes]:
+    fig = Figure(figsize=FIGSIZE)
+    ax = fig.subplots()
+    _style(ax)
+    return fig, ax
+
+
+def _style(ax: Axes) -> None:
+    ax.tick_params(labelsize=FONT_SIZE)
+    ax.xaxis.label.set_size(FONT_SIZE)
+    ax.yaxis.label.set_size(FONT_SIZE)
+    ax.title.set_size(FONT_SIZE + 1)
+    ax.spines[["top", "right"]].set_visible(False)
+
+
+def _rank_colors(ranks: Sequence[int], limiting_rank: int) -> list[str]:
+    return [LIMITING_COLOR if rank == limiting_rank else RANK_COLOR for rank in ranks]
+
+
+def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool | str = False) -> None:
+    """Label each bar with its size: above it, in white at its middle (``inside``) or top (``"top"``)."""
+    for bar, size in zip(bars, sizes_bytes):
+        x = bar.get_x() + bar.get_width() / 2
+        if inside == "top":
+            ax.annotate(
+                format_size(size),
+                (x, bar.get_height()),
+                textcoords="offset points",
+                xytext=(0, -6),
+                ha="center",
+                va="top",
+                color="white",
+                fontsize=FONT_SIZE,
+                fontweight="bold",
+            )
+        elif inside:
+            ax.annotate(
+                format_size(size),
+                (x, bar.get_height() / 2),
+                ha="center",
+                va="center",
+                color="white",
+                fontsize=FONT_SIZE,
+                rotation=90,
+            )
+        else:
+            ax.annotate(
+                format_size(size),
+                (x, bar.get_height()),
+                textcoords="offset points",
+                xytext=(0, 4),
+                ha="center",
+                va="bottom",
+                fontsize=FONT_SIZE,
+            )
+
+
+def _mark_limiting_tick(
+    ax: Axes, ranks: Sequence[int], limiting: int | Sequence[int], totals: Sequence[int | None] = ()
+) -> None:
+    """Rank tick labels, the limiting one coloured, with each GPU's total memory under the rank when known."""
+    totals = list(totals) or [None] * len(ranks)
+    marked = [limiting] if isinstance(limiting, int) else list(limiting)
+    labels = [
+        (f"{rank} (limiting)" if rank in marked else str(rank))
+        + (f"\nof {format_size(total)}" if total is not None else "")
+        for rank, total in zip(ranks, totals)
+    ]
+    ax.set_xticks(range(len(ranks)), labels)
+    for rank in marked:
+        ax.get_xticklabels()[list(ranks).index(rank)].set_color(LIMITING_COLOR)
+
+
+def _label_segments(ax: Axes, bars, sizes_bytes: Sequence[int], min_height: float, dark: bool) -> None:
+    """Each stacked segment at least ``min_height`` [GiB] tall, labelled with its size at its middle."""
+    for bar, size in zip(bars, sizes_bytes):
+        if bar.get_height() < min_height:
+            continue
+        ax.annotate(
+            format_size(size),
+            (bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2),
+            ha="center",
+            va="center",
+            fontsize=FONT_SIZE - 1,
+            color="white" if dark else "black",
+            bbox=None if dark else {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
+        )
