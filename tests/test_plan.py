@@ -69,3 +69,17 @@ def test_a_later_boot_free_memory_is_its_lowest_per_rank():
     # F_boot takes the lowest a rank shows (lower F_boot only lowers B_adj): 48 GiB of 50 and 48
     boot = pd.DataFrame({"source": "c.log", "rank": [0, 0], "init_free_bytes": [50 * GiB, 48 * GiB]})
     assert boot_free_bytes(boot, [0]) == (48 * GiB,)
+
+
+def test_the_pipeline_refuses_a_model_without_tp_for_the_cli_too(tmp_path, capsys):
+    # a ledger CSV of two rooms that shows no tensor-parallel size: the model's bytes per rank are unknown
+    rooms = tmp_path / "rooms.csv"
+    rooms.write_text("rank,room_bytes,outcome\n0,13GiB,ok\n1,13GiB,ok\n")
+    with pytest.raises(ValueError, match="--model needs --tp N: the tensor-parallel size the ranks run with"):
+        decide([rooms], Policy(GiB), ModelLayout("llama-3.1-8b", {}))
+    assert main(["budget", str(rooms), "--reserve", "1GiB", "--model", "llama-3.1-8b"]) == 2
+    assert "error: --model needs --tp N" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="--room gives 2 rank"):  # 2 rooms cannot fill TP 1 × PP 3
+        decide(
+            given_rooms([13 * GiB, 13 * GiB]), Policy(GiB), ModelLayout("llama-3.1-8b", {"tp": 1, "pp": 3})
+        )

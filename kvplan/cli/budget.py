@@ -87,25 +87,8 @@ def run_budget(args: argparse.Namespace) -> int:
 def _decide(args: argparse.Namespace, layout, policy) -> tuple:
     """:func:`kvplan.plan.decide` of the logs (or ``--room`` with ``--model``) and its warnings."""
     from kvplan import plan
-    from kvplan.ledger import compatibility_key
 
     evidence_in = plan.given_rooms(args.room) if args.room is not None else plan.read_evidence(args.logs)
-    if (
-        layout is not None
-        and layout.options["tp"] is None
-        and (
-            evidence_in.rooms is not None
-            or compatibility_key(evidence_in.ledger, evidence_in.lines).get("tensor_parallel_size") is None
-        )
-    ):
-        raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
-    if layout is not None and evidence_in.rooms is not None:
-        tp, pp = layout.options["tp"], layout.options["pp"] or 1
-        if len(args.room) % (tp * pp):
-            raise CliError(
-                f"--room gives {len(args.room)} rank(s), but --tp {tp} × --pp {pp} = "
-                f"{tp * pp} ranks per replica: give one room per rank, rank order"
-            )
     caught: list[str] = []  # the ledger's warnings, also in decision.notes
     with reader_warnings_into(caught):
         decision = plan.decide(

@@ -42,13 +42,22 @@ from kvplan.verdict import Check
 MODEL_CHECK = "model config matches the logs"
 
 
-def layout_spec(layout: ModelLayout, key: dict) -> KVSpec:
+def layout_spec(layout: ModelLayout, key: dict, room_count: int | None = None) -> KVSpec:
     """The KV spec of the model config on the layout; unset layout, KV dtype, release and block size are
-    the logs' (:func:`kvplan.kvspec.options_for_logs`)."""
+    the logs' (:func:`kvplan.kvspec.options_for_logs`). ``room_count`` (rooms given by hand) must fill
+    whole replicas of TP × PP ranks.
+
+    >>> layout_spec(ModelLayout("llama-3.1-8b", {"tp": 1}), {}, room_count=2).bytes_per_token  # 32×2×8×128×2 B
+    131072
+    """
     options = options_for_logs(layout.options, key)
-    if options.get("tp") is None:
+    tp, pp = options.get("tp"), options.get("pp") or 1
+    if tp is None:
+        raise ValueError("--model needs --tp N: the tensor-parallel size the ranks run with")
+    if room_count is not None and room_count % (tp * pp):
         raise ValueError(
-            "--model needs --tp N: the logs do not show the tensor-parallel size the ranks run with"
+            f"--room gives {room_count} rank(s), but --tp {tp} × --pp {pp} = "
+            f"{tp * pp} ranks per replica: give one room per rank, rank order"
         )
     config = read_model_config(layout.config)
     if layout.name is not None:
@@ -99,7 +108,8 @@ def decide(
     evidence = logs if isinstance(logs, Evidence) else read_evidence(logs, snapshots)
     ledger = evidence.ledger
     key = compatibility_key(ledger, evidence.lines) if evidence.rooms is None else {}
-    spec = layout_spec(layout, {**key, **launch_settings(ledger)}) if layout is not None else None
+    room_count = None if evidence.rooms is None else len(evidence.rooms)
+    spec = layout_spec(layout, {**key, **launch_settings(ledger)}, room_count) if layout is not None else None
     block = spec.block_bytes if spec is not None else block_bytes
     notes: list[str] = []
     rooms = None
