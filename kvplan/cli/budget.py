@@ -14,21 +14,21 @@ from kvplan.cli.output import format_table, print_json, print_warnings, reader_w
 from kvplan.cli.sizes import positive_int, positive_size, size, size_list
 from kvplan.units import format_size
 
+BUDGET_HELP = """\
+uniform --kv-cache-memory-bytes from vLLM logs (or per-rank room) and a reserve
+
+The largest KV budget every rank can allocate: min over ranks of (room − reserve), rounded down to whole
+blocks. Room comes from the logs (each rank's worst boot) or from --room, one size per rank.
+
+For example:
+  kvplan budget data/boots/four-rank/*.log --reserve 0.9GiB
+  kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB
+"""
+
 
 def add_budget(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan budget``."""
-    parser = add_command(
-        sub,
-        "budget",
-        "uniform --kv-cache-memory-bytes from vLLM logs (or per-rank room) and a reserve",
-        "The largest KV budget every rank can allocate: min over ranks of (room − reserve), rounded "
-        "down to whole blocks. Room comes from the logs (each rank's worst boot) or from --room, one "
-        "size per rank.",
-        [
-            "kvplan budget data/boots/four-rank/*.log --reserve 0.9GiB",
-            "kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB",
-        ],
-    )
+    parser = add_command(sub, "budget", BUDGET_HELP)
     parser.add_argument("logs", nargs="*", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
     parser.add_argument(
         "--room",

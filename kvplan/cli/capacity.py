@@ -12,21 +12,22 @@ from kvplan.cli.output import format_table, print_json
 from kvplan.cli.sizes import positive_int, positive_size, size, size_list
 from kvplan.units import format_size
 
+CAPACITY_HELP = """\
+blocks, tokens and full-length concurrency of a per-GPU KV budget
+
+What a per-GPU KV budget buys, from bytes per token or from a model config and layout (reproducing vLLM's 'GPU
+KV cache size' and 'Maximum concurrency'). Give exactly one of --bytes-per-token or --model (one of them is
+required).
+
+For example:
+  kvplan capacity --kv-bytes 12GiB --bytes-per-token 256KiB --max-model-len 8192
+  kvplan capacity --model llama-3.1-70b --tp 4 --kv-bytes 12GiB --max-model-len 32768
+"""
+
 
 def add_capacity(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan capacity``."""
-    parser = add_command(
-        sub,
-        "capacity",
-        "blocks, tokens and full-length concurrency of a per-GPU KV budget",
-        "What a per-GPU KV budget buys, from bytes per token or from a model config and layout "
-        "(reproducing vLLM's 'GPU KV cache size' and 'Maximum concurrency'). Give exactly one of "
-        "--bytes-per-token or --model (one of them is required).",
-        [
-            "kvplan capacity --kv-bytes 12GiB --bytes-per-token 256KiB --max-model-len 8192",
-            "kvplan capacity --model llama-3.1-70b --tp 4 --kv-bytes 12GiB --max-model-len 32768",
-        ],
-    )
+    parser = add_command(sub, "capacity", CAPACITY_HELP)
     parser.add_argument("--kv-bytes", type=positive_size, required=True, help="KV budget per GPU")
     parser.add_argument(
         "--bytes-per-token", type=size, help="KV bytes per token per GPU (required unless --model is given)"
@@ -102,21 +103,22 @@ def run_capacity(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+DRIFT_HELP = """\
+cut a reference budget by the free memory a later boot lost
+
+B_adj = B_ref − max(0, F_ref − F_boot) − guard per rank; never raises a value. --ref-free, --ref-budget and
+--boot-free are lists per rank: comma-separated sizes in rank order, one per rank (a single size stands for
+every rank); --guard is one size for every rank.
+
+For example:
+  kvplan drift --ref-free 42GiB --ref-budget 30GiB --boot-free 40.75GiB --guard 0.5GiB
+  kvplan drift --ref-free 42GiB,42GiB,42GiB,42GiB --ref-budget 30GiB,30GiB,30GiB,30GiB --boot-free 41.8GiB,42.1GiB,40.6GiB,41.9GiB --guard 0.5GiB
+"""
+
+
 def add_drift(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan drift``."""
-    parser = add_command(
-        sub,
-        "drift",
-        "cut a reference budget by the free memory a later boot lost",
-        "B_adj = B_ref − max(0, F_ref − F_boot) − guard per rank; never raises a value. --ref-free, "
-        "--ref-budget and --boot-free are lists per rank: comma-separated sizes in rank order, one per "
-        "rank (a single size stands for every rank); --guard is one size for every rank.",
-        [
-            "kvplan drift --ref-free 42GiB --ref-budget 30GiB --boot-free 40.75GiB --guard 0.5GiB",
-            "kvplan drift --ref-free 42GiB,42GiB,42GiB,42GiB --ref-budget 30GiB,30GiB,30GiB,30GiB "
-            "--boot-free 41.8GiB,42.1GiB,40.6GiB,41.9GiB --guard 0.5GiB",
-        ],
-    )
+    parser = add_command(sub, "drift", DRIFT_HELP)
     for flag, what in (
         ("--ref-free", "free at reference startup"),
         ("--ref-budget", "reference safe budget"),

@@ -11,35 +11,8 @@ import argparse
 import sys
 
 from kvplan.cli.help import add_command
-from kvplan.cli.sizes import size as _size
+from kvplan.cli.sizes import count, fraction, labels, size
 from kvplan.units import format_size
-
-
-def _labels(text: str) -> tuple[str, ...]:
-    names = tuple(name.strip() for name in text.split(",") if name.strip())
-    if not names:
-        raise argparse.ArgumentTypeError(f"expected comma-separated label names, got {text!r}")
-    return names
-
-
-def _ratio(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text!r}") from None
-    if not 0 < value <= 1:
-        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be ≥ 1, got {value}")
-    return value
 
 
 def _add_engine_arguments(parser: argparse.ArgumentParser, default: str | None) -> None:
@@ -61,35 +34,54 @@ def _add_engine_arguments(parser: argparse.ArgumentParser, default: str | None) 
     )
 
 
+FLEET_HELP = """\
+budgets per host class from many hosts' logs; rollout waves; canary gate
+
+Fleets: hosts grouped by compatibility key and labels into classes, each with its uniform budget, bundle and
+rollout waves.
+
+For example:
+  kvplan fleet plan data/fleet/small --reserve 1GiB --model llama-3.1-70b
+"""
+
+
+FLEET_PLAN_HELP = """\
+per-class budgets, outliers, split advice, bundles and waves
+
+Read every host's startup logs (on Dask), group hosts into classes, and give each class its uniform budget,
+limiting host and rank, stranded capacity, outliers with their likely cause and the tokens a split would buy,
+then the rollout waves (canaries first).
+
+For example:
+  kvplan fleet plan data/fleet/small --reserve 1GiB --model llama-3.1-70b --out evidence/
+"""
+
+
+FLEET_GATE_HELP = """\
+canary hosts against their class's bundle: per-host verdict and the stop decision
+
+Each host is gated (as kvplan gate) against the bundle whose class lists it. Exit 0 all pass (go on), 1 any
+failed (stop), 2 a host cannot be judged or bad input.
+
+For example:
+  kvplan fleet gate --approved evidence/2026-12-01-0123456789ab canary-fleet/ --hosts gpu-00019,gpu-00020
+"""
+
+
 def add_fleet(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan fleet plan`` and ``kvplan fleet gate``."""
-    fleet = add_command(
-        sub,
-        "fleet",
-        "budgets per host class from many hosts' logs; rollout waves; canary gate",
-        "Fleets: hosts grouped by compatibility key and labels into classes, "
-        "each with its uniform budget, bundle and rollout waves.",
-        ["kvplan fleet plan data/fleet/small --reserve 1GiB --model llama-3.1-70b"],
-    )
+    fleet = add_command(sub, "fleet", FLEET_HELP)
     commands = fleet.add_subparsers(dest="fleet_command", required=True, metavar="COMMAND")
-    plan = add_command(
-        commands,
-        "plan",
-        "per-class budgets, outliers, split advice, bundles and waves",
-        "Read every host's startup logs (on Dask), group hosts into classes, and give each class "
-        "its uniform budget, limiting host and rank, stranded capacity, outliers with their likely cause and "
-        "the tokens a split would buy, then the rollout waves (canaries first).",
-        ["kvplan fleet plan data/fleet/small --reserve 1GiB --model llama-3.1-70b --out evidence/"],
-    )
+    plan = add_command(commands, "plan", FLEET_PLAN_HELP)
     plan.add_argument(
         "fleet",
         metavar="FLEET",
         help="folder of host folders, or a manifest CSV host,path,labels (local or s3://)",
     )
-    plan.add_argument("--reserve", type=_size, required=True, help="operating reserve per rank")
+    plan.add_argument("--reserve", type=size, required=True, help="operating reserve per rank")
     plan.add_argument(
         "--class-by",
-        type=_labels,
+        type=labels,
         default=(),
         metavar="LABELS",
         help="labels that split classes further, comma-separated (manifest columns or key fields)",
@@ -107,39 +99,27 @@ def add_fleet(sub: argparse._SubParsersAction) -> None:
     )
     plan.add_argument(
         "--split-below",
-        type=_ratio,
+        type=fraction,
         default=None,
         metavar="R",
         help="advise a split when min/median of host budgets < R (default 0.95)",
     )
     plan.add_argument(
         "--min-hosts",
-        type=_count,
+        type=count,
         default=None,
         metavar="N",
         help="a class needs N clean hosts to be approved (default 3)",
     )
     plan.add_argument(
-        "--canaries", type=_count, default=None, metavar="N", help="canary hosts per class (default 2)"
+        "--canaries", type=count, default=None, metavar="N", help="canary hosts per class (default 2)"
     )
-    plan.add_argument(
-        "--target-concurrency", type=_count, metavar="C", help="admission plan (with --seq-len)"
-    )
-    plan.add_argument("--seq-len", type=_count, metavar="L", help="admission plan: tokens per sequence")
+    plan.add_argument("--target-concurrency", type=count, metavar="C", help="admission plan (with --seq-len)")
+    plan.add_argument("--seq-len", type=count, metavar="L", help="admission plan: tokens per sequence")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     _add_engine_arguments(plan, None)
     plan.set_defaults(run=_run_plan)
-    gate = add_command(
-        commands,
-        "gate",
-        "canary hosts against their class's bundle: per-host verdict and the stop decision",
-        "Each host is gated (as kvplan gate) against the bundle whose class lists it. Exit 0 all "
-        "pass (go on), 1 any failed (stop), 2 a host cannot be judged or bad input.",
-        [
-            "kvplan fleet gate --approved evidence/2026-12-01-0123456789ab canary-fleet/ "
-            "--hosts gpu-00019,gpu-00020"
-        ],
-    )
+    gate = add_command(commands, "gate", FLEET_GATE_HELP)
     gate.add_argument(
         "targets",
         nargs="*",
@@ -147,7 +127,7 @@ def add_fleet(sub: argparse._SubParsersAction) -> None:
         help="a fleet folder or manifest of canary hosts, or the log files of one host",
     )
     gate.add_argument("--approved", nargs="+", required=True, metavar="BUNDLE", help="the classes' bundles")
-    gate.add_argument("--hosts", type=_labels, default=(), metavar="H1,H2", help="gate only these hosts")
+    gate.add_argument("--hosts", type=labels, default=(), metavar="H1,H2", help="gate only these hosts")
     gate.add_argument("--json", action="store_true", help='print {"passed", "decision", "hosts": [...]}')
     _add_engine_arguments(gate, "synchronous")
     gate.set_defaults(run=_run_gate)

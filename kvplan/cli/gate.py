@@ -14,22 +14,24 @@ from kvplan.cli.help import add_command
 from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
 from kvplan.cli.sizes import size
 
+GATE_HELP = """\
+check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)
+
+Same compatibility key, every rank present, no OOM or error, safe_ref − max(0, F_ref − F_boot) − guard ≥ the
+approved value on every rank, the reserve still free after warm-up, tokens ≥ the admission plan; with --load,
+the load-test checks too. The bundle is verified first (as kvplan verify); a changed bundle cannot be judged
+against. A check with no evidence here (no plan recorded; no observation of the reserve after warm-up) is
+listed as N/A and does not decide the verdict. Exit 0 pass, 1 fail, 2 cannot judge (bad or incomplete input,
+or a changed bundle).
+
+For example:
+  kvplan gate --approved evidence/2026-11-29-0123456789ab canary.log --guard 0.5GiB
+"""
+
 
 def add_gate(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan gate``."""
-    parser = add_command(
-        sub,
-        "gate",
-        "check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)",
-        "Same compatibility key, every rank present, no OOM or error, "
-        "safe_ref − max(0, F_ref − F_boot) − guard ≥ the approved value on every rank, the reserve "
-        "still free after warm-up, tokens ≥ the admission plan; with --load, the load-test checks too. "
-        "The bundle is verified first (as kvplan verify); a changed bundle cannot be judged against. "
-        "A check with no evidence here (no plan recorded; no observation of the reserve after warm-up) "
-        "is listed as N/A and does not decide the verdict. "
-        "Exit 0 pass, 1 fail, 2 cannot judge (bad or incomplete input, or a changed bundle).",
-        ["kvplan gate --approved evidence/2026-11-29-0123456789ab canary.log --guard 0.5GiB"],
-    )
+    parser = add_command(sub, "gate", GATE_HELP)
     parser.add_argument("logs", nargs="+", metavar="BOOT_LOG", help="vLLM logs of the canary boot")
     parser.add_argument("--approved", required=True, metavar="BUNDLE", help="the approved evidence bundle")
     parser.add_argument(

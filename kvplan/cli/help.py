@@ -1,7 +1,8 @@
 """``--help`` pages whose examples copy and paste: prose is re-wrapped, each example stays one line.
 
-:func:`add_command` registers a subcommand with its description (wrapped to the terminal as usual) and
-its example commands in the epilog under :data:`EXAMPLES_HEADING`, one per line, never re-wrapped.
+:func:`add_command` registers a subcommand from its help page (a text written as it reads,
+:func:`read_page`): its description wrapped to the terminal as usual, its example commands in the epilog
+under :data:`EXAMPLES_HEADING`, one per line, never re-wrapped.
 
 >>> parser = argparse.ArgumentParser(prog="kvplan", formatter_class=ExampleFormatter,
 ...                                  epilog=examples(["kvplan capacity --max-model-len 8192"]))
@@ -32,15 +33,31 @@ class ExampleFormatter(argparse.HelpFormatter):
         return super()._fill_text(text, width, indent)
 
 
-def add_command(
-    sub: argparse._SubParsersAction, name: str, summary: str, description: str, commands: Sequence[str]
-) -> argparse.ArgumentParser:
-    """Register subcommand ``name``: ``summary`` in ``kvplan --help``, ``description`` and the example
-    ``commands`` in ``kvplan NAME --help``."""
+def add_command(sub: argparse._SubParsersAction, name: str, page: str) -> argparse.ArgumentParser:
+    """Register subcommand ``name`` from its help ``page`` (:func:`read_page`): the summary in
+    ``kvplan --help``, the description and the example commands in ``kvplan NAME --help``."""
+    summary, description, commands = read_page(page)
     return sub.add_parser(
         name,
         help=summary,
         description=description,
         epilog=examples(commands),
         formatter_class=ExampleFormatter,
+    )
+
+
+def read_page(page: str) -> tuple[str, str, list[str]]:
+    """``(summary, description, example commands)`` of a help page written as it reads: the summary
+    paragraph, the description paragraphs, then :data:`EXAMPLES_HEADING` and one command per indented
+    line. Prose is joined into one line (argparse wraps it to the terminal); commands stay whole.
+
+    >>> read_page("add two\\nsizes\\n\\nThe sum of A\\nand B.\\n\\nFor example:\\n  kvplan add 1 2\\n")
+    ('add two sizes', 'The sum of A and B.', ['kvplan add 1 2'])
+    """
+    prose, _, listed = page.partition(EXAMPLES_HEADING)
+    summary, _, description = prose.strip().partition("\n\n")
+    return (
+        " ".join(summary.split()),
+        " ".join(description.split()),
+        [line.strip() for line in listed.splitlines() if line.strip()],
     )

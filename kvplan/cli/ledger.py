@@ -39,15 +39,19 @@ ROOMS_TABLE = [
 ]
 
 
+LEDGER_HELP = """\
+read vLLM startup logs into the per-rank ledger (one row per boot × rank)
+
+Every boot and rank in the logs with its memory ledger, room and outcome.
+
+For example:
+  kvplan ledger data/boots/four-rank/*.log --json
+"""
+
+
 def add_ledger(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan ledger``."""
-    parser = add_command(
-        sub,
-        "ledger",
-        "read vLLM startup logs into the per-rank ledger (one row per boot × rank)",
-        "Every boot and rank in the logs with its memory ledger, room and outcome.",
-        ["kvplan ledger data/boots/four-rank/*.log --json"],
-    )
+    parser = add_command(sub, "ledger", LEDGER_HELP)
     parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
     add_nvidia_smi_argument(
         parser, "of the same boot: joins gpu_name, driver_version and other_process_bytes"

@@ -12,18 +12,21 @@ from kvplan.cli.output import format_table, print_warnings
 from kvplan.cli.sizes import positive_int
 from kvplan.load_rows import ROW_KEYS
 
+LOAD_HELP = """\
+KV cache usage, requests, preemptions and OOMs under load, from logs and /metrics
+
+One row per vLLM stats line, per /metrics scrape and engine, and per event (preemption warning, OOM, error),
+in file order; unknown values are null. Give the files of one run: server logs and saved /metrics snapshots
+alike.
+
+For example:
+  kvplan load data/load/manual-canary-overload/server.log --year 2026 --json
+"""
+
 
 def add_load(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan load``."""
-    parser = add_command(
-        sub,
-        "load",
-        "KV cache usage, requests, preemptions and OOMs under load, from logs and /metrics",
-        "One row per vLLM stats line, per /metrics scrape and engine, and per event (preemption "
-        "warning, OOM, error), in file order; unknown values are null. Give the files of one run: "
-        "server logs and saved /metrics snapshots alike.",
-        ["kvplan load data/load/manual-canary-overload/server.log --year 2026 --json"],
-    )
+    parser = add_command(sub, "load", LOAD_HELP)
     parser.add_argument(
         "files", nargs="+", metavar="FILE", help="server logs and /metrics snapshots of one run"
     )

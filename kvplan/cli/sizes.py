@@ -10,9 +10,13 @@ True
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
+from typing import TypeVar
 
 from kvplan.capacity import VLLM_BLOCK_SIZES
 from kvplan.units import parse_size, parse_size_list
+
+T = TypeVar("T", int, float)
 
 
 def size(text: str) -> int:
@@ -45,13 +49,51 @@ def positive_size(text: str) -> int:
 
 def positive_int(text: str) -> int:
     """A whole number > 0."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be positive, got {value}")
+    return _whole_number_from_one(text, "must be positive")
+
+
+def count(text: str) -> int:
+    """A whole number ≥ 1 (hosts, sequences, tokens)."""
+    return _whole_number_from_one(text, "must be ≥ 1")
+
+
+def fraction(text: str) -> float:
+    """A number in (0, 1], such as a share of hosts.
+
+    >>> fraction("0.25")
+    0.25
+    """
+    value = _number(text, float, "a number")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
     return value
+
+
+def labels(text: str) -> tuple[str, ...]:
+    """Comma-separated names (hosts, labels), blanks dropped.
+
+    >>> labels("gpu-1, gpu-2,")
+    ('gpu-1', 'gpu-2')
+    """
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated label names, got {text!r}")
+    return names
+
+
+def _whole_number_from_one(text: str, refusal: str) -> int:
+    value = _number(text, int, "a whole number")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{refusal}, got {value}")
+    return value
+
+
+def _number(text: str, convert: Callable[[str], T], what: str) -> T:
+    """``convert(text)``, or argparse's refusal ``not {what}: 'text'``."""
+    try:
+        return convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
 
 
 def block_size(text: str) -> int:
