@@ -8,6 +8,7 @@ them as JSON with the C encoder, a row a line.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import struct
@@ -49,7 +50,7 @@ _LAYOUT = struct.Struct(
         for name in (*ROW_FIELDS, "event")
     )
 )
-_MISSING = -(2**63)  # an unknown whole number
+_MISSING = UNKNOWN_NUMBER = -(2**63)  # an unknown whole number
 _EPOCH = datetime(1, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
 _EVENT_CODES = (None, *EVENTS)
@@ -70,10 +71,11 @@ _DAY = 86_400_000_000  # µs
 JSON_BATCH = 4096  # rows per piece of :meth:`LoadReading.json_chunks`
 
 
-def _time_text(micros: int, year_known: bool, days: dict[tuple[int, bool], str]) -> str:
-    """:attr:`LoadRow.time_text` of a time given in µs since year 1 (``days`` caches each day's text).
+def _time_text(micros: int, year_known: bool, days: dict, clocks: dict[int, str]) -> str:
+    """:attr:`LoadRow.time_text` of a time given in µs since year 1 (``days`` and ``clocks`` cache each
+    day's and each second of the day's text).
 
-    >>> _time_text((datetime(2026, 11, 29, 10, 0, 10, 5) - _EPOCH) // _MICROSECOND, True, {})
+    >>> _time_text((datetime(2026, 11, 29, 10, 0, 10, 5) - _EPOCH) // _MICROSECOND, True, {}, {})
     '2026-11-29T10:00:10.000005'
     """
     day, rest = divmod(micros, _DAY)
@@ -86,9 +88,27 @@ def _time_text(micros: int, year_known: bool, days: dict[tuple[int, bool], str])
             else f"{date.month:02d}-{date.day:02d} "
         )
     seconds, fraction = divmod(rest, 1_000_000)
-    minutes, second = divmod(seconds, 60)
-    text = f"{prefix}{minutes // 60:02d}:{minutes % 60:02d}:{second:02d}"
-    return f"{text}.{fraction:06d}" if fraction and year_known else text
+    clock = clocks.get(seconds)
+    if clock is None:
+        minutes, second = divmod(seconds, 60)
+        clock = clocks[seconds] = f"{minutes // 60:02d}:{minutes % 60:02d}:{second:02d}"
+    return f"{prefix}{clock}.{fraction:06d}" if fraction and year_known else prefix + clock
+
+
+def _known_numbers(column: Sequence, unknown: str | None = None) -> Sequence:
+    """A column of packed numbers with the unknown ones (the sentinel, a float ``NaN`` or ``±Inf``) as
+    ``unknown``; the column itself when all are known.
+
+    >>> _known_numbers((1, _MISSING)), _known_numbers((1.5, math.nan), "null"), _known_numbers((2, 3))
+    ([1, None], [1.5, 'null'], (2, 3))
+    """
+    if _MISSING not in column and all(map(math.isfinite, column)):
+        return column
+    return [unknown if value == _MISSING or value - value != 0 else value for value in column]
+
+
+def _same(value):
+    return value
 
 
 class LoadRows(Sequence):
@@ -156,6 +176,25 @@ class LoadRows(Sequence):
         if event is not None and raw:
             self._raw[index] = raw
         return index
+
+    def source_code(self, source: str) -> int:
+        """The number that stands for ``source`` in packed rows (see :meth:`add_packed`)."""
+        return self._source(source)
+
+    def add_packed(self, *fields) -> None:
+        """Append a row given packed (a reader's fast path): the :meth:`source_code`, the line, the time in
+        µs since year 1, the other :data:`ROW_FIELDS` (an unknown whole number is :data:`UNKNOWN_NUMBER`,
+        an unknown float ``NaN``, ``kind`` its index in :data:`KINDS`) and the event's code (0: none).
+        A number beyond its field raises ``struct.error`` and appends nothing.
+
+        >>> rows = LoadRows()
+        >>> nan = math.nan
+        >>> rows.add_packed(rows.source_code("s.log"), 7, UNKNOWN_NUMBER, 0, 41.5, 3, 0, UNKNOWN_NUMBER,
+        ...                 nan, nan, nan, 0, UNKNOWN_NUMBER, 0, True, 0, 0)
+        >>> rows[0] == LoadRow("s.log", 7, None, 0, kv_cache_usage_pct=41.5, running=3, waiting=0, preemptions=0)
+        True
+        """
+        self._data += _LAYOUT.pack(*fields)
 
     def append(self, row: LoadRow) -> int:
         """Append a :class:`LoadRow`; returns its index."""
@@ -230,17 +269,65 @@ class LoadRows(Sequence):
 
     def dicts(self) -> Iterator[dict]:
         """Each row's :meth:`LoadRow.to_dict`, from the packed bytes (no :class:`LoadRow` is built)."""
-        for values in self.tuples():
-            yield dict(zip(ROW_KEYS, values))
+        for columns in self.columns():
+            yield from map(dict, map(zip, itertools.repeat(ROW_KEYS), zip(*columns)))
 
     def tuples(self) -> Iterator[tuple]:
         """Each row's :data:`ROW_KEYS` values, in that order, as :meth:`dicts` gives them."""
-        days: dict[tuple[int, bool], str] = {}
-        for index in range(len(self)):
-            values = self._values(index)
-            if values[2] is not None:
-                values[2] = _time_text(values[2], values[_KIND + 4], days)
-            yield tuple([values[position] for position in _JSON_POSITIONS])
+        for columns in self.columns():
+            yield from zip(*columns)
+
+    def json_texts(self) -> Iterator[str]:
+        """The rows as JSON objects joined by ``", "``, :data:`JSON_BATCH` rows a piece: the text that
+        ``json.dumps`` gives for :meth:`dicts` (strings encoded by its C encoder, numbers by the
+        ``repr`` it calls), formatted a batch at a time.
+
+        >>> rows = LoadRows()
+        >>> rows.append(LoadRow("s.log", 7, None, 0, kv_cache_usage_pct=41.5, event="oom"))
+        0
+        >>> next(rows.json_texts()) == json.dumps(next(rows.dicts()))
+        True
+        """
+        row = "{" + ", ".join(f"{json.dumps(key)}: %s" for key in ROW_KEYS) + "}"
+        templates: dict[int, str] = {}  # rows in a batch → the batch's format
+        for columns in self.columns(json_text=True):
+            count = len(columns[0])
+            template = templates.get(count) or templates.setdefault(count, ", ".join([row] * count))
+            yield template % tuple(itertools.chain.from_iterable(zip(*columns)))
+
+    def columns(self, json_text: bool = False) -> Iterator[list[Sequence]]:
+        """The :data:`ROW_KEYS` columns of each run of up to :data:`JSON_BATCH` rows, values as
+        :meth:`dicts` gives them (unknown = ``None``, times as text), one batch unpacked at a time; with
+        ``json_text``, strings and unknowns as their JSON text (numbers stay numbers).
+
+        >>> rows = LoadRows()
+        >>> rows.append(LoadRow("s.log", 7, datetime(2026, 11, 29, 10, 0, 10), 0, kv_cache_usage_pct=41.5))
+        0
+        >>> [column[0] for column in next(rows.columns())][:5]
+        ['s.log', 7, '2026-11-29T10:00:10', 0, 41.5]
+        >>> [column[0] for column in next(rows.columns(json_text=True))][:8]
+        ['"s.log"', 7, '"2026-11-29T10:00:10"', 0, 41.5, 'null', 'null', 'null']
+        """
+        size, days, clocks = _LAYOUT.size, {}, {}
+        quote, unknown = (json.dumps, "null") if json_text else (_same, None)
+        for start in range(0, len(self._data), JSON_BATCH * size):
+            packed = list(zip(*_LAYOUT.iter_unpack(self._data[start : start + JSON_BATCH * size])))
+            sources, events = packed[0], packed[-1]
+            times = [
+                unknown if micros == _MISSING else _time_text(micros, known, days, clocks)
+                for micros, known in zip(packed[2], packed[_KIND + 4])
+            ]
+            if json_text:  # a time's text holds digits, '-', ':', 'T', ' ' and '.': nothing to escape
+                times = [text if text is unknown else f'"{text}"' for text in times]
+            yield [
+                [quote(self._sources[sources[0]])] * len(sources)
+                if sources.count(sources[0]) == len(sources)
+                else [quote(self._sources[code]) for code in sources],
+                packed[1],
+                times,
+                *(_known_numbers(packed[position], unknown) for position in _JSON_POSITIONS[3:-1]),
+                [quote(_EVENT_CODES[code]) for code in events] if any(events) else [unknown] * len(events),
+            ]
 
     def source_runs(self) -> Iterator[tuple[str, LoadRows]]:
         """(source, rows) for each run of consecutive rows from one source, in order."""
@@ -305,25 +392,25 @@ class LoadReading:
         return {"rows": list(self.row_dicts()), "warnings": list(self.warnings)}
 
     def json_chunks(self) -> Iterator[str]:
-        """:meth:`to_dict` as strict JSON text in pieces, one row a line (C encoder; no NaN can occur).
+        """:meth:`to_dict` as strict JSON text in pieces of :data:`JSON_BATCH` rows: the text of
+        ``json.dumps(reading.to_dict())`` and a newline, without holding every row's dict (the rows of a
+        :class:`LoadRows` a batch at a time, see :meth:`LoadRows.json_texts`; others by the C encoder).
 
-        >>> text = "".join(LoadReading((LoadRow("a.log", 3, None, 0),), ("w",)).json_chunks())
-        >>> text.splitlines()[:2], text.splitlines()[2][:48]
-        (['{', '  "rows": ['], '    {"source": "a.log", "line": 3, "time": null,')
-        >>> json.loads(text)["warnings"]
-        ['w']
+        >>> reading = LoadReading((LoadRow("a.log", 3, None, 0),), ("w",))
+        >>> "".join(reading.json_chunks()) == json.dumps(reading.to_dict()) + chr(10)
+        True
         """
-        encode = json.JSONEncoder(allow_nan=False).encode  # the C encoder: no indent
-        yield '{\n  "rows": ['
-        batch: list[str] = []
-        for number, row in enumerate(self.row_dicts()):
-            batch.append(("\n    " if number == 0 else ",\n    ") + encode(row))
-            if len(batch) == JSON_BATCH:
-                yield "".join(batch)
-                batch.clear()
-        yield "".join(batch) + ("\n  ]" if batch or self.rows else "]")
-        warnings = json.dumps(list(self.warnings), indent=2, allow_nan=False).replace("\n", "\n  ")
-        yield f',\n  "warnings": {warnings}\n}}\n'
+        encode = json.JSONEncoder(allow_nan=False, check_circular=False).encode  # C, no indent
+        if isinstance(self.rows, LoadRows):
+            texts = self.rows.json_texts()
+        else:
+            dicts = self.row_dicts()
+            batches = iter(lambda: list(itertools.islice(dicts, JSON_BATCH)), [])
+            texts = (encode(batch)[1:-1] for batch in batches)
+        yield '{"rows": ['
+        for number, text in enumerate(texts):
+            yield text if number == 0 else ", " + text
+        yield f'], "warnings": {encode(list(self.warnings))}}}\n'
 
     def row_values(self) -> Iterator[tuple]:
         """Each row's :data:`ROW_KEYS` values as a tuple, for CSV writers (``None`` = unknown)."""

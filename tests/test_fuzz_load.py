@@ -12,6 +12,7 @@ Bounded for CI (a few dozen examples per target, the file in well under 40 s); a
 
 import json
 import os
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -19,6 +20,7 @@ from hypothesis import strategies as st
 
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
+from kvplan.io import stats_log
 from kvplan.io.nvidia_smi import NvidiaSmiError, read_nvidia_smi_csv
 from kvplan.io.prometheus_text import parse_metrics_snapshots
 from kvplan.io.vllm_stats import parse_stats_text
@@ -115,6 +117,22 @@ def test_stats_and_metrics_readers_read_or_refuse(source, data):
         assert str(exc).startswith(source)
         return
     _check_json(reading)
+
+
+@FUZZ
+@given(mutated(LOG_LINES))
+def test_whole_line_stats_path_reads_what_the_general_reader_reads(text):
+    def read():
+        try:
+            reading = parse_stats_text(text, "fuzz.log", year=2026)
+        except LoadFormatError as exc:
+            return str(exc)
+        return [list(reading.rows), reading.warnings, reading.sources, "".join(reading.json_chunks())]
+
+    fast = read()
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(stats_log, "V1_STATS_LINE", re.compile(r"(?!)"))  # every line by the general reader
+        assert read() == fast
 
 
 @FUZZ

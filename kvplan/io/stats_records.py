@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterable, Iterator
-from datetime import datetime, timedelta
+from collections.abc import Iterator
+from datetime import datetime, time, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
@@ -40,6 +40,8 @@ _OUTER_STAMP = re.compile(
     r"|\[(?P<bracket>\d{4}-\d\d)-\d\d [\d:]+\] )"
 )
 _TRAILING_PREFIX = re.compile(r"\s*\([^()]*(?:\([^()]*\)[^()]*)*pid=\d+[^()]*\)\s*$")
+_EPOCH = datetime(1, 1, 1)
+_MICROSECOND = timedelta(microseconds=1)
 _ENGINE_PREFIX = re.compile(r"EngineCore_(?:DP)?(\d+)\b")
 
 
@@ -88,60 +90,140 @@ def _find_headers(line: str) -> list[re.Match]:
     return headers
 
 
-def split_records(lines: Iterable[str], wrap_width: int) -> Iterator[tuple[int, str, re.Match | None, str]]:
-    """(line number, physical prefix text, header match, message) for each record, in order.
-
-    >>> [(n, m) for n, _, _, m in split_records(["INFO 11-29 10:00:10 [a.py:1] one", "two"], 159)]
-    [(1, 'one'), (2, 'two')]
-    """
-    lines = iter(lines)
-    number = 0
-    pending = next(lines, None)
-    while pending is not None:
-        line = _clean(pending)
-        number += 1
-        start = number
-        pending = next(lines, None)
-        while len(line) == wrap_width and pending is not None and not _find_headers(_clean(pending)):
-            line += _clean(pending)
-            number += 1
-            pending = next(lines, None)
-        headers = _find_headers(line)
-        if not headers:
-            if line.strip():
-                yield start, "", None, line.strip()
-            continue
-        for position, header in enumerate(headers):
-            end = headers[position + 1].start() if position + 1 < len(headers) else len(line)
-            before = line[headers[position - 1].end() if position else 0 : header.start()]
-            message = line[header.end() : end]
-            if "pid=" in message:
-                message = _TRAILING_PREFIX.sub("", message)
-            yield start, before, header, message.strip()
+def _split(start: int, line: str) -> Iterator[tuple[int, str, re.Match | None, str]]:
+    """(line number, physical prefix text, header match, message) of each record on one logical line."""
+    headers = _find_headers(line)
+    if not headers:
+        if line.strip():
+            yield start, "", None, line.strip()
+        return
+    for position, header in enumerate(headers):
+        end = headers[position + 1].start() if position + 1 < len(headers) else len(line)
+        before = line[headers[position - 1].end() if position else 0 : header.start()]
+        message = line[header.end() : end]
+        if "pid=" in message:
+            message = _TRAILING_PREFIX.sub("", message)
+        yield start, before, header, message.strip()
 
 
-def records(
-    lines: Iterable[str], year: int | None, wrap_width: int = WRAP_WIDTH, source: str = "log"
-) -> Iterator[Record]:
-    """Records with times; the year comes from ``year``, an outer stamp, or stays unknown.
+class _Joiner:
+    """Physical lines pushed one at a time, given back as logical lines (a hard-wrapped record joined)."""
+
+    def __init__(self, wrap_width: int) -> None:
+        self.wrap_width = wrap_width
+        self.number = 0  # physical lines pushed
+        self.held: tuple[int, str] | None = None  # a line of wrap_width characters, maybe continued
+
+    def push(self, physical: str) -> list[tuple[int, str]]:
+        """The (first line number, text) of each logical line that ``physical`` completes."""
+        line = _clean(physical)
+        self.number += 1
+        done = []
+        if self.held is not None:
+            start, held = self.held
+            self.held = None
+            if not _find_headers(line):  # the continuation of a wrapped record
+                held += line
+                if len(held) == self.wrap_width:  # an empty continuation: still wrapped
+                    self.held = (start, held)
+                    return []
+                return [(start, held)]
+            done.append((start, held))
+        if len(line) == self.wrap_width:
+            self.held = (self.number, line)
+            return done
+        done.append((self.number, line))
+        return done
+
+    def finish(self) -> list[tuple[int, str]]:
+        """The logical line still held at the end of the log."""
+        held, self.held = self.held, None
+        return [] if held is None else [held]
+
+
+class RecordReader:
+    """The records of a log, pushed one physical line at a time (:meth:`push`); the year of vLLM's
+    yearless stamps comes from ``year``, an outer stamp, or stays unknown, and is carried from record to
+    record (a log that runs over New Year moves on a year).
 
     A stamp that names no real time (``02-30``, ``25:00:00``) is a :class:`LoadFormatError` naming
-    ``source`` and the line.
+    ``source`` and the line. A reader with a line of its own to take (a stats line read whole) asks
+    :meth:`stamp` for its time and :meth:`take` s the line, as :meth:`push` would.
 
+    >>> reader = RecordReader(2026)
     >>> lines = ["INFO 12-31 23:59:50 [a.py:1] x", "INFO 01-01 00:00:00 [a.py:1] y"]
-    >>> [r.time.isoformat() for r in records(lines, year=2026)]
+    >>> [r.time.isoformat() for line in lines for r in reader.push(line)]
     ['2026-12-31T23:59:50', '2027-01-01T00:00:00']
+    >>> reader.stamp("01-02", "00:00:00") == ((datetime(2027, 1, 2) - _EPOCH) // _MICROSECOND, 2027, 1)
+    True
     """
-    known = year is not None
-    year_value, last_month = (year if known else PLACEHOLDER_YEAR), None
-    for number, before, header, message in split_records(lines, wrap_width):
-        try:
-            record = _record(number, before, header, message, year, known, year_value, last_month)
-        except ValueError as exc:
-            raise LoadFormatError(f"{source}:{number}: no such time in the record's stamp ({exc})") from None
-        yield record
-        if record.time is not None:
-            known, year_value, last_month = record.year_known, record.time.year, record.time.month
+
+    def __init__(self, year: int | None, wrap_width: int = WRAP_WIDTH, source: str = "log") -> None:
+        self.year, self.source = year, source
+        self.known = year is not None  # whether the year of the records so far is known
+        self.year_value = year if year is not None else PLACEHOLDER_YEAR
+        self.last_month: int | None = None
+        self.lines = _Joiner(wrap_width)
+        self._midnights: dict[tuple[int, str], tuple[int, int]] = {}  # (year, "MM-DD") → (µs, month)
+        self._clocks: dict[str, int] = {}  # "HH:MM:SS" → µs since midnight
+
+    @property
+    def holding(self) -> bool:
+        """Whether a line of the wrap width waits for its continuation (the next line is not alone)."""
+        return self.lines.held is not None
+
+    @property
+    def number(self) -> int:
+        """The physical lines read so far."""
+        return self.lines.number
+
+    def push(self, physical: str) -> Iterator[Record]:
+        """The records that the physical line ``physical`` completes, in order."""
+        for start, line in self.lines.push(physical):
+            yield from self._records(start, line)
+
+    def finish(self) -> Iterator[Record]:
+        """The records of the line still held at the end of the log."""
+        for start, line in self.lines.finish():
+            yield from self._records(start, line)
+
+    def _records(self, start: int, line: str) -> Iterator[Record]:
+        for number, before, header, message in _split(start, line):
+            try:
+                record = _record(
+                    number, before, header, message, self.year, self.known, self.year_value, self.last_month
+                )
+            except ValueError as exc:
+                raise LoadFormatError(
+                    f"{self.source}:{number}: no such time in the record's stamp ({exc})"
+                ) from None
+            yield record
+            if record.time is not None:
+                self.known, self.year_value = record.year_known, record.time.year
+                self.last_month = record.time.month
+
+    def stamp(self, month_day: str, clock: str) -> tuple[int, int, int] | None:
+        """(µs since year 1, year, month) of vLLM's stamp ``MM-DD`` ``HH:MM:SS`` on the next line, read with
+        no outer stamp, as :meth:`push` would; ``None`` when it names no real time (then push the line)."""
+        month = int(month_day[:2])
+        year = self.year_value + (self.last_month is not None and month < self.last_month)
+        midnight = self._midnights.get((year, month_day))
+        seconds = self._clocks.get(clock)
+        if midnight is None or seconds is None:
+            try:
+                date = datetime(year, month, int(month_day[3:]))
+                hours, minutes, second = int(clock[:2]), int(clock[3:5]), int(clock[6:])
+                time(hours, minutes, second)
+            except ValueError:
+                return None
+            midnight = self._midnights[year, month_day] = ((date - _EPOCH) // _MICROSECOND, month)
+            seconds = self._clocks[clock] = ((hours * 60 + minutes) * 60 + second) * 1_000_000
+        return midnight[0] + seconds, year, month
+
+    def take(self, year: int, month: int) -> None:
+        """Count a line that held one record, stamped in ``year`` and ``month`` (from :meth:`stamp`)."""
+        self.lines.number += 1
+        self.year_value, self.last_month = year, month
 
 
 def _record(
@@ -185,7 +267,7 @@ def _record(
         level,
         when,
         known,
-        _file_name(file),
+        file_name(file),
         int(lineno),
         int(prefix.group(1)) if prefix else None,
         message,
@@ -194,7 +276,8 @@ def _record(
 
 
 @functools.lru_cache(maxsize=1024)
-def _file_name(path: str) -> str:
+def file_name(path: str) -> str:
+    """The file name of a record header's path (``vllm/v1/metrics/loggers.py`` → ``loggers.py``)."""
     return Path(path).name
 
 

@@ -10,7 +10,8 @@ run of consecutive ERROR records, ``oom`` when any of them says ``CUDA out of me
 
 Records (with what is tolerated around them) come from :mod:`kvplan.io.stats_records`, stats messages are
 read by :mod:`kvplan.io.stats_message`; the log is read in one pass as a stream and its rows kept packed
-(:class:`~kvplan.load_rows.LoadRows`), so a log of any size is read in memory proportional to its rows.
+(:class:`~kvplan.load_reading.LoadRows`), so a log of any size is read in memory proportional to its rows.
+A line that is one default V1 stats record is taken whole (:mod:`kvplan.io.stats_log`), a regex a line.
 Idle intervals are not logged at INFO (vLLM demotes a stats line to DEBUG when all throughputs are 0);
 long gaps between stats lines are reported as warnings. A server start seen after rows (``vLLM API server
 version …``, ``Initializing a(n) … LLM engine``) is a restart: later rows carry ``restarts`` ≥ 1, so V0's
@@ -26,16 +27,21 @@ from __future__ import annotations
 import itertools
 import re
 import statistics
-from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
-from datetime import datetime, timedelta
 from pathlib import Path
 
-from kvplan.io import prometheus_text
+from kvplan.io import prometheus_text, stats_log
+from kvplan.io.stats_log import V1_PREEMPTIONS_FIELD_FROM_LINENO, StatsLog, take_stats_line
 from kvplan.io.stats_message import has_running, parse_stats_message
-from kvplan.io.stats_records import WRAP_WIDTH, Record, log_time_shift, records, utc_offset_hours
-from kvplan.load_reading import LoadReading, LoadRows, combine_readings
+from kvplan.io.stats_records import (
+    WRAP_WIDTH,
+    Record,
+    RecordReader,
+    log_time_shift,
+    utc_offset_hours,
+)
+from kvplan.load_reading import LoadReading, combine_readings
 from kvplan.load_rows import LoadFormatError, LoadSource, percent
 from kvplan.notes import Note
 
@@ -48,9 +54,6 @@ __all__ = [
 ]
 
 IDLE_GAP_FACTOR = 3  # a gap longer than this many usual intervals is reported
-V1_PREEMPTIONS_FIELD_FROM_LINENO = (
-    236  # loggers.py line of the stats call in 0.11.1, the first with "Preemptions"
-)
 
 _AGGREGATED = re.compile(r"^\d+ Engines Aggregated: ")
 _NUMBER = r"(-?\d+(?:\.\d+)?)"
@@ -110,73 +113,6 @@ def read_vllm_stats(
         return parse_stats_lines(lines, str(path), year=year, utc_offset=utc_offset)
 
 
-_FIRST = datetime(1, 1, 1)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-class _Log:
-    """What one pass over a log's records gathered: the rows (the last one still open), counters, facts."""
-
-    def __init__(self, source: str, shift: timedelta) -> None:
-        self.source, self.shift = source, shift
-        self.rows = LoadRows()
-        self.last: dict | None = None  # the newest row, still open for its companion lines
-        self.last_form: str | None = None
-        self.restarts = self.rows_at_start = 0
-        self.late_v1 = False
-        self.pending_v1: array = array("q")  # V1 rows without "Preemptions" while late_v1 was unknown
-        self.forms: set[str] = set()
-        self.kv_tokens: set[int] = set()
-        self.manual_bytes: set[int] = set()
-        self.stamped: set[int] = set()  # UTC offsets [min] from docker stamps
-        self.yearless = False
-        self.untimed = 0
-        self.first_untimed: int | None = None
-        self.last_preemption: tuple[int, int | None] | None = None
-        self.series: dict[int | None, tuple[array, array]] = {}  # engine → (µs since the first, line)
-        self.warnings: list[str] = []
-
-    def count(self) -> int:
-        return len(self.rows) + (self.last is not None)
-
-    def add(self, record: Record, form: str | None = None, **values) -> dict:
-        """Open a new row from ``record`` (its time shifted to UTC when the offset is known)."""
-        self.close()
-        time = record.time + self.shift if record.time is not None and self.shift else record.time
-        row = {
-            "engine": record.engine_prefix,
-            "restarts": self.restarts,
-            "year_known": record.year_known,
-            **values,
-            "line": record.line,
-            "time": time,
-        }
-        if values.get("event") is not None:
-            row["raw"] = record.message
-        if time is None:
-            self.untimed += 1
-            self.first_untimed = record.line if self.first_untimed is None else self.first_untimed
-        elif form is not None:
-            micros, lines = self.series.setdefault(row["engine"], (array("q"), array("q")))
-            micros.append((time - _FIRST) // _MICROSECOND)
-            lines.append(record.line)
-        self.last, self.last_form = row, form
-        return row
-
-    def close(self) -> None:
-        if self.last is not None:
-            row = self.last
-            self.rows.add(
-                self.source,
-                row.pop("line"),
-                row.pop("time"),
-                row,
-                event=row.get("event"),
-                raw=row.get("raw", ""),
-            )
-            self.last = None
-
-
 def parse_stats_lines(
     lines: Iterable[str],
     source: str,
@@ -190,14 +126,14 @@ def parse_stats_lines(
     A value that cannot be held (a count of thousands of digits, beyond 64 bits) is a
     :class:`LoadFormatError` naming the file and line.
     """
-    log = _Log(source, log_time_shift(utc_offset))
-    for record in records(lines, year, wrap_width, source):
-        try:
-            _read_record(log, record)
-        except LoadFormatError:
-            raise
-        except (ValueError, OverflowError) as exc:
-            raise LoadFormatError(f"{source}:{record.line}: cannot read this record ({exc})") from None
+    log = StatsLog(source, log_time_shift(utc_offset))
+    reader = RecordReader(year, wrap_width, source)
+    fast = stats_log.V1_STATS_LINE.match
+    for line in lines:
+        match = None if reader.lines.held is not None else fast(line)
+        if match is None or match.end() == wrap_width or not take_stats_line(log, reader, match):
+            _read_records(log, reader.push(line))
+    _read_records(log, reader.finish())
     log.close()
     if not log.rows and not log.kv_tokens:
         raise LoadFormatError(
@@ -237,7 +173,18 @@ def parse_stats_lines(
     )
 
 
-def _read_record(log: _Log, record: Record) -> None:
+def _read_records(log: StatsLog, found: Iterable[Record]) -> None:
+    """Take each record into ``log`` (:func:`_read_record`); an unreadable one is a :class:`LoadFormatError`."""
+    for record in found:
+        try:
+            _read_record(log, record)
+        except LoadFormatError:
+            raise
+        except (ValueError, OverflowError) as exc:
+            raise LoadFormatError(f"{log.source}:{record.line}: cannot read this record ({exc})") from None
+
+
+def _read_record(log: StatsLog, record: Record) -> None:
     """Take one record into ``log``: a row, a companion line's value, a restart, or a fact of the file."""
     message = record.message
     if record.utc_offset_minutes is not None:
@@ -319,7 +266,7 @@ def _read_record(log: _Log, record: Record) -> None:
         log.last_preemption = (record.line, log.last["preemptions_total"])
 
 
-def _warnings(log: _Log) -> list[str]:
+def _warnings(log: StatsLog) -> list[str]:
     """What the rows of a log say about the log: no year, untimed rows, V0's lower bound, gaps."""
     source, warnings = log.source, []
     if log.yearless:

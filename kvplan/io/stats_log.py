@@ -1,0 +1,154 @@
+"""One pass over a vLLM server log under load: what it gathered (:class:`StatsLog`), and the whole-line path.
+
+Most lines of a load-test log are V1 stats lines in vLLM's default form (0.8.3 on). Such a line, when it is
+one record alone, is matched whole by :data:`V1_STATS_LINE` and taken straight into the packed rows
+(:func:`take_stats_line`), with exactly what the general reader (:mod:`kvplan.io.vllm_stats`) would do for
+it; any other line, or one the whole-line path cannot take, goes through the general reader.
+"""
+
+from __future__ import annotations
+
+import re
+import struct
+from array import array
+from datetime import datetime, timedelta
+
+from kvplan.io.stats_records import Record, RecordReader, file_name
+from kvplan.load_reading import UNKNOWN_NUMBER, LoadRows
+
+V1_PREEMPTIONS_FIELD_FROM_LINENO = (
+    236  # loggers.py line of the stats call in 0.11.1, the first with "Preemptions"
+)
+_NUMBER = r"(-?\d+(?:\.\d+)?)"
+V1_STATS_LINE = re.compile(  # a whole line that is one V1 stats record as vLLM prints it from 0.8.3 on
+    r"(?:\([A-Za-z]+ pid=\d+\) )?INFO (\d\d-\d\d) (\d\d:\d\d:\d\d) \[([\w./-]+?):(\d+)\] Engine (\d+): "
+    rf"Avg prompt throughput: {_NUMBER} tokens/s, Avg generation throughput: {_NUMBER} tokens/s, "
+    r"Running: (\d+) reqs, Waiting: (\d+) reqs, (?:Preemptions: (\d+), )?[A-Z]+ KV cache usage: "
+    rf"{_NUMBER}%, Prefix cache hit rate: {_NUMBER}%$"
+)
+_FIRST = datetime(1, 1, 1)
+_MICROSECOND = timedelta(microseconds=1)
+_LAST_MICROS = (datetime.max - _FIRST) // _MICROSECOND
+
+
+class StatsLog:
+    """What one pass over a log's records gathered: the rows (the last one still open), counters, facts."""
+
+    def __init__(self, source: str, shift: timedelta) -> None:
+        self.source, self.shift = source, shift
+        self.shift_micros = shift // _MICROSECOND
+        self.rows = LoadRows()
+        self.code = self.rows.source_code(source)
+        self.last: dict | None = None  # the newest row, still open for its companion lines
+        self.last_form: str | None = None
+        self.restarts = self.rows_at_start = 0
+        self.late_v1 = False
+        self.pending_v1: array = array("q")  # V1 rows without "Preemptions" while late_v1 was unknown
+        self.forms: set[str] = set()
+        self.kv_tokens: set[int] = set()
+        self.manual_bytes: set[int] = set()
+        self.stamped: set[int] = set()  # UTC offsets [min] from docker stamps
+        self.yearless = False
+        self.untimed = 0
+        self.first_untimed: int | None = None
+        self.last_preemption: tuple[int, int | None] | None = None
+        self.series: dict[int | None, tuple[array, array]] = {}  # engine → (µs since the first, line)
+        self.warnings: list[str] = []
+
+    def count(self) -> int:
+        return len(self.rows) + (self.last is not None)
+
+    def add(self, record: Record, form: str | None = None, **values) -> dict:
+        """Open a new row from ``record`` (its time shifted to UTC when the offset is known)."""
+        self.close()
+        time = record.time + self.shift if record.time is not None and self.shift else record.time
+        row = {
+            "engine": record.engine_prefix,
+            "restarts": self.restarts,
+            "year_known": record.year_known,
+            **values,
+            "line": record.line,
+            "time": time,
+        }
+        if values.get("event") is not None:
+            row["raw"] = record.message
+        if time is None:
+            self.untimed += 1
+            self.first_untimed = record.line if self.first_untimed is None else self.first_untimed
+        elif form is not None:
+            micros, lines = self.series.setdefault(row["engine"], (array("q"), array("q")))
+            micros.append((time - _FIRST) // _MICROSECOND)
+            lines.append(record.line)
+        self.last, self.last_form = row, form
+        return row
+
+    def close(self) -> None:
+        if self.last is not None:
+            row = self.last
+            self.rows.add(
+                self.source,
+                row.pop("line"),
+                row.pop("time"),
+                row,
+                event=row.get("event"),
+                raw=row.get("raw", ""),
+            )
+            self.last = None
+
+
+def take_stats_line(log: StatsLog, reader: RecordReader, match: re.Match) -> bool:
+    """Take a line that is one V1 stats record in vLLM's default form (:data:`V1_STATS_LINE`) straight
+    into ``log``, with what :func:`kvplan.io.vllm_stats.parse_stats_lines` would do for it; False (nothing taken) when the line
+    needs the general reader: a time that does not exist, a usage outside 0–100 %, a number too large."""
+    month_day, clock, file, lineno, engine, prompt, generation, running, waiting, preemptions, usage, hits = (
+        match.groups()
+    )
+    usage_pct = float(usage)
+    stamp = reader.stamp(month_day, clock) if 0 <= usage_pct <= 100 else None
+    if stamp is None:
+        return False
+    micros, year, month = stamp
+    micros += log.shift_micros
+    if not 0 <= micros <= _LAST_MICROS:  # shifted out of datetime's years: the general reader refuses it
+        return False
+    late_v1 = log.late_v1 or preemptions is not None
+    if not late_v1 and file_name(file) == "loggers.py" and int(lineno) >= V1_PREEMPTIONS_FIELD_FROM_LINENO:
+        late_v1 = True
+    log.close()  # the open row ends here, as a new row's would
+    index = len(log.rows)
+    try:
+        log.rows.add_packed(
+            log.code,
+            reader.number + 1,
+            micros,
+            int(engine),
+            usage_pct,
+            int(running),
+            int(waiting),
+            UNKNOWN_NUMBER,
+            float(prompt),
+            float(generation),
+            float(hits),
+            int(preemptions) if preemptions is not None else 0 if late_v1 else UNKNOWN_NUMBER,
+            UNKNOWN_NUMBER,
+            0,  # kind "log"
+            reader.known,
+            log.restarts,
+            0,  # no event
+        )
+    except struct.error:
+        return False
+    reader.take(year, month)
+    log.late_v1 = late_v1
+    if not reader.known:
+        log.yearless = True
+    if preemptions is None and not late_v1:
+        log.pending_v1.append(index)
+    log.forms.add("v1")
+    log.last_form = "v1"
+    series = log.series.get(int(engine))
+    if series is None:
+        series = log.series[int(engine)] = (array("q"), array("q"))
+    series[0].append(micros)
+    series[1].append(reader.number)
+    return True

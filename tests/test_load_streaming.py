@@ -1,0 +1,127 @@
+"""``kvplan load`` reads a stats log line by line and writes one JSON text: the fast paths change nothing.
+
+A line that is one V1 stats record in vLLM's default form is taken whole (``V1_STATS_LINE`` in
+:mod:`kvplan.io.stats_log`); every other line goes through the general record reader. Each case below is
+read twice, with the whole-line path on and off, and everything is compared: rows, warnings, per-file
+facts and the JSON text, or the error. The JSON of a reading is exactly ``json.dumps`` of its dict.
+"""
+
+import json
+import re
+
+import pytest
+
+from kvplan.cli import main
+from kvplan.config import DATA_DIR
+from kvplan.io import stats_log, vllm_stats
+from kvplan.io.vllm_stats import parse_stats_text
+from kvplan.load import LoadFormatError, LoadReading, LoadRow
+
+# vLLM 0.26's default stats line (loggers.py:310 logs "Preemptions" from 0.11.1 on; 152 is 0.10's line)
+STATS = (
+    "(APIServer pid=1) INFO {stamp} [loggers.py:{lineno}] Engine 000: Avg prompt throughput: 512.0 tokens/s, "
+    "Avg generation throughput: 96.3 tokens/s, Running: {running} reqs, Waiting: 2 reqs, {preempted}GPU KV "
+    "cache usage: {usage}%, Prefix cache hit rate: 0.0%"
+)
+
+
+def stats(stamp, lineno=310, running="4", preempted="Preemptions: 0, ", usage="5.2"):
+    return STATS.format(stamp=stamp, lineno=lineno, running=running, preempted=preempted, usage=usage)
+
+
+START = "(APIServer pid=1) INFO 12-31 23:58:00 [api_server.py:1977] vLLM API server version 0.26.0"
+OOM = "(EngineCore pid=2) ERROR 12-31 23:59:55 [core.py:710] torch.OutOfMemoryError: CUDA out of memory."
+V0 = (
+    "INFO 12-31 23:59:30 [metrics.py:455] Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: "
+    "210.3 tokens/s, Running: 12 reqs, Swapped: 0 reqs, Pending: 4 reqs, GPU KV cache usage: 97.1%, CPU KV "
+    "cache usage: 0.0%."
+)
+LATER = stats("11-29 10:00:20", 152)
+DOCKER = "2027-01-01T07:59:00.1Z " + START.replace("23:58:00", "23:59:00")
+CASES = {
+    "year, New Year": ([START, stats("12-31 23:59:50"), V0, stats("01-01 00:00:00")], {"year": 2026}),
+    "no year": ([stats("12-31 23:59:50"), stats("01-01 00:00:10")], {}),
+    "UTC offset given": (
+        [stats("12-31 23:59:50"), stats("01-01 00:00:10")],
+        {"year": 2026, "utc_offset": -7},
+    ),
+    "offset from docker stamps": ([DOCKER, stats("12-31 23:59:50"), stats("12-31 23:59:59")], {}),
+    "preemptions from line 236": ([stats("11-29 10:00:00", 236, preempted=""), stats("11-29 10:00:10")], {}),
+    "preemptions seen later": (
+        [stats("11-29 10:00:00", 152, preempted=""), stats("11-29 10:00:10", 152, preempted=""), V0, LATER],
+        {"year": 2026},
+    ),
+    "before 0.11.1": (
+        [stats("11-29 10:00:00", 152, preempted=""), stats("11-29 10:00:10", 152, preempted="")],
+        {},
+    ),
+    "error blocks": ([stats("12-31 23:59:50"), OOM, OOM, stats("12-31 23:59:56"), OOM], {"year": 2026}),
+    "restart": ([stats("12-31 23:59:00"), START, stats("12-31 23:59:50")], {"year": 2026}),
+    "usage over 100 %": ([stats("11-29 10:00:00"), stats("11-29 10:00:10", usage="100.5")], {"year": 2026}),
+    "idle gap": (
+        [stats(f"11-29 10:00:{s:02d}") for s in (0, 10, 20, 30, 40)] + [stats("11-29 11:00:00")],
+        {},
+    ),
+    "a count beyond 64 bits": ([stats("11-29 10:00:00", running="9" * 30), OOM], {"year": 2026}),
+    "no such day": ([stats("11-29 10:00:00"), stats("02-30 10:00:00")], {"year": 2026}),
+    "no such second": ([stats("11-29 10:00:00"), stats("11-29 10:00:60")], {"year": 2026}),
+    "shifted before year 1": ([stats("01-01 00:00:00")], {"year": 1, "utc_offset": 5}),
+    "yearless then stamped": ([stats("11-29 10:00:00"), DOCKER, stats("12-31 23:59:59")], {}),
+}
+WRAPPED = stats("11-29 10:00:10")  # read with wrap_width = its length: a collector's hard wrap
+
+
+def read(lines: list[str], **options):
+    """Everything a reading says (or the error), as plain values to compare."""
+    try:
+        reading = parse_stats_text("\n".join(lines), "fast.log", **options)
+    except LoadFormatError as exc:
+        return str(exc)
+    return [list(reading.rows), reading.warnings, reading.sources, "".join(reading.json_chunks())]
+
+
+def read_both(monkeypatch, lines: list[str], **options):
+    """(read with the whole-line path, read with the general reader only)."""
+    assert any(stats_log.V1_STATS_LINE.match(line) for line in lines)  # the whole-line path is tried
+    fast = read(lines, **options)
+    monkeypatch.setattr(stats_log, "V1_STATS_LINE", re.compile(r"(?!)"))
+    return fast, read(lines, **options)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_whole_line_path_reads_what_the_general_reader_reads(monkeypatch, case):
+    lines, options = CASES[case]
+    fast, general = read_both(monkeypatch, lines, **options)
+    assert fast == general
+
+
+def test_whole_line_path_leaves_a_hard_wrapped_line_to_the_general_reader(monkeypatch):
+    lines = [
+        stats("11-29 10:00:00"),
+        WRAPPED,
+        "Prefix cache hit rate: GPU: 1.0%, CPU: 0.0%",
+        stats("11-29 10:00:20"),
+    ]
+    fast, general = read_both(monkeypatch, lines, year=2026, wrap_width=len(WRAPPED))
+    assert fast == general
+    assert [row.line for row in fast[0]] == [1, 2, 4]  # line 3 continued line 2: one record, no stats row
+
+
+def test_sample_logs_read_alike(monkeypatch):
+    logs = sorted((DATA_DIR / "load").glob("*/server.log"))
+    fast = [read(path.read_text().splitlines(), year=2026) for path in logs]
+    monkeypatch.setattr(stats_log, "V1_STATS_LINE", re.compile(r"(?!)"))
+    assert fast == [read(path.read_text().splitlines(), year=2026) for path in logs]
+
+
+def test_json_is_json_dumps_of_the_reading(capsys):
+    log = DATA_DIR / "load" / "manual-canary-overload" / "server.log"
+    reading = vllm_stats.read_vllm_stats(log, year=2026)
+    assert "".join(reading.json_chunks()) == json.dumps(reading.to_dict()) + "\n"
+    assert main(["load", str(log), "--year", "2026", "--json"]) == 0
+    assert capsys.readouterr().out == json.dumps(reading.to_dict()) + "\n"
+    rows = (LoadRow("a.log", 1, None, None, kv_cache_usage_pct=-0.0, event="oom", raw="x"),)  # tuple rows
+    assert (
+        "".join(LoadReading(rows, ("w",)).json_chunks())
+        == json.dumps(LoadReading(rows, ("w",)).to_dict()) + "\n"
+    )
