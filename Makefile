@@ -22,27 +22,24 @@ endif
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-# The notebooks run headless on the sample data; each becomes build/report/<name>.html with its charts
-# as PNG files in build/report/<name>_files/, listed in build/report/index.html.
+# `make demo` prints kvplan's own lines only: the budget of the sample boot, its approval into build/evidence/
+# and the verification, then the report. The report (python -m kvplan.notebook.report) executes every notebook
+# once into build/report/<name>.html (no code, charts as PNG files in <name>_files/) and
+# build/report/code/<name>.html (with code, for auditors), and writes build/report/index.html, which opens
+# with the verified bundle's decision.
 REPORT := build/report
 EVIDENCE := build/evidence
+APPROVAL := data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b --tp 4
 
 demo: $(STAMP)
-	rm -rf $(REPORT) && mkdir -p $(REPORT)
-	$(BIN)/jupyter nbconvert --log-level=WARN --to html --execute --ExecutePreprocessor.timeout=300 \
-		--ExtractOutputPreprocessor.enabled=True --output-dir $(REPORT) notebooks/*.ipynb
-	@{ echo '<!doctype html><title>kvplan report</title><h1>kvplan report</h1><ul>'; \
-		for page in $(REPORT)/*.html; do name=$$(basename $$page .html); \
-		echo "<li><a href=\"$$name.html\">$$name</a> (PNG charts: $$(ls $(REPORT)/$${name}_files 2>/dev/null | wc -l))</li>"; \
-		done; echo '</ul>'; } > $(REPORT)/index.tmp && mv $(REPORT)/index.tmp $(REPORT)/index.html
-	@echo "report: $(REPORT)/index.html"
-	$(BIN)/python -m kvplan budget data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b --tp 4
+	@$(BIN)/python -m kvplan budget $(APPROVAL)
 	@# The demo's own bundle folder is rebuilt each run (an approval is never overwritten, so clear it first).
-	rm -rf $(EVIDENCE)
-	$(BIN)/python -m kvplan approve data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b --tp 4 \
+	@rm -rf $(EVIDENCE) $(REPORT)
+	@$(BIN)/python -m kvplan approve $(APPROVAL) \
 		--nvidia-smi data/boots/four-rank/nvidia-smi-gpu.csv --nvidia-smi data/boots/four-rank/nvidia-smi-apps.csv \
 		--target-concurrency 4 --seq-len 32768 --approver "make demo" --note "sample four-rank boot" --out $(EVIDENCE)
-	$(BIN)/python -m kvplan verify $(EVIDENCE)/*
+	@$(BIN)/python -m kvplan verify $(EVIDENCE)/*
+	@$(BIN)/python -m kvplan.notebook.report $(REPORT) $(EVIDENCE)/* notebooks/*.ipynb
 
 test: lint unit nbtest browser-test
 

@@ -3,7 +3,8 @@
 One concept per module: :mod:`~kvplan.notebook.launch` (a launch's logs and snapshots, its spec and
 length), :mod:`~kvplan.notebook.headlines` (text a reviewer reads first), :mod:`~kvplan.notebook.scenario`
 and :mod:`~kvplan.notebook.whatif` (the pure what-if), :mod:`~kvplan.notebook.figures` (charts of an
-outcome, PNG and alt text) and :mod:`~kvplan.notebook.panel` (the ipywidgets panel). The names below are
+outcome, PNG and alt text), :mod:`~kvplan.notebook.panel` (the ipywidgets panel), and the report of
+``make demo``: :mod:`~kvplan.notebook.pages` (a notebook's pages) and :mod:`~kvplan.notebook.report` (its index). The names below are
 re-exported so a notebook imports from one place.
 """
 
@@ -20,14 +21,18 @@ from kvplan.notebook.headlines import (
 )
 from kvplan.notebook.launch import (
     NVIDIA_SMI_NAMES,
+    ParameterError,
     budgets_by_boot,
     co_tenant_bytes,
     coverage,
     launch_max_model_len,
     launch_snapshots,
     launch_spec,
+    parameter_path,
+    parameter_paths,
     read_launch,
     rows_that_set_the_room,
+    run_folder,
     snapshots_in,
 )
 from kvplan.notebook.panel import WhatIfPanel
@@ -49,6 +54,7 @@ __all__ = [
     "NVIDIA_SMI_NAMES",
     "Chart",
     "Outcome",
+    "ParameterError",
     "Scenario",
     "WhatIfPanel",
     "add_back_bytes",
@@ -73,8 +79,11 @@ __all__ = [
     "length_warning",
     "longest_length_at",
     "panel_charts",
+    "parameter_path",
+    "parameter_paths",
     "read_launch",
     "rows_that_set_the_room",
+    "run_folder",
     "sequence_lengths",
     "snapshots_in",
     "spec_concurrency_curve",

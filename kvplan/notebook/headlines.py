@@ -43,17 +43,35 @@ def length_warning(max_model_len: int | None, position_limit: int | None) -> str
     )
 
 
+def limiting_text(ranks: Sequence[int], values: Sequence[int]) -> str:
+    """The rank(s) holding the lowest of ``values``: ``"2"``, ``"1 and 3 (tied)"``, or none when all tie.
+
+    A tie names no arbitrary rank: when every rank holds the same value none limits alone.
+
+    >>> limiting_text([0, 1, 2], [5, 4, 3]), limiting_text([0, 1, 2], [3, 5, 3]), limiting_text([0, 1], [3, 3])
+    ('2', '0 and 2 (tied)', 'none: every rank the same')
+    """
+    lowest = [rank for rank, value in zip(ranks, values) if value == min(values)]
+    if len(lowest) == len(ranks) and len(ranks) > 1:
+        return "none: every rank the same"
+    if len(lowest) == 1:
+        return str(lowest[0])
+    return ", ".join(map(str, lowest[:-1])) + f" and {lowest[-1]} (tied)"
+
+
 def budget_headline(budget: Budget) -> dict[str, str]:
     """Uniform budget, flag, limiting rank, stranded total and min/median of a budget, as text.
 
     >>> from kvplan.budget import uniform_budget
     >>> budget_headline(uniform_budget([13 * 2**30, 18 * 2**30], 2**30))["stranded total"]
     '5 GiB'
+    >>> budget_headline(uniform_budget([31 * 2**30] * 4, 2**30))["limiting rank"]  # a tie names no rank
+    'none: every rank the same'
     """
     return {
         "uniform budget": format_size(budget.uniform_budget_bytes),
         "flag": budget.flag,
-        "limiting rank": str(budget.limiting_rank),
+        "limiting rank": limiting_text(budget.ranks, budget.safe_bytes),
         "stranded total": format_size(budget.stranded_total_bytes),
         "min/median": f"{budget.min_median_ratio:.3f}",
     }
@@ -89,7 +107,7 @@ def drift_headline(drift: Drift) -> dict[str, str]:
     """
     return {
         "adjusted uniform budget": format_size(drift.adjusted_uniform_bytes),
-        "limiting rank": str(drift.limiting_rank),
+        "limiting rank": limiting_text(drift.ranks, drift.adjusted_bytes),
         "re-profile to raise": str(drift.reprofile_to_raise),
         "flag for this boot": kv_cache_flag(boot_budget_bytes(drift)),
     }

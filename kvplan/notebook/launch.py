@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import glob
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -10,6 +11,7 @@ import pandas as pd
 
 from kvplan.budget import Budget
 from kvplan.columns import MEASUREMENTS
+from kvplan.config import PROJECT_DIR
 from kvplan.io import ReadMetadata, read_vllm_logs
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import compatibility_key, launch_settings
@@ -92,19 +94,78 @@ def launch_snapshots(
     return [path for folder in folders for path in snapshots_in(folder)]
 
 
+class ParameterError(ValueError):
+    """A notebook parameter that names nothing: shown in a notebook as one ``error:`` line, no traceback."""
+
+    def _render_traceback_(self) -> list[str]:  # IPython shows this instead of the traceback
+        return [f"error: {self}"]
+
+
+def parameter_path(value: str | Path, name: str, root: Path = PROJECT_DIR) -> Path:
+    """A path from a notebook's parameters: as given when it exists (or a glob matches), else from ``root``.
+
+    Notebooks run in ``notebooks/`` (JupyterLab, nbconvert, ``make lab``) while the README's paths are
+    relative to the repository root, so a relative path not found here is looked up from ``root`` (the
+    checkout). Neither: :class:`ParameterError` naming the parameter and both places looked in.
+
+    >>> from kvplan.config import DATA_DIR
+    >>> parameter_path("boots/four-rank", "LOG_DIR", root=DATA_DIR) == DATA_DIR / "boots" / "four-rank"
+    True
+    >>> try:
+    ...     parameter_path("mylaunch", "LOG_DIR", root=Path("/checkout"))
+    ... except ParameterError as error:
+    ...     print(str(error).split(": ")[0], "...", str(error).split("(")[-1])
+    LOG_DIR = 'mylaunch' names nothing ... /checkout/mylaunch)
+    """
+    path = Path(value)
+    candidates = [path] if path.is_absolute() else [path, root / path]
+    for candidate in candidates:
+        if candidate.exists() or (glob.has_magic(str(candidate)) and glob.glob(str(candidate))):
+            return candidate
+    if path.is_absolute():
+        raise ParameterError(f"{name} = {str(value)!r} names nothing: no such file or folder")
+    raise ParameterError(
+        f"{name} = {str(value)!r} names nothing: not found from the notebook's folder ({Path.cwd() / path}) "
+        f"nor from the repository root ({root / path})"
+    )
+
+
+def run_folder(prefix: str, root: Path = PROJECT_DIR) -> Path:
+    """A new empty folder ``<root>/build/<prefix>-XXXXXXXX`` for one run's output (``make clean`` removes build/).
+
+    A notebook writing files (05's bundle) puts them here: never the system temp folder, never a folder an
+    earlier run already filled.
+
+    >>> import tempfile
+    >>> root = Path(tempfile.mkdtemp())
+    >>> first, second = run_folder("notebook-05", root), run_folder("notebook-05", root)
+    >>> first != second, first.parent == root / "build", first.name.startswith("notebook-05-")
+    (True, True, True)
+    """
+    import tempfile
+
+    (root / "build").mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=root / "build"))
+
+
+def parameter_paths(values: Sequence[str | Path], name: str) -> list[Path]:
+    """:func:`parameter_path` of each entry of a list parameter (``PROFILED_RUN = [log, metrics]``)."""
+    return [parameter_path(value, name) for value in values]
+
+
 def read_launch(
     log_dir: str | Path, nvidia_smi: Sequence[str | Path] | None = None
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """The ledger and reader metadata of a launch's logs, with nvidia-smi snapshots joined when given.
 
     ``log_dir`` is what :func:`kvplan.io.read_vllm_logs` takes (a folder of ``*.log``, a file, a
-    glob). ``nvidia_smi=None`` takes the :data:`NVIDIA_SMI_NAMES` files found in ``log_dir`` (a
+    glob), relative to the notebook or the checkout (:func:`parameter_path`). ``nvidia_smi=None`` takes the :data:`NVIDIA_SMI_NAMES` files found in ``log_dir`` (a
     folder), so pointing a notebook at another folder needs no second parameter; ``[]`` joins none.
     Ranks are matched to GPUs by pid, else GPU index = rank (:func:`kvplan.io.nvidia_smi.gpu_index_by_rank`).
     """
+    log_dir = parameter_path(log_dir, "LOG_DIR")
     ledger, metadata = read_vllm_logs(log_dir)
-    if nvidia_smi is None:
-        nvidia_smi = snapshots_in(log_dir)
+    nvidia_smi = snapshots_in(log_dir) if nvidia_smi is None else parameter_paths(nvidia_smi, "NVIDIA_SMI")
     if nvidia_smi:
         joined, _, joined_metadata = join_snapshots(ledger, nvidia_smi, warn=False)  # warnings listed below
         metadata = metadata.with_warnings(joined_metadata.warnings)

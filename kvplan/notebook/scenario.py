@@ -19,7 +19,7 @@ from kvplan.units import format_size
 
 if TYPE_CHECKING:
     from kvplan.kvspec import KVCapacity, KVSpec
-from kvplan.notebook.headlines import boot_budget_bytes, budget_headline, length_warning
+from kvplan.notebook.headlines import boot_budget_bytes, budget_headline, length_warning, limiting_text
 
 #: Block sizes vLLM accepts on CUDA (``CacheConfig.block_size``), offered by the panel.
 BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
@@ -200,14 +200,22 @@ class Outcome:
         lines = budget_headline(self.budget)
         if self.drift is not None:
             boot_value = self.boot_budget_bytes
+            limiting = limiting_text(self.drift.ranks, self.drift.adjusted_bytes)
+            limits = (
+                "every rank the same"
+                if limiting.startswith("none")
+                else f"ranks {limiting} limit"
+                if " and " in limiting
+                else f"rank {limiting} limits"
+            )
             lines = {
                 "after drift": (
-                    f"{format_size(boot_value)} (rank {self.drift.limiting_rank} limits"
+                    f"{format_size(boot_value)} ({limits}"
                     + ("; re-profile to raise" if self.drift.reprofile_to_raise else "")
                     + ")"
                 ),
                 "flag for this boot": kv_cache_flag(boot_value),
-                "limiting rank": str(self.drift.limiting_rank),
+                "limiting rank": limiting,
                 "reference budget": lines["uniform budget"],
                 "reference flag": lines["flag"],
                 "reference limiting rank": lines["limiting rank"],

@@ -1,0 +1,216 @@
+"""Notebook pages of the report: each notebook executed once, exported as a page for readers and one for auditors.
+
+The reader's page (``<name>.html``) hides every code cell (and with it the ``# NBVAL_CHECK_OUTPUT``
+markers), keeps its charts as PNG files in ``<name>_files/`` with their alt text, lets wide tables scroll
+inside the page instead of being clipped, and loads nothing from a CDN: no widget state is stored, so a
+what-if panel shows its static snapshot (its ``text/html``: verdict, tables and charts at the notebook's
+parameters). The auditor's page (``code/<name>.html``) is the same notebook with its code, test markers
+removed, images inline. nbconvert and nbclient are imported when a page is built, not with kvplan.
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+#: Output types a page may show, best first: a widget view is never among them (it needs a live kernel
+#: or a CDN), so a panel falls back to its static HTML snapshot.
+DISPLAY_PRIORITY = (
+    "text/html",
+    "text/markdown",
+    "image/svg+xml",
+    "text/latex",
+    "image/png",
+    "image/jpeg",
+    "text/plain",
+)
+
+#: The page template: JupyterLab's, with no script from a CDN, alt text on every PNG and tables that fit.
+TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
+{%- block html_head_js -%}{%- endblock html_head_js -%}
+{%- block jupyter_widgets -%}{%- endblock jupyter_widgets -%}
+{%- block html_head_js_mathjax -%}{%- endblock html_head_js_mathjax -%}
+{%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
+{% block extra_css %}
+<style type="text/css">
+main { max-width: 1180px; margin: 0 auto; }
+.jp-OutputArea-output { overflow-x: auto; }
+.jp-RenderedHTMLCommon table { font-size: 12px; table-layout: auto; }
+.jp-RenderedHTMLCommon td, .jp-RenderedHTMLCommon th { white-space: nowrap; }
+.jp-RenderedImage img, .kvplan-snapshot img { max-width: 100%; height: auto; }
+.kvplan-back { font-family: sans-serif; margin: 0.5em 0 1em; }
+</style>
+{% endblock extra_css %}
+{%- block body_header -%}
+{{ super() }}
+<p class="kvplan-back"><a href="{{ resources.kvplan_index }}">← kvplan report</a>{{ resources.kvplan_other }}</p>
+{%- endblock body_header -%}
+{% block data_png scoped %}
+{%- set alt = output.metadata.get('image/png', {}).get('alt') -%}
+<div class="jp-RenderedImage jp-OutputArea-output {{ extra_class }}">
+<img src="
+{%- if 'image/png' in output.metadata.get('filenames', {}) -%}
+{{ output.metadata.filenames['image/png'] | posix_path | escape_html }}
+{%- else -%}
+data:image/png;base64,{{ output.data['image/png'] | escape_html }}
+{%- endif -%}"
+{%- if alt %} alt="{{ alt | escape_html }}"{% endif %}>
+</div>
+{% endblock data_png %}
+"""
+
+_MARKER = re.compile(r"^\s*# NBVAL_[A-Z_]+\s*\n?", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Page:
+    """A notebook's pages in the report: its title, the reader's page and the auditor's (paths in the report)."""
+
+    name: str
+    title: str
+    href: str
+    code_href: str
+
+
+def notebook_title(notebook) -> str:
+    """The notebook's first Markdown heading, without its ``#`` (else its name is used by the caller).
+
+    >>> import nbformat
+    >>> notebook_title(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 01 · Logs\\ntext")]))
+    '01 · Logs'
+    """
+    for cell in notebook.cells:
+        if cell.cell_type == "markdown":
+            for line in cell.source.splitlines():
+                if line.startswith("#"):
+                    return line.lstrip("#").strip()
+    return ""
+
+
+def without_markers(notebook):
+    """A copy of a notebook whose code cells lose their ``# NBVAL_…`` test markers (the auditor's page).
+
+    >>> import nbformat
+    >>> nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\\nprint(1)")])
+    >>> without_markers(nb).cells[0].source
+    'print(1)'
+    """
+    stripped = copy.deepcopy(notebook)
+    for cell in stripped.cells:
+        if cell.cell_type == "code":
+            cell.source = _MARKER.sub("", cell.source)
+    return stripped
+
+
+def with_parameters(notebook, values: Mapping[str, object]):
+    """A copy of a notebook with ``values`` set after its ``parameters`` cell, for the names that cell sets.
+
+    Names the notebook has no parameter for are ignored (papermill's convention: an injected cell).
+
+    >>> import nbformat
+    >>> cell = nbformat.v4.new_code_cell("BUNDLE = None  # a bundle", metadata={"tags": ["parameters"]})
+    >>> nb = with_parameters(nbformat.v4.new_notebook(cells=[cell]), {"BUNDLE": "b/1", "OTHER": 2})
+    >>> nb.cells[1].source
+    "BUNDLE = 'b/1'"
+    """
+    changed = copy.deepcopy(notebook)
+    for index, cell in enumerate(changed.cells):
+        if "parameters" in cell.get("metadata", {}).get("tags", []):
+            names = [
+                name for name in values if re.search(rf"^{re.escape(name)}\s*=", cell.source, re.MULTILINE)
+            ]
+            if names:
+                source = "\n".join(f"{name} = {values[name]!r}" for name in names)
+                changed.cells.insert(index + 1, _code_cell(source))
+            break
+    return changed
+
+
+def _code_cell(source: str):
+    import nbformat
+
+    return nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
+
+
+def execute_notebook(path: Path, parameters: Mapping[str, object] | None = None, timeout_s: int = 300):
+    """The notebook at ``path`` executed in its own folder by a fresh kernel, widget state not stored.
+
+    ``parameters`` are set after its parameters cell (:func:`with_parameters`).
+
+    The kernel logs only errors (no "running over TCP" warning); a failing cell raises nbclient's
+    ``CellExecutionError`` naming the cell and its error.
+    """
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = with_parameters(nbformat.read(path, as_version=4), parameters or {})
+    client = NotebookClient(
+        notebook,
+        timeout=timeout_s,
+        kernel_name="python3",
+        resources={"metadata": {"path": str(path.parent)}},
+        store_widget_state=False,
+        extra_arguments=["--IPKernelApp.log_level=ERROR"],
+    )
+    client.log.setLevel("ERROR")
+    client.execute()
+    return notebook
+
+
+def _exporter(with_code: bool):
+    from jinja2 import DictLoader
+    from nbconvert import HTMLExporter
+    from traitlets.config import Config
+
+    config = Config()
+    config.NbConvertBase.display_data_priority = list(DISPLAY_PRIORITY)
+    exporter = HTMLExporter(
+        config=config,
+        template_name="lab",
+        extra_loaders=[DictLoader({"kvplan-page.html.j2": TEMPLATE})],
+        template_file="kvplan-page.html.j2",
+        exclude_input=not with_code,
+        exclude_input_prompt=not with_code,
+        exclude_output_prompt=True,
+    )
+    exporter.log.setLevel("ERROR")
+    if not with_code:
+        exporter.register_preprocessor("nbconvert.preprocessors.ExtractOutputPreprocessor", enabled=True)
+    return exporter
+
+
+def write_pages(notebook, name: str, out_dir: Path) -> Page:
+    """Write an executed notebook's reader page (``name.html``, PNGs in ``name_files/``) and auditor page.
+
+    The auditor's page is ``code/name.html`` (code shown, test markers removed, images inline). Each page
+    links back to ``index.html`` and to the other variant.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "code").mkdir(exist_ok=True)
+    reader, resources = _exporter(with_code=False).from_notebook_node(
+        notebook,
+        resources={
+            "metadata": {"name": name},
+            "output_files_dir": f"{name}_files",
+            "kvplan_index": "index.html",
+            "kvplan_other": f' · <a href="code/{name}.html">show code</a>',
+        },
+    )
+    (out_dir / f"{name}.html").write_text(reader, encoding="utf-8")
+    for filename, data in resources.get("outputs", {}).items():
+        target = out_dir / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+    auditor, _ = _exporter(with_code=True).from_notebook_node(
+        without_markers(notebook),
+        resources={
+            "metadata": {"name": name},
+            "kvplan_index": "../index.html",
+            "kvplan_other": f' · <a href="../{name}.html">hide code</a>',
+        },
+    )
+    (out_dir / "code" / f"{name}.html").write_text(auditor, encoding="utf-8")
+    return Page(name, notebook_title(notebook) or name, f"{name}.html", f"code/{name}.html")
