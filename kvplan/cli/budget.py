@@ -7,7 +7,12 @@ from __future__ import annotations
 
 import argparse
 
-from kvplan.cli.arguments import add_model_arguments, layout_options, refuse_layout_without_model
+from kvplan.cli.arguments import (
+    add_model_arguments,
+    add_nvidia_smi_argument,
+    layout_options,
+    refuse_layout_without_model,
+)
 from kvplan.cli.errors import EXIT_OK, CliError
 from kvplan.cli.help import add_command
 from kvplan.cli.output import format_table, print_json, print_warnings, reader_warnings_into
@@ -50,6 +55,10 @@ def add_budget(sub: argparse._SubParsersAction) -> None:
         help="with --model: sequence length for the concurrency figure (default: the logs')",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_nvidia_smi_argument(
+        parser,
+        "of the same boot: names the GPU type (with --model: vLLM's MLA and gated-delta-net block size)",
+    )
     add_model_arguments(parser)
     parser.set_defaults(run=run_budget)
 
@@ -64,8 +73,8 @@ def run_budget(args: argparse.Namespace) -> int:
         raise CliError("give --block-bytes or --model, not both: the model sets the block bytes")
     if args.block_size and not args.model:
         raise CliError("--block-size needs --model here (or give --block-bytes, the bytes of one block)")
-    if args.room is not None and args.assume_uniform:
-        raise CliError("--assume-uniform applies to LOG files only")
+    if args.room is not None and (args.assume_uniform or args.nvidia_smi):
+        raise CliError("--assume-uniform and --nvidia-smi apply to LOG files only")
     policy = plan.Policy(args.reserve, assume_uniform=args.assume_uniform)
     if args.model:
         decision, warnings = _decide(args, plan.ModelLayout(args.model, layout_options(args)), policy)
@@ -88,7 +97,11 @@ def _decide(args: argparse.Namespace, layout, policy) -> tuple:
     """:func:`kvplan.plan.decide` of the logs (or ``--room`` with ``--model``) and its warnings."""
     from kvplan import plan
 
-    evidence_in = plan.given_rooms(args.room) if args.room is not None else plan.read_evidence(args.logs)
+    if args.room is not None:
+        evidence_in = plan.given_rooms(args.room)
+    else:
+        plan.require_files(args.nvidia_smi, "--nvidia-smi")
+        evidence_in = plan.read_evidence(args.logs, args.nvidia_smi)
     caught: list[str] = []  # the ledger's warnings, also in decision.notes
     with reader_warnings_into(caught):
         decision = plan.decide(

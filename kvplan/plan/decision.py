@@ -23,6 +23,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvplan.budget import Budget
+from kvplan.checks.key import defaulted_key_fields
 from kvplan.gate import check_outcomes, check_ranks_present
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
@@ -109,7 +110,12 @@ def decide(
     ledger = evidence.ledger
     key = compatibility_key(ledger, evidence.lines) if evidence.rooms is None else {}
     room_count = None if evidence.rooms is None else len(evidence.rooms)
-    spec = layout_spec(layout, {**key, **launch_settings(ledger)}, room_count) if layout is not None else None
+    shown_key, shown_ledger = _shown_only(key, ledger, defaulted_key_fields(evidence.provenance))
+    spec = (
+        layout_spec(layout, {**shown_key, **launch_settings(ledger)}, room_count)
+        if layout is not None
+        else None
+    )
     block = spec.block_bytes if spec is not None else block_bytes
     notes: list[str] = []
     rooms = None
@@ -132,7 +138,7 @@ def decide(
         capacity = capacity_rows(spec, budget.uniform_budget_bytes, planned_lengths(length, plan))
         at_max_len = spec.capacity(budget.uniform_budget_bytes, length) if length else None
         if evidence.rooms is None:
-            rows = cross_check(ledger, spec, max_model_len=max_model_len)
+            rows = cross_check(shown_ledger, spec, max_model_len=max_model_len)
             verdict = cross_check_verdict(rows)
             if rows["agrees"].isin([False]).any():
                 notes.insert(
@@ -181,6 +187,25 @@ def decide(
         cross_check_verdict=verdict,
         notes=tuple(notes),
     )
+
+
+def _shown_only(key: dict, ledger: pd.DataFrame, defaulted: frozenset[str]) -> tuple[dict, pd.DataFrame]:
+    """The key and ledger without the fields the reader filled with vLLM's defaults (for kvspec).
+
+    The reader fills ``block_size`` 16 when no line shows it; MLA (0.18+) and hybrid models let the
+    attention backend choose, so a filled-in 16 must not reach :func:`kvplan.kvspec.kv_spec` as the
+    block size the launch used (it then takes the logged group sizes, the GPU type, or refuses).
+
+    >>> _shown_only({"block_size": 16, "model": "m"}, pd.DataFrame({"block_size": [16]}),
+    ...             frozenset({"block_size"}))[0]
+    {'block_size': None, 'model': 'm'}
+    """
+    if not defaulted:
+        return key, ledger
+    shown = ledger.copy()
+    for column in defaulted & set(shown.columns):
+        shown[column] = pd.NA
+    return {name: None if name in defaulted else value for name, value in key.items()}, shown
 
 
 def _decision_notes(rooms: pd.DataFrame, budget: Budget, key: dict) -> list[str]:
