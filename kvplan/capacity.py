@@ -122,17 +122,20 @@ class Capacity:
     tokens: int
     max_model_len: int
     max_concurrency: float
+    # A model-config spec only: how exact the figures are (a lower bound, and why); what sized them (the
+    # model config, the release whose arithmetic it is, why the block size is what it is); the layout
+    # each rank runs (TP, PP, DCP sizes and the KV dtype); and the pipeline stages (the limiting one).
+    approximate: bool = False
+    approximate_reason: str = ""
     model: str | None = None
     vllm_version: str | None = None
+    block_size_note: str = ""
     tp: int | None = None
     pp: int | None = None
     dcp: int | None = None
     kv_cache_dtype: str | None = None
-    approximate: bool = False
-    approximate_reason: str = ""
     limiting_stage: int | None = None
     stages: tuple[dict, ...] | None = None
-    block_size_note: str = ""
 
     def to_dict(self) -> dict:
         """JSON-ready dict: the common fields, and the spec's fields when a model spec made it.

@@ -44,7 +44,8 @@ class Drift:
 
     @property
     def adjusted_uniform_bytes(self) -> int:
-        """The value every rank can still allocate: the minimum adjusted budget."""
+        """The value every rank can still allocate: the minimum adjusted budget [bytes]
+        (``uniform_budget_bytes`` in ``kvplan drift --json``)."""
         return min(self.adjusted_bytes)
 
     @property

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from kvplan.charts.style import FIGSIZE, FONT_SIZE, REFERENCE_COLOR, _annotate_bars, _rank_colors, _style
+from kvplan.charts.style import (
+    FIGSIZE,
+    FONT_SIZE,
+    REFERENCE_COLOR,
+    _annotate_bars,
+    _outline_bars,
+    _rank_colors,
+    _style,
+)
 from kvplan.drift import Drift
 from kvplan.units import bytes_to_gib, format_size
 
@@ -73,16 +81,7 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
         width=0.6,
         label="adjusted budget",
     )
-    right.bar(
-        labels,
-        [bytes_to_gib(b) for b in drift.ref_budget_bytes],
-        width=0.6,
-        fill=False,
-        edgecolor=REFERENCE_COLOR,
-        linewidth=2,
-        linestyle="--",
-        label="reference budget",
-    )
+    _outline_bars(right, labels, drift.ref_budget_bytes, "reference budget", linewidth=2)
     _annotate_bars(right, adjusted, drift.adjusted_bytes, inside=True)
     right.axhline(
         bytes_to_gib(drift.adjusted_uniform_bytes),

@@ -20,6 +20,7 @@ from kvplan.charts.style import (
     _figure,
     _label_segments,
     _mark_limiting_tick,
+    _outline_bars,
     _rank_colors,
     _rank_list,
     limiting_ranks,
@@ -184,16 +185,7 @@ def safe_budget_chart(
     average_bytes = sum(budget.safe_bytes) // len(budget.safe_bytes)
     fig, ax = _figure()
     if previous is not None:
-        ax.bar(
-            labels,
-            [bytes_to_gib(safe) for safe in previous.safe_bytes],
-            width=0.6,
-            fill=False,
-            edgecolor=REFERENCE_COLOR,
-            linestyle="--",
-            linewidth=1.5,
-            label="before the last change",
-        )
+        _outline_bars(ax, labels, previous.safe_bytes, "before the last change", linewidth=1.5)
         ax.axhline(
             bytes_to_gib(previous.uniform_budget_bytes),
             color=REFERENCE_COLOR,

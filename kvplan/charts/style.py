@@ -11,7 +11,7 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from kvplan.budget import Budget
-from kvplan.units import format_size
+from kvplan.units import bytes_to_gib, format_size
 
 # Okabe–Ito colours: distinguishable with colour-vision deficiency and on projectors.
 RANK_COLOR = "#0072B2"
@@ -70,6 +70,22 @@ def _style(ax: Axes) -> None:
 
 def _rank_colors(ranks: Sequence[int], limiting_rank: int) -> list[str]:
     return [LIMITING_COLOR if rank == limiting_rank else RANK_COLOR for rank in ranks]
+
+
+def _outline_bars(
+    ax: Axes, labels: Sequence[str], sizes_bytes: Sequence[int], label: str, linewidth: float
+) -> None:
+    """Dashed grey outlines of ``sizes_bytes`` per rank, drawn in GiB: the reference filled bars are read against."""
+    ax.bar(
+        labels,
+        [bytes_to_gib(size) for size in sizes_bytes],
+        width=0.6,
+        fill=False,
+        edgecolor=REFERENCE_COLOR,
+        linewidth=linewidth,
+        linestyle="--",
+        label=label,
+    )
 
 
 def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool | str = False) -> None:

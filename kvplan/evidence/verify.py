@@ -47,21 +47,13 @@ from kvplan.evidence.record import (
 from kvplan.evidence.render import artifact_texts, chart_images, chart_names
 from kvplan.plan import Decision, LoadPolicy, ModelLayout, Plan, Policy, decide, renamed
 
-_COMPARED = (
-    "decision",
-    "policy",
-    "ranks",
-    "summary",
-    "stranded",
-    "kv_spec",
-    "capacity",
-    "admission_plan",
-    "load",
-    "compatibility_key",
-    "checks",
-    "warnings",
-    "ledger",
+#: The keys recomputed from the inputs and compared: every key but the approval's identity, inputs and
+#: files (checked on their own: digest, hashes, folder name) and the model options (inputs of kv_spec).
+_NOT_RECOMPUTED = frozenset(
+    {"schema", "schema_version", "kvplan_version", "created_utc", "approver", "note", "inputs_digest"}
+    | {"model_options", "inputs", "files", SEAL_KEY}
 )
+_COMPARED = tuple(key for key in KNOWN_KEYS if key not in _NOT_RECOMPUTED)
 
 
 @dataclass(frozen=True)

@@ -182,8 +182,8 @@ def model_arch(config: Mapping) -> ModelArch:
         mla_latent_dim=mla_latent_dim,
         linear_kind=linear_kind,
         linear_dims=linear_dims,
-        notes=notes,
         model_id=_config_model_id(config),
+        notes=notes,
         sparse_indexer=mla_latent_dim is not None and lm.get("index_topk") is not None,
         max_position_embeddings=_positive_or_none(
             lm.get("max_position_embeddings", config.get("max_position_embeddings"))

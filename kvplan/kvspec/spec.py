@@ -172,9 +172,8 @@ class KVSpec:
 
         >>> spec = kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
         ...                "head_dim": 64, "torch_dtype": "bfloat16"}, tp=1)
-        >>> old = spec.with_settings(vllm_version="0.20.0")
-        >>> spec.kv_cache_tokens(3072, 8193), old.kv_cache_tokens(3072, 8193)
-        (49062, 49152)
+        >>> [s.kv_cache_tokens(3072, 8193) for s in (spec, spec.with_settings(vllm_version="0.20.0"))]
+        [49062, 49152]
         """
         return figures.kv_cache_tokens(self, num_blocks, max_model_len)
 
@@ -259,8 +258,8 @@ def kv_spec(
     mamba_cache_mode: str | None = None,
     hybrid_kv_cache_manager: bool | None = None,
     num_gpu_blocks_override: int | None = None,
-    kv_cache_group_block_sizes: object = None,
     gpu_name: str | None = None,
+    kv_cache_group_block_sizes: object = None,
     pp_layers: Sequence[int] = (),
     dtype: str | None = None,
     logged_model: str | None = None,

@@ -207,37 +207,24 @@ def _tables_html(outcome: Outcome) -> str:
     )
 
 
+#: Widget labels as wide as their text.
+_STYLE = {"description_width": "initial"}
+
+
 def _controls(
     scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None, limits: Sequence[int | None]
 ) -> dict[str, widgets.Widget]:
-    style = {"description_width": "initial"}
     layout = widgets.Layout(width="640px")
     reserve_gib = bytes_to_gib(scenario.reserve_bytes)
     controls: dict[str, widgets.Widget] = {
-        "reserve_gib": widgets.FloatSlider(
-            value=reserve_gib,
-            min=0.0,
-            max=max(4.0, 2 * reserve_gib),
-            step=0.05,
-            readout_format=".2f",
-            description="reserve per rank [GiB]",
-            style=style,
-            layout=layout,
-            continuous_update=False,
+        "reserve_gib": _gib_slider(
+            reserve_gib, max(4.0, 2 * reserve_gib), 0.05, "reserve per rank [GiB]", layout
         )
     }
     if scenario.boot_free_bytes is not None:
         guard_gib = bytes_to_gib(scenario.guard_bytes)
-        controls["guard_gib"] = widgets.FloatSlider(
-            value=guard_gib,
-            min=0.0,
-            max=max(2.0, 2 * guard_gib),
-            step=0.05,
-            readout_format=".2f",
-            description="drift guard [GiB]",
-            style=style,
-            layout=layout,
-            continuous_update=False,
+        controls["guard_gib"] = _gib_slider(
+            guard_gib, max(2.0, 2 * guard_gib), 0.05, "drift guard [GiB]", layout
         )
     if scenario.bytes_per_token is not None or scenario.kv_spec is not None:
         block_size = scenario.effective_block_size
@@ -245,45 +232,37 @@ def _controls(
             options=sorted({*BLOCK_SIZES, block_size}),
             value=block_size,
             description="block size asked [tokens]",
-            style=style,
+            style=_STYLE,
             tooltip="vLLM may raise it (hybrid and MLA models): the headline shows the block size in effect",
         )
         if scenario.max_model_len is not None:
             box = widgets.Layout(width="420px")  # wide enough for the label and a seven-digit number
-            controls["max_model_len"] = widgets.BoundedIntText(
-                value=scenario.max_model_len,
-                min=1,
-                max=10_000_000,
-                step=1024,
-                description="max model length [tokens]",
-                style=style,
-                layout=box,
-            )
-            controls["target_concurrency"] = widgets.BoundedIntText(
-                value=math.ceil(scenario.target_concurrency or 0),
-                min=0,
-                max=100_000,
-                step=1,
-                description="target concurrency [sequences] (0 = none)",
-                style=style,
-                layout=box,
-            )
+            target = math.ceil(scenario.target_concurrency or 0)
+            for name, value, low, high, step, description in (
+                ("max_model_len", scenario.max_model_len, 1, 10_000_000, 1024, "max model length [tokens]"),
+                ("target_concurrency", target, 0, 100_000, 1, "target concurrency [sequences] (0 = none)"),
+            ):
+                controls[name] = widgets.BoundedIntText(
+                    value=value,
+                    min=low,
+                    max=high,
+                    step=step,
+                    description=description,
+                    style=_STYLE,
+                    layout=box,
+                )
     add_back = scenario.add_back_bytes or (0,) * len(scenario.room_bytes)
     co_tenants = list(co_tenant_bytes) if co_tenant_bytes is not None else [None] * len(add_back)
     for rank, extra, co_tenant, limit in zip(scenario.rank_ids, add_back, co_tenants, limits):
         known = co_tenant is not None and not pd.isna(co_tenant)
         note = f" (other processes {format_size(int(co_tenant))})" if known else " (other processes unknown)"
         ceiling = bytes_to_gib(limit or 0)
-        controls[f"add_back_{rank}"] = widgets.FloatSlider(
-            value=bytes_to_gib(extra),
-            min=0.0,
-            max=ceiling,
-            step=0.1,
-            readout_format=".2f",
-            description=f"rank {rank}: add back [GiB]{note}",
-            style=style,
-            layout=layout,
-            continuous_update=False,
+        controls[f"add_back_{rank}"] = _gib_slider(
+            bytes_to_gib(extra),
+            ceiling,
+            0.1,
+            f"rank {rank}: add back [GiB]{note}",
+            layout,
             disabled=not limit,
             tooltip=(
                 "up to what other processes hold on this GPU"
@@ -295,3 +274,27 @@ def _controls(
             ),
         )
     return controls
+
+
+def _gib_slider(
+    value_gib: float,
+    top_gib: float,
+    step_gib: float,
+    description: str,
+    layout: widgets.Layout,
+    **more: object,
+) -> widgets.FloatSlider:
+    """A slider from 0 to ``top_gib`` [GiB], two decimals, that reports only when released (one render
+    per move); ``more`` are further FloatSlider traits (``disabled``, ``tooltip``)."""
+    return widgets.FloatSlider(
+        value=value_gib,
+        min=0.0,
+        max=top_gib,
+        step=step_gib,
+        readout_format=".2f",
+        description=description,
+        style=_STYLE,
+        layout=layout,
+        continuous_update=False,
+        **more,
+    )

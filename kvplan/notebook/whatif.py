@@ -18,6 +18,7 @@ from kvplan.capacity import (
     block_bytes_from_token_bytes,
     bytes_for_sequences,
     capacity,
+    capacity_table,
     concurrency_curve,
 )
 from kvplan.drift import drift_budget
@@ -158,24 +159,10 @@ def longest_length_at(concurrency_at, target: float, max_model_len: int) -> int:
 
 
 def spec_concurrency_curve(spec: KVSpec, kv_bytes: int, seq_lens: Sequence[int]) -> pd.DataFrame:
-    """:func:`kvplan.capacity.concurrency_curve` in vLLM's own arithmetic for a model spec.
-
-    Tokens and concurrency come from ``spec.capacity`` at each length, so hybrid and sliding-window
-    models are sized as vLLM sizes them (and as approximately as the spec says).
-    """
-    rows = []
-    for length in seq_lens:
-        cap = spec.capacity(kv_bytes, int(length))
-        rows.append(
-            {
-                "seq_len": int(length),
-                "blocks": cap.blocks,
-                "tokens": cap.tokens,
-                "max_concurrency": cap.max_concurrency,
-                "whole_sequences": math.floor(cap.max_concurrency),
-            }
-        )
-    return pd.DataFrame(rows)
+    """:func:`kvplan.capacity.capacity_table` of a model spec: tokens and concurrency from
+    ``spec.capacity`` at each length, so hybrid and sliding-window models are sized as vLLM sizes them
+    (and as approximately as the spec says)."""
+    return capacity_table(spec, kv_bytes, seq_lens)
 
 
 def ledger_after_add_back(ledger: pd.DataFrame, scenario: Scenario) -> pd.DataFrame:

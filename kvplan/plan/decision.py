@@ -168,6 +168,8 @@ def decide(
         )
         checks += more_checks
     return Decision(
+        checks=tuple(checks),
+        notes=tuple(notes),
         ledger=ledger,
         provenance=evidence.provenance,
         warnings=evidence.warnings,
@@ -178,14 +180,12 @@ def decide(
         spec=spec,
         capacity=capacity,
         plan=plan_record,
-        checks=tuple(checks),
         load=load,
         rooms=rooms,
         max_model_len=length,
         capacity_at_max_len=at_max_len,
         cross_check=rows,
         cross_check_verdict=verdict,
-        notes=tuple(notes),
     )
 
 
