@@ -7,6 +7,7 @@ every other module consumes them; add a column here before using it anywhere els
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -160,7 +161,7 @@ ROOM_SOURCES = ("suggestion", "available_kv", "parts", "manual")
 LAYOUT_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 
 
-def world_size(key: Mapping[str, object]) -> int | None:
+def world_size(key: Mapping[str, Any]) -> int | None:
     """TP × PP × DP of a compatibility key; None when any of the three is not known.
 
     >>> world_size({"tensor_parallel_size": 4, "pipeline_parallel_size": 1, "data_parallel_size": 2})
@@ -170,8 +171,9 @@ def world_size(key: Mapping[str, object]) -> int | None:
     """
     world = 1
     for name in LAYOUT_FIELDS:
+        value: Any = key.get(name)
         try:
-            world *= int(key.get(name))  # None, pd.NA and NaN raise: not known
+            world *= int(value)  # None, pd.NA and NaN raise: not known
         except (TypeError, ValueError):
             return None
     return world

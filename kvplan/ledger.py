@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import warnings
 from collections.abc import Mapping
+from typing import Any
 
 import pandas as pd
 
@@ -30,7 +31,7 @@ class LedgerWarning(UserWarning):
     """Evidence a budget uses with a caveat (different room sources, a manual boot left out)."""
 
 
-def plain_value(value: object) -> object:
+def plain_value(value: object) -> Any:
     """A ledger cell as a plain Python value: None when missing, numpy scalars unwrapped.
 
     >>> import numpy as np
@@ -42,10 +43,10 @@ def plain_value(value: object) -> object:
     return value.item() if hasattr(value, "item") else value
 
 
-def _line(lines: Mapping, source: object, boot: object, rank: object, column: str) -> int | None:
+def _line(lines: Mapping, source: object, boot: object, rank: Any, column: str) -> int | None:
     """Line number of a ledger value when the reader recorded it (rank None: a boot-level value)."""
     rank_key = -1 if not is_known(rank) else int(rank)
-    line = lines.get((source, plain_value(boot), rank_key, column))
+    line: Any = lines.get((source, plain_value(boot), rank_key, column))
     return int(line) if is_known(line) else None
 
 
@@ -90,7 +91,8 @@ def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dic
     if ledger.empty:
         raise LedgerError("the ledger is empty: no boot was found in the logs")
     lines = lines if lines is not None else {}
-    key, conflicts = {}, []
+    key: dict = {}
+    conflicts: list = []
     boots = None
     for column in KEY_COLUMNS:
         if column not in ledger.columns:

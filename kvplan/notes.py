@@ -37,7 +37,7 @@ class Note(str):
     code: str
     file: str | None
     line: int | None
-    count: int
+    count: int  # type: ignore[assignment]  # how many occurrences, not str.count
     lines: tuple[int, ...]
 
     def __new__(

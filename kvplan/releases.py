@@ -132,7 +132,7 @@ def rank0_only_advice(version: tuple[int, ...] | None, ray_hint: bool = True) ->
     """
     ray = RAY_DEDUP_HINT if ray_hint else ""
     shown = ".".join(map(str, version)) if version else None
-    if local_rank0_only(version):
+    if version is None or local_rank0_only(version):
         release = f"vLLM {shown}" if shown else "vLLM 0.11.1–0.25 (the log does not say which)"
         return (
             f"{release} prints 'Available KV cache memory' on local rank 0 alone; for per-rank numbers "

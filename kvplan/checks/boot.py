@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 
@@ -62,7 +63,7 @@ def check_outcomes(boot_ledger: pd.DataFrame) -> Check:
     return Check(OUTCOME_CHECK, True, f"{len(boot_ledger)} rank rows ok")
 
 
-def _rank_text(rank: object) -> str:
+def _rank_text(rank: Any) -> str:
     return "?" if plain_value(rank) is None else str(int(rank))
 
 

@@ -68,7 +68,7 @@ def run_gate(args: argparse.Namespace) -> int:
     verified, approved = evidence.verified_approval(args.approved, args.approved_digest)
     ledger, metadata = read_vllm_logs(args.logs)
     plan.require_boot(ledger, args.logs)
-    warnings = list(metadata["warnings"])
+    warnings: list[str] = list(metadata.warnings)
     free_after_warmup = None
     if args.nvidia_smi:
         with reader_warnings_into(warnings):

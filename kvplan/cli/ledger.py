@@ -91,7 +91,7 @@ def run_ledger(args: argparse.Namespace) -> int:
         raise CliError("--rooms prints a table or JSON, not CSV")
     ledger, metadata = read_vllm_logs(args.logs)
     plan.require_boot(ledger, args.logs)
-    notes = list(metadata["warnings"])
+    notes: list[str] = list(metadata.warnings)
     if args.nvidia_smi:
         with reader_warnings_into(notes):
             ledger, _, _ = join_snapshots(ledger, args.nvidia_smi)  # warnings come as NvidiaSmiWarning
@@ -138,7 +138,7 @@ def _table_cell(column: str, value: object) -> str:
     """A ledger value for the readable table: ``-`` when unknown, sizes formatted."""
     from kvplan.ledger import plain_value
 
-    value = plain_value(value)
-    if value is None:
+    plain = plain_value(value)
+    if plain is None:
         return "-"
-    return format_size(int(value)) if column.endswith("_bytes") else str(value)
+    return format_size(int(plain)) if column.endswith("_bytes") else str(plain)

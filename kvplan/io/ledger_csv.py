@@ -34,6 +34,7 @@ import math
 import os
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -52,6 +53,7 @@ from kvplan.io.bounds import ImpossibleValue, check_parallel_size, check_row
 from kvplan.io.ledger_frame import ledger_frame
 from kvplan.io.metadata import EvidenceLines, ReadMetadata, place_note
 from kvplan.io.room import room_evidence
+from kvplan.notes import Note
 from kvplan.releases import version_tuple
 from kvplan.units import parse_size
 
@@ -176,7 +178,7 @@ class _Rows:
         self.rows: list[dict] = []
         self.provenance: list[tuple] = []
         self.lines: dict[tuple, int] = {}
-        self.warnings: list[str] = []
+        self.warnings: list[Note] = []
         self.seen: dict[tuple, int] = {}
         self.boots: dict[tuple, dict] = {}
         self.no_outcome: list[int] = []
@@ -186,7 +188,7 @@ class _Rows:
             raise LedgerCsvError(
                 f"{self.name}:{line}: {len(cells)} fields, but the header has {len(self.columns)}"
             )
-        values = {}
+        values: dict[str, Any] = {}
         for column, cell in zip(self.columns, cells):
             if cell.strip():
                 values[column] = _value(column, cell, self.name, line)
@@ -337,14 +339,14 @@ def _value(column: str, cell: str, name: str, line: int) -> object:
             raise LedgerCsvError(f"{where}: {exc}") from None
     if column in INT_COLUMNS:
         try:
-            number = Decimal(text)
+            whole: Decimal | None = Decimal(text)
         except InvalidOperation:
-            number = None
-        if number is None or not number.is_finite() or number != number.to_integral_value():
+            whole = None
+        if whole is None or not whole.is_finite() or whole != whole.to_integral_value():
             raise LedgerCsvError(f"{where}: not a whole number: {text!r}")
-        if column in _COUNT_COLUMNS and number < 0:
+        if column in _COUNT_COLUMNS and whole < 0:
             raise LedgerCsvError(f"{where}: must not be negative, got {text!r}")
-        return int(number)
+        return int(whole)
     if column in FLOAT_COLUMNS:
         try:
             number = float(text)

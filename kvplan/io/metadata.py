@@ -57,6 +57,10 @@ class EvidenceLines(Mapping):
         return len(self._lines)
 
 
+#: Where a file's raw lines are read back from: its path, its bytes, or None (the text is kept instead).
+LineSource = str | bytes | bytearray | None
+
+
 @dataclass(frozen=True)
 class RawLines:
     """Where raw lines can be read back: ``source → (path or bytes, line end)`` of each file read.
@@ -69,7 +73,7 @@ class RawLines:
     'two'
     """
 
-    files: Mapping[str, tuple[object, bytes]] = field(default_factory=dict)
+    files: Mapping[str, tuple[LineSource, bytes]] = field(default_factory=dict)
 
     def line(self, source: str, offset: int) -> str:
         """The line of ``source`` that starts at byte ``offset``, decoded, without its line end."""
@@ -182,7 +186,7 @@ def merge_metadata(parts: Sequence[ReadMetadata]) -> ReadMetadata:
     """
     if len(parts) == 1:
         return dataclasses.replace(parts[0], total_lines=None)
-    files: dict[str, object] = {}
+    files: dict[str, tuple[LineSource, bytes]] = {}
     lines: dict = {}
     for part in parts:
         files.update(part.raw_lines.files)

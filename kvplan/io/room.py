@@ -57,16 +57,15 @@ def room_evidence(
                     "took X GiB' for this rank",
                 )
             )
-    parts = [
+    init_free, weights, activation, non_torch = (
         values.get(name)
         for name in ("init_free_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes")
-    ]
+    )
     graph_bytes = graph if graph is not None else estimate
     if graph_bytes is None and flags["eager"]:
         graph_bytes = 0
-    if None in parts or graph_bytes is None:
+    if init_free is None or weights is None or activation is None or non_torch is None or graph_bytes is None:
         return None
-    init_free, weights, activation, non_torch = parts
     room = init_free - (weights + activation + non_torch + max(0, graph_bytes)) - SUGGESTION_BUFFER_BYTES
     return room, "parts", origin[(rank, "init_free_bytes")]
 

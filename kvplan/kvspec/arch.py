@@ -166,7 +166,8 @@ def model_arch(config: Mapping) -> ModelArch:
     layer_types, window, notes = layer_kinds(lm, num_layers, where, mla=mla_latent_dim is not None)
     if kv_heads_note:
         notes = (kv_heads_note, *notes)
-    linear_kind, linear_dims = (None, ())
+    linear_kind: str | None = None
+    linear_dims: tuple[int, ...] = ()
     if LINEAR_ATTENTION in layer_types:
         linear_kind, linear_dims = linear_state_dims(lm, where)
     return ModelArch(

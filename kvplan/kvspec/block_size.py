@@ -36,7 +36,7 @@ GDN_CHECKPOINT_ALIGNMENT = 64
 #: MLA block size the first-choice backend prefers from 0.18 (``platforms/cuda.py`` priorities,
 #: ``get_preferred_block_size``): FLASH_ATTN_MLA ``MultipleOf(16)`` on Hopper (no fp8 KV: FLASHMLA 64
 #: then), FLASHINFER_MLA ``[32, 64]`` on Blackwell.
-MLA_BACKEND_BLOCK_SIZES = {
+MLA_BACKEND_BLOCK_SIZES: dict[tuple[str | None, bool], int] = {
     ("hopper", False): 16,
     ("hopper", True): 64,
     ("blackwell", False): 32,

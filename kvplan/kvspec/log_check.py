@@ -209,12 +209,12 @@ def _check_unit(unit: pd.DataFrame, spec: KVSpec, max_model_len: int | None, tol
     if logged["num_gpu_blocks"] is not None:
         checks["blocks"] = low <= int(logged["num_gpu_blocks"]) <= high
     if logged["kv_cache_tokens"] is not None:
-        lo, hi = row_spec.kv_cache_tokens(low, length), row_spec.kv_cache_tokens(high, length)
-        checks["tokens"] = lo <= int(logged["kv_cache_tokens"]) <= hi
+        fewest, most = row_spec.kv_cache_tokens(low, length), row_spec.kv_cache_tokens(high, length)
+        checks["tokens"] = fewest <= int(logged["kv_cache_tokens"]) <= most
     if logged["max_concurrency"] is not None:
-        lo = round(row_spec.max_concurrency(low, length), 2)
-        hi = round(row_spec.max_concurrency(high, length), 2)
-        checks["concurrency"] = lo <= round(float(logged["max_concurrency"]), 2) <= hi
+        lowest = round(row_spec.max_concurrency(low, length), 2)
+        highest = round(row_spec.max_concurrency(high, length), 2)
+        checks["concurrency"] = lowest <= round(float(logged["max_concurrency"]), 2) <= highest
     if not checks:
         result["reason"] = "the log printed no KV cache size, concurrency or block count"
         return result

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
 from kvplan.columns import is_known
 from kvplan.kvspec.base import KVSpecError
@@ -34,7 +35,7 @@ _OPTION_DEFAULTS = {"pp": 1, "dcp": 1, "kv_cache_dtype": "auto"}
 _KV_DTYPE_ALIASES = {"fp8_e4m3": "fp8"}
 
 
-def _same_setting(name: str, given: object, logged: object) -> bool:
+def _same_setting(name: str, given: Any, logged: Any) -> bool:
     if name in ("tp", "pp", "dcp", "max_num_batched_tokens"):
         return int(given) == int(logged)
     if name == "dtype":
@@ -61,7 +62,8 @@ def options_for_logs(options: Mapping[str, object], key: Mapping[str, object]) -
     """
     completed = dict(options)
     for name, column in _LOGGED_OPTIONS.items():
-        given, logged = completed.get(name), key.get(column)
+        given: Any = completed.get(name)
+        logged: Any = key.get(column)
         if not is_known(logged):
             if given is None and name in _OPTION_DEFAULTS:
                 completed[name] = _OPTION_DEFAULTS[name]

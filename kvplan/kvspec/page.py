@@ -44,12 +44,14 @@ def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int | None, model: st
     if kv_cache_dtype not in KV_CACHE_DTYPE_BYTES:
         raise KVSpecError(f"kv_cache_dtype {kv_cache_dtype!r}: expected one of {list(KV_CACHE_DTYPE_BYTES)}")
     size = KV_CACHE_DTYPE_BYTES[kv_cache_dtype]
-    if size is None and model_dtype_bytes is None:
+    if size is not None:
+        return size
+    if model_dtype_bytes is None:
         raise KVSpecError(
             f"{model}: missing field 'torch_dtype' (the model dtype sizes a kv_cache_dtype 'auto' cache): "
             "add it to the config, or give --kv-cache-dtype (e.g. bfloat16 or fp8) or the logs' dtype"
         )
-    return model_dtype_bytes if size is None else size
+    return model_dtype_bytes
 
 
 def attention_bytes_per_token_per_layer(arch: ModelArch, tp: int, kv_cache_dtype: str = "auto") -> int:

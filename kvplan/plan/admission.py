@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from kvplan.budget import Budget
 from kvplan.capacity import blocks_per_sequence
@@ -53,13 +54,13 @@ def admission_plan(plan: Plan, key: Mapping[str, object], spec: KVSpec | None, b
     ``tokens_required`` is the "GPU KV cache size" a boot with exactly those blocks logs (the gate
     compares a canary's logged size with it); ``fits`` is None without a model.
     """
-    logged_len = key.get("max_model_len")
+    logged_len: Any = key.get("max_model_len")
     max_model_len = int(logged_len) if is_known(logged_len) and logged_len else plan.seq_len
     if spec is not None:
         blocks = plan.target_concurrency * spec.blocks_per_request(plan.seq_len)
         tokens, block_size = spec.kv_cache_tokens(blocks, max_model_len), spec.block_size
     else:
-        logged_block = key.get("block_size")
+        logged_block: Any = key.get("block_size")
         if not is_known(logged_block):
             raise ValueError("the admission plan needs the block size: the logs do not show it; give --model")
         block_size = int(logged_block)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -131,7 +132,7 @@ def decide(
         ref_free = reference_free_bytes(ledger, rooms)
         sources = tuple(None if not is_known(s) else str(s) for s in rooms["room_source"])
         notes += _decision_notes(rooms, budget, key)
-    logged_len = key.get("max_model_len")
+    logged_len: Any = key.get("max_model_len")
     length = max_model_len or (int(logged_len) if is_known(logged_len) else None)
     capacity = at_max_len = rows = verdict = None
     if spec is not None:

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import cast
 
 import pandas as pd
 
@@ -72,13 +73,16 @@ def read_evidence(
     >>> sorted(evidence.ledger["rank"].tolist())
     [0, 1, 2, 3]
     """
+    lines: Mapping[tuple, int]
     if isinstance(logs, (str, os.PathLike)) or not all(isinstance(item, tuple) for item in logs):
-        ledger, metadata = read_vllm_logs(logs)
+        ledger, metadata = read_vllm_logs(cast("str | os.PathLike | Sequence[str | os.PathLike]", logs))
         names = list(metadata.sources)
-        warnings, provenance, lines = list(metadata["warnings"]), metadata["provenance"], metadata.lines
+        warnings: list[str] = list(metadata.warnings)
+        provenance, lines = metadata.provenance, metadata.lines
     else:
-        ledger, warnings, provenance, lines = _read_named(logs)
-        names = [name for _, name in logs]
+        pairs = cast("Sequence[tuple[str | os.PathLike, str]]", logs)
+        ledger, warnings, provenance, lines = _read_named(pairs)
+        names = [name for _, name in pairs]
     require_boot(ledger, names)
     if snapshots:
         ledger, joined = _join_named(ledger, [_pair(item) for item in snapshots])
@@ -92,13 +96,15 @@ def _pair(item: str | os.PathLike | tuple[str | os.PathLike, str]) -> tuple[Path
 
 def _read_named(
     logs: Sequence[tuple[str | os.PathLike, str]],
-) -> tuple[pd.DataFrame, list[str], pd.DataFrame, dict]:
-    ledgers, warnings, provenance, lines = [], [], [], {}
+) -> tuple[pd.DataFrame, list[str], pd.DataFrame, dict[tuple, int]]:
+    ledgers, provenance = [], []
+    warnings: list[str] = []
+    lines: dict[tuple, int] = {}
     for path, name in logs:
         ledger, metadata = read_vllm_log(Path(path), source=name)
         ledgers.append(ledger)
-        warnings += list(metadata["warnings"])
-        provenance.append(metadata["provenance"])
+        warnings += metadata.warnings
+        provenance.append(metadata.provenance)
         lines.update(metadata.lines)
     if not ledgers:
         raise InputFileError("no log files: a decision needs the logs of at least one profiled boot")
