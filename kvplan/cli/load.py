@@ -47,11 +47,10 @@ def add_load(sub: argparse._SubParsersAction) -> None:
 
 def run_load(args: argparse.Namespace) -> int:
     """Print the rows of the load-test files (and the run's summary without ``--json``/``--csv``)."""
-    from kvplan.io.vllm_stats import read_load_evidence
-    from kvplan.load import load_summary
+    from kvplan.io.vllm_stats import read_load_evidence  # neither imports pandas (the summary does)
 
     reading = read_load_evidence(args.files, year=args.year, utc_offset=args.log_utc_offset)
-    if args.json:  # streamed, one row a line, by the C encoder
+    if args.json:  # json.dumps of the reading, streamed a batch of rows at a time
         sys.stdout.writelines(reading.json_chunks())
         return EXIT_OK
     if args.csv:
@@ -59,6 +58,8 @@ def run_load(args: argparse.Namespace) -> int:
         writer.writerow(ROW_KEYS)
         writer.writerows(reading.row_values())
     else:
+        from kvplan.load import load_summary
+
         rows = list(reading.row_dicts())
         summary = load_summary(reading)
         shown = [{**row, "where": f"{row['source']}:{row['line']}"} for row in rows]
