@@ -62,9 +62,9 @@ def _figure() -> tuple[Figure, Axes]:
 
 def _style(ax: Axes) -> None:
     ax.tick_params(labelsize=FONT_SIZE)
-    ax.xaxis.label.set_size(FONT_SIZE)
-    ax.yaxis.label.set_size(FONT_SIZE)
-    ax.title.set_size(FONT_SIZE + 1)
+    ax.xaxis.label.set_fontsize(FONT_SIZE)
+    ax.yaxis.label.set_fontsize(FONT_SIZE)
+    ax.title.set_fontsize(FONT_SIZE + 1)
     ax.spines[["top", "right"]].set_visible(False)
 
 
