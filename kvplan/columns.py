@@ -56,7 +56,10 @@ MEASUREMENTS = {
     "suggested_fit_bytes": "vLLM's --kv-cache-memory suggestion to fit the requested memory",
     "suggested_full_bytes": "vLLM's --kv-cache-memory suggestion to fully utilize the GPU",
     "kv_in_use_bytes": "KV cache memory in use, as vLLM reported it",
-    "manual_kv_bytes": "KV cache bytes set by --kv-cache-memory-bytes on a manual boot",
+    "manual_kv_bytes": "KV cache bytes set by --kv-cache-memory-bytes on a manual boot (the flag's exact "
+    "bytes when the logs show them, else vLLM's figure printed to 0.01 GiB)",
+    "manual_kv_max_bytes": "the most --kv-cache-memory-bytes can be: manual_kv_bytes when exact, else the "
+    "printed figure + 0.005 GiB",
     "other_process_bytes": "memory used by other processes on the same GPU",
     "room_bytes": "bytes this rank can give to KV cache (best evidence, see room_source)",
     "profiled_free_bytes": "free GPU memory after the profile run (DEBUG 'Free memory after profiling')",
@@ -123,7 +126,13 @@ def failure_phase(failed_in: object) -> str:
 
 #: Columns that kvplan 0.1.0 did not write: a bundle whose recorded ledger has none of one of them is
 #: verified on the columns it recorded (a reader that learned more lines since must not fail it).
-NEWER_THAN_0_1_0 = (*SIZING_CONFIG, "encoder_cuda_graph_bytes", "external_weights_bytes", "failed_in")
+NEWER_THAN_0_1_0 = (
+    *SIZING_CONFIG,
+    "encoder_cuda_graph_bytes",
+    "external_weights_bytes",
+    "failed_in",
+    "manual_kv_max_bytes",
+)
 
 GLOSSARY = {**IDENTITY, **COMPATIBILITY_KEY, **MEASUREMENTS, **AS_LOGGED, **OUTCOME, **SIZING_CONFIG}
 LEDGER_COLUMNS = list(GLOSSARY)

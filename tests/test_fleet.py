@@ -8,7 +8,6 @@ W = 17,641,562,112, P = 966,787,072, room = init_free − (W + P + NT + cg) − 
 from __future__ import annotations
 
 import json
-import math
 import random
 import sys
 
@@ -84,6 +83,23 @@ def test_h100_class_budget_limiting_host_and_capacity(plan):
     assert sum(c["stranded_by_host"].values()) == c["stranded_total_bytes"]
     assert c["host_budget_min_bytes"] == 57_465_241_600
     assert c["min_median_ratio"] == 57_465_241_600 / c["host_budget_median_bytes"]
+
+
+def test_every_class_value_is_whole_blocks_by_the_single_launch_rule(plan):
+    # each class's value is kvplan.budget.uniform_budget's (the single-launch rule): min over its hosts' ranks
+    # of the generator's room − 1 GiB, rounded down to whole 655,360 B blocks; so is every host's own budget,
+    # and the split advice's values (the rest's and the outliers' class values)
+    hosts = {h.name: h for h in make_fleet.plan_hosts(make_fleet.SMALL_FLEET, 13)}
+    for c in plan["classes"]:
+        rooms = [
+            make_fleet.rank_numbers(hosts[name], rank)["to_gpu"] for name in c["hosts"] for rank in range(8)
+        ]
+        assert c["uniform_budget_bytes"] == (min(rooms) - GiB) // BLOCK * BLOCK, c["class"]
+        assert c["block_bytes"] == BLOCK
+        assert all(value % BLOCK == 0 for value in c["host_budgets"].values())
+        split = c["split"]
+        for value in (split["rest_budget_bytes"], split["outlier_budget_bytes"]):
+            assert value is None or value % BLOCK == 0
 
 
 def test_h200_class(plan):
@@ -209,10 +225,9 @@ def test_cli_bad_fleet_is_one_error_line(capsys, tmp_path):
 
 
 def canary_fleet(folder, plan, hosts_free):
-    """Manual-value boots at the H100 flag for ``{host: rank-0 startup free or None}`` (generator's lines)."""
-    # vLLM prints the manual value as format_gib (2 decimals) and the reader takes that printed figure, so the
-    # canaries run at the approved 53.52 GiB rounded down to 0.01 GiB (53.51 GiB), which prints exactly
-    value = round(math.floor(by_class(plan)[H100]["uniform_budget_bytes"] / GiB * 100) / 100 * GiB)
+    """Manual-value boots at exactly the H100 flag for ``{host: rank-0 startup free or None}`` (generator's
+    lines): the ranks print "reserved 53.52 GiB" (format_gib), the API server's non-default args the bytes."""
+    value = by_class(plan)[H100]["uniform_budget_bytes"]
     hosts = {h.name: h for h in make_fleet.plan_hosts(make_fleet.SMALL_FLEET, 13)}
     for name, free in hosts_free.items():
         host = hosts[name]
@@ -225,6 +240,7 @@ def canary_fleet(folder, plan, hosts_free):
 
 
 def test_fleet_gate_verdicts_and_stop(plan, readings, tmp_path, capsys):
+    from kvplan.evidence import read_bundle
     from kvplan.fleet.bundles import approve_class
 
     h100 = next(
@@ -235,6 +251,8 @@ def test_fleet_gate_verdicts_and_stop(plan, readings, tmp_path, capsys):
     bundle = approve_class(
         H100, {}, h100.fleet_class.hosts, tmp_path / "ev", GiB, "Ana Planner", h100.split["model"], None, None
     )
+    # the bundle approves the class's value: 87,685 whole blocks (test_h100_class_budget_limiting_host_and_capacity)
+    assert read_bundle(bundle)["decision"]["kv_cache_memory_bytes"] == 57_465_241_600
     # gpu-00020 (clean) boots with rank 0 at 70 GiB free: the approval's F_ref for rank 0 is gpu-00019's
     # 78,675,705,856 B, so B_adj = safe_ref − (F_ref − 70 GiB) is ≈ 3.3 GiB below the value: FAIL, STOP
     canary_fleet(tmp_path / "canary", plan, {"gpu-00019": None, "gpu-00020": 70 * GiB, "gpu-00021": None})
@@ -266,3 +284,23 @@ def test_fleet_gate_verdicts_and_stop(plan, readings, tmp_path, capsys):
         == 0
     )
     assert capsys.readouterr().out.strip().endswith("GO: all 2 host(s) pass")
+    # gpu-00021's log without its API server's arguments line's bytes: its ranks printed "53.52 GiB" only,
+    # i.e. 57,466,662,420 B, so the flag may be up to 57,466,662,420 + 5,368,710 = 57,472,031,130 B =
+    # 87,695 blocks > the approved 87,685: it cannot pass as a canary of the approved value
+    log = tmp_path / "canary" / "gpu-00021" / "boot.log"
+    log.write_text(log.read_text().replace(", 'kv_cache_memory_bytes': 57465241600", ""))
+    status = main(["fleet", "gate", "--approved", str(bundle), str(tmp_path / "canary"), "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert {h["host"]: h["passed"] for h in data["hosts"]}["gpu-00021"] is False
+    detail = next(
+        c["detail"]
+        for h in data["hosts"]
+        if h["host"] == "gpu-00021"
+        for c in h["checks"]
+        if c["passed"] is False
+    )
+    assert (
+        "rank 0 ran a value vLLM printed as 53.52 GiB (to 0.01 GiB), so up to --kv-cache-memory-bytes=57472031130"
+        in detail
+    )
+    assert status == 1 and data["decision"] == "STOP: 2 of 3 host(s) failed: gpu-00020, gpu-00021"

@@ -28,10 +28,6 @@ from kvplan.verdict import Check
 BUDGET_CHECK = "approved value fits every rank"
 RESERVE_CHECK = "reserve present after warm-up"
 TOKENS_CHECK = "tokens cover the admission plan"
-#: Half of the 0.01 GiB to which vLLM prints a manual KV value beside its bytes [bytes]: a reading of the
-#: manual value within it of the approved value is the approved value (57,466,662,420 B printed as 53.52 GiB
-#: for 57,465,241,600 B).
-PRINTED_GIB_ROUNDING = (1 << 30) // 200
 
 
 @dataclass(frozen=True)
@@ -80,7 +76,7 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
     """
     boot_free = _per_rank(boot_ledger, "init_free_bytes", "min")
     room = _per_rank(boot_ledger, "room_bytes", "min")
-    manual = _per_rank(boot_ledger, "manual_kv_bytes", "max")
+    manual = _manual_values(boot_ledger)
     budget = approved.budget_bytes
     drift_lines, room_lines, estimates = [], [], {}
     reprofile = False
@@ -103,10 +99,9 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
                 f"{'≥' if own >= budget else '<'} {format_size(budget)}"
             )
     above = [
-        f"rank {rank} ran {kv_cache_flag(value)}, above the approved {format_size(budget)}: not a "
-        "canary of the approved value"
-        for rank, value in sorted(manual.items())
-        if _blocks(value, approved.block_bytes) > _blocks(budget + PRINTED_GIB_ROUNDING, approved.block_bytes)
+        _above_text(rank, shown, most, budget)
+        for rank, (shown, most) in sorted(manual.items())
+        if _blocks(most, approved.block_bytes) > _blocks(budget, approved.block_bytes)
     ]
     failed = bool(above) or any(value < budget for value in estimates.values())
     unjudged = [rank for rank in approved.ranks if rank not in estimates]
@@ -157,7 +152,7 @@ def check_reserve_after_warmup(
     False
     """
     room = _per_rank(boot_ledger, "room_bytes", "min")
-    manual = _per_rank(boot_ledger, "manual_kv_bytes", "max")
+    manual = {rank: most for rank, (_shown, most) in _manual_values(boot_ledger).items()}
     lines, passed = [], True
     for rank in approved.ranks:
         if free_after_warmup_bytes is not None and rank in free_after_warmup_bytes:
@@ -263,6 +258,34 @@ def _lower_value_text(uniform_bytes: int, limiting_rank: int, block_bytes: int |
     return (
         f"a lower value fits: {format_size(value)}{rounding}, {kv_cache_flag(value)} "
         f"(limiting rank {limiting_rank})"
+    )
+
+
+def _manual_values(boot_ledger: pd.DataFrame) -> dict[int, tuple[int, int]]:
+    """Per rank that ran a manual value: (the value as logged, the most the flag can be) [bytes].
+
+    The most is ``manual_kv_max_bytes`` (vLLM printed the value to 0.01 GiB only; the reader's
+    :mod:`kvplan.io.vllm.manual`), else the value itself (exact bytes, or a ledger CSV without the column).
+
+    >>> _manual_values(pd.DataFrame({"rank": [0], "manual_kv_bytes": [100], "manual_kv_max_bytes": [105]}))
+    {0: (100, 105)}
+    """
+    shown = _per_rank(boot_ledger, "manual_kv_bytes", "max")
+    most = _per_rank(boot_ledger, "manual_kv_max_bytes", "max")
+    return {rank: (value, max(value, most.get(rank, value))) for rank, value in shown.items()}
+
+
+def _above_text(rank: int, shown: int, most: int, budget: int) -> str:
+    """Why a rank's manual value is not a canary of the approved ``budget`` (it is, or may be, above it)."""
+    if most == shown:
+        return (
+            f"rank {rank} ran {kv_cache_flag(shown)}, above the approved {format_size(budget)}: not a canary "
+            "of the approved value"
+        )
+    return (
+        f"rank {rank} ran a value vLLM printed as {format_size(shown)} (to 0.01 GiB), so up to "
+        f"{kv_cache_flag(most)}, which may be above the approved {format_size(budget)}: no canary pass without "
+        "the flag's exact bytes (give the API server's log: its 'non-default args' line states them)"
     )
 
 

@@ -6,6 +6,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from kvplan.io.vllm.manual import printed_manual
 from kvplan.io.vllm.values import CONFIG_NAMES, cudagraph_mode, gib_bytes, key_values
 
 NUM = r"(-?\d+(?:\.\d+)?)"
@@ -128,11 +129,12 @@ def in_use(m: re.Match) -> dict:
 
 
 def manual(m: re.Match) -> dict:
-    return {"init_free_bytes": gib_bytes(m.group(1)), "manual_kv_bytes": gib_bytes(m.group(2))}
+    return {"init_free_bytes": gib_bytes(m.group(1)), **printed_manual(gib_bytes(m.group(2)))}
 
 
 def plan_applied(m: re.Match) -> dict:
-    return {"manual_kv_bytes": int(m.group(1)), "init_free_bytes": gib_bytes(m.group(4))}
+    exact = int(m.group(1))
+    return {"manual_kv_bytes": exact, "manual_kv_max_bytes": exact, "init_free_bytes": gib_bytes(m.group(4))}
 
 
 def graph_took(m: re.Match) -> dict:

@@ -14,6 +14,7 @@ from kvplan.io.metadata import place_note
 from kvplan.io.room import boot_room_warnings, room_evidence
 from kvplan.io.vllm.boots import KV_SIZED_COLUMNS, Boot
 from kvplan.io.vllm.conflicts import RankObservations, safest, two_launches
+from kvplan.io.vllm.manual import exact_manual
 from kvplan.io.vllm.ranks import RAY_WORKER_RE, attribute, key_size
 from kvplan.releases import version_tuple
 
@@ -93,6 +94,7 @@ def resolve_boot(boot: Boot, source: str) -> tuple[list[dict], list[tuple], list
     flags = _boot_flags(boot, key, version)
     flags["startup_done"] = _startup_done(boot, rows, key)
     _keep_safest(seen, rows, flags, origin, source, boot.index, warnings)
+    exact_manual(rows, boot.config, origin, source, warnings)
     for rank, values in rows.items():
         _fill_row(values, rank, key, boot, source, failures, flags, origin, warnings)
         check_row(values, rank, origin, source)

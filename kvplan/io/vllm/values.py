@@ -139,6 +139,8 @@ CONFIG_NAMES = {
     "num_gpu_blocks_override": "num_gpu_blocks_override",
     "kv_cache_group_block_sizes": "kv_cache_group_block_sizes",
     "kv_cache_pools": "kv_cache_pools",
+    # the exact bytes of --kv-cache-memory-bytes (non-default args), for the ranks' printed figure (manual.py)
+    "kv_cache_memory_bytes": "manual_kv_bytes",
 }
 
 #: ``compilation_config``'s ``cudagraph_mode`` as logged: an enum repr (0.11+), a number or a pair (0.10).
