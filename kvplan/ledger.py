@@ -93,17 +93,17 @@ def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dic
     lines = lines if lines is not None else {}
     key: dict = {}
     conflicts: list = []
-    boots = None
+    pairs = list(zip(_cells(ledger, "source"), _cells(ledger, "boot")))  # plain lists: no pandas per field
+    boots = list(dict.fromkeys(pairs))
     for column in KEY_COLUMNS:
         if column not in ledger.columns:
             key[column] = None
             continue
-        shown = ledger[["source", "boot", column]].dropna(subset=[column])
-        values = list(dict.fromkeys(plain_value(value) for value in shown[column]))
+        shown = [(pair, value) for pair, value in zip(pairs, _cells(ledger, column)) if value is not None]
+        values = list(dict.fromkeys(value for _, value in shown))
         key[column] = values[0] if len(values) == 1 else None
         if values and column in REQUIRED_KEY:
-            boots = boots if boots is not None else _boots(ledger)
-            shown_boots = set(_boots(shown))
+            shown_boots = {pair for pair, _ in shown}
             unshown = [pair for pair in boots if pair not in shown_boots]
             if unshown:
                 places = ", ".join(f"{s} boot {b} ({_boot_where(lines, s, b)})" for s, b in unshown)
@@ -112,10 +112,8 @@ def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dic
         if len(values) > 1:
             parts = []
             for value in values:
-                places = shown[shown[column].map(plain_value) == value][["source", "boot"]].drop_duplicates()
-                where = ", ".join(
-                    _where(lines, s, b, None, column) for s, b in places.itertuples(index=False)
-                )
+                showing = dict.fromkeys(pair for pair, shown_value in shown if shown_value == value)
+                where = ", ".join(_where(lines, s, b, None, column) for s, b in showing)
                 parts.append(f"{value!r} in {where}")
             conflicts.append(f"{column}: " + " vs ".join(parts))
     if conflicts:
@@ -123,11 +121,6 @@ def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dic
             "the logs mix compatibility keys, so no single budget applies: " + "; ".join(conflicts)
         )
     return key
-
-
-def _boots(ledger: pd.DataFrame) -> list[tuple]:
-    """The ``(source, boot)`` pairs of a ledger, in order, as plain values."""
-    return list(dict.fromkeys(zip(ledger["source"], ledger["boot"].map(plain_value))))
 
 
 def _boot_where(lines: Mapping, source: object, boot: object) -> str:
@@ -171,6 +164,7 @@ def room_per_rank(
     assume_uniform: bool = False,
     lines: Mapping | None = None,
     notes: list | None = None,
+    key: Mapping | None = None,
 ) -> pd.DataFrame:
     """Each rank's room over all boots of one key: the worst (lowest) boot, and the spread.
 
@@ -179,7 +173,7 @@ def room_per_rank(
     ``room_max_bytes``, ``room_spread_bytes`` (max − min), ``boots`` (how many boots showed the
     rank's own room), ``source`` and ``boot`` of the worst boot. What is issued as
     :class:`LedgerWarning` is also appended to ``notes`` (when given); ``lines`` as for
-    :func:`compatibility_key`.
+    :func:`compatibility_key`; ``key`` is that key when the caller has it already (not computed twice).
 
     Every boot that shows a room is room evidence and must show one for every rank of TP × PP × DP;
     otherwise :class:`LedgerError` names the boot, rank, file and line, unless ``assume_uniform``
@@ -200,7 +194,7 @@ def room_per_rank(
     [[20, 30, 10, 2], [25, 26, 1, 2]]
     """
     lines = lines if lines is not None else {}
-    key = compatibility_key(ledger, lines)
+    key = dict(key) if key is not None else compatibility_key(ledger, lines)
     world = _layout(ledger, key)
     notes = notes if notes is not None else []
     frame = ledger.assign(source=ledger.get("source", "the ledger"), boot=ledger.get("boot", 0))

@@ -20,6 +20,7 @@ from kvplan.fleet.inputs import FleetInputError, HostFiles, is_snapshot, list_fl
 from kvplan.fleet.read import join_host_snapshots, read_logs
 from kvplan.gate import Approved, gate_checks
 from kvplan.ledger import compatibility_key
+from kvplan.notes import Note
 from kvplan.verdict import gate_verdict
 
 EXIT_PASS, EXIT_FAIL, EXIT_CANNOT_JUDGE = 0, 1, 2
@@ -68,7 +69,7 @@ def gate_host(
     approved = bundles[bundle][0]
     if files.missing or not files.logs:
         return HostVerdict(files.host, bundle, None, reason="no log files of the canary boot")
-    notes: list[str] = []
+    notes: list[Note] = []
     try:
         ledger, lines = read_logs(files.logs, storage_options, notes)
         if ledger.empty:

@@ -62,7 +62,7 @@ class HostReading:
     key: Mapping[str, object] | None
     rooms: tuple[dict, ...] | None
     excluded: str | None
-    warnings: tuple[str, ...] = ()
+    warnings: tuple[Note, ...] = ()
 
 
 def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = None) -> HostReading:
@@ -74,7 +74,7 @@ def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = N
         return HostReading(**base, key=None, rooms=None, excluded=listing)
     if not files.logs:
         return HostReading(**base, key=None, rooms=None, excluded="no log files (expected <host>/*.log)")
-    notes: list[str] = []
+    notes: list[Note] = []
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always", LedgerWarning)
@@ -86,7 +86,7 @@ def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = N
                 ledger, _ = join_host_snapshots(ledger, files.snapshots, storage_options, notes)
             key = compatibility_key(ledger, lines)
             check_outcomes(ledger, lines)
-            rooms = room_per_rank(ledger, lines=lines)
+            rooms = room_per_rank(ledger, lines=lines, key=key)
         notes += [
             Note(str(w.message), code="ledger", file=files.host)
             for w in caught
@@ -101,22 +101,23 @@ def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = N
     )
 
 
-def read_logs(urls, storage_options, notes: list) -> tuple[pd.DataFrame, dict]:
+def read_logs(urls, storage_options, notes: list[Note]) -> tuple[pd.DataFrame, dict]:
     """The host's logs, each streamed from its URL (local or object storage), concatenated, and the
-    readers' line index (``ReadMetadata.lines``) that refusals quote."""
+    readers' line index (``ReadMetadata.lines``) that refusals quote; the readers' warnings are appended
+    to ``notes`` as they come (:class:`~kvplan.notes.Note` s with code, file and line, for aggregation)."""
     frames, lines = [], {}
     for url in urls:
         fs, path = filesystem(url, storage_options)
         with fs.open(path, "rb") as stream:
             ledger, metadata = read_vllm_log(stream, source=url)
-        notes += list(metadata["warnings"])
+        notes += metadata.warnings
         lines.update(metadata.lines)
         frames.append(ledger)
     return (pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]), lines
 
 
 def join_host_snapshots(
-    ledger: pd.DataFrame, urls, storage_options, notes: list
+    ledger: pd.DataFrame, urls, storage_options, notes: list[Note]
 ) -> tuple[pd.DataFrame, dict]:
     """The ledger joined with the host's snapshots (fetched to a temporary folder when remote), and each
     rank's free memory in them [bytes] (:func:`kvplan.io.nvidia_smi.join_snapshots`)."""
@@ -141,14 +142,20 @@ def join_host_snapshots(
 
 
 def _with_parts(rooms: pd.DataFrame, ledger: pd.DataFrame) -> tuple[dict, ...]:
-    """One plain record per rank: its room and the ledger parts of its worst boot."""
-    rows = ledger.drop_duplicates(["source", "boot", "rank"]).set_index(["source", "boot", "rank"])
+    """One plain record per rank: its room and the ledger parts of its worst boot (plain lists, no
+    pandas per rank: this runs once per host of the fleet)."""
+    where = zip(*(ledger[name].tolist() for name in ("source", "boot", "rank")))
+    first: dict[tuple, int] = {}
+    for position, place in enumerate(where):
+        first.setdefault(tuple(plain_value(value) for value in place), position)
+    parts = {column: ledger[column].tolist() for column in PART_COLUMNS if column in ledger.columns}
     records = []
-    for rank, room in rooms.iterrows():
+    for rank, room in zip(rooms.index.tolist(), rooms.to_dict("records")):
         record = {"rank": int(rank), **{name: plain_value(value) for name, value in room.items()}}
-        where = (room["source"], room["boot"], rank)
-        row = rows.loc[where] if where in rows.index else pd.Series(dtype=object)
-        record.update({column: plain_value(row.get(column)) for column in PART_COLUMNS})
+        position = first.get((record["source"], record["boot"], int(rank)))
+        for column in PART_COLUMNS:
+            found = position is not None and column in parts
+            record[column] = plain_value(parts[column][position]) if found else None
         records.append(record)
     return tuple(records)
 

@@ -47,6 +47,9 @@ __all__ = [
 
 CONTEXT_COLUMNS = ["gpu_index", "gpu_uuid", "gpu_name", "driver_version", "other_process_bytes"]
 JOINED_COLUMNS = ["gpu_name", "driver_version", "other_process_bytes"]
+#: What the checks of a ledger row and of a snapshot's GPU read.
+ROW_CHECKED = ("source", "rank", "pid", "total_bytes")
+GPU_CHECKED = ("gpu_index", "memory_total_bytes", "source", "line")
 
 # Rounding between the two totals of one GPU: vLLM logs its total (torch.cuda.mem_get_info) with two
 # decimals of GiB (±0.005 GiB ≈ ±5.1 MiB); nvidia-smi prints memory.total in whole MiB (< 1 MiB off).
@@ -87,19 +90,30 @@ def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame | None, vllm_pids: Iterab
     """
     known = {int(pid) for pid in vllm_pids}
     _check_apps_on_known_gpus(gpus, apps)
+    processes = None if apps is None else _records(apps, ("gpu_uuid", "pid", "used_memory_bytes"))
     rows = []
-    for gpu in gpus.sort_values("gpu_index").itertuples(index=False):
-        other = pd.NA if apps is None else _other_process_bytes(apps, gpu.gpu_uuid, known)
-        rows.append([gpu.gpu_index, gpu.gpu_uuid, gpu.gpu_name, gpu.driver_version, other])
+    for gpu in sorted(_records(gpus, CONTEXT_COLUMNS[:4]), key=lambda gpu: gpu["gpu_index"]):
+        other = pd.NA if processes is None else _other_process_bytes(processes, gpu["gpu_uuid"], known)
+        rows.append([gpu.get(column) for column in CONTEXT_COLUMNS[:4]] + [other])
     frame = pd.DataFrame(rows, columns=CONTEXT_COLUMNS)
     frame["other_process_bytes"] = frame["other_process_bytes"].astype("Int64")
     return frame
 
 
-def _other_process_bytes(apps: pd.DataFrame, gpu_uuid: str, vllm_pids: set[int]):
-    """Memory [bytes] of the processes on ``gpu_uuid`` not in ``vllm_pids``; ``<NA>`` if one is unreported."""
-    used = apps.loc[(apps["gpu_uuid"] == gpu_uuid) & ~apps["pid"].isin(vllm_pids), "used_memory_bytes"]
-    return pd.NA if used.isna().any() else int(used.sum())
+def _other_process_bytes(processes: list[dict], gpu_uuid: str, vllm_pids: set[int]):
+    """Memory [bytes] of the processes on ``gpu_uuid`` not in ``vllm_pids``; ``<NA>`` if one is unreported.
+
+    >>> _other_process_bytes([{"gpu_uuid": "G", "pid": 7, "used_memory_bytes": 5},
+    ...                       {"gpu_uuid": "G", "pid": 9, "used_memory_bytes": 2}], "G", {7})
+    2
+    """
+    used = [
+        process["used_memory_bytes"]
+        for process in processes
+        if process["gpu_uuid"] == gpu_uuid
+        and (pd.isna(process["pid"]) or int(process["pid"]) not in vllm_pids)
+    ]
+    return pd.NA if any(pd.isna(value) for value in used) else int(sum(used))
 
 
 def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
@@ -116,12 +130,12 @@ def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int,
     _check_apps_on_known_gpus(gpus, apps)
     index_of_uuid = dict(zip(gpus["gpu_uuid"], gpus["gpu_index"]))
     mapping: dict[int, int] = {}
-    for app in apps.itertuples(index=False):
-        index = int(index_of_uuid[app.gpu_uuid])
-        if mapping.setdefault(int(app.pid), index) != index:
+    for app in _records(apps, ("gpu_uuid", "pid", "source", "line")):
+        index = int(index_of_uuid[app["gpu_uuid"]])
+        if mapping.setdefault(int(app["pid"]), index) != index:
             raise NvidiaSmiError(
-                f"{app.source}, line {app.line}: pid {app.pid} runs on GPUs {mapping[int(app.pid)]} and "
-                f"{index}; a vLLM rank must own one GPU"
+                f"{app['source']}, line {app['line']}: pid {app['pid']} runs on GPUs {mapping[int(app['pid'])]} "
+                f"and {index}; a vLLM rank must own one GPU"
             )
     return mapping
 
@@ -180,10 +194,14 @@ def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFra
             f"({', '.join(map(str, sorted(ledger_pids)))}): it was taken at another time or on another "
             "machine"
         )
+    pids_of: dict[int, set[int]] = {}
+    ranks = ledger["rank"].tolist()
+    for rank, pid in zip(ranks, ledger["pid"].tolist() if "pid" in ledger else [pd.NA] * len(ranks)):
+        if not pd.isna(rank):
+            pids_of.setdefault(int(rank), set()).update(() if pd.isna(pid) else (int(pid),))
     mapping, placed_by_pid = {}, False
-    for rank in sorted({int(rank) for rank in ledger["rank"].dropna()}):
-        pids = ledger.loc[ledger["rank"] == rank, "pid"].dropna() if "pid" in ledger else []
-        found = {by_pid[int(pid)] for pid in pids if int(pid) in by_pid}
+    for rank in sorted(pids_of):
+        found = {by_pid[pid] for pid in pids_of[rank] if pid in by_pid}
         placed_by_pid = placed_by_pid or len(found) == 1
         mapping[rank] = found.pop() if len(found) == 1 else rank
     mapping = {rank: index for rank, index in mapping.items() if index in known or not placed_by_pid}
@@ -194,11 +212,11 @@ def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFra
 
 def _check_totals_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, index_by_rank: Mapping[int, int]) -> None:
     """Refuse a GPU whose memory.total does not fit the ``total_bytes`` logged by a rank placed on it."""
-    snapshot = gpus.set_index("gpu_index")
-    for _, row in ledger.iterrows():
+    snapshot = {int(gpu["gpu_index"]): gpu for gpu in _records(gpus, GPU_CHECKED)}
+    for row in _records(ledger, ROW_CHECKED):
         index = None if pd.isna(row.get("rank")) else index_by_rank.get(int(row["rank"]))
-        if index in snapshot.index:
-            _check_total_bytes(row, snapshot.loc[index], index)
+        if index in snapshot:
+            _check_total_bytes(row, snapshot[index], index)
 
 
 def _check_gpus_cover_ranks(gpus: pd.DataFrame, index_by_rank: Mapping[int, int]) -> None:
@@ -253,18 +271,21 @@ def join_nvidia_smi(
     joined = ledger.copy()
     pids = joined["pid"] if "pid" in joined.columns else pd.Series(pd.NA, index=joined.index)
     vllm_pids = {int(pid) for pid in pids.dropna()} | {int(pid) for pid in extra_vllm_pids}
-    context = gpu_context(gpus, apps, vllm_pids).set_index("gpu_index")
-    snapshot = gpus.set_index("gpu_index")
+    context = {
+        int(gpu["gpu_index"]): gpu for gpu in _records(gpu_context(gpus, apps, vllm_pids), CONTEXT_COLUMNS)
+    }
+    snapshot = {int(gpu["gpu_index"]): gpu for gpu in _records(gpus, GPU_CHECKED)}
     by_pid = gpu_index_by_pid(gpus, apps)
     for column in JOINED_COLUMNS:
         if column not in joined.columns:
             joined[column] = pd.NA
-    for label, row in joined.iterrows():
-        index = _row_gpu_index(row, by_pid, gpu_index_by_rank, context.index)
+    values = {column: joined[column].tolist() for column in JOINED_COLUMNS}
+    for position, row in enumerate(_records(joined, (*ROW_CHECKED, *JOINED_COLUMNS))):  # no pandas per row
+        index = _row_gpu_index(row, by_pid, gpu_index_by_rank, context)
         if index is None:
             continue
-        _check_total_bytes(row, snapshot.loc[index], index)
-        gpu = context.loc[index]
+        _check_total_bytes(row, snapshot[index], index)
+        gpu = context[index]
         for column in ("gpu_name", "driver_version"):
             current = row[column]
             if not pd.isna(current) and str(current) != str(gpu[column]):
@@ -272,9 +293,11 @@ def join_nvidia_smi(
                     f"{_where(row)}: the ledger says {column} {current!r}, the nvidia-smi snapshot says "
                     f"{gpu[column]!r} for GPU {index}; a snapshot of another machine?"
                 )
-            joined.at[label, column] = gpu[column]
-        joined.at[label, "other_process_bytes"] = gpu["other_process_bytes"]
-    joined["other_process_bytes"] = joined["other_process_bytes"].astype("Int64")
+        for column in JOINED_COLUMNS:
+            values[column][position] = gpu[column]
+    for column in ("gpu_name", "driver_version"):
+        joined[column] = pd.array(values[column], dtype=joined[column].dtype)
+    joined["other_process_bytes"] = pd.array(values["other_process_bytes"], dtype="Int64")
     sources = tuple(
         dict.fromkeys(
             str(source) for frame in (gpus, apps) if frame is not None for source in frame["source"]
@@ -359,6 +382,16 @@ def _warn_no_process_snapshot(gpus: pd.DataFrame) -> Note:
 def _source(snapshot: pd.DataFrame) -> str:
     """The file a snapshot frame was read from (its ``source`` column)."""
     return str(snapshot["source"].iloc[0]) if len(snapshot) else "<snapshot>"
+
+
+def _records(frame: pd.DataFrame, columns: Iterable[str]) -> list[dict]:
+    """The rows of ``frame`` as plain dicts of ``columns`` (absent ones left out), read column by column.
+
+    >>> _records(pd.DataFrame({"rank": [0, 1], "pid": [7, 8]}), ("rank", "pid", "source"))
+    [{'rank': 0, 'pid': 7}, {'rank': 1, 'pid': 8}]
+    """
+    present = [column for column in columns if column in frame.columns]
+    return [dict(zip(present, values)) for values in zip(*(frame[column].tolist() for column in present))]
 
 
 def _row_gpu_index(row, by_pid, gpu_index_by_rank, known_indexes) -> int | None:

@@ -125,7 +125,9 @@ def decide(
         budget, ref_free, sources = given.budget, given.ref_free_bytes, given.room_sources
     else:
         refuse_failed_boots(ledger, evidence.lines)
-        rooms = room_per_rank(ledger, assume_uniform=policy.assume_uniform, lines=evidence.lines, notes=notes)
+        rooms = room_per_rank(
+            ledger, assume_uniform=policy.assume_uniform, lines=evidence.lines, notes=notes, key=key
+        )
         budget = budget_from_rooms(
             ledger, rooms, policy.reserve_bytes, block_bytes=block, lines=evidence.lines
         )
