@@ -29,27 +29,107 @@ GiB = 2**30
 
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct free TCP ports on 127.0.0.1 (each + 10000 free too: weed's gRPC default offset)."""
+    """``count`` distinct ports on 127.0.0.1 that are free now, each with port + 10000 free too (weed's
+    default gRPC offset; the gRPC ports are given explicitly as well, from the same list)."""
     ports: list[int] = []
     while len(ports) < count:
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        if port + 10000 < 65536 and port not in ports:
+        if port + 10000 < 65536 and port not in ports and port_free(port + 10000):
             ports.append(port)
     return ports
 
 
-def wait_for(port: int, process: subprocess.Popen, log: Path, seconds: float = 120) -> None:
-    deadline = time.monotonic() + seconds
+def port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+#: How long a start may take on a loaded 2-core machine (master election, volume registration, filer).
+START_SECONDS = 300
+#: Starts tried when the server exits early (e.g. a chosen port was taken meanwhile by another process).
+START_ATTEMPTS = 3
+
+
+class Exited(Exception):
+    """The server process ended during its start."""
+
+
+def s3_client(endpoint: str, attempts: int = 1):
+    """An s3fs client of the test's identity; one attempt per call while polling, retries for the uploads."""
+    import s3fs
+
+    return s3fs.S3FileSystem(
+        key=ACCESS,
+        secret=SECRET,
+        client_kwargs={"endpoint_url": endpoint},
+        config_kwargs={"connect_timeout": 5, "read_timeout": 20, "retries": {"max_attempts": attempts}},
+        skip_instance_cache=True,
+    )
+
+
+def wait_ready(endpoint: str, process: subprocess.Popen, log: Path, seconds: float = START_SECONDS) -> None:
+    """Until S3 takes a write and reads it back (an open port comes before the filer and volume are ready):
+    raise :class:`Exited` if the server ends, fail with the log's tail after ``seconds``."""
+    deadline, reason = time.monotonic() + seconds, "no answer yet"
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            pytest.fail(f"SeaweedFS exited with {process.returncode}: {log.read_text()[-2000:]}")
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
+            raise Exited(f"SeaweedFS exited with {process.returncode}: {log.read_text()[-2000:]}")
+        try:
+            fs = s3_client(endpoint)
+            if not fs.exists("fleet"):
+                fs.mkdir("fleet")
+            fs.pipe("fleet/ready", b"ok")
+            if fs.cat("fleet/ready") == b"ok":
                 return
-        time.sleep(0.2)
-    pytest.fail(f"SeaweedFS did not open its S3 port {port} within {seconds} s: {log.read_text()[-2000:]}")
+        except Exception as exc:  # not up yet: connection refused, 503 while the volume registers, ...
+            reason = f"{type(exc).__name__}: {exc}"
+        time.sleep(1)
+    pytest.fail(f"SeaweedFS S3 not ready within {seconds} s ({reason}): {log.read_text()[-2000:]}")
+
+
+def start(weed: str, folder: Path, config: Path) -> tuple[subprocess.Popen, str]:
+    """``weed server -s3`` on fresh loopback ports, every extra listener off or on its own port."""
+    master, volume, filer, s3, master_grpc, volume_grpc, filer_grpc, s3_grpc = free_ports(8)
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / "weed.log"
+    command = [
+        weed,
+        "server",
+        "-ip=127.0.0.1",
+        "-ip.bind=127.0.0.1",
+        f"-dir={folder}",
+        "-s3",
+        f"-master.port={master}",
+        f"-master.port.grpc={master_grpc}",
+        f"-volume.port={volume}",
+        f"-volume.port.grpc={volume_grpc}",
+        f"-filer.port={filer}",
+        f"-filer.port.grpc={filer_grpc}",
+        f"-s3.port={s3}",
+        f"-s3.port.grpc={s3_grpc}",
+        "-s3.port.iceberg=0",  # default 8181 and 9101: two runs at once would fight over them
+        "-s3.port.lance=0",
+        f"-s3.config={config}",
+        "-volume.max=5",
+        "-master.volumeSizeLimitMB=64",
+        "-master.telemetry=false",
+        "-webdav=false",
+    ]
+    with open(log, "ab") as out:
+        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    endpoint = f"http://127.0.0.1:{s3}"
+    try:
+        wait_ready(endpoint, process, log)
+    except BaseException:
+        stop(process)
+        raise
+    return process, endpoint
 
 
 @pytest.fixture(scope="module")
@@ -73,29 +153,15 @@ def seaweed(tmp_path_factory):
             }
         )
     )
-    master, volume, filer, s3 = free_ports(4)
-    log = folder / "weed.log"
-    command = [
-        weed,
-        "server",
-        "-ip=127.0.0.1",
-        "-ip.bind=127.0.0.1",
-        f"-dir={folder}",
-        "-s3",
-        f"-master.port={master}",
-        f"-volume.port={volume}",
-        f"-filer.port={filer}",
-        f"-s3.port={s3}",
-        f"-s3.config={config}",
-        "-volume.max=5",
-        "-master.volumeSizeLimitMB=64",
-        "-webdav=false",
-    ]
-    with open(log, "wb") as out:
-        process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    for attempt in range(1, START_ATTEMPTS + 1):
+        try:
+            process, endpoint = start(weed, folder / f"start-{attempt}", config)
+            break
+        except Exited as exc:
+            if attempt == START_ATTEMPTS:
+                pytest.fail(f"{exc} (after {attempt} starts)")
     try:
-        wait_for(s3, process, log)
-        yield f"http://127.0.0.1:{s3}"
+        yield endpoint
     finally:
         stop(process)
 
@@ -117,19 +183,7 @@ def stop(process: subprocess.Popen) -> None:
 @pytest.fixture(scope="module")
 def bucket(seaweed):
     """The sample hosts and a manifest of them uploaded to s3://fleet/small/ through s3fs."""
-    import s3fs
-
-    fs = s3fs.S3FileSystem(key=ACCESS, secret=SECRET, client_kwargs={"endpoint_url": seaweed})
-    deadline = time.monotonic() + 60
-    while True:  # the S3 port opens before the filer and volume are ready for writes
-        try:
-            fs.mkdir("fleet")
-            fs.pipe("fleet/ready", b"ok")
-            break
-        except Exception as exc:
-            if time.monotonic() > deadline:
-                pytest.fail(f"SeaweedFS S3 does not accept writes: {exc}")
-            time.sleep(0.5)
+    fs = s3_client(seaweed, attempts=5)
     for host in HOSTS:
         for file in sorted((FLEET / host).iterdir()):
             fs.put(str(file), f"fleet/small/{host}/{file.name}")
