@@ -4,8 +4,9 @@ Generates each fleet in a temporary folder (never in the repository) with data/f
 per host (TP=8), vLLM 0.26.0 startup logs followed by serving stats lines (30–200 KB per host), both
 nvidia-smi snapshots, 70 % H100 / 25 % H200 / 5 % H100 on another driver, 6 % co-tenants, 2 % failed
 boots. Each run is its own process (``kvplan fleet plan FLEET --reserve 1GiB --model llama-3.1-70b
---json``), so its peak resident memory (the client's; the cluster's workers are separate processes) is
-that run's alone.
+--json``), which reports its own peak resident memory (the client's; the cluster's workers are separate
+processes) and the CPU seconds of itself and its workers (on a shared machine, wall time also counts the
+other processes' load: the CPU seconds show the work itself).
 
 Goals (issue 13): the local cluster ≥ 1.6× the synchronous time on 2 cores; time linear in hosts; client
 memory flat beyond the ledger itself.
@@ -49,42 +50,62 @@ def generate(hosts: int, folder: Path) -> tuple[int, float]:
     return size, time.perf_counter() - start
 
 
-def run(folder: Path, scheduler: str) -> tuple[float, int]:
-    """One ``kvplan fleet plan`` in its own process: (seconds, peak resident memory of it [bytes])."""
-    command = [
-        sys.executable,
-        "-m",
-        "kvplan",
+def run(folder: Path, scheduler: str) -> tuple[float, float, int]:
+    """One ``kvplan fleet plan`` in its own process: (wall seconds, CPU seconds of it and of its workers,
+    the client's own peak resident memory [bytes]: the process running the plan, not the cluster's workers)."""
+    command = [sys.executable, __file__, "--client", str(folder), scheduler]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(command)} failed: {result.stderr[-2000:]}")
+    cpu, peak = (float(value) for value in result.stdout.split())
+    return seconds, cpu, int(peak)
+
+
+def client(folder: str, scheduler: str) -> None:
+    """Run the plan here (``kvplan fleet plan FLEET --reserve 1GiB --model llama-3.1-70b --scheduler S --json``,
+    its JSON discarded) and print this process's and its reaped children's CPU seconds and its own peak RSS."""
+    import contextlib
+    import io
+
+    from kvplan.cli import main as kvplan_main
+
+    argv = [
         "fleet",
         "plan",
-        str(folder),
+        folder,
         "--reserve",
         "1GiB",
         "--model",
         "llama-3.1-70b",
         "--scheduler",
         scheduler,
-        "--json",
     ]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    start = time.perf_counter()
-    with open(os.devnull, "wb") as sink:
-        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.DEVNULL, env=env)
-        _, status, usage = os.wait4(process.pid, 0)
-    seconds = time.perf_counter() - start
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise SystemExit(f"{' '.join(command)} failed")
-    return seconds, usage.ru_maxrss * 1024  # Linux reports KiB
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        status = kvplan_main([*argv, "--json"])
+    if status != 0:
+        raise SystemExit(f"kvplan {' '.join(argv)} exited {status}")
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    workers = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
+    print(cpu, own.ru_maxrss * 1024)  # Linux reports KiB
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--hosts", type=int, nargs="+", default=[100, 1000, 10000])
     parser.add_argument("--schedulers", nargs="+", default=["synchronous", "local"])
+    parser.add_argument("--client", nargs=2, metavar=("FLEET", "SCHEDULER"), help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.client:
+        client(*args.client)
+        return
     print(
         f"{'hosts':>7} {'logs MB':>8} {'KB/host':>8} {'scheduler':>12} {'seconds':>9} {'ms/host':>8} "
-        f"{'client MB':>10}"
+        f"{'CPU s':>8} {'client MB':>10}",
+        flush=True,
     )
     rows = []
     for hosts in args.hosts:
@@ -92,18 +113,19 @@ def main() -> None:
             folder = Path(tmp) / "fleet"
             size, _ = generate(hosts, folder)
             for scheduler in args.schedulers:
-                seconds, peak = run(folder, scheduler)
+                seconds, cpu, peak = run(folder, scheduler)
                 rows.append((hosts, scheduler, seconds, peak))
                 line = f"{hosts:>7,} {size / 1e6:>8.1f} {size / hosts / 1e3:>8.1f} {scheduler:>12} "
                 print(
-                    f"{line}{seconds:>9.1f} {seconds / hosts * 1e3:>8.1f} {peak / 2**20:>10.0f}", flush=True
+                    f"{line}{seconds:>9.1f} {seconds / hosts * 1e3:>8.1f} {cpu:>8.1f} {peak / 2**20:>10.0f}",
+                    flush=True,
                 )
     times = {(hosts, scheduler): seconds for hosts, scheduler, seconds, _ in rows}
     for hosts in args.hosts:
         if (hosts, "synchronous") in times and (hosts, "local") in times:
             ratio = times[hosts, "synchronous"] / times[hosts, "local"]
             print(f"{hosts:>7,} hosts: local cluster {ratio:.2f}× the synchronous time")
-    print(f"benchmark process peak: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
+    print(f"load average at the end: {' '.join(f'{load:.1f}' for load in os.getloadavg())}")
 
 
 if __name__ == "__main__":
