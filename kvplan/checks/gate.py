@@ -64,7 +64,9 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
     ledger) and, where the boot logs its own room, ``room_boot − reserve`` (a canary that changed what is
     not in the key, e.g. ``max_num_batched_tokens``, shows its smaller room only there). A rank with
     neither cannot be judged. A boot that ran a manual ``--kv-cache-memory-bytes`` value holding more whole
-    blocks than the approved one fails: it is not a canary of the approved value. A rank left with no
+    blocks than the approved one fails: it is not a canary of the approved value; so does one whose logs
+    print the value to 0.01 GiB only when that figure's interval (``manual_kv_max_bytes``) reaches more
+    blocks: it may have run more than approved. A rank left with no
     room at all fails (it is not bad input: the boot is judged, with every check printed). On failure the
     detail names the lower value that fits (rounded down to whole blocks), as ``kvplan drift`` does.
 
