@@ -10,7 +10,7 @@ import pytest
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
 from kvplan.units import parse_size
-from tests.conftest import GiB
+from tests.conftest import GiB, approve_args
 
 
 def run_json(capsys, *argv):
@@ -384,20 +384,7 @@ def test_budget_reports_the_ledger_warnings_once_and_in_the_json(capsys, recwarn
 def test_approve_warns_when_its_guard_would_fail_the_approved_boot(capsys, tmp_path):
     # four-rank at 0.9 GiB reserve: rank 2's safe budget is exactly the approved 12 GiB (no --model,
     # so no rounding), 0 B above it, so any recorded guard > 0 fails a gate of this very boot.
-    status = main(
-        [
-            "approve",
-            str(FOUR_RANK / "boot.log"),
-            "--reserve",
-            "0.9GiB",
-            "--guard",
-            "0.5GiB",
-            "--approver",
-            "t",
-            "--out",
-            str(tmp_path),
-        ]
-    )
+    status = main(approve_args(tmp_path, "--guard", "0.5GiB"))
     assert status == 0
     err = capsys.readouterr().err
     assert "--guard 512 MiB is recorded as kvplan gate's default" in err
@@ -405,21 +392,7 @@ def test_approve_warns_when_its_guard_would_fail_the_approved_boot(capsys, tmp_p
 
 
 def test_verify_of_a_renamed_bundle_exits_0_with_the_name_as_a_note(capsys, tmp_path):
-    assert (
-        main(
-            [
-                "approve",
-                str(FOUR_RANK / "boot.log"),
-                "--reserve",
-                "0.9GiB",
-                "--approver",
-                "t",
-                "--out",
-                str(tmp_path / "evidence"),
-            ]
-        )
-        == 0
-    )
+    assert main(approve_args(tmp_path / "evidence")) == 0
     capsys.readouterr()
     (bundle,) = (tmp_path / "evidence").iterdir()
     renamed = bundle.rename(tmp_path / "CHG-1234")
@@ -438,18 +411,7 @@ def test_approve_with_nvidia_smi_then_gate_compares_the_gpu_type(capsys, tmp_pat
         "--nvidia-smi",
         str(FOUR_RANK / "nvidia-smi-apps.csv"),
     ]
-    approved = run_json(
-        capsys,
-        "approve",
-        str(FOUR_RANK / "boot.log"),
-        *snapshots,
-        "--reserve",
-        "0.9GiB",
-        "--approver",
-        "t",
-        "--out",
-        str(tmp_path / "evidence"),
-    )
+    approved = run_json(capsys, *approve_args(tmp_path / "evidence", *snapshots))
     # with both snapshots the only note left is the missing model (no block rounding, no capacity table)
     assert [w.split(":")[0] for w in approved["warnings"]] == ["no --model"]
     bundle = approved["bundle"]
@@ -521,43 +483,11 @@ def test_approve_beside_a_budget_json_that_is_not_a_bundle(capsys, tmp_path, mon
     monkeypatch.chdir(tmp_path)
     assert main(["budget", "--room", "13GiB", "--reserve", "1GiB", "--json"]) == 0
     (tmp_path / "budget.json").write_text(capsys.readouterr().out)
-    assert (
-        main(
-            [
-                "approve",
-                str(FOUR_RANK / "boot.log"),
-                "--reserve",
-                "0.9GiB",
-                "--approver",
-                "t",
-                "--out",
-                "evidence",
-            ]
-        )
-        == 0
-    )
+    assert main(approve_args("evidence")) == 0
 
 
 def test_approve_refuses_layout_flags_without_a_model(capsys, tmp_path):
-    assert (
-        main(
-            [
-                "approve",
-                str(FOUR_RANK / "boot.log"),
-                "--reserve",
-                "0.9GiB",
-                "--tp",
-                "2",
-                "--block-size",
-                "32",
-                "--approver",
-                "t",
-                "--out",
-                str(tmp_path),
-            ]
-        )
-        == 2
-    )
+    assert main(approve_args(tmp_path, "--tp", "2", "--block-size", "32")) == 2
     assert "--tp, --block-size describe the model's layout" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
@@ -596,17 +526,7 @@ def test_an_unknown_model_config_is_named_once_with_its_json_suffix(capsys):
 
 
 def test_approve_says_what_the_bundle_lacks_without_model_and_snapshots(capsys, tmp_path):
-    data = run_json(
-        capsys,
-        "approve",
-        str(FOUR_RANK / "boot.log"),
-        "--reserve",
-        "0.9GiB",
-        "--approver",
-        "t",
-        "--out",
-        str(tmp_path),
-    )
+    data = run_json(capsys, *approve_args(tmp_path))
     assert [w.split(":")[0] for w in data["warnings"]] == ["no --model", "no --nvidia-smi"]
 
 

@@ -10,7 +10,7 @@ from kvplan.config import DATA_DIR
 from kvplan.io import read_vllm_log, read_vllm_logs
 from kvplan.ledger import LedgerError, LedgerWarning, budget_from_ledger, compatibility_key, room_per_rank
 from kvplan.units import parse_size
-from tests.conftest import TESTS_DATA_DIR, GiB
+from tests.conftest import TESTS_DATA_DIR, GiB, approve_args
 
 LOGS = TESTS_DATA_DIR / "logs"
 FOUR_RANK = DATA_DIR / "boots" / "four-rank"
@@ -382,22 +382,7 @@ def test_an_oom_after_startup_is_refused_by_approve_and_fails_the_gate(tmp_path,
         f"{late}:88: boot 0 rank 2 did not boot cleanly (oom: after startup completed"
         in capsys.readouterr().err
     )
-    assert (
-        main(
-            [
-                "approve",
-                str(FOUR_RANK / "boot.log"),
-                "--reserve",
-                "0.9GiB",
-                "--approver",
-                "t",
-                "--out",
-                str(out),
-                "--json",
-            ]
-        )
-        == 0
-    )
+    assert main(approve_args(out, "--json")) == 0
     bundle = json.loads(capsys.readouterr().out)["bundle"]
     assert main(["gate", "--approved", bundle, str(late)]) == 1
     assert f"rank 2: oom: after startup completed, at {late}:88" in capsys.readouterr().out
