@@ -462,6 +462,11 @@ def test_encoder_graph_capture_memory_is_graph_memory(version):
             "Free memory grew by 1.25 GiB during profiling (initial 130.2 GiB, current 131.45 GiB). Sizing the KV cache from the 3.5 GiB torch reserved instead of the profiling difference.",
         ),
         ("elastic_ep", "[Elastic EP] Synced KV cache memory size to new workers"),
+        # v1/executor/abstract.py:409/427/449 (0.33): "It took %.6f seconds to fall asleep." / "... to wake
+        # up tags %s." / "... to discard tags %s."
+        ("sleep_mode", "It took 1.234567 seconds to fall asleep."),
+        ("sleep_mode", "It took 0.456789 seconds to wake up tags ['weights', 'kv_cache']."),
+        ("sleep_mode", "It took 0.012345 seconds to discard tags ['kv_cache']."),
     ],
 )
 def test_lines_that_change_what_the_room_means_are_flagged_with_their_line(family, message):
@@ -478,6 +483,28 @@ def test_weights_outside_the_process_reads_the_engine_budget():
     row, _meta = boot_row(single_rank(version, message))
     assert row["requested_bytes"] == gib("68.43")
     assert row["external_weights_bytes"] == gib("60.2")
+
+
+@pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
+def test_weights_outside_the_process_value_errors_read_their_numbers(version):
+    # v1/worker/utils.py request_memory (0.32+): the engine's budget is requested memory − external weights
+    budget = (
+        "ValueError: Free memory on device cuda:0 (60.12/79.25 GiB) on startup is less than the engine's "
+        "budget after excluding external process's weights (0.9, 62.4 GiB). Decrease GPU memory utilization "
+        "or reduce GPU memory used by other processes."
+    )
+    row, _meta = boot_row(single_rank(version, budget, level="ERROR"))
+    assert (row["outcome"], row["error"]) == ("error", budget)
+    assert (row["init_free_bytes"], row["total_bytes"]) == (gib("60.12"), gib("79.25"))
+    assert (row["gpu_memory_utilization"], row["requested_bytes"]) == (0.9, gib("62.4"))
+    over = (
+        "ValueError: Externally held weights on device cuda:0 (75.5/79.25 GiB) exceed the desired GPU memory "
+        "utilization (0.9, 71.33 GiB). Increase GPU memory utilization or reduce GPU memory used by other "
+        "processes."
+    )
+    row, _meta = boot_row(single_rank(version, over, level="ERROR"))
+    assert (row["outcome"], row["error"]) == ("error", over)
+    assert (row["external_weights_bytes"], row["requested_bytes"]) == (gib("75.5"), gib("71.33"))
 
 
 @pytest.mark.parametrize("version", ["0.32.0", "0.33.0"])
@@ -566,4 +593,6 @@ SAMPLE_LINES = [
     "[Elastic EP] Synced KV cache memory size to new workers",
     "HiSparse steady-state maximum concurrency for 131,072 tokens per request: 35.20x (running requests reading from host).",
     "Asynchronous scheduling is enabled.",
+    "ValueError: Externally held weights on device cuda:0 (75.5/79.25 GiB) exceed the desired GPU memory utilization (0.9, 71.33 GiB).",
+    "It took 1.234567 seconds to fall asleep.",
 ]

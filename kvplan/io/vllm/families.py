@@ -143,10 +143,21 @@ FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
         "Free memory on device",
         re.compile(
             r"Free memory on device(?: \S+)? \(" + NUM + "/" + NUM + r" GiB\) on startup(?:\.| is less than) "
-            r"[Dd]esired GPU memory utilization (?:is )?\(" + NUM + ", " + NUM + r" GiB\)"
+            r"(?:[Dd]esired GPU memory utilization (?:is )?|the engine's budget after excluding external "
+            r"process's weights )\(" + NUM + ", " + NUM + r" GiB\)"
         ),
         "rank",
         h.device_free,
+    ),
+    (
+        "external_weights_over",
+        "Externally held weights",
+        re.compile(
+            r"Externally held weights on device \S+ \(" + NUM + "/" + NUM + r" GiB\) exceed the desired GPU "
+            r"memory utilization \(" + NUM + ", " + NUM + r" GiB\)"
+        ),
+        "rank",
+        h.external_weights_over,
     ),
     (
         "usage",

@@ -107,6 +107,16 @@ def device_free(m: re.Match) -> dict:
     }
 
 
+def external_weights_over(m: re.Match) -> dict:
+    """0.32+ ``ValueError``: the weights held outside the process exceed the utilization budget."""
+    return {
+        "external_weights_bytes": gib_bytes(m.group(1)),
+        "total_bytes": gib_bytes(m.group(2)),
+        "gpu_memory_utilization": float(m.group(3)),
+        "requested_bytes": gib_bytes(m.group(4)),
+    }
+
+
 def usage_old(m: re.Match) -> dict:
     return {
         "weights_bytes": gib_bytes(m.group(1)),

@@ -173,14 +173,19 @@ SIZING_FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
     ("profile_table", "\t", re.compile(_TABLE_KEYS + r"\t\s*" + NUM + r"\s*GiB\s*$"), "rank", _table_field),
     ("profile_table", "  ", re.compile(_TABLE_KEYS + r" {2,}" + NUM + r"\s*GiB\s*$"), "rank", _table_field),
 ]
+SLEEP_MODE_NOTE = (
+    "this boot ran with sleep mode (CuMemAllocator): vLLM overestimates 'Available KV cache memory' under "
+    "CuMem (vllm#40256), so its room may be too high; profile a boot without --enable-sleep-mode"
+)
 #: Lines that make a room mean something else, (note code, trigger, regex, what the note says).
 ROOM_CAVEATS = [
+    ("sleep_mode", "freed", r"^Sleep mode freed|^CuMemAllocator: sleep freed", SLEEP_MODE_NOTE),
+    # v1/executor/abstract.py (0.33: 409/427/449): the executor's sleep, wake-up and discard timings
     (
         "sleep_mode",
-        "freed",
-        r"^Sleep mode freed|^CuMemAllocator: sleep freed",
-        "this boot ran with sleep mode (CuMemAllocator): vLLM overestimates 'Available KV cache memory' under "
-        "CuMem (vllm#40256), so its room may be too high; profile a boot without --enable-sleep-mode",
+        "seconds to ",
+        r"^It took [\d.]+ seconds to (?:fall asleep|wake up tags|discard tags)",
+        SLEEP_MODE_NOTE,
     ),
     (
         "rocm_free_grew",
