@@ -177,6 +177,10 @@ SLEEP_MODE_NOTE = (
     "this boot ran with sleep mode (CuMemAllocator): vLLM overestimates 'Available KV cache memory' under "
     "CuMem (vllm#40256), so its room may be too high; profile a boot without --enable-sleep-mode"
 )
+HISPARSE_NOTE = (
+    "HiSparse keeps KV cache on the host too: 'GPU + host KV cache size' is limited by both pools, not a "
+    "GPU-only figure; the host pool is not modelled"
+)
 #: Lines that make a room mean something else, (note code, trigger, regex, what the note says).
 ROOM_CAVEATS = [
     ("sleep_mode", "freed", r"^Sleep mode freed|^CuMemAllocator: sleep freed", SLEEP_MODE_NOTE),
@@ -201,13 +205,8 @@ ROOM_CAVEATS = [
         "Elastic EP scale-up workers took the first workers' KV cache size without profiling their own memory: "
         "their room is not measured",
     ),
-    (
-        "hisparse",
-        "HiSparse",
-        r"^HiSparse steady-state maximum concurrency",
-        "HiSparse keeps KV cache on the host too: 'GPU + host KV cache size' is limited by both pools, not a "
-        "GPU-only figure; the host pool is not modelled",
-    ),
+    ("hisparse", "HiSparse", r"^HiSparse steady-state maximum concurrency", HISPARSE_NOTE),
+    ("hisparse", "KV cache size:", r"^GPU \+ host KV cache size", HISPARSE_NOTE),
     (
         "weights_outside",
         "held outside this process",
