@@ -17,7 +17,7 @@ import pandas as pd
 from kvplan.budget import Budget, BudgetError, median_bytes, uniform_budget
 from kvplan.columns import KEY_COLUMNS, LAYOUT_FIELDS, SIZING_CONFIG, failure_phase, is_known, world_size
 from kvplan.releases import local_rank0_only, rank0_only_advice, version_tuple
-from kvplan.units import format_size
+from kvplan.units import GIB_2DP_HALF_STEP_BYTES, format_size
 
 #: Key fields that every boot of a budget must show: which model, and how many ranks.
 REQUIRED_KEY = ("model", *LAYOUT_FIELDS)
@@ -56,11 +56,15 @@ def _where(lines: Mapping, source: object, boot: object, rank: object, column: s
     return f"{source}:{line}" if line is not None else f"{source}"
 
 
+_HOST_POOL = ("kv_cache_tokens", "max_model_len", "available_kv_bytes")
+
+
 def launch_settings(ledger: pd.DataFrame) -> dict:
     """The :data:`~kvplan.columns.SIZING_CONFIG` settings the logs show with one value (for kvspec).
 
     A setting no row shows, or shown with two values, is left out (kvspec then takes vLLM's default or
-    its named lower bound).
+    its named lower bound). A "GPU + host" pool (HiSparse) adds ``host_pool``: the logged tokens and
+    length of the lowest concurrency, and the most available memory (:mod:`kvplan.kvspec.host_pool`).
 
     >>> launch_settings(pd.DataFrame({"max_num_batched_tokens": [8192] * 2, "mamba_cache_mode": [None] * 2}))
     {'max_num_batched_tokens': 8192}
@@ -71,6 +75,13 @@ def launch_settings(ledger: pd.DataFrame) -> dict:
             values = {plain_value(value) for value in ledger[column].dropna()}
             if len(values) == 1:
                 settings[column] = values.pop()
+    if "host" in str(settings.get("kv_cache_pools", "")) and {*_HOST_POOL} <= {*ledger.columns}:
+        shown = ledger.dropna(subset=list(_HOST_POOL))
+        if len(shown):  # HiSparse: the lowest logged concurrency, the most memory (a 2-decimal GiB figure)
+            ratio = shown["kv_cache_tokens"] / shown["max_model_len"]
+            low = shown.loc[ratio.astype(float).idxmin()]
+            most = int(shown["available_kv_bytes"].max()) + GIB_2DP_HALF_STEP_BYTES
+            settings["host_pool"] = (int(low["kv_cache_tokens"]), int(low["max_model_len"]), most)
     return settings
 
 

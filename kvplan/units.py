@@ -21,6 +21,8 @@ _VLLM_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 #: The largest size kvplan takes: the ledger holds bytes as 64-bit integers (8 EiB − 1 B).
 MAX_SIZE_BYTES = 2**63 - 1
+#: Half of the 0.01 GiB step of a 2-decimal GiB figure: how far such a figure can be from the truth.
+GIB_2DP_HALF_STEP_BYTES = GiB // 200
 
 _SIZE_RE = re.compile(r"\s*([+-]?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
 

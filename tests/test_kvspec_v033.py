@@ -197,3 +197,38 @@ def test_unmodelled_cases_are_approximate_and_low():
     # async scheduling with PP 2: the V2 runner's 3 batches in flight (V1: 2), the larger taken
     gemma = kv_spec(read_model_config("gemma-3-27b"), tp=2, pp=2, max_num_batched_tokens=8192)
     assert gemma.launch.in_flight_tokens == 3 * 8192 and "PP 2" in gemma.approximate_reason
+
+
+def test_hisparse_gpu_plus_host_figure_is_not_compared_and_caps_capacity():
+    # a "GPU + host KV cache size" (HiSparse, 0.32+) is min(GPU pool, host pool): not a GPU-only figure
+    import pandas as pd
+
+    llama = read_model_config("llama-3.1-8b")  # 131,072 B per token, 2 MiB blocks
+    ledger = pd.DataFrame(
+        {
+            "available_kv_bytes": [4 * GiB],
+            "kv_cache_tokens": [16_384],
+            "max_model_len": [8192],
+            "kv_cache_pools": ["GPU + host"],
+            "vllm_version": ["0.33.0"],
+        }
+    )
+    rows = cross_check(ledger, kv_spec(llama))
+    assert rows["agrees"].isna().all()
+    assert cross_check_verdict(rows).startswith(
+        "nothing to cross-check: the logged 'GPU + host KV cache size'"
+    )
+    # the GPU pool alone: 4 GiB / 2 MiB = 2,048 blocks, 2,048 / 512 = 4.0x at 8,192 tokens; the log's
+    # 16,384 / 8,192 = 2.0x bounds it (host pool): at the same 4 GiB less one block (2 MiB) against
+    # 4 GiB + 0.005 GiB, 2.0 × 4,292,870,144 / 4,300,336,005 = 1.99653 → 16,355 tokens; at 16,384 tokens
+    # the request takes twice the blocks (ceil(8,192 / 16) / ceil(16,384 / 16) = 1/2): 0.99826x
+    spec = kv_spec(llama, host_pool=(16_384, 8192, 4 * GiB + GiB // 200))
+    assert spec.approximate and "HiSparse" in spec.approximate_reason
+    at_logged, longer = spec.capacity(4 * GiB, 8192), spec.capacity(4 * GiB, 16_384)
+    assert (at_logged.blocks, at_logged.tokens, round(at_logged.max_concurrency, 5)) == (
+        2_048,
+        16_355,
+        1.99653,
+    )
+    assert round(longer.max_concurrency, 5) == 0.99826 and longer.approximate
+    assert kv_spec(llama).capacity(4 * GiB, 8192).max_concurrency == 4.0

@@ -144,3 +144,47 @@ def test_mla_without_the_gpu_type_is_refused_not_rounded_to_the_default_block(ca
     assert code == 2
     assert err.startswith("error: ") and "MLA attention backend pick the block size" in err
     assert "--nvidia-smi" in err
+
+
+@pytest.fixture
+def deepseek_v32_config(tmp_path):
+    """DeepSeek-V3.2's architecture: DeepSeek-V3's (61 MLA layers, latent 512 + 64) with the sparse
+    attention's indexer (``index_topk`` 2,048)."""
+    from kvplan.io.model_config import read_model_config
+
+    config = read_model_config("deepseek-v3")
+    config = {key: value for key, value in config.items() if not key.startswith("_")}
+    config["_source"] = {"model": "deepseek-ai/DeepSeek-V3.2"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**config, "index_topk": 2048}))
+    return str(path)
+
+
+def test_hisparse_host_pool_is_flagged_not_compared_and_never_over_predicted(capsys, deepseek_v32_config):
+    # DeepSeek-V3.2 TP 8, 0.33, fp8_ds_mla (656 B per token per layer), HiSparse with an 8 GiB host pool.
+    # vLLM: the host source group's page is 61 × 64 × 656 = 2,561,024 B (hisparse/layout.py, unshared
+    # pool: stride = page): 8 GiB // 2,561,024 = 3,354 host blocks; a 131,072-token request takes
+    # ceil(131,072 / 64) = 2,048 of them → host limit 3,354 / 2,048 = 1.6377, below the GPU pool's, so
+    # "GPU + host KV cache size: int(1.6377 × 131,072) = 214,656 tokens, ... 1.64x".
+    # kvplan's GPU pool alone (indexer, resident and hot groups not modelled): 20 GiB / 2,561,024 =
+    # 8,385 blocks → 4.09x, 536,640 tokens: 2.5 × what vLLM allocates. Capped at the logged figure: the
+    # budget (8,385 blocks = 21,474,186,240 B) minus one block against the most memory 20 GiB + 0.005 GiB
+    # (21,480,205,189 B) → 214,656 / 131,072 × 21,471,625,216 / 21,480,205,189 = 1.63704 →
+    # int(1.63704 × 131,072) = 214,570 tokens.
+    log = str(TESTS_DATA_DIR / "v0.33-deepseek-v3.2-tp8-hisparse.log")
+    # rank 7's room 25,470,666,014 − 20 GiB = 3,995,829,534 (the suggestion lines of the MLA case)
+    argv = ["budget", log, "--model", deepseek_v32_config, "--reserve", "3995829534"]
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    capacity = data["capacity"]
+    assert data["uniform_budget_bytes"] == 8_385 * 2_561_024
+    assert capacity["approximate"] and "HiSparse" in capacity["approximate_reason"]
+    assert capacity["tokens"] == 214_570 <= 214_656
+    assert round(capacity["max_concurrency"], 5) == 1.63704
+    assert data["cross_check"].startswith("nothing to cross-check: the logged 'GPU + host KV cache size'")
+    assert any("HiSparse keeps KV cache on the host too" in warning for warning in data["warnings"])
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "capacity        8,385 blocks = 214,570 tokens, 1.64x at 131,072 tokens" in captured.out
+    assert "cross-check     nothing to cross-check: the logged 'GPU + host KV cache size'" in captured.out
+    assert "HiSparse keeps KV cache on the host too" in captured.err

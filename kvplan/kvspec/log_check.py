@@ -16,10 +16,13 @@ from kvplan.columns import is_known
 from kvplan.kvspec.base import parse_vllm_version
 from kvplan.kvspec.spec import KVSpec
 from kvplan.releases import KV_CACHE_MEMORY_BYTES_FROM, PER_WORKER_KV_LINES_FROM, PER_WORKER_KV_LINES_UNTIL
-from kvplan.units import GiB
+from kvplan.units import GIB_2DP_HALF_STEP_BYTES
 
-#: Half of the 0.01 GiB step of a 2-decimal GiB figure: how far such a figure can be from the truth.
-GIB_2DP_HALF_STEP_BYTES = GiB // 200
+#: Why a HiSparse boot's figures are not cross-checked (:mod:`kvplan.kvspec.host_pool`).
+HOST_POOL_NOT_COMPARED = (
+    "the logged 'GPU + host KV cache size' counts HiSparse's host pool too (vLLM's concurrency is the lower "
+    "of the GPU and host pools'), not a GPU-only figure: not compared, the host pool is not modelled"
+)
 
 
 def _first(values: pd.Series):
@@ -76,7 +79,8 @@ def cross_check(
 
     Works on ledger columns (``kvplan.columns``): ``available_kv_bytes`` (else ``kv_in_use_bytes``;
     exact ``manual_kv_bytes`` and 0.10.2's byte-exact ``kv_in_use_bytes`` first), ``num_gpu_blocks``,
-    ``kv_cache_tokens``, ``max_concurrency``, ``max_model_len``, ``block_size``, ``vllm_version`` and,
+    ``kv_cache_tokens``, ``max_concurrency``, ``max_model_len``, ``block_size``, ``vllm_version``,
+    ``kv_cache_pools`` (a "GPU + host" figure of HiSparse is not compared) and,
     where present, ``source``, ``boot``, ``dp_rank`` (each DP rank is its own engine) and ``pp_rank``.
     vLLM 0.9.0–0.11.0 log the figures once per worker from that worker's memory, so each row is
     checked; other releases log them once from the minimum over ranks, so each boot is checked
@@ -120,6 +124,7 @@ def cross_check(
         "num_gpu_blocks",
         "kv_cache_tokens",
         "max_concurrency",
+        "kv_cache_pools",
     ):
         if column not in rows:
             rows[column] = None
@@ -175,6 +180,9 @@ def _check_unit(unit: pd.DataFrame, spec: KVSpec, max_model_len: int | None, tol
         "likely_cause": None,
         "reason": "",
     }
+    if "host" in str(_first(unit["kv_cache_pools"]) or ""):
+        result["reason"] = HOST_POOL_NOT_COMPARED
+        return result
     known = unit.dropna(subset=["_available"])
     if known.empty or length is None:
         result["reason"] = "no available KV memory in the log" if known.empty else "max_model_len unknown"

@@ -28,6 +28,7 @@ _LAUNCH_OPTIONS = {
     "num_gpu_blocks_override": int,
     "kv_cache_group_block_sizes": str,
     "gpu_name": str,
+    "host_pool": tuple,
 }
 #: Defaults of the layout options when neither the caller nor the logs give them.
 _OPTION_DEFAULTS = {"pp": 1, "dcp": 1, "kv_cache_dtype": "auto"}

@@ -31,6 +31,7 @@ from kvplan.kvspec.base import (
 )
 from kvplan.kvspec.block_size import BlockSizeInputs, logged_block_sizes, resolve_block_size
 from kvplan.kvspec.groups import kv_cache_groups
+from kvplan.kvspec.host_pool import HOST_POOL_NOTE, LoggedHostPool, host_pool_bound
 from kvplan.kvspec.launch import LaunchSettings, launch_settings
 from kvplan.kvspec.layout import pp_partition
 from kvplan.kvspec.model_name import check_model_name
@@ -80,6 +81,7 @@ class KVSpec:
     launch: LaunchSettings
     approximate_reason: str
     num_gpu_blocks_override: int | None = None
+    host_pool: LoggedHostPool | None = None
     options: Mapping[str, object] = field(default_factory=dict)
 
     @property
@@ -192,7 +194,7 @@ class KVSpec:
         """
         blocks = self.num_blocks(kv_bytes)
         limiting = self.limiting_stage
-        return Capacity(
+        result = Capacity(
             model=self.arch.name,
             vllm_version=self.vllm_version,
             tp=self.tp,
@@ -221,6 +223,7 @@ class KVSpec:
             ),
             block_size_note=self.block_size_note,
         )
+        return result if self.host_pool is None else host_pool_bound(result, self.host_pool)
 
     def to_dict(self) -> dict:
         """JSON-ready summary: layout, block size, per-stage geometry, approximate flag."""
@@ -260,6 +263,7 @@ def kv_spec(
     num_gpu_blocks_override: int | None = None,
     gpu_name: str | None = None,
     kv_cache_group_block_sizes: object = None,
+    host_pool: Sequence[int] | None = None,
     pp_layers: Sequence[int] = (),
     dtype: str | None = None,
     logged_model: str | None = None,
@@ -272,7 +276,9 @@ def kv_spec(
     ``hybrid_kv_cache_manager``: False when vLLM disabled it, ``num_gpu_blocks_override``) are the
     logs'; None takes vLLM's default for the release (:func:`kvplan.kvspec.launch.launch_settings`,
     named in :attr:`KVSpec.settings_note`), or a lower bound named in ``approximate_reason``.
-    ``pp_layers`` is ``VLLM_PP_LAYER_PARTITION`` when set. ``dtype`` is the dtype vLLM served
+    ``host_pool`` is a logged HiSparse "GPU + host KV cache size" (tokens, its ``max_model_len``, the
+    available bytes it was sized from; :mod:`kvplan.kvspec.host_pool`): capacity is capped at the lower
+    bound it gives. ``pp_layers`` is ``VLLM_PP_LAYER_PARTITION`` when set. ``dtype`` is the dtype vLLM served
     (``--dtype`` as its log shows it, e.g. ``torch.bfloat16``; None or ``auto`` = the config's
     ``torch_dtype``). ``logged_model`` is the model name the logs show; a config naming another
     model is refused (:func:`check_model_name`).
@@ -295,6 +301,9 @@ def kv_spec(
     sized_dtype, dtype_note = unmodelled_kv_dtype(kv_cache_dtype)
     token_bytes = attention_bytes_per_token_per_layer(arch, tp, sized_dtype)
     reasons = [*arch.notes, *filter(None, (dtype_note, pcp_note(pcp)))]
+    logged_pool = None if host_pool is None else LoggedHostPool(*(int(value) for value in host_pool))
+    if logged_pool is not None:
+        reasons.append(HOST_POOL_NOTE)
     linear_bytes = None
     layer_types = arch.layer_types
     if LINEAR_ATTENTION in layer_types:
@@ -361,6 +370,7 @@ def kv_spec(
         launch=launch,
         approximate_reason="; ".join(reasons),
         num_gpu_blocks_override=num_gpu_blocks_override,
+        host_pool=logged_pool,
         options=options,
     )
 
