@@ -3,9 +3,11 @@
 Each boot's logged "GPU KV cache size" and "Maximum concurrency" are derived from vLLM 0.33's code in
 ``tests/test_kvspec_v033.py`` (one derivation per case). Here the CLI, which takes every launch
 setting from the log itself (block size, auto-fitted ``max_model_len``, ``num_gpu_blocks_override``,
-``max_num_batched_tokens``, async scheduling, Mamba cache mode) and the GPU type from an nvidia-smi
-snapshot, must reproduce them: in the cross-check (prediction at the logged available memory), and
-in the capacity of a budget equal to that memory.
+``max_num_batched_tokens``, Mamba cache mode; async scheduling is 0.27+'s default, printed only when
+vLLM turns it off) and the GPU type from an nvidia-smi snapshot, must reproduce them: in the
+cross-check (prediction at the logged available memory), and in the capacity of a budget equal to
+that memory. As in a real 0.33 log, "Available KV cache memory" and the rank assignment are printed
+by local rank 0 only (``info_once``), the --kv-cache-memory suggestion by every rank.
 
 The reserve of each case makes the budget the logged "Available KV cache memory" exactly: each rank's
 room is its "--kv-cache-memory=N ... to fully utilize gpu memory" suggestion (0.27+ wording, every
