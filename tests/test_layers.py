@@ -20,6 +20,7 @@ FLOORS = {
     "kvplan.verdict": 0,
     "kvplan.load_rows": 0,
     "kvplan.load_reading": 0,
+    "kvplan.load_table": 0,
     "kvplan.io": 1,
     "kvplan.budget": 2,
     "kvplan.capacity": 2,

@@ -62,7 +62,14 @@ CASES = {
         [stats(f"11-29 10:00:{s:02d}") for s in (0, 10, 20, 30, 40)] + [stats("11-29 11:00:00")],
         {},
     ),
-    "a count beyond 64 bits": ([stats("11-29 10:00:00", running="9" * 30), OOM], {"year": 2026}),
+    "a count beyond 64 bits": (
+        [stats("11-29 10:00:00"), stats("11-29 10:00:10", running="9" * 30), OOM],
+        {"year": 2026},
+    ),
+    "counts of 18 and 19 digits": (
+        [stats("11-29 10:00:00", running="9" * 18), stats("11-29 10:00:10", running=str(2**63 - 1))],
+        {"year": 2026},
+    ),
     "no such day": ([stats("11-29 10:00:00"), stats("02-30 10:00:00")], {"year": 2026}),
     "no such second": ([stats("11-29 10:00:00"), stats("11-29 10:00:60")], {"year": 2026}),
     "shifted before year 1": ([stats("01-01 00:00:00")], {"year": 1, "utc_offset": 5}),

@@ -2,15 +2,15 @@
 
 Most lines of a load-test log are V1 stats lines in vLLM's default form (0.8.3 on). Such a line, when it is
 one record alone, is matched whole by :data:`V1_STATS_LINE` and taken straight into the packed rows
-(:func:`take_stats_line`), with exactly what the general reader (:mod:`kvplan.io.vllm_stats`) would do for
+(:func:`read_lines`), with exactly what the general reader (:mod:`kvplan.io.vllm_stats`) would do for
 it; any other line, or one the whole-line path cannot take, goes through the general reader.
 """
 
 from __future__ import annotations
 
 import re
-import struct
 from array import array
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
 from kvplan.io.stats_records import Record, RecordReader, file_name
@@ -20,15 +20,16 @@ V1_PREEMPTIONS_FIELD_FROM_LINENO = (
     236  # loggers.py line of the stats call in 0.11.1, the first with "Preemptions"
 )
 _NUMBER = r"(-?\d+(?:\.\d+)?)"
-V1_STATS_LINE = re.compile(  # a whole line that is one V1 stats record as vLLM prints it from 0.8.3 on
-    r"(?:\([A-Za-z]+ pid=\d+\) )?INFO (\d\d-\d\d) (\d\d:\d\d:\d\d) \[([\w./-]+?):(\d+)\] Engine (\d+): "
+#: A whole line that is one V1 stats record as vLLM prints it from 0.8.3 on (counts of up to 18 digits, so
+#: that each fits its 64-bit column; a longer one is left to the general reader, which refuses it).
+V1_STATS_LINE = re.compile(
+    r"(?:\([A-Za-z]+ pid=\d+\) )?INFO (\d\d-\d\d) (\d\d:\d\d:\d\d) \[([\w./-]+?):(\d+)\] Engine (\d{1,18}): "
     rf"Avg prompt throughput: {_NUMBER} tokens/s, Avg generation throughput: {_NUMBER} tokens/s, "
-    r"Running: (\d+) reqs, Waiting: (\d+) reqs, (?:Preemptions: (\d+), )?[A-Z]+ KV cache usage: "
+    r"Running: (\d{1,18}) reqs, Waiting: (\d{1,18}) reqs, (?:Preemptions: (\d{1,18}), )?[A-Z]+ KV cache usage: "
     rf"{_NUMBER}%, Prefix cache hit rate: {_NUMBER}%$"
 )
 _FIRST = datetime(1, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
-_LAST_MICROS = (datetime.max - _FIRST) // _MICROSECOND
 
 
 class StatsLog:
@@ -96,32 +97,61 @@ class StatsLog:
             self.last = None
 
 
-def take_stats_line(log: StatsLog, reader: RecordReader, match: re.Match) -> bool:
-    """Take a line that is one V1 stats record in vLLM's default form (:data:`V1_STATS_LINE`) straight
-    into ``log``, with what :func:`kvplan.io.vllm_stats.parse_stats_lines` would do for it; False (nothing taken) when the line
-    needs the general reader: a time that does not exist, a usage outside 0–100 %, a number too large."""
-    month_day, clock, file, lineno, engine, prompt, generation, running, waiting, preemptions, usage, hits = (
-        match.groups()
-    )
-    usage_pct = float(usage)
-    stamp = reader.stamp(month_day, clock) if 0 <= usage_pct <= 100 else None
-    if stamp is None:
-        return False
-    micros, year, month = stamp
-    micros += log.shift_micros
-    if not 0 <= micros <= _LAST_MICROS:  # shifted out of datetime's years: the general reader refuses it
-        return False
-    late_v1 = log.late_v1 or preemptions is not None
-    if not late_v1 and file_name(file) == "loggers.py" and int(lineno) >= V1_PREEMPTIONS_FIELD_FROM_LINENO:
-        late_v1 = True
-    log.close()  # the open row ends here, as a new row's would
-    index = len(log.rows)
-    try:
-        log.rows.add_packed(
-            log.code,
-            reader.number + 1,
+def read_lines(
+    log: StatsLog, reader: RecordReader, lines: Iterable[str], wrap_width: int, general: Callable[[str], None]
+) -> None:
+    """Read ``lines`` into ``log``: a line that is one V1 stats record in vLLM's default form
+    (:data:`V1_STATS_LINE`) straight into the packed rows, with what the general reader would do for it;
+    any other line through ``general`` (the general reader: :func:`kvplan.io.vllm_stats.parse_stats_lines`),
+    as is a stats line that it must judge: a time that does not exist, a usage outside 0–100 %."""
+    fast, joiner, take_stamp = V1_STATS_LINE.match, reader.lines, reader.take_stamp
+    add, pending_v1, series = log.rows.add_packed, log.pending_v1, log.series
+    code, shift = log.code, log.shift_micros
+    for text in lines:
+        match = None if joiner.held is not None else fast(text)
+        if match is None or match.end() == wrap_width:
+            general(text)
+            continue
+        (
+            month_day,
+            clock,
+            file,
+            lineno,
+            engine,
+            prompt,
+            generation,
+            running,
+            waiting,
+            preemptions,
+            usage,
+            hits,
+        ) = match.groups()
+        usage_pct = float(usage)
+        taken = take_stamp(month_day, clock, shift) if 0 <= usage_pct <= 100 else None
+        if taken is None:  # the general reader warns about the usage, or refuses the stamp
+            general(text)
+            continue
+        line, micros = taken
+        late_v1 = log.late_v1
+        if not late_v1:
+            late_v1 = log.late_v1 = preemptions is not None or (
+                file_name(file) == "loggers.py" and int(lineno) >= V1_PREEMPTIONS_FIELD_FROM_LINENO
+            )
+        if log.last is not None:
+            log.close()  # the open row ends here, as a new row's would
+        if preemptions is not None:
+            preempted = int(preemptions)
+        elif late_v1:
+            preempted = 0
+        else:
+            preempted = UNKNOWN_NUMBER
+            pending_v1.append(len(log.rows))
+        known, engine_index = reader.known, int(engine)
+        add(
+            code,
+            line,
             micros,
-            int(engine),
+            engine_index,
             usage_pct,
             int(running),
             int(waiting),
@@ -129,26 +159,19 @@ def take_stats_line(log: StatsLog, reader: RecordReader, match: re.Match) -> boo
             float(prompt),
             float(generation),
             float(hits),
-            int(preemptions) if preemptions is not None else 0 if late_v1 else UNKNOWN_NUMBER,
+            preempted,
             UNKNOWN_NUMBER,
             0,  # kind "log"
-            reader.known,
+            known,
             log.restarts,
             0,  # no event
         )
-    except struct.error:
-        return False
-    reader.take(year, month)
-    log.late_v1 = late_v1
-    if not reader.known:
-        log.yearless = True
-    if preemptions is None and not late_v1:
-        log.pending_v1.append(index)
-    log.forms.add("v1")
-    log.last_form = "v1"
-    series = log.series.get(int(engine))
-    if series is None:
-        series = log.series[int(engine)] = (array("q"), array("q"))
-    series[0].append(micros)
-    series[1].append(reader.number)
-    return True
+        if not known:
+            log.yearless = True
+        log.last_form = "v1"
+        log.forms.add("v1")
+        engine_series = series.get(engine_index)
+        if engine_series is None:
+            engine_series = series[engine_index] = (array("q"), array("q"))
+        engine_series[0].append(micros)
+        engine_series[1].append(line)

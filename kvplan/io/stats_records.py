@@ -42,6 +42,7 @@ _OUTER_STAMP = re.compile(
 _TRAILING_PREFIX = re.compile(r"\s*\([^()]*(?:\([^()]*\)[^()]*)*pid=\d+[^()]*\)\s*$")
 _EPOCH = datetime(1, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
+_LAST_MICROS = (datetime.max - _EPOCH) // _MICROSECOND
 _ENGINE_PREFIX = re.compile(r"EngineCore_(?:DP)?(\d+)\b")
 
 
@@ -147,15 +148,17 @@ class RecordReader:
     record (a log that runs over New Year moves on a year).
 
     A stamp that names no real time (``02-30``, ``25:00:00``) is a :class:`LoadFormatError` naming
-    ``source`` and the line. A reader with a line of its own to take (a stats line read whole) asks
-    :meth:`stamp` for its time and :meth:`take` s the line, as :meth:`push` would.
+    ``source`` and the line. A reader with a line of its own to take (a stats line read whole) takes
+    it with :meth:`take_stamp`, as :meth:`push` would.
 
     >>> reader = RecordReader(2026)
     >>> lines = ["INFO 12-31 23:59:50 [a.py:1] x", "INFO 01-01 00:00:00 [a.py:1] y"]
     >>> [r.time.isoformat() for line in lines for r in reader.push(line)]
     ['2026-12-31T23:59:50', '2027-01-01T00:00:00']
-    >>> reader.stamp("01-02", "00:00:00") == ((datetime(2027, 1, 2) - _EPOCH) // _MICROSECOND, 2027, 1)
+    >>> reader.take_stamp("01-02", "00:00:00") == (3, (datetime(2027, 1, 2) - _EPOCH) // _MICROSECOND)
     True
+    >>> reader.take_stamp("02-30", "00:00:00"), reader.number
+    (None, 3)
     """
 
     def __init__(self, year: int | None, wrap_width: int = WRAP_WIDTH, source: str = "log") -> None:
@@ -164,7 +167,8 @@ class RecordReader:
         self.year_value = year if year is not None else PLACEHOLDER_YEAR
         self.last_month: int | None = None
         self.lines = _Joiner(wrap_width)
-        self._midnights: dict[tuple[int, str], tuple[int, int]] = {}  # (year, "MM-DD") → (µs, month)
+        self._day: str | None = None  # "MM-DD" of the last stamp :meth:`take_stamp` took, while current
+        self._midnight = 0  # its midnight [µs since year 1]
         self._clocks: dict[str, int] = {}  # "HH:MM:SS" → µs since midnight
 
     @property
@@ -200,30 +204,35 @@ class RecordReader:
             yield record
             if record.time is not None:
                 self.known, self.year_value = record.year_known, record.time.year
-                self.last_month = record.time.month
+                self.last_month, self._day = record.time.month, None
 
-    def stamp(self, month_day: str, clock: str) -> tuple[int, int, int] | None:
-        """(µs since year 1, year, month) of vLLM's stamp ``MM-DD`` ``HH:MM:SS`` on the next line, read with
-        no outer stamp, as :meth:`push` would; ``None`` when it names no real time (then push the line)."""
-        month = int(month_day[:2])
-        year = self.year_value + (self.last_month is not None and month < self.last_month)
-        midnight = self._midnights.get((year, month_day))
+    def take_stamp(self, month_day: str, clock: str, shift_micros: int = 0) -> tuple[int, int] | None:
+        """Take the next line as one record stamped ``MM-DD`` ``HH:MM:SS`` by vLLM, with no outer stamp, as
+        :meth:`push` would: its (line number, µs since year 1 plus ``shift_micros``), the year carried on.
+        ``None``, and nothing taken, when the stamp names no real time or the shift leaves datetime's
+        years (then push the line: the general reader refuses it)."""
         seconds = self._clocks.get(clock)
-        if midnight is None or seconds is None:
+        day = None  # (year, month, "MM-DD", midnight) when the stamp starts another day
+        if month_day == self._day and seconds is not None:  # the last stamp's day: same year and month
+            micros = self._midnight + seconds + shift_micros
+        else:
+            month = int(month_day[:2])
+            year = self.year_value + (self.last_month is not None and month < self.last_month)
             try:
-                date = datetime(year, month, int(month_day[3:]))
-                hours, minutes, second = int(clock[:2]), int(clock[3:5]), int(clock[6:])
-                time(hours, minutes, second)
+                midnight = (datetime(year, month, int(month_day[3:])) - _EPOCH) // _MICROSECOND
+                if seconds is None:
+                    hours, minutes, second = int(clock[:2]), int(clock[3:5]), int(clock[6:])
+                    time(hours, minutes, second)
+                    seconds = self._clocks[clock] = ((hours * 60 + minutes) * 60 + second) * 1_000_000
             except ValueError:
                 return None
-            midnight = self._midnights[year, month_day] = ((date - _EPOCH) // _MICROSECOND, month)
-            seconds = self._clocks[clock] = ((hours * 60 + minutes) * 60 + second) * 1_000_000
-        return midnight[0] + seconds, year, month
-
-    def take(self, year: int, month: int) -> None:
-        """Count a line that held one record, stamped in ``year`` and ``month`` (from :meth:`stamp`)."""
+            micros, day = midnight + seconds + shift_micros, (year, month, month_day, midnight)
+        if shift_micros and not 0 <= micros <= _LAST_MICROS:
+            return None
+        if day is not None:
+            self.year_value, self.last_month, self._day, self._midnight = day
         self.lines.number += 1
-        self.year_value, self.last_month = year, month
+        return self.lines.number, micros
 
 
 def _record(

@@ -32,7 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from kvplan.io import prometheus_text, stats_log
-from kvplan.io.stats_log import V1_PREEMPTIONS_FIELD_FROM_LINENO, StatsLog, take_stats_line
+from kvplan.io.stats_log import V1_PREEMPTIONS_FIELD_FROM_LINENO, StatsLog
 from kvplan.io.stats_message import has_running, parse_stats_message
 from kvplan.io.stats_records import (
     WRAP_WIDTH,
@@ -128,11 +128,7 @@ def parse_stats_lines(
     """
     log = StatsLog(source, log_time_shift(utc_offset))
     reader = RecordReader(year, wrap_width, source)
-    fast = stats_log.V1_STATS_LINE.match
-    for line in lines:
-        match = None if reader.lines.held is not None else fast(line)
-        if match is None or match.end() == wrap_width or not take_stats_line(log, reader, match):
-            _read_records(log, reader.push(line))
+    stats_log.read_lines(log, reader, lines, wrap_width, lambda line: _read_records(log, reader.push(line)))
     _read_records(log, reader.finish())
     log.close()
     if not log.rows and not log.kv_tokens:
