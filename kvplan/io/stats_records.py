@@ -157,7 +157,7 @@ class RecordReader:
     ['2026-12-31T23:59:50', '2027-01-01T00:00:00']
     >>> reader.take_stamp("01-02", "00:00:00") == (3, (datetime(2027, 1, 2) - _EPOCH) // _MICROSECOND)
     True
-    >>> reader.take_stamp("02-30", "00:00:00"), reader.number
+    >>> reader.take_stamp("02-30", "00:00:00"), reader.lines.number
     (None, 3)
     """
 
@@ -170,16 +170,6 @@ class RecordReader:
         self._day: str | None = None  # "MM-DD" of the last stamp :meth:`take_stamp` took, while current
         self._midnight = 0  # its midnight [µs since year 1]
         self._clocks: dict[str, int] = {}  # "HH:MM:SS" → µs since midnight
-
-    @property
-    def holding(self) -> bool:
-        """Whether a line of the wrap width waits for its continuation (the next line is not alone)."""
-        return self.lines.held is not None
-
-    @property
-    def number(self) -> int:
-        """The physical lines read so far."""
-        return self.lines.number
 
     def push(self, physical: str) -> Iterator[Record]:
         """The records that the physical line ``physical`` completes, in order."""
