@@ -30,6 +30,23 @@ def adjusted_budget_bytes(
     return ref_budget_bytes - max(0, ref_free_bytes - boot_free_bytes) - guard_bytes
 
 
+def lowest_free_bytes(ledger: pd.DataFrame) -> dict[int, int]:
+    """``F_boot`` per rank: the lowest startup free memory each rank shows over the rows of ``ledger``
+    [bytes] (a lower ``F_boot`` only lowers ``B_adj``); a rank that shows none is left out.
+
+    The one ``F_boot`` rule of the gate, the notebooks and the pipeline
+    (:func:`kvplan.plan.reference.boot_free_bytes` refuses a rank it leaves out).
+
+    >>> import pandas as pd
+    >>> lowest_free_bytes(pd.DataFrame({"rank": [0, 0, 1], "init_free_bytes": [50, 48, None]}))
+    {0: 48}
+    """
+    if "init_free_bytes" not in ledger.columns:
+        return {}
+    shown = ledger[["rank", "init_free_bytes"]].dropna()
+    return {int(rank): int(free) for rank, free in shown.groupby("rank")["init_free_bytes"].min().items()}
+
+
 @dataclass(frozen=True)
 class Drift:
     """Per-rank drift against a reference boot and the uniform adjusted budget (bytes)."""

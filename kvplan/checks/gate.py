@@ -21,7 +21,7 @@ import pandas as pd
 from kvplan.budget import kv_cache_flag, round_down_to_blocks
 from kvplan.checks.boot import check_outcomes, check_ranks_present, rank_list
 from kvplan.checks.key import check_compatibility_key
-from kvplan.drift import adjusted_budget_bytes
+from kvplan.drift import adjusted_budget_bytes, lowest_free_bytes
 from kvplan.units import format_size
 from kvplan.verdict import Check
 
@@ -76,7 +76,7 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
     >>> check_budget_fits(a, frame, 0).detail.split("; ")[1]
     "rank 0: the boot's own room 30 GiB − reserve 1 GiB − 0 B = 29 GiB < 30 GiB"
     """
-    boot_free = _per_rank(boot_ledger, "init_free_bytes", "min")
+    boot_free = lowest_free_bytes(boot_ledger)
     room = _per_rank(boot_ledger, "room_bytes", "min")
     manual = _manual_values(boot_ledger)
     budget = approved.budget_bytes

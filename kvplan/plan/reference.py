@@ -17,6 +17,7 @@ from collections.abc import Sequence
 
 import pandas as pd
 
+from kvplan.drift import lowest_free_bytes
 from kvplan.ledger import is_known
 
 
@@ -43,7 +44,8 @@ def reference_free_bytes(ledger: pd.DataFrame, rooms: pd.DataFrame) -> tuple[int
 
 
 def boot_free_bytes(ledger: pd.DataFrame, ranks: Sequence[int]) -> tuple[int, ...]:
-    """``F_boot`` per rank (``ranks`` order): the lowest startup free memory each rank shows [bytes].
+    """``F_boot`` per rank (``ranks`` order): the lowest startup free memory each rank shows [bytes]
+    (:func:`kvplan.drift.lowest_free_bytes`).
 
     A rank that shows none is refused, naming the files.
 
@@ -51,15 +53,13 @@ def boot_free_bytes(ledger: pd.DataFrame, ranks: Sequence[int]) -> tuple[int, ..
     >>> boot_free_bytes(ledger, [0, 1])
     (48, 49)
     """
-    free = []
+    lowest = lowest_free_bytes(ledger)
     for rank in ranks:
-        shown = ledger.loc[ledger["rank"] == rank, "init_free_bytes"].dropna()
-        if shown.empty:
+        if rank not in lowest:
             sources = ledger["source"].dropna() if "source" in ledger.columns else []
             files = ", ".join(dict.fromkeys(str(source) for source in sources))
             raise ValueError(
                 f"{files or 'the ledger'}: rank {rank} shows no free memory at startup "
                 "(no startup memory line in its log): is the log complete?"
             )
-        free.append(int(shown.astype("int64").min()))
-    return tuple(free)
+    return tuple(lowest[rank] for rank in ranks)
