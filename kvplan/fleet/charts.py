@@ -9,6 +9,8 @@ from collections.abc import Mapping
 
 from matplotlib.figure import Figure
 
+from kvplan.units import format_size
+
 GiB = 2**30
 
 
@@ -23,7 +25,9 @@ def classes_chart(plan: Mapping) -> Figure:
     for y, count in enumerate(counts[::-1]):
         axes.text(count, y, f" {count}", va="center")
     axes.set_xlabel("hosts (blue: approved class, orange: not approved, grey: excluded)")
-    axes.set_title("Host classes and their size")
+    axes.set_title(
+        f"Host classes and their size: {len(plan['classes'])} class(es), {len(plan['excluded'])} host(s) excluded"
+    )
     figure.tight_layout()
     return figure
 
@@ -47,7 +51,7 @@ def host_budgets_chart(plan: Mapping) -> Figure:
         axes.set_xticks([])
         axes.set_ylabel("GiB per GPU")
         axes.set_title(
-            f"{c['class']}: class value {c['uniform_budget_bytes'] / GiB:.2f} GiB (dashed); red: "
+            f"{c['class']}: class value {format_size(c['uniform_budget_bytes'])} (dashed); red: "
             f"limiting host {c['limiting_host']}, orange: outliers",
             fontsize=9,
         )
@@ -63,6 +67,7 @@ def split_gain_chart(plan: Mapping) -> Figure:
     if not classes:
         axes.text(0.5, 0.5, "no class has outliers below the split bound", ha="center", va="center")
         axes.set_axis_off()
+        axes.set_title("What splitting the weak hosts off buys: nothing (no class below the split bound)")
         return figure
     for y, c in enumerate(classes):
         now = c["capacity"][-1]["tokens"] * c["clean_hosts"] if c["capacity"] else 0
@@ -79,7 +84,9 @@ def split_gain_chart(plan: Mapping) -> Figure:
     axes.set_yticks(range(len(classes)), [c["class"].replace(" / ", "\n") for c in classes], fontsize=8)
     axes.set_xlabel("KV tokens over the class [millions]")
     axes.legend(loc="lower left", fontsize=8)
-    axes.set_title("What splitting the weak hosts off buys")
+    split = sum(c["split"]["gain_split_tokens"] for c in classes)
+    fixed = sum(c["split"]["gain_fixed_tokens"] or 0 for c in classes)
+    axes.set_title(f"What splitting the weak hosts off buys: +{split:,} tokens (+{fixed:,} with them fixed)")
     figure.tight_layout()
     return figure
 
@@ -99,6 +106,6 @@ def waves_chart(plan: Mapping) -> Figure:
     for y, wave in enumerate(waves[::-1]):
         axes.text(len(wave["hosts"]), y, f" {wave['flag']}", va="center", fontsize=8)
     axes.set_xlabel("hosts (orange: canaries, gated before the class's wave)")
-    axes.set_title("Rollout waves")
+    axes.set_title(f"Rollout waves: {len(waves)} wave(s), every class's canaries first")
     figure.tight_layout()
     return figure
