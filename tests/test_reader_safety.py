@@ -11,6 +11,7 @@ Boots are vLLM 0.26.0, TP=2, with each rank's room from its ``--kv-cache-memory`
 """
 
 import json
+import os
 import resource
 import subprocess
 import sys
@@ -18,6 +19,8 @@ import sys
 import pytest
 
 from kvplan.cli import main
+from kvplan.config import DATA_DIR
+from kvplan.io.model_config import read_model_config
 from kvplan.units import MiB, parse_size
 from tests.conftest import TESTS_DATA_DIR
 from tests.fidelity_lines import engine_config, log, vllm_line
@@ -354,3 +357,153 @@ def test_a_ledger_csv_with_an_absurd_parallel_size_is_refused_in_bounded_memory(
         result = run_bounded(["budget", str(path), "--reserve", "1GiB"])
         assert result.returncode == 2, result.stderr
         assert result.stderr.startswith(f"error: {path}:2: tensor_parallel_size={size} is impossible")
+
+
+# --- bad model configs and layout flags at every entry point (item 18) ----------------------------
+
+FOUR_RANK_LOG = str(DATA_DIR / "boots" / "four-rank" / "boot.log")
+LLAMA_70B = {k: v for k, v in read_model_config("llama-3.1-70b").items() if not k.startswith("_")}
+
+
+def entry_points(config, out, *flags):
+    """The commands that take a model config and a layout: capacity, budget (logs) and approve."""
+    model = ["--model", str(config), *flags]
+    return [
+        ["capacity", *model, "--kv-bytes", "12GiB", "--max-model-len", "8192"],
+        ["budget", FOUR_RANK_LOG, "--reserve", "0.9GiB", *model],
+        ["approve", FOUR_RANK_LOG, "--reserve", "0.9GiB", *model, "--approver", "QA", "--out", str(out)],
+    ]
+
+
+class Result:
+    """What ``kvplan argv`` run in this process returned and printed (as :func:`run_bounded` gives it)."""
+
+    def __init__(self, argv, capsys):
+        try:
+            self.returncode = main(argv)
+        except SystemExit as exited:  # argparse refuses a flag by exiting
+            self.returncode = exited.code
+        self.stdout, self.stderr = capsys.readouterr()
+
+
+def one_error_line(result, path=None):
+    """exit 2, no traceback, exactly one ``error:`` line (naming ``path`` when given)."""
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "Traceback" not in result.stderr
+    errors = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, result.stderr
+    assert path is None or str(path) in errors[0], errors[0]
+    assert ".partial" not in errors[0]  # approve names the user's file, not its unfinished bundle copy
+    return errors[0]
+
+
+@pytest.mark.parametrize(
+    ("flags", "words"),
+    [
+        (["--tp", "0"], "argument --tp: must be positive"),
+        (["--tp", "4", "--pp", "0"], "argument --pp: must be positive"),
+        (["--tp", "4", "--dcp", "0"], "argument --dcp: must be positive"),
+        (["--tp", "-4"], "argument --tp: must be positive"),
+        (["--tp", "99999999999"], "99999999999"),  # never enumerated: refused by the logs' TP or the heads
+        (["--tp", "4", "--pp", "99999999999"], "99999999999"),
+        (["--tp", "9" * 5000], "--tp: not a whole number"),
+    ],
+)
+def test_absurd_layout_flags_are_one_error_line_at_every_entry_point(tmp_path, capsys, flags, words):
+    # issue 11 item 18: TP=0 / PP=0 gave ZeroDivisionError, TP=99999999999 a MemoryError (the huge ones in
+    # a child process bounded to 2 GiB)
+    for argv in entry_points("llama-3.1-70b", tmp_path / "out", *flags):
+        huge = "99999999999" in flags
+        result = run_bounded(argv) if huge else Result(argv, capsys)
+        assert words in one_error_line(result), argv
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"num_attention_heads": 0}, "'num_attention_heads' must be a positive integer"),
+        ({"num_key_value_heads": -8}, "'num_key_value_heads' must be a positive integer"),
+        ({"num_hidden_layers": 0}, "'num_hidden_layers' must be a positive integer"),
+        ({"num_hidden_layers": -80}, "'num_hidden_layers' must be a positive integer"),
+        ({"num_hidden_layers": 99999999999}, "'num_hidden_layers' must be a positive integer"),
+        ({"hidden_size": 10**30}, "'hidden_size' must be a positive integer"),
+        ({"head_dim": 128.5}, "'head_dim' must be a positive integer"),
+        ({"head_dim": "128"}, "'head_dim' must be a positive integer"),
+        ({"num_hidden_layers": True}, "'num_hidden_layers' must be a positive integer"),
+        ({"torch_dtype": "int3"}, "'torch_dtype' = 'int3' is not one of"),
+    ],
+)
+def test_impossible_model_config_fields_are_one_error_line_at_every_entry_point(
+    tmp_path, capsys, change, words
+):
+    # issue 11 item 18: a config with zero heads or layers divided by zero; huge sizes were enumerated
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({**LLAMA_70B, **change}, indent=2))
+    for argv in entry_points(config, tmp_path / "out", "--tp", "4"):
+        assert words in one_error_line(Result(argv, capsys), config), argv
+
+
+def config_text(kind):
+    """A config.json no reader should take: each is the Llama-3.1-70B config made bad one way."""
+    text = json.dumps(LLAMA_70B, indent=2)
+    if kind == "nested":  # 100,000 nested lists exhaust a recursive parser's stack
+        return text[:-2] + ',\n  "x": ' + "[" * 100_000 + "]" * 100_000 + "\n}"
+    if kind == "digits":  # above Python's 4,300-digit limit for int(str)
+        return text[:-2] + ',\n  "head_dim": ' + "9" * 5000 + "\n}"
+    # "twice": num_hidden_layers given again (80, then 8): json.loads keeps the last one silently
+    return text[:-2] + ',\n  "num_hidden_layers": 8\n}'
+
+
+@pytest.mark.parametrize(
+    ("kind", "words"),
+    [
+        ("nested", "nested too deeply to be a config.json"),
+        ("digits", "Exceeds the limit (4300 digits)"),
+        ("twice", "key 'num_hidden_layers' given twice in one object"),
+    ],
+)
+def test_a_malformed_config_file_is_one_error_line_naming_it(tmp_path, capsys, kind, words):
+    # issue 11 items 18 and 20: RecursionError with exit 1; "Exceeds the limit (4300 digits)" naming no
+    # file; a key given twice took its last value with no word (the conflict rule: refuse, name the lines)
+    config = tmp_path / "config.json"
+    config.write_text(config_text(kind))
+    for argv in entry_points(config, tmp_path / "out", "--tp", "4"):
+        error = one_error_line(Result(argv, capsys), config)
+        assert words in error, argv
+    if kind == "twice":
+        # the second num_hidden_layers: the config is 10 lines before its closing brace (architectures
+        # takes three), then the added key
+        assert f"{config}, line 11:" in error
+
+
+def test_a_huge_config_file_is_refused_before_it_is_read(tmp_path):
+    # issue 11 item 18: a 3 GiB config (a sparse file: no disk used) was read whole: MemoryError
+    config = tmp_path / "config.json"
+    with open(config, "wb") as handle:
+        handle.write(b"{")
+        handle.truncate(3 << 30)
+    for argv in entry_points(config, tmp_path / "out", "--tp", "4"):
+        assert "above the bound of 16,777,216" in one_error_line(run_bounded(argv), config)
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo"])
+def test_a_config_that_is_not_a_regular_file_is_refused_without_waiting(tmp_path, kind):
+    # issue 11 items 14 and 18: a FIFO would block approve's copy forever; both were "no such file"
+    config = tmp_path / "config.json"
+    config.mkdir() if kind == "folder" else os.mkfifo(config)
+    for argv in entry_points(config, tmp_path / "out", "--tp", "4"):
+        assert "not a regular file" in one_error_line(run_bounded(argv), config)
+
+
+def test_a_million_layers_in_a_thousand_stages_is_sized_in_bounded_time(tmp_path):
+    # issue 11 item 18 (bounded time): every pipeline stage counted every layer, O(PP × layers): 1,000
+    # stages of a 1,000,000-layer config took minutes; by bisection a few seconds. 1,000,000 layers of
+    # 1,000,000 heads of 128 at TP=1,000: 1,000 heads × 128 × 2 (K, V) × 2 bytes = 512,000 bytes per token
+    # per layer, 1,000 layers per stage: 512,000,000 bytes per token per rank.
+    config = tmp_path / "config.json"
+    size = {"num_hidden_layers": 10**6, "num_attention_heads": 10**6, "num_key_value_heads": 10**6}
+    config.write_text(json.dumps({**LLAMA_70B, **size, "hidden_size": 10**6, "head_dim": 128}))
+    layout = ["--model", str(config), "--tp", "1000", "--pp", "1000"]
+    result = run_bounded(["capacity", *layout, "--kv-bytes", "64GiB", "--max-model-len", "16", "--json"])
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["bytes_per_token"] == 512_000_000

@@ -141,7 +141,9 @@ def approve(
             )
             _refuse_failed_checks(decision)
         except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
-            raise ApprovalError(renamed(str(exc), dict(zip(names, map(str, sources))))) from exc
+            users = dict(zip(names, map(str, sources)))
+            users.update({str(staging / name): source for name, source in users.items()})
+            raise ApprovalError(renamed(str(exc), users)) from exc
         record = build_record(
             decision,
             policy,

@@ -9,9 +9,16 @@ the catalogue has.
 from __future__ import annotations
 
 import json
+import os
+import re
+import stat
 from pathlib import Path
 
 from kvplan.config import MODELS_DIR
+
+#: Largest config read [bytes]: a published ``config.json`` is a few KiB (quantization configs listing
+#: every module reach a few hundred KiB); a bigger file is refused before it is read.
+MAX_CONFIG_BYTES = 16 << 20
 
 
 class ModelConfigError(ValueError):
@@ -35,15 +42,38 @@ def resolve_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR
     """
     path = Path(path_or_name)
     if path.is_file():
-        return path
+        return _bounded(path)
+    if os.path.lexists(path):
+        raise ModelConfigError(f"model config {path}: {_kind(path)}, not a regular file (a config.json)")
     candidate = Path(models_dir) / f"{str(path_or_name).removesuffix('.json')}.json"
     if candidate.is_file():
-        return _relative_to_cwd(candidate)
+        return _bounded(_relative_to_cwd(candidate))
     names = ", ".join(catalogue_names(models_dir)) or "none"
     raise ModelConfigError(
         f"model config {str(path_or_name)!r}: no such file, and no catalogue entry "
         f"{candidate.name} in {models_dir} (catalogue: {names})"
     )
+
+
+def _bounded(path: Path) -> Path:
+    """``path``, refused when above :data:`MAX_CONFIG_BYTES` (before anything reads or hashes it)."""
+    size = path.stat().st_size
+    if size > MAX_CONFIG_BYTES:
+        raise ModelConfigError(
+            f"{path}: {size:,} bytes, above the bound of {MAX_CONFIG_BYTES:,} for a config.json"
+        )
+    return path
+
+
+def _kind(path: Path) -> str:
+    """What a path that is not a regular file is: a folder, a FIFO, a device, a dangling symlink."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return "a dangling symlink"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    return "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
 
 
 def _relative_to_cwd(path: Path) -> Path:
@@ -62,17 +92,62 @@ def read_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR) -
     8
     """
     path = resolve_model_config(path_or_name, models_dir)
+    with open(path, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        raw = handle.read(MAX_CONFIG_BYTES + 1)
+    if max(size, len(raw)) > MAX_CONFIG_BYTES:
+        raise ModelConfigError(
+            f"{path}: {max(size, len(raw)):,} bytes, above the bound of {MAX_CONFIG_BYTES:,} for a config.json"
+        )
     try:
-        text = path.read_text(encoding="utf-8")
+        text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ModelConfigError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ModelConfigError(
-            f"{path}, line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})"
-        ) from None
+    data = parse_config_json(text, path)
     if not isinstance(data, dict):
         raise ModelConfigError(f"{path}: expected a JSON object (a config.json), got {type(data).__name__}")
     data.setdefault("_path", str(path))
     return data
+
+
+def parse_config_json(text: str, path: str | Path) -> object:
+    r"""The JSON value of a config's ``text``; :class:`ModelConfigError` naming ``path`` and the line when it
+    is not JSON, nests too deeply, holds a number too long to convert, or repeats a key in one object
+    (which value a reader takes then depends on the reader: refused, never the first or the last by
+    accident).
+
+    >>> parse_config_json('{"num_hidden_layers": 80}', "c.json")
+    {'num_hidden_layers': 80}
+    >>> try:
+    ...     parse_config_json('{"num_hidden_layers": 80,\n "num_hidden_layers": 8}', "c.json")
+    ... except ModelConfigError as refused:
+    ...     print(refused)
+    c.json, line 2: key 'num_hidden_layers' given twice in one object (lines 1, 2): ambiguous
+    """
+    try:
+        return json.loads(text, object_pairs_hook=lambda pairs: _unique_keys(pairs, text, path))
+    except json.JSONDecodeError as exc:
+        raise ModelConfigError(
+            f"{path}, line {exc.lineno}, column {exc.colno}: not valid JSON ({exc.msg})"
+        ) from None
+    except RecursionError:
+        raise ModelConfigError(f"{path}: nested too deeply to be a config.json") from None
+    except ValueError as exc:  # e.g. an integer of more than 4,300 digits
+        if isinstance(exc, ModelConfigError):
+            raise
+        raise ModelConfigError(f"{path}: a value no config.json holds ({exc})") from None
+
+
+def _unique_keys(pairs: list[tuple[str, object]], text: str, path: str | Path) -> dict:
+    """``dict(pairs)``, refusing a key given twice, named with the lines the key is on (the second one
+    first when the file holds the key exactly twice)."""
+    seen: set[str] = set()
+    for key, _value in pairs:
+        if key in seen:
+            quoted = re.escape(json.dumps(key, ensure_ascii=False)) + r"\s*:"
+            lines = [text.count("\n", 0, found.start()) + 1 for found in re.finditer(quoted, text)]
+            where = f", line {lines[1]}" if len(lines) == 2 else ""
+            listed = f" (lines {', '.join(map(str, sorted(set(lines))))})" if len(set(lines)) > 1 else ""
+            raise ModelConfigError(f"{path}{where}: key {key!r} given twice in one object{listed}: ambiguous")
+        seen.add(key)
+    return dict(pairs)

@@ -16,6 +16,7 @@ where the result depends on something the config cannot give, the spec says so i
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
@@ -387,9 +388,10 @@ def _stages(
     """What each pipeline stage holds: its layers, the layers per KV cache group it owns, its block."""
     stages = []
     start = 0
+    ordered = [sorted(layers) for _kind, layers in groups]  # counted by bisection: O(pp · groups · log L)
     for rank, count in enumerate(pp_partition(num_layers, pp, list(pp_layers) or None)):
         end = start + count
-        layers_per_group = max(sum(start <= i < end for i in layers) for _kind, layers in groups)
+        layers_per_group = max(bisect_left(layers, end) - bisect_left(layers, start) for layers in ordered)
         owned = layer_types[start:end]
         stages.append(
             StageSpec(
