@@ -6,8 +6,9 @@ stats and /metrics readers, :mod:`kvplan.io.vllm_stats`) does not import it with
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
+
+from kvplan.lazy import lazy_names
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from kvplan.io.ledger_csv import LedgerCsvError, read_ledger_csv
@@ -25,15 +26,7 @@ _LAZY = {
     "read_vllm_log": "vllm",
     "read_vllm_logs": "vllm",
 }
-
-
-def __getattr__(name: str) -> object:
-    """The readers' names, imported when first asked for."""
-    if name not in _LAZY:
-        raise AttributeError(f"module 'kvplan.io' has no attribute {name!r}")
-    value = getattr(import_module(f"kvplan.io.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [

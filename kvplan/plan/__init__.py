@@ -13,9 +13,9 @@ and :func:`decide_rooms` (rooms given by hand, the rule :func:`decide` applies t
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import TYPE_CHECKING
 
+from kvplan.lazy import lazy_names
 from kvplan.plan.inputs import LoadPolicy, ModelLayout, Plan, Policy
 from kvplan.plan.record import Decision
 from kvplan.plan.rooms import GIVEN, decide_rooms
@@ -54,15 +54,7 @@ _LAZY = {
     ),
     **dict.fromkeys(("boot_free_bytes", "reference_free_bytes"), "reference"),
 }
-
-
-def __getattr__(name: str) -> object:
-    """The pipeline's names that read logs, imported when first asked for."""
-    if name not in _LAZY:
-        raise AttributeError(f"module 'kvplan.plan' has no attribute {name!r}")
-    value = getattr(import_module(f"kvplan.plan.{_LAZY[name]}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_names(__name__, _LAZY)
 
 
 __all__ = [
