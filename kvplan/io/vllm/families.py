@@ -402,26 +402,56 @@ _BY_TRIGGER: dict[str, list[int]] = {}
 for _position, (_family, _trigger, *_rest) in enumerate(FAMILIES):
     _BY_TRIGGER.setdefault(_trigger, []).append(_position)
 _TRIGGERS = tuple(_BY_TRIGGER.items())
+#: A message's shape: its text with every ASCII digit read as 0 (the numbers vary, the shape recurs).
+_DIGITS = str.maketrans("123456789", "000000000")
+if any(char in "0123456789" for trigger in _BY_TRIGGER for char in trigger):
+    raise ValueError("a trigger holds a digit: a message's shape would not tell whether it holds it")
+#: Families whose regex matches a message exactly when it matches the message's shape: no literal
+#: digit outside an escape or a {m,n} count (``\d``, ``\w``, ``.`` read any digit as they read 0).
+_SHAPE_SAFE = frozenset(
+    position
+    for position, (_family, _trigger, pattern, *_rest) in enumerate(FAMILIES)
+    if not re.search(r"\d", re.sub(r"\\.|\{\d*,?\d*\}", "", pattern.pattern))
+)
+#: Shape → the positions of the families worth trying on a message of that shape (in table order):
+#: the shape holds the trigger, and the regex either matched the shape or is not shape-safe.
+_SHAPES: dict[str, tuple[int, ...]] = {}
+#: At most this many shapes are kept (then the table starts over): memory stays bounded.
+MAX_SHAPES = 4096
+
+
+def _worth_trying(message: str) -> tuple[int, ...]:
+    """The families worth trying on ``message``, learnt once per shape (see :data:`_SHAPES`)."""
+    shape = message.translate(_DIGITS)
+    found = _SHAPES.get(shape)
+    if found is None:
+        positions = sorted(position for trigger, group in _TRIGGERS if trigger in shape for position in group)
+        found = tuple(
+            position
+            for position in positions
+            if position not in _SHAPE_SAFE or FAMILIES[position][2].search(shape) is not None
+        )
+        if len(_SHAPES) >= MAX_SHAPES:
+            _SHAPES.clear()
+        _SHAPES[shape] = found
+    return found
 
 
 def read_message(message: str) -> list[Fact]:
     """The facts in one log message, one per line family that matches.
 
-    The distinct triggers are checked once each; only the families of the triggers present are
-    tried, in table order. Outcome families stop at the first match, so one error line is one error.
+    The families tried are those whose trigger the message holds, in table order (learnt once per
+    shape of message, :func:`_worth_trying`). Outcome families stop at the first match, so one error
+    line is one error.
 
     >>> [(f.family, f.values) for f in read_message("Available KV cache memory: 12.5 GiB")]
     [('available_kv', {'available_kv_bytes': 13421772800})]
     >>> read_message("Loading safetensors checkpoint shards: 100% Completed")
     []
     """
-    candidates = [
-        position for trigger, positions in _TRIGGERS if trigger in message for position in positions
-    ]
+    candidates = _worth_trying(message)
     if not candidates:
         return []
-    if len(candidates) > 1:
-        candidates.sort()
     facts = []
     seen_outcome = False
     for position in candidates:

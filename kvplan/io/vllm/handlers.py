@@ -4,16 +4,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from kvplan.io.vllm.manual import printed_manual
-from kvplan.io.vllm.values import CONFIG_NAMES, cudagraph_mode, gib_bytes, key_values
+from kvplan.io.vllm.values import config_items, cudagraph_mode, gib_bytes
 
 NUM = r"(-?\d+(?:\.\d+)?)"
 
 
-@dataclass(frozen=True)
-class Fact:
+class Fact(NamedTuple):
     """What one matched line says.
 
     ``scope`` is ``rank`` (a value of the rank that printed it), ``engine`` (an engine-level value:
@@ -23,7 +22,7 @@ class Fact:
 
     family: str
     scope: str
-    values: dict = field(default_factory=dict)
+    values: dict
 
 
 Handler = Callable[[re.Match], dict]
@@ -179,7 +178,7 @@ def version(m: re.Match) -> dict:
 
 
 def engine_config(m: re.Match) -> dict:
-    values = key_values(m.group(2), names=CONFIG_NAMES)
+    values = dict(config_items(m.group(2)))
     mode = cudagraph_mode(m.group(2))
     if mode:
         values["cudagraph_mode"] = mode
@@ -190,9 +189,7 @@ def engine_config(m: re.Match) -> dict:
 
 
 def non_default(m: re.Match) -> dict:
-    values = key_values(
-        m.group(1).strip().removeprefix("{").removesuffix("}"), separator=":", names=CONFIG_NAMES
-    )
+    values = dict(config_items(m.group(1).strip().removeprefix("{").removesuffix("}"), ":"))
     mode = cudagraph_mode(m.group(1))
     if mode:
         values["cudagraph_mode"] = mode
@@ -200,7 +197,7 @@ def non_default(m: re.Match) -> dict:
 
 
 def namespace(m: re.Match) -> dict:
-    return key_values(m.group(1), names=CONFIG_NAMES)
+    return dict(config_items(m.group(1)))
 
 
 def assign(m: re.Match) -> dict:

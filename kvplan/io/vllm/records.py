@@ -7,13 +7,17 @@ several process prefixes on one line, two processes' output interleaved, lost he
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX_RE = re.compile(r"\((?:([A-Za-z_][\w.\-= ]*?) )?pid=(\d+)(?:, ip=([^)\s]+))?\)\s?")
-_HEADER_RE = re.compile(
-    r"(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? "
-    r"(?:\[?[\w./<>-]+:\d+\] ?)?"
+_LEVELS = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
+_HEADER_TAIL = r" \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? (?:\[?[\w./<>-]+:\d+\] ?)?"
+_HEADER_RE = re.compile(r"(?:" + _LEVELS + r")" + _HEADER_TAIL)
+#: The common head of a record at the start of a line: at most one process prefix, then at most one
+#: header, spelled exactly as :data:`_PREFIX_RE` and :data:`_HEADER_RE` (one anchored match).
+_LEAD_RE = re.compile(
+    r"(?:" + _PREFIX_RE.pattern + r")?(?P<header>(?P<level>" + _LEVELS + r")" + _HEADER_TAIL + r")?"
 )
 _RAY_REPEAT_RE = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
 #: A colour code whose ESC byte was lost in copy-paste (``[1;36m``), and the tokens of a record's
@@ -27,8 +31,7 @@ _HEAD_TOKEN_RE = re.compile(
 )
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     """One log record: who printed it and what it says.
 
     ``process`` is the innermost prefix name ('' when none), ``pid``/``ip`` the process identity
@@ -67,10 +70,58 @@ def split_records(line: str) -> list[Record]:
     >>> [x.message for x in split_records("50%|##  \\rINFO 08-14 14:07:22 [a.py:1] done")]
     ['50%|##', 'done']
     """
+    if "\r" not in line and "\x1b" not in line:
+        simple = _simple_record(line)
+        if simple is not None:
+            return simple
     records = []
     for segment in strip_ansi(line).split("\r"):
         records.extend(_segment_records(strip_bare_colour(segment)))
     return records
+
+
+def _simple_record(line: str) -> list[Record] | None:
+    """The records of the common line (one process prefix or none at its start, then one header or
+    none, nothing of either later, no colour code), as the general walk reads it; None for any other.
+
+    One anchored match and a few substring tests instead of the general walk's searches.
+    """
+    lead = _LEAD_RE.match(line)
+    if lead is None:  # not reached: every part of _LEAD_RE is optional
+        return None
+    end = lead.end()
+    rest = line[end:]
+    if "pid=" in rest or _may_hold_header(rest):
+        return None  # a second prefix or header may follow: the general walk
+    if "[" in rest and _BARE_CODE_RE.search(rest) is not None:
+        return None  # a colour code that lost its ESC byte: strip_bare_colour decides
+    if end == 0:
+        text = line.strip()
+        return [Record(text)] if text else []
+    message = rest.strip()
+    repeated = 0
+    if "[repeated " in message:
+        repeat = _RAY_REPEAT_RE.search(message)
+        if repeat:
+            repeated, message = int(repeat.group(1)), message[: repeat.start()]
+    pid = lead.group(2)
+    if pid is None:
+        return [Record(message, level=lead.group("level"), repeated=repeated)]
+    return [
+        Record(
+            message,
+            process=(lead.group(1) or "").strip(),
+            pid=int(pid),
+            ip=lead.group(3),
+            level=lead.group("level"),
+            repeated=repeated,
+        )
+    ]
+
+
+def _may_hold_header(text: str) -> bool:
+    """Whether ``text`` holds a word a log header starts with (``INFO `` …): else it holds no header."""
+    return any(word in text for word in ("INFO ", "WARNING ", "DEBUG ", "ERROR ", "CRITICAL "))
 
 
 def strip_bare_colour(segment: str) -> str:
@@ -191,7 +242,7 @@ def _is_external_stamp(text: str) -> bool:
 
 def _record(message: str, prefixes: list[re.Match], level: str | None) -> Record:
     repeated = 0
-    repeat = _RAY_REPEAT_RE.search(message)
+    repeat = _RAY_REPEAT_RE.search(message) if "[repeated " in message else None
     if repeat:
         repeated = int(repeat.group(1))
         message = message[: repeat.start()]

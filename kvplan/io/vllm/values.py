@@ -45,6 +45,8 @@ def gib_bytes(text: str, unit: str = "GiB") -> int:
 _CONSTANTS = {"None": None, "True": True, "False": False}
 _INT_RE = re.compile(r"-?(?:0|[1-9]\d*)")
 _FLOAT_RE = re.compile(r"-?\d+\.\d+")
+#: A bare (dotted) name such as ``auto`` or ``torch.bfloat16``: no literal to Python, so it stays text.
+_NAME_RE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
 def literal_value(text: str) -> object:
@@ -52,8 +54,8 @@ def literal_value(text: str) -> object:
 
     Anything else (``torch.bfloat16``, ``auto``, ``{...}``) stays text.
 
-    Plain numbers, simple quoted strings and the constants are read directly; the rest by
-    :func:`ast.literal_eval`, so each gives what Python would.
+    Plain numbers, bare names, simple quoted strings and the constants are read directly; the rest
+    by :func:`ast.literal_eval`, so each gives what Python would.
 
     >>> literal_value("32768"), literal_value("'fp8'"), literal_value("None"), literal_value("torch.bfloat16")
     (32768, 'fp8', None, 'torch.bfloat16')
@@ -67,6 +69,8 @@ def literal_value(text: str) -> object:
         return int(text)
     if _FLOAT_RE.fullmatch(text):
         return float(text)
+    if _NAME_RE.fullmatch(text):
+        return text
     if (
         len(text) > 1
         and text[0] == text[-1]
@@ -157,6 +161,7 @@ _CUDAGRAPH_MODES = {
 }
 
 
+@functools.lru_cache(maxsize=512)
 def cudagraph_mode(config_text: str) -> str | None:
     """The CUDA graph mode a config line states, by its enum name; None when it states none.
 
@@ -172,6 +177,17 @@ def cudagraph_mode(config_text: str) -> str | None:
     if name or quoted:
         return name or quoted
     return _CUDAGRAPH_MODES.get((first, second) if first else (single,))
+
+
+@functools.lru_cache(maxsize=512)
+def config_items(text: str, separator: str = "=") -> tuple[tuple[str, object], ...]:
+    """The :data:`CONFIG_NAMES` items of a configuration line (:func:`key_values`), parsed once per text:
+    the boots of one deployment print the same engine config and arguments again.
+
+    >>> config_items("model='m', seed=0, max_seq_len=4096")
+    (('model', 'm'), ('max_seq_len', 4096))
+    """
+    return tuple(key_values(text, separator, names=CONFIG_NAMES).items())
 
 
 def key_values(text: str, separator: str = "=", names: Collection[str] | None = None) -> dict[str, object]:
