@@ -21,90 +21,48 @@ from __future__ import annotations
 import re
 
 from kvplan.columns import FAILURE_PHASES
-from kvplan.io.vllm.handlers import NUM, Handler, text
-from kvplan.io.vllm.values import gib_bytes
+from kvplan.io.vllm import handlers as h
+from kvplan.io.vllm.handlers import Family, family
 
-#: Failure families, (family, trigger, regex, outcome, priority): the message is the error text; a
-#: lower priority names the failure first (0 OOM, 1 a specific error, 2 any exception, 3 a generic
-#: "failed to start" whose exception text follows in the traceback).
-FAILURE_FAMILIES = [
-    ("error_engine_start", "failed to start", r"(?:EngineCore|WorkerProc) failed to start", "error", 3),
-    ("error_engine_hit", "hit an exception", r"EngineCore hit an exception", "error", 3),
-    (
-        "error_worker_method",
-        "Exception in worker",
-        r"Exception in worker \S+ while processing method \w+",
-        "error",
-        3,
-    ),
-    (
-        "error_v0_max_seq_len",
-        "maximum number of tokens that can be",
-        r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV cache",
-        "error",
-        1,
-    ),
-    ("error_nixl", "NIXL", r"NIXL_ERR_\w+", "error", 1),
-    ("error_ucx", "UCX", r"\bUCX\s+ERROR\b", "error", 1),
-]
 #: Traceback frames of the vLLM functions in :data:`FAILURE_PHASES` (``  File "…", line N, in NAME``).
-FRAME_RE = re.compile(r'^File "[^"]*", line \d+, in (' + "|".join(map(re.escape, FAILURE_PHASES)) + r")\s*$")
+FRAME_RE = r'^File "[^"]*", line \d+, in (' + "|".join(map(re.escape, FAILURE_PHASES)) + r")\s*$"
 
-
-def _worker_method(m: re.Match) -> dict:
-    return {"failed_in": m.group(1)}
-
-
-def _v0_tokens(m: re.Match) -> dict:
-    return {"kv_cache_tokens": int(m.group(1))}
-
-
-def _available_in_error(m: re.Match) -> dict:
-    return {"available_kv_bytes": gib_bytes(m.group(1))}
-
-
-def _frame(m: re.Match) -> dict:
-    return {"failed_in": m.group(1)}
-
-
-#: Value families of failure lines: (family, trigger, regex, scope, handler), as in ``FAMILIES``.
-FAILURE_VALUE_FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
-    (
-        "worker_method",
-        "Exception in worker",
-        re.compile(r"Exception in worker \S+ while processing method (\w+)"),
-        "frame",
-        _worker_method,
-    ),
-    (
-        "v0_max_tokens",
-        "maximum number of tokens that can be",
-        re.compile(r"stored in KV cache \((\d+)\)"),
-        "engine",
-        _v0_tokens,
-    ),
-    (
-        "available_in_error",
-        "larger than the available KV cache memory",
-        re.compile(r"larger than the available KV cache memory \(" + NUM + r" GiB\)"),
-        "rank",
-        _available_in_error,
-    ),
-    (
-        "nixl_num_blocks",
-        "num_blocks: ",
-        re.compile(r"^num_blocks: (\d+), block_shape: "),
-        "rank",
-        lambda m: {"num_gpu_blocks": int(m.group(1))},
-    ),
-    ("frame", 'File "', FRAME_RE, "frame", _frame),
+# One row a family, as in FAMILIES: family, trigger, scope, values, regex.
+# fmt: off
+#: Value families of failure lines.
+FAILURE_VALUE_FAMILIES: list[Family] = [
+    family("worker_method", "Exception in worker", "frame", ("failed_in",), r"Exception in worker \S+ while processing method (\w+)"),
+    family("v0_max_tokens", "maximum number of tokens that can be", "engine", ("kv_cache_tokens",), r"stored in KV cache \((\d+)\)"),
+    family("available_in_error", "larger than the available KV cache memory", "rank", ("available_kv_bytes",), r"larger than the available KV cache memory \({num} GiB\)"),
+    family("nixl_num_blocks", "num_blocks: ", "rank", ("num_gpu_blocks",), r"^num_blocks: (\d+), block_shape: "),
+    family("frame", 'File "', "frame", ("failed_in",), FRAME_RE),
 ]
-
-
-def failure_handler(outcome: str, priority: int) -> Handler:
-    """The handler of a failure family: outcome, the message as the error text, and its priority.
-
-    >>> failure_handler("error", 3)(re.match("x", "x failed"))
-    {'outcome': 'error', 'text': 'x failed', 'priority': 3}
-    """
-    return lambda m: {"outcome": outcome, **text(m), "priority": priority}
+#: Failure families: the message is the error text. Groups of (outcome, priority, rows); a lower priority
+#: names the failure first (:func:`~kvplan.io.vllm.handlers.failure`). Outcome families stop at the first
+#: that matches, in this order.
+FAILURE_FAMILIES: list[Family] = [
+    family(name, trigger, "outcome", h.failure(outcome, priority), pattern)
+    for outcome, priority, rows in [
+        ("error", 3, [  # generic: the exception text follows in the traceback
+            ("error_engine_start", "failed to start", r"(?:EngineCore|WorkerProc) failed to start"),
+            ("error_engine_hit", "hit an exception", r"EngineCore hit an exception"),
+            ("error_worker_method", "Exception in worker", r"Exception in worker \S+ while processing method \w+"),
+        ]),
+        ("error", 1, [
+            ("error_v0_max_seq_len", "maximum number of tokens that can be", r"max seq len \(\d+\) is larger than the maximum number of tokens that can be stored in KV cache"),
+            ("error_nixl", "NIXL", r"NIXL_ERR_\w+"),
+            ("error_ucx", "UCX", r"\bUCX\s+ERROR\b"),
+        ]),
+        ("oom", 0, [("oom", "emory", r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory")]),
+        ("error", 1, [
+            ("error_kv_too_small", "KV cache is needed", r"KV cache is needed, which is larger than the available KV cache memory"),
+            ("error_no_blocks", "No available memory for the cache blocks", r"No available memory"),
+            ("error_free_below", "less than desired GPU memory", r"is less than desired GPU memory"),
+            ("error_fatal", "fatal error", r"EngineCore encountered a fatal error"),
+            ("error_profiling", "Error in memory profiling", r"Error in memory profiling"),
+        ]),
+        ("error", 2, [("error_exception", "Error", r"^(?:[\w.]+\.)?[A-Za-z]*(?:Error|Exception): \S")]),
+    ]
+    for name, trigger, pattern in rows
+]
+# fmt: on

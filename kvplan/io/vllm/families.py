@@ -1,8 +1,9 @@
-"""vLLM log line families: one entry per family (trigger, regex, scope, handler), and reading a message.
+"""vLLM log line families: one table row per family (trigger, scope, values, regex), and reading a message.
 
 The formats (every release from 0.5 to 0.33) are in ``vllm-log-formats.md``; the table
-:data:`FAMILIES` holds one entry per line family: a cheap trigger substring, a regex, and what the
-match means (ledger columns, engine-level values, configuration, rank assignment, outcome).
+:data:`FAMILIES` holds one row per line family (:func:`~kvplan.io.vllm.handlers.family`): a cheap
+trigger substring, the scope, what the regex's groups hold (ledger columns, engine-level values,
+configuration, rank assignment, outcome) and the regex.
 """
 
 from __future__ import annotations
@@ -10,390 +11,67 @@ from __future__ import annotations
 import re
 
 from kvplan.io.vllm import handlers as h
-from kvplan.io.vllm.failure_lines import FAILURE_FAMILIES, FAILURE_VALUE_FAMILIES, failure_handler
-from kvplan.io.vllm.handlers import NUM, Fact, Handler
+from kvplan.io.vllm.failure_lines import FAILURE_FAMILIES, FAILURE_VALUE_FAMILIES
+from kvplan.io.vllm.handlers import Fact, Family, family
 from kvplan.io.vllm.sizing_lines import SIZING_FAMILIES
-from kvplan.io.vllm.values import gib_bytes
 
-#: (family, trigger substring, regex, scope, handler). The trigger is checked first (cheap).
-FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
-    (
-        "weights",
-        "took",
-        re.compile(r"(?:Loading model weights|Model loading) took " + NUM + r" (GiB|GB|MB)\b"),
-        "rank",
-        h.weights,
-    ),
-    (
-        "profile_v0_one_line",
-        "total_gpu_memory=",
-        re.compile(r"Memory profiling results: .*?total_gpu_memory=" + NUM + r" ?GiB.*?kv_cache_size="),
-        "rank",
-        h.v0_one_line,
-    ),
-    (
-        "profile_v0_total",
-        "total_gpu_memory (",
-        re.compile(
-            r"total_gpu_memory \(" + NUM + r"GiB\) x gpu_memory_utilization \(" + NUM + r"\) = " + NUM + "GiB"
-        ),
-        "rank",
-        h.v0_total,
-    ),
-    (
-        "profile_v0_parts",
-        "model weights take",
-        re.compile(
-            r"model weights take "
-            + NUM
-            + r"GiB; non_torch_memory takes "
-            + NUM
-            + r"GiB; PyTorch activation peak memory takes "
-            + NUM
-            + r"GiB; the rest of the memory reserved for KV Cache is "
-            + NUM
-            + "GiB"
-        ),
-        "rank",
-        h.v0_parts,
-    ),
-    (
-        "profile_result",
-        "Total non KV cache memory",
-        re.compile(
-            r"Total non KV cache memory: "
-            + NUM
-            + r" ?GiB; torch peak memory increase: "
-            + NUM
-            + r" ?GiB; (non-torch forward increase memory|total consumed \(from mem_get_info\)): "
-            + NUM
-            + r" ?GiB; weights memory: "
-            + NUM
-            + r" ?GiB"
-        ),
-        "rank",
-        h.profile_result,
-    ),
-    (
-        "available_kv",
-        "Available KV cache memory",
-        re.compile(r"Available KV cache memory: " + NUM + r" GiB"),
-        "rank",
-        lambda m: {"available_kv_bytes": gib_bytes(m.group(1))},
-    ),
-    (
-        "init_free_debug_old",
-        "Initial free memory:",
-        re.compile(
-            r"Initial free memory: "
-            + NUM
-            + r" GiB, free memory: "
-            + NUM
-            + r" GiB, requested GPU memory: "
-            + NUM
-            + r" GiB"
-        ),
-        "rank",
-        h.init_free_old,
-    ),
-    (
-        "init_free_debug",
-        "Initial free memory:",
-        re.compile(
-            r"Initial free memory: "
-            + NUM
-            + r" GiB; Requested memory: "
-            + NUM
-            + r" \(util\), "
-            + NUM
-            + r" GiB"
-        ),
-        "rank",
-        h.init_free,
-    ),
-    (
-        "free_after_profiling",
-        "Free memory after profiling:",
-        re.compile(
-            r"Free memory after profiling: "
-            + NUM
-            + r" ?GiB \(total\), "
-            + NUM
-            + r" ?GiB \(within requested\)"
-        ),
-        "rank",
-        lambda m: {"profiled_free_bytes": gib_bytes(m.group(1))},
-    ),
-    (
-        "memory_snapshot",
-        "memory snapshot",
-        re.compile(r"init memory snapshot: .*?free_memory=" + NUM + r" ?GiB, total_memory=" + NUM + r" ?GiB"),
-        "rank",
-        h.snapshot,
-    ),
-    (
-        "requested_debug",
-        "worker requested memory",
-        re.compile(r"worker requested memory: " + NUM + r" ?GiB"),
-        "rank",
-        lambda m: {"requested_bytes": gib_bytes(m.group(1))},
-    ),
-    (
-        "device_free",
-        "Free memory on device",
-        re.compile(
-            r"Free memory on device(?: \S+)? \(" + NUM + "/" + NUM + r" GiB\) on startup(?:\.| is less than) "
-            r"(?:[Dd]esired GPU memory utilization (?:is )?|the engine's budget after excluding external "
-            r"process's weights )\(" + NUM + ", " + NUM + r" GiB\)"
-        ),
-        "rank",
-        h.device_free,
-    ),
-    (
-        "external_weights_over",
-        "Externally held weights",
-        re.compile(
-            r"Externally held weights on device \S+ \(" + NUM + "/" + NUM + r" GiB\) exceed the desired GPU "
-            r"memory utilization \(" + NUM + ", " + NUM + r" GiB\)"
-        ),
-        "rank",
-        h.external_weights_over,
-    ),
-    (
-        "usage",
-        "for CUDAGraph memory",
-        re.compile(
-            r"Actual usage is "
-            + NUM
-            + r" GiB for weight, "
-            + NUM
-            + r" GiB for peak activation, "
-            + NUM
-            + r" GiB for non-torch memory, and "
-            + NUM
-            + r" GiB for CUDAGraph memory"
-        ),
-        "rank",
-        h.usage_old,
-    ),
-    (
-        "usage_consumed",
-        "for CUDAGraph memory",
-        re.compile(
-            r"Actual usage is "
-            + NUM
-            + r" GiB for consumed memory \(weights \+ non-torch\), "
-            + NUM
-            + r" GiB for peak activation, and "
-            + NUM
-            + r" GiB for CUDAGraph memory"
-        ),
-        "rank",
-        h.usage_new,
-    ),
-    (
-        "suggestion",
-        "--kv-cache-memory=",
-        re.compile(
-            r"`--kv-cache-memory=(-?\d+)`(?: \(-?[\d.]+ GiB\))? to fit into requested memory, or "
-            r"`--kv-cache-memory=(-?\d+)`(?: \(-?[\d.]+ GiB\))? to fully utilize gpu memory"
-        ),
-        "rank",
-        h.suggestion,
-    ),
-    (
-        "kv_in_use",
-        "kv cache memory in use",
-        re.compile(r"Current kv cache memory in use is (?:(\d+) bytes|" + NUM + r" GiB)"),
-        "rank",
-        h.in_use,
-    ),
-    (
-        "manual",
-        "as specified by kv_cache_memory_bytes",
-        re.compile(r"Initial free memory " + NUM + r" GiB, reserved " + NUM + r" ?GiB memory for KV Cache"),
-        "rank",
-        h.manual,
-    ),
-    (
-        "startup_plan",
-        "persisted startup plan",
-        re.compile(
-            r"kv_cache_memory_bytes=(\d+) \("
-            + NUM
-            + r" GiB\), recorded free-memory baseline "
-            + NUM
-            + r" GiB, current "
-            + NUM
-            + r" GiB"
-        ),
-        "rank",
-        h.plan_applied,
-    ),
-    (
-        "startup_plan_not_applied",
-        "Startup plan not applied",
-        re.compile(r"current free memory \(" + NUM + r" GiB\) is below the recorded baseline"),
-        "rank",
-        lambda m: {"init_free_bytes": gib_bytes(m.group(1))},
-    ),
-    (
-        "graph_took",
-        "Graph capturing finished",
-        re.compile(r"Graph capturing finished in \d+ secs?, took " + NUM + r" GiB"),
-        "rank",
-        h.graph_took,
-    ),
-    (
-        "graph_finished",
-        "Graph capturing finished",
-        re.compile(r"Graph capturing finished in \d+ secs?\.\s*$"),
-        "rank",
-        lambda m: {},
-    ),
-    (
-        "graph_estimate",
-        "Estimated CUDA graph memory",
-        re.compile(r"Estimated CUDA graph memory: " + NUM + r" GiB total"),
-        "rank",
-        h.graph_estimate,
-    ),
-    (
-        "graph_pool",
-        "CUDA graph pool memory",
-        re.compile(r"CUDA graph pool memory: " + NUM + r" GiB \(actual\), " + NUM + r" GiB \(estimated\)"),
-        "rank",
-        h.graph_pool,
-    ),
-    (
-        "graph_estimate_on",
-        "CUDA graph memory profiling is enabled",
-        re.compile(r"profiling is enabled"),
-        "flag",
-        h.flag("estimate_applied", True),
-    ),
-    (
-        "graph_estimate_off",
-        "CUDA graph memory profiling",
-        re.compile(
-            r"CUDA graph memory profiling is disabled|In v0\.19, CUDA graph memory profiling will be enabled"
-        ),
-        "flag",
-        h.flag("estimate_applied", False),
-    ),
-    (
-        "kv_tokens",
-        "KV cache size:",
-        re.compile(
-            r"KV cache size: ([\d,]+) tokens(?:, Maximum concurrency for ([\d,]+) tokens per request: "
-            + NUM
-            + r"x)?"
-        ),
-        "engine",
-        h.tokens,
-    ),
-    (
-        "concurrency",
-        "Maximum concurrency for",
-        re.compile(r"^Maximum concurrency for ([\d,]+) tokens per request: " + NUM + r"x"),
-        "engine",
-        h.concurrency,
-    ),
+# One row a family, in the order they are tried: family, trigger, scope, values, regex.
+# fmt: off
+_MEMORY_FAMILIES = [
+    family("weights", "took", "rank", h.weights, r"(?:Loading model weights|Model loading) took {num} (GiB|GB|MB)\b"),
+    family("profile_v0_one_line", "total_gpu_memory=", "rank", h.v0_one_line, r"Memory profiling results: .*?total_gpu_memory={num} ?GiB.*?kv_cache_size="),
+    family("profile_v0_total", "total_gpu_memory (", "rank", ("total_bytes", "gpu_memory_utilization", "requested_bytes"), r"total_gpu_memory \({num}GiB\) x gpu_memory_utilization \({num}\) = {num}GiB"),
+    family("profile_v0_parts", "model weights take", "rank", ("weights_bytes", "non_torch_bytes", "activation_peak_bytes", "available_kv_bytes"), r"model weights take {num}GiB; non_torch_memory takes {num}GiB; PyTorch activation peak memory takes {num}GiB; the rest of the memory reserved for KV Cache is {num}GiB"),
+    family("profile_result", "Total non KV cache memory", "rank", h.profile_result, r"Total non KV cache memory: {num} ?GiB; torch peak memory increase: {num} ?GiB; (non-torch forward increase memory|total consumed \(from mem_get_info\)): {num} ?GiB; weights memory: {num} ?GiB"),
+    family("available_kv", "Available KV cache memory", "rank", ("available_kv_bytes",), r"Available KV cache memory: {num} GiB"),
+    family("init_free_debug_old", "Initial free memory:", "rank", ("init_free_bytes", None, "requested_bytes"), r"Initial free memory: {num} GiB, free memory: {num} GiB, requested GPU memory: {num} GiB"),
+    family("init_free_debug", "Initial free memory:", "rank", ("init_free_bytes", "gpu_memory_utilization", "requested_bytes"), r"Initial free memory: {num} GiB; Requested memory: {num} \(util\), {num} GiB"),
+    family("free_after_profiling", "Free memory after profiling:", "rank", ("profiled_free_bytes",), r"Free memory after profiling: {num} ?GiB \(total\), {num} ?GiB \(within requested\)"),
+    family("memory_snapshot", "memory snapshot", "rank", ("init_free_bytes", "total_bytes"), r"init memory snapshot: .*?free_memory={num} ?GiB, total_memory={num} ?GiB"),
+    family("requested_debug", "worker requested memory", "rank", ("requested_bytes",), r"worker requested memory: {num} ?GiB"),
+    family("device_free", "Free memory on device", "rank", ("init_free_bytes", "total_bytes", "gpu_memory_utilization", "requested_bytes"), r"Free memory on device(?: \S+)? \({num}/{num} GiB\) on startup(?:\.| is less than) (?:[Dd]esired GPU memory utilization (?:is )?|the engine's budget after excluding external process's weights )\({num}, {num} GiB\)"),
+    family("external_weights_over", "Externally held weights", "rank", ("external_weights_bytes", "total_bytes", "gpu_memory_utilization", "requested_bytes"), r"Externally held weights on device \S+ \({num}/{num} GiB\) exceed the desired GPU memory utilization \({num}, {num} GiB\)"),
+    family("usage", "for CUDAGraph memory", "rank", ("weights_bytes", "activation_peak_bytes", "non_torch_bytes", "cuda_graph_bytes"), r"Actual usage is {num} GiB for weight, {num} GiB for peak activation, {num} GiB for non-torch memory, and {num} GiB for CUDAGraph memory"),
+    family("usage_consumed", "for CUDAGraph memory", "rank", (None, "activation_peak_bytes", "cuda_graph_bytes"), r"Actual usage is {num} GiB for consumed memory \(weights \+ non-torch\), {num} GiB for peak activation, and {num} GiB for CUDAGraph memory"),
+    family("suggestion", "--kv-cache-memory=", "rank", ("suggested_fit_bytes:int", "suggested_full_bytes:int"), r"`--kv-cache-memory=(-?\d+)`(?: \(-?[\d.]+ GiB\))? to fit into requested memory, or `--kv-cache-memory=(-?\d+)`(?: \(-?[\d.]+ GiB\))? to fully utilize gpu memory"),
+    family("kv_in_use", "kv cache memory in use", "rank", ("kv_in_use_bytes:int", "kv_in_use_bytes"), r"Current kv cache memory in use is (?:(\d+) bytes|{num} GiB)"),
+    family("manual", "as specified by kv_cache_memory_bytes", "rank", h.manual, r"Initial free memory {num} GiB, reserved {num} ?GiB memory for KV Cache"),
+    family("startup_plan", "persisted startup plan", "rank", h.plan_applied, r"kv_cache_memory_bytes=(\d+) \({num} GiB\), recorded free-memory baseline {num} GiB, current {num} GiB"),
+    family("startup_plan_not_applied", "Startup plan not applied", "rank", ("init_free_bytes",), r"current free memory \({num} GiB\) is below the recorded baseline"),
+    family("graph_took", "Graph capturing finished", "rank", ("cuda_graph_bytes",), r"Graph capturing finished in \d+ secs?, took {num} GiB"),
+    family("graph_finished", "Graph capturing finished", "rank", {}, r"Graph capturing finished in \d+ secs?\.\s*$"),
+    family("graph_estimate", "Estimated CUDA graph memory", "rank", ("cuda_graph_estimate_bytes",), r"Estimated CUDA graph memory: {num} GiB total"),
+    family("graph_pool", "CUDA graph pool memory", "rank", ("cuda_graph_bytes", "cuda_graph_estimate_bytes"), r"CUDA graph pool memory: {num} GiB \(actual\), {num} GiB \(estimated\)"),
+    family("graph_estimate_on", "CUDA graph memory profiling is enabled", "flag", {"estimate_applied": True}, r"profiling is enabled"),
+    family("graph_estimate_off", "CUDA graph memory profiling", "flag", {"estimate_applied": False}, r"CUDA graph memory profiling is disabled|In v0\.19, CUDA graph memory profiling will be enabled"),
+]
+_ENGINE_FAMILIES = [
+    family("kv_tokens", "KV cache size:", "engine", ("kv_cache_tokens", "max_model_len", "max_concurrency"), r"KV cache size: ([\d,]+) tokens(?:, Maximum concurrency for ([\d,]+) tokens per request: {num}x)?"),
+    family("concurrency", "Maximum concurrency for", "engine", ("max_model_len", "max_concurrency"), r"^Maximum concurrency for ([\d,]+) tokens per request: {num}x"),
     # "# GPU blocks: N"; a bare line pasted into Markdown loses its leading "#" ("GPU blocks: N, # CPU …")
-    ("blocks", " blocks: ", re.compile(r"(?:# |^)(?:GPU|CUDA|cuda) blocks: (\d+)"), "engine", h.blocks),
-    (
-        "version",
-        " version ",
-        re.compile(r"vLLM API server version (v?\d+\.\d+[\w.+\-]*)"),
-        "config",
-        h.version,
-    ),
-    (
-        "engine_config",
-        "with config",
-        # "a V0 LLM engine" is the real V0 form of 0.7.3–0.10.x (vllm-log-formats.md §10 lists only
-        # "an LLM engine" and "a V1 LLM engine")
-        re.compile(r"Initializing (?:an|a V0|a V1) LLM engine (?:\((v?[^)\s]+)\) )?with config: (.*)$"),
-        "config",
-        h.engine_config,
-    ),
-    (
-        "non_default_args",
-        "non-default args",
-        re.compile(r"non-default args: (\{.*\})\s*$"),
-        "config",
-        h.non_default,
-    ),
-    ("namespace_args", "args: Namespace(", re.compile(r"args: Namespace\((.*)\)\s*$"), "config", h.namespace),
-    (
-        "block_size",
-        "block size",
-        re.compile(r"(?:(?:Forcing|Setting) kv cache|Setting attention) block size to (\d+)"),
-        "config",
-        h.block_size,
-    ),
-    (
-        "rank_assign",
-        "in world size",
-        re.compile(
-            r"rank (\d+) in world size (\d+) is assigned as DP rank (\d+), PP rank (\d+),"
-            r"(?: PCP rank (\d+),)? "
-            r"TP rank (\d+)"
-        ),
-        "assign",
-        h.assign,
-    ),
-    (
-        "world_debug",
-        "world_size=",
-        re.compile(r"world_size=(\d+) rank=(\d+) local_rank=\d+"),
-        "assign",
-        h.world_debug,
-    ),
-    (
-        "startup_done",
-        "took",
-        re.compile(r"init engine \(profile, create kv cache, warmup model\) took"),
-        "flag",
-        h.flag("startup_done"),
-    ),
-    (
-        "startup_done",
-        "startup complete",
-        re.compile(r"Application startup complete"),
-        "flag",
-        h.flag("startup_done"),
-    ),
+    family("blocks", " blocks: ", "engine", ("num_gpu_blocks",), r"(?:# |^)(?:GPU|CUDA|cuda) blocks: (\d+)"),
 ]
-#: Failure families, (family, trigger, regex, outcome): the message is the error text.
-FAILURES = [
-    ("oom", "emory", r"CUDA out of memory|OutOfMemoryError|CUDA error: out of memory", "oom"),
-    (
-        "error_kv_too_small",
-        "KV cache is needed",
-        r"KV cache is needed, which is larger than the available KV cache memory",
-        "error",
-    ),
-    ("error_no_blocks", "No available memory for the cache blocks", r"No available memory", "error"),
-    ("error_free_below", "less than desired GPU memory", r"is less than desired GPU memory", "error"),
-    ("error_fatal", "fatal error", r"EngineCore encountered a fatal error", "error"),
-    ("error_profiling", "Error in memory profiling", r"Error in memory profiling", "error"),
-    ("error_exception", "Error", r"^(?:[\w.]+\.)?[A-Za-z]*(?:Error|Exception): \S", "error"),
+_CONFIG_FAMILIES = [
+    family("version", " version ", "config", ("vllm_version",), r"vLLM API server version (v?\d+\.\d+[\w.+\-]*)"),
+    # "a V0 LLM engine" is the real V0 form of 0.7.3–0.10.x (vllm-log-formats.md §10 lists only
+    # "an LLM engine" and "a V1 LLM engine")
+    family("engine_config", "with config", "config", h.engine_config, r"Initializing (?:an|a V0|a V1) LLM engine (?:\((v?[^)\s]+)\) )?with config: (.*)$"),
+    family("non_default_args", "non-default args", "config", h.non_default, r"non-default args: (\{.*\})\s*$"),
+    family("namespace_args", "args: Namespace(", "config", h.namespace, r"args: Namespace\((.*)\)\s*$"),
+    family("block_size", "block size", "config", ("block_size",), r"(?:(?:Forcing|Setting) kv cache|Setting attention) block size to (\d+)"),
+    family("rank_assign", "in world size", "assign", ("rank", "world_size", "dp_rank", "pp_rank", None, "tp_rank"), r"rank (\d+) in world size (\d+) is assigned as DP rank (\d+), PP rank (\d+),(?: PCP rank (\d+),)? TP rank (\d+)"),
+    family("world_debug", "world_size=", "assign", ("world_size", "rank"), r"world_size=(\d+) rank=(\d+) local_rank=\d+"),
+    family("startup_done", "took", "flag", {"startup_done": True}, r"init engine \(profile, create kv cache, warmup model\) took"),
+    family("startup_done", "startup complete", "flag", {"startup_done": True}, r"Application startup complete"),
 ]
-FAMILIES += SIZING_FAMILIES + FAILURE_VALUE_FAMILIES
-FAMILIES += [
-    (family, trigger, re.compile(pattern), "outcome", failure_handler(outcome, priority))
-    for family, trigger, pattern, outcome, priority in FAILURE_FAMILIES
-]
-FAMILIES += [
-    (
-        family,
-        trigger,
-        re.compile(pattern),
-        "outcome",
-        failure_handler(outcome, 0 if outcome == "oom" else 2 if family == "error_exception" else 1),
-    )
-    for family, trigger, pattern, outcome in FAILURES
+# fmt: on
+FAMILIES: list[Family] = [
+    *_MEMORY_FAMILIES,
+    *_ENGINE_FAMILIES,
+    *_CONFIG_FAMILIES,
+    *SIZING_FAMILIES,
+    *FAILURE_VALUE_FAMILIES,
+    *FAILURE_FAMILIES,
 ]
 
 

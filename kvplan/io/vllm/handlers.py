@@ -1,4 +1,9 @@
-"""What a matched line family means: each handler turns a regex match into ledger values."""
+"""What a matched line family means: a table row turns its regex's groups into ledger values.
+
+A row (:func:`family`) names the columns its regex's groups hold, in order, and each group's text
+is converted by the column's kind (:data:`CONVERTERS`): GiB sizes into bytes, counts into ``int``.
+The few lines whose values need more than one conversion per group have a handler here.
+"""
 
 from __future__ import annotations
 
@@ -28,7 +33,105 @@ class Fact(NamedTuple):
 Handler = Callable[[re.Match], dict]
 
 
+class Family(NamedTuple):
+    """One line family: its name, a trigger substring every line of it holds (checked first, cheap),
+    its regex, its scope (as :class:`Fact`'s) and the handler that turns a match into values."""
+
+    name: str
+    trigger: str
+    pattern: re.Pattern
+    scope: str
+    handler: Handler
+
+
+#: How a group's text becomes a value: ``gib`` a size vLLM printed in GiB into bytes, ``int`` a count
+#: (thousands commas allowed), ``version`` without its ``v``, ``enabled`` a boolean.
+CONVERTERS: dict[str, Callable[[str], object]] = {
+    "gib": gib_bytes,
+    "int": lambda text: int(text.replace(",", "")),
+    "float": float,
+    "text": str,
+    "version": lambda text: text.lstrip("v"),
+    "enabled": lambda text: text == "enabled",
+}
+#: The kind of each column a row may name without one (``*_bytes`` columns are ``gib``).
+COLUMN_KINDS = {
+    "gpu_memory_utilization": "float",
+    "max_concurrency": "float",
+    "vllm_version": "version",
+    "mamba_cache_mode": "text",
+    "kv_cache_group_block_sizes": "text",
+    "kv_cache_pools": "text",
+    "failed_in": "text",
+    **dict.fromkeys(
+        (
+            "kv_cache_tokens",
+            "max_model_len",
+            "num_gpu_blocks",
+            "num_gpu_blocks_override",
+            "max_num_batched_tokens",
+            "block_size",
+            "rank",
+            "world_size",
+            "dp_rank",
+            "pp_rank",
+            "tp_rank",
+        ),
+        "int",
+    ),
+}
+
+
+def family(
+    name: str, trigger: str, scope: str, values: tuple[str | None, ...] | dict | Handler, pattern: str
+) -> Family:
+    """One row of a family table. ``{num}`` in ``pattern`` is a decimal number (:data:`NUM`, a group).
+
+    ``values`` is a handler, a dict (the values every match gives: flags), or the columns the
+    regex's groups hold, in order: None skips a group, ``column:kind`` names a kind of
+    :data:`CONVERTERS` other than the column's own (:data:`COLUMN_KINDS`); a group that did not take
+    part in the match gives nothing.
+
+    >>> row = family("pool", "pool", "rank", ("cuda_graph_bytes", None, "kv_cache_tokens"), r"pool {num} GiB(?: (x))? ([\\d,]+)")
+    >>> row.handler(row.pattern.search("pool 1.5 GiB 12,288"))
+    {'cuda_graph_bytes': 1610612736, 'kv_cache_tokens': 12288}
+    """
+    if isinstance(values, tuple):
+        handler = _groups_handler(values)
+    elif isinstance(values, dict):
+        handler = _constant_handler(values)
+    else:
+        handler = values
+    return Family(name, trigger, re.compile(pattern.replace("{num}", NUM)), scope, handler)
+
+
+def _groups_handler(columns: tuple[str | None, ...]) -> Handler:
+    """The handler of a row whose groups hold ``columns`` (see :func:`family`)."""
+    fields = []
+    for index, item in enumerate(columns, start=1):
+        if item is None:
+            continue
+        column, _colon, kind = item.partition(":")
+        kind = kind or ("gib" if column.endswith("_bytes") else COLUMN_KINDS[column])
+        fields.append((index, column, CONVERTERS[kind]))
+
+    def handler(m: re.Match) -> dict:
+        values = {}
+        for index, column, convert in fields:
+            text = m.group(index)
+            if text is not None:
+                values[column] = convert(text)
+        return values
+
+    return handler
+
+
+def _constant_handler(values: dict) -> Handler:
+    return lambda m: dict(values)
+
+
 def weights(m: re.Match) -> dict:
+    """``… took N GiB`` (``GB`` and ``MB`` in old releases: GiB and MiB)."""
     return {"weights_bytes": gib_bytes(m.group(1), m.group(2))}
 
 
@@ -52,23 +155,6 @@ def v0_one_line(m: re.Match) -> dict:
     return values
 
 
-def v0_total(m: re.Match) -> dict:
-    return {
-        "total_bytes": gib_bytes(m.group(1)),
-        "gpu_memory_utilization": float(m.group(2)),
-        "requested_bytes": gib_bytes(m.group(3)),
-    }
-
-
-def v0_parts(m: re.Match) -> dict:
-    return {
-        "weights_bytes": gib_bytes(m.group(1)),
-        "non_torch_bytes": gib_bytes(m.group(2)),
-        "activation_peak_bytes": gib_bytes(m.group(3)),
-        "available_kv_bytes": gib_bytes(m.group(4)),
-    }
-
-
 def profile_result(m: re.Match) -> dict:
     """V1 DEBUG profile result; 0.27+ prints total consumed (weights + non-torch) instead."""
     non_kv, torch_peak, third, weights = (gib_bytes(m.group(i)) for i in (1, 2, 4, 5))
@@ -81,100 +167,15 @@ def profile_result(m: re.Match) -> dict:
     }
 
 
-def init_free_old(m: re.Match) -> dict:
-    return {"init_free_bytes": gib_bytes(m.group(1)), "requested_bytes": gib_bytes(m.group(3))}
-
-
-def init_free(m: re.Match) -> dict:
-    return {
-        "init_free_bytes": gib_bytes(m.group(1)),
-        "gpu_memory_utilization": float(m.group(2)),
-        "requested_bytes": gib_bytes(m.group(3)),
-    }
-
-
-def snapshot(m: re.Match) -> dict:
-    return {"init_free_bytes": gib_bytes(m.group(1)), "total_bytes": gib_bytes(m.group(2))}
-
-
-def device_free(m: re.Match) -> dict:
-    return {
-        "init_free_bytes": gib_bytes(m.group(1)),
-        "total_bytes": gib_bytes(m.group(2)),
-        "gpu_memory_utilization": float(m.group(3)),
-        "requested_bytes": gib_bytes(m.group(4)),
-    }
-
-
-def external_weights_over(m: re.Match) -> dict:
-    """0.32+ ``ValueError``: the weights held outside the process exceed the utilization budget."""
-    return {
-        "external_weights_bytes": gib_bytes(m.group(1)),
-        "total_bytes": gib_bytes(m.group(2)),
-        "gpu_memory_utilization": float(m.group(3)),
-        "requested_bytes": gib_bytes(m.group(4)),
-    }
-
-
-def usage_old(m: re.Match) -> dict:
-    return {
-        "weights_bytes": gib_bytes(m.group(1)),
-        "activation_peak_bytes": gib_bytes(m.group(2)),
-        "non_torch_bytes": gib_bytes(m.group(3)),
-        "cuda_graph_bytes": gib_bytes(m.group(4)),
-    }
-
-
-def usage_new(m: re.Match) -> dict:
-    return {"activation_peak_bytes": gib_bytes(m.group(2)), "cuda_graph_bytes": gib_bytes(m.group(3))}
-
-
-def suggestion(m: re.Match) -> dict:
-    return {"suggested_fit_bytes": int(m.group(1)), "suggested_full_bytes": int(m.group(2))}
-
-
-def in_use(m: re.Match) -> dict:
-    return {"kv_in_use_bytes": int(m.group(1)) if m.group(1) else gib_bytes(m.group(2))}
-
-
 def manual(m: re.Match) -> dict:
+    """A manual boot's free memory and its printed KV figure, with the most the flag can be."""
     return {"init_free_bytes": gib_bytes(m.group(1)), **printed_manual(gib_bytes(m.group(2)))}
 
 
 def plan_applied(m: re.Match) -> dict:
+    """The startup plan's exact ``kv_cache_memory_bytes`` (the most it can be, too) and the free memory."""
     exact = int(m.group(1))
     return {"manual_kv_bytes": exact, "manual_kv_max_bytes": exact, "init_free_bytes": gib_bytes(m.group(4))}
-
-
-def graph_took(m: re.Match) -> dict:
-    return {"cuda_graph_bytes": gib_bytes(m.group(1))}
-
-
-def graph_pool(m: re.Match) -> dict:
-    return {"cuda_graph_bytes": gib_bytes(m.group(1)), "cuda_graph_estimate_bytes": gib_bytes(m.group(2))}
-
-
-def graph_estimate(m: re.Match) -> dict:
-    return {"cuda_graph_estimate_bytes": gib_bytes(m.group(1))}
-
-
-def tokens(m: re.Match) -> dict:
-    values = {"kv_cache_tokens": int(m.group(1).replace(",", ""))}
-    if m.group(2):
-        values.update(max_model_len=int(m.group(2).replace(",", "")), max_concurrency=float(m.group(3)))
-    return values
-
-
-def concurrency(m: re.Match) -> dict:
-    return {"max_model_len": int(m.group(1).replace(",", "")), "max_concurrency": float(m.group(2))}
-
-
-def blocks(m: re.Match) -> dict:
-    return {"num_gpu_blocks": int(m.group(1))}
-
-
-def version(m: re.Match) -> dict:
-    return {"vllm_version": m.group(1).lstrip("v")}
 
 
 def engine_config(m: re.Match) -> dict:
@@ -200,32 +201,11 @@ def namespace(m: re.Match) -> dict:
     return dict(config_items(m.group(1)))
 
 
-def assign(m: re.Match) -> dict:
-    return {
-        "rank": int(m.group(1)),
-        "world_size": int(m.group(2)),
-        "dp_rank": int(m.group(3)),
-        "pp_rank": int(m.group(4)),
-        "tp_rank": int(m.group(6)),
-    }
+def failure(outcome: str, priority: int) -> Handler:
+    """The handler of a failure family: outcome, the message as the error text, and its priority
+    (lower names the failure first: 0 OOM, 1 a specific error, 2 any exception, 3 a generic one).
 
-
-def world_debug(m: re.Match) -> dict:
-    return {"world_size": int(m.group(1)), "rank": int(m.group(2))}
-
-
-def block_size(m: re.Match) -> dict:
-    return {"block_size": int(m.group(1))}
-
-
-def text(m: re.Match) -> dict:
-    return {"text": m.string.strip()}
-
-
-def failure(outcome: str) -> Handler:
-    """A failure family's handler: ``outcome`` (oom or error) and the message as its text."""
-    return lambda m: {"outcome": outcome, **text(m)}
-
-
-def flag(name: str, value: object = True) -> Handler:
-    return lambda m: {name: value}
+    >>> failure("error", 3)(re.match("x", "x failed"))
+    {'outcome': 'error', 'text': 'x failed', 'priority': 3}
+    """
+    return lambda m: {"outcome": outcome, "text": m.string.strip(), "priority": priority}

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import re
 
-from kvplan.io.vllm.handlers import NUM, Handler, flag
+from kvplan.io.vllm.handlers import Family, family
 from kvplan.io.vllm.values import gib_bytes
 
 #: The 0.6.5 development table's keys → ledger columns.
@@ -55,167 +55,55 @@ def _table_field(m: re.Match) -> dict:
     return {PROFILE_TABLE[m.group(1)]: gib_bytes(m.group(2))}
 
 
-#: (family, trigger, regex, scope, handler), as in ``FAMILIES``.
-SIZING_FAMILIES: list[tuple[str, str, re.Pattern, str, Handler]] = [
-    (
-        "blocks_override",
-        "num_gpu_blocks_override",
-        re.compile(r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)"),
-        "config",
-        lambda m: {"num_gpu_blocks_override": int(m.group(2))},
-    ),
-    (
-        "auto_fit",
-        "Auto-fit max_model_len: reduced",
-        re.compile(r"Auto-fit max_model_len: reduced from (\d+) to (\d+) to fit in available"),
-        "config",
-        lambda m: {"max_model_len": int(m.group(2))},
-    ),
-    (
-        "max_num_batched_tokens",
-        "max_num_batched_tokens=",
-        re.compile(r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)"),
-        "config",
-        lambda m: {"max_num_batched_tokens": int(m.group(1))},
-    ),
-    (
-        "async_scheduling",
-        "scheduling is",  # config/vllm.py info_once, 0.14–0.26
-        re.compile(r"^Asynchronous scheduling is (enabled|disabled)"),
-        "config",
-        lambda m: {"async_scheduling": m.group(1) == "enabled"},
-    ),
-    (
-        "mamba_cache_mode",
-        "ache mode is set to",
-        re.compile(r"Mamba cache mode is set to '(\w+)'"),
-        "config",
-        lambda m: {"mamba_cache_mode": m.group(1)},
-    ),
-    (
-        "hybrid_off",
-        "ybrid",
-        re.compile(
-            r"Hybrid KV cache manager is disabled for this hybrid model|"
-            r"Turning off hybrid kv cache manager|"
-            r"chunked local attention with the hybrid KV cache manager\. Disabling it"
-        ),
-        "config",
-        lambda m: {"hybrid_kv_cache_manager": False},
-    ),
-    (
-        "hybrid_off",
-        "cannot be unified",
-        re.compile(
-            r"KV cache page sizes cannot be unified; treating sliding-window layers as full attention"
-        ),
-        "config",
-        lambda m: {"hybrid_kv_cache_manager": False},
-    ),
-    (
-        "group_sizes",
-        "group sizes",
-        re.compile(r"^kv cache group sizes ([\[(][\d, ]*[\])])"),
-        "config",
-        lambda m: {"kv_cache_group_block_sizes": m.group(1)},
-    ),
-    (
-        "kv_pools",
-        "KV cache size:",
-        re.compile(r"^(GPU \+ host|GPU|[A-Z]{2,}) KV cache size: "),
-        "config",
-        lambda m: {"kv_cache_pools": m.group(1)},
-    ),
-    (
-        "encoder_graph",
-        "Encoder graph capturing",
-        re.compile(r"Encoder graph capturing finished in \d+ secs?, took " + NUM + r" GiB"),
-        "rank",
-        lambda m: {"encoder_cuda_graph_bytes": gib_bytes(m.group(1))},
-    ),
-    (
-        "weights_outside",
-        "held outside this process",
-        re.compile(
-            r"Weights are held outside this process: of the "
-            + NUM
-            + r" GiB utilization budget, "
-            + NUM
-            + r" GiB is externally held and "
-            + NUM
-            + r" GiB remains"
-        ),
-        "rank",
-        lambda m: {"external_weights_bytes": gib_bytes(m.group(2)), "requested_bytes": gib_bytes(m.group(3))},
-    ),
-    (
-        "api_num_gpu_blocks",
-        "num_gpu_blocks is:",
-        re.compile(r"vllm cache_config_info with initialization after num_gpu_blocks is: (\d+)"),
-        "engine",
-        lambda m: {"num_gpu_blocks": int(m.group(1))},
-    ),
-    (
-        "version",
-        " version ",
-        re.compile(r"vLLM server version (v?\d+\.\d+[\w.+\-]*), serving model"),
-        "config",
-        lambda m: {"vllm_version": m.group(1).lstrip("v")},
-    ),
-    (
-        "version",
-        " version ",
-        re.compile(r"█\s+version (v?\d+\.\d+[\w.+\-]*)\s*$"),
-        "config",
-        lambda m: {"vllm_version": m.group(1).lstrip("v")},
-    ),
+#: Lines that make a room mean something else: note code → what the note says.
+ROOM_CAVEATS = {
+    "sleep_mode": "this boot ran with sleep mode (CuMemAllocator): vLLM overestimates 'Available KV cache memory' "
+    "under CuMem (vllm#40256), so its room may be too high; profile a boot without --enable-sleep-mode",
+    "rocm_free_grew": "free memory grew during profiling (ROCm): vLLM sized the KV cache from torch reserved memory, "
+    "a lower bound, instead of the profiling difference; re-profile on a quiet GPU",
+    "elastic_ep": "Elastic EP scale-up workers took the first workers' KV cache size without profiling their own "
+    "memory: their room is not measured",
+    "hisparse": "HiSparse keeps KV cache on the host too: 'GPU + host KV cache size' is limited by both pools, not a "
+    "GPU-only figure; the host pool is not modelled",
+    "weights_outside": "weights are held outside this process (weight-cache daemon): the requested memory is the "
+    "engine's budget after the externally held weights",
+}
+
+
+def _caveat(code: str) -> dict:
+    """A caveat row's values: the flag ``caveat:CODE`` with its note (:data:`ROOM_CAVEATS`)."""
+    return {f"caveat:{code}": ROOM_CAVEATS[code]}
+
+
+# One row a family, as in FAMILIES: family, trigger, scope, values, regex.
+# fmt: off
+SIZING_FAMILIES: list[Family] = [
+    family("blocks_override", "num_gpu_blocks_override", "config", (None, "num_gpu_blocks_override"), r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)"),
+    family("auto_fit", "Auto-fit max_model_len: reduced", "config", (None, "max_model_len"), r"Auto-fit max_model_len: reduced from (\d+) to (\d+) to fit in available"),
+    family("max_num_batched_tokens", "max_num_batched_tokens=", "config", ("max_num_batched_tokens",), r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)"),
+    # config/vllm.py info_once, 0.14–0.26
+    family("async_scheduling", "scheduling is", "config", ("async_scheduling:enabled",), r"^Asynchronous scheduling is (enabled|disabled)"),
+    family("mamba_cache_mode", "ache mode is set to", "config", ("mamba_cache_mode",), r"Mamba cache mode is set to '(\w+)'"),
+    family("hybrid_off", "ybrid", "config", {"hybrid_kv_cache_manager": False}, r"Hybrid KV cache manager is disabled for this hybrid model|Turning off hybrid kv cache manager|chunked local attention with the hybrid KV cache manager\. Disabling it"),
+    family("hybrid_off", "cannot be unified", "config", {"hybrid_kv_cache_manager": False}, r"KV cache page sizes cannot be unified; treating sliding-window layers as full attention"),
+    family("group_sizes", "group sizes", "config", ("kv_cache_group_block_sizes",), r"^kv cache group sizes ([\[(][\d, ]*[\])])"),
+    family("kv_pools", "KV cache size:", "config", ("kv_cache_pools",), r"^(GPU \+ host|GPU|[A-Z]{2,}) KV cache size: "),
+    family("encoder_graph", "Encoder graph capturing", "rank", ("encoder_cuda_graph_bytes",), r"Encoder graph capturing finished in \d+ secs?, took {num} GiB"),
+    family("weights_outside", "held outside this process", "rank", (None, "external_weights_bytes", "requested_bytes"), r"Weights are held outside this process: of the {num} GiB utilization budget, {num} GiB is externally held and {num} GiB remains"),
+    family("api_num_gpu_blocks", "num_gpu_blocks is:", "engine", ("num_gpu_blocks",), r"vllm cache_config_info with initialization after num_gpu_blocks is: (\d+)"),
+    family("version", " version ", "config", ("vllm_version",), r"vLLM server version (v?\d+\.\d+[\w.+\-]*), serving model"),
+    family("version", " version ", "config", ("vllm_version",), r"█\s+version (v?\d+\.\d+[\w.+\-]*)\s*$"),
     # the 0.6.5 development line's table (PR #10511): "key<TAB>value" (or runs of spaces), one a line
-    ("profile_table", "\t", re.compile(_TABLE_KEYS + r"\t\s*" + NUM + r"\s*GiB\s*$"), "rank", _table_field),
-    ("profile_table", "  ", re.compile(_TABLE_KEYS + r" {2,}" + NUM + r"\s*GiB\s*$"), "rank", _table_field),
-]
-SLEEP_MODE_NOTE = (
-    "this boot ran with sleep mode (CuMemAllocator): vLLM overestimates 'Available KV cache memory' under "
-    "CuMem (vllm#40256), so its room may be too high; profile a boot without --enable-sleep-mode"
-)
-HISPARSE_NOTE = (
-    "HiSparse keeps KV cache on the host too: 'GPU + host KV cache size' is limited by both pools, not a "
-    "GPU-only figure; the host pool is not modelled"
-)
-#: Lines that make a room mean something else, (note code, trigger, regex, what the note says).
-ROOM_CAVEATS = [
-    ("sleep_mode", "freed", r"^Sleep mode freed|^CuMemAllocator: sleep freed", SLEEP_MODE_NOTE),
+    family("profile_table", "\t", "rank", _table_field, _TABLE_KEYS + r"\t\s*{num}\s*GiB\s*$"),
+    family("profile_table", "  ", "rank", _table_field, _TABLE_KEYS + r" {2,}{num}\s*GiB\s*$"),
+    # the lines of ROOM_CAVEATS
+    family("sleep_mode", "freed", "flag", _caveat("sleep_mode"), r"^Sleep mode freed|^CuMemAllocator: sleep freed"),
     # v1/executor/abstract.py (0.33: 409/427/449): the executor's sleep, wake-up and discard timings
-    (
-        "sleep_mode",
-        "seconds to ",
-        r"^It took [\d.]+ seconds to (?:fall asleep|wake up tags|discard tags)",
-        SLEEP_MODE_NOTE,
-    ),
-    (
-        "rocm_free_grew",
-        "Free memory grew by",
-        r"^Free memory grew by .* torch reserved",
-        "free memory grew during profiling (ROCm): vLLM sized the KV cache from torch reserved memory, a lower "
-        "bound, instead of the profiling difference; re-profile on a quiet GPU",
-    ),
-    (
-        "elastic_ep",
-        "Elastic EP",
-        r"\[Elastic EP\] Synced KV cache memory size",
-        "Elastic EP scale-up workers took the first workers' KV cache size without profiling their own memory: "
-        "their room is not measured",
-    ),
-    ("hisparse", "HiSparse", r"^HiSparse steady-state maximum concurrency", HISPARSE_NOTE),
-    ("hisparse", "KV cache size:", r"^GPU \+ host KV cache size", HISPARSE_NOTE),
-    (
-        "weights_outside",
-        "held outside this process",
-        r"^Weights are held outside this process",
-        "weights are held outside this process (weight-cache daemon): the requested memory is the engine's "
-        "budget after the externally held weights",
-    ),
+    family("sleep_mode", "seconds to ", "flag", _caveat("sleep_mode"), r"^It took [\d.]+ seconds to (?:fall asleep|wake up tags|discard tags)"),
+    family("rocm_free_grew", "Free memory grew by", "flag", _caveat("rocm_free_grew"), r"^Free memory grew by .* torch reserved"),
+    family("elastic_ep", "Elastic EP", "flag", _caveat("elastic_ep"), r"\[Elastic EP\] Synced KV cache memory size"),
+    family("hisparse", "HiSparse", "flag", _caveat("hisparse"), r"^HiSparse steady-state maximum concurrency"),
+    family("hisparse", "KV cache size:", "flag", _caveat("hisparse"), r"^GPU \+ host KV cache size"),
+    family("weights_outside", "held outside this process", "flag", _caveat("weights_outside"), r"^Weights are held outside this process"),
 ]
-SIZING_FAMILIES += [
-    (code, trigger, re.compile(pattern), "flag", flag(f"caveat:{code}", note))
-    for code, trigger, pattern, note in ROOM_CAVEATS
-]
+# fmt: on
