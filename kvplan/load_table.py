@@ -138,7 +138,7 @@ class LoadRows(Sequence):
     """
 
     def __init__(self) -> None:
-        self._columns = [array(code) for code in _TYPES]  # ROW_FIELDS, then the event's code
+        self._columns: list[array] = [array(code) for code in _TYPES]  # ROW_FIELDS, then the event's code
         self._pending: list[tuple] = []  # rows appended since the last flush into the columns
         self._raw: dict[int, str] = {}
         self._sources: list[str] = []
@@ -213,6 +213,25 @@ class LoadRows(Sequence):
         self._pending.append(fields)
         if len(self._pending) >= JSON_BATCH:
             self._flush()
+
+    def extend_columns(self, count: int, **columns) -> None:
+        """Append ``count`` rows given a column at a time: each of :data:`ROW_FIELDS` and ``event`` names
+        the rows' packed values (see :meth:`add_packed`: an iterable such as ``map(int, texts)``) or the one
+        value they all share. Each value must fit its column.
+
+        >>> rows = LoadRows()
+        >>> shared = {name: 0 for name in (*ROW_FIELDS, "event")} | {"source": rows.source_code("s.log")}
+        >>> rows.extend_columns(2, **shared | {"line": (3, 4), "running": map(int, ["12", "9"])})
+        >>> [(row.source, row.line, row.running) for row in rows]
+        [('s.log', 3, 12), ('s.log', 4, 9)]
+        """
+        self._flush()
+        for name, column in zip((*ROW_FIELDS, "event"), self._columns):
+            values = columns[name]
+            if isinstance(values, (int, float)):
+                column.extend(array(column.typecode, [values]) * count)
+            else:
+                column.extend(values)
 
     def append(self, row: LoadRow) -> int:
         """Append a :class:`LoadRow`; returns its index."""

@@ -2,7 +2,7 @@
 
 Most lines of a load-test log are V1 stats lines in vLLM's default form (0.8.3 on). Such a line, when it is
 one record alone, is matched whole by :data:`V1_STATS_LINE` and taken straight into the packed rows
-(:func:`read_lines`), with exactly what the general reader (:mod:`kvplan.io.vllm_stats`) would do for
+(:meth:`StatsLog.take_whole`, the lines handed over by :meth:`~kvplan.io.stats_records.RecordReader.read`), with exactly what the general reader (:mod:`kvplan.io.vllm_stats`) would do for
 it; any other line, or one the whole-line path cannot take, goes through the general reader.
 """
 
@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import re
 from array import array
-from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 
-from kvplan.io.stats_records import Record, RecordReader, file_name
-from kvplan.load_reading import UNKNOWN_NUMBER, LoadRows
+from kvplan.io.stats_records import Record, file_name
+from kvplan.load_table import JSON_BATCH, UNKNOWN_NUMBER, LoadRows
 
 V1_PREEMPTIONS_FIELD_FROM_LINENO = (
     236  # loggers.py line of the stats call in 0.11.1, the first with "Preemptions"
@@ -28,6 +27,7 @@ V1_STATS_LINE = re.compile(
     r"Running: (\d{1,18}) reqs, Waiting: (\d{1,18}) reqs, (?:Preemptions: (\d{1,18}), )?[A-Z]+ KV cache usage: "
     rf"{_NUMBER}%, Prefix cache hit rate: {_NUMBER}%$"
 )
+_UNKNOWN_TEXT = str(UNKNOWN_NUMBER)  # int() of it is the unknown whole number
 _FIRST = datetime(1, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -55,9 +55,83 @@ class StatsLog:
         self.last_preemption: tuple[int, int | None] | None = None
         self.series: dict[int | None, tuple[array, array]] = {}  # engine → (µs since the first, line)
         self.warnings: list[str] = []
+        self._whole: list[tuple] = []  # lines taken whole since the last flush, their fields as read
+        self._whole_known, self._whole_restarts = True, 0  # the year_known and restarts they share
 
     def count(self) -> int:
-        return len(self.rows) + (self.last is not None)
+        return len(self.rows) + len(self._whole) + (self.last is not None)
+
+    def take_whole(self, groups: tuple, line: int, micros: int, year_known: bool) -> bool:
+        """Take a line that is one V1 stats record in vLLM's default form (:data:`V1_STATS_LINE`'s
+        ``groups``), stamped ``micros`` [µs since year 1, UTC when the shift is known], with what the
+        general reader (:func:`kvplan.io.vllm_stats.parse_stats_lines`) would do for it; False, and
+        nothing taken, when the general reader must judge it (a usage outside 0–100 %: it warns)."""
+        _, _, file, lineno, engine, prompt, generation, running, waiting, preemptions, usage, hits = groups
+        usage_pct = float(usage)
+        if not 0 <= usage_pct <= 100:
+            return False
+        late_v1 = self.late_v1
+        if not late_v1:
+            late_v1 = self.late_v1 = preemptions is not None or (
+                file_name(file) == "loggers.py" and int(lineno) >= V1_PREEMPTIONS_FIELD_FROM_LINENO
+            )
+        if (
+            self.last is not None
+            or year_known is not self._whole_known
+            or self.restarts != self._whole_restarts
+        ):
+            self.close()  # the open row ends here, as a new row's would
+            self._whole_known, self._whole_restarts = year_known, self.restarts
+        if preemptions is None:
+            if late_v1:
+                preemptions = "0"
+            else:
+                preemptions = _UNKNOWN_TEXT
+                self.pending_v1.append(len(self.rows) + len(self._whole))
+        engine_index = int(engine)
+        self._whole.append(
+            (line, micros, engine_index, usage_pct, running, waiting, prompt, generation, hits, preemptions)
+        )
+        if len(self._whole) >= JSON_BATCH:
+            self.flush()
+        if not year_known:
+            self.yearless = True
+        self.last_form = "v1"
+        self.forms.add("v1")
+        series = self.series.get(engine_index)
+        if series is None:
+            series = self.series[engine_index] = (array("q"), array("q"))
+        series[0].append(micros)
+        series[1].append(line)
+        return True
+
+    def flush(self) -> None:
+        """Pack the lines taken whole (:meth:`take_whole`) into the rows, a column at a time."""
+        if self._whole:
+            lines, micros, engines, usage, running, waiting, prompt, generation, hits, preemptions = zip(
+                *self._whole
+            )
+            self.rows.extend_columns(
+                len(lines),
+                source=self.code,
+                line=lines,
+                time=micros,
+                engine=engines,
+                kv_cache_usage_pct=usage,
+                running=map(int, running),
+                waiting=map(int, waiting),
+                swapped=UNKNOWN_NUMBER,
+                prompt_tokens_per_s=map(float, prompt),
+                generation_tokens_per_s=map(float, generation),
+                prefix_cache_hit_pct=map(float, hits),
+                preemptions=map(int, preemptions),
+                preemptions_total=UNKNOWN_NUMBER,
+                kind=0,  # "log"
+                year_known=self._whole_known,
+                restarts=self._whole_restarts,
+                event=0,  # none
+            )
+            self._whole.clear()
 
     def add(self, record: Record, form: str | None = None, **values) -> dict:
         """Open a new row from ``record`` (its time shifted to UTC when the offset is known)."""
@@ -84,6 +158,8 @@ class StatsLog:
         return row
 
     def close(self) -> None:
+        """Pack the open row (after the lines taken whole before it)."""
+        self.flush()
         if self.last is not None:
             row = self.last
             self.rows.add(
@@ -95,83 +171,3 @@ class StatsLog:
                 raw=row.get("raw", ""),
             )
             self.last = None
-
-
-def read_lines(
-    log: StatsLog, reader: RecordReader, lines: Iterable[str], wrap_width: int, general: Callable[[str], None]
-) -> None:
-    """Read ``lines`` into ``log``: a line that is one V1 stats record in vLLM's default form
-    (:data:`V1_STATS_LINE`) straight into the packed rows, with what the general reader would do for it;
-    any other line through ``general`` (the general reader: :func:`kvplan.io.vllm_stats.parse_stats_lines`),
-    as is a stats line that it must judge: a time that does not exist, a usage outside 0–100 %."""
-    fast, joiner, take_stamp = V1_STATS_LINE.match, reader.lines, reader.take_stamp
-    add, pending_v1, series = log.rows.add_packed, log.pending_v1, log.series
-    code, shift = log.code, log.shift_micros
-    for text in lines:
-        match = None if joiner.held is not None else fast(text)
-        if match is None or match.end() == wrap_width:
-            general(text)
-            continue
-        (
-            month_day,
-            clock,
-            file,
-            lineno,
-            engine,
-            prompt,
-            generation,
-            running,
-            waiting,
-            preemptions,
-            usage,
-            hits,
-        ) = match.groups()
-        usage_pct = float(usage)
-        taken = take_stamp(month_day, clock, shift) if 0 <= usage_pct <= 100 else None
-        if taken is None:  # the general reader warns about the usage, or refuses the stamp
-            general(text)
-            continue
-        line, micros = taken
-        late_v1 = log.late_v1
-        if not late_v1:
-            late_v1 = log.late_v1 = preemptions is not None or (
-                file_name(file) == "loggers.py" and int(lineno) >= V1_PREEMPTIONS_FIELD_FROM_LINENO
-            )
-        if log.last is not None:
-            log.close()  # the open row ends here, as a new row's would
-        if preemptions is not None:
-            preempted = int(preemptions)
-        elif late_v1:
-            preempted = 0
-        else:
-            preempted = UNKNOWN_NUMBER
-            pending_v1.append(len(log.rows))
-        known, engine_index = reader.known, int(engine)
-        add(
-            code,
-            line,
-            micros,
-            engine_index,
-            usage_pct,
-            int(running),
-            int(waiting),
-            UNKNOWN_NUMBER,
-            float(prompt),
-            float(generation),
-            float(hits),
-            preempted,
-            UNKNOWN_NUMBER,
-            0,  # kind "log"
-            known,
-            log.restarts,
-            0,  # no event
-        )
-        if not known:
-            log.yearless = True
-        log.last_form = "v1"
-        log.forms.add("v1")
-        engine_series = series.get(engine_index)
-        if engine_series is None:
-            engine_series = series[engine_index] = (array("q"), array("q"))
-        engine_series[0].append(micros)
-        engine_series[1].append(line)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, time, timedelta
 from pathlib import Path
 from typing import NamedTuple
@@ -148,17 +148,13 @@ class RecordReader:
     record (a log that runs over New Year moves on a year).
 
     A stamp that names no real time (``02-30``, ``25:00:00``) is a :class:`LoadFormatError` naming
-    ``source`` and the line. A reader with a line of its own to take (a stats line read whole) takes
-    it with :meth:`take_stamp`, as :meth:`push` would.
+    ``source`` and the line. :meth:`read` reads a whole log, handing the lines that one pattern matches
+    whole (a stats line) to the caller with their time, as :meth:`push` would read them.
 
     >>> reader = RecordReader(2026)
     >>> lines = ["INFO 12-31 23:59:50 [a.py:1] x", "INFO 01-01 00:00:00 [a.py:1] y"]
     >>> [r.time.isoformat() for line in lines for r in reader.push(line)]
     ['2026-12-31T23:59:50', '2027-01-01T00:00:00']
-    >>> reader.take_stamp("01-02", "00:00:00") == (3, (datetime(2027, 1, 2) - _EPOCH) // _MICROSECOND)
-    True
-    >>> reader.take_stamp("02-30", "00:00:00"), reader.lines.number
-    (None, 3)
     """
 
     def __init__(self, year: int | None, wrap_width: int = WRAP_WIDTH, source: str = "log") -> None:
@@ -167,7 +163,7 @@ class RecordReader:
         self.year_value = year if year is not None else PLACEHOLDER_YEAR
         self.last_month: int | None = None
         self.lines = _Joiner(wrap_width)
-        self._day: str | None = None  # "MM-DD" of the last stamp :meth:`take_stamp` took, while current
+        self._day: str | None = None  # "MM-DD" of the last line :meth:`read` took whole, while current
         self._midnight = 0  # its midnight [µs since year 1]
         self._clocks: dict[str, int] = {}  # "HH:MM:SS" → µs since midnight
 
@@ -196,33 +192,71 @@ class RecordReader:
                 self.known, self.year_value = record.year_known, record.time.year
                 self.last_month, self._day = record.time.month, None
 
-    def take_stamp(self, month_day: str, clock: str, shift_micros: int = 0) -> tuple[int, int] | None:
-        """Take the next line as one record stamped ``MM-DD`` ``HH:MM:SS`` by vLLM, with no outer stamp, as
-        :meth:`push` would: its (line number, µs since year 1 plus ``shift_micros``), the year carried on.
-        ``None``, and nothing taken, when the stamp names no real time or the shift leaves datetime's
-        years (then push the line: the general reader refuses it)."""
+    def read(
+        self,
+        lines: Iterable[str],
+        whole: re.Pattern,
+        take: Callable[[tuple, int, int, bool], bool],
+        other: Callable[[str], None],
+        shift_micros: int = 0,
+    ) -> None:
+        """Read ``lines`` in order: a line that ``whole`` matches entirely as one record (its first two
+        groups vLLM's ``MM-DD`` and ``HH:MM:SS``, no outer stamp) goes to ``take(groups, line number, µs
+        since year 1 plus shift_micros, year known)``; any other line, and one that ``take`` declines
+        (False: it must change nothing), to ``other``, which :meth:`push` es it.
+
+        >>> reader, taken, other = RecordReader(2026), [], []
+        >>> whole = re.compile(r"INFO (\\d\\d-\\d\\d) (\\d\\d:\\d\\d:\\d\\d) \\[a.py:1\\] ok$")
+        >>> lines = ["INFO 12-31 23:59:50 [a.py:1] ok", "INFO 01-01 00:00:00 [a.py:1] other"]
+        >>> reader.read(lines, whole, lambda *row: taken.append(row[1:]) or True, lambda line: other.extend(reader.push(line)))
+        >>> taken == [(1, (datetime(2026, 12, 31, 23, 59, 50) - _EPOCH) // _MICROSECOND, True)]
+        True
+        >>> [(record.line, record.time.isoformat()) for record in other]
+        [(2, '2027-01-01T00:00:00')]
+        """
+        joiner, clocks, match = self.lines, self._clocks, whole.match
+        wrap = joiner.wrap_width
+        for text in lines:
+            found = None if joiner.held is not None else match(text)
+            if found is not None and found.end() != wrap:
+                groups = found.groups()
+                seconds = clocks.get(groups[1])
+                if (
+                    groups[0] == self._day and seconds is not None
+                ):  # the last stamp's day: same year and month
+                    micros = self._midnight + seconds + shift_micros
+                    if (not shift_micros or 0 <= micros <= _LAST_MICROS) and take(
+                        groups, joiner.number + 1, micros, self.known
+                    ):
+                        joiner.number += 1
+                        continue
+                else:
+                    stamp = self._stamp(groups[0], groups[1], shift_micros)
+                    if stamp is not None and take(groups, joiner.number + 1, stamp[0], self.known):
+                        joiner.number += 1
+                        self.year_value, self.last_month, self._day, self._midnight = stamp[1:]
+                        continue
+            other(text)
+
+    def _stamp(self, month_day: str, clock: str, shift_micros: int) -> tuple[int, int, int, str, int] | None:
+        """(µs since year 1 plus ``shift_micros``, year, month, ``MM-DD``, midnight) of vLLM's stamp on the
+        next line as :meth:`push` would read it with no outer stamp; ``None`` when it names no real time or
+        the shift leaves datetime's years (the general reader refuses it)."""
+        month = int(month_day[:2])
+        year = self.year_value + (self.last_month is not None and month < self.last_month)
         seconds = self._clocks.get(clock)
-        day = None  # (year, month, "MM-DD", midnight) when the stamp starts another day
-        if month_day == self._day and seconds is not None:  # the last stamp's day: same year and month
-            micros = self._midnight + seconds + shift_micros
-        else:
-            month = int(month_day[:2])
-            year = self.year_value + (self.last_month is not None and month < self.last_month)
-            try:
-                midnight = (datetime(year, month, int(month_day[3:])) - _EPOCH) // _MICROSECOND
-                if seconds is None:
-                    hours, minutes, second = int(clock[:2]), int(clock[3:5]), int(clock[6:])
-                    time(hours, minutes, second)
-                    seconds = self._clocks[clock] = ((hours * 60 + minutes) * 60 + second) * 1_000_000
-            except ValueError:
-                return None
-            micros, day = midnight + seconds + shift_micros, (year, month, month_day, midnight)
+        try:
+            midnight = (datetime(year, month, int(month_day[3:])) - _EPOCH) // _MICROSECOND
+            if seconds is None:
+                hours, minutes, second = int(clock[:2]), int(clock[3:5]), int(clock[6:])
+                time(hours, minutes, second)
+                seconds = self._clocks[clock] = ((hours * 60 + minutes) * 60 + second) * 1_000_000
+        except ValueError:
+            return None
+        micros = midnight + seconds + shift_micros
         if shift_micros and not 0 <= micros <= _LAST_MICROS:
             return None
-        if day is not None:
-            self.year_value, self.last_month, self._day, self._midnight = day
-        self.lines.number += 1
-        return self.lines.number, micros
+        return micros, year, month, month_day, midnight
 
 
 def _record(

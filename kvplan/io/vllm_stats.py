@@ -128,7 +128,13 @@ def parse_stats_lines(
     """
     log = StatsLog(source, log_time_shift(utc_offset))
     reader = RecordReader(year, wrap_width, source)
-    stats_log.read_lines(log, reader, lines, wrap_width, lambda line: _read_records(log, reader.push(line)))
+    reader.read(
+        lines,
+        stats_log.V1_STATS_LINE,
+        log.take_whole,
+        lambda line: _read_records(log, reader.push(line)),
+        log.shift_micros,
+    )
     _read_records(log, reader.finish())
     log.close()
     if not log.rows and not log.kv_tokens:
