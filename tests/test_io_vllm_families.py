@@ -390,6 +390,42 @@ def test_asynchronous_scheduling(version, state):
     assert row["async_scheduling"] == (state == "enabled")
 
 
+@pytest.mark.parametrize(
+    ("version", "message"),
+    [
+        # config/vllm.py warning_once (0.26: 1094/1101; 0.32: 1622/1629/1639; 0.33: 1697/1706/1713)
+        *[
+            (
+                v,
+                "Async scheduling will be disabled because it is not supported with the `ray` distributed executor backend. ",
+            )
+            for v in ["0.26.0", *FROM_0_27]
+        ],
+        *[
+            (
+                v,
+                "Async scheduling is disabled for ROCm DeepEP high-throughput DBO because that combination can corrupt DP+EP generation accuracy.",
+            )
+            for v in ["0.26.0", "0.30.0", "0.33.0"]
+        ],
+        (
+            "0.32.0",
+            "Async scheduling is disabled because the V1 model runner does not support it with pipeline parallelism.",
+        ),
+        (
+            "0.33.0",
+            "Async scheduling is disabled because the V1 model runner does not support it with pipeline parallelism.",
+        ),
+    ],
+)
+def test_async_scheduling_turned_off(version, message):
+    # from 0.27 async scheduling is on by default and only turning it off is printed
+    text = log(vllm_line(version, message, "APIServer", 100, "WARNING", "vllm.py:1697"))
+    row, meta = boot_row(text + single_rank(version))
+    assert not row["async_scheduling"]  # read (pd.NA would raise here), False
+    assert provenance_line(meta, "async_scheduling") == 1
+
+
 @pytest.mark.parametrize("version", ["0.15.0", "0.20.0", "0.26.0", *FROM_0_27])
 def test_mamba_cache_mode(version):
     # model_executor/models/config.py: "Mamba cache mode is set to '%s' for %s by default when prefix caching is enabled"
@@ -595,4 +631,5 @@ SAMPLE_LINES = [
     "Asynchronous scheduling is enabled.",
     "ValueError: Externally held weights on device cuda:0 (75.5/79.25 GiB) exceed the desired GPU memory utilization (0.9, 71.33 GiB).",
     "It took 1.234567 seconds to fall asleep.",
+    "Async scheduling will be disabled because it is not supported with the `ray` distributed executor backend. ",
 ]

@@ -46,6 +46,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"num_blocks: ",
     b"Mamba cache mode",
     b"Asynchronous scheduling is",  # its pair "ch" is common: "yn" instead
+    b"Async scheduling ",  # 0.27+: only turning it off is logged (pair "yn")
     b"ybrid",
     b"page sizes cannot be unified",
     b"group sizes",

@@ -8,7 +8,10 @@ Releases (checked against the released wheels; 0.33 file:line, the string is the
   KV cache)`` (0.14–0.31) and ``… in available KV cache memory (%s)`` (0.32–0.33): the fitted length.
 - ``Chunked prefill is enabled with max_num_batched_tokens=%d.`` (``config.py``/``config/scheduler.py``,
   0.5.5–0.33).
-- ``Asynchronous scheduling is %s.`` (``config/vllm.py``, 0.14–0.26).
+- ``Asynchronous scheduling is %s.`` (``config/vllm.py``, 0.14–0.26); from 0.27 it is on by default and only
+  turning it off is logged: ``Async scheduling will be disabled because it is not supported with the `%s`
+  distributed executor backend.`` / ``Async scheduling is disabled for ROCm DeepEP …`` (0.26–0.33),
+  ``Async scheduling is disabled because the V1 model runner does not support it with …`` (0.32–0.33).
 - ``Mamba cache mode is set to '%s' for %s by default when prefix caching is enabled``
   (``model_executor/models/config.py``, 0.15–0.33, WARNING to 0.2x, INFO later).
 - The hybrid KV cache manager off: ``Hybrid KV cache manager is disabled for this hybrid model`` (0.9.1+),
@@ -21,7 +24,9 @@ Releases (checked against the released wheels; 0.33 file:line, the string is the
 - ``Weights are held outside this process: of the %s GiB utilization budget, %s GiB is externally held
   and %s GiB remains for the engine's own allocations.`` (``v1/worker/utils.py``, 0.32–0.33).
 - Sleep mode: ``Sleep mode freed %s GiB memory, %s GiB memory is still in use.`` (0.14–0.33) and
-  ``CuMemAllocator: sleep freed %.2f GiB memory in total, …`` (``device_allocator/cumem.py``, 0.11–0.33).
+  ``CuMemAllocator: sleep freed %.2f GiB memory in total, …`` (``device_allocator/cumem.py``, 0.11–0.33), the
+  executor's ``It took %.6f seconds to fall asleep.`` / ``… to wake up tags %s.`` (0.26–0.33) / ``… to discard
+  tags %s.`` (0.32–0.33).
 - ROCm ``Free memory grew by %s GiB during profiling … torch reserved …`` (``gpu_worker.py``, 0.29–0.33).
 - ``[Elastic EP] Synced KV cache memory size to new workers`` (``distributed/elastic_ep``, 0.17–0.33).
 - HiSparse ``%s KV cache size`` with ``GPU + host`` and ``HiSparse steady-state maximum concurrency for
@@ -83,6 +88,8 @@ SIZING_FAMILIES: list[Family] = [
     family("max_num_batched_tokens", "max_num_batched_tokens=", "config", ("max_num_batched_tokens",), r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)"),
     # config/vllm.py info_once, 0.14–0.26
     family("async_scheduling", "scheduling is", "config", ("async_scheduling:enabled",), r"^Asynchronous scheduling is (enabled|disabled)"),
+    # config/vllm.py warning_once when the default is turned off, 0.26–0.33 (0.27+ print nothing when it is on)
+    family("async_scheduling", "Async scheduling ", "config", {"async_scheduling": False}, r"^Async scheduling (?:will be disabled|is disabled) (?:because|for) "),
     family("mamba_cache_mode", "ache mode is set to", "config", ("mamba_cache_mode",), r"Mamba cache mode is set to '(\w+)'"),
     family("hybrid_off", "ybrid", "config", {"hybrid_kv_cache_manager": False}, r"Hybrid KV cache manager is disabled for this hybrid model|Turning off hybrid kv cache manager|chunked local attention with the hybrid KV cache manager\. Disabling it"),
     family("hybrid_off", "cannot be unified", "config", {"hybrid_kv_cache_manager": False}, r"KV cache page sizes cannot be unified; treating sliding-window layers as full attention"),
