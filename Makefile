@@ -62,11 +62,15 @@ browser-test: $(STAMP)
 	@test -x /usr/bin/chromium || { echo "error: /usr/bin/chromium is missing: apt-get install -y chromium"; exit 2; }
 	KVPLAN_BROWSER_TEST=1 $(BIN)/python -m pytest -p no:cacheprovider tests/test_browser_panels.py
 
-# The long fuzz run (CI runs a bounded number of examples of the same targets in `make unit`).
+# The long fuzz run (CI runs a bounded number of examples of the same targets in `make unit`). A verify
+# example recomputes a whole bundle (about a second), so the verify fuzz has its own, smaller count; -s prints
+# its cases tried and held.
 FUZZ_EXAMPLES ?= 5000
+FUZZ_VERIFY_EXAMPLES ?= 400
 fuzz: $(STAMP)
 	KVPLAN_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) KVPLAN_TAMPER_FULL=1 $(BIN)/python -m pytest -q \
 		tests/test_fuzz_reader.py tests/test_fuzz_load.py tests/test_tamper.py
+	KVPLAN_FUZZ_EXAMPLES=$(FUZZ_VERIFY_EXAMPLES) $(BIN)/python -m pytest -q -s tests/test_fuzz_verify.py
 
 # JupyterLab refuses to run as root (containers, devcontainers) unless told to.
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)

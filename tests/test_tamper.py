@@ -442,3 +442,53 @@ def test_verify_into_a_closed_pipe_is_quiet(sealed, tmp_path):
         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)},
     )
     assert "Traceback" not in result.stderr and "Broken pipe" not in result.stderr
+
+
+class TestCreatedDateOfABundleWithoutASeal:
+    """Issue 11 item 11, the created-date gap: a 0.1.0 bundle's created_utc is pinned by its digest only.
+
+    No recomputation can check when an approval was made, and a bundle without a seal has nothing else
+    that covers ``created_utc``: verify and gate say so, and ``--approved-digest`` is what pins it.
+    """
+
+    def test_verify_says_the_created_date_is_not_verified(self, sealed, capsys):
+        assert main(["verify", str(V0_1_0), "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert result["created_utc"] == "2026-12-01T21:07:08Z" and result["created_utc_verified"] is False
+        assert main(["verify", str(V0_1_0)]) == 0
+        assert (
+            "  created 2026-12-01T21:07:08Z: not verified (no seal; only the digest"
+            in capsys.readouterr().out
+        )
+        assert main(["verify", str(sealed), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["created_utc_verified"] is True
+        assert main(["verify", str(sealed)]) == 0
+        assert "  created 2026-11-29T10:40:00Z: sealed\n" in capsys.readouterr().out
+
+    def test_gate_without_the_digest_says_the_bundle_is_not_pinned(self, capsys):
+        canary = str(V0_1_0 / "inputs" / "boot.log")
+        digest = evidence.bundle_digest((V0_1_0 / "budget.json").read_bytes())
+        main(["gate", "--approved", str(V0_1_0), canary])
+        warned = [line for line in capsys.readouterr().err.splitlines() if "has no seal" in line]
+        assert len(warned) == 1 and "created 2026-12-01T21:07:08Z: not verified" in warned[0]
+        main(["gate", "--approved", str(V0_1_0), canary, "--approved-digest", digest])
+        assert "has no seal" not in capsys.readouterr().err
+
+    def test_a_created_date_moved_within_the_day_verifies_with_the_note_and_fails_the_pin(
+        self, tmp_path, capsys
+    ):
+        # the documented limit (docs/safety.md): 21:07 → 09:00 the same day, SUMMARY.md edited to match,
+        # hashes fixed: verify finds no difference and says the date is not verified; the pin refuses it
+        folder = copy(V0_1_0, tmp_path)
+        digest = evidence.bundle_digest((folder / "budget.json").read_bytes())
+        record = json.loads((folder / "budget.json").read_text())
+        record["created_utc"] = "2026-12-01T09:00:00Z"
+        summary = folder / "SUMMARY.md"
+        summary.write_text(summary.read_text().replace("2026-12-01T21:07:08Z", "2026-12-01T09:00:00Z"))
+        fix_hashes(folder, record)
+        verified = evidence.verify(folder)
+        assert verified.differences == () and not verified.sealed
+        assert "created 2026-12-01T09:00:00Z: not verified" in verified.created_line()
+        canary = str(folder / "inputs" / "boot.log")
+        assert main(["gate", "--approved", str(folder), canary, "--approved-digest", digest]) == 2
+        assert "is not the approved bundle" in capsys.readouterr().err

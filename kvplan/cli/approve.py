@@ -187,6 +187,8 @@ def run_verify(args: argparse.Namespace) -> int:
                 "differences": differences,
                 "notes": notes,
                 "digest": verified.digest,
+                "created_utc": verified.record.get("created_utc"),
+                "created_utc_verified": verified.sealed and not differences,
             }
         )
         return EXIT_FAIL if differences else EXIT_OK
@@ -198,6 +200,7 @@ def run_verify(args: argparse.Namespace) -> int:
         print(f"{args.bundle}: ok: every hash and the recomputed decision agree")
     for note in notes:
         print(f"  note: {note}")
+    print(f"  {verified.created_line()}")
     print(
         f"  digest: sha256:{verified.digest} (SHA-256 of budget.json; pin it with kvplan gate "
         "--approved-digest)"

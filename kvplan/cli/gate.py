@@ -69,6 +69,11 @@ def run_gate(args: argparse.Namespace) -> int:
     ledger, metadata = read_vllm_logs(args.logs)
     plan.require_boot(ledger, args.logs)
     warnings: list[str] = list(metadata.warnings)
+    if not verified.sealed and args.approved_digest is None:  # issue 11 item 11: say what is not pinned
+        warnings.append(
+            f"the approved bundle has no seal (kvplan 0.1.0 or before): {verified.created_line()}; its "
+            "charts are checked by hash only; give --approved-digest to judge against the approval as made"
+        )
     free_after_warmup = None
     if args.nvidia_smi:
         with reader_warnings_into(warnings):

@@ -73,6 +73,24 @@ class Verified:
         """True when nothing differs."""
         return not self.differences
 
+    @property
+    def sealed(self) -> bool:
+        """Whether the record carries a seal (kvplan after 0.1.0): ``created_utc`` and the charts, which no
+        recomputation can check, cannot change without it. An unsealed bundle's are pinned by the bundle
+        digest only (``gate --approved-digest``)."""
+        return SEAL_KEY in self.record
+
+    def created_line(self) -> str:
+        """How far ``created_utc`` is verified, for verify's and gate's output.
+
+        >>> Verified(Path("b"), {"created_utc": "2026-11-29T10:40:00Z"}, "ab", (), (), None).created_line()
+        'created 2026-11-29T10:40:00Z: not verified (no seal; only the digest, gate --approved-digest ab, pins it)'
+        """
+        created = self.record.get("created_utc")
+        if self.sealed:
+            return f"created {created}: sealed"
+        return f"created {created}: not verified (no seal; only the digest, gate --approved-digest {self.digest}, pins it)"
+
 
 def verify_bundle(bundle: str | os.PathLike) -> list[str]:
     """Differences between a bundle and a fresh recomputation from its inputs (empty = all agree)."""
