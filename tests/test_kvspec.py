@@ -188,10 +188,13 @@ def test_mla_bf16_same_on_every_tp_rank():
 
 
 def test_mla_fp8_ds_mla():
-    # fp8_ds_mla: 656 B per token per layer (512 fp8 + 4 × 4 B scales + 64 × 2 B rope) × 61 = 40,016 B;
+    # fp8_ds_mla: 656 B per token per layer (512 fp8 + 4 × 4 B scales + 64 × 2 B rope); DeepSeek-V3.2's
+    # indexer keys beside it in the same page (deepseek_v2.py DeepseekV32IndexerCache: head_dim 128 +
+    # 128 // 128 × 4 = 132 B, uint8; UniformTypeKVCacheSpecs sums the pages): 788 × 61 = 48,068 B;
     # only DeepSeek-V3.2-style sparse models (index_topk) have a backend that serves it
     spec = kv_spec({**DEEPSEEK_V3, "index_topk": 2048}, tp=8, kv_cache_dtype="fp8_ds_mla")
-    assert spec.bytes_per_token == 40_016
+    assert spec.bytes_per_token_per_layer == 656 + 132
+    assert spec.bytes_per_token == 48_068
     assert spec.block_size == 64
     with pytest.raises(KVSpecError, match="index_topk"):  # DeepSeek-V3 itself: no sparse indexer
         kv_spec(DEEPSEEK_V3, tp=8, kv_cache_dtype="fp8_ds_mla")
@@ -807,8 +810,14 @@ def test_layers_kvplan_cannot_size_are_refused_or_marked():
             },
             tp=1,
         )
-    # DeepSeek-V3.2's indexer cache is not counted: the spec says so
-    assert "indexer" in kv_spec({**DEEPSEEK_V3, "index_topk": 2048}, tp=8).approximate_reason
+    # DeepSeek-V3.2's indexer cache is counted (132 B a token and layer beside the bf16 latent's 1,152):
+    # before, it was left out and the spec over-predicted by 11 %
+    sparse = kv_spec({**DEEPSEEK_V3, "index_topk": 2048}, tp=8, gpu_name="NVIDIA H100 80GB HBM3")
+    assert (sparse.bytes_per_token_per_layer, sparse.approximate) == (1_152 + 132, False)
+    assert (
+        sparse.capacity(20 * GiB, 131_072).tokens
+        < kv_spec(DEEPSEEK_V3, tp=8, block_size=64).capacity(20 * GiB, 131_072).tokens
+    )
 
 
 def test_capacity_sliding_window_exact_with_batched_tokens(capsys):
@@ -1136,7 +1145,7 @@ def test_fp8_ds_mla_needs_a_release_that_has_it():
     # MLAAttentionSpec's 656-byte fp8_ds_mla page first appears in vLLM 0.11.0
     sparse = {**DEEPSEEK_V3, "index_topk": 2048}
     spec = kv_spec(sparse, tp=8, kv_cache_dtype="fp8_ds_mla", vllm_version="0.11.0")
-    assert spec.bytes_per_token_per_layer == 656
+    assert spec.bytes_per_token_per_layer == 656 + 132  # and the indexer's 132
     with pytest.raises(KVSpecError, match=re.escape("does not exist in vLLM 0.10.2")):
         kv_spec(sparse, tp=8, kv_cache_dtype="fp8_ds_mla", vllm_version="0.10.2")
 

@@ -168,25 +168,25 @@ def test_hisparse_host_pool_is_flagged_not_compared_and_never_over_predicted(cap
     # pool: stride = page): 8 GiB // 2,561,024 = 3,354 host blocks; a 131,072-token request takes
     # ceil(131,072 / 64) = 2,048 of them → host limit 3,354 / 2,048 = 1.6377, below the GPU pool's, so
     # "GPU + host KV cache size: int(1.6377 × 131,072) = 214,656 tokens, ... 1.64x".
-    # kvplan's GPU pool alone (indexer, resident and hot groups not modelled): 20 GiB / 2,561,024 =
-    # 8,385 blocks → 4.09x, 536,640 tokens: 2.5 × what vLLM allocates. Capped at the logged figure: the
-    # budget (8,385 blocks = 21,474,186,240 B) minus one block against the most memory 20 GiB + 0.005 GiB
-    # (21,480,205,189 B) → 214,656 / 131,072 × 21,471,625,216 / 21,480,205,189 = 1.63704 →
-    # int(1.63704 × 131,072) = 214,570 tokens.
+    # kvplan's GPU pool alone (the latent and the indexer's 132 B per layer: 61 × 64 × 788 = 3,076,352 B a
+    # block; HiSparse's resident and hot groups not modelled): 20 GiB / 3,076,352 = 6,980 blocks → 3.41x,
+    # 446,720 tokens: 2.1 × what vLLM allocates. Capped at the logged figure: the budget (6,980 blocks =
+    # 21,472,936,960 B) minus one block against the most memory 20 GiB + 0.005 GiB (21,480,205,189 B) →
+    # 214,656 / 131,072 × 21,469,860,608 / 21,480,205,189 = 1.63691 → int(1.63691 × 131,072) = 214,552.
     log = str(TESTS_DATA_DIR / "v0.33-deepseek-v3.2-tp8-hisparse.log")
     # rank 7's room 25,470,666,014 − 20 GiB = 3,995,829,534 (the suggestion lines of the MLA case)
     argv = ["budget", log, "--model", deepseek_v32_config, "--reserve", "3995829534"]
     assert main([*argv, "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     capacity = data["capacity"]
-    assert data["uniform_budget_bytes"] == 8_385 * 2_561_024
+    assert data["uniform_budget_bytes"] == 6_980 * 3_076_352
     assert capacity["approximate"] and "HiSparse" in capacity["approximate_reason"]
-    assert capacity["tokens"] == 214_570 <= 214_656
-    assert round(capacity["max_concurrency"], 5) == 1.63704
+    assert capacity["tokens"] == 214_552 <= 214_656
+    assert round(capacity["max_concurrency"], 5) == 1.63691
     assert data["cross_check"].startswith("nothing to cross-check: the logged 'GPU + host KV cache size'")
     assert any("HiSparse keeps KV cache on the host too" in warning for warning in data["warnings"])
     assert main(argv) == 0
     captured = capsys.readouterr()
-    assert "capacity        8,385 blocks = 214,570 tokens, 1.64x at 131,072 tokens" in captured.out
+    assert "capacity        6,980 blocks = 214,552 tokens, 1.64x at 131,072 tokens" in captured.out
     assert "cross-check     nothing to cross-check: the logged 'GPU + host KV cache size'" in captured.out
     assert "HiSparse keeps KV cache on the host too" in captured.err

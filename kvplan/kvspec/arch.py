@@ -28,6 +28,7 @@ class ModelArch:
     ``dtype_bytes`` is None when the config names no ``torch_dtype``/``dtype``; ``model_id`` is the
     Hugging Face name the config states (``_source.model`` or ``_name_or_path``), None when it names none;
     ``max_position_embeddings`` the longest context the config states, None when it states none.
+    ``index_head_dim`` the sparse-attention indexer's key size (DeepSeek-V3.2), None without an indexer.
     """
 
     name: str
@@ -46,6 +47,7 @@ class ModelArch:
     model_id: str | None = None
     sparse_indexer: bool = False
     max_position_embeddings: int | None = None
+    index_head_dim: int | None = None
 
 
 def _language_config(config: Mapping) -> Mapping:
@@ -74,6 +76,8 @@ def _config_name(config: Mapping) -> str:
 #: ``num_attention_heads`` (``LlamaConfig``); other classes default it to a fixed number
 #: (``Gemma3TextConfig`` 4, ``MistralConfig`` 8, ``Qwen3Config`` 32), so kvplan refuses to guess there.
 KV_HEADS_DEFAULT_TO_HEADS = ("llama",)
+#: DeepSeek-V3.2's indexer key size when the config does not give ``index_head_dim``.
+DEFAULT_INDEX_HEAD_DIM = 128
 #: Model types whose config class has its own ``head_dim`` default (not ``hidden_size / heads``):
 #: ``Gemma*Config`` 256, ``Qwen3Config`` 128. A config of these types without ``head_dim`` is refused.
 HEAD_DIM_CLASS_DEFAULT = ("gemma", "qwen3")
@@ -186,6 +190,9 @@ def model_arch(config: Mapping) -> ModelArch:
         model_id=_config_model_id(config),
         notes=notes,
         sparse_indexer=mla_latent_dim is not None and lm.get("index_topk") is not None,
+        index_head_dim=int(lm.get("index_head_dim") or DEFAULT_INDEX_HEAD_DIM)
+        if mla_latent_dim is not None and lm.get("index_topk") is not None
+        else None,
         max_position_embeddings=_positive_or_none(
             lm.get("max_position_embeddings", config.get("max_position_embeddings"))
         ),

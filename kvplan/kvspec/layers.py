@@ -66,10 +66,6 @@ def layer_kinds(
             "by kvplan; it would be wrong to size these layers as full attention"
         )
     notes: list[str] = []
-    if mla and lm.get("index_topk") is not None:
-        notes.append(
-            "DeepSeek-V3.2 sparse attention also keeps an indexer key cache per layer, not counted here"
-        )
     if isinstance(lm.get("layer_types"), Sequence) and not isinstance(lm.get("layer_types"), str):
         raw = list(lm["layer_types"])
         if len(raw) != num_layers:

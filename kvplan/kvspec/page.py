@@ -29,6 +29,9 @@ KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {
 SERVED_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 #: ``fp8_ds_mla`` page: 512 fp8 latent values + 4 float32 scales + 64 bf16 rope values per token.
 FP8_DS_MLA_BYTES_PER_TOKEN = 656
+#: DeepSeek-V3.2's indexer keys are fp8 with one float32 scale per this many values (``deepseek_v2.py``
+#: ``quant_block_size``), stored as uint8: ``index_head_dim + index_head_dim // 128 × 4`` bytes a token.
+INDEXER_QUANT_BLOCK = 128
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int | None, model: str = "model") -> int:
@@ -66,6 +69,7 @@ def attention_bytes_per_token_per_layer(arch: ModelArch, tp: int, kv_cache_dtype
     dtype_bytes = kv_dtype_bytes(kv_cache_dtype, arch.dtype_bytes, arch.name)
     kv_heads_per_rank(arch.num_kv_heads, arch.num_attention_heads, tp)  # validates the TP layout
     if arch.mla_latent_dim is not None:
+        indexer = indexer_bytes_per_token(arch)
         if kv_cache_dtype == "fp8_ds_mla":
             if not arch.sparse_indexer:
                 raise KVSpecError(
@@ -73,14 +77,32 @@ def attention_bytes_per_token_per_layer(arch: ModelArch, tp: int, kv_cache_dtype
                     f"models (config field 'index_topk'); {arch.name} has none, and vLLM has no attention "
                     "backend that serves it with fp8_ds_mla (use fp8 or auto)"
                 )
-            return FP8_DS_MLA_BYTES_PER_TOKEN
-        return arch.mla_latent_dim * dtype_bytes
+            return FP8_DS_MLA_BYTES_PER_TOKEN + indexer
+        return arch.mla_latent_dim * dtype_bytes + indexer
     if kv_cache_dtype == "fp8_ds_mla":
         raise KVSpecError(
             f"kv_cache_dtype 'fp8_ds_mla' is for MLA models only; {arch.name} has no kv_lora_rank"
         )
     heads = kv_heads_per_rank(arch.num_kv_heads, arch.num_attention_heads, tp)
     return 2 * heads * arch.head_dim * dtype_bytes
+
+
+def indexer_bytes_per_token(arch: ModelArch) -> int:
+    """Bytes of the sparse-attention indexer's key cache a token takes in one layer (0 without an indexer).
+
+    DeepSeek-V3.2 keeps it beside the MLA latent, in the same KV cache group and page
+    (``UniformTypeKVCacheSpecs``: the page is the layers' pages summed): 128 fp8 values + one float32 scale
+    = 132 bytes, on every TP rank.
+
+    >>> from kvplan.kvspec.arch import model_arch
+    >>> indexer_bytes_per_token(model_arch({"num_hidden_layers": 61, "num_attention_heads": 128,
+    ...     "num_key_value_heads": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "index_topk": 2048,
+    ...     "torch_dtype": "bfloat16"}))
+    132
+    """
+    if arch.index_head_dim is None:
+        return 0
+    return arch.index_head_dim + arch.index_head_dim // INDEXER_QUANT_BLOCK * 4
 
 
 def linear_state_bytes(arch: ModelArch, tp: int) -> int:
