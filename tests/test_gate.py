@@ -28,7 +28,7 @@ from kvplan.checks import (
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
 from kvplan.io.model_config import resolve_model_config
-from kvplan.io.vllm import read_vllm_log
+from kvplan.room import read_vllm_log
 from kvplan.units import parse_size
 from kvplan.verdict import Check, format_checks, gate_verdict, verdict_word
 from tests.conftest import GiB, MiB

@@ -13,7 +13,8 @@ import pytest
 from kvplan.cli import main
 from kvplan.columns import LEDGER_COLUMNS
 from kvplan.config import DATA_DIR
-from kvplan.io import LedgerCsvError, read_ledger_csv, read_vllm_log, read_vllm_logs
+from kvplan.io import LedgerCsvError
+from kvplan.room import read_ledger_csv, read_vllm_log, read_vllm_logs
 from kvplan.units import parse_size
 from tests.conftest import GiB
 

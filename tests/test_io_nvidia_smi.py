@@ -12,7 +12,6 @@ import pytest
 
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
-from kvplan.io import read_vllm_logs
 from kvplan.io.nvidia_smi import (
     APP_COLUMNS,
     GPU_COLUMNS,
@@ -27,6 +26,7 @@ from kvplan.io.nvidia_smi import (
     read_nvidia_smi_snapshots,
     total_bytes_match,
 )
+from kvplan.room import read_vllm_logs
 from tests.conftest import GiB, MiB
 
 FOUR_RANK = DATA_DIR / "boots" / "four-rank"

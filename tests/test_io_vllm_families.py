@@ -8,7 +8,7 @@ by ``parse_size(f"{x}GiB")`` (nearest byte): ``gib("10.2")``.
 
 import pytest
 
-from kvplan.io import read_vllm_log
+from kvplan.room import read_vllm_log
 from kvplan.units import parse_size
 from tests.fidelity_lines import engine_config, engine_process, log, release, v0_engine_config, vllm_line
 

@@ -13,12 +13,13 @@ from hypothesis import strategies as st
 
 from kvplan.columns import LEDGER_COLUMNS
 from kvplan.config import DATA_DIR
-from kvplan.io import LogParseError, read_vllm_log, read_vllm_logs
+from kvplan.io import LogParseError
 from kvplan.io.vllm import families, scan, values
 from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.records import split_records
 from kvplan.io.vllm.values import key_values
 from kvplan.ledger import LedgerError, budget_from_ledger
+from kvplan.room import read_vllm_log, read_vllm_logs
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR, GiB, MiB
 from tests.test_io_vllm_families import SAMPLE_LINES as FIDELITY_LINES

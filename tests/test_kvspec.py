@@ -11,7 +11,6 @@ import pytest
 
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
-from kvplan.io import read_vllm_log
 from kvplan.io.model_config import ModelConfigError, catalogue_names, read_model_config
 from kvplan.kvspec import (
     FULL_ATTENTION,
@@ -29,6 +28,7 @@ from kvplan.kvspec import (
     pp_partition,
 )
 from kvplan.ledger import compatibility_key
+from kvplan.room import read_vllm_log
 from kvplan.units import parse_size
 from tests.conftest import GiB, KiB, MiB
 

@@ -14,10 +14,10 @@ import math
 
 import pytest
 
-from kvplan.io import read_vllm_log
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpecError, cross_check, cross_check_verdict, kv_spec, options_for_logs
 from kvplan.ledger import compatibility_key
+from kvplan.room import read_vllm_log
 from tests.conftest import TESTS_DATA_DIR, GiB
 
 H100 = "NVIDIA H100 80GB HBM3"

@@ -11,8 +11,8 @@ import pandas as pd
 
 from kvplan.checks import Approved, check_budget_fits
 from kvplan.config import DATA_DIR
-from kvplan.io.vllm import read_vllm_log
 from kvplan.io.vllm.manual import PRINTED_HALF_BYTES
+from kvplan.room import read_vllm_log
 
 GiB = 2**30
 CANARY = DATA_DIR / "boots" / "drift" / "canary.log"

@@ -57,8 +57,8 @@ def run_gate(args: argparse.Namespace) -> int:
     """Print each gate check with its evidence; the exit status is the verdict."""
     from kvplan import evidence, gate, plan
     from kvplan.io.nvidia_smi import join_snapshots
-    from kvplan.io.vllm import read_vllm_logs
     from kvplan.ledger import compatibility_key
+    from kvplan.room import read_vllm_logs
     from kvplan.verdict import format_checks, gate_verdict
 
     policy = load_policy(args)

@@ -81,9 +81,9 @@ def run_ledger(args: argparse.Namespace) -> int:
     """Print the ledger of the logs (and each rank's room over the boots with ``--rooms``)."""
     from kvplan import plan
     from kvplan.io.nvidia_smi import join_snapshots
-    from kvplan.io.vllm import read_vllm_logs
     from kvplan.ledger import plain_value, room_per_rank
     from kvplan.notes import aggregate_notes
+    from kvplan.room import read_vllm_logs
 
     if args.assume_uniform and not args.rooms:
         raise CliError("--assume-uniform applies to --rooms only")

@@ -1,7 +1,7 @@
 """One host's reading: its ledger rows, warnings, compatibility key and room per rank, or why it is left out.
 
 :func:`read_host` is the unit of work a Dask task runs: it streams the host's logs through
-:func:`kvplan.io.read_vllm_log`, joins its nvidia-smi snapshots (:func:`kvplan.io.nvidia_smi.join_snapshots`,
+:func:`kvplan.room.read_vllm_log`, joins its nvidia-smi snapshots (:func:`kvplan.io.nvidia_smi.join_snapshots`,
 which adds GPU type and driver to the key), and checks it as a launch of its own
 (:func:`kvplan.ledger.check_outcomes`, :func:`~kvplan.ledger.compatibility_key`,
 :func:`~kvplan.ledger.room_per_rank`). A host that fails any of these is *excluded* with the reason, never
@@ -20,7 +20,6 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kvplan.fleet.inputs import HostFiles, filesystem
-from kvplan.io import read_vllm_log
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import (
     LedgerWarning,
@@ -30,6 +29,7 @@ from kvplan.ledger import (
     room_per_rank,
 )
 from kvplan.notes import Note
+from kvplan.room import read_vllm_log
 
 #: Ledger columns a host's reading keeps per rank of its worst boot (for the likely cause of a weak host).
 PART_COLUMNS = (

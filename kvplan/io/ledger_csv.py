@@ -12,7 +12,8 @@ hold any subset of the glossary's columns; the rules:
 - ``source`` defaults to the CSV's own name and ``boot`` to 0;
 - ``room_source`` is one of :data:`~kvplan.columns.ROOM_SOURCES`; a room the CSV states without one is
   ``manual`` (a room stated by hand). A CSV *without* a ``room_bytes`` column has each rank's room
-  computed from its parts as the log reader computes it (suggestion, available KV corrected for graphs,
+  computed from its parts by the Room rule when given one (``room_rule``: :data:`kvplan.room.ROOM_RULE`,
+  as :func:`kvplan.room.read_ledger_csv` gives it), as the log reader computes it (suggestion, available KV corrected for graphs,
   or free at startup − parts − 150 MiB); a CSV with that column states the room, and an empty cell is no
   room (as ``kvplan ledger --csv`` writes a rank without one);
 - ``outcome`` is one of :data:`~kvplan.columns.OUTCOMES`. A row that states none (no column, or an empty
@@ -52,7 +53,7 @@ from kvplan.columns import (
 from kvplan.io.bounds import ImpossibleValue, check_parallel_size, check_row
 from kvplan.io.ledger_frame import ledger_frame
 from kvplan.io.metadata import EvidenceLines, ReadMetadata, place_note
-from kvplan.io.room import room_evidence
+from kvplan.io.room_rule import RoomRule
 from kvplan.notes import Note
 from kvplan.releases import version_tuple
 from kvplan.units import parse_size
@@ -81,7 +82,9 @@ class LedgerCsvError(ValueError):
     """A ledger CSV that cannot be read; the one-line message names the file and the line or column."""
 
 
-def read_ledger_csv(path: str | os.PathLike, source: str | None = None) -> tuple[pd.DataFrame, ReadMetadata]:
+def read_ledger_csv(
+    path: str | os.PathLike, source: str | None = None, room_rule: RoomRule | None = None
+) -> tuple[pd.DataFrame, ReadMetadata]:
     """The ledger of one ledger CSV and its metadata (``warnings``, ``provenance``, ``boots``, ``lines``).
 
     ``source`` names the file in messages and provenance and is the default of the ``source`` column
@@ -118,7 +121,7 @@ def read_ledger_csv(path: str | os.PathLike, source: str | None = None) -> tuple
     columns = _header(header, header_line, name)
     if len(records) == 1:
         raise LedgerCsvError(f"{name}: no rows below the header: a ledger CSV has one row per boot × rank")
-    reader = _Rows(name, columns)
+    reader = _Rows(name, columns, room_rule)
     for line, cells, raw in records[1:]:
         reader.row(line, cells, raw)
     return reader.finish(len(physical))
@@ -172,8 +175,8 @@ def _header(cells: list[str], line: int, name: str) -> list[str]:
 class _Rows:
     """Turns CSV records into ledger rows, provenance, evidence lines and warnings."""
 
-    def __init__(self, name: str, columns: list[str]) -> None:
-        self.name, self.columns = name, columns
+    def __init__(self, name: str, columns: list[str], room_rule: RoomRule | None = None) -> None:
+        self.name, self.columns, self.room_rule = name, columns, room_rule
         self.states_room = "room_bytes" in columns
         self.rows: list[dict] = []
         self.provenance: list[tuple] = []
@@ -207,8 +210,8 @@ class _Rows:
             )
         self.seen[identity] = line
         read = [column for column in self.columns if column in values]
-        if not self.states_room:
-            self._computed_room(values, line, raw, read)
+        if not self.states_room and self.room_rule is not None:
+            self._computed_room(values, line, raw, read, self.room_rule)
         elif "room_bytes" in values and "room_source" not in values:
             values["room_source"] = "manual"
             read.append("room_source")
@@ -241,7 +244,7 @@ class _Rows:
                     self.lines.setdefault((source, boot, -1, column), line)
         self.rows.append(values)
 
-    def _computed_room(self, values: dict, line: int, raw: str, read: list[str]) -> None:
+    def _computed_room(self, values: dict, line: int, raw: str, read: list[str], rule: RoomRule) -> None:
         """Room from the row's parts, as the log reader computes it (no ``room_bytes`` column)."""
         version = version_tuple(values.get("vllm_version"))
         flags = {
@@ -252,7 +255,7 @@ class _Rows:
         rank = values["rank"]
         origin = {(rank, column): (line, raw) for column in values}
         stated = values.get("room_source")
-        room = room_evidence(values, rank, flags, origin, self.name, self.warnings)
+        room = rule.room(values, rank, flags, origin, self.name, self.warnings)
         if room is None:
             if stated is not None:
                 self.warnings.append(

@@ -12,10 +12,11 @@ import pandas as pd
 from kvplan.budget import Budget
 from kvplan.columns import MEASUREMENTS
 from kvplan.config import PROJECT_DIR
-from kvplan.io import ReadMetadata, read_vllm_logs
+from kvplan.io import ReadMetadata
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import compatibility_key, launch_settings
 from kvplan.plan import Evidence, ModelLayout, Policy, decide, layout_spec
+from kvplan.room import read_vllm_logs
 
 if TYPE_CHECKING:
     from kvplan.kvspec import KVSpec
@@ -158,7 +159,7 @@ def read_launch(
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """The ledger and reader metadata of a launch's logs, with nvidia-smi snapshots joined when given.
 
-    ``log_dir`` is what :func:`kvplan.io.read_vllm_logs` takes (a folder of ``*.log``, a file, a
+    ``log_dir`` is what :func:`kvplan.room.read_vllm_logs` takes (a folder of ``*.log``, a file, a
     glob), relative to the notebook or the checkout (:func:`parameter_path`). ``nvidia_smi=None`` takes the :data:`NVIDIA_SMI_NAMES` files found in ``log_dir`` (a
     folder), so pointing a notebook at another folder needs no second parameter; ``[]`` joins none.
     Ranks are matched to GPUs by pid, else GPU index = rank (:func:`kvplan.io.nvidia_smi.gpu_index_by_rank`).

@@ -18,7 +18,7 @@ from typing import cast
 import pandas as pd
 
 from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
-from kvplan.io.vllm import read_vllm_log, read_vllm_logs
+from kvplan.room import read_vllm_log, read_vllm_logs
 
 STARTUP_LINES = (
     "vLLM startup lines such as 'Free memory on device (…) on startup', 'Available KV cache "

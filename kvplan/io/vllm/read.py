@@ -23,6 +23,7 @@ from kvplan.io.bounds import ImpossibleValue
 from kvplan.io.ledger_csv import read_ledger_csv
 from kvplan.io.ledger_frame import ledger_frame
 from kvplan.io.metadata import EvidenceLines, RawLines, ReadMetadata, merge_metadata, place_note
+from kvplan.io.room_rule import RoomRule
 from kvplan.io.vllm.boots import Boot, BootSplitter
 from kvplan.io.vllm.conflicts import TwoLaunches
 from kvplan.io.vllm.resolve import resolve_boot
@@ -34,7 +35,9 @@ class LogParseError(ValueError):
 
 
 def read_vllm_log(
-    path_or_text: str | os.PathLike | bytes | IO[bytes], source: str | None = None
+    path_or_text: str | os.PathLike | bytes | IO[bytes],
+    source: str | None = None,
+    room_rule: RoomRule | None = None,
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """The ledger of one vLLM log (a path, the log text itself, bytes or a binary stream).
 
@@ -43,7 +46,10 @@ def read_vllm_log(
     holds ``warnings`` (notes naming file and line), ``provenance`` (source, line, boot, rank,
     column, value, raw), ``lines`` and ``boots`` (per boot: version, compatibility key, lines,
     outcome). A path ending in ``.csv`` is a ledger CSV and is read by
-    :func:`kvplan.io.ledger_csv.read_ledger_csv` into the same shape.
+    :func:`kvplan.io.ledger_csv.read_ledger_csv` into the same shape. The reader reports what the log
+    says; with ``room_rule`` (:data:`kvplan.room.ROOM_RULE`, as :func:`kvplan.room.read_vllm_log`
+    gives it) it also fills each rank's ``room_bytes`` and ``room_source``
+    (:mod:`kvplan.io.room_rule`).
 
     >>> text = ("INFO 07-15 10:21:33 [gpu_worker.py:227] Available KV cache memory: 12.5 GiB\\n"
     ...         "INFO 07-15 10:21:34 [kv_cache_utils.py:1] GPU KV cache size: 102,400 tokens\\n"
@@ -54,8 +60,8 @@ def read_vllm_log(
     (0, 13421772800, 102400, 'ok')
     """
     if _is_path(path_or_text) and Path(path_or_text).suffix.lower() == ".csv":
-        return read_ledger_csv(Path(path_or_text), source=source or str(path_or_text))
-    rows = _LogRows()
+        return read_ledger_csv(Path(path_or_text), source=source or str(path_or_text), room_rule=room_rule)
+    rows = _LogRows(room_rule)
     _read_into(rows, path_or_text, source)
     return ledger_frame(rows.rows), rows.metadata()
 
@@ -74,7 +80,7 @@ def _looks_like_path(text: str) -> bool:
 
 
 def read_vllm_logs(
-    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    paths: str | os.PathLike | Iterable[str | os.PathLike], room_rule: RoomRule | None = None
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """The ledgers of many logs as one: a list of paths, a folder (its ``*.log``), or a glob.
 
@@ -96,11 +102,11 @@ def read_vllm_logs(
                 frames.append(ledger_frame(rows.rows))
                 metas.append(rows.metadata(single=False))
                 rows = None
-            frame, meta = read_ledger_csv(Path(path), source=path)
+            frame, meta = read_ledger_csv(Path(path), source=path, room_rule=room_rule)
             frames.append(frame)
             metas.append(meta)
             continue
-        rows = rows if rows is not None else _LogRows()
+        rows = rows if rows is not None else _LogRows(room_rule)
         _read_into(rows, Path(path), path)
     if rows is not None:
         frames.append(ledger_frame(rows.rows))
@@ -126,7 +132,8 @@ def _expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]
 class _LogRows:
     """Rows, provenance, line index, warnings and boots of the logs read so far (one or many files)."""
 
-    def __init__(self) -> None:
+    def __init__(self, room_rule: RoomRule | None = None) -> None:
+        self.room_rule = room_rule
         self.rows: list[dict] = []
         self.provenance: list[tuple] = []
         self.warnings: list = []
@@ -138,7 +145,7 @@ class _LogRows:
 
     def close(self, boot: Boot, source: str) -> None:
         """Resolve one finished boot into rows."""
-        rows, provenance, warnings, info = resolve_boot(boot, source)
+        rows, provenance, warnings, info = resolve_boot(boot, source, self.room_rule)
         self.rows.extend(rows)
         self.provenance.extend(provenance)
         self.warnings.extend(warnings)

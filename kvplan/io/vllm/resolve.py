@@ -11,7 +11,7 @@ from kvplan.columns import KEY_COLUMNS, LEDGER_COLUMNS, SIZING_CONFIG, world_siz
 from kvplan.io.bounds import check_row
 from kvplan.io.ledger_frame import missing
 from kvplan.io.metadata import place_note
-from kvplan.io.room import boot_room_warnings, room_evidence
+from kvplan.io.room_rule import RoomRule
 from kvplan.io.vllm.boots import KV_SIZED_COLUMNS, Boot
 from kvplan.io.vllm.conflicts import RankObservations, safest, two_launches
 from kvplan.io.vllm.manual import exact_manual
@@ -40,8 +40,10 @@ class _Failure:
     failed_in: str | None = None
 
 
-def resolve_boot(boot: Boot, source: str) -> tuple[list[dict], list[tuple], list[str], dict]:
-    """Attribute a boot's events to ranks and compute each rank's row."""
+def resolve_boot(
+    boot: Boot, source: str, room_rule: RoomRule | None = None
+) -> tuple[list[dict], list[tuple], list[str], dict]:
+    """Attribute a boot's events to ranks and compute each rank's row (its room with ``room_rule``)."""
     warnings = list(boot.warnings)
     provenance: list[tuple] = []
     key, key_origin = _boot_key(boot)
@@ -93,14 +95,15 @@ def resolve_boot(boot: Boot, source: str) -> tuple[list[dict], list[tuple], list
             row(0)
     flags = _boot_flags(boot, key, version)
     flags["startup_done"] = _startup_done(boot, rows, key)
-    _keep_safest(seen, rows, flags, origin, source, boot.index, warnings)
+    _keep_safest(seen, rows, flags, origin, source, boot.index, warnings, room_rule)
     exact_manual(rows, boot.config, origin, source, warnings)
     for rank, values in rows.items():
-        _fill_row(values, rank, key, boot, source, failures, flags, origin, warnings)
+        _fill_row(values, rank, key, boot, source, failures, flags, origin, warnings, room_rule)
         check_row(values, rank, origin, source)
     warnings.extend(_caveats(boot, source))
     sizing = {column: boot.config[column] for column in SIZING_CONFIG if column in boot.config}
-    boot_room_warnings(rows, key, flags, source, boot, origin, warnings)
+    if room_rule is not None:
+        room_rule.boot_warnings(rows, key, flags, source, boot, origin, warnings)
     records = []
     for rank in sorted(rows):
         values = rows[rank]
@@ -194,14 +197,24 @@ def _sort_events(
 
 
 def _keep_safest(
-    seen: RankObservations, rows: dict, flags: dict, origin: dict, source: str, boot: int, warnings: list
+    seen: RankObservations,
+    rows: dict,
+    flags: dict,
+    origin: dict,
+    source: str,
+    boot: int,
+    warnings: list,
+    room_rule: RoomRule | None,
 ) -> None:
-    """Each rank's values from its safest observation (the lowest room), with a note when several conflict."""
+    """Each rank's values from its safest observation (the lowest room by ``room_rule``; without it the
+    least free memory), with a note when several conflict."""
     for rank in seen.ranks():
 
         def room_of(values: dict, where: dict, rank: int = rank) -> int | None:
+            if room_rule is None:
+                return None
             places = {(rank, name): line_raw for name, line_raw in where.items()}
-            room = room_evidence({**rows[rank], **values}, rank, flags, places, source, [])
+            room = room_rule.room({**rows[rank], **values}, rank, flags, places, source, [])
             return None if room is None else room[0]
 
         chosen, note = safest(rank, seen.of(rank), room_of, source, boot)
@@ -321,6 +334,7 @@ def _fill_row(
     flags: dict,
     origin: dict,
     warnings: list,
+    room_rule: RoomRule | None,
 ) -> None:
     tp_size, pp_size = key_size(key, "tensor_parallel_size"), key_size(key, "pipeline_parallel_size")
     if tp_size is not None and pp_size is not None:
@@ -364,7 +378,7 @@ def _fill_row(
             f"(last line read: {boot.last_line})",
         )
         origin[(rank, "outcome")] = (boot.last_line, "")
-    room = room_evidence(values, rank, flags, origin, source, warnings)
+    room = None if room_rule is None else room_rule.room(values, rank, flags, origin, source, warnings)
     if room is not None:
         values["room_bytes"], values["room_source"], line_raw = room
         origin[(rank, "room_bytes")] = line_raw

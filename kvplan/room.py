@@ -1,21 +1,34 @@
-"""The room of a rank, best evidence first, and the warnings about where rooms came from."""
+"""The Room rule: a rank's room (what its KV cache can take) from its logged values, best evidence first.
+
+A domain rule of the core floor, given to the readers (:class:`kvplan.io.room_rule.RoomRule`), which
+report only what the logs say: :data:`ROOM_RULE` is the rule, and :func:`read_vllm_log`,
+:func:`read_vllm_logs` and :func:`read_ledger_csv` are the readers of :mod:`kvplan.io` with it, the
+ledger every consumer reads (``room_bytes`` and ``room_source`` filled, the warnings about where rooms
+came from, the safest of conflicting observations of a rank). Evidence, best first:
+
+1. ``suggestion``: vLLM's own ``--kv-cache-memory`` suggestion ("to fully utilize gpu memory");
+2. ``available_kv``: "Available KV cache memory", less the CUDA graphs captured after it;
+3. ``parts``: free at startup − weights − activation peak − non-torch − graphs − 150 MiB (vLLM's buffer).
+"""
 
 from __future__ import annotations
 
-from typing import Protocol
+import os
+from collections.abc import Iterable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING
 
 from kvplan.columns import world_size
-from kvplan.io.metadata import place_note
+from kvplan.io.ledger_csv import read_ledger_csv as _read_ledger_csv
+from kvplan.io.metadata import ReadMetadata, place_note
+from kvplan.io.room_rule import BootPlace, RoomRule
+from kvplan.io.vllm import read_vllm_log as _read_vllm_log
+from kvplan.io.vllm import read_vllm_logs as _read_vllm_logs
 from kvplan.releases import rank0_only_advice
 from kvplan.units import MiB
 
-
-class BootPlace(Protocol):
-    """Where a boot is: its index in the file, its first line, its Ray-collapsed lines."""
-
-    index: int
-    first_line: int
-    ray_repeats: list
+if TYPE_CHECKING:  # pandas only for the frames' annotations
+    import pandas as pd
 
 
 #: vLLM's ``redundancy_buffer_memory`` in the suggestion arithmetic.
@@ -25,7 +38,14 @@ SUGGESTION_BUFFER_BYTES = 150 * MiB
 def room_evidence(
     values: dict, rank: int, flags: dict, origin: dict, source: str, warnings: list
 ) -> tuple[int, str, tuple] | None:
-    """``(room_bytes, room_source, (line, raw))`` for one rank, best evidence first."""
+    """``(room_bytes, room_source, (line, raw))`` for one rank, best evidence first (None: no room).
+
+    ``flags``: whether vLLM subtracted a CUDA-graph estimate before sizing KV (``estimate_applied``),
+    whether graphs were off (``eager``); ``origin[(rank, column)]`` is each value's ``(line, raw)``.
+
+    >>> room_evidence({"suggested_full_bytes": 7}, 0, {}, {(0, "suggested_full_bytes"): (9, "")}, "a.log", [])
+    (7, 'suggestion', (9, ''))
+    """
     if values.get("suggested_full_bytes") is not None:
         return values["suggested_full_bytes"], "suggestion", origin[(rank, "suggested_full_bytes")]
     graph, estimate = values.get("cuda_graph_bytes"), values.get("cuda_graph_estimate_bytes")
@@ -73,6 +93,8 @@ def room_evidence(
 def boot_room_warnings(
     rows: dict, key: dict, flags: dict, source: str, boot: BootPlace, origin: dict, warnings: list
 ) -> None:
+    """Append to ``warnings`` what one boot's rooms need said: sources that differ per rank, ranks Ray
+    deduplicated, a room shown on local rank 0 only, CUDA graphs counted twice in the suggestion."""
     version = flags["version"]
     sources = {rank: values.get("room_source") for rank, values in rows.items()}
     known = {rank: src for rank, src in sources.items() if src is not None}
@@ -134,3 +156,37 @@ def boot_room_warnings(
                 "(conservative)",
             )
         )
+
+
+#: The Room rule as the readers take it.
+ROOM_RULE = RoomRule(room_evidence, boot_room_warnings)
+
+
+def read_vllm_log(
+    path_or_text: str | os.PathLike | bytes | IO[bytes], source: str | None = None
+) -> tuple[pd.DataFrame, ReadMetadata]:
+    """:func:`kvplan.io.read_vllm_log` with the Room rule: each rank's ``room_bytes`` and ``room_source``.
+
+    >>> from kvplan import io
+    >>> from kvplan.config import DATA_DIR
+    >>> log = DATA_DIR / "boots" / "four-rank" / "boot.log"
+    >>> ledger, _ = read_vllm_log(log)
+    >>> ledger["room_source"].tolist(), int(ledger["room_bytes"].min())  # rank 2's suggestion, 12.9 GiB
+    (['suggestion', 'suggestion', 'suggestion', 'suggestion'], 13851269530)
+    >>> bool(io.read_vllm_log(log)[0]["room_bytes"].isna().all())  # the reader alone: no room
+    True
+    """
+    return _read_vllm_log(path_or_text, source, room_rule=ROOM_RULE)
+
+
+def read_vllm_logs(
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+) -> tuple[pd.DataFrame, ReadMetadata]:
+    """:func:`kvplan.io.read_vllm_logs` (many logs, a folder or a glob) with the Room rule."""
+    return _read_vllm_logs(paths, room_rule=ROOM_RULE)
+
+
+def read_ledger_csv(path: str | os.PathLike, source: str | None = None) -> tuple[pd.DataFrame, ReadMetadata]:
+    """:func:`kvplan.io.read_ledger_csv` with the Room rule: a CSV without ``room_bytes`` has each rank's
+    room computed from its parts, as the log reader computes it."""
+    return _read_ledger_csv(Path(path), source, room_rule=ROOM_RULE)
