@@ -9,13 +9,33 @@ row (``elapsed_s``), so runs made at different times line up.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import FuncFormatter, MaxNLocator
 
-CAPACITY_COLOR = "tab:red"
-PREEMPTION_COLOR = "magenta"  # not a default cycle colour, so never mistaken for a series
+from kvplan.charts.style import (
+    AVERAGE_COLOR,
+    FONT_SIZE,
+    LIMITING_COLOR,
+    RANK_COLOR,
+    REFERENCE_COLOR,
+    _figure,
+    _style,
+)
+
+CAPACITY_COLOR = LIMITING_COLOR
+PREEMPTION_COLOR = AVERAGE_COLOR  # not a series colour, so never mistaken for one
 OOM_COLOR = "black"
+#: One colour per quantity; the evidence kind is the line style (log solid, /metrics dashed with dots).
+QUANTITY_COLORS = {"kv_cache_usage_pct": RANK_COLOR, "running": RANK_COLOR, "waiting": "#E69F00"}
+KIND_STYLES: dict[str, dict[str, Any]] = {
+    "log": {"linestyle": "-"},
+    "metrics": {"linestyle": "--", "marker": ".", "markersize": 5},
+}
+#: The two runs a comparison puts side by side: the profiled canary grey (the reference), the manual one blue.
+RUN_COLORS = (REFERENCE_COLOR, RANK_COLOR)
 GAP_FACTOR = 3  # a gap longer than this many usual intervals breaks a line
 COMPARISON_PANELS = (
     ("mean_generation_tokens_per_s", "generation throughput", "tokens/s"),
@@ -25,8 +45,8 @@ COMPARISON_PANELS = (
 )
 
 
-def _series(timeline: pd.DataFrame, column: str) -> list[tuple[str, pd.Series, pd.Series]]:
-    """(label, minutes, values) per engine and evidence kind, for rows with ``column`` and a time.
+def _series(timeline: pd.DataFrame, column: str) -> list[tuple[str, pd.Series, pd.Series, str]]:
+    """(label, minutes, values, kind) per engine and evidence kind, for rows with ``column`` and a time.
 
     A gap longer than :data:`GAP_FACTOR` usual intervals (a restart, an idle server) breaks the line.
     """
@@ -43,8 +63,14 @@ def _series(timeline: pd.DataFrame, column: str) -> list[tuple[str, pd.Series, p
             minutes.loc[at], values.loc[at] = float("nan"), float("nan")
         order = minutes.index.argsort()
         name = "all engines" if pd.isna(engine) else f"engine {engine}"
-        groups.append((f"{name} ({kind})", minutes.iloc[order], values.iloc[order]))
+        groups.append((f"{name} ({kind})", minutes.iloc[order], values.iloc[order], str(kind)))
     return groups
+
+
+def _legend_outside(ax, fig: Figure) -> None:
+    """The legend right of the plot, off the data."""
+    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=FONT_SIZE - 2, frameon=False)
+    fig.tight_layout()
 
 
 def _preemption_minutes(timeline: pd.DataFrame) -> pd.Series:
@@ -65,10 +91,16 @@ def occupancy_chart(timeline: pd.DataFrame, kv_cache_tokens: int | None = None, 
     Preemptions are marked from the evidence kind (log or metrics) that reports them most often, so one run's
     log and /metrics do not mark the same preemptions twice. OOM events are black crosses at the top.
     """
-    fig = Figure(figsize=(9, 4))
-    ax = fig.subplots()
-    for label, minutes, values in _series(timeline, "kv_cache_usage_pct"):
-        ax.plot(minutes, values, label=label)
+    fig, ax = _figure()
+    fig.set_size_inches(11, 4.5)
+    for label, minutes, values, kind in _series(timeline, "kv_cache_usage_pct"):
+        ax.plot(
+            minutes,
+            values,
+            color=QUANTITY_COLORS["kv_cache_usage_pct"],
+            label=label,
+            **KIND_STYLES.get(kind, {}),
+        )
     capacity = "capacity" + (f" = {kv_cache_tokens:,} tokens" if kv_cache_tokens is not None else "")
     ax.axhline(100, color=CAPACITY_COLOR, linestyle="--", label=capacity)
     timed = timeline[timeline["elapsed_s"].notna()]
@@ -87,23 +119,29 @@ def occupancy_chart(timeline: pd.DataFrame, kv_cache_tokens: int | None = None, 
     ax.set_xlabel("minutes since the first row")
     ax.set_ylabel("KV cache usage [%]")
     ax.set_title(title or "KV cache occupancy under load")
-    ax.legend(loc="lower right", fontsize="small")
-    fig.tight_layout()
+    _legend_outside(ax, fig)
     return fig
 
 
 def requests_chart(timeline: pd.DataFrame, title: str = "") -> Figure:
     """Running and waiting requests against minutes, one pair of lines per engine and evidence kind."""
-    fig = Figure(figsize=(9, 4))
-    ax = fig.subplots()
-    for column, style in (("running", "-"), ("waiting", ":")):
-        for label, minutes, values in _series(timeline, column):
-            ax.plot(minutes, values, style, label=f"{column}, {label}")
+    fig, ax = _figure()
+    fig.set_size_inches(11, 4.5)
+    for column in ("running", "waiting"):
+        for label, minutes, values, kind in _series(timeline, column):
+            ax.plot(
+                minutes,
+                values,
+                color=QUANTITY_COLORS[column],
+                label=f"{column}, {label}",
+                **KIND_STYLES.get(kind, {}),
+            )
+    ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # requests are counted
+    ax.set_ylim(bottom=0)
     ax.set_xlabel("minutes since the first row")
     ax.set_ylabel("requests")
     ax.set_title(title or "Running vs waiting requests")
-    ax.legend(fontsize="small")
-    fig.tight_layout()
+    _legend_outside(ax, fig)
     return fig
 
 
@@ -119,26 +157,30 @@ def canary_comparison_chart(
     """
     if len(summaries) != len(labels):
         raise ValueError(f"{len(summaries)} summaries but {len(labels)} labels")
-    fig = Figure(figsize=(12, 3.6))
+    fig = Figure(figsize=(12, 4))
     axes = fig.subplots(1, len(COMPARISON_PANELS))
-    colors = [f"C{index}" for index in range(len(summaries))]
+    colors = [RUN_COLORS[index % len(RUN_COLORS)] for index in range(len(summaries))]
     for ax, (key, name, unit) in zip(axes, COMPARISON_PANELS):
+        _style(ax)
         values = [summary.get(key) for summary in summaries]
         heights = [0 if value is None else value for value in values]
         bars = ax.bar(range(len(values)), heights, color=colors)
         for bar, value in zip(bars, values):
-            text = "n/a" if value is None else f"{value:,.1f}" if isinstance(value, float) else f"{value:,}"
+            text = "n/a" if value is None else f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
             ax.annotate(
                 text,
                 (bar.get_x() + bar.get_width() / 2, bar.get_height()),
                 ha="center",
                 va="bottom",
-                fontsize="small",
+                fontsize=FONT_SIZE - 2,
             )
-        ax.set_xticks(range(len(values)), labels, rotation=15, fontsize="small")
-        ax.set_title(name, fontsize="medium")
-        ax.set_ylabel(unit)
+        ax.set_xticks(range(len(values)), labels, rotation=15, fontsize=FONT_SIZE - 2)
+        ax.set_title(name, fontsize=FONT_SIZE)
+        ax.set_ylabel(unit, fontsize=FONT_SIZE - 1)
         ax.set_ylim(0, (max(heights) or 1) * 1.15)
-    fig.suptitle(title or "Same request mix: profiled vs manual-value canary")
+        ax.yaxis.set_major_locator(MaxNLocator(integer=unit in ("count", "tokens")))
+        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}" if y == int(y) else f"{y:,.1f}"))
+        ax.tick_params(labelsize=FONT_SIZE - 2)
+    fig.suptitle(title or "Same request mix: profiled vs manual-value canary", fontsize=FONT_SIZE + 1)
     fig.tight_layout()
     return fig

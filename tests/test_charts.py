@@ -9,7 +9,7 @@ from kvplan import charts
 from kvplan.budget import uniform_budget
 from kvplan.capacity import concurrency_curve
 from kvplan.drift import drift_budget
-from kvplan.units import bytes_to_gib, parse_size
+from kvplan.units import parse_size
 from tests.conftest import GiB, KiB
 
 # Two H100-like ranks, 80 GiB each. Rank 1 shares its GPU with a 5 GiB co-tenant.
@@ -125,11 +125,13 @@ def test_safe_budget_chart_highlights_the_limiting_rank_and_the_unsafe_average()
     assert _line_y(ax, "uniform budget 34 GiB") == 34.0
     assert _line_y(ax, "average 36.5 GiB: unsafe, rank 1") == 36.5  # (39 + 34) / 2
     assert [t.get_text() for t in ax.texts] == ["39 GiB", "34 GiB"]
-    # labels sit inside the bar tops (below them), where the uniform and average lines cannot strike them
-    assert [(t.xy[1], t.get_va(), t.xyann[1] < 0) for t in ax.texts] == [
-        (39.0, "top", True),
-        (34.0, "top", True),
-    ]
+    # labels sit at the bars' feet, 6 points above the axis: every line (uniform 34, average 36.5 GiB) runs
+    # far above them, so none strikes a label (at their tops, the 36.5 GiB average crossed the 39 GiB label's
+    # neighbourhood and, on the sample, the 15.52 GiB average struck rank 1's "16.7 GiB")
+    assert [(t.xy[1], t.get_va(), t.xyann[1]) for t in ax.texts] == [(0, "bottom", 6), (0, "bottom", 6)]
+    fig.canvas.draw()
+    line_pixels = ax.transData.transform((0, 34.0))[1]
+    assert all(t.get_window_extent().y1 < line_pixels for t in ax.texts)
 
 
 def test_founding_example_safe_budget_in_gib():
@@ -142,9 +144,11 @@ def test_founding_example_safe_budget_in_gib():
     assert _line_y(ax, "uniform budget 12 GiB") == 12.0
     stranded = charts.stranded_chart(budget)
     assert "14.1 GiB in total" in stranded.axes[0].get_title()  # 5.9 + 4.7 + 0 + 3.5
-    # rank 3 at 15.5 GiB, the average (17.9 + 16.7 + 12 + 15.5) / 4 = 15.525 GiB: its label is inside the bar
+    # rank 3 at 15.5 GiB, the average (17.9 + 16.7 + 12 + 15.5) / 4 = 15.525 GiB: its label sits at the bar's
+    # foot, below the uniform 12 GiB line, so the average cannot strike it
     (rank3,) = [t for t in ax.texts if t.get_text() == "15.5 GiB"]
-    assert rank3.get_va() == "top" and rank3.xyann[1] < 0
+    ax.figure.canvas.draw()
+    assert rank3.get_window_extent().y1 < ax.transData.transform((0, 12.0))[1]
 
 
 def test_stranded_chart_heights_and_rounding_note():
@@ -172,14 +176,14 @@ def test_concurrency_chart_draws_the_curve_target_and_max_model_len():
     curve = concurrency_curve(12 * GiB, 256 * KiB, [4096, 8192, 16384])
     ax = charts.concurrency_chart({"uniform 12 GiB": curve}, max_model_len=8192, target_concurrency=8).axes[0]
     (line,) = [line for line in ax.get_lines() if line.get_label().startswith("uniform")]
-    assert line.get_label() == "uniform 12 GiB: 49,152 tokens at 8,192"
+    assert line.get_label() == "uniform 12 GiB: 49,152 tokens at 8,192 (6.00×)"  # 49,152 / 8,192
     assert list(line.get_ydata()) == [12.0, 6.0, 3.0]
     assert list(_line_x(ax, "max_model_len 8,192")) == [8192, 8192]
     assert _line_y(ax, "target 8 sequences") == 8
     assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
-    assert [t.get_text() for t in ax.texts] == ["6.00×"]
-    # the label is right of the max_model_len line, inside the axis (extended to 2.2 × 8192)
-    assert ax.texts[0].get_ha() == "left" and ax.get_xlim()[1] == pytest.approx(8192 * 2.2)
+    # the concurrency at max_model_len is in the legend (no label on the curves); the axis ends just past
+    # it (1.08 × 8192): no request longer than max_model_len is admitted, so the chart shows none
+    assert list(ax.texts) == [] and ax.get_xlim()[1] == pytest.approx(8192 * 1.08)
 
 
 def test_concurrency_chart_labels_tokens_at_max_model_len():
@@ -188,7 +192,7 @@ def test_concurrency_chart_labels_tokens_at_max_model_len():
     curve = pd.DataFrame({"seq_len": [4096, 32768], "tokens": [8192, 16384], "max_concurrency": [2.0, 0.5]})
     fig = charts.concurrency_chart({"uniform": curve}, 32768, note="sliding-window layers: 8192 assumed")
     (line,) = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("uniform")]
-    assert line.get_label() == "uniform: 16,384 tokens at 32,768"
+    assert line.get_label() == "uniform: 16,384 tokens at 32,768 (0.50×)"
     assert [t.get_text() for t in fig.texts] == ["approximate: sliding-window layers: 8192 assumed"]
 
 
@@ -215,8 +219,10 @@ def test_drift_chart_shows_free_memory_and_adjusted_budget():
     drift = drift_budget(30 * GiB, 42 * GiB, boot, guard_bytes=GiB // 2, ranks=[0, 1, 2, 3])
     fig = charts.drift_chart(drift)
     left, right = fig.axes
-    assert [bar.get_height() for bar in left.containers[0].patches] == [42.0] * 4
-    assert [bar.get_height() for bar in left.containers[1].patches] == [bytes_to_gib(f) for f in boot]
+    # left: the loss itself, 42 − boot: 0.2, −0.1, 1.25, 0.1 GiB, on an axis that shows it (not 0–50 GiB)
+    assert [round(bar.get_height(), 6) for bar in left.containers[0].patches] == [0.2, -0.1, 1.25, 0.1]
+    assert left.get_ylim()[1] < 2  # 1.25 × 1.35
+    assert left.get_xticklabels()[2].get_text() == "2\n42 GiB → 40.75 GiB"
     adjusted = right.containers[0].patches
     # 30 − 0.2 − 0.5 = 29.3; 30 − 0 − 0.5 = 29.5 (never raised); 30 − 1.25 − 0.5 = 28.25; 29.4
     assert [round(bar.get_height(), 6) for bar in adjusted] == [29.3, 29.5, 28.25, 29.4]

@@ -320,7 +320,9 @@ def test_concurrency_figure_labels_tokens_at_max_model_len_and_says_why_approxim
     assert outcome.curve["tokens"].iloc[0] != outcome.capacity.tokens
     fig = concurrency_figure(outcome)
     (line,) = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("uniform")]
-    assert line.get_label() == f"uniform 12 GiB: {outcome.capacity.tokens:,} tokens at 131,072"
+    assert line.get_label() == (
+        f"uniform 12 GiB: {outcome.capacity.tokens:,} tokens at 131,072 ({outcome.capacity.max_concurrency:.2f}×)"
+    )
     assert [t.get_text() for t in fig.texts] == [f"approximate: {spec.approximate_reason}"]
 
 
@@ -329,8 +331,8 @@ def test_concurrency_figure_compares_the_weak_rank_at_the_median():
     fig = concurrency_figure(evaluate(replace(FOUR_RANK, target_concurrency=8)), weak_rank_fixed=True)
     labels = [line.get_label() for line in fig.axes[0].get_lines() if not line.get_label().startswith("_")]
     assert labels[:2] == [
-        "uniform 12 GiB: 157,280 tokens at 32,768",
-        "rank 2 raised to the median (16.1 GiB): uniform 15.5 GiB: 203,152 tokens at 32,768",
+        "uniform 12 GiB: 157,280 tokens at 32,768 (4.80×)",  # 157,280 / 32,768
+        "rank 2 raised to the median (16.1 GiB): uniform 15.5 GiB: 203,152 tokens at 32,768 (6.20×)",
     ]
     # crossings: 1228 blocks → 19,648 tokens; 12,697 / 8 = 1587 blocks → 25,392 tokens
     texts = [t.get_text() for t in fig.axes[0].texts]
@@ -524,7 +526,7 @@ def test_panel_on_a_reference_and_a_manual_value_boot_draws_the_ledger_from_the_
     ledger, _ = read_launch(DRIFT)
     panel = WhatIfPanel(Scenario.from_ledger(ledger, GiB), ledger=ledger)
     assert panel.error is None and panel.chart_errors == {}
-    titles = [fig.axes[0].get_title() for fig in panel.figures()]
+    titles = [fig.axes[0].get_title() if fig.axes else fig.get_suptitle() for fig in panel.figures()]
     assert titles[1].startswith("Where each GPU's memory goes: 30 GiB KV")  # 31 − 1 GiB, the reference
     assert len(rows_that_set_the_room(ledger)) == 4
 

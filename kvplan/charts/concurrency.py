@@ -26,13 +26,13 @@ def concurrency_chart(
     ``curves`` is one :func:`kvplan.capacity.concurrency_curve` frame, or several keyed by a label
     (e.g. ``{"uniform 12 GiB": ..., "rank 2 fixed": ...}``); each legend entry states its tokens at
     ``max_model_len`` (vLLM ≥ 0.21 logs tokens that depend on the length for sliding-window and
-    hybrid models). ``max_model_len`` is marked with a vertical line and the concurrency there is
-    annotated left of it; a target concurrency is a horizontal line. ``crossings`` maps a curve's
+    hybrid models) and the concurrency there. ``max_model_len`` is marked with a vertical line (the x
+    axis ends just past it); a target concurrency is a horizontal line. ``crossings`` maps a curve's
     label to the longest length at which it still holds the target (e.g.
     :attr:`kvplan.notebook.scenario.Outcome.target_length`), marked on the target line when shorter than
     ``max_model_len``. ``note`` (e.g. why a spec is approximate) is printed under the plot. ``limits``
     ``(x_min, x_max, y_min, y_max)`` fixes the axes (a what-if panel keeps them while its controls move);
-    ``previous`` (a curve of the state before the last change) is drawn faintly.
+    ``previous`` (a panel's curve at the notebook's parameters) is drawn faintly.
 
     >>> from kvplan.capacity import concurrency_curve
     >>> from kvplan.units import GiB
@@ -53,21 +53,20 @@ def concurrency_chart(
             linewidth=1.5,
             linestyle="--",
             alpha=0.7,
-            label="before the last change",
+            label="at the notebook's parameters",
         )
-    at_max_values = []
     for index, ((label, curve), color) in enumerate(zip(curves.items(), colors * len(curves))):
         row = _row_at_length(curve, max_model_len)
+        # the concurrency at max_model_len is in the legend, where no curve runs through it
+        at_max = f" ({float(row['max_concurrency']):.2f}×)" if int(row["seq_len"]) == max_model_len else ""
         ax.plot(
             curve["seq_len"],
             curve["max_concurrency"],
             marker="o",
             color=color,
             linewidth=2,
-            label=f"{label}: {int(row['tokens']):,} tokens at {int(row['seq_len']):,}",
+            label=f"{label}: {int(row['tokens']):,} tokens at {int(row['seq_len']):,}{at_max}",
         )
-        if int(row["seq_len"]) == max_model_len:
-            at_max_values.append((float(row["max_concurrency"]), color))
         crossing = crossings.get(label)
         if target_concurrency is not None and crossing and crossing < max_model_len:
             # marked on the target line; the label sits in the empty lower left, below every curve
@@ -94,19 +93,6 @@ def concurrency_chart(
                 fontweight="bold",
                 arrowprops={"arrowstyle": "->", "color": color, "linewidth": 1.2},
             )
-    # concurrency at max_model_len: right of the marker line (the axis extends to hold it)
-    for value, color in at_max_values:
-        ax.annotate(
-            f"{value:.2f}×",
-            (max_model_len, value),
-            textcoords="offset points",
-            xytext=(8, 0),
-            ha="left",
-            va="center",
-            fontsize=FONT_SIZE - 1,
-            color=color,
-            fontweight="bold",
-        )
     ax.axvline(max_model_len, color="black", linestyle=":", label=f"max_model_len {max_model_len:,}")
     if target_concurrency is not None:
         ax.axhline(
@@ -135,7 +121,7 @@ def concurrency_chart(
     highest = max(float(curve["max_concurrency"].max()) for curve in curves.values())
     if limits is None:
         ax.set_ylim(lowest / 4, highest * 4)  # room for the crossing labels below and the legend above
-        ax.set_xlim(right=max_model_len * 2.2)
+        ax.set_xlim(right=max_model_len * 1.08)  # no lengths past max_model_len: vLLM admits none
     else:
         ax.set_xlim(limits[0], limits[1])
         ax.set_ylim(limits[2], limits[3])

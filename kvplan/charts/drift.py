@@ -7,7 +7,6 @@ from matplotlib.figure import Figure
 from kvplan.charts.style import (
     FIGSIZE,
     FONT_SIZE,
-    REFERENCE_COLOR,
     _annotate_bars,
     _outline_bars,
     _rank_colors,
@@ -20,9 +19,9 @@ from kvplan.units import bytes_to_gib, format_size
 def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = None) -> Figure:
     """Which rank moved: reference vs boot free memory (left) and the adjusted budget (right).
 
-    Left: grouped bars of ``ref_free_bytes`` and ``boot_free_bytes`` per rank with the drift
-    annotated. Right: ``adjusted_bytes`` per rank (limiting rank highlighted) with the reference
-    budget as a grey outline and the uniform adjusted value as a line. All in GiB. Free memory lost since
+    Left: the free memory each rank lost at startup since the reference (``drift_bytes``, on its own
+    scale so a 0.1 GiB drift shows), with both free-memory figures under the rank. Right:
+    ``adjusted_bytes`` per rank (limiting rank highlighted) with the reference budget as a grey outline and the uniform adjusted value as a line. All in GiB. Free memory lost since
     the reference is positive ("lost 1.25 GiB", as ``drift_bytes`` and the drift table count it), gained
     is "gained". ``top_gib`` fixes the right axis.
 
@@ -38,22 +37,10 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
     left, right = fig.subplots(1, 2)
     for ax in (left, right):
         _style(ax)
-    width = 0.38
-    left.bar(
-        [p - width / 2 for p in positions],
-        [bytes_to_gib(f) for f in drift.ref_free_bytes],
-        width,
-        color=REFERENCE_COLOR,
-        label="reference boot",
-    )
-    boot_bars = left.bar(
-        [p + width / 2 for p in positions],
-        [bytes_to_gib(f) for f in drift.boot_free_bytes],
-        width,
-        color=_rank_colors(drift.ranks, drift.limiting_rank),
-        label="this boot",
-    )
-    for bar, moved in zip(boot_bars, drift.drift_bytes):
+    # the loss itself, on its own scale: a 0.1–1.25 GiB drift is invisible against 0–50 GiB of free memory
+    lost_gib = [bytes_to_gib(moved) for moved in drift.drift_bytes]
+    bars = left.bar(labels, lost_gib, color=_rank_colors(drift.ranks, drift.limiting_rank), width=0.6)
+    for bar, moved in zip(bars, drift.drift_bytes):
         text = (
             f"lost {bytes_to_gib(moved):.2f} GiB"
             if moved > 0
@@ -61,18 +48,26 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
         )
         left.annotate(
             text,
-            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            (bar.get_x() + bar.get_width() / 2, max(0.0, bar.get_height())),
             textcoords="offset points",
             xytext=(0, 4),
             ha="center",
             fontsize=FONT_SIZE - 1,
         )
-    left.set_xticks(positions, labels)
-    left.set_ylim(0, max(bytes_to_gib(f) for f in drift.ref_free_bytes + drift.boot_free_bytes) * 1.3)
-    left.set_xlabel("rank")
-    left.set_ylabel("free GPU memory at startup [GiB]")
-    left.set_title("Free memory at startup")
-    left.legend(loc="upper left", ncols=2, fontsize=FONT_SIZE - 1)
+    left.axhline(0, color="black", linewidth=1)
+    left.set_xticks(
+        positions,
+        [
+            f"{rank}\n{format_size(ref)} → {format_size(now)}"
+            for rank, ref, now in zip(labels, drift.ref_free_bytes, drift.boot_free_bytes)
+        ],
+        fontsize=FONT_SIZE - 2,
+    )
+    biggest = max([abs(value) for value in lost_gib] + [0.1])
+    left.set_ylim(min(0.0, min(lost_gib)) * 1.4 - 0.05 * biggest, biggest * 1.35)
+    left.set_xlabel("rank (free memory at startup: reference → this boot)")
+    left.set_ylabel("free memory lost since the reference [GiB]")
+    left.set_title("Free memory lost at startup (gained: below 0)")
 
     adjusted = right.bar(
         labels,
@@ -90,7 +85,7 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
         label=f"uniform {format_size(drift.adjusted_uniform_bytes)}",
     )
     tallest = max(bytes_to_gib(b) for b in drift.ref_budget_bytes + drift.adjusted_bytes)
-    right.set_ylim(0, top_gib or tallest * 1.25)
+    right.set_ylim(0, max(top_gib or 0.0, tallest * 1.6))  # the legend sits above the tallest bar
     right.set_xlabel("rank")
     right.set_ylabel("KV budget [GiB]")
     right.set_title(f"Adjusted budget (guard {format_size(drift.guard_bytes)})")

@@ -11,6 +11,7 @@ from matplotlib.patches import Patch, Rectangle
 from kvplan.budget import Budget
 from kvplan.charts.style import (
     AVERAGE_COLOR,
+    FIGSIZE,
     FONT_SIZE,
     LIMITING_COLOR,
     RANK_COLOR,
@@ -21,7 +22,6 @@ from kvplan.charts.style import (
     _label_segments,
     _mark_limiting_tick,
     _outline_bars,
-    _rank_colors,
     _rank_list,
     limiting_ranks,
 )
@@ -168,7 +168,7 @@ def safe_budget_chart(
     because the limiting rank cannot allocate it. When every rank holds the same safe budget the average
     is the uniform value: no average line is drawn and no rank is named as limiting. ``top_gib`` fixes the
     y axis (a what-if panel keeps it while its controls move); ``previous`` draws that budget's bars and
-    uniform value faintly, so a change is seen against the state before it.
+    uniform value faintly (a panel's state at the notebook's parameters), so a change is seen against it.
 
     >>> from kvplan.budget import uniform_budget
     >>> fig = safe_budget_chart(uniform_budget([13 * GiB, 18 * GiB], GiB))
@@ -185,18 +185,18 @@ def safe_budget_chart(
     average_bytes = sum(budget.safe_bytes) // len(budget.safe_bytes)
     fig, ax = _figure()
     if previous is not None:
-        _outline_bars(ax, labels, previous.safe_bytes, "before the last change", linewidth=1.5)
+        _outline_bars(ax, labels, previous.safe_bytes, "at the notebook's parameters", linewidth=1.5)
         ax.axhline(
             bytes_to_gib(previous.uniform_budget_bytes),
             color=REFERENCE_COLOR,
             linewidth=1.5,
             alpha=0.6,
-            label=f"uniform before: {format_size(previous.uniform_budget_bytes)}",
+            label=f"uniform at the notebook's parameters: {format_size(previous.uniform_budget_bytes)}",
         )
     colors = [LIMITING_COLOR if rank in weakest and not tied else RANK_COLOR for rank in budget.ranks]
     bars = ax.bar(labels, safe_gib, color=colors, width=0.6)
-    # labels sit inside the bar tops: the uniform and average lines run above or across bars, not labels
-    _annotate_bars(ax, bars, budget.safe_bytes, inside="top")
+    # labels sit at the bars' feet: the uniform and average lines run across the bars, never the labels
+    _annotate_bars(ax, bars, budget.safe_bytes, inside="base")
     ax.axhline(
         bytes_to_gib(budget.uniform_budget_bytes),
         color="black",
@@ -237,41 +237,53 @@ def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | No
     """What the uniform value leaves unused: stranded bytes per rank and their total.
 
     Bar heights are ``budget.stranded_bytes`` in GiB (including block rounding, which the title
-    states separately when there is any). ``top_gib`` fixes the y axis.
+    states separately when there is any). ``top_gib`` fixes the y axis (raised when a bar would not fit). When every rank strands the same
+    (ties: nothing but block rounding), the figure is one short line saying so, not an empty plot.
 
     >>> from kvplan.budget import uniform_budget
     >>> fig = stranded_chart(uniform_budget([13 * GiB, 18 * GiB], GiB))
     >>> fig.axes[0].get_title()
     'Stranded on the stronger ranks: 5 GiB in total'
+    >>> fig = stranded_chart(uniform_budget([31 * GiB] * 4, GiB))
+    >>> fig.get_size_inches().tolist(), fig.get_suptitle()
+    ([10.0, 1.6], 'Nothing stranded: every rank holds the same safe budget')
     """
-    labels = [str(rank) for rank in budget.ranks]
-    fig, ax = _figure()
-    bars = ax.bar(
-        labels,
-        [bytes_to_gib(s) for s in budget.stranded_bytes],
-        color=_rank_colors(budget.ranks, budget.limiting_rank),
-        width=0.6,
-    )
-    _annotate_bars(ax, bars, budget.stranded_bytes)
-    limiting = list(budget.ranks).index(budget.limiting_rank)
-    stranded_there = budget.stranded_bytes[limiting]
-    ax.texts[limiting].set_text(f"limits: {format_size(stranded_there) if stranded_there else '0'} stranded")
-    ax.texts[limiting].set_color(LIMITING_COLOR)
-    ax.texts[limiting].set_fontweight("bold")
     rounding = (
         f" ({format_size(budget.rounding_loss_bytes)} per rank from block rounding)"
         if budget.rounding_loss_bytes
         else ""
     )
+    if len(set(budget.stranded_bytes)) == 1:
+        return _note_figure(title or f"Nothing stranded: every rank holds the same safe budget{rounding}")
+    labels = [str(rank) for rank in budget.ranks]
+    weakest = limiting_ranks(budget)
+    fig, ax = _figure()
+    colors = [LIMITING_COLOR if rank in weakest else RANK_COLOR for rank in budget.ranks]
+    bars = ax.bar(labels, [bytes_to_gib(s) for s in budget.stranded_bytes], color=colors, width=0.6)
+    _annotate_bars(ax, bars, budget.stranded_bytes)
+    for rank in weakest:
+        index = list(budget.ranks).index(rank)
+        there = budget.stranded_bytes[index]
+        ax.texts[index].set_text(f"limits: {format_size(there) if there else '0'} stranded")
+        ax.texts[index].set_color(LIMITING_COLOR)
+        ax.texts[index].set_fontweight("bold")
     ax.set_title(
         title
         or f"Stranded on the stronger ranks: {format_size(budget.stranded_total_bytes)} in total{rounding}"
     )
-    _mark_limiting_tick(ax, budget.ranks, budget.limiting_rank)
+    _mark_limiting_tick(ax, budget.ranks, weakest)
     ax.set_xlabel("rank")
     ax.set_ylabel("stranded KV memory [GiB]")
-    ax.set_ylim(0, top_gib or max(1.0, max(bytes_to_gib(s) for s in budget.stranded_bytes)) * 1.2)
+    tallest = max(1.0, max(bytes_to_gib(s) for s in budget.stranded_bytes)) * 1.2
+    ax.set_ylim(0, max(top_gib or 0.0, tallest))  # a fixed top that a taller state still fits under
     fig.tight_layout()
+    return fig
+
+
+def _note_figure(title: str) -> Figure:
+    """A one-line figure: a chart whose answer is a sentence (nothing stranded, one boot) is not a blank plot."""
+    fig = Figure(figsize=(FIGSIZE[0], 1.6))
+    fig.suptitle(title, fontsize=FONT_SIZE + 1, y=0.5, va="center")
     return fig
 
 
@@ -283,13 +295,29 @@ def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Fig
     :data:`LIMITING_COLOR`, annotated with the limiting rank. All in GiB.
 
     >>> from kvplan.budget import uniform_budget
-    >>> fig = spread_chart({"boot 0": uniform_budget([13 * GiB, 18 * GiB], GiB)})
-    >>> fig.axes[0].get_title()
-    'Safe budget spread over 1 boot: rank 0 limits every boot'
+    >>> boot = uniform_budget([13 * GiB, 18 * GiB], GiB)
+    >>> spread_chart({"boot 0": boot, "boot 1": boot}).axes[0].get_title()
+    'Safe budget spread over 2 boots: rank 0 limits every boot'
+    >>> spread_chart({"boot 0": boot}).get_size_inches().tolist()  # one boot: one line, not an empty plot
+    [10.0, 1.6]
     """
     if not budgets:
         raise ValueError("spread_chart needs at least one boot's budget")
     labels = list(budgets)
+    if len(labels) == 1 and title is None:  # one boot cannot show a spread: say what it shows in one line
+        only = budgets[labels[0]]
+        spread = ", ".join(
+            f"{name} {format_size(size)}"
+            for name, size in (
+                ("min", only.min_safe_bytes),
+                ("median", only.median_safe_bytes),
+                ("max", only.max_safe_bytes),
+            )
+        )
+        return _note_figure(
+            f"Safe budget spread over 1 boot: rank {only.limiting_rank} limits every boot ({spread});\n"
+            "profile two or three boots to see whether the same rank limits each time"
+        )
     fig, ax = _figure()
     for i, label in enumerate(labels):
         budget = budgets[label]

@@ -89,17 +89,21 @@ def _outline_bars(
 
 
 def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool | str = False) -> None:
-    """Label each bar with its size: above it, in white at its middle (``inside``) or top (``"top"``)."""
+    """Label each bar with its size: above it, in white at its middle (``inside``) or at its foot (``"base"``).
+
+    At the foot, the label sits below every horizontal line drawn at or above the lowest bar (a uniform
+    value, an average), so no line strikes through it.
+    """
     for bar, size in zip(bars, sizes_bytes):
         x = bar.get_x() + bar.get_width() / 2
-        if inside == "top":
+        if inside == "base":
             ax.annotate(
                 format_size(size),
-                (x, bar.get_height()),
+                (x, 0),
                 textcoords="offset points",
-                xytext=(0, -6),
+                xytext=(0, 6),
                 ha="center",
-                va="top",
+                va="bottom",
                 color="white",
                 fontsize=FONT_SIZE,
                 fontweight="bold",

@@ -4,7 +4,8 @@ One concept per module: :mod:`~kvplan.notebook.launch` (a launch's logs and snap
 length), :mod:`~kvplan.notebook.headlines` (text a reviewer reads first), :mod:`~kvplan.notebook.scenario`
 and :mod:`~kvplan.notebook.whatif` (the pure what-if), :mod:`~kvplan.notebook.figures` (charts of an
 outcome, PNG and alt text), :mod:`~kvplan.notebook.panel` (the ipywidgets panel), and the report of
-``make demo``: :mod:`~kvplan.notebook.pages` (a notebook's pages) and :mod:`~kvplan.notebook.report` (its index). The names below are
+``make demo``: :mod:`~kvplan.notebook.pages` (a notebook's pages) and :mod:`~kvplan.notebook.report` (its index);
+:mod:`~kvplan.notebook.tables` formats tables for readers. The names below are
 re-exported so a notebook imports from one place.
 """
 
@@ -37,6 +38,7 @@ from kvplan.notebook.launch import (
 )
 from kvplan.notebook.panel import WhatIfPanel
 from kvplan.notebook.scenario import BLOCK_SIZES, Outcome, Scenario
+from kvplan.notebook.tables import readable_table
 from kvplan.notebook.whatif import (
     add_back_bytes,
     add_back_limits,
@@ -82,6 +84,7 @@ __all__ = [
     "parameter_path",
     "parameter_paths",
     "read_launch",
+    "readable_table",
     "rows_that_set_the_room",
     "run_folder",
     "sequence_lengths",

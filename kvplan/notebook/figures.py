@@ -117,6 +117,7 @@ class Axes:
 
     budget_top_gib: float | None = None
     concurrency: tuple[float, float, float, float] | None = None
+    stranded_top_gib: float | None = None
 
 
 def panel_axes(low: Outcome, high: Outcome) -> Axes:
@@ -125,21 +126,33 @@ def panel_axes(low: Outcome, high: Outcome) -> Axes:
     >>> from kvplan.notebook.scenario import Scenario
     >>> GiB = 2**30
     >>> rooms = (13 * GiB, 18 * GiB)
-    >>> panel_axes(evaluate(Scenario(rooms, 4 * GiB)), evaluate(Scenario(rooms, 0)))  # 18 GiB × 1.3
-    Axes(budget_top_gib=23.4, concurrency=None)
+    >>> panel_axes(evaluate(Scenario(rooms, 4 * GiB)), evaluate(Scenario(rooms, 0)))  # 18 × 1.3, 5 × 1.25 GiB
+    Axes(budget_top_gib=23.4, concurrency=None, stranded_top_gib=6.25)
     """
     top = round(bytes_to_gib(max(high.budget.safe_bytes)) * 1.3, 2)
+    most_stranded = max(max(low.budget.stranded_bytes), max(high.budget.stranded_bytes))
+    stranded_top = round(
+        max(1.0, bytes_to_gib(most_stranded) * 1.25), 2
+    )  # stranded barely moves with the reserve
     concurrency = None
     if low.curve is not None and high.curve is not None:
         length = float(high.scenario.max_model_len or low.scenario.max_model_len)
         lowest = max(float(low.curve["max_concurrency"].min()), 1e-3)
         concurrency = (
             float(high.curve["seq_len"].min()) / 1.5,
-            length * 2.2,
+            length * 1.08,
             lowest / 4,
             float(high.curve["max_concurrency"].max()) * 4,
         )
-    return Axes(top, concurrency)
+    return Axes(top, concurrency, stranded_top)
+
+
+def _lengths(outcome: Outcome, axes: Axes) -> tuple[float, float, float, float] | None:
+    """The concurrency axes of a panel: its fixed y range, x up to just past this state's max_model_len."""
+    if axes.concurrency is None or outcome.curve is None:
+        return axes.concurrency
+    length = float(outcome.scenario.max_model_len or outcome.curve["seq_len"].max())
+    return (float(outcome.curve["seq_len"].min()) / 1.5, length * 1.08, *axes.concurrency[2:])
 
 
 def panel_charts(
@@ -174,10 +187,13 @@ def panel_charts(
                 ),
             )
         )
-    steps.append(("stranded", lambda: charts.stranded_chart(outcome.budget, top_gib=top)))
+    steps.append(("stranded", lambda: charts.stranded_chart(outcome.budget, top_gib=axes.stranded_top_gib)))
     if outcome.curve is not None:
         steps.append(
-            ("concurrency", lambda: concurrency_figure(outcome, limits=axes.concurrency, previous=baseline))
+            (
+                "concurrency",
+                lambda: concurrency_figure(outcome, limits=_lengths(outcome, axes), previous=baseline),
+            )
         )
     if outcome.drift is not None:
         steps.append(("drift", lambda: charts.drift_chart(outcome.drift, top_gib=top)))

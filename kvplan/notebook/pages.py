@@ -140,7 +140,8 @@ def execute_notebook(path: Path, parameters: Mapping[str, object] | None = None,
 
     ``parameters`` are set after its parameters cell (:func:`with_parameters`).
 
-    The kernel logs only errors (no "running over TCP" warning); a failing cell raises nbclient's
+    The kernel logs nothing of its own (no "running over TCP" warning, no "KeyboardInterrupt caught" at
+    shutdown); a failing cell raises nbclient's
     ``CellExecutionError`` naming the cell and its error.
     """
     import nbformat
@@ -153,7 +154,7 @@ def execute_notebook(path: Path, parameters: Mapping[str, object] | None = None,
         kernel_name="python3",
         resources={"metadata": {"path": str(path.parent)}},
         store_widget_state=False,
-        extra_arguments=["--IPKernelApp.log_level=ERROR"],
+        extra_arguments=["--IPKernelApp.log_level=CRITICAL"],  # its own log; cell errors come back as errors
     )
     client.log.setLevel("ERROR")
     client.execute()

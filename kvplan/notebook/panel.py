@@ -15,16 +15,16 @@ import base64
 import html
 import math
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
 import ipywidgets as widgets
 import pandas as pd
 
-from kvplan import charts
 from kvplan.notebook.figures import ChartStep, figure_alt, figure_png, panel_axes, panel_charts
 from kvplan.notebook.launch import co_tenant_bytes as ledger_co_tenants
 from kvplan.notebook.scenario import BLOCK_SIZES, Outcome, Scenario
+from kvplan.notebook.tables import readable_table
 from kvplan.notebook.whatif import add_back_bytes, add_back_limits, evaluate, gib_to_bytes
 from kvplan.units import bytes_to_gib, format_size
 
@@ -76,6 +76,8 @@ class WhatIfPanel:
             ]
         )
         self.box.add_class("kvplan-panel")
+        self._holding = False  # set_values: one redraw after all its changes
+        self._pngs: list[bytes] = []
         self._render_lock = threading.Lock()
         self._ticket_lock = threading.Lock()
         self._ticket = 0
@@ -132,8 +134,8 @@ class WhatIfPanel:
         return panel_charts(outcome or self.baseline, self.ledger, self.axes, self.baseline)
 
     def chart_pngs(self) -> list[bytes]:
-        """The PNG of every chart for the current state, as the panel shows them."""
-        return [figure_png(draw()) for _, draw in self.chart_steps(self.outcome)]
+        """The PNG of every chart for the current state, as the panel shows them (drawn by the last render)."""
+        return list(self._pngs)
 
     def figures(self) -> list:
         """The chart figures for the current outcome (plain ``Figure`` objects: nothing to close)."""
@@ -156,14 +158,17 @@ class WhatIfPanel:
             outcome, error = None, str(exc)
         errors: dict[str, str] = {}
         images: dict[str, str] = {}
+        pngs: list[bytes] = []
         if outcome is not None:  # everything is drawn first, then shown at once: text and charts agree
             for name, draw in self.chart_steps(outcome):
                 try:
-                    images[name] = _image_html(draw())
+                    figure = draw()
+                    pngs.append(figure_png(figure))
+                    images[name] = _image_html(figure, pngs[-1])
                 except Exception as exc:  # any failure is shown, never raised from a control
                     errors[name] = f"{type(exc).__name__}: {exc}"
                     images[name] = f"<b>The {name} chart cannot be drawn:</b> {html.escape(errors[name])}"
-        self.outcome, self.error, self.chart_errors = outcome, error, errors
+        self.outcome, self.error, self.chart_errors, self._pngs = outcome, error, errors, pngs
         for name, value in images.items():
             self.images[name].value = value
         self.table_html.value = "" if outcome is None else _tables_html(outcome)
@@ -179,8 +184,26 @@ class WhatIfPanel:
             f"<p><b>{html.escape(outcome.verdict())}</b></p>{_tables_html(outcome)}{''.join(images)}</div>"
         )
 
-    def _on_change(self, _change: dict) -> None:
+    def set_values(self, values: Mapping[str, object]) -> None:
+        """Set several controls (by :attr:`controls` name) and redraw once, not once per control.
+
+        >>> from kvplan.notebook.scenario import Scenario
+        >>> panel = WhatIfPanel(Scenario((13 * 2**30, 18 * 2**30), 2**30))
+        >>> panel.set_values({"reserve_gib": 2.0})
+        >>> panel.outcome.budget.uniform_budget_bytes // 2**30  # 13 − 2
+        11
+        """
+        self._holding = True
+        try:
+            for name, value in values.items():
+                self.controls[name].value = value
+        finally:
+            self._holding = False
         self.update()
+
+    def _on_change(self, _change: dict) -> None:
+        if not self._holding:
+            self.update()
 
     def _repr_mimebundle_(self, **kwargs):
         bundle = self.box._repr_mimebundle_(**kwargs)
@@ -190,9 +213,9 @@ class WhatIfPanel:
         return bundle
 
 
-def _image_html(figure) -> str:
+def _image_html(figure, png: bytes | None = None) -> str:
     """A chart as an ``<img>`` with its PNG inline and its title as alt text (no file, no network)."""
-    data = base64.b64encode(figure_png(figure)).decode()
+    data = base64.b64encode(png or figure_png(figure)).decode()
     return (
         f'<img class="kvplan-chart" src="data:image/png;base64,{data}" '
         f'alt="{html.escape(figure_alt(figure))}" style="max-width:100%">'
@@ -200,9 +223,9 @@ def _image_html(figure) -> str:
 
 
 def _tables_html(outcome: Outcome) -> str:
-    """The headline (name, value) and the per-rank table in GiB, as HTML tables."""
+    """The headline (name, value) and the per-rank table (:func:`~kvplan.notebook.tables.readable_table`), as HTML."""
     headline = pd.Series(outcome.headline(), name="value").to_frame()
-    return headline.to_html(classes="kvplan-headline", border=0) + charts.gib_table(outcome.table()).to_html(
+    return headline.to_html(classes="kvplan-headline", border=0) + readable_table(outcome.table()).to_html(
         classes="kvplan-ranks", border=0
     )
 
