@@ -23,7 +23,8 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
     scale so a 0.1 GiB drift shows), with both free-memory figures under the rank. Right:
     ``adjusted_bytes`` per rank (limiting rank highlighted) with the reference budget as a grey outline
     and the uniform adjusted value as a line. All in GiB. Free memory lost since the reference is
-    positive ("lost 1.25 GiB", as ``drift_bytes`` and the drift table count it), gained is "gained". ``top_gib`` fixes the right axis.
+    positive ("lost 1.25 GiB", as ``drift_bytes`` and the drift table count it), gained is "gained".
+    ``top_gib`` fixes the right axis.
 
     >>> from kvplan.drift import drift_budget
     >>> from kvplan.units import GiB
