@@ -47,6 +47,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"Mamba cache mode",
     b"Asynchronous scheduling is",  # its pair "ch" is common: "yn" instead
     b"Async scheduling ",  # 0.27+: only turning it off is logged (pair "yn")
+    b"CuMemAllocator: discarded",  # sleep mode's discard (pair "mA")
     b"ybrid",
     b"page sizes cannot be unified",
     b"group sizes",
@@ -82,6 +83,7 @@ ANCHOR_PAIRS: tuple[bytes, ...] = (
     b"yb",
     b"yn",
     b"ht",
+    b"mA",
 )
 
 

@@ -24,7 +24,8 @@ Releases (checked against the released wheels; 0.33 file:line, the string is the
 - ``Weights are held outside this process: of the %s GiB utilization budget, %s GiB is externally held
   and %s GiB remains for the engine's own allocations.`` (``v1/worker/utils.py``, 0.32–0.33).
 - Sleep mode: ``Sleep mode freed %s GiB memory, %s GiB memory is still in use.`` (0.14–0.33) and
-  ``CuMemAllocator: sleep freed %.2f GiB memory in total, …`` (``device_allocator/cumem.py``, 0.11–0.33), the
+  ``CuMemAllocator: sleep freed %.2f GiB memory in total, …`` (``device_allocator/cumem.py``, 0.11–0.33) and
+  ``CuMemAllocator: discarded %.2f GiB for tags %s.`` (0.32–0.33), the
   executor's ``It took %.6f seconds to fall asleep.`` / ``… to wake up tags %s.`` (0.26–0.33) / ``… to discard
   tags %s.`` (0.32–0.33).
 - ROCm ``Free memory grew by %s GiB during profiling … torch reserved …`` (``gpu_worker.py``, 0.29–0.33).
@@ -105,6 +106,7 @@ SIZING_FAMILIES: list[Family] = [
     family("profile_table", "  ", "rank", _table_field, _TABLE_KEYS + r" {2,}{num}\s*GiB\s*$"),
     # the lines of ROOM_CAVEATS
     family("sleep_mode", "freed", "flag", _caveat("sleep_mode"), r"^Sleep mode freed|^CuMemAllocator: sleep freed"),
+    family("sleep_mode", "CuMemAllocator: discarded", "flag", _caveat("sleep_mode"), r"^CuMemAllocator: discarded [\d.]+ GiB for tags"),
     # v1/executor/abstract.py (0.33: 409/427/449): the executor's sleep, wake-up and discard timings
     family("sleep_mode", "seconds to ", "flag", _caveat("sleep_mode"), r"^It took [\d.]+ seconds to (?:fall asleep|wake up tags|discard tags)"),
     family("rocm_free_grew", "Free memory grew by", "flag", _caveat("rocm_free_grew"), r"^Free memory grew by .* torch reserved"),
