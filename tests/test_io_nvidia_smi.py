@@ -343,7 +343,8 @@ def test_two_snapshots_of_one_kind_are_refused():
 @pytest.mark.parametrize(
     ("row", "message"),
     [
-        # nvidia-smi's free and used are parts of the total (used = total − free − reserved): never above it
+        # issue 11 item 21: nvidia-smi's free and used are parts of the total (used = total − free − reserved):
+        # never above it
         ("46068 MiB, 2048 MiB, 46069 MiB", r"line 2: memory\.free 46,069 MiB is more than memory\.total"),
         ("46068 MiB, 46100 MiB, 0 MiB", r"line 2: memory\.used 46,100 MiB is more than memory\.total"),
         # 30,000 + 16,069 = 46,069 MiB: 1 MiB over the total passes as rounding; 24,000 + 24,000 does not

@@ -483,6 +483,7 @@ def test_integer_sample_values_read_as_floats():
 
 
 def test_kv_usage_outside_zero_to_one_is_unknown_with_a_warning():
+    # issue 11 item 21: a /metrics KV usage of -5 read as -500 %
     # vLLM exports KV usage as a 0–1 fraction (1 − free blocks / blocks, BlockPool.get_usage), so -5 (what a
     # broken exporter or a hand edit gives) or 1.5 cannot come from vLLM: unknown, never -500 % or 150 %
     text = (

@@ -563,6 +563,7 @@ def test_stripped_metrics_dump_with_a_python_sample_first_is_read_as_metrics(tmp
 
 
 def test_kv_usage_outside_zero_to_hundred_percent_is_unknown_with_a_warning():
+    # issue 11 item 21, the log's figure
     # vLLM prints "GPU KV cache usage: %.1f%%" of 100 × (1 − free / total blocks): never below 0 or above 100
     line = (
         "(APIServer pid=3) INFO 11-29 10:00:{s} [loggers.py:310] Engine 000: Running: 4 reqs, "

@@ -110,6 +110,7 @@ def test_one_launch_alone(capsys, tmp_path):
     ],
 )
 def test_a_rank_observed_twice_keeps_the_lower_room_and_says_so(capsys, tmp_path, first, extra, pid, names):
+    # issue 11 items 2 (a room printed twice: the last won) and 3 (a second process: dropped)
     lines = launch("76.5", first)
     lines.insert(3, vllm_line(V, suggestion(extra), "Worker_TP1", pid, where="gpu_worker.py:1066"))
     data = uniform(capsys, tmp_path, log(*lines))
@@ -125,6 +126,7 @@ def interleave(first, second):
 
 
 def test_two_launches_interleaved_give_no_more_than_the_weaker(capsys, tmp_path):
+    # issue 11 item 1: the second launch's workers were dropped and the first launch's 12 GiB approved
     # replica A allows to_gpu(70.0), replica B to_gpu(61.0) on rank 1: the file's budget is B's or less
     text = log(*interleave(launch("76.5", "70.0"), launch("76.0", "61.0", engine=210, workers=(310, 311))))
     data = uniform(capsys, tmp_path, text)
@@ -132,6 +134,7 @@ def test_two_launches_interleaved_give_no_more_than_the_weaker(capsys, tmp_path)
 
 
 def test_two_containers_with_the_same_pids_interleaved(capsys, tmp_path):
+    # issue 11 item 1 (two containers with the same pids)
     # the weaker launch first: keeping the last value (the other launch's) would be the unsafe one
     text = log(*interleave(launch("76.0", "61.0"), launch("76.5", "70.0")))
     data = uniform(capsys, tmp_path, text)
@@ -139,6 +142,7 @@ def test_two_containers_with_the_same_pids_interleaved(capsys, tmp_path):
 
 
 def test_two_models_interleaved_are_refused_naming_both(capsys, tmp_path):
+    # issue 11 item 1: two different models gave one budget under one key, with ranks of both
     text = log(
         *interleave(
             launch("76.5", "70.0"),
@@ -151,6 +155,7 @@ def test_two_models_interleaved_are_refused_naming_both(capsys, tmp_path):
 
 
 def test_the_sample_of_two_launches(capsys):
+    # issue 11 item 1
     # tests/data/fidelity-two-launches.log: two replicas of one model writing into one file; replica B's
     # rank 1 (free 61.0 GiB) bounds the launch
     path = TESTS_DATA_DIR / "fidelity-two-launches.log"
@@ -163,6 +168,7 @@ def test_the_sample_of_two_launches(capsys):
 
 
 def test_room_above_the_gpu_total_is_refused_with_its_line(capsys, tmp_path):
+    # issue 11 item 4: a 900 GB room on an 80 GB card was accepted
     lines = launch("76.5", "70.0")
     lines[2] = vllm_line(V, suggestion("900.0"), "Worker_TP1", 301, where="gpu_worker.py:1066")
     error, path = refusal(capsys, tmp_path, log(*lines))
@@ -170,6 +176,7 @@ def test_room_above_the_gpu_total_is_refused_with_its_line(capsys, tmp_path):
 
 
 def test_negative_free_memory_is_refused(capsys, tmp_path):
+    # issue 11 item 5: a negative startup free memory was accepted at approval
     lines = launch("76.5", "70.0")
     lines[2] = vllm_line(V, suggestion("-3.0"), "Worker_TP1", 301, where="gpu_worker.py:1066")
     error, path = refusal(capsys, tmp_path, log(*lines))
@@ -177,6 +184,7 @@ def test_negative_free_memory_is_refused(capsys, tmp_path):
 
 
 def test_free_memory_above_total_on_a_manual_boot_is_refused(capsys, tmp_path):
+    # issue 11 item 4 (free memory above the total)
     message = "Initial free memory 95.0 GiB, reserved 40.0 GiB memory for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling."
     lines = launch("76.5", "70.0")
     lines[1] = vllm_line(
@@ -203,6 +211,7 @@ def run_bounded(argv, memory_bytes=2 << 30):
 
 
 def test_tensor_parallel_size_zero_is_refused_with_its_line(tmp_path):
+    # issue 11 item 18: TP=0 in a log divided by zero
     path = tmp_path / "boot.log"
     path.write_text(log(*launch("76.5", "70.0", tp=0)))
     result = run_bounded(["budget", str(path), "--reserve", "1GiB"])
@@ -212,6 +221,7 @@ def test_tensor_parallel_size_zero_is_refused_with_its_line(tmp_path):
 
 
 def test_absurd_tensor_parallel_size_is_refused_in_bounded_memory(tmp_path):
+    # issue 11 item 18: TP=99999999999 took 22 GB of memory until the kernel killed it
     path = tmp_path / "boot.log"
     path.write_text(log(*launch("76.5", "70.0", tp=99999999999)))
     for command in (["budget", str(path), "--reserve", "1GiB"], ["ledger", str(path)]):
@@ -346,12 +356,14 @@ def csv_ledger(tmp_path, **change):
 
 
 def test_a_ledger_csv_with_room_above_the_gpu_total_is_refused(capsys, tmp_path):
+    # issue 11 item 4, through the ledger-CSV reader
     path = csv_ledger(tmp_path, room_bytes="900GiB")
     assert main(["budget", str(path), "--reserve", "1GiB"]) == 2
     assert capsys.readouterr().err.startswith(f"error: {path}:2: rank 0: room_bytes 900 GiB is impossible")
 
 
 def test_a_ledger_csv_with_an_absurd_parallel_size_is_refused_in_bounded_memory(tmp_path):
+    # issue 11 item 18, through the ledger-CSV reader
     for size in ("0", "99999999999"):
         path = csv_ledger(tmp_path, tensor_parallel_size=size)
         result = run_bounded(["budget", str(path), "--reserve", "1GiB"])
@@ -507,3 +519,36 @@ def test_a_million_layers_in_a_thousand_stages_is_sized_in_bounded_time(tmp_path
     result = run_bounded(["capacity", *layout, "--kv-bytes", "64GiB", "--max-model-len", "16", "--json"])
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["bytes_per_token"] == 512_000_000
+
+
+# --- errors that name their file and line (item 20) ------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "words"),
+    [
+        # "the ledger is empty" named no file: a log without a boot, a ledger CSV without rows
+        ("boot.log", "", "no vLLM boot found"),
+        ("ledger.csv", "source,boot,rank,outcome,room_bytes\n", "no rows below the header"),
+        # "int too large" (Python int too large to convert to C long) named no file: a rank beyond 64 bits
+        (
+            "ledger.csv",
+            "source,boot,rank,outcome,room_bytes\na.log,0,99999999999999999999999,ok,1GiB\n",
+            ":2:",
+        ),
+        # "truth value of a Series is ambiguous": a column given twice
+        ("ledger.csv", "source,boot,rank,rank,outcome,room_bytes\na.log,0,0,1,ok,1GiB\n", "appears twice"),
+    ],
+)
+def test_errors_name_the_file_and_line(capsys, tmp_path, name, text, words):
+    # issue 11 item 20, through every command that reads boots: budget, ledger and approve
+    path = tmp_path / name
+    path.write_text(text)
+    out = str(tmp_path / "out")
+    for argv in (
+        ["budget", str(path), "--reserve", "1GiB"],
+        ["ledger", str(path), "--room"],
+        ["approve", str(path), "--reserve", "1GiB", "--approver", "QA", "--out", out],
+    ):
+        error = one_error_line(Result(argv, capsys), path)
+        assert error.startswith(f"error: {path}") and words in error, (argv, error)

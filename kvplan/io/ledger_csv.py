@@ -349,6 +349,8 @@ def _value(column: str, cell: str, name: str, line: int) -> object:
             raise LedgerCsvError(f"{where}: not a whole number: {text!r}")
         if column in _COUNT_COLUMNS and whole < 0:
             raise LedgerCsvError(f"{where}: must not be negative, got {text!r}")
+        if abs(whole) >= 1 << 63:  # a pandas int64 column cannot hold it ("int too large", issue 11 item 20)
+            raise LedgerCsvError(f"{where}: {text[:40]!r} is beyond what a 64-bit ledger column holds")
         return int(whole)
     if column in FLOAT_COLUMNS:
         try:
