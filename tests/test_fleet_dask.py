@@ -49,6 +49,15 @@ def answer(manifest: str, scheduler: str) -> dict:
     return plan_fleet(manifest, FleetPolicy(GiB), ["llama-3.1-70b"], scheduler=scheduler).to_dict()
 
 
+#: How long the scheduler and its workers may take to start on a loaded 2-core machine.
+START_SECONDS = 300
+
+
+def listening(port: int) -> bool:
+    with socket.socket() as probe:
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -90,10 +99,10 @@ def dask_cluster():
         )
     ]
     try:
-        deadline = time.monotonic() + 60
-        while socket.socket().connect_ex(("127.0.0.1", port)) != 0:
+        deadline = time.monotonic() + START_SECONDS
+        while not listening(port):
             if time.monotonic() > deadline or processes[0].poll() is not None:
-                pytest.fail("the dask scheduler did not start on 127.0.0.1")
+                pytest.fail(f"the dask scheduler did not start on 127.0.0.1 within {START_SECONDS} s")
             time.sleep(0.2)
         processes += [
             subprocess.Popen(
@@ -103,8 +112,12 @@ def dask_cluster():
         ]
         from distributed import Client
 
-        with Client(address, timeout="30s") as client:
-            client.wait_for_workers(2, timeout=60)
+        with Client(address, timeout=f"{START_SECONDS}s") as client:
+            while len(client.scheduler_info()["workers"]) < 2:  # each worker imports pandas and dask first
+                exited = [p.returncode for p in processes if p.poll() is not None]
+                if exited or time.monotonic() > deadline:
+                    pytest.fail(f"two dask workers did not join within {START_SECONDS} s (exited: {exited})")
+                time.sleep(0.5)
         yield address
     finally:
         for process in processes:
