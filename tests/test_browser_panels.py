@@ -290,7 +290,8 @@ def started(lab, browser):
     try:
         for notebook in NOTEBOOKS:
             page = browser.contexts[0].new_page() if browser.contexts else browser.new_page()
-            page.set_viewport_size({"width": 1400, "height": 1000})
+            # tall enough for a whole panel when screenshots are asked for (JupyterLab draws what is in view)
+            page.set_viewport_size({"width": 1400, "height": 3400 if SCREENS else 1000})
             pages[notebook] = page
             _open_and_start(page, lab, notebook)
         yield pages

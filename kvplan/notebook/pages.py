@@ -1,9 +1,9 @@
 """Notebook pages of the report: each notebook executed once, exported as a page for readers and one for auditors.
 
 The reader's page (``<name>.html``) hides every code cell (and with it the ``# NBVAL_CHECK_OUTPUT``
-markers), keeps its charts as PNG files in ``<name>_files/`` with their alt text, lets wide tables scroll
-inside the page instead of being clipped, and loads nothing from a CDN: no widget state is stored, so a
-what-if panel shows its static snapshot (its ``text/html``: verdict, tables and charts at the notebook's
+markers), keeps its charts as PNG files in ``<name>_files/`` with their alt text, fits tables to the
+page (a wider one scrolls instead of being clipped), and loads nothing from a CDN: no widget state is
+stored, so a what-if panel shows its static snapshot (its ``text/html``: verdict, tables and charts at the notebook's
 parameters). The auditor's page (``code/<name>.html``) is the same notebook with its code, test markers
 removed, images inline. nbconvert and nbclient are imported when a page is built, not with kvplan.
 """
@@ -36,10 +36,11 @@ TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 {%- block html_head_js_mermaidjs -%}{%- endblock html_head_js_mermaidjs -%}
 {% block extra_css %}
 <style type="text/css">
-main { max-width: 1180px; margin: 0 auto; }
+main { max-width: 1400px; margin: 0 auto; }
 .jp-OutputArea-output { overflow-x: auto; }
-.jp-RenderedHTMLCommon table { font-size: 12px; table-layout: auto; }
-.jp-RenderedHTMLCommon td, .jp-RenderedHTMLCommon th { white-space: nowrap; }
+main .jp-RenderedHTMLCommon table { font-size: 11px; table-layout: auto; }
+main .jp-RenderedHTMLCommon td { white-space: nowrap; padding: 0.3em 0.5em; }
+main .jp-RenderedHTMLCommon th { padding: 0.3em 0.5em; }
 .jp-RenderedImage img, .kvplan-snapshot img { max-width: 100%; height: auto; }
 .kvplan-back { font-family: sans-serif; margin: 0.5em 0 1em; }
 </style>
