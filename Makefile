@@ -14,13 +14,16 @@ endif
 
 .PHONY: demo test lint unit nbtest browser-test fuzz lab clean
 
+# The first install says only what goes wrong: pip is quiet and the build's own warnings (setuptools'
+# "Editable installation" notice) are not shown; pip's errors still are.
 $(STAMP): pyproject.toml
 ifndef CONDA_PREFIX
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
+	@$(PYTHON) -m venv $(VENV)
+	@PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet --upgrade pip
 endif
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
+	@echo "installing kvplan and its dev tools into $(BIN)/.. (once)"
+	@PYTHONWARNINGS=ignore $(BIN)/python -m pip install --quiet -e '.[dev]'
+	@touch $(STAMP)
 
 # `make demo` prints kvplan's own lines only: the budget of the sample boot, its approval into build/evidence/
 # and the verification, then the report. The report (python -m kvplan.notebook.report) executes every notebook
