@@ -7,6 +7,7 @@
   one anchored match; every other line takes the general walk, with the same records.
 """
 
+import pandas as pd
 import pytest
 
 from kvplan.io.vllm import families, records
@@ -69,3 +70,21 @@ def test_the_simple_line_path_reads_as_the_general_walk(line):
         for record in records._segment_records(records.strip_bare_colour(segment))
     ]
     assert split_records(line) == general
+
+
+def test_a_ledger_built_in_frames_of_few_rows_is_the_ledger_built_at_once(monkeypatch):
+    # the reader turns every FRAME_ROWS rows into a frame (less memory than the rows' dicts) and joins
+    # them at the end: with one row a frame, the dense sample's ledger and line index are unchanged
+    from kvplan.config import DATA_DIR
+    from kvplan.io.vllm import read
+
+    path = DATA_DIR / "boots" / "four-rank" / "boot.log"
+    text = path.read_text()
+    log = "".join(text.replace("pid=", f"pid={copy}") for copy in range(1, 4))  # three boots, new pids
+    whole, whole_meta = read.read_vllm_log(log)
+    monkeypatch.setattr(read, "FRAME_ROWS", 1)
+    framed, framed_meta = read.read_vllm_log(log)
+    assert len(whole) == 12  # 3 boots x 4 ranks
+    pd.testing.assert_frame_equal(framed, whole)
+    assert dict(framed_meta.lines) == dict(whole_meta.lines)
+    assert list(framed_meta.provenance_rows) == list(whole_meta.provenance_rows)

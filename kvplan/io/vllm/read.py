@@ -8,11 +8,12 @@ nullable ``Int64`` and ``NA`` where the log does not say. Files are streamed in 
 
 from __future__ import annotations
 
+import contextlib
 import glob as globlib
 import io
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -22,7 +23,14 @@ from kvplan.columns import KEY_COLUMNS
 from kvplan.io.bounds import ImpossibleValue
 from kvplan.io.ledger_csv import read_ledger_csv
 from kvplan.io.ledger_frame import ledger_frame
-from kvplan.io.metadata import EvidenceLines, RawLines, ReadMetadata, merge_metadata, place_note
+from kvplan.io.metadata import (
+    EvidenceLines,
+    ProvenanceRows,
+    RawLines,
+    ReadMetadata,
+    merge_metadata,
+    place_note,
+)
 from kvplan.io.room_rule import RoomRule
 from kvplan.io.vllm.boots import Boot, BootSplitter
 from kvplan.io.vllm.conflicts import TwoLaunches
@@ -63,7 +71,7 @@ def read_vllm_log(
         return read_ledger_csv(Path(path_or_text), source=source or str(path_or_text), room_rule=room_rule)
     rows = _LogRows(room_rule)
     _read_into(rows, path_or_text, source)
-    return ledger_frame(rows.rows), rows.metadata()
+    return rows.frame(), rows.metadata()
 
 
 def _is_path(path_or_text: object) -> bool:
@@ -99,7 +107,7 @@ def read_vllm_logs(
     for path in files:
         if path.lower().endswith(".csv"):
             if rows is not None:
-                frames.append(ledger_frame(rows.rows))
+                frames.append(rows.frame())
                 metas.append(rows.metadata(single=False))
                 rows = None
             frame, meta = read_ledger_csv(Path(path), source=path, room_rule=room_rule)
@@ -109,7 +117,7 @@ def read_vllm_logs(
         rows = rows if rows is not None else _LogRows(room_rule)
         _read_into(rows, Path(path), path)
     if rows is not None:
-        frames.append(ledger_frame(rows.rows))
+        frames.append(rows.frame())
         metas.append(rows.metadata(single=False))
     ledger = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     return ledger, merge_metadata(metas)
@@ -129,43 +137,67 @@ def _expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]
     return files
 
 
+#: Rows kept as dicts before they join the ledger as a frame (a frame holds a row in far less memory).
+FRAME_ROWS = 4096
+
+
 class _LogRows:
-    """Rows, provenance, line index, warnings and boots of the logs read so far (one or many files)."""
+    """Rows, provenance, warnings and boots of the logs read so far (one or many files); the line index
+    is made from the provenance when asked for."""
 
     def __init__(self, room_rule: RoomRule | None = None) -> None:
         self.room_rule = room_rule
         self.rows: list[dict] = []
-        self.provenance: list[tuple] = []
+        self.frames: list[pd.DataFrame] = []
+        self.provenance = ProvenanceRows()
         self.warnings: list = []
         self.boots: list[dict] = []
-        self.lines: dict[tuple, int] = {}
         self.files: dict[str, tuple[object, bytes]] = {}
         self.sources: list[str] = []
         self.total_lines: int | None = None
+        #: each distinct compatibility key once: the boots of one deployment share theirs
+        self.keys: dict[tuple, dict] = {}
 
     def close(self, boot: Boot, source: str) -> None:
         """Resolve one finished boot into rows."""
         rows, provenance, warnings, info = resolve_boot(boot, source, self.room_rule)
         self.rows.extend(rows)
+        if len(self.rows) >= FRAME_ROWS:
+            self.frames.append(ledger_frame(self.rows))
+            self.rows = []
         self.provenance.extend(provenance)
         self.warnings.extend(warnings)
+        key = info["compatibility_key"]
+        with contextlib.suppress(TypeError):  # a value that cannot be hashed: this boot keeps its own
+            info["compatibility_key"] = self.keys.setdefault(tuple(key.items()), key)
         self.boots.append(info)
-        lines = self.lines
-        for row in provenance:
-            if row[4] in ("room_bytes", "outcome") or row[4] in KEY_COLUMNS:
-                lines[(source, row[2], -1 if row[3] is pd.NA else row[3], row[4])] = row[1]
-        lines[(source, info["boot"], -1, "boot")] = info["first_line"]
+
+    def frame(self) -> pd.DataFrame:
+        """The ledger of the rows read so far."""
+        frames = [*self.frames, ledger_frame(self.rows)] if self.rows or not self.frames else self.frames
+        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
 
     def metadata(self, single: bool = True) -> ReadMetadata:
+        provenance, boots = self.provenance, tuple(self.boots)
         return ReadMetadata(
             sources=tuple(self.sources),
             warnings=tuple(self.warnings),
-            lines=EvidenceLines(self.lines),
-            boots=tuple(self.boots),
-            provenance_rows=tuple(self.provenance),
+            lines=EvidenceLines(build=lambda: _evidence_lines(provenance, boots)),
+            boots=boots,
+            provenance_rows=provenance,
             raw_lines=RawLines(self.files),
             total_lines=self.total_lines if single else None,
         )
+
+
+def _evidence_lines(provenance: ProvenanceRows, boots: tuple[dict, ...]) -> Iterator[tuple[tuple, int]]:
+    """The line index (:class:`~kvplan.io.metadata.EvidenceLines`) of the rows read: the line of each
+    room, outcome and key value, and each boot's first line."""
+    for source, line, boot, rank, column, _value, _raw in provenance:
+        if column in ("room_bytes", "outcome") or column in KEY_COLUMNS:
+            yield (source, boot, -1 if rank is pd.NA else rank, column), line
+    for info in boots:
+        yield (info["source"], info["boot"], -1, "boot"), info["first_line"]
 
 
 def _read_into(

@@ -13,7 +13,7 @@ from typing import IO
 
 import numpy as np
 
-CHUNK_BYTES = 1 << 23
+CHUNK_BYTES = 1 << 21
 #: A "line" longer than this (no newline at all) is read in pieces rather than held whole.
 MAX_LINE_BYTES = 1 << 24
 #: Byte strings of which every line the reader uses contains at least one (the fast pre-filter).
