@@ -15,6 +15,9 @@ from pathlib import Path
 
 #: The standard error of the last :func:`run_once` (one item).
 LAST_STDERR: list[bytes] = [b""]
+#: CPU seconds (user + system) of the last :func:`run_once`, or their median over the last
+#: :func:`run_median` (one item): on a loaded machine a fairer ratio than wall seconds.
+LAST_CPU: list[float] = [0.0]
 
 _WRAPPER = (
     "import resource, subprocess, sys, time\n"
@@ -22,8 +25,8 @@ _WRAPPER = (
     "t = time.perf_counter()\n"
     "code = subprocess.run(sys.argv[2:], stdout=out, stderr=err).returncode\n"
     "dt = time.perf_counter() - t\n"
-    "rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024\n"
-    "print(dt, rss, code)\n"
+    "usage = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+    "print(dt, usage.ru_maxrss * 1024, code, usage.ru_utime + usage.ru_stime)\n"
 )
 
 
@@ -34,7 +37,8 @@ def run_once(command: list[str]) -> tuple[float, int, int, bytes]:
         line = subprocess.run(
             [sys.executable, "-c", _WRAPPER, out.name, *command], capture_output=True, text=True, check=True
         ).stdout
-        seconds, rss, code = line.split()
+        seconds, rss, code, cpu = line.split()
+        LAST_CPU[:] = [float(cpu)]
         err = Path(out.name + ".err")
         LAST_STDERR[:] = [err.read_bytes()]
         err.unlink()
@@ -42,8 +46,13 @@ def run_once(command: list[str]) -> tuple[float, int, int, bytes]:
 
 
 def run_median(command: list[str], repeat: int = 3) -> tuple[float, int, int, bytes]:
-    """:func:`run_once` ``repeat`` times: median seconds, highest peak RSS, the last code and output."""
-    runs = [run_once(command) for _ in range(repeat)]
+    """:func:`run_once` ``repeat`` times: median seconds, highest peak RSS, the last code and output
+    (the median CPU seconds in :data:`LAST_CPU`)."""
+    runs, cpus = [], []
+    for _ in range(repeat):
+        runs.append(run_once(command))
+        cpus.append(LAST_CPU[0])
+    LAST_CPU[:] = [statistics.median(cpus)]
     return (statistics.median(run[0] for run in runs), max(run[1] for run in runs), runs[-1][2], runs[-1][3])
 
 
