@@ -14,7 +14,7 @@ came from, the safest of conflicting observations of a rank). Evidence, best fir
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -180,10 +180,11 @@ def read_vllm_log(
 
 
 def read_vllm_logs(
-    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    paths: str | os.PathLike | Iterable[str | os.PathLike], names: Mapping[str, str] | None = None
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """:func:`kvplan.io.read_vllm_logs` (many logs, a folder or a glob) with the Room rule."""
-    return _read_vllm_logs(paths, room_rule=ROOM_RULE)
+    """:func:`kvplan.io.read_vllm_logs` (many logs, a folder or a glob; ``names``: a file's source) with the
+    Room rule."""
+    return _read_vllm_logs(paths, room_rule=ROOM_RULE, names=names)
 
 
 def read_ledger_csv(path: str | os.PathLike, source: str | None = None) -> tuple[pd.DataFrame, ReadMetadata]:

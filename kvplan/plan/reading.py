@@ -17,8 +17,9 @@ from typing import cast
 
 import pandas as pd
 
+from kvplan.io.metadata import merge_metadata
 from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
-from kvplan.room import read_vllm_log, read_vllm_logs
+from kvplan.room import read_vllm_logs
 
 STARTUP_LINES = (
     "vLLM startup lines such as 'Free memory on device (…) on startup', 'Available KV cache "
@@ -96,19 +97,18 @@ def _pair(item: str | os.PathLike | tuple[str | os.PathLike, str]) -> tuple[Path
 
 def _read_named(
     logs: Sequence[tuple[str | os.PathLike, str]],
-) -> tuple[pd.DataFrame, list[str], pd.DataFrame, dict[tuple, int]]:
-    ledgers, provenance = [], []
-    warnings: list[str] = []
-    lines: dict[tuple, int] = {}
-    for path, name in logs:
-        ledger, metadata = read_vllm_log(Path(path), source=name)
-        ledgers.append(ledger)
-        warnings += metadata.warnings
-        provenance.append(metadata.provenance)
-        lines.update(metadata.lines)
-    if not ledgers:
+) -> tuple[pd.DataFrame, list[str], pd.DataFrame, Mapping[tuple, int]]:
+    """The logs read as one ledger (one frame however many files), each file with its own name."""
+    if not logs:
         raise InputFileError("no log files: a decision needs the logs of at least one profiled boot")
-    return pd.concat(ledgers, ignore_index=True), warnings, pd.concat(provenance, ignore_index=True), lines
+    paths = [str(path) for path, _ in logs]
+    if len(set(paths)) < len(paths):  # one file under two names: read it once per name
+        parts = [read_vllm_logs([path], {path: name}) for path, (_, name) in zip(paths, logs)]
+        ledger = pd.concat([frame for frame, _ in parts], ignore_index=True)
+        metadata = merge_metadata([meta for _, meta in parts])
+    else:
+        ledger, metadata = read_vllm_logs(paths, {path: name for path, (_, name) in zip(paths, logs)})
+    return ledger, list(metadata.warnings), metadata.provenance, metadata.lines
 
 
 def _join_named(

@@ -13,7 +13,7 @@ import glob as globlib
 import io
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -88,7 +88,9 @@ def _looks_like_path(text: str) -> bool:
 
 
 def read_vllm_logs(
-    paths: str | os.PathLike | Iterable[str | os.PathLike], room_rule: RoomRule | None = None
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    room_rule: RoomRule | None = None,
+    names: Mapping[str, str] | None = None,
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """The ledgers of many logs as one: a list of paths, a folder (its ``*.log``), or a glob.
 
@@ -96,8 +98,10 @@ def read_vllm_logs(
     make one frame. A ``.csv`` path (given, or matched by a glob; a folder gives its ``*.log`` only) is
     a ledger CSV, read by :func:`kvplan.io.ledger_csv.read_ledger_csv` (as :func:`read_vllm_log` reads
     any ``.csv`` path, so that an evidence bundle that copies such a file reads it back alike); an
-    nvidia-smi snapshot given here is refused, pointing to ``--nvidia-smi``.
+    nvidia-smi snapshot given here is refused, pointing to ``--nvidia-smi``. ``names`` gives a file its
+    ``source`` instead (path as given → name, e.g. its name in an evidence bundle).
     """
+    names = names or {}
     files = _expand(paths)
     if not files:
         raise FileNotFoundError(f"no log files in {paths!r} (expected paths, a folder of *.log, or a glob)")
@@ -110,12 +114,12 @@ def read_vllm_logs(
                 frames.append(rows.frame())
                 metas.append(rows.metadata(single=False))
                 rows = None
-            frame, meta = read_ledger_csv(Path(path), source=path, room_rule=room_rule)
+            frame, meta = read_ledger_csv(Path(path), source=names.get(path, path), room_rule=room_rule)
             frames.append(frame)
             metas.append(meta)
             continue
         rows = rows if rows is not None else _LogRows(room_rule)
-        _read_into(rows, Path(path), path)
+        _read_into(rows, Path(path), names.get(path, path))
     if rows is not None:
         frames.append(rows.frame())
         metas.append(rows.metadata(single=False))
