@@ -6,8 +6,9 @@ samples' stats lines (``Engine 000: … Running: N reqs, Waiting: N reqs, [Preem
 usage: …``) over and over, restamped every 10 s so the run is one continuous load test. Then it runs, side by
 side and each in a fresh process, ``kvplan load --csv``, ``kvplan load --json`` and a one-regex Python
 reader that writes the same rows' numbers as CSV (the floor for a Python line loop), each with its output
-to a file; it prints the median of ``--repeat`` runs of wall time, MB/s and peak resident memory
-(``/usr/bin/time``'s maximum RSS).
+to a file; it prints the median of ``--repeat`` runs of wall time, MB/s, CPU time (user + system, and MB
+per CPU second: what a run costs when the machine is shared) and peak resident memory (``/usr/bin/time``'s
+maximum RSS). The commands take turns, ``--repeat`` rounds.
 
 Goal (issue 15): ≥ 30 MB/s with ``--json`` on the 200 MB log, peak under 500 MB.
 
@@ -63,17 +64,18 @@ def build_log(path: Path, target_bytes: int) -> int:
     return lines
 
 
-def measure(command: list[str], out: Path) -> tuple[float, int]:
-    """Wall seconds and peak RSS [bytes] of ``command`` with its stdout to ``out``."""
+def measure(command: list[str], out: Path) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds (user + system) and peak RSS [bytes] of ``command`` with its stdout to
+    ``out`` (CPU time says what the command costs when the machine is shared)."""
     with tempfile.NamedTemporaryFile("r", suffix=".time") as report, open(out, "w") as stdout:
         subprocess.run(
-            ["/usr/bin/time", "-f", "%e %M", "-o", report.name, *command],
+            ["/usr/bin/time", "-f", "%e %U %S %M", "-o", report.name, *command],
             stdout=stdout,
             stderr=subprocess.DEVNULL,
             check=True,
         )
-        seconds, kib = report.read().split()[-2:]
-    return float(seconds), int(kib) * 1024
+        seconds, user, system, kib = report.read().split()[-4:]
+    return float(seconds), float(user) + float(system), int(kib) * 1024
 
 
 def main() -> None:
@@ -92,12 +94,19 @@ def main() -> None:
             "kvplan load --json": [*kvplan, "--json"],
             "one regex (Python)": [sys.executable, "-c", ONE_REGEX, str(log), "/dev/stdout"],
         }
-        print(f"{'command':<22} {'seconds':>8} {'MB/s':>7} {'peak MB':>8}")
-        for name, command in commands.items():
-            runs = [measure(command, Path(folder) / "out") for _ in range(args.repeat)]
-            seconds = statistics.median(s for s, _ in runs)
-            peak = statistics.median(r for _, r in runs)
-            print(f"{name:<22} {seconds:8.2f} {size / 1e6 / seconds:7.1f} {peak / 1e6:8.0f}")
+        print(f"{'command':<22} {'seconds':>8} {'MB/s':>7} {'CPU s':>7} {'MB/CPU s':>9} {'peak MB':>8}")
+        runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in commands}
+        for _ in range(args.repeat):  # interleaved, so that the machine's load falls on all alike
+            for name, command in commands.items():
+                runs[name].append(measure(command, Path(folder) / "out"))
+        for name, measured in runs.items():
+            seconds = statistics.median(s for s, _, _ in measured)
+            cpu = statistics.median(c for _, c, _ in measured)
+            peak = statistics.median(r for _, _, r in measured)
+            print(
+                f"{name:<22} {seconds:8.2f} {size / 1e6 / seconds:7.1f} {cpu:7.2f} {size / 1e6 / cpu:9.1f} "
+                f"{peak / 1e6:8.0f}"
+            )
 
 
 if __name__ == "__main__":
