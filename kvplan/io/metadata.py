@@ -100,18 +100,22 @@ class ProvenanceRows(Sequence):
         return index
 
     def extend(self, rows: Iterable[tuple]) -> None:
-        """Append ``rows`` (tuples in :data:`PROVENANCE_COLUMNS` order)."""
-        for source, line, boot, rank, column, value, raw in rows:
+        """Append ``rows`` (tuples in :data:`PROVENANCE_COLUMNS` order), one field at a time."""
+        rows = list(rows)
+        if not rows:
+            return
+        sources, lines, boots, ranks, columns, values, raws = zip(*rows)
+        start, index, name = len(self._values), self._index, self._name
+        self._source.extend([index[source] if source in index else name(source) for source in sources])
+        self._line.extend([_NO_NUMBER if line is pd.NA else line for line in lines])
+        self._boot.extend(boots)
+        self._rank.extend([_NO_NUMBER if rank is pd.NA else rank for rank in ranks])
+        self._column.extend([index[column] if column in index else name(column) for column in columns])
+        self._values.extend(values)
+        for offset, raw in enumerate(raws):
             if isinstance(raw, str):
-                self._texts[len(self._values)] = raw
-                raw = _NO_NUMBER
-            self._source.append(self._name(source))
-            self._line.append(_NO_NUMBER if line is pd.NA else line)
-            self._boot.append(boot)
-            self._rank.append(_NO_NUMBER if rank is pd.NA else rank)
-            self._column.append(self._name(column))
-            self._values.append(value)
-            self._raw.append(raw)
+                self._texts[start + offset] = raw
+        self._raw.extend([_NO_NUMBER if isinstance(raw, str) else raw for raw in raws])
 
     def __len__(self) -> int:
         return len(self._values)
