@@ -2,8 +2,9 @@
 
 Builds, in /tmp (never in the repository), N boot files (the four-rank sample boot, each with its
 own pids) and one log holding N boots (restarts), for N in 1, 100, 1,000 and 5,000, then times each
-command over each input (median of ``--repeat`` runs, output to a file) and prints seconds, peak
-resident memory and the growth factor per decade (linear in boots: about 10× per decade).
+command over each input (median of ``--repeat`` runs, output to a file) and prints wall and CPU seconds
+(user + system: the fairer figure on a shared machine), peak resident memory and the growth factor per
+decade of each (linear in boots: about 10× per decade).
 
 Goal (issue 15): ``kvplan budget`` over 5,000 boot files under 30 s and 300 MB.
 
@@ -24,7 +25,7 @@ from pathlib import Path
 from kvplan.config import DATA_DIR
 
 sys.path.insert(0, str(Path(__file__).parent))
-from measure import run_median  # the benchmarks' own helper, beside this script
+import measure  # the benchmarks' own helper, beside this script
 
 BOOT_LOG = DATA_DIR / "boots" / "four-rank" / "boot.log"
 
@@ -85,23 +86,25 @@ def main() -> None:
                         continue
                     command = [str(found[0]) if part == "BUNDLE" else part for part in command]
                 repeat = 1 if label.startswith("approve") else args.repeat  # a bundle is never overwritten
-                seconds, rss, code, _out = run_median(command, repeat)
-                results.setdefault(label, {})[boots] = (seconds, rss, code)
+                seconds, rss, code, _out = measure.run_median(command, repeat)
+                cpu = measure.LAST_CPU[0]
+                results.setdefault(label, {})[boots] = (seconds, cpu, rss, code)
                 print(
-                    f"{label:24}{boots:>6} boots {seconds:9.2f} s {rss / 1e6:8.0f} MB  exit {code}",
+                    f"{label:24}{boots:>6} boots {seconds:9.2f} s {cpu:9.2f} CPU s {rss / 1e6:8.0f} MB  exit {code}",
                     flush=True,
                 )
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"\n{'':24}" + "".join(f"{n:>10}" for n in args.boots) + "   growth per decade")
-    for label, by_size in results.items():
-        sizes = sorted(by_size)
-        cells = "".join(f"{by_size[n][0]:9.2f}s" if n in by_size else f"{'':10}" for n in args.boots)
-        growth = []
-        for small, large in itertools.pairwise(sizes):
-            decades = math.log10(large / small)
-            growth.append(f"{(by_size[large][0] / by_size[small][0]) ** (1 / decades):.1f}×")
-        print(f"{label:24}{cells}   {' '.join(growth)}")
+    for name, field in (("wall seconds", 0), ("CPU seconds", 1)):
+        print(f"\n{name:24}" + "".join(f"{n:>10}" for n in args.boots) + "   growth per decade")
+        for label, by_size in results.items():
+            sizes = sorted(by_size)
+            cells = "".join(f"{by_size[n][field]:9.2f}s" if n in by_size else f"{'':10}" for n in args.boots)
+            growth = []
+            for small, large in itertools.pairwise(sizes):
+                decades = math.log10(large / small)
+                growth.append(f"{(by_size[large][field] / by_size[small][field]) ** (1 / decades):.1f}×")
+            print(f"{label:24}{cells}   {' '.join(growth)}")
 
 
 if __name__ == "__main__":
