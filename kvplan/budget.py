@@ -89,7 +89,7 @@ class Budget:
                 "safe_bytes": list(self.safe_bytes),
                 "uniform_budget_bytes": [self.uniform_budget_bytes] * len(self.ranks),
                 "stranded_bytes": list(self.stranded_bytes),
-                "limiting": [rank == self.limiting_rank for rank in self.ranks],
+                "limiting": [rank in limiting_ranks(self) for rank in self.ranks],
             }
         ).set_index("rank")
 
@@ -145,6 +145,18 @@ def median_bytes(values: Sequence[int]) -> int:
     if len(ordered) % 2:
         return ordered[middle]
     return (ordered[middle - 1] + ordered[middle]) // 2
+
+
+def limiting_ranks(budget: Budget) -> list[int]:
+    """Every rank whose safe budget is the minimum (several when ranks tie; all when every rank does).
+
+    ``Budget.limiting_rank`` names the first of them (a JSON key); charts and tables name them all.
+
+    >>> GiB = 2**30
+    >>> limiting_ranks(uniform_budget([13 * GiB, 18 * GiB, 13 * GiB], GiB))
+    [0, 2]
+    """
+    return [rank for rank, safe in zip(budget.ranks, budget.safe_bytes) if safe == budget.min_safe_bytes]
 
 
 def uniform_budget(

@@ -132,3 +132,17 @@ def test_invariants(rooms, reserve, block_bytes):
     if block_bytes is not None:
         assert budget.uniform_budget_bytes % block_bytes == 0
         assert budget.min_safe_bytes - budget.uniform_budget_bytes < block_bytes
+
+
+def test_to_frame_marks_every_tied_rank_limiting():
+    # four ranks of 31 GiB with a 1 GiB reserve: each safe budget is 30 GiB, so no rank limits alone;
+    # the table marks all four (it used to mark rank 0 only, the JSON key limiting_rank's first of them)
+    budget = uniform_budget([31 * GiB] * 4, GiB)
+    assert budget.to_frame()["limiting"].tolist() == [True, True, True, True]
+    assert budget.limiting_rank == 0  # the JSON key keeps naming the first
+    # one weak rank among ties of stronger ones: only it limits
+    assert uniform_budget([31 * GiB, 20 * GiB, 31 * GiB], GiB).to_frame()["limiting"].tolist() == [
+        False,
+        True,
+        False,
+    ]

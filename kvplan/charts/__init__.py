@@ -9,6 +9,7 @@ objects, never registered with pyplot, so a drawing in one thread cannot be clos
 The limiting rank is always drawn in :data:`LIMITING_COLOR`, the other ranks in :data:`RANK_COLOR`.
 """
 
+from kvplan.budget import limiting_ranks
 from kvplan.charts.concurrency import concurrency_chart
 from kvplan.charts.drift import drift_chart
 from kvplan.charts.ranks import (
@@ -20,27 +21,13 @@ from kvplan.charts.ranks import (
     spread_chart,
     stranded_chart,
 )
-from kvplan.charts.style import (
-    AVERAGE_COLOR,
-    FIGSIZE,
-    FONT_SIZE,
-    LIMITING_COLOR,
-    RANK_COLOR,
-    REFERENCE_COLOR,
-    TARGET_COLOR,
-    limiting_ranks,
-)
+from kvplan.charts.style import LIMITING_COLOR, RANK_COLOR
 
 __all__ = [
-    "AVERAGE_COLOR",
-    "FIGSIZE",
-    "FONT_SIZE",
     "LEDGER_SEGMENTS",
     "LIMITING_COLOR",
     "RANK_COLOR",
-    "REFERENCE_COLOR",
     "SIZED_SEGMENTS",
-    "TARGET_COLOR",
     "concurrency_chart",
     "drift_chart",
     "gib_table",

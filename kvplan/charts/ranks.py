@@ -8,7 +8,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch, Rectangle
 
-from kvplan.budget import Budget
+from kvplan.budget import Budget, limiting_ranks
 from kvplan.charts.style import (
     AVERAGE_COLOR,
     FIGSIZE,
@@ -23,7 +23,6 @@ from kvplan.charts.style import (
     _mark_limiting_tick,
     _outline_bars,
     _rank_list,
-    limiting_ranks,
 )
 from kvplan.units import GiB, bytes_to_gib, format_size
 

@@ -10,7 +10,6 @@ from collections.abc import Sequence
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
-from kvplan.budget import Budget
 from kvplan.units import bytes_to_gib, format_size
 
 # Okabe–Ito colours: distinguishable with colour-vision deficiency and on projectors.
@@ -33,17 +32,6 @@ FONT_SIZE = 12
 
 
 FIGSIZE = (10, 5.5)
-
-
-def limiting_ranks(budget: Budget) -> list[int]:
-    """Every rank whose safe budget is the minimum (several when ranks tie; all when every rank does).
-
-    >>> from kvplan.budget import uniform_budget
-    >>> from kvplan.units import GiB
-    >>> limiting_ranks(uniform_budget([13 * GiB, 18 * GiB, 13 * GiB], GiB))
-    [0, 2]
-    """
-    return [rank for rank, safe in zip(budget.ranks, budget.safe_bytes) if safe == budget.min_safe_bytes]
 
 
 def _rank_list(ranks: Sequence[int]) -> str:
