@@ -9,7 +9,7 @@ Every refusal is a :class:`LedgerError` naming the file and line of the evidence
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import pandas as pd
@@ -29,6 +29,27 @@ class LedgerError(ValueError):
 
 class LedgerWarning(UserWarning):
     """Evidence a budget uses with a caveat (different room sources, a manual boot left out)."""
+
+
+#: Codes of reader notes that left a rank's lines out of the ledger (a process claiming a rank outside
+#: TP × PP × DP): that GPU's room may be below every rank kept, so no budget may be computed without it.
+DROPPED_RANK_CODES = frozenset({"rank-out-of-world"})
+
+
+def check_dropped_ranks(notes: Iterable[object]) -> None:
+    """Raise :class:`LedgerError` when a reader note (a :class:`kvplan.notes.Note`) says a rank's lines
+    were left out; the message is the note's own ``file:line`` and text.
+
+    >>> check_dropped_ranks(["a.log:3: a warning of another kind"])
+    """
+    dropped = [str(note) for note in notes if getattr(note, "code", None) in DROPPED_RANK_CODES]
+    if dropped:
+        more = f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else ""
+        raise LedgerError(
+            f"{dropped[0]}{more}. That GPU's room may be below every rank kept, so the budget is refused: "
+            "give the logs of one launch whose engine config names its parallel sizes, or leave those "
+            "lines out"
+        )
 
 
 def plain_value(value: object) -> Any:
@@ -231,6 +252,14 @@ def room_per_rank(
                 free[int(rank)] = min(free.get(int(rank), initial), initial)
             if room is not None and rank is not None:
                 own[int(rank)] = {"room_bytes": int(room), "room_source": cells["room_source"][position]}
+        outside = [rank for rank in own if world is not None and rank >= world]
+        if outside:
+            raise LedgerError(
+                f"{_where(lines, source, boot, outside[0], 'room_bytes')}: rank {outside[0]} of boot "
+                f"{plain_value(boot)} lies outside TP × PP × DP = {world} "
+                f"({_where(lines, source, boot, None, 'tensor_parallel_size')}): its room can neither be "
+                "left out nor given to another rank; check the rank or the parallel sizes"
+            )
         if not own:
             manual_boots.append(_roomless_boot(lines, source, boot, frame.iloc[positions], notes))
             continue

@@ -81,7 +81,7 @@ def run_ledger(args: argparse.Namespace) -> int:
     """Print the ledger of the logs (and each rank's room over the boots with ``--rooms``)."""
     from kvplan import plan
     from kvplan.io.nvidia_smi import join_snapshots
-    from kvplan.ledger import plain_value, room_per_rank
+    from kvplan.ledger import check_dropped_ranks, plain_value, room_per_rank
     from kvplan.notes import aggregate_notes
     from kvplan.room import read_vllm_logs
 
@@ -97,6 +97,7 @@ def run_ledger(args: argparse.Namespace) -> int:
             ledger, _, _ = join_snapshots(ledger, args.nvidia_smi)  # warnings come as NvidiaSmiWarning
     rooms = None
     if args.rooms:
+        check_dropped_ranks(metadata.warnings)
         with reader_warnings_into(notes):
             frame = room_per_rank(ledger, assume_uniform=args.assume_uniform, lines=metadata.lines)
         rooms = [

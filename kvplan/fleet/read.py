@@ -23,6 +23,7 @@ from kvplan.fleet.inputs import HostFiles, filesystem
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import (
     LedgerWarning,
+    check_dropped_ranks,
     check_outcomes,
     compatibility_key,
     plain_value,
@@ -85,6 +86,7 @@ def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = N
             if files.snapshots:
                 ledger, _ = join_host_snapshots(ledger, files.snapshots, storage_options, notes)
             key = compatibility_key(ledger, lines)
+            check_dropped_ranks(notes)
             check_outcomes(ledger, lines)
             rooms = room_per_rank(ledger, lines=lines, key=key)
         notes += [

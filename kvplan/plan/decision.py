@@ -28,7 +28,14 @@ from kvplan.checks.key import defaulted_key_fields
 from kvplan.gate import check_outcomes, check_ranks_present
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
-from kvplan.ledger import budget_from_rooms, compatibility_key, is_known, launch_settings, room_per_rank
+from kvplan.ledger import (
+    budget_from_rooms,
+    check_dropped_ranks,
+    compatibility_key,
+    is_known,
+    launch_settings,
+    room_per_rank,
+)
 from kvplan.ledger import check_outcomes as refuse_failed_boots
 from kvplan.plan.admission import admission_plan, capacity_rows, planned_lengths
 from kvplan.plan.inputs import LoadPolicy, ModelLayout, Plan, Policy
@@ -124,6 +131,7 @@ def decide(
         given = decide_rooms(evidence.rooms, policy, block)
         budget, ref_free, sources = given.budget, given.ref_free_bytes, given.room_sources
     else:
+        check_dropped_ranks(evidence.warnings)
         refuse_failed_boots(ledger, evidence.lines)
         rooms = room_per_rank(
             ledger, assume_uniform=policy.assume_uniform, lines=evidence.lines, notes=notes, key=key
