@@ -523,3 +523,20 @@ def test_a_write_error_names_the_file_and_leaves_nothing(tmp_path, limit):
     [error] = result.stderr.splitlines()
     assert error.startswith("error: [Errno 27] ") and f"{out}/" in error and "File too large" in error
     assert list(out.iterdir()) == []
+
+
+def test_a_chart_swapped_for_another_valid_png_in_a_sealed_bundle_fails_verify(sealed, tmp_path, capsys):
+    # issue 11 item 15: charts replaced by other valid PNGs with their hashes updated verified. The seal covers
+    # the charts' hashes: a swap fails verify. Recomputing the seal too is forging an approval: the bundle's
+    # digest changes and the pin refuses it (docs/safety.md, "the seal's reach").
+    digest = evidence.bundle_digest((sealed / "budget.json").read_bytes())
+    folder = copy(sealed, tmp_path)
+    shutil.copyfile(folder / "charts" / "ledger.png", folder / "charts" / "stranded.png")
+    record = json.loads((folder / "budget.json").read_text())
+    fix_hashes(folder, record)
+    assert [d.split(":")[0] for d in evidence.verify_bundle(folder)] == [evidence.SEAL_KEY]
+    record[evidence.SEAL_KEY] = evidence.seal(record)
+    (folder / "budget.json").write_bytes((json.dumps(record, indent=2) + "\n").encode())
+    canary = str(FOUR_RANK / "boot.log")
+    assert main(["gate", "--approved", str(folder), canary, "--approved-digest", digest]) == 2
+    assert "is not the approved bundle" in capsys.readouterr().err
