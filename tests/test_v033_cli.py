@@ -190,3 +190,60 @@ def test_hisparse_host_pool_is_flagged_not_compared_and_never_over_predicted(cap
     assert "capacity        6,980 blocks = 214,552 tokens, 1.64x at 131,072 tokens" in captured.out
     assert "cross-check     nothing to cross-check: the logged 'GPU + host KV cache size'" in captured.out
     assert "HiSparse keeps KV cache on the host too" in captured.err
+
+
+def test_a_block_override_below_the_budget_is_no_warning(capsys, h100_snapshot):
+    # 4,096 blocks × 1,310,720 B (80 layers × 2 × 8/4 heads × 128 × 2 B × 16) = 5,368,709,120 B (5 GiB)
+    # fit in the 12 GiB budget (9,830 blocks): the launch allocates less than the budget
+    code, out, err = _budget(
+        capsys, "llama-3.1-70b-tp4-block-override", "--nvidia-smi", h100_snapshot, "--json"
+    )
+    assert code == 0
+    assert "num_gpu_blocks_override" not in err
+    assert not [w for w in json.loads(out)["warnings"] if "num_gpu_blocks_override" in w]
+
+
+def test_a_block_override_beyond_the_budget_is_warned(capsys, h100_snapshot):
+    # reserve = rank 3's room 17,283,384,606 − 4 GiB (4,294,967,296) = 12,988,417,310: the budget is
+    # 4 GiB // 1,310,720 B = 3,276 blocks = 4,293,918,720 B, less than the override's 4,096 blocks ×
+    # 1,310,720 B = 5,368,709,120 B that vLLM allocates whatever the memory
+    log = str(TESTS_DATA_DIR / "v0.33-llama-3.1-70b-tp4-block-override.log")
+    args = ["budget", log, "--model", "llama-3.1-70b", "--reserve", "12988417310"]
+    assert main([*args, "--nvidia-smi", h100_snapshot, "--json"]) == 0
+    captured = capsys.readouterr()
+    data = json.loads(captured.out)
+    assert data["uniform_budget_bytes"] == 3_276 * 1_310_720 == 4_293_918_720
+    expected = (
+        "num_gpu_blocks_override=4,096: 4,096 blocks × 1,310,720 B = 5,368,709,120 B (5 GiB) per rank, "
+        "budget 4,293,918,720 B"
+    )
+    assert [w for w in data["warnings"] if w.startswith(expected) and "exceed the budget" in w]
+    assert "warning: " + expected in captured.err
+    from kvplan import plan
+
+    decision = plan.decide([log], plan.Policy(12_988_417_310), plan.ModelLayout("llama-3.1-70b", {}))
+    check = [c for c in decision.checks if c.name == "num_gpu_blocks_override fits the budget"]
+    assert [c.passed for c in check] == [False]
+
+
+def test_the_notebook_launch_spec_is_the_decisions_for_mla(h100_snapshot):
+    # an MLA 0.18+ log shows no block size: the reader's filled-in 16 is not the launch's, so the
+    # notebooks' launch_spec takes the GPU type (H100: FLASH_ATTN_MLA, 16) as decide does, and without
+    # it refuses as decide does (not a 16-token block from the default)
+    from kvplan import plan
+    from kvplan.notebook import launch_spec, read_launch
+
+    log = TESTS_DATA_DIR / "v0.33-deepseek-v3-tp8-mla-hopper.log"
+    reserve = CASES["deepseek-v3-tp8-mla-hopper"][1]
+    ledger, metadata = read_launch(log, nvidia_smi=[h100_snapshot])
+    decision = plan.decide(
+        [log], plan.Policy(reserve), plan.ModelLayout("deepseek-v3", {}), snapshots=[h100_snapshot]
+    )
+    assert launch_spec(ledger, "deepseek-v3", metadata=metadata) == decision.spec
+    bare, bare_metadata = read_launch(log, nvidia_smi=[])
+    with pytest.raises(ValueError, match="MLA attention backend pick the block size") as from_decide:
+        plan.decide([log], plan.Policy(reserve), plan.ModelLayout("deepseek-v3", {}))
+    for given in (bare_metadata, None):
+        with pytest.raises(ValueError) as from_notebook:
+            launch_spec(bare, "deepseek-v3", metadata=given)
+        assert str(from_notebook.value) == str(from_decide.value)

@@ -10,12 +10,13 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from kvplan.budget import Budget
+from kvplan.checks.key import defaulted_key_fields
 from kvplan.columns import MEASUREMENTS
 from kvplan.config import PROJECT_DIR
 from kvplan.io import ReadMetadata
 from kvplan.io.nvidia_smi import join_snapshots
-from kvplan.ledger import compatibility_key, launch_settings
-from kvplan.plan import Evidence, ModelLayout, Policy, decide, layout_spec
+from kvplan.ledger import compatibility_key
+from kvplan.plan import Evidence, ModelLayout, Policy, decide, launch_layout_spec
 from kvplan.room import read_vllm_logs
 
 if TYPE_CHECKING:
@@ -174,15 +175,28 @@ def read_launch(
     return ledger, metadata
 
 
-def launch_spec(ledger: pd.DataFrame, model: str | Path, tp: int | None = None, **options) -> KVSpec:
+def launch_spec(
+    ledger: pd.DataFrame,
+    model: str | Path,
+    tp: int | None = None,
+    metadata: ReadMetadata | None = None,
+    **options,
+) -> KVSpec:
     """The KV spec of ``model`` (a name in ``data/models/`` or a config.json) on the launch the logs show.
 
     Layout (TP, PP, DCP), KV dtype, block size and vLLM release come from the logs' compatibility
     key unless given in ``options`` (:func:`kvplan.kvspec.kv_spec` keywords); a ``tp`` other than
-    the logs' is refused (:func:`kvplan.kvspec.options_for_logs`).
+    the logs' is refused (:func:`kvplan.kvspec.options_for_logs`). The rule is
+    :func:`kvplan.plan.decide`'s (:func:`kvplan.plan.launch_layout_spec`): a block size the reader
+    filled with vLLM's default 16 (``metadata``'s provenance, :func:`read_launch`) is not the launch's;
+    without ``metadata`` the logged block size cannot be told from the default and is not used either
+    (MLA and hybrid models then take the logged group sizes, the GPU type, or are refused).
     """
-    key = {**compatibility_key(ledger), **launch_settings(ledger)}
-    return layout_spec(ModelLayout(model, {"tp": tp, **options}), key)
+    defaulted = (
+        defaulted_key_fields(metadata.provenance) if metadata is not None else frozenset({"block_size"})
+    )
+    layout = ModelLayout(model, {"tp": tp, **options})
+    return launch_layout_spec(layout, compatibility_key(ledger), ledger, defaulted)
 
 
 def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:

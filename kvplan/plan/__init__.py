@@ -21,7 +21,7 @@ from kvplan.plan.record import Decision
 from kvplan.plan.rooms import GIVEN, decide_rooms
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
-    from kvplan.plan.decision import decide, layout_spec, model_check
+    from kvplan.plan.decision import decide, launch_layout_spec, layout_spec, model_check
     from kvplan.plan.load_evidence import gate_load, load_section, profiled_tokens, read_named_load
     from kvplan.plan.reading import (
         STARTUP_LINES,
@@ -37,7 +37,7 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers
 
 #: The module of :mod:`kvplan.plan` each name is imported from on first use.
 _LAZY = {
-    **dict.fromkeys(("decide", "layout_spec", "model_check"), "decision"),
+    **dict.fromkeys(("decide", "launch_layout_spec", "layout_spec", "model_check"), "decision"),
     **dict.fromkeys(("gate_load", "load_section", "profiled_tokens", "read_named_load"), "load_evidence"),
     **dict.fromkeys(
         (
@@ -72,6 +72,7 @@ __all__ = [
     "decide_rooms",
     "gate_load",
     "given_rooms",
+    "launch_layout_spec",
     "layout_spec",
     "load_section",
     "model_check",

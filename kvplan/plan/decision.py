@@ -74,6 +74,62 @@ def layout_spec(layout: ModelLayout, key: dict, room_count: int | None = None) -
     return kv_spec(config, **options)
 
 
+def launch_layout_spec(
+    layout: ModelLayout,
+    key: dict,
+    ledger: pd.DataFrame,
+    defaulted: frozenset[str] = frozenset(),
+    room_count: int | None = None,
+) -> KVSpec:
+    """:func:`layout_spec` on the launch the logs show: the key's shown fields and the launch settings.
+
+    Key fields the reader filled with vLLM's defaults (``defaulted``,
+    :func:`kvplan.checks.defaulted_key_fields`) are left out (:func:`_shown_only`): :func:`decide` and
+    the notebooks' :func:`kvplan.notebook.launch_spec` both take the spec from here.
+
+    >>> frame = pd.DataFrame({"block_size": [16], "max_num_batched_tokens": [8192]})
+    >>> launch_layout_spec(ModelLayout("llama-3.1-8b", {"tp": 1}), {"block_size": 16}, frame,
+    ...                    frozenset({"block_size"})).block_bytes  # vLLM's default 16 × 131,072 B
+    2097152
+    """
+    shown_key, _ = _shown_only(key, ledger.iloc[0:0], defaulted)
+    return layout_spec(layout, {**shown_key, **launch_settings(ledger)}, room_count)
+
+
+OVERRIDE_CHECK = "num_gpu_blocks_override fits the budget"
+
+
+def override_check(spec: KVSpec, budget_bytes: int) -> Check | None:
+    """Whether the logged ``num_gpu_blocks_override`` blocks fit in the proposed budget (per rank).
+
+    vLLM allocates the override's blocks whatever the memory (``kv_cache_planning.py``), so a launch
+    with it at ``budget_bytes`` uses override × block bytes; more than the budget fails the check.
+    None when the launch sets no override.
+
+    >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4, num_gpu_blocks_override=4096)
+    >>> override_check(spec, 4 * 2**30).passed  # 4,096 × 1,310,720 B = 5 GiB > 4 GiB
+    False
+    """
+    blocks = spec.num_gpu_blocks_override
+    if blocks is None:
+        return None
+    override_bytes = blocks * spec.block_bytes
+    detail = (
+        f"num_gpu_blocks_override={blocks:,}: {blocks:,} blocks × {spec.block_bytes:,} B = "
+        f"{override_bytes:,} B ({format_size(override_bytes)}) per rank, budget {budget_bytes:,} B "
+        f"({format_size(budget_bytes)})"
+    )
+    if override_bytes > budget_bytes:
+        return Check(
+            OVERRIDE_CHECK,
+            False,
+            f"{detail}: vLLM allocates the override's blocks whatever the budget, so this launch "
+            "would exceed the budget: lower num_gpu_blocks_override or drop it",
+        )
+    return Check(OVERRIDE_CHECK, True, detail)
+
+
 def model_check(rows: pd.DataFrame, spec: KVSpec) -> Check:
     """The model config's predicted "GPU KV cache size" and concurrency agree with what the logs printed."""
     verdict = cross_check_verdict(rows)
@@ -118,12 +174,9 @@ def decide(
     ledger = evidence.ledger
     key = compatibility_key(ledger, evidence.lines) if evidence.rooms is None else {}
     room_count = None if evidence.rooms is None else len(evidence.rooms)
-    shown_key, shown_ledger = _shown_only(key, ledger, defaulted_key_fields(evidence.provenance))
-    spec = (
-        layout_spec(layout, {**shown_key, **launch_settings(ledger)}, room_count)
-        if layout is not None
-        else None
-    )
+    defaulted = defaulted_key_fields(evidence.provenance)
+    _, shown_ledger = _shown_only(key, ledger, defaulted)
+    spec = launch_layout_spec(layout, key, ledger, defaulted, room_count) if layout is not None else None
     block = spec.block_bytes if spec is not None else block_bytes
     notes: list[str] = []
     rooms = None
@@ -163,6 +216,11 @@ def decide(
         checks = [check_ranks_present(budget.ranks, ledger), check_outcomes(ledger)]
         if spec is not None:
             checks.append(model_check(rows, spec))
+    override = override_check(spec, budget.uniform_budget_bytes) if spec is not None else None
+    if override is not None:
+        checks.append(override)
+        if not override.passed:
+            notes.insert(0, override.detail)
     if plan_record is not None and plan_record["fits"] is not None:
         checks.append(Check("admission plan fits", plan_record["fits"], plan_record["detail"]))
     load = None
