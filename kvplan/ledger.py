@@ -145,7 +145,7 @@ def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dic
             parts = []
             for value in values:
                 showing = dict.fromkeys(pair for pair, shown_value in shown if shown_value == value)
-                where = ", ".join(_where(lines, s, b, None, column) for s, b in showing)
+                where = ", ".join(_value_where(lines, s, b, column, ledger, value) for s, b in showing)
                 parts.append(f"{value!r} in {where}")
             conflicts.append(f"{column}: " + " vs ".join(parts))
     if conflicts:
@@ -153,6 +153,22 @@ def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dic
             "the logs mix compatibility keys, so no single budget applies: " + "; ".join(conflicts)
         )
     return key
+
+
+def _value_where(
+    lines: Mapping, source: object, boot: object, column: str, ledger: pd.DataFrame, value: object
+) -> str:
+    """``file:line`` of the first row of a boot that shows ``value`` in ``column`` (a ledger CSV records a
+    line per row), else of the boot's own ``column``."""
+    cells = zip(
+        _cells(ledger, "source"), _cells(ledger, "boot"), _cells(ledger, "rank"), _cells(ledger, column)
+    )
+    for row_source, row_boot, rank, shown in cells:
+        if (row_source, row_boot) == (source, boot) and shown == value and rank is not None:
+            line = _line(lines, source, boot, rank, column)
+            if line is not None:
+                return f"{source}:{line}"
+    return _where(lines, source, boot, None, column)
 
 
 def _boot_where(lines: Mapping, source: object, boot: object) -> str:

@@ -60,3 +60,14 @@ def test_a_fleet_host_with_such_a_log_is_excluded_not_budgeted(tmp_path):
     log.write_text(boot_text("0.26.0", [30 * GiB, 30 * GiB, 1 * GiB], tp=2))
     reading = read_host(HostFiles(host="h1", logs=(str(log),)))
     assert reading.rooms is None and "world size is 2" in reading.excluded
+
+
+def test_a_ledger_csv_mixing_tp_names_the_row_that_differs(tmp_path, capsys):
+    # line 3 (rank 1) says TP 2 while the other rows say TP 4: the message named line 2 for both values
+    lines = (DATA_DIR / "manual" / "four-rank-rooms.csv").read_text().splitlines()
+    lines[2] = lines[2].replace(",4,1,1,", ",2,1,1,")
+    csv = tmp_path / "rooms.csv"
+    csv.write_text("\n".join(lines) + "\n")
+    assert main(["budget", str(csv), "--reserve", "0.9GiB"]) == 2
+    err = capsys.readouterr().err
+    assert f"tensor_parallel_size: 4 in {csv}:2 vs 2 in {csv}:3" in err
