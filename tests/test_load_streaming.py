@@ -132,3 +132,13 @@ def test_json_is_json_dumps_of_the_reading(capsys):
         "".join(LoadReading(rows, ("w",)).json_chunks())
         == json.dumps(LoadReading(rows, ("w",)).to_dict()) + "\n"
     )
+
+
+def test_docker_stamps_beyond_any_utc_offset_are_a_warning_not_a_traceback():
+    # the docker stamp says 2027-01-01 14:59 UTC where vLLM's own stamp says 12-31 23:59 (local): the server
+    # would sit at UTC−15 h, which no time zone uses (UTC−12 … UTC+14); this raised ValueError from
+    # log_time_shift before. The times stay local and the reading says why.
+    far = "2027-01-01T14:59:00.1Z " + START.replace("23:58:00", "23:59:00")
+    reading = parse_stats_text("\n".join([far, stats("12-31 23:59:50")]), "far.log")
+    assert [row.time.hour for row in reading.rows] == [23]  # local time, not shifted
+    assert any("UTC-15 h, outside UTC-14 … UTC+14 h" in warning for warning in reading.warnings)

@@ -341,6 +341,8 @@ def utc_offset_hours(
     >>> notes = []
     >>> utc_offset_hours("a.log", {-420}, None, notes), len(notes)
     (-7.0, 1)
+    >>> utc_offset_hours("a.log", {15 * 60}, None, notes), len(notes)  # no offset in use: not applied
+    (None, 2)
     """
     hours = sorted({minutes / 60 for minutes in stamped})
     if given is not None:
@@ -350,6 +352,12 @@ def utc_offset_hours(
                 f"{given:+g} h given; the given offset is used"
             )
         return given
+    if len(hours) == 1 and abs(hours[0]) > MAX_UTC_OFFSET_HOURS:
+        warnings.append(
+            f"{source}: the docker timestamps put the server at UTC{hours[0]:+g} h, outside "
+            f"UTC-{MAX_UTC_OFFSET_HOURS} … UTC+{MAX_UTC_OFFSET_HOURS} h; log times left as the server's local time"
+        )
+        return None
     if len(hours) == 1:
         warnings.append(
             f"{source}: log times turned into UTC with the server's offset UTC{hours[0]:+g} h, "
