@@ -1,4 +1,4 @@
-"""Review: evidence of a rank outside TP × PP × DP refuses the budget instead of being dropped."""
+"""Review: a rank outside TP × PP × DP refuses the budget instead of being dropped; approve judges every plan."""
 
 import pytest
 
@@ -71,3 +71,15 @@ def test_a_ledger_csv_mixing_tp_names_the_row_that_differs(tmp_path, capsys):
     assert main(["budget", str(csv), "--reserve", "0.9GiB"]) == 2
     err = capsys.readouterr().err
     assert f"tensor_parallel_size: 4 in {csv}:2 vs 2 in {csv}:3" in err
+
+
+def test_approve_refuses_an_admission_plan_it_cannot_judge_without_a_model(tmp_path, capsys):
+    # 1,000 × 32,768 tokens = 32,768,000 tokens; the boot's own log shows 155,856 tokens of KV cache, so the
+    # plan cannot fit, yet without --model its bytes are unknown (fits None): the bundle was written, exit 0
+    out = tmp_path / "ev"
+    log = str(DATA_DIR / "boots" / "four-rank" / "boot.log")
+    args = ["approve", log, "--reserve", "0.9GiB", "--approver", "A", "--out", str(out)]
+    assert main([*args, "--target-concurrency", "1000", "--seq-len", "32768"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err.startswith("error: ") and "--model" in err
+    assert not out.exists() or not any(out.iterdir())

@@ -57,7 +57,7 @@ def add_approve(sub: argparse._SubParsersAction) -> None:
         "--target-concurrency",
         type=positive_int,
         metavar="C",
-        help="admission plan: C full sequences at once (with --seq-len)",
+        help="admission plan: C full sequences at once (with --seq-len and --model)",
     )
     parser.add_argument(
         "--seq-len", type=positive_int, metavar="L", help="admission plan: tokens per sequence"
@@ -78,6 +78,11 @@ def run_approve(args: argparse.Namespace) -> int:
 
     if (args.target_concurrency is None) != (args.seq_len is None):
         raise CliError("an admission plan needs both --target-concurrency and --seq-len")
+    if args.seq_len is not None and not args.model:
+        raise CliError(
+            "an admission plan needs --model: without the model config its bytes are unknown, so it cannot "
+            "be checked against the approved value and nothing would stop a plan that does not fit"
+        )
     layout = None
     if not args.model:
         refuse_layout_without_model(args, (*MODEL_ONLY_OPTIONS, "block_size"))
