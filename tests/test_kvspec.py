@@ -1165,3 +1165,35 @@ def test_an_absurd_layer_count_is_refused_not_looped_over():
     # 10**30 layers (a corrupted config) would build a list of 10**30 layer kinds
     with pytest.raises(KVSpecError, match="'num_hidden_layers' must be a positive integer up to 1,000,000"):
         kv_spec({**LLAMA_70B, "num_hidden_layers": 10**30}, tp=4)
+
+
+# --- configs vLLM would refuse are refused, not sized (found by the issue 11 item 18 probe) -------------
+
+GQA_8B = {"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "hidden_size": 4096,
+          "torch_dtype": "bfloat16"}  # fmt: skip
+
+
+def test_a_negative_sliding_window_is_refused_not_sized():
+    # Gemma-3 style: five sliding layers, one full. With sliding_window −4096 the sliding layers' window
+    # (window − 1 + tokens in flight) would shrink below a real window's, so fewer blocks per request and
+    # a higher concurrency than vLLM can serve: it was sized (an over-prediction), now refused.
+    config = {**GQA_8B, "num_hidden_layers": 6, "sliding_window": -4096,
+              "layer_types": ["sliding_attention"] * 5 + ["full_attention"]}  # fmt: skip
+    with pytest.raises(KVSpecError, match="'sliding_window' must be one whole number of tokens, 0 or more"):
+        model_arch(config)
+
+
+def test_more_kv_heads_than_attention_heads_is_refused():
+    # 64 KV heads for 32 query heads: no attention layer has that shape (each KV head serves whole
+    # query heads); it was sized as 64 heads and only disagreed with a log later
+    with pytest.raises(KVSpecError, match="'num_key_value_heads' = 64 is above num_attention_heads 32"):
+        model_arch({**GQA_8B, "num_key_value_heads": 64})
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("layer_types", 5), ("layer_types", "full_attention"), ("text_config", 5)]
+)
+def test_a_layer_list_or_nested_config_of_the_wrong_type_is_refused(field, value):
+    # both were ignored silently: every layer then counted as full attention, or the outer config was read
+    with pytest.raises(KVSpecError, match=f"field '{field}' must be"):
+        model_arch({**GQA_8B, field: value})

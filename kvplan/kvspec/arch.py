@@ -54,6 +54,10 @@ def _language_config(config: Mapping) -> Mapping:
     """The language model's config: nested ``text_config`` / ``llm_config`` merged over the outer."""
     for key in _NESTED_CONFIG_KEYS:
         inner = config.get(key)
+        if inner is not None and not isinstance(inner, Mapping):
+            raise KVSpecError(
+                f"model config: field {key!r} must be the nested model's config (a dict), got {type(inner).__name__}"
+            )
         if isinstance(inner, Mapping):
             outer = {k: v for k, v in config.items() if k not in _NESTED_CONFIG_KEYS}
             return {**outer, **inner, "_nested_in": key}
@@ -90,7 +94,14 @@ def _kv_heads(lm: Mapping, num_heads: int, where: str) -> tuple[int, str | None]
         return 1, None
     for name in _KV_HEAD_FIELDS:
         if lm.get(name) is not None:
-            return positive_field(lm, name, where), None
+            kv_heads = positive_field(lm, name, where)
+            if (
+                kv_heads > num_heads
+            ):  # vLLM and the config classes refuse it: each KV head serves whole query heads
+                raise KVSpecError(
+                    f"{where}: field {name!r} = {kv_heads} is above num_attention_heads {num_heads}"
+                )
+            return kv_heads, None
     model_type = str(lm.get("model_type") or "")
     if model_type in KV_HEADS_DEFAULT_TO_HEADS:
         return num_heads, (

@@ -56,9 +56,10 @@ def layer_kinds(
     window = lm.get("sliding_window")
     if lm.get("use_sliding_window") is False:
         window = None
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int)):
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        # a negative window would shrink the sliding layers' blocks per request: capacity over-predicted
         raise KVSpecError(
-            f"{where}: field 'sliding_window' must be one whole number of tokens, got {window!r}"
+            f"{where}: field 'sliding_window' must be one whole number of tokens, 0 or more, got {window!r}"
         )
     if lm.get("attention_chunk_size"):
         raise KVSpecError(
@@ -66,7 +67,12 @@ def layer_kinds(
             "by kvplan; it would be wrong to size these layers as full attention"
         )
     notes: list[str] = []
-    if isinstance(lm.get("layer_types"), Sequence) and not isinstance(lm.get("layer_types"), str):
+    listed = lm.get("layer_types")
+    if listed is not None and (isinstance(listed, str) or not isinstance(listed, Sequence)):
+        raise KVSpecError(
+            f"{where}: field 'layer_types' must be a list of one kind per layer, got {type(listed).__name__}"
+        )
+    if listed is not None:
         raw = list(lm["layer_types"])
         if len(raw) != num_layers:
             raise KVSpecError(
