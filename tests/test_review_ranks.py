@@ -83,3 +83,26 @@ def test_approve_refuses_an_admission_plan_it_cannot_judge_without_a_model(tmp_p
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err.startswith("error: ") and "--model" in err
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_fleet_plan_without_out_does_not_approve_a_class_its_plan_does_not_fit(capsys):
+    # 1,000 × 32,768 tokens: the H100 class holds 1,402,960 tokens (87,685 blocks of 16), far fewer than the
+    # 2,048,000 blocks the plan needs; with --out the bundle refused it (NO) but the dry run said "yes"
+    args = [
+        "fleet",
+        "plan",
+        str(DATA_DIR / "fleet" / "small"),
+        "--reserve",
+        "1GiB",
+        "--model",
+        "llama-3.1-70b",
+    ]
+    args += ["--scheduler", "synchronous", "--target-concurrency", "1000", "--seq-len", "32768", "--json"]
+    assert main(args) == 0
+    import json
+
+    classes = json.loads(capsys.readouterr().out)["classes"]
+    assert classes and not any(c["approved"] for c in classes)
+    assert all(
+        "admission plan does not fit" in c["not_approved_reason"] for c in classes if c["clean_hosts"] >= 3
+    )

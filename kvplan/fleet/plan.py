@@ -23,7 +23,7 @@ from kvplan.io.model_config import resolve_model_config
 from kvplan.kvspec import KVSpec
 from kvplan.notes import Note, aggregate_notes
 from kvplan.plan import ModelLayout, Plan, layout_spec
-from kvplan.plan.admission import capacity_rows, planned_lengths
+from kvplan.plan.admission import admission_plan, capacity_rows, planned_lengths
 from kvplan.units import format_size
 
 #: A class needs at least this many clean hosts to be approved (policy; default).
@@ -191,6 +191,13 @@ def _decide(
             "boots to trust a class value; profile more hosts of this class or join them to another"
         )
         warnings.append(Note(f"class {name}: not approved: {reason}", code="fleet-too-few-hosts"))
+    if reason is None and spec is not None and policy.plan is not None:
+        planned = admission_plan(policy.plan, key_dict, spec, budget)
+        if (
+            planned["fits"] is False
+        ):  # as the class's bundle would refuse it: not approved in a dry run either
+            reason = f"the admission plan does not fit: {planned['detail']}"
+            warnings.append(Note(f"class {name}: not approved: {reason}", code="fleet-plan-does-not-fit"))
     if spec is None and models:
         warnings.append(
             Note(
