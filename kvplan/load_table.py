@@ -16,6 +16,7 @@ from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
 
+from kvplan.codes import string_code
 from kvplan.load_rows import EVENTS, KINDS, ROW_KEYS, LoadFormatError, LoadRow
 
 ROW_FIELDS = (*ROW_KEYS[:-1], "kind", "year_known", "restarts")  # a LoadRows row, before "event"
@@ -164,11 +165,7 @@ class LoadRows(Sequence):
 
     def source_code(self, source: str) -> int:
         """The number that stands for ``source`` in packed rows (see :meth:`add_packed`)."""
-        index = self._source_index.get(source)
-        if index is None:
-            index = self._source_index[source] = len(self._sources)
-            self._sources.append(source)
-        return index
+        return string_code(source, self._sources, self._source_index)
 
     def add(
         self,

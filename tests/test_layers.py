@@ -18,6 +18,7 @@ FLOORS = {
     "kvplan.config": 0,
     "kvplan.notes": 0,
     "kvplan.lazy": 0,
+    "kvplan.codes": 0,
     "kvplan.verdict": 0,
     "kvplan.load_rows": 0,
     "kvplan.load_reading": 0,

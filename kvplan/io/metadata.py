@@ -29,6 +29,7 @@ from functools import cached_property
 
 import pandas as pd
 
+from kvplan.codes import string_code
 from kvplan.notes import Note
 
 #: Columns of :attr:`ReadMetadata.provenance`: one row per value read.
@@ -93,11 +94,7 @@ class ProvenanceRows(Sequence):
         self._texts: dict[int, str] = {}  # row → raw text (the raw of the other rows is a byte offset)
 
     def _name(self, name: str) -> int:
-        index = self._index.get(name)
-        if index is None:
-            index = self._index[name] = len(self._names)
-            self._names.append(name)
-        return index
+        return string_code(name, self._names, self._index)
 
     def extend(self, rows: Iterable[tuple]) -> None:
         """Append ``rows`` (tuples in :data:`PROVENANCE_COLUMNS` order), one field at a time."""
