@@ -2,20 +2,21 @@
 
 A budget may only come from boots of one configuration (:func:`compatibility_key`), must cover every
 rank of TP × PP × DP, and takes each rank's **worst** (lowest) room over repeated boots, so one
-lucky boot cannot set the value (:func:`room_per_rank`). Failed boots refuse the budget.
+lucky boot cannot set the value (:func:`room_per_rank`). Failed boots refuse the budget, and the
+budget itself is taken in :mod:`kvplan.ledger_budget`.
 Every refusal is a :class:`LedgerError` naming the file and line of the evidence.
 """
 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import pandas as pd
 
-from kvplan.budget import Budget, BudgetError, median_bytes, uniform_budget
-from kvplan.columns import KEY_COLUMNS, LAYOUT_FIELDS, SIZING_CONFIG, failure_phase, is_known, world_size
+from kvplan.budget import median_bytes
+from kvplan.columns import KEY_COLUMNS, LAYOUT_FIELDS, SIZING_CONFIG, is_known, world_size
 from kvplan.releases import local_rank0_only, rank0_only_advice, version_tuple
 from kvplan.units import GIB_2DP_HALF_STEP_BYTES, format_size
 
@@ -29,27 +30,6 @@ class LedgerError(ValueError):
 
 class LedgerWarning(UserWarning):
     """Evidence a budget uses with a caveat (different room sources, a manual boot left out)."""
-
-
-#: Codes of reader notes that left a rank's lines out of the ledger (a process claiming a rank outside
-#: TP × PP × DP): that GPU's room may be below every rank kept, so no budget may be computed without it.
-DROPPED_RANK_CODES = frozenset({"rank-out-of-world"})
-
-
-def check_dropped_ranks(notes: Iterable[object]) -> None:
-    """Raise :class:`LedgerError` when a reader note (a :class:`kvplan.notes.Note`) says a rank's lines
-    were left out; the message is the note's own ``file:line`` and text.
-
-    >>> check_dropped_ranks(["a.log:3: a warning of another kind"])
-    """
-    dropped = [str(note) for note in notes if getattr(note, "code", None) in DROPPED_RANK_CODES]
-    if dropped:
-        more = f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else ""
-        raise LedgerError(
-            f"{dropped[0]}{more}. That GPU's room may be below every rank kept, so the budget is refused: "
-            "give the logs of one launch whose engine config names its parallel sizes, or leave those "
-            "lines out"
-        )
 
 
 def plain_value(value: object) -> Any:
@@ -441,100 +421,3 @@ def _lacking_message(
         "graphs, no DEBUG memory lines. Rooms of different boots are not mixed: profile a boot without "
         "--kv-cache-memory-bytes, with VLLM_LOGGING_LEVEL=DEBUG, or leave this boot out."
     )
-
-
-#: Order in which failed rows are reported: out of memory first, then errors, then cut-off boots.
-_OUTCOME_ORDER = {"oom": 0, "error": 1, "incomplete": 2}
-_SHOWN_FAILURES = 6
-
-
-def check_outcomes(ledger: pd.DataFrame, lines: Mapping | None = None) -> None:
-    """Raise :class:`LedgerError` when any row's boot did not come through startup cleanly.
-
-    The message lists each failed row with its own file:line and text, OOM first, then errors (a
-    rank's own before the ones it only inherits from the engine, by line), then incomplete boots.
-
-    >>> check_outcomes(pd.DataFrame({"source": ["a.log"], "boot": [0], "rank": [0], "outcome": ["ok"]}))
-    """
-    if "outcome" not in ledger:
-        return
-    lines = lines if lines is not None else {}
-    failed = ledger[ledger["outcome"].fillna("incomplete") != "ok"]
-    if failed.empty:
-        return
-    items = []
-    for _, row in failed.iterrows():
-        outcome = plain_value(row["outcome"]) or "incomplete"
-        where = _where(lines, row["source"], row["boot"], row["rank"], "outcome")
-        line = _line(lines, row["source"], row["boot"], row["rank"], "outcome")
-        text = str(plain_value(row.get("error")) or "no text")
-        text = text if len(text) <= 240 else text[:239] + "…"
-        phase = failure_phase(plain_value(row.get("failed_in")))
-        items.append(
-            (
-                _OUTCOME_ORDER.get(outcome, 3),
-                line if line is not None else float("inf"),
-                f"{where}: boot {plain_value(row['boot'])} rank {plain_value(row['rank'])} did not boot cleanly "
-                f"({outcome}: {text})" + (f" {phase}" if phase else ""),
-            )
-        )
-    items.sort(key=lambda item: item[:2])
-    shown = [item[2] for item in items[:_SHOWN_FAILURES]]
-    more = f"; {len(items) - _SHOWN_FAILURES} more row(s) not ok" if len(items) > _SHOWN_FAILURES else ""
-    raise LedgerError(
-        "; ".join(shown) + more + ". The budget is refused rather than computed from partial evidence. "
-        "Leave that boot out or fix it and boot again."
-    )
-
-
-def budget_from_ledger(
-    ledger: pd.DataFrame,
-    reserve_bytes: int,
-    block_bytes: int | None = None,
-    assume_uniform: bool = False,
-    lines: Mapping | None = None,
-) -> Budget:
-    """The uniform budget from a ledger: checks, worst room per rank, then :func:`uniform_budget`.
-
-    >>> GiB = 2**30
-    >>> frame = pd.DataFrame({"source": ["a.log"] * 2, "boot": [0, 0], "rank": [0, 1],
-    ...                       "room_bytes": [13 * GiB, 14 * GiB], "room_source": ["suggestion"] * 2,
-    ...                       "outcome": ["ok", "ok"]})
-    >>> budget_from_ledger(frame, GiB).uniform_budget_bytes == 12 * GiB
-    True
-    """
-    lines = lines if lines is not None else {}
-    check_outcomes(ledger, lines)
-    return budget_from_rooms(
-        ledger,
-        room_per_rank(ledger, assume_uniform=assume_uniform, lines=lines),
-        reserve_bytes,
-        block_bytes,
-        lines,
-    )
-
-
-def budget_from_rooms(
-    ledger: pd.DataFrame,
-    rooms: pd.DataFrame,
-    reserve_bytes: int,
-    block_bytes: int | None = None,
-    lines: Mapping | None = None,
-) -> Budget:
-    """:func:`uniform_budget` of the worst room per rank (:func:`room_per_rank` of ``ledger``).
-
-    A budget that leaves nothing is refused naming the weakest rank's file and line (from ``lines``).
-    """
-    lines = lines if lines is not None else {}
-    try:
-        return uniform_budget(
-            rooms["room_bytes"].astype(int).tolist(),
-            reserve_bytes,
-            block_bytes=block_bytes,
-            ranks=rooms.index.astype(int).tolist(),
-        )
-    except BudgetError as exc:
-        weakest = int(rooms["room_bytes"].astype(int).idxmin())
-        record = rooms.loc[weakest]
-        where = _where(lines, record["source"], record["boot"], weakest, "room_bytes")
-        raise LedgerError(f"{where}: {exc} (weakest room {format_size(int(record['room_bytes']))})") from None

@@ -18,7 +18,8 @@ from kvplan.io.vllm import families, scan, values
 from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.records import split_records
 from kvplan.io.vllm.values import key_values
-from kvplan.ledger import LedgerError, budget_from_ledger
+from kvplan.ledger import LedgerError
+from kvplan.ledger_budget import budget_from_ledger
 from kvplan.room import read_vllm_log, read_vllm_logs
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR, GiB, MiB

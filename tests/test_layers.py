@@ -28,6 +28,7 @@ FLOORS = {
     "kvplan.capacity": 2,
     "kvplan.drift": 2,
     "kvplan.ledger": 2,
+    "kvplan.ledger_budget": 2,
     "kvplan.room": 2,
     "kvplan.kvspec": 2,
     "kvplan.load": 2,

@@ -7,7 +7,8 @@ import pytest
 
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
-from kvplan.ledger import LedgerError, LedgerWarning, budget_from_ledger, compatibility_key, room_per_rank
+from kvplan.ledger import LedgerError, LedgerWarning, compatibility_key, room_per_rank
+from kvplan.ledger_budget import budget_from_ledger
 from kvplan.room import read_vllm_log, read_vllm_logs
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR, GiB, approve_args

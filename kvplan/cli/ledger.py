@@ -81,7 +81,8 @@ def run_ledger(args: argparse.Namespace) -> int:
     """Print the ledger of the logs (and each rank's room over the boots with ``--rooms``)."""
     from kvplan import plan
     from kvplan.io.nvidia_smi import join_snapshots
-    from kvplan.ledger import check_dropped_ranks, plain_value, room_per_rank
+    from kvplan.ledger import plain_value, room_per_rank
+    from kvplan.ledger_budget import check_dropped_ranks
     from kvplan.notes import aggregate_notes
     from kvplan.room import read_vllm_logs
 

@@ -3,7 +3,7 @@
 :func:`read_host` is the unit of work a Dask task runs: it streams the host's logs through
 :func:`kvplan.room.read_vllm_log`, joins its nvidia-smi snapshots (:func:`kvplan.io.nvidia_smi.join_snapshots`,
 which adds GPU type and driver to the key), and checks it as a launch of its own
-(:func:`kvplan.ledger.check_outcomes`, :func:`~kvplan.ledger.compatibility_key`,
+(:func:`kvplan.ledger_budget.check_outcomes`, :func:`~kvplan.ledger.compatibility_key`,
 :func:`~kvplan.ledger.room_per_rank`). A host that fails any of these is *excluded* with the reason, never
 folded into a class. Only ledger rows travel back, never the log text.
 """
@@ -23,12 +23,11 @@ from kvplan.fleet.inputs import HostFiles, filesystem
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import (
     LedgerWarning,
-    check_dropped_ranks,
-    check_outcomes,
     compatibility_key,
     plain_value,
     room_per_rank,
 )
+from kvplan.ledger_budget import check_dropped_ranks, check_outcomes
 from kvplan.notes import Note
 from kvplan.room import read_vllm_log
 

@@ -28,15 +28,9 @@ from kvplan.checks.key import defaulted_key_fields
 from kvplan.gate import check_outcomes, check_ranks_present
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
-from kvplan.ledger import (
-    budget_from_rooms,
-    check_dropped_ranks,
-    compatibility_key,
-    is_known,
-    launch_settings,
-    room_per_rank,
-)
-from kvplan.ledger import check_outcomes as refuse_failed_boots
+from kvplan.ledger import compatibility_key, is_known, launch_settings, room_per_rank
+from kvplan.ledger_budget import budget_from_rooms, check_dropped_ranks
+from kvplan.ledger_budget import check_outcomes as refuse_failed_boots
 from kvplan.plan.admission import admission_plan, capacity_rows, planned_lengths
 from kvplan.plan.inputs import LoadPolicy, ModelLayout, Plan, Policy
 from kvplan.plan.load_evidence import load_section, profiled_tokens, read_named_load
