@@ -10,7 +10,7 @@ Every refusal is a :class:`LedgerError` naming the file and line of the evidence
 from __future__ import annotations
 
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -312,10 +312,20 @@ def _cells(frame: pd.DataFrame, column: str) -> list:
     ]
 
 
+def worst_room_position(room_bytes: Sequence[int]) -> int:
+    """Position of a rank's worst (lowest) room among its boots: the first of the lowest, so of boots with
+    equal room the earliest counts. The one rule for which boot sets a rank's room (and is charted).
+
+    >>> worst_room_position([30, 20, 25, 20])
+    1
+    """
+    return min(range(len(room_bytes)), key=room_bytes.__getitem__)
+
+
 def _record(items: list[dict]) -> dict:
     """One rank's worst observation and the spread of its rooms over boots."""
     rooms = [item["room_bytes"] for item in items]
-    worst = min(items, key=lambda item: item["room_bytes"])
+    worst = items[worst_room_position(rooms)]
     free = worst["init_free_bytes"]
     if free is None:
         known = [item["init_free_bytes"] for item in items if item["init_free_bytes"] is not None]

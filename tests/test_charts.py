@@ -9,6 +9,7 @@ from kvplan import charts
 from kvplan.budget import uniform_budget
 from kvplan.capacity import concurrency_curve
 from kvplan.drift import drift_budget
+from kvplan.ledger import room_per_rank
 from kvplan.units import parse_size
 from tests.conftest import GiB, KiB
 
@@ -101,6 +102,17 @@ def test_ledger_chart_draws_each_rank_from_its_worst_boot():
     ax = charts.ledger_chart(pd.concat([LEDGER, second], ignore_index=True), budget).axes[0]
     assert _bars(ax, "weights") == [34.0, 33.0]  # rank 0 from the second boot, rank 1 from the first
     assert _bars(ax, "stranded") == [4.0, 0.0]  # 38 − 34
+
+
+def test_ledger_chart_draws_the_boot_the_pipeline_takes_when_rooms_tie():
+    # two boots with the same room on every rank (40 and 35 GiB) but 1 GiB more weights in the second:
+    # room_per_rank takes the first of the lowest (boot 0), and the chart must draw that boot's parts
+    first = LEDGER.assign(source="a.log", boot=0, model="m", tensor_parallel_size=2)
+    second = first.assign(boot=1, weights_bytes=[34 * GiB, 34 * GiB])
+    ledger = pd.concat([first, second], ignore_index=True)
+    assert room_per_rank(ledger)["boot"].tolist() == [0, 0]
+    ax = charts.ledger_chart(ledger, uniform_budget([40 * GiB, 35 * GiB], GiB)).axes[0]
+    assert _bars(ax, "weights") == [33.0, 33.0]  # boot 0's weights, not boot 1's 34 GiB
 
 
 def test_ledger_chart_refuses_several_boots_without_room():

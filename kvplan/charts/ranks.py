@@ -24,6 +24,7 @@ from kvplan.charts.style import (
     _outline_bars,
     _rank_list,
 )
+from kvplan.ledger import worst_room_position
 from kvplan.units import GiB, bytes_to_gib, format_size
 
 #: Ledger segments bottom to top: (ledger column or budget part, legend label, colour).
@@ -49,11 +50,11 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
 
     One stacked bar per rank, against that GPU's total memory (black tick). ``ledger`` has the
     glossary columns; where it holds several boots, each rank is drawn from its boot with the lowest
-    ``room_bytes`` (the one that set its budget). A missing part counts as zero, negative CUDA-graph
-    bytes (free memory rose during capture) draw as zero, and ``cuda_graph_estimate_bytes`` stands
-    in where no capture was logged. What the log does not itemise (CUDA context, vLLM's 150 MiB
-    margin) fills the bar up to ``room_bytes`` below the KV part, so ``uniform + stranded + reserve``
-    is exactly the budget's room for the rank. Segment heights are in GiB.
+    ``room_bytes``, the one that set its budget (:func:`kvplan.ledger.worst_room_position`, the pipeline's
+    rule). A missing part counts as zero, negative CUDA-graph bytes (free memory rose during capture)
+    draw as zero, and ``cuda_graph_estimate_bytes`` stands in where no capture was logged. What the log
+    does not itemise (CUDA context, vLLM's 150 MiB margin) fills the bar up to ``room_bytes`` below the KV
+    part, so ``uniform + stranded + reserve`` is exactly the budget's room for the rank. Segment heights are in GiB.
 
     >>> from kvplan.budget import uniform_budget
     >>> ledger = pd.DataFrame({"rank": [0, 1], "total_bytes": [20 * GiB] * 2, "weights_bytes": [5 * GiB] * 2})
@@ -383,8 +384,10 @@ def _one_row_per_rank(ledger: pd.DataFrame, ranks: Sequence[int]) -> pd.DataFram
                 f"ledger has several rows for rank(s) {duplicated} and no room_bytes to choose by: "
                 "select one boot (source, boot) to chart"
             )
-        lowest = rows["room_bytes"].astype("float64").groupby(rows["rank"]).idxmin()
-        rows = rows.loc[lowest.to_numpy()]
+        rooms = rows["room_bytes"].astype("int64")
+        rows = rows.loc[
+            [group.index[worst_room_position(group.tolist())] for _, group in rooms.groupby(rows["rank"])]
+        ]
     rows = rows.set_index("rank")
     missing = [rank for rank in ranks if rank not in rows.index]
     if missing:
