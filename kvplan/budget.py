@@ -82,6 +82,7 @@ class Budget:
         """One row per rank: room, safe budget, uniform budget, stranded bytes, limiting flag."""
         import pandas as pd  # here, not at import: the CLI's light commands start without pandas
 
+        limiting = set(limiting_ranks(self))
         return pd.DataFrame(
             {
                 "rank": list(self.ranks),
@@ -89,7 +90,7 @@ class Budget:
                 "safe_bytes": list(self.safe_bytes),
                 "uniform_budget_bytes": [self.uniform_budget_bytes] * len(self.ranks),
                 "stranded_bytes": list(self.stranded_bytes),
-                "limiting": [rank in limiting_ranks(self) for rank in self.ranks],
+                "limiting": [rank in limiting for rank in self.ranks],
             }
         ).set_index("rank")
 
