@@ -73,7 +73,7 @@ def layer_kinds(
             f"{where}: field 'layer_types' must be a list of one kind per layer, got {type(listed).__name__}"
         )
     if listed is not None:
-        raw = list(lm["layer_types"])
+        raw = list(listed)
         if len(raw) != num_layers:
             raise KVSpecError(
                 f"{where}: field 'layer_types' has {len(raw)} entries, num_hidden_layers is {num_layers}"
