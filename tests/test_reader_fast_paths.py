@@ -3,14 +3,20 @@
 - :func:`kvplan.io.vllm.families.read_message` learns, per shape of message (digits read as 0),
   which families are worth trying; the values still come from each message's own numbers, and a
   family whose regex holds a literal digit is tried on every message of the shape.
-- :func:`kvplan.io.vllm.records.split_records` reads the common line (one prefix, one header) with
-  one anchored match; every other line takes the general walk, with the same records.
+  A message read before gives what it gave then, in new dicts.
+- :func:`kvplan.io.vllm.records.split_records` reads the common line (one prefix, one header, real
+  colour codes stripped) with one anchored match; every other line takes the general walk, with the
+  same records.
+- :func:`kvplan.io.vllm.scan.iter_candidate_lines` checks the anchors where their signature pairs
+  are, all at once: the lines a per-line check of anchor and pair keeps.
 """
+
+import io
 
 import pandas as pd
 import pytest
 
-from kvplan.io.vllm import families, records
+from kvplan.io.vllm import families, records, scan
 from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.records import split_records
 from kvplan.units import parse_size
@@ -40,6 +46,23 @@ def test_a_family_with_a_literal_digit_is_tried_on_each_message_of_the_shape():
     assert facts("In v0.29, CUDA graph memory profiling will be enabled by default") == []
 
 
+def test_a_message_read_again_gives_the_same_facts_in_new_dicts():
+    # read_message keeps what each message said: a second read gives equal facts whose values a
+    # caller may change (the conflicts code does) without changing a third read
+    message = "Available KV cache memory: 12.5 GiB"  # 12.5 x 2^30 = 13,421,772,800 bytes
+    first = read_message(message)
+    first[0].values["available_kv_bytes"] = 0
+    assert facts(message) == [("available_kv", {"available_kv_bytes": 13_421_772_800})]
+    assert facts(message) == [("available_kv", {"available_kv_bytes": 13_421_772_800})]
+
+
+def test_the_message_table_stays_bounded():
+    families._MESSAGES.clear()
+    for count in range(families.MAX_SHAPES + 10):
+        read_message(f"Model loading took {count} GiB")
+    assert len(families._MESSAGES) <= families.MAX_SHAPES
+
+
 def test_the_shape_table_stays_bounded():
     families._SHAPES.clear()
     for count in range(families.MAX_SHAPES + 10):
@@ -59,6 +82,10 @@ LINES = [
     "(Worker_TP0 pid=9) INFO 08-14 14:07:22 [a.py:1] [1mbold[0m text",
     "[1;36m(Worker_TP0 pid=9)[0;0m INFO 08-14 14:07:22 [a.py:1] lost ESC bytes",
     "(Worker_TP0 pid=9) INFO 08-14 14:07:22 [a.py:1] text then INFO 08-14 14:07:23 [b.py:2] more",
+    # real colour codes (ESC kept): stripped, then the common line's one match, or the general walk
+    "\x1b[1;36m(Worker_TP0 pid=9)\x1b[0;0m INFO 08-14 14:07:22 [a.py:1] coloured",
+    "\x1b[32mINFO\x1b[0m 08-14 14:07:22 [a.py:1] one \x1b[1;36m(Worker_TP1 pid=10)\x1b[0;0m two",
+    "\x1b[1;36m(Worker_TP0 pid=9)\x1b[0;0m [1mhalf-lost[0m codes",
 ]
 
 
@@ -70,6 +97,44 @@ def test_the_simple_line_path_reads_as_the_general_walk(line):
         for record in records._segment_records(records.strip_bare_colour(segment))
     ]
     assert split_records(line) == general
+
+
+def reference_candidates(data):
+    """The scan's lines by the rule it implements, line by line: an anchor and a signature pair."""
+    return [
+        (number, offset, line)
+        for number, (offset, line) in enumerate(_lines_with_offsets(data), start=1)
+        if any(anchor in line for anchor in scan.ANCHORS) and any(pair in line for pair in scan.ANCHOR_PAIRS)
+    ]
+
+
+def _lines_with_offsets(data):
+    offset = 0
+    for line in data.split(b"\n"):
+        yield offset, line
+        offset += len(line) + 1
+
+
+def test_the_scan_keeps_a_line_holding_an_anchor_and_a_signature_pair():
+    # "failed to start" holds no signature pair: "EngineCore" brings "eC", a line without one is not
+    # read; an anchor cut by a newline is in no line
+    data = b"EngineCore failed to start.\nSomething failed to start.\nAvailable KV cache me\nmory\n"
+    found = list(scan.iter_candidate_lines(io.BytesIO(data)))
+    assert found == [(1, 0, b"EngineCore failed to start.")]
+    assert found == reference_candidates(data)
+
+
+@pytest.mark.parametrize("chunk_bytes", [None, 4096, 777])
+def test_the_scan_of_every_sample_is_the_line_by_line_rule(chunk_bytes):
+    # every bundled and test log, one after the other, as one file: the vectorised anchor check finds
+    # the lines (number, byte offset, bytes) the per-line rule finds, whatever the block size
+    from kvplan.config import DATA_DIR
+
+    paths = sorted(DATA_DIR.glob("**/*.log")) + sorted((DATA_DIR.parent / "tests" / "data").glob("**/*.log"))
+    data = b"".join(path.read_bytes().rstrip(b"\n") + b"\n" for path in paths)
+    expected = [found for found in reference_candidates(data) if found[1] < len(data)]
+    assert len(expected) > 1000
+    assert list(scan.iter_candidate_lines(io.BytesIO(data), chunk_bytes=chunk_bytes)) == expected
 
 
 def test_a_ledger_built_in_frames_of_few_rows_is_the_ledger_built_at_once(monkeypatch):

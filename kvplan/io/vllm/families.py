@@ -115,21 +115,39 @@ def _worth_trying(message: str) -> tuple[int, ...]:
     return found
 
 
+#: Message → what it says, as (family, scope, values) (:func:`read_message`): the boots of one
+#: deployment print the same messages again. At most :data:`MAX_SHAPES` kept (then it starts over).
+_MESSAGES: dict[str, tuple[tuple[str, str, dict], ...]] = {}
+
+
 def read_message(message: str) -> list[Fact]:
     """The facts in one log message, one per line family that matches.
 
     The families tried are those whose trigger the message holds, in table order (learnt once per
     shape of message, :func:`_worth_trying`). Outcome families stop at the first match, so one error
-    line is one error.
+    line is one error. A message read before gives what it gave then (each fact's values a new dict).
 
     >>> [(f.family, f.values) for f in read_message("Available KV cache memory: 12.5 GiB")]
     [('available_kv', {'available_kv_bytes': 13421772800})]
     >>> read_message("Loading safetensors checkpoint shards: 100% Completed")
     []
     """
+    known = _MESSAGES.get(message)
+    if known is None:
+        known = _read_new(message)
+        if len(_MESSAGES) >= MAX_SHAPES:
+            _MESSAGES.clear()
+        _MESSAGES[message] = known
+    if not known:
+        return []
+    return [Fact(family, scope, dict(values)) for family, scope, values in known]
+
+
+def _read_new(message: str) -> tuple[tuple[str, str, dict], ...]:
+    """What :func:`read_message` finds in a message not read before: (family, scope, values) each."""
     candidates = _worth_trying(message)
     if not candidates:
-        return []
+        return ()
     facts = []
     seen_outcome = False
     for position in candidates:
@@ -139,6 +157,6 @@ def read_message(message: str) -> list[Fact]:
         match = pattern.search(message)
         if match is None:
             continue
-        facts.append(Fact(family, scope, handler(match)))
+        facts.append((family, scope, handler(match)))
         seen_outcome = seen_outcome or scope == "outcome"
-    return facts
+    return tuple(facts)

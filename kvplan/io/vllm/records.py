@@ -70,8 +70,8 @@ def split_records(line: str) -> list[Record]:
     >>> [x.message for x in split_records("50%|##  \\rINFO 08-14 14:07:22 [a.py:1] done")]
     ['50%|##', 'done']
     """
-    if "\r" not in line and "\x1b" not in line:
-        simple = _simple_record(line)
+    if "\r" not in line:
+        simple = _simple_record(strip_ansi(line))
         if simple is not None:
             return simple
     records = []
@@ -82,7 +82,8 @@ def split_records(line: str) -> list[Record]:
 
 def _simple_record(line: str) -> list[Record] | None:
     """The records of the common line (one process prefix or none at its start, then one header or
-    none, nothing of either later, no colour code), as the general walk reads it; None for any other.
+    none, nothing of either later, no colour code left: real ones are stripped before), as the
+    general walk reads it; None for any other.
 
     One anchored match and a few substring tests instead of the general walk's searches.
     """
@@ -121,7 +122,9 @@ def _simple_record(line: str) -> list[Record] | None:
 
 def _may_hold_header(text: str) -> bool:
     """Whether ``text`` holds a word a log header starts with (``INFO `` …): else it holds no header."""
-    return any(word in text for word in ("INFO ", "WARNING ", "DEBUG ", "ERROR ", "CRITICAL "))
+    return (
+        "INFO " in text or "WARNING " in text or "DEBUG " in text or "ERROR " in text or "CRITICAL " in text
+    )
 
 
 def strip_bare_colour(segment: str) -> str:

@@ -6,7 +6,6 @@ time and memory.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
@@ -119,61 +118,130 @@ def iter_candidate_lines(
         if first == -1:
             tail += block
             if len(tail) > MAX_LINE_BYTES:
-                yield from _scan(tail + b"\n", base, offset)[0]
+                piece = tail + b"\n"
+                yield from _scan(piece, 0, len(piece), base, offset)[0]
                 offset += len(tail)
                 tail = b""
             continue
         # The line that spans the chunk boundary, then the whole lines of the block, scanned in place.
-        yield from _scan(tail + block[: first + 1], base, offset)[0]
+        piece = tail + block[: first + 1]
+        yield from _scan(piece, 0, len(piece), base, offset)[0]
         offset += len(tail) + first + 1
         last = block.rfind(b"\n")
-        found, newlines = _scan(memoryview(block)[first + 1 : last + 1], base + 1, offset)
+        found, newlines = _scan(block, first + 1, last + 1, base + 1, offset)
         yield from found
         base += 1 + newlines
         offset += last - first
         tail = block[last + 1 :]
     if tail:
         stats.ended_mid_line = True
-        yield from _scan(tail + b"\n", base, offset)[0]
+        piece = tail + b"\n"
+        yield from _scan(piece, 0, len(piece), base, offset)[0]
         base += 1
     stats.lines = base
 
 
-def _scan(body: bytes | memoryview, base: int, offset: int) -> tuple[list[tuple[int, int, bytes]], int]:
-    """Candidate lines of ``body`` (which ends with a newline; ``base`` newlines and ``offset`` bytes
-    precede it) and the number of lines in it.
+def _scan(
+    block: bytes, start: int, stop: int, base: int, offset: int
+) -> tuple[list[tuple[int, int, bytes]], int]:
+    """Candidate lines of ``block[start:stop]`` (which ends with a newline; ``base`` newlines and
+    ``offset`` bytes precede it) and the number of lines in it.
 
     Two vectorised look-ups (the byte pairs at even and at odd offsets, read in place as
-    little-endian 16-bit numbers) mark every position where a signature pair of an anchor starts
-    (:data:`ANCHOR_PAIRS`); only lines holding such a pair are checked for the anchors themselves.
+    little-endian 16-bit numbers) mark every position where a signature pair (:data:`ANCHOR_PAIRS`)
+    starts. An anchor holding a pair is checked at those positions only, byte by byte, all at once
+    (:func:`_anchors_at`); one holding none is looked for by ``bytes.find``. A line is a candidate
+    when it holds an anchor and a signature pair.
+
+    >>> _scan(b"x\\nAvailable KV cache memory: 1 GiB\\nnoise\\n", 2, 41, 1, 2)
+    ([(2, 2, b'Available KV cache memory: 1 GiB')], 2)
     """
-    size = len(body)
+    size = stop - start
     if size == 0:
         return [], 0
-    even = np.frombuffer(body, dtype="<u2", count=size // 2)
-    odd = np.frombuffer(body, dtype="<u2", offset=1, count=(size - 1) // 2)
-    hits = np.concatenate((np.flatnonzero(_PAIR_TABLE[even]) * 2, np.flatnonzero(_PAIR_TABLE[odd]) * 2 + 1))
-    newlines = np.flatnonzero(np.frombuffer(body, dtype=np.uint8) == 10)
-    found = []
-    for index in np.unique(np.searchsorted(newlines, hits)).tolist():
-        start = int(newlines[index - 1]) + 1 if index else 0
-        line = bytes(body[start : int(newlines[index])])
-        if _ANCHOR_RE.search(line):
-            found.append((base + index + 1, offset + start, line))
+    body = np.frombuffer(block, dtype=np.uint8, count=size, offset=start)
+    newlines = np.flatnonzero(body == 10)
+    even = np.frombuffer(block, dtype="<u2", count=size // 2, offset=start)
+    odd = np.frombuffer(block, dtype="<u2", count=(size - 1) // 2, offset=start + 1)
+    at_even, at_odd = np.flatnonzero(_PAIR_TABLE[even]), np.flatnonzero(_PAIR_TABLE[odd])
+    if not (at_even.size or at_odd.size):
+        return [], len(newlines)
+    positions = np.concatenate((at_even * 2, at_odd * 2 + 1))
+    pairs = np.concatenate((even[at_even], odd[at_odd]))
+    lines = np.searchsorted(newlines, _anchors_at(body, positions, pairs))
+    loose = [at - start for anchor in _LOOSE_ANCHORS for at in _find_all(block, anchor, start, stop)]
+    if loose:
+        loose_lines = np.searchsorted(newlines, np.array(loose, dtype=np.int64))
+        paired = np.isin(loose_lines, np.searchsorted(newlines, positions))
+        lines = np.concatenate((lines, loose_lines[paired]))
+    lines = np.unique(lines)
+    ends = newlines[lines]
+    begins = np.where(lines > 0, newlines[lines - 1] + 1, 0)
+    found = [
+        (base + index + 1, offset + begin, block[start + begin : start + end])
+        for index, begin, end in zip(lines.tolist(), begins.tolist(), ends.tolist())
+    ]
     return found, len(newlines)
+
+
+def _anchors_at(body: np.ndarray, positions: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+    """Where in ``body`` an anchor holding a signature pair starts, given where each pair starts
+    (``positions``) and which it is (``pairs``, as 16-bit numbers): each anchor is compared, all
+    its bytes at once, at the positions of its pair less the pair's place in it (:data:`_BY_PAIR`).
+    """
+    starts = [np.empty(0, dtype=np.int64)]
+    for pair, anchors in _BY_PAIR.items():
+        at = positions[pairs == pair]
+        if not at.size:
+            continue
+        for anchor, place in anchors:
+            begin = at - place
+            begin = begin[(begin >= 0) & (begin <= len(body) - len(anchor))]
+            same = (body[begin[:, None] + np.arange(len(anchor))] == anchor).all(axis=1)
+            starts.append(begin[same])
+    return np.concatenate(starts)
+
+
+def _find_all(block: bytes, needle: bytes, start: int, stop: int) -> Iterator[int]:
+    """Every position of ``needle`` in ``block[start:stop]`` (positions in ``block``)."""
+    at = block.find(needle, start, stop)
+    while at != -1:
+        yield at
+        at = block.find(needle, at + 1, stop)
 
 
 def _pair_table() -> np.ndarray:
     """Pair → is a signature, indexed by the pair read as a little-endian 16-bit number."""
     table = np.zeros(1 << 16, dtype=bool)
     for pair in ANCHOR_PAIRS:
-        table[pair[1] << 8 | pair[0]] = True
+        table[_pair_number(pair)] = True
     return table
 
 
+def _pair_number(pair: bytes) -> int:
+    """A byte pair as a little-endian 16-bit number (as the scan reads it in place)."""
+    return pair[1] << 8 | pair[0]
+
+
+def _by_pair() -> tuple[dict[int, list[tuple[np.ndarray, int]]], tuple[bytes, ...]]:
+    """Each signature pair (as a number) → the anchors checked where it occurs, with its place in
+    each (the first signature pair an anchor holds); and the anchors holding none."""
+    by_pair: dict[int, list[tuple[np.ndarray, int]]] = {}
+    loose = []
+    for anchor in ANCHORS:
+        if b"\n" in anchor:
+            raise ValueError(f"anchor {anchor!r} holds a newline: a line could not hold it")
+        held = [(anchor.find(pair), pair) for pair in ANCHOR_PAIRS if pair in anchor]
+        if not held:
+            loose.append(anchor)
+            continue
+        place, pair = held[0]
+        by_pair.setdefault(_pair_number(pair), []).append((np.frombuffer(anchor, dtype=np.uint8), place))
+    return by_pair, tuple(loose)
+
+
 _PAIR_TABLE = _pair_table()
-#: Any anchor, as one pattern: one C-level search per line that holds a signature pair.
-_ANCHOR_RE = re.compile(b"|".join(re.escape(anchor) for anchor in ANCHORS))
+_BY_PAIR, _LOOSE_ANCHORS = _by_pair()
 
 
 class Prepend:
