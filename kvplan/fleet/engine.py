@@ -3,13 +3,15 @@
 ``scheduler`` is ``"synchronous"`` (one process, no cluster), ``"local"`` (an embedded
 ``distributed.LocalCluster``: processes, one per core, one thread each; the default), or a scheduler
 address ``tcp://HOST:8786`` (``DASK_SCHEDULER_ADDRESS`` when no scheduler is named). Reading is one task
-per group of hosts (:data:`HOSTS_PER_TASK`); each returns only its hosts' readings. Results come back in
-host order whatever the scheduler, so the answer is identical on all of them.
+per group of hosts (:func:`hosts_per_task`: about :data:`TASKS_PER_THREAD` tasks per worker thread); each
+returns only its hosts' readings. Results come back in host order whatever the scheduler, so the answer
+is identical on all of them.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -18,8 +20,13 @@ from contextlib import contextmanager
 from kvplan.fleet.inputs import HostFiles
 from kvplan.fleet.read import HostReading, read_host
 
-#: Hosts per Dask task: enough work per task to amortise the scheduler, small enough to spread.
-HOSTS_PER_TASK = 8
+#: Tasks per worker thread: enough to even out the last tasks, few enough that the scheduler's cost per
+#: task (~10 ms of the client's CPU) stays small against a task's hosts (~15 ms of CPU each).
+TASKS_PER_THREAD = 8
+#: Hosts per Dask task, at least (amortises the scheduler on small fleets) and at most (progress, and
+#: even work at the end, on large ones).
+MIN_HOSTS_PER_TASK = 8
+MAX_HOSTS_PER_TASK = 64
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 
 Progress = Callable[[int, int], None]
@@ -39,8 +46,24 @@ def run_group(task: Callable, group: Sequence[HostFiles], *args: object) -> list
     return [task(files, *args) for files in group]
 
 
+def hosts_per_task(hosts: int, threads: int) -> int:
+    """Hosts per task for ``hosts`` hosts on ``threads`` worker threads: about :data:`TASKS_PER_THREAD`
+    tasks per thread, within :data:`MIN_HOSTS_PER_TASK` and :data:`MAX_HOSTS_PER_TASK`.
+
+    >>> hosts_per_task(100, 2), hosts_per_task(1_000, 2), hosts_per_task(10_000, 2)
+    (8, 63, 64)
+    """
+    wanted = -(-hosts // max(1, threads * TASKS_PER_THREAD))
+    return max(MIN_HOSTS_PER_TASK, min(MAX_HOSTS_PER_TASK, wanted))
+
+
 def _groups(hosts: Sequence[HostFiles], size: int) -> list[Sequence[HostFiles]]:
     return [hosts[start : start + size] for start in range(0, len(hosts), size)]
+
+
+def _threads(client) -> int:
+    """Worker threads of the cluster behind ``client`` (1 on the synchronous scheduler)."""
+    return 1 if client is None else max(1, sum(client.nthreads().values()))
 
 
 @contextmanager
@@ -58,8 +81,19 @@ def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -
     cluster = None
     if scheduler == "local":
         cores = os.cpu_count() or 1
-        # the workers' statistical profiler samples every task's stack: ~14 % of a worker's CPU here
-        with dask.config.set({"distributed.worker.profile.enabled": False}):
+        settings = {
+            # the workers' statistical profiler samples every task's stack: ~14 % of a worker's CPU here
+            "distributed.worker.profile.enabled": False,
+            # forked workers start with the client's imports (dask, pandas, the readers) instead of
+            # importing them again: ~1.5 s of CPU and of start-up per worker
+            "distributed.worker.multiprocessing-method": _start_method(),
+            # the cluster's own clocks (event-loop watchdog every 20 ms, each worker's memory check every
+            # 100 ms, the dashboard's system monitor every 0.5 s) cost ~8 % of a core while it reads
+            "distributed.admin.tick.interval": "1s",
+            "distributed.worker.memory.monitor-interval": "1s",
+            "distributed.admin.system-monitor.interval": "2s",
+        }
+        with dask.config.set(settings):
             cluster = LocalCluster(
                 n_workers=cores,
                 threads_per_worker=1,
@@ -84,6 +118,11 @@ def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -
             cluster.close()
 
 
+def _start_method() -> str:
+    """``"fork"`` where the platform has it (Linux, macOS), else ``"spawn"``."""
+    return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+
+
 def read_fleet(
     hosts: Sequence[HostFiles],
     storage_options: Mapping[str, object] | None = None,
@@ -105,11 +144,11 @@ def map_hosts(
     announce: Callable[[str], None] | None = None,
 ) -> list:
     """``task(files, *args)`` for every host, spread over the scheduler in groups, results in host order."""
-    groups = _groups(list(hosts), HOSTS_PER_TASK)
     total = len(hosts)
     done = 0
-    readings: list[list | None] = [None] * len(groups)
     with dask_client(scheduler, announce) as client:
+        groups = _groups(list(hosts), hosts_per_task(total, _threads(client)))
+        readings: list[list | None] = [None] * len(groups)
         if client is None:
             for index, group in enumerate(groups):
                 readings[index] = run_group(task, group, *args)
@@ -133,15 +172,18 @@ def map_hosts(
 
 
 def stderr_progress(every: int = 0) -> Progress:
-    """A progress callback printing ``read N/TOTAL hosts`` on stderr (about 20 lines per run).
+    """A progress callback printing ``read N/TOTAL hosts`` on stderr (about 20 lines per run): once each
+    time ``done`` enters a new step of ``every`` hosts (default: a twentieth of the total), and at the end.
 
     >>> stderr_progress()(0, 0) is None
     True
     """
+    printed = [-1]
 
     def report(done: int, total: int) -> None:
         step = every or max(1, total // 20)
-        if total and (done == total or done % step < HOSTS_PER_TASK):
+        if total and (done == total or done // step != printed[0]):
+            printed[0] = done // step
             print(f"read {done:,}/{total:,} hosts", file=sys.stderr, flush=True)
 
     return report
