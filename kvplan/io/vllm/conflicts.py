@@ -40,20 +40,24 @@ class RankObservations:
 
     def __init__(self) -> None:
         self._by_rank: dict[int, list[Observation]] = {}
+        #: (rank, process) → that process's latest observation of the rank
+        self._latest: dict[tuple, Observation] = {}
 
     def add(self, rank: int, key: tuple | None, family: str, values: dict, where: tuple) -> None:
-        """Record one event's ``values`` of ``family`` printed by process ``key`` for ``rank``."""
-        items = self._by_rank.setdefault(rank, [])
-        current = next((item for item in reversed(items) if item.key == key), None)
+        """Record one event's ``values`` of ``family`` printed by process ``key`` for ``rank`` (the values
+        are copied, not kept)."""
+        current = self._latest.get((rank, key))
         if current is None or _repeats(current, family, values):
             base = dict(current.values) if current is not None else {}
             base_origin = dict(current.origin) if current is not None else {}
             current = Observation(key, base, base_origin, start=where[0] if isinstance(where[0], int) else 0)
-            items.append(current)
+            self._by_rank.setdefault(rank, []).append(current)
+            self._latest[rank, key] = current
+        held, origin, families = current.values, current.origin, current.families
         for name, value in values.items():
-            current.values[name] = value
-            current.origin[name] = where
-            current.families[name] = family
+            held[name] = value
+            origin[name] = where
+            families[name] = family
 
     def ranks(self) -> list[int]:
         """The ranks observed."""
@@ -66,10 +70,8 @@ class RankObservations:
 
 def _repeats(observation: Observation, family: str, values: dict) -> bool:
     """True when ``family`` prints again a value this observation already holds from that family."""
-    return any(
-        observation.families.get(name) == family and observation.values.get(name) != values[name]
-        for name in values
-    )
+    families, held = observation.families, observation.values
+    return any(families.get(name) == family and held.get(name) != value for name, value in values.items())
 
 
 def safest(

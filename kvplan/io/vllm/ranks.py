@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 
 from kvplan.columns import world_size
 from kvplan.io.ledger_frame import missing
@@ -22,26 +23,28 @@ def key_size(key: dict, name: str) -> int | None:
     return None if missing(value) else int(value)
 
 
-def _rank_from_name(name: str, key: dict) -> dict:
-    """Rank and group ranks from a process prefix name (``Worker_PP1_TP0``, ``VllmWorker rank=2``)."""
+@lru_cache(maxsize=1024)
+def _rank_from_name(name: str, tp_size: int | None, pp_size: int | None) -> tuple[tuple[str, int], ...]:
+    """Rank and group ranks, as ``(name, value)`` pairs, from a process prefix name (``Worker_PP1_TP0``,
+    ``VllmWorker rank=2``) under the key's TP and PP sizes (None: unknown); the same names recur in
+    every boot, so each is read once.
+
+    >>> _rank_from_name("Worker_PP1_TP0", 4, 2)
+    (('tp_rank', 0), ('pp_rank', 1), ('dp_rank', 0), ('rank', 4))
+    """
     match = re.fullmatch(r"VllmWorker rank=(\d+)", name)
     if match:
-        return {"rank": int(match.group(1))}
+        return (("rank", int(match.group(1))),)
     match = _WORKER_RE.fullmatch(name)
     if (
         match is None
         or name in ("Worker",)
-        or (
-            name == "VllmWorker"
-            and (key_size(key, "tensor_parallel_size") or 1) * (key_size(key, "pipeline_parallel_size") or 1)
-            != 1
-        )
+        or (name == "VllmWorker" and (tp_size or 1) * (pp_size or 1) != 1)
     ):
-        return {}
+        return ()
     groups = {group: int(index) for group, index in _GROUP_RE.findall(match.group(1))}
     tp, pp, dp = groups.get("TP", 0), groups.get("PP", 0), groups.get("DP", 0)
     pcp = groups.get("PCP", 0)
-    tp_size, pp_size = key_size(key, "tensor_parallel_size"), key_size(key, "pipeline_parallel_size")
     info = {"tp_rank": tp, "pp_rank": pp, "dp_rank": dp}
     if pp == pcp == dp == 0:
         info["rank"] = tp
@@ -49,20 +52,26 @@ def _rank_from_name(name: str, key: dict) -> dict:
         pcp_size = 1 if pcp == 0 else None
         if pcp_size is not None:
             info["rank"] = tp + tp_size * (pp + (pp_size or 1) * dp)
-    return info
+    return tuple(info.items())
 
 
-def attribute(boot: Boot, key: dict, version: tuple | None, source: str, warnings: list) -> dict:
-    """Process identity ``(pid, ip)`` (None: no prefix) → rank, group ranks, roles."""
+#: Event scopes whose process speaks for a rank (its rank is checked and counted).
+PRINTING_SCOPES = frozenset(("rank", "assign", "outcome"))
+
+
+def attribute(
+    boot: Boot, key: dict, version: tuple | None, source: str, warnings: list, printed: set
+) -> dict:
+    """Process identity ``(pid, ip)`` (None: no prefix) → rank, group ranks, roles; ``printed`` are the
+    processes with an event of :data:`PRINTING_SCOPES`."""
     world = world_size(key)
     tp_pp = None
     tp_size, pp_size = key_size(key, "tensor_parallel_size"), key_size(key, "pipeline_parallel_size")
     if tp_size is not None and pp_size is not None:
         tp_pp = tp_size * pp_size
-    assigned: dict = {}
-    for event in boot.events:
-        if event.scope == "assign" and event.key is not None:
-            assigned[event.key] = event.values
+    assigned = {
+        event.key: event.values for event in boot.events if event.scope == "assign" and event.key is not None
+    }
     all_names = {name for names in boot.names.values() for name in names}
     v0 = (
         boot.flags.get("v1") is False
@@ -73,14 +82,13 @@ def attribute(boot: Boot, key: dict, version: tuple | None, source: str, warning
     for process_key, names in boot.names.items():
         item: dict = {"pid": process_key[0], "process": _best_name(names)}
         for name in names:
-            if _FRONTEND_RE.fullmatch(name):
+            frontend, engine, engine_dp = _roles(name)
+            if frontend:
                 item["frontend"] = True
-            engine = _ENGINE_RE.fullmatch(name)
             if engine:
                 item["engine"] = True
-                index = engine.group(1) or engine.group(2)
-                item["engine_dp"] = int(index) if index is not None else None
-            for name_key, value in _rank_from_name(name, key).items():
+                item["engine_dp"] = engine_dp
+            for name_key, value in _rank_from_name(name, tp_size, pp_size):
                 item.setdefault(name_key, value)
         if process_key in assigned:
             values = assigned[process_key]
@@ -100,18 +108,16 @@ def attribute(boot: Boot, key: dict, version: tuple | None, source: str, warning
     if v0 or (not has_workers and (world is None or world == 1)):
         info[None].update(rank=0, tp_rank=0, pp_rank=0, dp_rank=0)
     used: dict[int, tuple] = {}
-    printed = {event.key for event in boot.events if event.scope in ("rank", "assign", "outcome")}
     for process_key, item in info.items():
         rank = item.get("rank")
         if rank is None or process_key not in printed:
             continue
-        line = first_line(boot, process_key)
         if world is not None and rank >= world:
             warnings.append(
                 place_note(
                     "rank-out-of-world",
                     source,
-                    line,
+                    first_line(boot, process_key),
                     f"process {item.get('process') or '(no prefix)'} claims rank {rank} "
                     f"but the world size is {world}; its lines are left out",
                 )
@@ -124,7 +130,7 @@ def attribute(boot: Boot, key: dict, version: tuple | None, source: str, warning
                 place_note(
                     "rank-claimed-twice",
                     source,
-                    line,
+                    first_line(boot, process_key),
                     f"two processes claim rank {rank} in one boot "
                     f"(pids {used[rank][0]} and {process_key[0] if process_key else 'none'}); "
                     "both are kept as evidence and the lower room is used",
@@ -197,9 +203,27 @@ def _ray_workers(info: dict, boot: Boot, world: int | None, first: int, source: 
     return bool(free)
 
 
+@lru_cache(maxsize=1024)
+def _roles(name: str) -> tuple[bool, bool, int | None]:
+    """Whether a process name is a front end, an engine, and the engine's DP index (None: not given).
+
+    >>> _roles("APIServer"), _roles("EngineCore_DP1"), _roles("Worker_TP0")
+    ((True, False, None), (False, True, 1), (False, False, None))
+    """
+    engine = _ENGINE_RE.fullmatch(name)
+    index = None if engine is None else engine.group(1) or engine.group(2)
+    return bool(_FRONTEND_RE.fullmatch(name)), engine is not None, None if index is None else int(index)
+
+
 def _best_name(names: list[str]) -> str:
-    specific = [name for name in names if _GROUP_RE.search(name) or "rank=" in name or "_DP" in name]
+    specific = [name for name in names if _specific(name)]
     return (specific or names)[-1]
+
+
+@lru_cache(maxsize=1024)
+def _specific(name: str) -> bool:
+    """Whether a process name names its rank or group (``Worker_TP1``, ``VllmWorker rank=2``, ``_DP1``)."""
+    return bool(_GROUP_RE.search(name)) or "rank=" in name or "_DP" in name
 
 
 def first_line(boot: Boot, process_key: tuple | None) -> int:

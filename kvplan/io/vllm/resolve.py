@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from operator import itemgetter
 
 import pandas as pd
 
@@ -15,10 +16,14 @@ from kvplan.io.room_rule import RoomRule
 from kvplan.io.vllm.boots import KV_SIZED_COLUMNS, Boot
 from kvplan.io.vllm.conflicts import RankObservations, safest, two_launches
 from kvplan.io.vllm.manual import exact_manual
-from kvplan.io.vllm.ranks import RAY_WORKER_RE, attribute, key_size
+from kvplan.io.vllm.ranks import PRINTING_SCOPES, RAY_WORKER_RE, attribute, key_size
 from kvplan.releases import version_tuple
 
 ENGINE_COLUMNS = ("kv_cache_tokens", "max_concurrency", "num_gpu_blocks")
+#: What :func:`~kvplan.io.vllm.ranks.attribute` knows of a process it did not see (read only).
+_NO_PROCESS: dict = {}
+#: :data:`~kvplan.columns.LEDGER_COLUMNS` as a set, for membership.
+_LEDGER_COLUMN_SET = frozenset(LEDGER_COLUMNS)
 #: The last startup line of a rank in releases that may print no boot-level completion line
 #: (0.5.0–0.6.3, "Graph capturing finished in N secs."). Later releases log more after graph capture
 #: (graph pool, --kv-cache-memory suggestion, warm-up), so only "init engine … took" or "Application
@@ -45,10 +50,9 @@ def resolve_boot(
 ) -> tuple[list[dict], list[tuple], list[str], dict]:
     """Attribute a boot's events to ranks and compute each rank's row (its room with ``room_rule``)."""
     warnings = list(boot.warnings)
-    provenance: list[tuple] = []
-    key, key_origin = _boot_key(boot)
-    version = version_tuple(key.get("vllm_version"))
-    ranks_of = attribute(boot, key, version, source, warnings)
+    key, key_origin, version = _boot_key(boot)
+    printed = {event.key for event in boot.events if event.scope in PRINTING_SCOPES}
+    ranks_of = attribute(boot, key, version, source, warnings, printed)
     rows: dict[int, dict] = {}
     origin: dict[tuple[int, str], tuple[int, int | str]] = {}
 
@@ -57,7 +61,6 @@ def resolve_boot(
             rows[rank] = {"rank": rank}
         return rows[rank]
 
-    printed = {event.key for event in boot.events if event.scope in ("rank", "assign", "outcome")}
     for process_key, info in ranks_of.items():
         if info.get("rank") is not None and process_key in printed:
             target = row(info["rank"])
@@ -104,23 +107,12 @@ def resolve_boot(
     sizing = {column: boot.config[column] for column in SIZING_CONFIG if column in boot.config}
     if room_rule is not None:
         room_rule.boot_warnings(rows, key, flags, source, boot, origin, warnings)
-    records = []
-    for rank in sorted(rows):
-        values = rows[rank]
-        values.update(source=source, boot=boot.index)
-        for column, value in key.items():
-            values.setdefault(column, value)
-        for column, (value, *_rest) in sizing.items():
-            values.setdefault(column, value)
-        records.append(values)
-    for (rank, column), (line, raw) in origin.items():
-        if rank in rows and column in LEDGER_COLUMNS:
-            provenance.append((source, line, boot.index, rank, column, rows[rank].get(column), raw))
-    for column, (line, raw) in key_origin.items():
-        provenance.append((source, line, boot.index, pd.NA, column, key[column], raw))
-    for column, (value, line, raw, _family) in sizing.items():
-        provenance.append((source, line, boot.index, pd.NA, column, value, raw))
-    provenance.sort(key=lambda item: (item[1] if isinstance(item[1], int) else -1, str(item[3]), item[4]))
+    # the boot's key and sizing configuration fill what a rank's own values leave open
+    shared = {column: value for column, (value, *_rest) in sizing.items()} | key
+    for rank, values in rows.items():
+        rows[rank] = {**shared, **values, "source": source, "boot": boot.index}
+    records = [rows[rank] for rank in sorted(rows)]
+    provenance = _provenance(rows, origin, key, key_origin, sizing, source, boot.index)
     info = {
         "source": source,
         "boot": boot.index,
@@ -132,6 +124,31 @@ def resolve_boot(
         "outcomes": {rank: rows[rank].get("outcome") for rank in sorted(rows)},
     }
     return records, provenance, warnings, info
+
+
+def _provenance(
+    rows: dict, origin: dict, key: dict, key_origin: dict, sizing: dict, source: str, boot: int
+) -> list[tuple]:
+    """The boot's provenance rows (:data:`~kvplan.io.metadata.PROVENANCE_COLUMNS`), by line (defaults,
+    without one, first), then rank (as text; boot-level fields ``NA``), then column."""
+    ordered = [
+        (
+            (line if isinstance(line, int) else -1, str(rank), column),
+            (line, rank, column, rows[rank].get(column), raw),
+        )
+        for (rank, column), (line, raw) in origin.items()
+        if rank in rows and column in _LEDGER_COLUMN_SET
+    ]
+    for column, (line, raw) in key_origin.items():
+        ordered.append(
+            ((line if isinstance(line, int) else -1, "<NA>", column), (line, pd.NA, column, key[column], raw))
+        )
+    for column, (value, line, raw, _family) in sizing.items():
+        ordered.append(
+            ((line if isinstance(line, int) else -1, "<NA>", column), (line, pd.NA, column, value, raw))
+        )
+    ordered.sort(key=itemgetter(0))  # stable, as the rows were built
+    return [(source, line, boot, rank, column, value, raw) for _, (line, rank, column, value, raw) in ordered]
 
 
 def _sort_events(
@@ -153,12 +170,13 @@ def _sort_events(
     seen = RankObservations()
     frames: dict = {}
     for event in boot.events:
-        info = ranks_of.get(event.key, {})
+        info = ranks_of.get(event.key, _NO_PROCESS)
         rank = info.get("rank")
-        if event.scope == "frame":
+        scope = event.scope
+        if scope == "frame":
             frames[event.key] = event.values["failed_in"]
             continue
-        if event.scope == "outcome":
+        if scope == "outcome":
             after = done_line is not None and event.line > done_line
             if after:
                 serving_failures.append(event.line)
@@ -176,14 +194,14 @@ def _sort_events(
             if rank not in failures or failures[rank].priority > failure.priority:
                 failures[rank] = failure
             continue
-        if event.scope == "engine" or (event.scope == "rank" and info.get("engine") and rank is None):
-            if event.scope == "rank":
+        if scope == "engine" or (scope == "rank" and info.get("engine") and rank is None):
+            if scope == "rank":
                 unattributed.append(event.line)
                 continue
             for name, value in event.values.items():
                 engine_values[info.get("engine_dp")][name].append((value, event))
             continue
-        if event.scope != "rank":
+        if scope != "rank":
             continue
         if rank is None:
             unattributed.append(event.line)
@@ -191,7 +209,9 @@ def _sort_events(
         target = row(rank)
         if event.family in OLD_LAST_LINE_FAMILIES:
             target["_done"] = True
-        values = {name: value for name, value in event.values.items() if name != "gpu_memory_utilization"}
+        values = event.values
+        if "gpu_memory_utilization" in values:  # a key field, not the rank's
+            values = {name: value for name, value in values.items() if name != "gpu_memory_utilization"}
         seen.add(rank, event.key, event.family, values, (event.line, event.raw))
     return unattributed, failures, serving_failures, engine_values, seen
 
@@ -233,15 +253,17 @@ def _caveats(boot: Boot, source: str) -> list:
     ]
 
 
-def _boot_key(boot: Boot) -> tuple[dict, dict]:
-    """The boot's compatibility key and, per field, the line it came from (defaults: no line)."""
+def _boot_key(boot: Boot) -> tuple[dict, dict, tuple | None]:
+    """The boot's compatibility key, per field the line it came from (defaults: no line), and its
+    release as :func:`~kvplan.releases.version_tuple` reads it."""
     key: dict = {column: pd.NA for column in KEY_COLUMNS}
     origin: dict = {}
     for column, (value, line, raw, _family) in boot.config.items():
         if column in key:
             key[column], origin[column] = value, (line, raw)
-    for event in boot.events:
-        for name in ("gpu_memory_utilization", "max_model_len"):
+    unset = [name for name in ("gpu_memory_utilization", "max_model_len") if missing(key[name])]
+    for event in boot.events if unset else ():
+        for name in unset:
             if name in event.values and missing(key[name]):
                 key[name], origin[name] = event.values[name], (event.line, event.raw)
     version = version_tuple(key["vllm_version"])
@@ -259,7 +281,7 @@ def _boot_key(boot: Boot) -> tuple[dict, dict]:
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             if missing(key[name]):
                 key[name], origin[name] = 1, (pd.NA, "not in the non-default args: 1")
-    return key, origin
+    return key, origin, version
 
 
 def _attach_engine_values(
