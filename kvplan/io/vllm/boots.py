@@ -51,7 +51,7 @@ IDENTITY_FIELDS = (
 )
 
 
-@dataclass
+@dataclass(slots=True)
 class Event:
     """One fact of a boot: its line, the raw line (byte offset, or the text), who printed it, what it says."""
 
@@ -144,11 +144,17 @@ class BootSplitter:
 
     def _maybe_new_boot(self, number: int, family: str, key: tuple | None) -> None:
         boot = self.boot
-        seen = {name for name, (_v, _l, _r, origin) in boot.config.items() if origin == family}
         if family == "version":
-            start = bool(boot.events) or bool(boot.config_printers) or "vllm_version" in seen
+            held = boot.config.get("vllm_version")
+            start = (
+                bool(boot.events) or bool(boot.config_printers) or (held is not None and held[3] == family)
+            )
         elif family in ("non_default_args", "namespace_args"):
-            start = bool(boot.events) or bool(boot.config_printers) or bool(seen)
+            start = (
+                bool(boot.events)
+                or bool(boot.config_printers)
+                or any(held[3] == family for held in boot.config.values())
+            )
         elif family == "engine_config":
             start = boot.kv_reached or "startup_done" in boot.flags or key in boot.config_printers
         else:
@@ -159,6 +165,7 @@ class BootSplitter:
 
     def _config(self, number: int, raw: int | str, family: str, values: dict) -> None:
         config = self.boot.config
+        priority = CONFIG_PRIORITY[family]
         for name, value in values.items():
             column = CONFIG_NAMES.get(name)
             if column is None:
@@ -166,9 +173,8 @@ class BootSplitter:
             if name == "disable_hybrid_kv_cache_manager" and isinstance(value, bool):
                 value = not value
             value = _config_value(column, value)
-            if column.endswith("_parallel_size"):
+            if column in _PARALLEL_COLUMNS:
                 check_parallel_size(column, value, self.source, number)
-            priority = CONFIG_PRIORITY[family]
             held = config.get(column)
             second = held is not None and held[3] == family and str(held[0]) != str(value)
             if second and column in IDENTITY_FIELDS:
@@ -184,16 +190,25 @@ class BootSplitter:
 
 #: Configuration columns held as whole numbers.
 INT_CONFIG = ("max_model_len", "block_size", "max_num_batched_tokens", "num_gpu_blocks_override")
+_PARALLEL_COLUMNS = frozenset(column for column in CONFIG_NAMES.values() if column.endswith("_parallel_size"))
+_INT_COLUMNS = frozenset(INT_CONFIG) | _PARALLEL_COLUMNS
+_FLAG_COLUMNS = frozenset(("enforce_eager", "async_scheduling", "hybrid_kv_cache_manager"))
+_KV_SIZED = frozenset(KV_SIZED_COLUMNS)
 
 
 def _sizes_kv(fact: Fact) -> bool:
-    return fact.scope == "outcome" or any(name in KV_SIZED_COLUMNS for name in fact.values)
+    return fact.scope == "outcome" or not _KV_SIZED.isdisjoint(fact.values)
 
 
 def _config_value(column: str, value: object) -> object:
+    """A configuration value as the ledger holds it (``NA`` for None, "None" or "").
+
+    >>> _config_value("block_size", "16"), _config_value("enforce_eager", "True"), _config_value("model", None)
+    (16, True, <NA>)
+    """
     if value is None or (isinstance(value, str) and value in ("None", "")):
         return pd.NA
-    if column in INT_CONFIG or column.endswith("_parallel_size"):
+    if column in _INT_COLUMNS:
         try:
             return int(value)
         except (TypeError, ValueError):
@@ -203,6 +218,6 @@ def _config_value(column: str, value: object) -> object:
             return float(value)
         except (TypeError, ValueError):
             return pd.NA
-    if column in ("enforce_eager", "async_scheduling", "hybrid_kv_cache_manager"):
+    if column in _FLAG_COLUMNS:
         return value if isinstance(value, bool) else str(value) == "True"
     return str(value)

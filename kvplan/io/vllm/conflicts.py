@@ -47,17 +47,26 @@ class RankObservations:
         """Record one event's ``values`` of ``family`` printed by process ``key`` for ``rank`` (the values
         are copied, not kept)."""
         current = self._latest.get((rank, key))
-        if current is None or _repeats(current, family, values):
-            base = dict(current.values) if current is not None else {}
-            base_origin = dict(current.origin) if current is not None else {}
-            current = Observation(key, base, base_origin, start=where[0] if isinstance(where[0], int) else 0)
-            self._by_rank.setdefault(rank, []).append(current)
-            self._latest[rank, key] = current
+        if current is None:
+            current = self._start(rank, key, {}, {}, where)
+        else:
+            families, held = current.families, current.values
+            for name, value in values.items():
+                if families.get(name) == family and held.get(name) != value:  # printed again: a new one
+                    current = self._start(rank, key, dict(held), dict(current.origin), where)
+                    break
         held, origin, families = current.values, current.origin, current.families
         for name, value in values.items():
             held[name] = value
             origin[name] = where
             families[name] = family
+
+    def _start(self, rank: int, key: tuple | None, values: dict, origin: dict, where: tuple) -> Observation:
+        """A new observation of ``rank`` by process ``key`` from the line ``where``, holding ``values``."""
+        current = Observation(key, values, origin, start=where[0] if isinstance(where[0], int) else 0)
+        self._by_rank.setdefault(rank, []).append(current)
+        self._latest[rank, key] = current
+        return current
 
     def ranks(self) -> list[int]:
         """The ranks observed."""
@@ -66,12 +75,6 @@ class RankObservations:
     def of(self, rank: int) -> list[Observation]:
         """The observations of ``rank`` in the order they started."""
         return self._by_rank.get(rank, [])
-
-
-def _repeats(observation: Observation, family: str, values: dict) -> bool:
-    """True when ``family`` prints again a value this observation already holds from that family."""
-    families, held = observation.families, observation.values
-    return any(families.get(name) == family and held.get(name) != value for name, value in values.items())
 
 
 def safest(

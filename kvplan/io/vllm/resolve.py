@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
+from functools import lru_cache
 from operator import itemgetter
 
 import pandas as pd
@@ -256,17 +257,19 @@ def _caveats(boot: Boot, source: str) -> list:
 def _boot_key(boot: Boot) -> tuple[dict, dict, tuple | None]:
     """The boot's compatibility key, per field the line it came from (defaults: no line), and its
     release as :func:`~kvplan.releases.version_tuple` reads it."""
-    key: dict = {column: pd.NA for column in KEY_COLUMNS}
+    key: dict = dict.fromkeys(KEY_COLUMNS, pd.NA)
     origin: dict = {}
-    for column, (value, line, raw, _family) in boot.config.items():
+    args = False  # whether the 'non-default args' line was read
+    for column, (value, line, raw, family) in boot.config.items():
         if column in key:
             key[column], origin[column] = value, (line, raw)
+        args = args or family == "non_default_args"
     unset = [name for name in ("gpu_memory_utilization", "max_model_len") if missing(key[name])]
     for event in boot.events if unset else ():
         for name in unset:
             if name in event.values and missing(key[name]):
                 key[name], origin[name] = event.values[name], (event.line, event.raw)
-    version = version_tuple(key["vllm_version"])
+    version = _release(key["vllm_version"])
     if version is not None:
         defaults = {"gpu_memory_utilization": 0.92 if version >= (0, 20) else 0.9, "block_size": 16}
         for name, value in defaults.items():
@@ -276,12 +279,16 @@ def _boot_key(boot: Boot) -> tuple[dict, dict, tuple | None]:
         for name in ("pipeline_parallel_size", "data_parallel_size"):
             if missing(key[name]):
                 key[name], origin[name] = 1, (pd.NA, "not in the engine config: 1")
-    if any(family == "non_default_args" for *_rest, family in boot.config.values()):
+    if args:
         # 'non-default args' lists what differs from the defaults: a size it does not list is 1
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
             if missing(key[name]):
                 key[name], origin[name] = 1, (pd.NA, "not in the non-default args: 1")
     return key, origin, version
+
+
+#: :func:`~kvplan.releases.version_tuple` of each version string once (a log's boots share a few).
+_release = lru_cache(maxsize=256)(version_tuple)
 
 
 def _attach_engine_values(
