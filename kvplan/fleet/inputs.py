@@ -76,10 +76,17 @@ def filesystem(url: str, storage_options: Mapping[str, object] | None = None):
     return fs, path
 
 
+def _protocol(fs) -> str:
+    return fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+
+
+def _is_local(fs) -> bool:
+    return _protocol(fs) in ("file", "local")
+
+
 def _url(fs, path: str) -> str:
     """A full URL for ``path`` on ``fs`` (local paths stay plain)."""
-    protocol = fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
-    return path if protocol in ("file", "local") else f"{protocol}://{path}"
+    return path if _is_local(fs) else f"{_protocol(fs)}://{path}"
 
 
 def is_snapshot(name: str) -> bool:
@@ -120,17 +127,33 @@ def _from_folders(fs, path: str) -> list[HostFiles]:
     if not fs.isdir(path):
         raise FleetInputError(f"{_url(fs, path)}: not a folder of host folders or a manifest .csv")
     hosts = []
-    for entry in sorted(fs.ls(path, detail=True), key=lambda item: item["name"]):
-        if entry["type"] != "directory":
+    for folder, kind in _entries(fs, path):
+        if kind != "directory":
             continue
-        files = sorted(item["name"] for item in fs.ls(entry["name"], detail=True) if item["type"] == "file")
-        name = entry["name"].rstrip("/").rsplit("/", 1)[-1]
+        files = [name for name, kind in _entries(fs, folder) if kind == "file"]
+        name = folder.rstrip("/").rsplit("/", 1)[-1]
         logs = [_url(fs, f) for f in files if not is_snapshot(f) and f.lower().endswith(LOG_SUFFIXES)]
         snapshots = [_url(fs, f) for f in files if is_snapshot(f)]
         hosts.append(HostFiles(name, tuple(logs), tuple(snapshots)))
     if not hosts:
         raise FleetInputError(f"{_url(fs, path)}: no host folders (expected FLEET/<host>/*.log)")
     return hosts
+
+
+def _entries(fs, path: str) -> list[tuple[str, str]]:
+    """``(name, type)`` of each entry of the folder ``path``, by name, as fsspec's ``ls`` gives them
+    (``"directory"``, ``"file"`` or ``"other"``; a symbolic link is ``"other"``). On local disk straight from
+    ``os.scandir``: fsspec's local ``ls`` stats every entry again (~40 µs each, 40,000 on 10,000 hosts)."""
+    if not _is_local(fs):
+        return sorted((item["name"], item["type"]) for item in fs.ls(path, detail=True))
+    with os.scandir(path) as found:
+        return sorted((entry.path, _kind(entry)) for entry in found)
+
+
+def _kind(entry: os.DirEntry) -> str:
+    if entry.is_dir(follow_symlinks=False):
+        return "directory"
+    return "file" if entry.is_file(follow_symlinks=False) else "other"
 
 
 def _from_manifest(fs, path: str) -> list[HostFiles]:
