@@ -8,12 +8,14 @@ reading as the text of ``json.dumps``, a batch of rows at a time.
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
 import json
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from kvplan.load_rows import LoadRow, LoadSource
+from kvplan.load_rows import ROW_KEYS, LoadRow, LoadSource
 from kvplan.load_table import JSON_BATCH, ROW_FIELDS, UNKNOWN_NUMBER, LoadRows
 
 __all__ = ["JSON_BATCH", "ROW_FIELDS", "UNKNOWN_NUMBER", "LoadReading", "LoadRows", "combine_readings"]
@@ -40,7 +42,7 @@ class LoadReading:
     def json_chunks(self) -> Iterator[str]:
         """:meth:`to_dict` as strict JSON text in pieces of :data:`JSON_BATCH` rows: the text of
         ``json.dumps(reading.to_dict())`` and a newline, without holding every row's dict (the rows of a
-        :class:`LoadRows` a batch at a time, see :meth:`LoadRows.json_texts`; others by the C encoder).
+        :class:`LoadRows` a batch at a time, see :meth:`LoadRows.texts`; others by the C encoder).
 
         >>> reading = LoadReading((LoadRow("a.log", 3, None, 0),), ("w",))
         >>> "".join(reading.json_chunks()) == json.dumps(reading.to_dict()) + chr(10)
@@ -48,21 +50,37 @@ class LoadReading:
         """
         encode = json.JSONEncoder(allow_nan=False, check_circular=False).encode  # C, no indent
         if isinstance(self.rows, LoadRows):
-            texts = self.rows.json_texts()
+            texts = self.rows.texts("json")
         else:
-            dicts = self.row_dicts()
-            batches = iter(lambda: list(itertools.islice(dicts, JSON_BATCH)), [])
-            texts = (encode(batch)[1:-1] for batch in batches)
+            texts = (encode(batch)[1:-1] for batch in self._dict_batches())
         yield '{"rows": ['
         for number, text in enumerate(texts):
             yield text if number == 0 else ", " + text
         yield f'], "warnings": {encode(list(self.warnings))}}}\n'
 
-    def row_values(self) -> Iterator[tuple]:
-        """Each row's :data:`ROW_KEYS` values as a tuple, for CSV writers (``None`` = unknown)."""
+    def csv_chunks(self) -> Iterator[str]:
+        """The rows as CSV text in pieces of :data:`JSON_BATCH` rows, a header line of :data:`ROW_KEYS`
+        first: the text that ``csv.writer`` (``lineterminator="\\n"``) gives for the header and each row's
+        values (``None`` = unknown, an empty field).
+
+        >>> print("".join(LoadReading((LoadRow("a.log", 3, None, 0, kv_cache_usage_pct=41.5),)).csv_chunks()))
+        source,line,time,engine,kv_cache_usage_pct,running,waiting,swapped,prompt_tokens_per_s,generation_tokens_per_s,prefix_cache_hit_pct,preemptions,preemptions_total,event
+        a.log,3,,0,41.5,,,,,,,,,
+        <BLANKLINE>
+        """
+        yield ",".join(ROW_KEYS) + "\n"
         if isinstance(self.rows, LoadRows):
-            return self.rows.tuples()
-        return (tuple(row.values()) for row in self.row_dicts())
+            yield from self.rows.texts("csv")
+            return
+        for batch in self._dict_batches():
+            text = io.StringIO()
+            csv.writer(text, lineterminator="\n").writerows(row.values() for row in batch)
+            yield text.getvalue()
+
+    def _dict_batches(self) -> Iterator[list[dict]]:
+        """:meth:`row_dicts` in lists of up to :data:`JSON_BATCH`."""
+        dicts = self.row_dicts()
+        return iter(lambda: list(itertools.islice(dicts, JSON_BATCH)), [])
 
     @property
     def kv_cache_tokens(self) -> int | None:

@@ -2,19 +2,22 @@
 
 A load reader appends its rows to a :class:`LoadRows` (about 110 bytes a row, so memory follows the rows,
 never the input's text); indexing gives :class:`~kvplan.load_rows.LoadRow` s, and :meth:`LoadRows.columns`
-and :meth:`LoadRows.json_texts` give the rows a batch at a time, straight from the columns, for CSV and
+and :meth:`LoadRows.texts` give the rows a batch at a time, straight from the columns, for CSV and
 JSON writers. Units as in :mod:`kvplan.load_rows`; times are kept in µs since year 1.
 """
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
 import json
 import math
 import struct
 from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from kvplan.codes import string_code
 from kvplan.load_rows import EVENTS, KINDS, ROW_KEYS, LoadFormatError, LoadRow
@@ -62,7 +65,6 @@ _TIME = ROW_FIELDS.index("time")
 _FLOAT_POSITIONS = tuple(position for position, name in enumerate(ROW_FIELDS) if name in _FLOAT_FIELDS)
 _DAY = 86_400_000_000  # µs
 JSON_BATCH = 4096  # rows per batch of :meth:`LoadRows.columns` (and per piece of the JSON text)
-_ROW_TEMPLATE = "{" + ", ".join(f"{json.dumps(key)}: %s" for key in ROW_KEYS) + "}"
 
 
 def _time_text(micros: int, year_known: int, days: dict, clocks: dict[int, str]) -> str:
@@ -96,9 +98,24 @@ def _known_numbers(column: list, unknown: str | None = None) -> list:
     >>> _known_numbers([1, _MISSING]), _known_numbers([1.5, math.nan], "null"), _known_numbers([2, 3])
     ([1, None], [1.5, 'null'], [2, 3])
     """
-    if _MISSING not in column and all(map(math.isfinite, column)):
+    if column and isinstance(column[0], float):  # a float column never holds the sentinel
+        if math.isfinite(sum(column)):  # NaN and ±Inf survive a sum (or overflow it: then look closer)
+            return column
+    elif _MISSING not in column:
         return column
     return [unknown if value == _MISSING or value - value != 0 else value for value in column]
+
+
+def _csv_field(text: str | None) -> str:
+    """``text`` as :mod:`csv` writes it among other fields (quoted when it holds a comma, a quote or a
+    line break).
+
+    >>> _csv_field("a.log"), _csv_field('my "b", c.log'), _csv_field("")
+    ('a.log', '"my ""b"", c.log"', '')
+    """
+    buffer = io.StringIO()
+    csv.writer(buffer, lineterminator="\n").writerow([text, None])
+    return buffer.getvalue()[:-2]  # without ",\n"
 
 
 def _shared(column: list):
@@ -120,13 +137,30 @@ def _same(value):
     return value
 
 
+class _Form(NamedTuple):
+    """A text form of the rows: json.dumps's and csv.writer's text for the rows' dicts and values."""
+
+    row: str  # one row's %-template, ``%s`` a value
+    between: str  # the text between rows
+    quote: Callable[[str | None], str]  # a string's text (None: unknown)
+    unknown: str  # an unknown value's text
+
+
+_FORMS = {
+    "json": _Form(
+        "{" + ", ".join(f"{json.dumps(key)}: %s" for key in ROW_KEYS) + "}", ", ", json.dumps, "null"
+    ),
+    "csv": _Form(",".join(["%s"] * len(ROW_KEYS)) + "\n", "", _csv_field, ""),
+}
+
+
 class LoadRows(Sequence):
     """:class:`LoadRow` s kept in packed columns, one typed array per field (about 110 bytes a row).
 
     What the load readers return for a file of any size: a stats log of 800,000 lines keeps its rows in
     about 90 MB instead of 1 GB of objects. Rows are appended a batch at a time (:meth:`add`,
-    :meth:`add_packed`); indexing and iteration give :class:`LoadRow` s, :meth:`dicts` and :meth:`tuples`
-    the JSON rows straight from the columns. Unknown numbers are kept as sentinels (a float ``NaN`` or
+    :meth:`add_packed`); indexing and iteration give :class:`LoadRow` s, :meth:`dicts` the JSON rows and
+    :meth:`texts` their JSON or CSV text straight from the columns. Unknown numbers are kept as sentinels (a float ``NaN`` or
     ``±Inf`` reads back as unknown, as :func:`~kvplan.load_rows.finite` does); ``raw`` is kept for event
     rows only (what a check quotes), a stats row's provenance is its source and line.
 
@@ -300,48 +334,48 @@ class LoadRows(Sequence):
         for columns in self.columns():
             yield from map(dict, map(zip, itertools.repeat(ROW_KEYS), zip(*columns)))
 
-    def tuples(self) -> Iterator[tuple]:
-        """Each row's :data:`ROW_KEYS` values, in that order, as :meth:`dicts` gives them."""
-        for columns in self.columns():
-            yield from zip(*columns)
-
-    def json_texts(self) -> Iterator[str]:
-        """The rows as JSON objects joined by ``", "``, :data:`JSON_BATCH` rows a piece: the text that
-        ``json.dumps`` gives for :meth:`dicts` (strings encoded by its C encoder, numbers by the ``repr``
-        it calls; a value that one batch shares is written into that batch's format once).
+    def texts(self, form: str = "json") -> Iterator[str]:
+        """The rows as text, :data:`JSON_BATCH` rows a piece: with ``form="json"`` JSON objects joined by
+        ``", "``, the text that ``json.dumps`` gives for :meth:`dicts`; with ``"csv"`` CSV lines, the text
+        that ``csv.writer`` gives for the rows' :data:`ROW_KEYS` values. Strings are written by those
+        encoders, numbers by the ``repr`` they call; a value that one batch shares is written into that
+        batch's template once.
 
         >>> rows = LoadRows()
         >>> rows.append(LoadRow("s.log", 7, None, 0, kv_cache_usage_pct=41.5, event="oom"))
         0
-        >>> next(rows.json_texts()) == json.dumps(next(rows.dicts()))
+        >>> next(rows.texts()) == json.dumps(next(rows.dicts()))
         True
+        >>> next(rows.texts("csv"))
+        's.log,7,,0,41.5,,,,,,,,,oom\\n'
         """
-        for columns in self.columns(json_text=True):
+        row_template, between = _FORMS[form].row, _FORMS[form].between
+        for columns in self.columns(form):
             shared = [_shared(column) for column in columns]
-            row = _ROW_TEMPLATE % tuple(
+            row = row_template % tuple(
                 "%s" if value is None else str(value).replace("%", "%%") for value in shared
             )
             varying = [column for column, value in zip(columns, shared) if value is None]
-            template = ", ".join([row] * len(columns[0]))
+            template = between.join([row] * len(columns[0]))
             yield template % tuple(itertools.chain.from_iterable(zip(*varying)))  # ("%%" becomes "%")
 
-    def columns(self, json_text: bool = False) -> Iterator[list[list]]:
+    def columns(self, form: str | None = None) -> Iterator[list[list]]:
         """The :data:`ROW_KEYS` columns of each run of up to :data:`JSON_BATCH` rows, values as
-        :meth:`dicts` gives them (unknown = ``None``, times as text); with ``json_text``, strings and
-        unknowns as their JSON text (numbers stay numbers).
+        :meth:`dicts` gives them (unknown = ``None``, times as text); with ``form`` (``"json"``, ``"csv"``),
+        strings and unknowns as their text in that form (numbers stay numbers).
 
         >>> rows = LoadRows()
         >>> rows.append(LoadRow("s.log", 7, datetime(2026, 11, 29, 10, 0, 10), 0, kv_cache_usage_pct=41.5))
         0
         >>> [column[0] for column in next(rows.columns())][:5]
         ['s.log', 7, '2026-11-29T10:00:10', 0, 41.5]
-        >>> [column[0] for column in next(rows.columns(json_text=True))][:8]
+        >>> [column[0] for column in next(rows.columns("json"))][:8]
         ['"s.log"', 7, '"2026-11-29T10:00:10"', 0, 41.5, 'null', 'null', 'null']
         """
         self._flush()
         days: dict = {}
         clocks: dict[int, str] = {}
-        quote, unknown = (json.dumps, "null") if json_text else (_same, None)
+        quote, unknown = (_FORMS[form].quote, _FORMS[form].unknown) if form else (_same, None)
         for start in range(0, len(self), JSON_BATCH):
             batch = [column[start : start + JSON_BATCH].tolist() for column in self._columns]
             sources, events = batch[0], batch[-1]
@@ -349,7 +383,7 @@ class LoadRows(Sequence):
                 unknown if micros == _MISSING else _time_text(micros, known, days, clocks)
                 for micros, known in zip(batch[_TIME], batch[_YEAR_KNOWN])
             ]
-            if json_text:  # a time's text holds digits, '-', ':', 'T', ' ' and '.': nothing to escape
+            if form == "json":  # a time's text holds digits, '-', ':', 'T', ' ' and '.': nothing to escape
                 times = [text if text is unknown else f'"{text}"' for text in times]
             yield [
                 [quote(self._sources[sources[0]])] * len(sources)

@@ -6,7 +6,10 @@ read twice, with the whole-line path on and off, and everything is compared: row
 facts and the JSON text, or the error. The JSON of a reading is exactly ``json.dumps`` of its dict.
 """
 
+import csv
+import io
 import json
+import math
 import re
 
 import pytest
@@ -14,8 +17,10 @@ import pytest
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
 from kvplan.io import stats_log, vllm_stats
+from kvplan.io.stats_records import READ_BLOCK
 from kvplan.io.vllm_stats import parse_stats_text
 from kvplan.load import LoadFormatError, LoadReading, LoadRow
+from kvplan.load_rows import ROW_KEYS
 
 # vLLM 0.26's default stats line (loggers.py:310 logs "Preemptions" from 0.11.1 on; 152 is 0.10's line)
 STATS = (
@@ -38,6 +43,12 @@ V0 = (
 )
 LATER = stats("11-29 10:00:20", 152)
 DOCKER = "2027-01-01T07:59:00.1Z " + START.replace("23:58:00", "23:59:00")
+
+
+def engine_stats(engine, second):
+    return stats(f"11-29 10:{second // 60:02d}:{second % 60:02d}").replace("Engine 000", f"Engine {engine}")
+
+
 CASES = {
     "year, New Year": ([START, stats("12-31 23:59:50"), V0, stats("01-01 00:00:00")], {"year": 2026}),
     "no year": ([stats("12-31 23:59:50"), stats("01-01 00:00:10")], {}),
@@ -74,6 +85,41 @@ CASES = {
     "no such second": ([stats("11-29 10:00:00"), stats("11-29 10:00:60")], {"year": 2026}),
     "shifted before year 1": ([stats("01-01 00:00:00")], {"year": 1, "utc_offset": 5}),
     "yearless then stamped": ([stats("11-29 10:00:00"), DOCKER, stats("12-31 23:59:59")], {}),
+    # runs of whole lines: a day (and a year) changes inside one run, engines take turns in one run
+    "new day inside a run": ([stats("12-31 23:59:50"), stats("01-01 00:00:00"), stats("01-01 00:00:10")], {}),
+    "engines take turns": (  # engine 001 is idle from 100 s to 200 s: a gap in its series only
+        [
+            engine_stats(engine, second)
+            for second in range(0, 210, 10)
+            for engine in ("000", "001")
+            if engine == "000" or not 100 < second < 200
+        ],
+        {"year": 2026},
+    ),
+    "bad lines inside a run": (
+        [
+            stats("11-29 10:00:00"),
+            stats("11-29 10:00:10", usage="-1.0"),
+            stats("11-29 10:00:20"),
+            stats("11-29 10:00:61"),
+            stats("11-29 10:00:30"),
+            stats("02-30 10:00:40"),
+            stats("11-29 10:00:50"),
+        ],
+        {"year": 2026},
+    ),
+    "shift past the last year inside a run": (
+        [stats("12-31 23:59:50"), stats("12-31 23:59:59")],
+        {"year": 9999, "utc_offset": -14},
+    ),
+    # more lines than a read block (READ_BLOCK), a line the pattern misses right at the block's edge
+    "blocks": (
+        [stats(f"11-29 {minute // 60:02d}:{minute % 60:02d}:00") for minute in range(1, 1440)]
+        * (READ_BLOCK // 1439 + 1)
+        + [V0]
+        + [stats("11-30 00:00:00")],
+        {"year": 2026},
+    ),
 }
 WRAPPED = stats("11-29 10:00:10")  # read with wrap_width = its length: a collector's hard wrap
 
@@ -142,3 +188,24 @@ def test_docker_stamps_beyond_any_utc_offset_are_a_warning_not_a_traceback():
     reading = parse_stats_text("\n".join([far, stats("12-31 23:59:50")]), "far.log")
     assert [row.time.hour for row in reading.rows] == [23]  # local time, not shifted
     assert any("UTC-15 h, outside UTC-14 … UTC+14 h" in warning for warning in reading.warnings)
+
+
+def test_csv_is_csv_writer_of_the_rows(tmp_path, capsys):
+    # the CSV text is written from the packed columns (LoadRows.texts): it must be what csv.writer writes
+    # for the rows' values, quoting and all: a path with a comma and a quote, unknowns (None, NaN), -0.0
+    log = tmp_path / 'my "b", c.log'
+    log.write_text("\n".join([START, stats("12-31 23:59:50"), OOM, stats("12-31 23:59:56", usage="-0.0")]))
+    assert main(["load", str(log), "--year", "2026", "--csv"]) == 0
+    reading = vllm_stats.read_vllm_stats(log, year=2026)
+    expected = io.StringIO()
+    writer = csv.writer(expected, lineterminator="\n")
+    writer.writerow(reading.to_dict()["rows"][0].keys())
+    writer.writerows(row.values() for row in reading.to_dict()["rows"])
+    assert capsys.readouterr().out == expected.getvalue()
+    assert '/my ""b"", c.log",' in expected.getvalue() and ",-0.0," in expected.getvalue()
+    rows = (
+        LoadRow("a,b.log", 1, None, None, kv_cache_usage_pct=math.nan, event="oom", raw="x"),
+    )  # tuple rows
+    expected = io.StringIO()
+    csv.writer(expected, lineterminator="\n").writerows([ROW_KEYS, rows[0].to_dict().values()])
+    assert "".join(LoadReading(rows).csv_chunks()) == expected.getvalue()

@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 
 from kvplan.cli.errors import EXIT_OK
 from kvplan.cli.help import add_command
 from kvplan.cli.output import format_table, print_warnings
 from kvplan.cli.sizes import positive_int
-from kvplan.load_rows import ROW_KEYS
 
 LOAD_HELP = """\
 KV cache usage, requests, preemptions and OOMs under load, from logs and /metrics
@@ -53,10 +51,8 @@ def run_load(args: argparse.Namespace) -> int:
     if args.json:  # json.dumps of the reading, streamed a batch of rows at a time
         sys.stdout.writelines(reading.json_chunks())
         return EXIT_OK
-    if args.csv:
-        writer = csv.writer(sys.stdout, lineterminator="\n")
-        writer.writerow(ROW_KEYS)
-        writer.writerows(reading.row_values())
+    if args.csv:  # csv.writer's text of the rows, a batch of rows at a time
+        sys.stdout.writelines(reading.csv_chunks())
     else:
         from kvplan.load import load_summary
 

@@ -28,8 +28,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from kvplan.io.metrics_rows import CREATED, FRACTIONS, KV_USAGE, READ, Scrape, metrics_rows, source_facts
 from kvplan.load_reading import LoadReading
 from kvplan.load_rows import LoadFormatError
@@ -177,6 +175,8 @@ def split_scrapes(text: str) -> list[tuple[int, datetime | None, str]]:
 
 
 def _families(chunk: _Chunk, source: str) -> list:
+    from prometheus_client.parser import text_string_to_metric_families  # 0.1 s: not for a stats log
+
     try:
         return list(text_string_to_metric_families("\n".join(chunk.lines) + "\n"))
     except (ValueError, IndexError, TypeError) as exc:

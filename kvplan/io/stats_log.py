@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import re
 from array import array
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 
 from kvplan.io.stats_records import Record, file_name
-from kvplan.load_table import JSON_BATCH, UNKNOWN_NUMBER, LoadRows
+from kvplan.load_table import UNKNOWN_NUMBER, LoadRows
 
 V1_PREEMPTIONS_FIELD_FROM_LINENO = (
     236  # loggers.py line of the stats call in 0.11.1, the first with "Preemptions"
@@ -27,7 +28,6 @@ V1_STATS_LINE = re.compile(
     r"Running: (\d{1,18}) reqs, Waiting: (\d{1,18}) reqs, (?:Preemptions: (\d{1,18}), )?[A-Z]+ KV cache usage: "
     rf"{_NUMBER}%, Prefix cache hit rate: {_NUMBER}%$"
 )
-_UNKNOWN_TEXT = str(UNKNOWN_NUMBER)  # int() of it is the unknown whole number
 _FIRST = datetime(1, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
 
@@ -55,83 +55,101 @@ class StatsLog:
         self.last_preemption: tuple[int, int | None] | None = None
         self.series: dict[int | None, tuple[array, array]] = {}  # engine → (µs since the first, line)
         self.warnings: list[str] = []
-        self._whole: list[tuple] = []  # lines taken whole since the last flush, their fields as read
-        self._whole_known, self._whole_restarts = True, 0  # the year_known and restarts they share
 
     def count(self) -> int:
-        return len(self.rows) + len(self._whole) + (self.last is not None)
+        return len(self.rows) + (self.last is not None)
 
-    def take_whole(self, groups: tuple, line: int, micros: int, year_known: bool) -> bool:
-        """Take a line that is one V1 stats record in vLLM's default form (:data:`V1_STATS_LINE`'s
-        ``groups``), stamped ``micros`` [µs since year 1, UTC when the shift is known], with what the
-        general reader (:func:`kvplan.io.vllm_stats.parse_stats_lines`) would do for it; False, and
-        nothing taken, when the general reader must judge it (a usage outside 0–100 %: it warns)."""
-        _, _, file, lineno, engine, prompt, generation, running, waiting, preemptions, usage, hits = groups
-        usage_pct = float(usage)
-        if not 0 <= usage_pct <= 100:
-            return False
-        late_v1 = self.late_v1
-        if not late_v1:
-            late_v1 = self.late_v1 = preemptions is not None or (
-                file_name(file) == "loggers.py" and int(lineno) >= V1_PREEMPTIONS_FIELD_FROM_LINENO
+    def take_whole(self, groups: list[tuple], line: int, micros: list[int], year_known: bool) -> int:
+        """Take a run of consecutive lines, each one V1 stats record in vLLM's default form (``groups``:
+        :data:`V1_STATS_LINE`'s groups, one tuple per group with an item per line), the first at line
+        ``line``, stamped ``micros`` [µs since year 1, UTC when the shift is known], with what the general
+        reader (:func:`kvplan.io.vllm_stats.parse_stats_lines`) would do for each; returns how many were
+        taken: all, or those before the first that the general reader must judge (a usage outside
+        0–100 %: it warns), which is left with the rest.
+        """
+        _, _, files, linenos, engines, prompt, generation, running, waiting, preemptions, usage, hits = groups
+        usage_pct = list(map(float, usage))
+        count = len(usage_pct)
+        if min(usage_pct) < 0 or max(usage_pct) > 100:
+            count = next(n for n, value in enumerate(usage_pct) if not 0 <= value <= 100)
+            if not count:
+                return 0
+            del usage_pct[count:], micros[count:]
+            files, linenos, engines, prompt, generation, running, waiting, preemptions, hits = (
+                column[:count]
+                for column in (
+                    files,
+                    linenos,
+                    engines,
+                    prompt,
+                    generation,
+                    running,
+                    waiting,
+                    preemptions,
+                    hits,
+                )
             )
-        if (
-            self.last is not None
-            or year_known is not self._whole_known
-            or self.restarts != self._whole_restarts
-        ):
-            self.close()  # the open row ends here, as a new row's would
-            self._whole_known, self._whole_restarts = year_known, self.restarts
-        if preemptions is None:
-            if late_v1:
-                preemptions = "0"
-            else:
-                preemptions = _UNKNOWN_TEXT
-                self.pending_v1.append(len(self.rows) + len(self._whole))
-        engine_index = int(engine)
-        self._whole.append(
-            (line, micros, engine_index, usage_pct, running, waiting, prompt, generation, hits, preemptions)
+        unknown = 0  # the leading lines without "Preemptions" while late_v1 is unknown
+        if not self.late_v1:
+            for unknown in range(count + 1):
+                if (
+                    unknown == count
+                    or preemptions[unknown] is not None
+                    or (
+                        file_name(files[unknown]) == "loggers.py"
+                        and int(linenos[unknown]) >= V1_PREEMPTIONS_FIELD_FROM_LINENO
+                    )
+                ):
+                    break
+            self.late_v1 = unknown < count
+        self.close()  # the open row ends here, as a new row's would
+        first = len(self.rows)
+        self.pending_v1.extend(range(first, first + unknown))
+        counts = (
+            map(int, preemptions)
+            if None not in preemptions
+            else [UNKNOWN_NUMBER] * unknown
+            + [0 if value is None else int(value) for value in preemptions[unknown:]]
         )
-        if len(self._whole) >= JSON_BATCH:
-            self.flush()
+        engine_indices = list(map(int, engines))
+        self.rows.extend_columns(
+            count,
+            source=self.code,
+            line=range(line, line + count),
+            time=micros,
+            engine=engine_indices,
+            kv_cache_usage_pct=usage_pct,
+            running=map(int, running),
+            waiting=map(int, waiting),
+            swapped=UNKNOWN_NUMBER,
+            prompt_tokens_per_s=map(float, prompt),
+            generation_tokens_per_s=map(float, generation),
+            prefix_cache_hit_pct=map(float, hits),
+            preemptions=counts,
+            preemptions_total=UNKNOWN_NUMBER,
+            kind=0,  # "log"
+            year_known=year_known,
+            restarts=self.restarts,
+            event=0,  # none
+        )
         if not year_known:
             self.yearless = True
         self.last_form = "v1"
         self.forms.add("v1")
-        series = self.series.get(engine_index)
-        if series is None:
-            series = self.series[engine_index] = (array("q"), array("q"))
-        series[0].append(micros)
-        series[1].append(line)
-        return True
+        if engine_indices.count(engine_indices[0]) == count:  # one engine: its series grows by the run
+            self._series(engine_indices[0], micros, range(line, line + count))
+        else:
+            for number, (engine, when) in enumerate(zip(engine_indices, micros), line):
+                self._series(engine, (when,), (number,))
+        return count
 
-    def flush(self) -> None:
-        """Pack the lines taken whole (:meth:`take_whole`) into the rows, a column at a time."""
-        if self._whole:
-            lines, micros, engines, usage, running, waiting, prompt, generation, hits, preemptions = zip(
-                *self._whole
-            )
-            self.rows.extend_columns(
-                len(lines),
-                source=self.code,
-                line=lines,
-                time=micros,
-                engine=engines,
-                kv_cache_usage_pct=usage,
-                running=map(int, running),
-                waiting=map(int, waiting),
-                swapped=UNKNOWN_NUMBER,
-                prompt_tokens_per_s=map(float, prompt),
-                generation_tokens_per_s=map(float, generation),
-                prefix_cache_hit_pct=map(float, hits),
-                preemptions=map(int, preemptions),
-                preemptions_total=UNKNOWN_NUMBER,
-                kind=0,  # "log"
-                year_known=self._whole_known,
-                restarts=self._whole_restarts,
-                event=0,  # none
-            )
-            self._whole.clear()
+    def _series(self, engine: int | None, micros: Iterable[int], lines: Iterable[int]) -> None:
+        """Add stats rows' times [µs since year 1] and lines to ``engine``'s series (for the gap warnings)."""
+        series = self.series.get(engine)
+        if series is None:
+            series = self.series[engine] = (array("q"), array("q"))
+        series[0].extend(micros)
+        series[1].extend(lines)
 
     def add(self, record: Record, form: str | None = None, **values) -> dict:
         """Open a new row from ``record`` (its time shifted to UTC when the offset is known)."""
@@ -151,15 +169,12 @@ class StatsLog:
             self.untimed += 1
             self.first_untimed = record.line if self.first_untimed is None else self.first_untimed
         elif form is not None:
-            micros, lines = self.series.setdefault(row["engine"], (array("q"), array("q")))
-            micros.append((time - _FIRST) // _MICROSECOND)
-            lines.append(record.line)
+            self._series(row["engine"], ((time - _FIRST) // _MICROSECOND,), (record.line,))
         self.last, self.last_form = row, form
         return row
 
     def close(self) -> None:
-        """Pack the open row (after the lines taken whole before it)."""
-        self.flush()
+        """Pack the open row."""
         if self.last is not None:
             row = self.last
             self.rows.add(

@@ -12,6 +12,7 @@ reads them in blocks), so a log of any size is read in bounded memory.
 from __future__ import annotations
 
 import functools
+import itertools
 import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, time, timedelta
@@ -21,6 +22,7 @@ from typing import NamedTuple
 from kvplan.load_rows import LoadFormatError
 
 WRAP_WIDTH = 159  # column at which some log collectors hard-wrap a record
+READ_BLOCK = 4096  # lines that RecordReader.read matches at a time
 PLACEHOLDER_YEAR = 2000  # a leap year, so 02-29 parses; used only when no year is known (year_known=False)
 OFFSET_STEP_MINUTES = 15  # UTC offsets in use are whole quarter hours
 MAX_UTC_OFFSET_HOURS = 14  # UTC−12 … UTC+14 are the offsets in use
@@ -196,67 +198,126 @@ class RecordReader:
         self,
         lines: Iterable[str],
         whole: re.Pattern,
-        take: Callable[[tuple, int, int, bool], bool],
+        take: Callable[[list[tuple], int, list[int], bool], int],
         other: Callable[[str], None],
         shift_micros: int = 0,
     ) -> None:
-        """Read ``lines`` in order: a line that ``whole`` matches entirely as one record (its first two
-        groups vLLM's ``MM-DD`` and ``HH:MM:SS``, no outer stamp) goes to ``take(groups, line number, µs
-        since year 1 plus shift_micros, year known)``; any other line, and one that ``take`` declines
-        (False: it must change nothing), to ``other``, which :meth:`push` es it.
+        """Read ``lines`` in order, :data:`READ_BLOCK` at a time: each run of consecutive lines that
+        ``whole`` matches entirely as one record (its first two groups vLLM's ``MM-DD`` and ``HH:MM:SS``, no
+        outer stamp) on one day goes to ``take(groups, first line number, µs since year 1 plus
+        shift_micros of each, year known)`` (``groups``: a tuple per group, an item per line), which
+        returns how many of the lines it took from the start; any other line, and the first one that
+        ``take`` leaves, to ``other``, which :meth:`push` es it.
 
         >>> reader, taken, other = RecordReader(2026), [], []
         >>> whole = re.compile(r"INFO (\\d\\d-\\d\\d) (\\d\\d:\\d\\d:\\d\\d) \\[a.py:1\\] ok$")
         >>> lines = ["INFO 12-31 23:59:50 [a.py:1] ok", "INFO 01-01 00:00:00 [a.py:1] other"]
-        >>> reader.read(lines, whole, lambda *row: taken.append(row[1:]) or True, lambda line: other.extend(reader.push(line)))
-        >>> taken == [(1, (datetime(2026, 12, 31, 23, 59, 50) - _EPOCH) // _MICROSECOND, True)]
+        >>> reader.read(lines, whole, lambda *run: taken.append(run[1:]) or len(run[2]), lambda line: other.extend(reader.push(line)))
+        >>> taken == [(1, [(datetime(2026, 12, 31, 23, 59, 50) - _EPOCH) // _MICROSECOND], True)]
         True
         >>> [(record.line, record.time.isoformat()) for record in other]
         [(2, '2027-01-01T00:00:00')]
         """
-        joiner, clocks, match = self.lines, self._clocks, whole.match
-        wrap = joiner.wrap_width
-        for text in lines:
-            found = None if joiner.held is not None else match(text)
-            if found is not None and found.end() != wrap:
-                groups = found.groups()
-                seconds = clocks.get(groups[1])
-                if (
-                    groups[0] == self._day and seconds is not None
-                ):  # the last stamp's day: same year and month
-                    micros = self._midnight + seconds + shift_micros
-                    if (not shift_micros or 0 <= micros <= _LAST_MICROS) and take(
-                        groups, joiner.number + 1, micros, self.known
-                    ):
-                        joiner.number += 1
-                        continue
-                else:
-                    stamp = self._stamp(groups[0], groups[1], shift_micros)
-                    if stamp is not None and take(groups, joiner.number + 1, stamp[0], self.known):
-                        joiner.number += 1
-                        self.year_value, self.last_month, self._day, self._midnight = stamp[1:]
-                        continue
-            other(text)
+        lines = iter(lines)
+        for block in iter(lambda: list(itertools.islice(lines, READ_BLOCK)), []):
+            found = list(map(whole.match, block))
+            misses = [position for position, match in enumerate(found) if match is None]
+            misses.append(len(block))
+            position = 0
+            for miss in misses:
+                while position < miss:
+                    if self.lines.held is None:  # else a wrapped record may go on here
+                        position += self._take_run(found[position:miss], take, shift_micros)
+                        if position == miss:
+                            break
+                    other(block[position])  # the first line of the run that was not taken
+                    position += 1
+                if miss < len(block):
+                    other(block[miss])
+                    position += 1
 
-    def _stamp(self, month_day: str, clock: str, shift_micros: int) -> tuple[int, int, int, str, int] | None:
-        """(µs since year 1 plus ``shift_micros``, year, month, ``MM-DD``, midnight) of vLLM's stamp on the
-        next line as :meth:`push` would read it with no outer stamp; ``None`` when it names no real time or
-        the shift leaves datetime's years (the general reader refuses it)."""
+    def _take_run(
+        self,
+        found: list[re.Match],
+        take: Callable[[list[tuple], int, list[int], bool], int],
+        shift_micros: int,
+    ) -> int:
+        """Hand the run of matched lines ``found`` to ``take`` (see :meth:`read`) one day at a time, as far
+        as :meth:`push` would read each alike: up to a line of the wrap width (it may go on), a stamp that
+        names no real time or that the shift moves out of datetime's years; returns the lines taken."""
+        joiner = self.lines
+        if joiner.wrap_width in map(re.Match.end, found):
+            found = found[: list(map(re.Match.end, found)).index(joiner.wrap_width)]
+        groups = list(zip(*map(re.Match.groups, found)))
+        if not groups:
+            return 0
+        taken = 0
+        for day, same in itertools.groupby(groups[0]):
+            count = len(list(same))
+            clocks = groups[1][taken : taken + count]
+            if day == self._day:
+                state = None
+            else:
+                state = self._stamp(day, clocks[0])
+                if state is None:
+                    return taken
+            seconds = list(map(self._clocks.get, clocks))
+            if None in seconds:
+                for position, clock in enumerate(clocks):
+                    if seconds[position] is None:
+                        seconds[position] = self._clock_micros(clock)
+                        if seconds[position] is None:  # no such second: the general reader refuses it
+                            count = position
+                            del seconds[count:]
+                            break
+            midnight = (self._midnight if state is None else state[3]) + shift_micros
+            micros = list(map(midnight.__add__, seconds))
+            if shift_micros and micros and (min(micros) < 0 or max(micros) > _LAST_MICROS):
+                count = next(n for n, value in enumerate(micros) if not 0 <= value <= _LAST_MICROS)
+                del micros[count:]
+            got = (
+                take(
+                    [column[taken : taken + count] for column in groups],
+                    joiner.number + 1,
+                    micros,
+                    self.known,
+                )
+                if count
+                else 0
+            )
+            joiner.number += got
+            taken += got
+            if got and state is not None:
+                self.year_value, self.last_month, self._day, self._midnight = state
+            if got < len(clocks):
+                return taken
+        return taken
+
+    def _stamp(self, month_day: str, clock: str) -> tuple[int, int, str, int] | None:
+        """(year, month, ``MM-DD``, midnight [µs since year 1]) of vLLM's stamp on the next line as
+        :meth:`push` would read it with no outer stamp; ``None`` when it names no real time (the general
+        reader refuses it)."""
         month = int(month_day[:2])
         year = self.year_value + (self.last_month is not None and month < self.last_month)
-        seconds = self._clocks.get(clock)
         try:
             midnight = (datetime(year, month, int(month_day[3:])) - _EPOCH) // _MICROSECOND
-            if seconds is None:
-                hours, minutes, second = int(clock[:2]), int(clock[3:5]), int(clock[6:])
-                time(hours, minutes, second)
-                seconds = self._clocks[clock] = ((hours * 60 + minutes) * 60 + second) * 1_000_000
         except ValueError:
             return None
-        micros = midnight + seconds + shift_micros
-        if shift_micros and not 0 <= micros <= _LAST_MICROS:
+        if self._clock_micros(clock) is None:
             return None
-        return micros, year, month, month_day, midnight
+        return year, month, month_day, midnight
+
+    def _clock_micros(self, clock: str) -> int | None:
+        """µs since midnight of vLLM's ``HH:MM:SS`` (remembered); ``None`` when it names no real time."""
+        seconds = self._clocks.get(clock)
+        if seconds is None:
+            hours, minutes, second = int(clock[:2]), int(clock[3:5]), int(clock[6:])
+            try:
+                time(hours, minutes, second)
+            except ValueError:
+                return None
+            seconds = self._clocks[clock] = ((hours * 60 + minutes) * 60 + second) * 1_000_000
+        return seconds
 
 
 def _record(
