@@ -9,7 +9,9 @@ processes) and the CPU seconds of itself and its workers (on a shared machine, w
 other processes' load: the CPU seconds show the work itself).
 
 Goals (issue 13): the local cluster ≥ 1.6× the synchronous time on 2 cores; time linear in hosts; client
-memory flat beyond the ledger itself.
+memory flat beyond the ledger itself. Printed per run: wall seconds, ms per host, CPU seconds of the client
+and its workers, of the client alone, and the client's peak memory; then the ratio per fleet size and the
+growth of wall time per tenfold hosts (linear: 10×).
 
     .venv/bin/python benchmarks/fleet_scale.py --hosts 100 1000 10000
 """
@@ -50,9 +52,10 @@ def generate(hosts: int, folder: Path) -> tuple[int, float]:
     return size, time.perf_counter() - start
 
 
-def run(folder: Path, scheduler: str) -> tuple[float, float, int]:
+def run(folder: Path, scheduler: str) -> tuple[float, float, float, int]:
     """One ``kvplan fleet plan`` in its own process: (wall seconds, CPU seconds of it and of its workers,
-    the client's own peak resident memory [bytes]: the process running the plan, not the cluster's workers)."""
+    CPU seconds of the client alone, the client's own peak resident memory [bytes]: the process running
+    the plan, not the cluster's workers)."""
     command = [sys.executable, __file__, "--client", str(folder), scheduler]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     start = time.perf_counter()
@@ -60,13 +63,14 @@ def run(folder: Path, scheduler: str) -> tuple[float, float, int]:
     seconds = time.perf_counter() - start
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed: {result.stderr[-2000:]}")
-    cpu, peak = (float(value) for value in result.stdout.split())
-    return seconds, cpu, int(peak)
+    cpu, own, peak = (float(value) for value in result.stdout.split())
+    return seconds, cpu, own, int(peak)
 
 
 def client(folder: str, scheduler: str) -> None:
     """Run the plan here (``kvplan fleet plan FLEET --reserve 1GiB --model llama-3.1-70b --scheduler S --json``,
-    its JSON discarded) and print this process's and its reaped children's CPU seconds and its own peak RSS."""
+    its JSON discarded) and print this process's and its reaped children's CPU seconds, its own CPU seconds
+    and its own peak RSS."""
     import contextlib
     import io
 
@@ -89,8 +93,8 @@ def client(folder: str, scheduler: str) -> None:
         raise SystemExit(f"kvplan {' '.join(argv)} exited {status}")
     own = resource.getrusage(resource.RUSAGE_SELF)
     workers = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = own.ru_utime + own.ru_stime + workers.ru_utime + workers.ru_stime
-    print(cpu, own.ru_maxrss * 1024)  # Linux reports KiB
+    own_cpu = own.ru_utime + own.ru_stime
+    print(own_cpu + workers.ru_utime + workers.ru_stime, own_cpu, own.ru_maxrss * 1024)  # Linux: KiB
 
 
 def main() -> None:
@@ -104,7 +108,7 @@ def main() -> None:
         return
     print(
         f"{'hosts':>7} {'logs MB':>8} {'KB/host':>8} {'scheduler':>12} {'seconds':>9} {'ms/host':>8} "
-        f"{'CPU s':>8} {'client MB':>10}",
+        f"{'CPU s':>8} {'client CPU s':>12} {'client MB':>10}",
         flush=True,
     )
     rows = []
@@ -113,11 +117,12 @@ def main() -> None:
             folder = Path(tmp) / "fleet"
             size, _ = generate(hosts, folder)
             for scheduler in args.schedulers:
-                seconds, cpu, peak = run(folder, scheduler)
+                seconds, cpu, own, peak = run(folder, scheduler)
                 rows.append((hosts, scheduler, seconds, peak))
                 line = f"{hosts:>7,} {size / 1e6:>8.1f} {size / hosts / 1e3:>8.1f} {scheduler:>12} "
                 print(
-                    f"{line}{seconds:>9.1f} {seconds / hosts * 1e3:>8.1f} {cpu:>8.1f} {peak / 2**20:>10.0f}",
+                    f"{line}{seconds:>9.1f} {seconds / hosts * 1e3:>8.1f} {cpu:>8.1f} {own:>12.1f} "
+                    f"{peak / 2**20:>10.0f}",
                     flush=True,
                 )
     times = {(hosts, scheduler): seconds for hosts, scheduler, seconds, _ in rows}
@@ -125,6 +130,13 @@ def main() -> None:
         if (hosts, "synchronous") in times and (hosts, "local") in times:
             ratio = times[hosts, "synchronous"] / times[hosts, "local"]
             print(f"{hosts:>7,} hosts: local cluster {ratio:.2f}× the synchronous time")
+    for scheduler in args.schedulers:
+        for small, large in zip(args.hosts, args.hosts[1:]):
+            if (small, scheduler) in times and (large, scheduler) in times:
+                growth = times[large, scheduler] / times[small, scheduler]
+                print(
+                    f"{scheduler}: {small:,} → {large:,} hosts ({large / small:.0f}× hosts): {growth:.1f}× time"
+                )
     print(f"load average at the end: {' '.join(f'{load:.1f}' for load in os.getloadavg())}")
 
 
