@@ -5,8 +5,8 @@
   family whose regex holds a literal digit is tried on every message of the shape.
   A message read before gives what it gave then, in new dicts.
 - :func:`kvplan.io.vllm.records.split_records` reads the common line (one prefix, one header, real
-  colour codes stripped) with one anchored match; every other line takes the general walk, with the
-  same records.
+  colour codes stripped) with one anchored match, learnt once per shape of line (where its parts
+  lie); every other line takes the general walk, with the same records.
 - :func:`kvplan.io.vllm.scan.iter_candidate_lines` checks the anchors where their signature pairs
   are, all at once: the lines a per-line check of anchor and pair keeps.
 """
@@ -135,6 +135,24 @@ def test_the_scan_of_every_sample_is_the_line_by_line_rule(chunk_bytes):
     expected = [found for found in reference_candidates(data) if found[1] < len(data)]
     assert len(expected) > 1000
     assert list(scan.iter_candidate_lines(io.BytesIO(data), chunk_bytes=chunk_bytes)) == expected
+
+
+def test_two_lines_of_one_shape_keep_their_own_numbers():
+    # the split is learnt once per shape of line (digits read as 0); pid, Ray's count, the ip and
+    # the message's numbers still come from each line
+    records._SHAPES.clear()
+    first = "(Worker_TP1 pid=12, ip=10.0.0.4) INFO 08-14 14:07:22 [a.py:1] took 1.5 GiB [repeated 2x across cluster]"
+    second = "(Worker_TP7 pid=98, ip=10.9.8.7) INFO 09-25 03:18:33 [a.py:9] took 7.2 GiB [repeated 9x across cluster]"
+    assert split_records(first) == [records.Record("took 1.5 GiB", "Worker_TP1", 12, "10.0.0.4", "INFO", 2)]
+    assert split_records(second) == [records.Record("took 7.2 GiB", "Worker_TP7", 98, "10.9.8.7", "INFO", 9)]
+    assert len(records._SHAPES) == 1
+
+
+def test_the_line_shape_table_stays_bounded():
+    records._SHAPES.clear()
+    for count in range(records.MAX_SHAPES + 10):
+        split_records("x" * (count % 50) + "y" * (count // 50) + " took")
+    assert len(records._SHAPES) <= records.MAX_SHAPES
 
 
 def test_a_ledger_built_in_frames_of_few_rows_is_the_ledger_built_at_once(monkeypatch):

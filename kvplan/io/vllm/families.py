@@ -140,7 +140,7 @@ def read_message(message: str) -> list[Fact]:
         _MESSAGES[message] = known
     if not known:
         return []
-    return [Fact(family, scope, dict(values)) for family, scope, values in known]
+    return [tuple.__new__(Fact, (family, scope, values.copy())) for family, scope, values in known]
 
 
 def _read_new(message: str) -> tuple[tuple[str, str, dict], ...]:

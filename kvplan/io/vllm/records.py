@@ -71,51 +71,95 @@ def split_records(line: str) -> list[Record]:
     ['50%|##', 'done']
     """
     if "\r" not in line:
-        simple = _simple_record(strip_ansi(line))
-        if simple is not None:
-            return simple
+        stripped = strip_ansi(line)
+        shape = stripped.encode("utf-8", "surrogatepass").translate(_DIGITS)
+        spans = _SHAPES.get(shape)
+        if spans is None:
+            spans = _simple_spans(stripped)
+            if len(_SHAPES) >= MAX_SHAPES:
+                _SHAPES.clear()
+            _SHAPES[shape] = spans
+        if spans is not _GENERAL:
+            return _simple_record(stripped, spans)
     records = []
     for segment in strip_ansi(line).split("\r"):
         records.extend(_segment_records(strip_bare_colour(segment)))
     return records
 
 
-def _simple_record(line: str) -> list[Record] | None:
-    """The records of the common line (one process prefix or none at its start, then one header or
-    none, nothing of either later, no colour code left: real ones are stripped before), as the
-    general walk reads it; None for any other.
+#: A line's shape: its UTF-8 bytes with every ASCII digit read as 0. Every test the common line's
+#: reading makes (:func:`_simple_spans`) treats all digits alike, so lines of one shape split at the
+#: same places; only the numbers differ.
+_DIGITS = bytes.maketrans(b"123456789", b"000000000")
+#: Shape → where the common line's record lies in each line of that shape (:func:`_simple_spans`), or
+#: :data:`_GENERAL`. At most :data:`MAX_SHAPES` kept (then the table starts over).
+_SHAPES: dict[bytes, tuple] = {}
+MAX_SHAPES = 4096
+#: Spans of a line that holds no record (blank), and of one the general walk reads.
+_BLANK: tuple = ()
+_GENERAL: tuple = (None,)
 
-    One anchored match and a few substring tests instead of the general walk's searches.
+
+def _simple_spans(line: str) -> tuple:
+    """Where the record of the common line lies (one process prefix or none at its start, then one
+    header or none, nothing of either later, no colour code left: real ones are stripped before), as
+    the general walk reads it; :data:`_GENERAL` for any other line.
+
+    ``(message start, message end, level, process span, pid span, ip span, repeated span)``, a span
+    None when the line has no such part, :data:`_BLANK` for a line without a record. One anchored
+    match and a few substring tests instead of the general walk's searches.
+
+    >>> _simple_spans("(W pid=12) INFO 08-14 14:07:22 [a.py:1] Hi [repeated 3x across cluster]")
+    (40, 42, 'INFO', (1, 2), (7, 9), None, (53, 54))
     """
     lead = _LEAD_RE.match(line)
     if lead is None:  # not reached: every part of _LEAD_RE is optional
-        return None
+        return _GENERAL
     end = lead.end()
     rest = line[end:]
     if "pid=" in rest or _may_hold_header(rest):
-        return None  # a second prefix or header may follow: the general walk
+        return _GENERAL  # a second prefix or header may follow
     if "[" in rest and _BARE_CODE_RE.search(rest) is not None:
-        return None  # a colour code that lost its ESC byte: strip_bare_colour decides
+        return _GENERAL  # a colour code that lost its ESC byte: strip_bare_colour decides
     if end == 0:
-        text = line.strip()
-        return [Record(text)] if text else []
-    message = rest.strip()
-    repeated = 0
-    if "[repeated " in message:
-        repeat = _RAY_REPEAT_RE.search(message)
+        begin, stop = _stripped_span(line, 0, len(line))
+        return (begin, stop, None, None, None, None, None) if stop > begin else _BLANK
+    begin, stop = _stripped_span(line, end, len(line))
+    repeated = None
+    if "[repeated " in line[begin:stop]:
+        repeat = _RAY_REPEAT_RE.search(line, begin, stop)
         if repeat:
-            repeated, message = int(repeat.group(1)), message[: repeat.start()]
-    pid = lead.group(2)
-    if pid is None:
-        return [Record(message, level=lead.group("level"), repeated=repeated)]
+            repeated, stop = repeat.span(1), repeat.start()
+    if lead.group(2) is None:
+        return (begin, stop, lead.group("level"), None, None, None, repeated)
+    process = _stripped_span(line, *lead.span(1)) if lead.group(1) is not None else None
+    ip = lead.span(3) if lead.group(3) is not None else None
+    return (begin, stop, lead.group("level"), process, lead.span(2), ip, repeated)
+
+
+def _stripped_span(text: str, begin: int, stop: int) -> tuple[int, int]:
+    """The span of ``text[begin:stop].strip()`` in ``text``."""
+    part = text[begin:stop]
+    return begin + len(part) - len(part.lstrip()), stop - len(part) + len(part.rstrip())
+
+
+def _simple_record(line: str, spans: tuple) -> list[Record]:
+    """The record of a common line, from where its parts lie (:func:`_simple_spans`)."""
+    if not spans:
+        return []
+    begin, stop, level, process, pid, ip, repeated = spans
     return [
-        Record(
-            message,
-            process=(lead.group(1) or "").strip(),
-            pid=int(pid),
-            ip=lead.group(3),
-            level=lead.group("level"),
-            repeated=repeated,
+        tuple.__new__(
+            Record,
+            (
+                line[begin:stop],
+                line[process[0] : process[1]] if process else "",
+                int(line[pid[0] : pid[1]]) if pid else None,
+                line[ip[0] : ip[1]] if ip else None,
+                level,
+                int(line[repeated[0] : repeated[1]]) if repeated else 0,
+                (),
+            ),
         )
     ]
 
