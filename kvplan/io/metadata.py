@@ -83,6 +83,14 @@ class ProvenanceRows(Sequence):
     >>> rows.extend([("a.log", 3, 0, 1, "room_bytes", 5, 120), ("a.log", pd.NA, 0, pd.NA, "block_size", 16, "default")])
     >>> len(rows), rows[0], rows[1][1] is pd.NA, rows[-1][6]
     (2, ('a.log', 3, 0, 1, 'room_bytes', 5, 120), True, 'default')
+
+    ``extend(rows, ordered=True)`` puts one boot's rows in provenance order (by line, a default without
+    one first; then rank as text, boot-level fields ``NA``; then column; ties as given) when they are
+    first read, so that a read whose provenance nobody asks for (``kvplan ledger --csv``) never sorts:
+
+    >>> rows.extend([("a.log", 9, 1, 0, "outcome", "ok", 700), ("a.log", 4, 1, 0, "room_bytes", 7, 300)], ordered=True)
+    >>> [row[1] for row in rows]
+    [3, <NA>, 4, 9]
     """
 
     def __init__(self) -> None:
@@ -92,15 +100,19 @@ class ProvenanceRows(Sequence):
         self._line, self._boot, self._rank, self._raw = array("q"), array("q"), array("q"), array("q")
         self._values: list = []
         self._texts: dict[int, str] = {}  # row → raw text (the raw of the other rows is a byte offset)
+        self._unordered: list[tuple[int, int]] = []  # (start, stop) of the rows still to put in order
 
     def _name(self, name: str) -> int:
         return string_code(name, self._names, self._index)
 
-    def extend(self, rows: Iterable[tuple]) -> None:
-        """Append ``rows`` (tuples in :data:`PROVENANCE_COLUMNS` order), one field at a time."""
+    def extend(self, rows: Iterable[tuple], ordered: bool = False) -> None:
+        """Append ``rows`` (tuples in :data:`PROVENANCE_COLUMNS` order), one field at a time; ``ordered``:
+        to be put in provenance order among themselves (see the class) before they are read."""
         rows = list(rows)
         if not rows:
             return
+        if ordered:
+            self._unordered.append((len(self._values), len(self._values) + len(rows)))
         sources, lines, boots, ranks, columns, values, raws = zip(*rows)
         start, index, name = len(self._values), self._index, self._name
         self._source.extend([index[source] if source in index else name(source) for source in sources])
@@ -117,7 +129,28 @@ class ProvenanceRows(Sequence):
     def __len__(self) -> int:
         return len(self._values)
 
+    def _order(self) -> None:
+        """Put the rows given ``ordered`` in provenance order (once, before the first read)."""
+        names, texts = self._names, self._texts
+        for start, stop in self._unordered:
+            order = sorted(
+                range(start, stop),
+                key=lambda row: (
+                    -1 if self._line[row] == _NO_NUMBER else self._line[row],
+                    "<NA>" if self._rank[row] == _NO_NUMBER else str(self._rank[row]),
+                    names[self._column[row]],
+                ),
+            )
+            for numbers in (self._source, self._line, self._boot, self._rank, self._column, self._raw):
+                numbers[start:stop] = array(numbers.typecode, [numbers[row] for row in order])
+            self._values[start:stop] = [self._values[row] for row in order]
+            moved = {start + place: texts.pop(row) for place, row in enumerate(order) if row in texts}
+            texts.update(moved)
+        self._unordered = []
+
     def __getitem__(self, index):  # an int gives a row, a slice a list of rows
+        if self._unordered:
+            self._order()
         if isinstance(index, slice):
             return [self[i] for i in range(*index.indices(len(self)))]
         index = range(len(self))[index]

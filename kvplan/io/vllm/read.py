@@ -169,7 +169,7 @@ class _LogRows:
         if len(self.rows) >= FRAME_ROWS:
             self.frames.append(ledger_frame(self.rows))
             self.rows = []
-        self.provenance.extend(provenance)
+        self.provenance.extend(provenance, ordered=True)
         self.warnings.extend(warnings)
         key = info["compatibility_key"]
         with contextlib.suppress(TypeError):  # a value that cannot be hashed: this boot keeps its own

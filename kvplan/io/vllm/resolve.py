@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass
 from functools import lru_cache
-from operator import itemgetter
 
 import pandas as pd
 
@@ -130,26 +129,22 @@ def resolve_boot(
 def _provenance(
     rows: dict, origin: dict, key: dict, key_origin: dict, sizing: dict, source: str, boot: int
 ) -> list[tuple]:
-    """The boot's provenance rows (:data:`~kvplan.io.metadata.PROVENANCE_COLUMNS`), by line (defaults,
-    without one, first), then rank (as text; boot-level fields ``NA``), then column."""
-    ordered = [
-        (
-            (line if isinstance(line, int) else -1, str(rank), column),
-            (line, rank, column, rows[rank].get(column), raw),
-        )
+    """The boot's provenance rows (:data:`~kvplan.io.metadata.PROVENANCE_COLUMNS`): the ranks' values,
+    then the key's and the sizing configuration's (rank ``NA``); the reader puts them in provenance
+    order (:class:`~kvplan.io.metadata.ProvenanceRows`) when they are read."""
+    provenance = [
+        (source, line, boot, rank, column, rows[rank].get(column), raw)
         for (rank, column), (line, raw) in origin.items()
         if rank in rows and column in _LEDGER_COLUMN_SET
     ]
-    for column, (line, raw) in key_origin.items():
-        ordered.append(
-            ((line if isinstance(line, int) else -1, "<NA>", column), (line, pd.NA, column, key[column], raw))
-        )
-    for column, (value, line, raw, _family) in sizing.items():
-        ordered.append(
-            ((line if isinstance(line, int) else -1, "<NA>", column), (line, pd.NA, column, value, raw))
-        )
-    ordered.sort(key=itemgetter(0))  # stable, as the rows were built
-    return [(source, line, boot, rank, column, value, raw) for _, (line, rank, column, value, raw) in ordered]
+    provenance.extend(
+        (source, line, boot, pd.NA, column, key[column], raw) for column, (line, raw) in key_origin.items()
+    )
+    provenance.extend(
+        (source, line, boot, pd.NA, column, value, raw)
+        for column, (value, line, raw, _family) in sizing.items()
+    )
+    return provenance
 
 
 def _sort_events(
