@@ -169,6 +169,18 @@ def _sort_events(
         info = ranks_of.get(event.key, _NO_PROCESS)
         rank = info.get("rank")
         scope = event.scope
+        if scope == "rank":  # the most common: one rank's values
+            if rank is None:
+                unattributed.append(event.line)
+                continue
+            target = row(rank)
+            if event.family in OLD_LAST_LINE_FAMILIES:
+                target["_done"] = True
+            values = event.values
+            if "gpu_memory_utilization" in values:  # a key field, not the rank's
+                values = {name: value for name, value in values.items() if name != "gpu_memory_utilization"}
+            seen.add(rank, event.key, event.family, values, (event.line, event.raw))
+            continue
         if scope == "frame":
             frames[event.key] = event.values["failed_in"]
             continue
@@ -190,25 +202,9 @@ def _sort_events(
             if rank not in failures or failures[rank].priority > failure.priority:
                 failures[rank] = failure
             continue
-        if scope == "engine" or (scope == "rank" and info.get("engine") and rank is None):
-            if scope == "rank":
-                unattributed.append(event.line)
-                continue
+        if scope == "engine":
             for name, value in event.values.items():
                 engine_values[info.get("engine_dp")][name].append((value, event))
-            continue
-        if scope != "rank":
-            continue
-        if rank is None:
-            unattributed.append(event.line)
-            continue
-        target = row(rank)
-        if event.family in OLD_LAST_LINE_FAMILIES:
-            target["_done"] = True
-        values = event.values
-        if "gpu_memory_utilization" in values:  # a key field, not the rank's
-            values = {name: value for name, value in values.items() if name != "gpu_memory_utilization"}
-        seen.add(rank, event.key, event.family, values, (event.line, event.raw))
     return unattributed, failures, serving_failures, engine_values, seen
 
 
