@@ -105,21 +105,29 @@ def class_name(key: Mapping[str, object], labels: Mapping[str, str | None]) -> s
     return " / ".join(parts)
 
 
-def class_budget(hosts: Sequence[HostReading], reserve_bytes: int, block_bytes: int | None) -> tuple:
-    """``(budget over every host's ranks, slots, per-host budgets, per-host stranded)`` of one class."""
+def hosts_budget(
+    hosts: Sequence[HostReading], reserve_bytes: int, block_bytes: int | None
+) -> tuple[Budget, tuple[tuple[str, int], ...]]:
+    """``(budget over every rank of every host, slots)``: the ranks' ``(host, rank)`` in the budget's order."""
     slots, rooms = [], []
     for reading in hosts:
         for record in reading.rooms or ():
             slots.append((reading.host, int(record["rank"])))
             rooms.append(int(record["room_bytes"]))
     budget = decide(given_rooms(rooms), Policy(reserve_bytes), block_bytes=block_bytes).budget
+    return budget, tuple(slots)
+
+
+def class_budget(hosts: Sequence[HostReading], reserve_bytes: int, block_bytes: int | None) -> tuple:
+    """``(budget over every host's ranks, slots, per-host budgets, per-host stranded)`` of one class."""
+    budget, slots = hosts_budget(hosts, reserve_bytes, block_bytes)
     own, stranded = {}, {}
     for reading in hosts:
         own[reading.host] = host_budget(reading, reserve_bytes, block_bytes)
         stranded[reading.host] = 0
     for (host, _), extra in zip(slots, budget.stranded_bytes):
         stranded[host] += extra
-    return budget, tuple(slots), own, stranded
+    return budget, slots, own, stranded
 
 
 def host_budget(reading: HostReading, reserve_bytes: int, block_bytes: int | None) -> int:

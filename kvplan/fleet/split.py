@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 from kvplan.budget import median_bytes
-from kvplan.fleet.classes import class_budget
+from kvplan.fleet.classes import hosts_budget
 from kvplan.fleet.read import HostReading
 from kvplan.units import format_size
 
@@ -136,4 +136,5 @@ def split_advice(
 
 
 def _budget(hosts: Sequence[HostReading], reserve_bytes: int, block_bytes: int | None) -> int:
-    return class_budget(hosts, reserve_bytes, block_bytes)[0].uniform_budget_bytes
+    """The uniform budget over every rank of ``hosts`` [bytes] (no per-host budgets: not needed here)."""
+    return hosts_budget(hosts, reserve_bytes, block_bytes)[0].uniform_budget_bytes
