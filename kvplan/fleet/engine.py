@@ -11,7 +11,6 @@ is identical on all of them.
 from __future__ import annotations
 
 import logging
-import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -119,8 +118,8 @@ def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -
 
 
 def _start_method() -> str:
-    """``"fork"`` where the platform has it (Linux, macOS), else ``"spawn"``."""
-    return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    """``"fork"`` on Linux, else ``"spawn"`` (macOS's system libraries are not fork-safe; Windows has no fork)."""
+    return "fork" if sys.platform.startswith("linux") else "spawn"
 
 
 def read_fleet(
