@@ -304,3 +304,24 @@ def test_fleet_gate_verdicts_and_stop(plan, readings, tmp_path, capsys):
         in detail
     )
     assert status == 1 and data["decision"] == "STOP: 2 of 3 host(s) failed: gpu-00020, gpu-00021"
+
+
+def test_progress_prints_each_twentieth_whatever_the_group_size(capsys):
+    from kvplan.fleet.engine import hosts_per_task, stderr_progress
+
+    # 1,000 hosts on 2 worker threads: ceil(1,000 / (2 × 8 tasks per thread)) = 63 hosts per task, so 16
+    # groups; a twentieth is 50 hosts, and every group of 63 enters a new step of 50: 16 lines, the last
+    # "1,000/1,000". (The old rule, done % 50 < 8, printed only groups ending within 8 of a multiple of 50.)
+    size = hosts_per_task(1_000, 2)
+    assert size == 63
+    report = stderr_progress()
+    for done in [*range(size, 1_000, size), 1_000]:
+        report(done, 1_000)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 16
+    assert lines[0] == "read 63/1,000 hosts" and lines[-1] == "read 1,000/1,000 hosts"
+    # 41 hosts in groups of 8 (the sample fleet): a twentieth is 2 hosts, every group prints: 6 lines
+    report = stderr_progress()
+    for done in (8, 16, 24, 32, 40, 41):
+        report(done, 41)
+    assert len(capsys.readouterr().err.splitlines()) == 6
