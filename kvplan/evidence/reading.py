@@ -77,14 +77,15 @@ def _depth(value: object) -> int:
     >>> _depth({"a": [1, {"b": []}]}), _depth(3)
     (4, 0)
     """
+    if not isinstance(value, (dict, list)):
+        return 0
     deepest, todo = 0, [(value, 1)]
-    while todo:
+    while todo:  # only containers are queued: a ledger row's scalars are looked at once, never queued
         item, level = todo.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is not None:
-            deepest = max(deepest, level)
-            if level <= MAX_DEPTH:
-                todo += [(child, level + 1) for child in children]
+        deepest = max(deepest, level)
+        if level <= MAX_DEPTH:
+            children = item.values() if isinstance(item, dict) else item
+            todo += [(child, level + 1) for child in children if isinstance(child, (dict, list))]
     return deepest
 
 

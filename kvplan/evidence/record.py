@@ -15,15 +15,17 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
+from itertools import zip_longest
 from pathlib import Path
 
 import pandas as pd
 
 from kvplan import __version__
 from kvplan.checks import Approved
+from kvplan.evidence.json_text import canonical_chunks, indented_chunks
 from kvplan.ledger import is_known
 from kvplan.plan import Decision, LoadPolicy, ModelLayout, Plan, Policy, profiled_tokens
 from kvplan.units import format_size
@@ -68,6 +70,8 @@ KNOWN_KEYS = (
 #: The keys of each ``inputs[]`` entry.
 INPUT_KEYS = ("path", "bundle_path", "sha256", "size_bytes", "role")
 _CHUNK_BYTES = 1 << 20
+#: Types :func:`json_value` returns as they are: never missing, already plain JSON.
+_ALWAYS_KNOWN = frozenset({int, str, bool})
 
 
 class BundleError(ValueError):
@@ -113,18 +117,56 @@ def inputs_digest(file_hashes: Sequence[str], settings: Mapping[str, object]) ->
     return hashlib.sha256(canonical_json({"files": list(file_hashes), "settings": settings})).hexdigest()
 
 
+def same_canonical(a: object, b: object) -> bool:
+    """Whether ``canonical_json(a) == canonical_json(b)``, compared piece by piece (neither text is built).
+
+    >>> same_canonical({"a": [1, 2]}, {"a": (1, 2)}), same_canonical([1], [1.0])
+    (True, False)
+    """
+    return all(x == y for x, y in zip_longest(canonical_chunks(a), canonical_chunks(b)))
+
+
 def seal(record: Mapping) -> str:
     """Hex SHA-256 of the canonical JSON of ``record`` without its seal: every key and value.
 
     >>> seal({"a": 1, SEAL_KEY: "x"}) == seal({"a": 1})
     True
     """
-    return hashlib.sha256(canonical_json({k: v for k, v in record.items() if k != SEAL_KEY})).hexdigest()
+    digest = hashlib.sha256()
+    for piece in canonical_chunks({k: v for k, v in record.items() if k != SEAL_KEY}):
+        digest.update(piece.encode())
+    return digest.hexdigest()
+
+
+def record_chunks(record: Mapping) -> Iterator[bytes]:
+    """The bytes of ``budget.json`` for ``record`` in pieces: indented JSON (ASCII), one trailing newline."""
+    for piece in indented_chunks(record):
+        yield piece.encode()
+    yield b"\n"
 
 
 def record_bytes(record: Mapping) -> bytes:
-    """The bytes of ``budget.json`` for ``record``, as approve writes them (and verify requires)."""
-    return (json.dumps(record, indent=2) + "\n").encode()
+    """The bytes of ``budget.json`` for ``record``, as approve writes them (and verify requires).
+
+    >>> record_bytes({"a": [1]}).decode() == json.dumps({"a": [1]}, indent=2) + chr(10)
+    True
+    """
+    return b"".join(record_chunks(record))
+
+
+def same_bytes(data: bytes, pieces: Iterable[bytes]) -> bool:
+    """Whether ``data`` is the concatenation of ``pieces``, compared piece by piece (no copy of ``data``).
+
+    >>> same_bytes(b"abc", [b"a", b"bc"]), same_bytes(b"abc", [b"ab"]), same_bytes(b"ab", [b"a", b"bc"])
+    (True, False, False)
+    """
+    view, offset = memoryview(data), 0
+    for piece in pieces:
+        end = offset + len(piece)
+        if end > len(view) or view[offset:end] != piece:
+            return False
+        offset = end
+    return offset == len(view)
 
 
 def bundle_digest(data: bytes) -> str:
@@ -313,6 +355,10 @@ def json_value(value: object) -> object:
     >>> json_value(float("nan")), json_value(3)
     (None, 3)
     """
+    if type(value) in _ALWAYS_KNOWN:  # the common cells, without pd.isna (no change in the answer)
+        return value
+    if type(value) is float:
+        return value if value == value else None
     if not is_known(value):
         return None
     if hasattr(value, "item"):

@@ -207,21 +207,51 @@ def evidence_lines(provenance: pd.DataFrame) -> list[str]:
     >>> evidence_lines(prov)[3:]
     ['a.log:9  boot 0  rank 2  init_free_bytes = 100; room_bytes = 90', '    the line']
     """
-    lines = [
-        "# kvplan evidence: every number in budget.json and ledger.csv, with the line it came from",
-        "# file:line  boot  rank  column = value; ...   then the line as logged",
-        "",
-    ]
+    return list(iter_evidence_lines(provenance))
+
+
+def iter_evidence_lines(provenance: pd.DataFrame) -> Iterator[str]:
+    """The lines of :func:`evidence_lines` one by one: the rows are taken in (source, line) order and the
+    lines of one source line are written once its rows are all seen, so only one line's values are held.
+    """
+    yield "# kvplan evidence: every number in budget.json and ledger.csv, with the line it came from"
+    yield "# file:line  boot  rank  column = value; ...   then the line as logged"
+    yield ""
     if provenance.empty:
-        return [*lines, "(the reader recorded no provenance)"]
-    frame = provenance.assign(_line=provenance["line"].astype("Int64").fillna(0)).sort_values(
-        ["source", "_line"], kind="stable"
+        yield "(the reader recorded no provenance)"
+        return
+    keys = pd.DataFrame(
+        {"source": provenance["source"], "_line": provenance["line"].astype("Int64").fillna(0)}
+    ).reset_index(drop=True)
+    order = keys.sort_values(["source", "_line"], kind="stable").index
+    at_sort_line = list(keys["_line"])
+    at_source, at_line, at_boot, at_rank, at_column, at_value, at_raw = (
+        list(provenance[name]) for name in ("source", "line", "boot", "rank", "column", "value", "raw")
     )
-    groups: dict[tuple, dict] = {}
-    for row in frame.itertuples(index=False):
-        place = (str(row.source), int_or_none(row.line), int_or_none(row.boot), str(row.raw).rstrip())
-        values = groups.setdefault(place, {}).setdefault(int_or_none(row.rank), [])
-        values.append(f"{row.column} = {json_value(row.value)}")
+    whole: dict[object, int | None] = {}  # int_or_none of each line, boot and rank number seen
+    stripped: dict[object, str] = {}  # str(raw).rstrip() of each raw text seen
+    groups: dict[tuple, dict] = {}  # the places of one (source, line), in the order first seen
+    run = None
+    for i in order:
+        source, line, boot, rank, raw = str(at_source[i]), at_line[i], at_boot[i], at_rank[i], at_raw[i]
+        if (source, at_sort_line[i]) != run:
+            yield from _place_lines(groups)
+            groups, run = {}, (source, at_sort_line[i])
+        if line not in whole:
+            whole[line] = int_or_none(line)
+        if boot not in whole:
+            whole[boot] = int_or_none(boot)
+        if rank not in whole:
+            whole[rank] = int_or_none(rank)
+        if raw not in stripped:
+            stripped[raw] = str(raw).rstrip()
+        shown_values = groups.setdefault((source, whole[line], whole[boot], stripped[raw]), {})
+        shown_values.setdefault(whole[rank], []).append(f"{at_column[i]} = {json_value(at_value[i])}")
+    yield from _place_lines(groups)
+
+
+def _place_lines(groups: Mapping[tuple, Mapping]) -> Iterator[str]:
+    """The two lines of each (source, line, boot, raw) place: where and its values by rank, then the raw."""
     for (source, line, boot, raw), by_rank in groups.items():
         where = f"{source}:{line}" if line is not None else source
         ranks = ", ".join("-" if rank is None else str(rank) for rank in by_rank)
@@ -230,9 +260,8 @@ def evidence_lines(provenance: pd.DataFrame) -> list[str]:
             text = f"rank{'s' if len(by_rank) > 1 else ''} {ranks}  " + "; ".join(shown[0])
         else:
             text = "  ".join(f"rank {rank}: " + "; ".join(values) for rank, values in by_rank.items())
-        lines.append(f"{where}  boot {'-' if boot is None else boot}  {text}")
-        lines.append(f"    {raw}" if line is not None else f"    (not a log line: {raw})")
-    return lines
+        yield f"{where}  boot {'-' if boot is None else boot}  {text}"
+        yield f"    {raw}" if line is not None else f"    (not a log line: {raw})"
 
 
 def artifact_texts(decision: Decision, record: Mapping, name: str) -> dict[str, str]:
@@ -241,9 +270,17 @@ def artifact_texts(decision: Decision, record: Mapping, name: str) -> dict[str, 
     Pure over the decision and the record, so verify regenerates them byte for byte.
     """
     return {
-        "ledger.csv": decision.ledger.to_csv(index=False),
-        "SUMMARY.md": summary_markdown(record, name),
-        "evidence.log": "\n".join(evidence_lines(decision.provenance)) + "\n",
+        file_name: "".join(pieces) for file_name, pieces in artifact_pieces(decision, record, name).items()
+    }
+
+
+def artifact_pieces(decision: Decision, record: Mapping, name: str) -> dict[str, Iterator[str]]:
+    """The texts of :func:`artifact_texts` in pieces, made as they are read (``evidence.log`` line by line:
+    its text is never held whole)."""
+    return {
+        "ledger.csv": iter([decision.ledger.to_csv(index=False)]),
+        "SUMMARY.md": iter([summary_markdown(record, name)]),
+        "evidence.log": (f"{line}\n" for line in iter_evidence_lines(decision.provenance)),
     }
 
 

@@ -17,7 +17,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -35,12 +35,12 @@ from kvplan.evidence.record import (
     bundle_name,
     input_names,
     inputs_digest,
-    record_bytes,
+    record_chunks,
     seal,
     settings,
     sha256_file,
 )
-from kvplan.evidence.render import artifact_texts, chart_images
+from kvplan.evidence.render import artifact_pieces, chart_images
 from kvplan.plan import Decision, LoadPolicy, ModelLayout, Plan, Policy, decide, renamed, require_files
 from kvplan.units import format_size
 
@@ -157,7 +157,7 @@ def approve(
         )
         record["files"] = _write_artifacts(staging, decision, record, final.name)
         record[SEAL_KEY] = seal(record)
-        _write_synced(staging / BUDGET_JSON, record_bytes(record))
+        _write_synced(staging / BUDGET_JSON, record_chunks(record))
         _sync(staging / INPUTS_DIR)
         _sync(staging)
         _move_into_place(staging, final, exists)
@@ -264,11 +264,9 @@ def _refuse_failed_checks(decision: Decision) -> None:
 
 def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str) -> dict[str, str]:
     """Write ledger.csv, SUMMARY.md, evidence.log and the charts, fsync'ed; returns their SHA-256 by name."""
-    written = {
-        file_name: text.encode("utf-8") for file_name, text in artifact_texts(decision, record, name).items()
-    }
-    for file_name, data in written.items():
-        _write_synced(staging / file_name, data)
+    written = artifact_pieces(decision, record, name)
+    for file_name, pieces in written.items():
+        _write_synced(staging / file_name, (piece.encode("utf-8") for piece in pieces))
     images = chart_images(decision)
     if images:
         (staging / next(iter(images))).parent.mkdir()
@@ -279,11 +277,15 @@ def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str)
     return {file_name: sha256_file(staging / file_name) for file_name in {**written, **images}}
 
 
-def _write_synced(path: Path, data: bytes) -> None:
-    """Write a new file and fsync it; an error (a full disk: errno 28) names the file."""
+def _write_synced(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """Write a new file (its bytes, or its bytes in pieces) and fsync it; an error (a full disk: errno 28)
+    names the file."""
     try:
         with open(path, "xb") as handle:
-            handle.write(data)
+            if isinstance(data, bytes):
+                handle.write(data)
+            else:
+                handle.writelines(data)
             handle.flush()
             os.fsync(handle.fileno())
     except OSError as exc:
