@@ -29,6 +29,7 @@ from kvplan.checks.key import (
     NONE_WHEN_CONFIG_SHOWN,
     check_compatibility_key,
     defaulted_key_fields,
+    read_defaulted_key_fields,
 )
 
 __all__ = [
@@ -50,4 +51,5 @@ __all__ = [
     "check_tokens",
     "defaulted_key_fields",
     "gate_checks",
+    "read_defaulted_key_fields",
 ]

@@ -7,11 +7,15 @@ A field the logs do not show, or that the log reader filled with vLLM's default
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from kvplan.ledger import plain_value
 from kvplan.verdict import Check
+
+if TYPE_CHECKING:
+    from kvplan.io.metadata import ReadMetadata
 
 KEY_CHECK = "compatibility key"
 
@@ -45,6 +49,28 @@ def defaulted_key_fields(provenance: pd.DataFrame) -> frozenset[str]:
         return frozenset()
     filled = provenance["line"].isna() & provenance["raw"].astype(str).str.startswith(DEFAULT_PROVENANCE)
     return frozenset(str(column) for column in provenance.loc[filled, "column"])
+
+
+def read_defaulted_key_fields(metadata: ReadMetadata) -> frozenset[str]:
+    """:func:`defaulted_key_fields` of ``metadata.provenance``, from the reader's compact rows: the frame
+    (every value's raw line read back from the logs) is not built. A row without a line whose raw is a
+    byte offset has that line read back, as the frame would.
+
+    >>> from kvplan.io.metadata import ProvenanceRows, ReadMetadata
+    >>> rows = ProvenanceRows()
+    >>> rows.extend([("a.log", pd.NA, 0, pd.NA, "block_size", 16, "default of vLLM 0.26.0"),
+    ...              ("a.log", 3, 0, pd.NA, "model", "m", 120)])
+    >>> read_defaulted_key_fields(ReadMetadata(provenance_rows=rows))
+    frozenset({'block_size'})
+    """
+    found = set()
+    for source, line, _, _, column, _, raw in metadata.provenance_rows:
+        if type(line) is int or not pd.isna(line):
+            continue
+        text = metadata.raw_lines.line(source, raw) if isinstance(raw, int) else str(raw)
+        if text.startswith(DEFAULT_PROVENANCE):
+            found.add(str(column))
+    return frozenset(found)
 
 
 def check_compatibility_key(

@@ -56,6 +56,7 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
 def run_gate(args: argparse.Namespace) -> int:
     """Print each gate check with its evidence; the exit status is the verdict."""
     from kvplan import evidence, gate, plan
+    from kvplan.checks import read_defaulted_key_fields
     from kvplan.io.nvidia_smi import join_snapshots
     from kvplan.ledger import compatibility_key
     from kvplan.room import read_vllm_logs
@@ -84,7 +85,7 @@ def run_gate(args: argparse.Namespace) -> int:
         compatibility_key(ledger, metadata.lines),
         args.guard,
         free_after_warmup,
-        boot_defaults=gate.defaulted_key_fields(metadata.provenance),
+        boot_defaults=read_defaulted_key_fields(metadata),
     )
     if args.load:
         section, load_checks = plan.gate_load(approved, args.load, policy)

@@ -202,6 +202,8 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
             )
             differences.append(f"recomputation failed: {message}")
             return differences, notes, None
+        frame = decision.provenance  # its raw lines are read back now, while the private copies exist
+        decision = replace(decision, provenance_of=lambda: frame)
     decision = _as_recorded(decision, record.get("ledger"))
     fresh = _roundtrip(build_record(decision, policy, entries, digest, created, *approval[:2], options))
     for key in _COMPARED:
@@ -433,4 +435,4 @@ def _as_recorded(decision: Decision, recorded_ledger: object) -> Decision:
     if "column" in provenance:
         provenance = provenance[~provenance["column"].isin(absent)].reset_index(drop=True)
     ledger = decision.ledger.drop(columns=absent, errors="ignore")
-    return replace(decision, ledger=ledger, provenance=provenance)
+    return replace(decision, ledger=ledger, provenance_of=lambda: provenance)

@@ -24,7 +24,6 @@ from typing import Any
 import pandas as pd
 
 from kvplan.budget import Budget
-from kvplan.checks.key import defaulted_key_fields
 from kvplan.gate import check_outcomes, check_ranks_present
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
@@ -168,7 +167,7 @@ def decide(
     ledger = evidence.ledger
     key = compatibility_key(ledger, evidence.lines) if evidence.rooms is None else {}
     room_count = None if evidence.rooms is None else len(evidence.rooms)
-    defaulted = defaulted_key_fields(evidence.provenance)
+    defaulted = evidence.defaulted_key_fields
     _, shown_ledger = _shown_only(key, ledger, defaulted)
     spec = launch_layout_spec(layout, key, ledger, defaulted, room_count) if layout is not None else None
     block = spec.block_bytes if spec is not None else block_bytes
@@ -234,7 +233,7 @@ def decide(
         checks=tuple(checks),
         notes=tuple(notes),
         ledger=ledger,
-        provenance=evidence.provenance,
+        provenance_of=lambda: evidence.provenance,
         warnings=evidence.warnings,
         budget=budget,
         compatibility_key=key,

@@ -17,7 +17,8 @@ from typing import cast
 
 import pandas as pd
 
-from kvplan.io.metadata import merge_metadata
+from kvplan.checks import read_defaulted_key_fields
+from kvplan.io.metadata import ReadMetadata, merge_metadata
 from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
 from kvplan.room import read_vllm_logs
 
@@ -33,19 +34,31 @@ class InputFileError(ValueError):
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the pipeline decides from: the ledger (one row per boot × rank, bytes), its provenance
-    (file, line and raw text of each value) and the warnings of reading it.
+    """What the pipeline decides from: the ledger (one row per boot × rank, bytes), the reader's
+    metadata (its :attr:`provenance`: file, line and raw text of each value) and the warnings of reading it.
 
     ``rooms`` holds rooms given by hand (``kvplan budget --room``) instead of a ledger; then
     ``ledger`` is empty.
     """
 
     ledger: pd.DataFrame
-    provenance: pd.DataFrame = field(default_factory=pd.DataFrame)
+    #: the reader's metadata: the provenance frame is built from it only when asked for
+    metadata: ReadMetadata | None = None
     warnings: tuple[str, ...] = ()
     rooms: tuple[int, ...] | None = None
     #: the readers' line index (:attr:`kvplan.io.metadata.ReadMetadata.lines`) refusals quote
     lines: Mapping = field(default_factory=dict)
+
+    @property
+    def provenance(self) -> pd.DataFrame:
+        """One row per value read (source, line, boot, rank, column, value, raw line), built on first use:
+        ``kvplan budget`` never builds it (the raw lines are read back from the logs)."""
+        return self.metadata.provenance if self.metadata is not None else pd.DataFrame()
+
+    @property
+    def defaulted_key_fields(self) -> frozenset[str]:
+        """Key fields the reader filled with vLLM's default (:func:`kvplan.checks.read_defaulted_key_fields`)."""
+        return read_defaulted_key_fields(self.metadata) if self.metadata is not None else frozenset()
 
 
 def given_rooms(room_bytes: Sequence[int]) -> Evidence:
@@ -74,30 +87,26 @@ def read_evidence(
     >>> sorted(evidence.ledger["rank"].tolist())
     [0, 1, 2, 3]
     """
-    lines: Mapping[tuple, int]
     if isinstance(logs, (str, os.PathLike)) or not all(isinstance(item, tuple) for item in logs):
         ledger, metadata = read_vllm_logs(cast("str | os.PathLike | Sequence[str | os.PathLike]", logs))
         names = list(metadata.sources)
-        warnings: list[str] = list(metadata.warnings)
-        provenance, lines = metadata.provenance, metadata.lines
     else:
         pairs = cast("Sequence[tuple[str | os.PathLike, str]]", logs)
-        ledger, warnings, provenance, lines = _read_named(pairs)
+        ledger, metadata = _read_named(pairs)
         names = [name for _, name in pairs]
+    warnings: list[str] = list(metadata.warnings)
     require_boot(ledger, names)
     if snapshots:
         ledger, joined = _join_named(ledger, [_pair(item) for item in snapshots])
         warnings += joined
-    return Evidence(ledger=ledger, provenance=provenance, warnings=tuple(warnings), lines=lines)
+    return Evidence(ledger=ledger, metadata=metadata, warnings=tuple(warnings), lines=metadata.lines)
 
 
 def _pair(item: str | os.PathLike | tuple[str | os.PathLike, str]) -> tuple[Path, str]:
     return (Path(item[0]), item[1]) if isinstance(item, tuple) else (Path(item), str(item))
 
 
-def _read_named(
-    logs: Sequence[tuple[str | os.PathLike, str]],
-) -> tuple[pd.DataFrame, list[str], pd.DataFrame, Mapping[tuple, int]]:
+def _read_named(logs: Sequence[tuple[str | os.PathLike, str]]) -> tuple[pd.DataFrame, ReadMetadata]:
     """The logs read as one ledger (one frame however many files), each file with its own name."""
     if not logs:
         raise InputFileError("no log files: a decision needs the logs of at least one profiled boot")
@@ -108,7 +117,7 @@ def _read_named(
         metadata = merge_metadata([meta for _, meta in parts])
     else:
         ledger, metadata = read_vllm_logs(paths, {path: name for path, (_, name) in zip(paths, logs)})
-    return ledger, list(metadata.warnings), metadata.provenance, metadata.lines
+    return ledger, metadata
 
 
 def _join_named(

@@ -10,6 +10,7 @@ True
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -37,7 +38,8 @@ class Decision:
     """
 
     ledger: pd.DataFrame | None
-    provenance: pd.DataFrame | None
+    #: makes :attr:`provenance` when it is first asked for (the reader's metadata builds it once)
+    provenance_of: Callable[[], pd.DataFrame | None]
     warnings: tuple[str, ...]
     budget: Budget
     compatibility_key: dict
@@ -54,6 +56,12 @@ class Decision:
     cross_check: pd.DataFrame | None = None
     cross_check_verdict: str | None = None
     notes: tuple[str, ...] = ()
+
+    @property
+    def provenance(self) -> pd.DataFrame | None:
+        """One row per value read (source, line, boot, rank, column, value, raw line); None without logs.
+        Built when first asked for (the bundle's ``evidence.log``), never by ``kvplan budget``."""
+        return self.provenance_of()
 
     @property
     def uniform_budget_bytes(self) -> int:

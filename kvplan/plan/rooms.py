@@ -30,7 +30,7 @@ def decide_rooms(room_bytes: Sequence[int], policy: Policy, block_bytes: int | N
     ranks = len(budget.ranks)
     return Decision(
         ledger=None,
-        provenance=None,
+        provenance_of=lambda: None,
         warnings=(),
         budget=budget,
         compatibility_key={},
