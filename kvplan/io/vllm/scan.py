@@ -175,13 +175,9 @@ def _scan(
         paired = np.isin(loose_lines, np.searchsorted(newlines, positions))
         lines = np.concatenate((lines, loose_lines[paired]))
     lines = np.unique(lines)
-    ends = newlines[lines]
     begins = np.where(lines > 0, newlines[lines - 1] + 1, 0)
-    found = [
-        (base + index + 1, offset + begin, block[start + begin : start + end])
-        for index, begin, end in zip(lines.tolist(), begins.tolist(), ends.tolist())
-    ]
-    return found, len(newlines)
+    texts = map(block.__getitem__, map(slice, (begins + start).tolist(), (newlines[lines] + start).tolist()))
+    return list(zip((lines + (base + 1)).tolist(), (begins + offset).tolist(), texts)), len(newlines)
 
 
 def _anchors_at(body: np.ndarray, positions: np.ndarray, pairs: np.ndarray) -> np.ndarray:
