@@ -71,7 +71,7 @@ def split_records(line: str) -> list[Record]:
     ['50%|##', 'done']
     """
     if "\r" not in line:
-        stripped = strip_ansi(line)
+        stripped = _ANSI_RE.sub("", line) if "\x1b" in line else line  # strip_ansi, inlined
         shape = stripped.encode("utf-8", "surrogatepass").translate(_DIGITS)
         spans = _SHAPES.get(shape)
         if spans is None:

@@ -6,6 +6,7 @@ time and memory.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import IO
@@ -171,10 +172,10 @@ def _scan(
     lines = np.searchsorted(newlines, _anchors_at(body, positions, pairs))
     loose = [at - start for anchor in _LOOSE_ANCHORS for at in _find_all(block, anchor, start, stop)]
     if loose:
-        loose_lines = np.searchsorted(newlines, np.array(loose, dtype=np.int64))
-        paired = np.isin(loose_lines, np.searchsorted(newlines, positions))
-        lines = np.concatenate((lines, loose_lines[paired]))
-    lines = np.unique(lines)
+        loose_lines = np.searchsorted(newlines, np.array(loose, dtype=np.int64)).tolist()
+        paired = [index for index in loose_lines if _PAIR_RE.search(_line(block, start, newlines, index))]
+        lines = np.concatenate((lines, np.array(paired, dtype=np.int64)))
+    lines = _distinct(lines)
     begins = np.where(lines > 0, newlines[lines - 1] + 1, 0)
     texts = map(block.__getitem__, map(slice, (begins + start).tolist(), (newlines[lines] + start).tolist()))
     return list(zip((lines + (base + 1)).tolist(), (begins + offset).tolist(), texts)), len(newlines)
@@ -193,9 +194,27 @@ def _anchors_at(body: np.ndarray, positions: np.ndarray, pairs: np.ndarray) -> n
         for anchor, place in anchors:
             begin = at - place
             begin = begin[(begin >= 0) & (begin <= len(body) - len(anchor))]
+            beside = place + 2 if place + 2 < len(anchor) else place - 1  # a byte next to the pair first
+            begin = begin[body[begin + beside] == anchor[beside]]
             same = (body[begin[:, None] + np.arange(len(anchor))] == anchor).all(axis=1)
             starts.append(begin[same])
     return np.concatenate(starts)
+
+
+def _distinct(numbers: np.ndarray) -> np.ndarray:
+    """``numbers`` sorted, each once (as ``np.unique``, whose hashing is slower on these few).
+
+    >>> _distinct(np.array([3, 1, 3, 2])).tolist()
+    [1, 2, 3]
+    """
+    numbers = np.sort(numbers)
+    return numbers[np.concatenate(([True], numbers[1:] != numbers[:-1]))] if numbers.size else numbers
+
+
+def _line(block: bytes, start: int, newlines: np.ndarray, index: int) -> bytes:
+    """Line ``index`` (from 0) of the body at ``block[start:]`` whose newlines are at ``newlines``."""
+    begin = int(newlines[index - 1]) + 1 if index else 0
+    return block[start + begin : start + int(newlines[index])]
 
 
 def _find_all(block: bytes, needle: bytes, start: int, stop: int) -> Iterator[int]:
@@ -237,6 +256,8 @@ def _by_pair() -> tuple[dict[int, list[tuple[np.ndarray, int]]], tuple[bytes, ..
 
 
 _PAIR_TABLE = _pair_table()
+#: Any signature pair (for the lines of an anchor that holds none).
+_PAIR_RE = re.compile(b"|".join(re.escape(pair) for pair in ANCHOR_PAIRS))
 _BY_PAIR, _LOOSE_ANCHORS = _by_pair()
 
 
