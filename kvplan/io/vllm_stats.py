@@ -25,6 +25,7 @@ east of UTC, e.g. ``-7`` for PDT) turns log times into UTC; without it, a run th
 from __future__ import annotations
 
 import itertools
+import operator
 import re
 import statistics
 from collections.abc import Iterable, Sequence
@@ -296,16 +297,18 @@ def _warnings(log: StatsLog) -> list[str]:
         )
     for engine in sorted(log.series, key=lambda e: -1 if e is None else e):
         micros, lines = log.series[engine]
-        gaps = [(b - a) / 1e6 for a, b in itertools.pairwise(micros)]
+        gaps = list(
+            map((1e6).__rtruediv__, map(operator.sub, itertools.islice(micros, 1, None), micros))
+        )  # [s]
         usual = statistics.median(gaps) if gaps else 0
-        for position, gap in enumerate(gaps):
-            if usual > 0 and gap > IDLE_GAP_FACTOR * usual:
-                name = "" if engine is None else f" of engine {engine}"
-                warnings.append(
-                    f"{source}: no stats line{name} between lines {lines[position]} and "
-                    f"{lines[position + 1]} ({gap:g} s; usual interval {usual:g} s): idle (vLLM logs idle "
-                    "intervals at DEBUG) or not logging"
-                )
+        longer = map((IDLE_GAP_FACTOR * usual).__lt__, gaps) if usual > 0 else ()
+        for position in itertools.compress(range(len(gaps)), longer):
+            name = "" if engine is None else f" of engine {engine}"
+            warnings.append(
+                f"{source}: no stats line{name} between lines {lines[position]} and "
+                f"{lines[position + 1]} ({gaps[position]:g} s; usual interval {usual:g} s): idle (vLLM logs "
+                "idle intervals at DEBUG) or not logging"
+            )
     return warnings
 
 
