@@ -10,7 +10,7 @@ import pandas as pd
 
 from kvplan.columns import KEY_COLUMNS, LEDGER_COLUMNS, SIZING_CONFIG, world_size
 from kvplan.io.bounds import check_row
-from kvplan.io.ledger_frame import missing
+from kvplan.io.ledger_frame import EMPTY_ROW, missing
 from kvplan.io.metadata import place_note
 from kvplan.io.room_rule import RoomRule
 from kvplan.io.vllm.boots import KV_SIZED_COLUMNS, Boot
@@ -110,7 +110,7 @@ def resolve_boot(
     # the boot's key and sizing configuration fill what a rank's own values leave open
     shared = {column: value for column, (value, *_rest) in sizing.items()} | key
     for rank, values in rows.items():
-        rows[rank] = {**shared, **values, "source": source, "boot": boot.index}
+        rows[rank] = {**EMPTY_ROW, **shared, **values, "source": source, "boot": boot.index}
     records = [rows[rank] for rank in sorted(rows)]
     provenance = _provenance(rows, origin, key, key_origin, sizing, source, boot.index)
     info = {
