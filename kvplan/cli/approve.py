@@ -7,6 +7,7 @@ calls them and formats the answer.
 from __future__ import annotations
 
 import argparse
+import json
 
 from kvplan.cli.arguments import (
     LAYOUT_OPTIONS,
@@ -91,7 +92,7 @@ def run_approve(args: argparse.Namespace) -> int:
         layout = plan.ModelLayout(resolve_model_config(args.model), options)
     admission = plan.Plan(args.target_concurrency, args.seq_len) if args.seq_len else None
     policy = plan.Policy(args.reserve, args.guard, args.assume_uniform)
-    bundle = evidence.approve(
+    bundle, written = evidence.approve_bundle(
         args.logs,
         args.out,
         policy,
@@ -103,7 +104,9 @@ def run_approve(args: argparse.Namespace) -> int:
         load_policy=load_policy(args),
         nvidia_smi_paths=args.nvidia_smi,
     )
-    record = evidence.read_bundle(bundle)
+    # the record as budget.json reads back, without its ledger rows (not shown here: most of its bytes)
+    record = json.loads(json.dumps({key: value for key, value in written.items() if key != "ledger"}))
+    del written
     warnings = [evidence.user_paths(record, warning) for warning in record["warnings"]]
     if not args.model:
         warnings.append(
@@ -145,7 +148,7 @@ def run_approve(args: argparse.Namespace) -> int:
             f"{load['oom_events']} OOM"
         )
     print(f"bundle       {bundle}")
-    print(f"digest       sha256:{evidence.bundle_digest((bundle / evidence.BUDGET_JSON).read_bytes())}")
+    print(f"digest       sha256:{evidence.sha256_file(bundle / evidence.BUDGET_JSON)}")
     print(f"verify with  kvplan verify {bundle}")
     print_warnings(warnings)
     return EXIT_OK

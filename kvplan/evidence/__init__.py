@@ -52,7 +52,7 @@ from kvplan.evidence.verify import (
     verify_bundle,
     verify_bundle_with_notes,
 )
-from kvplan.evidence.write import approve, clean_stale, enclosing_bundle
+from kvplan.evidence.write import approve, approve_bundle, clean_stale, enclosing_bundle
 from kvplan.plan import InputFileError, LoadPolicy, ModelLayout, Plan, Policy
 
 __all__ = [
@@ -73,6 +73,7 @@ __all__ = [
     "Verified",
     "added_paths",
     "approve",
+    "approve_bundle",
     "approved_from_record",
     "artifact_texts",
     "build_record",

@@ -14,17 +14,20 @@ from __future__ import annotations
 import io
 import math
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
 from kvplan.evidence.record import CHARTS_DIR, int_or_none, json_value
+from kvplan.io.metadata import PROVENANCE_COLUMNS, RawLines, ReadMetadata
 from kvplan.plan import Decision
 from kvplan.plan.admission import capacity_rows
 from kvplan.units import format_size
 from kvplan.verdict import verdict_word
 
+#: Rows of ``evidence.log`` whose raw lines are read back from the logs at once.
+READ_BACK_ROWS = 4096
 #: Characters that make Markdown or HTML syntax inside a line: backslash-escaped by :func:`quoted`.
 _MARKUP = re.compile(r"([\\`*<>\[\]|])")
 #: Line breaks and other control characters: shown as escapes by :func:`quoted`.
@@ -210,9 +213,11 @@ def evidence_lines(provenance: pd.DataFrame) -> list[str]:
     return list(iter_evidence_lines(provenance))
 
 
-def iter_evidence_lines(provenance: pd.DataFrame) -> Iterator[str]:
+def iter_evidence_lines(provenance: pd.DataFrame, raw_lines: RawLines | None = None) -> Iterator[str]:
     """The lines of :func:`evidence_lines` one by one: the rows are taken in (source, line) order and the
     lines of one source line are written once its rows are all seen, so only one line's values are held.
+    With ``raw_lines``, a ``raw`` that is a byte offset (:func:`compact_provenance`) is read back from its
+    log in batches of :data:`READ_BACK_ROWS` rows as the lines are made, never all at once.
     """
     yield "# kvplan evidence: every number in budget.json and ledger.csv, with the line it came from"
     yield "# file:line  boot  rank  column = value; ...   then the line as logged"
@@ -223,7 +228,7 @@ def iter_evidence_lines(provenance: pd.DataFrame) -> Iterator[str]:
     keys = pd.DataFrame(
         {"source": provenance["source"], "_line": provenance["line"].astype("Int64").fillna(0)}
     ).reset_index(drop=True)
-    order = keys.sort_values(["source", "_line"], kind="stable").index
+    order = list(keys.sort_values(["source", "_line"], kind="stable").index)
     at_sort_line = list(keys["_line"])
     at_source, at_line, at_boot, at_rank, at_column, at_value, at_raw = (
         list(provenance[name]) for name in ("source", "line", "boot", "rank", "column", "value", "raw")
@@ -232,22 +237,64 @@ def iter_evidence_lines(provenance: pd.DataFrame) -> Iterator[str]:
     stripped: dict[object, str] = {}  # str(raw).rstrip() of each raw text seen
     groups: dict[tuple, dict] = {}  # the places of one (source, line), in the order first seen
     run = None
-    for i in order:
-        source, line, boot, rank, raw = str(at_source[i]), at_line[i], at_boot[i], at_rank[i], at_raw[i]
-        if (source, at_sort_line[i]) != run:
-            yield from _place_lines(groups)
-            groups, run = {}, (source, at_sort_line[i])
-        if line not in whole:
-            whole[line] = int_or_none(line)
-        if boot not in whole:
-            whole[boot] = int_or_none(boot)
-        if rank not in whole:
-            whole[rank] = int_or_none(rank)
-        if raw not in stripped:
-            stripped[raw] = str(raw).rstrip()
-        shown_values = groups.setdefault((source, whole[line], whole[boot], stripped[raw]), {})
-        shown_values.setdefault(whole[rank], []).append(f"{at_column[i]} = {json_value(at_value[i])}")
+    for start in range(0, len(order), READ_BACK_ROWS):
+        batch = order[start : start + READ_BACK_ROWS]
+        texts = _read_back(batch, at_source, at_raw, raw_lines) if raw_lines is not None else {}
+        stripped.clear()  # the texts of one batch at a time
+        for i in batch:
+            source, line, boot, rank, raw = str(at_source[i]), at_line[i], at_boot[i], at_rank[i], at_raw[i]
+            if texts and type(raw) is int:
+                raw = texts[at_source[i], raw]
+            if (source, at_sort_line[i]) != run:
+                yield from _place_lines(groups)
+                groups, run = {}, (source, at_sort_line[i])
+            if line not in whole:
+                whole[line] = int_or_none(line)
+            if boot not in whole:
+                whole[boot] = int_or_none(boot)
+            if rank not in whole:
+                whole[rank] = int_or_none(rank)
+            if raw not in stripped:
+                stripped[raw] = str(raw).rstrip()
+            shown_values = groups.setdefault((source, whole[line], whole[boot], stripped[raw]), {})
+            shown_values.setdefault(whole[rank], []).append(f"{at_column[i]} = {json_value(at_value[i])}")
     yield from _place_lines(groups)
+
+
+def compact_provenance(metadata: ReadMetadata) -> pd.DataFrame:
+    """The reader's provenance rows as :attr:`~kvplan.io.metadata.ReadMetadata.provenance` has them, but
+    with ``raw`` as the reader keeps it: a log line's byte offset, read back by
+    :func:`iter_evidence_lines` (every value's line text is never held at once). Built column by column
+    (no row tuples kept); the values column is inferred as that frame infers it (one column of 1-tuples).
+    """
+    columns: list[list] = [[] for _ in PROVENANCE_COLUMNS]
+    appends = [column.append for column in columns]
+    for row in metadata.provenance_rows:
+        for append, field in zip(appends, row):
+            append(field)
+    data = dict(zip(PROVENANCE_COLUMNS, columns))
+    value = PROVENANCE_COLUMNS.index("value")
+    data["value"] = pd.DataFrame([(cell,) for cell in columns[value]], columns=["value"])["value"]
+    columns[value] = []
+    frame = pd.DataFrame(data, columns=PROVENANCE_COLUMNS)
+    for column in ("line", "boot", "rank"):
+        frame[column] = frame[column].astype("Int64")
+    return frame
+
+
+def _read_back(
+    positions: Sequence[int], sources: Sequence[object], raws: Sequence[object], raw_lines: RawLines
+) -> dict[tuple, str]:
+    """``(source, offset) → line text`` of the rows at ``positions`` whose raw is a byte offset."""
+    offsets: dict[object, set[int]] = {}
+    for i in positions:
+        if type(raws[i]) is int:
+            offsets.setdefault(sources[i], set()).add(raws[i])
+    return {
+        (source, offset): text
+        for source, wanted in offsets.items()
+        for offset, text in raw_lines.lines(str(source), wanted).items()
+    }
 
 
 def _place_lines(groups: Mapping[tuple, Mapping]) -> Iterator[str]:
@@ -280,8 +327,15 @@ def artifact_pieces(decision: Decision, record: Mapping, name: str) -> dict[str,
     return {
         "ledger.csv": iter([decision.ledger.to_csv(index=False)]),
         "SUMMARY.md": iter([summary_markdown(record, name)]),
-        "evidence.log": (f"{line}\n" for line in iter_evidence_lines(decision.provenance)),
+        "evidence.log": (f"{line}\n" for line in _decision_evidence_lines(decision)),
     }
+
+
+def _decision_evidence_lines(decision: Decision) -> Iterator[str]:
+    """The lines of ``evidence.log``: from the reader's compact rows when the decision has them."""
+    if decision.metadata is not None:
+        return iter_evidence_lines(compact_provenance(decision.metadata), decision.metadata.raw_lines)
+    return iter_evidence_lines(decision.provenance)
 
 
 def chart_names(decision: Decision) -> list[str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvplan import __version__
-from kvplan.checks import Approved, defaulted_key_fields
+from kvplan.checks import Approved
 from kvplan.columns import NEWER_THAN_0_1_0
 from kvplan.evidence.reading import added_paths, bundle_paths, load, read_files
 from kvplan.evidence.record import (
@@ -46,6 +46,7 @@ from kvplan.evidence.record import (
     settings,
 )
 from kvplan.evidence.render import artifact_pieces, artifact_texts, chart_images, chart_names
+from kvplan.io.metadata import RawLines
 from kvplan.plan import Decision, LoadPolicy, ModelLayout, Plan, Policy, decide, renamed
 
 #: The keys recomputed from the inputs and compared: every key but the approval's identity, inputs and
@@ -202,19 +203,18 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
             )
             differences.append(f"recomputation failed: {message}")
             return differences, notes, None
-        frame = decision.provenance  # its raw lines are read back now, while the private copies exist
-        decision = replace(decision, provenance_of=lambda: frame)
-    decision = _as_recorded(decision, record.get("ledger"))
-    fresh = _roundtrip(build_record(decision, policy, entries, digest, created, *approval[:2], options))
-    for key in _COMPARED:
-        differences += _compare(key, record.get(key), fresh.get(key))
-    regenerated = {**fresh, "kvplan_version": approval[2]}
-    for file_name, pieces in artifact_pieces(decision, regenerated, approved_name).items():
-        if file_name in artifacts and not same_bytes(
-            artifacts[file_name], (piece.encode("utf-8") for piece in pieces)
-        ):
-            text = artifact_texts(decision, regenerated, approved_name)[file_name]
-            differences += _text_difference(artifacts[file_name], file_name, text)
+        decision = _as_recorded(decision, record.get("ledger"))
+        fresh = _roundtrip(build_record(decision, policy, entries, digest, created, *approval[:2], options))
+        for key in _COMPARED:
+            differences += _compare(key, record.get(key), fresh.get(key))
+        regenerated = {**fresh, "kvplan_version": approval[2]}
+        for file_name, pieces in artifact_pieces(decision, regenerated, approved_name).items():
+            if file_name in artifacts and not same_bytes(  # evidence.log reads raw lines from the copies
+                artifacts[file_name], (piece.encode("utf-8") for piece in pieces)
+            ):
+                text = artifact_texts(decision, regenerated, approved_name)[file_name]
+                differences += _text_difference(artifacts[file_name], file_name, text)
+        decision = _rehomed(decision, Path(private), folder)
     expected_charts = {f"{CHARTS_DIR}/{chart}.png" for chart in chart_names(decision)}
     recorded_charts = {path for path in record["files"] if str(path).startswith(f"{CHARTS_DIR}/")}
     if recorded_charts != expected_charts:
@@ -261,9 +261,7 @@ def verified_approval(bundle: str | os.PathLike, digest: str | None = None) -> t
     misnamed = name_digest_mismatch(verified.folder.resolve().name, str(verified.record["inputs_digest"]))
     if misnamed:
         raise BundleChangedError(f"cannot judge: {bundle}: {misnamed}")
-    defaults = (
-        defaulted_key_fields(verified.decision.provenance) if verified.decision is not None else frozenset()
-    )
+    defaults = verified.decision.defaulted_key_fields if verified.decision is not None else frozenset()
     return verified, approved_from_record(verified.record, defaults)
 
 
@@ -435,4 +433,23 @@ def _as_recorded(decision: Decision, recorded_ledger: object) -> Decision:
     if "column" in provenance:
         provenance = provenance[~provenance["column"].isin(absent)].reset_index(drop=True)
     ledger = decision.ledger.drop(columns=absent, errors="ignore")
-    return replace(decision, ledger=ledger, provenance_of=lambda: provenance)
+    return replace(decision, ledger=ledger, provenance_of=lambda: provenance, metadata=None)
+
+
+def _rehomed(decision: Decision, private: Path, folder: Path) -> Decision:
+    """``decision`` with its raw lines read back from the bundle's own inputs in ``folder`` rather than from
+    the ``private`` copies verify removes (the same bytes: each copy was hashed against the record)."""
+    metadata = decision.metadata
+    if metadata is None:
+        return decision
+    files = {
+        source: (
+            str(folder / Path(where).relative_to(private))
+            if isinstance(where, str) and Path(where).is_relative_to(private)
+            else where,
+            end,
+        )
+        for source, (where, end) in metadata.raw_lines.files.items()
+    }
+    moved = replace(metadata, raw_lines=RawLines(files))
+    return replace(decision, metadata=moved, provenance_of=lambda: moved.provenance)

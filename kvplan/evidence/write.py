@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from kvplan import __version__
 from kvplan.evidence.record import (
@@ -49,7 +50,13 @@ STALE_PARTIAL_S = 3600
 PARTIAL_SUFFIX = ".partial"
 
 
-def approve(
+def approve(*args: Any, **kwargs: Any) -> Path:
+    """Compute the decision and write its bundle under ``out_dir``; returns the new folder (the arguments
+    and errors of :func:`approve_bundle`)."""
+    return approve_bundle(*args, **kwargs)[0]
+
+
+def approve_bundle(
     log_paths: Sequence[str | os.PathLike],
     out_dir: str | os.PathLike,
     policy: Policy,
@@ -61,8 +68,9 @@ def approve(
     load_paths: Sequence[str | os.PathLike] = (),
     load_policy: LoadPolicy | None = None,
     nvidia_smi_paths: Sequence[str | os.PathLike] = (),
-) -> Path:
-    """Compute the decision and write its bundle under ``out_dir``; returns the new folder.
+) -> tuple[Path, dict]:
+    """Compute the decision and write its bundle under ``out_dir``; returns the new folder and the record
+    written as its ``budget.json`` (so that a caller need not read 40 MB of ledger rows back).
 
     ``load_paths`` are the server logs and /metrics snapshots of a load test at the approved value
     (read with ``load_policy``, default: no preemption allowed); ``nvidia_smi_paths`` the ``--query-gpu``
@@ -164,7 +172,7 @@ def approve(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    return final
+    return final, record
 
 
 def enclosing_bundle(path: str | os.PathLike) -> Path | None:

@@ -234,6 +234,7 @@ def decide(
         notes=tuple(notes),
         ledger=ledger,
         provenance_of=lambda: evidence.provenance,
+        metadata=evidence.metadata,
         warnings=evidence.warnings,
         budget=budget,
         compatibility_key=key,

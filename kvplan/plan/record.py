@@ -20,6 +20,7 @@ from kvplan.verdict import Check
 if TYPE_CHECKING:  # for the annotations only
     import pandas as pd
 
+    from kvplan.io.metadata import ReadMetadata
     from kvplan.kvspec import KVSpec
 
 
@@ -56,12 +57,23 @@ class Decision:
     cross_check: pd.DataFrame | None = None
     cross_check_verdict: str | None = None
     notes: tuple[str, ...] = ()
+    #: the log reader's metadata (compact provenance rows, where raw lines are read back); None without it
+    metadata: ReadMetadata | None = None
 
     @property
     def provenance(self) -> pd.DataFrame | None:
         """One row per value read (source, line, boot, rank, column, value, raw line); None without logs.
         Built when first asked for (the bundle's ``evidence.log``), never by ``kvplan budget``."""
         return self.provenance_of()
+
+    @property
+    def defaulted_key_fields(self) -> frozenset[str]:
+        """Key fields the reader filled with vLLM's default (:func:`kvplan.checks.read_defaulted_key_fields`)."""
+        from kvplan.checks import defaulted_key_fields, read_defaulted_key_fields
+
+        if self.metadata is not None:
+            return read_defaulted_key_fields(self.metadata)
+        return defaulted_key_fields(self.provenance) if self.provenance is not None else frozenset()
 
     @property
     def uniform_budget_bytes(self) -> int:
