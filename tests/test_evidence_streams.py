@@ -1,0 +1,33 @@
+"""evidence.log made from the reader's compact rows is the one made from the provenance frame, and the record
+approve_bundle returns is budget.json as it reads back."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvplan import evidence, plan
+from kvplan.config import DATA_DIR
+from kvplan.evidence.render import compact_provenance, evidence_lines, iter_evidence_lines
+from kvplan.room import read_vllm_logs
+
+LOGS = sorted((DATA_DIR / "boots").glob("*/*.log"))
+
+
+@pytest.mark.parametrize("log", LOGS, ids=lambda path: path.parent.name)
+def test_compact_rows_give_the_frames_evidence_log(log, monkeypatch) -> None:
+    _, metadata = read_vllm_logs([log])
+    monkeypatch.setattr("kvplan.evidence.render.READ_BACK_ROWS", 7)  # many batches, runs across them
+    streamed = list(iter_evidence_lines(compact_provenance(metadata), metadata.raw_lines))
+    assert streamed == evidence_lines(metadata.provenance)
+    assert any(
+        line.startswith("    ") and "not a log line" not in line for line in streamed
+    )  # raw lines read
+
+
+def test_approve_bundle_returns_what_budget_json_reads_back(tmp_path) -> None:
+    folder, record = evidence.approve_bundle(
+        [DATA_DIR / "boots" / "four-rank" / "boot.log"], tmp_path, plan.Policy(2**30), "test"
+    )
+    assert json.loads(json.dumps(record)) == evidence.read_bundle(folder)
