@@ -18,6 +18,7 @@ import pytest
 
 from kvplan.io.vllm import families, records, scan
 from kvplan.io.vllm.families import read_message
+from kvplan.io.vllm.memo import MAX_ENTRIES
 from kvplan.io.vllm.records import split_records
 from kvplan.units import parse_size
 
@@ -58,16 +59,16 @@ def test_a_message_read_again_gives_the_same_facts_in_new_dicts():
 
 def test_the_message_table_stays_bounded():
     families._MESSAGES.clear()
-    for count in range(families.MAX_SHAPES + 10):
+    for count in range(MAX_ENTRIES + 10):
         read_message(f"Model loading took {count} GiB")
-    assert len(families._MESSAGES) <= families.MAX_SHAPES
+    assert len(families._MESSAGES) <= MAX_ENTRIES
 
 
 def test_the_shape_table_stays_bounded():
     families._SHAPES.clear()
-    for count in range(families.MAX_SHAPES + 10):
+    for count in range(MAX_ENTRIES + 10):
         read_message("x" * (count % 50) + "y" * (count // 50) + " took")
-    assert len(families._SHAPES) <= families.MAX_SHAPES
+    assert len(families._SHAPES) <= MAX_ENTRIES
 
 
 LINES = [
@@ -150,9 +151,9 @@ def test_two_lines_of_one_shape_keep_their_own_numbers():
 
 def test_the_line_shape_table_stays_bounded():
     records._SHAPES.clear()
-    for count in range(records.MAX_SHAPES + 10):
+    for count in range(MAX_ENTRIES + 10):
         split_records("x" * (count % 50) + "y" * (count // 50) + " took")
-    assert len(records._SHAPES) <= records.MAX_SHAPES
+    assert len(records._SHAPES) <= MAX_ENTRIES
 
 
 def test_a_ledger_built_in_frames_of_few_rows_is_the_ledger_built_at_once(monkeypatch):

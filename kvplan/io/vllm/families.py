@@ -13,6 +13,7 @@ import re
 from kvplan.io.vllm import handlers as h
 from kvplan.io.vllm.failure_lines import FAILURE_FAMILIES, FAILURE_VALUE_FAMILIES
 from kvplan.io.vllm.handlers import Fact, Family, family
+from kvplan.io.vllm.memo import remember
 from kvplan.io.vllm.sizing_lines import SIZING_FAMILIES
 
 # One row a family, in the order they are tried: family, trigger, scope, values, regex.
@@ -94,8 +95,6 @@ _SHAPE_SAFE = frozenset(
 #: Shape → the positions of the families worth trying on a message of that shape (in table order):
 #: the shape holds the trigger, and the regex either matched the shape or is not shape-safe.
 _SHAPES: dict[str, tuple[int, ...]] = {}
-#: At most this many shapes are kept (then the table starts over): memory stays bounded.
-MAX_SHAPES = 4096
 
 
 def _worth_trying(message: str) -> tuple[int, ...]:
@@ -109,14 +108,12 @@ def _worth_trying(message: str) -> tuple[int, ...]:
             for position in positions
             if position not in _SHAPE_SAFE or FAMILIES[position][2].search(shape) is not None
         )
-        if len(_SHAPES) >= MAX_SHAPES:
-            _SHAPES.clear()
-        _SHAPES[shape] = found
+        remember(_SHAPES, shape, found)
     return found
 
 
 #: Message → what it says, as (family, scope, values) (:func:`read_message`): the boots of one
-#: deployment print the same messages again. At most :data:`MAX_SHAPES` kept (then it starts over).
+#: deployment print the same messages again. Bounded (:func:`kvplan.io.vllm.memo.remember`).
 _MESSAGES: dict[str, tuple[tuple[str, str, dict], ...]] = {}
 
 
@@ -134,10 +131,7 @@ def read_message(message: str) -> list[Fact]:
     """
     known = _MESSAGES.get(message)
     if known is None:
-        known = _read_new(message)
-        if len(_MESSAGES) >= MAX_SHAPES:
-            _MESSAGES.clear()
-        _MESSAGES[message] = known
+        known = remember(_MESSAGES, message, _read_new(message))
     if not known:
         return []
     return [tuple.__new__(Fact, (family, scope, values.copy())) for family, scope, values in known]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from kvplan.io.vllm.memo import remember
+
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX_RE = re.compile(r"\((?:([A-Za-z_][\w.\-= ]*?) )?pid=(\d+)(?:, ip=([^)\s]+))?\)\s?")
 _LEVELS = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
@@ -75,10 +77,7 @@ def split_records(line: str) -> list[Record]:
         shape = stripped.encode("utf-8", "surrogatepass").translate(_DIGITS)
         spans = _SHAPES.get(shape)
         if spans is None:
-            spans = _simple_spans(stripped)
-            if len(_SHAPES) >= MAX_SHAPES:
-                _SHAPES.clear()
-            _SHAPES[shape] = spans
+            spans = remember(_SHAPES, shape, _simple_spans(stripped))
         if spans is not _GENERAL:
             return _simple_record(stripped, spans)
     records = []
@@ -92,9 +91,8 @@ def split_records(line: str) -> list[Record]:
 #: same places; only the numbers differ.
 _DIGITS = bytes.maketrans(b"123456789", b"000000000")
 #: Shape → where the common line's record lies in each line of that shape (:func:`_simple_spans`), or
-#: :data:`_GENERAL`. At most :data:`MAX_SHAPES` kept (then the table starts over).
+#: :data:`_GENERAL`. Bounded (:func:`kvplan.io.vllm.memo.remember`).
 _SHAPES: dict[bytes, tuple] = {}
-MAX_SHAPES = 4096
 #: Spans of a line that holds no record (blank), and of one the general walk reads.
 _BLANK: tuple = ()
 _GENERAL: tuple = (None,)
