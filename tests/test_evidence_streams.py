@@ -9,7 +9,7 @@ import pytest
 
 from kvplan import evidence, plan
 from kvplan.config import DATA_DIR
-from kvplan.evidence.render import compact_provenance, evidence_lines, iter_evidence_lines
+from kvplan.evidence.render import evidence_lines, iter_evidence_lines
 from kvplan.room import read_vllm_logs
 
 LOGS = sorted((DATA_DIR / "boots").glob("*/*.log"))
@@ -19,7 +19,7 @@ LOGS = sorted((DATA_DIR / "boots").glob("*/*.log"))
 def test_compact_rows_give_the_frames_evidence_log(log, monkeypatch) -> None:
     _, metadata = read_vllm_logs([log])
     monkeypatch.setattr("kvplan.evidence.render.READ_BACK_ROWS", 7)  # many batches, runs across them
-    streamed = list(iter_evidence_lines(compact_provenance(metadata), metadata.raw_lines))
+    streamed = list(iter_evidence_lines(metadata.compact_provenance(), metadata.raw_lines))
     assert streamed == evidence_lines(metadata.provenance)
     assert any(
         line.startswith("    ") and "not a log line" not in line for line in streamed

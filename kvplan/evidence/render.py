@@ -20,7 +20,7 @@ import pandas as pd
 
 from kvplan.budget import kv_cache_flag
 from kvplan.evidence.record import CHARTS_DIR, int_or_none, json_value
-from kvplan.io.metadata import PROVENANCE_COLUMNS, RawLines, ReadMetadata
+from kvplan.io.metadata import RawLines
 from kvplan.plan import Decision
 from kvplan.plan.admission import capacity_rows
 from kvplan.units import format_size
@@ -216,7 +216,7 @@ def evidence_lines(provenance: pd.DataFrame) -> list[str]:
 def iter_evidence_lines(provenance: pd.DataFrame, raw_lines: RawLines | None = None) -> Iterator[str]:
     """The lines of :func:`evidence_lines` one by one: the rows are taken in (source, line) order and the
     lines of one source line are written once its rows are all seen, so only one line's values are held.
-    With ``raw_lines``, a ``raw`` that is a byte offset (:func:`compact_provenance`) is read back from its
+    With ``raw_lines``, a ``raw`` that is a byte offset (:meth:`~kvplan.io.metadata.ReadMetadata.compact_provenance`) is read back from its
     log in batches of :data:`READ_BACK_ROWS` rows as the lines are made, never all at once.
     """
     yield "# kvplan evidence: every number in budget.json and ledger.csv, with the line it came from"
@@ -259,27 +259,6 @@ def iter_evidence_lines(provenance: pd.DataFrame, raw_lines: RawLines | None = N
             shown_values = groups.setdefault((source, whole[line], whole[boot], stripped[raw]), {})
             shown_values.setdefault(whole[rank], []).append(f"{at_column[i]} = {json_value(at_value[i])}")
     yield from _place_lines(groups)
-
-
-def compact_provenance(metadata: ReadMetadata) -> pd.DataFrame:
-    """The reader's provenance rows as :attr:`~kvplan.io.metadata.ReadMetadata.provenance` has them, but
-    with ``raw`` as the reader keeps it: a log line's byte offset, read back by
-    :func:`iter_evidence_lines` (every value's line text is never held at once). Built column by column
-    (no row tuples kept); the values column is inferred as that frame infers it (one column of 1-tuples).
-    """
-    columns: list[list] = [[] for _ in PROVENANCE_COLUMNS]
-    appends = [column.append for column in columns]
-    for row in metadata.provenance_rows:
-        for append, field in zip(appends, row):
-            append(field)
-    data = dict(zip(PROVENANCE_COLUMNS, columns))
-    value = PROVENANCE_COLUMNS.index("value")
-    data["value"] = pd.DataFrame([(cell,) for cell in columns[value]], columns=["value"])["value"]
-    columns[value] = []
-    frame = pd.DataFrame(data, columns=PROVENANCE_COLUMNS)
-    for column in ("line", "boot", "rank"):
-        frame[column] = frame[column].astype("Int64")
-    return frame
 
 
 def _read_back(
@@ -334,7 +313,7 @@ def artifact_pieces(decision: Decision, record: Mapping, name: str) -> dict[str,
 def _decision_evidence_lines(decision: Decision) -> Iterator[str]:
     """The lines of ``evidence.log``: from the reader's compact rows when the decision has them."""
     if decision.metadata is not None:
-        return iter_evidence_lines(compact_provenance(decision.metadata), decision.metadata.raw_lines)
+        return iter_evidence_lines(decision.metadata.compact_provenance(), decision.metadata.raw_lines)
     return iter_evidence_lines(decision.provenance)
 
 

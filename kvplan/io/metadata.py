@@ -248,16 +248,33 @@ class ReadMetadata:
     @cached_property
     def provenance(self) -> pd.DataFrame:
         """One row per value: source, line, boot, rank, column, value and the raw line as logged."""
+        frame = self.compact_provenance()
+        sources, raws = frame["source"].tolist(), frame["raw"].tolist()
         offsets: dict[str, list[int]] = {}
-        for row in self.provenance_rows:
-            if isinstance(row[6], int):
-                offsets.setdefault(row[0], []).append(row[6])
+        for source, raw in zip(sources, raws):
+            if isinstance(raw, int):
+                offsets.setdefault(source, []).append(raw)
         text = {source: self.raw_lines.lines(source, found) for source, found in offsets.items()}
-        rows = [
-            (*row[:6], text[row[0]][row[6]] if isinstance(row[6], int) else row[6])
-            for row in self.provenance_rows
+        frame["raw"] = [
+            text[source][raw] if isinstance(raw, int) else raw for source, raw in zip(sources, raws)
         ]
-        frame = pd.DataFrame(rows, columns=PROVENANCE_COLUMNS)
+        return frame
+
+    def compact_provenance(self) -> pd.DataFrame:
+        """:attr:`provenance` with ``raw`` as the reader keeps it: a log line's byte offset (read back with
+        :attr:`raw_lines`), so every value's line text is never held at once. Built column by column (no
+        row tuples kept); the values column is inferred as a frame of the rows infers it (from 1-tuples).
+        """
+        columns: list[list] = [[] for _ in PROVENANCE_COLUMNS]
+        appends = [column.append for column in columns]
+        for row in self.provenance_rows:
+            for append, field_value in zip(appends, row):
+                append(field_value)
+        data = dict(zip(PROVENANCE_COLUMNS, columns))
+        value = PROVENANCE_COLUMNS.index("value")
+        data["value"] = pd.DataFrame([(cell,) for cell in columns[value]], columns=["value"])["value"]
+        columns[value] = []
+        frame = pd.DataFrame(data, columns=PROVENANCE_COLUMNS)
         for column in ("line", "boot", "rank"):
             frame[column] = frame[column].astype("Int64")
         return frame
