@@ -21,6 +21,7 @@ import pandas as pd
 
 from kvplan.columns import KEY_COLUMNS
 from kvplan.io.bounds import ImpossibleValue
+from kvplan.io.gc_pause import gc_paused
 from kvplan.io.ledger_csv import read_ledger_csv
 from kvplan.io.ledger_frame import ledger_frame
 from kvplan.io.metadata import (
@@ -42,6 +43,7 @@ class LogParseError(ValueError):
     """Input that is not a text log at all; the message names the file and line."""
 
 
+@gc_paused()
 def read_vllm_log(
     path_or_text: str | os.PathLike | bytes | IO[bytes],
     source: str | None = None,
@@ -87,6 +89,7 @@ def _looks_like_path(text: str) -> bool:
     return os.path.exists(text) or bool(re.fullmatch(r"\S+\.(log|txt|out|err)", text))
 
 
+@gc_paused()
 def read_vllm_logs(
     paths: str | os.PathLike | Iterable[str | os.PathLike],
     room_rule: RoomRule | None = None,
