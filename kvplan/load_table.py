@@ -247,8 +247,8 @@ class LoadRows(Sequence):
 
     def extend_columns(self, count: int, **columns) -> None:
         """Append ``count`` rows given a column at a time: each of :data:`ROW_FIELDS` and ``event`` names
-        the rows' packed values (see :meth:`add_packed`: an iterable such as ``map(int, texts)``) or the one
-        value they all share. Each value must fit its column.
+        the rows' packed values (see :meth:`add_packed`: an iterable such as ``map(int, texts)``, or an
+        ``array`` of the column's type) or the one value they all share. Each value must fit its column.
 
         >>> rows = LoadRows()
         >>> shared = {name: 0 for name in (*ROW_FIELDS, "event")} | {"source": rows.source_code("s.log")}
@@ -261,6 +261,8 @@ class LoadRows(Sequence):
             values = columns[name]
             if isinstance(values, (int, float)):
                 column.extend(array(column.typecode, [values]) * count)
+            elif isinstance(values, array) and values.typecode == column.typecode:
+                column.extend(values)  # already packed
             else:  # packed by struct: a third of what array's own conversion of each item costs
                 values = values if isinstance(values, list) else list(values)
                 column.frombytes(struct.pack(f"{len(values)}{column.typecode}", *values))

@@ -8,7 +8,9 @@ it; any other line, or one the whole-line path cannot take, goes through the gen
 
 from __future__ import annotations
 
+import operator
 import re
+import struct
 from array import array
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime, timedelta
@@ -60,38 +62,26 @@ class StatsLog:
     def count(self) -> int:
         return len(self.rows) + (self.last is not None)
 
-    def take_whole(self, groups: list[tuple], line: int, micros: list[int], year_known: bool) -> int:
-        """Take a run of consecutive lines, each one V1 stats record in vLLM's default form (``groups``:
-        :data:`V1_STATS_LINE`'s groups, one tuple per group with an item per line), the first at line
-        ``line``, stamped ``micros`` [µs since year 1, UTC when the shift is known], with what the general
-        reader (:func:`kvplan.io.vllm_stats.parse_stats_lines`) would do for each; returns how many were
-        taken: all, or those before the first that the general reader must judge (a usage outside
-        0–100 %: it warns), which is left with the rest.
+    def take_whole(self, found: list[re.Match], line: int, micros: list[int], year_known: bool) -> int:
+        """Take a run of consecutive lines, each one V1 stats record in vLLM's default form (``found``:
+        their :data:`V1_STATS_LINE` matches), the first at line ``line``, stamped ``micros`` [µs since
+        year 1, UTC when the shift is known], with what the general reader
+        (:func:`kvplan.io.vllm_stats.parse_stats_lines`) would do for each; returns how many were taken:
+        all, or those before the first that the general reader must judge (a usage outside 0–100 %: it
+        warns), which is left with the rest.
         """
-        _, _, files, linenos, engines, prompt, generation, running, waiting, preemptions, usage, hits = groups
-        usage_pct = _numbers(usage, float)
+        usage_pct = _numbers(_group(found, "usage"), float)
         count = len(usage_pct)
         if min(usage_pct) < 0 or max(usage_pct) > 100:
             count = next(n for n, value in enumerate(usage_pct) if not 0 <= value <= 100)
             if not count:
                 return 0
             del usage_pct[count:], micros[count:]
-            files, linenos, engines, prompt, generation, running, waiting, preemptions, hits = (
-                column[:count]
-                for column in (
-                    files,
-                    linenos,
-                    engines,
-                    prompt,
-                    generation,
-                    running,
-                    waiting,
-                    preemptions,
-                    hits,
-                )
-            )
+            found = found[:count]
+        preemptions = _group(found, "preemptions")
         unknown = 0  # the leading lines without "Preemptions" while late_v1 is unknown
         if not self.late_v1:
+            files, linenos = _group(found, "file"), _group(found, "lineno")
             for unknown in range(count + 1):
                 if (
                     unknown == count
@@ -109,23 +99,23 @@ class StatsLog:
         counts = (
             _numbers(preemptions, int)
             if None not in preemptions
-            else [UNKNOWN_NUMBER] * unknown
-            + [0 if value is None else int(value) for value in preemptions[unknown:]]
+            else [UNKNOWN_NUMBER] * unknown + _numbers(preemptions[unknown:], _count_or_zero)
         )
-        engine_indices = _numbers(engines, int)
+        engine_indices = _numbers(_group(found, "engine"), int)
+        times, lines = _packed(micros), _packed(range(line, line + count))
         self.rows.extend_columns(
             count,
             source=self.code,
-            line=range(line, line + count),
-            time=micros,
+            line=lines,
+            time=times,
             engine=engine_indices,
             kv_cache_usage_pct=usage_pct,
-            running=_numbers(running, int),
-            waiting=_numbers(waiting, int),
+            running=_numbers(_group(found, "running"), int),
+            waiting=_numbers(_group(found, "waiting"), int),
             swapped=UNKNOWN_NUMBER,
-            prompt_tokens_per_s=map(float, prompt),
-            generation_tokens_per_s=map(float, generation),
-            prefix_cache_hit_pct=_numbers(hits, float),
+            prompt_tokens_per_s=_numbers(_group(found, "prompt"), float),
+            generation_tokens_per_s=_numbers(_group(found, "generation"), float),
+            prefix_cache_hit_pct=_numbers(_group(found, "hits"), float),
             preemptions=counts,
             preemptions_total=UNKNOWN_NUMBER,
             kind=0,  # "log"
@@ -138,7 +128,7 @@ class StatsLog:
         self.last_form = "v1"
         self.forms.add("v1")
         if engine_indices.count(engine_indices[0]) == count:  # one engine: its series grows by the run
-            self._series(engine_indices[0], micros, range(line, line + count))
+            self._series(engine_indices[0], times, lines)
         else:
             for number, (engine, when) in enumerate(zip(engine_indices, micros), line):
                 self._series(engine, (when,), (number,))
@@ -187,6 +177,61 @@ class StatsLog:
                 raw=row.get("raw", ""),
             )
             self.last = None
+
+
+#: :data:`V1_STATS_LINE`'s groups by name, each the getter of that group from a match
+_GROUPS = {
+    name: operator.itemgetter(number)
+    for number, name in enumerate(
+        (
+            "day",
+            "clock",
+            "file",
+            "lineno",
+            "engine",
+            "prompt",
+            "generation",
+            "running",
+            "waiting",
+            "preemptions",
+            "usage",
+            "hits",
+        ),
+        1,
+    )
+}
+
+
+def _group(found: list[re.Match], name: str) -> list:
+    """The text of group ``name`` (see :data:`_GROUPS`) of each match (``None`` where it did not take part).
+
+    >>> _group([V1_STATS_LINE.match("INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Avg prompt throughput: "
+    ...     "1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, "
+    ...     "GPU KV cache usage: 5.2%, Prefix cache hit rate: 0.0%")], "running")
+    ['3']
+    """
+    return list(map(_GROUPS[name], found))
+
+
+def _packed(values: Iterable[int]) -> array:
+    """``array("q", values)``, packed by :mod:`struct` (a fraction of what ``array`` costs item by item).
+
+    >>> _packed(range(3))
+    array('q', [0, 1, 2])
+    """
+    values = values if isinstance(values, list) else list(values)
+    packed = array("q")
+    packed.frombytes(struct.pack(f"{len(values)}q", *values))
+    return packed
+
+
+def _count_or_zero(text: str | None) -> int:
+    """A count's text as a number; a field the line leaves out (``None``) is 0.
+
+    >>> _count_or_zero("3"), _count_or_zero(None)
+    (3, 0)
+    """
+    return 0 if text is None else int(text)
 
 
 def _numbers(texts: Sequence[str], kind: Callable[[str], int | float]) -> list:

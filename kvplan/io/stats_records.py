@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, time, timedelta
@@ -46,6 +47,7 @@ _EPOCH = datetime(1, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
 _LAST_MICROS = (datetime.max - _EPOCH) // _MICROSECOND
 _ENGINE_PREFIX = re.compile(r"EngineCore_(?:DP)?(\d+)\b")
+_DAY_GROUP, _CLOCK_GROUP = operator.itemgetter(1), operator.itemgetter(2)  # of a whole line's match
 
 
 class Record(NamedTuple):
@@ -198,16 +200,16 @@ class RecordReader:
         self,
         lines: Iterable[str],
         whole: re.Pattern,
-        take: Callable[[list[tuple], int, list[int], bool], int],
+        take: Callable[[list[re.Match], int, list[int], bool], int],
         other: Callable[[str], None],
         shift_micros: int = 0,
     ) -> None:
         """Read ``lines`` in order, :data:`READ_BLOCK` at a time: each run of consecutive lines that
         ``whole`` matches entirely as one record (its first two groups vLLM's ``MM-DD`` and ``HH:MM:SS``, no
-        outer stamp) on one day goes to ``take(groups, first line number, µs since year 1 plus
-        shift_micros of each, year known)`` (``groups``: a tuple per group, an item per line), which
-        returns how many of the lines it took from the start; any other line, and the first one that
-        ``take`` leaves, to ``other``, which :meth:`push` es it.
+        outer stamp) on one day goes to ``take(matches, first line number, µs since year 1 plus
+        shift_micros of each, year known)`` (``matches``: the lines' matches, from which ``take`` reads
+        the groups it needs), which returns how many of the lines it took from the start; any other
+        line, and the first one that ``take`` leaves, to ``other``, which :meth:`push` es it.
 
         >>> reader, taken, other = RecordReader(2026), [], []
         >>> whole = re.compile(r"INFO (\\d\\d-\\d\\d) (\\d\\d:\\d\\d:\\d\\d) \\[a.py:1\\] ok$")
@@ -239,22 +241,23 @@ class RecordReader:
     def _take_run(
         self,
         found: list[re.Match],
-        take: Callable[[list[tuple], int, list[int], bool], int],
+        take: Callable[[list[re.Match], int, list[int], bool], int],
         shift_micros: int,
     ) -> int:
         """Hand the run of matched lines ``found`` to ``take`` (see :meth:`read`) one day at a time, as far
         as :meth:`push` would read each alike: up to a line of the wrap width (it may go on), a stamp that
         names no real time or that the shift moves out of datetime's years; returns the lines taken."""
         joiner = self.lines
-        if joiner.wrap_width in map(re.Match.end, found):
-            found = found[: list(map(re.Match.end, found)).index(joiner.wrap_width)]
-        groups = list(zip(*map(re.Match.groups, found)))
-        if not groups:
+        ends = list(map(re.Match.end, found))
+        if joiner.wrap_width in ends:
+            found = found[: ends.index(joiner.wrap_width)]
+        if not found:
             return 0
+        all_clocks = list(map(_CLOCK_GROUP, found))
         taken = 0
-        for day, same in itertools.groupby(groups[0]):
-            count = len(list(same))
-            clocks = groups[1][taken : taken + count]
+        for day, same in itertools.groupby(map(_DAY_GROUP, found)):
+            count = sum(1 for _ in same)
+            clocks = all_clocks[taken : taken + count]
             if day == self._day:
                 state = None
             else:
@@ -275,16 +278,7 @@ class RecordReader:
             if shift_micros and micros and (min(micros) < 0 or max(micros) > _LAST_MICROS):
                 count = next(n for n, value in enumerate(micros) if not 0 <= value <= _LAST_MICROS)
                 del micros[count:]
-            got = (
-                take(
-                    [column[taken : taken + count] for column in groups],
-                    joiner.number + 1,
-                    micros,
-                    self.known,
-                )
-                if count
-                else 0
-            )
+            got = take(found[taken : taken + count], joiner.number + 1, micros, self.known) if count else 0
             joiner.number += got
             taken += got
             if got and state is not None:
