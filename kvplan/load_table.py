@@ -8,6 +8,7 @@ JSON writers. Units as in :mod:`kvplan.load_rows`; times are kept in µs since y
 
 from __future__ import annotations
 
+import bisect
 import csv
 import io
 import itertools
@@ -64,6 +65,9 @@ _YEAR_KNOWN = ROW_FIELDS.index("year_known")
 _TIME = ROW_FIELDS.index("time")
 _FLOAT_POSITIONS = tuple(position for position, name in enumerate(ROW_FIELDS) if name in _FLOAT_FIELDS)
 _DAY = 86_400_000_000  # µs
+#: the ROW_KEYS whose values are numbers that may repeat (counts, rates; a line number never does)
+_REPEATING_NUMBERS = tuple(key not in ("source", "line", "time", "event") for key in ROW_KEYS)
+_TIMES_OF_DAY_KEPT = 100_000  # texts of times of day that LoadRows.columns keeps
 JSON_BATCH = 4096  # rows per batch of :meth:`LoadRows.columns` (and per piece of the JSON text)
 
 
@@ -91,6 +95,72 @@ def _time_text(micros: int, year_known: int, days: dict, clocks: dict[int, str])
     return f"{prefix}{clock}.{fraction:06d}" if fraction and year_known else prefix + clock
 
 
+def _time_texts(
+    micros: list[int], known: list[int], unknown: str | None, mark: str, caches: tuple[dict, dict, dict]
+) -> list:
+    """:func:`_time_text` of each time [µs since year 1] (``known``: each one's ``year_known``) between
+    ``mark`` s (``'"'`` for JSON), ``unknown`` for an unknown time. Times in order with one ``year_known``
+    are written a day at a time, as the day's text and each time of day's (``caches``: :func:`_time_text`'s
+    ``days`` and ``clocks``, and the texts of times of day for each ``year_known``, kept across calls).
+
+    >>> caches = ({}, {}, {})
+    >>> day = (datetime(2026, 11, 29) - _EPOCH) // _MICROSECOND
+    >>> _time_texts([day + 5, day + _DAY - 1, day + _DAY], [True] * 3, None, "", caches)
+    ['2026-11-29T00:00:00.000005', '2026-11-29T23:59:59.999999', '2026-11-30T00:00:00']
+    >>> _time_texts([_MISSING, day], [True, False], "null", '"', caches)
+    ['null', '"11-29 00:00:00"']
+    """
+    days, clocks, _ = caches
+    if micros and min(micros) != _MISSING and known.count(known[0]) == len(known):
+        texts: list[str] = []
+        start = 0
+        while start < len(micros):
+            midnight = micros[start] - micros[start] % _DAY
+            stop = bisect.bisect_left(micros, midnight + _DAY, start)
+            day = micros[start:stop]
+            if not day or min(day) < midnight or max(day) >= midnight + _DAY:
+                break  # not in order
+            texts += _day_texts(day, midnight, known[0], mark, caches)
+            start = stop
+        else:
+            return texts
+    return [
+        unknown if time == _MISSING else f"{mark}{_time_text(time, year_known, days, clocks)}{mark}"
+        for time, year_known in zip(micros, known)
+    ]
+
+
+def _day_texts(micros: list[int], midnight: int, year_known: int, mark: str, caches: tuple) -> list[str]:
+    """:func:`_time_texts` of times on the day that starts at ``midnight`` [µs since year 1]."""
+    days, clocks, of_day = caches
+    texts = of_day.setdefault(year_known, {})  # time of day [µs] → its text after the day's
+    offsets = list(map(midnight.__rsub__, micros))
+    missing = set(offsets).difference(texts)
+    if len(texts) + len(missing) > _TIMES_OF_DAY_KEPT:
+        texts.clear()
+        missing = set(offsets)
+    prefix = _time_text(midnight, year_known, days, clocks)[:-8]  # the day's text, without "00:00:00"
+    for offset in missing:
+        texts[offset] = _time_text(midnight + offset, year_known, days, clocks)[len(prefix) :] + mark
+    return list(map((mark + prefix).__add__, map(texts.__getitem__, offsets)))
+
+
+def _number_texts(column: list) -> list:
+    """The ``str`` of each value of ``column`` (what ``%s`` writes), each distinct value's once when
+    values repeat (``0.0`` and ``-0.0``, one key of a dict, each with its own sign).
+
+    >>> _number_texts([1.5, 1.5, 1.5, "null"]), _number_texts([0.0, -0.0, 0.0, 0.0]), _number_texts([3, 4])
+    (['1.5', '1.5', '1.5', 'null'], ['0.0', '-0.0', '0.0', '0.0'], ['3', '4'])
+    """
+    distinct = set(column)
+    if 2 * len(distinct) > len(column):
+        return list(map(str, column))
+    texts = dict(zip(distinct, map(str, distinct)))
+    if texts.get(0) in ("0.0", "-0.0"):  # a float zero: its sign is in its text
+        return [str(value) if value == 0 else texts[value] for value in column]
+    return list(map(texts.__getitem__, column))
+
+
 def _known_numbers(column: list, unknown: str | None = None) -> list:
     """A column of packed numbers with the unknown ones (the sentinel, a float ``NaN`` or ``±Inf``) as
     ``unknown``; the column itself when all are known.
@@ -101,6 +171,8 @@ def _known_numbers(column: list, unknown: str | None = None) -> list:
     if column and isinstance(column[0], float):  # a float column never holds the sentinel
         if math.isfinite(sum(column)):  # NaN and ±Inf survive a sum (or overflow it: then look closer)
             return column
+    elif column.count(_MISSING) == len(column):  # every one unknown (a field the log never shows)
+        return [unknown] * len(column)
     elif _MISSING not in column:
         return column
     return [unknown if value == _MISSING or value - value != 0 else value for value in column]
@@ -358,7 +430,11 @@ class LoadRows(Sequence):
             row = row_template % tuple(
                 "%s" if value is None else str(value).replace("%", "%%") for value in shared
             )
-            varying = [column for column, value in zip(columns, shared) if value is None]
+            varying = [
+                _number_texts(column) if numbers else column
+                for column, value, numbers in zip(columns, shared, _REPEATING_NUMBERS)
+                if value is None
+            ]
             template = between.join([row] * len(columns[0]))
             yield template % tuple(itertools.chain.from_iterable(zip(*varying)))  # ("%%" becomes "%")
 
@@ -376,18 +452,14 @@ class LoadRows(Sequence):
         ['"s.log"', 7, '"2026-11-29T10:00:10"', 0, 41.5, 'null', 'null', 'null']
         """
         self._flush()
-        days: dict = {}
-        clocks: dict[int, str] = {}
+        caches: tuple[dict, dict, dict] = ({}, {}, {})
         quote, unknown = (_FORMS[form].quote, _FORMS[form].unknown) if form else (_same, None)
+        # a time's text holds digits, '-', ':', 'T', ' ' and '.': nothing to escape
+        mark = '"' if form == "json" else ""
         for start in range(0, len(self), JSON_BATCH):
             batch = [column[start : start + JSON_BATCH].tolist() for column in self._columns]
             sources, events = batch[0], batch[-1]
-            times = [
-                unknown if micros == _MISSING else _time_text(micros, known, days, clocks)
-                for micros, known in zip(batch[_TIME], batch[_YEAR_KNOWN])
-            ]
-            if form == "json":  # a time's text holds digits, '-', ':', 'T', ' ' and '.': nothing to escape
-                times = [text if text is unknown else f'"{text}"' for text in times]
+            times = _time_texts(batch[_TIME], batch[_YEAR_KNOWN], unknown, mark, caches)
             yield [
                 [quote(self._sources[sources[0]])] * len(sources)
                 if sources.count(sources[0]) == len(sources)

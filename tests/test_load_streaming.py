@@ -10,7 +10,9 @@ import csv
 import io
 import json
 import math
+import random
 import re
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -21,6 +23,7 @@ from kvplan.io.stats_records import READ_BLOCK
 from kvplan.io.vllm_stats import parse_stats_text
 from kvplan.load import LoadFormatError, LoadReading, LoadRow
 from kvplan.load_rows import ROW_KEYS
+from kvplan.load_table import JSON_BATCH, LoadRows
 
 # vLLM 0.26's default stats line (loggers.py:310 logs "Preemptions" from 0.11.1 on; 152 is 0.10's line)
 STATS = (
@@ -209,3 +212,44 @@ def test_csv_is_csv_writer_of_the_rows(tmp_path, capsys):
     expected = io.StringIO()
     csv.writer(expected, lineterminator="\n").writerows([ROW_KEYS, rows[0].to_dict().values()])
     assert "".join(LoadReading(rows).csv_chunks()) == expected.getvalue()
+
+
+def random_rows(seed, count=JSON_BATCH + 300):
+    """Rows of every kind of value the text writers meet: times in and out of order, over midnights,
+    with and without a year or a fraction of a second, unknowns, repeated numbers, 0.0 and -0.0."""
+    rng = random.Random(seed)
+    start = datetime(2026, 12, 31, 23, 0) if seed % 2 else datetime(2026, 11, 29, 10)
+    rows, when = [], start
+    for line in range(1, count + 1):
+        when += timedelta(seconds=rng.choice([10, 10, 10, 3600, 86400]), microseconds=rng.choice([0, 0, 7]))
+        time = rng.choice([when, when, when, when - timedelta(days=2), None]) if seed % 3 else when
+        rows.append(
+            LoadRow(
+                rng.choice(["s.log", 's "t", u.log']) if seed % 5 == 0 else "s.log",
+                line,
+                time,
+                rng.choice([0, 1, None]),
+                kv_cache_usage_pct=rng.choice([0.0, -0.0, 5.2, 99.9, math.nan, None, rng.random() * 100]),
+                running=rng.choice([0, 4, 12, None]),
+                waiting=rng.choice([0, 2]),
+                prompt_tokens_per_s=rng.choice([512.0, 0.0, rng.random() * 1e4]),
+                preemptions=rng.choice([0, 0, 3, None]) if seed % 4 else 0,
+                event=rng.choice([None] * 20 + ["oom", "preemption"]),
+                year_known=rng.random() < 0.9 if seed % 2 else True,
+            )
+        )
+    return rows
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_texts_from_the_columns_are_what_json_and_csv_write(seed):
+    # LoadRows.texts writes times a day at a time and each distinct number once: the text must still be
+    # json.dumps's and csv.writer's for the rows' dicts, whatever the times and values
+    rows = LoadRows()
+    for row in random_rows(seed):
+        rows.append(row)
+    dicts = [row.to_dict() for row in random_rows(seed)]
+    assert ", ".join(rows.texts("json")) == ", ".join(map(json.dumps, dicts))
+    expected = io.StringIO()
+    csv.writer(expected, lineterminator="\n").writerows(row.values() for row in dicts)
+    assert "".join(rows.texts("csv")) == expected.getvalue()
