@@ -67,7 +67,8 @@ _FLOAT_POSITIONS = tuple(position for position, name in enumerate(ROW_FIELDS) if
 _DAY = 86_400_000_000  # µs
 #: the ROW_KEYS whose values are numbers that may repeat (counts, rates; a line number never does)
 _REPEATING_NUMBERS = tuple(key not in ("source", "line", "time", "event") for key in ROW_KEYS)
-_TIMES_OF_DAY_KEPT = 100_000  # texts of times of day that LoadRows.columns keeps
+_TEXTS_KEPT = 100_000  # texts of times of day, and of numbers, that the text writers keep
+_NEGATIVE_ZERO = struct.pack("d", -0.0)
 JSON_BATCH = 4096  # rows per batch of :meth:`LoadRows.columns` (and per piece of the JSON text)
 
 
@@ -133,32 +134,74 @@ def _time_texts(
 def _day_texts(micros: list[int], midnight: int, year_known: int, mark: str, caches: tuple) -> list[str]:
     """:func:`_time_texts` of times on the day that starts at ``midnight`` [µs since year 1]."""
     days, clocks, of_day = caches
-    texts = of_day.setdefault(year_known, {})  # time of day [µs] → its text after the day's
-    offsets = list(map(midnight.__rsub__, micros))
-    missing = set(offsets).difference(texts)
-    if len(texts) + len(missing) > _TIMES_OF_DAY_KEPT:
-        texts.clear()
-        missing = set(offsets)
-    prefix = _time_text(midnight, year_known, days, clocks)[:-8]  # the day's text, without "00:00:00"
-    for offset in missing:
-        texts[offset] = _time_text(midnight + offset, year_known, days, clocks)[len(prefix) :] + mark
-    return list(map((mark + prefix).__add__, map(texts.__getitem__, offsets)))
+    texts = of_day.get((year_known, mark))
+    if texts is None:
+        texts = of_day[year_known, mark] = _TimesOfDay(year_known, mark)
+    prefix = mark + _time_text(midnight, year_known, days, clocks)[:-8]  # the day's text, no "00:00:00"
+    return [prefix + texts[time - midnight] for time in micros]
 
 
-def _number_texts(column: list) -> list:
-    """The ``str`` of each value of ``column`` (what ``%s`` writes), each distinct value's once when
-    values repeat (``0.0`` and ``-0.0``, one key of a dict, each with its own sign).
+class _TimesOfDay(dict):
+    """The text of each time of day [µs since midnight] after its day's, as :func:`_time_text` writes it
+    (and a closing ``mark``), filled on first use and kept up to :data:`_TEXTS_KEPT`.
 
-    >>> _number_texts([1.5, 1.5, 1.5, "null"]), _number_texts([0.0, -0.0, 0.0, 0.0]), _number_texts([3, 4])
-    (['1.5', '1.5', '1.5', 'null'], ['0.0', '-0.0', '0.0', '0.0'], ['3', '4'])
+    >>> _TimesOfDay(True, '"')[10_000_005], _TimesOfDay(False, "")[10_000_005]
+    ('00:00:10.000005"', '00:00:10')
     """
-    distinct = set(column)
-    if 2 * len(distinct) > len(column):
-        return list(map(str, column))
-    texts = dict(zip(distinct, map(str, distinct)))
-    if texts.get(0) in ("0.0", "-0.0"):  # a float zero: its sign is in its text
-        return [str(value) if value == 0 else texts[value] for value in column]
-    return list(map(texts.__getitem__, column))
+
+    def __init__(self, year_known: int, mark: str) -> None:
+        super().__init__()
+        self.year_known, self.mark = year_known, mark
+        self.day_length = len(_time_text(0, year_known, {}, {})) - 8  # a day's text's
+
+    def __missing__(self, offset: int) -> str:
+        if len(self) >= _TEXTS_KEPT:
+            self.clear()
+        text = self[offset] = _time_text(offset, self.year_known, {}, {})[self.day_length :] + self.mark
+        return text
+
+
+class _NumberTexts(dict):
+    """The ``str`` of the numbers of one column (what ``%s`` writes), each distinct number's written once
+    while numbers repeat (kept up to :data:`_TEXTS_KEPT`); a column whose numbers mostly differ, or that
+    may hold ``-0.0`` (a key equal to ``0.0``), is written a number at a time.
+
+    >>> texts = _NumberTexts(floats=True)
+    >>> texts.of([1.5, 1.5, 1.5, 1.5, 2.0, 0.0]), texts.of([0.0, -0.0, 0.0]), texts.of(["null", 0.0])
+    (['1.5', '1.5', '1.5', '1.5', '2.0', '0.0'], ['0.0', '-0.0', '0.0'], ['null', '0.0'])
+    """
+
+    def __init__(self, floats: bool) -> None:
+        super().__init__()
+        self.floats = floats  # whether the column holds floats (a float column may hold -0.0)
+        self.varied = False  # whether the last column's numbers mostly differed
+
+    def of(self, column: list) -> list[str]:
+        """The text of each number of ``column``."""
+        if self.varied or (self.floats and _may_hold_negative_zero(column)):
+            return list(map(str, column))
+        known = len(self)
+        texts = list(map(self.__getitem__, column))
+        self.varied = len(self) - known > len(column) // 2
+        return texts
+
+    def __missing__(self, value) -> str:
+        if len(self) >= _TEXTS_KEPT:
+            self.clear()
+        text = self[value] = str(value)
+        return text
+
+
+def _may_hold_negative_zero(column: list) -> bool:
+    """Whether ``column`` may hold ``-0.0``: it does, or a value is no float (an unknown's text).
+
+    >>> _may_hold_negative_zero([0.0, 1.5]), _may_hold_negative_zero([0.0, -0.0]), _may_hold_negative_zero([""])
+    (False, True, True)
+    """
+    try:
+        return _NEGATIVE_ZERO in struct.pack(f"{len(column)}d", *column)
+    except struct.error:
+        return True
 
 
 def _known_numbers(column: list, unknown: str | None = None) -> list:
@@ -425,14 +468,18 @@ class LoadRows(Sequence):
         's.log,7,,0,41.5,,,,,,,,,oom\\n'
         """
         row_template, between = _FORMS[form].row, _FORMS[form].between
+        numbers = [
+            _NumberTexts(key in _FLOAT_FIELDS) if repeating else None
+            for key, repeating in zip(ROW_KEYS, _REPEATING_NUMBERS)
+        ]
         for columns in self.columns(form):
             shared = [_shared(column) for column in columns]
             row = row_template % tuple(
                 "%s" if value is None else str(value).replace("%", "%%") for value in shared
             )
             varying = [
-                _number_texts(column) if numbers else column
-                for column, value, numbers in zip(columns, shared, _REPEATING_NUMBERS)
+                column if texts is None else texts.of(column)
+                for column, value, texts in zip(columns, shared, numbers)
                 if value is None
             ]
             template = between.join([row] * len(columns[0]))

@@ -223,13 +223,16 @@ def random_rows(seed, count=JSON_BATCH + 300):
     for line in range(1, count + 1):
         when += timedelta(seconds=rng.choice([10, 10, 10, 3600, 86400]), microseconds=rng.choice([0, 0, 7]))
         time = rng.choice([when, when, when, when - timedelta(days=2), None]) if seed % 3 else when
+        negative_zero = -0.0 if seed % 3 or line > JSON_BATCH else 0.0  # or only after the first batch
         rows.append(
             LoadRow(
                 rng.choice(["s.log", 's "t", u.log']) if seed % 5 == 0 else "s.log",
                 line,
                 time,
                 rng.choice([0, 1, None]),
-                kv_cache_usage_pct=rng.choice([0.0, -0.0, 5.2, 99.9, math.nan, None, rng.random() * 100]),
+                kv_cache_usage_pct=rng.choice(
+                    [0.0, negative_zero, 5.2, 99.9, math.nan, None, rng.random() * 100]
+                ),
                 running=rng.choice([0, 4, 12, None]),
                 waiting=rng.choice([0, 2]),
                 prompt_tokens_per_s=rng.choice([512.0, 0.0, rng.random() * 1e4]),
