@@ -10,8 +10,8 @@ import pytest
 
 from kvplan.checks import defaulted_key_fields, read_defaulted_key_fields
 from kvplan.config import DATA_DIR
-from kvplan.evidence.json_text import canonical_chunks, indented_chunks
 from kvplan.evidence.record import record_bytes, same_bytes, same_canonical, seal
+from kvplan.json_text import canonical_chunks, indented_chunks
 from kvplan.room import read_vllm_logs
 
 #: Scalars that JSON writes in special ways: big ints, -0.0, NaN and infinities, escapes, non-ASCII,

@@ -25,7 +25,7 @@ import pandas as pd
 
 from kvplan import __version__
 from kvplan.checks import Approved
-from kvplan.evidence.json_text import canonical_chunks, indented_chunks
+from kvplan.json_text import canonical_chunks, indented_chunks
 from kvplan.ledger import is_known
 from kvplan.plan import Decision, LoadPolicy, ModelLayout, Plan, Policy, profiled_tokens
 from kvplan.units import format_size

@@ -1,4 +1,4 @@
-"""JSON text of a bundle record in pieces, byte for byte what :func:`json.dumps` writes, at C speed.
+"""JSON text in pieces, byte for byte what :func:`json.dumps` writes, at C speed (bundle records, ``--json``).
 
 ``json.dumps(value, indent=2)`` runs the pure-Python encoder (the C one has no indent) and joins millions
 of small strings: 2 s and 150 MB for the ledger of 1,000 boots. Here every container whose values are all
