@@ -10,14 +10,17 @@ to a file; it prints the median of ``--repeat`` runs of wall time, MB/s, CPU tim
 per CPU second: what a run costs when the machine is shared) and peak resident memory (``/usr/bin/time``'s
 maximum RSS). The commands take turns, ``--repeat`` rounds.
 
-Goal (issue 15): ≥ 30 MB/s with ``--json`` on the 200 MB log, peak under 500 MB.
+Goal (issue 15): ≥ 30 MB/s with ``--json`` on the 200 MB log, peak under 500 MB. ``--against TREE`` also runs
+``kvplan load`` from another checkout (e.g. a worktree of the base commit) in the same turns, for a side-by-side
+ratio; ``--keep`` keeps the log (its path is printed) and ``--log PATH`` reads a kept one instead of building.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/load_speed.py --mb 200 --repeat 3
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/load_speed.py --mb 200 --repeat 3 [--against ../base]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import statistics
 import subprocess
@@ -64,15 +67,18 @@ def build_log(path: Path, target_bytes: int) -> int:
     return lines
 
 
-def measure(command: list[str], out: Path) -> tuple[float, float, int]:
+def measure(command: list[str], out: Path, tree: str | None = None) -> tuple[float, float, int]:
     """Wall seconds, CPU seconds (user + system) and peak RSS [bytes] of ``command`` with its stdout to
-    ``out`` (CPU time says what the command costs when the machine is shared)."""
+    ``out`` (CPU time says what the command costs when the machine is shared), run with ``PYTHONPATH=tree``
+    when given."""
+    env = None if tree is None else {**os.environ, "PYTHONPATH": tree}
     with tempfile.NamedTemporaryFile("r", suffix=".time") as report, open(out, "w") as stdout:
         subprocess.run(
             ["/usr/bin/time", "-f", "%e %U %S %M", "-o", report.name, *command],
             stdout=stdout,
             stderr=subprocess.DEVNULL,
             check=True,
+            env=env,
         )
         seconds, user, system, kib = report.read().split()[-4:]
     return float(seconds), float(user) + float(system), int(kib) * 1024
@@ -82,23 +88,34 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=float, default=200, help="size of the stats log [MB] (default 200)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per command; the median is shown")
+    parser.add_argument("--against", metavar="TREE", help="also run kvplan load from this checkout")
+    parser.add_argument("--keep", action="store_true", help="keep the log (its path is printed)")
+    parser.add_argument(
+        "--log", type=Path, help="read this log (e.g. one kept before) instead of building one"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvplan-load-speed-") as folder:
-        log = Path(folder) / "server.log"
-        lines = build_log(log, int(args.mb * 1e6))
+        log = (
+            args.log
+            or Path(tempfile.mkdtemp(prefix="kvplan-load-log-") if args.keep else folder) / "server.log"
+        )
+        built = "" if args.log else f", {build_log(log, int(args.mb * 1e6)):,} stats lines"
         size = log.stat().st_size
-        print(f"{log}: {size / 1e6:.1f} MB, {lines:,} stats lines")
+        print(f"{log}: {size / 1e6:.1f} MB{built}")
         kvplan = [sys.executable, "-m", "kvplan", "load", str(log), "--year", "2026"]
-        commands = {
-            "kvplan load --csv": [*kvplan, "--csv"],
-            "kvplan load --json": [*kvplan, "--json"],
-            "one regex (Python)": [sys.executable, "-c", ONE_REGEX, str(log), "/dev/stdout"],
+        commands: dict[str, tuple[list[str], str | None]] = {
+            "kvplan load --csv": ([*kvplan, "--csv"], None),
+            "kvplan load --json": ([*kvplan, "--json"], None),
+            "one regex (Python)": ([sys.executable, "-c", ONE_REGEX, str(log), "/dev/stdout"], None),
         }
+        if args.against:
+            commands["  --csv (against)"] = ([*kvplan, "--csv"], args.against)
+            commands["  --json (against)"] = ([*kvplan, "--json"], args.against)
         print(f"{'command':<22} {'seconds':>8} {'MB/s':>7} {'CPU s':>7} {'MB/CPU s':>9} {'peak MB':>8}")
         runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in commands}
         for _ in range(args.repeat):  # interleaved, so that the machine's load falls on all alike
-            for name, command in commands.items():
-                runs[name].append(measure(command, Path(folder) / "out"))
+            for name, (command, tree) in commands.items():
+                runs[name].append(measure(command, Path(folder) / "out", tree))
         for name, measured in runs.items():
             seconds = statistics.median(s for s, _, _ in measured)
             cpu = statistics.median(c for _, c, _ in measured)
@@ -107,6 +124,11 @@ def main() -> None:
                 f"{name:<22} {seconds:8.2f} {size / 1e6 / seconds:7.1f} {cpu:7.2f} {size / 1e6 / cpu:9.1f} "
                 f"{peak / 1e6:8.0f}"
             )
+        if args.against:
+            for form in ("csv", "json"):
+                ours = statistics.median(c for _, c, _ in runs[f"kvplan load --{form}"])
+                theirs = statistics.median(c for _, c, _ in runs[f"  --{form} (against)"])
+                print(f"--{form}: {theirs / ours:.2f}x less CPU than {args.against}")
 
 
 if __name__ == "__main__":
