@@ -69,8 +69,8 @@ def build_log(path: Path, target_bytes: int) -> int:
 
 def measure(command: list[str], out: Path, tree: str | None = None) -> tuple[float, float, int]:
     """Wall seconds, CPU seconds (user + system) and peak RSS [bytes] of ``command`` with its stdout to
-    ``out`` (CPU time says what the command costs when the machine is shared), run with ``PYTHONPATH=tree``
-    when given."""
+    ``out`` (CPU time says what the command costs when the machine is shared), run in ``tree`` with
+    ``PYTHONPATH=tree`` when given (``python -m`` puts the working folder first on the path)."""
     env = None if tree is None else {**os.environ, "PYTHONPATH": tree}
     with tempfile.NamedTemporaryFile("r", suffix=".time") as report, open(out, "w") as stdout:
         subprocess.run(
@@ -79,6 +79,7 @@ def measure(command: list[str], out: Path, tree: str | None = None) -> tuple[flo
             stderr=subprocess.DEVNULL,
             check=True,
             env=env,
+            cwd=tree,
         )
         seconds, user, system, kib = report.read().split()[-4:]
     return float(seconds), float(user) + float(system), int(kib) * 1024
@@ -95,10 +96,9 @@ def main() -> None:
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvplan-load-speed-") as folder:
-        log = (
-            args.log
-            or Path(tempfile.mkdtemp(prefix="kvplan-load-log-") if args.keep else folder) / "server.log"
-        )
+        log = (args.log and args.log.resolve()) or Path(
+            tempfile.mkdtemp(prefix="kvplan-load-log-") if args.keep else folder
+        ) / "server.log"
         built = "" if args.log else f", {build_log(log, int(args.mb * 1e6)):,} stats lines"
         size = log.stat().st_size
         print(f"{log}: {size / 1e6:.1f} MB{built}")
