@@ -256,7 +256,7 @@ class RecordReader:
         all_clocks = list(map(_CLOCK_GROUP, found))
         taken = 0
         for day, same in itertools.groupby(map(_DAY_GROUP, found)):
-            count = sum(1 for _ in same)
+            count = len(list(same))
             clocks = all_clocks[taken : taken + count]
             if day == self._day:
                 state = None
