@@ -171,10 +171,10 @@ class _NumberTexts(dict):
     (['1.5', '1.5', '1.5', '1.5', '2.0', '0.0'], ['0.0', '-0.0', '0.0'], ['null', '0.0'])
     """
 
-    def __init__(self, floats: bool) -> None:
+    def __init__(self, floats: bool, repeating: bool = True) -> None:
         super().__init__()
         self.floats = floats  # whether the column holds floats (a float column may hold -0.0)
-        self.varied = False  # whether the last column's numbers mostly differed
+        self.varied = not repeating  # whether the last column's numbers mostly differed
 
     def of(self, column: list) -> list[str]:
         """The text of each number of ``column``."""
@@ -255,7 +255,7 @@ def _same(value):
 class _Form(NamedTuple):
     """A text form of the rows: json.dumps's and csv.writer's text for the rows' dicts and values."""
 
-    row: str  # one row's %-template, ``%s`` a value
+    pieces: tuple[str, ...]  # one row's text before each value and after the last
     between: str  # the text between rows
     quote: Callable[[str | None], str]  # a string's text (None: unknown)
     unknown: str  # an unknown value's text
@@ -263,9 +263,12 @@ class _Form(NamedTuple):
 
 _FORMS = {
     "json": _Form(
-        "{" + ", ".join(f"{json.dumps(key)}: %s" for key in ROW_KEYS) + "}", ", ", json.dumps, "null"
+        (*(f"{', ' if i else '{'}{json.dumps(key)}: " for i, key in enumerate(ROW_KEYS)), "}"),
+        ", ",
+        json.dumps,
+        "null",
     ),
-    "csv": _Form(",".join(["%s"] * len(ROW_KEYS)) + "\n", "", _csv_field, ""),
+    "csv": _Form(("", *("," for _ in ROW_KEYS[1:]), "\n"), "", _csv_field, ""),
 }
 
 
@@ -456,8 +459,9 @@ class LoadRows(Sequence):
         """The rows as text, :data:`JSON_BATCH` rows a piece: with ``form="json"`` JSON objects joined by
         ``", "``, the text that ``json.dumps`` gives for :meth:`dicts`; with ``"csv"`` CSV lines, the text
         that ``csv.writer`` gives for the rows' :data:`ROW_KEYS` values. Strings are written by those
-        encoders, numbers by the ``repr`` they call; a value that one batch shares is written into that
-        batch's template once.
+        encoders, numbers by the ``repr`` they call. A batch is one ``str.join`` of its rows' pieces: the
+        text of each varying value and the row's text between them, into which a value that the batch
+        shares is written once.
 
         >>> rows = LoadRows()
         >>> rows.append(LoadRow("s.log", 7, None, 0, kv_cache_usage_pct=41.5, event="oom"))
@@ -467,23 +471,28 @@ class LoadRows(Sequence):
         >>> next(rows.texts("csv"))
         's.log,7,,0,41.5,,,,,,,,,oom\\n'
         """
-        row_template, between = _FORMS[form].row, _FORMS[form].between
-        numbers = [
-            _NumberTexts(key in _FLOAT_FIELDS) if repeating else None
+        pieces, between = _FORMS[form].pieces, _FORMS[form].between
+        texts_of = [
+            None if key in ("source", "time", "event") else _NumberTexts(key in _FLOAT_FIELDS, repeating)
             for key, repeating in zip(ROW_KEYS, _REPEATING_NUMBERS)
         ]
         for columns in self.columns(form):
-            shared = [_shared(column) for column in columns]
-            row = row_template % tuple(
-                "%s" if value is None else str(value).replace("%", "%%") for value in shared
-            )
-            varying = [
-                column if texts is None else texts.of(column)
-                for column, value, texts in zip(columns, shared, numbers)
-                if value is None
-            ]
-            template = between.join([row] * len(columns[0]))
-            yield template % tuple(itertools.chain.from_iterable(zip(*varying)))  # ("%%" becomes "%")
+            count = len(columns[0])
+            # each varying column between the row's text before and after it (a shared value written in)
+            parts: list = [pieces[0]]
+            for column, piece, texts in zip(columns, pieces[1:], texts_of):
+                value = _shared(column)
+                if value is None:
+                    parts += [column if texts is None else texts.of(column), piece]
+                else:
+                    parts[-1] += f"{value}{piece}"
+            parts[-1] += between
+            if len(parts) == 1:
+                yield (parts[0] * count)[: len(parts[0]) * count - len(between)]
+                continue
+            streams = [part if isinstance(part, list) else itertools.repeat(part, count) for part in parts]
+            text = "".join(itertools.chain.from_iterable(zip(*streams)))
+            yield text[: len(text) - len(between)]
 
     def columns(self, form: str | None = None) -> Iterator[list[list]]:
         """The :data:`ROW_KEYS` columns of each run of up to :data:`JSON_BATCH` rows, values as
