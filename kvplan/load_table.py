@@ -214,10 +214,12 @@ def _known_numbers(column: list, unknown: str | None = None) -> list:
     if column and isinstance(column[0], float):  # a float column never holds the sentinel
         if math.isfinite(sum(column)):  # NaN and ±Inf survive a sum (or overflow it: then look closer)
             return column
-    elif column.count(_MISSING) == len(column):  # every one unknown (a field the log never shows)
-        return [unknown] * len(column)
-    elif _MISSING not in column:
-        return column
+    else:
+        missing = column.count(_MISSING)
+        if not missing:
+            return column
+        if missing == len(column):  # every one unknown (a field the log never shows)
+            return [unknown] * len(column)
     return [unknown if value == _MISSING or value - value != 0 else value for value in column]
 
 
@@ -239,8 +241,8 @@ def _shared(column: list):
     >>> _shared([3, 3]), _shared([0.0, -0.0]), _shared(["null", "null"]), _shared([1, 2])
     (3, None, 'null', None)
     """
-    first = column[0]
-    if column.count(first) != len(column):
+    first, last = column[0], column[-1]
+    if (last is not first and last != first) or column.count(first) != len(column):
         return None
     if first == 0 and isinstance(first, float):  # equal, but written "0.0" and "-0.0"
         signs = sum(map(math.copysign, itertools.repeat(1.0, len(column)), column))

@@ -48,6 +48,7 @@ _MICROSECOND = timedelta(microseconds=1)
 _LAST_MICROS = (datetime.max - _EPOCH) // _MICROSECOND
 _ENGINE_PREFIX = re.compile(r"EngineCore_(?:DP)?(\d+)\b")
 _DAY_GROUP, _CLOCK_GROUP = operator.itemgetter(1), operator.itemgetter(2)  # of a whole line's match
+_NONES = itertools.repeat(None)
 
 
 class Record(NamedTuple):
@@ -223,7 +224,7 @@ class RecordReader:
         lines = iter(lines)
         for block in iter(lambda: list(itertools.islice(lines, READ_BLOCK)), []):
             found = list(map(whole.match, block))
-            misses = [position for position, match in enumerate(found) if match is None]
+            misses = list(itertools.compress(range(len(found)), map(operator.is_, found, _NONES)))
             misses.append(len(block))
             position = 0
             for miss in misses:
@@ -274,7 +275,7 @@ class RecordReader:
                             del seconds[count:]
                             break
             midnight = (self._midnight if state is None else state[3]) + shift_micros
-            micros = list(map(midnight.__add__, seconds))
+            micros = [midnight + second for second in seconds]
             if shift_micros and micros and (min(micros) < 0 or max(micros) > _LAST_MICROS):
                 count = next(n for n, value in enumerate(micros) if not 0 <= value <= _LAST_MICROS)
                 del micros[count:]
