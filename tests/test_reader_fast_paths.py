@@ -1,22 +1,31 @@
 """The reader's fast paths give exactly what the general ones give.
 
 - :func:`kvplan.io.vllm.families.read_message` learns, per shape of message (digits read as 0),
-  which families are worth trying; the values still come from each message's own numbers, and a
-  family whose regex holds a literal digit is tried on every message of the shape.
-  A message read before gives what it gave then, in new dicts.
+  which families are worth trying and where their groups lie; the values still come from each
+  message's own numbers, read there, and a family whose regex holds a literal digit is searched in
+  every message of the shape. A message read before gives what it gave then, in new dicts.
+- :meth:`kvplan.io.vllm.boots.BootSplitter.scanned_line` reads a line by its shape's plan
+  (:func:`kvplan.io.vllm.lines.line_plan`: where the record lies, which families its message holds):
+  the boots :meth:`~kvplan.io.vllm.boots.BootSplitter.line` (split_records, read_message) gives.
 - :func:`kvplan.io.vllm.records.split_records` reads the common line (one prefix, one header, real
   colour codes stripped) with one anchored match, learnt once per shape of line (where its parts
   lie); every other line takes the general walk, with the same records.
+- :func:`kvplan.io.vllm.values.gib_bytes` reads a plain decimal with integer arithmetic: the bytes
+  :func:`kvplan.units.parse_size` gives, and what it refuses, it leaves to ``parse_size``.
 - :func:`kvplan.io.vllm.scan.iter_candidate_lines` checks the anchors where their signature pairs
   are, all at once: the lines a per-line check of anchor and pair keeps.
 """
 
+import functools
 import io
+import random
 
 import pandas as pd
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from kvplan.io.vllm import families, records, scan
+from kvplan.io.vllm import families, records, scan, values
 from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.memo import MAX_ENTRIES
 from kvplan.io.vllm.records import split_records
@@ -172,3 +181,116 @@ def test_a_ledger_built_in_frames_of_few_rows_is_the_ledger_built_at_once(monkey
     pd.testing.assert_frame_equal(framed, whole)
     assert dict(framed_meta.lines) == dict(whole_meta.lines)
     assert list(framed_meta.provenance_rows) == list(whole_meta.provenance_rows)
+
+
+def sample_lines():
+    """Every line of every bundled and test log, as bytes."""
+    from kvplan.config import DATA_DIR
+
+    paths = sorted(DATA_DIR.glob("**/*.log")) + sorted((DATA_DIR.parent / "tests" / "data").glob("**/*.log"))
+    return [line for path in paths for line in path.read_bytes().split(b"\n")]
+
+
+def mutants(line, rng):
+    """``line`` with its digits changed (as many, and more or fewer), colour codes, ``\\r``, a second
+    record, non-ASCII and broken UTF-8 bytes: the variety real files bring."""
+    digits = lambda count=None: rng.choice(b"0123456789")  # noqa: E731
+    yield bytes(digits() if 48 <= byte <= 57 else byte for byte in line)
+    yield re_digits(line, rng)
+    yield b"\x1b[1;36m" + line[:12] + b"\x1b[0;0m" + line[12:]
+    yield b"[1;36m" + line
+    yield line[: len(line) // 2] + b"\r" + line
+    yield line + b" (Worker_TP1 pid=77) INFO 08-14 14:07:22 [a.py:1] GPU KV cache size: 1,024 tokens"
+    yield line.replace(b" ", " é ".encode(), 1) + b" \xff\xfe"
+
+
+def re_digits(line, rng):
+    """Each run of digits replaced by a random number of one to four digits."""
+    import re
+
+    return re.sub(rb"\d+", lambda m: str(rng.randrange(10 ** rng.randint(1, 4))).encode(), line)
+
+
+@functools.cache
+def all_inputs():
+
+    rng = random.Random(15)
+    lines = sample_lines()
+    return lines + [mutant for line in lines for mutant in mutants(line, rng)]
+
+
+def reference_facts(message):
+    """The line families' rule, family by family: each whose trigger the message holds is searched for,
+    in table order; outcome families stop at the first match."""
+    found, seen_outcome = [], False
+    for family, trigger, pattern, scope, handler in families.FAMILIES:
+        if trigger not in message or (scope == "outcome" and seen_outcome):
+            continue
+        match = pattern.search(message)
+        if match is not None:
+            found.append((family, handler(match)))
+            seen_outcome = seen_outcome or scope == "outcome"
+    return found
+
+
+def test_the_families_read_at_their_shape_places_give_what_each_regex_gives():
+    # a shape-safe family's groups are read where its regex matched the message's shape; on every
+    # message of the samples and their mutants (other numbers, other digit counts) that gives the values
+    # the regex's own match on the message gives
+    families._SHAPES.clear()
+    families._MESSAGES.clear()
+    messages = {
+        record.message for line in all_inputs() for record in split_records(line.decode("utf-8", "replace"))
+    }
+    assert len(messages) > 5000
+    for message in sorted(messages):
+        assert facts(message) == reference_facts(message), message
+
+
+def test_a_line_read_by_its_shape_plan_is_the_line_read_by_the_general_walk():
+    # BootSplitter.scanned_line (the shape's plan: one look-up, no decoding of a line that says
+    # nothing) gives the boots BootSplitter.line (split_records, read_message) gives, line by line;
+    # provenance keeps the byte offset of odd lines, the text of even ones
+    from kvplan.io.vllm import lines
+    from kvplan.io.vllm.boots import BootSplitter
+
+    lines._PLANS.clear()
+    general, planned = [], []
+    by_line, by_plan = BootSplitter("x.log", general.append), BootSplitter("x.log", planned.append)
+    offset, refused = 0, 0
+    for number, line in enumerate(all_inputs(), start=1):
+        text = line.decode("utf-8", "replace")
+        keep_offset = number % 2 == 1
+        general_says = outcome(by_line.line, number, offset if keep_offset else text, text)
+        assert outcome(by_plan.scanned_line, number, offset if keep_offset else None, line) == general_says
+        refused += general_says is not None
+        offset += len(line) + 1
+    by_line.finish()
+    by_plan.finish()
+    assert len(general) > 100 and refused  # mutants with impossible sizes are refused alike
+    assert planned == general
+    assert repr(planned) == repr(general)
+
+
+def outcome(read, *line):
+    """None, or the refusal (its text) when ``read(*line)`` refuses the line."""
+    try:
+        read(*line)
+    except ValueError as refusal:
+        return repr(refusal)
+    return None
+
+
+@given(
+    st.from_regex(r"-?[0-9]{1,6}(\.[0-9]{1,9})?", fullmatch=True) | st.text("0123456789.-+e_ ١٢", max_size=8),
+    st.sampled_from(["GiB", "GB", "MB"]),
+)
+def test_gib_bytes_reads_a_decimal_as_parse_size_does(text, unit):
+    # "GB" meant GiB and "MB" MiB; anything but a plain decimal (with Unicode digits, as \d reads them)
+    # goes to parse_size, which reads it or refuses it
+    spelled = f"{text}{'MiB' if unit == 'MB' else 'GiB'}"
+    expected = outcome(parse_size, spelled)
+    got = outcome(values.gib_bytes.__wrapped__, text, unit)
+    assert got == expected
+    if expected is None:
+        assert values.gib_bytes.__wrapped__(text, unit) == parse_size(spelled)

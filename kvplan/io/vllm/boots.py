@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import pandas as pd
 
 from kvplan.io.bounds import check_parallel_size
-from kvplan.io.vllm.families import read_message
-from kvplan.io.vllm.handlers import Fact
-from kvplan.io.vllm.records import Record, split_records
+from kvplan.io.vllm.families import read_message, read_steps
+from kvplan.io.vllm.lines import line_plan
+from kvplan.io.vllm.memo import remember
+from kvplan.io.vllm.records import Record, simple_record, split_records, strip_ansi
 from kvplan.io.vllm.values import CONFIG_NAMES
 from kvplan.notes import Note
 
@@ -99,17 +100,35 @@ class BootSplitter:
     def line(self, number: int, raw: int | str, text: str) -> None:
         """Read one physical line (number from 1)."""
         for record in split_records(text):
-            for fact in read_message(record.message):
-                self._fact(number, raw, record, fact)
+            for family, scope, values in read_message(record.message):
+                self._fact(number, raw, record, family, scope, values)
+
+    def scanned_line(self, number: int, offset: int | None, data: bytes) -> None:
+        """Read one physical line as the scan found it (its bytes, at byte ``offset``; None: provenance
+        keeps its text): as :meth:`line` reads it, at the cost of its shape (:func:`line_plan`)."""
+        plan = line_plan(data)
+        if plan is not None and not plan.steps:
+            return  # no record, or one that holds no family: nothing to read
+        text = data.decode("utf-8", "replace")
+        raw = text if offset is None else offset
+        if plan is None:
+            self.line(number, raw, text)
+            return
+        record = simple_record(strip_ansi(text), plan.spans)
+        for family, scope, values in read_steps(plan.steps, record.message):
+            self._fact(number, raw, record, family, scope, values)
 
     def finish(self) -> None:
         """Close the last boot."""
         self._close()
 
-    def _fact(self, number: int, raw: int | str, record: Record, fact: Fact) -> None:
-        key = None if record.pid is None else (record.pid, record.ip)
-        if fact.scope == "config":
-            self._maybe_new_boot(number, fact.family, key)
+    def _fact(
+        self, number: int, raw: int | str, record: Record, family: str, scope: str, values: dict
+    ) -> None:
+        pid = record.pid
+        key = None if pid is None else (pid, record.ip)
+        if scope == "config":
+            self._maybe_new_boot(number, family, key)
         boot = self.boot
         boot.last_line = number
         if record.repeated:
@@ -122,25 +141,29 @@ class BootSplitter:
                     line=number,
                 )
             )
-        if key is not None and record.process not in boot.names[key]:
-            boot.names[key].append(record.process)
-        if fact.scope == "config":
-            if fact.family == "engine_config":
+        if key is not None:
+            names = boot.names[key]
+            if record.process not in names:
+                names.append(record.process)
+        if scope == "config":
+            if family == "engine_config":
                 boot.config_printers.add(key)
-                boot.flags.setdefault("v1", fact.values.get("_v1"))
-            self._config(number, raw, fact.family, fact.values)
+                boot.flags.setdefault("v1", values.get("_v1"))
+            self._config(number, raw, family, config_columns(family, record.message, values))
             return
-        if fact.scope == "outcome" and record.level in ("DEBUG", "INFO", "WARNING"):
-            return
-        if fact.scope == "flag":
-            for name, value in fact.values.items():
+        if scope == "flag":
+            for name, value in values.items():
                 boot.flags.setdefault(name, (value, number))
             return
-        if fact.scope in ("rank", "engine", "outcome") and _sizes_kv(fact):
+        if scope == "outcome":
+            if record.level in ("DEBUG", "INFO", "WARNING"):
+                return
             boot.kv_reached = True
-            if record.repeated and fact.scope == "rank":
+        elif scope in ("rank", "engine") and not _KV_SIZED.isdisjoint(values):
+            boot.kv_reached = True
+            if record.repeated and scope == "rank":
                 boot.ray_repeats.append(number)
-        boot.events.append(Event(number, raw, key, fact.family, fact.scope, fact.values, record.level))
+        boot.events.append(Event(number, raw, key, family, scope, values, record.level))
 
     def _maybe_new_boot(self, number: int, family: str, key: tuple | None) -> None:
         boot = self.boot
@@ -163,23 +186,21 @@ class BootSplitter:
             self._close()
             self.boot = Boot(boot.index + 1, number)
 
-    def _config(self, number: int, raw: int | str, family: str, values: dict) -> None:
+    def _config(
+        self, number: int, raw: int | str, family: str, columns: tuple[tuple[str, object], ...]
+    ) -> None:
         config = self.boot.config
         priority = CONFIG_PRIORITY[family]
-        for name, value in values.items():
-            column = CONFIG_NAMES.get(name)
-            if column is None:
-                continue
-            if name == "disable_hybrid_kv_cache_manager" and isinstance(value, bool):
-                value = not value
-            value = _config_value(column, value)
+        for column, value in columns:
             if column in _PARALLEL_COLUMNS:
                 check_parallel_size(column, value, self.source, number)
             held = config.get(column)
-            second = held is not None and held[3] == family and str(held[0]) != str(value)
-            if second and column in IDENTITY_FIELDS:
+            if held is None:
+                config[column] = (value, number, raw, family)
+                continue
+            if held[3] == family and column in IDENTITY_FIELDS and str(held[0]) != str(value):
                 self.boot.conflicts.append((column, (held[0], held[1]), (value, number)))
-            if held is None or CONFIG_PRIORITY[held[3]] > priority:
+            if CONFIG_PRIORITY[held[3]] > priority:
                 config[column] = (value, number, raw, family)
 
     def _close(self) -> None:
@@ -196,8 +217,35 @@ _FLAG_COLUMNS = frozenset(("enforce_eager", "async_scheduling", "hybrid_kv_cache
 _KV_SIZED = frozenset(KV_SIZED_COLUMNS)
 
 
-def _sizes_kv(fact: Fact) -> bool:
-    return fact.scope == "outcome" or not _KV_SIZED.isdisjoint(fact.values)
+#: (family, message) → the configuration columns its values set (:func:`config_columns`). Bounded
+#: (:func:`kvplan.io.vllm.memo.remember`).
+_COLUMNS: dict[tuple[str, str], tuple[tuple[str, object], ...]] = {}
+
+
+def config_columns(family: str, message: str, values: dict) -> tuple[tuple[str, object], ...]:
+    """The configuration columns the values of a config fact (``family`` read in ``message``) set, each
+    value as the ledger holds it; learnt once per message: the boots of one deployment print the same
+    configuration again.
+
+    >>> config_columns("non_default_args", "…", {"max_seq_len": "4096", "disable_hybrid_kv_cache_manager": True})
+    (('max_model_len', 4096), ('hybrid_kv_cache_manager', False))
+    """
+    key = (family, message)
+    columns = _COLUMNS.get(key)
+    if columns is None:
+        columns = remember(_COLUMNS, key, tuple(_column_values(values)))
+    return columns
+
+
+def _column_values(values: dict) -> Iterator[tuple[str, object]]:
+    """The :data:`~kvplan.io.vllm.values.CONFIG_NAMES` items of ``values`` as columns and ledger values."""
+    for name, value in values.items():
+        column = CONFIG_NAMES.get(name)
+        if column is None:
+            continue
+        if name == "disable_hybrid_kv_cache_manager" and isinstance(value, bool):
+            value = not value
+        yield column, _config_value(column, value)
 
 
 def _config_value(column: str, value: object) -> object:

@@ -12,8 +12,8 @@ import re
 
 from kvplan.io.vllm import handlers as h
 from kvplan.io.vllm.failure_lines import FAILURE_FAMILIES, FAILURE_VALUE_FAMILIES
-from kvplan.io.vllm.handlers import Fact, Family, family
-from kvplan.io.vllm.memo import remember
+from kvplan.io.vllm.handlers import Fact, Family, Reader, family, match_spans, reader_at, searcher
+from kvplan.io.vllm.memo import SHAPE_TEXT, remember
 from kvplan.io.vllm.sizing_lines import SIZING_FAMILIES
 
 # One row a family, in the order they are tried: family, trigger, scope, values, regex.
@@ -81,34 +81,59 @@ _BY_TRIGGER: dict[str, list[int]] = {}
 for _position, (_family, _trigger, *_rest) in enumerate(FAMILIES):
     _BY_TRIGGER.setdefault(_trigger, []).append(_position)
 _TRIGGERS = tuple(_BY_TRIGGER.items())
-#: A message's shape: its text with every ASCII digit read as 0 (the numbers vary, the shape recurs).
-_DIGITS = str.maketrans("123456789", "000000000")
 if any(char in "0123456789" for trigger in _BY_TRIGGER for char in trigger):
     raise ValueError("a trigger holds a digit: a message's shape would not tell whether it holds it")
-#: Families whose regex matches a message exactly when it matches the message's shape: no literal
-#: digit outside an escape or a {m,n} count (``\d``, ``\w``, ``.`` read any digit as they read 0).
+#: Families whose regex matches a message exactly when it matches the message's shape, and at the same
+#: places: no literal digit outside an escape or a {m,n} count (``\d``, ``\w``, ``.`` read any digit as
+#: they read 0, so the regex takes the same path through both).
 _SHAPE_SAFE = frozenset(
     position
     for position, (_family, _trigger, pattern, *_rest) in enumerate(FAMILIES)
     if not re.search(r"\d", re.sub(r"\\.|\{\d*,?\d*\}", "", pattern.pattern))
+    and not re.search(r"\\[1-9]|\(\?P=", pattern.pattern)  # a backreference compares the digits
 )
-#: Shape → the positions of the families worth trying on a message of that shape (in table order):
-#: the shape holds the trigger, and the regex either matched the shape or is not shape-safe.
-_SHAPES: dict[str, tuple[int, ...]] = {}
+#: The reader of each family that is not shape-safe: its regex searched in each message.
+_SEARCHERS = {
+    position: searcher(pattern, handler)
+    for position, (_family, _trigger, pattern, _scope, handler) in enumerate(FAMILIES)
+    if position not in _SHAPE_SAFE
+}
+#: One family worth trying on a message: its name, its scope, and how its values are read from a
+#: message (:data:`~kvplan.io.vllm.handlers.Reader`): where its groups lie in every message of the
+#: shape for a shape-safe family, its regex searched in each message for any other.
+Step = tuple[str, str, Reader]
+#: Shape → the families worth trying on a message of that shape (in table order, :func:`shape_steps`).
+_SHAPES: dict[str, tuple[Step, ...]] = {}
 
 
-def _worth_trying(message: str) -> tuple[int, ...]:
+def shape_steps(shape: str) -> tuple[Step, ...]:
+    """The families worth trying on a message of this shape (digits read as 0), in table order: the
+    shape holds the trigger, and the regex either matched the shape (then its groups are read where
+    they lie there, :func:`~kvplan.io.vllm.handlers.reader_at`) or is not shape-safe (searched in each
+    message).
+
+    >>> [(family, scope) for family, scope, _read in shape_steps("Available KV cache memory: 00.0 GiB")]
+    [('available_kv', 'rank')]
+    """
+    positions = sorted(position for trigger, group in _TRIGGERS if trigger in shape for position in group)
+    steps: list[Step] = []
+    for position in positions:
+        name, _trigger, pattern, scope, handler = FAMILIES[position]
+        if position in _SEARCHERS:
+            steps.append((name, scope, _SEARCHERS[position]))
+            continue
+        match = pattern.search(shape)
+        if match is not None:
+            steps.append((name, scope, reader_at(handler, match_spans(match))))
+    return tuple(steps)
+
+
+def _worth_trying(message: str) -> tuple[Step, ...]:
     """The families worth trying on ``message``, learnt once per shape (see :data:`_SHAPES`)."""
-    shape = message.translate(_DIGITS)
+    shape = message.translate(SHAPE_TEXT)
     found = _SHAPES.get(shape)
     if found is None:
-        positions = sorted(position for trigger, group in _TRIGGERS if trigger in shape for position in group)
-        found = tuple(
-            position
-            for position in positions
-            if position not in _SHAPE_SAFE or FAMILIES[position][2].search(shape) is not None
-        )
-        remember(_SHAPES, shape, found)
+        found = remember(_SHAPES, shape, shape_steps(shape))
     return found
 
 
@@ -131,26 +156,27 @@ def read_message(message: str) -> list[Fact]:
     """
     known = _MESSAGES.get(message)
     if known is None:
-        known = remember(_MESSAGES, message, _read_new(message))
+        steps = _worth_trying(message)
+        known = remember(_MESSAGES, message, tuple(read_steps(steps, message)) if steps else ())
     if not known:
         return []
     return [tuple.__new__(Fact, (family, scope, values.copy())) for family, scope, values in known]
 
 
-def _read_new(message: str) -> tuple[tuple[str, str, dict], ...]:
-    """What :func:`read_message` finds in a message not read before: (family, scope, values) each."""
-    candidates = _worth_trying(message)
-    if not candidates:
-        return ()
+def read_steps(steps: tuple[Step, ...], message: str) -> list[tuple[str, str, dict]]:
+    """What ``message`` says, as (family, scope, values), reading the families of ``steps`` in order
+    (:func:`shape_steps` of its shape). Outcome families stop at the first match.
+
+    >>> read_steps(shape_steps("Available KV cache memory: 00.0 GiB"), "Available KV cache memory: 12.5 GiB")
+    [('available_kv', 'rank', {'available_kv_bytes': 13421772800})]
+    """
     facts = []
     seen_outcome = False
-    for position in candidates:
-        family, _trigger, pattern, scope, handler = FAMILIES[position]
-        if scope == "outcome" and seen_outcome:
+    for name, scope, read in steps:
+        if seen_outcome and scope == "outcome":
             continue
-        match = pattern.search(message)
-        if match is None:
-            continue
-        facts.append((family, scope, handler(match)))
-        seen_outcome = seen_outcome or scope == "outcome"
-    return tuple(facts)
+        values = read(message)
+        if values is not None:
+            facts.append((name, scope, values))
+            seen_outcome = seen_outcome or scope == "outcome"
+    return facts

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from kvplan.io.vllm.manual import printed_manual
+from kvplan.io.vllm.memo import remember
 from kvplan.io.vllm.values import config_items, cudagraph_mode, gib_bytes
 
 NUM = r"(-?\d+(?:\.\d+)?)"
@@ -30,7 +31,51 @@ class Fact(NamedTuple):
     values: dict
 
 
-Handler = Callable[[re.Match], dict]
+class Groups(Protocol):
+    """What a handler reads of a match: its groups' texts and the message (a :class:`re.Match`, or a
+    :class:`SpanMatch`)."""
+
+    @property
+    def string(self) -> str: ...
+
+    def group(self, index: int, /) -> str | Any: ...
+
+
+class SpanMatch:
+    """A match whose groups' places are known beforehand: ``spans[i]`` is group ``i``'s ``(start, end)``
+    in ``string``, or None when it took no part.
+
+    A regex that treats every digit alike matches every message of one shape (digits read as 0) at the
+    same places, so where it matched the shape tells where it matches each message of that shape.
+
+    >>> m = SpanMatch("took 1.5 GiB", ((0, 12), (5, 8), None))
+    >>> m.group(0), m.group(1), m.group(2)
+    ('took 1.5 GiB', '1.5', None)
+    """
+
+    __slots__ = ("spans", "string")
+
+    def __init__(self, string: str, spans: tuple[tuple[int, int] | None, ...]) -> None:
+        self.string, self.spans = string, spans
+
+    def group(self, index: int, /) -> str | None:
+        span = self.spans[index]
+        return None if span is None else self.string[span[0] : span[1]]
+
+
+def match_spans(match: re.Match) -> tuple[tuple[int, int] | None, ...]:
+    """Where each group of ``match`` lies (None for a group that took no part), as :class:`SpanMatch`
+    holds them.
+
+    >>> match_spans(re.search(r"took (\\d+)(x)?", "it took 12"))
+    ((3, 10), (8, 10), None)
+    """
+    return tuple(
+        None if match.start(index) == -1 else match.span(index) for index in range(len(match.groups()) + 1)
+    )
+
+
+Handler = Callable[[Groups], dict]
 
 
 class Family(NamedTuple):
@@ -114,23 +159,88 @@ def _groups_handler(columns: tuple[str | None, ...]) -> Handler:
         column, _colon, kind = item.partition(":")
         kind = kind or ("gib" if column.endswith("_bytes") else COLUMN_KINDS[column])
         fields.append((index, column, CONVERTERS[kind]))
+    return ColumnsHandler(tuple(fields))
 
-    def handler(m: re.Match) -> dict:
+
+class ColumnsHandler:
+    """The handler of a row whose groups hold columns: ``fields`` are (group, column, converter); a
+    group that took no part in the match gives nothing. :meth:`at` reads the groups where they lie."""
+
+    __slots__ = ("fields",)
+
+    def __init__(self, fields: tuple[tuple[int, str, Callable[[str], object]], ...]) -> None:
+        self.fields = fields
+
+    def __call__(self, m: Groups) -> dict:
         values = {}
-        for index, column, convert in fields:
+        for index, column, convert in self.fields:
             text = m.group(index)
             if text is not None:
                 values[column] = convert(text)
         return values
 
-    return handler
+    def at(self, spans: tuple[tuple[int, int] | None, ...]) -> Reader:
+        """The values of every message whose groups lie at ``spans`` (:class:`SpanMatch`), read as
+        :meth:`__call__` reads a match there: each group's text by its converter."""
+        places = tuple(
+            (column, convert, spans[index][0], spans[index][1])  # type: ignore[index]
+            for index, column, convert in self.fields
+            if spans[index] is not None
+        )
+
+        def read(message: str) -> dict:
+            values = {}
+            for column, convert, start, end in places:
+                values[column] = convert(message[start:end])
+            return values
+
+        return read
+
+
+#: A family's values from a message, None when its regex does not match it.
+Reader = Callable[[str], "dict | None"]
+
+
+def reader_at(handler: Handler, spans: tuple[tuple[int, int] | None, ...]) -> Reader:
+    """The values ``handler`` gives for each message whose match lies at ``spans`` (a family's regex
+    matches every message of a shape where it matched the shape, :class:`SpanMatch`).
+
+    >>> row = family("pool", "pool", "rank", ("cuda_graph_bytes",), r"pool {num} GiB")
+    >>> reader_at(row.handler, ((0, 12), (5, 8)))("pool 1.5 GiB")
+    {'cuda_graph_bytes': 1610612736}
+    """
+    if isinstance(handler, ColumnsHandler):
+        return handler.at(spans)
+    return lambda message: handler(SpanMatch(message, spans))
+
+
+def searcher(pattern: re.Pattern, handler: Handler) -> Reader:
+    """The values ``handler`` gives for a message ``pattern`` matches (searched in each message); None
+    for any other. What each message gave is remembered (a copy each time): the boots of one deployment
+    print the same configuration again.
+
+    >>> read = searcher(re.compile(r"In v0\\.19, "), lambda m: {"estimate_applied": False})
+    >>> read("In v0.19, CUDA graph memory profiling will be enabled"), read("In v0.29, CUDA graph")
+    ({'estimate_applied': False}, None)
+    """
+    known: dict[str, dict | None] = {}
+
+    def read(message: str) -> dict | None:
+        try:
+            values = known[message]
+        except KeyError:
+            match = pattern.search(message)
+            values = remember(known, message, None if match is None else handler(match))
+        return None if values is None else values.copy()
+
+    return read
 
 
 def _constant_handler(values: dict) -> Handler:
     return lambda m: dict(values)
 
 
-def weights(m: re.Match) -> dict:
+def weights(m: Groups) -> dict:
     """``… took N GiB`` (``GB`` and ``MB`` in old releases: GiB and MiB)."""
     return {"weights_bytes": gib_bytes(m.group(1), m.group(2))}
 
@@ -142,7 +252,7 @@ _V0_RESULT_FIELDS = {
 }
 
 
-def v0_one_line(m: re.Match) -> dict:
+def v0_one_line(m: Groups) -> dict:
     """0.6.4's ``Memory profiling results: key=value …`` (space- or comma-separated forms)."""
     values = {}
     for column, pattern in _V0_RESULT_FIELDS.items():
@@ -155,7 +265,7 @@ def v0_one_line(m: re.Match) -> dict:
     return values
 
 
-def profile_result(m: re.Match) -> dict:
+def profile_result(m: Groups) -> dict:
     """V1 DEBUG profile result; 0.27+ prints total consumed (weights + non-torch) instead."""
     non_kv, torch_peak, third, weights = (gib_bytes(m.group(i)) for i in (1, 2, 4, 5))
     if m.group(3).startswith("non-torch"):
@@ -167,18 +277,18 @@ def profile_result(m: re.Match) -> dict:
     }
 
 
-def manual(m: re.Match) -> dict:
+def manual(m: Groups) -> dict:
     """A manual boot's free memory and its printed KV figure, with the most the flag can be."""
     return {"init_free_bytes": gib_bytes(m.group(1)), **printed_manual(gib_bytes(m.group(2)))}
 
 
-def plan_applied(m: re.Match) -> dict:
+def plan_applied(m: Groups) -> dict:
     """The startup plan's exact ``kv_cache_memory_bytes`` (the most it can be, too) and the free memory."""
     exact = int(m.group(1))
     return {"manual_kv_bytes": exact, "manual_kv_max_bytes": exact, "init_free_bytes": gib_bytes(m.group(4))}
 
 
-def engine_config(m: re.Match) -> dict:
+def engine_config(m: Groups) -> dict:
     values = dict(config_items(m.group(2)))
     mode = cudagraph_mode(m.group(2))
     if mode:
@@ -189,7 +299,7 @@ def engine_config(m: re.Match) -> dict:
     return values
 
 
-def non_default(m: re.Match) -> dict:
+def non_default(m: Groups) -> dict:
     values = dict(config_items(m.group(1).strip().removeprefix("{").removesuffix("}"), ":"))
     mode = cudagraph_mode(m.group(1))
     if mode:
@@ -197,7 +307,7 @@ def non_default(m: re.Match) -> dict:
     return values
 
 
-def namespace(m: re.Match) -> dict:
+def namespace(m: Groups) -> dict:
     return dict(config_items(m.group(1)))
 
 

@@ -7,6 +7,11 @@ from __future__ import annotations
 
 from typing import TypeVar
 
+#: A line's or a message's shape: its text (or UTF-8 bytes) with every ASCII digit read as 0. The numbers
+#: vary from line to line (memory figures, pids, timestamps), the shapes recur; a reading learnt once per
+#: shape treats all digits alike.
+SHAPE_BYTES = bytes.maketrans(b"123456789", b"000000000")
+SHAPE_TEXT = str.maketrans("123456789", "000000000")
 #: Entries a memo table keeps at most (then it is cleared and starts over).
 MAX_ENTRIES = 4096
 

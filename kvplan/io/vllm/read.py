@@ -240,9 +240,8 @@ def _read_stream(rows: _LogRows, stream: IO[bytes], source: str, where: object) 
         raise LogParseError(f"{source}: line {line}: NUL byte: not a text log (compressed or binary?)")
     splitter = BootSplitter(source, lambda boot: rows.close(boot, source))
     try:
-        for number, offset, raw in iter_candidate_lines(Prepend(first, stream, cr_only), stats):
-            text = raw.decode("utf-8", "replace")
-            splitter.line(number, offset if where is not None else text, text)
+        for number, offset, data in iter_candidate_lines(Prepend(first, stream, cr_only), stats):
+            splitter.scanned_line(number, offset if where is not None else None, data)
         if stats.ended_mid_line:
             rows.warnings.append(
                 place_note(

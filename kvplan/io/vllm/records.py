@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from kvplan.io.vllm.memo import remember
+from kvplan.io.vllm.memo import SHAPE_BYTES, remember
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX_RE = re.compile(r"\((?:([A-Za-z_][\w.\-= ]*?) )?pid=(\d+)(?:, ip=([^)\s]+))?\)\s?")
@@ -74,65 +74,63 @@ def split_records(line: str) -> list[Record]:
     """
     if "\r" not in line:
         stripped = _ANSI_RE.sub("", line) if "\x1b" in line else line  # strip_ansi, inlined
-        shape = stripped.encode("utf-8", "surrogatepass").translate(_DIGITS)
+        shape = stripped.encode("utf-8", "surrogatepass").translate(SHAPE_BYTES)
         spans = _SHAPES.get(shape)
         if spans is None:
-            spans = remember(_SHAPES, shape, _simple_spans(stripped))
-        if spans is not _GENERAL:
-            return _simple_record(stripped, spans)
+            spans = remember(_SHAPES, shape, simple_spans(stripped))
+        if spans is not GENERAL:
+            return [simple_record(stripped, spans)] if spans else []
     records = []
     for segment in strip_ansi(line).split("\r"):
         records.extend(_segment_records(strip_bare_colour(segment)))
     return records
 
 
-#: A line's shape: its UTF-8 bytes with every ASCII digit read as 0. Every test the common line's
-#: reading makes (:func:`_simple_spans`) treats all digits alike, so lines of one shape split at the
-#: same places; only the numbers differ.
-_DIGITS = bytes.maketrans(b"123456789", b"000000000")
-#: Shape → where the common line's record lies in each line of that shape (:func:`_simple_spans`), or
-#: :data:`_GENERAL`. Bounded (:func:`kvplan.io.vllm.memo.remember`).
+#: Shape (:data:`~kvplan.io.vllm.memo.SHAPE_BYTES`) → where the common line's record lies in each line of
+#: that shape (:func:`simple_spans`), or :data:`GENERAL`. Every test :func:`simple_spans` makes treats all
+#: digits alike, so lines of one shape split at the same places; only the numbers differ. Bounded
+#: (:func:`kvplan.io.vllm.memo.remember`).
 _SHAPES: dict[bytes, tuple] = {}
 #: Spans of a line that holds no record (blank), and of one the general walk reads.
-_BLANK: tuple = ()
-_GENERAL: tuple = (None,)
+BLANK: tuple = ()
+GENERAL: tuple = (None,)
 
 
-def _simple_spans(line: str) -> tuple:
+def simple_spans(line: str) -> tuple:
     """Where the record of the common line lies (one process prefix or none at its start, then one
     header or none, nothing of either later, no colour code left: real ones are stripped before), as
-    the general walk reads it; :data:`_GENERAL` for any other line.
+    the general walk reads it; :data:`GENERAL` for any other line.
 
-    ``(message start, message end, level, process span, pid span, ip span, repeated span)``, a span
-    None when the line has no such part, :data:`_BLANK` for a line without a record. One anchored
-    match and a few substring tests instead of the general walk's searches.
+    ``(message, level, process, pid, ip, repeated)``, each part a slice of the line (None when the line
+    has no such part) but the level, :data:`BLANK` for a line without a record. One anchored match and
+    a few substring tests instead of the general walk's searches.
 
-    >>> _simple_spans("(W pid=12) INFO 08-14 14:07:22 [a.py:1] Hi [repeated 3x across cluster]")
-    (40, 42, 'INFO', (1, 2), (7, 9), None, (53, 54))
+    >>> simple_spans("(W pid=12) INFO 08-14 14:07:22 [a.py:1] Hi [repeated 3x across cluster]")
+    (slice(40, 42, None), 'INFO', slice(1, 2, None), slice(7, 9, None), None, slice(53, 54, None))
     """
     lead = _LEAD_RE.match(line)
     if lead is None:  # not reached: every part of _LEAD_RE is optional
-        return _GENERAL
+        return GENERAL
     end = lead.end()
     rest = line[end:]
     if "pid=" in rest or _may_hold_header(rest):
-        return _GENERAL  # a second prefix or header may follow
+        return GENERAL  # a second prefix or header may follow
     if "[" in rest and _BARE_CODE_RE.search(rest) is not None:
-        return _GENERAL  # a colour code that lost its ESC byte: strip_bare_colour decides
+        return GENERAL  # a colour code that lost its ESC byte: strip_bare_colour decides
     if end == 0:
         begin, stop = _stripped_span(line, 0, len(line))
-        return (begin, stop, None, None, None, None, None) if stop > begin else _BLANK
+        return (slice(begin, stop), None, None, None, None, None) if stop > begin else BLANK
     begin, stop = _stripped_span(line, end, len(line))
     repeated = None
     if "[repeated " in line[begin:stop]:
         repeat = _RAY_REPEAT_RE.search(line, begin, stop)
         if repeat:
-            repeated, stop = repeat.span(1), repeat.start()
+            repeated, stop = slice(*repeat.span(1)), repeat.start()
     if lead.group(2) is None:
-        return (begin, stop, lead.group("level"), None, None, None, repeated)
-    process = _stripped_span(line, *lead.span(1)) if lead.group(1) is not None else None
-    ip = lead.span(3) if lead.group(3) is not None else None
-    return (begin, stop, lead.group("level"), process, lead.span(2), ip, repeated)
+        return (slice(begin, stop), lead.group("level"), None, None, None, repeated)
+    process = slice(*_stripped_span(line, *lead.span(1))) if lead.group(1) is not None else None
+    ip = slice(*lead.span(3)) if lead.group(3) is not None else None
+    return (slice(begin, stop), lead.group("level"), process, slice(*lead.span(2)), ip, repeated)
 
 
 def _stripped_span(text: str, begin: int, stop: int) -> tuple[int, int]:
@@ -141,25 +139,25 @@ def _stripped_span(text: str, begin: int, stop: int) -> tuple[int, int]:
     return begin + len(part) - len(part.lstrip()), stop - len(part) + len(part.rstrip())
 
 
-def _simple_record(line: str, spans: tuple) -> list[Record]:
-    """The record of a common line, from where its parts lie (:func:`_simple_spans`)."""
-    if not spans:
-        return []
-    begin, stop, level, process, pid, ip, repeated = spans
-    return [
-        tuple.__new__(
-            Record,
-            (
-                line[begin:stop],
-                line[process[0] : process[1]] if process else "",
-                int(line[pid[0] : pid[1]]) if pid else None,
-                line[ip[0] : ip[1]] if ip else None,
-                level,
-                int(line[repeated[0] : repeated[1]]) if repeated else 0,
-                (),
-            ),
-        )
-    ]
+def simple_record(line: str, spans: tuple) -> Record:
+    """The record of a common line, from where its parts lie (:func:`simple_spans`, not :data:`BLANK`).
+
+    >>> simple_record("(W pid=12) x", (slice(11, 12), None, slice(1, 2), slice(7, 9), None, None))
+    Record(message='x', process='W', pid=12, ip=None, level=None, repeated=0, outer=())
+    """
+    message, level, process, pid, ip, repeated = spans
+    return tuple.__new__(
+        Record,
+        (
+            line[message],
+            "" if process is None else line[process],
+            None if pid is None else int(line[pid]),
+            None if ip is None else line[ip],
+            level,
+            0 if repeated is None else int(line[repeated]),
+            (),
+        ),
+    )
 
 
 def _may_hold_header(text: str) -> bool:

@@ -40,9 +40,7 @@ Releases (checked against the released wheels; 0.33 file:line, the string is the
 
 from __future__ import annotations
 
-import re
-
-from kvplan.io.vllm.handlers import Family, family
+from kvplan.io.vllm.handlers import Family, Groups, family
 from kvplan.io.vllm.values import gib_bytes
 
 #: The 0.6.5 development table's keys → ledger columns.
@@ -57,7 +55,7 @@ PROFILE_TABLE = {
 _TABLE_KEYS = "^(" + "|".join(PROFILE_TABLE) + ")"
 
 
-def _table_field(m: re.Match) -> dict:
+def _table_field(m: Groups) -> dict:
     return {PROFILE_TABLE[m.group(1)]: gib_bytes(m.group(2))}
 
 

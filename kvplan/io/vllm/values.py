@@ -14,7 +14,6 @@ from kvplan.units import MAX_SIZE_BYTES, parse_size
 
 #: Bytes per unit as vLLM prints them: "GB"/"Gib" meant GiB, "MB" meant MiB.
 _UNIT_BYTES = {"GiB": 2**30, "GB": 2**30, "Gib": 2**30, "MiB": 2**20, "MB": 2**20}
-_DECIMAL_RE = re.compile(r"(-?)(\d+)(?:\.(\d+))?")
 
 
 @functools.lru_cache(maxsize=8192)
@@ -29,12 +28,14 @@ def gib_bytes(text: str, unit: str = "GiB") -> int:
     (10952166605, -10694468567, 16091524471, 536870912)
     """
     factor = _UNIT_BYTES[unit]
-    match = _DECIMAL_RE.fullmatch(text)
-    if match is None:
+    digits = text[1:] if text[:1] == "-" else text
+    whole, dot, fraction = digits.partition(".")
+    # a plain decimal, ``-?\d+(?:\.\d+)?`` (``isdecimal`` is what ``\d`` matches: Unicode digits)
+    if not whole.isdecimal() or (dot and not fraction.isdecimal()):
         return parse_size(f"{text}{'GiB' if factor == 2**30 else 'MiB'}")
-    sign, whole, fraction = match.groups()
-    scale = 10 ** len(fraction or "")
-    quotient, remainder = divmod(int(f"{sign}{whole}{fraction or ''}") * factor, scale)
+    number = int(whole + fraction)
+    scale = 10 ** len(fraction)
+    quotient, remainder = divmod((number if digits is text else -number) * factor, scale)
     if 2 * remainder > scale or (2 * remainder == scale and quotient % 2):
         quotient += 1
     if abs(quotient) > MAX_SIZE_BYTES:

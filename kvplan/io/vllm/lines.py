@@ -1,0 +1,61 @@
+"""A candidate line read at the cost of its shape: where its record lies and which families it holds.
+
+Lines of one shape (digits read as 0, :data:`~kvplan.io.vllm.memo.SHAPE_BYTES`) split into the same
+record at the same places (:func:`~kvplan.io.vllm.records.simple_spans`) and hold the same families at
+the same places (:func:`~kvplan.io.vllm.families.shape_steps`): both are learnt once per shape, from
+the shape itself, so that a common line costs one translation, one look-up and the slicing of its own
+numbers. A line that holds no family is not even decoded.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+from kvplan.io.vllm.families import Step, shape_steps
+from kvplan.io.vllm.memo import SHAPE_BYTES, remember
+from kvplan.io.vllm.records import GENERAL, simple_spans, strip_ansi
+
+
+class LinePlan(NamedTuple):
+    """How every line of one shape is read: once its real colour codes are stripped, its record lies at
+    ``spans`` (:func:`~kvplan.io.vllm.records.simple_spans`), and ``steps`` are the families its message
+    holds (:func:`~kvplan.io.vllm.families.shape_steps`; none: the line says nothing)."""
+
+    spans: tuple
+    steps: tuple[Step, ...]
+
+
+#: Raw line's shape → its plan, or None for a line the general walk reads (``\r`` in it, several
+#: records, a colour code without its ESC byte). Bounded (:func:`kvplan.io.vllm.memo.remember`).
+_PLANS: dict[bytes, LinePlan | None] = {}
+
+
+def line_plan(raw: bytes) -> LinePlan | None:
+    """How ``raw`` (a line's bytes, as the scan found it) is read, learnt once per shape; None when the
+    general walk reads it (:func:`~kvplan.io.vllm.records.split_records`).
+
+    >>> plan = line_plan(b"(Worker pid=12) INFO 08-14 14:07:22 [a.py:1] Available KV cache memory: 1.5 GiB")
+    >>> plan.spans[:2], [(family, scope) for family, scope, _read in plan.steps]
+    ((slice(45, 79, None), 'INFO'), [('available_kv', 'rank')])
+    >>> line_plan(b"INFO 08-14 14:07:22 [a.py:1] Resolved architecture").steps, line_plan(b"a\\rb")
+    ((), None)
+    """
+    shape = raw.translate(SHAPE_BYTES)
+    try:
+        return _PLANS[shape]
+    except KeyError:
+        return remember(_PLANS, shape, _learn(shape))
+
+
+def _learn(shape: bytes) -> LinePlan | None:
+    """The plan of the lines of ``shape``, read from the shape (decoded as the line is: digits are ASCII,
+    so they keep their places)."""
+    text = shape.decode("utf-8", "replace")
+    if "\r" in text:
+        return None
+    line = strip_ansi(text)
+    spans = simple_spans(line)
+    if spans is GENERAL:
+        return None
+    steps = shape_steps(line[spans[0]]) if spans else ()
+    return LinePlan(spans, steps)
