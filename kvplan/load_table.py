@@ -8,20 +8,26 @@ JSON writers. Units as in :mod:`kvplan.load_rows`; times are kept in µs since y
 
 from __future__ import annotations
 
-import bisect
-import csv
-import io
 import itertools
-import json
 import math
 import struct
 from array import array
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import NamedTuple
 
 from kvplan.codes import string_code
 from kvplan.load_rows import EVENTS, KINDS, ROW_KEYS, LoadFormatError, LoadRow
+from kvplan.load_texts import (
+    EPOCH,
+    FORMS,
+    MICROSECOND,
+    UNKNOWN_NUMBER,
+    NumberTexts,
+    known_numbers,
+    same,
+    shared_value,
+    time_texts,
+)
 
 ROW_FIELDS = (*ROW_KEYS[:-1], "kind", "year_known", "restarts")  # a LoadRows row, before "event"
 _FLOAT_FIELDS = {
@@ -45,9 +51,6 @@ _TYPES = (
     "B",
 )
 _LAYOUT = struct.Struct("<" + "".join(_TYPES))  # one row's fields, to check that each fits its column
-_MISSING = UNKNOWN_NUMBER = -(2**63)  # an unknown whole number
-_EPOCH = datetime(1, 1, 1)
-_MICROSECOND = timedelta(microseconds=1)
 _EVENT_CODES = (None, *EVENTS)
 _JSON_POSITIONS = tuple(ROW_FIELDS.index(key) if key != "event" else len(ROW_FIELDS) for key in ROW_KEYS)
 _EMPTY = tuple(
@@ -57,221 +60,16 @@ _EMPTY = tuple(
     if name == "kind"
     else True
     if name == "year_known"
-    else _MISSING
+    else UNKNOWN_NUMBER
     for name in ROW_FIELDS[3:]
 )
 _KIND = ROW_FIELDS.index("kind")
 _YEAR_KNOWN = ROW_FIELDS.index("year_known")
 _TIME = ROW_FIELDS.index("time")
 _FLOAT_POSITIONS = tuple(position for position, name in enumerate(ROW_FIELDS) if name in _FLOAT_FIELDS)
-_DAY = 86_400_000_000  # µs
 #: the ROW_KEYS whose values are numbers that may repeat (counts, rates; a line number never does)
 _REPEATING_NUMBERS = tuple(key not in ("source", "line", "time", "event") for key in ROW_KEYS)
-_TEXTS_KEPT = 100_000  # texts of times of day, and of numbers, that the text writers keep
-_NEGATIVE_ZERO = struct.pack("d", -0.0)
 JSON_BATCH = 4096  # rows per batch of :meth:`LoadRows.columns` (and per piece of the JSON text)
-
-
-def _time_text(micros: int, year_known: int, days: dict, clocks: dict[int, str]) -> str:
-    """:attr:`LoadRow.time_text` of a time given in µs since year 1 (``days`` and ``clocks`` cache each
-    day's and each second of the day's text).
-
-    >>> _time_text((datetime(2026, 11, 29, 10, 0, 10, 5) - _EPOCH) // _MICROSECOND, True, {}, {})
-    '2026-11-29T10:00:10.000005'
-    """
-    day, rest = divmod(micros, _DAY)
-    prefix = days.get((day, year_known))
-    if prefix is None:
-        date = _EPOCH + timedelta(days=day)
-        prefix = days[day, year_known] = (
-            f"{date.year:04d}-{date.month:02d}-{date.day:02d}T"
-            if year_known
-            else f"{date.month:02d}-{date.day:02d} "
-        )
-    seconds, fraction = divmod(rest, 1_000_000)
-    clock = clocks.get(seconds)
-    if clock is None:
-        minutes, second = divmod(seconds, 60)
-        clock = clocks[seconds] = f"{minutes // 60:02d}:{minutes % 60:02d}:{second:02d}"
-    return f"{prefix}{clock}.{fraction:06d}" if fraction and year_known else prefix + clock
-
-
-def _time_texts(
-    micros: list[int], known: list[int], unknown: str | None, mark: str, caches: tuple[dict, dict, dict]
-) -> list:
-    """:func:`_time_text` of each time [µs since year 1] (``known``: each one's ``year_known``) between
-    ``mark`` s (``'"'`` for JSON), ``unknown`` for an unknown time. Times in order with one ``year_known``
-    are written a day at a time, as the day's text and each time of day's (``caches``: :func:`_time_text`'s
-    ``days`` and ``clocks``, and the texts of times of day for each ``year_known``, kept across calls).
-
-    >>> caches = ({}, {}, {})
-    >>> day = (datetime(2026, 11, 29) - _EPOCH) // _MICROSECOND
-    >>> _time_texts([day + 5, day + _DAY - 1, day + _DAY], [True] * 3, None, "", caches)
-    ['2026-11-29T00:00:00.000005', '2026-11-29T23:59:59.999999', '2026-11-30T00:00:00']
-    >>> _time_texts([_MISSING, day], [True, False], "null", '"', caches)
-    ['null', '"11-29 00:00:00"']
-    """
-    days, clocks, _ = caches
-    if micros and min(micros) != _MISSING and known.count(known[0]) == len(known):
-        texts: list[str] = []
-        start = 0
-        while start < len(micros):
-            midnight = micros[start] - micros[start] % _DAY
-            stop = bisect.bisect_left(micros, midnight + _DAY, start)
-            day = micros[start:stop]
-            if not day or min(day) < midnight or max(day) >= midnight + _DAY:
-                break  # not in order
-            texts += _day_texts(day, midnight, known[0], mark, caches)
-            start = stop
-        else:
-            return texts
-    return [
-        unknown if time == _MISSING else f"{mark}{_time_text(time, year_known, days, clocks)}{mark}"
-        for time, year_known in zip(micros, known)
-    ]
-
-
-def _day_texts(micros: list[int], midnight: int, year_known: int, mark: str, caches: tuple) -> list[str]:
-    """:func:`_time_texts` of times on the day that starts at ``midnight`` [µs since year 1]."""
-    days, clocks, of_day = caches
-    texts = of_day.get((year_known, mark))
-    if texts is None:
-        texts = of_day[year_known, mark] = _TimesOfDay(year_known, mark)
-    prefix = mark + _time_text(midnight, year_known, days, clocks)[:-8]  # the day's text, no "00:00:00"
-    return [prefix + texts[time - midnight] for time in micros]
-
-
-class _TimesOfDay(dict):
-    """The text of each time of day [µs since midnight] after its day's, as :func:`_time_text` writes it
-    (and a closing ``mark``), filled on first use and kept up to :data:`_TEXTS_KEPT`.
-
-    >>> _TimesOfDay(True, '"')[10_000_005], _TimesOfDay(False, "")[10_000_005]
-    ('00:00:10.000005"', '00:00:10')
-    """
-
-    def __init__(self, year_known: int, mark: str) -> None:
-        super().__init__()
-        self.year_known, self.mark = year_known, mark
-        self.day_length = len(_time_text(0, year_known, {}, {})) - 8  # a day's text's
-
-    def __missing__(self, offset: int) -> str:
-        if len(self) >= _TEXTS_KEPT:
-            self.clear()
-        text = self[offset] = _time_text(offset, self.year_known, {}, {})[self.day_length :] + self.mark
-        return text
-
-
-class _NumberTexts(dict):
-    """The ``str`` of the numbers of one column (what ``%s`` writes), each distinct number's written once
-    while numbers repeat (kept up to :data:`_TEXTS_KEPT`); a column whose numbers mostly differ, or that
-    may hold ``-0.0`` (a key equal to ``0.0``), is written a number at a time.
-
-    >>> texts = _NumberTexts(floats=True)
-    >>> texts.of([1.5, 1.5, 1.5, 1.5, 2.0, 0.0]), texts.of([0.0, -0.0, 0.0]), texts.of(["null", 0.0])
-    (['1.5', '1.5', '1.5', '1.5', '2.0', '0.0'], ['0.0', '-0.0', '0.0'], ['null', '0.0'])
-    """
-
-    def __init__(self, floats: bool, repeating: bool = True) -> None:
-        super().__init__()
-        self.floats = floats  # whether the column holds floats (a float column may hold -0.0)
-        self.varied = not repeating  # whether the last column's numbers mostly differed
-
-    def of(self, column: list) -> list[str]:
-        """The text of each number of ``column``."""
-        if self.varied or (self.floats and _may_hold_negative_zero(column)):
-            return list(map(str, column))
-        known = len(self)
-        texts = list(map(self.__getitem__, column))
-        self.varied = len(self) - known > len(column) // 2
-        return texts
-
-    def __missing__(self, value) -> str:
-        if len(self) >= _TEXTS_KEPT:
-            self.clear()
-        text = self[value] = str(value)
-        return text
-
-
-def _may_hold_negative_zero(column: list) -> bool:
-    """Whether ``column`` may hold ``-0.0``: it does, or a value is no float (an unknown's text).
-
-    >>> _may_hold_negative_zero([0.0, 1.5]), _may_hold_negative_zero([0.0, -0.0]), _may_hold_negative_zero([""])
-    (False, True, True)
-    """
-    try:
-        return _NEGATIVE_ZERO in struct.pack(f"{len(column)}d", *column)
-    except struct.error:
-        return True
-
-
-def _known_numbers(column: list, unknown: str | None = None) -> list:
-    """A column of packed numbers with the unknown ones (the sentinel, a float ``NaN`` or ``±Inf``) as
-    ``unknown``; the column itself when all are known.
-
-    >>> _known_numbers([1, _MISSING]), _known_numbers([1.5, math.nan], "null"), _known_numbers([2, 3])
-    ([1, None], [1.5, 'null'], [2, 3])
-    """
-    if column and isinstance(column[0], float):  # a float column never holds the sentinel
-        if math.isfinite(sum(column)):  # NaN and ±Inf survive a sum (or overflow it: then look closer)
-            return column
-    else:
-        missing = column.count(_MISSING)
-        if not missing:
-            return column
-        if missing == len(column):  # every one unknown (a field the log never shows)
-            return [unknown] * len(column)
-    return [unknown if value == _MISSING or value - value != 0 else value for value in column]
-
-
-def _csv_field(text: str | None) -> str:
-    """``text`` as :mod:`csv` writes it among other fields (quoted when it holds a comma, a quote or a
-    line break).
-
-    >>> _csv_field("a.log"), _csv_field('my "b", c.log'), _csv_field("")
-    ('a.log', '"my ""b"", c.log"', '')
-    """
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerow([text, None])
-    return buffer.getvalue()[:-2]  # without ",\n"
-
-
-def _shared(column: list):
-    """The value every item of ``column`` has and writes alike (``0.0`` and ``-0.0`` differ), or ``None``.
-
-    >>> _shared([3, 3]), _shared([0.0, -0.0]), _shared(["null", "null"]), _shared([1, 2])
-    (3, None, 'null', None)
-    """
-    first, last = column[0], column[-1]
-    if (last is not first and last != first) or column.count(first) != len(column):
-        return None
-    if first == 0 and isinstance(first, float):  # equal, but written "0.0" and "-0.0"
-        signs = sum(map(math.copysign, itertools.repeat(1.0, len(column)), column))
-        return first if signs == math.copysign(len(column), first) else None
-    return first
-
-
-def _same(value):
-    return value
-
-
-class _Form(NamedTuple):
-    """A text form of the rows: json.dumps's and csv.writer's text for the rows' dicts and values."""
-
-    pieces: tuple[str, ...]  # one row's text before each value and after the last
-    between: str  # the text between rows
-    quote: Callable[[str | None], str]  # a string's text (None: unknown)
-    unknown: str  # an unknown value's text
-
-
-_FORMS = {
-    "json": _Form(
-        (*(f"{', ' if i else '{'}{json.dumps(key)}: " for i, key in enumerate(ROW_KEYS)), "}"),
-        ", ",
-        json.dumps,
-        "null",
-    ),
-    "csv": _Form(("", *("," for _ in ROW_KEYS[1:]), "\n"), "", _csv_field, ""),
-}
 
 
 class LoadRows(Sequence):
@@ -336,7 +134,7 @@ class LoadRows(Sequence):
         packed = [values.get(name) for name in ROW_FIELDS[3:]]
         packed = [empty if value is None else value for value, empty in zip(packed, _EMPTY)]
         packed[_KIND - 3] = KINDS.index(packed[_KIND - 3])
-        when = _MISSING if time is None else (time - _EPOCH) // _MICROSECOND
+        when = UNKNOWN_NUMBER if time is None else (time - EPOCH) // MICROSECOND
         fields = (self.source_code(source), line, when, *packed, _EVENT_CODES.index(event))
         try:
             _LAYOUT.pack(*fields)
@@ -419,13 +217,16 @@ class LoadRows(Sequence):
     def shift_times(self, shift: timedelta) -> None:
         """Add ``shift`` to every known time (a log's local times turned into UTC)."""
         self._flush()
-        micros, times = shift // _MICROSECOND, self._columns[_TIME]
-        self._columns[_TIME] = array("q", [value if value == _MISSING else value + micros for value in times])
+        micros, times = shift // MICROSECOND, self._columns[_TIME]
+        self._columns[_TIME] = array(
+            "q", [value if value == UNKNOWN_NUMBER else value + micros for value in times]
+        )
 
     def _values(self, index: int) -> list:
         """Row ``index`` in :data:`ROW_FIELDS` order plus ``event`` (``None`` = unknown; the time in µs)."""
         values: list = [
-            None if value == _MISSING else value for value in (column[index] for column in self._columns)
+            None if value == UNKNOWN_NUMBER else value
+            for value in (column[index] for column in self._columns)
         ]
         for position in _FLOAT_POSITIONS:
             value = values[position]
@@ -446,7 +247,7 @@ class LoadRows(Sequence):
         self._flush()
         values = self._values(index)
         if values[_TIME] is not None:
-            values[_TIME] = _EPOCH + values[_TIME] * _MICROSECOND
+            values[_TIME] = EPOCH + values[_TIME] * MICROSECOND
         return LoadRow(**dict(zip(ROW_FIELDS, values)), event=values[-1], raw=self._raw.get(index, ""))
 
     def __iter__(self) -> Iterator[LoadRow]:
@@ -468,14 +269,15 @@ class LoadRows(Sequence):
         >>> rows = LoadRows()
         >>> rows.append(LoadRow("s.log", 7, None, 0, kv_cache_usage_pct=41.5, event="oom"))
         0
+        >>> import json
         >>> next(rows.texts()) == json.dumps(next(rows.dicts()))
         True
         >>> next(rows.texts("csv"))
         's.log,7,,0,41.5,,,,,,,,,oom\\n'
         """
-        pieces, between = _FORMS[form].pieces, _FORMS[form].between
+        pieces, between = FORMS[form].pieces, FORMS[form].between
         texts_of = [
-            None if key in ("source", "time", "event") else _NumberTexts(key in _FLOAT_FIELDS, repeating)
+            None if key in ("source", "time", "event") else NumberTexts(key in _FLOAT_FIELDS, repeating)
             for key, repeating in zip(ROW_KEYS, _REPEATING_NUMBERS)
         ]
         for columns in self.columns(form):
@@ -483,7 +285,7 @@ class LoadRows(Sequence):
             # each varying column between the row's text before and after it (a shared value written in)
             parts: list = [pieces[0]]
             for column, piece, texts in zip(columns, pieces[1:], texts_of):
-                value = _shared(column)
+                value = shared_value(column)
                 if value is None:
                     parts += [column if texts is None else texts.of(column), piece]
                 else:
@@ -511,20 +313,20 @@ class LoadRows(Sequence):
         """
         self._flush()
         caches: tuple[dict, dict, dict] = ({}, {}, {})
-        quote, unknown = (_FORMS[form].quote, _FORMS[form].unknown) if form else (_same, None)
+        quote, unknown = (FORMS[form].quote, FORMS[form].unknown) if form else (same, None)
         # a time's text holds digits, '-', ':', 'T', ' ' and '.': nothing to escape
         mark = '"' if form == "json" else ""
         for start in range(0, len(self), JSON_BATCH):
             batch = [column[start : start + JSON_BATCH].tolist() for column in self._columns]
             sources, events = batch[0], batch[-1]
-            times = _time_texts(batch[_TIME], batch[_YEAR_KNOWN], unknown, mark, caches)
+            times = time_texts(batch[_TIME], batch[_YEAR_KNOWN], unknown, mark, caches)
             yield [
                 [quote(self._sources[sources[0]])] * len(sources)
                 if sources.count(sources[0]) == len(sources)
                 else [quote(self._sources[code]) for code in sources],
                 batch[1],
                 times,
-                *(_known_numbers(batch[position], unknown) for position in _JSON_POSITIONS[3:-1]),
+                *(known_numbers(batch[position], unknown) for position in _JSON_POSITIONS[3:-1]),
                 [quote(_EVENT_CODES[code]) for code in events] if any(events) else [unknown] * len(events),
             ]
 

@@ -23,6 +23,7 @@ FLOORS = {
     "kvplan.load_rows": 0,
     "kvplan.load_reading": 0,
     "kvplan.load_table": 0,
+    "kvplan.load_texts": 0,
     "kvplan.json_text": 0,
     "kvplan.io": 1,
     "kvplan.budget": 2,
