@@ -96,7 +96,7 @@ class ProvenanceRows(Sequence):
     def __init__(self) -> None:
         self._names: list[str] = []  # sources and columns, each once
         self._index: dict[str, int] = {}
-        self._source, self._column = array("l"), array("l")
+        self._source, self._column = array("i"), array("i")  # indexes into _names: 4 bytes each
         self._line, self._boot, self._rank, self._raw = array("q"), array("q"), array("q"), array("q")
         self._values: list = []
         self._texts: dict[int, str] = {}  # row → raw text (the raw of the other rows is a byte offset)

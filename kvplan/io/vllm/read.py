@@ -180,9 +180,17 @@ class _LogRows:
         self.boots.append(info)
 
     def frame(self) -> pd.DataFrame:
-        """The ledger of the rows read so far."""
+        """The ledger of the rows read so far, once: the parts are used up (their columns are joined one
+        at a time, each part's dropped once joined, so that the parts and the whole are never all in
+        memory together)."""
         frames = [*self.frames, ledger_frame(self.rows)] if self.rows or not self.frames else self.frames
-        return frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+        self.frames, self.rows = [], []
+        if len(frames) == 1:
+            return frames[0]
+        columns = {}
+        for column in frames[0].columns:
+            columns[column] = pd.concat([frame.pop(column) for frame in frames], ignore_index=True)
+        return pd.DataFrame(columns, copy=False)
 
     def metadata(self, single: bool = True) -> ReadMetadata:
         provenance, boots = self.provenance, tuple(self.boots)
