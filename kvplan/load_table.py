@@ -24,7 +24,6 @@ from kvplan.load_texts import (
     UNKNOWN_NUMBER,
     NumberTexts,
     known_numbers,
-    same,
     shared_value,
     time_texts,
 )
@@ -70,6 +69,10 @@ _FLOAT_POSITIONS = tuple(position for position, name in enumerate(ROW_FIELDS) if
 #: the ROW_KEYS whose values are numbers that may repeat (counts, rates; a line number never does)
 _REPEATING_NUMBERS = tuple(key not in ("source", "line", "time", "event") for key in ROW_KEYS)
 JSON_BATCH = 4096  # rows per batch of :meth:`LoadRows.columns` (and per piece of the JSON text)
+
+
+def _same(value):
+    return value
 
 
 class LoadRows(Sequence):
@@ -313,7 +316,7 @@ class LoadRows(Sequence):
         """
         self._flush()
         caches: tuple[dict, dict, dict] = ({}, {}, {})
-        quote, unknown = (FORMS[form].quote, FORMS[form].unknown) if form else (same, None)
+        quote, unknown = (FORMS[form].quote, FORMS[form].unknown) if form else (_same, None)
         # a time's text holds digits, '-', ':', 'T', ' ' and '.': nothing to escape
         mark = '"' if form == "json" else ""
         for start in range(0, len(self), JSON_BATCH):

@@ -207,10 +207,6 @@ def shared_value(column: list):
     return first
 
 
-def same(value):
-    return value
-
-
 class TextForm(NamedTuple):
     """A text form of the rows: json.dumps's and csv.writer's text for the rows' dicts and values."""
 
