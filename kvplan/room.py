@@ -14,7 +14,7 @@ came from, the safest of conflicting observations of a rank). Evidence, best fir
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
@@ -24,6 +24,7 @@ from kvplan.io.metadata import ReadMetadata, place_note
 from kvplan.io.room_rule import BootPlace, RoomRule
 from kvplan.io.vllm import read_vllm_log as _read_vllm_log
 from kvplan.io.vllm import read_vllm_logs as _read_vllm_logs
+from kvplan.io.vllm import stream_vllm_logs as _stream_vllm_logs
 from kvplan.releases import rank0_only_advice
 from kvplan.units import MiB
 
@@ -185,6 +186,16 @@ def read_vllm_logs(
     """:func:`kvplan.io.read_vllm_logs` (many logs, a folder or a glob; ``names``: a file's source) with the
     Room rule."""
     return _read_vllm_logs(paths, room_rule=ROOM_RULE, names=names)
+
+
+def stream_vllm_logs(
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    rows_to: Callable[[list[dict]], None],
+    names: Mapping[str, str] | None = None,
+) -> ReadMetadata:
+    """:func:`kvplan.io.vllm.stream_vllm_logs` (the rows only, in batches to ``rows_to``; no frame, no
+    provenance) with the Room rule."""
+    return _stream_vllm_logs(paths, rows_to, room_rule=ROOM_RULE, names=names)
 
 
 def read_ledger_csv(path: str | os.PathLike, source: str | None = None) -> tuple[pd.DataFrame, ReadMetadata]:

@@ -90,6 +90,8 @@ def run_ledger(args: argparse.Namespace) -> int:
         raise CliError("--assume-uniform applies to --rooms only")
     if args.rooms and args.csv:
         raise CliError("--rooms prints a table or JSON, not CSV")
+    if args.csv and not args.nvidia_smi:
+        return _print_csv(args.logs)
     ledger, metadata = read_vllm_logs(args.logs)
     plan.require_boot(ledger, args.logs)
     notes: list[str] = list(metadata.warnings)
@@ -133,6 +135,32 @@ def run_ledger(args: argparse.Namespace) -> int:
             for room in rooms
         ]
         print(format_table(table, ROOMS_TABLE))
+    return EXIT_OK
+
+
+def _print_csv(logs: list[str]) -> int:
+    """``kvplan ledger --csv`` without a frame: each batch of rows becomes CSV text as it is read
+    (:mod:`kvplan.io.ledger_rows_csv`); the text is printed once the logs are read, after the
+    warnings, so that a refused log prints none of it."""
+    import pandas as pd
+
+    from kvplan import plan
+    from kvplan.io.ledger_rows_csv import ledger_csv_header, ledger_csv_text
+    from kvplan.room import stream_vllm_logs
+
+    parts: list[str] = []
+    counts: list[int] = []
+
+    def write(rows: list[dict]) -> None:
+        parts.append(ledger_csv_text(rows, header=False))
+        counts.append(len(rows))
+
+    metadata = stream_vllm_logs(logs, write)
+    if not sum(counts):
+        plan.require_boot(pd.DataFrame(), logs)  # refused as an empty ledger is
+    print_warnings(list(metadata.warnings))
+    sys.stdout.write(ledger_csv_header())
+    sys.stdout.writelines(parts)
     return EXIT_OK
 
 

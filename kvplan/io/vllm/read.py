@@ -13,7 +13,7 @@ import glob as globlib
 import io
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -104,30 +104,63 @@ def read_vllm_logs(
     nvidia-smi snapshot given here is refused, pointing to ``--nvidia-smi``. ``names`` gives a file its
     ``source`` instead (path as given → name, e.g. its name in an evidence bundle).
     """
-    names = names or {}
+    frames: list[pd.DataFrame] = []
+    metas: list[ReadMetadata] = []
+    for frame, meta in _parts(paths, room_rule, names or {}):
+        frames.append(frame)
+        metas.append(meta)
+    ledger = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
+    return ledger, merge_metadata(metas)
+
+
+@gc_paused()
+def stream_vllm_logs(
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    rows_to: Callable[[list[dict]], None],
+    room_rule: RoomRule | None = None,
+    names: Mapping[str, str] | None = None,
+) -> ReadMetadata:
+    """:func:`read_vllm_logs` for a caller that wants the rows only: they go to ``rows_to`` in batches
+    (dicts keyed by ledger column, in ledger order) as boots are resolved, no frame is built and no
+    provenance is kept (the metadata's warnings, boots and sources are as :func:`read_vllm_logs` gives).
+
+    >>> from kvplan.config import DATA_DIR
+    >>> batches = []
+    >>> meta = stream_vllm_logs([DATA_DIR / "boots" / "four-rank" / "boot.log"], batches.append)
+    >>> [row["rank"] for batch in batches for row in batch], len(meta.boots), len(meta.provenance_rows)
+    ([0, 1, 2, 3], 1, 0)
+    """
+    metas = []
+    for frame, meta in _parts(paths, room_rule, names or {}, rows_to):
+        if frame is not None:  # a ledger CSV's rows
+            rows_to(frame.to_dict(orient="records"))
+        metas.append(meta)
+    return merge_metadata(metas)
+
+
+def _parts(
+    paths: str | os.PathLike | Iterable[str | os.PathLike],
+    room_rule: RoomRule | None,
+    names: Mapping[str, str],
+    rows_to: Callable[[list[dict]], None] | None = None,
+) -> Iterator[tuple[pd.DataFrame | None, ReadMetadata]]:
+    """The files' ledger in file order, as ``(frame, metadata)`` parts: one per ledger CSV, one per run of
+    logs between them (its frame None when its rows went to ``rows_to``)."""
     files = _expand(paths)
     if not files:
         raise FileNotFoundError(f"no log files in {paths!r} (expected paths, a folder of *.log, or a glob)")
-    frames: list[pd.DataFrame] = []
-    metas: list[ReadMetadata] = []
     rows: _LogRows | None = None
     for path in files:
         if path.lower().endswith(".csv"):
             if rows is not None:
-                frames.append(rows.frame())
-                metas.append(rows.metadata(single=False))
+                yield rows.frame(), rows.metadata(single=False)
                 rows = None
-            frame, meta = read_ledger_csv(Path(path), source=names.get(path, path), room_rule=room_rule)
-            frames.append(frame)
-            metas.append(meta)
+            yield read_ledger_csv(Path(path), source=names.get(path, path), room_rule=room_rule)
             continue
-        rows = rows if rows is not None else _LogRows(room_rule)
+        rows = rows if rows is not None else _LogRows(room_rule, rows_to)
         _read_into(rows, Path(path), names.get(path, path))
     if rows is not None:
-        frames.append(rows.frame())
-        metas.append(rows.metadata(single=False))
-    ledger = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
-    return ledger, merge_metadata(metas)
+        yield rows.frame(), rows.metadata(single=False)
 
 
 def _expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:
@@ -152,8 +185,12 @@ class _LogRows:
     """Rows, provenance, warnings and boots of the logs read so far (one or many files); the line index
     is made from the provenance when asked for."""
 
-    def __init__(self, room_rule: RoomRule | None = None) -> None:
+    def __init__(
+        self, room_rule: RoomRule | None = None, rows_to: Callable[[list[dict]], None] | None = None
+    ) -> None:
         self.room_rule = room_rule
+        #: where rows go in batches instead of into frames (then no provenance is kept)
+        self.rows_to = rows_to
         self.rows: list[dict] = []
         self.frames: list[pd.DataFrame] = []
         self.provenance = ProvenanceRows()
@@ -167,22 +204,36 @@ class _LogRows:
 
     def close(self, boot: Boot, source: str) -> None:
         """Resolve one finished boot into rows."""
-        rows, provenance, warnings, info = resolve_boot(boot, source, self.room_rule)
+        streaming = self.rows_to is not None
+        rows, provenance, warnings, info = resolve_boot(
+            boot, source, self.room_rule, provenance=not streaming
+        )
         self.rows.extend(rows)
         if len(self.rows) >= FRAME_ROWS:
-            self.frames.append(ledger_frame(self.rows))
-            self.rows = []
-        self.provenance.extend(provenance, ordered=True)
+            self._flush()
+        if not streaming:
+            self.provenance.extend(provenance, ordered=True)
         self.warnings.extend(warnings)
         key = info["compatibility_key"]
         with contextlib.suppress(TypeError):  # a value that cannot be hashed: this boot keeps its own
             info["compatibility_key"] = self.keys.setdefault(tuple(key.items()), key)
         self.boots.append(info)
 
-    def frame(self) -> pd.DataFrame:
+    def _flush(self) -> None:
+        """The rows kept so far into a frame, or to ``rows_to``."""
+        if self.rows_to is None:
+            self.frames.append(ledger_frame(self.rows))
+        else:
+            self.rows_to(self.rows)
+        self.rows = []
+
+    def frame(self) -> pd.DataFrame | None:
         """The ledger of the rows read so far, once: the parts are used up (their columns are joined one
         at a time, each part's dropped once joined, so that the parts and the whole are never all in
-        memory together)."""
+        memory together). None when the rows went to ``rows_to`` (the last ones now)."""
+        if self.rows_to is not None:
+            self._flush()
+            return None
         frames = [*self.frames, ledger_frame(self.rows)] if self.rows or not self.frames else self.frames
         self.frames, self.rows = [], []
         if len(frames) == 1:

@@ -46,9 +46,10 @@ class _Failure:
 
 
 def resolve_boot(
-    boot: Boot, source: str, room_rule: RoomRule | None = None
+    boot: Boot, source: str, room_rule: RoomRule | None = None, provenance: bool = True
 ) -> tuple[list[dict], list[tuple], list[str], dict]:
-    """Attribute a boot's events to ranks and compute each rank's row (its room with ``room_rule``)."""
+    """Attribute a boot's events to ranks and compute each rank's row (its room with ``room_rule``);
+    without ``provenance`` the provenance rows returned are none."""
     warnings = list(boot.warnings)
     key, key_origin, version = _boot_key(boot)
     printed = {event.key for event in boot.events if event.scope in PRINTING_SCOPES}
@@ -112,7 +113,9 @@ def resolve_boot(
     for rank, values in rows.items():
         rows[rank] = {**EMPTY_ROW, **shared, **values, "source": source, "boot": boot.index}
     records = [rows[rank] for rank in sorted(rows)]
-    provenance = _provenance(rows, origin, key, key_origin, sizing, source, boot.index)
+    provenance_rows = (
+        _provenance(rows, origin, key, key_origin, sizing, source, boot.index) if provenance else []
+    )
     info = {
         "source": source,
         "boot": boot.index,
@@ -123,7 +126,7 @@ def resolve_boot(
         "ranks": sorted(rows),
         "outcomes": {rank: rows[rank].get("outcome") for rank in sorted(rows)},
     }
-    return records, provenance, warnings, info
+    return records, provenance_rows, warnings, info
 
 
 def _provenance(

@@ -1,0 +1,94 @@
+"""Ledger rows (dicts) straight to CSV text, byte for byte as pandas writes their ledger frame.
+
+``kvplan ledger --csv`` needs neither a DataFrame nor provenance: the reader hands it each batch of
+rows as it resolves them (:func:`kvplan.io.vllm.read.stream_vllm_logs`) and this module writes them.
+A batch whose cells all have their column's native type (``int`` for the ``Int64`` columns, ``float``
+for ``Float64``, ``bool`` for ``boolean``, ``str`` for the rest; missing as None or ``pd.NA``) is
+written by :mod:`csv` directly: for those types Python's own text of a value (``repr`` of a float)
+is the text pandas writes. Any other batch (a float in a count column, a NaN, a number in a text
+column) is written by pandas itself from :func:`~kvplan.io.ledger_frame.ledger_frame`, so the
+text is the same whatever the rows hold.
+
+>>> rows = [{"rank": 0, "model": "m, 8B", "gpu_memory_utilization": 0.9, "enforce_eager": True}]
+>>> text = ledger_csv_text(rows)
+>>> text.splitlines()[0].split(",")[:3], text.count("\\n")
+(['source', 'boot', 'rank'], 2)
+>>> text == ledger_frame(rows).to_csv(index=False)
+True
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from operator import itemgetter
+
+import pandas as pd
+
+from kvplan.columns import BOOL_COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, LEDGER_COLUMNS
+from kvplan.io.ledger_frame import ledger_frame
+
+_EVERY_COLUMN = itemgetter(*LEDGER_COLUMNS)
+_MISSING = (type(None), type(pd.NA))
+#: Each ledger column's native cell types (what :mod:`csv` writes as pandas does), in column order.
+_NATIVE = tuple(
+    frozenset(
+        (
+            int
+            if column in INT_COLUMNS
+            else float
+            if column in FLOAT_COLUMNS
+            else bool
+            if column in BOOL_COLUMNS
+            else str,
+            *_MISSING,
+        )
+    )
+    for column in LEDGER_COLUMNS
+)
+
+
+def ledger_csv_header() -> str:
+    """The ledger CSV's header line.
+
+    >>> ledger_csv_header().startswith("source,boot,rank,")
+    True
+    """
+    return ",".join(LEDGER_COLUMNS) + "\n"
+
+
+def ledger_csv_text(rows: list[dict], header: bool = True) -> str:
+    """``rows`` (dicts keyed by ledger column; a column a row lacks is ``NA``) as ledger CSV lines, the
+    text ``ledger_frame(rows).to_csv(index=False)`` gives (without its header line if not ``header``)."""
+    try:
+        table = list(map(_EVERY_COLUMN, rows))
+    except KeyError:
+        table = [tuple(row.get(column) for column in LEDGER_COLUMNS) for row in rows]
+    if not _all_native(table):
+        return ledger_frame(rows).to_csv(index=False, header=header)
+    out = io.StringIO()
+    if header:
+        out.write(ledger_csv_header())
+    writer = csv.writer(out, lineterminator="\n")
+    na = pd.NA
+    writer.writerows([["" if cell is None or cell is na else cell for cell in row] for row in table])
+    return out.getvalue()
+
+
+def _all_native(table: list[tuple]) -> bool:
+    """Whether every cell of ``table`` (rows of cells in ledger column order) has its column's native
+    type, no float is NaN (pandas writes NaN as missing, :mod:`csv` as ``nan``) and every whole number
+    fits ``Int64`` (pandas refuses one that does not)."""
+    for cells, native in zip(zip(*table), _NATIVE):
+        if not native.issuperset(map(type, cells)):
+            return False
+        if float in native and any(cell != cell for cell in cells if type(cell) is float):
+            return False
+        if int in native:
+            numbers = [cell for cell in cells if type(cell) is int]
+            if numbers and (min(numbers) < _INT64_MIN or max(numbers) > _INT64_MAX):
+                return False
+    return True
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
