@@ -77,8 +77,15 @@ def check_row(values: dict, rank: int, origin: dict, source: str) -> None:
         line = origin.get((rank, column), (None, None))[0]
         return f"{source}:{line}" if isinstance(line, int) else source
 
-    for column, value in values.items():
-        if not column.endswith("_bytes") or not isinstance(value, int):
+    # the few whole numbers below zero or beyond any GPU first (one pass, no call per value)
+    doubtful = [
+        column
+        for column, value in values.items()
+        if type(value) is int and not 0 <= value <= MAX_DEVICE_BYTES
+    ]
+    for column in doubtful:
+        value = values[column]
+        if not column.endswith("_bytes"):
             continue
         if abs(value) > MAX_DEVICE_BYTES:
             raise ImpossibleValue(

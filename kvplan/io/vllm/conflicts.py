@@ -26,6 +26,8 @@ class Observation:
     families: dict = field(default_factory=dict)
     #: the line that started this observation
     start: int = 0
+    #: the families this observation's process printed since it started
+    printed: set = field(default_factory=set)
 
 
 class RankObservations:
@@ -49,15 +51,16 @@ class RankObservations:
         current = self._latest.get((rank, key))
         if current is None:
             current = self._start(rank, key, {}, {}, where)
-        else:
+        elif family in current.printed:  # only a family printed before can print a value again
             families, held = current.families, current.values
             for name, value in values.items():
                 if families.get(name) == family and held.get(name) != value:  # printed again: a new one
                     current = self._start(rank, key, dict(held), dict(current.origin), where)
                     break
-        held, origin, families = current.values, current.origin, current.families
-        for name, value in values.items():
-            held[name] = value
+        current.printed.add(family)
+        current.values.update(values)
+        origin, families = current.origin, current.families
+        for name in values:
             origin[name] = where
             families[name] = family
 

@@ -80,16 +80,7 @@ def attribute(
     )
     info: dict = {}
     for process_key, names in boot.names.items():
-        item: dict = {"pid": process_key[0], "process": _best_name(names)}
-        for name in names:
-            frontend, engine, engine_dp = _roles(name)
-            if frontend:
-                item["frontend"] = True
-            if engine:
-                item["engine"] = True
-                item["engine_dp"] = engine_dp
-            for name_key, value in _rank_from_name(name, tp_size, pp_size):
-                item.setdefault(name_key, value)
+        item = {"pid": process_key[0], **_named(tuple(names), tp_size, pp_size)}
         if process_key in assigned:
             values = assigned[process_key]
             item.update({k: values[k] for k in ("rank", "tp_rank", "pp_rank", "dp_rank") if k in values})
@@ -201,6 +192,28 @@ def _ray_workers(info: dict, boot: Boot, world: int | None, first: int, source: 
             )
         )
     return bool(free)
+
+
+@lru_cache(maxsize=1024)
+def _named(names: tuple[str, ...], tp_size: int | None, pp_size: int | None) -> dict:
+    """What the names one process printed under (in order) say of it under the key's TP and PP sizes:
+    its best name, roles and rank fields; the same processes recur in every boot, so each set of
+    names is read once (read only: :func:`attribute` copies it).
+
+    >>> _named(("EngineCore_DP1",), 1, 1)
+    {'process': 'EngineCore_DP1', 'engine': True, 'engine_dp': 1}
+    """
+    item: dict = {"process": _best_name(list(names))}
+    for name in names:
+        frontend, engine, engine_dp = _roles(name)
+        if frontend:
+            item["frontend"] = True
+        if engine:
+            item["engine"] = True
+            item["engine_dp"] = engine_dp
+        for name_key, value in _rank_from_name(name, tp_size, pp_size):
+            item.setdefault(name_key, value)
+    return item
 
 
 @lru_cache(maxsize=1024)

@@ -92,9 +92,10 @@ def resolve_boot(
                 "passes on it; the value may be too high for live traffic",
             )
         )
-    _attach_engine_values(engine_values, rows, key, origin, source, warnings, row)
+    sizes = key_size(key, "tensor_parallel_size"), key_size(key, "pipeline_parallel_size")
+    _attach_engine_values(engine_values, rows, sizes, origin, source, warnings, row)
     if not rows and (failures or boot.events):
-        single = (key_size(key, "tensor_parallel_size") or 1) * (key_size(key, "pipeline_parallel_size") or 1)
+        single = (sizes[0] or 1) * (sizes[1] or 1)
         if single == 1 and not unattributed:
             row(0)
     flags = _boot_flags(boot, key, version)
@@ -102,7 +103,7 @@ def resolve_boot(
     _keep_safest(seen, rows, flags, origin, source, boot.index, warnings, room_rule)
     exact_manual(rows, boot.config, origin, source, warnings)
     for rank, values in rows.items():
-        _fill_row(values, rank, key, boot, source, failures, flags, origin, warnings, room_rule)
+        _fill_row(values, rank, sizes, boot, source, failures, flags, origin, warnings, room_rule)
         check_row(values, rank, origin, source)
     warnings.extend(_caveats(boot, source))
     sizing = {column: boot.config[column] for column in SIZING_CONFIG if column in boot.config}
@@ -168,11 +169,11 @@ def _sort_events(
     engine_values: dict[int | None, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     seen = RankObservations()
     frames: dict = {}
+    rank_of = {process_key: info.get("rank") for process_key, info in ranks_of.items()}
     for event in boot.events:
-        info = ranks_of.get(event.key, _NO_PROCESS)
-        rank = info.get("rank")
         scope = event.scope
         if scope == "rank":  # the most common: one rank's values
+            rank = rank_of.get(event.key)
             if rank is None:
                 unattributed.append(event.line)
                 continue
@@ -184,6 +185,8 @@ def _sort_events(
                 values = {name: value for name, value in values.items() if name != "gpu_memory_utilization"}
             seen.add(rank, event.key, event.family, values, (event.line, event.raw))
             continue
+        info = ranks_of.get(event.key, _NO_PROCESS)
+        rank = info.get("rank")
         if scope == "frame":
             frames[event.key] = event.values["failed_in"]
             continue
@@ -254,10 +257,11 @@ def _boot_key(boot: Boot) -> tuple[dict, dict, tuple | None]:
     key: dict = dict.fromkeys(KEY_COLUMNS, pd.NA)
     origin: dict = {}
     args = False  # whether the 'non-default args' line was read
-    for column, (value, line, raw, family) in boot.config.items():
+    for column, held in boot.config.items():
         if column in key:
-            key[column], origin[column] = value, (line, raw)
-        args = args or family == "non_default_args"
+            key[column], origin[column] = held[0], held[1:3]
+        if held[3] == "non_default_args":
+            args = True
     unset = [name for name in ("gpu_memory_utilization", "max_model_len") if missing(key[name])]
     for event in boot.events if unset else ():
         for name in unset:
@@ -286,15 +290,16 @@ _release = lru_cache(maxsize=256)(version_tuple)
 
 
 def _attach_engine_values(
-    engine_values: dict, rows: dict, key: dict, origin: dict, source: str, warnings: list, row
+    engine_values: dict, rows: dict, sizes: tuple, origin: dict, source: str, warnings: list, row
 ) -> None:
-    """Engine-level values onto ranks: one line per worker in rank order (0.9–0.11.0), else to all."""
-    tp_pp = (key_size(key, "tensor_parallel_size") or 1) * (key_size(key, "pipeline_parallel_size") or 1)
+    """Engine-level values onto ranks: one line per worker in rank order (0.9–0.11.0), else to all
+    (``sizes``: the key's TP and PP sizes, None where not known)."""
+    tp_pp = (sizes[0] or 1) * (sizes[1] or 1)
     for dp, columns in engine_values.items():
         targets = sorted(
             rank for rank, values in rows.items() if dp is None or values.get("dp_rank", rank // tp_pp) == dp
         )
-        if not targets and tp_pp == 1 and (dp is None or key_size(key, "tensor_parallel_size") is not None):
+        if not targets and tp_pp == 1 and (dp is None or sizes[0] is not None):
             row(dp or 0)
             targets = [dp or 0]
         for column, pairs in columns.items():
@@ -350,7 +355,7 @@ def _boot_flags(boot: Boot, key: dict, version: tuple | None) -> dict:
 def _fill_row(
     values: dict,
     rank: int,
-    key: dict,
+    sizes: tuple,
     boot: Boot,
     source: str,
     failures: dict,
@@ -359,7 +364,9 @@ def _fill_row(
     warnings: list,
     room_rule: RoomRule | None,
 ) -> None:
-    tp_size, pp_size = key_size(key, "tensor_parallel_size"), key_size(key, "pipeline_parallel_size")
+    """Complete one rank's row: its group ranks (from ``sizes``, the key's TP and PP sizes), outcome,
+    error and room."""
+    tp_size, pp_size = sizes
     if tp_size is not None and pp_size is not None:
         values.setdefault("tp_rank", rank % tp_size)
         values.setdefault("pp_rank", rank // tp_size % pp_size)
@@ -368,7 +375,7 @@ def _fill_row(
     # a Ray worker whose KV lines Ray collapsed into another worker's [repeated Nx across cluster] line
     # sized its KV cache like the rest: its outcome is the boot's, with no room of its own
     collapsed = bool(boot.ray_repeats) and bool(RAY_WORKER_RE.fullmatch(str(values.get("process") or "")))
-    sized = collapsed or any(values.get(column) is not None for column in KV_SIZED_COLUMNS)
+    sized = collapsed or [*map(values.get, KV_SIZED_COLUMNS)].count(None) < len(KV_SIZED_COLUMNS)
     if failure is not None:
         text = failure.text
         if failure.after_startup:
