@@ -108,8 +108,9 @@ def test_rows_of_any_cell_types_are_written_as_pandas_writes_their_frame(rows):
     assert ledger_csv_text(rows, header=False) == ledger_frame(rows).to_csv(index=False, header=False)
 
 
-def test_a_count_beyond_int64_is_refused_as_the_frame_refuses_it():
-    rows = [{"rank": 0, "num_gpu_blocks": 2**63}]
+@pytest.mark.parametrize("missing", [None, pd.NA])
+def test_a_count_beyond_int64_is_refused_as_the_frame_refuses_it(missing):
+    rows = [{"rank": 0, "num_gpu_blocks": missing}, {"rank": 1, "num_gpu_blocks": 2**63}]
     with pytest.raises((OverflowError, TypeError, ValueError)) as by_frame:
         ledger_frame(rows)
     with pytest.raises(type(by_frame.value)):

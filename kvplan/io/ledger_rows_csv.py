@@ -29,7 +29,8 @@ from kvplan.columns import BOOL_COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, LEDGER_COLU
 from kvplan.io.ledger_frame import ledger_frame
 
 _EVERY_COLUMN = itemgetter(*LEDGER_COLUMNS)
-_MISSING = (type(None), type(pd.NA))
+_NA = type(pd.NA)
+_MISSING = (type(None), _NA)
 #: Each ledger column's native cell types (what :mod:`csv` writes as pandas does), in column order.
 _NATIVE = tuple(
     frozenset(
@@ -64,31 +65,37 @@ def ledger_csv_text(rows: list[dict], header: bool = True) -> str:
         table = list(map(_EVERY_COLUMN, rows))
     except KeyError:
         table = [tuple(row.get(column) for column in LEDGER_COLUMNS) for row in rows]
-    if not _all_native(table):
+    columns = _native_columns(table)
+    if columns is None:
         return ledger_frame(rows).to_csv(index=False, header=header)
     out = io.StringIO()
     if header:
         out.write(ledger_csv_header())
-    writer = csv.writer(out, lineterminator="\n")
-    na = pd.NA
-    writer.writerows([["" if cell is None or cell is na else cell for cell in row] for row in table])
+    csv.writer(out, lineterminator="\n").writerows(
+        zip(*columns)
+    )  # None is written empty, as pandas writes NA
     return out.getvalue()
 
 
-def _all_native(table: list[tuple]) -> bool:
-    """Whether every cell of ``table`` (rows of cells in ledger column order) has its column's native
-    type, no float is NaN (pandas writes NaN as missing, :mod:`csv` as ``nan``) and every whole number
-    fits ``Int64`` (pandas refuses one that does not)."""
-    for cells, native in zip(zip(*table), _NATIVE):
-        if not native.issuperset(map(type, cells)):
-            return False
-        if float in native and any(cell != cell for cell in cells if type(cell) is float):
-            return False
-        if int in native:
-            numbers = [cell for cell in cells if type(cell) is int]
-            if numbers and (min(numbers) < _INT64_MIN or max(numbers) > _INT64_MAX):
-                return False
-    return True
+def _native_columns(table: list[tuple]) -> list | None:
+    """The cells of ``table`` (rows of cells in ledger column order) by column, ``NA`` as None, if every
+    cell has its column's native type, no float is NaN (pandas writes NaN as missing, :mod:`csv` as
+    ``nan``) and every whole number fits ``Int64`` (pandas refuses one that does not); else None."""
+    columns: list = list(zip(*table))
+    for index, (cells, native) in enumerate(zip(columns, _NATIVE)):
+        kinds = set(map(type, cells))
+        if not kinds <= native:
+            return None
+        if float in kinds and any(cell != cell for cell in cells if type(cell) is float):
+            return None
+        if _NA in kinds:
+            cells = columns[index] = [None if cell is pd.NA else cell for cell in cells]
+        if int in kinds:
+            numbers = set(cells)  # the distinct numbers: few, however many rows
+            numbers.discard(None)
+            if min(numbers) < _INT64_MIN or max(numbers) > _INT64_MAX:
+                return None
+    return columns
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
