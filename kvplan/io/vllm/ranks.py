@@ -93,8 +93,10 @@ def attribute(
             and (tp_pp == 1 or (tp_pp is None and not has_workers))
         ):
             item["rank"] = item["dp_rank"] = item.get("engine_dp") or 0
-    _v0_workers(info, boot, world, source, warnings)
-    has_workers = _ray_workers(info, boot, world, 1 if v0 else 0, source, warnings) or has_workers
+    if "VllmWorkerProcess" in all_names:
+        _v0_workers(info, boot, world, source, warnings)
+    if any(map(_ray_named, all_names)):
+        has_workers = _ray_workers(info, boot, world, 1 if v0 else 0, source, warnings) or has_workers
     info[None] = {"engine": True, "engine_dp": None}
     if v0 or (not has_workers and (world is None or world == 1)):
         info[None].update(rank=0, tp_rank=0, pp_rank=0, dp_rank=0)
@@ -166,9 +168,7 @@ def _ray_workers(info: dict, boot: Boot, world: int | None, first: int, source: 
     pending = [
         k
         for k, item in info.items()  # in order of first appearance (boot.names is filled line by line)
-        if item.get("rank") is None
-        and not item.get("engine")
-        and any(RAY_WORKER_RE.fullmatch(name) for name in boot.names[k])
+        if item.get("rank") is None and not item.get("engine") and any(map(_ray_named, boot.names[k]))
     ]
     if not pending:
         return False
@@ -214,6 +214,16 @@ def _named(names: tuple[str, ...], tp_size: int | None, pp_size: int | None) -> 
         for name_key, value in _rank_from_name(name, tp_size, pp_size):
             item.setdefault(name_key, value)
     return item
+
+
+@lru_cache(maxsize=1024)
+def _ray_named(name: str) -> bool:
+    """Whether a process name is Ray's name for a vLLM worker (:data:`RAY_WORKER_RE`).
+
+    >>> _ray_named("RayWorkerWrapper"), _ray_named("Worker_TP0")
+    (True, False)
+    """
+    return RAY_WORKER_RE.fullmatch(name) is not None
 
 
 @lru_cache(maxsize=1024)

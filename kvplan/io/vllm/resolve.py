@@ -227,19 +227,30 @@ def _keep_safest(
     """Each rank's values from its safest observation (the lowest room by ``room_rule``; without it the
     least free memory), with a note when several conflict."""
     for rank in seen.ranks():
-
-        def room_of(values: dict, where: dict, rank: int = rank) -> int | None:
-            if room_rule is None:
-                return None
-            places = {(rank, name): line_raw for name, line_raw in where.items()}
-            room = room_rule.room({**rows[rank], **values}, rank, flags, places, source, [])
-            return None if room is None else room[0]
-
-        chosen, note = safest(rank, seen.of(rank), room_of, source, boot)
+        observations = seen.of(rank)
+        if len(observations) == 1:  # the common case: nothing conflicts
+            chosen, note = observations[0], None
+        else:
+            room_of = _room_by(room_rule, rows[rank], rank, flags, source)
+            chosen, note = safest(rank, observations, room_of, source, boot)
         rows[rank].update(chosen.values)
         origin.update({(rank, name): line_raw for name, line_raw in chosen.origin.items()})
         if note is not None:
             warnings.append(note)
+
+
+def _room_by(room_rule: RoomRule | None, row: dict, rank: int, flags: dict, source: str):
+    """``room_of`` for :func:`~kvplan.io.vllm.conflicts.safest`: the room one observation's values give
+    on top of the rank's ``row`` by ``room_rule`` (None without a rule)."""
+
+    def room_of(values: dict, where: dict) -> int | None:
+        if room_rule is None:
+            return None
+        places = {(rank, name): line_raw for name, line_raw in where.items()}
+        room = room_rule.room({**row, **values}, rank, flags, places, source, [])
+        return None if room is None else room[0]
+
+    return room_of
 
 
 def _caveats(boot: Boot, source: str) -> list:
