@@ -189,10 +189,10 @@ def _anchors_at(block: bytes, start: int, size: int) -> tuple[np.ndarray, np.nda
     """Where in the body ``block[start:start + size]`` an anchor of at least :data:`_WINDOW` bytes
     starts, and which (its index in :data:`ANCHORS`).
 
-    One vectorised look-up reads the 4 bytes at every even offset of the body (little-endian 32-bit
-    words read in place, from offset 0 and from offset 2), hashed to 16 bits (:func:`_slots`), in a
-    table of the two 4-byte runs of each anchor's window (:func:`_entries`): whichever offset an
-    anchor starts at, one of the two is at an even one. Each hit gives the starts of the anchors
+    One vectorised look-up reads the 4 bytes at every other offset of the body (little-endian 32-bit
+    words read in place, two series 2 bytes apart), hashed to 16 bits (:func:`_slots`), in a table
+    of the two 4-byte runs of each anchor's window (:func:`_entries`): whichever offset an anchor
+    starts at, one of the two starts at a looked-up offset. Each hit gives the starts of the anchors
     whose window holds a run of its slot there; each start is then compared with its anchor 8
     bytes at a time (:data:`_CHUNKS`), all at once.
 
@@ -203,7 +203,9 @@ def _anchors_at(block: bytes, start: int, size: int) -> tuple[np.ndarray, np.nda
     if size <= _WINDOW:  # no room for an anchor of a window's length and the newline
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     hits, codes = [], []
-    for first in (0, 2):
+    # from 0 to 3 bytes before the body (none of it: no anchor starts there), so that the words from
+    # 0 are aligned as the block's bytes are (an unaligned array is copied in pieces for arithmetic)
+    for first in (-(start % 4), 2 - start % 4):
         words = np.frombuffer(block, dtype="<u4", count=(size - first) // 4, offset=start + first)
         code = np.take(_SLOT_CODES, _slots(words), mode="clip")  # clip: no bounds check (all < 2**16)
         at = np.flatnonzero(code != 0)  # nonzero of a bool array is several times that of uint8
