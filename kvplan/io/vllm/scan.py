@@ -269,7 +269,7 @@ def _find_all(block: bytes, needle: bytes, start: int, stop: int) -> Iterator[in
         at = block.find(needle, at + 1, stop)
 
 
-#: Bytes of an anchor's window: two 4-byte runs in a row, one of which starts at an even offset.
+#: Bytes of an anchor's window: two 4-byte runs in a row, of which one starts at a looked-up offset.
 _WINDOW = 5
 #: Of the hash in :func:`_slots`: 2**32 over the golden ratio, odd.
 _MULTIPLIER = 0x9E3779B1
