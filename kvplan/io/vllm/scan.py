@@ -148,11 +148,10 @@ def _scan(
     """Candidate lines of ``block[start:stop]`` (which ends with a newline; ``base`` newlines and
     ``offset`` bytes precede it) and the number of lines in it.
 
-    Two vectorised look-ups (the byte pairs at even and at odd offsets, read in place as
-    little-endian 16-bit numbers) mark every position where a signature pair (:data:`ANCHOR_PAIRS`)
-    starts. An anchor holding a pair is checked at those positions only, byte by byte, all at once
-    (:func:`_anchors_at`); one holding none is looked for by ``bytes.find``. A line is a candidate
-    when it holds an anchor and a signature pair.
+    A line is a candidate when it holds an anchor and a signature pair (:data:`ANCHOR_PAIRS`; an
+    anchor holding one brings its own). The anchors are found by :func:`_anchors_at`, those too
+    short for it by ``bytes.find``; the lines of an anchor holding no signature pair are checked
+    for one by a regex.
 
     >>> _scan(b"x\\nAvailable KV cache memory: 1 GiB\\nnoise\\n", 2, 41, 1, 2)
     ([(2, 2, b'Available KV cache memory: 1 GiB')], 2)
@@ -160,55 +159,100 @@ def _scan(
     size = stop - start
     if size == 0:
         return [], 0
-    body = np.frombuffer(block, dtype=np.uint8, count=size, offset=start)
-    newlines = np.flatnonzero(body == 10)
-    even = np.frombuffer(block, dtype="<u2", count=size // 2, offset=start)
-    odd = np.frombuffer(block, dtype="<u2", count=(size - 1) // 2, offset=start + 1)
-    at_even, at_odd = np.flatnonzero(_PAIR_TABLE[even]), np.flatnonzero(_PAIR_TABLE[odd])
-    if not (at_even.size or at_odd.size):
+    newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8, count=size, offset=start) == 10)
+    begins, anchors = _anchors_at(block, start, size)
+    # a one-byte find is a memchr: a block without the short anchor's last byte costs next to nothing
+    short = [
+        (at - start, number)
+        for number, anchor in _SHORT_ANCHORS
+        if block.find(anchor[-1:], start, stop) != -1
+        for at in _find_all(block, anchor, start, stop)
+    ]
+    if short:
+        more = np.array(short, dtype=np.int64)
+        begins, anchors = np.concatenate((begins, more[:, 0])), np.concatenate((anchors, more[:, 1]))
+    lines = np.searchsorted(newlines, begins)
+    found = np.zeros(len(newlines), dtype=bool)
+    pairless = _PAIRLESS[anchors]
+    found[lines[~pairless]] = True
+    for index in set(lines[pairless & ~found[lines]].tolist()):  # few: most such lines hold another
+        found[index] = _PAIR_RE.search(_line(block, start, newlines, index)) is not None
+    lines = np.flatnonzero(found)
+    if not lines.size:
         return [], len(newlines)
-    positions = np.concatenate((at_even * 2, at_odd * 2 + 1))
-    pairs = np.concatenate((even[at_even], odd[at_odd]))
-    lines = np.searchsorted(newlines, _anchors_at(body, positions, pairs))
-    loose = [at - start for anchor in _LOOSE_ANCHORS for at in _find_all(block, anchor, start, stop)]
-    if loose:
-        loose_lines = np.searchsorted(newlines, np.array(loose, dtype=np.int64)).tolist()
-        paired = [index for index in loose_lines if _PAIR_RE.search(_line(block, start, newlines, index))]
-        lines = np.concatenate((lines, np.array(paired, dtype=np.int64)))
-    lines = _distinct(lines)
     begins = np.where(lines > 0, newlines[lines - 1] + 1, 0)
     texts = map(block.__getitem__, map(slice, (begins + start).tolist(), (newlines[lines] + start).tolist()))
     return list(zip((lines + (base + 1)).tolist(), (begins + offset).tolist(), texts)), len(newlines)
 
 
-def _anchors_at(body: np.ndarray, positions: np.ndarray, pairs: np.ndarray) -> np.ndarray:
-    """Where in ``body`` an anchor holding a signature pair starts, given where each pair starts
-    (``positions``) and which it is (``pairs``, as 16-bit numbers): each anchor is compared, all
-    its bytes at once, at the positions of its pair less the pair's place in it (:data:`_BY_PAIR`).
+def _anchors_at(block: bytes, start: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Where in the body ``block[start:start + size]`` an anchor of at least :data:`_WINDOW` bytes
+    starts, and which (its index in :data:`ANCHORS`).
+
+    One vectorised look-up reads the 4 bytes at every other offset of the body (little-endian 32-bit
+    words read in place, two series 2 bytes apart), hashed to 16 bits (:func:`_slots`), in a table
+    of the two 4-byte runs of each anchor's window (:func:`_entries`): whichever offset an anchor
+    starts at, one of the two starts at a looked-up offset. Each hit gives the starts of the anchors
+    whose window holds a run of its slot there; each start is then compared with its anchor 8
+    bytes at a time (:data:`_CHUNKS`), all at once.
+
+    >>> begins, anchors = _anchors_at(b"..a world of Error\\n", 2, 17)
+    >>> sorted((int(begin), ANCHORS[number]) for begin, number in zip(begins, anchors))
+    [(2, b'world'), (11, b'Error')]
     """
-    starts = [np.empty(0, dtype=np.int64)]
-    for pair, anchors in _BY_PAIR.items():
-        at = positions[pairs == pair]
-        if not at.size:
-            continue
-        for anchor, place in anchors:
-            begin = at - place
-            begin = begin[(begin >= 0) & (begin <= len(body) - len(anchor))]
-            beside = place + 2 if place + 2 < len(anchor) else place - 1  # a byte next to the pair first
-            begin = begin[body[begin + beside] == anchor[beside]]
-            same = (body[begin[:, None] + np.arange(len(anchor))] == anchor).all(axis=1)
-            starts.append(begin[same])
-    return np.concatenate(starts)
+    if size <= _WINDOW:  # no room for an anchor of a window's length and the newline
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    hits, codes = [], []
+    # from 0 to 3 bytes before the body (none of it: no anchor starts there), so that the words from
+    # 0 are aligned as the block's bytes are (an unaligned array is copied in pieces for arithmetic)
+    for first in (-(start % 4), 2 - start % 4):
+        words = np.frombuffer(block, dtype="<u4", count=(size - first) // 4, offset=start + first)
+        code = np.take(_SLOT_CODES, _slots(words), mode="clip")  # clip: no bounds check (all < 2**16)
+        at = np.flatnonzero(code != 0)  # nonzero of a bool array is several times that of uint8
+        hits.append(at * 4 + first)
+        codes.append(code[at])
+    code = np.concatenate(codes)
+    count = _ENTRY_COUNT[code]
+    entry = np.repeat(_FIRST_ENTRY[code] - np.cumsum(count) + count, count) + np.arange(count.sum())
+    begins = np.repeat(np.concatenate(hits), count) - _ENTRY_PLACE[entry]
+    anchors = _ENTRY_ANCHOR[entry]
+    inside = (begins >= 0) & (begins <= size - _LENGTH[anchors])
+    begins, anchors = begins[inside], anchors[inside]
+    if size < 8:  # too short for one 8-byte number: a padded copy (of a few bytes)
+        block, start, size = block[start : start + size] + bytes(8 - size), 0, 8
+    numbers = np.ndarray((size - 7,), dtype="<u8", buffer=block, offset=start, strides=(1,))
+    found = []
+    for round_, (offsets, masks, values) in enumerate(_CHUNKS, start=1):
+        same = (_eight_bytes(numbers, begins + offsets[anchors]) & masks[anchors]) == values[anchors]
+        begins, anchors = begins[same], anchors[same]
+        done = _CHUNK_COUNT[anchors] == round_  # the anchor's last 8 bytes were compared
+        found.append((begins[done], anchors[done]))
+        begins, anchors = begins[~done], anchors[~done]
+    every_begin, every_anchor = zip(*found)
+    return np.concatenate(every_begin), np.concatenate(every_anchor)
 
 
-def _distinct(numbers: np.ndarray) -> np.ndarray:
-    """``numbers`` sorted, each once (as ``np.unique``, whose hashing is slower on these few).
+def _slots(words: np.ndarray) -> np.ndarray:
+    """Each 32-bit number's slot in the look-up: its top 16 bits once multiplied by an odd number
+    (modulo 2**32: a multiplicative hash, all 32 bits stirred into the top ones).
 
-    >>> _distinct(np.array([3, 1, 3, 2])).tolist()
-    [1, 2, 3]
+    >>> _slots(np.array([int.from_bytes(b"rror", "little")], dtype=np.uint32)).tolist()
+    [48804]
     """
-    numbers = np.sort(numbers)
-    return numbers[np.concatenate(([True], numbers[1:] != numbers[:-1]))] if numbers.size else numbers
+    return (words * _MULTIPLIER) >> 16
+
+
+def _eight_bytes(numbers: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """The 8 bytes from each offset ``at`` as little-endian numbers, given the number at every
+    offset (``numbers``, one per byte but the last 7); the bytes past the end are 0.
+
+    >>> data = b"0123456789"
+    >>> numbers = np.ndarray((3,), dtype="<u8", buffer=data, strides=(1,))
+    >>> [int(number).to_bytes(8, "little") for number in _eight_bytes(numbers, np.array([1, 4]))]
+    [b'12345678', b'456789\\x00\\x00']
+    """
+    within = np.minimum(at, len(numbers) - 1)
+    return numbers[within] >> ((at - within) * 8).astype(np.uint64)
 
 
 def _line(block: bytes, start: int, newlines: np.ndarray, index: int) -> bytes:
@@ -225,40 +269,104 @@ def _find_all(block: bytes, needle: bytes, start: int, stop: int) -> Iterator[in
         at = block.find(needle, at + 1, stop)
 
 
-def _pair_table() -> np.ndarray:
-    """Pair → is a signature, indexed by the pair read as a little-endian 16-bit number."""
-    table = np.zeros(1 << 16, dtype=bool)
-    for pair in ANCHOR_PAIRS:
-        table[_pair_number(pair)] = True
-    return table
+#: Bytes of an anchor's window: two 4-byte runs in a row, of which one starts at a looked-up offset.
+_WINDOW = 5
+#: Of the hash in :func:`_slots`: 2**32 over the golden ratio, odd.
+_MULTIPLIER = 0x9E3779B1
 
 
-def _pair_number(pair: bytes) -> int:
-    """A byte pair as a little-endian 16-bit number (as the scan reads it in place)."""
-    return pair[1] << 8 | pair[0]
+def _entries() -> list[tuple[int, int, int]]:
+    """``(slot, anchor's index in ANCHORS, the run's place in it)`` of the two 4-byte runs of each
+    anchor's window, by slot. The window is the anchor's :data:`_WINDOW` bytes around its first
+    word break (a run across words is rarer in any text than one within a word), else from its
+    first signature pair (rare in serving traffic), kept within the anchor.
 
-
-def _by_pair() -> tuple[dict[int, list[tuple[np.ndarray, int]]], tuple[bytes, ...]]:
-    """Each signature pair (as a number) → the anchors checked where it occurs, with its place in
-    each (the first signature pair an anchor holds); and the anchors holding none."""
-    by_pair: dict[int, list[tuple[np.ndarray, int]]] = {}
-    loose = []
-    for anchor in ANCHORS:
+    >>> sorted((place, ANCHORS[number][place : place + 4]) for _slot, number, place in _entries() if number == 2)
+    [(0, b'KV c'), (1, b'V ca')]
+    """
+    entries = []
+    for number, anchor in enumerate(ANCHORS):
         if b"\n" in anchor:
             raise ValueError(f"anchor {anchor!r} holds a newline: a line could not hold it")
-        held = [(anchor.find(pair), pair) for pair in ANCHOR_PAIRS if pair in anchor]
-        if not held:
-            loose.append(anchor)
+        if len(anchor) < _WINDOW:
             continue
-        place, pair = held[0]
-        by_pair.setdefault(_pair_number(pair), []).append((np.frombuffer(anchor, dtype=np.uint8), place))
-    return by_pair, tuple(loose)
+        word = anchor.strip()
+        if b" " in word:
+            first = anchor.find(word) + word.find(b" ") - 2
+        else:
+            first = min((anchor.find(pair) for pair in ANCHOR_PAIRS if pair in anchor), default=0)
+        first = min(max(first, 0), len(anchor) - _WINDOW)
+        runs = [anchor[at : at + 4] for at in (first, first + 1)]
+        slots = _slots(np.frombuffer(b"".join(runs), dtype="<u4")).tolist()
+        entries += [(slot, number, at) for slot, at in zip(slots, (first, first + 1))]
+    return sorted(entries)
 
 
-_PAIR_TABLE = _pair_table()
+def _lookup(entries: list[tuple[int, int, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The table of :func:`_entries` by slot: slot → code (0: no window's, else 1 + the slot's rank
+    among theirs), and by code the index of its first entry and the number of its entries."""
+    slots = sorted({slot for slot, _number, _place in entries})
+    if len(slots) > 255:
+        raise ValueError(f"{len(slots)} window slots: more than 8-bit codes can tell apart")
+    codes = np.zeros(1 << 16, dtype=np.uint8)
+    codes[slots] = np.arange(1, len(slots) + 1)
+    numbers = [slot for slot, _number, _place in entries]
+    first = np.searchsorted(numbers, [-1, *slots])
+    count = np.searchsorted(numbers, [-1, *slots], side="right") - first
+    return codes, first, count
+
+
+def _chunks() -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """By round of the comparison, for each anchor (by index in ANCHORS): the offset in it of the 8
+    bytes compared (:func:`_chunk_offsets`), the mask of those that count (all but for an anchor
+    shorter than 8) and their value as a little-endian number. An anchor has no round past its
+    last (:data:`_CHUNK_COUNT`): its row there is 0s, never compared.
+
+    >>> number = ANCHORS.index(b"KV cache size")
+    >>> [(int(offsets[number]), hex(masks[number])) for offsets, masks, _values in _chunks()]
+    [(0, '0xffffffffffffffff'), (5, '0xffffffffffffffff'), (0, '0x0'), (0, '0x0')]
+    """
+    rows = [[_chunk(anchor[at : at + 8], at) for at in _chunk_offsets(len(anchor))] for anchor in ANCHORS]
+    rounds = max(map(len, rows))
+    padded = [row + [(0, 0, 0)] * (rounds - len(row)) for row in rows]
+    return [
+        (np.array(offsets), np.array(masks, dtype=np.uint64), np.array(values, dtype=np.uint64))
+        for offsets, masks, values in (zip(*(row[round_] for row in padded)) for round_ in range(rounds))
+    ]
+
+
+def _chunk_offsets(length: int) -> list[int]:
+    """Where the 8-byte pieces compared of an anchor of ``length`` bytes start: at 0, 8, 16, ...
+    and 8 before its end (overlapping the one before), so that no byte past it is compared.
+
+    >>> _chunk_offsets(5), _chunk_offsets(8), _chunk_offsets(13), _chunk_offsets(29)
+    ([0], [0], [0, 5], [0, 8, 16, 21])
+    """
+    return [0, *range(8, length - 8, 8)] + ([length - 8] if length > 8 else [])
+
+
+def _chunk(part: bytes, at: int) -> tuple[int, int, int]:
+    """``(offset, mask, value)`` of ``part`` (up to 8 bytes) at ``at`` in its anchor, compared as one
+    little-endian number.
+
+    >>> [hex(number) for number in _chunk(b"world", 0)]
+    ['0x0', '0xffffffffff', '0x646c726f77']
+    """
+    return at, (1 << 8 * len(part)) - 1, int.from_bytes(part, "little")
+
+
+_SLOT_CODES, _FIRST_ENTRY, _ENTRY_COUNT = _lookup(_ENTRIES := _entries())
+_ENTRY_ANCHOR = np.array([number for _slot, number, _place in _ENTRIES])
+_ENTRY_PLACE = np.array([place for _slot, _number, place in _ENTRIES])
+_CHUNKS = _chunks()
+_CHUNK_COUNT = np.array([len(_chunk_offsets(len(anchor))) for anchor in ANCHORS])
+_LENGTH = np.array([len(anchor) for anchor in ANCHORS])
+#: Anchors found by ``bytes.find``: too short for a window.
+_SHORT_ANCHORS = tuple((number, anchor) for number, anchor in enumerate(ANCHORS) if len(anchor) < _WINDOW)
+#: Anchors holding no signature pair: their lines must hold one elsewhere.
+_PAIRLESS = np.array([not any(pair in anchor for pair in ANCHOR_PAIRS) for anchor in ANCHORS])
 #: Any signature pair (for the lines of an anchor that holds none).
 _PAIR_RE = re.compile(b"|".join(re.escape(pair) for pair in ANCHOR_PAIRS))
-_BY_PAIR, _LOOSE_ANCHORS = _by_pair()
 
 
 class Prepend:
