@@ -17,12 +17,14 @@ from kvplan.io.vllm.records import GENERAL, simple_spans, strip_ansi
 
 
 class LinePlan(NamedTuple):
-    """How every line of one shape is read: once its real colour codes are stripped, its record lies at
-    ``spans`` (:func:`~kvplan.io.vllm.records.simple_spans`), and ``steps`` are the families its message
-    holds (:func:`~kvplan.io.vllm.families.shape_steps`; none: the line says nothing)."""
+    """How every line of one shape is read: ``steps`` are the families its message holds
+    (:func:`~kvplan.io.vllm.families.shape_steps`; none: the line says nothing), ``colour`` whether it
+    holds real colour codes (to strip, :func:`~kvplan.io.vllm.records.strip_ansi`), and, once they are
+    stripped, its record lies at ``spans`` (:func:`~kvplan.io.vllm.records.simple_spans`)."""
 
-    spans: tuple
     steps: tuple[Step, ...]
+    colour: bool
+    spans: tuple
 
 
 #: Raw line's shape → its plan, or None for a line the general walk reads (``\r`` in it, several
@@ -35,8 +37,8 @@ def line_plan(raw: bytes) -> LinePlan | None:
     general walk reads it (:func:`~kvplan.io.vllm.records.split_records`).
 
     >>> plan = line_plan(b"(Worker pid=12) INFO 08-14 14:07:22 [a.py:1] Available KV cache memory: 1.5 GiB")
-    >>> plan.spans[:2], [(family, scope) for family, scope, _read in plan.steps]
-    ((slice(45, 79, None), 'INFO'), [('available_kv', 'rank')])
+    >>> plan.spans[:2], [(family, scope) for family, scope, _read in plan.steps], plan.colour
+    ((slice(45, 79, None), 'INFO'), [('available_kv', 'rank')], False)
     >>> line_plan(b"INFO 08-14 14:07:22 [a.py:1] Resolved architecture").steps, line_plan(b"a\\rb")
     ((), None)
     """
@@ -58,4 +60,4 @@ def _learn(shape: bytes) -> LinePlan | None:
     if spans is GENERAL:
         return None
     steps = shape_steps(line[spans[0]]) if spans else ()
-    return LinePlan(spans, steps)
+    return LinePlan(steps, "\x1b" in text, spans)
