@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kvplan.io.bounds import check_parallel_size
+from kvplan.io.bounds import ImpossibleValue, check_parallel_size
 from kvplan.io.vllm.families import read_message, read_steps
 from kvplan.io.vllm.lines import line_plan
 from kvplan.io.vllm.memo import remember
@@ -123,7 +123,12 @@ class BootSplitter:
         line = strip_ansi(text) if colour else text
         message, level, process, pid, ip, repeated = spans
         body = line[message]
-        facts = read_steps(steps, body)
+        if len(steps) == 1:  # one family (most lines): its reader alone
+            ((family, scope, read),) = steps
+            values = read(body)
+            facts = None if values is None else ((family, scope, values),)
+        else:
+            facts = read_steps(steps, body)
         if facts:
             key = None if pid is None else (int(line[pid]), None if ip is None else line[ip])
             self._facts(
@@ -145,7 +150,7 @@ class BootSplitter:
         self,
         number: int,
         raw: int | str,
-        facts: list[tuple[str, str, dict]],
+        facts: Sequence[tuple[str, str, dict]],
         message: str,
         key: tuple | None,
         process: str,
@@ -175,7 +180,7 @@ class BootSplitter:
                 if family == "engine_config":
                     boot.config_printers.add(key)
                     boot.flags.setdefault("v1", values.get("_v1"))
-                self._config(number, raw, family, config_columns(family, message, values))
+                self._config(number, raw, family, message, values)
                 continue
             elif scope == "flag":
                 for name, value in values.items():
@@ -218,14 +223,15 @@ class BootSplitter:
             self._close()
             self.boot = Boot(boot.index + 1, number)
 
-    def _config(
-        self, number: int, raw: int | str, family: str, columns: tuple[tuple[str, object], ...]
-    ) -> None:
+    def _config(self, number: int, raw: int | str, family: str, message: str, values: dict) -> None:
+        """Hold the configuration columns a config fact (``family``'s ``values`` in ``message``) sets,
+        each where no more trusted family set it already (:data:`CONFIG_PRIORITY`)."""
+        columns, impossible = config_columns(family, message, values)
+        if impossible is not None:
+            check_parallel_size(*impossible, self.source, number)  # refuses the log, naming this line
         config = self.boot.config
         priority = CONFIG_PRIORITY[family]
         for column, value in columns:
-            if column in _PARALLEL_COLUMNS:
-                check_parallel_size(column, value, self.source, number)
             held = config.get(column)
             if held is None:
                 config[column] = (value, number, raw, family)
@@ -249,24 +255,41 @@ _FLAG_COLUMNS = frozenset(("enforce_eager", "async_scheduling", "hybrid_kv_cache
 _KV_SIZED = frozenset(KV_SIZED_COLUMNS)
 
 
-#: (family, message) → the configuration columns its values set (:func:`config_columns`). Bounded
-#: (:func:`kvplan.io.vllm.memo.remember`).
-_COLUMNS: dict[tuple[str, str], tuple[tuple[str, object], ...]] = {}
+#: The configuration columns a config fact sets, as (column, value) pairs, and the first of them that
+#: is a parallel size no launch can have (None when all can be, :func:`config_columns`).
+ConfigColumns = tuple[tuple[tuple[str, object], ...], tuple[str, object] | None]
+#: (family, message) → its :data:`ConfigColumns`. Bounded (:func:`kvplan.io.vllm.memo.remember`).
+_COLUMNS: dict[tuple[str, str], ConfigColumns] = {}
 
 
-def config_columns(family: str, message: str, values: dict) -> tuple[tuple[str, object], ...]:
+def config_columns(family: str, message: str, values: dict) -> ConfigColumns:
     """The configuration columns the values of a config fact (``family`` read in ``message``) set, each
-    value as the ledger holds it; learnt once per message: the boots of one deployment print the same
-    configuration again.
+    value as the ledger holds it, and the first impossible parallel size among them
+    (:func:`~kvplan.io.bounds.check_parallel_size`); learnt once per message: the boots of one
+    deployment print the same configuration again.
 
     >>> config_columns("non_default_args", "…", {"max_seq_len": "4096", "disable_hybrid_kv_cache_manager": True})
-    (('max_model_len', 4096), ('hybrid_kv_cache_manager', False))
+    ((('max_model_len', 4096), ('hybrid_kv_cache_manager', False)), None)
+    >>> config_columns("namespace_args", "…", {"tensor_parallel_size": 0})[1]
+    ('tensor_parallel_size', 0)
     """
     key = (family, message)
-    columns = _COLUMNS.get(key)
-    if columns is None:
-        columns = remember(_COLUMNS, key, tuple(_column_values(values)))
-    return columns
+    found = _COLUMNS.get(key)
+    if found is None:
+        columns = tuple(_column_values(values))
+        found = remember(_COLUMNS, key, (columns, _impossible(columns)))
+    return found
+
+
+def _impossible(columns: tuple[tuple[str, object], ...]) -> tuple[str, object] | None:
+    """The first parallel size among ``columns`` that no launch can have, None when all can be."""
+    for column, value in columns:
+        if column in _PARALLEL_COLUMNS:
+            try:
+                check_parallel_size(column, value, "", 0)
+            except ImpossibleValue:
+                return column, value
+    return None
 
 
 def _column_values(values: dict) -> Iterator[tuple[str, object]]:
