@@ -85,6 +85,11 @@ class Boot:
     conflicts: list = field(default_factory=list)
 
 
+#: The text that names a printing process (pid to ip, :class:`~kvplan.io.vllm.lines.LinePlan`) → its
+#: key (pid, ip): a log's lines name few processes. Bounded (:func:`kvplan.io.vllm.memo.remember`).
+_KEYS: dict[str, tuple[int, str | None]] = {}
+
+
 class BootSplitter:
     """Turns candidate lines into boots, handing each finished boot to ``close`` (a restart, or the end).
 
@@ -116,7 +121,7 @@ class BootSplitter:
             text = data.decode("utf-8", "replace")
             self.line(number, text if offset is None else offset, text)
             return
-        steps, colour, spans = plan
+        steps, colour, spans, who = plan
         if not steps:
             return  # no record, or one that holds no family: nothing to read
         text = data.decode("utf-8", "replace")
@@ -130,7 +135,12 @@ class BootSplitter:
         else:
             facts = read_steps(steps, body)
         if facts:
-            key = None if pid is None else (int(line[pid]), None if ip is None else line[ip])
+            key = None
+            if who is not None:
+                named = line[who]
+                key = _KEYS.get(named)
+                if key is None:
+                    key = remember(_KEYS, named, (int(line[pid]), None if ip is None else line[ip]))
             self._facts(
                 number,
                 text if offset is None else offset,

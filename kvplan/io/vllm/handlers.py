@@ -230,8 +230,9 @@ def reader_at(handler: Handler, spans: tuple[tuple[int, int] | None, ...], shape
     >>> reader_at(row.handler, ((0, 12), (5, 8)), "pool 0.0 GiB")("pool 1.5 GiB")
     {'cuda_graph_bytes': 1610612736}
     """
-    if isinstance(handler, (ColumnsHandler, ConstantHandler)):
-        return handler.at(spans, shape)
+    at = getattr(handler, "at", None)  # a handler that reads the places themselves
+    if at is not None:
+        return at(spans, shape)
     return lambda message: handler(SpanMatch(message, spans))
 
 
@@ -274,9 +275,23 @@ class ConstantHandler:
         return lambda message: values.copy()
 
 
-def weights(m: Groups) -> dict:
-    """``… took N GiB`` (``GB`` and ``MB`` in old releases: GiB and MiB)."""
-    return {"weights_bytes": gib_bytes(m.group(1), m.group(2))}
+class _Weights:
+    """``… took N GiB`` (``GB`` and ``MB`` in old releases: GiB and MiB); :meth:`at` reads the unit
+    where it lies in the shape (it holds no digit, so every message of the shape spells it alike).
+
+    >>> weights.at(((0, 16), (5, 8), (9, 11)), "took 0.0 GB long")("took 1.5 GB long")
+    {'weights_bytes': 1610612736}
+    """
+
+    def __call__(self, m: Groups) -> dict:
+        return {"weights_bytes": gib_bytes(m.group(1), m.group(2))}
+
+    def at(self, spans: tuple[tuple[int, int] | None, ...], shape: str) -> Reader:
+        number, unit = slice(*spans[1]), shape[slice(*spans[2])]
+        return lambda message: {"weights_bytes": gib_bytes(message[number], unit)}
+
+
+weights = _Weights()
 
 
 _V0_RESULT_FIELDS = {

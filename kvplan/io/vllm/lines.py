@@ -20,11 +20,13 @@ class LinePlan(NamedTuple):
     """How every line of one shape is read: ``steps`` are the families its message holds
     (:func:`~kvplan.io.vllm.families.shape_steps`; none: the line says nothing), ``colour`` whether it
     holds real colour codes (to strip, :func:`~kvplan.io.vllm.records.strip_ansi`), and, once they are
-    stripped, its record lies at ``spans`` (:func:`~kvplan.io.vllm.records.simple_spans`)."""
+    stripped, its record lies at ``spans`` (:func:`~kvplan.io.vllm.records.simple_spans`), the text that
+    names its process (pid to ip, as ``12, ip=10.0.0.4``; None without a prefix) at ``who``."""
 
     steps: tuple[Step, ...]
     colour: bool
     spans: tuple
+    who: slice | None
 
 
 #: Raw line's shape → its plan, or None for a line the general walk reads (``\r`` in it, several
@@ -37,8 +39,8 @@ def line_plan(raw: bytes) -> LinePlan | None:
     general walk reads it (:func:`~kvplan.io.vllm.records.split_records`).
 
     >>> plan = line_plan(b"(Worker pid=12) INFO 08-14 14:07:22 [a.py:1] Available KV cache memory: 1.5 GiB")
-    >>> plan.spans[:2], [(family, scope) for family, scope, _read in plan.steps], plan.colour
-    ((slice(45, 79, None), 'INFO'), [('available_kv', 'rank')], False)
+    >>> plan.spans[:2], [(family, scope) for family, scope, _read in plan.steps], plan.colour, plan.who
+    ((slice(45, 79, None), 'INFO'), [('available_kv', 'rank')], False, slice(12, 14, None))
     >>> line_plan(b"INFO 08-14 14:07:22 [a.py:1] Resolved architecture").steps, line_plan(b"a\\rb")
     ((), None)
     """
@@ -59,5 +61,8 @@ def _learn(shape: bytes) -> LinePlan | None:
     spans = simple_spans(line)
     if spans is GENERAL:
         return None
-    steps = shape_steps(line[spans[0]]) if spans else ()
-    return LinePlan(steps, "\x1b" in text, spans)
+    if not spans:
+        return LinePlan((), False, spans, None)
+    _message, _level, _process, pid, ip, _repeated = spans
+    who = None if pid is None else slice(pid.start, (pid if ip is None else ip).stop)
+    return LinePlan(shape_steps(line[spans[0]]), "\x1b" in text, spans, who)
