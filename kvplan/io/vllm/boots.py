@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kvplan.io.bounds import check_parallel_size
+from kvplan.io.bounds import ImpossibleValue, check_parallel_size
 from kvplan.io.vllm.families import read_message, read_steps
 from kvplan.io.vllm.lines import line_plan
 from kvplan.io.vllm.memo import remember
-from kvplan.io.vllm.records import Record, simple_record, split_records, strip_ansi
+from kvplan.io.vllm.records import split_records, strip_ansi
 from kvplan.io.vllm.values import CONFIG_NAMES
 from kvplan.notes import Note
 
@@ -85,6 +85,11 @@ class Boot:
     conflicts: list = field(default_factory=list)
 
 
+#: The text that names a printing process (pid to ip, :class:`~kvplan.io.vllm.lines.LinePlan`) → its
+#: key (pid, ip): a log's lines name few processes. Bounded (:func:`kvplan.io.vllm.memo.remember`).
+_KEYS: dict[str, tuple[int, str | None]] = {}
+
+
 class BootSplitter:
     """Turns candidate lines into boots, handing each finished boot to ``close`` (a restart, or the end).
 
@@ -100,70 +105,112 @@ class BootSplitter:
     def line(self, number: int, raw: int | str, text: str) -> None:
         """Read one physical line (number from 1)."""
         for record in split_records(text):
-            for family, scope, values in read_message(record.message):
-                self._fact(number, raw, record, family, scope, values)
+            facts = read_message(record.message)
+            if facts:
+                pid = record.pid
+                key = None if pid is None else (pid, record.ip)
+                self._facts(
+                    number, raw, facts, record.message, key, record.process, record.level, record.repeated
+                )
 
     def scanned_line(self, number: int, offset: int | None, data: bytes) -> None:
         """Read one physical line as the scan found it (its bytes, at byte ``offset``; None: provenance
         keeps its text): as :meth:`line` reads it, at the cost of its shape (:func:`line_plan`)."""
         plan = line_plan(data)
-        if plan is not None and not plan.steps:
+        if plan is None:
+            text = data.decode("utf-8", "replace")
+            self.line(number, text if offset is None else offset, text)
+            return
+        steps, colour, spans, who = plan
+        if not steps:
             return  # no record, or one that holds no family: nothing to read
         text = data.decode("utf-8", "replace")
-        raw = text if offset is None else offset
-        if plan is None:
-            self.line(number, raw, text)
-            return
-        record = simple_record(strip_ansi(text), plan.spans)
-        for family, scope, values in read_steps(plan.steps, record.message):
-            self._fact(number, raw, record, family, scope, values)
+        line = strip_ansi(text) if colour else text
+        message, level, process, pid, ip, repeated = spans
+        body = line[message]
+        if len(steps) == 1:  # one family (most lines): its reader alone
+            ((family, scope, read),) = steps
+            values = read(body)
+            facts = None if values is None else ((family, scope, values),)
+        else:
+            facts = read_steps(steps, body)
+        if facts:
+            key = None
+            if who is not None:
+                named = line[who]
+                key = _KEYS.get(named)
+                if key is None:
+                    key = remember(_KEYS, named, (int(line[pid]), None if ip is None else line[ip]))
+            self._facts(
+                number,
+                text if offset is None else offset,
+                facts,
+                body,
+                key,
+                "" if process is None else line[process],
+                level,
+                0 if repeated is None else int(line[repeated]),
+            )
 
     def finish(self) -> None:
         """Close the last boot."""
         self._close()
 
-    def _fact(
-        self, number: int, raw: int | str, record: Record, family: str, scope: str, values: dict
+    def _facts(
+        self,
+        number: int,
+        raw: int | str,
+        facts: Sequence[tuple[str, str, dict]],
+        message: str,
+        key: tuple | None,
+        process: str,
+        level: str | None,
+        repeated: int,
     ) -> None:
-        pid = record.pid
-        key = None if pid is None else (pid, record.ip)
-        if scope == "config":
-            self._maybe_new_boot(number, family, key)
-        boot = self.boot
-        boot.last_line = number
-        if record.repeated:
-            boot.warnings.append(
-                Note(
-                    f"{self.source}:{number}: Ray collapsed {record.repeated} similar lines from other workers "
-                    "into this one ([repeated Nx across cluster]); their values are lost. Set RAY_DEDUP_LOGS=0.",
-                    code="ray-collapsed",
-                    file=self.source,
-                    line=number,
-                )
-            )
-        if key is not None:
-            names = boot.names[key]
-            if record.process not in names:
-                names.append(record.process)
-        if scope == "config":
-            if family == "engine_config":
-                boot.config_printers.add(key)
-                boot.flags.setdefault("v1", values.get("_v1"))
-            self._config(number, raw, family, config_columns(family, record.message, values))
-            return
-        if scope == "flag":
-            for name, value in values.items():
-                boot.flags.setdefault(name, (value, number))
-            return
-        if scope == "outcome":
-            if record.level in ("DEBUG", "INFO", "WARNING"):
-                return
-            boot.kv_reached = True
-        elif scope in ("rank", "engine") and not _KV_SIZED.isdisjoint(values):
-            boot.kv_reached = True
-            if record.repeated and scope == "rank":
-                boot.ray_repeats.append(number)
-        boot.events.append(Event(number, raw, key, family, scope, values, record.level))
+        """Record the facts (family, scope, values) of one record: its ``message``, printed by process
+        ``key`` (pid, ip; None without a prefix) named ``process``, at ``level``; ``repeated`` is Ray's
+        collapsed-line count."""
+        for family, scope, values in facts:
+            if scope == "config":
+                self._maybe_new_boot(number, family, key)
+            boot = self.boot
+            boot.last_line = number
+            if repeated:
+                boot.warnings.append(self._collapsed(number, repeated))
+            if key is not None:
+                names = boot.names[key]
+                if process not in names:
+                    names.append(process)
+            if scope == "rank" or scope == "engine":
+                if not _KV_SIZED.isdisjoint(values):
+                    boot.kv_reached = True
+                    if repeated and scope == "rank":
+                        boot.ray_repeats.append(number)
+            elif scope == "config":
+                if family == "engine_config":
+                    boot.config_printers.add(key)
+                    boot.flags.setdefault("v1", values.get("_v1"))
+                self._config(number, raw, family, message, values)
+                continue
+            elif scope == "flag":
+                for name, value in values.items():
+                    boot.flags.setdefault(name, (value, number))
+                continue
+            elif scope == "outcome":
+                if level in ("DEBUG", "INFO", "WARNING"):
+                    continue
+                boot.kv_reached = True
+            boot.events.append(Event(number, raw, key, family, scope, values, level))
+
+    def _collapsed(self, number: int, repeated: int) -> Note:
+        """The warning that Ray collapsed ``repeated`` lines of other workers into line ``number``."""
+        return Note(
+            f"{self.source}:{number}: Ray collapsed {repeated} similar lines from other workers "
+            "into this one ([repeated Nx across cluster]); their values are lost. Set RAY_DEDUP_LOGS=0.",
+            code="ray-collapsed",
+            file=self.source,
+            line=number,
+        )
 
     def _maybe_new_boot(self, number: int, family: str, key: tuple | None) -> None:
         boot = self.boot
@@ -186,14 +233,15 @@ class BootSplitter:
             self._close()
             self.boot = Boot(boot.index + 1, number)
 
-    def _config(
-        self, number: int, raw: int | str, family: str, columns: tuple[tuple[str, object], ...]
-    ) -> None:
+    def _config(self, number: int, raw: int | str, family: str, message: str, values: dict) -> None:
+        """Hold the configuration columns a config fact (``family``'s ``values`` in ``message``) sets,
+        each where no more trusted family set it already (:data:`CONFIG_PRIORITY`)."""
+        columns, impossible = config_columns(family, message, values)
+        if impossible is not None:
+            check_parallel_size(*impossible, self.source, number)  # refuses the log, naming this line
         config = self.boot.config
         priority = CONFIG_PRIORITY[family]
         for column, value in columns:
-            if column in _PARALLEL_COLUMNS:
-                check_parallel_size(column, value, self.source, number)
             held = config.get(column)
             if held is None:
                 config[column] = (value, number, raw, family)
@@ -217,24 +265,41 @@ _FLAG_COLUMNS = frozenset(("enforce_eager", "async_scheduling", "hybrid_kv_cache
 _KV_SIZED = frozenset(KV_SIZED_COLUMNS)
 
 
-#: (family, message) → the configuration columns its values set (:func:`config_columns`). Bounded
-#: (:func:`kvplan.io.vllm.memo.remember`).
-_COLUMNS: dict[tuple[str, str], tuple[tuple[str, object], ...]] = {}
+#: The configuration columns a config fact sets, as (column, value) pairs, and the first of them that
+#: is a parallel size no launch can have (None when all can be, :func:`config_columns`).
+ConfigColumns = tuple[tuple[tuple[str, object], ...], tuple[str, object] | None]
+#: (family, message) → its :data:`ConfigColumns`. Bounded (:func:`kvplan.io.vllm.memo.remember`).
+_COLUMNS: dict[tuple[str, str], ConfigColumns] = {}
 
 
-def config_columns(family: str, message: str, values: dict) -> tuple[tuple[str, object], ...]:
+def config_columns(family: str, message: str, values: dict) -> ConfigColumns:
     """The configuration columns the values of a config fact (``family`` read in ``message``) set, each
-    value as the ledger holds it; learnt once per message: the boots of one deployment print the same
-    configuration again.
+    value as the ledger holds it, and the first impossible parallel size among them
+    (:func:`~kvplan.io.bounds.check_parallel_size`); learnt once per message: the boots of one
+    deployment print the same configuration again.
 
     >>> config_columns("non_default_args", "…", {"max_seq_len": "4096", "disable_hybrid_kv_cache_manager": True})
-    (('max_model_len', 4096), ('hybrid_kv_cache_manager', False))
+    ((('max_model_len', 4096), ('hybrid_kv_cache_manager', False)), None)
+    >>> config_columns("namespace_args", "…", {"tensor_parallel_size": 0})[1]
+    ('tensor_parallel_size', 0)
     """
     key = (family, message)
-    columns = _COLUMNS.get(key)
-    if columns is None:
-        columns = remember(_COLUMNS, key, tuple(_column_values(values)))
-    return columns
+    found = _COLUMNS.get(key)
+    if found is None:
+        columns = tuple(_column_values(values))
+        found = remember(_COLUMNS, key, (columns, _impossible(columns)))
+    return found
+
+
+def _impossible(columns: tuple[tuple[str, object], ...]) -> tuple[str, object] | None:
+    """The first parallel size among ``columns`` that no launch can have, None when all can be."""
+    for column, value in columns:
+        if column in _PARALLEL_COLUMNS:
+            try:
+                check_parallel_size(column, value, "", 0)
+            except ImpossibleValue:
+                return column, value
+    return None
 
 
 def _column_values(values: dict) -> Iterator[tuple[str, object]]:

@@ -9,6 +9,7 @@ configuration, rank assignment, outcome) and the regex.
 from __future__ import annotations
 
 import re
+from itertools import chain
 
 from kvplan.io.vllm import handlers as h
 from kvplan.io.vllm.failure_lines import FAILURE_FAMILIES, FAILURE_VALUE_FAMILIES
@@ -80,7 +81,6 @@ FAMILIES: list[Family] = [
 _BY_TRIGGER: dict[str, list[int]] = {}
 for _position, (_family, _trigger, *_rest) in enumerate(FAMILIES):
     _BY_TRIGGER.setdefault(_trigger, []).append(_position)
-_TRIGGERS = tuple(_BY_TRIGGER.items())
 if any(char in "0123456789" for trigger in _BY_TRIGGER for char in trigger):
     raise ValueError("a trigger holds a digit: a message's shape would not tell whether it holds it")
 #: Families whose regex matches a message exactly when it matches the message's shape, and at the same
@@ -110,12 +110,24 @@ def shape_steps(shape: str) -> tuple[Step, ...]:
     """The families worth trying on a message of this shape (digits read as 0), in table order: the
     shape holds the trigger, and the regex either matched the shape (then its groups are read where
     they lie there, :func:`~kvplan.io.vllm.handlers.reader_at`) or is not shape-safe (searched in each
-    message).
+    message). Learnt once per shape (see :data:`_SHAPES`): lines of many shapes (other pids, process
+    names, times) hold a message of one shape.
 
     >>> [(family, scope) for family, scope, _read in shape_steps("Available KV cache memory: 00.0 GiB")]
     [('available_kv', 'rank')]
     """
-    positions = sorted(position for trigger, group in _TRIGGERS if trigger in shape for position in group)
+    found = _SHAPES.get(shape)
+    if found is None:
+        found = remember(_SHAPES, shape, _learn_steps(shape))
+    return found
+
+
+def _learn_steps(shape: str) -> tuple[Step, ...]:
+    """The families worth trying on a message of ``shape`` (:func:`shape_steps`), read from the shape."""
+    # the triggers the shape holds, tested without a Python step per trigger
+    positions = sorted(
+        chain.from_iterable(map(_BY_TRIGGER.__getitem__, filter(shape.__contains__, _BY_TRIGGER)))
+    )
     steps: list[Step] = []
     for position in positions:
         name, _trigger, pattern, scope, handler = FAMILIES[position]
@@ -124,17 +136,8 @@ def shape_steps(shape: str) -> tuple[Step, ...]:
             continue
         match = pattern.search(shape)
         if match is not None:
-            steps.append((name, scope, reader_at(handler, match_spans(match))))
+            steps.append((name, scope, reader_at(handler, match_spans(match), shape)))
     return tuple(steps)
-
-
-def _worth_trying(message: str) -> tuple[Step, ...]:
-    """The families worth trying on ``message``, learnt once per shape (see :data:`_SHAPES`)."""
-    shape = message.translate(SHAPE_TEXT)
-    found = _SHAPES.get(shape)
-    if found is None:
-        found = remember(_SHAPES, shape, shape_steps(shape))
-    return found
 
 
 #: Message → what it says, as (family, scope, values) (:func:`read_message`): the boots of one
@@ -146,7 +149,7 @@ def read_message(message: str) -> list[Fact]:
     """The facts in one log message, one per line family that matches.
 
     The families tried are those whose trigger the message holds, in table order (learnt once per
-    shape of message, :func:`_worth_trying`). Outcome families stop at the first match, so one error
+    shape of message, :func:`shape_steps`). Outcome families stop at the first match, so one error
     line is one error. A message read before gives what it gave then (each fact's values a new dict).
 
     >>> [(f.family, f.values) for f in read_message("Available KV cache memory: 12.5 GiB")]
@@ -156,7 +159,7 @@ def read_message(message: str) -> list[Fact]:
     """
     known = _MESSAGES.get(message)
     if known is None:
-        steps = _worth_trying(message)
+        steps = shape_steps(message.translate(SHAPE_TEXT))
         known = remember(_MESSAGES, message, tuple(read_steps(steps, message)) if steps else ())
     if not known:
         return []

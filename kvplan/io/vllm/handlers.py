@@ -89,11 +89,20 @@ class Family(NamedTuple):
     handler: Handler
 
 
+def count(text: str) -> int:
+    """A count as vLLM prints it, thousands commas allowed.
+
+    >>> count("12,288"), count("16")
+    (12288, 16)
+    """
+    return int(text.replace(",", ""))
+
+
 #: How a group's text becomes a value: ``gib`` a size vLLM printed in GiB into bytes, ``int`` a count
 #: (thousands commas allowed), ``version`` without its ``v``, ``enabled`` a boolean.
 CONVERTERS: dict[str, Callable[[str], object]] = {
     "gib": gib_bytes,
-    "int": lambda text: int(text.replace(",", "")),
+    "int": count,
     "float": float,
     "text": str,
     "version": lambda text: text.lstrip("v"),
@@ -144,7 +153,7 @@ def family(
     if isinstance(values, tuple):
         handler = _groups_handler(values)
     elif isinstance(values, dict):
-        handler = _constant_handler(values)
+        handler = ConstantHandler(values)
     else:
         handler = values
     return Family(name, trigger, re.compile(pattern.replace("{num}", NUM)), scope, handler)
@@ -179,19 +188,31 @@ class ColumnsHandler:
                 values[column] = convert(text)
         return values
 
-    def at(self, spans: tuple[tuple[int, int] | None, ...]) -> Reader:
-        """The values of every message whose groups lie at ``spans`` (:class:`SpanMatch`), read as
-        :meth:`__call__` reads a match there: each group's text by its converter."""
+    def at(self, spans: tuple[tuple[int, int] | None, ...], shape: str) -> Reader:
+        """The values of every message of ``shape`` whose groups lie at ``spans`` (:class:`SpanMatch`),
+        read as :meth:`__call__` reads a match there: each group's text by its converter (a count
+        without a comma in the shape by ``int`` itself)."""
         places = tuple(
-            (column, convert, spans[index][0], spans[index][1])  # type: ignore[index]
+            (
+                column,
+                int if convert is count and "," not in shape[span[0] : span[1]] else convert,
+                slice(*span),
+            )
             for index, column, convert in self.fields
-            if spans[index] is not None
+            if (span := spans[index]) is not None
         )
+        if len(places) == 1:
+            ((column, convert, place),) = places
+
+            def read_one(message: str) -> dict:
+                return {column: convert(message[place])}
+
+            return read_one
 
         def read(message: str) -> dict:
             values = {}
-            for column, convert, start, end in places:
-                values[column] = convert(message[start:end])
+            for column, convert, place in places:
+                values[column] = convert(message[place])
             return values
 
         return read
@@ -201,16 +222,17 @@ class ColumnsHandler:
 Reader = Callable[[str], "dict | None"]
 
 
-def reader_at(handler: Handler, spans: tuple[tuple[int, int] | None, ...]) -> Reader:
-    """The values ``handler`` gives for each message whose match lies at ``spans`` (a family's regex
-    matches every message of a shape where it matched the shape, :class:`SpanMatch`).
+def reader_at(handler: Handler, spans: tuple[tuple[int, int] | None, ...], shape: str) -> Reader:
+    """The values ``handler`` gives for each message of ``shape`` whose match lies at ``spans`` (a
+    family's regex matches every message of a shape where it matched the shape, :class:`SpanMatch`).
 
     >>> row = family("pool", "pool", "rank", ("cuda_graph_bytes",), r"pool {num} GiB")
-    >>> reader_at(row.handler, ((0, 12), (5, 8)))("pool 1.5 GiB")
+    >>> reader_at(row.handler, ((0, 12), (5, 8)), "pool 0.0 GiB")("pool 1.5 GiB")
     {'cuda_graph_bytes': 1610612736}
     """
-    if isinstance(handler, ColumnsHandler):
-        return handler.at(spans)
+    at = getattr(handler, "at", None)  # a handler that reads the places themselves
+    if at is not None:
+        return at(spans, shape)
     return lambda message: handler(SpanMatch(message, spans))
 
 
@@ -236,13 +258,40 @@ def searcher(pattern: re.Pattern, handler: Handler) -> Reader:
     return read
 
 
-def _constant_handler(values: dict) -> Handler:
-    return lambda m: dict(values)
+class ConstantHandler:
+    """The handler of a row whose every match gives the same ``values`` (flags), a new dict each time."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: dict) -> None:
+        self.values = values
+
+    def __call__(self, m: Groups) -> dict:
+        return dict(self.values)
+
+    def at(self, spans: tuple[tuple[int, int] | None, ...], shape: str) -> Reader:
+        """The values of every message of a shape: the same, wherever they lie."""
+        values = self.values
+        return lambda message: values.copy()
 
 
-def weights(m: Groups) -> dict:
-    """``… took N GiB`` (``GB`` and ``MB`` in old releases: GiB and MiB)."""
-    return {"weights_bytes": gib_bytes(m.group(1), m.group(2))}
+class _Weights:
+    """``… took N GiB`` (``GB`` and ``MB`` in old releases: GiB and MiB); :meth:`at` reads the unit
+    where it lies in the shape (it holds no digit, so every message of the shape spells it alike).
+
+    >>> weights.at(((0, 16), (5, 8), (9, 11)), "took 0.0 GB long")("took 1.5 GB long")
+    {'weights_bytes': 1610612736}
+    """
+
+    def __call__(self, m: Groups) -> dict:
+        return {"weights_bytes": gib_bytes(m.group(1), m.group(2))}
+
+    def at(self, spans: tuple[tuple[int, int] | None, ...], shape: str) -> Reader:
+        number, unit = slice(*spans[1]), shape[slice(*spans[2])]
+        return lambda message: {"weights_bytes": gib_bytes(message[number], unit)}
+
+
+weights = _Weights()
 
 
 _V0_RESULT_FIELDS = {
