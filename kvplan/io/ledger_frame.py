@@ -6,9 +6,13 @@ either.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from operator import itemgetter
 
+import numpy as np
 import pandas as pd
+from pandas.api.extensions import ExtensionArray
+from pandas.arrays import BooleanArray, FloatingArray, IntegerArray, StringArray
 
 from kvplan.columns import BOOL_COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, LEDGER_COLUMNS
 
@@ -26,6 +30,26 @@ def missing(value: object) -> bool:
 EMPTY_ROW: dict = dict.fromkeys(LEDGER_COLUMNS)
 _EVERY_COLUMN = itemgetter(*LEDGER_COLUMNS)
 
+#: Each ledger column's dtype.
+COLUMN_DTYPES = {
+    column: "Int64"
+    if column in INT_COLUMNS
+    else "Float64"
+    if column in FLOAT_COLUMNS
+    else "boolean"
+    if column in BOOL_COLUMNS
+    else "string"
+    for column in LEDGER_COLUMNS
+}
+#: A masked dtype → the Python type its cells are read fast from, its array class and numpy dtype.
+_MASKED = {
+    "Int64": (int, IntegerArray, np.int64),
+    "Float64": (float, FloatingArray, np.float64),
+    "boolean": (bool, BooleanArray, np.bool_),
+}
+_MISSING_TYPES = frozenset({type(None), type(pd.NA)})
+_STRING_TYPES = _MISSING_TYPES | {str}
+
 
 def ledger_frame(rows: list[dict]) -> pd.DataFrame:
     """Rows → ledger with the glossary's columns, order and nullable dtypes (a column a row lacks is
@@ -35,25 +59,54 @@ def ledger_frame(rows: list[dict]) -> pd.DataFrame:
     >>> frame.loc[0, "room_bytes"], str(frame["room_bytes"].dtype), frame["model"].isna().all()
     (np.int64(12), 'Int64', np.True_)
     """
+    return pd.DataFrame(ledger_columns(rows), columns=LEDGER_COLUMNS, copy=False)
+
+
+def ledger_columns(rows: list[dict]) -> dict[str, ExtensionArray]:
+    """Rows → ``column → array`` of :func:`ledger_frame` (the frame's parts, to be joined as they are).
+
+    >>> columns = ledger_columns([{"rank": 1, "outcome": "ok"}, {"rank": 2}])
+    >>> columns["rank"].tolist(), columns["outcome"].tolist()
+    ([1, 2], ['ok', <NA>])
+    """
     try:  # rows holding every column (the log reader's: see EMPTY_ROW) are gathered in one C pass
         table = list(map(_EVERY_COLUMN, rows))
     except KeyError:
         table = [tuple(row.get(column) for column in LEDGER_COLUMNS) for row in rows]
-    data = {}
-    for column, cells in zip(LEDGER_COLUMNS, zip(*table) if table else [()] * len(LEDGER_COLUMNS)):
-        # missing() spelled out: one pass, no call per cell
-        values = [
-            None
-            if value is None or value is pd.NA or (isinstance(value, float) and value != value)
-            else value
-            for value in cells
-        ]
-        if column in INT_COLUMNS:
-            data[column] = pd.array(values, dtype="Int64")
-        elif column in FLOAT_COLUMNS:
-            data[column] = pd.array(values, dtype="Float64")
-        elif column in BOOL_COLUMNS:
-            data[column] = pd.array(values, dtype="boolean")
-        else:
-            data[column] = pd.array([None if v is None else str(v) for v in values], dtype="string")
-    return pd.DataFrame(data, columns=LEDGER_COLUMNS)
+    cells = zip(*table) if table else [()] * len(LEDGER_COLUMNS)
+    return {
+        column: column_array(values, COLUMN_DTYPES[column]) for column, values in zip(LEDGER_COLUMNS, cells)
+    }
+
+
+def column_array(cells: Sequence, dtype: str) -> ExtensionArray:
+    """One column's cells → its array of ``dtype`` (``Int64``, ``Float64``, ``boolean`` or ``string``),
+    None, ``pd.NA`` and NaN as ``NA``, as ``pd.array`` makes it.
+
+    Cells of the dtype's own Python type (and missing ones) are put into the array's values and mask
+    directly, without ``pd.array``'s inference from objects; other cells (numpy numbers, numbers as
+    text, ...) go through ``pd.array``, so that they are taken or refused as it does.
+
+    >>> column_array((5, None, pd.NA), "Int64")
+    <IntegerArray>
+    [5, <NA>, <NA>]
+    Length: 3, dtype: Int64
+    >>> column_array((0.9, float("nan")), "Float64").tolist(), column_array((7, None), "string").tolist()
+    ([0.9, <NA>], ['7', <NA>])
+    """
+    types = set(map(type, cells))
+    if dtype == "string":
+        if types <= _STRING_TYPES:  # StringArray takes None for NA itself
+            return StringArray(np.fromiter(cells, dtype=object, count=len(cells)))
+        return pd.array([None if missing(value) else str(value) for value in cells], dtype="string")
+    scalar, array_type, numbers = _MASKED[dtype]
+    if types <= _MISSING_TYPES:
+        return array_type(np.zeros(len(cells), dtype=numbers), np.ones(len(cells), dtype=bool))
+    if types == {scalar} and scalar is not float:  # NaN is NA: a float column always gets a mask
+        return array_type(np.array(cells, dtype=numbers), np.zeros(len(cells), dtype=bool))
+    if types <= _MISSING_TYPES | {scalar}:
+        values = np.fromiter(cells, dtype=object, count=len(cells))
+        mask = pd.isna(values)
+        values[mask] = scalar()
+        return array_type(values.astype(numbers), mask)
+    return pd.array([None if missing(value) else value for value in cells], dtype=dtype)

@@ -22,10 +22,12 @@ field names) still reads a field, sequences as lists.
 from __future__ import annotations
 
 import dataclasses
+import struct
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import itemgetter
 
 import pandas as pd
 
@@ -73,6 +75,17 @@ class EvidenceLines(Mapping):
 _NO_NUMBER = -(2**63)
 
 
+def _append(numbers: array, values: Sequence[int]) -> None:
+    """Append ``values`` to ``numbers`` in one C pass (``array.extend`` parses each number on its own).
+
+    >>> numbers = array("q", [1])
+    >>> _append(numbers, (2, -(2**63)))
+    >>> numbers.tolist()
+    [1, 2, -9223372036854775808]
+    """
+    numbers.frombytes(struct.pack(f"{len(values)}{numbers.typecode}", *values))
+
+
 class ProvenanceRows(Sequence):
     """Provenance rows kept compactly: each field one machine number (line, boot, rank, byte offset;
     source and column as indexes), the value by reference; a row comes back as the tuple it was,
@@ -108,23 +121,32 @@ class ProvenanceRows(Sequence):
     def extend(self, rows: Iterable[tuple], ordered: bool = False) -> None:
         """Append ``rows`` (tuples in :data:`PROVENANCE_COLUMNS` order), one field at a time; ``ordered``:
         to be put in provenance order among themselves (see the class) before they are read."""
-        rows = list(rows)
-        if not rows:
+        fields = tuple(zip(*rows))
+        if not fields:
             return
+        sources, lines, boots, ranks, columns, values, raws = fields
+        start = len(self._values)
         if ordered:
-            self._unordered.append((len(self._values), len(self._values) + len(rows)))
-        sources, lines, boots, ranks, columns, values, raws = zip(*rows)
-        start, index, name = len(self._values), self._index, self._name
-        self._source.extend([index[source] if source in index else name(source) for source in sources])
-        self._line.extend([_NO_NUMBER if line is pd.NA else line for line in lines])
-        self._boot.extend(boots)
-        self._rank.extend([_NO_NUMBER if rank is pd.NA else rank for rank in ranks])
-        self._column.extend([index[column] if column in index else name(column) for column in columns])
+            self._unordered.append((start, start + len(values)))
+        _append(self._source, self._codes(sources))
+        _append(self._line, [_NO_NUMBER if line is pd.NA else line for line in lines])
+        _append(self._boot, boots)
+        _append(self._rank, [_NO_NUMBER if rank is pd.NA else rank for rank in ranks])
+        _append(self._column, self._codes(columns))
         self._values.extend(values)
-        for offset, raw in enumerate(raws):
-            if isinstance(raw, str):
-                self._texts[start + offset] = raw
-        self._raw.extend([_NO_NUMBER if isinstance(raw, str) else raw for raw in raws])
+        numbers = [_NO_NUMBER if isinstance(raw, str) else raw for raw in raws]
+        if _NO_NUMBER in numbers:
+            self._texts.update((start + row, raw) for row, raw in enumerate(raws) if isinstance(raw, str))
+        _append(self._raw, numbers)
+
+    def _codes(self, names: tuple[str, ...]) -> tuple[int, ...]:
+        """The codes of ``names`` (see :meth:`_name`); a new name is coded in the order it comes."""
+        if names.count(names[0]) == len(names):  # a boot's rows come from one source
+            return (self._name(names[0]),) * len(names)
+        try:
+            return itemgetter(*names)(self._index)
+        except KeyError:
+            return tuple(map(self._name, names))
 
     def __len__(self) -> int:
         return len(self._values)

@@ -18,12 +18,13 @@ from pathlib import Path
 from typing import IO
 
 import pandas as pd
+from pandas.api.extensions import ExtensionArray
 
-from kvplan.columns import KEY_COLUMNS
+from kvplan.columns import KEY_COLUMNS, LEDGER_COLUMNS
 from kvplan.io.bounds import ImpossibleValue
 from kvplan.io.gc_pause import gc_paused
 from kvplan.io.ledger_csv import read_ledger_csv
-from kvplan.io.ledger_frame import ledger_frame
+from kvplan.io.ledger_frame import ledger_columns
 from kvplan.io.metadata import (
     EvidenceLines,
     ProvenanceRows,
@@ -177,7 +178,7 @@ def _expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]
     return files
 
 
-#: Rows kept as dicts before they join the ledger as a frame (a frame holds a row in far less memory).
+#: Rows kept as dicts before they join the ledger as columns (columns hold a row in far less memory).
 FRAME_ROWS = 4096
 
 
@@ -192,7 +193,8 @@ class _LogRows:
         #: where rows go in batches instead of into frames (then no provenance is kept)
         self.rows_to = rows_to
         self.rows: list[dict] = []
-        self.frames: list[pd.DataFrame] = []
+        #: the rows already gathered into columns, FRAME_ROWS at a time (see ledger_columns)
+        self.parts: list[dict[str, ExtensionArray]] = []
         self.provenance = ProvenanceRows()
         self.warnings: list = []
         self.boots: list[dict] = []
@@ -222,7 +224,7 @@ class _LogRows:
     def _flush(self) -> None:
         """The rows kept so far into a frame, or to ``rows_to``."""
         if self.rows_to is None:
-            self.frames.append(ledger_frame(self.rows))
+            self.parts.append(ledger_columns(self.rows))
         else:
             self.rows_to(self.rows)
         self.rows = []
@@ -234,14 +236,10 @@ class _LogRows:
         if self.rows_to is not None:
             self._flush()
             return None
-        frames = [*self.frames, ledger_frame(self.rows)] if self.rows or not self.frames else self.frames
-        self.frames, self.rows = [], []
-        if len(frames) == 1:
-            return frames[0]
-        columns = {}
-        for column in frames[0].columns:
-            columns[column] = pd.concat([frame.pop(column) for frame in frames], ignore_index=True)
-        return pd.DataFrame(columns, copy=False)
+        parts = [*self.parts, ledger_columns(self.rows)] if self.rows or not self.parts else self.parts
+        self.parts, self.rows = [], []
+        columns = {column: _joined([part.pop(column) for part in parts]) for column in LEDGER_COLUMNS}
+        return pd.DataFrame(columns, columns=LEDGER_COLUMNS, copy=False)
 
     def metadata(self, single: bool = True) -> ReadMetadata:
         provenance, boots = self.provenance, tuple(self.boots)
@@ -254,6 +252,11 @@ class _LogRows:
             raw_lines=RawLines(self.files),
             total_lines=self.total_lines if single else None,
         )
+
+
+def _joined(arrays: list[ExtensionArray]) -> ExtensionArray:
+    """One column's parts (arrays of one dtype) as one array, as ``pd.concat`` of them would be."""
+    return arrays[0] if len(arrays) == 1 else type(arrays[0])._concat_same_type(arrays)
 
 
 def _evidence_lines(provenance: ProvenanceRows, boots: tuple[dict, ...]) -> Iterator[tuple[tuple, int]]:
