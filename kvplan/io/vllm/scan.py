@@ -13,7 +13,9 @@ from typing import IO
 
 import numpy as np
 
-CHUNK_BYTES = 1 << 21
+#: Bytes read and scanned at a time. The scan's arrays are a few times a block: at 512 KiB they stay in
+#: the core's cache, at 2 MiB they do not (scan of the 300 MB dense log: 0.62 s CPU vs 1.68 s).
+CHUNK_BYTES = 1 << 19
 #: A "line" longer than this (no newline at all) is read in pieces rather than held whole.
 MAX_LINE_BYTES = 1 << 24
 #: Byte strings of which every line the reader uses contains at least one (the fast pre-filter).
