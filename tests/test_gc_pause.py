@@ -10,8 +10,8 @@ from kvplan.io.gc_pause import gc_paused
 from kvplan.io.vllm.read import LogParseError, read_vllm_log, read_vllm_logs
 
 # Three hundred boots of the sample four-rank launch: reading them keeps thousands of new objects (rows,
-# provenance), far more than the 700 after which CPython starts a young-generation collection, so an
-# unpaused read collects many times.
+# provenance), more than the 700 after which CPython starts a young-generation collection, so an
+# unpaused read collects several times.
 SAMPLE = DATA_DIR / "boots" / "four-rank" / "boot.log"
 BOOTS = SAMPLE.read_text() * 300
 
@@ -53,7 +53,8 @@ def test_the_same_read_unpaused_collects(collections):
     # the control: the same read does start collections when the collector runs
     log = WatchedLog(BOOTS.encode(), collections)
     read_vllm_log.__wrapped__(log)
-    assert log.seen[-1] - log.seen[0] >= 10
+    # a few are enough to show it (fewer objects a line are made than when this test was written)
+    assert log.seen[-1] - log.seen[0] >= 2
 
 
 @pytest.mark.parametrize("enabled", [True, False])
