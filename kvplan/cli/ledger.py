@@ -149,14 +149,8 @@ def _print_csv(logs: list[str]) -> int:
     from kvplan.room import stream_vllm_logs
 
     parts: list[str] = []
-    counts: list[int] = []
-
-    def write(rows: list[dict]) -> None:
-        parts.append(ledger_csv_text(rows, header=False))
-        counts.append(len(rows))
-
-    metadata = stream_vllm_logs(logs, write)
-    if not sum(counts):
+    metadata = stream_vllm_logs(logs, lambda rows: parts.append(ledger_csv_text(rows, header=False)))
+    if not any(parts):  # no row read (a batch of rows is never empty text)
         plan.require_boot(pd.DataFrame(), logs)  # refused as an empty ledger is
     print_warnings(list(metadata.warnings))
     sys.stdout.write(ledger_csv_header())

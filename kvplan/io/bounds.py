@@ -44,6 +44,16 @@ class ImpossibleValue(ValueError):
     """A value no vLLM release can print; the message names the file and line."""
 
 
+def possible_parallel_size(value: object) -> bool:
+    """Whether ``value`` can be a parallel size (a count from 1 to :data:`MAX_PARALLEL_SIZE`; a value
+    that is not a whole number is not judged here).
+
+    >>> possible_parallel_size(8), possible_parallel_size(0), possible_parallel_size("8")
+    (True, False, True)
+    """
+    return not isinstance(value, int) or 1 <= value <= MAX_PARALLEL_SIZE
+
+
 def check_parallel_size(column: str, value: object, source: str, line: object) -> None:
     """Refuse a parallel size that is not a count of GPUs from 1 to :data:`MAX_PARALLEL_SIZE`.
 
@@ -54,7 +64,7 @@ def check_parallel_size(column: str, value: object, source: str, line: object) -
     ...     print(str(refused)[:50])
     a.log:1: tensor_parallel_size=0 is impossible: a p
     """
-    if isinstance(value, int) and not 1 <= value <= MAX_PARALLEL_SIZE:
+    if not possible_parallel_size(value):
         raise ImpossibleValue(
             f"{source}:{line}: {column}={value} is impossible: a parallel size is a count of GPUs from 1 to "
             f"{MAX_PARALLEL_SIZE}"

@@ -41,14 +41,17 @@ COLUMN_DTYPES = {
     else "string"
     for column in LEDGER_COLUMNS
 }
-#: A masked dtype → the Python type its cells are read fast from, its array class and numpy dtype.
+#: A ledger dtype → the Python type of its cells (what is read fast into it, and written as pandas does).
+CELL_TYPES = {"Int64": int, "Float64": float, "boolean": bool, "string": str}
+#: A masked dtype → its array class and numpy dtype.
 _MASKED = {
-    "Int64": (int, IntegerArray, np.int64),
-    "Float64": (float, FloatingArray, np.float64),
-    "boolean": (bool, BooleanArray, np.bool_),
+    "Int64": (IntegerArray, np.int64),
+    "Float64": (FloatingArray, np.float64),
+    "boolean": (BooleanArray, np.bool_),
 }
-_MISSING_TYPES = frozenset({type(None), type(pd.NA)})
-_STRING_TYPES = _MISSING_TYPES | {str}
+#: The types of a missing cell.
+MISSING_TYPES = frozenset({type(None), type(pd.NA)})
+_STRING_TYPES = MISSING_TYPES | {str}
 
 
 def ledger_frame(rows: list[dict]) -> pd.DataFrame:
@@ -69,14 +72,23 @@ def ledger_columns(rows: list[dict]) -> dict[str, ExtensionArray]:
     >>> columns["rank"].tolist(), columns["outcome"].tolist()
     ([1, 2], ['ok', <NA>])
     """
-    try:  # rows holding every column (the log reader's: see EMPTY_ROW) are gathered in one C pass
-        table = list(map(_EVERY_COLUMN, rows))
-    except KeyError:
-        table = [tuple(row.get(column) for column in LEDGER_COLUMNS) for row in rows]
+    table = ledger_table(rows)
     cells = zip(*table) if table else [()] * len(LEDGER_COLUMNS)
     return {
         column: column_array(values, COLUMN_DTYPES[column]) for column, values in zip(LEDGER_COLUMNS, cells)
     }
+
+
+def ledger_table(rows: list[dict]) -> list[tuple]:
+    """Each row's cells in :data:`~kvplan.columns.LEDGER_COLUMNS` order (a column a row lacks: None).
+
+    >>> ledger_table([{"rank": 3}])[0][:3]
+    (None, None, 3)
+    """
+    try:  # rows holding every column (the log reader's: see EMPTY_ROW) are gathered in one C pass
+        return list(map(_EVERY_COLUMN, rows))
+    except KeyError:
+        return [tuple(row.get(column) for column in LEDGER_COLUMNS) for row in rows]
 
 
 def column_array(cells: Sequence, dtype: str) -> ExtensionArray:
@@ -99,12 +111,12 @@ def column_array(cells: Sequence, dtype: str) -> ExtensionArray:
         if types <= _STRING_TYPES:  # StringArray takes None for NA itself
             return StringArray(np.fromiter(cells, dtype=object, count=len(cells)))
         return pd.array([None if missing(value) else str(value) for value in cells], dtype="string")
-    scalar, array_type, numbers = _MASKED[dtype]
-    if types <= _MISSING_TYPES:
+    scalar, (array_type, numbers) = CELL_TYPES[dtype], _MASKED[dtype]
+    if types <= MISSING_TYPES:
         return array_type(np.zeros(len(cells), dtype=numbers), np.ones(len(cells), dtype=bool))
     if types == {scalar} and scalar is not float:  # NaN is NA: a float column always gets a mask
         return array_type(np.array(cells, dtype=numbers), np.zeros(len(cells), dtype=bool))
-    if types <= _MISSING_TYPES | {scalar}:
+    if types <= MISSING_TYPES | {scalar}:
         values = np.fromiter(cells, dtype=object, count=len(cells))
         mask = pd.isna(values)
         values[mask] = scalar()

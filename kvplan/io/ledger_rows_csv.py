@@ -21,32 +21,15 @@ from __future__ import annotations
 
 import csv
 import io
-from operator import itemgetter
 
 import pandas as pd
 
-from kvplan.columns import BOOL_COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, LEDGER_COLUMNS
-from kvplan.io.ledger_frame import ledger_frame
+from kvplan.columns import LEDGER_COLUMNS
+from kvplan.io.ledger_frame import CELL_TYPES, COLUMN_DTYPES, MISSING_TYPES, ledger_frame, ledger_table
 
-_EVERY_COLUMN = itemgetter(*LEDGER_COLUMNS)
 _NA = type(pd.NA)
-_MISSING = (type(None), _NA)
 #: Each ledger column's native cell types (what :mod:`csv` writes as pandas does), in column order.
-_NATIVE = tuple(
-    frozenset(
-        (
-            int
-            if column in INT_COLUMNS
-            else float
-            if column in FLOAT_COLUMNS
-            else bool
-            if column in BOOL_COLUMNS
-            else str,
-            *_MISSING,
-        )
-    )
-    for column in LEDGER_COLUMNS
-)
+_NATIVE = tuple(MISSING_TYPES | {CELL_TYPES[COLUMN_DTYPES[column]]} for column in LEDGER_COLUMNS)
 
 
 def ledger_csv_header() -> str:
@@ -61,19 +44,14 @@ def ledger_csv_header() -> str:
 def ledger_csv_text(rows: list[dict], header: bool = True) -> str:
     """``rows`` (dicts keyed by ledger column; a column a row lacks is ``NA``) as ledger CSV lines, the
     text ``ledger_frame(rows).to_csv(index=False)`` gives (without its header line if not ``header``)."""
-    try:
-        table = list(map(_EVERY_COLUMN, rows))
-    except KeyError:
-        table = [tuple(row.get(column) for column in LEDGER_COLUMNS) for row in rows]
-    columns = _native_columns(table)
+    columns = _native_columns(ledger_table(rows))
     if columns is None:
         return ledger_frame(rows).to_csv(index=False, header=header)
     out = io.StringIO()
     if header:
         out.write(ledger_csv_header())
-    csv.writer(out, lineterminator="\n").writerows(
-        zip(*columns)
-    )  # None is written empty, as pandas writes NA
+    # csv writes None empty, as pandas writes NA
+    csv.writer(out, lineterminator="\n").writerows(zip(*columns))
     return out.getvalue()
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kvplan.io.bounds import ImpossibleValue, check_parallel_size
+from kvplan.io.bounds import check_parallel_size, possible_parallel_size
 from kvplan.io.vllm.families import read_message, read_steps
 from kvplan.io.vllm.lines import line_plan
 from kvplan.io.vllm.memo import remember
@@ -294,11 +294,8 @@ def config_columns(family: str, message: str, values: dict) -> ConfigColumns:
 def _impossible(columns: tuple[tuple[str, object], ...]) -> tuple[str, object] | None:
     """The first parallel size among ``columns`` that no launch can have, None when all can be."""
     for column, value in columns:
-        if column in _PARALLEL_COLUMNS:
-            try:
-                check_parallel_size(column, value, "", 0)
-            except ImpossibleValue:
-                return column, value
+        if column in _PARALLEL_COLUMNS and not possible_parallel_size(value):
+            return column, value
     return None
 
 

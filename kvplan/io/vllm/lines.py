@@ -56,7 +56,11 @@ def line_plan(raw: bytes) -> LinePlan | None:
     """
     if len(raw) > LONG_BYTES:
         return _long_line_plan(raw)
-    shape = raw.translate(SHAPE_BYTES)
+    return _shape_plan(raw.translate(SHAPE_BYTES))
+
+
+def _shape_plan(shape: bytes) -> LinePlan | None:
+    """The plan of the lines of ``shape``, learnt once (:data:`_PLANS`)."""
     try:
         return _PLANS[shape]
     except KeyError:
@@ -70,9 +74,7 @@ def _long_line_plan(raw: bytes) -> LinePlan | None:
         return _LONG_PLANS[key]
     except KeyError:
         pass
-    shape = key[0] + key[1].translate(SHAPE_BYTES)
-    plan = _PLANS[shape] if shape in _PLANS else remember(_PLANS, shape, _learn(shape))
-    return remember(_LONG_PLANS, key, plan)
+    return remember(_LONG_PLANS, key, _shape_plan(key[0] + key[1].translate(SHAPE_BYTES)))
 
 
 def _learn(shape: bytes) -> LinePlan | None:

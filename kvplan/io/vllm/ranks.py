@@ -95,7 +95,7 @@ def attribute(
             item["rank"] = item["dp_rank"] = item.get("engine_dp") or 0
     if "VllmWorkerProcess" in all_names:
         _v0_workers(info, boot, world, source, warnings)
-    if any(map(_ray_named, all_names)):
+    if any(map(ray_worker_name, all_names)):
         has_workers = _ray_workers(info, boot, world, 1 if v0 else 0, source, warnings) or has_workers
     info[None] = {"engine": True, "engine_dp": None}
     if v0 or (not has_workers and (world is None or world == 1)):
@@ -168,7 +168,7 @@ def _ray_workers(info: dict, boot: Boot, world: int | None, first: int, source: 
     pending = [
         k
         for k, item in info.items()  # in order of first appearance (boot.names is filled line by line)
-        if item.get("rank") is None and not item.get("engine") and any(map(_ray_named, boot.names[k]))
+        if item.get("rank") is None and not item.get("engine") and any(map(ray_worker_name, boot.names[k]))
     ]
     if not pending:
         return False
@@ -217,10 +217,10 @@ def _named(names: tuple[str, ...], tp_size: int | None, pp_size: int | None) -> 
 
 
 @lru_cache(maxsize=1024)
-def _ray_named(name: str) -> bool:
+def ray_worker_name(name: str) -> bool:
     """Whether a process name is Ray's name for a vLLM worker (:data:`RAY_WORKER_RE`).
 
-    >>> _ray_named("RayWorkerWrapper"), _ray_named("Worker_TP0")
+    >>> ray_worker_name("RayWorkerWrapper"), ray_worker_name("Worker_TP0")
     (True, False)
     """
     return RAY_WORKER_RE.fullmatch(name) is not None

@@ -222,7 +222,8 @@ class _LogRows:
         self.boots.append(info)
 
     def _flush(self) -> None:
-        """The rows kept so far into a frame, or to ``rows_to``."""
+        """The rows kept so far into columns (:func:`~kvplan.io.ledger_frame.ledger_columns`), or to
+        ``rows_to``."""
         if self.rows_to is None:
             self.parts.append(ledger_columns(self.rows))
         else:

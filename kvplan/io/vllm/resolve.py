@@ -16,7 +16,7 @@ from kvplan.io.room_rule import RoomRule
 from kvplan.io.vllm.boots import KV_SIZED_COLUMNS, Boot
 from kvplan.io.vllm.conflicts import RankObservations, safest, two_launches
 from kvplan.io.vllm.manual import exact_manual
-from kvplan.io.vllm.ranks import PRINTING_SCOPES, RAY_WORKER_RE, attribute, key_size
+from kvplan.io.vllm.ranks import PRINTING_SCOPES, attribute, key_size, ray_worker_name
 from kvplan.releases import version_tuple
 
 ENGINE_COLUMNS = ("kv_cache_tokens", "max_concurrency", "num_gpu_blocks")
@@ -385,8 +385,8 @@ def _fill_row(
     failure, engine = failures.get(rank), failures.get(None)
     # a Ray worker whose KV lines Ray collapsed into another worker's [repeated Nx across cluster] line
     # sized its KV cache like the rest: its outcome is the boot's, with no room of its own
-    collapsed = bool(boot.ray_repeats) and bool(RAY_WORKER_RE.fullmatch(str(values.get("process") or "")))
-    sized = collapsed or [*map(values.get, KV_SIZED_COLUMNS)].count(None) < len(KV_SIZED_COLUMNS)
+    collapsed = bool(boot.ray_repeats) and ray_worker_name(str(values.get("process") or ""))
+    sized = collapsed or any(values.get(column) is not None for column in KV_SIZED_COLUMNS)
     if failure is not None:
         text = failure.text
         if failure.after_startup:
