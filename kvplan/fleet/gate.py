@@ -28,7 +28,7 @@ from kvplan.ledger import compatibility_key
 from kvplan.plan import read_evidence, renamed
 from kvplan.verdict import gate_verdict
 
-EXIT_PASS, EXIT_FAIL, EXIT_CANNOT_JUDGE = 0, 1, 2
+_EXIT_PASS, _EXIT_FAIL, _EXIT_CANNOT_JUDGE = 0, 1, 2  # as kvplan gate
 
 
 @dataclass(frozen=True)
@@ -134,14 +134,14 @@ def stop_decision(verdicts: Sequence[HostVerdict]) -> tuple[int, str]:
     failed = [v.host for v in verdicts if v.passed is False]
     unjudged = [v.host for v in verdicts if v.passed is None]
     if failed:
-        return EXIT_FAIL, f"STOP: {len(failed)} of {len(verdicts)} host(s) failed: {', '.join(failed)}"
+        return _EXIT_FAIL, f"STOP: {len(failed)} of {len(verdicts)} host(s) failed: {', '.join(failed)}"
     if unjudged or not verdicts:
-        return EXIT_CANNOT_JUDGE, (
+        return _EXIT_CANNOT_JUDGE, (
             f"HOLD: {len(unjudged)} host(s) cannot be judged: {', '.join(unjudged)}"
             if verdicts
             else "HOLD: no host to judge"
         )
-    return EXIT_PASS, f"GO: all {len(verdicts)} host(s) pass"
+    return _EXIT_PASS, f"GO: all {len(verdicts)} host(s) pass"
 
 
 def gate_fleet(
