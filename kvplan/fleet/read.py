@@ -49,8 +49,6 @@ PART_COLUMNS = (
 )
 #: How many characters of a refusal an excluded host's reason keeps.
 REASON_CHARS = 400
-#: Bytes read at a time when hashing a file.
-CHUNK = 1 << 20
 
 
 @dataclass(frozen=True)
