@@ -1,7 +1,7 @@
 """One host's reading: its ledger rows, warnings, compatibility key and room per rank, or why it is left out.
 
 :func:`read_host` is the unit of work a Dask task runs: it streams the host's logs through
-:func:`kvplan.room.read_vllm_log`, joins its nvidia-smi snapshots (:func:`kvplan.io.nvidia_smi.join_snapshots`,
+:func:`kvplan.room.read_vllm_log_rooms`, joins its nvidia-smi snapshots (:func:`kvplan.io.nvidia_smi.join_snapshots`,
 which adds GPU type and driver to the key), and checks it as a launch of its own
 (:func:`kvplan.ledger_budget.check_outcomes`, :func:`~kvplan.ledger.compatibility_key`,
 :func:`~kvplan.ledger.room_per_rank`). A host that fails any of these is *excluded* with the reason, never
@@ -29,7 +29,7 @@ from kvplan.ledger import (
 )
 from kvplan.ledger_budget import check_dropped_ranks, check_outcomes
 from kvplan.notes import Note
-from kvplan.room import read_vllm_log
+from kvplan.room import read_vllm_log_rooms
 
 #: Ledger columns a host's reading keeps per rank of its worst boot (for the likely cause of a weak host).
 PART_COLUMNS = (
@@ -110,7 +110,7 @@ def read_logs(urls, storage_options, notes: list[Note]) -> tuple[pd.DataFrame, d
     for url in urls:
         fs, path = filesystem(url, storage_options)
         with fs.open(path, "rb") as stream:
-            ledger, metadata = read_vllm_log(stream, source=url)
+            ledger, metadata = read_vllm_log_rooms(stream, source=url)
         notes += metadata.warnings
         lines.update(metadata.lines)
         frames.append(ledger)
