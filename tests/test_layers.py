@@ -227,7 +227,6 @@ OVER_BUDGET_FOR_NOW = {
     "kvplan.io.stats_log.StatsLog.take_whole",
     "kvplan.io.stats_records",
     "kvplan.io.stats_records._record",
-    "kvplan.io.vllm.boots.BootSplitter._facts",
     "kvplan.io.vllm.failure_lines",
     "kvplan.io.vllm.manual",
     "kvplan.io.vllm.ranks.attribute",
