@@ -1,9 +1,9 @@
 """Fuzz fleet manifests (issue 25): hostile host names, labels and paths never change the structure of the answer.
 
 A manifest is built from the committed sample's host files (data/fleet/small) under hostile host names and labels
-(newlines, ANSI escapes, ``../``, slashes, quotes, bidirectional overrides, 300-character names), rows that name
-other hosts' files, files that are no log, missing files, ``file://`` URLs, ``..`` climbs and absolute paths,
-rows of the wrong width and blank ones. For every manifest ``kvplan fleet plan MANIFEST --out OUT`` must:
+(newlines, ANSI escapes, ``../``, slashes, quotes, bidirectional overrides, 300-character names), with rows
+that name another host's file, a file that is no log (a secret), a missing file, a ``file://`` URL, a ``..``
+climb or an absolute path, rows of the wrong width and blank ones. For every manifest ``kvplan fleet plan MANIFEST --out OUT`` must:
 
 - exit 0 or 2, never a traceback; exit 2 is exactly one ``error:`` line;
 - print one record per line: no control character reaches stdout, and every wave line ends with the flag of a
@@ -65,16 +65,17 @@ HOSTILE = [
     "x" * 300,
     "ünïcödé",
 ]
-PATHS = [
-    "{src}/boot.log",
-    "{src}/nvidia-smi-gpu.csv",
-    "{src}/nvidia-smi-apps.csv",
-    "secret.txt",
-    "no-such/boot.log",
-    "../{outside}/boot.log",
-    "file://{root}/{src}/boot.log",
-    "{root}/{src}/boot.log",
-]
+FILES = ("{src}/boot.log", "{src}/nvidia-smi-gpu.csv", "{src}/nvidia-smi-apps.csv")
+#: What a host's rows may carry besides its own files (most hosts carry nothing else).
+EXTRAS = {
+    "": [],
+    "secret": ["secret.txt"],
+    "missing": ["no-such/boot.log"],
+    "climb": ["../outside/boot.log"],
+    "file url": ["file://{root}/{src}/boot.log"],
+    "absolute": ["{root}/{src}/nvidia-smi-gpu.csv"],
+    "another host's log": ["gpu-00000/boot.log"],
+}
 #: Cases per target: tried (a manifest planned), held (every property held); exit 0 and exit 2 counted apart.
 COUNTS: dict[str, Counter] = {}
 
@@ -98,27 +99,30 @@ def world(tmp_path_factory):
     return root
 
 
-rows = st.lists(
+hosts = st.lists(
     st.tuples(
         st.sampled_from(HOSTILE) | st.text(max_size=12),
-        st.sampled_from(PATHS),
         st.sampled_from(SOURCES),
+        st.sampled_from(["", "", "", "", *EXTRAS]),
         st.sampled_from(HOSTILE[:6]) | st.text(max_size=8),
-        st.sampled_from(["", "", "", "extra", "blank"]),
+        st.sampled_from(["", "", "", "", "", "", "extra field", "blank row"]),
     ),
-    max_size=10,
+    max_size=4,
+    unique_by=lambda drawn: drawn[1],
 )
 
 
 def write_manifest(world: Path, drawn) -> Path:
+    """One host per drawn tuple: its source's files under its (hostile) name and label, and its extra rows."""
     text = io.StringIO()
     writer = csv.writer(text, lineterminator="\n")
     writer.writerow(["host", "path", "zone"])
     root = world / "fleet"
-    for host, path, source, zone, shape in drawn:
-        cell = path.format(src=source, root=root, outside="outside")
-        row = [host, cell, zone] + (["x"] if shape == "extra" else [])
-        writer.writerow([] if shape == "blank" else row)
+    for host, source, extra, zone, shape in drawn:
+        for path in (*FILES, *EXTRAS[extra]):
+            writer.writerow([host, path.format(src=source, root=root), zone])
+        if shape:
+            writer.writerow([] if shape == "blank row" else [host, FILES[0].format(src=source), zone, "x"])
     manifest = root / "manifest.csv"
     manifest.write_text(text.getvalue())
     return manifest
@@ -129,7 +133,7 @@ def files_under(folder: Path) -> dict[str, bytes | None]:
 
 
 @FUZZ
-@given(drawn=rows)
+@given(drawn=hosts)
 def test_manifest_never_changes_the_structure_of_the_answer(world, tmp_path_factory, capsys, drawn):
     counts = COUNTS.setdefault("plan", Counter())
     manifest = write_manifest(world, drawn)
