@@ -13,7 +13,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kvplan.evidence import ModelLayout, Plan, Policy, approve, read_bundle
+from kvplan.evidence import AdmissionPlan, ModelLayout, Policy, approve, read_bundle
 from kvplan.fleet.inputs import filesystem
 from kvplan.fleet.read import HostReading
 
@@ -76,7 +76,7 @@ def approve_class(
     reserve_bytes: int,
     approver: str,
     model: str | None,
-    plan: Plan | None,
+    plan: AdmissionPlan | None,
     storage_options: Mapping[str, object] | None,
 ) -> Path:
     """Write the class's bundle under ``out`` and return its folder (``kvplan.evidence.approve``)."""

@@ -1,6 +1,6 @@
 """Charts of a fleet plan, one question each (``matplotlib.figure.Figure`` objects, never pyplot).
 
-Every function takes the dict of :meth:`kvplan.fleet.plan.FleetPlan.to_dict` and only draws it.
+Every function takes the dict of :meth:`kvplan.fleet.planner.FleetPlan.to_dict` and only draws it.
 """
 
 from __future__ import annotations
