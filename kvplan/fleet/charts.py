@@ -20,11 +20,11 @@ from kvplan.units import bytes_to_gib, format_size
 
 #: Width [in] of every fleet chart, and its font size [pt].
 WIDTH_IN = 10
-FONT_SIZE = 10
+_FONT_PT = 10
 OUTLIER_COLOR = "#E69F00"
 
 
-def _wrap(text: str, fontsize: float = FONT_SIZE + 1, width_in: float = WIDTH_IN) -> str:
+def _wrap(text: str, fontsize: float = _FONT_PT + 1, width_in: float = WIDTH_IN) -> str:
     """``text`` wrapped to the figure's width (DejaVu Sans: about 0.6 em a character)."""
     return "\n".join(textwrap.wrap(text, int(width_in * 72 * 0.9 / (fontsize * 0.6))))
 
@@ -38,7 +38,7 @@ def _figure(rows: int, row_in: float, extra_in: float) -> tuple[Figure, Axes]:
 
 def _legend_below(figure: Figure, handles, columns: int = 3) -> None:
     """The legend at the figure's foot, under the plot and its axis label; the layout leaves it room."""
-    figure.legend(handles=handles, loc="lower center", ncols=columns, fontsize=FONT_SIZE - 1, frameon=False)
+    figure.legend(handles=handles, loc="lower center", ncols=columns, fontsize=_FONT_PT - 1, frameon=False)
     rows = -(-len(handles) // columns)
     figure.tight_layout(rect=(0, (0.1 + 0.25 * rows) / figure.get_size_inches()[1], 1, 1))
 
@@ -57,18 +57,18 @@ def classes_chart(plan: Mapping) -> Figure:
     figure, axes = _figure(len(names), 0.45, 1.8)
     positions = range(len(names))[::-1]  # the first class on top
     axes.barh(list(positions), counts, color=colours)
-    axes.set_yticks(list(positions), names, fontsize=FONT_SIZE - 1)
+    axes.set_yticks(list(positions), names, fontsize=_FONT_PT - 1)
     for y, count in zip(positions, counts):
-        axes.text(count, y, f" {count}", va="center", fontsize=FONT_SIZE - 1)
+        axes.text(count, y, f" {count}", va="center", fontsize=_FONT_PT - 1)
     axes.set_xlim(0, max([*counts, 1]) * 1.12)
-    axes.set_xlabel("hosts", fontsize=FONT_SIZE)
+    axes.set_xlabel("hosts", fontsize=_FONT_PT)
     classes, excluded = len(plan["classes"]), len(plan["excluded"])
     figure.suptitle(
         _wrap(
             f"Host classes and their size: {classes} class{'es' if classes != 1 else ''}, "
             f"{excluded} host{'s' if excluded != 1 else ''} excluded"
         ),
-        fontsize=FONT_SIZE + 1,
+        fontsize=_FONT_PT + 1,
     )
     _legend_below(
         figure,
@@ -111,15 +111,15 @@ def host_budgets_chart(plan: Mapping) -> Figure:
             format_size(c["uniform_budget_bytes"]),
             ha="center",
             va="center",
-            fontsize=FONT_SIZE - 1,
+            fontsize=_FONT_PT - 1,
         )
     tops = [bytes_to_gib(b) for c in classes for b in c["host_budgets"].values()] + values
     axes.set_xlim(0, max([*tops, 1.0]) * 1.05)
-    axes.set_yticks(positions, [_class_label(c["class"]) for c in classes], fontsize=FONT_SIZE - 1)
-    axes.set_xlabel("KV budget per GPU [GiB]", fontsize=FONT_SIZE)
+    axes.set_yticks(positions, [_class_label(c["class"]) for c in classes], fontsize=_FONT_PT - 1)
+    axes.set_xlabel("KV budget per GPU [GiB]", fontsize=_FONT_PT)
     figure.suptitle(
         _wrap("Per-host budgets: who holds each class down (bar: the class value; dots: each host)"),
-        fontsize=FONT_SIZE + 1,
+        fontsize=_FONT_PT + 1,
     )
     _legend_below(
         figure,
@@ -150,14 +150,14 @@ def split_gain_chart(plan: Mapping) -> Figure:
         ):
             axes.barh(y + offset, value / 1e6, height=0.25, color=colour)
     axes.set_yticks(
-        list(range(len(classes))[::-1]), [_class_label(c["class"]) for c in classes], fontsize=FONT_SIZE - 1
+        list(range(len(classes))[::-1]), [_class_label(c["class"]) for c in classes], fontsize=_FONT_PT - 1
     )
-    axes.set_xlabel("KV tokens over the class [millions]", fontsize=FONT_SIZE)
+    axes.set_xlabel("KV tokens over the class [millions]", fontsize=_FONT_PT)
     split = sum(c["split"]["gain_split_tokens"] for c in classes)
     fixed = sum(c["split"]["gain_fixed_tokens"] or 0 for c in classes)
     figure.suptitle(
         _wrap(f"What splitting the weak hosts off buys: +{split:,} tokens (+{fixed:,} with them fixed)"),
-        fontsize=FONT_SIZE + 1,
+        fontsize=_FONT_PT + 1,
     )
     _legend_below(
         figure,
@@ -182,19 +182,19 @@ def waves_chart(plan: Mapping) -> Figure:
     axes.set_yticks(
         positions,
         [f"wave {w['wave']} · {w['kind']}: {_class_label(w['class'])}" for w in waves],
-        fontsize=FONT_SIZE - 1,
+        fontsize=_FONT_PT - 1,
     )
     for y, wave, count in zip(positions, waves, counts):
         value = wave["flag"].rpartition("=")[2]
         shown = format_size(int(value)) if value.isdigit() else wave["flag"]
-        axes.text(count, y, f" {count} · {shown}", va="center", fontsize=FONT_SIZE - 1)
+        axes.text(count, y, f" {count} · {shown}", va="center", fontsize=_FONT_PT - 1)
     axes.set_xlim(0, max([*counts, 1]) * 1.6)
-    axes.set_xlabel("hosts (each wave's class value per GPU beside its bar)", fontsize=FONT_SIZE)
+    axes.set_xlabel("hosts (each wave's class value per GPU beside its bar)", fontsize=_FONT_PT)
     figure.suptitle(
         _wrap(
             f"Rollout waves: {len(waves)} wave{'s' if len(waves) != 1 else ''}, every class's canaries first"
         ),
-        fontsize=FONT_SIZE + 1,
+        fontsize=_FONT_PT + 1,
     )
     _legend_below(
         figure,
