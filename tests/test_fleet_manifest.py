@@ -121,7 +121,7 @@ def test_host_name_never_leaves_out_and_nothing_is_reused_unfetched(web, tmp_pat
     manifest(folder / "escape", rows)
     out = tmp_path / "a" / "b" / "out"
     # a file already where an unsafe name would have put the fetched log, and where the safe name puts it
-    from kvplan.fleet.text import host_folder
+    from kvplan.fleet.inputs import host_folder
 
     planted = [
         out / "inputs" / "../../../escaped" / "boot.log",

@@ -220,7 +220,6 @@ OVER_BUDGET_FOR_NOW = {
     "kvplan.evidence.verify._recompute",
     "kvplan.evidence.write.approve_bundle",
     "kvplan.fleet.bundles.approve_class",
-    "kvplan.fleet.plan._decide",
     "kvplan.fleet.plan.plan_fleet",
     "kvplan.fleet.rollout",
     "kvplan.fleet.split.split_advice",

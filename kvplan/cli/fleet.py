@@ -148,8 +148,8 @@ def _run_plan(args: argparse.Namespace) -> int:
     from kvplan.evidence import Plan
     from kvplan.fleet import FleetPolicy, plan_fleet
     from kvplan.fleet.engine import default_scheduler, stderr_progress
+    from kvplan.fleet.inputs import terminal_text
     from kvplan.fleet.plan import class_rows
-    from kvplan.fleet.text import terminal_text
 
     if (args.target_concurrency is None) != (args.seq_len is None):
         raise ValueError("an admission plan needs both --target-concurrency and --seq-len")
@@ -217,7 +217,7 @@ def _run_gate(args: argparse.Namespace) -> int:
     from kvplan.cli.output import print_json as _print_json
     from kvplan.fleet.engine import default_scheduler
     from kvplan.fleet.gate import gate_fleet, stop_decision
-    from kvplan.fleet.text import terminal_text
+    from kvplan.fleet.inputs import terminal_text
 
     if not args.targets and len(args.approved) > 1:  # --approved B1 B2 FLEET: the last one is the fleet
         args.targets = [args.approved.pop()]

@@ -7,7 +7,7 @@ class's first host that has one, so its key records the GPU type and driver ever
 showed (a class is one key) and a gate compares them. The class's name, labels and host list are
 recorded in the bundle's note as JSON (hashed into its digest); :func:`note_hosts` reads the list back
 for ``kvplan fleet gate``. Logs in object storage are fetched afresh to ``OUT/inputs/<host>/<file>``
-(both names as :func:`kvplan.fleet.text.host_folder` makes them safe, so every write stays inside
+(both names as :func:`kvplan.fleet.inputs.host_folder` makes them safe, so every write stays inside
 ``OUT``); every file, fetched or local, must still have the SHA-256 it had when the plan read it.
 """
 
@@ -19,9 +19,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from kvplan.evidence import ModelLayout, Plan, Policy, approve, sha256_file
-from kvplan.fleet.inputs import filesystem, is_snapshot
+from kvplan.fleet.inputs import filesystem, host_folder, is_snapshot
 from kvplan.fleet.read import HostReading
-from kvplan.fleet.text import host_folder
 from kvplan.io.nvidia_smi_csv import read_nvidia_smi_csv
 
 NOTE_MARK = "fleet class "
