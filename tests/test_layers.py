@@ -201,7 +201,6 @@ OVER_BUDGET_FOR_NOW = {
     "kvplan.budget.uniform_budget",
     "kvplan.charts.concurrency.concurrency_chart",
     "kvplan.charts.drift.drift_chart",
-    "kvplan.charts.ranks",
     "kvplan.charts.ranks.ledger_chart",
     "kvplan.charts.ranks.safe_budget_chart",
     "kvplan.charts.ranks.spread_chart",
