@@ -166,6 +166,14 @@ def _class_decisions(
                     code="fleet-no-model",
                 )
             )
+        if dict(key).get("gpu_name") is None:
+            warnings.append(
+                Note(
+                    f"class {name}: no nvidia-smi snapshot: its key, and its bundle's, has no GPU type or "
+                    "driver, so a gate cannot compare them; add each host's --query-gpu snapshot",
+                    code="fleet-no-nvidia-smi",
+                )
+            )
         block_bytes = spec[0].block_bytes if spec[0] is not None else None
         kept = []
         for reading in hosts:
