@@ -25,6 +25,7 @@ FLOORS = {
     "kvplan.load_table": 0,
     "kvplan.load_texts": 0,
     "kvplan.json_text": 0,
+    "kvplan.escape": 0,
     "kvplan.io": 1,
     "kvplan.budget": 2,
     "kvplan.capacity": 2,

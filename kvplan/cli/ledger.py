@@ -118,7 +118,9 @@ def run_ledger(args: argparse.Namespace) -> int:
         return print_json(data)
     print_warnings(notes)
     if args.csv:
-        ledger.to_csv(sys.stdout, index=False)
+        from kvplan.io.ledger_rows_csv import ledger_frame_csv
+
+        sys.stdout.write(ledger_frame_csv(ledger))
         return EXIT_OK
     rows = [
         {column: _table_cell(column, row[column]) for column in LEDGER_TABLE}

@@ -2,11 +2,11 @@
 ``ledger.csv`` and ``charts/*.png``.
 
 :func:`verify <kvplan.evidence.verify.verify_bundle_with_notes>` regenerates the text files byte for byte
-(and, for bundles written before the seal, the charts). Text that people or logs wrote (the note, the
-approver) is quoted by :func:`quoted` so it cannot add headings, tables or HTML to ``SUMMARY.md``.
-
->>> quoted("CHG-1234 <!--")
-'CHG-1234 \\\\<!--'
+(and, for bundles written before the seal, the charts). Text that people or logs wrote is escaped for
+its file (:mod:`kvplan.escape`): in ``SUMMARY.md`` it cannot add headings, tables or HTML, in ``ledger.csv``
+a spreadsheet never runs it as a formula, in ``evidence.log`` it never spans two lines. A bundle whose
+record lacks ``text_escaping`` (written before the rule) is regenerated as it was written: only its note
+and approver escaped.
 """
 
 from __future__ import annotations
@@ -15,11 +15,14 @@ import io
 import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
-from kvplan.evidence.record import CHARTS_DIR, int_or_none, json_value
+from kvplan.escape import markdown_code, markdown_text, terminal_text
+from kvplan.evidence.record import CHARTS_DIR, TEXT_ESCAPING_KEY, int_or_none, json_value
+from kvplan.io.ledger_rows_csv import ledger_frame_csv
 from kvplan.io.metadata import RawLines
 from kvplan.plan import Decision
 from kvplan.plan.admission import capacity_rows
@@ -28,29 +31,54 @@ from kvplan.verdict import verdict_word
 
 #: Rows of ``evidence.log`` whose raw lines are read back from the logs at once.
 READ_BACK_ROWS = 4096
-#: Characters that make Markdown or HTML syntax inside a line: backslash-escaped by :func:`quoted`.
-_MARKUP = re.compile(r"([\\`*<>\[\]|])")
-#: Line breaks and other control characters: shown as escapes by :func:`quoted`.
-_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+#: What ``SUMMARY.md`` says of ``ledger.csv``'s text cells (a bundle with ``text_escaping``).
+CSV_README = (
+    "`ledger.csv` holds the ledger, one row per boot × rank; a text cell that begins with `=`, `+`, `-`, "
+    "`@`, a tab or a carriage return starts with `'` there, so a spreadsheet shows it as text and never "
+    "runs it as a formula (OWASP, CSV injection)."
+)
 
 
-def quoted(text: object) -> str:
-    r"""``text`` as inert Markdown on one line: ``\ ` * < > [ ] |`` backslash-escaped, line breaks and
-    other control characters shown as escapes (``\n``, ``\x1b``), so a note cannot start a heading, a
-    table row or an HTML comment. Words, digits and ``- . , : / ( ) # _`` are unchanged.
+#: What a bundle written before ``text_escaping`` backslash-escaped in its approver and note, and the
+#: control characters it showed escaped there.
+_BEFORE = re.compile(r"([\\`*<>\[\]|])")
+_BEFORE_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
 
-    >>> quoted("sample four-rank boot (CHG_1234, #5)")
-    'sample four-rank boot (CHG_1234, #5)'
-    >>> print(quoted("ok\n# 40 GiB <!-- hide"))
-    ok\n# 40 GiB \<!-- hide
+
+@dataclass(frozen=True)
+class _Markdown:
+    """How ``SUMMARY.md`` writes text from files: escaped (:mod:`kvplan.escape`), or as a bundle written
+    before ``text_escaping`` wrote it (``escaped`` False: plain text and plain code spans)."""
+
+    escaped: bool
+
+    def person(self, value: object) -> str:
+        """The approver or the note: escaped in every bundle (before the rule, as :data:`_BEFORE`)."""
+        if self.escaped:
+            return markdown_text(value)
+        escaped = _BEFORE.sub(r"\\\1", str(value))
+        return _BEFORE_CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), escaped)
+
+    def text(self, value: object) -> str:
+        return markdown_text(value) if self.escaped else str(value)
+
+    def code(self, value: object, in_table: bool = False) -> str:
+        return markdown_code(value, in_table) if self.escaped else f"`{value}`"
+
+
+def escaped_text(record: Mapping) -> bool:
+    """Whether the bundle of ``record`` escapes every text from files (its ``text_escaping`` key).
+
+    >>> escaped_text({"text_escaping": 1}), escaped_text({})
+    (True, False)
     """
-    escaped = _MARKUP.sub(r"\\\1", str(text))
-    return _CONTROL.sub(lambda match: match.group(0).encode("unicode_escape").decode("ascii"), escaped)
+    return TEXT_ESCAPING_KEY in record
 
 
 def summary_markdown(record: Mapping, name: str) -> str:
     """``SUMMARY.md``: the decision, per-rank table, stranded, capacity, key, checks and inputs."""
     decision, policy = record["decision"], record["policy"]
+    md = _Markdown(escaped_text(record))
     limiting = decision["limiting_rank"]
     rounding = policy["rounding"]
     lines = [
@@ -58,11 +86,11 @@ def summary_markdown(record: Mapping, name: str) -> str:
         "",
         f"- **Decision:** `{decision['flag']}`: {decision['kv_cache_memory_bytes']:,} bytes = "
         f"{decision['human']} per GPU, on every rank; rank {limiting} limits.",
-        f"- **Approved by** {quoted(record['approver'])} at {record['created_utc']} with kvplan "
+        f"- **Approved by** {md.person(record['approver'])} at {record['created_utc']} with kvplan "
         f"{record['kvplan_version']}; bundle `{name}`.",
     ]
     if record.get("note"):
-        lines.append(f"- **Note:** {quoted(record['note'])}")
+        lines.append(f"- **Note:** {md.person(record['note'])}")
     lines += [
         f"- **Policy:** reserve {format_size(policy['reserve_bytes'])} per GPU; canary guard "
         f"{format_size(policy['guard_bytes'])}; rounding {rounding['rule']}"
@@ -83,7 +111,7 @@ def summary_markdown(record: Mapping, name: str) -> str:
         marker = " (limits)" if rank["limiting"] else ""
         free = format_size(rank["init_free_bytes"]) if rank["init_free_bytes"] is not None else "not shown"
         lines.append(
-            f"| {rank['rank']}{marker} | {format_size(rank['room_bytes'])} | {rank['room_source'] or '?'} | "
+            f"| {rank['rank']}{marker} | {format_size(rank['room_bytes'])} | {md.text(rank['room_source'] or '?')} | "
             f"{format_size(rank['safe_bytes'])} | {decision['human']} | "
             f"{format_size(rank['stranded_bytes'])} | {free} |"
         )
@@ -118,7 +146,7 @@ def summary_markdown(record: Mapping, name: str) -> str:
     if record["admission_plan"]:
         lines += ["", f"**Admission plan:** {record['admission_plan']['detail']}."]
     if record.get("load") is not None:
-        lines += ["", "## Under load", "", *under_load_lines(record["load"])]
+        lines += ["", "## Under load", "", *under_load_lines(record["load"], md.escaped)]
     lines += [
         "",
         "## Compatibility key (reuse only where all of these are unchanged)",
@@ -126,14 +154,22 @@ def summary_markdown(record: Mapping, name: str) -> str:
         "| field | value |",
         "|---|---|",
     ]
-    lines += [f"| {k} | {'not shown' if v is None else v} |" for k, v in record["compatibility_key"].items()]
+    lines += [
+        f"| {k} | {'not shown' if v is None else md.text(v)} |"
+        for k, v in record["compatibility_key"].items()
+    ]
     lines += ["", "## Checks at approval", ""]
-    lines += [f"- **{verdict_word(c['passed'])}** {c['name']}: {c['detail']}" for c in record["checks"]]
+    lines += [
+        f"- **{verdict_word(c['passed'])}** {md.text(c['name'])}: {md.text(c['detail'])}"
+        for c in record["checks"]
+    ]
     lines += ["", "## Inputs", "", "| file | SHA-256 |", "|---|---|"]
     lines += [
-        f"| `{entry['bundle_path']}` (was `{entry['path']}`) | `{entry['sha256']}` |"
+        f"| {md.code(entry['bundle_path'], True)} (was {md.code(entry['path'], True)}) | `{entry['sha256']}` |"
         for entry in record["inputs"]
     ]
+    if md.escaped:
+        lines += ["", CSV_README]
     lines += [
         "",
         f"Re-check: `kvplan verify {name}`. Gate a canary boot: `kvplan gate --approved {name} CANARY.log`.",
@@ -142,8 +178,9 @@ def summary_markdown(record: Mapping, name: str) -> str:
     return "\n".join(lines)
 
 
-def under_load_lines(load: Mapping) -> list[str]:
-    """The "Under load" bullets of ``SUMMARY.md`` from a ``budget.json`` ``load`` section.
+def under_load_lines(load: Mapping, escaped: bool = True) -> list[str]:
+    """The "Under load" bullets of ``SUMMARY.md`` from a ``budget.json`` ``load`` section; file names and
+    notes escaped (:mod:`kvplan.escape`) unless not ``escaped`` (a bundle written before that rule).
 
     >>> load = {"sources": ["inputs/server.log"], "rows": 40, "start": "2026-11-27T09:32:10",
     ...     "end": "2026-11-27T09:38:58", "duration_s": 408.0, "kv_cache_tokens": 157280,
@@ -160,16 +197,21 @@ def under_load_lines(load: Mapping) -> list[str]:
     - **Throughput:** prompt 1,520, generation 689 tokens/s on average; peak 32 running, 3 waiting.
     - **Capacity:** 157,280 tokens (`--kv-cache-memory-bytes=12884377600`); approved value: 157,280.
     """
+    md = _Markdown(escaped)
     peak, tokens, preemptions = load["peak_kv_cache_usage_pct"], load["kv_cache_tokens"], load["preemptions"]
-    span = f", {load['start']} to {load['end']} ({load['duration_s']:g} s)" if load["start"] else ""
-    files = ", ".join(f"`{source}`" for source in load["sources"])
+    span = (
+        f", {md.text(load['start'])} to {md.text(load['end'])} ({load['duration_s']:g} s)"
+        if load["start"]
+        else ""
+    )
+    files = ", ".join(md.code(source) for source in load["sources"])
     lines = [f"- **Evidence:** {load['rows']} rows from {files}{span}."]
     if peak is None:
         lines.append("- **Peak KV cache usage:** not reported.")
     else:
         of = f" of {tokens:,} tokens (≈{load['peak_kv_cache_tokens']:,})" if tokens is not None else ""
         where = f"{load['peak_at']['source']}:{load['peak_at']['line']}"
-        lines.append(f"- **Peak KV cache usage:** {peak:.1f}%{of} at `{where}`.")
+        lines.append(f"- **Peak KV cache usage:** {peak:.1f}%{of} at {md.code(where)}.")
     counted = "not reported" if preemptions is None else preemptions
     lines.append(
         f"- **Preemptions:** {counted} (policy allows {load['max_preemptions']}); "
@@ -187,7 +229,7 @@ def under_load_lines(load: Mapping) -> list[str]:
     lines.append(
         f"- **Capacity:** {_count_text(tokens)} tokens ({setting}); approved value: {_count_text(approved)}."
     )
-    lines += [f"- **Note:** {note}." for note in load["notes"]]
+    lines += [f"- **Note:** {md.text(note)}." for note in load["notes"]]
     if load["warnings"]:
         lines.append(f"- {len(load['warnings'])} reader warning(s) in `budget.json` (`load.warnings`).")
     return lines
@@ -213,11 +255,15 @@ def evidence_lines(provenance: pd.DataFrame) -> list[str]:
     return list(iter_evidence_lines(provenance))
 
 
-def iter_evidence_lines(provenance: pd.DataFrame, raw_lines: RawLines | None = None) -> Iterator[str]:
+def iter_evidence_lines(
+    provenance: pd.DataFrame, raw_lines: RawLines | None = None, escaped: bool = True
+) -> Iterator[str]:
     """The lines of :func:`evidence_lines` one by one: the rows are taken in (source, line) order and the
     lines of one source line are written once its rows are all seen, so only one line's values are held.
     With ``raw_lines``, a ``raw`` that is a byte offset (:meth:`~kvplan.io.metadata.ReadMetadata.compact_provenance`) is read back from its
-    log in batches of :data:`READ_BACK_ROWS` rows as the lines are made, never all at once.
+    log in batches of :data:`READ_BACK_ROWS` rows as the lines are made, never all at once. File names
+    and raw lines are shown with their control characters escaped (:func:`kvplan.escape.terminal_text`),
+    unless not ``escaped`` (a bundle written before that rule).
     """
     yield "# kvplan evidence: every number in budget.json and ledger.csv, with the line it came from"
     yield "# file:line  boot  rank  column = value; ...   then the line as logged"
@@ -246,7 +292,7 @@ def iter_evidence_lines(provenance: pd.DataFrame, raw_lines: RawLines | None = N
             if texts and type(raw) is int:
                 raw = texts[at_source[i], raw]
             if (source, at_sort_line[i]) != run:
-                yield from _place_lines(groups)
+                yield from _place_lines(groups, escaped)
                 groups, run = {}, (source, at_sort_line[i])
             if line not in whole:
                 whole[line] = int_or_none(line)
@@ -258,7 +304,7 @@ def iter_evidence_lines(provenance: pd.DataFrame, raw_lines: RawLines | None = N
                 stripped[raw] = str(raw).rstrip()
             shown_values = groups.setdefault((source, whole[line], whole[boot], stripped[raw]), {})
             shown_values.setdefault(whole[rank], []).append(f"{at_column[i]} = {json_value(at_value[i])}")
-    yield from _place_lines(groups)
+    yield from _place_lines(groups, escaped)
 
 
 def _read_back(
@@ -276,9 +322,11 @@ def _read_back(
     }
 
 
-def _place_lines(groups: Mapping[tuple, Mapping]) -> Iterator[str]:
+def _place_lines(groups: Mapping[tuple, Mapping], escaped: bool) -> Iterator[str]:
     """The two lines of each (source, line, boot, raw) place: where and its values by rank, then the raw."""
     for (source, line, boot, raw), by_rank in groups.items():
+        if escaped:
+            source, raw = terminal_text(source), terminal_text(raw)
         where = f"{source}:{line}" if line is not None else source
         ranks = ", ".join("-" if rank is None else str(rank) for rank in by_rank)
         shown = list(by_rank.values())
@@ -303,18 +351,22 @@ def artifact_texts(decision: Decision, record: Mapping, name: str) -> dict[str, 
 def artifact_pieces(decision: Decision, record: Mapping, name: str) -> dict[str, Iterator[str]]:
     """The texts of :func:`artifact_texts` in pieces, made as they are read (``evidence.log`` line by line:
     its text is never held whole)."""
+    escaped = escaped_text(record)
+    ledger = ledger_frame_csv(decision.ledger) if escaped else decision.ledger.to_csv(index=False)
     return {
-        "ledger.csv": iter([decision.ledger.to_csv(index=False)]),
+        "ledger.csv": iter([ledger]),
         "SUMMARY.md": iter([summary_markdown(record, name)]),
-        "evidence.log": (f"{line}\n" for line in _decision_evidence_lines(decision)),
+        "evidence.log": (f"{line}\n" for line in _decision_evidence_lines(decision, escaped)),
     }
 
 
-def _decision_evidence_lines(decision: Decision) -> Iterator[str]:
+def _decision_evidence_lines(decision: Decision, escaped: bool) -> Iterator[str]:
     """The lines of ``evidence.log``: from the reader's compact rows when the decision has them."""
     if decision.metadata is not None:
-        return iter_evidence_lines(decision.metadata.compact_provenance(), decision.metadata.raw_lines)
-    return iter_evidence_lines(decision.provenance)
+        return iter_evidence_lines(
+            decision.metadata.compact_provenance(), decision.metadata.raw_lines, escaped
+        )
+    return iter_evidence_lines(decision.provenance, escaped=escaped)
 
 
 def chart_names(decision: Decision) -> list[str]:
