@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from kvplan.cli.help import add_command
-from kvplan.cli.sizes import count, fraction, labels, size
+from kvplan.cli.sizes import at_least_one, fraction, labels, size
 from kvplan.units import format_size
 
 
@@ -106,16 +106,18 @@ def add_fleet(sub: argparse._SubParsersAction) -> None:
     )
     plan.add_argument(
         "--min-hosts",
-        type=count,
+        type=at_least_one,
         default=None,
         metavar="N",
         help="a class needs N clean hosts to be approved (default 3)",
     )
     plan.add_argument(
-        "--canaries", type=count, default=None, metavar="N", help="canary hosts per class (default 2)"
+        "--canaries", type=at_least_one, default=None, metavar="N", help="canary hosts per class (default 2)"
     )
-    plan.add_argument("--target-concurrency", type=count, metavar="C", help="admission plan (with --seq-len)")
-    plan.add_argument("--seq-len", type=count, metavar="L", help="admission plan: tokens per sequence")
+    plan.add_argument(
+        "--target-concurrency", type=at_least_one, metavar="C", help="admission plan (with --seq-len)"
+    )
+    plan.add_argument("--seq-len", type=at_least_one, metavar="L", help="admission plan: tokens per sequence")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     _add_engine_arguments(plan, None)
     plan.set_defaults(run=_run_plan)

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvplan.capacity import capacity_rows
 from kvplan.evidence import ApprovalError
 from kvplan.fleet.classes import FleetClass, budget_refusal, class_budget, class_name, group_classes
 from kvplan.fleet.engine import Progress, read_fleet
@@ -23,7 +24,7 @@ from kvplan.io.model_config import resolve_model_config
 from kvplan.kvspec import KVSpec
 from kvplan.notes import Note, aggregate_notes
 from kvplan.plan import ModelLayout, Plan, layout_spec
-from kvplan.plan.admission import admission_plan, capacity_rows, planned_lengths
+from kvplan.plan.admission import admission_plan, planned_lengths
 from kvplan.units import format_size
 
 #: A class needs at least this many clean hosts to be approved (policy; default).

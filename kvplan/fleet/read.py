@@ -3,7 +3,7 @@
 :func:`read_host` is the unit of work a Dask task runs: it streams the host's logs through
 :func:`kvplan.room.read_vllm_log`, joins its nvidia-smi snapshots (:func:`kvplan.io.nvidia_smi.join_snapshots`,
 which adds GPU type and driver to the key), and checks it as a launch of its own
-(:func:`kvplan.ledger_budget.check_outcomes`, :func:`~kvplan.ledger.compatibility_key`,
+(:func:`kvplan.ledger_budget.refuse_failed_boots`, :func:`~kvplan.ledger.compatibility_key`,
 :func:`~kvplan.ledger.room_per_rank`). A host that fails any of these is *excluded* with the reason, never
 folded into a class. Only ledger rows travel back, never the log text.
 """
@@ -27,7 +27,7 @@ from kvplan.ledger import (
     plain_value,
     room_per_rank,
 )
-from kvplan.ledger_budget import check_dropped_ranks, check_outcomes
+from kvplan.ledger_budget import check_dropped_ranks, refuse_failed_boots
 from kvplan.notes import Note
 from kvplan.room import read_vllm_log
 
@@ -86,7 +86,7 @@ def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = N
                 ledger, _ = join_host_snapshots(ledger, files.snapshots, storage_options, notes)
             key = compatibility_key(ledger, lines)
             check_dropped_ranks(notes)
-            check_outcomes(ledger, lines)
+            refuse_failed_boots(ledger, lines)
             rooms = room_per_rank(ledger, lines=lines, key=key)
         notes += [
             Note(str(w.message), code="ledger", file=files.host)
