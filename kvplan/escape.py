@@ -36,8 +36,9 @@ SURROGATE = re.compile("[\ud800-\udfff]")
 _MARKUP = re.compile(r"([\\`*_~<>\[\]|])")
 #: First characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection).
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-#: A name that may be a path component as it is: a letter or digit, then letters, digits, ``. _ -``.
-SAFE_COMPONENT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+#: A name that may be a path component as it is: letters, digits, ``.``, ``_``, ``-``, not starting with a
+#: dot (no ``.``, ``..`` or hidden name), at most 128 characters.
+SAFE_COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 
 
 def shown_controls(text: str) -> str:
@@ -133,8 +134,8 @@ def is_safe_component(name: str) -> bool:
     return SAFE_COMPONENT.fullmatch(name) is not None
 
 
-def safe_component(name: str) -> str:
-    """``name`` as one path component: itself when :func:`is_safe_component`, else ``unsafe-`` and the
+def safe_component(name: str, prefix: str = "unsafe-") -> str:
+    """``name`` as one path component: itself when :func:`is_safe_component`, else ``prefix`` and the
     first 16 hex digits of its SHA-256 (the name stays a label, shown escaped where it is printed).
 
     >>> safe_component("gpu-7"), safe_component("../../../escaped")
@@ -143,7 +144,7 @@ def safe_component(name: str) -> str:
     if is_safe_component(name):
         return name
     digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()
-    return f"unsafe-{digest[:16]}"
+    return f"{prefix}{digest[:16]}"
 
 
 def path_inside(root: str | os.PathLike, *parts: str) -> Path:

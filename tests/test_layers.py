@@ -219,7 +219,6 @@ OVER_BUDGET_FOR_NOW = {
     "kvplan.fleet.plan.plan_fleet",
     "kvplan.fleet.rollout",
     "kvplan.fleet.split.split_advice",
-    "kvplan.io.ledger_rows_csv",
     "kvplan.io.metrics_rows.metrics_rows",
     "kvplan.io.nvidia_smi",
     "kvplan.io.nvidia_smi.join_nvidia_smi",
