@@ -13,14 +13,14 @@ from kvplan.budget import Budget
 from kvplan.capacity import blocks_per_sequence
 from kvplan.kvspec import KVSpec
 from kvplan.ledger import is_known
-from kvplan.plan.inputs import Plan
+from kvplan.plan.inputs import AdmissionPlan
 from kvplan.units import format_size
 
 
-def planned_lengths(max_model_len: int | None, plan: Plan | None) -> list[int]:
+def planned_lengths(max_model_len: int | None, plan: AdmissionPlan | None) -> list[int]:
     """Sequence lengths of the capacity table: the plan's length and ``max_model_len``, ascending.
 
-    >>> planned_lengths(32768, Plan(6, 8192))
+    >>> planned_lengths(32768, AdmissionPlan(6, 8192))
     [8192, 32768]
     """
     lengths = {plan.seq_len} if plan else set()
@@ -29,7 +29,9 @@ def planned_lengths(max_model_len: int | None, plan: Plan | None) -> list[int]:
     return sorted(lengths)
 
 
-def admission_plan(plan: Plan, key: Mapping[str, object], spec: KVSpec | None, budget: Budget) -> dict:
+def admission_plan(
+    plan: AdmissionPlan, key: Mapping[str, object], spec: KVSpec | None, budget: Budget
+) -> dict:
     """The plan in blocks, logged-size tokens and (with a model) bytes against the uniform budget.
 
     ``blocks_required = C × blocks per request of L`` (``ceil(L / block_size)`` for full attention);

@@ -31,7 +31,7 @@ from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, opt
 from kvplan.ledger import compatibility_key, is_known, logged_launch_settings, room_per_rank
 from kvplan.ledger_budget import budget_from_rooms, check_dropped_ranks, refuse_failed_boots
 from kvplan.plan.admission import admission_plan, planned_lengths
-from kvplan.plan.inputs import LoadPolicy, ModelLayout, Plan, Policy
+from kvplan.plan.inputs import AdmissionPlan, LoadPolicy, ModelLayout, Policy
 from kvplan.plan.load_evidence import load_section, profiled_tokens, read_named_load
 from kvplan.plan.reading import Evidence, read_evidence
 from kvplan.plan.record import Decision
@@ -141,7 +141,7 @@ def decide(
     logs: Evidence | str | os.PathLike | Sequence[str | os.PathLike | tuple[str | os.PathLike, str]],
     policy: Policy,
     layout: ModelLayout | None = None,
-    plan: Plan | None = None,
+    plan: AdmissionPlan | None = None,
     loads: Sequence[tuple[Path, str]] = (),
     load_policy: LoadPolicy | None = None,
     snapshots: Sequence[str | os.PathLike | tuple[str | os.PathLike, str]] = (),
