@@ -81,17 +81,15 @@ def markdown_text(value: object) -> str:
     return shown_controls(_MARKUP.sub(r"\\\1", str(value)))
 
 
-def markdown_code(value: object, in_table: bool = False) -> str:
+def markdown_code(value: object) -> str:
     r"""``value`` as a Markdown code span: fenced by more backticks than it holds in a row (CommonMark),
-    control characters shown as escapes; in a table cell a ``|`` is written ``\|`` (GFM reads it as the
-    character, also inside a code span).
+    control characters shown as escapes. Not for a table cell: renderers split a row on the pipe of
+    ``\|`` inside a code span differently (a cell takes :func:`markdown_text`).
 
-    >>> markdown_code("inputs/boot.log"), markdown_code("a`b"), markdown_code("a|b", in_table=True)
-    ('`inputs/boot.log`', '``a`b``', '`a\\|b`')
+    >>> markdown_code("inputs/boot.log"), markdown_code("a`b")
+    ('`inputs/boot.log`', '``a`b``')
     """
     text = shown_controls(str(value))
-    if in_table:
-        text = text.replace("|", "\\|")
     runs = [len(run) for run in re.findall("`+", text)]
     fence = "`" * (max(runs, default=0) + 1)
     pad = " " if text.startswith("`") or text.endswith("`") else ""

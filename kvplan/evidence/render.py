@@ -59,8 +59,12 @@ class _Markdown:
     def text(self, value: object) -> str:
         return markdown_text(value) if self.escaped else str(value)
 
-    def code(self, value: object, in_table: bool = False) -> str:
-        return markdown_code(value, in_table) if self.escaped else f"`{value}`"
+    def code(self, value: object) -> str:
+        return markdown_code(value) if self.escaped else f"`{value}`"
+
+    def cell(self, value: object) -> str:
+        """A file name in a table cell: escaped text (a code span cannot hold a table's ``\\|``)."""
+        return markdown_text(value) if self.escaped else f"`{value}`"
 
 
 def escaped_text(record: Mapping) -> bool:
@@ -162,7 +166,7 @@ def summary_markdown(record: Mapping, name: str) -> str:
     ]
     lines += ["", "## Inputs", "", "| file | SHA-256 |", "|---|---|"]
     lines += [
-        f"| {md.code(entry['bundle_path'], True)} (was {md.code(entry['path'], True)}) | `{entry['sha256']}` |"
+        f"| {md.cell(entry['bundle_path'])} (was {md.cell(entry['path'])}) | `{entry['sha256']}` |"
         for entry in record["inputs"]
     ]
     if md.escaped:
