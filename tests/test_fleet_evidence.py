@@ -209,7 +209,8 @@ def test_host_without_room_for_one_block_is_excluded_by_name(tmp_path):  # issue
         == "rank 0: safe budget 1000 B is less than one block (640 KiB) (at the fleet's reserve)"
     )
     h100 = next(c for c in plan["classes"] if c["class"] == "NVIDIA H100 80GB HBM3 / 580.95.05 / vLLM 0.26.0")
-    # the class plans without it: gpu-00030 rank 3 (room 59,425,628,160) limits, 886,047,720 B → 1,352 blocks (886,046,720 B)
+    # the class plans without it: gpu-00030 rank 3 (room 59,425,628,160) limits, 886,047,720 B → 1,352
+    # blocks (886,046,720 B)
     assert (h100["limiting_host"], h100["limiting_rank"]) == ("gpu-00030", 3)
     assert h100["uniform_budget_bytes"] == (59_425_628_160 - reserve) // BLOCK * BLOCK == 1_352 * BLOCK
 
