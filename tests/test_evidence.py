@@ -181,6 +181,20 @@ class TestVerify:
         assert main(["verify", str(copy_of_bundle)]) == 1
         assert "CHANGED" in capsys.readouterr().out
 
+    def test_verdict_is_one_word_and_a_changed_bundle_is_never_called_sealed(
+        self, bundle, copy_of_bundle, capsys
+    ):
+        # issue 27: "CHANGED" then "created …: sealed" read as two verdicts on one bundle
+        assert main(["verify", str(bundle)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == f"{bundle}: OK, every hash and the recomputed decision agree"
+        assert lines[1].endswith(": sealed") and lines[2].startswith("  digest: sha256:")
+        (copy_of_bundle / "SUMMARY.md").write_text("edited\n")
+        assert main(["verify", str(copy_of_bundle)]) == 1
+        out = capsys.readouterr().out
+        assert out.startswith(f"{copy_of_bundle}: CHANGED, ")
+        assert "sealed" not in out and ": not verified (the bundle changed)" in out
+
     def test_consistently_tampered_policy_is_caught_by_the_digest(self, copy_of_bundle):
         # a smaller reserve and the decision it implies: recomputation agrees, the inputs digest does not
         path = copy_of_bundle / "budget.json"
