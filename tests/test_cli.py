@@ -561,7 +561,19 @@ def test_ledger_wide_shows_every_column_with_a_value(capsys):
     boot = str(DATA_DIR / "boots" / "four-rank" / "boot.log")
     assert main(["ledger", boot]) == 0
     header = capsys.readouterr().out.splitlines()[0].split()
-    assert header == ["file", "boot", "rank", "outcome", "free", "at", "start", "weights", "room", "room", "from"]
+    assert header == [
+        "file",
+        "boot",
+        "rank",
+        "outcome",
+        "free",
+        "at",
+        "start",
+        "weights",
+        "room",
+        "room",
+        "from",
+    ]
     assert main(["ledger", boot, "--wide"]) == 0
     lines = capsys.readouterr().out.splitlines()
     rows = run_json(capsys, "ledger", boot)["rows"]

@@ -104,7 +104,7 @@ class ParameterError(ValueError):
         return [f"error: {self}"]
 
 
-def parameter_path(value: str | Path, name: str, root: Path = PROJECT_DIR) -> Path:
+def parameter_path(value: str | os.PathLike, name: str, root: Path = PROJECT_DIR) -> Path:
     """A path from a notebook's parameters: as given when it exists (or a glob matches), else from ``root``.
 
     Notebooks run in ``notebooks/`` (JupyterLab, nbconvert, ``make lab``) while the README's paths are
@@ -230,11 +230,11 @@ def read_launch(
     files = parameter_files(logs, name)
     ledger, metadata = read_vllm_logs(files)
     if nvidia_smi is None:
-        nvidia_smi = launch_snapshots(files)
-    elif nvidia_smi:
-        nvidia_smi = parameter_files(nvidia_smi, "NVIDIA_SMI", patterns=NVIDIA_SMI_NAMES)
-    if nvidia_smi:
-        joined, _, joined_metadata = join_snapshots(ledger, nvidia_smi, warn=False)  # warnings listed below
+        snapshots = launch_snapshots(files)
+    else:
+        snapshots = parameter_files(nvidia_smi, "NVIDIA_SMI", NVIDIA_SMI_NAMES) if nvidia_smi else []
+    if snapshots:
+        joined, _, joined_metadata = join_snapshots(ledger, snapshots, warn=False)  # warnings listed below
         metadata = metadata.with_warnings(joined_metadata.warnings)
         ledger = joined
     return ledger, metadata
