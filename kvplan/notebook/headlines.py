@@ -192,10 +192,10 @@ def launch_headline(ledger: pd.DataFrame) -> dict[str, str]:
     >>> from kvplan.config import DATA_DIR
     >>> from kvplan.room import read_vllm_logs
     >>> print(format_headline(launch_headline(read_vllm_logs(DATA_DIR / "boots" / "four-rank")[0])))
-    model         meta-llama/Llama-3.1-70B-Instruct
-    layout        TP 4 × PP 1 (4 ranks)
-    vLLM          0.26.0
-    boots         1 in 1 file
+    model   meta-llama/Llama-3.1-70B-Instruct
+    layout  TP 4 × PP 1 (4 ranks)
+    vLLM    0.26.0
+    boots   1 in 1 file
     """
     key = compatibility_key(ledger)
     files, boots = ledger["source"].nunique(), ledger.groupby(["source", "boot"]).ngroups

@@ -187,7 +187,8 @@ def parameter_model(value: str | os.PathLike, root: Path = PROJECT_DIR) -> str |
 
     >>> parameter_model("llama-3.1-70b")
     'llama-3.1-70b'
-    >>> parameter_model("kvplan/models/qwen3-8b.json") == PROJECT_DIR / "kvplan/models/qwen3-8b.json"
+    >>> from kvplan.config import PACKAGE_DIR
+    >>> parameter_model("models/qwen3-8b.json", root=PACKAGE_DIR) == PACKAGE_DIR / "models/qwen3-8b.json"
     True
     """
     path = Path(value)
