@@ -2,6 +2,7 @@
 reads them through one library function (:func:`kvplan.notebook.parameter_files`). Issue 27."""
 
 import json
+import os
 import re
 import shutil
 from pathlib import Path
@@ -130,8 +131,13 @@ READERS = {
 }
 
 
-def test_papermill_strings_work_on_every_notebook_that_reads_logs(mylaunch):
+def test_papermill_strings_work_on_every_notebook_that_reads_logs(mylaunch, monkeypatch):
     from nbclient import NotebookClient
+
+    # the kernel imports the kvplan under test, wherever it runs from
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join(filter(None, [str(PROJECT_DIR), os.environ.get("PYTHONPATH")]))
+    )
 
     assert set(READERS) == {path.stem for path in NOTEBOOKS.glob("0[1-6]*.ipynb")}
     for stem, (values, last) in READERS.items():
@@ -148,3 +154,14 @@ def test_papermill_strings_work_on_every_notebook_that_reads_logs(mylaunch):
         ).execute()
         errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
         assert not errors, (stem, errors)
+
+
+@pytest.mark.parametrize("notebook", sorted(NOTEBOOKS.glob("*.ipynb")), ids=lambda path: path.stem)
+def test_notebook_prose_states_no_sizes_or_counts_of_the_sample(notebook):
+    # the launch's numbers are printed from the data (kvplan.notebook.headlines); prose that stated the
+    # sample's (02's "rank 2's 12 GiB", 06's "157,280 tokens") was wrong on anyone else's launch
+    prose = "\n".join(
+        c.source for c in nbformat.read(notebook, as_version=4).cells if c.cell_type == "markdown"
+    )
+    assert not re.findall(r"\b\d+(?:\.\d+)? GiB\b", prose)
+    assert not re.findall(r"\b\d{1,3}(?:,\d{3})+\b", prose)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import PurePath
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -151,7 +152,7 @@ def weak_rank_verdict(budget: Budget, loss_threshold: float = 0.10) -> str:
     """
     loss = budget.weak_rank_loss_fraction
     rank, weakest = budget.limiting_rank, format_budget(budget.min_safe_bytes)
-    median = format_budget(budget.median_safe_bytes)
+    median = format_size(budget.median_safe_bytes)
     if loss >= loss_threshold:
         return (
             f"Fix the weak rank: rank {rank} ({weakest}) removes {loss:.1%} of the median rank's "
@@ -227,3 +228,36 @@ def moved_hosts_text(move: Mapping[str, object], hosts: Sequence[str]) -> str:
         )
     text = f"MOVE moves {', '.join(known)}"
     return text + (f"; names no host of this fleet: {', '.join(unknown)}" if unknown else "")
+
+
+def run_headline(summary: Mapping) -> str:
+    """One load-test run in a sentence, from its :func:`kvplan.load.load_summary`: the peak KV cache usage
+    (of which capacity, in which file and line), the most requests running and waiting, preemptions and OOMs.
+
+    >>> print(run_headline({"peak_kv_cache_usage_pct": 70.1, "kv_cache_tokens": 157_280,
+    ...     "peak_kv_cache_tokens": 110_253, "peak_at": {"source": "/runs/a/server.log", "line": 40},
+    ...     "max_running": 32, "max_waiting": 3, "preemptions": 0, "oom_events": 0}))
+    peak KV cache usage 70.1% of 157,280 tokens (110,253 tokens, server.log:40); up to 32 requests running and 3 waiting; 0 preemptions, 0 OOM
+    """
+    peak, capacity = summary.get("peak_kv_cache_usage_pct"), summary.get("kv_cache_tokens")
+    if peak is None:
+        usage = "no KV cache usage in the files"
+    else:
+        where = summary.get("peak_at") or {}
+        place = f", {PurePath(where['source']).name}:{where['line']}" if where.get("source") else ""
+        of = (
+            f" of {capacity:,} tokens ({summary['peak_kv_cache_tokens']:,} tokens{place})"
+            if capacity
+            else place
+        )
+        usage = f"peak KV cache usage {peak:.1f}%{of}"
+    preemptions = summary.get("preemptions")
+    counted = (
+        "unknown preemptions"
+        if preemptions is None
+        else f"{preemptions:,} preemption{'s' * (preemptions != 1)}"
+    )
+    return (
+        f"{usage}; up to {summary.get('max_running')} requests running and {summary.get('max_waiting')} waiting; "
+        f"{counted}, {summary.get('oom_events', 0)} OOM"
+    )
