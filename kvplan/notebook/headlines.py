@@ -191,8 +191,8 @@ def launch_headline(ledger: pd.DataFrame) -> dict[str, str]:
     """What launch the logs show: model, layout, vLLM release, GPUs, boots and files, as text.
 
     >>> from kvplan.config import DATA_DIR
-    >>> from kvplan.room import read_vllm_logs
-    >>> print(format_headline(launch_headline(read_vllm_logs(DATA_DIR / "boots" / "four-rank")[0])))
+    >>> from kvplan.room import read_vllm_logs_rooms
+    >>> print(format_headline(launch_headline(read_vllm_logs_rooms(DATA_DIR / "boots" / "four-rank")[0])))
     model   meta-llama/Llama-3.1-70B-Instruct
     layout  TP 4 × PP 1 (4 ranks)
     vLLM    0.26.0

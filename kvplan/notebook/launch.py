@@ -18,7 +18,7 @@ from kvplan.io import ReadMetadata
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import compatibility_key
 from kvplan.plan import Evidence, ModelLayout, Policy, decide, launch_layout_spec
-from kvplan.room import read_vllm_logs
+from kvplan.room import read_vllm_logs_rooms
 
 if TYPE_CHECKING:
     from kvplan.kvspec import KVSpec
@@ -229,7 +229,7 @@ def read_launch(
     matched to GPUs by pid, else GPU index = rank (:func:`kvplan.io.nvidia_smi.gpu_index_by_rank`).
     """
     files = parameter_files(logs, name)
-    ledger, metadata = read_vllm_logs(files)
+    ledger, metadata = read_vllm_logs_rooms(files)
     if nvidia_smi is None:
         snapshots = launch_snapshots(files)
     else:

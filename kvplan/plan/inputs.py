@@ -26,7 +26,7 @@ class Policy:
 
 
 @dataclass(frozen=True)
-class Plan:
+class AdmissionPlan:
     """The admission plan: ``target_concurrency`` full sequences of ``seq_len`` tokens at once."""
 
     target_concurrency: int
