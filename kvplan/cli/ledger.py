@@ -127,14 +127,14 @@ def run_ledger(args: argparse.Namespace) -> int:
     if args.csv:
         ledger.to_csv(sys.stdout, index=False)
         return EXIT_OK
-    print(ledger_table(ledger, wide=args.wide))
+    print(ledger_text(ledger, wide=args.wide))
     if rooms is not None:
         print()
-        print(rooms_table(rooms, wide=args.wide))
+        print(rooms_text(rooms, wide=args.wide))
     return EXIT_OK
 
 
-def ledger_table(ledger, wide: bool = False) -> str:
+def ledger_text(ledger, wide: bool = False) -> str:
     """The readable ledger: :data:`LEDGER_TABLE` with short file names, or (``wide``) every column with a
     value under its glossary name."""
     records = ledger.to_dict(orient="records")
@@ -153,7 +153,7 @@ def ledger_table(ledger, wide: bool = False) -> str:
     return format_table(rows, list(columns.values()))
 
 
-def rooms_table(rooms: list[dict], wide: bool = False) -> str:
+def rooms_text(rooms: list[dict], wide: bool = False) -> str:
     """The ``--rooms`` table: :data:`ROOMS_TABLE`'s headers (``wide``: glossary names, whole paths)."""
     columns = {column: column for column in ROOMS_TABLE} if wide else ROOMS_TABLE
     names = {room["source"]: room["source"] for room in rooms}
