@@ -24,7 +24,7 @@ from kvplan.io.model_config import resolve_model_config
 from kvplan.kvspec import KVSpec
 from kvplan.notes import Note, aggregate_notes
 from kvplan.plan import AdmissionPlan, ModelLayout, layout_spec
-from kvplan.plan.admission import admission_plan, planned_lengths
+from kvplan.plan.inputs import admission_plan, planned_lengths
 from kvplan.units import format_size
 
 #: A class needs at least this many clean hosts to be approved (policy; default).

@@ -10,6 +10,7 @@ import pandas as pd
 
 from kvplan.budget import Budget, kv_cache_flag, round_down_to_blocks
 from kvplan.drift import Drift
+from kvplan.escape import markdown_text
 from kvplan.ledger import compatibility_key
 from kvplan.units import format_budget, format_size
 
@@ -118,13 +119,14 @@ def drift_headline(drift: Drift) -> dict[str, str]:
 
 
 def warnings_markdown(warnings: Sequence[str], none: str = "No warnings.") -> str:
-    """The reader's warnings as a Markdown bullet list, or ``none`` when there are none.
+    """The reader's warnings as a Markdown bullet list (each escaped: it names files and quotes logs),
+    or ``none`` when there are none.
 
     >>> print(warnings_markdown(["a.log:3: rank 1 shows no room", "b.log: no model name"]))
     - a.log:3: rank 1 shows no room
     - b.log: no model name
     """
-    return "\n".join(f"- {warning}" for warning in warnings) or none
+    return "\n".join(f"- {markdown_text(warning)}" for warning in warnings) or none
 
 
 def format_headline(lines: Mapping[str, str]) -> str:

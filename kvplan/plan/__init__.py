@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvplan.lazy import lazy_names
+from kvplan import lazy_names
 from kvplan.plan.inputs import AdmissionPlan, LoadPolicy, ModelLayout, Policy
 from kvplan.plan.record import Decision
 from kvplan.plan.rooms import GIVEN, decide_rooms
