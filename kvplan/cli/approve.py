@@ -205,7 +205,9 @@ def run_verify(args: argparse.Namespace) -> int:
         return EXIT_FAIL if differences else EXIT_OK
     shown = terminal_text(args.bundle)
     if differences:
-        print(f"{shown}: {verified.verdict}, {len(differences)} difference{'s' if len(differences) > 1 else ''}:")
+        print(
+            f"{shown}: {verified.verdict}, {len(differences)} difference{'s' if len(differences) > 1 else ''}:"
+        )
         for difference in differences:
             print(f"  - {terminal_text(difference)}")
     else:
