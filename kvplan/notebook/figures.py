@@ -184,6 +184,24 @@ def _lengths(outcome: Outcome, axes: Axes) -> tuple[float, float, float, float] 
     return (float(outcome.curve["seq_len"].min()) / 1.5, length * 1.08, *axes.concurrency[2:])
 
 
+def _concurrency_step(outcome: Outcome, axes: Axes, baseline: Outcome | None) -> ChartStep:
+    """The concurrency chart of a panel: drawn from the uniform value, block size, length, target and axes."""
+    limits = _lengths(outcome, axes)
+    scenario = outcome.scenario
+    return ChartStep(
+        "concurrency",
+        (
+            outcome.budget.uniform_budget_bytes,
+            scenario.effective_block_size,
+            scenario.max_model_len,
+            scenario.target_concurrency,
+            limits,
+            baseline is None,
+        ),
+        lambda: concurrency_figure(outcome, limits=limits, previous=baseline),
+    )
+
+
 def panel_charts(
     outcome: Outcome,
     ledger: pd.DataFrame | None = None,
@@ -236,21 +254,7 @@ def panel_charts(
         )
     )
     if outcome.curve is not None:
-        limits = _lengths(outcome, axes)
-        steps.append(
-            ChartStep(
-                "concurrency",
-                (
-                    budget.uniform_budget_bytes,
-                    scenario.effective_block_size,
-                    scenario.max_model_len,
-                    scenario.target_concurrency,
-                    limits,
-                    baseline is None,
-                ),
-                lambda: concurrency_figure(outcome, limits=limits, previous=baseline),
-            )
-        )
+        steps.append(_concurrency_step(outcome, axes, baseline))
     if outcome.drift is not None:
         drift = outcome.drift
         steps.append(ChartStep("drift", (drift, top), lambda: charts.drift_chart(drift, top_gib=top)))

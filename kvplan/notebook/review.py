@@ -111,9 +111,9 @@ def voila_command(folder: Path, port: int = DEFAULT_PORT) -> list[str]:
     ]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def serve(argv: Sequence[str] | None = None) -> int:
     """``python -m kvplan.notebook.review OUT BUNDLE NOTEBOOK... [--port N]``: serve until stopped."""
-    parser = argparse.ArgumentParser(prog="python -m kvplan.notebook.review", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kvplan.notebook.review", description=serve.__doc__)
     parser.add_argument("out", type=Path, help="folder the served pages are written to")
     parser.add_argument("bundle", type=Path, help="the evidence bundle whose decision comes first")
     parser.add_argument("notebooks", type=Path, nargs="+", help="notebooks to serve, in order")
@@ -128,4 +128,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(serve())
