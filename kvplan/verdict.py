@@ -65,6 +65,19 @@ def verdict_word(passed: bool | None) -> str:
     return {True: "PASS", False: "FAIL", None: "CANNOT JUDGE"}[passed]
 
 
+def format_check(check: Check) -> str:
+    """One check as ``kvplan gate`` and ``approve`` print it: its verdict word and name, then each
+    ``; ``-separated part of its evidence on an indented line (one line per rank).
+
+    >>> print(format_check(Check("every rank present", False, "missing rank 3; rank 2: ok")))
+    FAIL  every rank present
+          missing rank 3
+          rank 2: ok
+    """
+    head = f"{verdict_word(check.passed) if check.applicable else NOT_APPLICABLE}  {check.name}"
+    return "\n".join([head, *(f"      {part}" for part in check.detail.split("; ") if part)])
+
+
 def format_checks(checks: Sequence[Check]) -> str:
     """The text ``kvplan gate`` prints: each check with its verdict, its evidence parts, then the verdict.
 
@@ -85,10 +98,7 @@ def format_checks(checks: Sequence[Check]) -> str:
           no plan
     gate: CANNOT JUDGE (1 of 2 checks lack evidence; 1 not applicable)
     """
-    lines = []
-    for check in checks:
-        lines.append(f"{verdict_word(check.passed) if check.applicable else NOT_APPLICABLE}  {check.name}")
-        lines += [f"      {part}" for part in check.detail.split("; ") if part]
+    lines = [format_check(check) for check in checks]
     judged = [check for check in checks if check.applicable]
     verdict = gate_verdict(checks)
     counts = {

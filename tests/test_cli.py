@@ -38,7 +38,10 @@ def test_budget_four_rank_example(capsys):
         "stranded_bytes": 0,
         "room_source": "given",
     }
-    assert data["warnings"] == []
+    # issue 24: rooms by hand show no free memory, so only the byte flag, and a warning says what to measure
+    assert data["launch_flags"] == ["--kv-cache-memory-bytes=12884901888"]
+    assert data["gpu_memory_utilization"] is None
+    assert len(data["warnings"]) == 1 and "memory.free,memory.total" in data["warnings"][0]
 
 
 def test_budget_weak_rank_removes_a_third(capsys):

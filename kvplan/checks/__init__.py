@@ -1,8 +1,10 @@
 """Checks: pure functions of evidence that return :class:`kvplan.verdict.Check`.
 
 :mod:`~kvplan.checks.key` (the compatibility key, with vLLM's defaults as not shown),
-:mod:`~kvplan.checks.boot` (every rank present, no OOM or error) and :mod:`~kvplan.checks.gate` (a canary
-against an approval: :class:`Approved`, the budget, reserve and token checks, :func:`gate_checks`). The
+:mod:`~kvplan.checks.boot` (every rank present, no OOM or error), :mod:`~kvplan.checks.launch` (vLLM's
+own start-up refusals of a launch, per release, and the launch flags that pass them) and
+:mod:`~kvplan.checks.gate` (a canary against an approval: :class:`Approved`, the budget, reserve and
+token checks, :func:`gate_checks`). The
 load checks are :mod:`kvplan.load.checks`'s, the model cross-check :func:`kvplan.plan.model_check`.
 
 >>> from kvplan.checks import check_ranks_present
@@ -31,25 +33,53 @@ from kvplan.checks.key import (
     defaulted_key_fields,
     read_defaulted_key_fields,
 )
+from kvplan.checks.launch import (
+    FOOTPRINT_CHECK,
+    LAUNCH_CHECKS,
+    REQUEST_CHECK,
+    UTILIZATION_CHECK,
+    LaunchFlags,
+    check_footprint,
+    check_full_request,
+    check_startup_memory,
+    largest_length,
+    largest_utilization,
+    launch_flags,
+    passes_startup_check,
+    request_bytes,
+)
 
 __all__ = [
     "BUDGET_CHECK",
     "DEFAULT_PROVENANCE",
+    "FOOTPRINT_CHECK",
     "KEY_CHECK",
+    "LAUNCH_CHECKS",
     "MANUAL_BOOT_IGNORES",
     "NONE_WHEN_CONFIG_SHOWN",
     "OUTCOME_CHECK",
     "RANKS_CHECK",
+    "REQUEST_CHECK",
     "RESERVE_CHECK",
     "TOKENS_CHECK",
+    "UTILIZATION_CHECK",
     "Approved",
+    "LaunchFlags",
     "check_budget_fits",
     "check_compatibility_key",
+    "check_footprint",
+    "check_full_request",
     "check_outcomes",
     "check_ranks_present",
     "check_reserve_after_warmup",
+    "check_startup_memory",
     "check_tokens",
     "defaulted_key_fields",
     "gate_checks",
+    "largest_length",
+    "largest_utilization",
+    "launch_flags",
+    "passes_startup_check",
     "read_defaulted_key_fields",
+    "request_bytes",
 ]

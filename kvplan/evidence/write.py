@@ -32,6 +32,7 @@ from kvplan.evidence.record import (
     SEAL_KEY,
     ApprovalError,
     BundleExistsError,
+    CheckFailedError,
     build_record,
     bundle_name,
     input_names,
@@ -151,6 +152,8 @@ def approve_bundle(
         except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
             users = dict(zip(names, map(str, sources)))
             users.update({str(staging / name): source for name, source in users.items()})
+            if isinstance(exc, CheckFailedError):
+                raise CheckFailedError(renamed(str(exc), users), exc.checks) from exc
             raise ApprovalError(renamed(str(exc), users)) from exc
         record = build_record(
             decision,
@@ -267,7 +270,8 @@ def _copy_inputs(
 def _refuse_failed_checks(decision: Decision) -> None:
     failed = [check for check in decision.checks if check.passed is False]
     if failed:
-        raise ApprovalError("not approved: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+        text = "not approved: " + "; ".join(f"{c.name}: {c.detail}" for c in failed)
+        raise CheckFailedError(text, failed)
 
 
 def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str) -> dict[str, str]:
