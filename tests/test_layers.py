@@ -35,7 +35,6 @@ FLOORS = {
     "kvplan.kvspec": 2,
     "kvplan.load": 2,
     "kvplan.checks": 2,
-    "kvplan.gate": 2,
     "kvplan.charts": 3,
     "kvplan.load_charts": 3,
     "kvplan.plan": 4,

@@ -1,6 +1,6 @@
 """``kvplan gate``: a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge).
 
-The checks are :func:`kvplan.gate.gate_checks`' and :func:`kvplan.plan.gate_load`'s, the verdict
+The checks are :func:`kvplan.checks.gate_checks`' and :func:`kvplan.plan.gate_load`'s, the verdict
 :func:`kvplan.verdict.gate_verdict`'s; this module parses, calls them and formats the answer.
 """
 
@@ -55,8 +55,8 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
 
 def run_gate(args: argparse.Namespace) -> int:
     """Print each gate check with its evidence; the exit status is the verdict."""
-    from kvplan import evidence, gate, plan
-    from kvplan.checks import read_defaulted_key_fields
+    from kvplan import evidence, plan
+    from kvplan.checks import gate_checks, read_defaulted_key_fields
     from kvplan.io.nvidia_smi import join_snapshots
     from kvplan.ledger import compatibility_key
     from kvplan.room import read_vllm_logs
@@ -79,7 +79,7 @@ def run_gate(args: argparse.Namespace) -> int:
     if args.nvidia_smi:
         with reader_warnings_into(warnings):
             ledger, free_after_warmup, _ = join_snapshots(ledger, args.nvidia_smi)
-    checks = gate.gate_checks(
+    checks = gate_checks(
         approved,
         ledger,
         compatibility_key(ledger, metadata.lines),

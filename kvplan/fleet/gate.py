@@ -1,7 +1,7 @@
 """The fleet gate: each canary host against its class's approved bundle, and the stop decision.
 
 A host is judged against the bundle whose class lists it (:func:`kvplan.fleet.bundles.bundle_hosts`), with
-:func:`kvplan.gate.gate_checks` on its own ledger and snapshots, as ``kvplan gate`` judges one launch. A host
+:func:`kvplan.checks.gate_checks` on its own ledger and snapshots, as ``kvplan gate`` judges one launch. A host
 in no bundle's list, or whose logs cannot be read as one launch, cannot be judged. The rollout **stops**
 when any host fails (a rank's adjusted budget below the approved value, i.e. below the free-memory
 floor, or tokens below the admission plan); it cannot go on while a host cannot be judged.
@@ -13,12 +13,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvplan.checks import Approved, gate_checks
 from kvplan.evidence import verified_approval
 from kvplan.fleet.bundles import bundle_hosts
 from kvplan.fleet.engine import Progress, map_hosts
 from kvplan.fleet.inputs import FleetInputError, HostFiles, is_snapshot, list_fleet
 from kvplan.fleet.read import join_host_snapshots, read_logs
-from kvplan.gate import Approved, gate_checks
 from kvplan.ledger import compatibility_key
 from kvplan.notes import Note
 from kvplan.verdict import gate_verdict

@@ -24,7 +24,7 @@ from typing import Any
 import pandas as pd
 
 from kvplan.budget import Budget
-from kvplan.gate import check_outcomes, check_ranks_present
+from kvplan.checks import check_outcomes, check_ranks_present
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
 from kvplan.ledger import compatibility_key, is_known, launch_settings, room_per_rank

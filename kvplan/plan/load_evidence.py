@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
-from kvplan.gate import Approved
+from kvplan.checks import Approved
 from kvplan.io.vllm_stats import read_load_evidence
 from kvplan.load import LoadFormatError, LoadReading, load_checks, load_summary
 from kvplan.plan.inputs import LoadPolicy
