@@ -2,9 +2,10 @@
 evidence the decision used.
 
 Per rank: the total memory (the largest any boot shows), ``F_ref`` (the start-up free memory the decision
-used, :func:`kvplan.plan.reference.reference_free_bytes`) and the non-KV footprint (weights + activation
-peak + non-torch + CUDA graphs of the rank's costliest boot; where a part is not shown, ``F_ref − room``,
-which is never below it).
+used, :func:`kvplan.plan.reference.reference_free_bytes`) and the non-KV footprint of the boot that set the
+room: ``F_ref − room`` where the room is vLLM's suggestion (``free − non-KV − 150 MiB``, vLLM's own
+arithmetic), else weights + activation peak + non-torch + CUDA graphs of that boot's row where all are shown
+(a room from the available-KV figure can exceed ``F − non-KV`` on a shared GPU), else ``F_ref − room``.
 
 >>> from kvplan.config import DATA_DIR
 >>> from kvplan.plan import ModelLayout, Policy, decide
@@ -38,6 +39,8 @@ NON_KV_PARTS = ("weights_bytes", "activation_peak_bytes", "non_torch_bytes", "cu
 
 def launch_section(
     ledger: pd.DataFrame,
+    rooms: pd.DataFrame,
+    room_sources: Sequence[str | None],
     budget: Budget,
     ref_free: Sequence[int | None],
     spec: KVSpec | None,
@@ -47,9 +50,9 @@ def launch_section(
     """The launch flags of ``budget`` and the checks of vLLM's start-up refusals (a), (b), (c)."""
     totals = _per_rank_max(ledger, ["total_bytes"], budget.ranks)
     non_kv = [
-        parts if parts is not None else (None if free is None else free - room)
-        for parts, free, room in zip(
-            _per_rank_max(ledger, list(NON_KV_PARTS), budget.ranks), ref_free, budget.room_bytes
+        None if free is None else free - room if source == "suggestion" or parts is None else parts
+        for parts, free, room, source in zip(
+            _room_boot_parts(ledger, rooms), ref_free, budget.room_bytes, room_sources
         )
     ]
     logged = _logged_utilization(ledger)
@@ -77,6 +80,23 @@ def _per_rank_max(ledger: pd.DataFrame, columns: list[str], ranks: Sequence[int]
     rows = ledger[["rank", *columns]].dropna()
     sums = rows[columns].astype("int64").sum(axis=1).groupby(rows["rank"]).max()
     return [int(sums[rank]) if rank in sums.index else None for rank in ranks]
+
+
+def _room_boot_parts(ledger: pd.DataFrame, rooms: pd.DataFrame) -> list[int | None]:
+    """Per rank of ``rooms``, the non-KV parts of the boot that set its room (its source and boot), summed.
+
+    >>> ledger = pd.DataFrame({"source": ["a", "b"], "boot": [0, 0], "rank": [0, 0], "weights_bytes": [5, 9],
+    ...                        "activation_peak_bytes": [1, 1], "non_torch_bytes": [1, 1], "cuda_graph_bytes": [1, 1]})
+    >>> _room_boot_parts(ledger, pd.DataFrame({"source": ["a"], "boot": [0]}, index=[0]))
+    [8]
+    """
+    out: list[int | None] = []
+    for rank, room in rooms.iterrows():
+        rows = ledger[
+            (ledger["rank"] == rank) & (ledger["source"] == room["source"]) & (ledger["boot"] == room["boot"])
+        ]
+        out.append(_per_rank_max(rows, list(NON_KV_PARTS), [rank])[0])
+    return out
 
 
 def _logged_utilization(ledger: pd.DataFrame) -> float | None:
