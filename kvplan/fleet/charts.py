@@ -9,9 +9,7 @@ from collections.abc import Mapping
 
 from matplotlib.figure import Figure
 
-from kvplan.units import format_size
-
-GiB = 2**30
+from kvplan.units import GiB, format_size
 
 
 def classes_chart(plan: Mapping) -> Figure:

@@ -9,6 +9,7 @@ outcome, PNG and alt text), :mod:`~kvplan.notebook.panel` (the ipywidgets panel)
 re-exported so a notebook imports from one place.
 """
 
+from kvplan.capacity import sequence_lengths
 from kvplan.notebook.figures import Chart, chart, concurrency_figure, figure_alt, figure_png, panel_charts
 from kvplan.notebook.headlines import (
     boot_budget_bytes,
@@ -46,7 +47,6 @@ from kvplan.notebook.whatif import (
     gib_to_bytes,
     ledger_after_add_back,
     longest_length_at,
-    sequence_lengths,
     spec_concurrency_curve,
     weak_rank_at_median,
 )

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import re
 
+import kvplan.io.vllm.handlers as h
 from kvplan.columns import FAILURE_PHASES
-from kvplan.io.vllm import handlers as h
 from kvplan.io.vllm.handlers import Family, family
 
 #: Traceback frames of the vLLM functions in :data:`FAILURE_PHASES` (``  File "…", line N, in NAME``).

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from itertools import chain
 
-from kvplan.io.vllm import handlers as h
+import kvplan.io.vllm.handlers as h
 from kvplan.io.vllm.failure_lines import FAILURE_FAMILIES, FAILURE_VALUE_FAMILIES
 from kvplan.io.vllm.handlers import Fact, Family, Reader, family, match_spans, reader_at, searcher
 from kvplan.io.vllm.memo import SHAPE_TEXT, remember
