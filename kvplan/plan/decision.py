@@ -211,9 +211,7 @@ def decide(
         checks = [check_ranks_present(budget.ranks, ledger), check_outcomes(ledger)]
         if spec is not None:
             checks.append(model_check(rows, spec))
-        flags, launch_checks = launch_section(
-            ledger, rooms, sources, budget, ref_free, spec, length, policy.guard_bytes
-        )
+        flags, launch_checks = launch_section(ledger, rooms, budget, spec, length, policy.guard_bytes)
         checks += launch_checks
         utilization, launch_warning = flags.gpu_memory_utilization, flags.warning
     override = override_check(spec, budget.uniform_budget_bytes) if spec is not None else None

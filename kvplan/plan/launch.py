@@ -31,6 +31,7 @@ from kvplan.checks.launch import (
 )
 from kvplan.kvspec import KVSpec
 from kvplan.ledger import is_known
+from kvplan.plan.reference import reference_free_bytes
 from kvplan.verdict import Check
 
 #: The ledger columns that add up to a rank's non-KV footprint.
@@ -40,14 +41,16 @@ NON_KV_PARTS = ("weights_bytes", "activation_peak_bytes", "non_torch_bytes", "cu
 def launch_section(
     ledger: pd.DataFrame,
     rooms: pd.DataFrame,
-    room_sources: Sequence[str | None],
     budget: Budget,
-    ref_free: Sequence[int | None],
     spec: KVSpec | None,
     max_model_len: int | None,
     guard_bytes: int,
 ) -> tuple[LaunchFlags, list[Check]]:
-    """The launch flags of ``budget`` and the checks of vLLM's start-up refusals (a), (b), (c)."""
+    """The launch flags of ``budget`` and the checks of vLLM's start-up refusals (a), (b), (c), on the ledger
+    and its rooms (:func:`kvplan.ledger.room_per_rank`) with ``F_ref`` by the one rule
+    (:func:`~kvplan.plan.reference.reference_free_bytes`)."""
+    ref_free = reference_free_bytes(ledger, rooms)
+    room_sources = [str(source) for source in rooms["room_source"]]
     totals = _per_rank_max(ledger, ["total_bytes"], budget.ranks)
     non_kv = [
         None if free is None else free - room if source == "suggestion" or parts is None else parts
