@@ -19,13 +19,18 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag, round_down_to_blocks
-from kvplan.checks.boot import check_outcomes, check_ranks_present, rank_list
-from kvplan.checks.key import check_compatibility_key
+from kvplan.checks.boot import OUTCOME_CHECK, RANKS_CHECK, check_outcomes, check_ranks_present, rank_list
+from kvplan.checks.key import KEY_CHECK, check_compatibility_key
+from kvplan.checks.launch import check_startup_memory
 from kvplan.drift import adjusted_budget_bytes, lowest_free_bytes
 from kvplan.units import format_size
 from kvplan.verdict import Check
 
 BUDGET_CHECK = "approved value fits every rank"
+VALUE_CHECK = "canary ran the approved value"
+#: The checks that say whether the canary is evidence of the approved launch at all (issue 24): another key,
+#: missing or extra ranks, or a log cut short make every other check unjudgeable (exit 2, no value offered).
+EVIDENCE_CHECKS = (KEY_CHECK, RANKS_CHECK, OUTCOME_CHECK)
 RESERVE_CHECK = "reserve present after warm-up"
 TOKENS_CHECK = "tokens cover the admission plan"
 
@@ -73,36 +78,17 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
     >>> GiB = 1 << 30
     >>> a = Approved(30 * GiB, (0,), (30 * GiB,), (42 * GiB,), GiB, 0, None, {})
     >>> frame = pd.DataFrame({"rank": [0], "init_free_bytes": [42 * GiB], "room_bytes": [30 * GiB]})
-    >>> check_budget_fits(a, frame, 0).detail.split("; ")[1]
-    "rank 0: the boot's own room 30 GiB − reserve 1 GiB − 0 B = 29 GiB < 30 GiB"
+    >>> check_budget_fits(a, frame, 0).detail.split("; ")[0]  # one line per rank, the lower estimate first
+    "rank 0: the boot's own room 30 GiB − reserve 1 GiB − 0 B = 29 GiB < 30 GiB (also 30 GiB − max(0, 42 GiB − 42 GiB) − 0 B = 30 GiB ≥ 30 GiB)"
     """
     boot_free = lowest_free_bytes(boot_ledger)
     room = _per_rank(boot_ledger, "room_bytes", "min")
     manual = _manual_values(boot_ledger)
     budget = approved.budget_bytes
-    drift_lines, room_lines, estimates = [], [], {}
-    reprofile = False
-    for rank, safe, ref in zip(approved.ranks, approved.safe_bytes, approved.ref_free_bytes):
-        if ref is not None and rank in boot_free:
-            adjusted = adjusted_budget_bytes(safe, int(ref), boot_free[rank], guard_bytes)
-            reprofile = reprofile or boot_free[rank] > int(ref)
-            estimates[rank] = adjusted
-            drift_lines.append(
-                f"rank {rank}: {format_size(safe)} − max(0, {format_size(int(ref))} − "
-                f"{format_size(boot_free[rank])}) − {format_size(guard_bytes)} = {format_size(adjusted)} "
-                f"{'≥' if adjusted >= budget else '<'} {format_size(budget)}"
-            )
-        if rank in room:
-            own = room[rank] - approved.reserve_bytes - guard_bytes
-            estimates[rank] = min(own, estimates.get(rank, own))
-            room_lines.append(
-                f"rank {rank}: the boot's own room {format_size(room[rank])} − reserve "
-                f"{format_size(approved.reserve_bytes)} − {format_size(guard_bytes)} = {format_size(own)} "
-                f"{'≥' if own >= budget else '<'} {format_size(budget)}"
-            )
+    lines, estimates, reprofile = _rank_estimates(approved, boot_free, room, guard_bytes)
     above = [
-        _above_text(rank, shown, most, budget)
-        for rank, (shown, most) in sorted(manual.items())
+        _above_text(rank, logged, most, budget)
+        for rank, (logged, most) in sorted(manual.items())
         if _blocks(most, approved.block_bytes) > _blocks(budget, approved.block_bytes)
     ]
     failed = bool(above) or any(value < budget for value in estimates.values())
@@ -120,7 +106,6 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
             if ranks
         ]
         return Check(BUDGET_CHECK, None, f"startup free memory not shown for {' and '.join(where)}")
-    lines = drift_lines + room_lines
     if reprofile:
         lines.append("some rank has more free memory than at approval: re-profile to raise the value")
     lines += above
@@ -132,6 +117,41 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
             limiting = next(rank for rank in approved.ranks if estimates.get(rank) == lowest)
             lines.append(_lower_value_text(lowest, limiting, approved.block_bytes))
     return Check(BUDGET_CHECK, not failed, "; ".join(lines))
+
+
+def _rank_estimates(
+    approved: Approved, boot_free: Mapping[int, int], room: Mapping[int, int], guard_bytes: int
+) -> tuple[list[str], dict[int, int], bool]:
+    """Per rank, one line: the lower of the drift rule and the boot's own room less the reserve first (the
+    estimate that counts), the other in parentheses; the estimates by rank; whether a rank gained free memory.
+    """
+    budget = approved.budget_bytes
+    lines, estimates = [], {}
+    reprofile = False
+    for rank, safe, ref in zip(approved.ranks, approved.safe_bytes, approved.ref_free_bytes):
+        shown = []  # (estimate, its text)
+        if ref is not None and rank in boot_free:
+            adjusted = adjusted_budget_bytes(safe, int(ref), boot_free[rank], guard_bytes)
+            reprofile = reprofile or boot_free[rank] > int(ref)
+            drift = f"{format_size(safe)} − max(0, {format_size(int(ref))} − {format_size(boot_free[rank])})"
+            shown.append((adjusted, f"{drift} − {format_size(guard_bytes)} = {_versus(adjusted, budget)}"))
+        if rank in room:
+            own = room[rank] - approved.reserve_bytes - guard_bytes
+            parts = f"{format_size(room[rank])} − reserve {format_size(approved.reserve_bytes)}"
+            shown.append(
+                (own, f"the boot's own room {parts} − {format_size(guard_bytes)} = {_versus(own, budget)}")
+            )
+        if shown:
+            shown.sort(key=lambda item: item[0])  # stable: the drift rule first on a tie
+            estimates[rank] = shown[0][0]
+            also = f" (also {shown[1][1]})" if len(shown) > 1 else ""
+            lines.append(f"rank {rank}: {shown[0][1]}{also}")
+    return lines, estimates, reprofile
+
+
+def _versus(value: int, budget: int) -> str:
+    """``28.25 GiB < 30 GiB``: a rank's estimate against the approved value."""
+    return f"{format_size(value)} {'≥' if value >= budget else '<'} {format_size(budget)}"
 
 
 def check_reserve_after_warmup(
@@ -227,7 +247,7 @@ def gate_checks(
     guard = approved.guard_bytes if guard_bytes is None else guard_bytes
     if guard < 0:
         raise ValueError(f"guard must not be negative, got {guard} bytes")
-    return [
+    checks = [
         check_compatibility_key(
             approved.compatibility_key,
             boot_key,
@@ -240,7 +260,100 @@ def gate_checks(
         check_budget_fits(approved, boot_ledger, guard),
         check_reserve_after_warmup(approved, boot_ledger, free_after_warmup_bytes),
         check_tokens(approved, boot_ledger),
+        check_canary_utilization(approved, boot_ledger, boot_key, guard),
+        check_canary_value(approved, boot_ledger),
     ]
+    return judged_on_complete_evidence(checks)
+
+
+def judged_on_complete_evidence(checks: list[Check]) -> list[Check]:
+    """``checks`` as a gate reports them: a canary of another key, with missing or extra ranks or cut short is
+    no evidence of the approved launch, so those checks read CANNOT JUDGE and every other check is not judged
+    (no "a lower value fits" offered); an OOM or error line still fails (issue 24).
+
+    >>> judged = judged_on_complete_evidence([Check(RANKS_CHECK, False, "missing rank 3"),
+    ...                                       Check(BUDGET_CHECK, False, "rank 2: …; a lower value fits: …")])
+    >>> [(c.passed, c.detail) for c in judged]
+    [(None, 'cannot judge: missing rank 3'), (None, 'not judged: the canary misses or adds ranks')]
+    """
+    reasons = {
+        KEY_CHECK: "the canary shows another compatibility key",
+        RANKS_CHECK: "the canary misses or adds ranks",
+        OUTCOME_CHECK: "the canary's log stops before the KV cache is sized",
+    }
+    incomplete = [
+        reasons[c.name]
+        for c in checks
+        if c.name in reasons and (c.passed is False if c.name != OUTCOME_CHECK else c.passed is None)
+    ]
+    if not incomplete:
+        return checks
+    reason = "; ".join(incomplete)
+    out = []
+    for check in checks:
+        if check.name in (KEY_CHECK, RANKS_CHECK) and check.passed is False:
+            out.append(Check(check.name, None, f"cannot judge: {check.detail}"))
+        elif check.name in EVIDENCE_CHECKS or not check.applicable:
+            out.append(check)
+        else:
+            out.append(Check(check.name, None, f"not judged: {reason}"))
+    return out
+
+
+def check_canary_utilization(
+    approved: Approved, boot_ledger: pd.DataFrame, boot_key: Mapping[str, object], guard_bytes: int
+) -> Check:
+    """The canary's ``gpu_memory_utilization`` passes vLLM's start-up check on its own free memory less the
+    guard, every rank (:func:`kvplan.checks.launch.check_startup_memory`): else the next boot may not start."""
+    utilization = boot_key.get("gpu_memory_utilization")
+    totals = _per_rank(boot_ledger, "total_bytes", "max")
+    free = lowest_free_bytes(boot_ledger)
+    ranks = approved.ranks
+    check = check_startup_memory(
+        ranks,
+        [totals.get(rank) for rank in ranks],
+        [free.get(rank) for rank in ranks],
+        guard_bytes,
+        float(utilization) if isinstance(utilization, (int, float)) else None,
+        str(boot_key.get("vllm_version")) if boot_key.get("vllm_version") is not None else None,
+    )
+    if check.passed is False and not isinstance(utilization, (int, float)):
+        return Check(check.name, None, "the canary shows no gpu_memory_utilization")
+    return check
+
+
+def check_canary_value(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
+    """Every rank of a canary that ran a manual value ran exactly the approved bytes: one line per rank. A
+    value printed to 0.01 GiB only passes when its interval holds the approved bytes; a profiled canary (no
+    manual value) is not applicable.
+
+    >>> a = Approved(100, (0,), (100,), (None,), 0, 0, None, {})
+    >>> check_canary_value(a, pd.DataFrame({"rank": [0], "manual_kv_bytes": [90]})).detail
+    'rank 0: ran --kv-cache-memory-bytes=90, approved --kv-cache-memory-bytes=100'
+    """
+    manual = _manual_values(boot_ledger)
+    if not manual:
+        return Check(
+            VALUE_CHECK, None, "not applicable: the canary profiled (no manual value)", applicable=False
+        )
+    lines, passed = [], True
+    budget = approved.budget_bytes
+    for rank in approved.ranks:
+        if rank not in manual:
+            lines.append(f"rank {rank}: no manual value shown")
+            passed = False
+            continue
+        logged, most = manual[rank]
+        lowest = logged - (most - logged)
+        if logged == most:
+            ok = logged == budget
+            text = f"ran {kv_cache_flag(logged)}, approved {kv_cache_flag(budget)}"
+        else:
+            ok = lowest <= budget <= most
+            text = f"ran {format_size(logged)} (printed to 0.01 GiB: {lowest:,}–{most:,} B), approved {budget:,} B"
+        passed = passed and ok
+        lines.append(f"rank {rank}: {text}")
+    return Check(VALUE_CHECK, passed, "; ".join(lines))
 
 
 def _is_manual(boot_ledger: pd.DataFrame) -> bool:
