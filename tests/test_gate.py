@@ -30,7 +30,7 @@ from kvplan.checks import (
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
 from kvplan.io.model_config import resolve_model_config
-from kvplan.room import read_vllm_log
+from kvplan.room import read_vllm_log_rooms
 from kvplan.units import parse_size
 from kvplan.verdict import Check, format_checks, gate_verdict, verdict_word
 from tests.conftest import GiB, MiB
@@ -188,7 +188,7 @@ class TestDefaultsAreNotShown:
 
     def test_the_readers_defaults_are_found_in_its_provenance(self):
         # data/boots/four-rank/boot.log shows no block size: the reader fills vLLM 0.26.0's default, 16
-        _, metadata = read_vllm_log(FOUR_RANK / "boot.log")
+        _, metadata = read_vllm_log_rooms(FOUR_RANK / "boot.log")
         assert "block_size" in defaulted_key_fields(metadata["provenance"])
 
 
@@ -375,7 +375,7 @@ def _approve(out: Path, log: Path, reserve: str, model: str, target: int, seq_le
         evidence.Policy(parse_size(reserve)),
         "QA",
         layout=layout,
-        plan=evidence.Plan(target, seq_len),
+        plan=evidence.AdmissionPlan(target, seq_len),
     )
 
 
@@ -558,7 +558,7 @@ class TestGateOnSampleBoots:
                 "QA",
                 note="load",
                 layout=evidence.ModelLayout(resolve_model_config("llama-3.1-70b"), {"tp": 4}),
-                plan=evidence.Plan(4, 32768),
+                plan=evidence.AdmissionPlan(4, 32768),
                 load_paths=STEADY_RUN,
                 load_policy=evidence.LoadPolicy(max_capacity_loss_pct=0.5),
             )

@@ -62,7 +62,7 @@ def run_gate(args: argparse.Namespace) -> int:
     from kvplan.checks import gate_checks, read_defaulted_key_fields
     from kvplan.io.nvidia_smi import join_snapshots
     from kvplan.ledger import compatibility_key
-    from kvplan.room import read_vllm_logs
+    from kvplan.room import read_vllm_logs_rooms
     from kvplan.verdict import format_checks, gate_verdict
 
     policy = load_policy(args)
@@ -70,7 +70,7 @@ def run_gate(args: argparse.Namespace) -> int:
     plan.require_files(args.nvidia_smi, "--nvidia-smi")
     plan.require_files(args.load, "--load")
     verified, approved = evidence.verified_approval(args.approved, args.approved_digest)
-    ledger, metadata = read_vllm_logs(args.logs)
+    ledger, metadata = read_vllm_logs_rooms(args.logs)
     plan.require_boot(ledger, args.logs)
     warnings: list[str] = list(metadata.warnings)
     if not verified.sealed and args.approved_digest is None:  # issue 11 item 11: say what is not pinned

@@ -3,15 +3,15 @@
 The names below are imported on first use, so that a reader that needs no pandas (``kvplan load``'s
 stats and /metrics readers, :mod:`kvplan.io.vllm_stats`) does not import it with this package.
 The readers report what the logs say: each rank's room (``room_bytes``, ``room_source``) is the core's
-Room rule, filled by :func:`kvplan.room.read_vllm_log`, :func:`kvplan.room.read_vllm_logs` and
-:func:`kvplan.room.read_ledger_csv`, the same readers given :data:`kvplan.room.ROOM_RULE`.
+Room rule, filled by :func:`kvplan.room.read_vllm_log_rooms`, :func:`kvplan.room.read_vllm_logs_rooms` and
+:func:`kvplan.room.read_ledger_csv_rooms`, the same readers given :data:`kvplan.room.ROOM_RULE`.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvplan.lazy import lazy_names
+from kvplan import lazy_names
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from kvplan.io.ledger_csv import LedgerCsvError, read_ledger_csv
