@@ -435,9 +435,10 @@ def test_approve_with_nvidia_smi_then_gate_compares_the_gpu_type(capsys, tmp_pat
     # the same boot on another GPU type with the same memory.total (81,559 MiB): the key fails on gpu_name
     other = tmp_path / "nvidia-smi-gpu.csv"
     other.write_text((FOUR_RANK / "nvidia-smi-gpu.csv").read_text().replace("H100 80GB HBM3", "H100 NVL"))
+    # issue 24: a canary of another key is no evidence of the approved launch: cannot judge (exit 2)
     status, check = key_check("--nvidia-smi", str(other), *snapshots[2:])
-    assert (status, check["passed"]) == (1, False)
-    assert check["detail"] == "gpu_name: approved NVIDIA H100 80GB HBM3, boot NVIDIA H100 NVL"
+    assert (status, check["passed"]) == (2, None)
+    assert check["detail"] == "cannot judge: gpu_name: approved NVIDIA H100 80GB HBM3, boot NVIDIA H100 NVL"
     # without snapshots the canary shows neither field the approval recorded: the gate cannot judge
     # the GPU type (exit 2) rather than pass a canary that may run on other GPUs
     status, check = key_check()

@@ -14,19 +14,21 @@ False
 """
 
 from kvplan.checks.boot import OUTCOME_CHECK, RANKS_CHECK, check_outcomes, check_ranks_present
+from kvplan.checks.canary import (
+    VALUE_CHECK,
+    check_canary_utilization,
+    check_canary_value,
+    judged_on_complete_evidence,
+)
 from kvplan.checks.gate import (
     BUDGET_CHECK,
     RESERVE_CHECK,
     TOKENS_CHECK,
-    VALUE_CHECK,
     Approved,
     check_budget_fits,
-    check_canary_utilization,
-    check_canary_value,
     check_reserve_after_warmup,
     check_tokens,
     gate_checks,
-    judged_on_complete_evidence,
 )
 from kvplan.checks.key import (
     DEFAULT_PROVENANCE,
