@@ -92,6 +92,7 @@ def check_canary_value(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
     value printed to 0.01 GiB only passes when its interval holds the approved bytes; a profiled canary (no
     manual value) is not applicable.
 
+    >>> from kvplan.checks import Approved
     >>> a = Approved(100, (0,), (100,), (None,), 0, 0, None, {})
     >>> check_canary_value(a, pd.DataFrame({"rank": [0], "manual_kv_bytes": [90]})).detail
     'rank 0: ran --kv-cache-memory-bytes=90, approved --kv-cache-memory-bytes=100'
