@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from kvplan.escape import terminal_text
+
 NOT_APPLICABLE = "N/A"
 
 
@@ -74,8 +76,11 @@ def format_check(check: Check) -> str:
           missing rank 3
           rank 2: ok
     """
-    head = f"{verdict_word(check.passed) if check.applicable else NOT_APPLICABLE}  {check.name}"
-    return "\n".join([head, *(f"      {part}" for part in check.detail.split("; ") if part)])
+    head = (
+        f"{verdict_word(check.passed) if check.applicable else NOT_APPLICABLE}  {terminal_text(check.name)}"
+    )
+    # text from files: one line each
+    return "\n".join([head, *(f"      {terminal_text(part)}" for part in check.detail.split("; ") if part)])
 
 
 def format_checks(checks: Sequence[Check]) -> str:
