@@ -29,7 +29,6 @@ from kvplan.evidence.record import (
     BundleChangedError,
     BundleError,
     BundleExistsError,
-    CheckFailedError,
     approved_from_record,
     build_record,
     bundle_digest,
@@ -54,7 +53,7 @@ from kvplan.evidence.verify import (
     verify_bundle,
     verify_bundle_with_notes,
 )
-from kvplan.evidence.write import approve, approve_bundle, clean_stale, enclosing_bundle
+from kvplan.evidence.write import CheckFailedError, approve, approve_bundle, clean_stale, enclosing_bundle
 from kvplan.plan import AdmissionPlan, InputFileError, LoadPolicy, ModelLayout, Policy
 
 __all__ = [

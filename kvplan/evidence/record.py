@@ -101,14 +101,6 @@ class ApprovalError(ValueError):
     """A check at approval failed (e.g. the admission plan does not fit): no bundle is written."""
 
 
-class CheckFailedError(ApprovalError):
-    """A check at approval failed (``kvplan approve`` exit 1): ``checks`` are the failed ones."""
-
-    def __init__(self, message: str, checks: Sequence[object] = ()) -> None:
-        super().__init__(message)
-        self.checks = tuple(checks)
-
-
 def sha256_file(path: str | os.PathLike) -> str:
     """Hex SHA-256 of a file's bytes, read in 1 MiB chunks."""
     digest = hashlib.sha256()

@@ -33,7 +33,6 @@ from kvplan.evidence.record import (
     SEAL_KEY,
     ApprovalError,
     BundleExistsError,
-    CheckFailedError,
     build_record,
     bundle_name,
     input_names,
@@ -55,6 +54,15 @@ from kvplan.plan import (
     require_files,
 )
 from kvplan.units import format_size
+
+
+class CheckFailedError(ApprovalError):
+    """A check at approval failed (``kvplan approve`` exit 1): ``checks`` are the failed ones."""
+
+    def __init__(self, message: str, checks: Sequence[object] = ()) -> None:
+        super().__init__(message)
+        self.checks = tuple(checks)
+
 
 #: A ``.partial`` folder older than this belongs to an approval that was killed [seconds].
 STALE_PARTIAL_S = 3600
