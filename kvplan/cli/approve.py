@@ -23,7 +23,7 @@ from kvplan.cli.help import add_command
 from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
 from kvplan.cli.sizes import positive_int, size
 from kvplan.escape import terminal_text
-from kvplan.units import format_size
+from kvplan.units import format_budget, format_size
 
 APPROVE_HELP = """\
 write an evidence bundle: the approved budget, its ledger, charts, hashes and source lines
@@ -143,7 +143,9 @@ def run_approve(args: argparse.Namespace) -> int:
             }
         )
     decision = record["decision"]
-    print(f"approved     {decision['human']} per GPU (limiting rank {decision['limiting_rank']})")
+    print(
+        f"approved     {format_budget(decision['kv_cache_memory_bytes'])} per GPU (limiting rank {decision['limiting_rank']})"
+    )
     print(f"flag         {decision['flag']}")
     print(f"launch       {' '.join(decision['launch_flags'])}")
     if "load" in record:
@@ -221,11 +223,13 @@ def run_verify(args: argparse.Namespace) -> int:
         return EXIT_FAIL if differences else EXIT_OK
     shown = terminal_text(args.bundle)
     if differences:
-        print(f"{shown}: CHANGED, {len(differences)} difference{'s' if len(differences) > 1 else ''}:")
+        print(
+            f"{shown}: {verified.verdict}, {len(differences)} difference{'s' if len(differences) > 1 else ''}:"
+        )
         for difference in differences:
             print(f"  - {terminal_text(difference)}")
     else:
-        print(f"{shown}: ok: every hash and the recomputed decision agree")
+        print(f"{shown}: {verified.verdict}, every hash and the recomputed decision agree")
     for note in notes:
         print(f"  note: {terminal_text(note)}")
     print(f"  {verified.created_line()}")
