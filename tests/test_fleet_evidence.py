@@ -84,7 +84,7 @@ def test_class_bundle_records_gpu_type_and_driver(approved):  # issue 25
     assert (key["gpu_name"], key["driver_version"]) == ("NVIDIA H100 80GB HBM3", "580.95.05")
 
 
-def test_fleet_gate_fails_a_canary_on_another_gpu_and_driver(approved, tmp_path, capsys):  # issue 25
+def test_fleet_gate_never_passes_a_canary_on_another_gpu_and_driver(approved, tmp_path, capsys):  # issue 25
     _, plan, bundle = approved
     value = plan["classes"][0]["uniform_budget_bytes"]
     canary(tmp_path / "same", "gpu-00002", value)
