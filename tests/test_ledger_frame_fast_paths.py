@@ -15,9 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvplan.codes import string_code
 from kvplan.io.ledger_frame import column_array, missing
-from kvplan.io.metadata import ProvenanceRows
+from kvplan.io.metadata import ProvenanceRows, string_code
 
 ROOT = Path(__file__).resolve().parent.parent
 MISSING = st.sampled_from([None, pd.NA, float("nan")])

@@ -16,8 +16,9 @@ import pandas as pd
 
 from kvplan.budget import kv_cache_flag
 from kvplan.gate import Approved
-from kvplan.io.vllm_stats import read_load_evidence
-from kvplan.load import LoadFormatError, LoadReading, load_checks, load_summary
+from kvplan.io.load import LoadFormatError, LoadReading, read_load_evidence, reading_of
+from kvplan.load import load_checks, load_summary
+from kvplan.notes import Note
 from kvplan.plan.inputs import LoadPolicy
 from kvplan.plan.reading import renamed, require_files
 from kvplan.verdict import Check
@@ -33,10 +34,14 @@ def read_named_load(loads: Sequence[tuple[Path, str]], year: int | None = None) 
         reading = read_load_evidence([path for path, _ in loads], year=year)
     except ValueError as exc:
         raise LoadFormatError(renamed(str(exc), names)) from exc
-    return LoadReading(
-        rows=tuple(replace(row, source=names.get(row.source, row.source)) for row in reading.rows),
-        warnings=tuple(renamed(warning, names) for warning in reading.warnings),
-        sources=tuple(replace(s, source=names.get(s.source, s.source)) for s in reading.sources),
+    frame = reading.frame.assign(source=reading.frame["source"].replace(names))
+    return reading_of(
+        [frame],
+        [
+            Note(renamed(w, names), code=w.code, file=names.get(w.file or "", w.file), line=w.line)
+            for w in reading.warnings
+        ],
+        [replace(s, source=names.get(s.source, s.source)) for s in reading.sources],
     )
 
 

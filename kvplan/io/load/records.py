@@ -18,10 +18,12 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, time, timedelta
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
-from kvplan.load_rows import LoadFormatError
+from kvplan.io.load.frame import LoadFormatError
 
+MAX_LINE_CHARS = 1 << 24  # the startup reader's 16 MiB line cap: a longer line is refused, never held
+READ_CHARS = 1 << 20  # characters read at a time
 WRAP_WIDTH = 159  # column at which some log collectors hard-wrap a record
 READ_BLOCK = 4096  # lines that RecordReader.read matches at a time
 PLACEHOLDER_YEAR = 2000  # a leap year, so 02-29 parses; used only when no year is known (year_known=False)
@@ -362,6 +364,30 @@ def _record(
         message,
         offset,
     )
+
+
+def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
+    """The lines of a text file (without their line break), read a block at a time and none held longer
+    than :data:`MAX_LINE_CHARS`: a longer line is a :class:`LoadFormatError` naming the file and line, so
+    memory stays bounded whatever the file holds.
+
+    >>> import io
+    >>> list(bounded_lines(io.StringIO("a\\n\\nb"), "a.log"))
+    ['a', '', 'b']
+    """
+    tail, number = "", 0
+    for block in iter(lambda: stream.read(READ_CHARS), ""):
+        lines = (tail + block).split("\n")
+        tail = lines.pop()
+        if len(tail) > MAX_LINE_CHARS:
+            raise LoadFormatError(
+                f"{source}:{number + len(lines) + 1}: a line longer than 16 MiB ({MAX_LINE_CHARS:,} "
+                "characters); expected a vLLM server log or a saved /metrics snapshot, whose lines are short"
+            )
+        number += len(lines)
+        yield from lines
+    if tail:
+        yield tail
 
 
 @functools.lru_cache(maxsize=1024)
