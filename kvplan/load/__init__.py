@@ -10,7 +10,15 @@ all pure and column-wise; :mod:`.charts` (the charts floor) draws them.
 Units: usage and hit rates in percent (0–100), throughput in tokens per second, capacity in tokens.
 """
 
-from kvplan.load.checks import CAPACITY_CHECK, OOM_CHECK, PEAK_CHECK, PREEMPTION_CHECK, load_checks
+from kvplan.load.checks import (
+    CAPACITY_CHECK,
+    OOM_CHECK,
+    PEAK_CHECK,
+    PREEMPTION_CHECK,
+    VALUE_CHECK,
+    load_checks,
+    value_check,
+)
 from kvplan.load.compare import (
     COMPARISON_ROWS,
     canary_capacity_headline,
@@ -35,6 +43,7 @@ __all__ = [
     "PEAK_CHECK",
     "PREEMPTION_CHECK",
     "TIMELINE_COLUMNS",
+    "VALUE_CHECK",
     "canary_capacity_headline",
     "capacity_change_text",
     "capacity_loss",
@@ -45,6 +54,7 @@ __all__ = [
     "mean_throughput",
     "peak_row",
     "preemptions_lower_bound",
+    "value_check",
     "run_preemptions",
     "where_text",
 ]

@@ -15,6 +15,7 @@ OOM_CHECK = "no OOM under load"
 PREEMPTION_CHECK = "preemptions ≤ {max_preemptions}"
 PEAK_CHECK = "peak KV cache usage reported"
 CAPACITY_CHECK = "capacity vs profiled canary"
+VALUE_CHECK = "load run at the approved value"
 
 
 def load_checks(
@@ -124,6 +125,34 @@ def _preemption_check(reading: LoadReading, max_preemptions: int) -> Check:
         f"{counted} preemption(s) in the run, first seen at {where_text(first)}; policy "
         f"allows {max_preemptions}: the KV cache ran out for this request mix (requests were "
         f"evicted and recomputed){why}",
+    )
+
+
+def value_check(reading: LoadReading, approved_bytes: int) -> Check | None:
+    """FAIL when a file of the run states a manual ``--kv-cache-memory-bytes`` other than ``approved_bytes``
+    [bytes]: its load test is evidence for another value. ``None`` when every stated value is the approved
+    one, or none is stated (a profiled run: the load section notes it).
+
+    >>> from kvplan.io.load import LoadSource, frame_of
+    >>> run = LoadReading(frame_of([{"source": "s.log", "line": 1}]),
+    ...                   sources=(LoadSource("s.log", "log", kv_cache_memory_bytes=16_106_127_360),))
+    >>> check = value_check(run, 12_884_377_600)
+    >>> check.passed, check.detail[:62]
+    (False, 's.log states --kv-cache-memory-bytes=16106127360 (15.00 GiB),')
+    """
+    other = [s for s in reading.sources if s.kv_cache_memory_bytes not in (None, approved_bytes)]
+    if not other:
+        return None
+    stated = "; ".join(
+        f"{s.source} states --kv-cache-memory-bytes={s.kv_cache_memory_bytes} "
+        f"({s.kv_cache_memory_bytes / 2**30:.2f} GiB)"  # type: ignore[operator]  # not None: filtered
+        for s in other
+    )
+    return Check(
+        VALUE_CHECK,
+        False,
+        f"{stated}, not the approved {approved_bytes} ({approved_bytes / 2**30:.2f} GiB): this load test "
+        "is evidence for another value; load-test a canary at the approved value",
     )
 
 

@@ -18,6 +18,7 @@ from kvplan.budget import kv_cache_flag
 from kvplan.gate import Approved
 from kvplan.io.load import LoadFormatError, LoadReading, read_load_evidence, reading_of
 from kvplan.load import load_checks, load_summary
+from kvplan.load.checks import value_check
 from kvplan.notes import Note
 from kvplan.plan.inputs import LoadPolicy
 from kvplan.plan.reading import renamed, require_files
@@ -73,7 +74,8 @@ def load_section(
     ``max_model_len``; None without a model) and ``notes`` (where the run was not at the approved value).
     The checks are :func:`kvplan.load.load_checks` with the policy's preemption threshold; a run at a
     manual ``--kv-cache-memory-bytes`` value (stated by the run's own startup arguments) also checks
-    its capacity against ``profiled_kv_cache_tokens`` with the policy's ``max_capacity_loss_pct``.
+    its capacity against ``profiled_kv_cache_tokens`` with the policy's ``max_capacity_loss_pct``, and a
+    run at another value than ``approved_bytes`` fails :func:`kvplan.load.checks.value_check`.
     """
     stated = reading.kv_cache_tokens
     tokens = stated if stated is not None else approved_tokens
@@ -86,6 +88,9 @@ def load_section(
         profiled_kv_cache_tokens=profiled_kv_cache_tokens if manual is not None else None,
         max_capacity_loss_pct=load_policy.max_capacity_loss_pct,
     )
+    other_value = value_check(reading, approved_bytes)
+    if other_value is not None:  # evidence for another value fails (appended only then: bundles keep bytes)
+        checks.append(other_value)
     notes = []
     if manual is None:
         notes.append(

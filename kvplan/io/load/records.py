@@ -379,11 +379,13 @@ def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
     for block in iter(lambda: stream.read(READ_CHARS), ""):
         lines = (tail + block).split("\n")
         tail = lines.pop()
-        if len(tail) > MAX_LINE_CHARS:
-            raise LoadFormatError(
-                f"{source}:{number + len(lines) + 1}: a line longer than 16 MiB ({MAX_LINE_CHARS:,} "
-                "characters); expected a vLLM server log or a saved /metrics snapshot, whose lines are short"
-            )
+        # only the line the last block left unfinished can be longer than a block
+        for long, at in ((lines[:1], number + 1), ([tail], number + len(lines) + 1)):
+            if long and len(long[0]) > MAX_LINE_CHARS:
+                raise LoadFormatError(
+                    f"{source}:{at}: a line longer than 16 MiB ({MAX_LINE_CHARS:,} characters); expected "
+                    "a vLLM server log or a saved /metrics snapshot, whose lines are short"
+                )
         number += len(lines)
         yield from lines
     if tail:
