@@ -12,7 +12,25 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 endif
 
-.PHONY: demo test lint unit nbtest browser-test fuzz lab clean
+.PHONY: demo test lint unit nbtest browser-test fuzz lab clean system-deps
+
+# Debian packages the tests and the demo need, installed by `make system-deps` (which `make test` and
+# `make demo` run first) when missing: as root with apt-get, otherwise it stops with the one-line command
+# to run. Append yours here; never a browser or binary downloaded by a script. chromium: the browser test.
+DEBIAN_PACKAGES := chromium
+
+system-deps:
+	@missing=$$(for package in $(DEBIAN_PACKAGES); do \
+		dpkg-query -W -f='$${Status}\n' "$$package" 2>/dev/null | grep -q '^install ok installed' || echo "$$package"; \
+	done | xargs); \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian packages: $$missing (once)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else \
+		echo "error: missing Debian packages: $$missing; install them with: sudo apt-get install -y $$missing"; \
+		exit 2; \
+	fi
 
 # The first install says only what goes wrong: pip is quiet and the build's own warnings (setuptools'
 # "Editable installation" notice) are not shown; pip's errors still are.
@@ -37,7 +55,7 @@ REPORT := build/report
 EVIDENCE := build/evidence
 APPROVAL := data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b --tp 4
 
-demo: $(STAMP)
+demo: system-deps $(STAMP)
 	@$(BIN)/python -m kvplan budget $(APPROVAL)
 	@# The demo's own bundle folder is rebuilt each run (an approval is never overwritten, so clear it first).
 	@rm -rf $(EVIDENCE) $(REPORT)
@@ -47,7 +65,7 @@ demo: $(STAMP)
 	@$(BIN)/python -m kvplan verify $(EVIDENCE)/*
 	@$(BIN)/python -m kvplan.notebook.report $(REPORT) $(EVIDENCE)/* notebooks/*.ipynb
 
-test: lint unit nbtest browser-test
+test: system-deps lint unit nbtest browser-test
 
 lint: $(STAMP)
 	$(BIN)/ruff check kvplan tests benchmarks
@@ -63,9 +81,8 @@ nbtest: $(STAMP)
 			--nbval-sanitize-with tests/nbval_sanitize.cfg notebooks/; \
 	else echo "no notebooks yet"; fi
 
-# The what-if panels in a real JupyterLab and Debian's Chromium (/usr/bin/chromium; .ci/run installs it).
-browser-test: $(STAMP)
-	@test -x /usr/bin/chromium || { echo "error: /usr/bin/chromium is missing: apt-get install -y chromium"; exit 2; }
+# The what-if panels in a real JupyterLab and Debian's Chromium (/usr/bin/chromium; `make system-deps`).
+browser-test: system-deps $(STAMP)
 	KVPLAN_BROWSER_TEST=1 $(BIN)/python -m pytest -p no:cacheprovider tests/test_browser_panels.py
 
 # The long fuzz run (CI runs a bounded number of examples of the same targets in `make unit`). A verify

@@ -60,14 +60,14 @@ def _where(lines: Mapping, source: object, boot: object, rank: object, column: s
 _HOST_POOL = ("kv_cache_tokens", "max_model_len", "available_kv_bytes")
 
 
-def launch_settings(ledger: pd.DataFrame) -> dict:
+def logged_launch_settings(ledger: pd.DataFrame) -> dict:
     """The :data:`~kvplan.columns.SIZING_CONFIG` settings the logs show with one value (for kvspec).
 
     A setting no row shows, or shown with two values, is left out (kvspec then takes vLLM's default or
     its named lower bound). A "GPU + host" pool (HiSparse) adds ``host_pool``: the logged tokens and
-    length of the lowest concurrency, and the most available memory (:mod:`kvplan.kvspec.host_pool`).
+    length of the lowest concurrency, and the most available memory (:func:`kvplan.kvspec.launch.host_pool_bound`).
 
-    >>> launch_settings(pd.DataFrame({"max_num_batched_tokens": [8192] * 2, "mamba_cache_mode": [None] * 2}))
+    >>> logged_launch_settings(pd.DataFrame({"max_num_batched_tokens": [8192] * 2, "mamba_cache_mode": [None] * 2}))
     {'max_num_batched_tokens': 8192}
     """
     settings = {}

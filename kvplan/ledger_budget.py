@@ -1,7 +1,7 @@
 """From a checked ledger to the budget: failed boots and ranks left out refuse it, the worst room sets it.
 
 :func:`budget_from_rooms` is the uniform budget of :func:`kvplan.ledger.room_per_rank`'s worst room per
-rank; :func:`check_outcomes` and :func:`check_dropped_ranks` refuse a ledger from which no budget may come.
+rank; :func:`refuse_failed_boots` and :func:`check_dropped_ranks` refuse a ledger from which no budget may come.
 Every refusal is a :class:`~kvplan.ledger.LedgerError` naming the file and line of the evidence.
 """
 
@@ -42,13 +42,13 @@ _OUTCOME_ORDER = {"oom": 0, "error": 1, "incomplete": 2}
 _SHOWN_FAILURES = 6
 
 
-def check_outcomes(ledger: pd.DataFrame, lines: Mapping | None = None) -> None:
+def refuse_failed_boots(ledger: pd.DataFrame, lines: Mapping | None = None) -> None:
     """Raise :class:`LedgerError` when any row's boot did not come through startup cleanly.
 
     The message lists each failed row with its own file:line and text, OOM first, then errors (a
     rank's own before the ones it only inherits from the engine, by line), then incomplete boots.
 
-    >>> check_outcomes(pd.DataFrame({"source": ["a.log"], "boot": [0], "rank": [0], "outcome": ["ok"]}))
+    >>> refuse_failed_boots(pd.DataFrame({"source": ["a.log"], "boot": [0], "rank": [0], "outcome": ["ok"]}))
     """
     if "outcome" not in ledger:
         return
@@ -98,7 +98,7 @@ def budget_from_ledger(
     True
     """
     lines = lines if lines is not None else {}
-    check_outcomes(ledger, lines)
+    refuse_failed_boots(ledger, lines)
     return budget_from_rooms(
         ledger,
         room_per_rank(ledger, assume_uniform=assume_uniform, lines=lines),

@@ -1,8 +1,9 @@
 """The Room rule: a rank's room (what its KV cache can take) from its logged values, best evidence first.
 
 A domain rule of the core floor, given to the readers (:class:`kvplan.io.room_rule.RoomRule`), which
-report only what the logs say: :data:`ROOM_RULE` is the rule, and :func:`read_vllm_log`,
-:func:`read_vllm_logs` and :func:`read_ledger_csv` are the readers of :mod:`kvplan.io` with it, the
+report only what the logs say: :data:`ROOM_RULE` is the rule, and :func:`read_vllm_log_rooms`,
+:func:`read_vllm_logs_rooms`, :func:`stream_vllm_logs_rooms` and :func:`read_ledger_csv_rooms` are the
+readers of :mod:`kvplan.io` with it, the
 ledger every consumer reads (``room_bytes`` and ``room_source`` filled, the warnings about where rooms
 came from, the safest of conflicting observations of a rank). Evidence, best first:
 
@@ -19,12 +20,10 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
 from kvplan.columns import world_size
-from kvplan.io.ledger_csv import read_ledger_csv as _read_ledger_csv
+from kvplan.io.ledger_csv import read_ledger_csv
 from kvplan.io.metadata import ReadMetadata, place_note
 from kvplan.io.room_rule import BootPlace, RoomRule
-from kvplan.io.vllm import read_vllm_log as _read_vllm_log
-from kvplan.io.vllm import read_vllm_logs as _read_vllm_logs
-from kvplan.io.vllm import stream_vllm_logs as _stream_vllm_logs
+from kvplan.io.vllm import read_vllm_log, read_vllm_logs, stream_vllm_logs
 from kvplan.releases import rank0_only_advice
 from kvplan.units import MiB
 
@@ -163,7 +162,7 @@ def boot_room_warnings(
 ROOM_RULE = RoomRule(room_evidence, boot_room_warnings)
 
 
-def read_vllm_log(
+def read_vllm_log_rooms(
     path_or_text: str | os.PathLike | bytes | IO[bytes], source: str | None = None
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """:func:`kvplan.io.read_vllm_log` with the Room rule: each rank's ``room_bytes`` and ``room_source``.
@@ -171,34 +170,36 @@ def read_vllm_log(
     >>> from kvplan import io
     >>> from kvplan.config import DATA_DIR
     >>> log = DATA_DIR / "boots" / "four-rank" / "boot.log"
-    >>> ledger, _ = read_vllm_log(log)
+    >>> ledger, _ = read_vllm_log_rooms(log)
     >>> ledger["room_source"].tolist(), int(ledger["room_bytes"].min())  # rank 2's suggestion, 12.9 GiB
     (['suggestion', 'suggestion', 'suggestion', 'suggestion'], 13851269530)
     >>> bool(io.read_vllm_log(log)[0]["room_bytes"].isna().all())  # the reader alone: no room
     True
     """
-    return _read_vllm_log(path_or_text, source, room_rule=ROOM_RULE)
+    return read_vllm_log(path_or_text, source, room_rule=ROOM_RULE)
 
 
-def read_vllm_logs(
+def read_vllm_logs_rooms(
     paths: str | os.PathLike | Iterable[str | os.PathLike], names: Mapping[str, str] | None = None
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """:func:`kvplan.io.read_vllm_logs` (many logs, a folder or a glob; ``names``: a file's source) with the
     Room rule."""
-    return _read_vllm_logs(paths, room_rule=ROOM_RULE, names=names)
+    return read_vllm_logs(paths, room_rule=ROOM_RULE, names=names)
 
 
-def stream_vllm_logs(
+def stream_vllm_logs_rooms(
     paths: str | os.PathLike | Iterable[str | os.PathLike],
     rows_to: Callable[[list[dict]], None],
     names: Mapping[str, str] | None = None,
 ) -> ReadMetadata:
     """:func:`kvplan.io.vllm.stream_vllm_logs` (the rows only, in batches to ``rows_to``; no frame, no
     provenance) with the Room rule."""
-    return _stream_vllm_logs(paths, rows_to, room_rule=ROOM_RULE, names=names)
+    return stream_vllm_logs(paths, rows_to, room_rule=ROOM_RULE, names=names)
 
 
-def read_ledger_csv(path: str | os.PathLike, source: str | None = None) -> tuple[pd.DataFrame, ReadMetadata]:
+def read_ledger_csv_rooms(
+    path: str | os.PathLike, source: str | None = None
+) -> tuple[pd.DataFrame, ReadMetadata]:
     """:func:`kvplan.io.read_ledger_csv` with the Room rule: a CSV without ``room_bytes`` has each rank's
     room computed from its parts, as the log reader computes it."""
-    return _read_ledger_csv(Path(path), source, room_rule=ROOM_RULE)
+    return read_ledger_csv(Path(path), source, room_rule=ROOM_RULE)

@@ -3,7 +3,7 @@
 A check passes (``True``), fails (``False``) or cannot be judged from the evidence given (``None``).
 A check with nothing to look at (no admission plan was approved; no observation of the reserve after
 warm-up) is *not applicable* (``applicable=False``, ``passed`` None): it is listed as ``N/A`` with the
-reason and neither passes, fails nor blocks the verdict. The gate checks (:mod:`kvplan.gate`), the load
+reason and neither passes, fails nor blocks the verdict. The gate checks (:mod:`kvplan.checks`), the load
 checks (:mod:`kvplan.load`) and the approval checks all return :class:`Check`.
 """
 

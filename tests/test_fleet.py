@@ -140,7 +140,8 @@ def test_excluded_hosts_with_reasons(plan):
     assert set(reasons) == {"gpu-00007", "gpu-00029", "gpu-00034", "gpu-00035"}
     assert "mix compatibility keys" in reasons["gpu-00007"] and "max_model_len" in reasons["gpu-00007"]
     assert "oom" in reasons["gpu-00029"]
-    assert reasons["gpu-00034"].startswith("no vLLM boot found")
+    # the single-launch reader's refusal (kvplan.plan.read_evidence), naming the file
+    assert reasons["gpu-00034"].startswith(f"{FLEET / 'gpu-00034' / 'boot.log'}: no vLLM boot found")
     assert "incomplete" in reasons["gpu-00035"]
 
 
@@ -226,7 +227,9 @@ def test_cli_bad_fleet_is_one_error_line(capsys, tmp_path):
 
 def canary_fleet(folder, plan, hosts_free):
     """Manual-value boots at exactly the H100 flag for ``{host: rank-0 startup free or None}`` (generator's
-    lines): the ranks print "reserved 53.52 GiB" (format_gib), the API server's non-default args the bytes."""
+    lines): the ranks print "reserved 53.52 GiB" (format_gib), the API server's non-default args the bytes.
+    A host left at its own free memory also gets its nvidia-smi snapshots after warm-up at that value (the
+    bundle records GPU type and driver, so a canary shows them, as for ``kvplan gate``)."""
     value = by_class(plan)[H100]["uniform_budget_bytes"]
     hosts = {h.name: h for h in make_fleet.plan_hosts(make_fleet.SMALL_FLEET, 13)}
     for name, free in hosts_free.items():
@@ -237,6 +240,10 @@ def canary_fleet(folder, plan, hosts_free):
         (folder / name / "boot.log").write_text(
             make_fleet.boot_log(host, random.Random(1), manual_bytes=value, day=30)
         )
+        if free is None:
+            gpus, apps = make_fleet.snapshots_csv(host, kv_bytes=value)
+            (folder / name / "nvidia-smi-gpu.csv").write_text(gpus)
+            (folder / name / "nvidia-smi-apps.csv").write_text(apps)
 
 
 def test_fleet_gate_verdicts_and_stop(plan, readings, tmp_path, capsys):

@@ -28,7 +28,7 @@ from kvplan.checks import (
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
 from kvplan.io.model_config import resolve_model_config
-from kvplan.room import read_vllm_log
+from kvplan.room import read_vllm_log_rooms
 from kvplan.units import parse_size
 from kvplan.verdict import Check, format_checks, gate_verdict, verdict_word
 from tests.conftest import GiB, MiB
@@ -185,7 +185,7 @@ class TestDefaultsAreNotShown:
 
     def test_the_readers_defaults_are_found_in_its_provenance(self):
         # data/boots/four-rank/boot.log shows no block size: the reader fills vLLM 0.26.0's default, 16
-        _, metadata = read_vllm_log(FOUR_RANK / "boot.log")
+        _, metadata = read_vllm_log_rooms(FOUR_RANK / "boot.log")
         assert "block_size" in defaulted_key_fields(metadata["provenance"])
 
 

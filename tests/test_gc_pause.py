@@ -1,13 +1,14 @@
-"""The reader pauses the cyclic garbage collector while it reads, and leaves it as it found it."""
+"""The CLI pauses the cyclic garbage collector for a command and leaves it as it found it; the library
+readers never touch it (a Jupyter kernel runs them beside other threads)."""
 
 import gc
 import io
 
 import pytest
 
+from kvplan.cli import main
 from kvplan.config import DATA_DIR
-from kvplan.io.gc_pause import gc_paused
-from kvplan.io.vllm.read import LogParseError, read_vllm_log, read_vllm_logs
+from kvplan.io import read_vllm_log
 
 # Three hundred boots of the sample four-rank launch: reading them keeps thousands of new objects (rows,
 # provenance), more than the 700 after which CPython starts a young-generation collection, so an
@@ -30,50 +31,38 @@ def collections():
     gc.callbacks.remove(note)
 
 
-class WatchedLog(io.BytesIO):
-    """A log stream that notes, at each read, how many collections have started so far."""
-
-    def __init__(self, data: bytes, started: list[int]) -> None:
-        super().__init__(data)
-        self.started, self.seen = started, []
-
-    def read(self, size: int = -1) -> bytes:
-        self.seen.append(len(self.started))
-        return super().read(size)
+@pytest.fixture
+def boots_log(tmp_path):
+    path = tmp_path / "restarts.log"
+    path.write_text(BOOTS)
+    return path
 
 
-def test_no_collection_runs_during_a_read(collections):
-    log = WatchedLog(BOOTS.encode(), collections)
-    ledger, _ = read_vllm_log(log)
-    # the lines are read and their boot built between the first read and the last (end of file)
-    assert len(ledger) == 300 * 4 and len(log.seen) >= 2 and log.seen[0] == log.seen[-1]
+def test_no_collection_runs_during_a_command(boots_log, capsys, collections):
+    assert main(["ledger", str(boots_log), "--csv"]) == 0
+    during = len(collections)  # before anything allocates again: the collector is back on
+    # 300 boots x 4 ranks, one CSV line each and the header
+    assert len(capsys.readouterr().out.splitlines()) == 1 + 300 * 4
+    assert during == 0
 
 
-def test_the_same_read_unpaused_collects(collections):
-    # the control: the same read does start collections when the collector runs
-    log = WatchedLog(BOOTS.encode(), collections)
-    read_vllm_log.__wrapped__(log)
-    # a few are enough to show it (fewer objects a line are made than when this test was written)
-    assert log.seen[-1] - log.seen[0] >= 2
+def test_the_library_reader_leaves_the_collector_alone(collections):
+    # the control, and the rule: the same read through the library collects as any code does
+    ledger, _ = read_vllm_log(io.BytesIO(BOOTS.encode()))
+    assert len(ledger) == 300 * 4
+    assert len(collections) >= 2
 
 
 @pytest.mark.parametrize("enabled", [True, False])
-def test_the_collector_is_left_as_found(enabled):
+def test_the_collector_is_left_as_found(enabled, boots_log, tmp_path, capsys):
     (gc.enable if enabled else gc.disable)()
     try:
-        read_vllm_log(SAMPLE)
-        read_vllm_logs([SAMPLE, SAMPLE])
+        assert main(["ledger", str(boots_log), "--json"]) == 0
         assert gc.isenabled() is enabled
-        with pytest.raises(LogParseError):  # a refused read restores it too
-            read_vllm_log(b"\x00binary")
+        binary = tmp_path / "binary.log"
+        binary.write_bytes(b"\x00binary")
+        assert main(["ledger", str(binary)]) == 2  # a refused read restores it too
         assert gc.isenabled() is enabled
     finally:
         gc.enable()
-
-
-def test_pauses_nest():
-    with gc_paused():
-        with gc_paused():
-            pass
-        assert not gc.isenabled()
-    assert gc.isenabled()
+    capsys.readouterr()

@@ -14,7 +14,7 @@ from kvplan.cli import main
 from kvplan.columns import LEDGER_COLUMNS
 from kvplan.config import DATA_DIR
 from kvplan.io import LedgerCsvError
-from kvplan.room import read_ledger_csv, read_vllm_log, read_vllm_logs
+from kvplan.room import read_ledger_csv_rooms, read_vllm_log_rooms, read_vllm_logs_rooms
 from kvplan.units import parse_size
 from tests.conftest import GiB
 
@@ -33,25 +33,25 @@ def write(tmp_path, text, name="ledger.csv"):
 def test_round_trip_of_kvplan_ledger_csv(capsys, tmp_path):
     assert main(["ledger", str(FOUR_RANK_LOG), "--csv"]) == 0
     path = write(tmp_path, capsys.readouterr().out)
-    expected, _ = read_vllm_log(FOUR_RANK_LOG, source=str(FOUR_RANK_LOG))
-    ledger, meta = read_ledger_csv(path)
+    expected, _ = read_vllm_log_rooms(FOUR_RANK_LOG, source=str(FOUR_RANK_LOG))
+    ledger, meta = read_ledger_csv_rooms(path)
     pd.testing.assert_frame_equal(ledger, expected)  # values and dtypes, column order included
     assert meta["warnings"] == []
     # provenance: the CSV file and its line for every value read
     assert set(meta["provenance"]["source"]) == {str(path)}
     assert meta["provenance"].query("rank == 2 and column == 'room_bytes'")["line"].tolist() == [4]
-    # read_vllm_logs dispatches on .csv, given directly or matched by a glob
+    # read_vllm_logs_rooms dispatches on .csv, given directly or matched by a glob
     for given in (path, str(tmp_path / "*.csv"), [path]):
-        again, _ = read_vllm_logs(given)
+        again, _ = read_vllm_logs_rooms(given)
         pd.testing.assert_frame_equal(again, expected)
 
 
 def test_every_sample_log_round_trips(tmp_path):
     for log in sorted((DATA_DIR / "boots").glob("*/*.log")):
-        expected, _ = read_vllm_log(log)
+        expected, _ = read_vllm_log_rooms(log)
         path = tmp_path / f"{log.parent.name}-{log.stem}.csv"
         expected.to_csv(path, index=False)
-        pd.testing.assert_frame_equal(read_ledger_csv(path)[0], expected, obj=str(log))
+        pd.testing.assert_frame_equal(read_ledger_csv_rooms(path)[0], expected, obj=str(log))
 
 
 def test_sample_csv_budget_is_the_founding_example(capsys):
@@ -70,7 +70,7 @@ def test_sample_csv_budget_is_the_founding_example(capsys):
 
 
 def test_sample_csv_ledger_and_metadata():
-    ledger, meta = read_vllm_logs(str(ROOMS))
+    ledger, meta = read_vllm_logs_rooms(str(ROOMS))
     assert list(ledger.columns) == LEDGER_COLUMNS
     assert ledger["source"].tolist() == [str(ROOMS)] * 4 and ledger["boot"].tolist() == [0] * 4
     assert ledger["outcome"].tolist() == ["ok"] * 4
@@ -98,7 +98,7 @@ def test_room_computed_from_parts_without_a_room_column(tmp_path):
         "non_torch_bytes,cuda_graph_bytes,outcome\n"
         "0,20GiB,,,,,,ok\n1,,40GiB,25GiB,3GiB,1GiB,1GiB,ok\n",
     )
-    ledger, _ = read_ledger_csv(path)
+    ledger, _ = read_ledger_csv_rooms(path)
     assert ledger["room_bytes"].tolist() == [20 * GiB, 10 * GiB - parse_size("150MiB")]
     assert ledger["room_source"].tolist() == ["suggestion", "parts"]
 
@@ -154,7 +154,7 @@ ROW = f"{MODEL},4,1,1"
 def test_bad_csv_is_a_one_line_error_naming_file_and_line(capsys, tmp_path, text, expected):
     path = write(tmp_path, text)
     with pytest.raises(LedgerCsvError) as info:
-        read_ledger_csv(path)
+        read_ledger_csv_rooms(path)
     assert str(info.value) == expected.format(path=path)
     assert main(["budget", str(path), "--reserve", "0.9GiB"]) == 2
     assert capsys.readouterr().err == f"error: {expected.format(path=path)}\n"
@@ -163,7 +163,7 @@ def test_bad_csv_is_a_one_line_error_naming_file_and_line(capsys, tmp_path, text
 def test_row_without_outcome_or_room_is_incomplete_and_refused(capsys, tmp_path):
     header = "rank,room_bytes,model,tensor_parallel_size,pipeline_parallel_size,data_parallel_size\n"
     path = write(tmp_path, header + f"0,12GiB,{MODEL},2,1,1\n1,,{MODEL},2,1,1\n")
-    ledger, meta = read_ledger_csv(path)
+    ledger, meta = read_ledger_csv_rooms(path)
     assert ledger["outcome"].tolist() == ["ok", "incomplete"]
     assert "states no outcome for 2 row(s)" in meta["warnings"][0]
     assert main(["budget", str(path), "--reserve", "1GiB"]) == 2
@@ -216,10 +216,10 @@ def test_a_rank_twice_in_one_boot_names_both_lines(tmp_path):
     path = write(tmp_path, HEADER + f"0,12GiB,{ROW},ok\n0,13GiB,{ROW},ok\n")
     expected = rf"^{path}:3: rank 0 of {path} boot 0 already has a row \(line 2\)$"
     with pytest.raises(LedgerCsvError, match=expected):
-        read_ledger_csv(path)
+        read_ledger_csv_rooms(path)
 
 
 def test_a_folder_still_reads_its_logs_only(tmp_path):
     write(tmp_path, HEADER + f"0,12GiB,{ROW},ok\n")
     with pytest.raises(FileNotFoundError, match="no log files"):
-        read_vllm_logs(tmp_path)
+        read_vllm_logs_rooms(tmp_path)

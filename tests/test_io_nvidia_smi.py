@@ -26,7 +26,7 @@ from kvplan.io.nvidia_smi import (
     read_nvidia_smi_snapshots,
     total_bytes_match,
 )
-from kvplan.room import read_vllm_logs
+from kvplan.room import read_vllm_logs_rooms
 from tests.conftest import GiB, MiB
 
 FOUR_RANK = DATA_DIR / "boots" / "four-rank"
@@ -289,7 +289,7 @@ def test_total_bytes_match_accepts_the_bundled_samples_and_rounding_only():
 
 @pytest.mark.parametrize("folder", [FOUR_RANK, SHARED_GPU])
 def test_the_bundled_snapshots_join_their_own_logs(folder):
-    ledger, _ = read_vllm_logs(folder / "boot.log")
+    ledger, _ = read_vllm_logs_rooms(folder / "boot.log")
     gpus, apps = read_nvidia_smi_snapshots([folder / "nvidia-smi-gpu.csv", folder / "nvidia-smi-apps.csv"])
     by_rank = gpu_index_by_rank(ledger, gpus, apps)
     assert by_rank == {rank: rank for rank in range(len(gpus))}
@@ -297,7 +297,7 @@ def test_the_bundled_snapshots_join_their_own_logs(folder):
 
 
 def test_a_gpu_whose_total_differs_from_the_logged_total_is_refused():
-    ledger, _ = read_vllm_logs(FOUR_RANK / "boot.log")  # 4 × H100, 79.19 GiB logged on each rank
+    ledger, _ = read_vllm_logs_rooms(FOUR_RANK / "boot.log")  # 4 × H100, 79.19 GiB logged on each rank
     gpus, apps = read_nvidia_smi_snapshots([SHARED_GPU / "nvidia-smi-gpu.csv"])  # 3 × 97,887 MiB
     # 97,887 MiB = 95.59 GiB: 16.4 GiB more than 79.19 GiB (see the test above)
     message = (
@@ -322,7 +322,7 @@ def test_cli_ledger_refuses_the_snapshot_of_another_machine(capsys):
 def test_a_snapshot_with_fewer_gpus_than_ranks_is_refused(tmp_path):
     three = tmp_path / "three-gpus.csv"  # the four-rank snapshot without GPU 3 (its last line)
     three.write_text("".join((FOUR_RANK / "nvidia-smi-gpu.csv").read_text().splitlines(True)[:4]))
-    ledger, _ = read_vllm_logs(FOUR_RANK / "boot.log")  # ranks 0–3, totals that fit GPUs 0–2
+    ledger, _ = read_vllm_logs_rooms(FOUR_RANK / "boot.log")  # ranks 0–3, totals that fit GPUs 0–2
     gpus, apps = read_nvidia_smi_snapshots([three])
     message = r"three-gpus\.csv: the snapshot lists 3 GPU\(s\) \(index 0, 1, 2\), none for rank\(s\) 3 of"
     with pytest.raises(NvidiaSmiError, match=message):

@@ -8,7 +8,7 @@ by ``parse_size(f"{x}GiB")`` (nearest byte): ``gib("10.2")``.
 
 import pytest
 
-from kvplan.room import read_vllm_log
+from kvplan.room import read_vllm_log_rooms
 from kvplan.units import parse_size
 from tests.fidelity_lines import engine_config, engine_process, log, release, v0_engine_config, vllm_line
 
@@ -41,7 +41,7 @@ def single_rank(version, *messages, process=None, pid=123, level="INFO"):
 
 
 def boot_row(text):
-    ledger, meta = read_vllm_log(text)
+    ledger, meta = read_vllm_log_rooms(text)
     assert len(ledger) == 1, ledger
     return ledger.iloc[0], meta
 
@@ -125,7 +125,7 @@ def test_exception_in_a_v0_worker_while_sizing_the_kv_cache(version):
         ),
         vllm_line(version, OOM, "VllmWorkerProcess", 902, "ERROR", "multiproc_worker_utils.py:226"),
     ]
-    ledger, _meta = read_vllm_log(log(*lines))
+    ledger, _meta = read_vllm_log_rooms(log(*lines))
     worker = ledger[ledger["pid"] == 902].iloc[0]
     assert worker["outcome"] == "oom"
     assert worker["failed_in"] == "determine_num_available_blocks"
@@ -137,7 +137,7 @@ def test_exception_in_a_v0_worker_without_the_exception_text_is_an_error():
         vllm_line("0.6.6", v0_engine_config("0.6.6", tp=2), where="llm_engine.py:1"),
         vllm_line("0.6.6", message, "VllmWorkerProcess", 902, "ERROR", "multiproc_worker_utils.py:226"),
     )
-    ledger, _meta = read_vllm_log(text)
+    ledger, _meta = read_vllm_log_rooms(text)
     worker = ledger[ledger["pid"] == 902].iloc[0]
     assert (worker["outcome"], worker["error"]) == ("error", message)
 

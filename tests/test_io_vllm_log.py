@@ -14,27 +14,20 @@ from hypothesis import strategies as st
 from kvplan.columns import LEDGER_COLUMNS
 from kvplan.config import DATA_DIR
 from kvplan.io import LogParseError
-from kvplan.io.vllm import families, scan, values
+from kvplan.io.vllm import families, values
 from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.records import split_records
 from kvplan.io.vllm.values import key_values
 from kvplan.ledger import LedgerError
 from kvplan.ledger_budget import budget_from_ledger
-from kvplan.room import read_vllm_log, read_vllm_logs
+from kvplan.room import read_vllm_log_rooms, read_vllm_logs_rooms
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR, GiB, MiB
 from tests.test_io_vllm_families import SAMPLE_LINES as FIDELITY_LINES
+from tests.test_io_vllm_scan import candidates
 
 LOGS = TESTS_DATA_DIR / "logs"
 HEAD = "INFO 08-14 14:07:22 [gpu_worker.py:227] "
-
-
-def candidates(stream, **options):
-    """``(line number, raw line)`` of the scan's candidate lines, each checked against its byte offset."""
-    data = stream.getvalue()
-    found = list(scan.iter_candidate_lines(stream, **options))
-    assert all(data[offset : offset + len(raw)] == raw for _number, offset, raw in found)
-    return [(number, raw) for number, _offset, raw in found]
 
 
 def gib(text):
@@ -42,7 +35,7 @@ def gib(text):
 
 
 def one_row(text):
-    ledger, _meta = read_vllm_log(text)
+    ledger, _meta = read_vllm_log_rooms(text)
     assert len(ledger) == 1
     return ledger.iloc[0]
 
@@ -333,7 +326,7 @@ def test_version_non_default_args_and_engine_config_make_the_key():
         'enforce_eager=True, kv_cache_dtype=fp8, compilation_config={"level": 0}\n'
         "(Worker_TP0 pid=3) INFO 08-14 14:01:00 [gpu_worker.py:1] Available KV cache memory: 5.0 GiB\n"
     )
-    ledger, meta = read_vllm_log(text)
+    ledger, meta = read_vllm_log_rooms(text)
     key = meta["boots"][0]["compatibility_key"]
     assert {
         k: key[k]
@@ -373,7 +366,7 @@ def test_version_non_default_args_and_engine_config_make_the_key():
 
 
 def test_defaults_fill_what_the_log_does_not_say():
-    ledger, meta = read_vllm_log("vLLM API server version 0.20.1\nAvailable KV cache memory: 5.0 GiB\n")
+    ledger, meta = read_vllm_log_rooms("vLLM API server version 0.20.1\nAvailable KV cache memory: 5.0 GiB\n")
     assert (ledger.loc[0, "gpu_memory_utilization"], ledger.loc[0, "block_size"]) == (0.92, 16)
     default = meta["provenance"].query("column == 'block_size'").iloc[0]
     assert pd.isna(default["line"]) and default["raw"] == "default of vLLM 0.20.1"
@@ -407,7 +400,7 @@ def test_rank_from_prefix(prefix, tp, pp, rank):
         f"Initializing a V1 LLM engine (v0.12.0) with config: model='m', tensor_parallel_size={tp}, "
         f"pipeline_parallel_size={pp}, data_parallel_size=1\n"
     )
-    ledger, _ = read_vllm_log(config + prefix + HEAD + "Available KV cache memory: 5.0 GiB\n")
+    ledger, _ = read_vllm_log_rooms(config + prefix + HEAD + "Available KV cache memory: 5.0 GiB\n")
     row = ledger.dropna(subset=["available_kv_bytes"]).iloc[0]
     assert row["rank"] == rank and row["tp_rank"] == rank % tp and row["pp_rank"] == rank // tp
 
@@ -422,7 +415,7 @@ def test_dp_prefixes_and_the_rank_assignment_line():
         "DP rank 1, PP rank 0, PCP rank 0, TP rank 1, EP rank 3, EPLB rank N/A\n"
         "(Worker_DP1_TP1_EP3 pid=22) " + HEAD + "Available KV cache memory: 6.0 GiB\n"
     )
-    ledger, _ = read_vllm_log(text)
+    ledger, _ = read_vllm_log_rooms(text)
     rows = ledger.set_index("rank")
     assert rows.loc[2, "available_kv_bytes"] == 5 * GiB and rows.loc[2, "dp_rank"] == 1
     assert rows.loc[3, "available_kv_bytes"] == 6 * GiB and rows.loc[3, "tp_rank"] == 1
@@ -435,14 +428,14 @@ def test_engine_core_prefix_is_the_worker_when_tp_is_one():
         "(EngineCore_DP2 pid=5) " + HEAD + "Available KV cache memory: 5.0 GiB\n"
         "(EngineCore_DP2 pid=5) " + HEAD + "GPU KV cache size: 1,000 tokens\n"
     )
-    ledger, _ = read_vllm_log(text)
+    ledger, _ = read_vllm_log_rooms(text)
     assert ledger[["rank", "dp_rank", "available_kv_bytes", "kv_cache_tokens"]].values.tolist() == [
         [2, 2, 5 * GiB, 1000]
     ]
 
 
 def test_v0_three_line_log_two_ranks(tmp_path):
-    ledger, meta = read_vllm_log(LOGS / "v0.6.6-tp2-three-line.log")
+    ledger, meta = read_vllm_log_rooms(LOGS / "v0.6.6-tp2-three-line.log")
     assert meta["warnings"] == []
     assert ledger[["rank", "process", "pid"]].astype(object).where(ledger.notna(), None).values.tolist() == [
         [0, None, None],
@@ -474,13 +467,13 @@ def test_v0_worker_processes_without_rank_lines_get_ranks_in_pid_order_with_a_wa
         "(VllmWorkerProcess pid=9) " + HEAD + "Loading model weights took 1.0 GB\n"
         "(VllmWorkerProcess pid=8) " + HEAD + "Loading model weights took 2.0 GB\n"
     )
-    ledger, meta = read_vllm_log(text)
+    ledger, meta = read_vllm_log_rooms(text)
     assert ledger[["rank", "pid", "weights_bytes"]].values.tolist() == [[1, 8, 2 * GiB], [2, 9, 1 * GiB]]
     assert "pid (spawn) order" in meta["warnings"][0]
 
 
 def test_per_worker_kv_lines_of_0_9_to_0_11_go_to_ranks_in_order():
-    ledger, _ = read_vllm_log(LOGS / "v0.9.2-tp2-oom-then-restart.log")
+    ledger, _ = read_vllm_log_rooms(LOGS / "v0.9.2-tp2-oom-then-restart.log")
     second = ledger[ledger["boot"] == 1]
     # 57.88 GiB // 1 MiB per block = 59,269 blocks × 16 = 948,304 tokens; 57.5 GiB → 58,880 → 942,080
     assert second["kv_cache_tokens"].tolist() == [948304, 942080]
@@ -488,7 +481,7 @@ def test_per_worker_kv_lines_of_0_9_to_0_11_go_to_ranks_in_order():
 
 
 def test_several_boots_in_one_file_and_outcomes():
-    ledger, meta = read_vllm_log(LOGS / "v0.9.2-tp2-oom-then-restart.log")
+    ledger, meta = read_vllm_log_rooms(LOGS / "v0.9.2-tp2-oom-then-restart.log")
     assert ledger[["boot", "rank", "outcome"]].values.tolist() == [
         [0, 0, "error"],
         [0, 1, "oom"],
@@ -509,7 +502,7 @@ def test_several_boots_in_one_file_and_outcomes():
 
 
 def test_rank_zero_only_log_warns_how_to_get_per_rank_numbers():
-    ledger, meta = read_vllm_log(LOGS / "v0.14.0-tp2-rank0-only.log")
+    ledger, meta = read_vllm_log_rooms(LOGS / "v0.14.0-tp2-rank0-only.log")
     assert ledger["rank"].tolist() == [0, 1]
     # 0.14 does not estimate graphs first: 52.3 − 0.62 GiB
     assert ledger["room_bytes"].tolist()[0] == gib("52.3") - gib("0.62")
@@ -526,7 +519,7 @@ def test_suggestion_double_count_is_flagged_for_0_27_and_later():
         "vLLM API server version 0.27.0\n(EngineCore pid=2) Initializing a V1 LLM engine (v0.27.0) with config: "
         "model='m', tensor_parallel_size=1\n" + line_of("suggestion", "consumed memory") + "\n"
     )
-    ledger, meta = read_vllm_log(text)
+    ledger, meta = read_vllm_log_rooms(text)
     assert ledger.loc[0, "room_bytes"] == -849899929
     assert any("vllm#57936" in warning for warning in meta["warnings"])
 
@@ -560,7 +553,7 @@ def test_room_from_parts_when_only_debug_lines_are_there():
 
 
 def test_available_kv_without_graph_memory_is_not_used_as_room():
-    ledger, meta = read_vllm_log(
+    ledger, meta = read_vllm_log_rooms(
         "vLLM API server version 0.10.0\n" + HEAD + "Available KV cache memory: 9.0 GiB\n"
     )
     assert pd.isna(ledger.loc[0, "room_bytes"])
@@ -610,7 +603,7 @@ def test_ansi_crlf_cr_interleaving_bad_bytes_and_a_cut_off_end():
         b"(VllmWorker rank=0 pid=10) INFO 08-14 14:00:02 [a.py:1] Graph capturing finished in 5 secs, took 0.5 GiB\n"
         b"(VllmWorker rank=0 pid=10) INFO 08-14 14:00:03 [a.py:1] Available KV cache memory: 9"
     )
-    ledger, meta = read_vllm_log(text, source="mixed.log")
+    ledger, meta = read_vllm_log_rooms(text, source="mixed.log")
     assert ledger["available_kv_bytes"].tolist() == [3 * GiB, 4 * GiB]
     assert ledger["cuda_graph_bytes"].tolist() == [GiB // 2, GiB // 4]
     assert ledger["room_bytes"].tolist() == [3 * GiB - GiB // 2, 4 * GiB - GiB // 4]
@@ -627,7 +620,7 @@ def test_lost_prefix_in_a_multi_rank_log_is_not_guessed():
         + HEAD
         + "Available KV cache memory: 3.0 GiB\n"
     )
-    ledger, meta = read_vllm_log(text, source="x.log")
+    ledger, meta = read_vllm_log_rooms(text, source="x.log")
     assert ledger["rank"].tolist() == [1]
     assert meta["warnings"][0].startswith("x.log:3: 1 line(s) with per-rank values carry no process prefix")
 
@@ -640,7 +633,7 @@ def test_ray_prefixes_use_the_rank_line_and_repeated_lines_warn():
         "(RayWorkerWrapper pid=300, ip=10.0.0.5) " + HEAD + "Available KV cache memory: 4.0 GiB "
         "[repeated 1x across cluster]\n"
     )
-    ledger, meta = read_vllm_log(text, source="ray.log")
+    ledger, meta = read_vllm_log_rooms(text, source="ray.log")
     assert ledger[["rank", "pid", "available_kv_bytes"]].values.tolist() == [[1, 300, 4 * GiB]]
     assert meta["warnings"][0].startswith("ray.log:3: Ray collapsed 1 similar lines")
 
@@ -651,13 +644,13 @@ def test_a_claimed_rank_outside_the_world_is_dropped():
         "pipeline_parallel_size=1, data_parallel_size=1\n"
         "(Worker_TP7 pid=11) " + HEAD + "Available KV cache memory: 5.0 GiB\n"
     )
-    ledger, meta = read_vllm_log(text, source="w.log")
+    ledger, meta = read_vllm_log_rooms(text, source="w.log")
     assert ledger.empty and "claims rank 7 but the world size is 2" in meta["warnings"][0]
 
 
 def test_a_binary_file_is_the_documented_parse_error():
     with pytest.raises(LogParseError, match=r"z\.gz: line 1: NUL byte"):
-        read_vllm_log(b"\x1f\x8b\x08\x00\x00", source="z.gz")
+        read_vllm_log_rooms(b"\x1f\x8b\x08\x00\x00", source="z.gz")
 
 
 def test_errors_after_startup_make_the_outcome_and_say_when():
@@ -666,7 +659,7 @@ def test_errors_after_startup_make_the_outcome_and_say_when():
         "INFO:     Application startup complete.\n"
         "ERROR 08-14 14:09:00 [core.py:1] torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.0 GiB.\n"
     )
-    ledger, meta = read_vllm_log(text, source="s.log")
+    ledger, meta = read_vllm_log_rooms(text, source="s.log")
     assert (ledger.loc[0, "outcome"], ledger.loc[0, "error"]) == (
         "oom",
         "after startup completed, at s.log:3: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.0 GiB.",
@@ -686,7 +679,7 @@ def test_a_worker_oom_after_startup_marks_that_rank_oom_and_no_other():
         "(Worker_TP2 pid=48604) ERROR 11-24 10:31:02 [core.py:900] torch.OutOfMemoryError: CUDA out of memory. "
         "Tried to allocate 2.00 GiB. GPU 2 has a total capacity of 79.19 GiB of which 1.10 GiB is free.\n"
     )
-    ledger, _ = read_vllm_log(text, source="late.log")
+    ledger, _ = read_vllm_log_rooms(text, source="late.log")
     assert ledger["outcome"].tolist() == ["ok", "ok", "oom", "ok"]
     assert ledger.loc[2, "error"].startswith(
         "after startup completed, at late.log:88: torch.OutOfMemoryError"
@@ -697,7 +690,7 @@ def test_an_engine_fatal_error_after_startup_fails_every_rank_as_the_engines():
     text = FOUR_RANK_LOG.read_text() + (
         "(EngineCore pid=48467) ERROR 11-24 10:31:02 [core.py:958] EngineCore encountered a fatal error.\n"
     )
-    ledger, _ = read_vllm_log(text, source="fatal.log")
+    ledger, _ = read_vllm_log_rooms(text, source="fatal.log")
     assert ledger["outcome"].tolist() == ["error"] * 4
     assert set(ledger["error"]) == {
         "not this rank's own failure: EngineCore failed after startup completed, at fatal.log:88: "
@@ -709,7 +702,7 @@ def test_a_log_cut_after_kv_sizing_is_incomplete_and_the_diagnosis_knows_the_rel
     # four-rank cut after line 63 ("Maximum concurrency"): KV sized, no graph capture, no suggestion,
     # no "init engine … took": startup did not complete on any rank
     lines = FOUR_RANK_LOG.read_text().splitlines(keepends=True)
-    ledger, meta = read_vllm_log("".join(lines[:63]), source="cut.log")
+    ledger, meta = read_vllm_log_rooms("".join(lines[:63]), source="cut.log")
     assert ledger["outcome"].tolist() == ["incomplete"] * 4
     assert "after the KV cache was sized but before startup completed" in ledger.loc[0, "error"]
     (warning,) = meta["warnings"]
@@ -728,7 +721,7 @@ def test_every_cut_of_the_four_rank_log_is_incomplete_on_every_rank_until_startu
     lines = FOUR_RANK_LOG.read_text().splitlines(keepends=True)
     assert "init engine (profile, create kv cache, warmup model) took" in lines[FOUR_RANK_STARTUP_LINE - 1]
     for cut in range(1, len(lines) + 1):
-        ledger, _ = read_vllm_log("".join(lines[:cut]), source="cut.log")
+        ledger, _ = read_vllm_log_rooms("".join(lines[:cut]), source="cut.log")
         if cut >= FOUR_RANK_STARTUP_LINE:
             assert ledger["outcome"].tolist() == ["ok"] * 4, cut
             continue
@@ -750,10 +743,10 @@ def test_an_old_release_boot_completes_when_every_rank_captured_its_graphs():
         + HEAD
         + "Graph capturing finished in 5 secs.\n"
     )
-    ledger, _ = read_vllm_log(text)
+    ledger, _ = read_vllm_log_rooms(text)
     # rank 1 is through, but the driver (rank 0) has not finished: the boot has not
     assert ledger[["rank", "outcome"]].values.tolist() == [[1, "incomplete"]]
-    ledger, _ = read_vllm_log(text + HEAD + "Graph capturing finished in 6 secs.\n")
+    ledger, _ = read_vllm_log_rooms(text + HEAD + "Graph capturing finished in 6 secs.\n")
     assert ledger["outcome"].tolist() == ["ok"] * 2
 
 
@@ -775,8 +768,8 @@ def test_cr_only_file_counts_each_cr_as_a_line():
     text = FOUR_RANK_LOG.read_text() + (
         "(Worker_TP2 pid=48604) ERROR 11-24 10:31:02 [core.py:900] torch.OutOfMemoryError: CUDA out of memory.\n"
     )
-    lf, lf_meta = read_vllm_log(text, source="x.log")
-    cr, cr_meta = read_vllm_log(text.replace("\n", "\r").encode(), source="x.log")
+    lf, lf_meta = read_vllm_log_rooms(text, source="x.log")
+    cr, cr_meta = read_vllm_log_rooms(text.replace("\n", "\r").encode(), source="x.log")
     pd.testing.assert_frame_equal(lf, cr)
     # the OOM is line 88 either way, and no "ends mid-line" warning for the trailing \r
     assert cr_meta["warnings"] == lf_meta["warnings"] and cr_meta["warnings"][0].startswith("x.log:88:")
@@ -812,7 +805,7 @@ OTHER_LINES = [
 def test_every_family_has_a_sample_line_and_every_sample_line_passes_the_prefilter():
     lines = [line for line, _expected in FAMILIES] + OTHER_LINES + FIDELITY_LINES
     for line in lines:
-        assert candidates(io.BytesIO(line.encode() + b"\n")) == [(1, line.encode())], line
+        assert candidates(line.encode() + b"\n") == [(1, 0, line.encode())], line
     matched = {fact.family for line in lines for fact in read_message(line)}
     assert matched == {family for family, *_rest in families.FAMILIES}
 
@@ -823,18 +816,18 @@ def test_every_family_has_a_sample_line_and_every_sample_line_passes_the_prefilt
 def test_read_many_logs_by_folder_glob_or_list(tmp_path):
     for name in ("a.log", "b.log"):
         (tmp_path / name).write_text(HEAD + "Available KV cache memory: 5.0 GiB\n")
-    by_folder, meta = read_vllm_logs(tmp_path)
-    by_glob, _ = read_vllm_logs(str(tmp_path / "*.log"))
-    by_list, _ = read_vllm_logs([tmp_path / "a.log", tmp_path / "b.log"])
+    by_folder, meta = read_vllm_logs_rooms(tmp_path)
+    by_glob, _ = read_vllm_logs_rooms(str(tmp_path / "*.log"))
+    by_list, _ = read_vllm_logs_rooms([tmp_path / "a.log", tmp_path / "b.log"])
     assert by_folder["source"].tolist() == [str(tmp_path / "a.log"), str(tmp_path / "b.log")]
     assert by_glob.equals(by_folder) and by_list.equals(by_folder)
     assert set(meta["provenance"]["source"]) == {str(tmp_path / "a.log"), str(tmp_path / "b.log")}
     with pytest.raises(FileNotFoundError):
-        read_vllm_logs(str(tmp_path / "none*.log"))
+        read_vllm_logs_rooms(str(tmp_path / "none*.log"))
 
 
 def test_ledger_columns_dtypes_and_streams():
-    ledger, _ = read_vllm_log(
+    ledger, _ = read_vllm_log_rooms(
         io.BytesIO((HEAD + "Available KV cache memory: 5.0 GiB\n").encode()), source="s"
     )
     assert list(ledger.columns) == LEDGER_COLUMNS
@@ -848,10 +841,28 @@ def test_ledger_columns_dtypes_and_streams():
 def test_small_chunks_give_the_same_ledger(monkeypatch):
     """Lines cut across read blocks are put back together."""
     path = LOGS / "v0.6.6-tp2-three-line.log"
-    whole, _ = read_vllm_log(path)
+    whole, _ = read_vllm_log_rooms(path)
     monkeypatch.setattr("kvplan.io.vllm.scan.CHUNK_BYTES", 37)
-    pieces, _ = read_vllm_log(path)
+    pieces, _ = read_vllm_log_rooms(path)
     pd.testing.assert_frame_equal(whole, pieces)
+
+
+def test_a_ledger_built_in_frames_of_few_rows_is_the_ledger_built_at_once(monkeypatch):
+    # the reader turns every FRAME_ROWS rows into a frame (less memory than the rows' dicts) and joins
+    # them at the end: with one row a frame, the dense sample's ledger and line index are unchanged
+    from kvplan.config import DATA_DIR
+    from kvplan.io.vllm import read
+
+    path = DATA_DIR / "boots" / "four-rank" / "boot.log"
+    text = path.read_text()
+    log = "".join(text.replace("pid=", f"pid={copy}") for copy in range(1, 4))  # three boots, new pids
+    whole, whole_meta = read.read_vllm_log(log)
+    monkeypatch.setattr(read, "FRAME_ROWS", 1)
+    framed, framed_meta = read.read_vllm_log(log)
+    assert len(whole) == 12  # 3 boots x 4 ranks
+    pd.testing.assert_frame_equal(framed, whole)
+    assert dict(framed_meta.lines) == dict(whole_meta.lines)
+    assert list(framed_meta.provenance_rows) == list(whole_meta.provenance_rows)
 
 
 # --- property: arbitrary bytes, truncation, shuffled lines --------------------------------------
@@ -861,7 +872,7 @@ SAMPLE_LINES = (LOGS / "v0.9.2-tp2-oom-then-restart.log").read_bytes().splitline
 
 def _check_never_invents(data: bytes) -> None:
     try:
-        ledger, _ = read_vllm_log(data, source="p.log")
+        ledger, _ = read_vllm_log_rooms(data, source="p.log")
     except LogParseError:
         return
     ranks = set(ledger["rank"].dropna().astype(int))
@@ -901,31 +912,13 @@ def test_sample_lines_mixed_with_noise(lines, noise):
     _check_never_invents(b"".join(lines) + noise.encode())
 
 
-@settings(max_examples=60, deadline=None)
-@given(
-    st.lists(st.sampled_from([*SAMPLE_LINES, b"noise\n", b"\n", b"x" * 40 + b"\n"]), max_size=25),
-    st.sampled_from([b"", b"Available KV cache memory: 1.0 GiB", b"tail"]),
-    st.integers(min_value=1, max_value=300),
-)
-def test_the_prefilter_finds_the_same_lines_whatever_the_chunk_size(lines, last, chunk_bytes):
-    # The reference: split the text into lines and keep those holding an anchor; a chunk boundary
-    # (falling inside a line, on a newline, or a chunk without any newline) must not change it.
-    data = b"".join(lines) + last
-    expected = [
-        (number, line)
-        for number, line in enumerate(data.split(b"\n"), start=1)
-        if any(anchor in line for anchor in scan.ANCHORS)
-    ]
-    assert candidates(io.BytesIO(data), chunk_bytes=chunk_bytes) == expected
-
-
 # --- the bundled samples (data/boots, inputs in data/README.md) --------------------------------
 
 BOOTS = DATA_DIR / "boots"
 
 
 def sample(name):
-    ledger, meta = read_vllm_logs(BOOTS / name)
+    ledger, meta = read_vllm_logs_rooms(BOOTS / name)
     return ledger, meta
 
 
@@ -968,10 +961,10 @@ def test_sample_shared_gpu_dp_ranks_from_engine_core_prefixes():
 
 
 def test_sample_drift_reference_and_manual_canary():
-    reference, _ = read_vllm_log(BOOTS / "drift" / "reference.log")
+    reference, _ = read_vllm_log_rooms(BOOTS / "drift" / "reference.log")
     assert reference["room_bytes"].tolist() == [31 * GiB] * 4
     assert reference["kv_cache_tokens"].tolist() == [761216] * 4  # 47,576 × 16
-    canary, _ = read_vllm_log(BOOTS / "drift" / "canary.log")
+    canary, _ = read_vllm_log_rooms(BOOTS / "drift" / "canary.log")
     assert canary["manual_kv_bytes"].tolist() == [30 * GiB] * 4
     assert canary["init_free_bytes"].tolist() == [gib(x) for x in ("41.8", "42.1", "40.75", "41.9")]
     assert canary["room_bytes"].isna().all() and canary["outcome"].tolist() == ["ok"] * 4
@@ -1084,10 +1077,10 @@ def test_suggestion_double_count_is_flagged_for_0_18_with_the_estimate_on():
         + line_of("suggestion", "(60.29 GiB)")
         + "\n"
     )
-    ledger, meta = read_vllm_log(text)
+    ledger, meta = read_vllm_log_rooms(text)
     assert ledger.loc[0, "room_bytes"] == 64739669441
     assert any("vllm#57936" in warning for warning in meta["warnings"])
-    _, meta = read_vllm_log(text.replace("0.18.0", "0.19.0"))
+    _, meta = read_vllm_log_rooms(text.replace("0.18.0", "0.19.0"))
     assert not any("vllm#57936" in warning for warning in meta["warnings"])
 
 
@@ -1098,7 +1091,7 @@ def test_v0_ray_worker_without_a_rank_line_is_the_rank_after_the_driver():
     # vLLM 0.7.2, TP 2 over Ray: the driver (no prefix) is rank 0, the one Ray worker can only be rank 1.
     # V0 summary: total 79.19 × 0.90 = 71.27 GiB; KV = 71.271 − weights 7.51 − non-torch − peak 1.42:
     # driver 71.271 − 7.51 − 0.68 − 1.42 = 61.66, worker 71.271 − 7.51 − 0.60 − 1.42 = 61.74 GiB
-    ledger, meta = read_vllm_log(LOGS / "v0.7.2-ray-tp2.log", source="ray2.log")
+    ledger, meta = read_vllm_log_rooms(LOGS / "v0.7.2-ray-tp2.log", source="ray2.log")
     assert (
         meta["warnings"] == []
     )  # no false "carry no process prefix"; one worker for one free rank: no guess
@@ -1120,7 +1113,7 @@ def test_ray_workers_without_rank_lines_are_numbered_by_first_appearance_with_on
     # vLLM 0.7.2, TP 4 over Ray with Ray's log dedup on: pid 6203 prints first, pid 6201's lines are
     # the '[repeated 2x across cluster]' ones (its own values, and the collapsed line of one more worker)
     source = str(LOGS / "v0.7.2-ray-tp4-dedup.log")
-    ledger, meta = read_vllm_log(source)
+    ledger, meta = read_vllm_log_rooms(source)
     rows = ledger[["rank", "pid"]].astype(object).where(ledger.notna(), None)
     assert rows.values.tolist() == [[0, None], [1, 6203], [2, 6201]]  # appearance order, not pid order
     # KV: driver 71.271 − 3.76 − 0.74 − 1.42 = 65.35; 6203: − 0.63 → 65.46; 6201: − 0.61 → 65.48 GiB
@@ -1145,7 +1138,7 @@ def test_rank_assignment_lines_win_over_the_order_of_appearance_for_ray_workers(
         "(RayWorkerWrapper pid=40, ip=10.0.0.5) INFO 08-14 14:00:00 [parallel_state.py:1] rank 0 in world size 2 "
         "is assigned as DP rank 0, PP rank 0, TP rank 0, EP rank 0\n"
     )
-    ledger, meta = read_vllm_log(text)
+    ledger, meta = read_vllm_log_rooms(text)
     assert ledger[["rank", "pid", "available_kv_bytes"]].values.tolist() == [
         [0, 40, 3 * GiB],
         [1, 41, 4 * GiB],
@@ -1174,7 +1167,7 @@ def test_the_v0_engine_config_form_of_0_7_3_to_0_10_is_read():
         "7.51GiB; non_torch_memory takes 0.63GiB; PyTorch activation peak memory takes 1.42GiB; the rest of the "
         "memory reserved for KV Cache is 61.71GiB.\n"
     )
-    ledger, meta = read_vllm_log(text)
+    ledger, meta = read_vllm_log_rooms(text)
     key = meta["boots"][0]["compatibility_key"]
     assert (key["vllm_version"], key["model"], key["tensor_parallel_size"], key["max_model_len"]) == (
         "0.8.1",
@@ -1198,7 +1191,7 @@ def test_colour_codes_that_lost_their_esc_byte_are_stripped_around_the_prefix_an
         "non_torch_memory takes 0.35GiB; PyTorch activation peak memory takes 1.23GiB; the rest of the memory "
         "reserved for KV Cache is 62.21GiB.\n"
     )
-    ledger, _meta = read_vllm_log(text)
+    ledger, _meta = read_vllm_log_rooms(text)
     assert ledger[["rank", "pid"]].astype(object).where(ledger.notna(), None).values.tolist() == [
         [0, None],
         [1, 902],
@@ -1244,7 +1237,7 @@ def test_ranks_whose_lines_ray_deduplicated_are_not_incomplete_and_the_budget_sa
         "(EngineCore_DP0 pid=5) INFO 10-03 10:00:30 [core.py:210] init engine (profile, create kv cache, warmup "
         "model) took 20.10 seconds\n"
     )
-    ledger, meta = read_vllm_log(text, source="ray.log")
+    ledger, meta = read_vllm_log_rooms(text, source="ray.log")
     assert ledger["outcome"].tolist() == ["ok"] * 4  # the boot completed on every rank
     assert ledger["room_bytes"].astype(object).where(ledger["room_bytes"].notna(), None).tolist() == [
         gib("65.38"),
@@ -1259,7 +1252,7 @@ def test_ranks_whose_lines_ray_deduplicated_are_not_incomplete_and_the_budget_sa
         budget_from_ledger(ledger, reserve_bytes=GiB)
     assert "RAY_DEDUP_LOGS=0" in str(refused.value)
     # V0 (0.7.2) with one worker never shown: rank 3 has no line at all
-    v0_ledger, v0_meta = read_vllm_log(LOGS / "v0.7.2-ray-tp4-dedup.log", source="v0.log")
+    v0_ledger, v0_meta = read_vllm_log_rooms(LOGS / "v0.7.2-ray-tp4-dedup.log", source="v0.log")
     assert v0_ledger["outcome"].tolist() == ["ok"] * 3
     assert any(
         warning.startswith("v0.log:16: boot 0: rank(s) 3 show no room") and "RAY_DEDUP_LOGS=0" in warning
@@ -1289,5 +1282,5 @@ def test_the_cuda_graph_mode_as_each_release_prints_it(config, mode):
 
 @pytest.mark.parametrize(("sample", "mode"), [("four-rank", "FULL_AND_PIECEWISE"), ("v0.10.2", "PIECEWISE")])
 def test_the_cuda_graph_mode_joins_the_compatibility_key(sample, mode):
-    ledger, _ = read_vllm_log(BOOTS / sample / "boot.log")
+    ledger, _ = read_vllm_log_rooms(BOOTS / sample / "boot.log")
     assert set(ledger["cudagraph_mode"]) == {mode}

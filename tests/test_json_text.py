@@ -12,7 +12,7 @@ from kvplan.checks import defaulted_key_fields, read_defaulted_key_fields
 from kvplan.config import DATA_DIR
 from kvplan.evidence.record import record_bytes, same_bytes, same_canonical, seal
 from kvplan.json_text import canonical_chunks, indented_chunks
-from kvplan.room import read_vllm_logs
+from kvplan.room import read_vllm_logs_rooms
 
 #: Scalars that JSON writes in special ways: big ints, -0.0, NaN and infinities, escapes, non-ASCII,
 #: separators inside strings (the C encoder's item separator must not be confused with them).
@@ -84,5 +84,5 @@ def test_piecewise_comparisons() -> None:
     "log", sorted((DATA_DIR / "boots").glob("*/*.log")), ids=lambda path: path.parent.name
 )
 def test_defaulted_fields_from_rows_are_the_frames(log) -> None:
-    _, metadata = read_vllm_logs([log])
+    _, metadata = read_vllm_logs_rooms([log])
     assert read_defaulted_key_fields(metadata) == defaulted_key_fields(metadata.provenance)

@@ -28,7 +28,7 @@ from kvplan.kvspec import (
     pp_partition,
 )
 from kvplan.ledger import compatibility_key
-from kvplan.room import read_vllm_log
+from kvplan.room import read_vllm_log_rooms
 from kvplan.units import parse_size
 from tests.conftest import GiB, KiB, MiB
 
@@ -754,7 +754,7 @@ def _catalogue_entry(model: str) -> dict:
 
 @pytest.mark.parametrize("log", sorted(BOOTS_DIR.glob("*/*.log")), ids=lambda p: f"{p.parent.name}/{p.name}")
 def test_sample_boot_figures_match_the_log(log):
-    ledger, _metadata = read_vllm_log(log)
+    ledger, _metadata = read_vllm_log_rooms(log)
     printed = ledger[["kv_cache_tokens", "max_concurrency", "num_gpu_blocks"]].notna().any(axis=None)
     if not printed:
         pytest.skip(f"{log}: no KV cache size, concurrency or block line (not a sizing boot)")
@@ -1047,7 +1047,7 @@ def test_budget_model_refuses_a_contradicting_setting_or_model(capsys):
 
 
 def test_cross_check_verdict_on_the_four_rank_boot():
-    ledger, _ = read_vllm_log(FOUR_RANK_LOG)
+    ledger, _ = read_vllm_log_rooms(FOUR_RANK_LOG)
     spec = kv_spec(LLAMA_70B, **options_for_logs({}, compatibility_key(ledger)))
     assert cross_check_verdict(cross_check(ledger, spec)) == (
         "model config agrees with the log: predicted 155,840 tokens, logged 155,856 "

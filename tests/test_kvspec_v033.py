@@ -17,7 +17,7 @@ import pytest
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpecError, cross_check, cross_check_verdict, kv_spec, options_for_logs
 from kvplan.ledger import compatibility_key
-from kvplan.room import read_vllm_log
+from kvplan.room import read_vllm_log_rooms
 from tests.conftest import TESTS_DATA_DIR, GiB
 
 H100 = "NVIDIA H100 80GB HBM3"
@@ -25,7 +25,7 @@ H100 = "NVIDIA H100 80GB HBM3"
 
 def _boot(name: str, catalogue: str, available: int, **logged):
     """The boot's ledger and the spec options_for_logs builds from its key and the hand-read settings."""
-    ledger, _metadata = read_vllm_log(TESTS_DATA_DIR / f"v0.33-{name}.log")
+    ledger, _metadata = read_vllm_log_rooms(TESTS_DATA_DIR / f"v0.33-{name}.log")
     key = {**compatibility_key(ledger), **logged}
     if "max_model_len" in logged:  # the auto-fit length the KV line used
         ledger["max_model_len"] = logged["max_model_len"]

@@ -9,7 +9,7 @@ from kvplan.cli import main
 from kvplan.config import DATA_DIR
 from kvplan.ledger import LedgerError, LedgerWarning, compatibility_key, room_per_rank
 from kvplan.ledger_budget import budget_from_ledger
-from kvplan.room import read_vllm_log, read_vllm_logs
+from kvplan.room import read_vllm_log_rooms, read_vllm_logs_rooms
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR, GiB, approve_args
 
@@ -46,14 +46,14 @@ def boot_text(version, rooms, tp=None):
 
 
 def ledger_of_texts(texts):
-    """Several in-memory logs as one ledger, as read_vllm_logs makes of files."""
-    frames = [read_vllm_log(text, source=name) for name, text in texts.items()]
+    """Several in-memory logs as one ledger, as read_vllm_logs_rooms makes of files."""
+    frames = [read_vllm_log_rooms(text, source=name) for name, text in texts.items()]
     ledger = pd.concat([frame for frame, _ in frames], ignore_index=True)
     return ledger, {k: v for _, meta in frames for k, v in meta["lines"].items()}
 
 
 def test_four_rank_sample_gives_12_gib_with_rank_2_limiting():
-    ledger, meta = read_vllm_logs(FOUR_RANK)
+    ledger, meta = read_vllm_logs_rooms(FOUR_RANK)
     assert meta["warnings"] == []
     # the sample's rooms are parse_size of 18.8, 17.6, 12.9 and 16.4 GiB (suggested_full, every rank)
     assert ledger["room_bytes"].tolist() == [parse_size(f"{x}GiB") for x in ("18.8", "17.6", "12.9", "16.4")]
@@ -95,7 +95,7 @@ def test_cli_ledger_json_csv_and_table(capsys):
 
 
 def test_rank_zero_only_is_refused_unless_assumed_uniform():
-    ledger, meta = read_vllm_log(LOGS / "v0.14.0-tp2-rank0-only.log")
+    ledger, meta = read_vllm_log_rooms(LOGS / "v0.14.0-tp2-rank0-only.log")
     with pytest.raises(LedgerError, match=r"rank0-only\.log:7: the logs show the room of local rank 0 only"):
         budget_from_ledger(ledger, GiB, lines=meta.lines)
     rooms = room_per_rank(ledger, assume_uniform=True, lines=meta.lines)
@@ -104,7 +104,7 @@ def test_rank_zero_only_is_refused_unless_assumed_uniform():
 
 
 def test_missing_rank_is_refused_naming_the_file_and_line(tmp_path):
-    ledger, meta = read_vllm_log(boot_text("0.26.0", [20 * GiB, 19 * GiB], tp=4), source="two.log")
+    ledger, meta = read_vllm_log_rooms(boot_text("0.26.0", [20 * GiB, 19 * GiB], tp=4), source="two.log")
     with pytest.raises(
         LedgerError, match=r"two\.log:1: rank\(s\) 2, 3 missing from boot 0: TP × PP × DP = 4 \(two\.log:2\)"
     ):
@@ -112,7 +112,7 @@ def test_missing_rank_is_refused_naming_the_file_and_line(tmp_path):
 
 
 def test_failed_boot_is_refused_naming_the_error_line():
-    ledger, meta = read_vllm_log(LOGS / "v0.9.2-tp2-oom-then-restart.log")
+    ledger, meta = read_vllm_log_rooms(LOGS / "v0.9.2-tp2-oom-then-restart.log")
     # rank 1's own OOM (line 8) comes first; rank 0 only carries the API server's error (line 10), said so
     with pytest.raises(
         LedgerError,
@@ -146,7 +146,7 @@ def test_repeated_boots_take_each_ranks_worst_room_and_show_the_spread():
         + boot_text("0.26.0", [18 * GiB, 21 * GiB])
         + boot_text("0.26.0", [22 * GiB, 20 * GiB])
     )
-    ledger, meta = read_vllm_log(text, source="r.log")
+    ledger, meta = read_vllm_log_rooms(text, source="r.log")
     assert ledger["boot"].tolist() == [0, 0, 1, 1, 2, 2]
     rooms = room_per_rank(ledger, lines=meta.lines)
     # rank 0: 20, 18, 22 → worst 18 (boot 1), median 20; rank 1: 19, 21, 20 → worst 19 (boot 0)
@@ -164,13 +164,13 @@ def test_repeated_boots_take_each_ranks_worst_room_and_show_the_spread():
 
 
 def test_a_reserve_larger_than_the_room_names_the_file():
-    ledger, meta = read_vllm_log(boot_text("0.26.0", [2 * GiB, 3 * GiB]), source="small.log")
+    ledger, meta = read_vllm_log_rooms(boot_text("0.26.0", [2 * GiB, 3 * GiB]), source="small.log")
     with pytest.raises(LedgerError, match=r"small\.log:3: rank 0: reserve"):
         budget_from_ledger(ledger, 4 * GiB, lines=meta.lines)
 
 
 def test_empty_ledger_is_refused():
-    ledger, meta = read_vllm_log("nothing to see\n")
+    ledger, meta = read_vllm_log_rooms("nothing to see\n")
     with pytest.raises(LedgerError, match="empty"):
         compatibility_key(ledger, meta.lines)
 
@@ -189,7 +189,7 @@ def test_cli_budget_assume_uniform_on_the_rank0_only_sample(capsys):
 
 
 def test_oom_sample_refusal_names_the_oom_rank_first_and_the_engines_error_as_the_engines():
-    ledger, meta = read_vllm_logs(DATA_DIR / "boots" / "oom")
+    ledger, meta = read_vllm_logs_rooms(DATA_DIR / "boots" / "oom")
     with pytest.raises(LedgerError) as refused:
         budget_from_ledger(ledger, RESERVE, lines=meta.lines)
     first, second = str(refused.value).split("; ", 1)
@@ -211,7 +211,7 @@ def test_an_oom_after_startup_refuses_the_budget():
         "(Worker_TP2 pid=48604) ERROR 11-24 10:31:02 [core.py:900] torch.OutOfMemoryError: CUDA out of memory. "
         "Tried to allocate 2.00 GiB.\n"
     )
-    ledger, meta = read_vllm_log(text, source="late.log")
+    ledger, meta = read_vllm_log_rooms(text, source="late.log")
     with pytest.raises(
         LedgerError,
         match=r"^late\.log:88: boot 0 rank 2 did not boot cleanly \(oom: after "
@@ -251,7 +251,7 @@ def debug_and_info_boots():
 
 
 def test_a_boot_lacking_a_ranks_room_is_refused_rather_than_mixed_with_other_boots():
-    ledger, meta = read_vllm_log(debug_and_info_boots(), source="mix.log")
+    ledger, meta = read_vllm_log_rooms(debug_and_info_boots(), source="mix.log")
     # boot 1 (from line 7) has rank 0's room (line 9) only; boot 0's suggestion for rank 1 does not fill in
     with pytest.raises(
         LedgerError,
@@ -293,7 +293,7 @@ def test_rooms_from_different_evidence_are_named_in_a_warning():
 
 
 def test_a_manual_canary_is_named_not_silently_dropped():
-    ledger, meta = read_vllm_logs(DATA_DIR / "boots" / "drift")
+    ledger, meta = read_vllm_logs_rooms(DATA_DIR / "boots" / "drift")
     with pytest.warns(
         LedgerWarning,
         match=r"canary\.log:1: boot 0 is a manual-value boot \(--kv-cache-memory-bytes "
@@ -304,7 +304,7 @@ def test_a_manual_canary_is_named_not_silently_dropped():
 
 
 def test_a_failed_boot_without_room_is_refused_by_room_per_rank():
-    ledger, meta = read_vllm_log(LOGS / "v0.9.2-tp2-oom-then-restart.log", source="r.log")
+    ledger, meta = read_vllm_log_rooms(LOGS / "v0.9.2-tp2-oom-then-restart.log", source="r.log")
     with pytest.raises(
         LedgerError, match=r"^r\.log:1: boot 0 shows no room on any rank \(rank 0 error, rank 1 oom\)"
     ):
@@ -321,14 +321,14 @@ def without_key_lines(text):
 
 
 def test_logs_without_model_or_layout_refuse_a_budget_and_do_not_merge():
-    nokey, nokey_meta = read_vllm_log(without_key_lines(V019.read_text()), source="nokey.log")
+    nokey, nokey_meta = read_vllm_log_rooms(without_key_lines(V019.read_text()), source="nokey.log")
     with pytest.raises(
         LedgerError,
         match=r"^nokey\.log: the logs do not show model, tensor_parallel_size, "
         r"pipeline_parallel_size, data_parallel_size",
     ):
         budget_from_ledger(nokey, GiB, lines=nokey_meta.lines)
-    reference, reference_meta = read_vllm_log(
+    reference, reference_meta = read_vllm_log_rooms(
         DATA_DIR / "boots" / "drift" / "reference.log", source="ref.log"
     )
     merged = pd.concat([reference, nokey], ignore_index=True)
@@ -344,7 +344,7 @@ def test_non_default_args_without_a_size_mean_size_one():
         "(APIServer pid=1) INFO 08-14 14:00:01 [utils.py:1] non-default args: {'model': 'm'}\n"
         f"{HEAD}Available KV cache memory: 5.0 GiB\n"
     )
-    ledger, _ = read_vllm_log(text)
+    ledger, _ = read_vllm_log_rooms(text)
     # vLLM lists only what differs from the defaults: no tensor_parallel_size there means TP = 1
     assert ledger.loc[
         0, ["tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"]

@@ -17,7 +17,7 @@ from kvplan.config import DATA_DIR
 from kvplan.io.ledger_frame import ledger_frame
 from kvplan.io.ledger_rows_csv import ledger_csv_text
 from kvplan.notes import aggregate_notes
-from kvplan.room import read_vllm_logs
+from kvplan.room import read_vllm_logs_rooms
 
 ROOT = DATA_DIR.parent
 LOGS = sorted({*ROOT.glob("data/**/*.log"), *ROOT.glob("tests/data/**/*.log")})
@@ -26,7 +26,7 @@ LOGS = sorted({*ROOT.glob("data/**/*.log"), *ROOT.glob("tests/data/**/*.log")})
 def _frame_path(paths: list[str]) -> tuple[str, str]:
     """What ``kvplan ledger --csv`` printed before it streamed: pandas' CSV of the ledger, and the
     warnings as the CLI prints them (a ledger without rows is refused)."""
-    ledger, metadata = read_vllm_logs(paths)
+    ledger, metadata = read_vllm_logs_rooms(paths)
     if ledger.empty:
         raise ValueError("no boot: the CLI refuses the logs")
     warnings = "".join(f"warning: {note}\n" for note in aggregate_notes(list(metadata.warnings)))
@@ -75,7 +75,7 @@ def test_the_streamed_csv_is_pandas_csv_of_the_ledger_for_every_log_and_its_muta
 def test_many_logs_and_a_ledger_csv_stream_in_file_order(tmp_path, capsys):
     four = DATA_DIR / "boots" / "four-rank" / "boot.log"
     ledger_csv = tmp_path / "ledger.csv"
-    read_vllm_logs([str(LOGS[0])])[0].to_csv(ledger_csv, index=False)
+    read_vllm_logs_rooms([str(LOGS[0])])[0].to_csv(ledger_csv, index=False)
     paths = [str(four), str(ledger_csv), str(LOGS[0]), str(four)]
     code, out, err = _cli_csv(paths, capsys)
     assert code == 0

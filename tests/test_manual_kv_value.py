@@ -12,7 +12,7 @@ import pandas as pd
 from kvplan.checks import Approved, check_budget_fits
 from kvplan.config import DATA_DIR
 from kvplan.io.vllm.manual import PRINTED_HALF_BYTES
-from kvplan.room import read_vllm_log
+from kvplan.room import read_vllm_log_rooms
 
 GiB = 2**30
 CANARY = DATA_DIR / "boots" / "drift" / "canary.log"
@@ -20,7 +20,7 @@ ARGS = "'kv_cache_memory_bytes': 32212254720"
 
 
 def manual(path) -> tuple[list, list, list]:
-    ledger, metadata = read_vllm_log(path)
+    ledger, metadata = read_vllm_log_rooms(path)
     ledger = ledger.sort_values("rank")
     rows = metadata.provenance
     lines = rows[rows["column"] == "manual_kv_bytes"].sort_values("rank")["line"].tolist()
@@ -59,7 +59,7 @@ def test_arguments_far_from_the_printed_figure_keep_the_larger(tmp_path):
     # figure stays, and the most it may have run is the larger, 33,000,000,000 B, with a note
     path = edited(tmp_path, ARGS, "'kv_cache_memory_bytes': 33000000000")
     assert manual(path)[:2] == ([32_212_254_720] * 4, [33_000_000_000] * 4)
-    notes = [note for note in read_vllm_log(path)[1].warnings if note.code == "manual-value-differs"]
+    notes = [note for note in read_vllm_log_rooms(path)[1].warnings if note.code == "manual-value-differs"]
     assert len(notes) == 4 and str(notes[0]).startswith(f"{path}:2: the arguments give ")
 
 

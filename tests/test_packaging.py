@@ -1,8 +1,13 @@
 """The two install routes agree, and the README's commands are the ones the Makefile and CI run."""
 
+import os
 import re
+import shutil
+import subprocess
 from importlib.metadata import metadata, requires
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -39,3 +44,45 @@ def test_ci_runs_the_readme_test_command():
     makefile = (ROOT / "Makefile").read_text()
     assert re.search(r"^test:.*\bunit\b", makefile, re.M)
     assert "--doctest-modules kvplan" in makefile
+
+
+def _make_system_deps(tmp_path, packages: str, uid: int) -> subprocess.CompletedProcess:
+    """``make system-deps`` with ``DEBIAN_PACKAGES=packages``, as a user whose ``id -u`` prints ``uid``."""
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    (fake / "id").write_text(f"#!/bin/sh\necho {uid}\n")
+    (fake / "id").chmod(0o755)
+    env = {**os.environ, "PATH": f"{fake}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), "system-deps", f"DEBIAN_PACKAGES={packages}"],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+
+
+@pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="a Debian machine's dpkg-query")
+def test_system_deps_says_the_one_line_install_when_not_root(tmp_path):  # issue 27
+    # coreutils is always installed on Debian; the other name exists nowhere, so it is the one named
+    done = _make_system_deps(tmp_path, "coreutils kvplan-no-such-package", uid=1000)
+    assert done.returncode == 2
+    assert done.stdout.strip() == (
+        "error: missing Debian packages: kvplan-no-such-package; "
+        "install them with: sudo apt-get install -y kvplan-no-such-package"
+    )
+
+
+@pytest.mark.skipif(shutil.which("dpkg-query") is None, reason="a Debian machine's dpkg-query")
+def test_system_deps_is_silent_when_everything_is_installed(tmp_path):  # issue 27
+    done = _make_system_deps(tmp_path, "coreutils", uid=1000)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "", "")
+
+
+def test_test_and_demo_install_the_system_packages_and_ci_only_calls_make_test():  # issue 27
+    makefile = (ROOT / "Makefile").read_text()
+    assert re.search(r"^test: system-deps\b", makefile, re.M)
+    assert re.search(r"^demo: system-deps\b", makefile, re.M)
+    assert re.search(r"^DEBIAN_PACKAGES := .*\bchromium\b", makefile, re.M)
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert "apt-get" not in ci and "MPLBACKEND=Agg" in ci

@@ -10,7 +10,7 @@ ROOM_COLUMNS = ["room_bytes", "room_source"]
 def test_the_reader_alone_reports_no_room_and_the_core_reader_fills_it():
     # the sample prints vLLM's --kv-cache-memory suggestion on each of its four ranks: that is each room
     raw, _ = io.read_vllm_log(SAMPLE_LOG)
-    ledger, _ = room.read_vllm_log(SAMPLE_LOG)
+    ledger, _ = room.read_vllm_log_rooms(SAMPLE_LOG)
     assert raw[ROOM_COLUMNS].isna().all().all()
     assert ledger["room_source"].tolist() == ["suggestion"] * 4
     assert ledger["room_bytes"].tolist() == ledger["suggested_full_bytes"].tolist()
@@ -27,7 +27,7 @@ def test_a_csv_of_parts_has_a_room_only_through_the_rule(tmp_path):
         "0,70GiB,40GiB,2GiB,1GiB,1GiB,0.19.0\n"
     )
     raw, _ = io.read_ledger_csv(path)
-    ledger, _ = room.read_ledger_csv(path)
+    ledger, _ = room.read_ledger_csv_rooms(path)
     assert ledger.loc[0, "room_bytes"] == 26 * GiB - 150 * MiB
     assert (ledger.loc[0, "room_source"], ledger.loc[0, "outcome"]) == ("parts", "ok")
     # the reader alone states no room for the row, so it takes no outcome from one

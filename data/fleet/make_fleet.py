@@ -389,10 +389,10 @@ def _oom(host: Host, emit, rng: random.Random, workers: list[int], core_p: str, 
     )
 
 
-def snapshots_csv(host: Host) -> tuple[str, str]:
+def snapshots_csv(host: Host, kv_bytes: int | None = None) -> tuple[str, str]:
     """The host's nvidia-smi --query-gpu and --query-compute-apps snapshots after warm-up (whole MiB).
 
-    A vLLM worker uses W + P + NT + cg + its KV blocks; free = startup free − that; a co-tenant uses what
+    A vLLM worker uses W + P + NT + cg + its KV blocks (``kv_bytes`` for a boot at a manual value); free = startup free − that; a co-tenant uses what
     it took from the startup free memory; memory.used = memory.total − free − 470 MiB (driver reserve).
     """
     name, total_mib, smi_total = GPUS[host.gpu]
@@ -401,7 +401,8 @@ def snapshots_csv(host: Host) -> tuple[str, str]:
     rng = random.Random(host.name)
     for rank in range(TP):
         blocks = rank_numbers(host, rank)["blocks"]
-        vllm = WEIGHTS + PEAK + host.non_torch[rank] + host.graphs[rank] + blocks * BLOCK_BYTES
+        kv = blocks * BLOCK_BYTES if kv_bytes is None else kv_bytes
+        vllm = WEIGHTS + PEAK + host.non_torch[rank] + host.graphs[rank] + kv
         free = (host.init_free[rank] - vllm) // MiB
         uuid = (
             f"GPU-{rng.getrandbits(32):08x}-{rng.getrandbits(16):04x}-{rng.getrandbits(16):04x}-"

@@ -11,7 +11,7 @@ import argparse
 import sys
 
 from kvplan.cli.help import add_command
-from kvplan.cli.sizes import count, fraction, labels, size
+from kvplan.cli.sizes import at_least_one, fraction, labels, size
 from kvplan.units import format_size
 
 
@@ -106,16 +106,18 @@ def add_fleet(sub: argparse._SubParsersAction) -> None:
     )
     plan.add_argument(
         "--min-hosts",
-        type=count,
+        type=at_least_one,
         default=None,
         metavar="N",
         help="a class needs N clean hosts to be approved (default 3)",
     )
     plan.add_argument(
-        "--canaries", type=count, default=None, metavar="N", help="canary hosts per class (default 2)"
+        "--canaries", type=at_least_one, default=None, metavar="N", help="canary hosts per class (default 2)"
     )
-    plan.add_argument("--target-concurrency", type=count, metavar="C", help="admission plan (with --seq-len)")
-    plan.add_argument("--seq-len", type=count, metavar="L", help="admission plan: tokens per sequence")
+    plan.add_argument(
+        "--target-concurrency", type=at_least_one, metavar="C", help="admission plan (with --seq-len)"
+    )
+    plan.add_argument("--seq-len", type=at_least_one, metavar="L", help="admission plan: tokens per sequence")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     _add_engine_arguments(plan, None)
     plan.set_defaults(run=_run_plan)
@@ -146,6 +148,7 @@ def _run_plan(args: argparse.Namespace) -> int:
     from kvplan.evidence import Plan
     from kvplan.fleet import FleetPolicy, plan_fleet
     from kvplan.fleet.engine import default_scheduler, stderr_progress
+    from kvplan.fleet.inputs import terminal_text
     from kvplan.fleet.plan import class_rows
 
     if (args.target_concurrency is None) != (args.seq_len is None):
@@ -178,33 +181,43 @@ def _run_plan(args: argparse.Namespace) -> int:
     data = result.to_dict()
     if args.json:
         return _print_json(data)
-    rows = class_rows(data)
+    rows = [{name: terminal_text(value) for name, value in row.items()} for row in class_rows(data)]
     print(format_table(rows, ["class", "hosts", "budget", "limiting", "min/median", "stranded", "approved"]))
+    for line in _plan_lines(data):
+        print(terminal_text(line))
+    _print_warnings([terminal_text(warning) for warning in data["warnings"]])
+    return 0
+
+
+def _plan_lines(data: dict) -> list[str]:
+    """The plan's records after its table, one line each (text from the manifest escaped by the caller)."""
+    lines = []
     for c in data["classes"]:
         for outlier in c["outliers"]:
-            print(
+            lines.append(
                 f"outlier  {c['class']}: {outlier['host']} {format_size(outlier['budget_bytes'])}: "
                 f"{outlier['likely_cause']}"
             )
         gain = c["split"].get("gain_split_tokens")
         if gain:
-            print(f"split    {c['class']}: splitting the outliers off gains {gain:,} tokens over the class")
-    for item in data["excluded"]:
-        print(f"excluded {item['host']}: {item['reason']}")
+            lines.append(
+                f"split    {c['class']}: splitting the outliers off gains {gain:,} tokens over the class"
+            )
+    lines += [f"excluded {item['host']}: {item['reason']}" for item in data["excluded"]]
     for wave in data["waves"]:
-        print(
+        lines.append(
             f"wave {wave['wave']}  {wave['kind']:6}  {wave['class']}: {len(wave['hosts'])} host(s)  "
             f"{wave['flag']}"
         )
-        print(f"         then: {wave['gate']}")
-    _print_warnings(data["warnings"])
-    return 0
+        lines.append(f"         then: {wave['gate']}")
+    return lines
 
 
 def _run_gate(args: argparse.Namespace) -> int:
     from kvplan.cli.output import print_json as _print_json
     from kvplan.fleet.engine import default_scheduler
     from kvplan.fleet.gate import gate_fleet, stop_decision
+    from kvplan.fleet.inputs import terminal_text
 
     if not args.targets and len(args.approved) > 1:  # --approved B1 B2 FLEET: the last one is the fleet
         args.targets = [args.approved.pop()]
@@ -221,9 +234,9 @@ def _run_gate(args: argparse.Namespace) -> int:
         return status
     for verdict in verdicts:
         state = {True: "PASS", False: "FAIL", None: "CANNOT JUDGE"}[verdict.passed]
-        print(f"{verdict.host}: {state}" + (f" ({verdict.reason})" if verdict.reason else ""))
+        print(terminal_text(f"{verdict.host}: {state}" + (f" ({verdict.reason})" if verdict.reason else "")))
         for check in verdict.checks:
             if check["passed"] is False:
-                print(f"  FAIL {check['name']}: {check['detail']}")
-    print(decision)
+                print(terminal_text(f"  FAIL {check['name']}: {check['detail']}"))
+    print(terminal_text(decision))
     return status

@@ -1,6 +1,6 @@
 """``kvplan gate``: a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge).
 
-The checks are :func:`kvplan.gate.gate_checks`' and :func:`kvplan.plan.gate_load`'s, the verdict
+The checks are :func:`kvplan.checks.gate_checks`' and :func:`kvplan.plan.gate_load`'s, the verdict
 :func:`kvplan.verdict.gate_verdict`'s; this module parses, calls them and formats the answer.
 """
 
@@ -55,11 +55,11 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
 
 def run_gate(args: argparse.Namespace) -> int:
     """Print each gate check with its evidence; the exit status is the verdict."""
-    from kvplan import evidence, gate, plan
-    from kvplan.checks import read_defaulted_key_fields
+    from kvplan import evidence, plan
+    from kvplan.checks import gate_checks, read_defaulted_key_fields
     from kvplan.io.nvidia_smi import join_snapshots
     from kvplan.ledger import compatibility_key
-    from kvplan.room import read_vllm_logs
+    from kvplan.room import read_vllm_logs_rooms
     from kvplan.verdict import format_checks, gate_verdict
 
     policy = load_policy(args)
@@ -67,7 +67,7 @@ def run_gate(args: argparse.Namespace) -> int:
     plan.require_files(args.nvidia_smi, "--nvidia-smi")
     plan.require_files(args.load, "--load")
     verified, approved = evidence.verified_approval(args.approved, args.approved_digest)
-    ledger, metadata = read_vllm_logs(args.logs)
+    ledger, metadata = read_vllm_logs_rooms(args.logs)
     plan.require_boot(ledger, args.logs)
     warnings: list[str] = list(metadata.warnings)
     if not verified.sealed and args.approved_digest is None:  # issue 11 item 11: say what is not pinned
@@ -79,7 +79,7 @@ def run_gate(args: argparse.Namespace) -> int:
     if args.nvidia_smi:
         with reader_warnings_into(warnings):
             ledger, free_after_warmup, _ = join_snapshots(ledger, args.nvidia_smi)
-    checks = gate.gate_checks(
+    checks = gate_checks(
         approved,
         ledger,
         compatibility_key(ledger, metadata.lines),

@@ -84,7 +84,7 @@ def run_ledger(args: argparse.Namespace) -> int:
     from kvplan.ledger import plain_value, room_per_rank
     from kvplan.ledger_budget import check_dropped_ranks
     from kvplan.notes import aggregate_notes
-    from kvplan.room import read_vllm_logs
+    from kvplan.room import read_vllm_logs_rooms
 
     if args.assume_uniform and not args.rooms:
         raise CliError("--assume-uniform applies to --rooms only")
@@ -92,7 +92,7 @@ def run_ledger(args: argparse.Namespace) -> int:
         raise CliError("--rooms prints a table or JSON, not CSV")
     if args.csv and not args.nvidia_smi:
         return _print_csv(args.logs)
-    ledger, metadata = read_vllm_logs(args.logs)
+    ledger, metadata = read_vllm_logs_rooms(args.logs)
     plan.require_boot(ledger, args.logs)
     notes: list[str] = list(metadata.warnings)
     if args.nvidia_smi:
@@ -146,10 +146,10 @@ def _print_csv(logs: list[str]) -> int:
 
     from kvplan import plan
     from kvplan.io.ledger_rows_csv import ledger_csv_header, ledger_csv_text
-    from kvplan.room import stream_vllm_logs
+    from kvplan.room import stream_vllm_logs_rooms
 
     parts: list[str] = []
-    metadata = stream_vllm_logs(logs, lambda rows: parts.append(ledger_csv_text(rows, header=False)))
+    metadata = stream_vllm_logs_rooms(logs, lambda rows: parts.append(ledger_csv_text(rows, header=False)))
     if not any(parts):  # no row read (a batch of rows is never empty text)
         plan.require_boot(pd.DataFrame(), logs)  # refused as an empty ledger is
     print_warnings(list(metadata.warnings))

@@ -52,7 +52,7 @@ def positive_int(text: str) -> int:
     return _whole_number_from_one(text, "must be positive")
 
 
-def count(text: str) -> int:
+def at_least_one(text: str) -> int:
     """A whole number ≥ 1 (hosts, sequences, tokens)."""
     return _whole_number_from_one(text, "must be ≥ 1")
 

@@ -20,7 +20,7 @@ import stat
 from pathlib import Path, PurePosixPath
 
 #: Read unit for hashing and copying [bytes].
-CHUNK_BYTES = 1 << 20
+_CHUNK_BYTES = 1 << 20
 _FLAGS = (
     os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 )
@@ -116,7 +116,7 @@ def copy_hashed(folder: Path, name: str, target: Path, expected_size: object) ->
         digest, copied = hashlib.sha256(), 0
         with open(target, "wb") as out:
             while copied <= size:
-                chunk = handle.read(min(CHUNK_BYTES, size + 1 - copied))
+                chunk = handle.read(min(_CHUNK_BYTES, size + 1 - copied))
                 if not chunk:
                     break
                 digest.update(chunk)

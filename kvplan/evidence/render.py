@@ -12,17 +12,16 @@ approver) is quoted by :func:`quoted` so it cannot add headings, tables or HTML 
 from __future__ import annotations
 
 import io
-import math
 import re
 from collections.abc import Iterator, Mapping, Sequence
 
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
+from kvplan.capacity import capacity_rows, sequence_lengths
 from kvplan.evidence.record import CHARTS_DIR, int_or_none, json_value
 from kvplan.io.metadata import RawLines
 from kvplan.plan import Decision
-from kvplan.plan.admission import capacity_rows
 from kvplan.units import format_size
 from kvplan.verdict import verdict_word
 
@@ -355,11 +354,8 @@ def _figures(decision: Decision) -> Iterator[tuple[str, object]]:
     yield "stranded", charts.stranded_chart(budget)
     if "concurrency" in chart_names(decision):
         spec, max_len = decision.spec, int(decision.compatibility_key["max_model_len"])
-        lengths = sorted(
-            {2**k for k in range(9, int(math.log2(max_len)) + 1)}
-            | {max_len}
-            | ({decision.plan["seq_len"]} if decision.plan else set())
-        )
+        planned = [decision.plan["seq_len"]] if decision.plan else []
+        lengths = sequence_lengths(max_len, shortest=512, also=planned)
         curve = pd.DataFrame(capacity_rows(spec, budget.uniform_budget_bytes, lengths))
         target = decision.plan["target_concurrency"] if decision.plan else None
         yield "concurrency", charts.concurrency_chart(curve, max_len, target)

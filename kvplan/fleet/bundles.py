@@ -2,70 +2,94 @@
 
 Every host is a profiled boot of the same compatibility key, so the bundle's budget (each rank's worst
 boot over the hosts, then the minimum over ranks) is the class's, and ``kvplan verify`` and ``kvplan
-gate`` work on it as on a single launch. The class's name, labels and host list are recorded in the
-bundle's note (hashed into its digest); :func:`note_hosts` reads the list back for ``kvplan fleet gate``.
-Logs in object storage are fetched first to ``OUT/inputs/<host>/`` (the bundle copies them again).
+gate`` work on it as on a single launch. The bundle's inputs include the ``--query-gpu`` snapshot of the
+class's first host that has one, so its key records the GPU type and driver every host of the class
+showed (a class is one key) and a gate compares them. The class's name, labels and host list are
+recorded in the bundle's note as JSON (hashed into its digest); :func:`note_hosts` reads the list back
+for ``kvplan fleet gate``. Logs in object storage are fetched afresh to ``OUT/inputs/<host>/<file>``
+(both names as :func:`kvplan.fleet.inputs.host_folder` makes them safe, so every write stays inside
+``OUT``); every file, fetched or local, must still have the SHA-256 it had when the plan read it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kvplan.evidence import ModelLayout, Plan, Policy, approve, read_bundle
-from kvplan.fleet.inputs import filesystem
+from kvplan.evidence import ModelLayout, Plan, Policy, approve, sha256_file
+from kvplan.fleet.inputs import filesystem, host_folder, is_snapshot
 from kvplan.fleet.read import HostReading
+from kvplan.io.nvidia_smi_csv import read_nvidia_smi_csv
 
-HOSTS_MARK = "hosts: "
+NOTE_MARK = "fleet class "
 FETCHED = "inputs"
 
 
 def class_note(name: str, labels: Mapping[str, str], hosts: Sequence[str]) -> str:
-    """The bundle note of a class: name, labels and hosts (space-separated, last).
+    """The bundle note of a class: name, labels and hosts as one JSON object after :data:`NOTE_MARK`
+    (a label or host name can hold any text and still not change the list).
 
     >>> class_note("H100", {"zone": "a"}, ["h1", "h2"])
-    'fleet class H100; labels: zone=a; hosts: h1 h2'
+    'fleet class {"class": "H100", "labels": {"zone": "a"}, "hosts": ["h1", "h2"]}'
     """
-    shown = ", ".join(f"{key}={value}" for key, value in labels.items()) or "none"
-    return f"fleet class {name}; labels: {shown}; {HOSTS_MARK}{' '.join(hosts)}"
+    return NOTE_MARK + json.dumps({"class": name, "labels": dict(labels), "hosts": list(hosts)})
 
 
 def note_hosts(note: str) -> list[str] | None:
     """The hosts a fleet-class note lists (None: not a fleet bundle).
 
-    >>> note_hosts(class_note("H100", {}, ["h1", "h2"])), note_hosts("CHG-1")
-    (['h1', 'h2'], None)
+    >>> note_hosts(class_note("H100", {}, ["h1", "h 2; hosts: h3"])), note_hosts("CHG-1")
+    (['h1', 'h 2; hosts: h3'], None)
     """
-    if not note.startswith("fleet class ") or HOSTS_MARK not in note:
+    if not note.startswith(NOTE_MARK):
         return None
-    return note.rsplit(HOSTS_MARK, 1)[1].split()
+    try:
+        hosts = json.loads(note[len(NOTE_MARK) :]).get("hosts")
+    except (ValueError, AttributeError):
+        return None
+    return [str(host) for host in hosts] if isinstance(hosts, list) else None
 
 
-def bundle_hosts(bundle: str | os.PathLike) -> list[str] | None:
-    """The hosts an approved bundle was made for (None: not a fleet bundle)."""
-    return note_hosts(str(read_bundle(bundle).get("note") or ""))
-
-
-def local_logs(
+def class_inputs(
     hosts: Sequence[HostReading], out: Path, storage_options: Mapping[str, object] | None
-) -> list[str]:
-    """The class's log files as local paths, fetching remote ones to ``out/inputs/<host>/<file>``."""
-    paths = []
+) -> tuple[list[str], list[str]]:
+    """The class's logs and one ``--query-gpu`` snapshot as local paths, remote ones fetched to
+    ``out/inputs/<host>/<file>``; a file whose SHA-256 is not the one the plan read is refused."""
+    logs: list[str] = []
+    snapshot: list[str] = []
     for reading in hosts:
         for url in reading.files:
-            if url.rsplit("/", 1)[-1].lower().startswith("nvidia-smi"):
+            if is_snapshot(url) and snapshot:
                 continue
-            if "://" not in url:
-                paths.append(url)
-                continue
-            fs, path = filesystem(url, storage_options)
-            local = out / FETCHED / reading.host / path.rsplit("/", 1)[-1]
-            local.parent.mkdir(parents=True, exist_ok=True)
-            if not local.exists():
-                fs.get(path, str(local))
-            paths.append(str(local))
-    return paths
+            local = _local_copy(reading, url, out, storage_options)
+            if not is_snapshot(url):
+                logs.append(local)
+            elif read_nvidia_smi_csv(local)[1].kind == "gpus":
+                snapshot.append(local)
+    return logs, snapshot
+
+
+def _local_copy(
+    reading: HostReading, url: str, out: Path, storage_options: Mapping[str, object] | None
+) -> str:
+    """``url`` as a local path (fetched afresh when remote) with the SHA-256 the plan read, else a refusal."""
+    local = url
+    if "://" in url:
+        fs, path = filesystem(url, storage_options)
+        folder = out / FETCHED / host_folder(reading.host)
+        folder.mkdir(parents=True, exist_ok=True)
+        local = str(folder / host_folder(path.rsplit("/", 1)[-1]))
+        partial = f"{local}.{os.getpid()}.partial"
+        fs.get(path, partial)
+        os.replace(partial, local)
+    read = reading.digests.get(url)
+    if read is None or sha256_file(local) != read:
+        raise ValueError(
+            f"{url}: not the file the plan read (SHA-256 {read or 'unknown'}): it changed since; plan again"
+        )
+    return local
 
 
 def approve_class(
@@ -82,6 +106,5 @@ def approve_class(
     """Write the class's bundle under ``out`` and return its folder (``kvplan.evidence.approve``)."""
     layout = ModelLayout(Path(model), {}) if model else None
     note = class_note(name, labels, [reading.host for reading in hosts])
-    return approve(
-        local_logs(hosts, out, storage_options), out, Policy(reserve_bytes), approver, note, layout, plan
-    )
+    logs, snapshot = class_inputs(hosts, out, storage_options)
+    return approve(logs, out, Policy(reserve_bytes), approver, note, layout, plan, nvidia_smi_paths=snapshot)

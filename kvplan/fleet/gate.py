@@ -1,10 +1,14 @@
 """The fleet gate: each canary host against its class's approved bundle, and the stop decision.
 
-A host is judged against the bundle whose class lists it (:func:`kvplan.fleet.bundles.bundle_hosts`), with
-:func:`kvplan.gate.gate_checks` on its own ledger and snapshots, as ``kvplan gate`` judges one launch. A host
-in no bundle's list, or whose logs cannot be read as one launch, cannot be judged. The rollout **stops**
-when any host fails (a rank's adjusted budget below the approved value, i.e. below the free-memory
-floor, or tokens below the admission plan); it cannot go on while a host cannot be judged.
+A host is judged against the bundle whose class lists it (the host list of the record that verified,
+:func:`approvals`), as ``kvplan gate`` judges one launch: its logs read by :func:`kvplan.plan.read_evidence`,
+its snapshots joined by :func:`kvplan.io.nvidia_smi.join_snapshots` (free memory after warm-up, GPU type
+and driver), then :func:`kvplan.checks.gate_checks` with the key fields the canary's logs did not show. A
+canary file that is one of the approval's own inputs (by SHA-256) is no canary: that host cannot be judged.
+A host in no bundle's list, or whose logs cannot be read as one launch, cannot be judged. The rollout
+**stops** when any host fails (a rank's adjusted budget below the approved value, i.e. below the
+free-memory floor, another GPU type or driver, or tokens below the admission plan); it cannot go on while
+a host cannot be judged.
 """
 
 from __future__ import annotations
@@ -13,17 +17,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvplan.evidence import verified_approval
-from kvplan.fleet.bundles import bundle_hosts
+from kvplan.checks import Approved, gate_checks
+from kvplan.evidence import sha256_file, verified_approval
+from kvplan.fleet.bundles import note_hosts
 from kvplan.fleet.engine import Progress, map_hosts
 from kvplan.fleet.inputs import FleetInputError, HostFiles, is_snapshot, list_fleet
-from kvplan.fleet.read import join_host_snapshots, read_logs
-from kvplan.gate import Approved, gate_checks
+from kvplan.fleet.read import local_files
+from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import compatibility_key
-from kvplan.notes import Note
+from kvplan.plan import read_evidence, renamed
 from kvplan.verdict import gate_verdict
 
-EXIT_PASS, EXIT_FAIL, EXIT_CANNOT_JUDGE = 0, 1, 2
+_EXIT_PASS, _EXIT_FAIL, _EXIT_CANNOT_JUDGE = 0, 1, 2  # as kvplan gate
 
 
 @dataclass(frozen=True)
@@ -46,43 +51,78 @@ class HostVerdict:
         }
 
 
-def approvals(bundles: Sequence[str]) -> dict[str, tuple[Approved, list[str]]]:
-    """Each bundle (verified first, as ``kvplan gate`` does) with the hosts its class lists."""
+@dataclass(frozen=True)
+class ClassApproval:
+    """A verified class bundle as the gate uses it: its gate view, the hosts its verified record lists,
+    and the SHA-256 of each of its inputs (a canary file among them is the approval's own evidence)."""
+
+    approved: Approved
+    hosts: tuple[str, ...]
+    inputs: Mapping[str, str]
+
+
+def approvals(bundles: Sequence[str]) -> dict[str, ClassApproval]:
+    """Each bundle, verified first as ``kvplan gate`` does, with what its *verified* record says (its
+    ``budget.json`` is not read again after it verified)."""
     found = {}
     for bundle in bundles:
-        _, approved = verified_approval(bundle)
-        found[str(bundle)] = (approved, bundle_hosts(bundle) or [])
+        verified, approved = verified_approval(bundle)
+        record = verified.record
+        inputs = {str(e["sha256"]): str(e["path"]) for e in record.get("inputs") or () if e.get("sha256")}
+        hosts = note_hosts(str(record.get("note") or "")) or []
+        found[str(bundle)] = ClassApproval(approved, tuple(hosts), inputs)
     return found
 
 
 def gate_host(
     files: HostFiles,
-    bundles: Mapping[str, tuple[Approved, list[str]]],
+    bundles: Mapping[str, ClassApproval],
     storage_options: Mapping[str, object] | None = None,
 ) -> HostVerdict:
     """Judge one host against the bundle that lists it (runs inside a Dask task)."""
-    listed = [name for name, (_, hosts) in bundles.items() if files.host in hosts]
+    listed = [name for name, approval in bundles.items() if files.host in approval.hosts]
     if len(listed) != 1:
         why = "no approved bundle lists it" if not listed else f"{len(listed)} bundles list it"
         return HostVerdict(files.host, None, None, reason=f"{why}: gate it against its class's bundle")
     bundle = listed[0]
-    approved = bundles[bundle][0]
+    approval = bundles[bundle]
     if files.missing or not files.logs:
         return HostVerdict(files.host, bundle, None, reason="no log files of the canary boot")
-    notes: list[Note] = []
     try:
-        ledger, lines = read_logs(files.logs, storage_options, notes)
-        if ledger.empty:
-            return HostVerdict(
-                files.host, bundle, None, reason=f"no vLLM boot found in {', '.join(files.logs)}"
-            )
-        free = None
-        if files.snapshots:
-            ledger, free = join_host_snapshots(ledger, files.snapshots, storage_options, notes)
-        checks = gate_checks(approved, ledger, compatibility_key(ledger, lines), None, free)
+        with local_files((*files.logs, *files.snapshots), storage_options) as local:
+            own = _approval_inputs(local, approval)
+            if own:
+                return HostVerdict(files.host, bundle, None, reason=own)
+            checks = _canary_checks(approval.approved, local[: len(files.logs)], local[len(files.logs) :])
     except (ValueError, OSError) as exc:
         return HostVerdict(files.host, bundle, None, reason=str(exc))
     return HostVerdict(files.host, bundle, gate_verdict(checks), tuple(check.to_dict() for check in checks))
+
+
+def _approval_inputs(local: Sequence[tuple[str, str]], approval: ClassApproval) -> str | None:
+    """Why the canary's files are the approval's own inputs (by SHA-256), or None when none is."""
+    for path, url in local:
+        digest = sha256_file(path)
+        if digest in approval.inputs:
+            return (
+                f"{url} is the approval's own input {approval.inputs[digest]} (sha256 {digest[:16]}): a "
+                "canary is a new boot at the approved value, not the evidence it was approved from"
+            )
+    return None
+
+
+def _canary_checks(approved: Approved, logs: Sequence[tuple[str, str]], snapshots: Sequence[tuple[str, str]]):
+    """The gate checks of one canary, as ``kvplan gate`` runs them (logs, snapshots, the key fields the
+    canary's logs did not show)."""
+    evidence = read_evidence(logs)
+    ledger, free = evidence.ledger, None
+    if snapshots:
+        try:
+            ledger, free, _ = join_snapshots(ledger, [path for path, _ in snapshots], warn=False)
+        except ValueError as exc:
+            raise ValueError(renamed(str(exc), dict(snapshots))) from None
+    key = compatibility_key(ledger, evidence.lines)
+    return gate_checks(approved, ledger, key, None, free, boot_defaults=evidence.defaulted_key_fields)
 
 
 def stop_decision(verdicts: Sequence[HostVerdict]) -> tuple[int, str]:
@@ -94,14 +134,14 @@ def stop_decision(verdicts: Sequence[HostVerdict]) -> tuple[int, str]:
     failed = [v.host for v in verdicts if v.passed is False]
     unjudged = [v.host for v in verdicts if v.passed is None]
     if failed:
-        return EXIT_FAIL, f"STOP: {len(failed)} of {len(verdicts)} host(s) failed: {', '.join(failed)}"
+        return _EXIT_FAIL, f"STOP: {len(failed)} of {len(verdicts)} host(s) failed: {', '.join(failed)}"
     if unjudged or not verdicts:
-        return EXIT_CANNOT_JUDGE, (
+        return _EXIT_CANNOT_JUDGE, (
             f"HOLD: {len(unjudged)} host(s) cannot be judged: {', '.join(unjudged)}"
             if verdicts
             else "HOLD: no host to judge"
         )
-    return EXIT_PASS, f"GO: all {len(verdicts)} host(s) pass"
+    return _EXIT_PASS, f"GO: all {len(verdicts)} host(s) pass"
 
 
 def gate_fleet(

@@ -9,19 +9,58 @@ file is a log (a ``.csv`` log is a ledger CSV, as ``kvplan budget`` reads it).
 
 Listing the fleet is the one step that touches storage before the work is spread: an unreachable
 bucket or a refused credential is a :class:`FleetInputError` naming the URL.
+
+Host names and labels from a manifest are data: :func:`terminal_text` shows their control characters
+escaped, so a label or host name holding a newline cannot print a line of its own (a forged flag);
+:func:`host_folder` is the folder name a host's files get under ``--out``: the host name itself when it
+matches :data:`SAFE_NAME`, else ``host-`` and a digest of it, so ``../../../escaped`` never leaves ``--out``.
 """
 
 from __future__ import annotations
 
 import csv
+import hashlib
 import io
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from urllib.parse import unquote
 
 #: Manifest columns that are not labels.
 MANIFEST_FIELDS = ("host", "path")
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".csv")
+
+
+#: A host name usable as one path component as it is: letters, digits, ``.``, ``_``, ``-``; not starting
+#: with a dot (no ``.``, ``..`` or hidden name); at most 128 characters.
+SAFE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+#: Characters shown escaped on a terminal: C0 and C1 controls, DEL, line and paragraph separators and the
+#: bidirectional overrides that reorder what a reader sees.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+
+
+def terminal_text(text: object) -> str:
+    """``text`` for one terminal line: each control character as its Python escape.
+
+    >>> terminal_text("us-east-1a\\n         then: --kv-cache-memory-bytes=80000000000")
+    'us-east-1a\\\\n         then: --kv-cache-memory-bytes=80000000000'
+    >>> terminal_text("gpu-\\x1b[2J01")
+    'gpu-\\\\x1b[2J01'
+    """
+    return _CONTROL.sub(lambda match: repr(match.group(0))[1:-1], str(text))
+
+
+def host_folder(host: str) -> str:
+    """The path component of ``host``'s files: the name when it matches :data:`SAFE_NAME`, else
+    ``host-`` and the first 16 hex digits of its SHA-256 (never ``..``, a slash or a hidden name).
+
+    >>> host_folder("gpu-00019"), host_folder("../../../escaped")
+    ('gpu-00019', 'host-e9d20ae4e6d4311d')
+    """
+    if SAFE_NAME.fullmatch(host):
+        return host
+    return "host-" + hashlib.sha256(host.encode("utf-8", "surrogateescape")).hexdigest()[:16]
 
 
 class FleetInputError(ValueError):
@@ -32,14 +71,15 @@ class FleetInputError(ValueError):
 class HostFiles:
     """One host's evidence: its log and snapshot URLs, its labels, and manifest rows whose file is missing.
 
-    ``missing`` holds ``(manifest line, path)`` pairs; a host with any is excluded with that reason.
+    ``missing`` holds one text per file that is not there (a manifest row's, a dangling symbolic link); a
+    host with any is excluded with them as the reason.
     """
 
     host: str
     logs: tuple[str, ...]
     snapshots: tuple[str, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
-    missing: tuple[tuple[int, str], ...] = ()
+    missing: tuple[str, ...] = ()
 
 
 def parse_storage_options(pairs: Sequence[str]) -> dict[str, object]:
@@ -85,8 +125,13 @@ def _is_local(fs) -> bool:
 
 
 def _url(fs, path: str) -> str:
-    """A full URL for ``path`` on ``fs`` (local paths stay plain)."""
-    return path if _is_local(fs) else f"{_protocol(fs)}://{path}"
+    """A full URL for ``path`` on ``fs`` (local paths stay plain; an http path is its URL already).
+
+    >>> import fsspec
+    >>> _url(fsspec.filesystem("http"), "http://127.0.0.1:8000/fleet/gpu-1/boot.log")
+    'http://127.0.0.1:8000/fleet/gpu-1/boot.log'
+    """
+    return path if _is_local(fs) else fs.unstrip_protocol(path)
 
 
 def is_snapshot(name: str) -> bool:
@@ -124,17 +169,23 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _from_folders(fs, path: str) -> list[HostFiles]:
+    """Hosts of a folder of host folders; symbolic links are followed, as ``kvplan budget`` follows them
+    (a dangling one is a missing file of its host, never dropped)."""
     if not fs.isdir(path):
         raise FleetInputError(f"{_url(fs, path)}: not a folder of host folders or a manifest .csv")
     hosts = []
     for folder, kind in _entries(fs, path):
         if kind != "directory":
             continue
-        files = [name for name, kind in _entries(fs, folder) if kind == "file"]
+        entries = _entries(fs, folder)
+        files = [name for name, kind in entries if kind == "file"]
+        dangling = tuple(
+            f"{_url(fs, name)}: a dangling symbolic link" for name, kind in entries if kind == "dangling"
+        )
         name = folder.rstrip("/").rsplit("/", 1)[-1]
         logs = [_url(fs, f) for f in files if not is_snapshot(f) and f.lower().endswith(LOG_SUFFIXES)]
         snapshots = [_url(fs, f) for f in files if is_snapshot(f)]
-        hosts.append(HostFiles(name, tuple(logs), tuple(snapshots)))
+        hosts.append(HostFiles(name, tuple(logs), tuple(snapshots), missing=dangling))
     if not hosts:
         raise FleetInputError(f"{_url(fs, path)}: no host folders (expected FLEET/<host>/*.log)")
     return hosts
@@ -142,8 +193,9 @@ def _from_folders(fs, path: str) -> list[HostFiles]:
 
 def _entries(fs, path: str) -> list[tuple[str, str]]:
     """``(name, type)`` of each entry of the folder ``path``, by name, as fsspec's ``ls`` gives them
-    (``"directory"``, ``"file"`` or ``"other"``; a symbolic link is ``"other"``). On local disk straight from
-    ``os.scandir``: fsspec's local ``ls`` stats every entry again (~40 µs each, 40,000 on 10,000 hosts)."""
+    (``"directory"``, ``"file"`` or ``"other"``). On local disk straight from ``os.scandir`` (fsspec's local
+    ``ls`` stats every entry again, ~40 µs each, 40,000 on 10,000 hosts), a symbolic link as what it points
+    to, ``"dangling"`` when that is missing."""
     if not _is_local(fs):
         return sorted((item["name"], item["type"]) for item in fs.ls(path, detail=True))
     with os.scandir(path) as found:
@@ -151,13 +203,19 @@ def _entries(fs, path: str) -> list[tuple[str, str]]:
 
 
 def _kind(entry: os.DirEntry) -> str:
-    if entry.is_dir(follow_symlinks=False):
+    if entry.is_dir():
         return "directory"
-    return "file" if entry.is_file(follow_symlinks=False) else "other"
+    if entry.is_file():
+        return "file"
+    return "dangling" if entry.is_symlink() and not os.path.exists(entry.path) else "other"
 
 
 def _from_manifest(fs, path: str) -> list[HostFiles]:
-    """Hosts of a manifest: one row per file; a relative path is relative to the manifest's folder."""
+    """Hosts of a manifest: one row per file; a relative path is relative to the manifest's folder.
+
+    A manifest in object storage or on a web server names only objects under its own scheme and bucket
+    (:func:`_remote_entry`); one file is evidence of one host, so a file listed under two hosts refuses it.
+    """
     with fs.open(path, "rb") as stream:
         text = stream.read().decode("utf-8-sig")
     rows = list(csv.reader(io.StringIO(text)))
@@ -167,6 +225,7 @@ def _from_manifest(fs, path: str) -> list[HostFiles]:
     header = [name.strip() for name in rows[0]]
     base = path.rsplit("/", 1)[0] if "/" in path else ""
     by_host: dict[str, dict] = {}
+    owner: dict[str, tuple[str, int]] = {}
     for number, row in enumerate(rows[1:], start=2):
         if not any(cell.strip() for cell in row):
             continue
@@ -181,17 +240,70 @@ def _from_manifest(fs, path: str) -> list[HostFiles]:
         entry = by_host.setdefault(host, {"logs": [], "snapshots": [], "missing": [], "labels": {}})
         labels = {name: value for name, value in values.items() if name not in MANIFEST_FIELDS}
         if entry["labels"] and entry["labels"] != labels:
-            raise FleetInputError(f"{where}:{number}: host {host} has other labels than on its earlier rows")
+            raise FleetInputError(
+                f"{where}:{number}: host {host!r} has other labels than on its earlier rows"
+            )
         entry["labels"] = labels
-        if "://" in file:
-            file_fs, file_path = filesystem(file, getattr(fs, "storage_options", None))
-        else:
-            file_fs, file_path = fs, file if file.startswith("/") else f"{base}/{file}" if base else file
+        file_fs, file_path = _entry(fs, base, file, f"{where}:{number}")
+        url = _url(file_fs, file_path)
+        first_host, first_line = owner.setdefault(url, (host, number))
+        if first_host != host:
+            raise FleetInputError(
+                f"{where}:{number}: {file!r} is listed under host {host!r} and, on line {first_line}, under "
+                f"host {first_host!r}: a file is the evidence of one host"
+            )
         if not file_fs.exists(file_path):
-            entry["missing"].append((number, file))
+            entry["missing"].append(f"manifest line {number}: {file}: no such file")
             continue
-        entry["snapshots" if is_snapshot(file_path) else "logs"].append(_url(file_fs, file_path))
+        entry["snapshots" if is_snapshot(file_path) else "logs"].append(url)
+    if not by_host:
+        raise FleetInputError(f"{where}: no host rows after the header (expected host,path[,label...] rows)")
     return [
         HostFiles(host, tuple(e["logs"]), tuple(e["snapshots"]), e["labels"], tuple(e["missing"]))
         for host, e in sorted(by_host.items())
     ]
+
+
+def _entry(fs, base: str, file: str, where: str):
+    """``(filesystem, path)`` of a manifest row's file: a URL, an absolute path, or relative to ``base``."""
+    if not _is_local(fs):
+        return fs, _remote_entry(fs, base, file, where)
+    if "://" in file:
+        return filesystem(file, getattr(fs, "storage_options", None))
+    return fs, file if file.startswith("/") else f"{base}/{file}" if base else file
+
+
+def _remote_entry(fs, base: str, file: str, where: str) -> str:
+    """The path of a remote manifest's row ``file``, refused unless it lies under the manifest's own
+    scheme and bucket (host and port for http): no other scheme (``file://``), no other bucket, no ``..``.
+
+    >>> import fsspec
+    >>> s3 = fsspec.filesystem("s3", anon=True)
+    >>> _remote_entry(s3, "fleet/small", "gpu-1/boot.log", "m.csv:2")
+    'fleet/small/gpu-1/boot.log'
+    >>> _remote_entry(s3, "fleet/small", "file:///root/.aws/credentials", "m.csv:3")
+    Traceback (most recent call last):
+    ...
+    kvplan.fleet.inputs.FleetInputError: m.csv:3: 'file:///root/.aws/credentials': a manifest at s3://fleet/ names only objects under s3://fleet/ (no other scheme or bucket, no '..')
+    """
+    root = _bucket_url(fs, base)
+    full = file if "://" in file else _url(fs, f"{base.rstrip('/')}/{file}")
+    parts = [unquote(part) for part in full.split("://", 1)[-1].split("/")]
+    if ".." in parts or not full.startswith(root):
+        raise FleetInputError(
+            f"{where}: {file!r}: a manifest at {root} names only objects under {root} (no other scheme or "
+            "bucket, no '..')"
+        )
+    return type(fs)._strip_protocol(full)
+
+
+def _bucket_url(fs, base: str) -> str:
+    """The scheme and bucket (or http host) of a remote folder, as a URL ending in ``/``.
+
+    >>> import fsspec
+    >>> _bucket_url(fsspec.filesystem("http"), "http://127.0.0.1:8000/fleet")
+    'http://127.0.0.1:8000/'
+    """
+    url = _url(fs, base)
+    scheme, rest = url.split("://", 1)
+    return f"{scheme}://{rest.split('/', 1)[0]}/"

@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kvplan.capacity import capacity_rows
 from kvplan.evidence import ApprovalError
 from kvplan.fleet.classes import FleetClass, budget_refusal, class_budget, class_name, group_classes
 from kvplan.fleet.engine import Progress, read_fleet
@@ -23,7 +24,7 @@ from kvplan.io.model_config import resolve_model_config
 from kvplan.kvspec import KVSpec
 from kvplan.notes import Note, aggregate_notes
 from kvplan.plan import ModelLayout, Plan, layout_spec
-from kvplan.plan.admission import admission_plan, capacity_rows, planned_lengths
+from kvplan.plan.admission import admission_plan, planned_lengths
 from kvplan.units import format_size
 
 #: A class needs at least this many clean hosts to be approved (policy; default).
@@ -132,26 +133,77 @@ def plan_fleet(
             list_fleet(fleet, storage_options), storage_options, scheduler, progress, announce
         )
     warnings: list[str] = [note for reading in readings for note in reading.warnings]
-    excluded = [(r.host, r.excluded) for r in readings if r.excluded is not None]
-    usable = []
-    for reading in readings:
-        if reading.excluded is not None:
-            continue
-        refusal = budget_refusal(reading, policy.reserve_bytes, None)
-        if refusal:
-            excluded.append((reading.host, refusal))
-        else:
-            usable.append(reading)
-    decisions = [
-        _decide(key, labels, hosts, policy, models, warnings)
-        for (key, labels), hosts in group_classes(usable, policy.class_by)
-    ]
+    shared = shared_evidence(readings)
+    excluded = [(r.host, r.excluded or shared[r.host]) for r in readings if r.excluded or r.host in shared]
+    usable = [r for r in readings if r.excluded is None and r.host not in shared]
+    decisions = _class_decisions(usable, policy, models, excluded, warnings)
     decisions.sort(key=lambda d: (-len(d.fleet_class.hosts), d.fleet_class.name))
     if out is not None:
         decisions = [_with_bundle(d, Path(out), policy, storage_options, warnings) for d in decisions]
     approved = [decision.to_dict() for decision in decisions if decision.approved]
-    waves = rollout_waves(approved, fleet, policy.canaries)
+    waves = rollout_waves(approved, policy.canaries)
     return FleetPlan(fleet, tuple(decisions), tuple(sorted(excluded)), tuple(waves), tuple(warnings))
+
+
+def _class_decisions(
+    usable: Sequence[HostReading],
+    policy: FleetPolicy,
+    models: Sequence[str],
+    excluded: list[tuple[str, str]],
+    warnings: list[str],
+) -> list[ClassDecision]:
+    """One decision per class of the usable hosts; a host that cannot hold one KV block of its class's
+    model at the reserve joins ``excluded``, by name, and its class is planned without it."""
+    decisions = []
+    for (key, labels), hosts in group_classes(usable, policy.class_by):
+        name = class_name(dict(key), dict(labels))
+        spec = _spec(dict(key), models, name, warnings)
+        if spec[0] is None and models:
+            warnings.append(
+                Note(
+                    f"class {name}: no --model config matches its model {dict(key).get('model')!r}: "
+                    "no block rounding and no capacity",
+                    code="fleet-no-model",
+                )
+            )
+        block_bytes = spec[0].block_bytes if spec[0] is not None else None
+        kept = []
+        for reading in hosts:
+            refusal = budget_refusal(reading, policy.reserve_bytes, block_bytes)
+            if refusal:
+                excluded.append((reading.host, refusal))
+            else:
+                kept.append(reading)
+        if kept:
+            decisions.append(_decide(key, labels, kept, policy, spec, warnings))
+    return decisions
+
+
+def shared_evidence(readings: Sequence[HostReading]) -> dict[str, str]:
+    """The hosts whose evidence another host also claims, each with the reason naming the others: a boot
+    (its lines and pids) or a GPU (its UUID) is the evidence of one host, so all of them are refused.
+
+    >>> a = HostReading("a", (), {}, {}, (), None, identities=("boot:1f2e",))
+    >>> b = HostReading("b", (), {}, {}, (), None, identities=("boot:1f2e", "gpu:GPU-7"))
+    >>> shared_evidence([a, b])["b"]
+    'the same boot (sha256 1f2e) is also under host(s) a: a boot is the evidence of one host'
+    """
+    holders: dict[str, list[str]] = {}
+    for reading in readings:
+        for identity in reading.identities:
+            holders.setdefault(identity, []).append(reading.host)
+    reasons: dict[str, str] = {}
+    for identity, hosts in holders.items():
+        if len(hosts) < 2:
+            continue
+        kind, value = identity.split(":", 1)
+        what = f"the same boot (sha256 {value[:16]})" if kind == "boot" else f"the same GPU ({value})"
+        for host in hosts:
+            others = ", ".join(h for h in hosts if h != host)
+            reasons.setdefault(
+                host, f"{what} is also under host(s) {others}: a {kind} is the evidence of one host"
+            )
+    return reasons
 
 
 def _decide(
@@ -159,12 +211,12 @@ def _decide(
     labels: tuple,
     hosts: list[HostReading],
     policy: FleetPolicy,
-    models: Sequence[str],
+    spec_model: tuple[KVSpec | None, str | None],
     warnings: list[str],
 ) -> ClassDecision:
     key_dict, label_dict = dict(key), {name: value for name, value in labels}
     name = class_name(key_dict, label_dict)
-    spec, model = _spec(key_dict, models, name, warnings)
+    spec, model = spec_model
     block_bytes = spec.block_bytes if spec else None
     budget, slots, own, stranded = class_budget(hosts, policy.reserve_bytes, block_bytes)
     fleet_class = FleetClass(
@@ -198,14 +250,6 @@ def _decide(
         ):  # as the class's bundle would refuse it: not approved in a dry run either
             reason = f"the admission plan does not fit: {planned['detail']}"
             warnings.append(Note(f"class {name}: not approved: {reason}", code="fleet-plan-does-not-fit"))
-    if spec is None and models:
-        warnings.append(
-            Note(
-                f"class {name}: no --model config matches its model {key_dict.get('model')!r}: "
-                "no block rounding and no capacity",
-                code="fleet-no-model",
-            )
-        )
     if split["outliers"]:
         ratio = fleet_class.host_budget_summary()["min_median_ratio"]
         warnings.append(

@@ -3,8 +3,8 @@
 The names below are imported on first use, so that a command imports only the reader it needs (the load
 readers are :mod:`kvplan.io.load`).
 The readers report what the logs say: each rank's room (``room_bytes``, ``room_source``) is the core's
-Room rule, filled by :func:`kvplan.room.read_vllm_log`, :func:`kvplan.room.read_vllm_logs` and
-:func:`kvplan.room.read_ledger_csv`, the same readers given :data:`kvplan.room.ROOM_RULE`.
+Room rule, filled by :func:`kvplan.room.read_vllm_log_rooms`, :func:`kvplan.room.read_vllm_logs_rooms` and
+:func:`kvplan.room.read_ledger_csv_rooms`, the same readers given :data:`kvplan.room.ROOM_RULE`.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ hold any subset of the glossary's columns; the rules:
 - ``room_source`` is one of :data:`~kvplan.columns.ROOM_SOURCES`; a room the CSV states without one is
   ``manual`` (a room stated by hand). A CSV *without* a ``room_bytes`` column has each rank's room
   computed from its parts by the Room rule when given one (``room_rule``: :data:`kvplan.room.ROOM_RULE`,
-  as :func:`kvplan.room.read_ledger_csv` gives it), as the log reader computes it (suggestion, available KV corrected for graphs,
+  as :func:`kvplan.room.read_ledger_csv_rooms` gives it), as the log reader computes it (suggestion, available KV corrected for graphs,
   or free at startup − parts − 150 MiB); a CSV with that column states the room, and an empty cell is no
   room (as ``kvplan ledger --csv`` writes a rank without one);
 - ``outcome`` is one of :data:`~kvplan.columns.OUTCOMES`. A row that states none (no column, or an empty

@@ -9,10 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from operator import itemgetter
 
-import numpy as np
 import pandas as pd
 from pandas.api.extensions import ExtensionArray
-from pandas.arrays import BooleanArray, FloatingArray, IntegerArray, StringArray
 
 from kvplan.columns import BOOL_COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, LEDGER_COLUMNS
 
@@ -41,17 +39,10 @@ COLUMN_DTYPES = {
     else "string"
     for column in LEDGER_COLUMNS
 }
-#: A ledger dtype → the Python type of its cells (what is read fast into it, and written as pandas does).
+#: A ledger dtype → the Python type of its cells (as pandas writes them).
 CELL_TYPES = {"Int64": int, "Float64": float, "boolean": bool, "string": str}
-#: A masked dtype → its array class and numpy dtype.
-_MASKED = {
-    "Int64": (IntegerArray, np.int64),
-    "Float64": (FloatingArray, np.float64),
-    "boolean": (BooleanArray, np.bool_),
-}
 #: The types of a missing cell.
 MISSING_TYPES = frozenset({type(None), type(pd.NA)})
-_STRING_TYPES = MISSING_TYPES | {str}
 
 
 def ledger_frame(rows: list[dict]) -> pd.DataFrame:
@@ -93,11 +84,7 @@ def ledger_table(rows: list[dict]) -> list[tuple]:
 
 def column_array(cells: Sequence, dtype: str) -> ExtensionArray:
     """One column's cells → its array of ``dtype`` (``Int64``, ``Float64``, ``boolean`` or ``string``),
-    None, ``pd.NA`` and NaN as ``NA``, as ``pd.array`` makes it.
-
-    Cells of the dtype's own Python type (and missing ones) are put into the array's values and mask
-    directly, without ``pd.array``'s inference from objects; other cells (numpy numbers, numbers as
-    text, ...) go through ``pd.array``, so that they are taken or refused as it does.
+    None, ``pd.NA`` and NaN as ``NA``, as ``pd.array`` makes it (a string column's cells as text).
 
     >>> column_array((5, None, pd.NA), "Int64")
     <IntegerArray>
@@ -106,19 +93,6 @@ def column_array(cells: Sequence, dtype: str) -> ExtensionArray:
     >>> column_array((0.9, float("nan")), "Float64").tolist(), column_array((7, None), "string").tolist()
     ([0.9, <NA>], ['7', <NA>])
     """
-    types = set(map(type, cells))
     if dtype == "string":
-        if types <= _STRING_TYPES:  # StringArray takes None for NA itself
-            return StringArray(np.fromiter(cells, dtype=object, count=len(cells)))
-        return pd.array([None if missing(value) else str(value) for value in cells], dtype="string")
-    scalar, (array_type, numbers) = CELL_TYPES[dtype], _MASKED[dtype]
-    if types <= MISSING_TYPES:
-        return array_type(np.zeros(len(cells), dtype=numbers), np.ones(len(cells), dtype=bool))
-    if types == {scalar} and scalar is not float:  # NaN is NA: a float column always gets a mask
-        return array_type(np.array(cells, dtype=numbers), np.zeros(len(cells), dtype=bool))
-    if types <= MISSING_TYPES | {scalar}:
-        values = np.fromiter(cells, dtype=object, count=len(cells))
-        mask = pd.isna(values)
-        values[mask] = scalar()
-        return array_type(values.astype(numbers), mask)
-    return pd.array([None if missing(value) else value for value in cells], dtype=dtype)
+        cells = [None if missing(value) else str(value) for value in cells]
+    return pd.array(cells, dtype=dtype)

@@ -1,19 +1,19 @@
 """KV-cache bytes per token per rank from a Hugging Face model config and the parallel layout, and
 what vLLM will print for a budget: "GPU KV cache size" and "Maximum concurrency", release by release.
 
-One concept per module:
+The modules, bottom up:
 
-- :mod:`~kvplan.kvspec.arch`, :mod:`~kvplan.kvspec.layers`: model config → architecture (layer kinds,
-  heads, window, recurrent-state dimensions);
-- :mod:`~kvplan.kvspec.layout`: PP layer split, KV heads per TP rank;
-- :mod:`~kvplan.kvspec.page`: bytes per token of one layer on one rank (KV dtype, MLA, Mamba state);
-- :mod:`~kvplan.kvspec.groups`, :mod:`~kvplan.kvspec.block_size`, :mod:`~kvplan.kvspec.figures`:
-  vLLM's per-release arithmetic (KV cache groups, block size, blocks per request, logged figures);
-- :mod:`~kvplan.kvspec.spec`: :class:`KVSpec` and :func:`kv_spec`, its capacity
-  (:class:`kvplan.capacity.Capacity`);
-- :mod:`~kvplan.kvspec.options`, :mod:`~kvplan.kvspec.model_name`: options from the logs'
-  compatibility key, and whether a config describes the logged model;
-- :mod:`~kvplan.kvspec.log_check`: the config against the figures a log printed.
+- :mod:`~kvplan.kvspec.layers`: the words (:class:`KVSpecError`, the layer kinds, the release) and the kind
+  of every decoder layer; :mod:`~kvplan.kvspec.arch`: model config → architecture (heads, window,
+  recurrent-state dimensions) and whether a config describes the logged model;
+- :mod:`~kvplan.kvspec.page`: the layout's split (PP layers, KV heads per TP rank), bytes per token of one
+  layer on one rank (KV dtype, MLA, Mamba state), what a release can size, KV cache groups, pipeline stages;
+- :mod:`~kvplan.kvspec.launch`: launch settings (tokens in flight, Mamba mode), the block size vLLM
+  chooses, HiSparse's host pool;
+- :mod:`~kvplan.kvspec.spec`: :class:`KVSpec` and :func:`kv_spec`, what a budget buys in vLLM's
+  per-release arithmetic (blocks per request, logged figures, :class:`kvplan.capacity.Capacity`);
+- :mod:`~kvplan.kvspec.log_check`: options from the logs' compatibility key, and the config against the
+  figures a log printed.
 
 The release each rule starts in is a named constant in :mod:`kvplan.releases`.
 
@@ -24,8 +24,9 @@ The release each rule starts in is a named constant in :mod:`kvplan.releases`.
 """
 
 from kvplan.capacity import Capacity
-from kvplan.kvspec.arch import ModelArch, model_arch
-from kvplan.kvspec.base import (
+from kvplan.kvspec.arch import ModelArch, check_model_name, model_arch, model_base_name
+from kvplan.kvspec.launch import MLA_BLOCK_SIZE
+from kvplan.kvspec.layers import (
     DEFAULT_VLLM_VERSION,
     FULL_ATTENTION,
     LINEAR_ATTENTION,
@@ -34,20 +35,24 @@ from kvplan.kvspec.base import (
     KVSpecError,
     parse_vllm_version,
 )
-from kvplan.kvspec.block_size import MLA_BLOCK_SIZE
-from kvplan.kvspec.groups import kv_cache_groups
-from kvplan.kvspec.layout import kv_heads_per_rank, pp_partition
-from kvplan.kvspec.log_check import GIB_2DP_HALF_STEP_BYTES, cross_check, cross_check_verdict
-from kvplan.kvspec.model_name import check_model_name, model_base_name
-from kvplan.kvspec.options import options_for_logs
+from kvplan.kvspec.log_check import (
+    GIB_2DP_HALF_STEP_BYTES,
+    cross_check,
+    cross_check_verdict,
+    options_for_logs,
+)
 from kvplan.kvspec.page import (
     FP8_DS_MLA_BYTES_PER_TOKEN,
     KV_CACHE_DTYPE_BYTES,
+    StageSpec,
     attention_bytes_per_token_per_layer,
+    kv_cache_groups,
     kv_dtype_bytes,
+    kv_heads_per_rank,
     linear_state_bytes,
+    pp_partition,
 )
-from kvplan.kvspec.spec import KVSpec, StageSpec, kv_spec
+from kvplan.kvspec.spec import KVSpec, kv_spec
 
 #: The capacity type of a model spec: one :class:`kvplan.capacity.Capacity` for both paths.
 KVCapacity = Capacity

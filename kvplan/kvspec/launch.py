@@ -1,23 +1,36 @@
-"""The launch settings that change vLLM's KV arithmetic, as the logs show them or as vLLM defaults them:
-tokens in flight for sliding-window groups, Mamba blocks per request, the GPU family (which picks
-attention backends), and a note saying which value was assumed.
+"""What a launch decides beside the model: the settings that change vLLM's KV arithmetic (tokens in flight
+for sliding-window groups, Mamba blocks per request, the GPU family that picks attention backends, as the
+logs show them or as vLLM defaults them, with a note saying which value was assumed), the block size vLLM
+ends up with (the logged one, the flag's, the MLA attention backend's, or the one a hybrid Mamba model
+needs so an attention page holds a whole recurrent state), and HiSparse's host pool (vLLM 0.32+).
 
 >>> settings = launch_settings((0, 33, 0), max_num_batched_tokens=8192, pp=1, sliding=True)
 >>> settings.in_flight_tokens, settings.notes
 (16384, ('async scheduling not in the logs: on, vLLM 0.26+ default (2 batches in flight)',))
+>>> resolve_block_size(BlockSizeInputs(None, "auto", (0, 33, 0), 1024))
+(16, '')
+>>> resolve_block_size(BlockSizeInputs(None, "auto", (0, 33, 0), 1152, mla=True, gpu_name="NVIDIA H100"))[0]
+16
 """
 
 from __future__ import annotations
 
+import math
 import re
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+from typing import NamedTuple
 
-from kvplan.kvspec.base import KVSpecError
+from kvplan.capacity import DEFAULT_BLOCK_SIZE, Capacity
+from kvplan.kvspec.layers import KVSpecError
 from kvplan.releases import (
     ASYNC_SCHEDULING_DEFAULT_FROM,
     GDN_PREFILL_CHECKPOINT_FROM,
     IN_FLIGHT_TOKENS_FROM,
     MAMBA_ALIGN_FROM,
+    MLA_BACKEND_BLOCK_SIZE_FROM,
+    MLA_BLOCK_FORCED_FROM,
+    MLA_BLOCK_MULTIPLE_KEPT_FROM,
     Release,
 )
 
@@ -154,4 +167,200 @@ def launch_settings(
         gdn_checkpoint=gdn_checkpoint,
         notes=tuple(notes),
         approximate=tuple(approximate),
+    )
+
+
+#: Block size the FlashMLA backends force ("Forcing kv cache block size to 64 for FlashMLA backend").
+MLA_BLOCK_SIZE = 64
+#: Hybrid Mamba models round the attention block size up to a multiple of this (the attention
+#: backends' smallest kernel block).
+HYBRID_BLOCK_ALIGNMENT = 16
+#: FlashInfer's gated-delta-net prefill checkpoints on a 64-token grid (``gdn_attn.py``), 0.33+.
+GDN_CHECKPOINT_ALIGNMENT = 64
+#: MLA block size the first-choice backend prefers from 0.18 (``platforms/cuda.py`` priorities,
+#: ``get_preferred_block_size``): FLASH_ATTN_MLA ``MultipleOf(16)`` on Hopper (no fp8 KV: FLASHMLA 64
+#: then), FLASHINFER_MLA ``[32, 64]`` on Blackwell.
+MLA_BACKEND_BLOCK_SIZES: dict[tuple[str | None, bool], int] = {
+    ("hopper", False): 16,
+    ("hopper", True): 64,
+    ("blackwell", False): 32,
+    ("blackwell", True): 32,
+}
+
+
+@dataclass(frozen=True)
+class BlockSizeInputs:
+    """What decides the block size: ``requested`` (``--block-size``, None: not given), the KV dtype,
+    the release, one token of one attention layer [bytes per rank], one request's recurrent state in
+    one linear-attention layer (None: no such layers), an MLA / sparse-indexer model, the GPU name
+    (nvidia-smi), the logged "kv cache group sizes" and whether the GDN prefill aligns to 64."""
+
+    requested: int | None
+    kv_cache_dtype: str
+    version: Release
+    attention_token_bytes: int
+    linear_bytes: int | None = None
+    mla: bool = False
+    sparse: bool = False
+    gpu_name: str | None = None
+    logged_sizes: tuple[int, ...] = ()
+    gdn_align: bool = False
+
+
+def logged_block_sizes(text: object) -> tuple[int, ...]:
+    """The block sizes of vLLM's ``kv cache group sizes`` line, as logged (``(576, 576)``, ``[16]``).
+
+    >>> logged_block_sizes("(576, 576)"), logged_block_sizes("[16]"), logged_block_sizes(None)
+    ((576, 576), (16,), ())
+    """
+    if text is None:
+        return ()
+    if isinstance(text, Sequence) and not isinstance(text, str):
+        return tuple(int(size) for size in text)
+    sizes = tuple(int(size) for size in re.findall(r"\d+", str(text)))
+    if not sizes or min(sizes) <= 0:
+        raise KVSpecError(
+            f"kv_cache_group_block_sizes {text!r}: expected the sizes as logged, e.g. '(576, 576)'"
+        )
+    return sizes
+
+
+def _mla_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:
+    requested, version = inputs.requested, inputs.version
+    if inputs.kv_cache_dtype == "fp8_ds_mla":
+        why = "fp8_ds_mla (FlashMLA sparse) pages hold 64 tokens"
+    elif version < MLA_BLOCK_FORCED_FROM:
+        return (DEFAULT_BLOCK_SIZE if requested is None else requested), ""
+    elif version >= MLA_BACKEND_BLOCK_SIZE_FROM:
+        if requested is not None:
+            return requested, ""  # platforms/interface.py: a user's --block-size is kept
+        if inputs.sparse:
+            return MLA_BLOCK_SIZE, "the sparse MLA backends (FlashMLA, FlashAttention) use 64-token blocks"
+        family = gpu_family(inputs.gpu_name)
+        size = MLA_BACKEND_BLOCK_SIZES.get((family, inputs.kv_cache_dtype.startswith("fp8")))
+        if size is None:
+            raise KVSpecError(
+                f"vLLM {'.'.join(map(str, version))} lets the MLA attention backend pick the block size "
+                "(16 on Hopper with bf16 KV, 64 with fp8 KV, 32 on Blackwell), and "
+                + (
+                    f"kvplan does not know the backend of a {inputs.gpu_name}"
+                    if inputs.gpu_name
+                    else "the GPU type is not known"
+                )
+                + ": give --block-size, the logs' 'kv cache group sizes' or 'Setting kv cache block size' "
+                "line, or an nvidia-smi snapshot (--nvidia-smi) that names the GPU"
+            )
+        return size, f"MLA block size {size}: the {family} attention backend's choice from vLLM 0.18"
+    elif requested is None:
+        why = (
+            "MLA backends (FlashMLA) use 64-token blocks; CUTLASS MLA on Blackwell uses 128 "
+            "(give block_size=128)"
+        )
+    elif version < MLA_BLOCK_MULTIPLE_KEPT_FROM and requested != MLA_BLOCK_SIZE:
+        why = "vLLM 0.8–0.11 forces 64-token blocks for the FlashMLA backend"
+    elif requested % MLA_BLOCK_SIZE:
+        why = "vLLM 0.12–0.17 forces 64-token blocks for the FlashMLA backend unless a multiple of 64"
+    else:
+        return requested, ""
+    if requested not in (None, MLA_BLOCK_SIZE):
+        why = f"block size {requested} overridden: {why}"
+    return MLA_BLOCK_SIZE, why
+
+
+def _hybrid_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:
+    """``align × ceil(state / (align × token page))`` (``platforms/interface.py``), ``align`` =
+    max(16, the flag's block size), and lcm with 64 for a FlashInfer GDN prefill in 0.33's align mode."""
+    assert inputs.linear_bytes is not None
+    requested = inputs.requested or DEFAULT_BLOCK_SIZE
+    align = max(HYBRID_BLOCK_ALIGNMENT, requested)
+    if inputs.gdn_align and inputs.version >= GDN_PREFILL_CHECKPOINT_FROM:
+        align = math.lcm(align, GDN_CHECKPOINT_ALIGNMENT)
+    needed = align * -(-inputs.linear_bytes // (align * inputs.attention_token_bytes))
+    if requested >= needed:
+        return requested, ""
+    return needed, (
+        f"attention block size raised to {needed} tokens so an attention page "
+        f"(≥ {inputs.linear_bytes:,} bytes of recurrent state) fits a whole Mamba / linear-attention state"
+        + (f", aligned to {align} tokens" if align != HYBRID_BLOCK_ALIGNMENT else "")
+    )
+
+
+def resolve_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:
+    """The block size [tokens] vLLM ends up with, and a note when it is not the one asked for.
+
+    The logged ``kv cache group sizes`` win (they are what vLLM used); an MLA model from 0.18 without
+    them, a block size or a known GPU is refused (:class:`KVSpecError`), never guessed.
+    """
+    requested = inputs.requested
+    if requested is not None and requested <= 0:
+        raise KVSpecError(f"block_size must be positive, got {requested}")
+    if inputs.logged_sizes:
+        size = max(inputs.logged_sizes)
+        if requested in (None, size):
+            return size, ""
+        return size, f"block size {size} as vLLM logged it ('kv cache group sizes'), not {requested}"
+    if inputs.mla:
+        return _mla_block_size(inputs)
+    if inputs.linear_bytes is not None:
+        return _hybrid_block_size(inputs)
+    return (DEFAULT_BLOCK_SIZE if requested is None else requested), ""
+
+
+#: Why a capacity with a logged host pool is approximate (:func:`host_pool_bound`).
+HOST_POOL_NOTE = (
+    "HiSparse keeps KV cache in a host pool too ('GPU + host KV cache size', vLLM 0.32+): vLLM's concurrency "
+    "is the lower of the GPU and host pools' and the host pool is not modelled; capacity is capped at the lower "
+    "bound the logged figure gives (logged tokens ÷ length, scaled down to a smaller budget or a longer length)"
+)
+
+
+class LoggedHostPool(NamedTuple):
+    """A "GPU + host KV cache size" line: its tokens, the ``max_model_len`` it was printed for, and the
+    available KV memory per rank [bytes] it was sized from."""
+
+    tokens: int
+    max_model_len: int
+    available_bytes: int
+
+
+def host_pool_bound(capacity: Capacity, logged: LoggedHostPool) -> Capacity:
+    """``capacity`` no higher than the lower bound the logged GPU + host figure gives, marked approximate.
+
+    With HiSparse (vLLM 0.32+), vLLM keeps the sparse-MLA source cache in a host pool and prints "GPU + host
+    KV cache size": its concurrency is ``min(GPU pool limit, host pool limit)``
+    (``get_max_concurrency_for_kv_cache_config``), and its device groups (indexer, resident, hot) are not the
+    ones kvplan sizes, so kvplan's GPU-pool figure can be higher than what vLLM allocates. The cap is the
+    lower bound the logged figure gives: ``logged tokens / logged L`` (≤ the logged concurrency,
+    ``tokens = int(c × L)``), scaled down for a smaller budget (the GPU limit shrinks at most in proportion,
+    less one block) and a longer length (blocks per request grow at most as ``ceil(L / block_size)``); the
+    host limit does not shrink with the GPU budget.
+
+    >>> gpu = Capacity(kv_bytes=20 * 2**30, bytes_per_token=70_272, block_size=64, block_bytes=4_497_408,
+    ...                blocks=4774, tokens=305_536, max_model_len=131_072, max_concurrency=2.33)
+    >>> capped = host_pool_bound(gpu, LoggedHostPool(tokens=262_144, max_model_len=131_072,
+    ...                                              available_bytes=20 * 2**30))
+    >>> capped.tokens, round(capped.max_concurrency, 4), capped.approximate  # 2.0 × (20 GiB − 1 block) / 20 GiB
+    (262089, 1.9996, True)
+    """
+    if min(logged) <= 0:
+        raise ValueError(f"a logged GPU + host figure needs positive tokens, length and memory, got {logged}")
+    room = max(0, capacity.kv_bytes - capacity.block_bytes)  # one block lost to rounding
+    budget_scale = min(1.0, room / logged.available_bytes)
+    length_scale = min(
+        1.0,
+        math.ceil(logged.max_model_len / capacity.block_size)
+        / math.ceil(capacity.max_model_len / capacity.block_size),
+    )
+    bound = logged.tokens / logged.max_model_len * budget_scale * length_scale
+    reason = capacity.approximate_reason
+    if HOST_POOL_NOTE not in reason:
+        reason = "; ".join(filter(None, (reason, HOST_POOL_NOTE)))
+    if capacity.max_concurrency <= bound:
+        return replace(capacity, approximate=True, approximate_reason=reason)
+    return replace(
+        capacity,
+        max_concurrency=bound,
+        tokens=min(capacity.tokens, int(bound * capacity.max_model_len)),
+        approximate=True,
+        approximate_reason=reason,
     )

@@ -1,19 +1,91 @@
-"""KV bytes per token of one layer on one rank: attention pages by KV dtype, MLA latents, and the
-recurrent state of linear-attention / Mamba layers (``vllm/v1/kv_cache_interface.py``).
+"""The per-rank arithmetic of a layout, layer by layer: how a parallel layout splits a model (layers per
+pipeline stage, KV heads per TP rank), KV bytes per token of one layer on one rank (attention pages by KV
+dtype, MLA latents, the recurrent state of linear-attention / Mamba layers, ``vllm/v1/kv_cache_interface.py``),
+what a release can size (refusals name vLLM's rule; approximations say why the prediction is a lower bound),
+vLLM's KV cache groups, and what each pipeline stage holds.
 
 Standard / grouped-query / multi-query attention: ``2 × kv_heads_per_rank × head_dim × dtype_bytes``;
 MLA (DeepSeek-V2/V3, Kimi): one latent of ``kv_lora_rank + qk_rope_head_dim`` values, no factor 2,
 the same on every TP rank; ``fp8_ds_mla`` stores 656 bytes per token per layer.
 
+>>> pp_partition(61, 3), kv_heads_per_rank(8, 64, 16)
+([20, 21, 20], 1)
 >>> kv_dtype_bytes("fp8", 2), FP8_DS_MLA_BYTES_PER_TOKEN
 (1, 656)
 """
 
 from __future__ import annotations
 
+import math
+from bisect import bisect_left
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 from kvplan.kvspec.arch import ModelArch
-from kvplan.kvspec.base import KVSpecError
-from kvplan.kvspec.layout import kv_heads_per_rank
+from kvplan.kvspec.layers import LINEAR_ATTENTION, SLIDING_ATTENTION, KVSpecError, parse_vllm_version
+from kvplan.releases import (
+    DCP_FROM,
+    FP8_DS_MLA_FROM,
+    GROUP_SIZE_RATIO_1_5_FROM,
+    GROUP_SIZE_RATIO_FROM,
+    MLA_FROM,
+    OLDEST_KV_ARITHMETIC,
+    Release,
+)
+
+
+def pp_partition(num_layers: int, pp: int, partition: Sequence[int] | None = None) -> list[int]:
+    """Layers per pipeline stage as vLLM's ``get_pp_indices`` splits them.
+
+    ``num_layers // pp`` each; the remainder goes one layer each to the stages before the last,
+    starting from the second-to-last. ``partition`` is ``VLLM_PP_LAYER_PARTITION``.
+
+    >>> pp_partition(80, 3), pp_partition(61, 3), pp_partition(32, 4)
+    ([27, 27, 26], [20, 21, 20], [8, 8, 8, 8])
+    """
+    if pp <= 0:
+        raise KVSpecError(f"pp must be positive, got {pp}")
+    if pp > num_layers:
+        raise KVSpecError(f"pp {pp} is larger than the {num_layers} layers: vLLM needs a layer per stage")
+    if partition is not None:
+        partition = [int(p) for p in partition]
+        if len(partition) != pp or sum(partition) != num_layers:
+            raise KVSpecError(
+                f"VLLM_PP_LAYER_PARTITION {partition}: needs {pp} entries summing to {num_layers} layers"
+            )
+        return partition
+    sizes = [num_layers // pp] * pp
+    for i in range(2, num_layers % pp + 2):
+        sizes[-i] += 1
+    return sizes
+
+
+def kv_heads_per_rank(num_kv_heads: int, num_attention_heads: int, tp: int) -> int:
+    """KV heads each TP rank stores: ``kv // tp``, or 1 (replicated) when ``tp > kv``.
+
+    Refuses the layouts vLLM refuses: TP not dividing the attention heads, or KV heads and TP
+    not dividing one another.
+
+    >>> kv_heads_per_rank(8, 64, 4), kv_heads_per_rank(8, 64, 16), kv_heads_per_rank(1, 32, 8)
+    (2, 1, 1)
+    """
+    if tp <= 0:
+        raise KVSpecError(f"tp must be positive, got {tp}")
+    if num_attention_heads % tp:
+        raise KVSpecError(
+            f"tp {tp} does not divide num_attention_heads {num_attention_heads}: vLLM refuses this layout "
+            f"(total number of attention heads must be divisible by the tensor parallel size)"
+        )
+    if num_kv_heads >= tp and num_kv_heads % tp:
+        raise KVSpecError(
+            f"tp {tp} does not divide num_key_value_heads {num_kv_heads}: vLLM refuses this layout"
+        )
+    if num_kv_heads < tp and tp % num_kv_heads:
+        raise KVSpecError(
+            f"num_key_value_heads {num_kv_heads} does not divide tp {tp}: vLLM cannot replicate the KV heads"
+        )
+    return max(1, num_kv_heads // tp)
+
 
 #: Bytes per stored value for each ``--kv-cache-dtype``; ``auto`` follows the model dtype.
 KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {
@@ -140,3 +212,171 @@ def linear_state_bytes(arch: ModelArch, tp: int) -> int:
         d_inner, d_conv, d_state = arch.linear_dims
         return shard(d_inner, "the Mamba inner dimension") * (d_conv - 1 + d_state) * arch.dtype_bytes
     raise KVSpecError(f"{arch.name}: no linear-attention layers")
+
+
+#: Sub-byte KV dtypes sized as fp8: 1 byte per value is more than their packed pages take
+#: (nvfp4: ``head_size / 2 + head_size / 16`` bytes per head and token, ``utils/torch_utils.py``).
+SUB_BYTE_KV_DTYPES = ("nvfp4", "nvfp4_4over6")
+
+
+def unmodelled_kv_dtype(kv_cache_dtype: str) -> tuple[str, str]:
+    """The KV dtype kvplan sizes in place of ``kv_cache_dtype``, and why (empty when it is modelled).
+
+    >>> unmodelled_kv_dtype("fp8"), unmodelled_kv_dtype("nvfp4")[0]
+    (('fp8', ''), 'fp8')
+    """
+    if kv_cache_dtype not in SUB_BYTE_KV_DTYPES:
+        return kv_cache_dtype, ""
+    return "fp8", (
+        f"kv_cache_dtype {kv_cache_dtype!r} is not modelled: sized as fp8 (1 byte per value; "
+        "nvfp4 pages take 0.5625 bytes per value plus scales), so blocks and tokens are a "
+        "lower bound"
+    )
+
+
+def check_release_support(
+    arch: ModelArch, version: Release, shown: str | None, *, tp: int, dcp: int, kv_cache_dtype: str
+) -> None:
+    """Refuse what ``version`` (``shown`` as given) cannot serve, or kvplan does not size there."""
+    if version < OLDEST_KV_ARITHMETIC:
+        raise KVSpecError(f"vllm_version {shown}: kvplan repeats vLLM's arithmetic from 0.5.0 on")
+    if arch.mla_latent_dim is not None and version < MLA_FROM:
+        raise KVSpecError(
+            f"vLLM {shown} serves {arch.name} without MLA (K and V per head, head "
+            "size padded): kvplan sizes MLA models from 0.7.1 on, where one latent per token "
+            "is cached"
+        )
+    if kv_cache_dtype == "fp8_ds_mla" and version < FP8_DS_MLA_FROM:
+        raise KVSpecError(
+            f"kv_cache_dtype 'fp8_ds_mla' does not exist in vLLM {shown}: its 656-byte "
+            "pages came with DeepSeek-V3.2 support in 0.11.0"
+        )
+    if dcp <= 0:
+        raise KVSpecError(f"dcp must be positive, got {dcp}")
+    if dcp > 1:
+        if tp % dcp:
+            raise KVSpecError(f"dcp {dcp} does not divide tp {tp}: vLLM needs tp divisible by the DCP size")
+        if version < DCP_FROM:
+            raise KVSpecError(f"decode context parallel needs vLLM 0.11 or later, not {shown}")
+        if SLIDING_ATTENTION in arch.layer_types:
+            raise KVSpecError(f"{arch.name}: vLLM does not support DCP with sliding-window layers")
+
+
+def pcp_note(pcp: int) -> str:
+    """Why a prefill-context-parallel launch is approximate (empty for ``pcp`` 1).
+
+    >>> pcp_note(1), pcp_note(2)[:40]
+    ('', 'prefill context parallel (PCP 2) is not ')
+    """
+    if pcp < 1:
+        raise KVSpecError(f"pcp must be positive, got {pcp}")
+    if pcp == 1:
+        return ""
+    return (
+        f"prefill context parallel (PCP {pcp}) is not modelled: sized without it (whole requests "
+        "per rank), a lower bound"
+    )
+
+
+def group_size_ratio(version: Release) -> float | None:
+    """How much larger than the smallest kind the largest may be and still set the group size:
+    none up to 0.11 (the group size is the smallest kind's count), 1.25 in 0.12–0.17, 1.5 from 0.18.
+
+    >>> group_size_ratio((0, 11, 0)), group_size_ratio((0, 12, 0)), group_size_ratio((0, 33, 0))
+    (None, 1.25, 1.5)
+    """
+    if version >= GROUP_SIZE_RATIO_1_5_FROM:
+        return 1.5
+    return 1.25 if version >= GROUP_SIZE_RATIO_FROM else None
+
+
+def kv_cache_groups(
+    layer_types: Sequence[str], vllm_version: str | None = None
+) -> list[tuple[str, tuple[int, ...]]]:
+    """vLLM's KV cache groups: ``(kind, layer indices)``, every group the same size: how the hybrid KV cache
+    manager splits layers of several kinds into groups that share one pool of blocks
+    (``v1/core/kv_cache_utils.py`` ``_get_kv_cache_groups_uniform_page_size``; ``kv_cache_planning.py`` from 0.33).
+
+    One kind → one group of all layers. Several kinds → group size = the smallest kind's layer
+    count (or the largest, when it is under :func:`group_size_ratio` × the smallest), each kind
+    split round-robin into ``ceil(count / group size)`` groups (``layers[i::n]``, so 52 layers in 6
+    groups are 9, 9, 9, 9, 8, 8; vLLM sizes memory by the largest group). Later releases' smarter
+    group-size search (vLLM PRs #49472, #58175, open when this was written) is not modelled.
+
+    >>> [(kind, len(layers)) for kind, layers in kv_cache_groups(["sliding_attention"] * 5
+    ...                                                          + ["full_attention"])]
+    [('sliding_attention', 1), ('sliding_attention', 1), ('sliding_attention', 1), \
+('sliding_attention', 1), ('sliding_attention', 1), ('full_attention', 1)]
+    """
+    by_kind: dict[str, list[int]] = {}
+    for index, kind in enumerate(layer_types):
+        by_kind.setdefault(kind, []).append(index)
+    if len(by_kind) == 1:
+        kind, layers = next(iter(by_kind.items()))
+        return [(kind, tuple(layers))]
+    counts = [len(layers) for layers in by_kind.values()]
+    ratio = group_size_ratio(parse_vllm_version(vllm_version))
+    group_size = max(counts) if ratio is not None and max(counts) < min(counts) * ratio else min(counts)
+    groups = []
+    for kind, layers in by_kind.items():
+        num_groups = math.ceil(len(layers) / group_size)
+        groups += [(kind, tuple(layers[i::num_groups])) for i in range(num_groups)]
+    return groups
+
+
+@dataclass(frozen=True)
+class StageSpec:
+    """What one pipeline stage's ranks hold (sizes in bytes, per rank).
+
+    ``block_bytes`` is one block across the stage's KV layers, as vLLM divides available memory by:
+    ``page_bytes × layers_per_group`` (for a uniform model, the stage's attention layers).
+    ``bytes_per_token = block_bytes / block_size``: what one token slot of the pool costs.
+    """
+
+    pp_rank: int
+    first_layer: int
+    end_layer: int
+    attention_layers: int
+    linear_layers: int
+    layers_per_group: int
+    page_bytes: int
+    block_bytes: int
+    bytes_per_token: int
+
+
+def pipeline_stages(
+    layer_types: Sequence[str],
+    groups: Sequence[tuple[str, tuple[int, ...]]],
+    layers_per_stage: Sequence[int],
+    page_bytes: int,
+    token_bytes: int,
+) -> tuple[StageSpec, ...]:
+    """What each pipeline stage holds (``layers_per_stage``: :func:`pp_partition`'s split of ``layer_types``):
+    its layers, the layers per KV cache group it owns, its block of ``page_bytes`` per layer.
+
+    >>> [stage.block_bytes for stage in pipeline_stages(["full_attention"] * 3, kv_cache_groups(
+    ...     ["full_attention"] * 3), [2, 1], 4096, 256)]
+    [8192, 4096]
+    """
+    stages = []
+    start = 0
+    ordered = [sorted(layers) for _kind, layers in groups]  # counted by bisection: O(pp · groups · log L)
+    for rank, count in enumerate(layers_per_stage):
+        end = start + count
+        layers_per_group = max(bisect_left(layers, end) - bisect_left(layers, start) for layers in ordered)
+        owned = layer_types[start:end]
+        stages.append(
+            StageSpec(
+                pp_rank=rank,
+                first_layer=start,
+                end_layer=end,
+                attention_layers=sum(kind != LINEAR_ATTENTION for kind in owned),
+                linear_layers=sum(kind == LINEAR_ATTENTION for kind in owned),
+                layers_per_group=layers_per_group,
+                page_bytes=page_bytes,
+                block_bytes=page_bytes * layers_per_group,
+                bytes_per_token=token_bytes * layers_per_group,
+            )
+        )
+        start = end
+    return tuple(stages)

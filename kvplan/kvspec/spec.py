@@ -5,9 +5,18 @@ A block holds ``block_size`` tokens of every KV layer the rank owns; ``blocks = 
 and every rank then uses the minimum over ranks. Pipeline stages own ``L // pp`` layers, the remainder
 going to the stages before the last (``vllm/distributed/utils.py`` ``get_pp_indices``). Decode context
 parallel (DCP) shards the tokens of a sequence over ``dcp`` ranks. Sliding-window and hybrid models
-follow vLLM's hybrid KV cache manager (:mod:`kvplan.kvspec.groups`, :mod:`kvplan.kvspec.figures`);
-where the result depends on something the config cannot give, the spec says so in
-``approximate_reason``; it never treats such a model as full attention silently.
+follow vLLM's hybrid KV cache manager (:func:`kvplan.kvspec.page.kv_cache_groups`); where the result
+depends on something the config cannot give, the spec says so in ``approximate_reason``; it never treats
+such a model as full attention silently.
+
+The figures vLLM logs for a number of blocks follow each release's arithmetic (``v1/core/kv_cache_utils.py``
+``get_max_concurrency_for_kv_cache_config`` and ``_report_kv_cache_config``): a request of L tokens needs
+``ceil(L / block_size)`` blocks per full-attention group (L / DCP with decode context parallel),
+``ceil(min(W − 1 + in-flight tokens, L) / block_size) + 1`` per sliding-window group (in flight:
+``max_num_batched_tokens`` up to 0.25, × the batches in flight from 0.26) and per Mamba / linear-attention
+group one state block, 2 in "align" mode (+1 for a FlashInfer gated-delta-net prefill checkpoint, 0.33)
+(``v1/kv_cache_interface.py`` ``max_memory_usage_bytes``). "Maximum concurrency" = blocks / blocks per
+request (from 0.9.1); "GPU KV cache size" = ``int(max_concurrency × L)`` (from 0.21).
 
 >>> kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
 ...          "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4).capacity(12 * 2**30, 32768).tokens
@@ -16,49 +25,52 @@ where the result depends on something the config cannot give, the spec says so i
 
 from __future__ import annotations
 
-from bisect import bisect_left
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 
 from kvplan.capacity import Capacity
-from kvplan.kvspec import figures
-from kvplan.kvspec.arch import ModelArch, model_arch
-from kvplan.kvspec.base import (
+from kvplan.kvspec.arch import ModelArch, check_model_name, model_arch
+from kvplan.kvspec.launch import (
+    HOST_POOL_NOTE,
+    BlockSizeInputs,
+    LaunchSettings,
+    LoggedHostPool,
+    host_pool_bound,
+    launch_settings,
+    logged_block_sizes,
+    resolve_block_size,
+)
+from kvplan.kvspec.layers import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
+    MLA_ATTENTION,
     SLIDING_ATTENTION,
     KVSpecError,
     parse_vllm_version,
 )
-from kvplan.kvspec.block_size import BlockSizeInputs, logged_block_sizes, resolve_block_size
-from kvplan.kvspec.groups import kv_cache_groups
-from kvplan.kvspec.host_pool import HOST_POOL_NOTE, LoggedHostPool, host_pool_bound
-from kvplan.kvspec.launch import LaunchSettings, launch_settings
-from kvplan.kvspec.layout import pp_partition
-from kvplan.kvspec.model_name import check_model_name
-from kvplan.kvspec.page import SERVED_DTYPE_BYTES, attention_bytes_per_token_per_layer, linear_state_bytes
-from kvplan.kvspec.support import check_release_support, pcp_note, unmodelled_kv_dtype
-from kvplan.releases import HYBRID_KV_MANAGER_FROM, HYBRID_MAMBA_FROM, MAMBA_ALIGN_FROM
-
-
-@dataclass(frozen=True)
-class StageSpec:
-    """What one pipeline stage's ranks hold (sizes in bytes, per rank).
-
-    ``block_bytes`` is one block across the stage's KV layers, as vLLM divides available memory by:
-    ``page_bytes × layers_per_group`` (for a uniform model, the stage's attention layers).
-    ``bytes_per_token = block_bytes / block_size``: what one token slot of the pool costs.
-    """
-
-    pp_rank: int
-    first_layer: int
-    end_layer: int
-    attention_layers: int
-    linear_layers: int
-    layers_per_group: int
-    page_bytes: int
-    block_bytes: int
-    bytes_per_token: int
+from kvplan.kvspec.page import (
+    SERVED_DTYPE_BYTES,
+    StageSpec,
+    attention_bytes_per_token_per_layer,
+    check_release_support,
+    kv_cache_groups,
+    linear_state_bytes,
+    pcp_note,
+    pipeline_stages,
+    pp_partition,
+    unmodelled_kv_dtype,
+)
+from kvplan.releases import (
+    AUTO_FIT_NULL_BLOCK_FROM,
+    CONCURRENCY_FROM_BLOCKS_FROM,
+    DCP_FROM,
+    HYBRID_KV_MANAGER_FROM,
+    HYBRID_MAMBA_FROM,
+    MAMBA_ALIGN_FROM,
+    TOKENS_FROM_CONCURRENCY_FROM,
+    TOKENS_PER_GROUP_FROM,
+)
 
 
 @dataclass(frozen=True)
@@ -151,7 +163,20 @@ class KVSpec:
         ...          "head_dim": 64, "torch_dtype": "bfloat16"}, tp=1).blocks_per_request(8193)
         513
         """
-        return figures.blocks_per_request(self, max_model_len)
+        if max_model_len <= 0:
+            raise KVSpecError(f"max_model_len must be positive, got {max_model_len}")
+        full_len = math.ceil(max_model_len / self.dcp)
+        window_len = min((self.arch.sliding_window or 0) - 1 + self.launch.in_flight_tokens, max_model_len)
+        state_blocks = self.launch.mamba_blocks_per_request(self.arch.linear_kind)
+        total = 0
+        for kind, _layers in self.groups:
+            if kind in (FULL_ATTENTION, MLA_ATTENTION):
+                total += math.ceil(full_len / self.block_size)
+            elif kind == SLIDING_ATTENTION:
+                total += math.ceil(window_len / self.block_size) + 1
+            else:
+                total += state_blocks
+        return total
 
     def max_concurrency(self, num_blocks: int, max_model_len: int) -> float:
         """vLLM's "Maximum concurrency" for ``num_blocks`` blocks, in this release's arithmetic.
@@ -165,7 +190,9 @@ class KVSpec:
         >>> spec.max_concurrency(3072, 8193), old.max_concurrency(3072, 8193)
         (5.988304093567251, 5.999267667521054)
         """
-        return figures.max_concurrency(self, num_blocks, max_model_len)
+        if parse_vllm_version(self.vllm_version) < CONCURRENCY_FROM_BLOCKS_FROM:
+            return self.kv_cache_tokens(num_blocks, max_model_len) / max_model_len
+        return num_blocks / self.blocks_per_request(max_model_len)
 
     def kv_cache_tokens(self, num_blocks: int, max_model_len: int) -> int:
         """vLLM's "GPU KV cache size" in tokens for ``num_blocks`` blocks, in this release's arithmetic.
@@ -178,11 +205,33 @@ class KVSpec:
         >>> [s.kv_cache_tokens(3072, 8193) for s in (spec, spec.with_settings(vllm_version="0.20.0"))]
         [49062, 49152]
         """
-        return figures.kv_cache_tokens(self, num_blocks, max_model_len)
+        version = parse_vllm_version(self.vllm_version)
+        if version >= TOKENS_FROM_CONCURRENCY_FROM:
+            return int(self.max_concurrency(num_blocks, max_model_len) * max_model_len)
+        groups = len(self.groups) if version >= TOKENS_PER_GROUP_FROM else 1
+        dcp = self.dcp if version >= DCP_FROM else 1
+        return num_blocks // groups * self.block_size * dcp
 
     def auto_fit_max_model_len(self, kv_bytes: int, max_model_len: int) -> int:
-        """The length vLLM fits for ``--max-model-len -1`` (:func:`figures.auto_fit_max_model_len`)."""
-        return figures.auto_fit_max_model_len(self, kv_bytes, max_model_len)
+        """The ``max_model_len`` vLLM fits with ``--max-model-len -1`` (``_auto_fit_max_model_len``): the
+        longest length up to ``max_model_len`` whose one request fits every stage's ``kv_bytes`` less the
+        null block vLLM's block pool holds back (from 0.29); 0 when not even one token fits.
+
+        >>> spec = kv_spec({"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
+        ...                 "head_dim": 128, "torch_dtype": "bfloat16"})  # 2 MiB blocks
+        >>> spec.auto_fit_max_model_len(4 * 2**30, 131072)  # 2,047 usable blocks × 16 tokens
+        32752
+        """
+        null_block = parse_vllm_version(self.vllm_version) >= AUTO_FIT_NULL_BLOCK_FROM
+        usable = min(kv_bytes - stage.block_bytes * null_block for stage in self.stages)
+        limit = min(usable // stage.block_bytes for stage in self.stages)
+        if self.blocks_per_request(1) > limit:
+            return 0
+        low, high = 1, max_model_len  # low fits
+        while low < high:
+            middle = (low + high + 1) // 2
+            low, high = (middle, high) if self.blocks_per_request(middle) <= limit else (low, middle - 1)
+        return low
 
     def capacity(self, kv_bytes: int, max_model_len: int) -> Capacity:
         """Blocks, tokens and concurrency of ``kv_bytes`` per rank, as this release would log them.
@@ -278,7 +327,7 @@ def kv_spec(
     logs'; None takes vLLM's default for the release (:func:`kvplan.kvspec.launch.launch_settings`,
     named in :attr:`KVSpec.settings_note`), or a lower bound named in ``approximate_reason``.
     ``host_pool`` is a logged HiSparse "GPU + host KV cache size" (tokens, its ``max_model_len``, the
-    available bytes it was sized from; :mod:`kvplan.kvspec.host_pool`): capacity is capped at the lower
+    available bytes it was sized from; :func:`kvplan.kvspec.launch.host_pool_bound`): capacity is capped at the lower
     bound it gives. ``pp_layers`` is ``VLLM_PP_LAYER_PARTITION`` when set. ``dtype`` is the dtype vLLM served
     (``--dtype`` as its log shows it, e.g. ``torch.bfloat16``; None or ``auto`` = the config's
     ``torch_dtype``). ``logged_model`` is the model name the logs show; a config naming another
@@ -367,44 +416,16 @@ def kv_spec(
         block_size_note=note,
         bytes_per_token_per_layer=token_bytes,
         groups=groups,
-        stages=_stages(arch.num_layers, layer_types, groups, pp, pp_layers, size * token_bytes, token_bytes),
+        stages=pipeline_stages(
+            layer_types,
+            groups,
+            pp_partition(arch.num_layers, pp, list(pp_layers) or None),
+            size * token_bytes,
+            token_bytes,
+        ),
         launch=launch,
         approximate_reason="; ".join(reasons),
         num_gpu_blocks_override=num_gpu_blocks_override,
         host_pool=logged_pool,
         options=options,
     )
-
-
-def _stages(
-    num_layers: int,
-    layer_types: Sequence[str],
-    groups: Sequence[tuple[str, tuple[int, ...]]],
-    pp: int,
-    pp_layers: Sequence[int],
-    page_bytes: int,
-    token_bytes: int,
-) -> tuple[StageSpec, ...]:
-    """What each pipeline stage holds: its layers, the layers per KV cache group it owns, its block."""
-    stages = []
-    start = 0
-    ordered = [sorted(layers) for _kind, layers in groups]  # counted by bisection: O(pp · groups · log L)
-    for rank, count in enumerate(pp_partition(num_layers, pp, list(pp_layers) or None)):
-        end = start + count
-        layers_per_group = max(bisect_left(layers, end) - bisect_left(layers, start) for layers in ordered)
-        owned = layer_types[start:end]
-        stages.append(
-            StageSpec(
-                pp_rank=rank,
-                first_layer=start,
-                end_layer=end,
-                attention_layers=sum(kind != LINEAR_ATTENTION for kind in owned),
-                linear_layers=sum(kind == LINEAR_ATTENTION for kind in owned),
-                layers_per_group=layers_per_group,
-                page_bytes=page_bytes,
-                block_bytes=page_bytes * layers_per_group,
-                bytes_per_token=token_bytes * layers_per_group,
-            )
-        )
-        start = end
-    return tuple(stages)

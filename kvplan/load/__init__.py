@@ -54,7 +54,7 @@ __all__ = [
     "mean_throughput",
     "peak_row",
     "preemptions_lower_bound",
-    "value_check",
     "run_preemptions",
+    "value_check",
     "where_text",
 ]

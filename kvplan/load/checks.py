@@ -137,7 +137,7 @@ def value_check(reading: LoadReading, approved_bytes: int) -> Check | None:
     >>> run = LoadReading(frame_of([{"source": "s.log", "line": 1}]),
     ...                   sources=(LoadSource("s.log", "log", kv_cache_memory_bytes=16_106_127_360),))
     >>> check = value_check(run, 12_884_377_600)
-    >>> check.passed, check.detail[:62]
+    >>> check.passed, check.detail[:61]
     (False, 's.log states --kv-cache-memory-bytes=16106127360 (15.00 GiB),')
     """
     other = [s for s in reading.sources if s.kv_cache_memory_bytes not in (None, approved_bytes)]

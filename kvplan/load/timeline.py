@@ -25,6 +25,8 @@ def cumulative_preemptions(group: pd.DataFrame) -> np.ndarray:
     ...     {"source": "s.log", "line": 9, "preemptions_total": 1, "event": "preemption", "restarts": 1}])
     >>> cumulative_preemptions(rows).tolist()  # 51 before the restart + 1 after
     [51.0, 52.0]
+    >>> cumulative_preemptions(frame_of([{"source": "s.log", "line": n, "preemptions": n} for n in (0, 2, 3)])).tolist()
+    [0.0, 2.0, 5.0]
     """
     counts = group["preemptions"].to_numpy(dtype=float, na_value=np.nan)
     totals = group["preemptions_total"].to_numpy(dtype=float, na_value=np.nan)

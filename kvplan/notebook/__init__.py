@@ -9,7 +9,16 @@ outcome, PNG and alt text), :mod:`~kvplan.notebook.panel` (the ipywidgets panel)
 re-exported so a notebook imports from one place.
 """
 
-from kvplan.notebook.figures import Chart, chart, concurrency_figure, figure_alt, figure_png, panel_charts
+from kvplan.capacity import sequence_lengths
+from kvplan.notebook.figures import (
+    Chart,
+    chart,
+    concurrency_figure,
+    figure_alt,
+    figure_png,
+    panel_charts,
+    sentence,
+)
 from kvplan.notebook.headlines import (
     boot_budget_bytes,
     budget_headline,
@@ -46,7 +55,6 @@ from kvplan.notebook.whatif import (
     gib_to_bytes,
     ledger_after_add_back,
     longest_length_at,
-    sequence_lengths,
     spec_concurrency_curve,
     weak_rank_at_median,
 )
@@ -87,6 +95,7 @@ __all__ = [
     "readable_table",
     "rows_that_set_the_room",
     "run_folder",
+    "sentence",
     "sequence_lengths",
     "snapshots_in",
     "spec_concurrency_curve",

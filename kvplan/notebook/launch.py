@@ -17,7 +17,7 @@ from kvplan.io import ReadMetadata
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import compatibility_key
 from kvplan.plan import Evidence, ModelLayout, Policy, decide, launch_layout_spec
-from kvplan.room import read_vllm_logs
+from kvplan.room import read_vllm_logs_rooms
 
 if TYPE_CHECKING:
     from kvplan.kvspec import KVSpec
@@ -160,13 +160,13 @@ def read_launch(
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """The ledger and reader metadata of a launch's logs, with nvidia-smi snapshots joined when given.
 
-    ``log_dir`` is what :func:`kvplan.room.read_vllm_logs` takes (a folder of ``*.log``, a file, a
+    ``log_dir`` is what :func:`kvplan.room.read_vllm_logs_rooms` takes (a folder of ``*.log``, a file, a
     glob), relative to the notebook or the checkout (:func:`parameter_path`). ``nvidia_smi=None`` takes the :data:`NVIDIA_SMI_NAMES` files found in ``log_dir`` (a
     folder), so pointing a notebook at another folder needs no second parameter; ``[]`` joins none.
     Ranks are matched to GPUs by pid, else GPU index = rank (:func:`kvplan.io.nvidia_smi.gpu_index_by_rank`).
     """
     log_dir = parameter_path(log_dir, "LOG_DIR")
-    ledger, metadata = read_vllm_logs(log_dir)
+    ledger, metadata = read_vllm_logs_rooms(log_dir)
     nvidia_smi = snapshots_in(log_dir) if nvidia_smi is None else parameter_paths(nvidia_smi, "NVIDIA_SMI")
     if nvidia_smi:
         joined, _, joined_metadata = join_snapshots(ledger, nvidia_smi, warn=False)  # warnings listed below

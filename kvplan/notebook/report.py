@@ -151,9 +151,9 @@ def build_report(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> tupl
     return index, errors
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def run_report(argv: Sequence[str] | None = None) -> int:
     """``python -m kvplan.notebook.report OUT BUNDLE NOTEBOOK...``: exit 0, or 1 with an ``error:`` line each."""
-    parser = argparse.ArgumentParser(prog="python -m kvplan.notebook.report", description=main.__doc__)
+    parser = argparse.ArgumentParser(prog="python -m kvplan.notebook.report", description=run_report.__doc__)
     parser.add_argument("out", type=Path, help="report folder (index.html, one page per notebook)")
     parser.add_argument("bundle", type=Path, help="the evidence bundle the index shows (kvplan approve)")
     parser.add_argument("notebooks", type=Path, nargs="+", help="notebooks to execute, in order")
@@ -167,4 +167,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_report())

@@ -20,6 +20,7 @@ from kvplan.capacity import (
     capacity,
     capacity_table,
     concurrency_curve,
+    sequence_lengths,
 )
 from kvplan.drift import drift_budget
 from kvplan.units import bytes_to_gib, parse_size
@@ -45,24 +46,6 @@ def weak_rank_at_median(outcome: Outcome) -> Scenario:
     position = budget.ranks.index(budget.limiting_rank)
     add_back[position] += budget.median_safe_bytes - budget.min_safe_bytes
     return replace(scenario, add_back_bytes=tuple(add_back))
-
-
-def sequence_lengths(max_model_len: int, shortest: int = 256) -> list[int]:
-    """Powers of two from ``shortest`` up to ``max_model_len``, plus ``max_model_len`` itself [tokens].
-
-    >>> sequence_lengths(32768)
-    [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
-    >>> sequence_lengths(10000, shortest=2048)
-    [2048, 4096, 8192, 10000]
-    """
-    if max_model_len <= 0:
-        raise ValueError(f"max_model_len must be positive, got {max_model_len}")
-    lengths = []
-    length = shortest
-    while length < max_model_len:
-        lengths.append(length)
-        length *= 2
-    return [*lengths, max_model_len]
 
 
 def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outcome:

@@ -1,13 +1,12 @@
 """What the uniform budget buys at the planned lengths, and whether the admission plan fits.
 
-The capacity table is :meth:`kvplan.kvspec.KVSpec.capacity` at each planned length; the plan is
+The capacity table is :func:`kvplan.capacity.capacity_rows` at the :func:`planned_lengths`; the plan is
 ``C`` full sequences of ``L`` tokens in blocks, logged-size tokens and (with a model) bytes.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from kvplan.budget import Budget
@@ -16,23 +15,6 @@ from kvplan.kvspec import KVSpec
 from kvplan.ledger import is_known
 from kvplan.plan.inputs import Plan
 from kvplan.units import format_size
-
-
-def capacity_rows(spec: KVSpec, kv_bytes: int, lengths: Sequence[int]) -> tuple[dict, ...]:
-    """Blocks, logged-size tokens and full-length concurrency of ``kv_bytes`` at each request length."""
-    rows = []
-    for length in lengths:
-        result = spec.capacity(kv_bytes, length)
-        rows.append(
-            {
-                "seq_len": length,
-                "blocks": result.blocks,
-                "tokens": result.tokens,
-                "max_concurrency": result.max_concurrency,
-                "whole_sequences": math.floor(result.max_concurrency),
-            }
-        )
-    return tuple(rows)
 
 
 def planned_lengths(max_model_len: int | None, plan: Plan | None) -> list[int]:

@@ -24,13 +24,13 @@ from typing import Any
 import pandas as pd
 
 from kvplan.budget import Budget
-from kvplan.gate import check_outcomes, check_ranks_present
+from kvplan.capacity import capacity_rows
+from kvplan.checks import check_outcomes, check_ranks_present
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
-from kvplan.ledger import compatibility_key, is_known, launch_settings, room_per_rank
-from kvplan.ledger_budget import budget_from_rooms, check_dropped_ranks
-from kvplan.ledger_budget import check_outcomes as refuse_failed_boots
-from kvplan.plan.admission import admission_plan, capacity_rows, planned_lengths
+from kvplan.ledger import compatibility_key, is_known, logged_launch_settings, room_per_rank
+from kvplan.ledger_budget import budget_from_rooms, check_dropped_ranks, refuse_failed_boots
+from kvplan.plan.admission import admission_plan, planned_lengths
 from kvplan.plan.inputs import LoadPolicy, ModelLayout, Plan, Policy
 from kvplan.plan.load_evidence import load_section, profiled_tokens, read_named_load
 from kvplan.plan.reading import Evidence, read_evidence
@@ -86,7 +86,7 @@ def launch_layout_spec(
     2097152
     """
     shown_key, _ = _shown_only(key, ledger.iloc[0:0], defaulted)
-    return layout_spec(layout, {**shown_key, **launch_settings(ledger)}, room_count)
+    return layout_spec(layout, {**shown_key, **logged_launch_settings(ledger)}, room_count)
 
 
 OVERRIDE_CHECK = "num_gpu_blocks_override fits the budget"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
-from kvplan.gate import Approved
+from kvplan.checks import Approved
 from kvplan.io.load import LoadFormatError, LoadReading, read_load_evidence, reading_of
 from kvplan.load import load_checks, load_summary
 from kvplan.load.checks import value_check

@@ -20,7 +20,7 @@ import pandas as pd
 from kvplan.checks import read_defaulted_key_fields
 from kvplan.io.metadata import ReadMetadata, merge_metadata
 from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
-from kvplan.room import read_vllm_logs
+from kvplan.room import read_vllm_logs_rooms
 
 STARTUP_LINES = (
     "vLLM startup lines such as 'Free memory on device (…) on startup', 'Available KV cache "
@@ -88,7 +88,7 @@ def read_evidence(
     [0, 1, 2, 3]
     """
     if isinstance(logs, (str, os.PathLike)) or not all(isinstance(item, tuple) for item in logs):
-        ledger, metadata = read_vllm_logs(cast("str | os.PathLike | Sequence[str | os.PathLike]", logs))
+        ledger, metadata = read_vllm_logs_rooms(cast("str | os.PathLike | Sequence[str | os.PathLike]", logs))
         names = list(metadata.sources)
     else:
         pairs = cast("Sequence[tuple[str | os.PathLike, str]]", logs)
@@ -112,11 +112,11 @@ def _read_named(logs: Sequence[tuple[str | os.PathLike, str]]) -> tuple[pd.DataF
         raise InputFileError("no log files: a decision needs the logs of at least one profiled boot")
     paths = [str(path) for path, _ in logs]
     if len(set(paths)) < len(paths):  # one file under two names: read it once per name
-        parts = [read_vllm_logs([path], {path: name}) for path, (_, name) in zip(paths, logs)]
+        parts = [read_vllm_logs_rooms([path], {path: name}) for path, (_, name) in zip(paths, logs)]
         ledger = pd.concat([frame for frame, _ in parts], ignore_index=True)
         metadata = merge_metadata([meta for _, meta in parts])
     else:
-        ledger, metadata = read_vllm_logs(paths, {path: name for path, (_, name) in zip(paths, logs)})
+        ledger, metadata = read_vllm_logs_rooms(paths, {path: name for path, (_, name) in zip(paths, logs)})
     return ledger, metadata
 
 

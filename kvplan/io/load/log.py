@@ -34,7 +34,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
 
-from kvplan.io.load import engine as whole_lines
+import kvplan.io.load.engine as whole_lines
 from kvplan.io.load.engine import V1_PREEMPTIONS_FIELD_FROM_LINENO
 from kvplan.io.load.frame import (
     EPOCH,

@@ -1,4 +1,8 @@
-"""One run's load evidence from server logs and /metrics files alike: :func:`read_load_evidence`."""
+"""One run's load evidence from server logs and /metrics files alike: :func:`read_load_evidence`.
+
+Each file is sniffed (Prometheus text or a log), read by its reader (:mod:`.log`, :mod:`.metrics`), and the
+frames are put together in the order the files were given, with the warnings of the /metrics files first.
+"""
 
 from __future__ import annotations
 
@@ -26,6 +30,12 @@ def read_load_evidence(
     ``utc_offset`` is the server's offset from UTC in hours (the log's local time minus UTC); given, log
     times are turned into UTC like the /metrics times, as they are when docker stamps show the offset;
     otherwise a run that mixes logs and /metrics gets a warning.
+
+    >>> from kvplan.config import DATA_DIR
+    >>> run = DATA_DIR / "load" / "manual-canary-overload"
+    >>> frame, metadata = read_load_evidence([run / "server.log", run / "metrics.prom"], year=2026)
+    >>> frame["kind"].value_counts().to_dict(), metadata.sources == (str(run / "metrics.prom"), str(run / "server.log"))
+    ({'log': 59, 'metrics': 20}, True)
     """
     shift = log_time_shift(utc_offset)
     order = list(dict.fromkeys(str(path) for path in paths))

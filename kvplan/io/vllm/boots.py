@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from kvplan.io.bounds import check_parallel_size, possible_parallel_size
-from kvplan.io.vllm.families import read_message, read_steps
-from kvplan.io.vllm.lines import line_plan
-from kvplan.io.vllm.memo import remember
-from kvplan.io.vllm.records import split_records, strip_ansi
+from kvplan.io.vllm.families import read_message
+from kvplan.io.vllm.handlers import Fact
+from kvplan.io.vllm.records import Record, split_records
 from kvplan.io.vllm.values import CONFIG_NAMES
 from kvplan.notes import Note
 
@@ -85,11 +84,6 @@ class Boot:
     conflicts: list = field(default_factory=list)
 
 
-#: The text that names a printing process (pid to ip, :class:`~kvplan.io.vllm.lines.LinePlan`) → its
-#: key (pid, ip): a log's lines name few processes. Bounded (:func:`kvplan.io.vllm.memo.remember`).
-_KEYS: dict[str, tuple[int, str | None]] = {}
-
-
 class BootSplitter:
     """Turns candidate lines into boots, handing each finished boot to ``close`` (a restart, or the end).
 
@@ -107,69 +101,23 @@ class BootSplitter:
         for record in split_records(text):
             facts = read_message(record.message)
             if facts:
-                pid = record.pid
-                key = None if pid is None else (pid, record.ip)
-                self._facts(
-                    number, raw, facts, record.message, key, record.process, record.level, record.repeated
-                )
+                self._facts(number, raw, facts, record)
 
     def scanned_line(self, number: int, offset: int | None, data: bytes) -> None:
         """Read one physical line as the scan found it (its bytes, at byte ``offset``; None: provenance
-        keeps its text): as :meth:`line` reads it, at the cost of its shape (:func:`line_plan`)."""
-        plan = line_plan(data)
-        if plan is None:
-            text = data.decode("utf-8", "replace")
-            self.line(number, text if offset is None else offset, text)
-            return
-        steps, colour, spans, who = plan
-        if not steps:
-            return  # no record, or one that holds no family: nothing to read
+        keeps its text)."""
         text = data.decode("utf-8", "replace")
-        line = strip_ansi(text) if colour else text
-        message, level, process, pid, ip, repeated = spans
-        body = line[message]
-        if len(steps) == 1:  # one family (most lines): its reader alone
-            ((family, scope, read),) = steps
-            values = read(body)
-            facts = None if values is None else ((family, scope, values),)
-        else:
-            facts = read_steps(steps, body)
-        if facts:
-            key = None
-            if who is not None:
-                named = line[who]
-                key = _KEYS.get(named)
-                if key is None:
-                    key = remember(_KEYS, named, (int(line[pid]), None if ip is None else line[ip]))
-            self._facts(
-                number,
-                text if offset is None else offset,
-                facts,
-                body,
-                key,
-                "" if process is None else line[process],
-                level,
-                0 if repeated is None else int(line[repeated]),
-            )
+        self.line(number, text if offset is None else offset, text)
 
     def finish(self) -> None:
         """Close the last boot."""
         self._close()
 
-    def _facts(
-        self,
-        number: int,
-        raw: int | str,
-        facts: Sequence[tuple[str, str, dict]],
-        message: str,
-        key: tuple | None,
-        process: str,
-        level: str | None,
-        repeated: int,
-    ) -> None:
-        """Record the facts (family, scope, values) of one record: its ``message``, printed by process
-        ``key`` (pid, ip; None without a prefix) named ``process``, at ``level``; ``repeated`` is Ray's
-        collapsed-line count."""
+    def _facts(self, number: int, raw: int | str, facts: Sequence[Fact], record: Record) -> None:
+        """Record the facts of one record, printed by process ``key`` (pid, ip; None without a prefix)
+        named ``process``, at ``level``; ``repeated`` is Ray's collapsed-line count."""
+        key = None if record.pid is None else (record.pid, record.ip)
+        process, level, repeated = record.process, record.level, record.repeated
         for family, scope, values in facts:
             if scope == "config":
                 self._maybe_new_boot(number, family, key)
@@ -190,7 +138,7 @@ class BootSplitter:
                 if family == "engine_config":
                     boot.config_printers.add(key)
                     boot.flags.setdefault("v1", values.get("_v1"))
-                self._config(number, raw, family, message, values)
+                self._config(number, raw, family, values)
                 continue
             elif scope == "flag":
                 for name, value in values.items():
@@ -233,10 +181,10 @@ class BootSplitter:
             self._close()
             self.boot = Boot(boot.index + 1, number)
 
-    def _config(self, number: int, raw: int | str, family: str, message: str, values: dict) -> None:
-        """Hold the configuration columns a config fact (``family``'s ``values`` in ``message``) sets,
+    def _config(self, number: int, raw: int | str, family: str, values: dict) -> None:
+        """Hold the configuration columns a config fact (``family``'s ``values``) sets,
         each where no more trusted family set it already (:data:`CONFIG_PRIORITY`)."""
-        columns, impossible = config_columns(family, message, values)
+        columns, impossible = config_columns(values)
         if impossible is not None:
             check_parallel_size(*impossible, self.source, number)  # refuses the log, naming this line
         config = self.boot.config
@@ -268,27 +216,20 @@ _KV_SIZED = frozenset(KV_SIZED_COLUMNS)
 #: The configuration columns a config fact sets, as (column, value) pairs, and the first of them that
 #: is a parallel size no launch can have (None when all can be, :func:`config_columns`).
 ConfigColumns = tuple[tuple[tuple[str, object], ...], tuple[str, object] | None]
-#: (family, message) → its :data:`ConfigColumns`. Bounded (:func:`kvplan.io.vllm.memo.remember`).
-_COLUMNS: dict[tuple[str, str], ConfigColumns] = {}
 
 
-def config_columns(family: str, message: str, values: dict) -> ConfigColumns:
-    """The configuration columns the values of a config fact (``family`` read in ``message``) set, each
+def config_columns(values: dict) -> ConfigColumns:
+    """The configuration columns the values of a config fact set, each
     value as the ledger holds it, and the first impossible parallel size among them
-    (:func:`~kvplan.io.bounds.check_parallel_size`); learnt once per message: the boots of one
-    deployment print the same configuration again.
+    (:func:`~kvplan.io.bounds.check_parallel_size`).
 
-    >>> config_columns("non_default_args", "…", {"max_seq_len": "4096", "disable_hybrid_kv_cache_manager": True})
+    >>> config_columns({"max_seq_len": "4096", "disable_hybrid_kv_cache_manager": True})
     ((('max_model_len', 4096), ('hybrid_kv_cache_manager', False)), None)
-    >>> config_columns("namespace_args", "…", {"tensor_parallel_size": 0})[1]
+    >>> config_columns({"tensor_parallel_size": 0})[1]
     ('tensor_parallel_size', 0)
     """
-    key = (family, message)
-    found = _COLUMNS.get(key)
-    if found is None:
-        columns = tuple(_column_values(values))
-        found = remember(_COLUMNS, key, (columns, _impossible(columns)))
-    return found
+    columns = tuple(_column_values(values))
+    return columns, _impossible(columns)
 
 
 def _impossible(columns: tuple[tuple[str, object], ...]) -> tuple[str, object] | None:

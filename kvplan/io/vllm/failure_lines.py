@@ -21,8 +21,7 @@ from __future__ import annotations
 import re
 
 from kvplan.columns import FAILURE_PHASES
-from kvplan.io.vllm import handlers as h
-from kvplan.io.vllm.handlers import Family, family
+from kvplan.io.vllm.handlers import Family, failure, family
 
 #: Traceback frames of the vLLM functions in :data:`FAILURE_PHASES` (``  File "…", line N, in NAME``).
 FRAME_RE = r'^File "[^"]*", line \d+, in (' + "|".join(map(re.escape, FAILURE_PHASES)) + r")\s*$"
@@ -41,7 +40,7 @@ FAILURE_VALUE_FAMILIES: list[Family] = [
 #: names the failure first (:func:`~kvplan.io.vllm.handlers.failure`). Outcome families stop at the first
 #: that matches, in this order.
 FAILURE_FAMILIES: list[Family] = [
-    family(name, trigger, "outcome", h.failure(outcome, priority), pattern)
+    family(name, trigger, "outcome", failure(outcome, priority), pattern)
     for outcome, priority, rows in [
         ("error", 3, [  # generic: the exception text follows in the traceback
             ("error_engine_start", "failed to start", r"(?:EngineCore|WorkerProc) failed to start"),

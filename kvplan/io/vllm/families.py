@@ -8,23 +8,33 @@ configuration, rank assignment, outcome) and the regex.
 
 from __future__ import annotations
 
-import re
+from functools import lru_cache
 from itertools import chain
 
-from kvplan.io.vllm import handlers as h
 from kvplan.io.vllm.failure_lines import FAILURE_FAMILIES, FAILURE_VALUE_FAMILIES
-from kvplan.io.vllm.handlers import Fact, Family, Reader, family, match_spans, reader_at, searcher
-from kvplan.io.vllm.memo import SHAPE_TEXT, remember
+from kvplan.io.vllm.handlers import (
+    Fact,
+    Family,
+    engine_config,
+    family,
+    manual,
+    namespace,
+    non_default,
+    plan_applied,
+    profile_result,
+    v0_one_line,
+    weights,
+)
 from kvplan.io.vllm.sizing_lines import SIZING_FAMILIES
 
 # One row a family, in the order they are tried: family, trigger, scope, values, regex.
 # fmt: off
 _MEMORY_FAMILIES = [
-    family("weights", "took", "rank", h.weights, r"(?:Loading model weights|Model loading) took {num} (GiB|GB|MB)\b"),
-    family("profile_v0_one_line", "total_gpu_memory=", "rank", h.v0_one_line, r"Memory profiling results: .*?total_gpu_memory={num} ?GiB.*?kv_cache_size="),
+    family("weights", "took", "rank", weights, r"(?:Loading model weights|Model loading) took {num} (GiB|GB|MB)\b"),
+    family("profile_v0_one_line", "total_gpu_memory=", "rank", v0_one_line, r"Memory profiling results: .*?total_gpu_memory={num} ?GiB.*?kv_cache_size="),
     family("profile_v0_total", "total_gpu_memory (", "rank", ("total_bytes", "gpu_memory_utilization", "requested_bytes"), r"total_gpu_memory \({num}GiB\) x gpu_memory_utilization \({num}\) = {num}GiB"),
     family("profile_v0_parts", "model weights take", "rank", ("weights_bytes", "non_torch_bytes", "activation_peak_bytes", "available_kv_bytes"), r"model weights take {num}GiB; non_torch_memory takes {num}GiB; PyTorch activation peak memory takes {num}GiB; the rest of the memory reserved for KV Cache is {num}GiB"),
-    family("profile_result", "Total non KV cache memory", "rank", h.profile_result, r"Total non KV cache memory: {num} ?GiB; torch peak memory increase: {num} ?GiB; (non-torch forward increase memory|total consumed \(from mem_get_info\)): {num} ?GiB; weights memory: {num} ?GiB"),
+    family("profile_result", "Total non KV cache memory", "rank", profile_result, r"Total non KV cache memory: {num} ?GiB; torch peak memory increase: {num} ?GiB; (non-torch forward increase memory|total consumed \(from mem_get_info\)): {num} ?GiB; weights memory: {num} ?GiB"),
     family("available_kv", "Available KV cache memory", "rank", ("available_kv_bytes",), r"Available KV cache memory: {num} GiB"),
     family("init_free_debug_old", "Initial free memory:", "rank", ("init_free_bytes", None, "requested_bytes"), r"Initial free memory: {num} GiB, free memory: {num} GiB, requested GPU memory: {num} GiB"),
     family("init_free_debug", "Initial free memory:", "rank", ("init_free_bytes", "gpu_memory_utilization", "requested_bytes"), r"Initial free memory: {num} GiB; Requested memory: {num} \(util\), {num} GiB"),
@@ -37,8 +47,8 @@ _MEMORY_FAMILIES = [
     family("usage_consumed", "for CUDAGraph memory", "rank", (None, "activation_peak_bytes", "cuda_graph_bytes"), r"Actual usage is {num} GiB for consumed memory \(weights \+ non-torch\), {num} GiB for peak activation, and {num} GiB for CUDAGraph memory"),
     family("suggestion", "--kv-cache-memory=", "rank", ("suggested_fit_bytes:int", "suggested_full_bytes:int"), r"`--kv-cache-memory=(-?\d+)`(?: \(-?[\d.]+ GiB\))? to fit into requested memory, or `--kv-cache-memory=(-?\d+)`(?: \(-?[\d.]+ GiB\))? to fully utilize gpu memory"),
     family("kv_in_use", "kv cache memory in use", "rank", ("kv_in_use_bytes:int", "kv_in_use_bytes"), r"Current kv cache memory in use is (?:(\d+) bytes|{num} GiB)"),
-    family("manual", "as specified by kv_cache_memory_bytes", "rank", h.manual, r"Initial free memory {num} GiB, reserved {num} ?GiB memory for KV Cache"),
-    family("startup_plan", "persisted startup plan", "rank", h.plan_applied, r"kv_cache_memory_bytes=(\d+) \({num} GiB\), recorded free-memory baseline {num} GiB, current {num} GiB"),
+    family("manual", "as specified by kv_cache_memory_bytes", "rank", manual, r"Initial free memory {num} GiB, reserved {num} ?GiB memory for KV Cache"),
+    family("startup_plan", "persisted startup plan", "rank", plan_applied, r"kv_cache_memory_bytes=(\d+) \({num} GiB\), recorded free-memory baseline {num} GiB, current {num} GiB"),
     family("startup_plan_not_applied", "Startup plan not applied", "rank", ("init_free_bytes",), r"current free memory \({num} GiB\) is below the recorded baseline"),
     family("graph_took", "Graph capturing finished", "rank", ("cuda_graph_bytes",), r"Graph capturing finished in \d+ secs?, took {num} GiB"),
     family("graph_finished", "Graph capturing finished", "rank", {}, r"Graph capturing finished in \d+ secs?\.\s*$"),
@@ -57,9 +67,9 @@ _CONFIG_FAMILIES = [
     family("version", " version ", "config", ("vllm_version",), r"vLLM API server version (v?\d+\.\d+[\w.+\-]*)"),
     # "a V0 LLM engine" is the real V0 form of 0.7.3–0.10.x (vllm-log-formats.md §10 lists only
     # "an LLM engine" and "a V1 LLM engine")
-    family("engine_config", "with config", "config", h.engine_config, r"Initializing (?:an|a V0|a V1) LLM engine (?:\((v?[^)\s]+)\) )?with config: (.*)$"),
-    family("non_default_args", "non-default args", "config", h.non_default, r"non-default args: (\{.*\})\s*$"),
-    family("namespace_args", "args: Namespace(", "config", h.namespace, r"args: Namespace\((.*)\)\s*$"),
+    family("engine_config", "with config", "config", engine_config, r"Initializing (?:an|a V0|a V1) LLM engine (?:\((v?[^)\s]+)\) )?with config: (.*)$"),
+    family("non_default_args", "non-default args", "config", non_default, r"non-default args: (\{.*\})\s*$"),
+    family("namespace_args", "args: Namespace(", "config", namespace, r"args: Namespace\((.*)\)\s*$"),
     family("block_size", "block size", "config", ("block_size",), r"(?:(?:Forcing|Setting) kv cache|Setting attention) block size to (\d+)"),
     family("rank_assign", "in world size", "assign", ("rank", "world_size", "dp_rank", "pp_rank", None, "tp_rank"), r"rank (\d+) in world size (\d+) is assigned as DP rank (\d+), PP rank (\d+),(?: PCP rank (\d+),)? TP rank (\d+)"),
     family("world_debug", "world_size=", "assign", ("world_size", "rank"), r"world_size=(\d+) rank=(\d+) local_rank=\d+"),
@@ -81,105 +91,38 @@ FAMILIES: list[Family] = [
 _BY_TRIGGER: dict[str, list[int]] = {}
 for _position, (_family, _trigger, *_rest) in enumerate(FAMILIES):
     _BY_TRIGGER.setdefault(_trigger, []).append(_position)
-if any(char in "0123456789" for trigger in _BY_TRIGGER for char in trigger):
-    raise ValueError("a trigger holds a digit: a message's shape would not tell whether it holds it")
-#: Families whose regex matches a message exactly when it matches the message's shape, and at the same
-#: places: no literal digit outside an escape or a {m,n} count (``\d``, ``\w``, ``.`` read any digit as
-#: they read 0, so the regex takes the same path through both).
-_SHAPE_SAFE = frozenset(
-    position
-    for position, (_family, _trigger, pattern, *_rest) in enumerate(FAMILIES)
-    if not re.search(r"\d", re.sub(r"\\.|\{\d*,?\d*\}", "", pattern.pattern))
-    and not re.search(r"\\[1-9]|\(\?P=", pattern.pattern)  # a backreference compares the digits
-)
-#: The reader of each family that is not shape-safe: its regex searched in each message.
-_SEARCHERS = {
-    position: searcher(pattern, handler)
-    for position, (_family, _trigger, pattern, _scope, handler) in enumerate(FAMILIES)
-    if position not in _SHAPE_SAFE
-}
-#: One family worth trying on a message: its name, its scope, and how its values are read from a
-#: message (:data:`~kvplan.io.vllm.handlers.Reader`): where its groups lie in every message of the
-#: shape for a shape-safe family, its regex searched in each message for any other.
-Step = tuple[str, str, Reader]
-#: Shape → the families worth trying on a message of that shape (in table order, :func:`shape_steps`).
-_SHAPES: dict[str, tuple[Step, ...]] = {}
-
-
-def shape_steps(shape: str) -> tuple[Step, ...]:
-    """The families worth trying on a message of this shape (digits read as 0), in table order: the
-    shape holds the trigger, and the regex either matched the shape (then its groups are read where
-    they lie there, :func:`~kvplan.io.vllm.handlers.reader_at`) or is not shape-safe (searched in each
-    message). Learnt once per shape (see :data:`_SHAPES`): lines of many shapes (other pids, process
-    names, times) hold a message of one shape.
-
-    >>> [(family, scope) for family, scope, _read in shape_steps("Available KV cache memory: 00.0 GiB")]
-    [('available_kv', 'rank')]
-    """
-    found = _SHAPES.get(shape)
-    if found is None:
-        found = remember(_SHAPES, shape, _learn_steps(shape))
-    return found
-
-
-def _learn_steps(shape: str) -> tuple[Step, ...]:
-    """The families worth trying on a message of ``shape`` (:func:`shape_steps`), read from the shape."""
-    # the triggers the shape holds, tested without a Python step per trigger
-    positions = sorted(
-        chain.from_iterable(map(_BY_TRIGGER.__getitem__, filter(shape.__contains__, _BY_TRIGGER)))
-    )
-    steps: list[Step] = []
-    for position in positions:
-        name, _trigger, pattern, scope, handler = FAMILIES[position]
-        if position in _SEARCHERS:
-            steps.append((name, scope, _SEARCHERS[position]))
-            continue
-        match = pattern.search(shape)
-        if match is not None:
-            steps.append((name, scope, reader_at(handler, match_spans(match), shape)))
-    return tuple(steps)
-
-
-#: Message → what it says, as (family, scope, values) (:func:`read_message`): the boots of one
-#: deployment print the same messages again. Bounded (:func:`kvplan.io.vllm.memo.remember`).
-_MESSAGES: dict[str, tuple[tuple[str, str, dict], ...]] = {}
+#: Messages :func:`read_message` remembers (the boots of one deployment print the same ones again).
+MESSAGES_KEPT = 4096
 
 
 def read_message(message: str) -> list[Fact]:
-    """The facts in one log message, one per line family that matches.
+    """The facts in one log message, one per line family that matches, each with its own values dict.
 
-    The families tried are those whose trigger the message holds, in table order (learnt once per
-    shape of message, :func:`shape_steps`). Outcome families stop at the first match, so one error
-    line is one error. A message read before gives what it gave then (each fact's values a new dict).
+    The families tried are those whose trigger the message holds, in table order. Outcome families
+    stop at the first match, so one error line is one error.
 
     >>> [(f.family, f.values) for f in read_message("Available KV cache memory: 12.5 GiB")]
     [('available_kv', {'available_kv_bytes': 13421772800})]
     >>> read_message("Loading safetensors checkpoint shards: 100% Completed")
     []
     """
-    known = _MESSAGES.get(message)
-    if known is None:
-        steps = shape_steps(message.translate(SHAPE_TEXT))
-        known = remember(_MESSAGES, message, tuple(read_steps(steps, message)) if steps else ())
-    if not known:
-        return []
-    return [tuple.__new__(Fact, (family, scope, values.copy())) for family, scope, values in known]
+    return [Fact(family, scope, dict(values)) for family, scope, values in _message_facts(message)]
 
 
-def read_steps(steps: tuple[Step, ...], message: str) -> list[tuple[str, str, dict]]:
-    """What ``message`` says, as (family, scope, values), reading the families of ``steps`` in order
-    (:func:`shape_steps` of its shape). Outcome families stop at the first match.
-
-    >>> read_steps(shape_steps("Available KV cache memory: 00.0 GiB"), "Available KV cache memory: 12.5 GiB")
-    [('available_kv', 'rank', {'available_kv_bytes': 13421772800})]
-    """
+@lru_cache(maxsize=MESSAGES_KEPT)
+def _message_facts(message: str) -> tuple[tuple[str, str, dict], ...]:
+    """What :func:`read_message` reads in ``message`` (remembered: its callers get copies)."""
+    positions = sorted(
+        chain.from_iterable(map(_BY_TRIGGER.__getitem__, filter(message.__contains__, _BY_TRIGGER)))
+    )
     facts = []
     seen_outcome = False
-    for name, scope, read in steps:
+    for position in positions:
+        name, _trigger, pattern, scope, handler = FAMILIES[position]
         if seen_outcome and scope == "outcome":
             continue
-        values = read(message)
-        if values is not None:
-            facts.append((name, scope, values))
+        match = pattern.search(message)
+        if match is not None:
+            facts.append((name, scope, handler(match)))
             seen_outcome = seen_outcome or scope == "outcome"
-    return facts
+    return tuple(facts)

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
 from kvplan.io.vllm.manual import printed_manual
-from kvplan.io.vllm.memo import remember
 from kvplan.io.vllm.values import config_items, cudagraph_mode, gib_bytes
 
 NUM = r"(-?\d+(?:\.\d+)?)"
@@ -32,47 +31,12 @@ class Fact(NamedTuple):
 
 
 class Groups(Protocol):
-    """What a handler reads of a match: its groups' texts and the message (a :class:`re.Match`, or a
-    :class:`SpanMatch`)."""
+    """What a handler reads of a match: its groups' texts and the message (a :class:`re.Match`)."""
 
     @property
     def string(self) -> str: ...
 
     def group(self, index: int, /) -> str | Any: ...
-
-
-class SpanMatch:
-    """A match whose groups' places are known beforehand: ``spans[i]`` is group ``i``'s ``(start, end)``
-    in ``string``, or None when it took no part.
-
-    A regex that treats every digit alike matches every message of one shape (digits read as 0) at the
-    same places, so where it matched the shape tells where it matches each message of that shape.
-
-    >>> m = SpanMatch("took 1.5 GiB", ((0, 12), (5, 8), None))
-    >>> m.group(0), m.group(1), m.group(2)
-    ('took 1.5 GiB', '1.5', None)
-    """
-
-    __slots__ = ("spans", "string")
-
-    def __init__(self, string: str, spans: tuple[tuple[int, int] | None, ...]) -> None:
-        self.string, self.spans = string, spans
-
-    def group(self, index: int, /) -> str | None:
-        span = self.spans[index]
-        return None if span is None else self.string[span[0] : span[1]]
-
-
-def match_spans(match: re.Match) -> tuple[tuple[int, int] | None, ...]:
-    """Where each group of ``match`` lies (None for a group that took no part), as :class:`SpanMatch`
-    holds them.
-
-    >>> match_spans(re.search(r"took (\\d+)(x)?", "it took 12"))
-    ((3, 10), (8, 10), None)
-    """
-    return tuple(
-        None if match.start(index) == -1 else match.span(index) for index in range(len(match.groups()) + 1)
-    )
 
 
 Handler = Callable[[Groups], dict]
@@ -173,7 +137,7 @@ def _groups_handler(columns: tuple[str | None, ...]) -> Handler:
 
 class ColumnsHandler:
     """The handler of a row whose groups hold columns: ``fields`` are (group, column, converter); a
-    group that took no part in the match gives nothing. :meth:`at` reads the groups where they lie."""
+    group that took no part in the match gives nothing."""
 
     __slots__ = ("fields",)
 
@@ -188,75 +152,6 @@ class ColumnsHandler:
                 values[column] = convert(text)
         return values
 
-    def at(self, spans: tuple[tuple[int, int] | None, ...], shape: str) -> Reader:
-        """The values of every message of ``shape`` whose groups lie at ``spans`` (:class:`SpanMatch`),
-        read as :meth:`__call__` reads a match there: each group's text by its converter (a count
-        without a comma in the shape by ``int`` itself)."""
-        places = tuple(
-            (
-                column,
-                int if convert is count and "," not in shape[span[0] : span[1]] else convert,
-                slice(*span),
-            )
-            for index, column, convert in self.fields
-            if (span := spans[index]) is not None
-        )
-        if len(places) == 1:
-            ((column, convert, place),) = places
-
-            def read_one(message: str) -> dict:
-                return {column: convert(message[place])}
-
-            return read_one
-
-        def read(message: str) -> dict:
-            values = {}
-            for column, convert, place in places:
-                values[column] = convert(message[place])
-            return values
-
-        return read
-
-
-#: A family's values from a message, None when its regex does not match it.
-Reader = Callable[[str], "dict | None"]
-
-
-def reader_at(handler: Handler, spans: tuple[tuple[int, int] | None, ...], shape: str) -> Reader:
-    """The values ``handler`` gives for each message of ``shape`` whose match lies at ``spans`` (a
-    family's regex matches every message of a shape where it matched the shape, :class:`SpanMatch`).
-
-    >>> row = family("pool", "pool", "rank", ("cuda_graph_bytes",), r"pool {num} GiB")
-    >>> reader_at(row.handler, ((0, 12), (5, 8)), "pool 0.0 GiB")("pool 1.5 GiB")
-    {'cuda_graph_bytes': 1610612736}
-    """
-    at = getattr(handler, "at", None)  # a handler that reads the places themselves
-    if at is not None:
-        return at(spans, shape)
-    return lambda message: handler(SpanMatch(message, spans))
-
-
-def searcher(pattern: re.Pattern, handler: Handler) -> Reader:
-    """The values ``handler`` gives for a message ``pattern`` matches (searched in each message); None
-    for any other. What each message gave is remembered (a copy each time): the boots of one deployment
-    print the same configuration again.
-
-    >>> read = searcher(re.compile(r"In v0\\.19, "), lambda m: {"estimate_applied": False})
-    >>> read("In v0.19, CUDA graph memory profiling will be enabled"), read("In v0.29, CUDA graph")
-    ({'estimate_applied': False}, None)
-    """
-    known: dict[str, dict | None] = {}
-
-    def read(message: str) -> dict | None:
-        try:
-            values = known[message]
-        except KeyError:
-            match = pattern.search(message)
-            values = remember(known, message, None if match is None else handler(match))
-        return None if values is None else values.copy()
-
-    return read
-
 
 class ConstantHandler:
     """The handler of a row whose every match gives the same ``values`` (flags), a new dict each time."""
@@ -269,29 +164,14 @@ class ConstantHandler:
     def __call__(self, m: Groups) -> dict:
         return dict(self.values)
 
-    def at(self, spans: tuple[tuple[int, int] | None, ...], shape: str) -> Reader:
-        """The values of every message of a shape: the same, wherever they lie."""
-        values = self.values
-        return lambda message: values.copy()
 
+def weights(m: Groups) -> dict:
+    """``… took N GiB`` (``GB`` and ``MB`` in old releases: GiB and MiB).
 
-class _Weights:
-    """``… took N GiB`` (``GB`` and ``MB`` in old releases: GiB and MiB); :meth:`at` reads the unit
-    where it lies in the shape (it holds no digit, so every message of the shape spells it alike).
-
-    >>> weights.at(((0, 16), (5, 8), (9, 11)), "took 0.0 GB long")("took 1.5 GB long")
+    >>> weights(re.search(r"took {num} (GB)".replace("{num}", NUM), "took 1.5 GB"))
     {'weights_bytes': 1610612736}
     """
-
-    def __call__(self, m: Groups) -> dict:
-        return {"weights_bytes": gib_bytes(m.group(1), m.group(2))}
-
-    def at(self, spans: tuple[tuple[int, int] | None, ...], shape: str) -> Reader:
-        number, unit = slice(*spans[1]), shape[slice(*spans[2])]
-        return lambda message: {"weights_bytes": gib_bytes(message[number], unit)}
-
-
-weights = _Weights()
+    return {"weights_bytes": gib_bytes(m.group(1), m.group(2))}
 
 
 _V0_RESULT_FIELDS = {
@@ -316,12 +196,12 @@ def v0_one_line(m: Groups) -> dict:
 
 def profile_result(m: Groups) -> dict:
     """V1 DEBUG profile result; 0.27+ prints total consumed (weights + non-torch) instead."""
-    non_kv, torch_peak, third, weights = (gib_bytes(m.group(i)) for i in (1, 2, 4, 5))
+    non_kv, torch_peak, third, weights_bytes = (gib_bytes(m.group(i)) for i in (1, 2, 4, 5))
     if m.group(3).startswith("non-torch"):
-        return {"activation_peak_bytes": torch_peak, "non_torch_bytes": third, "weights_bytes": weights}
+        return {"activation_peak_bytes": torch_peak, "non_torch_bytes": third, "weights_bytes": weights_bytes}
     return {
-        "weights_bytes": weights,
-        "non_torch_bytes": third - weights,
+        "weights_bytes": weights_bytes,
+        "non_torch_bytes": third - weights_bytes,
         "activation_peak_bytes": non_kv - third,
     }
 

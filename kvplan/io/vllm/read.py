@@ -22,7 +22,6 @@ from pandas.api.extensions import ExtensionArray
 
 from kvplan.columns import KEY_COLUMNS, LEDGER_COLUMNS
 from kvplan.io.bounds import ImpossibleValue
-from kvplan.io.gc_pause import gc_paused
 from kvplan.io.ledger_csv import read_ledger_csv
 from kvplan.io.ledger_frame import ledger_columns
 from kvplan.io.metadata import (
@@ -44,7 +43,6 @@ class LogParseError(ValueError):
     """Input that is not a text log at all; the message names the file and line."""
 
 
-@gc_paused()
 def read_vllm_log(
     path_or_text: str | os.PathLike | bytes | IO[bytes],
     source: str | None = None,
@@ -58,7 +56,7 @@ def read_vllm_log(
     column, value, raw), ``lines`` and ``boots`` (per boot: version, compatibility key, lines,
     outcome). A path ending in ``.csv`` is a ledger CSV and is read by
     :func:`kvplan.io.ledger_csv.read_ledger_csv` into the same shape. The reader reports what the log
-    says; with ``room_rule`` (:data:`kvplan.room.ROOM_RULE`, as :func:`kvplan.room.read_vllm_log`
+    says; with ``room_rule`` (:data:`kvplan.room.ROOM_RULE`, as :func:`kvplan.room.read_vllm_log_rooms`
     gives it) it also fills each rank's ``room_bytes`` and ``room_source``
     (:mod:`kvplan.io.room_rule`).
 
@@ -90,7 +88,6 @@ def _looks_like_path(text: str) -> bool:
     return os.path.exists(text) or bool(re.fullmatch(r"\S+\.(log|txt|out|err)", text))
 
 
-@gc_paused()
 def read_vllm_logs(
     paths: str | os.PathLike | Iterable[str | os.PathLike],
     room_rule: RoomRule | None = None,
@@ -114,7 +111,6 @@ def read_vllm_logs(
     return ledger, merge_metadata(metas)
 
 
-@gc_paused()
 def stream_vllm_logs(
     paths: str | os.PathLike | Iterable[str | os.PathLike],
     rows_to: Callable[[list[dict]], None],
@@ -256,8 +252,10 @@ class _LogRows:
 
 
 def _joined(arrays: list[ExtensionArray]) -> ExtensionArray:
-    """One column's parts (arrays of one dtype) as one array, as ``pd.concat`` of them would be."""
-    return arrays[0] if len(arrays) == 1 else type(arrays[0])._concat_same_type(arrays)
+    """One column's parts (arrays of one dtype) as one array, as ``pd.concat`` of them gives it."""
+    if len(arrays) == 1:
+        return arrays[0]
+    return pd.concat([pd.Series(array, copy=False) for array in arrays], ignore_index=True).array
 
 
 def _evidence_lines(provenance: ProvenanceRows, boots: tuple[dict, ...]) -> Iterator[tuple[tuple, int]]:

@@ -9,18 +9,13 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
-from kvplan.io.vllm.memo import SHAPE_BYTES, remember
-
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX_RE = re.compile(r"\((?:([A-Za-z_][\w.\-= ]*?) )?pid=(\d+)(?:, ip=([^)\s]+))?\)\s?")
 _LEVELS = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
 _HEADER_TAIL = r" \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? (?:\[?[\w./<>-]+:\d+\] ?)?"
-_HEADER_RE = re.compile(r"(?:" + _LEVELS + r")" + _HEADER_TAIL)
-#: The common head of a record at the start of a line: at most one process prefix, then at most one
-#: header, spelled exactly as :data:`_PREFIX_RE` and :data:`_HEADER_RE` (one anchored match).
-_LEAD_RE = re.compile(
-    r"(?:" + _PREFIX_RE.pattern + r")?(?P<header>(?P<level>" + _LEVELS + r")" + _HEADER_TAIL + r")?"
-)
+#: Where a record starts: a process prefix (groups 1-3: name, pid, ip) or a log header (group 4: level).
+_START_RE = re.compile(_PREFIX_RE.pattern + r"|(" + _LEVELS + r")" + _HEADER_TAIL)
+_LEVEL_GROUP = 4
 _RAY_REPEAT_RE = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
 #: A colour code whose ESC byte was lost in copy-paste (``[1;36m``), and the tokens of a record's
 #: head (process prefix, level, date, ``[file:line]``) among which such codes are stripped.
@@ -72,99 +67,10 @@ def split_records(line: str) -> list[Record]:
     >>> [x.message for x in split_records("50%|##  \\rINFO 08-14 14:07:22 [a.py:1] done")]
     ['50%|##', 'done']
     """
-    if "\r" not in line:
-        stripped = _ANSI_RE.sub("", line) if "\x1b" in line else line  # strip_ansi, inlined
-        shape = stripped.encode("utf-8", "surrogatepass").translate(SHAPE_BYTES)
-        spans = _SHAPES.get(shape)
-        if spans is None:
-            spans = remember(_SHAPES, shape, simple_spans(stripped))
-        if spans is not GENERAL:
-            return [simple_record(stripped, spans)] if spans else []
     records = []
     for segment in strip_ansi(line).split("\r"):
         records.extend(_segment_records(strip_bare_colour(segment)))
     return records
-
-
-#: Shape (:data:`~kvplan.io.vllm.memo.SHAPE_BYTES`) → where the common line's record lies in each line of
-#: that shape (:func:`simple_spans`), or :data:`GENERAL`. Every test :func:`simple_spans` makes treats all
-#: digits alike, so lines of one shape split at the same places; only the numbers differ. Bounded
-#: (:func:`kvplan.io.vllm.memo.remember`).
-_SHAPES: dict[bytes, tuple] = {}
-#: Spans of a line that holds no record (blank), and of one the general walk reads.
-BLANK: tuple = ()
-GENERAL: tuple = (None,)
-
-
-def simple_spans(line: str) -> tuple:
-    """Where the record of the common line lies (one process prefix or none at its start, then one
-    header or none, nothing of either later, no colour code left: real ones are stripped before), as
-    the general walk reads it; :data:`GENERAL` for any other line.
-
-    ``(message, level, process, pid, ip, repeated)``, each part a slice of the line (None when the line
-    has no such part) but the level, :data:`BLANK` for a line without a record. One anchored match and
-    a few substring tests instead of the general walk's searches.
-
-    >>> simple_spans("(W pid=12) INFO 08-14 14:07:22 [a.py:1] Hi [repeated 3x across cluster]")
-    (slice(40, 42, None), 'INFO', slice(1, 2, None), slice(7, 9, None), None, slice(53, 54, None))
-    """
-    lead = _LEAD_RE.match(line)
-    if lead is None:  # not reached: every part of _LEAD_RE is optional
-        return GENERAL
-    end = lead.end()
-    rest = line[end:]
-    if "pid=" in rest or _may_hold_header(rest):
-        return GENERAL  # a second prefix or header may follow
-    if "[" in rest and _BARE_CODE_RE.search(rest) is not None:
-        return GENERAL  # a colour code that lost its ESC byte: strip_bare_colour decides
-    if end == 0:
-        begin, stop = _stripped_span(line, 0, len(line))
-        return (slice(begin, stop), None, None, None, None, None) if stop > begin else BLANK
-    begin, stop = _stripped_span(line, end, len(line))
-    repeated = None
-    if "[repeated " in line[begin:stop]:
-        repeat = _RAY_REPEAT_RE.search(line, begin, stop)
-        if repeat:
-            repeated, stop = slice(*repeat.span(1)), repeat.start()
-    if lead.group(2) is None:
-        return (slice(begin, stop), lead.group("level"), None, None, None, repeated)
-    process = slice(*_stripped_span(line, *lead.span(1))) if lead.group(1) is not None else None
-    ip = slice(*lead.span(3)) if lead.group(3) is not None else None
-    return (slice(begin, stop), lead.group("level"), process, slice(*lead.span(2)), ip, repeated)
-
-
-def _stripped_span(text: str, begin: int, stop: int) -> tuple[int, int]:
-    """The span of ``text[begin:stop].strip()`` in ``text``."""
-    part = text[begin:stop]
-    return begin + len(part) - len(part.lstrip()), stop - len(part) + len(part.rstrip())
-
-
-def simple_record(line: str, spans: tuple) -> Record:
-    """The record of a common line, from where its parts lie (:func:`simple_spans`, not :data:`BLANK`).
-
-    >>> simple_record("(W pid=12) x", (slice(11, 12), None, slice(1, 2), slice(7, 9), None, None))
-    Record(message='x', process='W', pid=12, ip=None, level=None, repeated=0, outer=())
-    """
-    message, level, process, pid, ip, repeated = spans
-    return tuple.__new__(
-        Record,
-        (
-            line[message],
-            "" if process is None else line[process],
-            None if pid is None else int(line[pid]),
-            None if ip is None else line[ip],
-            level,
-            0 if repeated is None else int(line[repeated]),
-            (),
-        ),
-    )
-
-
-def _may_hold_header(text: str) -> bool:
-    """Whether ``text`` holds a word a log header starts with (``INFO `` …): else it holds no header."""
-    return (
-        "INFO " in text or "WARNING " in text or "DEBUG " in text or "ERROR " in text or "CRITICAL " in text
-    )
 
 
 def strip_bare_colour(segment: str) -> str:
@@ -226,56 +132,71 @@ def strip_bare_colour(segment: str) -> str:
 
 
 def _segment_records(segment: str) -> list[Record]:
-    prefixes = list(_PREFIX_RE.finditer(segment))
-    headers = list(_HEADER_RE.finditer(segment))
-    single = _single_record(segment, prefixes, headers)
-    if single is not None:
-        return single
-    starts = sorted(
-        [(m.start(), m.end(), "prefix", m) for m in prefixes]
-        + [(m.start(), m.end(), "header", m) for m in headers]
-    )
-    records: list[Record] = []
+    """The records of one ``\\r``-free segment: each starts at a run of process prefixes and at most
+    one header (:data:`_START_RE`); text before the first start is a record of its own unless a
+    wrapper's stamp (:func:`_is_external_stamp`).
+
+    >>> [(r.process, r.pid, r.level, r.message) for r in _segment_records(
+    ...     "(A pid=1) INFO 08-14 14:07:22 [a.py:1] x (B pid=2) y")]
+    [('A', 1, 'INFO', 'x'), ('B', 2, None, 'y')]
+    """
+    starts = _starts(segment)
     if not starts:
         text = segment.strip()
         return [Record(text)] if text else []
-    head = segment[: starts[0][0]].strip()
+    records: list[Record] = []
+    head = segment[: starts[0].start()].strip()
     if head and not _is_external_stamp(head):
         records.append(Record(head))
-    index = 0
-    while index < len(starts):
-        prefixes, level, end = [], None, starts[index][0]
-        while index < len(starts) and starts[index][0] <= end + 1:
-            _start, end, kind, match = starts[index]
-            if kind == "prefix" and level is None:
-                prefixes.append(match)
-            elif kind == "header" and level is None:
-                level = match.group(0).split(" ", 1)[0]
-            else:
+    index, count = 0, len(starts)
+    while index < count:
+        prefixes: list[re.Match] = []
+        level, end = None, starts[index].start()
+        while index < count and starts[index].start() <= end + 1:
+            match = starts[index]
+            end = match.end()
+            if level is not None:  # a second header, or a prefix after the header: the next record's
                 break
+            if match.lastindex == _LEVEL_GROUP:
+                level = match.group(_LEVEL_GROUP)
+            else:
+                prefixes.append(match)
             index += 1
-        stop = starts[index][0] if index < len(starts) else len(segment)
-        message = segment[end:stop].strip()
-        records.append(_record(message, prefixes, level))
+        stop = starts[index].start() if index < count else len(segment)
+        records.append(_record(segment[end:stop].strip(), prefixes, level))
     return records
 
 
-def _single_record(segment: str, prefixes: list[re.Match], headers: list[re.Match]) -> list[Record] | None:
-    """The records of the common segment, one record with at most one prefix right before one header
-    (or a prefix alone), as the general walk in :func:`_segment_records` reads it; None otherwise."""
-    if len(prefixes) > 1 or len(headers) > 1 or not (prefixes or headers):
-        return None
-    if headers:
-        header = headers[0]
-        if prefixes and not prefixes[0].start() < header.start() <= prefixes[0].end() + 1:
-            return None
-        first, end, level = (prefixes or headers)[0].start(), header.end(), header.group(0).split(" ", 1)[0]
-    else:
-        first, end, level = prefixes[0].start(), prefixes[0].end(), None
-    head = segment[:first].strip()
-    records = [Record(head)] if head and not _is_external_stamp(head) else []
-    records.append(_record(segment[end:].strip(), prefixes, level))
-    return records
+def _starts(segment: str) -> list[re.Match]:
+    """Every match of :data:`_START_RE` in ``segment``, as ``finditer`` gives them: the next one is
+    looked for right after the last (a run of prefixes and a header), and further on only when the
+    rest holds a word every start holds (``pid=``, a level and a space).
+
+    >>> [m.group(0) for m in _starts("(A pid=1) INFO 08-14 14:07:22 [a.py:1] x (B pid=2) y")]
+    ['(A pid=1) ', 'INFO 08-14 14:07:22 [a.py:1] ', '(B pid=2) ']
+    """
+    found = []
+    match = _START_RE.search(segment)
+    while match is not None:
+        found.append(match)
+        end = match.end()
+        match = _START_RE.match(segment, end) or _START_RE.match(segment, end + 1)
+        if match is None and _may_start(segment[end:]):
+            match = _START_RE.search(segment, end)
+    return found
+
+
+def _may_start(text: str) -> bool:
+    """Whether ``text`` holds a word every match of :data:`_START_RE` holds (``pid=``, a level and a
+    space): else no record starts in it."""
+    return (
+        "pid=" in text
+        or "INFO " in text
+        or "WARNING " in text
+        or "DEBUG " in text
+        or "ERROR " in text
+        or "CRITICAL " in text
+    )
 
 
 def _is_external_stamp(text: str) -> bool:
@@ -290,14 +211,15 @@ def _record(message: str, prefixes: list[re.Match], level: str | None) -> Record
         repeated = int(repeat.group(1))
         message = message[: repeat.start()]
     if not prefixes:
-        return Record(message, level=level, repeated=repeated)
-    inner = prefixes[-1]
+        return Record(message, "", None, None, level, repeated)
+    *outer, inner = prefixes
+    name, pid, ip = inner.group(1, 2, 3)
     return Record(
         message,
-        process=(inner.group(1) or "").strip(),
-        pid=int(inner.group(2)),
-        ip=inner.group(3),
-        level=level,
-        repeated=repeated,
-        outer=tuple((m.group(1) or "").strip() for m in prefixes[:-1]),
+        (name or "").strip(),
+        int(pid),
+        ip,
+        level,
+        repeated,
+        tuple((m.group(1) or "").strip() for m in outer),
     )

@@ -10,37 +10,22 @@ import functools
 import re
 from collections.abc import Collection
 
-from kvplan.units import MAX_SIZE_BYTES, parse_size
+from kvplan.units import parse_size
 
-#: Bytes per unit as vLLM prints them: "GB"/"Gib" meant GiB, "MB" meant MiB.
-_UNIT_BYTES = {"GiB": 2**30, "GB": 2**30, "Gib": 2**30, "MiB": 2**20, "MB": 2**20}
+#: Units as vLLM prints them, as :func:`kvplan.units.parse_size` reads them: "GB"/"Gib" meant GiB, "MB" MiB.
+_UNITS = {"GiB": "GiB", "GB": "GiB", "Gib": "GiB", "MiB": "MiB", "MB": "MiB"}
 
 
-@functools.lru_cache(maxsize=8192)
 def gib_bytes(text: str, unit: str = "GiB") -> int:
     """Bytes in a number vLLM printed in GiB; "GB"/"Gib" meant GiB, "MB" meant MiB.
 
-    Exact integer arithmetic, rounded half to even to the nearest byte as
-    :func:`kvplan.units.parse_size` rounds (which reads anything but a plain decimal, and refuses
-    sizes beyond its range); the line families' ``NUM`` only captures plain decimals.
+    Read by :func:`kvplan.units.parse_size` (exact, rounded half to even to the nearest byte; sizes
+    beyond its range refused).
 
     >>> gib_bytes("10.2"), gib_bytes("-9.96"), gib_bytes("14.9864", "GB"), gib_bytes("512", "MB")
     (10952166605, -10694468567, 16091524471, 536870912)
     """
-    factor = _UNIT_BYTES[unit]
-    digits = text[1:] if text[:1] == "-" else text
-    whole, dot, fraction = digits.partition(".")
-    # a plain decimal, ``-?\d+(?:\.\d+)?`` (``isdecimal`` is what ``\d`` matches: Unicode digits)
-    if not whole.isdecimal() or (dot and not fraction.isdecimal()):
-        return parse_size(f"{text}{'GiB' if factor == 2**30 else 'MiB'}")
-    number = int(whole + fraction)
-    scale = 10 ** len(fraction)
-    quotient, remainder = divmod((number if digits is text else -number) * factor, scale)
-    if 2 * remainder > scale or (2 * remainder == scale and quotient % 2):
-        quotient += 1
-    if abs(quotient) > MAX_SIZE_BYTES:
-        return parse_size(f"{text}{'GiB' if factor == 2**30 else 'MiB'}")  # refuses it, naming the size
-    return quotient
+    return parse_size(f"{text}{_UNITS[unit]}")
 
 
 _CONSTANTS = {"None": None, "True": True, "False": False}
