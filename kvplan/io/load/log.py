@@ -187,7 +187,7 @@ def read_vllm_stats(
     path: str | Path, year: int | None = None, utc_offset: float | None = None
 ) -> LoadReading:
     """Rows and warnings from one vLLM server log file, read as a stream; ``source`` is the path as given."""
-    with open(path, encoding="utf-8", errors="replace", newline="") as lines:
+    with open(path, encoding="utf-8", errors="replace") as lines:
         return parse_stats_lines(bounded_lines(lines, str(path)), str(path), year=year, utc_offset=utc_offset)
 
 
