@@ -1,6 +1,6 @@
 """Charts of a fleet plan, one question each (``matplotlib.figure.Figure`` objects, never pyplot).
 
-Every function takes the dict of :meth:`kvplan.fleet.plan.FleetPlan.to_dict` and only draws it. They hold
+Every function takes the dict of :meth:`kvplan.fleet.planner.FleetPlan.to_dict` and only draws it. They hold
 from one class to fifty: a figure grows a row per class, titles wrap to its width, legends sit under the
 plot, and every bar starts at zero on one scale per quantity.
 """
