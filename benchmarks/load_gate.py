@@ -10,16 +10,19 @@ runs, each in a fresh process and taking turns for ``--repeat`` rounds:
 - ``kvplan gate BUNDLE BOOT --load LOG``: the same analysis against the bundle.
 
 and prints the median wall seconds, MB/s, CPU seconds (user + system) and peak resident memory of each, and
-each analysis command's CPU time as a multiple of ``load --json``'s. Goal (issue 23): ``approve --load`` and
-``gate --load`` within 2× of ``load --json``, ``load --json`` ≥ 30 MB/s. The preemptions of the overload
-sample repeat in the log, so the policy allows them (``--max-preemptions``): the commands approve and pass.
+each analysis command's CPU time as a multiple of ``load --json``'s (of the same checkout). Goal (issue 23):
+``approve --load`` and ``gate --load`` within 2× of ``load --json``, ``load --json`` ≥ 30 MB/s. The preemptions
+of the overload sample repeat in the log, so the policy allows them (``--max-preemptions``). ``--against TREE``
+runs the three commands from another checkout too (e.g. a worktree of the base commit), in the same turns and
+each against its own bundle, for before/after figures from one run.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/load_gate.py --mb 50 --repeat 3
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/load_gate.py --mb 50 --repeat 3 [--against ../base]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -39,27 +42,26 @@ KVPLAN = [sys.executable, "-m", "kvplan"]
 APPROVE = [*KVPLAN, "approve", str(BOOT), "--reserve", "0.9GiB", "--approver", "bench"]
 
 
-def commands(log: Path, bundle: Path, out: Path) -> dict[str, list[str]]:
-    """The three commands on ``log``: the gate against ``bundle``, approve writing under ``out``."""
+def _in_tree(tree: str | None) -> list[str]:
+    """What runs a command with the checkout ``tree`` first on the path (nothing for this one)."""
+    return [] if tree is None else ["env", f"PYTHONPATH={os.path.abspath(tree)}"]
+
+
+def commands(log: Path, bundle: Path, out: Path, tree: str | None = None) -> dict[str, list[str]]:
+    """The three commands on ``log``: the gate against ``bundle``, approve writing under ``out``; run from
+    the checkout ``tree`` when given (named with an ``(against)`` mark)."""
+    run, mark = _in_tree(tree), "" if tree is None else " (against)"
+    gate = ["gate", "--approved", str(bundle), str(BOOT), "--load", str(log), *POLICY]
     return {
-        "kvplan load --json": [*KVPLAN, "load", str(log), "--year", "2026", "--json"],
-        "kvplan approve --load": [*APPROVE, "--out", str(out), "--load", str(log), *POLICY],
-        "kvplan gate --load": [
-            *KVPLAN,
-            "gate",
-            "--approved",
-            str(bundle),
-            str(BOOT),
-            "--load",
-            str(log),
-            *POLICY,
-        ],
+        f"kvplan load --json{mark}": [*run, *KVPLAN, "load", str(log), "--year", "2026", "--json"],
+        f"kvplan approve --load{mark}": [*run, *APPROVE, "--out", str(out), "--load", str(log), *POLICY],
+        f"kvplan gate --load{mark}": [*run, *KVPLAN, *gate],
     }
 
 
-def approved_bundle(folder: Path) -> Path:
-    """The four-rank boot approved without load evidence, under ``folder``."""
-    run_once([*APPROVE, "--out", str(folder)])
+def approved_bundle(folder: Path, tree: str | None = None) -> Path:
+    """The four-rank boot approved without load evidence, under ``folder`` (by the checkout ``tree``)."""
+    run_once([*_in_tree(tree), *APPROVE, "--out", str(folder)])
     if not folder.is_dir():
         raise SystemExit(f"approve failed: {LAST_STDERR[0].decode()}")
     return next(folder.iterdir())
@@ -70,6 +72,7 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=50, help="size of the load log [MB] (default 50)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per command; the median is shown")
     parser.add_argument("--log", type=Path, help="read this log instead of building one")
+    parser.add_argument("--against", metavar="TREE", help="also run the commands from this checkout")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvplan-load-gate-") as name:
         folder = Path(name)
@@ -77,24 +80,28 @@ def main() -> None:
         built = "" if args.log else f", {build_log(log, int(args.mb * 1e6)):,} stats lines"
         size = log.stat().st_size
         print(f"{log}: {size / 1e6:.1f} MB{built}")
-        bundle = approved_bundle(folder / "bundle")
-        runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in commands(log, bundle, folder)}
+        trees = [None] if args.against is None else [None, args.against]
+        bundles = [approved_bundle(folder / f"bundle-{n}", tree) for n, tree in enumerate(trees)]
+        runs: dict[str, list[tuple[float, float, int]]] = {}
         codes: dict[str, int] = {}
         for round_number in range(args.repeat):  # interleaved: the machine's load falls on all alike
-            out = folder / f"approved-{round_number}"
-            for command_name, command in commands(log, bundle, out).items():
+            turn: dict[str, list[str]] = {}
+            for n, (tree, bundle) in enumerate(zip(trees, bundles)):
+                turn |= commands(log, bundle, folder / f"approved-{round_number}-{n}", tree)
+            for command_name, command in turn.items():
                 seconds, peak, codes[command_name], _ = run_once(command)
-                runs[command_name].append((seconds, LAST_CPU[0], peak))
+                runs.setdefault(command_name, []).append((seconds, LAST_CPU[0], peak))
         print(
-            f"{'command':<24} {'exit':>4} {'seconds':>8} {'MB/s':>7} {'CPU s':>7} {'× json':>7} {'peak MB':>8}"
+            f"{'command':<34} {'exit':>4} {'seconds':>8} {'MB/s':>7} {'CPU s':>7} {'× json':>7} {'peak MB':>8}"
         )
-        json_cpu = statistics.median(cpu for _, cpu, _ in runs["kvplan load --json"])
         for command_name, measured in runs.items():
+            json_name = "kvplan load --json" + (" (against)" if command_name.endswith("(against)") else "")
+            json_cpu = statistics.median(cpu for _, cpu, _ in runs[json_name])
             seconds = statistics.median(s for s, _, _ in measured)
             cpu = statistics.median(c for _, c, _ in measured)
             peak = max(p for _, _, p in measured)
             print(
-                f"{command_name:<24} {codes[command_name]:>4} {seconds:8.2f} {size / 1e6 / seconds:7.1f} "
+                f"{command_name:<34} {codes[command_name]:>4} {seconds:8.2f} {size / 1e6 / seconds:7.1f} "
                 f"{cpu:7.2f} {cpu / json_cpu:7.2f} {peak / 1e6:8.0f}"
             )
 
