@@ -97,6 +97,7 @@ fuzz: $(STAMP)
 		tests/test_fuzz_reader.py tests/test_fuzz_load.py tests/test_tamper.py
 	KVPLAN_FUZZ_EXAMPLES=$(FUZZ_VERIFY_EXAMPLES) $(BIN)/python -m pytest -q -s tests/test_fuzz_verify.py
 	KVPLAN_FUZZ_EXAMPLES=$(FUZZ_MANIFEST_EXAMPLES) $(BIN)/python -m pytest -q -s tests/test_fuzz_manifest.py
+	KVPLAN_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) $(BIN)/python -m pytest -q -s tests/test_fuzz_text.py
 
 # JupyterLab refuses to run as root (containers, devcontainers) unless told to.
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)

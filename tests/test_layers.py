@@ -19,6 +19,7 @@ FLOORS = {
     "kvplan.notes": 0,
     "kvplan.verdict": 0,
     "kvplan.json_text": 0,
+    "kvplan.escape": 0,
     "kvplan.io": 1,
     "kvplan.budget": 2,
     "kvplan.capacity": 2,
@@ -145,10 +146,7 @@ def test_the_floor_rule_sees_an_upward_import():
 
 #: Public names still defined in two modules, with the engineer whose work removes the pair. The list only
 #: shrinks: the test fails when a listed name is defined once again, so the list stays true.
-DEFINED_TWICE_FOR_NOW = {
-    # load (issue 23's load part): the stats records go with the packed load table
-    "Record": "load",  # kvplan.io.stats_records vs kvplan.io.vllm.records
-}
+DEFINED_TWICE_FOR_NOW = {}
 
 
 def public_definitions() -> dict[str, list[str]]:
@@ -210,7 +208,6 @@ OVER_BUDGET_FOR_NOW = {
     "kvplan.fleet.planner.plan_fleet",
     "kvplan.fleet.rollout",
     "kvplan.fleet.split.split_advice",
-    "kvplan.io.ledger_rows_csv",
     "kvplan.io.load.scrapes.metrics_rows",
     "kvplan.io.nvidia_smi",
     "kvplan.io.nvidia_smi.join_nvidia_smi",
@@ -229,9 +226,6 @@ OVER_BUDGET_FOR_NOW = {
     "kvplan.io.vllm.resolve._sort_events",
     "kvplan.io.vllm.resolve.resolve_boot",
     "kvplan.io.load.log._read_record",
-    "kvplan.kvspec.arch.model_arch",
-    "kvplan.kvspec.launch.launch_settings",
-    "kvplan.kvspec.layers.layer_kinds",
     "kvplan.kvspec.log_check._check_unit",
     "kvplan.kvspec.log_check.cross_check",
     "kvplan.kvspec.spec.kv_spec",

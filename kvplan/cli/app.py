@@ -28,7 +28,7 @@ from kvplan.cli.gate import add_gate
 from kvplan.cli.help import ExampleFormatter, examples
 from kvplan.cli.ledger import add_ledger
 from kvplan.cli.load import add_load
-from kvplan.cli.output import print_warnings, reader_warnings_into
+from kvplan.cli.output import print_error, print_warnings, reader_warnings_into
 
 #: Every subcommand's ``add_<command>(sub)``, in ``--help`` order. A new command group is one more
 #: module of :mod:`kvplan.cli` whose ``add_…`` function is listed here.
@@ -114,10 +114,10 @@ def _run(args: argparse.Namespace) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return EXIT_BAD_INPUT
     except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return EXIT_BAD_INPUT
     except OverflowError as exc:  # a number in the input beyond what a 64-bit ledger or a float holds
-        print(f"error: a number in the input is too large to hold ({exc})", file=sys.stderr)
+        print_error(f"a number in the input is too large to hold ({exc})")
         return EXIT_BAD_INPUT
     finally:
         print_warnings(notes)

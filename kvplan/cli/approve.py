@@ -22,6 +22,7 @@ from kvplan.cli.errors import EXIT_FAIL, EXIT_OK, CliError
 from kvplan.cli.help import add_command
 from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
 from kvplan.cli.sizes import positive_int, size
+from kvplan.escape import terminal_text
 from kvplan.units import format_size
 
 APPROVE_HELP = """\
@@ -147,9 +148,9 @@ def run_approve(args: argparse.Namespace) -> int:
             f"{'unknown' if load['preemptions'] is None else load['preemptions']} preemption(s), "
             f"{load['oom_events']} OOM"
         )
-    print(f"bundle       {bundle}")
+    print(f"bundle       {terminal_text(bundle)}")
     print(f"digest       sha256:{evidence.sha256_file(bundle / evidence.BUDGET_JSON)}")
-    print(f"verify with  kvplan verify {bundle}")
+    print(f"verify with  kvplan verify {terminal_text(bundle)}")
     print_warnings(warnings)
     return EXIT_OK
 
@@ -200,14 +201,15 @@ def run_verify(args: argparse.Namespace) -> int:
             }
         )
         return EXIT_FAIL if differences else EXIT_OK
+    shown = terminal_text(args.bundle)
     if differences:
-        print(f"{args.bundle}: CHANGED, {len(differences)} difference{'s' if len(differences) > 1 else ''}:")
+        print(f"{shown}: CHANGED, {len(differences)} difference{'s' if len(differences) > 1 else ''}:")
         for difference in differences:
-            print(f"  - {difference}")
+            print(f"  - {terminal_text(difference)}")
     else:
-        print(f"{args.bundle}: ok: every hash and the recomputed decision agree")
+        print(f"{shown}: ok: every hash and the recomputed decision agree")
     for note in notes:
-        print(f"  note: {note}")
+        print(f"  note: {terminal_text(note)}")
     print(f"  {verified.created_line()}")
     print(
         f"  digest: sha256:{verified.digest} (SHA-256 of budget.json; pin it with kvplan gate "

@@ -17,6 +17,7 @@ from kvplan.cli.errors import EXIT_OK, CliError
 from kvplan.cli.help import add_command
 from kvplan.cli.output import format_table, print_json, print_warnings, reader_warnings_into
 from kvplan.cli.sizes import positive_int, positive_size, size, size_list
+from kvplan.escape import terminal_text
 from kvplan.units import format_size
 
 BUDGET_HELP = """\
@@ -140,7 +141,7 @@ def _print_budget(decision) -> None:
             f"{capacity['max_concurrency']:.2f}x at {capacity['max_model_len']:,} tokens"
         )
     if verdict is not None:
-        print(f"cross-check     {verdict}")
+        print(f"cross-check     {terminal_text(verdict)}")  # names the model of the logs
     if budget.block_bytes:
         block = format_size(budget.block_bytes)
         print(

@@ -80,6 +80,7 @@ def add_ledger(sub: argparse._SubParsersAction) -> None:
 def run_ledger(args: argparse.Namespace) -> int:
     """Print the ledger of the logs (and each rank's room over the boots with ``--rooms``)."""
     from kvplan import plan
+    from kvplan.io.ledger_rows_csv import ledger_frame_csv
     from kvplan.io.nvidia_smi import join_snapshots
     from kvplan.ledger import plain_value, room_per_rank
     from kvplan.ledger_budget import check_dropped_ranks
@@ -118,7 +119,7 @@ def run_ledger(args: argparse.Namespace) -> int:
         return print_json(data)
     print_warnings(notes)
     if args.csv:
-        ledger.to_csv(sys.stdout, index=False)
+        sys.stdout.write(ledger_frame_csv(ledger))
         return EXIT_OK
     rows = [
         {column: _table_cell(column, row[column]) for column in LEDGER_TABLE}

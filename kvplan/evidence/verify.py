@@ -29,6 +29,8 @@ from kvplan.evidence.record import (
     NVIDIA_SMI_ROLE,
     ROLES,
     SEAL_KEY,
+    TEXT_ESCAPING,
+    TEXT_ESCAPING_KEY,
     BundleChangedError,
     BundleError,
     approved_from_record,
@@ -53,7 +55,7 @@ from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy
 #: files (checked on their own: digest, hashes, folder name) and the model options (inputs of kv_spec).
 _NOT_RECOMPUTED = frozenset(
     {"schema", "schema_version", "kvplan_version", "created_utc", "approver", "note", "inputs_digest"}
-    | {"model_options", "inputs", "files", SEAL_KEY}
+    | {"model_options", "inputs", "files", SEAL_KEY, TEXT_ESCAPING_KEY}
 )
 _COMPARED = tuple(key for key in KNOWN_KEYS if key not in _NOT_RECOMPUTED)
 
@@ -208,6 +210,13 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
         for key in _COMPARED:
             differences += _compare(key, record.get(key), fresh.get(key))
         regenerated = {**fresh, "kvplan_version": approval[2]}
+        if TEXT_ESCAPING_KEY not in record:  # written before the rule: regenerated as it was written
+            del regenerated[TEXT_ESCAPING_KEY]
+        elif not same_canonical(record[TEXT_ESCAPING_KEY], TEXT_ESCAPING):
+            differences.append(
+                f"{TEXT_ESCAPING_KEY}: recorded {_short(record[TEXT_ESCAPING_KEY])}, this kvplan writes "
+                f"{TEXT_ESCAPING}"
+            )
         for file_name, pieces in artifact_pieces(decision, regenerated, approved_name).items():
             if file_name in artifacts and not same_bytes(  # evidence.log reads raw lines from the copies
                 artifacts[file_name], (piece.encode("utf-8") for piece in pieces)

@@ -82,8 +82,12 @@ def _local_copy(
         folder.mkdir(parents=True, exist_ok=True)
         local = str(folder / host_folder(path.rsplit("/", 1)[-1]))
         partial = f"{local}.{os.getpid()}.partial"
-        fs.get(path, partial)
-        os.replace(partial, local)
+        try:
+            fs.get(path, partial)
+            os.replace(partial, local)
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
     read = reading.digests.get(url)
     if read is None or sha256_file(local) != read:
         raise ValueError(

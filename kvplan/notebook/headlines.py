@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 
 from kvplan.budget import Budget, kv_cache_flag, round_down_to_blocks
 from kvplan.drift import Drift
+from kvplan.escape import markdown_text
 from kvplan.units import format_size
 
 if TYPE_CHECKING:
@@ -114,13 +115,14 @@ def drift_headline(drift: Drift) -> dict[str, str]:
 
 
 def warnings_markdown(warnings: Sequence[str], none: str = "No warnings.") -> str:
-    """The reader's warnings as a Markdown bullet list, or ``none`` when there are none.
+    """The reader's warnings as a Markdown bullet list (each escaped: it names files and quotes logs),
+    or ``none`` when there are none.
 
     >>> print(warnings_markdown(["a.log:3: rank 1 shows no room", "b.log: no model name"]))
     - a.log:3: rank 1 shows no room
     - b.log: no model name
     """
-    return "\n".join(f"- {warning}" for warning in warnings) or none
+    return "\n".join(f"- {markdown_text(warning)}" for warning in warnings) or none
 
 
 def format_headline(lines: Mapping[str, str]) -> str:

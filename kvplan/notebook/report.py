@@ -10,12 +10,12 @@ recomputed decision.
 from __future__ import annotations
 
 import argparse
-import html
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvplan.escape import html_text, terminal_text
 from kvplan.notebook.headlines import limiting_text
 from kvplan.notebook.pages import Page
 from kvplan.plan import Decision
@@ -86,24 +86,24 @@ def index_html(
     facts = decision_facts(decision)
     flag = facts.pop("flag")
     rows = "".join(
-        f"<tr><th>{html.escape(name)}</th><td>{html.escape(text)}</td></tr>" for name, text in facts.items()
+        f"<tr><th>{html_text(name)}</th><td>{html_text(text)}</td></tr>" for name, text in facts.items()
     )
     bundle_rows = "".join(
-        f"<tr><th>{html.escape(name)}</th><td>{html.escape(text)}</td></tr>"
+        f"<tr><th>{html_text(name)}</th><td>{html_text(text)}</td></tr>"
         for name, text in (bundle or {}).items()
     )
     links = "".join(
-        f'<li><a href="{html.escape(page.href)}">{html.escape(page.title)}</a>'
-        f' <span class="kvplan-meta">(<a href="{html.escape(page.code_href)}">with code</a>)</span></li>'
+        f'<li><a href="{html_text(page.href)}">{html_text(page.title)}</a>'
+        f' <span class="kvplan-meta">(<a href="{html_text(page.code_href)}">with code</a>)</span></li>'
         for page in pages
     )
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>kvplan report: {html.escape(flag)}</title><style>{_STYLE}</style></head><body>\n"
+        f"<title>kvplan report: {html_text(flag)}</title><style>{_STYLE}</style></head><body>\n"
         "<h1>KV-cache budget: the decision</h1>\n"
-        f'<p class="kvplan-meta">{html.escape(created_utc)} · kvplan {html.escape(version)}</p>\n'
-        f'<p>Deploy with</p><p class="kvplan-flag">{html.escape(flag)}</p>\n'
+        f'<p class="kvplan-meta">{html_text(created_utc)} · kvplan {html_text(version)}</p>\n'
+        f'<p>Deploy with</p><p class="kvplan-flag">{html_text(flag)}</p>\n'
         f'<table class="kvplan-decision">{rows}</table>\n'
         + (
             f'<h2>Evidence bundle</h2><table class="kvplan-decision">{bundle_rows}</table>\n'
@@ -160,7 +160,7 @@ def run_report(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     index, errors = build_report(args.out, args.bundle, args.notebooks)
     for error in errors:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {terminal_text(error)}", file=sys.stderr)
     if not errors:
         print(f"report: {index} ({len(args.notebooks)} notebooks)")
     return 1 if errors else 0

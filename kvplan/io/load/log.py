@@ -49,8 +49,8 @@ from kvplan.io.load.frame import (
 from kvplan.io.load.message import has_running, parse_stats_message
 from kvplan.io.load.records import (
     WRAP_WIDTH,
-    Record,
     RecordReader,
+    StatsRecord,
     bounded_lines,
     log_time_shift,
     utc_offset_hours,
@@ -114,7 +114,7 @@ class StatsLog:
         series[0].extend(micros)
         series[1].extend(lines)
 
-    def add(self, record: Record, form: str | None = None, **values) -> dict:
+    def add(self, record: StatsRecord, form: str | None = None, **values) -> dict:
         """Open a new row from ``record`` (its time shifted to UTC when the offset is known)."""
         self.close()
         time = record.time + self.shift if record.time is not None and self.shift else record.time
@@ -253,7 +253,7 @@ def parse_stats_lines(
     )
 
 
-def _read_records(log: StatsLog, found: Iterable[Record]) -> None:
+def _read_records(log: StatsLog, found: Iterable[StatsRecord]) -> None:
     """Take each record into ``log`` (:func:`_read_record`); an unreadable one is a :class:`LoadFormatError`."""
     for record in found:
         try:
@@ -264,7 +264,7 @@ def _read_records(log: StatsLog, found: Iterable[Record]) -> None:
             raise LoadFormatError(f"{log.source}:{record.line}: cannot read this record ({exc})") from None
 
 
-def _read_record(log: StatsLog, record: Record) -> None:
+def _read_record(log: StatsLog, record: StatsRecord) -> None:
     """Take one record into ``log``: a row, a companion line's value, a restart, or a fact of the file."""
     message = record.message
     if record.utc_offset_minutes is not None:

@@ -53,7 +53,7 @@ _DAY_GROUP, _CLOCK_GROUP = operator.itemgetter(1), operator.itemgetter(2)  # of 
 _NONES = itertools.repeat(None)
 
 
-class Record(NamedTuple):
+class StatsRecord(NamedTuple):
     """One log record: where it starts, its level and time (``None`` when the header was lost)."""
 
     line: int
@@ -174,17 +174,17 @@ class RecordReader:
         self._midnight = 0  # its midnight [µs since year 1]
         self._clocks: dict[str, int] = {}  # "HH:MM:SS" → µs since midnight
 
-    def push(self, physical: str) -> Iterator[Record]:
+    def push(self, physical: str) -> Iterator[StatsRecord]:
         """The records that the physical line ``physical`` completes, in order."""
         for start, line in self.lines.push(physical):
             yield from self._records(start, line)
 
-    def finish(self) -> Iterator[Record]:
+    def finish(self) -> Iterator[StatsRecord]:
         """The records of the line still held at the end of the log."""
         for start, line in self.lines.finish():
             yield from self._records(start, line)
 
-    def _records(self, start: int, line: str) -> Iterator[Record]:
+    def _records(self, start: int, line: str) -> Iterator[StatsRecord]:
         for number, before, header, message in _split(start, line):
             try:
                 record = _record(
@@ -326,13 +326,15 @@ def _record(
     known: bool,
     year_value: int,
     last_month: int | None,
-) -> Record:
+) -> StatsRecord:
     """One record; ``known``, ``year_value`` and ``last_month`` carry the year from the records before."""
     if header is None:
-        return Record(number, None, None, False, None, None, None, message)
+        return StatsRecord(number, None, None, False, None, None, None, message)
     if header.re is _CUSTOM_HEADER:
         stamp = datetime.strptime(header.group("stamp"), "%Y-%m-%d %H:%M:%S")
-        return Record(number, header.group("level"), stamp, True, header.group("logger"), None, None, message)
+        return StatsRecord(
+            number, header.group("level"), stamp, True, header.group("logger"), None, None, message
+        )
     level, month_text, day, clock, file, lineno = header.group(
         "level", "month", "day", "clock", "file", "lineno"
     )
@@ -353,7 +355,7 @@ def _record(
     if outer and outer.group("docker_stamp"):  # docker's stamp is UTC, vLLM's the local time
         utc = datetime.strptime(outer.group("docker_stamp"), "%Y-%m-%dT%H:%M:%S")
         offset = OFFSET_STEP_MINUTES * round((when - utc).total_seconds() / 60 / OFFSET_STEP_MINUTES)
-    return Record(
+    return StatsRecord(
         number,
         level,
         when,
