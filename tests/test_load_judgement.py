@@ -17,7 +17,7 @@ from kvplan import evidence
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
 from kvplan.io.load import LoadFormatError, read_load_evidence
-from kvplan.load import PREEMPTION_CHECK, VALUE_CHECK, load_checks
+from kvplan.load import LOAD_VALUE_CHECK, PREEMPTION_CHECK, load_checks
 from kvplan.plan import decide
 from kvplan.units import parse_size
 from tests.test_gate import FOUR_RANK, _approve, gate
@@ -106,8 +106,8 @@ def test_gate_fails_load_evidence_at_another_value(capsys, four_rank_bundle, tmp
         capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--load", at_15_gib(tmp_path), "--year", "2026"
     )
     assert status == 1
-    assert checks[VALUE_CHECK].passed is False
-    assert checks[VALUE_CHECK].detail.startswith(
+    assert checks[LOAD_VALUE_CHECK].passed is False
+    assert checks[LOAD_VALUE_CHECK].detail.startswith(
         f"{tmp_path / 'server.log'} states --kv-cache-memory-bytes=16106127360 (15.00 GiB), not the approved "
         "12884377600 (12.00 GiB)"
     )
@@ -115,14 +115,16 @@ def test_gate_fails_load_evidence_at_another_value(capsys, four_rank_bundle, tmp
     status, checks = gate(
         capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--load", MANUAL_LOG, "--year", "2026"
     )
-    assert VALUE_CHECK not in checks
+    assert LOAD_VALUE_CHECK not in checks
 
 
 def test_approve_refuses_load_evidence_at_another_value(capsys, tmp_path):  # issue 25
     argv = ["approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--approver", "A"]
     argv += ["--model", "llama-3.1-70b", "--tp", "4"]  # 12 GiB in whole blocks: 12,884,377,600 B
     out = tmp_path / "out"
-    assert main([*argv, "--out", str(out), "--load", str(at_15_gib(tmp_path)), "--year", "2026"]) == 2
+    assert (
+        main([*argv, "--out", str(out), "--load", str(at_15_gib(tmp_path)), "--year", "2026"]) == 1
+    )  # a FAIL
     assert "not approved: load run at the approved value: " in capsys.readouterr().err
     assert not out.exists() or list(out.iterdir()) == []
     assert main([*argv, "--out", str(out), "--load", str(MANUAL_LOG), "--year", "2026"]) == 0

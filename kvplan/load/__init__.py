@@ -12,10 +12,10 @@ Units: usage and hit rates in percent (0–100), throughput in tokens per second
 
 from kvplan.load.checks import (
     CAPACITY_CHECK,
+    LOAD_VALUE_CHECK,
     OOM_CHECK,
     PEAK_CHECK,
     PREEMPTION_CHECK,
-    VALUE_CHECK,
     load_checks,
     value_check,
 )
@@ -39,11 +39,11 @@ from kvplan.load.timeline import TIMELINE_COLUMNS, load_timeline
 __all__ = [
     "CAPACITY_CHECK",
     "COMPARISON_ROWS",
+    "LOAD_VALUE_CHECK",
     "OOM_CHECK",
     "PEAK_CHECK",
     "PREEMPTION_CHECK",
     "TIMELINE_COLUMNS",
-    "VALUE_CHECK",
     "canary_capacity_headline",
     "capacity_change_text",
     "capacity_loss",

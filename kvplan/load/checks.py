@@ -15,7 +15,7 @@ OOM_CHECK = "no OOM under load"
 PREEMPTION_CHECK = "preemptions ≤ {max_preemptions}"
 PEAK_CHECK = "peak KV cache usage reported"
 CAPACITY_CHECK = "capacity vs profiled canary"
-VALUE_CHECK = "load run at the approved value"
+LOAD_VALUE_CHECK = "load run at the approved value"
 
 
 def load_checks(
@@ -149,7 +149,7 @@ def value_check(reading: LoadReading, approved_bytes: int) -> Check | None:
         for s in other
     )
     return Check(
-        VALUE_CHECK,
+        LOAD_VALUE_CHECK,
         False,
         f"{stated}, not the approved {approved_bytes} ({approved_bytes / 2**30:.2f} GiB): this load test "
         "is evidence for another value; load-test a canary at the approved value",
