@@ -86,14 +86,17 @@ browser-test: system-deps $(STAMP)
 	KVPLAN_BROWSER_TEST=1 $(BIN)/python -m pytest -p no:cacheprovider tests/test_browser_panels.py
 
 # The long fuzz run (CI runs a bounded number of examples of the same targets in `make unit`). A verify
-# example recomputes a whole bundle (about a second), so the verify fuzz has its own, smaller count; -s prints
-# its cases tried and held.
+# example recomputes a whole bundle (about a second), so the verify fuzz has its own, smaller count, and so has
+# the manifest fuzz (a manifest plans a fleet twice and approves its classes: about 5 s); -s prints their cases
+# tried and held.
 FUZZ_EXAMPLES ?= 5000
 FUZZ_VERIFY_EXAMPLES ?= 400
+FUZZ_MANIFEST_EXAMPLES ?= 200
 fuzz: $(STAMP)
 	KVPLAN_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) KVPLAN_TAMPER_FULL=1 $(BIN)/python -m pytest -q \
 		tests/test_fuzz_reader.py tests/test_fuzz_load.py tests/test_tamper.py
 	KVPLAN_FUZZ_EXAMPLES=$(FUZZ_VERIFY_EXAMPLES) $(BIN)/python -m pytest -q -s tests/test_fuzz_verify.py
+	KVPLAN_FUZZ_EXAMPLES=$(FUZZ_MANIFEST_EXAMPLES) $(BIN)/python -m pytest -q -s tests/test_fuzz_manifest.py
 
 # JupyterLab refuses to run as root (containers, devcontainers) unless told to.
 LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)

@@ -3,8 +3,16 @@
 The core is pure functions over ``int`` bytes: :mod:`kvplan.budget` (uniform budget over ranks),
 :mod:`kvplan.capacity` (bytes → tokens → concurrency), :mod:`kvplan.drift` (reuse on a later boot);
 :mod:`kvplan.units` turns text into bytes and back. ``kvplan.__version__`` is read from the installed
-package metadata when first asked for (``importlib.metadata`` is slow to import).
+package metadata when first asked for (``importlib.metadata`` is slow to import), and
+:func:`lazy_names` makes a subpackage import its names on first use (``kvplan.io`` and ``kvplan.plan``
+cost pandas only when a reader needs it).
 """
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Mapping
+from importlib import import_module
 
 
 def __getattr__(name: str) -> str:
@@ -17,3 +25,25 @@ def __getattr__(name: str) -> str:
         return version("kvplan-kit")
     except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
         return "0.0.0+unknown"
+
+
+def lazy_names(package: str, modules: Mapping[str, str]) -> Callable[[str], object]:
+    """The module ``__getattr__`` of ``package``: each name of ``modules`` is imported from
+    ``package.<modules[name]>`` when first asked for, then kept in the package.
+
+    >>> names = lazy_names("kvplan.io", {"read_ledger_csv": "ledger_csv"})
+    >>> names("read_ledger_csv").__module__
+    'kvplan.io.ledger_csv'
+    >>> names("read_everything")
+    Traceback (most recent call last):
+    AttributeError: module 'kvplan.io' has no attribute 'read_everything'
+    """
+
+    def __getattr__(name: str) -> object:
+        if name not in modules:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        value = getattr(import_module(f"{package}.{modules[name]}"), name)
+        setattr(sys.modules[package], name, value)
+        return value
+
+    return __getattr__

@@ -66,23 +66,21 @@ def test_ledger_chart_stacks_parts_and_budget_up_to_total():
             tops[i] += patch.get_height()
     assert tops == [80.0, 80.0]
     limiting_tick = ax.get_xticklabels()[1]
-    assert limiting_tick.get_text() == "1 (limiting)\nof 80 GiB"  # each GPU's total under its rank
+    assert limiting_tick.get_text() == "1"  # issue 27: rank numbers only, so 16 ranks fit
     assert to_rgba(limiting_tick.get_color()) == to_rgba(charts.LIMITING_COLOR)
-    # the limiting rank is outlined on the bar itself, full height (42 + 3 + 35 = 80 GiB), and labelled
-    (outline,) = [patch for patch in ax.patches if patch.get_label() == "_limiting outline"]
+    assert ax.get_xlabel() == "rank (every GPU 80 GiB: the black line)"  # the GPUs' one total, said once
+    # the limiting rank is outlined on the bar itself, full height (42 + 3 + 35 = 80 GiB), and in the legend
+    (outline,) = [patch for patch in ax.patches if patch.get_label() == "limits the budget: rank 1"]
     assert (outline.get_x() + outline.get_width() / 2, outline.get_height()) == (1.0, 80.0)
     assert to_rgba(outline.get_edgecolor()) == to_rgba(charts.LIMITING_COLOR)
-    assert "limits the budget" in [t.get_text() for t in ax.texts]
+    assert "limits the budget: rank 1" in [t.get_text() for t in ax.get_legend().get_texts()]
 
 
 def test_ledger_chart_labels_the_big_segments_with_their_sizes():
     ax = charts.ledger_chart(LEDGER, BUDGET).axes[0]
-    labels = [
-        (t.get_text(), round(t.xy[0], 6), round(t.xy[1], 6))
-        for t in ax.texts
-        if t.get_text() != "limits the budget"
-    ]
-    # segments at least 4 % of the 80 GiB bar (3.2 GiB) carry their size at their middle:
+    labels = [(t.get_text(), round(t.xy[0], 6), round(t.xy[1], 6)) for t in ax.texts]
+    # segments tall enough for a line of text (1.25 × 11 pt at 4 × 72 pt per 84 GiB of axis: 4 GiB) carry
+    # their size at their middle:
     # rank 1's 5 GiB co-tenant (0–5), weights 33 GiB (0–33 and 5–38), KV 34 GiB (40–74, 45–79 after
     # 1 + 2 + 1 + 3 GiB of small parts), rank 0's 5 GiB stranded (74–79); the 1 GiB parts are not labelled
     assert labels == [
@@ -168,10 +166,11 @@ def test_stranded_chart_heights_and_rounding_note():
     budget = uniform_budget([40 * GiB, 35 * GiB], GiB, block_bytes=3 * GiB)
     ax = charts.stranded_chart(budget).axes[0]
     assert [bar.get_height() for bar in ax.containers[0].patches] == [6.0, 1.0]  # 39 − 33, 34 − 33
-    # the limiting rank 1 strands only the rounding: its label says it limits
-    assert [t.get_text() for t in ax.texts] == ["6 GiB", "limits: 1 GiB stranded"]
+    # the limiting rank 1 strands only the rounding: its label and tick in the limiting colour
+    assert [t.get_text() for t in ax.texts] == ["6 GiB", "1 GiB"]
     assert to_rgba(ax.texts[1].get_color()) == to_rgba(charts.LIMITING_COLOR)
-    assert ax.get_xticklabels()[1].get_text() == "1 (limiting)"
+    assert to_rgba(ax.get_xticklabels()[1].get_color()) == to_rgba(charts.LIMITING_COLOR)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["limiting: rank 1"]
     assert ax.get_title() == (
         "Stranded on the stronger ranks: 7 GiB in total (1 GiB per rank from block rounding)"
     )
@@ -180,7 +179,8 @@ def test_stranded_chart_heights_and_rounding_note():
 def test_stranded_chart_marks_a_limiting_rank_with_nothing_stranded():
     ax = charts.stranded_chart(BUDGET).axes[0]  # stranded 5 GiB on rank 0, 0 on the limiting rank 1
     assert [bar.get_height() for bar in ax.containers[0].patches] == [5.0, 0.0]
-    assert [t.get_text() for t in ax.texts] == ["5 GiB", "limits: 0 stranded"]
+    assert [t.get_text() for t in ax.texts] == ["5 GiB", "0 B"]
+    assert to_rgba(ax.texts[1].get_color()) == to_rgba(charts.LIMITING_COLOR)
 
 
 def test_concurrency_chart_draws_the_curve_target_and_max_model_len():
@@ -234,7 +234,7 @@ def test_drift_chart_shows_free_memory_and_adjusted_budget():
     # left: the loss itself, 42 − boot: 0.2, −0.1, 1.25, 0.1 GiB, on an axis that shows it (not 0–50 GiB)
     assert [round(bar.get_height(), 6) for bar in left.containers[0].patches] == [0.2, -0.1, 1.25, 0.1]
     assert left.get_ylim()[1] < 2  # 1.25 × 1.35
-    assert left.get_xticklabels()[2].get_text() == "2\n42 GiB → 40.75 GiB"
+    assert left.get_xticklabels()[2].get_text() == "2\n42 GiB →\n40.75 GiB"
     adjusted = right.containers[0].patches
     # 30 − 0.2 − 0.5 = 29.3; 30 − 0 − 0.5 = 29.5 (never raised); 30 − 1.25 − 0.5 = 28.25; 29.4
     assert [round(bar.get_height(), 6) for bar in adjusted] == [29.3, 29.5, 28.25, 29.4]
@@ -269,7 +269,8 @@ def test_ledger_chart_without_total_draws_no_total_and_nothing_unitemised():
     ax = charts.ledger_chart(LEDGER.drop(columns="total_bytes"), BUDGET).axes[0]
     labels = [container.get_label() for container in ax.containers]
     assert "not itemised in the log" not in labels
-    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1 (limiting)"]  # no total to show
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["0", "1"]
+    assert ax.get_xlabel() == "rank"  # no total to show
     # 37 GiB of parts + 40 GiB room on rank 0; 42 + 35 on rank 1: 77 GiB tall each
     tops = [sum(c.patches[i].get_height() for c in ax.containers) for i in range(2)]
     assert tops == [77.0, 77.0]

@@ -12,7 +12,7 @@ import pytest
 from kvplan import __version__, charts, evidence
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
-from kvplan.evidence import ApprovalError, BundleError, BundleExistsError, ModelLayout, Plan, Policy
+from kvplan.evidence import AdmissionPlan, ApprovalError, BundleError, BundleExistsError, ModelLayout, Policy
 from kvplan.io.model_config import resolve_model_config
 from kvplan.units import parse_size
 from tests.conftest import GiB, MiB
@@ -42,7 +42,7 @@ def approve(out: Path, **changes) -> Path:
         approver="Ana Planner",
         note="CHG-1234",
         layout=layout,
-        plan=Plan(4, 32768),
+        plan=AdmissionPlan(4, 32768),
         now=NOW,
     )
     arguments.update(changes)
@@ -393,7 +393,7 @@ class TestWriting:
     def test_plan_that_does_not_fit_writes_nothing(self, tmp_path):
         # 5 × 32,768 tokens = 10,240 blocks = 12.5 GiB > 12 GiB approved
         with pytest.raises(ApprovalError, match="admission plan fits: 5 × 32,768 tokens needs 10,240 blocks"):
-            approve(tmp_path, plan=Plan(5, 32768))
+            approve(tmp_path, plan=AdmissionPlan(5, 32768))
         assert list(tmp_path.iterdir()) == []
 
     def test_tp_that_contradicts_the_logs_is_refused(self, tmp_path):

@@ -212,3 +212,12 @@ def test_host_without_room_for_one_block_is_excluded_by_name(tmp_path):  # issue
     # the class plans without it: gpu-00030 rank 3 (room 59,425,628,160) limits, 886,047,720 B → 1,352 blocks (886,046,720 B)
     assert (h100["limiting_host"], h100["limiting_rank"]) == ("gpu-00030", 3)
     assert h100["uniform_budget_bytes"] == (59_425_628_160 - reserve) // BLOCK * BLOCK == 1_352 * BLOCK
+
+
+def test_class_without_snapshots_is_warned_that_no_gate_can_compare_its_gpu(tmp_path):  # issue 25
+    folder = copy_hosts(tmp_path / "fleet", CLEAN)
+    for snapshot in folder.glob("*/nvidia-smi*"):
+        snapshot.unlink()
+    plan = plan_fleet(str(folder), FleetPolicy(GiB), scheduler="synchronous").to_dict()
+    (detail,) = [d for d in plan["warning_details"] if d["code"] == "fleet-no-nvidia-smi"]
+    assert "has no GPU type or driver, so a gate cannot compare them" in detail["message"]

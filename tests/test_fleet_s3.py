@@ -264,3 +264,32 @@ def test_unreachable_bucket_is_one_error_line(seaweed, capsys, monkeypatch):
     err = capsys.readouterr().err.strip().splitlines()
     assert status == 2 and len(err) == 1
     assert err[0].startswith("error: s3://fleet/small: cannot list the fleet")
+
+
+def test_manifest_in_the_bucket_names_only_its_own_bucket(seaweed, bucket, capsys):  # issue 25
+    # a manifest in s3://fleet/small/ whose rows are relative to it plans as the folder does
+    rows = [f"{host},{host}/{name}" for host in HOSTS[:3] for name in ("boot.log", "nvidia-smi-gpu.csv")]
+    bucket.pipe("fleet/small/manifest.csv", ("host,path\n" + "\n".join(rows) + "\n").encode())
+    command = [
+        "fleet",
+        "plan",
+        "s3://fleet/small/manifest.csv",
+        "--reserve",
+        "1GiB",
+        "--scheduler",
+        "synchronous",
+    ]
+    assert main([*command, "--min-hosts", "1", "--json", *options(seaweed)]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["classes"][0]["hosts"] == ["gpu-00000", "gpu-00019"]
+    assert [item["host"] for item in data["excluded"]] == ["gpu-00034"]
+    # a row naming a local file, another bucket, or climbing out of the prefix refuses the manifest
+    for row in ("file:///etc/hostname", "s3://other/gpu-00000/boot.log", "../../other/boot.log"):
+        bucket.pipe(
+            "fleet/small/manifest.csv", f"host,path\ngpu-00000,gpu-00000/boot.log\nh-x,{row}\n".encode()
+        )
+        assert main([*command, *options(seaweed)]) == 2
+        assert capsys.readouterr().err.strip().splitlines() == [
+            f"error: s3://fleet/small/manifest.csv:3: {row!r}: a manifest at s3://fleet/ names only objects "
+            "under s3://fleet/ (no other scheme or bucket, no '..')"
+        ]

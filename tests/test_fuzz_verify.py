@@ -85,7 +85,7 @@ def sealed_bundle(tmp_path_factory) -> Path:
         "Ana Planner",
         "CHG-1234",
         layout,
-        evidence.Plan(4, 32768),
+        evidence.AdmissionPlan(4, 32768),
         now=NOW,
         nvidia_smi_paths=[FOUR_RANK / "nvidia-smi-gpu.csv", FOUR_RANK / "nvidia-smi-apps.csv"],
     )

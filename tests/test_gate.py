@@ -372,7 +372,7 @@ def _approve(out: Path, log: Path, reserve: str, model: str, target: int, seq_le
         evidence.Policy(parse_size(reserve)),
         "QA",
         layout=layout,
-        plan=evidence.Plan(target, seq_len),
+        plan=evidence.AdmissionPlan(target, seq_len),
     )
 
 
@@ -548,7 +548,7 @@ class TestGateOnSampleBoots:
                 "QA",
                 note="load",
                 layout=evidence.ModelLayout(resolve_model_config("llama-3.1-70b"), {"tp": 4}),
-                plan=evidence.Plan(4, 32768),
+                plan=evidence.AdmissionPlan(4, 32768),
                 load_paths=STEADY_RUN,
                 load_policy=evidence.LoadPolicy(max_capacity_loss_pct=0.5),
             )

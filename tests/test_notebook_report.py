@@ -17,7 +17,7 @@ from kvplan.notebook import ParameterError, parameter_path
 from kvplan.notebook.figures import figure_png
 from kvplan.notebook.pages import Page, write_pages
 from kvplan.notebook.report import decision_facts, index_html
-from kvplan.plan import ModelLayout, Plan, Policy, decide, decide_rooms
+from kvplan.plan import AdmissionPlan, ModelLayout, Policy, decide, decide_rooms
 from kvplan.units import GiB, parse_size
 
 SAMPLE = DATA_DIR / "boots" / "four-rank"
@@ -30,7 +30,7 @@ def sample_decision():
         [SAMPLE / "boot.log"],
         Policy(parse_size("0.9GiB")),
         ModelLayout("llama-3.1-70b", {"tp": 4}),
-        Plan(4, 32768),
+        AdmissionPlan(4, 32768),
     )
 
 

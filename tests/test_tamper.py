@@ -19,7 +19,7 @@ import pytest
 from kvplan import evidence
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
-from kvplan.evidence import BundleError, ModelLayout, Plan, Policy
+from kvplan.evidence import AdmissionPlan, BundleError, ModelLayout, Policy
 from kvplan.io.model_config import resolve_model_config
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR
@@ -41,7 +41,7 @@ def sealed(tmp_path_factory) -> Path:
         "Ana Planner",
         "CHG-1234",
         layout,
-        Plan(4, 32768),
+        AdmissionPlan(4, 32768),
         now=NOW,
         nvidia_smi_paths=[FOUR_RANK / "nvidia-smi-gpu.csv", FOUR_RANK / "nvidia-smi-apps.csv"],
     )

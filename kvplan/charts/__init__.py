@@ -15,7 +15,6 @@ from kvplan.charts.drift import drift_chart
 from kvplan.charts.ranks import (
     LEDGER_SEGMENTS,
     SIZED_SEGMENTS,
-    gib_table,
     ledger_chart,
     safe_budget_chart,
     spread_chart,
@@ -30,7 +29,6 @@ __all__ = [
     "SIZED_SEGMENTS",
     "concurrency_chart",
     "drift_chart",
-    "gib_table",
     "ledger_chart",
     "limiting_ranks",
     "safe_budget_chart",

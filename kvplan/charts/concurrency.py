@@ -8,7 +8,15 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator
 
-from kvplan.charts.style import AVERAGE_COLOR, FONT_SIZE, RANK_COLOR, REFERENCE_COLOR, TARGET_COLOR, _figure
+from kvplan.charts.style import (
+    AVERAGE_COLOR,
+    FONT_SIZE,
+    RANK_COLOR,
+    REFERENCE_COLOR,
+    TARGET_COLOR,
+    _figure,
+    _legend_below,
+)
 
 
 def concurrency_chart(
@@ -120,11 +128,11 @@ def concurrency_chart(
     )
     highest = max(float(curve["max_concurrency"].max()) for curve in curves.values())
     if limits is None:
-        ax.set_ylim(lowest / 4, highest * 4)  # room for the crossing labels below and the legend above
+        ax.set_ylim(lowest / 4, highest * 2)  # room for the crossing labels below
         ax.set_xlim(right=max_model_len * 1.08)  # no lengths past max_model_len: vLLM admits none
-    else:
+    else:  # fixed, widened only where this state's curves would leave them
         ax.set_xlim(limits[0], limits[1])
-        ax.set_ylim(limits[2], limits[3])
+        ax.set_ylim(min(limits[2], lowest / 4), max(limits[3], highest * 2))
     ax.yaxis.set_major_locator(LogLocator(base=10, subs=(1, 2, 5)))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: f"{x:,.0f}"))
     ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
@@ -132,7 +140,7 @@ def concurrency_chart(
     ax.set_ylabel("full-length sequences at once")
     ax.set_title(title or "What the budget buys: concurrency against sequence length")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(loc="upper right", fontsize=FONT_SIZE - 1)
+    _legend_below(ax, columns=1 if len(curves) > 1 or previous is not None else 2)
     fig.tight_layout(rect=(0, 0.06 if note else 0, 1, 1))
     return fig
 

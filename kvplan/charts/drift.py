@@ -8,12 +8,19 @@ from kvplan.charts.style import (
     FIGSIZE,
     FONT_SIZE,
     _annotate_bars,
+    _headroom,
+    _legend_below,
     _outline_bars,
     _rank_colors,
+    _slot_pt,
     _style,
+    _upright,
 )
 from kvplan.drift import Drift
 from kvplan.units import bytes_to_gib, format_size
+
+#: Width [in] of each of the drift chart's two plot areas.
+PANE_WIDTH_IN = 5.2
 
 
 def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = None) -> Figure:
@@ -41,32 +48,40 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
     # the loss itself, on its own scale: a 0.1–1.25 GiB drift is invisible against 0–50 GiB of free memory
     lost_gib = [bytes_to_gib(moved) for moved in drift.drift_bytes]
     bars = left.bar(labels, lost_gib, color=_rank_colors(drift.ranks, drift.limiting_rank), width=0.6)
-    for bar, moved in zip(bars, drift.drift_bytes):
-        text = (
-            f"lost {bytes_to_gib(moved):.2f} GiB"
-            if moved > 0
-            else (f"gained {bytes_to_gib(-moved):.2f} GiB" if moved else "same")
-        )
+    texts = [
+        f"lost {bytes_to_gib(moved):.2f} GiB"
+        if moved > 0
+        else (f"gained {bytes_to_gib(-moved):.2f} GiB" if moved else "same")
+        for moved in drift.drift_bytes
+    ]
+    slot = _slot_pt(len(labels), PANE_WIDTH_IN)
+    level = _upright(texts, FONT_SIZE - 1, slot)
+    for bar, text in zip(bars, texts):
         left.annotate(
             text,
             (bar.get_x() + bar.get_width() / 2, max(0.0, bar.get_height())),
             textcoords="offset points",
             xytext=(0, 4),
             ha="center",
+            va="bottom",
             fontsize=FONT_SIZE - 1,
+            rotation=0 if level else 90,
         )
     left.axhline(0, color="black", linewidth=1)
-    left.set_xticks(
-        positions,
-        [
-            f"{rank}\n{format_size(ref)} → {format_size(now)}"
-            for rank, ref, now in zip(labels, drift.ref_free_bytes, drift.boot_free_bytes)
-        ],
-        fontsize=FONT_SIZE - 2,
-    )
+    free = [
+        f"{rank}\n{format_size(ref)} →\n{format_size(now)}"
+        for rank, ref, now in zip(labels, drift.ref_free_bytes, drift.boot_free_bytes)
+    ]
+    shown = _upright(free, FONT_SIZE - 2, slot)  # the free memory under each rank where it fits
+    left.set_xticks(positions, free if shown else labels, fontsize=FONT_SIZE - 2 if shown else FONT_SIZE)
     biggest = max([abs(value) for value in lost_gib] + [0.1])
-    left.set_ylim(min(0.0, min(lost_gib)) * 1.4 - 0.05 * biggest, biggest * 1.35)
-    left.set_xlabel("rank (free memory at startup: reference → this boot)")
+    top = _headroom(biggest, texts, FONT_SIZE - 1, level)
+    left.set_ylim(min(0.0, min(lost_gib)) * 1.4 - 0.05 * biggest, top)
+    left.set_xlabel(
+        "rank (free memory at startup: reference → this boot)"
+        if shown
+        else "rank (free memory: the drift table)"
+    )
     left.set_ylabel("free memory lost since the reference [GiB]")
     left.set_title("Free memory lost at startup (gained: below 0)")
 
@@ -78,7 +93,7 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
         label="adjusted budget",
     )
     _outline_bars(right, labels, drift.ref_budget_bytes, "reference budget", linewidth=2)
-    _annotate_bars(right, adjusted, drift.adjusted_bytes, inside=True)
+    _annotate_bars(right, adjusted, drift.adjusted_bytes, inside=True, slot_pt=slot)
     right.axhline(
         bytes_to_gib(drift.adjusted_uniform_bytes),
         color="black",
@@ -86,11 +101,11 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
         label=f"uniform {format_size(drift.adjusted_uniform_bytes)}",
     )
     tallest = max(bytes_to_gib(b) for b in drift.ref_budget_bytes + drift.adjusted_bytes)
-    right.set_ylim(0, max(top_gib or 0.0, tallest * 1.6))  # the legend sits above the tallest bar
+    right.set_ylim(0, max(top_gib or 0.0, tallest * 1.05))
     right.set_xlabel("rank")
     right.set_ylabel("KV budget [GiB]")
     right.set_title(f"Adjusted budget (guard {format_size(drift.guard_bytes)})")
-    right.legend(loc="upper right", fontsize=FONT_SIZE - 1)
+    _legend_below(right, columns=2)
     raise_note = "; a rank gained free memory: re-profile to raise" if drift.reprofile_to_raise else ""
     fig.suptitle(
         title

@@ -14,18 +14,22 @@ from kvplan.charts.style import (
     FIGSIZE,
     FONT_SIZE,
     LIMITING_COLOR,
+    PLOT_AREA_BESIDE,
     RANK_COLOR,
     REFERENCE_COLOR,
     TARGET_COLOR,
     _annotate_bars,
     _figure,
+    _headroom,
     _label_segments,
+    _legend_below,
     _mark_limiting_tick,
     _outline_bars,
     _rank_list,
+    _slot_pt,
 )
 from kvplan.ledger import worst_room_position
-from kvplan.units import GiB, bytes_to_gib, format_size
+from kvplan.units import bytes_to_gib, format_size
 
 #: Ledger segments bottom to top: (ledger column or budget part, legend label, colour).
 LEDGER_SEGMENTS = (
@@ -57,6 +61,7 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
     part, so ``uniform + stranded + reserve`` is exactly the budget's room for the rank. Segment heights are in GiB.
 
     >>> from kvplan.budget import uniform_budget
+    >>> from kvplan.units import GiB
     >>> ledger = pd.DataFrame({"rank": [0, 1], "total_bytes": [20 * GiB] * 2, "weights_bytes": [5 * GiB] * 2})
     >>> fig = ledger_chart(ledger, uniform_budget([13 * GiB, 15 * GiB], GiB))
     >>> # weights, not itemised (20 − 5 − room), uniform KV, stranded, reserve
@@ -108,7 +113,8 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
             hatch="//" if stranded else None,
         )
         if column in SIZED_SEGMENTS:
-            _label_segments(ax, bars, sizes[column], tallest * 0.04, dark=color in ("#000000", RANK_COLOR))
+            pt_per_gib = PLOT_AREA_BESIDE[1] * 72 / (tallest * 1.05)
+            _label_segments(ax, bars, sizes[column], color in ("#000000", RANK_COLOR), pt_per_gib)
         bottom = [b + v for b, v in zip(bottom, values)]
     for i, total in enumerate(totals):
         if total is not None:
@@ -122,28 +128,17 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
             fill=False,
             edgecolor=LIMITING_COLOR,
             linewidth=3,
-            label="_limiting outline",
+            label=f"limits the budget: rank {budget.limiting_rank}",
         )
     )
-    ax.annotate(
-        "limits the budget",
-        (limiting, max(bottom[limiting], bytes_to_gib(totals[limiting] or 0))),
-        textcoords="offset points",
-        xytext=(0, 5),
-        ha="center",
-        va="bottom",
-        color=LIMITING_COLOR,
-        fontsize=FONT_SIZE - 1,
-        fontweight="bold",
-    )
-    ax.set_ylim(0, tallest * 1.1)
-    _mark_limiting_tick(ax, budget.ranks, budget.limiting_rank, totals)
-    ax.set_xlabel("rank")
+    ax.set_ylim(0, tallest * 1.05)
+    ax.set_xlabel(_mark_limiting_tick(ax, budget.ranks, budget.limiting_rank, totals))
     ax.set_ylabel("GPU memory [GiB]")
     ax.set_title(
         title
         or f"Where each GPU's memory goes: {format_size(budget.uniform_budget_bytes)} KV on every rank, "
-        f"{format_size(budget.stranded_total_bytes)} stranded"
+        f"{format_size(budget.stranded_total_bytes)} stranded",
+        loc="left",
     )
     handles, names = ax.get_legend_handles_labels()
     ax.legend(
@@ -171,6 +166,7 @@ def safe_budget_chart(
     uniform value faintly (a panel's state at the notebook's parameters), so a change is seen against it.
 
     >>> from kvplan.budget import uniform_budget
+    >>> from kvplan.units import GiB
     >>> fig = safe_budget_chart(uniform_budget([13 * GiB, 18 * GiB], GiB))
     >>> [float(bar.get_height()) for bar in fig.axes[0].containers[0]]
     [12.0, 17.0]
@@ -195,8 +191,9 @@ def safe_budget_chart(
         )
     colors = [LIMITING_COLOR if rank in weakest and not tied else RANK_COLOR for rank in budget.ranks]
     bars = ax.bar(labels, safe_gib, color=colors, width=0.6)
-    # labels sit at the bars' feet: the uniform and average lines run across the bars, never the labels
-    _annotate_bars(ax, bars, budget.safe_bytes, inside="base")
+    # labels sit at the bars' feet (upright when too wide): the uniform and average lines run across the
+    # bars, never the labels
+    _annotate_bars(ax, bars, budget.safe_bytes, inside="base", slot_pt=_slot_pt(len(labels)) * 0.6)
     ax.axhline(
         bytes_to_gib(budget.uniform_budget_bytes),
         color="black",
@@ -212,10 +209,9 @@ def safe_budget_chart(
             linewidth=2,
             label=f"average {format_size(average_bytes)}: unsafe, {names} cannot hold it",
         )
-    _mark_limiting_tick(ax, budget.ranks, [] if tied else weakest)
-    ax.set_xlabel("rank")
-    ax.set_ylabel("safe KV budget (room − reserve) [GiB]")
-    ax.set_ylim(0, top_gib or max(safe_gib) * 1.3)
+    ax.set_xlabel(_mark_limiting_tick(ax, budget.ranks, [] if tied else weakest))
+    ax.set_ylabel("safe KV budget\n(room − reserve) [GiB]")
+    ax.set_ylim(0, max(top_gib or 0.0, max(safe_gib) * 1.05))  # a fixed top, raised when a bar would not fit
     uniform = format_size(budget.uniform_budget_bytes)
     ax.set_title(
         title
@@ -228,7 +224,7 @@ def safe_budget_chart(
     handles, _ = ax.get_legend_handles_labels()
     if not tied:
         handles.append(Patch(color=LIMITING_COLOR, label=f"limiting: {_rank_list(weakest)}"))
-    ax.legend(handles=handles, loc="upper right", fontsize=FONT_SIZE - 1)
+    _legend_below(ax, handles)
     fig.tight_layout()
     return fig
 
@@ -241,6 +237,7 @@ def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | No
     (ties: nothing but block rounding), the figure is one short line saying so, not an empty plot.
 
     >>> from kvplan.budget import uniform_budget
+    >>> from kvplan.units import GiB
     >>> fig = stranded_chart(uniform_budget([13 * GiB, 18 * GiB], GiB))
     >>> fig.axes[0].get_title()
     'Stranded on the stronger ranks: 5 GiB in total'
@@ -259,23 +256,23 @@ def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | No
     weakest = limiting_ranks(budget)
     fig, ax = _figure()
     colors = [LIMITING_COLOR if rank in weakest else RANK_COLOR for rank in budget.ranks]
-    bars = ax.bar(labels, [bytes_to_gib(s) for s in budget.stranded_bytes], color=colors, width=0.6)
-    _annotate_bars(ax, bars, budget.stranded_bytes)
-    for rank in weakest:
-        index = list(budget.ranks).index(rank)
-        there = budget.stranded_bytes[index]
-        ax.texts[index].set_text(f"limits: {format_size(there) if there else '0'} stranded")
-        ax.texts[index].set_color(LIMITING_COLOR)
-        ax.texts[index].set_fontweight("bold")
+    stranded_gib = [bytes_to_gib(s) for s in budget.stranded_bytes]
+    bars = ax.bar(labels, stranded_gib, color=colors, width=0.6)
+    level = _annotate_bars(ax, bars, budget.stranded_bytes)
+    for rank in weakest:  # the limiting rank's label in its colour: it strands nothing but block rounding
+        label = ax.texts[list(budget.ranks).index(rank)]
+        label.set_color(LIMITING_COLOR)
+        label.set_fontweight("bold")
     ax.set_title(
         title
         or f"Stranded on the stronger ranks: {format_size(budget.stranded_total_bytes)} in total{rounding}"
     )
-    _mark_limiting_tick(ax, budget.ranks, weakest)
-    ax.set_xlabel("rank")
+    ax.set_xlabel(_mark_limiting_tick(ax, budget.ranks, weakest))
     ax.set_ylabel("stranded KV memory [GiB]")
-    tallest = max(1.0, max(bytes_to_gib(s) for s in budget.stranded_bytes)) * 1.2
+    texts = [text.get_text() for text in ax.texts]
+    tallest = _headroom(max(1.0, max(stranded_gib)), texts, FONT_SIZE, level)
     ax.set_ylim(0, max(top_gib or 0.0, tallest))  # a fixed top that a taller state still fits under
+    _legend_below(ax, [Patch(color=LIMITING_COLOR, label=f"limiting: {_rank_list(weakest)}")])
     fig.tight_layout()
     return fig
 
@@ -295,6 +292,7 @@ def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Fig
     :data:`LIMITING_COLOR`, annotated with the limiting rank. All in GiB.
 
     >>> from kvplan.budget import uniform_budget
+    >>> from kvplan.units import GiB
     >>> boot = uniform_budget([13 * GiB, 18 * GiB], GiB)
     >>> spread_chart({"boot 0": boot, "boot 1": boot}).axes[0].get_title()
     'Safe budget spread over 2 boots: rank 0 limits every boot'
@@ -353,26 +351,9 @@ def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Fig
     )
     boots = f"{len(labels)} boot{'s' if len(labels) != 1 else ''}"
     ax.set_title(title or f"Safe budget spread over {boots}: {verdict}")
-    ax.legend(loc="upper right", fontsize=FONT_SIZE - 1)
+    _legend_below(ax, columns=3)
     fig.tight_layout()
     return fig
-
-
-def gib_table(frame: pd.DataFrame, decimals: int = 2) -> pd.DataFrame:
-    """A copy for display with every ``*_bytes`` column shown as ``*_gib`` (rounded), others unchanged.
-
-    >>> gib_table(pd.DataFrame({"rank": [0], "safe_bytes": [3 * 2**29]}))
-       rank  safe_gib
-    0     0       1.5
-    """
-    shown = frame.copy()
-    renames = {}
-    for column in frame.columns:
-        if str(column).endswith("_bytes"):
-            gib = pd.to_numeric(frame[column], errors="coerce").astype("float64") / GiB
-            shown[column] = gib.round(decimals)
-            renames[column] = str(column).removesuffix("_bytes") + "_gib"
-    return shown.rename(columns=renames)
 
 
 def _one_row_per_rank(ledger: pd.DataFrame, ranks: Sequence[int]) -> pd.DataFrame:

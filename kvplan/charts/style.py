@@ -6,9 +6,12 @@ The limiting rank is always drawn in :data:`LIMITING_COLOR`, the other ranks in 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import lru_cache
 
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.textpath import TextToPath
 
 from kvplan.units import bytes_to_gib, format_size
 
@@ -32,6 +35,9 @@ FONT_SIZE = 12
 
 
 FIGSIZE = (10, 5.5)
+
+
+_TEXT_PATH = TextToPath()  # measures text in points without a figure
 
 
 def _rank_list(ranks: Sequence[int]) -> str:
@@ -76,17 +82,57 @@ def _outline_bars(
     )
 
 
-def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool | str = False) -> None:
+#: Plot-area size [in] of a :data:`FIGSIZE` chart with its legend below (width, height): what bar labels fit in.
+PLOT_AREA = (8.9, 3.3)
+
+
+@lru_cache(maxsize=4096)
+def _text_width_pt(text: str, fontsize: float) -> float:
+    """Width of ``text``'s widest line in points, as matplotlib lays it out in the default font.
+
+    >>> round(_text_width_pt("12 GiB", 10))
+    33
+    """
+    font = FontProperties(size=fontsize)
+    return max(
+        _TEXT_PATH.get_text_width_height_descent(line, font, ismath=False)[0] for line in text.split("\n")
+    )
+
+
+def _slot_pt(count: int, width_in: float = PLOT_AREA[0]) -> float:
+    """Width [pt] of one of ``count`` bar slots across a plot area ``width_in`` wide."""
+    return width_in * 72 / max(1, count)
+
+
+def _upright(texts: Sequence[str], fontsize: float, slot_pt: float) -> bool:
+    """Whether every text fits across its slot (else bar labels are turned upright)."""
+    return all(_text_width_pt(text, fontsize) <= slot_pt * 0.95 for text in texts)
+
+
+def _headroom(tallest: float, texts: Sequence[str], fontsize: float, upright: bool) -> float:
+    """The y-axis top that leaves room above the tallest bar for labels over it (turned or not)."""
+    label_pt = fontsize * 1.6 if upright else max(_text_width_pt(t, fontsize) for t in texts) + 10
+    share = min(0.6, label_pt / (PLOT_AREA[1] * 72))
+    return max(tallest, 1e-9) / (1 - share)
+
+
+def _annotate_bars(
+    ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool | str = False, slot_pt: float | None = None
+) -> bool:
     """Label each bar with its size: above it, in white at its middle (``inside``) or at its foot (``"base"``).
 
-    At the foot, the label sits below every horizontal line drawn at or above the lowest bar (a uniform
-    value, an average), so no line strikes through it.
+    Labels too wide for a bar's slot (``slot_pt``, default the plot area over the bars) are turned upright;
+    returns whether they stayed level. At the foot, the label sits below every horizontal line drawn at or
+    above the lowest bar (a uniform value, an average), so no line strikes through it.
     """
-    for bar, size in zip(bars, sizes_bytes):
+    texts = [format_size(size) for size in sizes_bytes]
+    level = _upright(texts, FONT_SIZE, slot_pt or _slot_pt(len(texts))) and inside is not True
+    rotation = 0 if level else 90
+    for bar, text in zip(bars, texts):
         x = bar.get_x() + bar.get_width() / 2
         if inside == "base":
             ax.annotate(
-                format_size(size),
+                text,
                 (x, 0),
                 textcoords="offset points",
                 xytext=(0, 6),
@@ -95,10 +141,11 @@ def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool | st
                 color="white",
                 fontsize=FONT_SIZE,
                 fontweight="bold",
+                rotation=rotation,
             )
         elif inside:
             ax.annotate(
-                format_size(size),
+                text,
                 (x, bar.get_height() / 2),
                 ha="center",
                 va="center",
@@ -108,43 +155,79 @@ def _annotate_bars(ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool | st
             )
         else:
             ax.annotate(
-                format_size(size),
+                text,
                 (x, bar.get_height()),
                 textcoords="offset points",
                 xytext=(0, 4),
                 ha="center",
                 va="bottom",
                 fontsize=FONT_SIZE,
+                rotation=rotation,
             )
+    return level
 
 
 def _mark_limiting_tick(
     ax: Axes, ranks: Sequence[int], limiting: int | Sequence[int], totals: Sequence[int | None] = ()
-) -> None:
-    """Rank tick labels, the limiting one coloured, with each GPU's total memory under the rank when known."""
-    totals = list(totals) or [None] * len(ranks)
+) -> str:
+    """Rank numbers as tick labels, the limiting one(s) coloured and bold; returns the x-axis label.
+
+    Each GPU's total memory (``totals``) is named in the axis label when every GPU has the same, else
+    the label says the black line is each GPU's total.
+    """
     marked = [limiting] if isinstance(limiting, int) else list(limiting)
-    labels = [
-        (f"{rank} (limiting)" if rank in marked else str(rank))
-        + (f"\nof {format_size(total)}" if total is not None else "")
-        for rank, total in zip(ranks, totals)
-    ]
-    ax.set_xticks(range(len(ranks)), labels)
+    ax.set_xticks(range(len(ranks)), [str(rank) for rank in ranks])
     for rank in marked:
-        ax.get_xticklabels()[list(ranks).index(rank)].set_color(LIMITING_COLOR)
+        label = ax.get_xticklabels()[list(ranks).index(rank)]
+        label.set_color(LIMITING_COLOR)
+        label.set_fontweight("bold")
+    known = {total for total in totals if total is not None}
+    if len(known) == 1:
+        return f"rank (every GPU {format_size(known.pop())}: the black line)"
+    return "rank (black line: the GPU's total memory)" if known else "rank"
 
 
-def _label_segments(ax: Axes, bars, sizes_bytes: Sequence[int], min_height: float, dark: bool) -> None:
-    """Each stacked segment at least ``min_height`` [GiB] tall, labelled with its size at its middle."""
+def _legend_below(ax: Axes, handles=None, columns: int = 2) -> None:
+    """The legend under the plot area (outside the data), in ``columns`` columns."""
+    handles = handles if handles is not None else ax.get_legend_handles_labels()[0]
+    ax.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.16),
+        ncols=columns,
+        fontsize=FONT_SIZE - 1,
+        frameon=False,
+    )
+
+
+def _label_segments(ax: Axes, bars, sizes_bytes: Sequence[int], dark: bool, pt_per_gib: float) -> None:
+    """Each stacked segment labelled with its size at its middle where the text fits inside it.
+
+    Level when it fits across the bar, upright when the bar is too narrow but the segment tall enough
+    (``pt_per_gib``: points per GiB of the y axis), else left unlabelled (the legend and tables say it).
+    """
+    fontsize = FONT_SIZE - 1
     for bar, size in zip(bars, sizes_bytes):
-        if bar.get_height() < min_height:
+        text = format_size(size)
+        across_pt = bar.get_width() * _slot_pt(len(bars), PLOT_AREA_BESIDE[0]) * 0.95
+        height_pt = bar.get_height() * pt_per_gib
+        if _text_width_pt(text, fontsize) <= across_pt and height_pt >= fontsize * 1.25:
+            rotation = 0
+        elif _text_width_pt(text, fontsize) + 6 <= height_pt and across_pt >= fontsize * 1.5:
+            rotation = 90
+        else:
             continue
         ax.annotate(
-            format_size(size),
+            text,
             (bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2),
             ha="center",
             va="center",
-            fontsize=FONT_SIZE - 1,
+            fontsize=fontsize,
+            rotation=rotation,
             color="white" if dark else "black",
             bbox=None if dark else {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
         )
+
+
+#: Plot-area size [in] of a :data:`FIGSIZE` chart with its legend beside it (the ledger chart).
+PLOT_AREA_BESIDE = (6.2, 4.0)

@@ -90,7 +90,7 @@ def run_approve(args: argparse.Namespace) -> int:
     else:
         options = {name: getattr(args, name) for name in sorted(LAYOUT_OPTIONS)}
         layout = plan.ModelLayout(resolve_model_config(args.model), options)
-    admission = plan.Plan(args.target_concurrency, args.seq_len) if args.seq_len else None
+    admission = plan.AdmissionPlan(args.target_concurrency, args.seq_len) if args.seq_len else None
     policy = plan.Policy(args.reserve, args.guard, args.assume_uniform)
     bundle, written = evidence.approve_bundle(
         args.logs,

@@ -145,11 +145,11 @@ def _run_plan(args: argparse.Namespace) -> int:
     from kvplan.cli.output import format_table
     from kvplan.cli.output import print_json as _print_json
     from kvplan.cli.output import print_warnings as _print_warnings
-    from kvplan.evidence import Plan
+    from kvplan.evidence import AdmissionPlan
     from kvplan.fleet import FleetPolicy, plan_fleet
     from kvplan.fleet.engine import default_scheduler, stderr_progress
     from kvplan.fleet.inputs import terminal_text
-    from kvplan.fleet.plan import class_rows
+    from kvplan.fleet.planner import class_rows
 
     if (args.target_concurrency is None) != (args.seq_len is None):
         raise ValueError("an admission plan needs both --target-concurrency and --seq-len")
@@ -157,7 +157,7 @@ def _run_plan(args: argparse.Namespace) -> int:
         args.reserve,
         tuple(args.class_by),
         approver=args.approver,
-        plan=Plan(args.target_concurrency, args.seq_len) if args.seq_len else None,
+        admission=AdmissionPlan(args.target_concurrency, args.seq_len) if args.seq_len else None,
         **{
             name: value
             for name, value in (

@@ -53,13 +53,14 @@ from kvplan.evidence.verify import (
     verify_bundle_with_notes,
 )
 from kvplan.evidence.write import approve, approve_bundle, clean_stale, enclosing_bundle
-from kvplan.plan import InputFileError, LoadPolicy, ModelLayout, Plan, Policy
+from kvplan.plan import AdmissionPlan, InputFileError, LoadPolicy, ModelLayout, Policy
 
 __all__ = [
     "BUDGET_JSON",
     "SCHEMA",
     "SCHEMA_VERSION",
     "SEAL_KEY",
+    "AdmissionPlan",
     "ApprovalError",
     "BundleChangedError",
     "BundleError",
@@ -67,7 +68,6 @@ __all__ = [
     "InputFileError",
     "LoadPolicy",
     "ModelLayout",
-    "Plan",
     "Policy",
     "UnsafeFileError",
     "Verified",

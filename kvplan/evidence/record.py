@@ -27,7 +27,7 @@ from kvplan import __version__
 from kvplan.checks import Approved
 from kvplan.json_text import canonical_chunks, indented_chunks
 from kvplan.ledger import is_known
-from kvplan.plan import Decision, LoadPolicy, ModelLayout, Plan, Policy, profiled_tokens
+from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy, profiled_tokens
 from kvplan.units import format_size
 
 SCHEMA = "kvplan.budget"
@@ -196,7 +196,7 @@ def input_names(paths: Sequence[str | os.PathLike]) -> list[str]:
 def settings(
     policy: Policy,
     layout: ModelLayout | None,
-    plan: Plan | None,
+    plan: AdmissionPlan | None,
     load_policy: LoadPolicy | None,
     inputs: Sequence[Mapping[str, str]],
     approver: str,

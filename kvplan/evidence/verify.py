@@ -47,7 +47,7 @@ from kvplan.evidence.record import (
 )
 from kvplan.evidence.render import artifact_pieces, artifact_texts, chart_images, chart_names
 from kvplan.io.metadata import RawLines
-from kvplan.plan import Decision, LoadPolicy, ModelLayout, Plan, Policy, decide, renamed
+from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy, decide, renamed
 
 #: The keys recomputed from the inputs and compared: every key but the approval's identity, inputs and
 #: files (checked on their own: digest, hashes, folder name) and the model options (inputs of kv_spec).
@@ -308,7 +308,7 @@ def user_paths(record: Mapping, text: str) -> str:
 
 def _settings_of(
     folder: Path, record: Mapping
-) -> tuple[list, Policy, Plan | None, LoadPolicy | None, object]:
+) -> tuple[list, Policy, AdmissionPlan | None, LoadPolicy | None, object]:
     """The inputs, policy, plan, load policy and model options a record states; :class:`BundleError`."""
     try:
         entries = list(record["inputs"])
@@ -316,7 +316,7 @@ def _settings_of(
         policy = Policy(_int(raw["reserve_bytes"]), _int(raw["guard_bytes"]), _bool(raw["assume_uniform"]))
         plan_record = record.get("admission_plan")
         plan = (
-            Plan(_int(plan_record["target_concurrency"]), _int(plan_record["seq_len"]))
+            AdmissionPlan(_int(plan_record["target_concurrency"]), _int(plan_record["seq_len"]))
             if plan_record
             else None
         )

@@ -42,7 +42,16 @@ from kvplan.evidence.record import (
     sha256_file,
 )
 from kvplan.evidence.render import artifact_pieces, chart_images
-from kvplan.plan import Decision, LoadPolicy, ModelLayout, Plan, Policy, decide, renamed, require_files
+from kvplan.plan import (
+    AdmissionPlan,
+    Decision,
+    LoadPolicy,
+    ModelLayout,
+    Policy,
+    decide,
+    renamed,
+    require_files,
+)
 from kvplan.units import format_size
 
 #: A ``.partial`` folder older than this belongs to an approval that was killed [seconds].
@@ -63,7 +72,7 @@ def approve_bundle(
     approver: str,
     note: str = "",
     layout: ModelLayout | None = None,
-    plan: Plan | None = None,
+    plan: AdmissionPlan | None = None,
     now: datetime | None = None,
     load_paths: Sequence[str | os.PathLike] = (),
     load_policy: LoadPolicy | None = None,

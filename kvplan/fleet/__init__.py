@@ -6,7 +6,7 @@ kvplan`` does not import it. :func:`plan_fleet` decides, :func:`gate_fleet` judg
 
 from kvplan.fleet.engine import read_fleet
 from kvplan.fleet.inputs import FleetInputError, list_fleet, parse_storage_options
-from kvplan.fleet.plan import FleetPlan, FleetPolicy, plan_fleet
+from kvplan.fleet.planner import FleetPlan, FleetPolicy, plan_fleet
 
 __all__ = [
     "FleetInputError",

@@ -18,7 +18,7 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from kvplan.evidence import ModelLayout, Plan, Policy, approve, sha256_file
+from kvplan.evidence import AdmissionPlan, ModelLayout, Policy, approve, sha256_file
 from kvplan.fleet.inputs import filesystem, host_folder, is_snapshot
 from kvplan.fleet.read import HostReading
 from kvplan.io.nvidia_smi_csv import read_nvidia_smi_csv
@@ -100,7 +100,7 @@ def approve_class(
     reserve_bytes: int,
     approver: str,
     model: str | None,
-    plan: Plan | None,
+    plan: AdmissionPlan | None,
     storage_options: Mapping[str, object] | None,
 ) -> Path:
     """Write the class's bundle under ``out`` and return its folder (``kvplan.evidence.approve``)."""

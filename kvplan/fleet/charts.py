@@ -1,109 +1,207 @@
 """Charts of a fleet plan, one question each (``matplotlib.figure.Figure`` objects, never pyplot).
 
-Every function takes the dict of :meth:`kvplan.fleet.plan.FleetPlan.to_dict` and only draws it.
+Every function takes the dict of :meth:`kvplan.fleet.planner.FleetPlan.to_dict` and only draws it. They hold
+from one class to fifty: a figure grows a row per class, titles wrap to its width, legends sit under the
+plot, and every bar starts at zero on one scale per quantity.
 """
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Mapping
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
-from kvplan.units import GiB, format_size
+from kvplan.charts.style import LIMITING_COLOR, RANK_COLOR, REFERENCE_COLOR, TARGET_COLOR
+from kvplan.units import bytes_to_gib, format_size
+
+#: Width [in] of every fleet chart, and its font size [pt].
+WIDTH_IN = 10
+_FONT_PT = 10
+OUTLIER_COLOR = "#E69F00"
+
+
+def _wrap(text: str, fontsize: float = _FONT_PT + 1, width_in: float = WIDTH_IN) -> str:
+    """``text`` wrapped to the figure's width (DejaVu Sans: about 0.6 em a character)."""
+    return "\n".join(textwrap.wrap(text, int(width_in * 72 * 0.9 / (fontsize * 0.6))))
+
+
+def _figure(rows: int, row_in: float, extra_in: float) -> tuple[Figure, Axes]:
+    figure = Figure(figsize=(WIDTH_IN, extra_in + row_in * max(1, rows)))
+    axes = figure.subplots()
+    axes.spines[["top", "right"]].set_visible(False)
+    return figure, axes
+
+
+def _legend_below(figure: Figure, handles, columns: int = 3) -> None:
+    """The legend at the figure's foot, under the plot and its axis label; the layout leaves it room."""
+    figure.legend(handles=handles, loc="lower center", ncols=columns, fontsize=_FONT_PT - 1, frameon=False)
+    rows = -(-len(handles) // columns)
+    figure.tight_layout(rect=(0, (0.1 + 0.25 * rows) / figure.get_size_inches()[1], 1, 1))
+
+
+def _class_label(name: str) -> str:
+    """A class name on two lines at most: the GPU, then the driver and release (``a / b / c``)."""
+    first, _, rest = name.partition(" / ")
+    return f"{first}\n{rest}" if rest else first
 
 
 def classes_chart(plan: Mapping) -> Figure:
     """Which classes are there and how big are they: clean hosts per class, and the excluded hosts."""
-    names = [c["class"] for c in plan["classes"]] + ["excluded"]
+    names = [_class_label(c["class"]) for c in plan["classes"]] + ["excluded"]
     counts = [c["clean_hosts"] for c in plan["classes"]] + [len(plan["excluded"])]
-    colours = ["tab:blue" if c["approved"] else "tab:orange" for c in plan["classes"]] + ["tab:grey"]
-    figure = Figure(figsize=(8, 0.5 + 0.45 * len(names)))
-    axes = figure.subplots()
-    axes.barh(names[::-1], counts[::-1], color=colours[::-1])
-    for y, count in enumerate(counts[::-1]):
-        axes.text(count, y, f" {count}", va="center")
-    axes.set_xlabel("hosts (blue: approved class, orange: not approved, grey: excluded)")
-    axes.set_title(
-        f"Host classes and their size: {len(plan['classes'])} class(es), {len(plan['excluded'])} host(s) excluded"
+    colours = [RANK_COLOR if c["approved"] else OUTLIER_COLOR for c in plan["classes"]] + [REFERENCE_COLOR]
+    figure, axes = _figure(len(names), 0.45, 1.8)
+    positions = range(len(names))[::-1]  # the first class on top
+    axes.barh(list(positions), counts, color=colours)
+    axes.set_yticks(list(positions), names, fontsize=_FONT_PT - 1)
+    for y, count in zip(positions, counts):
+        axes.text(count, y, f" {count}", va="center", fontsize=_FONT_PT - 1)
+    axes.set_xlim(0, max([*counts, 1]) * 1.12)
+    axes.set_xlabel("hosts", fontsize=_FONT_PT)
+    classes, excluded = len(plan["classes"]), len(plan["excluded"])
+    figure.suptitle(
+        _wrap(
+            f"Host classes and their size: {classes} class{'es' if classes != 1 else ''}, "
+            f"{excluded} host{'s' if excluded != 1 else ''} excluded"
+        ),
+        fontsize=_FONT_PT + 1,
     )
-    figure.tight_layout()
+    _legend_below(
+        figure,
+        [
+            Patch(color=RANK_COLOR, label="approved class"),
+            Patch(color=OUTLIER_COLOR, label="not approved"),
+            Patch(color=REFERENCE_COLOR, label="excluded hosts"),
+        ],
+    )
     return figure
 
 
 def host_budgets_chart(plan: Mapping) -> Figure:
-    """Per-host budgets of each class, the class value as a line, limiting host and outliers marked."""
+    """Per-host budgets of each class on one scale from zero: the class value as a bar, each host a dot.
+
+    The bar is the class value (the minimum over its hosts' ranks, rounded to blocks); the dots are each
+    host's own budget, the limiting host's in :data:`LIMITING_COLOR` and outliers in orange.
+    """
     classes = plan["classes"]
-    figure = Figure(figsize=(9, 2.2 * len(classes) + 0.5))
-    axes_list = figure.subplots(len(classes), 1, squeeze=False)[:, 0]
-    for axes, c in zip(axes_list, classes):
-        hosts = sorted(c["host_budgets"], key=lambda host: c["host_budgets"][host])
-        values = [c["host_budgets"][host] / GiB for host in hosts]
+    figure, axes = _figure(len(classes), 0.5, 1.9)
+    positions = list(range(len(classes)))[::-1]
+    values = [bytes_to_gib(c["uniform_budget_bytes"]) for c in classes]
+    axes.barh(positions, values, color="#CFE3F1", height=0.6)
+    for y, c, value in zip(positions, classes, values):
         outliers = {o["host"] for o in c["outliers"]}
+        budgets = c["host_budgets"]
+        hosts = sorted(budgets, key=lambda host: budgets[host])
         colours = [
-            "tab:red" if h == c["limiting_host"] else "tab:orange" if h in outliers else "tab:blue"
-            for h in hosts
+            LIMITING_COLOR
+            if host == c["limiting_host"]
+            else OUTLIER_COLOR
+            if host in outliers
+            else RANK_COLOR
+            for host in hosts
         ]
-        axes.bar(range(len(hosts)), values, color=colours)
-        axes.axhline(c["uniform_budget_bytes"] / GiB, color="black", linestyle="--", linewidth=1)
-        axes.set_ylim(min(values) * 0.97, max(values) * 1.01)
-        axes.set_xticks([])
-        axes.set_ylabel("GiB per GPU")
-        axes.set_title(
-            f"{c['class']}: class value {format_size(c['uniform_budget_bytes'])} (dashed); red: "
-            f"limiting host {c['limiting_host']}, orange: outliers",
-            fontsize=9,
+        axes.scatter([bytes_to_gib(budgets[h]) for h in hosts], [y] * len(hosts), c=colours, s=28, zorder=3)
+        axes.text(
+            value / 2,
+            y,
+            format_size(c["uniform_budget_bytes"]),
+            ha="center",
+            va="center",
+            fontsize=_FONT_PT - 1,
         )
-    figure.tight_layout()
+    tops = [bytes_to_gib(b) for c in classes for b in c["host_budgets"].values()] + values
+    axes.set_xlim(0, max([*tops, 1.0]) * 1.05)
+    axes.set_yticks(positions, [_class_label(c["class"]) for c in classes], fontsize=_FONT_PT - 1)
+    axes.set_xlabel("KV budget per GPU [GiB]", fontsize=_FONT_PT)
+    figure.suptitle(
+        _wrap("Per-host budgets: who holds each class down (bar: the class value; dots: each host)"),
+        fontsize=_FONT_PT + 1,
+    )
+    _legend_below(
+        figure,
+        [
+            Patch(color="#CFE3F1", label="class value"),
+            Line2D([], [], marker="o", linestyle="", color=LIMITING_COLOR, label="limiting host"),
+            Line2D([], [], marker="o", linestyle="", color=OUTLIER_COLOR, label="outlier"),
+            Line2D([], [], marker="o", linestyle="", color=RANK_COLOR, label="other hosts"),
+        ],
+        columns=4,
+    )
     return figure
 
 
 def split_gain_chart(plan: Mapping) -> Figure:
     """What splitting the weak hosts off buys: tokens per class now, split, and with the outliers fixed."""
     classes = [c for c in plan["classes"] if c["split"].get("gain_split_tokens")]
-    figure = Figure(figsize=(9, 1.6 + 0.9 * max(1, len(classes))))
-    axes = figure.subplots()
     if not classes:
-        axes.text(0.5, 0.5, "no class has outliers below the split bound", ha="center", va="center")
-        axes.set_axis_off()
-        axes.set_title("What splitting the weak hosts off buys: nothing (no class below the split bound)")
+        figure = Figure(figsize=(WIDTH_IN, 0.8))
+        figure.suptitle("What splitting the weak hosts off buys: nothing (no class below the split bound)")
         return figure
-    for y, c in enumerate(classes):
+    figure, axes = _figure(len(classes), 0.9, 1.9)
+    for y, c in zip(range(len(classes))[::-1], classes):
         now = c["capacity"][-1]["tokens"] * c["clean_hosts"] if c["capacity"] else 0
-        split, fixed = now + c["split"]["gain_split_tokens"], now + c["split"]["gain_fixed_tokens"]
-        labels = [
-            "now",
-            f"outliers split off: +{c['split']['gain_split_tokens']:,} tokens",
-            f"outliers fixed: +{c['split']['gain_fixed_tokens']:,} tokens",
-        ]
-        for offset, value, colour, label in zip(
-            (0.25, 0, -0.25), (now, split, fixed), ("tab:grey", "tab:blue", "tab:green"), labels
+        split, fixed = now + c["split"]["gain_split_tokens"], now + (c["split"]["gain_fixed_tokens"] or 0)
+        for offset, value, colour in zip(
+            (0.25, 0, -0.25), (now, split, fixed), (REFERENCE_COLOR, RANK_COLOR, TARGET_COLOR)
         ):
-            axes.barh(y + offset, value / 1e6, height=0.25, color=colour, label=label)
-    axes.set_yticks(range(len(classes)), [c["class"].replace(" / ", "\n") for c in classes], fontsize=8)
-    axes.set_xlabel("KV tokens over the class [millions]")
-    axes.legend(loc="lower left", fontsize=8)
+            axes.barh(y + offset, value / 1e6, height=0.25, color=colour)
+    axes.set_yticks(
+        list(range(len(classes))[::-1]), [_class_label(c["class"]) for c in classes], fontsize=_FONT_PT - 1
+    )
+    axes.set_xlabel("KV tokens over the class [millions]", fontsize=_FONT_PT)
     split = sum(c["split"]["gain_split_tokens"] for c in classes)
     fixed = sum(c["split"]["gain_fixed_tokens"] or 0 for c in classes)
-    axes.set_title(f"What splitting the weak hosts off buys: +{split:,} tokens (+{fixed:,} with them fixed)")
-    figure.tight_layout()
+    figure.suptitle(
+        _wrap(f"What splitting the weak hosts off buys: +{split:,} tokens (+{fixed:,} with them fixed)"),
+        fontsize=_FONT_PT + 1,
+    )
+    _legend_below(
+        figure,
+        [
+            Patch(color=REFERENCE_COLOR, label="now"),
+            Patch(color=RANK_COLOR, label="outliers split off"),
+            Patch(color=TARGET_COLOR, label="outliers fixed"),
+        ],
+    )
     return figure
 
 
 def waves_chart(plan: Mapping) -> Figure:
-    """The rollout waves in order: hosts per wave, canaries first, each with its class's flag value."""
+    """The rollout waves in order: hosts per wave, canaries first, each with its class's value per GPU."""
     waves = plan["waves"]
-    figure = Figure(figsize=(8, 0.6 + 0.45 * max(1, len(waves))))
-    axes = figure.subplots()
-    labels = [f"wave {w['wave']} {w['kind']}: {w['class']}" for w in waves]
+    figure, axes = _figure(len(waves), 0.5, 1.8)
+    positions = list(range(len(waves)))[::-1]
     counts = [len(w["hosts"]) for w in waves]
     axes.barh(
-        labels[::-1],
-        counts[::-1],
-        color=["tab:orange" if w["kind"] == "canary" else "tab:blue" for w in waves][::-1],
+        positions, counts, color=[OUTLIER_COLOR if w["kind"] == "canary" else RANK_COLOR for w in waves]
     )
-    for y, wave in enumerate(waves[::-1]):
-        axes.text(len(wave["hosts"]), y, f" {wave['flag']}", va="center", fontsize=8)
-    axes.set_xlabel("hosts (orange: canaries, gated before the class's wave)")
-    axes.set_title(f"Rollout waves: {len(waves)} wave(s), every class's canaries first")
-    figure.tight_layout()
+    axes.set_yticks(
+        positions,
+        [f"wave {w['wave']} · {w['kind']}: {_class_label(w['class'])}" for w in waves],
+        fontsize=_FONT_PT - 1,
+    )
+    for y, wave, count in zip(positions, waves, counts):
+        value = wave["flag"].rpartition("=")[2]
+        shown = format_size(int(value)) if value.isdigit() else wave["flag"]
+        axes.text(count, y, f" {count} · {shown}", va="center", fontsize=_FONT_PT - 1)
+    axes.set_xlim(0, max([*counts, 1]) * 1.6)
+    axes.set_xlabel("hosts (each wave's class value per GPU beside its bar)", fontsize=_FONT_PT)
+    figure.suptitle(
+        _wrap(
+            f"Rollout waves: {len(waves)} wave{'s' if len(waves) != 1 else ''}, every class's canaries first"
+        ),
+        fontsize=_FONT_PT + 1,
+    )
+    _legend_below(
+        figure,
+        [
+            Patch(color=OUTLIER_COLOR, label="canaries, gated before the wave"),
+            Patch(color=RANK_COLOR, label="class wave"),
+        ],
+        columns=2,
+    )
     return figure

@@ -148,6 +148,7 @@ def list_fleet(url: str, storage_options: Mapping[str, object] | None = None) ->
     """Every host of the fleet at ``url`` (a folder of host folders, or a manifest ``.csv``), by host name."""
     try:
         fs, path = filesystem(url, storage_options)
+        fs.invalidate_cache()  # fsspec keeps one instance per options: list what is there now
         if not fs.exists(path):
             raise FileNotFoundError(path)
         if path.lower().endswith(".csv") and not fs.isdir(path):

@@ -166,7 +166,7 @@ def evidence_identities(
     boot's lines (first to last, as read) and its ranks' pids; ``gpu:`` and each GPU UUID its snapshots show.
 
     The same boot, or the same GPU, under two hosts is one piece of evidence claimed twice
-    (:func:`kvplan.fleet.plan.shared_evidence` refuses it).
+    (:func:`kvplan.fleet.planner.shared_evidence` refuses it).
     """
     pids: dict[tuple[str, int], list[int]] = {}
     ledger = evidence.ledger

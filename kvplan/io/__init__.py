@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvplan.lazy import lazy_names
+from kvplan import lazy_names
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from kvplan.io.ledger_csv import LedgerCsvError, read_ledger_csv

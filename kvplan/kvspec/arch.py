@@ -1,5 +1,7 @@
 """The KV-relevant architecture of a model, read from its Hugging Face ``config.json`` (no layout yet),
-and whether a config describes the model the logs served (names compared by architecture, not substring).
+whether a config describes the model the logs served (names compared by architecture, not substring), and
+what a release can serve of it: refusals name vLLM's rule, approximations say why the prediction is a
+lower bound rather than exact.
 
 >>> model_arch({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
 ...             "head_dim": 64, "torch_dtype": "bfloat16"}).layer_types
@@ -12,9 +14,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from kvplan.kvspec.layers import LINEAR_ATTENTION, KVSpecError, layer_kinds, linear_state_dims, positive_field
+from kvplan.kvspec.layers import (
+    LINEAR_ATTENTION,
+    SLIDING_ATTENTION,
+    KVSpecError,
+    layer_kinds,
+    linear_state_dims,
+    positive_field,
+)
+from kvplan.releases import DCP_FROM, FP8_DS_MLA_FROM, MLA_FROM, OLDEST_KV_ARITHMETIC, Release
 
 _NESTED_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
 #: Bytes per value of a config's ``torch_dtype``: vLLM serves float32 checkpoints in a 16-bit dtype
@@ -288,3 +298,88 @@ def check_model_name(arch: ModelArch, logged_model: str | None) -> None:
         f"the model config describes {arch.model_id}, but the logs served {logged_model}: "
         "give the served model's config.json"
     )
+
+
+#: Sub-byte KV dtypes sized as fp8: 1 byte per value is more than their packed pages take
+#: (nvfp4: ``head_size / 2 + head_size / 16`` bytes per head and token, ``utils/torch_utils.py``).
+SUB_BYTE_KV_DTYPES = ("nvfp4", "nvfp4_4over6")
+
+
+def unmodelled_kv_dtype(kv_cache_dtype: str) -> tuple[str, str]:
+    """The KV dtype kvplan sizes in place of ``kv_cache_dtype``, and why (empty when it is modelled).
+
+    >>> unmodelled_kv_dtype("fp8"), unmodelled_kv_dtype("nvfp4")[0]
+    (('fp8', ''), 'fp8')
+    """
+    if kv_cache_dtype not in SUB_BYTE_KV_DTYPES:
+        return kv_cache_dtype, ""
+    return "fp8", (
+        f"kv_cache_dtype {kv_cache_dtype!r} is not modelled: sized as fp8 (1 byte per value; "
+        "nvfp4 pages take 0.5625 bytes per value plus scales), so blocks and tokens are a "
+        "lower bound"
+    )
+
+
+def check_release_support(
+    arch: ModelArch, version: Release, shown: str | None, *, tp: int, dcp: int, kv_cache_dtype: str
+) -> None:
+    """Refuse what ``version`` (``shown`` as given) cannot serve, or kvplan does not size there."""
+    if version < OLDEST_KV_ARITHMETIC:
+        raise KVSpecError(f"vllm_version {shown}: kvplan repeats vLLM's arithmetic from 0.5.0 on")
+    if arch.mla_latent_dim is not None and version < MLA_FROM:
+        raise KVSpecError(
+            f"vLLM {shown} serves {arch.name} without MLA (K and V per head, head "
+            "size padded): kvplan sizes MLA models from 0.7.1 on, where one latent per token "
+            "is cached"
+        )
+    if kv_cache_dtype == "fp8_ds_mla" and version < FP8_DS_MLA_FROM:
+        raise KVSpecError(
+            f"kv_cache_dtype 'fp8_ds_mla' does not exist in vLLM {shown}: its 656-byte "
+            "pages came with DeepSeek-V3.2 support in 0.11.0"
+        )
+    if dcp <= 0:
+        raise KVSpecError(f"dcp must be positive, got {dcp}")
+    if dcp > 1:
+        if tp % dcp:
+            raise KVSpecError(f"dcp {dcp} does not divide tp {tp}: vLLM needs tp divisible by the DCP size")
+        if version < DCP_FROM:
+            raise KVSpecError(f"decode context parallel needs vLLM 0.11 or later, not {shown}")
+        if SLIDING_ATTENTION in arch.layer_types:
+            raise KVSpecError(f"{arch.name}: vLLM does not support DCP with sliding-window layers")
+
+
+def pcp_note(pcp: int) -> str:
+    """Why a prefill-context-parallel launch is approximate (empty for ``pcp`` 1).
+
+    >>> pcp_note(1), pcp_note(2)[:40]
+    ('', 'prefill context parallel (PCP 2) is not ')
+    """
+    if pcp < 1:
+        raise KVSpecError(f"pcp must be positive, got {pcp}")
+    if pcp == 1:
+        return ""
+    return (
+        f"prefill context parallel (PCP {pcp}) is not modelled: sized without it (whole requests "
+        "per rank), a lower bound"
+    )
+
+
+#: Bytes per value of the dtype vLLM really served (``dtype=torch.bfloat16`` in its config line).
+SERVED_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+
+
+def served_arch(arch: ModelArch, dtype: str | None) -> ModelArch:
+    """``arch`` in the dtype vLLM served (``--dtype`` as its log shows it, e.g. ``torch.float32``);
+    None or ``auto`` keep the config's ``torch_dtype``.
+
+    >>> arch = model_arch({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
+    ...                    "head_dim": 64, "torch_dtype": "bfloat16"})
+    >>> served_arch(arch, "torch.float32").dtype_bytes, served_arch(arch, None).dtype_bytes
+    (4, 2)
+    """
+    if dtype is None or str(dtype) == "auto":
+        return arch
+    served = str(dtype).removeprefix("torch.")
+    if served not in SERVED_DTYPE_BYTES:
+        raise KVSpecError(f"dtype {dtype!r}: expected one of {sorted(SERVED_DTYPE_BYTES)} (or auto)")
+    return replace(arch, dtype_bytes=SERVED_DTYPE_BYTES[served])

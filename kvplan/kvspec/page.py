@@ -1,8 +1,7 @@
 """The per-rank arithmetic of a layout, layer by layer: how a parallel layout splits a model (layers per
 pipeline stage, KV heads per TP rank), KV bytes per token of one layer on one rank (attention pages by KV
 dtype, MLA latents, the recurrent state of linear-attention / Mamba layers, ``vllm/v1/kv_cache_interface.py``),
-what a release can size (refusals name vLLM's rule; approximations say why the prediction is a lower bound),
-vLLM's KV cache groups, and what each pipeline stage holds.
+the layers a release serves, vLLM's KV cache groups, and what each pipeline stage holds.
 
 Standard / grouped-query / multi-query attention: ``2 × kv_heads_per_rank × head_dim × dtype_bytes``;
 MLA (DeepSeek-V2/V3, Kimi): one latent of ``kv_lora_rank + qk_rope_head_dim`` values, no factor 2,
@@ -22,14 +21,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from kvplan.kvspec.arch import ModelArch
-from kvplan.kvspec.layers import LINEAR_ATTENTION, SLIDING_ATTENTION, KVSpecError, parse_vllm_version
+from kvplan.kvspec.layers import (
+    FULL_ATTENTION,
+    LINEAR_ATTENTION,
+    SLIDING_ATTENTION,
+    KVSpecError,
+    parse_vllm_version,
+)
 from kvplan.releases import (
-    DCP_FROM,
-    FP8_DS_MLA_FROM,
     GROUP_SIZE_RATIO_1_5_FROM,
     GROUP_SIZE_RATIO_FROM,
-    MLA_FROM,
-    OLDEST_KV_ARITHMETIC,
+    HYBRID_KV_MANAGER_FROM,
+    HYBRID_MAMBA_FROM,
+    MAMBA_ALIGN_FROM,
     Release,
 )
 
@@ -97,8 +101,6 @@ KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {
     "fp8_e5m2": 1,
     "fp8_ds_mla": 1,
 }
-#: Bytes per value of the dtype vLLM really served (``dtype=torch.bfloat16`` in its config line).
-SERVED_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 #: ``fp8_ds_mla`` page: 512 fp8 latent values + 4 float32 scales + 64 bf16 rope values per token.
 FP8_DS_MLA_BYTES_PER_TOKEN = 656
 #: DeepSeek-V3.2's indexer keys are fp8 with one float32 scale per this many values (``deepseek_v2.py``
@@ -214,68 +216,53 @@ def linear_state_bytes(arch: ModelArch, tp: int) -> int:
     raise KVSpecError(f"{arch.name}: no linear-attention layers")
 
 
-#: Sub-byte KV dtypes sized as fp8: 1 byte per value is more than their packed pages take
-#: (nvfp4: ``head_size / 2 + head_size / 16`` bytes per head and token, ``utils/torch_utils.py``).
-SUB_BYTE_KV_DTYPES = ("nvfp4", "nvfp4_4over6")
+@dataclass(frozen=True)
+class ServedLayers:
+    """The kind of every layer as vLLM serves it, one request's recurrent state in one linear-attention
+    layer of a TP rank [bytes] (None without such layers), and why the sizes are approximate."""
+
+    layer_types: tuple[str, ...]
+    linear_bytes: int | None
+    reasons: tuple[str, ...]
 
 
-def unmodelled_kv_dtype(kv_cache_dtype: str) -> tuple[str, str]:
-    """The KV dtype kvplan sizes in place of ``kv_cache_dtype``, and why (empty when it is modelled).
+def served_layers(
+    arch: ModelArch, version: Release, tp: int, hybrid_kv_cache_manager: bool | None = None
+) -> ServedLayers:
+    """The layers of ``arch`` as release ``version`` serves them: sliding-window layers as full attention
+    before the hybrid KV cache manager (0.9) or when the logs say vLLM disabled it (``False``), hybrid
+    Mamba models from 0.10 only.
 
-    >>> unmodelled_kv_dtype("fp8"), unmodelled_kv_dtype("nvfp4")[0]
-    (('fp8', ''), 'fp8')
+    >>> from kvplan.kvspec.arch import model_arch
+    >>> arch = model_arch({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
+    ...     "head_dim": 64, "sliding_window": 4096, "layer_types": ["sliding_attention", "full_attention"]})
+    >>> served_layers(arch, (0, 8, 5), tp=1).layer_types
+    ('full_attention', 'full_attention')
     """
-    if kv_cache_dtype not in SUB_BYTE_KV_DTYPES:
-        return kv_cache_dtype, ""
-    return "fp8", (
-        f"kv_cache_dtype {kv_cache_dtype!r} is not modelled: sized as fp8 (1 byte per value; "
-        "nvfp4 pages take 0.5625 bytes per value plus scales), so blocks and tokens are a "
-        "lower bound"
-    )
-
-
-def check_release_support(
-    arch: ModelArch, version: Release, shown: str | None, *, tp: int, dcp: int, kv_cache_dtype: str
-) -> None:
-    """Refuse what ``version`` (``shown`` as given) cannot serve, or kvplan does not size there."""
-    if version < OLDEST_KV_ARITHMETIC:
-        raise KVSpecError(f"vllm_version {shown}: kvplan repeats vLLM's arithmetic from 0.5.0 on")
-    if arch.mla_latent_dim is not None and version < MLA_FROM:
-        raise KVSpecError(
-            f"vLLM {shown} serves {arch.name} without MLA (K and V per head, head "
-            "size padded): kvplan sizes MLA models from 0.7.1 on, where one latent per token "
-            "is cached"
-        )
-    if kv_cache_dtype == "fp8_ds_mla" and version < FP8_DS_MLA_FROM:
-        raise KVSpecError(
-            f"kv_cache_dtype 'fp8_ds_mla' does not exist in vLLM {shown}: its 656-byte "
-            "pages came with DeepSeek-V3.2 support in 0.11.0"
-        )
-    if dcp <= 0:
-        raise KVSpecError(f"dcp must be positive, got {dcp}")
-    if dcp > 1:
-        if tp % dcp:
-            raise KVSpecError(f"dcp {dcp} does not divide tp {tp}: vLLM needs tp divisible by the DCP size")
-        if version < DCP_FROM:
-            raise KVSpecError(f"decode context parallel needs vLLM 0.11 or later, not {shown}")
-        if SLIDING_ATTENTION in arch.layer_types:
-            raise KVSpecError(f"{arch.name}: vLLM does not support DCP with sliding-window layers")
-
-
-def pcp_note(pcp: int) -> str:
-    """Why a prefill-context-parallel launch is approximate (empty for ``pcp`` 1).
-
-    >>> pcp_note(1), pcp_note(2)[:40]
-    ('', 'prefill context parallel (PCP 2) is not ')
-    """
-    if pcp < 1:
-        raise KVSpecError(f"pcp must be positive, got {pcp}")
-    if pcp == 1:
-        return ""
-    return (
-        f"prefill context parallel (PCP {pcp}) is not modelled: sized without it (whole requests "
-        "per rank), a lower bound"
-    )
+    reasons = []
+    linear_bytes = None
+    layer_types = arch.layer_types
+    if LINEAR_ATTENTION in layer_types:
+        if version < HYBRID_MAMBA_FROM:
+            raise KVSpecError(
+                f"{arch.name}: hybrid Mamba / linear-attention models are sized here from vLLM 0.10"
+            )
+        linear_bytes = linear_state_bytes(arch, tp)
+        if version < MAMBA_ALIGN_FROM:
+            reasons.append(
+                "linear-attention / Mamba state: its size (state dtypes, prefix-caching mode) and the page "
+                "padding vary by release before 0.26; blocks and concurrency are estimates"
+            )
+    if SLIDING_ATTENTION in layer_types:
+        why = None
+        if version < HYBRID_KV_MANAGER_FROM:
+            why = "vLLM before 0.9 keeps sliding-window layers as full attention (no hybrid KV cache manager)"
+        elif hybrid_kv_cache_manager is False:
+            why = "vLLM disabled the hybrid KV cache manager (the logs say so)"
+        if why:
+            layer_types = tuple(FULL_ATTENTION if kind == SLIDING_ATTENTION else kind for kind in layer_types)
+            reasons.append(f"{why}; sliding-window layers sized as full attention")
+    return ServedLayers(layer_types, linear_bytes, tuple(reasons))
 
 
 def group_size_ratio(version: Release) -> float | None:

@@ -2,9 +2,8 @@
 one vLLM release, and what a budget in bytes buys on it (:meth:`KVSpec.capacity`).
 
 A block holds ``block_size`` tokens of every KV layer the rank owns; ``blocks = kv_bytes // block_bytes``
-and every rank then uses the minimum over ranks. Pipeline stages own ``L // pp`` layers, the remainder
-going to the stages before the last (``vllm/distributed/utils.py`` ``get_pp_indices``). Decode context
-parallel (DCP) shards the tokens of a sequence over ``dcp`` ranks. Sliding-window and hybrid models
+and every rank then uses the minimum over ranks (pipeline stages: :func:`kvplan.kvspec.page.pp_partition`).
+Decode context parallel (DCP) shards the tokens of a sequence over ``dcp`` ranks. Sliding-window and hybrid models
 follow vLLM's hybrid KV cache manager (:func:`kvplan.kvspec.page.kv_cache_groups`); where the result
 depends on something the config cannot give, the spec says so in ``approximate_reason``; it never treats
 such a model as full attention silently.
@@ -27,10 +26,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 from kvplan.capacity import Capacity
-from kvplan.kvspec.arch import ModelArch, check_model_name, model_arch
+from kvplan.kvspec.arch import (
+    ModelArch,
+    check_model_name,
+    check_release_support,
+    model_arch,
+    pcp_note,
+    served_arch,
+    unmodelled_kv_dtype,
+)
 from kvplan.kvspec.launch import (
     HOST_POOL_NOTE,
     BlockSizeInputs,
@@ -43,31 +50,23 @@ from kvplan.kvspec.launch import (
 )
 from kvplan.kvspec.layers import (
     FULL_ATTENTION,
-    LINEAR_ATTENTION,
     MLA_ATTENTION,
     SLIDING_ATTENTION,
     KVSpecError,
     parse_vllm_version,
 )
 from kvplan.kvspec.page import (
-    SERVED_DTYPE_BYTES,
     StageSpec,
     attention_bytes_per_token_per_layer,
-    check_release_support,
     kv_cache_groups,
-    linear_state_bytes,
-    pcp_note,
     pipeline_stages,
     pp_partition,
-    unmodelled_kv_dtype,
+    served_layers,
 )
 from kvplan.releases import (
     AUTO_FIT_NULL_BLOCK_FROM,
     CONCURRENCY_FROM_BLOCKS_FROM,
     DCP_FROM,
-    HYBRID_KV_MANAGER_FROM,
-    HYBRID_MAMBA_FROM,
-    MAMBA_ALIGN_FROM,
     TOKENS_FROM_CONCURRENCY_FROM,
     TOKENS_PER_GROUP_FROM,
 )
@@ -179,10 +178,9 @@ class KVSpec:
         return total
 
     def max_concurrency(self, num_blocks: int, max_model_len: int) -> float:
-        """vLLM's "Maximum concurrency" for ``num_blocks`` blocks, in this release's arithmetic.
-
-        Before 0.9.1 ``tokens / L`` with this release's "GPU KV cache size" tokens (0.9.0 hybrid:
-        the blocks split across the KV cache groups); from 0.9.1 ``blocks / blocks per request``.
+        """vLLM's "Maximum concurrency" for ``num_blocks`` blocks: before 0.9.1 ``tokens / L`` with this
+        release's "GPU KV cache size" (0.9.0 hybrid: the blocks split across the KV cache groups); from 0.9.1
+        ``blocks / blocks per request``.
 
         >>> spec = kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
         ...                "head_dim": 64, "torch_dtype": "bfloat16"}, tp=1)
@@ -195,10 +193,8 @@ class KVSpec:
         return num_blocks / self.blocks_per_request(max_model_len)
 
     def kv_cache_tokens(self, num_blocks: int, max_model_len: int) -> int:
-        """vLLM's "GPU KV cache size" in tokens for ``num_blocks`` blocks, in this release's arithmetic.
-
-        Up to 0.20: ``blocks // groups × block_size`` (× dcp from 0.11); from 0.21:
-        ``int(max_concurrency × max_model_len)``.
+        """vLLM's "GPU KV cache size" in tokens for ``num_blocks`` blocks: up to 0.20
+        ``blocks // groups × block_size`` (× dcp from 0.11); from 0.21 ``int(max_concurrency × max_model_len)``.
 
         >>> spec = kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
         ...                "head_dim": 64, "torch_dtype": "bfloat16"}, tp=1)
@@ -341,11 +337,7 @@ def kv_spec(
     options = {name: value for name, value in locals().items() if name != "config"}
     arch = config if isinstance(config, ModelArch) else model_arch(config)
     check_model_name(arch, logged_model)
-    if dtype is not None and str(dtype) != "auto":
-        served = str(dtype).removeprefix("torch.")
-        if served not in SERVED_DTYPE_BYTES:
-            raise KVSpecError(f"dtype {dtype!r}: expected one of {sorted(SERVED_DTYPE_BYTES)} (or auto)")
-        arch = replace(arch, dtype_bytes=SERVED_DTYPE_BYTES[served])
+    arch = served_arch(arch, dtype)
     version = parse_vllm_version(vllm_version)
     check_release_support(arch, version, vllm_version, tp=tp, dcp=dcp, kv_cache_dtype=kv_cache_dtype)
     sized_dtype, dtype_note = unmodelled_kv_dtype(kv_cache_dtype)
@@ -354,28 +346,8 @@ def kv_spec(
     logged_pool = None if host_pool is None else LoggedHostPool(*(int(value) for value in host_pool))
     if logged_pool is not None:
         reasons.append(HOST_POOL_NOTE)
-    linear_bytes = None
-    layer_types = arch.layer_types
-    if LINEAR_ATTENTION in layer_types:
-        if version < HYBRID_MAMBA_FROM:
-            raise KVSpecError(
-                f"{arch.name}: hybrid Mamba / linear-attention models are sized here from vLLM 0.10"
-            )
-        linear_bytes = linear_state_bytes(arch, tp)
-        if version < MAMBA_ALIGN_FROM:
-            reasons.append(
-                "linear-attention / Mamba state: its size (state dtypes, prefix-caching mode) and the page "
-                "padding vary by release before 0.26; blocks and concurrency are estimates"
-            )
-    if SLIDING_ATTENTION in layer_types:
-        why = None
-        if version < HYBRID_KV_MANAGER_FROM:
-            why = "vLLM before 0.9 keeps sliding-window layers as full attention (no hybrid KV cache manager)"
-        elif hybrid_kv_cache_manager is False:
-            why = "vLLM disabled the hybrid KV cache manager (the logs say so)"
-        if why:
-            layer_types = tuple(FULL_ATTENTION if kind == SLIDING_ATTENTION else kind for kind in layer_types)
-            reasons.append(f"{why}; sliding-window layers sized as full attention")
+    served = served_layers(arch, version, tp, hybrid_kv_cache_manager)
+    reasons += served.reasons
     launch = launch_settings(
         version,
         pp=pp,
@@ -383,7 +355,7 @@ def kv_spec(
         async_scheduling=async_scheduling,
         mamba_cache_mode=mamba_cache_mode,
         gpu_name=gpu_name,
-        sliding=SLIDING_ATTENTION in layer_types,
+        sliding=SLIDING_ATTENTION in served.layer_types,
         linear_kind=arch.linear_kind,
         head_k_dim=arch.linear_dims[2] if arch.linear_kind == "gated_delta_net" else None,
     )
@@ -394,7 +366,7 @@ def kv_spec(
             sized_dtype,
             version,
             token_bytes,
-            linear_bytes,
+            served.linear_bytes,
             mla=arch.mla_latent_dim is not None,
             sparse=arch.sparse_indexer,
             gpu_name=gpu_name,
@@ -404,7 +376,8 @@ def kv_spec(
     )
     if num_gpu_blocks_override is not None and num_gpu_blocks_override <= 0:
         raise KVSpecError(f"num_gpu_blocks_override must be positive, got {num_gpu_blocks_override}")
-    groups = tuple(kv_cache_groups(layer_types, ".".join(map(str, version))))
+    groups = tuple(kv_cache_groups(served.layer_types, ".".join(map(str, version))))
+    layers_per_stage = pp_partition(arch.num_layers, pp, list(pp_layers) or None)
     return KVSpec(
         arch=arch,
         tp=tp,
@@ -416,13 +389,7 @@ def kv_spec(
         block_size_note=note,
         bytes_per_token_per_layer=token_bytes,
         groups=groups,
-        stages=pipeline_stages(
-            layer_types,
-            groups,
-            pp_partition(arch.num_layers, pp, list(pp_layers) or None),
-            size * token_bytes,
-            token_bytes,
-        ),
+        stages=pipeline_stages(served.layer_types, groups, layers_per_stage, size * token_bytes, token_bytes),
         launch=launch,
         approximate_reason="; ".join(reasons),
         num_gpu_blocks_override=num_gpu_blocks_override,

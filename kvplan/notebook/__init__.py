@@ -10,7 +10,15 @@ re-exported so a notebook imports from one place.
 """
 
 from kvplan.capacity import sequence_lengths
-from kvplan.notebook.figures import Chart, chart, concurrency_figure, figure_alt, figure_png, panel_charts
+from kvplan.notebook.figures import (
+    Chart,
+    chart,
+    concurrency_figure,
+    figure_alt,
+    figure_png,
+    panel_charts,
+    sentence,
+)
 from kvplan.notebook.headlines import (
     boot_budget_bytes,
     budget_headline,
@@ -87,6 +95,7 @@ __all__ = [
     "readable_table",
     "rows_that_set_the_room",
     "run_folder",
+    "sentence",
     "sequence_lengths",
     "snapshots_in",
     "spec_concurrency_curve",

@@ -7,6 +7,7 @@ size in every state and two renderings of one state are the same picture.
 
 from __future__ import annotations
 
+import html
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -48,17 +49,37 @@ def figure_alt(figure: Figure) -> str:
     'Chart: Stranded on the stronger ranks: 5 GiB in total'
     """
     titles = [figure._suptitle.get_text()] if figure._suptitle is not None else []
-    titles += [ax.get_title() for ax in figure.axes if ax.get_title()]
+    titles += [ax.get_title(loc) for ax in figure.axes for loc in ("left", "center") if ax.get_title(loc)]
     return "Chart: " + ("; ".join(title for title in titles if title) or "untitled")
+
+
+def sentence(figure: Figure) -> str | None:
+    """The sentence a chart without axes stands for (one boot, nothing stranded), else None.
+
+    Such a chart answers in words, so pages and panels show the sentence, not an empty picture.
+
+    >>> from kvplan.budget import uniform_budget
+    >>> sentence(charts.stranded_chart(uniform_budget([13 * 2**30] * 2, 2**30)))
+    'Nothing stranded: every rank holds the same safe budget'
+    >>> sentence(charts.stranded_chart(uniform_budget([13 * 2**30, 18 * 2**30], 2**30))) is None
+    True
+    """
+    if figure.axes or figure._suptitle is None:
+        return None
+    return " ".join(figure._suptitle.get_text().split())
 
 
 @dataclass(frozen=True)
 class Chart:
-    """A figure shown as a PNG with alt text; the last expression of a notebook cell displays it."""
+    """A figure shown as a PNG with alt text, or as its sentence when it has no axes (:func:`sentence`);
+    the last expression of a notebook cell displays it."""
 
     figure: Figure
 
     def _repr_mimebundle_(self, include=None, exclude=None):
+        words = sentence(self.figure)
+        if words is not None:
+            return {"text/markdown": html.escape(words), "text/plain": words}, {}
         alt = figure_alt(self.figure)
         return {"image/png": figure_png(self.figure), "text/plain": alt}, {"image/png": {"alt": alt}}
 
@@ -120,31 +141,29 @@ class Axes:
     stranded_top_gib: float | None = None
 
 
-def panel_axes(low: Outcome, high: Outcome) -> Axes:
-    """Axes that hold every state between the lowest and the highest budget a panel's controls allow.
+def panel_axes(baseline: Outcome) -> Axes:
+    """The axes of a panel: those of the notebook's own charts at its parameters (one scale per quantity on
+    the page); a chart raises its top when a moved state would not fit under it.
 
     >>> from kvplan.notebook.scenario import Scenario
     >>> GiB = 2**30
-    >>> rooms = (13 * GiB, 18 * GiB)
-    >>> panel_axes(evaluate(Scenario(rooms, 4 * GiB)), evaluate(Scenario(rooms, 0)))  # 18 × 1.3, 5 × 1.25 GiB
-    Axes(budget_top_gib=23.4, concurrency=None, stranded_top_gib=6.25)
+    >>> panel_axes(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))  # 17 GiB × 1.05
+    Axes(budget_top_gib=17.85, concurrency=None, stranded_top_gib=None)
     """
-    top = round(bytes_to_gib(max(high.budget.safe_bytes)) * 1.3, 2)
-    most_stranded = max(max(low.budget.stranded_bytes), max(high.budget.stranded_bytes))
-    stranded_top = round(
-        max(1.0, bytes_to_gib(most_stranded) * 1.25), 2
-    )  # stranded barely moves with the reserve
+    top = bytes_to_gib(max(baseline.budget.safe_bytes)) * 1.05  # safe_budget_chart's own top
     concurrency = None
-    if low.curve is not None and high.curve is not None:
-        length = float(high.scenario.max_model_len or low.scenario.max_model_len)
-        lowest = max(float(low.curve["max_concurrency"].min()), 1e-3)
+    if baseline.curve is not None:
+        curve = baseline.curve
+        length = float(baseline.scenario.max_model_len or curve["seq_len"].max())
+        target = baseline.scenario.target_concurrency
+        lowest = min([float(curve["max_concurrency"].min()), *([target] if target else [])])
         concurrency = (
-            float(high.curve["seq_len"].min()) / 1.5,
+            float(curve["seq_len"].min()) / 1.5,
             length * 1.08,
-            lowest / 4,
-            float(high.curve["max_concurrency"].max()) * 4,
+            max(lowest, 1e-3) / 4,
+            float(curve["max_concurrency"].max()) * 2,
         )
-    return Axes(top, concurrency, stranded_top)
+    return Axes(top, concurrency, None)
 
 
 def _lengths(outcome: Outcome, axes: Axes) -> tuple[float, float, float, float] | None:

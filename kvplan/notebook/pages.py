@@ -39,7 +39,8 @@ TEMPLATE = """{%- extends 'lab/index.html.j2' -%}
 main { max-width: 1400px; margin: 0 auto; }
 .jp-OutputArea-output { overflow-x: auto; }
 main .jp-RenderedHTMLCommon table { font-size: 11px; table-layout: auto; }
-main .jp-RenderedHTMLCommon td { white-space: nowrap; padding: 0.3em 0.5em; }
+main .jp-RenderedHTMLCommon td { padding: 0.3em 0.5em; overflow-wrap: anywhere; max-width: 40em; }
+.jp-RenderedText pre { white-space: pre-wrap; overflow-wrap: anywhere; }
 main .jp-RenderedHTMLCommon th { padding: 0.3em 0.5em; }
 .jp-RenderedImage img, .kvplan-snapshot img { max-width: 100%; height: auto; }
 .kvplan-back { font-family: sans-serif; margin: 0.5em 0 1em; }
@@ -130,6 +131,52 @@ def with_parameters(notebook, values: Mapping[str, object]):
     return changed
 
 
+def without_machine_paths(notebook, roots: Mapping[str, str]):
+    """A copy of a notebook whose outputs name no folder of this machine: each of ``roots`` (a folder)
+    is replaced by its short name (``{"/home/me/kvplan/": ""}`` turns a data path into ``data/…``).
+
+    Longer roots are replaced first, so a folder inside another keeps its own name.
+
+    >>> import nbformat
+    >>> out = nbformat.v4.new_output("stream", name="stdout", text="read /tmp/x/data/a.log\\n")
+    >>> cell = nbformat.v4.new_code_cell("print(path)", outputs=[out])
+    >>> page = without_machine_paths(nbformat.v4.new_notebook(cells=[cell]), {"/tmp/x/": ""})
+    >>> page.cells[0].outputs[0].text
+    'read data/a.log\\n'
+    """
+    ordered = sorted(roots.items(), key=lambda item: -len(item[0]))
+
+    def clean(text: str) -> str:
+        for root, name in ordered:
+            text = text.replace(root, name)
+        return text
+
+    cleaned = copy.deepcopy(notebook)
+    for cell in cleaned.cells:
+        for output in cell.get("outputs", []):
+            if "text" in output:
+                output["text"] = clean(output["text"])
+            for kind, value in output.get("data", {}).items():
+                if kind.startswith("text/") and isinstance(value, str):
+                    output["data"][kind] = clean(value)
+    return cleaned
+
+
+def machine_roots() -> dict[str, str]:
+    """The folders of this machine a page must not name: the project's (its paths become ``data/…``),
+    the temporary folder (``$TMPDIR/…``) and the home folder (``~/…``)."""
+    import tempfile
+
+    from kvplan.config import DATA_DIR
+
+    return {
+        f"{DATA_DIR.parent}/": "",
+        f"{Path(tempfile.gettempdir()).resolve()}/": "$TMPDIR/",
+        f"{tempfile.gettempdir()}/": "$TMPDIR/",
+        f"{Path.home()}/": "~/",
+    }
+
+
 def _code_cell(source: str):
     import nbformat
 
@@ -187,11 +234,14 @@ def _exporter(with_code: bool):
 def write_pages(notebook, name: str, out_dir: Path) -> Page:
     """Write an executed notebook's reader page (``name.html``, PNGs in ``name_files/``) and auditor page.
 
+    No page names a folder of this machine (:func:`without_machine_paths`): data files show as ``data/…``.
+
     The auditor's page is ``code/name.html`` (code shown, test markers removed, images inline). Each page
     links back to ``index.html`` and to the other variant.
     """
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "code").mkdir(exist_ok=True)
+    notebook = without_machine_paths(notebook, machine_roots())
     reader, resources = _exporter(with_code=False).from_notebook_node(
         notebook,
         resources={

@@ -5,8 +5,9 @@ be handled at once. The panel therefore draws no pyplot state (its figures are p
 rendered to PNG bytes, :mod:`kvplan.notebook.figures`), captures no output (each chart is its own
 ``Image`` widget, the verdict and the tables are ``HTML`` widgets whose values are replaced whole), and
 renders one state at a time under a lock: a change that arrives while another renders waits, and a state
-that a newer change has superseded is skipped, so the last state always wins. Axes stay fixed while the
-controls move (from the controls' ranges), and the state at the notebook's parameters is drawn faintly.
+that a newer change has superseded is skipped, so the last state always wins. Axes are those of the
+notebook's own charts (raised when a state would not fit), and a moved state is drawn against the state at the
+notebook's parameters (faintly).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import replace
 import ipywidgets as widgets
 import pandas as pd
 
-from kvplan.notebook.figures import ChartStep, figure_alt, figure_png, panel_axes, panel_charts
+from kvplan.notebook.figures import ChartStep, figure_alt, figure_png, panel_axes, panel_charts, sentence
 from kvplan.notebook.launch import co_tenant_bytes as ledger_co_tenants
 from kvplan.notebook.scenario import BLOCK_SIZES, Outcome, Scenario
 from kvplan.notebook.tables import readable_table
@@ -61,7 +62,7 @@ class WhatIfPanel:
         self.controls = _controls(scenario, co_tenant_bytes, self.add_back_limits)
         self._initial = {name: control.value for name, control in self.controls.items()}
         self.baseline = evaluate(scenario)  # the notebook's parameters: drawn faintly, sets the axes
-        self.axes = panel_axes(evaluate(self._extreme(low=True)), evaluate(self._extreme(low=False)))
+        self.axes = panel_axes(self.baseline)
         self.verdict_html = widgets.HTML()
         self.verdict_html.add_class("kvplan-verdict")
         self.table_html = widgets.HTML()
@@ -84,17 +85,6 @@ class WhatIfPanel:
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
         self.update()
-
-    def _extreme(self, low: bool) -> Scenario:
-        """The scenario of the lowest (``low``) or highest budget the controls reach: reserve and add-back."""
-        reserve = self.controls["reserve_gib"]
-        add_back = tuple(0 if low else (limit or 0) for limit in self.add_back_limits)
-        return replace(
-            self.base,
-            reserve_bytes=gib_to_bytes(reserve.max if low else reserve.min),
-            add_back_bytes=add_back,
-            target_concurrency=None,
-        )
 
     def scenario(self) -> Scenario:
         """The scenario the controls currently describe (untouched controls keep the exact bytes)."""
@@ -130,11 +120,15 @@ class WhatIfPanel:
         return self.outcome.verdict()
 
     def chart_steps(self, outcome: Outcome | None = None) -> list[ChartStep]:
-        """The panel's charts for ``outcome`` (default: the baseline) with its fixed axes and baseline."""
-        return panel_charts(outcome or self.baseline, self.ledger, self.axes, self.baseline)
+        """The panel's charts for ``outcome`` (default: the baseline) with its axes; a moved state is drawn
+        against the baseline (faintly), the baseline itself alone, as the notebook's charts draw it."""
+        outcome = outcome or self.baseline
+        moved = outcome.scenario != self.base
+        return panel_charts(outcome, self.ledger, self.axes, self.baseline if moved else None)
 
     def chart_pngs(self) -> list[bytes]:
-        """The PNG of every chart for the current state, as the panel shows them (drawn by the last render)."""
+        """The PNG of every chart with axes for the current state, as the panel shows them (drawn by the last
+        render; a chart that is a sentence has none)."""
         return list(self._pngs)
 
     def figures(self) -> list:
@@ -163,8 +157,10 @@ class WhatIfPanel:
             for name, draw in self.chart_steps(outcome):
                 try:
                     figure = draw()
-                    pngs.append(figure_png(figure))
-                    images[name] = _image_html(figure, pngs[-1])
+                    words = sentence(figure)
+                    if words is None:
+                        pngs.append(figure_png(figure))
+                    images[name] = _image_html(figure, pngs[-1] if words is None else None)
                 except Exception as exc:  # any failure is shown, never raised from a control
                     errors[name] = f"{type(exc).__name__}: {exc}"
                     images[name] = f"<b>The {name} chart cannot be drawn:</b> {html.escape(errors[name])}"
@@ -214,7 +210,11 @@ class WhatIfPanel:
 
 
 def _image_html(figure, png: bytes | None = None) -> str:
-    """A chart as an ``<img>`` with its PNG inline and its title as alt text (no file, no network)."""
+    """A chart as an ``<img>`` with its PNG inline and its title as alt text (no file, no network), or
+    its sentence (:func:`~kvplan.notebook.figures.sentence`) as a paragraph."""
+    words = sentence(figure)
+    if words is not None:
+        return f'<p class="kvplan-chart-sentence">{html.escape(words)}</p>'
     data = base64.b64encode(png or figure_png(figure)).decode()
     return (
         f'<img class="kvplan-chart" src="data:image/png;base64,{data}" '

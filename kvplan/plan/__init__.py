@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kvplan.lazy import lazy_names
-from kvplan.plan.inputs import LoadPolicy, ModelLayout, Plan, Policy
+from kvplan import lazy_names
+from kvplan.plan.inputs import AdmissionPlan, LoadPolicy, ModelLayout, Policy
 from kvplan.plan.record import Decision
 from kvplan.plan.rooms import GIVEN, decide_rooms
 
@@ -60,12 +60,12 @@ __getattr__ = lazy_names(__name__, _LAZY)
 __all__ = [
     "GIVEN",
     "STARTUP_LINES",
+    "AdmissionPlan",
     "Decision",
     "Evidence",
     "InputFileError",
     "LoadPolicy",
     "ModelLayout",
-    "Plan",
     "Policy",
     "boot_free_bytes",
     "decide",

@@ -10,7 +10,7 @@ order (each names the function that computes its number):
 3. room per rank, the worst boot of each (:func:`kvplan.ledger.room_per_rank`);
 4. safe budgets, uniform budget, stranded, block rounding (:func:`kvplan.budget.uniform_budget`);
 5. ``F_ref`` per rank (:func:`kvplan.plan.reference.reference_free_bytes`);
-6. capacity at the planned lengths and the admission plan (:mod:`kvplan.plan.admission`);
+6. capacity at the planned lengths and the admission plan (:func:`kvplan.plan.inputs.admission_plan`);
 7. the model cross-check (:func:`kvplan.kvspec.cross_check`) and the checks; the load section.
 """
 
@@ -30,8 +30,7 @@ from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
 from kvplan.ledger import compatibility_key, is_known, logged_launch_settings, room_per_rank
 from kvplan.ledger_budget import budget_from_rooms, check_dropped_ranks, refuse_failed_boots
-from kvplan.plan.admission import admission_plan, planned_lengths
-from kvplan.plan.inputs import LoadPolicy, ModelLayout, Plan, Policy
+from kvplan.plan.inputs import AdmissionPlan, LoadPolicy, ModelLayout, Policy, admission_plan, planned_lengths
 from kvplan.plan.load_evidence import load_section, profiled_tokens, read_named_load
 from kvplan.plan.reading import Evidence, read_evidence
 from kvplan.plan.record import Decision
@@ -141,7 +140,7 @@ def decide(
     logs: Evidence | str | os.PathLike | Sequence[str | os.PathLike | tuple[str | os.PathLike, str]],
     policy: Policy,
     layout: ModelLayout | None = None,
-    plan: Plan | None = None,
+    plan: AdmissionPlan | None = None,
     loads: Sequence[tuple[Path, str]] = (),
     load_policy: LoadPolicy | None = None,
     snapshots: Sequence[str | os.PathLike | tuple[str | os.PathLike, str]] = (),

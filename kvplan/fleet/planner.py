@@ -1,4 +1,4 @@
-"""The fleet decision: read every host, group classes, budget each, advise splits, bundle and plan waves.
+"""The fleet planner: read every host, group classes, budget each, advise splits, bundle and plan waves.
 
 :func:`plan_fleet` is the one function ``kvplan fleet plan`` and notebook 07 call. Its result,
 :class:`FleetPlan`, holds the classes (each a :class:`~kvplan.fleet.classes.FleetClass` with its capacity,
@@ -23,8 +23,8 @@ from kvplan.fleet.split import SPLIT_BELOW, split_advice
 from kvplan.io.model_config import resolve_model_config
 from kvplan.kvspec import KVSpec
 from kvplan.notes import Note, aggregate_notes
-from kvplan.plan import ModelLayout, Plan, layout_spec
-from kvplan.plan.admission import admission_plan, planned_lengths
+from kvplan.plan import AdmissionPlan, ModelLayout, layout_spec
+from kvplan.plan.inputs import admission_plan, planned_lengths
 from kvplan.units import format_size
 
 #: A class needs at least this many clean hosts to be approved (policy; default).
@@ -41,7 +41,7 @@ class FleetPolicy:
     split_below: float = SPLIT_BELOW
     min_hosts: int = MIN_HOSTS
     canaries: int = CANARIES
-    plan: Plan | None = None
+    admission: AdmissionPlan | None = None
     approver: str = "kvplan fleet plan"
 
 
@@ -166,6 +166,14 @@ def _class_decisions(
                     code="fleet-no-model",
                 )
             )
+        if dict(key).get("gpu_name") is None:
+            warnings.append(
+                Note(
+                    f"class {name}: no nvidia-smi snapshot: its key, and its bundle's, has no GPU type or "
+                    "driver, so a gate cannot compare them; add each host's --query-gpu snapshot",
+                    code="fleet-no-nvidia-smi",
+                )
+            )
         block_bytes = spec[0].block_bytes if spec[0] is not None else None
         kept = []
         for reading in hosts:
@@ -226,7 +234,9 @@ def _decide(
     max_len = key_dict.get("max_model_len")
     if spec is not None:
         capacity = capacity_rows(
-            spec, budget.uniform_budget_bytes, planned_lengths(int(max_len) if max_len else None, policy.plan)
+            spec,
+            budget.uniform_budget_bytes,
+            planned_lengths(int(max_len) if max_len else None, policy.admission),
         )
         if max_len:
 
@@ -243,8 +253,8 @@ def _decide(
             "boots to trust a class value; profile more hosts of this class or join them to another"
         )
         warnings.append(Note(f"class {name}: not approved: {reason}", code="fleet-too-few-hosts"))
-    if reason is None and spec is not None and policy.plan is not None:
-        planned = admission_plan(policy.plan, key_dict, spec, budget)
+    if reason is None and spec is not None and policy.admission is not None:
+        planned = admission_plan(policy.admission, key_dict, spec, budget)
         if (
             planned["fits"] is False
         ):  # as the class's bundle would refuse it: not approved in a dry run either
@@ -298,7 +308,7 @@ def _with_bundle(
             policy.reserve_bytes,
             policy.approver,
             decision.split.get("model"),
-            policy.plan,
+            policy.admission,
             storage_options,
         )
     except (ApprovalError, ValueError) as exc:
