@@ -335,3 +335,15 @@ def test_an_only_boot_cut_short_is_not_told_to_leave_itself_out(tmp_path, capsys
     assert main(["budget", str(path), "--reserve", "1GiB"]) == 2
     error = capsys.readouterr().err
     assert "Leave" not in error and "give the whole log" in error.lower()
+
+
+def test_the_ledger_table_says_why_a_row_is_not_ok(tmp_path, capsys):
+    # issue 26: `ledger` showed "incomplete" with no reason (the reason was only in --json's "error")
+    version = "0.33.0"
+    path = tmp_path / "cut.log"
+    weights = "Model loading took 15.27 GiB memory and 4.781181 seconds"
+    path.write_text(log(*(vllm_line(version, m, "EngineCore", 9) for m in (engine_config(version), weights))))
+    assert main(["ledger", str(path)]) == 0
+    header, row = capsys.readouterr().out.splitlines()[:2]
+    assert header.split()[-1] == "reason"
+    assert "incomplete" in row and "the log stops before the KV cache was sized" in row

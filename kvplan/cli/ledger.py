@@ -24,7 +24,10 @@ LEDGER_TABLE = [
     "suggested_full_bytes",
     "room_bytes",
     "room_source",
+    "reason",
 ]
+#: Characters of a row's reason shown in the table (the whole text is ``--json``'s ``error``).
+REASON_CHARS = 48
 #: Columns of the ``kvplan ledger --rooms`` table: each rank's room over the boots of one key.
 ROOMS_TABLE = [
     "rank",
@@ -121,7 +124,10 @@ def run_ledger(args: argparse.Namespace) -> int:
         ledger.to_csv(sys.stdout, index=False)
         return EXIT_OK
     rows = [
-        {column: _table_cell(column, row[column]) for column in LEDGER_TABLE}
+        {
+            column: _reason(row) if column == "reason" else _table_cell(column, row[column])
+            for column in LEDGER_TABLE
+        }
         for row in ledger.to_dict(orient="records")
     ]
     print(format_table(rows, LEDGER_TABLE))
@@ -156,6 +162,23 @@ def _print_csv(logs: list[str]) -> int:
     sys.stdout.write(ledger_csv_header())
     sys.stdout.writelines(parts)
     return EXIT_OK
+
+
+def _reason(row: dict) -> str:
+    """Why a row is not ``ok`` (issue 26: ``incomplete`` alone said nothing), shortened for the table:
+    ``-`` for an ok row.
+
+    >>> _reason({"outcome": "incomplete", "error": "the log stops before the KV cache was sized (last line read: 40)"})
+    'the log stops before the KV cache was sized (la…'
+    >>> _reason({"outcome": "ok", "error": None})
+    '-'
+    """
+    from kvplan.ledger import plain_value
+
+    if plain_value(row.get("outcome")) == "ok":
+        return "-"
+    text = str(plain_value(row.get("error")) or "no reason logged")
+    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
 
 
 def _table_cell(column: str, value: object) -> str:
