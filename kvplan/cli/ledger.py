@@ -27,7 +27,7 @@ LEDGER_TABLE = [
     "reason",
 ]
 #: Characters of a row's reason shown in the table (the whole text is ``--json``'s ``error``).
-REASON_CHARS = 48
+TABLE_REASON_CHARS = 48
 #: Columns of the ``kvplan ledger --rooms`` table: each rank's room over the boots of one key.
 ROOMS_TABLE = [
     "rank",
@@ -123,13 +123,7 @@ def run_ledger(args: argparse.Namespace) -> int:
     if args.csv:
         ledger.to_csv(sys.stdout, index=False)
         return EXIT_OK
-    rows = [
-        {
-            column: _reason(row) if column == "reason" else _table_cell(column, row[column])
-            for column in LEDGER_TABLE
-        }
-        for row in ledger.to_dict(orient="records")
-    ]
+    rows = _table_rows(ledger)
     print(format_table(rows, LEDGER_TABLE))
     if rooms is not None:
         print()
@@ -164,6 +158,17 @@ def _print_csv(logs: list[str]) -> int:
     return EXIT_OK
 
 
+def _table_rows(ledger) -> list[dict]:
+    """The readable table's rows: :data:`LEDGER_TABLE`'s cells of each ledger row, with its reason."""
+    return [
+        {
+            column: _reason(row) if column == "reason" else _table_cell(column, row[column])
+            for column in LEDGER_TABLE
+        }
+        for row in ledger.to_dict(orient="records")
+    ]
+
+
 def _reason(row: dict) -> str:
     """Why a row is not ``ok`` (issue 26: ``incomplete`` alone said nothing), shortened for the table:
     ``-`` for an ok row.
@@ -178,7 +183,7 @@ def _reason(row: dict) -> str:
     if plain_value(row.get("outcome")) == "ok":
         return "-"
     text = str(plain_value(row.get("error")) or "no reason logged")
-    return text if len(text) <= REASON_CHARS else text[: REASON_CHARS - 1] + "…"
+    return text if len(text) <= TABLE_REASON_CHARS else text[: TABLE_REASON_CHARS - 1] + "…"
 
 
 def _table_cell(column: str, value: object) -> str:

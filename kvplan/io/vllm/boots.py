@@ -164,12 +164,13 @@ class BootSplitter:
         alias = boot.aliases.get((*key, record.process))
         if alias is not None:
             return alias
+        names = boot.names.get(key)
+        if not names or names == [record.process]:  # the common case: a process under its one name
+            return key
         claimed = rank_name(record.process)
         if claimed is None:
             return key
-        other = next(
-            (name for name in boot.names.get(key, ()) if rank_name(name) not in (None, claimed)), None
-        )
+        other = next((name for name in names if rank_name(name) not in (None, claimed)), None)
         if other is None:
             return key
         alias = boot.aliases[(*key, record.process)] = (record.pid, f"{record.ip or ''} {record.process}")

@@ -108,16 +108,17 @@ def completed(observations: list[Observation]) -> list[Observation]:
 
 def agreed(observations: list[Observation], rooms: list[int | None]) -> Observation | None:
     """One observation for them all when they do not conflict, else None: one process's observations
-    that give one room (its lines about itself, merged: the latest), or observations of several
-    processes that give no field two values (their values joined).
+    that give one room and one free memory at startup (its lines about itself, merged: the latest), or
+    observations of several processes that give no field two values (their values joined).
 
     >>> one = Observation((1, None), {"a": 1}, {"a": (3, "")}, start=3)
     >>> two = Observation((2, None), {"b": 2}, {"b": (4, "")}, start=4)
     >>> agreed([one, two], [None, None]).values, agreed([one, Observation((2, None), {"a": 5})], [1, 5])
     ({'a': 1, 'b': 2}, None)
     """
-    if len({item.key for item in observations}) == 1:
-        return observations[-1] if len(set(rooms)) == 1 else None
+    if len({item.key for item in observations}) == 1:  # the room and the free memory decide (a gate's F_boot)
+        same = len(set(rooms)) == 1 and len({_free(item) for item in observations}) == 1
+        return observations[-1] if same else None
     values: dict = {}
     origin: dict = {}
     for item in observations:

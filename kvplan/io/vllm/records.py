@@ -246,6 +246,7 @@ def worker_groups(name: str) -> tuple[tuple[str, int], ...] | None:
     return tuple((group, int(index)) for group, index in _WORKER_GROUP_RE.findall(match.group(1)))
 
 
+@lru_cache(maxsize=1024)
 def rank_name(name: str) -> tuple | None:
     """What a process name says of the rank it printed for (its group ranks, or ``rank=N``); None for a
     name that names no rank (``Worker`` before its groups exist, ``EngineCore``, Ray's actors).
