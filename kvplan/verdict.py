@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 
+from kvplan.escape import terminal_text
+
 NOT_APPLICABLE = "N/A"
 
 
@@ -87,8 +89,9 @@ def format_checks(checks: Sequence[Check]) -> str:
     """
     lines = []
     for check in checks:
-        lines.append(f"{verdict_word(check.passed) if check.applicable else NOT_APPLICABLE}  {check.name}")
-        lines += [f"      {part}" for part in check.detail.split("; ") if part]
+        word = verdict_word(check.passed) if check.applicable else NOT_APPLICABLE
+        lines.append(f"{word}  {terminal_text(check.name)}")  # text from files: one line each
+        lines += [f"      {terminal_text(part)}" for part in check.detail.split("; ") if part]
     judged = [check for check in checks if check.applicable]
     verdict = gate_verdict(checks)
     counts = {

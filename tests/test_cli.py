@@ -541,3 +541,43 @@ def test_a_number_too_large_for_the_ledger_exits_2_with_one_line(capsys, tmp_pat
     assert main(["budget", str(log), "--reserve", "1GiB"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
+
+
+# issue 27: the ledger's default table fits a 120-column terminal (with ~20 to spare for one more
+# column), whatever the path of the logs; --wide shows every column that has a value and whole paths
+@pytest.mark.parametrize("folder", sorted(path.name for path in (DATA_DIR / "boots").iterdir()))
+def test_ledger_table_fits_120_columns_even_under_a_long_path(folder, capsys, tmp_path):
+    import shutil
+
+    deep = tmp_path / ("a-long-folder-name-" * 4) / folder
+    shutil.copytree(DATA_DIR / "boots" / folder, deep)
+    assert main(["ledger", str(deep), "--rooms", "--assume-uniform"]) in (0, 2)  # oom/ folder: no room
+    assert main(["ledger", str(deep)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and max(len(line) for line in lines) <= 100, "\n".join(lines)
+
+
+def test_ledger_wide_shows_every_column_with_a_value(capsys):
+    boot = str(DATA_DIR / "boots" / "four-rank" / "boot.log")
+    assert main(["ledger", boot]) == 0
+    header = capsys.readouterr().out.splitlines()[0].split()
+    assert header == [
+        "file",
+        "boot",
+        "rank",
+        "outcome",
+        "free",
+        "at",
+        "start",
+        "weights",
+        "room",
+        "room",
+        "from",
+        "reason",  # issue 26: why a row is not ok
+    ]
+    assert main(["ledger", boot, "--wide"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = run_json(capsys, "ledger", boot)["rows"]
+    shown = {column for column in rows[0] if any(row[column] is not None for row in rows)}
+    assert set(lines[0].split()) == shown
+    assert lines[1].split()[list(lines[0].split()).index("source")] == boot  # the whole path

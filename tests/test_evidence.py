@@ -181,6 +181,20 @@ class TestVerify:
         assert main(["verify", str(copy_of_bundle)]) == 1
         assert "CHANGED" in capsys.readouterr().out
 
+    def test_verdict_is_one_word_and_a_changed_bundle_is_never_called_sealed(
+        self, bundle, copy_of_bundle, capsys
+    ):
+        # issue 27: "CHANGED" then "created …: sealed" read as two verdicts on one bundle
+        assert main(["verify", str(bundle)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == f"{bundle}: OK, every hash and the recomputed decision agree"
+        assert lines[1].endswith(": sealed") and lines[2].startswith("  digest: sha256:")
+        (copy_of_bundle / "SUMMARY.md").write_text("edited\n")
+        assert main(["verify", str(copy_of_bundle)]) == 1
+        out = capsys.readouterr().out
+        assert out.startswith(f"{copy_of_bundle}: CHANGED, ")
+        assert "sealed" not in out and ": not verified (the bundle changed)" in out
+
     def test_consistently_tampered_policy_is_caught_by_the_digest(self, copy_of_bundle):
         # a smaller reserve and the decision it implies: recomputation agrees, the inputs digest does not
         path = copy_of_bundle / "budget.json"
@@ -448,9 +462,11 @@ class TestWriting:
         assert relative != absolute
         assert evidence.verify_bundle(relative) == [] and evidence.verify_bundle(absolute) == []
 
-    def test_readme_says_the_same_paths_are_refused(self):
-        readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-        section = " ".join(readme.split("### `kvplan approve`")[1].split("### `kvplan verify`")[0].split())
+    def test_docs_say_the_same_paths_are_refused(self):
+        cli_doc = (
+            Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+        ).read_text()  # issue 27: moved there
+        section = " ".join(cli_doc.split("## `kvplan approve`")[1].split("## `kvplan verify`")[0].split())
         assert "the same files given by the same paths" in section
 
     def test_bundle_is_readable_under_the_umask(self, tmp_path):

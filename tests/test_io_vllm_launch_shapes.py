@@ -346,4 +346,9 @@ def test_the_ledger_table_says_why_a_row_is_not_ok(tmp_path, capsys):
     assert main(["ledger", str(path)]) == 0
     header, row = capsys.readouterr().out.splitlines()[:2]
     assert header.split()[-1] == "reason"
-    assert "incomplete" in row and "the log stops before the KV cache was sized" in row
+    assert row.split()[-4:] == [
+        "cut",
+        "before",
+        "KV",
+        "sizing",
+    ]  # the log stops before the KV cache was sized

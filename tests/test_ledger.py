@@ -363,6 +363,10 @@ def test_cli_ledger_rooms_shows_each_ranks_spread(tmp_path, capsys):
         for r in data["rooms"]
     ] == [(0, 18 * GiB, 20 * GiB, 2 * GiB, 1), (1, 19 * GiB, 21 * GiB, 2 * GiB, 0)]
     assert main(["ledger", str(log), "--rooms"]) == 0
+    assert (
+        "spread" in capsys.readouterr().out.splitlines()[-3].split()
+    )  # the --rooms header (issue 27: short)
+    assert main(["ledger", str(log), "--rooms", "--wide"]) == 0
     assert "room_spread_bytes" in capsys.readouterr().out
     assert main(["ledger", str(log), "--assume-uniform"]) == 2
 

@@ -28,7 +28,7 @@ from kvplan.cli.gate import add_gate
 from kvplan.cli.help import ExampleFormatter, examples
 from kvplan.cli.ledger import add_ledger
 from kvplan.cli.load import add_load
-from kvplan.cli.output import print_warnings, reader_warnings_into
+from kvplan.cli.output import print_error, print_warnings, reader_warnings_into
 
 #: Every subcommand's ``add_<command>(sub)``, in ``--help`` order. A new command group is one more
 #: module of :mod:`kvplan.cli` whose ``add_…`` function is listed here.
@@ -75,9 +75,16 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
     parser = _Parser(
         prog="kvplan",
-        description="Safe, evidenced per-GPU KV-cache budgets from vLLM startup logs. "
-        "Each command explains itself: kvplan COMMAND --help.",
-        epilog=examples(["kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB"]),
+        description="Safe, evidenced per-GPU KV-cache budgets from vLLM startup logs: read a launch's "
+        "logs (ledger), size the budget (budget), approve it into an evidence bundle (approve), re-check it "
+        "(verify) and gate a canary boot against it (gate). Each command explains itself: kvplan COMMAND "
+        "--help; every flag is in docs/cli.md.",
+        epilog=examples(
+            [
+                "kvplan ledger data/boots/four-rank/",
+                "kvplan budget data/boots/four-rank/ --reserve 0.9GiB --model llama-3.1-70b --tp 4",
+            ]
+        ),
         formatter_class=ExampleFormatter,
     )
     parser.add_argument("--version", action=_Version)
@@ -114,10 +121,10 @@ def _run(args: argparse.Namespace) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit's flush
         return EXIT_BAD_INPUT
     except (ValueError, OSError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        print_error(exc)
         return EXIT_BAD_INPUT
     except OverflowError as exc:  # a number in the input beyond what a 64-bit ledger or a float holds
-        print(f"error: a number in the input is too large to hold ({exc})", file=sys.stderr)
+        print_error(f"a number in the input is too large to hold ({exc})")
         return EXIT_BAD_INPUT
     finally:
         print_warnings(notes)

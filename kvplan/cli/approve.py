@@ -22,7 +22,8 @@ from kvplan.cli.errors import EXIT_FAIL, EXIT_OK, CliError
 from kvplan.cli.help import add_command
 from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
 from kvplan.cli.sizes import positive_int, size
-from kvplan.units import format_size
+from kvplan.escape import terminal_text
+from kvplan.units import format_budget, format_size
 
 APPROVE_HELP = """\
 write an evidence bundle: the approved budget, its ledger, charts, hashes and source lines
@@ -137,7 +138,9 @@ def run_approve(args: argparse.Namespace) -> int:
             }
         )
     decision = record["decision"]
-    print(f"approved     {decision['human']} per GPU (limiting rank {decision['limiting_rank']})")
+    print(
+        f"approved     {format_budget(decision['kv_cache_memory_bytes'])} per GPU (limiting rank {decision['limiting_rank']})"
+    )
     print(f"flag         {decision['flag']}")
     if "load" in record:
         load = record["load"]
@@ -147,9 +150,9 @@ def run_approve(args: argparse.Namespace) -> int:
             f"{'unknown' if load['preemptions'] is None else load['preemptions']} preemption(s), "
             f"{load['oom_events']} OOM"
         )
-    print(f"bundle       {bundle}")
+    print(f"bundle       {terminal_text(bundle)}")
     print(f"digest       sha256:{evidence.sha256_file(bundle / evidence.BUDGET_JSON)}")
-    print(f"verify with  kvplan verify {bundle}")
+    print(f"verify with  kvplan verify {terminal_text(bundle)}")
     print_warnings(warnings)
     return EXIT_OK
 
@@ -200,14 +203,17 @@ def run_verify(args: argparse.Namespace) -> int:
             }
         )
         return EXIT_FAIL if differences else EXIT_OK
+    shown = terminal_text(args.bundle)
     if differences:
-        print(f"{args.bundle}: CHANGED, {len(differences)} difference{'s' if len(differences) > 1 else ''}:")
+        print(
+            f"{shown}: {verified.verdict}, {len(differences)} difference{'s' if len(differences) > 1 else ''}:"
+        )
         for difference in differences:
-            print(f"  - {difference}")
+            print(f"  - {terminal_text(difference)}")
     else:
-        print(f"{args.bundle}: ok: every hash and the recomputed decision agree")
+        print(f"{shown}: {verified.verdict}, every hash and the recomputed decision agree")
     for note in notes:
-        print(f"  note: {note}")
+        print(f"  note: {terminal_text(note)}")
     print(f"  {verified.created_line()}")
     print(
         f"  digest: sha256:{verified.digest} (SHA-256 of budget.json; pin it with kvplan gate "

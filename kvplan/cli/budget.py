@@ -17,7 +17,8 @@ from kvplan.cli.errors import EXIT_OK, CliError
 from kvplan.cli.help import add_command
 from kvplan.cli.output import format_table, print_json, print_warnings, reader_warnings_into
 from kvplan.cli.sizes import positive_int, positive_size, size, size_list
-from kvplan.units import format_size
+from kvplan.escape import terminal_text
+from kvplan.units import format_budget, format_size
 
 BUDGET_HELP = """\
 uniform --kv-cache-memory-bytes from vLLM logs (or per-rank room) and a reserve
@@ -130,7 +131,7 @@ def _print_budget(decision) -> None:
     """The readable answer: the value, its capacity, rounding, flag, stranded capacity and the ranks."""
     budget, verdict = decision.budget, decision.cross_check_verdict
     print(
-        f"uniform budget  {format_size(budget.uniform_budget_bytes)} per GPU "
+        f"uniform budget  {format_budget(budget.uniform_budget_bytes)} per GPU "
         f"(limiting rank {budget.limiting_rank})"
     )
     if decision.spec is not None:
@@ -140,7 +141,7 @@ def _print_budget(decision) -> None:
             f"{capacity['max_concurrency']:.2f}x at {capacity['max_model_len']:,} tokens"
         )
     if verdict is not None:
-        print(f"cross-check     {verdict}")
+        print(f"cross-check     {terminal_text(verdict)}")  # names the model of the logs
     if budget.block_bytes:
         block = format_size(budget.block_bytes)
         print(

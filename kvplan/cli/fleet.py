@@ -145,10 +145,10 @@ def _run_plan(args: argparse.Namespace) -> int:
     from kvplan.cli.output import format_table
     from kvplan.cli.output import print_json as _print_json
     from kvplan.cli.output import print_warnings as _print_warnings
+    from kvplan.escape import terminal_text
     from kvplan.evidence import AdmissionPlan
     from kvplan.fleet import FleetPolicy, plan_fleet
     from kvplan.fleet.engine import default_scheduler, stderr_progress
-    from kvplan.fleet.inputs import terminal_text
     from kvplan.fleet.planner import class_rows
 
     if (args.target_concurrency is None) != (args.seq_len is None):
@@ -215,9 +215,9 @@ def _plan_lines(data: dict) -> list[str]:
 
 def _run_gate(args: argparse.Namespace) -> int:
     from kvplan.cli.output import print_json as _print_json
+    from kvplan.escape import terminal_text
     from kvplan.fleet.engine import default_scheduler
     from kvplan.fleet.gate import gate_fleet, stop_decision
-    from kvplan.fleet.inputs import terminal_text
 
     if not args.targets and len(args.approved) > 1:  # --approved B1 B2 FLEET: the last one is the fleet
         args.targets = [args.approved.pop()]

@@ -11,35 +11,35 @@ from kvplan.cli.help import add_command
 from kvplan.cli.output import format_table, print_json, print_warnings, reader_warnings_into
 from kvplan.units import format_size
 
-#: Columns of the readable ``kvplan ledger`` table (sizes formatted); --json and --csv give all columns.
-LEDGER_TABLE = [
-    "source",
-    "boot",
-    "rank",
-    "process",
-    "outcome",
-    "init_free_bytes",
-    "weights_bytes",
-    "available_kv_bytes",
-    "suggested_full_bytes",
-    "room_bytes",
-    "room_source",
-    "reason",
-]
-#: Characters of a row's reason shown in the table (the whole text is ``--json``'s ``error``).
-TABLE_REASON_CHARS = 48
-#: Columns of the ``kvplan ledger --rooms`` table: each rank's room over the boots of one key.
-ROOMS_TABLE = [
-    "rank",
-    "room_bytes",
-    "room_source",
-    "room_min_bytes",
-    "room_median_bytes",
-    "room_max_bytes",
-    "room_spread_bytes",
-    "boots",
-    "worst_boot",
-]
+#: The readable ``kvplan ledger`` table: glossary column -> header. It fits 120 terminal columns with about
+#: 20 to spare (``tests/test_cli.py``); ``--wide`` shows every column with a value under its glossary name.
+LEDGER_TABLE = {
+    "source": "file",
+    "boot": "boot",
+    "rank": "rank",
+    "outcome": "outcome",
+    "init_free_bytes": "free at start",
+    "weights_bytes": "weights",
+    "room_bytes": "room",
+    "room_source": "room from",
+    "reason": "reason",
+}
+#: Characters of a row's reason in the table (the whole text is ``--json``'s ``error``).
+TABLE_REASON_CHARS = 20
+#: The ``kvplan ledger --rooms`` table: each rank's room over the boots of one key (column -> header).
+ROOMS_TABLE = {
+    "rank": "rank",
+    "room_bytes": "room",
+    "room_source": "room from",
+    "room_min_bytes": "min",
+    "room_median_bytes": "median",
+    "room_max_bytes": "max",
+    "room_spread_bytes": "spread",
+    "boots": "boots",
+    "worst_boot": "worst boot",
+}
+#: The widest a file name is shown in the readable tables (its end is kept, ``…`` marks the cut).
+FILE_WIDTH = 24
 
 
 LEDGER_HELP = """\
@@ -48,6 +48,7 @@ read vLLM startup logs into the per-rank ledger (one row per boot × rank)
 Every boot and rank in the logs with its memory ledger, room and outcome.
 
 For example:
+  kvplan ledger data/boots/four-rank/*.log
   kvplan ledger data/boots/four-rank/*.log --json
 """
 
@@ -77,12 +78,19 @@ def add_ledger(sub: argparse._SubParsersAction) -> None:
         help='print {"rows": [...], "warnings": [...]} (and "rooms": [...] with --rooms)',
     )
     form.add_argument("--csv", action="store_true", help="print the ledger as CSV")
+    form.add_argument(
+        "--wide",
+        action="store_true",
+        help="the table with every column that has a value, under its glossary name, and whole file "
+        "paths (the default table fits 120 columns)",
+    )
     parser.set_defaults(run=run_ledger)
 
 
 def run_ledger(args: argparse.Namespace) -> int:
     """Print the ledger of the logs (and each rank's room over the boots with ``--rooms``)."""
     from kvplan import plan
+    from kvplan.io.ledger_rows_csv import ledger_frame_csv
     from kvplan.io.nvidia_smi import join_snapshots
     from kvplan.ledger import plain_value, room_per_rank
     from kvplan.ledger_budget import check_dropped_ranks
@@ -121,21 +129,75 @@ def run_ledger(args: argparse.Namespace) -> int:
         return print_json(data)
     print_warnings(notes)
     if args.csv:
-        ledger.to_csv(sys.stdout, index=False)
+        sys.stdout.write(ledger_frame_csv(ledger))
         return EXIT_OK
-    rows = _table_rows(ledger)
-    print(format_table(rows, LEDGER_TABLE))
+    print(ledger_text(ledger, wide=args.wide))
     if rooms is not None:
         print()
-        table = [
-            {
-                **{column: _table_cell(column, room.get(column)) for column in ROOMS_TABLE},
-                "worst_boot": f"{room['source']} #{room['boot']}",
-            }
-            for room in rooms
-        ]
-        print(format_table(table, ROOMS_TABLE))
+        print(rooms_text(rooms, wide=args.wide))
     return EXIT_OK
+
+
+def ledger_text(ledger, wide: bool = False) -> str:
+    """The readable ledger: :data:`LEDGER_TABLE` with short file names, or (``wide``) every column with a
+    value under its glossary name."""
+    records = ledger.to_dict(orient="records")
+    if wide:
+        columns = {column: column for column in ledger.columns if ledger[column].notna().any()}
+        names = {source: source for source in ledger["source"].unique()}
+    else:
+        columns, names = LEDGER_TABLE, short_names(ledger["source"].unique())
+    rows = [
+        {
+            header: names[row[column]]
+            if column == "source"
+            else _reason(row)
+            if column == "reason"
+            else _table_cell(column, row.get(column))
+            for column, header in columns.items()
+        }
+        for row in records
+    ]
+    return format_table(rows, list(columns.values()))
+
+
+def rooms_text(rooms: list[dict], wide: bool = False) -> str:
+    """The ``--rooms`` table: :data:`ROOMS_TABLE`'s headers (``wide``: glossary names, whole paths)."""
+    columns = {column: column for column in ROOMS_TABLE} if wide else ROOMS_TABLE
+    names = {room["source"]: room["source"] for room in rooms}
+    if not wide:
+        names = short_names(list(names))
+    rows = [
+        {
+            **{header: _table_cell(column, room.get(column)) for column, header in columns.items()},
+            columns["worst_boot"]: f"{names[room['source']]} #{room['boot']}",
+        }
+        for room in rooms
+    ]
+    return format_table(rows, list(columns.values()))
+
+
+def short_names(sources, width: int = FILE_WIDTH) -> dict[str, str]:
+    """Each source path shown by as few trailing parts as tell the sources apart, its end kept within
+    ``width`` characters (``…`` marks a cut).
+
+    >>> short_names(["data/a/boot.log", "data/b/boot.log", "data/b/restart.log"])
+    {'data/a/boot.log': 'a/boot.log', 'data/b/boot.log': 'b/boot.log', 'data/b/restart.log': 'restart.log'}
+    >>> short_names(["logs/" + "x" * 30 + ".log"], width=12)
+    {'logs/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.log': '…xxxxxxx.log'}
+    """
+    from pathlib import PurePath
+
+    parts = {str(source): PurePath(str(source)).parts for source in sources}
+    names = {}
+    for source, own in parts.items():
+        for keep in range(1, len(own) + 1):
+            tail = own[-keep:]
+            if not any(other[-keep:] == tail for name, other in parts.items() if name != source):
+                break
+        name = str(PurePath(*tail))
+        names[source] = name if len(name) <= width else "…" + name[-(width - 1) :]
+    return names
 
 
 def _print_csv(logs: list[str]) -> int:
@@ -158,32 +220,32 @@ def _print_csv(logs: list[str]) -> int:
     return EXIT_OK
 
 
-def _table_rows(ledger) -> list[dict]:
-    """The readable table's rows: :data:`LEDGER_TABLE`'s cells of each ledger row, with its reason."""
-    return [
-        {
-            column: _reason(row) if column == "reason" else _table_cell(column, row[column])
-            for column in LEDGER_TABLE
-        }
-        for row in ledger.to_dict(orient="records")
-    ]
-
-
 def _reason(row: dict) -> str:
-    """Why a row is not ``ok`` (issue 26: ``incomplete`` alone said nothing), shortened for the table:
-    ``-`` for an ok row.
+    """Why a row is not ``ok``, in a few words for the table (issue 26: ``incomplete`` alone said nothing):
+    ``-`` for an ok row; ``--json``'s ``error`` holds the whole text.
 
     >>> _reason({"outcome": "incomplete", "error": "the log stops before the KV cache was sized (last line read: 40)"})
-    'the log stops before the KV cache was sized (la…'
+    'cut before KV sizing'
+    >>> _reason({"outcome": "oom", "error": "torch.OutOfMemoryError: …", "failed_in": "capture_model"})
+    'OOM in capture_model'
     >>> _reason({"outcome": "ok", "error": None})
     '-'
     """
     from kvplan.ledger import plain_value
 
-    if plain_value(row.get("outcome")) == "ok":
+    outcome, text = plain_value(row.get("outcome")), str(plain_value(row.get("error")) or "")
+    failed_in = plain_value(row.get("failed_in"))
+    if outcome == "ok":
         return "-"
-    text = str(plain_value(row.get("error")) or "no reason logged")
-    return text if len(text) <= TABLE_REASON_CHARS else text[: TABLE_REASON_CHARS - 1] + "…"
+    if outcome == "oom":
+        reason = f"OOM in {failed_in}" if failed_in else "out of memory"
+    elif "before the KV cache was sized" in text:
+        reason = "cut before KV sizing"
+    elif "before startup completed" in text:
+        reason = "cut before ready"
+    else:
+        reason = (f"{failed_in}: " if failed_in else "") + (text or "no reason logged")
+    return reason if len(reason) <= TABLE_REASON_CHARS else reason[: TABLE_REASON_CHARS - 1] + "…"
 
 
 def _table_cell(column: str, value: object) -> str:

@@ -2,7 +2,10 @@
 
 A command prints one JSON object with ``--json`` (:func:`print_json`: a ``NaN`` or ``±Inf`` prints as
 null) and a readable table without it (:func:`format_table`); the warnings of the readers and the
-ledger become the command's own ``warning: …`` lines (:func:`reader_warnings_into`, :func:`print_warnings`).
+ledger become the command's own ``warning: …`` lines (:func:`reader_warnings_into`, :func:`print_warnings`),
+an error its one ``error: …`` line (:func:`print_error`). Text from files in a table cell, a warning or
+an error is shown with its control characters escaped (:func:`kvplan.escape.terminal_text`): no escape
+sequence reaches the terminal and one record is one line.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from contextlib import contextmanager
 from warnings import catch_warnings, showwarning, simplefilter
 
 from kvplan.cli.errors import EXIT_OK
+from kvplan.escape import terminal_text
 from kvplan.json_text import indented_chunks
 from kvplan.load_rows import finite
 
@@ -66,21 +70,35 @@ def reader_warnings_into(notes: list[str]) -> Iterator[None]:
 
 
 def print_warnings(warnings: Sequence[str]) -> None:
-    """Print each warning kind of each file once (:func:`kvplan.notes.aggregate_notes`) as ``warning: …``."""
+    """Print each warning kind of each file once (:func:`kvplan.notes.aggregate_notes`) as one
+    ``warning: …`` line each."""
     from kvplan.notes import aggregate_notes
 
     for warning in aggregate_notes(warnings):
-        print(f"warning: {warning}", file=sys.stderr)
+        print(f"warning: {terminal_text(warning)}", file=sys.stderr)
+
+
+def print_error(message: object) -> None:
+    r"""Print ``message`` as one ``error: …`` line on stderr, its control characters escaped.
+
+    >>> import contextlib, io
+    >>> with contextlib.redirect_stderr(io.StringIO()) as err:
+    ...     print_error("bad\nfile.log: no boot")
+    >>> err.getvalue()
+    'error: bad\\nfile.log: no boot\n'
+    """
+    print(f"error: {terminal_text(message)}", file=sys.stderr)
 
 
 def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
-    """Plain-text table with right-aligned columns, one line per row.
+    """Plain-text table with right-aligned columns, one line per row; control characters in a cell are
+    shown escaped (:func:`kvplan.escape.terminal_text`).
 
     >>> print(format_table([{"rank": 0, "safe": "12 GiB"}], ["rank", "safe"]))
     rank    safe
        0  12 GiB
     """
-    cells = [[str(row.get(column, "")) for column in columns] for row in rows]
+    cells = [[terminal_text(row.get(column, "")) for column in columns] for row in rows]
     widths = [max([len(column), *(len(row[i]) for row in cells)]) for i, column in enumerate(columns)]
     lines = ["  ".join(column.rjust(width) for column, width in zip(columns, widths))]
     lines += ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in cells]

@@ -4,7 +4,8 @@ One folder per approval (``YYYY-MM-DD-<hash>``) holding ``budget.json`` (schema 
 ``docs/budget-json.md``), ``ledger.csv``, ``SUMMARY.md``, ``evidence.log``, ``charts/*.png`` and a copy of
 every input under ``inputs/``, so :func:`verify_bundle` can recompute the decision anywhere. One concept
 per module: :mod:`~kvplan.evidence.record` (the record, its digests and seal, the gate's view),
-:mod:`~kvplan.evidence.render` (text and charts), :mod:`~kvplan.evidence.write` (approve: assembling and
+:mod:`~kvplan.evidence.render` (text and charts), :mod:`~kvplan.evidence.evidence_log`
+(``evidence.log``), :mod:`~kvplan.evidence.write` (approve: assembling and
 publishing a folder), :mod:`~kvplan.evidence.files` and :mod:`~kvplan.evidence.reading` (reading a
 bundle's files safely, once) and
 :mod:`~kvplan.evidence.verify` (verify and the gate's verified approval). The decision itself is
@@ -16,6 +17,7 @@ bundle's files safely, once) and
 '2026-11-29-0123456789ab'
 """
 
+from kvplan.evidence.evidence_log import evidence_lines
 from kvplan.evidence.files import UnsafeFileError
 from kvplan.evidence.reading import added_paths, read_bundle
 from kvplan.evidence.record import (
@@ -39,7 +41,6 @@ from kvplan.evidence.record import (
 from kvplan.evidence.render import (
     artifact_texts,
     chart_names,
-    evidence_lines,
     summary_markdown,
     under_load_lines,
 )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict
 from datetime import datetime, timezone
@@ -37,6 +38,9 @@ INPUTS_DIR = "inputs"
 CHARTS_DIR = "charts"
 DIGEST_CHARS = 12
 SEAL_KEY = "seal_sha256"
+#: The record key that says the bundle's text files escape text from files (docs/safety.md), and the
+#: version of those rules; a bundle written before them lacks it and is regenerated as it was written.
+TEXT_ESCAPING_KEY, TEXT_ESCAPING = "text_escaping", 1
 NVIDIA_SMI_ROLE = "nvidia-smi"
 #: Input roles in the order a bundle lists them.
 ROLES = ("log", NVIDIA_SMI_ROLE, "model config", "load")
@@ -62,6 +66,7 @@ KNOWN_KEYS = (
     "compatibility_key",
     "checks",
     "warnings",
+    TEXT_ESCAPING_KEY,
     "inputs",
     "ledger",
     "files",
@@ -70,6 +75,8 @@ KNOWN_KEYS = (
 #: The keys of each ``inputs[]`` entry.
 INPUT_KEYS = ("path", "bundle_path", "sha256", "size_bytes", "role")
 _CHUNK_BYTES = 1 << 20
+#: What a bundle path may not hold (``kvplan.evidence.files.path_problem``): made ``_`` in an input's copy.
+_PLAIN_NAME = re.compile(r"[\x00-\x1f\\]")
 #: Types :func:`json_value` returns as they are: never missing, already plain JSON.
 _ALWAYS_KNOWN = frozenset({int, str, bool})
 
@@ -186,8 +193,10 @@ def input_names(paths: Sequence[str | os.PathLike]) -> list[str]:
     ['inputs/reference.log', 'inputs/canary.log']
     >>> input_names(["a/x.log", "b/x.log"])
     ['inputs/1-x.log', 'inputs/2-x.log']
+
+    A control character or a backslash in a name (which a bundle path may not hold) becomes ``_``.
     """
-    names = [Path(path).name for path in paths]
+    names = [_PLAIN_NAME.sub("_", Path(path).name) for path in paths]
     if len(set(names)) == len(names):
         return [f"{INPUTS_DIR}/{name}" for name in names]
     return [f"{INPUTS_DIR}/{i}-{name}" for i, name in enumerate(names, start=1)]
@@ -310,6 +319,7 @@ def build_record(
         "compatibility_key": {k: json_value(v) for k, v in decision.compatibility_key.items()},
         "checks": [check.to_dict() for check in decision.checks],
         "warnings": list(decision.warnings),
+        TEXT_ESCAPING_KEY: TEXT_ESCAPING,
         "inputs": [dict(entry) for entry in inputs],
         "ledger": [
             {str(k): json_value(v) for k, v in row.items()}

@@ -2,54 +2,84 @@
 ``ledger.csv`` and ``charts/*.png``.
 
 :func:`verify <kvplan.evidence.verify.verify_bundle_with_notes>` regenerates the text files byte for byte
-(and, for bundles written before the seal, the charts). Text that people or logs wrote (the note, the
-approver) is quoted by :func:`quoted` so it cannot add headings, tables or HTML to ``SUMMARY.md``.
-
->>> quoted("CHG-1234 <!--")
-'CHG-1234 \\\\<!--'
+(and, for bundles written before the seal, the charts). Text that people or logs wrote is escaped for
+its file (:mod:`kvplan.escape`): in ``SUMMARY.md`` it cannot add headings, tables or HTML, in ``ledger.csv``
+a spreadsheet never runs it as a formula, in ``evidence.log`` it never spans two lines. A bundle whose
+record lacks ``text_escaping`` (written before the rule) is regenerated as it was written: only its note
+and approver escaped.
 """
 
 from __future__ import annotations
 
 import io
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
 from kvplan.capacity import capacity_rows, sequence_lengths
-from kvplan.evidence.record import CHARTS_DIR, int_or_none, json_value
-from kvplan.io.metadata import RawLines
+from kvplan.escape import markdown_code, markdown_text
+from kvplan.evidence.evidence_log import decision_evidence_lines
+from kvplan.evidence.record import CHARTS_DIR, TEXT_ESCAPING_KEY, int_or_none
+from kvplan.io.ledger_rows_csv import ledger_frame_csv
 from kvplan.plan import Decision
 from kvplan.units import format_size
 from kvplan.verdict import verdict_word
 
-#: Rows of ``evidence.log`` whose raw lines are read back from the logs at once.
-READ_BACK_ROWS = 4096
-#: Characters that make Markdown or HTML syntax inside a line: backslash-escaped by :func:`quoted`.
-_MARKUP = re.compile(r"([\\`*<>\[\]|])")
-#: Line breaks and other control characters: shown as escapes by :func:`quoted`.
-_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
+#: What ``SUMMARY.md`` says of ``ledger.csv``'s text cells (a bundle with ``text_escaping``).
+CSV_README = (
+    "`ledger.csv` holds the ledger, one row per boot × rank; a text cell that begins with `=`, `+`, `-`, "
+    "`@`, a tab or a carriage return starts with `'` there, so a spreadsheet shows it as text and never "
+    "runs it as a formula (OWASP, CSV injection)."
+)
 
 
-def quoted(text: object) -> str:
-    r"""``text`` as inert Markdown on one line: ``\ ` * < > [ ] |`` backslash-escaped, line breaks and
-    other control characters shown as escapes (``\n``, ``\x1b``), so a note cannot start a heading, a
-    table row or an HTML comment. Words, digits and ``- . , : / ( ) # _`` are unchanged.
+#: What a bundle written before ``text_escaping`` backslash-escaped in its approver and note, and the
+#: control characters it showed escaped there.
+_BEFORE = re.compile(r"([\\`*<>\[\]|])")
+_BEFORE_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
 
-    >>> quoted("sample four-rank boot (CHG_1234, #5)")
-    'sample four-rank boot (CHG_1234, #5)'
-    >>> print(quoted("ok\n# 40 GiB <!-- hide"))
-    ok\n# 40 GiB \<!-- hide
+
+@dataclass(frozen=True)
+class _Markdown:
+    """How ``SUMMARY.md`` writes text from files: escaped (:mod:`kvplan.escape`), or as a bundle written
+    before ``text_escaping`` wrote it (``escaped`` False: plain text and plain code spans)."""
+
+    escaped: bool
+
+    def person(self, value: object) -> str:
+        """The approver or the note: escaped in every bundle (before the rule, as :data:`_BEFORE`)."""
+        if self.escaped:
+            return markdown_text(value)
+        escaped = _BEFORE.sub(r"\\\1", str(value))
+        return _BEFORE_CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode("ascii"), escaped)
+
+    def text(self, value: object) -> str:
+        return markdown_text(value) if self.escaped else str(value)
+
+    def code(self, value: object) -> str:
+        return markdown_code(value) if self.escaped else f"`{value}`"
+
+    def cell(self, value: object) -> str:
+        """A file name in a table cell: escaped text (a code span cannot hold a table's ``\\|``)."""
+        return markdown_text(value) if self.escaped else f"`{value}`"
+
+
+def escaped_text(record: Mapping) -> bool:
+    """Whether the bundle of ``record`` escapes every text from files (its ``text_escaping`` key).
+
+    >>> escaped_text({"text_escaping": 1}), escaped_text({})
+    (True, False)
     """
-    escaped = _MARKUP.sub(r"\\\1", str(text))
-    return _CONTROL.sub(lambda match: match.group(0).encode("unicode_escape").decode("ascii"), escaped)
+    return TEXT_ESCAPING_KEY in record
 
 
 def summary_markdown(record: Mapping, name: str) -> str:
     """``SUMMARY.md``: the decision, per-rank table, stranded, capacity, key, checks and inputs."""
     decision, policy = record["decision"], record["policy"]
+    md = _Markdown(escaped_text(record))
     limiting = decision["limiting_rank"]
     rounding = policy["rounding"]
     lines = [
@@ -57,11 +87,11 @@ def summary_markdown(record: Mapping, name: str) -> str:
         "",
         f"- **Decision:** `{decision['flag']}`: {decision['kv_cache_memory_bytes']:,} bytes = "
         f"{decision['human']} per GPU, on every rank; rank {limiting} limits.",
-        f"- **Approved by** {quoted(record['approver'])} at {record['created_utc']} with kvplan "
+        f"- **Approved by** {md.person(record['approver'])} at {record['created_utc']} with kvplan "
         f"{record['kvplan_version']}; bundle `{name}`.",
     ]
     if record.get("note"):
-        lines.append(f"- **Note:** {quoted(record['note'])}")
+        lines.append(f"- **Note:** {md.person(record['note'])}")
     lines += [
         f"- **Policy:** reserve {format_size(policy['reserve_bytes'])} per GPU; canary guard "
         f"{format_size(policy['guard_bytes'])}; rounding {rounding['rule']}"
@@ -82,7 +112,7 @@ def summary_markdown(record: Mapping, name: str) -> str:
         marker = " (limits)" if rank["limiting"] else ""
         free = format_size(rank["init_free_bytes"]) if rank["init_free_bytes"] is not None else "not shown"
         lines.append(
-            f"| {rank['rank']}{marker} | {format_size(rank['room_bytes'])} | {rank['room_source'] or '?'} | "
+            f"| {rank['rank']}{marker} | {format_size(rank['room_bytes'])} | {md.text(rank['room_source'] or '?')} | "
             f"{format_size(rank['safe_bytes'])} | {decision['human']} | "
             f"{format_size(rank['stranded_bytes'])} | {free} |"
         )
@@ -117,7 +147,7 @@ def summary_markdown(record: Mapping, name: str) -> str:
     if record["admission_plan"]:
         lines += ["", f"**Admission plan:** {record['admission_plan']['detail']}."]
     if record.get("load") is not None:
-        lines += ["", "## Under load", "", *under_load_lines(record["load"])]
+        lines += ["", "## Under load", "", *under_load_lines(record["load"], md.escaped)]
     lines += [
         "",
         "## Compatibility key (reuse only where all of these are unchanged)",
@@ -125,14 +155,22 @@ def summary_markdown(record: Mapping, name: str) -> str:
         "| field | value |",
         "|---|---|",
     ]
-    lines += [f"| {k} | {'not shown' if v is None else v} |" for k, v in record["compatibility_key"].items()]
+    lines += [
+        f"| {k} | {'not shown' if v is None else md.text(v)} |"
+        for k, v in record["compatibility_key"].items()
+    ]
     lines += ["", "## Checks at approval", ""]
-    lines += [f"- **{verdict_word(c['passed'])}** {c['name']}: {c['detail']}" for c in record["checks"]]
+    lines += [
+        f"- **{verdict_word(c['passed'])}** {md.text(c['name'])}: {md.text(c['detail'])}"
+        for c in record["checks"]
+    ]
     lines += ["", "## Inputs", "", "| file | SHA-256 |", "|---|---|"]
     lines += [
-        f"| `{entry['bundle_path']}` (was `{entry['path']}`) | `{entry['sha256']}` |"
+        f"| {md.cell(entry['bundle_path'])} (was {md.cell(entry['path'])}) | `{entry['sha256']}` |"
         for entry in record["inputs"]
     ]
+    if md.escaped:
+        lines += ["", CSV_README]
     lines += [
         "",
         f"Re-check: `kvplan verify {name}`. Gate a canary boot: `kvplan gate --approved {name} CANARY.log`.",
@@ -141,8 +179,9 @@ def summary_markdown(record: Mapping, name: str) -> str:
     return "\n".join(lines)
 
 
-def under_load_lines(load: Mapping) -> list[str]:
-    """The "Under load" bullets of ``SUMMARY.md`` from a ``budget.json`` ``load`` section.
+def under_load_lines(load: Mapping, escaped: bool = True) -> list[str]:
+    """The "Under load" bullets of ``SUMMARY.md`` from a ``budget.json`` ``load`` section; file names and
+    notes escaped (:mod:`kvplan.escape`) unless not ``escaped`` (a bundle written before that rule).
 
     >>> load = {"sources": ["inputs/server.log"], "rows": 40, "start": "2026-11-27T09:32:10",
     ...     "end": "2026-11-27T09:38:58", "duration_s": 408.0, "kv_cache_tokens": 157280,
@@ -159,16 +198,21 @@ def under_load_lines(load: Mapping) -> list[str]:
     - **Throughput:** prompt 1,520, generation 689 tokens/s on average; peak 32 running, 3 waiting.
     - **Capacity:** 157,280 tokens (`--kv-cache-memory-bytes=12884377600`); approved value: 157,280.
     """
+    md = _Markdown(escaped)
     peak, tokens, preemptions = load["peak_kv_cache_usage_pct"], load["kv_cache_tokens"], load["preemptions"]
-    span = f", {load['start']} to {load['end']} ({load['duration_s']:g} s)" if load["start"] else ""
-    files = ", ".join(f"`{source}`" for source in load["sources"])
+    span = (
+        f", {md.text(load['start'])} to {md.text(load['end'])} ({load['duration_s']:g} s)"
+        if load["start"]
+        else ""
+    )
+    files = ", ".join(md.code(source) for source in load["sources"])
     lines = [f"- **Evidence:** {load['rows']} rows from {files}{span}."]
     if peak is None:
         lines.append("- **Peak KV cache usage:** not reported.")
     else:
         of = f" of {tokens:,} tokens (≈{load['peak_kv_cache_tokens']:,})" if tokens is not None else ""
         where = f"{load['peak_at']['source']}:{load['peak_at']['line']}"
-        lines.append(f"- **Peak KV cache usage:** {peak:.1f}%{of} at `{where}`.")
+        lines.append(f"- **Peak KV cache usage:** {peak:.1f}%{of} at {md.code(where)}.")
     counted = "not reported" if preemptions is None else preemptions
     lines.append(
         f"- **Preemptions:** {counted} (policy allows {load['max_preemptions']}); "
@@ -186,7 +230,7 @@ def under_load_lines(load: Mapping) -> list[str]:
     lines.append(
         f"- **Capacity:** {_count_text(tokens)} tokens ({setting}); approved value: {_count_text(approved)}."
     )
-    lines += [f"- **Note:** {note}." for note in load["notes"]]
+    lines += [f"- **Note:** {md.text(note)}." for note in load["notes"]]
     if load["warnings"]:
         lines.append(f"- {len(load['warnings'])} reader warning(s) in `budget.json` (`load.warnings`).")
     return lines
@@ -199,94 +243,6 @@ def _count_text(value: float | None) -> str:
     ('1,520', '?')
     """
     return "?" if value is None else f"{value:,.0f}"
-
-
-def evidence_lines(provenance: pd.DataFrame) -> list[str]:
-    """``evidence.log``: each source line once, with ``file:line``, boot, rank and every value read from it.
-
-    >>> prov = pd.DataFrame({"source": ["a.log"] * 2, "line": [9, 9], "boot": [0, 0], "rank": [2, 2],
-    ...     "column": ["init_free_bytes", "room_bytes"], "value": [100, 90], "raw": ["the line"] * 2})
-    >>> evidence_lines(prov)[3:]
-    ['a.log:9  boot 0  rank 2  init_free_bytes = 100; room_bytes = 90', '    the line']
-    """
-    return list(iter_evidence_lines(provenance))
-
-
-def iter_evidence_lines(provenance: pd.DataFrame, raw_lines: RawLines | None = None) -> Iterator[str]:
-    """The lines of :func:`evidence_lines` one by one: the rows are taken in (source, line) order and the
-    lines of one source line are written once its rows are all seen, so only one line's values are held.
-    With ``raw_lines``, a ``raw`` that is a byte offset (:meth:`~kvplan.io.metadata.ReadMetadata.compact_provenance`) is read back from its
-    log in batches of :data:`READ_BACK_ROWS` rows as the lines are made, never all at once.
-    """
-    yield "# kvplan evidence: every number in budget.json and ledger.csv, with the line it came from"
-    yield "# file:line  boot  rank  column = value; ...   then the line as logged"
-    yield ""
-    if provenance.empty:
-        yield "(the reader recorded no provenance)"
-        return
-    keys = pd.DataFrame(
-        {"source": provenance["source"], "_line": provenance["line"].astype("Int64").fillna(0)}
-    ).reset_index(drop=True)
-    order = list(keys.sort_values(["source", "_line"], kind="stable").index)
-    at_sort_line = list(keys["_line"])
-    at_source, at_line, at_boot, at_rank, at_column, at_value, at_raw = (
-        list(provenance[name]) for name in ("source", "line", "boot", "rank", "column", "value", "raw")
-    )
-    whole: dict[object, int | None] = {}  # int_or_none of each line, boot and rank number seen
-    stripped: dict[object, str] = {}  # str(raw).rstrip() of each raw text seen
-    groups: dict[tuple, dict] = {}  # the places of one (source, line), in the order first seen
-    run = None
-    for start in range(0, len(order), READ_BACK_ROWS):
-        batch = order[start : start + READ_BACK_ROWS]
-        texts = _read_back(batch, at_source, at_raw, raw_lines) if raw_lines is not None else {}
-        stripped.clear()  # the texts of one batch at a time
-        for i in batch:
-            source, line, boot, rank, raw = str(at_source[i]), at_line[i], at_boot[i], at_rank[i], at_raw[i]
-            if texts and type(raw) is int:
-                raw = texts[at_source[i], raw]
-            if (source, at_sort_line[i]) != run:
-                yield from _place_lines(groups)
-                groups, run = {}, (source, at_sort_line[i])
-            if line not in whole:
-                whole[line] = int_or_none(line)
-            if boot not in whole:
-                whole[boot] = int_or_none(boot)
-            if rank not in whole:
-                whole[rank] = int_or_none(rank)
-            if raw not in stripped:
-                stripped[raw] = str(raw).rstrip()
-            shown_values = groups.setdefault((source, whole[line], whole[boot], stripped[raw]), {})
-            shown_values.setdefault(whole[rank], []).append(f"{at_column[i]} = {json_value(at_value[i])}")
-    yield from _place_lines(groups)
-
-
-def _read_back(
-    positions: Sequence[int], sources: Sequence[object], raws: Sequence[object], raw_lines: RawLines
-) -> dict[tuple, str]:
-    """``(source, offset) → line text`` of the rows at ``positions`` whose raw is a byte offset."""
-    offsets: dict[object, set[int]] = {}
-    for i in positions:
-        if type(raws[i]) is int:
-            offsets.setdefault(sources[i], set()).add(raws[i])
-    return {
-        (source, offset): text
-        for source, wanted in offsets.items()
-        for offset, text in raw_lines.lines(str(source), wanted).items()
-    }
-
-
-def _place_lines(groups: Mapping[tuple, Mapping]) -> Iterator[str]:
-    """The two lines of each (source, line, boot, raw) place: where and its values by rank, then the raw."""
-    for (source, line, boot, raw), by_rank in groups.items():
-        where = f"{source}:{line}" if line is not None else source
-        ranks = ", ".join("-" if rank is None else str(rank) for rank in by_rank)
-        shown = list(by_rank.values())
-        if all(values == shown[0] for values in shown):
-            text = f"rank{'s' if len(by_rank) > 1 else ''} {ranks}  " + "; ".join(shown[0])
-        else:
-            text = "  ".join(f"rank {rank}: " + "; ".join(values) for rank, values in by_rank.items())
-        yield f"{where}  boot {'-' if boot is None else boot}  {text}"
-        yield f"    {raw}" if line is not None else f"    (not a log line: {raw})"
 
 
 def artifact_texts(decision: Decision, record: Mapping, name: str) -> dict[str, str]:
@@ -302,18 +258,13 @@ def artifact_texts(decision: Decision, record: Mapping, name: str) -> dict[str, 
 def artifact_pieces(decision: Decision, record: Mapping, name: str) -> dict[str, Iterator[str]]:
     """The texts of :func:`artifact_texts` in pieces, made as they are read (``evidence.log`` line by line:
     its text is never held whole)."""
+    escaped = escaped_text(record)
+    ledger = ledger_frame_csv(decision.ledger) if escaped else decision.ledger.to_csv(index=False)
     return {
-        "ledger.csv": iter([decision.ledger.to_csv(index=False)]),
+        "ledger.csv": iter([ledger]),
         "SUMMARY.md": iter([summary_markdown(record, name)]),
-        "evidence.log": (f"{line}\n" for line in _decision_evidence_lines(decision)),
+        "evidence.log": (f"{line}\n" for line in decision_evidence_lines(decision, escaped)),
     }
-
-
-def _decision_evidence_lines(decision: Decision) -> Iterator[str]:
-    """The lines of ``evidence.log``: from the reader's compact rows when the decision has them."""
-    if decision.metadata is not None:
-        return iter_evidence_lines(decision.metadata.compact_provenance(), decision.metadata.raw_lines)
-    return iter_evidence_lines(decision.provenance)
 
 
 def chart_names(decision: Decision) -> list[str]:

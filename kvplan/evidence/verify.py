@@ -29,6 +29,8 @@ from kvplan.evidence.record import (
     NVIDIA_SMI_ROLE,
     ROLES,
     SEAL_KEY,
+    TEXT_ESCAPING,
+    TEXT_ESCAPING_KEY,
     BundleChangedError,
     BundleError,
     approved_from_record,
@@ -53,7 +55,7 @@ from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy
 #: files (checked on their own: digest, hashes, folder name) and the model options (inputs of kv_spec).
 _NOT_RECOMPUTED = frozenset(
     {"schema", "schema_version", "kvplan_version", "created_utc", "approver", "note", "inputs_digest"}
-    | {"model_options", "inputs", "files", SEAL_KEY}
+    | {"model_options", "inputs", "files", SEAL_KEY, TEXT_ESCAPING_KEY}
 )
 _COMPARED = tuple(key for key in KNOWN_KEYS if key not in _NOT_RECOMPUTED)
 
@@ -82,16 +84,29 @@ class Verified:
         digest only (``gate --approved-digest``)."""
         return SEAL_KEY in self.record
 
+    @property
+    def verdict(self) -> str:
+        """verify's verdict on the bundle, one word: ``OK`` when nothing differs, else ``CHANGED``."""
+        return "OK" if self.ok else "CHANGED"
+
     def created_line(self) -> str:
-        """How far ``created_utc`` is verified, for verify's and gate's output.
+        """How far ``created_utc`` is verified, for verify's and gate's output: never "sealed" for a bundle
+        that changed (its seal no longer vouches for anything).
 
         >>> Verified(Path("b"), {"created_utc": "2026-11-29T10:40:00Z"}, "ab", (), (), None).created_line()
-        'created 2026-11-29T10:40:00Z: not verified (no seal; only the digest, gate --approved-digest ab, pins it)'
+        'created 2026-11-29T10:40:00Z: not verified (no seal; only the digest, gate --approved-digest sha256:ab, pins it)'
+        >>> Verified(Path("b"), {"created_utc": "2026-11-29T10:40:00Z", SEAL_KEY: "cd"}, "ab", ("x",), (), None).created_line()
+        'created 2026-11-29T10:40:00Z: not verified (the bundle changed)'
         """
         created = self.record.get("created_utc")
+        if not self.ok:
+            return f"created {created}: not verified (the bundle changed)"
         if self.sealed:
             return f"created {created}: sealed"
-        return f"created {created}: not verified (no seal; only the digest, gate --approved-digest {self.digest}, pins it)"
+        return (
+            f"created {created}: not verified (no seal; only the digest, gate --approved-digest "
+            f"sha256:{self.digest}, pins it)"
+        )
 
 
 def verify_bundle(bundle: str | os.PathLike) -> list[str]:
@@ -127,7 +142,7 @@ def verify(bundle: str | os.PathLike) -> Verified:
         notes.insert(
             0,
             f"no {SEAL_KEY} (written by kvplan 0.1.0 or before): its created_utc is not sealed; "
-            f"pin the bundle with kvplan gate --approved-digest {digest}",
+            f"pin the bundle with kvplan gate --approved-digest sha256:{digest}",
         )
     return Verified(folder, record, digest, tuple(differences), tuple(notes), decision)
 
@@ -208,6 +223,13 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
         for key in _COMPARED:
             differences += _compare(key, record.get(key), fresh.get(key))
         regenerated = {**fresh, "kvplan_version": approval[2]}
+        if TEXT_ESCAPING_KEY not in record:  # written before the rule: regenerated as it was written
+            del regenerated[TEXT_ESCAPING_KEY]
+        elif not same_canonical(record[TEXT_ESCAPING_KEY], TEXT_ESCAPING):
+            differences.append(
+                f"{TEXT_ESCAPING_KEY}: recorded {_short(record[TEXT_ESCAPING_KEY])}, this kvplan writes "
+                f"{TEXT_ESCAPING}"
+            )
         for file_name, pieces in artifact_pieces(decision, regenerated, approved_name).items():
             if file_name in artifacts and not same_bytes(  # evidence.log reads raw lines from the copies
                 artifacts[file_name], (piece.encode("utf-8") for piece in pieces)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kvplan import __version__
+from kvplan.escape import SURROGATE, terminal_text
 from kvplan.evidence.record import (
     BUDGET_JSON,
     INPUTS_DIR,
@@ -108,6 +109,7 @@ def approve_bundle(
         (loads, "--load"),
     ):
         require_files(paths, argument)
+        require_utf8_names(paths, argument)
     sources = logs + snapshots + configs + loads
     roles = [role for role, paths in zip(ROLES, (logs, snapshots, configs, loads)) for _ in paths]
     hashes = [sha256_file(path) for path in sources]
@@ -182,6 +184,25 @@ def approve_bundle(
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return final, record
+
+
+def require_utf8_names(paths: Sequence[Path], argument: str) -> None:
+    r"""Refuse (``ValueError`` naming the file) an input whose name is not UTF-8: a bundle records every
+    input by its name as UTF-8 text (``budget.json``, ``SUMMARY.md``, ``ledger.csv``).
+
+    >>> name = Path(b"bo\xffot.log".decode("utf-8", "surrogateescape"))
+    >>> try:
+    ...     require_utf8_names([name], "LOG")
+    ... except ValueError as refused:
+    ...     print(str(refused).split(":")[:2])
+    ['bo\\udcffot.log', ' the file name is not UTF-8 (LOG)']
+    """
+    for path in paths:
+        if SURROGATE.search(str(path)):
+            raise ValueError(
+                f"{terminal_text(path)}: the file name is not UTF-8 ({argument}): a bundle records each "
+                "input by name as UTF-8 text; rename the file or link it under a UTF-8 name"
+            )
 
 
 def enclosing_bundle(path: str | os.PathLike) -> Path | None:

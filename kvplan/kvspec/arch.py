@@ -142,6 +142,29 @@ def _dtype_bytes(lm: Mapping, where: str) -> int | None:
     return _MODEL_DTYPE_BYTES[dtype]
 
 
+def _head_dim(lm: Mapping, num_heads: int, where: str) -> tuple[int | None, int]:
+    """``(MLA latent size or None, head_dim)``: the latent ``kv_lora_rank + qk_rope_head_dim`` for MLA,
+    else ``head_dim``, else ``hidden_size / num_attention_heads`` (refused where the class has its own)."""
+    if lm.get("kv_lora_rank") is not None:
+        latent = positive_field(lm, "kv_lora_rank", where) + positive_field(lm, "qk_rope_head_dim", where)
+        return latent, latent
+    if lm.get("head_dim") is not None:
+        return None, positive_field(lm, "head_dim", where)
+    model_type = str(lm.get("model_type") or "")
+    if model_type.startswith(HEAD_DIM_CLASS_DEFAULT):
+        raise KVSpecError(
+            f"{where}: missing field 'head_dim' (model_type {model_type!r}: its config class defaults it "
+            "to a constant, not hidden_size / num_attention_heads; copy it from the published config.json)"
+        )
+    hidden = positive_field(lm, "hidden_size", where)
+    if hidden % num_heads:
+        raise KVSpecError(
+            f"{where}: no 'head_dim', and hidden_size {hidden} is not a multiple of "
+            f"num_attention_heads {num_heads}"
+        )
+    return None, hidden // num_heads
+
+
 def model_arch(config: Mapping) -> ModelArch:
     """Read the KV-relevant architecture from a Hugging Face ``config.json`` dict.
 
@@ -170,27 +193,7 @@ def model_arch(config: Mapping) -> ModelArch:
     num_kv_heads, kv_heads_note = _kv_heads(lm, num_heads, where)
     dtype_bytes = _dtype_bytes(lm, where)
     model_type = str(lm.get("model_type") or "")
-    mla_latent_dim = None
-    if lm.get("kv_lora_rank") is not None:
-        mla_latent_dim = positive_field(lm, "kv_lora_rank", where) + positive_field(
-            lm, "qk_rope_head_dim", where
-        )
-        head_dim = mla_latent_dim
-    elif lm.get("head_dim") is not None:
-        head_dim = positive_field(lm, "head_dim", where)
-    elif model_type.startswith(HEAD_DIM_CLASS_DEFAULT):
-        raise KVSpecError(
-            f"{where}: missing field 'head_dim' (model_type {model_type!r}: its config class defaults it "
-            "to a constant, not hidden_size / num_attention_heads; copy it from the published config.json)"
-        )
-    else:
-        hidden = positive_field(lm, "hidden_size", where)
-        if hidden % num_heads:
-            raise KVSpecError(
-                f"{where}: no 'head_dim', and hidden_size {hidden} is not a multiple of "
-                f"num_attention_heads {num_heads}"
-            )
-        head_dim = hidden // num_heads
+    mla_latent_dim, head_dim = _head_dim(lm, num_heads, where)
     layer_types, window, notes = layer_kinds(lm, num_layers, where, mla=mla_latent_dim is not None)
     if kv_heads_note:
         notes = (kv_heads_note, *notes)
@@ -198,6 +201,7 @@ def model_arch(config: Mapping) -> ModelArch:
     linear_dims: tuple[int, ...] = ()
     if LINEAR_ATTENTION in layer_types:
         linear_kind, linear_dims = linear_state_dims(lm, where)
+    sparse = mla_latent_dim is not None and lm.get("index_topk") is not None
     return ModelArch(
         name=name,
         model_type=model_type,
@@ -213,10 +217,8 @@ def model_arch(config: Mapping) -> ModelArch:
         linear_dims=linear_dims,
         model_id=_config_model_id(config),
         notes=notes,
-        sparse_indexer=mla_latent_dim is not None and lm.get("index_topk") is not None,
-        index_head_dim=int(lm.get("index_head_dim") or DEFAULT_INDEX_HEAD_DIM)
-        if mla_latent_dim is not None and lm.get("index_topk") is not None
-        else None,
+        sparse_indexer=sparse,
+        index_head_dim=int(lm.get("index_head_dim") or DEFAULT_INDEX_HEAD_DIM) if sparse else None,
         max_position_embeddings=_positive_or_none(
             lm.get("max_position_embeddings", config.get("max_position_embeddings"))
         ),

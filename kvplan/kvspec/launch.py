@@ -4,7 +4,7 @@ logs show them or as vLLM defaults them, with a note saying which value was assu
 ends up with (the logged one, the flag's, the MLA attention backend's, or the one a hybrid Mamba model
 needs so an attention page holds a whole recurrent state), and HiSparse's host pool (vLLM 0.32+).
 
->>> settings = launch_settings((0, 33, 0), max_num_batched_tokens=8192, pp=1, sliding=True)
+>>> settings = launch_settings((0, 33, 0), LoggedLaunch(max_num_batched_tokens=8192), pp=1, sliding=True)
 >>> settings.in_flight_tokens, settings.notes
 (16384, ('async scheduling not in the logs: on, vLLM 0.26+ default (2 batches in flight)',))
 >>> resolve_block_size(BlockSizeInputs(None, "auto", (0, 33, 0), 1024))
@@ -100,28 +100,35 @@ def _in_flight_batches(version: Release, async_scheduling: bool, pp: int) -> tup
     )
 
 
+@dataclass(frozen=True)
+class LoggedLaunch:
+    """What the logs (or the caller) show of a launch; None: not shown, vLLM's default for the release."""
+
+    max_num_batched_tokens: int | None = None
+    async_scheduling: bool | None = None
+    mamba_cache_mode: str | None = None
+    gpu_name: str | None = None
+
+
 def launch_settings(
     version: Release,
+    logged: LoggedLaunch,
     *,
     pp: int,
-    max_num_batched_tokens: int | None = None,
-    async_scheduling: bool | None = None,
-    mamba_cache_mode: str | None = None,
-    gpu_name: str | None = None,
     sliding: bool = False,
     linear_kind: str | None = None,
     head_k_dim: int | None = None,
 ) -> LaunchSettings:
-    """The settings of a launch in release ``version``, with vLLM's defaults where a value is None.
+    """The settings of a launch in release ``version``, with vLLM's defaults where ``logged`` shows none.
 
     ``sliding``: the model has sliding-window groups (then ``max_num_batched_tokens`` matters);
     ``linear_kind``: its Mamba / linear-attention layers' kind, None without (then prefix caching, hence
     "align" mode, is vLLM's default from 0.26); ``head_k_dim``: the gated delta net's key head size
     (FlashInfer's GDN prefill on Blackwell needs 128).
     """
-    hybrid = linear_kind is not None
     notes: list[str] = []
     approximate: list[str] = []
+    max_num_batched_tokens = logged.max_num_batched_tokens
     if max_num_batched_tokens is not None and max_num_batched_tokens <= 0:
         raise KVSpecError(f"max_num_batched_tokens must be positive, got {max_num_batched_tokens}")
     if max_num_batched_tokens is None:
@@ -132,6 +139,7 @@ def launch_settings(
                 "vLLM default, assumed for sliding-window groups (a lower bound; the 'Chunked prefill is "
                 "enabled with max_num_batched_tokens=N' line or --max-num-batched-tokens makes it exact)"
             )
+    async_scheduling = logged.async_scheduling
     if async_scheduling is None:
         async_scheduling = version >= ASYNC_SCHEDULING_DEFAULT_FROM
         if version >= IN_FLIGHT_TOKENS_FROM and sliding:
@@ -139,35 +147,54 @@ def launch_settings(
     batches, why = _in_flight_batches(version, bool(async_scheduling), pp)
     if why and sliding:
         approximate.append(why)
-    if mamba_cache_mode is None:
-        mamba_cache_mode = "align" if hybrid and version >= MAMBA_ALIGN_FROM else "none"
-        if hybrid and version >= MAMBA_ALIGN_FROM:
-            notes.append(
-                "Mamba cache mode not in the logs: 'align', vLLM 0.26+ default for hybrid models "
-                "(prefix caching on): 2 state blocks per request"
-            )
-    elif mamba_cache_mode not in MAMBA_CACHE_MODES:
-        raise KVSpecError(f"mamba_cache_mode {mamba_cache_mode!r}: expected one of {list(MAMBA_CACHE_MODES)}")
-    gdn_checkpoint = False
-    gdn = linear_kind == "gated_delta_net"
-    if gdn and mamba_cache_mode == "align" and version >= GDN_PREFILL_CHECKPOINT_FROM:
-        family = gpu_family(gpu_name)
-        gdn_checkpoint = family != "other" and (family != "blackwell" or head_k_dim == 128)
-        if family is None or (family == "blackwell" and gdn_checkpoint):
-            approximate.append(
-                "FlashInfer gated-delta-net prefill assumed (Hopper; Blackwell with CUDA 13): a 64-aligned "
-                "block size and a checkpoint block per request, a lower bound"
-                + ("" if family else "; the GPU type (nvidia-smi snapshot) makes it exact")
-            )
+    mamba = _mamba_settings(version, logged, linear_kind, head_k_dim)
     return LaunchSettings(
         max_num_batched_tokens=max_num_batched_tokens,
         in_flight_tokens=batches * max_num_batched_tokens,
         async_scheduling=bool(async_scheduling),
-        mamba_cache_mode=mamba_cache_mode,
-        gdn_checkpoint=gdn_checkpoint,
-        notes=tuple(notes),
-        approximate=tuple(approximate),
+        mamba_cache_mode=mamba.mamba_cache_mode,
+        gdn_checkpoint=mamba.gdn_checkpoint,
+        notes=(*notes, *mamba.notes),
+        approximate=(*approximate, *mamba.approximate),
     )
+
+
+class _MambaSettings(NamedTuple):
+    mamba_cache_mode: str
+    gdn_checkpoint: bool
+    notes: tuple[str, ...]
+    approximate: tuple[str, ...]
+
+
+def _mamba_settings(
+    version: Release, logged: LoggedLaunch, linear_kind: str | None, head_k_dim: int | None
+) -> _MambaSettings:
+    """The Mamba cache mode (vLLM's default when not logged) and whether the FlashInfer GDN prefill keeps
+    a checkpoint block, with the note and the lower bound they bring."""
+    hybrid = linear_kind is not None
+    mode = logged.mamba_cache_mode
+    notes: tuple[str, ...] = ()
+    approximate: tuple[str, ...] = ()
+    if mode is None:
+        mode = "align" if hybrid and version >= MAMBA_ALIGN_FROM else "none"
+        if hybrid and version >= MAMBA_ALIGN_FROM:
+            notes = (
+                "Mamba cache mode not in the logs: 'align', vLLM 0.26+ default for hybrid models "
+                "(prefix caching on): 2 state blocks per request",
+            )
+    elif mode not in MAMBA_CACHE_MODES:
+        raise KVSpecError(f"mamba_cache_mode {mode!r}: expected one of {list(MAMBA_CACHE_MODES)}")
+    gdn_checkpoint = False
+    if linear_kind == "gated_delta_net" and mode == "align" and version >= GDN_PREFILL_CHECKPOINT_FROM:
+        family = gpu_family(logged.gpu_name)
+        gdn_checkpoint = family != "other" and (family != "blackwell" or head_k_dim == 128)
+        if family is None or (family == "blackwell" and gdn_checkpoint):
+            approximate = (
+                "FlashInfer gated-delta-net prefill assumed (Hopper; Blackwell with CUDA 13): a 64-aligned "
+                "block size and a checkpoint block per request, a lower bound"
+                + ("" if family else "; the GPU type (nvidia-smi snapshot) makes it exact"),
+            )
+    return _MambaSettings(mode, gdn_checkpoint, notes, approximate)
 
 
 #: Block size the FlashMLA backends force ("Forcing kv cache block size to 64 for FlashMLA backend").

@@ -79,14 +79,7 @@ def layer_kinds(
 ) -> tuple[tuple[str, ...], int | None, tuple[str, ...]]:
     """Kind of every layer, the sliding window [tokens] and notes on what is assumed (``lm``: the
     language model's config; ``mla``: the config has an MLA latent)."""
-    window = lm.get("sliding_window")
-    if lm.get("use_sliding_window") is False:
-        window = None
-    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
-        # a negative window would shrink the sliding layers' blocks per request: capacity over-predicted
-        raise KVSpecError(
-            f"{where}: field 'sliding_window' must be one whole number of tokens, 0 or more, got {window!r}"
-        )
+    window = _sliding_window(lm, where)
     if lm.get("attention_chunk_size"):
         raise KVSpecError(
             f"{where}: field 'attention_chunk_size' (chunked local attention, Llama 4) is not sized "
@@ -135,6 +128,19 @@ def layer_kinds(
     if kinds.count(LINEAR_ATTENTION) == num_layers:
         raise KVSpecError(f"{where}: no attention layer at all (a pure Mamba model has no KV cache to size)")
     return tuple(kinds), window, tuple(notes)
+
+
+def _sliding_window(lm: Mapping, where: str) -> int | None:
+    """The config's ``sliding_window`` [tokens], None when it has none or turns it off."""
+    window = lm.get("sliding_window")
+    if lm.get("use_sliding_window") is False:
+        window = None
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        # a negative window would shrink the sliding layers' blocks per request: capacity over-predicted
+        raise KVSpecError(
+            f"{where}: field 'sliding_window' must be one whole number of tokens, 0 or more, got {window!r}"
+        )
+    return window
 
 
 def _sliding_pattern(lm: Mapping, num_layers: int, where: str, notes: list[str]) -> list[str]:

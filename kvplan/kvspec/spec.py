@@ -43,6 +43,7 @@ from kvplan.kvspec.launch import (
     BlockSizeInputs,
     LaunchSettings,
     LoggedHostPool,
+    LoggedLaunch,
     host_pool_bound,
     launch_settings,
     logged_block_sizes,
@@ -350,11 +351,8 @@ def kv_spec(
     reasons += served.reasons
     launch = launch_settings(
         version,
+        LoggedLaunch(max_num_batched_tokens, async_scheduling, mamba_cache_mode, gpu_name),
         pp=pp,
-        max_num_batched_tokens=max_num_batched_tokens,
-        async_scheduling=async_scheduling,
-        mamba_cache_mode=mamba_cache_mode,
-        gpu_name=gpu_name,
         sliding=SLIDING_ATTENTION in served.layer_types,
         linear_kind=arch.linear_kind,
         head_k_dim=arch.linear_dims[2] if arch.linear_kind == "gated_delta_net" else None,

@@ -10,16 +10,16 @@ recomputed decision.
 from __future__ import annotations
 
 import argparse
-import html
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kvplan.escape import html_text, terminal_text
 from kvplan.notebook.headlines import limiting_text
 from kvplan.notebook.pages import Page
 from kvplan.plan import Decision
-from kvplan.units import format_size
+from kvplan.units import format_budget, format_policy_size, format_size
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; color: #222; }
@@ -47,10 +47,10 @@ def decision_facts(decision: Decision) -> dict[str, str]:
     budget = decision.budget
     facts = {
         "flag": budget.flag,
-        "uniform budget": f"{format_size(budget.uniform_budget_bytes)} per GPU over {len(budget.ranks)} GPUs",
+        "uniform budget": f"{format_budget(budget.uniform_budget_bytes)} per GPU over {len(budget.ranks)} GPUs",
         "limiting rank": limiting_text(budget.ranks, budget.safe_bytes),
         "stranded capacity": f"{format_size(budget.stranded_total_bytes)} on the stronger ranks",
-        "reserve": f"{format_size(budget.reserve_bytes)} per GPU",
+        "reserve": f"{format_policy_size(budget.reserve_bytes)} per GPU",
     }
     capacity: Any = decision.capacity_at_max_len  # a kvplan.capacity.Capacity or None
     if capacity is not None:
@@ -86,24 +86,24 @@ def index_html(
     facts = decision_facts(decision)
     flag = facts.pop("flag")
     rows = "".join(
-        f"<tr><th>{html.escape(name)}</th><td>{html.escape(text)}</td></tr>" for name, text in facts.items()
+        f"<tr><th>{html_text(name)}</th><td>{html_text(text)}</td></tr>" for name, text in facts.items()
     )
     bundle_rows = "".join(
-        f"<tr><th>{html.escape(name)}</th><td>{html.escape(text)}</td></tr>"
+        f"<tr><th>{html_text(name)}</th><td>{html_text(text)}</td></tr>"
         for name, text in (bundle or {}).items()
     )
     links = "".join(
-        f'<li><a href="{html.escape(page.href)}">{html.escape(page.title)}</a>'
-        f' <span class="kvplan-meta">(<a href="{html.escape(page.code_href)}">with code</a>)</span></li>'
+        f'<li><a href="{html_text(page.href)}">{html_text(page.title)}</a>'
+        f' <span class="kvplan-meta">(<a href="{html_text(page.code_href)}">with code</a>)</span></li>'
         for page in pages
     )
     return (
         '<!doctype html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>kvplan report: {html.escape(flag)}</title><style>{_STYLE}</style></head><body>\n"
+        f"<title>kvplan report: {html_text(flag)}</title><style>{_STYLE}</style></head><body>\n"
         "<h1>KV-cache budget: the decision</h1>\n"
-        f'<p class="kvplan-meta">{html.escape(created_utc)} · kvplan {html.escape(version)}</p>\n'
-        f'<p>Deploy with</p><p class="kvplan-flag">{html.escape(flag)}</p>\n'
+        f'<p class="kvplan-meta">{html_text(created_utc)} · kvplan {html_text(version)}</p>\n'
+        f'<p>Deploy with</p><p class="kvplan-flag">{html_text(flag)}</p>\n'
         f'<table class="kvplan-decision">{rows}</table>\n'
         + (
             f'<h2>Evidence bundle</h2><table class="kvplan-decision">{bundle_rows}</table>\n'
@@ -137,7 +137,7 @@ def build_report(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> tupl
     record = verified.record
     facts = {
         "folder": str(bundle),
-        "digest": verified.digest,
+        "digest": f"sha256:{verified.digest}",
         "approved by": f"{record.get('approver', '')}: {record.get('note', '')}",
         "verified": "ok: every hash and the recomputed decision agree",
     }
@@ -160,7 +160,7 @@ def run_report(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     index, errors = build_report(args.out, args.bundle, args.notebooks)
     for error in errors:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {terminal_text(error)}", file=sys.stderr)
     if not errors:
         print(f"report: {index} ({len(args.notebooks)} notebooks)")
     return 1 if errors else 0

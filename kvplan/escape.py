@@ -1,0 +1,167 @@
+"""Text that came from a file, made inert for where it lands: one function per target.
+
+Model names, paths, labels, host names, args and messages are read from logs, manifests and file names:
+they are data, never structure (``docs/safety.md``, "Untrusted text"). Each output escapes them with the
+function of its target:
+
+- :func:`markdown_text` and :func:`markdown_code`: ``SUMMARY.md`` (no heading, table row, comment or link);
+- :func:`html_text`: report pages and notebook HTML (no element, attribute or comment);
+- :func:`csv_cell`: ledger CSV cells a spreadsheet would run as a formula (OWASP "CSV injection");
+- :func:`terminal_text`: a command's lines (no escape sequence, one record per line);
+- :func:`safe_component` and :func:`path_inside`: file system paths (a name is a path component only when
+  it is plainly one; every path stays inside its root).
+
+Every target shows control characters (line breaks, ESC, BEL, bidirectional overrides, and the lone
+surrogates a non-UTF-8 file name decodes to) as escapes, so one record stays one line.
+
+>>> print(terminal_text("llama\\n# KV-cache budget: 40 GiB \\x1b[2J"))
+llama\\n# KV-cache budget: 40 GiB \\x1b[2J
+>>> csv_cell('=HYPERLINK("http://x")'), csv_cell(-3)
+('\\'=HYPERLINK("http://x")', -3)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import os
+import re
+from pathlib import Path
+
+#: Line breaks, C0 and C1 controls, DEL, bidirectional overrides and isolates, lone surrogates.
+CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+#: The lone surrogates Python decodes a file name's non-UTF-8 bytes to (``surrogateescape``).
+SURROGATE = re.compile("[\ud800-\udfff]")
+#: Characters that make Markdown or HTML syntax inside a line (backslash-escaped by :func:`markdown_text`).
+_MARKUP = re.compile(r"([\\`*_~<>\[\]|])")
+#: First characters that make a spreadsheet read a cell as a formula (OWASP, CSV injection).
+FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
+#: A name that may be a path component as it is: letters, digits, ``.``, ``_``, ``-``, not starting with a
+#: dot (no ``.``, ``..`` or hidden name), at most 128 characters.
+SAFE_COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
+
+
+def shown_controls(text: str) -> str:
+    r"""``text`` with each control character (:data:`CONTROL`) shown as its Python escape (``\n``,
+    ``\x1b``, ``\u202e``, ``\udcff``): printable, one line, encodable as UTF-8.
+
+    >>> shown_controls("a\tb\r\n\u202ec")
+    'a\\tb\\r\\n\\u202ec'
+    """
+    return CONTROL.sub(_escape_one, text)
+
+
+def _escape_one(match: re.Match) -> str:
+    char = match.group(0)
+    if "\ud800" <= char <= "\udfff":  # unicode_escape cannot encode a lone surrogate
+        return f"\\u{ord(char):04x}"
+    return char.encode("unicode_escape").decode("ascii")
+
+
+def terminal_text(value: object) -> str:
+    r"""``value`` for a terminal line: control characters shown as escapes, so no escape sequence
+    reaches the terminal and a record never spans two lines.
+
+    >>> terminal_text("worker\n--kv-cache-memory-bytes=80000000000")
+    'worker\\n--kv-cache-memory-bytes=80000000000'
+    """
+    return shown_controls(str(value))
+
+
+def markdown_text(value: object) -> str:
+    r"""``value`` as inert Markdown inside a line: ``\ ` * _ ~ < > [ ] |`` backslash-escaped and control
+    characters shown as escapes, so text cannot start a heading, a table row, a link, emphasis or an
+    HTML comment. Words, digits and ``- . , : / ( ) #`` are unchanged.
+
+    >>> markdown_text("sample four-rank boot (CHG-1234, #5)")
+    'sample four-rank boot (CHG-1234, #5)'
+    >>> print(markdown_text("ok\n# 40 GiB <!-- hide"))
+    ok\n# 40 GiB \<!-- hide
+    """
+    return shown_controls(_MARKUP.sub(r"\\\1", str(value)))
+
+
+def markdown_code(value: object) -> str:
+    r"""``value`` as a Markdown code span: fenced by more backticks than it holds in a row (CommonMark),
+    control characters shown as escapes. Not for a table cell: renderers split a row on the pipe of
+    ``\|`` inside a code span differently (a cell takes :func:`markdown_text`).
+
+    >>> markdown_code("inputs/boot.log"), markdown_code("a`b")
+    ('`inputs/boot.log`', '``a`b``')
+    """
+    text = shown_controls(str(value))
+    runs = [len(run) for run in re.findall("`+", text)]
+    fence = "`" * (max(runs, default=0) + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def html_text(value: object) -> str:
+    r"""``value`` as HTML text or attribute value: ``& < > " '`` as entities, control characters shown
+    as escapes.
+
+    >>> html_text('<img src=x onerror="alert(1)">')
+    '&lt;img src=x onerror=&quot;alert(1)&quot;&gt;'
+    """
+    return html.escape(shown_controls(str(value)), quote=True)
+
+
+def csv_cell(value: object) -> object:
+    r"""``value`` for a CSV cell: a text that begins with ``= + - @``, a tab or a carriage return gets a
+    leading ``'`` (OWASP), so a spreadsheet shows it as text instead of running it, and a carriage return
+    in it is shown as ``\r`` (a spreadsheet reads one as a row break, and :mod:`csv` and pandas leave it
+    unquoted); anything else as is (numbers are never changed: a negative number is not a formula).
+
+    >>> csv_cell("@SUM(A1)"), csv_cell("meta-llama/x"), csv_cell(None), csv_cell("\rcmd")
+    ("'@SUM(A1)", 'meta-llama/x', None, "'\\rcmd")
+    """
+    if not isinstance(value, str):
+        return value
+    if value.startswith(FORMULA_START):
+        value = "'" + value
+    return value.replace("\r", "\\r")
+
+
+def is_safe_component(name: str) -> bool:
+    """Whether ``name`` may be one path component as it is (:data:`SAFE_COMPONENT`): never ``..``, a
+    separator, a hidden name, a control character or an empty name.
+
+    >>> is_safe_component("gpu-00019.zone-a"), is_safe_component("../../escaped"), is_safe_component(".")
+    (True, False, False)
+    """
+    return SAFE_COMPONENT.fullmatch(name) is not None
+
+
+def safe_component(name: str, prefix: str = "unsafe-") -> str:
+    """``name`` as one path component: itself when :func:`is_safe_component`, else ``prefix`` and the
+    first 16 hex digits of its SHA-256 (the name stays a label, shown escaped where it is printed).
+
+    >>> safe_component("gpu-7"), safe_component("../../../escaped")
+    ('gpu-7', 'unsafe-e9d20ae4e6d4311d')
+    """
+    if is_safe_component(name):
+        return name
+    digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()
+    return f"{prefix}{digest[:16]}"
+
+
+def path_inside(root: str | os.PathLike, *parts: str) -> Path:
+    """``root`` joined with ``parts``, refused (``ValueError``) when the result, with every symlink
+    resolved, is not inside ``root``: an absolute part, a ``..`` or a symlink cannot lead out.
+
+    >>> path_inside("/out", "gpu-7", "boot.log")
+    PosixPath('/out/gpu-7/boot.log')
+    >>> path_inside("/out", "..", "etc")
+    Traceback (most recent call last):
+    ValueError: /out/../etc: outside /out (a name from a file is a label, never a way out of the folder)
+    """
+    base = Path(root)
+    path = base.joinpath(*parts)
+    resolved_base = base.resolve()
+    resolved = path.resolve()
+    if resolved != resolved_base and resolved_base not in resolved.parents:
+        raise ValueError(
+            f"{terminal_text(path)}: outside {terminal_text(base)} (a name from a file is a label, never a "
+            "way out of the folder)"
+        )
+    return path
