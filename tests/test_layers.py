@@ -218,7 +218,6 @@ OVER_BUDGET_FOR_NOW = {
     "kvplan.charts.ranks.ledger_chart",
     "kvplan.charts.ranks.safe_budget_chart",
     "kvplan.charts.ranks.spread_chart",
-    "kvplan.checks.gate.check_budget_fits",
     "kvplan.checks.key.check_compatibility_key",
     "kvplan.cli.approve.run_approve",
     "kvplan.cli.errors",
