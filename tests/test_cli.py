@@ -38,7 +38,10 @@ def test_budget_four_rank_example(capsys):
         "stranded_bytes": 0,
         "room_source": "given",
     }
-    assert data["warnings"] == []
+    # issue 24: rooms by hand show no free memory, so only the byte flag, and a warning says what to measure
+    assert data["launch_flags"] == ["--kv-cache-memory-bytes=12884901888"]
+    assert data["gpu_memory_utilization"] is None
+    assert len(data["warnings"]) == 1 and "memory.free,memory.total" in data["warnings"][0]
 
 
 def test_budget_weak_rank_removes_a_third(capsys):
@@ -432,9 +435,10 @@ def test_approve_with_nvidia_smi_then_gate_compares_the_gpu_type(capsys, tmp_pat
     # the same boot on another GPU type with the same memory.total (81,559 MiB): the key fails on gpu_name
     other = tmp_path / "nvidia-smi-gpu.csv"
     other.write_text((FOUR_RANK / "nvidia-smi-gpu.csv").read_text().replace("H100 80GB HBM3", "H100 NVL"))
+    # issue 24: a canary of another key is no evidence of the approved launch: cannot judge (exit 2)
     status, check = key_check("--nvidia-smi", str(other), *snapshots[2:])
-    assert (status, check["passed"]) == (1, False)
-    assert check["detail"] == "gpu_name: approved NVIDIA H100 80GB HBM3, boot NVIDIA H100 NVL"
+    assert (status, check["passed"]) == (2, None)
+    assert check["detail"] == "cannot judge: gpu_name: approved NVIDIA H100 80GB HBM3, boot NVIDIA H100 NVL"
     # without snapshots the canary shows neither field the approval recorded: the gate cannot judge
     # the GPU type (exit 2) rather than pass a canary that may run on other GPUs
     status, check = key_check()

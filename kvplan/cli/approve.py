@@ -93,18 +93,23 @@ def run_approve(args: argparse.Namespace) -> int:
         layout = plan.ModelLayout(resolve_model_config(args.model), options)
     admission = plan.AdmissionPlan(args.target_concurrency, args.seq_len) if args.seq_len else None
     policy = plan.Policy(args.reserve, args.guard, args.assume_uniform)
-    bundle, written = evidence.approve_bundle(
-        args.logs,
-        args.out,
-        policy,
-        args.approver,
-        args.note,
-        layout,
-        admission,
-        load_paths=args.load,
-        load_policy=load_policy(args),
-        nvidia_smi_paths=args.nvidia_smi,
-    )
+    try:
+        bundle, written = evidence.approve_bundle(
+            args.logs,
+            args.out,
+            policy,
+            args.approver,
+            args.note,
+            layout,
+            admission,
+            load_paths=args.load,
+            load_policy=load_policy(args),
+            nvidia_smi_paths=args.nvidia_smi,
+        )
+    except (
+        evidence.CheckFailedError
+    ) as failed:  # issue 24: a failed check is a verdict (exit 1), not bad input
+        return _not_approved(failed)
     # the record as budget.json reads back, without its ledger rows (not shown here: most of its bytes)
     record = json.loads(json.dumps({key: value for key, value in written.items() if key != "ledger"}))
     del written
@@ -142,6 +147,7 @@ def run_approve(args: argparse.Namespace) -> int:
         f"approved     {format_budget(decision['kv_cache_memory_bytes'])} per GPU (limiting rank {decision['limiting_rank']})"
     )
     print(f"flag         {decision['flag']}")
+    print(f"launch       {' '.join(decision['launch_flags'])}")
     if "load" in record:
         load = record["load"]
         peak = load["peak_kv_cache_usage_pct"]
@@ -155,6 +161,18 @@ def run_approve(args: argparse.Namespace) -> int:
     print(f"verify with  kvplan verify {terminal_text(bundle)}")
     print_warnings(warnings)
     return EXIT_OK
+
+
+def _not_approved(failed) -> int:
+    """Print each failed check with its evidence and the next step (stdout), the refusal (stderr): exit 1."""
+    import sys
+
+    from kvplan.verdict import format_check
+
+    for check in failed.checks:
+        print(format_check(check))
+    print(f"error: {failed}", file=sys.stderr)
+    return EXIT_FAIL
 
 
 VERIFY_HELP = """\

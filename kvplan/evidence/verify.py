@@ -26,6 +26,7 @@ from kvplan.evidence.record import (
     CHARTS_DIR,
     INPUT_KEYS,
     KNOWN_KEYS,
+    LAUNCH_KEY,
     NVIDIA_SMI_ROLE,
     ROLES,
     SEAL_KEY,
@@ -219,7 +220,10 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
             differences.append(f"recomputation failed: {message}")
             return differences, notes, None
         decision = _as_recorded(decision, record.get("ledger"))
-        fresh = _roundtrip(build_record(decision, policy, entries, digest, created, *approval[:2], options))
+        launch = isinstance(record.get("decision"), dict) and LAUNCH_KEY in record["decision"]
+        fresh = _roundtrip(
+            build_record(decision, policy, entries, digest, created, *approval[:2], options, launch=launch)
+        )
         for key in _COMPARED:
             differences += _compare(key, record.get(key), fresh.get(key))
         regenerated = {**fresh, "kvplan_version": approval[2]}

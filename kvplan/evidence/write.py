@@ -55,6 +55,15 @@ from kvplan.plan import (
 )
 from kvplan.units import format_size
 
+
+class CheckFailedError(ApprovalError):
+    """A check at approval failed (``kvplan approve`` exit 1): ``checks`` are the failed ones."""
+
+    def __init__(self, message: str, checks: Sequence[object] = ()) -> None:
+        super().__init__(message)
+        self.checks = tuple(checks)
+
+
 #: A ``.partial`` folder older than this belongs to an approval that was killed [seconds].
 STALE_PARTIAL_S = 3600
 PARTIAL_SUFFIX = ".partial"
@@ -162,6 +171,8 @@ def approve_bundle(
         except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
             users = dict(zip(names, map(str, sources)))
             users.update({str(staging / name): source for name, source in users.items()})
+            if isinstance(exc, CheckFailedError):
+                raise CheckFailedError(renamed(str(exc), users), exc.checks) from exc
             raise ApprovalError(renamed(str(exc), users)) from exc
         record = build_record(
             decision,
@@ -297,7 +308,8 @@ def _copy_inputs(
 def _refuse_failed_checks(decision: Decision) -> None:
     failed = [check for check in decision.checks if check.passed is False]
     if failed:
-        raise ApprovalError("not approved: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+        text = "not approved: " + "; ".join(f"{c.name}: {c.detail}" for c in failed)
+        raise CheckFailedError(text, failed)
 
 
 def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str) -> dict[str, str]:
