@@ -134,7 +134,7 @@ def load_policy(args: argparse.Namespace):
     """The :class:`kvplan.plan.LoadPolicy` of --max-preemptions, --max-capacity-loss and --year; None
     without --load."""
     given = [args.max_preemptions, args.max_capacity_loss, args.year]
-    if not args.load:
+    if not args.load and getattr(args, "start", None) is None:  # --prometheus --start: load evidence too
         if any(value is not None for value in given):
             raise CliError("--max-preemptions, --max-capacity-loss and --year apply to --load files only")
         return None
