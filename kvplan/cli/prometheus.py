@@ -114,7 +114,8 @@ def gate_prometheus_checks(args: argparse.Namespace, approved, policy) -> tuple[
     (:func:`gate_running_checks`); with the load section's notes and warnings."""
     from kvplan import plan
 
-    checks, warnings = [], []
+    checks: list = []
+    warnings: list[str] = []
     if args.prometheus and args.start is None and args.end is None:
         if args.step is not None:
             raise CliError("--step: only with --start and --end")
