@@ -86,10 +86,12 @@ def add_nvidia_smi_argument(parser: argparse.ArgumentParser, snapshot: str) -> N
     """Add the repeatable ``--nvidia-smi CSV``: ``snapshot`` says which boot and what it joins."""
     parser.add_argument(
         "--nvidia-smi",
+        "--dcgm",
         action="append",
         default=[],
         metavar="CSV",
-        help=f"nvidia-smi --query-gpu (and --query-compute-apps) CSV {snapshot}; repeat for both",
+        help=f"nvidia-smi --query-gpu (and --query-compute-apps) CSV {snapshot}; repeat for both. "
+        "A DCGM exporter scrape of the host's GPUs (--dcgm SCRAPE) stands for the --query-gpu CSV",
     )
 
 
