@@ -41,6 +41,9 @@ SEAL_KEY = "seal_sha256"
 #: The record key that says the bundle's text files escape text from files (docs/safety.md), and the
 #: version of those rules; a bundle written before them lacks it and is regenerated as it was written.
 TEXT_ESCAPING_KEY, TEXT_ESCAPING = "text_escaping", 1
+#: The record key listing the checks the approver accepted without a verdict (``--allow-unjudged``);
+#: absent when none (every bundle before it).
+ALLOWED_UNJUDGED_KEY = "allowed_unjudged"
 NVIDIA_SMI_ROLE = "nvidia-smi"
 #: Input roles in the order a bundle lists them.
 ROLES = ("log", NVIDIA_SMI_ROLE, "model config", "load")
@@ -68,6 +71,7 @@ KNOWN_KEYS = (
     "warnings",
     TEXT_ESCAPING_KEY,
     "inputs",
+    ALLOWED_UNJUDGED_KEY,
     "ledger",
     "files",
     SEAL_KEY,
@@ -211,15 +215,19 @@ def settings(
     approver: str,
     note: str,
     version: str,
+    allowed_unjudged: Sequence[str] = (),
 ) -> dict:
     """The settings of the inputs digest: policy, layout, plan, input paths and roles, the approval;
-    ``load`` only with load evidence."""
+    ``load`` only with load evidence, the approval's ``allowed_unjudged`` only when it names a check."""
+    approval: dict = {"approver": approver, "note": note, "kvplan_version": version}
+    if allowed_unjudged:
+        approval[ALLOWED_UNJUDGED_KEY] = list(allowed_unjudged)
     out = {
         "policy": asdict(policy),
         "model_options": dict(layout.options) if layout else None,
         "plan": asdict(plan) if plan else None,
         "inputs": [{"path": entry["path"], "role": entry["role"]} for entry in inputs],
-        "approval": {"approver": approver, "note": note, "kvplan_version": version},
+        "approval": approval,
     }
     if load_policy is not None:
         out["load"] = asdict(load_policy)

@@ -156,18 +156,25 @@ def parameter_paths(values: Sequence[str | Path], name: str) -> list[Path]:
 
 
 def read_launch(
-    log_dir: str | Path, nvidia_smi: Sequence[str | Path] | None = None
+    log_dir: str | Path | Sequence[str | Path], nvidia_smi: Sequence[str | Path] | None = None
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """The ledger and reader metadata of a launch's logs, with nvidia-smi snapshots joined when given.
 
     ``log_dir`` is what :func:`kvplan.room.read_vllm_logs_rooms` takes (a folder of ``*.log``, a file, a
-    glob), relative to the notebook or the checkout (:func:`parameter_path`). ``nvidia_smi=None`` takes the :data:`NVIDIA_SMI_NAMES` files found in ``log_dir`` (a
+    glob, or a list of files: a bundle's logs, :func:`kvplan.notebook.report.show_bundle`), relative to
+    the notebook or the checkout (:func:`parameter_path`). ``nvidia_smi=None`` takes the :data:`NVIDIA_SMI_NAMES` files found in ``log_dir`` (a
     folder), so pointing a notebook at another folder needs no second parameter; ``[]`` joins none.
     Ranks are matched to GPUs by pid, else GPU index = rank (:func:`kvplan.io.nvidia_smi.gpu_index_by_rank`).
     """
-    log_dir = parameter_path(log_dir, "LOG_DIR")
-    ledger, metadata = read_vllm_logs_rooms(log_dir)
-    nvidia_smi = snapshots_in(log_dir) if nvidia_smi is None else parameter_paths(nvidia_smi, "NVIDIA_SMI")
+    if isinstance(log_dir, (str, Path)):
+        folder = parameter_path(log_dir, "LOG_DIR")
+        ledger, metadata = read_vllm_logs_rooms(folder)
+        found = snapshots_in(folder)
+    else:
+        files = parameter_paths(log_dir, "LOG_DIR")
+        ledger, metadata = read_vllm_logs_rooms(files)
+        found = launch_snapshots(files)
+    nvidia_smi = found if nvidia_smi is None else parameter_paths(nvidia_smi, "NVIDIA_SMI")
     if nvidia_smi:
         joined, _, joined_metadata = join_snapshots(ledger, nvidia_smi, warn=False)  # warnings listed below
         metadata = metadata.with_warnings(joined_metadata.warnings)
