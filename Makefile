@@ -14,10 +14,13 @@ endif
 
 .PHONY: demo test lint unit nbtest browser-test fuzz lab clean system-deps
 
-# Debian packages the tests and the demo need, installed by `make system-deps` (which `make test` and
-# `make demo` run first) when missing: as root with apt-get, otherwise it stops with the one-line command
-# to run. Append yours here; never a browser or binary downloaded by a script. chromium: the browser test.
+# Debian packages `make test` needs, installed by `make system-deps` (which `make test` and `make demo` run
+# first) when missing: as root with apt-get, otherwise it stops with the one-line command to run. Append
+# yours here; never a browser or binary downloaded by a script. chromium: the browser test.
 DEBIAN_PACKAGES := chromium
+# The ones `make demo` needs (none: its report renders without a browser), so a demo asks for no root.
+DEMO_DEBIAN_PACKAGES :=
+demo: DEBIAN_PACKAGES = $(DEMO_DEBIAN_PACKAGES)
 
 system-deps:
 	@missing=$$(for package in $(DEBIAN_PACKAGES); do \

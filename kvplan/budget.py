@@ -30,6 +30,19 @@ def kv_cache_flag(num_bytes: int) -> str:
     return f"--kv-cache-memory-bytes={num_bytes}"
 
 
+def launch_flags_text(num_bytes: int, gpu_memory_utilization: float | None) -> tuple[str, ...]:
+    """The whole set of launch flags: the byte flag and its companion ``--gpu-memory-utilization`` (two
+    decimals; left out when unknown), which vLLM's start-up free-memory check needs (:mod:`kvplan.checks.launch`).
+
+    >>> launch_flags_text(12_884_377_600, 0.61)
+    ('--kv-cache-memory-bytes=12884377600', '--gpu-memory-utilization=0.61')
+    """
+    companion = (
+        () if gpu_memory_utilization is None else (f"--gpu-memory-utilization={gpu_memory_utilization:.2f}",)
+    )
+    return (kv_cache_flag(num_bytes), *companion)
+
+
 @dataclass(frozen=True)
 class Budget:
     """One uniform KV budget and how every rank stands against it (all sizes in bytes).

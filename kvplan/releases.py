@@ -63,8 +63,9 @@ ASYNC_SCHEDULING_DEFAULT_FROM: Release = (0, 26, 0)
 #: Hybrid models default to prefix caching, hence Mamba cache mode "align" (``config/model.py``,
 #: ``model_executor/models/config.py``): 2 Mamba blocks per request (``v1/kv_cache_interface.py``).
 MAMBA_ALIGN_FROM: Release = (0, 26, 0)
-#: Auto-fit ``--max-model-len -1`` plans against the blocks less the null block the block pool holds
-#: back (``v1/core/kv_cache_utils.py`` "Reserve the null block"); before, against every block.
+#: Auto-fit ``--max-model-len -1`` and the one-request start-up check (``check_enough_kv_cache_memory``)
+#: plan against the blocks less the null block the block pool holds back (``v1/core/kv_cache_utils.py``
+#: "Reserve the null block"); before, against every block.
 AUTO_FIT_NULL_BLOCK_FROM: Release = (0, 29, 0)
 #: Align mode keeps one more Mamba block, a prefill checkpoint, for FlashInfer gated delta net
 #: (``model_executor/layers/mamba/qwen_gdn_linear_attn.py``), and aligns the attention block size
@@ -81,6 +82,10 @@ PER_WORKER_KV_LINES_FROM: Release = (0, 9, 0)
 PER_WORKER_KV_LINES_UNTIL: Release = (0, 11, 0)
 #: V1 is the default engine (``envs.py`` ``VLLM_USE_V1``); before, a log without a V1 marker is V0.
 V1_DEFAULT_FROM: Release = (0, 8, 0)
+#: V1 refuses to start when a rank's free memory is below ``total × gpu_memory_utilization``
+#: (``v1/worker/gpu_worker.py`` ``init_device``; ``ceil`` in ``v1/worker/utils.py:request_memory`` by 0.20),
+#: also with ``--kv-cache-memory-bytes``; V0 (``worker/worker.py``) and V1 before it have no such check.
+STARTUP_FREE_CHECK_FROM: Release = (0, 9, 1)
 #: The CUDA-graph memory estimate is subtracted before KV sizing by default, and the default
 #: ``gpu_memory_utilization`` is 0.92 (``config/cache.py``); before, 0.9.
 CUDA_GRAPH_ESTIMATE_APPLIED_FROM: Release = (0, 20, 0)

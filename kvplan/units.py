@@ -100,6 +100,55 @@ def format_size(num_bytes: int, decimals: int = 2) -> str:
     return f"{num_bytes} B"
 
 
+def format_budget(num_bytes: int, decimals: int = 2) -> str:
+    """A budget as text never above its bytes: :func:`format_size`, floored at the shown precision.
+
+    Typing the text back (``9.99GiB``) then gives at most the budget, never a value that eats into the
+    reserve; :func:`format_size` rounds to the nearest, which can show a budget larger than it is.
+
+    >>> format_budget(10_735_351_296), format_size(10_735_351_296)  # 9.998 GiB
+    ('9.99 GiB', '10 GiB')
+    >>> format_budget(12 * GiB), format_budget(12_884_377_600), format_budget(0)
+    ('12 GiB', '11.99 GiB', '0 B')
+    """
+    magnitude = abs(num_bytes)
+    for unit, factor in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+        if magnitude >= factor:
+            hundredths = num_bytes * 10**decimals // factor  # floor, in integers: exact at any size
+            sign = "-" if hundredths < 0 else ""
+            whole, part = divmod(abs(hundredths), 10**decimals)
+            text = f"{whole}.{part:0{decimals}d}".rstrip("0").rstrip(".") if decimals else str(whole)
+            return f"{sign}{text} {unit}"
+    return f"{num_bytes} B"
+
+
+def format_policy_size(num_bytes: int) -> str:
+    """A policy size (reserve, guard) as the user would have typed it, when a short text reads back to
+    exactly ``num_bytes`` (:func:`parse_size`); else :func:`format_size`.
+
+    Tried in order: a whole number in :func:`format_size`'s unit (``512 MiB``), then one or two decimals
+    of the unit above it (``0.9 GiB``, which :func:`format_size` shows as 921.6 MiB), then of its own.
+
+    >>> format_policy_size(parse_size("0.9GiB")), format_size(parse_size("0.9GiB"))
+    ('0.9 GiB', '921.6 MiB')
+    >>> [format_policy_size(parse_size(text)) for text in ("512MiB", "1.5GiB", "12GiB", "0B", "1000")]
+    ['512 MiB', '1.5 GiB', '12 GiB', '0 B', '1000 B']
+    """
+    units = (("KiB", KiB), ("MiB", MiB), ("GiB", GiB), ("TiB", 1 << 40))
+    natural = max((i for i, (_, factor) in enumerate(units) if abs(num_bytes) >= factor), default=None)
+    if natural is None:
+        return format_size(num_bytes)
+    tries = [
+        (units[natural], 0),
+        *((units[i], d) for i in (natural + 1, natural) if i < len(units) for d in (1, 2)),
+    ]
+    for (unit, factor), decimals in tries:
+        text = f"{num_bytes / factor:.{decimals}f}"
+        if parse_size(f"{text}{unit}") == num_bytes:
+            return f"{text} {unit}"
+    return format_size(num_bytes)
+
+
 def bytes_to_gib(num_bytes: int) -> float:
     """GiB (2^30 bytes) as a float, for axes and tables only.
 

@@ -67,12 +67,28 @@ def verdict_word(passed: bool | None) -> str:
     return {True: "PASS", False: "FAIL", None: "CANNOT JUDGE"}[passed]
 
 
+def format_check(check: Check) -> str:
+    """One check as ``kvplan gate`` and ``approve`` print it: its verdict word and name, then each
+    ``; ``-separated part of its evidence on an indented line (one line per rank).
+
+    >>> print(format_check(Check("every rank present", False, "missing rank 3; rank 2: ok")))
+    FAIL  every rank present
+          missing rank 3
+          rank 2: ok
+    """
+    head = (
+        f"{verdict_word(check.passed) if check.applicable else NOT_APPLICABLE}  {terminal_text(check.name)}"
+    )
+    # text from files: one line each
+    return "\n".join([head, *(f"      {terminal_text(part)}" for part in check.detail.split("; ") if part)])
+
+
 def format_checks(checks: Sequence[Check]) -> str:
     """The text ``kvplan gate`` prints: each check with its verdict, its evidence parts, then the verdict.
 
     A detail's ``; ``-separated parts go on their own indented lines; a check that is not applicable
-    reads ``N/A``. The last line folds the checks with :func:`gate_verdict`, counts the failed (or
-    unjudged) ones among the applicable checks and names how many were not applicable.
+    reads ``N/A``. The last line folds the checks with :func:`gate_verdict` and counts them by verdict:
+    PASS, FAIL, CANNOT JUDGE and N/A (issue 24: none is hidden).
 
     >>> checks = [Check("every rank present", True, "ranks 0-3 of 4"),
     ...           Check("no OOM or error", None, "c.log rank 2: incomplete; d.log rank 0: incomplete"),
@@ -85,21 +101,12 @@ def format_checks(checks: Sequence[Check]) -> str:
           d.log rank 0: incomplete
     N/A  tokens cover the admission plan
           no plan
-    gate: CANNOT JUDGE (1 of 2 checks lack evidence; 1 not applicable)
+    gate: CANNOT JUDGE (1 PASS, 0 FAIL, 1 CANNOT JUDGE, 1 N/A)
     """
-    lines = []
+    lines = [format_check(check) for check in checks]
+    counts = {word: 0 for word in (*map(verdict_word, (True, False, None)), NOT_APPLICABLE)}
     for check in checks:
-        word = verdict_word(check.passed) if check.applicable else NOT_APPLICABLE
-        lines.append(f"{word}  {terminal_text(check.name)}")  # text from files: one line each
-        lines += [f"      {terminal_text(part)}" for part in check.detail.split("; ") if part]
-    judged = [check for check in checks if check.applicable]
-    verdict = gate_verdict(checks)
-    counts = {
-        False: f"{sum(c.passed is False for c in judged)} of {len(judged)} checks failed",
-        None: f"{sum(c.passed is None for c in judged)} of {len(judged)} checks lack evidence",
-    }
-    notes = [counts[verdict]] if verdict in counts else []
-    if len(judged) < len(checks):
-        notes.append(f"{len(checks) - len(judged)} not applicable")
-    lines.append(f"gate: {verdict_word(verdict)}" + (f" ({'; '.join(notes)})" if notes else ""))
+        counts[verdict_word(check.passed) if check.applicable else NOT_APPLICABLE] += 1
+    tally = ", ".join(f"{count} {word}" for word, count in counts.items())
+    lines.append(f"gate: {verdict_word(gate_verdict(checks))} ({tally})")
     return "\n".join(lines)

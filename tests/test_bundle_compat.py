@@ -23,12 +23,12 @@ def test_the_0_1_0_bundle_verifies(capsys):
     digest = evidence.bundle_digest((V0_1_0 / "budget.json").read_bytes())
     assert notes[0] == (
         "no seal_sha256 (written by kvplan 0.1.0 or before): its created_utc is not sealed; "
-        f"pin the bundle with kvplan gate --approved-digest {digest}"
+        f"pin the bundle with kvplan gate --approved-digest sha256:{digest}"  # issue 27: with its prefix
     )
     # charts drawn by 0.1.0 are checked by hash; where today's chart code draws other bytes, a note says so
     assert all(note.startswith("charts/") and "checked by hash only" in note for note in notes[1:])
     assert main(["verify", str(V0_1_0)]) == 0
-    assert "ok" in capsys.readouterr().out
+    assert ": OK, " in capsys.readouterr().out  # issue 27: the one-word verdict
 
 
 def test_it_verifies_moved_elsewhere_and_from_another_folder(tmp_path, monkeypatch):

@@ -62,7 +62,7 @@ def test_a_wrong_model_config_without_the_size_line_is_not_approved(
 
 
 def test_the_size_line_still_refuses_the_wrong_config(half_layers, tmp_path, capsys):
-    assert approve(SAMPLE_LOG, half_layers, tmp_path / "out") == 2
+    assert approve(SAMPLE_LOG, half_layers, tmp_path / "out") == 1  # a failed check (issue 24: exit 1)
     assert "model config DISAGREES" in capsys.readouterr().err
 
 

@@ -38,7 +38,10 @@ def test_budget_four_rank_example(capsys):
         "stranded_bytes": 0,
         "room_source": "given",
     }
-    assert data["warnings"] == []
+    # issue 24: rooms by hand show no free memory, so only the byte flag, and a warning says what to measure
+    assert data["launch_flags"] == ["--kv-cache-memory-bytes=12884901888"]
+    assert data["gpu_memory_utilization"] is None
+    assert len(data["warnings"]) == 1 and "memory.free,memory.total" in data["warnings"][0]
 
 
 def test_budget_weak_rank_removes_a_third(capsys):
@@ -437,11 +440,12 @@ def test_approve_with_nvidia_smi_then_gate_compares_the_gpu_type(capsys, tmp_pat
     # the same boot on another GPU type with the same memory.total (81,559 MiB): the key fails on gpu_name
     other = tmp_path / "nvidia-smi-gpu.csv"
     other.write_text((FOUR_RANK / "nvidia-smi-gpu.csv").read_text().replace("H100 80GB HBM3", "H100 NVL"))
+    # issue 24: a canary of another key is no evidence of the approved launch: cannot judge (exit 2)
     status, check = key_check("--nvidia-smi", str(other), *snapshots[2:])
-    assert (status, check["passed"]) == (1, False)
+    assert (status, check["passed"]) == (2, None)
     assert check["detail"] == (
-        "gpu_name: approved NVIDIA H100 80GB HBM3, boot NVIDIA H100 NVL; not shown on either side (not "
-        "compared): block_size"
+        "cannot judge: gpu_name: approved NVIDIA H100 80GB HBM3, boot NVIDIA H100 NVL; not shown on either "
+        "side (not compared): block_size"
     )
     # without snapshots the canary shows neither field the approval recorded: the gate cannot judge
     # the GPU type (exit 2) rather than pass a canary that may run on other GPUs
@@ -549,3 +553,42 @@ def test_a_number_too_large_for_the_ledger_exits_2_with_one_line(capsys, tmp_pat
     assert main(["budget", str(log), "--reserve", "1GiB"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and err.count("\n") == 1
+
+
+# issue 27: the ledger's default table fits a 120-column terminal (with ~20 to spare for one more
+# column), whatever the path of the logs; --wide shows every column that has a value and whole paths
+@pytest.mark.parametrize("folder", sorted(path.name for path in (DATA_DIR / "boots").iterdir()))
+def test_ledger_table_fits_120_columns_even_under_a_long_path(folder, capsys, tmp_path):
+    import shutil
+
+    deep = tmp_path / ("a-long-folder-name-" * 4) / folder
+    shutil.copytree(DATA_DIR / "boots" / folder, deep)
+    assert main(["ledger", str(deep), "--rooms", "--assume-uniform"]) in (0, 2)  # oom/ folder: no room
+    assert main(["ledger", str(deep)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines and max(len(line) for line in lines) <= 100, "\n".join(lines)
+
+
+def test_ledger_wide_shows_every_column_with_a_value(capsys):
+    boot = str(DATA_DIR / "boots" / "four-rank" / "boot.log")
+    assert main(["ledger", boot]) == 0
+    header = capsys.readouterr().out.splitlines()[0].split()
+    assert header == [
+        "file",
+        "boot",
+        "rank",
+        "outcome",
+        "free",
+        "at",
+        "start",
+        "weights",
+        "room",
+        "room",
+        "from",
+    ]
+    assert main(["ledger", boot, "--wide"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    rows = run_json(capsys, "ledger", boot)["rows"]
+    shown = {column for column in rows[0] if any(row[column] is not None for row in rows)}
+    assert set(lines[0].split()) == shown
+    assert lines[1].split()[list(lines[0].split()).index("source")] == boot  # the whole path

@@ -56,7 +56,10 @@ def test_budget_room_gives_the_pipelines_answer_without_pandas(capsys):
     expected = decision.budget.to_dict()
     for rank, source in zip(expected["ranks"], decision.room_sources):
         rank["room_source"] = source
-    assert printed == {**expected, "warnings": []}
+    # issue 24: the launch (only the byte flag: rooms by hand show no free memory) and the warning saying so
+    launch = {"launch_flags": [decision.budget.flag], "gpu_memory_utilization": None}
+    assert printed == {**expected, **launch, "warnings": printed["warnings"]}
+    assert len(printed["warnings"]) == 1 and "gpu-memory-utilization" in printed["warnings"][0]
 
 
 def test_help_and_version_import_no_pandas():

@@ -87,6 +87,10 @@ class TestBundleContents:
             "human": "12 GiB",
             "limiting_rank": 2,
             "num_blocks": 9_830,
+            # issue 24: rank 2 has 48.61 GiB free of 79.19 GiB; read on their safe side (∓0.005 GiB),
+            # 48.605 / 79.195 = 0.6137…, so 0.61 is the largest two-decimal U vLLM's check passes with
+            "launch_flags": ["--kv-cache-memory-bytes=12884377600", "--gpu-memory-utilization=0.61"],
+            "gpu_memory_utilization": 0.61,
         }
         rounding = {"block_bytes": BLOCK_BYTES, "rule": "down to whole KV blocks"}
         assert record["policy"] == {
@@ -141,7 +145,8 @@ class TestBundleContents:
         record = evidence.read_bundle(bundle)
         assert record["compatibility_key"]["model"] == "meta-llama/Llama-3.1-70B-Instruct"
         assert record["compatibility_key"]["tensor_parallel_size"] == 4
-        assert [c["passed"] for c in record["checks"]] == [True, True, True, True]
+        # issue 24: the start-up checks (free memory vs utilization, one request, footprint) pass too
+        assert [c["passed"] for c in record["checks"]] == [True] * 7
         assert record["approver"] == "Ana Planner" and record["note"] == "CHG-1234"
         assert record["created_utc"] == "2026-11-29T10:40:00Z"
 
@@ -180,6 +185,20 @@ class TestVerify:
         )
         assert main(["verify", str(copy_of_bundle)]) == 1
         assert "CHANGED" in capsys.readouterr().out
+
+    def test_verdict_is_one_word_and_a_changed_bundle_is_never_called_sealed(
+        self, bundle, copy_of_bundle, capsys
+    ):
+        # issue 27: "CHANGED" then "created …: sealed" read as two verdicts on one bundle
+        assert main(["verify", str(bundle)]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0] == f"{bundle}: OK, every hash and the recomputed decision agree"
+        assert lines[1].endswith(": sealed") and lines[2].startswith("  digest: sha256:")
+        (copy_of_bundle / "SUMMARY.md").write_text("edited\n")
+        assert main(["verify", str(copy_of_bundle)]) == 1
+        out = capsys.readouterr().out
+        assert out.startswith(f"{copy_of_bundle}: CHANGED, ")
+        assert "sealed" not in out and ": not verified (the bundle changed)" in out
 
     def test_consistently_tampered_policy_is_caught_by_the_digest(self, copy_of_bundle):
         # a smaller reserve and the decision it implies: recomputation agrees, the inputs digest does not
@@ -448,9 +467,11 @@ class TestWriting:
         assert relative != absolute
         assert evidence.verify_bundle(relative) == [] and evidence.verify_bundle(absolute) == []
 
-    def test_readme_says_the_same_paths_are_refused(self):
-        readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-        section = " ".join(readme.split("### `kvplan approve`")[1].split("### `kvplan verify`")[0].split())
+    def test_docs_say_the_same_paths_are_refused(self):
+        cli_doc = (
+            Path(__file__).resolve().parent.parent / "docs" / "cli.md"
+        ).read_text()  # issue 27: moved there
+        section = " ".join(cli_doc.split("## `kvplan approve`")[1].split("## `kvplan verify`")[0].split())
         assert "the same files given by the same paths" in section
 
     def test_bundle_is_readable_under_the_umask(self, tmp_path):
@@ -627,7 +648,7 @@ class TestLoadEvidence:
 
     def test_load_checks_join_the_approval_checks(self, load_bundle):
         checks = {c["name"]: c for c in evidence.read_bundle(load_bundle)["checks"]}
-        assert list(checks)[4:] == [
+        assert list(checks)[7:] == [  # issue 24: after the 3 start-up checks
             "no OOM under load",
             "preemptions ≤ 0",
             "peak KV cache usage reported",
@@ -702,7 +723,8 @@ class TestLoadEvidence:
 
     def test_cli_approve_with_load(self, tmp_path, capsys):
         argv = ["approve", str(FOUR_RANK), "--reserve", "0.9GiB", "--approver", "A", "--out", str(tmp_path)]
-        assert main([*argv, "--load", *map(str, OVERLOAD), "--year", "2026"]) == 2
+        # issue 24: a failed check at approval is a verdict, exit 1 (was 2, the exit of bad input)
+        assert main([*argv, "--load", *map(str, OVERLOAD), "--year", "2026"]) == 1
         assert "not approved: preemptions ≤ 0: 30 preemption(s)" in capsys.readouterr().err
         assert main([*argv, "--load", *map(str, STEADY), "--year", "2026"]) == 0
         assert "under load   peak KV cache usage 70.1%, 0 preemption(s), 0 OOM" in capsys.readouterr().out

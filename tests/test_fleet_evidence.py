@@ -90,13 +90,14 @@ def test_fleet_gate_fails_a_canary_on_another_gpu_and_driver(approved, tmp_path,
     canary(tmp_path / "same", "gpu-00002", value)
     status, data = run_json(capsys, "fleet", "gate", "--approved", bundle, str(tmp_path / "same"))
     assert (status, data["decision"]) == (0, "GO: all 1 host(s) pass")
-    # the same boot on an H100 PCIe with driver 570.172.08, as kvplan gate FAILs it: the key changed
+    # the same boot on an H100 PCIe with driver 570.172.08, as kvplan gate judges it: the key changed, so the
+    # canary is no evidence of the approved launch (issue 24: cannot judge, exit 2, never a pass)
     canary(tmp_path / "other", "gpu-00002", value, ("NVIDIA H100 PCIe", "570.172.08"))
     status, data = run_json(capsys, "fleet", "gate", "--approved", bundle, str(tmp_path / "other"))
-    assert status == 1
-    failed = [c for c in data["hosts"][0]["checks"] if c["passed"] is False]
-    assert [c["name"] for c in failed] == ["compatibility key"]
-    assert "NVIDIA H100 PCIe" in failed[0]["detail"] and "570.172.08" in failed[0]["detail"]
+    assert status == 2
+    [key] = [c for c in data["hosts"][0]["checks"] if c["name"] == "compatibility key"]
+    assert key["passed"] is None and key["detail"].startswith("cannot judge: ")
+    assert "NVIDIA H100 PCIe" in key["detail"] and "570.172.08" in key["detail"]
 
 
 def test_wave_gate_names_canary_logs_and_the_gate_refuses_the_plans_own_inputs(approved, capsys):  # issue 25

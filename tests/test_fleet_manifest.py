@@ -121,11 +121,14 @@ def test_host_name_never_leaves_out_and_nothing_is_reused_unfetched(web, tmp_pat
     manifest(folder / "escape", rows)
     out = tmp_path / "a" / "b" / "out"
     # a file already where an unsafe name would have put the fetched log, and where the safe name puts it
-    from kvplan.fleet.inputs import host_folder
+    from kvplan.escape import safe_component
+    from kvplan.fleet.bundles import HOST_PREFIX
+
+    safe = safe_component(hosts[0], HOST_PREFIX)  # host- and 16 hex digits of the name's SHA-256
 
     planted = [
         out / "inputs" / "../../../escaped" / "boot.log",
-        out / "inputs" / host_folder(hosts[0]) / "boot.log",
+        out / "inputs" / safe / "boot.log",
     ]
     for path in planted:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -137,7 +140,7 @@ def test_host_name_never_leaves_out_and_nothing_is_reused_unfetched(web, tmp_pat
     assert c["approved"] and c["hosts"] == sorted(hosts)
     after = sorted(p for p in tmp_path.rglob("*") if out not in p.parents and p != out)
     assert after == before  # nothing written outside --out
-    fetched = out / "inputs" / host_folder(hosts[0]) / "boot.log"
+    fetched = out / "inputs" / safe / "boot.log"
     assert fetched.read_bytes() == (FLEET / "gpu-00000" / "boot.log").read_bytes()
 
 

@@ -125,7 +125,7 @@ def verify_exit(folder: Path, as_json: bool) -> int:
         result = json.loads(out.getvalue())
         assert result["ok"] is (code == 0) and bool(result["differences"]) is (code == 1)
     else:
-        assert out.getvalue().startswith(f"{folder}: {'CHANGED' if code else 'ok'}"), out.getvalue()
+        assert out.getvalue().startswith(f"{folder}: {'CHANGED' if code else 'OK'}"), out.getvalue()
     return code
 
 

@@ -15,6 +15,8 @@ from kvplan.checks import (
     RANKS_CHECK,
     RESERVE_CHECK,
     TOKENS_CHECK,
+    UTILIZATION_CHECK,
+    VALUE_CHECK,
     Approved,
     check_budget_fits,
     check_compatibility_key,
@@ -102,11 +104,12 @@ def test_format_checks_lists_each_check_then_the_verdict():
         "      a lower value fits: 28.25 GiB",
         "CANNOT JUDGE  tokens cover the admission plan",
         "      the boot did not log its GPU KV cache size",
-        "gate: FAIL (1 of 3 checks failed)",  # a failure outranks a check that cannot be judged
+        # a failure outranks a check that cannot be judged; every verdict is counted (issue 24)
+        "gate: FAIL (1 PASS, 1 FAIL, 1 CANNOT JUDGE, 0 N/A)",
     ]
-    assert format_checks(checks[:1]).splitlines()[-1] == "gate: PASS"
+    assert format_checks(checks[:1]).splitlines()[-1] == "gate: PASS (1 PASS, 0 FAIL, 0 CANNOT JUDGE, 0 N/A)"
     assert format_checks([checks[0], checks[2]]).splitlines()[-1] == (
-        "gate: CANNOT JUDGE (1 of 2 checks lack evidence)"
+        "gate: CANNOT JUDGE (1 PASS, 0 FAIL, 1 CANNOT JUDGE, 0 N/A)"
     )
 
 
@@ -420,6 +423,7 @@ class TestGateOnSampleBoots:
             OUTCOME_CHECK,
             BUDGET_CHECK,
             TOKENS_CHECK,
+            UTILIZATION_CHECK,  # issue 24: its 0.6 passes vLLM's start-up check on its own free memory
         ]
         # a profiled boot without an nvidia-smi snapshot shows nothing after warm-up: not applicable
         assert (checks[RESERVE_CHECK].passed, checks[RESERVE_CHECK].applicable) == (None, False)
@@ -428,9 +432,10 @@ class TestGateOnSampleBoots:
     def test_changed_vllm_version_fails_the_key(self, capsys, four_rank_bundle, tmp_path):
         log = edited(tmp_path, FOUR_RANK / "boot.log", lambda text: text.replace("0.26.0", "0.27.0"))
         status, checks = gate(capsys, four_rank_bundle, log)
-        assert status == 1
+        # issue 24: another key is no evidence of the approved launch: cannot judge (exit 2), no value offered
+        assert status == 2
         # the sample boot shows no GPU name or driver (no nvidia-smi snapshot), and says so
-        assert checks[KEY_CHECK].detail == (
+        assert checks[KEY_CHECK].detail == "cannot judge: " + (
             "vllm_version: approved 0.26.0, boot 0.27.0; not shown on either side (not compared): "
             "block_size, driver_version, gpu_name"
         )
@@ -443,8 +448,11 @@ class TestGateOnSampleBoots:
             lambda text: "".join(line for line in text.splitlines(True) if "pid=48605" not in line),
         )
         status, checks = gate(capsys, four_rank_bundle, log)
-        assert status == 1
-        assert checks[RANKS_CHECK].detail == "missing rank 3 (the boot shows rank 0, 1, 2 of approved 0-3)"
+        # issue 24: a canary missing a rank is no evidence of the approved launch: cannot judge (exit 2)
+        assert status == 2
+        assert checks[RANKS_CHECK].detail == (
+            "cannot judge: missing rank 3 (the boot shows rank 0, 1, 2 of approved 0-3)"
+        )
         assert checks[BUDGET_CHECK].passed is None  # rank 3's free memory is not shown
 
     def test_an_oom_boot_fails(self, capsys, four_rank_bundle):
@@ -511,6 +519,8 @@ class TestGateOnSampleBoots:
             BUDGET_CHECK: True,
             RESERVE_CHECK: None,
             TOKENS_CHECK: True,
+            UTILIZATION_CHECK: True,  # issue 24
+            VALUE_CHECK: None,  # issue 24: not applicable, the canary profiled
             "no OOM under load": True,
             "preemptions ≤ 0": True,
             "peak KV cache usage reported": True,
@@ -754,6 +764,8 @@ class TestGateOnDriftCanary:
         assert "FAIL  approved value fits every rank" in out
         # the canary logged no room after warm-up and no snapshot was given: the reserve check is N/A
         assert "N/A  reserve present after warm-up" in out
-        assert out.rstrip().endswith("gate: FAIL (1 of 5 checks failed; 1 not applicable)")
+        # issue 24: every verdict counted; the canary's own utilization (N/A: it shows no total memory) and
+        # the value it ran (the approved 30 GiB: PASS) are checked too
+        assert out.rstrip().endswith("gate: FAIL (5 PASS, 1 FAIL, 0 CANNOT JUDGE, 2 N/A)")
         assert main(["gate", "--approved", str(tmp_path), str(DRIFT / "canary.log")]) == 2
         assert "not an evidence bundle" in capsys.readouterr().err

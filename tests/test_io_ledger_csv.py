@@ -66,7 +66,9 @@ def test_sample_csv_budget_is_the_founding_example(capsys):
         parse_size(size) for size in ("18.8GiB", "17.6GiB", "12.9GiB", "16.4GiB")
     ]
     assert {rank["room_source"] for rank in data["ranks"]} == {"manual"}
-    assert len(data["warnings"]) == 1 and "states no outcome" in data["warnings"][0]
+    assert len(data["warnings"]) == 2 and "states no outcome" in data["warnings"][0]
+    # issue 24: the CSV shows no free memory, so no companion --gpu-memory-utilization: a warning says so
+    assert "memory.free,memory.total" in data["warnings"][1] and data["gpu_memory_utilization"] is None
 
 
 def test_sample_csv_ledger_and_metadata():

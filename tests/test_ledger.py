@@ -71,6 +71,11 @@ def test_cli_budget_from_logs_equals_the_room_form(capsys):
     # the same budget; only where each room came from differs (the logs' suggestion lines vs given)
     assert [rank.pop("room_source") for rank in from_logs["ranks"]] == ["suggestion"] * 4
     assert [rank.pop("room_source") for rank in from_room["ranks"]] == ["given"] * 4
+    # issue 24: only the logs show free memory, so only they give the companion utilization (0.61)
+    assert from_logs.pop("launch_flags")[1] == "--gpu-memory-utilization=0.61"
+    assert from_room.pop("launch_flags") == [from_room["flag"]]
+    assert (from_logs.pop("gpu_memory_utilization"), from_room.pop("gpu_memory_utilization")) == (0.61, None)
+    assert len(from_room.pop("warnings")) == 1 and from_logs.pop("warnings") == []
     assert from_logs == from_room
     assert (from_logs["uniform_budget_bytes"], from_logs["limiting_rank"]) == (12 * GiB, 2)
 
@@ -363,6 +368,10 @@ def test_cli_ledger_rooms_shows_each_ranks_spread(tmp_path, capsys):
         for r in data["rooms"]
     ] == [(0, 18 * GiB, 20 * GiB, 2 * GiB, 1), (1, 19 * GiB, 21 * GiB, 2 * GiB, 0)]
     assert main(["ledger", str(log), "--rooms"]) == 0
+    assert (
+        "spread" in capsys.readouterr().out.splitlines()[-3].split()
+    )  # the --rooms header (issue 27: short)
+    assert main(["ledger", str(log), "--rooms", "--wide"]) == 0
     assert "room_spread_bytes" in capsys.readouterr().out
     assert main(["ledger", str(log), "--assume-uniform"]) == 2
 

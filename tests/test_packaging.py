@@ -86,3 +86,13 @@ def test_test_and_demo_install_the_system_packages_and_ci_only_calls_make_test()
     assert re.search(r"^DEBIAN_PACKAGES := .*\bchromium\b", makefile, re.M)
     ci = (ROOT / ".ci" / "run").read_text()
     assert "apt-get" not in ci and "MPLBACKEND=Agg" in ci
+
+
+def test_demo_asks_for_no_test_only_package():  # issue 27: a demo needs no browser, so no root
+    done = subprocess.run(
+        ["make", "--no-print-directory", "-C", str(ROOT), "-n", "demo"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and "for package in ;" in done.stdout and "chromium" not in done.stdout

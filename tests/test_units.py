@@ -4,7 +4,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kvplan.units import bytes_to_gib, format_size, parse_size, parse_size_list
+from kvplan.units import (
+    bytes_to_gib,
+    format_budget,
+    format_policy_size,
+    format_size,
+    parse_size,
+    parse_size_list,
+)
 from tests.conftest import GiB, KiB, MiB
 
 
@@ -104,3 +111,42 @@ def test_sizes_beyond_8_eib_are_refused(text):
     with pytest.raises(ValueError, match="beyond 8 EiB"):
         parse_size(text)
     assert parse_size(2**63 - 1) == 2**63 - 1
+
+
+# issue 27: a budget shown as text is never above its bytes (floor at the shown precision)
+@pytest.mark.parametrize(
+    ("num_bytes", "expected"),
+    [
+        # 10,735,351,296 / 2^30 = 9.99804… GiB: "10 GiB" would be 2 MiB too much; floored to 9.99
+        (10_735_351_296, "9.99 GiB"),
+        # 9,830 blocks of 1,310,720 B = 12,884,377,600 B = 11.99951… GiB
+        (12_884_377_600, "11.99 GiB"),
+        (12 * GiB, "12 GiB"),
+        (30_332_682_240, "28.24 GiB"),  # 28.2490… GiB (notebook 04's lower value that fits)
+        (1023 * MiB + 1023 * KiB, "1023.99 MiB"),  # 1023.999 MiB stays in MiB, floored
+        (512, "512 B"),
+    ],
+)
+def test_format_budget_floors(num_bytes, expected):
+    assert format_budget(num_bytes) == expected
+
+
+@given(st.integers(min_value=0, max_value=2**50))
+def test_format_budget_is_never_above_the_bytes(num_bytes):
+    assert parse_size(format_budget(num_bytes).replace(" ", "")) <= num_bytes
+
+
+# issue 27: a policy size reads as it was typed
+@pytest.mark.parametrize(
+    "text", ["0.9GiB", "1GiB", "0.5GiB", "1.5GiB", "512MiB", "1.25GiB", "100MiB", "12GiB"]
+)
+def test_format_policy_size_reads_back_as_typed(text):
+    shown = format_policy_size(parse_size(text))
+    assert shown.replace(" ", "") == text.replace("0.5GiB", "512MiB")  # 0.5 GiB is 512 MiB exactly
+    assert parse_size(shown) == parse_size(text)
+
+
+@given(st.integers(min_value=0, max_value=2**45))
+def test_format_policy_size_is_exact_or_format_size(num_bytes):
+    shown = format_policy_size(num_bytes)
+    assert parse_size(shown.replace(" ", "")) == num_bytes or shown == format_size(num_bytes)

@@ -20,12 +20,20 @@ import pandas as pd
 
 from kvplan.budget import kv_cache_flag, round_down_to_blocks
 from kvplan.checks.boot import check_outcomes, check_ranks_present, rank_list
+from kvplan.checks.canary import (
+    check_canary_utilization,
+    check_canary_value,
+    judged_on_complete_evidence,
+    manual_values,
+    per_rank,
+)
 from kvplan.checks.key import check_compatibility_key
 from kvplan.drift import adjusted_budget_bytes, lowest_free_bytes
 from kvplan.units import format_size
 from kvplan.verdict import Check
 
 BUDGET_CHECK = "approved value fits every rank"
+
 RESERVE_CHECK = "reserve present after warm-up"
 TOKENS_CHECK = "tokens cover the admission plan"
 
@@ -73,36 +81,17 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
     >>> GiB = 1 << 30
     >>> a = Approved(30 * GiB, (0,), (30 * GiB,), (42 * GiB,), GiB, 0, None, {})
     >>> frame = pd.DataFrame({"rank": [0], "init_free_bytes": [42 * GiB], "room_bytes": [30 * GiB]})
-    >>> check_budget_fits(a, frame, 0).detail.split("; ")[1]
-    "rank 0: the boot's own room 30 GiB − reserve 1 GiB − 0 B = 29 GiB < 30 GiB"
+    >>> check_budget_fits(a, frame, 0).detail.split("; ")[0]  # one line per rank, the lower estimate first
+    "rank 0: the boot's own room 30 GiB − reserve 1 GiB − 0 B = 29 GiB < 30 GiB (also 30 GiB − max(0, 42 GiB − 42 GiB) − 0 B = 30 GiB ≥ 30 GiB)"
     """
     boot_free = lowest_free_bytes(boot_ledger)
-    room = _per_rank(boot_ledger, "room_bytes", "min")
-    manual = _manual_values(boot_ledger)
+    room = per_rank(boot_ledger, "room_bytes", "min")
+    manual = manual_values(boot_ledger)
     budget = approved.budget_bytes
-    drift_lines, room_lines, estimates = [], [], {}
-    reprofile = False
-    for rank, safe, ref in zip(approved.ranks, approved.safe_bytes, approved.ref_free_bytes):
-        if ref is not None and rank in boot_free:
-            adjusted = adjusted_budget_bytes(safe, int(ref), boot_free[rank], guard_bytes)
-            reprofile = reprofile or boot_free[rank] > int(ref)
-            estimates[rank] = adjusted
-            drift_lines.append(
-                f"rank {rank}: {format_size(safe)} − max(0, {format_size(int(ref))} − "
-                f"{format_size(boot_free[rank])}) − {format_size(guard_bytes)} = {format_size(adjusted)} "
-                f"{'≥' if adjusted >= budget else '<'} {format_size(budget)}"
-            )
-        if rank in room:
-            own = room[rank] - approved.reserve_bytes - guard_bytes
-            estimates[rank] = min(own, estimates.get(rank, own))
-            room_lines.append(
-                f"rank {rank}: the boot's own room {format_size(room[rank])} − reserve "
-                f"{format_size(approved.reserve_bytes)} − {format_size(guard_bytes)} = {format_size(own)} "
-                f"{'≥' if own >= budget else '<'} {format_size(budget)}"
-            )
+    lines, estimates, reprofile = _rank_estimates(approved, boot_free, room, guard_bytes)
     above = [
-        _above_text(rank, shown, most, budget)
-        for rank, (shown, most) in sorted(manual.items())
+        _above_text(rank, logged, most, budget)
+        for rank, (logged, most) in sorted(manual.items())
         if _blocks(most, approved.block_bytes) > _blocks(budget, approved.block_bytes)
     ]
     failed = bool(above) or any(value < budget for value in estimates.values())
@@ -120,7 +109,6 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
             if ranks
         ]
         return Check(BUDGET_CHECK, None, f"startup free memory not shown for {' and '.join(where)}")
-    lines = drift_lines + room_lines
     if reprofile:
         lines.append("some rank has more free memory than at approval: re-profile to raise the value")
     lines += above
@@ -132,6 +120,41 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
             limiting = next(rank for rank in approved.ranks if estimates.get(rank) == lowest)
             lines.append(_lower_value_text(lowest, limiting, approved.block_bytes))
     return Check(BUDGET_CHECK, not failed, "; ".join(lines))
+
+
+def _rank_estimates(
+    approved: Approved, boot_free: Mapping[int, int], room: Mapping[int, int], guard_bytes: int
+) -> tuple[list[str], dict[int, int], bool]:
+    """Per rank, one line: the lower of the drift rule and the boot's own room less the reserve first (the
+    estimate that counts), the other in parentheses; the estimates by rank; whether a rank gained free memory.
+    """
+    budget = approved.budget_bytes
+    lines, estimates = [], {}
+    reprofile = False
+    for rank, safe, ref in zip(approved.ranks, approved.safe_bytes, approved.ref_free_bytes):
+        shown = []  # (estimate, its text)
+        if ref is not None and rank in boot_free:
+            adjusted = adjusted_budget_bytes(safe, int(ref), boot_free[rank], guard_bytes)
+            reprofile = reprofile or boot_free[rank] > int(ref)
+            drift = f"{format_size(safe)} − max(0, {format_size(int(ref))} − {format_size(boot_free[rank])})"
+            shown.append((adjusted, f"{drift} − {format_size(guard_bytes)} = {_versus(adjusted, budget)}"))
+        if rank in room:
+            own = room[rank] - approved.reserve_bytes - guard_bytes
+            parts = f"{format_size(room[rank])} − reserve {format_size(approved.reserve_bytes)}"
+            shown.append(
+                (own, f"the boot's own room {parts} − {format_size(guard_bytes)} = {_versus(own, budget)}")
+            )
+        if shown:
+            shown.sort(key=lambda item: item[0])  # stable: the drift rule first on a tie
+            estimates[rank] = shown[0][0]
+            also = f" (also {shown[1][1]})" if len(shown) > 1 else ""
+            lines.append(f"rank {rank}: {shown[0][1]}{also}")
+    return lines, estimates, reprofile
+
+
+def _versus(value: int, budget: int) -> str:
+    """``28.25 GiB < 30 GiB``: a rank's estimate against the approved value."""
+    return f"{format_size(value)} {'≥' if value >= budget else '<'} {format_size(budget)}"
 
 
 def check_reserve_after_warmup(
@@ -153,8 +176,8 @@ def check_reserve_after_warmup(
     >>> check_reserve_after_warmup(a, frame).applicable
     False
     """
-    room = _per_rank(boot_ledger, "room_bytes", "min")
-    manual = {rank: most for rank, (_shown, most) in _manual_values(boot_ledger).items()}
+    room = per_rank(boot_ledger, "room_bytes", "min")
+    manual = {rank: most for rank, (_shown, most) in manual_values(boot_ledger).items()}
     lines, passed = [], True
     for rank in approved.ranks:
         if free_after_warmup_bytes is not None and rank in free_after_warmup_bytes:
@@ -227,7 +250,7 @@ def gate_checks(
     guard = approved.guard_bytes if guard_bytes is None else guard_bytes
     if guard < 0:
         raise ValueError(f"guard must not be negative, got {guard} bytes")
-    return [
+    checks = [
         check_compatibility_key(
             approved.compatibility_key,
             boot_key,
@@ -240,7 +263,10 @@ def gate_checks(
         check_budget_fits(approved, boot_ledger, guard),
         check_reserve_after_warmup(approved, boot_ledger, free_after_warmup_bytes),
         check_tokens(approved, boot_ledger),
+        check_canary_utilization(approved, boot_ledger, boot_key, guard),
+        check_canary_value(approved, boot_ledger),
     ]
+    return judged_on_complete_evidence(checks)
 
 
 def _is_manual(boot_ledger: pd.DataFrame) -> bool:
@@ -261,20 +287,6 @@ def _lower_value_text(uniform_bytes: int, limiting_rank: int, block_bytes: int |
         f"a lower value fits: {format_size(value)}{rounding}, {kv_cache_flag(value)} "
         f"(limiting rank {limiting_rank})"
     )
-
-
-def _manual_values(boot_ledger: pd.DataFrame) -> dict[int, tuple[int, int]]:
-    """Per rank that ran a manual value: (the value as logged, the most the flag can be) [bytes].
-
-    The most is ``manual_kv_max_bytes`` (vLLM printed the value to 0.01 GiB only; the reader's
-    :mod:`kvplan.io.vllm.manual`), else the value itself (exact bytes, or a ledger CSV without the column).
-
-    >>> _manual_values(pd.DataFrame({"rank": [0], "manual_kv_bytes": [100], "manual_kv_max_bytes": [105]}))
-    {0: (100, 105)}
-    """
-    shown = _per_rank(boot_ledger, "manual_kv_bytes", "max")
-    most = _per_rank(boot_ledger, "manual_kv_max_bytes", "max")
-    return {rank: (value, max(value, most.get(rank, value))) for rank, value in shown.items()}
 
 
 def _above_text(rank: int, shown: int, most: int, budget: int) -> str:
@@ -299,17 +311,3 @@ def _blocks(kv_bytes: int, block_bytes: int | None) -> int:
     True
     """
     return kv_bytes if not block_bytes else kv_bytes // block_bytes
-
-
-def _per_rank(ledger: pd.DataFrame, column: str, pick: str) -> dict[int, int]:
-    """The ``pick`` (``"min"`` or ``"max"``) non-missing value of ``column`` per rank, over every row.
-
-    The worst boot wins: the lowest free memory or room, the highest manual KV value a rank ran.
-
-    >>> _per_rank(pd.DataFrame({"rank": [0, 0], "room_bytes": [5, 3]}), "room_bytes", "min")
-    {0: 3}
-    """
-    if column not in ledger.columns:
-        return {}
-    values = ledger[["rank", column]].dropna()
-    return {int(rank): int(value) for rank, value in values.groupby("rank")[column].agg(pick).items()}

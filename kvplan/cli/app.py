@@ -75,9 +75,16 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
     parser = _Parser(
         prog="kvplan",
-        description="Safe, evidenced per-GPU KV-cache budgets from vLLM startup logs. "
-        "Each command explains itself: kvplan COMMAND --help.",
-        epilog=examples(["kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB"]),
+        description="Safe, evidenced per-GPU KV-cache budgets from vLLM startup logs: read a launch's "
+        "logs (ledger), size the budget (budget), approve it into an evidence bundle (approve), re-check it "
+        "(verify) and gate a canary boot against it (gate). Each command explains itself: kvplan COMMAND "
+        "--help; every flag is in docs/cli.md.",
+        epilog=examples(
+            [
+                "kvplan ledger data/boots/four-rank/",
+                "kvplan budget data/boots/four-rank/ --reserve 0.9GiB --model llama-3.1-70b --tp 4",
+            ]
+        ),
         formatter_class=ExampleFormatter,
     )
     parser.add_argument("--version", action=_Version)

@@ -23,7 +23,7 @@ from kvplan.cli.help import add_command
 from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
 from kvplan.cli.sizes import positive_int, size
 from kvplan.escape import terminal_text
-from kvplan.units import format_size
+from kvplan.units import format_budget, format_size
 
 APPROVE_HELP = """\
 write an evidence bundle: the approved budget, its ledger, charts, hashes and source lines
@@ -102,19 +102,24 @@ def run_approve(args: argparse.Namespace) -> int:
         layout = plan.ModelLayout(resolve_model_config(args.model), options)
     admission = plan.AdmissionPlan(args.target_concurrency, args.seq_len) if args.seq_len else None
     policy = plan.Policy(args.reserve, args.guard, args.assume_uniform)
-    bundle, written = evidence.approve_bundle(
-        args.logs,
-        args.out,
-        policy,
-        args.approver,
-        args.note,
-        layout,
-        admission,
-        load_paths=args.load,
-        load_policy=load_policy(args),
-        nvidia_smi_paths=args.nvidia_smi,
-        allow_unjudged=args.allow_unjudged,
-    )
+    try:
+        bundle, written = evidence.approve_bundle(
+            args.logs,
+            args.out,
+            policy,
+            args.approver,
+            args.note,
+            layout,
+            admission,
+            load_paths=args.load,
+            load_policy=load_policy(args),
+            nvidia_smi_paths=args.nvidia_smi,
+            allow_unjudged=args.allow_unjudged,
+        )
+    except (
+        evidence.CheckFailedError
+    ) as failed:  # issue 24: a failed check is a verdict (exit 1), not bad input
+        return _not_approved(failed)
     # the record as budget.json reads back, without its ledger rows (not shown here: most of its bytes)
     record = json.loads(json.dumps({key: value for key, value in written.items() if key != "ledger"}))
     del written
@@ -148,8 +153,11 @@ def run_approve(args: argparse.Namespace) -> int:
             }
         )
     decision = record["decision"]
-    print(f"approved     {decision['human']} per GPU (limiting rank {decision['limiting_rank']})")
+    print(
+        f"approved     {format_budget(decision['kv_cache_memory_bytes'])} per GPU (limiting rank {decision['limiting_rank']})"
+    )
     print(f"flag         {decision['flag']}")
+    print(f"launch       {' '.join(decision['launch_flags'])}")
     if "load" in record:
         load = record["load"]
         peak = load["peak_kv_cache_usage_pct"]
@@ -163,6 +171,18 @@ def run_approve(args: argparse.Namespace) -> int:
     print(f"verify with  kvplan verify {terminal_text(bundle)}")
     print_warnings(warnings)
     return EXIT_OK
+
+
+def _not_approved(failed) -> int:
+    """Print each failed check with its evidence and the next step (stdout), the refusal (stderr): exit 1."""
+    import sys
+
+    from kvplan.verdict import format_check
+
+    for check in failed.checks:
+        print(format_check(check))
+    print(f"error: {terminal_text(failed)}", file=sys.stderr)
+    return EXIT_FAIL
 
 
 VERIFY_HELP = """\
@@ -213,11 +233,13 @@ def run_verify(args: argparse.Namespace) -> int:
         return EXIT_FAIL if differences else EXIT_OK
     shown = terminal_text(args.bundle)
     if differences:
-        print(f"{shown}: CHANGED, {len(differences)} difference{'s' if len(differences) > 1 else ''}:")
+        print(
+            f"{shown}: {verified.verdict}, {len(differences)} difference{'s' if len(differences) > 1 else ''}:"
+        )
         for difference in differences:
             print(f"  - {terminal_text(difference)}")
     else:
-        print(f"{shown}: ok: every hash and the recomputed decision agree")
+        print(f"{shown}: {verified.verdict}, every hash and the recomputed decision agree")
     for note in notes:
         print(f"  note: {terminal_text(note)}")
     print(f"  {verified.created_line()}")

@@ -32,7 +32,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument(
         "--model",
         metavar="CONFIG",
-        help="a config.json path, or a catalogue name in data/models (e.g. llama-3.1-70b)",
+        help="a config.json path, or a name of the catalogue kvplan/models/ (e.g. llama-3.1-70b)",
     )
     group.add_argument(
         "--tp", type=positive_int, help="tensor-parallel size (needed with --model unless the logs show it)"

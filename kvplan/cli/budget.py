@@ -18,7 +18,7 @@ from kvplan.cli.help import add_command
 from kvplan.cli.output import format_table, print_json, print_warnings, reader_warnings_into
 from kvplan.cli.sizes import positive_int, positive_size, size, size_list
 from kvplan.escape import terminal_text
-from kvplan.units import format_size
+from kvplan.units import format_budget, format_size
 
 BUDGET_HELP = """\
 uniform --kv-cache-memory-bytes from vLLM logs (or per-rank room) and a reserve
@@ -30,6 +30,14 @@ For example:
   kvplan budget data/boots/four-rank/*.log --reserve 0.9GiB
   kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB
 """
+
+#: Rooms given by hand say nothing of free or total memory: what to measure for the companion flag.
+ROOMS_LAUNCH_WARNING = (
+    "no free or total memory is known, so no --gpu-memory-utilization is given: vLLM refuses to start when a "
+    "rank's free memory is below ceil(total × gpu_memory_utilization) (default 0.92), also with "
+    "--kv-cache-memory-bytes; measure every rank's free and total memory at start-up (nvidia-smi "
+    "--query-gpu=memory.free,memory.total --format=csv) or give the profiled boot's logs"
+)
 
 
 def add_budget(sub: argparse._SubParsersAction) -> None:
@@ -85,6 +93,11 @@ def run_budget(args: argparse.Namespace) -> int:
             decision, warnings = plan.decide_rooms(args.room, policy, args.block_bytes), []
         else:
             decision, warnings = _decide(args, None, policy)
+    launch_warning = decision.launch_warning
+    if launch_warning is None and decision.gpu_memory_utilization is None:
+        launch_warning = ROOMS_LAUNCH_WARNING
+    if launch_warning is not None:
+        warnings.append(launch_warning)
     print_warnings(warnings)
     if decision.spec is not None and decision.max_model_len is None:
         raise CliError("--model needs --max-model-len L when the logs do not show max_model_len")
@@ -120,6 +133,8 @@ def _budget_json(decision, warnings: list[str]) -> dict:
     for rank in data["ranks"]:
         rank["room_source"] = room_sources[rank["rank"]]
     data["warnings"] = warnings
+    data["launch_flags"] = list(decision.launch_flags)
+    data["gpu_memory_utilization"] = decision.gpu_memory_utilization
     if decision.spec is not None:
         data["capacity"] = decision.capacity_at_max_len.to_dict()
     if decision.cross_check_verdict is not None:
@@ -131,7 +146,7 @@ def _print_budget(decision) -> None:
     """The readable answer: the value, its capacity, rounding, flag, stranded capacity and the ranks."""
     budget, verdict = decision.budget, decision.cross_check_verdict
     print(
-        f"uniform budget  {format_size(budget.uniform_budget_bytes)} per GPU "
+        f"uniform budget  {format_budget(budget.uniform_budget_bytes)} per GPU "
         f"(limiting rank {budget.limiting_rank})"
     )
     if decision.spec is not None:
@@ -154,6 +169,7 @@ def _print_budget(decision) -> None:
             "(vLLM rounds down itself, so the value is safe)"
         )
     print(f"flag            {budget.flag}")
+    print(f"launch flags    {' '.join(decision.launch_flags)}")
     print(f"allocated       {format_size(budget.allocated_total_bytes)} over {len(budget.ranks)} GPUs")
     print(f"stranded        {format_size(budget.stranded_total_bytes)} on the stronger ranks")
     print(

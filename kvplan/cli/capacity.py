@@ -10,7 +10,7 @@ from kvplan.cli.errors import EXIT_OK, CliError
 from kvplan.cli.help import add_command
 from kvplan.cli.output import format_table, print_json
 from kvplan.cli.sizes import positive_int, positive_size, size, size_list
-from kvplan.units import format_size
+from kvplan.units import format_budget, format_size
 
 CAPACITY_HELP = """\
 blocks, tokens and full-length concurrency of a per-GPU KV budget
@@ -149,7 +149,7 @@ def run_drift(args: argparse.Namespace) -> int:
     if args.json:
         return print_json(result.to_dict())
     print(
-        f"adjusted budget  {format_size(result.adjusted_uniform_bytes)} per GPU "
+        f"adjusted budget  {format_budget(result.adjusted_uniform_bytes)} per GPU "
         f"(limiting rank {result.limiting_rank})"
     )
     print(f"flag             {result.flag}")

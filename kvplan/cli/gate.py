@@ -18,8 +18,11 @@ GATE_HELP = """\
 check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)
 
 Same compatibility key, every rank present, no OOM or error, safe_ref − max(0, F_ref − F_boot) − guard ≥ the
-approved value on every rank, the reserve still free after warm-up, tokens ≥ the admission plan; with --load,
-the load-test checks too. The bundle is verified first (as kvplan verify); a changed bundle cannot be judged
+approved value on every rank, the reserve still free after warm-up, tokens ≥ the admission plan, the canary's
+gpu_memory_utilization passes vLLM's start-up check on its own free memory less the guard, a manual value is
+exactly the approved one; with --load, the load-test checks too. A canary that is cut short, misses ranks or
+shows another key cannot be judged (exit 2, no value offered). One line per rank per check; the last line
+counts PASS, FAIL, CANNOT JUDGE and N/A. The bundle is verified first (as kvplan verify); a changed bundle cannot be judged
 against. A check with no evidence here (no plan recorded; no observation of the reserve after warm-up) is
 listed as N/A and does not decide the verdict. Exit 0 pass, 1 fail, 2 cannot judge (bad or incomplete input,
 or a changed bundle).

@@ -11,32 +11,32 @@ from kvplan.cli.help import add_command
 from kvplan.cli.output import format_table, print_json, print_warnings, reader_warnings_into
 from kvplan.units import format_size
 
-#: Columns of the readable ``kvplan ledger`` table (sizes formatted); --json and --csv give all columns.
-LEDGER_TABLE = [
-    "source",
-    "boot",
-    "rank",
-    "process",
-    "outcome",
-    "init_free_bytes",
-    "weights_bytes",
-    "available_kv_bytes",
-    "suggested_full_bytes",
-    "room_bytes",
-    "room_source",
-]
-#: Columns of the ``kvplan ledger --rooms`` table: each rank's room over the boots of one key.
-ROOMS_TABLE = [
-    "rank",
-    "room_bytes",
-    "room_source",
-    "room_min_bytes",
-    "room_median_bytes",
-    "room_max_bytes",
-    "room_spread_bytes",
-    "boots",
-    "worst_boot",
-]
+#: The readable ``kvplan ledger`` table: glossary column -> header. It fits 120 terminal columns with about
+#: 20 to spare (``tests/test_cli.py``); ``--wide`` shows every column with a value under its glossary name.
+LEDGER_TABLE = {
+    "source": "file",
+    "boot": "boot",
+    "rank": "rank",
+    "outcome": "outcome",
+    "init_free_bytes": "free at start",
+    "weights_bytes": "weights",
+    "room_bytes": "room",
+    "room_source": "room from",
+}
+#: The ``kvplan ledger --rooms`` table: each rank's room over the boots of one key (column -> header).
+ROOMS_TABLE = {
+    "rank": "rank",
+    "room_bytes": "room",
+    "room_source": "room from",
+    "room_min_bytes": "min",
+    "room_median_bytes": "median",
+    "room_max_bytes": "max",
+    "room_spread_bytes": "spread",
+    "boots": "boots",
+    "worst_boot": "worst boot",
+}
+#: The widest a file name is shown in the readable tables (its end is kept, ``…`` marks the cut).
+FILE_WIDTH = 24
 
 
 LEDGER_HELP = """\
@@ -45,6 +45,7 @@ read vLLM startup logs into the per-rank ledger (one row per boot × rank)
 Every boot and rank in the logs with its memory ledger, room and outcome.
 
 For example:
+  kvplan ledger data/boots/four-rank/*.log
   kvplan ledger data/boots/four-rank/*.log --json
 """
 
@@ -74,6 +75,12 @@ def add_ledger(sub: argparse._SubParsersAction) -> None:
         help='print {"rows": [...], "warnings": [...]} (and "rooms": [...] with --rooms)',
     )
     form.add_argument("--csv", action="store_true", help="print the ledger as CSV")
+    form.add_argument(
+        "--wide",
+        action="store_true",
+        help="the table with every column that has a value, under its glossary name, and whole file "
+        "paths (the default table fits 120 columns)",
+    )
     parser.set_defaults(run=run_ledger)
 
 
@@ -121,22 +128,69 @@ def run_ledger(args: argparse.Namespace) -> int:
     if args.csv:
         sys.stdout.write(ledger_frame_csv(ledger))
         return EXIT_OK
-    rows = [
-        {column: _table_cell(column, row[column]) for column in LEDGER_TABLE}
-        for row in ledger.to_dict(orient="records")
-    ]
-    print(format_table(rows, LEDGER_TABLE))
+    print(ledger_text(ledger, wide=args.wide))
     if rooms is not None:
         print()
-        table = [
-            {
-                **{column: _table_cell(column, room.get(column)) for column in ROOMS_TABLE},
-                "worst_boot": f"{room['source']} #{room['boot']}",
-            }
-            for room in rooms
-        ]
-        print(format_table(table, ROOMS_TABLE))
+        print(rooms_text(rooms, wide=args.wide))
     return EXIT_OK
+
+
+def ledger_text(ledger, wide: bool = False) -> str:
+    """The readable ledger: :data:`LEDGER_TABLE` with short file names, or (``wide``) every column with a
+    value under its glossary name."""
+    records = ledger.to_dict(orient="records")
+    if wide:
+        columns = {column: column for column in ledger.columns if ledger[column].notna().any()}
+        names = {source: source for source in ledger["source"].unique()}
+    else:
+        columns, names = LEDGER_TABLE, short_names(ledger["source"].unique())
+    rows = [
+        {
+            header: names[row[column]] if column == "source" else _table_cell(column, row.get(column))
+            for column, header in columns.items()
+        }
+        for row in records
+    ]
+    return format_table(rows, list(columns.values()))
+
+
+def rooms_text(rooms: list[dict], wide: bool = False) -> str:
+    """The ``--rooms`` table: :data:`ROOMS_TABLE`'s headers (``wide``: glossary names, whole paths)."""
+    columns = {column: column for column in ROOMS_TABLE} if wide else ROOMS_TABLE
+    names = {room["source"]: room["source"] for room in rooms}
+    if not wide:
+        names = short_names(list(names))
+    rows = [
+        {
+            **{header: _table_cell(column, room.get(column)) for column, header in columns.items()},
+            columns["worst_boot"]: f"{names[room['source']]} #{room['boot']}",
+        }
+        for room in rooms
+    ]
+    return format_table(rows, list(columns.values()))
+
+
+def short_names(sources, width: int = FILE_WIDTH) -> dict[str, str]:
+    """Each source path shown by as few trailing parts as tell the sources apart, its end kept within
+    ``width`` characters (``…`` marks a cut).
+
+    >>> short_names(["data/a/boot.log", "data/b/boot.log", "data/b/restart.log"])
+    {'data/a/boot.log': 'a/boot.log', 'data/b/boot.log': 'b/boot.log', 'data/b/restart.log': 'restart.log'}
+    >>> short_names(["logs/" + "x" * 30 + ".log"], width=12)
+    {'logs/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.log': '…xxxxxxx.log'}
+    """
+    from pathlib import PurePath
+
+    parts = {str(source): PurePath(str(source)).parts for source in sources}
+    names = {}
+    for source, own in parts.items():
+        for keep in range(1, len(own) + 1):
+            tail = own[-keep:]
+            if not any(other[-keep:] == tail for name, other in parts.items() if name != source):
+                break
+        name = str(PurePath(*tail))
+        names[source] = name if len(name) <= width else "…" + name[-(width - 1) :]
+    return names
 
 
 def _print_csv(logs: list[str]) -> int:

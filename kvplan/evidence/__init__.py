@@ -53,7 +53,7 @@ from kvplan.evidence.verify import (
     verify_bundle,
     verify_bundle_with_notes,
 )
-from kvplan.evidence.write import approve, approve_bundle, clean_stale, enclosing_bundle
+from kvplan.evidence.write import CheckFailedError, approve, approve_bundle, clean_stale, enclosing_bundle
 from kvplan.plan import AdmissionPlan, InputFileError, LoadPolicy, ModelLayout, Policy
 
 __all__ = [
@@ -66,6 +66,7 @@ __all__ = [
     "BundleChangedError",
     "BundleError",
     "BundleExistsError",
+    "CheckFailedError",
     "InputFileError",
     "LoadPolicy",
     "ModelLayout",

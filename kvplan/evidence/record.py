@@ -25,7 +25,7 @@ from pathlib import Path
 import pandas as pd
 
 from kvplan import __version__
-from kvplan.checks import Approved
+from kvplan.checks import LAUNCH_CHECKS, Approved
 from kvplan.json_text import canonical_chunks, indented_chunks
 from kvplan.ledger import is_known
 from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy, profiled_tokens
@@ -33,6 +33,10 @@ from kvplan.units import format_size
 
 SCHEMA = "kvplan.budget"
 SCHEMA_VERSION = 2
+#: The key of ``decision`` that marks a bundle with its launch (issue 24): ``launch_flags``,
+#: ``gpu_memory_utilization`` and the start-up checks. A bundle without it was approved before; verify
+#: recomputes it as it was written (keys were added, none re-meant, so the schema version stays 2).
+LAUNCH_KEY = "launch_flags"
 BUDGET_JSON = "budget.json"
 INPUTS_DIR = "inputs"
 CHARTS_DIR = "charts"
@@ -264,10 +268,12 @@ def build_record(
     note: str = "",
     layout_options: Mapping[str, object] | None = None,
     version: str = __version__,
+    launch: bool = True,
 ) -> dict:
-    """The ``budget.json`` content (schema ``kvplan.budget`` version 2, see ``docs/budget-json.md``),
-    without the file hashes (``files``) and the seal, which approve adds last; ``version`` is the kvplan
-    release that approves."""
+    """The ``budget.json`` content (schema ``kvplan.budget``, see ``docs/budget-json.md``), without the file
+    hashes (``files``) and the seal, which approve adds last; ``version`` is the kvplan release that
+    approves. ``launch`` False writes the record as kvplan did before the launch was recorded (no
+    :data:`LAUNCH_KEY`, no start-up checks): verify recomputes such a bundle so."""
     budget = decision.budget
     ranks = [
         {
@@ -295,6 +301,7 @@ def build_record(
             "human": format_size(budget.uniform_budget_bytes),
             "limiting_rank": budget.limiting_rank,
             "num_blocks": budget.num_blocks,
+            **(_launch(decision) if launch else {}),
         },
         "policy": {
             "reserve_bytes": policy.reserve_bytes,
@@ -325,7 +332,7 @@ def build_record(
         "admission_plan": decision.plan,
         **({"load": decision.load} if decision.load is not None else {}),
         "compatibility_key": {k: json_value(v) for k, v in decision.compatibility_key.items()},
-        "checks": [check.to_dict() for check in decision.checks],
+        "checks": [check.to_dict() for check in decision.checks if launch or check.name not in LAUNCH_CHECKS],
         "warnings": list(decision.warnings),
         TEXT_ESCAPING_KEY: TEXT_ESCAPING,
         "inputs": [dict(entry) for entry in inputs],
@@ -334,6 +341,14 @@ def build_record(
             for row in decision.ledger.to_dict(orient="records")
         ],
         "files": {},
+    }
+
+
+def _launch(decision: Decision) -> dict:
+    """The decision's launch keys: :data:`LAUNCH_KEY` and ``gpu_memory_utilization``."""
+    return {
+        LAUNCH_KEY: list(decision.launch_flags),
+        "gpu_memory_utilization": decision.gpu_memory_utilization,
     }
 
 

@@ -27,6 +27,7 @@ from kvplan.evidence.record import (
     CHARTS_DIR,
     INPUT_KEYS,
     KNOWN_KEYS,
+    LAUNCH_KEY,
     NVIDIA_SMI_ROLE,
     ROLES,
     SEAL_KEY,
@@ -85,16 +86,29 @@ class Verified:
         digest only (``gate --approved-digest``)."""
         return SEAL_KEY in self.record
 
+    @property
+    def verdict(self) -> str:
+        """verify's verdict on the bundle, one word: ``OK`` when nothing differs, else ``CHANGED``."""
+        return "OK" if self.ok else "CHANGED"
+
     def created_line(self) -> str:
-        """How far ``created_utc`` is verified, for verify's and gate's output.
+        """How far ``created_utc`` is verified, for verify's and gate's output: never "sealed" for a bundle
+        that changed (its seal no longer vouches for anything).
 
         >>> Verified(Path("b"), {"created_utc": "2026-11-29T10:40:00Z"}, "ab", (), (), None).created_line()
-        'created 2026-11-29T10:40:00Z: not verified (no seal; only the digest, gate --approved-digest ab, pins it)'
+        'created 2026-11-29T10:40:00Z: not verified (no seal; only the digest, gate --approved-digest sha256:ab, pins it)'
+        >>> Verified(Path("b"), {"created_utc": "2026-11-29T10:40:00Z", SEAL_KEY: "cd"}, "ab", ("x",), (), None).created_line()
+        'created 2026-11-29T10:40:00Z: not verified (the bundle changed)'
         """
         created = self.record.get("created_utc")
+        if not self.ok:
+            return f"created {created}: not verified (the bundle changed)"
         if self.sealed:
             return f"created {created}: sealed"
-        return f"created {created}: not verified (no seal; only the digest, gate --approved-digest {self.digest}, pins it)"
+        return (
+            f"created {created}: not verified (no seal; only the digest, gate --approved-digest "
+            f"sha256:{self.digest}, pins it)"
+        )
 
 
 def verify_bundle(bundle: str | os.PathLike) -> list[str]:
@@ -130,7 +144,7 @@ def verify(bundle: str | os.PathLike) -> Verified:
         notes.insert(
             0,
             f"no {SEAL_KEY} (written by kvplan 0.1.0 or before): its created_utc is not sealed; "
-            f"pin the bundle with kvplan gate --approved-digest {digest}",
+            f"pin the bundle with kvplan gate --approved-digest sha256:{digest}",
         )
     return Verified(folder, record, digest, tuple(differences), tuple(notes), decision)
 
@@ -209,7 +223,10 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
             differences.append(f"recomputation failed: {message}")
             return differences, notes, None
         decision = _as_recorded(decision, record.get("ledger"))
-        fresh = _roundtrip(build_record(decision, policy, entries, digest, created, *approval[:2], options))
+        launch = isinstance(record.get("decision"), dict) and LAUNCH_KEY in record["decision"]
+        fresh = _roundtrip(
+            build_record(decision, policy, entries, digest, created, *approval[:2], options, launch=launch)
+        )
         for key in _COMPARED:
             differences += _compare(key, record.get(key), fresh.get(key))
         regenerated = {**fresh, "kvplan_version": approval[2]}

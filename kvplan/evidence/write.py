@@ -56,6 +56,15 @@ from kvplan.plan import (
 )
 from kvplan.units import format_size
 
+
+class CheckFailedError(ApprovalError):
+    """A check at approval failed (``kvplan approve`` exit 1): ``checks`` are the failed ones."""
+
+    def __init__(self, message: str, checks: Sequence[object] = ()) -> None:
+        super().__init__(message)
+        self.checks = tuple(checks)
+
+
 #: A ``.partial`` folder older than this belongs to an approval that was killed [seconds].
 STALE_PARTIAL_S = 3600
 PARTIAL_SUFFIX = ".partial"
@@ -167,6 +176,8 @@ def approve_bundle(
         except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
             users = dict(zip(names, map(str, sources)))
             users.update({str(staging / name): source for name, source in users.items()})
+            if isinstance(exc, CheckFailedError):
+                raise CheckFailedError(renamed(str(exc), users), exc.checks) from exc
             raise ApprovalError(renamed(str(exc), users)) from exc
         record = build_record(
             decision,
@@ -315,7 +326,8 @@ def _refuse_failed_checks(decision: Decision, allowed: Sequence[str] = ()) -> No
         )
     failed = [check for check in decision.checks if check.passed is False]
     if failed:
-        raise ApprovalError("not approved: " + "; ".join(f"{c.name}: {c.detail}" for c in failed))
+        text = "not approved: " + "; ".join(f"{c.name}: {c.detail}" for c in failed)
+        raise CheckFailedError(text, failed)
     unjudged = [c for c in decision.checks if c.applicable and c.passed is None and c.name not in allowed]
     if unjudged:
         raise ApprovalError(

@@ -7,8 +7,8 @@ class's first host that has one, so its key records the GPU type and driver ever
 showed (a class is one key) and a gate compares them. The class's name, labels and host list are
 recorded in the bundle's note as JSON (hashed into its digest); :func:`note_hosts` reads the list back
 for ``kvplan fleet gate``. Logs in object storage are fetched afresh to ``OUT/inputs/<host>/<file>``
-(both names as :func:`kvplan.fleet.inputs.host_folder` makes them safe, so every write stays inside
-``OUT``); every file, fetched or local, must still have the SHA-256 it had when the plan read it.
+(both names as :func:`kvplan.escape.safe_component` makes them safe, checked by
+:func:`kvplan.escape.path_inside`, so every write stays inside ``OUT``); every file, fetched or local, must still have the SHA-256 it had when the plan read it.
 """
 
 from __future__ import annotations
@@ -18,13 +18,16 @@ import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from kvplan.escape import path_inside, safe_component
 from kvplan.evidence import AdmissionPlan, ModelLayout, Policy, approve, sha256_file
-from kvplan.fleet.inputs import filesystem, host_folder, is_snapshot
+from kvplan.fleet.inputs import filesystem, is_snapshot
 from kvplan.fleet.read import HostReading
 from kvplan.io.nvidia_smi_csv import read_nvidia_smi_csv
 
 NOTE_MARK = "fleet class "
 FETCHED = "inputs"
+#: The folder of a host whose name is no safe path component: ``host-`` and 16 hex digits of its SHA-256.
+HOST_PREFIX = "host-"
 
 
 def class_note(name: str, labels: Mapping[str, str], hosts: Sequence[str]) -> str:
@@ -78,12 +81,17 @@ def _local_copy(
     local = url
     if "://" in url:
         fs, path = filesystem(url, storage_options)
-        folder = out / FETCHED / host_folder(reading.host)
-        folder.mkdir(parents=True, exist_ok=True)
-        local = str(folder / host_folder(path.rsplit("/", 1)[-1]))
+        name = safe_component(path.rsplit("/", 1)[-1], "file-")
+        target = path_inside(out, FETCHED, safe_component(reading.host, HOST_PREFIX), name)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        local = str(target)
         partial = f"{local}.{os.getpid()}.partial"
-        fs.get(path, partial)
-        os.replace(partial, local)
+        try:
+            fs.get(path, partial)
+            os.replace(partial, local)
+        finally:
+            if os.path.exists(partial):
+                os.remove(partial)
     read = reading.digests.get(url)
     if read is None or sha256_file(local) != read:
         raise ValueError(

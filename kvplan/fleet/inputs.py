@@ -10,11 +10,9 @@ file is a log (a ``.csv`` log is a ledger CSV, as ``kvplan budget`` reads it).
 Listing the fleet is the one step that touches storage before the work is spread: an unreachable
 bucket or a refused credential is a :class:`FleetInputError` naming the URL.
 
-Host names and labels from a manifest are data: :func:`kvplan.escape.terminal_text` shows their control
-characters escaped, so a label or host name holding a newline cannot print a line of its own (a forged
-flag); :func:`host_folder` is the folder name a host's files get under ``--out``: the host name itself when
-it matches :data:`kvplan.escape.SAFE_COMPONENT`, else ``host-`` and a digest of it, so
-``../../../escaped`` never leaves ``--out``.
+Host names and labels from a manifest are data: they are printed through :func:`kvplan.escape.terminal_text`
+(a newline cannot print a line of its own, a forged flag) and become a folder under ``--out`` only through
+:func:`kvplan.escape.safe_component` (``../../../escaped`` is ``host-`` and a digest of it).
 """
 
 from __future__ import annotations
@@ -26,22 +24,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import unquote
 
-from kvplan.escape import safe_component
-
 #: Manifest columns that are not labels.
 MANIFEST_FIELDS = ("host", "path")
 LOG_SUFFIXES = (".log", ".txt", ".out", ".err", ".csv")
-
-
-def host_folder(host: str) -> str:
-    """The path component of ``host``'s files: the name when it matches
-    :data:`kvplan.escape.SAFE_COMPONENT`, else ``host-`` and the first 16 hex digits of its SHA-256 (never
-    ``..``, a slash or a hidden name).
-
-    >>> host_folder("gpu-00019"), host_folder("../../../escaped")
-    ('gpu-00019', 'host-e9d20ae4e6d4311d')
-    """
-    return safe_component(host, "host-")
 
 
 class FleetInputError(ValueError):

@@ -23,7 +23,6 @@ The release each rule starts in is a named constant in :mod:`kvplan.releases`.
 (81920, 4.7998046875)
 """
 
-from kvplan.capacity import Capacity
 from kvplan.kvspec.arch import ModelArch, check_model_name, model_arch, model_base_name
 from kvplan.kvspec.launch import MLA_BLOCK_SIZE
 from kvplan.kvspec.layers import (
@@ -54,9 +53,6 @@ from kvplan.kvspec.page import (
 )
 from kvplan.kvspec.spec import KVSpec, kv_spec
 
-#: The capacity type of a model spec: one :class:`kvplan.capacity.Capacity` for both paths.
-KVCapacity = Capacity
-
 __all__ = [
     "DEFAULT_VLLM_VERSION",
     "FP8_DS_MLA_BYTES_PER_TOKEN",
@@ -67,7 +63,6 @@ __all__ = [
     "MLA_ATTENTION",
     "MLA_BLOCK_SIZE",
     "SLIDING_ATTENTION",
-    "KVCapacity",
     "KVSpec",
     "KVSpecError",
     "ModelArch",

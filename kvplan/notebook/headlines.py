@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import PurePath
 from typing import TYPE_CHECKING
+
+import pandas as pd
 
 from kvplan.budget import Budget, kv_cache_flag, round_down_to_blocks
 from kvplan.drift import Drift
 from kvplan.escape import markdown_text
-from kvplan.units import format_size
+from kvplan.ledger import compatibility_key
+from kvplan.units import format_budget, format_size
 
 if TYPE_CHECKING:
     from kvplan.kvspec import KVSpec
@@ -70,7 +74,7 @@ def budget_headline(budget: Budget) -> dict[str, str]:
     'none: every rank the same'
     """
     return {
-        "uniform budget": format_size(budget.uniform_budget_bytes),
+        "uniform budget": format_budget(budget.uniform_budget_bytes),
         "flag": budget.flag,
         "limiting rank": limiting_text(budget.ranks, budget.safe_bytes),
         "stranded total": format_size(budget.stranded_total_bytes),
@@ -107,7 +111,7 @@ def drift_headline(drift: Drift) -> dict[str, str]:
     '29 GiB'
     """
     return {
-        "adjusted uniform budget": format_size(drift.adjusted_uniform_bytes),
+        "adjusted uniform budget": format_budget(drift.adjusted_uniform_bytes),
         "limiting rank": limiting_text(drift.ranks, drift.adjusted_bytes),
         "re-profile to raise": str(drift.reprofile_to_raise),
         "flag for this boot": kv_cache_flag(boot_budget_bytes(drift)),
@@ -149,7 +153,7 @@ def weak_rank_verdict(budget: Budget, loss_threshold: float = 0.10) -> str:
     'Fix the weak rank: rank 0 (12 GiB) r'
     """
     loss = budget.weak_rank_loss_fraction
-    rank, weakest = budget.limiting_rank, format_size(budget.min_safe_bytes)
+    rank, weakest = budget.limiting_rank, format_budget(budget.min_safe_bytes)
     median = format_size(budget.median_safe_bytes)
     if loss >= loss_threshold:
         return (
@@ -159,4 +163,103 @@ def weak_rank_verdict(budget: Budget, loss_threshold: float = 0.10) -> str:
     return (
         f"Tune the value: the weakest rank ({rank}, {weakest}) is within {loss:.1%} of the median "
         f"({median}); the reserve is the lever."
+    )
+
+
+def rounding_text(budget: Budget, spec: KVSpec) -> str:
+    """How the weakest rank's safe budget becomes whole KV blocks, in numbers of this launch.
+
+    >>> from kvplan.budget import uniform_budget
+    >>> from kvplan.kvspec import kv_spec
+    >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
+    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4, vllm_version="0.26.0")
+    >>> print(rounding_text(uniform_budget([13 * 2**30, 18 * 2**30], 2**30, spec.block_bytes), spec))
+    A KV block on one rank is 16 tokens × 81,920 B = 1,310,720 B (1.25 MiB) at TP 4. The weakest rank's
+    safe budget, rank 0's 12 GiB, is 9,830.4 blocks, so the value is 9,830 blocks = 12,884,377,600 B,
+    512 KiB below it (stranded on every rank).
+    """
+    weakest, blocks = budget.min_safe_bytes, budget.min_safe_bytes / spec.block_bytes
+    value = budget.uniform_budget_bytes
+    return (
+        f"A KV block on one rank is {spec.block_size} tokens × {spec.bytes_per_token:,} B = "
+        f"{spec.block_bytes:,} B ({format_size(spec.block_bytes)}) at TP {spec.tp}. The weakest rank's\n"
+        f"safe budget, rank {budget.limiting_rank}'s {format_budget(weakest)}, is {blocks:,.1f} blocks, "
+        f"so the value is {value // spec.block_bytes:,} blocks = {value:,} B,\n"
+        f"{format_size(weakest - value)} below it (stranded on every rank)."
+    )
+
+
+def launch_headline(ledger: pd.DataFrame) -> dict[str, str]:
+    """What launch the logs show: model, layout, vLLM release, GPUs, boots and files, as text.
+
+    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan.room import read_vllm_logs_rooms
+    >>> print(format_headline(launch_headline(read_vllm_logs_rooms(DATA_DIR / "boots" / "four-rank")[0])))
+    model   meta-llama/Llama-3.1-70B-Instruct
+    layout  TP 4 × PP 1 (4 ranks)
+    vLLM    0.26.0
+    boots   1 in 1 file
+    """
+    key = compatibility_key(ledger)
+    files, boots = ledger["source"].nunique(), ledger.groupby(["source", "boot"]).ngroups
+    tp, pp = key.get("tensor_parallel_size"), key.get("pipeline_parallel_size")
+    return {
+        "model": str(key.get("model") or "not in the logs"),
+        "layout": f"TP {tp or '?'} × PP {pp or 1} ({ledger['rank'].nunique()} ranks)",
+        "vLLM": str(key.get("vllm_version") or "not in the logs"),
+        "boots": f"{boots} in {files} file{'s' if files > 1 else ''}",
+    }
+
+
+def moved_hosts_text(move: Mapping[str, object], hosts: Sequence[str]) -> str:
+    """What notebook 07's ``MOVE`` does on this fleet: the hosts it moves, and any it names that the fleet
+    lacks (a what-if on no host is the plan unchanged, so it is said, not silently shown).
+
+    >>> moved_hosts_text({"h2": {}, "h9": {}}, ["h1", "h2"])
+    'MOVE moves h2; names no host of this fleet: h9'
+    >>> moved_hosts_text({"h9": {}}, ["h1", "h2"])
+    'MOVE names no host of this fleet (h9): the plan below is unchanged; its hosts are h1, h2'
+    """
+    known = [host for host in move if host in hosts]
+    unknown = [host for host in move if host not in hosts]
+    if not known:
+        listed = ", ".join(list(hosts)[:5]) + (", …" if len(hosts) > 5 else "")
+        return (
+            f"MOVE names no host of this fleet ({', '.join(unknown) or 'none'}): the plan below is unchanged; "
+            f"its hosts are {listed}"
+        )
+    text = f"MOVE moves {', '.join(known)}"
+    return text + (f"; names no host of this fleet: {', '.join(unknown)}" if unknown else "")
+
+
+def run_headline(summary: Mapping) -> str:
+    """One load-test run in a sentence, from its :func:`kvplan.load.load_summary`: the peak KV cache usage
+    (of which capacity, in which file and line), the most requests running and waiting, preemptions and OOMs.
+
+    >>> print(run_headline({"peak_kv_cache_usage_pct": 70.1, "kv_cache_tokens": 157_280,
+    ...     "peak_kv_cache_tokens": 110_253, "peak_at": {"source": "/runs/a/server.log", "line": 40},
+    ...     "max_running": 32, "max_waiting": 3, "preemptions": 0, "oom_events": 0}))
+    peak KV cache usage 70.1% of 157,280 tokens (110,253 tokens, server.log:40); up to 32 requests running and 3 waiting; 0 preemptions, 0 OOM
+    """
+    peak, capacity = summary.get("peak_kv_cache_usage_pct"), summary.get("kv_cache_tokens")
+    if peak is None:
+        usage = "no KV cache usage in the files"
+    else:
+        where = summary.get("peak_at") or {}
+        place = f", {PurePath(where['source']).name}:{where['line']}" if where.get("source") else ""
+        of = (
+            f" of {capacity:,} tokens ({summary['peak_kv_cache_tokens']:,} tokens{place})"
+            if capacity
+            else place
+        )
+        usage = f"peak KV cache usage {peak:.1f}%{of}"
+    preemptions = summary.get("preemptions")
+    counted = (
+        "unknown preemptions"
+        if preemptions is None
+        else f"{preemptions:,} preemption{'s' * (preemptions != 1)}"
+    )
+    return (
+        f"{usage}; up to {summary.get('max_running')} requests running and {summary.get('max_waiting')} waiting; "
+        f"{counted}, {summary.get('oom_events', 0)} OOM"
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import glob
+import os
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -103,7 +104,7 @@ class ParameterError(ValueError):
         return [f"error: {self}"]
 
 
-def parameter_path(value: str | Path, name: str, root: Path = PROJECT_DIR) -> Path:
+def parameter_path(value: str | os.PathLike, name: str, root: Path = PROJECT_DIR) -> Path:
     """A path from a notebook's parameters: as given when it exists (or a glob matches), else from ``root``.
 
     Notebooks run in ``notebooks/`` (JupyterLab, nbconvert, ``make lab``) while the README's paths are
@@ -132,6 +133,70 @@ def parameter_path(value: str | Path, name: str, root: Path = PROJECT_DIR) -> Pa
     )
 
 
+#: What a folder given as a log parameter stands for: its vLLM logs, as ``kvplan budget FOLDER`` reads it.
+LOG_PATTERNS = ("*.log",)
+#: What a folder given as a load-test run stands for: its server logs and /metrics snapshots, sub-folders too.
+LOAD_PATTERNS = ("**/*.log", "**/*.prom")
+
+
+def parameter_files(
+    value: str | os.PathLike | Sequence[str | os.PathLike],
+    name: str,
+    patterns: Sequence[str] = LOG_PATTERNS,
+    root: Path = PROJECT_DIR,
+) -> list[Path]:
+    """The files a notebook parameter names, in every form papermill passes: a path, a glob, a folder
+    (its files matching ``patterns``, sorted) or a list of these. A string is one path, never a list of
+    characters; each entry is found as :func:`parameter_path` finds it. Duplicates are dropped.
+
+    Raises :class:`ParameterError` naming ``name`` for an empty list, a path that names nothing and a
+    folder that holds no matching file.
+
+    >>> from kvplan.config import DATA_DIR
+    >>> [path.name for path in parameter_files("boots/four-rank", "LOG_DIR", root=DATA_DIR)]
+    ['boot.log']
+    >>> [path.name for path in parameter_files(["boots/drift/*.log"], "LOG_FILES", root=DATA_DIR)]
+    ['canary.log', 'reference.log']
+    >>> len(parameter_files("load/manual-canary", "CANARY_RUN", LOAD_PATTERNS, root=DATA_DIR))  # log + 6 scrapes
+    7
+    """
+    values = [value] if isinstance(value, (str, os.PathLike)) else list(value)
+    if not values:
+        raise ParameterError(f"{name} is empty: give a file, a folder, a glob or a list of them")
+    files: list[Path] = []
+    for item in values:
+        path = parameter_path(item, name, root)
+        if path.is_dir():
+            found = sorted({match for pattern in patterns for match in path.glob(pattern) if match.is_file()})
+            if not found:
+                raise ParameterError(
+                    f"{name} = {str(item)!r}: the folder {path} holds no {' or '.join(patterns)} file"
+                )
+        elif not path.exists():  # a glob that matches (parameter_path checked)
+            found = sorted(Path(match) for match in glob.glob(str(path)))
+        else:
+            found = [path]
+        files += found
+    return list(dict.fromkeys(files))
+
+
+def parameter_model(value: str | os.PathLike, root: Path = PROJECT_DIR) -> str | os.PathLike:
+    """A notebook's ``MODEL``: a name of the catalogue (``kvplan/models/``) as given, or a config.json path,
+    relative to the notebook's folder or, when not found there, to the repository root (as
+    :func:`parameter_path` finds paths), so ``MODEL = "mymodel/config.json"`` works from either.
+
+    >>> parameter_model("llama-3.1-70b")
+    'llama-3.1-70b'
+    >>> from kvplan.config import PACKAGE_DIR
+    >>> parameter_model("models/qwen3-8b.json", root=PACKAGE_DIR) == PACKAGE_DIR / "models/qwen3-8b.json"
+    True
+    """
+    path = Path(value)
+    if not path.is_absolute() and not path.exists() and (root / path).is_file():
+        return root / path
+    return value
+
+
 def run_folder(prefix: str, root: Path = PROJECT_DIR) -> Path:
     """A new empty folder ``<root>/build/<prefix>-XXXXXXXX`` for one run's output (``make clean`` removes build/).
 
@@ -150,33 +215,27 @@ def run_folder(prefix: str, root: Path = PROJECT_DIR) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{prefix}-", dir=root / "build"))
 
 
-def parameter_paths(values: Sequence[str | Path], name: str) -> list[Path]:
-    """:func:`parameter_path` of each entry of a list parameter (``PROFILED_RUN = [log, metrics]``)."""
-    return [parameter_path(value, name) for value in values]
-
-
 def read_launch(
-    log_dir: str | Path | Sequence[str | Path], nvidia_smi: Sequence[str | Path] | None = None
+    logs: str | os.PathLike | Sequence[str | os.PathLike],
+    nvidia_smi: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+    name: str = "LOG_DIR",
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """The ledger and reader metadata of a launch's logs, with nvidia-smi snapshots joined when given.
 
-    ``log_dir`` is what :func:`kvplan.room.read_vllm_logs_rooms` takes (a folder of ``*.log``, a file, a
-    glob, or a list of files: a bundle's logs, :func:`kvplan.notebook.report.show_bundle`), relative to
-    the notebook or the checkout (:func:`parameter_path`). ``nvidia_smi=None`` takes the :data:`NVIDIA_SMI_NAMES` files found in ``log_dir`` (a
-    folder), so pointing a notebook at another folder needs no second parameter; ``[]`` joins none.
-    Ranks are matched to GPUs by pid, else GPU index = rank (:func:`kvplan.io.nvidia_smi.gpu_index_by_rank`).
+    ``logs`` is a notebook parameter called ``name``: a folder of ``*.log``, a file, a glob or a list
+    of them, relative to the notebook or the checkout (:func:`parameter_files`). ``nvidia_smi=None``
+    takes the :data:`NVIDIA_SMI_NAMES` files found beside the logs (:func:`launch_snapshots`), so
+    pointing a notebook at another folder needs no second parameter; ``[]`` joins none. Ranks are
+    matched to GPUs by pid, else GPU index = rank (:func:`kvplan.io.nvidia_smi.gpu_index_by_rank`).
     """
-    if isinstance(log_dir, (str, Path)):
-        folder = parameter_path(log_dir, "LOG_DIR")
-        ledger, metadata = read_vllm_logs_rooms(folder)
-        found = snapshots_in(folder)
+    files = parameter_files(logs, name)
+    ledger, metadata = read_vllm_logs_rooms(files)
+    if nvidia_smi is None:
+        snapshots = launch_snapshots(files)
     else:
-        files = parameter_paths(log_dir, "LOG_DIR")
-        ledger, metadata = read_vllm_logs_rooms(files)
-        found = launch_snapshots(files)
-    nvidia_smi = found if nvidia_smi is None else parameter_paths(nvidia_smi, "NVIDIA_SMI")
-    if nvidia_smi:
-        joined, _, joined_metadata = join_snapshots(ledger, nvidia_smi, warn=False)  # warnings listed below
+        snapshots = parameter_files(nvidia_smi, "NVIDIA_SMI", NVIDIA_SMI_NAMES) if nvidia_smi else []
+    if snapshots:
+        joined, _, joined_metadata = join_snapshots(ledger, snapshots, warn=False)  # warnings listed below
         metadata = metadata.with_warnings(joined_metadata.warnings)
         ledger = joined
     return ledger, metadata

@@ -27,7 +27,7 @@ from kvplan.notebook.headlines import limiting_text
 from kvplan.notebook.launch import ParameterError, parameter_path
 from kvplan.notebook.pages import Page
 from kvplan.plan import Decision
-from kvplan.units import format_size
+from kvplan.units import format_budget, format_policy_size, format_size
 
 _STYLE = """
 body { font-family: system-ui, sans-serif; max-width: 60em; margin: 2em auto; padding: 0 1em; color: #222; }
@@ -55,10 +55,10 @@ def decision_facts(decision: Decision) -> dict[str, str]:
     budget = decision.budget
     facts = {
         "flag": budget.flag,
-        "uniform budget": f"{format_size(budget.uniform_budget_bytes)} per GPU over {len(budget.ranks)} GPUs",
+        "uniform budget": f"{format_budget(budget.uniform_budget_bytes)} per GPU over {len(budget.ranks)} GPUs",
         "limiting rank": limiting_text(budget.ranks, budget.safe_bytes),
         "stranded capacity": f"{format_size(budget.stranded_total_bytes)} on the stronger ranks",
-        "reserve": f"{format_size(budget.reserve_bytes)} per GPU",
+        "reserve": f"{format_policy_size(budget.reserve_bytes)} per GPU",
     }
     capacity: Any = decision.capacity_at_max_len  # a kvplan.capacity.Capacity or None
     if capacity is not None:
@@ -246,7 +246,7 @@ def build_report(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> tupl
     record = verified.record
     facts = {
         "folder": str(bundle),
-        "digest": verified.digest,
+        "digest": f"sha256:{verified.digest}",
         "approved by": f"{record.get('approver', '')}: {record.get('note', '')}",
         "verified": "ok: every hash and the recomputed decision agree",
     }

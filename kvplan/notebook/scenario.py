@@ -18,7 +18,7 @@ from kvplan.plan import Decision, Evidence, Policy, decide
 from kvplan.units import format_size
 
 if TYPE_CHECKING:
-    from kvplan.kvspec import KVCapacity, KVSpec
+    from kvplan.kvspec import KVSpec
 from kvplan.notebook.headlines import boot_budget_bytes, budget_headline, length_warning, limiting_text
 
 #: Block sizes vLLM accepts on CUDA (``CacheConfig.block_size``), offered by the panel.
@@ -104,7 +104,7 @@ class Outcome:
 
     scenario: Scenario
     budget: Budget
-    capacity: Capacity | KVCapacity | None
+    capacity: Capacity | None
     curve: pd.DataFrame | None
     target_bytes: int | None
     drift: Drift | None

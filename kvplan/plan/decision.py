@@ -31,6 +31,7 @@ from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, opt
 from kvplan.ledger import compatibility_key, is_known, logged_launch_settings, room_per_rank
 from kvplan.ledger_budget import budget_from_rooms, check_dropped_ranks, refuse_failed_boots
 from kvplan.plan.inputs import AdmissionPlan, LoadPolicy, ModelLayout, Policy, admission_plan, planned_lengths
+from kvplan.plan.launch import launch_section
 from kvplan.plan.load_evidence import load_section, profiled_tokens, read_named_load
 from kvplan.plan.reading import Evidence, read_evidence
 from kvplan.plan.record import Decision
@@ -204,10 +205,14 @@ def decide(
                 )
     plan_record = admission_plan(plan, key, spec, budget) if plan else None
     checks = []
+    utilization, launch_warning = None, None
     if evidence.rooms is None:
         checks = [check_ranks_present(budget.ranks, ledger), check_outcomes(ledger)]
         if spec is not None:
             checks.append(model_check(rows, spec))
+        flags, launch_checks = launch_section(ledger, rooms, budget, spec, length, policy.guard_bytes)
+        checks += launch_checks
+        utilization, launch_warning = flags.gpu_memory_utilization, flags.warning
     override = override_check(spec, budget.uniform_budget_bytes) if spec is not None else None
     if override is not None:
         checks.append(override)
@@ -248,6 +253,8 @@ def decide(
         capacity_at_max_len=at_max_len,
         cross_check=rows,
         cross_check_verdict=verdict,
+        gpu_memory_utilization=utilization,
+        launch_warning=launch_warning,
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvplan.budget import Budget
+from kvplan.budget import Budget, launch_flags_text
 from kvplan.verdict import Check
 
 if TYPE_CHECKING:  # for the annotations only
@@ -60,6 +60,15 @@ class Decision:
     notes: tuple[str, ...] = ()
     #: the log reader's metadata (compact provenance rows, where raw lines are read back); None without it
     metadata: ReadMetadata | None = None
+    #: the companion ``--gpu-memory-utilization`` vLLM's start-up check passes with (:mod:`kvplan.checks.launch`)
+    gpu_memory_utilization: float | None = None
+    #: what to measure when that companion rests on incomplete evidence (None: it does not)
+    launch_warning: str | None = None
+
+    @property
+    def launch_flags(self) -> tuple[str, ...]:
+        """The whole launch: ``--kv-cache-memory-bytes=B`` and ``--gpu-memory-utilization=U`` (when known)."""
+        return launch_flags_text(self.uniform_budget_bytes, self.gpu_memory_utilization)
 
     @property
     def provenance(self) -> pd.DataFrame | None:

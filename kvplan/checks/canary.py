@@ -1,0 +1,150 @@
+"""A canary as evidence of the approved launch (issue 24): whether it is evidence at all, and its own launch.
+
+A canary cut short, missing or adding ranks, or showing another compatibility key is no evidence of the
+approved launch: :func:`judged_on_complete_evidence` makes every check of it unjudgeable (exit 2, no lower
+value offered). A canary that is evidence also has to start again: its ``gpu_memory_utilization`` passes
+vLLM's start-up check on its own free memory (:func:`check_canary_utilization`), and a manual value it ran is
+exactly the approved one (:func:`check_canary_value`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import pandas as pd
+
+from kvplan.budget import kv_cache_flag
+from kvplan.checks.boot import OUTCOME_CHECK, RANKS_CHECK
+from kvplan.checks.key import KEY_CHECK
+from kvplan.checks.launch import check_startup_memory
+from kvplan.drift import lowest_free_bytes
+from kvplan.units import format_size
+from kvplan.verdict import Check
+
+if TYPE_CHECKING:  # for the annotations only
+    from kvplan.checks.gate import Approved
+
+VALUE_CHECK = "canary ran the approved value"
+#: The checks that say whether the canary is evidence of the approved launch at all (issue 24): another key,
+#: missing or extra ranks, or a log cut short make every other check unjudgeable (exit 2, no value offered).
+EVIDENCE_CHECKS = (KEY_CHECK, RANKS_CHECK, OUTCOME_CHECK)
+
+
+def judged_on_complete_evidence(checks: list[Check]) -> list[Check]:
+    """``checks`` as a gate reports them: a canary of another key, with missing or extra ranks or cut short is
+    no evidence of the approved launch, so those checks read CANNOT JUDGE and every other check is not judged
+    (no "a lower value fits" offered); an OOM or error line still fails (issue 24).
+
+    >>> judged = judged_on_complete_evidence([Check(RANKS_CHECK, False, "missing rank 3"),
+    ...                                       Check("tokens", False, "rank 2: …; a lower value fits: …")])
+    >>> [(c.passed, c.detail) for c in judged]
+    [(None, 'cannot judge: missing rank 3'), (None, 'not judged: the canary misses or adds ranks')]
+    """
+    reasons = {
+        KEY_CHECK: "the canary shows another compatibility key",
+        RANKS_CHECK: "the canary misses or adds ranks",
+        OUTCOME_CHECK: "the canary's log stops before the KV cache is sized",
+    }
+    incomplete = [
+        reasons[c.name]
+        for c in checks
+        if c.name in reasons and (c.passed is False if c.name != OUTCOME_CHECK else c.passed is None)
+    ]
+    if not incomplete:
+        return checks
+    reason = "; ".join(incomplete)
+    out = []
+    for check in checks:
+        if check.name in (KEY_CHECK, RANKS_CHECK) and check.passed is False:
+            out.append(Check(check.name, None, f"cannot judge: {check.detail}"))
+        elif check.name in EVIDENCE_CHECKS or not check.applicable:
+            out.append(check)
+        else:
+            out.append(Check(check.name, None, f"not judged: {reason}"))
+    return out
+
+
+def check_canary_utilization(
+    approved: Approved, boot_ledger: pd.DataFrame, boot_key: Mapping[str, object], guard_bytes: int
+) -> Check:
+    """The canary's ``gpu_memory_utilization`` passes vLLM's start-up check on its own free memory less the
+    guard, every rank (:func:`kvplan.checks.launch.check_startup_memory`): else the next boot may not start."""
+    utilization = boot_key.get("gpu_memory_utilization")
+    totals = per_rank(boot_ledger, "total_bytes", "max")
+    free = lowest_free_bytes(boot_ledger)
+    ranks = approved.ranks
+    check = check_startup_memory(
+        ranks,
+        [totals.get(rank) for rank in ranks],
+        [free.get(rank) for rank in ranks],
+        guard_bytes,
+        float(utilization) if isinstance(utilization, (int, float)) else None,
+        str(boot_key.get("vllm_version")) if boot_key.get("vllm_version") is not None else None,
+    )
+    if check.passed is False and not isinstance(utilization, (int, float)):
+        return Check(check.name, None, "the canary shows no gpu_memory_utilization")
+    return check
+
+
+def check_canary_value(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
+    """Every rank of a canary that ran a manual value ran exactly the approved bytes: one line per rank. A
+    value printed to 0.01 GiB only passes when its interval holds the approved bytes; a profiled canary (no
+    manual value) is not applicable.
+
+    >>> from kvplan.checks import Approved
+    >>> a = Approved(100, (0,), (100,), (None,), 0, 0, None, {})
+    >>> check_canary_value(a, pd.DataFrame({"rank": [0], "manual_kv_bytes": [90]})).detail
+    'rank 0: ran --kv-cache-memory-bytes=90, approved --kv-cache-memory-bytes=100'
+    """
+    manual = manual_values(boot_ledger)
+    if not manual:
+        return Check(
+            VALUE_CHECK, None, "not applicable: the canary profiled (no manual value)", applicable=False
+        )
+    lines, passed = [], True
+    budget = approved.budget_bytes
+    for rank in approved.ranks:
+        if rank not in manual:
+            lines.append(f"rank {rank}: no manual value shown")
+            passed = False
+            continue
+        logged, most = manual[rank]
+        lowest = logged - (most - logged)
+        if logged == most:
+            ok = logged == budget
+            text = f"ran {kv_cache_flag(logged)}, approved {kv_cache_flag(budget)}"
+        else:
+            ok = lowest <= budget <= most
+            text = f"ran {format_size(logged)} (printed to 0.01 GiB: {lowest:,}–{most:,} B), approved {budget:,} B"
+        passed = passed and ok
+        lines.append(f"rank {rank}: {text}")
+    return Check(VALUE_CHECK, passed, "; ".join(lines))
+
+
+def manual_values(boot_ledger: pd.DataFrame) -> dict[int, tuple[int, int]]:
+    """Per rank that ran a manual value: (the value as logged, the most the flag can be) [bytes].
+
+    The most is ``manual_kv_max_bytes`` (vLLM printed the value to 0.01 GiB only; the reader's
+    :mod:`kvplan.io.vllm.manual`), else the value itself (exact bytes, or a ledger CSV without the column).
+
+    >>> manual_values(pd.DataFrame({"rank": [0], "manual_kv_bytes": [100], "manual_kv_max_bytes": [105]}))
+    {0: (100, 105)}
+    """
+    shown = per_rank(boot_ledger, "manual_kv_bytes", "max")
+    most = per_rank(boot_ledger, "manual_kv_max_bytes", "max")
+    return {rank: (value, max(value, most.get(rank, value))) for rank, value in shown.items()}
+
+
+def per_rank(ledger: pd.DataFrame, column: str, pick: str) -> dict[int, int]:
+    """The ``pick`` (``"min"`` or ``"max"``) non-missing value of ``column`` per rank, over every row.
+
+    The worst boot wins: the lowest free memory or room, the highest manual KV value a rank ran.
+
+    >>> per_rank(pd.DataFrame({"rank": [0, 0], "room_bytes": [5, 3]}), "room_bytes", "min")
+    {0: 3}
+    """
+    if column not in ledger.columns:
+        return {}
+    values = ledger[["rank", column]].dropna()
+    return {int(rank): int(value) for rank, value in values.groupby("rank")[column].agg(pick).items()}

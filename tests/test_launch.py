@@ -1,0 +1,180 @@
+"""Issue 24: the approved value boots. vLLM's start-up refusals per release as checks, and the launch flags.
+
+vLLM 0.33.0's start-up check, repeated here from its source (``v1/worker/utils.py:request_memory``)::
+
+    requested_memory = math.ceil(init_snapshot.total_memory * cache_config.gpu_memory_utilization)
+    if init_snapshot.free_memory < requested_memory:
+        raise ValueError("Free memory on device ... is less than desired GPU memory utilization ...")
+"""
+
+import json
+import math
+
+import pytest
+
+from kvplan.checks import (
+    REQUEST_CHECK,
+    UTILIZATION_CHECK,
+    check_full_request,
+    largest_length,
+    largest_utilization,
+    request_bytes,
+)
+from kvplan.cli import main
+from kvplan.config import DATA_DIR
+from kvplan.io.model_config import read_model_config
+from kvplan.kvspec import kv_spec
+from kvplan.plan import Policy, decide
+from kvplan.units import GiB
+
+FOUR_RANK = DATA_DIR / "boots" / "four-rank"
+H100 = "NVIDIA H100 80GB HBM3"
+LLAMA_70B = read_model_config("llama-3.1-70b")
+
+
+def vllm_0_33_request_memory(total: int, free: int, utilization: float) -> bool:
+    """vLLM 0.33.0's check, as its source writes it: True when the rank starts."""
+    requested_memory = math.ceil(total * utilization)
+    return not free < requested_memory
+
+
+# --- (a) the companion --gpu-memory-utilization -----------------------------------------------------
+
+
+def test_budget_prints_both_flags_and_vllm_starts_on_every_rank(capsys):  # issue 24
+    argv = [
+        "budget",
+        str(FOUR_RANK / "boot.log"),
+        "--reserve",
+        "0.9GiB",
+        "--model",
+        "llama-3.1-70b",
+        "--tp",
+        "4",
+    ]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "flag            --kv-cache-memory-bytes=12884377600" in out
+    assert "launch flags    --kv-cache-memory-bytes=12884377600 --gpu-memory-utilization=0.61" in out
+    assert main([*argv, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["flag"] == "--kv-cache-memory-bytes=12884377600"  # unchanged: the byte flag
+    assert data["launch_flags"] == ["--kv-cache-memory-bytes=12884377600", "--gpu-memory-utilization=0.61"]
+    assert data["gpu_memory_utilization"] == 0.61
+
+
+@pytest.mark.parametrize(
+    "boot", ["four-rank", "shared-gpu", "drift", "v0.10.2", "v0.19-debug", "rank0-only", "v0-three-line"]
+)
+def test_every_sample_launch_passes_vllms_check_with_its_utilization(boot):  # issue 24
+    # each rank's logged free memory (read on its safe side: less 0.005 GiB, the printed step's half)
+    # less the guard, against ceil(total × U) with the total on its safe side too
+    logs = [log for log in sorted((DATA_DIR / "boots" / boot).glob("*.log")) if log.name != "canary.log"]
+    decision = decide(logs, Policy(GiB // 2, guard_bytes=GiB // 4, assume_uniform=True))
+    ledger = decision.ledger
+    utilization = decision.gpu_memory_utilization
+    shown = (
+        ledger.dropna(subset=["total_bytes", "init_free_bytes"]) if "total_bytes" in ledger else ledger[:0]
+    )
+    if shown.empty:  # no free memory shown: U is the profiled boot's, with a warning naming what to measure
+        assert decision.launch_warning is not None and "nvidia-smi" in decision.launch_warning
+        return
+    margin = GiB // 200 + 1
+    for rank, free in zip(decision.budget.ranks, decision.ref_free_bytes):
+        total = int(ledger.loc[ledger["rank"] == rank, "total_bytes"].max())
+        assert vllm_0_33_request_memory(total + margin, free - margin - GiB // 4, utilization)
+    # and U is the largest such two-decimal value: one hundredth more fails some rank
+    assert not all(
+        vllm_0_33_request_memory(
+            int(ledger.loc[ledger["rank"] == rank, "total_bytes"].max()) + margin,
+            free - margin - GiB // 4,
+            round(utilization + 0.01, 2),
+        )
+        for rank, free in zip(decision.budget.ranks, decision.ref_free_bytes)
+    )
+
+
+def test_the_founding_co_tenant_case_fails_at_vllms_default():  # issue 24
+    # rank 2: 48.61 of 79.19 GiB free. vLLM's default 0.92 asks ceil(79.19 GiB × 0.92) = 72.85 GiB: refused;
+    # U = 0.61: 79.195 GiB × 0.61 = 48.31 GiB ≤ 48.605 GiB, and 0.62 → 49.10 GiB > 48.605 GiB
+    total, free = 85_029_615_043, 52_194_590_065  # the reader's bytes of 79.19 and 48.61 GiB
+    assert not vllm_0_33_request_memory(total, free, 0.92)
+    assert largest_utilization([total], [free], 0) == 0.61
+    assert largest_utilization([total], [free], GiB) == 0.6  # (48.605 − 1) / 79.195 = 0.6011
+
+
+def test_rooms_by_hand_get_the_byte_flag_and_a_warning(capsys):  # issue 24
+    assert main(["budget", "--room", "13GiB", "--reserve", "1GiB"]) == 0
+    out, err = capsys.readouterr()
+    assert "launch flags    --kv-cache-memory-bytes=12884901888\n" in out
+    assert "ceil(total × gpu_memory_utilization)" in err and "memory.free,memory.total" in err
+
+
+# --- (b) one max_model_len request fits, per release family -----------------------------------------
+
+
+def test_v0_one_request_is_block_size_times_blocks():  # issue 24
+    # V0 worker.py raise_if_cache_size_invalid: max_model_len ≤ block_size × num_gpu_blocks.
+    # Llama-3.1-70B TP4: 80 layers × 2 × 2 heads × 128 × 2 B × 16 = 1,310,720 B a block.
+    spec = kv_spec(LLAMA_70B, tp=4, vllm_version="0.6.6")
+    assert request_bytes(spec, 32768) == 2048 * 1_310_720  # ceil(32,768 / 16) blocks, no null block
+    assert largest_length(spec, 1000 * 1_310_720, 32768) == 16_000  # 1,000 blocks × 16
+    assert check_full_request(spec, 2048 * 1_310_720, 32768, None).passed is True
+    assert check_full_request(spec, 2047 * 1_310_720, 32768, None).passed is False
+
+
+def test_v1_up_to_0_28_plans_against_every_block():  # issue 24
+    spec = kv_spec(LLAMA_70B, tp=4, vllm_version="0.20.0")
+    assert check_full_request(spec, 2048 * 1_310_720, 32768, None).passed is True
+    assert largest_length(spec, 2047 * 1_310_720, 32768) == 2047 * 16
+
+
+def test_v1_from_0_29_holds_back_the_null_block():  # issue 24
+    # 0.29+ check_enough_kv_cache_memory: available − one block (the block pool's null block)
+    spec = kv_spec(LLAMA_70B, tp=4, vllm_version="0.33.0")
+    check = check_full_request(spec, 2048 * 1_310_720, 32768, 15 * GiB)
+    assert check.passed is False
+    assert "the largest --max-model-len that fits is 32,752" in check.detail  # 2,047 blocks × 16
+    # the reserve that would allow it: weakest room 15 GiB − 2,049 blocks × 1,310,720 B
+    assert f"or a reserve ≤ 12.5 GiB ({15 * GiB - 2049 * 1_310_720:,} B)" in check.detail
+    assert check_full_request(spec, 2049 * 1_310_720, 32768, None).passed is True
+
+
+def test_hybrid_counts_every_groups_blocks():  # issue 24
+    # Qwen3-Next TP2 on H100, 0.33 (tests/test_kvspec_v033.py): 465 blocks of 7,077,888 B per 262,144-token
+    # request, + the null block
+    spec = kv_spec(read_model_config("qwen3-next-80b-a3b"), tp=2, gpu_name=H100, max_num_batched_tokens=8192)
+    assert request_bytes(spec, 262_144) == 466 * 7_077_888
+    assert check_full_request(spec, 466 * 7_077_888, 262_144, None).passed is True
+    assert check_full_request(spec, 465 * 7_077_888, 262_144, None).passed is False
+
+
+def test_auto_fit_is_the_length_vllm_would_fit():  # issue 24
+    # tests/data/v0.33-llama-3.1-8b-tp1-auto-fit.log: 4.0 GiB → "reduced from 131072 to 32752"
+    spec = kv_spec(read_model_config("llama-3.1-8b"), vllm_version="0.33.0")
+    assert largest_length(spec, 4 * GiB, 131_072) == 32_752
+    check = check_full_request(spec, 4 * GiB, 131_072, None)
+    assert "--max-model-len -1 (auto-fit) would fit 32,752" in check.detail
+
+
+def test_approval_below_one_request_fails_with_the_largest_length(capsys, tmp_path):  # issue 24
+    # reserve 11 GiB: rank 2's room 13,851,269,530 B − 11 GiB = 2,040,109,466 B → 1,556 blocks of 1,310,720 B
+    # (0.26: no null block) → 1,556 × 16 = 24,896 tokens < 32,768; a reserve ≤ room − 2,048 blocks allows it
+    argv = ["approve", str(FOUR_RANK / "boot.log"), "--reserve", "11GiB", "--model", "llama-3.1-70b"]
+    status = main([*argv, "--tp", "4", "--approver", "A", "--out", str(tmp_path)])
+    out, err = capsys.readouterr()
+    assert status == 1
+    assert f"FAIL  {REQUEST_CHECK}" in out
+    assert "the largest --max-model-len that fits is 24,896" in out
+    assert f"or a reserve ≤ 10.4 GiB ({13_851_269_530 - 2048 * 1_310_720:,} B)" in out
+    assert err.startswith("error: not approved: one max_model_len request fits")
+    assert not any(tmp_path.iterdir())  # nothing written
+
+
+def test_approve_json_carries_the_launch(capsys, tmp_path):  # issue 24
+    argv = ["approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--approver", "A"]
+    assert main([*argv, "--out", str(tmp_path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["decision"]["flag"] == data["decision"]["launch_flags"][0]
+    assert data["decision"]["gpu_memory_utilization"] == 0.61
+    assert UTILIZATION_CHECK in {check["name"] for check in data["checks"]}
