@@ -110,6 +110,8 @@ FAILURE_PHASES = {
     "load_model": "loading the model weights",
     "compile_or_warm_up_model": "compiling and warming up the model",
     "init_device": "checking free GPU memory at startup",
+    "check_enough_kv_cache_memory": "checking that the KV cache holds one request of the max model length",
+    "_check_enough_kv_cache_memory": "checking that the KV cache holds one request of the max model length",
 }
 
 
