@@ -19,9 +19,10 @@ from kvplan.cli import main
 from kvplan.config import DATA_DIR
 from kvplan.io.load import read_metrics_snapshots
 from kvplan.io.model_config import resolve_model_config
-from kvplan.io.prometheus import PrometheusError, parse_time, read_prometheus_load
+from kvplan.io.prometheus import PrometheusError, parse_time, read_prometheus_load, save_prometheus_load
 from kvplan.io.prometheus import api as prometheus_api
 from kvplan.units import parse_size
+from tests.conftest import approve_args
 from tests.prometheus_server import needs_prometheus, openmetrics_of, running_prometheus, samples_of
 from tests.test_io_load_metrics import V0_SCRAPE
 from tests.test_running_value import FOUR_RANK, RUNNING_CHECK
@@ -258,3 +259,37 @@ def test_gate_reads_the_canary_from_prometheus(prometheus, capsys, tmp_path):  #
     assert [c["detail"] for c in none["checks"] if c["name"] == RUNNING_CHECK] == [
         f"prometheus {url} at 1577836800 (Unix s) shows no vllm:cache_config_info: the running value is unknown"
     ]
+
+
+def test_approve_keeps_the_prometheus_samples(prometheus, capsys, tmp_path):  # issue 28
+    url, cases = prometheus
+    files = [str(p) for p in cases["manual-canary"]]
+    window = ["--start", "2026-11-27T09:33:58Z", "--end", "2026-11-27T09:38:58Z"]  # its first and last scrape
+    match = ["--match", '{kvplan_case="manual-canary"}']
+    sections = []
+    for name, load in (("files", ["--load", *files]), ("prometheus", ["--prometheus", url, *window, *match])):
+        assert main([*approve_args(tmp_path / name, *load), "--model", "llama-3.1-70b", "--json"]) == 0
+        capsys.readouterr()
+        [bundle] = (tmp_path / name).iterdir()
+        sections.append(json.loads((bundle / "budget.json").read_text())["load"])
+        assert main(["verify", str(bundle)]) == 0  # the saved samples read back to the same evidence
+        capsys.readouterr()
+    assert sections[1].pop("sources") == ["inputs/prometheus-load.prom"]  # one file of every sample
+    sections[0].pop("sources")
+    named = re.compile(r"(?:prometheus-load|scrape-0\d)\.prom(?::\d+)?")
+    assert json.loads(named.sub("F", json.dumps(sections[1]))) == json.loads(
+        named.sub("F", json.dumps(sections[0]))
+    )
+    assert sections[1]["peak_kv_cache_usage_pct"] is not None
+
+
+def test_saved_samples_read_back_as_the_same_rows(prometheus, tmp_path):  # issue 28
+    url, cases = prometheus
+    files = read_metrics_snapshots(cases["manual-canary-overload"])
+    start, end = _span(files)
+    match = '{kvplan_case="manual-canary-overload"}'
+    saved = save_prometheus_load(url, start, end, None, match, tmp_path / "saved.prom")
+    again = read_metrics_snapshots([saved])
+    columns = [c for c in files.frame.columns if c not in ("source", "line")]
+    pd.testing.assert_frame_equal(again.frame[columns], files.frame[columns])
+    assert not (tmp_path / "saved.prom.partial").exists()

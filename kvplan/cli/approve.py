@@ -21,6 +21,7 @@ from kvplan.cli.arguments import (
 from kvplan.cli.errors import EXIT_FAIL, EXIT_OK, CliError
 from kvplan.cli.help import add_command
 from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
+from kvplan.cli.prometheus import add_prometheus_arguments, prometheus_load_files
 from kvplan.cli.sizes import positive_int, size
 from kvplan.escape import terminal_text
 from kvplan.units import format_budget, format_size
@@ -77,6 +78,7 @@ def add_approve(sub: argparse._SubParsersAction) -> None:
         "without it a check that cannot be judged refuses the approval (exit 2)",
     )
     add_load_arguments(parser, "server logs and /metrics snapshots of a load test at the approved value")
+    add_prometheus_arguments(parser, "a load test's (at the approved value)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_model_arguments(parser)
     parser.set_defaults(run=run_approve)
@@ -111,7 +113,7 @@ def run_approve(args: argparse.Namespace) -> int:
             args.note,
             layout,
             admission,
-            load_paths=args.load,
+            load_paths=[*args.load, *prometheus_load_files(args)],  # --prometheus: its samples saved
             load_policy=load_policy(args),
             nvidia_smi_paths=args.nvidia_smi,
             allow_unjudged=args.allow_unjudged,

@@ -37,8 +37,8 @@ def add_prometheus_arguments(parser: argparse.ArgumentParser, what: str = "the l
     )
 
 
-def prometheus_load(args: argparse.Namespace):
-    """The :class:`kvplan.io.load.LoadReading` of the --prometheus options; None without --prometheus."""
+def _window(args: argparse.Namespace) -> tuple[float, float, float | None] | None:
+    """``(start, end, step)`` [Unix s, s] of the --prometheus options; None without --prometheus."""
     given = [f"--{name}" for name in ("start", "end", "step", "match") if getattr(args, name) is not None]
     if not args.prometheus:
         if given:
@@ -46,11 +46,40 @@ def prometheus_load(args: argparse.Namespace):
         return None
     if args.start is None or args.end is None:
         raise CliError("--prometheus needs --start TIME and --end TIME (Unix s or ISO 8601)")
-    from kvplan.io.prometheus import parse_duration, parse_time, read_prometheus_load
+    from kvplan.io.prometheus import parse_duration, parse_time
 
     step = None if args.step is None else parse_duration(args.step)
-    start, end = parse_time(args.start), parse_time(args.end)
+    return parse_time(args.start), parse_time(args.end), step
+
+
+def prometheus_load(args: argparse.Namespace):
+    """The :class:`kvplan.io.load.LoadReading` of the --prometheus options; None without --prometheus."""
+    window = _window(args)
+    if window is None:
+        return None
+    from kvplan.io.prometheus import read_prometheus_load
+
+    start, end, step = window
     return read_prometheus_load(args.prometheus, start, end, step=step, match=args.match)
+
+
+def prometheus_load_files(args: argparse.Namespace) -> list[str]:
+    """``approve --prometheus``: the run's samples saved as a /metrics file (``prometheus-load.prom`` in a
+    temporary folder removed at exit), a load file the bundle keeps and verification reads back with the file
+    reader; [] without --prometheus."""
+    window = _window(args)
+    if window is None:
+        return []
+    import atexit
+    import shutil
+    import tempfile
+
+    from kvplan.io.prometheus import save_prometheus_load
+
+    folder = tempfile.mkdtemp(prefix="kvplan-prometheus-")
+    atexit.register(shutil.rmtree, folder, True)
+    path = save_prometheus_load(args.prometheus, *window, args.match, f"{folder}/prometheus-load.prom")
+    return [str(path)]
 
 
 def add_gate_prometheus_arguments(parser: argparse.ArgumentParser) -> None:

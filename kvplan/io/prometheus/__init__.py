@@ -21,6 +21,8 @@ from kvplan.io.prometheus.vllm import (
     running_values_at,
     running_values_of_logs,
     running_values_of_metrics,
+    sample_line,
+    save_prometheus_load,
 )
 
 __all__ = [
@@ -36,5 +38,7 @@ __all__ = [
     "running_values_at",
     "running_values_of_logs",
     "running_values_of_metrics",
+    "sample_line",
+    "save_prometheus_load",
     "series_pages",
 ]

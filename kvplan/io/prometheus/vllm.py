@@ -16,6 +16,8 @@ only).
 
 from __future__ import annotations
 
+import math
+import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -173,3 +175,40 @@ def read_prometheus_load(
     source = f"prometheus {url}"
     pages = series_pages(url, load_selector(match), start, end, step)
     return samples_reading(_samples(pages, source), source)
+
+
+def _escape(value: str) -> str:
+    """A label value as Prometheus text writes it (backslash, newline and quote escaped)."""
+    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _number(value: float) -> str:
+    """A sample value as Prometheus text writes it (``NaN``, ``+Inf``, ``-Inf``)."""
+    if math.isnan(value):
+        return "NaN"
+    return repr(float(value)) if math.isfinite(value) else ("+Inf" if value > 0 else "-Inf")
+
+
+def sample_line(sample: Sample) -> str:
+    """One sample as a /metrics line with its timestamp [ms], which the file reader reads back.
+
+    >>> sample_line(Sample("vllm:num_requests_running", {"__name__": "x", "engine": "0"}, 1795511850.0, 32.0))
+    'vllm:num_requests_running{engine="0"} 32.0 1795511850000\\n'
+    """
+    labels = ",".join(f'{k}="{_escape(v)}"' for k, v in sample.labels.items() if k != "__name__")
+    stamp = round((sample.timestamp or 0.0) * 1000)
+    return f"{sample.name}{{{labels}}} {_number(sample.value)} {stamp}\n"
+
+
+def save_prometheus_load(
+    url: str, start: float, end: float, step: float | None, match: str | None, path: str | Path
+) -> Path:
+    """Write what :func:`read_prometheus_load` reads as a /metrics file (each sample with its timestamp), so
+    an evidence bundle keeps the samples and the file reader gives back the same rows; written atomically."""
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    pages = series_pages(url, load_selector(match), start, end, step)
+    with open(partial, "w", encoding="utf-8") as out:
+        out.writelines(sample_line(sample) for sample in _samples(pages, f"prometheus {url}"))
+    os.replace(partial, path)
+    return path
