@@ -16,8 +16,9 @@ endif
 
 # Debian packages `make test` needs, installed by `make system-deps` (which `make test` and `make demo` run
 # first) when missing: as root with apt-get, otherwise it stops with the one-line command to run. Append
-# yours here; never a browser or binary downloaded by a script. chromium: the browser test.
-DEBIAN_PACKAGES := chromium
+# yours here; never a browser or binary downloaded by a script. chromium: the browser test; prometheus (with
+# promtool): the real Prometheus server the --prometheus tests backfill and start (tests/prometheus_server.py).
+DEBIAN_PACKAGES := chromium prometheus
 # The ones `make demo` needs (none: its report renders without a browser), so a demo asks for no root.
 DEMO_DEBIAN_PACKAGES :=
 demo: DEBIAN_PACKAGES = $(DEMO_DEBIAN_PACKAGES)
@@ -53,10 +54,12 @@ endif
 # and the verification, then the report. The report (python -m kvplan.notebook.report) executes every notebook
 # once into build/report/<name>.html (no code, charts as PNG files in <name>_files/) and
 # build/report/code/<name>.html (with code, for auditors), and writes build/report/index.html, which opens
-# with the verified bundle's decision.
+# with the verified bundle's decision. The report shows that bundle: its notebooks take it as BUNDLE and each
+# page states its digest; 07 plans a fleet, not one bundle, and is not part of it.
 REPORT := build/report
 EVIDENCE := build/evidence
 APPROVAL := data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b --tp 4
+BUNDLE_NOTEBOOKS := $(filter-out notebooks/07-%,$(wildcard notebooks/*.ipynb))
 
 demo: system-deps $(STAMP)
 	@$(BIN)/python -m kvplan budget $(APPROVAL)
@@ -66,7 +69,7 @@ demo: system-deps $(STAMP)
 		--nvidia-smi data/boots/four-rank/nvidia-smi-gpu.csv --nvidia-smi data/boots/four-rank/nvidia-smi-apps.csv \
 		--target-concurrency 4 --seq-len 32768 --approver "make demo" --note "sample four-rank boot" --out $(EVIDENCE)
 	@$(BIN)/python -m kvplan verify $(EVIDENCE)/*
-	@$(BIN)/python -m kvplan.notebook.report $(REPORT) $(EVIDENCE)/* notebooks/*.ipynb
+	@$(BIN)/python -m kvplan.notebook.report $(REPORT) $(EVIDENCE)/* $(BUNDLE_NOTEBOOKS)
 
 test: system-deps lint unit nbtest browser-test
 
