@@ -60,8 +60,8 @@ def run_load(args: argparse.Namespace) -> int:
         sys.stdout.flush()
         sys.stdout.buffer.writelines(reading.json_chunks())
         return EXIT_OK
-    if args.csv:  # to_csv's text of the rows
-        sys.stdout.write(reading.csv_text())
+    if args.csv:  # to_csv's text of the rows, a batch of rows at a time
+        reading.write_csv(sys.stdout)
     else:
         from kvplan.load import load_summary
 
