@@ -181,3 +181,90 @@ def test_a_rank_without_its_saved_line_is_refused(capsys, tmp_path):  # issue 24
 def test_tolerated_drift_is_for_the_startup_plan_only(capsys, bundle):  # issue 24
     assert main(["export", "args", str(bundle), "--tolerate-drift", "1GiB"]) == 2
     assert "startup-plan only" in capsys.readouterr().err
+
+
+# --- the gate of a canary that ran the plan --------------------------------------------------------------
+
+PIDS = [448, 449, 450, 451]
+
+
+def plan_canary(tmp_path: Path, values: list[int], refused_rank: int | None = None) -> Path:
+    """The approved boot relaunched with the plan files: each worker logs vLLM 0.33's "Applying persisted
+    startup plan" line (``startup_plan.py:153``) and the manual-value line (``gpu_worker.py:665``) instead of
+    the suggestion and the "Saved" line; ``refused_rank`` logs "Startup plan not applied" (``:123``)."""
+    out = []
+    for line in PLAN_LOG.read_text().splitlines(True):
+        if "[startup_plan.py:189]" in line:
+            continue
+        if "[gpu_worker.py:1066]" not in line:
+            out.append(line)
+            continue
+        pid = int(line.split("pid=")[1].split(")")[0])
+        rank = PIDS.index(pid)
+        free = float(line.split("Free memory on device (")[1].split("/")[0])
+        prefix = f"(Worker_TP{rank} pid={pid}) INFO 11-29 10:01:10"
+        if rank == refused_rank:
+            out.append(
+                f"{prefix} [startup_plan.py:123] Startup plan not applied: current free memory ({free - 2:.2f} GiB) "
+                f"is below the recorded baseline ({free:.2f} GiB); falling back to full memory profiling.\n"
+            )
+            out.append(line)
+            continue
+        value = values[rank]
+        out.append(
+            f"{prefix} [startup_plan.py:153] Applying persisted startup plan (fingerprint {FINGERPRINTS[rank]}): "
+            f"kv_cache_memory_bytes={value} ({value / GiB:.2f} GiB), recorded free-memory baseline {free:.2f} GiB, "
+            f"current {free:.2f} GiB. Memory profiling will be skipped.\n"
+        )
+        out.append(
+            f"{prefix} [gpu_worker.py:665] Initial free memory {free:.2f} GiB, reserved {value / GiB:.2f} GiB memory "
+            "for KV Cache as specified by kv_cache_memory_bytes config and skipped memory profiling. This does not "
+            "respect the gpu_memory_utilization config. Only use kv_cache_memory_bytes config when you want manual "
+            "control of KV cache memory size. If OOM'ed, check the difference of initial free memory between the "
+            "current run and the previous run where kv_cache_memory_bytes is suggested and update it correspondingly.\n"
+        )
+    path = tmp_path / "canary.log"
+    path.write_text("".join(out))
+    return path
+
+
+def gate_plan(capsys, bundle: Path, log: Path, *argv) -> tuple[int, dict]:
+    status = main(["gate", "--approved", str(bundle), str(log), *map(str, argv), "--json"])
+    checks = {c["name"]: c for c in json.loads(capsys.readouterr().out)["checks"]}
+    return status, checks
+
+
+def test_gate_checks_every_rank_applied_the_approved_plan(capsys, bundle, tmp_path):  # issue 24
+    # the default plan (no drift): B − G = 16,315,842,560 − 268,435,456 → 12,243 blocks = 16,047,144,960 B
+    plan_value = 12_243 * 1_310_720
+    status, checks = gate_plan(capsys, bundle, plan_canary(tmp_path, [plan_value] * 4))
+    plan = checks["startup plan applied on every rank"]
+    assert plan["passed"] is True, plan["detail"]
+    assert (
+        f"rank 2: applied plan {FINGERPRINTS[2]}, kv_cache_memory_bytes={plan_value} = the plan"
+        in plan["detail"]
+    )
+    assert checks["canary ran the approved value"]["applicable"] is False
+    # a rank that applied another value fails
+    status, checks = gate_plan(
+        capsys, bundle, plan_canary(tmp_path, [plan_value] * 3 + [plan_value - 1_310_720])
+    )
+    assert status == 1 and checks["startup plan applied on every rank"]["passed"] is False
+    assert "rank 3: applied plan" in checks["startup plan applied on every rank"]["detail"]
+    # the files of `export startup-plan --tolerate-drift 1GiB` (11,424 blocks) with --startup-plan DIR
+    plans = tmp_path / "plans"
+    assert main(["export", "startup-plan", str(bundle), "--out", str(plans), "--tolerate-drift", "1GiB"]) == 0
+    capsys.readouterr()
+    log = plan_canary(tmp_path, [11_424 * 1_310_720] * 4)
+    status, checks = gate_plan(capsys, bundle, log, "--startup-plan", plans)
+    assert checks["startup plan applied on every rank"]["passed"] is True
+
+
+def test_a_rank_that_did_not_apply_the_plan_fails_naming_its_free_memory(
+    capsys, bundle, tmp_path
+):  # issue 24
+    log = plan_canary(tmp_path, [12_243 * 1_310_720] * 4, refused_rank=1)
+    status, checks = gate_plan(capsys, bundle, log)
+    assert status == 1
+    detail = checks["startup plan applied on every rank"]["detail"]
+    assert "rank 1: startup plan not applied: free memory 76.62 GiB below the baseline 78.62 GiB" in detail

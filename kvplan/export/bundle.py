@@ -32,6 +32,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from kvplan.checks import Approved
 from kvplan.evidence import Verified, verified_approval
 from kvplan.export.formats import DIGEST_ANNOTATION, LAYOUT_FLAGS, Launch
 from kvplan.io.startup_plan_lines import SAVED, StartupPlanLine, read_startup_plan_lines
@@ -129,7 +130,12 @@ def startup_plans(
 ) -> list[StartupPlan]:
     """The plan of every approved rank of a verified bundle; ValueError naming the rank whose approved boot
     has no "Saved startup plan to" line (or two fingerprints), or no start-up free memory."""
-    verified, approved = verified_approval(bundle, digest)
+    return plans_of(*verified_approval(bundle, digest), drift_bytes)
+
+
+def plans_of(verified: Verified, approved: Approved, drift_bytes: int = 0) -> list[StartupPlan]:
+    """:func:`startup_plans` of a bundle already verified (``kvplan gate`` has it)."""
+    bundle = verified.folder
     decision = verified.decision
     if decision is None or decision.rooms is None or decision.ledger is None:
         raise ValueError(f"{bundle}: no approved boot logs to read the startup plan's fingerprints from")
