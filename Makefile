@@ -12,7 +12,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 endif
 
-.PHONY: demo test lint unit nbtest browser-test fuzz lab clean system-deps
+.PHONY: demo test lint unit nbtest browser-test fuzz lab review clean system-deps
 
 # Debian packages `make test` needs, installed by `make system-deps` (which `make test` and `make demo` run
 # first) when missing: as root with apt-get, otherwise it stops with the one-line command to run. Append
@@ -107,6 +107,13 @@ LAB_FLAGS := $(if $(filter 0,$(shell id -u)),--allow-root,)
 
 lab: $(STAMP)
 	$(BIN)/jupyter lab $(LAB_FLAGS) notebooks/
+
+# Review mode: every notebook as a live dashboard (Voilà: code hidden, what-if panels move) on 127.0.0.1,
+# port REVIEW_PORT; its first page is the decision of `make demo`'s verified bundle, with a link to each
+# dashboard. Ctrl-C stops it.
+REVIEW_PORT ?= 8866
+review: demo
+	@$(BIN)/python -m kvplan.notebook.review build/review $(EVIDENCE)/* notebooks/*.ipynb --port $(REVIEW_PORT)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis .mypy_cache

@@ -110,6 +110,8 @@ FAILURE_PHASES = {
     "load_model": "loading the model weights",
     "compile_or_warm_up_model": "compiling and warming up the model",
     "init_device": "checking free GPU memory at startup",
+    "check_enough_kv_cache_memory": "checking that the KV cache holds one request of the max model length",
+    "_check_enough_kv_cache_memory": "checking that the KV cache holds one request of the max model length",
 }
 
 
@@ -165,6 +167,35 @@ BOOL_COLUMNS = ["enforce_eager", "async_scheduling", "hybrid_kv_cache_manager"]
 #: Values of ``room_source``: the log reader's evidence, best first, then a room stated by hand (ledger CSV).
 ROOM_SOURCES = ("suggestion", "available_kv", "parts", "manual")
 
+
+#: The load frame (:mod:`kvplan.io.load`): one row per vLLM stats line, per /metrics scrape and engine, and per
+#: event (preemption warning, OOM, error), in file order, with its nullable dtype. Units: usage and hit rates
+#: in percent (0–100), throughput in tokens per second; ``time`` is naive (UTC for /metrics, the server's local
+#: time for logs unless its offset is known); ``kind`` is ``log`` or ``metrics``; ``year_known`` is False when
+#: the time comes from vLLM's yearless ``%m-%d %H:%M:%S`` stamp; ``restarts`` counts the server restarts the
+#: file showed before the row; ``raw`` is an event's text. The first fourteen are the JSON / CSV row keys.
+LOAD_COLUMNS = {
+    "source": "string",
+    "line": "Int64",
+    "time": "datetime64[us]",
+    "engine": "Int64",
+    "kv_cache_usage_pct": "Float64",
+    "running": "Int64",
+    "waiting": "Int64",
+    "swapped": "Int64",
+    "prompt_tokens_per_s": "Float64",
+    "generation_tokens_per_s": "Float64",
+    "prefix_cache_hit_pct": "Float64",
+    "preemptions": "Int64",
+    "preemptions_total": "Int64",
+    "event": "string",
+    "kind": "string",
+    "year_known": "boolean",
+    "restarts": "Int64",
+    "raw": "string",
+}
+#: The load rows' keys in ``kvplan load --json`` / ``--csv``, in order.
+LOAD_ROW_KEYS = tuple(LOAD_COLUMNS)[:14]
 
 #: The compatibility-key fields whose product is the number of ranks.
 LAYOUT_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")

@@ -76,9 +76,34 @@ def refuse_failed_boots(ledger: pd.DataFrame, lines: Mapping | None = None) -> N
     shown = [item[2] for item in items[:_SHOWN_FAILURES]]
     more = f"; {len(items) - _SHOWN_FAILURES} more row(s) not ok" if len(items) > _SHOWN_FAILURES else ""
     raise LedgerError(
-        "; ".join(shown) + more + ". The budget is refused rather than computed from partial evidence. "
-        "Leave that boot out or fix it and boot again."
+        "; ".join(shown)
+        + more
+        + ". The budget is refused rather than computed from partial evidence. "
+        + _next_step(failed, ledger)
     )
+
+
+def _next_step(failed: pd.DataFrame, ledger: pd.DataFrame) -> str:
+    """What to do about the failed rows: give the rest of a log cut short, or fix a failure and boot
+    again; leaving a boot out only when the ledger holds another.
+
+    >>> frame = pd.DataFrame({"source": ["a.log"], "boot": [0], "outcome": ["incomplete"]})
+    >>> _next_step(frame, frame)
+    "Give the whole log, through its 'Application startup complete' line: it stops before startup completed."
+    """
+    cut_short = set(failed["outcome"].fillna("incomplete")) == {"incomplete"}
+    step = (
+        "give the whole log, through its 'Application startup complete' line: it stops before startup completed."
+        if cut_short
+        else "fix what failed and boot again."
+    )
+    boots = ledger[["source", "boot"]].drop_duplicates() if {"source", "boot"} <= set(ledger) else ledger[:1]
+    failed_boots = (
+        failed[["source", "boot"]].drop_duplicates() if {"source", "boot"} <= set(failed) else failed[:1]
+    )
+    if len(boots) > len(failed_boots):
+        return f"Leave the failed boot(s) out (the ledger holds others), or {step}"
+    return step[0].upper() + step[1:]
 
 
 def budget_from_ledger(

@@ -137,10 +137,16 @@ def rank0_only_advice(version: tuple[int, ...] | None, ray_hint: bool = True) ->
     """
     ray = RAY_DEDUP_HINT if ray_hint else ""
     shown = ".".join(map(str, version)) if version else None
-    if version is None or local_rank0_only(version):
-        release = f"vLLM {shown}" if shown else "vLLM 0.11.1–0.25 (the log does not say which)"
+    if version is None:  # issue 26: a log cut short of its version line may well be from 0.26+
         return (
-            f"{release} prints 'Available KV cache memory' on local rank 0 alone; for per-rank numbers "
+            "the log does not say which vLLM wrote it: vLLM 0.11.1–0.25 prints 'Available KV cache memory' "
+            "on local rank 0 alone (rerun with VLLM_LOGGING_LEVEL=DEBUG for per-rank numbers, or accept rank 0 "
+            "for all ranks explicitly with --assume-uniform), while vLLM ≥ 0.26 prints the --kv-cache-memory "
+            "suggestion on every rank, so a log of it that lacks them was cut short: give the whole log"
+        )
+    if local_rank0_only(version):
+        return (
+            f"vLLM {shown} prints 'Available KV cache memory' on local rank 0 alone; for per-rank numbers "
             "rerun with VLLM_LOGGING_LEVEL=DEBUG or vLLM ≥ 0.26 (suggestion line on every rank), or accept "
             "rank 0 for all ranks explicitly with --assume-uniform"
         )

@@ -29,6 +29,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import urljoin
 
 import pytest
 
@@ -208,7 +209,8 @@ class Burst:
 
     kind: str
     label: str  # text of the control's label (its description)
-    moves: tuple  # slider: drags as fractions of its track (+ right, − left); dropdown/number: the values
+    moves: tuple  # slider: drags as fractions of its track (+ right, − left); dropdown/number: the values;
+    # keys: values typed into the slider's readout, each ended by Enter, timed to the last chart drawn
 
 
 NOTEBOOKS = {
@@ -216,6 +218,7 @@ NOTEBOOKS = {
         _panel_02,
         (
             Burst("slider", "reserve per rank", (0.1, 0.05, -0.08, 0.12)),
+            Burst("keys", "reserve per rank", ("1.2", "1.5", "1.1")),
             Burst("dropdown", "block size asked", ("32", "64", "8", "128")),
             Burst("slider", "rank 2: add back", (0.2, 0.15, -0.1, 0.1)),
         ),
@@ -227,6 +230,7 @@ NOTEBOOKS = {
             Burst("slider", "rank 2: add back", (0.1, 0.2, -0.05, 0.3)),
             Burst("number", "max model length", ("8192", "16384", "65536", "24576")),
             Burst("slider", "reserve per rank", (-0.05, 0.1, 0.08, -0.03)),
+            Burst("keys", "reserve per rank", ("0.5", "0.7", "0.6")),
             Burst("dropdown", "block size asked", ("32", "128", "16", "64")),
         ),
     ),
@@ -235,6 +239,7 @@ NOTEBOOKS = {
         (
             Burst("slider", "drift guard", (0.1, 0.1, -0.05, 0.15)),
             Burst("slider", "reserve per rank", (0.05, 0.05, 0.1, -0.07)),
+            Burst("keys", "reserve per rank", ("1.5", "1.8", "1.4")),
         ),
     ),
 }
@@ -321,6 +326,11 @@ def _move(page, burst: Burst) -> None:
             page.mouse.down()
             page.mouse.move(x + move * track["width"], y, steps=4)
             page.mouse.up()
+        elif burst.kind == "keys":  # a planner typing a value into the slider's readout, then Enter
+            control.locator(".widget-readout").click()
+            page.keyboard.press("Control+A")
+            page.keyboard.type(move)
+            page.keyboard.press("Enter")
         elif burst.kind == "dropdown":
             control.locator("select").select_option(move)
         else:
@@ -363,6 +373,42 @@ def _wait_for_texts(page, texts: list[str], seconds: float = 60) -> str:
     return shown
 
 
+# --- timing a redraw: the last key press to the last chart image drawn -----------------------------------
+
+#: Records, in the page, each key press and each chart image the panel draws (``performance.now()``, ms).
+TIMING_JS = """panel => {
+  window.kvplanTimes = {keys: [], drawn: []};
+  document.addEventListener('keydown', () => window.kvplanTimes.keys.push(performance.now()), true);
+  const drawn = image => image.complete ? window.kvplanTimes.drawn.push(performance.now())
+      : image.addEventListener('load', () => window.kvplanTimes.drawn.push(performance.now()));
+  new MutationObserver(changes => changes.forEach(change => change.addedNodes.forEach(node => {
+    if (node.nodeType !== 1) return;
+    (node.matches('img.kvplan-chart') ? [node] : [...node.querySelectorAll('img.kvplan-chart')]).forEach(drawn);
+  }))).observe(panel, {childList: true, subtree: true});
+}"""
+
+#: The redraw time the test fails above [ms]. Issue 27's goal is 300 ms on a quiet machine
+#: (``KVPLAN_REDRAW_MS=300`` holds the test to it); the default bound catches a panel that draws far more
+#: than it should without failing a run on a shared, loaded machine. The time is printed either way.
+REDRAW_MS = float(os.environ.get("KVPLAN_REDRAW_MS", "2500"))
+
+
+def _redraw_ms(page) -> float | None:
+    """Milliseconds from the last key press to the last chart drawn after it, once drawing has settled."""
+    last, settled = None, 0
+    for _ in range(200):  # at most 40 s
+        times = page.evaluate("() => window.kvplanTimes")
+        after = [t for t in times["drawn"] if times["keys"] and t >= times["keys"][-1]]
+        if after and after[-1] == last:
+            settled += 1
+            if settled >= 5:  # 1 s without a new chart
+                return last - times["keys"][-1]
+        else:
+            last, settled = (after[-1] if after else None), 0
+        page.wait_for_timeout(200)
+    return None
+
+
 # --- checking images ---------------------------------------------------------------------------------
 
 
@@ -403,7 +449,7 @@ def _check_panel(page, panel, label: str) -> list[str]:
     shown = _wait_for_texts(page, texts)
     problems += [f"{label}: the panel does not show {text!r}" for text in texts if text not in shown]
     # a chart whose answer is a sentence (nothing stranded) is a paragraph, not an image
-    figures = dict(zip([name for name, _ in panel.chart_steps(panel.outcome)], panel.figures()))
+    figures = dict(zip([step.name for step in panel.chart_steps(panel.outcome)], panel.figures()))
     names = [name for name, figure in figures.items() if figure.axes]
     sources = page.eval_on_selector_all(f"{PANEL} img.kvplan-chart", "images => images.map(i => i.src)")
     if len(sources) != len(names):
@@ -412,6 +458,17 @@ def _check_panel(page, panel, label: str) -> list[str]:
         png = base64.b64decode(source.split(",", 1)[1]) if source.startswith("data:") else b""
         problems += [f"{label}: {problem}" for problem in _image_problems(png, reference, name)]
     return problems
+
+
+def _timed(page, where: str) -> list[str]:
+    """Print the redraw time of the last key burst; a problem when it is over :data:`REDRAW_MS`."""
+    took = _redraw_ms(page)
+    print(
+        f"\nredraw {where}: {'none seen' if took is None else f'{took:.0f} ms'} from the last key press to the last chart drawn"
+    )
+    if took is None:
+        return [f"{where}: no chart drawn after the key presses"]
+    return [f"{where}: redraw took {took:.0f} ms (> {REDRAW_MS:.0f} ms)"] if took > REDRAW_MS else []
 
 
 @pytest.mark.parametrize("notebook", list(NOTEBOOKS))
@@ -427,8 +484,11 @@ def test_panel_redraws_correctly_after_bursts_of_every_control(lab, started, not
         stem = Path(notebook).stem
         if SCREENS:
             page.locator(PANEL).screenshot(path=str(Path(SCREENS) / f"{stem}-before.png"))
+        page.eval_on_selector(PANEL, TIMING_JS)
         for index, burst in enumerate(bursts):
             _move(page, burst)
+            if burst.kind == "keys":
+                problems += _timed(page, f"{stem}, JupyterLab")
             problems += _check_panel(page, panel, f"after burst {index + 1} ({burst.kind} {burst.label!r})")
         if SCREENS:
             page.locator(PANEL).screenshot(path=str(Path(SCREENS) / f"{stem}-after.png"))
@@ -440,4 +500,61 @@ def test_panel_redraws_correctly_after_bursts_of_every_control(lab, started, not
         raise
     finally:
         _shut_down_kernel(page, lab, notebook)
+        page.close()
+
+
+# --- review mode: the same panel served by Voilà ---------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def review(tmp_path_factory):
+    """``make review``'s server (kvplan.notebook.review) over the sample's approval and notebook 02: its URL."""
+    home = tmp_path_factory.mktemp("review")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    subprocess.run(
+        [sys.executable, "-m", "kvplan", "approve", str(SAMPLE / "boot.log"), "--reserve", "0.9GiB",
+         "--model", "llama-3.1-70b", "--tp", "4", "--approver", "browser test", "--note", "review mode",
+         "--out", str(home / "evidence")],
+        check=True, env=env, capture_output=True,
+    )  # fmt: skip
+    (bundle,) = (home / "evidence").iterdir()
+    port = _free_port()
+    log = home / "voila.log"
+    with open(log, "w") as out:
+        server = subprocess.Popen(
+            [sys.executable, "-m", "kvplan.notebook.review", str(home / "served"), str(bundle),
+             str(ROOT / "notebooks" / "02-rank-headroom.ipynb"), f"--port={port}"],
+            env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
+        )  # fmt: skip
+    try:
+        _wait_for_port(port, server, 90, log)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        _end(server)
+
+
+def test_review_mode_serves_the_decision_first_and_a_live_panel(review, browser):  # issue 27
+    page = browser.contexts[0].new_page() if browser.contexts else browser.new_page()
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    try:
+        page.goto(f"{review}/voila/render/00-decision.ipynb", timeout=120_000)
+        page.wait_for_selector("text=Deploy with", timeout=120_000)
+        text = page.inner_text("body")
+        # the decision first: the flag of the sample's approval (rank 2's 12 GiB in whole 1.25 MiB blocks)
+        assert text.index("--kv-cache-memory-bytes=12884377600") < text.index("02-rank-headroom")
+        assert "import" not in text  # code hidden
+        # the dashboard its link names (Jupyter's HTML output opens links in a new tab: followed here)
+        link = page.get_attribute("a:has-text('02-rank-headroom')", "href")
+        page.goto(urljoin(page.url, link), timeout=120_000)
+        page.wait_for_selector(f"{PANEL} img.kvplan-chart", state="attached", timeout=180_000)
+        assert "Error displaying widget" not in page.inner_text("body")
+        assert "NBVAL" not in page.inner_text("body") and "WhatIfPanel(" not in page.inner_text("body")
+        panel = _panel_02()
+        page.eval_on_selector(PANEL, TIMING_JS)
+        problems = _check_panel(page, panel, "Voilà, as served")
+        _move(page, Burst("keys", "reserve per rank", ("1.3", "1.6")))
+        problems += _timed(page, "02-rank-headroom, Voilà")
+        problems += _check_panel(page, panel, "Voilà, after the key presses")
+        assert not problems, "\n".join(problems)
+    finally:
         page.close()

@@ -577,6 +577,7 @@ def test_ledger_wide_shows_every_column_with_a_value(capsys):
         "room",
         "room",
         "from",
+        "reason",  # issue 26: why a row is not ok
     ]
     assert main(["ledger", boot, "--wide"]) == 0
     lines = capsys.readouterr().out.splitlines()

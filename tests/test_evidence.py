@@ -722,7 +722,10 @@ class TestLoadEvidence:
         assert record["inputs_digest"] == evidence.inputs_digest(hashes, settings(record))
 
     def test_cli_approve_with_load(self, tmp_path, capsys):
+        # with the model the approved 12 GiB is rounded to 9,830 whole blocks = 12,884,377,600 B, the value the
+        # canaries ran (without it 12,884,901,888 B: a load run at another value, refused; issue 25)
         argv = ["approve", str(FOUR_RANK), "--reserve", "0.9GiB", "--approver", "A", "--out", str(tmp_path)]
+        argv += ["--model", "llama-3.1-70b", "--tp", "4"]
         # issue 24: a failed check at approval is a verdict, exit 1 (was 2, the exit of bad input)
         assert main([*argv, "--load", *map(str, OVERLOAD), "--year", "2026"]) == 1
         assert "not approved: preemptions ≤ 0: 30 preemption(s)" in capsys.readouterr().err

@@ -332,3 +332,24 @@ def test_progress_prints_each_twentieth_whatever_the_group_size(capsys):
     for done in (8, 16, 24, 32, 40, 41):
         report(done, 41)
     assert len(capsys.readouterr().err.splitlines()) == 6
+
+
+def test_class_rows_never_show_a_budget_above_its_bytes():  # issue 27
+    from kvplan.fleet.planner import class_rows
+
+    # the sample's H100 class: 87,685 blocks × 655,360 B = 57,465,241,600 B = 53.5194 GiB: "53.51", not "53.52"
+    plan = {
+        "classes": [
+            {
+                "class": "H100",
+                "clean_hosts": 27,
+                "uniform_budget_bytes": 57_465_241_600,
+                "limiting_host": "gpu-00019",
+                "limiting_rank": 0,
+                "min_median_ratio": 0.909,
+                "stranded_total_bytes": 0,
+                "approved": True,
+            }
+        ]
+    }
+    assert class_rows(plan)[0]["budget"] == "53.51 GiB"

@@ -20,11 +20,10 @@ from hypothesis import strategies as st
 
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
-from kvplan.io import stats_log
+from kvplan.io.load import LoadFormatError, parse_metrics_snapshots, parse_stats_text
+from kvplan.io.load import engine as stats_log
 from kvplan.io.nvidia_smi import NvidiaSmiError, read_nvidia_smi_csv
-from kvplan.io.prometheus_text import parse_metrics_snapshots
-from kvplan.io.vllm_stats import parse_stats_text
-from kvplan.load import LoadFormatError
+from tests.load_rows import rows_of
 
 EXAMPLES = int(os.environ.get("KVPLAN_FUZZ_EXAMPLES", "40"))
 FUZZ = settings(
@@ -94,7 +93,7 @@ def _refuse(constant: str):
 
 
 def _check_json(reading) -> None:
-    data = json.loads("".join(reading.json_chunks()), parse_constant=_refuse)
+    data = json.loads(b"".join(reading.json_chunks()), parse_constant=_refuse)
     for row in data["rows"]:
         usage = row["kv_cache_usage_pct"]
         assert usage is None or 0 <= usage <= 100, row
@@ -127,7 +126,7 @@ def test_whole_line_stats_path_reads_what_the_general_reader_reads(text):
             reading = parse_stats_text(text, "fuzz.log", year=2026)
         except LoadFormatError as exc:
             return str(exc)
-        return [list(reading.rows), reading.warnings, reading.sources, "".join(reading.json_chunks())]
+        return [list(rows_of(reading)), reading.warnings, reading.sources, b"".join(reading.json_chunks())]
 
     fast = read()
     with pytest.MonkeyPatch.context() as patch:

@@ -15,19 +15,17 @@ import pandas as pd
 import pytest
 
 from kvplan.cli import _print_json, main
+from kvplan.columns import LOAD_ROW_KEYS as ROW_KEYS
 from kvplan.config import DATA_DIR
-from kvplan.io.vllm_stats import read_load_evidence
+from kvplan.io.load import LoadSource, read_load_evidence
 from kvplan.load import (
-    ROW_KEYS,
-    LoadReading,
-    LoadRow,
-    LoadSource,
     capacity_loss,
     load_checks,
     load_summary,
     load_timeline,
     run_preemptions,
 )
+from tests.load_rows import load_reading, load_row
 
 LOAD = DATA_DIR / "load"
 PROFILED_TOKENS = 9_741 * 16  # 155,856
@@ -40,14 +38,14 @@ def run_files(name: str) -> list[str]:
 
 
 def row(line, second, **values):
-    return LoadRow("s.log", line, datetime(2026, 11, 27, 10, 0, second), values.pop("engine", 0), **values)
+    return load_row("s.log", line, datetime(2026, 11, 27, 10, 0, second), values.pop("engine", 0), **values)
 
 
 # --- timeline ---------------------------------------------------------------------------------------
 
 
 def test_timeline_columns_and_index():
-    reading = LoadReading(
+    reading = load_reading(
         (
             row(1, 0, kv_cache_usage_pct=50.0, preemptions=0),
             row(2, 10, kv_cache_usage_pct=99.5, preemptions=3, waiting=7),
@@ -68,13 +66,13 @@ def test_timeline_columns_and_index():
 
 def test_logs_and_metrics_of_one_run_are_not_added():
     log = row(1, 10, preemptions=4)
-    metric = LoadRow("m.prom", 1, datetime(2026, 11, 27, 10, 0, 30), 0, preemptions_total=3, kind="metrics")
+    metric = load_row("m.prom", 1, datetime(2026, 11, 27, 10, 0, 30), 0, preemptions_total=3, kind="metrics")
     # the log saw 4, the counter 3 (scraped earlier): the same preemptions, so the run had 4, not 7
-    assert run_preemptions(LoadReading((log, metric))) == 4
+    assert run_preemptions(load_reading((log, metric))) == 4
 
 
 def test_preemptions_unknown_without_evidence():
-    reading = LoadReading(
+    reading = load_reading(
         (row(1, 0, kv_cache_usage_pct=5.0),), sources=(LoadSource("s.log", "log", reports_preemptions=False),)
     )
     assert run_preemptions(reading) is None
@@ -103,7 +101,7 @@ def test_profiled_summary_has_no_manual_value():
 
 
 def test_summary_peak_tokens_round_down():
-    summary = load_summary(LoadReading((row(1, 0, kv_cache_usage_pct=70.1),)), kv_cache_tokens=MANUAL_TOKENS)
+    summary = load_summary(load_reading((row(1, 0, kv_cache_usage_pct=70.1),)), kv_cache_tokens=MANUAL_TOKENS)
     assert summary["peak_kv_cache_tokens"] == 110_253  # 157,280 × 0.701 = 110,253.28
 
 
@@ -139,7 +137,7 @@ def test_checks_fail_where_preemptions_occur():
 
 def test_oom_fails_and_unknown_preemptions_cannot_be_judged():
     rows = (row(1, 0, kv_cache_usage_pct=99.0), row(2, 5, event="oom", raw="torch.OutOfMemoryError: CUDA …"))
-    reading = LoadReading(rows, sources=(LoadSource("s.log", "log", reports_preemptions=False),))
+    reading = load_reading(rows, sources=(LoadSource("s.log", "log", reports_preemptions=False),))
     oom, preemption, peak = load_checks(reading)
     assert oom.passed is False and "s.log:2" in oom.detail
     assert preemption.passed is None and "/metrics" in preemption.detail
@@ -149,7 +147,7 @@ def test_oom_fails_and_unknown_preemptions_cannot_be_judged():
 def test_capacity_loss_bound():
     # a manual canary with 157,280 tokens against a profiled 163,840 (10,240 blocks): 6,560 tokens = 4.004 %
     assert capacity_loss(MANUAL_TOKENS, 163_840) == (6_560, 4.004)
-    reading = LoadReading((row(1, 0, kv_cache_usage_pct=10.0, preemptions=0),))
+    reading = load_reading((row(1, 0, kv_cache_usage_pct=10.0, preemptions=0),))
     check = load_checks(
         reading, kv_cache_tokens=MANUAL_TOKENS, profiled_kv_cache_tokens=163_840, max_capacity_loss_pct=2
     )[3]
@@ -206,8 +204,8 @@ def test_throughput_means_do_not_mix_logs_and_metrics():
     rows = (
         row(1, 10, generation_tokens_per_s=1000.0, prompt_tokens_per_s=200.0),
         row(2, 20, generation_tokens_per_s=600.0, prompt_tokens_per_s=0.0),
-        LoadRow("m.prom", 1, datetime(2026, 11, 27, 10, 0, 0), 0, kind="metrics"),
-        LoadRow(
+        load_row("m.prom", 1, datetime(2026, 11, 27, 10, 0, 0), 0, kind="metrics"),
+        load_row(
             "m.prom",
             40,
             datetime(2026, 11, 27, 10, 1, 0),
@@ -217,13 +215,13 @@ def test_throughput_means_do_not_mix_logs_and_metrics():
             kind="metrics",
         ),
     )
-    summary = load_summary(LoadReading(rows))
+    summary = load_summary(load_reading(rows))
     # the log's own figures: (1,000 + 600) / 2 = 800 and (200 + 0) / 2 = 100; mixing the 780 in would give
     # (1,000 + 600 + 780) / 3 = 793.333
     assert (summary["mean_generation_tokens_per_s"], summary["mean_prompt_tokens_per_s"]) == (800.0, 100.0)
     assert summary["throughput_from"] == "log"
     # without the log: the scrape rates weighted by the seconds they cover; here one 60 s interval
-    metrics_only = load_summary(LoadReading(rows[2:]))
+    metrics_only = load_summary(load_reading(rows[2:]))
     assert metrics_only["mean_generation_tokens_per_s"] == 780.0
     assert metrics_only["throughput_from"] == "metrics"
 
@@ -264,16 +262,16 @@ def test_non_finite_values_are_null_and_left_out_of_peaks_and_means():
         row(2, 10, kv_cache_usage_pct=80.0, generation_tokens_per_s=900.0, prompt_tokens_per_s=100.0),
         row(3, 20, kv_cache_usage_pct=inf, generation_tokens_per_s=1100.0, prompt_tokens_per_s=-inf),
     )
-    reading = LoadReading(rows)
-    assert [r["kv_cache_usage_pct"] for r in reading.to_dict()["rows"]] == [None, 80.0, None]
-    assert [r["prompt_tokens_per_s"] for r in reading.to_dict()["rows"]] == [None, 100.0, None]
+    reading = load_reading(rows)
+    assert [r["kv_cache_usage_pct"] for r in reading.records()] == [None, 80.0, None]
+    assert [r["prompt_tokens_per_s"] for r in reading.records()] == [None, 100.0, None]
     summary = load_summary(reading, kv_cache_tokens=MANUAL_TOKENS)
     # peak of the finite values: 80 % at line 2, 80 % of 157,280 = 125,824 tokens
     assert (summary["peak_kv_cache_usage_pct"], summary["peak_at"]["line"]) == (80.0, 2)
     assert summary["peak_kv_cache_tokens"] == 125_824
     # means of the finite log figures: (900 + 1,100) / 2 = 1,000; prompt 100 alone
     assert (summary["mean_generation_tokens_per_s"], summary["mean_prompt_tokens_per_s"]) == (1000.0, 100.0)
-    json.dumps({"rows": reading.to_dict()["rows"], "summary": summary}, allow_nan=False)
+    json.dumps({"rows": reading.records(), "summary": summary}, allow_nan=False)
     assert load_checks(reading)[2].passed is True  # the peak check reports 80.0 %
 
 

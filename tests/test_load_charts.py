@@ -5,8 +5,9 @@ from datetime import datetime, timedelta
 import matplotlib.pyplot as plt
 import pytest
 
-from kvplan import load_charts
-from kvplan.load import LoadReading, LoadRow, load_timeline
+from kvplan.load import charts as load_charts
+from kvplan.load import load_timeline
+from tests.load_rows import load_reading, load_row
 
 
 @pytest.fixture(autouse=True)
@@ -21,12 +22,12 @@ def at(second: int) -> datetime:
 
 # three stats lines of engine 0 at 0, 30, 60 s; preemptions in the second interval; an OOM at 60 s
 ROWS = (
-    LoadRow("s.log", 1, at(0), 0, kv_cache_usage_pct=40.0, running=10, waiting=0, preemptions=0),
-    LoadRow("s.log", 2, at(30), 0, kv_cache_usage_pct=99.5, running=20, waiting=6, preemptions=2),
-    LoadRow("s.log", 3, at(59), 0, kv_cache_usage_pct=97.0, running=18, waiting=3, preemptions=0),
-    LoadRow("s.log", 4, at(59), None, event="oom"),
+    load_row("s.log", 1, at(0), 0, kv_cache_usage_pct=40.0, running=10, waiting=0, preemptions=0),
+    load_row("s.log", 2, at(30), 0, kv_cache_usage_pct=99.5, running=20, waiting=6, preemptions=2),
+    load_row("s.log", 3, at(59), 0, kv_cache_usage_pct=97.0, running=18, waiting=3, preemptions=0),
+    load_row("s.log", 4, at(59), None, event="oom"),
 )
-TIMELINE = load_timeline(LoadReading(ROWS))
+TIMELINE = load_timeline(load_reading(ROWS))
 
 
 def lines_by_label(ax):
@@ -86,7 +87,7 @@ def test_a_restart_gap_breaks_the_line_and_preemptions_are_marked_once():
     # is more than 3 × the usual 10 s, so the line lifts between 20 and 300 s
     seconds = [0, 10, 20, 300, 310]
     rows = [
-        LoadRow(
+        load_row(
             "s.log",
             i,
             at(0) + timedelta(seconds=s),
@@ -98,7 +99,7 @@ def test_a_restart_gap_breaks_the_line_and_preemptions_are_marked_once():
     ]
     # the same run's /metrics saw the same preemption once
     rows.append(
-        LoadRow(
+        load_row(
             "m.prom",
             1,
             at(10),
@@ -109,7 +110,7 @@ def test_a_restart_gap_breaks_the_line_and_preemptions_are_marked_once():
             kind="metrics",
         )
     )
-    fig = load_charts.occupancy_chart(load_timeline(LoadReading(tuple(rows))))
+    fig = load_charts.occupancy_chart(load_timeline(load_reading(tuple(rows))))
     usage = lines_by_label(fig.axes[0])["engine 0 (log)"]
     ydata = list(usage.get_ydata())
     assert ydata[:3] == [50.0, 51.0, 52.0] and ydata[4:] == [53.0, 54.0]

@@ -1,9 +1,9 @@
-"""``kvplan load`` reads a stats log line by line and writes one JSON text: the fast paths change nothing.
+"""``kvplan load`` reads a stats log line by line: the sealed whole-line engine changes nothing (its corpus test).
 
-A line that is one V1 stats record in vLLM's default form is taken whole (``V1_STATS_LINE`` in
-:mod:`kvplan.io.stats_log`); every other line goes through the general record reader. Each case below is
-read twice, with the whole-line path on and off, and everything is compared: rows, warnings, per-file
-facts and the JSON text, or the error. The JSON of a reading is exactly ``json.dumps`` of its dict.
+A line that is one V1 stats record in vLLM's default form is taken whole by the engine (``V1_STATS_LINE`` in
+:mod:`kvplan.io.load.engine`); every other line goes through the general record reader. Each case below is
+read twice, with the engine on and off, and everything is compared: rows, warnings, per-file facts and the
+JSON text, or the error. The JSON and CSV of a reading hold the rows' values (compared parsed).
 """
 
 import csv
@@ -17,13 +17,13 @@ from datetime import datetime, timedelta
 import pytest
 
 from kvplan.cli import main
+from kvplan.columns import LOAD_ROW_KEYS as ROW_KEYS
 from kvplan.config import DATA_DIR
-from kvplan.io import stats_log, vllm_stats
-from kvplan.io.stats_records import READ_BLOCK
-from kvplan.io.vllm_stats import parse_stats_text
-from kvplan.load import LoadFormatError, LoadReading, LoadRow
-from kvplan.load_rows import ROW_KEYS
-from kvplan.load_table import JSON_BATCH, LoadRows
+from kvplan.io.load import LoadFormatError, parse_stats_text, read_vllm_stats
+from kvplan.io.load import engine as stats_log
+from kvplan.io.load.frame import JSON_BATCH
+from kvplan.io.load.records import READ_BLOCK
+from tests.load_rows import load_reading, load_row, rows_of
 
 # vLLM 0.26's default stats line (loggers.py:310 logs "Preemptions" from 0.11.1 on; 152 is 0.10's line)
 STATS = (
@@ -133,7 +133,7 @@ def read(lines: list[str], **options):
         reading = parse_stats_text("\n".join(lines), "fast.log", **options)
     except LoadFormatError as exc:
         return str(exc)
-    return [list(reading.rows), reading.warnings, reading.sources, "".join(reading.json_chunks())]
+    return [list(rows_of(reading)), reading.warnings, reading.sources, b"".join(reading.json_chunks())]
 
 
 def read_both(monkeypatch, lines: list[str], **options):
@@ -170,17 +170,43 @@ def test_sample_logs_read_alike(monkeypatch):
     assert fast == [read(path.read_text().splitlines(), year=2026) for path in logs]
 
 
-def test_json_is_json_dumps_of_the_reading(capsys):
+def parsed_json(reading) -> dict:
+    """The reading's JSON text parsed (strict: NaN or Infinity would be refused)."""
+    return json.loads(b"".join(reading.json_chunks()), parse_constant=lambda name: pytest.fail(name))
+
+
+def test_json_holds_the_rows_and_warnings(capsys):
     log = DATA_DIR / "load" / "manual-canary-overload" / "server.log"
-    reading = vllm_stats.read_vllm_stats(log, year=2026)
-    assert "".join(reading.json_chunks()) == json.dumps(reading.to_dict()) + "\n"
+    reading = read_vllm_stats(log, year=2026)
+    expected = {"rows": reading.records(), "warnings": list(reading.warnings)}
+    assert parsed_json(reading) == expected
     assert main(["load", str(log), "--year", "2026", "--json"]) == 0
-    assert capsys.readouterr().out == json.dumps(reading.to_dict()) + "\n"
-    rows = (LoadRow("a.log", 1, None, None, kv_cache_usage_pct=-0.0, event="oom", raw="x"),)  # tuple rows
-    assert (
-        "".join(LoadReading(rows, ("w",)).json_chunks())
-        == json.dumps(LoadReading(rows, ("w",)).to_dict()) + "\n"
-    )
+    assert json.loads(capsys.readouterr().out) == expected
+    # vLLM's line 7 of the sample: Engine 000 at 11-27 11:03:08, 98.4 % usage, 23 running, 41 waiting
+    assert expected["rows"][0] == {
+        "source": str(log),
+        "line": 7,
+        "time": "2026-11-27T11:03:08",
+        "engine": 0,
+        "kv_cache_usage_pct": 98.4,
+        "running": 23,
+        "waiting": 41,
+        "swapped": None,
+        "prompt_tokens_per_s": 15300.8,
+        "generation_tokens_per_s": 152.6,
+        "prefix_cache_hit_pct": 0.0,
+        "preemptions": 0,
+        "preemptions_total": None,
+        "event": None,
+    }
+    rows = (load_row("a.log", 1, None, None, kv_cache_usage_pct=-0.0, event="oom", raw="x"),)
+    assert parsed_json(load_reading(rows, ("w",))) == {
+        "rows": [
+            dict.fromkeys(ROW_KEYS)
+            | {"source": "a.log", "line": 1, "kv_cache_usage_pct": -0.0, "event": "oom"}
+        ],
+        "warnings": ["w"],
+    }
 
 
 def test_docker_stamps_beyond_any_utc_offset_are_a_warning_not_a_traceback():
@@ -189,29 +215,33 @@ def test_docker_stamps_beyond_any_utc_offset_are_a_warning_not_a_traceback():
     # log_time_shift before. The times stay local and the reading says why.
     far = "2027-01-01T14:59:00.1Z " + START.replace("23:58:00", "23:59:00")
     reading = parse_stats_text("\n".join([far, stats("12-31 23:59:50")]), "far.log")
-    assert [row.time.hour for row in reading.rows] == [23]  # local time, not shifted
+    assert [row.time.hour for row in rows_of(reading)] == [23]  # local time, not shifted
     assert any("UTC-15 h, outside UTC-14 … UTC+14 h" in warning for warning in reading.warnings)
 
 
-def test_csv_is_csv_writer_of_the_rows(tmp_path, capsys):
-    # the CSV text is written from the packed columns (LoadRows.texts): it must be what csv.writer writes
-    # for the rows' values, quoting and all: a path with a comma and a quote, unknowns (None, NaN), -0.0
+def csv_rows(text: str) -> list[list[str]]:
+    return list(csv.reader(io.StringIO(text)))
+
+
+def as_cells(records: list[dict]) -> list[list[str]]:
+    """JSON rows as CSV cells: unknown empty, numbers as Python writes them."""
+    return [["" if value is None else str(value) for value in record.values()] for record in records]
+
+
+def test_csv_holds_the_rows(tmp_path, capsys):
+    # a path with a comma and a quote, unknowns (None, NaN) and -0.0 come back as the JSON rows' values
     log = tmp_path / 'my "b", c.log'
     log.write_text("\n".join([START, stats("12-31 23:59:50"), OOM, stats("12-31 23:59:56", usage="-0.0")]))
     assert main(["load", str(log), "--year", "2026", "--csv"]) == 0
-    reading = vllm_stats.read_vllm_stats(log, year=2026)
-    expected = io.StringIO()
-    writer = csv.writer(expected, lineterminator="\n")
-    writer.writerow(reading.to_dict()["rows"][0].keys())
-    writer.writerows(row.values() for row in reading.to_dict()["rows"])
-    assert capsys.readouterr().out == expected.getvalue()
-    assert '/my ""b"", c.log",' in expected.getvalue() and ",-0.0," in expected.getvalue()
-    rows = (
-        LoadRow("a,b.log", 1, None, None, kv_cache_usage_pct=math.nan, event="oom", raw="x"),
-    )  # tuple rows
-    expected = io.StringIO()
-    csv.writer(expected, lineterminator="\n").writerows([ROW_KEYS, rows[0].to_dict().values()])
-    assert "".join(LoadReading(rows).csv_chunks()) == expected.getvalue()
+    reading = read_vllm_stats(log, year=2026)
+    out = capsys.readouterr().out
+    assert csv_rows(out) == [list(ROW_KEYS), *as_cells(reading.records())]
+    assert '/my ""b"", c.log",' in out and ",-0.0," in out
+    rows = (load_row("a,b.log", 1, None, None, kv_cache_usage_pct=math.nan, event="oom", raw="x"),)
+    assert csv_rows(load_reading(rows).csv_text()) == [
+        list(ROW_KEYS),
+        ["a,b.log", "1", "", "", "", "", "", "", "", "", "", "", "", "oom"],
+    ]
 
 
 def random_rows(seed, count=JSON_BATCH + 300):
@@ -225,7 +255,7 @@ def random_rows(seed, count=JSON_BATCH + 300):
         time = rng.choice([when, when, when, when - timedelta(days=2), None]) if seed % 3 else when
         negative_zero = -0.0 if seed % 3 or line > JSON_BATCH else 0.0  # or only after the first batch
         rows.append(
-            LoadRow(
+            load_row(
                 rng.choice(["s.log", 's "t", u.log']) if seed % 5 == 0 else "s.log",
                 line,
                 time,
@@ -244,15 +274,24 @@ def random_rows(seed, count=JSON_BATCH + 300):
     return rows
 
 
+def expected_record(row: dict) -> dict:
+    """The JSON row of a row given by hand: ISO time (vLLM's MM-DD HH:MM:SS without a year), NaN unknown."""
+    record = {key: row.get(key) for key in ROW_KEYS}
+    time = row["time"]
+    if time is not None:
+        record["time"] = time.isoformat() if row.get("year_known", True) else time.strftime("%m-%d %H:%M:%S")
+    if isinstance(record["kv_cache_usage_pct"], float) and math.isnan(record["kv_cache_usage_pct"]):
+        record["kv_cache_usage_pct"] = None
+    return record
+
+
 @pytest.mark.parametrize("seed", range(8))
-def test_texts_from_the_columns_are_what_json_and_csv_write(seed):
-    # LoadRows.texts writes times a day at a time and each distinct number once: the text must still be
-    # json.dumps's and csv.writer's for the rows' dicts, whatever the times and values
-    rows = LoadRows()
-    for row in random_rows(seed):
-        rows.append(row)
-    dicts = [row.to_dict() for row in random_rows(seed)]
-    assert ", ".join(rows.texts("json")) == ", ".join(map(json.dumps, dicts))
-    expected = io.StringIO()
-    csv.writer(expected, lineterminator="\n").writerows(row.values() for row in dicts)
-    assert "".join(rows.texts("csv")) == expected.getvalue()
+def test_json_and_csv_hold_the_rows_values(seed):
+    # times in and out of order, over midnights, with and without a year or a fraction of a second,
+    # unknowns, repeated numbers, 0.0 and -0.0: the JSON and CSV give each row's values back
+    rows = random_rows(seed)
+    reading = load_reading(rows)
+    expected = [expected_record(row) for row in rows]
+    assert reading.records() == expected
+    assert parsed_json(reading)["rows"] == expected
+    assert csv_rows(reading.csv_text()) == [list(ROW_KEYS), *as_cells(expected)]

@@ -141,7 +141,7 @@ def concurrency_chart(
     ax.set_title(title or "What the budget buys: concurrency against sequence length")
     ax.grid(True, which="major", alpha=0.3)
     _legend_below(ax, columns=1 if len(curves) > 1 or previous is not None else 2)
-    fig.tight_layout(rect=(0, 0.06 if note else 0, 1, 1))
+    fig.set_layout_engine("tight", rect=(0, 0.06 if note else 0, 1, 1))  # laid out when drawn
     return fig
 
 

@@ -113,5 +113,5 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
         f"is safe on this boot{raise_note}",
         fontsize=FONT_SIZE + 2,
     )
-    fig.tight_layout()
+    fig.set_layout_engine("tight")  # laid out when drawn
     return fig

@@ -149,7 +149,7 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
         fontsize=FONT_SIZE - 1,
         frameon=False,
     )
-    fig.tight_layout()
+    fig.set_layout_engine("tight")  # laid out when drawn
     return fig
 
 
@@ -225,7 +225,7 @@ def safe_budget_chart(
     if not tied:
         handles.append(Patch(color=LIMITING_COLOR, label=f"limiting: {_rank_list(weakest)}"))
     _legend_below(ax, handles)
-    fig.tight_layout()
+    fig.set_layout_engine("tight")  # laid out when drawn
     return fig
 
 
@@ -271,9 +271,10 @@ def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | No
     ax.set_ylabel("stranded KV memory [GiB]")
     texts = [text.get_text() for text in ax.texts]
     tallest = _headroom(max(1.0, max(stranded_gib)), texts, FONT_SIZE, level)
-    ax.set_ylim(0, max(top_gib or 0.0, tallest))  # a fixed top that a taller state still fits under
+    # a fixed top is kept while this state's bars and labels fit under it (5 % slack), else raised
+    ax.set_ylim(0, top_gib if top_gib and tallest <= top_gib * 1.05 else tallest)
     _legend_below(ax, [Patch(color=LIMITING_COLOR, label=f"limiting: {_rank_list(weakest)}")])
-    fig.tight_layout()
+    fig.set_layout_engine("tight")  # laid out when drawn
     return fig
 
 
@@ -352,7 +353,7 @@ def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Fig
     boots = f"{len(labels)} boot{'s' if len(labels) != 1 else ''}"
     ax.set_title(title or f"Safe budget spread over {boots}: {verdict}")
     _legend_below(ax, columns=3)
-    fig.tight_layout()
+    fig.set_layout_engine("tight")  # laid out when drawn
     return fig
 
 

@@ -22,7 +22,10 @@ LEDGER_TABLE = {
     "weights_bytes": "weights",
     "room_bytes": "room",
     "room_source": "room from",
+    "reason": "reason",
 }
+#: Characters of a row's reason in the table (the whole text is ``--json``'s ``error``).
+TABLE_REASON_CHARS = 20
 #: The ``kvplan ledger --rooms`` table: each rank's room over the boots of one key (column -> header).
 ROOMS_TABLE = {
     "rank": "rank",
@@ -146,7 +149,11 @@ def ledger_text(ledger, wide: bool = False) -> str:
         columns, names = LEDGER_TABLE, short_names(ledger["source"].unique())
     rows = [
         {
-            header: names[row[column]] if column == "source" else _table_cell(column, row.get(column))
+            header: names[row[column]]
+            if column == "source"
+            else _reason(row)
+            if column == "reason"
+            else _table_cell(column, row.get(column))
             for column, header in columns.items()
         }
         for row in records
@@ -211,6 +218,34 @@ def _print_csv(logs: list[str]) -> int:
     sys.stdout.write(ledger_csv_header())
     sys.stdout.writelines(parts)
     return EXIT_OK
+
+
+def _reason(row: dict) -> str:
+    """Why a row is not ``ok``, in a few words for the table (issue 26: ``incomplete`` alone said nothing):
+    ``-`` for an ok row; ``--json``'s ``error`` holds the whole text.
+
+    >>> _reason({"outcome": "incomplete", "error": "the log stops before the KV cache was sized (last line read: 40)"})
+    'cut before KV sizing'
+    >>> _reason({"outcome": "oom", "error": "torch.OutOfMemoryError: …", "failed_in": "capture_model"})
+    'OOM in capture_model'
+    >>> _reason({"outcome": "ok", "error": None})
+    '-'
+    """
+    from kvplan.ledger import plain_value
+
+    outcome, text = plain_value(row.get("outcome")), str(plain_value(row.get("error")) or "")
+    failed_in = plain_value(row.get("failed_in"))
+    if outcome == "ok":
+        return "-"
+    if outcome == "oom":
+        reason = f"OOM in {failed_in}" if failed_in else "out of memory"
+    elif "before the KV cache was sized" in text:
+        reason = "cut before KV sizing"
+    elif "before startup completed" in text:
+        reason = "cut before ready"
+    else:
+        reason = (f"{failed_in}: " if failed_in else "") + (text or "no reason logged")
+    return reason if len(reason) <= TABLE_REASON_CHARS else reason[: TABLE_REASON_CHARS - 1] + "…"
 
 
 def _table_cell(column: str, value: object) -> str:

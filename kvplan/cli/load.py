@@ -45,18 +45,19 @@ def add_load(sub: argparse._SubParsersAction) -> None:
 
 def run_load(args: argparse.Namespace) -> int:
     """Print the rows of the load-test files (and the run's summary without ``--json``/``--csv``)."""
-    from kvplan.io.vllm_stats import read_load_evidence  # neither imports pandas (the summary does)
+    from kvplan.io.load import read_load_evidence
 
     reading = read_load_evidence(args.files, year=args.year, utc_offset=args.log_utc_offset)
-    if args.json:  # json.dumps of the reading, streamed a batch of rows at a time
-        sys.stdout.writelines(reading.json_chunks())
+    if args.json:  # orjson's text of the rows, a batch of rows at a time
+        sys.stdout.flush()
+        sys.stdout.buffer.writelines(reading.json_chunks())
         return EXIT_OK
-    if args.csv:  # csv.writer's text of the rows, a batch of rows at a time
-        sys.stdout.writelines(reading.csv_chunks())
+    if args.csv:  # to_csv's text of the rows
+        sys.stdout.write(reading.csv_text())
     else:
         from kvplan.load import load_summary
 
-        rows = list(reading.row_dicts())
+        rows = reading.records()
         summary = load_summary(reading)
         shown = [{**row, "where": f"{row['source']}:{row['line']}"} for row in rows]
         columns = [

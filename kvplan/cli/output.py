@@ -10,6 +10,7 @@ sequence reaches the terminal and one record is one line.
 
 from __future__ import annotations
 
+import math
 import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -18,7 +19,6 @@ from warnings import catch_warnings, showwarning, simplefilter
 from kvplan.cli.errors import EXIT_OK
 from kvplan.escape import terminal_text
 from kvplan.json_text import indented_chunks
-from kvplan.load_rows import finite
 
 #: Warnings of the readers and the ledger that a command reports as its own ``warning:`` lines / JSON,
 #: named (module and class) so that catching them imports neither the readers nor pandas.
@@ -106,8 +106,8 @@ def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
 
 
 def strict_json(value: object) -> object:
-    """``value`` with every non-finite float (NaN, ±Inf) replaced by None (:func:`kvplan.load_rows.finite`),
-    through dicts and lists.
+    """``value`` with every non-finite float (NaN, ±Inf) replaced by None, through dicts and
+    lists.
 
     >>> strict_json({"a": float("nan"), "b": [1.5, float("inf")]})
     {'a': None, 'b': [1.5, None]}
@@ -116,7 +116,7 @@ def strict_json(value: object) -> object:
         return {key: strict_json(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         return [strict_json(item) for item in value]
-    return finite(value)
+    return None if isinstance(value, float) and not math.isfinite(value) else value
 
 
 def print_json(data: dict) -> int:

@@ -25,7 +25,7 @@ from kvplan.kvspec import KVSpec
 from kvplan.notes import Note, aggregate_notes
 from kvplan.plan import AdmissionPlan, ModelLayout, layout_spec
 from kvplan.plan.inputs import admission_plan, planned_lengths
-from kvplan.units import format_size
+from kvplan.units import format_budget, format_size
 
 #: A class needs at least this many clean hosts to be approved (policy; default).
 MIN_HOSTS = 3
@@ -335,7 +335,7 @@ def class_rows(plan: Mapping) -> list[dict]:
         {
             "class": c["class"],
             "hosts": c["clean_hosts"],
-            "budget": format_size(c["uniform_budget_bytes"]),
+            "budget": format_budget(c["uniform_budget_bytes"]),  # never above the flag (issue 27)
             "limiting": f"{c['limiting_host']} rank {c['limiting_rank']}",
             "min/median": f"{c['min_median_ratio']:.3f}",
             "stranded": format_size(c["stranded_total_bytes"]),

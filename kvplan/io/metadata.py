@@ -31,8 +31,22 @@ from operator import itemgetter
 
 import pandas as pd
 
-from kvplan.codes import string_code
 from kvplan.notes import Note
+
+
+def string_code(name: str, names: list[str], codes: dict[str, int]) -> int:
+    """The code of ``name``: its position in ``names``, appended (and entered in ``codes``) the first time.
+
+    >>> names, codes = [], {}
+    >>> [string_code(n, names, codes) for n in ("a.log", "b.log", "a.log")], names
+    ([0, 1, 0], ['a.log', 'b.log'])
+    """
+    code = codes.get(name)
+    if code is None:
+        code = codes[name] = len(names)
+        names.append(name)
+    return code
+
 
 #: Columns of :attr:`ReadMetadata.provenance`: one row per value read.
 PROVENANCE_COLUMNS = ["source", "line", "boot", "rank", "column", "value", "raw"]

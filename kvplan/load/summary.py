@@ -1,90 +1,104 @@
 """A load run in numbers: :func:`load_summary` (peak usage, throughput, preemptions, events).
 
-Everything here is pure: no file is read. Units: usage in percent (0–100), throughput in tokens per
-second, capacity in tokens.
+Everything here is pure and works on the frame's columns: no file is read, no row object is built (a row that
+a summary quotes is its JSON dict). Units: usage in percent (0–100), throughput in tokens per second,
+capacity in tokens.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from datetime import datetime
+import operator
+from collections.abc import Mapping, Sequence
 
+import numpy as np
+import pandas as pd
+
+from kvplan.columns import LOAD_ROW_KEYS
+from kvplan.io.load import LoadReading
+from kvplan.io.load.frame import json_columns
 from kvplan.load.timeline import load_timeline
-from kvplan.load_reading import LoadReading
-from kvplan.load_rows import LoadRow, finite
 
 
-def _where(row: LoadRow) -> dict:
-    return {"source": row.source, "line": row.line, "time": row.time_text, "engine": row.engine}
+def rows_at(reading: LoadReading, positions: Sequence[int]) -> list[dict]:
+    """The JSON rows (as ``kvplan load --json`` writes them) at ``positions`` of the frame."""
+    columns = json_columns(reading.frame.iloc[list(positions)])
+    return [dict(zip(LOAD_ROW_KEYS, values)) for values in zip(*columns)]
 
 
-def where_text(row: LoadRow) -> str:
-    when = f" ({row.time_text})" if row.time_text else ""
-    engine = f", engine {row.engine}" if row.engine is not None else ""
-    return f"{row.source}:{row.line}{when}{engine}"
+def _where(row: Mapping) -> dict:
+    return {"source": row["source"], "line": row["line"], "time": row["time"], "engine": row["engine"]}
 
 
-def _preemptions_by_kind(reading: LoadReading) -> dict[str, tuple[int, bool]]:
+def where_text(row: Mapping) -> str:
+    """Where a JSON row was read: ``file:line (time), engine N``.
+
+    >>> where_text({"source": "s.log", "line": 7, "time": "11-29 10:00:10", "engine": 0})
+    's.log:7 (11-29 10:00:10), engine 0'
+    """
+    when = f" ({row['time']})" if row["time"] else ""
+    engine = f", engine {row['engine']}" if row["engine"] is not None else ""
+    return f"{row['source']}:{row['line']}{when}{engine}"
+
+
+def _preemptions_by_kind(timeline: pd.DataFrame) -> dict[str, tuple[int, bool]]:
     """Per evidence kind that counts preemptions: (run total summed over engines, lower bound?).
 
     A log's total is a lower bound when it comes from V0 preemption warnings: vLLM logs one only at the
     1st, 51st, 101st … preemption, so up to 49 more may follow the last one printed.
     """
-    timeline = load_timeline(reading)
     totals = {}
     for kind, frame in timeline.groupby("kind"):
         last = frame.groupby("engine", dropna=False)["preemptions_cum"].max()
         if last.notna().any():
             from_warnings = kind == "log" and frame["preemptions_total"].notna().any()
-            totals[kind] = (int(last.fillna(0).sum()), bool(from_warnings))
+            totals[str(kind)] = (int(last.fillna(0).sum()), bool(from_warnings))
     return totals
 
 
-def run_preemptions(reading: LoadReading) -> int | None:
+def run_preemptions(reading: LoadReading, timeline: pd.DataFrame | None = None) -> int | None:
     """Preemptions in the run: summed over engines, the larger of what logs and metrics show.
 
     Logs and /metrics of one run count the same preemptions, so the two kinds are never added.
     ``None`` when no file can tell (e.g. a V1 log before 0.11.1 without a /metrics snapshot). When only
     V0 preemption warnings count them, the total is a lower bound (:func:`preemptions_lower_bound`).
+    ``timeline`` is :func:`load_timeline` of the reading, when the caller has it.
 
-    >>> run_preemptions(LoadReading((LoadRow("s.log", 3, None, 0, preemptions=4),
-    ...                              LoadRow("s.log", 9, None, 0, preemptions=0))))
+    >>> from kvplan.io.load import frame_of
+    >>> run_preemptions(LoadReading(frame_of([{"source": "s.log", "line": 3, "engine": 0, "preemptions": 4},
+    ...                                        {"source": "s.log", "line": 9, "engine": 0, "preemptions": 0}])))
     4
     """
-    totals = _preemptions_by_kind(reading)
+    totals = _preemptions_by_kind(load_timeline(reading) if timeline is None else timeline)
     if totals:
         return max(total for total, _ in totals.values())
-    if reading.rows and all(s.reports_preemptions for s in reading.sources) and reading.sources:
+    if len(reading.frame) and all(s.reports_preemptions for s in reading.sources) and reading.sources:
         return 0
     return None
 
 
-def preemptions_lower_bound(reading: LoadReading) -> bool:
+def preemptions_lower_bound(reading: LoadReading, timeline: pd.DataFrame | None = None) -> bool:
     """True when :func:`run_preemptions` is only a lower bound: no exact count (a /metrics counter, V1's
     ``Preemptions: N``) reaches the total that V0's every-50th preemption warning shows.
 
-    >>> preemptions_lower_bound(LoadReading((LoadRow("s.log", 5, None, None, preemptions_total=51,
-    ...                                              event="preemption"),)))
+    >>> from kvplan.io.load import frame_of
+    >>> preemptions_lower_bound(LoadReading(frame_of([{"source": "s.log", "line": 5, "preemptions_total": 51,
+    ...                                                "event": "preemption"}])))
     True
     """
-    totals = _preemptions_by_kind(reading)
+    totals = _preemptions_by_kind(load_timeline(reading) if timeline is None else timeline)
     if not totals:
         return False
     top = max(total for total, _ in totals.values())
     return all(bound for total, bound in totals.values() if total == top)
 
 
-def _interval_seconds(rows: Sequence[LoadRow]) -> list[float | None]:
-    """Seconds since the previous timed row of the same engine and evidence kind (``None`` for the first)."""
-    last: dict[tuple, datetime] = {}
-    out: list[float | None] = []
-    for row in rows:
-        key = (row.kind, row.engine)
-        before = last.get(key)
-        out.append(None if before is None or row.time is None else (row.time - before).total_seconds())
-        if row.time is not None:
-            last[key] = row.time
-    return out
+def interval_seconds(frame: pd.DataFrame) -> np.ndarray:
+    """Seconds since the previous timed row of the same evidence kind and engine (``NaN`` for the first, and
+    for a row without a time)."""
+    keys = [frame["kind"], frame["engine"]]
+    times = frame["time"]
+    previous = times.groupby(keys, dropna=False).ffill().groupby(keys, dropna=False).shift(1)
+    return (times - previous).dt.total_seconds().to_numpy(dtype=float, na_value=np.nan)
 
 
 def mean_throughput(reading: LoadReading) -> tuple[float | None, float | None, str | None]:
@@ -97,42 +111,63 @@ def mean_throughput(reading: LoadReading) -> tuple[float | None, float | None, s
     since the previous scrape of that engine (= tokens counted / seconds covered). Means are per engine,
     then summed over engines (the server's throughput).
 
+    >>> from datetime import datetime
+    >>> from kvplan.io.load import frame_of
     >>> def scrape(line, second, rate=None):
-    ...     return LoadRow("m", line, datetime(2026, 1, 1, 0, 0, second), 0, generation_tokens_per_s=rate,
-    ...                    kind="metrics")
-    >>> rows = (scrape(1, 0), scrape(2, 10, 900.0), scrape(3, 40, 500.0))
-    >>> mean_throughput(LoadReading(rows))  # (900 × 10 + 500 × 30) / 40 s = 600
+    ...     return {"source": "m", "line": line, "time": datetime(2026, 1, 1, 0, 0, second), "engine": 0,
+    ...             "generation_tokens_per_s": rate, "kind": "metrics"}
+    >>> mean_throughput(LoadReading(frame_of([scrape(1, 0), scrape(2, 10, 900.0), scrape(3, 40, 500.0)])))
     (None, 600.0, 'metrics')
     """
-    rows = list(reading.rows)
-    seconds = _interval_seconds(rows)
-    reported = [
-        (row, dt)
-        for row, dt in zip(rows, seconds)
-        if finite(row.prompt_tokens_per_s) is not None or finite(row.generation_tokens_per_s) is not None
-    ]
-    kind = "log" if any(row.kind == "log" for row, _ in reported) else ("metrics" if reported else None)
+    frame = reading.frame
+    prompt = frame["prompt_tokens_per_s"].notna().to_numpy(dtype=bool)
+    generation = frame["generation_tokens_per_s"].notna().to_numpy(dtype=bool)
+    kinds = frame["kind"].to_numpy(dtype=object)
+    reported = prompt | generation
+    kind = "log" if (kinds[reported] == "log").any() else ("metrics" if reported.any() else None)
+    chosen = reported & (kinds == kind)
+    weights = np.ones(len(frame)) if kind == "log" else interval_seconds(frame)
+    engines = frame["engine"].to_numpy(dtype=float, na_value=np.nan)
     means = []
-    for column in ("prompt_tokens_per_s", "generation_tokens_per_s"):
-        per_engine: dict[int | None, list[tuple[float, float]]] = {}
-        for row, dt in reported:
-            value = finite(getattr(row, column))  # means over finite values only
-            if row.kind == kind and value is not None:
-                weight = 1.0 if kind == "log" else dt
-                per_engine.setdefault(row.engine, []).append((value, weight))
-        engine_means = []
-        for pairs in per_engine.values():
-            weighted = [(v, w) for v, w in pairs if w]
-            if not weighted:  # /metrics rates with no known interval (e.g. V0 gauges in one scrape)
-                weighted = [(v, 1.0) for v, _ in pairs]
-            engine_means.append(sum(v * w for v, w in weighted) / sum(w for _, w in weighted))
+    for column, known in (("prompt_tokens_per_s", prompt), ("generation_tokens_per_s", generation)):
+        rows = chosen & known
+        values = frame[column].to_numpy(dtype=float, na_value=np.nan)
+        engine_means = [
+            _engine_mean(values[rows & same].tolist(), weights[rows & same].tolist())
+            for same in _engine_masks(engines, rows)
+        ]
         means.append(round(sum(engine_means), 3) if engine_means else None)
     return means[0], means[1], kind
 
 
-def peak_row(rows: Sequence[LoadRow]) -> LoadRow | None:
-    usage = [row for row in rows if finite(row.kv_cache_usage_pct) is not None]  # the peak of finite values
-    return max(usage, key=lambda row: row.kv_cache_usage_pct) if usage else None
+def _engine_masks(engines: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
+    """One mask per engine among ``rows``, engines in the order they first appear (no engine: ``NaN``)."""
+    seen = pd.unique(engines[rows])
+    return [np.isnan(engines) if np.isnan(engine) else engines == engine for engine in seen]
+
+
+def _engine_mean(values: list[float], weights: list[float]) -> float:
+    """The mean of ``values`` weighted by ``weights`` (rows with no known interval left out; all alike when
+    none has one), summed in row order."""
+    weighted = [(v, w) for v, w in zip(values, weights) if w and w == w]  # w == w: not NaN
+    if not weighted:  # /metrics rates with no known interval (e.g. V0 gauges in one scrape)
+        weighted = [(v, 1.0) for v in values]
+    kept, kept_weights = zip(*weighted)
+    return sum(map(operator.mul, kept, kept_weights)) / sum(kept_weights)
+
+
+def peak_row(reading: LoadReading) -> dict | None:
+    """The JSON row with the highest KV cache usage (the first of equals), ``None`` without one.
+
+    >>> from kvplan.io.load import frame_of
+    >>> peak_row(LoadReading(frame_of([{"source": "s", "line": 1, "kv_cache_usage_pct": 80.0},
+    ...                                 {"source": "s", "line": 2, "kv_cache_usage_pct": 90.5}])))["line"]
+    2
+    """
+    usage = reading.frame["kv_cache_usage_pct"]
+    if not usage.notna().any():
+        return None
+    return rows_at(reading, [int(usage.to_numpy(dtype=float, na_value=-np.inf).argmax())])[0]
 
 
 def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> dict:
@@ -148,45 +183,52 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
     ``preemptions_lower_bound`` (True when only V0's every-50th preemption warning counts them),
     ``oom_events``, ``error_events``, ``events``, ``warnings``.
 
-    >>> rows = (LoadRow("s.log", 1, None, 0, kv_cache_usage_pct=50.0, generation_tokens_per_s=900.0),
-    ...         LoadRow("s.log", 2, None, 0, kv_cache_usage_pct=80.0, generation_tokens_per_s=1100.0))
-    >>> s = load_summary(LoadReading(rows), kv_cache_tokens=157280)
+    >>> from kvplan.io.load import frame_of
+    >>> rows = [{"source": "s.log", "line": 1, "engine": 0, "kv_cache_usage_pct": 50.0, "generation_tokens_per_s": 900.0},
+    ...         {"source": "s.log", "line": 2, "engine": 0, "kv_cache_usage_pct": 80.0, "generation_tokens_per_s": 1100.0}]
+    >>> s = load_summary(LoadReading(frame_of(rows)), kv_cache_tokens=157280)
     >>> s["peak_kv_cache_usage_pct"], s["peak_kv_cache_tokens"], s["mean_generation_tokens_per_s"]
     (80.0, 125824, 1000.0)
     """
-    rows = reading.rows
+    frame, timeline = reading.frame, load_timeline(reading)
     capacity = kv_cache_tokens if kv_cache_tokens is not None else reading.kv_cache_tokens
-    peak = peak_row(rows)
-    times = [row.time for row in rows if row.time is not None]
-    timed = [row for row in rows if row.time is not None]
-    events = [row for row in rows if row.event is not None]
-    running = [row.running for row in rows if finite(row.running) is not None]
-    waiting = [row.waiting for row in rows if finite(row.waiting) is not None]
+    peak = peak_row(reading)
+    times = frame["time"]
+    ends = rows_at(reading, [int(times.argmin()), int(times.argmax())]) if times.notna().any() else None
     manual = {s.kv_cache_memory_bytes for s in reading.sources if s.kv_cache_memory_bytes is not None}
     prompt, generation, throughput_from = mean_throughput(reading)
+    events = frame["event"]
     return {
-        "sources": list(dict.fromkeys(row.source for row in rows)),
-        "rows": len(rows),
-        "engines": sorted({row.engine for row in rows if row.engine is not None}),
-        "start": min(timed, key=lambda r: r.time).time_text if timed else None,
-        "end": max(timed, key=lambda r: r.time).time_text if timed else None,
-        "duration_s": (max(times) - min(times)).total_seconds() if times else None,
+        "sources": frame["source"].unique().tolist(),
+        "rows": len(frame),
+        "engines": sorted(int(engine) for engine in frame["engine"].dropna().unique()),
+        "start": ends[0]["time"] if ends else None,
+        "end": ends[1]["time"] if ends else None,
+        "duration_s": (times.max() - times.min()).total_seconds() if ends else None,
         "kv_cache_tokens": capacity,
         "kv_cache_memory_bytes": manual.pop() if len(manual) == 1 else None,
-        "peak_kv_cache_usage_pct": peak.kv_cache_usage_pct if peak else None,
+        "peak_kv_cache_usage_pct": peak["kv_cache_usage_pct"] if peak else None,
         "peak_kv_cache_tokens": (
-            int(peak.kv_cache_usage_pct * capacity // 100) if peak and capacity is not None else None
+            int(peak["kv_cache_usage_pct"] * capacity // 100) if peak and capacity is not None else None
         ),
         "peak_at": _where(peak) if peak else None,
-        "max_running": max(running) if running else None,
-        "max_waiting": max(waiting) if waiting else None,
+        "max_running": _largest(frame["running"]),
+        "max_waiting": _largest(frame["waiting"]),
         "mean_prompt_tokens_per_s": prompt,
         "mean_generation_tokens_per_s": generation,
         "throughput_from": throughput_from,
-        "preemptions": run_preemptions(reading),
-        "preemptions_lower_bound": preemptions_lower_bound(reading),
-        "oom_events": sum(row.event == "oom" for row in rows),
-        "error_events": sum(row.event == "error" for row in rows),
-        "events": [{"event": row.event, **_where(row)} for row in events],
-        "warnings": list(reading.warnings),
+        "preemptions": run_preemptions(reading, timeline),
+        "preemptions_lower_bound": preemptions_lower_bound(reading, timeline),
+        "oom_events": int(events.eq("oom").sum()),
+        "error_events": int(events.eq("error").sum()),
+        "events": [
+            {"event": row["event"], **_where(row)}
+            for row in rows_at(reading, np.flatnonzero(events.notna().to_numpy(dtype=bool)).tolist())
+        ],
+        "warnings": [str(warning) for warning in reading.warnings],
     }
+
+
+def _largest(column: pd.Series) -> int | None:
+    """The largest known whole number of ``column``, ``None`` when none is known."""
+    return int(column.max()) if column.notna().any() else None

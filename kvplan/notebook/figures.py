@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from kvplan import charts
+from kvplan.budget import limiting_ranks
 from kvplan.notebook.launch import rows_that_set_the_room
 from kvplan.notebook.scenario import Outcome
 from kvplan.notebook.whatif import evaluate, ledger_after_add_back, weak_rank_at_median
@@ -128,8 +129,14 @@ def concurrency_figure(
     )
 
 
-#: A chart of a what-if panel: its name and a function drawing it.
-ChartStep = tuple[str, "Callable[[], Figure]"]
+@dataclass(frozen=True)
+class ChartStep:
+    """A chart of a what-if panel: its name, the values it is drawn from (equal ``inputs``, the same
+    picture: a panel draws it again only when they change) and the function drawing it."""
+
+    name: str
+    inputs: tuple
+    draw: Callable[[], Figure]
 
 
 @dataclass(frozen=True)
@@ -147,10 +154,13 @@ def panel_axes(baseline: Outcome) -> Axes:
 
     >>> from kvplan.notebook.scenario import Scenario
     >>> GiB = 2**30
-    >>> panel_axes(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))  # 17 GiB × 1.05
-    Axes(budget_top_gib=17.85, concurrency=None, stranded_top_gib=None)
+    >>> axes = panel_axes(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))
+    >>> axes.budget_top_gib, axes.stranded_top_gib > 5  # 17 GiB × 1.05; above the 5 GiB stranded
+    (17.85, True)
     """
     top = bytes_to_gib(max(baseline.budget.safe_bytes)) * 1.05  # safe_budget_chart's own top
+    stranded = charts.stranded_chart(baseline.budget)  # its top: the notebook's chart's (none: a sentence)
+    stranded_top = float(stranded.axes[0].get_ylim()[1]) if stranded.axes else None
     concurrency = None
     if baseline.curve is not None:
         curve = baseline.curve
@@ -163,7 +173,7 @@ def panel_axes(baseline: Outcome) -> Axes:
             max(lowest, 1e-3) / 4,
             float(curve["max_concurrency"].max()) * 2,
         )
-    return Axes(top, concurrency, None)
+    return Axes(top, concurrency, stranded_top)
 
 
 def _lengths(outcome: Outcome, axes: Axes) -> tuple[float, float, float, float] | None:
@@ -174,13 +184,31 @@ def _lengths(outcome: Outcome, axes: Axes) -> tuple[float, float, float, float] 
     return (float(outcome.curve["seq_len"].min()) / 1.5, length * 1.08, *axes.concurrency[2:])
 
 
+def _concurrency_step(outcome: Outcome, axes: Axes, baseline: Outcome | None) -> ChartStep:
+    """The concurrency chart of a panel: drawn from the uniform value, block size, length, target and axes."""
+    limits = _lengths(outcome, axes)
+    scenario = outcome.scenario
+    return ChartStep(
+        "concurrency",
+        (
+            outcome.budget.uniform_budget_bytes,
+            scenario.effective_block_size,
+            scenario.max_model_len,
+            scenario.target_concurrency,
+            limits,
+            baseline is None,
+        ),
+        lambda: concurrency_figure(outcome, limits=limits, previous=baseline),
+    )
+
+
 def panel_charts(
     outcome: Outcome,
     ledger: pd.DataFrame | None = None,
     axes: Axes | None = None,
     baseline: Outcome | None = None,
 ) -> list[ChartStep]:
-    """The charts an outcome allows, as ``(name, draw)`` pairs in display order (nothing drawn yet).
+    """The charts an outcome allows, as :class:`ChartStep` in display order (nothing drawn yet).
 
     Safe budget per rank; the ledger (when given, from :func:`~kvplan.notebook.launch.rows_that_set_the_room`
     with the add-back taken off the co-tenants); stranded capacity; concurrency (with a curve); drift.
@@ -188,32 +216,46 @@ def panel_charts(
 
     >>> from kvplan.notebook.scenario import Scenario
     >>> GiB = 2**30
-    >>> [name for name, _ in panel_charts(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))]
+    >>> [step.name for step in panel_charts(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))]
     ['safe budget', 'stranded']
     """
     axes = axes or Axes()
     top = axes.budget_top_gib
+    budget, scenario = outcome.budget, outcome.scenario
     before = None if baseline is None else baseline.budget
-    steps: list[ChartStep] = [
-        ("safe budget", lambda: charts.safe_budget_chart(outcome.budget, top_gib=top, previous=before))
+    steps = [
+        ChartStep(
+            "safe budget",
+            (budget, top, before),
+            lambda: charts.safe_budget_chart(budget, top_gib=top, previous=before),
+        )
     ]
     if ledger is not None:
         steps.append(
-            (
+            ChartStep(
                 "ledger",
+                (budget, scenario.add_back_bytes),
                 lambda: charts.ledger_chart(
-                    ledger_after_add_back(rows_that_set_the_room(ledger), outcome.scenario), outcome.budget
+                    ledger_after_add_back(rows_that_set_the_room(ledger), scenario), budget
                 ),
             )
         )
-    steps.append(("stranded", lambda: charts.stranded_chart(outcome.budget, top_gib=axes.stranded_top_gib)))
-    if outcome.curve is not None:
-        steps.append(
-            (
-                "concurrency",
-                lambda: concurrency_figure(outcome, limits=_lengths(outcome, axes), previous=baseline),
-            )
+    stranded = (
+        budget.ranks,
+        budget.stranded_bytes,
+        budget.rounding_loss_bytes,
+        tuple(limiting_ranks(budget)),
+    )
+    steps.append(
+        ChartStep(
+            "stranded",
+            (*stranded, axes.stranded_top_gib),
+            lambda: charts.stranded_chart(budget, top_gib=axes.stranded_top_gib),
         )
+    )
+    if outcome.curve is not None:
+        steps.append(_concurrency_step(outcome, axes, baseline))
     if outcome.drift is not None:
-        steps.append(("drift", lambda: charts.drift_chart(outcome.drift, top_gib=top)))
+        drift = outcome.drift
+        steps.append(ChartStep("drift", (drift, top), lambda: charts.drift_chart(drift, top_gib=top)))
     return steps

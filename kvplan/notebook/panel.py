@@ -21,6 +21,7 @@ from dataclasses import replace
 
 import ipywidgets as widgets
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from kvplan.notebook.figures import ChartStep, figure_alt, figure_png, panel_axes, panel_charts, sentence
 from kvplan.notebook.launch import co_tenant_bytes as ledger_co_tenants
@@ -67,7 +68,7 @@ class WhatIfPanel:
         self.verdict_html.add_class("kvplan-verdict")
         self.table_html = widgets.HTML()
         self.table_html.add_class("kvplan-table")
-        self.images = {name: widgets.HTML() for name, _ in self.chart_steps()}  # one output per chart
+        self.images = {step.name: widgets.HTML() for step in self.chart_steps()}  # one output per chart
         self.box = widgets.VBox(
             [
                 widgets.VBox(list(self.controls.values())),
@@ -78,6 +79,11 @@ class WhatIfPanel:
         )
         self.box.add_class("kvplan-panel")
         self._holding = False  # set_values: one redraw after all its changes
+        self._drawn: dict[str, tuple[tuple, str, bytes | None]] = {}  # chart: (inputs, HTML, PNG) last shown
+        self._layouts: dict[str, tuple[tuple, dict[str, float]]] = {}  # chart: (layout signature, margins)
+        self._canvases: dict[
+            str, FigureCanvasAgg
+        ] = {}  # chart: its canvas, whose renderer keeps text metrics
         self._pngs: list[bytes] = []
         self._render_lock = threading.Lock()
         self._ticket_lock = threading.Lock()
@@ -133,7 +139,7 @@ class WhatIfPanel:
 
     def figures(self) -> list:
         """The chart figures for the current outcome (plain ``Figure`` objects: nothing to close)."""
-        return [] if self.outcome is None else [draw() for _, draw in self.chart_steps(self.outcome)]
+        return [] if self.outcome is None else [step.draw() for step in self.chart_steps(self.outcome)]
 
     def update(self) -> None:
         """Re-evaluate the controls' scenario and redraw; a state superseded while waiting is skipped."""
@@ -143,9 +149,11 @@ class WhatIfPanel:
         with self._render_lock:
             if ticket != self._ticket:
                 return  # a newer change is waiting for the lock: it renders the latest state
-            self._render(self.scenario())
+            self._render(self.scenario(), ticket)
 
-    def _render(self, scenario: Scenario) -> None:
+    def _render(self, scenario: Scenario, ticket: int | None = None) -> None:
+        """Evaluate ``scenario`` and show it; a render that a newer change (``ticket``) supersedes stops
+        between charts and shows nothing: the newer one, waiting for the lock, shows its state."""
         try:
             outcome, error = evaluate(scenario), None
         except ValueError as exc:
@@ -154,26 +162,59 @@ class WhatIfPanel:
         images: dict[str, str] = {}
         pngs: list[bytes] = []
         if outcome is not None:  # everything is drawn first, then shown at once: text and charts agree
-            for name, draw in self.chart_steps(outcome):
+            for step in self.chart_steps(outcome):
+                if ticket is not None and ticket != self._ticket:
+                    return
                 try:
-                    figure = draw()
-                    words = sentence(figure)
-                    if words is None:
-                        pngs.append(figure_png(figure))
-                    images[name] = _image_html(figure, pngs[-1] if words is None else None)
+                    images[step.name], png = self._chart(step)
+                    pngs += [png] if png is not None else []
                 except Exception as exc:  # any failure is shown, never raised from a control
-                    errors[name] = f"{type(exc).__name__}: {exc}"
-                    images[name] = f"<b>The {name} chart cannot be drawn:</b> {html.escape(errors[name])}"
+                    errors[step.name] = f"{type(exc).__name__}: {exc}"
+                    images[step.name] = (
+                        f"<b>The {step.name} chart cannot be drawn:</b> {html.escape(errors[step.name])}"
+                    )
+                    self._drawn.pop(step.name, None)
         self.outcome, self.error, self.chart_errors, self._pngs = outcome, error, errors, pngs
         for name, value in images.items():
-            self.images[name].value = value
+            if self.images[name].value != value:  # an unchanged chart is not sent to the browser again
+                self.images[name].value = value
         self.table_html.value = "" if outcome is None else _tables_html(outcome)
         self.verdict_html.value = f"<b>{html.escape(self.verdict())}</b>"
+
+    def _chart(self, step: ChartStep) -> tuple[str, bytes | None]:
+        """A chart's HTML and PNG (None for a sentence): the last drawing while its inputs are the same."""
+        last = self._drawn.get(step.name)
+        if last is not None and last[0] == step.inputs:
+            return last[1], last[2]
+        figure = step.draw()
+        png = None if sentence(figure) is not None else self._png(step.name, figure)
+        shown = _image_html(figure, png)
+        self._drawn[step.name] = (step.inputs, shown, png)
+        return shown, png
+
+    def _png(self, name: str, figure) -> bytes:
+        """The chart's PNG, laid out with the margins computed for it before while its layout signature
+        (:func:`_layout_signature`) is the same: the tight layout, which measures every text, runs once,
+        and drawn on the chart's one canvas, whose renderer keeps the size of every text it has drawn."""
+        canvas = self._canvases.get(name)
+        if canvas is None:
+            canvas = self._canvases[name] = FigureCanvasAgg(figure)
+        canvas.figure = figure  # each state's figure on the chart's one canvas: its renderer is reused
+        figure.set_canvas(canvas)
+        signature = _layout_signature(figure)
+        known = self._layouts.get(name)
+        if known is not None and known[0] == signature:
+            figure.set_layout_engine(None)  # no engine at all: savefig then draws once, not twice
+            figure.subplots_adjust(**known[1])
+        png = figure_png(figure)
+        margins = {key: getattr(figure.subplotpars, key) for key in ("left", "right", "bottom", "top")}
+        self._layouts[name] = (signature, {**margins, "wspace": figure.subplotpars.wspace})
+        return png
 
     def snapshot_html(self) -> str:
         """The panel at the notebook's parameters as static HTML (verdict, headline, charts with alt text)."""
         outcome = self.baseline
-        images = [_image_html(draw()) for _, draw in self.chart_steps(outcome)]
+        images = [_image_html(step.draw()) for step in self.chart_steps(outcome)]
         return (
             '<div class="kvplan-snapshot"><p><i>What-if panel, shown at the notebook\'s parameters (open the '
             "notebook in JupyterLab with a live kernel to move its controls).</i></p>"
@@ -220,6 +261,33 @@ def _image_html(figure, png: bytes | None = None) -> str:
         f'<img class="kvplan-chart" src="data:image/png;base64,{data}" '
         f'alt="{html.escape(figure_alt(figure))}" style="max-width:100%">'
     )
+
+
+def _layout_signature(figure) -> tuple:
+    """What a chart's margins depend on: each axes' limits (its tick labels), axis labels, legend entries and
+    title lines (titles sit centred within the figure's width), and the figure's title. Equal signatures,
+    equal margins.
+
+    >>> from kvplan.budget import uniform_budget
+    >>> from kvplan.charts import safe_budget_chart
+    >>> def chart(reserve_gib):  # at 13 and 18 GiB of room, with a fixed top of 20 GiB
+    ...     return safe_budget_chart(uniform_budget([13 * 2**30, 18 * 2**30], int(reserve_gib * 2**30)), top_gib=20)
+    >>> _layout_signature(chart(1)) == _layout_signature(chart(2))  # same axes, legend and title lines
+    True
+    """
+    axes = [
+        (
+            ax.get_xlim(),
+            ax.get_ylim(),
+            ax.get_xlabel(),
+            ax.get_ylabel(),
+            tuple(text.get_text() for text in ax.get_xticklabels()),
+            len(ax.get_legend().get_texts()) if ax.get_legend() else 0,
+            tuple(ax.get_title(loc).count("\n") for loc in ("left", "center")),
+        )
+        for ax in figure.axes
+    ]
+    return (*axes, None if figure._suptitle is None else figure._suptitle.get_text().count("\n"))
 
 
 def _tables_html(outcome: Outcome) -> str:

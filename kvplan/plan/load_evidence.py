@@ -16,8 +16,10 @@ import pandas as pd
 
 from kvplan.budget import kv_cache_flag
 from kvplan.checks import Approved
-from kvplan.io.vllm_stats import read_load_evidence
-from kvplan.load import LoadFormatError, LoadReading, load_checks, load_summary
+from kvplan.io.load import LoadFormatError, LoadReading, read_load_evidence, reading_of
+from kvplan.load import load_checks, load_summary
+from kvplan.load.checks import value_check
+from kvplan.notes import Note
 from kvplan.plan.inputs import LoadPolicy
 from kvplan.plan.reading import renamed, require_files
 from kvplan.verdict import Check
@@ -33,10 +35,14 @@ def read_named_load(loads: Sequence[tuple[Path, str]], year: int | None = None) 
         reading = read_load_evidence([path for path, _ in loads], year=year)
     except ValueError as exc:
         raise LoadFormatError(renamed(str(exc), names)) from exc
-    return LoadReading(
-        rows=tuple(replace(row, source=names.get(row.source, row.source)) for row in reading.rows),
-        warnings=tuple(renamed(warning, names) for warning in reading.warnings),
-        sources=tuple(replace(s, source=names.get(s.source, s.source)) for s in reading.sources),
+    frame = reading.frame.assign(source=reading.frame["source"].replace(names))
+    return reading_of(
+        [frame],
+        [
+            Note(renamed(w, names), code=w.code, file=names.get(w.file or "", w.file), line=w.line)
+            for w in reading.warnings
+        ],
+        [replace(s, source=names.get(s.source, s.source)) for s in reading.sources],
     )
 
 
@@ -68,7 +74,8 @@ def load_section(
     ``max_model_len``; None without a model) and ``notes`` (where the run was not at the approved value).
     The checks are :func:`kvplan.load.load_checks` with the policy's preemption threshold; a run at a
     manual ``--kv-cache-memory-bytes`` value (stated by the run's own startup arguments) also checks
-    its capacity against ``profiled_kv_cache_tokens`` with the policy's ``max_capacity_loss_pct``.
+    its capacity against ``profiled_kv_cache_tokens`` with the policy's ``max_capacity_loss_pct``, and a
+    run at another value than ``approved_bytes`` fails :func:`kvplan.load.checks.value_check`.
     """
     stated = reading.kv_cache_tokens
     tokens = stated if stated is not None else approved_tokens
@@ -81,6 +88,9 @@ def load_section(
         profiled_kv_cache_tokens=profiled_kv_cache_tokens if manual is not None else None,
         max_capacity_loss_pct=load_policy.max_capacity_loss_pct,
     )
+    other_value = value_check(reading, approved_bytes)
+    if other_value is not None:  # evidence for another value fails (appended only then: bundles keep bytes)
+        checks.append(other_value)
     notes = []
     if manual is None:
         notes.append(

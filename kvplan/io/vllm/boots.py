@@ -9,9 +9,10 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from kvplan.io.bounds import check_parallel_size, possible_parallel_size
+from kvplan.io.metadata import place_note
 from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.handlers import Fact
-from kvplan.io.vllm.records import Record, split_records
+from kvplan.io.vllm.records import Record, rank_name, split_records
 from kvplan.io.vllm.values import CONFIG_NAMES
 from kvplan.notes import Note
 
@@ -26,6 +27,7 @@ KV_SIZED_COLUMNS = (
 #: Where a configuration value came from, most trusted first.
 CONFIG_PRIORITY = {
     "auto_fit": -1,  # the length vLLM fitted after the engine config printed the original one
+    "max_len_in_error": 1,  # the length vLLM checked the KV cache against, in its refusal
     "version": 0,
     "engine_config": 1,
     "non_default_args": 2,
@@ -82,6 +84,9 @@ class Boot:
     ray_repeats: list = field(default_factory=list)
     #: identity fields printed with two values by one family: (column, (value, line), (value, line))
     conflicts: list = field(default_factory=list)
+    #: (pid, ip, name) → the key of a process whose pid another process of this boot printed under first
+    #: with another rank's name (two hosts' containers reusing pids, issue 25)
+    aliases: dict = field(default_factory=dict)
 
 
 class BootSplitter:
@@ -116,7 +121,7 @@ class BootSplitter:
     def _facts(self, number: int, raw: int | str, facts: Sequence[Fact], record: Record) -> None:
         """Record the facts of one record, printed by process ``key`` (pid, ip; None without a prefix)
         named ``process``, at ``level``; ``repeated`` is Ray's collapsed-line count."""
-        key = None if record.pid is None else (record.pid, record.ip)
+        key = None if record.pid is None else self._identity(number, record)
         process, level, repeated = record.process, record.level, record.repeated
         for family, scope, values in facts:
             if scope == "config":
@@ -149,6 +154,37 @@ class BootSplitter:
                     continue
                 boot.kv_reached = True
             boot.events.append(Event(number, raw, key, family, scope, values, level))
+
+    def _identity(self, number: int, record: Record) -> tuple:
+        """The key of the process that printed ``record``: its ``(pid, ip)``, unless a process of this boot
+        printed under that pid first with another rank's name: then two hosts' containers reuse pids
+        (issue 25), and the names tell them apart (a key of their own, and a note naming both)."""
+        key = (record.pid, record.ip)
+        boot = self.boot
+        alias = boot.aliases.get((*key, record.process))
+        if alias is not None:
+            return alias
+        names = boot.names.get(key)
+        if not names or names == [record.process]:  # the common case: a process under its one name
+            return key
+        claimed = rank_name(record.process)
+        if claimed is None:
+            return key
+        other = next((name for name in names if rank_name(name) not in (None, claimed)), None)
+        if other is None:
+            return key
+        alias = boot.aliases[(*key, record.process)] = (record.pid, f"{record.ip or ''} {record.process}")
+        boot.warnings.append(
+            place_note(
+                "pid-collision",
+                self.source,
+                number,
+                f"pid {record.pid} printed as {other} and as {record.process} in one boot: two hosts' "
+                "containers reuse pids; their lines are read apart by their process names (give each host's "
+                "log with its host name, or Ray's ip= prefixes, to be sure)",
+            )
+        )
+        return alias
 
     def _collapsed(self, number: int, repeated: int) -> Note:
         """The warning that Ray collapsed ``repeated`` lines of other workers into line ``number``."""
@@ -256,14 +292,19 @@ def _config_value(column: str, value: object) -> object:
 
     >>> _config_value("block_size", "16"), _config_value("enforce_eager", "True"), _config_value("model", None)
     (16, True, <NA>)
+    >>> _config_value("max_model_len", -1)  # auto-fit: the fitted length is printed later
+    <NA>
     """
     if value is None or (isinstance(value, str) and value in ("None", "")):
         return pd.NA
     if column in _INT_COLUMNS:
         try:
-            return int(value)
+            number = int(value)
         except (TypeError, ValueError):
             return pd.NA
+        # --max-model-len -1 (0.27+) asks vLLM to fit the length: the length is the one it fitted
+        # (an 'Auto-fit max_model_len' or KV cache line), not -1 (issue 26)
+        return pd.NA if column == "max_model_len" and number < 1 else number
     if column == "gpu_memory_utilization":
         try:
             return float(value)

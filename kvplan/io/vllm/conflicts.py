@@ -80,6 +80,57 @@ class RankObservations:
         return self._by_rank.get(rank, [])
 
 
+def completed(observations: list[Observation]) -> list[Observation]:
+    """Each observation with what its process printed about the rank after it (issue 26): a process's
+    later observation starts from the values it held and adds what followed, so an earlier one is
+    completed from the process's latest, its own values kept.
+
+    >>> first = Observation((7, None), {"available_kv_bytes": 9}, {"available_kv_bytes": (3, "")}, start=3)
+    >>> last = Observation((7, None), {"available_kv_bytes": 8, "suggested_full_bytes": 5}, start=5)
+    >>> [item.values for item in completed([first, last])]
+    [{'available_kv_bytes': 9, 'suggested_full_bytes': 5}, {'available_kv_bytes': 8, 'suggested_full_bytes': 5}]
+    """
+    latest = {item.key: item for item in observations}
+    return [
+        item
+        if item is latest[item.key]
+        else Observation(
+            item.key,
+            {**latest[item.key].values, **item.values},
+            {**latest[item.key].origin, **item.origin},
+            {**latest[item.key].families, **item.families},
+            item.start,
+            item.printed | latest[item.key].printed,
+        )
+        for item in observations
+    ]
+
+
+def agreed(observations: list[Observation], rooms: list[int | None]) -> Observation | None:
+    """One observation for them all when they do not conflict, else None: one process's observations
+    that give one room and one free memory at startup (its lines about itself, merged: the latest), or
+    observations of several processes that give no field two values (their values joined).
+
+    >>> one = Observation((1, None), {"a": 1}, {"a": (3, "")}, start=3)
+    >>> two = Observation((2, None), {"b": 2}, {"b": (4, "")}, start=4)
+    >>> agreed([one, two], [None, None]).values, agreed([one, Observation((2, None), {"a": 5})], [1, 5])
+    ({'a': 1, 'b': 2}, None)
+    """
+    if len({item.key for item in observations}) == 1:  # the room and the free memory decide (a gate's F_boot)
+        same = len(set(rooms)) == 1 and len({_free(item) for item in observations}) == 1
+        return observations[-1] if same else None
+    values: dict = {}
+    origin: dict = {}
+    for item in observations:
+        for name, value in item.values.items():
+            if name in values and values[name] != value:
+                return None
+            values[name] = value
+            origin.setdefault(name, item.origin.get(name))
+    first = observations[0]
+    return Observation(first.key, values, origin, start=first.start)
+
+
 def safest(
     rank: int,
     observations: list[Observation],
@@ -101,6 +152,9 @@ def safest(
     if len(observations) == 1:
         return observations[0], None
     rooms = [room_of(dict(item.values), dict(item.origin)) for item in observations]
+    merged = agreed(observations, rooms)
+    if merged is not None:
+        return merged, None
     shown = [
         (room, _free(observations[index]), index) for index, room in enumerate(rooms) if room is not None
     ]

@@ -33,6 +33,9 @@ FAILURE_VALUE_FAMILIES: list[Family] = [
     family("worker_method", "Exception in worker", "frame", ("failed_in",), r"Exception in worker \S+ while processing method (\w+)"),
     family("v0_max_tokens", "maximum number of tokens that can be", "engine", ("kv_cache_tokens",), r"stored in KV cache \((\d+)\)"),
     family("available_in_error", "larger than the available KV cache memory", "rank", ("available_kv_bytes",), r"larger than the available KV cache memory \({num} GiB\)"),
+    # v1/core/kv_cache_utils.py check_enough_kv_cache_memory (0.9–0.32; kv_cache_planning.py 0.33) and V0
+    # worker.py raise_if_cache_size_invalid (0.5–0.10): the length vLLM checked the KV cache against
+    family("max_len_in_error", "max seq len (", "config", ("max_model_len",), r"max seq len \((\d+)\)(?:, \(| is larger than the maximum number of tokens)"),
     family("nixl_num_blocks", "num_blocks: ", "rank", ("num_gpu_blocks",), r"^num_blocks: (\d+), block_shape: "),
     family("frame", 'File "', "frame", ("failed_in",), FRAME_RE),
 ]

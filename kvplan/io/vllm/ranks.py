@@ -9,10 +9,10 @@ from kvplan.columns import world_size
 from kvplan.io.ledger_frame import missing
 from kvplan.io.metadata import place_note
 from kvplan.io.vllm.boots import Boot
+from kvplan.io.vllm.records import worker_groups
 
 _FRONTEND_RE = re.compile(r"(?:APIServer|ApiServer|DPSupervisor|MainProcess|DPCoordinator)\w*")
 _ENGINE_RE = re.compile(r"(?:EngineCore|DPEngineCoreActor)(?:_DP(\d+)|_(\d+))?")
-_WORKER_RE = re.compile(r"(?:Worker|VllmWorker)((?:[ _](?:DP|PP|PCP|TP|DCP|EP)\d+)*)")
 _GROUP_RE = re.compile(r"(DP|PP|PCP|TP|DCP|EP)(\d+)")
 #: Ray's name for a vLLM worker actor (V0 and V1): ``(RayWorkerWrapper pid=N, ip=A.B.C.D)``.
 RAY_WORKER_RE = re.compile(r"RayWorker\w*")
@@ -23,36 +23,70 @@ def key_size(key: dict, name: str) -> int | None:
     return None if missing(value) else int(value)
 
 
-@lru_cache(maxsize=1024)
-def _rank_from_name(name: str, tp_size: int | None, pp_size: int | None) -> tuple[tuple[str, int], ...]:
-    """Rank and group ranks, as ``(name, value)`` pairs, from a process prefix name (``Worker_PP1_TP0``,
-    ``VllmWorker rank=2``) under the key's TP and PP sizes (None: unknown); the same names recur in
-    every boot, so each is read once.
+#: The groups of the world's layout, outermost first: vLLM lays its ranks out as
+#: ``arange(world).reshape(-1, DP, PP, PCP, TP)`` (``distributed/parallel_state.py``; PCP from 0.12), so a
+#: global rank is ``((dp·PP + pp)·PCP + pcp)·TP + tp``. DCP splits TP ranks and EP spans DP × PCP × TP:
+#: neither moves a global rank.
+LAYOUT_GROUPS = ("DP", "PP", "PCP", "TP")
+#: Sizes of the layout's inner groups (PP, PCP, TP): what a global rank needs (None: not known).
+Sizes = tuple[int | None, int | None, int | None]
 
-    >>> _rank_from_name("Worker_PP1_TP0", 4, 2)
+
+@lru_cache(maxsize=1024)
+def _rank_from_name(name: str, sizes: Sizes) -> tuple[tuple[str, int], ...]:
+    """Rank and group ranks, as ``(name, value)`` pairs, from a process prefix name (``Worker_PP1_TP0``,
+    ``VllmWorker rank=2``) under the layout's PP, PCP and TP ``sizes`` (None: unknown, then no global rank
+    where it needs that size); the same names recur in every boot, so each is read once.
+
+    >>> _rank_from_name("Worker_PP1_TP0", (2, 1, 4))
     (('tp_rank', 0), ('pp_rank', 1), ('dp_rank', 0), ('rank', 4))
+    >>> _rank_from_name("Worker_DP1_TP1_EP3", (1, 1, 2))  # (1·1 + 0)·1·2 + 1
+    (('tp_rank', 1), ('pp_rank', 0), ('dp_rank', 1), ('rank', 3))
     """
     match = re.fullmatch(r"VllmWorker rank=(\d+)", name)
     if match:
         return (("rank", int(match.group(1))),)
-    match = _WORKER_RE.fullmatch(name)
-    if (
-        match is None
-        or name in ("Worker",)
-        or (name == "VllmWorker" and (tp_size or 1) * (pp_size or 1) != 1)
-    ):
+    stated = worker_groups(name)
+    pp_size, _pcp_size, tp_size = sizes
+    if stated is None or name == "Worker" or (name == "VllmWorker" and (tp_size or 1) * (pp_size or 1) != 1):
         return ()
-    groups = {group: int(index) for group, index in _GROUP_RE.findall(match.group(1))}
-    tp, pp, dp = groups.get("TP", 0), groups.get("PP", 0), groups.get("DP", 0)
-    pcp = groups.get("PCP", 0)
-    info = {"tp_rank": tp, "pp_rank": pp, "dp_rank": dp}
-    if pp == pcp == dp == 0:
-        info["rank"] = tp
-    elif tp_size is not None and (pcp == 0 or "PCP" in groups) and (dp == 0 or pp_size is not None):
-        pcp_size = 1 if pcp == 0 else None
-        if pcp_size is not None:
-            info["rank"] = tp + tp_size * (pp + (pp_size or 1) * dp)
+    groups = dict(stated)
+    info = {"tp_rank": groups.get("TP", 0), "pp_rank": groups.get("PP", 0), "dp_rank": groups.get("DP", 0)}
+    rank = groups.get("DP", 0)
+    for group, size in zip(LAYOUT_GROUPS[1:], sizes):
+        index = groups.get(group, 0)
+        if size is None and rank:  # an outer group's rank counts in units of this size: unknown
+            return tuple(info.items())
+        rank = index if size is None else rank * size + index
+    info["rank"] = rank
     return tuple(info.items())
+
+
+def layout_sizes(key: dict, names: set[str]) -> tuple[Sizes, dict[str, int]]:
+    """The PP, PCP and TP sizes that number the workers' global ranks, and those bounded rather than stated.
+
+    A size is the key's when the log states it (PCP never is: not in the engine-config line). Else, when
+    workers are named by their groups, a group no name shows has one member (vLLM names only groups of
+    more than one) and a group the names show has at least its largest rank + 1 members: that bound is
+    used, and returned (group → size) so that the reader can say so.
+
+    >>> layout_sizes({}, {"Worker_PP1_TP3", "Worker_PP0_TP0"})
+    ((2, 1, 4), {'PP': 2, 'TP': 4})
+    >>> layout_sizes({"tensor_parallel_size": 8, "pipeline_parallel_size": 1}, {"Worker_TP3"})
+    ((1, 1, 8), {})
+    """
+    stated = {"PP": key_size(key, "pipeline_parallel_size"), "TP": key_size(key, "tensor_parallel_size")}
+    seen = [dict(groups) for groups in map(worker_groups, names) if groups]
+    sizes, bounded = [], {}
+    for group in LAYOUT_GROUPS[1:]:
+        size = stated.get(group)
+        if size is None and seen:
+            largest = max((groups[group] for groups in seen if group in groups), default=None)
+            size = 1 if largest is None else largest + 1
+            if size > 1:
+                bounded[group] = size
+        sizes.append(size)
+    return (sizes[0], sizes[1], sizes[2]), bounded
 
 
 #: Event scopes whose process speaks for a rank (its rank is checked and counted).
@@ -73,6 +107,9 @@ def attribute(
         event.key: event.values for event in boot.events if event.scope == "assign" and event.key is not None
     }
     all_names = {name for names in boot.names.values() for name in names}
+    sizes, bounded = layout_sizes(key, all_names)
+    if bounded:
+        warnings.append(_bounded_note(bounded, boot, source))
     v0 = (
         boot.flags.get("v1") is False
         or "VllmWorkerProcess" in all_names
@@ -80,7 +117,7 @@ def attribute(
     )
     info: dict = {}
     for process_key, names in boot.names.items():
-        item = {"pid": process_key[0], **_named(tuple(names), tp_size, pp_size)}
+        item = {"pid": process_key[0], **_named(tuple(names), sizes)}
         if process_key in assigned:
             values = assigned[process_key]
             item.update({k: values[k] for k in ("rank", "tp_rank", "pp_rank", "dp_rank") if k in values})
@@ -132,6 +169,26 @@ def attribute(
         else:
             used[rank] = process_key or (None,)
     return info
+
+
+def _bounded_note(bounded: dict[str, int], boot: Boot, source: str):
+    """The note that the workers' global ranks were numbered under sizes bounded from their names."""
+    named = {"PP": "pipeline_parallel_size", "TP": "tensor_parallel_size"}
+    sizes = ", ".join(f"{group} ≥ {size}" for group, size in bounded.items())
+    stated = [named[group] for group in bounded if group in named]
+    where = (
+        f"the engine-config line ('Initializing a V1 LLM engine … with config: … {stated[0]}=N') states it"
+        if stated
+        else "no vLLM line states the PCP size"
+    )
+    return place_note(
+        "parallel-size-bounded",
+        source,
+        boot.first_line,
+        f"boot {boot.index}: the log does not state the parallel size(s) its worker names use; the workers' "
+        f"global ranks are numbered with {sizes} (the largest group ranks their names show + 1) and their "
+        f"group ranks kept: {where}. A budget needs every rank present, so it needs those sizes stated",
+    )
 
 
 def _v0_workers(info: dict, boot: Boot, world: int | None, source: str, warnings: list) -> None:
@@ -195,12 +252,12 @@ def _ray_workers(info: dict, boot: Boot, world: int | None, first: int, source: 
 
 
 @lru_cache(maxsize=1024)
-def _named(names: tuple[str, ...], tp_size: int | None, pp_size: int | None) -> dict:
+def _named(names: tuple[str, ...], sizes: Sizes) -> dict:
     """What the names one process printed under (in order) say of it under the key's TP and PP sizes:
     its best name, roles and rank fields; the same processes recur in every boot, so each set of
     names is read once (read only: :func:`attribute` copies it).
 
-    >>> _named(("EngineCore_DP1",), 1, 1)
+    >>> _named(("EngineCore_DP1",), (1, 1, 1))
     {'process': 'EngineCore_DP1', 'engine': True, 'engine_dp': 1}
     """
     item: dict = {"process": _best_name(list(names))}
@@ -211,7 +268,7 @@ def _named(names: tuple[str, ...], tp_size: int | None, pp_size: int | None) -> 
         if engine:
             item["engine"] = True
             item["engine_dp"] = engine_dp
-        for name_key, value in _rank_from_name(name, tp_size, pp_size):
+        for name_key, value in _rank_from_name(name, sizes):
             item.setdefault(name_key, value)
     return item
 

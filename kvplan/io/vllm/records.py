@@ -7,15 +7,21 @@ several process prefixes on one line, two processes' output interleaved, lost he
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import NamedTuple
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX_RE = re.compile(r"\((?:([A-Za-z_][\w.\-= ]*?) )?pid=(\d+)(?:, ip=([^)\s]+))?\)\s?")
 _LEVELS = r"DEBUG|INFO|WARNING|ERROR|CRITICAL"
-_HEADER_TAIL = r" \d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? (?:\[?[\w./<>-]+:\d+\] ?)?"
+#: A header after its level: the time (``MM-DD HH:MM:SS``; in pasted excerpts often ``...`` or ``…``), then
+#: ``[file:line]`` (issue 26).
+_TIME = r"(?:\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?|\.\.\.|…)"
+_HEADER_TAIL = r" " + _TIME + r" (?:\[?[\w./<>-]+:\d+\] ?)?"
 #: Where a record starts: a process prefix (groups 1-3: name, pid, ip) or a log header (group 4: level).
 _START_RE = re.compile(_PREFIX_RE.pattern + r"|(" + _LEVELS + r")" + _HEADER_TAIL)
 _LEVEL_GROUP = 4
+_WORKER_RE = re.compile(r"(?:Worker|VllmWorker)((?:[ _](?:DP|PP|PCP|TP|DCP|EP)\d+)*)")
+_WORKER_GROUP_RE = re.compile(r"(DP|PP|PCP|TP|DCP|EP)(\d+)")
 _RAY_REPEAT_RE = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
 #: A colour code whose ESC byte was lost in copy-paste (``[1;36m``), and the tokens of a record's
 #: head (process prefix, level, date, ``[file:line]``) among which such codes are stripped.
@@ -24,7 +30,7 @@ _HEAD_TOKEN_RE = re.compile(
     r"(?P<code>\[[0-9;]*m)|(?P<space>[ \t]+)"
     r"|(?P<prefix>\((?:[A-Za-z_][\w.\-= ]*? )?pid=\d+(?:, ip=[^)\s]+)?\))"
     r"|(?P<level>(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)(?![\w:]))"
-    r"|(?P<time>\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?)|(?P<file>\[?[\w./<>-]+:\d+\])"
+    r"|(?P<time>" + _TIME + r")|(?P<file>\[?[\w./<>-]+:\d+\])"
 )
 
 
@@ -223,3 +229,32 @@ def _record(message: str, prefixes: list[re.Match], level: str | None) -> Record
         repeated,
         tuple((m.group(1) or "").strip() for m in outer),
     )
+
+
+@lru_cache(maxsize=1024)
+def worker_groups(name: str) -> tuple[tuple[str, int], ...] | None:
+    """The group ranks a multiproc worker's name states (``Worker[_DP{d}][_PP{p}][_PCP{c}][_TP{t}][_DCP{k}]
+    [_EP{e}]``, 0.10.2+; ``VllmWorker PP1_TP0``, 0.10.1), each part present only when its group has more
+    than one member (EP whenever expert parallelism is on); None for any other name.
+
+    >>> worker_groups("Worker_DP1_PP0_TP3_EP7"), worker_groups("VllmWorker PP1_TP0"), worker_groups("EngineCore")
+    ((('DP', 1), ('PP', 0), ('TP', 3), ('EP', 7)), (('PP', 1), ('TP', 0)), None)
+    """
+    match = _WORKER_RE.fullmatch(name)
+    if match is None:
+        return None
+    return tuple((group, int(index)) for group, index in _WORKER_GROUP_RE.findall(match.group(1)))
+
+
+@lru_cache(maxsize=1024)
+def rank_name(name: str) -> tuple | None:
+    """What a process name says of the rank it printed for (its group ranks, or ``rank=N``); None for a
+    name that names no rank (``Worker`` before its groups exist, ``EngineCore``, Ray's actors).
+
+    >>> rank_name("Worker_PP1_TP0"), rank_name("VllmWorker rank=2"), rank_name("Worker"), rank_name("EngineCore")
+    ((('PP', 1), ('TP', 0)), (('rank', 2),), None, None)
+    """
+    match = re.fullmatch(r"VllmWorker rank=(\d+)", name)
+    if match:
+        return (("rank", int(match.group(1))),)
+    return worker_groups(name) or None

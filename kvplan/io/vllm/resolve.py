@@ -14,7 +14,7 @@ from kvplan.io.ledger_frame import EMPTY_ROW, missing
 from kvplan.io.metadata import place_note
 from kvplan.io.room_rule import RoomRule
 from kvplan.io.vllm.boots import KV_SIZED_COLUMNS, Boot
-from kvplan.io.vllm.conflicts import RankObservations, safest, two_launches
+from kvplan.io.vllm.conflicts import RankObservations, completed, safest, two_launches
 from kvplan.io.vllm.manual import exact_manual
 from kvplan.io.vllm.ranks import PRINTING_SCOPES, attribute, key_size, ray_worker_name
 from kvplan.releases import version_tuple
@@ -227,7 +227,7 @@ def _keep_safest(
     """Each rank's values from its safest observation (the lowest room by ``room_rule``; without it the
     least free memory), with a note when several conflict."""
     for rank in seen.ranks():
-        observations = seen.of(rank)
+        observations = completed(seen.of(rank))
         if len(observations) == 1:  # the common case: nothing conflicts
             chosen, note = observations[0], None
         else:

@@ -84,6 +84,8 @@ def _caveat(code: str) -> dict:
 SIZING_FAMILIES: list[Family] = [
     family("blocks_override", "num_gpu_blocks_override", "config", (None, "num_gpu_blocks_override"), r"Overriding num_gpu_blocks=(\d+) with num_gpu_blocks_override=(\d+)"),
     family("auto_fit", "Auto-fit max_model_len: reduced", "config", (None, "max_model_len"), r"Auto-fit max_model_len: reduced from (\d+) to (\d+) to fit in available"),
+    # 0.27–0.31 "… full model context length %d fits in available GPU memory", 0.32+ "… in available KV cache memory (%s)"
+    family("auto_fit", "Auto-fit max_model_len: full model", "config", ("max_model_len",), r"Auto-fit max_model_len: full model context length (\d+) fits in available"),
     family("max_num_batched_tokens", "max_num_batched_tokens=", "config", ("max_num_batched_tokens",), r"Chunked prefill is enabled with max_num_batched_tokens=(\d+)"),
     # config/vllm.py info_once, 0.14–0.26
     family("async_scheduling", "scheduling is", "config", ("async_scheduling:enabled",), r"^Asynchronous scheduling is (enabled|disabled)"),

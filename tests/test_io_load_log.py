@@ -11,8 +11,15 @@ import pandas as pd
 import pytest
 
 from kvplan.config import DATA_DIR
-from kvplan.io.vllm_stats import parse_stats_message, parse_stats_text, read_load_evidence, read_vllm_stats
-from kvplan.load import LoadFormatError, load_timeline, run_preemptions
+from kvplan.io.load import (
+    LoadFormatError,
+    parse_stats_message,
+    parse_stats_text,
+    read_load_evidence,
+    read_vllm_stats,
+)
+from kvplan.load import load_timeline, run_preemptions
+from tests.load_rows import rows_of
 
 V1 = "(APIServer pid=7) INFO 11-29 10:{:02d}:{:02d} [loggers.py:{}] "
 
@@ -204,7 +211,7 @@ INFO 11-29 10:00:20 launcher.py:57] Shutting down FastAPI HTTP server.
 
 def test_v0_log_timeline():
     reading = parse_stats_text(V0_LOG, "v0.log", year=2026)
-    rows = [row.to_dict() for row in reading.rows]
+    rows = [row.to_dict() for row in rows_of(reading)]
     assert [(r["line"], r["event"]) for r in rows] == [
         (1, None),
         (3, "preemption"),
@@ -226,7 +233,7 @@ def test_v0_log_timeline():
 def test_oom_block_is_one_event():
     # four ERROR records in a row (the exception and its traceback) are one OOM, not four
     reading = parse_stats_text(V0_LOG, "v0.log", year=2026)
-    assert sum(row.event == "oom" for row in reading.rows) == 1
+    assert sum(row.event == "oom" for row in rows_of(reading)) == 1
 
 
 V1_CRASH = """\
@@ -248,7 +255,7 @@ allocate 2.00 GiB.
 
 
 def test_v1_crash_is_one_oom_event_with_last_state():
-    rows = parse_stats_text(V1_CRASH, "crash.log", year=2026).rows
+    rows = rows_of(parse_stats_text(V1_CRASH, "crash.log", year=2026))
     assert [(row.line, row.event) for row in rows] == [(1, None), (2, "oom")]
     crash = rows[1]
     # SchedulerStats(num_running_reqs=31, num_waiting_reqs=2, kv_cache_usage=0.9375) → 93.75 %
@@ -258,7 +265,7 @@ def test_v1_crash_is_one_oom_event_with_last_state():
 
 def test_error_without_oom():
     text = "(APIServer pid=1) ERROR 11-29 10:00:12 [serving_chat.py:201] Error in preprocessing prompt inputs"
-    assert [row.event for row in parse_stats_text(text, "e.log").rows] == ["error"]
+    assert [row.event for row in rows_of(parse_stats_text(text, "e.log"))] == ["error"]
 
 
 DP_LOG = "\n".join(
@@ -303,7 +310,7 @@ DP_LOG = "\n".join(
 
 def test_v1_engines_and_interval_preemptions():
     reading = parse_stats_text(DP_LOG, "dp.log", year=2026)
-    assert [(r.engine, r.preemptions) for r in reading.rows] == [(0, 0), (1, 2), (0, 1), (1, 3)]
+    assert [(r.engine, r.preemptions) for r in rows_of(reading)] == [(0, 0), (1, 2), (0, 1), (1, 3)]
     timeline = load_timeline(reading)
     # cumulative per engine: engine 0 → 0, 1; engine 1 → 2, 5
     assert timeline["preemptions_cum"].tolist() == [0, 2, 1, 5]
@@ -315,7 +322,7 @@ def test_v1_before_0_11_1_cannot_count_preemptions():
     # loggers.py:127 is 0.11.0's stats call: no "Preemptions" field exists, so absence means unknown
     text = v1_line(0, 10, FORMS["v1 0.8.3"][0], lineno=127)
     reading = parse_stats_text(text, "old.log")
-    assert reading.rows[0].preemptions is None
+    assert rows_of(reading)[0].preemptions is None
     assert run_preemptions(reading) is None
     assert any("before vLLM 0.11.1" in w for w in reading.warnings)
 
@@ -324,10 +331,13 @@ def test_time_without_year_and_rollover():
     late = v1_line(0, 0, FORMS["v1 0.8.3"][0]).replace("11-29 10:00:00", "12-31 23:59:55")
     early = v1_line(0, 0, FORMS["v1 0.8.3"][0]).replace("11-29 10:00:00", "01-01 00:00:05")
     unknown = parse_stats_text(late + "\n" + early, "ny.log")
-    assert [r.to_dict()["time"] for r in unknown.rows] == ["12-31 23:59:55", "01-01 00:00:05"]
+    assert [r.to_dict()["time"] for r in rows_of(unknown)] == ["12-31 23:59:55", "01-01 00:00:05"]
     assert any("no year" in w for w in unknown.warnings)
     known = parse_stats_text(late + "\n" + early, "ny.log", year=2025)
-    assert [r.time for r in known.rows] == [datetime(2025, 12, 31, 23, 59, 55), datetime(2026, 1, 1, 0, 0, 5)]
+    assert [r.time for r in rows_of(known)] == [
+        datetime(2025, 12, 31, 23, 59, 55),
+        datetime(2026, 1, 1, 0, 0, 5),
+    ]
     # the 10 s between them survive the year change
     assert load_timeline(known)["elapsed_s"].tolist() == [0.0, 10.0]
 
@@ -375,7 +385,7 @@ STATS_0_26 = FORMS["v1 0.11.1 preemptions"][0]
     ],
 )
 def test_tolerated_wrappers(name, text, time):
-    rows = parse_stats_text(text, f"{name}.log").rows
+    rows = rows_of(parse_stats_text(text, f"{name}.log"))
     assert len(rows) == 1
     assert rows[0].to_dict()["time"] == time
     assert (rows[0].waiting, rows[0].preemptions, rows[0].kv_cache_usage_pct) == (41, 2, 98.4)
@@ -388,14 +398,14 @@ def test_debug_stats_lines_are_read():
         "Running: 5 reqs, Waiting: 9 reqs, GPU KV cache usage: 99.9%, Prefix cache hit rate: 0.0%"
     )
     text = "(APIServer pid=7) DEBUG 11-29 10:00:10 [v1/metrics/loggers.py:310] " + message
-    [row] = parse_stats_text(text, "debug.log").rows
+    [row] = rows_of(parse_stats_text(text, "debug.log"))
     assert (row.running, row.waiting, row.generation_tokens_per_s, row.preemptions) == (5, 9, 0.0, 0)
 
 
 def test_glued_records_on_one_line():
     first = v1_line(0, 10, FORMS["v1 0.8.3"][0])
     second = v1_line(0, 20, STATS_0_26)
-    rows = parse_stats_text(first + second, "glued.log").rows
+    rows = rows_of(parse_stats_text(first + second, "glued.log"))
     assert [(r.line, r.engine, r.kv_cache_usage_pct) for r in rows] == [(1, 1, 61.0), (1, 0, 98.4)]
 
 
@@ -403,13 +413,13 @@ def test_hard_wrap_at_column_159_is_joined():
     record = v1_line(0, 10, STATS_0_26)
     assert len(record) > 159
     wrapped = record[:159] + "\n" + record[159:] + "\n" + v1_line(0, 20, STATS_0_26)
-    rows = parse_stats_text(wrapped, "wrapped.log").rows
+    rows = rows_of(parse_stats_text(wrapped, "wrapped.log"))
     assert [(r.line, r.kv_cache_usage_pct, r.preemptions) for r in rows] == [(1, 98.4, 2), (3, 98.4, 2)]
 
 
 def test_bare_message_has_no_time():
     reading = parse_stats_text(STATS_0_26 + "\n", "copied.log")
-    assert reading.rows[0].time is None and reading.rows[0].running == 23
+    assert rows_of(reading)[0].time is None and rows_of(reading)[0].running == 23
     assert any("lost their log header" in w for w in reading.warnings)
 
 
@@ -426,7 +436,7 @@ def test_startup_only_log_gives_capacity_and_a_warning():
         "tokens\n"
     )
     reading = parse_stats_text(text, "boot.log")
-    assert reading.rows == () and reading.kv_cache_tokens == 155_856
+    assert reading.frame.empty and reading.kv_cache_tokens == 155_856
     assert any("startup lines only" in w for w in reading.warnings)
 
 
@@ -451,8 +461,8 @@ def test_sample_overload_log_and_metrics_agree():
 
 def test_year_comes_from_metrics_of_the_same_run():
     both = read_load_evidence([OVERLOAD / "server.log", OVERLOAD / "metrics.prom"])
-    assert all(row.year_known for row in both.rows)
-    assert both.rows[0].source.endswith("server.log")  # file order as given
+    assert all(row.year_known for row in rows_of(both))
+    assert rows_of(both)[0].source.endswith("server.log")  # file order as given
     assert any("year is taken from the /metrics" in w for w in both.warnings)
 
 
@@ -480,7 +490,7 @@ V0_RESTART_LOG = "\n".join(
 def test_v0_counter_restarts_from_zero_after_a_server_restart():
     reading = parse_stats_text(V0_RESTART_LOG, "restart.log", year=2026)
     # the second start (lines 5 and 6, one boot) comes after rows: rows after it have restarts = 1
-    assert [(row.line, row.preemptions_total, row.restarts) for row in reading.rows] == [
+    assert [(row.line, row.preemptions_total, row.restarts) for row in rows_of(reading)] == [
         (2, 1, 0),
         (3, 51, 0),
         (7, 1, 1),
@@ -521,7 +531,7 @@ def test_log_and_metrics_times_need_an_offset(tmp_path):
     # the server runs on UTC−7 (PDT): its 10:00:10 local is 17:00:10 UTC, the scrape's time
     aligned = read_load_evidence([log, prom], utc_offset=-7)
     assert not any("without a known offset" in w for w in aligned.warnings)
-    assert [row.time for row in aligned.rows] == [datetime(2026, 11, 29, 17, 0, 10)] * 2
+    assert [row.time for row in rows_of(aligned)] == [datetime(2026, 11, 29, 17, 0, 10)] * 2
     with pytest.raises(ValueError, match="UTC offset 20 h is out of range"):
         read_load_evidence([log], utc_offset=20)
 
@@ -534,13 +544,13 @@ def test_docker_stamps_give_the_offset(tmp_path):
     prom = tmp_path / "metrics.prom"
     prom.write_text('# 2026-11-29T17:00:10Z\nvllm:num_requests_running{engine="0"} 23.0\n')
     reading = read_load_evidence([log, prom])
-    assert [row.time for row in reading.rows] == [datetime(2026, 11, 29, 17, 0, 10)] * 2
+    assert [row.time for row in rows_of(reading)] == [datetime(2026, 11, 29, 17, 0, 10)] * 2
     assert reading.sources[1].utc_offset_hours == -7
     assert not any("without a known offset" in w for w in reading.warnings)
     assert any("UTC-7 h, read from the docker" in w for w in reading.warnings)
     # an offset given that contradicts the stamps is used, with a warning
     given = read_load_evidence([log], utc_offset=-8)
-    assert given.rows[0].time == datetime(2026, 11, 29, 18, 0, 10)
+    assert rows_of(given)[0].time == datetime(2026, 11, 29, 18, 0, 10)
     assert any("not the -8 h given" in w for w in given.warnings)
 
 
@@ -557,7 +567,7 @@ def test_stripped_metrics_dump_with_a_python_sample_first_is_read_as_metrics(tmp
         'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
         'vllm:kv_cache_usage_perc{engine="0",model_name="m"} 0.25\n'
     )
-    [row] = read_load_evidence([prom]).rows
+    [row] = rows_of(read_load_evidence([prom]))
     # read as a scrape (kind metrics, 0.25 → 25 %), not refused as a log without stats lines
     assert (row.kind, row.engine, row.running, row.kv_cache_usage_pct) == ("metrics", 0, 3, 25.0)
 
@@ -571,7 +581,7 @@ def test_kv_usage_outside_zero_to_hundred_percent_is_unknown_with_a_warning():
     )
     text = "".join(line.format(s=f"{10 * i:02d}", usage=u) for i, u in enumerate(("-5.0", "100.0", "150.2")))
     reading = parse_stats_text(text, "bad.log", year=2026)
-    assert [row.kv_cache_usage_pct for row in reading.rows] == [None, 100.0, None]
+    assert [row.kv_cache_usage_pct for row in rows_of(reading)] == [None, 100.0, None]
     notes = [w for w in reading.warnings if "outside 0–100%" in w]
     assert [(note.code, note.line) for note in notes] == [
         ("kv-usage-out-of-range", 1),

@@ -15,14 +15,16 @@ from datetime import datetime
 import pytest
 
 from kvplan.config import DATA_DIR
-from kvplan.io.prometheus_text import (
+from kvplan.io.load import LoadFormatError
+from kvplan.io.load.metrics import (
     is_metrics_text,
     parse_metrics_snapshots,
     parse_metrics_text,
     read_metrics_snapshots,
     split_scrapes,
 )
-from kvplan.load import LoadFormatError, load_timeline, run_preemptions
+from kvplan.load import load_timeline, run_preemptions
+from tests.load_rows import rows_of
 
 MODEL = 'model_name="meta-llama/Llama-3.1-70B-Instruct"'
 
@@ -87,7 +89,7 @@ def test_one_v1_scrape_ignores_created():
     [scrape] = parse_metrics_text(text, "one.prom")
     assert scrape.time == datetime(2026, 11, 29, 10, 0, 0)
     assert not any(name.endswith("_created") for name in scrape.values[0])
-    [row] = parse_metrics_snapshots([("one.prom", text)]).rows
+    [row] = rows_of(parse_metrics_snapshots([("one.prom", text)]))
     d = row.to_dict()
     # 0.984 → 98.4 %; one scrape: no interval, so no rates and no per-interval preemptions
     assert (d["kv_cache_usage_pct"], d["running"], d["waiting"], d["engine"]) == (98.4, 23, 41, 0)
@@ -102,7 +104,7 @@ def test_many_scrapes_rates_and_counter_reset():
         + v1_scrape("2026-11-29T10:01:30Z", 3, 0, 0.10, 12_000, 600, 2, hits=0, queries=12_000)
     )
     reading = parse_metrics_snapshots([("run.prom", text)])
-    rows = [row.to_dict() for row in reading.rows]
+    rows = [row.to_dict() for row in rows_of(reading)]
     # a scrape is 40 lines (its time comment, 3 gauges × 3 lines, 5 counters × 6 with `_created`)
     assert [row["line"] for row in rows] == [1, 41, 81]
     # prompt (70,000 − 10,000) / 30 s = 2,000 tok/s; after the reset 12,000 / 60 s = 200 tok/s, never negative
@@ -122,8 +124,10 @@ def test_many_scrapes_rates_and_counter_reset():
 def test_scrapes_split_by_repeated_help_without_time():
     one = v1_scrape("x", 1, 0, 0.1, 10, 10, 0).split("\n", 1)[1]  # drop the comment line
     reading = parse_metrics_snapshots([("twice.prom", one + one)])
-    assert len(reading.rows) == 2 and reading.rows[1].line == 40  # 39 lines per scrape without the comment
-    assert reading.rows[1].prompt_tokens_per_s is None  # no times, no rates
+    assert (
+        len(rows_of(reading)) == 2 and rows_of(reading)[1].line == 40
+    )  # 39 lines per scrape without the comment
+    assert rows_of(reading)[1].prompt_tokens_per_s is None  # no times, no rates
     assert any("without a time" in w for w in reading.warnings)
 
 
@@ -137,7 +141,7 @@ def test_federate_dump_with_sample_timestamps_and_two_engines():
         f'vllm:num_preemptions_total{{engine="1",{MODEL},instance="a:8000",job="vllm"}} {p1} {ms}\n'
         for ms, r0, r1, p1 in [(1795511850000, 4.0, 6.0, 0.0), (1795511880000, 5.0, 7.0, 3.0)]
     )
-    rows = parse_metrics_snapshots([("fed.prom", text)]).rows
+    rows = rows_of(parse_metrics_snapshots([("fed.prom", text)]))
     # 1795511850 s = 2026-11-24T09:17:30Z; one row per scrape and engine
     assert [(r.time.isoformat(), r.engine, r.running, r.preemptions) for r in rows] == [
         ("2026-11-24T09:17:30", 0, 4, None),
@@ -180,7 +184,7 @@ vllm:num_preemptions_total{model_name="llama"} 51.0
 
 def test_v0_names():
     reading = parse_metrics_snapshots([("v0.prom", V0_SCRAPE)])
-    d = reading.rows[0].to_dict()
+    d = rows_of(reading)[0].to_dict()
     # gpu_cache_usage_perc 0.971 → 97.1 %; the avg_* gauges are rates already; −1 = prefix caching off
     assert (d["engine"], d["kv_cache_usage_pct"], d["swapped"], d["waiting"]) == (None, 97.1, 1, 4)
     assert d["generation_tokens_per_s"] == 210.3
@@ -205,7 +209,7 @@ def test_is_metrics_text_when_a_later_sample_is_vllm():
         f'vllm:num_requests_running{{engine="0",{MODEL}}} 3.0\n'
     )
     assert is_metrics_text(stripped)
-    [row] = parse_metrics_snapshots([("stripped.prom", stripped)]).rows
+    [row] = rows_of(parse_metrics_snapshots([("stripped.prom", stripped)]))
     assert (row.engine, row.running) == (0, 3)
     # samples without any vllm: name, or a log line after a well-formed sample, are not a vLLM dump
     assert not is_metrics_text("node_load1 0.5\nnode_load5 0.25\n")
@@ -231,11 +235,11 @@ def test_no_vllm_metric_is_refused():
 def test_sample_one_scrape_per_file():
     paths = sorted(glob.glob(str(DATA_DIR / "load" / "manual-canary" / "metrics" / "*.prom")))
     reading = read_metrics_snapshots(paths)
-    assert len(reading.rows) == len(paths) == 6  # a scrape every 60 s over the run
-    assert [row.source for row in reading.rows] == paths
+    assert len(rows_of(reading)) == len(paths) == 6  # a scrape every 60 s over the run
+    assert [row.source for row in rows_of(reading)] == paths
     # rates come from counters in consecutive files, 60 s apart
-    assert reading.rows[0].generation_tokens_per_s is None
-    assert all(row.generation_tokens_per_s > 0 for row in reading.rows[1:])
+    assert rows_of(reading)[0].generation_tokens_per_s is None
+    assert all(row.generation_tokens_per_s > 0 for row in rows_of(reading)[1:])
     assert run_preemptions(reading) == 0
     assert reading.kv_cache_tokens == 157_280
 
@@ -244,7 +248,7 @@ def test_sample_federate_file():
     reading = read_metrics_snapshots([DATA_DIR / "load" / "profiled-canary" / "federate.prom"])
     # the profiled boot of data/boots/four-rank: 155,856 tokens = 9,741 blocks × 16
     assert reading.kv_cache_tokens == 155_856
-    times = [row.time for row in reading.rows]
+    times = [row.time for row in rows_of(reading)]
     assert all((b - a).total_seconds() == 30 for a, b in itertools.pairwise(times))
 
 
@@ -330,7 +334,7 @@ def test_non_finite_samples_are_unknown_with_a_warning():
         + v1_scrape("2026-11-29T10:01:30Z", 20, 1, 0.6, 70_000, 50_000, 9)  # line 81
     )
     reading = parse_metrics_snapshots([("run.prom", text)])
-    rows = [row.to_dict() for row in reading.rows]
+    rows = [row.to_dict() for row in rows_of(reading)]
     assert [row["running"] for row in rows] == [None, 22, 20]
     assert [row["waiting"] for row in rows] == [4, None, 1]
     assert [row["kv_cache_usage_pct"] for row in rows] == [None, 50.0, 60.0]
@@ -346,7 +350,7 @@ def test_non_finite_samples_are_unknown_with_a_warning():
         "run.prom:47: vllm:num_requests_waiting is -Inf",
         "run.prom:59: vllm:prompt_tokens_total is NaN",
     ]
-    json.dumps(reading.to_dict(), allow_nan=False)  # strict JSON: no NaN / Infinity anywhere
+    json.dumps(reading.records(), allow_nan=False)  # strict JSON: no NaN / Infinity anywhere
 
 
 def test_non_finite_sample_in_one_label_series_makes_the_sum_unknown():
@@ -359,7 +363,7 @@ def test_non_finite_sample_in_one_label_series_makes_the_sum_unknown():
         f'vllm:num_requests_waiting{{engine="0",instance="a:8000",{MODEL}}} 1.0\n'
     )
     reading = parse_metrics_snapshots([("fed.prom", text)])
-    [row] = reading.rows
+    [row] = rows_of(reading)
     assert (row.running, row.waiting) == (None, 1)
     assert any(w.startswith("fed.prom:3: vllm:num_requests_running is NaN") for w in reading.warnings)
 
@@ -375,7 +379,7 @@ def test_concatenated_scrapes_are_split_where_a_series_repeats():
     first = _grep_vllm(v1_scrape("x", 3, 0, 0.25, 1_000, 500, 5))
     second = _grep_vllm(v1_scrape("x", 4, 1, 0.5, 2_000, 900, 6))
     reading = parse_metrics_snapshots([("dump.prom", first + second)])
-    rows = reading.rows
+    rows = rows_of(reading)
     assert [(row.line, row.time, row.running, row.waiting) for row in rows] == [
         (1, None, 3, 0),
         (14, None, 4, 1),
@@ -388,7 +392,7 @@ def test_concatenated_scrapes_are_split_where_a_series_repeats():
         for w in reading.warnings
     )
     # after a time comment the first scrape has its time; the repeated one (line 2 + 13 = 15) has none
-    timed = parse_metrics_snapshots([("dump.prom", "# 2026-11-29T10:00:00Z\n" + first + second)]).rows
+    timed = rows_of(parse_metrics_snapshots([("dump.prom", "# 2026-11-29T10:00:00Z\n" + first + second)]))
     assert [(row.line, row.time) for row in timed] == [(1, datetime(2026, 11, 29, 10)), (15, None)]
 
 
@@ -401,7 +405,7 @@ def test_series_at_two_sample_timestamps_is_not_a_repeat():
     )
     reading = parse_metrics_snapshots([("fed.prom", text)])
     # (4,000 − 1,000) / 30 s = 100 tok/s
-    assert [row.generation_tokens_per_s for row in reading.rows] == [None, 100.0]
+    assert [row.generation_tokens_per_s for row in rows_of(reading)] == [None, 100.0]
     assert not any("split where a series repeated" in w for w in reading.warnings)
 
 
@@ -432,7 +436,7 @@ def test_changed_created_time_is_a_restart_even_when_counters_grew():
         created="1.7959467e+09",
     )
     reading = parse_metrics_snapshots([("run.prom", text)])
-    rows = reading.rows
+    rows = rows_of(reading)
     # counted from zero: prompt 70,000 / 600 s = 116.667 (not (70,000 − 10,000) / 600 = 100),
     # generation 62,000 / 600 = 103.333 (not 100), preemptions 8 (not 3), hits 7,000 of 70,000 = 10 %
     # (not 6,900 of 60,000 = 11.5 %)
@@ -452,7 +456,7 @@ def test_unchanged_created_time_keeps_the_increase():
     )
     reading = parse_metrics_snapshots([("run.prom", text)])
     # (62,000 − 2,000) / 600 s = 100; 8 − 5 = 3
-    assert (reading.rows[1].generation_tokens_per_s, reading.rows[1].preemptions) == (100.0, 3)
+    assert (rows_of(reading)[1].generation_tokens_per_s, rows_of(reading)[1].preemptions) == (100.0, 3)
     assert not any("restarted" in w for w in reading.warnings)
 
 
@@ -468,7 +472,7 @@ def test_series_without_an_engine_and_without_row_fields_make_no_row():
         'vllm:lora_requests_info{max_lora="2",running_lora_adapters="alpaca",waiting_lora_adapters=""} '
         "1.789828498802105e+09\n"
     )
-    rows = parse_metrics_snapshots([("lora.prom", text)]).rows
+    rows = rows_of(parse_metrics_snapshots([("lora.prom", text)]))
     assert [(row.engine, row.running) for row in rows] == [(0, 3)]
 
 
@@ -478,7 +482,7 @@ def test_integer_sample_values_read_as_floats():
         "# TYPE vllm:avg_generation_throughput_toks_per_s gauge\n"
         'vllm:avg_generation_throughput_toks_per_s{model_name="m"} 120\n'
     )
-    [row] = parse_metrics_snapshots([("v0.prom", text)]).rows
+    [row] = rows_of(parse_metrics_snapshots([("v0.prom", text)]))
     assert json.dumps(row.to_dict()["generation_tokens_per_s"]) == "120.0"
 
 
@@ -492,7 +496,7 @@ def test_kv_usage_outside_zero_to_one_is_unknown_with_a_warning():
         + v1_scrape("2026-11-29T10:01:00Z", 2, 0, 1.0, 0, 0, 0)
     )  # 1 = 100 %: full, and possible
     reading = parse_metrics_snapshots([("bad.prom", text)])
-    assert [row.kv_cache_usage_pct for row in reading.rows] == [None, None, 100.0]
+    assert [row.kv_cache_usage_pct for row in rows_of(reading)] == [None, None, 100.0]
     notes = [w for w in reading.warnings if "outside 0–1" in w]
     assert [(note.code, note.line) for note in notes] == [
         ("kv-usage-out-of-range", 10),

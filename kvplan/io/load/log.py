@@ -8,10 +8,11 @@ V0's preemption warning with ``total_num_cumulative_preemption=N``, and OOM / er
 run of consecutive ERROR records, ``oom`` when any of them says ``CUDA out of memory`` or
 ``OutOfMemoryError``; V1's ``Dumping scheduler stats: SchedulerStats(…)`` fills the event's last state).
 
-Records (with what is tolerated around them) come from :mod:`kvplan.io.stats_records`, stats messages are
-read by :mod:`kvplan.io.stats_message`; the log is read in one pass as a stream and its rows kept packed
-(:class:`~kvplan.load_reading.LoadRows`), so a log of any size is read in memory proportional to its rows.
-A line that is one default V1 stats record is taken whole (:mod:`kvplan.io.stats_log`), a regex a line.
+Records (with what is tolerated around them) come from :mod:`kvplan.io.load.records`, stats messages are
+read by :mod:`kvplan.io.load.message`; the log is read in one pass as a stream (no line held longer than
+16 MiB) and its rows kept in typed columns (:class:`~kvplan.io.load.frame.RowBuilder`), so a log of any size
+is read in memory proportional to its rows. A run of lines that are each one default V1 stats record is
+taken whole by the sealed engine (:mod:`kvplan.io.load.engine`); every other line by a regex a line.
 Idle intervals are not logged at INFO (vLLM demotes a stats line to DEBUG when all throughputs are 0);
 long gaps between stats lines are reported as warnings. A server start seen after rows (``vLLM API server
 version …``, ``Initializing a(n) … LLM engine``) is a restart: later rows carry ``restarts`` ≥ 1, so V0's
@@ -28,31 +29,35 @@ import itertools
 import operator
 import re
 import statistics
-from collections.abc import Iterable, Sequence
-from dataclasses import replace
+from array import array
+from collections.abc import Iterable
+from datetime import timedelta
 from pathlib import Path
 
-from kvplan.io import prometheus_text, stats_log
-from kvplan.io.stats_log import V1_PREEMPTIONS_FIELD_FROM_LINENO, StatsLog
-from kvplan.io.stats_message import has_running, parse_stats_message
-from kvplan.io.stats_records import (
+import kvplan.io.load.engine as whole_lines
+from kvplan.io.load.engine import V1_PREEMPTIONS_FIELD_FROM_LINENO
+from kvplan.io.load.frame import (
+    EPOCH,
+    MICROSECOND,
+    LoadFormatError,
+    LoadReading,
+    LoadSource,
+    RowBuilder,
+    percent,
+    reading_of,
+)
+from kvplan.io.load.message import has_running, parse_stats_message
+from kvplan.io.load.records import (
     WRAP_WIDTH,
-    Record,
     RecordReader,
+    StatsRecord,
+    bounded_lines,
     log_time_shift,
     utc_offset_hours,
 )
-from kvplan.load_reading import LoadReading, combine_readings
-from kvplan.load_rows import LoadFormatError, LoadSource, percent
 from kvplan.notes import Note
 
-__all__ = [
-    "parse_stats_lines",
-    "parse_stats_message",
-    "parse_stats_text",
-    "read_load_evidence",
-    "read_vllm_stats",
-]
+__all__ = ["parse_stats_lines", "parse_stats_text", "read_vllm_stats"]
 
 IDLE_GAP_FACTOR = 3  # a gap longer than this many usual intervals is reported
 
@@ -74,6 +79,78 @@ _KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
 _MANUAL_BYTES = re.compile(r"'kv_cache_memory_bytes': (\d+)")
 
 
+class StatsLog:
+    """What one pass over a log's records gathered: the rows (the last one still open), counters, facts."""
+
+    def __init__(self, source: str, shift: timedelta) -> None:
+        self.source, self.shift = source, shift
+        self.shift_micros = shift // MICROSECOND
+        self.rows = RowBuilder()
+        self.code = self.rows.source_code(source)
+        self.last: dict | None = None  # the newest row, still open for its companion lines
+        self.last_form: str | None = None
+        self.restarts = self.rows_at_start = 0
+        self.late_v1 = False
+        self.pending_v1: array = array("q")  # V1 rows without "Preemptions" while late_v1 was unknown
+        self.forms: set[str] = set()
+        self.kv_tokens: set[int] = set()
+        self.manual_bytes: set[int] = set()
+        self.stamped: set[int] = set()  # UTC offsets [min] from docker stamps
+        self.yearless = False
+        self.untimed = 0
+        self.first_untimed: int | None = None
+        self.last_preemption: tuple[int, int | None] | None = None
+        self.series: dict[int | None, tuple[array, array]] = {}  # engine → (µs since the first, line)
+        self.warnings: list[str] = []
+
+    def count(self) -> int:
+        return len(self.rows) + (self.last is not None)
+
+    def add_series(self, engine: int | None, micros: Iterable[int], lines: Iterable[int]) -> None:
+        """Add stats rows' times [µs since year 1] and lines to ``engine``'s series (for the gap warnings)."""
+        series = self.series.get(engine)
+        if series is None:
+            series = self.series[engine] = (array("q"), array("q"))
+        series[0].extend(micros)
+        series[1].extend(lines)
+
+    def add(self, record: StatsRecord, form: str | None = None, **values) -> dict:
+        """Open a new row from ``record`` (its time shifted to UTC when the offset is known)."""
+        self.close()
+        time = record.time + self.shift if record.time is not None and self.shift else record.time
+        row = {
+            "engine": record.engine_prefix,
+            "restarts": self.restarts,
+            "year_known": record.year_known,
+            **values,
+            "line": record.line,
+            "time": time,
+        }
+        if values.get("event") is not None:
+            row["raw"] = record.message
+        if time is None:
+            self.untimed += 1
+            self.first_untimed = record.line if self.first_untimed is None else self.first_untimed
+        elif form is not None:
+            self.add_series(row["engine"], ((time - EPOCH) // MICROSECOND,), (record.line,))
+        self.last, self.last_form = row, form
+        return row
+
+    def close(self) -> None:
+        """Pack the open row."""
+        if self.last is not None:
+            row = self.last
+            self.rows.add(
+                self.source,
+                row.pop("line"),
+                row.pop("time"),
+                row,
+                event=row.get("event"),
+                raw=row.get("raw", ""),
+            )
+            self.last = None
+
+
 def parse_stats_text(
     text: str,
     source: str,
@@ -91,14 +168,14 @@ def parse_stats_text(
     >>> text = ("2026-11-29T17:00:10.758Z (APIServer pid=1) INFO 11-29 10:00:10 [loggers.py:310] Engine 000: "
     ...         "Running: 4 reqs, Waiting: 0 reqs, GPU KV cache usage: 5.2%")
     >>> reading = parse_stats_text(text, "docker.log")
-    >>> reading.rows[0].time.isoformat(), reading.sources[0].utc_offset_hours
+    >>> reading.records()[0]["time"], reading.sources[0].utc_offset_hours
     ('2026-11-29T17:00:10', -7.0)
 
     >>> text = ("(APIServer pid=3) INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Avg prompt throughput: "
     ...         "512.0 tokens/s, Avg generation throughput: 96.3 tokens/s, Running: 4 reqs, Waiting: 0 reqs, "
     ...         "GPU KV cache usage: 5.2%, Prefix cache hit rate: 0.0%")
-    >>> row = parse_stats_text(text, "server.log", year=2026).rows[0]
-    >>> row.time.isoformat(), row.engine, row.running, row.preemptions
+    >>> row = parse_stats_text(text, "server.log", year=2026).records()[0]
+    >>> row["time"], row["engine"], row["running"], row["preemptions"]
     ('2026-11-29T10:00:10', 0, 4, 0)
     """
     return parse_stats_lines(
@@ -111,7 +188,7 @@ def read_vllm_stats(
 ) -> LoadReading:
     """Rows and warnings from one vLLM server log file, read as a stream; ``source`` is the path as given."""
     with open(path, encoding="utf-8", errors="replace") as lines:
-        return parse_stats_lines(lines, str(path), year=year, utc_offset=utc_offset)
+        return parse_stats_lines(bounded_lines(lines, str(path)), str(path), year=year, utc_offset=utc_offset)
 
 
 def parse_stats_lines(
@@ -123,7 +200,7 @@ def parse_stats_lines(
 ) -> LoadReading:
     """Rows and warnings from the lines of one vLLM server log, in one pass (see :func:`parse_stats_text`).
 
-    Rows are kept packed (:class:`~kvplan.load_rows.LoadRows`), so memory grows with the rows, not the text.
+    Rows are kept in typed columns (:class:`~kvplan.io.load.frame.RowBuilder`): memory grows with the rows.
     A value that cannot be held (a count of thousands of digits, beyond 64 bits) is a
     :class:`LoadFormatError` naming the file and line.
     """
@@ -131,8 +208,8 @@ def parse_stats_lines(
     reader = RecordReader(year, wrap_width, source)
     reader.read(
         lines,
-        stats_log.V1_STATS_LINE,
-        log.take_whole,
+        whole_lines.V1_STATS_LINE,  # the sealed engine's lines (tests switch it off to compare)
+        lambda *run: whole_lines.take_stats_lines(log, *run),
         lambda line: _read_records(log, reader.push(line)),
         log.shift_micros,
     )
@@ -149,7 +226,7 @@ def parse_stats_lines(
     warnings: list[str] = []
     offset = utc_offset_hours(source, log.stamped, utc_offset, warnings)
     if utc_offset is None and offset is not None:
-        log.rows.shift_times(log_time_shift(offset))
+        log.rows.shift_times(log_time_shift(offset) // MICROSECOND)
     warnings += log.warnings + _warnings(log)
     if not log.rows:
         warnings.append(
@@ -160,10 +237,10 @@ def parse_stats_lines(
         warnings.append(
             f"{source}: several 'GPU KV cache size' values {sorted(log.kv_tokens)}; capacity left unknown"
         )
-    return LoadReading(
-        rows=log.rows,
-        warnings=tuple(warnings),
-        sources=(
+    return reading_of(
+        [log.rows.frame()],
+        warnings,
+        [
             LoadSource(
                 source,
                 "log",
@@ -171,12 +248,12 @@ def parse_stats_lines(
                 kv_cache_memory_bytes=next(iter(log.manual_bytes)) if len(log.manual_bytes) == 1 else None,
                 reports_preemptions="v0" in log.forms or ("v1" in log.forms and log.late_v1),
                 utc_offset_hours=offset,
-            ),
-        ),
+            )
+        ],
     )
 
 
-def _read_records(log: StatsLog, found: Iterable[Record]) -> None:
+def _read_records(log: StatsLog, found: Iterable[StatsRecord]) -> None:
     """Take each record into ``log`` (:func:`_read_record`); an unreadable one is a :class:`LoadFormatError`."""
     for record in found:
         try:
@@ -187,7 +264,7 @@ def _read_records(log: StatsLog, found: Iterable[Record]) -> None:
             raise LoadFormatError(f"{log.source}:{record.line}: cannot read this record ({exc})") from None
 
 
-def _read_record(log: StatsLog, record: Record) -> None:
+def _read_record(log: StatsLog, record: StatsRecord) -> None:
     """Take one record into ``log``: a row, a companion line's value, a restart, or a fact of the file."""
     message = record.message
     if record.utc_offset_minutes is not None:
@@ -310,53 +387,3 @@ def _warnings(log: StatsLog) -> list[str]:
                 "idle intervals at DEBUG) or not logging"
             )
     return warnings
-
-
-def read_load_evidence(
-    paths: Sequence[str | Path], year: int | None = None, utc_offset: float | None = None
-) -> LoadReading:
-    """One run's load evidence from server logs and /metrics snapshots alike, rows in file order.
-
-    Each file is sniffed: Prometheus text (``# HELP`` / ``# TYPE`` / ``vllm:`` samples) goes to
-    :func:`kvplan.io.prometheus_text.read_metrics_snapshots` (all snapshots together, so counters are
-    diffed across files), anything else to :func:`read_vllm_stats`. Give the files of one run only. Without
-    ``year``, logs take the year of the snapshots' times when snapshots are given (with a warning).
-    ``utc_offset`` is the server's offset from UTC in hours (the log's local time minus UTC); given, log
-    times are turned into UTC like the /metrics times, as they are when docker stamps show the offset;
-    otherwise a run that mixes logs and /metrics gets a warning.
-    """
-    shift = log_time_shift(utc_offset)
-    order = list(dict.fromkeys(str(path) for path in paths))
-    metrics = [path for path in order if _is_metrics_file(path)]
-    readings = []
-    notes: list[str] = []
-    if metrics:
-        readings.append(prometheus_text.read_metrics_snapshots(metrics))
-        timed = [row.time for row in readings[0].rows if row.time is not None]
-        if year is None and timed and len(metrics) < len(order):
-            year = (min(timed) - shift).year  # the servers' local year at the first scrape
-            clocks = (
-                ""
-                if utc_offset is not None
-                else "; log times are the server's local time, /metrics times UTC"
-            )
-            notes.append(f"the logs' year is taken from the /metrics times ({year}){clocks}")
-    logs = [read_vllm_stats(path, year=year, utc_offset=utc_offset) for path in order if path not in metrics]
-    local = [s.source for log in logs for s in log.sources if s.utc_offset_hours is None]
-    if metrics and local:
-        notes.append(
-            f"log times (the server's local time) and /metrics times (UTC) are mixed without a known "
-            f"offset for {', '.join(local)}: the timeline places them as if the server ran on UTC (the "
-            "load checks do not depend on it); to align them give the server's UTC offset "
-            "(kvplan load --log-utc-offset HOURS, utc_offset= in Python)"
-        )
-    if notes:
-        readings[0] = replace(readings[0], warnings=(*readings[0].warnings, *notes))
-    return combine_readings([*readings, *logs], order=order)
-
-
-def _is_metrics_file(path: str) -> bool:
-    """Whether the file is Prometheus text (:func:`~kvplan.io.prometheus_text.is_metrics_text`), from its
-    first lines."""
-    with open(path, encoding="utf-8", errors="replace") as lines:
-        return prometheus_text.is_metrics_lines(prometheus_text.physical_lines(lines))

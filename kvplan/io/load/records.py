@@ -18,10 +18,12 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, time, timedelta
 from pathlib import Path
-from typing import NamedTuple
+from typing import IO, NamedTuple
 
-from kvplan.load_rows import LoadFormatError
+from kvplan.io.load.frame import LoadFormatError
 
+MAX_LINE_CHARS = 1 << 24  # the startup reader's 16 MiB line cap: a longer line is refused, never held
+READ_CHARS = 1 << 20  # characters read at a time
 WRAP_WIDTH = 159  # column at which some log collectors hard-wrap a record
 READ_BLOCK = 4096  # lines that RecordReader.read matches at a time
 PLACEHOLDER_YEAR = 2000  # a leap year, so 02-29 parses; used only when no year is known (year_known=False)
@@ -51,7 +53,7 @@ _DAY_GROUP, _CLOCK_GROUP = operator.itemgetter(1), operator.itemgetter(2)  # of 
 _NONES = itertools.repeat(None)
 
 
-class Record(NamedTuple):
+class StatsRecord(NamedTuple):
     """One log record: where it starts, its level and time (``None`` when the header was lost)."""
 
     line: int
@@ -172,17 +174,17 @@ class RecordReader:
         self._midnight = 0  # its midnight [µs since year 1]
         self._clocks: dict[str, int] = {}  # "HH:MM:SS" → µs since midnight
 
-    def push(self, physical: str) -> Iterator[Record]:
+    def push(self, physical: str) -> Iterator[StatsRecord]:
         """The records that the physical line ``physical`` completes, in order."""
         for start, line in self.lines.push(physical):
             yield from self._records(start, line)
 
-    def finish(self) -> Iterator[Record]:
+    def finish(self) -> Iterator[StatsRecord]:
         """The records of the line still held at the end of the log."""
         for start, line in self.lines.finish():
             yield from self._records(start, line)
 
-    def _records(self, start: int, line: str) -> Iterator[Record]:
+    def _records(self, start: int, line: str) -> Iterator[StatsRecord]:
         for number, before, header, message in _split(start, line):
             try:
                 record = _record(
@@ -324,13 +326,15 @@ def _record(
     known: bool,
     year_value: int,
     last_month: int | None,
-) -> Record:
+) -> StatsRecord:
     """One record; ``known``, ``year_value`` and ``last_month`` carry the year from the records before."""
     if header is None:
-        return Record(number, None, None, False, None, None, None, message)
+        return StatsRecord(number, None, None, False, None, None, None, message)
     if header.re is _CUSTOM_HEADER:
         stamp = datetime.strptime(header.group("stamp"), "%Y-%m-%d %H:%M:%S")
-        return Record(number, header.group("level"), stamp, True, header.group("logger"), None, None, message)
+        return StatsRecord(
+            number, header.group("level"), stamp, True, header.group("logger"), None, None, message
+        )
     level, month_text, day, clock, file, lineno = header.group(
         "level", "month", "day", "clock", "file", "lineno"
     )
@@ -351,7 +355,7 @@ def _record(
     if outer and outer.group("docker_stamp"):  # docker's stamp is UTC, vLLM's the local time
         utc = datetime.strptime(outer.group("docker_stamp"), "%Y-%m-%dT%H:%M:%S")
         offset = OFFSET_STEP_MINUTES * round((when - utc).total_seconds() / 60 / OFFSET_STEP_MINUTES)
-    return Record(
+    return StatsRecord(
         number,
         level,
         when,
@@ -362,6 +366,32 @@ def _record(
         message,
         offset,
     )
+
+
+def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
+    """The lines of a text file (without their line break), read a block at a time and none held longer
+    than :data:`MAX_LINE_CHARS`: a longer line is a :class:`LoadFormatError` naming the file and line, so
+    memory stays bounded whatever the file holds.
+
+    >>> import io
+    >>> list(bounded_lines(io.StringIO("a\\n\\nb"), "a.log"))
+    ['a', '', 'b']
+    """
+    tail, number = "", 0
+    for block in iter(lambda: stream.read(READ_CHARS), ""):
+        lines = (tail + block).split("\n")
+        tail = lines.pop()
+        # only the line the last block left unfinished can be longer than a block
+        for long, at in ((lines[:1], number + 1), ([tail], number + len(lines) + 1)):
+            if long and len(long[0]) > MAX_LINE_CHARS:
+                raise LoadFormatError(
+                    f"{source}:{at}: a line longer than 16 MiB ({MAX_LINE_CHARS:,} characters); expected "
+                    "a vLLM server log or a saved /metrics snapshot, whose lines are short"
+                )
+        number += len(lines)
+        yield from lines
+    if tail:
+        yield tail
 
 
 @functools.lru_cache(maxsize=1024)

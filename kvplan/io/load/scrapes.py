@@ -1,7 +1,7 @@
 """From /metrics scrapes to load rows: rates, preemptions and restarts between scrapes, per engine.
 
 A :class:`Scrape` holds the sample values of one scrape that a row reads (:data:`READ`), per engine;
-:func:`metrics_rows` turns a run's scrapes into one :class:`~kvplan.load_rows.LoadRow` per scrape and engine:
+:func:`metrics_rows` turns a run's scrapes into one load row per scrape and engine:
 ``vllm:kv_cache_usage_perc`` (else ``vllm:gpu_cache_usage_perc``) as 0–100 %, ``vllm:num_requests_*``,
 ``vllm:prompt_tokens_total`` and ``vllm:generation_tokens_total`` as rates between scrapes (else V0's
 ``vllm:avg_*_throughput_toks_per_s`` gauges), the prefix cache hit rate from its counters (else V0's
@@ -12,11 +12,14 @@ unknown, with a warning naming the file and line.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
+from typing import NamedTuple
 
-from kvplan.load_rows import LoadRow, LoadSource, counter_increase, percent
+from kvplan.io.load.frame import LoadReading, LoadSource, counter_increase, frame_of, percent, reading_of
+from kvplan.notes import Note
 
 KV_USAGE = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}  # fractions of the KV blocks, 0–1
 FRACTIONS = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc", "vllm:gpu_prefix_cache_hit_rate"}
@@ -39,6 +42,17 @@ GAUGES = {
 READ_COUNTERS = {*COUNTERS.values(), *(name for pair in PREFIX_COUNTERS for name in pair)}
 READ = FRACTIONS | GAUGES | READ_COUNTERS  # the names a row's fields come from; other series make no row
 CREATED = {name.removesuffix("_total") + "_created": name for name in READ_COUNTERS}  # V1's start times
+CACHE_CONFIG = "vllm:cache_config_info"  # labels num_gpu_blocks, block_size (capacity)
+NON_FINITE, OUT_OF_RANGE = "non-finite", "out-of-range"  # what :func:`take_sample` may find wrong
+
+
+class Sample(NamedTuple):
+    """One Prometheus sample: metric name, labels, timestamp [Unix s] (``None``: the scrape's) and value."""
+
+    name: str
+    labels: Mapping[str, str]
+    timestamp: float | None
+    value: float
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,72 @@ class Scrape:
     values: dict[int | None, dict[str, float]] = field(default_factory=dict)
     cache_config: dict[int | None, dict[str, str]] = field(default_factory=dict)
     created: dict[int | None, dict[str, float]] = field(default_factory=dict)
+
+
+def unix_time(seconds: float) -> datetime:
+    """A Unix time [s] as a naive UTC ``datetime``.
+
+    >>> unix_time(1732874410).isoformat()
+    '2024-11-29T10:00:10'
+    """
+    return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(tzinfo=None)
+
+
+def take_sample(scrape: Scrape, name: str, labels: Mapping[str, str], value: float) -> str | None:
+    """Take one sample into ``scrape`` (a name :data:`READ` does not hold is left out); returns
+    :data:`NON_FINITE` or :data:`OUT_OF_RANGE` when the value was read as unknown (the caller warns).
+
+    >>> scrape = Scrape("m.prom", 1, None)
+    >>> take_sample(scrape, "vllm:num_requests_running", {"engine": "0"}, 3.0), scrape.values
+    (None, {0: {'vllm:num_requests_running': 3.0}})
+    >>> take_sample(scrape, "vllm:num_preemptions_total", {"engine": "0"}, float("inf"))
+    'non-finite'
+    """
+    engine = _engine(labels)
+    value = float(value)  # prometheus_client reads "120" as the int 120
+    if name == CACHE_CONFIG:
+        scrape.cache_config[engine] = dict(labels)
+        return None
+    if name in CREATED:
+        if math.isfinite(value):
+            created = scrape.created.setdefault(engine, {})
+            created[CREATED[name]] = max(created.get(CREATED[name], value), value)
+        return None
+    if name not in READ:
+        return None
+    problem = None
+    if not math.isfinite(value):
+        problem = NON_FINITE
+    elif name in KV_USAGE and not 0 <= value <= 1:
+        problem, value = OUT_OF_RANGE, math.nan
+    values = scrape.values.setdefault(engine, {})
+    old = values.get(name)
+    if math.isnan(value) or not math.isfinite(value) or (old is not None and math.isnan(old)):
+        values[name] = math.nan  # unknown for the whole scrape
+    elif old is None:
+        values[name] = value
+    else:
+        values[name] = max(old, value) if name in FRACTIONS else old + value
+    return problem
+
+
+def sample_note(source: str, line: int | None, name: str, value: float) -> Note:
+    """The warning for a sample :func:`take_sample` read as unknown (``line`` ``None``: no file line)."""
+    where = source if line is None else f"{source}:{line}"
+    if math.isfinite(value):
+        text = (
+            f"{where}: {name} is {value:g}, outside 0–1 (vLLM exports KV cache usage as a fraction of its "
+            "blocks): read as unknown"
+        )
+        return Note(text, code="kv-usage-out-of-range", file=source, line=line)
+    shown = "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
+    text = f"{where}: {name} is {shown} (not a finite number): read as unknown"
+    return Note(text, code="metrics-non-finite", file=source, line=line)
+
+
+def _engine(labels: Mapping[str, str]) -> int | None:
+    engine = labels.get("engine")
+    return int(engine) if engine is not None and engine.isdigit() else None
 
 
 def _rate(previous: dict | None, current: dict, name: str, seconds: float | None) -> float | None:
@@ -79,7 +159,7 @@ def _optional_int(value: float | None) -> int | None:
     return None if value is None else round(value)
 
 
-def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[LoadRow], list[str]]:
+def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[dict], list[str]]:
     """One row per scrape and engine, with rates and preemptions per interval between scrapes.
 
     Intervals follow time order when every scrape has a time, else the order given; rows keep the order
@@ -90,7 +170,7 @@ def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[LoadRow], list[str]]:
     if all(scrape.time is not None for scrape in scrapes):
         order.sort(key=lambda i: scrapes[i].time)
     previous: dict[int | None, tuple[Scrape, dict]] = {}
-    rows: dict[tuple[int, int | None], LoadRow] = {}
+    rows: dict[tuple[int, int | None], dict] = {}
     warnings: list[str] = []
     for index in order:
         scrape = scrapes[index]
@@ -128,33 +208,32 @@ def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[LoadRow], list[str]]:
             if last is not None and anew:
                 last = {**last, **{name: 0.0 for name in anew}}  # counted from zero since the restart
             usage = values.get("vllm:kv_cache_usage_perc", values.get("vllm:gpu_cache_usage_perc"))
-            rows[(index, engine)] = LoadRow(
-                source=scrape.source,
-                line=scrape.line,
-                time=scrape.time,
-                engine=engine,
-                kv_cache_usage_pct=None if usage is None else percent(usage),
-                running=_optional_int(values.get("vllm:num_requests_running")),
-                waiting=_optional_int(values.get("vllm:num_requests_waiting")),
-                swapped=_optional_int(values.get("vllm:num_requests_swapped")),
-                prompt_tokens_per_s=values.get(
+            rows[(index, engine)] = {
+                "source": scrape.source,
+                "line": scrape.line,
+                "time": scrape.time,
+                "engine": engine,
+                "kv_cache_usage_pct": None if usage is None else percent(usage),
+                "running": _optional_int(values.get("vllm:num_requests_running")),
+                "waiting": _optional_int(values.get("vllm:num_requests_waiting")),
+                "swapped": _optional_int(values.get("vllm:num_requests_swapped")),
+                "prompt_tokens_per_s": values.get(
                     "vllm:avg_prompt_throughput_toks_per_s", _rate(last, values, COUNTERS["prompt"], seconds)
                 ),
-                generation_tokens_per_s=values.get(
+                "generation_tokens_per_s": values.get(
                     "vllm:avg_generation_throughput_toks_per_s",
                     _rate(last, values, COUNTERS["generation"], seconds),
                 ),
-                prefix_cache_hit_pct=_hit_pct(last, values),
-                preemptions=_optional_int(
+                "prefix_cache_hit_pct": _hit_pct(last, values),
+                "preemptions": _optional_int(
                     counter_increase(
                         last.get(COUNTERS["preemptions"]) if last else None,
                         values.get(COUNTERS["preemptions"]),
                     )
                 ),
-                preemptions_total=_optional_int(values.get(COUNTERS["preemptions"])),
-                kind="metrics",
-                raw=f"scrape at line {scrape.line}",
-            )
+                "preemptions_total": _optional_int(values.get(COUNTERS["preemptions"])),
+                "kind": "metrics",
+            }
             previous[engine] = (scrape, values)
     untimed = sorted({scrape.source for scrape in scrapes if scrape.time is None})
     warnings += [
@@ -185,3 +264,38 @@ def source_facts(source: str, scrapes: Sequence[Scrape]) -> LoadSource:
             COUNTERS["preemptions"] in v for s in scrapes if s.source == source for v in s.values.values()
         ),
     )
+
+
+def scrapes_reading(
+    scrapes: Sequence[Scrape], sources: Sequence[str], notes: Sequence[str] = ()
+) -> LoadReading:
+    """The reading of one run's scrapes (from ``sources``, in order): rows by :func:`metrics_rows`, the
+    ``notes`` of the reader first, then the rows' warnings, and each source's facts."""
+    rows, warnings = metrics_rows(scrapes)
+    facts = [source_facts(source, scrapes) for source in sources]
+    return reading_of([frame_of(rows)], [*notes, *warnings], facts)
+
+
+def samples_reading(samples: Iterable[Sample], source: str) -> LoadReading:
+    """The reading of Prometheus samples of one run (e.g. a ``query_range`` answer): one scrape per distinct
+    timestamp, rows as for saved /metrics files (the same :func:`take_sample` and :func:`metrics_rows`),
+    every row and warning naming ``source`` (the line is the sample's position, from 1).
+
+    >>> reading = samples_reading([Sample("vllm:num_preemptions_total", {"engine": "0"}, 1732874410.0, 2.0),
+    ...     Sample("vllm:num_preemptions_total", {"engine": "0"}, 1732874420.0, 5.0)], "prometheus")
+    >>> [(row["preemptions"], row["preemptions_total"]) for row in reading.records()]
+    [(None, 2), (3, 5)]
+    """
+    by_time: dict[float | None, Scrape] = {}
+    notes: list[str] = []
+    for position, (name, labels, timestamp, value) in enumerate(samples, 1):
+        scrape = by_time.get(timestamp)
+        if scrape is None:
+            time = None if timestamp is None else unix_time(timestamp)
+            scrape = by_time[timestamp] = Scrape(source, position, time)
+        if take_sample(scrape, name, labels, value) is not None:
+            notes.append(sample_note(source, position, name, value))
+    for scrape in by_time.values():
+        for engine, values in scrape.values.items():
+            scrape.values[engine] = {name: v for name, v in values.items() if not math.isnan(v)}
+    return scrapes_reading(list(by_time.values()), [source], notes)

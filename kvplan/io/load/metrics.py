@@ -28,10 +28,20 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kvplan.io.metrics_rows import CREATED, FRACTIONS, KV_USAGE, READ, Scrape, metrics_rows, source_facts
-from kvplan.load_reading import LoadReading
-from kvplan.load_rows import LoadFormatError
-from kvplan.notes import Note
+from kvplan.io.load.frame import LoadFormatError, LoadReading
+from kvplan.io.load.records import bounded_lines
+from kvplan.io.load.scrapes import (
+    CACHE_CONFIG,
+    CREATED,
+    NON_FINITE,
+    OUT_OF_RANGE,
+    READ,
+    Scrape,
+    sample_note,
+    scrapes_reading,
+    take_sample,
+    unix_time,
+)
 
 _TIME_COMMENT = re.compile(
     r"^#\s*(?!HELP\b|TYPE\b)(?:.*?\b)?"
@@ -40,11 +50,14 @@ _TIME_COMMENT = re.compile(
 )
 _DECLARATION = re.compile(r"^#\s*(HELP|TYPE)\s+(\S+)")
 _SAMPLE = re.compile(r"^[A-Za-z_:][\w:]*(?:\{.*\})?\s+\S+")
-_LABELS = r'\{(?:[^"}]|"(?:[^"\\]|\\.)*")*\}'
+#: a label set; quoted values unrolled (``"[^"\\]*(?:\\.[^"\\]*)*"``) so that sre holds no state per character:
+#: a 20 MiB label value is matched in constant memory (``(?:[^"\\]|\\.)*`` took 170 bytes a character)
+_QUOTED = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+_LABELS = rf"\{{[^\"}}]*(?:{_QUOTED}[^\"}}]*)*\}}"
 _SERIES = re.compile(
     rf"^\s*(?P<name>[A-Za-z_:][\w:]*)\s*(?P<labels>{_LABELS})?\s+(?P<value>\S+)(?:\s+(?P<time>\S+))?"
 )
-_LABEL = re.compile(r'([A-Za-z_]\w*)\s*=\s*"((?:[^"\\]|\\.)*)"')
+_LABEL = re.compile(r'([A-Za-z_]\w*)\s*=\s*"([^"\\]*(?:\\.[^"\\]*)*)"')
 _NUMBER = r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|Inf|inf|NaN|nan)"
 _STRICT_SAMPLE = re.compile(rf"^[A-Za-z_:][\w:]*\s*(?:{_LABELS})?\s+{_NUMBER}(?:\s+-?\d+(?:\.\d+)?)?$")
 
@@ -119,11 +132,11 @@ class _Chunk:
 def physical_lines(lines: Iterable[str]) -> Iterator[str]:
     """The lines of a file object as ``str.splitlines`` cuts its text (also at form feeds and the like).
 
-    >>> list(physical_lines(["a\\n", "b\\x0cc\\n", "\\n"]))
-    ['a', 'b', 'c', '']
+    >>> list(physical_lines(["a\\n", "b\\x0cc\\n", "\\n", ""]))
+    ['a', 'b', 'c', '', '']
     """
     for line in lines:
-        yield from line.splitlines()
+        yield from line.splitlines() or [""]  # an empty line is a line
 
 
 def _chunks(lines: Iterable[str]) -> Iterator[_Chunk]:
@@ -192,11 +205,6 @@ def _families(chunk: _Chunk, source: str) -> list:
         ) from None
 
 
-def _engine(labels: dict[str, str]) -> int | None:
-    engine = labels.get("engine")
-    return int(engine) if engine is not None and engine.isdigit() else None
-
-
 def _non_finite_lines(chunk: _Chunk) -> list[tuple[int, str]]:
     """(line number, metric name) of the chunk's samples whose value is ``NaN`` or ``±Inf``."""
     found = []
@@ -224,21 +232,6 @@ def _sample_line(chunk: _Chunk, name: str, value: float) -> int:
     return chunk.line
 
 
-def _value_text(value: float) -> str:
-    return "NaN" if math.isnan(value) else ("+Inf" if value > 0 else "-Inf")
-
-
-def _add(values: dict[str, float], name: str, value: float) -> None:
-    """Sum a read sample into its engine's values (the highest for fractions); ``NaN`` marks unknown."""
-    old, value = values.get(name), float(value)  # prometheus_client reads "120" as the int 120
-    if not math.isfinite(value) or (old is not None and math.isnan(old)):
-        values[name] = math.nan
-    elif old is None:
-        values[name] = value
-    else:
-        values[name] = max(old, value) if name in FRACTIONS else old + value
-
-
 def _read_metrics_lines(lines: Iterable[str], source: str) -> tuple[list[Scrape], list[str]]:
     """The scrapes of one saved /metrics file and what the reader noticed (file and line in each)."""
     scrapes: list[Scrape] = []
@@ -256,56 +249,24 @@ def _read_metrics_lines(lines: Iterable[str], source: str) -> tuple[list[Scrape]
                 if not name.startswith("vllm:"):
                     continue
                 found = found or name not in CREATED
-                if name not in READ and name not in CREATED and name != "vllm:cache_config_info":
-                    continue
                 when = sample.timestamp
                 if when is not None and not isinstance(when, (int, float)):
                     when = float(when.sec) + when.nsec / 1e9
                 scrape = by_time.get(when)
-                if scrape is None:
-                    time = (
-                        chunk.time
-                        if when is None
-                        else datetime.fromtimestamp(when, tz=timezone.utc).replace(tzinfo=None)
-                    )
+                if scrape is None and (name in READ or name in CREATED or name == CACHE_CONFIG):
+                    time = chunk.time if when is None else unix_time(when)
                     scrape = by_time[when] = Scrape(source, chunk.line, time)
-                engine = _engine(sample.labels)
-                if name == "vllm:cache_config_info":
-                    scrape.cache_config[engine] = dict(sample.labels)
-                elif name in CREATED:
-                    if math.isfinite(sample.value):
-                        created = scrape.created.setdefault(engine, {})
-                        counter = CREATED[name]
-                        created[counter] = max(created.get(counter, sample.value), sample.value)
-                else:
-                    value = sample.value
-                    if not math.isfinite(value):
-                        where = next((entry for entry in non_finite if entry[1] == name), None)
-                        if where is not None:
-                            non_finite.remove(where)
-                        line = where[0] if where else chunk.line
-                        warnings.append(
-                            Note(
-                                f"{source}:{line}: {name} is {_value_text(value)} (not a finite number): "
-                                "read as unknown",
-                                code="metrics-non-finite",
-                                file=source,
-                                line=line,
-                            )
-                        )
-                    elif name in KV_USAGE and not 0 <= value <= 1:
-                        line = _sample_line(chunk, name, value)
-                        warnings.append(
-                            Note(
-                                f"{source}:{line}: {name} is {value:g}, outside 0–1 (vLLM exports KV cache "
-                                "usage as a fraction of its blocks): read as unknown",
-                                code="kv-usage-out-of-range",
-                                file=source,
-                                line=line,
-                            )
-                        )
-                        value = math.nan
-                    _add(scrape.values.setdefault(engine, {}), name, value)
+                problem = take_sample(scrape, name, sample.labels, sample.value) if scrape else None
+                if problem == NON_FINITE:
+                    where = next((entry for entry in non_finite if entry[1] == name), None)
+                    if where is not None:
+                        non_finite.remove(where)
+                    warnings.append(
+                        sample_note(source, where[0] if where else chunk.line, name, sample.value)
+                    )
+                elif problem == OUT_OF_RANGE:
+                    line = _sample_line(chunk, name, sample.value)
+                    warnings.append(sample_note(source, line, name, sample.value))
         for scrape in by_time.values():
             for engine, values in scrape.values.items():
                 scrape.values[engine] = {name: v for name, v in values.items() if not math.isnan(v)}
@@ -338,8 +299,8 @@ def parse_metrics_snapshots(files: Sequence[tuple[str, str]]) -> LoadReading:
 
     >>> one = '# HELP vllm:num_requests_running x\\n# TYPE vllm:num_requests_running gauge\\n'
     >>> reading = parse_metrics_snapshots([("a.prom", one + 'vllm:num_requests_running{engine="0"} 7.0\\n')])
-    >>> reading.rows[0].running, reading.rows[0].engine
-    (7, 0)
+    >>> reading.frame.loc[0, ["running", "engine"]].tolist()
+    [7, 0]
     """
     return _metrics_reading([(source, text.splitlines()) for source, text in files])
 
@@ -354,10 +315,7 @@ def _metrics_reading(files: Iterable[tuple[str, Iterable[str]]]) -> LoadReading:
         scrapes += file_scrapes
         notes += file_notes
         sources.append(source)
-    rows, warnings = metrics_rows(scrapes)
-    return LoadReading(
-        tuple(rows), (*notes, *warnings), tuple(source_facts(source, scrapes) for source in sources)
-    )
+    return scrapes_reading(scrapes, sources, notes)
 
 
 def read_metrics_snapshots(paths: Sequence[str | Path]) -> LoadReading:
@@ -368,6 +326,6 @@ def read_metrics_snapshots(paths: Sequence[str | Path]) -> LoadReading:
     def files() -> Iterator[tuple[str, Iterator[str]]]:
         for path in paths:
             with open(path, encoding="utf-8", errors="replace") as lines:
-                yield str(path), physical_lines(lines)
+                yield str(path), physical_lines(bounded_lines(lines, str(path)))
 
     return _metrics_reading(files())

@@ -1,0 +1,168 @@
+"""The sealed whole-line engine of the load log reader: :func:`take_stats_lines`, its one entry.
+
+Most lines of a load-test log are V1 stats lines in vLLM's default form (0.8.3 on). Such a line, when it is
+one record alone, is matched whole by :data:`V1_STATS_LINE`; a run of them is taken straight into the rows'
+columns with exactly what the general reader (:mod:`kvplan.io.load.log`) would do for each. Any other line,
+or one the engine cannot take, goes through the general reader. ``tests/test_load_streaming.py`` reads its
+corpus with and without the engine and compares the readings.
+"""
+
+from __future__ import annotations
+
+import operator
+import re
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+from kvplan.io.load.frame import UNKNOWN_NUMBER
+from kvplan.io.load.records import file_name
+
+if TYPE_CHECKING:
+    from kvplan.io.load.log import StatsLog
+
+V1_PREEMPTIONS_FIELD_FROM_LINENO = (
+    236  # loggers.py line of the stats call in 0.11.1, the first with "Preemptions"
+)
+_NUMBER = r"(-?\d+(?:\.\d+|))"
+#: A whole line that is one V1 stats record as vLLM prints it from 0.8.3 on (counts of up to 18 digits, so
+#: that each fits its 64-bit column; a longer one is left to the general reader, which refuses it). Optional
+#: parts are written ``(?:…|)``, which matches what ``(?:…)?`` matches at less cost to sre.
+V1_STATS_LINE = re.compile(
+    r"(?:\([A-Za-z]+ pid=\d+\) |)INFO (\d\d-\d\d) (\d\d:\d\d:\d\d) \[([\w./-]+):(\d+)\] Engine (\d{1,18}): "
+    rf"Avg prompt throughput: {_NUMBER} tokens/s, Avg generation throughput: {_NUMBER} tokens/s, "
+    r"Running: (\d{1,18}) reqs, Waiting: (\d{1,18}) reqs, (?:Preemptions: (\d{1,18}), |)[A-Z]+ KV cache usage: "
+    rf"{_NUMBER}%, Prefix cache hit rate: {_NUMBER}%$"
+)
+
+
+def take_stats_lines(
+    log: StatsLog, found: list[re.Match], line: int, micros: list[int], year_known: bool
+) -> int:
+    """Take a run of consecutive lines, each one V1 stats record in vLLM's default form (``found``:
+    their :data:`V1_STATS_LINE` matches), the first at line ``line``, stamped ``micros`` [µs since
+    year 1, UTC when the shift is known], with what the general reader
+    (:func:`kvplan.io.load.log.parse_stats_lines`) would do for each; returns how many were taken:
+    all, or those before the first that the general reader must judge (a usage outside 0–100 %: it
+    warns), which is left with the rest.
+    """
+    usage_pct = _numbers(_group(found, "usage"), float)
+    count = len(usage_pct)
+    if min(usage_pct) < 0 or max(usage_pct) > 100:
+        count = next(n for n, value in enumerate(usage_pct) if not 0 <= value <= 100)
+        if not count:
+            return 0
+        del usage_pct[count:], micros[count:]
+        found = found[:count]
+    preemptions = _group(found, "preemptions")
+    unknown = 0  # the leading lines without "Preemptions" while late_v1 is unknown
+    if not log.late_v1:
+        files, linenos = _group(found, "file"), _group(found, "lineno")
+        for unknown in range(count + 1):
+            if (
+                unknown == count
+                or preemptions[unknown] is not None
+                or (
+                    file_name(files[unknown]) == "loggers.py"
+                    and int(linenos[unknown]) >= V1_PREEMPTIONS_FIELD_FROM_LINENO
+                )
+            ):
+                break
+        log.late_v1 = unknown < count
+    log.close()  # the open row ends here, as a new row's would
+    first = len(log.rows)
+    log.pending_v1.extend(range(first, first + unknown))
+    counts = (
+        _numbers(preemptions, int)
+        if None not in preemptions
+        else [UNKNOWN_NUMBER] * unknown + _numbers(preemptions[unknown:], _count_or_zero)
+    )
+    engine_indices = _numbers(_group(found, "engine"), int)
+    times, lines = micros, list(range(line, line + count))
+    log.rows.extend(
+        count,
+        {
+            "source": log.code,
+            "time": times,
+            "line": lines,
+            "engine": engine_indices,
+            "kv_cache_usage_pct": usage_pct,
+            "running": _numbers(_group(found, "running"), int),
+            "waiting": _numbers(_group(found, "waiting"), int),
+            "swapped": UNKNOWN_NUMBER,
+            "prompt_tokens_per_s": _numbers(_group(found, "prompt"), float),
+            "generation_tokens_per_s": _numbers(_group(found, "generation"), float),
+            "prefix_cache_hit_pct": _numbers(_group(found, "hits"), float),
+            "preemptions": counts,
+            "preemptions_total": UNKNOWN_NUMBER,
+            "restarts": log.restarts,
+            "event": 0,  # none
+            "kind": 0,  # "log"
+            "year_known": int(year_known),
+        },
+    )
+    if not year_known:
+        log.yearless = True
+    log.last_form = "v1"
+    log.forms.add("v1")
+    if engine_indices.count(engine_indices[0]) == count:  # one engine: its series grows by the run
+        log.add_series(engine_indices[0], times, lines)
+    else:
+        for number, (engine, when) in enumerate(zip(engine_indices, micros), line):
+            log.add_series(engine, (when,), (number,))
+    return count
+
+
+#: :data:`V1_STATS_LINE`'s groups by name, each the getter of that group from a match
+_GROUPS = {
+    name: operator.itemgetter(number)
+    for number, name in enumerate(
+        (
+            "day",
+            "clock",
+            "file",
+            "lineno",
+            "engine",
+            "prompt",
+            "generation",
+            "running",
+            "waiting",
+            "preemptions",
+            "usage",
+            "hits",
+        ),
+        1,
+    )
+}
+
+
+def _group(found: list[re.Match], name: str) -> list:
+    """The text of group ``name`` (see :data:`_GROUPS`) of each match (``None`` where it did not take part).
+
+    >>> _group([V1_STATS_LINE.match("INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Avg prompt throughput: "
+    ...     "1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, "
+    ...     "GPU KV cache usage: 5.2%, Prefix cache hit rate: 0.0%")], "running")
+    ['3']
+    """
+    return list(map(_GROUPS[name], found))
+
+
+def _count_or_zero(text: str | None) -> int:
+    """A count's text as a number; a field the line leaves out (``None``) is 0.
+
+    >>> _count_or_zero("3"), _count_or_zero(None)
+    (3, 0)
+    """
+    return 0 if text is None else int(text)
+
+
+def _numbers(texts: Sequence[str], kind: Callable[[str], int | float]) -> list:
+    """``list(map(kind, texts))``, each distinct text converted once when texts repeat (counts, percentages).
+
+    >>> _numbers(("3", "3", "3", "3", "3", "12"), int), _numbers(("0.0", "-0.0"), float)
+    ([3, 3, 3, 3, 3, 12], [0.0, -0.0])
+    """
+    distinct = set(texts)
+    if 2 * len(distinct) > len(texts):
+        return list(map(kind, texts))
+    numbers = dict(zip(distinct, map(kind, distinct)))
+    return list(map(numbers.__getitem__, texts))

@@ -1,0 +1,337 @@
+"""The load frame and what comes with it: :class:`RowBuilder`, :class:`LoadReading`, :class:`LoadSource`.
+
+Every load reader (server logs, /metrics files, Prometheus samples) appends its rows to a :class:`RowBuilder`,
+which keeps them in typed columns (about 100 bytes a row, so memory follows the rows, never the input's text)
+and gives the :data:`~kvplan.columns.LOAD_COLUMNS` frame with nullable dtypes. A reading is that frame, its
+:class:`~kvplan.io.metadata.ReadMetadata` (sources and warnings) and what each file says about its server
+(:class:`LoadSource`); it unpacks as ``frame, metadata`` like every reader. Units as in ``LOAD_COLUMNS``.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+import numpy as np
+import orjson
+import pandas as pd
+
+from kvplan.columns import LOAD_COLUMNS, LOAD_ROW_KEYS
+from kvplan.io.metadata import ReadMetadata
+from kvplan.notes import Note
+
+EVENTS = ("preemption", "oom", "error")
+KINDS = ("log", "metrics")
+YEARLESS_TIME_FORMAT = "%m-%d %H:%M:%S"  # vLLM's own `_DATE_FORMAT`
+UNKNOWN_NUMBER = -(2**63)  # an unknown whole number (and time) in a builder's column
+EPOCH = datetime(1, 1, 1)  # a builder keeps times in µs since then
+MICROSECOND = timedelta(microseconds=1)
+JSON_BATCH = 4096  # rows per piece of the JSON text
+_UNIX_MICROS = (datetime(1970, 1, 1) - EPOCH) // MICROSECOND
+_NUMBERS = [name for name, dtype in LOAD_COLUMNS.items() if dtype in ("Int64", "Float64")]
+#: each builder column's array type: 64-bit whole numbers and floats, one byte for codes
+_TYPES = {
+    "source": "i",
+    "time": "q",
+    **{name: "q" if LOAD_COLUMNS[name] == "Int64" else "d" for name in _NUMBERS},
+    "event": "B",
+    "kind": "B",
+    "year_known": "B",
+}
+_FIELDS = tuple(_TYPES)
+_LAYOUT = struct.Struct("<" + "".join(_TYPES.values()))  # one row, to check that each value fits
+_EVENT_CODES = (None, *EVENTS)
+
+
+class LoadFormatError(ValueError):
+    """A load-test file kvplan cannot read; the message names the file, the line and what was expected."""
+
+
+@dataclass(frozen=True)
+class LoadSource:
+    """What one file says about the server it came from, besides its rows.
+
+    ``kv_cache_tokens`` is the KV capacity in tokens (vLLM's "GPU KV cache size: N tokens" line, or
+    ``num_gpu_blocks × block_size`` from ``vllm:cache_config_info``); ``kv_cache_memory_bytes`` the manual
+    ``--kv-cache-memory-bytes`` value when the file shows one (a manual-value canary); ``reports_preemptions``
+    whether the format can show a preemption at all (V1 logs before 0.11.1 cannot); ``utc_offset_hours`` a
+    log's offset from UTC when known (given, or read from docker stamps), in which case its times are UTC.
+    """
+
+    source: str
+    kind: str
+    kv_cache_tokens: int | None = None
+    num_gpu_blocks: int | None = None
+    block_size: int | None = None
+    kv_cache_memory_bytes: int | None = None
+    reports_preemptions: bool = True
+    utc_offset_hours: float | None = None
+
+
+class RowBuilder:
+    """Load rows appended one at a time (:meth:`add`) or a run of columns at a time (:meth:`extend`), kept in
+    typed columns until :meth:`frame` makes the :data:`~kvplan.columns.LOAD_COLUMNS` frame.
+
+    >>> rows = RowBuilder()
+    >>> rows.add("s.log", 7, datetime(2026, 11, 29, 10, 0, 10), {"kv_cache_usage_pct": 41.5, "running": 3})
+    0
+    >>> rows.frame()[["source", "line", "running", "waiting"]].to_dict("records")
+    [{'source': 's.log', 'line': 7, 'running': 3, 'waiting': None}]
+    """
+
+    def __init__(self) -> None:
+        self._columns: dict[str, array] = {name: array(code) for name, code in _TYPES.items()}
+        self._raw: dict[int, str] = {}
+        self._sources: list[str] = []
+        self._source_codes: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        return len(self._columns["line"])
+
+    def source_code(self, source: str) -> int:
+        """The number that stands for ``source`` in the ``source`` column (see :meth:`extend`)."""
+        code = self._source_codes.get(source)
+        if code is None:
+            code = self._source_codes[source] = len(self._sources)
+            self._sources.append(source)
+        return code
+
+    def add(
+        self,
+        source: str,
+        line: int,
+        time: datetime | None,
+        values: Mapping[str, object],
+        *,
+        event: str | None = None,
+        raw: str = "",
+    ) -> int:
+        """Append a row: its source, line, time and the other columns in ``values`` (``None`` or a missing
+        key = unknown; ``kind`` ``"log"`` and ``year_known`` True unless given); returns its index. A whole
+        number beyond 64 bits is a :class:`LoadFormatError`."""
+        if event is not None and event not in EVENTS:
+            raise ValueError(f"unknown load event {event!r} (expected one of {EVENTS})")
+        kind = values.get("kind") or "log"
+        if kind not in KINDS:
+            raise ValueError(f"unknown evidence kind {kind!r} (expected one of {KINDS})")
+        row = {
+            "source": self.source_code(source),
+            "time": UNKNOWN_NUMBER if time is None else (time - EPOCH) // MICROSECOND,
+            "line": line,
+            **{name: _packed(values.get(name), LOAD_COLUMNS[name]) for name in _NUMBERS[1:]},
+            "event": _EVENT_CODES.index(event),
+            "kind": KINDS.index(kind),
+            "year_known": values.get("year_known") is None or bool(values.get("year_known")),
+        }
+        if values.get("restarts") is None:
+            row["restarts"] = 0
+        fields = [row[name] for name in _FIELDS]
+        try:
+            _LAYOUT.pack(*fields)
+        except struct.error as exc:
+            raise LoadFormatError(f"{source}:{line}: a number too large to hold ({exc})") from None
+        for column, value in zip(self._columns.values(), fields):
+            column.append(value)  # each fits: checked by _LAYOUT
+        if event is not None and raw:
+            self._raw[len(self) - 1] = raw
+        return len(self) - 1
+
+    def extend(self, count: int, columns: Mapping[str, Any]) -> None:
+        """Append ``count`` rows given a column at a time (a reader's whole-line engine): each builder
+        column (:data:`LOAD_COLUMNS` but ``raw``; ``source`` as its :meth:`source_code`, ``time`` in µs since
+        year 1, ``event`` and ``kind`` as their index, unknown numbers :data:`UNKNOWN_NUMBER` or ``NaN``) is a
+        sequence of ``count`` values or the one value they share. Each value must fit its column.
+
+        >>> rows = RowBuilder()
+        >>> shared = {name: 0 for name in _FIELDS} | {"source": rows.source_code("s.log"), "year_known": 1}
+        >>> rows.extend(2, shared | {"line": (3, 4), "running": [12, 9]})
+        >>> rows.frame()[["line", "running"]].to_dict("list")
+        {'line': [3, 4], 'running': [12, 9]}
+        """
+        for name, column in self._columns.items():
+            values = columns[name]
+            if isinstance(values, (int, float)):
+                column.extend(array(column.typecode, [values]) * count)
+            else:
+                values = values if isinstance(values, list) else list(values)
+                column.frombytes(struct.pack(f"{len(values)}{column.typecode}", *values))
+
+    def set(self, index: int, name: str, value: int) -> None:
+        """Set a whole-number column of row ``index`` (a V1 row's preemptions, once the log tells)."""
+        self._columns[name][index] = value
+
+    def shift_times(self, micros: int) -> None:
+        """Add ``micros`` [µs] to every known time (a log's local times turned into UTC)."""
+        times = np.frombuffer(self._columns["time"], dtype=np.int64)
+        self._columns["time"] = array("q", np.where(times == UNKNOWN_NUMBER, times, times + micros).tobytes())
+
+    def frame(self) -> pd.DataFrame:
+        """The rows as the :data:`LOAD_COLUMNS` frame (unknown = ``NA``; a ``NaN`` or ``±Inf`` is unknown)."""
+        data: dict[str, object] = {}
+        sources = np.array(self._sources, dtype=object)
+        codes = np.frombuffer(self._columns["source"], dtype=np.int32)
+        data["source"] = pd.array(sources[codes] if len(sources) else [], dtype="string")
+        micros = np.frombuffer(self._columns["time"], dtype=np.int64)
+        unix = np.where(micros == UNKNOWN_NUMBER, micros, micros - _UNIX_MICROS)  # the sentinel is NaT
+        data["time"] = unix.view("datetime64[us]")
+        for name in _NUMBERS:
+            values = np.frombuffer(self._columns[name], dtype=_TYPES[name])
+            column = pd.array(values, dtype=LOAD_COLUMNS[name])
+            column[(values == UNKNOWN_NUMBER) if _TYPES[name] == "q" else ~np.isfinite(values)] = pd.NA
+            data[name] = column
+        for name, names in (("event", _EVENT_CODES), ("kind", KINDS)):
+            texts = np.array(names, dtype=object)[np.frombuffer(self._columns[name], dtype=np.uint8)]
+            data[name] = pd.array(texts, dtype="string")
+        data["year_known"] = pd.array(np.frombuffer(self._columns["year_known"], np.uint8) == 1, "boolean")
+        raw = np.full(len(self), None, dtype=object)
+        raw[list(self._raw)] = list(self._raw.values())
+        data["raw"] = pd.array(raw, dtype="string")
+        return pd.DataFrame(data, columns=list(LOAD_COLUMNS))
+
+
+def _packed(value: object, dtype: str) -> object:
+    """A column's value as a builder keeps it: an unknown as :data:`UNKNOWN_NUMBER` or ``NaN``."""
+    if dtype == "Float64":
+        return math.nan if value is None else float(value)  # type: ignore[arg-type]
+    return UNKNOWN_NUMBER if value is None else value
+
+
+def frame_of(rows: Iterable[Mapping[str, object]]) -> pd.DataFrame:
+    """The load frame of rows given as mappings of :data:`LOAD_COLUMNS` names (``source`` and ``line``
+    required; a missing or ``None`` value is unknown).
+
+    >>> frame_of([{"source": "s.log", "line": 3, "engine": 0, "preemptions": 4}])[["engine", "preemptions"]].iloc[0].tolist()
+    [0, 4]
+    """
+    rows_builder = RowBuilder()
+    for row in rows:
+        rows_builder.add(
+            str(row["source"]),
+            int(row["line"]),  # type: ignore[call-overload]
+            row.get("time"),  # type: ignore[arg-type]
+            row,
+            event=row.get("event"),  # type: ignore[arg-type]
+            raw=str(row.get("raw") or ""),
+        )
+    return rows_builder.frame()
+
+
+def time_texts(frame: pd.DataFrame) -> np.ndarray:
+    """Each row's time as text (``None`` when unknown): ISO 8601, or vLLM's ``MM-DD HH:MM:SS`` when the
+    year is unknown; fractions of a second only when there are some (as ``datetime.isoformat`` writes).
+
+    >>> time_texts(frame_of([{"source": "a", "line": 1, "time": datetime(2000, 11, 29, 10, 0, 10),
+    ...     "year_known": False}, {"source": "a", "line": 2, "time": datetime(2026, 1, 2, 3, 4, 5, 6)},
+    ...     {"source": "a", "line": 3}])).tolist()
+    ['11-29 10:00:10', '2026-01-02T03:04:05.000006', None]
+    """
+    times = frame["time"].to_numpy(dtype="datetime64[us]")
+    texts = np.datetime_as_string(times, unit="s").astype(object)
+    micros = times.view(np.int64)
+    fraction = (micros % 1_000_000 != 0) & ~np.isnat(times)
+    if fraction.any():
+        texts[fraction] = np.datetime_as_string(times[fraction], unit="us").astype(object)
+    yearless = ~frame["year_known"].to_numpy(dtype=bool, na_value=True) & ~np.isnat(times)
+    if yearless.any():
+        texts[yearless] = [f"{text[5:10]} {text[11:19]}" for text in texts[yearless]]
+    texts[np.isnat(times)] = None
+    return texts
+
+
+def json_columns(frame: pd.DataFrame) -> list[list]:
+    """The :data:`LOAD_ROW_KEYS` columns of ``frame`` as JSON values: unknown ``None``, times as text."""
+    return [
+        time_texts(frame).tolist() if key == "time" else frame[key].to_numpy(object, na_value=None).tolist()
+        for key in LOAD_ROW_KEYS
+    ]
+
+
+@dataclass(frozen=True, eq=False)
+class LoadReading:
+    """One load-test run: the :data:`LOAD_COLUMNS` frame, its metadata (sources, warnings as notes) and what
+    each file says about its server. Unpacks as ``frame, metadata`` like every reader's result.
+
+    >>> reading = LoadReading(frame_of([{"source": "a.log", "line": 3, "engine": 0}]), ReadMetadata(("a.log",)))
+    >>> frame, metadata = reading
+    >>> reading.records()[0]["engine"], metadata.sources
+    (0, ('a.log',))
+    """
+
+    frame: pd.DataFrame
+    metadata: ReadMetadata = field(default_factory=ReadMetadata)
+    sources: tuple[LoadSource, ...] = ()
+
+    def __iter__(self) -> Iterator:
+        return iter((self.frame, self.metadata))
+
+    def __len__(self) -> int:
+        return len(self.frame)
+
+    @property
+    def warnings(self) -> tuple[Note, ...]:
+        """The reader's warnings, each naming its file (and line where there is one)."""
+        return self.metadata.warnings
+
+    @property
+    def kv_cache_tokens(self) -> int | None:
+        """The run's KV capacity in tokens when its files state one value; ``None`` otherwise."""
+        values = {s.kv_cache_tokens for s in self.sources if s.kv_cache_tokens is not None}
+        return values.pop() if len(values) == 1 else None
+
+    def records(self, start: int = 0, stop: int | None = None) -> list[dict]:
+        """Rows ``start:stop`` as the JSON rows of ``kvplan load --json`` (:data:`LOAD_ROW_KEYS`)."""
+        columns = json_columns(self.frame.iloc[start:stop])
+        return [dict(zip(LOAD_ROW_KEYS, values)) for values in zip(*columns)]
+
+    def json_chunks(self) -> Iterator[bytes]:
+        """``{"rows": [...], "warnings": [...]}`` and a newline as UTF-8 JSON (orjson), :data:`JSON_BATCH`
+        rows a piece, so the rows' dicts are never all held."""
+        yield b'{"rows":['
+        for start in range(0, len(self.frame), JSON_BATCH):
+            text = orjson.dumps(self.records(start, start + JSON_BATCH))
+            yield text[1:-1] if start == 0 else b"," + text[1:-1]
+        yield b'],"warnings":' + orjson.dumps(list(map(str, self.warnings))) + b"}\n"
+
+    def csv_text(self) -> str:
+        """The rows as CSV (:data:`LOAD_ROW_KEYS`, a header line first; unknown = empty), by ``to_csv``."""
+        table = self.frame.loc[:, list(LOAD_ROW_KEYS)]
+        table["time"] = pd.array(time_texts(self.frame), dtype="string")
+        return table.to_csv(index=False, lineterminator="\n")
+
+
+def reading_of(
+    frames: Sequence[pd.DataFrame], warnings: Iterable[str], sources: Sequence[LoadSource]
+) -> LoadReading:
+    """One reading from frames of one run (in order), the warnings (plain text becomes a :class:`Note`)
+    and the files' facts."""
+    frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
+    notes = tuple(w if isinstance(w, Note) else Note(w) for w in warnings)
+    return LoadReading(frame, ReadMetadata(tuple(s.source for s in sources), notes), tuple(sources))
+
+
+def counter_increase(previous: float | None, current: float | None) -> float | None:
+    """Increase of a Prometheus counter between two scrapes, reset-safe (never negative).
+
+    A counter that went down was reset by a server restart; as Prometheus' ``rate()`` does, the increase
+    is then the new value (everything counted since the restart).
+
+    >>> counter_increase(40, 52), counter_increase(52, 3), counter_increase(None, 3)
+    (12, 3, None)
+    """
+    if previous is None or current is None:
+        return None
+    return current - previous if current >= previous else current
+
+
+def percent(fraction: float) -> float:
+    """A 0–1 fraction as a 0–100 percentage, without float noise.
+
+    >>> percent(0.07), percent(0.153846)
+    (7.0, 15.3846)
+    """
+    return round(fraction * 100, 6)

@@ -1,0 +1,82 @@
+"""One run's load evidence from server logs and /metrics files alike: :func:`read_load_evidence`.
+
+Each file is sniffed (Prometheus text or a log), read by its reader (:mod:`.log`, :mod:`.metrics`), and the
+frames are put together in the order the files were given, with the warnings of the /metrics files first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from kvplan.io.load.frame import LoadReading, reading_of
+from kvplan.io.load.log import read_vllm_stats
+from kvplan.io.load.metrics import is_metrics_lines, physical_lines, read_metrics_snapshots
+from kvplan.io.load.records import bounded_lines, log_time_shift
+
+
+def read_load_evidence(
+    paths: Sequence[str | Path], year: int | None = None, utc_offset: float | None = None
+) -> LoadReading:
+    """One run's load evidence from server logs and /metrics snapshots alike, rows in file order.
+
+    Each file is sniffed: Prometheus text (``# HELP`` / ``# TYPE`` / ``vllm:`` samples) goes to
+    :func:`kvplan.io.load.metrics.read_metrics_snapshots` (all snapshots together, so counters are
+    diffed across files), anything else to :func:`read_vllm_stats`. Give the files of one run only. Without
+    ``year``, logs take the year of the snapshots' times when snapshots are given (with a warning).
+    ``utc_offset`` is the server's offset from UTC in hours (the log's local time minus UTC); given, log
+    times are turned into UTC like the /metrics times, as they are when docker stamps show the offset;
+    otherwise a run that mixes logs and /metrics gets a warning.
+
+    >>> from kvplan.config import DATA_DIR
+    >>> run = DATA_DIR / "load" / "manual-canary-overload"
+    >>> frame, metadata = read_load_evidence([run / "server.log", run / "metrics.prom"], year=2026)
+    >>> frame["kind"].value_counts().to_dict(), metadata.sources == (str(run / "metrics.prom"), str(run / "server.log"))
+    ({'log': 59, 'metrics': 20}, True)
+    """
+    shift = log_time_shift(utc_offset)
+    order = list(dict.fromkeys(str(path) for path in paths))
+    metrics = [path for path in order if _is_metrics_file(path)]
+    readings = []
+    notes: list[str] = []
+    if metrics:
+        readings.append(read_metrics_snapshots(metrics))
+        first = readings[0].frame["time"].min()
+        if year is None and not pd.isna(first) and len(metrics) < len(order):
+            year = (first - shift).year  # the servers' local year at the first scrape
+            clocks = (
+                ""
+                if utc_offset is not None
+                else "; log times are the server's local time, /metrics times UTC"
+            )
+            notes.append(f"the logs' year is taken from the /metrics times ({year}){clocks}")
+    logs = [read_vllm_stats(path, year=year, utc_offset=utc_offset) for path in order if path not in metrics]
+    local = [s.source for log in logs for s in log.sources if s.utc_offset_hours is None]
+    if metrics and local:
+        notes.append(
+            f"log times (the server's local time) and /metrics times (UTC) are mixed without a known "
+            f"offset for {', '.join(local)}: the timeline places them as if the server ran on UTC (the "
+            "load checks do not depend on it); to align them give the server's UTC offset "
+            "(kvplan load --log-utc-offset HOURS, utc_offset= in Python)"
+        )
+    parts = [*readings, *logs]
+    frame = parts[0].frame if len(parts) == 1 else pd.concat([p.frame for p in parts], ignore_index=True)
+    ranks = pd.Categorical(frame["source"], categories=order).codes  # each file's place in ``order``
+    if len(parts) > 1 and (ranks[1:] < ranks[:-1]).any():  # rows by file as given, then as read
+        frame = frame.iloc[np.argsort(ranks, kind="stable")].reset_index(drop=True)
+    warnings = [
+        *(readings[0].warnings if readings else ()),
+        *notes,
+        *(w for log in logs for w in log.warnings),
+    ]
+    return reading_of([frame], warnings, [s for part in parts for s in part.sources])
+
+
+def _is_metrics_file(path: str) -> bool:
+    """Whether the file is Prometheus text (:func:`~kvplan.io.load.metrics.is_metrics_text`), from its
+    first lines."""
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        return is_metrics_lines(physical_lines(bounded_lines(lines, path)))

@@ -1,0 +1,118 @@
+"""Review mode and the panel's redraw (issue 27): the decision page first, notebooks served with the bundle,
+and a panel that draws again only what a control change touched."""
+
+from __future__ import annotations
+
+import nbformat
+import pytest
+from matplotlib.figure import Figure
+
+from kvplan.cli import main as kvplan_main
+from kvplan.config import DATA_DIR
+from kvplan.notebook import (
+    Scenario,
+    WhatIfPanel,
+    co_tenant_bytes,
+    figure_png,
+    launch_max_model_len,
+    read_launch,
+)
+from kvplan.notebook.review import DECISION_PAGE, decision_html, prepare, voila_command
+from kvplan.plan import Evidence, ModelLayout, Policy, decide
+from kvplan.units import parse_size
+
+SAMPLE = DATA_DIR / "boots" / "four-rank"
+NOTEBOOKS = sorted((DATA_DIR.parent / "notebooks").glob("*.ipynb"))
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    out = tmp_path_factory.mktemp("evidence")
+    code = kvplan_main(
+        [
+            "approve", str(SAMPLE / "boot.log"), "--reserve", "0.9GiB", "--model", "llama-3.1-70b",
+            "--tp", "4", "--approver", "test", "--note", "review mode", "--out", str(out),
+        ]
+    )  # fmt: skip
+    assert code == 0
+    (folder,) = out.iterdir()
+    return folder
+
+
+def test_the_decision_page_leads_with_the_flag_then_links_each_dashboard(bundle):  # issue 27
+    page = decision_html(bundle, ["02-rank-headroom.ipynb", "03-concurrency.ipynb"])
+    # rank 2's 12 GiB room − 0.9 GiB, in whole blocks of 1.25 MiB: 9,830 blocks = 12,884,377,600 B
+    flag = page.index("--kv-cache-memory-bytes=12884377600")
+    assert flag < page.index('href="02-rank-headroom.ipynb"') < page.index('href="03-concurrency.ipynb"')
+    assert "verified" in page
+
+
+def test_a_bundle_that_does_not_verify_shows_no_flag(bundle, tmp_path):  # issue 27
+    import shutil
+
+    copy = tmp_path / bundle.name
+    shutil.copytree(bundle, copy)
+    (copy / "ledger.csv").write_text("rank\n0\n")  # tampered
+    page = decision_html(copy, ["02-rank-headroom.ipynb"])
+    assert "does not verify" in page and "--kv-cache-memory-bytes=" not in page
+
+
+def test_prepare_writes_the_decision_page_and_each_notebook_with_the_bundle(bundle, tmp_path):  # issue 27
+    served = prepare(tmp_path / "served", bundle, NOTEBOOKS)
+    assert sorted(path.name for path in served.glob("*.ipynb")) == sorted(
+        [DECISION_PAGE, *(path.name for path in NOTEBOOKS)]
+    )
+    approve = nbformat.read(served / "05-approve-and-export.ipynb", as_version=4)
+    injected = [
+        cell.source for cell in approve.cells if "injected-parameters" in cell.metadata.get("tags", [])
+    ]
+    assert injected == [f"BUNDLE = {str(bundle.resolve())!r}"]
+    assert voila_command(served, 8866)[-1] == str(served)
+    assert "--Voila.ip=127.0.0.1" in voila_command(served) and "--port=8866" in voila_command(served)
+
+
+def _panel_03() -> WhatIfPanel:
+    ledger, _ = read_launch(SAMPLE)
+    decision = decide(Evidence(ledger), Policy(parse_size("0.9GiB")), ModelLayout("llama-3.1-70b"))
+    scenario = Scenario.from_decision(
+        decision, max_model_len=launch_max_model_len(ledger), target_concurrency=4
+    )
+    return WhatIfPanel(scenario, co_tenant_bytes=co_tenant_bytes(ledger))
+
+
+def test_a_panel_draws_again_only_the_charts_a_change_touched(monkeypatch):  # issue 27
+    panel = _panel_03()
+    drawn: list[str] = []
+    real = Figure.draw
+
+    def counting(figure, renderer):
+        drawn.append(figure.axes[0].get_title() or figure.axes[0].get_title("left") if figure.axes else "")
+        return real(figure, renderer)
+
+    panel.controls["target_concurrency"].value = 5  # away from the notebook's state: drawn against it
+    monkeypatch.setattr(Figure, "draw", counting)
+    panel.controls["target_concurrency"].value = 6  # the budget is the same: only the concurrency chart moves
+    assert [title for title in drawn if not title.startswith("What the budget buys")] == []
+    assert drawn  # the concurrency chart was drawn
+    shown = panel.images["concurrency"].value
+    drawn.clear()
+    panel.controls["reserve_gib"].value = 1.0  # every chart moves
+    assert {"safe budget", "stranded", "concurrency"} <= set(panel._drawn)
+    assert panel.images["concurrency"].value != shown
+
+
+def test_a_panel_lays_a_chart_out_once_while_its_axes_hold(monkeypatch):  # issue 27
+    panel = _panel_03()
+    draws = []
+    real = Figure.draw
+    monkeypatch.setattr(Figure, "draw", lambda figure, renderer: draws.append(1) or real(figure, renderer))
+    panel.controls["reserve_gib"].value = 1.0
+    first = len(draws)
+    draws.clear()
+    panel.controls["reserve_gib"].value = 1.1
+    # the second state reuses the margins of the first: one draw per chart drawn (savefig), not two
+    # (layout + savefig), and the picture is the one a fresh tight layout gives
+    redrawn = [step for step in panel.chart_steps(panel.outcome) if step.name in panel._drawn]
+    assert 0 < len(draws) <= len(redrawn) < first
+    for step in redrawn:
+        assert figure_png(step.draw()) == panel._drawn[step.name][2], step.name
