@@ -53,10 +53,12 @@ endif
 # and the verification, then the report. The report (python -m kvplan.notebook.report) executes every notebook
 # once into build/report/<name>.html (no code, charts as PNG files in <name>_files/) and
 # build/report/code/<name>.html (with code, for auditors), and writes build/report/index.html, which opens
-# with the verified bundle's decision.
+# with the verified bundle's decision. The report shows that bundle: its notebooks take it as BUNDLE and each
+# page states its digest; 07 plans a fleet, not one bundle, and is not part of it.
 REPORT := build/report
 EVIDENCE := build/evidence
 APPROVAL := data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b --tp 4
+BUNDLE_NOTEBOOKS := $(filter-out notebooks/07-%,$(wildcard notebooks/*.ipynb))
 
 demo: system-deps $(STAMP)
 	@$(BIN)/python -m kvplan budget $(APPROVAL)
@@ -66,7 +68,7 @@ demo: system-deps $(STAMP)
 		--nvidia-smi data/boots/four-rank/nvidia-smi-gpu.csv --nvidia-smi data/boots/four-rank/nvidia-smi-apps.csv \
 		--target-concurrency 4 --seq-len 32768 --approver "make demo" --note "sample four-rank boot" --out $(EVIDENCE)
 	@$(BIN)/python -m kvplan verify $(EVIDENCE)/*
-	@$(BIN)/python -m kvplan.notebook.report $(REPORT) $(EVIDENCE)/* notebooks/*.ipynb
+	@$(BIN)/python -m kvplan.notebook.report $(REPORT) $(EVIDENCE)/* $(BUNDLE_NOTEBOOKS)
 
 test: system-deps lint unit nbtest browser-test
 

@@ -120,7 +120,9 @@ def drift_budget(
     """Adjusted budget per rank for a later boot; scalars apply to every rank.
 
     ``drift_bytes`` is ``F_ref − F_boot`` (positive = free memory lost since the reference). A rank
-    whose reference budget or adjusted budget is not positive is refused (:class:`BudgetError`).
+    whose reference budget or adjusted budget is not positive, or whose reference budget is above its
+    reference free memory (a KV budget is carved out of the free memory it was measured under, so such a
+    pair is not one measurement), is refused (:class:`BudgetError`).
 
     >>> GiB = 2**30
     >>> d = drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 43 * GiB], guard_bytes=0)
@@ -142,9 +144,15 @@ def drift_budget(
         adjusted_budget_bytes(b, f_ref, f_boot, guard_bytes)
         for b, f_ref, f_boot in zip(ref_budget, ref_free, boot_free)
     ]
-    for rank, budget, value in zip(rank_ids, ref_budget, adjusted):
+    for rank, budget, free, value in zip(rank_ids, ref_budget, ref_free, adjusted):
         if budget <= 0:
             raise BudgetError(f"rank {rank}: reference budget {format_size(budget)} is not positive")
+        if budget > free:
+            raise BudgetError(
+                f"rank {rank}: reference budget {format_size(budget)} is above the reference free memory "
+                f"{format_size(free)} it was measured under: no boot allocates more KV cache than it had "
+                "free; check --ref-budget and --ref-free (they belong to one profiled boot)"
+            )
         if value <= 0:
             raise BudgetError(
                 f"rank {rank}: the lost startup free memory and the guard leave no KV budget "

@@ -138,3 +138,19 @@ def test_three_schedulers_same_answer(manifest, dask_cluster):
     assert [e["host"] for e in synchronous["excluded"]] == ["gpu-00029", "gpu-00034", "gpu-00035"]
     assert answer(manifest, "local") == synchronous
     assert answer(manifest, dask_cluster) == synchronous
+
+
+def _parent_pid() -> int:
+    """The operating system's parent of this process (multiprocessing's own record names the requester)."""
+    return os.getppid()
+
+
+def test_local_workers_are_not_forked_from_the_client():
+    """The embedded cluster's workers start from a fork server, never forked from the client: the client
+    already runs threads (Dask's event loop, fsspec's, a Jupyter kernel's) and a fork taken while one of them
+    holds a lock deadlocks the worker (a full-suite run once hung here with forked workers)."""
+    from kvplan.fleet.engine import dask_client
+
+    with dask_client("local") as client:
+        parents = set(client.run(_parent_pid).values())
+    assert parents and os.getpid() not in parents

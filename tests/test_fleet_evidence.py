@@ -84,7 +84,7 @@ def test_class_bundle_records_gpu_type_and_driver(approved):  # issue 25
     assert (key["gpu_name"], key["driver_version"]) == ("NVIDIA H100 80GB HBM3", "580.95.05")
 
 
-def test_fleet_gate_fails_a_canary_on_another_gpu_and_driver(approved, tmp_path, capsys):  # issue 25
+def test_fleet_gate_never_passes_a_canary_on_another_gpu_and_driver(approved, tmp_path, capsys):  # issue 25
     _, plan, bundle = approved
     value = plan["classes"][0]["uniform_budget_bytes"]
     canary(tmp_path / "same", "gpu-00002", value)
@@ -210,7 +210,8 @@ def test_host_without_room_for_one_block_is_excluded_by_name(tmp_path):  # issue
         == "rank 0: safe budget 1000 B is less than one block (640 KiB) (at the fleet's reserve)"
     )
     h100 = next(c for c in plan["classes"] if c["class"] == "NVIDIA H100 80GB HBM3 / 580.95.05 / vLLM 0.26.0")
-    # the class plans without it: gpu-00030 rank 3 (room 59,425,628,160) limits, 886,047,720 B → 1,352 blocks (886,046,720 B)
+    # the class plans without it: gpu-00030 rank 3 (room 59,425,628,160) limits, 886,047,720 B → 1,352
+    # blocks (886,046,720 B)
     assert (h100["limiting_host"], h100["limiting_rank"]) == ("gpu-00030", 3)
     assert h100["uniform_budget_bytes"] == (59_425_628_160 - reserve) // BLOCK * BLOCK == 1_352 * BLOCK
 

@@ -3,7 +3,8 @@
 A manifest is built from the committed sample's host files (data/fleet/small) under hostile host names and labels
 (newlines, ANSI escapes, ``../``, slashes, quotes, bidirectional overrides, 300-character names), with rows
 that name another host's file, a file that is no log (a secret), a missing file, a ``file://`` URL, a ``..``
-climb or an absolute path, rows of the wrong width and blank ones. For every manifest ``kvplan fleet plan MANIFEST --out OUT`` must:
+climb or an absolute path, rows of the wrong width and blank ones. For every manifest ``kvplan fleet plan
+MANIFEST --out OUT`` must:
 
 - exit 0 or 2, never a traceback; exit 2 is exactly one ``error:`` line;
 - print one record per line: no control character reaches stdout, and every wave line ends with the flag of a

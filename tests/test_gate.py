@@ -176,11 +176,15 @@ class TestDefaultsAreNotShown:
         assert "not recorded at approval (not compared): block_size" in check.detail
         assert check.detail.startswith("5 fields unchanged")  # 6 of TestCompatibilityKey less block_size
 
-    def test_defaults_on_both_sides_are_one_releases_rule(self):
+    def test_defaults_on_both_sides_are_not_compared(self):
+        # issue 25: a field neither side shows (the reader's default on both) is never one of the unchanged
         both = check_compatibility_key(
             KEY, dict(KEY), approved_defaults={"block_size"}, boot_defaults={"block_size"}
         )
-        assert both == check_compatibility_key(KEY, dict(KEY))
+        shown = check_compatibility_key(KEY, dict(KEY))
+        unchanged = int(shown.detail.split()[0])
+        assert both.passed is True and both.detail.startswith(f"{unchanged - 1} fields unchanged; ")
+        assert "block_size" in both.detail.split("(not compared): ")[1].split(", ")
 
     def test_a_default_that_differs_from_a_shown_value_is_still_a_difference(self):
         check = check_compatibility_key(KEY, {**KEY, "block_size": 64}, boot_defaults={"block_size"})
@@ -433,7 +437,7 @@ class TestGateOnSampleBoots:
         # the sample boot shows no GPU name or driver (no nvidia-smi snapshot), and says so
         assert checks[KEY_CHECK].detail == "cannot judge: " + (
             "vllm_version: approved 0.26.0, boot 0.27.0; not shown on either side (not compared): "
-            "driver_version, gpu_name"
+            "block_size, driver_version, gpu_name"
         )
 
     def test_a_missing_rank_fails(self, capsys, four_rank_bundle, tmp_path):

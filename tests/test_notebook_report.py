@@ -6,6 +6,7 @@ decision and a page is exported from a notebook whose outputs are set by hand, a
 
 import base64
 import re
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -16,7 +17,7 @@ from kvplan.config import DATA_DIR
 from kvplan.notebook import ParameterError, parameter_path
 from kvplan.notebook.figures import figure_png
 from kvplan.notebook.pages import Page, write_pages
-from kvplan.notebook.report import decision_facts, index_html
+from kvplan.notebook.report import build_report, decision_facts, index_html, show_bundle
 from kvplan.plan import AdmissionPlan, ModelLayout, Policy, decide, decide_rooms
 from kvplan.units import GiB, parse_size
 
@@ -105,3 +106,72 @@ def test_a_relative_parameter_path_is_found_from_the_checkout_or_named_in_one_li
         parameter_path("mylaunch", "LOG_DIR")
     lines = error.value._render_traceback_()  # what IPython shows instead of a traceback
     assert len(lines) == 1 and lines[0].startswith("error: LOG_DIR = 'mylaunch' names nothing")
+
+
+# --- the report shows the bundle it is given (issue 25) -----------------------------------------------------
+
+LLAMA_8B_LOG = Path(__file__).parent / "data" / "v0.33-llama-3.1-8b-tp1-auto-fit.log"
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+
+
+@pytest.fixture(scope="module")
+def llama_8b_bundle(tmp_path_factory):
+    """A bundle of another model than the sample's: Llama-3.1-8B at TP 1 (vLLM 0.33), 1 GiB reserve."""
+    from kvplan.cli import main
+
+    out = tmp_path_factory.mktemp("bundles")
+    assert (
+        main(["approve", str(LLAMA_8B_LOG), "--reserve", "1GiB", "--approver", "t", "--out", str(out)]) == 0
+    )
+    [bundle] = out.iterdir()
+    return bundle
+
+
+def _notebook(tmp_path, name, parameters, code):
+    notebook = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(parameters, metadata={"tags": ["parameters"]}),
+            nbformat.v4.new_code_cell(code),
+        ]
+    )
+    path = tmp_path / f"{name}.ipynb"
+    nbformat.write(notebook, path)
+    return path
+
+
+def test_the_report_refuses_a_notebook_that_cannot_take_the_bundle(llama_8b_bundle, tmp_path):
+    # issue 25: the report of a bundle ran notebooks on the sample data; one that takes no BUNDLE is refused
+    path = _notebook(tmp_path, "no-bundle", "LOG_DIR = 'x'", "print(1)")
+    _, errors = build_report(tmp_path / "report", llama_8b_bundle, [path])
+    assert errors == [f"{path}: takes no BUNDLE parameter: its page would not show the bundle; refused"]
+
+
+def test_a_page_that_does_not_state_the_bundle_digest_is_refused(llama_8b_bundle, tmp_path):
+    path = _notebook(tmp_path, "silent", "BUNDLE = None", "print('a page of something else')")
+    index, errors = build_report(tmp_path / "report", llama_8b_bundle, [path])
+    assert len(errors) == 1 and "its page does not state the bundle's digest sha256:" in errors[0]
+    assert "silent" not in index.read_text()
+
+
+def test_every_page_shows_the_bundle_it_was_given(llama_8b_bundle, tmp_path):
+    # issue 25: the report of a Qwen3-14B bundle showed Llama-3.1-70B; here notebook 01 with a Llama-3.1-8B
+    # bundle shows that bundle's model, never the sample's, and states the bundle's digest
+    from kvplan.evidence import verify
+
+    digest = verify(llama_8b_bundle).digest
+    _, errors = build_report(tmp_path / "report", llama_8b_bundle, [NOTEBOOKS / "01-import-logs.ipynb"])
+    assert errors == []
+    page = (tmp_path / "report" / "01-import-logs.html").read_text()
+    assert f"sha256:{digest}" in page
+    # the ledger's model column (the prose names the sample, the outputs name the bundle's model)
+    assert "meta-llama/Llama-3.1-8B-Instruct" in page and "meta-llama/Llama-3.1-70B-Instruct" not in page
+
+
+def test_show_bundle_gives_the_bundles_inputs_and_policy(llama_8b_bundle):
+    shown = show_bundle(llama_8b_bundle)
+    assert [path.name for path in shown.logs] == [LLAMA_8B_LOG.name]
+    assert shown.logs[0].read_bytes() == LLAMA_8B_LOG.read_bytes()
+    assert shown.reserve_bytes == GiB and shown.plan == (None, None) and show_bundle(None) is None
+    with pytest.raises(ParameterError, match="approved without --model"):
+        _ = shown.model
+    assert shown.digest in shown._repr_markdown_()

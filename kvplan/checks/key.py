@@ -88,8 +88,8 @@ def check_compatibility_key(
     unjudged (``passed`` None) unless another field differs. A value the reader filled with vLLM's
     default (``approved_defaults``, ``boot_defaults``: :func:`defaulted_key_fields`) is not shown: equal
     to a shown value it is not compared (a boot's default against a shown approved value leaves the
-    check unjudged); a default on both sides is the same release's rule and compares; a different value
-    is a difference either way. A ``manual_boot`` (one run with ``--kv-cache-memory-bytes``) is not
+    check unjudged); a default on both sides is shown on neither (not compared, never counted among the
+    unchanged); a different value is a difference either way. A ``manual_boot`` (one run with ``--kv-cache-memory-bytes``) is not
     compared on :data:`MANUAL_BOOT_IGNORES`. A side that shows the model's configuration reads an unknown
     :data:`NONE_WHEN_CONFIG_SHOWN` field as ``None`` (vLLM's default), so adding quantization fails.
 
@@ -120,6 +120,8 @@ def check_compatibility_key(
             boot_only.append(field)
         elif boot is None or assumed == (False, True):
             approved_only.append(field)
+        elif assumed == (True, True):  # issue 25: filled in on both sides, shown on neither
+            neither.append(field)
         else:
             equal += 1
     notes = [

@@ -30,7 +30,8 @@ write an evidence bundle: the approved budget, its ledger, charts, hashes and so
 
 Compute the uniform budget from the logs of a profiled boot and write it, with its evidence, to a new folder
 OUT/<date>-<hash> (never overwritten). With --load, the load test of a canary at that value joins the evidence
-and its checks (no OOM, preemptions ≤ N) must pass.
+and its checks (no OOM, preemptions ≤ N) must pass. Every check must pass (or not apply): one that cannot be
+judged refuses the approval (exit 2) unless --allow-unjudged names it, which the bundle records.
 
 For example:
   kvplan approve data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b --tp 4 --target-concurrency 4 --seq-len 32768 --approver 'Ana Planner' --out evidence/
@@ -67,6 +68,14 @@ def add_approve(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--approver", required=True, metavar="NAME", help="who approves")
     parser.add_argument("--note", default="", metavar="TEXT", help="e.g. the change ticket")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder the bundle folder is created in")
+    parser.add_argument(
+        "--allow-unjudged",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="accept the check NAME although it cannot be judged (repeatable; the bundle records it); "
+        "without it a check that cannot be judged refuses the approval (exit 2)",
+    )
     add_load_arguments(parser, "server logs and /metrics snapshots of a load test at the approved value")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_model_arguments(parser)
@@ -105,6 +114,7 @@ def run_approve(args: argparse.Namespace) -> int:
             load_paths=args.load,
             load_policy=load_policy(args),
             nvidia_smi_paths=args.nvidia_smi,
+            allow_unjudged=args.allow_unjudged,
         )
     except (
         evidence.CheckFailedError
@@ -171,7 +181,7 @@ def _not_approved(failed) -> int:
 
     for check in failed.checks:
         print(format_check(check))
-    print(f"error: {failed}", file=sys.stderr)
+    print(f"error: {terminal_text(failed)}", file=sys.stderr)
     return EXIT_FAIL
 
 

@@ -42,9 +42,10 @@ INPUTS_DIR = "inputs"
 CHARTS_DIR = "charts"
 DIGEST_CHARS = 12
 SEAL_KEY = "seal_sha256"
-#: The record key that says the bundle's text files escape text from files (docs/safety.md), and the
-#: version of those rules; a bundle written before them lacks it and is regenerated as it was written.
+#: Keys older bundles lack (they verify as written): the version of the rules by which the text files escape
+#: text from files (docs/safety.md), and the checks accepted without a verdict (``--allow-unjudged``).
 TEXT_ESCAPING_KEY, TEXT_ESCAPING = "text_escaping", 1
+ALLOWED_UNJUDGED_KEY = "allowed_unjudged"
 NVIDIA_SMI_ROLE = "nvidia-smi"
 #: Input roles in the order a bundle lists them.
 ROLES = ("log", NVIDIA_SMI_ROLE, "model config", "load")
@@ -72,6 +73,7 @@ KNOWN_KEYS = (
     "warnings",
     TEXT_ESCAPING_KEY,
     "inputs",
+    ALLOWED_UNJUDGED_KEY,
     "ledger",
     "files",
     SEAL_KEY,
@@ -79,8 +81,6 @@ KNOWN_KEYS = (
 #: The keys of each ``inputs[]`` entry.
 INPUT_KEYS = ("path", "bundle_path", "sha256", "size_bytes", "role")
 _CHUNK_BYTES = 1 << 20
-#: What a bundle path may not hold (``kvplan.evidence.files.path_problem``): made ``_`` in an input's copy.
-_PLAIN_NAME = re.compile(r"[\x00-\x1f\\]")
 #: Types :func:`json_value` returns as they are: never missing, already plain JSON.
 _ALWAYS_KNOWN = frozenset({int, str, bool})
 
@@ -191,16 +191,15 @@ def bundle_name(created: datetime, digest: str) -> str:
 
 
 def input_names(paths: Sequence[str | os.PathLike]) -> list[str]:
-    """Bundle-relative names of the input copies: ``inputs/<file name>``, numbered when names clash.
+    """Bundle-relative names of the input copies: ``inputs/<file name>``, numbered when names clash; a
+    control character or a backslash (which a bundle path may not hold) becomes ``_``.
 
     >>> input_names(["a/reference.log", "b/canary.log"])
     ['inputs/reference.log', 'inputs/canary.log']
     >>> input_names(["a/x.log", "b/x.log"])
     ['inputs/1-x.log', 'inputs/2-x.log']
-
-    A control character or a backslash in a name (which a bundle path may not hold) becomes ``_``.
     """
-    names = [_PLAIN_NAME.sub("_", Path(path).name) for path in paths]
+    names = [re.sub(r"[\x00-\x1f\\]", "_", Path(path).name) for path in paths]  # see files.path_problem
     if len(set(names)) == len(names):
         return [f"{INPUTS_DIR}/{name}" for name in names]
     return [f"{INPUTS_DIR}/{i}-{name}" for i, name in enumerate(names, start=1)]
@@ -215,15 +214,18 @@ def settings(
     approver: str,
     note: str,
     version: str,
+    allowed_unjudged: Sequence[str] = (),
 ) -> dict:
     """The settings of the inputs digest: policy, layout, plan, input paths and roles, the approval;
-    ``load`` only with load evidence."""
+    ``load`` only with load evidence, the approval's ``allowed_unjudged`` only when it names a check."""
+    approval: dict = {"approver": approver, "note": note, "kvplan_version": version}
+    approval.update({ALLOWED_UNJUDGED_KEY: list(allowed_unjudged)} if allowed_unjudged else {})
     out = {
         "policy": asdict(policy),
         "model_options": dict(layout.options) if layout else None,
         "plan": asdict(plan) if plan else None,
         "inputs": [{"path": entry["path"], "role": entry["role"]} for entry in inputs],
-        "approval": {"approver": approver, "note": note, "kvplan_version": version},
+        "approval": approval,
     }
     if load_policy is not None:
         out["load"] = asdict(load_policy)

@@ -22,7 +22,7 @@ from kvplan.budget import kv_cache_flag
 from kvplan.capacity import capacity_rows, sequence_lengths
 from kvplan.escape import markdown_code, markdown_text
 from kvplan.evidence.evidence_log import decision_evidence_lines
-from kvplan.evidence.record import CHARTS_DIR, TEXT_ESCAPING_KEY, int_or_none
+from kvplan.evidence.record import ALLOWED_UNJUDGED_KEY, CHARTS_DIR, TEXT_ESCAPING_KEY, int_or_none
 from kvplan.io.ledger_rows_csv import ledger_frame_csv
 from kvplan.plan import Decision
 from kvplan.units import format_size
@@ -196,6 +196,9 @@ def summary_markdown(record: Mapping, name: str) -> str:
         f"- **{verdict_word(c['passed'])}** {md.text(c['name'])}: {md.text(c['detail'])}"
         for c in record["checks"]
     ]
+    if record.get(ALLOWED_UNJUDGED_KEY):
+        accepted = ", ".join(md.text(name) for name in record[ALLOWED_UNJUDGED_KEY])
+        lines.append(f"- **Accepted by the approver without a verdict** (`--allow-unjudged`): {accepted}")
     lines += ["", "## Inputs", "", "| file | SHA-256 |", "|---|---|"]
     lines += [
         f"| {md.cell(entry['bundle_path'])} (was {md.cell(entry['path'])}) | `{entry['sha256']}` |"

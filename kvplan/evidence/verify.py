@@ -22,6 +22,7 @@ from kvplan.checks import Approved
 from kvplan.columns import NEWER_THAN_0_1_0
 from kvplan.evidence.reading import added_paths, bundle_paths, load, read_files
 from kvplan.evidence.record import (
+    ALLOWED_UNJUDGED_KEY,
     BUDGET_JSON,
     CHARTS_DIR,
     INPUT_KEYS,
@@ -56,7 +57,7 @@ from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy
 #: files (checked on their own: digest, hashes, folder name) and the model options (inputs of kv_spec).
 _NOT_RECOMPUTED = frozenset(
     {"schema", "schema_version", "kvplan_version", "created_utc", "approver", "note", "inputs_digest"}
-    | {"model_options", "inputs", "files", SEAL_KEY, TEXT_ESCAPING_KEY}
+    | {"model_options", "inputs", "files", SEAL_KEY, TEXT_ESCAPING_KEY, ALLOWED_UNJUDGED_KEY}
 )
 _COMPARED = tuple(key for key in KNOWN_KEYS if key not in _NOT_RECOMPUTED)
 
@@ -187,8 +188,10 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
             name = configs[0]["bundle_path"]
             layout = ModelLayout(copies.get(name, Path(private) / "missing"), options, name=name)
         approval = (str(record["approver"]), str(record["note"]), str(record["kvplan_version"]))
+        allowed = _allowed_unjudged(folder, record)
         digest = inputs_digest(
-            [e["sha256"] for e in ordered], settings(policy, layout, plan, load_policy, ordered, *approval)
+            [e["sha256"] for e in ordered],
+            settings(policy, layout, plan, load_policy, ordered, *approval, allowed),
         )
         if digest != record.get("inputs_digest"):
             differences.append(
@@ -227,6 +230,8 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
         for key in _COMPARED:
             differences += _compare(key, record.get(key), fresh.get(key))
         regenerated = {**fresh, "kvplan_version": approval[2]}
+        if allowed:
+            regenerated[ALLOWED_UNJUDGED_KEY] = allowed
         if TEXT_ESCAPING_KEY not in record:  # written before the rule: regenerated as it was written
             del regenerated[TEXT_ESCAPING_KEY]
         elif not same_canonical(record[TEXT_ESCAPING_KEY], TEXT_ESCAPING):
@@ -365,6 +370,17 @@ def _settings_of(
         raise BundleError(
             f"{folder / BUDGET_JSON}: malformed policy, plan, load, approval or inputs: {exc!r}"
         ) from None
+
+
+def _allowed_unjudged(folder: Path, record: Mapping) -> list[str]:
+    """The checks the approver accepted without a verdict (none when the key is absent); :class:`BundleError`
+    when the key is not a non-empty list of names."""
+    if ALLOWED_UNJUDGED_KEY not in record:
+        return []
+    allowed = record[ALLOWED_UNJUDGED_KEY]
+    if not isinstance(allowed, list) or not allowed or not all(isinstance(name, str) for name in allowed):
+        raise BundleError(f"{folder / BUDGET_JSON}: {ALLOWED_UNJUDGED_KEY} is not a list of check names")
+    return allowed
 
 
 def _int(value: object) -> int:

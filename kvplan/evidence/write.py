@@ -25,6 +25,7 @@ from typing import Any
 from kvplan import __version__
 from kvplan.escape import SURROGATE, terminal_text
 from kvplan.evidence.record import (
+    ALLOWED_UNJUDGED_KEY,
     BUDGET_JSON,
     INPUTS_DIR,
     NVIDIA_SMI_ROLE,
@@ -87,6 +88,7 @@ def approve_bundle(
     load_paths: Sequence[str | os.PathLike] = (),
     load_policy: LoadPolicy | None = None,
     nvidia_smi_paths: Sequence[str | os.PathLike] = (),
+    allow_unjudged: Sequence[str] = (),
 ) -> tuple[Path, dict]:
     """Compute the decision and write its bundle under ``out_dir``; returns the new folder and the record
     written as its ``budget.json`` (so that a caller need not read 40 MB of ledger rows back).
@@ -94,10 +96,12 @@ def approve_bundle(
     ``load_paths`` are the server logs and /metrics snapshots of a load test at the approved value
     (read with ``load_policy``, default: no preemption allowed); ``nvidia_smi_paths`` the ``--query-gpu``
     (and optionally ``--query-compute-apps``) CSV snapshots of the profiled boot. Both are inputs like the
-    logs. Raises :class:`BundleExistsError` when the folder already exists (the same input files given
+    logs. A check that cannot be judged refuses the approval unless ``allow_unjudged`` names it (the
+    bundle records those names, ``allowed_unjudged``). Raises :class:`BundleExistsError` when the folder
+    already exists (the same input files given
     by the same paths, policy, approver and note approved on the same UTC day) or when ``out_dir`` is a
     bundle or lies inside one, :class:`~kvplan.plan.InputFileError` for a missing input, and
-    :class:`ApprovalError` when the logs give no budget or a check at approval fails.
+    :class:`ApprovalError` when the logs give no budget or a check at approval fails or cannot be judged.
     """
     if not isinstance(approver, str) or not approver.strip():
         raise ValueError("an approval needs the approver's name (--approver)")
@@ -120,11 +124,12 @@ def approve_bundle(
         require_files(paths, argument)
         require_utf8_names(paths, argument)
     sources = logs + snapshots + configs + loads
+    allowed = list(dict.fromkeys(allow_unjudged))
     roles = [role for role, paths in zip(ROLES, (logs, snapshots, configs, loads)) for _ in paths]
     hashes = [sha256_file(path) for path in sources]
     entries = [{"path": str(source), "role": role} for source, role in zip(sources, roles)]
     digest = inputs_digest(
-        hashes, settings(policy, layout, plan, load_policy, entries, approver, note, __version__)
+        hashes, settings(policy, layout, plan, load_policy, entries, approver, note, __version__, allowed)
     )
     created = (now or datetime.now(timezone.utc)).replace(microsecond=0)
     out = Path(out_dir)
@@ -167,7 +172,7 @@ def approve_bundle(
                 load_policy,
                 copied[NVIDIA_SMI_ROLE],
             )
-            _refuse_failed_checks(decision)
+            _refuse_failed_checks(decision, allowed)
         except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
             users = dict(zip(names, map(str, sources)))
             users.update({str(staging / name): source for name, source in users.items()})
@@ -185,6 +190,8 @@ def approve_bundle(
             dict(layout.options) if layout else None,
             version=__version__,
         )
+        if allowed:
+            record[ALLOWED_UNJUDGED_KEY] = allowed
         record["files"] = _write_artifacts(staging, decision, record, final.name)
         record[SEAL_KEY] = seal(record)
         _write_synced(staging / BUDGET_JSON, record_chunks(record))
@@ -305,11 +312,31 @@ def _copy_inputs(
     return entries
 
 
-def _refuse_failed_checks(decision: Decision) -> None:
+def _refuse_failed_checks(decision: Decision, allowed: Sequence[str] = ()) -> None:
+    """Refuse an approval with a failed check, or one that cannot be judged and is not ``allowed``.
+
+    An approval needs every check passed or not applicable by design: cannot judge is not pass.
+    """
+    names = [check.name for check in decision.checks]
+    unknown = [name for name in allowed if name not in names]
+    if unknown:
+        raise ApprovalError(
+            f"--allow-unjudged {', '.join(map(repr, unknown))}: no check of that name at this approval; "
+            f"its checks are: {', '.join(map(repr, names))}"
+        )
     failed = [check for check in decision.checks if check.passed is False]
     if failed:
         text = "not approved: " + "; ".join(f"{c.name}: {c.detail}" for c in failed)
         raise CheckFailedError(text, failed)
+    unjudged = [c for c in decision.checks if c.applicable and c.passed is None and c.name not in allowed]
+    if unjudged:
+        raise ApprovalError(
+            "not approved: cannot judge "
+            + "; ".join(f"{c.name}: {c.detail}" for c in unjudged)
+            + ". An approval needs every check passed; to accept one as it is, name it with "
+            + " ".join(f"--allow-unjudged {c.name!r}" for c in unjudged)
+            + " (the bundle records it)"
+        )
 
 
 def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str) -> dict[str, str]:

@@ -8,7 +8,8 @@ showed (a class is one key) and a gate compares them. The class's name, labels a
 recorded in the bundle's note as JSON (hashed into its digest); :func:`note_hosts` reads the list back
 for ``kvplan fleet gate``. Logs in object storage are fetched afresh to ``OUT/inputs/<host>/<file>``
 (both names as :func:`kvplan.escape.safe_component` makes them safe, checked by
-:func:`kvplan.escape.path_inside`, so every write stays inside ``OUT``); every file, fetched or local, must still have the SHA-256 it had when the plan read it.
+:func:`kvplan.escape.path_inside`, so every write stays inside ``OUT``); every file, fetched or local,
+must still have the SHA-256 it had when the plan read it.
 """
 
 from __future__ import annotations

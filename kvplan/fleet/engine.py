@@ -83,8 +83,9 @@ def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -
         settings = {
             # the workers' statistical profiler samples every task's stack: ~14 % of a worker's CPU here
             "distributed.worker.profile.enabled": False,
-            # forked workers start with the client's imports (dask, pandas, the readers) instead of
-            # importing them again: ~1.5 s of CPU and of start-up per worker
+            # workers start from a fork server (a clean process), never forked from this one: the client
+            # already runs threads (Dask's event loop, fsspec's, a Jupyter kernel's), and a fork taken while
+            # one of them holds a lock deadlocks the worker (seen once in test_fleet_dask)
             "distributed.worker.multiprocessing-method": _start_method(),
             # the cluster's own clocks (event-loop watchdog every 20 ms, each worker's memory check every
             # 100 ms, the dashboard's system monitor every 0.5 s) cost ~8 % of a core while it reads
@@ -118,8 +119,11 @@ def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -
 
 
 def _start_method() -> str:
-    """``"fork"`` on Linux, else ``"spawn"`` (macOS's system libraries are not fork-safe; Windows has no fork)."""
-    return "fork" if sys.platform.startswith("linux") else "spawn"
+    """``"forkserver"`` on Linux, else ``"spawn"`` (macOS's system libraries are not fork-safe; Windows has no fork).
+
+    Never plain ``"fork"``: forking a process that runs threads can copy a held lock into the child.
+    """
+    return "forkserver" if sys.platform.startswith("linux") else "spawn"
 
 
 def read_fleet(

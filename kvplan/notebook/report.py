@@ -5,18 +5,26 @@ checks); :func:`index_html` lays it out with the date, the kvplan version, the b
 :mod:`kvplan.notebook.pages`. ``python -m kvplan.notebook.report OUT BUNDLE NOTEBOOK...`` (``make demo``)
 verifies the bundle, executes each notebook once into its pages and writes the index from the bundle's
 recomputed decision.
+
+Every page shows that bundle: each notebook takes it as its ``BUNDLE`` parameter, reads its verified
+inputs and policy through :func:`show_bundle` (which replace the notebook's sample parameters) and states
+its digest (:class:`ShownBundle` displays it). The builder refuses a notebook without a ``BUNDLE``
+parameter, and a page that does not state the bundle's digest.
 """
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kvplan.escape import html_text, terminal_text
+from kvplan.escape import html_text, markdown_code, terminal_text
 from kvplan.notebook.headlines import limiting_text
+from kvplan.notebook.launch import ParameterError, parameter_path
 from kvplan.notebook.pages import Page
 from kvplan.plan import Decision
 from kvplan.units import format_budget, format_policy_size, format_size
@@ -116,11 +124,102 @@ def index_html(
     )
 
 
+@dataclass(frozen=True)
+class ShownBundle:
+    """A verified bundle as a notebook's parameters: the bundle copies of its inputs by role, its policy,
+    model layout and admission plan. Displayed in a notebook, it states the bundle and its digest.
+    """
+
+    folder: Path
+    digest: str
+    logs: list[Path]
+    snapshots: list[Path]
+    model_config: Path | None
+    tp: int | None
+    reserve_bytes: int
+    guard_bytes: int
+    assume_uniform: bool
+    target_concurrency: int | None
+    seq_len: int | None
+
+    @property
+    def plan(self) -> tuple[int | None, int | None]:
+        """The admission plan approved: (full sequences at once, tokens each); (None, None) without one."""
+        return self.target_concurrency, self.seq_len
+
+    @property
+    def model(self) -> Path:
+        """The bundle's model config; :class:`ParameterError` when it was approved without ``--model``."""
+        if self.model_config is None:
+            raise ParameterError(
+                f"BUNDLE = {str(self.folder)!r} was approved without --model: no model config"
+            )
+        return self.model_config
+
+    def _repr_markdown_(self) -> str:
+        return bundle_banner(self.folder.name, self.digest)
+
+
+def bundle_banner(name: str, digest: str) -> str:
+    """What a page says of the bundle it shows (Markdown): its name and digest.
+
+    >>> bundle_banner("2026-12-01-d974eb240843", "ab" * 32)[:60]
+    '**This page shows the evidence bundle** `2026-12-01-d974eb24'
+    """
+    return (
+        f"**This page shows the evidence bundle** {markdown_code(name)}, digest `sha256:{digest}` (verified: "
+        "every hash and the recomputed decision agree); its inputs and policy replace the sample parameters."
+    )
+
+
+def show_bundle(bundle: str | Path | None) -> ShownBundle | None:
+    """The verified ``bundle`` a notebook shows (None when ``bundle`` is None); :class:`ParameterError` when
+    it does not verify."""
+    from kvplan.evidence.verify import verify
+
+    if bundle is None:
+        return None
+    folder = parameter_path(bundle, "BUNDLE")
+    verified = verify(folder)
+    if not verified.ok:
+        raise ParameterError(f"BUNDLE = {str(bundle)!r} does not verify: {verified.differences[0]}")
+    record = verified.record
+    by_role: dict[str, list[Path]] = {}
+    for entry in record["inputs"]:
+        by_role.setdefault(entry["role"], []).append(folder / entry["bundle_path"])
+    policy, plan = record["policy"], record.get("admission_plan") or {}
+    return ShownBundle(
+        folder=folder,
+        digest=verified.digest,
+        logs=by_role.get("log", []),
+        snapshots=by_role.get("nvidia-smi", []),
+        model_config=next(iter(by_role.get("model config", [])), None),
+        tp=(record.get("model_options") or {}).get("tp"),
+        reserve_bytes=policy["reserve_bytes"],
+        guard_bytes=policy["guard_bytes"],
+        assume_uniform=policy["assume_uniform"],
+        target_concurrency=plan.get("target_concurrency"),
+        seq_len=plan.get("seq_len"),
+    )
+
+
+def takes_bundle(notebook: Any) -> bool:
+    """Whether a notebook's ``parameters`` cell sets ``BUNDLE`` (the report passes its bundle there)."""
+    return any(
+        "parameters" in cell.get("metadata", {}).get("tags", [])
+        and re.search(r"^BUNDLE\s*=", cell.source, re.MULTILINE)
+        for cell in notebook.cells
+    )
+
+
 def build_report(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> tuple[Path, list[str]]:
     """Verify ``bundle``, write every notebook's pages into ``out_dir`` and the index; returns (index, errors).
 
-    A notebook that fails is an error line naming it and its failing cell, and is left out of the index.
+    A notebook that fails is an error line naming it and its failing cell, and is left out of the index;
+    so is one that takes no ``BUNDLE`` parameter or whose page does not state the bundle's digest.
     """
+    import nbformat
+
     from kvplan.evidence.verify import verify
     from kvplan.notebook.pages import execute_notebook, write_pages
 
@@ -129,11 +228,21 @@ def build_report(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> tupl
         return out_dir / "index.html", [f"{bundle}: {difference}" for difference in verified.differences]
     pages, errors = [], []
     for path in notebooks:
+        if not takes_bundle(nbformat.read(path, as_version=4)):
+            errors.append(f"{path}: takes no BUNDLE parameter: its page would not show the bundle; refused")
+            continue
         try:
             notebook = execute_notebook(path, {"BUNDLE": str(bundle)})
-            pages.append(write_pages(notebook, path.stem, out_dir))
+            page = write_pages(notebook, path.stem, out_dir)
         except Exception as exc:  # nbclient's CellExecutionError names the cell; anything else is shown too
             errors.append(f"{path}: {type(exc).__name__}: {str(exc).strip().splitlines()[-1]}")
+            continue
+        if verified.digest not in (out_dir / page.href).read_text(encoding="utf-8"):
+            errors.append(
+                f"{path}: its page does not state the bundle's digest sha256:{verified.digest}: refused"
+            )
+            continue
+        pages.append(page)
     record = verified.record
     facts = {
         "folder": str(bundle),
@@ -142,6 +251,7 @@ def build_report(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> tupl
         "verified": "ok: every hash and the recomputed decision agree",
     }
     index = out_dir / "index.html"
+    out_dir.mkdir(parents=True, exist_ok=True)
     index.write_text(
         index_html(
             verified.decision, pages, str(record["created_utc"]), str(record["kvplan_version"]), facts
