@@ -16,8 +16,9 @@ endif
 
 # Debian packages `make test` needs, installed by `make system-deps` (which `make test` and `make demo` run
 # first) when missing: as root with apt-get, otherwise it stops with the one-line command to run. Append
-# yours here; never a browser or binary downloaded by a script. chromium: the browser test.
-DEBIAN_PACKAGES := chromium
+# yours here; never a browser or binary downloaded by a script. chromium: the browser test; prometheus (with
+# promtool): the real Prometheus server the --prometheus tests backfill and start (tests/prometheus_server.py).
+DEBIAN_PACKAGES := chromium prometheus
 # The ones `make demo` needs (none: its report renders without a browser), so a demo asks for no root.
 DEMO_DEBIAN_PACKAGES :=
 demo: DEBIAN_PACKAGES = $(DEMO_DEBIAN_PACKAGES)

@@ -39,12 +39,15 @@ POLICY = ["--year", "2026", "--max-preemptions", "1000000000"]
 
 
 KVPLAN = [sys.executable, "-m", "kvplan"]
-APPROVE = [*KVPLAN, "approve", str(BOOT), "--reserve", "0.9GiB", "--approver", "bench"]
+#: 12 GiB in whole blocks (the model gives the block bytes): 12,884,377,600 B, the value the canary ran
+APPROVE = [*KVPLAN, "approve", str(BOOT), "--reserve", "0.9GiB", "--model", "llama-3.1-70b", "--tp", "4"]
+APPROVE += ["--approver", "bench"]
 
 
 def _in_tree(tree: str | None) -> list[str]:
-    """What runs a command with the checkout ``tree`` first on the path (nothing for this one)."""
-    return [] if tree is None else ["env", f"PYTHONPATH={os.path.abspath(tree)}"]
+    """What runs a command in the checkout ``tree``, first on the path (``python -m`` puts the working
+    folder first); nothing for this one."""
+    return [] if tree is None else ["env", "-C", os.path.abspath(tree), f"PYTHONPATH={os.path.abspath(tree)}"]
 
 
 def commands(log: Path, bundle: Path, out: Path, tree: str | None = None) -> dict[str, list[str]]:

@@ -44,7 +44,7 @@ def test_the_decision_page_leads_with_the_flag_then_links_each_dashboard(bundle)
     # rank 2's 12 GiB room − 0.9 GiB, in whole blocks of 1.25 MiB: 9,830 blocks = 12,884,377,600 B
     flag = page.index("--kv-cache-memory-bytes=12884377600")
     assert flag < page.index('href="02-rank-headroom.ipynb"') < page.index('href="03-concurrency.ipynb"')
-    assert "verified" in page
+    assert "verified" in page and "(sha256:" in page  # the digest as kvplan prints it
 
 
 def test_a_bundle_that_does_not_verify_shows_no_flag(bundle, tmp_path):  # issue 27

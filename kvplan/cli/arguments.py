@@ -86,10 +86,12 @@ def add_nvidia_smi_argument(parser: argparse.ArgumentParser, snapshot: str) -> N
     """Add the repeatable ``--nvidia-smi CSV``: ``snapshot`` says which boot and what it joins."""
     parser.add_argument(
         "--nvidia-smi",
+        "--dcgm",
         action="append",
         default=[],
         metavar="CSV",
-        help=f"nvidia-smi --query-gpu (and --query-compute-apps) CSV {snapshot}; repeat for both",
+        help=f"nvidia-smi --query-gpu (and --query-compute-apps) CSV {snapshot}; repeat for both. "
+        "A DCGM exporter scrape of the host's GPUs (--dcgm SCRAPE) stands for the --query-gpu CSV",
     )
 
 
@@ -134,7 +136,7 @@ def load_policy(args: argparse.Namespace):
     """The :class:`kvplan.plan.LoadPolicy` of --max-preemptions, --max-capacity-loss and --year; None
     without --load."""
     given = [args.max_preemptions, args.max_capacity_loss, args.year]
-    if not args.load:
+    if not args.load and getattr(args, "start", None) is None:  # --prometheus --start: load evidence too
         if any(value is not None for value in given):
             raise CliError("--max-preemptions, --max-capacity-loss and --year apply to --load files only")
         return None

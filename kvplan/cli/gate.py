@@ -12,6 +12,7 @@ from kvplan.cli.arguments import add_load_arguments, add_nvidia_smi_argument, lo
 from kvplan.cli.errors import EXIT_BAD_INPUT, EXIT_FAIL, EXIT_OK
 from kvplan.cli.help import add_command
 from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
+from kvplan.cli.prometheus import add_gate_prometheus_arguments, gate_prometheus_checks
 from kvplan.cli.sizes import size
 
 GATE_HELP = """\
@@ -53,6 +54,7 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--guard", type=size, help="guard per rank (default: the approval's, normally 0)")
     add_load_arguments(parser, "load-test server logs and /metrics snapshots of the canary")
+    add_gate_prometheus_arguments(parser)
     parser.add_argument(
         "--json",
         action="store_true",
@@ -124,6 +126,7 @@ def run_gate(args: argparse.Namespace) -> int:
     plan.require_files(args.logs, "BOOT_LOG")
     plan.require_files(args.nvidia_smi, "--nvidia-smi")
     plan.require_files(args.load, "--load")
+    plan.require_files(args.metrics, "--metrics")
     verified, approved = evidence.verified_approval(args.approved, args.approved_digest)
     ledger, metadata = read_vllm_logs_rooms(args.logs)
     plan.require_boot(ledger, args.logs)
@@ -152,6 +155,9 @@ def run_gate(args: argparse.Namespace) -> int:
         section, load_checks = plan.gate_load(approved, args.load, policy)
         checks += load_checks
         warnings += section["notes"] + section["warnings"]
+    served_checks, served_warnings = gate_prometheus_checks(args, approved, policy)
+    checks += served_checks
+    warnings += served_warnings
     verdict = gate_verdict(checks)
     if args.json:
         print_json(

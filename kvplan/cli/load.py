@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvplan.cli.errors import EXIT_OK
+from kvplan.cli.errors import EXIT_OK, CliError
 from kvplan.cli.help import add_command
 from kvplan.cli.output import format_table, print_warnings
+from kvplan.cli.prometheus import add_prometheus_arguments, prometheus_load
 from kvplan.cli.sizes import positive_int
 
 LOAD_HELP = """\
@@ -15,10 +16,12 @@ KV cache usage, requests, preemptions and OOMs under load, from logs and /metric
 
 One row per vLLM stats line, per /metrics scrape and engine, and per event (preemption warning, OOM, error),
 in file order; unknown values are null. Give the files of one run: server logs and saved /metrics snapshots
-alike.
+alike, or the run's series in Prometheus (--prometheus URL --start TIME --end TIME): the same rows and
+warnings as the same samples in /metrics files.
 
 For example:
   kvplan load data/load/manual-canary-overload/server.log --year 2026 --json
+  kvplan load --prometheus http://prometheus:9090 --start 2026-11-27T11:03:00Z --end 2026-11-27T11:17:00Z --match '{job="vllm"}'
 """
 
 
@@ -26,7 +29,7 @@ def add_load(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan load``."""
     parser = add_command(sub, "load", LOAD_HELP)
     parser.add_argument(
-        "files", nargs="+", metavar="FILE", help="server logs and /metrics snapshots of one run"
+        "files", nargs="*", metavar="FILE", help="server logs and /metrics snapshots of one run"
     )
     parser.add_argument("--year", type=positive_int, help="year of vLLM's yearless MM-DD timestamps")
     parser.add_argument(
@@ -37,6 +40,7 @@ def add_load(sub: argparse._SubParsersAction) -> None:
         help="the server's offset from UTC in hours (e.g. -7 for PDT): log times (local) become UTC, "
         "like /metrics times; without it, logs and /metrics are compared as if the server ran on UTC",
     )
+    add_prometheus_arguments(parser)
     output = parser.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help='print {"rows": [...], "warnings": [...]}')
     output.add_argument("--csv", action="store_true", help="print the rows as CSV (warnings on stderr)")
@@ -47,13 +51,17 @@ def run_load(args: argparse.Namespace) -> int:
     """Print the rows of the load-test files (and the run's summary without ``--json``/``--csv``)."""
     from kvplan.io.load import read_load_evidence
 
-    reading = read_load_evidence(args.files, year=args.year, utc_offset=args.log_utc_offset)
+    reading = prometheus_load(args)
+    if (reading is None) == (not args.files):
+        raise CliError("give the run's FILEs or --prometheus URL (one of them)")
+    if reading is None:
+        reading = read_load_evidence(args.files, year=args.year, utc_offset=args.log_utc_offset)
     if args.json:  # orjson's text of the rows, a batch of rows at a time
         sys.stdout.flush()
         sys.stdout.buffer.writelines(reading.json_chunks())
         return EXIT_OK
-    if args.csv:  # to_csv's text of the rows
-        sys.stdout.write(reading.csv_text())
+    if args.csv:  # to_csv's text of the rows, a batch of rows at a time
+        reading.write_csv(sys.stdout)
     else:
         from kvplan.load import load_summary
 

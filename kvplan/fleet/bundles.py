@@ -23,7 +23,7 @@ from kvplan.escape import path_inside, safe_component
 from kvplan.evidence import AdmissionPlan, ModelLayout, Policy, approve, sha256_file
 from kvplan.fleet.inputs import filesystem, is_snapshot
 from kvplan.fleet.read import HostReading
-from kvplan.io.nvidia_smi_csv import read_nvidia_smi_csv
+from kvplan.io.dcgm import read_gpu_snapshot
 
 NOTE_MARK = "fleet class "
 FETCHED = "inputs"
@@ -70,7 +70,7 @@ def class_inputs(
             local = _local_copy(reading, url, out, storage_options)
             if not is_snapshot(url):
                 logs.append(local)
-            elif read_nvidia_smi_csv(local)[1].kind == "gpus":
+            elif read_gpu_snapshot(local)[1].kind == "gpus":  # nvidia-smi's CSV or a DCGM scrape
                 snapshot.append(local)
     return logs, snapshot
 

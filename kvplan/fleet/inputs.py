@@ -97,13 +97,16 @@ def _url(fs, path: str) -> str:
 
 
 def is_snapshot(name: str) -> bool:
-    """Whether a file is an nvidia-smi snapshot (``nvidia-smi*.csv``) rather than a log.
+    """Whether a file is a GPU snapshot rather than a log: nvidia-smi's (``nvidia-smi*.csv``) or a DCGM
+    exporter scrape (``dcgm*.prom``, read by :mod:`kvplan.io.dcgm`).
 
-    >>> is_snapshot("gpu-1/nvidia-smi-gpu.csv"), is_snapshot("gpu-1/boot.log")
-    (True, False)
+    >>> is_snapshot("gpu-1/nvidia-smi-gpu.csv"), is_snapshot("gpu-1/dcgm.prom"), is_snapshot("gpu-1/boot.log")
+    (True, True, False)
     """
     base = name.rstrip("/").rsplit("/", 1)[-1].lower()
-    return base.startswith("nvidia-smi") and base.endswith(".csv")
+    return (base.startswith("nvidia-smi") and base.endswith(".csv")) or (
+        base.startswith("dcgm") and base.endswith(".prom")
+    )
 
 
 def list_fleet(url: str, storage_options: Mapping[str, object] | None = None) -> list[HostFiles]:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from kvplan.fleet.inputs import LOG_SUFFIXES, HostFiles, filesystem
-from kvplan.io.nvidia_smi_csv import read_nvidia_smi_csv
+from kvplan.io.dcgm import read_gpu_snapshot
 from kvplan.ledger import (
     LedgerWarning,
     compatibility_key,
@@ -185,7 +185,7 @@ def evidence_identities(
             identities.append("boot:" + digests[url])
     for path, url in snapshots:
         digests[url] = _hash_lines(path, [])[0]
-        frame, metadata = read_nvidia_smi_csv(path)
+        frame, metadata = read_gpu_snapshot(path)  # nvidia-smi's CSV or a DCGM scrape
         if metadata.kind == "gpus":
             identities += [f"gpu:{uuid}" for uuid in frame["gpu_uuid"].dropna().astype(str)]
     return digests, tuple(sorted(set(identities)))

@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from kvplan.io.dcgm import read_gpu_snapshot
 from kvplan.io.metadata import ReadMetadata
 from kvplan.io.nvidia_smi_csv import APP_COLUMNS, GPU_COLUMNS, NvidiaSmiError, read_nvidia_smi_csv
 from kvplan.notes import Note
@@ -152,8 +153,8 @@ def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame
     (4, True)
     """
     frames: dict[str, pd.DataFrame] = {}
-    for path in paths:
-        frame, metadata = read_nvidia_smi_csv(path)
+    for path in paths:  # a DCGM exporter scrape is a GPU snapshot (kvplan.io.dcgm)
+        frame, metadata = read_gpu_snapshot(path)
         kind = metadata.kind
         if kind in frames:
             query = "gpu" if kind == "gpus" else "compute-apps"

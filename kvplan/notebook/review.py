@@ -44,7 +44,7 @@ def decision_html(bundle: str | Path, pages: Sequence[str]) -> str:
         )
     facts = decision_facts(verified.decision)
     flag = facts.pop("flag")
-    facts["bundle"] = f"{Path(bundle).name} ({verified.digest}), verified"
+    facts["bundle"] = f"{Path(bundle).name} (sha256:{verified.digest}), verified"
     rows = "".join(
         f'<tr><th style="text-align:left;padding-right:1.5em">{html.escape(name)}</th>'
         f'<td style="text-align:left">{html.escape(text)}</td></tr>'

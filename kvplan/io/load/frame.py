@@ -9,13 +9,14 @@ and gives the :data:`~kvplan.columns.LOAD_COLUMNS` frame with nullable dtypes. A
 
 from __future__ import annotations
 
+import io
 import math
 import struct
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 import orjson
@@ -297,11 +298,20 @@ class LoadReading:
             yield text[1:-1] if start == 0 else b"," + text[1:-1]
         yield b'],"warnings":' + orjson.dumps(list(map(str, self.warnings))) + b"}\n"
 
+    def write_csv(self, stream: IO[str]) -> None:
+        """Write the rows to ``stream`` as CSV (:data:`LOAD_ROW_KEYS`, a header line first; unknown = empty),
+        by ``to_csv``, :data:`JSON_BATCH` rows at a time (the text is never held whole)."""
+        for start in range(0, max(len(self.frame), 1), JSON_BATCH):
+            rows = self.frame.iloc[start : start + JSON_BATCH]
+            table = rows.loc[:, list(LOAD_ROW_KEYS)]
+            table["time"] = pd.array(time_texts(rows), dtype="string")
+            table.to_csv(stream, index=False, header=start == 0, lineterminator="\n")
+
     def csv_text(self) -> str:
-        """The rows as CSV (:data:`LOAD_ROW_KEYS`, a header line first; unknown = empty), by ``to_csv``."""
-        table = self.frame.loc[:, list(LOAD_ROW_KEYS)]
-        table["time"] = pd.array(time_texts(self.frame), dtype="string")
-        return table.to_csv(index=False, lineterminator="\n")
+        """:meth:`write_csv`'s text."""
+        text = io.StringIO()
+        self.write_csv(text)
+        return text.getvalue()
 
 
 def reading_of(

@@ -1,0 +1,130 @@
+"""The ``--prometheus URL`` options of ``load``, ``approve`` and ``gate``: load evidence from a Prometheus server.
+
+``--prometheus URL --start TIME --end TIME [--step 15s] [--match SELECTOR]`` reads one vLLM server's series
+(:func:`kvplan.io.prometheus.read_prometheus_load`) in place of load files. Times are Unix seconds or ISO
+8601 (UTC without an offset); without ``--step`` the samples as scraped, with it Prometheus' value each step.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from kvplan.cli.errors import CliError
+
+
+def add_prometheus_arguments(parser: argparse.ArgumentParser, what: str = "the load test's") -> None:
+    """Add ``--prometheus``, ``--start``, ``--end``, ``--step`` and ``--match`` to ``parser``."""
+    group = parser.add_argument_group("load evidence from Prometheus")
+    group.add_argument(
+        "--prometheus",
+        metavar="URL",
+        help=f"read {what} vLLM series from the Prometheus server at URL (e.g. http://prometheus:9090)",
+    )
+    group.add_argument(
+        "--start", metavar="TIME", help="with --prometheus: first time (Unix s or ISO 8601, UTC)"
+    )
+    group.add_argument("--end", metavar="TIME", help="with --prometheus: last time (Unix s or ISO 8601, UTC)")
+    group.add_argument(
+        "--step",
+        metavar="DURATION",
+        help="with --prometheus: Prometheus' value every DURATION (query_range, e.g. 15s); default: every "
+        "sample as scraped (no scrape is skipped, none repeated)",
+    )
+    group.add_argument(
+        "--match",
+        metavar="SELECTOR",
+        help='with --prometheus: label matchers choosing one server, e.g. {job="vllm",instance="canary-0:8000"}',
+    )
+
+
+def prometheus_load(args: argparse.Namespace):
+    """The :class:`kvplan.io.load.LoadReading` of the --prometheus options; None without --prometheus."""
+    given = [f"--{name}" for name in ("start", "end", "step", "match") if getattr(args, name) is not None]
+    if not args.prometheus:
+        if given:
+            raise CliError(f"{', '.join(given)}: only with --prometheus")
+        return None
+    if args.start is None or args.end is None:
+        raise CliError("--prometheus needs --start TIME and --end TIME (Unix s or ISO 8601)")
+    from kvplan.io.prometheus import parse_duration, parse_time, read_prometheus_load
+
+    step = None if args.step is None else parse_duration(args.step)
+    start, end = parse_time(args.start), parse_time(args.end)
+    return read_prometheus_load(args.prometheus, start, end, step=step, match=args.match)
+
+
+def add_gate_prometheus_arguments(parser: argparse.ArgumentParser) -> None:
+    """The gate's ``--prometheus`` options: the canary's load series (with --start/--end) and its running
+    value at ``--at``, and ``--metrics FILE`` (the canary's saved /metrics scrapes)."""
+    add_prometheus_arguments(parser, "the canary's")
+    parser.add_argument(
+        "--at",
+        metavar="TIME",
+        help="with --prometheus: when to read each engine's vllm:cache_config_info (default: --end, else now)",
+    )
+    parser.add_argument(
+        "--metrics",
+        nargs="+",
+        default=[],
+        metavar="SCRAPE",
+        help="the canary's saved /metrics scrapes: each engine's vllm:cache_config_info (the last scrape) "
+        "against the approved value",
+    )
+
+
+def gate_running_checks(args: argparse.Namespace, approved_bytes: int, block_bytes: int | None) -> list:
+    """The running-value checks of a gate: Prometheus at ``--at``, ``--metrics`` files and the boot logs'
+    "cache_config_info with initialization" lines. A source asked for that shows no engine cannot be
+    judged."""
+    import time
+
+    from kvplan.checks.running_value import RUNNING_CHECK, check_running_values
+    from kvplan.io.prometheus import (
+        parse_time,
+        running_values_at,
+        running_values_of_logs,
+        running_values_of_metrics,
+    )
+    from kvplan.verdict import Check
+
+    if args.at is not None and not args.prometheus:
+        raise CliError("--at: only with --prometheus")
+    values, unseen = [], []
+    if args.prometheus:
+        moment = args.at or args.end
+        at = time.time() if moment is None else parse_time(moment)
+        found = running_values_at(args.prometheus, at, args.match)
+        unseen += [] if found else [f"prometheus {args.prometheus} at {at:.0f} (Unix s)"]
+        values += found
+    for path in args.metrics:
+        found = running_values_of_metrics([path])
+        unseen += [] if found else [str(path)]
+        values += found
+    values += running_values_of_logs(args.logs)
+    checks = check_running_values(values, approved_bytes, block_bytes)
+    return checks + [
+        Check(RUNNING_CHECK, None, f"{where} shows no vllm:cache_config_info: the running value is unknown")
+        for where in unseen
+    ]
+
+
+def gate_prometheus_checks(args: argparse.Namespace, approved, policy) -> tuple[list, list[str]]:
+    """The gate's checks from ``--prometheus`` and ``--metrics``: the canary's load series (with --start
+    and --end, judged as ``--load`` files are, by :func:`kvplan.plan.load_section`) and the running value
+    (:func:`gate_running_checks`); with the load section's notes and warnings."""
+    from kvplan import plan
+
+    checks: list = []
+    warnings: list[str] = []
+    if args.prometheus and args.start is None and args.end is None:
+        if args.step is not None:
+            raise CliError("--step: only with --start and --end")
+    else:
+        served = prometheus_load(args)
+        if served is not None:
+            section, checks = plan.load_section(
+                served, policy or plan.LoadPolicy(), approved.budget_bytes, approved.capacity_tokens,
+                approved.logged_tokens,
+            )  # fmt: skip
+            warnings = [*section["notes"], *section["warnings"]]
+    return checks + gate_running_checks(args, approved.budget_bytes, approved.block_bytes), warnings

@@ -1,0 +1,126 @@
+"""Read one host's DCGM exporter scrape into nvidia-smi's GPU snapshot columns.
+
+The exporter's framebuffer fields are in MiB, one series per GPU labelled ``gpu`` (the index), ``UUID``,
+``modelName``, ``Hostname`` and ``pci_bus_id``, and the driver where the exporter labels it
+(``DCGM_FI_DRIVER_VERSION``, or ``driver_version``)::
+
+    DCGM_FI_DEV_FB_FREE{gpu="2",UUID="GPU-2e7b…",modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"} 2314
+
+``memory.free`` and ``memory.used`` are ``DCGM_FI_DEV_FB_FREE`` and ``_USED``; ``memory.total`` is
+``DCGM_FI_DEV_FB_TOTAL``, else free + used + ``DCGM_FI_DEV_FB_RESERVED`` (nvidia-smi's used is total − free −
+reserved). A GPU without free, used, and total or reserved is refused with the file and line, as is a scrape
+of several hosts (give one host's, or ``hostname``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pandas as pd
+from prometheus_client.parser import text_string_to_metric_families
+
+from kvplan.io.metadata import ReadMetadata
+from kvplan.io.nvidia_smi_csv import GPU_COLUMNS, NvidiaSmiError, read_nvidia_smi_csv
+from kvplan.units import MiB
+
+DCGM_FIELDS = {
+    "DCGM_FI_DEV_FB_FREE": "free",
+    "DCGM_FI_DEV_FB_USED": "used",
+    "DCGM_FI_DEV_FB_TOTAL": "total",
+    "DCGM_FI_DEV_FB_RESERVED": "reserved",
+}
+_DRIVER_LABELS = ("DCGM_FI_DRIVER_VERSION", "driver_version")
+_FB_LINE = re.compile(r"^\s*DCGM_FI_DEV_FB_(?:FREE|USED|TOTAL|RESERVED)\b")
+
+
+def is_dcgm_file(path: str | Path) -> bool:
+    """Whether ``path`` holds a DCGM exporter scrape (a ``DCGM_FI_DEV_FB_*`` sample in its first 200 lines)."""
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        return any(_FB_LINE.match(line) for _, line in zip(range(200), lines))
+
+
+def _sample(line: str, source: str, number: int):
+    try:
+        [family] = text_string_to_metric_families(line)
+        return family.samples[0]
+    except (ValueError, IndexError):
+        raise NvidiaSmiError(
+            f"{source}, line {number}: expected a DCGM exporter sample, got {line[:80]!r}"
+        ) from None
+
+
+def _gpus(path: str | Path, hostname: str | None) -> dict[str, dict]:
+    """Per GPU UUID: its labels, the MiB of each field, and the line of its first sample."""
+    source, hosts = str(path), set()
+    gpus: dict[str, dict] = {}
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        for number, line in enumerate(lines, 1):
+            if not _FB_LINE.match(line):
+                continue
+            sample = _sample(line.strip(), source, number)
+            labels = sample.labels
+            host = labels.get("Hostname", "")
+            if hostname is not None and host != hostname:
+                continue
+            hosts.add(host)
+            if "UUID" not in labels or "gpu" not in labels or not labels["gpu"].isdigit():
+                raise NvidiaSmiError(
+                    f"{source}, line {number}: a DCGM sample without its gpu and UUID labels"
+                )
+            gpu = gpus.setdefault(labels["UUID"], {"labels": labels, "line": number, "mib": {}})
+            gpu["mib"][DCGM_FIELDS[sample.name]] = float(sample.value)
+    if len(hosts) > 1:
+        raise NvidiaSmiError(
+            f"{source}: a DCGM scrape of {len(hosts)} hosts ({', '.join(sorted(hosts)[:3])}…): give one host's"
+        )
+    return gpus
+
+
+def read_dcgm_scrape(path: str | Path, hostname: str | None = None) -> tuple[pd.DataFrame, ReadMetadata]:
+    """One host's GPUs from a DCGM exporter scrape, as nvidia-smi's ``--query-gpu`` snapshot frame.
+
+    >>> import tempfile
+    >>> labels = 'gpu="2",UUID="GPU-2e7b",modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"'
+    >>> text = "".join(f"DCGM_FI_DEV_FB_{f}{{{labels}}} {v}\\n" for f, v in (("FREE", 2314), ("USED", 78775), ("RESERVED", 470)))
+    >>> with tempfile.NamedTemporaryFile("w", suffix=".prom", delete=False) as scrape:
+    ...     _ = scrape.write(text)
+    >>> gpus, metadata = read_dcgm_scrape(scrape.name)
+    >>> int(gpus.loc[0, "memory_total_bytes"]) // MiB, int(gpus.loc[0, "memory_free_bytes"]) // MiB, metadata.kind
+    (81559, 2314, 'gpus')
+    """
+    source, records = str(path), []
+    for uuid, gpu in _gpus(path, hostname).items():
+        mib, labels = gpu["mib"], gpu["labels"]
+        total = mib.get("total")
+        if total is None and {"free", "used", "reserved"} <= mib.keys():
+            total = mib["free"] + mib["used"] + mib["reserved"]
+        if "free" not in mib or "used" not in mib or total is None:
+            raise NvidiaSmiError(
+                f"{source}, line {gpu['line']}: GPU {uuid} needs DCGM_FI_DEV_FB_FREE, DCGM_FI_DEV_FB_USED and "
+                "DCGM_FI_DEV_FB_TOTAL (or DCGM_FI_DEV_FB_RESERVED) to be read as an nvidia-smi snapshot"
+            )
+        driver = next((labels[k] for k in _DRIVER_LABELS if labels.get(k)), pd.NA)
+        values = [int(labels["gpu"]), uuid, labels.get("modelName", pd.NA), driver]
+        values += [int(v) * MiB for v in (total, mib["used"], mib["free"])]
+        records.append({**dict(zip(GPU_COLUMNS, values)), "source": source, "line": gpu["line"]})
+    if not records:
+        raise NvidiaSmiError(
+            f"{source}: no DCGM_FI_DEV_FB_* sample{'' if hostname is None else ' of ' + hostname}"
+        )
+    frame = pd.DataFrame(records, columns=[*GPU_COLUMNS, "source", "line"]).sort_values("gpu_index")
+    for column in ("memory_total_bytes", "memory_used_bytes", "memory_free_bytes"):
+        frame[column] = frame[column].astype("Int64")
+    frame = frame.astype({"gpu_index": "int64", "line": "int64"}).reset_index(drop=True)
+    return frame, ReadMetadata(sources=(source,), kind="gpus")
+
+
+def read_gpu_snapshot(path: str | Path) -> tuple[pd.DataFrame, ReadMetadata]:
+    """An nvidia-smi CSV snapshot or a DCGM exporter scrape (told by :func:`is_dcgm_file`), as
+    :func:`~kvplan.io.nvidia_smi_csv.read_nvidia_smi_csv` reads the CSV: one reader for every GPU snapshot.
+
+    >>> from kvplan.config import DATA_DIR
+    >>> read_gpu_snapshot(DATA_DIR / "boots" / "four-rank" / "nvidia-smi-gpu.csv")[1].kind
+    'gpus'
+    """
+    return read_dcgm_scrape(path) if is_dcgm_file(path) else read_nvidia_smi_csv(path)
