@@ -178,3 +178,36 @@ def test_approve_json_carries_the_launch(capsys, tmp_path):  # issue 24
     assert data["decision"]["flag"] == data["decision"]["launch_flags"][0]
     assert data["decision"]["gpu_memory_utilization"] == 0.61
     assert UTILIZATION_CHECK in {check["name"] for check in data["checks"]}
+
+
+def test_summary_says_how_to_launch_and_why_room_is_below_available_kv(capsys, tmp_path):  # issue 24
+    from kvplan.evidence import launch_lines
+
+    argv = [
+        "approve",
+        str(FOUR_RANK / "boot.log"),
+        "--reserve",
+        "0.9GiB",
+        "--approver",
+        "A",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(argv) == 0
+    [bundle] = tmp_path.iterdir()
+    summary = (bundle / "SUMMARY.md").read_text()
+    assert (
+        "- **Launch with:** `--kv-cache-memory-bytes=12884901888 --gpu-memory-utilization=0.61`: vLLM refuses"
+    ) in summary
+    # a 0.11 rank whose room is the available KV memory less the graphs captured after it (2.31 GiB − 1.92 GiB)
+    row = {
+        "rank": 1,
+        "room_source": "available_kv",
+        "room_bytes": 418_759_311,
+        "available_kv_bytes": 2_480_343_613,
+    }
+    [_, why] = launch_lines({"decision": {"launch_flags": ["--kv-cache-memory-bytes=1"]}, "ledger": [row]})
+    assert why == (
+        "- **Room below available KV:** rank 1: room 399.36 MiB < available KV 2.31 GiB: vLLM sized the KV cache "
+        "before capturing CUDA graphs, which take 1.92 GiB of it after."
+    )
