@@ -63,6 +63,32 @@ def test_budget_prints_both_flags_and_vllm_starts_on_every_rank(capsys):  # issu
     assert data["gpu_memory_utilization"] == 0.61
 
 
+def test_utilization_passes_on_the_restart_with_the_least_free_memory(capsys, tmp_path):  # issue 24
+    # A restart whose rank 2 had 47.0 GiB free (co-tenants grew) but a smaller non-KV footprint (no CUDA
+    # graphs, 0.70 GiB peak), so its room is 47.0 − 32.86 − 0.70 − 0.38 − 0 − 150 MiB = 12.9135 GiB
+    # (13865853747 B, vLLM's own arithmetic) > the first boot's 12.9 GiB: the first boot sets the room and
+    # F_ref (48.61 GiB), but vLLM checks free ≥ ceil(total × U) at every boot. On 47.0 GiB (read as 46.995)
+    # of 79.19 (read as 79.195): U ≤ 46.995 / 79.195 = 0.5934 → 0.59; 0.61 (the first boot's) asks 48.31 GiB.
+    lines = (FOUR_RANK / "boot.log").read_text().splitlines(keepends=True)
+    rank2 = next(i for i, line in enumerate(lines) if "Free memory on device (48.61/79.19 GiB)" in line)
+    lines[rank2] = (
+        lines[rank2]
+        .replace("(48.61/79.19 GiB)", "(47.0/79.19 GiB)")
+        .replace("1.41 GiB for peak activation", "0.7 GiB for peak activation")
+        .replace("0.92 GiB for CUDAGraph memory", "0.0 GiB for CUDAGraph memory")
+        .replace("`--kv-cache-memory=13851269530` (12.9 GiB)", "`--kv-cache-memory=13865853747` (12.91 GiB)")
+    )
+    restart = tmp_path / "restart.log"
+    restart.write_text("".join(lines))
+    argv = ["budget", str(FOUR_RANK / "boot.log"), str(restart), "--reserve", "0.9GiB"]
+    assert main([*argv, "--model", "llama-3.1-70b", "--tp", "4", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["uniform_budget_bytes"] == 12884377600  # the first boot's room still limits
+    assert data["gpu_memory_utilization"] == 0.59
+    assert vllm_0_33_request_memory(round(79.19 * GiB), round(47.0 * GiB), 0.59)
+    assert not vllm_0_33_request_memory(round(79.19 * GiB), round(47.0 * GiB), 0.61)
+
+
 @pytest.mark.parametrize(
     "boot", ["four-rank", "shared-gpu", "drift", "v0.10.2", "v0.19-debug", "rank0-only", "v0-three-line"]
 )
@@ -178,3 +204,36 @@ def test_approve_json_carries_the_launch(capsys, tmp_path):  # issue 24
     assert data["decision"]["flag"] == data["decision"]["launch_flags"][0]
     assert data["decision"]["gpu_memory_utilization"] == 0.61
     assert UTILIZATION_CHECK in {check["name"] for check in data["checks"]}
+
+
+def test_summary_says_how_to_launch_and_why_room_is_below_available_kv(capsys, tmp_path):  # issue 24
+    from kvplan.evidence import launch_lines
+
+    argv = [
+        "approve",
+        str(FOUR_RANK / "boot.log"),
+        "--reserve",
+        "0.9GiB",
+        "--approver",
+        "A",
+        "--out",
+        str(tmp_path),
+    ]
+    assert main(argv) == 0
+    [bundle] = tmp_path.iterdir()
+    summary = (bundle / "SUMMARY.md").read_text()
+    assert (
+        "- **Launch with:** `--kv-cache-memory-bytes=12884901888 --gpu-memory-utilization=0.61`: vLLM refuses"
+    ) in summary
+    # a 0.11 rank whose room is the available KV memory less the graphs captured after it (2.31 GiB − 1.92 GiB)
+    row = {
+        "rank": 1,
+        "room_source": "available_kv",
+        "room_bytes": 418_759_311,
+        "available_kv_bytes": 2_480_343_613,
+    }
+    [_, why] = launch_lines({"decision": {"launch_flags": ["--kv-cache-memory-bytes=1"]}, "ledger": [row]})
+    assert why == (
+        "- **Room below available KV:** rank 1: room 399.36 MiB < available KV 2.31 GiB: vLLM sized the KV cache "
+        "before capturing CUDA graphs, which take 1.92 GiB of it after."
+    )

@@ -37,6 +37,7 @@ FLOORS = {
     "kvplan.notebook": 6,
     "kvplan.whatif": 6,
     "kvplan.fleet": 6,
+    "kvplan.export": 6,
     "kvplan.cli": 7,
     "kvplan.cli_fleet": 7,
     "kvplan.__main__": 7,

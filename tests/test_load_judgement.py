@@ -54,7 +54,7 @@ def test_unreadable_preemption_counters_cannot_be_judged_and_say_why(tmp_path): 
     check = load_checks(read_load_evidence([path]))[1]
     assert check.name == PREEMPTIONS and check.passed is None
     assert check.detail.startswith(
-        f"cannot judge: the preemption counter cannot be read: vllm:num_preemptions_total at {path}:30 is +Inf, "
+        f"the preemption counter cannot be read: vllm:num_preemptions_total at {path}:30 is +Inf, "
     )
     assert "and 17 more (not a finite number)" in check.detail  # 20 samples: the first three named
 
@@ -88,6 +88,20 @@ def test_approval_records_the_unreadable_counters_as_cannot_judge(tmp_path):  # 
     [check] = [check for check in decision.checks if check.name == PREEMPTIONS]
     assert check.passed is None
     assert "vllm:num_preemptions_total at inputs/metrics.prom:30 is +Inf" in check.detail
+
+
+def test_approve_refuses_unreadable_counters_with_the_true_reason(capsys, tmp_path):  # issue 25
+    # it approved (exit 0) before: a check that cannot be judged did not refuse, and its reason was wrong
+    path = counters_read(tmp_path, "+Inf")
+    argv = ["approve", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--approver", "A"]
+    argv += ["--model", "llama-3.1-70b", "--tp", "4", "--out", str(tmp_path / "out"), "--load", str(path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert (
+        f"{PREEMPTIONS}: the preemption counter cannot be read: vllm:num_preemptions_total at {path}:30 is +Inf"
+        in err
+    )
+    assert not (tmp_path / "out").exists() or list((tmp_path / "out").iterdir()) == []
 
 
 def at_15_gib(tmp_path):

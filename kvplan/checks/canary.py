@@ -9,7 +9,7 @@ exactly the approved one (:func:`check_canary_value`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 import pandas as pd
@@ -19,6 +19,7 @@ from kvplan.checks.boot import OUTCOME_CHECK, RANKS_CHECK
 from kvplan.checks.key import KEY_CHECK
 from kvplan.checks.launch import check_startup_memory
 from kvplan.drift import lowest_free_bytes
+from kvplan.io.startup_plan_lines import APPLIED, NOT_APPLIED, StartupPlanLine
 from kvplan.units import format_size
 from kvplan.verdict import Check
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # for the annotations only
     from kvplan.checks.gate import Approved
 
 VALUE_CHECK = "canary ran the approved value"
+PLAN_CHECK = "startup plan applied on every rank"
 #: The checks that say whether the canary is evidence of the approved launch at all (issue 24): another key,
 #: missing or extra ranks, or a log cut short make every other check unjudgeable (exit 2, no value offered).
 EVIDENCE_CHECKS = (KEY_CHECK, RANKS_CHECK, OUTCOME_CHECK)
@@ -148,3 +150,66 @@ def per_rank(ledger: pd.DataFrame, column: str, pick: str) -> dict[int, int]:
         return {}
     values = ledger[["rank", column]].dropna()
     return {int(rank): int(value) for rank, value in values.groupby("rank")[column].agg(pick).items()}
+
+
+def check_startup_plan(
+    approved: Approved,
+    boot_ledger: pd.DataFrame,
+    plan_lines: Mapping[str, Sequence[StartupPlanLine]],
+    plan_values: Mapping[str, int],
+) -> Check:
+    """A canary that ran vLLM's startup plan: every rank logged "Applying persisted startup plan (fingerprint
+    <fp>): kv_cache_memory_bytes=<the plan's value>" (``plan_values``: fingerprint → value of the exported
+    files; a fingerprint not there fails); "Startup plan not applied" on a rank fails, naming its free memory.
+    ``plan_lines`` are each canary log's (by source); not applicable when no rank logged either line.
+
+    >>> from kvplan.checks import Approved
+    >>> line = StartupPlanLine(9, "Worker_TP0", 7, APPLIED, "ab" * 8, 100, 50, 40)
+    >>> a = Approved(120, (0,), (120,), (None,), 0, 0, None, {})
+    >>> frame = pd.DataFrame({"source": ["c.log"], "rank": [0], "pid": [7]})
+    >>> check_startup_plan(a, frame, {"c.log": [line]}, {"ab" * 8: 100}).detail
+    'rank 0: applied plan abababababababab, kv_cache_memory_bytes=100 = the plan (c.log:9)'
+    """
+    by_rank: dict[int, list[tuple[str, StartupPlanLine]]] = {}
+    for row in boot_ledger[["source", "rank", "pid"]].dropna().drop_duplicates().itertuples(index=False):
+        found = [
+            (str(row.source), line)
+            for line in plan_lines.get(str(row.source), ())
+            if line.pid == int(row.pid)
+        ]
+        by_rank.setdefault(int(row.rank), []).extend(found)
+    if not any(by_rank.values()):
+        return Check(PLAN_CHECK, None, "not applicable: no rank logged a startup plan line", applicable=False)
+    lines, passed = [], True
+    for rank in approved.ranks:
+        text, ok = _plan_line_text(by_rank.get(rank, []), plan_values)
+        passed = passed and ok
+        lines.append(f"rank {rank}: {text}")
+    return Check(PLAN_CHECK, passed, "; ".join(lines))
+
+
+def _plan_line_text(
+    found: Sequence[tuple[str, StartupPlanLine]], plan_values: Mapping[str, int]
+) -> tuple[str, bool]:
+    """What one rank's startup-plan lines say, and whether it ran the approved plan."""
+    refused = [(source, line) for source, line in found if line.kind == NOT_APPLIED]
+    applied = [(source, line) for source, line in found if line.kind == APPLIED]
+    if refused:
+        source, line = refused[0]
+        return (
+            f"startup plan not applied: free memory {format_size(line.free_bytes or 0)} below the baseline "
+            f"{format_size(line.baseline_bytes or 0)}; vLLM profiled instead ({source}:{line.line})"
+        ), False
+    if not applied:
+        return "no 'Applying persisted startup plan' line", False
+    source, line = applied[-1]
+    expected = plan_values.get(str(line.fingerprint))
+    where = f"({source}:{line.line})"
+    if expected is None:
+        return f"applied plan {line.fingerprint}, which is not one of the approved plan files {where}", False
+    ok = line.kv_cache_memory_bytes == expected
+    relation = "= the plan" if ok else f"≠ the plan's {expected:,}"
+    return (
+        f"applied plan {line.fingerprint}, kv_cache_memory_bytes={line.kv_cache_memory_bytes} {relation} {where}",
+        ok,
+    )

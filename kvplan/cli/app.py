@@ -23,6 +23,7 @@ from kvplan.cli.approve import add_approve, add_verify
 from kvplan.cli.budget import add_budget
 from kvplan.cli.capacity import add_capacity, add_drift
 from kvplan.cli.errors import EXIT_BAD_INPUT
+from kvplan.cli.export import add_export
 from kvplan.cli.fleet import add_fleet
 from kvplan.cli.gate import add_gate
 from kvplan.cli.help import ExampleFormatter, examples
@@ -41,6 +42,7 @@ COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
     add_approve,
     add_verify,
     add_gate,
+    add_export,
     add_fleet,
 ]
 

@@ -46,6 +46,12 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
         "judged",
     )
     add_nvidia_smi_argument(parser, "taken after warm-up")
+    parser.add_argument(
+        "--startup-plan",
+        metavar="DIR",
+        help="the startup plan files the canary ran (kvplan export startup-plan --out DIR); default: the "
+        "approved plan without tolerated drift",
+    )
     parser.add_argument("--guard", type=size, help="guard per rank (default: the approval's, normally 0)")
     add_load_arguments(parser, "load-test server logs and /metrics snapshots of the canary")
     add_gate_prometheus_arguments(parser)
@@ -56,6 +62,55 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
         '"approved_digest"}',
     )
     parser.set_defaults(run=run_gate)
+
+
+def _startup_plan_check(args: argparse.Namespace, verified, approved, ledger, checks):
+    """Issue 24: a canary that ran vLLM's startup plan applied the approved plan on every rank
+    (:func:`kvplan.checks.canary.check_startup_plan`); the plan files are ``--startup-plan``'s, else the
+    approved boot's plan without drift. Not judged when the canary is no evidence of the approved launch; None
+    when the canary logged no startup-plan line."""
+    import json
+    from pathlib import Path
+
+    from kvplan.checks.canary import EVIDENCE_CHECKS, PLAN_CHECK, check_startup_plan
+    from kvplan.io.startup_plan_lines import read_startup_plan_lines
+    from kvplan.verdict import Check
+
+    lines = {
+        source: read_startup_plan_lines(source) for source in dict.fromkeys(ledger["source"].astype(str))
+    }
+    if not any(lines.values()):
+        return None  # the canary ran no startup plan: no such check
+    if any(c.name in EVIDENCE_CHECKS and c.passed is not True for c in checks):
+        return Check(PLAN_CHECK, None, "not judged: the canary is no evidence of the approved launch")
+    if args.startup_plan is not None:
+        files = sorted(Path(args.startup_plan).glob("startup_plan_*.json"))
+        plans = [json.loads(path.read_text()) for path in files]
+        values: dict[str, int] = {
+            str(p["fingerprint"]): p["kv_cache_memory_bytes"]
+            for p in plans
+            if isinstance(p, dict) and isinstance(p.get("kv_cache_memory_bytes"), int)
+        }
+    else:
+        from kvplan.export.bundle import plans_of
+
+        values = {plan.fingerprint: plan.kv_cache_memory_bytes for plan in plans_of(verified, approved)}
+    return check_startup_plan(approved, ledger, lines, values)
+
+
+def _ran_a_plan(check):
+    """The manual-value check of a canary that ran the startup plan: not applicable (the plan's check judges)."""
+    from kvplan.checks.canary import PLAN_CHECK, VALUE_CHECK
+    from kvplan.verdict import Check
+
+    if check.name != VALUE_CHECK:
+        return check
+    return Check(
+        VALUE_CHECK,
+        None,
+        f"not applicable: the canary ran vLLM's startup plan ({PLAN_CHECK})",
+        applicable=False,
+    )
 
 
 def run_gate(args: argparse.Namespace) -> int:
@@ -93,6 +148,9 @@ def run_gate(args: argparse.Namespace) -> int:
         free_after_warmup,
         boot_defaults=read_defaulted_key_fields(metadata),
     )
+    plan_check = _startup_plan_check(args, verified, approved, ledger, checks)
+    if plan_check is not None:  # a plan runs B − G − D by design: the plan's own check judges the value
+        checks = [_ran_a_plan(check) for check in checks] + [plan_check]
     if args.load:
         section, load_checks = plan.gate_load(approved, args.load, policy)
         checks += load_checks

@@ -41,6 +41,7 @@ from kvplan.evidence.record import (
 from kvplan.evidence.render import (
     artifact_texts,
     chart_names,
+    launch_lines,
     summary_markdown,
     under_load_lines,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "evidence_lines",
     "input_names",
     "inputs_digest",
+    "launch_lines",
     "name_notes",
     "read_bundle",
     "seal",

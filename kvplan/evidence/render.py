@@ -76,6 +76,37 @@ def escaped_text(record: Mapping) -> bool:
     return TEXT_ESCAPING_KEY in record
 
 
+def launch_lines(record: Mapping) -> list[str]:
+    """``SUMMARY.md``'s launch (issue 24; none for a bundle approved before it): both flags, and per rank whose
+    room is below the available KV memory, why: vLLM sized the KV cache before capturing CUDA graphs.
+
+    >>> launch_lines({"decision": {"launch_flags": ["--kv-cache-memory-bytes=1"]}, "ledger": [
+    ...     {"rank": 0, "room_source": "available_kv", "room_bytes": 1 << 30, "available_kv_bytes": 3 << 30}]})[1]
+    '- **Room below available KV:** rank 0: room 1 GiB < available KV 3 GiB: vLLM sized the KV cache before capturing CUDA graphs, which take 2 GiB of it after.'
+    """
+    flags = record["decision"].get("launch_flags")
+    if flags is None:
+        return []
+    lines = [
+        f"- **Launch with:** `{' '.join(flags)}`: vLLM refuses to start when a rank's free memory is below "
+        "ceil(total × gpu_memory_utilization), also with the byte flag."
+    ]
+    for row in record.get("ledger") or ():
+        room, available = row.get("room_bytes"), row.get("available_kv_bytes")
+        if (
+            row.get("room_source") == "available_kv"
+            and room is not None
+            and available is not None
+            and room < available
+        ):
+            lines.append(
+                f"- **Room below available KV:** rank {row['rank']}: room {format_size(room)} < available KV "
+                f"{format_size(available)}: vLLM sized the KV cache before capturing CUDA graphs, which take "
+                f"{format_size(available - room)} of it after."
+            )
+    return lines
+
+
 def summary_markdown(record: Mapping, name: str) -> str:
     """``SUMMARY.md``: the decision, per-rank table, stranded, capacity, key, checks and inputs."""
     decision, policy = record["decision"], record["policy"]
@@ -90,6 +121,7 @@ def summary_markdown(record: Mapping, name: str) -> str:
         f"- **Approved by** {md.person(record['approver'])} at {record['created_utc']} with kvplan "
         f"{record['kvplan_version']}; bundle `{name}`.",
     ]
+    lines += launch_lines(record)
     if record.get("note"):
         lines.append(f"- **Note:** {md.person(record['note'])}")
     lines += [

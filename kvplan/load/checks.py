@@ -90,7 +90,7 @@ def _preemption_check(reading: LoadReading, max_preemptions: int) -> Check:
         return Check(
             name,
             None,
-            f"cannot judge: the preemption counter cannot be read: {unreadable}; the run's preemptions "
+            f"the preemption counter cannot be read: {unreadable}; the run's preemptions "
             f"are unknown ({'none readable' if total is None else f'{total} counted from the readable samples'}"
             f"), policy allows {max_preemptions}",
         )

@@ -29,6 +29,7 @@ from kvplan.checks.launch import (
     check_startup_memory,
     launch_flags,
 )
+from kvplan.drift import lowest_free_bytes
 from kvplan.kvspec import KVSpec
 from kvplan.ledger import is_known
 from kvplan.plan.reference import reference_free_bytes
@@ -50,6 +51,7 @@ def launch_section(
     and its rooms (:func:`kvplan.ledger.room_per_rank`) with ``F_ref`` by the one rule
     (:func:`~kvplan.plan.reference.reference_free_bytes`)."""
     ref_free = reference_free_bytes(ledger, rooms)
+    start_free = _lowest_start_free(ledger, ref_free, budget.ranks)
     room_sources = [str(source) for source in rooms["room_source"]]
     totals = _per_rank_max(ledger, ["total_bytes"], budget.ranks)
     non_kv = [
@@ -59,16 +61,36 @@ def launch_section(
         )
     ]
     logged = _logged_utilization(ledger)
-    flags = launch_flags(budget.uniform_budget_bytes, totals, ref_free, guard_bytes, logged)
+    flags = launch_flags(budget.uniform_budget_bytes, totals, start_free, guard_bytes, logged)
     version = spec.vllm_version if spec is not None else _logged_version(ledger)
     checks = [
         check_startup_memory(
-            budget.ranks, totals, ref_free, guard_bytes, flags.gpu_memory_utilization, version
+            budget.ranks, totals, start_free, guard_bytes, flags.gpu_memory_utilization, version
         ),
         check_full_request(spec, budget.uniform_budget_bytes, max_model_len, min(budget.room_bytes)),
         check_footprint(budget.ranks, budget.uniform_budget_bytes, ref_free, non_kv, guard_bytes),
     ]
     return flags, checks
+
+
+def _lowest_start_free(
+    ledger: pd.DataFrame, ref_free: Sequence[int | None], ranks: Sequence[int]
+) -> list[int | None]:
+    """Per rank, the lowest start-up free memory of ``F_ref`` and every boot the rank shows [bytes].
+
+    vLLM's start-up check runs at every boot, so ``--gpu-memory-utilization`` has to pass on the boot with
+    the least free memory, not only on the boot that set the room (a restart can show more room but less
+    free memory).
+
+    >>> ledger = pd.DataFrame({"rank": [0, 0, 1], "init_free_bytes": [50, 47, None]})
+    >>> _lowest_start_free(ledger, [50, 52], [0, 1])
+    [47, 52]
+    """
+    lowest = lowest_free_bytes(ledger)
+    return [
+        ref if rank not in lowest else lowest[rank] if ref is None else min(ref, lowest[rank])
+        for rank, ref in zip(ranks, ref_free)
+    ]
 
 
 def _per_rank_max(ledger: pd.DataFrame, columns: list[str], ranks: Sequence[int]) -> list[int | None]:
