@@ -111,3 +111,32 @@ def test_rules_scoped_by_matchers_pass_promtool_check(tmp_path, matchers):  # is
     )
     assert check.returncode == 0 and "SUCCESS: 4 rules found" in check.stdout
     assert ('{job=\\"vllm-70b\\"}' in rules) is bool(matchers)  # JSON-escaped quotes in the YAML
+
+
+def test_exported_rules_of_a_bundle_fire_for_another_running_value(tmp_path, capsys):  # issue 28
+    # `kvplan export prometheus-rules` of make demo's approval (four-rank sample, Llama-3.1-70B TP4, reserve
+    # 0.9 GiB = 966,367,642 B, rounded up to the safe side): the approved 12,884,377,600 B running is quiet, 16,106,127,360 B (15 GiB) fires
+    from kvplan import evidence
+    from kvplan.cli import main
+    from kvplan.config import DATA_DIR
+    from kvplan.io.model_config import resolve_model_config
+    from kvplan.units import parse_size
+
+    layout = evidence.ModelLayout(resolve_model_config("llama-3.1-70b"), {"tp": 4})
+    boot = DATA_DIR / "boots" / "four-rank" / "boot.log"
+    bundle = evidence.approve(
+        [boot], tmp_path / "e", evidence.Policy(parse_size("0.9GiB")), "QA", layout=layout
+    )
+    assert main(["export", "prometheus-rules", str(bundle)]) == 0
+    rules = capsys.readouterr().out
+    digest = evidence.bundle_digest((bundle / "budget.json").read_bytes())
+    assert f"sha256:{digest}" in rules and "966367642 bytes" in rules
+    quiet = _case(
+        [(f"vllm:cache_config_info{CONFIG.format(APPROVED)}", "1x30")], "KvplanRunningValueDiffers", []
+    )
+    assert _promtool(tmp_path, rules, [quiet]).returncode == 0
+    other = _case(
+        [(f"vllm:cache_config_info{CONFIG.format(16_106_127_360)}", "1x30")], "KvplanRunningValueDiffers", []
+    )
+    result = _promtool(tmp_path, rules, [other])
+    assert result.returncode == 1 and "KvplanRunningValueDiffers" in result.stdout + result.stderr

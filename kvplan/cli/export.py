@@ -24,7 +24,8 @@ write an approved launch as a deployment reads it, from a verified bundle
 
 The bundle is verified first (as kvplan verify); a changed bundle is refused (exit 2). Formats: vllm-config
 (YAML for vllm serve --config), args (one flag a line), helm-production-stack (values fragment), kserve
-(InferenceService args patch), ray-serve (engine_kwargs JSON), startup-plan (vLLM 0.33's per-rank
+(InferenceService args patch), ray-serve (engine_kwargs JSON), prometheus-rules (alert rules for
+promtool check rules / a Prometheus rule_files entry), startup-plan (vLLM 0.33's per-rank
 startup_plan_<fingerprint>.json files, --out DIR). Every output names the bundle's digest
 (kvplan.io/bundle-digest). Without --out the text goes to stdout.
 

@@ -53,7 +53,17 @@ def verified_launch(bundle: str | os.PathLike, digest: str | None = None) -> tup
             continue
         layout[flag] = _plain(field, value)
     utilization = decision.gpu_memory_utilization if decision is not None else None
-    return verified, Launch(verified.digest, approved.budget_bytes, utilization, layout)
+    load = verified.record.get("load") or {}
+    preemptions = load.get("max_preemptions", 0) if isinstance(load, dict) else 0
+    launch = Launch(
+        verified.digest,
+        approved.budget_bytes,
+        utilization,
+        layout,
+        reserve_bytes=approved.reserve_bytes,
+        max_preemptions=preemptions if isinstance(preemptions, int) else 0,
+    )
+    return verified, launch
 
 
 def _plain(field: str, value: object) -> object:

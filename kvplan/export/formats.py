@@ -43,6 +43,9 @@ class Launch:
     kv_cache_memory_bytes: int
     gpu_memory_utilization: float | None
     layout: Mapping[str, object] = field(default_factory=dict)
+    #: the approval's reserve [bytes] and its load policy's allowed preemptions (the alert rules' bounds)
+    reserve_bytes: int = 0
+    max_preemptions: int = 0
 
     @property
     def options(self) -> dict[str, object]:
@@ -134,6 +137,17 @@ def ray_serve(launch: Launch) -> str:
     return json.dumps(document, indent=2) + "\n"
 
 
+def prometheus_rules(launch: Launch) -> str:
+    """Prometheus alert rules of the launch (:func:`kvplan.io.prometheus.rules.alert_rules`): the running
+    value differs from the approved one, a GPU's free memory below the reserve after warm-up, preemptions
+    beyond the load policy, KV usage high; each rule annotated with the bundle digest."""
+    from kvplan.io.prometheus.rules import alert_rules
+
+    return alert_rules(
+        launch.digest, launch.kv_cache_memory_bytes, launch.reserve_bytes, launch.max_preemptions
+    )
+
+
 def _helm_name(model: str) -> str:
     """A Kubernetes-safe name from a model name: lower case, ``[a-z0-9-]``, at most 63 characters.
 
@@ -156,5 +170,6 @@ EXPORTERS: dict[str, Exporter] = {
         ),
         Exporter("kserve", "KServe InferenceService args patch", kserve),
         Exporter("ray-serve", "Ray Serve LLM engine_kwargs JSON", ray_serve),
+        Exporter("prometheus-rules", "Prometheus alert rules (promtool check rules)", prometheus_rules),
     )
 }
