@@ -509,11 +509,15 @@ def test_panel_redraws_correctly_after_bursts_of_every_control(lab, started, not
 
 @pytest.fixture(scope="module")
 def review(tmp_path_factory):
-    """``make review``'s server (kvplan.notebook.review) over the sample's approval and notebook 02: its URL."""
+    """``make review``'s server (kvplan.notebook.review) over the sample's approval and notebook 02: its URL.
+
+    The approval is ``make demo``'s (with the two nvidia-smi snapshots): the served notebook reads the bundle's
+    own inputs (its ``BUNDLE`` parameter), so its panel is the one the sample's parameters give."""
     home = tmp_path_factory.mktemp("review")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     subprocess.run(
         [sys.executable, "-m", "kvplan", "approve", str(SAMPLE / "boot.log"), "--reserve", "0.9GiB",
+         "--nvidia-smi", str(SAMPLE / "nvidia-smi-gpu.csv"), "--nvidia-smi", str(SAMPLE / "nvidia-smi-apps.csv"),
          "--model", "llama-3.1-70b", "--tp", "4", "--approver", "browser test", "--note", "review mode",
          "--out", str(home / "evidence")],
         check=True, env=env, capture_output=True,
