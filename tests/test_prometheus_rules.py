@@ -140,3 +140,21 @@ def test_exported_rules_of_a_bundle_fire_for_another_running_value(tmp_path, cap
     )
     result = _promtool(tmp_path, rules, [other])
     assert result.returncode == 1 and "KvplanRunningValueDiffers" in result.stdout + result.stderr
+
+
+def test_exported_preemption_rule_takes_the_bundles_load_policy(tmp_path, capsys):  # issue 28
+    # approved with load evidence and --max-preemptions 3: the preemption rule fires above 3 in its window
+    from kvplan.cli import main
+    from kvplan.config import DATA_DIR
+
+    boot, run = (
+        DATA_DIR / "boots" / "four-rank" / "boot.log",
+        DATA_DIR / "load" / "manual-canary" / "server.log",
+    )
+    argv = ["approve", str(boot), "--reserve", "0.9GiB", "--model", "llama-3.1-70b", "--tp", "4"]
+    argv += ["--load", str(run), "--max-preemptions", "3", "--approver", "QA", "--out", str(tmp_path / "e")]
+    assert main(argv) == 0
+    (bundle,) = (tmp_path / "e").iterdir()
+    capsys.readouterr()
+    assert main(["export", "prometheus-rules", str(bundle)]) == 0
+    assert 'expr: "increase(vllm:num_preemptions_total[15m]) > 3"' in capsys.readouterr().out

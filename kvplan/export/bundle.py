@@ -53,15 +53,15 @@ def verified_launch(bundle: str | os.PathLike, digest: str | None = None) -> tup
             continue
         layout[flag] = _plain(field, value)
     utilization = decision.gpu_memory_utilization if decision is not None else None
-    load = verified.record.get("load") or {}
-    preemptions = load.get("max_preemptions", 0) if isinstance(load, dict) else 0
+    # the load policy as the verified decision recomputed it (no load evidence: none allowed)
+    load = decision.load if decision is not None else None
     launch = Launch(
         verified.digest,
         approved.budget_bytes,
         utilization,
         layout,
         reserve_bytes=approved.reserve_bytes,
-        max_preemptions=preemptions if isinstance(preemptions, int) else 0,
+        max_preemptions=load["max_preemptions"] if load else 0,
     )
     return verified, launch
 
