@@ -15,6 +15,7 @@ from kvplan.charts.drift import drift_chart
 from kvplan.charts.ranks import (
     LEDGER_SEGMENTS,
     SIZED_SEGMENTS,
+    LedgerParts,
     ledger_chart,
     safe_budget_chart,
     spread_chart,
@@ -27,6 +28,7 @@ __all__ = [
     "LIMITING_COLOR",
     "RANK_COLOR",
     "SIZED_SEGMENTS",
+    "LedgerParts",
     "concurrency_chart",
     "drift_chart",
     "ledger_chart",

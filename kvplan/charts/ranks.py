@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -47,18 +48,49 @@ LEDGER_SEGMENTS = (
 
 #: Ledger segments labelled with their size where tall enough to hold the text.
 SIZED_SEGMENTS = ("other_process_bytes", "weights_bytes", "uniform", "stranded")
+_PARTS = tuple(column for column, _, _ in LEDGER_SEGMENTS[:5])  # the ledger's own parts, below the KV budget
 
 
-def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None) -> Figure:
+@dataclass(frozen=True)
+class LedgerParts:
+    """What a ledger says per rank for its chart, in bytes: the :data:`LEDGER_SEGMENTS` parts below the KV
+    budget (``parts[column]``, rank order; missing or negative is 0) and each GPU's total (None: unknown).
+
+    Each rank is taken from its boot with the lowest ``room_bytes`` (:func:`kvplan.ledger.worst_room_position`,
+    the pipeline's rule); ``cuda_graph_estimate_bytes`` stands in where no capture was logged. Hashable: a
+    what-if panel reads its ledger once and only takes the added-back memory off (:meth:`with_add_back`).
+
+    >>> from kvplan.units import GiB
+    >>> frame = pd.DataFrame({"rank": [0, 1], "other_process_bytes": [None, 5 * GiB]})
+    >>> LedgerParts.of(frame, (0, 1)).with_add_back((GiB, 2 * GiB)).parts[0]  # other processes
+    (0, 3221225472)
+    """
+
+    ranks: tuple[int, ...]
+    parts: tuple[tuple[int, ...], ...]  # per column of _PARTS
+    totals: tuple[int | None, ...]
+
+    @classmethod
+    def of(cls, ledger: pd.DataFrame, ranks: Sequence[int]) -> LedgerParts:
+        rows = _one_row_per_rank(ledger, ranks)
+        parts = tuple(tuple(max(0, _part_bytes(rows, column, rank)) for rank in ranks) for column in _PARTS)
+        return cls(tuple(ranks), parts, tuple(_optional_int(rows, "total_bytes", rank) for rank in ranks))
+
+    def with_add_back(self, add_back: Sequence[int] | None) -> LedgerParts:
+        """The same parts with ``add_back`` [bytes per rank] taken off the other processes (never below 0)."""
+        if not add_back:
+            return self
+        other = tuple(max(0, held - extra) for held, extra in zip(self.parts[0], add_back))
+        return LedgerParts(self.ranks, (other, *self.parts[1:]), self.totals)
+
+
+def ledger_chart(ledger: pd.DataFrame | LedgerParts, budget: Budget, title: str | None = None) -> Figure:
     """Where each GPU's memory goes: the ledger parts, reserve, uniform budget and stranded bytes.
 
-    One stacked bar per rank, against that GPU's total memory (black tick). ``ledger`` has the
-    glossary columns; where it holds several boots, each rank is drawn from its boot with the lowest
-    ``room_bytes``, the one that set its budget (:func:`kvplan.ledger.worst_room_position`, the pipeline's
-    rule). A missing part counts as zero, negative CUDA-graph bytes (free memory rose during capture)
-    draw as zero, and ``cuda_graph_estimate_bytes`` stands in where no capture was logged. What the log
-    does not itemise (CUDA context, vLLM's 150 MiB margin) fills the bar up to ``room_bytes`` below the KV
-    part, so ``uniform + stranded + reserve`` is exactly the budget's room for the rank. Segment heights are in GiB.
+    One stacked bar per rank (:class:`LedgerParts` of ``ledger``), against that GPU's total memory (black
+    tick). What the log does not itemise (CUDA context, vLLM's 150 MiB margin) fills the bar up to
+    ``room_bytes`` below the KV part, so ``uniform + stranded + reserve`` is exactly the budget's room for
+    the rank. Segment heights are in GiB.
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
@@ -68,35 +100,16 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
     >>> [[float(p.get_height()) for p in c] for c in fig.axes[0].containers]
     [[5.0, 5.0], [2.0, 0.0], [12.0, 12.0], [0.0, 2.0], [1.0, 1.0]]
     """
-    rows = _one_row_per_rank(ledger, budget.ranks)
-    labels = [str(rank) for rank in budget.ranks]
-    heights: dict[str, list[float]] = {}
-    sizes: dict[str, list[int]] = {}  # exact bytes of the segments labelled with their size
-    for column, _, _ in LEDGER_SEGMENTS[:5]:
-        sizes[column] = [max(0, _part_bytes(rows.loc[rank], column)) for rank in budget.ranks]
-        heights[column] = [bytes_to_gib(value) for value in sizes[column]]
-    totals = [_optional_int(rows.loc[rank].get("total_bytes")) for rank in budget.ranks]
-    sizes["uniform"] = [budget.uniform_budget_bytes] * len(labels)
-    sizes["stranded"] = list(budget.stranded_bytes)
-    kv_parts = {
-        "uniform": [bytes_to_gib(size) for size in sizes["uniform"]],
-        "stranded": [bytes_to_gib(size) for size in sizes["stranded"]],
-        "reserve": [bytes_to_gib(budget.reserve_bytes)] * len(labels),
-    }
-    itemised = [sum(heights[column][i] for column in heights) for i in range(len(labels))]
-    room = [bytes_to_gib(room) for room in budget.room_bytes]
-    heights["not_itemised"] = [
-        max(0.0, bytes_to_gib(total) - done - kv) if total is not None else 0.0
-        for total, done, kv in zip(totals, itemised, room)
-    ]
-    heights.update(kv_parts)
-
+    shown = ledger if isinstance(ledger, LedgerParts) else LedgerParts.of(ledger, budget.ranks)
+    sizes, heights = _ledger_segments(shown, budget)
+    totals = shown.totals
     fig, ax = _figure()
-    bottom = [0.0] * len(labels)
+    labels = [str(rank) for rank in budget.ranks]
     tallest = max(
         max(sum(h[i] for h in heights.values()) for i in range(len(labels))),
         max((bytes_to_gib(t) for t in totals if t is not None), default=0.0),
     )
+    bottom = [0.0] * len(labels)
     for column, label, color in LEDGER_SEGMENTS:
         values = heights[column]
         if not any(values):
@@ -116,30 +129,59 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
             pt_per_gib = PLOT_AREA_BESIDE[1] * 72 / (tallest * 1.05)
             _label_segments(ax, bars, sizes[column], color in ("#000000", RANK_COLOR), pt_per_gib)
         bottom = [b + v for b, v in zip(bottom, values)]
-    for i, total in enumerate(totals):
-        if total is not None:
-            ax.hlines(bytes_to_gib(total), i - 0.38, i + 0.38, color="black", linewidth=2.5)
-    limiting = list(budget.ranks).index(budget.limiting_rank)
-    ax.add_patch(
-        Rectangle(
-            (limiting - 0.33, 0),
-            0.66,
-            bottom[limiting],
-            fill=False,
-            edgecolor=LIMITING_COLOR,
-            linewidth=3,
-            label=f"limits the budget: rank {budget.limiting_rank}",
-        )
-    )
-    ax.set_ylim(0, tallest * 1.05)
-    ax.set_xlabel(_mark_limiting_tick(ax, budget.ranks, budget.limiting_rank, totals))
-    ax.set_ylabel("GPU memory [GiB]")
+    _ledger_frame(ax, budget, totals, bottom[labels.index(str(budget.limiting_rank))], tallest)
     ax.set_title(
         title
         or f"Where each GPU's memory goes: {format_size(budget.uniform_budget_bytes)} KV on every rank, "
         f"{format_size(budget.stranded_total_bytes)} stranded",
         loc="left",
     )
+    fig.set_layout_engine("tight")  # laid out when drawn
+    return fig
+
+
+def _ledger_segments(
+    shown: LedgerParts, budget: Budget
+) -> tuple[dict[str, list[int]], dict[str, list[float]]]:
+    """The exact bytes of the labelled segments, and every segment's height per rank [GiB]."""
+    sizes = {column: list(values) for column, values in zip(_PARTS, shown.parts)}
+    sizes["uniform"] = [budget.uniform_budget_bytes] * len(budget.ranks)
+    sizes["stranded"] = list(budget.stranded_bytes)
+    heights = {column: [bytes_to_gib(value) for value in sizes[column]] for column in _PARTS}
+    itemised = [sum(heights[column][i] for column in _PARTS) for i in range(len(budget.ranks))]
+    heights["not_itemised"] = [
+        max(0.0, bytes_to_gib(total) - done - bytes_to_gib(room)) if total is not None else 0.0
+        for total, done, room in zip(shown.totals, itemised, budget.room_bytes)
+    ]
+    heights["uniform"] = [bytes_to_gib(size) for size in sizes["uniform"]]
+    heights["stranded"] = [bytes_to_gib(size) for size in sizes["stranded"]]
+    heights["reserve"] = [bytes_to_gib(budget.reserve_bytes)] * len(budget.ranks)
+    return sizes, heights
+
+
+def _ledger_frame(
+    ax, budget: Budget, totals: Sequence[int | None], limiting_top: float, tallest: float
+) -> None:
+    """The ledger chart's totals (black ticks), the limiting rank's box, axes and legend beside the plot."""
+    for i, total in enumerate(totals):
+        if total is not None:
+            ax.hlines(bytes_to_gib(total), i - 0.38, i + 0.38, color="black", linewidth=2.5)
+    limiting = list(budget.ranks).index(budget.limiting_rank)
+    label = f"limits the budget: rank {budget.limiting_rank}"
+    ax.add_patch(
+        Rectangle(
+            (limiting - 0.33, 0),
+            0.66,
+            limiting_top,
+            fill=False,
+            edgecolor=LIMITING_COLOR,
+            linewidth=3,
+            label=label,
+        )
+    )
+    ax.set_ylim(0, tallest * 1.05)
+    ax.set_xlabel(_mark_limiting_tick(ax, budget.ranks, budget.limiting_rank, totals))
+    ax.set_ylabel("GPU memory [GiB]")
     handles, names = ax.get_legend_handles_labels()
     ax.legend(
         handles[::-1],
@@ -149,8 +191,6 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
         fontsize=FONT_SIZE - 1,
         frameon=False,
     )
-    fig.set_layout_engine("tight")  # laid out when drawn
-    return fig
 
 
 def safe_budget_chart(
@@ -377,12 +417,13 @@ def _one_row_per_rank(ledger: pd.DataFrame, ranks: Sequence[int]) -> pd.DataFram
     return rows
 
 
-def _part_bytes(row: pd.Series, column: str) -> int:
-    value = _optional_int(row.get(column))
+def _part_bytes(rows: pd.DataFrame, column: str, rank: int) -> int:
+    value = _optional_int(rows, column, rank)
     if value is None and column == "cuda_graph_bytes":
-        value = _optional_int(row.get("cuda_graph_estimate_bytes"))
+        value = _optional_int(rows, "cuda_graph_estimate_bytes", rank)
     return value or 0
 
 
-def _optional_int(value) -> int | None:
+def _optional_int(rows: pd.DataFrame, column: str, rank: int) -> int | None:
+    value = rows[column].get(rank) if column in rows.columns else None
     return None if value is None or pd.isna(value) else int(value)

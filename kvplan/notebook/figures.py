@@ -19,7 +19,7 @@ from kvplan import charts
 from kvplan.budget import limiting_ranks
 from kvplan.notebook.launch import rows_that_set_the_room
 from kvplan.notebook.scenario import Outcome
-from kvplan.notebook.whatif import evaluate, ledger_after_add_back, weak_rank_at_median
+from kvplan.notebook.whatif import evaluate, weak_rank_at_median
 from kvplan.units import bytes_to_gib, format_size
 
 if TYPE_CHECKING:
@@ -202,16 +202,24 @@ def _concurrency_step(outcome: Outcome, axes: Axes, baseline: Outcome | None) ->
     )
 
 
+def ledger_parts(ledger: pd.DataFrame | charts.LedgerParts, ranks: tuple[int, ...]) -> charts.LedgerParts:
+    """What the ledger chart draws of a launch's ledger: the rows that set each rank's room
+    (:func:`~kvplan.notebook.launch.rows_that_set_the_room`), read once (parts given are kept)."""
+    if isinstance(ledger, charts.LedgerParts):
+        return ledger
+    return charts.LedgerParts.of(rows_that_set_the_room(ledger), ranks)
+
+
 def panel_charts(
     outcome: Outcome,
-    ledger: pd.DataFrame | None = None,
+    ledger: pd.DataFrame | charts.LedgerParts | None = None,
     axes: Axes | None = None,
     baseline: Outcome | None = None,
 ) -> list[ChartStep]:
     """The charts an outcome allows, as :class:`ChartStep` in display order (nothing drawn yet).
 
-    Safe budget per rank; the ledger (when given, from :func:`~kvplan.notebook.launch.rows_that_set_the_room`
-    with the add-back taken off the co-tenants); stranded capacity; concurrency (with a curve); drift.
+    Safe budget per rank; the ledger (when given: :func:`ledger_parts`, the add-back taken off the
+    co-tenants); stranded capacity; concurrency (with a curve); drift.
     ``axes`` fixes the axes; ``baseline`` (the panel at the notebook's parameters) is drawn faintly.
 
     >>> from kvplan.notebook.scenario import Scenario
@@ -236,7 +244,7 @@ def panel_charts(
                 "ledger",
                 (budget, scenario.add_back_bytes),
                 lambda: charts.ledger_chart(
-                    ledger_after_add_back(rows_that_set_the_room(ledger), scenario), budget
+                    ledger_parts(ledger, budget.ranks).with_add_back(scenario.add_back_bytes), budget
                 ),
             )
         )

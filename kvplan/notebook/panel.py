@@ -23,7 +23,15 @@ import ipywidgets as widgets
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from kvplan.notebook.figures import ChartStep, figure_alt, figure_png, panel_axes, panel_charts, sentence
+from kvplan.notebook.figures import (
+    ChartStep,
+    figure_alt,
+    figure_png,
+    ledger_parts,
+    panel_axes,
+    panel_charts,
+    sentence,
+)
 from kvplan.notebook.launch import co_tenant_bytes as ledger_co_tenants
 from kvplan.notebook.scenario import BLOCK_SIZES, Outcome, Scenario
 from kvplan.notebook.tables import readable_table
@@ -54,6 +62,10 @@ class WhatIfPanel:
     ) -> None:
         self.base = scenario
         self.ledger = ledger
+        try:  # the ledger chart's parts, read once; a ledger they cannot be read from fails in the chart's place
+            self._ledger_shown = None if ledger is None else ledger_parts(ledger, scenario.rank_ids)
+        except ValueError:
+            self._ledger_shown = ledger
         self.outcome: Outcome | None = None
         self.error: str | None = None
         self.chart_errors: dict[str, str] = {}
@@ -130,7 +142,7 @@ class WhatIfPanel:
         against the baseline (faintly), the baseline itself alone, as the notebook's charts draw it."""
         outcome = outcome or self.baseline
         moved = outcome.scenario != self.base
-        return panel_charts(outcome, self.ledger, self.axes, self.baseline if moved else None)
+        return panel_charts(outcome, self._ledger_shown, self.axes, self.baseline if moved else None)
 
     def chart_pngs(self) -> list[bytes]:
         """The PNG of every chart with axes for the current state, as the panel shows them (drawn by the last

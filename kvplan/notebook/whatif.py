@@ -148,25 +148,6 @@ def spec_concurrency_curve(spec: KVSpec, kv_bytes: int, seq_lens: Sequence[int])
     return capacity_table(spec, kv_bytes, seq_lens)
 
 
-def ledger_after_add_back(ledger: pd.DataFrame, scenario: Scenario) -> pd.DataFrame:
-    """A copy of ``ledger`` with ``other_process_bytes`` lowered by the scenario's add-back per rank (≥ 0).
-
-    "What if the co-tenant on rank 2 moved?" as the ledger chart draws it.
-
-    >>> frame = pd.DataFrame({"rank": [0, 1], "other_process_bytes": [None, 5]})
-    >>> scenario = Scenario((10, 10), 1, add_back_bytes=(3, 2))
-    >>> ledger_after_add_back(frame, scenario)["other_process_bytes"].tolist()
-    [0, 3]
-    """
-    shown = ledger.copy()
-    if not scenario.add_back_bytes:
-        return shown
-    other = pd.to_numeric(shown.get("other_process_bytes", pd.Series(0, index=shown.index)), errors="coerce")
-    extra = shown["rank"].map(dict(zip(scenario.rank_ids, scenario.add_back_bytes))).fillna(0)
-    shown["other_process_bytes"] = (other.fillna(0) - extra).clip(lower=0).astype("int64")
-    return shown
-
-
 def gib_to_bytes(value_gib: float) -> int:
     """Bytes in a slider's GiB value, to the nearest byte (0.9 → parse_size("0.9GiB")).
 
