@@ -24,7 +24,7 @@ import sys
 import time
 from pathlib import Path
 
-from kvplan import DATA_DIR
+DATA_DIR = Path(__file__).resolve().parent.parent / "data"  # each checkout its own sample
 from kvplan.notebook import Scenario, WhatIfPanel, co_tenant_bytes, launch_max_model_len, read_launch
 from kvplan.plan import Evidence, ModelLayout, Policy, boot_free_bytes, decide
 from kvplan.units import parse_size
