@@ -8,12 +8,12 @@ from kvplan.charts.style import (
     FIGSIZE,
     FONT_SIZE,
     _annotate_bars,
+    _figure,
     _headroom,
     _legend_below,
     _outline_bars,
     _rank_colors,
     _slot_pt,
-    _style,
     _upright,
 )
 from kvplan.drift import Drift
@@ -41,10 +41,7 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
     """
     labels = [str(rank) for rank in drift.ranks]
     positions = list(range(len(labels)))
-    fig = Figure(figsize=(FIGSIZE[0] + 3, FIGSIZE[1]))
-    left, right = fig.subplots(1, 2)
-    for ax in (left, right):
-        _style(ax)
+    fig, (left, right) = _figure(2, (FIGSIZE[0] + 3, FIGSIZE[1]))
     # the loss itself, on its own scale: a 0.1–1.25 GiB drift is invisible against 0–50 GiB of free memory
     lost_gib = [bytes_to_gib(moved) for moved in drift.drift_bytes]
     bars = left.bar(labels, lost_gib, color=_rank_colors(drift.ranks, drift.limiting_rank), width=0.6)

@@ -37,8 +37,8 @@ def figure_png(figure: Figure, dpi: int = PANEL_DPI) -> bytes:
     >>> png[:8] == b"\\x89PNG\\r\\n\\x1a\\n", int.from_bytes(png[16:20], "big")  # 10 in × 80 dpi wide
     (True, 800)
     """
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi, facecolor="white")
+    buffer = io.BytesIO()  # zlib's fastest level: the same pixels, encoded in a third of the time
+    figure.savefig(buffer, format="png", dpi=dpi, facecolor="white", pil_kwargs={"compress_level": 1})
     return buffer.getvalue()
 
 
