@@ -25,7 +25,7 @@ from typing import Any
 from kvplan.escape import html_text, markdown_code, terminal_text
 from kvplan.notebook.headlines import limiting_text
 from kvplan.notebook.launch import ParameterError, parameter_path
-from kvplan.notebook.pages import Page
+from kvplan.notebook.pages import Page, shown_folder
 from kvplan.plan import Decision
 from kvplan.units import format_budget, format_policy_size, format_size
 
@@ -245,7 +245,7 @@ def build_report(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> tupl
         pages.append(page)
     record = verified.record
     facts = {
-        "folder": str(bundle),
+        "folder": shown_folder(bundle),
         "digest": f"sha256:{verified.digest}",
         "approved by": f"{record.get('approver', '')}: {record.get('note', '')}",
         "verified": "ok: every hash and the recomputed decision agree",
