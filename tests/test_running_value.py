@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kvplan import evidence
-from kvplan.checks.running_value import RUNNING_CHECK, check_running_values
+from kvplan.checks.canary import RUNNING_CHECK, check_running_values
 from kvplan.cli import main
 from kvplan.config import DATA_DIR
 from kvplan.io.model_config import resolve_model_config

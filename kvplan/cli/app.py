@@ -19,11 +19,10 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from kvplan.cli.approve import add_approve, add_verify
+from kvplan.cli.approve import add_approve, add_export, add_verify
 from kvplan.cli.budget import add_budget
 from kvplan.cli.capacity import add_capacity, add_drift
 from kvplan.cli.errors import EXIT_BAD_INPUT
-from kvplan.cli.export import add_export
 from kvplan.cli.fleet import add_fleet
 from kvplan.cli.gate import add_gate
 from kvplan.cli.help import ExampleFormatter, examples
