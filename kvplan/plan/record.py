@@ -22,9 +22,9 @@ from kvplan.verdict import Check
 if TYPE_CHECKING:  # for the annotations only
     import pandas as pd
 
-    from kvplan.capacity import Capacity
     from kvplan.io.metadata import ReadMetadata
     from kvplan.kvspec import KVSpec
+    from kvplan.kvspec.capacity import Capacity
 
 #: The ``room_source`` of a room typed in by hand.
 GIVEN = "given"
