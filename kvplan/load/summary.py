@@ -8,21 +8,13 @@ capacity in tokens.
 from __future__ import annotations
 
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 
-from kvplan.columns import LOAD_ROW_KEYS
 from kvplan.io.load import LoadReading
-from kvplan.io.load.frame import json_columns
 from kvplan.load.timeline import load_timeline
-
-
-def rows_at(reading: LoadReading, positions: Sequence[int]) -> list[dict]:
-    """The JSON rows (as ``kvplan load --json`` writes them) at ``positions`` of the frame."""
-    columns = json_columns(reading.frame.iloc[list(positions)])
-    return [dict(zip(LOAD_ROW_KEYS, values)) for values in zip(*columns)]
 
 
 def _where(row: Mapping) -> dict:
@@ -167,7 +159,7 @@ def peak_row(reading: LoadReading) -> dict | None:
     usage = reading.frame["kv_cache_usage_pct"]
     if not usage.notna().any():
         return None
-    return rows_at(reading, [int(usage.to_numpy(dtype=float, na_value=-np.inf).argmax())])[0]
+    return reading.records([int(usage.to_numpy(dtype=float, na_value=-np.inf).argmax())])[0]
 
 
 def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> dict:
@@ -194,7 +186,7 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
     capacity = kv_cache_tokens if kv_cache_tokens is not None else reading.kv_cache_tokens
     peak = peak_row(reading)
     times = frame["time"]
-    ends = rows_at(reading, [int(times.argmin()), int(times.argmax())]) if times.notna().any() else None
+    ends = reading.records([int(times.argmin()), int(times.argmax())]) if times.notna().any() else None
     manual = {s.kv_cache_memory_bytes for s in reading.sources if s.kv_cache_memory_bytes is not None}
     prompt, generation, throughput_from = mean_throughput(reading)
     events = frame["event"]
@@ -223,7 +215,7 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
         "error_events": int(events.eq("error").sum()),
         "events": [
             {"event": row["event"], **_where(row)}
-            for row in rows_at(reading, np.flatnonzero(events.notna().to_numpy(dtype=bool)).tolist())
+            for row in reading.records(np.flatnonzero(events.notna().to_numpy(dtype=bool)).tolist())
         ],
         "warnings": [str(warning) for warning in reading.warnings],
     }
