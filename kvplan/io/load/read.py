@@ -32,7 +32,7 @@ def read_load_evidence(
     otherwise a run that mixes logs and /metrics gets a warning. ``scrapes`` (a :class:`LoadReading`, e.g.
     from Prometheus) stands for the /metrics files among ``paths``; its rows come after the logs'.
 
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> run = DATA_DIR / "load" / "manual-canary-overload"
     >>> frame, metadata = read_load_evidence([run / "server.log", run / "metrics.prom"], year=2026)
     >>> frame["kind"].value_counts().to_dict(), metadata.sources == (str(run / "metrics.prom"), str(run / "server.log"))
