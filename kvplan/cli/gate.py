@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import argparse
 
-from kvplan.cli.arguments import add_load_arguments, add_nvidia_smi_argument, load_policy
-from kvplan.cli.errors import EXIT_BAD_INPUT, EXIT_FAIL, EXIT_OK
-from kvplan.cli.help import add_command
-from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
+from kvplan.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAIL,
+    EXIT_OK,
+    add_command,
+    add_load_arguments,
+    add_nvidia_smi_argument,
+    load_policy,
+    print_json,
+    print_warnings,
+    reader_warnings_into,
+    size,
+)
 from kvplan.cli.prometheus import add_gate_prometheus_arguments, gate_prometheus_checks
-from kvplan.cli.sizes import size
 
 GATE_HELP = """\
 check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)
@@ -92,7 +100,7 @@ def _startup_plan_check(args: argparse.Namespace, verified, approved, ledger, ch
             if isinstance(p, dict) and isinstance(p.get("kv_cache_memory_bytes"), int)
         }
     else:
-        from kvplan.export.bundle import plans_of
+        from kvplan.export import plans_of
 
         values = {plan.fingerprint: plan.kv_cache_memory_bytes for plan in plans_of(verified, approved)}
     return check_startup_plan(approved, ledger, lines, values)

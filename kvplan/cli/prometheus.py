@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from kvplan.cli.errors import CliError
+from kvplan.cli.common import CliError
 
 
 def add_prometheus_arguments(parser: argparse.ArgumentParser, what: str = "the load test's") -> None:
@@ -107,7 +107,7 @@ def gate_running_checks(args: argparse.Namespace, approved_bytes: int, block_byt
     judged."""
     import time
 
-    from kvplan.checks.running_value import RUNNING_CHECK, check_running_values
+    from kvplan.checks.canary import RUNNING_CHECK, check_running_values
     from kvplan.io.prometheus import (
         parse_time,
         running_values_at,
