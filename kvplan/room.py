@@ -168,7 +168,7 @@ def read_vllm_log_rooms(
     """:func:`kvplan.io.read_vllm_log` with the Room rule: each rank's ``room_bytes`` and ``room_source``.
 
     >>> from kvplan import io
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> log = DATA_DIR / "boots" / "four-rank" / "boot.log"
     >>> ledger, _ = read_vllm_log_rooms(log)
     >>> ledger["room_source"].tolist(), int(ledger["room_bytes"].min())  # rank 2's suggestion, 12.9 GiB

@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from kvplan import evidence, plan
-from kvplan.config import DATA_DIR
+from kvplan import DATA_DIR, evidence, plan
 from kvplan.evidence.evidence_log import evidence_lines, iter_evidence_lines
 from kvplan.room import read_vllm_logs_rooms
 

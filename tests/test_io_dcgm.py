@@ -6,8 +6,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.fleet import FleetPolicy, plan_fleet
 from kvplan.io.dcgm import read_dcgm_scrape
 from kvplan.io.nvidia_smi_csv import NvidiaSmiError, read_nvidia_smi_csv

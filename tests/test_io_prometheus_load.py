@@ -14,9 +14,8 @@ import pandas as pd
 import pytest
 import requests
 
-from kvplan import evidence
+from kvplan import DATA_DIR, evidence
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.io.load import read_metrics_snapshots
 from kvplan.io.model_config import resolve_model_config
 from kvplan.io.prometheus import PrometheusError, parse_time, read_prometheus_load, save_prometheus_load

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvplan import DATA_DIR
 from kvplan.columns import LEDGER_COLUMNS
-from kvplan.config import DATA_DIR
 from kvplan.io import LogParseError
 from kvplan.io.vllm import families, values
 from kvplan.io.vllm.families import read_message
@@ -850,7 +850,7 @@ def test_small_chunks_give_the_same_ledger(monkeypatch):
 def test_a_ledger_built_in_frames_of_few_rows_is_the_ledger_built_at_once(monkeypatch):
     # the reader turns every FRAME_ROWS rows into a frame (less memory than the rows' dicts) and joins
     # them at the end: with one row a frame, the dense sample's ledger and line index are unchanged
-    from kvplan.config import DATA_DIR
+    from kvplan import DATA_DIR
     from kvplan.io.vllm import read
 
     path = DATA_DIR / "boots" / "four-rank" / "boot.log"

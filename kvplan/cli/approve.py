@@ -9,20 +9,25 @@ from __future__ import annotations
 import argparse
 import json
 
-from kvplan.cli.arguments import (
+from kvplan.cli.common import (
+    EXIT_FAIL,
+    EXIT_OK,
     LAYOUT_OPTIONS,
     MODEL_ONLY_OPTIONS,
+    CliError,
+    add_command,
     add_load_arguments,
     add_model_arguments,
     add_nvidia_smi_argument,
     load_policy,
+    positive_int,
+    print_json,
+    print_warnings,
+    reader_warnings_into,
     refuse_layout_without_model,
+    size,
 )
-from kvplan.cli.errors import EXIT_FAIL, EXIT_OK, CliError
-from kvplan.cli.help import add_command
-from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
 from kvplan.cli.prometheus import add_prometheus_arguments, prometheus_load_files
-from kvplan.cli.sizes import positive_int, size
 from kvplan.escape import terminal_text
 from kvplan.units import format_budget, format_size
 

@@ -7,16 +7,23 @@ from __future__ import annotations
 
 import argparse
 
-from kvplan.cli.arguments import (
+from kvplan.cli.common import (
+    EXIT_OK,
+    CliError,
+    add_command,
     add_model_arguments,
     add_nvidia_smi_argument,
+    format_table,
     layout_options,
+    positive_int,
+    positive_size,
+    print_json,
+    print_warnings,
+    reader_warnings_into,
     refuse_layout_without_model,
+    size,
+    size_list,
 )
-from kvplan.cli.errors import EXIT_OK, CliError
-from kvplan.cli.help import add_command
-from kvplan.cli.output import format_table, print_json, print_warnings, reader_warnings_into
-from kvplan.cli.sizes import positive_int, positive_size, size, size_list
 from kvplan.escape import terminal_text
 from kvplan.units import format_budget, format_size
 

@@ -12,9 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kvplan.cli.errors import EXIT_OK, CliError
-from kvplan.cli.help import add_command
-from kvplan.cli.sizes import size
+from kvplan.cli.common import EXIT_OK, CliError, add_command, size
 from kvplan.export.formats import EXPORTERS
 
 STARTUP_PLAN = "startup-plan"

@@ -10,8 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvplan.cli.help import add_command
-from kvplan.cli.sizes import at_least_one, fraction, labels, size
+from kvplan.cli.common import add_command, at_least_one, fraction, labels, size
 from kvplan.units import format_size
 
 
@@ -142,9 +141,9 @@ def _storage(args: argparse.Namespace) -> dict:
 
 
 def _run_plan(args: argparse.Namespace) -> int:
-    from kvplan.cli.output import format_table
-    from kvplan.cli.output import print_json as _print_json
-    from kvplan.cli.output import print_warnings as _print_warnings
+    from kvplan.cli.common import format_table
+    from kvplan.cli.common import print_json as _print_json
+    from kvplan.cli.common import print_warnings as _print_warnings
     from kvplan.escape import terminal_text
     from kvplan.evidence import AdmissionPlan
     from kvplan.fleet import FleetPolicy, plan_fleet
@@ -214,7 +213,7 @@ def _plan_lines(data: dict) -> list[str]:
 
 
 def _run_gate(args: argparse.Namespace) -> int:
-    from kvplan.cli.output import print_json as _print_json
+    from kvplan.cli.common import print_json as _print_json
     from kvplan.escape import terminal_text
     from kvplan.fleet.engine import default_scheduler
     from kvplan.fleet.gate import gate_fleet, stop_decision

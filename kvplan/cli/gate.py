@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import argparse
 
-from kvplan.cli.arguments import add_load_arguments, add_nvidia_smi_argument, load_policy
-from kvplan.cli.errors import EXIT_BAD_INPUT, EXIT_FAIL, EXIT_OK
-from kvplan.cli.help import add_command
-from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
+from kvplan.cli.common import (
+    EXIT_BAD_INPUT,
+    EXIT_FAIL,
+    EXIT_OK,
+    add_command,
+    add_load_arguments,
+    add_nvidia_smi_argument,
+    load_policy,
+    print_json,
+    print_warnings,
+    reader_warnings_into,
+    size,
+)
 from kvplan.cli.prometheus import add_gate_prometheus_arguments, gate_prometheus_checks
-from kvplan.cli.sizes import size
 
 GATE_HELP = """\
 check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)

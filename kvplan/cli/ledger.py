@@ -5,10 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvplan.cli.arguments import add_nvidia_smi_argument
-from kvplan.cli.errors import EXIT_OK, CliError
-from kvplan.cli.help import add_command
-from kvplan.cli.output import format_table, print_json, print_warnings, reader_warnings_into
+from kvplan.cli.common import (
+    EXIT_OK,
+    CliError,
+    add_command,
+    add_nvidia_smi_argument,
+    format_table,
+    print_json,
+    print_warnings,
+    reader_warnings_into,
+)
 from kvplan.units import format_size
 
 #: The readable ``kvplan ledger`` table: glossary column -> header. It fits 120 terminal columns with about

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from kvplan.cli.errors import CliError
+from kvplan.cli.common import CliError
 
 
 def add_prometheus_arguments(parser: argparse.ArgumentParser, what: str = "the load test's") -> None:

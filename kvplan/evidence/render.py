@@ -19,11 +19,11 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
-from kvplan.capacity import capacity_rows, sequence_lengths
 from kvplan.escape import markdown_code, markdown_text
 from kvplan.evidence.evidence_log import decision_evidence_lines
 from kvplan.evidence.record import ALLOWED_UNJUDGED_KEY, CHARTS_DIR, TEXT_ESCAPING_KEY, int_or_none
 from kvplan.io.ledger_rows_csv import ledger_frame_csv
+from kvplan.kvspec.capacity import capacity_rows, sequence_lengths
 from kvplan.plan import Decision
 from kvplan.units import format_size
 from kvplan.verdict import verdict_word

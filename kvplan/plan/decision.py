@@ -24,10 +24,10 @@ from typing import Any
 import pandas as pd
 
 from kvplan.budget import Budget
-from kvplan.capacity import capacity_rows
 from kvplan.checks import check_outcomes, check_ranks_present
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
+from kvplan.kvspec.capacity import capacity_rows
 from kvplan.ledger import compatibility_key, is_known, logged_launch_settings, room_per_rank
 from kvplan.ledger_budget import budget_from_rooms, check_dropped_ranks, refuse_failed_boots
 from kvplan.plan.inputs import AdmissionPlan, LoadPolicy, ModelLayout, Policy, admission_plan, planned_lengths
@@ -157,7 +157,7 @@ def decide(
     ``max_model_len`` overrides the logged length for capacity. ``loads`` are ``(path, name)`` pairs of
     a load test at the approved value, judged with ``load_policy``.
 
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> d = decide([DATA_DIR / "boots" / "four-rank" / "boot.log"], Policy(reserve_bytes=966_367_642),
     ...            ModelLayout("llama-3.1-70b", {"tp": 4}))
     >>> d.budget.flag, d.budget.limiting_rank, d.capacity[0]["tokens"]

@@ -7,7 +7,7 @@ room: ``F_ref − room`` where the room is vLLM's suggestion (``free − non-KV 
 arithmetic), else weights + activation peak + non-torch + CUDA graphs of that boot's row where all are shown
 (a room from the available-KV figure can exceed ``F − non-KV`` on a shared GPU), else ``F_ref − room``.
 
->>> from kvplan.config import DATA_DIR
+>>> from kvplan import DATA_DIR
 >>> from kvplan.plan import ModelLayout, Policy, decide
 >>> d = decide([DATA_DIR / "boots" / "four-rank" / "boot.log"], Policy(966_367_642),
 ...            ModelLayout("llama-3.1-70b", {"tp": 4}))

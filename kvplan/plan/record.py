@@ -20,9 +20,9 @@ from kvplan.verdict import Check
 if TYPE_CHECKING:  # for the annotations only
     import pandas as pd
 
-    from kvplan.capacity import Capacity
     from kvplan.io.metadata import ReadMetadata
     from kvplan.kvspec import KVSpec
+    from kvplan.kvspec.capacity import Capacity
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Decision:
     ``rooms`` is :func:`kvplan.ledger.room_per_rank` (per rank: room, its source, the worst boot and
     the spread; None for rooms given by hand); ``ref_free_bytes`` and ``room_sources`` follow
     ``budget.ranks``; ``capacity`` holds the rows at the planned lengths and ``capacity_at_max_len``
-    the full :class:`~kvplan.capacity.Capacity` at ``max_model_len``; ``cross_check`` the per-boot
+    the full :class:`~kvplan.kvspec.capacity.Capacity` at ``max_model_len``; ``cross_check`` the per-boot
     rows of the model check. ``warnings`` are the readers' (a bundle records them); ``notes`` what the
     decision itself has to say (rooms of different evidence, ranks assumed uniform, an old release,
     a model config that disagrees with the logs). ``ledger`` and ``provenance`` are None when no logs

@@ -119,7 +119,7 @@ def read_gpu_snapshot(path: str | Path) -> tuple[pd.DataFrame, ReadMetadata]:
     """An nvidia-smi CSV snapshot or a DCGM exporter scrape (told by :func:`is_dcgm_file`), as
     :func:`~kvplan.io.nvidia_smi_csv.read_nvidia_smi_csv` reads the CSV: one reader for every GPU snapshot.
 
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> read_gpu_snapshot(DATA_DIR / "boots" / "four-rank" / "nvidia-smi-gpu.csv")[1].kind
     'gpus'
     """

@@ -31,7 +31,7 @@ def read_load_evidence(
     times are turned into UTC like the /metrics times, as they are when docker stamps show the offset;
     otherwise a run that mixes logs and /metrics gets a warning.
 
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> run = DATA_DIR / "load" / "manual-canary-overload"
     >>> frame, metadata = read_load_evidence([run / "server.log", run / "metrics.prom"], year=2026)
     >>> frame["kind"].value_counts().to_dict(), metadata.sources == (str(run / "metrics.prom"), str(run / "server.log"))
