@@ -138,8 +138,9 @@ def _rank_charts(ranks: int) -> dict[str, Figure]:
             {"uniform": curve, "rank 0 raised to the median": fixed},
             131_072,
             4,
-            crossings={"uniform": 65_536},
-            note="sliding-window layers are counted at full length",
+            marks=charts.ConcurrencyMarks(
+                {"uniform": 65_536}, "sliding-window layers are counted at full length"
+            ),
         ),
         "drift": charts.drift_chart(drift_budget(list(budget.safe_bytes), free, boot, parse_size("0.5GiB"))),
     }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import pandas as pd
@@ -12,7 +12,6 @@ from matplotlib.patches import Patch, Rectangle
 from kvplan.budget import Budget, limiting_ranks
 from kvplan.charts.style import (
     AVERAGE_COLOR,
-    FIGSIZE,
     FONT_SIZE,
     LIMITING_COLOR,
     PLOT_AREA_BESIDE,
@@ -25,6 +24,7 @@ from kvplan.charts.style import (
     _label_segments,
     _legend_below,
     _mark_limiting_tick,
+    _note_figure,
     _outline_bars,
     _rank_list,
     _slot_pt,
@@ -196,77 +196,57 @@ def _ledger_frame(
 def safe_budget_chart(
     budget: Budget, title: str | None = None, top_gib: float | None = None, previous: Budget | None = None
 ) -> Figure:
-    """Why the minimum: safe budget per rank, the uniform value, and the tempting (unsafe) average.
+    """Why the minimum: safe budget per rank [GiB], the uniform value, and the tempting (unsafe) average.
 
-    Bars are ``safe_bytes`` per rank in GiB; the limiting rank(s) in :data:`LIMITING_COLOR`. The uniform
-    budget is a solid line; the average of the safe budgets is a dashed line labelled as the wrong answer,
-    because the limiting rank cannot allocate it. When every rank holds the same safe budget the average
-    is the uniform value: no average line is drawn and no rank is named as limiting. ``top_gib`` fixes the
-    y axis (a what-if panel keeps it while its controls move); ``previous`` draws that budget's bars and
-    uniform value faintly (a panel's state at the notebook's parameters), so a change is seen against it.
+    The limiting rank(s) in :data:`LIMITING_COLOR`; when every rank ties, no average line and no rank named.
+    ``top_gib`` fixes the y axis (raised when a bar would not fit); ``previous`` draws that budget faintly (a
+    what-if panel's state at the notebook's parameters).
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
     >>> fig = safe_budget_chart(uniform_budget([13 * GiB, 18 * GiB], GiB))
     >>> [float(bar.get_height()) for bar in fig.axes[0].containers[0]]
     [12.0, 17.0]
-    >>> tied = safe_budget_chart(uniform_budget([31 * GiB] * 4, GiB))
-    >>> [text for text in tied.axes[0].get_legend().get_texts() if "unsafe" in text.get_text()]
-    []
     """
     labels = [str(rank) for rank in budget.ranks]
     safe_gib = [bytes_to_gib(safe) for safe in budget.safe_bytes]
     weakest = limiting_ranks(budget)
     tied = len(weakest) == len(budget.ranks)
-    average_bytes = sum(budget.safe_bytes) // len(budget.safe_bytes)
     fig, ax = _figure()
     if previous is not None:
+        before = format_size(previous.uniform_budget_bytes)
         _outline_bars(ax, labels, previous.safe_bytes, "at the notebook's parameters", linewidth=1.5)
         ax.axhline(
             bytes_to_gib(previous.uniform_budget_bytes),
-            color=REFERENCE_COLOR,
-            linewidth=1.5,
-            alpha=0.6,
-            label=f"uniform at the notebook's parameters: {format_size(previous.uniform_budget_bytes)}",
+            label=f"uniform at the notebook's parameters: {before}",
+            **_FAINT,
         )
     colors = [LIMITING_COLOR if rank in weakest and not tied else RANK_COLOR for rank in budget.ranks]
     bars = ax.bar(labels, safe_gib, color=colors, width=0.6)
-    # labels sit at the bars' feet (upright when too wide): the uniform and average lines run across the
-    # bars, never the labels
+    # labels at the bars' feet (upright when too wide): the uniform and average lines never cross them
     _annotate_bars(ax, bars, budget.safe_bytes, inside="base", slot_pt=_slot_pt(len(labels)) * 0.6)
-    ax.axhline(
-        bytes_to_gib(budget.uniform_budget_bytes),
-        color="black",
-        linewidth=2,
-        label=f"uniform budget {format_size(budget.uniform_budget_bytes)} (safe on every rank)",
-    )
+    uniform = format_size(budget.uniform_budget_bytes)
+    label = f"uniform budget {uniform} (safe on every rank)"
+    ax.axhline(bytes_to_gib(budget.uniform_budget_bytes), color="black", linewidth=2, label=label)
     if not tied:
-        names = _rank_list(weakest)
-        ax.axhline(
-            bytes_to_gib(average_bytes),
-            color=AVERAGE_COLOR,
-            linestyle="--",
-            linewidth=2,
-            label=f"average {format_size(average_bytes)}: unsafe, {names} cannot hold it",
-        )
+        average = sum(budget.safe_bytes) // len(budget.safe_bytes)
+        label = f"average {format_size(average)}: unsafe, {_rank_list(weakest)} cannot hold it"
+        ax.axhline(bytes_to_gib(average), color=AVERAGE_COLOR, linestyle="--", linewidth=2, label=label)
     ax.set_xlabel(_mark_limiting_tick(ax, budget.ranks, [] if tied else weakest))
     ax.set_ylabel("safe KV budget\n(room − reserve) [GiB]")
-    ax.set_ylim(0, max(top_gib or 0.0, max(safe_gib) * 1.05))  # a fixed top, raised when a bar would not fit
-    uniform = format_size(budget.uniform_budget_bytes)
-    ax.set_title(
-        title
-        or (
-            f"Every rank holds the same safe budget: {uniform}, none limits alone"
-            if tied
-            else f"One value for every rank: the minimum, {uniform}"
-        )
-    )
+    ax.set_ylim(0, max(top_gib or 0.0, max(safe_gib) * 1.05))
+    tie = f"Every rank holds the same safe budget: {uniform}, none limits alone"
+    ax.set_title(title or (tie if tied else f"One value for every rank: the minimum, {uniform}"))
     handles, _ = ax.get_legend_handles_labels()
     if not tied:
         handles.append(Patch(color=LIMITING_COLOR, label=f"limiting: {_rank_list(weakest)}"))
     _legend_below(ax, handles)
     fig.set_layout_engine("tight")  # laid out when drawn
     return fig
+
+
+#: A faint line: what a what-if panel's state is read against.
+_FAINT = {"color": REFERENCE_COLOR, "linewidth": 1.5, "alpha": 0.6}
 
 
 def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | None = None) -> Figure:
@@ -314,85 +294,6 @@ def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | No
     # a fixed top is kept while this state's bars and labels fit under it (5 % slack), else raised
     ax.set_ylim(0, top_gib if top_gib and tallest <= top_gib * 1.05 else tallest)
     _legend_below(ax, [Patch(color=LIMITING_COLOR, label=f"limiting: {_rank_list(weakest)}")])
-    fig.set_layout_engine("tight")  # laid out when drawn
-    return fig
-
-
-def _note_figure(title: str) -> Figure:
-    """A one-line figure: a chart whose answer is a sentence (nothing stranded, one boot) is not a blank plot."""
-    fig = Figure(figsize=(FIGSIZE[0], 1.6))
-    fig.suptitle(title, fontsize=FONT_SIZE + 1, y=0.5, va="center")
-    return fig
-
-
-def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Figure:
-    """Is the weak rank stable? Min / median / max safe budget per boot, min labelled with its rank.
-
-    ``budgets`` maps a boot label to that boot's :class:`Budget`. Each boot is a vertical range from
-    ``min_safe_bytes`` to ``max_safe_bytes`` with the median as a white dot and the minimum in
-    :data:`LIMITING_COLOR`, annotated with the limiting rank. All in GiB.
-
-    >>> from kvplan.budget import uniform_budget
-    >>> from kvplan.units import GiB
-    >>> boot = uniform_budget([13 * GiB, 18 * GiB], GiB)
-    >>> spread_chart({"boot 0": boot, "boot 1": boot}).axes[0].get_title()
-    'Safe budget spread over 2 boots: rank 0 limits every boot'
-    >>> spread_chart({"boot 0": boot}).get_size_inches().tolist()  # one boot: one line, not an empty plot
-    [10.0, 1.6]
-    """
-    if not budgets:
-        raise ValueError("spread_chart needs at least one boot's budget")
-    labels = list(budgets)
-    if len(labels) == 1 and title is None:  # one boot cannot show a spread: say what it shows in one line
-        only = budgets[labels[0]]
-        spread = ", ".join(
-            f"{name} {format_size(size)}"
-            for name, size in (
-                ("min", only.min_safe_bytes),
-                ("median", only.median_safe_bytes),
-                ("max", only.max_safe_bytes),
-            )
-        )
-        return _note_figure(
-            f"Safe budget spread over 1 boot: rank {only.limiting_rank} limits every boot ({spread});\n"
-            "profile two or three boots to see whether the same rank limits each time"
-        )
-    fig, ax = _figure()
-    for i, label in enumerate(labels):
-        budget = budgets[label]
-        low, mid, high = (
-            bytes_to_gib(b) for b in (budget.min_safe_bytes, budget.median_safe_bytes, budget.max_safe_bytes)
-        )
-        ax.vlines(i, low, high, color=RANK_COLOR, linewidth=6, alpha=0.5)
-        ax.plot(i, high, marker="_", markersize=22, color=RANK_COLOR, markeredgewidth=3)
-        ax.plot(
-            i, mid, marker="o", markersize=10, color="white", markeredgecolor=RANK_COLOR, markeredgewidth=2
-        )
-        ax.plot(i, low, marker="o", markersize=10, color=LIMITING_COLOR)
-        ax.annotate(
-            f"rank {budget.limiting_rank}\n{format_size(budget.min_safe_bytes)}",
-            (i, low),
-            textcoords="offset points",
-            xytext=(10, -8),
-            fontsize=FONT_SIZE - 1,
-        )
-    ax.plot([], [], marker="o", color=LIMITING_COLOR, linestyle="", label="min (limiting rank)")
-    ax.plot([], [], marker="o", color="white", markeredgecolor=RANK_COLOR, linestyle="", label="median")
-    ax.plot([], [], marker="_", color=RANK_COLOR, markersize=16, linestyle="", label="max")
-    ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0)
-    ax.set_xlim(-0.5, len(labels) - 0.5)
-    ax.set_ylim(0, max(bytes_to_gib(b.max_safe_bytes) for b in budgets.values()) * 1.2)
-    ax.set_xlabel("boot")
-    ax.set_ylabel("safe KV budget [GiB]")
-    limiting = sorted({b.limiting_rank for b in budgets.values()})
-    verdict = (
-        f"rank {limiting[0]} limits every boot"
-        if len(limiting) == 1
-        else f"the limiting rank moves ({', '.join(map(str, limiting))})"
-    )
-    boots = f"{len(labels)} boot{'s' if len(labels) != 1 else ''}"
-    ax.set_title(title or f"Safe budget spread over {boots}: {verdict}")
-    _legend_below(ax, columns=3)
     fig.set_layout_engine("tight")  # laid out when drawn
     return fig
 

@@ -239,3 +239,10 @@ def _label_segments(ax: Axes, bars, sizes_bytes: Sequence[int], dark: bool, pt_p
 
 #: Plot-area size [in] of a :data:`FIGSIZE` chart with its legend beside it (the ledger chart).
 PLOT_AREA_BESIDE = (6.2, 4.0)
+
+
+def _note_figure(title: str) -> Figure:
+    """A one-line figure: a chart whose answer is a sentence (nothing stranded, one boot) is not a blank plot."""
+    fig = Figure(figsize=(FIGSIZE[0], 1.6))
+    fig.suptitle(title, fontsize=FONT_SIZE + 1, y=0.5, va="center")
+    return fig

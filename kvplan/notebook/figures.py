@@ -18,8 +18,7 @@ import pandas as pd
 from kvplan import charts
 from kvplan.budget import limiting_ranks
 from kvplan.notebook.launch import rows_that_set_the_room
-from kvplan.notebook.scenario import Outcome
-from kvplan.notebook.whatif import evaluate, weak_rank_at_median
+from kvplan.notebook.whatif import Outcome, evaluate, weak_rank_at_median
 from kvplan.units import bytes_to_gib, format_size
 
 if TYPE_CHECKING:
@@ -122,10 +121,12 @@ def concurrency_figure(
         {label: o.curve for label, o in outcomes.items()},
         outcome.scenario.max_model_len,
         outcome.scenario.target_concurrency,
-        crossings=crossings,
-        note=getattr(outcome.capacity, "approximate_reason", ""),
-        limits=limits,
-        previous=None if previous is None else previous.curve,
+        marks=charts.ConcurrencyMarks(
+            crossings,
+            getattr(outcome.capacity, "approximate_reason", ""),
+            limits,
+            None if previous is None else previous.curve,
+        ),
     )
 
 
@@ -152,7 +153,7 @@ def panel_axes(baseline: Outcome) -> Axes:
     """The axes of a panel: those of the notebook's own charts at its parameters (one scale per quantity on
     the page); a chart raises its top when a moved state would not fit under it.
 
-    >>> from kvplan.notebook.scenario import Scenario
+    >>> from kvplan.notebook.whatif import Scenario
     >>> GiB = 2**30
     >>> axes = panel_axes(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))
     >>> axes.budget_top_gib, axes.stranded_top_gib > 5  # 17 GiB × 1.05; above the 5 GiB stranded
@@ -222,7 +223,7 @@ def panel_charts(
     co-tenants); stranded capacity; concurrency (with a curve); drift.
     ``axes`` fixes the axes; ``baseline`` (the panel at the notebook's parameters) is drawn faintly.
 
-    >>> from kvplan.notebook.scenario import Scenario
+    >>> from kvplan.notebook.whatif import Scenario
     >>> GiB = 2**30
     >>> [step.name for step in panel_charts(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))]
     ['safe budget', 'stranded']
