@@ -7,7 +7,7 @@ import pandas as pd
 
 from kvplan.io.load import LoadReading
 from kvplan.load.compare import capacity_change_text, capacity_loss
-from kvplan.load.summary import peak_row, preemptions_lower_bound, rows_at, run_preemptions, where_text
+from kvplan.load.summary import peak_row, preemptions_lower_bound, run_preemptions, where_text
 from kvplan.load.timeline import load_timeline
 from kvplan.verdict import Check
 
@@ -65,7 +65,7 @@ def _oom_check(reading: LoadReading) -> Check:
     ooms = np.flatnonzero(events.eq("oom").to_numpy(dtype=bool, na_value=False))
     errors = np.flatnonzero(events.eq("error").to_numpy(dtype=bool, na_value=False))
     error_note = (
-        f"; {len(errors)} other error event(s), first at {where_text(rows_at(reading, [errors[0]])[0])}"
+        f"; {len(errors)} other error event(s), first at {where_text(reading.records([errors[0]])[0])}"
         if len(errors)
         else ""
     )
@@ -74,7 +74,7 @@ def _oom_check(reading: LoadReading) -> Check:
         return Check(
             name,
             False,
-            f"{len(ooms)} OOM event(s), first at {where_text(rows_at(reading, [ooms[0]])[0])}: "
+            f"{len(ooms)} OOM event(s), first at {where_text(reading.records([ooms[0]])[0])}: "
             f"{'' if pd.isna(raw) else raw.strip()[:160]}{error_note}",
         )
     files = frame["source"].nunique()
@@ -176,7 +176,7 @@ def _first_preemption(reading: LoadReading, timeline: pd.DataFrame) -> dict:
     counted = counted[counted["preemptions_cum"].fillna(0) > 0]
     firsts = counted.groupby(["kind", "engine"], dropna=False).head(1)
     first = firsts.sort_values(["time", "kind", "engine"], kind="stable", na_position="last").index[0]
-    return rows_at(reading, [int(first)])[0]
+    return reading.records([int(first)])[0]
 
 
 def _peak_check(reading: LoadReading, capacity: int | None) -> Check:

@@ -7,22 +7,13 @@ capacity in tokens.
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 
-from kvplan.columns import LOAD_ROW_KEYS
 from kvplan.io.load import LoadReading
-from kvplan.io.load.frame import json_columns
 from kvplan.load.timeline import load_timeline
-
-
-def rows_at(reading: LoadReading, positions: Sequence[int]) -> list[dict]:
-    """The JSON rows (as ``kvplan load --json`` writes them) at ``positions`` of the frame."""
-    columns = json_columns(reading.frame.iloc[list(positions)])
-    return [dict(zip(LOAD_ROW_KEYS, values)) for values in zip(*columns)]
 
 
 def _where(row: Mapping) -> dict:
@@ -120,21 +111,21 @@ def mean_throughput(reading: LoadReading) -> tuple[float | None, float | None, s
     (None, 600.0, 'metrics')
     """
     frame = reading.frame
-    prompt = frame["prompt_tokens_per_s"].notna().to_numpy(dtype=bool)
-    generation = frame["generation_tokens_per_s"].notna().to_numpy(dtype=bool)
+    prompt, generation = (
+        frame[column].to_numpy(dtype=float, na_value=np.nan)
+        for column in ("prompt_tokens_per_s", "generation_tokens_per_s")
+    )
     kinds = frame["kind"].to_numpy(dtype=object)
-    reported = prompt | generation
+    reported = ~np.isnan(prompt) | ~np.isnan(generation)
     kind = "log" if (kinds[reported] == "log").any() else ("metrics" if reported.any() else None)
     chosen = reported & (kinds == kind)
     weights = np.ones(len(frame)) if kind == "log" else interval_seconds(frame)
     engines = frame["engine"].to_numpy(dtype=float, na_value=np.nan)
     means = []
-    for column, known in (("prompt_tokens_per_s", prompt), ("generation_tokens_per_s", generation)):
-        rows = chosen & known
-        values = frame[column].to_numpy(dtype=float, na_value=np.nan)
+    for values in (prompt, generation):
+        rows = chosen & ~np.isnan(values)
         engine_means = [
-            _engine_mean(values[rows & same].tolist(), weights[rows & same].tolist())
-            for same in _engine_masks(engines, rows)
+            _engine_mean(values[rows & same], weights[rows & same]) for same in _engine_masks(engines, rows)
         ]
         means.append(round(sum(engine_means), 3) if engine_means else None)
     return means[0], means[1], kind
@@ -146,14 +137,15 @@ def _engine_masks(engines: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
     return [np.isnan(engines) if np.isnan(engine) else engines == engine for engine in seen]
 
 
-def _engine_mean(values: list[float], weights: list[float]) -> float:
+def _engine_mean(values: np.ndarray, weights: np.ndarray) -> float:
     """The mean of ``values`` weighted by ``weights`` (rows with no known interval left out; all alike when
-    none has one), summed in row order."""
-    weighted = [(v, w) for v, w in zip(values, weights) if w and w == w]  # w == w: not NaN
-    if not weighted:  # /metrics rates with no known interval (e.g. V0 gauges in one scrape)
-        weighted = [(v, 1.0) for v in values]
-    kept, kept_weights = zip(*weighted)
-    return sum(map(operator.mul, kept, kept_weights)) / sum(kept_weights)
+    none has one), summed in row order (``cumsum``, as ``sum`` adds)."""
+    timed = (weights != 0) & ~np.isnan(weights)
+    if timed.any():
+        values, weights = values[timed], weights[timed]
+    else:  # /metrics rates with no known interval (e.g. V0 gauges in one scrape)
+        weights = np.ones(len(values))
+    return float(np.cumsum(values * weights)[-1] / np.cumsum(weights)[-1])
 
 
 def peak_row(reading: LoadReading) -> dict | None:
@@ -167,7 +159,7 @@ def peak_row(reading: LoadReading) -> dict | None:
     usage = reading.frame["kv_cache_usage_pct"]
     if not usage.notna().any():
         return None
-    return rows_at(reading, [int(usage.to_numpy(dtype=float, na_value=-np.inf).argmax())])[0]
+    return reading.records([int(usage.to_numpy(dtype=float, na_value=-np.inf).argmax())])[0]
 
 
 def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> dict:
@@ -194,7 +186,7 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
     capacity = kv_cache_tokens if kv_cache_tokens is not None else reading.kv_cache_tokens
     peak = peak_row(reading)
     times = frame["time"]
-    ends = rows_at(reading, [int(times.argmin()), int(times.argmax())]) if times.notna().any() else None
+    ends = reading.records([int(times.argmin()), int(times.argmax())]) if times.notna().any() else None
     manual = {s.kv_cache_memory_bytes for s in reading.sources if s.kv_cache_memory_bytes is not None}
     prompt, generation, throughput_from = mean_throughput(reading)
     events = frame["event"]
@@ -223,7 +215,7 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
         "error_events": int(events.eq("error").sum()),
         "events": [
             {"event": row["event"], **_where(row)}
-            for row in rows_at(reading, np.flatnonzero(events.notna().to_numpy(dtype=bool)).tolist())
+            for row in reading.records(np.flatnonzero(events.notna().to_numpy(dtype=bool)).tolist())
         ],
         "warnings": [str(warning) for warning in reading.warnings],
     }
