@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from kvplan.config import DATA_DIR
+from kvplan import DATA_DIR
 from kvplan.io.vllm.scan import ANCHORS
 
 sys.path.insert(0, str(Path(__file__).parent))

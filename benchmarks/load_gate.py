@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from load_speed import build_log  # the benchmarks' own helpers, beside this script
 from measure import LAST_CPU, LAST_STDERR, run_once
 
-from kvplan.config import DATA_DIR
+from kvplan import DATA_DIR
 
 BOOT = DATA_DIR / "boots" / "four-rank" / "boot.log"
 POLICY = ["--year", "2026", "--max-preemptions", "1000000000"]

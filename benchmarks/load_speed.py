@@ -29,7 +29,7 @@ import tempfile
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from kvplan.config import DATA_DIR
+from kvplan import DATA_DIR
 
 SAMPLES = sorted((DATA_DIR / "load").glob("*/server.log"))
 STAMP = re.compile(r" (\d\d-\d\d \d\d:\d\d:\d\d) \[")

@@ -22,7 +22,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from kvplan.config import DATA_DIR
+from kvplan import DATA_DIR
 
 sys.path.insert(0, str(Path(__file__).parent))
 import measure  # the benchmarks' own helper, beside this script

@@ -1,11 +1,13 @@
 """kvplan: safe, evidenced per-GPU KV-cache budgets for multi-GPU vLLM servers.
 
-The core is pure functions over ``int`` bytes: :mod:`kvplan.budget` (uniform budget over ranks),
-:mod:`kvplan.capacity` (bytes → tokens → concurrency), :mod:`kvplan.drift` (reuse on a later boot);
-:mod:`kvplan.units` turns text into bytes and back. ``kvplan.__version__`` is read from the installed
-package metadata when first asked for (``importlib.metadata`` is slow to import), and
-:func:`lazy_names` makes a subpackage import its names on first use (``kvplan.io`` and ``kvplan.plan``
-cost pandas only when a reader needs it).
+The core is pure functions over ``int`` bytes (:mod:`kvplan.budget`, :mod:`kvplan.kvspec`,
+:mod:`kvplan.drift`); :mod:`kvplan.units` turns text into bytes and back. Here: where the bundled data
+lives (:data:`MODELS_DIR`, the model catalogue installed with kvplan; :data:`DATA_DIR`, a checkout's sample
+logs), ``kvplan.__version__`` (read when first asked for: ``importlib.metadata`` is slow to import), and
+:func:`lazy_names`, which makes a subpackage import its names on first use.
+
+>>> (MODELS_DIR / "llama-3.1-70b.json").exists(), (DATA_DIR / "README.md").exists()
+(True, True)
 """
 
 from __future__ import annotations
@@ -13,6 +15,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Mapping
 from importlib import import_module
+from pathlib import Path
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+#: The model catalogue: ``kvplan/models/<name>.json``, shipped inside the package.
+MODELS_DIR = PACKAGE_DIR / "models"
+PROJECT_DIR = PACKAGE_DIR.parent
+#: The checkout's sample data (not installed by a wheel).
+DATA_DIR = PROJECT_DIR / "data"
 
 
 def __getattr__(name: str) -> str:

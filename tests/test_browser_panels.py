@@ -33,7 +33,7 @@ from urllib.parse import urljoin
 
 import pytest
 
-from kvplan.config import DATA_DIR
+from kvplan import DATA_DIR
 from kvplan.notebook import Scenario, WhatIfPanel, co_tenant_bytes, launch_max_model_len, read_launch
 from kvplan.plan import Evidence, ModelLayout, Policy, boot_free_bytes, decide
 from kvplan.units import parse_size

@@ -8,10 +8,9 @@ import json
 
 import pytest
 
-from kvplan import evidence
+from kvplan import MODELS_DIR, evidence
 from kvplan.checks import check_compatibility_key
 from kvplan.cli import main
-from kvplan.config import MODELS_DIR
 from kvplan.evidence.record import record_bytes
 from tests.conftest import SAMPLE_LOG
 

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from kvplan.capacity import (
+from kvplan.kvspec.capacity import (
     CAPACITY_TABLE_COLUMNS,
     Capacity,
     FlatSpec,

@@ -19,13 +19,12 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
-from kvplan import charts
+from kvplan import DATA_DIR, charts
 from kvplan.budget import uniform_budget
-from kvplan.capacity import concurrency_curve
-from kvplan.config import DATA_DIR
 from kvplan.drift import drift_budget
 from kvplan.fleet import FleetPolicy, list_fleet, plan_fleet, read_fleet
 from kvplan.fleet import charts as fleet_charts
+from kvplan.kvspec.capacity import concurrency_curve
 from kvplan.notebook import read_launch
 from kvplan.notebook.figures import PANEL_DPI, sentence
 from kvplan.units import parse_size

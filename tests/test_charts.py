@@ -7,8 +7,8 @@ from matplotlib.colors import to_rgba
 
 from kvplan import charts
 from kvplan.budget import uniform_budget
-from kvplan.capacity import concurrency_curve
 from kvplan.drift import drift_budget
+from kvplan.kvspec.capacity import concurrency_curve
 from kvplan.ledger import room_per_rank
 from kvplan.units import parse_size
 from tests.conftest import GiB, KiB

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.units import parse_size
 from tests.conftest import GiB, approve_args
 

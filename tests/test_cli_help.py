@@ -6,7 +6,7 @@ import shlex
 import pytest
 
 from kvplan.cli import build_parser
-from kvplan.cli.help import EXAMPLES_HEADING
+from kvplan.cli.common import EXAMPLES_HEADING
 
 
 def _pages(parser: argparse.ArgumentParser | None = None, name: str = "kvplan") -> dict:

@@ -10,8 +10,8 @@ import re
 
 import pytest
 
+from kvplan import MODELS_DIR, PROJECT_DIR
 from kvplan.cli import build_parser
-from kvplan.config import MODELS_DIR, PROJECT_DIR
 
 README = (PROJECT_DIR / "README.md").read_text()
 CLI_DOC = (PROJECT_DIR / "docs" / "cli.md").read_text()

@@ -9,9 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from kvplan import __version__, charts, evidence
+from kvplan import DATA_DIR, __version__, charts, evidence
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.evidence import AdmissionPlan, ApprovalError, BundleError, BundleExistsError, ModelLayout, Policy
 from kvplan.io.model_config import resolve_model_config
 from kvplan.units import parse_size

@@ -7,8 +7,7 @@ import json
 
 import pytest
 
-from kvplan import evidence, plan
-from kvplan.config import DATA_DIR
+from kvplan import DATA_DIR, evidence, plan
 from kvplan.evidence.evidence_log import evidence_lines, iter_evidence_lines
 from kvplan.room import read_vllm_logs_rooms
 
@@ -28,6 +27,8 @@ def test_compact_rows_give_the_frames_evidence_log(log, monkeypatch) -> None:
 
 def test_approve_bundle_returns_what_budget_json_reads_back(tmp_path) -> None:
     folder, record = evidence.approve_bundle(
-        [DATA_DIR / "boots" / "four-rank" / "boot.log"], tmp_path, plan.Policy(2**30), "test"
+        evidence.Request(
+            [DATA_DIR / "boots" / "four-rank" / "boot.log"], tmp_path, plan.Policy(2**30), "test"
+        )
     )
     assert json.loads(json.dumps(record)) == evidence.read_bundle(folder)

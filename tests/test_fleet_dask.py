@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.config import DATA_DIR
+from kvplan import DATA_DIR
 from kvplan.fleet import FleetPolicy, plan_fleet
 
 FLEET = DATA_DIR / "fleet" / "small"

@@ -15,8 +15,8 @@ import sys
 
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.fleet import FleetPolicy, plan_fleet
 from kvplan.fleet.engine import read_fleet
 from kvplan.fleet.inputs import list_fleet

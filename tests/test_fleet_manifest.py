@@ -16,8 +16,8 @@ import threading
 
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 
 GiB = 2**30
 FLEET = DATA_DIR / "fleet" / "small"

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 
 FLEET = DATA_DIR / "fleet" / "small"
 ACCESS, SECRET = "kvplan-test", "kvplan-test-secret"

@@ -18,8 +18,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.io.load import LoadFormatError, parse_metrics_snapshots, parse_stats_text
 from kvplan.io.load import engine as stats_log
 from kvplan.io.nvidia_smi import NvidiaSmiError, read_nvidia_smi_csv

@@ -34,8 +34,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.fleet.inputs import FleetInputError, _remote_entry
 
 #: Manifests per run (each plans twice and approves its classes: ~4 s); the scope rule runs 40 times as many.

@@ -7,7 +7,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from kvplan import evidence
+from kvplan import DATA_DIR, evidence
 from kvplan.checks import (
     BUDGET_CHECK,
     KEY_CHECK,
@@ -28,7 +28,6 @@ from kvplan.checks import (
     gate_checks,
 )
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.io.model_config import resolve_model_config
 from kvplan.room import read_vllm_log_rooms
 from kvplan.units import parse_size

@@ -6,8 +6,8 @@ import io
 
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.io import read_vllm_log
 
 # Three hundred boots of the sample four-rank launch: reading them keeps thousands of new objects (rows,

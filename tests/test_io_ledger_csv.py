@@ -10,9 +10,9 @@ import json
 import pandas as pd
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
 from kvplan.columns import LEDGER_COLUMNS
-from kvplan.config import DATA_DIR
 from kvplan.io import LedgerCsvError
 from kvplan.room import read_ledger_csv_rooms, read_vllm_log_rooms, read_vllm_logs_rooms
 from kvplan.units import parse_size

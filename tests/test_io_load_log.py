@@ -10,7 +10,7 @@ from datetime import datetime
 import pandas as pd
 import pytest
 
-from kvplan.config import DATA_DIR
+from kvplan import DATA_DIR
 from kvplan.io.load import (
     LoadFormatError,
     parse_stats_message,

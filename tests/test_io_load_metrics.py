@@ -14,7 +14,7 @@ from datetime import datetime
 
 import pytest
 
-from kvplan.config import DATA_DIR
+from kvplan import DATA_DIR
 from kvplan.io.load import LoadFormatError
 from kvplan.io.load.metrics import (
     is_metrics_text,

@@ -10,8 +10,8 @@ import json
 import pandas as pd
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.io.nvidia_smi import (
     APP_COLUMNS,
     GPU_COLUMNS,

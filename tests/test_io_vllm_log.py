@@ -11,16 +11,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kvplan import DATA_DIR
 from kvplan.columns import LEDGER_COLUMNS
-from kvplan.config import DATA_DIR
 from kvplan.io import LogParseError
 from kvplan.io.vllm import families, values
 from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.records import split_records
 from kvplan.io.vllm.values import key_values
 from kvplan.ledger import LedgerError
-from kvplan.ledger_budget import budget_from_ledger
-from kvplan.room import read_vllm_log_rooms, read_vllm_logs_rooms
+from kvplan.room import budget_from_ledger, read_vllm_log_rooms, read_vllm_logs_rooms
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR, GiB, MiB
 from tests.test_io_vllm_families import SAMPLE_LINES as FIDELITY_LINES
@@ -850,7 +849,7 @@ def test_small_chunks_give_the_same_ledger(monkeypatch):
 def test_a_ledger_built_in_frames_of_few_rows_is_the_ledger_built_at_once(monkeypatch):
     # the reader turns every FRAME_ROWS rows into a frame (less memory than the rows' dicts) and joins
     # them at the end: with one row a frame, the dense sample's ledger and line index are unchanged
-    from kvplan.config import DATA_DIR
+    from kvplan import DATA_DIR
     from kvplan.io.vllm import read
 
     path = DATA_DIR / "boots" / "four-rank" / "boot.log"

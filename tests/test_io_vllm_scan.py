@@ -12,7 +12,7 @@ import io
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kvplan.config import DATA_DIR
+from kvplan import DATA_DIR
 from kvplan.io.vllm import scan
 
 SAMPLE_PATHS = sorted(DATA_DIR.glob("**/*.log")) + sorted(

@@ -8,8 +8,8 @@ import random
 
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.checks import defaulted_key_fields, read_defaulted_key_fields
-from kvplan.config import DATA_DIR
 from kvplan.evidence.record import record_bytes, same_bytes, same_canonical, seal
 from kvplan.json_text import canonical_chunks, indented_chunks
 from kvplan.room import read_vllm_logs_rooms

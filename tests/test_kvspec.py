@@ -9,8 +9,8 @@ import re
 import pandas as pd
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.io.model_config import ModelConfigError, catalogue_names, read_model_config
 from kvplan.kvspec import (
     FULL_ATTENTION,

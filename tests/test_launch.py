@@ -12,6 +12,7 @@ import math
 
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.checks import (
     REQUEST_CHECK,
     UTILIZATION_CHECK,
@@ -21,7 +22,6 @@ from kvplan.checks import (
     request_bytes,
 )
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import kv_spec
 from kvplan.plan import Policy, decide

@@ -12,8 +12,8 @@ import random
 import pandas as pd
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.io.ledger_frame import ledger_frame
 from kvplan.io.ledger_rows_csv import ledger_csv_text
 from kvplan.notes import aggregate_notes

@@ -14,9 +14,9 @@ from datetime import datetime
 import pandas as pd
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import _print_json, main
 from kvplan.columns import LOAD_ROW_KEYS as ROW_KEYS
-from kvplan.config import DATA_DIR
 from kvplan.io.load import LoadSource, read_load_evidence
 from kvplan.load import (
     capacity_loss,

@@ -13,9 +13,8 @@ import sys
 
 import pytest
 
-from kvplan import evidence
+from kvplan import DATA_DIR, evidence
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.io.load import LoadFormatError, read_load_evidence
 from kvplan.load import LOAD_VALUE_CHECK, PREEMPTION_CHECK, load_checks
 from kvplan.plan import decide

@@ -16,9 +16,9 @@ from datetime import datetime, timedelta
 
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
 from kvplan.columns import LOAD_ROW_KEYS as ROW_KEYS
-from kvplan.config import DATA_DIR
 from kvplan.io.load import LoadFormatError, parse_stats_text, read_vllm_stats
 from kvplan.io.load import engine as stats_log
 from kvplan.io.load.frame import JSON_BATCH

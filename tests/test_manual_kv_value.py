@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pandas as pd
 
+from kvplan import DATA_DIR
 from kvplan.checks import Approved, check_budget_fits
-from kvplan.config import DATA_DIR
 from kvplan.io.vllm.manual import PRINTED_HALF_BYTES
 from kvplan.room import read_vllm_log_rooms
 

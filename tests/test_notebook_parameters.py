@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from kvplan.config import DATA_DIR, PROJECT_DIR
+from kvplan import DATA_DIR, PROJECT_DIR
 from kvplan.notebook import LOAD_PATTERNS, ParameterError, parameter_files, parameter_model
 from kvplan.notebook.pages import with_parameters
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.budget import uniform_budget
 from kvplan.charts import safe_budget_chart
-from kvplan.config import DATA_DIR
 from kvplan.notebook import ParameterError, parameter_path
 from kvplan.notebook.figures import figure_png
 from kvplan.notebook.pages import Page, write_pages

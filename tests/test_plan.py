@@ -5,9 +5,8 @@ from datetime import datetime, timezone
 import pandas as pd
 import pytest
 
-from kvplan import evidence
+from kvplan import DATA_DIR, evidence
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.plan import ModelLayout, Policy, boot_free_bytes, decide, given_rooms
 
 GiB = 2**30

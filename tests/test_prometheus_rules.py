@@ -116,9 +116,8 @@ def test_rules_scoped_by_matchers_pass_promtool_check(tmp_path, matchers):  # is
 def test_exported_rules_of_a_bundle_fire_for_another_running_value(tmp_path, capsys):  # issue 28
     # `kvplan export prometheus-rules` of make demo's approval (four-rank sample, Llama-3.1-70B TP4, reserve
     # 0.9 GiB = 966,367,642 B, rounded up to the safe side): the approved 12,884,377,600 B running is quiet, 16,106,127,360 B (15 GiB) fires
-    from kvplan import evidence
+    from kvplan import DATA_DIR, evidence
     from kvplan.cli import main
-    from kvplan.config import DATA_DIR
     from kvplan.io.model_config import resolve_model_config
     from kvplan.units import parse_size
 
@@ -144,8 +143,8 @@ def test_exported_rules_of_a_bundle_fire_for_another_running_value(tmp_path, cap
 
 def test_exported_preemption_rule_takes_the_bundles_load_policy(tmp_path, capsys):  # issue 28
     # approved with load evidence and --max-preemptions 3: the preemption rule fires above 3 in its window
+    from kvplan import DATA_DIR
     from kvplan.cli import main
-    from kvplan.config import DATA_DIR
 
     boot, run = (
         DATA_DIR / "boots" / "four-rank" / "boot.log",

@@ -18,8 +18,8 @@ import sys
 
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.io.model_config import read_model_config
 from kvplan.units import MiB, parse_size
 from tests.conftest import TESTS_DATA_DIR

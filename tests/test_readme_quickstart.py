@@ -12,8 +12,8 @@ import sys
 
 import pytest
 
+from kvplan import DATA_DIR, PROJECT_DIR
 from kvplan.cli import build_parser
-from kvplan.config import DATA_DIR, PROJECT_DIR
 
 README = (PROJECT_DIR / "README.md").read_text()
 

@@ -7,8 +7,8 @@ import nbformat
 import pytest
 from matplotlib.figure import Figure
 
+from kvplan import DATA_DIR
 from kvplan.cli import main as kvplan_main
-from kvplan.config import DATA_DIR
 from kvplan.notebook import (
     Scenario,
     WhatIfPanel,

@@ -2,8 +2,8 @@
 
 import pytest
 
+from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from tests.conftest import GiB
 from tests.test_ledger import boot_text
 

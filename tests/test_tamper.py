@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from kvplan import evidence
+from kvplan import DATA_DIR, evidence
 from kvplan.cli import main
-from kvplan.config import DATA_DIR
 from kvplan.evidence import AdmissionPlan, BundleError, ModelLayout, Policy
 from kvplan.io.model_config import resolve_model_config
 from kvplan.units import parse_size

@@ -23,7 +23,7 @@ import pytest
 
 from kvplan import evidence
 from kvplan.cli import main
-from kvplan.cli.output import format_table, print_error, print_warnings
+from kvplan.cli.common import format_table, print_error, print_warnings
 from kvplan.escape import FORMULA_START, is_safe_component, path_inside, safe_component, shown_controls
 from kvplan.evidence.render import summary_markdown, under_load_lines
 from kvplan.io.ledger_rows_csv import ledger_csv_text

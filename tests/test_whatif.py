@@ -7,10 +7,9 @@ import matplotlib.pyplot as plt
 import pandas as pd
 import pytest
 
-from kvplan import charts
+from kvplan import DATA_DIR, charts
 from kvplan import notebook as whatif
 from kvplan.budget import uniform_budget
-from kvplan.config import DATA_DIR
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import kv_spec
 from kvplan.notebook import (

@@ -1,6 +1,6 @@
 """Charts for planners and review meetings: each takes computed results and returns a Figure.
 
-Nothing here computes a budget: the numbers come from :mod:`kvplan.budget`, :mod:`kvplan.capacity`,
+Nothing here computes a budget: the numbers come from :mod:`kvplan.budget`, :mod:`kvplan.kvspec.capacity`,
 :mod:`kvplan.drift` and the ledger, and are only converted to GiB for the axes. Every chart answers
 one question, says it in its title, and annotates the numbers a reviewer would ask about. Figures
 are sized and lettered to stay readable on a projector; they are plain ``matplotlib.figure.Figure``

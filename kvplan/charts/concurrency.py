@@ -31,7 +31,7 @@ def concurrency_chart(
 ) -> Figure:
     """What a budget buys: full-length sequences held at once against sequence length (log–log).
 
-    ``curves`` is one :func:`kvplan.capacity.concurrency_curve` frame, or several keyed by a label
+    ``curves`` is one :func:`kvplan.kvspec.capacity.concurrency_curve` frame, or several keyed by a label
     (e.g. ``{"uniform 12 GiB": ..., "rank 2 fixed": ...}``); each legend entry states its tokens at
     ``max_model_len`` (vLLM ≥ 0.21 logs tokens that depend on the length for sliding-window and
     hybrid models) and the concurrency there. ``max_model_len`` is marked with a vertical line (the x
@@ -42,7 +42,7 @@ def concurrency_chart(
     ``(x_min, x_max, y_min, y_max)`` fixes the axes (a what-if panel keeps them while its controls move);
     ``previous`` (a panel's curve at the notebook's parameters) is drawn faintly.
 
-    >>> from kvplan.capacity import concurrency_curve
+    >>> from kvplan.kvspec.capacity import concurrency_curve
     >>> from kvplan.units import GiB
     >>> fig = concurrency_chart(concurrency_curve(12 * GiB, 256 * 1024, [4096, 8192]), 8192, 8)
     >>> fig.axes[0].get_lines()[0].get_ydata().tolist()

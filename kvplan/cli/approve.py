@@ -1,29 +1,45 @@
-"""``kvplan approve`` (write an evidence bundle) and ``kvplan verify`` (re-check one).
+"""The bundle's commands: ``kvplan approve`` (write one), ``kvplan verify`` (re-check one) and ``kvplan export``
+(an approved launch as a deployment reads it).
 
-The decision is :func:`kvplan.plan.decide`'s, the bundle :mod:`kvplan.evidence`'s; this module parses,
-calls them and formats the answer.
+The decision is :func:`kvplan.plan.decide`'s, the bundle :mod:`kvplan.evidence`'s, the formats
+:data:`kvplan.export.EXPORTERS`' and vLLM's startup plan files; this module parses, calls them and writes.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import sys
+import tempfile
+from pathlib import Path
 
-from kvplan.cli.arguments import (
+from kvplan.cli.common import (
+    EXIT_FAIL,
+    EXIT_OK,
     LAYOUT_OPTIONS,
     MODEL_ONLY_OPTIONS,
+    CliError,
+    add_command,
     add_load_arguments,
     add_model_arguments,
     add_nvidia_smi_argument,
     load_policy,
+    positive_int,
+    print_json,
+    print_warnings,
+    reader_warnings_into,
     refuse_layout_without_model,
+    size,
 )
-from kvplan.cli.errors import EXIT_FAIL, EXIT_OK, CliError
-from kvplan.cli.help import add_command
-from kvplan.cli.output import print_json, print_warnings, reader_warnings_into
-from kvplan.cli.prometheus import add_prometheus_arguments, prometheus_load_files
-from kvplan.cli.sizes import positive_int, size
+from kvplan.cli.prometheus import (
+    add_gpu_arguments,
+    add_prometheus_arguments,
+    prometheus_gpu_files,
+    prometheus_load_files,
+)
 from kvplan.escape import terminal_text
+from kvplan.export import EXPORTERS
 from kvplan.units import format_budget, format_size
 
 APPROVE_HELP = """\
@@ -79,6 +95,7 @@ def add_approve(sub: argparse._SubParsersAction) -> None:
     )
     add_load_arguments(parser, "server logs and /metrics snapshots of a load test at the approved value")
     add_prometheus_arguments(parser, "a load test's (at the approved value)")
+    add_gpu_arguments(parser, url=False)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_model_arguments(parser)
     parser.set_defaults(run=run_approve)
@@ -86,38 +103,10 @@ def add_approve(sub: argparse._SubParsersAction) -> None:
 
 def run_approve(args: argparse.Namespace) -> int:
     """Write the bundle of the logs' decision and print the approved value and where the bundle is."""
-    from kvplan import evidence, plan
-    from kvplan.io.model_config import resolve_model_config
+    from kvplan import evidence
 
-    if (args.target_concurrency is None) != (args.seq_len is None):
-        raise CliError("an admission plan needs both --target-concurrency and --seq-len")
-    if args.seq_len is not None and not args.model:
-        raise CliError(
-            "an admission plan needs --model: without the model config its bytes are unknown, so it cannot "
-            "be checked against the approved value and nothing would stop a plan that does not fit"
-        )
-    layout = None
-    if not args.model:
-        refuse_layout_without_model(args, (*MODEL_ONLY_OPTIONS, "block_size"))
-    else:
-        options = {name: getattr(args, name) for name in sorted(LAYOUT_OPTIONS)}
-        layout = plan.ModelLayout(resolve_model_config(args.model), options)
-    admission = plan.AdmissionPlan(args.target_concurrency, args.seq_len) if args.seq_len else None
-    policy = plan.Policy(args.reserve, args.guard, args.assume_uniform)
     try:
-        bundle, written = evidence.approve_bundle(
-            args.logs,
-            args.out,
-            policy,
-            args.approver,
-            args.note,
-            layout,
-            admission,
-            load_paths=[*args.load, *prometheus_load_files(args)],  # --prometheus: its samples saved
-            load_policy=load_policy(args),
-            nvidia_smi_paths=args.nvidia_smi,
-            allow_unjudged=args.allow_unjudged,
-        )
+        bundle, written = evidence.approve_bundle(_request(args))
     except (
         evidence.CheckFailedError
     ) as failed:  # issue 24: a failed check is a verdict (exit 1), not bad input
@@ -125,25 +114,7 @@ def run_approve(args: argparse.Namespace) -> int:
     # the record as budget.json reads back, without its ledger rows (not shown here: most of its bytes)
     record = json.loads(json.dumps({key: value for key, value in written.items() if key != "ledger"}))
     del written
-    warnings = [evidence.user_paths(record, warning) for warning in record["warnings"]]
-    if not args.model:
-        warnings.append(
-            "no --model: the value is not rounded to whole KV blocks and the bundle has no "
-            "capacity table (tokens, concurrency); give --model CONFIG to add both"
-        )
-    if not args.nvidia_smi:
-        warnings.append(
-            "no --nvidia-smi: the recorded key has no GPU type or driver, so a gate cannot "
-            "compare them; give the profiled boot's --query-gpu (and --query-compute-apps) "
-            "snapshots"
-        )
-    headroom = min(rank["stranded_bytes"] for rank in record["ranks"])
-    if args.guard > headroom:
-        warnings.append(
-            f"--guard {format_size(args.guard)} is recorded as kvplan gate's default, and the "
-            f"weakest rank has only {format_size(headroom)} above the approved value: even the "
-            "approved boot fails the gate unless it is given a smaller --guard"
-        )
+    warnings = _approve_warnings(args, record)
     if args.json:
         return print_json(
             {
@@ -173,6 +144,66 @@ def run_approve(args: argparse.Namespace) -> int:
     print(f"verify with  kvplan verify {terminal_text(bundle)}")
     print_warnings(warnings)
     return EXIT_OK
+
+
+def _request(args: argparse.Namespace):
+    """The :class:`kvplan.evidence.Request` of ``kvplan approve``'s arguments."""
+    from kvplan import evidence, plan
+    from kvplan.io.model_config import resolve_model_config
+
+    if (args.target_concurrency is None) != (args.seq_len is None):
+        raise CliError("an admission plan needs both --target-concurrency and --seq-len")
+    if args.seq_len is not None and not args.model:
+        raise CliError(
+            "an admission plan needs --model: without the model config its bytes are unknown, so it cannot "
+            "be checked against the approved value and nothing would stop a plan that does not fit"
+        )
+    layout = None
+    if not args.model:
+        refuse_layout_without_model(args, (*MODEL_ONLY_OPTIONS, "block_size"))
+    else:
+        options = {name: getattr(args, name) for name in sorted(LAYOUT_OPTIONS)}
+        layout = plan.ModelLayout(resolve_model_config(args.model), options)
+    args.nvidia_smi = [*args.nvidia_smi, *prometheus_gpu_files(args)[0]]  # --prometheus --at: DCGM's
+    return evidence.Request(
+        args.logs,
+        args.out,
+        plan.Policy(args.reserve, args.guard, args.assume_uniform),
+        args.approver,
+        args.note,
+        layout,
+        plan.AdmissionPlan(args.target_concurrency, args.seq_len) if args.seq_len else None,
+        load_paths=[*args.load, *prometheus_load_files(args)],  # --prometheus: its samples saved
+        load_policy=load_policy(args),
+        nvidia_smi_paths=args.nvidia_smi,
+        allow_unjudged=args.allow_unjudged,
+    )
+
+
+def _approve_warnings(args: argparse.Namespace, record: dict) -> list[str]:
+    """The reader's warnings (naming the user's files) and what the approval lacks."""
+    from kvplan import evidence
+
+    warnings = [evidence.user_paths(record, warning) for warning in record["warnings"]]
+    if not args.model:
+        warnings.append(
+            "no --model: the value is not rounded to whole KV blocks and the bundle has no "
+            "capacity table (tokens, concurrency); give --model CONFIG to add both"
+        )
+    if not args.nvidia_smi:
+        warnings.append(
+            "no --nvidia-smi: the recorded key has no GPU type or driver, so a gate cannot "
+            "compare them; give the profiled boot's --query-gpu (and --query-compute-apps) "
+            "snapshots"
+        )
+    headroom = min(rank["stranded_bytes"] for rank in record["ranks"])
+    if args.guard > headroom:
+        warnings.append(
+            f"--guard {format_size(args.guard)} is recorded as kvplan gate's default, and the "
+            f"weakest rank has only {format_size(headroom)} above the approved value: even the "
+            "approved boot fails the gate unless it is given a smaller --guard"
+        )
+    return warnings
 
 
 def _not_approved(failed) -> int:
@@ -250,3 +281,100 @@ def run_verify(args: argparse.Namespace) -> int:
         "--approved-digest)"
     )
     return EXIT_FAIL if differences else EXIT_OK
+
+
+STARTUP_PLAN = "startup-plan"
+
+EXPORT_HELP = """\
+write an approved launch as a deployment reads it, from a verified bundle
+
+The bundle is verified first (as kvplan verify); a changed bundle is refused (exit 2). Formats: vllm-config
+(YAML for vllm serve --config), args (one flag a line), helm-production-stack (values fragment), kserve
+(InferenceService args patch), ray-serve (engine_kwargs JSON), prometheus-rules (alert rules for
+promtool check rules / a Prometheus rule_files entry), startup-plan (vLLM 0.33's per-rank
+startup_plan_<fingerprint>.json files, --out DIR). Every output names the bundle's digest
+(kvplan.io/bundle-digest). Without --out the text goes to stdout.
+
+For example:
+  kvplan export vllm-config evidence/2026-11-29-0123456789ab --out serve.yaml
+  kvplan export startup-plan evidence/2026-11-29-0123456789ab --out plans/ --tolerate-drift 1GiB
+"""
+
+
+def add_export(sub: argparse._SubParsersAction) -> None:
+    """Register ``kvplan export``."""
+    parser = add_command(sub, "export", EXPORT_HELP)
+    parser.add_argument(
+        "format",
+        choices=[*EXPORTERS, STARTUP_PLAN],
+        metavar="FORMAT",
+        help=", ".join([*EXPORTERS, STARTUP_PLAN]),
+    )
+    parser.add_argument("bundle", metavar="BUNDLE", help="an evidence bundle folder (verified first)")
+    parser.add_argument(
+        "--out", metavar="PATH", help="file to write (startup-plan: the folder; default stdout)"
+    )
+    parser.add_argument(
+        "--approved-digest",
+        metavar="SHA256",
+        help="the bundle's digest as approved (as kvplan gate takes it)",
+    )
+    parser.add_argument(
+        "--tolerate-drift",
+        type=size,
+        default=0,
+        metavar="SIZE",
+        help="startup-plan: free memory a rank may lose before vLLM profiles again (default 0)",
+    )
+    parser.set_defaults(run=run_export)
+
+
+def run_export(args: argparse.Namespace) -> int:
+    """Verify the bundle, then write the format's text (or the startup plan's files)."""
+    if args.format == STARTUP_PLAN:
+        return _startup_plan(args)
+    if args.tolerate_drift:
+        raise CliError("--tolerate-drift applies to startup-plan only")
+    from kvplan.export import verified_launch
+
+    _, launch = verified_launch(args.bundle, args.approved_digest)
+    text = EXPORTERS[args.format].render(launch)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        write_atomic(Path(args.out), text)
+        print(f"{args.out}: {args.format} of bundle sha256:{launch.digest}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _startup_plan(args: argparse.Namespace) -> int:
+    from kvplan.export import startup_plans
+
+    if args.out is None:
+        raise CliError("startup-plan needs --out DIR (one file per rank)")
+    if args.tolerate_drift < 0:
+        raise CliError("--tolerate-drift must not be negative")
+    plans = startup_plans(args.bundle, args.tolerate_drift, args.approved_digest)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for plan in plans:
+        write_atomic(out / plan.file_name, plan.text)
+        print(
+            f"rank {plan.rank}: {out / plan.file_name}: kv_cache_memory_bytes={plan.kv_cache_memory_bytes}, "
+            f"free_memory_baseline={plan.free_memory_baseline}"
+        )
+    return EXIT_OK
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
+    handle, temporary = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise

@@ -5,11 +5,20 @@ from __future__ import annotations
 
 import argparse
 
-from kvplan.cli.arguments import add_model_arguments, layout_options, refuse_layout_without_model
-from kvplan.cli.errors import EXIT_OK, CliError
-from kvplan.cli.help import add_command
-from kvplan.cli.output import format_table, print_json
-from kvplan.cli.sizes import positive_int, positive_size, size, size_list
+from kvplan.cli.common import (
+    EXIT_OK,
+    CliError,
+    add_command,
+    add_model_arguments,
+    format_table,
+    layout_options,
+    positive_int,
+    positive_size,
+    print_json,
+    refuse_layout_without_model,
+    size,
+    size_list,
+)
 from kvplan.units import format_budget, format_size
 
 CAPACITY_HELP = """\
@@ -57,7 +66,7 @@ def run_capacity(args: argparse.Namespace) -> int:
     if (spec is None) == (args.bytes_per_token is None):
         raise CliError("give exactly one of --bytes-per-token or --model")
     if spec is None:
-        from kvplan.capacity import DEFAULT_BLOCK_SIZE, capacity
+        from kvplan.kvspec.capacity import DEFAULT_BLOCK_SIZE, capacity
 
         result = capacity(
             args.kv_bytes, args.bytes_per_token, args.max_model_len, args.block_size or DEFAULT_BLOCK_SIZE

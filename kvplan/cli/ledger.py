@@ -5,10 +5,16 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvplan.cli.arguments import add_nvidia_smi_argument
-from kvplan.cli.errors import EXIT_OK, CliError
-from kvplan.cli.help import add_command
-from kvplan.cli.output import format_table, print_json, print_warnings, reader_warnings_into
+from kvplan.cli.common import (
+    EXIT_OK,
+    CliError,
+    add_command,
+    add_nvidia_smi_argument,
+    format_table,
+    print_json,
+    print_warnings,
+    reader_warnings_into,
+)
 from kvplan.units import format_size
 
 #: The readable ``kvplan ledger`` table: glossary column -> header. It fits 120 terminal columns with about
@@ -93,9 +99,8 @@ def run_ledger(args: argparse.Namespace) -> int:
     from kvplan.io.ledger_rows_csv import ledger_frame_csv
     from kvplan.io.nvidia_smi import join_snapshots
     from kvplan.ledger import plain_value, room_per_rank
-    from kvplan.ledger_budget import check_dropped_ranks
     from kvplan.notes import aggregate_notes
-    from kvplan.room import read_vllm_logs_rooms
+    from kvplan.room import check_dropped_ranks, read_vllm_logs_rooms
 
     if args.assume_uniform and not args.rooms:
         raise CliError("--assume-uniform applies to --rooms only")

@@ -5,11 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvplan.cli.errors import EXIT_OK, CliError
-from kvplan.cli.help import add_command
-from kvplan.cli.output import format_table, print_warnings
+from kvplan.cli.common import EXIT_OK, CliError, add_command, format_table, positive_int, print_warnings
 from kvplan.cli.prometheus import add_prometheus_arguments, prometheus_load
-from kvplan.cli.sizes import positive_int
 
 LOAD_HELP = """\
 KV cache usage, requests, preemptions and OOMs under load, from logs and /metrics

@@ -1,29 +1,43 @@
-"""Reading a bundle: ``budget.json`` bounded, parsed and shape-checked; every other file hashed once.
+"""Reading a bundle, an untrusted input: ``budget.json`` bounded, parsed and shape-checked; every other file
+hashed once.
 
-:func:`read_files` copies each input into a private folder while hashing it
-(:func:`~kvplan.evidence.files.copy_hashed`) and reads each artifact into memory, so what verify judges
-and recomputes from is exactly the bytes it hashed. Paths that leave the bundle are never opened.
+Every path a bundle names must be a plain relative path (:func:`path_problem`); a file is opened without
+following symlinks and without blocking (a FIFO or device is refused, never waited on), checked to be a
+regular file on the open handle, and read at most to a bound. :func:`read_files` copies each input into a
+private folder while hashing it (:func:`copy_hashed`) and reads each artifact into memory, so what verify
+judges and recomputes from is exactly the bytes it hashed.
 
+>>> path_problem("inputs/boot.log") is None, path_problem("../etc/passwd")
+(True, "'..' leaves the bundle")
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
-from kvplan.evidence.files import UnsafeFileError, copy_hashed, path_problem, read_bounded
+import pandas as pd
+
+from kvplan.checks import Approved
 from kvplan.evidence.record import (
+    ALLOWED_UNJUDGED_KEY,
     BUDGET_JSON,
     CHARTS_DIR,
+    INPUT_KEYS,
     INPUTS_DIR,
+    ROLES,
     SCHEMA,
     SCHEMA_VERSION,
     BundleError,
     bundle_digest,
+    input_names,
+    int_or_none,
 )
+from kvplan.plan import AdmissionPlan, LoadPolicy, Policy, profiled_tokens
 
 #: Largest ``budget.json`` read [bytes]; a bigger one is refused before it is read.
 MAX_RECORD_BYTES = 64 << 20
@@ -32,6 +46,114 @@ MAX_ARTIFACT_BYTES = 512 << 20
 #: Deepest nesting of JSON objects and lists in ``budget.json`` (approve writes 5).
 MAX_DEPTH = 32
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+
+#: Read unit for hashing and copying [bytes].
+_CHUNK_BYTES = 1 << 20
+_FLAGS = (
+    os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
+)
+
+
+class UnsafeFileError(ValueError):
+    """A bundle path that is not a regular file inside the bundle, or a file above its size bound."""
+
+
+def path_problem(name: object) -> str | None:
+    """Why ``name`` is not a plain relative path inside a bundle (None when it is one).
+
+    >>> path_problem("/etc/passwd"), path_problem("charts//x.png"), path_problem(3)
+    ('an absolute path', "an empty or '.' part", 'not a string')
+    """
+    if not isinstance(name, str):
+        return "not a string"
+    if not name or name.startswith("/") or "\\" in name or (len(name) > 1 and name[1] == ":"):
+        return "an absolute path" if name.startswith("/") or name[1:2] == ":" else "not a plain relative path"
+    parts = name.split("/")
+    if ".." in parts:
+        return "'..' leaves the bundle"
+    if any(part in ("", ".") for part in parts) or any(ord(c) < 32 for c in name):
+        return "an empty or '.' part"
+    return None
+
+
+def _open(folder: Path, name: str) -> int:
+    """A read-only descriptor of bundle file ``name``, every part checked not to be a symlink."""
+    problem = path_problem(name)
+    if problem is not None:
+        raise UnsafeFileError(f"{name!r}: {problem}")
+    parts = PurePosixPath(name).parts
+    here = folder
+    for part in parts[:-1]:
+        here = here / part
+        info = os.lstat(here)
+        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+            raise UnsafeFileError(
+                f"{name}: {here.relative_to(folder).as_posix()} is not a folder of the bundle "
+                "(a symlink or a file)"
+            )
+    target = here / parts[-1]
+    info = os.lstat(target)
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafeFileError(f"{name}: {_kind(info.st_mode)}, not a regular file")
+    descriptor = os.open(target, _FLAGS)
+    if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # swapped after the lstat
+        os.close(descriptor)
+        raise UnsafeFileError(f"{name}: not a regular file")
+    return descriptor
+
+
+def _kind(mode: int) -> str:
+    kinds = {
+        stat.S_ISLNK: "a symlink",
+        stat.S_ISDIR: "a folder",
+        stat.S_ISFIFO: "a FIFO",
+        stat.S_ISSOCK: "a socket",
+        stat.S_ISCHR: "a device",
+        stat.S_ISBLK: "a device",
+    }
+    return next((text for test, text in kinds.items() if test(mode)), "not a file")
+
+
+def read_bounded(folder: Path, name: str, max_bytes: int) -> bytes:
+    """The bytes of bundle file ``name``; :class:`UnsafeFileError` when unsafe or over ``max_bytes``.
+
+    The size is checked on the open handle before anything is read, and the read stops at the bound.
+    """
+    descriptor = _open(folder, name)
+    with os.fdopen(descriptor, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if size > max_bytes:
+            raise UnsafeFileError(f"{name}: {size:,} bytes, above the bound of {max_bytes:,}")
+        data = handle.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise UnsafeFileError(f"{name}: above the bound of {max_bytes:,} bytes")
+    return data
+
+
+def copy_hashed(folder: Path, name: str, target: Path, expected_size: object) -> tuple[str, int]:
+    """Copy bundle file ``name`` to ``target`` while hashing it: its SHA-256 and size.
+
+    A file whose size is not ``expected_size`` is refused before it is read (1 GB of padding is never
+    read); the copy stops where the recorded size ends.
+    """
+    descriptor = _open(folder, name)
+    with os.fdopen(descriptor, "rb") as handle:
+        size = os.fstat(handle.fileno()).st_size
+        if not isinstance(expected_size, int) or isinstance(expected_size, bool) or size != expected_size:
+            raise UnsafeFileError(f"{name}: {size} bytes, recorded {expected_size!r}")
+        digest, copied = hashlib.sha256(), 0
+        with open(target, "wb") as out:
+            while copied <= size:
+                chunk = handle.read(min(_CHUNK_BYTES, size + 1 - copied))
+                if not chunk:
+                    break
+                digest.update(chunk)
+                out.write(chunk)
+                copied += len(chunk)
+    if copied != size:
+        raise UnsafeFileError(f"{name}: changed while it was read ({copied} bytes, expected {size})")
+    return digest.hexdigest(), size
 
 
 def read_bundle(bundle: str | os.PathLike) -> dict:
@@ -160,3 +282,109 @@ def added_paths(folder: Path, expected: Mapping[str, str] | Sequence[str]) -> li
             elif not is_dir and path not in wanted:
                 added.append(path)
     return sorted(added)
+
+
+def stated_settings(
+    folder: Path, record: Mapping
+) -> tuple[list, Policy, AdmissionPlan | None, LoadPolicy | None, object]:
+    """The inputs, policy, plan, load policy and model options a record states; :class:`BundleError`."""
+    try:
+        entries = list(record["inputs"])
+        raw = record["policy"]
+        policy = Policy(_int(raw["reserve_bytes"]), _int(raw["guard_bytes"]), _bool(raw["assume_uniform"]))
+        plan_record = record.get("admission_plan")
+        plan = (
+            AdmissionPlan(_int(plan_record["target_concurrency"]), _int(plan_record["seq_len"]))
+            if plan_record
+            else None
+        )
+        load_record, load_policy = record.get("load"), None
+        if any(isinstance(e, dict) and e.get("role") == "load" for e in entries):
+            load_policy = (
+                LoadPolicy()
+                if load_record is None
+                else LoadPolicy(
+                    _int(load_record["max_preemptions"]),
+                    int_or_none(load_record["year"]),
+                    load_record.get("max_capacity_loss_pct"),
+                )
+            )
+        options = record.get("model_options")
+        if options is not None and not isinstance(options, dict):
+            raise TypeError("model_options is not an object")
+        return entries, policy, plan, load_policy, options
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BundleError(
+            f"{folder / BUDGET_JSON}: malformed policy, plan, load, approval or inputs: {exc!r}"
+        ) from None
+
+
+def allowed_unjudged(folder: Path, record: Mapping) -> list[str]:
+    """The checks the approver accepted without a verdict (none without the key); :class:`BundleError` when
+    the key is not a non-empty list of names."""
+    if ALLOWED_UNJUDGED_KEY not in record:
+        return []
+    allowed = record[ALLOWED_UNJUDGED_KEY]
+    if not isinstance(allowed, list) or not allowed or not all(isinstance(name, str) for name in allowed):
+        raise BundleError(f"{folder / BUDGET_JSON}: {ALLOWED_UNJUDGED_KEY} is not a list of check names")
+    return allowed
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected a whole number, got {value!r}")
+    return value
+
+
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
+
+
+def entry_differences(entries: Sequence[object]) -> list[str]:
+    """Each ``inputs[]`` entry holds exactly :data:`INPUT_KEYS` of the right types (else :class:`BundleError`),
+    named as approve would name it (else a difference)."""
+    for i, entry in enumerate(entries):
+        if (
+            not isinstance(entry, dict)
+            or sorted(entry) != sorted(INPUT_KEYS)
+            or not all(isinstance(entry[k], str) for k in ("path", "bundle_path", "sha256", "role"))
+            or entry["role"] not in ROLES
+        ):
+            raise BundleError(
+                f"budget.json: inputs[{i}] is not an input entry ({', '.join(INPUT_KEYS)}; role "
+                f"one of {', '.join(ROLES)})"
+            )
+    out = []
+    for entry, name in zip(entries, input_names([entry["path"] for entry in entries])):
+        if entry["bundle_path"] != name:
+            out.append(f"inputs: {entry['path']} is copied as {name}, recorded {entry['bundle_path']}")
+    return out
+
+
+def approved_from_record(record: Mapping, defaulted_key_fields: frozenset[str] = frozenset()) -> Approved:
+    """What :mod:`kvplan.checks` needs from a record, with the key fields the approved logs did not show;
+    :class:`BundleError` if malformed."""
+    try:
+        plan = record.get("admission_plan") or {}
+        max_model_len = int_or_none(record["compatibility_key"].get("max_model_len"))
+        at_max_len = [
+            int(row["tokens"]) for row in record.get("capacity") or () if row["seq_len"] == max_model_len
+        ]
+        return Approved(
+            budget_bytes=int(record["decision"]["kv_cache_memory_bytes"]),
+            ranks=tuple(int(r["rank"]) for r in record["ranks"]),
+            safe_bytes=tuple(int(r["safe_bytes"]) for r in record["ranks"]),
+            ref_free_bytes=tuple(int_or_none(r.get("init_free_bytes")) for r in record["ranks"]),
+            reserve_bytes=int(record["policy"]["reserve_bytes"]),
+            guard_bytes=int(record["policy"]["guard_bytes"]),
+            block_bytes=int_or_none(record["policy"]["rounding"]["block_bytes"]),
+            compatibility_key=dict(record["compatibility_key"]),
+            tokens_required=int_or_none(plan.get("tokens_required")),
+            logged_tokens=profiled_tokens(pd.DataFrame(record.get("ledger") or [])),
+            capacity_tokens=at_max_len[0] if at_max_len else None,
+            defaulted_key_fields=frozenset(defaulted_key_fields),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BundleError(f"budget.json lacks or garbles what a gate needs: {exc!r}") from None

@@ -12,7 +12,6 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kvplan.capacity import capacity_rows
 from kvplan.evidence import ApprovalError
 from kvplan.fleet.classes import FleetClass, budget_refusal, class_budget, class_name, group_classes
 from kvplan.fleet.engine import Progress, read_fleet
@@ -22,6 +21,7 @@ from kvplan.fleet.rollout import CANARIES, rollout_waves
 from kvplan.fleet.split import SPLIT_BELOW, split_advice
 from kvplan.io.model_config import resolve_model_config
 from kvplan.kvspec import KVSpec
+from kvplan.kvspec.capacity import capacity_rows
 from kvplan.notes import Note, aggregate_notes
 from kvplan.plan import AdmissionPlan, ModelLayout, layout_spec
 from kvplan.plan.inputs import admission_plan, planned_lengths

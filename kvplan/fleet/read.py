@@ -4,7 +4,7 @@
 approve`` read one launch: :func:`kvplan.plan.read_evidence` over its logs and nvidia-smi snapshots (the same
 reader, the same join adding GPU type and driver to the key, each file named by its URL; files in object
 storage are fetched to a temporary folder first, :func:`local_files`), then the pipeline's checks
-(:func:`kvplan.ledger_budget.check_dropped_ranks`, :func:`~kvplan.ledger_budget.refuse_failed_boots`,
+(:func:`kvplan.room.check_dropped_ranks`, :func:`~kvplan.room.refuse_failed_boots`,
 :func:`~kvplan.ledger.compatibility_key`, :func:`~kvplan.ledger.room_per_rank`). Every log must hold a vLLM
 boot by its content (:func:`require_boot_per_file`). A host that fails any of these is *excluded* with the
 reason, never folded into a class. Only ledger rows, each file's SHA-256 and the host's evidence identities
@@ -32,10 +32,10 @@ from kvplan.ledger import (
     plain_value,
     room_per_rank,
 )
-from kvplan.ledger_budget import check_dropped_ranks, refuse_failed_boots
 from kvplan.notes import Note
 from kvplan.plan import Evidence, InputFileError, read_evidence
 from kvplan.plan.reading import STARTUP_LINES
+from kvplan.room import check_dropped_ranks, refuse_failed_boots
 
 #: Ledger columns a host's reading keeps per rank of its worst boot (for the likely cause of a weak host).
 PART_COLUMNS = (

@@ -14,7 +14,7 @@ import re
 import stat
 from pathlib import Path
 
-from kvplan.config import MODELS_DIR
+from kvplan import MODELS_DIR
 
 #: Largest config read [bytes]: a published ``config.json`` is a few KiB (quantization configs listing
 #: every module reach a few hundred KiB); a bigger file is refused before it is read.

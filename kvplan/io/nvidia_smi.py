@@ -147,7 +147,7 @@ def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame
     The GPU snapshot is required. Without a process snapshot ``apps`` is None (other processes'
     memory unknown), unlike a process snapshot with no process in it (an empty frame: none).
 
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> gpus, apps = read_nvidia_smi_snapshots([DATA_DIR / "boots" / "four-rank" / "nvidia-smi-gpu.csv"])
     >>> len(gpus), apps is None
     (4, True)
@@ -320,7 +320,7 @@ def join_snapshots(
     (:class:`~kvplan.notes.Note` s with code, file and line); ``warn=False`` does not also raise them
     as :class:`NvidiaSmiWarning`, for a caller that records them itself.
 
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> from kvplan.io import read_vllm_logs
     >>> folder = DATA_DIR / "boots" / "four-rank"
     >>> ledger, _ = read_vllm_logs(folder / "boot.log")

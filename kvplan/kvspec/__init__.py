@@ -1,21 +1,12 @@
-"""KV-cache bytes per token per rank from a Hugging Face model config and the parallel layout, and
-what vLLM will print for a budget: "GPU KV cache size" and "Maximum concurrency", release by release.
+"""KV-cache bytes per token per rank from a Hugging Face model config and the parallel layout, and what
+a budget buys as vLLM prints it ("GPU KV cache size", "Maximum concurrency"), release by release.
 
-The modules, bottom up:
-
-- :mod:`~kvplan.kvspec.layers`: the words (:class:`KVSpecError`, the layer kinds, the release) and the kind
-  of every decoder layer; :mod:`~kvplan.kvspec.arch`: model config → architecture (heads, window,
-  recurrent-state dimensions) and whether a config describes the logged model;
-- :mod:`~kvplan.kvspec.page`: the layout's split (PP layers, KV heads per TP rank), bytes per token of one
-  layer on one rank (KV dtype, MLA, Mamba state), what a release can size, KV cache groups, pipeline stages;
-- :mod:`~kvplan.kvspec.launch`: launch settings (tokens in flight, Mamba mode), the block size vLLM
-  chooses, HiSparse's host pool;
-- :mod:`~kvplan.kvspec.spec`: :class:`KVSpec` and :func:`kv_spec`, what a budget buys in vLLM's
-  per-release arithmetic (blocks per request, logged figures, :class:`kvplan.capacity.Capacity`);
-- :mod:`~kvplan.kvspec.log_check`: options from the logs' compatibility key, and the config against the
-  figures a log printed.
-
-The release each rule starts in is a named constant in :mod:`kvplan.releases`.
+Bottom up: :mod:`~kvplan.kvspec.capacity` (bytes → blocks → tokens → concurrency, :class:`Capacity`),
+:mod:`~kvplan.kvspec.layers` (the words, the kind of every layer), :mod:`~kvplan.kvspec.arch` (config →
+architecture), :mod:`~kvplan.kvspec.page` (the layout's split, bytes per token of a layer, KV cache groups,
+stages), :mod:`~kvplan.kvspec.launch` (launch settings, block size, HiSparse's host pool),
+:mod:`~kvplan.kvspec.spec` (:class:`KVSpec`), :mod:`~kvplan.kvspec.log_check` (the config against the
+logs; imported on first use: it needs pandas). The release each rule starts in is in :mod:`kvplan.releases`.
 
 >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
 ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
@@ -23,7 +14,11 @@ The release each rule starts in is a named constant in :mod:`kvplan.releases`.
 (81920, 4.7998046875)
 """
 
+from typing import TYPE_CHECKING
+
+from kvplan import lazy_names
 from kvplan.kvspec.arch import ModelArch, check_model_name, model_arch, model_base_name
+from kvplan.kvspec.capacity import Capacity
 from kvplan.kvspec.launch import MLA_BLOCK_SIZE
 from kvplan.kvspec.layers import (
     DEFAULT_VLLM_VERSION,
@@ -33,12 +28,6 @@ from kvplan.kvspec.layers import (
     SLIDING_ATTENTION,
     KVSpecError,
     parse_vllm_version,
-)
-from kvplan.kvspec.log_check import (
-    GIB_2DP_HALF_STEP_BYTES,
-    cross_check,
-    cross_check_verdict,
-    options_for_logs,
 )
 from kvplan.kvspec.page import (
     FP8_DS_MLA_BYTES_PER_TOKEN,
@@ -53,16 +42,23 @@ from kvplan.kvspec.page import (
 )
 from kvplan.kvspec.spec import KVSpec, kv_spec
 
+if TYPE_CHECKING:  # the lazy names below, for type checkers
+    from kvplan.kvspec.log_check import cross_check, cross_check_verdict, options_for_logs
+
+__getattr__ = lazy_names(
+    __name__, {name: "log_check" for name in ("cross_check", "cross_check_verdict", "options_for_logs")}
+)
+
 __all__ = [
     "DEFAULT_VLLM_VERSION",
     "FP8_DS_MLA_BYTES_PER_TOKEN",
     "FULL_ATTENTION",
-    "GIB_2DP_HALF_STEP_BYTES",
     "KV_CACHE_DTYPE_BYTES",
     "LINEAR_ATTENTION",
     "MLA_ATTENTION",
     "MLA_BLOCK_SIZE",
     "SLIDING_ATTENTION",
+    "Capacity",
     "KVSpec",
     "KVSpecError",
     "ModelArch",

@@ -28,7 +28,6 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
-from kvplan.capacity import Capacity
 from kvplan.kvspec.arch import (
     ModelArch,
     check_model_name,
@@ -38,6 +37,7 @@ from kvplan.kvspec.arch import (
     served_arch,
     unmodelled_kv_dtype,
 )
+from kvplan.kvspec.capacity import Capacity
 from kvplan.kvspec.launch import (
     HOST_POOL_NOTE,
     BlockSizeInputs,

@@ -9,7 +9,7 @@ outcome, PNG and alt text), :mod:`~kvplan.notebook.panel` (the ipywidgets panel)
 re-exported so a notebook imports from one place.
 """
 
-from kvplan.capacity import sequence_lengths
+from kvplan.kvspec.capacity import sequence_lengths
 from kvplan.notebook.figures import (
     Chart,
     chart,

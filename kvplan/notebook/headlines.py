@@ -192,7 +192,7 @@ def rounding_text(budget: Budget, spec: KVSpec) -> str:
 def launch_headline(ledger: pd.DataFrame) -> dict[str, str]:
     """What launch the logs show: model, layout, vLLM release, GPUs, boots and files, as text.
 
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> from kvplan.room import read_vllm_logs_rooms
     >>> print(format_headline(launch_headline(read_vllm_logs_rooms(DATA_DIR / "boots" / "four-rank")[0])))
     model   meta-llama/Llama-3.1-70B-Instruct

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from kvplan import PROJECT_DIR
 from kvplan.budget import Budget
 from kvplan.checks.key import defaulted_key_fields
 from kvplan.columns import MEASUREMENTS
-from kvplan.config import PROJECT_DIR
 from kvplan.io import ReadMetadata
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import compatibility_key
@@ -65,7 +65,7 @@ def snapshots_in(folder: str | Path) -> list[Path]:
     The rule by which :func:`read_launch` finds them when ``nvidia_smi`` is None; a name that is not a
     file there (or a ``folder`` that is a file or a glob) gives none.
 
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> [path.name for path in snapshots_in(DATA_DIR / "boots" / "four-rank")]
     ['nvidia-smi-gpu.csv', 'nvidia-smi-apps.csv']
     >>> snapshots_in(DATA_DIR / "boots" / "four-rank" / "boot.log")
@@ -84,7 +84,7 @@ def launch_snapshots(
     :func:`read_launch`); ``[]`` gives none. The result is what :func:`kvplan.evidence.approve` takes as
     ``nvidia_smi_paths``.
 
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> logs = [DATA_DIR / "boots" / "four-rank" / "boot.log"]
     >>> [path.name for path in launch_snapshots(logs)]
     ['nvidia-smi-gpu.csv', 'nvidia-smi-apps.csv']
@@ -111,7 +111,7 @@ def parameter_path(value: str | os.PathLike, name: str, root: Path = PROJECT_DIR
     relative to the repository root, so a relative path not found here is looked up from ``root`` (the
     checkout). Neither: :class:`ParameterError` naming the parameter and both places looked in.
 
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> parameter_path("boots/four-rank", "LOG_DIR", root=DATA_DIR) == DATA_DIR / "boots" / "four-rank"
     True
     >>> try:
@@ -152,7 +152,7 @@ def parameter_files(
     Raises :class:`ParameterError` naming ``name`` for an empty list, a path that names nothing and a
     folder that holds no matching file.
 
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> [path.name for path in parameter_files("boots/four-rank", "LOG_DIR", root=DATA_DIR)]
     ['boot.log']
     >>> [path.name for path in parameter_files(["boots/drift/*.log"], "LOG_FILES", root=DATA_DIR)]
@@ -187,7 +187,7 @@ def parameter_model(value: str | os.PathLike, root: Path = PROJECT_DIR) -> str |
 
     >>> parameter_model("llama-3.1-70b")
     'llama-3.1-70b'
-    >>> from kvplan.config import PACKAGE_DIR
+    >>> from kvplan import PACKAGE_DIR
     >>> parameter_model("models/qwen3-8b.json", root=PACKAGE_DIR) == PACKAGE_DIR / "models/qwen3-8b.json"
     True
     """

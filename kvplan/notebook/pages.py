@@ -167,7 +167,7 @@ def machine_roots() -> dict[str, str]:
     the temporary folder (``$TMPDIR/…``) and the home folder (``~/…``)."""
     import tempfile
 
-    from kvplan.config import DATA_DIR
+    from kvplan import DATA_DIR
 
     return {
         f"{DATA_DIR.parent}/": "",

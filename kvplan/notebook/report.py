@@ -60,7 +60,7 @@ def decision_facts(decision: Decision) -> dict[str, str]:
         "stranded capacity": f"{format_size(budget.stranded_total_bytes)} on the stronger ranks",
         "reserve": f"{format_policy_size(budget.reserve_bytes)} per GPU",
     }
-    capacity: Any = decision.capacity_at_max_len  # a kvplan.capacity.Capacity or None
+    capacity: Any = decision.capacity_at_max_len  # a kvplan.kvspec.capacity.Capacity or None
     if capacity is not None:
         facts["tokens"] = (
             f"{capacity.tokens:,} tokens in {capacity.blocks:,} blocks of {format_size(capacity.block_bytes)}"

@@ -9,11 +9,11 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from kvplan.budget import Budget, kv_cache_flag
-from kvplan.capacity import (
+from kvplan.drift import Drift
+from kvplan.kvspec.capacity import (
     DEFAULT_BLOCK_SIZE,
     Capacity,
 )
-from kvplan.drift import Drift
 from kvplan.plan import Decision, Evidence, Policy, decide
 from kvplan.units import format_size
 

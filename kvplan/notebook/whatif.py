@@ -1,6 +1,6 @@
 """The pure what-if: :func:`evaluate` turns a :class:`~kvplan.notebook.scenario.Scenario` into an Outcome.
 
-It only calls :mod:`kvplan.budget`, :mod:`kvplan.capacity` (or the scenario's KV spec) and
+It only calls :mod:`kvplan.budget`, :mod:`kvplan.kvspec.capacity` (or the scenario's KV spec) and
 :mod:`kvplan.drift`, so it is tested without a browser; the helpers turn control values into scenario bytes.
 """
 
@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from kvplan.budget import uniform_budget
-from kvplan.capacity import (
+from kvplan.drift import drift_budget
+from kvplan.kvspec.capacity import (
     block_bytes_from_token_bytes,
     bytes_for_sequences,
     capacity,
@@ -22,7 +23,6 @@ from kvplan.capacity import (
     concurrency_curve,
     sequence_lengths,
 )
-from kvplan.drift import drift_budget
 from kvplan.units import bytes_to_gib, parse_size
 
 if TYPE_CHECKING:
@@ -142,7 +142,7 @@ def longest_length_at(concurrency_at, target: float, max_model_len: int) -> int:
 
 
 def spec_concurrency_curve(spec: KVSpec, kv_bytes: int, seq_lens: Sequence[int]) -> pd.DataFrame:
-    """:func:`kvplan.capacity.capacity_table` of a model spec: tokens and concurrency from
+    """:func:`kvplan.kvspec.capacity.capacity_table` of a model spec: tokens and concurrency from
     ``spec.capacity`` at each length, so hybrid and sliding-window models are sized as vLLM sizes them
     (and as approximately as the spec says)."""
     return capacity_table(spec, kv_bytes, seq_lens)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvplan.budget import Budget
-from kvplan.capacity import blocks_per_sequence
+from kvplan.kvspec.capacity import blocks_per_sequence
 from kvplan.units import format_size
 
 if TYPE_CHECKING:  # the model code (and pandas) only where a spec is given

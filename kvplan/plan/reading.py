@@ -82,7 +82,7 @@ def read_evidence(
     ``other_process_bytes``; their warnings follow the reader's. A ledger with no boot at all is
     refused (:func:`require_boot`).
 
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> evidence = read_evidence([DATA_DIR / "boots" / "four-rank" / "boot.log"])
     >>> sorted(evidence.ledger["rank"].tolist())
     [0, 1, 2, 3]

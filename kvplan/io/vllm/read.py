@@ -121,7 +121,7 @@ def stream_vllm_logs(
     (dicts keyed by ledger column, in ledger order) as boots are resolved, no frame is built and no
     provenance is kept (the metadata's warnings, boots and sources are as :func:`read_vllm_logs` gives).
 
-    >>> from kvplan.config import DATA_DIR
+    >>> from kvplan import DATA_DIR
     >>> batches = []
     >>> meta = stream_vllm_logs([DATA_DIR / "boots" / "four-rank" / "boot.log"], batches.append)
     >>> [row["rank"] for batch in batches for row in batch], len(meta.boots), len(meta.provenance_rows)

@@ -1,0 +1,392 @@
+"""What every command shares: exit statuses, ``--help`` pages, argument types and groups, and output.
+
+Sizes are parsed at the edge into ``int`` bytes (:func:`size`); a value argparse cannot take is an
+``error: kvplan CMD: argument …`` line with exit 2, bad input found later a :class:`CliError` (exit 2). A
+help page's examples stay one line each (:func:`add_command`). A command prints one JSON object with
+``--json`` (:func:`print_json`) or a table (:func:`format_table`); the readers' warnings become its
+``warning:`` lines (:func:`reader_warnings_into`). Text from files is shown with its control characters
+escaped (:func:`kvplan.escape.terminal_text`). Building the parser imports neither pandas nor the model code.
+
+>>> size_list("13GiB,14GiB") == [13 * 2**30, 14 * 2**30]
+True
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TypeVar
+from warnings import catch_warnings, showwarning, simplefilter
+
+from kvplan.escape import terminal_text
+from kvplan.json_text import indented_chunks
+from kvplan.kvspec.capacity import DEFAULT_BLOCK_SIZE, VLLM_BLOCK_SIZES
+from kvplan.units import parse_size, parse_size_list
+
+EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class CliError(ValueError):
+    """Bad command-line input; printed as ``error: …`` with exit status 2."""
+
+
+# --- help pages -------------------------------------------------------------------------------
+
+#: The line above a help page's example commands.
+EXAMPLES_HEADING = "For example:"
+
+
+def examples(commands: Sequence[str]) -> str:
+    """The epilog of a help page: :data:`EXAMPLES_HEADING`, then each command indented on its own line."""
+    return "\n".join([EXAMPLES_HEADING, *(f"  {command}" for command in commands)])
+
+
+class ExampleFormatter(argparse.HelpFormatter):
+    """argparse's formatter, except that the examples epilog (:func:`examples`) is printed as written."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith(EXAMPLES_HEADING):
+            return "\n".join(indent + line for line in text.splitlines())
+        return super()._fill_text(text, width, indent)
+
+
+def add_command(sub: argparse._SubParsersAction, name: str, page: str) -> argparse.ArgumentParser:
+    """Register subcommand ``name`` from its help ``page``: the summary paragraph (``kvplan --help``), the
+    description paragraphs (prose, re-wrapped by argparse), then :data:`EXAMPLES_HEADING` and one command
+    per indented line (kept whole).
+
+    >>> parser = argparse.ArgumentParser(prog="kvplan")
+    >>> page = "add two\\nsizes\\n\\nThe sum of A\\nand B.\\n\\nFor example:\\n  kvplan add 1 2\\n"
+    >>> added = add_command(parser.add_subparsers(), "add", page)
+    >>> added.description, added.format_help().splitlines()[-1]
+    ('The sum of A and B.', '  kvplan add 1 2')
+    """
+    prose, _, listed = page.partition(EXAMPLES_HEADING)
+    summary, _, description = prose.strip().partition("\n\n")
+    return sub.add_parser(
+        name,
+        help=" ".join(summary.split()),
+        description=" ".join(description.split()),
+        epilog=examples([line.strip() for line in listed.splitlines() if line.strip()]),
+        formatter_class=ExampleFormatter,
+    )
+
+
+# --- argument types ---------------------------------------------------------------------------
+
+T = TypeVar("T", int, float)
+
+
+def size(text: str) -> int:
+    """A size such as ``0.9GiB`` in bytes."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def size_list(text: str) -> list[int]:
+    """Comma-separated sizes ≥ 0, one per rank in rank order [bytes]."""
+    try:
+        sizes = parse_size_list(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    negative = [position for position, size in enumerate(sizes) if size < 0]
+    if negative:
+        raise argparse.ArgumentTypeError(f"entry {negative[0]} of {text!r} is negative: memory sizes are ≥ 0")
+    return sizes
+
+
+def positive_size(text: str) -> int:
+    """A size > 0 [bytes]."""
+    value = size(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """A whole number > 0."""
+    return _whole_number_from_one(text, "must be positive")
+
+
+def at_least_one(text: str) -> int:
+    """A whole number ≥ 1 (hosts, sequences, tokens)."""
+    return _whole_number_from_one(text, "must be ≥ 1")
+
+
+def fraction(text: str) -> float:
+    """A number in (0, 1], such as a share of hosts."""
+    value = _number(text, float, "a number")
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
+    return value
+
+
+def labels(text: str) -> tuple[str, ...]:
+    """Comma-separated names (hosts, labels), blanks dropped.
+
+    >>> labels("gpu-1, gpu-2,")
+    ('gpu-1', 'gpu-2')
+    """
+    names = tuple(name.strip() for name in text.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"expected comma-separated label names, got {text!r}")
+    return names
+
+
+def block_size(text: str) -> int:
+    """A ``--block-size`` vLLM accepts [tokens]."""
+    value = positive_int(text)
+    if value not in VLLM_BLOCK_SIZES:
+        raise argparse.ArgumentTypeError(f"{value} is not a block size vLLM accepts {VLLM_BLOCK_SIZES}")
+    return value
+
+
+def _whole_number_from_one(text: str, refusal: str) -> int:
+    value = _number(text, int, "a whole number")
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{refusal}, got {value}")
+    return value
+
+
+def _number(text: str, convert: Callable[[str], T], what: str) -> T:
+    """``convert(text)``, or argparse's refusal ``not {what}: 'text'``."""
+    try:
+        return convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+
+
+# --- argument groups --------------------------------------------------------------------------
+
+#: --model options that mean nothing without --model (--block-size also sizes `kvplan capacity` alone).
+MODEL_ONLY_OPTIONS = ("tp", "pp", "dcp", "kv_cache_dtype", "vllm_version", "max_num_batched_tokens")
+#: The layout options of a model config, as :class:`kvplan.plan.ModelLayout` takes them.
+LAYOUT_OPTIONS = ("tp", "pp", "dcp", "kv_cache_dtype", "block_size", "vllm_version", "max_num_batched_tokens")
+
+
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --model/--tp/--pp/--dcp/--kv-cache-dtype/--block-size/--vllm-version/--max-num-batched-tokens.
+
+    >>> parser = argparse.ArgumentParser()
+    >>> add_model_arguments(parser)
+    >>> layout_options(parser.parse_args(["--model", "llama-3.1-70b", "--tp", "4"]))["tp"]
+    4
+    """
+    group = parser.add_argument_group(
+        "model and layout", "bytes per token per rank from a model config, as vLLM sizes the KV cache"
+    )
+    group.add_argument(
+        "--model",
+        metavar="CONFIG",
+        help="a config.json path, or a name of the catalogue kvplan/models/ (e.g. llama-3.1-70b)",
+    )
+    group.add_argument(
+        "--tp", type=positive_int, help="tensor-parallel size (needed with --model unless the logs show it)"
+    )
+    group.add_argument("--pp", type=positive_int, help="pipeline-parallel size (default: the logs', else 1)")
+    group.add_argument(
+        "--dcp", type=positive_int, help="decode-context-parallel size (default: the logs', else 1)"
+    )
+    group.add_argument(
+        "--kv-cache-dtype",
+        choices=KVCacheDtypes(),
+        metavar="DTYPE",
+        help="vLLM's --kv-cache-dtype, one of %(choices)s (default: the logs', else auto = the model dtype)",
+    )
+    group.add_argument(
+        "--block-size",
+        type=block_size,
+        help=f"tokens per block (default {DEFAULT_BLOCK_SIZE}; with --model, vLLM's choice "
+        "for the model: 64 for MLA, larger for hybrid Mamba models)",
+    )
+    group.add_argument(
+        "--vllm-version",
+        metavar="V",
+        help="vLLM release whose arithmetic to reproduce (default: the newest known)",
+    )
+    group.add_argument(
+        "--max-num-batched-tokens",
+        type=positive_int,
+        metavar="N",
+        help="vLLM's --max-num-batched-tokens; sizes sliding-window layers exactly",
+    )
+
+
+class KVCacheDtypes:
+    """The ``--kv-cache-dtype`` names vLLM accepts, as argparse ``choices``, read when first asked.
+
+    >>> "fp8" in KVCacheDtypes(), "fp7" in KVCacheDtypes()
+    (True, False)
+    """
+
+    def __iter__(self) -> Iterator[str]:
+        from kvplan.kvspec import KV_CACHE_DTYPE_BYTES
+
+        return iter(KV_CACHE_DTYPE_BYTES)
+
+    def __contains__(self, name: object) -> bool:
+        return name in list(self)
+
+
+def add_nvidia_smi_argument(parser: argparse.ArgumentParser, snapshot: str) -> None:
+    """Add the repeatable ``--nvidia-smi CSV``: ``snapshot`` says which boot and what it joins."""
+    parser.add_argument(
+        "--nvidia-smi",
+        "--dcgm",
+        action="append",
+        default=[],
+        metavar="CSV",
+        help=f"nvidia-smi --query-gpu (and --query-compute-apps) CSV {snapshot}; repeat for both. "
+        "A DCGM exporter scrape of the host's GPUs (--dcgm SCRAPE) stands for the --query-gpu CSV",
+    )
+
+
+def refuse_layout_without_model(
+    args: argparse.Namespace, options: Sequence[str] = MODEL_ONLY_OPTIONS
+) -> None:
+    """Layout flags mean nothing without --model: refused rather than silently ignored."""
+    given = [f"--{name.replace('_', '-')}" for name in options if getattr(args, name, None) is not None]
+    if given:
+        raise CliError(f"{', '.join(given)} describe the model's layout: give --model CONFIG with them")
+
+
+def layout_options(args: argparse.Namespace) -> dict:
+    """The :data:`LAYOUT_OPTIONS` the --model arguments give (None where not given)."""
+    return {name: getattr(args, name) for name in LAYOUT_OPTIONS}
+
+
+def add_load_arguments(parser: argparse.ArgumentParser, files: str) -> None:
+    """``--load FILE ...`` (``files`` says whose) and how approve and gate judge them: --max-preemptions,
+    --max-capacity-loss and --year."""
+    parser.add_argument("--load", nargs="+", default=[], metavar="LOG_OR_METRICS", help=files)
+    parser.add_argument(
+        "--max-preemptions",
+        type=int,
+        metavar="N",
+        help="with --load: preemptions allowed in the run (default 0)",
+    )
+    parser.add_argument(
+        "--max-capacity-loss",
+        type=float,
+        metavar="PCT",
+        help="with --load, for a run at a manual --kv-cache-memory-bytes value: bound on "
+        "the KV tokens lost against the approved profiled boot [%%] (default: "
+        "reported, no bound)",
+    )
+    parser.add_argument(
+        "--year", type=positive_int, help="with --load: year of vLLM's yearless MM-DD timestamps"
+    )
+
+
+def load_policy(args: argparse.Namespace):
+    """The :class:`kvplan.plan.LoadPolicy` of --max-preemptions, --max-capacity-loss and --year; None
+    without --load."""
+    given = [args.max_preemptions, args.max_capacity_loss, args.year]
+    if not args.load and getattr(args, "start", None) is None:  # --prometheus --start: load evidence too
+        if any(value is not None for value in given):
+            raise CliError("--max-preemptions, --max-capacity-loss and --year apply to --load files only")
+        return None
+    from kvplan import plan
+
+    allowed = 0 if args.max_preemptions is None else args.max_preemptions
+    return plan.LoadPolicy(allowed, args.year, args.max_capacity_loss)
+
+
+# --- output -----------------------------------------------------------------------------------
+
+#: Warnings of the readers and the ledger that a command reports as its own ``warning:`` lines / JSON,
+#: named (module and class) so that catching them imports neither the readers nor pandas.
+REPORTED_WARNINGS = ("kvplan.ledger.LedgerWarning", "kvplan.io.nvidia_smi.NvidiaSmiWarning")
+
+
+class _NamedWarnings(type):
+    """A category that matches the :data:`REPORTED_WARNINGS` and their subclasses, by name."""
+
+    def __subclasscheck__(cls, other: type) -> bool:
+        return any(
+            f"{base.__module__}.{base.__qualname__}" in REPORTED_WARNINGS
+            for base in getattr(other, "__mro__", ())
+        )
+
+
+class ReportedWarning(Warning, metaclass=_NamedWarnings):
+    """The category of every :data:`REPORTED_WARNINGS` class, for ``warnings`` filters and ``issubclass``."""
+
+
+@contextmanager
+def reader_warnings_into(notes: list[str]) -> Iterator[None]:
+    """Collect the :data:`REPORTED_WARNINGS` raised inside into ``notes`` (each once), not Python's print.
+
+    >>> import warnings
+    >>> from kvplan.ledger import LedgerWarning
+    >>> notes = []
+    >>> with reader_warnings_into(notes):
+    ...     warnings.warn(LedgerWarning("rank 1 shows no room"))
+    >>> notes
+    ['rank 1 shows no room']
+    """
+    caught: list = []
+    try:
+        with catch_warnings(record=True) as caught:
+            simplefilter("always", ReportedWarning)
+            yield
+    finally:
+        for warning in caught:
+            if not issubclass(warning.category, ReportedWarning):
+                showwarning(warning.message, warning.category, warning.filename, warning.lineno)
+            elif str(warning.message) not in notes:
+                notes.append(str(warning.message))
+
+
+def print_warnings(warnings: Sequence[str]) -> None:
+    """Print each warning kind of each file once (:func:`kvplan.notes.aggregate_notes`) as one
+    ``warning: …`` line each."""
+    from kvplan.notes import aggregate_notes
+
+    for warning in aggregate_notes(warnings):
+        print(f"warning: {terminal_text(warning)}", file=sys.stderr)
+
+
+def print_error(message: object) -> None:
+    """Print ``message`` as one ``error: …`` line on stderr, its control characters escaped."""
+    print(f"error: {terminal_text(message)}", file=sys.stderr)
+
+
+def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
+    """Plain-text table with right-aligned columns, one line per row, control characters escaped.
+
+    >>> print(format_table([{"rank": 0, "safe": "12 GiB"}], ["rank", "safe"]))
+    rank    safe
+       0  12 GiB
+    """
+    cells = [[terminal_text(row.get(column, "")) for column in columns] for row in rows]
+    widths = [max([len(column), *(len(row[i]) for row in cells)]) for i, column in enumerate(columns)]
+    lines = ["  ".join(column.rjust(width) for column, width in zip(columns, widths))]
+    lines += ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in cells]
+    return "\n".join(lines)
+
+
+def strict_json(value: object) -> object:
+    """``value`` with every non-finite float (NaN, ±Inf) replaced by None, through dicts and lists.
+
+    >>> strict_json({"a": float("nan"), "b": [1.5, float("inf")]})
+    {'a': None, 'b': [1.5, None]}
+    """
+    if isinstance(value, dict):
+        return {key: strict_json(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(item) for item in value]
+    return None if isinstance(value, float) and not math.isfinite(value) else value
+
+
+def print_json(data: dict) -> int:
+    """Print ``data`` as :func:`strict_json`, the text ``json.dumps(data, indent=2)``'s
+    (:func:`kvplan.json_text.indented_chunks`); returns ``EXIT_OK``."""
+    sys.stdout.writelines(indented_chunks(strict_json(data)))
+    sys.stdout.write("\n")
+    return EXIT_OK
