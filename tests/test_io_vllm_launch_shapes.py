@@ -512,7 +512,8 @@ def test_the_real_capture_is_the_graphs_part_of_the_room(version, tmp_path, caps
         vllm_line(version, free, engine, 200, "DEBUG"),
         vllm_line(version, profile, engine, 200, "DEBUG"),
         vllm_line(version, ESTIMATE, engine, 200),
-        vllm_line(version, "GPU KV cache size: 327,680 tokens", engine, 200),  # kv_cache_utils.py, after sizing
+        # kv_cache_utils.py, after sizing
+        vllm_line(version, "GPU KV cache size: 327,680 tokens", engine, 200),
         vllm_line(version, CAPTURE, engine, 200),
         vllm_line(version, DONE, engine, 200),
     ]
