@@ -11,6 +11,7 @@ import argparse
 import sys
 
 from kvplan.cli.common import add_command, at_least_one, fraction, labels, size
+from kvplan.cli.prometheus import add_gpu_arguments, prometheus_fleet_hosts
 from kvplan.units import format_size
 
 
@@ -119,6 +120,7 @@ def add_fleet(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--seq-len", type=at_least_one, metavar="L", help="admission plan: tokens per sequence")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     _add_engine_arguments(plan, None)
+    add_gpu_arguments(plan, host=False)
     plan.set_defaults(run=_run_plan)
     gate = add_command(commands, "gate", FLEET_GATE_HELP)
     gate.add_argument(
@@ -146,8 +148,8 @@ def _run_plan(args: argparse.Namespace) -> int:
     from kvplan.cli.common import print_warnings as _print_warnings
     from kvplan.escape import terminal_text
     from kvplan.evidence import AdmissionPlan
-    from kvplan.fleet import FleetPolicy, plan_fleet
-    from kvplan.fleet.engine import default_scheduler, stderr_progress
+    from kvplan.fleet import FleetPolicy, list_fleet, plan_fleet
+    from kvplan.fleet.engine import default_scheduler, read_fleet, stderr_progress
     from kvplan.fleet.planner import class_rows
 
     if (args.target_concurrency is None) != (args.seq_len is None):
@@ -167,15 +169,13 @@ def _run_plan(args: argparse.Namespace) -> int:
             if value is not None
         },
     )
+    engine = (default_scheduler(args.scheduler), stderr_progress(), lambda text: print(text, file=sys.stderr))
+    readings = None
+    if args.prometheus or args.at:  # each host's GPUs from DCGM's series in Prometheus
+        hosts = prometheus_fleet_hosts(args, list_fleet(args.fleet, _storage(args)))
+        readings = read_fleet(hosts, _storage(args), *engine)
     result = plan_fleet(
-        args.fleet,
-        policy,
-        args.model,
-        default_scheduler(args.scheduler),
-        _storage(args),
-        args.out,
-        progress=stderr_progress(),
-        announce=lambda text: print(text, file=sys.stderr),
+        args.fleet, policy, args.model, engine[0], _storage(args), args.out, *engine[1:], readings=readings
     )
     data = result.to_dict()
     if args.json:
