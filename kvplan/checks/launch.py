@@ -31,7 +31,7 @@ from dataclasses import dataclass
 
 from kvplan.budget import launch_flags_text
 from kvplan.kvspec import KVSpec
-from kvplan.kvspec.layers import parse_vllm_version
+from kvplan.kvspec.arch import parse_vllm_version
 from kvplan.releases import AUTO_FIT_NULL_BLOCK_FROM, STARTUP_FREE_CHECK_FROM, V1_DEFAULT_FROM
 from kvplan.units import GIB_2DP_HALF_STEP_BYTES, format_size
 from kvplan.verdict import Check
