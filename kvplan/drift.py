@@ -1,8 +1,12 @@
 """Reusing an approved budget on a later boot: cut it by lost startup free memory, never raise it.
 
-``B_adj_i = B_ref_i − max(0, F_ref_i − F_boot_i) − G``: a rank that starts with less free memory
-than at the reference boot loses that much KV room; a rank with more free memory gains nothing
-(raising the value needs a fresh profiled boot).
+``B_adj_i = B_ref_i − max(0, F_ref_i − F_boot_i) − G``: a rank that starts with less free memory than at the
+reference boot loses that much KV room; more free memory gains nothing (re-profile to raise). The one rule
+for the free memory on both sides, taking the side that lowers ``B_adj`` where evidence leaves a choice:
+
+- ``F_ref`` of a rank with a room of its own: the free memory of the boot that set its room (its worst boot);
+  of a rank whose room was assumed from another (``--assume-uniform``): the **highest** its own boots show;
+- ``F_boot`` of a later boot: the **lowest** free memory each rank shows over its boots.
 """
 
 from __future__ import annotations
@@ -31,11 +35,8 @@ def adjusted_budget_bytes(
 
 
 def lowest_free_bytes(ledger: pd.DataFrame) -> dict[int, int]:
-    """``F_boot`` per rank: the lowest startup free memory each rank shows over the rows of ``ledger``
-    [bytes] (a lower ``F_boot`` only lowers ``B_adj``); a rank that shows none is left out.
-
-    The one ``F_boot`` rule of the gate, the notebooks and the pipeline
-    (:func:`kvplan.plan.reference.boot_free_bytes` refuses a rank it leaves out).
+    """``F_boot`` per rank: the lowest startup free memory each rank shows [bytes]; a rank showing none is
+    left out (:func:`boot_free_bytes` refuses it).
 
     >>> import pandas as pd
     >>> lowest_free_bytes(pd.DataFrame({"rank": [0, 0, 1], "init_free_bytes": [50, 48, None]}))
@@ -45,6 +46,50 @@ def lowest_free_bytes(ledger: pd.DataFrame) -> dict[int, int]:
         return {}
     shown = ledger[["rank", "init_free_bytes"]].dropna()
     return {int(rank): int(free) for rank, free in shown.groupby("rank")["init_free_bytes"].min().items()}
+
+
+def reference_free_bytes(ledger: pd.DataFrame, rooms: pd.DataFrame) -> tuple[int | None, ...]:
+    """``F_ref`` per rank of ``rooms`` (:func:`kvplan.ledger.room_per_rank`, index order) [bytes]; None where
+    the rank's logs show no startup free memory.
+
+    >>> import pandas as pd
+    >>> ledger = pd.DataFrame({"rank": [0, 1], "init_free_bytes": [50, 52]})
+    >>> rooms = pd.DataFrame({"room_source": ["suggestion", "assumed_uniform"],
+    ...                       "init_free_bytes": [50, 50]}, index=[0, 1])
+    >>> reference_free_bytes(ledger, rooms)  # rank 1's room is rank 0's: its own free memory, 52
+    (50, 52)
+    """
+    from kvplan.columns import is_known  # pandas: only once logs were read
+
+    free: list[int | None] = []
+    for rank, record in rooms.iterrows():
+        if record["room_source"] == "assumed_uniform":
+            own = ledger.loc[ledger["rank"] == rank, "init_free_bytes"].dropna()
+            free.append(int(own.max()) if not own.empty else None)
+        else:
+            value = record["init_free_bytes"]
+            free.append(int(value) if is_known(value) else None)
+    return tuple(free)
+
+
+def boot_free_bytes(ledger: pd.DataFrame, ranks: Sequence[int]) -> tuple[int, ...]:
+    """``F_boot`` per rank of ``ranks`` [bytes] (:func:`lowest_free_bytes`); a rank showing none is refused.
+
+    >>> import pandas as pd
+    >>> ledger = pd.DataFrame({"source": "c.log", "rank": [0, 0, 1], "init_free_bytes": [50, 48, 49]})
+    >>> boot_free_bytes(ledger, [0, 1])
+    (48, 49)
+    """
+    lowest = lowest_free_bytes(ledger)
+    for rank in ranks:
+        if rank not in lowest:
+            sources = ledger["source"].dropna() if "source" in ledger.columns else []
+            files = ", ".join(dict.fromkeys(str(source) for source in sources))
+            raise ValueError(
+                f"{files or 'the ledger'}: rank {rank} shows no free memory at startup "
+                "(no startup memory line in its log): is the log complete?"
+            )
+    return tuple(lowest[rank] for rank in ranks)
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 A budget may only come from boots of one configuration (:func:`compatibility_key`), must cover every
 rank of TP × PP × DP, and takes each rank's **worst** (lowest) room over repeated boots, so one
 lucky boot cannot set the value (:func:`room_per_rank`). Failed boots refuse the budget, and the
-budget itself is taken in :mod:`kvplan.ledger_budget`.
+budget itself is taken in :mod:`kvplan.room`.
 Every refusal is a :class:`LedgerError` naming the file and line of the evidence.
 """
 

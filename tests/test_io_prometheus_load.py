@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import requests
 
-from kvplan import DATA_DIR, evidence
+from kvplan import DATA_DIR, PROJECT_DIR, evidence
 from kvplan.cli import main
 from kvplan.io.load import read_metrics_snapshots
 from kvplan.io.model_config import resolve_model_config
@@ -292,3 +292,35 @@ def test_saved_samples_read_back_as_the_same_rows(prometheus, tmp_path):  # issu
     columns = [c for c in files.frame.columns if c not in ("source", "line")]
     pd.testing.assert_frame_equal(again.frame[columns], files.frame[columns])
     assert not (tmp_path / "saved.prom.partial").exists()
+
+
+def _checked_outputs(notebook: dict) -> list[str]:
+    """The text of the cells whose outputs nbval checks (``# NBVAL_CHECK_OUTPUT``): the notebook's figures."""
+    return [
+        "".join("".join(output.get("text", "")) for output in cell.get("outputs", ()))
+        for cell in notebook["cells"]
+        if cell["cell_type"] == "code" and "".join(cell["source"]).startswith("# NBVAL_CHECK_OUTPUT")
+    ]
+
+
+def test_notebook_06_reads_the_runs_from_prometheus(prometheus, tmp_path):  # issue 28
+    papermill = pytest.importorskip("papermill")
+    url, cases = prometheus
+    notebook = PROJECT_DIR / "notebooks" / "06-load-validation.ipynb"
+    windows = {}  # each run's first and last scrape, its series chosen by the case label
+    for name, case in (("PROFILED", "profiled-canary"), ("CANARY", "manual-canary"),
+                       ("OVERLOAD", "manual-canary-overload")):  # fmt: skip
+        start, end = _span(read_metrics_snapshots(cases[case]))
+        windows[f"{name}_WINDOW"] = [start, end, f'{{kvplan_case="{case}"}}']
+    ran = papermill.execute_notebook(
+        str(notebook), str(tmp_path / "06.ipynb"), parameters={"PROMETHEUS": url, **windows},
+        cwd=str(notebook.parent), progress_bar=False,
+    )  # fmt: skip
+    # the same figures as from the files: the outputs kept in the notebook, which nbval checks with the defaults
+    kept = _checked_outputs(json.loads(notebook.read_text()))
+    assert len(kept) == 4 and all(kept)
+    assert _checked_outputs(ran) == kept
+    shown = json.dumps([cell.get("outputs", []) for cell in ran["cells"]])
+    assert (
+        f"prometheus {url}" in shown and "metrics.prom" not in shown
+    )  # the overload warnings name the server

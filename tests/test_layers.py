@@ -23,7 +23,6 @@ FLOORS = {
     "kvplan.budget": 2,
     "kvplan.drift": 2,
     "kvplan.ledger": 2,
-    "kvplan.ledger_budget": 2,
     "kvplan.room": 2,
     "kvplan.kvspec": 2,
     "kvplan.load": 2,
@@ -243,8 +242,6 @@ OVER_BUDGET_FOR_NOW = {
     "kvplan.notebook.panel._controls",
     "kvplan.notebook.whatif.evaluate",
     "kvplan.plan.decision.decide",
-    "kvplan.plan.reference",
-    "kvplan.plan.rooms",
     "kvplan.room.boot_room_warnings",
 }
 

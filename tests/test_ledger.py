@@ -8,8 +8,7 @@ import pytest
 from kvplan import DATA_DIR
 from kvplan.cli import main
 from kvplan.ledger import LedgerError, LedgerWarning, compatibility_key, room_per_rank
-from kvplan.ledger_budget import budget_from_ledger
-from kvplan.room import read_vllm_log_rooms, read_vllm_logs_rooms
+from kvplan.room import budget_from_ledger, read_vllm_log_rooms, read_vllm_logs_rooms
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR, GiB, approve_args
 

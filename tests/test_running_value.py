@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from kvplan import DATA_DIR, evidence
-from kvplan.checks.running_value import RUNNING_CHECK, check_running_values
+from kvplan.checks.canary import RUNNING_CHECK, check_running_values
 from kvplan.cli import main
 from kvplan.io.model_config import resolve_model_config
 from kvplan.io.prometheus import RunningValue, running_values_of_metrics

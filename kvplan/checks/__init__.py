@@ -1,19 +1,15 @@
 """Checks: pure functions of evidence that return :class:`kvplan.verdict.Check`.
 
-:mod:`~kvplan.checks.key` (the compatibility key, with vLLM's defaults as not shown),
-:mod:`~kvplan.checks.boot` (every rank present, no OOM or error), :mod:`~kvplan.checks.launch` (vLLM's
-own start-up refusals of a launch, per release, and the launch flags that pass them) and
-:mod:`~kvplan.checks.gate` (a canary against an approval: :class:`Approved`, the budget, reserve and
-token checks, :func:`gate_checks`). The
-load checks are :mod:`kvplan.load.checks`'s, the model cross-check :func:`kvplan.plan.model_check`.
+:mod:`~kvplan.checks.key` (whether a boot is the approved launch: key, ranks, outcome),
+:mod:`~kvplan.checks.launch` (vLLM's own start-up refusals, per release, and the flags that pass them),
+:mod:`~kvplan.checks.gate` (a canary against an approval: :class:`Approved`, :func:`gate_checks`) and
+:mod:`~kvplan.checks.canary` (a canary as evidence, its own launch and running value).
 
->>> from kvplan.checks import check_ranks_present
 >>> import pandas as pd
 >>> check_ranks_present([0, 1], pd.DataFrame({"rank": [0]})).passed
 False
 """
 
-from kvplan.checks.boot import OUTCOME_CHECK, RANKS_CHECK, check_outcomes, check_ranks_present
 from kvplan.checks.canary import (
     VALUE_CHECK,
     check_canary_utilization,
@@ -35,7 +31,11 @@ from kvplan.checks.key import (
     KEY_CHECK,
     MANUAL_BOOT_IGNORES,
     NONE_WHEN_CONFIG_SHOWN,
+    OUTCOME_CHECK,
+    RANKS_CHECK,
     check_compatibility_key,
+    check_outcomes,
+    check_ranks_present,
     defaulted_key_fields,
     read_defaulted_key_fields,
 )
@@ -51,6 +51,7 @@ from kvplan.checks.launch import (
     largest_length,
     largest_utilization,
     launch_flags,
+    launch_section,
     passes_startup_check,
     request_bytes,
 )
@@ -89,6 +90,7 @@ __all__ = [
     "largest_length",
     "largest_utilization",
     "launch_flags",
+    "launch_section",
     "passes_startup_check",
     "read_defaulted_key_fields",
     "request_bytes",

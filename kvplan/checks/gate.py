@@ -19,7 +19,6 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag, round_down_to_blocks
-from kvplan.checks.boot import check_outcomes, check_ranks_present, rank_list
 from kvplan.checks.canary import (
     check_canary_utilization,
     check_canary_value,
@@ -27,7 +26,7 @@ from kvplan.checks.canary import (
     manual_values,
     per_rank,
 )
-from kvplan.checks.key import check_compatibility_key
+from kvplan.checks.key import check_compatibility_key, check_outcomes, check_ranks_present, rank_list
 from kvplan.drift import adjusted_budget_bytes, lowest_free_bytes
 from kvplan.units import format_size
 from kvplan.verdict import Check

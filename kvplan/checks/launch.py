@@ -18,6 +18,10 @@ set, when
     ``gpu_memory_utilization`` must be in (0, 1] (``config/cache.py``); both hold by construction here.
 
 Printed GiB figures are read on their safe side: a total up, a free memory down by half the 0.01 GiB step.
+:func:`launch_section` judges a decision's launch per rank on the total memory (the largest any boot shows),
+``F_ref`` (:func:`kvplan.drift.reference_free_bytes`) and the non-KV footprint of the boot that set the room:
+``F_ref − room`` for vLLM's suggestion (``free − non-KV − 150 MiB``), else that boot's weights + activation
+peak + non-torch + CUDA graphs where all are shown, else ``F_ref − room``.
 
 >>> largest_utilization([85_029_615_043], [52_194_590_065], 0)  # 79.19 GiB total, 48.61 GiB free
 0.61
@@ -29,9 +33,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from kvplan.budget import launch_flags_text
+import pandas as pd
+
+from kvplan.budget import Budget, launch_flags_text
+from kvplan.drift import lowest_free_bytes, reference_free_bytes
 from kvplan.kvspec import KVSpec
 from kvplan.kvspec.arch import parse_vllm_version
+from kvplan.ledger import is_known
 from kvplan.releases import AUTO_FIT_NULL_BLOCK_FROM, STARTUP_FREE_CHECK_FROM, V1_DEFAULT_FROM
 from kvplan.units import GIB_2DP_HALF_STEP_BYTES, format_size
 from kvplan.verdict import Check
@@ -285,3 +293,108 @@ def check_footprint(
             FOOTPRINT_CHECK, None, f"not applicable: no free memory known; {MEASURE_FREE}", applicable=False
         )
     return Check(FOOTPRINT_CHECK, passed, "; ".join(lines))
+
+
+#: The ledger columns that add up to a rank's non-KV footprint.
+NON_KV_PARTS = ("weights_bytes", "activation_peak_bytes", "non_torch_bytes", "cuda_graph_bytes")
+
+
+def launch_section(
+    ledger: pd.DataFrame,
+    rooms: pd.DataFrame,
+    budget: Budget,
+    spec: KVSpec | None,
+    max_model_len: int | None,
+    guard_bytes: int,
+) -> tuple[LaunchFlags, list[Check]]:
+    """The launch flags of ``budget`` and the checks of vLLM's start-up refusals (a), (b), (c), on the ledger
+    and its rooms (:func:`kvplan.ledger.room_per_rank`) with ``F_ref`` by the one rule
+    (:func:`~kvplan.drift.reference_free_bytes`)."""
+    ref_free = reference_free_bytes(ledger, rooms)
+    start_free = _lowest_start_free(ledger, ref_free, budget.ranks)
+    room_sources = [str(source) for source in rooms["room_source"]]
+    totals = _per_rank_max(ledger, ["total_bytes"], budget.ranks)
+    non_kv = [
+        None if free is None else free - room if source == "suggestion" or parts is None else parts
+        for parts, free, room, source in zip(
+            _room_boot_parts(ledger, rooms), ref_free, budget.room_bytes, room_sources
+        )
+    ]
+    logged = _logged_utilization(ledger)
+    flags = launch_flags(budget.uniform_budget_bytes, totals, start_free, guard_bytes, logged)
+    version = spec.vllm_version if spec is not None else _logged_version(ledger)
+    checks = [
+        check_startup_memory(
+            budget.ranks, totals, start_free, guard_bytes, flags.gpu_memory_utilization, version
+        ),
+        check_full_request(spec, budget.uniform_budget_bytes, max_model_len, min(budget.room_bytes)),
+        check_footprint(budget.ranks, budget.uniform_budget_bytes, ref_free, non_kv, guard_bytes),
+    ]
+    return flags, checks
+
+
+def _lowest_start_free(
+    ledger: pd.DataFrame, ref_free: Sequence[int | None], ranks: Sequence[int]
+) -> list[int | None]:
+    """Per rank, the lowest start-up free memory of ``F_ref`` and every boot the rank shows [bytes].
+
+    vLLM's start-up check runs at every boot, so ``--gpu-memory-utilization`` has to pass on the boot with
+    the least free memory, not only on the boot that set the room (a restart can show more room but less
+    free memory).
+
+    >>> ledger = pd.DataFrame({"rank": [0, 0, 1], "init_free_bytes": [50, 47, None]})
+    >>> _lowest_start_free(ledger, [50, 52], [0, 1])
+    [47, 52]
+    """
+    lowest = lowest_free_bytes(ledger)
+    return [
+        ref if rank not in lowest else lowest[rank] if ref is None else min(ref, lowest[rank])
+        for rank, ref in zip(ranks, ref_free)
+    ]
+
+
+def _per_rank_max(ledger: pd.DataFrame, columns: list[str], ranks: Sequence[int]) -> list[int | None]:
+    """Per rank, the largest sum of ``columns`` over the rank's rows where every column is shown.
+
+    >>> frame = pd.DataFrame({"rank": [0, 0, 1], "a": [1, 5, None], "b": [2, 2, 3]})
+    >>> _per_rank_max(frame, ["a", "b"], [0, 1])
+    [7, None]
+    """
+    if any(column not in ledger.columns for column in columns):
+        return [None] * len(ranks)
+    rows = ledger[["rank", *columns]].dropna()
+    sums = rows[columns].astype("int64").sum(axis=1).groupby(rows["rank"]).max()
+    return [int(sums[rank]) if rank in sums.index else None for rank in ranks]
+
+
+def _room_boot_parts(ledger: pd.DataFrame, rooms: pd.DataFrame) -> list[int | None]:
+    """Per rank of ``rooms``, the non-KV parts of the boot that set its room (its source and boot), summed.
+
+    >>> ledger = pd.DataFrame({"source": ["a", "b"], "boot": [0, 0], "rank": [0, 0], "weights_bytes": [5, 9],
+    ...                        "activation_peak_bytes": [1, 1], "non_torch_bytes": [1, 1], "cuda_graph_bytes": [1, 1]})
+    >>> _room_boot_parts(ledger, pd.DataFrame({"source": ["a"], "boot": [0]}, index=[0]))
+    [8]
+    """
+    out: list[int | None] = []
+    for rank, room in rooms.iterrows():
+        rows = ledger[
+            (ledger["rank"] == rank) & (ledger["source"] == room["source"]) & (ledger["boot"] == room["boot"])
+        ]
+        out.append(_per_rank_max(rows, list(NON_KV_PARTS), [rank])[0])
+    return out
+
+
+def _logged_utilization(ledger: pd.DataFrame) -> float | None:
+    """The lowest ``gpu_memory_utilization`` the profiled boots ran at (None when not shown)."""
+    if "gpu_memory_utilization" not in ledger.columns:
+        return None
+    shown = ledger["gpu_memory_utilization"].dropna()
+    return float(shown.min()) if not shown.empty else None
+
+
+def _logged_version(ledger: pd.DataFrame) -> str | None:
+    """The vLLM release the logs show (the first), None when not shown."""
+    if "vllm_version" not in ledger.columns:
+        return None
+    shown = [value for value in ledger["vllm_version"] if is_known(value)]
+    return str(shown[0]) if shown else None

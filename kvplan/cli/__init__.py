@@ -21,7 +21,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
-from kvplan.cli.approve import add_approve, add_verify
+from kvplan.cli.approve import add_approve, add_export, add_verify
 from kvplan.cli.budget import add_budget
 from kvplan.cli.capacity import add_capacity, add_drift
 from kvplan.cli.common import (
@@ -33,7 +33,6 @@ from kvplan.cli.common import (
     reader_warnings_into,
 )
 from kvplan.cli.common import print_json as _print_json  # tests/test_load.py checks it by this name
-from kvplan.cli.export import add_export
 from kvplan.cli.fleet import add_fleet
 from kvplan.cli.gate import add_gate
 from kvplan.cli.ledger import add_ledger

@@ -100,7 +100,7 @@ def _startup_plan_check(args: argparse.Namespace, verified, approved, ledger, ch
             if isinstance(p, dict) and isinstance(p.get("kv_cache_memory_bytes"), int)
         }
     else:
-        from kvplan.export.bundle import plans_of
+        from kvplan.export import plans_of
 
         values = {plan.fingerprint: plan.kv_cache_memory_bytes for plan in plans_of(verified, approved)}
     return check_startup_plan(approved, ledger, lines, values)

@@ -99,9 +99,8 @@ def run_ledger(args: argparse.Namespace) -> int:
     from kvplan.io.ledger_rows_csv import ledger_frame_csv
     from kvplan.io.nvidia_smi import join_snapshots
     from kvplan.ledger import plain_value, room_per_rank
-    from kvplan.ledger_budget import check_dropped_ranks
     from kvplan.notes import aggregate_notes
-    from kvplan.room import read_vllm_logs_rooms
+    from kvplan.room import check_dropped_ranks, read_vllm_logs_rooms
 
     if args.assume_uniform and not args.rooms:
         raise CliError("--assume-uniform applies to --rooms only")

@@ -107,7 +107,7 @@ def gate_running_checks(args: argparse.Namespace, approved_bytes: int, block_byt
     judged."""
     import time
 
-    from kvplan.checks.running_value import RUNNING_CHECK, check_running_values
+    from kvplan.checks.canary import RUNNING_CHECK, check_running_values
     from kvplan.io.prometheus import (
         parse_time,
         running_values_at,

@@ -1,15 +1,10 @@
 """The evidence bundle: an approved budget with everything needed to re-check it, written once.
 
-One folder per approval (``YYYY-MM-DD-<hash>``) holding ``budget.json`` (schema in
-``docs/budget-json.md``), ``ledger.csv``, ``SUMMARY.md``, ``evidence.log``, ``charts/*.png`` and a copy of
-every input under ``inputs/``, so :func:`verify_bundle` can recompute the decision anywhere. One concept
-per module: :mod:`~kvplan.evidence.record` (the record, its digests and seal, the gate's view),
-:mod:`~kvplan.evidence.render` (text and charts), :mod:`~kvplan.evidence.evidence_log`
-(``evidence.log``), :mod:`~kvplan.evidence.write` (approve: assembling and
-publishing a folder), :mod:`~kvplan.evidence.files` and :mod:`~kvplan.evidence.reading` (reading a
-bundle's files safely, once) and
-:mod:`~kvplan.evidence.verify` (verify and the gate's verified approval). The decision itself is
-:func:`kvplan.plan.decide`'s.
+One folder per approval (``YYYY-MM-DD-<hash>``) holding ``budget.json`` (schema in ``docs/budget-json.md``),
+``ledger.csv``, ``SUMMARY.md``, ``evidence.log``, ``charts/*.png`` and a copy of every input under ``inputs/``:
+:mod:`~kvplan.evidence.record` (the record, its digests and seal, the gate's view),
+:mod:`~kvplan.evidence.render` (its text and charts), :mod:`~kvplan.evidence.write` (approve),
+:mod:`~kvplan.evidence.reading` (a bundle's files, read safely once) and :mod:`~kvplan.evidence.verify`.
 
 >>> from kvplan.evidence import bundle_name
 >>> from datetime import datetime, timezone
@@ -18,8 +13,7 @@ bundle's files safely, once) and
 """
 
 from kvplan.evidence.evidence_log import evidence_lines
-from kvplan.evidence.files import UnsafeFileError
-from kvplan.evidence.reading import added_paths, read_bundle
+from kvplan.evidence.reading import UnsafeFileError, added_paths, read_bundle
 from kvplan.evidence.record import (
     BUDGET_JSON,
     SCHEMA,

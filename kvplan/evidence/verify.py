@@ -1,7 +1,7 @@
 """Verifying a bundle: every file, key and number recomputed from the bundle's own copies of its inputs.
 
 :func:`verify` reads ``budget.json`` once (bounded, a regular file inside the bundle), hashes and copies
-each input into a private folder (:func:`~kvplan.evidence.files.copy_hashed`) and recomputes the decision
+each input into a private folder (:func:`~kvplan.evidence.reading.copy_hashed`) and recomputes the decision
 from those copies with :func:`kvplan.plan.decide`, so what is judged is exactly what was hashed. The
 result (:class:`Verified`) carries the record it parsed and the bundle's digest, and the gate judges that
 record (:func:`verified_approval`), never a second read. The folder name is a label: a name other than the

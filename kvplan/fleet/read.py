@@ -2,8 +2,8 @@
 
 A host is read as ``kvplan budget`` reads one launch: :func:`kvplan.plan.read_evidence` over its logs and
 snapshots (each file named by its URL; files in object storage fetched to a temporary folder first,
-:func:`local_files`), then the pipeline's checks (:func:`kvplan.ledger_budget.check_dropped_ranks`,
-:func:`~kvplan.ledger_budget.refuse_failed_boots`, :func:`~kvplan.ledger.compatibility_key`,
+:func:`local_files`), then the pipeline's checks (:func:`kvplan.room.check_dropped_ranks`,
+:func:`~kvplan.room.refuse_failed_boots`, :func:`~kvplan.ledger.compatibility_key`,
 :func:`~kvplan.ledger.room_per_rank`); every log must hold a vLLM boot. A host that fails any of these is
 *excluded* with the reason, never folded into a class. Only ledger records, each file's SHA-256 and the
 host's evidence identities (:func:`evidence_identities`) travel back, never the log text.
@@ -31,10 +31,10 @@ import pandas as pd
 from kvplan.fleet.inputs import LOG_SUFFIXES, HostFiles, filesystem
 from kvplan.io.dcgm import read_gpu_snapshot
 from kvplan.ledger import LedgerWarning, compatibility_key, plain_value, room_per_rank
-from kvplan.ledger_budget import check_dropped_ranks, refuse_failed_boots
 from kvplan.notes import Note
 from kvplan.plan import Evidence, InputFileError, read_evidence
 from kvplan.plan.reading import STARTUP_LINES
+from kvplan.room import check_dropped_ranks, refuse_failed_boots
 
 #: Ledger columns a host's reading keeps per rank of its worst boot (for the likely cause of a weak host).
 PART_COLUMNS = (

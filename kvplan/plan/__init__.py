@@ -16,9 +16,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from kvplan import lazy_names
+from kvplan.drift import boot_free_bytes, reference_free_bytes
 from kvplan.plan.inputs import AdmissionPlan, LoadPolicy, ModelLayout, Policy
-from kvplan.plan.record import Decision
-from kvplan.plan.rooms import GIVEN, decide_rooms
+from kvplan.plan.record import GIVEN, Decision, decide_rooms
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from kvplan.plan.decision import decide, launch_layout_spec, layout_spec, model_check
@@ -33,7 +33,6 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers
         require_boot,
         require_files,
     )
-    from kvplan.plan.reference import boot_free_bytes, reference_free_bytes
 
 #: The module of :mod:`kvplan.plan` each name is imported from on first use.
 _LAZY = {
@@ -52,7 +51,6 @@ _LAZY = {
         ),
         "reading",
     ),
-    **dict.fromkeys(("boot_free_bytes", "reference_free_bytes"), "reference"),
 }
 __getattr__ = lazy_names(__name__, _LAZY)
 

@@ -9,7 +9,7 @@ order (each names the function that computes its number):
    the logs' layout (:func:`kvplan.kvspec.kv_spec`, :func:`kvplan.kvspec.options_for_logs`);
 3. room per rank, the worst boot of each (:func:`kvplan.ledger.room_per_rank`);
 4. safe budgets, uniform budget, stranded, block rounding (:func:`kvplan.budget.uniform_budget`);
-5. ``F_ref`` per rank (:func:`kvplan.plan.reference.reference_free_bytes`);
+5. ``F_ref`` per rank (:func:`kvplan.drift.reference_free_bytes`);
 6. capacity at the planned lengths and the admission plan (:func:`kvplan.plan.inputs.admission_plan`);
 7. the model cross-check (:func:`kvplan.kvspec.cross_check`) and the checks; the load section.
 """
@@ -24,20 +24,18 @@ from typing import Any
 import pandas as pd
 
 from kvplan.budget import Budget
-from kvplan.checks import check_outcomes, check_ranks_present
+from kvplan.checks import check_outcomes, check_ranks_present, launch_section
+from kvplan.drift import reference_free_bytes
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
 from kvplan.kvspec.capacity import capacity_rows
 from kvplan.ledger import compatibility_key, is_known, logged_launch_settings, room_per_rank
-from kvplan.ledger_budget import budget_from_rooms, check_dropped_ranks, refuse_failed_boots
 from kvplan.plan.inputs import AdmissionPlan, LoadPolicy, ModelLayout, Policy, admission_plan, planned_lengths
-from kvplan.plan.launch import launch_section
 from kvplan.plan.load_evidence import load_section, profiled_tokens, read_named_load
 from kvplan.plan.reading import Evidence, read_evidence
-from kvplan.plan.record import Decision
-from kvplan.plan.reference import reference_free_bytes
-from kvplan.plan.rooms import decide_rooms
+from kvplan.plan.record import Decision, decide_rooms
 from kvplan.releases import version_tuple
+from kvplan.room import budget_from_rooms, check_dropped_ranks, refuse_failed_boots
 from kvplan.units import format_size
 from kvplan.verdict import Check
 

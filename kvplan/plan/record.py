@@ -1,20 +1,22 @@
-"""The record of one decision: :class:`Decision`, what :func:`kvplan.plan.decide` returns.
+"""The record of one decision (:class:`Decision`, what :func:`kvplan.plan.decide` returns) and the decision of
+rooms given by hand (:func:`decide_rooms`, ``kvplan budget --room``).
 
-It imports neither pandas nor the model code, so that a decision from rooms given by hand
-(:func:`kvplan.plan.decide_rooms`, ``kvplan budget --room``) starts fast.
+Neither pandas nor the model code is imported here, so ``kvplan budget --room`` starts fast.
 
->>> from kvplan.plan import Policy, decide_rooms
->>> decide_rooms([13 * 2**30, 14 * 2**30], Policy(2**30)).uniform_budget_bytes == 12 * 2**30
-True
+>>> GiB = 2**30
+>>> d = decide_rooms([int(g * GiB) for g in (18.8, 17.6, 12.9, 16.4)], Policy(int(0.9 * GiB)))
+>>> d.budget.limiting_rank, d.room_sources
+(2, ('given', 'given', 'given', 'given'))
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvplan.budget import Budget, launch_flags_text
+from kvplan.budget import Budget, launch_flags_text, uniform_budget
+from kvplan.plan.inputs import Policy
 from kvplan.verdict import Check
 
 if TYPE_CHECKING:  # for the annotations only
@@ -24,19 +26,18 @@ if TYPE_CHECKING:  # for the annotations only
     from kvplan.kvspec import KVSpec
     from kvplan.kvspec.capacity import Capacity
 
+#: The ``room_source`` of a room typed in by hand.
+GIVEN = "given"
+
 
 @dataclass(frozen=True)
 class Decision:
     """Everything a decision computes from its evidence and policy (all sizes in bytes).
 
-    ``rooms`` is :func:`kvplan.ledger.room_per_rank` (per rank: room, its source, the worst boot and
-    the spread; None for rooms given by hand); ``ref_free_bytes`` and ``room_sources`` follow
-    ``budget.ranks``; ``capacity`` holds the rows at the planned lengths and ``capacity_at_max_len``
-    the full :class:`~kvplan.kvspec.capacity.Capacity` at ``max_model_len``; ``cross_check`` the per-boot
-    rows of the model check. ``warnings`` are the readers' (a bundle records them); ``notes`` what the
-    decision itself has to say (rooms of different evidence, ranks assumed uniform, an old release,
-    a model config that disagrees with the logs). ``ledger`` and ``provenance`` are None when no logs
-    were read (:func:`kvplan.plan.decide_rooms`).
+    ``rooms`` is :func:`kvplan.ledger.room_per_rank` (None for rooms given by hand); ``ref_free_bytes`` and
+    ``room_sources`` follow ``budget.ranks``; ``capacity`` holds the rows at the planned lengths;
+    ``warnings`` are the readers', ``notes`` what the decision itself has to say. ``ledger`` and
+    ``provenance`` are None when no logs were read.
     """
 
     ledger: pd.DataFrame | None
@@ -72,8 +73,7 @@ class Decision:
 
     @property
     def provenance(self) -> pd.DataFrame | None:
-        """One row per value read (source, line, boot, rank, column, value, raw line); None without logs.
-        Built when first asked for (the bundle's ``evidence.log``), never by ``kvplan budget``."""
+        """One row per value read (source, line, boot, rank, column, value, raw line), built when first asked."""
         return self.provenance_of()
 
     @property
@@ -89,3 +89,23 @@ class Decision:
     def uniform_budget_bytes(self) -> int:
         """The value every rank gets: ``--kv-cache-memory-bytes`` [bytes]."""
         return self.budget.uniform_budget_bytes
+
+
+def decide_rooms(room_bytes: Sequence[int], policy: Policy, block_bytes: int | None = None) -> Decision:
+    """The decision of rooms given by hand, rank order [bytes]: the uniform budget (whole blocks of
+    ``block_bytes`` when given), every source :data:`GIVEN`, no free memory known, no ledger, no checks."""
+    budget = uniform_budget([int(room) for room in room_bytes], policy.reserve_bytes, block_bytes=block_bytes)
+    ranks = len(budget.ranks)
+    return Decision(
+        ledger=None,
+        provenance_of=lambda: None,
+        warnings=(),
+        budget=budget,
+        compatibility_key={},
+        ref_free_bytes=(None,) * ranks,
+        room_sources=(GIVEN,) * ranks,
+        spec=None,
+        capacity=None,
+        plan=None,
+        checks=(),
+    )

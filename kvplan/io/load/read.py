@@ -19,7 +19,7 @@ from kvplan.io.load.records import bounded_lines, log_time_shift
 
 
 def read_load_evidence(
-    paths: Sequence[str | Path], year: int | None = None, utc_offset: float | None = None
+    paths: Sequence[str | Path], year: int | None = None, utc_offset: float | None = None, scrapes=None
 ) -> LoadReading:
     """One run's load evidence from server logs and /metrics snapshots alike, rows in file order.
 
@@ -29,7 +29,8 @@ def read_load_evidence(
     ``year``, logs take the year of the snapshots' times when snapshots are given (with a warning).
     ``utc_offset`` is the server's offset from UTC in hours (the log's local time minus UTC); given, log
     times are turned into UTC like the /metrics times, as they are when docker stamps show the offset;
-    otherwise a run that mixes logs and /metrics gets a warning.
+    otherwise a run that mixes logs and /metrics gets a warning. ``scrapes`` (a :class:`LoadReading`, e.g.
+    from Prometheus) stands for the /metrics files among ``paths``; its rows come after the logs'.
 
     >>> from kvplan import DATA_DIR
     >>> run = DATA_DIR / "load" / "manual-canary-overload"
@@ -40,12 +41,14 @@ def read_load_evidence(
     shift = log_time_shift(utc_offset)
     order = list(dict.fromkeys(str(path) for path in paths))
     metrics = [path for path in order if _is_metrics_file(path)]
-    readings = []
-    notes: list[str] = []
+    readings, notes, logged = [], [], len(metrics) < len(order)
+    if scrapes is not None:
+        order = [*(path for path in order if path not in metrics), *scrapes.metadata.sources]
+        metrics = list(scrapes.metadata.sources)
     if metrics:
-        readings.append(read_metrics_snapshots(metrics))
+        readings.append(read_metrics_snapshots(metrics) if scrapes is None else scrapes)
         first = readings[0].frame["time"].min()
-        if year is None and not pd.isna(first) and len(metrics) < len(order):
+        if year is None and not pd.isna(first) and logged:
             year = (first - shift).year  # the servers' local year at the first scrape
             clocks = (
                 ""

@@ -23,9 +23,16 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kvplan.io.load import LoadReading, Sample, parse_metrics_text, samples_reading
+from kvplan.io.load import LoadReading, Sample, parse_metrics_text, read_load_evidence, samples_reading
 from kvplan.io.load.scrapes import CACHE_CONFIG, CREATED, READ
-from kvplan.io.prometheus.api import PrometheusError, Series, instant_series, series_pages
+from kvplan.io.prometheus.api import (
+    PrometheusError,
+    Series,
+    instant_series,
+    parse_duration,
+    parse_time,
+    series_pages,
+)
 
 QUERIED = tuple(sorted({*READ, *CREATED, CACHE_CONFIG}))  # the metric names the file reader reads
 TARGET_LABELS = ("job", "instance", "pod", "namespace")  # labels telling one scrape target from another
@@ -175,6 +182,33 @@ def read_prometheus_load(
     source = f"prometheus {url}"
     pages = series_pages(url, load_selector(match), start, end, step)
     return samples_reading(_samples(pages, source), source)
+
+
+def read_load_run(
+    files: Sequence[str | Path],
+    year: int | None = None,
+    prometheus: str | None = None,
+    window: Sequence[str | float | None] = (),
+    step: str | float | None = None,
+) -> LoadReading:
+    """One run's load evidence: its ``files`` (server logs, /metrics files), or with ``prometheus`` (a
+    server's URL) its logs among them and its /metrics series from the server, in place of its /metrics files.
+
+    ``window`` is ``(start, end)`` or ``(start, end, match)``: Unix s or ISO 8601 times (UTC) and label
+    matchers choosing the run's server; ``step`` a duration (``"15s"``; None: every sample as scraped).
+    Notebook 06 reads its runs here: the same rows as from the files the server was scraped into.
+    """
+    if prometheus is None:
+        return read_load_evidence(files, year=year)
+    if len(window) not in (2, 3) or window[0] is None or window[1] is None:
+        raise PrometheusError(
+            f"prometheus {prometheus}: a run's window is (start, end[, match]), got {window!r}"
+        )
+    start, end = (parse_time(str(moment)) for moment in window[:2])
+    match = str(window[2]) if len(window) == 3 and window[2] else None
+    seconds = None if step is None else parse_duration(str(step))
+    scrapes = read_prometheus_load(prometheus, start, end, step=seconds, match=match)
+    return read_load_evidence(files, year=year, scrapes=scrapes)
 
 
 def _escape(value: str) -> str:

@@ -1,0 +1,365 @@
+"""Export: an approved launch in the forms deployments read, from a verified bundle only.
+
+:func:`verified_launch` verifies the bundle first (:func:`kvplan.evidence.verified_approval`; a changed bundle
+raises :class:`~kvplan.evidence.BundleChangedError`) and reads its :class:`Launch` from the verified record:
+the approved bytes, the recomputed decision's companion utilization and the layout fields of the
+compatibility key the approved logs show. Each :class:`Exporter` of :data:`EXPORTERS` turns it into the text a
+deployment reads, carrying the bundle's digest; a new format is one more entry.
+
+>>> launch = Launch("ab" * 32, 12_884_377_600, 0.61, {"model": "m", "tensor-parallel-size": 4})
+>>> print(EXPORTERS["args"].render(launch), end="")
+# kvplan.io/bundle-digest: sha256:abababababababababababababababababababababababababababababababab
+--model=m
+--tensor-parallel-size=4
+--kv-cache-memory-bytes=12884377600
+--gpu-memory-utilization=0.61
+
+vLLM 0.33's startup plan (``VLLM_ENABLE_STARTUP_PLAN=1``, ``v1/worker/startup_plan.py``) applies a rank's plan
+file when its fingerprint matches and the rank's free memory at start-up is at least ``free_memory_baseline``;
+else it profiles again. kvplan writes, per rank r, ``kv_cache_memory_bytes = B − G − D`` in whole blocks and
+``free_memory_baseline = F_ref,r − D`` (B the approved value, G the guard, D the tolerated drift), with the
+fingerprint read from rank r's own "Saved startup plan to …/startup_plan_<fp>.json" line (it hashes vLLM's
+config, the device and the rank: it cannot be computed outside vLLM). Whenever vLLM applies the plan, the rank
+lost at most D of its free memory, so the value is never above kvplan's own drift-adjusted budget.
+
+>>> plan_values(12_884_377_600, 0, 2**30, 1_310_720, 52_194_590_065)  # 9,830 − 819.2 blocks → 9,010
+(11809587200, 51120848241)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from kvplan.io.startup_plan_lines import SAVED, StartupPlanLine, read_startup_plan_lines
+
+if (
+    TYPE_CHECKING
+):  # the evidence machinery (pandas) only once a bundle is read: ``kvplan --help`` starts light
+    from kvplan.checks import Approved
+    from kvplan.evidence import Verified
+
+#: The annotation (and comment key) that names the bundle an output came from.
+DIGEST_ANNOTATION = "kvplan.io/bundle-digest"
+#: vLLM's flag of each compatibility-key field a launch fixes, in the order outputs list them.
+LAYOUT_FLAGS = {
+    "model": "model",
+    "tensor_parallel_size": "tensor-parallel-size",
+    "pipeline_parallel_size": "pipeline-parallel-size",
+    "max_model_len": "max-model-len",
+    "kv_cache_dtype": "kv-cache-dtype",
+    "block_size": "block-size",
+}
+
+
+@dataclass(frozen=True)
+class Launch:
+    """An approved launch as deployments take it: the bundle digest (hex SHA-256 of ``budget.json``), the
+    value [bytes], the companion ``gpu_memory_utilization`` (None: unknown) and ``layout``, vLLM's flag names
+    (without ``--``) to values, for the key fields the approved logs show."""
+
+    digest: str
+    kv_cache_memory_bytes: int
+    gpu_memory_utilization: float | None
+    layout: Mapping[str, object] = field(default_factory=dict)
+    #: the approval's reserve [bytes] and its load policy's allowed preemptions (the alert rules' bounds)
+    reserve_bytes: int = 0
+    max_preemptions: int = 0
+
+    @property
+    def options(self) -> dict[str, object]:
+        """Every flag name (vLLM's, without ``--``) to its value: the layout, then the value and utilization."""
+        options = {**self.layout, "kv-cache-memory-bytes": self.kv_cache_memory_bytes}
+        if self.gpu_memory_utilization is not None:
+            options["gpu-memory-utilization"] = self.gpu_memory_utilization
+        return options
+
+    @property
+    def args(self) -> list[str]:
+        """The options as ``--flag=value`` arguments (what ``vllm serve`` takes, one a list item)."""
+        return [f"--{name}={_text(value)}" for name, value in self.options.items()]
+
+    @property
+    def digest_text(self) -> str:
+        """``sha256:<hex>``, as every output names the bundle."""
+        return f"sha256:{self.digest}"
+
+
+@dataclass(frozen=True)
+class Exporter:
+    """One deployment format: its name (``kvplan export NAME``), what it is for, and its text."""
+
+    name: str
+    summary: str
+    render: Callable[[Launch], str]
+
+
+def _text(value: object) -> str:
+    """A value as vLLM's ``--config`` loader passes it on (``str(value)``), two decimals for U."""
+    return f"{value:.2f}" if isinstance(value, float) else str(value)
+
+
+def _comment(launch: Launch) -> str:
+    return f"# {DIGEST_ANNOTATION}: {launch.digest_text}\n"
+
+
+def _yaml(value: object) -> str:
+    import yaml  # PyYAML: only the YAML formats need it
+
+    return yaml.safe_dump(value, sort_keys=False, default_flow_style=False, allow_unicode=False)
+
+
+def vllm_config(launch: Launch) -> str:
+    """YAML for ``vllm serve --config FILE``: flat ``flag-name: value`` keys (vLLM 0.33
+    ``FlexibleArgumentParser.load_config_file`` turns each into ``--flag value``)."""
+    options = {name: float(f"{v:.2f}") if isinstance(v, float) else v for name, v in launch.options.items()}
+    return _comment(launch) + _yaml(options)
+
+
+def args(launch: Launch) -> str:
+    """One ``--flag=value`` a line, after a comment line naming the bundle."""
+    return _comment(launch) + "".join(f"{arg}\n" for arg in launch.args)
+
+
+def helm_production_stack(launch: Launch) -> str:
+    """A values fragment for vLLM production-stack's Helm chart: the model and the flags as
+    ``servingEngineSpec.modelSpec[0].vllmConfig.extraArgs`` (merge it into your values file)."""
+    model = str(launch.layout.get("model", "model"))
+    spec = {
+        "name": _helm_name(model),
+        "modelURL": model,
+        "vllmConfig": {"extraArgs": [arg for arg in launch.args if not arg.startswith("--model=")]},
+        "podAnnotations": {DIGEST_ANNOTATION: launch.digest_text},
+    }
+    return _comment(launch) + _yaml({"servingEngineSpec": {"modelSpec": [spec]}})
+
+
+def kserve(launch: Launch) -> str:
+    """A KServe ``InferenceService`` patch: ``spec.predictor.model.args`` and the digest annotation."""
+    patch = {
+        "apiVersion": "serving.kserve.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"annotations": {DIGEST_ANNOTATION: launch.digest_text}},
+        "spec": {"predictor": {"model": {"args": launch.args}}},
+    }
+    return _comment(launch) + _yaml(patch)
+
+
+def ray_serve(launch: Launch) -> str:
+    """Ray Serve LLM: ``engine_kwargs`` (vLLM's engine argument names, underscores) as JSON, beside the digest."""
+    kwargs = {name.replace("-", "_"): value for name, value in launch.options.items() if name != "model"}
+    document = {
+        DIGEST_ANNOTATION: launch.digest_text,
+        "model_loading_config": {"model_id": launch.layout.get("model")},
+        "engine_kwargs": kwargs,
+    }
+    return json.dumps(document, indent=2) + "\n"
+
+
+def prometheus_rules(launch: Launch) -> str:
+    """Prometheus alert rules of the launch (:func:`kvplan.io.prometheus.rules.alert_rules`): the running
+    value differs from the approved one, a GPU's free memory below the reserve after warm-up, preemptions
+    beyond the load policy, KV usage high; each rule annotated with the bundle digest."""
+    from kvplan.io.prometheus.rules import alert_rules
+
+    return alert_rules(
+        launch.digest, launch.kv_cache_memory_bytes, launch.reserve_bytes, launch.max_preemptions
+    )
+
+
+def _helm_name(model: str) -> str:
+    """A Kubernetes-safe name from a model name: lower case, ``[a-z0-9-]``, at most 63 characters.
+
+    >>> _helm_name("meta-llama/Llama-3.1-70B-Instruct")
+    'llama-3-1-70b-instruct'
+    """
+    tail = model.rsplit("/", 1)[-1].lower()
+    name = "".join(c if c.isalnum() and c.isascii() else "-" for c in tail).strip("-")
+    return ("-".join(part for part in name.split("-") if part) or "model")[:63]
+
+
+#: Every deployment format ``kvplan export`` writes, by name.
+EXPORTERS: dict[str, Exporter] = {
+    exporter.name: exporter
+    for exporter in (
+        Exporter("vllm-config", "YAML for vllm serve --config", vllm_config),
+        Exporter("args", "one vLLM flag a line", args),
+        Exporter(
+            "helm-production-stack", "vLLM production-stack Helm values fragment", helm_production_stack
+        ),
+        Exporter("kserve", "KServe InferenceService args patch", kserve),
+        Exporter("ray-serve", "Ray Serve LLM engine_kwargs JSON", ray_serve),
+        Exporter("prometheus-rules", "Prometheus alert rules (promtool check rules)", prometheus_rules),
+    )
+}
+
+
+#: What a value may hold to be written into a flag, a YAML scalar or an argument list unchanged.
+_PLAIN = re.compile(r"[A-Za-z0-9_./:@+=-]{1,512}")
+
+
+def verified_launch(bundle: str | os.PathLike, digest: str | None = None) -> tuple[Verified, Launch]:
+    """The verified bundle and its :class:`Launch`; ``digest`` pins the bundle as ``gate --approved-digest``."""
+    from kvplan.evidence import verified_approval
+
+    verified, approved = verified_approval(bundle, digest)
+    decision = verified.decision
+    defaulted = decision.defaulted_key_fields if decision is not None else frozenset()
+    layout = {}
+    for name, flag in LAYOUT_FLAGS.items():
+        value = approved.compatibility_key.get(name)
+        if value is None or name in defaulted:
+            continue
+        layout[flag] = _plain(name, value)
+    utilization = decision.gpu_memory_utilization if decision is not None else None
+    # the load policy as the verified decision recomputed it (no load evidence: none allowed)
+    load = decision.load if decision is not None else None
+    launch = Launch(
+        verified.digest,
+        approved.budget_bytes,
+        utilization,
+        layout,
+        reserve_bytes=approved.reserve_bytes,
+        max_preemptions=load["max_preemptions"] if load else 0,
+    )
+    return verified, launch
+
+
+def _plain(field: str, value: object) -> object:
+    """``value`` when it can be written as it is; a number stays a number. Text from the logs with spaces,
+    quotes or control characters is refused: it would change an argument list or a file's structure.
+
+    >>> _plain("model", "meta-llama/Llama-3.1-70B-Instruct"), _plain("max_model_len", 32768)
+    ('meta-llama/Llama-3.1-70B-Instruct', 32768)
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise ValueError(
+            f"the bundle's compatibility key {field} is {value!r}: not a value a launch flag takes"
+        )
+    if isinstance(value, str) and not _PLAIN.fullmatch(value):
+        raise ValueError(
+            f"the bundle's compatibility key {field} is {value!r}: it holds characters that would change the "
+            "exported argument list or file (spaces, quotes, control characters); export refuses it"
+        )
+    return value
+
+
+#: The ``schema`` of vLLM 0.33's plan files (``startup_plan.py`` ``PLAN_SCHEMA_VERSION``).
+PLAN_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class StartupPlan:
+    """One rank's plan file: where its fingerprint was read (``where``: file and line) and its values [bytes]."""
+
+    rank: int
+    fingerprint: str
+    kv_cache_memory_bytes: int
+    free_memory_baseline: int
+    where: str
+    digest: str
+
+    @property
+    def file_name(self) -> str:
+        """``startup_plan_<fingerprint>.json``, the name vLLM looks for under ``{VLLM_CACHE_ROOT}/startup_plan``."""
+        return f"startup_plan_{self.fingerprint}.json"
+
+    @property
+    def text(self) -> str:
+        """The file as vLLM writes one (``json.dump``), plus the bundle's digest (a key vLLM does not read)."""
+        return json.dumps(
+            {
+                "schema": PLAN_SCHEMA_VERSION,
+                "fingerprint": self.fingerprint,
+                "kv_cache_memory_bytes": self.kv_cache_memory_bytes,
+                "free_memory_baseline": self.free_memory_baseline,
+                DIGEST_ANNOTATION: f"sha256:{self.digest}",
+            }
+        )
+
+
+def plan_values(
+    budget_bytes: int, guard_bytes: int, drift_bytes: int, block_bytes: int | None, ref_free_bytes: int
+) -> tuple[int, int]:
+    """``(B − G − D rounded down to whole blocks, F_ref − D)`` [bytes]; refused when either is not positive."""
+    value = budget_bytes - guard_bytes - drift_bytes
+    if block_bytes:
+        value = value // block_bytes * block_bytes
+    baseline = ref_free_bytes - drift_bytes
+    if value <= 0 or baseline <= 0:
+        raise ValueError(
+            f"--tolerate-drift {drift_bytes:,} B leaves no plan: value {value:,} B, baseline {baseline:,} B "
+            "(both must be positive); tolerate less drift"
+        )
+    return value, baseline
+
+
+def startup_plans(
+    bundle: str | os.PathLike, drift_bytes: int = 0, digest: str | None = None
+) -> list[StartupPlan]:
+    """The plan of every approved rank of a verified bundle; ValueError naming the rank whose approved boot
+    has no "Saved startup plan to" line (or two fingerprints), or no start-up free memory."""
+    from kvplan.evidence import verified_approval
+
+    return plans_of(*verified_approval(bundle, digest), drift_bytes)
+
+
+def plans_of(verified: Verified, approved: Approved, drift_bytes: int = 0) -> list[StartupPlan]:
+    """:func:`startup_plans` of a bundle already verified (``kvplan gate`` has it)."""
+    bundle = verified.folder
+    decision = verified.decision
+    if decision is None or decision.rooms is None or decision.ledger is None:
+        raise ValueError(f"{bundle}: no approved boot logs to read the startup plan's fingerprints from")
+    saved = _saved_lines(verified.folder, decision.ledger["source"].dropna().unique())
+    plans = []
+    for rank, ref_free in zip(approved.ranks, approved.ref_free_bytes):
+        source, boot = decision.rooms.loc[rank, "source"], decision.rooms.loc[rank, "boot"]
+        line = _rank_line(decision, saved, rank, str(source), int(boot))
+        if ref_free is None:
+            raise ValueError(f"rank {rank}: the approved boot shows no free memory at start-up: no baseline")
+        value, baseline = plan_values(
+            approved.budget_bytes, approved.guard_bytes, drift_bytes, approved.block_bytes, int(ref_free)
+        )
+        where = f"{source}:{line.line}"
+        plans.append(StartupPlan(rank, str(line.fingerprint), value, baseline, where, verified.digest))
+    return plans
+
+
+def _saved_lines(folder: Path, sources: object) -> dict[str, list[StartupPlanLine]]:
+    """The "Saved startup plan" lines of each approved log (bundle-relative names, read from the bundle)."""
+    return {
+        str(source): [line for line in read_startup_plan_lines(folder / str(source)) if line.kind == SAVED]
+        for source in sources  # type: ignore[attr-defined]
+    }
+
+
+def _rank_line(decision, saved: dict, rank: int, source: str, boot: int) -> StartupPlanLine:
+    """Rank ``rank``'s own "Saved startup plan" line in its approved boot (its process, that boot's lines)."""
+    ledger = decision.ledger
+    rows = ledger[(ledger["source"] == source) & (ledger["boot"] == boot) & (ledger["rank"] == rank)]
+    pids = {int(pid) for pid in rows["pid"].dropna()} if "pid" in rows else set()
+    bounds = [
+        (entry["first_line"], entry["last_line"])
+        for entry in (decision.metadata.boots if decision.metadata is not None else ())
+        if entry["source"] == source and entry["boot"] == boot
+    ]
+    first, last = bounds[0] if bounds else (1, float("inf"))
+    lines = [line for line in saved.get(source, []) if line.pid in pids and first <= line.line <= last]
+    fingerprints = {line.fingerprint for line in lines}
+    if not lines:
+        raise ValueError(
+            f"rank {rank}: no 'Saved startup plan to …/startup_plan_<fingerprint>.json' line of its process in "
+            f"{source} (boot {boot}): profile the approved boot with VLLM_ENABLE_STARTUP_PLAN=1 (vLLM ≥ 0.33), "
+            "whose every rank logs the fingerprint; kvplan cannot compute it"
+        )
+    if len(fingerprints) > 1:
+        raise ValueError(
+            f"rank {rank}: its process logged {len(fingerprints)} startup plan fingerprints in {source} "
+            f"(lines {', '.join(str(line.line) for line in lines)}): which plan vLLM reads is not known"
+        )
+    return lines[-1]
