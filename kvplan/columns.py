@@ -18,9 +18,18 @@ IDENTITY = {
     "tp_rank": "tensor-parallel rank",
     "pp_rank": "pipeline-parallel rank",
     "dp_rank": "data-parallel rank",
+    # issue 26: the other groups of vLLM's worker names (Worker[_DP][_PP][_PCP][_TP][_DCP][_EP]); 0 where the
+    # group has one member (a Worker_ name without that part, or a release before the group existed), NA
+    # where neither the names, the rank line nor the sizes say
+    "pcp_rank": "prefill-context-parallel rank (vLLM ≥ 0.12)",
+    "dcp_rank": "decode-context-parallel rank (vLLM ≥ 0.11)",
+    "ep_rank": "expert-parallel rank (0 when expert parallelism is off)",
     "process": "process prefix as logged, e.g. 'Worker_TP1'",
     "pid": "process id as logged",
 }
+
+#: A worker's rank in each of vLLM's parallel groups (vLLM names them DP, PP, PCP, TP, DCP, EP).
+GROUP_RANKS = ("tp_rank", "pp_rank", "dp_rank", "pcp_rank", "dcp_rank", "ep_rank")
 
 #: The compatibility key: a budget is reusable only where every one of these is unchanged.
 COMPATIBILITY_KEY = {
@@ -134,6 +143,9 @@ NEWER_THAN_0_1_0 = (
     "external_weights_bytes",
     "failed_in",
     "manual_kv_max_bytes",
+    "pcp_rank",
+    "dcp_rank",
+    "ep_rank",
 )
 
 GLOSSARY = {**IDENTITY, **COMPATIBILITY_KEY, **MEASUREMENTS, **AS_LOGGED, **OUTCOME, **SIZING_CONFIG}
@@ -147,9 +159,7 @@ INT_COLUMNS = [
     *BYTES_COLUMNS,
     "boot",
     "rank",
-    "tp_rank",
-    "pp_rank",
-    "dp_rank",
+    *GROUP_RANKS,
     "pid",
     "max_model_len",
     "block_size",

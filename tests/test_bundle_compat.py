@@ -49,3 +49,24 @@ def test_it_records_relative_paths_only():
     # the decision is the founding example: room 12.9 GiB − 0.9 GiB reserve = 12 GiB, rounded down to whole
     # 1.25 MiB blocks: 12 GiB = 9,830.4 blocks → 9,830 × 1,310,720 B = 12,884,377,600 B
     assert record["decision"]["kv_cache_memory_bytes"] == 9_830 * 1_310_720
+
+
+def test_the_group_rank_columns_added_since_0_1_0_do_not_fail_it(monkeypatch):
+    # issue 26: the reader now writes pcp_rank, dcp_rank and ep_rank (the four-rank boot's Worker_TP{t}
+    # names: each 0); 0.1.0 recorded none of them, so verify compares the columns it recorded
+    import importlib
+
+    from kvplan import columns, room
+
+    verify = importlib.import_module("kvplan.evidence.verify")
+
+    recorded = (V0_1_0 / "ledger.csv").read_text().splitlines()[0].split(",")
+    fresh, _ = room.read_vllm_logs_rooms([str(V0_1_0 / "inputs" / "boot.log")])
+    added = ["pcp_rank", "dcp_rank", "ep_rank"]
+    assert not set(added) & set(recorded)
+    assert fresh[added].values.tolist() == [[0, 0, 0]] * 4
+    assert evidence.verify_bundle(V0_1_0) == []
+    # without their entry in NEWER_THAN_0_1_0 the rebuilt ledger.csv would differ from the recorded bytes
+    older = tuple(column for column in columns.NEWER_THAN_0_1_0 if column not in added)
+    monkeypatch.setattr(verify, "NEWER_THAN_0_1_0", older)
+    assert evidence.verify_bundle(V0_1_0) != []

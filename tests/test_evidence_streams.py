@@ -27,6 +27,8 @@ def test_compact_rows_give_the_frames_evidence_log(log, monkeypatch) -> None:
 
 def test_approve_bundle_returns_what_budget_json_reads_back(tmp_path) -> None:
     folder, record = evidence.approve_bundle(
-        [DATA_DIR / "boots" / "four-rank" / "boot.log"], tmp_path, plan.Policy(2**30), "test"
+        evidence.Request(
+            [DATA_DIR / "boots" / "four-rank" / "boot.log"], tmp_path, plan.Policy(2**30), "test"
+        )
     )
     assert json.loads(json.dumps(record)) == evidence.read_bundle(folder)

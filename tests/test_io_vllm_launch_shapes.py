@@ -11,12 +11,13 @@ vLLM lays the world out as ``arange(world).reshape(-1, DP, PP, PCP, TP)``, so a 
 
 import json
 
+import pandas as pd
 import pytest
 
 from kvplan.cli import main
 from kvplan.room import read_vllm_log_rooms
 from kvplan.units import parse_size
-from tests.fidelity_lines import engine_config, log, vllm_line
+from tests.fidelity_lines import engine_config, engine_process, log, vllm_line
 
 WORKER_NAMES = ["0.10.2", "0.20.0", "0.33.0"]  # Worker_… names, first .. last
 DONE = "init engine (profile, create kv cache, warmup model) took 41.20 seconds"
@@ -133,6 +134,106 @@ def test_a_budget_refuses_bounded_sizes_naming_what_is_unknown(tmp_path, capsys)
     assert main(["budget", str(path), "--reserve", "1GiB"]) == 2
     error = capsys.readouterr().err
     assert "tensor_parallel_size" in error and "pipeline_parallel_size" in error and "engine-config" in error
+
+
+# --- group-rank columns: pcp_rank, dcp_rank, ep_rank beside dp/pp/tp (issue 26) --------------------------
+
+GROUPS = ["rank", "dp_rank", "pp_rank", "pcp_rank", "tp_rank", "dcp_rank", "ep_rank"]
+
+
+def group_ranks(ledger):
+    """Each row's global and group ranks, NA as None."""
+    return [
+        [None if value is pd.NA else int(value) for value in row] for row in ledger[GROUPS].values.tolist()
+    ]
+
+
+@pytest.mark.parametrize("version", ["0.11.1", "0.20.0", "0.33.0"])  # _DCP parts: 0.11.1 .. last
+def test_dp_by_tp_workers_with_dcp_and_ep_keep_each_group_rank(version):
+    # issue 26: DP=2, TP=2, DCP=2 stated, --enable-expert-parallel: names Worker_DP{d}_TP{t}_DCP{k}_EP{e}.
+    # DCP splits each TP group into groups of 2 (= TP here): dcp = t. EP spans DP × PCP × TP in that
+    # order: e = (d·1 + 0)·2 + t. No _PP/_PCP part: one member each, rank 0. rank = (d·1 + 0)·2 + t
+    dims = {"data_parallel_size": 2, "decode_context_parallel_size": 2}
+    config = vllm_line(version, engine_config(version, tp=2, **dims), engine_process(version, 0), 200)
+    names = [f"Worker_DP{d}_TP{t}_DCP{t}_EP{2 * d + t}" for d in (0, 1) for t in (0, 1)]
+    ledger, _warnings = ledger_of(log(config, *workers(version, names)))
+    assert group_ranks(ledger) == [
+        [0, 0, 0, 0, 0, 0, 0],
+        [1, 0, 0, 0, 1, 1, 1],
+        [2, 1, 0, 0, 0, 0, 2],
+        [3, 1, 0, 0, 1, 1, 3],
+    ]
+
+
+@pytest.mark.parametrize("version", ["0.12.0", "0.20.0", "0.33.0"])  # _PCP parts: 0.12 .. last
+def test_pcp_workers_keep_their_pcp_rank(version):
+    # issue 26: Worker_PCP{c}_TP{t}, sizes bounded from the names (PCP ≥ 2, TP ≥ 2): rank = c·2 + t; no
+    # _DP/_PP/_DCP/_EP part: those groups have one member (EP off), rank 0
+    names = [f"Worker_PCP{c}_TP{t}" for c in (0, 1) for t in (0, 1)]
+    ledger, _warnings = ledger_of(log(*workers(version, names)))
+    assert group_ranks(ledger) == [[2 * c + t, 0, 0, c, t, 0, 0] for c in (0, 1) for t in (0, 1)]
+
+
+@pytest.mark.parametrize("version", WORKER_NAMES)
+def test_a_tp_only_worker_name_says_every_other_group_has_one_member(version):
+    # issue 26: Worker_TP{t} (TP=4 stated) lacks every other part: DP, PP, PCP, DCP and EP are groups of
+    # one, so their ranks are 0, not unknown
+    config = vllm_line(version, engine_config(version, tp=4), engine_process(version), 200)
+    ledger, _warnings = ledger_of(log(config, *workers(version, [f"Worker_TP{t}" for t in range(4)])))
+    assert group_ranks(ledger) == [[t, 0, 0, 0, t, 0, 0] for t in range(4)]
+
+
+@pytest.mark.parametrize("version", ["0.12.0", "0.26.0", "0.33.0"])
+def test_the_rank_line_states_the_pcp_rank(version):
+    # issue 26: parallel_state.py's "rank R in world size W is assigned as DP rank d, PP rank p, PCP rank c,
+    # TP rank t, EP rank N/A, EPLB rank N/A" (PCP from 0.12) ties pid 300 to rank 3 = c·2 + t = 1·2 + 1;
+    # its EP rank is not read (the group exists in some releases without expert parallelism): NA, as no
+    # name of this process (bare 'Worker') says EP is off
+    assign = (
+        "rank 3 in world size 4 is assigned as DP rank 0, PP rank 0, PCP rank 1, TP rank 1, "
+        "EP rank N/A, EPLB rank N/A"
+    )
+    level, message = rank_message(version)
+    lines = [vllm_line(version, assign, "Worker", 300), vllm_line(version, message, "Worker", 300, level)]
+    ledger, _warnings = ledger_of(log(*lines))
+    assert group_ranks(ledger) == [[3, 0, 0, 1, 1, None, None]]
+
+
+@pytest.mark.parametrize("version", ["0.7.0", "0.8.5", "0.10.0"])  # "VllmWorker rank=N": 0.7.0-0.10.0
+def test_workers_named_by_global_rank_only_leave_unknown_groups_unknown(version):
+    # issue 26: "VllmWorker rank=N" names no group. TP=2 stated: t = rank % 2, p = 0, d = 0; PCP came in
+    # 0.12, so before it every rank's PCP rank is 0; DCP size and EP are not stated: rank 1's DCP and EP
+    # ranks are unknown (NA), rank 0's are 0 (rank 0 is first in every group)
+    config = vllm_line(version, engine_config(version, tp=2), engine_process(version), 200)
+    names = ["VllmWorker rank=0", "VllmWorker rank=1"]
+    lines = [
+        vllm_line(version, "Available KV cache memory: 20.5 GiB", name, 300 + i)
+        for i, name in enumerate(names)
+    ]
+    ledger, _warnings = ledger_of(log(config, *lines))
+    assert group_ranks(ledger) == [[0, 0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 1, None, None]]
+
+
+def test_ledger_wide_shows_the_group_rank_columns(tmp_path, capsys):
+    # issue 26: --wide shows every column with a value; the 120-column table keeps its columns
+    version = "0.33.0"
+    path = tmp_path / "dcp.log"
+    config = vllm_line(
+        version, engine_config(version, tp=2, decode_context_parallel_size=2), "EngineCore", 200
+    )
+    path.write_text(log(config, *workers(version, ["Worker_TP0_DCP0", "Worker_TP1_DCP1"])))
+    assert main(["ledger", str(path), "--wide"]) == 0
+    header, first, second = capsys.readouterr().out.splitlines()[-3:]
+    columns = header.split()
+    assert columns[columns.index("dp_rank") + 1 : columns.index("dp_rank") + 4] == [
+        "pcp_rank",
+        "dcp_rank",
+        "ep_rank",
+    ]
+    at = columns.index("dcp_rank")
+    assert [first.split()[at], second.split()[at]] == ["0", "1"]
+    assert main(["ledger", str(path)]) == 0
+    assert "dcp_rank" not in capsys.readouterr().out
 
 
 # --- two hosts whose containers reuse pids (issue 25) -----------------------------------------------
@@ -352,3 +453,71 @@ def test_the_ledger_table_says_why_a_row_is_not_ok(tmp_path, capsys):
         "KV",
         "sizing",
     ]  # the log stops before the KV cache was sized
+
+
+# --- the real CUDA graph capture wins over the profiling-time estimate (issue 26) --------------------------
+
+ESTIMATE = (
+    "Estimated CUDA graph memory: 2.50 GiB total"  # gpu_model_runner.py profile_cudagraph_memory, 0.18+
+)
+CAPTURE = "Graph capturing finished in 12 secs, took 3.10 GiB"  # capture_model (and the V2 runner's)
+
+
+def budget_of(tmp_path, capsys, text):
+    """``kvplan budget --reserve 1GiB --json`` of ``text``: its uniform budget [bytes]."""
+    path = tmp_path / "graphs.log"
+    path.write_text(text)
+    assert main(["budget", str(path), "--reserve", "1GiB", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["uniform_budget_bytes"]
+
+
+@pytest.mark.parametrize("version", ["0.20.0", "0.26.0", "0.33.0"])
+def test_the_real_capture_corrects_the_available_kv_figure_not_the_estimate(version, tmp_path, capsys):
+    # issue 26: vLLM subtracted the 2.50 GiB estimate before 'Available KV cache memory: 40.00 GiB' (0.20+
+    # default); the capture then took 3.10 GiB, 0.60 GiB more: room = 40.00 − (3.10 − 2.50) GiB. Taking
+    # the estimate as the graphs' memory would leave the room at 40.00 GiB, 0.60 GiB too high
+    engine = engine_process(version)
+    lines = [
+        vllm_line(version, engine_config(version), engine, 200),
+        *(
+            vllm_line(version, message, engine, 200)
+            for message in (ESTIMATE, "Available KV cache memory: 40.00 GiB")
+        ),
+        vllm_line(version, CAPTURE, engine, 200),
+        vllm_line(version, DONE, engine, 200),
+    ]
+    ledger, _warnings = ledger_of(log(*lines))
+    room = gib("40.00") - (gib("3.10") - gib("2.50"))
+    assert ledger[["cuda_graph_bytes", "cuda_graph_estimate_bytes"]].values.tolist() == [
+        [gib("3.10"), gib("2.50")]
+    ]
+    assert ledger[["room_bytes", "room_source"]].values.tolist() == [[room, "available_kv"]]
+    assert budget_of(tmp_path, capsys, log(*lines)) == room - 2**30
+
+
+@pytest.mark.parametrize("version", FROM_0_27)
+def test_the_real_capture_is_the_graphs_part_of_the_room(version, tmp_path, capsys):
+    # issue 26: a rank with the DEBUG memory lines and no suggestion or available figure: room = free at
+    # startup − (weights + activation + non-torch + graphs) − 150 MiB. The profile line (0.27+ form) gives
+    # weights 16.00, non-torch 18.00 − 16.00, activation 20.00 − 18.00 (so the three sum to 20.00 GiB);
+    # the graphs are the capture's 3.10 GiB, not the estimate's 2.50
+    engine = engine_process(version)
+    profile = (
+        "Memory profiling takes 6.21 seconds. Total non KV cache memory: 20.00GiB; torch peak memory increase: "
+        "1.65GiB; total consumed (from mem_get_info): 18.00GiB; weights memory: 16.00GiB."
+    )
+    free = "Initial free memory: 70.00 GiB; Requested memory: 0.900000 (util), 71.27 GiB"
+    lines = [
+        vllm_line(version, engine_config(version), engine, 200),
+        vllm_line(version, free, engine, 200, "DEBUG"),
+        vllm_line(version, profile, engine, 200, "DEBUG"),
+        vllm_line(version, ESTIMATE, engine, 200),
+        # kv_cache_utils.py, after sizing
+        vllm_line(version, "GPU KV cache size: 327,680 tokens", engine, 200),
+        vllm_line(version, CAPTURE, engine, 200),
+        vllm_line(version, DONE, engine, 200),
+    ]
+    ledger, _warnings = ledger_of(log(*lines))
+    room = gib("70.00") - gib("20.00") - gib("3.10") - 150 * 2**20
+    assert ledger[["room_bytes", "room_source"]].values.tolist() == [[room, "parts"]]
+    assert budget_of(tmp_path, capsys, log(*lines)) == room - 2**30

@@ -32,7 +32,12 @@ from kvplan.cli.common import (
     refuse_layout_without_model,
     size,
 )
-from kvplan.cli.prometheus import add_prometheus_arguments, prometheus_load_files
+from kvplan.cli.prometheus import (
+    add_gpu_arguments,
+    add_prometheus_arguments,
+    prometheus_gpu_files,
+    prometheus_load_files,
+)
 from kvplan.escape import terminal_text
 from kvplan.export import EXPORTERS
 from kvplan.units import format_budget, format_size
@@ -90,6 +95,7 @@ def add_approve(sub: argparse._SubParsersAction) -> None:
     )
     add_load_arguments(parser, "server logs and /metrics snapshots of a load test at the approved value")
     add_prometheus_arguments(parser, "a load test's (at the approved value)")
+    add_gpu_arguments(parser, url=False)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_model_arguments(parser)
     parser.set_defaults(run=run_approve)
@@ -97,38 +103,10 @@ def add_approve(sub: argparse._SubParsersAction) -> None:
 
 def run_approve(args: argparse.Namespace) -> int:
     """Write the bundle of the logs' decision and print the approved value and where the bundle is."""
-    from kvplan import evidence, plan
-    from kvplan.io.model_config import resolve_model_config
+    from kvplan import evidence
 
-    if (args.target_concurrency is None) != (args.seq_len is None):
-        raise CliError("an admission plan needs both --target-concurrency and --seq-len")
-    if args.seq_len is not None and not args.model:
-        raise CliError(
-            "an admission plan needs --model: without the model config its bytes are unknown, so it cannot "
-            "be checked against the approved value and nothing would stop a plan that does not fit"
-        )
-    layout = None
-    if not args.model:
-        refuse_layout_without_model(args, (*MODEL_ONLY_OPTIONS, "block_size"))
-    else:
-        options = {name: getattr(args, name) for name in sorted(LAYOUT_OPTIONS)}
-        layout = plan.ModelLayout(resolve_model_config(args.model), options)
-    admission = plan.AdmissionPlan(args.target_concurrency, args.seq_len) if args.seq_len else None
-    policy = plan.Policy(args.reserve, args.guard, args.assume_uniform)
     try:
-        bundle, written = evidence.approve_bundle(
-            args.logs,
-            args.out,
-            policy,
-            args.approver,
-            args.note,
-            layout,
-            admission,
-            load_paths=[*args.load, *prometheus_load_files(args)],  # --prometheus: its samples saved
-            load_policy=load_policy(args),
-            nvidia_smi_paths=args.nvidia_smi,
-            allow_unjudged=args.allow_unjudged,
-        )
+        bundle, written = evidence.approve_bundle(_request(args))
     except (
         evidence.CheckFailedError
     ) as failed:  # issue 24: a failed check is a verdict (exit 1), not bad input
@@ -136,25 +114,7 @@ def run_approve(args: argparse.Namespace) -> int:
     # the record as budget.json reads back, without its ledger rows (not shown here: most of its bytes)
     record = json.loads(json.dumps({key: value for key, value in written.items() if key != "ledger"}))
     del written
-    warnings = [evidence.user_paths(record, warning) for warning in record["warnings"]]
-    if not args.model:
-        warnings.append(
-            "no --model: the value is not rounded to whole KV blocks and the bundle has no "
-            "capacity table (tokens, concurrency); give --model CONFIG to add both"
-        )
-    if not args.nvidia_smi:
-        warnings.append(
-            "no --nvidia-smi: the recorded key has no GPU type or driver, so a gate cannot "
-            "compare them; give the profiled boot's --query-gpu (and --query-compute-apps) "
-            "snapshots"
-        )
-    headroom = min(rank["stranded_bytes"] for rank in record["ranks"])
-    if args.guard > headroom:
-        warnings.append(
-            f"--guard {format_size(args.guard)} is recorded as kvplan gate's default, and the "
-            f"weakest rank has only {format_size(headroom)} above the approved value: even the "
-            "approved boot fails the gate unless it is given a smaller --guard"
-        )
+    warnings = _approve_warnings(args, record)
     if args.json:
         return print_json(
             {
@@ -184,6 +144,66 @@ def run_approve(args: argparse.Namespace) -> int:
     print(f"verify with  kvplan verify {terminal_text(bundle)}")
     print_warnings(warnings)
     return EXIT_OK
+
+
+def _request(args: argparse.Namespace):
+    """The :class:`kvplan.evidence.Request` of ``kvplan approve``'s arguments."""
+    from kvplan import evidence, plan
+    from kvplan.io.model_config import resolve_model_config
+
+    if (args.target_concurrency is None) != (args.seq_len is None):
+        raise CliError("an admission plan needs both --target-concurrency and --seq-len")
+    if args.seq_len is not None and not args.model:
+        raise CliError(
+            "an admission plan needs --model: without the model config its bytes are unknown, so it cannot "
+            "be checked against the approved value and nothing would stop a plan that does not fit"
+        )
+    layout = None
+    if not args.model:
+        refuse_layout_without_model(args, (*MODEL_ONLY_OPTIONS, "block_size"))
+    else:
+        options = {name: getattr(args, name) for name in sorted(LAYOUT_OPTIONS)}
+        layout = plan.ModelLayout(resolve_model_config(args.model), options)
+    args.nvidia_smi = [*args.nvidia_smi, *prometheus_gpu_files(args)[0]]  # --prometheus --at: DCGM's
+    return evidence.Request(
+        args.logs,
+        args.out,
+        plan.Policy(args.reserve, args.guard, args.assume_uniform),
+        args.approver,
+        args.note,
+        layout,
+        plan.AdmissionPlan(args.target_concurrency, args.seq_len) if args.seq_len else None,
+        load_paths=[*args.load, *prometheus_load_files(args)],  # --prometheus: its samples saved
+        load_policy=load_policy(args),
+        nvidia_smi_paths=args.nvidia_smi,
+        allow_unjudged=args.allow_unjudged,
+    )
+
+
+def _approve_warnings(args: argparse.Namespace, record: dict) -> list[str]:
+    """The reader's warnings (naming the user's files) and what the approval lacks."""
+    from kvplan import evidence
+
+    warnings = [evidence.user_paths(record, warning) for warning in record["warnings"]]
+    if not args.model:
+        warnings.append(
+            "no --model: the value is not rounded to whole KV blocks and the bundle has no "
+            "capacity table (tokens, concurrency); give --model CONFIG to add both"
+        )
+    if not args.nvidia_smi:
+        warnings.append(
+            "no --nvidia-smi: the recorded key has no GPU type or driver, so a gate cannot "
+            "compare them; give the profiled boot's --query-gpu (and --query-compute-apps) "
+            "snapshots"
+        )
+    headroom = min(rank["stranded_bytes"] for rank in record["ranks"])
+    if args.guard > headroom:
+        warnings.append(
+            f"--guard {format_size(args.guard)} is recorded as kvplan gate's default, and the "
+            f"weakest rank has only {format_size(headroom)} above the approved value: even the "
+            "approved boot fails the gate unless it is given a smaller --guard"
+        )
+    return warnings
 
 
 def _not_approved(failed) -> int:

@@ -20,6 +20,7 @@ from kvplan.cli.common import (
     print_warnings,
     size,
 )
+from kvplan.cli.prometheus import add_gpu_arguments, prometheus_fleet_hosts
 from kvplan.escape import terminal_text
 from kvplan.units import format_size
 
@@ -133,6 +134,7 @@ def _add_plan(plan: argparse.ArgumentParser) -> None:
     plan.add_argument("--seq-len", type=at_least_one, metavar="L", help="admission plan: tokens per sequence")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     _add_engine_arguments(plan, None)
+    add_gpu_arguments(plan, host=False)
     plan.set_defaults(run=_run_plan)
 
 
@@ -180,8 +182,11 @@ def _run_plan(args: argparse.Namespace) -> int:
         },
     )
     storage = _storage(args)
+    hosts = list_fleet(args.fleet, storage)
+    if args.prometheus or args.at:  # each host's GPUs from DCGM's series in Prometheus
+        hosts = prometheus_fleet_hosts(args, hosts)
     readings = read_fleet(
-        list_fleet(args.fleet, storage),
+        hosts,
         storage,
         default_scheduler(args.scheduler),
         stderr_progress(),

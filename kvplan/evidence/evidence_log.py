@@ -1,10 +1,4 @@
-"""``evidence.log``: every number of a bundle with the log line it came from, written line by line.
-
-:func:`iter_evidence_lines` writes each source line once, with ``file:line``, boot, rank and every value
-read from it, then the line as logged (read back from the log in batches, never held whole). File names
-and raw lines are shown with their control characters escaped (:func:`kvplan.escape.terminal_text`) in a
-bundle with ``text_escaping``, so a log line or a file name never spans two lines of the file.
-"""
+"""``evidence.log``: every number of a bundle with the log line it came from, written line by line."""
 
 from __future__ import annotations
 
@@ -35,11 +29,10 @@ def evidence_lines(provenance: pd.DataFrame) -> list[str]:
 def iter_evidence_lines(
     provenance: pd.DataFrame, raw_lines: RawLines | None = None, escaped: bool = True
 ) -> Iterator[str]:
-    """The lines of :func:`evidence_lines` one by one: the rows are taken in (source, line) order and the
-    lines of one source line are written once its rows are all seen, so only one line's values are held.
-    With ``raw_lines``, a ``raw`` that is a byte offset (:meth:`~kvplan.io.metadata.ReadMetadata.compact_provenance`) is read back from its
-    log in batches of :data:`READ_BACK_ROWS` rows as the lines are made, never all at once. File names
-    and raw lines are shown with their control characters escaped (:func:`kvplan.escape.terminal_text`),
+    """The lines of :func:`evidence_lines` one by one, in (source, line) order, holding one line's values.
+
+    With ``raw_lines``, a ``raw`` that is a byte offset is read back from its log in batches of
+    :data:`READ_BACK_ROWS` rows; file names and raw lines are escaped (:func:`kvplan.escape.terminal_text`)
     unless not ``escaped`` (a bundle written before that rule).
     """
     yield "# kvplan evidence: every number in budget.json and ledger.csv, with the line it came from"

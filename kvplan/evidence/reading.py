@@ -20,15 +20,24 @@ import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 
+import pandas as pd
+
+from kvplan.checks import Approved
 from kvplan.evidence.record import (
+    ALLOWED_UNJUDGED_KEY,
     BUDGET_JSON,
     CHARTS_DIR,
+    INPUT_KEYS,
     INPUTS_DIR,
+    ROLES,
     SCHEMA,
     SCHEMA_VERSION,
     BundleError,
     bundle_digest,
+    input_names,
+    int_or_none,
 )
+from kvplan.plan import AdmissionPlan, LoadPolicy, Policy, profiled_tokens
 
 #: Largest ``budget.json`` read [bytes]; a bigger one is refused before it is read.
 MAX_RECORD_BYTES = 64 << 20
@@ -273,3 +282,109 @@ def added_paths(folder: Path, expected: Mapping[str, str] | Sequence[str]) -> li
             elif not is_dir and path not in wanted:
                 added.append(path)
     return sorted(added)
+
+
+def stated_settings(
+    folder: Path, record: Mapping
+) -> tuple[list, Policy, AdmissionPlan | None, LoadPolicy | None, object]:
+    """The inputs, policy, plan, load policy and model options a record states; :class:`BundleError`."""
+    try:
+        entries = list(record["inputs"])
+        raw = record["policy"]
+        policy = Policy(_int(raw["reserve_bytes"]), _int(raw["guard_bytes"]), _bool(raw["assume_uniform"]))
+        plan_record = record.get("admission_plan")
+        plan = (
+            AdmissionPlan(_int(plan_record["target_concurrency"]), _int(plan_record["seq_len"]))
+            if plan_record
+            else None
+        )
+        load_record, load_policy = record.get("load"), None
+        if any(isinstance(e, dict) and e.get("role") == "load" for e in entries):
+            load_policy = (
+                LoadPolicy()
+                if load_record is None
+                else LoadPolicy(
+                    _int(load_record["max_preemptions"]),
+                    int_or_none(load_record["year"]),
+                    load_record.get("max_capacity_loss_pct"),
+                )
+            )
+        options = record.get("model_options")
+        if options is not None and not isinstance(options, dict):
+            raise TypeError("model_options is not an object")
+        return entries, policy, plan, load_policy, options
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BundleError(
+            f"{folder / BUDGET_JSON}: malformed policy, plan, load, approval or inputs: {exc!r}"
+        ) from None
+
+
+def allowed_unjudged(folder: Path, record: Mapping) -> list[str]:
+    """The checks the approver accepted without a verdict (none without the key); :class:`BundleError` when
+    the key is not a non-empty list of names."""
+    if ALLOWED_UNJUDGED_KEY not in record:
+        return []
+    allowed = record[ALLOWED_UNJUDGED_KEY]
+    if not isinstance(allowed, list) or not allowed or not all(isinstance(name, str) for name in allowed):
+        raise BundleError(f"{folder / BUDGET_JSON}: {ALLOWED_UNJUDGED_KEY} is not a list of check names")
+    return allowed
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected a whole number, got {value!r}")
+    return value
+
+
+def _bool(value: object) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"expected true or false, got {value!r}")
+    return value
+
+
+def entry_differences(entries: Sequence[object]) -> list[str]:
+    """Each ``inputs[]`` entry holds exactly :data:`INPUT_KEYS` of the right types (else :class:`BundleError`),
+    named as approve would name it (else a difference)."""
+    for i, entry in enumerate(entries):
+        if (
+            not isinstance(entry, dict)
+            or sorted(entry) != sorted(INPUT_KEYS)
+            or not all(isinstance(entry[k], str) for k in ("path", "bundle_path", "sha256", "role"))
+            or entry["role"] not in ROLES
+        ):
+            raise BundleError(
+                f"budget.json: inputs[{i}] is not an input entry ({', '.join(INPUT_KEYS)}; role "
+                f"one of {', '.join(ROLES)})"
+            )
+    out = []
+    for entry, name in zip(entries, input_names([entry["path"] for entry in entries])):
+        if entry["bundle_path"] != name:
+            out.append(f"inputs: {entry['path']} is copied as {name}, recorded {entry['bundle_path']}")
+    return out
+
+
+def approved_from_record(record: Mapping, defaulted_key_fields: frozenset[str] = frozenset()) -> Approved:
+    """What :mod:`kvplan.checks` needs from a record, with the key fields the approved logs did not show;
+    :class:`BundleError` if malformed."""
+    try:
+        plan = record.get("admission_plan") or {}
+        max_model_len = int_or_none(record["compatibility_key"].get("max_model_len"))
+        at_max_len = [
+            int(row["tokens"]) for row in record.get("capacity") or () if row["seq_len"] == max_model_len
+        ]
+        return Approved(
+            budget_bytes=int(record["decision"]["kv_cache_memory_bytes"]),
+            ranks=tuple(int(r["rank"]) for r in record["ranks"]),
+            safe_bytes=tuple(int(r["safe_bytes"]) for r in record["ranks"]),
+            ref_free_bytes=tuple(int_or_none(r.get("init_free_bytes")) for r in record["ranks"]),
+            reserve_bytes=int(record["policy"]["reserve_bytes"]),
+            guard_bytes=int(record["policy"]["guard_bytes"]),
+            block_bytes=int_or_none(record["policy"]["rounding"]["block_bytes"]),
+            compatibility_key=dict(record["compatibility_key"]),
+            tokens_required=int_or_none(plan.get("tokens_required")),
+            logged_tokens=profiled_tokens(pd.DataFrame(record.get("ledger") or [])),
+            capacity_tokens=at_max_len[0] if at_max_len else None,
+            defaulted_key_fields=frozenset(defaulted_key_fields),
+        )
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BundleError(f"budget.json lacks or garbles what a gate needs: {exc!r}") from None

@@ -1,10 +1,8 @@
-"""The bundle record (``budget.json``): its schema, digests, seal, canonical bytes and the gate's view.
+"""The bundle record (``budget.json``, schema in ``docs/budget-json.md``): its digests, seal, bytes, gate view.
 
-``budget.json`` is written as :func:`record_bytes` (indented JSON, one trailing newline), so its bytes
-are a function of the record and :func:`bundle_digest` (their SHA-256) pins a whole bundle: the record
-lists the SHA-256 of every other file. :func:`inputs_digest` seals what was approved (its first 12 hex
-digits name the folder); :func:`seal` seals the rest of the record (``created_utc``, the charts'
-hashes, every key). Schema in ``docs/budget-json.md``.
+:func:`record_bytes` are a function of the record, so :func:`bundle_digest` (their SHA-256, the record listing
+every other file's) pins a whole bundle; :func:`inputs_digest` seals what was approved (its first 12 hex digits
+name the folder) and :func:`seal` the rest of the record.
 
 >>> bundle_name(datetime(2026, 11, 29, 10, 40, tzinfo=timezone.utc), "0123456789abcdef")
 '2026-11-29-0123456789ab'
@@ -17,33 +15,30 @@ import json
 import os
 import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from itertools import zip_longest
 from pathlib import Path
 
-import pandas as pd
-
 from kvplan import __version__
-from kvplan.checks import LAUNCH_CHECKS, Approved
+from kvplan.checks import LAUNCH_CHECKS
 from kvplan.json_text import canonical_chunks, indented_chunks
 from kvplan.ledger import is_known
-from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy, profiled_tokens
+from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy
 from kvplan.units import format_size
 
 SCHEMA = "kvplan.budget"
 SCHEMA_VERSION = 2
-#: The key of ``decision`` that marks a bundle with its launch (issue 24): ``launch_flags``,
-#: ``gpu_memory_utilization`` and the start-up checks. A bundle without it was approved before; verify
-#: recomputes it as it was written (keys were added, none re-meant, so the schema version stays 2).
+#: The key of ``decision`` that marks a bundle with its launch (issue 24); a bundle without it was approved
+#: before and is recomputed as written (keys were added, none re-meant: the schema version stays 2).
 LAUNCH_KEY = "launch_flags"
 BUDGET_JSON = "budget.json"
 INPUTS_DIR = "inputs"
 CHARTS_DIR = "charts"
 DIGEST_CHARS = 12
 SEAL_KEY = "seal_sha256"
-#: Keys older bundles lack (they verify as written): the version of the rules by which the text files escape
-#: text from files (docs/safety.md), and the checks accepted without a verdict (``--allow-unjudged``).
+#: Keys older bundles lack (they verify as written): the text escaping rules' version (docs/safety.md) and the
+#: checks accepted without a verdict (``--allow-unjudged``).
 TEXT_ESCAPING_KEY, TEXT_ESCAPING = "text_escaping", 1
 ALLOWED_UNJUDGED_KEY = "allowed_unjudged"
 NVIDIA_SMI_ROLE = "nvidia-smi"
@@ -102,7 +97,7 @@ class ApprovalError(ValueError):
 
 
 def sha256_file(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a file's bytes, read in 1 MiB chunks."""
+    """Hex SHA-256 of a file's bytes."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
@@ -129,7 +124,7 @@ def inputs_digest(file_hashes: Sequence[str], settings: Mapping[str, object]) ->
 
 
 def same_canonical(a: object, b: object) -> bool:
-    """Whether ``canonical_json(a) == canonical_json(b)``, compared piece by piece (neither text is built).
+    """Whether ``canonical_json(a) == canonical_json(b)``, piece by piece (neither text is built).
 
     >>> same_canonical({"a": [1, 2]}, {"a": (1, 2)}), same_canonical([1], [1.0])
     (True, False)
@@ -150,14 +145,14 @@ def seal(record: Mapping) -> str:
 
 
 def record_chunks(record: Mapping) -> Iterator[bytes]:
-    """The bytes of ``budget.json`` for ``record`` in pieces: indented JSON (ASCII), one trailing newline."""
+    """:func:`record_bytes` in pieces."""
     for piece in indented_chunks(record):
         yield piece.encode()
     yield b"\n"
 
 
 def record_bytes(record: Mapping) -> bytes:
-    """The bytes of ``budget.json`` for ``record``, as approve writes them (and verify requires).
+    """The bytes of ``budget.json``: indented JSON (ASCII), one trailing newline, as verify requires.
 
     >>> record_bytes({"a": [1]}).decode() == json.dumps({"a": [1]}, indent=2) + chr(10)
     True
@@ -166,7 +161,7 @@ def record_bytes(record: Mapping) -> bytes:
 
 
 def same_bytes(data: bytes, pieces: Iterable[bytes]) -> bool:
-    """Whether ``data`` is the concatenation of ``pieces``, compared piece by piece (no copy of ``data``).
+    """Whether ``data`` is the concatenation of ``pieces`` (no copy of ``data``).
 
     >>> same_bytes(b"abc", [b"a", b"bc"]), same_bytes(b"abc", [b"ab"]), same_bytes(b"ab", [b"a", b"bc"])
     (True, False, False)
@@ -191,8 +186,8 @@ def bundle_name(created: datetime, digest: str) -> str:
 
 
 def input_names(paths: Sequence[str | os.PathLike]) -> list[str]:
-    """Bundle-relative names of the input copies: ``inputs/<file name>``, numbered when names clash; a
-    control character or a backslash (which a bundle path may not hold) becomes ``_``.
+    """Bundle names of the input copies: ``inputs/<file name>``, numbered when names clash; a control
+    character or a backslash (which a bundle path may not hold) becomes ``_``.
 
     >>> input_names(["a/reference.log", "b/canary.log"])
     ['inputs/reference.log', 'inputs/canary.log']
@@ -205,27 +200,40 @@ def input_names(paths: Sequence[str | os.PathLike]) -> list[str]:
     return [f"{INPUTS_DIR}/{i}-{name}" for i, name in enumerate(names, start=1)]
 
 
+@dataclass(frozen=True)
+class Approval:
+    """Who approved under which policy and with which kvplan: what a record states besides the decision.
+
+    ``allowed_unjudged`` are the checks accepted without a verdict (``--allow-unjudged``); ``launch`` False
+    writes a record as kvplan did before the launch was recorded (no :data:`LAUNCH_KEY`, no start-up checks).
+    """
+
+    policy: Policy
+    approver: str
+    note: str = ""
+    version: str = __version__
+    allowed_unjudged: tuple[str, ...] = ()
+    launch: bool = True
+
+
 def settings(
-    policy: Policy,
+    approval: Approval,
     layout: ModelLayout | None,
     plan: AdmissionPlan | None,
     load_policy: LoadPolicy | None,
     inputs: Sequence[Mapping[str, str]],
-    approver: str,
-    note: str,
-    version: str,
-    allowed_unjudged: Sequence[str] = (),
 ) -> dict:
     """The settings of the inputs digest: policy, layout, plan, input paths and roles, the approval;
-    ``load`` only with load evidence, the approval's ``allowed_unjudged`` only when it names a check."""
-    approval: dict = {"approver": approver, "note": note, "kvplan_version": version}
-    approval.update({ALLOWED_UNJUDGED_KEY: list(allowed_unjudged)} if allowed_unjudged else {})
+    ``load`` only with load evidence, ``allowed_unjudged`` only when it names a check."""
+    stated: dict = {"approver": approval.approver, "note": approval.note, "kvplan_version": approval.version}
+    allowed = list(approval.allowed_unjudged)
+    stated.update({ALLOWED_UNJUDGED_KEY: allowed} if allowed else {})
     out = {
-        "policy": asdict(policy),
+        "policy": asdict(approval.policy),
         "model_options": dict(layout.options) if layout else None,
         "plan": asdict(plan) if plan else None,
         "inputs": [{"path": entry["path"], "role": entry["role"]} for entry in inputs],
-        "approval": approval,
+        "approval": stated,
     }
     if load_policy is not None:
         out["load"] = asdict(load_policy)
@@ -254,40 +262,22 @@ def utc_text(created: datetime) -> str:
 
 def build_record(
     decision: Decision,
-    policy: Policy,
+    approval: Approval,
+    created: datetime,
     inputs: Sequence[Mapping[str, object]],
     digest: str,
-    created: datetime,
-    approver: str,
-    note: str = "",
     layout_options: Mapping[str, object] | None = None,
-    version: str = __version__,
-    launch: bool = True,
 ) -> dict:
-    """The ``budget.json`` content (schema ``kvplan.budget``, see ``docs/budget-json.md``), without the file
-    hashes (``files``) and the seal, which approve adds last; ``version`` is the kvplan release that
-    approves. ``launch`` False writes the record as kvplan did before the launch was recorded (no
-    :data:`LAUNCH_KEY`, no start-up checks): verify recomputes such a bundle so."""
-    budget = decision.budget
-    ranks = [
-        {
-            "rank": rank,
-            "room_bytes": budget.room_bytes[i],
-            "room_source": decision.room_sources[i],
-            "safe_bytes": budget.safe_bytes[i],
-            "stranded_bytes": budget.stranded_bytes[i],
-            "init_free_bytes": decision.ref_free_bytes[i],
-            "limiting": rank == budget.limiting_rank,
-        }
-        for i, rank in enumerate(budget.ranks)
-    ]
+    """The ``budget.json`` content (``docs/budget-json.md``) without ``files`` and the seal, which approve adds
+    last."""
+    policy, budget, launch = approval.policy, decision.budget, approval.launch
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
-        "kvplan_version": version,
+        "kvplan_version": approval.version,
         "created_utc": utc_text(created),
-        "approver": approver,
-        "note": note,
+        "approver": approval.approver,
+        "note": approval.note,
         "inputs_digest": digest,
         "decision": {
             "kv_cache_memory_bytes": budget.uniform_budget_bytes,
@@ -306,21 +296,7 @@ def build_record(
                 "rule": "down to whole KV blocks" if budget.block_bytes else "none (no model given)",
             },
         },
-        "ranks": ranks,
-        "summary": {
-            "min_safe_bytes": budget.min_safe_bytes,
-            "median_safe_bytes": budget.median_safe_bytes,
-            "max_safe_bytes": budget.max_safe_bytes,
-            "min_median_ratio": budget.min_median_ratio,
-            "weak_rank_loss_fraction": budget.weak_rank_loss_fraction,
-            "allocated_total_bytes": budget.allocated_total_bytes,
-        },
-        "stranded": {
-            "total_bytes": budget.stranded_total_bytes,
-            "rounding_loss_bytes": budget.rounding_loss_bytes,
-            "per_rank_bytes": list(budget.stranded_bytes),
-        },
-        "kv_spec": decision.spec.to_dict() if decision.spec else None,
+        **_budget_keys(decision),
         "model_options": dict(layout_options) if layout_options is not None else None,
         "capacity": [dict(row) for row in decision.capacity] if decision.capacity is not None else None,
         "admission_plan": decision.plan,
@@ -338,42 +314,44 @@ def build_record(
     }
 
 
+def _budget_keys(decision: Decision) -> dict:
+    """The record's ``ranks``, ``summary``, ``stranded`` and ``kv_spec``, in that order."""
+    budget = decision.budget
+    ranks = [
+        {
+            "rank": rank,
+            "room_bytes": budget.room_bytes[i],
+            "room_source": decision.room_sources[i],
+            "safe_bytes": budget.safe_bytes[i],
+            "stranded_bytes": budget.stranded_bytes[i],
+            "init_free_bytes": decision.ref_free_bytes[i],
+            "limiting": rank == budget.limiting_rank,
+        }
+        for i, rank in enumerate(budget.ranks)
+    ]
+    summary = {
+        "min_safe_bytes": budget.min_safe_bytes,
+        "median_safe_bytes": budget.median_safe_bytes,
+        "max_safe_bytes": budget.max_safe_bytes,
+        "min_median_ratio": budget.min_median_ratio,
+        "weak_rank_loss_fraction": budget.weak_rank_loss_fraction,
+        "allocated_total_bytes": budget.allocated_total_bytes,
+    }
+    stranded = {
+        "total_bytes": budget.stranded_total_bytes,
+        "rounding_loss_bytes": budget.rounding_loss_bytes,
+        "per_rank_bytes": list(budget.stranded_bytes),
+    }
+    spec = decision.spec.to_dict() if decision.spec else None
+    return {"ranks": ranks, "summary": summary, "stranded": stranded, "kv_spec": spec}
+
+
 def _launch(decision: Decision) -> dict:
     """The decision's launch keys: :data:`LAUNCH_KEY` and ``gpu_memory_utilization``."""
     return {
         LAUNCH_KEY: list(decision.launch_flags),
         "gpu_memory_utilization": decision.gpu_memory_utilization,
     }
-
-
-def approved_from_record(record: Mapping, defaulted_key_fields: frozenset[str] = frozenset()) -> Approved:
-    """What :mod:`kvplan.checks` needs, from a ``budget.json`` record; :class:`BundleError` if malformed.
-
-    ``defaulted_key_fields`` are the key fields the approved logs did not show
-    (:func:`kvplan.checks.defaulted_key_fields` of the verified decision's provenance).
-    """
-    try:
-        plan = record.get("admission_plan") or {}
-        max_model_len = int_or_none(record["compatibility_key"].get("max_model_len"))
-        at_max_len = [
-            int(row["tokens"]) for row in record.get("capacity") or () if row["seq_len"] == max_model_len
-        ]
-        return Approved(
-            budget_bytes=int(record["decision"]["kv_cache_memory_bytes"]),
-            ranks=tuple(int(r["rank"]) for r in record["ranks"]),
-            safe_bytes=tuple(int(r["safe_bytes"]) for r in record["ranks"]),
-            ref_free_bytes=tuple(int_or_none(r.get("init_free_bytes")) for r in record["ranks"]),
-            reserve_bytes=int(record["policy"]["reserve_bytes"]),
-            guard_bytes=int(record["policy"]["guard_bytes"]),
-            block_bytes=int_or_none(record["policy"]["rounding"]["block_bytes"]),
-            compatibility_key=dict(record["compatibility_key"]),
-            tokens_required=int_or_none(plan.get("tokens_required")),
-            logged_tokens=profiled_tokens(pd.DataFrame(record.get("ledger") or [])),
-            capacity_tokens=at_max_len[0] if at_max_len else None,
-            defaulted_key_fields=frozenset(defaulted_key_fields),
-        )
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise BundleError(f"budget.json lacks or garbles what a gate needs: {exc!r}") from None
 
 
 def json_value(value: object) -> object:

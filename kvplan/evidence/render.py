@@ -1,12 +1,9 @@
 """The bundle's text and charts, pure over the record and the decision: ``SUMMARY.md``, ``evidence.log``,
-``ledger.csv`` and ``charts/*.png``.
+``ledger.csv`` and ``charts/*.png`` (verify regenerates the texts byte for byte).
 
-:func:`verify <kvplan.evidence.verify.verify_bundle_with_notes>` regenerates the text files byte for byte
-(and, for bundles written before the seal, the charts). Text that people or logs wrote is escaped for
-its file (:mod:`kvplan.escape`): in ``SUMMARY.md`` it cannot add headings, tables or HTML, in ``ledger.csv``
-a spreadsheet never runs it as a formula, in ``evidence.log`` it never spans two lines. A bundle whose
-record lacks ``text_escaping`` (written before the rule) is regenerated as it was written: only its note
-and approver escaped.
+Text that people or logs wrote is escaped for its file (:mod:`kvplan.escape`): in ``SUMMARY.md`` it adds no
+headings, tables or HTML, in ``ledger.csv`` it is never a formula, in ``evidence.log`` it never spans two
+lines. A bundle without ``text_escaping`` (written before the rule) is regenerated as it was written.
 """
 
 from __future__ import annotations
@@ -21,7 +18,12 @@ import pandas as pd
 from kvplan.budget import kv_cache_flag
 from kvplan.escape import markdown_code, markdown_text
 from kvplan.evidence.evidence_log import decision_evidence_lines
-from kvplan.evidence.record import ALLOWED_UNJUDGED_KEY, CHARTS_DIR, TEXT_ESCAPING_KEY, int_or_none
+from kvplan.evidence.record import (
+    ALLOWED_UNJUDGED_KEY,
+    CHARTS_DIR,
+    TEXT_ESCAPING_KEY,
+    int_or_none,
+)
 from kvplan.io.ledger_rows_csv import ledger_frame_csv
 from kvplan.kvspec.capacity import capacity_rows, sequence_lengths
 from kvplan.plan import Decision
@@ -36,16 +38,14 @@ CSV_README = (
 )
 
 
-#: What a bundle written before ``text_escaping`` backslash-escaped in its approver and note, and the
-#: control characters it showed escaped there.
+#: What a bundle before ``text_escaping`` escaped in its approver and note: characters, control characters.
 _BEFORE = re.compile(r"([\\`*<>\[\]|])")
 _BEFORE_CONTROL = re.compile("[\x00-\x1f\x7f\x85\u2028\u2029]")
 
 
 @dataclass(frozen=True)
 class _Markdown:
-    """How ``SUMMARY.md`` writes text from files: escaped (:mod:`kvplan.escape`), or as a bundle written
-    before ``text_escaping`` wrote it (``escaped`` False: plain text and plain code spans)."""
+    """How ``SUMMARY.md`` writes text from files: escaped, or as a bundle before ``text_escaping`` wrote it."""
 
     escaped: bool
 
@@ -68,22 +68,13 @@ class _Markdown:
 
 
 def escaped_text(record: Mapping) -> bool:
-    """Whether the bundle of ``record`` escapes every text from files (its ``text_escaping`` key).
-
-    >>> escaped_text({"text_escaping": 1}), escaped_text({})
-    (True, False)
-    """
+    """Whether the bundle of ``record`` escapes every text from files (its ``text_escaping`` key)."""
     return TEXT_ESCAPING_KEY in record
 
 
 def launch_lines(record: Mapping) -> list[str]:
-    """``SUMMARY.md``'s launch (issue 24; none for a bundle approved before it): both flags, and per rank whose
-    room is below the available KV memory, why: vLLM sized the KV cache before capturing CUDA graphs.
-
-    >>> launch_lines({"decision": {"launch_flags": ["--kv-cache-memory-bytes=1"]}, "ledger": [
-    ...     {"rank": 0, "room_source": "available_kv", "room_bytes": 1 << 30, "available_kv_bytes": 3 << 30}]})[1]
-    '- **Room below available KV:** rank 0: room 1 GiB < available KV 3 GiB: vLLM sized the KV cache before capturing CUDA graphs, which take 2 GiB of it after.'
-    """
+    """``SUMMARY.md``'s launch (none before issue 24): both flags, and why a rank's room is below its available
+    KV memory (vLLM sized the KV cache before capturing CUDA graphs)."""
     flags = record["decision"].get("launch_flags")
     if flags is None:
         return []
@@ -109,73 +100,8 @@ def launch_lines(record: Mapping) -> list[str]:
 
 def summary_markdown(record: Mapping, name: str) -> str:
     """``SUMMARY.md``: the decision, per-rank table, stranded, capacity, key, checks and inputs."""
-    decision, policy = record["decision"], record["policy"]
     md = _Markdown(escaped_text(record))
-    limiting = decision["limiting_rank"]
-    rounding = policy["rounding"]
-    lines = [
-        f"# KV-cache budget: {decision['human']} per GPU (`{decision['flag']}`)",
-        "",
-        f"- **Decision:** `{decision['flag']}`: {decision['kv_cache_memory_bytes']:,} bytes = "
-        f"{decision['human']} per GPU, on every rank; rank {limiting} limits.",
-        f"- **Approved by** {md.person(record['approver'])} at {record['created_utc']} with kvplan "
-        f"{record['kvplan_version']}; bundle `{name}`.",
-    ]
-    lines += launch_lines(record)
-    if record.get("note"):
-        lines.append(f"- **Note:** {md.person(record['note'])}")
-    lines += [
-        f"- **Policy:** reserve {format_size(policy['reserve_bytes'])} per GPU; canary guard "
-        f"{format_size(policy['guard_bytes'])}; rounding {rounding['rule']}"
-        + (
-            f" of {format_size(rounding['block_bytes'])} ({decision['num_blocks']:,} blocks)"
-            if rounding["block_bytes"]
-            else ""
-        )
-        + ("; rank 0's room assumed for every rank (--assume-uniform)" if policy["assume_uniform"] else "")
-        + ".",
-        "",
-        "## Per rank",
-        "",
-        "| rank | room | room from | safe = room − reserve | approved | stranded | startup free |",
-        "|---:|---:|---|---:|---:|---:|---:|",
-    ]
-    for rank in record["ranks"]:
-        marker = " (limits)" if rank["limiting"] else ""
-        free = format_size(rank["init_free_bytes"]) if rank["init_free_bytes"] is not None else "not shown"
-        lines.append(
-            f"| {rank['rank']}{marker} | {format_size(rank['room_bytes'])} | {md.text(rank['room_source'] or '?')} | "
-            f"{format_size(rank['safe_bytes'])} | {decision['human']} | "
-            f"{format_size(rank['stranded_bytes'])} | {free} |"
-        )
-    summary, stranded = record["summary"], record["stranded"]
-    lines += [
-        "",
-        f"**Stranded:** {format_size(stranded['total_bytes'])} over all ranks (of which block rounding "
-        f"{format_size(stranded['rounding_loss_bytes'])} per rank); allocated "
-        f"{format_size(summary['allocated_total_bytes'])}. Min/median safe budget "
-        f"{summary['min_median_ratio']:.3f}: the weakest rank removes {1 - summary['min_median_ratio']:.0%} "
-        "of typical capacity.",
-        "",
-        "## Capacity at the approved value",
-        "",
-    ]
-    if record["capacity"]:
-        spec = record["kv_spec"]
-        lines += [
-            f"{format_size(spec['bytes_per_token'])} per token per rank, blocks of {spec['block_size']} "
-            "tokens "
-            f"({format_size(spec['block_bytes'])}).",
-            "",
-            "| sequence length | blocks | tokens | full-length sequences at once |",
-            "|---:|---:|---:|---:|",
-        ]
-        lines += [
-            f"| {row['seq_len']:,} | {row['blocks']:,} | {row['tokens']:,} | {row['max_concurrency']:.2f} |"
-            for row in record["capacity"]
-        ]
-    else:
-        lines.append("Not computed: approve with `--model CONFIG --tp N` to turn bytes into tokens.")
+    lines = [*_decision_lines(record, name, md), *_rank_lines(record, md), *_capacity_lines(record)]
     if record["admission_plan"]:
         lines += ["", f"**Admission plan:** {record['admission_plan']['detail']}."]
     if record.get("load") is not None:
@@ -214,25 +140,86 @@ def summary_markdown(record: Mapping, name: str) -> str:
     return "\n".join(lines)
 
 
-def under_load_lines(load: Mapping, escaped: bool = True) -> list[str]:
-    """The "Under load" bullets of ``SUMMARY.md`` from a ``budget.json`` ``load`` section; file names and
-    notes escaped (:mod:`kvplan.escape`) unless not ``escaped`` (a bundle written before that rule).
+def _decision_lines(record: Mapping, name: str, md: _Markdown) -> list[str]:
+    """``SUMMARY.md``'s title, decision, approval, launch, note and policy."""
+    decision, policy = record["decision"], record["policy"]
+    rounding = policy["rounding"]
+    lines = [
+        f"# KV-cache budget: {decision['human']} per GPU (`{decision['flag']}`)",
+        "",
+        f"- **Decision:** `{decision['flag']}`: {decision['kv_cache_memory_bytes']:,} bytes = "
+        f"{decision['human']} per GPU, on every rank; rank {decision['limiting_rank']} limits.",
+        f"- **Approved by** {md.person(record['approver'])} at {record['created_utc']} with kvplan "
+        f"{record['kvplan_version']}; bundle `{name}`.",
+        *launch_lines(record),
+    ]
+    if record.get("note"):
+        lines.append(f"- **Note:** {md.person(record['note'])}")
+    lines.append(
+        f"- **Policy:** reserve {format_size(policy['reserve_bytes'])} per GPU; canary guard "
+        f"{format_size(policy['guard_bytes'])}; rounding {rounding['rule']}"
+        + (
+            f" of {format_size(rounding['block_bytes'])} ({decision['num_blocks']:,} blocks)"
+            if rounding["block_bytes"]
+            else ""
+        )
+        + ("; rank 0's room assumed for every rank (--assume-uniform)" if policy["assume_uniform"] else "")
+        + "."
+    )
+    return lines
 
-    >>> load = {"sources": ["inputs/server.log"], "rows": 40, "start": "2026-11-27T09:32:10",
-    ...     "end": "2026-11-27T09:38:58", "duration_s": 408.0, "kv_cache_tokens": 157280,
-    ...     "kv_cache_memory_bytes": 12884377600, "approved_kv_cache_tokens": 157280,
-    ...     "peak_kv_cache_usage_pct": 70.1, "peak_kv_cache_tokens": 110253,
-    ...     "peak_at": {"source": "inputs/server.log", "line": 61, "time": None, "engine": 0},
-    ...     "max_running": 32, "max_waiting": 3, "mean_prompt_tokens_per_s": 1520.5,
-    ...     "mean_generation_tokens_per_s": 689.25, "preemptions": 0, "max_preemptions": 0,
-    ...     "oom_events": 0, "error_events": 0, "warnings": [], "notes": []}
-    >>> print("\\n".join(under_load_lines(load)))
-    - **Evidence:** 40 rows from `inputs/server.log`, 2026-11-27T09:32:10 to 2026-11-27T09:38:58 (408 s).
-    - **Peak KV cache usage:** 70.1% of 157,280 tokens (≈110,253) at `inputs/server.log:61`.
-    - **Preemptions:** 0 (policy allows 0); **OOM / error events:** 0 / 0.
-    - **Throughput:** prompt 1,520, generation 689 tokens/s on average; peak 32 running, 3 waiting.
-    - **Capacity:** 157,280 tokens (`--kv-cache-memory-bytes=12884377600`); approved value: 157,280.
-    """
+
+def _rank_lines(record: Mapping, md: _Markdown) -> list[str]:
+    """``SUMMARY.md``'s per-rank table and stranded capacity."""
+    human = record["decision"]["human"]
+    lines = [
+        "",
+        "## Per rank",
+        "",
+        "| rank | room | room from | safe = room − reserve | approved | stranded | startup free |",
+        "|---:|---:|---|---:|---:|---:|---:|",
+    ]
+    for rank in record["ranks"]:
+        marker = " (limits)" if rank["limiting"] else ""
+        free = format_size(rank["init_free_bytes"]) if rank["init_free_bytes"] is not None else "not shown"
+        lines.append(
+            f"| {rank['rank']}{marker} | {format_size(rank['room_bytes'])} | {md.text(rank['room_source'] or '?')} | "
+            f"{format_size(rank['safe_bytes'])} | {human} | {format_size(rank['stranded_bytes'])} | {free} |"
+        )
+    summary, stranded = record["summary"], record["stranded"]
+    return [
+        *lines,
+        "",
+        f"**Stranded:** {format_size(stranded['total_bytes'])} over all ranks (of which block rounding "
+        f"{format_size(stranded['rounding_loss_bytes'])} per rank); allocated "
+        f"{format_size(summary['allocated_total_bytes'])}. Min/median safe budget "
+        f"{summary['min_median_ratio']:.3f}: the weakest rank removes {1 - summary['min_median_ratio']:.0%} "
+        "of typical capacity.",
+    ]
+
+
+def _capacity_lines(record: Mapping) -> list[str]:
+    """``SUMMARY.md``'s capacity at the approved value."""
+    lines = ["", "## Capacity at the approved value", ""]
+    if not record["capacity"]:
+        return [*lines, "Not computed: approve with `--model CONFIG --tp N` to turn bytes into tokens."]
+    spec = record["kv_spec"]
+    lines += [
+        f"{format_size(spec['bytes_per_token'])} per token per rank, blocks of {spec['block_size']} tokens "
+        f"({format_size(spec['block_bytes'])}).",
+        "",
+        "| sequence length | blocks | tokens | full-length sequences at once |",
+        "|---:|---:|---:|---:|",
+    ]
+    return lines + [
+        f"| {row['seq_len']:,} | {row['blocks']:,} | {row['tokens']:,} | {row['max_concurrency']:.2f} |"
+        for row in record["capacity"]
+    ]
+
+
+def under_load_lines(load: Mapping, escaped: bool = True) -> list[str]:
+    """The "Under load" bullets of ``SUMMARY.md`` from a ``budget.json`` ``load`` section; file names and notes
+    escaped unless not ``escaped`` (a bundle written before that rule)."""
     md = _Markdown(escaped)
     peak, tokens, preemptions = load["peak_kv_cache_usage_pct"], load["kv_cache_tokens"], load["preemptions"]
     span = (

@@ -1,12 +1,9 @@
 """Writing a bundle: compute the decision, assemble the folder under a hidden name, fsync, rename into place.
 
-One folder per approval, named ``YYYY-MM-DD-<hash>`` after the UTC date and the first 12 hex digits of
-:func:`~kvplan.evidence.record.inputs_digest`. The folder is assembled under ``.<name>.<random>.partial``
-beside the target (created with the process umask, like the files in it), every file and folder is
-fsync'ed, and it is renamed onto an empty claim of the final name made with ``mkdir``, so a bundle another
-process wrote meanwhile is never replaced; any failure removes the temporary folder. An existing bundle
-is never overwritten, changed or written into. A kill can leave a claim or a ``.partial`` folder behind:
-the next approval into the same folder removes a stale one and says so (:func:`clean_stale`).
+The folder (``YYYY-MM-DD-<first 12 hex digits of the inputs digest>``) is assembled under
+``.<name>.<random>.partial`` beside the target, fsync'ed, and renamed onto an empty ``mkdir`` claim of its
+name, so a bundle another process wrote meanwhile is never replaced; any failure removes the temporary
+folder, and what a killed approval left is removed by the next (:func:`clean_stale`).
 """
 
 from __future__ import annotations
@@ -18,6 +15,7 @@ import secrets
 import shutil
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -32,6 +30,7 @@ from kvplan.evidence.record import (
     ROLES,
     SCHEMA,
     SEAL_KEY,
+    Approval,
     ApprovalError,
     BundleExistsError,
     build_record,
@@ -70,69 +69,50 @@ STALE_PARTIAL_S = 3600
 PARTIAL_SUFFIX = ".partial"
 
 
+@dataclass(frozen=True)
+class Request:
+    """An approval as asked: the logs of the profiled boot(s), where to write, the policy and approver, and
+    optionally the model layout, admission plan, time (default now), a load test at the approved value
+    (``load_paths``, judged with ``load_policy``, default: no preemption), the nvidia-smi snapshots of the
+    profiled boot and the checks accepted although they cannot be judged (``allow_unjudged``)."""
+
+    log_paths: Sequence[str | os.PathLike]
+    out_dir: str | os.PathLike
+    policy: Policy
+    approver: str
+    note: str = ""
+    layout: ModelLayout | None = None
+    plan: AdmissionPlan | None = None
+    now: datetime | None = None
+    load_paths: Sequence[str | os.PathLike] = ()
+    load_policy: LoadPolicy | None = None
+    nvidia_smi_paths: Sequence[str | os.PathLike] = ()
+    allow_unjudged: Sequence[str] = ()
+
+
 def approve(*args: Any, **kwargs: Any) -> Path:
-    """Compute the decision and write its bundle under ``out_dir``; returns the new folder (the arguments
-    and errors of :func:`approve_bundle`)."""
-    return approve_bundle(*args, **kwargs)[0]
+    """Compute the decision and write its bundle; returns the new folder (the fields of :class:`Request`, the
+    errors of :func:`approve_bundle`)."""
+    return approve_bundle(Request(*args, **kwargs))[0]
 
 
-def approve_bundle(
-    log_paths: Sequence[str | os.PathLike],
-    out_dir: str | os.PathLike,
-    policy: Policy,
-    approver: str,
-    note: str = "",
-    layout: ModelLayout | None = None,
-    plan: AdmissionPlan | None = None,
-    now: datetime | None = None,
-    load_paths: Sequence[str | os.PathLike] = (),
-    load_policy: LoadPolicy | None = None,
-    nvidia_smi_paths: Sequence[str | os.PathLike] = (),
-    allow_unjudged: Sequence[str] = (),
-) -> tuple[Path, dict]:
+def approve_bundle(request: Request) -> tuple[Path, dict]:
     """Compute the decision and write its bundle under ``out_dir``; returns the new folder and the record
     written as its ``budget.json`` (so that a caller need not read 40 MB of ledger rows back).
 
-    ``load_paths`` are the server logs and /metrics snapshots of a load test at the approved value
-    (read with ``load_policy``, default: no preemption allowed); ``nvidia_smi_paths`` the ``--query-gpu``
-    (and optionally ``--query-compute-apps``) CSV snapshots of the profiled boot. Both are inputs like the
-    logs. A check that cannot be judged refuses the approval unless ``allow_unjudged`` names it (the
-    bundle records those names, ``allowed_unjudged``). Raises :class:`BundleExistsError` when the folder
-    already exists (the same input files given
-    by the same paths, policy, approver and note approved on the same UTC day) or when ``out_dir`` is a
-    bundle or lies inside one, :class:`~kvplan.plan.InputFileError` for a missing input, and
-    :class:`ApprovalError` when the logs give no budget or a check at approval fails or cannot be judged.
+    Raises :class:`BundleExistsError` when the folder exists (the same inputs by the same paths, policy,
+    approver and note on the same UTC day) or ``out_dir`` is or lies inside a bundle,
+    :class:`~kvplan.plan.InputFileError` for a missing input, and :class:`ApprovalError` when the logs give
+    no budget or a check fails (:class:`CheckFailedError`) or cannot be judged and is not allowed.
     """
-    if not isinstance(approver, str) or not approver.strip():
-        raise ValueError("an approval needs the approver's name (--approver)")
-    if policy.guard_bytes < 0:
-        raise ValueError(f"guard must not be negative, got {format_size(policy.guard_bytes)}")
-    logs, loads = [Path(path) for path in log_paths], [Path(path) for path in load_paths]
-    if not logs:
-        raise ValueError("no log files: approve needs the logs of at least one profiled boot")
-    if load_policy is not None and not loads:
-        raise ValueError("a load policy (max preemptions, year) needs load-test files (--load)")
-    load_policy = (load_policy or LoadPolicy()) if loads else None
-    configs = [Path(layout.config)] if layout else []
-    snapshots = [Path(path) for path in nvidia_smi_paths]
-    for paths, argument in (
-        (logs, "LOG"),
-        (snapshots, "--nvidia-smi"),
-        (configs, "--model"),
-        (loads, "--load"),
-    ):
-        require_files(paths, argument)
-        require_utf8_names(paths, argument)
-    sources = logs + snapshots + configs + loads
-    allowed = list(dict.fromkeys(allow_unjudged))
-    roles = [role for role, paths in zip(ROLES, (logs, snapshots, configs, loads)) for _ in paths]
+    sources, roles, load_policy = _inputs(request)
+    allowed = tuple(dict.fromkeys(request.allow_unjudged))
+    created = (request.now or datetime.now(timezone.utc)).replace(microsecond=0)
+    approval = Approval(request.policy, request.approver, request.note, __version__, allowed)
     hashes = [sha256_file(path) for path in sources]
     entries = [{"path": str(source), "role": role} for source, role in zip(sources, roles)]
-    digest = inputs_digest(
-        hashes, settings(policy, layout, plan, load_policy, entries, approver, note, __version__, allowed)
-    )
-    created = (now or datetime.now(timezone.utc)).replace(microsecond=0)
-    out = Path(out_dir)
+    digest = inputs_digest(hashes, settings(approval, request.layout, request.plan, load_policy, entries))
+    out = Path(request.out_dir)
     enclosing = enclosing_bundle(out)
     if enclosing is not None:
         raise BundleExistsError(
@@ -155,43 +135,11 @@ def approve_bundle(
     try:
         names = input_names(sources)
         inputs = _copy_inputs(sources, names, hashes, roles, staging)
-        copied = {
-            role: [(staging / name, name) for name, r in zip(names, roles) if r == role] for role in ROLES
-        }
-        copied_layout = None
-        if layout:
-            [(config_path, config_name)] = copied["model config"]
-            copied_layout = ModelLayout(config_path, layout.options, name=config_name)
-        try:
-            decision = decide(
-                copied["log"],
-                policy,
-                copied_layout,
-                plan,
-                copied["load"],
-                load_policy,
-                copied[NVIDIA_SMI_ROLE],
-            )
-            _refuse_failed_checks(decision, allowed)
-        except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
-            users = dict(zip(names, map(str, sources)))
-            users.update({str(staging / name): source for name, source in users.items()})
-            if isinstance(exc, CheckFailedError):
-                raise CheckFailedError(renamed(str(exc), users), exc.checks) from exc
-            raise ApprovalError(renamed(str(exc), users)) from exc
-        record = build_record(
-            decision,
-            policy,
-            inputs,
-            digest,
-            created,
-            approver,
-            note,
-            dict(layout.options) if layout else None,
-            version=__version__,
-        )
+        decision = _decide_copies(request, load_policy, sources, names, roles, staging)
+        options = dict(request.layout.options) if request.layout else None
+        record = build_record(decision, approval, created, inputs, digest, options)
         if allowed:
-            record[ALLOWED_UNJUDGED_KEY] = allowed
+            record[ALLOWED_UNJUDGED_KEY] = list(allowed)
         record["files"] = _write_artifacts(staging, decision, record, final.name)
         record[SEAL_KEY] = seal(record)
         _write_synced(staging / BUDGET_JSON, record_chunks(record))
@@ -204,17 +152,69 @@ def approve_bundle(
     return final, record
 
 
-def require_utf8_names(paths: Sequence[Path], argument: str) -> None:
-    r"""Refuse (``ValueError`` naming the file) an input whose name is not UTF-8: a bundle records every
-    input by its name as UTF-8 text (``budget.json``, ``SUMMARY.md``, ``ledger.csv``).
+def _inputs(request: Request) -> tuple[list[Path], list[str], LoadPolicy | None]:
+    """Every input of ``request`` (logs, snapshots, model config, load files), checked, with its role, and the
+    load policy (None without load files)."""
+    if not isinstance(request.approver, str) or not request.approver.strip():
+        raise ValueError("an approval needs the approver's name (--approver)")
+    if request.policy.guard_bytes < 0:
+        raise ValueError(f"guard must not be negative, got {format_size(request.policy.guard_bytes)}")
+    logs, loads = [Path(path) for path in request.log_paths], [Path(path) for path in request.load_paths]
+    if not logs:
+        raise ValueError("no log files: approve needs the logs of at least one profiled boot")
+    if request.load_policy is not None and not loads:
+        raise ValueError("a load policy (max preemptions, year) needs load-test files (--load)")
+    configs = [Path(request.layout.config)] if request.layout else []
+    snapshots = [Path(path) for path in request.nvidia_smi_paths]
+    groups = (logs, snapshots, configs, loads)
+    for paths, argument in zip(groups, ("LOG", "--nvidia-smi", "--model", "--load")):
+        require_files(paths, argument)
+        require_utf8_names(paths, argument)
+    roles = [role for role, paths in zip(ROLES, groups) for _ in paths]
+    return (
+        [path for paths in groups for path in paths],
+        roles,
+        (request.load_policy or LoadPolicy()) if loads else None,
+    )
 
-    >>> name = Path(b"bo\xffot.log".decode("utf-8", "surrogateescape"))
-    >>> try:
-    ...     require_utf8_names([name], "LOG")
-    ... except ValueError as refused:
-    ...     print(str(refused).split(":")[:2])
-    ['bo\\udcffot.log', ' the file name is not UTF-8 (LOG)']
-    """
+
+def _decide_copies(
+    request: Request,
+    load_policy: LoadPolicy | None,
+    sources: Sequence[Path],
+    names: Sequence[str],
+    roles: Sequence[str],
+    staging: Path,
+) -> Decision:
+    """The decision of the bundle's own copies, every check passed; refusals name the user's files."""
+    copied = {role: [(staging / name, name) for name, r in zip(names, roles) if r == role] for role in ROLES}
+    layout = None
+    if request.layout:
+        [(config_path, config_name)] = copied["model config"]
+        layout = ModelLayout(config_path, request.layout.options, name=config_name)
+    try:
+        decision = decide(
+            copied["log"],
+            request.policy,
+            layout,
+            request.plan,
+            copied["load"],
+            load_policy,
+            copied[NVIDIA_SMI_ROLE],
+        )
+        _refuse_failed_checks(decision, list(dict.fromkeys(request.allow_unjudged)))
+    except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
+        users = dict(zip(names, map(str, sources)))
+        users.update({str(staging / name): source for name, source in users.items()})
+        if isinstance(exc, CheckFailedError):
+            raise CheckFailedError(renamed(str(exc), users), exc.checks) from exc
+        raise ApprovalError(renamed(str(exc), users)) from exc
+    return decision
+
+
+def require_utf8_names(paths: Sequence[Path], argument: str) -> None:
+    """Refuse (``ValueError`` naming the file) an input whose name is not UTF-8: a bundle records every input
+    by its name as UTF-8 text."""
     for path in paths:
         if SURROGATE.search(str(path)):
             raise ValueError(
@@ -224,9 +224,7 @@ def require_utf8_names(paths: Sequence[Path], argument: str) -> None:
 
 
 def enclosing_bundle(path: str | os.PathLike) -> Path | None:
-    """The bundle folder (holding ``budget.json``) that ``path`` is or lies inside, resolved; else None.
-
-    ``path`` need not exist yet (an ``--out`` folder that approve would create).
+    """The bundle folder that ``path`` (which need not exist yet) is or lies inside, resolved; else None.
 
     >>> enclosing_bundle("/no/such/folder") is None
     True
@@ -247,13 +245,8 @@ def _is_bundle(folder: Path) -> bool:
 
 
 def clean_stale(out: Path, name: str, now: float | None = None) -> list[Path]:
-    """Remove what killed approvals left in ``out``; returns what was removed.
-
-    An empty folder at the final ``name`` is a claim whose rename never happened (a kill between the
-    claim and the rename): it would block this approval for the rest of the UTC day. A
-    ``.<bundle>.<random>.partial`` folder older than :data:`STALE_PARTIAL_S` is an assembly that was
-    killed (a live approval renames its own within seconds). Each removal is reported as a Python
-    warning (the CLI prints it as ``warning:``).
+    """Remove what killed approvals left in ``out``, each with a warning: an empty claim of the final
+    ``name`` (it would block the UTC day) and ``.partial`` folders older than :data:`STALE_PARTIAL_S`.
 
     >>> clean_stale(Path("/no/such/folder"), "2026-11-29-0123456789ab")
     []
@@ -313,10 +306,7 @@ def _copy_inputs(
 
 
 def _refuse_failed_checks(decision: Decision, allowed: Sequence[str] = ()) -> None:
-    """Refuse an approval with a failed check, or one that cannot be judged and is not ``allowed``.
-
-    An approval needs every check passed or not applicable by design: cannot judge is not pass.
-    """
+    """Refuse an approval with a failed check, or one that cannot be judged and is not ``allowed``."""
     names = [check.name for check in decision.checks]
     unknown = [name for name in allowed if name not in names]
     if unknown:
@@ -355,8 +345,7 @@ def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str)
 
 
 def _write_synced(path: Path, data: bytes | Iterable[bytes]) -> None:
-    """Write a new file (its bytes, or its bytes in pieces) and fsync it; an error (a full disk: errno 28)
-    names the file."""
+    """Write a new file (its bytes, or in pieces) and fsync it; an error (a full disk) names the file."""
     try:
         with open(path, "xb") as handle:
             if isinstance(data, bytes):
@@ -379,11 +368,8 @@ def _sync(path: Path) -> None:
 
 
 def _move_into_place(staging: Path, final: Path, exists: BundleExistsError) -> None:
-    """Rename ``staging`` to ``final``, never replacing anything another process put there.
-
-    ``mkdir`` claims the name atomically (it fails when anything exists); renaming a folder onto an
-    empty folder replaces it, and fails once another process has put a file into the claim.
-    """
+    """Rename ``staging`` onto an atomic ``mkdir`` claim of ``final``: the rename fails once another process
+    put anything there."""
     try:
         final.mkdir()
     except FileExistsError:

@@ -43,6 +43,7 @@ from kvplan.columns import (
     BOOL_COLUMNS,
     BYTES_COLUMNS,
     FLOAT_COLUMNS,
+    GROUP_RANKS,
     INT_COLUMNS,
     KEY_COLUMNS,
     LAYOUT_FIELDS,
@@ -74,7 +75,7 @@ NVIDIA_SMI_FIELDS = frozenset(
     }
 )
 #: Columns whose values are never negative.
-_COUNT_COLUMNS = ("boot", "rank", "tp_rank", "pp_rank", "dp_rank")
+_COUNT_COLUMNS = ("boot", "rank", *GROUP_RANKS)
 _TRUE, _FALSE = {"true", "1", "yes"}, {"false", "0", "no"}
 
 

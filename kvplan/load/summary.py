@@ -1,28 +1,91 @@
-"""A load run in numbers: :func:`load_summary` (peak usage, throughput, preemptions, events).
+"""A load run in numbers: :func:`load_timeline` (the run as a time-indexed frame, preemptions counted per
+engine) and :func:`load_summary` (peak usage, throughput, preemptions, events).
 
-Everything here is pure and works on the frame's columns: no file is read, no row object is built (a row that
-a summary quotes is its JSON dict). Units: usage in percent (0–100), throughput in tokens per second,
+Pure and column-wise: no file is read, no row object is built (a row that a summary quotes is its JSON dict). Units: usage in percent (0–100), throughput in tokens per second,
 capacity in tokens.
 """
 
 from __future__ import annotations
 
-import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 
 import numpy as np
 import pandas as pd
 
 from kvplan.columns import LOAD_ROW_KEYS
 from kvplan.io.load import LoadReading
-from kvplan.io.load.frame import json_columns
-from kvplan.load.timeline import load_timeline
+
+TIMELINE_COLUMNS = [key for key in LOAD_ROW_KEYS if key != "time"] + ["kind", "preemptions_cum", "elapsed_s"]
 
 
-def rows_at(reading: LoadReading, positions: Sequence[int]) -> list[dict]:
-    """The JSON rows (as ``kvplan load --json`` writes them) at ``positions`` of the frame."""
-    columns = json_columns(reading.frame.iloc[list(positions)])
-    return [dict(zip(LOAD_ROW_KEYS, values)) for values in zip(*columns)]
+def cumulative_preemptions(group: pd.DataFrame) -> np.ndarray:
+    """Preemptions so far in the run [count], per row, for rows of one evidence kind and one engine (``NaN``
+    until some count is known).
+
+    Metrics: the first counter value plus the reset-safe increases after it. Logs: the running sum of the
+    interval counts (V1 ``Preemptions: N``) plus the reset-safe increases of V0's counter
+    ``total_num_cumulative_preemption`` (which starts again from zero when the server restarts: a row with
+    more ``restarts`` than the one before counts its value from zero).
+
+    >>> from kvplan.io.load import frame_of
+    >>> rows = frame_of([{"source": "s.log", "line": 1, "preemptions_total": 51, "event": "preemption"},
+    ...     {"source": "s.log", "line": 9, "preemptions_total": 1, "event": "preemption", "restarts": 1}])
+    >>> cumulative_preemptions(rows).tolist()  # 51 before the restart + 1 after
+    [51.0, 52.0]
+    >>> cumulative_preemptions(frame_of([{"source": "s.log", "line": n, "preemptions": n} for n in (0, 2, 3)])).tolist()
+    [0.0, 2.0, 5.0]
+    """
+    counts = group["preemptions"].to_numpy(dtype=float, na_value=np.nan)
+    totals = group["preemptions_total"].to_numpy(dtype=float, na_value=np.nan)
+    if len(group) and group["kind"].iloc[0] == "metrics":
+        known = np.flatnonzero(~np.isnan(totals))
+        out = np.full(len(group), np.nan)
+        if len(known):
+            first = known[0]  # the counter's first value, then the increases after it
+            after = np.nan_to_num(counts[first:])
+            after[0] = 0  # the first value is the total so far; the increases come after it
+            out[first:] = totals[first] + np.cumsum(after)
+        return out
+    restarts = group["restarts"].to_numpy(dtype=np.int64, na_value=0)
+    life = np.concatenate([[0], np.cumsum(restarts[1:] != restarts[:-1])])  # one server life after another
+    counted = np.flatnonzero(~np.isnan(totals))
+    increase = np.zeros(len(group))
+    if len(counted):
+        values, lives = totals[counted], life[counted]
+        previous = np.concatenate([[np.nan], values[:-1]])
+        previous[np.concatenate([[True], lives[1:] != lives[:-1]])] = np.nan  # a new life counts from zero
+        increase[counted] = np.where(np.isnan(previous) | (values < previous), values, values - previous)
+    seen = np.cumsum(~np.isnan(counts) | ~np.isnan(totals)) > 0
+    return np.where(seen, np.cumsum(np.nan_to_num(counts) + increase), np.nan)
+
+
+def load_timeline(reading: LoadReading) -> pd.DataFrame:
+    """The run as a DataFrame indexed by time, one row per load row, in file order.
+
+    Columns: every :data:`~kvplan.columns.LOAD_ROW_KEYS` key but ``time``, plus ``kind`` (``log``/``metrics``),
+    ``preemptions_cum`` (preemptions so far in the run for that engine and evidence kind, counter resets
+    included, never decreasing) and ``elapsed_s`` (seconds since the run's first timed row, for comparing
+    runs made at different times). Group by ``engine`` for per-engine series.
+
+    >>> from datetime import datetime
+    >>> from kvplan.io.load import frame_of
+    >>> frame = frame_of([
+    ...     {"source": "m", "line": 1, "time": datetime(2026, 1, 1), "engine": 0, "preemptions_total": 5, "kind": "metrics"},
+    ...     {"source": "m", "line": 9, "time": datetime(2026, 1, 1, 0, 0, 10), "engine": 0, "preemptions": 2,
+    ...      "preemptions_total": 2, "kind": "metrics"}])
+    >>> load_timeline(LoadReading(frame))[["preemptions_cum", "elapsed_s"]].to_dict("list")
+    {'preemptions_cum': [5, 7], 'elapsed_s': [0.0, 10.0]}
+    """
+    frame = reading.frame
+    cumulative = np.full(len(frame), np.nan)
+    for _, group in frame.groupby(["kind", "engine"], dropna=False, sort=False):
+        cumulative[group.index.to_numpy()] = cumulative_preemptions(group)
+    timeline = frame.loc[:, TIMELINE_COLUMNS[:-2]].reset_index(drop=True)
+    timeline["preemptions_cum"] = pd.array(cumulative, dtype="Int64")  # NaN: not known yet
+    times = frame["time"].reset_index(drop=True)
+    timeline["elapsed_s"] = (times - times.min()).dt.total_seconds().to_numpy()
+    timeline.index = pd.DatetimeIndex(times, name="time")
+    return timeline
 
 
 def _where(row: Mapping) -> dict:
@@ -120,21 +183,21 @@ def mean_throughput(reading: LoadReading) -> tuple[float | None, float | None, s
     (None, 600.0, 'metrics')
     """
     frame = reading.frame
-    prompt = frame["prompt_tokens_per_s"].notna().to_numpy(dtype=bool)
-    generation = frame["generation_tokens_per_s"].notna().to_numpy(dtype=bool)
+    prompt, generation = (
+        frame[column].to_numpy(dtype=float, na_value=np.nan)
+        for column in ("prompt_tokens_per_s", "generation_tokens_per_s")
+    )
     kinds = frame["kind"].to_numpy(dtype=object)
-    reported = prompt | generation
+    reported = ~np.isnan(prompt) | ~np.isnan(generation)
     kind = "log" if (kinds[reported] == "log").any() else ("metrics" if reported.any() else None)
     chosen = reported & (kinds == kind)
     weights = np.ones(len(frame)) if kind == "log" else interval_seconds(frame)
     engines = frame["engine"].to_numpy(dtype=float, na_value=np.nan)
     means = []
-    for column, known in (("prompt_tokens_per_s", prompt), ("generation_tokens_per_s", generation)):
-        rows = chosen & known
-        values = frame[column].to_numpy(dtype=float, na_value=np.nan)
+    for values in (prompt, generation):
+        rows = chosen & ~np.isnan(values)
         engine_means = [
-            _engine_mean(values[rows & same].tolist(), weights[rows & same].tolist())
-            for same in _engine_masks(engines, rows)
+            _engine_mean(values[rows & same], weights[rows & same]) for same in _engine_masks(engines, rows)
         ]
         means.append(round(sum(engine_means), 3) if engine_means else None)
     return means[0], means[1], kind
@@ -146,14 +209,15 @@ def _engine_masks(engines: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
     return [np.isnan(engines) if np.isnan(engine) else engines == engine for engine in seen]
 
 
-def _engine_mean(values: list[float], weights: list[float]) -> float:
+def _engine_mean(values: np.ndarray, weights: np.ndarray) -> float:
     """The mean of ``values`` weighted by ``weights`` (rows with no known interval left out; all alike when
-    none has one), summed in row order."""
-    weighted = [(v, w) for v, w in zip(values, weights) if w and w == w]  # w == w: not NaN
-    if not weighted:  # /metrics rates with no known interval (e.g. V0 gauges in one scrape)
-        weighted = [(v, 1.0) for v in values]
-    kept, kept_weights = zip(*weighted)
-    return sum(map(operator.mul, kept, kept_weights)) / sum(kept_weights)
+    none has one), summed in row order (``cumsum``, as ``sum`` adds)."""
+    timed = (weights != 0) & ~np.isnan(weights)
+    if timed.any():
+        values, weights = values[timed], weights[timed]
+    else:  # /metrics rates with no known interval (e.g. V0 gauges in one scrape)
+        weights = np.ones(len(values))
+    return float(np.cumsum(values * weights)[-1] / np.cumsum(weights)[-1])
 
 
 def peak_row(reading: LoadReading) -> dict | None:
@@ -167,7 +231,7 @@ def peak_row(reading: LoadReading) -> dict | None:
     usage = reading.frame["kv_cache_usage_pct"]
     if not usage.notna().any():
         return None
-    return rows_at(reading, [int(usage.to_numpy(dtype=float, na_value=-np.inf).argmax())])[0]
+    return reading.records([int(usage.to_numpy(dtype=float, na_value=-np.inf).argmax())])[0]
 
 
 def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> dict:
@@ -194,7 +258,7 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
     capacity = kv_cache_tokens if kv_cache_tokens is not None else reading.kv_cache_tokens
     peak = peak_row(reading)
     times = frame["time"]
-    ends = rows_at(reading, [int(times.argmin()), int(times.argmax())]) if times.notna().any() else None
+    ends = reading.records([int(times.argmin()), int(times.argmax())]) if times.notna().any() else None
     manual = {s.kv_cache_memory_bytes for s in reading.sources if s.kv_cache_memory_bytes is not None}
     prompt, generation, throughput_from = mean_throughput(reading)
     events = frame["event"]
@@ -223,7 +287,7 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
         "error_events": int(events.eq("error").sum()),
         "events": [
             {"event": row["event"], **_where(row)}
-            for row in rows_at(reading, np.flatnonzero(events.notna().to_numpy(dtype=bool)).tolist())
+            for row in reading.records(np.flatnonzero(events.notna().to_numpy(dtype=bool)).tolist())
         ],
         "warnings": [str(warning) for warning in reading.warnings],
     }

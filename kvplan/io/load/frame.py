@@ -10,6 +10,7 @@ and gives the :data:`~kvplan.columns.LOAD_COLUMNS` frame with nullable dtypes. A
 from __future__ import annotations
 
 import io
+import itertools
 import math
 import struct
 from array import array
@@ -47,6 +48,7 @@ _TYPES = {
 _FIELDS = tuple(_TYPES)
 _LAYOUT = struct.Struct("<" + "".join(_TYPES.values()))  # one row, to check that each value fits
 _EVENT_CODES = (None, *EVENTS)
+_NUMPY_TYPES = {"Int64": "int64", "Float64": "float64", "boolean": "bool"}  # a JSON column's values
 
 
 class LoadFormatError(ValueError):
@@ -232,11 +234,10 @@ def time_texts(frame: pd.DataFrame) -> np.ndarray:
     ['11-29 10:00:10', '2026-01-02T03:04:05.000006', None]
     """
     times = frame["time"].to_numpy(dtype="datetime64[us]")
-    texts = np.datetime_as_string(times, unit="s").astype(object)
-    micros = times.view(np.int64)
-    fraction = (micros % 1_000_000 != 0) & ~np.isnat(times)
+    texts = times.astype("datetime64[s]").astype(str).astype(object)
+    fraction = (times.view(np.int64) % 1_000_000 != 0) & ~np.isnat(times)
     if fraction.any():
-        texts[fraction] = np.datetime_as_string(times[fraction], unit="us").astype(object)
+        texts[fraction] = times[fraction].astype(str)
     yearless = ~frame["year_known"].to_numpy(dtype=bool, na_value=True) & ~np.isnat(times)
     if yearless.any():
         texts[yearless] = [f"{text[5:10]} {text[11:19]}" for text in texts[yearless]]
@@ -244,12 +245,22 @@ def time_texts(frame: pd.DataFrame) -> np.ndarray:
     return texts
 
 
-def json_columns(frame: pd.DataFrame) -> list[list]:
-    """The :data:`LOAD_ROW_KEYS` columns of ``frame`` as JSON values: unknown ``None``, times as text."""
-    return [
-        time_texts(frame).tolist() if key == "time" else frame[key].to_numpy(object, na_value=None).tolist()
-        for key in LOAD_ROW_KEYS
-    ]
+def json_values(column: pd.Series) -> list:
+    """A column's values as JSON values (Python scalars, unknown ``None``).
+
+    >>> json_values(pd.Series([3, None], dtype="Int64")), json_values(pd.Series(["a", None], dtype="string"))
+    ([3, None], ['a', None])
+    """
+    numpy_type = _NUMPY_TYPES.get(str(column.dtype))
+    if numpy_type is None:
+        return column.to_numpy(object, na_value=None).tolist()
+    missing = column.isna().to_numpy()
+    if missing.all():
+        return [None] * len(column)
+    values = column.to_numpy(numpy_type, na_value=0).tolist()
+    for position in np.flatnonzero(missing).tolist():
+        values[position] = None
+    return values
 
 
 @dataclass(frozen=True, eq=False)
@@ -284,17 +295,19 @@ class LoadReading:
         values = {s.kv_cache_tokens for s in self.sources if s.kv_cache_tokens is not None}
         return values.pop() if len(values) == 1 else None
 
-    def records(self, start: int = 0, stop: int | None = None) -> list[dict]:
-        """Rows ``start:stop`` as the JSON rows of ``kvplan load --json`` (:data:`LOAD_ROW_KEYS`)."""
-        columns = json_columns(self.frame.iloc[start:stop])
-        return [dict(zip(LOAD_ROW_KEYS, values)) for values in zip(*columns)]
+    def records(self, rows: slice | Sequence[int] = slice(None)) -> list[dict]:
+        """The ``rows`` (positions, all by default) as the JSON rows of ``kvplan load --json``
+        (:data:`LOAD_ROW_KEYS`; unknown ``None``, times as :func:`time_texts`)."""
+        part = self.frame.iloc[rows]
+        columns = [time_texts(part).tolist() if k == "time" else json_values(part[k]) for k in LOAD_ROW_KEYS]
+        return list(map(dict, map(zip, itertools.repeat(LOAD_ROW_KEYS), zip(*columns))))
 
     def json_chunks(self) -> Iterator[bytes]:
         """``{"rows": [...], "warnings": [...]}`` and a newline as UTF-8 JSON (orjson), :data:`JSON_BATCH`
         rows a piece, so the rows' dicts are never all held."""
         yield b'{"rows":['
         for start in range(0, len(self.frame), JSON_BATCH):
-            text = orjson.dumps(self.records(start, start + JSON_BATCH))
+            text = orjson.dumps(self.records(slice(start, start + JSON_BATCH)))
             yield text[1:-1] if start == 0 else b"," + text[1:-1]
         yield b'],"warnings":' + orjson.dumps(list(map(str, self.warnings))) + b"}\n"
 

@@ -25,14 +25,13 @@ east of UTC, e.g. ``-7`` for PDT) turns log times into UTC; without it, a run th
 
 from __future__ import annotations
 
-import itertools
-import operator
 import re
-import statistics
 from array import array
 from collections.abc import Iterable
 from datetime import timedelta
 from pathlib import Path
+
+import numpy as np
 
 import kvplan.io.load.engine as whole_lines
 from kvplan.io.load.engine import V1_PREEMPTIONS_FIELD_FROM_LINENO
@@ -374,16 +373,14 @@ def _warnings(log: StatsLog) -> list[str]:
         )
     for engine in sorted(log.series, key=lambda e: -1 if e is None else e):
         micros, lines = log.series[engine]
-        gaps = list(
-            map((1e6).__rtruediv__, map(operator.sub, itertools.islice(micros, 1, None), micros))
-        )  # [s]
-        usual = statistics.median(gaps) if gaps else 0
-        longer = map((IDLE_GAP_FACTOR * usual).__lt__, gaps) if usual > 0 else ()
-        for position in itertools.compress(range(len(gaps)), longer):
+        gaps = np.diff(np.frombuffer(micros, dtype=np.int64)) / 1e6  # [s]
+        usual = float(np.median(gaps)) if len(gaps) else 0
+        longer = np.flatnonzero(gaps > IDLE_GAP_FACTOR * usual).tolist() if usual > 0 else []
+        for position in longer:
             name = "" if engine is None else f" of engine {engine}"
             warnings.append(
                 f"{source}: no stats line{name} between lines {lines[position]} and "
-                f"{lines[position + 1]} ({gaps[position]:g} s; usual interval {usual:g} s): idle (vLLM logs "
-                "idle intervals at DEBUG) or not logging"
+                f"{lines[position + 1]} ({float(gaps[position]):g} s; usual interval {usual:g} s): idle "
+                "(vLLM logs idle intervals at DEBUG) or not logging"
             )
     return warnings

@@ -71,7 +71,9 @@ _CONFIG_FAMILIES = [
     family("non_default_args", "non-default args", "config", non_default, r"non-default args: (\{.*\})\s*$"),
     family("namespace_args", "args: Namespace(", "config", namespace, r"args: Namespace\((.*)\)\s*$"),
     family("block_size", "block size", "config", ("block_size",), r"(?:(?:Forcing|Setting) kv cache|Setting attention) block size to (\d+)"),
-    family("rank_assign", "in world size", "assign", ("rank", "world_size", "dp_rank", "pp_rank", None, "tp_rank"), r"rank (\d+) in world size (\d+) is assigned as DP rank (\d+), PP rank (\d+),(?: PCP rank (\d+),)? TP rank (\d+)"),
+    # parallel_state.py; "PCP rank %s" from 0.12. Its "EP rank" is not read: releases that build the EP group
+    # without --enable-expert-parallel print one, where the worker's name (no _EP part) says EP is off
+    family("rank_assign", "in world size", "assign", ("rank", "world_size", "dp_rank", "pp_rank", "pcp_rank", "tp_rank"), r"rank (\d+) in world size (\d+) is assigned as DP rank (\d+), PP rank (\d+),(?: PCP rank (\d+),)? TP rank (\d+)"),
     family("world_debug", "world_size=", "assign", ("world_size", "rank"), r"world_size=(\d+) rank=(\d+) local_rank=\d+"),
     family("startup_done", "took", "flag", {"startup_done": True}, r"init engine \(profile, create kv cache, warmup model\) took"),
     family("startup_done", "startup complete", "flag", {"startup_done": True}, r"Application startup complete"),

@@ -94,6 +94,7 @@ COLUMN_KINDS = {
             "dp_rank",
             "pp_rank",
             "tp_rank",
+            "pcp_rank",
         ),
         "int",
     ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 
-from kvplan.columns import world_size
+from kvplan.columns import GROUP_RANKS, world_size
 from kvplan.io.ledger_frame import missing
 from kvplan.io.metadata import place_note
 from kvplan.io.vllm.boots import Boot
@@ -38,10 +38,10 @@ def _rank_from_name(name: str, sizes: Sizes) -> tuple[tuple[str, int], ...]:
     ``VllmWorker rank=2``) under the layout's PP, PCP and TP ``sizes`` (None: unknown, then no global rank
     where it needs that size); the same names recur in every boot, so each is read once.
 
-    >>> _rank_from_name("Worker_PP1_TP0", (2, 1, 4))
-    (('tp_rank', 0), ('pp_rank', 1), ('dp_rank', 0), ('rank', 4))
-    >>> _rank_from_name("Worker_DP1_TP1_EP3", (1, 1, 2))  # (1·1 + 0)·1·2 + 1
-    (('tp_rank', 1), ('pp_rank', 0), ('dp_rank', 1), ('rank', 3))
+    >>> dict(_rank_from_name("Worker_PP1_TP0", (2, 1, 4)))
+    {'tp_rank': 0, 'pp_rank': 1, 'dp_rank': 0, 'pcp_rank': 0, 'dcp_rank': 0, 'ep_rank': 0, 'rank': 4}
+    >>> dict(_rank_from_name("Worker_DP1_TP1_EP3", (1, 1, 2)))  # rank (1·1 + 0)·1·2 + 1
+    {'tp_rank': 1, 'pp_rank': 0, 'dp_rank': 1, 'pcp_rank': 0, 'dcp_rank': 0, 'ep_rank': 3, 'rank': 3}
     """
     match = re.fullmatch(r"VllmWorker rank=(\d+)", name)
     if match:
@@ -51,7 +51,8 @@ def _rank_from_name(name: str, sizes: Sizes) -> tuple[tuple[str, int], ...]:
     if stated is None or name == "Worker" or (name == "VllmWorker" and (tp_size or 1) * (pp_size or 1) != 1):
         return ()
     groups = dict(stated)
-    info = {"tp_rank": groups.get("TP", 0), "pp_rank": groups.get("PP", 0), "dp_rank": groups.get("DP", 0)}
+    # a part the name lacks is a group of one member, rank 0 (issue 26: EP is named whenever it is on)
+    info = {column: groups.get(column.removesuffix("_rank").upper(), 0) for column in GROUP_RANKS}
     rank = groups.get("DP", 0)
     for group, size in zip(LAYOUT_GROUPS[1:], sizes):
         index = groups.get(group, 0)
@@ -120,7 +121,7 @@ def attribute(
         item = {"pid": process_key[0], **_named(tuple(names), sizes)}
         if process_key in assigned:
             values = assigned[process_key]
-            item.update({k: values[k] for k in ("rank", "tp_rank", "pp_rank", "dp_rank") if k in values})
+            item.update({k: values[k] for k in ("rank", *GROUP_RANKS) if k in values})
         info[process_key] = item
     has_workers = any(item.get("rank") is not None for item in info.values())
     for item in info.values():
@@ -136,7 +137,7 @@ def attribute(
         has_workers = _ray_workers(info, boot, world, 1 if v0 else 0, source, warnings) or has_workers
     info[None] = {"engine": True, "engine_dp": None}
     if v0 or (not has_workers and (world is None or world == 1)):
-        info[None].update(rank=0, tp_rank=0, pp_rank=0, dp_rank=0)
+        info[None].update(dict.fromkeys(("rank", *GROUP_RANKS), 0))
     used: dict[int, tuple] = {}
     for process_key, item in info.items():
         rank = item.get("rank")

@@ -8,7 +8,7 @@ from functools import lru_cache
 
 import pandas as pd
 
-from kvplan.columns import KEY_COLUMNS, LEDGER_COLUMNS, SIZING_CONFIG, world_size
+from kvplan.columns import GROUP_RANKS, KEY_COLUMNS, LEDGER_COLUMNS, SIZING_CONFIG, world_size
 from kvplan.io.bounds import check_row
 from kvplan.io.ledger_frame import EMPTY_ROW, missing
 from kvplan.io.metadata import place_note
@@ -65,7 +65,7 @@ def resolve_boot(
     for process_key, info in ranks_of.items():
         if info.get("rank") is not None and process_key in printed:
             target = row(info["rank"])
-            for name in ("tp_rank", "pp_rank", "dp_rank", "process", "pid"):
+            for name in (*GROUP_RANKS, "process", "pid"):
                 if info.get(name) is not None:
                     target[name] = info[name]
     if boot.conflicts:
@@ -103,7 +103,8 @@ def resolve_boot(
     _keep_safest(seen, rows, flags, origin, source, boot.index, warnings, room_rule)
     exact_manual(rows, boot.config, origin, source, warnings)
     for rank, values in rows.items():
-        _fill_row(values, rank, sizes, boot, source, failures, flags, origin, warnings, room_rule)
+        group_ranks(values, rank, sizes, key, version)
+        _fill_row(values, rank, boot, source, failures, flags, origin, warnings, room_rule)
         check_row(values, rank, origin, source)
     warnings.extend(_caveats(boot, source))
     sizing = {column: boot.config[column] for column in SIZING_CONFIG if column in boot.config}
@@ -363,10 +364,33 @@ def _boot_flags(boot: Boot, key: dict, version: tuple | None) -> dict:
     return {"estimate_applied": applied, "eager": key.get("enforce_eager") is True, "version": version}
 
 
+def group_ranks(values: dict, rank: int, sizes: tuple, key: dict, version: tuple | None) -> None:
+    """Fill the group ranks a rank's row lacks (issue 26): TP, PP and DP from its global rank under the key's
+    TP and PP ``sizes``; 0 for a group known to have one member (PCP before vLLM 0.12, DCP when the key
+    states size 1) and for rank 0, first in every group; any other stays unknown.
+
+    >>> row = {}
+    >>> group_ranks(row, 5, (4, 1), {"decode_context_parallel_size": 1}, (0, 11, 0))
+    >>> row
+    {'tp_rank': 1, 'pp_rank': 0, 'dp_rank': 1, 'pcp_rank': 0, 'dcp_rank': 0}
+    """
+    tp_size, pp_size = sizes
+    if tp_size is not None and pp_size is not None:
+        values.setdefault("tp_rank", rank % tp_size)
+        values.setdefault("pp_rank", rank // tp_size % pp_size)
+        values.setdefault("dp_rank", rank // (tp_size * pp_size))
+    if rank == 0:
+        for column in GROUP_RANKS:
+            values.setdefault(column, 0)
+    if version is not None and version < (0, 12):
+        values.setdefault("pcp_rank", 0)
+    if key_size(key, "decode_context_parallel_size") == 1:
+        values.setdefault("dcp_rank", 0)
+
+
 def _fill_row(
     values: dict,
     rank: int,
-    sizes: tuple,
     boot: Boot,
     source: str,
     failures: dict,
@@ -375,13 +399,7 @@ def _fill_row(
     warnings: list,
     room_rule: RoomRule | None,
 ) -> None:
-    """Complete one rank's row: its group ranks (from ``sizes``, the key's TP and PP sizes), outcome,
-    error and room."""
-    tp_size, pp_size = sizes
-    if tp_size is not None and pp_size is not None:
-        values.setdefault("tp_rank", rank % tp_size)
-        values.setdefault("pp_rank", rank // tp_size % pp_size)
-        values.setdefault("dp_rank", rank // (tp_size * pp_size))
+    """Complete one rank's row: its outcome, error and room."""
     failure, engine = failures.get(rank), failures.get(None)
     # a Ray worker whose KV lines Ray collapsed into another worker's [repeated Nx across cluster] line
     # sized its KV cache like the rest: its outcome is the boot's, with no room of its own
