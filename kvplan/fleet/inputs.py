@@ -18,10 +18,12 @@ Host names and labels from a manifest are data: they are printed through :func:`
 from __future__ import annotations
 
 import csv
+import dataclasses
 import io
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import unquote
 
 #: Manifest columns that are not labels.
@@ -107,6 +109,26 @@ def is_snapshot(name: str) -> bool:
     return (base.startswith("nvidia-smi") and base.endswith(".csv")) or (
         base.startswith("dcgm") and base.endswith(".prom")
     )
+
+
+def with_dcgm_snapshots(
+    hosts: Sequence[HostFiles], scrapes: Mapping[str, str], folder: str
+) -> list[HostFiles]:
+    """``hosts``, each with its DCGM exporter scrape (``scrapes``: text per DCGM ``Hostname``, e.g. from
+    :func:`kvplan.io.dcgm.dcgm_scrapes_at`) written to ``folder/<host>/dcgm.prom`` as one more GPU snapshot; a
+    host without one stays as it was (planned without GPU facts, as without an nvidia-smi snapshot)."""
+    from kvplan.escape import safe_component
+
+    found = []
+    for files in hosts:
+        text = scrapes.get(files.host)
+        if text is not None:
+            path = Path(folder) / safe_component(files.host) / "dcgm.prom"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            files = dataclasses.replace(files, snapshots=(*files.snapshots, str(path)))
+        found.append(files)
+    return found
 
 
 def list_fleet(url: str, storage_options: Mapping[str, object] | None = None) -> list[HostFiles]:

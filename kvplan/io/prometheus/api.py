@@ -94,12 +94,13 @@ def _get(session: requests.Session, url: str, path: str, params: dict, kind: str
     return data.get("result") or []
 
 
-def instant_series(url: str, selector: str, at: float) -> list[dict[str, str]]:
-    """The labels of each series of ``selector`` at ``at`` [Unix s] (an instant query; within Prometheus'
-    5-minute lookback)."""
+def instant_series(url: str, selector: str, at: float) -> list[Series]:
+    """Each series of ``selector`` at ``at`` [Unix s] with its one point (an instant query; within
+    Prometheus' 5-minute lookback)."""
     with requests.Session() as session:
         result = _get(session, url, "/api/v1/query", {"query": selector, "time": f"{at:.3f}"}, "vector")
-    return [item.get("metric", {}) for item in result]
+    points = [(float(item["value"][0]), float(item["value"][1])) for item in result]
+    return [Series(item.get("metric", {}), [point]) for item, point in zip(result, points)]
 
 
 def _series(result: list[dict], low: float, high: float) -> list[Series]:

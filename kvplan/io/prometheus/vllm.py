@@ -80,7 +80,8 @@ def running_values_at(url: str, at: float, match: str | None = None) -> list[Run
     """Every engine's running value in Prometheus at ``at`` [Unix s]: one per series of
     ``vllm:cache_config_info`` (each target and engine), named by its target labels."""
     values = []
-    for labels in instant_series(url, _matchers("vllm:cache_config_info", match), at):
+    for series in instant_series(url, _matchers("vllm:cache_config_info", match), at):
+        labels = series.labels
         target = ",".join(f'{k}="{labels[k]}"' for k in TARGET_LABELS if labels.get(k))
         values.append(_running(f"prometheus {url} {{{target}}}", labels))
     return values

@@ -1,15 +1,17 @@
-"""Read one host's DCGM exporter scrape into nvidia-smi's GPU snapshot columns.
+"""GPU evidence from NVIDIA's DCGM exporter, read as an nvidia-smi ``--query-gpu`` snapshot.
 
-The exporter's framebuffer fields are in MiB, one series per GPU labelled ``gpu`` (the index), ``UUID``,
-``modelName``, ``Hostname`` and ``pci_bus_id``, and the driver where the exporter labels it
-(``DCGM_FI_DRIVER_VERSION``, or ``driver_version``)::
+:func:`read_dcgm_scrape` reads a saved exporter scrape (or Prometheus' DCGM series at a time,
+:func:`save_dcgm_at`) into the frame :func:`kvplan.io.nvidia_smi_csv.read_nvidia_smi_csv` gives
+(:data:`~kvplan.io.nvidia_smi_csv.GPU_COLUMNS`, int bytes), so both feed the same joins; :func:`read_gpu_snapshot`
+reads either kind. The framebuffer fields are in MiB, one series per GPU labelled ``gpu`` (the index), ``UUID``,
+``modelName``, ``Hostname``, and the driver where the exporter labels it (``DCGM_FI_DRIVER_VERSION`` or
+``driver_version``)::
 
     DCGM_FI_DEV_FB_FREE{gpu="2",UUID="GPU-2e7b…",modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"} 2314
 
-``memory.free`` and ``memory.used`` are ``DCGM_FI_DEV_FB_FREE`` and ``_USED``; ``memory.total`` is
-``DCGM_FI_DEV_FB_TOTAL``, else free + used + ``DCGM_FI_DEV_FB_RESERVED`` (nvidia-smi's used is total − free −
-reserved). A GPU without free, used, and total or reserved is refused with the file and line, as is a scrape
-of several hosts (give one host's, or ``hostname``).
+``memory.free``/``.used`` are ``DCGM_FI_DEV_FB_FREE``/``_USED``; ``memory.total`` is ``DCGM_FI_DEV_FB_TOTAL``, else
+free + used + ``DCGM_FI_DEV_FB_RESERVED``. A GPU without them is refused with the file and line, as is a scrape
+of several hosts. DCGM tells no per-process memory: other processes' memory stays unknown.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ DCGM_FIELDS = {
     "DCGM_FI_DEV_FB_RESERVED": "reserved",
 }
 _DRIVER_LABELS = ("DCGM_FI_DRIVER_VERSION", "driver_version")
+FB_SELECTOR = '{__name__=~"DCGM_FI_DEV_FB_(FREE|USED|TOTAL|RESERVED)"}'  # every GPU's framebuffer series
 _FB_LINE = re.compile(r"^\s*DCGM_FI_DEV_FB_(?:FREE|USED|TOTAL|RESERVED)\b")
 
 
@@ -124,3 +127,39 @@ def read_gpu_snapshot(path: str | Path) -> tuple[pd.DataFrame, ReadMetadata]:
     'gpus'
     """
     return read_dcgm_scrape(path) if is_dcgm_file(path) else read_nvidia_smi_csv(path)
+
+
+def dcgm_scrapes_at(url: str, at: float) -> dict[str, str]:
+    """Per DCGM ``Hostname``: the framebuffer samples Prometheus at ``url`` holds at ``at`` [Unix s], as an
+    exporter scrape's text (every label kept, each sample with its time), which :func:`read_dcgm_scrape` reads."""
+    from kvplan.io.load import Sample  # the Prometheus readers only when Prometheus is asked
+    from kvplan.io.prometheus.api import instant_series
+    from kvplan.io.prometheus.vllm import sample_line
+
+    lines: dict[str, list[str]] = {}
+    for series in instant_series(url, FB_SELECTOR, at):
+        name, host = series.labels.get("__name__", ""), series.labels.get("Hostname", "")
+        lines.setdefault(host, []).extend(
+            sample_line(Sample(name, series.labels, t, v)) for t, v in series.points
+        )
+    return {host: "".join(found) for host, found in sorted(lines.items())}
+
+
+def save_dcgm_at(url: str, at: float, path: str | Path, hostname: str | None = None) -> Path | None:
+    """One host's DCGM series in Prometheus at ``at`` [Unix s] written to ``path`` (atomically) as an exporter
+    scrape, a GPU snapshot every reader takes; None when Prometheus holds none (of ``hostname``). Series of
+    several hosts need ``hostname``."""
+    scrapes = dcgm_scrapes_at(url, at)
+    if hostname is not None:
+        scrapes = {host: text for host, text in scrapes.items() if host == hostname}
+    if len(scrapes) > 1:
+        raise NvidiaSmiError(
+            f"prometheus {url}: DCGM series of {len(scrapes)} hosts at {at:.0f} (Unix s) "
+            f"({', '.join(list(scrapes)[:3])}…): choose the launch's host with --gpu-host"
+        )
+    if not scrapes:
+        return None
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(next(iter(scrapes.values())), encoding="utf-8")
+    return partial.replace(path)
