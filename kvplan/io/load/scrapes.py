@@ -183,64 +183,14 @@ def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[dict], list[str]]:
                 if before is not None and before.time is not None and scrape.time is not None
                 else None
             )
-            went_down = sorted(
-                name
-                for name in values
-                if name.endswith("_total") and last and values[name] < last.get(name, 0)
-            )
-            disagree = _down_without_restart(before, scrape, engine, last, values, went_down)
+            disagree = _down_without_restart(before, scrape, engine, last, values)
             if disagree is not None:  # the scrapes disagree: the interval's increase is unknown
                 warnings.append(disagree[1])
-                went_down = [name for name in went_down if name not in disagree[0]]
                 last = {name: v for name, v in last.items() if name not in disagree[0]}
-            # V1: a counter whose _created time changed was created anew (a restart), even if it grew
-            created_before = before.created.get(engine, {}) if before is not None else {}
-            anew = sorted(
-                name
-                for name, created in scrape.created.get(engine, {}).items()
-                if name in created_before and created != created_before[name] and name not in went_down
-            )
-            # one restart, one warning: counters that went down say it already; else the _created times do
-            reason = (
-                f"counters went down since the previous scrape ({', '.join(went_down)})"
-                if went_down
-                else f"counters were created anew since the previous scrape ({', '.join(anew)}: their "
-                "_created time changed)"
-            )
-            if went_down or anew:
-                warnings.append(
-                    f"{scrape.source}:{scrape.line}: {reason}: the server restarted; increases count "
-                    "from zero"
-                )
+            anew = _created_anew(scrape, engine, before, last, warnings)
             if last is not None and anew:
                 last = {**last, **{name: 0.0 for name in anew}}  # counted from zero since the restart
-            usage = values.get("vllm:kv_cache_usage_perc", values.get("vllm:gpu_cache_usage_perc"))
-            rows[(index, engine)] = {
-                "source": scrape.source,
-                "line": scrape.line,
-                "time": scrape.time,
-                "engine": engine,
-                "kv_cache_usage_pct": None if usage is None else percent(usage),
-                "running": _optional_int(values.get("vllm:num_requests_running")),
-                "waiting": _optional_int(values.get("vllm:num_requests_waiting")),
-                "swapped": _optional_int(values.get("vllm:num_requests_swapped")),
-                "prompt_tokens_per_s": values.get(
-                    "vllm:avg_prompt_throughput_toks_per_s", _rate(last, values, COUNTERS["prompt"], seconds)
-                ),
-                "generation_tokens_per_s": values.get(
-                    "vllm:avg_generation_throughput_toks_per_s",
-                    _rate(last, values, COUNTERS["generation"], seconds),
-                ),
-                "prefix_cache_hit_pct": _hit_pct(last, values),
-                "preemptions": _optional_int(
-                    counter_increase(
-                        last.get(COUNTERS["preemptions"]) if last else None,
-                        values.get(COUNTERS["preemptions"]),
-                    )
-                ),
-                "preemptions_total": _optional_int(values.get(COUNTERS["preemptions"])),
-                "kind": "metrics",
-            }
+            rows[(index, engine)] = _metrics_row(scrape, engine, values, last, seconds)
             previous[engine] = (scrape, values)
     untimed = sorted({scrape.source for scrape in scrapes if scrape.time is None})
     warnings += [
@@ -251,11 +201,10 @@ def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[dict], list[str]]:
     return [rows[key] for key in sorted(rows, key=lambda k: (k[0], -1 if k[1] is None else k[1]))], warnings
 
 
-def _down_without_restart(
-    before, scrape: Scrape, engine, last, values: dict, went_down: list
-) -> tuple | None:
-    """The counters of ``went_down`` that kept their V1 ``_created`` time (no restart created them anew: the
-    two scrapes disagree) and the warning naming both samples; None when there is none."""
+def _down_without_restart(before, scrape: Scrape, engine, last, values: dict) -> tuple | None:
+    """The counters that went down since ``last`` but kept their V1 ``_created`` time (no restart created them
+    anew: the two scrapes disagree) and the warning naming both samples; None when there is none."""
+    went_down = [n for n in values if n.endswith("_total") and last and values[n] < last.get(n, 0)]
     created_before = before.created.get(engine, {}) if before is not None else {}
     created_now = scrape.created.get(engine, {})
     names = [n for n in went_down if n in created_before and created_now.get(n) == created_before[n]]
@@ -305,6 +254,64 @@ def cache_config_disagreements(scrapes: Sequence[Scrape]) -> list[Note]:
                     )
                 )
     return notes
+
+
+def _created_anew(
+    scrape: Scrape, engine: int | None, before: Scrape | None, last: dict | None, warnings: list[str]
+) -> list[str]:
+    """The counters of ``engine`` created anew since the ``before`` scrape (V1: their ``_created`` time
+    changed); a restart (they went down, or were created anew) is said once in ``warnings``."""
+    values = scrape.values[engine]
+    went_down = sorted(
+        name for name in values if name.endswith("_total") and last and values[name] < last.get(name, 0)
+    )
+    created_before = before.created.get(engine, {}) if before is not None else {}
+    anew = sorted(
+        name
+        for name, created in scrape.created.get(engine, {}).items()
+        if name in created_before and created != created_before[name] and name not in went_down
+    )
+    reason = (
+        f"counters went down since the previous scrape ({', '.join(went_down)})"
+        if went_down
+        else f"counters were created anew since the previous scrape ({', '.join(anew)}: their "
+        "_created time changed)"
+    )
+    if went_down or anew:
+        warnings.append(
+            f"{scrape.source}:{scrape.line}: {reason}: the server restarted; increases count from zero"
+        )
+    return anew
+
+
+def _metrics_row(
+    scrape: Scrape, engine: int | None, values: dict, last: dict | None, seconds: float | None
+) -> dict:
+    """The load row of one scrape and engine; rates over the ``seconds`` since the ``last`` values."""
+    usage = values.get("vllm:kv_cache_usage_perc", values.get("vllm:gpu_cache_usage_perc"))
+    preemptions = COUNTERS["preemptions"]
+    return {
+        "source": scrape.source,
+        "line": scrape.line,
+        "time": scrape.time,
+        "engine": engine,
+        "kv_cache_usage_pct": None if usage is None else percent(usage),
+        "running": _optional_int(values.get("vllm:num_requests_running")),
+        "waiting": _optional_int(values.get("vllm:num_requests_waiting")),
+        "swapped": _optional_int(values.get("vllm:num_requests_swapped")),
+        "prompt_tokens_per_s": values.get(
+            "vllm:avg_prompt_throughput_toks_per_s", _rate(last, values, COUNTERS["prompt"], seconds)
+        ),
+        "generation_tokens_per_s": values.get(
+            "vllm:avg_generation_throughput_toks_per_s", _rate(last, values, COUNTERS["generation"], seconds)
+        ),
+        "prefix_cache_hit_pct": _hit_pct(last, values),
+        "preemptions": _optional_int(
+            counter_increase(last.get(preemptions) if last else None, values.get(preemptions))
+        ),
+        "preemptions_total": _optional_int(values.get(preemptions)),
+        "kind": "metrics",
+    }
 
 
 def _only_int_label(configs: Sequence[dict[str, str]], name: str) -> int | None:
