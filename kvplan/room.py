@@ -25,8 +25,7 @@ import pandas as pd
 from kvplan.budget import Budget, BudgetError, uniform_budget
 from kvplan.columns import failure_phase, world_size
 from kvplan.io.ledger_csv import read_ledger_csv
-from kvplan.io.metadata import ReadMetadata, place_note
-from kvplan.io.room_rule import BootPlace, RoomRule
+from kvplan.io.metadata import BootPlace, ReadMetadata, RoomRule, place_note
 from kvplan.io.vllm import read_vllm_log, read_vllm_logs, stream_vllm_logs
 from kvplan.ledger import LedgerError, _line, _where, plain_value, room_per_rank
 from kvplan.releases import rank0_only_advice

@@ -51,10 +51,8 @@ from kvplan.columns import (
     OUTCOMES,
     ROOM_SOURCES,
 )
-from kvplan.io.bounds import ImpossibleValue, check_parallel_size, check_row
-from kvplan.io.ledger_frame import ledger_frame
-from kvplan.io.metadata import EvidenceLines, ReadMetadata, place_note
-from kvplan.io.room_rule import RoomRule
+from kvplan.io.ledger_frame import ImpossibleValue, check_parallel_size, check_row, ledger_frame
+from kvplan.io.metadata import EvidenceLines, ReadMetadata, RoomRule, place_note
 from kvplan.notes import Note
 from kvplan.releases import version_tuple
 from kvplan.units import parse_size

@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
+from typing import Protocol
 
 import pandas as pd
 
@@ -376,3 +377,28 @@ def place_note(code: str, source: str, line: int | None, text: str) -> Note:
     """
     where = f"{source}:{line}" if line is not None else f"{source}"
     return Note(f"{where}: {text}", code=code, file=source, line=line)
+
+
+class BootPlace(Protocol):
+    """Where a boot is: its index in the file, its first line, its Ray-collapsed lines."""
+
+    index: int
+    first_line: int
+    ray_repeats: list
+
+
+#: ``room(values, rank, flags, origin, source, warnings)`` → ``(room_bytes, room_source, (line, raw))``
+#: or None; ``flags`` are the boot's ``estimate_applied``, ``eager`` and ``version``.
+RoomOf = Callable[[dict, int, dict, dict, str, list], "tuple[int, str, tuple] | None"]
+#: ``boot_warnings(rows, key, flags, source, boot, origin, warnings)``: notes about one boot's rooms.
+BootRoomWarnings = Callable[[dict, dict, dict, str, BootPlace, dict, list], None]
+
+
+@dataclass(frozen=True)
+class RoomRule:
+    """What a reader is given to fill ``room_bytes``/``room_source`` and keep the safest of conflicting
+    observations of a rank: the core's Room rule (:data:`kvplan.room.ROOM_RULE`). Without it a reader fills
+    no room, and of conflicting observations keeps the one with the least free memory at startup."""
+
+    room: RoomOf
+    boot_warnings: BootRoomWarnings

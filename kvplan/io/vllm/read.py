@@ -21,18 +21,17 @@ import pandas as pd
 from pandas.api.extensions import ExtensionArray
 
 from kvplan.columns import KEY_COLUMNS, LEDGER_COLUMNS
-from kvplan.io.bounds import ImpossibleValue
 from kvplan.io.ledger_csv import read_ledger_csv
-from kvplan.io.ledger_frame import ledger_columns
+from kvplan.io.ledger_frame import ImpossibleValue, ledger_columns
 from kvplan.io.metadata import (
     EvidenceLines,
     ProvenanceRows,
     RawLines,
     ReadMetadata,
+    RoomRule,
     merge_metadata,
     place_note,
 )
-from kvplan.io.room_rule import RoomRule
 from kvplan.io.vllm.boots import Boot, BootSplitter
 from kvplan.io.vllm.conflicts import TwoLaunches
 from kvplan.io.vllm.resolve import resolve_boot
