@@ -209,8 +209,6 @@ OVER_BUDGET_FOR_NOW = {
     "kvplan.charts.ranks.safe_budget_chart",
     "kvplan.charts.ranks.spread_chart",
     "kvplan.checks.key.check_compatibility_key",
-    "kvplan.io.nvidia_smi",
-    "kvplan.io.nvidia_smi.join_nvidia_smi",
     "kvplan.io.vllm.failure_lines",
     "kvplan.io.vllm.ranks.attribute",
     "kvplan.io.vllm.resolve",

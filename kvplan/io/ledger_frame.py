@@ -59,25 +59,13 @@ class ImpossibleValue(ValueError):
 
 
 def possible_parallel_size(value: object) -> bool:
-    """Whether ``value`` can be a parallel size (a count from 1 to :data:`MAX_PARALLEL_SIZE`; a value
-    that is not a whole number is not judged here).
-
-    >>> possible_parallel_size(8), possible_parallel_size(0), possible_parallel_size("8")
-    (True, False, True)
-    """
+    """Whether ``value`` can be a parallel size: a count from 1 to :data:`MAX_PARALLEL_SIZE` (a value that is
+    not a whole number is not judged here)."""
     return not isinstance(value, int) or 1 <= value <= MAX_PARALLEL_SIZE
 
 
 def check_parallel_size(column: str, value: object, source: str, line: object) -> None:
-    """Refuse a parallel size that is not a count of GPUs from 1 to :data:`MAX_PARALLEL_SIZE`.
-
-    >>> check_parallel_size("tensor_parallel_size", 4, "a.log", 1)
-    >>> try:
-    ...     check_parallel_size("tensor_parallel_size", 0, "a.log", 1)
-    ... except ImpossibleValue as refused:
-    ...     print(str(refused)[:50])
-    a.log:1: tensor_parallel_size=0 is impossible: a p
-    """
+    """Refuse a parallel size that is not a count of GPUs from 1 to :data:`MAX_PARALLEL_SIZE`."""
     if not possible_parallel_size(value):
         raise ImpossibleValue(
             f"{source}:{line}: {column}={value} is impossible: a parallel size is a count of GPUs from 1 to "
@@ -88,7 +76,6 @@ def check_parallel_size(column: str, value: object, source: str, line: object) -
 def check_row(values: dict, rank: int, origin: dict, source: str) -> None:
     """Refuse a rank's row whose memory values no GPU can show (``origin[(rank, column)]`` = (line, raw)).
 
-    >>> check_row({"total_bytes": 80 << 30, "init_free_bytes": 79 << 30}, 0, {}, "a.log")
     >>> try:
     ...     row = {"total_bytes": 80 << 30, "room_bytes": 900 << 30}
     ...     check_row(row, 1, {(1, "room_bytes"): (3, "")}, "a")
@@ -175,12 +162,7 @@ def ledger_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def ledger_columns(rows: list[dict]) -> dict[str, ExtensionArray]:
-    """Rows → ``column → array`` of :func:`ledger_frame` (the frame's parts, to be joined as they are).
-
-    >>> columns = ledger_columns([{"rank": 1, "outcome": "ok"}, {"rank": 2}])
-    >>> columns["rank"].tolist(), columns["outcome"].tolist()
-    ([1, 2], ['ok', <NA>])
-    """
+    """Rows → ``column → array`` of :func:`ledger_frame` (the frame's parts, to be joined as they are)."""
     table = ledger_table(rows)
     cells = zip(*table) if table else [()] * len(LEDGER_COLUMNS)
     return {
@@ -189,11 +171,7 @@ def ledger_columns(rows: list[dict]) -> dict[str, ExtensionArray]:
 
 
 def ledger_table(rows: list[dict]) -> list[tuple]:
-    """Each row's cells in :data:`~kvplan.columns.LEDGER_COLUMNS` order (a column a row lacks: None).
-
-    >>> ledger_table([{"rank": 3}])[0][:3]
-    (None, None, 3)
-    """
+    """Each row's cells in :data:`~kvplan.columns.LEDGER_COLUMNS` order (a column a row lacks: None)."""
     try:  # rows holding every column (the log reader's: see EMPTY_ROW) are gathered in one C pass
         return list(map(_EVERY_COLUMN, rows))
     except KeyError:
@@ -222,11 +200,7 @@ _NATIVE = tuple(MISSING_TYPES | {CELL_TYPES[COLUMN_DTYPES[column]]} for column i
 
 
 def ledger_csv_header() -> str:
-    """The ledger CSV's header line.
-
-    >>> ledger_csv_header().startswith("source,boot,rank,")
-    True
-    """
+    """The ledger CSV's header line."""
     return ",".join(LEDGER_COLUMNS) + "\n"
 
 
