@@ -1,7 +1,7 @@
 """The Room rule (a rank's room, what its KV cache can take, best evidence first) and the budget of a ledger's
 rooms.
 
-The rule is given to the readers (:class:`kvplan.io.room_rule.RoomRule`), which report only what the logs
+The rule is given to the readers (:class:`kvplan.io.metadata.RoomRule`), which report only what the logs
 say: :data:`ROOM_RULE` is the rule, :func:`read_vllm_log_rooms` and its siblings the readers with it, whose
 ledger every consumer reads. Evidence, best first:
 

@@ -57,7 +57,7 @@ def read_vllm_log(
     :func:`kvplan.io.ledger_csv.read_ledger_csv` into the same shape. The reader reports what the log
     says; with ``room_rule`` (:data:`kvplan.room.ROOM_RULE`, as :func:`kvplan.room.read_vllm_log_rooms`
     gives it) it also fills each rank's ``room_bytes`` and ``room_source``
-    (:mod:`kvplan.io.room_rule`).
+    (:class:`kvplan.io.metadata.RoomRule`).
 
     >>> text = ("INFO 07-15 10:21:33 [gpu_worker.py:227] Available KV cache memory: 12.5 GiB\\n"
     ...         "INFO 07-15 10:21:34 [kv_cache_utils.py:1] GPU KV cache size: 102,400 tokens\\n"
