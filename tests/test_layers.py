@@ -204,11 +204,7 @@ FUNCTION_LINES, FUNCTION_PARAMETERS = 60, 6
 OVER_BUDGET_FOR_NOW = {
     "kvplan.budget.uniform_budget",
     "kvplan.checks.key.check_compatibility_key",
-    "kvplan.io.nvidia_smi",
-    "kvplan.io.nvidia_smi.join_nvidia_smi",
-    "kvplan.io.room_rule",
     "kvplan.io.vllm.failure_lines",
-    "kvplan.io.vllm.manual",
     "kvplan.io.vllm.ranks.attribute",
     "kvplan.io.vllm.resolve",
     "kvplan.io.vllm.resolve._attach_engine_values",
