@@ -1,9 +1,5 @@
-"""The what-if charts of an outcome, and figures as PNG images with alt text for notebooks and panels.
-
-Every figure is a plain :class:`matplotlib.figure.Figure` from :mod:`kvplan.charts` (never pyplot), rendered
-here to PNG bytes at a fixed size (:data:`PANEL_DPI`, no tight bounding box), so a panel's image has the same
-size in every state and two renderings of one state are the same picture.
-"""
+"""Figures as PNG with alt text for notebooks and panels (a fixed size: :data:`PANEL_DPI`, no tight bounding
+box, so a panel's image keeps its size), and the what-if charts of an outcome."""
 
 from __future__ import annotations
 
@@ -95,13 +91,9 @@ def concurrency_figure(
     limits: tuple[float, float, float, float] | None = None,
     previous: Outcome | None = None,
 ) -> Figure:
-    """:func:`kvplan.charts.concurrency_chart` of an outcome (needs its curve), labelled and annotated.
-
-    With ``weak_rank_fixed``, a second curve shows the same launch with its limiting rank raised to
-    the median rank (:func:`~kvplan.notebook.whatif.weak_rank_at_median`). Each curve's crossing of the
-    target concurrency is marked at its ``target_length``, and an approximate spec says why under the
-    title. ``limits`` fixes the axes and ``previous`` is drawn faintly (a what-if panel's baseline).
-    """
+    """:func:`kvplan.charts.concurrency_chart` of an outcome's curve, each crossing of the target marked;
+    ``weak_rank_fixed`` adds the launch with its limiting rank raised to the median; ``limits`` fixes the
+    axes and ``previous`` is drawn faintly (a what-if panel's baseline)."""
     if outcome.curve is None:
         raise ValueError(
             "no concurrency curve: the scenario needs a model spec (or bytes per token) and max_model_len"

@@ -1,4 +1,4 @@
-"""Reading a launch for a notebook: its logs, the nvidia-smi snapshots beside them, its spec and length."""
+"""A launch for a notebook: its logs and the nvidia-smi snapshots beside them, its spec and length."""
 
 from __future__ import annotations
 
@@ -27,11 +27,7 @@ if TYPE_CHECKING:
 def budgets_by_boot(
     ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None, assume_uniform: bool = False
 ) -> dict[str, Budget]:
-    """The budget each boot of a ledger would give on its own, keyed ``"<file> #<boot>"``.
-
-    Feeds :func:`kvplan.charts.spread_chart`: a weak rank that limits every boot is a property of
-    the machine; one that moves is noise the worst-boot rule already covers.
-    """
+    """The budget each boot of a ledger would give on its own, keyed ``"<file> #<boot>"`` (the spread chart's)."""
     budgets = {}
     for (source, boot), rows in ledger.groupby(["source", "boot"], sort=False):
         label = f"{Path(str(source)).name} #{int(boot)}"
@@ -41,9 +37,7 @@ def budgets_by_boot(
 
 
 def co_tenant_bytes(ledger: pd.DataFrame, ranks: Sequence[int] | None = None) -> list[int | None]:
-    """Per rank (rank order), the most memory other processes held on its GPU in any boot.
-
-    ``None`` where no nvidia-smi snapshot joined the ledger; labels :class:`WhatIfPanel`'s sliders.
+    """Per rank, the most memory other processes held on its GPU in any boot; None where no snapshot joined.
 
     >>> co_tenant_bytes(pd.DataFrame({"rank": [0, 1, 1], "other_process_bytes": [None, 5, 7]}))
     [None, 7]
@@ -60,10 +54,7 @@ NVIDIA_SMI_NAMES = ("nvidia-smi-gpu.csv", "nvidia-smi-apps.csv")
 
 
 def snapshots_in(folder: str | Path) -> list[Path]:
-    """The nvidia-smi snapshots saved in ``folder`` under the :data:`NVIDIA_SMI_NAMES`, in that order.
-
-    The rule by which :func:`read_launch` finds them when ``nvidia_smi`` is None; a name that is not a
-    file there (or a ``folder`` that is a file or a glob) gives none.
+    """The nvidia-smi snapshots saved in ``folder`` under the :data:`NVIDIA_SMI_NAMES` (none in a file).
 
     >>> from kvplan import DATA_DIR
     >>> [path.name for path in snapshots_in(DATA_DIR / "boots" / "four-rank")]
@@ -78,11 +69,8 @@ def snapshots_in(folder: str | Path) -> list[Path]:
 def launch_snapshots(
     log_paths: Sequence[str | Path], nvidia_smi: Sequence[str | Path] | None = None
 ) -> list[Path]:
-    """The nvidia-smi snapshots of a launch given as log files: ``nvidia_smi`` when given, else found.
-
-    ``None`` takes :func:`snapshots_in` each distinct folder of ``log_paths`` (the rule of
-    :func:`read_launch`); ``[]`` gives none. The result is what :func:`kvplan.evidence.approve` takes as
-    ``nvidia_smi_paths``.
+    """The nvidia-smi snapshots of a launch: ``nvidia_smi`` when given (``[]``: none), else
+    :func:`snapshots_in` each folder of ``log_paths``.
 
     >>> from kvplan import DATA_DIR
     >>> logs = [DATA_DIR / "boots" / "four-rank" / "boot.log"]
@@ -105,11 +93,8 @@ class ParameterError(ValueError):
 
 
 def parameter_path(value: str | os.PathLike, name: str, root: Path = PROJECT_DIR) -> Path:
-    """A path from a notebook's parameters: as given when it exists (or a glob matches), else from ``root``.
-
-    Notebooks run in ``notebooks/`` (JupyterLab, nbconvert, ``make lab``) while the README's paths are
-    relative to the repository root, so a relative path not found here is looked up from ``root`` (the
-    checkout). Neither: :class:`ParameterError` naming the parameter and both places looked in.
+    """A notebook parameter's path: as given when it exists (or a glob matches), else from ``root`` (the
+    checkout: the README's paths); neither is a :class:`ParameterError` naming both places.
 
     >>> from kvplan import DATA_DIR
     >>> parameter_path("boots/four-rank", "LOG_DIR", root=DATA_DIR) == DATA_DIR / "boots" / "four-rank"
@@ -145,12 +130,8 @@ def parameter_files(
     patterns: Sequence[str] = LOG_PATTERNS,
     root: Path = PROJECT_DIR,
 ) -> list[Path]:
-    """The files a notebook parameter names, in every form papermill passes: a path, a glob, a folder
-    (its files matching ``patterns``, sorted) or a list of these. A string is one path, never a list of
-    characters; each entry is found as :func:`parameter_path` finds it. Duplicates are dropped.
-
-    Raises :class:`ParameterError` naming ``name`` for an empty list, a path that names nothing and a
-    folder that holds no matching file.
+    """The files a notebook parameter names: a path, a glob, a folder (its ``patterns`` files, sorted) or a
+    list of these, each found by :func:`parameter_path`; nothing found is a :class:`ParameterError`.
 
     >>> from kvplan import DATA_DIR
     >>> [path.name for path in parameter_files("boots/four-rank", "LOG_DIR", root=DATA_DIR)]
@@ -181,9 +162,8 @@ def parameter_files(
 
 
 def parameter_model(value: str | os.PathLike, root: Path = PROJECT_DIR) -> str | os.PathLike:
-    """A notebook's ``MODEL``: a name of the catalogue (``kvplan/models/``) as given, or a config.json path,
-    relative to the notebook's folder or, when not found there, to the repository root (as
-    :func:`parameter_path` finds paths), so ``MODEL = "mymodel/config.json"`` works from either.
+    """A notebook's ``MODEL``: a catalogue name (``kvplan/models/``) as given, or a config.json path found
+    from the notebook's folder or the repository root.
 
     >>> parameter_model("llama-3.1-70b")
     'llama-3.1-70b'
@@ -198,10 +178,7 @@ def parameter_model(value: str | os.PathLike, root: Path = PROJECT_DIR) -> str |
 
 
 def run_folder(prefix: str, root: Path = PROJECT_DIR) -> Path:
-    """A new empty folder ``<root>/build/<prefix>-XXXXXXXX`` for one run's output (``make clean`` removes build/).
-
-    A notebook writing files (05's bundle) puts them here: never the system temp folder, never a folder an
-    earlier run already filled.
+    """A new empty folder ``<root>/build/<prefix>-XXXXXXXX`` for one run's files (05's bundle).
 
     >>> import tempfile
     >>> root = Path(tempfile.mkdtemp())
@@ -220,14 +197,9 @@ def read_launch(
     nvidia_smi: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
     name: str = "LOG_DIR",
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """The ledger and reader metadata of a launch's logs, with nvidia-smi snapshots joined when given.
-
-    ``logs`` is a notebook parameter called ``name``: a folder of ``*.log``, a file, a glob or a list
-    of them, relative to the notebook or the checkout (:func:`parameter_files`). ``nvidia_smi=None``
-    takes the :data:`NVIDIA_SMI_NAMES` files found beside the logs (:func:`launch_snapshots`), so
-    pointing a notebook at another folder needs no second parameter; ``[]`` joins none. Ranks are
-    matched to GPUs by pid, else GPU index = rank (:func:`kvplan.io.nvidia_smi.gpu_index_by_rank`).
-    """
+    """The ledger and reader metadata of a launch's logs (the notebook parameter ``name``,
+    :func:`parameter_files`), with the nvidia-smi snapshots beside them joined (``nvidia_smi``: others; ``[]``:
+    none)."""
     files = parameter_files(logs, name)
     ledger, metadata = read_vllm_logs_rooms(files)
     if nvidia_smi is None:
@@ -248,16 +220,9 @@ def launch_spec(
     metadata: ReadMetadata | None = None,
     **options,
 ) -> KVSpec:
-    """The KV spec of ``model`` (a name in ``data/models/`` or a config.json) on the launch the logs show.
-
-    Layout (TP, PP, DCP), KV dtype, block size and vLLM release come from the logs' compatibility
-    key unless given in ``options`` (:func:`kvplan.kvspec.kv_spec` keywords); a ``tp`` other than
-    the logs' is refused (:func:`kvplan.kvspec.options_for_logs`). The rule is
-    :func:`kvplan.plan.decide`'s (:func:`kvplan.plan.launch_layout_spec`): a block size the reader
-    filled with vLLM's default 16 (``metadata``'s provenance, :func:`read_launch`) is not the launch's;
-    without ``metadata`` the logged block size cannot be told from the default and is not used either
-    (MLA and hybrid models then take the logged group sizes, the GPU type, or are refused).
-    """
+    """The KV spec of ``model`` (a catalogue name or a config.json) on the launch the logs show, by
+    :func:`kvplan.plan.launch_layout_spec` (the pipeline's rule); ``options`` are :func:`kvplan.kvspec.kv_spec`
+    keywords. Without ``metadata`` a logged block size cannot be told from vLLM's default and is not used."""
     defaulted = (
         defaulted_key_fields(metadata.provenance) if metadata is not None else frozenset({"block_size"})
     )
@@ -266,11 +231,8 @@ def launch_spec(
 
 
 def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:
-    """The maximum model length to plan with: ``given`` when set, else the one the launch logged.
-
-    Raises :class:`ValueError` naming ``MAX_MODEL_LEN`` (the notebooks' parameter) when ``given`` is
-    None and the logs do not print ``max_model_len``, or when ``given`` is not a positive whole number;
-    logs whose boots disagree are refused by :func:`kvplan.ledger.compatibility_key`.
+    """The maximum model length to plan with: ``given``, else the launch's (a :class:`ValueError` naming
+    ``MAX_MODEL_LEN`` when neither is a positive whole number).
 
     >>> ledger = pd.DataFrame({"source": "a.log", "boot": 0, "rank": [0, 1], "max_model_len": 32768})
     >>> launch_max_model_len(ledger), launch_max_model_len(ledger, 8192)
@@ -291,10 +253,8 @@ def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:
 
 
 def coverage(ledger: pd.DataFrame) -> pd.DataFrame:
-    """Which measurements each boot × rank printed: one row per ledger measurement, True where shown.
-
-    Columns are ``(boot, rank)`` (``(source, boot, rank)`` when the ledger holds several files); a
-    measurement the ledger has no column for is False everywhere.
+    """Which measurements each boot × rank printed (columns ``(boot, rank)``, with ``source`` first when
+    several files): one row per ledger measurement, True where shown.
 
     >>> ledger = pd.DataFrame({"boot": [0, 0], "rank": [0, 1], "room_bytes": [5, None]})
     >>> print(coverage(ledger).loc["room_bytes"])
@@ -311,10 +271,8 @@ def coverage(ledger: pd.DataFrame) -> pd.DataFrame:
 
 
 def rows_that_set_the_room(ledger: pd.DataFrame) -> pd.DataFrame:
-    """The ledger rows of each rank that show its room (all of a rank's rows where none does).
-
-    A ledger of a profiled reference and a boot started with a manual value (which shows no room)
-    is charted from the reference, the boot whose room set the budget.
+    """The ledger rows of each rank that show its room (all its rows where none does): a manual-value boot's
+    ledger is charted from its profiled reference.
 
     >>> frame = pd.DataFrame({"rank": [0, 0, 1], "room_bytes": [None, 5, None]})
     >>> rows_that_set_the_room(frame).index.tolist()

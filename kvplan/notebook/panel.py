@@ -1,13 +1,8 @@
 """The what-if panel: ipywidgets controls over a scenario, redrawn correctly under any kernel threading.
 
-JupyterLab ≥ 4.4 delivers widget messages on kernel subshells (other threads), so two control changes can
-be handled at once. The panel therefore draws no pyplot state (its figures are plain ``Figure`` objects
-rendered to PNG bytes, :mod:`kvplan.notebook.figures`), captures no output (each chart is its own
-``Image`` widget, the verdict and the tables are ``HTML`` widgets whose values are replaced whole), and
-renders one state at a time under a lock: a change that arrives while another renders waits, and a state
-that a newer change has superseded is skipped, so the last state always wins. Axes are those of the
-notebook's own charts (raised when a state would not fit), and a moved state is drawn against the state at the
-notebook's parameters (faintly).
+JupyterLab ≥ 4.4 handles widget messages on several threads, so the panel keeps no pyplot state (plain
+``Figure`` objects rendered to PNG), captures no output (``HTML`` widgets replaced whole) and renders one
+state at a time under a lock, skipping a state a newer change superseded: the last state always wins.
 """
 
 from __future__ import annotations
@@ -49,16 +44,11 @@ from kvplan.units import bytes_to_gib, format_size
 class WhatIfPanel:
     """Sliders and fields over a :class:`Scenario`; every change re-runs :func:`evaluate` and redraws.
 
-    Shows a verdict line (:meth:`Outcome.verdict`), the headline, the per-rank table (GiB) and the charts
-    (:func:`~kvplan.notebook.figures.panel_charts`): safe budget per rank, the per-rank ledger (when
-    ``ledger`` is given; added-back memory comes off its "other processes"), stranded capacity,
-    concurrency (with a spec or ``bytes_per_token``, and ``max_model_len``) and drift (with boot free
-    memory). ``co_tenant_bytes`` (per rank; taken from ``ledger`` when not given) labels and caps the
-    add-back sliders; a rank whose co-tenant memory is unknown gets a disabled slider. Display the panel by
-    making it the last expression of a cell; a notebook rendered without a kernel shows its static
-    snapshot (verdict, headline and charts at the notebook's parameters). Bad input (a reserve above a
-    rank's room) shows the error in the verdict line; a chart that cannot be drawn says why in its place
-    (``chart_errors``).
+    Shows the verdict, the headline, the per-rank table and :func:`~kvplan.notebook.figures.panel_charts`,
+    on the axes of the notebook's own charts, a moved state against the notebook's parameters (faintly).
+    ``co_tenant_bytes`` (default: ``ledger``'s) caps the add-back sliders (unknown: disabled). Without a
+    kernel it shows its static snapshot. Bad input shows in the verdict line; a chart that cannot be drawn
+    says why in its place (``chart_errors``).
     """
 
     def __init__(
@@ -283,9 +273,7 @@ def _image_html(figure, png: bytes | None = None) -> str:
 
 
 def _layout_signature(figure) -> tuple:
-    """What a chart's margins depend on: each axes' limits (its tick labels), axis labels, legend entries and
-    title lines (titles sit centred within the figure's width), and the figure's title. Equal signatures,
-    equal margins.
+    """What a chart's margins depend on (axes limits, labels, legend entries, title lines): equal, same margins.
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.charts import safe_budget_chart

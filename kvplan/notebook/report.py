@@ -16,7 +16,6 @@ parameter, and a page that does not state the bundle's digest.
 from __future__ import annotations
 
 import argparse
-import html
 import re
 import subprocess
 import sys
@@ -96,13 +95,7 @@ def index_html(
     """
     facts = decision_facts(decision)
     flag = facts.pop("flag")
-    rows = "".join(
-        f"<tr><th>{html_text(name)}</th><td>{html_text(text)}</td></tr>" for name, text in facts.items()
-    )
-    bundle_rows = "".join(
-        f"<tr><th>{html_text(name)}</th><td>{html_text(text)}</td></tr>"
-        for name, text in (bundle or {}).items()
-    )
+    rows, bundle_rows = _rows(facts), _rows(bundle or {})
     links = "".join(
         f'<li><a href="{html_text(page.href)}">{html_text(page.title)}</a>'
         f' <span class="kvplan-meta">(<a href="{html_text(page.code_href)}">with code</a>)</span></li>'
@@ -124,6 +117,13 @@ def index_html(
         + "<h2>The notebooks</h2>\n<p>Each page shows the charts and tables without code; "
         "“with code” is the same page for auditors.</p>\n"
         f"<ol>{links}</ol>\n</body></html>\n"
+    )
+
+
+def _rows(facts: Mapping[str, str], th_style: str = "") -> str:
+    """(name, text) pairs as HTML table rows, both escaped."""
+    return "".join(
+        f"<tr><th{th_style}>{html_text(k)}</th><td>{html_text(v)}</td></tr>" for k, v in facts.items()
     )
 
 
@@ -280,23 +280,19 @@ def decision_html(bundle: str | Path, pages: Sequence[str]) -> str:
 
     verified = verify(bundle)
     links = "".join(
-        f'<li><a href="{html.escape(name)}">{html.escape(Path(name).stem)}</a></li>' for name in pages
+        f'<li><a href="{html_text(name)}">{html_text(Path(name).stem)}</a></li>' for name in pages
     )
     if verified.decision is None or not verified.ok:
-        problems = "".join(f"<li>{html.escape(text)}</li>" for text in verified.differences)
+        problems = "".join(f"<li>{html_text(text)}</li>" for text in verified.differences)
         return (
             f"<h2>The bundle does not verify: no decision to review</h2><ul>{problems}</ul><ol>{links}</ol>"
         )
     facts = decision_facts(verified.decision)
     flag = facts.pop("flag")
     facts["bundle"] = f"{Path(bundle).name} (sha256:{verified.digest}), verified"
-    rows = "".join(
-        f'<tr><th style="text-align:left;padding-right:1.5em">{html.escape(name)}</th>'
-        f'<td style="text-align:left">{html.escape(text)}</td></tr>'
-        for name, text in facts.items()
-    )
+    rows = _rows(facts, ' style="text-align:left;padding-right:1.5em"')
     return (
-        f'<p>Deploy with</p><p style="font-family:monospace;font-size:1.3em">{html.escape(flag)}</p>'
+        f'<p>Deploy with</p><p style="font-family:monospace;font-size:1.3em">{html_text(flag)}</p>'
         f"<table>{rows}</table><h2>The dashboards</h2>"
         "<p>Each opens with its own live kernel: move the what-if panels' controls to ask questions.</p>"
         f"<ol>{links}</ol>"
