@@ -43,6 +43,17 @@ def _legend_below(figure: Figure, handles, columns: int = 3) -> None:
     figure.tight_layout(rect=(0, (0.1 + 0.25 * rows) / figure.get_size_inches()[1], 1, 1))
 
 
+def _title_and_legend(figure: Figure, title: str, handles, columns: int = 3) -> None:
+    """The figure's title (wrapped to its width) and its legend at its foot (:func:`_legend_below`)."""
+    figure.suptitle(title, fontsize=_FONT_PT + 1)
+    _legend_below(figure, handles, columns)
+
+
+def _patches(colours: Mapping[str, str]) -> list[Patch]:
+    """Legend patches by label."""
+    return [Patch(color=colour, label=label) for label, colour in colours.items()]
+
+
 def _class_label(name: str) -> str:
     """A class name on two lines at most: the GPU, then the driver and release (``a / b / c``)."""
     first, _, rest = name.partition(" / ")
@@ -63,20 +74,15 @@ def classes_chart(plan: Mapping) -> Figure:
     axes.set_xlim(0, max([*counts, 1]) * 1.12)
     axes.set_xlabel("hosts", fontsize=_FONT_PT)
     classes, excluded = len(plan["classes"]), len(plan["excluded"])
-    figure.suptitle(
+    _title_and_legend(
+        figure,
         _wrap(
             f"Host classes and their size: {classes} class{'es' if classes != 1 else ''}, "
             f"{excluded} host{'s' if excluded != 1 else ''} excluded"
         ),
-        fontsize=_FONT_PT + 1,
-    )
-    _legend_below(
-        figure,
-        [
-            Patch(color=RANK_COLOR, label="approved class"),
-            Patch(color=OUTLIER_COLOR, label="not approved"),
-            Patch(color=REFERENCE_COLOR, label="excluded hosts"),
-        ],
+        _patches(
+            {"approved class": RANK_COLOR, "not approved": OUTLIER_COLOR, "excluded hosts": REFERENCE_COLOR}
+        ),
     )
     return figure
 
@@ -117,12 +123,9 @@ def host_budgets_chart(plan: Mapping) -> Figure:
     axes.set_xlim(0, max([*tops, 1.0]) * 1.05)
     axes.set_yticks(positions, [_class_label(c["class"]) for c in classes], fontsize=_FONT_PT - 1)
     axes.set_xlabel("KV budget per GPU [GiB]", fontsize=_FONT_PT)
-    figure.suptitle(
-        _wrap("Per-host budgets: who holds each class down (bar: the class value; dots: each host)"),
-        fontsize=_FONT_PT + 1,
-    )
-    _legend_below(
+    _title_and_legend(
         figure,
+        _wrap("Per-host budgets: who holds each class down (bar: the class value; dots: each host)"),
         [
             Patch(color="#CFE3F1", label="class value"),
             Line2D([], [], marker="o", linestyle="", color=LIMITING_COLOR, label="limiting host"),
@@ -155,17 +158,10 @@ def split_gain_chart(plan: Mapping) -> Figure:
     axes.set_xlabel("KV tokens over the class [millions]", fontsize=_FONT_PT)
     split = sum(c["split"]["gain_split_tokens"] for c in classes)
     fixed = sum(c["split"]["gain_fixed_tokens"] or 0 for c in classes)
-    figure.suptitle(
-        _wrap(f"What splitting the weak hosts off buys: +{split:,} tokens (+{fixed:,} with them fixed)"),
-        fontsize=_FONT_PT + 1,
-    )
-    _legend_below(
+    _title_and_legend(
         figure,
-        [
-            Patch(color=REFERENCE_COLOR, label="now"),
-            Patch(color=RANK_COLOR, label="outliers split off"),
-            Patch(color=TARGET_COLOR, label="outliers fixed"),
-        ],
+        _wrap(f"What splitting the weak hosts off buys: +{split:,} tokens (+{fixed:,} with them fixed)"),
+        _patches({"now": REFERENCE_COLOR, "outliers split off": RANK_COLOR, "outliers fixed": TARGET_COLOR}),
     )
     return figure
 
@@ -190,18 +186,12 @@ def waves_chart(plan: Mapping) -> Figure:
         axes.text(count, y, f" {count} · {shown}", va="center", fontsize=_FONT_PT - 1)
     axes.set_xlim(0, max([*counts, 1]) * 1.6)
     axes.set_xlabel("hosts (each wave's class value per GPU beside its bar)", fontsize=_FONT_PT)
-    figure.suptitle(
+    _title_and_legend(
+        figure,
         _wrap(
             f"Rollout waves: {len(waves)} wave{'s' if len(waves) != 1 else ''}, every class's canaries first"
         ),
-        fontsize=_FONT_PT + 1,
-    )
-    _legend_below(
-        figure,
-        [
-            Patch(color=OUTLIER_COLOR, label="canaries, gated before the wave"),
-            Patch(color=RANK_COLOR, label="class wave"),
-        ],
+        _patches({"canaries, gated before the wave": OUTLIER_COLOR, "class wave": RANK_COLOR}),
         columns=2,
     )
     return figure
