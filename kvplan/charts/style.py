@@ -18,26 +18,16 @@ from kvplan.units import bytes_to_gib, format_size
 
 # Okabe–Ito colours: distinguishable with colour-vision deficiency and on projectors.
 RANK_COLOR = "#0072B2"
-
-
 LIMITING_COLOR = "#D55E00"
-
-
 AVERAGE_COLOR = "#CC79A7"
-
-
 REFERENCE_COLOR = "#999999"
-
-
 TARGET_COLOR = "#009E73"
-
-
+#: Letters [pt] and size [in] of a chart, readable on a projector.
 FONT_SIZE = 12
-
-
 FIGSIZE = (10, 5.5)
-
-
+#: Plot-area size [in] of a :data:`FIGSIZE` chart with its legend below, and beside (the ledger chart).
+PLOT_AREA = (8.9, 3.3)
+PLOT_AREA_BESIDE = (6.2, 4.0)
 _TEXT_PATH = TextToPath()  # measures text in points without a figure
 
 
@@ -90,10 +80,6 @@ def _outline_bars(
     )
 
 
-#: Plot-area size [in] of a :data:`FIGSIZE` chart with its legend below (width, height): what bar labels fit in.
-PLOT_AREA = (8.9, 3.3)
-
-
 @lru_cache(maxsize=4096)
 def _text_width_pt(text: str, fontsize: float) -> float:
     """Width of ``text``'s widest line in points, as matplotlib lays it out in the default font.
@@ -127,51 +113,28 @@ def _headroom(tallest: float, texts: Sequence[str], fontsize: float, upright: bo
 def _annotate_bars(
     ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool | str = False, slot_pt: float | None = None
 ) -> bool:
-    """Label each bar with its size: above it, in white at its middle (``inside``) or at its foot (``"base"``).
-
-    Labels too wide for a bar's slot (``slot_pt``, default the plot area over the bars) are turned upright;
-    returns whether they stayed level. At the foot, the label sits below every horizontal line drawn at or
-    above the lowest bar (a uniform value, an average), so no line strikes through it.
-    """
+    """Label each bar with its size: above it, in white at its middle (``inside``) or at its foot (``"base"``,
+    below any line across the bars). Labels too wide for a bar's slot (``slot_pt``, default the plot area over
+    the bars) are turned upright; returns whether they stayed level."""
     texts = [format_size(size) for size in sizes_bytes]
     level = _upright(texts, FONT_SIZE, slot_pt or _slot_pt(len(texts))) and inside is not True
     rotation = 0 if level else 90
     for bar, text in zip(bars, texts):
         x = bar.get_x() + bar.get_width() / 2
         if inside == "base":
-            ax.annotate(
-                text,
-                (x, 0),
-                textcoords="offset points",
-                xytext=(0, 6),
-                ha="center",
-                va="bottom",
-                color="white",
-                fontsize=FONT_SIZE,
-                fontweight="bold",
-                rotation=rotation,
-            )
+            place = {
+                "xy": (x, 0),
+                "xytext": (0, 6),
+                "color": "white",
+                "fontweight": "bold",
+                "rotation": rotation,
+            }
         elif inside:
-            ax.annotate(
-                text,
-                (x, bar.get_height() / 2),
-                ha="center",
-                va="center",
-                color="white",
-                fontsize=FONT_SIZE,
-                rotation=90,
-            )
+            place = {"xy": (x, bar.get_height() / 2), "va": "center", "color": "white", "rotation": 90}
         else:
-            ax.annotate(
-                text,
-                (x, bar.get_height()),
-                textcoords="offset points",
-                xytext=(0, 4),
-                ha="center",
-                va="bottom",
-                fontsize=FONT_SIZE,
-                rotation=rotation,
-            )
+            place = {"xy": (x, bar.get_height()), "xytext": (0, 4), "rotation": rotation}
+        offset = {"textcoords": "offset points"} if "xytext" in place else {}
+        ax.annotate(text, ha="center", **{"va": "bottom", "fontsize": FONT_SIZE, **offset, **place})
     return level
 
 
@@ -235,10 +198,6 @@ def _label_segments(ax: Axes, bars, sizes_bytes: Sequence[int], dark: bool, pt_p
             color="white" if dark else "black",
             bbox=None if dark else {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
         )
-
-
-#: Plot-area size [in] of a :data:`FIGSIZE` chart with its legend beside it (the ledger chart).
-PLOT_AREA_BESIDE = (6.2, 4.0)
 
 
 def _note_figure(title: str) -> Figure:
