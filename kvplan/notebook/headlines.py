@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 
 
 def boot_budget_bytes(drift: Drift, block_bytes: int | None = None) -> int:
-    """The drift-adjusted uniform value for a later boot, rounded down to whole blocks when known.
+    """The drift-adjusted uniform value for a later boot [bytes], in whole blocks when known.
 
     >>> from kvplan.drift import drift_budget
     >>> GiB = 2**30
@@ -53,8 +53,6 @@ def length_warning(max_model_len: int | None, position_limit: int | None) -> str
 
 def limiting_text(ranks: Sequence[int], values: Sequence[int]) -> str:
     """The rank(s) holding the lowest of ``values``: ``"2"``, ``"1 and 3 (tied)"``, or none when all tie.
-
-    A tie names no arbitrary rank: when every rank holds the same value none limits alone.
 
     >>> limiting_text([0, 1, 2], [5, 4, 3]), limiting_text([0, 1, 2], [3, 5, 3]), limiting_text([0, 1], [3, 3])
     ('2', '0 and 2 (tied)', 'none: every rank the same')
@@ -144,11 +142,8 @@ def format_headline(lines: Mapping[str, str]) -> str:
 
 
 def weak_rank_verdict(budget: Budget, loss_threshold: float = 0.10) -> str:
-    """Fix the weak rank or tune the value? Decided by ``1 − min/median`` against a threshold.
-
-    When the weakest rank removes at least ``loss_threshold`` of the median rank's safe budget,
-    the weak rank (its co-tenant, its extra memory) is the lever; otherwise the ranks agree and the
-    reserve is the lever. The 10 % default is a policy choice, not a vLLM figure.
+    """Fix the weak rank or tune the value? The weak rank when it removes at least ``loss_threshold`` of the
+    median rank's safe budget (``1 − min/median``; 10 % is a policy choice), else the reserve.
 
     >>> from kvplan.budget import uniform_budget
     >>> GiB = 2**30
@@ -215,8 +210,7 @@ def launch_headline(ledger: pd.DataFrame) -> dict[str, str]:
 
 
 def moved_hosts_text(move: Mapping[str, object], hosts: Sequence[str]) -> str:
-    """What notebook 07's ``MOVE`` does on this fleet: the hosts it moves, and any it names that the fleet
-    lacks (a what-if on no host is the plan unchanged, so it is said, not silently shown).
+    """What notebook 07's ``MOVE`` does on this fleet: the hosts it moves, and those it names that the fleet lacks.
 
     >>> moved_hosts_text({"h2": {}, "h9": {}}, ["h1", "h2"])
     'MOVE moves h2; names no host of this fleet: h9'
@@ -236,8 +230,7 @@ def moved_hosts_text(move: Mapping[str, object], hosts: Sequence[str]) -> str:
 
 
 def run_headline(summary: Mapping) -> str:
-    """One load-test run in a sentence, from its :func:`kvplan.load.load_summary`: the peak KV cache usage
-    (of which capacity, in which file and line), the most requests running and waiting, preemptions and OOMs.
+    """One load-test run in a sentence, from its :func:`kvplan.load.load_summary`.
 
     >>> print(run_headline({"peak_kv_cache_usage_pct": 70.1, "kv_cache_tokens": 157_280,
     ...     "peak_kv_cache_tokens": 110_253, "peak_at": {"source": "/runs/a/server.log", "line": 40},
