@@ -1,11 +1,8 @@
 """Notebook pages of the report: each notebook executed once, exported as a page for readers and one for auditors.
 
-The reader's page (``<name>.html``) hides every code cell (and with it the ``# NBVAL_CHECK_OUTPUT``
-markers), keeps its charts as PNG files in ``<name>_files/`` with their alt text, fits tables to the
-page (a wider one scrolls instead of being clipped), and loads nothing from a CDN: no widget state is
-stored, so a what-if panel shows its static snapshot (its ``text/html``: verdict, tables and charts at the notebook's
-parameters). The auditor's page (``code/<name>.html``) is the same notebook with its code, test markers
-removed, images inline. nbconvert and nbclient are imported when a page is built, not with kvplan.
+The reader's page (``<name>.html``) hides the code, keeps its charts as PNG files with alt text, fits tables to
+the page and loads nothing from a CDN (a what-if panel shows its static snapshot); the auditor's page
+(``code/<name>.html``) shows the code, test markers removed. nbconvert and nbclient are imported when needed.
 """
 
 from __future__ import annotations
@@ -204,14 +201,8 @@ def _code_cell(source: str):
 
 
 def execute_notebook(path: Path, parameters: Mapping[str, object] | None = None, timeout_s: int = 300):
-    """The notebook at ``path`` executed in its own folder by a fresh kernel, widget state not stored.
-
-    ``parameters`` are set after its parameters cell (:func:`with_parameters`).
-
-    The kernel logs nothing of its own (no "running over TCP" warning, no "KeyboardInterrupt caught" at
-    shutdown); a failing cell raises nbclient's
-    ``CellExecutionError`` naming the cell and its error.
-    """
+    """The notebook at ``path`` executed in its own folder by a fresh, quiet kernel with ``parameters`` set
+    (:func:`with_parameters`), widget state not stored; a failing cell raises nbclient's ``CellExecutionError``."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -252,13 +243,9 @@ def _exporter(with_code: bool):
 
 
 def write_pages(notebook, name: str, out_dir: Path) -> Page:
-    """Write an executed notebook's reader page (``name.html``, PNGs in ``name_files/``) and auditor page.
-
-    No page names a folder of this machine (:func:`without_machine_paths`): data files show as ``data/…``.
-
-    The auditor's page is ``code/name.html`` (code shown, test markers removed, images inline). Each page
-    links back to ``index.html`` and to the other variant.
-    """
+    """Write an executed notebook's reader page (``name.html``, PNGs in ``name_files/``) and auditor page
+    (``code/name.html``), each linking back to the index and to the other, neither naming a folder of this
+    machine (:func:`without_machine_paths`)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "code").mkdir(exist_ok=True)
     notebook = without_machine_paths(notebook, machine_roots())
