@@ -389,9 +389,10 @@ TIMING_JS = """panel => {
 }"""
 
 #: The redraw time the test fails above [ms]. Issue 27's goal is 300 ms on a quiet machine
-#: (``KVPLAN_REDRAW_MS=300`` holds the test to it); the default bound catches a panel that draws far more
-#: than it should without failing a run on a shared, loaded machine. The time is printed either way.
-REDRAW_MS = float(os.environ.get("KVPLAN_REDRAW_MS", "2500"))
+#: (``KVPLAN_REDRAW_MS=300`` holds the test to it). The default is what this 2-core machine holds when shared:
+#: Voilà's notebook 02 redrew in 1.5 s at a load average of 8 (0.34 s quiet); a panel drawing far more than it
+#: should still fails. The time is printed either way.
+REDRAW_MS = float(os.environ.get("KVPLAN_REDRAW_MS", "2000"))
 
 
 def _redraw_ms(page) -> float | None:

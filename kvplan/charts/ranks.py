@@ -54,7 +54,8 @@ _PARTS = tuple(column for column, _, _ in LEDGER_SEGMENTS[:5])  # the ledger's o
 @dataclass(frozen=True)
 class LedgerParts:
     """What a ledger says per rank for its chart, in bytes: the :data:`LEDGER_SEGMENTS` parts below the KV
-    budget (``parts[column]``, rank order; missing or negative is 0) and each GPU's total (None: unknown).
+    budget (``parts``: one tuple per part, in that order, by rank; missing or negative is 0) and each GPU's
+    total (None: unknown).
 
     Each rank is taken from its boot with the lowest ``room_bytes`` (:func:`kvplan.ledger.worst_room_position`,
     the pipeline's rule); ``cuda_graph_estimate_bytes`` stands in where no capture was logged. Hashable: a
