@@ -212,7 +212,7 @@ class PartsDisagree(ValueError):
 
 
 #: vLLM's ``redundancy_buffer_memory`` in the suggestion arithmetic [bytes].
-SUGGESTION_BUFFER_BYTES = 150 << 20
+_REDUNDANCY_BUFFER_BYTES = 150 << 20
 #: The whole suggestion line (``gpu_worker.py`` ``compile_or_warm_up_model``, 0.10.2–0.33): free and total
 #: memory, utilization and requested memory, the parts (weights, activation, non-torch, graphs to 0.26;
 #: consumed, activation, graphs from 0.27), each suggestion [bytes] and its GiB figure (0.11+).
@@ -260,7 +260,7 @@ def check_suggestion(message: str) -> None:
     slack = (len(shown) + 1) * PRINTED_HALF_BYTES
     problems = []
     for name, base, suggested in (("free", free, full), ("requested", requested, fit)):
-        most = base - parts - SUGGESTION_BUFFER_BYTES + slack
+        most = base - parts - _REDUNDANCY_BUFFER_BYTES + slack
         if suggested > most:
             problems.append(
                 f"--kv-cache-memory={suggested} is above {name} − the {len(shown)} parts − 150 MiB = {most} B "
