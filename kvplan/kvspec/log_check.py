@@ -252,11 +252,8 @@ def _compared_figure(row: pd.Series) -> str:
 
 
 def cross_check_verdict(rows: pd.DataFrame) -> str:
-    """One line from :func:`cross_check` rows, for a planner to read and CI to pin.
-
-    Agreement names the rounding it allowed (exact bytes, or a 2-decimal GiB figure's ±0.005 GiB);
-    a disagreement starts ``model config DISAGREES`` and names the likely cause; with several rows
-    the first disagreeing one is shown and the count of checks is given.
+    """One line from :func:`cross_check` rows: agreement names the rounding it allowed; a disagreement starts
+    ``model config DISAGREES`` and names the first one's likely cause; several rows give the count.
 
     >>> from kvplan.kvspec import kv_spec
     >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
