@@ -22,7 +22,7 @@ from matplotlib.text import Text
 from kvplan import DATA_DIR, charts
 from kvplan.budget import uniform_budget
 from kvplan.drift import drift_budget
-from kvplan.fleet import FleetPolicy, list_fleet, plan_fleet, read_fleet
+from kvplan.fleet import FleetPolicy, list_fleet, plan_readings, read_fleet
 from kvplan.fleet import charts as fleet_charts
 from kvplan.kvspec.capacity import concurrency_curve
 from kvplan.notebook import read_launch
@@ -166,7 +166,7 @@ def test_one_boot_spread_and_nothing_stranded_are_sentences():  # issue 27
 def _fleet_plan() -> dict:
     fleet = str(DATA_DIR / "fleet" / "small")
     readings = read_fleet(list_fleet(fleet), scheduler="synchronous")
-    return plan_fleet(fleet, FleetPolicy(parse_size("1GiB")), ["llama-3.1-70b"], readings=readings).to_dict()
+    return plan_readings(fleet, readings, FleetPolicy(parse_size("1GiB")), ["llama-3.1-70b"]).to_dict()
 
 
 def _plan_of(classes: int) -> dict:

@@ -38,7 +38,7 @@ import pandas as pd
 from kvplan.budget import Budget, launch_flags_text
 from kvplan.drift import lowest_free_bytes, reference_free_bytes
 from kvplan.kvspec import KVSpec
-from kvplan.kvspec.layers import parse_vllm_version
+from kvplan.kvspec.arch import parse_vllm_version
 from kvplan.ledger import is_known
 from kvplan.releases import AUTO_FIT_NULL_BLOCK_FROM, STARTUP_FREE_CHECK_FROM, V1_DEFAULT_FROM
 from kvplan.units import GIB_2DP_HALF_STEP_BYTES, format_size
