@@ -21,18 +21,17 @@ import pandas as pd
 from pandas.api.extensions import ExtensionArray
 
 from kvplan.columns import KEY_COLUMNS, LEDGER_COLUMNS
-from kvplan.io.bounds import ImpossibleValue
 from kvplan.io.ledger_csv import read_ledger_csv
-from kvplan.io.ledger_frame import ledger_columns
+from kvplan.io.ledger_frame import ImpossibleValue, ledger_columns
 from kvplan.io.metadata import (
     EvidenceLines,
     ProvenanceRows,
     RawLines,
     ReadMetadata,
+    RoomRule,
     merge_metadata,
     place_note,
 )
-from kvplan.io.room_rule import RoomRule
 from kvplan.io.vllm.boots import Boot, BootSplitter
 from kvplan.io.vllm.conflicts import TwoLaunches
 from kvplan.io.vllm.resolve import resolve_boot
@@ -53,7 +52,8 @@ def read_vllm_log(
     The ledger has one row per boot × rank in :data:`~kvplan.columns.LEDGER_COLUMNS` order; the
     :class:`~kvplan.io.metadata.ReadMetadata` holds the warnings, provenance, lines and boots. A ``.csv``
     path is a ledger CSV (:func:`kvplan.io.ledger_csv.read_ledger_csv`). With ``room_rule``
-    (:data:`kvplan.room.ROOM_RULE`) each rank's ``room_bytes`` and ``room_source`` are filled too.
+    (:data:`kvplan.room.ROOM_RULE`, :class:`kvplan.io.metadata.RoomRule`) each rank's ``room_bytes`` and
+    ``room_source`` are filled too.
 
     >>> text = ("INFO 07-15 10:21:33 [gpu_worker.py:227] Available KV cache memory: 12.5 GiB\\n"
     ...         "INFO 07-15 10:21:34 [kv_cache_utils.py:1] GPU KV cache size: 102,400 tokens\\n"
