@@ -1,4 +1,4 @@
-"""Timing helpers shared by the benchmarks: wall seconds and peak RSS of a command, median of N runs.
+"""Timing helpers shared by the benchmarks: wall and CPU seconds and peak RSS of a command, median of N runs.
 
 Each command runs in a fresh child process with its standard output written to a file (never
 ``/dev/null``: GNU grep stops at the first match when its output is ``/dev/null``), and its peak
@@ -7,16 +7,18 @@ resident memory is read with ``resource.getrusage(RUSAGE_CHILDREN)`` in a wrappe
 
 from __future__ import annotations
 
+import os
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 #: The standard error of the last :func:`run_once` (one item).
 LAST_STDERR: list[bytes] = [b""]
-#: CPU seconds (user + system) of the last :func:`run_once`, or their median over the last
-#: :func:`run_median` (one item): on a loaded machine a fairer ratio than wall seconds.
+#: CPU seconds (user + system) of the last :func:`run_once` (one item): on a loaded machine a fairer
+#: ratio than wall seconds.
 LAST_CPU: list[float] = [0.0]
 
 _WRAPPER = (
@@ -45,15 +47,41 @@ def run_once(command: list[str]) -> tuple[float, int, int, bytes]:
         return float(seconds), int(rss), int(code), Path(out.name).read_bytes()
 
 
-def run_median(command: list[str], repeat: int = 3) -> tuple[float, int, int, bytes]:
-    """:func:`run_once` ``repeat`` times: median seconds, highest peak RSS, the last code and output
-    (the median CPU seconds in :data:`LAST_CPU`)."""
-    runs, cpus = [], []
+class Timing(NamedTuple):
+    """A command's median wall and CPU seconds over its runs, highest peak RSS [bytes], and its last run's
+    exit code, standard output and standard error."""
+
+    seconds: float
+    cpu: float
+    rss: int
+    code: int
+    out: bytes
+    err: bytes
+
+
+def run_rounds(commands: dict[str, list[str]], repeat: int = 3) -> dict[str, Timing]:
+    """Each command once per round, ``repeat`` rounds, so that the machine's load falls on all alike."""
+    runs: dict[str, list[tuple]] = {label: [] for label in commands}
     for _ in range(repeat):
-        runs.append(run_once(command))
-        cpus.append(LAST_CPU[0])
-    LAST_CPU[:] = [statistics.median(cpus)]
-    return (statistics.median(run[0] for run in runs), max(run[1] for run in runs), runs[-1][2], runs[-1][3])
+        for label, command in commands.items():
+            runs[label].append((*run_once(command), LAST_CPU[0], LAST_STDERR[0]))
+    return {
+        label: Timing(
+            statistics.median(run[0] for run in done),
+            statistics.median(run[4] for run in done),
+            max(run[1] for run in done),
+            done[-1][2],
+            done[-1][3],
+            done[-1][5],
+        )
+        for label, done in runs.items()
+    }
+
+
+def in_tree(tree: str | None) -> list[str]:
+    """What runs a command from the checkout ``tree``, first on the path (``python -m`` puts the working
+    folder first); nothing for None (this checkout)."""
+    return [] if tree is None else ["env", "-C", os.path.abspath(tree), f"PYTHONPATH={os.path.abspath(tree)}"]
 
 
 def python_line_loop(path: str) -> list[str]:

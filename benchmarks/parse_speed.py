@@ -3,17 +3,21 @@
 Builds a log of many boots in /tmp (never in the repository): each boot is the four-rank sample
 boot (restarted with new pids), followed by serving traffic (metrics and access lines), as a
 long-running server's log looks. Then runs ``kvplan ledger --csv`` and ``grep -c -F`` over the
-reader's own anchor phrases on the same file (median of 3, each one's output to a file, not
-``/dev/null``, where GNU grep stops at the first match), and prints MB/s and peak resident memory.
+reader's own anchor phrases on the same file, taking turns for ``--repeat`` rounds (medians), each
+one's output to a file (not ``/dev/null``, where GNU grep stops at the first match), and prints MB/s,
+CPU seconds and peak resident memory. ``--against TREE`` also runs ``kvplan ledger --csv`` from another
+checkout in the same turns, and says whether both wrote the same bytes; ``--log PATH`` reads a kept log
+(``--keep``) instead of building one.
 
-Goal (issue 3): at least one third of grep's throughput, under 300 MB peak on a 1 GB log.
+Goal (issue 23): at least half of grep's throughput, under 300 MB peak on a 1 GB log.
 
-    .venv/bin/python benchmarks/parse_speed.py --mb 1024
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/parse_speed.py --mb 1024 [--against /tmp/base]
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
 import re
 import subprocess
@@ -26,7 +30,7 @@ from kvplan import DATA_DIR
 from kvplan.io.vllm.scan import ANCHORS
 
 sys.path.insert(0, str(Path(__file__).parent))
-from measure import run_median  # the benchmarks' own helper, beside this script
+from measure import in_tree, run_rounds  # the benchmarks' own helpers, beside this script
 
 BOOT_LOG = DATA_DIR / "boots" / "four-rank" / "boot.log"
 SERVING_LINES = (
@@ -80,39 +84,54 @@ def main() -> None:
     parser.add_argument(
         "--serving-mb-per-boot", type=float, default=2.0, help="serving traffic after each boot"
     )
+    parser.add_argument("--repeat", type=int, default=3, help="rounds of runs (median)")
     parser.add_argument("--keep", action="store_true", help="keep the log in /tmp")
+    parser.add_argument(
+        "--log", type=Path, help="read this log (e.g. one kept before) instead of building one"
+    )
+    parser.add_argument("--against", metavar="TREE", help="also run kvplan ledger --csv from this checkout")
     args = parser.parse_args()
     handle, name = tempfile.mkstemp(prefix="kvplan-bench-", suffix=".log", dir="/tmp")
     os.close(handle)
-    path = Path(name)
-    patterns = path.with_suffix(".patterns")
+    path = args.log.resolve() if args.log else Path(name)
+    patterns = Path(name).with_suffix(".patterns")
     try:
-        started = time.perf_counter()
-        boots = build_log(path, args.mb * 10**6, int(args.serving_mb_per_boot * 10**6))
+        if not args.log:
+            started = time.perf_counter()
+            boots = build_log(path, args.mb * 10**6, int(args.serving_mb_per_boot * 10**6))
+            print(f"built {path} ({boots} boots) in {time.perf_counter() - started:.1f} s")
         size = path.stat().st_size
-        print(f"built {path} ({size / 1e6:.0f} MB, {boots} boots) in {time.perf_counter() - started:.1f} s")
         patterns.write_bytes(b"\n".join(ANCHORS) + b"\n")
         subprocess.run(["cat", str(path)], stdout=subprocess.DEVNULL, check=True)  # warm the page cache
-        kvplan = [sys.executable, "-m", "kvplan", "ledger", str(path), "--csv"]
-        kv_seconds, kv_rss, _code, _out = run_median(kvplan)
-        grep = ["grep", "-c", "-F", "-f", str(patterns), str(path)]
-        grep_seconds, grep_rss, _code, count = run_median(grep)
-        count = count.decode().strip()
-        print(f"{'':14}{'seconds':>9}{'MB/s':>9}{'peak MB':>9}")
-        for label, seconds, rss in (
-            ("kvplan ledger", kv_seconds, kv_rss),
-            ("grep -c -F", grep_seconds, grep_rss),
-        ):
-            print(f"{label:14}{seconds:9.2f}{size / 1e6 / seconds:9.0f}{rss / 1e6:9.0f}")
+        ledger = [sys.executable, "-m", "kvplan", "ledger", str(path), "--csv"]
+        commands = {"kvplan ledger": ledger}
+        if args.against:
+            commands["  (against)"] = [*in_tree(args.against), *ledger]
+        commands["grep -c -F"] = ["grep", "-c", "-F", "-f", str(patterns), str(path)]
+        results = run_rounds(commands, args.repeat)
+        print(f"{'':14}{'seconds':>9}{'MB/s':>9}{'CPU s':>9}{'peak MB':>9}")
+        for label, run in results.items():
+            print(
+                f"{label:14}{run.seconds:9.2f}{size / 1e6 / run.seconds:9.0f}{run.cpu:9.2f}{run.rss / 1e6:9.0f}"
+            )
+        mine, grep = results["kvplan ledger"], results["grep -c -F"]
         print(
-            f"grep matched {count} lines; kvplan reaches {grep_seconds / kv_seconds:.2f} of grep's "
-            "throughput "
-            f"(goal ≥ 0.33), peak {kv_rss / 1e6:.0f} MB (goal < 300 MB on 1 GB)"
+            f"grep matched {grep.out.decode().strip()} lines; kvplan reaches {grep.seconds / mine.seconds:.2f} of "
+            f"grep's throughput ({grep.cpu / mine.cpu:.2f} in CPU time; goal ≥ 0.5), peak "
+            f"{mine.rss / 1e6:.0f} MB (goal < 300 MB on 1 GB)"
         )
+        if args.against:
+            theirs = results["  (against)"]
+            same = "the same" if mine.out == theirs.out else "DIFFERENT"
+            print(
+                f"against {args.against}: ours takes {mine.cpu / theirs.cpu:.2f}× its CPU time "
+                f"({(mine.cpu / theirs.cpu - 1) * 100:+.0f}%), {same} ledger bytes "
+                f"(sha256 {hashlib.sha256(mine.out).hexdigest()[:12]})"
+            )
     finally:
         patterns.unlink(missing_ok=True)
-        if not args.keep:
-            path.unlink(missing_ok=True)
+        if args.log or not args.keep:
+            Path(name).unlink(missing_ok=True)
 
 
 if __name__ == "__main__":

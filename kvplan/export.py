@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvplan.io.startup_plan_lines import SAVED, StartupPlanLine, read_startup_plan_lines
+from kvplan.io.vllm.manual import SAVED, StartupPlanLine, read_startup_plan_lines
 
 if (
     TYPE_CHECKING
@@ -162,10 +162,10 @@ def ray_serve(launch: Launch) -> str:
 
 
 def prometheus_rules(launch: Launch) -> str:
-    """Prometheus alert rules of the launch (:func:`kvplan.io.prometheus.rules.alert_rules`): the running
+    """Prometheus alert rules of the launch (:func:`kvplan.io.prometheus.vllm.alert_rules`): the running
     value differs from the approved one, a GPU's free memory below the reserve after warm-up, preemptions
     beyond the load policy, KV usage high; each rule annotated with the bundle digest."""
-    from kvplan.io.prometheus.rules import alert_rules
+    from kvplan.io.prometheus.vllm import alert_rules
 
     return alert_rules(
         launch.digest, launch.kv_cache_memory_bytes, launch.reserve_bytes, launch.max_preemptions

@@ -15,8 +15,7 @@ import pytest
 
 from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.fleet import FleetPolicy, plan_fleet
-from kvplan.fleet.engine import read_fleet
+from kvplan.fleet import FleetPolicy, plan_readings, read_fleet
 from kvplan.fleet.inputs import list_fleet
 
 sys.path.insert(0, str(DATA_DIR / "fleet"))
@@ -37,7 +36,7 @@ def readings():
 
 @pytest.fixture(scope="module")
 def plan(readings):
-    return plan_fleet(str(FLEET), FleetPolicy(GiB), models=["llama-3.1-70b"], readings=readings).to_dict()
+    return plan_readings(str(FLEET), readings, FleetPolicy(GiB), ["llama-3.1-70b"]).to_dict()
 
 
 def by_class(plan: dict) -> dict:
@@ -252,12 +251,11 @@ def test_fleet_gate_verdicts_and_stop(plan, readings, tmp_path, capsys):
 
     h100 = next(
         d
-        for d in plan_fleet(str(FLEET), FleetPolicy(GiB), ["llama-3.1-70b"], readings=readings).classes
+        for d in plan_readings(str(FLEET), readings, FleetPolicy(GiB), ["llama-3.1-70b"]).classes
         if d.fleet_class.name == H100
     )
-    bundle = approve_class(
-        H100, {}, h100.fleet_class.hosts, tmp_path / "ev", GiB, "Ana Planner", h100.split["model"], None, None
-    )
+    policy = FleetPolicy(GiB, approver="Ana Planner")
+    bundle = approve_class(h100.fleet_class, tmp_path / "ev", policy, h100.split["model"], None)
     # the bundle approves the class's value: 87,685 whole blocks (test_h100_class_budget_limiting_host_and_capacity)
     assert read_bundle(bundle)["decision"]["kv_cache_memory_bytes"] == 57_465_241_600
     # gpu-00020 (clean) boots with rank 0 at 70 GiB free: the approval's F_ref for rank 0 is gpu-00019's
@@ -314,7 +312,7 @@ def test_fleet_gate_verdicts_and_stop(plan, readings, tmp_path, capsys):
 
 
 def test_progress_prints_each_twentieth_whatever_the_group_size(capsys):
-    from kvplan.fleet.engine import hosts_per_task, stderr_progress
+    from kvplan.fleet.read import hosts_per_task, stderr_progress
 
     # 1,000 hosts on 2 worker threads: ceil(1,000 / (2 × 8 tasks per thread)) = 63 hosts per task, so 16
     # groups; a twentieth is 50 hosts, and every group of 63 enters a new step of 50: 16 lines, the last

@@ -149,7 +149,7 @@ def test_local_workers_are_not_forked_from_the_client():
     """The embedded cluster's workers start from a fork server, never forked from the client: the client
     already runs threads (Dask's event loop, fsspec's, a Jupyter kernel's) and a fork taken while one of them
     holds a lock deadlocks the worker (a full-suite run once hung here with forked workers)."""
-    from kvplan.fleet.engine import dask_client
+    from kvplan.fleet.read import dask_client
 
     with dask_client("local") as client:
         parents = set(client.run(_parent_pid).values())

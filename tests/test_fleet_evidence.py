@@ -17,8 +17,7 @@ import pytest
 
 from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.fleet import FleetPolicy, plan_fleet
-from kvplan.fleet.engine import read_fleet
+from kvplan.fleet import FleetPolicy, plan_fleet, plan_readings, read_fleet
 from kvplan.fleet.inputs import list_fleet
 
 sys.path.insert(0, str(DATA_DIR / "fleet"))
@@ -203,7 +202,7 @@ def test_host_without_room_for_one_block_is_excluded_by_name(tmp_path):  # issue
     # reserve 1,000 B below gpu-00019 rank 0's room 58,539,581,440: that rank keeps 1,000 B, less than one
     # 655,360 B block; every other H100 rank keeps more than a block
     reserve = 58_539_581_440 - 1_000
-    plan = plan_fleet(str(FLEET), FleetPolicy(reserve), ["llama-3.1-70b"], readings=readings).to_dict()
+    plan = plan_readings(str(FLEET), readings, FleetPolicy(reserve), ["llama-3.1-70b"]).to_dict()
     reasons = {item["host"]: item["reason"] for item in plan["excluded"]}
     assert (
         reasons["gpu-00019"]

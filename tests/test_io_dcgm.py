@@ -1,5 +1,7 @@
 """GPU evidence from DCGM exporter scrapes: the same facts as nvidia-smi's GPU snapshot (issue 28)."""
 
+import json
+import re
 import shutil
 from pathlib import Path
 
@@ -12,6 +14,8 @@ from kvplan.fleet import FleetPolicy, plan_fleet
 from kvplan.io.dcgm import read_dcgm_scrape
 from kvplan.io.nvidia_smi_csv import NvidiaSmiError, read_nvidia_smi_csv
 from kvplan.units import GiB
+from tests.conftest import approve_args
+from tests.prometheus_server import needs_prometheus, openmetrics_of, running_prometheus, samples_of
 
 FOUR_RANK = DATA_DIR / "boots" / "four-rank"
 FLEET = DATA_DIR / "fleet" / "small"
@@ -100,3 +104,99 @@ def test_fleet_classes_from_dcgm_equal_nvidia_smi(tmp_path):  # issue 28
     ]
     assert classes[0] == classes[1]
     assert len(classes[0]) >= 2  # H100 and H200 classes at least
+
+
+AT = "2026-12-01T10:00:00Z"  # when the DCGM samples below were scraped
+
+
+@pytest.fixture(scope="module")
+def prometheus(tmp_path_factory):
+    """A real Prometheus holding the DCGM series of the four-rank launch's host (node-a) and of every host of
+    the sample fleet, scraped at :data:`AT` (backfilled by promtool)."""
+    tmp = tmp_path_factory.mktemp("dcgm-prometheus")
+    hosts = {"node-a": FOUR_RANK / "nvidia-smi-gpu.csv"}
+    hosts |= {host.name: host / "nvidia-smi-gpu.csv" for host in FLEET.iterdir() if host.is_dir()}
+    series = None
+    for host, csv in hosts.items():
+        scrape = tmp / f"{host}.prom"
+        samples = [line for line in dcgm_of(csv, host).splitlines() if not line.startswith("#")]
+        scrape.write_text("\n".join([f"# {AT}", *samples, ""]))  # one scrape at AT
+        series = samples_of([scrape], {"job": "dcgm"}, series)
+    with running_prometheus(openmetrics_of(series), tmp) as url:
+        yield url
+
+
+@needs_prometheus
+def test_budget_from_prometheus_dcgm_equals_the_scrape(prometheus, tmp_path, capsys):  # issue 28
+    scrape = tmp_path / "dcgm.prom"
+    scrape.write_text(dcgm_of(FOUR_RANK / "nvidia-smi-gpu.csv", "node-a"))
+    budget = ["budget", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--json"]
+    assert main([*budget, "--dcgm", str(scrape)]) == 0
+    from_file = capsys.readouterr().out.replace(str(scrape), "SNAPSHOT")
+    assert main([*budget, "--prometheus", prometheus, "--at", AT, "--gpu-host", "node-a"]) == 0
+    served = re.sub(r"/\S*/dcgm\.prom", "SNAPSHOT", capsys.readouterr().out)
+    assert served == from_file
+    # the GPUs were read (DCGM shows no process: other processes' memory unknown, as the warning says)
+    assert any(
+        w.startswith("SNAPSHOT: no nvidia-smi --query-compute-apps") for w in json.loads(served)["warnings"]
+    )
+    # several hosts and none chosen, or none at that time: refused with one line
+    assert main([*budget, "--prometheus", prometheus, "--at", AT]) == 2
+    assert main([*budget, "--prometheus", prometheus, "--at", "2020-01-01T00:00:00Z"]) == 2
+    assert main([*budget, "--prometheus", prometheus]) == 2
+    errors = capsys.readouterr().err.splitlines()
+    assert errors[0].startswith(f"error: prometheus {prometheus}: DCGM series of ")
+    assert errors[0].endswith("choose the launch's host with --gpu-host")
+    assert errors[1] == (
+        f"error: prometheus {prometheus} shows no DCGM framebuffer series (DCGM_FI_DEV_FB_FREE, _USED) at "
+        "1577836800 (Unix s)"
+    )
+    assert errors[2] == "error: --prometheus needs --at TIME here: when to read the GPUs' DCGM series"
+
+
+@needs_prometheus
+def test_fleet_classes_from_prometheus_dcgm_equal_nvidia_smi(prometheus, tmp_path, capsys):  # issue 28
+    plans = []
+    for name, extra in (("smi", []), ("prometheus", ["--prometheus", prometheus, "--at", AT])):
+        fleet = _fleet(tmp_path, name, dcgm=False)
+        if extra:  # the hosts' logs alone: their GPUs come from Prometheus, by the DCGM Hostname label
+            for snapshot in fleet.glob("*/nvidia-smi-gpu.csv"):
+                snapshot.unlink()
+        argv = [
+            "fleet",
+            "plan",
+            str(fleet),
+            "--reserve",
+            "1GiB",
+            "--model",
+            "llama-3.1-70b",
+            "--json",
+            *extra,
+        ]
+        assert main(argv) == 0
+        plans.append(json.loads(capsys.readouterr().out))
+    classes = [
+        {c["class"]: {k: v for k, v in c.items() if k != "hosts"} for c in p["classes"]} for p in plans
+    ]
+    assert classes[0] == classes[1]
+    assert len(classes[0]) >= 2 and all(name.startswith("NVIDIA H") for name in classes[0])  # GPU type known
+
+
+@needs_prometheus
+def test_approve_and_gate_take_prometheus_dcgm(prometheus, tmp_path, capsys):  # issue 28
+    scrape = tmp_path / "dcgm.prom"
+    scrape.write_text(dcgm_of(FOUR_RANK / "nvidia-smi-gpu.csv", "node-a"))
+    served = ["--prometheus", prometheus, "--at", AT, "--gpu-host", "node-a"]
+    records, gates = [], []
+    for name, gpus in (("file", ["--dcgm", str(scrape)]), ("prometheus", served)):
+        assert main([*approve_args(tmp_path / name, *gpus), "--json"]) == 0
+        [bundle] = (tmp_path / name).iterdir()
+        record = json.loads((bundle / "budget.json").read_text())
+        assert main(["verify", str(bundle)]) == 0  # the bundle keeps DCGM's series as its GPU snapshot
+        capsys.readouterr()
+        records.append((record["decision"], record["compatibility_key"]))
+        main(["gate", "--approved", str(bundle), str(FOUR_RANK / "boot.log"), *gpus, "--json"])
+        gates.append([(c["name"], c["passed"]) for c in json.loads(capsys.readouterr().out)["checks"]])
+    assert records[0] == records[1] and records[0][1]["gpu_name"] == "NVIDIA H100 80GB HBM3"
+    # the same checks, and at --at Prometheus also shows the running value (none here: cannot be judged)
+    assert gates[1] == [*gates[0], ("running value", None)]

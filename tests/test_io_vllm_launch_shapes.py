@@ -453,3 +453,71 @@ def test_the_ledger_table_says_why_a_row_is_not_ok(tmp_path, capsys):
         "KV",
         "sizing",
     ]  # the log stops before the KV cache was sized
+
+
+# --- the real CUDA graph capture wins over the profiling-time estimate (issue 26) --------------------------
+
+ESTIMATE = (
+    "Estimated CUDA graph memory: 2.50 GiB total"  # gpu_model_runner.py profile_cudagraph_memory, 0.18+
+)
+CAPTURE = "Graph capturing finished in 12 secs, took 3.10 GiB"  # capture_model (and the V2 runner's)
+
+
+def budget_of(tmp_path, capsys, text):
+    """``kvplan budget --reserve 1GiB --json`` of ``text``: its uniform budget [bytes]."""
+    path = tmp_path / "graphs.log"
+    path.write_text(text)
+    assert main(["budget", str(path), "--reserve", "1GiB", "--json"]) == 0
+    return json.loads(capsys.readouterr().out)["uniform_budget_bytes"]
+
+
+@pytest.mark.parametrize("version", ["0.20.0", "0.26.0", "0.33.0"])
+def test_the_real_capture_corrects_the_available_kv_figure_not_the_estimate(version, tmp_path, capsys):
+    # issue 26: vLLM subtracted the 2.50 GiB estimate before 'Available KV cache memory: 40.00 GiB' (0.20+
+    # default); the capture then took 3.10 GiB, 0.60 GiB more: room = 40.00 − (3.10 − 2.50) GiB. Taking
+    # the estimate as the graphs' memory would leave the room at 40.00 GiB, 0.60 GiB too high
+    engine = engine_process(version)
+    lines = [
+        vllm_line(version, engine_config(version), engine, 200),
+        *(
+            vllm_line(version, message, engine, 200)
+            for message in (ESTIMATE, "Available KV cache memory: 40.00 GiB")
+        ),
+        vllm_line(version, CAPTURE, engine, 200),
+        vllm_line(version, DONE, engine, 200),
+    ]
+    ledger, _warnings = ledger_of(log(*lines))
+    room = gib("40.00") - (gib("3.10") - gib("2.50"))
+    assert ledger[["cuda_graph_bytes", "cuda_graph_estimate_bytes"]].values.tolist() == [
+        [gib("3.10"), gib("2.50")]
+    ]
+    assert ledger[["room_bytes", "room_source"]].values.tolist() == [[room, "available_kv"]]
+    assert budget_of(tmp_path, capsys, log(*lines)) == room - 2**30
+
+
+@pytest.mark.parametrize("version", FROM_0_27)
+def test_the_real_capture_is_the_graphs_part_of_the_room(version, tmp_path, capsys):
+    # issue 26: a rank with the DEBUG memory lines and no suggestion or available figure: room = free at
+    # startup − (weights + activation + non-torch + graphs) − 150 MiB. The profile line (0.27+ form) gives
+    # weights 16.00, non-torch 18.00 − 16.00, activation 20.00 − 18.00 (so the three sum to 20.00 GiB);
+    # the graphs are the capture's 3.10 GiB, not the estimate's 2.50
+    engine = engine_process(version)
+    profile = (
+        "Memory profiling takes 6.21 seconds. Total non KV cache memory: 20.00GiB; torch peak memory increase: "
+        "1.65GiB; total consumed (from mem_get_info): 18.00GiB; weights memory: 16.00GiB."
+    )
+    free = "Initial free memory: 70.00 GiB; Requested memory: 0.900000 (util), 71.27 GiB"
+    lines = [
+        vllm_line(version, engine_config(version), engine, 200),
+        vllm_line(version, free, engine, 200, "DEBUG"),
+        vllm_line(version, profile, engine, 200, "DEBUG"),
+        vllm_line(version, ESTIMATE, engine, 200),
+        # kv_cache_utils.py, after sizing
+        vllm_line(version, "GPU KV cache size: 327,680 tokens", engine, 200),
+        vllm_line(version, CAPTURE, engine, 200),
+        vllm_line(version, DONE, engine, 200),
+    ]
+    ledger, _warnings = ledger_of(log(*lines))
+    room = gib("70.00") - gib("20.00") - gib("3.10") - 150 * 2**20
+    assert ledger[["room_bytes", "room_source"]].values.tolist() == [[room, "parts"]]
+    assert budget_of(tmp_path, capsys, log(*lines)) == room - 2**30

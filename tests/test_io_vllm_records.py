@@ -63,3 +63,22 @@ CASES = [
 @pytest.mark.parametrize("line, expected", CASES)
 def test_a_line_splits_into_its_records(line, expected):
     assert split_records(line) == expected
+
+
+def test_lines_of_one_shape_keep_their_own_values():
+    # issue 23: where the records lie is learnt once per shape (digits read as 0); each line's own
+    # digits, names and message still come from the line itself
+    first = split_records(
+        f"(Worker_TP1 pid=12) {HEAD} Available KV cache memory: 1.5 GiB [repeated 2x across cluster]"
+    )
+    second = split_records(
+        f"(Worker_TP7 pid=98) {HEAD} Available KV cache memory: 9.0 GiB [repeated 4x across cluster]"
+    )
+    assert first == [Record("Available KV cache memory: 1.5 GiB", "Worker_TP1", 12, None, "INFO", 2)]
+    assert second == [Record("Available KV cache memory: 9.0 GiB", "Worker_TP7", 98, None, "INFO", 4)]
+
+
+def test_colour_codes_inside_a_message_or_a_prefix_are_cut_out_of_it():
+    # issue 23: a real colour code inside a field leaves its text in two pieces of the line, joined
+    line = "(Engine\x1b[0mCore_DP1 pid=4\x1b[1m2, ip=10.0.\x1b[0m0.5) INFO 08-14 14:07:22 [a.py:1] KV \x1b[32mcache"
+    assert split_records(line) == [Record("KV cache", "EngineCore_DP1", 42, "10.0.0.5", "INFO")]

@@ -44,7 +44,7 @@ from kvplan.budget import (
 )
 from kvplan.drift import lowest_free_bytes, reference_free_bytes
 from kvplan.kvspec import KVSpec
-from kvplan.kvspec.layers import parse_vllm_version
+from kvplan.kvspec.arch import parse_vllm_version
 from kvplan.ledger import is_known
 from kvplan.releases import AUTO_FIT_NULL_BLOCK_FROM, STARTUP_FREE_CHECK_FROM, V1_DEFAULT_FROM
 from kvplan.units import format_size

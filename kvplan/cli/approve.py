@@ -32,7 +32,12 @@ from kvplan.cli.common import (
     refuse_layout_without_model,
     size,
 )
-from kvplan.cli.prometheus import add_prometheus_arguments, prometheus_load_files
+from kvplan.cli.prometheus import (
+    add_gpu_arguments,
+    add_prometheus_arguments,
+    prometheus_gpu_files,
+    prometheus_load_files,
+)
 from kvplan.escape import terminal_text
 from kvplan.export import EXPORTERS
 from kvplan.units import format_budget
@@ -90,6 +95,7 @@ def add_approve(sub: argparse._SubParsersAction) -> None:
     )
     add_load_arguments(parser, "server logs and /metrics snapshots of a load test at the approved value")
     add_prometheus_arguments(parser, "a load test's (at the approved value)")
+    add_gpu_arguments(parser, url=False)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_model_arguments(parser)
     parser.set_defaults(run=run_approve)
@@ -159,6 +165,7 @@ def _request(args: argparse.Namespace):
     else:
         options = {name: getattr(args, name) for name in sorted(LAYOUT_OPTIONS)}
         layout = plan.ModelLayout(resolve_model_config(args.model), options)
+    args.nvidia_smi = [*args.nvidia_smi, *prometheus_gpu_files(args)[0]]  # --prometheus --at: DCGM's
     return evidence.Request(
         args.logs,
         args.out,

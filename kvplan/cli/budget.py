@@ -24,6 +24,7 @@ from kvplan.cli.common import (
     size,
     size_list,
 )
+from kvplan.cli.prometheus import add_gpu_arguments, prometheus_gpu_files
 from kvplan.escape import terminal_text
 from kvplan.units import format_budget, format_size
 
@@ -76,6 +77,7 @@ def add_budget(sub: argparse._SubParsersAction) -> None:
         "of the same boot: names the GPU type (with --model: vLLM's MLA and gated-delta-net block size)",
     )
     add_model_arguments(parser)
+    add_gpu_arguments(parser)
     parser.set_defaults(run=run_budget)
 
 
@@ -85,6 +87,7 @@ def run_budget(args: argparse.Namespace) -> int:
 
     if bool(args.logs) == (args.room is not None):
         raise CliError("give either LOG files or --room (exactly one of them)")
+    args.nvidia_smi = [*args.nvidia_smi, *prometheus_gpu_files(args)[0]]  # --prometheus --at: DCGM's
     if args.model and args.block_bytes:
         raise CliError("give --block-bytes or --model, not both: the model sets the block bytes")
     if args.block_size and not args.model:

@@ -10,7 +10,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvplan.cli.common import add_command, at_least_one, fraction, labels, size
+from kvplan.cli.common import (
+    add_command,
+    at_least_one,
+    format_table,
+    fraction,
+    labels,
+    print_json,
+    print_warnings,
+    size,
+)
+from kvplan.cli.prometheus import add_gpu_arguments, prometheus_fleet_hosts
+from kvplan.escape import terminal_text
 from kvplan.units import format_size
 
 
@@ -71,7 +82,11 @@ def add_fleet(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan fleet plan`` and ``kvplan fleet gate``."""
     fleet = add_command(sub, "fleet", FLEET_HELP)
     commands = fleet.add_subparsers(dest="fleet_command", required=True, metavar="COMMAND")
-    plan = add_command(commands, "plan", FLEET_PLAN_HELP)
+    _add_plan(add_command(commands, "plan", FLEET_PLAN_HELP))
+    _add_gate(add_command(commands, "gate", FLEET_GATE_HELP))
+
+
+def _add_plan(plan: argparse.ArgumentParser) -> None:
     plan.add_argument(
         "fleet",
         metavar="FLEET",
@@ -119,8 +134,11 @@ def add_fleet(sub: argparse._SubParsersAction) -> None:
     plan.add_argument("--seq-len", type=at_least_one, metavar="L", help="admission plan: tokens per sequence")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     _add_engine_arguments(plan, None)
+    add_gpu_arguments(plan, host=False)
     plan.set_defaults(run=_run_plan)
-    gate = add_command(commands, "gate", FLEET_GATE_HELP)
+
+
+def _add_gate(gate: argparse.ArgumentParser) -> None:
     gate.add_argument(
         "targets",
         nargs="*",
@@ -141,14 +159,10 @@ def _storage(args: argparse.Namespace) -> dict:
 
 
 def _run_plan(args: argparse.Namespace) -> int:
-    from kvplan.cli.common import format_table
-    from kvplan.cli.common import print_json as _print_json
-    from kvplan.cli.common import print_warnings as _print_warnings
-    from kvplan.escape import terminal_text
     from kvplan.evidence import AdmissionPlan
-    from kvplan.fleet import FleetPolicy, plan_fleet
-    from kvplan.fleet.engine import default_scheduler, stderr_progress
+    from kvplan.fleet import FleetPolicy, list_fleet, plan_readings, read_fleet
     from kvplan.fleet.planner import class_rows
+    from kvplan.fleet.read import default_scheduler, stderr_progress
 
     if (args.target_concurrency is None) != (args.seq_len is None):
         raise ValueError("an admission plan needs both --target-concurrency and --seq-len")
@@ -167,24 +181,26 @@ def _run_plan(args: argparse.Namespace) -> int:
             if value is not None
         },
     )
-    result = plan_fleet(
-        args.fleet,
-        policy,
-        args.model,
+    storage = _storage(args)
+    hosts = list_fleet(args.fleet, storage)
+    if args.prometheus or args.at:  # each host's GPUs from DCGM's series in Prometheus
+        hosts = prometheus_fleet_hosts(args, hosts)
+    readings = read_fleet(
+        hosts,
+        storage,
         default_scheduler(args.scheduler),
-        _storage(args),
-        args.out,
-        progress=stderr_progress(),
-        announce=lambda text: print(text, file=sys.stderr),
+        stderr_progress(),
+        lambda text: print(text, file=sys.stderr),
     )
+    result = plan_readings(args.fleet, readings, policy, args.model, args.out, storage)
     data = result.to_dict()
     if args.json:
-        return _print_json(data)
+        return print_json(data)
     rows = [{name: terminal_text(value) for name, value in row.items()} for row in class_rows(data)]
     print(format_table(rows, ["class", "hosts", "budget", "limiting", "min/median", "stranded", "approved"]))
     for line in _plan_lines(data):
         print(terminal_text(line))
-    _print_warnings([terminal_text(warning) for warning in data["warnings"]])
+    print_warnings([terminal_text(warning) for warning in data["warnings"]])
     return 0
 
 
@@ -213,10 +229,8 @@ def _plan_lines(data: dict) -> list[str]:
 
 
 def _run_gate(args: argparse.Namespace) -> int:
-    from kvplan.cli.common import print_json as _print_json
-    from kvplan.escape import terminal_text
-    from kvplan.fleet.engine import default_scheduler
-    from kvplan.fleet.gate import gate_fleet, stop_decision
+    from kvplan.fleet.bundles import gate_fleet, stop_decision
+    from kvplan.fleet.read import default_scheduler
 
     if not args.targets and len(args.approved) > 1:  # --approved B1 B2 FLEET: the last one is the fleet
         args.targets = [args.approved.pop()]
@@ -229,7 +243,7 @@ def _run_gate(args: argparse.Namespace) -> int:
     )
     status, decision = stop_decision(verdicts)
     if args.json:
-        _print_json({"passed": status == 0, "decision": decision, "hosts": [v.to_dict() for v in verdicts]})
+        print_json({"passed": status == 0, "decision": decision, "hosts": [v.to_dict() for v in verdicts]})
         return status
     for verdict in verdicts:
         state = {True: "PASS", False: "FAIL", None: "CANNOT JUDGE"}[verdict.passed]

@@ -21,7 +21,12 @@ from kvplan.cli.common import (
     reader_warnings_into,
     size,
 )
-from kvplan.cli.prometheus import add_gate_prometheus_arguments, gate_prometheus_checks
+from kvplan.cli.prometheus import (
+    add_gate_prometheus_arguments,
+    add_gpu_arguments,
+    gate_prometheus_checks,
+    prometheus_gpu_files,
+)
 
 GATE_HELP = """\
 check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)
@@ -63,6 +68,7 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
     parser.add_argument("--guard", type=size, help="guard per rank (default: the approval's, normally 0)")
     add_load_arguments(parser, "load-test server logs and /metrics snapshots of the canary")
     add_gate_prometheus_arguments(parser)
+    add_gpu_arguments(parser, url=False, at=False)
     parser.add_argument(
         "--json",
         action="store_true",
@@ -81,7 +87,7 @@ def _startup_plan_check(args: argparse.Namespace, verified, approved, ledger, ch
     from pathlib import Path
 
     from kvplan.checks.canary import EVIDENCE_CHECKS, PLAN_CHECK, check_startup_plan
-    from kvplan.io.startup_plan_lines import read_startup_plan_lines
+    from kvplan.io.vllm.manual import read_startup_plan_lines
     from kvplan.verdict import Check
 
     lines = {
@@ -131,23 +137,23 @@ def run_gate(args: argparse.Namespace) -> int:
     from kvplan.verdict import format_checks, gate_verdict
 
     policy = load_policy(args)
-    plan.require_files(args.logs, "BOOT_LOG")
-    plan.require_files(args.nvidia_smi, "--nvidia-smi")
-    plan.require_files(args.load, "--load")
+    for files, flag in [(args.logs, "BOOT_LOG"), (args.nvidia_smi, "--nvidia-smi"), (args.load, "--load")]:
+        plan.require_files(files, flag)
     plan.require_files(args.metrics, "--metrics")
     verified, approved = evidence.verified_approval(args.approved, args.approved_digest)
     ledger, metadata = read_vllm_logs_rooms(args.logs)
     plan.require_boot(ledger, args.logs)
-    warnings: list[str] = list(metadata.warnings)
+    gpus, gpu_warnings = prometheus_gpu_files(args, required=False)  # --prometheus --at: DCGM's, if any
+    warnings: list[str] = [*metadata.warnings, *gpu_warnings]
     if not verified.sealed and args.approved_digest is None:  # issue 11 item 11: say what is not pinned
         warnings.append(
             f"the approved bundle has no seal (kvplan 0.1.0 or before): {verified.created_line()}; its "
             "charts are checked by hash only; give --approved-digest to judge against the approval as made"
         )
     free_after_warmup = None
-    if args.nvidia_smi:
+    if args.nvidia_smi or gpus:
         with reader_warnings_into(warnings):
-            ledger, free_after_warmup, _ = join_snapshots(ledger, args.nvidia_smi)
+            ledger, free_after_warmup, _ = join_snapshots(ledger, [*args.nvidia_smi, *gpus])
     checks = gate_checks(
         approved,
         ledger,

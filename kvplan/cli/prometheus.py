@@ -1,8 +1,10 @@
-"""The ``--prometheus URL`` options of ``load``, ``approve`` and ``gate``: load evidence from a Prometheus server.
+"""The ``--prometheus URL`` options: load evidence and GPU snapshots from a Prometheus server.
 
 ``--prometheus URL --start TIME --end TIME [--step 15s] [--match SELECTOR]`` reads one vLLM server's series
-(:func:`kvplan.io.prometheus.read_prometheus_load`) in place of load files. Times are Unix seconds or ISO
-8601 (UTC without an offset); without ``--step`` the samples as scraped, with it Prometheus' value each step.
+(:func:`kvplan.io.prometheus.vllm.read_prometheus_load`) in place of load files (``load``, ``approve``, ``gate``);
+``--prometheus URL --at TIME [--gpu-host HOST]`` reads the GPUs' DCGM series at TIME as a ``--dcgm`` scrape
+(``budget``, ``approve``, ``gate``, ``fleet plan``, each fleet host by its ``Hostname``). Times are Unix seconds
+or ISO 8601 (UTC without an offset); without ``--step`` the samples as scraped, with it Prometheus' value each step.
 """
 
 from __future__ import annotations
@@ -44,9 +46,11 @@ def _window(args: argparse.Namespace) -> tuple[float, float, float | None] | Non
         if given:
             raise CliError(f"{', '.join(given)}: only with --prometheus")
         return None
+    if args.start is None and args.end is None and getattr(args, "at", None) is not None:
+        return None  # approve --prometheus URL --at TIME: the GPUs alone
     if args.start is None or args.end is None:
         raise CliError("--prometheus needs --start TIME and --end TIME (Unix s or ISO 8601)")
-    from kvplan.io.prometheus import parse_duration, parse_time
+    from kvplan.io.prometheus.api import parse_duration, parse_time
 
     step = None if args.step is None else parse_duration(args.step)
     return parse_time(args.start), parse_time(args.end), step
@@ -57,10 +61,21 @@ def prometheus_load(args: argparse.Namespace):
     window = _window(args)
     if window is None:
         return None
-    from kvplan.io.prometheus import read_prometheus_load
+    from kvplan.io.prometheus.vllm import read_prometheus_load
 
     start, end, step = window
     return read_prometheus_load(args.prometheus, start, end, step=step, match=args.match)
+
+
+def _temporary(name: str) -> str:
+    """A path ``name`` in a new temporary folder removed at exit (a bundle copies what it keeps)."""
+    import atexit
+    import shutil
+    import tempfile
+
+    folder = tempfile.mkdtemp(prefix="kvplan-prometheus-")
+    atexit.register(shutil.rmtree, folder, True)
+    return f"{folder}/{name}"
 
 
 def prometheus_load_files(args: argparse.Namespace) -> list[str]:
@@ -70,16 +85,75 @@ def prometheus_load_files(args: argparse.Namespace) -> list[str]:
     window = _window(args)
     if window is None:
         return []
-    import atexit
-    import shutil
-    import tempfile
+    from kvplan.io.prometheus.vllm import save_prometheus_load
 
-    from kvplan.io.prometheus import save_prometheus_load
-
-    folder = tempfile.mkdtemp(prefix="kvplan-prometheus-")
-    atexit.register(shutil.rmtree, folder, True)
-    path = save_prometheus_load(args.prometheus, *window, args.match, f"{folder}/prometheus-load.prom")
+    path = save_prometheus_load(args.prometheus, *window, args.match, _temporary("prometheus-load.prom"))
     return [str(path)]
+
+
+def add_gpu_arguments(
+    parser: argparse.ArgumentParser, url: bool = True, at: bool = True, host: bool = True
+) -> None:
+    """``--prometheus URL`` (``url``), ``--at TIME`` (``at``) and ``--gpu-host HOST`` (``host``): the GPU
+    snapshot from the DCGM exporter's series in Prometheus, where the command has not added them already."""
+    group = parser.add_argument_group("GPU snapshot from Prometheus (DCGM exporter)")
+    if url:
+        group.add_argument("--prometheus", metavar="URL", help="the Prometheus server that scrapes DCGM")
+    if at:
+        group.add_argument(
+            "--at",
+            metavar="TIME",
+            help="with --prometheus: the GPUs' DCGM framebuffer series at TIME (Unix s or ISO 8601, UTC), read "
+            "as a --dcgm scrape (after warm-up of the same boot)",
+        )
+    if host:
+        group.add_argument(
+            "--gpu-host",
+            metavar="HOST",
+            help="with --prometheus --at: the launch's host (DCGM's Hostname label) when Prometheus holds several",
+        )
+
+
+def prometheus_gpu_files(args: argparse.Namespace, required: bool = True) -> tuple[list[str], list[str]]:
+    """``--prometheus URL --at TIME``: the GPUs' DCGM series saved as ``dcgm.prom`` (a temporary folder removed
+    at exit; a bundle keeps it as a ``--dcgm`` scrape), and the warnings. None there: refused when
+    ``required``, else a warning. ``([], [])`` without --at."""
+    if getattr(args, "gpu_host", None) is not None and not (args.prometheus and args.at):
+        raise CliError("--gpu-host: only with --prometheus and --at")
+    if args.at is None or not args.prometheus:
+        if args.prometheus and required and getattr(args, "start", None) is None:
+            raise CliError("--prometheus needs --at TIME here: when to read the GPUs' DCGM series")
+        return [], []
+    from kvplan.io.dcgm import save_dcgm_at
+    from kvplan.io.prometheus.api import parse_time
+
+    at = parse_time(args.at)
+    path = save_dcgm_at(args.prometheus, at, _temporary("dcgm.prom"), getattr(args, "gpu_host", None))
+    if path is not None:
+        return [str(path)], []
+    missing = (
+        f"prometheus {args.prometheus} shows no DCGM framebuffer series (DCGM_FI_DEV_FB_FREE, _USED) "
+        f"{'' if args.gpu_host is None else f'of {args.gpu_host} '}at {at:.0f} (Unix s)"
+    )
+    if required:
+        raise CliError(missing)
+    return [], [f"{missing}: the GPUs' free memory is not read from Prometheus"]
+
+
+def prometheus_fleet_hosts(args: argparse.Namespace, hosts: list) -> list:
+    """``fleet plan --prometheus URL --at TIME``: ``hosts`` (:class:`kvplan.fleet.inputs.HostFiles`), each with
+    its GPUs' DCGM series at TIME (found by its ``Hostname``) as a GPU snapshot in a temporary folder."""
+    if not args.prometheus or args.at is None:
+        raise CliError("--prometheus and --at go together here: the fleet's GPUs from DCGM at TIME")
+    from kvplan.fleet.inputs import with_dcgm_snapshots
+    from kvplan.io.dcgm import dcgm_scrapes_at
+    from kvplan.io.prometheus.api import parse_time
+
+    at = parse_time(args.at)
+    scrapes = dcgm_scrapes_at(args.prometheus, at)
+    if not scrapes:
+        raise CliError(f"prometheus {args.prometheus} shows no DCGM framebuffer series at {at:.0f} (Unix s)")
+    return with_dcgm_snapshots(hosts, scrapes, _temporary("hosts"))
 
 
 def add_gate_prometheus_arguments(parser: argparse.ArgumentParser) -> None:
@@ -108,12 +182,8 @@ def gate_running_checks(args: argparse.Namespace, approved_bytes: int, block_byt
     import time
 
     from kvplan.checks.canary import RUNNING_CHECK, check_running_values
-    from kvplan.io.prometheus import (
-        parse_time,
-        running_values_at,
-        running_values_of_logs,
-        running_values_of_metrics,
-    )
+    from kvplan.io.prometheus.api import parse_time
+    from kvplan.io.prometheus.vllm import running_values_at, running_values_of_logs, running_values_of_metrics
     from kvplan.verdict import Check
 
     if args.at is not None and not args.prometheus:

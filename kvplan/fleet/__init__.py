@@ -1,12 +1,14 @@
 """Fleets: budgets per host class from many hosts' startup logs, read on Dask from disk or object storage.
 
 Needs the ``fleet`` extra (``pip install 'kvplan-kit[fleet]'``: dask[distributed], fsspec, s3fs); ``import
-kvplan`` does not import it. :func:`plan_fleet` decides, :func:`gate_fleet` judges canary hosts.
+kvplan`` does not import it. :func:`plan_fleet` decides, :func:`kvplan.fleet.bundles.gate_fleet` judges
+canary hosts.
 """
 
-from kvplan.fleet.engine import read_fleet
+from kvplan.fleet.classes import FleetPolicy
 from kvplan.fleet.inputs import FleetInputError, list_fleet, parse_storage_options
-from kvplan.fleet.planner import FleetPlan, FleetPolicy, plan_fleet
+from kvplan.fleet.planner import FleetPlan, plan_fleet, plan_readings
+from kvplan.fleet.read import read_fleet
 
 __all__ = [
     "FleetInputError",
@@ -15,5 +17,6 @@ __all__ = [
     "list_fleet",
     "parse_storage_options",
     "plan_fleet",
+    "plan_readings",
     "read_fleet",
 ]

@@ -1,15 +1,18 @@
-"""One evidence bundle per approved class: :func:`kvplan.evidence.approve` over the class's clean hosts' logs.
+"""A class's evidence bundle, and the canary gate against it.
 
-Every host is a profiled boot of the same compatibility key, so the bundle's budget (each rank's worst
-boot over the hosts, then the minimum over ranks) is the class's, and ``kvplan verify`` and ``kvplan
-gate`` work on it as on a single launch. The bundle's inputs include the ``--query-gpu`` snapshot of the
-class's first host that has one, so its key records the GPU type and driver every host of the class
-showed (a class is one key) and a gate compares them. The class's name, labels and host list are
-recorded in the bundle's note as JSON (hashed into its digest); :func:`note_hosts` reads the list back
-for ``kvplan fleet gate``. Logs in object storage are fetched afresh to ``OUT/inputs/<host>/<file>``
-(both names as :func:`kvplan.escape.safe_component` makes them safe, checked by
-:func:`kvplan.escape.path_inside`, so every write stays inside ``OUT``); every file, fetched or local,
-must still have the SHA-256 it had when the plan read it.
+**The bundle** is :func:`kvplan.evidence.approve` over the class's clean hosts' logs: every host is a
+profiled boot of one compatibility key, so its budget is the class's, and ``kvplan verify`` and ``kvplan
+gate`` work on it as on one launch. Its inputs include the ``--query-gpu`` snapshot of the class's first
+host that has one (its key then records the GPU type and driver of the class). The class's name, labels and
+hosts are its note, as JSON (:func:`class_note`, hashed into its digest). Remote logs are fetched afresh to
+``OUT/inputs/<host>/<file>`` (names made safe by :func:`kvplan.escape.safe_component`, paths checked by
+:func:`kvplan.escape.path_inside`); every file must still have the SHA-256 the plan read.
+
+**The gate** judges each canary host as ``kvplan gate`` judges one launch, against the bundle whose
+*verified* record lists it (:func:`approvals`): :func:`kvplan.plan.read_evidence`, the snapshots joined,
+:func:`kvplan.checks.gate_checks`. A host in no bundle's list, whose logs cannot be read as one launch, or
+whose file is one of the approval's own inputs (by SHA-256) cannot be judged. The rollout **stops** when
+any host fails, and cannot go on while a host cannot be judged.
 """
 
 from __future__ import annotations
@@ -17,23 +20,30 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
+from kvplan.checks import Approved, gate_checks
 from kvplan.escape import path_inside, safe_component
-from kvplan.evidence import AdmissionPlan, ModelLayout, Policy, approve, sha256_file
-from kvplan.fleet.inputs import filesystem, is_snapshot
-from kvplan.fleet.read import HostReading
+from kvplan.evidence import ModelLayout, Policy, approve, sha256_file, verified_approval
+from kvplan.fleet.classes import FleetClass, FleetPolicy
+from kvplan.fleet.inputs import FleetInputError, HostFiles, filesystem, is_snapshot, list_fleet
+from kvplan.fleet.read import HostReading, Progress, local_files, map_hosts
 from kvplan.io.dcgm import read_gpu_snapshot
+from kvplan.io.nvidia_smi import join_snapshots
+from kvplan.ledger import compatibility_key
+from kvplan.plan import read_evidence, renamed
+from kvplan.verdict import gate_verdict
 
 NOTE_MARK = "fleet class "
 FETCHED = "inputs"
 #: The folder of a host whose name is no safe path component: ``host-`` and 16 hex digits of its SHA-256.
 HOST_PREFIX = "host-"
+_EXIT_PASS, _EXIT_FAIL, _EXIT_CANNOT_JUDGE = 0, 1, 2  # as kvplan gate
 
 
 def class_note(name: str, labels: Mapping[str, str], hosts: Sequence[str]) -> str:
-    """The bundle note of a class: name, labels and hosts as one JSON object after :data:`NOTE_MARK`
-    (a label or host name can hold any text and still not change the list).
+    """The bundle note of a class: name, labels and hosts as one JSON object after :data:`NOTE_MARK`.
 
     >>> class_note("H100", {"zone": "a"}, ["h1", "h2"])
     'fleet class {"class": "H100", "labels": {"zone": "a"}, "hosts": ["h1", "h2"]}'
@@ -102,18 +112,171 @@ def _local_copy(
 
 
 def approve_class(
-    name: str,
-    labels: Mapping[str, str],
-    hosts: Sequence[HostReading],
+    fleet_class: FleetClass,
     out: Path,
-    reserve_bytes: int,
-    approver: str,
+    policy: FleetPolicy,
     model: str | None,
-    plan: AdmissionPlan | None,
     storage_options: Mapping[str, object] | None,
 ) -> Path:
     """Write the class's bundle under ``out`` and return its folder (``kvplan.evidence.approve``)."""
     layout = ModelLayout(Path(model), {}) if model else None
-    note = class_note(name, labels, [reading.host for reading in hosts])
-    logs, snapshot = class_inputs(hosts, out, storage_options)
-    return approve(logs, out, Policy(reserve_bytes), approver, note, layout, plan, nvidia_smi_paths=snapshot)
+    note = class_note(fleet_class.name, fleet_class.labels, fleet_class.host_names)
+    logs, snapshot = class_inputs(fleet_class.hosts, out, storage_options)
+    return approve(
+        logs,
+        out,
+        Policy(policy.reserve_bytes),
+        policy.approver,
+        note,
+        layout,
+        policy.admission,
+        nvidia_smi_paths=snapshot,
+    )
+
+
+# --- the canary gate --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HostVerdict:
+    """One host's gate result: ``passed`` True/False, None when it cannot be judged (``reason`` says why)."""
+
+    host: str
+    bundle: str | None
+    passed: bool | None
+    checks: tuple[dict, ...] = ()
+    reason: str | None = None
+
+    def to_dict(self) -> dict:
+        return {
+            "host": self.host,
+            "bundle": self.bundle,
+            "passed": self.passed,
+            "checks": list(self.checks),
+            "reason": self.reason,
+        }
+
+
+@dataclass(frozen=True)
+class ClassApproval:
+    """A verified class bundle as the gate uses it: its gate view, the hosts its verified record lists,
+    and the SHA-256 of each of its inputs (a canary file among them is the approval's own evidence)."""
+
+    approved: Approved
+    hosts: tuple[str, ...]
+    inputs: Mapping[str, str]
+
+
+def approvals(bundles: Sequence[str]) -> dict[str, ClassApproval]:
+    """Each bundle, verified first as ``kvplan gate`` does, with what its *verified* record says."""
+    found = {}
+    for bundle in bundles:
+        verified, approved = verified_approval(bundle)
+        record = verified.record
+        inputs = {str(e["sha256"]): str(e["path"]) for e in record.get("inputs") or () if e.get("sha256")}
+        hosts = note_hosts(str(record.get("note") or "")) or []
+        found[str(bundle)] = ClassApproval(approved, tuple(hosts), inputs)
+    return found
+
+
+def gate_host(
+    files: HostFiles,
+    bundles: Mapping[str, ClassApproval],
+    storage_options: Mapping[str, object] | None = None,
+) -> HostVerdict:
+    """Judge one host against the bundle that lists it (runs inside a Dask task)."""
+    listed = [name for name, approval in bundles.items() if files.host in approval.hosts]
+    if len(listed) != 1:
+        why = "no approved bundle lists it" if not listed else f"{len(listed)} bundles list it"
+        return HostVerdict(files.host, None, None, reason=f"{why}: gate it against its class's bundle")
+    bundle = listed[0]
+    approval = bundles[bundle]
+    if files.missing or not files.logs:
+        return HostVerdict(files.host, bundle, None, reason="no log files of the canary boot")
+    try:
+        with local_files((*files.logs, *files.snapshots), storage_options) as local:
+            own = _approval_inputs(local, approval)
+            if own:
+                return HostVerdict(files.host, bundle, None, reason=own)
+            checks = _canary_checks(approval.approved, local[: len(files.logs)], local[len(files.logs) :])
+    except (ValueError, OSError) as exc:
+        return HostVerdict(files.host, bundle, None, reason=str(exc))
+    return HostVerdict(files.host, bundle, gate_verdict(checks), tuple(check.to_dict() for check in checks))
+
+
+def _approval_inputs(local: Sequence[tuple[str, str]], approval: ClassApproval) -> str | None:
+    """Why the canary's files are the approval's own inputs (by SHA-256), or None when none is."""
+    for path, url in local:
+        digest = sha256_file(path)
+        if digest in approval.inputs:
+            return (
+                f"{url} is the approval's own input {approval.inputs[digest]} (sha256 {digest[:16]}): a "
+                "canary is a new boot at the approved value, not the evidence it was approved from"
+            )
+    return None
+
+
+def _canary_checks(approved: Approved, logs: Sequence[tuple[str, str]], snapshots: Sequence[tuple[str, str]]):
+    """The gate checks of one canary, as ``kvplan gate`` runs them (logs, snapshots, the key fields the
+    canary's logs did not show)."""
+    evidence = read_evidence(logs)
+    ledger, free = evidence.ledger, None
+    if snapshots:
+        try:
+            ledger, free, _ = join_snapshots(ledger, [path for path, _ in snapshots], warn=False)
+        except ValueError as exc:
+            raise ValueError(renamed(str(exc), dict(snapshots))) from None
+    key = compatibility_key(ledger, evidence.lines)
+    return gate_checks(approved, ledger, key, None, free, boot_defaults=evidence.defaulted_key_fields)
+
+
+def stop_decision(verdicts: Sequence[HostVerdict]) -> tuple[int, str]:
+    """The exit status and the decision: stop on any failed host, cannot go on while any is unjudged.
+
+    >>> stop_decision([HostVerdict("a", "b", True), HostVerdict("c", "b", False)])
+    (1, 'STOP: 1 of 2 host(s) failed: c')
+    """
+    failed = [v.host for v in verdicts if v.passed is False]
+    unjudged = [v.host for v in verdicts if v.passed is None]
+    if failed:
+        return _EXIT_FAIL, f"STOP: {len(failed)} of {len(verdicts)} host(s) failed: {', '.join(failed)}"
+    if unjudged or not verdicts:
+        return _EXIT_CANNOT_JUDGE, (
+            f"HOLD: {len(unjudged)} host(s) cannot be judged: {', '.join(unjudged)}"
+            if verdicts
+            else "HOLD: no host to judge"
+        )
+    return _EXIT_PASS, f"GO: all {len(verdicts)} host(s) pass"
+
+
+def gate_fleet(
+    bundles: Sequence[str],
+    targets: Sequence[str],
+    only: Sequence[str] = (),
+    scheduler: str = "synchronous",
+    storage_options: Mapping[str, object] | None = None,
+    progress: Progress | None = None,
+) -> list[HostVerdict]:
+    """Every host of ``targets`` (one fleet folder or manifest, or log files of one host, whose folder
+    names it) judged against ``bundles``; ``only`` keeps the named hosts (a wave's)."""
+    approved = approvals(bundles)
+    hosts = _targets(targets, storage_options)
+    if only:
+        unknown = sorted(set(only) - {files.host for files in hosts})
+        if unknown:
+            raise FleetInputError(f"{targets[0]}: no host {', '.join(unknown)} in it (--hosts)")
+        hosts = [files for files in hosts if files.host in set(only)]
+    return map_hosts(gate_host, hosts, (approved, storage_options), scheduler, progress)
+
+
+def _targets(targets: Sequence[str], storage_options: Mapping[str, object] | None) -> list[HostFiles]:
+    if len(targets) == 1 and (
+        Path(targets[0]).is_dir() or targets[0].lower().endswith(".csv") or "://" in targets[0]
+    ):
+        return list_fleet(targets[0], storage_options)
+    missing = [target for target in targets if not Path(target).is_file()]
+    if missing:
+        raise FleetInputError(f"{missing[0]}: no such file (LOGS_OR_FLEET)")
+    host = Path(targets[0]).resolve().parent.name
+    logs = tuple(t for t in targets if not is_snapshot(t))
+    return [HostFiles(host, logs, tuple(t for t in targets if is_snapshot(t)))]

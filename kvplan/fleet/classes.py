@@ -1,35 +1,63 @@
-"""Host classes and each class's uniform budget: the minimum over every rank of every clean host in it.
+"""Host classes: each class's uniform budget, the hosts that hold it down, and its rollout waves.
 
-Hosts are grouped first by their whole compatibility key (a different vLLM, model, dtype, layout, GPU
-type or driver is another class, never mixed), then by the labels the planner names (``class_by``,
-e.g. ``("zone",)``; a label is a manifest column or a key field). A class's budget is
-:func:`kvplan.budget.uniform_budget` over the rooms of all its hosts' ranks at once, so its limiting
-rank names a host (through the one pipeline, :func:`kvplan.plan.decide` on the class's rooms); each host's own
-budget is the same rule over that host's ranks alone.
+Hosts are grouped by their whole compatibility key (another vLLM, model, dtype, layout, GPU type or driver
+is another class), then by the labels the policy names (``class_by``: manifest columns or key fields). A
+class's budget is :func:`kvplan.plan.decide` over the rooms of all its hosts' ranks at once, so its
+limiting rank names a host; each host's own budget is the same rule over its ranks alone.
+
+A class whose weakest host is below ``split_below`` × the median host gets **split advice**: its outliers,
+each with its likely cause (the ledger part of its weakest rank furthest from the class's median), and the
+tokens a split (or a fix) would gain. **Rollout waves** take every class's canaries first (its limiting host,
+then the hosts nearest the median budget), then each class's other hosts, smallest class first; each wave
+names its flag and the ``kvplan fleet gate`` command on :data:`CANARY_FLEET`, the wave's new boots (never the
+planning fleet: the gate refuses the approval's own inputs as a canary).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import shlex
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from kvplan.budget import Budget, BudgetError, median_bytes, uniform_budget
 from kvplan.columns import KEY_COLUMNS
 from kvplan.fleet.read import HostReading
-from kvplan.plan import Policy, decide, given_rooms
+from kvplan.plan import AdmissionPlan, Policy, decide, given_rooms
+from kvplan.units import format_size
 
-#: Key fields that make the readable part of a class name, in order.
-NAME_FIELDS = ("gpu_name", "driver_version", "vllm_version")
+#: Defaults of the policy: split advice below this min/median of host budgets, clean hosts a class needs
+#: to be approved, canary hosts per class.
+SPLIT_BELOW, MIN_HOSTS, CANARIES = 0.95, 3, 2
+#: What the printed gate command names for the canaries' logs: the wave's boots at the class value.
+CANARY_FLEET = "CANARY_FLEET"
+#: Ledger parts that can make a rank's room small: (column, larger is worse, what it means).
+CAUSES = (
+    ("init_free_bytes", False, "less memory free at startup"),
+    ("non_torch_bytes", True, "more non-torch memory (NCCL and communication buffers, CUDA context)"),
+    ("cuda_graph_bytes", True, "a larger CUDA-graph footprint"),
+    ("weights_bytes", True, "larger weights"),
+    ("activation_peak_bytes", True, "a larger activation peak"),
+)
+
+
+@dataclass(frozen=True)
+class FleetPolicy:
+    """The planner's policy: reserve per rank [bytes], class labels, split bound, minimum clean hosts,
+    canaries per class, optional admission plan, and who approves the bundles."""
+
+    reserve_bytes: int
+    class_by: tuple[str, ...] = ()
+    split_below: float = SPLIT_BELOW
+    min_hosts: int = MIN_HOSTS
+    canaries: int = CANARIES
+    admission: AdmissionPlan | None = None
+    approver: str = "kvplan fleet plan"
 
 
 @dataclass(frozen=True)
 class FleetClass:
-    """One host class and its budget (bytes).
-
-    ``budget`` is over every (host, rank) of the class, its ranks numbered in ``slots`` order;
-    ``host_budgets`` each host's own uniform budget; ``stranded_by_host`` the bytes each host's ranks
-    could hold beyond the class value.
-    """
+    """One host class and its budget over every (host, rank), ranks numbered in ``slots`` order; each
+    host's own budget and the bytes its ranks could hold beyond the class value [bytes]."""
 
     name: str
     key: Mapping[str, object]
@@ -64,25 +92,15 @@ class FleetClass:
         }
 
 
-def host_labels(reading: HostReading) -> dict[str, str]:
-    """A host's labels: its key's fields (GPU name, driver, vLLM, ...) and the manifest's columns.
-
-    >>> reading = HostReading("h1", (), {"zone": "a"}, {"gpu_name": "H100"}, (), None)
-    >>> host_labels(reading)["zone"], host_labels(reading)["gpu_name"]
-    ('a', 'H100')
-    """
-    labels = {name: str(value) for name, value in (reading.key or {}).items() if value is not None}
-    labels.update({name: str(value) for name, value in reading.labels.items()})
-    return labels
-
-
 def group_classes(readings: Sequence[HostReading], class_by: Sequence[str] = ()) -> list[tuple[tuple, list]]:
-    """Clean hosts grouped by (compatibility key, ``class_by`` labels); classes in first-seen order."""
+    """Clean hosts grouped by (compatibility key, ``class_by`` labels); classes in first-seen order. A host's
+    labels are its key's fields and its manifest columns."""
     groups: dict[tuple, list[HostReading]] = {}
     for reading in readings:
         if reading.excluded is not None:
             continue
-        labels = host_labels(reading)
+        labels = {name: str(value) for name, value in (reading.key or {}).items() if value is not None}
+        labels.update({name: str(value) for name, value in reading.labels.items()})
         key = tuple((name, (reading.key or {}).get(name)) for name in KEY_COLUMNS)
         chosen = tuple((name, labels.get(name)) for name in class_by)
         groups.setdefault((key, chosen), []).append(reading)
@@ -118,16 +136,21 @@ def hosts_budget(
     return budget, tuple(slots)
 
 
-def class_budget(hosts: Sequence[HostReading], reserve_bytes: int, block_bytes: int | None) -> tuple:
-    """``(budget over every host's ranks, slots, per-host budgets, per-host stranded)`` of one class."""
+def class_budget(
+    name: str,
+    key: Mapping[str, object],
+    labels: Mapping[str, str],
+    hosts: Sequence[HostReading],
+    reserve_bytes: int,
+    block_bytes: int | None,
+) -> FleetClass:
+    """The class of ``hosts``: its budget over every host's ranks, each host's own and its stranded bytes."""
     budget, slots = hosts_budget(hosts, reserve_bytes, block_bytes)
-    own, stranded = {}, {}
-    for reading in hosts:
-        own[reading.host] = host_budget(reading, reserve_bytes, block_bytes)
-        stranded[reading.host] = 0
+    own = {reading.host: host_budget(reading, reserve_bytes, block_bytes) for reading in hosts}
+    stranded = dict.fromkeys(own, 0)
     for (host, _), extra in zip(slots, budget.stranded_bytes):
         stranded[host] += extra
-    return budget, slots, own, stranded
+    return FleetClass(name, key, labels, tuple(hosts), slots, budget, own, stranded)
 
 
 def host_budget(reading: HostReading, reserve_bytes: int, block_bytes: int | None) -> int:
@@ -147,13 +170,164 @@ def budget_refusal(reading: HostReading, reserve_bytes: int, block_bytes: int | 
 
 
 def move_hosts(readings: Sequence[HostReading], labels: Mapping[str, Mapping[str, str]]) -> list[HostReading]:
-    """The readings with extra labels on the named hosts (a what-if: move hosts into a class of their own).
-
-    Plan with ``class_by`` naming the label: e.g. ``move_hosts(r, {"gpu-00019": {"pool": "weak"}})`` and
-    ``class_by=("pool",)`` puts gpu-00019 in its own class.
+    """The readings with extra labels on the named hosts: a what-if that, planned with ``class_by`` naming
+    the label, moves them into a class of their own.
 
     >>> moved = move_hosts([HostReading("h1", (), {}, {}, (), None)], {"h1": {"pool": "weak"}})
     >>> moved[0].labels
     {'pool': 'weak'}
     """
     return [replace(r, labels={**r.labels, **labels[r.host]}) if r.host in labels else r for r in readings]
+
+
+# --- split advice -----------------------------------------------------------------------------
+
+
+def outlier_hosts(host_budgets: Mapping[str, int], split_below: float = SPLIT_BELOW) -> list[str]:
+    """Hosts whose budget is below ``split_below`` × the median host budget, weakest first.
+
+    >>> outlier_hosts({"a": 100, "b": 100, "c": 90, "d": 99}, 0.95)
+    ['c']
+    """
+    middle = median_bytes(list(host_budgets.values()))
+    weak = [host for host, budget in host_budgets.items() if budget < split_below * middle]
+    return sorted(weak, key=lambda host: (host_budgets[host], host))
+
+
+def likely_cause(reading: HostReading, medians: Mapping[str, int]) -> str:
+    """The ledger part of the host's weakest rank furthest from the class median, in words and bytes."""
+    weakest = min(reading.rooms or (), key=lambda record: (int(record["room_bytes"]), int(record["rank"])))
+    worst, gap = None, 0
+    for column, larger_is_worse, _ in CAUSES:
+        value, middle = weakest.get(column), medians.get(column)
+        if value is None or middle is None:
+            continue
+        difference = (value - middle) if larger_is_worse else (middle - value)
+        if difference > gap:
+            worst, gap = column, difference
+    rank = int(weakest["rank"])
+    if worst is None:
+        return f"rank {rank}: no ledger part differs from the class median (the room itself is lower)"
+    text = next(words for column, _, words in CAUSES if column == worst)
+    cause = f"rank {rank}: {text}, {format_size(gap)} against the class median"
+    other = weakest.get("other_process_bytes")
+    if worst == "init_free_bytes" and other:
+        cause += f"; other processes on the GPU use {format_size(int(other))} (nvidia-smi)"
+    elif worst == "init_free_bytes":
+        cause += " (other processes on the GPU?)"
+    return cause
+
+
+def part_medians(hosts: Sequence[HostReading]) -> dict[str, int]:
+    """The median over every rank of the class of each ledger part in :data:`CAUSES` [bytes]."""
+    medians = {}
+    for column, _, _ in CAUSES:
+        values = [int(r[column]) for h in hosts for r in h.rooms or () if r.get(column) is not None]
+        if values:
+            medians[column] = median_bytes(values)
+    return medians
+
+
+def split_advice(
+    fleet_class: FleetClass,
+    policy: FleetPolicy,
+    block_bytes: int | None,
+    tokens: Callable[[int], int] | None,
+    replicas_per_host: int,
+) -> dict:
+    """Outliers and the gain of splitting them off (the rest at its own minimum, the outliers at theirs)
+    or fixing them (every host at the rest's minimum), in bytes and, with ``tokens(bytes)`` (the KV tokens
+    one replica holds at a per-GPU budget; None without a model), in tokens."""
+    hosts, split_below = fleet_class.hosts, policy.split_below
+    names = outlier_hosts(fleet_class.host_budgets, split_below)
+    medians = part_medians(hosts)
+    by_name = {reading.host: reading for reading in hosts}
+    outliers = [
+        {
+            "host": name,
+            "budget_bytes": fleet_class.host_budgets[name],
+            "likely_cause": likely_cause(by_name[name], medians),
+        }
+        for name in names
+    ]
+    advice: dict = {"split_below": split_below, "outliers": outliers, "rest_budget_bytes": None}
+    advice.update(
+        outlier_budget_bytes=None, gain_split_tokens=None, gain_fixed_tokens=None, gain_split_bytes=None
+    )
+    rest = [reading for reading in hosts if reading.host not in set(names)]
+    if not outliers or not rest:
+        return advice
+
+    def budget(group: Sequence[HostReading]) -> int:
+        return hosts_budget(group, policy.reserve_bytes, block_bytes)[0].uniform_budget_bytes
+
+    old, rest_budget, outlier_budget = budget(hosts), budget(rest), budget([by_name[name] for name in names])
+    rest_ranks = sum(len(reading.rooms or ()) for reading in rest)
+    advice.update(
+        rest_budget_bytes=rest_budget,
+        outlier_budget_bytes=outlier_budget,
+        gain_split_bytes=(rest_budget - old) * rest_ranks,
+    )
+    if tokens is not None:
+        base = tokens(old)
+        advice["gain_split_tokens"] = replicas_per_host * (
+            len(rest) * (tokens(rest_budget) - base) + len(names) * (tokens(outlier_budget) - base)
+        )
+        advice["gain_fixed_tokens"] = replicas_per_host * len(hosts) * (tokens(rest_budget) - base)
+    return advice
+
+
+# --- rollout waves ----------------------------------------------------------------------------
+
+
+def canary_hosts(host_budgets: Mapping[str, int], limiting_host: str, canaries: int = CANARIES) -> list[str]:
+    """The limiting host, then the hosts nearest the median budget, ``canaries`` in all.
+
+    >>> canary_hosts({"a": 10, "b": 12, "c": 13, "d": 20}, "a", 2)
+    ['a', 'c']
+    """
+    ordered = sorted(host_budgets, key=lambda host: (host_budgets[host], host))
+    middle = host_budgets[ordered[len(ordered) // 2]]
+    rest = sorted(
+        (h for h in ordered if h != limiting_host), key=lambda h: (abs(host_budgets[h] - middle), h)
+    )
+    return [limiting_host, *rest][: max(1, canaries)]
+
+
+def gate_command(bundle: str | None, hosts: Sequence[str]) -> str:
+    """The ``kvplan fleet gate`` command for ``hosts`` against ``bundle`` on :data:`CANARY_FLEET`, every name
+    shell-quoted (host names come from a manifest).
+
+    >>> gate_command("ev/b1", ["h1;rm -rf ~"])
+    "kvplan fleet gate --approved ev/b1 CANARY_FLEET --hosts 'h1;rm -rf ~'"
+    """
+    approved = bundle or "BUNDLE"
+    return (
+        f"kvplan fleet gate --approved {shlex.quote(approved)} {CANARY_FLEET} "
+        f"--hosts {shlex.quote(','.join(hosts))}"
+    )
+
+
+def rollout_waves(classes: Sequence[Mapping], canaries: int = CANARIES) -> list[dict]:
+    """Waves for approved ``classes`` (dicts with ``class``, ``flag``, ``bundle``, ``limiting_host``,
+    ``host_budgets``): every class's canaries first, then each class's other hosts, smallest class first."""
+    ordered = sorted(classes, key=lambda item: (len(item["host_budgets"]), item["class"]))
+    chosen = [canary_hosts(item["host_budgets"], item["limiting_host"], canaries) for item in ordered]
+    waves = [(item, "canary", hosts) for item, hosts in zip(ordered, chosen)]
+    for item, canary in zip(ordered, chosen):
+        rest = [host for host in item["host_budgets"] if host not in canary]
+        if rest:
+            waves.append((item, "class", rest))
+    return [
+        {
+            "wave": number,
+            "kind": kind,
+            "class": item["class"],
+            "hosts": hosts,
+            "flag": item["flag"],
+            "gate": gate_command(item["bundle"], hosts),
+            "stop_when": "any rank's adjusted budget is below the class value (free-memory floor) or the "
+            "tokens fall below the admission plan: the gate exits 1",
+        }
+        for number, (item, kind, hosts) in enumerate(waves, start=1)
+    ]

@@ -1,48 +1,38 @@
-"""The fleet planner: read every host, group classes, budget each, advise splits, bundle and plan waves.
+"""The fleet planner: group the hosts into classes, budget each, advise splits, bundle and plan the waves.
 
-:func:`plan_fleet` is the one function ``kvplan fleet plan`` and notebook 07 call. Its result,
-:class:`FleetPlan`, holds the classes (each a :class:`~kvplan.fleet.classes.FleetClass` with its capacity,
-split advice and bundle), the excluded hosts with their reasons, the rollout waves and the warnings;
-:meth:`FleetPlan.to_dict` is the JSON of ``kvplan fleet plan --json``.
+:func:`plan_fleet` (reads the fleet) and :func:`plan_readings` (plans readings already read, so a notebook
+moves the policy without reading the logs again) are what ``kvplan fleet plan`` and notebook 07 call. The
+result, :class:`FleetPlan`, holds the classes (each a :class:`ClassDecision`), the excluded hosts with their
+reasons, the rollout waves and the warnings; :meth:`FleetPlan.to_dict` is ``kvplan fleet plan --json``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from kvplan.evidence import ApprovalError
-from kvplan.fleet.classes import FleetClass, budget_refusal, class_budget, class_name, group_classes
-from kvplan.fleet.engine import Progress, read_fleet
+from kvplan.evidence import ApprovalError, read_bundle
+from kvplan.fleet.bundles import approve_class
+from kvplan.fleet.classes import (
+    FleetClass,
+    FleetPolicy,
+    budget_refusal,
+    class_budget,
+    class_name,
+    group_classes,
+    rollout_waves,
+    split_advice,
+)
 from kvplan.fleet.inputs import list_fleet
-from kvplan.fleet.read import HostReading
-from kvplan.fleet.rollout import CANARIES, rollout_waves
-from kvplan.fleet.split import SPLIT_BELOW, split_advice
+from kvplan.fleet.read import HostReading, read_fleet
 from kvplan.io.model_config import resolve_model_config
 from kvplan.kvspec import KVSpec
 from kvplan.kvspec.capacity import capacity_rows
 from kvplan.notes import Note, aggregate_notes
-from kvplan.plan import AdmissionPlan, ModelLayout, layout_spec
+from kvplan.plan import ModelLayout, layout_spec
 from kvplan.plan.inputs import admission_plan, planned_lengths
 from kvplan.units import format_budget, format_size
-
-#: A class needs at least this many clean hosts to be approved (policy; default).
-MIN_HOSTS = 3
-
-
-@dataclass(frozen=True)
-class FleetPolicy:
-    """The planner's policy: reserve per rank [bytes], class labels, split bound, minimum clean hosts,
-    canaries per class, optional admission plan, and who approves the bundles."""
-
-    reserve_bytes: int
-    class_by: tuple[str, ...] = ()
-    split_below: float = SPLIT_BELOW
-    min_hosts: int = MIN_HOSTS
-    canaries: int = CANARIES
-    admission: AdmissionPlan | None = None
-    approver: str = "kvplan fleet plan"
 
 
 @dataclass(frozen=True)
@@ -118,20 +108,23 @@ def plan_fleet(
     scheduler: str = "local",
     storage_options: Mapping[str, object] | None = None,
     out: str | Path | None = None,
-    progress: Progress | None = None,
-    announce: Callable[[str], None] | None = None,
-    readings: Sequence[HostReading] | None = None,
 ) -> FleetPlan:
-    """Plan the fleet at ``fleet`` (folder of host folders or manifest; local or ``s3://``).
+    """Plan the fleet at ``fleet`` (folder of host folders or manifest; local or ``s3://``), read on
+    ``scheduler`` (:func:`kvplan.fleet.read.read_fleet`), then :func:`plan_readings`."""
+    readings = read_fleet(list_fleet(fleet, storage_options), storage_options, scheduler)
+    return plan_readings(fleet, readings, policy, models, out, storage_options)
 
-    ``readings`` (from an earlier :func:`kvplan.fleet.engine.read_fleet`) skips reading again, so a
-    notebook can move the policy without re-reading the logs. With ``out``, each approved class gets
-    its bundle there (:func:`kvplan.fleet.bundles.approve_class`).
-    """
-    if readings is None:
-        readings = read_fleet(
-            list_fleet(fleet, storage_options), storage_options, scheduler, progress, announce
-        )
+
+def plan_readings(
+    fleet: str,
+    readings: Sequence[HostReading],
+    policy: FleetPolicy,
+    models: Sequence[str] = (),
+    out: str | Path | None = None,
+    storage_options: Mapping[str, object] | None = None,
+) -> FleetPlan:
+    """Plan the fleet ``fleet`` from its hosts' ``readings``; with ``out``, each approved class gets its
+    bundle there (:func:`kvplan.fleet.bundles.approve_class`)."""
     warnings: list[str] = [note for reading in readings for note in reading.warnings]
     shared = shared_evidence(readings)
     excluded = [(r.host, r.excluded or shared[r.host]) for r in readings if r.excluded or r.host in shared]
@@ -157,8 +150,8 @@ def _class_decisions(
     decisions = []
     for (key, labels), hosts in group_classes(usable, policy.class_by):
         name = class_name(dict(key), dict(labels))
-        spec = _spec(dict(key), models, name, warnings)
-        if spec[0] is None and models:
+        spec, model = _spec(dict(key), models, name, warnings)
+        if spec is None and models:
             warnings.append(
                 Note(
                     f"class {name}: no --model config matches its model {dict(key).get('model')!r}: "
@@ -174,7 +167,7 @@ def _class_decisions(
                     code="fleet-no-nvidia-smi",
                 )
             )
-        block_bytes = spec[0].block_bytes if spec[0] is not None else None
+        block_bytes = spec.block_bytes if spec is not None else None
         kept = []
         for reading in hosts:
             refusal = budget_refusal(reading, policy.reserve_bytes, block_bytes)
@@ -183,7 +176,9 @@ def _class_decisions(
             else:
                 kept.append(reading)
         if kept:
-            decisions.append(_decide(key, labels, kept, policy, spec, warnings))
+            labelled = {k: str(v) for k, v in labels}
+            fleet_class = class_budget(name, dict(key), labelled, kept, policy.reserve_bytes, block_bytes)
+            decisions.append(_decide(fleet_class, policy, spec, model, warnings))
     return decisions
 
 
@@ -215,46 +210,32 @@ def shared_evidence(readings: Sequence[HostReading]) -> dict[str, str]:
 
 
 def _decide(
-    key: tuple,
-    labels: tuple,
-    hosts: list[HostReading],
-    policy: FleetPolicy,
-    spec_model: tuple[KVSpec | None, str | None],
-    warnings: list[str],
+    fleet_class: FleetClass, policy: FleetPolicy, spec: KVSpec | None, model: str | None, warnings: list[str]
 ) -> ClassDecision:
-    key_dict, label_dict = dict(key), {name: value for name, value in labels}
-    name = class_name(key_dict, label_dict)
-    spec, model = spec_model
-    block_bytes = spec.block_bytes if spec else None
-    budget, slots, own, stranded = class_budget(hosts, policy.reserve_bytes, block_bytes)
-    fleet_class = FleetClass(
-        name, key_dict, {k: str(v) for k, v in label_dict.items()}, tuple(hosts), slots, budget, own, stranded
-    )
+    """One class's capacity, split advice and approval (the policy's minimum hosts, the admission plan)."""
+    name, key, budget = fleet_class.name, fleet_class.key, fleet_class.budget
     capacity, tokens = None, None
-    max_len = key_dict.get("max_model_len")
+    max_len = key.get("max_model_len")
     if spec is not None:
-        capacity = capacity_rows(
-            spec,
-            budget.uniform_budget_bytes,
-            planned_lengths(int(max_len) if max_len else None, policy.admission),
-        )
+        lengths = planned_lengths(int(max_len) if max_len else None, policy.admission)
+        capacity = capacity_rows(spec, budget.uniform_budget_bytes, lengths)
         if max_len:
 
             def tokens(num_bytes: int) -> int:
                 return spec.capacity(num_bytes, int(max_len)).tokens
 
-    replicas = int(key_dict.get("data_parallel_size") or 1)
-    split = split_advice(hosts, own, policy.reserve_bytes, block_bytes, tokens, replicas, policy.split_below)
+    replicas = int(key.get("data_parallel_size") or 1)
+    split = split_advice(fleet_class, policy, spec.block_bytes if spec else None, tokens, replicas)
     split["model"] = model
     reason = None
-    if len(hosts) < policy.min_hosts:
+    if len(fleet_class.hosts) < policy.min_hosts:
         reason = (
-            f"{len(hosts)} clean host(s), fewer than the policy's minimum of {policy.min_hosts}: too few "
-            "boots to trust a class value; profile more hosts of this class or join them to another"
+            f"{len(fleet_class.hosts)} clean host(s), fewer than the policy's minimum of {policy.min_hosts}: "
+            "too few boots to trust a class value; profile more hosts of this class or join them to another"
         )
         warnings.append(Note(f"class {name}: not approved: {reason}", code="fleet-too-few-hosts"))
     if reason is None and spec is not None and policy.admission is not None:
-        planned = admission_plan(policy.admission, key_dict, spec, budget)
+        planned = admission_plan(policy.admission, dict(key), spec, budget)
         if (
             planned["fits"] is False
         ):  # as the class's bundle would refuse it: not approved in a dry run either
@@ -294,39 +275,20 @@ def _with_bundle(
     warnings: list[str],
 ) -> ClassDecision:
     """The decision with its class's bundle written under ``out``; a refused approval un-approves it."""
-    from kvplan.fleet.bundles import approve_class
-
     if not decision.approved:
         return decision
     c = decision.fleet_class
     try:
-        bundle = approve_class(
-            c.name,
-            c.labels,
-            c.hosts,
-            out,
-            policy.reserve_bytes,
-            policy.approver,
-            decision.split.get("model"),
-            policy.admission,
-            storage_options,
-        )
+        bundle = approve_class(c, out, policy, decision.split.get("model"), storage_options)
     except (ApprovalError, ValueError) as exc:
         warnings.append(Note(f"class {c.name}: not approved: {exc}", code="fleet-approval-refused"))
-        return ClassDecision(c, decision.spec, decision.capacity, decision.split, False, str(exc))
-    bundled = ClassDecision(c, decision.spec, decision.capacity, decision.split, True, None, str(bundle))
-    if c.budget.uniform_budget_bytes != _bundle_value(bundle):
+        return replace(decision, approved=False, reason=str(exc))
+    if c.budget.uniform_budget_bytes != int(read_bundle(bundle)["decision"]["kv_cache_memory_bytes"]):
         raise ApprovalError(
             f"{bundle}: the bundle approves another value than the class's "
             f"{format_size(c.budget.uniform_budget_bytes)}: refusing a plan that disagrees"
         )
-    return bundled
-
-
-def _bundle_value(bundle: Path) -> int:
-    from kvplan.evidence import read_bundle
-
-    return int(read_bundle(bundle)["decision"]["kv_cache_memory_bytes"])
+    return replace(decision, bundle=str(bundle))
 
 
 def class_rows(plan: Mapping) -> list[dict]:

@@ -1,24 +1,28 @@
-"""One host's reading: its ledger rows, warnings, compatibility key and room per rank, or why it is left out.
+"""Reading a fleet: each host's reading, on Dask (synchronous, an embedded local cluster, or a scheduler).
 
-:func:`read_host` is the unit of work a Dask task runs. A host is read as ``kvplan budget`` and ``kvplan
-approve`` read one launch: :func:`kvplan.plan.read_evidence` over its logs and nvidia-smi snapshots (the same
-reader, the same join adding GPU type and driver to the key, each file named by its URL; files in object
-storage are fetched to a temporary folder first, :func:`local_files`), then the pipeline's checks
-(:func:`kvplan.room.check_dropped_ranks`, :func:`~kvplan.room.refuse_failed_boots`,
-:func:`~kvplan.ledger.compatibility_key`, :func:`~kvplan.ledger.room_per_rank`). Every log must hold a vLLM
-boot by its content (:func:`require_boot_per_file`). A host that fails any of these is *excluded* with the
-reason, never folded into a class. Only ledger rows, each file's SHA-256 and the host's evidence identities
-(:func:`evidence_identities`: one digest per boot, one entry per GPU UUID) travel back, never the log text.
+A host is read as ``kvplan budget`` reads one launch: :func:`kvplan.plan.read_evidence` over its logs and
+snapshots (each file named by its URL; files in object storage fetched to a temporary folder first,
+:func:`local_files`), then the pipeline's checks (:func:`kvplan.room.check_dropped_ranks`,
+:func:`~kvplan.room.refuse_failed_boots`, :func:`~kvplan.ledger.compatibility_key`,
+:func:`~kvplan.ledger.room_per_rank`); every log must hold a vLLM boot. A host that fails any of these is
+*excluded* with the reason, never folded into a class. Only ledger records, each file's SHA-256 and the
+host's evidence identities (:func:`evidence_identities`) travel back, never the log text.
+
+``scheduler`` is ``"synchronous"`` (one process), ``"local"`` (an embedded ``distributed.LocalCluster``,
+one single-threaded process per core; the default) or an address ``tcp://HOST:8786``. Hosts are read in
+groups (:func:`hosts_per_task`), and results come back in host order whatever the scheduler.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import shutil
+import sys
 import tempfile
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -26,12 +30,7 @@ import pandas as pd
 
 from kvplan.fleet.inputs import LOG_SUFFIXES, HostFiles, filesystem
 from kvplan.io.dcgm import read_gpu_snapshot
-from kvplan.ledger import (
-    LedgerWarning,
-    compatibility_key,
-    plain_value,
-    room_per_rank,
-)
+from kvplan.ledger import LedgerWarning, compatibility_key, plain_value, room_per_rank
 from kvplan.notes import Note
 from kvplan.plan import Evidence, InputFileError, read_evidence
 from kvplan.plan.reading import STARTUP_LINES
@@ -49,18 +48,25 @@ PART_COLUMNS = (
 )
 #: How many characters of a refusal an excluded host's reason keeps.
 REASON_CHARS = 400
+#: Tasks per worker thread: enough to even out the last tasks, few enough that the scheduler's cost per
+#: task (~10 ms of the client's CPU) stays small against a task's hosts (~15 ms of CPU each).
+TASKS_PER_THREAD = 8
+#: Hosts per Dask task, at least (amortises the scheduler on small fleets) and at most (progress, and
+#: even work at the end, on large ones).
+MIN_HOSTS_PER_TASK, MAX_HOSTS_PER_TASK = 8, 64
+SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
+
+Progress = Callable[[int, int], None]
 
 
 @dataclass(frozen=True)
 class HostReading:
     """What one host's files say (sizes in bytes).
 
-    ``rooms`` holds one plain record per rank: :func:`kvplan.ledger.room_per_rank` of the host (``rank``,
-    ``room_bytes``, ``room_source``, ``source``, ``boot``, ...) with the :data:`PART_COLUMNS` of the rank's
-    worst boot; ``excluded`` is the reason the host is left out (None: clean); ``digests`` each file's
-    SHA-256 by URL (the bundle checks its copies against them); ``identities`` the host's evidence
-    identities (:func:`evidence_identities`). Plain records, not a frame per host, keep what travels back
-    from ten thousand tasks small.
+    ``rooms``: one plain record per rank, :func:`kvplan.ledger.room_per_rank` of the host with the
+    :data:`PART_COLUMNS` of the rank's worst boot (plain records keep what ten thousand tasks send back
+    small); ``excluded``: why the host is left out (None: clean); ``digests``: each file's SHA-256 by URL;
+    ``identities``: :func:`evidence_identities`.
     """
 
     host: str
@@ -106,11 +112,11 @@ def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = N
         return HostReading(**base, key=None, rooms=None, excluded=f"{exc.filename or exc}: no such file")
     except ValueError as exc:  # LedgerError, LogParseError, NvidiaSmiError: the host's evidence is refused
         return HostReading(**base, key=None, rooms=None, excluded=_short(str(exc)), warnings=tuple(notes))
-    rooms_records = _with_parts(rooms, ledger)
+    records = _with_parts(rooms, ledger)
     return HostReading(
         **base,
         key=key,
-        rooms=rooms_records,
+        rooms=records,
         excluded=None,
         warnings=tuple(notes),
         digests=digests,
@@ -122,9 +128,8 @@ def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = N
 def local_files(
     urls: Sequence[str], storage_options: Mapping[str, object] | None
 ) -> Iterator[list[tuple[str, str]]]:
-    """``(local path, URL)`` of each file, for :func:`kvplan.plan.read_evidence`: a local file as it is
-    (a symbolic link followed, as ``kvplan budget`` follows it), a remote one fetched to a temporary folder
-    removed on exit (named by its position, keeping a ``.csv`` ledger's suffix).
+    """``(local path, URL)`` of each file: a local file as it is, a remote one fetched to a temporary
+    folder removed on exit (named by its position, keeping a ``.csv`` ledger's suffix).
 
     >>> with local_files(["data/fleet/small/gpu-00000/boot.log"], None) as found:
     ...     found
@@ -150,8 +155,8 @@ def local_files(
 
 
 def require_boot_per_file(evidence: Evidence, logs: Sequence[str]) -> None:
-    """Raise :class:`kvplan.plan.InputFileError` naming the first log that holds no vLLM boot: a row of the
-    fleet names a vLLM log (or a ledger CSV) by its content, never any file."""
+    """Raise :class:`kvplan.plan.InputFileError` naming the first log that holds no vLLM boot (a ledger CSV
+    counts as one)."""
     shown = {str(boot["source"]) for boot in evidence.metadata.boots} if evidence.metadata else set()
     shown |= {str(source) for source in evidence.ledger["source"].unique()}
     for url in logs:
@@ -163,11 +168,8 @@ def evidence_identities(
     evidence: Evidence, logs: Sequence[tuple[str, str]], snapshots: Sequence[tuple[str, str]]
 ) -> tuple[dict[str, str], tuple[str, ...]]:
     """Each file's SHA-256 by URL, and the host's evidence identities: ``boot:`` and the SHA-256 of each
-    boot's lines (first to last, as read) and its ranks' pids; ``gpu:`` and each GPU UUID its snapshots show.
-
-    The same boot, or the same GPU, under two hosts is one piece of evidence claimed twice
-    (:func:`kvplan.fleet.planner.shared_evidence` refuses it).
-    """
+    boot's lines (first to last, as read) and its ranks' pids; ``gpu:`` and each GPU UUID its snapshots show
+    (the same boot or GPU under two hosts is refused: :func:`kvplan.fleet.planner.shared_evidence`)."""
     pids: dict[tuple[str, int], list[int]] = {}
     ledger = evidence.ledger
     for source, boot, pid in zip(ledger["source"], ledger["boot"], ledger["pid"]):
@@ -205,8 +207,8 @@ def _hash_lines(path: str, ranges: Sequence[tuple[int, int | None, int | None]])
 
 
 def _with_parts(rooms: pd.DataFrame, ledger: pd.DataFrame) -> tuple[dict, ...]:
-    """One plain record per rank: its room and the ledger parts of its worst boot (plain lists, no
-    pandas per rank: this runs once per host of the fleet)."""
+    """One plain record per rank: its room and the ledger parts of its worst boot (plain lists: this runs
+    once per host of the fleet)."""
     where = zip(*(ledger[name].tolist() for name in ("source", "boot", "rank")))
     first: dict[tuple, int] = {}
     for position, place in enumerate(where):
@@ -232,3 +234,147 @@ def _short(text: str) -> str:
     items = text.split("; ")
     first = items[0] if len(items[0]) <= REASON_CHARS else items[0][: REASON_CHARS - 1] + "…"
     return first + (f" (+{len(items) - 1} more)" if len(items) > 1 else "")
+
+
+# --- on Dask ----------------------------------------------------------------------------------
+
+
+def default_scheduler(given: str | None) -> str:
+    """The scheduler to use: the one given, else ``DASK_SCHEDULER_ADDRESS``, else ``"local"``."""
+    return given or os.environ.get(SCHEDULER_ENV) or "local"
+
+
+def run_group(task: Callable, group: Sequence[HostFiles], *args: object) -> list:
+    """One Dask task's work: ``task(files, *args)`` for each host of ``group``, in order."""
+    return [task(files, *args) for files in group]
+
+
+def hosts_per_task(hosts: int, threads: int) -> int:
+    """Hosts per task: about :data:`TASKS_PER_THREAD` tasks per worker thread, within
+    :data:`MIN_HOSTS_PER_TASK` and :data:`MAX_HOSTS_PER_TASK`.
+
+    >>> hosts_per_task(100, 2), hosts_per_task(1_000, 2), hosts_per_task(10_000, 2)
+    (8, 63, 64)
+    """
+    wanted = -(-hosts // max(1, threads * TASKS_PER_THREAD))
+    return max(MIN_HOSTS_PER_TASK, min(MAX_HOSTS_PER_TASK, wanted))
+
+
+@contextmanager
+def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -> Iterator[object | None]:
+    """A ``distributed.Client`` for ``scheduler`` (None for ``"synchronous"``), closed on exit;
+    ``announce`` receives a cluster's dashboard link."""
+    if scheduler == "synchronous":
+        yield None
+        return
+    import dask
+    from distributed import Client, LocalCluster
+
+    cluster = None
+    if scheduler == "local":
+        settings = {
+            # the workers' statistical profiler samples every task's stack: ~14 % of a worker's CPU here
+            "distributed.worker.profile.enabled": False,
+            # workers start from a fork server or are spawned, never forked from this process: it already
+            # runs threads (Dask's event loop, fsspec's, a Jupyter kernel's), and a fork taken while one of
+            # them holds a lock deadlocks the worker (seen once in test_fleet_dask); macOS's system
+            # libraries are not fork-safe, Windows has no fork
+            "distributed.worker.multiprocessing-method": (
+                "forkserver" if sys.platform.startswith("linux") else "spawn"
+            ),
+            # the cluster's own clocks (event-loop watchdog every 20 ms, each worker's memory check every
+            # 100 ms, the dashboard's system monitor every 0.5 s) cost ~8 % of a core while it reads
+            "distributed.admin.tick.interval": "1s",
+            "distributed.worker.memory.monitor-interval": "1s",
+            "distributed.admin.system-monitor.interval": "2s",
+        }
+        with dask.config.set(settings):
+            cluster = LocalCluster(
+                n_workers=os.cpu_count() or 1,
+                threads_per_worker=1,
+                processes=True,
+                host="127.0.0.1",
+                dashboard_address="127.0.0.1:0",
+                silence_logs=logging.CRITICAL,  # a worker heartbeat racing the shutdown is no error of the plan
+            )
+        client = Client(cluster)
+    else:
+        try:
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as exc:
+            raise OSError(f"{scheduler}: cannot reach the Dask scheduler ({exc})") from None
+    try:
+        if announce is not None and client.dashboard_link:
+            announce(f"Dask dashboard: {client.dashboard_link}")
+        yield client
+    finally:
+        client.close()
+        if cluster is not None:
+            cluster.close()
+
+
+def read_fleet(
+    hosts: Sequence[HostFiles],
+    storage_options: Mapping[str, object] | None = None,
+    scheduler: str = "local",
+    progress: Progress | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> list[HostReading]:
+    """Every host's :func:`read_host`, in the order of ``hosts``; ``progress(hosts read, hosts)`` is
+    called as groups finish."""
+    return map_hosts(read_host, hosts, (storage_options,), scheduler, progress, announce)
+
+
+def map_hosts(
+    task: Callable,
+    hosts: Sequence[HostFiles],
+    args: Sequence[object] = (),
+    scheduler: str = "local",
+    progress: Progress | None = None,
+    announce: Callable[[str], None] | None = None,
+) -> list:
+    """``task(files, *args)`` for every host, spread over the scheduler in groups, results in host order."""
+    hosts, done = list(hosts), 0
+    total = len(hosts)
+    with dask_client(scheduler, announce) as client:
+        size = hosts_per_task(total, 1 if client is None else max(1, sum(client.nthreads().values())))
+        groups = [hosts[start : start + size] for start in range(0, total, size)]
+        readings: list[list | None] = [None] * len(groups)
+        if client is None:
+            for index, group in enumerate(groups):
+                readings[index] = run_group(task, group, *args)
+                done += len(group)
+                if progress:
+                    progress(done, total)
+        else:
+            from distributed import as_completed
+
+            futures = {
+                client.submit(run_group, task, group, *args, pure=False): index
+                for index, group in enumerate(groups)
+            }
+            for future in as_completed(futures):
+                readings[futures[future]] = future.result()
+                done += len(groups[futures[future]])
+                if progress:
+                    progress(done, total)
+                future.release()
+    return [reading for group in readings for reading in group or ()]
+
+
+def stderr_progress(every: int = 0) -> Progress:
+    """A progress callback printing ``read N/TOTAL hosts`` on stderr each time ``done`` enters a new step
+    of ``every`` hosts (default: a twentieth of the total), and at the end.
+
+    >>> stderr_progress()(0, 0) is None
+    True
+    """
+    printed = [-1]
+
+    def report(done: int, total: int) -> None:
+        step = every or max(1, total // 20)
+        if total and (done == total or done // step != printed[0]):
+            printed[0] = done // step
+            print(f"read {done:,}/{total:,} hosts", file=sys.stderr, flush=True)
+
+    return report

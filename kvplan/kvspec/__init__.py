@@ -2,7 +2,7 @@
 a budget buys as vLLM prints it ("GPU KV cache size", "Maximum concurrency"), release by release.
 
 Bottom up: :mod:`~kvplan.kvspec.capacity` (bytes → blocks → tokens → concurrency, :class:`Capacity`),
-:mod:`~kvplan.kvspec.layers` (the words, the kind of every layer), :mod:`~kvplan.kvspec.arch` (config →
+:mod:`~kvplan.kvspec.arch` (the words, the kind of every layer), :mod:`~kvplan.kvspec.arch` (config →
 architecture), :mod:`~kvplan.kvspec.page` (the layout's split, bytes per token of a layer, KV cache groups,
 stages), :mod:`~kvplan.kvspec.launch` (launch settings, block size, HiSparse's host pool),
 :mod:`~kvplan.kvspec.spec` (:class:`KVSpec`), :mod:`~kvplan.kvspec.log_check` (the config against the
@@ -17,18 +17,21 @@ logs; imported on first use: it needs pandas). The release each rule starts in i
 from typing import TYPE_CHECKING
 
 from kvplan import lazy_names
-from kvplan.kvspec.arch import ModelArch, check_model_name, model_arch, model_base_name
-from kvplan.kvspec.capacity import Capacity
-from kvplan.kvspec.launch import MLA_BLOCK_SIZE
-from kvplan.kvspec.layers import (
+from kvplan.kvspec.arch import (
     DEFAULT_VLLM_VERSION,
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     MLA_ATTENTION,
     SLIDING_ATTENTION,
     KVSpecError,
+    ModelArch,
+    check_model_name,
+    model_arch,
+    model_base_name,
     parse_vllm_version,
 )
+from kvplan.kvspec.capacity import Capacity
+from kvplan.kvspec.launch import MLA_BLOCK_SIZE
 from kvplan.kvspec.page import (
     FP8_DS_MLA_BYTES_PER_TOKEN,
     KV_CACHE_DTYPE_BYTES,

@@ -1,48 +1,62 @@
-"""The KV-relevant architecture of a model, read from its Hugging Face ``config.json`` (no layout yet),
-whether a config describes the model the logs served (names compared by architecture, not substring), and
-what a release can serve of it: refusals name vLLM's rule, approximations say why the prediction is a
-lower bound rather than exact.
-
->>> model_arch({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
-...             "head_dim": 64, "torch_dtype": "bfloat16"}).layer_types
-('full_attention', 'full_attention')
->>> model_base_name("meta-llama/Llama-3.1-8B-Instruct")
-'llama-3.1-8b'
+"""A model's KV-relevant architecture from its Hugging Face ``config.json`` (no layout yet): the kind of
+every decoder layer, the recurrent state of linear-attention / Mamba layers, and whether a config describes
+the logged model; with the words of the KV spec (its error, the layer kinds, the release).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
-from kvplan.kvspec.layers import (
-    LINEAR_ATTENTION,
-    SLIDING_ATTENTION,
-    KVSpecError,
-    layer_kinds,
-    linear_state_dims,
-    positive_field,
-)
-from kvplan.releases import DCP_FROM, FP8_DS_MLA_FROM, MLA_FROM, OLDEST_KV_ARITHMETIC, Release
+from kvplan.releases import NEWEST_KNOWN, Release, version_tuple
 
-_NESTED_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
-#: Bytes per value of a config's ``torch_dtype``: vLLM serves float32 checkpoints in a 16-bit dtype
-#: by default (``dtype=auto``).
-_MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2}
+FULL_ATTENTION = "full_attention"
+SLIDING_ATTENTION = "sliding_attention"
+MLA_ATTENTION = "mla_attention"
+LINEAR_ATTENTION = "linear_attention"
+#: Release assumed when none is given: the newest kvplan knows.
+DEFAULT_VLLM_VERSION = ".".join(map(str, NEWEST_KNOWN))
+#: Above this, a layer, head or dimension count is no real model's: refused rather than looped over.
+MAX_CONFIG_COUNT = 1_000_000
+
+
+class KVSpecError(ValueError):
+    """A model config or layout kvplan cannot size; the message names the field or vLLM's rule."""
+
+
+KVSpecError.__module__ = "kvplan.kvspec"  # its public home, as tracebacks and doctests name it
+
+
+def parse_vllm_version(version: str | None) -> Release:
+    """``(major, minor, patch)`` of a vLLM release string; ``None`` means the newest known release.
+
+    >>> parse_vllm_version("0.6.6.post1"), parse_vllm_version("v0.11.0"), parse_vllm_version("0.19")
+    ((0, 6, 6), (0, 11, 0), (0, 19, 0))
+    """
+    text = DEFAULT_VLLM_VERSION if version is None else str(version).strip()
+    parsed = version_tuple(text)
+    if parsed is None:
+        raise KVSpecError(f"vllm_version: expected a release like '0.11.0', got {text!r}")
+    return parsed  # type: ignore[return-value]
+
+
+def positive_field(config: Mapping, name: str, where: str) -> int:
+    """The config's field ``name`` as an int in 1..:data:`MAX_CONFIG_COUNT`, else a :class:`KVSpecError`."""
+    value = config.get(name)
+    if value is None:
+        raise KVSpecError(f"{where}: missing field {name!r} (needed to size the KV cache)")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_CONFIG_COUNT:
+        raise KVSpecError(
+            f"{where}: field {name!r} must be a positive integer up to {MAX_CONFIG_COUNT:,}, got {value!r}"
+        )
+    return value
 
 
 @dataclass(frozen=True)
 class ModelArch:
-    """The KV-relevant architecture of one model, read from its config (no layout yet).
-
-    ``layer_types`` has one entry per decoder layer: ``full_attention``, ``sliding_attention``,
-    ``mla_attention`` or ``linear_attention`` (Mamba / gated-delta-net state instead of a KV cache).
-    ``dtype_bytes`` is None when the config names no ``torch_dtype``/``dtype``; ``model_id`` is the
-    Hugging Face name the config states (``_source.model`` or ``_name_or_path``), None when it names none;
-    ``max_position_embeddings`` the longest context the config states, None when it states none.
-    ``index_head_dim`` the sparse-attention indexer's key size (DeepSeek-V3.2), None without an indexer.
-    """
+    """One model's KV-relevant architecture: a kind per decoder layer (linear attention holds Mamba state,
+    not KV), the Hugging Face name the config states, the sparse indexer's key size (DeepSeek-V3.2)."""
 
     name: str
     model_type: str
@@ -61,6 +75,20 @@ class ModelArch:
     sparse_indexer: bool = False
     max_position_embeddings: int | None = None
     index_head_dim: int | None = None
+
+
+_NESTED_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
+#: Bytes per value of a config's ``torch_dtype``: vLLM serves float32 checkpoints in 16 bits (``dtype=auto``).
+_MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2}
+#: Model types whose config class sets a missing ``num_key_value_heads`` to the heads (``LlamaConfig``); others
+#: default it to a number (``Gemma3TextConfig`` 4, ``MistralConfig`` 8, ``Qwen3Config`` 32): not guessed.
+KV_HEADS_DEFAULT_TO_HEADS = ("llama",)
+#: DeepSeek-V3.2's indexer key size when the config does not give ``index_head_dim``.
+DEFAULT_INDEX_HEAD_DIM = 128
+#: Model types whose config class has its own ``head_dim`` default (``Gemma*Config`` 256, ``Qwen3Config``
+#: 128), not ``hidden_size / heads``: refused without ``head_dim``.
+HEAD_DIM_CLASS_DEFAULT = ("gemma", "qwen3")
+_KV_HEAD_FIELDS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
 
 
 def _language_config(config: Mapping) -> Mapping:
@@ -83,22 +111,6 @@ def _config_model_id(config: Mapping) -> str | None:
     if isinstance(source, Mapping) and source.get("model"):
         return str(source["model"])
     return str(config["_name_or_path"]) if config.get("_name_or_path") else None
-
-
-def _config_name(config: Mapping) -> str:
-    return _config_model_id(config) or str(config.get("_path") or config.get("model_type") or "model")
-
-
-#: Model types whose Hugging Face config class sets a missing ``num_key_value_heads`` to
-#: ``num_attention_heads`` (``LlamaConfig``); other classes default it to a fixed number
-#: (``Gemma3TextConfig`` 4, ``MistralConfig`` 8, ``Qwen3Config`` 32), so kvplan refuses to guess there.
-KV_HEADS_DEFAULT_TO_HEADS = ("llama",)
-#: DeepSeek-V3.2's indexer key size when the config does not give ``index_head_dim``.
-DEFAULT_INDEX_HEAD_DIM = 128
-#: Model types whose config class has its own ``head_dim`` default (not ``hidden_size / heads``):
-#: ``Gemma*Config`` 256, ``Qwen3Config`` 128. A config of these types without ``head_dim`` is refused.
-HEAD_DIM_CLASS_DEFAULT = ("gemma", "qwen3")
-_KV_HEAD_FIELDS = ("num_key_value_heads", "num_kv_heads", "n_head_kv")
 
 
 def _kv_heads(lm: Mapping, num_heads: int, where: str) -> tuple[int, str | None]:
@@ -143,8 +155,8 @@ def _dtype_bytes(lm: Mapping, where: str) -> int | None:
 
 
 def _head_dim(lm: Mapping, num_heads: int, where: str) -> tuple[int | None, int]:
-    """``(MLA latent size or None, head_dim)``: the latent ``kv_lora_rank + qk_rope_head_dim`` for MLA,
-    else ``head_dim``, else ``hidden_size / num_attention_heads`` (refused where the class has its own)."""
+    """``(MLA latent or None, head_dim)``: ``kv_lora_rank + qk_rope_head_dim`` for MLA, else ``head_dim``,
+    else ``hidden_size / num_attention_heads`` (refused where the config class has its own default)."""
     if lm.get("kv_lora_rank") is not None:
         latent = positive_field(lm, "kv_lora_rank", where) + positive_field(lm, "qk_rope_head_dim", where)
         return latent, latent
@@ -166,15 +178,10 @@ def _head_dim(lm: Mapping, num_heads: int, where: str) -> tuple[int | None, int]
 
 
 def model_arch(config: Mapping) -> ModelArch:
-    """Read the KV-relevant architecture from a Hugging Face ``config.json`` dict.
+    """The KV-relevant architecture of a Hugging Face ``config.json`` dict (a nested language model's).
 
-    Vision-language configs that nest the language model (``text_config``, ``llm_config``) are read
-    from the nested part. A missing field raises :class:`KVSpecError` naming it, except where the
-    rule is the Hugging Face config class's own and unambiguous: ``head_dim`` = ``hidden_size /
-    num_attention_heads`` (not for Gemma / Qwen3, whose classes default it to a constant), and for
-    ``model_type`` ``llama`` only, ``num_key_value_heads`` = ``num_attention_heads`` (then noted in
-    ``notes``, which makes the spec approximate). A missing ``torch_dtype`` leaves ``dtype_bytes``
-    None: :func:`kv_spec` then needs a fixed-size ``kv_cache_dtype`` or the served ``dtype``.
+    A missing field raises :class:`KVSpecError` naming it, except ``head_dim`` = ``hidden_size / heads`` (not
+    Gemma / Qwen3) and, for ``llama`` only, KV heads = heads (noted: the spec is then approximate).
 
     >>> arch = model_arch({"num_hidden_layers": 80, "num_attention_heads": 64,
     ...                    "num_key_value_heads": 8, "hidden_size": 8192, "torch_dtype": "bfloat16"})
@@ -185,26 +192,21 @@ def model_arch(config: Mapping) -> ModelArch:
         raise KVSpecError(
             f"model config: expected a dict (a parsed config.json), got {type(config).__name__}"
         )
-    name = _config_name(config)
+    name = _config_model_id(config) or str(config.get("_path") or config.get("model_type") or "model")
     lm = _language_config(config)
     where = f"{name}" + (f" ({lm['_nested_in']})" if "_nested_in" in lm else "")
     num_layers = positive_field(lm, "num_hidden_layers", where)
     num_heads = positive_field(lm, "num_attention_heads", where)
     num_kv_heads, kv_heads_note = _kv_heads(lm, num_heads, where)
     dtype_bytes = _dtype_bytes(lm, where)
-    model_type = str(lm.get("model_type") or "")
     mla_latent_dim, head_dim = _head_dim(lm, num_heads, where)
     layer_types, window, notes = layer_kinds(lm, num_layers, where, mla=mla_latent_dim is not None)
-    if kv_heads_note:
-        notes = (kv_heads_note, *notes)
-    linear_kind: str | None = None
-    linear_dims: tuple[int, ...] = ()
-    if LINEAR_ATTENTION in layer_types:
-        linear_kind, linear_dims = linear_state_dims(lm, where)
+    linear_kind, linear_dims = linear_state_dims(lm, where) if LINEAR_ATTENTION in layer_types else (None, ())
     sparse = mla_latent_dim is not None and lm.get("index_topk") is not None
+    max_position = lm.get("max_position_embeddings", config.get("max_position_embeddings"))
     return ModelArch(
         name=name,
-        model_type=model_type,
+        model_type=str(lm.get("model_type") or ""),
         num_layers=num_layers,
         num_attention_heads=num_heads,
         num_kv_heads=num_kv_heads,
@@ -216,78 +218,166 @@ def model_arch(config: Mapping) -> ModelArch:
         linear_kind=linear_kind,
         linear_dims=linear_dims,
         model_id=_config_model_id(config),
-        notes=notes,
+        notes=(kv_heads_note, *notes) if kv_heads_note else notes,
         sparse_indexer=sparse,
         index_head_dim=int(lm.get("index_head_dim") or DEFAULT_INDEX_HEAD_DIM) if sparse else None,
-        max_position_embeddings=_positive_or_none(
-            lm.get("max_position_embeddings", config.get("max_position_embeddings"))
+        max_position_embeddings=(
+            max_position
+            if isinstance(max_position, int) and not isinstance(max_position, bool) and max_position > 0
+            else None
         ),
     )
 
 
-def _positive_or_none(value: object) -> int | None:
-    """A positive whole number as int, else None (a config field that may be absent)."""
-    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+_LAYER_TYPE_NAMES = {
+    "full_attention": FULL_ATTENTION,
+    "attention": FULL_ATTENTION,
+    "sliding_attention": SLIDING_ATTENTION,
+    "linear_attention": LINEAR_ATTENTION,
+    "mamba": LINEAR_ATTENTION,
+}
+
+
+def layer_kinds(
+    lm: Mapping, num_layers: int, where: str, mla: bool
+) -> tuple[tuple[str, ...], int | None, tuple[str, ...]]:
+    """Kind of every layer, the sliding window [tokens] and notes on what is assumed (``mla``: an MLA latent)."""
+    window = _sliding_window(lm, where)
+    if lm.get("attention_chunk_size"):
+        raise KVSpecError(
+            f"{where}: field 'attention_chunk_size' (chunked local attention, Llama 4) is not sized "
+            "by kvplan; it would be wrong to size these layers as full attention"
+        )
+    notes: list[str] = []
+    listed = lm.get("layer_types")
+    if listed is not None:
+        kinds = _listed_kinds(listed, num_layers, where)
+    elif lm.get("full_attention_interval") is not None:  # Qwen3-Next style: every n-th layer attends
+        interval = positive_field(lm, "full_attention_interval", where)
+        kinds = [FULL_ATTENTION if (i + 1) % interval == 0 else LINEAR_ATTENTION for i in range(num_layers)]
+    elif lm.get("attn_layer_period") is not None:  # Jamba: attention every period, at an offset
+        period = positive_field(lm, "attn_layer_period", where)
+        offset = int(lm.get("attn_layer_offset") or 0)
+        kinds = [FULL_ATTENTION if i % period == offset else LINEAR_ATTENTION for i in range(num_layers)]
+    elif window:
+        kinds = _sliding_pattern(lm, num_layers, notes)
+    else:
+        kinds = [FULL_ATTENTION] * num_layers
+    if SLIDING_ATTENTION in kinds and not window:
+        raise KVSpecError(f"{where}: sliding-window layers but no positive 'sliding_window' field")
+    window = window if SLIDING_ATTENTION in kinds else None
+    if mla:
+        if set(kinds) != {FULL_ATTENTION}:
+            raise KVSpecError(f"{where}: MLA with sliding-window or linear layers is not supported by kvplan")
+        kinds = [MLA_ATTENTION] * num_layers
+    if kinds.count(LINEAR_ATTENTION) == num_layers:
+        raise KVSpecError(f"{where}: no attention layer at all (a pure Mamba model has no KV cache to size)")
+    return tuple(kinds), window, tuple(notes)
+
+
+def _listed_kinds(raw: object, num_layers: int, where: str) -> list[str]:
+    """The kinds of a config's ``layer_types`` list, refused when not a list, or its length or a name is off."""
+    if isinstance(raw, str) or not isinstance(raw, Sequence):
+        raise KVSpecError(
+            f"{where}: field 'layer_types' must be a list of one kind per layer, got {type(raw).__name__}"
+        )
+    if len(raw) != num_layers:
+        raise KVSpecError(
+            f"{where}: field 'layer_types' has {len(raw)} entries, num_hidden_layers is {num_layers}"
+        )
+    unknown = sorted({str(t) for t in raw} - set(_LAYER_TYPE_NAMES))
+    if unknown:
+        raise KVSpecError(
+            f"{where}: field 'layer_types' has {unknown}, which kvplan cannot size "
+            f"(known: {sorted(_LAYER_TYPE_NAMES)})"
+        )
+    return [_LAYER_TYPE_NAMES[str(t)] for t in raw]
+
+
+def _sliding_window(lm: Mapping, where: str) -> int | None:
+    """The config's ``sliding_window`` [tokens], None when it has none or turns it off."""
+    window = lm.get("sliding_window")
+    if lm.get("use_sliding_window") is False:
+        window = None
+    if window is not None and (isinstance(window, bool) or not isinstance(window, int) or window < 0):
+        # a negative window would shrink the sliding layers' blocks per request: capacity over-predicted
+        raise KVSpecError(
+            f"{where}: field 'sliding_window' must be one whole number of tokens, 0 or more, got {window!r}"
+        )
+    return window
+
+
+def _sliding_pattern(lm: Mapping, num_layers: int, notes: list[str]) -> list[str]:
+    """Which layers use the config's ``sliding_window`` when it has no ``layer_types`` list."""
+    model_type = str(lm.get("model_type") or "")
+    pattern = lm.get("sliding_window_pattern") or lm.get("_sliding_window_pattern")
+    if pattern is None and model_type.startswith("gemma3"):
+        pattern = 6  # Gemma3TextConfig's default: five local layers, then one global
+        notes.append(
+            "no 'sliding_window_pattern': Gemma3TextConfig's default 6 (five local, one global) "
+            "taken; check it against the model's published config"
+        )
+    if pattern is not None:
+        pattern = int(pattern)
+        return [FULL_ATTENTION if (i + 1) % pattern == 0 else SLIDING_ATTENTION for i in range(num_layers)]
+    if model_type.startswith("gemma2"):  # Gemma 2: even layers local, odd layers global
+        return [SLIDING_ATTENTION if i % 2 == 0 else FULL_ATTENTION for i in range(num_layers)]
+    if lm.get("use_sliding_window") and lm.get("max_window_layers") is not None:  # Qwen2 style
+        first = int(lm["max_window_layers"])
+        return [SLIDING_ATTENTION if i >= first else FULL_ATTENTION for i in range(num_layers)]
+    notes.append(
+        "the config's sliding_window is taken to apply to every layer (Mistral v0.1 style); releases "
+        "that read only per-layer layer_types size these layers as full attention: check the log"
+    )
+    return [SLIDING_ATTENTION] * num_layers
+
+
+def linear_state_dims(lm: Mapping, where: str) -> tuple[str, tuple[int, ...]]:
+    """What sizes the recurrent state of the linear-attention / Mamba layers: ``(kind, dims)``."""
+    if lm.get("linear_num_value_heads") is not None:  # gated delta net (Qwen3-Next)
+        names = ("num_key_heads", "num_value_heads", "key_head_dim", "value_head_dim", "conv_kernel_dim")
+        return "gated_delta_net", tuple(positive_field(lm, f"linear_{name}", where) for name in names)
+    if lm.get("mamba_d_state") is not None:  # Mamba-1 (Jamba)
+        hidden = positive_field(lm, "hidden_size", where)
+        expand = positive_field(lm, "mamba_expand", where)
+        return "mamba", (
+            expand * hidden,
+            positive_field(lm, "mamba_d_conv", where),
+            positive_field(lm, "mamba_d_state", where),
+        )
+    raise KVSpecError(
+        f"{where}: linear-attention layers without a known state description "
+        "(expected linear_num_value_heads… for gated delta net or mamba_d_state… for Mamba)"
+    )
 
 
 _HF_REPO_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
-
-
-#: Name parts that mark a release variant of one architecture (tuning, quantisation, a date stamp).
-MODEL_VARIANT_PARTS = frozenset(
-    {
-        "instruct",
-        "thinking",
-        "chat",
-        "base",
-        "it",
-        "hf",
-        "fp8",
-        "fp4",
-        "nvfp4",
-        "awq",
-        "gptq",
-        "int4",
-        "int8",
-        "w4a16",
-        "w8a8",
-        "w8a16",
-        "bnb",
-        "4bit",
-        "8bit",
-        "dynamic",
-        "quantized",
-    }
+#: A name part that marks a release variant of one architecture (tuning, quantisation, a date stamp).
+MODEL_VARIANT_PART = re.compile(
+    r"instruct|thinking|chat|base|it|hf|fp8|fp4|nvfp4|awq|gptq|int4|int8|w4a16|w8a8|w8a16|bnb|4bit|8bit"
+    r"|dynamic|quantized|\d{4}"
 )
 
 
 def model_base_name(repo_id: str) -> str:
     """The architecture part of a Hugging Face model name: lower case, variant parts and date stamps dropped.
 
-    >>> model_base_name("Qwen/Qwen3-235B-A22B-Instruct-2507")
-    'qwen3-235b-a22b'
-    >>> model_base_name("RedHatAI/Llama-3.1-70B-Instruct-FP8")
-    'llama-3.1-70b'
+    >>> model_base_name("Qwen/Qwen3-235B-A22B-Instruct-2507"), model_base_name("RedHatAI/Llama-3.1-70B-Instruct-FP8")
+    ('qwen3-235b-a22b', 'llama-3.1-70b')
     """
     parts = re.split(r"[-_]", repo_id.rsplit("/", 1)[-1].lower())
-    return "-".join(p for p in parts if p not in MODEL_VARIANT_PARTS and not re.fullmatch(r"\d{4}", p))
+    return "-".join(part for part in parts if not MODEL_VARIANT_PART.fullmatch(part))
 
 
 def check_model_name(arch: ModelArch, logged_model: str | None) -> None:
-    """Refuse a config that names another model than the logs served, where the two can be compared.
+    """Refuse a config that names another model than the logs served, where both are Hugging Face repo
+    ids (``org/name``; a local path is not compared) of another :func:`model_base_name`.
 
-    Comparable when both are Hugging Face repo ids (``org/name``; a local path is not); they agree when
-    their :func:`model_base_name` is the same (``Llama-3.1-70B`` and ``Llama-3.1-70B-Instruct-FP8``;
-    not ``Llama-3.3-70B``, nor ``DeepSeek-V3.2-Exp`` against ``DeepSeek-V3``: give that model's own config).
-
-    >>> from kvplan.kvspec import model_arch
     >>> arch = model_arch({"_source": {"model": "meta-llama/Llama-3.1-8B-Instruct"}, "model_type": "llama",
     ...     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128})
-    >>> check_model_name(arch, "/models/llama")  # a local path: nothing to compare
     >>> check_model_name(arch, "RedHatAI/Llama-3.1-8B-Instruct-FP8")  # a quantised variant: same architecture
     >>> check_model_name(arch, "meta-llama/Llama-3.1-70B-Instruct")  # doctest: +ELLIPSIS
     Traceback (most recent call last):
-    ...
     kvplan.kvspec.KVSpecError: the model config describes meta-llama/Llama-3.1-8B-Instruct, but the logs ...
     """
     if not logged_model or not arch.model_id:
@@ -300,88 +390,3 @@ def check_model_name(arch: ModelArch, logged_model: str | None) -> None:
         f"the model config describes {arch.model_id}, but the logs served {logged_model}: "
         "give the served model's config.json"
     )
-
-
-#: Sub-byte KV dtypes sized as fp8: 1 byte per value is more than their packed pages take
-#: (nvfp4: ``head_size / 2 + head_size / 16`` bytes per head and token, ``utils/torch_utils.py``).
-SUB_BYTE_KV_DTYPES = ("nvfp4", "nvfp4_4over6")
-
-
-def unmodelled_kv_dtype(kv_cache_dtype: str) -> tuple[str, str]:
-    """The KV dtype kvplan sizes in place of ``kv_cache_dtype``, and why (empty when it is modelled).
-
-    >>> unmodelled_kv_dtype("fp8"), unmodelled_kv_dtype("nvfp4")[0]
-    (('fp8', ''), 'fp8')
-    """
-    if kv_cache_dtype not in SUB_BYTE_KV_DTYPES:
-        return kv_cache_dtype, ""
-    return "fp8", (
-        f"kv_cache_dtype {kv_cache_dtype!r} is not modelled: sized as fp8 (1 byte per value; "
-        "nvfp4 pages take 0.5625 bytes per value plus scales), so blocks and tokens are a "
-        "lower bound"
-    )
-
-
-def check_release_support(
-    arch: ModelArch, version: Release, shown: str | None, *, tp: int, dcp: int, kv_cache_dtype: str
-) -> None:
-    """Refuse what ``version`` (``shown`` as given) cannot serve, or kvplan does not size there."""
-    if version < OLDEST_KV_ARITHMETIC:
-        raise KVSpecError(f"vllm_version {shown}: kvplan repeats vLLM's arithmetic from 0.5.0 on")
-    if arch.mla_latent_dim is not None and version < MLA_FROM:
-        raise KVSpecError(
-            f"vLLM {shown} serves {arch.name} without MLA (K and V per head, head "
-            "size padded): kvplan sizes MLA models from 0.7.1 on, where one latent per token "
-            "is cached"
-        )
-    if kv_cache_dtype == "fp8_ds_mla" and version < FP8_DS_MLA_FROM:
-        raise KVSpecError(
-            f"kv_cache_dtype 'fp8_ds_mla' does not exist in vLLM {shown}: its 656-byte "
-            "pages came with DeepSeek-V3.2 support in 0.11.0"
-        )
-    if dcp <= 0:
-        raise KVSpecError(f"dcp must be positive, got {dcp}")
-    if dcp > 1:
-        if tp % dcp:
-            raise KVSpecError(f"dcp {dcp} does not divide tp {tp}: vLLM needs tp divisible by the DCP size")
-        if version < DCP_FROM:
-            raise KVSpecError(f"decode context parallel needs vLLM 0.11 or later, not {shown}")
-        if SLIDING_ATTENTION in arch.layer_types:
-            raise KVSpecError(f"{arch.name}: vLLM does not support DCP with sliding-window layers")
-
-
-def pcp_note(pcp: int) -> str:
-    """Why a prefill-context-parallel launch is approximate (empty for ``pcp`` 1).
-
-    >>> pcp_note(1), pcp_note(2)[:40]
-    ('', 'prefill context parallel (PCP 2) is not ')
-    """
-    if pcp < 1:
-        raise KVSpecError(f"pcp must be positive, got {pcp}")
-    if pcp == 1:
-        return ""
-    return (
-        f"prefill context parallel (PCP {pcp}) is not modelled: sized without it (whole requests "
-        "per rank), a lower bound"
-    )
-
-
-#: Bytes per value of the dtype vLLM really served (``dtype=torch.bfloat16`` in its config line).
-SERVED_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
-
-
-def served_arch(arch: ModelArch, dtype: str | None) -> ModelArch:
-    """``arch`` in the dtype vLLM served (``--dtype`` as its log shows it, e.g. ``torch.float32``);
-    None or ``auto`` keep the config's ``torch_dtype``.
-
-    >>> arch = model_arch({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
-    ...                    "head_dim": 64, "torch_dtype": "bfloat16"})
-    >>> served_arch(arch, "torch.float32").dtype_bytes, served_arch(arch, None).dtype_bytes
-    (4, 2)
-    """
-    if dtype is None or str(dtype) == "auto":
-        return arch
-    served = str(dtype).removeprefix("torch.")
-    if served not in SERVED_DTYPE_BYTES:
-        raise KVSpecError(f"dtype {dtype!r}: expected one of {sorted(SERVED_DTYPE_BYTES)} (or auto)")
-    return replace(arch, dtype_bytes=SERVED_DTYPE_BYTES[served])

@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
+from kvplan.kvspec.arch import KVSpecError
 from kvplan.kvspec.capacity import DEFAULT_BLOCK_SIZE, Capacity
-from kvplan.kvspec.layers import KVSpecError
 from kvplan.releases import (
     ASYNC_SCHEDULING_DEFAULT_FROM,
     GDN_PREFILL_CHECKPOINT_FROM,

@@ -17,7 +17,7 @@ from typing import Any
 import pandas as pd
 
 from kvplan.columns import is_known
-from kvplan.kvspec.layers import KVSpecError, parse_vllm_version
+from kvplan.kvspec.arch import KVSpecError, parse_vllm_version
 from kvplan.kvspec.spec import KVSpec
 from kvplan.releases import KV_CACHE_MEMORY_BYTES_FROM, PER_WORKER_KV_LINES_FROM, PER_WORKER_KV_LINES_UNTIL
 from kvplan.units import GIB_2DP_HALF_STEP_BYTES

@@ -1,16 +1,10 @@
-"""The per-rank arithmetic of a layout, layer by layer: how a parallel layout splits a model (layers per
-pipeline stage, KV heads per TP rank), KV bytes per token of one layer on one rank (attention pages by KV
-dtype, MLA latents, the recurrent state of linear-attention / Mamba layers, ``vllm/v1/kv_cache_interface.py``),
-the layers a release serves, vLLM's KV cache groups, and what each pipeline stage holds.
+"""The per-rank arithmetic of a layout: what a release serves of a model (refusals name vLLM's rule), how a
+layout splits it (layers per pipeline stage, KV heads per TP rank), KV bytes per token of one layer on one
+rank (``vllm/v1/kv_cache_interface.py``), vLLM's KV cache groups, and what each pipeline stage holds.
 
 Standard / grouped-query / multi-query attention: ``2 × kv_heads_per_rank × head_dim × dtype_bytes``;
 MLA (DeepSeek-V2/V3, Kimi): one latent of ``kv_lora_rank + qk_rope_head_dim`` values, no factor 2,
 the same on every TP rank; ``fp8_ds_mla`` stores 656 bytes per token per layer.
-
->>> pp_partition(61, 3), kv_heads_per_rank(8, 64, 16)
-([20, 21, 20], 1)
->>> kv_dtype_bytes("fp8", 2), FP8_DS_MLA_BYTES_PER_TOKEN
-(1, 656)
 """
 
 from __future__ import annotations
@@ -18,31 +12,104 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from kvplan.kvspec.arch import ModelArch
-from kvplan.kvspec.layers import (
+from kvplan.kvspec.arch import (
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     SLIDING_ATTENTION,
     KVSpecError,
+    ModelArch,
     parse_vllm_version,
 )
 from kvplan.releases import (
+    DCP_FROM,
+    FP8_DS_MLA_FROM,
     GROUP_SIZE_RATIO_1_5_FROM,
     GROUP_SIZE_RATIO_FROM,
     HYBRID_KV_MANAGER_FROM,
     HYBRID_MAMBA_FROM,
     MAMBA_ALIGN_FROM,
+    MLA_FROM,
+    OLDEST_KV_ARITHMETIC,
     Release,
 )
 
+#: Sub-byte KV dtypes sized as fp8: 1 byte per value is more than their packed pages take
+#: (nvfp4: ``head_size / 2 + head_size / 16`` bytes per head and token, ``utils/torch_utils.py``).
+SUB_BYTE_KV_DTYPES = ("nvfp4", "nvfp4_4over6")
+
+
+def unmodelled_kv_dtype(kv_cache_dtype: str) -> tuple[str, str]:
+    """The KV dtype kvplan sizes in place of ``kv_cache_dtype``, and why (empty when it is modelled)."""
+    if kv_cache_dtype not in SUB_BYTE_KV_DTYPES:
+        return kv_cache_dtype, ""
+    return "fp8", (
+        f"kv_cache_dtype {kv_cache_dtype!r} is not modelled: sized as fp8 (1 byte per value; "
+        "nvfp4 pages take 0.5625 bytes per value plus scales), so blocks and tokens are a "
+        "lower bound"
+    )
+
+
+def check_release_support(
+    arch: ModelArch, version: Release, shown: str | None, *, tp: int, dcp: int, kv_cache_dtype: str
+) -> None:
+    """Refuse what ``version`` (``shown`` as given) cannot serve, or kvplan does not size there."""
+    if version < OLDEST_KV_ARITHMETIC:
+        raise KVSpecError(f"vllm_version {shown}: kvplan repeats vLLM's arithmetic from 0.5.0 on")
+    if arch.mla_latent_dim is not None and version < MLA_FROM:
+        raise KVSpecError(
+            f"vLLM {shown} serves {arch.name} without MLA (K and V per head, head "
+            "size padded): kvplan sizes MLA models from 0.7.1 on, where one latent per token "
+            "is cached"
+        )
+    if kv_cache_dtype == "fp8_ds_mla" and version < FP8_DS_MLA_FROM:
+        raise KVSpecError(
+            f"kv_cache_dtype 'fp8_ds_mla' does not exist in vLLM {shown}: its 656-byte "
+            "pages came with DeepSeek-V3.2 support in 0.11.0"
+        )
+    if dcp <= 0:
+        raise KVSpecError(f"dcp must be positive, got {dcp}")
+    if dcp > 1:
+        if tp % dcp:
+            raise KVSpecError(f"dcp {dcp} does not divide tp {tp}: vLLM needs tp divisible by the DCP size")
+        if version < DCP_FROM:
+            raise KVSpecError(f"decode context parallel needs vLLM 0.11 or later, not {shown}")
+        if SLIDING_ATTENTION in arch.layer_types:
+            raise KVSpecError(f"{arch.name}: vLLM does not support DCP with sliding-window layers")
+
+
+def pcp_note(pcp: int) -> str:
+    """Why a prefill-context-parallel launch is approximate (empty for ``pcp`` 1)."""
+    if pcp < 1:
+        raise KVSpecError(f"pcp must be positive, got {pcp}")
+    if pcp == 1:
+        return ""
+    return (
+        f"prefill context parallel (PCP {pcp}) is not modelled: sized without it (whole requests "
+        "per rank), a lower bound"
+    )
+
+
+#: Bytes per value of the dtype vLLM really served (``dtype=torch.bfloat16`` in its config line).
+SERVED_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
+
+
+def served_arch(arch: ModelArch, dtype: str | None) -> ModelArch:
+    """``arch`` in the dtype vLLM served (``--dtype`` as its log shows it, e.g. ``torch.float32``);
+    None or ``auto`` keep the config's ``torch_dtype``."""
+    if dtype is None or str(dtype) == "auto":
+        return arch
+    served = str(dtype).removeprefix("torch.")
+    if served not in SERVED_DTYPE_BYTES:
+        raise KVSpecError(f"dtype {dtype!r}: expected one of {sorted(SERVED_DTYPE_BYTES)} (or auto)")
+    return replace(arch, dtype_bytes=SERVED_DTYPE_BYTES[served])
+
 
 def pp_partition(num_layers: int, pp: int, partition: Sequence[int] | None = None) -> list[int]:
-    """Layers per pipeline stage as vLLM's ``get_pp_indices`` splits them.
-
-    ``num_layers // pp`` each; the remainder goes one layer each to the stages before the last,
-    starting from the second-to-last. ``partition`` is ``VLLM_PP_LAYER_PARTITION``.
+    """Layers per pipeline stage as vLLM's ``get_pp_indices`` splits them: ``num_layers // pp`` each, the
+    remainder one each to the stages before the last, from the second-to-last (``partition``:
+    ``VLLM_PP_LAYER_PARTITION``).
 
     >>> pp_partition(80, 3), pp_partition(61, 3), pp_partition(32, 4)
     ([27, 27, 26], [20, 21, 20], [8, 8, 8, 8])
@@ -65,10 +132,8 @@ def pp_partition(num_layers: int, pp: int, partition: Sequence[int] | None = Non
 
 
 def kv_heads_per_rank(num_kv_heads: int, num_attention_heads: int, tp: int) -> int:
-    """KV heads each TP rank stores: ``kv // tp``, or 1 (replicated) when ``tp > kv``.
-
-    Refuses the layouts vLLM refuses: TP not dividing the attention heads, or KV heads and TP
-    not dividing one another.
+    """KV heads each TP rank stores: ``kv // tp``, or 1 (replicated) when ``tp > kv``; the layouts vLLM
+    refuses are refused (TP not dividing the heads, KV heads and TP not dividing one another).
 
     >>> kv_heads_per_rank(8, 64, 4), kv_heads_per_rank(8, 64, 16), kv_heads_per_rank(1, 32, 8)
     (2, 1, 1)
@@ -109,11 +174,8 @@ INDEXER_QUANT_BLOCK = 128
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int | None, model: str = "model") -> int:
-    """Bytes per stored KV value for a ``--kv-cache-dtype``; ``auto`` = the model dtype.
-
-    ``model_dtype_bytes`` None (a config without ``torch_dtype``) is refused for ``auto``: vLLM
-    would serve such a config in 16 bits, but a ``--dtype float32`` launch stores 4 bytes, so
-    kvplan asks rather than assumes.
+    """Bytes per stored KV value for a ``--kv-cache-dtype``; ``auto`` = the model dtype, refused when unknown
+    (vLLM serves such a config in 16 bits, but a ``--dtype float32`` launch stores 4 bytes).
 
     >>> kv_dtype_bytes("auto", 2), kv_dtype_bytes("fp8", 2), kv_dtype_bytes("float16", None)
     (2, 1, 2)
@@ -162,29 +224,18 @@ def attention_bytes_per_token_per_layer(arch: ModelArch, tp: int, kv_cache_dtype
 
 
 def indexer_bytes_per_token(arch: ModelArch) -> int:
-    """Bytes of the sparse-attention indexer's key cache a token takes in one layer (0 without an indexer).
-
-    DeepSeek-V3.2 keeps it beside the MLA latent, in the same KV cache group and page
-    (``UniformTypeKVCacheSpecs``: the page is the layers' pages summed): 128 fp8 values + one float32 scale
-    = 132 bytes, on every TP rank.
-
-    >>> from kvplan.kvspec.arch import model_arch
-    >>> indexer_bytes_per_token(model_arch({"num_hidden_layers": 61, "num_attention_heads": 128,
-    ...     "num_key_value_heads": 128, "kv_lora_rank": 512, "qk_rope_head_dim": 64, "index_topk": 2048,
-    ...     "torch_dtype": "bfloat16"}))
-    132
-    """
+    """Bytes of the sparse-attention indexer's keys a token takes in one layer (0 without an indexer):
+    DeepSeek-V3.2 keeps them in the MLA latent's page (``UniformTypeKVCacheSpecs``), 128 fp8 values + one
+    float32 scale = 132 bytes, on every TP rank."""
     if arch.index_head_dim is None:
         return 0
     return arch.index_head_dim + arch.index_head_dim // INDEXER_QUANT_BLOCK * 4
 
 
 def linear_state_bytes(arch: ModelArch, tp: int) -> int:
-    """Bytes of one request's recurrent state in one linear-attention / Mamba layer of a TP rank.
-
-    Gated delta net: conv ``(2·k_heads·k_dim + v_heads·v_dim) / tp × (kernel − 1)`` plus temporal
-    ``v_heads / tp × k_dim × v_dim``; Mamba-1: ``d_inner / tp × (d_conv − 1 + d_state)``; both in
-    the model dtype (refused when the config names none).
+    """Bytes of one request's recurrent state in one linear-attention / Mamba layer of a TP rank, in the
+    model dtype: gated delta net ``(2·k_heads·k_dim + v_heads·v_dim) / tp × (kernel − 1)`` (conv) ``+ v_heads
+    / tp × k_dim × v_dim`` (temporal); Mamba-1 ``d_inner / tp × (d_conv − 1 + d_state)``.
 
     >>> from kvplan.kvspec.arch import model_arch
     >>> arch = model_arch({"num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 2,
@@ -231,14 +282,7 @@ def served_layers(
 ) -> ServedLayers:
     """The layers of ``arch`` as release ``version`` serves them: sliding-window layers as full attention
     before the hybrid KV cache manager (0.9) or when the logs say vLLM disabled it (``False``), hybrid
-    Mamba models from 0.10 only.
-
-    >>> from kvplan.kvspec.arch import model_arch
-    >>> arch = model_arch({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
-    ...     "head_dim": 64, "sliding_window": 4096, "layer_types": ["sliding_attention", "full_attention"]})
-    >>> served_layers(arch, (0, 8, 5), tp=1).layer_types
-    ('full_attention', 'full_attention')
-    """
+    Mamba models from 0.10 only."""
     reasons = []
     linear_bytes = None
     layer_types = arch.layer_types
@@ -267,11 +311,7 @@ def served_layers(
 
 def group_size_ratio(version: Release) -> float | None:
     """How much larger than the smallest kind the largest may be and still set the group size:
-    none up to 0.11 (the group size is the smallest kind's count), 1.25 in 0.12–0.17, 1.5 from 0.18.
-
-    >>> group_size_ratio((0, 11, 0)), group_size_ratio((0, 12, 0)), group_size_ratio((0, 33, 0))
-    (None, 1.25, 1.5)
-    """
+    none up to 0.11 (the group size is the smallest kind's count), 1.25 in 0.12–0.17, 1.5 from 0.18."""
     if version >= GROUP_SIZE_RATIO_1_5_FROM:
         return 1.5
     return 1.25 if version >= GROUP_SIZE_RATIO_FROM else None
@@ -280,20 +320,16 @@ def group_size_ratio(version: Release) -> float | None:
 def kv_cache_groups(
     layer_types: Sequence[str], vllm_version: str | None = None
 ) -> list[tuple[str, tuple[int, ...]]]:
-    """vLLM's KV cache groups: ``(kind, layer indices)``, every group the same size: how the hybrid KV cache
-    manager splits layers of several kinds into groups that share one pool of blocks
-    (``v1/core/kv_cache_utils.py`` ``_get_kv_cache_groups_uniform_page_size``; ``kv_cache_planning.py`` from 0.33).
+    """vLLM's KV cache groups, ``(kind, layer indices)``, all of one size, sharing one pool of blocks
+    (``v1/core/kv_cache_utils.py`` ``_get_kv_cache_groups_uniform_page_size``; ``kv_cache_planning.py`` 0.33).
 
-    One kind → one group of all layers. Several kinds → group size = the smallest kind's layer
-    count (or the largest, when it is under :func:`group_size_ratio` × the smallest), each kind
-    split round-robin into ``ceil(count / group size)`` groups (``layers[i::n]``, so 52 layers in 6
-    groups are 9, 9, 9, 9, 8, 8; vLLM sizes memory by the largest group). Later releases' smarter
-    group-size search (vLLM PRs #49472, #58175, open when this was written) is not modelled.
+    One kind → one group. Several → group size = the smallest kind's layer count (the largest's when under
+    :func:`group_size_ratio` × the smallest), each kind split round-robin into ``ceil(count / size)`` groups
+    (``layers[i::n]``: 52 layers in 6 groups are 9, 9, 9, 9, 8, 8; vLLM sizes memory by the largest).
+    Later releases' smarter group-size search (vLLM PRs #49472, #58175, open when written) is not modelled.
 
-    >>> [(kind, len(layers)) for kind, layers in kv_cache_groups(["sliding_attention"] * 5
-    ...                                                          + ["full_attention"])]
-    [('sliding_attention', 1), ('sliding_attention', 1), ('sliding_attention', 1), \
-('sliding_attention', 1), ('sliding_attention', 1), ('full_attention', 1)]
+    >>> [len(layers) for _, layers in kv_cache_groups(["sliding_attention"] * 5 + ["full_attention"])]
+    [1, 1, 1, 1, 1, 1]
     """
     by_kind: dict[str, list[int]] = {}
     for index, kind in enumerate(layer_types):
@@ -313,12 +349,8 @@ def kv_cache_groups(
 
 @dataclass(frozen=True)
 class StageSpec:
-    """What one pipeline stage's ranks hold (sizes in bytes, per rank).
-
-    ``block_bytes`` is one block across the stage's KV layers, as vLLM divides available memory by:
-    ``page_bytes × layers_per_group`` (for a uniform model, the stage's attention layers).
-    ``bytes_per_token = block_bytes / block_size``: what one token slot of the pool costs.
-    """
+    """What one pipeline stage's ranks hold [bytes per rank]: ``block_bytes`` = ``page_bytes ×
+    layers_per_group``, what vLLM divides available memory by; ``bytes_per_token`` = one token slot of it."""
 
     pp_rank: int
     first_layer: int
@@ -339,12 +371,7 @@ def pipeline_stages(
     token_bytes: int,
 ) -> tuple[StageSpec, ...]:
     """What each pipeline stage holds (``layers_per_stage``: :func:`pp_partition`'s split of ``layer_types``):
-    its layers, the layers per KV cache group it owns, its block of ``page_bytes`` per layer.
-
-    >>> [stage.block_bytes for stage in pipeline_stages(["full_attention"] * 3, kv_cache_groups(
-    ...     ["full_attention"] * 3), [2, 1], 4096, 256)]
-    [8192, 4096]
-    """
+    its layers, the layers per KV cache group it owns, its block of ``page_bytes`` per layer."""
     stages = []
     start = 0
     ordered = [sorted(layers) for _kind, layers in groups]  # counted by bisection: O(pp · groups · log L)

@@ -1,12 +1,9 @@
-"""The KV spec: the per-rank KV-cache geometry of one model on one ``tp × pp`` layout (with DCP), for
-one vLLM release, and what a budget in bytes buys on it (:meth:`KVSpec.capacity`).
+"""The KV spec: the per-rank KV-cache geometry of one model on one ``tp × pp`` layout (with DCP), for one
+vLLM release, and what a budget in bytes buys on it (:meth:`KVSpec.capacity`).
 
-A block holds ``block_size`` tokens of every KV layer the rank owns; ``blocks = kv_bytes // block_bytes``
-and every rank then uses the minimum over ranks (pipeline stages: :func:`kvplan.kvspec.page.pp_partition`).
-Decode context parallel (DCP) shards the tokens of a sequence over ``dcp`` ranks. Sliding-window and hybrid models
-follow vLLM's hybrid KV cache manager (:func:`kvplan.kvspec.page.kv_cache_groups`); where the result
-depends on something the config cannot give, the spec says so in ``approximate_reason``; it never treats
-such a model as full attention silently.
+A block holds ``block_size`` tokens of every KV layer the rank owns; ``blocks = kv_bytes // block_bytes``,
+the minimum over pipeline stages. Sliding-window and hybrid models follow vLLM's KV cache groups; what the
+config cannot give is named in ``approximate_reason``, never sized as full attention silently.
 
 The figures vLLM logs for a number of blocks follow each release's arithmetic (``v1/core/kv_cache_utils.py``
 ``get_max_concurrency_for_kv_cache_config`` and ``_report_kv_cache_config``): a request of L tokens needs
@@ -27,15 +24,17 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from kvplan.kvspec.arch import (
+    FULL_ATTENTION,
+    MLA_ATTENTION,
+    SLIDING_ATTENTION,
+    KVSpecError,
     ModelArch,
     check_model_name,
-    check_release_support,
     model_arch,
-    pcp_note,
-    served_arch,
-    unmodelled_kv_dtype,
+    parse_vllm_version,
 )
 from kvplan.kvspec.capacity import Capacity
 from kvplan.kvspec.launch import (
@@ -49,20 +48,17 @@ from kvplan.kvspec.launch import (
     logged_block_sizes,
     resolve_block_size,
 )
-from kvplan.kvspec.layers import (
-    FULL_ATTENTION,
-    MLA_ATTENTION,
-    SLIDING_ATTENTION,
-    KVSpecError,
-    parse_vllm_version,
-)
 from kvplan.kvspec.page import (
     StageSpec,
     attention_bytes_per_token_per_layer,
+    check_release_support,
     kv_cache_groups,
+    pcp_note,
     pipeline_stages,
     pp_partition,
+    served_arch,
     served_layers,
+    unmodelled_kv_dtype,
 )
 from kvplan.releases import (
     AUTO_FIT_NULL_BLOCK_FROM,
@@ -70,15 +66,14 @@ from kvplan.releases import (
     DCP_FROM,
     TOKENS_FROM_CONCURRENCY_FROM,
     TOKENS_PER_GROUP_FROM,
+    Release,
 )
 
 
 @dataclass(frozen=True)
 class KVSpec:
-    """KV-cache geometry of one model on one parallel layout, for one vLLM release.
-
-    Build it with :func:`kv_spec`. Sizes are bytes per rank.
-    """
+    """KV-cache geometry of one model on one parallel layout, for one vLLM release (:func:`kv_spec`); sizes
+    are bytes per rank."""
 
     arch: ModelArch
     tp: int
@@ -143,7 +138,7 @@ class KVSpec:
             options["block_size"] = block_size
         if vllm_version is not None:
             options["vllm_version"] = vllm_version
-        return kv_spec(self.arch, **{**options, **changes})  # type: ignore[arg-type]
+        return kv_spec(self.arch, **{**options, **changes})
 
     def num_blocks(self, kv_bytes: int) -> int:
         """Blocks every rank gets from ``kv_bytes`` per rank: the minimum over stages.
@@ -293,96 +288,79 @@ class KVSpec:
         }
 
 
-def kv_spec(
-    config: Mapping | ModelArch,
-    *,
-    tp: int = 1,
-    pp: int = 1,
-    dcp: int = 1,
-    pcp: int = 1,
-    kv_cache_dtype: str = "auto",
-    block_size: int | None = None,
-    vllm_version: str | None = None,
-    max_num_batched_tokens: int | None = None,
-    async_scheduling: bool | None = None,
-    mamba_cache_mode: str | None = None,
-    hybrid_kv_cache_manager: bool | None = None,
-    num_gpu_blocks_override: int | None = None,
-    gpu_name: str | None = None,
-    kv_cache_group_block_sizes: object = None,
-    host_pool: Sequence[int] | None = None,
-    pp_layers: Sequence[int] = (),
-    dtype: str | None = None,
-    logged_model: str | None = None,
-) -> KVSpec:
-    """The per-rank KV geometry of a model config on a ``tp × pp`` layout with ``dcp``.
+@dataclass(frozen=True)
+class SpecOptions:
+    """:func:`kv_spec`'s keywords: the layout, the launch settings the logs show (None: vLLM's default for
+    the release, named in :attr:`KVSpec.settings_note`, or a lower bound named in ``approximate_reason``),
+    ``host_pool`` (a logged HiSparse "GPU + host KV cache size": tokens, its ``max_model_len``, the available
+    bytes; :func:`kvplan.kvspec.launch.host_pool_bound`), ``pp_layers`` (``VLLM_PP_LAYER_PARTITION``),
+    ``dtype`` (vLLM's ``--dtype`` as logged; None or ``auto``: the config's) and ``logged_model`` (the
+    logs' model name: a config of another model is refused, :func:`check_model_name`)."""
 
-    ``block_size=None`` takes vLLM's choice for the model (16; the MLA backend's from 0.18, which
-    needs ``gpu_name`` or the logged ``kv_cache_group_block_sizes``; raised for hybrid Mamba models).
-    The launch settings (``max_num_batched_tokens``, ``async_scheduling``, ``mamba_cache_mode``,
-    ``hybrid_kv_cache_manager``: False when vLLM disabled it, ``num_gpu_blocks_override``) are the
-    logs'; None takes vLLM's default for the release (:func:`kvplan.kvspec.launch.launch_settings`,
-    named in :attr:`KVSpec.settings_note`), or a lower bound named in ``approximate_reason``.
-    ``host_pool`` is a logged HiSparse "GPU + host KV cache size" (tokens, its ``max_model_len``, the
-    available bytes it was sized from; :func:`kvplan.kvspec.launch.host_pool_bound`): capacity is capped at the lower
-    bound it gives. ``pp_layers`` is ``VLLM_PP_LAYER_PARTITION`` when set. ``dtype`` is the dtype vLLM served
-    (``--dtype`` as its log shows it, e.g. ``torch.bfloat16``; None or ``auto`` = the config's
-    ``torch_dtype``). ``logged_model`` is the model name the logs show; a config naming another
-    model is refused (:func:`check_model_name`).
+    tp: int = 1
+    pp: int = 1
+    dcp: int = 1
+    pcp: int = 1
+    kv_cache_dtype: str = "auto"
+    block_size: int | None = None
+    vllm_version: str | None = None
+    max_num_batched_tokens: int | None = None
+    async_scheduling: bool | None = None
+    mamba_cache_mode: str | None = None
+    hybrid_kv_cache_manager: bool | None = None
+    num_gpu_blocks_override: int | None = None
+    gpu_name: str | None = None
+    kv_cache_group_block_sizes: object = None
+    host_pool: Sequence[int] | None = None
+    pp_layers: Sequence[int] = ()
+    dtype: str | None = None
+    logged_model: str | None = None
+
+
+def kv_spec(config: Mapping | ModelArch, **options: Any) -> KVSpec:
+    """The per-rank KV geometry of a model config on a layout (:class:`SpecOptions`' keywords).
+
+    ``block_size=None`` takes vLLM's choice (16; the MLA backend's from 0.18, which needs ``gpu_name`` or the
+    logged ``kv_cache_group_block_sizes``; raised for hybrid Mamba models).
 
     >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
     ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
     >>> spec.bytes_per_token_per_layer, spec.bytes_per_token, spec.block_bytes
     (1024, 81920, 1310720)
     """
-    options = {name: value for name, value in locals().items() if name != "config"}
+    o = SpecOptions(**options)  # an unknown keyword is a TypeError, as for a signature
     arch = config if isinstance(config, ModelArch) else model_arch(config)
-    check_model_name(arch, logged_model)
-    arch = served_arch(arch, dtype)
-    version = parse_vllm_version(vllm_version)
-    check_release_support(arch, version, vllm_version, tp=tp, dcp=dcp, kv_cache_dtype=kv_cache_dtype)
-    sized_dtype, dtype_note = unmodelled_kv_dtype(kv_cache_dtype)
-    token_bytes = attention_bytes_per_token_per_layer(arch, tp, sized_dtype)
-    reasons = [*arch.notes, *filter(None, (dtype_note, pcp_note(pcp)))]
-    logged_pool = None if host_pool is None else LoggedHostPool(*(int(value) for value in host_pool))
+    check_model_name(arch, o.logged_model)
+    arch = served_arch(arch, o.dtype)
+    version = parse_vllm_version(o.vllm_version)
+    check_release_support(arch, version, o.vllm_version, tp=o.tp, dcp=o.dcp, kv_cache_dtype=o.kv_cache_dtype)
+    sized_dtype, dtype_note = unmodelled_kv_dtype(o.kv_cache_dtype)
+    token_bytes = attention_bytes_per_token_per_layer(arch, o.tp, sized_dtype)
+    reasons = [*arch.notes, *filter(None, (dtype_note, pcp_note(o.pcp)))]
+    logged_pool = None if o.host_pool is None else LoggedHostPool(*(int(value) for value in o.host_pool))
     if logged_pool is not None:
         reasons.append(HOST_POOL_NOTE)
-    served = served_layers(arch, version, tp, hybrid_kv_cache_manager)
+    served = served_layers(arch, version, o.tp, o.hybrid_kv_cache_manager)
     reasons += served.reasons
     launch = launch_settings(
         version,
-        LoggedLaunch(max_num_batched_tokens, async_scheduling, mamba_cache_mode, gpu_name),
-        pp=pp,
+        LoggedLaunch(o.max_num_batched_tokens, o.async_scheduling, o.mamba_cache_mode, o.gpu_name),
+        pp=o.pp,
         sliding=SLIDING_ATTENTION in served.layer_types,
         linear_kind=arch.linear_kind,
         head_k_dim=arch.linear_dims[2] if arch.linear_kind == "gated_delta_net" else None,
     )
     reasons += launch.approximate
-    size, note = resolve_block_size(
-        BlockSizeInputs(
-            block_size,
-            sized_dtype,
-            version,
-            token_bytes,
-            served.linear_bytes,
-            mla=arch.mla_latent_dim is not None,
-            sparse=arch.sparse_indexer,
-            gpu_name=gpu_name,
-            logged_sizes=logged_block_sizes(kv_cache_group_block_sizes),
-            gdn_align=launch.gdn_checkpoint,
-        )
-    )
-    if num_gpu_blocks_override is not None and num_gpu_blocks_override <= 0:
-        raise KVSpecError(f"num_gpu_blocks_override must be positive, got {num_gpu_blocks_override}")
+    size, note = _block_size(o, arch, version, token_bytes, served.linear_bytes, launch.gdn_checkpoint)
     groups = tuple(kv_cache_groups(served.layer_types, ".".join(map(str, version))))
-    layers_per_stage = pp_partition(arch.num_layers, pp, list(pp_layers) or None)
+    layers_per_stage = pp_partition(arch.num_layers, o.pp, list(o.pp_layers) or None)
     return KVSpec(
         arch=arch,
-        tp=tp,
-        pp=pp,
-        dcp=dcp,
-        kv_cache_dtype=kv_cache_dtype,
-        vllm_version=".".join(str(part) for part in version) if vllm_version is None else str(vllm_version),
+        tp=o.tp,
+        pp=o.pp,
+        dcp=o.dcp,
+        kv_cache_dtype=o.kv_cache_dtype,
+        vllm_version=".".join(map(str, version)) if o.vllm_version is None else str(o.vllm_version),
         block_size=size,
         block_size_note=note,
         bytes_per_token_per_layer=token_bytes,
@@ -390,7 +368,30 @@ def kv_spec(
         stages=pipeline_stages(served.layer_types, groups, layers_per_stage, size * token_bytes, token_bytes),
         launch=launch,
         approximate_reason="; ".join(reasons),
-        num_gpu_blocks_override=num_gpu_blocks_override,
+        num_gpu_blocks_override=o.num_gpu_blocks_override,
         host_pool=logged_pool,
-        options=options,
+        options=asdict(o),
     )
+
+
+def _block_size(
+    o: SpecOptions, arch: ModelArch, version: Release, token_bytes: int, linear_bytes: int | None, gdn: bool
+) -> tuple[int, str]:
+    """The block size vLLM ends up with (:func:`kvplan.kvspec.launch.resolve_block_size`), and its note."""
+    size, note = resolve_block_size(
+        BlockSizeInputs(
+            o.block_size,
+            unmodelled_kv_dtype(o.kv_cache_dtype)[0],
+            version,
+            token_bytes,
+            linear_bytes,
+            mla=arch.mla_latent_dim is not None,
+            sparse=arch.sparse_indexer,
+            gpu_name=o.gpu_name,
+            logged_sizes=logged_block_sizes(o.kv_cache_group_block_sizes),
+            gdn_align=gdn,
+        )
+    )
+    if o.num_gpu_blocks_override is not None and o.num_gpu_blocks_override <= 0:
+        raise KVSpecError(f"num_gpu_blocks_override must be positive, got {o.num_gpu_blocks_override}")
+    return size, note

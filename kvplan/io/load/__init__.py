@@ -1,41 +1,47 @@
-"""Load-test evidence readers: vLLM server logs under load and Prometheus ``/metrics`` into one frame.
+"""Load-test evidence: vLLM server logs under load and Prometheus ``/metrics`` read into one frame.
 
 :func:`read_load_evidence` reads one run's files (logs and saved /metrics snapshots alike, sniffed) into a
-:class:`LoadReading`: the :data:`~kvplan.columns.LOAD_COLUMNS` frame (nullable dtypes) and its
-:class:`~kvplan.io.metadata.ReadMetadata`, plus what each file says about its server (:class:`LoadSource`).
-The log reader is :mod:`.log` (records by :mod:`.records`, stats messages by :mod:`.message`, the sealed
-whole-line engine :mod:`.engine`); /metrics text is :mod:`.metrics`; scrapes become rows in :mod:`.scrapes`,
-which also takes Prometheus samples (:func:`samples_reading`, e.g. a ``query_range`` answer). Every reader
+:class:`LoadReading`: the :data:`~kvplan.columns.LOAD_COLUMNS` frame (nullable dtypes), its
+:class:`~kvplan.io.metadata.ReadMetadata` and what each file says about its server (:class:`LoadSource`).
+Logs are read by :mod:`.log` (records by :mod:`.records`, the sealed whole-line engine :mod:`.engine`),
+/metrics text by :mod:`.metrics`, which also takes Prometheus samples (:func:`samples_reading`); every reader
 appends its rows to one :class:`RowBuilder` (:mod:`.frame`).
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
 from kvplan.io.load.frame import (
-    EVENTS,
-    KINDS,
     LoadFormatError,
     LoadReading,
     LoadSource,
     RowBuilder,
-    counter_increase,
+    bounded_lines,
     frame_of,
     reading_of,
-    time_texts,
 )
-from kvplan.io.load.log import parse_stats_lines, parse_stats_text, read_vllm_stats
-from kvplan.io.load.message import parse_stats_message
-from kvplan.io.load.metrics import parse_metrics_snapshots, parse_metrics_text, read_metrics_snapshots
-from kvplan.io.load.read import read_load_evidence
+from kvplan.io.load.log import parse_stats_lines, parse_stats_message, parse_stats_text, read_vllm_stats
+from kvplan.io.load.metrics import (
+    is_metrics_lines,
+    parse_metrics_snapshots,
+    parse_metrics_text,
+    physical_lines,
+    read_metrics_snapshots,
+)
+from kvplan.io.load.records import log_time_shift
 from kvplan.io.load.scrapes import Sample, samples_reading
 
 __all__ = [
-    "EVENTS",
-    "KINDS",
     "LoadFormatError",
     "LoadReading",
     "LoadSource",
     "RowBuilder",
     "Sample",
-    "counter_increase",
     "frame_of",
     "parse_metrics_snapshots",
     "parse_metrics_text",
@@ -47,5 +53,71 @@ __all__ = [
     "read_vllm_stats",
     "reading_of",
     "samples_reading",
-    "time_texts",
 ]
+
+
+def read_load_evidence(
+    paths: Sequence[str | Path], year: int | None = None, utc_offset: float | None = None, scrapes=None
+) -> LoadReading:
+    """One run's load evidence from server logs and /metrics snapshots alike, rows in file order.
+
+    Each file is sniffed: Prometheus text (``# HELP`` / ``# TYPE`` / ``vllm:`` samples) goes to
+    :func:`kvplan.io.load.metrics.read_metrics_snapshots` (all snapshots together, so counters are
+    diffed across files), anything else to :func:`read_vllm_stats`. Give the files of one run only. Without
+    ``year``, logs take the year of the snapshots' times when snapshots are given (with a warning).
+    ``utc_offset`` is the server's offset from UTC in hours (the log's local time minus UTC); given, log
+    times are turned into UTC like the /metrics times, as they are when docker stamps show the offset;
+    otherwise a run that mixes logs and /metrics gets a warning. ``scrapes`` (a :class:`LoadReading`, e.g.
+    from Prometheus) stands for the /metrics files among ``paths``; its rows come after the logs'.
+
+    >>> from kvplan import DATA_DIR
+    >>> run = DATA_DIR / "load" / "manual-canary-overload"
+    >>> frame, metadata = read_load_evidence([run / "server.log", run / "metrics.prom"], year=2026)
+    >>> frame["kind"].value_counts().to_dict(), metadata.sources == (str(run / "metrics.prom"), str(run / "server.log"))
+    ({'log': 59, 'metrics': 20}, True)
+    """
+    shift = log_time_shift(utc_offset)
+    order = list(dict.fromkeys(str(path) for path in paths))
+    metrics = [path for path in order if _is_metrics_file(path)]
+    readings, notes, logged = [], [], len(metrics) < len(order)
+    if scrapes is not None:
+        order = [*(path for path in order if path not in metrics), *scrapes.metadata.sources]
+        metrics = list(scrapes.metadata.sources)
+    if metrics:
+        readings.append(read_metrics_snapshots(metrics) if scrapes is None else scrapes)
+        first = readings[0].frame["time"].min()
+        if year is None and not pd.isna(first) and logged:
+            year = (first - shift).year  # the servers' local year at the first scrape
+            clocks = (
+                ""
+                if utc_offset is not None
+                else "; log times are the server's local time, /metrics times UTC"
+            )
+            notes.append(f"the logs' year is taken from the /metrics times ({year}){clocks}")
+    logs = [read_vllm_stats(path, year=year, utc_offset=utc_offset) for path in order if path not in metrics]
+    local = [s.source for log in logs for s in log.sources if s.utc_offset_hours is None]
+    if metrics and local:
+        notes.append(
+            f"log times (the server's local time) and /metrics times (UTC) are mixed without a known "
+            f"offset for {', '.join(local)}: the timeline places them as if the server ran on UTC (the "
+            "load checks do not depend on it); to align them give the server's UTC offset "
+            "(kvplan load --log-utc-offset HOURS, utc_offset= in Python)"
+        )
+    parts = [*readings, *logs]
+    frame = parts[0].frame if len(parts) == 1 else pd.concat([p.frame for p in parts], ignore_index=True)
+    ranks = pd.Categorical(frame["source"], categories=order).codes  # each file's place in ``order``
+    if len(parts) > 1 and (ranks[1:] < ranks[:-1]).any():  # rows by file as given, then as read
+        frame = frame.iloc[np.argsort(ranks, kind="stable")].reset_index(drop=True)
+    warnings = [
+        *(readings[0].warnings if readings else ()),
+        *notes,
+        *(w for log in logs for w in log.warnings),
+    ]
+    return reading_of([frame], warnings, [s for part in parts for s in part.sources])
+
+
+def _is_metrics_file(path: str) -> bool:
+    """Whether the file is Prometheus text (:func:`~kvplan.io.load.metrics.is_metrics_text`), from its
+    first lines."""
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        return is_metrics_lines(physical_lines(bounded_lines(lines, path)))

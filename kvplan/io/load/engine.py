@@ -38,13 +38,9 @@ V1_STATS_LINE = re.compile(
 def take_stats_lines(
     log: StatsLog, found: list[re.Match], line: int, micros: list[int], year_known: bool
 ) -> int:
-    """Take a run of consecutive lines, each one V1 stats record in vLLM's default form (``found``:
-    their :data:`V1_STATS_LINE` matches), the first at line ``line``, stamped ``micros`` [µs since
-    year 1, UTC when the shift is known], with what the general reader
-    (:func:`kvplan.io.load.log.parse_stats_lines`) would do for each; returns how many were taken:
-    all, or those before the first that the general reader must judge (a usage outside 0–100 %: it
-    warns), which is left with the rest.
-    """
+    """Take a run of lines, each one default V1 stats record (``found``: their :data:`V1_STATS_LINE`
+    matches; the first at line ``line``, stamped ``micros`` [µs since year 1]) as the general reader would;
+    returns how many were taken: all, or those before the first usage outside 0–100 % (the reader warns)."""
     usage_pct = _numbers(_group(found, "usage"), float)
     count = len(usage_pct)
     if min(usage_pct) < 0 or max(usage_pct) > 100:
@@ -54,20 +50,8 @@ def take_stats_lines(
         del usage_pct[count:], micros[count:]
         found = found[:count]
     preemptions = _group(found, "preemptions")
-    unknown = 0  # the leading lines without "Preemptions" while late_v1 is unknown
-    if not log.late_v1:
-        files, linenos = _group(found, "file"), _group(found, "lineno")
-        for unknown in range(count + 1):
-            if (
-                unknown == count
-                or preemptions[unknown] is not None
-                or (
-                    file_name(files[unknown]) == "loggers.py"
-                    and int(linenos[unknown]) >= V1_PREEMPTIONS_FIELD_FROM_LINENO
-                )
-            ):
-                break
-        log.late_v1 = unknown < count
+    unknown = 0 if log.late_v1 else _unknown_preemptions(found, preemptions)
+    log.late_v1 = log.late_v1 or unknown < count
     log.close()  # the open row ends here, as a new row's would
     first = len(log.rows)
     log.pending_v1.extend(range(first, first + unknown))
@@ -100,8 +84,7 @@ def take_stats_lines(
             "year_known": int(year_known),
         },
     )
-    if not year_known:
-        log.yearless = True
+    log.yearless = log.yearless or not year_known
     log.last_form = "v1"
     log.forms.add("v1")
     if engine_indices.count(engine_indices[0]) == count:  # one engine: its series grows by the run
@@ -110,6 +93,18 @@ def take_stats_lines(
         for number, (engine, when) in enumerate(zip(engine_indices, micros), line):
             log.add_series(engine, (when,), (number,))
     return count
+
+
+def _unknown_preemptions(found: list[re.Match], preemptions: list[str | None]) -> int:
+    """How many leading lines of the run state no ``Preemptions`` and come from a V1 whose form is still
+    unknown (before a line with the field, or one from ``loggers.py`` at or after the field's line)."""
+    files, linenos = _group(found, "file"), _group(found, "lineno")
+    for unknown, (count, file, lineno) in enumerate(zip(preemptions, files, linenos)):
+        if count is not None or (
+            file_name(file) == "loggers.py" and int(lineno) >= V1_PREEMPTIONS_FIELD_FROM_LINENO
+        ):
+            return unknown
+    return len(found)
 
 
 #: :data:`V1_STATS_LINE`'s groups by name, each the getter of that group from a match

@@ -34,6 +34,8 @@ UNKNOWN_NUMBER = -(2**63)  # an unknown whole number (and time) in a builder's c
 EPOCH = datetime(1, 1, 1)  # a builder keeps times in µs since then
 MICROSECOND = timedelta(microseconds=1)
 JSON_BATCH = 4096  # rows per piece of the JSON text
+MAX_LINE_CHARS = 1 << 24  # the startup reader's 16 MiB line cap: a longer line is refused, never held
+READ_CHARS = 1 << 20  # characters read at a time
 _UNIX_MICROS = (datetime(1970, 1, 1) - EPOCH) // MICROSECOND
 _NUMBERS = [name for name, dtype in LOAD_COLUMNS.items() if dtype in ("Int64", "Float64")]
 #: each builder column's array type: 64-bit whole numbers and floats, one byte for codes
@@ -202,6 +204,32 @@ def _packed(value: object, dtype: str) -> object:
     if dtype == "Float64":
         return math.nan if value is None else float(value)  # type: ignore[arg-type]
     return UNKNOWN_NUMBER if value is None else value
+
+
+def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
+    """The lines of a text file (without their line break), read a block at a time and none held longer
+    than :data:`MAX_LINE_CHARS`: a longer line is a :class:`LoadFormatError` naming the file and line, so
+    memory stays bounded whatever the file holds.
+
+    >>> import io
+    >>> list(bounded_lines(io.StringIO("a\\n\\nb"), "a.log"))
+    ['a', '', 'b']
+    """
+    tail, number = "", 0
+    for block in iter(lambda: stream.read(READ_CHARS), ""):
+        lines = (tail + block).split("\n")
+        tail = lines.pop()
+        # only the line the last block left unfinished can be longer than a block
+        for long, at in ((lines[:1], number + 1), ([tail], number + len(lines) + 1)):
+            if long and len(long[0]) > MAX_LINE_CHARS:
+                raise LoadFormatError(
+                    f"{source}:{at}: a line longer than 16 MiB ({MAX_LINE_CHARS:,} characters); expected "
+                    "a vLLM server log or a saved /metrics snapshot, whose lines are short"
+                )
+        number += len(lines)
+        yield from lines
+    if tail:
+        yield tail
 
 
 def frame_of(rows: Iterable[Mapping[str, object]]) -> pd.DataFrame:

@@ -1,26 +1,10 @@
-"""Read what a vLLM server log shows under load: periodic stats lines, preemption warnings, OOM and errors.
+"""Read a vLLM server log under load: stats lines, preemption warnings, OOM and error lines.
 
-Forms read (``vllm-load-formats.md``): the V0 stats line of every release (``Pending`` = waiting, with or
-without the trailing period, with the ``Prefix cache hit rate: GPU: …%, CPU: …%`` companion line), the V1
-line of every release (0.7.0's two fields, 0.7.1's missing comma, ``Engine NNN:`` and ``N Engines
-Aggregated:``, ``Preemptions: N`` per interval, ``Deferred``, ``<device> KV cache usage``, any field order),
-V0's preemption warning with ``total_num_cumulative_preemption=N``, and OOM / error lines (one event per
-run of consecutive ERROR records, ``oom`` when any of them says ``CUDA out of memory`` or
-``OutOfMemoryError``; V1's ``Dumping scheduler stats: SchedulerStats(…)`` fills the event's last state).
-
-Records (with what is tolerated around them) come from :mod:`kvplan.io.load.records`, stats messages are
-read by :mod:`kvplan.io.load.message`; the log is read in one pass as a stream (no line held longer than
-16 MiB) and its rows kept in typed columns (:class:`~kvplan.io.load.frame.RowBuilder`), so a log of any size
-is read in memory proportional to its rows. A run of lines that are each one default V1 stats record is
-taken whole by the sealed engine (:mod:`kvplan.io.load.engine`); every other line by a regex a line.
-Idle intervals are not logged at INFO (vLLM demotes a stats line to DEBUG when all throughputs are 0);
-long gaps between stats lines are reported as warnings. A server start seen after rows (``vLLM API server
-version …``, ``Initializing a(n) … LLM engine``) is a restart: later rows carry ``restarts`` ≥ 1, so V0's
-``total_num_cumulative_preemption``, which starts again from 1, is counted on top of the earlier total.
-
-Times: vLLM stamps records with the server's local time, /metrics scrapes are UTC. ``utc_offset`` (hours
-east of UTC, e.g. ``-7`` for PDT) turns log times into UTC; without it, a run that mixes logs and
-/metrics gets a warning that the two are compared as if the server ran on UTC.
+Forms (``vllm-load-formats.md``): V0 and V1 stats messages of every release (:func:`parse_stats_message`),
+V0's preemption warning (``total_num_cumulative_preemption=N``), one event per run of ERROR records (``oom``
+when one says ``CUDA out of memory``/``OutOfMemoryError``). Records come from :mod:`.records` in one pass;
+runs of default V1 stats lines go to the sealed engine :mod:`.engine`. A server start after rows is a
+restart (``restarts`` ≥ 1); long gaps between stats lines are warned about (idle intervals log at DEBUG).
 """
 
 from __future__ import annotations
@@ -42,26 +26,38 @@ from kvplan.io.load.frame import (
     LoadReading,
     LoadSource,
     RowBuilder,
+    bounded_lines,
     percent,
     reading_of,
 )
-from kvplan.io.load.message import has_running, parse_stats_message
 from kvplan.io.load.records import (
     WRAP_WIDTH,
     RecordReader,
     StatsRecord,
-    bounded_lines,
     log_time_shift,
     utc_offset_hours,
 )
 from kvplan.notes import Note
 
-__all__ = ["parse_stats_lines", "parse_stats_text", "read_vllm_stats"]
-
 IDLE_GAP_FACTOR = 3  # a gap longer than this many usual intervals is reported
 
-_AGGREGATED = re.compile(r"^\d+ Engines Aggregated: ")
 _NUMBER = r"(-?\d+(?:\.\d+)?)"
+_STATS = re.compile(r"\bRunning: \d+ reqs")
+_ENGINE = re.compile(r"^Engine (\d+): ")
+#: each field of a stats message: the first match of its pattern (V0's ``Pending`` is ``waiting``; the first
+#: ``<DEVICE> KV cache usage`` is the device's, V0's ``CPU`` one is swap)
+_FIELDS = {
+    "prompt_tokens_per_s": re.compile(rf"Avg prompt throughput: {_NUMBER} tokens/s"),
+    "generation_tokens_per_s": re.compile(rf"Avg generation throughput: {_NUMBER} tokens/s"),
+    "running": re.compile(r"Running: (\d+) reqs"),
+    "waiting": re.compile(r"(?:Waiting|Pending): (\d+) reqs"),
+    "swapped": re.compile(r"Swapped: (\d+) reqs"),
+    "preemptions": re.compile(r"Preemptions: (\d+)"),
+    "kv_cache_usage_pct": re.compile(rf"(?:^|, |reqs |: )[A-Z]+ KV cache usage: {_NUMBER}%"),
+    "prefix_cache_hit_pct": re.compile(rf"(?:^|, )Prefix cache hit rate: {_NUMBER}%"),
+}
+_INT_FIELDS = {"running", "waiting", "swapped", "preemptions"}
+_AGGREGATED = re.compile(r"^\d+ Engines Aggregated: ")
 _V1_LATE_MARKERS = ("Preemptions:", "Deferred:", "KV fetch:")
 _V0_PREFIX_LINE = re.compile(rf"^Prefix cache hit rate: GPU: {_NUMBER}%, CPU: {_NUMBER}%")
 _PREEMPTED = re.compile(
@@ -74,8 +70,33 @@ _DUMP = {
     "kv_cache_usage_pct": re.compile(r"SchedulerStats\(.*?\bkv_cache_usage=([\d.e+-]+)"),
 }
 _SERVER_START = re.compile(r"vLLM API server version |Initializing an? (?:V1 )?LLM engine")
-_KV_TOKENS = re.compile(r"GPU KV cache size: ([\d,]+) tokens")
-_MANUAL_BYTES = re.compile(r"'kv_cache_memory_bytes': (\d+)")
+_FACTS = {  # what a file says about its server: the literal that must be there, the pattern of its value
+    "kv_tokens": ("GPU KV cache size: ", re.compile(r"GPU KV cache size: ([\d,]+) tokens")),
+    "manual_bytes": ("'kv_cache_memory_bytes': ", re.compile(r"'kv_cache_memory_bytes': (\d+)")),
+}
+
+
+def parse_stats_message(message: str) -> dict | None:
+    """The fields of one vLLM stats message (V0 or V1), or ``None`` if it is not one.
+
+    Keys: the row's fields the message states, ``engine`` (``None`` for V0 and ``N Engines Aggregated``)
+    and ``form`` (``v0`` or ``v1``).
+
+    >>> parse_stats_message("Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 210.3 tokens/s, "
+    ...     "Running: 12 reqs, Swapped: 0 reqs, Pending: 4 reqs, GPU KV cache usage: 97.1%, "
+    ...     "CPU KV cache usage: 0.0%.")
+    {'form': 'v0', 'engine': None, 'prompt_tokens_per_s': 0.0, 'generation_tokens_per_s': 210.3, 'running': 12, 'waiting': 4, 'swapped': 0, 'kv_cache_usage_pct': 97.1}
+    """
+    if not _STATS.search(message) or "SchedulerStats(" in message:
+        return None
+    fields: dict = {"form": "v0" if "Pending:" in message or "Swapped:" in message else "v1"}
+    engine = _ENGINE.match(message)
+    fields["engine"] = int(engine.group(1)) if engine else None
+    for key, pattern in _FIELDS.items():
+        match = pattern.search(message)
+        if match:
+            fields[key] = int(match.group(1)) if key in _INT_FIELDS else float(match.group(1))
+    return fields
 
 
 class StatsLog:
@@ -138,16 +159,9 @@ class StatsLog:
     def close(self) -> None:
         """Pack the open row."""
         if self.last is not None:
-            row = self.last
-            self.rows.add(
-                self.source,
-                row.pop("line"),
-                row.pop("time"),
-                row,
-                event=row.get("event"),
-                raw=row.get("raw", ""),
-            )
-            self.last = None
+            row, self.last = self.last, None
+            line, time, event, raw = row.pop("line"), row.pop("time"), row.get("event"), row.get("raw", "")
+            self.rows.add(self.source, line, time, row, event=event, raw=raw)
 
 
 def parse_stats_text(
@@ -159,23 +173,12 @@ def parse_stats_text(
 ) -> LoadReading:
     """Rows and warnings from the text of one vLLM server log (pure; see :func:`read_vllm_stats`).
 
-    ``year`` anchors vLLM's yearless ``%m-%d`` stamps; without it the year comes from an outer stamp
-    (docker, bracketed, custom format) or stays unknown (rows then have ``year_known=False``).
-    ``utc_offset`` is the server's offset from UTC in hours; given, row times are UTC, else local. Without
-    it, docker ``--timestamps`` stamps (UTC) in front of vLLM's (local) give the offset when they agree.
+    ``year`` anchors vLLM's yearless stamps (else an outer stamp's year, else ``year_known=False``);
+    ``utc_offset`` [h] makes row times UTC (else docker ``--timestamps`` stamps do, when they agree).
 
-    >>> text = ("2026-11-29T17:00:10.758Z (APIServer pid=1) INFO 11-29 10:00:10 [loggers.py:310] Engine 000: "
-    ...         "Running: 4 reqs, Waiting: 0 reqs, GPU KV cache usage: 5.2%")
-    >>> reading = parse_stats_text(text, "docker.log")
-    >>> reading.records()[0]["time"], reading.sources[0].utc_offset_hours
-    ('2026-11-29T17:00:10', -7.0)
-
-    >>> text = ("(APIServer pid=3) INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Avg prompt throughput: "
-    ...         "512.0 tokens/s, Avg generation throughput: 96.3 tokens/s, Running: 4 reqs, Waiting: 0 reqs, "
-    ...         "GPU KV cache usage: 5.2%, Prefix cache hit rate: 0.0%")
-    >>> row = parse_stats_text(text, "server.log", year=2026).records()[0]
-    >>> row["time"], row["engine"], row["running"], row["preemptions"]
-    ('2026-11-29T10:00:10', 0, 4, 0)
+    >>> parse_stats_text("2026-11-29T17:00:10Z INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Running: 4 "
+    ...     "reqs, Waiting: 0 reqs, GPU KV cache usage: 5.2%", "docker.log").records()[0]["time"]  # UTC-7
+    '2026-11-29T17:00:10'
     """
     return parse_stats_lines(
         text.split("\n"), source, year=year, wrap_width=wrap_width, utc_offset=utc_offset
@@ -197,12 +200,8 @@ def parse_stats_lines(
     wrap_width: int = WRAP_WIDTH,
     utc_offset: float | None = None,
 ) -> LoadReading:
-    """Rows and warnings from the lines of one vLLM server log, in one pass (see :func:`parse_stats_text`).
-
-    Rows are kept in typed columns (:class:`~kvplan.io.load.frame.RowBuilder`): memory grows with the rows.
-    A value that cannot be held (a count of thousands of digits, beyond 64 bits) is a
-    :class:`LoadFormatError` naming the file and line.
-    """
+    """Rows and warnings from the lines of one vLLM server log, in one pass (see :func:`parse_stats_text`);
+    a value beyond 64 bits is a :class:`LoadFormatError` naming the file and line."""
     log = StatsLog(source, log_time_shift(utc_offset))
     reader = RecordReader(year, wrap_width, source)
     reader.read(
@@ -266,6 +265,33 @@ def _read_records(log: StatsLog, found: Iterable[StatsRecord]) -> None:
 def _read_record(log: StatsLog, record: StatsRecord) -> None:
     """Take one record into ``log``: a row, a companion line's value, a restart, or a fact of the file."""
     message = record.message
+    _note_facts(log, record)
+    is_oom = "CUDA out of memory" in message or "OutOfMemoryError" in message
+    error_row = log.last if log.last is not None and log.last.get("event") in ("oom", "error") else None
+    if record.level in ("ERROR", "CRITICAL") or (record.level is None and is_oom):
+        _read_error(log, record, error_row, is_oom)
+        return
+    stats = parse_stats_message(message)
+    preempted = "is preempted by " in message and _PREEMPTED.search(message)
+    if error_row is not None and (record.level is not None or stats or preempted):
+        error_row["closed"] = True  # the error block ended: the next error starts a new event
+    prefix_line = (
+        _V0_PREFIX_LINE.match(message) if message.startswith("Prefix cache hit rate: GPU: ") else None
+    )
+    if stats:
+        _read_stats(log, record, stats)
+    elif prefix_line and log.last_form == "v0":
+        log.last["prefix_cache_hit_pct"] = float(prefix_line.group(1))  # type: ignore[index]
+    elif preempted:
+        total = _PREEMPTION_TOTAL.search(message)
+        log.add(record, event="preemption", preemptions_total=int(total.group(1)) if total else None)
+        log.last_preemption = (record.line, log.last["preemptions_total"])  # type: ignore[index]
+
+
+def _note_facts(log: StatsLog, record: StatsRecord) -> None:
+    """What a record tells about the whole log: a docker stamp's offset, no year, V1's late form (with
+    ``Preemptions``), a restart, the KV capacity or the manual KV value."""
+    message = record.message
     if record.utc_offset_minutes is not None:
         log.stamped.add(record.utc_offset_minutes)
     if record.time is not None and not record.year_known:
@@ -274,7 +300,7 @@ def _read_record(log: StatsLog, record: StatsRecord) -> None:
         (record.file == "loggers.py" and (record.lineno or 0) >= V1_PREEMPTIONS_FIELD_FROM_LINENO)
         or (
             (_AGGREGATED.match(message) or any(m in message for m in _V1_LATE_MARKERS))
-            and has_running(message)
+            and _STATS.search(message)
         )
     ):
         log.late_v1 = True
@@ -288,61 +314,48 @@ def _read_record(log: StatsLog, record: StatsRecord) -> None:
                 "its log counters (V0's total_num_cumulative_preemption) count from zero again"
             )
         log.rows_at_start = log.count()
-    for literal, pattern, found in (
-        ("GPU KV cache size: ", _KV_TOKENS, log.kv_tokens),
-        ("'kv_cache_memory_bytes': ", _MANUAL_BYTES, log.manual_bytes),
-    ):
+    for name, (literal, pattern) in _FACTS.items():
         match = pattern.search(message) if literal in message else None
         if match:
-            found.add(int(match.group(1).replace(",", "")))
-    is_oom = "CUDA out of memory" in message or "OutOfMemoryError" in message  # _OOM
-    error_row = log.last if log.last is not None and log.last.get("event") in ("oom", "error") else None
-    if record.level in ("ERROR", "CRITICAL") or (record.level is None and is_oom):
-        if error_row is None or log.last.get("closed"):
-            error_row = log.add(record, event="oom" if is_oom else "error")
-        elif is_oom and error_row["event"] != "oom":
-            error_row.update(event="oom", raw=message)  # quote the OOM line, not the block's first line
-        if "SchedulerStats(" in message:
-            for key, pattern in _DUMP.items():
-                match = pattern.search(message)
-                if match:
-                    value = float(match.group(1))
-                    error_row[key] = percent(value) if key == "kv_cache_usage_pct" else int(value)
-        return
-    stats = parse_stats_message(message)
-    preempted = "is preempted by " in message and _PREEMPTED.search(message)
-    if error_row is not None and (record.level is not None or stats or preempted):
-        error_row["closed"] = True  # the error block ended: the next error starts a new event
-    prefix_line = (
-        _V0_PREFIX_LINE.match(message) if message.startswith("Prefix cache hit rate: GPU: ") else None
-    )
-    if stats:
-        usage = stats.get("kv_cache_usage_pct")
-        if usage is not None and not 0 <= usage <= 100:  # vLLM prints 100 × a fraction of its blocks
-            stats["kv_cache_usage_pct"] = None
-            log.warnings.append(
-                Note(
-                    f"{log.source}:{record.line}: KV cache usage {usage:g}% is outside 0–100% (vLLM prints "
-                    "the share of its KV blocks in use): read as unknown",
-                    code="kv-usage-out-of-range",
-                    file=log.source,
-                    line=record.line,
-                )
+            getattr(log, name).add(int(match.group(1).replace(",", "")))
+
+
+def _read_error(log: StatsLog, record: StatsRecord, error_row: dict | None, is_oom: bool) -> None:
+    """An ERROR record: a new event, or a line of the open one (an OOM line is the one it quotes)."""
+    if error_row is None or log.last.get("closed"):  # type: ignore[union-attr]
+        error_row = log.add(record, event="oom" if is_oom else "error")
+    elif is_oom and error_row["event"] != "oom":
+        error_row.update(event="oom", raw=record.message)  # quote the OOM line, not the block's first line
+    if "SchedulerStats(" in record.message:
+        for key, pattern in _DUMP.items():
+            match = pattern.search(record.message)
+            if match:
+                value = float(match.group(1))
+                error_row[key] = percent(value) if key == "kv_cache_usage_pct" else int(value)
+
+
+def _read_stats(log: StatsLog, record: StatsRecord, stats: dict) -> None:
+    """A stats message: a new row (a usage outside 0–100 % is unknown, with a warning)."""
+    usage = stats.get("kv_cache_usage_pct")
+    if usage is not None and not 0 <= usage <= 100:  # vLLM prints 100 × a fraction of its blocks
+        stats["kv_cache_usage_pct"] = None
+        log.warnings.append(
+            Note(
+                f"{log.source}:{record.line}: KV cache usage {usage:g}% is outside 0–100% (vLLM prints "
+                "the share of its KV blocks in use): read as unknown",
+                code="kv-usage-out-of-range",
+                file=log.source,
+                line=record.line,
             )
-        form = stats.pop("form")
-        log.forms.add(form)
-        pending = form == "v1" and "preemptions" not in stats and not log.late_v1
-        if form == "v1" and "preemptions" not in stats:
-            stats["preemptions"] = 0 if log.late_v1 else None
-        log.add(record, form, **stats)
-        if pending:
-            log.pending_v1.append(len(log.rows))  # its index once closed
-    elif prefix_line and log.last_form == "v0":
-        log.last["prefix_cache_hit_pct"] = float(prefix_line.group(1))
-    elif preempted:
-        total = _PREEMPTION_TOTAL.search(message)
-        log.add(record, event="preemption", preemptions_total=int(total.group(1)) if total else None)
-        log.last_preemption = (record.line, log.last["preemptions_total"])
+        )
+    form = stats.pop("form")
+    log.forms.add(form)
+    pending = form == "v1" and "preemptions" not in stats and not log.late_v1
+    if form == "v1" and "preemptions" not in stats:
+        stats["preemptions"] = 0 if log.late_v1 else None
+    log.add(record, form, **stats)
+    if pending:
+        log.pending_v1.append(len(log.rows))  # its index once closed
 
 
 def _warnings(log: StatsLog) -> list[str]:

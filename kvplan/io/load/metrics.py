@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from kvplan.io.load.frame import LoadFormatError, LoadReading
-from kvplan.io.load.records import bounded_lines
+from kvplan.io.load.frame import LoadFormatError, LoadReading, bounded_lines
 from kvplan.io.load.scrapes import (
     CACHE_CONFIG,
     CREATED,

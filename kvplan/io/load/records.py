@@ -1,12 +1,10 @@
 """The records of a vLLM server log, as a stream: header, time and message of each, from the lines.
 
 A record is one log call: ``LEVEL MM-DD HH:MM:SS [file.py:N] message``. Tolerated around it: ANSI colours,
-process prefixes (``(APIServer pid=1)``, Ray actors), docker ``--timestamps`` RFC 3339 stamps and
-bracketed ``[YYYY-MM-DD HH:MM:SS]`` stamps in front (they give the year; the time is vLLM's own stamp), a
-``VLLM_LOGGING_CONFIG_PATH`` format ``YYYY-MM-DD HH:MM:SS - logger - LEVEL - message``, tqdm bars on the
-same physical line, several records glued on one line, a record hard-wrapped at column 159 over two
-lines, and bare messages whose header was lost (no time). Lines are read one at a time (a file object
-reads them in blocks), so a log of any size is read in bounded memory.
+process prefixes (``(APIServer pid=1)``, Ray actors), docker ``--timestamps`` and bracketed
+``[YYYY-MM-DD HH:MM:SS]`` stamps in front (they give the year), ``VLLM_LOGGING_CONFIG_PATH``'s
+``YYYY-MM-DD HH:MM:SS - logger - LEVEL - message``, tqdm bars and several records on one line, a record
+hard-wrapped at column 159, and bare messages whose header was lost (no time).
 """
 
 from __future__ import annotations
@@ -18,12 +16,10 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, time, timedelta
 from pathlib import Path
-from typing import IO, NamedTuple
+from typing import NamedTuple
 
-from kvplan.io.load.frame import LoadFormatError
+from kvplan.io.load.frame import EPOCH, MICROSECOND, LoadFormatError
 
-MAX_LINE_CHARS = 1 << 24  # the startup reader's 16 MiB line cap: a longer line is refused, never held
-READ_CHARS = 1 << 20  # characters read at a time
 WRAP_WIDTH = 159  # column at which some log collectors hard-wrap a record
 READ_BLOCK = 4096  # lines that RecordReader.read matches at a time
 PLACEHOLDER_YEAR = 2000  # a leap year, so 02-29 parses; used only when no year is known (year_known=False)
@@ -45,9 +41,7 @@ _OUTER_STAMP = re.compile(
     r"|\[(?P<bracket>\d{4}-\d\d)-\d\d [\d:]+\] )"
 )
 _TRAILING_PREFIX = re.compile(r"\s*\([^()]*(?:\([^()]*\)[^()]*)*pid=\d+[^()]*\)\s*$")
-_EPOCH = datetime(1, 1, 1)
-_MICROSECOND = timedelta(microseconds=1)
-_LAST_MICROS = (datetime.max - _EPOCH) // _MICROSECOND
+_LAST_MICROS = (datetime.max - EPOCH) // MICROSECOND
 _ENGINE_PREFIX = re.compile(r"EngineCore_(?:DP)?(\d+)\b")
 _DAY_GROUP, _CLOCK_GROUP = operator.itemgetter(1), operator.itemgetter(2)  # of a whole line's match
 _NONES = itertools.repeat(None)
@@ -150,13 +144,10 @@ class _Joiner:
 
 
 class RecordReader:
-    """The records of a log, pushed one physical line at a time (:meth:`push`); the year of vLLM's
-    yearless stamps comes from ``year``, an outer stamp, or stays unknown, and is carried from record to
-    record (a log that runs over New Year moves on a year).
-
-    A stamp that names no real time (``02-30``, ``25:00:00``) is a :class:`LoadFormatError` naming
-    ``source`` and the line. :meth:`read` reads a whole log, handing the lines that one pattern matches
-    whole (a stats line) to the caller with their time, as :meth:`push` would read them.
+    """The records of a log, pushed one physical line at a time (:meth:`push`), or a whole log read by
+    :meth:`read`. The year of vLLM's stamps comes from ``year``, an outer stamp, or stays unknown, and is
+    carried on (a log that runs over New Year moves on a year); a stamp that names no real time (``02-30``)
+    is a :class:`LoadFormatError` naming ``source`` and the line.
 
     >>> reader = RecordReader(2026)
     >>> lines = ["INFO 12-31 23:59:50 [a.py:1] x", "INFO 01-01 00:00:00 [a.py:1] y"]
@@ -187,9 +178,7 @@ class RecordReader:
     def _records(self, start: int, line: str) -> Iterator[StatsRecord]:
         for number, before, header, message in _split(start, line):
             try:
-                record = _record(
-                    number, before, header, message, self.year, self.known, self.year_value, self.last_month
-                )
+                record = self._record(number, before, header, message)
             except ValueError as exc:
                 raise LoadFormatError(
                     f"{self.source}:{number}: no such time in the record's stamp ({exc})"
@@ -199,6 +188,38 @@ class RecordReader:
                 self.known, self.year_value = record.year_known, record.time.year
                 self.last_month, self._day = record.time.month, None
 
+    def _record(self, number: int, before: str, header: re.Match | None, message: str) -> StatsRecord:
+        """One record; the year is carried from the records before (``known``, ``year_value``)."""
+        if header is None:
+            return StatsRecord(number, None, None, False, None, None, None, message)
+        if header.re is _CUSTOM_HEADER:
+            stamp = datetime.strptime(header.group("stamp"), "%Y-%m-%d %H:%M:%S")
+            return StatsRecord(
+                number, header.group("level"), stamp, True, header.group("logger"), None, None, message
+            )
+        level, month_text, day, clock, file, lineno = header.group(
+            "level", "month", "day", "clock", "file", "lineno"
+        )
+        month, known, year_value = int(month_text), self.known, self.year_value
+        outer = _OUTER_STAMP.match(before) if before[:1] == "[" or before[:1].isdecimal() else None
+        if outer and self.year is None:
+            outer_year, outer_month = (
+                int(p) for p in (outer.group("docker") or outer.group("bracket")).split("-")
+            )
+            # the outer stamp may be UTC and vLLM's local time: take the year that puts them closest
+            known = True
+            year_value = outer_year - (outer_month == 1 and month == 12) + (outer_month == 12 and month == 1)
+        elif self.last_month is not None and month < self.last_month:
+            year_value += 1  # the log ran over New Year
+        when = datetime(year_value, month, int(day), int(clock[:2]), int(clock[3:5]), int(clock[6:8]))
+        prefix = _ENGINE_PREFIX.search(before[-120:]) if "EngineCore_" in before else None
+        offset = None
+        if outer and outer.group("docker_stamp"):  # docker's stamp is UTC, vLLM's the local time
+            utc = datetime.strptime(outer.group("docker_stamp"), "%Y-%m-%dT%H:%M:%S")
+            offset = OFFSET_STEP_MINUTES * round((when - utc).total_seconds() / 60 / OFFSET_STEP_MINUTES)
+        engine = int(prefix.group(1)) if prefix else None
+        return StatsRecord(number, level, when, known, file_name(file), int(lineno), engine, message, offset)
+
     def read(
         self,
         lines: Iterable[str],
@@ -207,18 +228,16 @@ class RecordReader:
         other: Callable[[str], None],
         shift_micros: int = 0,
     ) -> None:
-        """Read ``lines`` in order, :data:`READ_BLOCK` at a time: each run of consecutive lines that
-        ``whole`` matches entirely as one record (its first two groups vLLM's ``MM-DD`` and ``HH:MM:SS``, no
-        outer stamp) on one day goes to ``take(matches, first line number, µs since year 1 plus
-        shift_micros of each, year known)`` (``matches``: the lines' matches, from which ``take`` reads
-        the groups it needs), which returns how many of the lines it took from the start; any other
-        line, and the first one that ``take`` leaves, to ``other``, which :meth:`push` es it.
+        """Read ``lines`` in order: each run of lines that ``whole`` matches entirely as one record (groups 1–2
+        vLLM's ``MM-DD`` and ``HH:MM:SS``) on one day goes to ``take(matches, first line number, µs since year
+        1 plus shift_micros of each, year known)``, which returns how many it took from the start; any
+        other line, and the first one ``take`` leaves, goes to ``other`` (which :meth:`push` es it).
 
         >>> reader, taken, other = RecordReader(2026), [], []
         >>> whole = re.compile(r"INFO (\\d\\d-\\d\\d) (\\d\\d:\\d\\d:\\d\\d) \\[a.py:1\\] ok$")
         >>> lines = ["INFO 12-31 23:59:50 [a.py:1] ok", "INFO 01-01 00:00:00 [a.py:1] other"]
         >>> reader.read(lines, whole, lambda *run: taken.append(run[1:]) or len(run[2]), lambda line: other.extend(reader.push(line)))
-        >>> taken == [(1, [(datetime(2026, 12, 31, 23, 59, 50) - _EPOCH) // _MICROSECOND], True)]
+        >>> taken == [(1, [(datetime(2026, 12, 31, 23, 59, 50) - EPOCH) // MICROSECOND], True)]
         True
         >>> [(record.line, record.time.isoformat()) for record in other]
         [(2, '2027-01-01T00:00:00')]
@@ -297,7 +316,7 @@ class RecordReader:
         month = int(month_day[:2])
         year = self.year_value + (self.last_month is not None and month < self.last_month)
         try:
-            midnight = (datetime(year, month, int(month_day[3:])) - _EPOCH) // _MICROSECOND
+            midnight = (datetime(year, month, int(month_day[3:])) - EPOCH) // MICROSECOND
         except ValueError:
             return None
         if self._clock_micros(clock) is None:
@@ -315,83 +334,6 @@ class RecordReader:
                 return None
             seconds = self._clocks[clock] = ((hours * 60 + minutes) * 60 + second) * 1_000_000
         return seconds
-
-
-def _record(
-    number: int,
-    before: str,
-    header: re.Match | None,
-    message: str,
-    year: int | None,
-    known: bool,
-    year_value: int,
-    last_month: int | None,
-) -> StatsRecord:
-    """One record; ``known``, ``year_value`` and ``last_month`` carry the year from the records before."""
-    if header is None:
-        return StatsRecord(number, None, None, False, None, None, None, message)
-    if header.re is _CUSTOM_HEADER:
-        stamp = datetime.strptime(header.group("stamp"), "%Y-%m-%d %H:%M:%S")
-        return StatsRecord(
-            number, header.group("level"), stamp, True, header.group("logger"), None, None, message
-        )
-    level, month_text, day, clock, file, lineno = header.group(
-        "level", "month", "day", "clock", "file", "lineno"
-    )
-    month = int(month_text)
-    outer = _OUTER_STAMP.match(before) if before[:1] == "[" or before[:1].isdecimal() else None
-    if outer and year is None:
-        outer_year, outer_month = (
-            int(p) for p in (outer.group("docker") or outer.group("bracket")).split("-")
-        )
-        # the outer stamp may be UTC and vLLM's local time: take the year that puts them closest
-        known = True
-        year_value = outer_year - (outer_month == 1 and month == 12) + (outer_month == 12 and month == 1)
-    elif last_month is not None and month < last_month:
-        year_value += 1  # the log ran over New Year
-    when = datetime(year_value, month, int(day), int(clock[:2]), int(clock[3:5]), int(clock[6:8]))
-    prefix = _ENGINE_PREFIX.search(before[-120:]) if "EngineCore_" in before else None
-    offset = None
-    if outer and outer.group("docker_stamp"):  # docker's stamp is UTC, vLLM's the local time
-        utc = datetime.strptime(outer.group("docker_stamp"), "%Y-%m-%dT%H:%M:%S")
-        offset = OFFSET_STEP_MINUTES * round((when - utc).total_seconds() / 60 / OFFSET_STEP_MINUTES)
-    return StatsRecord(
-        number,
-        level,
-        when,
-        known,
-        file_name(file),
-        int(lineno),
-        int(prefix.group(1)) if prefix else None,
-        message,
-        offset,
-    )
-
-
-def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
-    """The lines of a text file (without their line break), read a block at a time and none held longer
-    than :data:`MAX_LINE_CHARS`: a longer line is a :class:`LoadFormatError` naming the file and line, so
-    memory stays bounded whatever the file holds.
-
-    >>> import io
-    >>> list(bounded_lines(io.StringIO("a\\n\\nb"), "a.log"))
-    ['a', '', 'b']
-    """
-    tail, number = "", 0
-    for block in iter(lambda: stream.read(READ_CHARS), ""):
-        lines = (tail + block).split("\n")
-        tail = lines.pop()
-        # only the line the last block left unfinished can be longer than a block
-        for long, at in ((lines[:1], number + 1), ([tail], number + len(lines) + 1)):
-            if long and len(long[0]) > MAX_LINE_CHARS:
-                raise LoadFormatError(
-                    f"{source}:{at}: a line longer than 16 MiB ({MAX_LINE_CHARS:,} characters); expected "
-                    "a vLLM server log or a saved /metrics snapshot, whose lines are short"
-                )
-        number += len(lines)
-        yield from lines
-    if tail:
-        yield tail
 
 
 @functools.lru_cache(maxsize=1024)
@@ -419,10 +361,8 @@ def log_time_shift(utc_offset: float | None) -> timedelta:
 def utc_offset_hours(
     source: str, stamped: set[int], given: float | None, warnings: list[str]
 ) -> float | None:
-    """The log's UTC offset [h]: the one given, else the one its docker stamps agree on, else ``None``.
-
-    ``stamped`` holds the offsets [min] that docker ``--timestamps`` stamps showed; what was decided is
-    said in ``warnings``.
+    """The log's UTC offset [h]: the one given, else the one its docker stamps (``stamped``, offsets [min])
+    agree on, else ``None``; what was decided is said in ``warnings``.
 
     >>> notes = []
     >>> utc_offset_hours("a.log", {-420}, None, notes), len(notes)

@@ -21,18 +21,17 @@ import pandas as pd
 from pandas.api.extensions import ExtensionArray
 
 from kvplan.columns import KEY_COLUMNS, LEDGER_COLUMNS
-from kvplan.io.bounds import ImpossibleValue
 from kvplan.io.ledger_csv import read_ledger_csv
-from kvplan.io.ledger_frame import ledger_columns
+from kvplan.io.ledger_frame import ImpossibleValue, ledger_columns
 from kvplan.io.metadata import (
     EvidenceLines,
     ProvenanceRows,
     RawLines,
     ReadMetadata,
+    RoomRule,
     merge_metadata,
     place_note,
 )
-from kvplan.io.room_rule import RoomRule
 from kvplan.io.vllm.boots import Boot, BootSplitter
 from kvplan.io.vllm.conflicts import TwoLaunches
 from kvplan.io.vllm.resolve import resolve_boot
@@ -58,7 +57,7 @@ def read_vllm_log(
     :func:`kvplan.io.ledger_csv.read_ledger_csv` into the same shape. The reader reports what the log
     says; with ``room_rule`` (:data:`kvplan.room.ROOM_RULE`, as :func:`kvplan.room.read_vllm_log_rooms`
     gives it) it also fills each rank's ``room_bytes`` and ``room_source``
-    (:mod:`kvplan.io.room_rule`).
+    (:class:`kvplan.io.metadata.RoomRule`).
 
     >>> text = ("INFO 07-15 10:21:33 [gpu_worker.py:227] Available KV cache memory: 12.5 GiB\\n"
     ...         "INFO 07-15 10:21:34 [kv_cache_utils.py:1] GPU KV cache size: 102,400 tokens\\n"

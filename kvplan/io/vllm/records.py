@@ -32,6 +32,14 @@ _HEAD_TOKEN_RE = re.compile(
     r"|(?P<level>(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)(?![\w:]))"
     r"|(?P<time>" + _TIME + r")|(?P<file>\[?[\w./<>-]+:\d+\])"
 )
+#: A line's shape: its UTF-8 bytes with every ASCII digit read as 0. Every pattern above reads a digit
+#: only as one of a class (``\d``, ``[0-9;]``, ``\w``), so lines of one shape split at the same places.
+_SHAPE = bytes.maketrans(b"123456789", b"000000000")
+#: Shapes of line whose layout :func:`split_records` remembers (the boots of a deployment repeat theirs).
+SHAPES_KEPT = 4096
+
+#: Where a piece of a record's text lies in its line: one slice, or several joined (colour codes cut out).
+Where = slice | tuple[slice, ...]
 
 
 class Record(NamedTuple):
@@ -51,109 +59,177 @@ class Record(NamedTuple):
     outer: tuple[str, ...] = ()
 
 
-def strip_ansi(text: str) -> str:
-    """Text without ANSI colour codes.
-
-    >>> strip_ansi("\\x1b[32mINFO\\x1b[0m 08-14")
-    'INFO 08-14'
-    """
-    return _ANSI_RE.sub("", text) if "\x1b" in text else text
-
-
 def split_records(line: str) -> list[Record]:
     """The records in one physical line (``\\n`` already removed).
 
-    ``\\r`` separates progress-bar updates and continuation lines; a process prefix or a log
-    header in the middle of a line starts a new record (two processes wrote into one line).
-    Consecutive prefixes are relays: the innermost one names the process that printed.
+    ``\\r`` separates progress-bar updates and continuation lines; a process prefix or a log header in
+    the middle of a line starts a new record (two processes wrote into one line). Consecutive prefixes
+    are relays: the innermost one names the process that printed. Real colour codes go, and those that
+    lost their ESC byte (``[1;36m``) among a record's head. Where the records lie is learnt once per
+    shape of line (:func:`_layouts`); each record's text is sliced from the line itself.
 
     >>> r = split_records("(Worker_TP1 pid=12) INFO 08-14 14:07:22 [gpu_worker.py:1] Hi")[0]
     >>> r.process, r.pid, r.level, r.message
     ('Worker_TP1', 12, 'INFO', 'Hi')
     >>> [x.message for x in split_records("50%|##  \\rINFO 08-14 14:07:22 [a.py:1] done")]
     ['50%|##', 'done']
+    >>> [(x.pid, x.message) for x in split_records("[1;36m(W pid=902)[0;0m INFO ... x [1m")]
+    [(902, 'x [1m')]
     """
-    records = []
-    for segment in strip_ansi(line).split("\r"):
-        records.extend(_segment_records(strip_bare_colour(segment)))
-    return records
+    shape = line.encode("utf-8", "surrogatepass").translate(_SHAPE)
+    return [_record(line, layout) for layout in _layouts(shape)]
 
 
-def strip_bare_colour(segment: str) -> str:
-    """``segment`` without the colour codes that lost their ESC byte (``[1;36m``) in a record's head.
+def _record(line: str, layout: tuple) -> Record:
+    """The record that ``layout`` (from :func:`_layouts`) places in ``line``."""
+    message, process, pid, ip, level, repeated, outer = layout
+    return Record(
+        line[message] if isinstance(message, slice) else _text(line, message),
+        line[process] if isinstance(process, slice) else _text(line, process),
+        None if pid is None else int(_text(line, pid)),
+        None if ip is None else _text(line, ip),
+        level,
+        0 if repeated is None else int(_text(line, repeated)),
+        tuple([_text(line, name) for name in outer]) if outer else (),
+    )
 
-    Only codes among the process prefix, level, date and ``[file:line]`` at the start of a record
-    (the segment's start, or a process prefix) go, as :func:`strip_ansi` removes real ones; the same
-    text inside a message body stays.
 
-    >>> strip_bare_colour("[1;36m(VllmWorkerProcess pid=902)[0;0m INFO 09-13 10:00:16 [a.py:1] x [1m")
-    '(VllmWorkerProcess pid=902) INFO 09-13 10:00:16 [a.py:1] x [1m'
-    >>> strip_bare_colour("[32mINFO[0m [90m06-01 10:00:00[0m [90m[a.py:1][0m [1mbold")
-    'INFO 06-01 10:00:00 [a.py:1] [1mbold'
-    >>> strip_bare_colour("[1;36mno head here")
-    '[1;36mno head here'
+def _text(line: str, where: Where) -> str:
+    return line[where] if isinstance(where, slice) else "".join([line[piece] for piece in where])
+
+
+@lru_cache(maxsize=SHAPES_KEPT)
+def _layouts(shape: bytes) -> tuple[tuple, ...]:
+    """Where the records of every line of ``shape`` lie: per record ``(message, process, pid, ip, level,
+    repeated, outer)``, each text as a :data:`Where` in the line (pid, ip and count None where there are
+    none), ``level`` itself.
+
+    >>> _layouts(b"(W pid=00) INFO 00-00 00:00:00 [a.py:0] x")
+    ((slice(40, 41, None), slice(1, 2, None), slice(7, 9, None), None, 'INFO', None, ()),)
+    """
+    text = shape.decode("utf-8", "surrogatepass")
+    layouts: list[tuple] = []
+    offset = 0
+    for segment in text.split("\r"):  # a colour code holds no \r: each segment is cleaned on its own
+        real = [match.span() for match in _ANSI_RE.finditer(segment)] if "\x1b" in segment else []
+        plain = _cut(segment, real)
+        bare = _bare_codes(plain)
+        for spans, level in _walk(_cut(plain, bare)):
+            wheres = [None if span is None else _where(span, (bare, real), offset) for span in spans]
+            message, process, pid, ip, repeated, *outer = wheres
+            layouts.append((message, process, pid, ip, level, repeated, tuple(outer)))
+        offset += len(segment) + 1
+    return tuple(layouts)
+
+
+def _cut(text: str, cuts: list[tuple[int, int]]) -> str:
+    """``text`` without the spans ``cuts`` (sorted, disjoint)."""
+    if not cuts:
+        return text
+    parts, last = [], 0
+    for begin, end in cuts:
+        parts.append(text[last:begin])
+        last = end
+    parts.append(text[last:])
+    return "".join(parts)
+
+
+def _where(span: tuple[int, int], levels: tuple[list[tuple[int, int]], ...], offset: int) -> Where:
+    """Where ``span`` of a text cleaned by :func:`_cut` of each of ``levels`` in turn (innermost first)
+    lies in the line its segment starts at ``offset`` of."""
+    pieces = [span]
+    for cuts in levels:
+        pieces = [piece for begin, end in pieces for piece in _uncut(begin, end, cuts)]
+    slices = tuple(slice(begin + offset, end + offset) for begin, end in pieces)
+    return slices[0] if len(slices) == 1 else slices
+
+
+def _uncut(start: int, stop: int, cuts: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The pieces of the text before :func:`_cut` that hold ``[start, stop)`` of the text after it.
+
+    >>> _uncut(0, 6, [(2, 4)])  # "abXXcdef" without "XX" is "abcdef"
+    [(0, 2), (4, 8)]
+    """
+    pieces, shift = [], 0
+    for begin, end in cuts:
+        if begin - shift > start:
+            if begin - shift >= stop:
+                break
+            pieces.append((start + shift, begin))
+            start = begin - shift
+        shift += end - begin
+    pieces.append((start + shift, stop + shift))
+    return pieces
+
+
+def _bare_codes(segment: str) -> list[tuple[int, int]]:
+    """The spans of the colour codes that lost their ESC byte (``[1;36m``) in a record's head.
+
+    Only codes among the process prefix, level, date and ``[file:line]`` at the start of a record (the
+    segment's start, or a process prefix) count; the same text inside a message body stays.
+
+    >>> _bare_codes("[1;36m(VllmWorkerProcess pid=902)[0;0m INFO 09-13 10:00:16 [a.py:1] x [1m")
+    [(0, 6), (33, 38)]
+    >>> _bare_codes("[1;36mno head here")
+    []
     """
     if "m" not in segment or _BARE_CODE_RE.search(segment) is None:
-        return segment
+        return []
     starts = [0]
     for match in _PREFIX_RE.finditer(segment):
-        before = segment[: match.start()]
-        code = re.search(r"(?:\[[0-9;]*m)+$", before)
+        code = re.search(r"(?:\[[0-9;]*m)+$", segment[: match.start()])
         starts.append(code.start() if code else match.start())
     cuts: list[tuple[int, int]] = []
     done = 0
     for start in starts:
-        if start < done:
-            continue
-        codes, head, position = [], False, start
-        while True:
-            token = _HEAD_TOKEN_RE.match(segment, position)
-            if token is None or token.end() == position:
-                break
-            kind = token.lastgroup
-            if kind == "code":
-                codes.append(token.span())
-            elif kind in ("prefix", "level"):
-                head = True
-            position = token.end()
-            if kind == "file":
-                # the message follows; only a reset glued to ``[file:line]`` is still the head's
+        if start >= done:
+            done, codes, head = _head_codes(segment, start)
+            if head:
+                cuts.extend(codes)
+    return cuts
+
+
+def _head_codes(segment: str, position: int) -> tuple[int, list[tuple[int, int]], bool]:
+    """Where the head tokens from ``position`` end, the colour codes among them, and whether they hold a
+    prefix or a level (a record's head)."""
+    codes: list[tuple[int, int]] = []
+    head = False
+    while True:
+        token = _HEAD_TOKEN_RE.match(segment, position)
+        if token is None or token.end() == position:
+            return position, codes, head
+        kind = token.lastgroup
+        if kind == "code":
+            codes.append(token.span())
+        elif kind in ("prefix", "level"):
+            head = True
+        position = token.end()
+        if kind == "file":  # the message follows; only a reset glued to ``[file:line]`` is still the head's
+            adjacent = _BARE_CODE_RE.match(segment, position)
+            while adjacent:
+                codes.append(adjacent.span())
+                position = adjacent.end()
                 adjacent = _BARE_CODE_RE.match(segment, position)
-                while adjacent:
-                    codes.append(adjacent.span())
-                    position = adjacent.end()
-                    adjacent = _BARE_CODE_RE.match(segment, position)
-                break
-        done = position
-        if head:
-            cuts.extend(codes)
-    if not cuts:
-        return segment
-    parts, last = [], 0
-    for begin, end in cuts:
-        parts.append(segment[last:begin])
-        last = end
-    parts.append(segment[last:])
-    return "".join(parts)
+            return position, codes, head
 
 
-def _segment_records(segment: str) -> list[Record]:
-    """The records of one ``\\r``-free segment: each starts at a run of process prefixes and at most
-    one header (:data:`_START_RE`); text before the first start is a record of its own unless a
+def _walk(text: str) -> list[tuple[list, str | None]]:
+    """The records of one clean segment as ``([message, process, pid, ip, repeated, *outer], level)``, each
+    a span of ``text`` (None for no pid, ip or count; an empty span for no name): each record starts at a run of process prefixes and at
+    most one header (:data:`_START_RE`); text before the first start is a record of its own unless a
     wrapper's stamp (:func:`_is_external_stamp`).
 
-    >>> [(r.process, r.pid, r.level, r.message) for r in _segment_records(
-    ...     "(A pid=1) INFO 08-14 14:07:22 [a.py:1] x (B pid=2) y")]
-    [('A', 1, 'INFO', 'x'), ('B', 2, None, 'y')]
+    >>> [(spans[:3], level) for spans, level in _walk("(A pid=1) INFO 08-14 14:07:22 [a.py:1] x (B pid=2) y")]
+    [([(39, 40), (1, 2), (7, 8)], 'INFO'), ([(51, 52), (42, 43), (48, 49)], None)]
     """
-    starts = _starts(segment)
+    starts = _starts(text)
     if not starts:
-        text = segment.strip()
-        return [Record(text)] if text else []
-    records: list[Record] = []
-    head = segment[: starts[0].start()].strip()
-    if head and not _is_external_stamp(head):
-        records.append(Record(head))
+        span = _stripped(text, 0, len(text))
+        return [([span, (0, 0), None, None, None], None)] if span[0] < span[1] else []
+    records: list[tuple[list, str | None]] = []
+    head = _stripped(text, 0, starts[0].start())
+    if head[0] < head[1] and not _is_external_stamp(text[head[0] : head[1]]):
+        records.append(([head, (0, 0), None, None, None], None))
     index, count = 0, len(starts)
     while index < count:
         prefixes: list[re.Match] = []
@@ -168,9 +244,36 @@ def _segment_records(segment: str) -> list[Record]:
             else:
                 prefixes.append(match)
             index += 1
-        stop = starts[index].start() if index < count else len(segment)
-        records.append(_record(segment[end:stop].strip(), prefixes, level))
+        stop = starts[index].start() if index < count else len(text)
+        records.append((_spans(text, _stripped(text, end, stop), prefixes), level))
     return records
+
+
+def _spans(text: str, message: tuple[int, int], prefixes: list[re.Match]) -> list:
+    """One record's ``[message, process, pid, ip, repeated, *outer]`` (see :func:`_walk`)."""
+    repeated = None
+    if "[repeated " in text[message[0] : message[1]]:
+        repeat = _RAY_REPEAT_RE.search(text, message[0], message[1])
+        if repeat:
+            repeated = repeat.span(1)
+            message = (message[0], repeat.start())
+    if not prefixes:
+        return [message, (0, 0), None, None, repeated]
+    *outer, inner = prefixes
+    ip = inner.span(3) if inner.group(3) is not None else None
+    return [message, _name(text, inner), inner.span(2), ip, repeated, *(_name(text, m) for m in outer)]
+
+
+def _name(text: str, prefix: re.Match) -> tuple[int, int]:
+    """The span of a prefix's process name without its spaces (empty when it has none)."""
+    return (0, 0) if prefix.group(1) is None else _stripped(text, *prefix.span(1))
+
+
+def _stripped(text: str, start: int, stop: int) -> tuple[int, int]:
+    """``[start, stop)`` of ``text`` without the white space at either end."""
+    piece = text[start:stop]
+    begin = start + len(piece) - len(piece.lstrip())
+    return begin, max(begin, stop - len(piece) + len(piece.rstrip()))
 
 
 def _starts(segment: str) -> list[re.Match]:
@@ -208,27 +311,6 @@ def _may_start(text: str) -> bool:
 def _is_external_stamp(text: str) -> bool:
     """True for text that wrappers put before vLLM's own line (docker, compose, ``ts``)."""
     return text.endswith("|") or bool(re.fullmatch(r"[\d\-:.,TZ+ ]+", text))
-
-
-def _record(message: str, prefixes: list[re.Match], level: str | None) -> Record:
-    repeated = 0
-    repeat = _RAY_REPEAT_RE.search(message) if "[repeated " in message else None
-    if repeat:
-        repeated = int(repeat.group(1))
-        message = message[: repeat.start()]
-    if not prefixes:
-        return Record(message, "", None, None, level, repeated)
-    *outer, inner = prefixes
-    name, pid, ip = inner.group(1, 2, 3)
-    return Record(
-        message,
-        (name or "").strip(),
-        int(pid),
-        ip,
-        level,
-        repeated,
-        tuple((m.group(1) or "").strip() for m in outer),
-    )
 
 
 @lru_cache(maxsize=1024)

@@ -1,15 +1,13 @@
-"""Read one host's DCGM exporter scrape into nvidia-smi's GPU snapshot columns.
+"""GPU evidence from NVIDIA's DCGM exporter, read as an nvidia-smi ``--query-gpu`` snapshot.
 
-The exporter's framebuffer fields are in MiB, one series per GPU labelled ``gpu`` (the index), ``UUID``,
-``modelName``, ``Hostname`` and ``pci_bus_id``, and the driver where the exporter labels it
-(``DCGM_FI_DRIVER_VERSION``, or ``driver_version``)::
+A saved exporter scrape, or Prometheus' DCGM series at a time (:func:`dcgm_scrapes_at`), is read into the frame
+:func:`kvplan.io.nvidia_smi_csv.read_nvidia_smi_csv` gives (int bytes), one GPU per ``UUID``, labelled ``gpu``,
+``modelName``, ``Hostname`` and the driver where the exporter labels it::
 
     DCGM_FI_DEV_FB_FREE{gpu="2",UUID="GPU-2e7b…",modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"} 2314
 
-``memory.free`` and ``memory.used`` are ``DCGM_FI_DEV_FB_FREE`` and ``_USED``; ``memory.total`` is
-``DCGM_FI_DEV_FB_TOTAL``, else free + used + ``DCGM_FI_DEV_FB_RESERVED`` (nvidia-smi's used is total − free −
-reserved). A GPU without free, used, and total or reserved is refused with the file and line, as is a scrape
-of several hosts (give one host's, or ``hostname``).
+Free and used are ``DCGM_FI_DEV_FB_FREE``/``_USED`` [MiB]; the total ``_TOTAL``, else free + used + ``_RESERVED``.
+DCGM tells no per-process memory: other processes' memory stays unknown.
 """
 
 from __future__ import annotations
@@ -31,11 +29,12 @@ DCGM_FIELDS = {
     "DCGM_FI_DEV_FB_RESERVED": "reserved",
 }
 _DRIVER_LABELS = ("DCGM_FI_DRIVER_VERSION", "driver_version")
+FB_SELECTOR = '{__name__=~"DCGM_FI_DEV_FB_(FREE|USED|TOTAL|RESERVED)"}'  # every GPU's framebuffer series
 _FB_LINE = re.compile(r"^\s*DCGM_FI_DEV_FB_(?:FREE|USED|TOTAL|RESERVED)\b")
 
 
 def is_dcgm_file(path: str | Path) -> bool:
-    """Whether ``path`` holds a DCGM exporter scrape (a ``DCGM_FI_DEV_FB_*`` sample in its first 200 lines)."""
+    """Whether ``path`` holds a DCGM scrape (a ``DCGM_FI_DEV_FB_*`` sample in its first 200 lines)."""
     with open(path, encoding="utf-8", errors="replace") as lines:
         return any(_FB_LINE.match(line) for _, line in zip(range(200), lines))
 
@@ -116,11 +115,47 @@ def read_dcgm_scrape(path: str | Path, hostname: str | None = None) -> tuple[pd.
 
 
 def read_gpu_snapshot(path: str | Path) -> tuple[pd.DataFrame, ReadMetadata]:
-    """An nvidia-smi CSV snapshot or a DCGM exporter scrape (told by :func:`is_dcgm_file`), as
-    :func:`~kvplan.io.nvidia_smi_csv.read_nvidia_smi_csv` reads the CSV: one reader for every GPU snapshot.
+    """An nvidia-smi CSV snapshot or a DCGM scrape, as :func:`~kvplan.io.nvidia_smi_csv.read_nvidia_smi_csv`
+    reads the CSV: one reader for every GPU snapshot.
 
     >>> from kvplan import DATA_DIR
     >>> read_gpu_snapshot(DATA_DIR / "boots" / "four-rank" / "nvidia-smi-gpu.csv")[1].kind
     'gpus'
     """
     return read_dcgm_scrape(path) if is_dcgm_file(path) else read_nvidia_smi_csv(path)
+
+
+def dcgm_scrapes_at(url: str, at: float) -> dict[str, str]:
+    """Per DCGM ``Hostname``: the framebuffer samples Prometheus at ``url`` holds at ``at`` [Unix s], as an
+    exporter scrape's text (every label kept, each sample with its time), which :func:`read_dcgm_scrape` reads."""
+    from kvplan.io.load import Sample  # the Prometheus readers only when Prometheus is asked
+    from kvplan.io.prometheus.api import instant_series
+    from kvplan.io.prometheus.vllm import sample_line
+
+    lines: dict[str, list[str]] = {}
+    for series in instant_series(url, FB_SELECTOR, at):
+        name, host = series.labels.get("__name__", ""), series.labels.get("Hostname", "")
+        lines.setdefault(host, []).extend(
+            sample_line(Sample(name, series.labels, t, v)) for t, v in series.points
+        )
+    return {host: "".join(found) for host, found in sorted(lines.items())}
+
+
+def save_dcgm_at(url: str, at: float, path: str | Path, hostname: str | None = None) -> Path | None:
+    """One host's DCGM series in Prometheus at ``at`` [Unix s] written to ``path`` (atomically) as an exporter
+    scrape, a GPU snapshot every reader takes; None when Prometheus holds none (of ``hostname``). Series of
+    several hosts need ``hostname``."""
+    scrapes = dcgm_scrapes_at(url, at)
+    if hostname is not None:
+        scrapes = {host: text for host, text in scrapes.items() if host == hostname}
+    if len(scrapes) > 1:
+        raise NvidiaSmiError(
+            f"prometheus {url}: DCGM series of {len(scrapes)} hosts at {at:.0f} (Unix s) "
+            f"({', '.join(list(scrapes)[:3])}…): choose the launch's host with --gpu-host"
+        )
+    if not scrapes:
+        return None
+    path = Path(path)
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(next(iter(scrapes.values())), encoding="utf-8")
+    return partial.replace(path)
