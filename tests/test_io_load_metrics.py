@@ -100,8 +100,20 @@ def test_many_scrapes_rates_and_counter_reset():
     text = (
         v1_scrape("2026-11-29T10:00:00Z", 20, 0, 0.50, 10_000, 2_000, 5, hits=100, queries=10_000)
         + v1_scrape("2026-11-29T10:00:30Z", 22, 4, 0.97, 70_000, 26_000, 9, hits=700, queries=70_000)
-        # the server restarted: every counter starts again from zero
-        + v1_scrape("2026-11-29T10:01:30Z", 3, 0, 0.10, 12_000, 600, 2, hits=0, queries=12_000)
+        # the server restarted: every counter starts again from zero, created anew (issue 28: without a new
+        # _created time a counter that goes down is no restart but scrapes that disagree)
+        + v1_scrape(
+            "2026-11-29T10:01:30Z",
+            3,
+            0,
+            0.10,
+            12_000,
+            600,
+            2,
+            hits=0,
+            queries=12_000,
+            created="1.7952346e+09",
+        )
     )
     reading = parse_metrics_snapshots([("run.prom", text)])
     rows = [row.to_dict() for row in rows_of(reading)]

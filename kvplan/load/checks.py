@@ -10,6 +10,7 @@ import pandas as pd
 
 from kvplan.budget import kv_cache_flag
 from kvplan.io.load import LoadReading
+from kvplan.io.load.scrapes import CONFIG_DISAGREES, COUNTER_DOWN
 from kvplan.load.summary import load_timeline, peak_row, preemptions_lower_bound, run_preemptions, where_text
 from kvplan.verdict import Check
 
@@ -55,8 +56,26 @@ def load_checks(
         _peak_check(reading, capacity),
     ]
     if profiled_kv_cache_tokens is not None:
-        checks.append(_capacity_check(capacity, profiled_kv_cache_tokens, max_capacity_loss_pct))
+        capacity_check = _capacity_check(capacity, profiled_kv_cache_tokens, max_capacity_loss_pct)
+        disagree = _disagreements(reading, ("num_gpu_blocks", "block_size"))
+        if disagree:  # the run's own capacity is unknown: judged on no other number
+            capacity_check = Check(
+                capacity_check.name, None, f"the canary's KV capacity is unknown: {disagree}"
+            )
+        checks.append(capacity_check)
     return checks
+
+
+def _disagreements(reading: LoadReading, labels: tuple[str, ...]) -> str:
+    """The warnings of ``vllm:cache_config_info`` scrapes of one file that disagree on one of ``labels``,
+    joined (``""`` when none)."""
+    found = [
+        str(note).split(": the file's scrapes")[0]
+        for note in reading.warnings
+        if getattr(note, "code", "") == CONFIG_DISAGREES
+        and any(f" shows {label}=" in note for label in labels)
+    ]
+    return "; ".join(found)
 
 
 def _oom_check(reading: LoadReading) -> Check:
@@ -143,6 +162,14 @@ def value_check(reading: LoadReading, approved_bytes: int) -> Check | None:
     (False, 's.log states --kv-cache-memory-bytes=16106127360 (15.00 GiB),')
     """
     other = [s for s in reading.sources if s.kv_cache_memory_bytes not in (None, approved_bytes)]
+    disagree = _disagreements(reading, ("kv_cache_memory_bytes",))
+    if disagree:  # two values in one file: at least one is not the approved value
+        return Check(
+            LOAD_VALUE_CHECK,
+            False,
+            f"{disagree}: the run is not at the approved {approved_bytes} throughout; load-test a canary at "
+            "the approved value",
+        )
     if not other:
         return None
     stated = "; ".join(
@@ -159,17 +186,33 @@ def value_check(reading: LoadReading, approved_bytes: int) -> Check | None:
 
 
 def _unreadable_counters(reading: LoadReading) -> str:
-    """The /metrics preemption counter samples read as unknown (``NaN``, ``±Inf``), as ``file:line is
-    value`` (the first three and how many), or ``""`` when there is none."""
+    """The /metrics preemption counter samples read as unknown (``NaN``, ``±Inf``, or gone down without a
+    restart), as ``file:line`` (the first three and how many), or ``""`` when there is none."""
     found = [
         f"{note.file}:{note.line} is {note.split(' is ', 1)[1].split(' ', 1)[0]}"
         for note in reading.warnings
         if getattr(note, "code", "") == "metrics-non-finite" and "vllm:num_preemptions_total is " in note
     ]
-    if not found:
-        return ""
-    more = f" and {len(found) - 3} more" if len(found) > 3 else ""
-    return f"vllm:num_preemptions_total at {', '.join(found[:3])}{more} (not a finite number)"
+    down = [
+        f"{note.file}:{note.line}"
+        for note in reading.warnings
+        if getattr(note, "code", "") == COUNTER_DOWN and "vllm:num_preemptions_total " in note
+    ]
+    parts = []
+    if found:
+        parts.append(
+            f"vllm:num_preemptions_total at {', '.join(found[:3])}{_more(found)} (not a finite number)"
+        )
+    if down:
+        parts.append(
+            f"vllm:num_preemptions_total went down at {', '.join(down[:3])}{_more(down)} without a restart "
+            "(its _created time unchanged: the scrapes disagree)"
+        )
+    return "; ".join(parts)
+
+
+def _more(found: list) -> str:
+    return f" and {len(found) - 3} more" if len(found) > 3 else ""
 
 
 def _first_preemption(reading: LoadReading, timeline: pd.DataFrame) -> dict:

@@ -44,6 +44,8 @@ READ = FRACTIONS | GAUGES | READ_COUNTERS  # the names a row's fields come from;
 CREATED = {name.removesuffix("_total") + "_created": name for name in READ_COUNTERS}  # V1's start times
 CACHE_CONFIG = "vllm:cache_config_info"  # labels num_gpu_blocks, block_size (capacity)
 NON_FINITE, OUT_OF_RANGE = "non-finite", "out-of-range"  # what :func:`take_sample` may find wrong
+CONFIG_LABELS = ("kv_cache_memory_bytes", "num_gpu_blocks", "block_size")  # what a load check is judged on
+CONFIG_DISAGREES, COUNTER_DOWN = "cache-config-disagrees", "counter-down-without-restart"  # warning codes
 
 
 class Sample(NamedTuple):
@@ -181,6 +183,10 @@ def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[dict], list[str]]:
                 if before is not None and before.time is not None and scrape.time is not None
                 else None
             )
+            disagree = _down_without_restart(before, scrape, engine, last, values)
+            if disagree is not None:  # the scrapes disagree: the interval's increase is unknown
+                warnings.append(disagree[1])
+                last = {name: v for name, v in last.items() if name not in disagree[0]}
             anew = _created_anew(scrape, engine, before, last, warnings)
             if last is not None and anew:
                 last = {**last, **{name: 0.0 for name in anew}}  # counted from zero since the restart
@@ -193,6 +199,61 @@ def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[dict], list[str]]:
         for source in untimed
     ]
     return [rows[key] for key in sorted(rows, key=lambda k: (k[0], -1 if k[1] is None else k[1]))], warnings
+
+
+def _down_without_restart(before, scrape: Scrape, engine, last, values: dict) -> tuple | None:
+    """The counters that went down since ``last`` but kept their V1 ``_created`` time (no restart created them
+    anew: the two scrapes disagree) and the warning naming both samples; None when there is none."""
+    went_down = [n for n in values if n.endswith("_total") and last and values[n] < last.get(n, 0)]
+    created_before = before.created.get(engine, {}) if before is not None else {}
+    created_now = scrape.created.get(engine, {})
+    names = [n for n in went_down if n in created_before and created_now.get(n) == created_before[n]]
+    if not names:
+        return None
+    shown = ", ".join(f"{n} {last[n]:g} → {values[n]:g}" for n in names)
+    note = Note(
+        f"{scrape.source}:{scrape.line}: counters went down since {before.source}:{before.line} ({shown}) "
+        "though their _created time did not change (no restart): the scrapes disagree, the increase over "
+        "this interval is unknown",
+        code=COUNTER_DOWN,
+        file=scrape.source,
+        line=scrape.line,
+    )
+    return names, note
+
+
+def cache_config_disagreements(scrapes: Sequence[Scrape]) -> list[Note]:
+    """A warning per file, engine and ``vllm:cache_config_info`` label of :data:`CONFIG_LABELS` whose scrapes
+    show two values, naming both samples (their scrapes' lines).
+
+    >>> first, second = Scrape("m.prom", 1, None), Scrape("m.prom", 9, None)
+    >>> first.cache_config[0] = {"kv_cache_memory_bytes": "12884377600"}
+    >>> second.cache_config[0] = {"kv_cache_memory_bytes": "16106127360"}
+    >>> print(cache_config_disagreements([first, second])[0].split(": the file")[0])
+    m.prom:9: vllm:cache_config_info of engine 0 shows kv_cache_memory_bytes=16106127360, but 12884377600 at m.prom:1
+    """
+    seen: dict[tuple, tuple[str, Scrape]] = {}
+    notes = []
+    for scrape in scrapes:
+        for engine, labels in scrape.cache_config.items():
+            for label in CONFIG_LABELS:
+                value = labels.get(label)
+                key = (scrape.source, engine, label)
+                first = seen.setdefault(key, (value, scrape)) if value is not None else None
+                if first is None or first[0] == value or first[0] is None:
+                    continue
+                seen[key] = (None, scrape)  # one warning per file, engine and label
+                notes.append(
+                    Note(
+                        f"{scrape.source}:{scrape.line}: vllm:cache_config_info of engine {engine} shows {label}="
+                        f"{value}, but {first[0]} at {first[1].source}:{first[1].line}: the file's scrapes "
+                        f"disagree, so the run is evidence for no one {label}",
+                        code=CONFIG_DISAGREES,
+                        file=scrape.source,
+                        line=scrape.line,
+                    )
+                )
+    return notes
 
 
 def _created_anew(
@@ -282,7 +343,8 @@ def scrapes_reading(
     ``notes`` of the reader first, then the rows' warnings, and each source's facts."""
     rows, warnings = metrics_rows(scrapes)
     facts = [source_facts(source, scrapes) for source in sources]
-    return reading_of([frame_of(rows)], [*notes, *warnings], facts)
+    disagree = cache_config_disagreements(scrapes)
+    return reading_of([frame_of(rows)], [*notes, *disagree, *warnings], facts)
 
 
 def samples_reading(samples: Iterable[Sample], source: str) -> LoadReading:

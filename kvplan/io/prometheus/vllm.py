@@ -88,13 +88,17 @@ def running_values_at(url: str, at: float, match: str | None = None) -> list[Run
 
 
 def running_values_of_metrics(paths: Sequence[str | Path]) -> list[RunningValue]:
-    """Each engine's running value in the last scrape of each /metrics file that shows one."""
-    values = []
+    """Each engine's running values in each /metrics file: every value its scrapes show, each at its last
+    scrape (scrapes that disagree are each judged: the safe side)."""
+    values: list[RunningValue] = []
     for path in paths:
-        scrapes = [s for s in parse_metrics_text(Path(path).read_text(), str(path)) if s.cache_config]
-        if scrapes:
-            last = scrapes[-1]
-            values += [_running(f"{path}:{last.line}", c) for c in last.cache_config.values()]
+        seen: dict[tuple, RunningValue] = {}
+        for scrape in parse_metrics_text(Path(path).read_text(), str(path)):
+            for config in scrape.cache_config.values():
+                value = _running(f"{path}:{scrape.line}", config)
+                seen.pop(key := (value.engine, value.kv_cache_memory_bytes, value.num_gpu_blocks), None)
+                seen[key] = value  # the latest scrape last
+        values += seen.values()
     return values
 
 
