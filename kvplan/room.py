@@ -1,7 +1,7 @@
 """The Room rule (a rank's room, what its KV cache can take, best evidence first) and the budget of a ledger's
 rooms.
 
-The rule is given to the readers (:class:`kvplan.io.room_rule.RoomRule`), which report only what the logs
+The rule is given to the readers (:class:`kvplan.io.metadata.RoomRule`), which report only what the logs
 say: :data:`ROOM_RULE` is the rule, :func:`read_vllm_log_rooms` and its siblings the readers with it, whose
 ledger every consumer reads. Evidence, best first:
 
@@ -25,8 +25,7 @@ import pandas as pd
 from kvplan.budget import Budget, BudgetError, uniform_budget
 from kvplan.columns import failure_phase, world_size
 from kvplan.io.ledger_csv import read_ledger_csv
-from kvplan.io.metadata import ReadMetadata, place_note
-from kvplan.io.room_rule import BootPlace, RoomRule
+from kvplan.io.metadata import BootPlace, ReadMetadata, RoomRule, place_note
 from kvplan.io.vllm import read_vllm_log, read_vllm_logs, stream_vllm_logs
 from kvplan.ledger import LedgerError, _line, _where, plain_value, room_per_rank
 from kvplan.releases import rank0_only_advice

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 
 from kvplan.escape import FORMULA_START, is_safe_component, path_inside, safe_component
 from kvplan.evidence.render import summary_markdown
-from kvplan.io.ledger_rows_csv import ledger_csv_text
+from kvplan.io.ledger_frame import ledger_csv_text
 from kvplan.notebook.pages import Page
 from kvplan.notebook.report import index_html
 from kvplan.plan import Policy, decide_rooms

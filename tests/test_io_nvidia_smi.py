@@ -13,19 +13,16 @@ import pytest
 from kvplan import DATA_DIR
 from kvplan.cli import main
 from kvplan.io.nvidia_smi import (
-    APP_COLUMNS,
-    GPU_COLUMNS,
     TOTAL_ROUNDING_BYTES,
-    NvidiaSmiError,
     NvidiaSmiWarning,
     gpu_context,
     gpu_index_by_pid,
     gpu_index_by_rank,
     join_nvidia_smi,
-    read_nvidia_smi_csv,
     read_nvidia_smi_snapshots,
     total_bytes_match,
 )
+from kvplan.io.nvidia_smi_csv import APP_COLUMNS, GPU_COLUMNS, NvidiaSmiError, read_nvidia_smi_csv
 from kvplan.room import read_vllm_logs_rooms
 from tests.conftest import GiB, MiB
 

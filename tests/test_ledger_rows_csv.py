@@ -14,8 +14,7 @@ import pytest
 
 from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.io.ledger_frame import ledger_frame
-from kvplan.io.ledger_rows_csv import ledger_csv_text
+from kvplan.io.ledger_frame import ledger_csv_text, ledger_frame
 from kvplan.notes import aggregate_notes
 from kvplan.room import read_vllm_logs_rooms
 

@@ -26,7 +26,7 @@ from kvplan.cli import main
 from kvplan.cli.common import format_table, print_error, print_warnings
 from kvplan.escape import FORMULA_START, is_safe_component, path_inside, safe_component, shown_controls
 from kvplan.evidence.render import summary_markdown, under_load_lines
-from kvplan.io.ledger_rows_csv import ledger_csv_text
+from kvplan.io.ledger_frame import ledger_csv_text
 from kvplan.notebook.headlines import warnings_markdown
 from kvplan.notebook.pages import Page, write_pages
 from kvplan.notebook.report import index_html

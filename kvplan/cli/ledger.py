@@ -96,7 +96,7 @@ def add_ledger(sub: argparse._SubParsersAction) -> None:
 def run_ledger(args: argparse.Namespace) -> int:
     """Print the ledger of the logs (and each rank's room over the boots with ``--rooms``)."""
     from kvplan import plan
-    from kvplan.io.ledger_rows_csv import ledger_frame_csv
+    from kvplan.io.ledger_frame import ledger_frame_csv
     from kvplan.io.nvidia_smi import join_snapshots
     from kvplan.ledger import plain_value, room_per_rank
     from kvplan.notes import aggregate_notes
@@ -207,12 +207,12 @@ def short_names(sources, width: int = FILE_WIDTH) -> dict[str, str]:
 
 def _print_csv(logs: list[str]) -> int:
     """``kvplan ledger --csv`` without a frame: each batch of rows becomes CSV text as it is read
-    (:mod:`kvplan.io.ledger_rows_csv`); the text is printed once the logs are read, after the
+    (:mod:`kvplan.io.ledger_frame`); the text is printed once the logs are read, after the
     warnings, so that a refused log prints none of it."""
     import pandas as pd
 
     from kvplan import plan
-    from kvplan.io.ledger_rows_csv import ledger_csv_header, ledger_csv_text
+    from kvplan.io.ledger_frame import ledger_csv_header, ledger_csv_text
     from kvplan.room import stream_vllm_logs_rooms
 
     parts: list[str] = []

@@ -1,7 +1,7 @@
 """The ``--prometheus URL`` options: load evidence and GPU snapshots from a Prometheus server.
 
 ``--prometheus URL --start TIME --end TIME [--step 15s] [--match SELECTOR]`` reads one vLLM server's series
-(:func:`kvplan.io.prometheus.read_prometheus_load`) in place of load files (``load``, ``approve``, ``gate``);
+(:func:`kvplan.io.prometheus.vllm.read_prometheus_load`) in place of load files (``load``, ``approve``, ``gate``);
 ``--prometheus URL --at TIME [--gpu-host HOST]`` reads the GPUs' DCGM series at TIME as a ``--dcgm`` scrape
 (``budget``, ``approve``, ``gate``, ``fleet plan``, each fleet host by its ``Hostname``). Times are Unix seconds
 or ISO 8601 (UTC without an offset); without ``--step`` the samples as scraped, with it Prometheus' value each step.
@@ -50,7 +50,7 @@ def _window(args: argparse.Namespace) -> tuple[float, float, float | None] | Non
         return None  # approve --prometheus URL --at TIME: the GPUs alone
     if args.start is None or args.end is None:
         raise CliError("--prometheus needs --start TIME and --end TIME (Unix s or ISO 8601)")
-    from kvplan.io.prometheus import parse_duration, parse_time
+    from kvplan.io.prometheus.api import parse_duration, parse_time
 
     step = None if args.step is None else parse_duration(args.step)
     return parse_time(args.start), parse_time(args.end), step
@@ -61,7 +61,7 @@ def prometheus_load(args: argparse.Namespace):
     window = _window(args)
     if window is None:
         return None
-    from kvplan.io.prometheus import read_prometheus_load
+    from kvplan.io.prometheus.vllm import read_prometheus_load
 
     start, end, step = window
     return read_prometheus_load(args.prometheus, start, end, step=step, match=args.match)
@@ -85,7 +85,7 @@ def prometheus_load_files(args: argparse.Namespace) -> list[str]:
     window = _window(args)
     if window is None:
         return []
-    from kvplan.io.prometheus import save_prometheus_load
+    from kvplan.io.prometheus.vllm import save_prometheus_load
 
     path = save_prometheus_load(args.prometheus, *window, args.match, _temporary("prometheus-load.prom"))
     return [str(path)]
@@ -125,7 +125,7 @@ def prometheus_gpu_files(args: argparse.Namespace, required: bool = True) -> tup
             raise CliError("--prometheus needs --at TIME here: when to read the GPUs' DCGM series")
         return [], []
     from kvplan.io.dcgm import save_dcgm_at
-    from kvplan.io.prometheus import parse_time
+    from kvplan.io.prometheus.api import parse_time
 
     at = parse_time(args.at)
     path = save_dcgm_at(args.prometheus, at, _temporary("dcgm.prom"), getattr(args, "gpu_host", None))
@@ -147,7 +147,7 @@ def prometheus_fleet_hosts(args: argparse.Namespace, hosts: list) -> list:
         raise CliError("--prometheus and --at go together here: the fleet's GPUs from DCGM at TIME")
     from kvplan.fleet.inputs import with_dcgm_snapshots
     from kvplan.io.dcgm import dcgm_scrapes_at
-    from kvplan.io.prometheus import parse_time
+    from kvplan.io.prometheus.api import parse_time
 
     at = parse_time(args.at)
     scrapes = dcgm_scrapes_at(args.prometheus, at)
@@ -182,12 +182,8 @@ def gate_running_checks(args: argparse.Namespace, approved_bytes: int, block_byt
     import time
 
     from kvplan.checks.canary import RUNNING_CHECK, check_running_values
-    from kvplan.io.prometheus import (
-        parse_time,
-        running_values_at,
-        running_values_of_logs,
-        running_values_of_metrics,
-    )
+    from kvplan.io.prometheus.api import parse_time
+    from kvplan.io.prometheus.vllm import running_values_at, running_values_of_logs, running_values_of_metrics
     from kvplan.verdict import Check
 
     if args.at is not None and not args.prometheus:

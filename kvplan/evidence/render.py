@@ -24,7 +24,7 @@ from kvplan.evidence.record import (
     TEXT_ESCAPING_KEY,
     int_or_none,
 )
-from kvplan.io.ledger_rows_csv import ledger_frame_csv
+from kvplan.io.ledger_frame import ledger_frame_csv
 from kvplan.kvspec.capacity import capacity_rows, sequence_lengths
 from kvplan.plan import Decision
 from kvplan.units import format_size

@@ -1,18 +1,10 @@
 """Fleet input: which hosts there are, which files each has, and the labels the manifest gives them.
 
-A fleet is a folder of host folders (``FLEET/<host>/*.log`` and ``nvidia-smi*.csv``) or a manifest CSV
-``host,path,label...`` (one row per file; paths relative to the manifest or absolute URLs). Both may
-lie on local disk or in object storage (``s3://bucket/prefix``), read through fsspec with the given
-storage options (or the standard AWS environment variables; ``endpoint_url`` for S3-compatible
-servers). A file whose name starts with ``nvidia-smi`` and ends in ``.csv`` is a snapshot; every other
-file is a log (a ``.csv`` log is a ledger CSV, as ``kvplan budget`` reads it).
-
-Listing the fleet is the one step that touches storage before the work is spread: an unreachable
-bucket or a refused credential is a :class:`FleetInputError` naming the URL.
-
-Host names and labels from a manifest are data: they are printed through :func:`kvplan.escape.terminal_text`
-(a newline cannot print a line of its own, a forged flag) and become a folder under ``--out`` only through
-:func:`kvplan.escape.safe_component` (``../../../escaped`` is ``host-`` and a digest of it).
+A fleet is a folder of host folders (``FLEET/<host>/*.log``, ``nvidia-smi*.csv``, ``dcgm*.prom``) or a manifest
+CSV ``host,path,label...`` (paths relative to it, or URLs), on local disk or in object storage (``s3://``) read
+through fsspec. Listing is the one step that touches storage before the work is spread: an unreachable bucket or a
+refused credential is a :class:`FleetInputError` naming the URL. Host names and labels are data, escaped where
+they land (:func:`kvplan.escape.terminal_text`, :func:`kvplan.escape.safe_component`).
 """
 
 from __future__ import annotations
@@ -37,11 +29,8 @@ class FleetInputError(ValueError):
 
 @dataclass(frozen=True)
 class HostFiles:
-    """One host's evidence: its log and snapshot URLs, its labels, and manifest rows whose file is missing.
-
-    ``missing`` holds one text per file that is not there (a manifest row's, a dangling symbolic link); a
-    host with any is excluded with them as the reason.
-    """
+    """One host's evidence: its log and snapshot URLs, its labels, and one text per missing file (a manifest
+    row's, a dangling link), which excludes the host."""
 
     host: str
     logs: tuple[str, ...]
@@ -70,10 +59,8 @@ def parse_storage_options(pairs: Sequence[str]) -> dict[str, object]:
 
 
 def filesystem(url: str, storage_options: Mapping[str, object] | None = None):
-    """The fsspec filesystem of ``url`` and the path inside it (local paths stay as they are).
-
-    ``AWS_ENDPOINT_URL`` (the standard variable) sets the S3 endpoint when no option gives one.
-    """
+    """The fsspec filesystem of ``url`` and the path inside it; ``AWS_ENDPOINT_URL`` sets the S3 endpoint
+    when no option gives one."""
     import fsspec
 
     options = dict(storage_options or {})
@@ -93,8 +80,7 @@ def _is_local(fs) -> bool:
 
 
 def _url(fs, path: str) -> str:
-    """A full URL for ``path`` on ``fs``: local paths stay plain, an http path is its URL already
-    (``http://127.0.0.1:8000/fleet/gpu-1/boot.log`` stays that URL, never ``http://http://…``)."""
+    """A full URL for ``path`` on ``fs``: local paths stay plain, an http path is its URL already."""
     return path if _is_local(fs) else fs.unstrip_protocol(path)
 
 
@@ -180,10 +166,8 @@ def _from_folders(fs, path: str) -> list[HostFiles]:
 
 
 def _entries(fs, path: str) -> list[tuple[str, str]]:
-    """``(name, type)`` of each entry of the folder ``path``, by name, as fsspec's ``ls`` gives them
-    (``"directory"``, ``"file"`` or ``"other"``). On local disk straight from ``os.scandir`` (fsspec's local
-    ``ls`` stats every entry again, ~40 µs each, 40,000 on 10,000 hosts), a symbolic link as what it points
-    to, ``"dangling"`` when that is missing."""
+    """``(name, type)`` of each entry of the folder ``path``, by name (``"directory"``, ``"file"``, ``"other"``,
+    or ``"dangling"`` for a broken link); on local disk from ``os.scandir`` (fsspec stats every entry again)."""
     if not _is_local(fs):
         return sorted((item["name"], item["type"]) for item in fs.ls(path, detail=True))
     with os.scandir(path) as found:
@@ -199,11 +183,8 @@ def _kind(entry: os.DirEntry) -> str:
 
 
 def _from_manifest(fs, path: str) -> list[HostFiles]:
-    """Hosts of a manifest: one row per file; a relative path is relative to the manifest's folder.
-
-    A manifest in object storage or on a web server names only objects under its own scheme and bucket
-    (:func:`_remote_entry`); one file is evidence of one host, so a file listed under two hosts refuses it.
-    """
+    """Hosts of a manifest, one row per file (relative to the manifest's folder; a remote manifest names only
+    objects of its own bucket); a file listed under two hosts is refused."""
     with fs.open(path, "rb") as stream:
         text = stream.read().decode("utf-8-sig")
     rows = list(csv.reader(io.StringIO(text)))
@@ -262,11 +243,8 @@ def _entry(fs, base: str, file: str, where: str):
 
 
 def _remote_entry(fs, base: str, file: str, where: str) -> str:
-    """The path of a remote manifest's row ``file``, refused unless it lies under the manifest's own
-    scheme and bucket (host and port for http): no other scheme (``file://``), no other bucket, no ``..``.
-
-    (``tests/test_fleet_manifest.py`` and the manifest fuzzer try it on real servers and random rows.)
-    """
+    """The path of a remote manifest's row ``file``, refused unless under the manifest's own scheme and bucket
+    (host and port for http): no ``file://``, no other bucket, no ``..``."""
     root = _bucket_url(_url(fs, base))
     full = file if "://" in file else _url(fs, f"{base.rstrip('/')}/{file}")
     parts = [unquote(part) for part in full.split("://", 1)[-1].split("/")]

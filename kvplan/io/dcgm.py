@@ -1,17 +1,13 @@
 """GPU evidence from NVIDIA's DCGM exporter, read as an nvidia-smi ``--query-gpu`` snapshot.
 
-:func:`read_dcgm_scrape` reads a saved exporter scrape (or Prometheus' DCGM series at a time,
-:func:`save_dcgm_at`) into the frame :func:`kvplan.io.nvidia_smi_csv.read_nvidia_smi_csv` gives
-(:data:`~kvplan.io.nvidia_smi_csv.GPU_COLUMNS`, int bytes), so both feed the same joins; :func:`read_gpu_snapshot`
-reads either kind. The framebuffer fields are in MiB, one series per GPU labelled ``gpu`` (the index), ``UUID``,
-``modelName``, ``Hostname``, and the driver where the exporter labels it (``DCGM_FI_DRIVER_VERSION`` or
-``driver_version``)::
+A saved exporter scrape, or Prometheus' DCGM series at a time (:func:`dcgm_scrapes_at`), is read into the frame
+:func:`kvplan.io.nvidia_smi_csv.read_nvidia_smi_csv` gives (int bytes), one GPU per ``UUID``, labelled ``gpu``,
+``modelName``, ``Hostname`` and the driver where the exporter labels it::
 
     DCGM_FI_DEV_FB_FREE{gpu="2",UUID="GPU-2e7b…",modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"} 2314
 
-``memory.free``/``.used`` are ``DCGM_FI_DEV_FB_FREE``/``_USED``; ``memory.total`` is ``DCGM_FI_DEV_FB_TOTAL``, else
-free + used + ``DCGM_FI_DEV_FB_RESERVED``. A GPU without them is refused with the file and line, as is a scrape
-of several hosts. DCGM tells no per-process memory: other processes' memory stays unknown.
+Free and used are ``DCGM_FI_DEV_FB_FREE``/``_USED`` [MiB]; the total ``_TOTAL``, else free + used + ``_RESERVED``.
+DCGM tells no per-process memory: other processes' memory stays unknown.
 """
 
 from __future__ import annotations
@@ -38,7 +34,7 @@ _FB_LINE = re.compile(r"^\s*DCGM_FI_DEV_FB_(?:FREE|USED|TOTAL|RESERVED)\b")
 
 
 def is_dcgm_file(path: str | Path) -> bool:
-    """Whether ``path`` holds a DCGM exporter scrape (a ``DCGM_FI_DEV_FB_*`` sample in its first 200 lines)."""
+    """Whether ``path`` holds a DCGM scrape (a ``DCGM_FI_DEV_FB_*`` sample in its first 200 lines)."""
     with open(path, encoding="utf-8", errors="replace") as lines:
         return any(_FB_LINE.match(line) for _, line in zip(range(200), lines))
 
@@ -119,8 +115,8 @@ def read_dcgm_scrape(path: str | Path, hostname: str | None = None) -> tuple[pd.
 
 
 def read_gpu_snapshot(path: str | Path) -> tuple[pd.DataFrame, ReadMetadata]:
-    """An nvidia-smi CSV snapshot or a DCGM exporter scrape (told by :func:`is_dcgm_file`), as
-    :func:`~kvplan.io.nvidia_smi_csv.read_nvidia_smi_csv` reads the CSV: one reader for every GPU snapshot.
+    """An nvidia-smi CSV snapshot or a DCGM scrape, as :func:`~kvplan.io.nvidia_smi_csv.read_nvidia_smi_csv`
+    reads the CSV: one reader for every GPU snapshot.
 
     >>> from kvplan import DATA_DIR
     >>> read_gpu_snapshot(DATA_DIR / "boots" / "four-rank" / "nvidia-smi-gpu.csv")[1].kind

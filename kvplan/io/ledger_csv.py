@@ -1,29 +1,13 @@
 """Read a ledger CSV: what ``kvplan ledger --csv`` writes, or a planner's hand-made table of rooms.
 
-Returns ``(ledger, metadata)`` in the shape of :func:`kvplan.io.vllm.read_vllm_log`: the ledger has
-every column of :data:`~kvplan.columns.LEDGER_COLUMNS` in glossary order with the same nullable dtypes
-(bytes ``Int64``), so the CSV ``kvplan ledger --csv`` writes reads back to the very same ledger. A CSV may
-hold any subset of the glossary's columns; the rules:
-
-- every column is a glossary name (an unknown one is an error naming the file, the column and the
-  closest glossary names); ``rank`` is required, in the header and in every row;
-- ``*_bytes`` cells are integers or sizes :func:`kvplan.units.parse_size` accepts (``18.8GiB``,
-  ``512MiB``), stored as ``int`` bytes; an empty cell is ``NA``;
-- ``source`` defaults to the CSV's own name and ``boot`` to 0;
-- ``room_source`` is one of :data:`~kvplan.columns.ROOM_SOURCES`; a room the CSV states without one is
-  ``manual`` (a room stated by hand). A CSV *without* a ``room_bytes`` column has each rank's room
-  computed from its parts by the Room rule when given one (``room_rule``: :data:`kvplan.room.ROOM_RULE`,
-  as :func:`kvplan.room.read_ledger_csv_rooms` gives it), as the log reader computes it (suggestion, available KV corrected for graphs,
-  or free at startup − parts − 150 MiB); a CSV with that column states the room, and an empty cell is no
-  room (as ``kvplan ledger --csv`` writes a rank without one);
-- ``outcome`` is one of :data:`~kvplan.columns.OUTCOMES`. A row that states none (no column, or an empty
-  cell) is taken as ``ok`` when it has a room (a planner lists the rooms of ranks that booted) and as
-  ``incomplete`` otherwise, with a warning saying that the CSV states no outcome.
-
-Every value keeps its provenance: the CSV file, the CSV line (of the row's first line) and that line as
-written. ``metadata.lines`` (what refusals quote as ``file:line``) holds the CSV lines only for
-rows whose ``source`` is the CSV itself: a row that names another file (a log ``kvplan ledger --csv``
-read) keeps no line, since a CSV line number is not a line of that log.
+Returns ``(ledger, metadata)`` as :func:`kvplan.io.vllm.read_vllm_log` does, so the CSV ``kvplan ledger --csv``
+writes reads back to the same ledger. Any subset of the glossary's columns (:data:`~kvplan.columns.LEDGER_COLUMNS`;
+an unknown one is refused with the closest names), ``rank`` in every row; ``*_bytes`` cells are integers or sizes
+(``18.8GiB``); ``source`` defaults to the CSV and ``boot`` to 0. A room stated without ``room_source`` is
+``manual``; without a ``room_bytes`` column the Room rule (``room_rule``) computes it from the parts, as the log
+reader does. A row without ``outcome`` is ``ok`` with a room, else ``incomplete``, with a warning. Every value
+keeps its provenance (CSV file, line, line text); ``metadata.lines`` holds CSV lines only for rows whose
+``source`` is the CSV itself.
 """
 
 from __future__ import annotations
@@ -51,28 +35,16 @@ from kvplan.columns import (
     OUTCOMES,
     ROOM_SOURCES,
 )
-from kvplan.io.bounds import ImpossibleValue, check_parallel_size, check_row
-from kvplan.io.ledger_frame import ledger_frame
-from kvplan.io.metadata import EvidenceLines, ReadMetadata, place_note
-from kvplan.io.room_rule import RoomRule
+from kvplan.io.ledger_frame import ImpossibleValue, check_parallel_size, check_row, ledger_frame
+from kvplan.io.metadata import EvidenceLines, ReadMetadata, RoomRule, place_note
+from kvplan.io.nvidia_smi_csv import NVIDIA_SMI_HEADERS
 from kvplan.notes import Note
 from kvplan.releases import version_tuple
 from kvplan.units import parse_size
 
 #: Header fields of ``nvidia-smi --query-gpu`` / ``--query-compute-apps`` that are no glossary name.
-NVIDIA_SMI_FIELDS = frozenset(
-    {
-        "index",
-        "uuid",
-        "name",
-        "memory.total",
-        "memory.used",
-        "memory.free",
-        "gpu_uuid",
-        "process_name",
-        "used_gpu_memory",
-        "used_memory",
-    }
+NVIDIA_SMI_FIELDS = frozenset(name for kind in NVIDIA_SMI_HEADERS.values() for name in kind) - set(
+    LEDGER_COLUMNS
 )
 #: Columns whose values are never negative.
 _COUNT_COLUMNS = ("boot", "rank", *GROUP_RANKS)
@@ -86,10 +58,7 @@ class LedgerCsvError(ValueError):
 def read_ledger_csv(
     path: str | os.PathLike, source: str | None = None, room_rule: RoomRule | None = None
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """The ledger of one ledger CSV and its metadata (``warnings``, ``provenance``, ``boots``, ``lines``).
-
-    ``source`` names the file in messages and provenance and is the default of the ``source`` column
-    (default: ``path`` as given).
+    """The ledger of one ledger CSV and its metadata; ``source`` names the file (default: ``path``).
 
     >>> import tempfile
     >>> path = Path(tempfile.mkdtemp()) / "rooms.csv"

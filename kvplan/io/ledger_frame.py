@@ -1,11 +1,21 @@
-"""Ledger rows (dicts) into the ledger DataFrame: the glossary's columns, order and nullable dtypes.
+"""Ledger rows: their physical bounds, the ledger frame, and the ledger CSV text.
 
-Both readers (vLLM logs, ledger CSVs) build their frame here, so a ledger reads back alike from
-either.
+Both readers (vLLM logs, ledger CSVs) check each row against what a GPU can show (:func:`check_row`: a 900 GB
+room on an 80 GB card, a negative free memory, ``tensor_parallel_size=0`` are refused with file and line, issue
+11) and build their frame here (:func:`ledger_frame`: the glossary's columns, order and nullable dtypes), so a
+ledger reads back alike from either. ``kvplan ledger --csv`` writes rows straight to CSV text
+(:func:`ledger_csv_text`), byte for byte as pandas writes their frame; a text cell a spreadsheet would run as a
+formula gets a leading ``'`` (:func:`kvplan.escape.csv_cell`).
+
+>>> rows = [{"rank": 0, "model": "m, 8B", "gpu_memory_utilization": 0.9, "enforce_eager": True}]
+>>> ledger_csv_text(rows) == ledger_frame_csv(ledger_frame(rows))
+True
 """
 
 from __future__ import annotations
 
+import csv
+import io
 from collections.abc import Sequence
 from operator import itemgetter
 
@@ -13,6 +23,101 @@ import pandas as pd
 from pandas.api.extensions import ExtensionArray
 
 from kvplan.columns import BOOL_COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, LEDGER_COLUMNS
+from kvplan.escape import csv_cell
+from kvplan.units import format_size
+
+#: Far above any accelerator's memory (the largest today hold well under 1 TiB): beyond is absurd.
+MAX_DEVICE_BYTES = 1 << 44
+#: The largest parallel degree accepted: 65,536 GPUs in one launch.
+MAX_PARALLEL_SIZE = 1 << 16
+#: Columns that cannot be below zero in any release (cudaMemGetInfo, a weight size, total × util).
+NEVER_NEGATIVE = (
+    "total_bytes",
+    "init_free_bytes",
+    "profiled_free_bytes",
+    "requested_bytes",
+    "weights_bytes",
+    "manual_kv_bytes",
+    "external_weights_bytes",
+)
+#: Columns that cannot exceed the GPU's total memory.
+AT_MOST_TOTAL = (
+    "init_free_bytes",
+    "profiled_free_bytes",
+    "requested_bytes",
+    "weights_bytes",
+    "room_bytes",
+    "suggested_full_bytes",
+    "suggested_fit_bytes",
+    "available_kv_bytes",
+    "kv_in_use_bytes",
+)
+
+
+class ImpossibleValue(ValueError):
+    """A value no vLLM release can print; the message names the file and line."""
+
+
+def possible_parallel_size(value: object) -> bool:
+    """Whether ``value`` can be a parallel size: a count from 1 to :data:`MAX_PARALLEL_SIZE` (a value that is
+    not a whole number is not judged here)."""
+    return not isinstance(value, int) or 1 <= value <= MAX_PARALLEL_SIZE
+
+
+def check_parallel_size(column: str, value: object, source: str, line: object) -> None:
+    """Refuse a parallel size that is not a count of GPUs from 1 to :data:`MAX_PARALLEL_SIZE`."""
+    if not possible_parallel_size(value):
+        raise ImpossibleValue(
+            f"{source}:{line}: {column}={value} is impossible: a parallel size is a count of GPUs from 1 to "
+            f"{MAX_PARALLEL_SIZE}"
+        )
+
+
+def check_row(values: dict, rank: int, origin: dict, source: str) -> None:
+    """Refuse a rank's row whose memory values no GPU can show (``origin[(rank, column)]`` = (line, raw)).
+
+    >>> try:
+    ...     row = {"total_bytes": 80 << 30, "room_bytes": 900 << 30}
+    ...     check_row(row, 1, {(1, "room_bytes"): (3, "")}, "a")
+    ... except ImpossibleValue as refused:
+    ...     print(refused)
+    a:3: rank 1: room_bytes 900 GiB is impossible: above the GPU's total memory 80 GiB
+    """
+
+    def where(column: str) -> str:
+        line = origin.get((rank, column), (None, None))[0]
+        return f"{source}:{line}" if isinstance(line, int) else source
+
+    # the few whole numbers below zero or beyond any GPU first (one pass, no call per value)
+    doubtful = [
+        column
+        for column, value in values.items()
+        if type(value) is int and not 0 <= value <= MAX_DEVICE_BYTES
+    ]
+    for column in doubtful:
+        value = values[column]
+        if not column.endswith("_bytes"):
+            continue
+        if abs(value) > MAX_DEVICE_BYTES:
+            raise ImpossibleValue(
+                f"{where(column)}: rank {rank}: {column} {format_size(value)} is impossible: beyond "
+                f"{format_size(MAX_DEVICE_BYTES)}, far above any GPU's memory"
+            )
+        if value < 0 and column in NEVER_NEGATIVE:
+            raise ImpossibleValue(
+                f"{where(column)}: rank {rank}: {column} {format_size(value)} is impossible: vLLM cannot "
+                "print it below zero"
+            )
+    total = values.get("total_bytes")
+    if not isinstance(total, int) or total <= 0:
+        return
+    for column in AT_MOST_TOTAL:
+        value = values.get(column)
+        if isinstance(value, int) and value > total:
+            raise ImpossibleValue(
+                f"{where(column)}: rank {rank}: {column} {format_size(value)} is impossible: above the GPU's "
+                f"total memory {format_size(total)}"
+            )
 
 
 def missing(value: object) -> bool:
@@ -57,12 +162,7 @@ def ledger_frame(rows: list[dict]) -> pd.DataFrame:
 
 
 def ledger_columns(rows: list[dict]) -> dict[str, ExtensionArray]:
-    """Rows → ``column → array`` of :func:`ledger_frame` (the frame's parts, to be joined as they are).
-
-    >>> columns = ledger_columns([{"rank": 1, "outcome": "ok"}, {"rank": 2}])
-    >>> columns["rank"].tolist(), columns["outcome"].tolist()
-    ([1, 2], ['ok', <NA>])
-    """
+    """Rows → ``column → array`` of :func:`ledger_frame` (the frame's parts, to be joined as they are)."""
     table = ledger_table(rows)
     cells = zip(*table) if table else [()] * len(LEDGER_COLUMNS)
     return {
@@ -71,11 +171,7 @@ def ledger_columns(rows: list[dict]) -> dict[str, ExtensionArray]:
 
 
 def ledger_table(rows: list[dict]) -> list[tuple]:
-    """Each row's cells in :data:`~kvplan.columns.LEDGER_COLUMNS` order (a column a row lacks: None).
-
-    >>> ledger_table([{"rank": 3}])[0][:3]
-    (None, None, 3)
-    """
+    """Each row's cells in :data:`~kvplan.columns.LEDGER_COLUMNS` order (a column a row lacks: None)."""
     try:  # rows holding every column (the log reader's: see EMPTY_ROW) are gathered in one C pass
         return list(map(_EVERY_COLUMN, rows))
     except KeyError:
@@ -96,3 +192,69 @@ def column_array(cells: Sequence, dtype: str) -> ExtensionArray:
     if dtype == "string":
         cells = [None if missing(value) else str(value) for value in cells]
     return pd.array(cells, dtype=dtype)
+
+
+_NA = type(pd.NA)
+#: Each ledger column's native cell types (what :mod:`csv` writes as pandas does), in column order.
+_NATIVE = tuple(MISSING_TYPES | {CELL_TYPES[COLUMN_DTYPES[column]]} for column in LEDGER_COLUMNS)
+
+
+def ledger_csv_header() -> str:
+    """The ledger CSV's header line."""
+    return ",".join(LEDGER_COLUMNS) + "\n"
+
+
+def ledger_csv_text(rows: list[dict], header: bool = True) -> str:
+    """``rows`` (dicts keyed by ledger column; a column a row lacks is ``NA``) as ledger CSV lines, the
+    text ``ledger_frame_csv(ledger_frame(rows))`` gives (without its header line if not ``header``)."""
+    columns = _native_columns(ledger_table(rows))
+    if columns is None:
+        return ledger_frame_csv(ledger_frame(rows), header)
+    out = io.StringIO()
+    if header:
+        out.write(ledger_csv_header())
+    # csv writes None empty, as pandas writes NA
+    csv.writer(out, lineterminator="\n").writerows(zip(*columns))
+    return out.getvalue()
+
+
+def _native_columns(table: list[tuple]) -> list | None:
+    """The cells of ``table`` (rows of cells in ledger column order) by column, ``NA`` as None, if every
+    cell has its column's native type, no float is NaN (pandas writes NaN as missing, :mod:`csv` as
+    ``nan``) and every whole number fits ``Int64`` (pandas refuses one that does not); else None."""
+    columns: list = list(zip(*table))
+    for index, (cells, native) in enumerate(zip(columns, _NATIVE)):
+        kinds = set(map(type, cells))
+        if not kinds <= native:
+            return None
+        if float in kinds and any(cell != cell for cell in cells if type(cell) is float):
+            return None
+        if _NA in kinds:
+            cells = columns[index] = [None if cell is pd.NA else cell for cell in cells]
+        if str in kinds:
+            columns[index] = [csv_cell(cell) for cell in cells]
+        if int in kinds:
+            numbers = set(cells)  # the distinct numbers: few, however many rows
+            numbers.discard(None)
+            if min(numbers) < _INT64_MIN or max(numbers) > _INT64_MAX:
+                return None
+    return columns
+
+
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
+def ledger_frame_csv(ledger: pd.DataFrame, header: bool = True) -> str:
+    """A ledger frame as CSV text (``to_csv(index=False)``), each text cell through
+    :func:`kvplan.escape.csv_cell`: one that begins with ``= + - @``, a tab or a CR starts with ``'``.
+
+    >>> frame = pd.DataFrame({"model": pd.array(["=1+1", "m"], dtype="string"), "rank": [-1, 0]})
+    >>> print(ledger_frame_csv(frame), end="")
+    model,rank
+    '=1+1,-1
+    m,0
+    """
+    text_columns = [c for c in ledger.columns if ledger[c].dtype == "string" or ledger[c].dtype == object]
+    if text_columns:
+        ledger = ledger.assign(**{c: ledger[c].map(csv_cell, na_action="ignore") for c in text_columns})
+    return ledger.to_csv(index=False, header=header)

@@ -1,17 +1,9 @@
-"""What a reader returns beside its frame: every ``read_*`` returns ``(frame, ReadMetadata)``.
+"""What a reader is given (the Room rule, :class:`RoomRule`) and returns beside its frame (:class:`ReadMetadata`).
 
-:class:`ReadMetadata` is one small frozen record for every source (vLLM logs, ledger CSVs,
-nvidia-smi snapshots, load evidence): the files read, the warnings (:class:`kvplan.notes.Note`, each
-with its code, file and line), the provenance of every value, the line index refusals quote as
-``file:line`` (:class:`EvidenceLines`), the boots found and the kind of snapshot. It replaces
-``DataFrame.attrs``, which pandas drops or copies at will. Fields a reader has nothing for stay empty.
-
-Provenance is kept compactly (file, line number, byte offset) and the raw line text is read back
-from the file only when :attr:`ReadMetadata.provenance` is asked for (evidence bundles, ``--json``), so
-memory grows with the number of values, not with the log text.
-
-For code written against the earlier ``dict`` metadata, ``metadata["warnings"]`` (and the other
-field names) still reads a field, sequences as lists.
+Every ``read_*`` returns ``(frame, ReadMetadata)``: the files read, the warnings (:class:`kvplan.notes.Note`),
+the provenance of every value (file, line, byte offset; the raw text read back only when asked for), the line
+index refusals quote (:class:`EvidenceLines`), the boots and the kind of snapshot. ``metadata["warnings"]``
+reads a field as the earlier ``dict`` metadata did.
 
 >>> cut = Note("a.log:3: cut", code="cut", file="a.log", line=3)
 >>> meta = ReadMetadata(sources=("a.log",), warnings=(cut,))
@@ -28,36 +20,19 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from operator import itemgetter
+from typing import Protocol
 
 import pandas as pd
 
 from kvplan.notes import Note
-
-
-def string_code(name: str, names: list[str], codes: dict[str, int]) -> int:
-    """The code of ``name``: its position in ``names``, appended (and entered in ``codes``) the first time.
-
-    >>> names, codes = [], {}
-    >>> [string_code(n, names, codes) for n in ("a.log", "b.log", "a.log")], names
-    ([0, 1, 0], ['a.log', 'b.log'])
-    """
-    code = codes.get(name)
-    if code is None:
-        code = codes[name] = len(names)
-        names.append(name)
-    return code
-
 
 #: Columns of :attr:`ReadMetadata.provenance`: one row per value read.
 PROVENANCE_COLUMNS = ["source", "line", "boot", "rank", "column", "value", "raw"]
 
 
 class EvidenceLines(Mapping):
-    """Read-only ``(source, boot, rank, column) → line`` of the room, outcome and key values.
-
-    Rank ``-1`` stands for boot-level key fields, and column ``boot`` for the boot's first line, so
-    that refusals can name the line. ``build`` (instead of ``items``) makes the index on first use:
-    a reader whose index nobody asks for (``kvplan ledger --csv``) keeps none.
+    """Read-only ``(source, boot, rank, column) → line`` of the room, outcome and key values (rank ``-1``: the
+    boot's key fields; column ``boot``: its first line); ``build`` makes the index on first use only.
 
     >>> EvidenceLines({("a.log", 0, 2, "outcome"): 65})[("a.log", 0, 2, "outcome")]
     65
@@ -90,30 +65,21 @@ _NO_NUMBER = -(2**63)
 
 
 def _append(numbers: array, values: Sequence[int]) -> None:
-    """Append ``values`` to ``numbers`` in one C pass (``array.extend`` parses each number on its own).
-
-    >>> numbers = array("q", [1])
-    >>> _append(numbers, (2, -(2**63)))
-    >>> numbers.tolist()
-    [1, 2, -9223372036854775808]
-    """
+    """Append ``values`` to ``numbers`` in one C pass (``array.extend`` parses each number on its own)."""
     numbers.frombytes(struct.pack(f"{len(values)}{numbers.typecode}", *values))
 
 
 class ProvenanceRows(Sequence):
-    """Provenance rows kept compactly: each field one machine number (line, boot, rank, byte offset;
-    source and column as indexes), the value by reference; a row comes back as the tuple it was,
-    in :data:`PROVENANCE_COLUMNS` order. About 50 bytes a row instead of a tuple's 200, so that a
-    300 MB dense log's million values fit in memory beside its ledger.
+    """Provenance rows kept compactly (about 50 bytes a row instead of a tuple's 200: a 300 MB log's million
+    values), each row back as the tuple it was, in :data:`PROVENANCE_COLUMNS` order.
 
     >>> rows = ProvenanceRows()
     >>> rows.extend([("a.log", 3, 0, 1, "room_bytes", 5, 120), ("a.log", pd.NA, 0, pd.NA, "block_size", 16, "default")])
     >>> len(rows), rows[0], rows[1][1] is pd.NA, rows[-1][6]
     (2, ('a.log', 3, 0, 1, 'room_bytes', 5, 120), True, 'default')
 
-    ``extend(rows, ordered=True)`` puts one boot's rows in provenance order (by line, a default without
-    one first; then rank as text, boot-level fields ``NA``; then column; ties as given) when they are
-    first read, so that a read whose provenance nobody asks for (``kvplan ledger --csv``) never sorts:
+    ``extend(rows, ordered=True)``: one boot's rows, put in provenance order (line, a default first; rank as
+    text; column) when first read, so that a read nobody asks provenance of never sorts:
 
     >>> rows.extend([("a.log", 9, 1, 0, "outcome", "ok", 700), ("a.log", 4, 1, 0, "room_bytes", 7, 300)], ordered=True)
     >>> [row[1] for row in rows]
@@ -130,11 +96,15 @@ class ProvenanceRows(Sequence):
         self._unordered: list[tuple[int, int]] = []  # (start, stop) of the rows still to put in order
 
     def _name(self, name: str) -> int:
-        return string_code(name, self._names, self._index)
+        """The code of ``name``: its place in ``_names``, appended the first time."""
+        code = self._index.get(name)
+        if code is None:
+            code = self._index[name] = len(self._names)
+            self._names.append(name)
+        return code
 
     def extend(self, rows: Iterable[tuple], ordered: bool = False) -> None:
-        """Append ``rows`` (tuples in :data:`PROVENANCE_COLUMNS` order), one field at a time; ``ordered``:
-        to be put in provenance order among themselves (see the class) before they are read."""
+        """Append ``rows`` (tuples in :data:`PROVENANCE_COLUMNS` order); ``ordered``: see the class."""
         fields = tuple(zip(*rows))
         if not fields:
             return
@@ -211,11 +181,8 @@ LineSource = str | bytes | bytearray | None
 
 @dataclass(frozen=True)
 class RawLines:
-    """Where raw lines can be read back: ``source → (path or bytes, line end)`` of each file read.
-
-    A provenance row's ``raw`` is either the text itself (a CSV line, "default of vLLM 0.26") or an
-    ``int`` byte offset into its source, read back here on demand, one line (``\\r`` progress updates
-    included, as the reader saw it; ``\\r`` itself ends the line of a CR-only file).
+    """Where raw lines are read back: ``source → (path or bytes, line end)``; a provenance ``raw`` that is an
+    ``int`` is a byte offset into its source, read back here on demand, one line as the reader saw it.
 
     >>> RawLines({"<text>": (b"one\\ntwo\\n", b"\\n")}).line("<text>", 4)
     'two'
@@ -264,13 +231,8 @@ def _read_to(stream, end: bytes, block: int = 4096) -> bytes:
 
 @dataclass(frozen=True, eq=False)
 class ReadMetadata:
-    """What came with a frame: sources, warnings, provenance, line index, boots, kind.
-
-    ``provenance_rows`` are tuples in :data:`PROVENANCE_COLUMNS` order whose ``raw`` may be a byte
-    offset (see :class:`RawLines`); :attr:`provenance` is them as a DataFrame with the text read back.
-    ``total_lines`` counts the lines of a single file read (None when several were); ``kind`` names
-    the kind of snapshot (nvidia-smi's ``"gpus"`` or ``"apps"``).
-    """
+    """What came with a frame: sources, warnings, provenance (:attr:`provenance`: the rows with their text
+    read back), line index, boots, ``total_lines`` of a single file read and ``kind`` of snapshot."""
 
     sources: tuple[str, ...] = ()
     warnings: tuple[Note, ...] = ()
@@ -297,10 +259,8 @@ class ReadMetadata:
         return frame
 
     def compact_provenance(self) -> pd.DataFrame:
-        """:attr:`provenance` with ``raw`` as the reader keeps it: a log line's byte offset (read back with
-        :attr:`raw_lines`), so every value's line text is never held at once. Built column by column (no
-        row tuples kept); the values column is inferred as a frame of the rows infers it (from 1-tuples).
-        """
+        """:attr:`provenance` with ``raw`` as the reader keeps it (a log line's byte offset), built column by
+        column; the values column inferred as a frame of the rows infers it."""
         columns: list[list] = [[] for _ in PROVENANCE_COLUMNS]
         appends = [column.append for column in columns]
         for row in self.provenance_rows:
@@ -376,3 +336,28 @@ def place_note(code: str, source: str, line: int | None, text: str) -> Note:
     """
     where = f"{source}:{line}" if line is not None else f"{source}"
     return Note(f"{where}: {text}", code=code, file=source, line=line)
+
+
+class BootPlace(Protocol):
+    """Where a boot is: its index in the file, its first line, its Ray-collapsed lines."""
+
+    index: int
+    first_line: int
+    ray_repeats: list
+
+
+#: ``room(values, rank, flags, origin, source, warnings)`` → ``(room_bytes, room_source, (line, raw))``
+#: or None; ``flags`` are the boot's ``estimate_applied``, ``eager`` and ``version``.
+RoomOf = Callable[[dict, int, dict, dict, str, list], "tuple[int, str, tuple] | None"]
+#: ``boot_warnings(rows, key, flags, source, boot, origin, warnings)``: notes about one boot's rooms.
+BootRoomWarnings = Callable[[dict, dict, dict, str, BootPlace, dict, list], None]
+
+
+@dataclass(frozen=True)
+class RoomRule:
+    """What a reader is given to fill ``room_bytes``/``room_source`` and keep the safest of conflicting
+    observations of a rank: the core's Room rule (:data:`kvplan.room.ROOM_RULE`). Without it a reader fills
+    no room, and of conflicting observations keeps the one with the least free memory at startup."""
+
+    room: RoomOf
+    boot_warnings: BootRoomWarnings

@@ -1,9 +1,5 @@
-"""Read a Hugging Face ``config.json`` from disk, by path or by name in the bundled catalogue.
-
-The catalogue is ``kvplan/models/<name>.json``, package data installed with kvplan (see
-``kvplan/models/README.md``). Nothing here touches
-the network: a name that is neither a file nor a catalogue entry is an error that lists the names
-the catalogue has.
+"""Read a Hugging Face ``config.json`` by path or by name in the bundled catalogue (``kvplan/models/``), never
+from the network: a name that is neither a file nor a catalogue entry is refused, listing the catalogue.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
-"""Join what ``nvidia-smi`` snapshots say about each GPU to the ledger (one snapshot is read by
-:mod:`kvplan.io.nvidia_smi_csv`, re-exported here).
+"""Join what ``nvidia-smi`` snapshots (or DCGM's, :mod:`kvplan.io.dcgm`) say about each GPU to the ledger.
 
-Memory used by *other* processes on a GPU is the sum over its processes whose pid is not one of the
-vLLM pids the ledger knows (the workers of the logged boots). Without a process snapshot it is unknown
-(``<NA>``, with a :class:`NvidiaSmiWarning`), never 0. A rank finds its GPU through its own pid in the
-process snapshot, or through an explicit ``gpu_index_by_rank`` map when the snapshot was taken while
-vLLM was not running.
-
-A snapshot of another machine is refused: a GPU whose ``memory.total`` does not fit the total GPU
-memory vLLM logged for the rank placed on it (:func:`total_bytes_match`), or, with no process snapshot
-to place the ranks by pid, fewer GPUs than ranks.
+A rank finds its GPU by its pid in the process snapshot, else by ``gpu_index_by_rank``. Memory of *other*
+processes is the sum over the GPU's processes that are not the ledger's vLLM pids; without a process snapshot it
+is unknown (``<NA>``, with a :class:`NvidiaSmiWarning`), never 0. A snapshot of another machine is refused: a
+``memory.total`` that does not fit the rank's logged total (:func:`total_bytes_match`), or fewer GPUs than ranks.
 """
 
 from __future__ import annotations
@@ -22,29 +16,9 @@ import pandas as pd
 
 from kvplan.io.dcgm import read_gpu_snapshot
 from kvplan.io.metadata import ReadMetadata
-from kvplan.io.nvidia_smi_csv import APP_COLUMNS, GPU_COLUMNS, NvidiaSmiError, read_nvidia_smi_csv
+from kvplan.io.nvidia_smi_csv import NvidiaSmiError, read_nvidia_smi_csv  # noqa: F401  (the doctests read snapshots)
 from kvplan.notes import Note
 from kvplan.units import GiB, MiB, format_size
-
-__all__ = [
-    "APP_COLUMNS",
-    "CONTEXT_COLUMNS",
-    "GPU_COLUMNS",
-    "JOINED_COLUMNS",
-    "TOTAL_ROUNDING_BYTES",
-    "NvidiaSmiError",
-    "NvidiaSmiWarning",
-    "driver_reserved_max_bytes",
-    "free_bytes_by_rank",
-    "gpu_context",
-    "gpu_index_by_pid",
-    "gpu_index_by_rank",
-    "join_nvidia_smi",
-    "join_snapshots",
-    "read_nvidia_smi_csv",
-    "read_nvidia_smi_snapshots",
-    "total_bytes_match",
-]
 
 CONTEXT_COLUMNS = ["gpu_index", "gpu_uuid", "gpu_name", "driver_version", "other_process_bytes"]
 JOINED_COLUMNS = ["gpu_name", "driver_version", "other_process_bytes"]
@@ -52,14 +26,10 @@ JOINED_COLUMNS = ["gpu_name", "driver_version", "other_process_bytes"]
 ROW_CHECKED = ("source", "rank", "pid", "total_bytes")
 GPU_CHECKED = ("gpu_index", "memory_total_bytes", "source", "line")
 
-# Rounding between the two totals of one GPU: vLLM logs its total (torch.cuda.mem_get_info) with two
-# decimals of GiB (±0.005 GiB ≈ ±5.1 MiB); nvidia-smi prints memory.total in whole MiB (< 1 MiB off).
+# Rounding between one GPU's totals: vLLM logs 2 decimals of GiB (±5.1 MiB), nvidia-smi whole MiB.
 TOTAL_ROUNDING_BYTES = GiB // 200 + MiB
-# What the driver keeps for itself (nvidia-smi's memory.reserved) is in memory.total but not in
-# mem_get_info's total. The bundled samples: H100 81,559 MiB vs 79.19 GiB logged (468 MiB less), RTX PRO
-# 6000 97,887 MiB vs 94.97 GiB (638 MiB less). The allowance is the larger of 1 GiB and 3 % of the GPU
-# (2.4 GiB on an 80 GB GPU), so larger reservations (ECC, bigger GPUs) pass, while other GPU models of
-# one family still differ by far more (H100 80 GB vs H100 NVL 94 GB: 14 GiB).
+# The driver's reservation is in memory.total, not in vLLM's (H100: 468 MiB, RTX PRO 6000: 638 MiB): up to the
+# larger of 1 GiB and 3 % passes, while models of one family differ by far more (H100 80 vs 94 GB: 14 GiB).
 DRIVER_RESERVED_MAX_BYTES = GiB
 DRIVER_RESERVED_MAX_FRACTION = 0.03
 
@@ -78,11 +48,8 @@ class NvidiaSmiWarning(UserWarning):
 
 
 def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame | None, vllm_pids: Iterable[int]) -> pd.DataFrame:
-    """Per GPU index: name, driver and memory used by processes other than ``vllm_pids`` [bytes].
-
-    ``other_process_bytes`` is ``<NA>`` when one of those processes' memory is not reported, and on
-    every GPU when ``apps`` is None (no process snapshot). Columns are :data:`CONTEXT_COLUMNS`, one row
-    per GPU, in index order.
+    """Per GPU (:data:`CONTEXT_COLUMNS`, index order): name, driver and memory of processes other than
+    ``vllm_pids`` [bytes]; ``<NA>`` when one is unreported, or on every GPU without ``apps``.
 
     >>> gpus = read_nvidia_smi_csv("0, GPU-0a1b, NVIDIA H100 80GB HBM3, 580.95.05, 81559, 3072, 78017")[0]
     >>> apps = read_nvidia_smi_csv("GPU-0a1b, 7, VLLM::Worker_TP0, 2048\\nGPU-0a1b, 9, python3, 1024")[0]
@@ -102,12 +69,7 @@ def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame | None, vllm_pids: Iterab
 
 
 def _other_process_bytes(processes: list[dict], gpu_uuid: str, vllm_pids: set[int]):
-    """Memory [bytes] of the processes on ``gpu_uuid`` not in ``vllm_pids``; ``<NA>`` if one is unreported.
-
-    >>> _other_process_bytes([{"gpu_uuid": "G", "pid": 7, "used_memory_bytes": 5},
-    ...                       {"gpu_uuid": "G", "pid": 9, "used_memory_bytes": 2}], "G", {7})
-    2
-    """
+    """Memory [bytes] of the processes on ``gpu_uuid`` not in ``vllm_pids``; ``<NA>`` if one is unreported."""
     used = [
         process["used_memory_bytes"]
         for process in processes
@@ -118,9 +80,7 @@ def _other_process_bytes(processes: list[dict], gpu_uuid: str, vllm_pids: set[in
 
 
 def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
-    """Which GPU index each process in the snapshot runs on (none when ``apps`` is None).
-
-    A process on several GPUs (one row per GPU) is an error: its rank has no single GPU.
+    """Which GPU index each process runs on (none without ``apps``); a process on several GPUs is refused.
 
     >>> gpus = read_nvidia_smi_csv("1, GPU-0a1b, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")[0]
     >>> gpu_index_by_pid(gpus, read_nvidia_smi_csv("GPU-0a1b, 7, python3, 2048")[0])
@@ -142,10 +102,8 @@ def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int,
 
 
 def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The ``--query-gpu`` and ``--query-compute-apps`` snapshots among ``paths``, as ``(gpus, apps)``.
-
-    The GPU snapshot is required. Without a process snapshot ``apps`` is None (other processes'
-    memory unknown), unlike a process snapshot with no process in it (an empty frame: none).
+    """The ``--query-gpu`` (required) and ``--query-compute-apps`` snapshots among ``paths``: ``(gpus, apps)``,
+    ``apps`` None without a process snapshot (other processes unknown), empty with one of no process.
 
     >>> from kvplan import DATA_DIR
     >>> gpus, apps = read_nvidia_smi_snapshots([DATA_DIR / "boots" / "four-rank" / "nvidia-smi-gpu.csv"])
@@ -172,12 +130,10 @@ def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame
 
 
 def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
-    """Which GPU each ledger rank runs on: the GPU its pid holds memory on, else GPU index = rank.
+    """Which GPU each ledger rank runs on: the one its pid holds memory on, else GPU index = rank (one node).
 
-    The fallback assumes one node with every GPU visible. When no rank is placed by pid, a snapshot with
-    fewer GPUs than that needs is refused; when some are (e.g. one node of several), ranks without a GPU
-    in the snapshot are left out. A process snapshot that holds none of the ledger's pids is refused: it
-    belongs to another launch; so is a GPU whose memory.total does not fit the rank's logged total.
+    Ranks no GPU of the snapshot holds are left out when others are placed by pid, else refused, as is a
+    process snapshot of none of the ledger's pids or a ``memory.total`` that does not fit the logged total.
 
     >>> gpus = read_nvidia_smi_csv("0, GPU-0, NVIDIA L40S, 580.95.05, 46068, 2048, 43403\\n"
     ...                            "1, GPU-1, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")[0]
@@ -253,14 +209,10 @@ def join_nvidia_smi(
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """A copy of ``ledger`` with ``gpu_name``, ``driver_version`` and ``other_process_bytes`` filled in.
 
-    The vLLM pids are the ledger's ``pid`` values plus ``extra_vllm_pids`` (e.g. an EngineCore that
-    holds GPU memory). A row's GPU is the one its ``pid`` runs on in ``apps``; rows whose pid is not
-    in the snapshot use ``gpu_index_by_rank[rank]`` when given, else stay ``<NA>``. A pid found on
-    another GPU than ``gpu_index_by_rank`` says, a GPU name or driver that differs from one already
-    in the ledger, or a GPU ``memory.total`` that does not fit the row's logged ``total_bytes``
-    (:func:`total_bytes_match`) is an error naming the snapshot, the source and rank. With ``apps``
-    None, ``other_process_bytes`` stays ``<NA>`` and a :class:`NvidiaSmiWarning` says so (also in the
-    warnings of the metadata returned with the joined copy).
+    A row's GPU is its pid's in ``apps``, else ``gpu_index_by_rank[rank]``; the vLLM pids are the ledger's
+    plus ``extra_vllm_pids``. The two placing a row apart, a name or driver the ledger states otherwise, or a
+    ``memory.total`` that does not fit (:func:`total_bytes_match`) are refused; without ``apps`` a
+    :class:`NvidiaSmiWarning` (also in the metadata) says other processes are unknown.
 
     >>> gpus = read_nvidia_smi_csv("0, GPU-0a1b, NVIDIA H100 80GB HBM3, 580.95.05, 81559, 3072, 78017")[0]
     >>> apps = read_nvidia_smi_csv("GPU-0a1b, 7, VLLM::Worker_TP0, 2048\\nGPU-0a1b, 9, python3, 1024")[0]
@@ -313,12 +265,8 @@ def join_snapshots(
 ) -> tuple[pd.DataFrame, dict[int, int], ReadMetadata]:
     """The ledger joined with the snapshots among ``paths``, each rank's free memory [bytes], the metadata.
 
-    One call for every reader of snapshots (``kvplan ledger``, ``gate`` and ``approve``, the notebooks'
-    :func:`kvplan.whatif.read_launch`): :func:`read_nvidia_smi_snapshots`, ranks placed on GPUs by
-    :func:`gpu_index_by_rank`, :func:`join_nvidia_smi`, and :func:`free_bytes_by_rank`. The join's
-    warnings (no process snapshot: other processes' memory unknown) are the metadata's ``warnings``
-    (:class:`~kvplan.notes.Note` s with code, file and line); ``warn=False`` does not also raise them
-    as :class:`NvidiaSmiWarning`, for a caller that records them itself.
+    The one call of every reader of snapshots; the join's warnings are the metadata's, and ``warn=False``
+    does not also raise them as :class:`NvidiaSmiWarning`.
 
     >>> from kvplan import DATA_DIR
     >>> from kvplan.io import read_vllm_logs
@@ -338,10 +286,8 @@ def join_snapshots(
 
 
 def total_bytes_match(logged_total_bytes: int, smi_total_bytes: int) -> bool:
-    """Whether vLLM's logged total GPU memory can be the same GPU as nvidia-smi's ``memory.total``.
-
-    The logged total may lack up to :func:`driver_reserved_max_bytes` (the driver's reservation),
-    give or take :data:`TOTAL_ROUNDING_BYTES`.
+    """Whether vLLM's logged total [bytes] can be the GPU of nvidia-smi's ``memory.total``: less by up to
+    :func:`driver_reserved_max_bytes`, give or take :data:`TOTAL_ROUNDING_BYTES`.
 
     >>> total_bytes_match(85_029_615_043, 81_559 * MiB)  # H100: 79.19 GiB logged, 468 MiB reserved
     True
@@ -386,11 +332,7 @@ def _source(snapshot: pd.DataFrame) -> str:
 
 
 def _records(frame: pd.DataFrame, columns: Iterable[str]) -> list[dict]:
-    """The rows of ``frame`` as plain dicts of ``columns`` (absent ones left out), read column by column.
-
-    >>> _records(pd.DataFrame({"rank": [0, 1], "pid": [7, 8]}), ("rank", "pid", "source"))
-    [{'rank': 0, 'pid': 7}, {'rank': 1, 'pid': 8}]
-    """
+    """The rows of ``frame`` as plain dicts of ``columns`` (absent ones left out), read column by column."""
     present = [column for column in columns if column in frame.columns]
     return [dict(zip(present, values)) for values in zip(*(frame[column].tolist() for column in present))]
 

@@ -1,17 +1,12 @@
-"""Read one ``nvidia-smi`` CSV snapshot: :func:`read_nvidia_smi_csv` (GPUs or processes, int bytes).
+"""Read one ``nvidia-smi`` CSV snapshot (GPUs or processes, int bytes): :func:`read_nvidia_smi_csv`.
 
-Two queries are read, with or without header and units (``--format=csv``, ``csv,noheader``,
-``csv,nounits`` or ``csv,noheader,nounits``)::
+The two queries, with or without header and units, the kind told by the header or the number of fields::
 
     nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.total,memory.used,memory.free --format=csv
     nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv
 
-The kind is told from the header (``memory.total [MiB]`` vs ``used_gpu_memory [MiB]``), or, without a
-header, from the number of fields (7 = GPUs, 4 = processes, in the order of the queries above).
-nvidia-smi reports memory in MiB; values become ``int`` bytes. ``[N/A]`` and ``[Not Supported]``
-(common for process memory inside containers) become ``<NA>``, never 0. Memory nvidia-smi cannot print
-is refused with the file and line: a negative amount, or a GPU with more free or used memory than its
-total, or used and free together above the total (nvidia-smi's used = total − free − reserved).
+MiB become ``int`` bytes; ``[N/A]`` and ``[Not Supported]`` become ``<NA>``, never 0. Memory nvidia-smi cannot
+print (negative, free or used above the total, used + free above it) is refused with the file and line.
 """
 
 from __future__ import annotations
@@ -34,7 +29,7 @@ GPU_COLUMNS = [
 ]
 APP_COLUMNS = ["gpu_uuid", "pid", "process_name", "used_memory_bytes"]
 # Header field (units stripped) -> column, per kind. ``used_memory`` prints as ``used_gpu_memory``.
-_HEADERS = {
+NVIDIA_SMI_HEADERS = {
     "gpus": {
         "index": "gpu_index",
         "uuid": "gpu_uuid",
@@ -63,13 +58,9 @@ class NvidiaSmiError(ValueError):
 def read_nvidia_smi_csv(
     path_or_text: str | Path, kind: str | None = None
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """A ``--query-gpu`` or ``--query-compute-apps`` CSV snapshot as a DataFrame with int bytes.
-
-    ``path_or_text`` is a file path, or the CSV text itself (text has a newline or a comma).
-    ``kind`` ("gpus" or "apps") is detected when omitted; give it for a header-less snapshot that may
-    be empty (``--query-compute-apps … noheader`` prints nothing when no process runs).
-    Columns are :data:`GPU_COLUMNS` or :data:`APP_COLUMNS`, plus ``source`` and ``line`` (1-based);
-    the metadata's ``kind`` tells which and ``sources`` names the file.
+    """A ``--query-gpu`` or ``--query-compute-apps`` snapshot (a path, or the CSV text) as :data:`GPU_COLUMNS`
+    or :data:`APP_COLUMNS` plus ``source`` and ``line``; ``kind`` ("gpus", "apps") detected unless given (an
+    empty header-less process snapshot needs it); the metadata's ``kind`` tells which.
 
     >>> apps, metadata = read_nvidia_smi_csv("GPU-0a1b, 4242, python3, 1024 MiB")
     >>> metadata.kind, int(apps.loc[0, "pid"]), int(apps.loc[0, "used_memory_bytes"])
@@ -117,12 +108,12 @@ def _split(line: str) -> list[str]:
 def _parse_header(line: str) -> list[str] | None:
     """Header names with units stripped, or None when the line is data (its first field is not a name)."""
     names = [part.split("[")[0].strip().lower() for part in _split(line)]
-    known = set(_HEADERS["gpus"]) | set(_HEADERS["apps"])
+    known = set(NVIDIA_SMI_HEADERS["gpus"]) | set(NVIDIA_SMI_HEADERS["apps"])
     return names if names and names[0] in known else None
 
 
 def _header_kind(names: list[str], source: str, number: int) -> tuple[str, list[str]]:
-    for kind, mapping in _HEADERS.items():
+    for kind, mapping in NVIDIA_SMI_HEADERS.items():
         fields = [mapping.get(name) for name in names]
         if set(_COLUMNS[kind]) <= set(fields) - {None}:
             return kind, fields

@@ -1,11 +1,8 @@
-"""Prometheus' HTTP API, read a page of time at a time: raw samples or ``query_range`` steps.
+"""Prometheus' HTTP API (``requests``), read a page of time at a time: raw samples or ``query_range`` steps.
 
-:func:`series_pages` asks ``/api/v1/query`` for a range vector (``SELECTOR[Ns]``: the samples as scraped,
-with their own timestamps) or, given a step, ``/api/v1/query_range`` (Prometheus' value at each step), one
-page of time per request, and yields each page's series as :class:`Series`. Prometheus first counts the
-series; a page's window then holds about :data:`PAGE_POINTS` points (series × samples, at the scrape interval
-the pages show, 1 s until they show one), so a 10,000-series answer is never held whole. HTTP goes through
-``requests``.
+:func:`series_pages` asks ``/api/v1/query`` for a range vector (the samples as scraped) or, given a step,
+``/api/v1/query_range``; Prometheus first counts the series, and a page then holds about :data:`PAGE_POINTS`
+points, so a 10,000-series answer is never held whole.
 """
 
 from __future__ import annotations
@@ -40,7 +37,7 @@ class Series:
 
 
 def parse_time(text: str) -> float:
-    """A Unix time [s] from Unix seconds or an ISO 8601 time (without an offset: UTC).
+    """A Unix time [s] from Unix seconds or ISO 8601 (without an offset: UTC).
 
     >>> parse_time("1795511850"), parse_time("2026-11-24T09:17:30Z"), parse_time("2026-11-24 09:17:30")
     (1795511850.0, 1795511850.0, 1795511850.0)
@@ -116,11 +113,8 @@ def _series(result: list[dict], low: float, high: float) -> list[Series]:
 def series_pages(
     url: str, selector: str, start: float, end: float, step: float | None = None
 ) -> Iterator[list[Series]]:
-    """The series of ``selector`` from ``start`` to ``end`` [Unix s], both included, a page at a time.
-
-    Without ``step``: the raw samples (a range vector per page); with it, ``query_range`` at that step
-    from ``start``. Pages follow time; a series spans pages.
-    """
+    """The series of ``selector`` from ``start`` to ``end`` [Unix s], both included, a page of time at a time:
+    the raw samples, or ``query_range`` every ``step`` [s] from ``start``."""
     if not end >= start:
         raise PrometheusError(f"--end {end:g} is before --start {start:g}")
     low = math.nextafter(start, -math.inf)  # the first page includes start
@@ -165,11 +159,7 @@ def _series_count(session: requests.Session, url: str, selector: str, start: flo
 
 def _interval(page: list[Series], last: float | None, interval: float) -> tuple[float, float | None]:
     """The scrape interval [s] the pages show so far (the shortest gap between sample times, counting the
-    previous page's latest time ``last``) and the latest time now seen.
-
-    >>> _interval([Series({}, [(30.0, 1.0)])], 15.0, 1.0)
-    (15.0, 30.0)
-    """
+    previous page's latest ``last``) and the latest time now seen."""
     times = sorted({t for series in page for t, _ in series.points} | ({last} if last is not None else set()))
     gaps = [b - a for a, b in itertools.pairwise(times)]
     if not gaps:

@@ -1,21 +1,17 @@
-"""vLLM's series from Prometheus and /metrics: load evidence over time, the running KV value at a time.
+"""vLLM's series in Prometheus and /metrics: load evidence, each engine's running KV value, alert rules.
 
-:func:`read_prometheus_load` asks for every name the /metrics file reader reads (:data:`QUERIED`: V0 and
-V1 names alike, the counters' ``_created`` times and ``vllm:cache_config_info``), a page of time at a time
-(:func:`~kvplan.io.prometheus.api.series_pages`), and hands the samples in time order to
-:func:`kvplan.io.load.samples_reading`: the same rows, counter resets and warnings as the same samples in
-scrape files. Series of more than one scrape target (``job``/``instance``/``pod``/``namespace``) would be
-summed into one server: refused, narrow them with ``--match``.
-
-The running value (:class:`RunningValue`, one per engine) is what ``vllm:cache_config_info`` shows —
-``kv_cache_memory_bytes`` and ``num_gpu_blocks`` — from Prometheus at a time (:func:`running_values_at`), the
-last scrape of /metrics files (:func:`running_values_of_metrics`), or vLLM's log line "Engine 000: vllm
-cache_config_info with initialization after num_gpu_blocks is: N" (:func:`running_values_of_logs`: blocks
-only).
+:func:`read_prometheus_load` asks for every name the /metrics file reader reads (:data:`QUERIED`), a page of time
+at a time, and hands the samples to :func:`kvplan.io.load.samples_reading`: the same rows, resets and warnings as
+the same samples in files; series of several scrape targets are refused (narrow them with ``--match``). The
+running value (:class:`RunningValue`) is what ``vllm:cache_config_info`` shows, from Prometheus at a time, /metrics
+files or vLLM's "cache_config_info with initialization" log line (blocks only). :func:`alert_rules` writes the
+rules of an approved launch, each annotated with the bundle digest: the running value differs, a GPU's DCGM free
+memory below the reserve after :data:`WARM_UP`, preemptions or KV usage beyond the load policy in :data:`WINDOW`.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import re
@@ -33,6 +29,7 @@ from kvplan.io.prometheus.api import (
     parse_time,
     series_pages,
 )
+from kvplan.units import MiB
 
 QUERIED = tuple(sorted({*READ, *CREATED, CACHE_CONFIG}))  # the metric names the file reader reads
 TARGET_LABELS = ("job", "instance", "pod", "namespace")  # labels telling one scrape target from another
@@ -45,10 +42,8 @@ ABSENT = "absent"  # a cache_config_info without the label (a vLLM release befor
 
 @dataclass(frozen=True)
 class RunningValue:
-    """What one engine's ``vllm:cache_config_info`` shows: ``kv_cache_memory_bytes`` (an ``int``; ``None``:
-    the label says None, a run without ``--kv-cache-memory-bytes``; :data:`ABSENT`: no such label or no
-    such line) and ``num_gpu_blocks`` (``None``: not shown). ``where`` names the file and line or the
-    Prometheus series."""
+    """One engine's ``vllm:cache_config_info``: ``kv_cache_memory_bytes`` (``None``: run without the flag;
+    :data:`ABSENT`: not shown) and ``num_gpu_blocks`` (``None``: not shown), ``where`` it was read."""
 
     where: str
     engine: str
@@ -58,8 +53,7 @@ class RunningValue:
 
 
 def _label_int(labels: Mapping[str, str], name: str) -> int | str | None:
-    """A whole-number label as ``int``; "None" as ``None``; missing as :data:`ABSENT`; anything else as
-    :data:`ABSENT` too (kvplan cannot read it)."""
+    """A whole-number label as ``int``, "None" as ``None``, anything else (or none) as :data:`ABSENT`."""
     value = labels.get(name)
     if value is None:
         return ABSENT
@@ -77,8 +71,7 @@ def _running(where: str, labels: Mapping[str, str]) -> RunningValue:
 
 
 def running_values_at(url: str, at: float, match: str | None = None) -> list[RunningValue]:
-    """Every engine's running value in Prometheus at ``at`` [Unix s]: one per series of
-    ``vllm:cache_config_info`` (each target and engine), named by its target labels."""
+    """Every engine's running value in Prometheus at ``at`` [Unix s], one per ``vllm:cache_config_info`` series."""
     values = []
     for series in instant_series(url, _matchers("vllm:cache_config_info", match), at):
         labels = series.labels
@@ -103,8 +96,8 @@ def running_values_of_metrics(paths: Sequence[str | Path]) -> list[RunningValue]
 
 
 def running_values_of_logs(paths: Sequence[str | Path]) -> list[RunningValue]:
-    """The engines' KV blocks from vLLM's "vllm cache_config_info with initialization" log line (the last
-    per engine and file); the bytes are not in that line (:data:`ABSENT`).
+    """The engines' KV blocks from vLLM's "cache_config_info with initialization" log line (the last per engine
+    and file; the bytes are :data:`ABSENT`).
 
     >>> import tempfile, os
     >>> line = "(APIServer pid=1624) INFO 09-24 20:54:37 [loggers.py:142] Engine 000: vllm cache_config_info "
@@ -179,11 +172,8 @@ def _samples(pages: Iterable[list[Series]], source: str) -> Iterator[Sample]:
 def read_prometheus_load(
     url: str, start: float, end: float, step: float | None = None, match: str | None = None
 ) -> LoadReading:
-    """One server's load evidence from Prometheus at ``url`` between ``start`` and ``end`` [Unix s].
-
-    Without ``step`` the samples as scraped; with it Prometheus' value every ``step`` seconds. Rows and
-    warnings name the source ``prometheus URL``; a row's line is its scrape's first sample, counted from 1.
-    """
+    """One server's load evidence from Prometheus between ``start`` and ``end`` [Unix s]: the samples as
+    scraped, or Prometheus' value every ``step`` [s]; the source is ``prometheus URL``, a line a sample's place."""
     source = f"prometheus {url}"
     pages = series_pages(url, load_selector(match), start, end, step)
     return samples_reading(_samples(pages, source), source)
@@ -196,13 +186,9 @@ def read_load_run(
     window: Sequence[str | float | None] = (),
     step: str | float | None = None,
 ) -> LoadReading:
-    """One run's load evidence: its ``files`` (server logs, /metrics files), or with ``prometheus`` (a
-    server's URL) its logs among them and its /metrics series from the server, in place of its /metrics files.
-
-    ``window`` is ``(start, end)`` or ``(start, end, match)``: Unix s or ISO 8601 times (UTC) and label
-    matchers choosing the run's server; ``step`` a duration (``"15s"``; None: every sample as scraped).
-    Notebook 06 reads its runs here: the same rows as from the files the server was scraped into.
-    """
+    """One run's load evidence (notebook 06): its ``files``, or with ``prometheus`` (a URL) its logs and its
+    /metrics series from the server over ``window`` = ``(start, end[, match])`` (Unix s or ISO 8601, UTC) at
+    ``step`` (``"15s"``; None: as scraped), in place of its /metrics files."""
     if prometheus is None:
         return read_load_evidence(files, year=year)
     if len(window) not in (2, 3) or window[0] is None or window[1] is None:
@@ -242,8 +228,8 @@ def sample_line(sample: Sample) -> str:
 def save_prometheus_load(
     url: str, start: float, end: float, step: float | None, match: str | None, path: str | Path
 ) -> Path:
-    """Write what :func:`read_prometheus_load` reads as a /metrics file (each sample with its timestamp), so
-    an evidence bundle keeps the samples and the file reader gives back the same rows; written atomically."""
+    """Write what :func:`read_prometheus_load` reads as a /metrics file (atomically, each sample with its
+    time): a bundle keeps the samples, and the file reader gives back the same rows."""
     path = Path(path)
     partial = path.with_name(path.name + ".partial")
     pages = series_pages(url, load_selector(match), start, end, step)
@@ -251,3 +237,68 @@ def save_prometheus_load(
         out.writelines(sample_line(sample) for sample in _samples(pages, f"prometheus {url}"))
     os.replace(partial, path)
     return path
+
+
+WARM_UP = "10m"  # the reserve rule waits this long: warm-up and a restart's profiling pass
+WINDOW = "15m"  # the preemption and KV-usage windows
+
+
+def _selector(name: str, matchers: str, *more: str) -> str:
+    inner = ",".join(m for m in (matchers, *more) if m)
+    return f"{name}{{{inner}}}" if inner else name
+
+
+def _rule(alert: str, expr: str, duration: str | None, summary: str, digest: str) -> list[str]:
+    lines = [f"      - alert: {alert}", f"        expr: {json.dumps(expr)}"]
+    if duration:
+        lines.append(f"        for: {duration}")
+    lines += [
+        "        labels:",
+        "          severity: critical",
+        "        annotations:",
+        f"          summary: {json.dumps(summary)}",
+        f"          kvplan_bundle_digest: {json.dumps('sha256:' + digest)}",
+    ]
+    return lines
+
+
+def alert_rules(
+    digest: str,
+    approved_bytes: int,
+    reserve_bytes: int,
+    max_preemptions: int = 0,
+    kv_usage_pct: float = 95.0,
+    matchers: str = "",
+) -> str:
+    """The rules file of an approved launch (``digest``: the bundle's hex SHA-256; sizes in bytes), every rule
+    scoped by ``matchers`` (PromQL label matchers without braces); YAML written as JSON strings, so no label
+    can change its structure.
+
+    >>> text = alert_rules("ab" * 32, 12_884_377_600, 966_367_641)
+    >>> [line.split(": ", 1)[1] for line in text.splitlines() if "alert:" in line]
+    ['KvplanRunningValueDiffers', 'KvplanGpuFreeBelowReserve', 'KvplanPreemptions', 'KvplanKvCacheUsageHigh']
+    >>> 'kv_cache_memory_bytes!=\\\\"12884377600\\\\"' in text
+    True
+    """
+    config = _selector("vllm:cache_config_info", matchers, f'kv_cache_memory_bytes!="{approved_bytes}"')
+    free = _selector("DCGM_FI_DEV_FB_FREE", matchers)
+    preemptions = _selector("vllm:num_preemptions_total", matchers)
+    usage = _selector("vllm:kv_cache_usage_perc", matchers)
+    lines = ["groups:", f"  - name: {json.dumps('kvplan-' + digest[:12])}", "    rules:"]
+    lines += _rule(
+        "KvplanRunningValueDiffers", config, None,
+        f"an engine runs another KV value than the approved --kv-cache-memory-bytes={approved_bytes}", digest,
+    )  # fmt: skip
+    lines += _rule(
+        "KvplanGpuFreeBelowReserve", f"{free} * {MiB} < {reserve_bytes}", WARM_UP,
+        f"a GPU has less free memory than the approved reserve of {reserve_bytes} bytes", digest,
+    )  # fmt: skip
+    lines += _rule(
+        "KvplanPreemptions", f"increase({preemptions}[{WINDOW}]) > {max_preemptions}", None,
+        f"more than {max_preemptions} preemption(s) in {WINDOW}, beyond the approved load policy", digest,
+    )  # fmt: skip
+    lines += _rule(
+        "KvplanKvCacheUsageHigh", f"{usage} > {kv_usage_pct / 100:g}", WINDOW,
+        f"KV cache usage above {kv_usage_pct:g}% for {WINDOW}", digest,
+    )  # fmt: skip
+    return "\n".join(lines) + "\n"

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kvplan.io.bounds import check_parallel_size, possible_parallel_size
+from kvplan.io.ledger_frame import check_parallel_size, possible_parallel_size
 from kvplan.io.metadata import place_note
 from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.handlers import Fact
@@ -257,7 +257,7 @@ ConfigColumns = tuple[tuple[tuple[str, object], ...], tuple[str, object] | None]
 def config_columns(values: dict) -> ConfigColumns:
     """The configuration columns the values of a config fact set, each
     value as the ledger holds it, and the first impossible parallel size among them
-    (:func:`~kvplan.io.bounds.check_parallel_size`).
+    (:func:`~kvplan.io.ledger_frame.check_parallel_size`).
 
     >>> config_columns({"max_seq_len": "4096", "disable_hybrid_kv_cache_manager": True})
     ((('max_model_len', 4096), ('hybrid_kv_cache_manager', False)), None)

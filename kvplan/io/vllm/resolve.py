@@ -9,10 +9,8 @@ from functools import lru_cache
 import pandas as pd
 
 from kvplan.columns import GROUP_RANKS, KEY_COLUMNS, LEDGER_COLUMNS, SIZING_CONFIG, world_size
-from kvplan.io.bounds import check_row
-from kvplan.io.ledger_frame import EMPTY_ROW, missing
-from kvplan.io.metadata import place_note
-from kvplan.io.room_rule import RoomRule
+from kvplan.io.ledger_frame import EMPTY_ROW, check_row, missing
+from kvplan.io.metadata import RoomRule, place_note
 from kvplan.io.vllm.boots import KV_SIZED_COLUMNS, Boot
 from kvplan.io.vllm.conflicts import RankObservations, completed, safest, two_launches
 from kvplan.io.vllm.manual import exact_manual
