@@ -17,7 +17,6 @@ FLOORS = {
     "kvplan.releases": 0,
     "kvplan.notes": 0,
     "kvplan.verdict": 0,
-    "kvplan.json_text": 0,
     "kvplan.escape": 0,
     "kvplan.io": 1,
     "kvplan.budget": 2,
