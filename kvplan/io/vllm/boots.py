@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from kvplan.io.ledger_frame import check_parallel_size, possible_parallel_size
+from kvplan.io.ledger_frame import ImpossibleValue, check_parallel_size, possible_parallel_size
 from kvplan.io.metadata import place_note
 from kvplan.io.vllm.families import read_message
-from kvplan.io.vllm.handlers import Fact
+from kvplan.io.vllm.handlers import Fact, PartsDisagree
 from kvplan.io.vllm.records import Record, rank_name, split_records
 from kvplan.io.vllm.values import CONFIG_NAMES
 from kvplan.notes import Note
@@ -104,7 +104,10 @@ class BootSplitter:
     def line(self, number: int, raw: int | str, text: str) -> None:
         """Read one physical line (number from 1)."""
         for record in split_records(text):
-            facts = read_message(record.message)
+            try:
+                facts = read_message(record.message)
+            except PartsDisagree as refused:  # a line no vLLM prints: refused, naming it
+                raise ImpossibleValue(f"{self.source}:{number}: {refused}") from None
             if facts:
                 self._facts(number, raw, facts, record)
 
