@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
+from typing import Any
 
 from matplotlib import rc_context
 from matplotlib.axes import Axes
@@ -121,6 +122,7 @@ def _annotate_bars(
     rotation = 0 if level else 90
     for bar, text in zip(bars, texts):
         x = bar.get_x() + bar.get_width() / 2
+        place: dict[str, Any]
         if inside == "base":
             place = {
                 "xy": (x, 0),
@@ -134,7 +136,8 @@ def _annotate_bars(
         else:
             place = {"xy": (x, bar.get_height()), "xytext": (0, 4), "rotation": rotation}
         offset = {"textcoords": "offset points"} if "xytext" in place else {}
-        ax.annotate(text, ha="center", **{"va": "bottom", "fontsize": FONT_SIZE, **offset, **place})
+        shown: dict[str, Any] = {"va": "bottom", "fontsize": FONT_SIZE, **offset, **place}
+        ax.annotate(text, ha="center", **shown)
     return level
 
 
