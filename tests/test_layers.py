@@ -211,8 +211,6 @@ OVER_BUDGET_FOR_NOW = {
     "kvplan.io.vllm.resolve._provenance",
     "kvplan.io.vllm.resolve._sort_events",
     "kvplan.io.vllm.resolve.resolve_boot",
-    "kvplan.kvspec.log_check._check_unit",
-    "kvplan.kvspec.log_check.cross_check",
     "kvplan.ledger",
     "kvplan.ledger._lacking_message",
     "kvplan.ledger.room_per_rank",
