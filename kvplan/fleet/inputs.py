@@ -40,11 +40,7 @@ class HostFiles:
 
 
 def parse_storage_options(pairs: Sequence[str]) -> dict[str, object]:
-    """``key=value`` texts as fsspec storage options; ``endpoint_url`` goes into ``client_kwargs``.
-
-    >>> parse_storage_options(["key=ak", "anon=false", "endpoint_url=http://127.0.0.1:8333"])
-    {'key': 'ak', 'anon': False, 'client_kwargs': {'endpoint_url': 'http://127.0.0.1:8333'}}
-    """
+    """``key=value`` texts as fsspec storage options; ``endpoint_url`` goes into ``client_kwargs``."""
     options: dict[str, object] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
@@ -257,10 +253,6 @@ def _remote_entry(fs, base: str, file: str, where: str) -> str:
 
 
 def _bucket_url(url: str) -> str:
-    """The scheme and bucket (or http host) of a remote URL, as a URL ending in ``/``.
-
-    >>> _bucket_url("http://127.0.0.1:8000/fleet"), _bucket_url("s3://fleet/small")
-    ('http://127.0.0.1:8000/', 's3://fleet/')
-    """
+    """The scheme and bucket (or http host) of a remote URL, as a URL ending in ``/``."""
     scheme, rest = url.split("://", 1)
     return f"{scheme}://{rest.split('/', 1)[0]}/"

@@ -77,17 +77,7 @@ def _gpus(path: str | Path, hostname: str | None) -> dict[str, dict]:
 
 
 def read_dcgm_scrape(path: str | Path, hostname: str | None = None) -> tuple[pd.DataFrame, ReadMetadata]:
-    """One host's GPUs from a DCGM exporter scrape, as nvidia-smi's ``--query-gpu`` snapshot frame.
-
-    >>> import tempfile
-    >>> labels = 'gpu="2",UUID="GPU-2e7b",modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"'
-    >>> text = "".join(f"DCGM_FI_DEV_FB_{f}{{{labels}}} {v}\\n" for f, v in (("FREE", 2314), ("USED", 78775), ("RESERVED", 470)))
-    >>> with tempfile.NamedTemporaryFile("w", suffix=".prom", delete=False) as scrape:
-    ...     _ = scrape.write(text)
-    >>> gpus, metadata = read_dcgm_scrape(scrape.name)
-    >>> int(gpus.loc[0, "memory_total_bytes"]) // MiB, int(gpus.loc[0, "memory_free_bytes"]) // MiB, metadata.kind
-    (81559, 2314, 'gpus')
-    """
+    """One host's GPUs from a DCGM exporter scrape, as nvidia-smi's ``--query-gpu`` snapshot frame."""
     source, records = str(path), []
     for uuid, gpu in _gpus(path, hostname).items():
         mib, labels = gpu["mib"], gpu["labels"]
@@ -116,12 +106,7 @@ def read_dcgm_scrape(path: str | Path, hostname: str | None = None) -> tuple[pd.
 
 def read_gpu_snapshot(path: str | Path) -> tuple[pd.DataFrame, ReadMetadata]:
     """An nvidia-smi CSV snapshot or a DCGM scrape, as :func:`~kvplan.io.nvidia_smi_csv.read_nvidia_smi_csv`
-    reads the CSV: one reader for every GPU snapshot.
-
-    >>> from kvplan import DATA_DIR
-    >>> read_gpu_snapshot(DATA_DIR / "boots" / "four-rank" / "nvidia-smi-gpu.csv")[1].kind
-    'gpus'
-    """
+    reads the CSV: one reader for every GPU snapshot."""
     return read_dcgm_scrape(path) if is_dcgm_file(path) else read_nvidia_smi_csv(path)
 
 
