@@ -116,7 +116,7 @@ lab: $(STAMP)
 # dashboard. Ctrl-C stops it.
 REVIEW_PORT ?= 8866
 review: demo
-	@$(BIN)/python -m kvplan.notebook.review build/review $(EVIDENCE)/* notebooks/*.ipynb --port $(REVIEW_PORT)
+	@$(BIN)/python -m kvplan.notebook.report build/review $(EVIDENCE)/* notebooks/*.ipynb --serve --port $(REVIEW_PORT)
 
 clean:
 	rm -rf $(VENV) build .pytest_cache .ruff_cache .hypothesis .mypy_cache

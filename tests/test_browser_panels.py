@@ -509,7 +509,7 @@ def test_panel_redraws_correctly_after_bursts_of_every_control(lab, started, not
 
 @pytest.fixture(scope="module")
 def review(tmp_path_factory):
-    """``make review``'s server (kvplan.notebook.review) over the sample's approval and notebook 02: its URL.
+    """``make review``'s server (kvplan.notebook.report --serve) over the sample's approval and notebook 02: its URL.
 
     The approval is ``make demo``'s (with the two nvidia-smi snapshots): the served notebook reads the bundle's
     own inputs (its ``BUNDLE`` parameter), so its panel is the one the sample's parameters give."""
@@ -527,8 +527,8 @@ def review(tmp_path_factory):
     log = home / "voila.log"
     with open(log, "w") as out:
         server = subprocess.Popen(
-            [sys.executable, "-m", "kvplan.notebook.review", str(home / "served"), str(bundle),
-             str(ROOT / "notebooks" / "02-rank-headroom.ipynb"), f"--port={port}"],
+            [sys.executable, "-m", "kvplan.notebook.report", str(home / "served"), str(bundle),
+             str(ROOT / "notebooks" / "02-rank-headroom.ipynb"), "--serve", f"--port={port}"],
             env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True,
         )  # fmt: skip
     try:

@@ -25,6 +25,7 @@ from kvplan.drift import drift_budget
 from kvplan.fleet import FleetPolicy, list_fleet, plan_readings, read_fleet
 from kvplan.fleet import charts as fleet_charts
 from kvplan.kvspec.capacity import concurrency_curve
+from kvplan.load.charts import canary_comparison_chart
 from kvplan.notebook import read_launch
 from kvplan.notebook.figures import PANEL_DPI, sentence
 from kvplan.units import parse_size
@@ -137,8 +138,9 @@ def _rank_charts(ranks: int) -> dict[str, Figure]:
             {"uniform": curve, "rank 0 raised to the median": fixed},
             131_072,
             4,
-            crossings={"uniform": 65_536},
-            note="sliding-window layers are counted at full length",
+            marks=charts.ConcurrencyMarks(
+                {"uniform": 65_536}, "sliding-window layers are counted at full length"
+            ),
         ),
         "drift": charts.drift_chart(drift_budget(list(budget.safe_bytes), free, boot, parse_size("0.5GiB"))),
     }
@@ -213,3 +215,14 @@ def test_the_layout_check_finds_overlaps_and_clipping():  # issue 27: the check 
     assert any(p.startswith("overlap") for p in problems)
     assert any(p.startswith("legend over data") for p in problems)
     assert any(p.startswith("bars not from zero") for p in problems)
+
+
+# --- the load comparison of notebook 06, with two runs and with many -------------------------------------
+
+
+@pytest.mark.parametrize("runs", (2, 12))
+def test_load_comparison_holds_with_many_runs(runs):  # issue 27: its turned run labels overlapped
+    summary = {"mean_generation_tokens_per_s": 1234.5678, "preemptions": 12, "peak_kv_cache_usage_pct": 97.25}
+    summaries = [{**summary, "kv_cache_tokens": 157_280}, {**summary, "preemptions": None}] * (runs // 2)
+    labels = ["profiled canary", "manual-value canary"] if runs == 2 else [f"canary, boot {i} of the overload mix" for i in range(runs)]  # fmt: skip
+    assert layout_problems(canary_comparison_chart(summaries, labels)) == []

@@ -202,7 +202,9 @@ def test_concurrency_chart_labels_tokens_at_max_model_len():
     # vLLM ≥ 0.21 logs tokens = int(concurrency × length); for a sliding-window model that grows with the
     # length: 2.0 × 4096 = 8192 tokens at 4k, 0.5 × 32,768 = 16,384 tokens at 32k
     curve = pd.DataFrame({"seq_len": [4096, 32768], "tokens": [8192, 16384], "max_concurrency": [2.0, 0.5]})
-    fig = charts.concurrency_chart({"uniform": curve}, 32768, note="sliding-window layers: 8192 assumed")
+    fig = charts.concurrency_chart(
+        {"uniform": curve}, 32768, marks=charts.ConcurrencyMarks(note="sliding-window layers: 8192 assumed")
+    )
     (line,) = [line for line in fig.axes[0].get_lines() if line.get_label().startswith("uniform")]
     assert line.get_label() == "uniform: 16,384 tokens at 32,768 (0.50×)"
     assert [t.get_text() for t in fig.texts] == ["approximate: sliding-window layers: 8192 assumed"]
@@ -211,12 +213,16 @@ def test_concurrency_chart_labels_tokens_at_max_model_len():
 def test_concurrency_chart_marks_where_a_curve_crosses_the_target():
     # 12 GiB / (16 × 256 KiB) = 3072 blocks; 8 sequences fit while one needs ≤ 384 blocks = 6144 tokens
     curve = concurrency_curve(12 * GiB, 256 * KiB, [4096, 8192])
-    ax = charts.concurrency_chart({"uniform": curve}, 8192, 8, crossings={"uniform": 6144}).axes[0]
+    ax = charts.concurrency_chart(
+        {"uniform": curve}, 8192, 8, marks=charts.ConcurrencyMarks({"uniform": 6144})
+    ).axes[0]
     (marker,) = [line for line in ax.get_lines() if line.get_label() == "_crossing"]
     assert (list(marker.get_xdata()), list(marker.get_ydata())) == ([6144], [8])
     assert "8 sequences up to 6,144 tokens" in [t.get_text() for t in ax.texts]
     # a crossing at max_model_len (the target fits at full length) is not marked
-    ax = charts.concurrency_chart({"uniform": curve}, 8192, 4, crossings={"uniform": 8192}).axes[0]
+    ax = charts.concurrency_chart(
+        {"uniform": curve}, 8192, 4, marks=charts.ConcurrencyMarks({"uniform": 8192})
+    ).axes[0]
     assert not [line for line in ax.get_lines() if line.get_label() == "_crossing"]
 
 

@@ -70,11 +70,13 @@ def test_canary_comparison_bars():
         "kv_cache_tokens": 157_280,
     }
     fig = load_charts.canary_comparison_chart([profiled, manual])
-    heights = [[bar.get_height() for bar in ax.patches] for ax in fig.axes]
-    # unknown preemptions draw no bar (height 0) and say "n/a"
-    assert heights == [[673.7, 671.0], [0, 0], [70.7, 70.1], [155_856, 157_280]]
+    widths = [[bar.get_width() for bar in ax.patches] for ax in fig.axes]
+    # unknown preemptions draw no bar (width 0) and say "n/a"
+    assert widths == [[673.7, 671.0], [0, 0], [70.7, 70.1], [155_856, 157_280]]
     assert [t.get_text() for t in fig.axes[1].texts] == ["0", "n/a"]
-    assert [t.get_text() for t in fig.axes[3].get_xticklabels()] == ["profiled canary", "manual-value canary"]
+    # runs are rows, the first on top, named once on the left (issue 27: no turned, overlapping labels)
+    labels = {t.get_text(): t.get_position()[1] for t in fig.axes[0].get_yticklabels()}
+    assert labels == {"profiled canary": 1, "manual-value canary": 0}
 
 
 def test_comparison_needs_one_label_per_summary():

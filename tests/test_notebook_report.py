@@ -161,6 +161,9 @@ def test_every_page_shows_the_bundle_it_was_given(llama_8b_bundle, tmp_path):
     digest = verify(llama_8b_bundle).digest
     _, errors = build_report(tmp_path / "report", llama_8b_bundle, [NOTEBOOKS / "01-import-logs.ipynb"])
     assert errors == []
+    # issue 27: the index names the bundle's folder from the temporary folder's short name, never as given
+    index = (tmp_path / "report" / "index.html").read_text()
+    assert str(llama_8b_bundle) not in index and "$TMPDIR/" in index and llama_8b_bundle.name in index
     page = (tmp_path / "report" / "01-import-logs.html").read_text()
     assert f"sha256:{digest}" in page
     # the ledger's model column (the prose names the sample, the outputs name the bundle's model)

@@ -17,7 +17,7 @@ from kvplan.notebook import (
     launch_max_model_len,
     read_launch,
 )
-from kvplan.notebook.review import DECISION_PAGE, decision_html, prepare, voila_command
+from kvplan.notebook.report import DECISION_PAGE, decision_html, prepare, voila_command
 from kvplan.plan import Evidence, ModelLayout, Policy, decide
 from kvplan.units import parse_size
 

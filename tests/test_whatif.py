@@ -26,7 +26,6 @@ from kvplan.notebook import (
     format_headline,
     gib_to_bytes,
     launch_spec,
-    ledger_after_add_back,
     read_launch,
     rows_that_set_the_room,
     sequence_lengths,
@@ -417,10 +416,10 @@ def test_panel_redraws_the_ledger_chart_with_the_co_tenant_added_back():
     assert ax.get_title("left").startswith("Where each GPU's memory goes: 15.5 GiB KV")  # rank 3 limits now
 
 
-def test_ledger_after_add_back_takes_memory_off_the_co_tenant():
+def test_ledger_parts_take_the_add_back_off_the_co_tenant():
     ledger = pd.DataFrame({"rank": [0, 1], "other_process_bytes": [pd.NA, 5 * GiB]})
-    scenario = Scenario((10 * GiB, 10 * GiB), GiB, add_back_bytes=(0, 512 * MiB))
-    assert ledger_after_add_back(ledger, scenario)["other_process_bytes"].tolist() == [0, 4.5 * GiB]
+    parts = charts.LedgerParts.of(ledger, (0, 1)).with_add_back((0, 512 * MiB))
+    assert parts.parts[0] == (0, int(4.5 * GiB))  # other processes: unknown is none; 5 GiB − 0.5 GiB
 
 
 def test_read_launch_lists_the_snapshot_warning_with_the_readers(recwarn):

@@ -10,14 +10,13 @@ The limiting rank is always drawn in :data:`LIMITING_COLOR`, the other ranks in 
 """
 
 from kvplan.budget import limiting_ranks
-from kvplan.charts.concurrency import concurrency_chart
-from kvplan.charts.drift import drift_chart
+from kvplan.charts.outcome import ConcurrencyMarks, concurrency_chart, drift_chart, spread_chart
 from kvplan.charts.ranks import (
     LEDGER_SEGMENTS,
     SIZED_SEGMENTS,
+    LedgerParts,
     ledger_chart,
     safe_budget_chart,
-    spread_chart,
     stranded_chart,
 )
 from kvplan.charts.style import LIMITING_COLOR, RANK_COLOR
@@ -27,6 +26,8 @@ __all__ = [
     "LIMITING_COLOR",
     "RANK_COLOR",
     "SIZED_SEGMENTS",
+    "ConcurrencyMarks",
+    "LedgerParts",
     "concurrency_chart",
     "drift_chart",
     "ledger_chart",

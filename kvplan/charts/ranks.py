@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -11,7 +12,6 @@ from matplotlib.patches import Patch, Rectangle
 from kvplan.budget import Budget, limiting_ranks
 from kvplan.charts.style import (
     AVERAGE_COLOR,
-    FIGSIZE,
     FONT_SIZE,
     LIMITING_COLOR,
     PLOT_AREA_BESIDE,
@@ -24,6 +24,7 @@ from kvplan.charts.style import (
     _label_segments,
     _legend_below,
     _mark_limiting_tick,
+    _note_figure,
     _outline_bars,
     _rank_list,
     _slot_pt,
@@ -47,18 +48,49 @@ LEDGER_SEGMENTS = (
 
 #: Ledger segments labelled with their size where tall enough to hold the text.
 SIZED_SEGMENTS = ("other_process_bytes", "weights_bytes", "uniform", "stranded")
+_PARTS = tuple(column for column, _, _ in LEDGER_SEGMENTS[:5])  # the ledger's own parts, below the KV budget
 
 
-def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None) -> Figure:
+@dataclass(frozen=True)
+class LedgerParts:
+    """What a ledger says per rank for its chart, in bytes: the :data:`LEDGER_SEGMENTS` parts below the KV
+    budget (``parts[column]``, rank order; missing or negative is 0) and each GPU's total (None: unknown).
+
+    Each rank is taken from its boot with the lowest ``room_bytes`` (:func:`kvplan.ledger.worst_room_position`,
+    the pipeline's rule); ``cuda_graph_estimate_bytes`` stands in where no capture was logged. Hashable: a
+    what-if panel reads its ledger once and only takes the added-back memory off (:meth:`with_add_back`).
+
+    >>> from kvplan.units import GiB
+    >>> frame = pd.DataFrame({"rank": [0, 1], "other_process_bytes": [None, 5 * GiB]})
+    >>> LedgerParts.of(frame, (0, 1)).with_add_back((GiB, 2 * GiB)).parts[0]  # other processes
+    (0, 3221225472)
+    """
+
+    ranks: tuple[int, ...]
+    parts: tuple[tuple[int, ...], ...]  # per column of _PARTS
+    totals: tuple[int | None, ...]
+
+    @classmethod
+    def of(cls, ledger: pd.DataFrame, ranks: Sequence[int]) -> LedgerParts:
+        rows = _one_row_per_rank(ledger, ranks)
+        parts = tuple(tuple(max(0, _part_bytes(rows, column, rank)) for rank in ranks) for column in _PARTS)
+        return cls(tuple(ranks), parts, tuple(_optional_int(rows, "total_bytes", rank) for rank in ranks))
+
+    def with_add_back(self, add_back: Sequence[int] | None) -> LedgerParts:
+        """The same parts with ``add_back`` [bytes per rank] taken off the other processes (never below 0)."""
+        if not add_back:
+            return self
+        other = tuple(max(0, held - extra) for held, extra in zip(self.parts[0], add_back))
+        return LedgerParts(self.ranks, (other, *self.parts[1:]), self.totals)
+
+
+def ledger_chart(ledger: pd.DataFrame | LedgerParts, budget: Budget, title: str | None = None) -> Figure:
     """Where each GPU's memory goes: the ledger parts, reserve, uniform budget and stranded bytes.
 
-    One stacked bar per rank, against that GPU's total memory (black tick). ``ledger`` has the
-    glossary columns; where it holds several boots, each rank is drawn from its boot with the lowest
-    ``room_bytes``, the one that set its budget (:func:`kvplan.ledger.worst_room_position`, the pipeline's
-    rule). A missing part counts as zero, negative CUDA-graph bytes (free memory rose during capture)
-    draw as zero, and ``cuda_graph_estimate_bytes`` stands in where no capture was logged. What the log
-    does not itemise (CUDA context, vLLM's 150 MiB margin) fills the bar up to ``room_bytes`` below the KV
-    part, so ``uniform + stranded + reserve`` is exactly the budget's room for the rank. Segment heights are in GiB.
+    One stacked bar per rank (:class:`LedgerParts` of ``ledger``), against that GPU's total memory (black
+    tick). What the log does not itemise (CUDA context, vLLM's 150 MiB margin) fills the bar up to
+    ``room_bytes`` below the KV part, so ``uniform + stranded + reserve`` is exactly the budget's room for
+    the rank. Segment heights are in GiB.
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
@@ -68,35 +100,16 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
     >>> [[float(p.get_height()) for p in c] for c in fig.axes[0].containers]
     [[5.0, 5.0], [2.0, 0.0], [12.0, 12.0], [0.0, 2.0], [1.0, 1.0]]
     """
-    rows = _one_row_per_rank(ledger, budget.ranks)
-    labels = [str(rank) for rank in budget.ranks]
-    heights: dict[str, list[float]] = {}
-    sizes: dict[str, list[int]] = {}  # exact bytes of the segments labelled with their size
-    for column, _, _ in LEDGER_SEGMENTS[:5]:
-        sizes[column] = [max(0, _part_bytes(rows.loc[rank], column)) for rank in budget.ranks]
-        heights[column] = [bytes_to_gib(value) for value in sizes[column]]
-    totals = [_optional_int(rows.loc[rank].get("total_bytes")) for rank in budget.ranks]
-    sizes["uniform"] = [budget.uniform_budget_bytes] * len(labels)
-    sizes["stranded"] = list(budget.stranded_bytes)
-    kv_parts = {
-        "uniform": [bytes_to_gib(size) for size in sizes["uniform"]],
-        "stranded": [bytes_to_gib(size) for size in sizes["stranded"]],
-        "reserve": [bytes_to_gib(budget.reserve_bytes)] * len(labels),
-    }
-    itemised = [sum(heights[column][i] for column in heights) for i in range(len(labels))]
-    room = [bytes_to_gib(room) for room in budget.room_bytes]
-    heights["not_itemised"] = [
-        max(0.0, bytes_to_gib(total) - done - kv) if total is not None else 0.0
-        for total, done, kv in zip(totals, itemised, room)
-    ]
-    heights.update(kv_parts)
-
+    shown = ledger if isinstance(ledger, LedgerParts) else LedgerParts.of(ledger, budget.ranks)
+    sizes, heights = _ledger_segments(shown, budget)
+    totals = shown.totals
     fig, ax = _figure()
-    bottom = [0.0] * len(labels)
+    labels = [str(rank) for rank in budget.ranks]
     tallest = max(
         max(sum(h[i] for h in heights.values()) for i in range(len(labels))),
         max((bytes_to_gib(t) for t in totals if t is not None), default=0.0),
     )
+    bottom = [0.0] * len(labels)
     for column, label, color in LEDGER_SEGMENTS:
         values = heights[column]
         if not any(values):
@@ -116,30 +129,59 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
             pt_per_gib = PLOT_AREA_BESIDE[1] * 72 / (tallest * 1.05)
             _label_segments(ax, bars, sizes[column], color in ("#000000", RANK_COLOR), pt_per_gib)
         bottom = [b + v for b, v in zip(bottom, values)]
-    for i, total in enumerate(totals):
-        if total is not None:
-            ax.hlines(bytes_to_gib(total), i - 0.38, i + 0.38, color="black", linewidth=2.5)
-    limiting = list(budget.ranks).index(budget.limiting_rank)
-    ax.add_patch(
-        Rectangle(
-            (limiting - 0.33, 0),
-            0.66,
-            bottom[limiting],
-            fill=False,
-            edgecolor=LIMITING_COLOR,
-            linewidth=3,
-            label=f"limits the budget: rank {budget.limiting_rank}",
-        )
-    )
-    ax.set_ylim(0, tallest * 1.05)
-    ax.set_xlabel(_mark_limiting_tick(ax, budget.ranks, budget.limiting_rank, totals))
-    ax.set_ylabel("GPU memory [GiB]")
+    _ledger_frame(ax, budget, totals, bottom[labels.index(str(budget.limiting_rank))], tallest)
     ax.set_title(
         title
         or f"Where each GPU's memory goes: {format_size(budget.uniform_budget_bytes)} KV on every rank, "
         f"{format_size(budget.stranded_total_bytes)} stranded",
         loc="left",
     )
+    fig.set_layout_engine("tight")  # laid out when drawn
+    return fig
+
+
+def _ledger_segments(
+    shown: LedgerParts, budget: Budget
+) -> tuple[dict[str, list[int]], dict[str, list[float]]]:
+    """The exact bytes of the labelled segments, and every segment's height per rank [GiB]."""
+    sizes = {column: list(values) for column, values in zip(_PARTS, shown.parts)}
+    sizes["uniform"] = [budget.uniform_budget_bytes] * len(budget.ranks)
+    sizes["stranded"] = list(budget.stranded_bytes)
+    heights = {column: [bytes_to_gib(value) for value in sizes[column]] for column in _PARTS}
+    itemised = [sum(heights[column][i] for column in _PARTS) for i in range(len(budget.ranks))]
+    heights["not_itemised"] = [
+        max(0.0, bytes_to_gib(total) - done - bytes_to_gib(room)) if total is not None else 0.0
+        for total, done, room in zip(shown.totals, itemised, budget.room_bytes)
+    ]
+    heights["uniform"] = [bytes_to_gib(size) for size in sizes["uniform"]]
+    heights["stranded"] = [bytes_to_gib(size) for size in sizes["stranded"]]
+    heights["reserve"] = [bytes_to_gib(budget.reserve_bytes)] * len(budget.ranks)
+    return sizes, heights
+
+
+def _ledger_frame(
+    ax, budget: Budget, totals: Sequence[int | None], limiting_top: float, tallest: float
+) -> None:
+    """The ledger chart's totals (black ticks), the limiting rank's box, axes and legend beside the plot."""
+    for i, total in enumerate(totals):
+        if total is not None:
+            ax.hlines(bytes_to_gib(total), i - 0.38, i + 0.38, color="black", linewidth=2.5)
+    limiting = list(budget.ranks).index(budget.limiting_rank)
+    label = f"limits the budget: rank {budget.limiting_rank}"
+    ax.add_patch(
+        Rectangle(
+            (limiting - 0.33, 0),
+            0.66,
+            limiting_top,
+            fill=False,
+            edgecolor=LIMITING_COLOR,
+            linewidth=3,
+            label=label,
+        )
+    )
+    ax.set_ylim(0, tallest * 1.05)
+    ax.set_xlabel(_mark_limiting_tick(ax, budget.ranks, budget.limiting_rank, totals))
+    ax.set_ylabel("GPU memory [GiB]")
     handles, names = ax.get_legend_handles_labels()
     ax.legend(
         handles[::-1],
@@ -149,84 +191,62 @@ def ledger_chart(ledger: pd.DataFrame, budget: Budget, title: str | None = None)
         fontsize=FONT_SIZE - 1,
         frameon=False,
     )
-    fig.set_layout_engine("tight")  # laid out when drawn
-    return fig
 
 
 def safe_budget_chart(
     budget: Budget, title: str | None = None, top_gib: float | None = None, previous: Budget | None = None
 ) -> Figure:
-    """Why the minimum: safe budget per rank, the uniform value, and the tempting (unsafe) average.
+    """Why the minimum: safe budget per rank [GiB], the uniform value, and the tempting (unsafe) average.
 
-    Bars are ``safe_bytes`` per rank in GiB; the limiting rank(s) in :data:`LIMITING_COLOR`. The uniform
-    budget is a solid line; the average of the safe budgets is a dashed line labelled as the wrong answer,
-    because the limiting rank cannot allocate it. When every rank holds the same safe budget the average
-    is the uniform value: no average line is drawn and no rank is named as limiting. ``top_gib`` fixes the
-    y axis (a what-if panel keeps it while its controls move); ``previous`` draws that budget's bars and
-    uniform value faintly (a panel's state at the notebook's parameters), so a change is seen against it.
+    The limiting rank(s) in :data:`LIMITING_COLOR`; when every rank ties, no average line and no rank named.
+    ``top_gib`` fixes the y axis (raised when a bar would not fit); ``previous`` draws that budget faintly (a
+    what-if panel's state at the notebook's parameters).
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
     >>> fig = safe_budget_chart(uniform_budget([13 * GiB, 18 * GiB], GiB))
     >>> [float(bar.get_height()) for bar in fig.axes[0].containers[0]]
     [12.0, 17.0]
-    >>> tied = safe_budget_chart(uniform_budget([31 * GiB] * 4, GiB))
-    >>> [text for text in tied.axes[0].get_legend().get_texts() if "unsafe" in text.get_text()]
-    []
     """
     labels = [str(rank) for rank in budget.ranks]
     safe_gib = [bytes_to_gib(safe) for safe in budget.safe_bytes]
     weakest = limiting_ranks(budget)
     tied = len(weakest) == len(budget.ranks)
-    average_bytes = sum(budget.safe_bytes) // len(budget.safe_bytes)
     fig, ax = _figure()
     if previous is not None:
+        before = format_size(previous.uniform_budget_bytes)
         _outline_bars(ax, labels, previous.safe_bytes, "at the notebook's parameters", linewidth=1.5)
         ax.axhline(
             bytes_to_gib(previous.uniform_budget_bytes),
-            color=REFERENCE_COLOR,
-            linewidth=1.5,
-            alpha=0.6,
-            label=f"uniform at the notebook's parameters: {format_size(previous.uniform_budget_bytes)}",
+            label=f"uniform at the notebook's parameters: {before}",
+            **_FAINT,
         )
     colors = [LIMITING_COLOR if rank in weakest and not tied else RANK_COLOR for rank in budget.ranks]
     bars = ax.bar(labels, safe_gib, color=colors, width=0.6)
-    # labels sit at the bars' feet (upright when too wide): the uniform and average lines run across the
-    # bars, never the labels
+    # labels at the bars' feet (upright when too wide): the uniform and average lines never cross them
     _annotate_bars(ax, bars, budget.safe_bytes, inside="base", slot_pt=_slot_pt(len(labels)) * 0.6)
-    ax.axhline(
-        bytes_to_gib(budget.uniform_budget_bytes),
-        color="black",
-        linewidth=2,
-        label=f"uniform budget {format_size(budget.uniform_budget_bytes)} (safe on every rank)",
-    )
+    uniform = format_size(budget.uniform_budget_bytes)
+    label = f"uniform budget {uniform} (safe on every rank)"
+    ax.axhline(bytes_to_gib(budget.uniform_budget_bytes), color="black", linewidth=2, label=label)
     if not tied:
-        names = _rank_list(weakest)
-        ax.axhline(
-            bytes_to_gib(average_bytes),
-            color=AVERAGE_COLOR,
-            linestyle="--",
-            linewidth=2,
-            label=f"average {format_size(average_bytes)}: unsafe, {names} cannot hold it",
-        )
+        average = sum(budget.safe_bytes) // len(budget.safe_bytes)
+        label = f"average {format_size(average)}: unsafe, {_rank_list(weakest)} cannot hold it"
+        ax.axhline(bytes_to_gib(average), color=AVERAGE_COLOR, linestyle="--", linewidth=2, label=label)
     ax.set_xlabel(_mark_limiting_tick(ax, budget.ranks, [] if tied else weakest))
     ax.set_ylabel("safe KV budget\n(room − reserve) [GiB]")
-    ax.set_ylim(0, max(top_gib or 0.0, max(safe_gib) * 1.05))  # a fixed top, raised when a bar would not fit
-    uniform = format_size(budget.uniform_budget_bytes)
-    ax.set_title(
-        title
-        or (
-            f"Every rank holds the same safe budget: {uniform}, none limits alone"
-            if tied
-            else f"One value for every rank: the minimum, {uniform}"
-        )
-    )
+    ax.set_ylim(0, max(top_gib or 0.0, max(safe_gib) * 1.05))
+    tie = f"Every rank holds the same safe budget: {uniform}, none limits alone"
+    ax.set_title(title or (tie if tied else f"One value for every rank: the minimum, {uniform}"))
     handles, _ = ax.get_legend_handles_labels()
     if not tied:
         handles.append(Patch(color=LIMITING_COLOR, label=f"limiting: {_rank_list(weakest)}"))
     _legend_below(ax, handles)
     fig.set_layout_engine("tight")  # laid out when drawn
     return fig
+
+
+#: A faint line: what a what-if panel's state is read against.
+_FAINT = {"color": REFERENCE_COLOR, "linewidth": 1.5, "alpha": 0.6}
 
 
 def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | None = None) -> Figure:
@@ -278,85 +298,6 @@ def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | No
     return fig
 
 
-def _note_figure(title: str) -> Figure:
-    """A one-line figure: a chart whose answer is a sentence (nothing stranded, one boot) is not a blank plot."""
-    fig = Figure(figsize=(FIGSIZE[0], 1.6))
-    fig.suptitle(title, fontsize=FONT_SIZE + 1, y=0.5, va="center")
-    return fig
-
-
-def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Figure:
-    """Is the weak rank stable? Min / median / max safe budget per boot, min labelled with its rank.
-
-    ``budgets`` maps a boot label to that boot's :class:`Budget`. Each boot is a vertical range from
-    ``min_safe_bytes`` to ``max_safe_bytes`` with the median as a white dot and the minimum in
-    :data:`LIMITING_COLOR`, annotated with the limiting rank. All in GiB.
-
-    >>> from kvplan.budget import uniform_budget
-    >>> from kvplan.units import GiB
-    >>> boot = uniform_budget([13 * GiB, 18 * GiB], GiB)
-    >>> spread_chart({"boot 0": boot, "boot 1": boot}).axes[0].get_title()
-    'Safe budget spread over 2 boots: rank 0 limits every boot'
-    >>> spread_chart({"boot 0": boot}).get_size_inches().tolist()  # one boot: one line, not an empty plot
-    [10.0, 1.6]
-    """
-    if not budgets:
-        raise ValueError("spread_chart needs at least one boot's budget")
-    labels = list(budgets)
-    if len(labels) == 1 and title is None:  # one boot cannot show a spread: say what it shows in one line
-        only = budgets[labels[0]]
-        spread = ", ".join(
-            f"{name} {format_size(size)}"
-            for name, size in (
-                ("min", only.min_safe_bytes),
-                ("median", only.median_safe_bytes),
-                ("max", only.max_safe_bytes),
-            )
-        )
-        return _note_figure(
-            f"Safe budget spread over 1 boot: rank {only.limiting_rank} limits every boot ({spread});\n"
-            "profile two or three boots to see whether the same rank limits each time"
-        )
-    fig, ax = _figure()
-    for i, label in enumerate(labels):
-        budget = budgets[label]
-        low, mid, high = (
-            bytes_to_gib(b) for b in (budget.min_safe_bytes, budget.median_safe_bytes, budget.max_safe_bytes)
-        )
-        ax.vlines(i, low, high, color=RANK_COLOR, linewidth=6, alpha=0.5)
-        ax.plot(i, high, marker="_", markersize=22, color=RANK_COLOR, markeredgewidth=3)
-        ax.plot(
-            i, mid, marker="o", markersize=10, color="white", markeredgecolor=RANK_COLOR, markeredgewidth=2
-        )
-        ax.plot(i, low, marker="o", markersize=10, color=LIMITING_COLOR)
-        ax.annotate(
-            f"rank {budget.limiting_rank}\n{format_size(budget.min_safe_bytes)}",
-            (i, low),
-            textcoords="offset points",
-            xytext=(10, -8),
-            fontsize=FONT_SIZE - 1,
-        )
-    ax.plot([], [], marker="o", color=LIMITING_COLOR, linestyle="", label="min (limiting rank)")
-    ax.plot([], [], marker="o", color="white", markeredgecolor=RANK_COLOR, linestyle="", label="median")
-    ax.plot([], [], marker="_", color=RANK_COLOR, markersize=16, linestyle="", label="max")
-    ax.set_xticks(range(len(labels)), labels, rotation=20 if len(labels) > 4 else 0)
-    ax.set_xlim(-0.5, len(labels) - 0.5)
-    ax.set_ylim(0, max(bytes_to_gib(b.max_safe_bytes) for b in budgets.values()) * 1.2)
-    ax.set_xlabel("boot")
-    ax.set_ylabel("safe KV budget [GiB]")
-    limiting = sorted({b.limiting_rank for b in budgets.values()})
-    verdict = (
-        f"rank {limiting[0]} limits every boot"
-        if len(limiting) == 1
-        else f"the limiting rank moves ({', '.join(map(str, limiting))})"
-    )
-    boots = f"{len(labels)} boot{'s' if len(labels) != 1 else ''}"
-    ax.set_title(title or f"Safe budget spread over {boots}: {verdict}")
-    _legend_below(ax, columns=3)
-    fig.set_layout_engine("tight")  # laid out when drawn
-    return fig
-
-
 def _one_row_per_rank(ledger: pd.DataFrame, ranks: Sequence[int]) -> pd.DataFrame:
     rows = ledger[ledger["rank"].isin(list(ranks))]
     if rows["rank"].duplicated().any():
@@ -377,12 +318,13 @@ def _one_row_per_rank(ledger: pd.DataFrame, ranks: Sequence[int]) -> pd.DataFram
     return rows
 
 
-def _part_bytes(row: pd.Series, column: str) -> int:
-    value = _optional_int(row.get(column))
+def _part_bytes(rows: pd.DataFrame, column: str, rank: int) -> int:
+    value = _optional_int(rows, column, rank)
     if value is None and column == "cuda_graph_bytes":
-        value = _optional_int(row.get("cuda_graph_estimate_bytes"))
+        value = _optional_int(rows, "cuda_graph_estimate_bytes", rank)
     return value or 0
 
 
-def _optional_int(value) -> int | None:
+def _optional_int(rows: pd.DataFrame, column: str, rank: int) -> int | None:
+    value = rows[column].get(rank) if column in rows.columns else None
     return None if value is None or pd.isna(value) else int(value)

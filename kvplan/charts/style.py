@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from functools import lru_cache
 
+from matplotlib import rc_context
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
@@ -47,11 +48,18 @@ def _rank_list(ranks: Sequence[int]) -> str:
     return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
 
 
-def _figure() -> tuple[Figure, Axes]:
-    fig = Figure(figsize=FIGSIZE)
-    ax = fig.subplots()
-    _style(ax)
-    return fig, ax
+def _figure(columns: int = 1, size_in: tuple[float, float] = FIGSIZE):
+    """A figure of ``columns`` styled axes side by side (one Axes, else an array of them).
+
+    Titles sit at the axes' top (``axes.titley``): no chart has ticks above its plot, so matplotlib's search
+    for a place above them, which measures every tick label at each drawing, would find the same place.
+    """
+    fig = Figure(figsize=size_in)
+    with rc_context({"axes.titley": 1.0}):
+        axes = fig.subplots(1, columns)
+    for ax in [axes] if columns == 1 else axes:
+        _style(ax)
+    return fig, axes
 
 
 def _style(ax: Axes) -> None:
@@ -231,3 +239,10 @@ def _label_segments(ax: Axes, bars, sizes_bytes: Sequence[int], dark: bool, pt_p
 
 #: Plot-area size [in] of a :data:`FIGSIZE` chart with its legend beside it (the ledger chart).
 PLOT_AREA_BESIDE = (6.2, 4.0)
+
+
+def _note_figure(title: str) -> Figure:
+    """A one-line figure: a chart whose answer is a sentence (nothing stranded, one boot) is not a blank plot."""
+    fig = Figure(figsize=(FIGSIZE[0], 1.6))
+    fig.suptitle(title, fontsize=FONT_SIZE + 1, y=0.5, va="center")
+    return fig

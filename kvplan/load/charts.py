@@ -13,7 +13,7 @@ from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
-from matplotlib.ticker import FuncFormatter, MaxNLocator
+from matplotlib.ticker import MaxNLocator
 
 from kvplan.charts.style import (
     AVERAGE_COLOR,
@@ -23,6 +23,7 @@ from kvplan.charts.style import (
     REFERENCE_COLOR,
     _figure,
     _style,
+    _text_width_pt,
 )
 
 CAPACITY_COLOR = LIMITING_COLOR
@@ -37,6 +38,7 @@ KIND_STYLES: dict[str, dict[str, Any]] = {
 #: The two runs a comparison puts side by side: the profiled canary grey (the reference), the manual one blue.
 RUN_COLORS = (REFERENCE_COLOR, RANK_COLOR)
 GAP_FACTOR = 3  # a gap longer than this many usual intervals breaks a line
+PANEL_WIDTH_PT = 120  # the least width of a comparison panel [pt]: run labels take the rest of 12 in
 COMPARISON_PANELS = (
     ("mean_generation_tokens_per_s", "generation throughput", "tokens/s"),
     ("preemptions", "preemptions", "count"),
@@ -150,37 +152,39 @@ def canary_comparison_chart(
     labels: Sequence[str] = ("profiled canary", "manual-value canary"),
     title: str = "",
 ) -> Figure:
-    """Side by side, one bar per run: throughput, preemptions, peak KV usage, KV capacity in tokens.
+    """Side by side, one row per run: throughput, preemptions, peak KV usage, KV capacity in tokens.
 
-    ``summaries`` are :func:`kvplan.load.load_summary` dicts of runs under the same request mix; unknown
-    values draw no bar and say "n/a".
+    ``summaries`` are :func:`kvplan.load.load_summary` dicts of runs under the same request mix. Runs are
+    rows named level on the left (as many and as long as given, none turned), each value beside its bar;
+    unknown values draw no bar and say "n/a".
     """
     if len(summaries) != len(labels):
         raise ValueError(f"{len(summaries)} summaries but {len(labels)} labels")
-    fig = Figure(figsize=(12, 4))
-    axes = fig.subplots(1, len(COMPARISON_PANELS))
+    fig = Figure(figsize=(12, 1.6 + 0.45 * len(summaries)))
+    axes = fig.subplots(1, len(COMPARISON_PANELS), sharey=True)
+    rows = list(range(len(summaries)))[::-1]  # the first run on top
     colors = [RUN_COLORS[index % len(RUN_COLORS)] for index in range(len(summaries))]
     for ax, (key, name, unit) in zip(axes, COMPARISON_PANELS):
         _style(ax)
         values = [summary.get(key) for summary in summaries]
-        heights = [0 if value is None else value for value in values]
-        bars = ax.bar(range(len(values)), heights, color=colors)
-        for bar, value in zip(bars, values):
-            text = "n/a" if value is None else f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
+        widths = [0 if value is None else value for value in values]
+        texts = ["n/a" if v is None else f"{v:,.2f}" if isinstance(v, float) else f"{v:,}" for v in values]
+        ax.barh(rows, widths, color=colors, height=0.6)
+        for y, width, text in zip(rows, widths, texts):
             ax.annotate(
                 text,
-                (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-                ha="center",
-                va="bottom",
+                (width, y),
+                xytext=(3, 0),
+                textcoords="offset points",
+                va="center",
                 fontsize=FONT_SIZE - 2,
             )
-        ax.set_xticks(range(len(values)), labels, rotation=15, fontsize=FONT_SIZE - 2)
-        ax.set_title(name, fontsize=FONT_SIZE)
-        ax.set_ylabel(unit, fontsize=FONT_SIZE - 1)
-        ax.set_ylim(0, (max(heights) or 1) * 1.15)
-        ax.yaxis.set_major_locator(MaxNLocator(integer=unit in ("count", "tokens")))
-        ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}" if y == int(y) else f"{y:,.1f}"))
-        ax.tick_params(labelsize=FONT_SIZE - 2)
+        widest = max(_text_width_pt(text, FONT_SIZE - 2) for text in texts) + 8
+        ax.set_xlim(0, (max(widths) or 1) / (1 - min(0.6, widest / PANEL_WIDTH_PT)))  # room for the values
+        ax.set_xticks([])  # each bar says its value
+        ax.set_xlabel(unit, fontsize=FONT_SIZE - 1)
+        ax.set_title(name, fontsize=FONT_SIZE - 1)
+    axes[0].set_yticks(rows, labels, fontsize=FONT_SIZE - 2)
     fig.suptitle(title or "Same request mix: profiled vs manual-value canary", fontsize=FONT_SIZE + 1)
     fig.tight_layout()
     return fig

@@ -1,12 +1,7 @@
-"""What notebooks call: reading a launch, headlines, the pure what-if, figures with alt text, the panel.
-
-One concept per module: :mod:`~kvplan.notebook.launch` (a launch's logs and snapshots, its spec and
-length), :mod:`~kvplan.notebook.headlines` (text a reviewer reads first), :mod:`~kvplan.notebook.scenario`
-and :mod:`~kvplan.notebook.whatif` (the pure what-if), :mod:`~kvplan.notebook.figures` (charts of an
-outcome, PNG and alt text), :mod:`~kvplan.notebook.panel` (the ipywidgets panel), and the report of
-``make demo``: :mod:`~kvplan.notebook.pages` (a notebook's pages) and :mod:`~kvplan.notebook.report` (its index);
-:mod:`~kvplan.notebook.tables` formats tables for readers. The names below are
-re-exported so a notebook imports from one place.
+"""What notebooks call, re-exported from one place: :mod:`~kvplan.notebook.launch` (a launch's logs, snapshots,
+spec and length), :mod:`~kvplan.notebook.headlines` (text and tables for readers), :mod:`~kvplan.notebook.whatif`
+(the pure what-if), :mod:`~kvplan.notebook.figures` (charts as PNG with alt text), :mod:`~kvplan.notebook.panel`
+(the ipywidgets panel), and the review meeting: :mod:`~kvplan.notebook.pages` and :mod:`~kvplan.notebook.report`.
 """
 
 from kvplan.kvspec.capacity import sequence_lengths
@@ -27,6 +22,7 @@ from kvplan.notebook.headlines import (
     launch_headline,
     length_warning,
     moved_hosts_text,
+    readable_table,
     rounding_text,
     run_headline,
     spec_headline,
@@ -53,16 +49,15 @@ from kvplan.notebook.launch import (
     snapshots_in,
 )
 from kvplan.notebook.panel import WhatIfPanel
-from kvplan.notebook.scenario import BLOCK_SIZES, Outcome, Scenario
-from kvplan.notebook.tables import readable_table
 from kvplan.notebook.whatif import (
+    BLOCK_SIZES,
+    Outcome,
+    Scenario,
     add_back_bytes,
     add_back_limits,
     evaluate,
     gib_to_bytes,
-    ledger_after_add_back,
     longest_length_at,
-    spec_concurrency_curve,
     weak_rank_at_median,
 )
 
@@ -95,7 +90,6 @@ __all__ = [
     "launch_max_model_len",
     "launch_snapshots",
     "launch_spec",
-    "ledger_after_add_back",
     "length_warning",
     "longest_length_at",
     "moved_hosts_text",
@@ -112,7 +106,6 @@ __all__ = [
     "sentence",
     "sequence_lengths",
     "snapshots_in",
-    "spec_concurrency_curve",
     "spec_headline",
     "warnings_markdown",
     "weak_rank_at_median",

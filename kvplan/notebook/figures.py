@@ -18,8 +18,7 @@ import pandas as pd
 from kvplan import charts
 from kvplan.budget import limiting_ranks
 from kvplan.notebook.launch import rows_that_set_the_room
-from kvplan.notebook.scenario import Outcome
-from kvplan.notebook.whatif import evaluate, ledger_after_add_back, weak_rank_at_median
+from kvplan.notebook.whatif import Outcome, evaluate, weak_rank_at_median
 from kvplan.units import bytes_to_gib, format_size
 
 if TYPE_CHECKING:
@@ -37,8 +36,8 @@ def figure_png(figure: Figure, dpi: int = PANEL_DPI) -> bytes:
     >>> png[:8] == b"\\x89PNG\\r\\n\\x1a\\n", int.from_bytes(png[16:20], "big")  # 10 in × 80 dpi wide
     (True, 800)
     """
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format="png", dpi=dpi, facecolor="white")
+    buffer = io.BytesIO()  # zlib's fastest level: the same pixels, encoded in a third of the time
+    figure.savefig(buffer, format="png", dpi=dpi, facecolor="white", pil_kwargs={"compress_level": 1})
     return buffer.getvalue()
 
 
@@ -122,10 +121,12 @@ def concurrency_figure(
         {label: o.curve for label, o in outcomes.items()},
         outcome.scenario.max_model_len,
         outcome.scenario.target_concurrency,
-        crossings=crossings,
-        note=getattr(outcome.capacity, "approximate_reason", ""),
-        limits=limits,
-        previous=None if previous is None else previous.curve,
+        marks=charts.ConcurrencyMarks(
+            crossings,
+            getattr(outcome.capacity, "approximate_reason", ""),
+            limits,
+            None if previous is None else previous.curve,
+        ),
     )
 
 
@@ -152,7 +153,7 @@ def panel_axes(baseline: Outcome) -> Axes:
     """The axes of a panel: those of the notebook's own charts at its parameters (one scale per quantity on
     the page); a chart raises its top when a moved state would not fit under it.
 
-    >>> from kvplan.notebook.scenario import Scenario
+    >>> from kvplan.notebook.whatif import Scenario
     >>> GiB = 2**30
     >>> axes = panel_axes(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))
     >>> axes.budget_top_gib, axes.stranded_top_gib > 5  # 17 GiB × 1.05; above the 5 GiB stranded
@@ -202,19 +203,27 @@ def _concurrency_step(outcome: Outcome, axes: Axes, baseline: Outcome | None) ->
     )
 
 
+def ledger_parts(ledger: pd.DataFrame | charts.LedgerParts, ranks: tuple[int, ...]) -> charts.LedgerParts:
+    """What the ledger chart draws of a launch's ledger: the rows that set each rank's room
+    (:func:`~kvplan.notebook.launch.rows_that_set_the_room`), read once (parts given are kept)."""
+    if isinstance(ledger, charts.LedgerParts):
+        return ledger
+    return charts.LedgerParts.of(rows_that_set_the_room(ledger), ranks)
+
+
 def panel_charts(
     outcome: Outcome,
-    ledger: pd.DataFrame | None = None,
+    ledger: pd.DataFrame | charts.LedgerParts | None = None,
     axes: Axes | None = None,
     baseline: Outcome | None = None,
 ) -> list[ChartStep]:
     """The charts an outcome allows, as :class:`ChartStep` in display order (nothing drawn yet).
 
-    Safe budget per rank; the ledger (when given, from :func:`~kvplan.notebook.launch.rows_that_set_the_room`
-    with the add-back taken off the co-tenants); stranded capacity; concurrency (with a curve); drift.
+    Safe budget per rank; the ledger (when given: :func:`ledger_parts`, the add-back taken off the
+    co-tenants); stranded capacity; concurrency (with a curve); drift.
     ``axes`` fixes the axes; ``baseline`` (the panel at the notebook's parameters) is drawn faintly.
 
-    >>> from kvplan.notebook.scenario import Scenario
+    >>> from kvplan.notebook.whatif import Scenario
     >>> GiB = 2**30
     >>> [step.name for step in panel_charts(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))]
     ['safe budget', 'stranded']
@@ -236,7 +245,7 @@ def panel_charts(
                 "ledger",
                 (budget, scenario.add_back_bytes),
                 lambda: charts.ledger_chart(
-                    ledger_after_add_back(rows_that_set_the_room(ledger), scenario), budget
+                    ledger_parts(ledger, budget.ranks).with_add_back(scenario.add_back_bytes), budget
                 ),
             )
         )

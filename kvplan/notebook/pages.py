@@ -144,12 +144,9 @@ def without_machine_paths(notebook, roots: Mapping[str, str]):
     >>> page.cells[0].outputs[0].text
     'read data/a.log\\n'
     """
-    ordered = sorted(roots.items(), key=lambda item: -len(item[0]))
 
     def clean(text: str) -> str:
-        for root, name in ordered:
-            text = text.replace(root, name)
-        return text
+        return without_roots(text, roots)
 
     cleaned = copy.deepcopy(notebook)
     for cell in cleaned.cells:
@@ -160,6 +157,29 @@ def without_machine_paths(notebook, roots: Mapping[str, str]):
                 if kind.startswith("text/") and isinstance(value, str):
                     output["data"][kind] = clean(value)
     return cleaned
+
+
+def without_roots(text: str, roots: Mapping[str, str]) -> str:
+    """``text`` with each of ``roots`` (a folder) replaced by its short name, longer roots first.
+
+    >>> without_roots("/tmp/x/data/a.log and /tmp/b", {"/tmp/x/": "", "/tmp/": "$TMPDIR/"})
+    'data/a.log and $TMPDIR/b'
+    """
+    for root, name in sorted(roots.items(), key=lambda item: -len(item[0])):
+        text = text.replace(root, name)
+    return text
+
+
+def shown_folder(path: str | Path) -> str:
+    """A folder as a page names it: from its short root (:func:`machine_roots`), else by its name alone, so
+    no page names a folder of this machine.
+
+    >>> shown_folder("/srv/bundles/2026-12-01-d974eb240843")
+    '…/2026-12-01-d974eb240843'
+    """
+    absolute = str(Path(path).absolute())
+    shown = without_roots(absolute, machine_roots())
+    return f"…/{Path(path).name}" if shown == absolute else shown
 
 
 def machine_roots() -> dict[str, str]:

@@ -23,11 +23,26 @@ import ipywidgets as widgets
 import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-from kvplan.notebook.figures import ChartStep, figure_alt, figure_png, panel_axes, panel_charts, sentence
+from kvplan.notebook.figures import (
+    ChartStep,
+    figure_alt,
+    figure_png,
+    ledger_parts,
+    panel_axes,
+    panel_charts,
+    sentence,
+)
+from kvplan.notebook.headlines import readable_table
 from kvplan.notebook.launch import co_tenant_bytes as ledger_co_tenants
-from kvplan.notebook.scenario import BLOCK_SIZES, Outcome, Scenario
-from kvplan.notebook.tables import readable_table
-from kvplan.notebook.whatif import add_back_bytes, add_back_limits, evaluate, gib_to_bytes
+from kvplan.notebook.whatif import (
+    BLOCK_SIZES,
+    Outcome,
+    Scenario,
+    add_back_bytes,
+    add_back_limits,
+    evaluate,
+    gib_to_bytes,
+)
 from kvplan.units import bytes_to_gib, format_size
 
 
@@ -54,6 +69,10 @@ class WhatIfPanel:
     ) -> None:
         self.base = scenario
         self.ledger = ledger
+        try:  # the ledger chart's parts, read once; a ledger they cannot be read from fails in the chart's place
+            self._ledger_shown = None if ledger is None else ledger_parts(ledger, scenario.rank_ids)
+        except ValueError:
+            self._ledger_shown = ledger
         self.outcome: Outcome | None = None
         self.error: str | None = None
         self.chart_errors: dict[str, str] = {}
@@ -130,7 +149,7 @@ class WhatIfPanel:
         against the baseline (faintly), the baseline itself alone, as the notebook's charts draw it."""
         outcome = outcome or self.baseline
         moved = outcome.scenario != self.base
-        return panel_charts(outcome, self.ledger, self.axes, self.baseline if moved else None)
+        return panel_charts(outcome, self._ledger_shown, self.axes, self.baseline if moved else None)
 
     def chart_pngs(self) -> list[bytes]:
         """The PNG of every chart with axes for the current state, as the panel shows them (drawn by the last
@@ -224,7 +243,7 @@ class WhatIfPanel:
     def set_values(self, values: Mapping[str, object]) -> None:
         """Set several controls (by :attr:`controls` name) and redraw once, not once per control.
 
-        >>> from kvplan.notebook.scenario import Scenario
+        >>> from kvplan.notebook.whatif import Scenario
         >>> panel = WhatIfPanel(Scenario((13 * 2**30, 18 * 2**30), 2**30))
         >>> panel.set_values({"reserve_gib": 2.0})
         >>> panel.outcome.budget.uniform_budget_bytes // 2**30  # 13 − 2
@@ -291,7 +310,7 @@ def _layout_signature(figure) -> tuple:
 
 
 def _tables_html(outcome: Outcome) -> str:
-    """The headline (name, value) and the per-rank table (:func:`~kvplan.notebook.tables.readable_table`), as HTML."""
+    """The headline (name, value) and the per-rank table (:func:`~kvplan.notebook.headlines.readable_table`), as HTML."""
     headline = pd.Series(outcome.headline(), name="value").to_frame()
     return headline.to_html(classes="kvplan-headline", border=0) + readable_table(outcome.table()).to_html(
         classes="kvplan-ranks", border=0
@@ -305,18 +324,15 @@ _STYLE = {"description_width": "initial"}
 def _controls(
     scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None, limits: Sequence[int | None]
 ) -> dict[str, widgets.Widget]:
-    layout = widgets.Layout(width="640px")
+    """The panel's controls by name: reserve, drift guard (with boot free memory), block size and the
+    length and target fields (with a spec), and one add-back slider per rank, capped at its co-tenant."""
     reserve_gib = bytes_to_gib(scenario.reserve_bytes)
-    controls: dict[str, widgets.Widget] = {
-        "reserve_gib": _gib_slider(
-            reserve_gib, max(4.0, 2 * reserve_gib), 0.05, "reserve per rank [GiB]", layout
-        )
+    controls = {
+        "reserve_gib": _gib_slider(reserve_gib, max(4.0, 2 * reserve_gib), 0.05, "reserve per rank [GiB]")
     }
     if scenario.boot_free_bytes is not None:
         guard_gib = bytes_to_gib(scenario.guard_bytes)
-        controls["guard_gib"] = _gib_slider(
-            guard_gib, max(2.0, 2 * guard_gib), 0.05, "drift guard [GiB]", layout
-        )
+        controls["guard_gib"] = _gib_slider(guard_gib, max(2.0, 2 * guard_gib), 0.05, "drift guard [GiB]")
     if scenario.bytes_per_token is not None or scenario.kv_spec is not None:
         block_size = scenario.effective_block_size
         controls["block_size"] = widgets.Dropdown(
@@ -327,56 +343,40 @@ def _controls(
             tooltip="vLLM may raise it (hybrid and MLA models): the headline shows the block size in effect",
         )
         if scenario.max_model_len is not None:
-            box = widgets.Layout(width="420px")  # wide enough for the label and a seven-digit number
             target = math.ceil(scenario.target_concurrency or 0)
             for name, value, low, high, step, description in (
                 ("max_model_len", scenario.max_model_len, 1, 10_000_000, 1024, "max model length [tokens]"),
                 ("target_concurrency", target, 0, 100_000, 1, "target concurrency [sequences] (0 = none)"),
             ):
+                box = widgets.Layout(width="420px")  # the label and a seven-digit number
+                bounds = {"min": low, "max": high, "step": step}
                 controls[name] = widgets.BoundedIntText(
-                    value=value,
-                    min=low,
-                    max=high,
-                    step=step,
-                    description=description,
-                    style=_STYLE,
-                    layout=box,
+                    value, description=description, style=_STYLE, layout=box, **bounds
                 )
     add_back = scenario.add_back_bytes or (0,) * len(scenario.room_bytes)
     co_tenants = list(co_tenant_bytes) if co_tenant_bytes is not None else [None] * len(add_back)
     for rank, extra, co_tenant, limit in zip(scenario.rank_ids, add_back, co_tenants, limits):
         known = co_tenant is not None and not pd.isna(co_tenant)
-        note = f" (other processes {format_size(int(co_tenant))})" if known else " (other processes unknown)"
-        ceiling = bytes_to_gib(limit or 0)
-        controls[f"add_back_{rank}"] = _gib_slider(
-            bytes_to_gib(extra),
-            ceiling,
-            0.1,
-            f"rank {rank}: add back [GiB]{note}",
-            layout,
-            disabled=not limit,
-            tooltip=(
-                "up to what other processes hold on this GPU"
-                if known and limit
-                else "no other processes on this GPU: nothing to add back"
-                if known
-                else "no nvidia-smi snapshot joined for this rank: its co-tenant memory is unknown, "
-                "so nothing can be added back"
-            ),
-        )
+        note = f"other processes {format_size(int(co_tenant))}" if known else "other processes unknown"
+        tooltip = _ADD_BACK_TIPS[(bool(known and limit), bool(known))]
+        description = f"rank {rank}: add back [GiB] ({note})"
+        slider = _gib_slider(bytes_to_gib(extra), bytes_to_gib(limit or 0), 0.1, description)
+        slider.disabled, slider.tooltip = not limit, tooltip
+        controls[f"add_back_{rank}"] = slider
     return controls
 
 
-def _gib_slider(
-    value_gib: float,
-    top_gib: float,
-    step_gib: float,
-    description: str,
-    layout: widgets.Layout,
-    **more: object,
-) -> widgets.FloatSlider:
-    """A slider from 0 to ``top_gib`` [GiB], two decimals, that reports only when released (one render
-    per move); ``more`` are further FloatSlider traits (``disabled``, ``tooltip``)."""
+#: An add-back slider's tooltip by (something to add back, co-tenant memory known).
+_ADD_BACK_TIPS = {
+    (True, True): "up to what other processes hold on this GPU",
+    (False, True): "no other processes on this GPU: nothing to add back",
+    (False, False): "no nvidia-smi snapshot joined for this rank: its co-tenant memory is unknown, "
+    "so nothing can be added back",
+}
+
+
+def _gib_slider(value_gib: float, top_gib: float, step_gib: float, description: str) -> widgets.FloatSlider:
+    """A slider from 0 to ``top_gib`` [GiB], two decimals, reporting only when released (one render a move)."""
     return widgets.FloatSlider(
         value=value_gib,
         min=0.0,
@@ -385,7 +385,6 @@ def _gib_slider(
         readout_format=".2f",
         description=description,
         style=_STYLE,
-        layout=layout,
+        layout=widgets.Layout(width="640px"),
         continuous_update=False,
-        **more,
     )

@@ -1,10 +1,11 @@
-"""The report a review meeting opens: ``index.html`` leads with the decision, then links every notebook page.
+"""The review meeting: the report's ``index.html`` (``make demo``) and review mode (``make review``), each
+leading with the verified bundle's decision (:func:`decision_facts`).
 
-:func:`decision_facts` is what the index says first (flag, limiting rank, tokens, stranded capacity, the
-checks); :func:`index_html` lays it out with the date, the kvplan version, the bundle and the pages of
-:mod:`kvplan.notebook.pages`. ``python -m kvplan.notebook.report OUT BUNDLE NOTEBOOK...`` (``make demo``)
-verifies the bundle, executes each notebook once into its pages and writes the index from the bundle's
-recomputed decision.
+``python -m kvplan.notebook.report OUT BUNDLE NOTEBOOK...`` verifies the bundle, executes each notebook once
+into its pages (:mod:`kvplan.notebook.pages`) and writes the index; with ``--serve [--port N]`` it writes the
+served folder instead (:func:`prepare`: the decision page ``00-decision.ipynb`` and each notebook with the
+bundle as its ``BUNDLE``) and serves it with Voilà on 127.0.0.1 (code hidden, a live kernel per page) until
+stopped.
 
 Every page shows that bundle: each notebook takes it as its ``BUNDLE`` parameter, reads its verified
 inputs and policy through :func:`show_bundle` (which replace the notebook's sample parameters) and states
@@ -15,7 +16,9 @@ parameter, and a page that does not state the bundle's digest.
 from __future__ import annotations
 
 import argparse
+import html
 import re
+import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -25,7 +28,7 @@ from typing import Any
 from kvplan.escape import html_text, markdown_code, terminal_text
 from kvplan.notebook.headlines import limiting_text
 from kvplan.notebook.launch import ParameterError, parameter_path
-from kvplan.notebook.pages import Page
+from kvplan.notebook.pages import Page, shown_folder, with_parameters
 from kvplan.plan import Decision
 from kvplan.units import format_budget, format_policy_size, format_size
 
@@ -245,7 +248,7 @@ def build_report(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> tupl
         pages.append(page)
     record = verified.record
     facts = {
-        "folder": str(bundle),
+        "folder": shown_folder(bundle),
         "digest": f"sha256:{verified.digest}",
         "approved by": f"{record.get('approver', '')}: {record.get('note', '')}",
         "verified": "ok: every hash and the recomputed decision agree",
@@ -261,13 +264,122 @@ def build_report(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> tupl
     return index, errors
 
 
+#: The first page of the review: the decision, then the dashboards.
+DECISION_PAGE = "00-decision.ipynb"
+
+#: Voilà's port unless ``--port`` (``make review REVIEW_PORT=…``) says otherwise.
+DEFAULT_PORT = 8866
+
+
+def decision_html(bundle: str | Path, pages: Sequence[str]) -> str:
+    """The decision of a verified ``bundle`` as HTML, then a link to each dashboard (notebook file names).
+
+    A bundle that does not verify is said plainly, with its differences, and no flag is shown.
+    """
+    from kvplan.evidence.verify import verify
+
+    verified = verify(bundle)
+    links = "".join(
+        f'<li><a href="{html.escape(name)}">{html.escape(Path(name).stem)}</a></li>' for name in pages
+    )
+    if verified.decision is None or not verified.ok:
+        problems = "".join(f"<li>{html.escape(text)}</li>" for text in verified.differences)
+        return (
+            f"<h2>The bundle does not verify: no decision to review</h2><ul>{problems}</ul><ol>{links}</ol>"
+        )
+    facts = decision_facts(verified.decision)
+    flag = facts.pop("flag")
+    facts["bundle"] = f"{Path(bundle).name} (sha256:{verified.digest}), verified"
+    rows = "".join(
+        f'<tr><th style="text-align:left;padding-right:1.5em">{html.escape(name)}</th>'
+        f'<td style="text-align:left">{html.escape(text)}</td></tr>'
+        for name, text in facts.items()
+    )
+    return (
+        f'<p>Deploy with</p><p style="font-family:monospace;font-size:1.3em">{html.escape(flag)}</p>'
+        f"<table>{rows}</table><h2>The dashboards</h2>"
+        "<p>Each opens with its own live kernel: move the what-if panels' controls to ask questions.</p>"
+        f"<ol>{links}</ol>"
+    )
+
+
+def decision_notebook(bundle: str | Path, pages: Sequence[str]):
+    """The review's first page: a heading and one cell showing :func:`decision_html` of ``bundle``."""
+    import nbformat
+
+    source = (
+        "from IPython.display import HTML\nfrom kvplan.notebook.report import decision_html\n"
+        f"HTML(decision_html({str(bundle)!r}, {list(pages)!r}))"
+    )
+    return nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_markdown_cell("# KV-cache budget: the decision"),
+            nbformat.v4.new_code_cell(source),
+        ],
+        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
+    )
+
+
+def prepare(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> Path:
+    """Write the served folder into ``out_dir``: the decision page and each notebook with ``BUNDLE`` set.
+
+    Returns ``out_dir``. Existing pages there are replaced (the folder is the review's own).
+    """
+    import nbformat
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bundle = bundle.resolve()
+    names = [path.name for path in notebooks]
+    nbformat.write(decision_notebook(bundle, names), out_dir / DECISION_PAGE)
+    for path in notebooks:
+        notebook = with_parameters(nbformat.read(path, as_version=4), {"BUNDLE": str(bundle)})
+        nbformat.write(notebook, out_dir / path.name)
+    return out_dir
+
+
+def voila_command(folder: Path, port: int = DEFAULT_PORT) -> list[str]:
+    """Voilà serving ``folder`` on 127.0.0.1:``port``: code hidden, no browser opened, no tracebacks shown.
+
+    >>> voila_command(Path("build/review"), 9000)[3:6]
+    ['--no-browser', '--port=9000', '--Voila.ip=127.0.0.1']
+    """
+    return [
+        sys.executable,
+        "-m",
+        "voila",
+        "--no-browser",
+        f"--port={port}",
+        "--Voila.ip=127.0.0.1",
+        "--VoilaConfiguration.strip_sources=True",
+        "--VoilaConfiguration.show_tracebacks=False",
+        str(folder),
+    ]
+
+
+def serve(out_dir: Path, bundle: Path, notebooks: Sequence[Path], port: int = DEFAULT_PORT) -> int:
+    """Prepare the review's folder (:func:`prepare`) and serve it with Voilà until stopped (``make review``)."""
+    folder = prepare(out_dir, bundle, notebooks)
+    print(f"review: http://127.0.0.1:{port}/voila/render/{DECISION_PAGE} (Ctrl-C stops it)", flush=True)
+    try:
+        return subprocess.run(voila_command(folder, port), check=False).returncode
+    except KeyboardInterrupt:
+        return 0
+
+
 def run_report(argv: Sequence[str] | None = None) -> int:
-    """``python -m kvplan.notebook.report OUT BUNDLE NOTEBOOK...``: exit 0, or 1 with an ``error:`` line each."""
+    """``python -m kvplan.notebook.report OUT BUNDLE NOTEBOOK... [--serve [--port N]]``: the report (exit 0,
+    or 1 with an ``error:`` line each), or review mode served until stopped."""
     parser = argparse.ArgumentParser(prog="python -m kvplan.notebook.report", description=run_report.__doc__)
     parser.add_argument("out", type=Path, help="report folder (index.html, one page per notebook)")
     parser.add_argument("bundle", type=Path, help="the evidence bundle the index shows (kvplan approve)")
-    parser.add_argument("notebooks", type=Path, nargs="+", help="notebooks to execute, in order")
+    parser.add_argument("notebooks", type=Path, nargs="+", help="notebooks, in order")
+    parser.add_argument("--serve", action="store_true", help="serve the notebooks live with Voilà instead")
+    parser.add_argument(
+        "--port", type=int, default=DEFAULT_PORT, help=f"Voilà's port (default {DEFAULT_PORT})"
+    )
     args = parser.parse_args(argv)
+    if args.serve:
+        return serve(args.out, args.bundle, args.notebooks, args.port)
     index, errors = build_report(args.out, args.bundle, args.notebooks)
     for error in errors:
         print(f"error: {terminal_text(error)}", file=sys.stderr)

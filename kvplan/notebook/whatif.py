@@ -1,21 +1,20 @@
-"""The pure what-if: :func:`evaluate` turns a :class:`~kvplan.notebook.scenario.Scenario` into an Outcome.
-
-It only calls :mod:`kvplan.budget`, :mod:`kvplan.kvspec.capacity` (or the scenario's KV spec) and
-:mod:`kvplan.drift`, so it is tested without a browser; the helpers turn control values into scenario bytes.
-"""
+"""The pure what-if (no widgets, no drawing): :func:`evaluate` turns a :class:`Scenario` (inputs in bytes)
+into an :class:`Outcome` (the budget, what it buys, the drift); helpers turn control values into bytes."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import pandas as pd
 
-from kvplan.budget import uniform_budget
-from kvplan.drift import drift_budget
+from kvplan.budget import Budget, kv_cache_flag, uniform_budget
+from kvplan.drift import Drift, drift_budget
 from kvplan.kvspec.capacity import (
+    DEFAULT_BLOCK_SIZE,
+    Capacity,
     block_bytes_from_token_bytes,
     bytes_for_sequences,
     capacity,
@@ -23,11 +22,225 @@ from kvplan.kvspec.capacity import (
     concurrency_curve,
     sequence_lengths,
 )
-from kvplan.units import bytes_to_gib, parse_size
+from kvplan.notebook.headlines import boot_budget_bytes, budget_headline, length_warning, limiting_text
+from kvplan.plan import Decision, Evidence, Policy, decide
+from kvplan.units import bytes_to_gib, format_size, parse_size
 
 if TYPE_CHECKING:
     from kvplan.kvspec import KVSpec
-from kvplan.notebook.scenario import Outcome, Scenario
+
+
+#: Block sizes vLLM accepts on CUDA (``CacheConfig.block_size``), offered by the panel.
+BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """Inputs of one what-if evaluation; sizes in bytes, per-rank tuples in rank order.
+
+    ``add_back_bytes`` raises a rank's room (a co-tenant that moved away). Capacity needs ``max_model_len``
+    and a ``kv_spec`` (vLLM's arithmetic for the model) or ``bytes_per_token``; ``block_size=None`` is the
+    spec's (else 16). Drift needs ``ref_free_bytes`` and ``boot_free_bytes`` (startup free memory per rank
+    of the reference and the later boot). ``max_position_embeddings`` defaults to ``kv_spec``'s.
+    """
+
+    room_bytes: tuple[int, ...]
+    reserve_bytes: int
+    ranks: tuple[int, ...] | None = None
+    add_back_bytes: tuple[int, ...] | None = None
+    bytes_per_token: int | None = None
+    block_size: int | None = None
+    max_model_len: int | None = None
+    target_concurrency: float | None = None
+    guard_bytes: int = 0
+    ref_free_bytes: tuple[int, ...] | None = None
+    boot_free_bytes: tuple[int, ...] | None = None
+    kv_spec: KVSpec | None = None
+    max_position_embeddings: int | None = None
+
+    @classmethod
+    def from_decision(cls, decision: Decision, **options) -> Scenario:
+        """A scenario over a decision's worst room per rank, reserve, KV spec and ``F_ref``; ``options``
+        are the other fields (``max_model_len``, ``target_concurrency``, ``boot_free_bytes``, ...)."""
+        budget = decision.budget
+        defaults = {"kv_spec": decision.spec, "ref_free_bytes": decision.ref_free_bytes}
+        return cls(budget.room_bytes, budget.reserve_bytes, ranks=budget.ranks, **{**defaults, **options})
+
+    @classmethod
+    def from_ledger(
+        cls, ledger: pd.DataFrame, reserve_bytes: int, assume_uniform: bool = False, **options
+    ) -> Scenario:
+        """:meth:`from_decision` of the pipeline's decision over a ledger (no model: ``kv_spec`` option)."""
+        decision = decide(Evidence(ledger), Policy(reserve_bytes, assume_uniform=assume_uniform))
+        return cls.from_decision(decision, **{"kv_spec": None, "ref_free_bytes": None, **options})
+
+    @property
+    def effective_block_size(self) -> int:
+        """Block size in tokens: the one given, else the spec's, else vLLM's default 16."""
+        if self.block_size is not None:
+            return self.block_size
+        return self.kv_spec.block_size if self.kv_spec is not None else DEFAULT_BLOCK_SIZE
+
+    @property
+    def position_limit(self) -> int | None:
+        """The model's longest context in tokens: the one given, else the config's behind ``kv_spec``."""
+        if self.max_position_embeddings is not None:
+            return self.max_position_embeddings
+        return self.kv_spec.arch.max_position_embeddings if self.kv_spec is not None else None
+
+    @property
+    def rank_ids(self) -> tuple[int, ...]:
+        """Rank ids, 0..n-1 unless given."""
+        return tuple(range(len(self.room_bytes))) if self.ranks is None else tuple(self.ranks)
+
+
+@dataclass(frozen=True, eq=False)
+class Outcome:
+    """Everything one scenario gives: the budget, and where inputs allow, capacity and drift.
+
+    ``target_length``: the longest length (≤ ``max_model_len``) at which the target (whole sequences) fits,
+    0 when none does; ``spec``: the model spec at the block size in effect. Compared by identity.
+    """
+
+    scenario: Scenario
+    budget: Budget
+    capacity: Capacity | None
+    curve: pd.DataFrame | None
+    target_bytes: int | None
+    drift: Drift | None
+    target_length: int | None = None
+    spec: KVSpec | None = None
+
+    @property
+    def boot_budget_bytes(self) -> int | None:
+        """Under drift, this boot's value in whole blocks (:func:`boot_budget_bytes`); else None."""
+        return None if self.drift is None else boot_budget_bytes(self.drift, self.budget.block_bytes)
+
+    @property
+    def target_sequences(self) -> int | None:
+        """The target concurrency in whole sequences (rounded up), None without a target."""
+        target = self.scenario.target_concurrency
+        return math.ceil(target) if target else None
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the target fits at ``max_model_len``; None without one."""
+        if self.target_length is None:
+            return None
+        return self.target_length >= (self.scenario.max_model_len or 0)
+
+    def target_fit(self) -> str:
+        """Yes or no for the target, in words: ``yes: 4 sequences of 32,768 tokens at once`` or why not."""
+        sequences, length = self.target_sequences, self.scenario.max_model_len
+        if self.fits:
+            return f"yes: {sequences:,} sequences of {length:,} tokens at once"
+        if self.target_length:
+            return (
+                f"no: {sequences:,} sequences of {length:,} do not fit; "
+                f"{sequences:,} fit up to {self.target_length:,} tokens each"
+            )
+        return f"no: {sequences:,} sequences do not fit at any length (not even 1 token each)"
+
+    def verdict(self) -> str:
+        """One plain line: FITS / DOES NOT FIT, the flag to deploy and the limiting rank.
+
+        >>> GiB = 2**30
+        >>> evaluate(Scenario((13 * GiB, 18 * GiB), GiB)).verdict()
+        'FITS on every rank: --kv-cache-memory-bytes=12884901888 · rank 0 limits'
+        >>> evaluate(Scenario((13 * GiB, 13 * GiB), GiB)).verdict()
+        'FITS on every rank: --kv-cache-memory-bytes=12884901888 · every rank the same (none limits alone)'
+        """
+        if self.drift is not None:
+            flag, rank = kv_cache_flag(self.boot_budget_bytes), self.drift.limiting_rank
+            tied = len(set(self.drift.adjusted_bytes)) == 1
+            where = "this boot"
+        else:
+            flag, rank = self.budget.flag, self.budget.limiting_rank
+            tied = len(set(self.budget.safe_bytes)) == 1
+            where = "every rank"
+        limits = "every rank the same (none limits alone)" if tied else f"rank {rank} limits"
+        if self.fits is None:
+            return f"FITS on {where}: {flag} · {limits}"
+        word = "FITS" if self.fits else "DOES NOT FIT"
+        target = f"{self.target_sequences:,} sequences of {self.scenario.max_model_len:,} tokens"
+        return f"{word}: {target} · {flag} · {limits}"
+
+    def table(self) -> pd.DataFrame:
+        """Per-rank table in bytes: room (after add-back), safe, uniform, stranded, limiting; under drift the
+        uniform value and limiting rank are this boot's, the reference's kept as ``ref_…`` columns."""
+        frame = self.budget.to_frame()
+        frame.insert(1, "add_back_bytes", list(self.scenario.add_back_bytes or [0] * len(frame)))
+        if self.drift is not None:
+            frame = frame.rename(
+                columns={
+                    "uniform_budget_bytes": "ref_uniform_budget_bytes",
+                    "stranded_bytes": "ref_stranded_bytes",
+                    "limiting": "ref_limiting",
+                }
+            )
+            frame["adjusted_bytes"] = list(self.drift.adjusted_bytes)
+            frame["uniform_budget_bytes"] = self.boot_budget_bytes
+            frame["limiting"] = [rank == self.drift.limiting_rank for rank in self.drift.ranks]
+        return frame
+
+    def headline(self) -> dict[str, str]:
+        """The figures a reviewer asks for first, as readable text.
+
+        >>> GiB = 2**30
+        >>> outcome = evaluate(Scenario((13 * GiB, 18 * GiB), reserve_bytes=GiB))
+        >>> outcome.headline()["uniform budget"], outcome.headline()["limiting rank"]
+        ('12 GiB', '0')
+        """
+        lines = budget_headline(self.budget)
+        if self.drift is not None:
+            boot_value = self.boot_budget_bytes
+            limiting = limiting_text(self.drift.ranks, self.drift.adjusted_bytes)
+            limits = (
+                "every rank the same"
+                if limiting.startswith("none")
+                else f"ranks {limiting} limit"
+                if " and " in limiting
+                else f"rank {limiting} limits"
+            )
+            lines = {
+                "after drift": (
+                    f"{format_size(boot_value)} ({limits}"
+                    + ("; re-profile to raise" if self.drift.reprofile_to_raise else "")
+                    + ")"
+                ),
+                "flag for this boot": kv_cache_flag(boot_value),
+                "limiting rank": limiting,
+                "reference budget": lines["uniform budget"],
+                "reference flag": lines["flag"],
+                "reference limiting rank": lines["limiting rank"],
+                "reference stranded total": lines["stranded total"],
+                "reference min/median": lines["min/median"],
+            }
+        if self.capacity is not None:
+            cap = self.capacity
+            note = getattr(cap, "block_size_note", "")
+            lines["block size"] = f"{cap.block_size} tokens" + (f" ({note})" if note else "")
+            lines["tokens"] = f"{cap.tokens:,}"
+            lines["max concurrency"] = f"{cap.max_concurrency:.2f}× at {cap.max_model_len:,}"
+            if getattr(cap, "approximate_reason", ""):
+                lines["approximate"] = cap.approximate_reason
+        elif self.spec is not None:
+            note = self.spec.block_size_note
+            lines["block size"] = f"{self.spec.block_size} tokens" + (f" ({note})" if note else "")
+        elif self.budget.block_bytes is not None:
+            lines["block size"] = f"{self.scenario.effective_block_size} tokens"
+        length = self.scenario.max_model_len
+        if self.target_bytes is not None:
+            target, sequences = self.scenario.target_concurrency, self.target_sequences
+            rounded = f" ({target:g} rounded up to {sequences})" if sequences != target else ""
+            needed = format_size(self.target_bytes)
+            lines["target needs"] = f"{needed} per rank for {sequences:,} sequences of {length:,}{rounded}"
+        if self.target_length is not None:
+            lines["target fits"] = self.target_fit()
+        warning = length_warning(length, self.scenario.position_limit)
+        if warning:
+            lines["max model length"] = warning
+        return lines
 
 
 def weak_rank_at_median(outcome: Outcome) -> Scenario:
@@ -51,9 +264,8 @@ def weak_rank_at_median(outcome: Outcome) -> Scenario:
 def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outcome:
     """The budget and what it buys for one scenario (pure: no widgets, no drawing).
 
-    Room per rank is ``room_bytes + add_back_bytes``; the budget is rounded to whole blocks when
-    ``bytes_per_token`` is known; the drift reference budget per rank is the safe budget
-    (room − reserve), as the gate uses it.
+    Room per rank is ``room_bytes + add_back_bytes``; the budget is in whole blocks when the block is known;
+    the drift's reference budget per rank is the safe budget (room − reserve), as the gate uses it.
 
     >>> GiB = 2**30
     >>> s = Scenario((13 * GiB, 18 * GiB), GiB, bytes_per_token=256 * 1024, max_model_len=8192)
@@ -78,50 +290,50 @@ def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outco
     else:
         block_bytes = None if bpt is None else block_bytes_from_token_bytes(bpt, block_size)
     budget = uniform_budget(room, scenario.reserve_bytes, block_bytes=block_bytes, ranks=ranks)
-    cap = curve = target = target_length = None
-    length = scenario.max_model_len
-    if block_bytes is not None and length is not None:
-        kv_bytes = budget.uniform_budget_bytes
-        lengths = list(seq_lens) if seq_lens is not None else sequence_lengths(length)
-        sequences = math.ceil(scenario.target_concurrency) if scenario.target_concurrency else None
-        if spec is not None:
-            cap = spec.capacity(kv_bytes, length)
-            curve = spec_concurrency_curve(spec, kv_bytes, lengths)
-            if sequences:
-                target = sequences * spec.blocks_per_request(length) * spec.block_bytes
-
-            def concurrency_at(seq_len: int) -> float:
-                return spec.capacity(kv_bytes, seq_len).max_concurrency
-        else:
-            cap = capacity(kv_bytes, bpt, length, block_size)
-            curve = concurrency_curve(kv_bytes, bpt, lengths, block_size)
-            if sequences:
-                target = bytes_for_sequences(sequences, length, bpt, block_size)
-
-            def concurrency_at(seq_len: int) -> float:
-                return capacity(kv_bytes, bpt, seq_len, block_size).max_concurrency
-
-        if sequences:
-            target_length = longest_length_at(concurrency_at, sequences, length)
+    bought: tuple = (None, None, None, None)
+    if block_bytes is not None and scenario.max_model_len is not None:
+        bought = _bought(scenario, spec, budget.uniform_budget_bytes, seq_lens)
     drift = None
     if scenario.boot_free_bytes is not None:
         if scenario.ref_free_bytes is None:
             raise ValueError("drift needs the reference boot's free memory per rank (ref_free_bytes)")
-        drift = drift_budget(
-            list(budget.safe_bytes),
-            list(scenario.ref_free_bytes),
-            list(scenario.boot_free_bytes),
-            scenario.guard_bytes,
-            ranks,
-        )
+        free = (list(scenario.ref_free_bytes), list(scenario.boot_free_bytes))
+        drift = drift_budget(list(budget.safe_bytes), *free, scenario.guard_bytes, ranks)
+    cap, curve, target, target_length = bought
     return Outcome(scenario, budget, cap, curve, target, drift, target_length, spec)
 
 
-def longest_length_at(concurrency_at, target: float, max_model_len: int) -> int:
-    """The longest length ≤ ``max_model_len`` [tokens] with ``concurrency_at(length) ≥ target``; 0 if none.
+def _bought(scenario: Scenario, spec: KVSpec | None, kv_bytes: int, seq_lens: Sequence[int] | None) -> tuple:
+    """What ``kv_bytes`` per rank buys: capacity at ``max_model_len``, the concurrency curve, the bytes the
+    target needs and the longest length the target fits at; by the spec, else by bytes per token."""
+    length, block_size, bpt = scenario.max_model_len, scenario.effective_block_size, scenario.bytes_per_token
+    lengths = list(seq_lens) if seq_lens is not None else sequence_lengths(length)
+    sequences = math.ceil(scenario.target_concurrency) if scenario.target_concurrency else None
+    target = target_length = None
+    if spec is not None:
+        cap, curve = spec.capacity(kv_bytes, length), capacity_table(spec, kv_bytes, lengths)
+        if sequences:
+            target = sequences * spec.blocks_per_request(length) * spec.block_bytes
 
-    ``concurrency_at`` (full-length requests at once for a request length) must not rise with the
-    length, as vLLM's concurrency does not; found by bisection.
+        def concurrency_at(seq_len: int) -> float:
+            return spec.capacity(kv_bytes, seq_len).max_concurrency
+    else:
+        cap = capacity(kv_bytes, bpt, length, block_size)
+        curve = concurrency_curve(kv_bytes, bpt, lengths, block_size)
+        if sequences:
+            target = bytes_for_sequences(sequences, length, bpt, block_size)
+
+        def concurrency_at(seq_len: int) -> float:
+            return capacity(kv_bytes, bpt, seq_len, block_size).max_concurrency
+
+    if sequences:
+        target_length = longest_length_at(concurrency_at, sequences, length)
+    return cap, curve, target, target_length
+
+
+def longest_length_at(concurrency_at, target: float, max_model_len: int) -> int:
+    """The longest length ≤ ``max_model_len`` [tokens] with ``concurrency_at(length) ≥ target``, 0 if none,
+    by bisection (``concurrency_at`` never rises with the length, as vLLM's does not).
 
     >>> # 3072 blocks of 16 tokens: 8 requests fit while a request needs ≤ 3072 / 8 = 384 blocks = 6144 tokens
     >>> longest_length_at(lambda n: 3072 / -(-n // 16), 8, 32_768)
@@ -141,32 +353,6 @@ def longest_length_at(concurrency_at, target: float, max_model_len: int) -> int:
     return low
 
 
-def spec_concurrency_curve(spec: KVSpec, kv_bytes: int, seq_lens: Sequence[int]) -> pd.DataFrame:
-    """:func:`kvplan.kvspec.capacity.capacity_table` of a model spec: tokens and concurrency from
-    ``spec.capacity`` at each length, so hybrid and sliding-window models are sized as vLLM sizes them
-    (and as approximately as the spec says)."""
-    return capacity_table(spec, kv_bytes, seq_lens)
-
-
-def ledger_after_add_back(ledger: pd.DataFrame, scenario: Scenario) -> pd.DataFrame:
-    """A copy of ``ledger`` with ``other_process_bytes`` lowered by the scenario's add-back per rank (≥ 0).
-
-    "What if the co-tenant on rank 2 moved?" as the ledger chart draws it.
-
-    >>> frame = pd.DataFrame({"rank": [0, 1], "other_process_bytes": [None, 5]})
-    >>> scenario = Scenario((10, 10), 1, add_back_bytes=(3, 2))
-    >>> ledger_after_add_back(frame, scenario)["other_process_bytes"].tolist()
-    [0, 3]
-    """
-    shown = ledger.copy()
-    if not scenario.add_back_bytes:
-        return shown
-    other = pd.to_numeric(shown.get("other_process_bytes", pd.Series(0, index=shown.index)), errors="coerce")
-    extra = shown["rank"].map(dict(zip(scenario.rank_ids, scenario.add_back_bytes))).fillna(0)
-    shown["other_process_bytes"] = (other.fillna(0) - extra).clip(lower=0).astype("int64")
-    return shown
-
-
 def gib_to_bytes(value_gib: float) -> int:
     """Bytes in a slider's GiB value, to the nearest byte (0.9 → parse_size("0.9GiB")).
 
@@ -177,9 +363,7 @@ def gib_to_bytes(value_gib: float) -> int:
 
 
 def add_back_bytes(value_gib: float, co_tenant: int | None) -> int:
-    """An add-back slider's bytes, never more than the co-tenant holds (nothing when that is unknown).
-
-    A slider at its maximum (the co-tenant's bytes in GiB) gives the co-tenant's exact bytes.
+    """An add-back slider's bytes: at most the co-tenant's (exactly those at the slider's top), 0 if unknown.
 
     >>> co_tenant = 25_845_153_792  # 24.07 GiB (rounded)
     >>> add_back_bytes(25.0, co_tenant) == add_back_bytes(co_tenant / 2**30, co_tenant) == co_tenant
@@ -195,9 +379,8 @@ def add_back_bytes(value_gib: float, co_tenant: int | None) -> int:
 
 
 def add_back_limits(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None) -> list[int | None]:
-    """The most each rank's add-back may be (rank order): its co-tenant's bytes, None where unknown.
-
-    A scenario that already adds back more than that keeps its own value as the limit.
+    """The most each rank's add-back may be: its co-tenant's bytes (or the scenario's own add-back when
+    more), None where unknown.
 
     >>> add_back_limits(Scenario((10, 10), 1, add_back_bytes=(0, 9)), [5, 7])
     [5, 9]
