@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvplan.io.vllm.manual import SAVED, StartupPlanLine, read_startup_plan_lines
+from kvplan.io.startup_plan_lines import SAVED, StartupPlanLine, read_startup_plan_lines
 
 if (
     TYPE_CHECKING

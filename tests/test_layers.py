@@ -205,6 +205,7 @@ OVER_BUDGET_FOR_NOW = {
     "kvplan.budget.uniform_budget",
     "kvplan.checks.key.check_compatibility_key",
     "kvplan.io.vllm.failure_lines",
+    "kvplan.io.vllm.manual",
     "kvplan.io.vllm.ranks.attribute",
     "kvplan.io.vllm.resolve",
     "kvplan.io.vllm.resolve._attach_engine_values",

@@ -22,7 +22,7 @@ from kvplan.budget import kv_cache_flag
 from kvplan.checks.key import KEY_CHECK, OUTCOME_CHECK, RANKS_CHECK
 from kvplan.checks.launch import check_startup_memory
 from kvplan.drift import lowest_free_bytes
-from kvplan.io.vllm.manual import APPLIED, NOT_APPLIED, StartupPlanLine
+from kvplan.io.startup_plan_lines import APPLIED, NOT_APPLIED, StartupPlanLine
 from kvplan.units import format_size
 from kvplan.verdict import Check
 

@@ -82,7 +82,7 @@ def _url(fs, path: str) -> str:
 
 def is_snapshot(name: str) -> bool:
     """Whether a file is a GPU snapshot rather than a log: nvidia-smi's (``nvidia-smi*.csv``) or a DCGM
-    exporter scrape (``dcgm*.prom``, read by :mod:`kvplan.io.dcgm`).
+    exporter scrape (``dcgm*.prom``, read by :mod:`kvplan.io.gpu_snapshot`).
 
     >>> is_snapshot("gpu-1/nvidia-smi-gpu.csv"), is_snapshot("gpu-1/dcgm.prom"), is_snapshot("gpu-1/boot.log")
     (True, True, False)
@@ -97,7 +97,7 @@ def with_dcgm_snapshots(
     hosts: Sequence[HostFiles], scrapes: Mapping[str, str], folder: str
 ) -> list[HostFiles]:
     """``hosts``, each with its DCGM exporter scrape (``scrapes``: text per DCGM ``Hostname``, e.g. from
-    :func:`kvplan.io.dcgm.dcgm_scrapes_at`) written to ``folder/<host>/dcgm.prom`` as one more GPU snapshot; a
+    :func:`kvplan.io.gpu_snapshot.dcgm_scrapes_at`) written to ``folder/<host>/dcgm.prom`` as one more GPU snapshot; a
     host without one stays as it was (planned without GPU facts, as without an nvidia-smi snapshot)."""
     from kvplan.escape import safe_component
 

@@ -1,4 +1,4 @@
-"""Join what ``nvidia-smi`` snapshots (or DCGM's, :mod:`kvplan.io.dcgm`) say about each GPU to the ledger.
+"""Join what ``nvidia-smi`` snapshots (or DCGM's, :mod:`kvplan.io.gpu_snapshot`) say about each GPU to the ledger.
 
 A rank finds its GPU by its pid in the process snapshot, else by ``gpu_index_by_rank``. Memory of *other*
 processes is the sum over the GPU's processes that are not the ledger's vLLM pids; without a process snapshot it
@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvplan.io.dcgm import read_gpu_snapshot
+from kvplan.io.gpu_snapshot import NvidiaSmiError, read_gpu_snapshot, read_nvidia_smi_csv  # noqa: F401  (the doctests read snapshots)
 from kvplan.io.metadata import ReadMetadata
-from kvplan.io.nvidia_smi_csv import NvidiaSmiError, read_nvidia_smi_csv  # noqa: F401  (the doctests read snapshots)
 from kvplan.notes import Note
 from kvplan.units import GiB, MiB, format_size
 
@@ -102,7 +101,7 @@ def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame
     (4, True)
     """
     frames: dict[str, pd.DataFrame] = {}
-    for path in paths:  # a DCGM exporter scrape is a GPU snapshot (kvplan.io.dcgm)
+    for path in paths:  # a DCGM exporter scrape is a GPU snapshot (kvplan.io.gpu_snapshot)
         frame, metadata = read_gpu_snapshot(path)
         kind = metadata.kind
         if kind in frames:
