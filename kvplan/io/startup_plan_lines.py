@@ -1,16 +1,12 @@
-"""vLLM's startup-plan lines (``VLLM_ENABLE_STARTUP_PLAN=1``, ``v1/worker/startup_plan.py``, 0.33).
-
-Each worker logs, in these formats (0.33.0 ``startup_plan.py:189``, ``:153`` and ``:123``)::
+"""vLLM 0.33's startup-plan lines (``VLLM_ENABLE_STARTUP_PLAN=1``; ``v1/worker/startup_plan.py:189, 153, 123``)::
 
     Saved startup plan to %s                       (the path ends startup_plan_<fingerprint>.json)
     Applying persisted startup plan (fingerprint %s): kv_cache_memory_bytes=%d (%.2f GiB), recorded
         free-memory baseline %.2f GiB, current %.2f GiB. Memory profiling will be skipped.
-    Startup plan not applied: current free memory (%.2f GiB) is below the recorded baseline (%.2f GiB);
-        falling back to full memory profiling.
+    Startup plan not applied: current free memory (%.2f GiB) is below the recorded baseline (%.2f GiB); …
 
-:func:`read_startup_plan_lines` returns them with the line number and the process prefix (``Worker_TP2``,
-pid) that names the rank through the ledger. The fingerprint (16 hex digits of a SHA-256 over vLLM's config,
-the device and the rank) cannot be computed outside vLLM: it is read here.
+:func:`read_startup_plan_lines` returns them with the line and the process prefix that names the rank; the
+fingerprint (a SHA-256 over vLLM's config, device and rank) cannot be computed outside vLLM: it is read here.
 
 >>> line = ("(Worker_TP2 pid=48604) INFO 11-24 09:16:20 [startup_plan.py:189] Saved startup plan to "
 ...         "/root/.cache/vllm/startup_plan/startup_plan_0123456789abcdef.json")
