@@ -7,11 +7,12 @@ stronger ranks cannot use is reported as stranded.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING
 
-from kvplan.units import format_size
+from kvplan.units import GIB_2DP_HALF_STEP_BYTES, format_size
 
 if TYPE_CHECKING:  # pandas only for the frames' annotations
     import pandas as pd
@@ -41,6 +42,40 @@ def launch_flags_text(num_bytes: int, gpu_memory_utilization: float | None) -> t
         () if gpu_memory_utilization is None else (f"--gpu-memory-utilization={gpu_memory_utilization:.2f}",)
     )
     return (kv_cache_flag(num_bytes), *companion)
+
+
+#: How far a GiB figure printed to 2 decimals can be from the bytes it stands for (rounded up).
+PRINTED_MARGIN_BYTES = GIB_2DP_HALF_STEP_BYTES + 1
+
+
+def passes_startup_check(total_bytes: int, free_bytes: int, utilization: float) -> bool:
+    """vLLM's ``request_memory``: ``free ≥ ceil(total × gpu_memory_utilization)`` (float product, as vLLM).
+
+    >>> passes_startup_check(100, 61, 0.61), passes_startup_check(100, 60, 0.61)
+    (True, False)
+    """
+    return free_bytes >= math.ceil(total_bytes * utilization)
+
+
+def largest_utilization(
+    total_bytes: Sequence[int], free_bytes: Sequence[int], guard_bytes: int
+) -> float | None:
+    """The largest two-decimal U with ``ceil(total_r × U) ≤ F_r − G`` on every rank (figures on their safe
+    side: total + :data:`PRINTED_MARGIN_BYTES`, free − it); None when not even 0.01 passes.
+
+    >>> largest_utilization([80 * 2**30], [10 * 2**30], 2**30)  # (10 GiB − 1 GiB − margin) / 80 GiB
+    0.11
+    """
+    for hundredths in range(100, 0, -1):
+        utilization = hundredths / 100
+        if all(
+            passes_startup_check(
+                total + PRINTED_MARGIN_BYTES, free - PRINTED_MARGIN_BYTES - guard_bytes, utilization
+            )
+            for total, free in zip(total_bytes, free_bytes)
+        ):
+            return utilization
+    return None
 
 
 @dataclass(frozen=True)

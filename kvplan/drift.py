@@ -15,7 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from kvplan.budget import BudgetError, kv_cache_flag
+from kvplan.budget import (
+    BudgetError,
+    kv_cache_flag,
+    largest_utilization,
+    launch_flags_text,
+    round_down_to_blocks,
+)
 from kvplan.units import format_size
 
 if TYPE_CHECKING:  # pandas only for the frames' annotations
@@ -103,6 +109,10 @@ class Drift:
     guard_bytes: int
     drift_bytes: tuple[int, ...]
     adjusted_bytes: tuple[int, ...]
+    #: the bytes of one KV block (the flag is then whole blocks) and each rank's total memory (for the
+    #: companion ``--gpu-memory-utilization``); None when not known
+    block_bytes: int | None = None
+    total_bytes: tuple[int, ...] | None = None
 
     @property
     def adjusted_uniform_bytes(self) -> int:
@@ -116,9 +126,35 @@ class Drift:
         return self.ranks[self.adjusted_bytes.index(self.adjusted_uniform_bytes)]
 
     @property
+    def launch_bytes(self) -> int:
+        """The value to launch with [bytes]: the adjusted uniform value, whole blocks when ``block_bytes`` is known."""
+        value = self.adjusted_uniform_bytes
+        return round_down_to_blocks(value, self.block_bytes) if self.block_bytes else value
+
+    @property
     def flag(self) -> str:
-        """The vLLM flag for the adjusted uniform value."""
-        return kv_cache_flag(self.adjusted_uniform_bytes)
+        """The vLLM flag of :attr:`launch_bytes`."""
+        return kv_cache_flag(self.launch_bytes)
+
+    @property
+    def gpu_memory_utilization(self) -> float | None:
+        """The companion U: the largest vLLM's start-up check passes on every rank's boot free memory less the
+        guard (:func:`kvplan.budget.largest_utilization`); None without the total memory."""
+        if self.total_bytes is None:
+            return None
+        return largest_utilization(self.total_bytes, self.boot_free_bytes, self.guard_bytes)
+
+    @property
+    def launch_flags(self) -> tuple[str, ...]:
+        """The launch of this boot: the byte flag and, when known, its companion ``--gpu-memory-utilization``.
+
+        >>> from dataclasses import replace
+        >>> GiB = 2**30
+        >>> d = drift_budget(30 * GiB, 42 * GiB, 40 * GiB + 3 * GiB // 4, GiB // 2)
+        >>> replace(d, block_bytes=655_360, total_bytes=(47_663_399_567,)).launch_flags  # 46,284 blocks
+        ('--kv-cache-memory-bytes=30332682240', '--gpu-memory-utilization=0.90')
+        """
+        return launch_flags_text(self.launch_bytes, self.gpu_memory_utilization)
 
     @property
     def reprofile_to_raise(self) -> bool:
@@ -148,6 +184,8 @@ class Drift:
             "reprofile_to_raise": self.reprofile_to_raise,
             "guard_bytes": self.guard_bytes,
             "flag": self.flag,
+            "launch_flags": list(self.launch_flags),
+            "gpu_memory_utilization": self.gpu_memory_utilization,
             "ranks": [
                 {"rank": rank, "drift_bytes": drift, "adjusted_bytes": adjusted}
                 for rank, drift, adjusted in zip(self.ranks, self.drift_bytes, self.adjusted_bytes)

@@ -1,18 +1,8 @@
-"""Text that came from a file, made inert for where it lands: one function per target.
-
-Model names, paths, labels, host names, args and messages are read from logs, manifests and file names:
-they are data, never structure (``docs/safety.md``, "Untrusted text"). Each output escapes them with the
-function of its target:
-
-- :func:`markdown_text` and :func:`markdown_code`: ``SUMMARY.md`` (no heading, table row, comment or link);
-- :func:`html_text`: report pages and notebook HTML (no element, attribute or comment);
-- :func:`csv_cell`: ledger CSV cells a spreadsheet would run as a formula (OWASP "CSV injection");
-- :func:`terminal_text`: a command's lines (no escape sequence, one record per line);
-- :func:`safe_component` and :func:`path_inside`: file system paths (a name is a path component only when
-  it is plainly one; every path stays inside its root).
-
-Every target shows control characters (line breaks, ESC, BEL, bidirectional overrides, and the lone
-surrogates a non-UTF-8 file name decodes to) as escapes, so one record stays one line.
+"""Text that came from a file, made inert for where it lands: one function per target (``docs/safety.md``,
+"Untrusted text"): ``SUMMARY.md`` (:func:`markdown_text`, :func:`markdown_code`), HTML (:func:`html_text`),
+CSV cells a spreadsheet would run as a formula (:func:`csv_cell`), a command's lines (:func:`terminal_text`),
+file system paths (:func:`safe_component`, :func:`path_inside`). Every target shows control characters
+(line breaks, ESC, bidirectional overrides, lone surrogates) as escapes, so one record stays one line.
 
 >>> print(terminal_text("llama\\n# KV-cache budget: 40 GiB \\x1b[2J"))
 llama\\n# KV-cache budget: 40 GiB \\x1b[2J
@@ -42,8 +32,7 @@ SAFE_COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 
 
 def shown_controls(text: str) -> str:
-    r"""``text`` with each control character (:data:`CONTROL`) shown as its Python escape (``\n``,
-    ``\x1b``, ``\u202e``, ``\udcff``): printable, one line, encodable as UTF-8.
+    r"""``text`` with each control character (:data:`CONTROL`) shown as its Python escape: one line, UTF-8.
 
     >>> shown_controls("a\tb\r\n\u202ec")
     'a\\tb\\r\\n\\u202ec'
@@ -59,22 +48,14 @@ def _escape_one(match: re.Match) -> str:
 
 
 def terminal_text(value: object) -> str:
-    r"""``value`` for a terminal line: control characters shown as escapes, so no escape sequence
-    reaches the terminal and a record never spans two lines.
-
-    >>> terminal_text("worker\n--kv-cache-memory-bytes=80000000000")
-    'worker\\n--kv-cache-memory-bytes=80000000000'
-    """
+    """``value`` for a terminal line: no escape sequence reaches the terminal, a record never spans two lines."""
     return shown_controls(str(value))
 
 
 def markdown_text(value: object) -> str:
-    r"""``value`` as inert Markdown inside a line: ``\ ` * _ ~ < > [ ] |`` backslash-escaped and control
-    characters shown as escapes, so text cannot start a heading, a table row, a link, emphasis or an
-    HTML comment. Words, digits and ``- . , : / ( ) #`` are unchanged.
+    r"""``value`` as inert Markdown inside a line: ``\ ` * _ ~ < > [ ] |`` backslash-escaped, so text cannot
+    start a heading, a table row, a link, emphasis or an HTML comment.
 
-    >>> markdown_text("sample four-rank boot (CHG-1234, #5)")
-    'sample four-rank boot (CHG-1234, #5)'
     >>> print(markdown_text("ok\n# 40 GiB <!-- hide"))
     ok\n# 40 GiB \<!-- hide
     """
@@ -82,9 +63,8 @@ def markdown_text(value: object) -> str:
 
 
 def markdown_code(value: object) -> str:
-    r"""``value`` as a Markdown code span: fenced by more backticks than it holds in a row (CommonMark),
-    control characters shown as escapes. Not for a table cell: renderers split a row on the pipe of
-    ``\|`` inside a code span differently (a cell takes :func:`markdown_text`).
+    r"""``value`` as a Markdown code span, fenced by more backticks than it holds in a row (CommonMark); not
+    for a table cell (renderers split a row on a code span's ``\|`` differently: :func:`markdown_text`).
 
     >>> markdown_code("inputs/boot.log"), markdown_code("a`b")
     ('`inputs/boot.log`', '``a`b``')
@@ -97,8 +77,7 @@ def markdown_code(value: object) -> str:
 
 
 def html_text(value: object) -> str:
-    r"""``value`` as HTML text or attribute value: ``& < > " '`` as entities, control characters shown
-    as escapes.
+    r"""``value`` as HTML text or attribute value: ``& < > " '`` as entities.
 
     >>> html_text('<img src=x onerror="alert(1)">')
     '&lt;img src=x onerror=&quot;alert(1)&quot;&gt;'
@@ -107,10 +86,9 @@ def html_text(value: object) -> str:
 
 
 def csv_cell(value: object) -> object:
-    r"""``value`` for a CSV cell: a text that begins with ``= + - @``, a tab or a carriage return gets a
-    leading ``'`` (OWASP), so a spreadsheet shows it as text instead of running it, and a carriage return
-    in it is shown as ``\r`` (a spreadsheet reads one as a row break, and :mod:`csv` and pandas leave it
-    unquoted); anything else as is (numbers are never changed: a negative number is not a formula).
+    r"""``value`` for a CSV cell: text that begins with ``= + - @``, a tab or a carriage return gets a leading
+    ``'`` (OWASP), a carriage return in it shows as ``\r`` (a spreadsheet's row break, left unquoted by
+    :mod:`csv` and pandas); anything else, numbers too, as is.
 
     >>> csv_cell("@SUM(A1)"), csv_cell("meta-llama/x"), csv_cell(None), csv_cell("\rcmd")
     ("'@SUM(A1)", 'meta-llama/x', None, "'\\rcmd")
@@ -123,8 +101,7 @@ def csv_cell(value: object) -> object:
 
 
 def is_safe_component(name: str) -> bool:
-    """Whether ``name`` may be one path component as it is (:data:`SAFE_COMPONENT`): never ``..``, a
-    separator, a hidden name, a control character or an empty name.
+    """Whether ``name`` may be one path component as it is (:data:`SAFE_COMPONENT`).
 
     >>> is_safe_component("gpu-00019.zone-a"), is_safe_component("../../escaped"), is_safe_component(".")
     (True, False, False)
@@ -134,7 +111,7 @@ def is_safe_component(name: str) -> bool:
 
 def safe_component(name: str, prefix: str = "unsafe-") -> str:
     """``name`` as one path component: itself when :func:`is_safe_component`, else ``prefix`` and the
-    first 16 hex digits of its SHA-256 (the name stays a label, shown escaped where it is printed).
+    first 16 hex digits of its SHA-256.
 
     >>> safe_component("gpu-7"), safe_component("../../../escaped")
     ('gpu-7', 'unsafe-e9d20ae4e6d4311d')
@@ -146,11 +123,9 @@ def safe_component(name: str, prefix: str = "unsafe-") -> str:
 
 
 def path_inside(root: str | os.PathLike, *parts: str) -> Path:
-    """``root`` joined with ``parts``, refused (``ValueError``) when the result, with every symlink
-    resolved, is not inside ``root``: an absolute part, a ``..`` or a symlink cannot lead out.
+    """``root`` joined with ``parts``, refused (``ValueError``) when the result, every symlink resolved, is
+    not inside ``root``.
 
-    >>> path_inside("/out", "gpu-7", "boot.log")
-    PosixPath('/out/gpu-7/boot.log')
     >>> path_inside("/out", "..", "etc")
     Traceback (most recent call last):
     ValueError: /out/../etc: outside /out (a name from a file is a label, never a way out of the folder)

@@ -36,13 +36,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from kvplan.io.startup_plan_lines import SAVED, StartupPlanLine, read_startup_plan_lines
-
-if (
-    TYPE_CHECKING
-):  # the evidence machinery (pandas) only once a bundle is read: ``kvplan --help`` starts light
+if TYPE_CHECKING:  # pandas and the readers only once a bundle is read: ``kvplan --help`` starts light
     from kvplan.checks import Approved
     from kvplan.evidence import Verified
+    from kvplan.io.vllm.manual import StartupPlanLine
 
 #: The annotation (and comment key) that names the bundle an output came from.
 DIGEST_ANNOTATION = "kvplan.io/bundle-digest"
@@ -332,6 +329,8 @@ def plans_of(verified: Verified, approved: Approved, drift_bytes: int = 0) -> li
 
 def _saved_lines(folder: Path, sources: object) -> dict[str, list[StartupPlanLine]]:
     """The "Saved startup plan" lines of each approved log (bundle-relative names, read from the bundle)."""
+    from kvplan.io.vllm.manual import SAVED, read_startup_plan_lines
+
     return {
         str(source): [line for line in read_startup_plan_lines(folder / str(source)) if line.kind == SAVED]
         for source in sources  # type: ignore[attr-defined]

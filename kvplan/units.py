@@ -1,8 +1,5 @@
-"""Byte sizes at the edges: parse what people and vLLM write, format what people read.
-
-Inside kvplan every size is an ``int`` number of bytes. Text becomes bytes only here
-(:func:`parse_size`) and bytes become text only here (:func:`format_size`, :func:`bytes_to_gib`).
-"""
+"""Byte sizes at the edges: inside kvplan every size is an ``int`` of bytes; text becomes bytes only here
+(:func:`parse_size`) and bytes text only here (:func:`format_size`, :func:`bytes_to_gib`)."""
 
 from __future__ import annotations
 
@@ -28,13 +25,10 @@ _SIZE_RE = re.compile(r"\s*([+-]?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
 
 
 def parse_size(text: str | int) -> int:
-    """Bytes in a size written as ``12GiB``, ``0.9 GiB``, ``512MiB``, ``12GB`` or ``12G``.
-
-    Binary units (``KiB``, ``MiB``, ``GiB``, ``TiB``) are powers of 2, SI units (``kB``, ``MB``,
-    ``GB``, ``TB``) powers of 10, ``B`` or no unit plain bytes. A single letter follows vLLM's
-    ``--kv-cache-memory-bytes`` rule: ``12G`` = 12·2^30, ``12g`` = 12·10^9, and a decimal with an
-    upper-case letter is refused as vLLM refuses it. Fractions of a byte round to the nearest byte;
-    a size beyond :data:`MAX_SIZE_BYTES` (either sign) is refused.
+    """Bytes in a size written as ``12GiB``, ``0.9 GiB``, ``512MiB``, ``12GB`` or ``12G``: binary units are
+    powers of 2, SI units powers of 10; a single letter follows vLLM's ``--kv-cache-memory-bytes`` rule
+    (``12G`` = 12·2^30, ``12g`` = 12·10^9, a decimal with an upper-case letter refused). Fractions of a byte
+    round to the nearest; a size beyond :data:`MAX_SIZE_BYTES` (either sign) is refused.
 
     >>> parse_size("12GiB")
     12884901888
@@ -83,12 +77,8 @@ def _unit_factor(unit: str) -> int | None:
 
 
 def format_size(num_bytes: int, decimals: int = 2) -> str:
-    """Human text for a byte count, in the largest binary unit that keeps it ≥ 1.
+    """Human text for a byte count, in the largest binary unit that keeps it ≥ 1, trailing zeros dropped.
 
-    Trailing zeros are dropped, so whole units read cleanly.
-
-    >>> format_size(12 * GiB)
-    '12 GiB'
     >>> format_size(19219978650), format_size(262144), format_size(-150 * MiB), format_size(512)
     ('17.9 GiB', '256 KiB', '-150 MiB', '512 B')
     """
@@ -101,10 +91,8 @@ def format_size(num_bytes: int, decimals: int = 2) -> str:
 
 
 def format_budget(num_bytes: int, decimals: int = 2) -> str:
-    """A budget as text never above its bytes: :func:`format_size`, floored at the shown precision.
-
-    Typing the text back (``9.99GiB``) then gives at most the budget, never a value that eats into the
-    reserve; :func:`format_size` rounds to the nearest, which can show a budget larger than it is.
+    """A budget as text never above its bytes (:func:`format_size` floored at the shown precision): typed
+    back, ``9.99GiB`` is at most the budget, never a value that eats into the reserve.
 
     >>> format_budget(10_735_351_296), format_size(10_735_351_296)  # 9.998 GiB
     ('9.99 GiB', '10 GiB')
@@ -124,10 +112,8 @@ def format_budget(num_bytes: int, decimals: int = 2) -> str:
 
 def format_policy_size(num_bytes: int) -> str:
     """A policy size (reserve, guard) as the user would have typed it, when a short text reads back to
-    exactly ``num_bytes`` (:func:`parse_size`); else :func:`format_size`.
-
-    Tried in order: a whole number in :func:`format_size`'s unit (``512 MiB``), then one or two decimals
-    of the unit above it (``0.9 GiB``, which :func:`format_size` shows as 921.6 MiB), then of its own.
+    exactly ``num_bytes``: a whole number of :func:`format_size`'s unit, then one or two decimals of the unit
+    above it, then of its own; else :func:`format_size`.
 
     >>> format_policy_size(parse_size("0.9GiB")), format_size(parse_size("0.9GiB"))
     ('0.9 GiB', '921.6 MiB')

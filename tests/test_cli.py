@@ -10,7 +10,7 @@ import pytest
 from kvplan import DATA_DIR
 from kvplan.cli import main
 from kvplan.units import parse_size
-from tests.conftest import GiB, approve_args
+from tests.conftest import SAMPLE_LOG, GiB, approve_args
 
 
 def run_json(capsys, *argv):
@@ -384,14 +384,22 @@ def test_budget_reports_the_ledger_warnings_once_and_in_the_json(capsys, recwarn
     assert err.count(manual[0]) == 1 and "LedgerWarning" not in err
 
 
-def test_approve_warns_when_its_guard_would_fail_the_approved_boot(capsys, tmp_path):
-    # four-rank at 0.9 GiB reserve: rank 2's safe budget is exactly the approved 12 GiB (no --model,
-    # so no rounding), 0 B above it, so any recorded guard > 0 fails a gate of this very boot.
-    status = main(approve_args(tmp_path, "--guard", "0.5GiB"))
-    assert status == 0
+def test_approve_says_when_its_guard_fails_the_approved_boot_and_what_to_run(capsys, tmp_path):
+    # issue 24 (review): four-rank at 0.9 GiB reserve: rank 2's safe budget is exactly the approved 12 GiB (no
+    # --model, so no rounding), 0 B above it, so a recorded guard > 0 fails a gate of this very boot (the gate's
+    # own rule says so at approval, with the next step)
+    assert main(approve_args(tmp_path, "--guard", "0.5GiB")) == 0
     err = capsys.readouterr().err
-    assert "--guard 512 MiB is recorded as kvplan gate's default" in err
-    assert "only 0 B above the approved value" in err
+    assert (
+        "warning: with --guard 512 MiB, recorded as kvplan gate's default, the approved boot itself fails the gate "
+        "(its weakest rank keeps nothing above the approved value); next: approve again with --guard 0 and give "
+        "canaries their guard with kvplan gate --guard"
+    ) in err
+    (bundle,) = tmp_path.iterdir()
+    assert main(["gate", "--approved", str(bundle), str(SAMPLE_LOG)]) == 1  # what it says: the gate fails
+    capsys.readouterr()
+    assert main(approve_args(tmp_path / "again", "--guard", "0GiB")) == 0  # the next step it names
+    assert "approved boot itself fails" not in capsys.readouterr().err
 
 
 def test_verify_of_a_renamed_bundle_exits_0_with_the_name_as_a_note(capsys, tmp_path):

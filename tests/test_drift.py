@@ -1,5 +1,7 @@
 """Reuse on a later boot: cut by lost free memory plus a guard, never raised."""
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -53,3 +55,29 @@ sizes = st.integers(min_value=0, max_value=100 * GiB)
 @given(sizes, sizes, sizes, st.integers(min_value=0, max_value=GiB))
 def test_drift_never_increases_a_budget(ref_budget, ref_free, boot_free, guard):
     assert adjusted_budget_bytes(ref_budget, ref_free, boot_free, guard) <= ref_budget
+
+
+def test_drift_gives_a_launch_in_whole_blocks_with_its_utilization(capsys):  # issue 24 (review)
+    from kvplan.cli import main
+
+    argv = [
+        "drift",
+        "--ref-free",
+        "42GiB",
+        "--ref-budget",
+        "30GiB",
+        "--boot-free",
+        "40.75GiB",
+        "--guard",
+        "0.5GiB",
+    ]
+    assert main([*argv, "--block-bytes", "655360", "--total", "47663399567", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    # 28.25 GiB = 30,333,206,528 B → 46,284 whole blocks of 655,360 B = 30,332,682,240 B; U: 40.75 − 0.5 GiB
+    # less the 5.12 MiB margin holds ceil((47,663,399,567 B + margin) × 0.90) = 40.0 GiB, not × 0.91 = 40.4 GiB
+    assert data["uniform_budget_bytes"] == 30_333_206_528
+    assert data["launch_flags"] == ["--kv-cache-memory-bytes=30332682240", "--gpu-memory-utilization=0.90"]
+    assert data["flag"] == "--kv-cache-memory-bytes=30332682240"
+    assert main(argv) == 0  # without them, the text says what the flag lacks and what to give
+    out = capsys.readouterr().out
+    assert "not rounded to whole KV blocks: give --block-bytes" in out and "give --total" in out

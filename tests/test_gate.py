@@ -1,6 +1,7 @@
 """Gate checks on hand-built ledgers with known answers (scenario C's numbers) and on the sample boots."""
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from kvplan.checks import (
     VALUE_CHECK,
     Approved,
     check_budget_fits,
+    check_canary_utilization,
     check_compatibility_key,
     check_outcomes,
     check_ranks_present,
@@ -232,11 +234,17 @@ class TestBudgetFits:
 
     def test_canary_with_guard_fails_and_names_the_lower_value(self):
         # adjusted: 30 − 0.2 − 0.5 = 29.3; 30 − 0 − 0.5 = 29.5; 30 − 1.25 − 0.5 = 28.25; 30 − 0.1 − 0.5 = 29.4
-        check = check_budget_fits(approved(), boot(CANARY_FREE), guard_bytes=GiB // 2)
+        check = check_budget_fits(
+            approved(), boot(CANARY_FREE, total_bytes=[80 * GiB] * 4), guard_bytes=GiB // 2
+        )
         assert check.passed is False
         assert "rank 2: 30 GiB − max(0, 42 GiB − 40.75 GiB) − 512 MiB = 28.25 GiB < 30 GiB" in check.detail
-        # 28.25 GiB = 23,142.4 blocks of 1.25 MiB → 23,142 blocks × 1,310,720 B = 30,332,682,240 B
-        assert "--kv-cache-memory-bytes=30332682240 (limiting rank 2)" in check.detail
+        # 28.25 GiB = 23,142.4 blocks of 1.25 MiB → 23,142 blocks × 1,310,720 B = 30,332,682,240 B; its companion
+        # U (issue 24): rank 2's 40.75 − 0.5 GiB less the 5.12 MiB margin holds ceil(80 GiB × 0.50), not × 0.51
+        assert (
+            "--kv-cache-memory-bytes=30332682240 --gpu-memory-utilization=0.50 (limiting rank 2)"
+            in check.detail
+        )
         assert "re-profile to raise" in check.detail  # rank 1 starts with 0.1 GiB more than at approval
 
     def test_more_free_memory_never_raises(self):
@@ -261,14 +269,19 @@ class TestBudgetFitsOnEveryEstimate:
     def test_the_boots_own_room_below_approved_plus_reserve_fails(self):
         # free memory unchanged (drift 0: 30 GiB ≥ 30 GiB), but rank 1's own room fell to 30.5 GiB (e.g. a
         # larger max_num_batched_tokens, not in the key): 30.5 − 1 GiB reserve = 29.5 GiB < 30 GiB
-        frame = boot(room_bytes=[31 * GiB, 30 * GiB + 512 * MiB, 31 * GiB, 31 * GiB])
+        frame = boot(
+            room_bytes=[31 * GiB, 30 * GiB + 512 * MiB, 31 * GiB, 31 * GiB], total_bytes=[80 * GiB] * 4
+        )
         check = check_budget_fits(approved(), frame, guard_bytes=0)
         assert check.passed is False
         assert (
             "rank 1: the boot's own room 30.5 GiB − reserve 1 GiB − 0 B = 29.5 GiB < 30 GiB" in check.detail
         )
-        # 29.5 GiB / 1.25 MiB = 24,166.4 blocks → 24,166 × 1,310,720 B = 31,674,859,520 B
-        assert check.detail.endswith("--kv-cache-memory-bytes=31674859520 (limiting rank 1)")
+        # 29.5 GiB / 1.25 MiB = 24,166.4 blocks → 24,166 × 1,310,720 B = 31,674,859,520 B; U: 42 GiB less the
+        # 5.12 MiB margin holds ceil(80 GiB × 0.52) = 41.6 GiB, not × 0.53 = 42.4 GiB
+        assert check.detail.endswith(
+            "--kv-cache-memory-bytes=31674859520 --gpu-memory-utilization=0.52 (limiting rank 1)"
+        )
 
     def test_the_room_alone_judges_a_rank_without_free_memory(self):
         # no startup free memory at approval for rank 1, but the boot shows its room: 31 − 1 = 30 GiB ≥ 30 GiB
@@ -655,6 +668,22 @@ class TestGateOnSampleBoots:
         )
 
 
+def test_start_up_check_that_misses_a_rank_cannot_pass():
+    # issue 24 (review): rank 3 shows no free memory at start-up, so vLLM's check is not seen on every rank.
+    # Ranks 0-2: 42 GiB − 5.12 MiB margin ≥ ceil((80 GiB + margin) × 0.5) = 40 GiB + 2.56 MiB: each passes
+    ledger = boot(("42GiB",) * 4, total_bytes=[80 * GiB] * 4)
+    ledger.loc[3, "init_free_bytes"] = None
+    check = check_canary_utilization(
+        approved(), ledger, {"gpu_memory_utilization": 0.5, "vllm_version": "0.33.0"}, 0
+    )
+    assert check.passed is None
+    assert "rank 3: free or total memory at start-up not shown" in check.detail
+    assert check.detail.endswith(
+        "cannot judge the rank(s) not shown: gate a canary whose log shows every "
+        "rank's free and total memory at start-up (VLLM_LOGGING_LEVEL=DEBUG prints them per rank)"
+    )
+
+
 class TestLowFreeMemoryIsNeverHidden:
     """Issue 11 item 9: a rank's lowest startup free memory decides, whatever line or process shows it."""
 
@@ -748,13 +777,31 @@ class TestGateOnDriftCanary:
         assert "rank 1: 30 GiB − max(0, 42 GiB − 42.1 GiB) − 0 B = 30 GiB ≥ 30 GiB" in detail
         assert checks[TOKENS_CHECK].passed is True  # 786,432 ≥ 786,432: the canary ran at the approved value
 
-    def test_canary_with_guard_names_the_value_that_fits(self, capsys, drift_bundle):
+    def test_canary_with_guard_names_the_launch_that_fits(self, capsys, drift_bundle):
+        # issue 24 (review): the remedy is a launch that boots, the byte flag with its companion U
         status, checks = gate(capsys, drift_bundle, DRIFT / "canary.log", "--guard", "0.5GiB")
         assert status == 1
-        # 28.25 GiB / 40,960 B per token / 16 = 46,284.8 blocks → 46,284 × 655,360 B = 30,332,682,240 B
+        # 28.25 GiB / 40,960 B per token / 16 = 46,284.8 blocks → 46,284 × 655,360 B = 30,332,682,240 B.
+        # U: the canary shows no total, the approval's is 47,663,399,567 B; rank 2's 40.75 GiB − 0.5 GiB guard
+        # − 5.12 MiB margin ≥ ceil((total + margin) × U) holds up to U = 0.90 (0.91 needs 40.40 GiB), below
+        # the approval's 0.94, which rank 2 would fail (0.94 × 44.39 GiB = 41.73 GiB > 40.75 GiB)
         assert checks[BUDGET_CHECK].detail.endswith(
             "a lower value fits: 28.25 GiB (whole blocks), "
-            "--kv-cache-memory-bytes=30332682240 (limiting rank 2)"
+            "--kv-cache-memory-bytes=30332682240 --gpu-memory-utilization=0.90 (limiting rank 2)"
+        )
+        total, free, margin = 47_663_399_567, parse_size("40.75GiB") - parse_size("0.5GiB"), 5_368_710
+        assert math.ceil((total + margin) * 0.90) <= free - margin < math.ceil((total + margin) * 0.91)
+
+    def test_no_launch_offered_where_a_rank_shows_no_memory(self):
+        # issue 24 (review): without rank 3's free memory no U can be shown to pass: the remedy says so
+        ledger = boot(("41.8GiB", "42.1GiB", "40.75GiB", "0GiB"), total_bytes=[80 * GiB] * 4)
+        ledger.loc[3, "init_free_bytes"] = None
+        detail = check_budget_fits(approved(), ledger, 0).detail
+        assert "a lower value fits" not in detail
+        assert detail.endswith(
+            "28.75 GiB would fit rank 2, but no launch can be offered: rank 3 shows no free or total memory at "
+            "start-up: gate a canary whose log shows every rank's free and total memory at start-up "
+            "(VLLM_LOGGING_LEVEL=DEBUG prints them per rank)"
         )
 
     def test_text_output_and_bad_bundle(self, capsys, drift_bundle, tmp_path):

@@ -16,6 +16,7 @@ from kvplan import DATA_DIR
 from kvplan.checks import (
     REQUEST_CHECK,
     UTILIZATION_CHECK,
+    check_footprint,
     check_full_request,
     largest_length,
     largest_utilization,
@@ -236,4 +237,17 @@ def test_summary_says_how_to_launch_and_why_room_is_below_available_kv(capsys, t
     assert why == (
         "- **Room below available KV:** rank 1: room 399.36 MiB < available KV 2.31 GiB: vLLM sized the KV cache "
         "before capturing CUDA graphs, which take 1.92 GiB of it after."
+    )
+
+
+def test_a_footprint_refusal_says_what_to_run():  # issue 24 (review)
+    # used 10 + 92 = 102 B > limit 100 − 5 = 95 B by 7 B: a reserve 7 B larger lowers the value by ≥ 7 B;
+    # dropping the 5 B guard alone is not enough
+    assert check_footprint([0], 10, [100], [92], 5).detail.endswith(
+        "next: approve again with a reserve 7 B (7 B) larger"
+    )
+    # 10 + 88 = 98 B > 95 B by 3 B ≤ the 5 B guard: --guard 0 also fits (98 ≤ 100)
+    assert check_footprint([0], 10, [100], [88], 5).detail.endswith(
+        "next: approve again with --guard 0 (a canary takes its guard from kvplan gate --guard) or a reserve "
+        "3 B (3 B) larger"
     )

@@ -539,3 +539,32 @@ def test_a_chart_swapped_for_another_valid_png_in_a_sealed_bundle_fails_verify(s
     canary = str(FOUR_RANK / "boot.log")
     assert main(["gate", "--approved", str(folder), canary, "--approved-digest", digest]) == 2
     assert "is not the approved bundle" in capsys.readouterr().err
+
+
+def _flip_a_digit(path: Path) -> None:
+    text = path.read_bytes()
+    at = text.index(b"48.61")  # rank 2's free memory at start-up: same size, another number
+    path.write_bytes(text[:at] + b"47.61" + text[at + 5 :])
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _flip_a_digit,
+        lambda p: p.write_bytes(p.read_bytes() + b"one more line\n"),
+        lambda p: p.write_bytes(p.read_bytes()[:1000]),
+        lambda p: p.write_bytes(b""),
+        Path.unlink,
+        lambda p: (p.unlink(), p.mkdir()),
+        lambda p: (p.unlink(), p.symlink_to(FOUR_RANK / "boot.log")),
+    ],
+    ids=["same size", "appended", "cut", "emptied", "removed", "a folder", "a symlink"],
+)
+def test_a_changed_log_is_a_verdict_exit_1_never_bad_input(sealed, tmp_path, capsys, change):
+    # review (f): docs/cli.md's contract, which pipelines rely on: 1 = the bundle changed (each difference
+    # listed), 2 = budget.json cannot be read. A changed log is a change, whatever the reader makes of it.
+    folder = copy(sealed, tmp_path)
+    change(folder / "inputs" / "boot.log")
+    assert main(["verify", str(folder)]) == 1
+    out, err = capsys.readouterr()
+    assert out.startswith(f"{folder}: CHANGED") and "inputs/boot.log" in out and err == ""

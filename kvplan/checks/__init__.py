@@ -10,6 +10,7 @@
 False
 """
 
+from kvplan.budget import largest_utilization, passes_startup_check
 from kvplan.checks.canary import (
     VALUE_CHECK,
     check_canary_utilization,
@@ -18,13 +19,16 @@ from kvplan.checks.canary import (
 )
 from kvplan.checks.gate import (
     BUDGET_CHECK,
+    OWN_GATE_CHECK,
     RESERVE_CHECK,
     TOKENS_CHECK,
     Approved,
     check_budget_fits,
+    check_own_gate,
     check_reserve_after_warmup,
     check_tokens,
     gate_checks,
+    largest_guard,
 )
 from kvplan.checks.key import (
     DEFAULT_PROVENANCE,
@@ -49,10 +53,8 @@ from kvplan.checks.launch import (
     check_full_request,
     check_startup_memory,
     largest_length,
-    largest_utilization,
     launch_flags,
     launch_section,
-    passes_startup_check,
     request_bytes,
 )
 
@@ -65,6 +67,7 @@ __all__ = [
     "MANUAL_BOOT_IGNORES",
     "NONE_WHEN_CONFIG_SHOWN",
     "OUTCOME_CHECK",
+    "OWN_GATE_CHECK",
     "RANKS_CHECK",
     "REQUEST_CHECK",
     "RESERVE_CHECK",
@@ -80,6 +83,7 @@ __all__ = [
     "check_footprint",
     "check_full_request",
     "check_outcomes",
+    "check_own_gate",
     "check_ranks_present",
     "check_reserve_after_warmup",
     "check_startup_memory",
@@ -87,6 +91,7 @@ __all__ = [
     "defaulted_key_fields",
     "gate_checks",
     "judged_on_complete_evidence",
+    "largest_guard",
     "largest_length",
     "largest_utilization",
     "launch_flags",

@@ -22,7 +22,7 @@ from kvplan.budget import kv_cache_flag
 from kvplan.checks.key import KEY_CHECK, OUTCOME_CHECK, RANKS_CHECK
 from kvplan.checks.launch import check_startup_memory
 from kvplan.drift import lowest_free_bytes
-from kvplan.io.startup_plan_lines import APPLIED, NOT_APPLIED, StartupPlanLine
+from kvplan.io.vllm.manual import APPLIED, NOT_APPLIED, StartupPlanLine
 from kvplan.units import format_size
 from kvplan.verdict import Check
 
@@ -31,6 +31,11 @@ if TYPE_CHECKING:  # for the annotations only
     from kvplan.io.prometheus.vllm import RunningValue
 
 VALUE_CHECK = "canary ran the approved value"
+#: What to give when a canary rank's free or total memory at start-up is not shown.
+MEASURE_CANARY = (
+    "gate a canary whose log shows every rank's free and total memory at start-up "
+    "(VLLM_LOGGING_LEVEL=DEBUG prints them per rank)"
+)
 PLAN_CHECK = "startup plan applied on every rank"
 #: The checks that say whether the canary is evidence of the approved launch at all (issue 24): another key,
 #: missing or extra ranks, or a log cut short make every other check unjudgeable (exit 2, no value offered).
@@ -90,6 +95,11 @@ def check_canary_utilization(
     )
     if check.passed is False and not isinstance(utilization, (int, float)):
         return Check(check.name, None, "the canary shows no gpu_memory_utilization")
+    unseen = [rank for rank in ranks if totals.get(rank) is None or free.get(rank) is None]
+    if check.passed and unseen:  # a check that could not see every rank cannot pass
+        return Check(
+            check.name, None, f"{check.detail}; cannot judge the rank(s) not shown: {MEASURE_CANARY}"
+        )
     return check
 
 

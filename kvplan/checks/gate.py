@@ -18,8 +18,9 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kvplan.budget import kv_cache_flag, round_down_to_blocks
+from kvplan.budget import kv_cache_flag, largest_utilization, launch_flags_text, round_down_to_blocks
 from kvplan.checks.canary import (
+    MEASURE_CANARY,
     check_canary_utilization,
     check_canary_value,
     judged_on_complete_evidence,
@@ -35,6 +36,7 @@ BUDGET_CHECK = "approved value fits every rank"
 
 RESERVE_CHECK = "reserve present after warm-up"
 TOKENS_CHECK = "tokens cover the admission plan"
+OWN_GATE_CHECK = "the approved boot passes its own gate"
 
 
 @dataclass(frozen=True)
@@ -61,6 +63,9 @@ class Approved:
     logged_tokens: int | None = None
     capacity_tokens: int | None = None
     defaulted_key_fields: frozenset[str] = frozenset()
+    #: the approved launch's companion ``--gpu-memory-utilization`` and each rank's total memory [bytes]
+    gpu_memory_utilization: float | None = None
+    total_bytes: tuple[int | None, ...] = ()
 
 
 def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes: int) -> Check:
@@ -117,7 +122,8 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
         if estimates:
             lowest = min(estimates.values())
             limiting = next(rank for rank in approved.ranks if estimates.get(rank) == lowest)
-            lines.append(_lower_value_text(lowest, limiting, approved.block_bytes))
+            utilization = _remedy_utilization(approved, boot_ledger, boot_free, guard_bytes)
+            lines.append(_lower_value_text(lowest, limiting, approved.block_bytes, utilization))
     return Check(BUDGET_CHECK, not failed, "; ".join(lines))
 
 
@@ -149,6 +155,38 @@ def _rank_estimates(
             also = f" (also {shown[1][1]})" if len(shown) > 1 else ""
             lines.append(f"rank {rank}: {shown[0][1]}{also}")
     return lines, estimates, reprofile
+
+
+def check_own_gate(approved: Approved, boot_ledger: pd.DataFrame) -> Check | None:
+    """The refusal of an approval whose guard, recorded as the gate's default, fails its own boots at
+    :func:`check_budget_fits` where they pass without it (issue 24), with what to run; None when it does not."""
+    check = check_budget_fits(approved, boot_ledger, approved.guard_bytes)
+    if check.passed is not False or check_budget_fits(approved, boot_ledger, 0).passed is False:
+        return None
+    most = largest_guard(approved, boot_ledger) or 0
+    keeps = f"keeps {most:,} B ({format_size(most)})" if most > 0 else "keeps nothing"
+    smaller = f"--guard {most:,} B or less, or " if most > 0 else ""
+    return Check(
+        OWN_GATE_CHECK,
+        False,
+        f"with --guard {format_size(approved.guard_bytes)}, recorded as kvplan gate's default, the approved boot "
+        f"itself fails the gate (its weakest rank {keeps} above the approved value); next: approve again with "
+        f"{smaller}--guard 0 and give canaries their guard with kvplan gate --guard",
+    )
+
+
+def largest_guard(approved: Approved, boot_ledger: pd.DataFrame) -> int | None:
+    """The largest guard [bytes] with which ``boot_ledger`` passes :func:`check_budget_fits` (None: no rank has an
+    estimate); negative when it fails even without one.
+
+    >>> GiB = 1 << 30
+    >>> a = Approved(29 * GiB, (0,), (30 * GiB,), (42 * GiB,), GiB, 0, None, {})
+    >>> largest_guard(a, pd.DataFrame({"rank": [0], "init_free_bytes": [42 * GiB]})) // GiB  # 30 − 29 GiB
+    1
+    """
+    room = per_rank(boot_ledger, "room_bytes", "min")
+    _, estimates, _ = _rank_estimates(approved, lowest_free_bytes(boot_ledger), room, 0)
+    return min(estimates.values()) - approved.budget_bytes if estimates else None
 
 
 def _versus(value: int, budget: int) -> str:
@@ -273,7 +311,37 @@ def _is_manual(boot_ledger: pd.DataFrame) -> bool:
     return "manual_kv_bytes" in boot_ledger and bool(boot_ledger["manual_kv_bytes"].notna().any())
 
 
-def _lower_value_text(uniform_bytes: int, limiting_rank: int, block_bytes: int | None) -> str:
+def _remedy_utilization(
+    approved: Approved, boot_ledger: pd.DataFrame, boot_free: Mapping[int, int], guard_bytes: int
+) -> float | str:
+    """The companion ``--gpu-memory-utilization`` of a lower value: the largest two-decimal U vLLM's start-up
+    check passes on this boot's free memory less the guard, every rank (total memory: this boot's, else the
+    approval's), at most the approval's U; else why none can be given (issue 24: a remedy is a launch)."""
+    totals, recorded = (
+        per_rank(boot_ledger, "total_bytes", "max"),
+        dict(zip(approved.ranks, approved.total_bytes)),
+    )
+    pairs = [(totals.get(rank, recorded.get(rank)), boot_free.get(rank)) for rank in approved.ranks]
+    unseen = [rank for rank, (total, free) in zip(approved.ranks, pairs) if total is None or free is None]
+    if unseen:
+        return f"rank {rank_list(unseen)} shows no free or total memory at start-up: {MEASURE_CANARY}"
+    utilization = largest_utilization([t for t, _ in pairs], [f for _, f in pairs], guard_bytes)  # type: ignore[misc]
+    if utilization is None:
+        return "no --gpu-memory-utilization ≥ 0.01 passes vLLM's start-up check on this boot's free memory"
+    if approved.gpu_memory_utilization is not None:
+        utilization = min(utilization, approved.gpu_memory_utilization)
+    return utilization
+
+
+def _lower_value_text(
+    uniform_bytes: int, limiting_rank: int, block_bytes: int | None, utilization: float | str
+) -> str:
+    """The gate's remedy: the lower value in whole blocks with its companion ``--gpu-memory-utilization``, or
+    why no launch can be offered.
+
+    >>> _lower_value_text(30_332_682_240, 2, 655_360, 0.9)
+    'a lower value fits: 28.25 GiB (whole blocks), --kv-cache-memory-bytes=30332682240 --gpu-memory-utilization=0.90 (limiting rank 2)'
+    """
     value = (
         uniform_bytes
         if block_bytes is None or uniform_bytes <= 0
@@ -281,10 +349,12 @@ def _lower_value_text(uniform_bytes: int, limiting_rank: int, block_bytes: int |
     )
     if value <= 0:
         return f"no value fits rank {limiting_rank}: re-profile this deployment"
+    if isinstance(utilization, str):
+        return f"{format_size(value)} would fit rank {limiting_rank}, but no launch can be offered: {utilization}"
     rounding = " (whole blocks)" if block_bytes else ""
     return (
-        f"a lower value fits: {format_size(value)}{rounding}, {kv_cache_flag(value)} "
-        f"(limiting rank {limiting_rank})"
+        f"a lower value fits: {format_size(value)}{rounding}, "
+        f"{' '.join(launch_flags_text(value, utilization))} (limiting rank {limiting_rank})"
     )
 
 

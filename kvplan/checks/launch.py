@@ -35,13 +35,19 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from kvplan.budget import Budget, launch_flags_text
+from kvplan.budget import (
+    PRINTED_MARGIN_BYTES,
+    Budget,
+    largest_utilization,
+    launch_flags_text,
+    passes_startup_check,
+)
 from kvplan.drift import lowest_free_bytes, reference_free_bytes
 from kvplan.kvspec import KVSpec
 from kvplan.kvspec.arch import parse_vllm_version
 from kvplan.ledger import is_known
 from kvplan.releases import AUTO_FIT_NULL_BLOCK_FROM, STARTUP_FREE_CHECK_FROM, V1_DEFAULT_FROM
-from kvplan.units import GIB_2DP_HALF_STEP_BYTES, format_size
+from kvplan.units import format_size
 from kvplan.verdict import Check
 
 UTILIZATION_CHECK = "vLLM's start-up free-memory check passes"
@@ -49,8 +55,6 @@ REQUEST_CHECK = "one max_model_len request fits"
 FOOTPRINT_CHECK = "value + non-KV memory fit free memory"
 #: The checks of vLLM's start-up refusals, in the order a decision lists them.
 LAUNCH_CHECKS = (UTILIZATION_CHECK, REQUEST_CHECK, FOOTPRINT_CHECK)
-#: How far a GiB figure printed to 2 decimals can be from the bytes it stands for (rounded up).
-PRINTED_MARGIN_BYTES = GIB_2DP_HALF_STEP_BYTES + 1
 #: What to measure when a rank's free memory at start-up is unknown.
 MEASURE_FREE = (
     "measure every rank's free and total memory at start-up (nvidia-smi --query-gpu=memory.free,"
@@ -77,36 +81,6 @@ class LaunchFlags:
     def flags(self) -> tuple[str, ...]:
         """``--kv-cache-memory-bytes=B`` and, when known, ``--gpu-memory-utilization=U``."""
         return launch_flags_text(self.kv_cache_memory_bytes, self.gpu_memory_utilization)
-
-
-def passes_startup_check(total_bytes: int, free_bytes: int, utilization: float) -> bool:
-    """vLLM's ``request_memory``: ``free ≥ ceil(total × gpu_memory_utilization)`` (float product, as vLLM).
-
-    >>> passes_startup_check(100, 61, 0.61), passes_startup_check(100, 60, 0.61)
-    (True, False)
-    """
-    return free_bytes >= math.ceil(total_bytes * utilization)
-
-
-def largest_utilization(
-    total_bytes: Sequence[int], free_bytes: Sequence[int], guard_bytes: int
-) -> float | None:
-    """The largest two-decimal U with ``ceil(total_r × U) ≤ F_r − G`` on every rank (figures on their safe
-    side: total + :data:`PRINTED_MARGIN_BYTES`, free − it); None when not even 0.01 passes.
-
-    >>> largest_utilization([80 * 2**30], [10 * 2**30], 2**30)  # (10 GiB − 1 GiB − margin) / 80 GiB
-    0.11
-    """
-    for hundredths in range(100, 0, -1):
-        utilization = hundredths / 100
-        if all(
-            passes_startup_check(
-                total + PRINTED_MARGIN_BYTES, free - PRINTED_MARGIN_BYTES - guard_bytes, utilization
-            )
-            for total, free in zip(total_bytes, free_bytes)
-        ):
-            return utilization
-    return None
 
 
 def launch_flags(
@@ -172,10 +146,15 @@ def check_startup_memory(
             applicable=False,
         )
     if utilization is None:
+        step = (
+            "approve again with --guard 0 (a canary takes its guard from kvplan gate --guard)"
+            if guard_bytes
+            else "free GPU memory (other processes) and profile again"
+        )
         return Check(
             UTILIZATION_CHECK,
             False,
-            "no --gpu-memory-utilization ≥ 0.01 passes on every rank: free memory is too low",
+            f"no --gpu-memory-utilization ≥ 0.01 passes on every rank: free memory is too low; next: {step}",
         )
     lines, passed = [], True
     for rank, total, free in zip(ranks, total_bytes, free_bytes):
@@ -277,21 +256,28 @@ def check_footprint(
     >>> check_footprint([0], 10, [100], [80], 5).detail
     'rank 0: 10 B + non-KV 80 B = 90 B ≤ free 100 B − guard 5 B'
     """
-    lines, passed = [], True
+    lines, excess = [], None  # the most a rank's value + non-KV exceeds its limit [bytes]
     for rank, free, non_kv in zip(ranks, free_bytes, non_kv_bytes):
         if free is None or non_kv is None:
             continue
         used, limit = budget_bytes + non_kv, free - guard_bytes
-        ok = used <= limit
-        passed = passed and ok
+        excess = used - limit if excess is None else max(excess, used - limit)
         lines.append(
             f"rank {rank}: {format_size(budget_bytes)} + non-KV {format_size(non_kv)} = {format_size(used)} "
-            f"{'≤' if ok else '>'} free {format_size(free)} − guard {format_size(guard_bytes)}"
+            f"{'≤' if used <= limit else '>'} free {format_size(free)} − guard {format_size(guard_bytes)}"
         )
-    if not lines:
+    if excess is None:
         return Check(
             FOOTPRINT_CHECK, None, f"not applicable: no free memory known; {MEASURE_FREE}", applicable=False
         )
+    passed = excess <= 0
+    if not passed:  # what to run: the value falls by the reserve added; without the guard the limit rises
+        guard = (
+            "--guard 0 (a canary takes its guard from kvplan gate --guard) or "
+            if guard_bytes >= excess
+            else ""
+        )
+        lines.append(f"next: approve again with {guard}a reserve {format_size(excess)} ({excess:,} B) larger")
     return Check(FOOTPRINT_CHECK, passed, "; ".join(lines))
 
 

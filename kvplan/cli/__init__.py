@@ -9,7 +9,7 @@ only parse, call the library and format: the decision is :func:`kvplan.plan.deci
 
 >>> sorted(build_parser().parse_args(["drift", "--ref-free", "42GiB", "--ref-budget", "30GiB",
 ...     "--boot-free", "40.75GiB", "--guard", "0.5GiB"]).__dict__)[:3]
-['boot_free', 'command', 'guard']
+['block_bytes', 'boot_free', 'command']
 """
 
 from __future__ import annotations

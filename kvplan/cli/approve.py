@@ -40,7 +40,7 @@ from kvplan.cli.prometheus import (
 )
 from kvplan.escape import terminal_text
 from kvplan.export import EXPORTERS
-from kvplan.units import format_budget, format_size
+from kvplan.units import format_budget
 
 APPROVE_HELP = """\
 write an evidence bundle: the approved budget, its ledger, charts, hashes and source lines
@@ -113,8 +113,9 @@ def run_approve(args: argparse.Namespace) -> int:
         return _not_approved(failed)
     # the record as budget.json reads back, without its ledger rows (not shown here: most of its bytes)
     record = json.loads(json.dumps({key: value for key, value in written.items() if key != "ledger"}))
+    own_gate = _own_gate(written)
     del written
-    warnings = _approve_warnings(args, record)
+    warnings = _approve_warnings(args, record) + own_gate
     if args.json:
         return print_json(
             {
@@ -196,14 +197,19 @@ def _approve_warnings(args: argparse.Namespace, record: dict) -> list[str]:
             "compare them; give the profiled boot's --query-gpu (and --query-compute-apps) "
             "snapshots"
         )
-    headroom = min(rank["stranded_bytes"] for rank in record["ranks"])
-    if args.guard > headroom:
-        warnings.append(
-            f"--guard {format_size(args.guard)} is recorded as kvplan gate's default, and the "
-            f"weakest rank has only {format_size(headroom)} above the approved value: even the "
-            "approved boot fails the gate unless it is given a smaller --guard"
-        )
     return warnings
+
+
+def _own_gate(record: dict) -> list[str]:
+    """Issue 24 (review): the warning when the approval's ``--guard``, recorded as the gate's default, fails the
+    approved boots themselves at ``kvplan gate`` (:func:`kvplan.checks.check_own_gate`), with what to run."""
+    import pandas as pd
+
+    from kvplan.checks import check_own_gate
+    from kvplan.evidence import approved_from_record
+
+    refusal = check_own_gate(approved_from_record(record), pd.DataFrame(record["ledger"]))
+    return [] if refusal is None else [refusal.detail]
 
 
 def _not_approved(failed) -> int:

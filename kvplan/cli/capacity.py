@@ -4,6 +4,7 @@ on a later boot)."""
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 
 from kvplan.cli.common import (
     EXIT_OK,
@@ -146,6 +147,17 @@ def add_drift(sub: argparse._SubParsersAction) -> None:
         required=True,
         help="extra guard per rank, one size for every rank (policy: give it; 0GiB for none)",
     )
+    parser.add_argument(
+        "--block-bytes",
+        type=positive_size,
+        help="bytes of one KV block: the flag is rounded down to whole blocks",
+    )
+    parser.add_argument(
+        "--total",
+        type=size_list,
+        metavar="SIZE,...",
+        help="each rank's total GPU memory (rank order): gives the companion --gpu-memory-utilization",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=run_drift)
 
@@ -155,6 +167,16 @@ def run_drift(args: argparse.Namespace) -> int:
     from kvplan.drift import drift_budget
 
     result = drift_budget(args.ref_budget, args.ref_free, args.boot_free, args.guard)
+    if args.total is not None and len(args.total) not in (1, len(result.ranks)):
+        raise CliError(
+            f"--total gives {len(args.total)} sizes for {len(result.ranks)} ranks: one per rank, rank order"
+        )
+    totals = (
+        None
+        if args.total is None
+        else tuple(args.total * len(result.ranks) if len(args.total) == 1 else args.total)
+    )
+    result = replace(result, block_bytes=args.block_bytes, total_bytes=totals)
     if args.json:
         return print_json(result.to_dict())
     print(
@@ -162,6 +184,14 @@ def run_drift(args: argparse.Namespace) -> int:
         f"(limiting rank {result.limiting_rank})"
     )
     print(f"flag             {result.flag}")
+    print(f"launch flags     {' '.join(result.launch_flags)}")
+    if result.block_bytes is None:
+        print("note             not rounded to whole KV blocks: give --block-bytes (vLLM rounds down itself)")
+    if result.gpu_memory_utilization is None:
+        print(
+            "note             no --gpu-memory-utilization: vLLM refuses to start when a rank's free memory is below "
+            "ceil(total × U); give --total (each rank's total memory) for the largest U this boot passes"
+        )
     if result.reprofile_to_raise:
         print(
             "note             some rank has more free memory than at the reference: "

@@ -87,7 +87,7 @@ def _startup_plan_check(args: argparse.Namespace, verified, approved, ledger, ch
     from pathlib import Path
 
     from kvplan.checks.canary import EVIDENCE_CHECKS, PLAN_CHECK, check_startup_plan
-    from kvplan.io.startup_plan_lines import read_startup_plan_lines
+    from kvplan.io.vllm.manual import read_startup_plan_lines
     from kvplan.verdict import Check
 
     lines = {

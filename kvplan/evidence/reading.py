@@ -23,6 +23,7 @@ from pathlib import Path, PurePosixPath
 import pandas as pd
 
 from kvplan.checks import Approved
+from kvplan.checks.canary import per_rank
 from kvplan.evidence.record import (
     ALLOWED_UNJUDGED_KEY,
     BUDGET_JSON,
@@ -372,6 +373,9 @@ def approved_from_record(record: Mapping, defaulted_key_fields: frozenset[str] =
         at_max_len = [
             int(row["tokens"]) for row in record.get("capacity") or () if row["seq_len"] == max_model_len
         ]
+        ledger = pd.DataFrame(record.get("ledger") or [])
+        totals = per_rank(ledger, "total_bytes", "max") if "rank" in ledger else {}
+        utilization = record["decision"].get("gpu_memory_utilization")
         return Approved(
             budget_bytes=int(record["decision"]["kv_cache_memory_bytes"]),
             ranks=tuple(int(r["rank"]) for r in record["ranks"]),
@@ -382,9 +386,11 @@ def approved_from_record(record: Mapping, defaulted_key_fields: frozenset[str] =
             block_bytes=int_or_none(record["policy"]["rounding"]["block_bytes"]),
             compatibility_key=dict(record["compatibility_key"]),
             tokens_required=int_or_none(plan.get("tokens_required")),
-            logged_tokens=profiled_tokens(pd.DataFrame(record.get("ledger") or [])),
+            logged_tokens=profiled_tokens(ledger),
             capacity_tokens=at_max_len[0] if at_max_len else None,
             defaulted_key_fields=frozenset(defaulted_key_fields),
+            gpu_memory_utilization=float(utilization) if utilization is not None else None,
+            total_bytes=tuple(totals.get(int(r["rank"])) for r in record["ranks"]),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BundleError(f"budget.json lacks or garbles what a gate needs: {exc!r}") from None

@@ -71,10 +71,8 @@ PARTIAL_SUFFIX = ".partial"
 
 @dataclass(frozen=True)
 class Request:
-    """An approval as asked: the logs of the profiled boot(s), where to write, the policy and approver, and
-    optionally the model layout, admission plan, time (default now), a load test at the approved value
-    (``load_paths``, judged with ``load_policy``, default: no preemption), the nvidia-smi snapshots of the
-    profiled boot and the checks accepted although they cannot be judged (``allow_unjudged``)."""
+    """An approval as asked: the profiled boot's logs, where to write, policy, approver and optionally the
+    layout, plan, time, a load test at the approved value, nvidia-smi snapshots and checks allowed unjudged."""
 
     log_paths: Sequence[str | os.PathLike]
     out_dir: str | os.PathLike
@@ -91,8 +89,7 @@ class Request:
 
 
 def approve(*args: Any, **kwargs: Any) -> Path:
-    """Compute the decision and write its bundle; returns the new folder (the fields of :class:`Request`, the
-    errors of :func:`approve_bundle`)."""
+    """:func:`approve_bundle` of ``Request(*args, **kwargs)``: the new folder."""
     return approve_bundle(Request(*args, **kwargs))[0]
 
 
@@ -100,10 +97,8 @@ def approve_bundle(request: Request) -> tuple[Path, dict]:
     """Compute the decision and write its bundle under ``out_dir``; returns the new folder and the record
     written as its ``budget.json`` (so that a caller need not read 40 MB of ledger rows back).
 
-    Raises :class:`BundleExistsError` when the folder exists (the same inputs by the same paths, policy,
-    approver and note on the same UTC day) or ``out_dir`` is or lies inside a bundle,
-    :class:`~kvplan.plan.InputFileError` for a missing input, and :class:`ApprovalError` when the logs give
-    no budget or a check fails (:class:`CheckFailedError`) or cannot be judged and is not allowed.
+    Raises :class:`BundleExistsError` (the folder exists, or ``out_dir`` is in a bundle),
+    :class:`~kvplan.plan.InputFileError` and :class:`ApprovalError` (no budget, or a check failed or unjudged).
     """
     sources, roles, load_policy = _inputs(request)
     allowed = tuple(dict.fromkeys(request.allow_unjudged))
@@ -169,7 +164,12 @@ def _inputs(request: Request) -> tuple[list[Path], list[str], LoadPolicy | None]
     groups = (logs, snapshots, configs, loads)
     for paths, argument in zip(groups, ("LOG", "--nvidia-smi", "--model", "--load")):
         require_files(paths, argument)
-        require_utf8_names(paths, argument)
+        for path in paths:  # a bundle records every input by its name as UTF-8 text
+            if SURROGATE.search(str(path)):
+                raise ValueError(
+                    f"{terminal_text(path)}: the file name is not UTF-8 ({argument}): a bundle records each "
+                    "input by name as UTF-8 text; rename the file or link it under a UTF-8 name"
+                )
     roles = [role for role, paths in zip(ROLES, groups) for _ in paths]
     return (
         [path for paths in groups for path in paths],
@@ -210,17 +210,6 @@ def _decide_copies(
             raise CheckFailedError(renamed(str(exc), users), exc.checks) from exc
         raise ApprovalError(renamed(str(exc), users)) from exc
     return decision
-
-
-def require_utf8_names(paths: Sequence[Path], argument: str) -> None:
-    """Refuse (``ValueError`` naming the file) an input whose name is not UTF-8: a bundle records every input
-    by its name as UTF-8 text."""
-    for path in paths:
-        if SURROGATE.search(str(path)):
-            raise ValueError(
-                f"{terminal_text(path)}: the file name is not UTF-8 ({argument}): a bundle records each "
-                "input by name as UTF-8 text; rename the file or link it under a UTF-8 name"
-            )
 
 
 def enclosing_bundle(path: str | os.PathLike) -> Path | None:

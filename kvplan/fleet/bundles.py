@@ -1,18 +1,11 @@
 """A class's evidence bundle, and the canary gate against it.
 
-**The bundle** is :func:`kvplan.evidence.approve` over the class's clean hosts' logs: every host is a
-profiled boot of one compatibility key, so its budget is the class's, and ``kvplan verify`` and ``kvplan
-gate`` work on it as on one launch. Its inputs include the ``--query-gpu`` snapshot of the class's first
-host that has one (its key then records the GPU type and driver of the class). The class's name, labels and
-hosts are its note, as JSON (:func:`class_note`, hashed into its digest). Remote logs are fetched afresh to
-``OUT/inputs/<host>/<file>`` (names made safe by :func:`kvplan.escape.safe_component`, paths checked by
-:func:`kvplan.escape.path_inside`); every file must still have the SHA-256 the plan read.
-
-**The gate** judges each canary host as ``kvplan gate`` judges one launch, against the bundle whose
-*verified* record lists it (:func:`approvals`): :func:`kvplan.plan.read_evidence`, the snapshots joined,
-:func:`kvplan.checks.gate_checks`. A host in no bundle's list, whose logs cannot be read as one launch, or
-whose file is one of the approval's own inputs (by SHA-256) cannot be judged. The rollout **stops** when
-any host fails, and cannot go on while a host cannot be judged.
+The bundle is :func:`kvplan.evidence.approve` over the class's clean hosts' logs (one key: the class's
+budget) and its first ``--query-gpu`` snapshot; its note lists the class's hosts as JSON. Remote files are
+fetched afresh under ``OUT`` (names made safe, paths kept inside), each with the SHA-256 the plan read.
+The gate judges each canary host as ``kvplan gate`` judges one launch, against the bundle whose *verified*
+record lists it; a host in no list, unreadable as one launch, or showing the approval's own input cannot be
+judged. The rollout stops when any host fails, and cannot go on while one cannot be judged.
 """
 
 from __future__ import annotations
@@ -20,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from kvplan.checks import Approved, gate_checks
@@ -43,7 +36,7 @@ _EXIT_PASS, _EXIT_FAIL, _EXIT_CANNOT_JUDGE = 0, 1, 2  # as kvplan gate
 
 
 def class_note(name: str, labels: Mapping[str, str], hosts: Sequence[str]) -> str:
-    """The bundle note of a class: name, labels and hosts as one JSON object after :data:`NOTE_MARK`.
+    """The bundle note of a class: name, labels and hosts as JSON after :data:`NOTE_MARK`.
 
     >>> class_note("H100", {"zone": "a"}, ["h1", "h2"])
     'fleet class {"class": "H100", "labels": {"zone": "a"}, "hosts": ["h1", "h2"]}'
@@ -148,13 +141,7 @@ class HostVerdict:
     reason: str | None = None
 
     def to_dict(self) -> dict:
-        return {
-            "host": self.host,
-            "bundle": self.bundle,
-            "passed": self.passed,
-            "checks": list(self.checks),
-            "reason": self.reason,
-        }
+        return {**asdict(self), "checks": list(self.checks)}
 
 
 @dataclass(frozen=True)

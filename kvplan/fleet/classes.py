@@ -1,16 +1,11 @@
 """Host classes: each class's uniform budget, the hosts that hold it down, and its rollout waves.
 
-Hosts are grouped by their whole compatibility key (another vLLM, model, dtype, layout, GPU type or driver
-is another class), then by the labels the policy names (``class_by``: manifest columns or key fields). A
-class's budget is :func:`kvplan.plan.decide` over the rooms of all its hosts' ranks at once, so its
-limiting rank names a host; each host's own budget is the same rule over its ranks alone.
-
-A class whose weakest host is below ``split_below`` × the median host gets **split advice**: its outliers,
-each with its likely cause (the ledger part of its weakest rank furthest from the class's median), and the
-tokens a split (or a fix) would gain. **Rollout waves** take every class's canaries first (its limiting host,
-then the hosts nearest the median budget), then each class's other hosts, smallest class first; each wave
-names its flag and the ``kvplan fleet gate`` command on :data:`CANARY_FLEET`, the wave's new boots (never the
-planning fleet: the gate refuses the approval's own inputs as a canary).
+Hosts are grouped by their whole compatibility key, then by the policy's ``class_by`` labels. A class's
+budget is :func:`kvplan.plan.decide` over all its hosts' ranks at once (its limiting rank names a host).
+A class whose weakest host is below ``split_below`` × the median gets split advice: the outliers, each with
+its likely cause, and what a split would gain. Rollout waves take every class's canaries first, smallest
+class first; each names its flag and the ``kvplan fleet gate`` command on :data:`CANARY_FLEET`, the wave's
+new boots (never the planning fleet).
 """
 
 from __future__ import annotations
@@ -56,8 +51,8 @@ class FleetPolicy:
 
 @dataclass(frozen=True)
 class FleetClass:
-    """One host class and its budget over every (host, rank), ranks numbered in ``slots`` order; each
-    host's own budget and the bytes its ranks could hold beyond the class value [bytes]."""
+    """One host class: its budget over every (host, rank) in ``slots`` order, each host's own budget and
+    the bytes its ranks could hold beyond the class value [bytes]."""
 
     name: str
     key: Mapping[str, object]
@@ -170,8 +165,8 @@ def budget_refusal(reading: HostReading, reserve_bytes: int, block_bytes: int | 
 
 
 def move_hosts(readings: Sequence[HostReading], labels: Mapping[str, Mapping[str, str]]) -> list[HostReading]:
-    """The readings with extra labels on the named hosts: a what-if that, planned with ``class_by`` naming
-    the label, moves them into a class of their own.
+    """The readings with extra labels on the named hosts (a what-if: planned with ``class_by`` naming the
+    label, they form a class of their own).
 
     >>> moved = move_hosts([HostReading("h1", (), {}, {}, (), None)], {"h1": {"pool": "weak"}})
     >>> moved[0].labels

@@ -1,9 +1,7 @@
 """The fleet planner: group the hosts into classes, budget each, advise splits, bundle and plan the waves.
 
-:func:`plan_fleet` (reads the fleet) and :func:`plan_readings` (plans readings already read, so a notebook
-moves the policy without reading the logs again) are what ``kvplan fleet plan`` and notebook 07 call. The
-result, :class:`FleetPlan`, holds the classes (each a :class:`ClassDecision`), the excluded hosts with their
-reasons, the rollout waves and the warnings; :meth:`FleetPlan.to_dict` is ``kvplan fleet plan --json``.
+:func:`plan_fleet` reads the fleet; :func:`plan_readings` plans readings already read (a notebook moves the
+policy without reading again). :meth:`FleetPlan.to_dict` is ``kvplan fleet plan --json``.
 """
 
 from __future__ import annotations
@@ -123,8 +121,7 @@ def plan_readings(
     out: str | Path | None = None,
     storage_options: Mapping[str, object] | None = None,
 ) -> FleetPlan:
-    """Plan the fleet ``fleet`` from its hosts' ``readings``; with ``out``, each approved class gets its
-    bundle there (:func:`kvplan.fleet.bundles.approve_class`)."""
+    """Plan the fleet ``fleet`` from its hosts' ``readings``; with ``out``, each approved class's bundle."""
     warnings: list[str] = [note for reading in readings for note in reading.warnings]
     shared = shared_evidence(readings)
     excluded = [(r.host, r.excluded or shared[r.host]) for r in readings if r.excluded or r.host in shared]
@@ -183,8 +180,7 @@ def _class_decisions(
 
 
 def shared_evidence(readings: Sequence[HostReading]) -> dict[str, str]:
-    """The hosts whose evidence another host also claims, each with the reason naming the others: a boot
-    (its lines and pids) or a GPU (its UUID) is the evidence of one host, so all of them are refused.
+    """The hosts whose boot or GPU another host also claims, each with the reason naming the others.
 
     >>> a = HostReading("a", (), {}, {}, (), None, identities=("boot:1f2e",))
     >>> b = HostReading("b", (), {}, {}, (), None, identities=("boot:1f2e", "gpu:GPU-7"))

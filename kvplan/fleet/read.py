@@ -1,16 +1,7 @@
-"""Reading a fleet: each host's reading, on Dask (synchronous, an embedded local cluster, or a scheduler).
-
-A host is read as ``kvplan budget`` reads one launch: :func:`kvplan.plan.read_evidence` over its logs and
-snapshots (each file named by its URL; files in object storage fetched to a temporary folder first,
-:func:`local_files`), then the pipeline's checks (:func:`kvplan.room.check_dropped_ranks`,
-:func:`~kvplan.room.refuse_failed_boots`, :func:`~kvplan.ledger.compatibility_key`,
-:func:`~kvplan.ledger.room_per_rank`); every log must hold a vLLM boot. A host that fails any of these is
-*excluded* with the reason, never folded into a class. Only ledger records, each file's SHA-256 and the
-host's evidence identities (:func:`evidence_identities`) travel back, never the log text.
-
-``scheduler`` is ``"synchronous"`` (one process), ``"local"`` (an embedded ``distributed.LocalCluster``,
-one single-threaded process per core; the default) or an address ``tcp://HOST:8786``. Hosts are read in
-groups (:func:`hosts_per_task`), and results come back in host order whatever the scheduler.
+"""Reading a fleet: each host read as ``kvplan budget`` reads one launch (:func:`kvplan.plan.read_evidence`,
+then the pipeline's checks; a host that fails one is *excluded* with the reason), on Dask: ``scheduler`` is
+``"synchronous"``, ``"local"`` (an embedded ``distributed.LocalCluster``, one process per core; the default)
+or ``tcp://HOST:8786``. Only ledger records, file digests and evidence identities travel back, in host order.
 """
 
 from __future__ import annotations
@@ -61,13 +52,8 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class HostReading:
-    """What one host's files say (sizes in bytes).
-
-    ``rooms``: one plain record per rank, :func:`kvplan.ledger.room_per_rank` of the host with the
-    :data:`PART_COLUMNS` of the rank's worst boot (plain records keep what ten thousand tasks send back
-    small); ``excluded``: why the host is left out (None: clean); ``digests``: each file's SHA-256 by URL;
-    ``identities``: :func:`evidence_identities`.
-    """
+    """What one host's files say [bytes]: one plain record per rank (:func:`kvplan.ledger.room_per_rank` and
+    the :data:`PART_COLUMNS` of its worst boot), why it is excluded (None: clean), each file's SHA-256."""
 
     host: str
     files: tuple[str, ...]
@@ -128,8 +114,7 @@ def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = N
 def local_files(
     urls: Sequence[str], storage_options: Mapping[str, object] | None
 ) -> Iterator[list[tuple[str, str]]]:
-    """``(local path, URL)`` of each file: a local file as it is, a remote one fetched to a temporary
-    folder removed on exit (named by its position, keeping a ``.csv`` ledger's suffix).
+    """``(local path, URL)`` of each file, a remote one fetched to a temporary folder removed on exit.
 
     >>> with local_files(["data/fleet/small/gpu-00000/boot.log"], None) as found:
     ...     found
@@ -168,8 +153,7 @@ def evidence_identities(
     evidence: Evidence, logs: Sequence[tuple[str, str]], snapshots: Sequence[tuple[str, str]]
 ) -> tuple[dict[str, str], tuple[str, ...]]:
     """Each file's SHA-256 by URL, and the host's evidence identities: ``boot:`` and the SHA-256 of each
-    boot's lines (first to last, as read) and its ranks' pids; ``gpu:`` and each GPU UUID its snapshots show
-    (the same boot or GPU under two hosts is refused: :func:`kvplan.fleet.planner.shared_evidence`)."""
+    boot's lines and its ranks' pids, ``gpu:`` and each GPU UUID (:func:`kvplan.fleet.planner.shared_evidence`)."""
     pids: dict[tuple[str, int], list[int]] = {}
     ledger = evidence.ledger
     for source, boot, pid in zip(ledger["source"], ledger["boot"], ledger["pid"]):
@@ -207,8 +191,7 @@ def _hash_lines(path: str, ranges: Sequence[tuple[int, int | None, int | None]])
 
 
 def _with_parts(rooms: pd.DataFrame, ledger: pd.DataFrame) -> tuple[dict, ...]:
-    """One plain record per rank: its room and the ledger parts of its worst boot (plain lists: this runs
-    once per host of the fleet)."""
+    """One plain record per rank: its room and the ledger parts of its worst boot."""
     where = zip(*(ledger[name].tolist() for name in ("source", "boot", "rank")))
     first: dict[tuple, int] = {}
     for position, place in enumerate(where):
@@ -262,8 +245,8 @@ def hosts_per_task(hosts: int, threads: int) -> int:
 
 @contextmanager
 def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -> Iterator[object | None]:
-    """A ``distributed.Client`` for ``scheduler`` (None for ``"synchronous"``), closed on exit;
-    ``announce`` receives a cluster's dashboard link."""
+    """A ``distributed.Client`` for ``scheduler`` (None: synchronous), closed on exit; ``announce`` gets the
+    dashboard link."""
     if scheduler == "synchronous":
         yield None
         return
@@ -363,8 +346,8 @@ def map_hosts(
 
 
 def stderr_progress(every: int = 0) -> Progress:
-    """A progress callback printing ``read N/TOTAL hosts`` on stderr each time ``done`` enters a new step
-    of ``every`` hosts (default: a twentieth of the total), and at the end.
+    """A progress callback printing ``read N/TOTAL hosts`` on stderr every ``every`` hosts (default: a
+    twentieth of the total) and at the end.
 
     >>> stderr_progress()(0, 0) is None
     True

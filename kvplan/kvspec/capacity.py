@@ -1,11 +1,9 @@
 """What KV bytes buy: bytes → blocks → tokens → full-length sequences, and the capacity table.
 
-``tokens = blocks × block_size`` and the number of full-length sequences at length L is
-``blocks / ceil(L / block_size)``, which is what vLLM logs as "Maximum concurrency". This holds for a
-model whose every token costs the same bytes (:class:`FlatSpec`, the ``--bytes-per-token`` path); a
-model config's :class:`kvplan.kvspec.KVSpec` answers the same questions in vLLM's per-release
-arithmetic. Both return one :class:`Capacity`, and :func:`capacity_rows` / :func:`capacity_table`
-tabulate either at the lengths of :func:`sequence_lengths`.
+``tokens = blocks × block_size``; full-length sequences at length L = ``blocks / ceil(L / block_size)``,
+vLLM's "Maximum concurrency". That holds where every token costs the same bytes (:class:`FlatSpec`, the
+``--bytes-per-token`` path); a model config's :class:`kvplan.kvspec.KVSpec` answers in vLLM's per-release
+arithmetic. Both return a :class:`Capacity`; :func:`capacity_rows` tabulates either.
 
 >>> capacity(12 * 2**30, 256 * 1024, max_model_len=8192).max_concurrency
 6.0
@@ -30,39 +28,18 @@ VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 SHORTEST_SEQUENCE_LENGTH = 256
 #: Columns of a capacity table, one row per request length.
 CAPACITY_TABLE_COLUMNS = ("seq_len", "blocks", "tokens", "max_concurrency", "whole_sequences")
+#: Fields a model-config spec adds to a :class:`Capacity`, before and after the common fields.
+SPEC_FIELDS = ("model", "vllm_version", "tp", "pp", "dcp", "kv_cache_dtype")
+SPEC_TAIL_FIELDS = ("approximate", "approximate_reason", "limiting_stage", "stages", "block_size_note")
 
 
 def block_bytes_from_token_bytes(bytes_per_token: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
-    """Bytes of one KV block: ``block_size × bytes_per_token``.
-
-    >>> block_bytes_from_token_bytes(256 * 1024, 16)
-    4194304
-    """
+    """Bytes of one KV block: ``block_size × bytes_per_token``."""
     if bytes_per_token <= 0 or block_size <= 0:
         raise ValueError(
             f"bytes per token and block size must be positive, got {bytes_per_token}, {block_size}"
         )
     return block_size * bytes_per_token
-
-
-def blocks_from_bytes(kv_bytes: int, block_bytes: int) -> int:
-    """Whole KV blocks that fit in ``kv_bytes``.
-
-    >>> blocks_from_bytes(12 * 2**30, 4 * 2**20)
-    3072
-    """
-    if block_bytes <= 0:
-        raise ValueError(f"block bytes must be positive, got {block_bytes}")
-    return max(0, kv_bytes // block_bytes)
-
-
-def tokens_from_blocks(num_blocks: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
-    """Tokens of KV cache in ``num_blocks`` blocks.
-
-    >>> tokens_from_blocks(3072, 16)
-    49152
-    """
-    return num_blocks * block_size
 
 
 def blocks_per_sequence(seq_len: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
@@ -77,18 +54,14 @@ def blocks_per_sequence(seq_len: int, block_size: int = DEFAULT_BLOCK_SIZE) -> i
 
 
 def max_concurrency(num_blocks: int, seq_len: int, block_size: int = DEFAULT_BLOCK_SIZE) -> float:
-    """Full-length sequences of ``seq_len`` tokens the blocks hold at once (vLLM's figure).
-
-    >>> max_concurrency(3072, 8192, 16)
-    6.0
-    """
+    """Full-length sequences of ``seq_len`` tokens the blocks hold at once (vLLM's figure)."""
     return num_blocks / blocks_per_sequence(seq_len, block_size)
 
 
 def bytes_for_sequences(
     num_sequences: int, seq_len: int, bytes_per_token: int, block_size: int = DEFAULT_BLOCK_SIZE
 ) -> int:
-    """KV bytes per rank needed to hold ``num_sequences`` full sequences of ``seq_len`` tokens.
+    """KV bytes per rank that hold ``num_sequences`` full sequences of ``seq_len`` tokens.
 
     >>> bytes_for_sequences(6, 8192, 256 * 1024) == 12 * 2**30
     True
@@ -96,22 +69,14 @@ def bytes_for_sequences(
     return FlatSpec(bytes_per_token, block_size).bytes_for_sequences(num_sequences, seq_len)
 
 
-#: Fields a model-config spec adds to a :class:`Capacity` (None on the bytes-per-token path).
-SPEC_FIELDS = ("model", "vllm_version", "tp", "pp", "dcp", "kv_cache_dtype")
-#: ... and after the common fields.
-SPEC_TAIL_FIELDS = ("approximate", "approximate_reason", "limiting_stage", "stages", "block_size_note")
-
-
 @dataclass(frozen=True)
 class Capacity:
-    """Blocks, tokens and full-length concurrency of ``kv_bytes`` per rank (sizes in bytes), as vLLM
-    reports them: ``tokens`` is its "GPU KV cache size", ``max_concurrency`` its "Maximum concurrency
-    for ``max_model_len`` tokens per request".
+    """Blocks, tokens (vLLM's "GPU KV cache size") and full-length concurrency (its "Maximum concurrency
+    for ``max_model_len`` tokens per request") of ``kv_bytes`` per rank [bytes].
 
-    A model-config spec (:meth:`kvplan.kvspec.KVSpec.capacity`) also fills the model, release and
-    layout fields, ``stages`` (one dict per pipeline stage) and ``approximate_reason`` (why the figures
-    are approximate, empty when they are exact); the bytes-per-token path leaves them unset and
-    :meth:`to_dict` then omits them.
+    A model-config spec also fills the model, release and layout, how exact the figures are (a lower
+    bound, and why), why the block size is what it is, and the pipeline stages (one dict each, the limiting
+    one); the bytes-per-token path leaves them unset and :meth:`to_dict` omits them.
     """
 
     kv_bytes: int
@@ -122,9 +87,6 @@ class Capacity:
     tokens: int
     max_model_len: int
     max_concurrency: float
-    # A model-config spec only: how exact the figures are (a lower bound, and why); what sized them (the
-    # model config, the release whose arithmetic it is, why the block size is what it is); the layout
-    # each rank runs (TP, PP, DCP sizes and the KV dtype); and the pipeline stages (the limiting one).
     approximate: bool = False
     approximate_reason: str = ""
     model: str | None = None
@@ -138,12 +100,7 @@ class Capacity:
     stages: tuple[dict, ...] | None = None
 
     def to_dict(self) -> dict:
-        """JSON-ready dict: the common fields, and the spec's fields when a model spec made it.
-
-        >>> sorted(capacity(12 * 2**30, 256 * 1024, 8192).to_dict())  # doctest: +NORMALIZE_WHITESPACE
-        ['block_bytes', 'block_size', 'blocks', 'bytes_per_token', 'kv_bytes', 'max_concurrency',
-         'max_model_len', 'tokens']
-        """
+        """JSON-ready dict: the common fields, and the spec's fields when a model spec made it."""
         common = [f.name for f in fields(self) if f.name not in SPEC_FIELDS + SPEC_TAIL_FIELDS]
         names = common if self.model is None else [*SPEC_FIELDS, *common, *SPEC_TAIL_FIELDS]
         data = {name: getattr(self, name) for name in names}
@@ -161,7 +118,7 @@ class Sizing(Protocol):
 @dataclass(frozen=True)
 class FlatSpec:
     """A model whose every token costs ``bytes_per_token`` per rank in one pool of ``block_size``-token
-    blocks: the ``--bytes-per-token`` path (no model config, no release arithmetic).
+    blocks (no model config, no release arithmetic).
 
     >>> spec = FlatSpec(256 * 1024)
     >>> spec.block_bytes, spec.blocks_per_request(8193), spec.capacity(12 * 2**30, 8192).tokens
@@ -178,7 +135,7 @@ class FlatSpec:
 
     def num_blocks(self, kv_bytes: int) -> int:
         """Whole blocks in ``kv_bytes`` per rank."""
-        return blocks_from_bytes(kv_bytes, self.block_bytes)
+        return max(0, kv_bytes // self.block_bytes)
 
     def blocks_per_request(self, max_model_len: int) -> int:
         """Blocks one request of ``max_model_len`` tokens occupies."""
@@ -197,7 +154,7 @@ class FlatSpec:
             block_size=self.block_size,
             block_bytes=self.block_bytes,
             blocks=blocks,
-            tokens=tokens_from_blocks(blocks, self.block_size),
+            tokens=blocks * self.block_size,
             max_model_len=max_model_len,
             max_concurrency=max_concurrency(blocks, max_model_len, self.block_size),
         )
@@ -206,7 +163,7 @@ class FlatSpec:
 def capacity(
     kv_bytes: int, bytes_per_token: int, max_model_len: int, block_size: int = DEFAULT_BLOCK_SIZE
 ) -> Capacity:
-    """Blocks, tokens and full-length concurrency of a per-rank KV budget; refuses one that holds no block.
+    """:meth:`FlatSpec.capacity`, refusing a budget that holds no block.
 
     >>> c = capacity(12 * 2**30, 256 * 1024, max_model_len=8192)
     >>> c.blocks, c.tokens, c.max_concurrency
@@ -224,8 +181,6 @@ def sequence_lengths(
     """The request lengths of a capacity table [tokens]: powers of two from ``shortest`` below
     ``max_model_len``, ``max_model_len`` itself and the lengths in ``also`` (an admission plan's), ascending.
 
-    >>> sequence_lengths(32768)
-    [256, 512, 1024, 2048, 4096, 8192, 16384, 32768]
     >>> sequence_lengths(10000, shortest=2048, also=[3000])
     [2048, 3000, 4096, 8192, 10000]
     """
@@ -242,8 +197,8 @@ def sequence_lengths(
 
 
 def capacity_rows(sizing: Sizing, kv_bytes: int, seq_lens: Iterable[int]) -> tuple[dict, ...]:
-    """One row per request length: ``seq_len``, ``blocks``, ``tokens`` (vLLM's "GPU KV cache size"),
-    ``max_concurrency`` and ``whole_sequences`` (its floor) of ``kv_bytes`` per rank.
+    """One row per request length of ``kv_bytes`` per rank: the :data:`CAPACITY_TABLE_COLUMNS`
+    (``whole_sequences`` is the floor of ``max_concurrency``).
 
     >>> [row["whole_sequences"] for row in capacity_rows(FlatSpec(256 * 1024), 12 * 2**30, [4096, 8192])]
     [12, 6]
@@ -264,25 +219,14 @@ def capacity_rows(sizing: Sizing, kv_bytes: int, seq_lens: Iterable[int]) -> tup
 
 
 def capacity_table(sizing: Sizing, kv_bytes: int, seq_lens: Sequence[int]) -> pd.DataFrame:
-    """:func:`capacity_rows` as a DataFrame with the columns :data:`CAPACITY_TABLE_COLUMNS`.
-
-    >>> capacity_table(FlatSpec(256 * 1024), 12 * 2**30, [8192])["tokens"].tolist()
-    [49152]
-    """
+    """:func:`capacity_rows` as a DataFrame with the columns :data:`CAPACITY_TABLE_COLUMNS`."""
     import pandas as pd  # here, not at import: `kvplan capacity` starts without pandas
 
     return pd.DataFrame(list(capacity_rows(sizing, kv_bytes, seq_lens)), columns=list(CAPACITY_TABLE_COLUMNS))
 
 
 def concurrency_curve(
-    kv_bytes: int,
-    bytes_per_token: int,
-    seq_lens: Iterable[int],
-    block_size: int = DEFAULT_BLOCK_SIZE,
+    kv_bytes: int, bytes_per_token: int, seq_lens: Iterable[int], block_size: int = DEFAULT_BLOCK_SIZE
 ) -> pd.DataFrame:
-    """The capacity table of the bytes-per-token path: :func:`capacity_table` of a :class:`FlatSpec`.
-
-    >>> concurrency_curve(12 * 2**30, 256 * 1024, [4096, 8192])["whole_sequences"].tolist()
-    [12, 6]
-    """
+    """The capacity table of the bytes-per-token path: :func:`capacity_table` of a :class:`FlatSpec`."""
     return capacity_table(FlatSpec(bytes_per_token, block_size), kv_bytes, list(seq_lens))

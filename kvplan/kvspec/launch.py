@@ -1,14 +1,10 @@
-"""What a launch decides beside the model: the settings that change vLLM's KV arithmetic (tokens in flight
-for sliding-window groups, Mamba blocks per request, the GPU family that picks attention backends, as the
-logs show them or as vLLM defaults them, with a note saying which value was assumed), the block size vLLM
-ends up with (the logged one, the flag's, the MLA attention backend's, or the one a hybrid Mamba model
-needs so an attention page holds a whole recurrent state), and HiSparse's host pool (vLLM 0.32+).
+"""What a launch decides beside the model: the settings that change vLLM's KV arithmetic (tokens in flight,
+Mamba blocks per request, the GPU family), as logged or as vLLM defaults them (noted); the block size vLLM
+ends up with (logged, the flag's, the MLA backend's, or a hybrid Mamba model's); HiSparse's host pool (0.32+).
 
 >>> settings = launch_settings((0, 33, 0), LoggedLaunch(max_num_batched_tokens=8192), pp=1, sliding=True)
 >>> settings.in_flight_tokens, settings.notes
 (16384, ('async scheduling not in the logs: on, vLLM 0.26+ default (2 batches in flight)',))
->>> resolve_block_size(BlockSizeInputs(None, "auto", (0, 33, 0), 1024))
-(16, '')
 >>> resolve_block_size(BlockSizeInputs(None, "auto", (0, 33, 0), 1152, mla=True, gpu_name="NVIDIA H100"))[0]
 16
 """
@@ -63,11 +59,9 @@ def gpu_family(gpu_name: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class LaunchSettings:
-    """What a launch contributes to the arithmetic: ``max_num_batched_tokens`` (as used),
-    ``in_flight_tokens`` (what a sliding-window group keeps beyond its window), the Mamba cache mode,
-    Mamba state blocks per request, whether the GDN prefill keeps a checkpoint block and aligns the
-    block size to 64, and ``notes`` (assumed values) and ``approximate`` (why a figure is a lower bound).
-    """
+    """What a launch contributes: ``in_flight_tokens`` (what a sliding-window group keeps beyond its window),
+    the Mamba cache mode, whether the GDN prefill keeps a checkpoint block (and aligns blocks to 64),
+    ``notes`` (assumed values) and ``approximate`` (why a figure is a lower bound)."""
 
     max_num_batched_tokens: int
     in_flight_tokens: int
@@ -119,13 +113,9 @@ def launch_settings(
     linear_kind: str | None = None,
     head_k_dim: int | None = None,
 ) -> LaunchSettings:
-    """The settings of a launch in release ``version``, with vLLM's defaults where ``logged`` shows none.
-
-    ``sliding``: the model has sliding-window groups (then ``max_num_batched_tokens`` matters);
-    ``linear_kind``: its Mamba / linear-attention layers' kind, None without (then prefix caching, hence
-    "align" mode, is vLLM's default from 0.26); ``head_k_dim``: the gated delta net's key head size
-    (FlashInfer's GDN prefill on Blackwell needs 128).
-    """
+    """The settings of a launch in release ``version``, vLLM's defaults where ``logged`` shows none
+    (``sliding``: the model has sliding-window groups; ``linear_kind``: its Mamba layers' kind, None
+    without; ``head_k_dim``: the gated delta net's key head size, 128 for FlashInfer's prefill on Blackwell)."""
     notes: list[str] = []
     approximate: list[str] = []
     max_num_batched_tokens = logged.max_num_batched_tokens
@@ -217,10 +207,9 @@ MLA_BACKEND_BLOCK_SIZES: dict[tuple[str | None, bool], int] = {
 
 @dataclass(frozen=True)
 class BlockSizeInputs:
-    """What decides the block size: ``requested`` (``--block-size``, None: not given), the KV dtype,
-    the release, one token of one attention layer [bytes per rank], one request's recurrent state in
-    one linear-attention layer (None: no such layers), an MLA / sparse-indexer model, the GPU name
-    (nvidia-smi), the logged "kv cache group sizes" and whether the GDN prefill aligns to 64."""
+    """What decides the block size: ``--block-size`` (None: not given), the KV dtype, the release, one token
+    of one attention layer and one request's recurrent state in one linear layer [bytes per rank], an MLA /
+    sparse-indexer model, the GPU name, the logged "kv cache group sizes", a GDN prefill aligned to 64."""
 
     requested: int | None
     kv_cache_dtype: str
@@ -313,10 +302,11 @@ def _hybrid_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:
 
 
 def resolve_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:
-    """The block size [tokens] vLLM ends up with, and a note when it is not the one asked for.
+    """The block size [tokens] vLLM ends up with, and a note when it is not the one asked for: the logged
+    ``kv cache group sizes`` win; an MLA model from 0.18 without them, a block size or a known GPU is refused.
 
-    The logged ``kv cache group sizes`` win (they are what vLLM used); an MLA model from 0.18 without
-    them, a block size or a known GPU is refused (:class:`KVSpecError`), never guessed.
+    >>> resolve_block_size(BlockSizeInputs(None, "auto", (0, 33, 0), 1024))
+    (16, '')
     """
     requested = inputs.requested
     if requested is not None and requested <= 0:
@@ -351,16 +341,12 @@ class LoggedHostPool(NamedTuple):
 
 
 def host_pool_bound(capacity: Capacity, logged: LoggedHostPool) -> Capacity:
-    """``capacity`` no higher than the lower bound the logged GPU + host figure gives, marked approximate.
+    """``capacity`` no higher than the lower bound a logged HiSparse "GPU + host" figure gives, approximate.
 
-    With HiSparse (vLLM 0.32+), vLLM keeps the sparse-MLA source cache in a host pool and prints "GPU + host
-    KV cache size": its concurrency is ``min(GPU pool limit, host pool limit)``
-    (``get_max_concurrency_for_kv_cache_config``), and its device groups (indexer, resident, hot) are not the
-    ones kvplan sizes, so kvplan's GPU-pool figure can be higher than what vLLM allocates. The cap is the
-    lower bound the logged figure gives: ``logged tokens / logged L`` (≤ the logged concurrency,
-    ``tokens = int(c × L)``), scaled down for a smaller budget (the GPU limit shrinks at most in proportion,
-    less one block) and a longer length (blocks per request grow at most as ``ceil(L / block_size)``); the
-    host limit does not shrink with the GPU budget.
+    vLLM's concurrency there is ``min(GPU pool limit, host pool limit)``, and its device groups are not
+    the ones kvplan sizes. The bound: ``logged tokens / logged L`` (≤ the logged concurrency), scaled down
+    for a smaller budget (less one block) and a longer length (``ceil(L / block_size)``); the host limit
+    does not shrink with the GPU budget.
 
     >>> gpu = Capacity(kv_bytes=20 * 2**30, bytes_per_token=70_272, block_size=64, block_bytes=4_497_408,
     ...                blocks=4774, tokens=305_536, max_model_len=131_072, max_concurrency=2.33)

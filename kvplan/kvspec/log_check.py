@@ -1,12 +1,6 @@
 """The model config against what the logs show: the :func:`kv_spec` options completed from the logs'
 compatibility key (refusing contradictions), then the predicted against the logged "GPU KV cache size",
 "Maximum concurrency" and GPU blocks, with the likely cause of a disagreement, and one line for it.
-
->>> from kvplan.kvspec import kv_spec
->>> cross_check_verdict(cross_check(pd.DataFrame({"vllm_version": ["0.26.0"]}), kv_spec({
-...     "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8, "head_dim": 64,
-...     "torch_dtype": "bfloat16"})))
-'nothing to cross-check: no available KV memory in the log'
 """
 
 from __future__ import annotations
@@ -72,6 +66,26 @@ def _diagnose(
     return "model config or layout", f"check the layer count, KV dtype, block size or layout; {hint}"
 
 
+#: The ledger columns a cross-check reads (None where the ledger lacks one).
+_CHECKED_COLUMNS = (
+    "source",
+    "boot",
+    "dp_rank",
+    "rank",
+    "pp_rank",
+    "vllm_version",
+    "block_size",
+    "max_model_len",
+    "available_kv_bytes",
+    "kv_in_use_bytes",
+    "manual_kv_bytes",
+    "num_gpu_blocks",
+    "kv_cache_tokens",
+    "max_concurrency",
+    "kv_cache_pools",
+)
+
+
 def cross_check(
     ledger: pd.DataFrame,
     spec: KVSpec,
@@ -79,29 +93,15 @@ def cross_check(
     max_model_len: int | None = None,
     available_tolerance_bytes: int | None = None,
 ) -> pd.DataFrame:
-    """Predicted against logged "GPU KV cache size", "Maximum concurrency" and GPU blocks.
+    """Predicted against logged "GPU KV cache size", "Maximum concurrency" and GPU blocks, one row per check.
 
-    Works on ledger columns (``kvplan.columns``): ``available_kv_bytes`` (else ``kv_in_use_bytes``;
-    exact ``manual_kv_bytes`` and 0.10.2's byte-exact ``kv_in_use_bytes`` first), ``num_gpu_blocks``,
-    ``kv_cache_tokens``, ``max_concurrency``, ``max_model_len``, ``block_size``, ``vllm_version``,
-    ``kv_cache_pools`` (a "GPU + host" figure of HiSparse is not compared) and,
-    where present, ``source``, ``boot``, ``dp_rank`` (each DP rank is its own engine) and ``pp_rank``.
-    vLLM 0.9.0–0.11.0 log the figures once per worker from that worker's memory, so each row is
-    checked; other releases log them once from the minimum over ranks, so each boot is checked
-    against the minimum available memory of its rows.
-
-    Available memory read from a 2-decimal GiB figure is only known to ±0.005 GiB; the prediction
-    is then a range, and ``agrees`` is False only when a logged figure lies outside it (more than
-    block rounding apart). Pass ``available_tolerance_bytes=0`` when the bytes are exact.
-
-    Returns one row per check: ``source``, ``boot``, ``dp_rank``, ``rank``, ``vllm_version``, ``block_size``,
-    ``available_kv_bytes``, ``tolerance_bytes``, ``predicted_num_gpu_blocks``,
-    ``logged_num_gpu_blocks``, ``predicted_kv_cache_tokens``, ``logged_kv_cache_tokens``,
-    ``predicted_max_concurrency``, ``logged_max_concurrency``, ``agrees`` (None when the log has
-    nothing to compare), ``likely_cause`` (short, when it disagrees: ``KV dtype``, ``TP``, ``layer
-    count``, ``DCP``, ``block size``, ``block size or max_model_len`` or ``model config or layout``) and
-    ``reason``.
-    :func:`cross_check_verdict` turns the rows into one line.
+    Available memory is the ledger's (exact ``manual_kv_bytes`` and 0.10.2's byte-exact ``kv_in_use_bytes``
+    first). vLLM 0.9.0–0.11.0 log the figures once per worker, so each row is checked; other releases once
+    per engine (each DP rank is one) from the minimum over ranks. A 2-decimal GiB figure is known to ±0.005
+    GiB: the prediction is then a range, and ``agrees`` is False only when a logged figure lies outside it
+    (``available_tolerance_bytes=0``: exact bytes). A disagreement names its ``likely_cause`` (``KV dtype``,
+    ``TP``, ``layer count``, ``DCP``, ``block size``, ``block size or max_model_len`` or ``model config or
+    layout``); a HiSparse "GPU + host" figure is not compared. :func:`cross_check_verdict` makes one line.
 
     >>> from kvplan.kvspec import kv_spec
     >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
@@ -113,23 +113,7 @@ def cross_check(
     0                     157280    True
     """
     rows = ledger.reset_index(drop=True).copy()
-    for column in (
-        "source",
-        "boot",
-        "dp_rank",
-        "rank",
-        "pp_rank",
-        "vllm_version",
-        "block_size",
-        "max_model_len",
-        "available_kv_bytes",
-        "kv_in_use_bytes",
-        "manual_kv_bytes",
-        "num_gpu_blocks",
-        "kv_cache_tokens",
-        "max_concurrency",
-        "kv_cache_pools",
-    ):
+    for column in _CHECKED_COLUMNS:
         if column not in rows:
             rows[column] = None
     # vLLM 0.10.2 prints "Current kv cache memory in use is N bytes": exact, so it goes first there.
@@ -153,18 +137,17 @@ def cross_check(
         version = _first(boot["vllm_version"]) or spec.vllm_version
         per_worker = PER_WORKER_KV_LINES_FROM <= parse_vllm_version(version) <= PER_WORKER_KV_LINES_UNTIL
         units += [boot.loc[[i]] for i in boot.index] if per_worker else [boot]
-    results = [_check_unit(unit, spec, max_model_len, available_tolerance_bytes) for unit in units]
-    return pd.DataFrame(results)
+    return pd.DataFrame([_check_unit(unit, spec, max_model_len, available_tolerance_bytes) for unit in units])
 
 
 def _check_unit(unit: pd.DataFrame, spec: KVSpec, max_model_len: int | None, tolerance: int | None) -> dict:
+    """One check: a boot's rows (or one worker's row), its predicted and logged figures, and the verdict."""
     version = _first(unit["vllm_version"]) or spec.vllm_version
     block_size = _first(unit["block_size"])
     row_spec = spec.with_settings(
         block_size=None if block_size is None else int(block_size), vllm_version=str(version)
     )
     length = _first(unit["max_model_len"]) or max_model_len
-    logged = {name: _first(unit[name]) for name in ("num_gpu_blocks", "kv_cache_tokens", "max_concurrency")}
     result = {
         "source": _first(unit["source"]),
         "boot": _first(unit["boot"]),
@@ -174,86 +157,87 @@ def _check_unit(unit: pd.DataFrame, spec: KVSpec, max_model_len: int | None, tol
         "block_size": row_spec.block_size,
         "available_kv_bytes": None,
         "tolerance_bytes": None,
-        "predicted_num_gpu_blocks": None,
-        "logged_num_gpu_blocks": logged["num_gpu_blocks"],
-        "predicted_kv_cache_tokens": None,
-        "logged_kv_cache_tokens": logged["kv_cache_tokens"],
-        "predicted_max_concurrency": None,
-        "logged_max_concurrency": logged["max_concurrency"],
-        "agrees": None,
-        "likely_cause": None,
-        "reason": "",
     }
+    for name in ("num_gpu_blocks", "kv_cache_tokens", "max_concurrency"):
+        result.update({f"predicted_{name}": None, f"logged_{name}": _first(unit[name])})
+    result.update(agrees=None, likely_cause=None, reason="")
+    known = unit.dropna(subset=["_available"])
     if "host" in str(_first(unit["kv_cache_pools"]) or ""):
         result["reason"] = HOST_POOL_NOT_COMPARED
-        return result
-    known = unit.dropna(subset=["_available"])
-    if known.empty or length is None:
+    elif known.empty or length is None:
         result["reason"] = "no available KV memory in the log" if known.empty else "max_model_len unknown"
-        return result
-    length = int(length)
+    else:
+        _compare(result, row_spec, known, len(unit), int(length), tolerance)
+    return result
+
+
+def _compare(
+    result: dict, spec: KVSpec, known: pd.DataFrame, ranks: int, length: int, tolerance: int | None
+) -> None:
+    """Fill ``result`` with the predictions from the ``known`` rows' available memory, within the tolerance
+    of how it was printed, and whether the logged figures lie in their range."""
 
     def blocks_at(offset: int) -> int:
-        if row_spec.num_gpu_blocks_override is not None:
-            return row_spec.num_gpu_blocks_override  # vLLM allocates exactly these, whatever the memory
+        if spec.num_gpu_blocks_override is not None:
+            return spec.num_gpu_blocks_override  # vLLM allocates exactly these, whatever the memory
         per_row = []
         for _index, row in known.iterrows():
-            stage = row_spec.limiting_stage
+            stage = spec.limiting_stage
             if row["pp_rank"] is not None and not pd.isna(row["pp_rank"]):
-                stage = row_spec.stage(int(row["pp_rank"]))
+                stage = spec.stage(int(row["pp_rank"]))
             per_row.append(max(0, (int(row["_available"]) + offset) // stage.block_bytes))
         return min(per_row)
 
-    exact = bool(known["_exact"].all())
-    tol = 0 if exact else (GIB_2DP_HALF_STEP_BYTES if tolerance is None else tolerance)
-    available = int(known["_available"].min())
+    tol = 0 if known["_exact"].all() else (GIB_2DP_HALF_STEP_BYTES if tolerance is None else tolerance)
     blocks, low, high = blocks_at(0), blocks_at(-tol), blocks_at(tol)
-    tokens = row_spec.kv_cache_tokens(blocks, length)
-    concurrency = row_spec.max_concurrency(blocks, length)
     result.update(
-        available_kv_bytes=available,
+        available_kv_bytes=int(known["_available"].min()),
         tolerance_bytes=tol,
         predicted_num_gpu_blocks=blocks,
-        predicted_kv_cache_tokens=tokens,
-        predicted_max_concurrency=concurrency,
+        predicted_kv_cache_tokens=spec.kv_cache_tokens(blocks, length),
+        predicted_max_concurrency=spec.max_concurrency(blocks, length),
     )
     checks: dict[str, bool] = {}
-    if logged["num_gpu_blocks"] is not None:
-        checks["blocks"] = low <= int(logged["num_gpu_blocks"]) <= high
-    if logged["kv_cache_tokens"] is not None:
-        fewest, most = row_spec.kv_cache_tokens(low, length), row_spec.kv_cache_tokens(high, length)
-        checks["tokens"] = fewest <= int(logged["kv_cache_tokens"]) <= most
-    if logged["max_concurrency"] is not None:
-        lowest = round(row_spec.max_concurrency(low, length), 2)
-        highest = round(row_spec.max_concurrency(high, length), 2)
-        checks["concurrency"] = lowest <= round(float(logged["max_concurrency"]), 2) <= highest
+    if result["logged_num_gpu_blocks"] is not None:
+        checks["blocks"] = low <= int(result["logged_num_gpu_blocks"]) <= high
+    if result["logged_kv_cache_tokens"] is not None:
+        fewest, most = spec.kv_cache_tokens(low, length), spec.kv_cache_tokens(high, length)
+        checks["tokens"] = fewest <= int(result["logged_kv_cache_tokens"]) <= most
+    if result["logged_max_concurrency"] is not None:
+        lowest, highest = (round(spec.max_concurrency(b, length), 2) for b in (low, high))
+        checks["concurrency"] = lowest <= round(float(result["logged_max_concurrency"]), 2) <= highest
     if not checks:
         result["reason"] = "the log printed no KV cache size, concurrency or block count"
-        return result
+        return
     result["agrees"] = all(checks.values())
     notes = []
-    if len(known) < len(unit):
-        notes.append(f"available memory known for {len(known)} of {len(unit)} ranks")
-    if row_spec.approximate:
-        notes.append(f"approximate: {row_spec.approximate_reason}")
+    if len(known) < ranks:
+        notes.append(f"available memory known for {len(known)} of {ranks} ranks")
+    if spec.approximate:
+        notes.append(f"approximate: {spec.approximate_reason}")
     if not result["agrees"]:
-        others = [ok for name, ok in checks.items() if name != "blocks"]
-        if not checks.get("blocks", True) and others and all(others):
-            result["likely_cause"] = "block size"
-            reason = (
-                f"the GPU block count differs ({logged['num_gpu_blocks']} logged, {blocks} predicted) "
-                "while tokens and concurrency agree: check --block-size"
-            )
-        else:
-            logged_tokens = logged["kv_cache_tokens"]
-            if logged_tokens is None and logged["num_gpu_blocks"] is not None:
-                logged_tokens = int(logged["num_gpu_blocks"]) * row_spec.block_size
-            result["likely_cause"], reason = _diagnose(
-                row_spec, available, None if logged_tokens is None else int(logged_tokens), tokens
-            )
+        result["likely_cause"], reason = _cause(result, spec, checks)
         notes.insert(0, f"differs by more than block rounding: {reason}")
     result["reason"] = "; ".join(notes)
-    return result
+
+
+def _cause(result: dict, spec: KVSpec, checks: dict[str, bool]) -> tuple[str, str]:
+    """The likely cause of a disagreement and why: the block count alone, else :func:`_diagnose`."""
+    others = [ok for name, ok in checks.items() if name != "blocks"]
+    if not checks.get("blocks", True) and others and all(others):
+        return "block size", (
+            f"the GPU block count differs ({result['logged_num_gpu_blocks']} logged, "
+            f"{result['predicted_num_gpu_blocks']} predicted) while tokens and concurrency agree: check --block-size"
+        )
+    logged_tokens = result["logged_kv_cache_tokens"]
+    if logged_tokens is None and result["logged_num_gpu_blocks"] is not None:
+        logged_tokens = int(result["logged_num_gpu_blocks"]) * spec.block_size
+    return _diagnose(
+        spec,
+        result["available_kv_bytes"],
+        None if logged_tokens is None else int(logged_tokens),
+        result["predicted_kv_cache_tokens"],
+    )
 
 
 def _compared_figure(row: pd.Series) -> str:
@@ -268,11 +252,8 @@ def _compared_figure(row: pd.Series) -> str:
 
 
 def cross_check_verdict(rows: pd.DataFrame) -> str:
-    """One line from :func:`cross_check` rows, for a planner to read and CI to pin.
-
-    Agreement names the rounding it allowed (exact bytes, or a 2-decimal GiB figure's ±0.005 GiB);
-    a disagreement starts ``model config DISAGREES`` and names the likely cause; with several rows
-    the first disagreeing one is shown and the count of checks is given.
+    """One line from :func:`cross_check` rows: agreement names the rounding it allowed; a disagreement starts
+    ``model config DISAGREES`` and names the first one's likely cause; several rows give the count.
 
     >>> from kvplan.kvspec import kv_spec
     >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,

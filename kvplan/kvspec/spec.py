@@ -13,10 +13,6 @@ The figures vLLM logs for a number of blocks follow each release's arithmetic (`
 group one state block, 2 in "align" mode (+1 for a FlashInfer gated-delta-net prefill checkpoint, 0.33)
 (``v1/kv_cache_interface.py`` ``max_memory_usage_bytes``). "Maximum concurrency" = blocks / blocks per
 request (from 0.9.1); "GPU KV cache size" = ``int(max_concurrency × L)`` (from 0.21).
-
->>> kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-...          "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4).capacity(12 * 2**30, 32768).tokens
-157280
 """
 
 from __future__ import annotations
@@ -141,23 +137,13 @@ class KVSpec:
         return kv_spec(self.arch, **{**options, **changes})
 
     def num_blocks(self, kv_bytes: int) -> int:
-        """Blocks every rank gets from ``kv_bytes`` per rank: the minimum over stages.
-
-        >>> kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-        ...          "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4).num_blocks(12 * 2**30)
-        9830
-        """
+        """Blocks every rank gets from ``kv_bytes`` per rank: the minimum over stages."""
         if self.num_gpu_blocks_override is not None:
             return self.num_gpu_blocks_override  # vLLM allocates exactly these (kv_cache_planning.py)
         return min(max(0, kv_bytes // stage.block_bytes) for stage in self.stages)
 
     def blocks_per_request(self, max_model_len: int) -> int:
-        """Blocks one request of ``max_model_len`` tokens needs, summed over vLLM's KV cache groups.
-
-        >>> kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
-        ...          "head_dim": 64, "torch_dtype": "bfloat16"}, tp=1).blocks_per_request(8193)
-        513
-        """
+        """Blocks one request of ``max_model_len`` tokens needs, summed over vLLM's KV cache groups."""
         if max_model_len <= 0:
             raise KVSpecError(f"max_model_len must be positive, got {max_model_len}")
         full_len = math.ceil(max_model_len / self.dcp)

@@ -47,17 +47,13 @@ def read_vllm_log(
     source: str | None = None,
     room_rule: RoomRule | None = None,
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """The ledger of one vLLM log (a path, the log text itself, bytes or a binary stream).
+    """``(ledger, metadata)`` of one vLLM log (a path, the log text itself, bytes or a binary stream).
 
-    Returns ``(ledger, metadata)``: the ledger has one row per boot × rank, columns in
-    :data:`~kvplan.columns.LEDGER_COLUMNS` order; the :class:`~kvplan.io.metadata.ReadMetadata`
-    holds ``warnings`` (notes naming file and line), ``provenance`` (source, line, boot, rank,
-    column, value, raw), ``lines`` and ``boots`` (per boot: version, compatibility key, lines,
-    outcome). A path ending in ``.csv`` is a ledger CSV and is read by
-    :func:`kvplan.io.ledger_csv.read_ledger_csv` into the same shape. The reader reports what the log
-    says; with ``room_rule`` (:data:`kvplan.room.ROOM_RULE`, as :func:`kvplan.room.read_vllm_log_rooms`
-    gives it) it also fills each rank's ``room_bytes`` and ``room_source``
-    (:class:`kvplan.io.metadata.RoomRule`).
+    The ledger has one row per boot × rank in :data:`~kvplan.columns.LEDGER_COLUMNS` order; the
+    :class:`~kvplan.io.metadata.ReadMetadata` holds the warnings, provenance, lines and boots. A ``.csv``
+    path is a ledger CSV (:func:`kvplan.io.ledger_csv.read_ledger_csv`). With ``room_rule``
+    (:data:`kvplan.room.ROOM_RULE`, :class:`kvplan.io.metadata.RoomRule`) each rank's ``room_bytes`` and
+    ``room_source`` are filled too.
 
     >>> text = ("INFO 07-15 10:21:33 [gpu_worker.py:227] Available KV cache memory: 12.5 GiB\\n"
     ...         "INFO 07-15 10:21:34 [kv_cache_utils.py:1] GPU KV cache size: 102,400 tokens\\n"
@@ -78,13 +74,9 @@ def _is_path(path_or_text: object) -> bool:
     """Whether :func:`read_vllm_log`'s argument names a file (rather than holding the text)."""
     if isinstance(path_or_text, os.PathLike):
         return True
-    return isinstance(path_or_text, str) and _looks_like_path(path_or_text)
-
-
-def _looks_like_path(text: str) -> bool:
-    if "\n" in text or "\r" in text:
+    if not isinstance(path_or_text, str) or "\n" in path_or_text or "\r" in path_or_text:
         return False
-    return os.path.exists(text) or bool(re.fullmatch(r"\S+\.(log|txt|out|err)", text))
+    return os.path.exists(path_or_text) or bool(re.fullmatch(r"\S+\.(log|txt|out|err)", path_or_text))
 
 
 def read_vllm_logs(
@@ -94,12 +86,9 @@ def read_vllm_logs(
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """The ledgers of many logs as one: a list of paths, a folder (its ``*.log``), or a glob.
 
-    ``source`` is each path as given; metadata is joined in file order, and the rows of all logs
-    make one frame. A ``.csv`` path (given, or matched by a glob; a folder gives its ``*.log`` only) is
-    a ledger CSV, read by :func:`kvplan.io.ledger_csv.read_ledger_csv` (as :func:`read_vllm_log` reads
-    any ``.csv`` path, so that an evidence bundle that copies such a file reads it back alike); an
-    nvidia-smi snapshot given here is refused, pointing to ``--nvidia-smi``. ``names`` gives a file its
-    ``source`` instead (path as given → name, e.g. its name in an evidence bundle).
+    ``source`` is each path as given, or its name in ``names`` (e.g. in an evidence bundle); rows and
+    metadata join in file order. A ``.csv`` path (given, or matched by a glob) is a ledger CSV, as in
+    :func:`read_vllm_log`.
     """
     frames: list[pd.DataFrame] = []
     metas: list[ReadMetadata] = []
@@ -117,8 +106,7 @@ def stream_vllm_logs(
     names: Mapping[str, str] | None = None,
 ) -> ReadMetadata:
     """:func:`read_vllm_logs` for a caller that wants the rows only: they go to ``rows_to`` in batches
-    (dicts keyed by ledger column, in ledger order) as boots are resolved, no frame is built and no
-    provenance is kept (the metadata's warnings, boots and sources are as :func:`read_vllm_logs` gives).
+    (dicts in ledger column order) as boots are resolved; no frame is built, no provenance kept.
 
     >>> from kvplan import DATA_DIR
     >>> batches = []
@@ -140,8 +128,8 @@ def _parts(
     names: Mapping[str, str],
     rows_to: Callable[[list[dict]], None] | None = None,
 ) -> Iterator[tuple[pd.DataFrame | None, ReadMetadata]]:
-    """The files' ledger in file order, as ``(frame, metadata)`` parts: one per ledger CSV, one per run of
-    logs between them (its frame None when its rows went to ``rows_to``)."""
+    """``(frame, metadata)`` parts in file order: one per ledger CSV, one per run of logs between them (its
+    frame None when its rows went to ``rows_to``)."""
     files = _expand(paths)
     if not files:
         raise FileNotFoundError(f"no log files in {paths!r} (expected paths, a folder of *.log, or a glob)")
@@ -178,8 +166,7 @@ FRAME_ROWS = 4096
 
 
 class _LogRows:
-    """Rows, provenance, warnings and boots of the logs read so far (one or many files); the line index
-    is made from the provenance when asked for."""
+    """Rows, provenance, warnings and boots of the logs read so far (one or many files)."""
 
     def __init__(
         self, room_rule: RoomRule | None = None, rows_to: Callable[[list[dict]], None] | None = None
@@ -217,8 +204,7 @@ class _LogRows:
         self.boots.append(info)
 
     def _flush(self) -> None:
-        """The rows kept so far into columns (:func:`~kvplan.io.ledger_frame.ledger_columns`), or to
-        ``rows_to``."""
+        """The rows kept so far into columns (:func:`~kvplan.io.ledger_frame.ledger_columns`) or to ``rows_to``."""
         if self.rows_to is None:
             self.parts.append(ledger_columns(self.rows))
         else:
@@ -226,9 +212,8 @@ class _LogRows:
         self.rows = []
 
     def frame(self) -> pd.DataFrame | None:
-        """The ledger of the rows read so far, once: the parts are used up (their columns are joined one
-        at a time, each part's dropped once joined, so that the parts and the whole are never all in
-        memory together). None when the rows went to ``rows_to`` (the last ones now)."""
+        """The ledger of the rows read so far, once: each part's column is dropped once joined, so that the
+        parts and the whole are never all in memory together. None when the rows went to ``rows_to``."""
         if self.rows_to is not None:
             self._flush()
             return None
@@ -258,8 +243,8 @@ def _joined(arrays: list[ExtensionArray]) -> ExtensionArray:
 
 
 def _evidence_lines(provenance: ProvenanceRows, boots: tuple[dict, ...]) -> Iterator[tuple[tuple, int]]:
-    """The line index (:class:`~kvplan.io.metadata.EvidenceLines`) of the rows read: the line of each
-    room, outcome and key value, and each boot's first line."""
+    """The line index (:class:`~kvplan.io.metadata.EvidenceLines`): the line of each room, outcome and key
+    value, and each boot's first line."""
     for source, line, boot, rank, column, _value, _raw in provenance:
         if column in ("room_bytes", "outcome") or column in KEY_COLUMNS:
             yield (source, boot, -1 if rank is pd.NA else rank, column), line

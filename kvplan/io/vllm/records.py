@@ -111,7 +111,7 @@ def _layouts(shape: bytes) -> tuple[tuple, ...]:
     layouts: list[tuple] = []
     offset = 0
     for segment in text.split("\r"):  # a colour code holds no \r: each segment is cleaned on its own
-        real = [match.span() for match in _ANSI_RE.finditer(segment)] if "\x1b" in segment else []
+        real = [match.span() for match in _ANSI_RE.finditer(segment)]
         plain = _cut(segment, real)
         bare = _bare_codes(plain)
         for spans, level in _walk(_cut(plain, bare)):
@@ -173,8 +173,6 @@ def _bare_codes(segment: str) -> list[tuple[int, int]]:
     >>> _bare_codes("[1;36mno head here")
     []
     """
-    if "m" not in segment or _BARE_CODE_RE.search(segment) is None:
-        return []
     starts = [0]
     for match in _PREFIX_RE.finditer(segment):
         code = re.search(r"(?:\[[0-9;]*m)+$", segment[: match.start()])
@@ -222,7 +220,7 @@ def _walk(text: str) -> list[tuple[list, str | None]]:
     >>> [(spans[:3], level) for spans, level in _walk("(A pid=1) INFO 08-14 14:07:22 [a.py:1] x (B pid=2) y")]
     [([(39, 40), (1, 2), (7, 8)], 'INFO'), ([(51, 52), (42, 43), (48, 49)], None)]
     """
-    starts = _starts(text)
+    starts = list(_START_RE.finditer(text))
     if not starts:
         span = _stripped(text, 0, len(text))
         return [([span, (0, 0), None, None, None], None)] if span[0] < span[1] else []
@@ -274,38 +272,6 @@ def _stripped(text: str, start: int, stop: int) -> tuple[int, int]:
     piece = text[start:stop]
     begin = start + len(piece) - len(piece.lstrip())
     return begin, max(begin, stop - len(piece) + len(piece.rstrip()))
-
-
-def _starts(segment: str) -> list[re.Match]:
-    """Every match of :data:`_START_RE` in ``segment``, as ``finditer`` gives them: the next one is
-    looked for right after the last (a run of prefixes and a header), and further on only when the
-    rest holds a word every start holds (``pid=``, a level and a space).
-
-    >>> [m.group(0) for m in _starts("(A pid=1) INFO 08-14 14:07:22 [a.py:1] x (B pid=2) y")]
-    ['(A pid=1) ', 'INFO 08-14 14:07:22 [a.py:1] ', '(B pid=2) ']
-    """
-    found = []
-    match = _START_RE.search(segment)
-    while match is not None:
-        found.append(match)
-        end = match.end()
-        match = _START_RE.match(segment, end) or _START_RE.match(segment, end + 1)
-        if match is None and _may_start(segment[end:]):
-            match = _START_RE.search(segment, end)
-    return found
-
-
-def _may_start(text: str) -> bool:
-    """Whether ``text`` holds a word every match of :data:`_START_RE` holds (``pid=``, a level and a
-    space): else no record starts in it."""
-    return (
-        "pid=" in text
-        or "INFO " in text
-        or "WARNING " in text
-        or "DEBUG " in text
-        or "ERROR " in text
-        or "CRITICAL " in text
-    )
 
 
 def _is_external_stamp(text: str) -> bool:
