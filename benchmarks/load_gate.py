@@ -13,10 +13,10 @@ and prints the median wall seconds, MB/s, CPU seconds (user + system) and peak r
 each analysis command's CPU time as a multiple of ``load --json``'s (of the same checkout). Goal (issue 23):
 ``approve --load`` and ``gate --load`` within 2× of ``load --json``, ``load --json`` ≥ 30 MB/s. The preemptions
 of the overload sample repeat in the log, so the policy allows them (``--max-preemptions``). ``--against TREE``
-runs the three commands from another checkout too (e.g. a worktree of the base commit), in the same turns and
-each against its own bundle, for before/after figures from one run.
+(repeatable) runs the three commands from other checkouts too (e.g. worktrees of earlier commits), in the same
+turns and each against its own bundle, for before/after figures from one run.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/load_gate.py --mb 50 --repeat 3 [--against ../base]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/load_gate.py --mb 50 --repeat 3 [--against ../base ...]
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ def _in_tree(tree: str | None) -> list[str]:
 
 def commands(log: Path, bundle: Path, out: Path, tree: str | None = None) -> dict[str, list[str]]:
     """The three commands on ``log``: the gate against ``bundle``, approve writing under ``out``; run from
-    the checkout ``tree`` when given (named with an ``(against)`` mark)."""
-    run, mark = _in_tree(tree), "" if tree is None else " (against)"
+    the checkout ``tree`` when given (named with the tree's folder name)."""
+    run, mark = _in_tree(tree), "" if tree is None else f" ({Path(tree).name})"
     gate = ["gate", "--approved", str(bundle), str(BOOT), "--load", str(log), *POLICY]
     return {
         f"kvplan load --json{mark}": [*run, *KVPLAN, "load", str(log), "--year", "2026", "--json"],
@@ -75,7 +75,13 @@ def main() -> None:
     parser.add_argument("--mb", type=float, default=50, help="size of the load log [MB] (default 50)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per command; the median is shown")
     parser.add_argument("--log", type=Path, help="read this log instead of building one")
-    parser.add_argument("--against", metavar="TREE", help="also run the commands from this checkout")
+    parser.add_argument(
+        "--against",
+        metavar="TREE",
+        action="append",
+        default=[],
+        help="also run the commands from this checkout",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="kvplan-load-gate-") as name:
         folder = Path(name)
@@ -83,7 +89,7 @@ def main() -> None:
         built = "" if args.log else f", {build_log(log, int(args.mb * 1e6)):,} stats lines"
         size = log.stat().st_size
         print(f"{log}: {size / 1e6:.1f} MB{built}")
-        trees = [None] if args.against is None else [None, args.against]
+        trees = [None, *args.against]
         bundles = [approved_bundle(folder / f"bundle-{n}", tree) for n, tree in enumerate(trees)]
         runs: dict[str, list[tuple[float, float, int]]] = {}
         codes: dict[str, int] = {}
@@ -95,16 +101,18 @@ def main() -> None:
                 seconds, peak, codes[command_name], _ = run_once(command)
                 runs.setdefault(command_name, []).append((seconds, LAST_CPU[0], peak))
         print(
-            f"{'command':<34} {'exit':>4} {'seconds':>8} {'MB/s':>7} {'CPU s':>7} {'× json':>7} {'peak MB':>8}"
+            f"{'command':<42} {'exit':>4} {'seconds':>8} {'MB/s':>7} {'CPU s':>7} {'× json':>7} {'peak MB':>8}"
         )
         for command_name, measured in runs.items():
-            json_name = "kvplan load --json" + (" (against)" if command_name.endswith("(against)") else "")
+            json_name = "kvplan load --json" + (
+                command_name[command_name.index(" (") :] if " (" in command_name else ""
+            )
             json_cpu = statistics.median(cpu for _, cpu, _ in runs[json_name])
             seconds = statistics.median(s for s, _, _ in measured)
             cpu = statistics.median(c for _, c, _ in measured)
             peak = max(p for _, _, p in measured)
             print(
-                f"{command_name:<34} {codes[command_name]:>4} {seconds:8.2f} {size / 1e6 / seconds:7.1f} "
+                f"{command_name:<42} {codes[command_name]:>4} {seconds:8.2f} {size / 1e6 / seconds:7.1f} "
                 f"{cpu:7.2f} {cpu / json_cpu:7.2f} {peak / 1e6:8.0f}"
             )
 

@@ -10,11 +10,11 @@ to a file; it prints the median of ``--repeat`` runs of wall time, MB/s, CPU tim
 per CPU second: what a run costs when the machine is shared) and peak resident memory (``/usr/bin/time``'s
 maximum RSS). The commands take turns, ``--repeat`` rounds.
 
-Goal (issue 15): ≥ 30 MB/s with ``--json`` on the 200 MB log, peak under 500 MB. ``--against TREE`` also runs
-``kvplan load`` from another checkout (e.g. a worktree of the base commit) in the same turns, for a side-by-side
-ratio; ``--keep`` keeps the log (its path is printed) and ``--log PATH`` reads a kept one instead of building.
+Goal (issue 15): ≥ 30 MB/s with ``--json`` on the 200 MB log, peak under 500 MB. ``--against TREE`` (repeatable)
+also runs ``kvplan load`` from other checkouts (e.g. worktrees of earlier commits) in the same turns, for
+side-by-side ratios; ``--keep`` keeps the log (its path is printed) and ``--log PATH`` reads a kept one.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/load_speed.py --mb 200 --repeat 3 [--against ../base]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/load_speed.py --mb 200 --repeat 3 [--against ../base ...]
 """
 
 from __future__ import annotations
@@ -89,7 +89,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--mb", type=float, default=200, help="size of the stats log [MB] (default 200)")
     parser.add_argument("--repeat", type=int, default=3, help="runs per command; the median is shown")
-    parser.add_argument("--against", metavar="TREE", help="also run kvplan load from this checkout")
+    parser.add_argument(
+        "--against",
+        metavar="TREE",
+        action="append",
+        default=[],
+        help="also run kvplan load from this checkout",
+    )
     parser.add_argument("--keep", action="store_true", help="keep the log (its path is printed)")
     parser.add_argument(
         "--log", type=Path, help="read this log (e.g. one kept before) instead of building one"
@@ -108,10 +114,10 @@ def main() -> None:
             "kvplan load --json": ([*kvplan, "--json"], None),
             "one regex (Python)": ([sys.executable, "-c", ONE_REGEX, str(log), "/dev/stdout"], None),
         }
-        if args.against:
-            commands["  --csv (against)"] = ([*kvplan, "--csv"], args.against)
-            commands["  --json (against)"] = ([*kvplan, "--json"], args.against)
-        print(f"{'command':<22} {'seconds':>8} {'MB/s':>7} {'CPU s':>7} {'MB/CPU s':>9} {'peak MB':>8}")
+        for tree in args.against:
+            for form in ("csv", "json"):
+                commands[f"  --{form} ({Path(tree).name})"] = ([*kvplan, f"--{form}"], tree)
+        print(f"{'command':<30} {'seconds':>8} {'MB/s':>7} {'CPU s':>7} {'MB/CPU s':>9} {'peak MB':>8}")
         runs: dict[str, list[tuple[float, float, int]]] = {name: [] for name in commands}
         for _ in range(args.repeat):  # interleaved, so that the machine's load falls on all alike
             for name, (command, tree) in commands.items():
@@ -121,14 +127,14 @@ def main() -> None:
             cpu = statistics.median(c for _, c, _ in measured)
             peak = statistics.median(r for _, _, r in measured)
             print(
-                f"{name:<22} {seconds:8.2f} {size / 1e6 / seconds:7.1f} {cpu:7.2f} {size / 1e6 / cpu:9.1f} "
+                f"{name:<30} {seconds:8.2f} {size / 1e6 / seconds:7.1f} {cpu:7.2f} {size / 1e6 / cpu:9.1f} "
                 f"{peak / 1e6:8.0f}"
             )
-        if args.against:
+        for tree in args.against:
             for form in ("csv", "json"):
                 ours = statistics.median(c for _, c, _ in runs[f"kvplan load --{form}"])
-                theirs = statistics.median(c for _, c, _ in runs[f"  --{form} (against)"])
-                print(f"--{form}: {theirs / ours:.2f}x less CPU than {args.against}")
+                theirs = statistics.median(c for _, c, _ in runs[f"  --{form} ({Path(tree).name})"])
+                print(f"--{form}: {theirs / ours:.2f}x less CPU than {tree}")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import pytest
 from kvplan import DATA_DIR
 from kvplan.io.load import LoadFormatError
 from kvplan.io.load.metrics import (
-    is_metrics_text,
+    is_metrics_lines,
     parse_metrics_snapshots,
     parse_metrics_text,
     read_metrics_snapshots,
@@ -205,10 +205,12 @@ def test_v0_names():
     assert reading.sources[0].kv_cache_tokens == 157_280
 
 
-def test_is_metrics_text():
-    assert is_metrics_text(V0_SCRAPE)
-    assert is_metrics_text('vllm:num_requests_running{engine="0"} 3.0\n')
-    assert not is_metrics_text("(APIServer pid=1) INFO 11-29 10:00:10 [loggers.py:310] Engine 000: …\n")
+def test_is_metrics_lines():
+    assert is_metrics_lines(V0_SCRAPE.splitlines())
+    assert is_metrics_lines(('vllm:num_requests_running{engine="0"} 3.0\n').splitlines())
+    assert not is_metrics_lines(
+        ("(APIServer pid=1) INFO 11-29 10:00:10 [loggers.py:310] Engine 000: …\n").splitlines()
+    )
 
 
 def test_is_metrics_text_when_a_later_sample_is_vllm():
@@ -220,12 +222,14 @@ def test_is_metrics_text_when_a_later_sample_is_vllm():
         "process_cpu_seconds_total 10.5\n"
         f'vllm:num_requests_running{{engine="0",{MODEL}}} 3.0\n'
     )
-    assert is_metrics_text(stripped)
+    assert is_metrics_lines(stripped.splitlines())
     [row] = rows_of(parse_metrics_snapshots([("stripped.prom", stripped)]))
     assert (row.engine, row.running) == (0, 3)
     # samples without any vllm: name, or a log line after a well-formed sample, are not a vLLM dump
-    assert not is_metrics_text("node_load1 0.5\nnode_load5 0.25\n")
-    assert not is_metrics_text("python_info 1.0\nINFO 11-29 10:00:10 [loggers.py:310] vllm: started\n")
+    assert not is_metrics_lines(("node_load1 0.5\nnode_load5 0.25\n").splitlines())
+    assert not is_metrics_lines(
+        ("python_info 1.0\nINFO 11-29 10:00:10 [loggers.py:310] vllm: started\n").splitlines()
+    )
 
 
 def test_split_scrapes_drops_a_time_comment_without_samples():

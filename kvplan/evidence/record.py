@@ -17,12 +17,10 @@ import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
-from itertools import zip_longest
 from pathlib import Path
 
 from kvplan import __version__
 from kvplan.checks import LAUNCH_CHECKS
-from kvplan.json_text import canonical_chunks, indented_chunks
 from kvplan.ledger import is_known
 from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy
 from kvplan.units import format_size
@@ -124,12 +122,12 @@ def inputs_digest(file_hashes: Sequence[str], settings: Mapping[str, object]) ->
 
 
 def same_canonical(a: object, b: object) -> bool:
-    """Whether ``canonical_json(a) == canonical_json(b)``, piece by piece (neither text is built).
+    """Whether ``canonical_json(a) == canonical_json(b)``.
 
     >>> same_canonical({"a": [1, 2]}, {"a": (1, 2)}), same_canonical([1], [1.0])
     (True, False)
     """
-    return all(x == y for x, y in zip_longest(canonical_chunks(a), canonical_chunks(b)))
+    return canonical_json(a) == canonical_json(b)
 
 
 def seal(record: Mapping) -> str:
@@ -138,16 +136,12 @@ def seal(record: Mapping) -> str:
     >>> seal({"a": 1, SEAL_KEY: "x"}) == seal({"a": 1})
     True
     """
-    digest = hashlib.sha256()
-    for piece in canonical_chunks({k: v for k, v in record.items() if k != SEAL_KEY}):
-        digest.update(piece.encode())
-    return digest.hexdigest()
+    return hashlib.sha256(canonical_json({k: v for k, v in record.items() if k != SEAL_KEY})).hexdigest()
 
 
 def record_chunks(record: Mapping) -> Iterator[bytes]:
-    """:func:`record_bytes` in pieces."""
-    for piece in indented_chunks(record):
-        yield piece.encode()
+    """:func:`record_bytes` in pieces: ``json.dumps(record, indent=2)`` (ASCII) and a newline."""
+    yield json.dumps(record, indent=2).encode()
     yield b"\n"
 
 

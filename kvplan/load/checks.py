@@ -29,20 +29,10 @@ def load_checks(
     max_capacity_loss_pct: float | None = None,
     kv_cache_tokens: int | None = None,
 ) -> list[Check]:
-    """Gate checks for a canary's load test (``kvplan gate … --load``).
-
-    Parameters
-    ----------
-    reading : the run, from :func:`kvplan.io.load.read_load_evidence` (logs and /metrics alike).
-    max_preemptions : policy threshold on preemptions in the whole run [count], default 0.
-    profiled_kv_cache_tokens : KV capacity of the profiled canary [tokens]; when given (the canary is a
-        manual-value canary), the capacity loss against it is checked.
-    max_capacity_loss_pct : policy bound on that loss [%]; ``None`` reports the loss without a bound.
-    kv_cache_tokens : the canary's KV capacity [tokens], when its load files do not state it.
-
-    Returns the checks in order: no OOM; preemptions ≤ threshold; peak KV cache usage (reported, passes
-    whenever it is known); and, with a profiled capacity, the capacity loss. ``passed`` is ``None`` when
-    the evidence cannot tell.
+    """Gate checks for a canary's load test: no OOM; preemptions ≤ ``max_preemptions`` [count]; peak KV cache
+    usage (passes whenever known); with ``profiled_kv_cache_tokens`` [tokens] (a manual-value canary), its
+    capacity loss ≤ ``max_capacity_loss_pct`` [%] (``None``: reported, no bound). ``kv_cache_tokens`` is
+    the canary's capacity when its files do not state it; ``passed`` is ``None`` when evidence cannot tell.
 
     >>> from kvplan.io.load import frame_of
     >>> rows = frame_of([{"source": "s.log", "line": 4, "engine": 0, "kv_cache_usage_pct": 88.0, "preemptions": 0}])
@@ -290,9 +280,8 @@ COMPARISON_ROWS = (
 
 
 def load_comparison_table(summaries: Mapping[str, Mapping]) -> pd.DataFrame:
-    """Runs side by side: one column per named :func:`load_summary`, one row per :data:`COMPARISON_ROWS` key.
-
-    A key a summary lacks is left empty (NaN).
+    """Runs side by side: one column per named :func:`load_summary`, one row per :data:`COMPARISON_ROWS` key
+    (NaN where a summary lacks it).
 
     >>> runs = {"a": {"kv_cache_tokens": 100, "preemptions": 0}, "b": {"kv_cache_tokens": 90}}
     >>> load_comparison_table(runs).loc[["kv_cache_tokens", "preemptions"]]
@@ -305,10 +294,8 @@ def load_comparison_table(summaries: Mapping[str, Mapping]) -> pd.DataFrame:
 
 
 def canary_capacity_headline(profiled: Mapping, canary: Mapping) -> dict[str, str]:
-    """Capacity of the profiled and the manual-value canary and the change between them, for a headline.
-
-    ``profiled`` and ``canary`` are :func:`load_summary` dicts; the canary's line names the
-    ``--kv-cache-memory-bytes`` value its log shows, and the change is :func:`capacity_loss` in words.
+    """Capacity [tokens] of the profiled and the manual-value canary (:func:`load_summary` dicts) and the
+    change between them (:func:`capacity_loss` in words), for a headline.
 
     >>> canary = {"kv_cache_tokens": 157_280, "kv_cache_memory_bytes": 12_884_377_600}
     >>> headline = canary_capacity_headline({"kv_cache_tokens": 155_856}, canary)

@@ -19,13 +19,9 @@ TIMELINE_COLUMNS = [key for key in LOAD_ROW_KEYS if key != "time"] + ["kind", "p
 
 
 def cumulative_preemptions(group: pd.DataFrame) -> np.ndarray:
-    """Preemptions so far in the run [count], per row, for rows of one evidence kind and one engine (``NaN``
-    until some count is known).
-
-    Metrics: the first counter value plus the reset-safe increases after it. Logs: the running sum of the
-    interval counts (V1 ``Preemptions: N``) plus the reset-safe increases of V0's counter
-    ``total_num_cumulative_preemption`` (which starts again from zero when the server restarts: a row with
-    more ``restarts`` than the one before counts its value from zero).
+    """Preemptions so far [count] per row, for rows of one evidence kind and engine (``NaN`` until known):
+    the first counter value plus its reset-safe increases (metrics), or the interval counts (V1) plus the
+    reset-safe increases of V0's ``total_num_cumulative_preemption``, which a restart starts anew (logs).
 
     >>> from kvplan.io.load import frame_of
     >>> rows = frame_of([{"source": "s.log", "line": 1, "preemptions_total": 51, "event": "preemption"},
@@ -60,12 +56,9 @@ def cumulative_preemptions(group: pd.DataFrame) -> np.ndarray:
 
 
 def load_timeline(reading: LoadReading) -> pd.DataFrame:
-    """The run as a DataFrame indexed by time, one row per load row, in file order.
-
-    Columns: every :data:`~kvplan.columns.LOAD_ROW_KEYS` key but ``time``, plus ``kind`` (``log``/``metrics``),
-    ``preemptions_cum`` (preemptions so far in the run for that engine and evidence kind, counter resets
-    included, never decreasing) and ``elapsed_s`` (seconds since the run's first timed row, for comparing
-    runs made at different times). Group by ``engine`` for per-engine series.
+    """The run as a DataFrame indexed by time, one row per load row, in file order: the
+    :data:`~kvplan.columns.LOAD_ROW_KEYS` but ``time``, ``kind``, ``preemptions_cum``
+    (:func:`cumulative_preemptions`, per engine and kind) and ``elapsed_s`` (since the first timed row).
 
     >>> from datetime import datetime
     >>> from kvplan.io.load import frame_of
@@ -119,12 +112,9 @@ def _preemptions_by_kind(timeline: pd.DataFrame) -> dict[str, tuple[int, bool]]:
 
 
 def run_preemptions(reading: LoadReading, timeline: pd.DataFrame | None = None) -> int | None:
-    """Preemptions in the run: summed over engines, the larger of what logs and metrics show.
-
-    Logs and /metrics of one run count the same preemptions, so the two kinds are never added.
-    ``None`` when no file can tell (e.g. a V1 log before 0.11.1 without a /metrics snapshot). When only
-    V0 preemption warnings count them, the total is a lower bound (:func:`preemptions_lower_bound`).
-    ``timeline`` is :func:`load_timeline` of the reading, when the caller has it.
+    """Preemptions in the run, summed over engines: the larger of what logs and metrics show (they count the
+    same ones); ``None`` when no file can tell (a V1 log before 0.11.1 alone). ``timeline``: the reading's
+    :func:`load_timeline`, when the caller has it.
 
     >>> from kvplan.io.load import frame_of
     >>> run_preemptions(LoadReading(frame_of([{"source": "s.log", "line": 3, "engine": 0, "preemptions": 4},
@@ -167,12 +157,9 @@ def interval_seconds(frame: pd.DataFrame) -> np.ndarray:
 def mean_throughput(reading: LoadReading) -> tuple[float | None, float | None, str | None]:
     """The run's mean prompt and generation throughput [tokens/s] and the evidence kind they come from.
 
-    Logs and /metrics cover different intervals, so they are never averaged together. The log's own
-    figures are preferred: each stats line is the average over its logging interval (all of one length),
-    so their plain mean is the time-weighted mean over the logged intervals (idle intervals, which vLLM
-    logs at DEBUG only, are left out). Without log figures, the /metrics rates are weighted by the seconds
-    since the previous scrape of that engine (= tokens counted / seconds covered). Means are per engine,
-    then summed over engines (the server's throughput).
+    The log's figures when there are some (each the mean over one logging interval, all of one length, so
+    their plain mean is time-weighted), else the /metrics rates weighted by the seconds each covers; never
+    the two kinds together. Means are per engine, summed over engines.
 
     >>> from datetime import datetime
     >>> from kvplan.io.load import frame_of
@@ -237,15 +224,10 @@ def peak_row(reading: LoadReading) -> dict | None:
 def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> dict:
     """JSON-ready summary of one run, for notebooks, the evidence bundle and the canary comparison.
 
-    ``kv_cache_tokens`` overrides the capacity the files state. Keys: ``sources``, ``rows``,
-    ``engines``, ``start``, ``end``, ``duration_s``, ``kv_cache_tokens``, ``kv_cache_memory_bytes`` (the
-    manual ``--kv-cache-memory-bytes`` value when the log shows one), ``peak_kv_cache_usage_pct``,
-    ``peak_kv_cache_tokens`` (peak usage × capacity, rounded down), ``peak_at``, ``max_running``,
-    ``max_waiting``, ``mean_prompt_tokens_per_s``, ``mean_generation_tokens_per_s`` (from one evidence
-    kind, ``throughput_from``: the log's interval figures when it has them, else the /metrics rates
-    weighted by the seconds they cover; see :func:`mean_throughput`), ``preemptions``,
-    ``preemptions_lower_bound`` (True when only V0's every-50th preemption warning counts them),
-    ``oom_events``, ``error_events``, ``events``, ``warnings``.
+    ``kv_cache_tokens`` overrides the capacity the files state. Besides counts, times and maxima: the manual
+    ``kv_cache_memory_bytes`` a log shows, ``peak_kv_cache_tokens`` (peak usage × capacity, rounded down),
+    the mean throughputs and ``throughput_from`` (:func:`mean_throughput`), ``preemptions`` and
+    ``preemptions_lower_bound`` (only V0's every-50th warning counts them), the events and warnings.
 
     >>> from kvplan.io.load import frame_of
     >>> rows = [{"source": "s.log", "line": 1, "engine": 0, "kv_cache_usage_pct": 50.0, "generation_tokens_per_s": 900.0},

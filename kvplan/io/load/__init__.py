@@ -61,14 +61,11 @@ def read_load_evidence(
 ) -> LoadReading:
     """One run's load evidence from server logs and /metrics snapshots alike, rows in file order.
 
-    Each file is sniffed: Prometheus text (``# HELP`` / ``# TYPE`` / ``vllm:`` samples) goes to
-    :func:`kvplan.io.load.metrics.read_metrics_snapshots` (all snapshots together, so counters are
-    diffed across files), anything else to :func:`read_vllm_stats`. Give the files of one run only. Without
-    ``year``, logs take the year of the snapshots' times when snapshots are given (with a warning).
-    ``utc_offset`` is the server's offset from UTC in hours (the log's local time minus UTC); given, log
-    times are turned into UTC like the /metrics times, as they are when docker stamps show the offset;
-    otherwise a run that mixes logs and /metrics gets a warning. ``scrapes`` (a :class:`LoadReading`, e.g.
-    from Prometheus) stands for the /metrics files among ``paths``; its rows come after the logs'.
+    Each file is sniffed: Prometheus text goes to :func:`read_metrics_snapshots` (all together, so counters
+    are diffed across files), anything else to :func:`read_vllm_stats`. Without ``year``, logs take the
+    snapshots' year (with a warning). ``utc_offset`` [h east of UTC] turns log times into UTC like /metrics
+    times (else a run that mixes them gets a warning). ``scrapes`` (a :class:`LoadReading`, e.g. from
+    Prometheus) stands for the /metrics files; its rows come after the logs'.
 
     >>> from kvplan import DATA_DIR
     >>> run = DATA_DIR / "load" / "manual-canary-overload"
@@ -117,7 +114,7 @@ def read_load_evidence(
 
 
 def _is_metrics_file(path: str) -> bool:
-    """Whether the file is Prometheus text (:func:`~kvplan.io.load.metrics.is_metrics_text`), from its
+    """Whether the file is Prometheus text (:func:`~kvplan.io.load.metrics.is_metrics_lines`), from its
     first lines."""
     with open(path, encoding="utf-8", errors="replace") as lines:
         return is_metrics_lines(physical_lines(bounded_lines(lines, path)))

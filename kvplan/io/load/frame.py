@@ -1,10 +1,9 @@
 """The load frame and what comes with it: :class:`RowBuilder`, :class:`LoadReading`, :class:`LoadSource`.
 
-Every load reader (server logs, /metrics files, Prometheus samples) appends its rows to a :class:`RowBuilder`,
-which keeps them in typed columns (about 100 bytes a row, so memory follows the rows, never the input's text)
-and gives the :data:`~kvplan.columns.LOAD_COLUMNS` frame with nullable dtypes. A reading is that frame, its
-:class:`~kvplan.io.metadata.ReadMetadata` (sources and warnings) and what each file says about its server
-(:class:`LoadSource`); it unpacks as ``frame, metadata`` like every reader. Units as in ``LOAD_COLUMNS``.
+Every load reader appends its rows to a :class:`RowBuilder` (typed columns, about 100 bytes a row), which
+gives the :data:`~kvplan.columns.LOAD_COLUMNS` frame (nullable dtypes). A :class:`LoadReading` is that frame,
+its :class:`~kvplan.io.metadata.ReadMetadata` and each file's :class:`LoadSource`; it unpacks as
+``frame, metadata`` like every reader's result.
 """
 
 from __future__ import annotations
@@ -29,7 +28,6 @@ from kvplan.notes import Note
 
 EVENTS = ("preemption", "oom", "error")
 KINDS = ("log", "metrics")
-YEARLESS_TIME_FORMAT = "%m-%d %H:%M:%S"  # vLLM's own `_DATE_FORMAT`
 UNKNOWN_NUMBER = -(2**63)  # an unknown whole number (and time) in a builder's column
 EPOCH = datetime(1, 1, 1)  # a builder keeps times in µs since then
 MICROSECOND = timedelta(microseconds=1)
@@ -59,14 +57,10 @@ class LoadFormatError(ValueError):
 
 @dataclass(frozen=True)
 class LoadSource:
-    """What one file says about the server it came from, besides its rows.
-
-    ``kv_cache_tokens`` is the KV capacity in tokens (vLLM's "GPU KV cache size: N tokens" line, or
-    ``num_gpu_blocks × block_size`` from ``vllm:cache_config_info``); ``kv_cache_memory_bytes`` the manual
-    ``--kv-cache-memory-bytes`` value when the file shows one (a manual-value canary); ``reports_preemptions``
-    whether the format can show a preemption at all (V1 logs before 0.11.1 cannot); ``utc_offset_hours`` a
-    log's offset from UTC when known (given, or read from docker stamps), in which case its times are UTC.
-    """
+    """What one file says about its server: KV capacity [tokens] ("GPU KV cache size", or ``num_gpu_blocks ×
+    block_size`` of ``vllm:cache_config_info``), the manual ``--kv-cache-memory-bytes`` [bytes] it shows,
+    whether it can show preemptions at all (V1 logs before 0.11.1 cannot), a log's UTC offset [h] when
+    known (its times are then UTC)."""
 
     source: str
     kind: str

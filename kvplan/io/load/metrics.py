@@ -1,22 +1,10 @@
 """Read saved snapshots of vLLM's Prometheus ``/metrics`` endpoint: one scrape per file or many per file.
 
-The exposition itself is parsed by ``prometheus_client.parser.text_string_to_metric_families``. Scrapes are
-told apart by (a) sample timestamps (``name{…} value 1732874410000``: one scrape per distinct time),
-(b) a comment line holding a time, e.g. ``# 2026-11-29T10:00:10Z`` or ``# 1732874410`` (what
-``echo "# $(date -u +%FT%TZ)"; curl -s …/metrics`` writes before each scrape), or (c) a family's ``# HELP``
-seen again, or (d) a series (name and labels) seen again: scrapes concatenated without any separator, e.g.
-``curl -s …/metrics | grep ^vllm: >> dump.prom``; those have no time, so no rates. Times are naive UTC.
-``*_created`` samples (Unix start times, V1) are never read as counts; a counter whose ``_created`` time
-changed between scrapes was created anew (a server restart) and counts from zero. ``NaN`` and ``±Inf``
-samples (legal Prometheus values) are read as unknown, with a warning.
-
-Names read (``vllm-load-formats.md`` §6), V0 and V1 alike: ``vllm:kv_cache_usage_perc`` (else
-``vllm:gpu_cache_usage_perc``) as 0–100 %, ``vllm:num_requests_running`` / ``_waiting`` / ``_swapped``,
-``vllm:prompt_tokens_total`` and ``vllm:generation_tokens_total`` as rates between scrapes (else V0's
-``vllm:avg_*_throughput_toks_per_s`` gauges), ``vllm:prefix_cache_hits_total`` / ``_queries_total`` (else
-the ``gpu_`` names, else V0's ``vllm:gpu_prefix_cache_hit_rate``), ``vllm:num_preemptions_total``, and
-``vllm:cache_config_info`` (``num_gpu_blocks`` × ``block_size`` = capacity in tokens). V1's ``engine``
-label gives the engine; counters that go down (a server restart) count from zero, never negative.
+The exposition is parsed by ``prometheus_client``. Scrapes are told apart by sample timestamps (one scrape per
+distinct time), a comment holding a time (``# 2026-11-29T10:00:10Z`` or ``# 1732874410``, as
+``echo "# $(date -u +%FT%TZ)"`` writes), a family's ``# HELP`` seen again, or a series seen again (scrapes
+concatenated without a separator: no time, so no rates). Times are naive UTC. The names read and how rows
+are made of them: :mod:`.scrapes`. ``NaN`` and ``±Inf`` samples are read as unknown, with a warning.
 """
 
 from __future__ import annotations
@@ -61,27 +49,14 @@ _NUMBER = r"[+-]?(?:(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?|Inf|inf|NaN|nan)"
 _STRICT_SAMPLE = re.compile(rf"^[A-Za-z_:][\w:]*\s*(?:{_LABELS})?\s+{_NUMBER}(?:\s+-?\d+(?:\.\d+)?)?$")
 
 
-def is_metrics_text(text: str) -> bool:
-    """True when ``text`` looks like Prometheus text exposition rather than a log.
-
-    A ``# HELP`` / ``# TYPE`` line or a ``vllm:`` sample says so; other samples before the first ``vllm:``
-    one (``python_gc_…`` in a dump whose comment lines were stripped) must be well-formed sample lines.
-
-    >>> is_metrics_text("# 2026-11-29T10:00:10Z\\n# HELP vllm:num_requests_running x\\n")
-    True
-    >>> is_metrics_text('python_gc_objects_collected_total{generation="0"} 1.0\\nvllm:num_requests_running 3')
-    True
-    >>> is_metrics_text("INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Running: 1 reqs")
-    False
-    """
-    return is_metrics_lines(text.splitlines())
-
-
 def is_metrics_lines(lines: Iterable[str]) -> bool:
-    """:func:`is_metrics_text` over lines, reading only as many as it needs (a file's first lines, mostly).
+    """True when ``lines`` look like Prometheus text rather than a log, read only as far as needed: a
+    ``# HELP``/``# TYPE`` line or a ``vllm:`` sample, after well-formed samples only (``python_gc_…``).
 
-    >>> is_metrics_lines(iter(["# TYPE vllm:num_requests_running gauge"]))
+    >>> is_metrics_lines(['python_gc_objects_collected_total{generation="0"} 1.0', "vllm:num_requests_running 3"])
     True
+    >>> is_metrics_lines(["INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Running: 1 reqs"])
+    False
     """
     for line in lines:
         line = line.strip()
