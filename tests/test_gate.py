@@ -639,11 +639,14 @@ class TestGateOnSampleBoots:
         self, capsys, four_rank_bundle, tmp_path
     ):
         # rank 2 starts with 30.01 GiB free instead of 48.61 GiB: 18.6 GiB lost, more than its 12 GiB budget;
-        # a FAIL (exit 1) with every check printed, not a refusal (exit 2)
+        # a FAIL (exit 1) with every check printed, not a refusal (exit 2). Its suggestion falls with it, so
+        # the line adds up (issue 26): 13,851,269,530 B − 18.6 GiB = −6,120,328,396 B (−5.7 GiB)
         log = edited(
             tmp_path,
             FOUR_RANK / "boot.log",
-            lambda text: text.replace("(48.61/79.19 GiB)", "(30.01/79.19 GiB)"),
+            lambda text: text.replace("(48.61/79.19 GiB)", "(30.01/79.19 GiB)").replace(
+                "`--kv-cache-memory=13851269530` (12.9 GiB)", "`--kv-cache-memory=-6120328396` (-5.7 GiB)"
+            ),
         )
         assert main(["gate", "--approved", str(four_rank_bundle), str(log)]) == 1
         out = capsys.readouterr().out

@@ -96,9 +96,14 @@ def test_one_line_per_rank_per_check(capsys, four_rank_bundle, tmp_path):
 def test_a_canary_whose_utilization_would_not_pass_fails(capsys, four_rank_bundle, tmp_path):
     # rank 2 starts with 47.52 GiB free: vLLM asked ceil(79.19 GiB × 0.6) = 47.51 GiB and started, but with the
     # 0.5 GiB guard and the printed figures on their safe side, 47.515 − 0.5 < ceil(79.195 × 0.6) = 47.517 GiB:
-    # the next boot may not start
+    # the next boot may not start. Its suggestion falls with its free memory, so the line adds up (issue 26):
+    # 13,851,269,530 B − 1.09 GiB = 12,680,890,942 B (11.81 GiB)
     log = edited(
-        tmp_path, FOUR_RANK / "boot.log", lambda text: text.replace("(48.61/79.19 GiB)", "(47.52/79.19 GiB)")
+        tmp_path,
+        FOUR_RANK / "boot.log",
+        lambda text: text.replace("(48.61/79.19 GiB)", "(47.52/79.19 GiB)").replace(
+            "`--kv-cache-memory=13851269530` (12.9 GiB)", "`--kv-cache-memory=12680890942` (11.81 GiB)"
+        ),
     )
     status, checks = gate(capsys, four_rank_bundle, log, "--guard", "0.5GiB")
     assert status == 1

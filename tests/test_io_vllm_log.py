@@ -150,7 +150,7 @@ FAMILIES = [
     (
         "Free memory on device (78.47/79.19 GiB) on startup. Desired GPU memory utilization is (0.92, 72.85 GiB). "
         "Actual usage is 16.3 GiB for consumed memory (weights + non-torch), 1.8 GiB for peak activation, and 61.0 GiB "
-        "for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=-6603473715` (-6.15 GiB) "
+        "for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=-6868172800` (-6.4 GiB) "
         "to fit into requested memory, or `--kv-cache-memory=-849899929` (-0.79 GiB) to fully utilize gpu memory. "
         "Current kv cache memory in use is 53.05 GiB.",
         {

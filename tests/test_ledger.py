@@ -27,9 +27,12 @@ def boot_text(version, rooms, tp=None):
         f"tensor_parallel_size={tp}, pipeline_parallel_size=1, data_parallel_size=1",
     ]
     for rank, room in enumerate(rooms):
+        # the line adds up (issue 26: the reader refuses a suggestion above what its parts give): weight =
+        # free 70.0 − the other parts 2.0 + 1.0 + 0.5 − vLLM's 150 MiB − room, printed to 0.01 GiB
+        weight = 70.0 - 3.5 - 150 / 1024 - room / GiB
         lines.append(
             f"(Worker_TP{rank} pid={100 + rank}) {HEAD}Free memory on device (70.0/79.19 GiB) on startup. "
-            "Desired GPU memory utilization is (0.9, 71.27 GiB). Actual usage is 32.0 GiB for weight, "
+            f"Desired GPU memory utilization is (0.9, 71.27 GiB). Actual usage is {weight:.2f} GiB for weight, "
             "2.0 GiB "
             "for peak activation, 1.0 GiB for non-torch memory, and 0.5 GiB for CUDAGraph memory. Replace "
             "gpu_memory_utilization config with `--kv-cache-memory=1` (0.0 GiB) to fit into requested "
@@ -225,7 +228,8 @@ def test_an_oom_after_startup_refuses_the_budget():
 
 
 def debug_and_info_boots():
-    """0.23, TP=2: boot 0 at DEBUG (suggestion 60 GiB on both ranks), boot 1 at INFO (rank 0's
+    """0.23, TP=2: boot 0 at DEBUG (suggestion 60 GiB on both ranks: 70.0 − 7.52 − 1.65 − 0.15 − 0.53 GiB −
+    150 MiB = 59.9935 GiB, within the 0.025 GiB its five printed figures allow), boot 1 at INFO (rank 0's
     'Available KV cache memory: 40.0 GiB' only). Lines: boot 0 is 1–6, boot 1 is 7–11."""
 
     def boot(debug):
@@ -239,7 +243,7 @@ def debug_and_info_boots():
             lines += [
                 f"(Worker_TP{rank} pid={100 + rank}) {HEAD.replace('INFO', 'DEBUG')}Free memory on device "
                 "(70.0/79.19 GiB) on startup. Desired GPU memory utilization is (0.92, 72.85 GiB). Actual usage "
-                "is 15.7 GiB for weight, 1.65 GiB for peak activation, 0.15 GiB for non-torch memory, and 0.53 "
+                "is 7.52 GiB for weight, 1.65 GiB for peak activation, 0.15 GiB for non-torch memory, and 0.53 "
                 "GiB for CUDAGraph memory. Replace gpu_memory_utilization config with `--kv-cache-memory=1` "
                 f"(0.0 GiB) to fit into requested memory, or `--kv-cache-memory={60 * GiB}` (60.0 GiB) to fully "
                 "utilize gpu memory. Current kv cache memory in use is 40.0 GiB."

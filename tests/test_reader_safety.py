@@ -552,3 +552,100 @@ def test_errors_name_the_file_and_line(capsys, tmp_path, name, text, words):
     ):
         error = one_error_line(Result(argv, capsys), path)
         assert error.startswith(f"error: {path}") and words in error, (argv, error)
+
+
+# --- a suggestion line whose parts do not add up (issue 26, reader safety) ----------------------------------
+# gpu_worker.py compile_or_warm_up_model: full = free − Σparts − 150 MiB and fit = requested − Σparts −
+# 150 MiB in bytes, every other figure printed to 0.01 GiB (±0.005 GiB), requested = ceil(total × U).
+# Here free 78.47, total 79.19, U 0.92: requested 72.85 (79.19 × 0.92 = 72.8548 GiB).
+
+SUGGESTION_FORMS = {  # version → its parts (as printed) and its text
+    "0.10.2": ("15.7", "1.65", "0.15", "0.53"),  # weight, activation, non-torch, graphs; bytes in use
+    "0.11.0": ("15.7", "1.65", "0.15", "0.53"),  # … with each suggestion's (X GiB), in use in GiB
+    "0.20.0": ("15.7", "1.65", "0.15", "0.53"),
+    "0.26.0": ("15.7", "1.65", "0.15", "0.53"),
+    "0.27.0": ("16.3", "1.65", "0.53"),  # consumed (weights + non-torch), activation, graphs
+    "0.30.0": ("16.3", "1.65", "0.53"),
+    "0.33.0": ("16.3", "1.65", "0.53"),
+}
+
+
+def suggestion_line(version, free="78.47", requested="72.85", fit_extra=0, full_extra=0, printed_extra=0):
+    """The suggestion line of ``version`` whose suggestions are what its printed figures give, plus the
+    extras [bytes] (``printed_extra`` is added to the bytes only, not to their GiB figure)."""
+    parts = SUGGESTION_FORMS[version]
+    held = sum(map(gib, parts)) + 150 * MiB
+    fit, full = gib(requested) - held + fit_extra, gib(free) - held + full_extra
+    if len(parts) == 4:
+        usage = (
+            f"{parts[0]} GiB for weight, {parts[1]} GiB for peak activation, {parts[2]} GiB for non-torch memory, "
+            f"and {parts[3]}"
+        )
+    else:
+        usage = f"{parts[0]} GiB for consumed memory (weights + non-torch), {parts[1]} GiB for peak activation, and {parts[2]}"
+    old = version == "0.10.2"
+    fit_gib, full_gib = ("" if old else f" ({round(value / 2**30, 2)} GiB)" for value in (fit, full))
+    in_use = "51943436288 bytes" if old else "48.38 GiB"
+    message = (
+        f"Free memory on device ({free}/79.19 GiB) on startup. Desired GPU memory utilization is (0.92, "
+        f"{requested} GiB). Actual usage is {usage} GiB for CUDAGraph memory. Replace gpu_memory_utilization "
+        f"config with `--kv-cache-memory={fit + printed_extra}`{fit_gib} to fit into requested memory, or "
+        f"`--kv-cache-memory={full + printed_extra}`{full_gib} to fully utilize gpu memory. Current kv cache "
+        f"memory in use is {in_use}."
+    )
+    level = "DEBUG" if (0, 11) <= tuple(map(int, version.split(".")[:2])) < (0, 26) else "INFO"
+    return vllm_line(version, message, "Worker_TP0", 300, level, "gpu_worker.py:1")
+
+
+def ledger_exit(tmp_path, capsys, line):
+    """``kvplan ledger`` of a log whose third line is ``line``: exit code and stderr."""
+    path = tmp_path / "tampered.log"
+    version = "0.33.0"
+    path.write_text(log(vllm_line(version, engine_config(version, tp=2), "EngineCore", 200), "", line))
+    code = main(["ledger", str(path), "--json"])
+    return code, capsys.readouterr().err
+
+
+@pytest.mark.parametrize("version", SUGGESTION_FORMS)
+def test_a_real_suggestion_line_adds_up_and_is_read(version, tmp_path, capsys):
+    # issue 26: the line as vLLM prints it: its suggestions equal what its figures give; read as ever
+    code, err = ledger_exit(tmp_path, capsys, suggestion_line(version))
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("version", ["0.27.0", "0.33.0"])
+def test_a_suggestion_below_its_parts_is_read_the_safe_side(version, tmp_path, capsys):
+    # issue 26: a suggestion below what its figures give cannot raise a budget (vLLM's own quirks go this
+    # way, vllm#57936): 1 GiB below is read, and is the room
+    code, err = ledger_exit(tmp_path, capsys, suggestion_line(version, full_extra=-(2**30)))
+    assert code == 0, err
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.11.0", "0.26.0", "0.27.0", "0.33.0"])
+@pytest.mark.parametrize("kind", ["full", "fit"])
+def test_a_suggestion_above_what_its_parts_give_is_refused(version, kind, tmp_path, capsys):
+    # issue 26: "--kv-cache-memory=B" edited 0.1 GiB up (its GiB figure with it): free − parts − 150 MiB
+    # (or requested − …) gives 0.1 GiB less, beyond the 4 × or 5 × 0.005 GiB of its printed figures
+    line = suggestion_line(version, **{f"{kind}_extra": gib("0.1")})
+    code, err = ledger_exit(tmp_path, capsys, line)
+    assert code == 2
+    assert err.startswith(
+        f"error: {tmp_path / 'tampered.log'}:3: vLLM's --kv-cache-memory suggestion line does"
+    )
+    assert ("free − the" if kind == "full" else "requested − the") in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("version", ["0.10.2", "0.20.0", "0.33.0"])
+def test_requested_memory_above_total_times_utilization_is_refused(version, tmp_path, capsys):
+    # issue 26: requested edited from 72.85 to 74.85 GiB (and fit with it, so fit adds up): 79.19 × 0.92 =
+    # 72.8548 GiB, so the printed requested is at most 72.8548 + 0.005 × 0.92 + 0.005 = 72.8644 GiB
+    code, err = ledger_exit(tmp_path, capsys, suggestion_line(version, requested="74.85"))
+    assert code == 2 and "requested memory" in err and "above total × 0.92" in err
+
+
+@pytest.mark.parametrize("version", ["0.11.0", "0.26.0", "0.33.0"])  # the forms that print (X GiB)
+def test_suggested_bytes_above_their_printed_gib_figure_are_refused(version, tmp_path, capsys):
+    # issue 26: the bytes edited 0.01 GiB up while their "(X GiB)" stayed: more than the 0.005 GiB its
+    # rounding allows (the sums stay within their 0.02-0.025 GiB, so only this check sees it)
+    code, err = ledger_exit(tmp_path, capsys, suggestion_line(version, printed_extra=gib("0.01")))
+    assert code == 2 and "is above its printed" in err

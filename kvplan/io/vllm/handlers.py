@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from typing import Any, NamedTuple, Protocol
 
-from kvplan.io.vllm.manual import printed_manual
+from kvplan.io.vllm.manual import PRINTED_HALF_BYTES, printed_manual
 from kvplan.io.vllm.values import config_items, cudagraph_mode, gib_bytes
 
 NUM = r"(-?\d+(?:\.\d+)?)"
@@ -205,6 +205,79 @@ def profile_result(m: Groups) -> dict:
         "non_torch_bytes": third - weights_bytes,
         "activation_peak_bytes": non_kv - third,
     }
+
+
+class PartsDisagree(ValueError):
+    """A vLLM line whose printed figures contradict each other beyond their rounding: edited or corrupted."""
+
+
+#: vLLM's ``redundancy_buffer_memory`` in the suggestion arithmetic [bytes].
+_REDUNDANCY_BUFFER_BYTES = 150 << 20
+#: The whole suggestion line (``gpu_worker.py`` ``compile_or_warm_up_model``, 0.10.2–0.33): free and total
+#: memory, utilization and requested memory, the parts (weights, activation, non-torch, graphs to 0.26;
+#: consumed, activation, graphs from 0.27), each suggestion [bytes] and its GiB figure (0.11+).
+_SUGGESTION_LINE = re.compile(
+    r"Free memory on device \({num}/{num} GiB\) on startup\. Desired GPU memory utilization is \({num}, {num} GiB\)\. "
+    r"Actual usage is (?:{num} GiB for weight, {num} GiB for peak activation, {num} GiB for non-torch memory, and "
+    r"{num}|{num} GiB for consumed memory \(weights \+ non-torch\), {num} GiB for peak activation, and {num}) GiB "
+    r"for CUDAGraph memory\. Replace gpu_memory_utilization config with `--kv-cache-memory=(-?\d+)`"
+    r"(?: \({num} GiB\))? to fit into requested memory, or `--kv-cache-memory=(-?\d+)`(?: \({num} GiB\))?".replace(
+        "{num}", NUM
+    )
+)
+
+
+def suggestion(m: Groups) -> dict:
+    """vLLM's two ``--kv-cache-memory`` suggestions [bytes], refused (:class:`PartsDisagree`) when the line's
+    own figures give less: a tampered suggestion must not raise a budget (:func:`check_suggestion`).
+
+    >>> suggestion(re.search("=(-?\\d+)`.*=(-?\\d+)`", "`--kv-cache-memory=7` or `--kv-cache-memory=9`"))
+    {'suggested_fit_bytes': 7, 'suggested_full_bytes': 9}
+    """
+    check_suggestion(m.string)
+    return {"suggested_fit_bytes": int(m.group(1)), "suggested_full_bytes": int(m.group(2))}
+
+
+def check_suggestion(message: str) -> None:
+    """Refuse a suggestion line whose parts give less than it suggests, beyond the rounding of its figures.
+
+    vLLM computes ``full = free − Σparts − 150 MiB`` and ``fit = requested − Σparts − 150 MiB`` in bytes
+    and prints every other figure rounded to 0.01 GiB (±0.005 GiB): a sum of n printed figures is within
+    n × 0.005 GiB of its bytes. ``requested = ceil(total × utilization)`` (less with weights held outside
+    the process, 0.32+): printed, at most total × U + 0.005·U + 0.005 GiB. A suggestion's GiB figure
+    (0.11+) is within 0.005 GiB of its bytes. Only a suggestion **above** what its line gives is refused:
+    one below it is on the safe side, as vLLM's own quirks are (vllm#57936 counts the graphs twice in 0.18
+    and 0.27+: the suggestion is low, and its printed activation already holds the graph estimate).
+    """
+    whole = _SUGGESTION_LINE.search(message)
+    if whole is None:  # a line cut short: its parts are not all there
+        return
+    free, total, requested = (gib_bytes(whole.group(i)) for i in (1, 2, 4))
+    util = float(whole.group(3))
+    shown = [whole.group(i) for i in range(5, 12) if whole.group(i) is not None]
+    parts = sum(map(gib_bytes, shown))
+    fit, full = int(whole.group(12)), int(whole.group(14))
+    slack = (len(shown) + 1) * PRINTED_HALF_BYTES
+    problems = []
+    for name, base, suggested in (("free", free, full), ("requested", requested, fit)):
+        most = base - parts - _REDUNDANCY_BUFFER_BYTES + slack
+        if suggested > most:
+            problems.append(
+                f"--kv-cache-memory={suggested} is above {name} − the {len(shown)} parts − 150 MiB = {most} B "
+                f"at most (± 0.005 GiB for each of {len(shown) + 1} printed figures)"
+            )
+    most = int(total * util + PRINTED_HALF_BYTES * (1 + util)) + 1
+    if requested > most:
+        problems.append(f"requested memory {requested} B is above total × {util} = {most} B at most")
+    for group, suggested in ((13, fit), (15, full)):
+        if whole.group(group) is not None and suggested > gib_bytes(whole.group(group)) + PRINTED_HALF_BYTES:
+            problems.append(f"--kv-cache-memory={suggested} is above its printed {whole.group(group)} GiB")
+    if problems:
+        raise PartsDisagree(
+            "vLLM's --kv-cache-memory suggestion line does not add up: "
+            + "; ".join(problems)
+            + ". The line was edited or corrupted; give the log as vLLM wrote it"
+        )
 
 
 def manual(m: Groups) -> dict:

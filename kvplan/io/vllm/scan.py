@@ -34,7 +34,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"startup complete",
     b"Graph capturing",  # 0.5–0.6.3 "Graph capturing finished in N secs." has no other anchor
     b"fatal error",
-    # failed boots (failure_lines.py): generic start failures, V0 worker exceptions, transfer errors,
+    # failed boots (families.FAILURE_FAMILIES): generic start failures, V0 worker exceptions, transfer errors,
     # traceback frames
     b"failed to start",  # lines of EngineCore / WorkerProc: their pairs "eC", "rP"
     b"hit an exception",
@@ -42,7 +42,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"UCX",
     b"NIXL_ERR",
     b'", line ',
-    # lines that change the arithmetic (sizing_lines.py)
+    # lines that change the arithmetic (families.SIZING_FAMILIES)
     b"num_gpu_blocks",
     b"max_num_batched_tokens",
     b"num_blocks: ",
@@ -117,58 +117,52 @@ def iter_candidate_lines(
         block = stream.read(chunk_bytes)
         if not block:
             break
-        first = block.find(b"\n")
-        if first == -1:
+        last = block.rfind(b"\n")
+        if last == -1:
             tail += block
             if len(tail) > MAX_LINE_BYTES:
                 piece = tail + b"\n"
-                yield from _scan(piece, 0, len(piece), base, offset)[0]
+                yield from _scan(piece, base, offset)[0]
                 offset += len(tail)
                 tail = b""
             continue
-        # The line that spans the chunk boundary, then the whole lines of the block, scanned in place.
-        piece = tail + block[: first + 1]
-        yield from _scan(piece, 0, len(piece), base, offset)[0]
-        offset += len(tail) + first + 1
-        last = block.rfind(b"\n")
-        found, newlines = _scan(block, first + 1, last + 1, base + 1, offset)
+        # the line that spans the block boundary and the block's whole lines, scanned as one piece
+        piece = tail + block[: last + 1]
+        found, newlines = _scan(piece, base, offset)
         yield from found
-        base += 1 + newlines
-        offset += last - first
+        base += newlines
+        offset += len(piece)
         tail = block[last + 1 :]
     if tail:
         stats.ended_mid_line = True
         piece = tail + b"\n"
-        yield from _scan(piece, 0, len(piece), base, offset)[0]
+        yield from _scan(piece, base, offset)[0]
         base += 1
     stats.lines = base
 
 
-def _scan(
-    block: bytes, start: int, stop: int, base: int, offset: int
-) -> tuple[list[tuple[int, int, bytes]], int]:
-    """Candidate lines of ``block[start:stop]`` (which ends with a newline; ``base`` newlines and
-    ``offset`` bytes precede it) and the number of lines in it.
+def _scan(block: bytes, base: int, offset: int) -> tuple[list[tuple[int, int, bytes]], int]:
+    """Candidate lines of ``block`` (whole lines, ending with a newline; ``base`` newlines and ``offset``
+    bytes precede it) and the number of lines in it.
 
     A line is a candidate when it holds an anchor and a signature pair (:data:`ANCHOR_PAIRS`; an
     anchor holding one brings its own). The anchors are found by :func:`_anchors_at`, those too
     short for it by ``bytes.find``; the lines of an anchor holding no signature pair are checked
     for one by a regex.
 
-    >>> _scan(b"x\\nAvailable KV cache memory: 1 GiB\\nnoise\\n", 2, 41, 1, 2)
+    >>> _scan(b"Available KV cache memory: 1 GiB\\nnoise\\n", 1, 2)
     ([(2, 2, b'Available KV cache memory: 1 GiB')], 2)
     """
-    size = stop - start
-    if size == 0:
+    if not block:
         return [], 0
-    newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8, count=size, offset=start) == 10)
-    begins, anchors = _anchors_at(block, start, size)
+    newlines = np.flatnonzero(np.frombuffer(block, dtype=np.uint8) == 10)
+    begins, anchors = _anchors_at(block)
     # a one-byte find is a memchr: a block without the short anchor's last byte costs next to nothing
     short = [
-        (at - start, number)
+        (at, number)
         for number, anchor in _SHORT_ANCHORS
-        if block.find(anchor[-1:], start, stop) != -1
-        for at in _find_all(block, anchor, start, stop)
+        if block.find(anchor[-1:]) != -1
+        for at in _find_all(block, anchor)
     ]
     if short:
         more = np.array(short, dtype=np.int64)
@@ -178,37 +172,36 @@ def _scan(
     pairless = _PAIRLESS[anchors]
     found[lines[~pairless]] = True
     for index in set(lines[pairless & ~found[lines]].tolist()):  # few: most such lines hold another
-        found[index] = _PAIR_RE.search(_line(block, start, newlines, index)) is not None
+        found[index] = _PAIR_RE.search(_line(block, newlines, index)) is not None
     lines = np.flatnonzero(found)
     if not lines.size:
         return [], len(newlines)
     begins = np.where(lines > 0, newlines[lines - 1] + 1, 0)
-    texts = map(block.__getitem__, map(slice, (begins + start).tolist(), (newlines[lines] + start).tolist()))
+    texts = map(block.__getitem__, map(slice, begins.tolist(), newlines[lines].tolist()))
     return list(zip((lines + (base + 1)).tolist(), (begins + offset).tolist(), texts)), len(newlines)
 
 
-def _anchors_at(block: bytes, start: int, size: int) -> tuple[np.ndarray, np.ndarray]:
-    """Where in the body ``block[start:start + size]`` an anchor of at least :data:`_WINDOW` bytes
+def _anchors_at(block: bytes) -> tuple[np.ndarray, np.ndarray]:
+    """Where in ``block`` an anchor of at least :data:`_WINDOW` bytes
     starts, and which (its index in :data:`ANCHORS`).
 
-    One vectorised look-up reads the 4 bytes at every other offset of the body (little-endian 32-bit
+    One vectorised look-up reads the 4 bytes at every other offset of the block (little-endian 32-bit
     words read in place, two series 2 bytes apart), hashed to 16 bits (:func:`_slots`), in a table
     of the two 4-byte runs of each anchor's window (:func:`_entries`): whichever offset an anchor
     starts at, one of the two starts at a looked-up offset. Each hit gives the starts of the anchors
     whose window holds a run of its slot there; each start is then compared with its anchor 8
     bytes at a time (:data:`_CHUNKS`), all at once.
 
-    >>> begins, anchors = _anchors_at(b"..a world of Error\\n", 2, 17)
+    >>> begins, anchors = _anchors_at(b"a world of Error\\n")
     >>> sorted((int(begin), ANCHORS[number]) for begin, number in zip(begins, anchors))
     [(2, b'world'), (11, b'Error')]
     """
+    size = len(block)
     if size <= _WINDOW:  # no room for an anchor of a window's length and the newline
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
     hits, codes = [], []
-    # from 0 to 3 bytes before the body (none of it: no anchor starts there), so that the words from
-    # 0 are aligned as the block's bytes are (an unaligned array is copied in pieces for arithmetic)
-    for first in (-(start % 4), 2 - start % 4):
-        words = np.frombuffer(block, dtype="<u4", count=(size - first) // 4, offset=start + first)
+    for first in (0, 2):
+        words = np.frombuffer(block, dtype="<u4", count=(size - first) // 4, offset=first)
         code = np.take(_SLOT_CODES, _slots(words), mode="clip")  # clip: no bounds check (all < 2**16)
         at = np.flatnonzero(code != 0)  # nonzero of a bool array is several times that of uint8
         hits.append(at * 4 + first)
@@ -221,8 +214,8 @@ def _anchors_at(block: bytes, start: int, size: int) -> tuple[np.ndarray, np.nda
     inside = (begins >= 0) & (begins <= size - _LENGTH[anchors])
     begins, anchors = begins[inside], anchors[inside]
     if size < 8:  # too short for one 8-byte number: a padded copy (of a few bytes)
-        block, start, size = block[start : start + size] + bytes(8 - size), 0, 8
-    numbers = np.ndarray((size - 7,), dtype="<u8", buffer=block, offset=start, strides=(1,))
+        block, size = block + bytes(8 - size), 8
+    numbers = np.ndarray((size - 7,), dtype="<u8", buffer=block, strides=(1,))
     found = []
     for round_, (offsets, masks, values) in enumerate(_CHUNKS, start=1):
         same = (_eight_bytes(numbers, begins + offsets[anchors]) & masks[anchors]) == values[anchors]
@@ -257,18 +250,18 @@ def _eight_bytes(numbers: np.ndarray, at: np.ndarray) -> np.ndarray:
     return numbers[within] >> ((at - within) * 8).astype(np.uint64)
 
 
-def _line(block: bytes, start: int, newlines: np.ndarray, index: int) -> bytes:
-    """Line ``index`` (from 0) of the body at ``block[start:]`` whose newlines are at ``newlines``."""
+def _line(block: bytes, newlines: np.ndarray, index: int) -> bytes:
+    """Line ``index`` (from 0) of ``block``, whose newlines are at ``newlines``."""
     begin = int(newlines[index - 1]) + 1 if index else 0
-    return block[start + begin : start + int(newlines[index])]
+    return block[begin : int(newlines[index])]
 
 
-def _find_all(block: bytes, needle: bytes, start: int, stop: int) -> Iterator[int]:
-    """Every position of ``needle`` in ``block[start:stop]`` (positions in ``block``)."""
-    at = block.find(needle, start, stop)
+def _find_all(block: bytes, needle: bytes) -> Iterator[int]:
+    """Every position of ``needle`` in ``block``."""
+    at = block.find(needle)
     while at != -1:
         yield at
-        at = block.find(needle, at + 1, stop)
+        at = block.find(needle, at + 1)
 
 
 #: Bytes of an anchor's window: two 4-byte runs in a row, of which one starts at a looked-up offset.
