@@ -1,8 +1,7 @@
-"""The uniform per-GPU KV budget: the minimum over ranks of room minus reserve, in whole blocks.
+"""The uniform per-GPU KV budget: the minimum over ranks of room minus reserve, in whole blocks, and its launch.
 
-vLLM's ``--kv-cache-memory-bytes`` is one value applied to every rank, so the largest safe value is
-the *minimum* safe budget over ranks. Averaging or summing ranks hides the rank that fails; what the
-stronger ranks cannot use is reported as stranded.
+``--kv-cache-memory-bytes`` is one value for every rank, so the largest safe value is the *minimum* safe budget
+over ranks (an average hides the rank that fails); what stronger ranks cannot use is stranded.
 """
 
 from __future__ import annotations
@@ -32,8 +31,7 @@ def kv_cache_flag(num_bytes: int) -> str:
 
 
 def launch_flags_text(num_bytes: int, gpu_memory_utilization: float | None) -> tuple[str, ...]:
-    """The whole set of launch flags: the byte flag and its companion ``--gpu-memory-utilization`` (two
-    decimals; left out when unknown), which vLLM's start-up free-memory check needs (:mod:`kvplan.checks.launch`).
+    """The byte flag and its companion ``--gpu-memory-utilization`` (two decimals; left out when unknown).
 
     >>> launch_flags_text(12_884_377_600, 0.61)
     ('--kv-cache-memory-bytes=12884377600', '--gpu-memory-utilization=0.61')
@@ -80,12 +78,8 @@ def largest_utilization(
 
 @dataclass(frozen=True)
 class Budget:
-    """One uniform KV budget and how every rank stands against it (all sizes in bytes).
-
-    ``stranded_bytes[i] = safe_bytes[i] − uniform_budget_bytes`` includes the block rounding loss,
-    so ``allocated_total_bytes + stranded_total_bytes == sum(safe_bytes)``; the rounding loss alone
-    is ``rounding_loss_bytes`` per rank.
-    """
+    """One uniform KV budget and how every rank stands against it [bytes]; ``stranded_bytes`` includes the
+    block rounding loss (``rounding_loss_bytes`` per rank)."""
 
     ranks: tuple[int, ...]
     room_bytes: tuple[int, ...]
@@ -164,7 +158,7 @@ class Budget:
 
 
 def safe_budget_bytes(room_bytes: int, reserve_bytes: int) -> int:
-    """A rank's safe KV budget: its room minus the operating reserve.
+    """A rank's safe KV budget: its room minus the reserve [bytes].
 
     >>> safe_budget_bytes(13 * 2**30, 2**30) == 12 * 2**30
     True
@@ -184,7 +178,7 @@ def round_down_to_blocks(num_bytes: int, block_bytes: int) -> int:
 
 
 def median_bytes(values: Sequence[int]) -> int:
-    """Median of byte counts as an int (the lower-rounded mean of the middle pair when even).
+    """Median of byte counts as an int (the mean of the middle pair rounded down).
 
     >>> median_bytes([12, 18, 30]), median_bytes([12, 17, 18, 30])
     (18, 17)
@@ -197,9 +191,7 @@ def median_bytes(values: Sequence[int]) -> int:
 
 
 def limiting_ranks(budget: Budget) -> list[int]:
-    """Every rank whose safe budget is the minimum (several when ranks tie; all when every rank does).
-
-    ``Budget.limiting_rank`` names the first of them (a JSON key); charts and tables name them all.
+    """Every rank whose safe budget is the minimum (``Budget.limiting_rank`` is the first).
 
     >>> GiB = 2**30
     >>> limiting_ranks(uniform_budget([13 * GiB, 18 * GiB, 13 * GiB], GiB))
@@ -214,15 +206,8 @@ def uniform_budget(
     block_bytes: int | None = None,
     ranks: Sequence[int] | None = None,
 ) -> Budget:
-    """The single KV budget every rank can allocate, with the limiting rank and stranded bytes.
-
-    Parameters
-    ----------
-    room_bytes : room per rank [bytes], in rank order.
-    reserve_bytes : operating reserve kept free on every rank [bytes]; a policy input.
-    block_bytes : bytes of one KV block across the rank's layers; when given the budget is
-        rounded down to whole blocks.
-    ranks : rank ids matching ``room_bytes`` (default 0..n-1).
+    """The single KV budget every rank can allocate from its room [bytes, rank order] less the reserve, rounded
+    down to whole blocks of ``block_bytes`` when given; ``ranks`` are the ids (default 0..n-1).
 
     >>> GiB = 2**30
     >>> b = uniform_budget([18 * GiB, 17 * GiB, 13 * GiB, 16 * GiB], reserve_bytes=GiB)

@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # pandas only for the frames' annotations
 def adjusted_budget_bytes(
     ref_budget_bytes: int, ref_free_bytes: int, boot_free_bytes: int, guard_bytes: int = 0
 ) -> int:
-    """A rank's budget on a later boot: ``B_ref − max(0, F_ref − F_boot) − G``.
+    """A rank's budget on a later boot: ``B_ref − max(0, F_ref − F_boot) − G`` [bytes].
 
     >>> GiB = 2**30
     >>> adjusted_budget_bytes(30 * GiB, 42 * GiB, 40 * GiB + 3 * GiB // 4, GiB // 2) / GiB
@@ -116,8 +116,7 @@ class Drift:
 
     @property
     def adjusted_uniform_bytes(self) -> int:
-        """The value every rank can still allocate: the minimum adjusted budget [bytes]
-        (``uniform_budget_bytes`` in ``kvplan drift --json``)."""
+        """The minimum adjusted budget [bytes] (``uniform_budget_bytes`` in ``kvplan drift --json``)."""
         return min(self.adjusted_bytes)
 
     @property
@@ -158,7 +157,7 @@ class Drift:
 
     @property
     def reprofile_to_raise(self) -> bool:
-        """True when some rank has more free memory than at the reference: re-profile to raise."""
+        """Whether some rank has more free memory than at the reference (re-profile to raise)."""
         return any(drift < 0 for drift in self.drift_bytes)
 
     def to_frame(self) -> pd.DataFrame:
@@ -200,12 +199,8 @@ def drift_budget(
     guard_bytes: int = 0,
     ranks: Sequence[int] | None = None,
 ) -> Drift:
-    """Adjusted budget per rank for a later boot; scalars apply to every rank.
-
-    ``drift_bytes`` is ``F_ref − F_boot`` (positive = free memory lost since the reference). A rank
-    whose reference budget or adjusted budget is not positive, or whose reference budget is above its
-    reference free memory (a KV budget is carved out of the free memory it was measured under, so such a
-    pair is not one measurement), is refused (:class:`BudgetError`).
+    """Adjusted budget per rank for a later boot (scalars apply to every rank); refused (:class:`BudgetError`)
+    where a budget is not positive or a reference budget exceeds its reference free memory.
 
     >>> GiB = 2**30
     >>> d = drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 43 * GiB], guard_bytes=0)

@@ -1,10 +1,6 @@
-"""Checks on a ledger and the room of every rank: one compatibility key, every rank, worst boot.
-
-A budget may only come from boots of one configuration (:func:`compatibility_key`), must cover every
-rank of TP × PP × DP, and takes each rank's **worst** (lowest) room over repeated boots, so one
-lucky boot cannot set the value (:func:`room_per_rank`). Failed boots refuse the budget, and the
-budget itself is taken in :mod:`kvplan.room`.
-Every refusal is a :class:`LedgerError` naming the file and line of the evidence.
+"""Checks on a ledger and the room of every rank: one compatibility key (:func:`compatibility_key`), every
+rank of TP × PP × DP, and each rank's **worst** (lowest) room over repeated boots, so that one lucky boot
+cannot set the value (:func:`room_per_rank`). Every refusal is a :class:`LedgerError` naming file and line.
 """
 
 from __future__ import annotations
@@ -61,11 +57,9 @@ _HOST_POOL = ("kv_cache_tokens", "max_model_len", "available_kv_bytes")
 
 
 def logged_launch_settings(ledger: pd.DataFrame) -> dict:
-    """The :data:`~kvplan.columns.SIZING_CONFIG` settings the logs show with one value (for kvspec).
-
-    A setting no row shows, or shown with two values, is left out (kvspec then takes vLLM's default or
-    its named lower bound). A "GPU + host" pool (HiSparse) adds ``host_pool``: the logged tokens and
-    length of the lowest concurrency, and the most available memory (:func:`kvplan.kvspec.launch.host_pool_bound`).
+    """The :data:`~kvplan.columns.SIZING_CONFIG` settings the logs show with one value (for kvspec; others
+    are left out), and for a "GPU + host" pool (HiSparse) ``host_pool``: the tokens and length of the lowest
+    concurrency and the most available memory (:func:`kvplan.kvspec.launch.host_pool_bound`).
 
     >>> logged_launch_settings(pd.DataFrame({"max_num_batched_tokens": [8192] * 2, "mamba_cache_mode": [None] * 2}))
     {'max_num_batched_tokens': 8192}
@@ -89,12 +83,9 @@ def logged_launch_settings(ledger: pd.DataFrame) -> dict:
 def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dict:
     """The one compatibility key shared by every row, as plain values (None = not logged).
 
-    A field logged with different values raises :class:`LedgerError` listing each field, each
-    value and the files (and lines) that show it. A field some boots do not show is not a conflict,
-    except the model and the parallel layout (:data:`REQUIRED_KEY`): a boot that does not show them
-    could be any configuration, so it does not merge with boots that do. ``lines`` is the readers'
-    line index (:attr:`kvplan.io.metadata.ReadMetadata.lines`): with it, messages name ``file:line``.
-    O(rows × key fields).
+    A field logged with different values raises :class:`LedgerError` naming each value and where it is
+    shown (``file:line`` with the readers' ``lines`` index). A field some boots do not show is no conflict,
+    except :data:`REQUIRED_KEY`: a boot without the model or layout could be any configuration.
 
     >>> frame = pd.DataFrame({"source": ["a.log"], "boot": [0], "rank": [0], "vllm_version": ["0.26.0"]})
     >>> compatibility_key(frame)["vllm_version"]
@@ -138,8 +129,7 @@ def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dic
 def _value_where(
     lines: Mapping, source: object, boot: object, column: str, ledger: pd.DataFrame, value: object
 ) -> str:
-    """``file:line`` of the first row of a boot that shows ``value`` in ``column`` (a ledger CSV records a
-    line per row), else of the boot's own ``column``."""
+    """``file:line`` of the first row of a boot showing ``value`` in ``column``, else of the boot's ``column``."""
     cells = zip(
         _cells(ledger, "source"), _cells(ledger, "boot"), _cells(ledger, "rank"), _cells(ledger, column)
     )
@@ -157,12 +147,8 @@ def _boot_where(lines: Mapping, source: object, boot: object) -> str:
 
 
 def _layout(ledger: pd.DataFrame, key: dict) -> int | None:
-    """TP × PP × DP of the key; refuses logs that do not show the model or the parallel layout.
-
-    A ledger from the reader carries every key column, so a missing value means the logs do not
-    say (the start of the boot is missing or was cut away). A hand-built frame without those columns
-    gets a :class:`LedgerWarning` that the ranks seen are taken as every rank.
-    """
+    """TP × PP × DP of the key; refuses logs that do not show the model or the parallel layout (a frame
+    without those columns: a :class:`LedgerWarning` that the ranks seen are every rank)."""
     unknown = [name for name in ("model", *LAYOUT_FIELDS) if name in ledger.columns and key.get(name) is None]
     if unknown:
         raise LedgerError(
@@ -196,23 +182,15 @@ def room_per_rank(
 ) -> pd.DataFrame:
     """Each rank's room over all boots of one key: the worst (lowest) boot, and the spread.
 
-    Indexed by rank: ``room_bytes`` (the lowest over boots), ``room_source``, ``init_free_bytes``
-    (of that boot, else the rank's lowest), ``room_min_bytes``, ``room_median_bytes``,
-    ``room_max_bytes``, ``room_spread_bytes`` (max − min), ``boots`` (how many boots showed the
-    rank's own room), ``source`` and ``boot`` of the worst boot. What is issued as
-    :class:`LedgerWarning` is also appended to ``notes`` (when given); ``lines`` as for
-    :func:`compatibility_key`; ``key`` is that key when the caller has it already (not computed twice).
+    Indexed by rank: ``room_bytes`` (lowest over boots), ``room_source``, ``init_free_bytes`` (of that
+    boot, else the rank's lowest), ``room_min/median/max_bytes``, ``room_spread_bytes`` (max − min),
+    ``boots`` (showing the rank's own room), ``source`` and ``boot`` of the worst. Warnings also go to
+    ``notes``; ``lines`` as for :func:`compatibility_key`; ``key`` when the caller has it already.
 
-    Every boot that shows a room is room evidence and must show one for every rank of TP × PP × DP;
-    otherwise :class:`LedgerError` names the boot, rank, file and line, unless ``assume_uniform``
-    (then such a rank takes the lowest room of that boot, ``room_source`` ``assumed_uniform``, for
-    logs where vLLM printed local rank 0 only). Rooms of different evidence are never mixed
-    silently: a warning lists each rank's source when the chosen rooms differ.
-
-    Decision on boots without any room: a **manual-value boot** (``--kv-cache-memory-bytes``; it
-    shows free memory, not room) is not room evidence: it is left out, with a warning naming it,
-    because such a boot is judged against the profiled one by ``kvplan drift`` / ``kvplan gate``.
-    Any other boot without room (failed or cut off) is refused.
+    A boot with any room must show one for every rank of TP × PP × DP, else :class:`LedgerError` names
+    it, unless ``assume_uniform`` (the boot's lowest room, ``assumed_uniform``: logs of local rank 0 only).
+    A **manual-value boot** (``--kv-cache-memory-bytes``) is no room evidence: left out with a warning
+    (``kvplan drift``/``gate`` judge it); any other boot without room (failed, cut off) is refused.
 
     >>> frame = pd.DataFrame({"source": ["a.log"] * 4, "boot": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
     ...                       "room_bytes": [30, 25, 20, 26], "room_source": ["suggestion"] * 4,
@@ -287,18 +265,7 @@ def room_per_rank(
     _warn_mixed_sources(lines, records, notes)
     result = pd.DataFrame.from_dict(records, orient="index").sort_index()
     result.index.name = "rank"
-    for column in (
-        "room_bytes",
-        "init_free_bytes",
-        "room_min_bytes",
-        "room_median_bytes",
-        "room_max_bytes",
-        "room_spread_bytes",
-        "boots",
-        "boot",
-    ):
-        result[column] = result[column].astype("Int64")
-    return result
+    return result.astype({column: "Int64" for column in result if column not in ("room_source", "source")})
 
 
 def _cells(frame: pd.DataFrame, column: str) -> list:
@@ -313,8 +280,8 @@ def _cells(frame: pd.DataFrame, column: str) -> list:
 
 
 def worst_room_position(room_bytes: Sequence[int]) -> int:
-    """Position of a rank's worst (lowest) room among its boots: the first of the lowest, so of boots with
-    equal room the earliest counts. The one rule for which boot sets a rank's room (and is charted).
+    """Position of a rank's worst (lowest) room among its boots, the earliest of equal ones: the one rule for
+    which boot sets a rank's room (and is charted).
 
     >>> worst_room_position([30, 20, 25, 20])
     1

@@ -1,13 +1,5 @@
-"""Warnings as one structured channel: a :class:`Note` is a warning's text with its code, file and line.
-
-Every reader and every step of the decision returns its warnings as notes; the CLI prints them, the
-JSON lists them (``"warnings"``: the texts, ``"warning_details"``: :meth:`Note.to_dict`) and the bundle
-records them. A note *is* its text (a ``str``), so code that prints or searches warnings needs no
-change; the code, file and line ride along for aggregation and for the JSON.
-
-Repeated notes of one kind in one file are folded by :func:`aggregate_notes` into one line with a
-count and the first few line numbers, so a log with 10,000 restarts prints tens of lines, not tens of
-thousands.
+"""Warnings as one structured channel: a :class:`Note` is a warning's text (a ``str``) with its code, file
+and line; :func:`aggregate_notes` folds repeated notes of one kind in one file into one line.
 
 >>> first = Note("two processes claim rank 0 in one boot", code="rank-claimed", file="a.log", line=213)
 >>> again = Note("two processes claim rank 0 in one boot", code="rank-claimed", file="a.log", line=1000)
@@ -24,10 +16,8 @@ SHOWN_LINES = 3
 
 
 class Note(str):
-    """A warning's text (the ``str`` itself) with ``code`` (its kind), ``file`` and ``line`` (1-based).
-
-    ``code`` names the kind of warning for aggregation ("" when none was given: such notes are never
-    folded); ``count`` and ``lines`` say how many occurrences an aggregated note stands for.
+    """A warning's text with ``code`` (its kind; "" is never folded), ``file``, ``line`` (1-based) and, folded,
+    ``count`` and ``lines``.
 
     >>> note = Note("a.log:7: rank 1 shows no room", code="no-room", file="a.log", line=7)
     >>> note, note.code, note.line, "no room" in note
@@ -73,21 +63,13 @@ class Note(str):
 
 
 def as_note(text: str) -> Note:
-    """``text`` as a :class:`Note` (itself when it already is one).
-
-    >>> as_note("plain text").code
-    ''
-    """
+    """``text`` as a :class:`Note` (itself when it already is one)."""
     return text if isinstance(text, Note) else Note(text)
 
 
 def aggregate_notes(notes: Iterable[str]) -> list[Note]:
-    """Notes in first-seen order, each kind (code and file) folded into one.
-
-    Notes without a code are kept as they are (one occurrence prints unchanged); a kind seen
-    ``n > 1`` times becomes ``"FILE: TEXT: n times, first at lines L1, L2, L3"``, TEXT the first
-    note's text without its place (marked "the first shown" when the texts differ, e.g. in the boot
-    or the pids they name). Exact duplicates without a code are printed once.
+    """Notes in first-seen order, a kind (code, file) seen ``n > 1`` times folded into ``"FILE: TEXT: n times,
+    first at lines L1, L2, L3"`` ("the first shown" when texts differ); duplicates without a code print once.
 
     >>> notes = [Note("boot restarted", code="restart", file="a.log", line=n) for n in (5, 9, 12, 40)]
     >>> [str(note) for note in aggregate_notes([*notes, "plain", "plain"])]

@@ -1,10 +1,7 @@
 """A check's verdict and how verdicts fold: :class:`Check`, :func:`gate_verdict`, :func:`format_checks`.
 
-A check passes (``True``), fails (``False``) or cannot be judged from the evidence given (``None``).
-A check with nothing to look at (no admission plan was approved; no observation of the reserve after
-warm-up) is *not applicable* (``applicable=False``, ``passed`` None): it is listed as ``N/A`` with the
-reason and neither passes, fails nor blocks the verdict. The gate checks (:mod:`kvplan.checks`), the load
-checks (:mod:`kvplan.load`) and the approval checks all return :class:`Check`.
+A check passes (``True``), fails (``False``) or cannot be judged (``None``); one with nothing to look at is
+*not applicable* (``N/A``): it neither passes, fails nor blocks the verdict.
 """
 
 from __future__ import annotations
@@ -19,10 +16,7 @@ NOT_APPLICABLE = "N/A"
 
 @dataclass(frozen=True)
 class Check:
-    """One gate check: its name, whether it passed (None = cannot judge) and the evidence.
-
-    ``applicable`` False marks a check with no evidence to judge in this gate (``passed`` is then
-    None); :func:`gate_verdict` leaves it out and :func:`format_checks` prints it as ``N/A``.
+    """One check: its name, whether it passed (None = cannot judge), the evidence, whether it applies.
 
     >>> Check("every rank present", True, "ranks 0-3 of 4").to_dict()
     {'name': 'every rank present', 'passed': True, 'detail': 'ranks 0-3 of 4', 'applicable': True}
@@ -39,14 +33,10 @@ class Check:
 
 
 def gate_verdict(checks: Sequence[Check]) -> bool | None:
-    """False when any check failed, else None when any could not be judged, else True.
-
-    Checks that are not applicable are left out; with none applicable the gate cannot judge.
+    """False when any check failed, else None when any (or, with none applicable, all) could not be judged.
 
     >>> gate_verdict([Check("a", True, ""), Check("b", None, "")]) is None
     True
-    >>> gate_verdict([Check("a", None, ""), Check("b", False, "")])
-    False
     >>> gate_verdict([Check("a", True, ""), Check("b", None, "no plan", applicable=False)])
     True
     """
@@ -59,7 +49,7 @@ def gate_verdict(checks: Sequence[Check]) -> bool | None:
 
 
 def verdict_word(passed: bool | None) -> str:
-    """The one word for a verdict, for a check or a whole gate: ``PASS``, ``FAIL`` or ``CANNOT JUDGE``.
+    """The one word for a verdict: ``PASS``, ``FAIL`` or ``CANNOT JUDGE``.
 
     >>> verdict_word(True), verdict_word(False), verdict_word(None)
     ('PASS', 'FAIL', 'CANNOT JUDGE')
@@ -68,8 +58,7 @@ def verdict_word(passed: bool | None) -> str:
 
 
 def format_check(check: Check) -> str:
-    """One check as ``kvplan gate`` and ``approve`` print it: its verdict word and name, then each
-    ``; ``-separated part of its evidence on an indented line (one line per rank).
+    """One check as the CLI prints it: verdict and name, then each ``; ``-part of its evidence indented.
 
     >>> print(format_check(Check("every rank present", False, "missing rank 3; rank 2: ok")))
     FAIL  every rank present
@@ -84,25 +73,8 @@ def format_check(check: Check) -> str:
 
 
 def format_checks(checks: Sequence[Check]) -> str:
-    """The text ``kvplan gate`` prints: each check with its verdict, its evidence parts, then the verdict.
-
-    A detail's ``; ``-separated parts go on their own indented lines; a check that is not applicable
-    reads ``N/A``. The last line folds the checks with :func:`gate_verdict` and counts them by verdict:
-    PASS, FAIL, CANNOT JUDGE and N/A (issue 24: none is hidden).
-
-    >>> checks = [Check("every rank present", True, "ranks 0-3 of 4"),
-    ...           Check("no OOM or error", None, "c.log rank 2: incomplete; d.log rank 0: incomplete"),
-    ...           Check("tokens cover the admission plan", None, "no plan", applicable=False)]
-    >>> print(format_checks(checks))
-    PASS  every rank present
-          ranks 0-3 of 4
-    CANNOT JUDGE  no OOM or error
-          c.log rank 2: incomplete
-          d.log rank 0: incomplete
-    N/A  tokens cover the admission plan
-          no plan
-    gate: CANNOT JUDGE (1 PASS, 0 FAIL, 1 CANNOT JUDGE, 1 N/A)
-    """
+    """The text ``kvplan gate`` prints: each check (:func:`format_check`), then the verdict and the count of
+    each verdict word (issue 24: none is hidden), e.g. ``gate: FAIL (5 PASS, 1 FAIL, 0 CANNOT JUDGE, 2 N/A)``."""
     lines = [format_check(check) for check in checks]
     counts = {word: 0 for word in (*map(verdict_word, (True, False, None)), NOT_APPLICABLE)}
     for check in checks:

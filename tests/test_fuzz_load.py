@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from kvplan import DATA_DIR
 from kvplan.cli import main
+from kvplan.io.gpu_snapshot import NvidiaSmiError, read_nvidia_smi_csv
 from kvplan.io.load import LoadFormatError, parse_metrics_snapshots, parse_stats_text
 from kvplan.io.load import engine as stats_log
-from kvplan.io.nvidia_smi_csv import NvidiaSmiError, read_nvidia_smi_csv
 from tests.load_rows import rows_of
 
 EXAMPLES = int(os.environ.get("KVPLAN_FUZZ_EXAMPLES", "40"))

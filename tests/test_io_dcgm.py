@@ -11,8 +11,7 @@ import pytest
 from kvplan import DATA_DIR
 from kvplan.cli import main
 from kvplan.fleet import FleetPolicy, plan_fleet
-from kvplan.io.dcgm import read_dcgm_scrape
-from kvplan.io.nvidia_smi_csv import NvidiaSmiError, read_nvidia_smi_csv
+from kvplan.io.gpu_snapshot import NvidiaSmiError, read_dcgm_scrape, read_nvidia_smi_csv
 from kvplan.units import GiB
 from tests.conftest import approve_args
 from tests.prometheus_server import needs_prometheus, openmetrics_of, running_prometheus, samples_of

@@ -12,6 +12,7 @@ import pytest
 
 from kvplan import DATA_DIR
 from kvplan.cli import main
+from kvplan.io.gpu_snapshot import APP_COLUMNS, GPU_COLUMNS, NvidiaSmiError, read_nvidia_smi_csv
 from kvplan.io.nvidia_smi import (
     TOTAL_ROUNDING_BYTES,
     NvidiaSmiWarning,
@@ -22,7 +23,6 @@ from kvplan.io.nvidia_smi import (
     read_nvidia_smi_snapshots,
     total_bytes_match,
 )
-from kvplan.io.nvidia_smi_csv import APP_COLUMNS, GPU_COLUMNS, NvidiaSmiError, read_nvidia_smi_csv
 from kvplan.room import read_vllm_logs_rooms
 from tests.conftest import GiB, MiB
 

@@ -1,14 +1,9 @@
 """A canary as evidence of the approved launch (issue 24): whether it is evidence at all, and its own launch.
 
-A canary cut short, missing or adding ranks, or showing another compatibility key is no evidence of the
-approved launch: :func:`judged_on_complete_evidence` makes every check of it unjudgeable (exit 2, no lower
-value offered). A canary that is evidence also has to start again: its ``gpu_memory_utilization`` passes
-vLLM's start-up check on its own free memory (:func:`check_canary_utilization`), and a manual value it ran is
-exactly the approved one (:func:`check_canary_value`, or the startup plan's :func:`check_startup_plan`).
-
-What it serves is judged too (:func:`check_running_values`): every engine's ``vllm:cache_config_info`` shows
-``kv_cache_memory_bytes`` equal to the approved bytes (``None``: no flag, fails) and ``num_gpu_blocks`` at least
-the approved blocks; a source without the bytes label (the log line shows blocks only) is judged on its blocks.
+A canary cut short, missing or adding ranks, or of another key is no evidence (:func:`judged_on_complete_evidence`:
+exit 2, no value offered). One that is must start again (:func:`check_canary_utilization`), have run exactly
+the approved value (:func:`check_canary_value`, :func:`check_startup_plan`) and serve it
+(:func:`check_running_values`: every engine's ``vllm:cache_config_info``).
 """
 
 from __future__ import annotations

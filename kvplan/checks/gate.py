@@ -1,14 +1,8 @@
-"""Gate a canary boot against an approved budget: each check with its verdict and evidence.
+"""Gate a canary boot against an approved budget (:class:`Approved`): each check with its verdict and evidence.
 
-Every check is a pure function of the approved decision (:class:`Approved`) and the boot's ledger
-(one row per boot × rank, glossary columns from :mod:`kvplan.columns`). A check passes (``True``),
-fails (``False``) or cannot be judged from the evidence given (``None``); :func:`gate_verdict` folds
-them into one answer. A check with nothing to look at in this gate (no admission plan was approved;
-no observation of the reserve after warm-up) is *not applicable* (``applicable=False``, ``passed``
-None): it is listed as ``N/A`` with the reason and neither passes, fails nor blocks the verdict.
-The budget check takes, per rank, the lower of :func:`kvplan.drift.adjusted_budget_bytes` applied to
-the rank's safe budget at approval (``safe_ref − max(0, F_ref − F_boot)``) and the boot's own room less
-the reserve, then subtracts the guard: that must be ≥ the approved value.
+The budget check takes, per rank, the lower of the drift rule on the rank's safe budget at approval
+(``safe_ref − max(0, F_ref − F_boot)``) and the boot's own room less the reserve, less the guard: that must be
+≥ the approved value; on a failure it names the launch that fits.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """Whether a boot is the approved launch: the compatibility key, every approved rank present, no OOM or error.
 
-A key field the logs do not show, or that the log reader filled with vLLM's default
-(:func:`defaulted_key_fields`), is named "not compared", never counted as unchanged.
-
 >>> check_ranks_present([0, 1], pd.DataFrame({"rank": [0, 1]})).detail
 'ranks 0-1 of 2'
 """
@@ -87,16 +84,10 @@ def check_compatibility_key(
 ) -> Check:
     """Every key field shown on both sides is equal; each difference is listed.
 
-    A field unknown on both sides, or shown by the boot only, cannot be compared: the detail names it
-    and it is not counted as unchanged. A field the approval recorded but the boot does not show (e.g.
-    ``gpu_name`` from an nvidia-smi snapshot at approval, none given to the gate) leaves the check
-    unjudged (``passed`` None) unless another field differs. A value the reader filled with vLLM's
-    default (``approved_defaults``, ``boot_defaults``: :func:`defaulted_key_fields`) is not shown: equal
-    to a shown value it is not compared (a boot's default against a shown approved value leaves the
-    check unjudged); a default on both sides is shown on neither (not compared, never counted among the
-    unchanged); a different value is a difference either way. A ``manual_boot`` (one run with ``--kv-cache-memory-bytes``) is not
-    compared on :data:`MANUAL_BOOT_IGNORES`. A side that shows the model's configuration reads an unknown
-    :data:`NONE_WHEN_CONFIG_SHOWN` field as ``None`` (vLLM's default), so adding quantization fails.
+    A field unknown on both sides, shown by the boot only, or filled with vLLM's default (``*_defaults``,
+    :func:`defaulted_key_fields`) is "not compared"; one the approval recorded but the boot does not show leaves
+    the check unjudged. A ``manual_boot`` is not compared on :data:`MANUAL_BOOT_IGNORES`; a side showing the
+    model's configuration reads an unknown :data:`NONE_WHEN_CONFIG_SHOWN` field as ``None``.
 
     >>> check_compatibility_key({"model": "m", "block_size": 16}, {"model": "m", "block_size": 32}).detail
     'block_size: approved 16, boot 32'
@@ -106,29 +97,16 @@ def check_compatibility_key(
     'quantization: approved None, boot fp8'
     >>> check_compatibility_key({"model": "m", "gpu_name": "H100"}, {"model": "m"}).passed is None
     True
-    >>> key = {"model": "m", "block_size": 16}
-    >>> check_compatibility_key(key, key, boot_defaults={"block_size"}).passed is None
-    True
     """
-    approved_key, boot_key = _explicit_defaults(approved_key), _explicit_defaults(boot_key)
-    differences, boot_only, approved_only, neither, equal, ignored = [], [], [], [], 0, []
-    for field in sorted(set(approved_key) | set(boot_key)):
-        approved, boot = plain_value(approved_key.get(field)), plain_value(boot_key.get(field))
-        assumed = (field in approved_defaults, field in boot_defaults)
-        if manual_boot and field in MANUAL_BOOT_IGNORES:
-            ignored.append(field)
-        elif approved is None and boot is None:
-            neither.append(field)
-        elif approved is not None and boot is not None and str(approved) != str(boot):
-            differences.append(f"{field}: approved {approved}, boot {boot}")
-        elif approved is None or assumed == (True, False):
-            boot_only.append(field)
-        elif boot is None or assumed == (False, True):
-            approved_only.append(field)
-        elif assumed == (True, True):  # issue 25: filled in on both sides, shown on neither
-            neither.append(field)
-        else:
-            equal += 1
+    kinds = _field_kinds(
+        _explicit_defaults(approved_key),
+        _explicit_defaults(boot_key),
+        manual_boot,
+        approved_defaults,
+        boot_defaults,
+    )
+    differences, boot_only, approved_only = kinds["differs"], kinds["boot only"], kinds["approved only"]
+    neither, ignored, equal = kinds["neither"], kinds["ignored"], len(kinds["equal"])
     notes = [
         f"not recorded at approval (not compared): {', '.join(boot_only)}" if boot_only else "",
         f"not shown on either side (not compared): {', '.join(neither)}" if neither else "",
@@ -141,10 +119,8 @@ def check_compatibility_key(
     if approved_only:
         assumed_here = [field for field in approved_only if field in boot_defaults]
         default_note = (
-            (
-                f"; this boot does not show {', '.join(assumed_here)} (the reader assumed vLLM's "
-                "default, which is not evidence)"
-            )
+            f"; this boot does not show {', '.join(assumed_here)} (the reader assumed vLLM's default, which is "
+            "not evidence)"
             if assumed_here
             else ""
         )
@@ -158,6 +134,37 @@ def check_compatibility_key(
             ),
         )
     return Check(KEY_CHECK, True, unchanged + note)
+
+
+def _field_kinds(
+    approved_key: Mapping[str, object],
+    boot_key: Mapping[str, object],
+    manual_boot: bool,
+    approved_defaults: Collection[str],
+    boot_defaults: Collection[str],
+) -> dict[str, list[str]]:
+    """Each key field by how it compares (a difference is listed as its text)."""
+    kinds: dict[str, list[str]] = {
+        k: [] for k in ("differs", "boot only", "approved only", "neither", "ignored", "equal")
+    }
+    for field in sorted(set(approved_key) | set(boot_key)):
+        approved, boot = plain_value(approved_key.get(field)), plain_value(boot_key.get(field))
+        assumed = (field in approved_defaults, field in boot_defaults)
+        if manual_boot and field in MANUAL_BOOT_IGNORES:
+            kinds["ignored"].append(field)
+        elif approved is None and boot is None:
+            kinds["neither"].append(field)
+        elif approved is not None and boot is not None and str(approved) != str(boot):
+            kinds["differs"].append(f"{field}: approved {approved}, boot {boot}")
+        elif approved is None or assumed == (True, False):
+            kinds["boot only"].append(field)
+        elif boot is None or assumed == (False, True):
+            kinds["approved only"].append(field)
+        elif assumed == (True, True):  # issue 25: filled in on both sides, shown on neither
+            kinds["neither"].append(field)
+        else:
+            kinds["equal"].append(field)
+    return kinds
 
 
 def check_ranks_present(approved_ranks: Sequence[int], boot_ledger: pd.DataFrame) -> Check:

@@ -1,27 +1,16 @@
-"""vLLM's own start-up refusals for an approved value, per release, and the launch flags that pass them.
+"""vLLM's own start-up refusals of an approved value, per release, and the launch flags that pass them.
 
-An approved budget is a launch, not a number: vLLM refuses to start, also with ``--kv-cache-memory-bytes``
-set, when
+vLLM refuses to start, also with ``--kv-cache-memory-bytes`` set, when (a) a rank's free memory is below
+``ceil(total × gpu_memory_utilization)`` (``v1/worker/utils.py:request_memory`` 0.20–0.33; ``free < total × U``
+in ``gpu_worker.init_device`` 0.9.1–0.10.2; none before): the flag travels with a companion U
+(:func:`kvplan.budget.largest_utilization`); (b) one request of ``max_model_len`` tokens does not fit
+(V1 ``_check_enough_kv_cache_memory``, less the null block from 0.29; V0 ``raise_if_cache_size_invalid``):
+:func:`check_full_request`. (c) is kvplan's own: the value plus the non-KV footprint fits free memory
+(:func:`check_footprint`). Any other refusal of a manual value (0.33 ``config/cache.py``) holds by construction.
 
-(a) a rank's free memory at start-up is below ``ceil(total × gpu_memory_utilization)``
-    (``v1/worker/utils.py:request_memory`` 0.20–0.33, called from ``gpu_worker.init_device``; 0.9.1–0.10.2
-    compare ``free < total × U`` in ``gpu_worker.init_device`` itself; V0 ``worker/worker.py`` and V1 before
-    0.9.1 have no such check) — so the byte flag travels with a companion ``--gpu-memory-utilization``
-    (:func:`largest_utilization`);
-(b) one request of ``max_model_len`` tokens does not fit the KV cache: V1 ``_check_enough_kv_cache_memory``
-    (``v1/core/kv_cache_utils.py``, ``kv_cache_planning.py`` in 0.33: the request's bytes ≤ the KV memory,
-    less the null block the block pool holds back from 0.29); V0 ``raise_if_cache_size_invalid``
-    (``worker/worker.py``: ``max_model_len ≤ block_size × num_gpu_blocks``) (:func:`check_full_request`);
-(c) kvplan's own: the value plus the non-KV footprint fits the rank's free memory (:func:`check_footprint`);
-(d) any other refusal of a manual value: 0.33 takes ``kv_cache_memory_bytes`` as given (0 means "profile",
-    and "No available memory for the cache blocks" needs a value ≤ 0, which a budget never is) and
-    ``gpu_memory_utilization`` must be in (0, 1] (``config/cache.py``); both hold by construction here.
-
-Printed GiB figures are read on their safe side: a total up, a free memory down by half the 0.01 GiB step.
-:func:`launch_section` judges a decision's launch per rank on the total memory (the largest any boot shows),
-``F_ref`` (:func:`kvplan.drift.reference_free_bytes`) and the non-KV footprint of the boot that set the room:
-``F_ref − room`` for vLLM's suggestion (``free − non-KV − 150 MiB``), else that boot's weights + activation
-peak + non-torch + CUDA graphs where all are shown, else ``F_ref − room``.
+:func:`launch_section` judges a decision's launch per rank on the largest total memory, ``F_ref``
+(:func:`kvplan.drift.reference_free_bytes`) and the non-KV footprint of the boot that set the room (``F_ref −
+room`` for vLLM's suggestion, else that boot's weights + activation peak + non-torch + graphs where shown).
 
 >>> largest_utilization([85_029_615_043], [52_194_590_065], 0)  # 79.19 GiB total, 48.61 GiB free
 0.61

@@ -105,11 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run one ``kvplan`` command; returns the exit status (0 ok, 1 failed check, 2 bad input).
 
-    The cyclic garbage collector is paused for the command and left as found: a command keeps millions
-    of small objects (ledger rows, provenance) and makes no cycles worth collecting, and each full
-    collection walks them all (9 % of a 300 MB log's read). The process is the command's own, unlike a
-    notebook's kernel, where the library runs beside other threads.
-    """
+    The cyclic collector is paused for the command (the process is its own, unlike a notebook's kernel):
+    its millions of small objects make no cycles, and each full collection walks them all (9 % of a 300 MB
+    log's read)."""
     collecting = gc.isenabled()
     gc.disable()
     try:

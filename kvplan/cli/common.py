@@ -1,11 +1,8 @@
 """What every command shares: exit statuses, ``--help`` pages, argument types and groups, and output.
 
-Sizes are parsed at the edge into ``int`` bytes (:func:`size`); a value argparse cannot take is an
-``error: kvplan CMD: argument …`` line with exit 2, bad input found later a :class:`CliError` (exit 2). A
-help page's examples stay one line each (:func:`add_command`). A command prints one JSON object with
-``--json`` (:func:`print_json`) or a table (:func:`format_table`); the readers' warnings become its
-``warning:`` lines (:func:`reader_warnings_into`). Text from files is shown with its control characters
-escaped (:func:`kvplan.escape.terminal_text`). Building the parser imports neither pandas nor the model code.
+Sizes become ``int`` bytes at the edge (:func:`size`); bad input is one ``error:`` line and exit 2. A
+command prints one JSON object with ``--json`` (:func:`print_json`) or a table (:func:`format_table`), the
+readers' warnings as its ``warning:`` lines, text from files with control characters escaped.
 
 >>> size_list("13GiB,14GiB") == [13 * 2**30, 14 * 2**30]
 True
@@ -54,9 +51,8 @@ class ExampleFormatter(argparse.HelpFormatter):
 
 
 def add_command(sub: argparse._SubParsersAction, name: str, page: str) -> argparse.ArgumentParser:
-    """Register subcommand ``name`` from its help ``page``: the summary paragraph (``kvplan --help``), the
-    description paragraphs (prose, re-wrapped by argparse), then :data:`EXAMPLES_HEADING` and one command
-    per indented line (kept whole).
+    """Register subcommand ``name`` from its help ``page``: the summary paragraph, the description (prose,
+    re-wrapped), then :data:`EXAMPLES_HEADING` and one command per indented line (kept whole).
 
     >>> parser = argparse.ArgumentParser(prog="kvplan")
     >>> page = "add two\\nsizes\\n\\nThe sum of A\\nand B.\\n\\nFor example:\\n  kvplan add 1 2\\n"
@@ -170,13 +166,7 @@ LAYOUT_OPTIONS = ("tp", "pp", "dcp", "kv_cache_dtype", "block_size", "vllm_versi
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add --model/--tp/--pp/--dcp/--kv-cache-dtype/--block-size/--vllm-version/--max-num-batched-tokens.
-
-    >>> parser = argparse.ArgumentParser()
-    >>> add_model_arguments(parser)
-    >>> layout_options(parser.parse_args(["--model", "llama-3.1-70b", "--tp", "4"]))["tp"]
-    4
-    """
+    """Add --model/--tp/--pp/--dcp/--kv-cache-dtype/--block-size/--vllm-version/--max-num-batched-tokens."""
     group = parser.add_argument_group(
         "model and layout", "bytes per token per rank from a model config, as vLLM sizes the KV cache"
     )
@@ -218,11 +208,7 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 class KVCacheDtypes:
-    """The ``--kv-cache-dtype`` names vLLM accepts, as argparse ``choices``, read when first asked.
-
-    >>> "fp8" in KVCacheDtypes(), "fp7" in KVCacheDtypes()
-    (True, False)
-    """
+    """The ``--kv-cache-dtype`` names vLLM accepts, as argparse ``choices``, read when first asked."""
 
     def __iter__(self) -> Iterator[str]:
         from kvplan.kvspec import KV_CACHE_DTYPE_BYTES

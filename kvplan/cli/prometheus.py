@@ -124,7 +124,7 @@ def prometheus_gpu_files(args: argparse.Namespace, required: bool = True) -> tup
         if args.prometheus and required and getattr(args, "start", None) is None:
             raise CliError("--prometheus needs --at TIME here: when to read the GPUs' DCGM series")
         return [], []
-    from kvplan.io.dcgm import save_dcgm_at
+    from kvplan.io.gpu_snapshot import save_dcgm_at
     from kvplan.io.prometheus.api import parse_time
 
     at = parse_time(args.at)
@@ -146,7 +146,7 @@ def prometheus_fleet_hosts(args: argparse.Namespace, hosts: list) -> list:
     if not args.prometheus or args.at is None:
         raise CliError("--prometheus and --at go together here: the fleet's GPUs from DCGM at TIME")
     from kvplan.fleet.inputs import with_dcgm_snapshots
-    from kvplan.io.dcgm import dcgm_scrapes_at
+    from kvplan.io.gpu_snapshot import dcgm_scrapes_at
     from kvplan.io.prometheus.api import parse_time
 
     at = parse_time(args.at)

@@ -22,7 +22,7 @@ from kvplan.evidence import ModelLayout, Policy, approve, sha256_file, verified_
 from kvplan.fleet.classes import FleetClass, FleetPolicy
 from kvplan.fleet.inputs import FleetInputError, HostFiles, filesystem, is_snapshot, list_fleet
 from kvplan.fleet.read import HostReading, Progress, local_files, map_hosts
-from kvplan.io.dcgm import read_gpu_snapshot
+from kvplan.io.gpu_snapshot import read_gpu_snapshot
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import compatibility_key
 from kvplan.plan import read_evidence, renamed

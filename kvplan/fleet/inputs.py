@@ -40,11 +40,7 @@ class HostFiles:
 
 
 def parse_storage_options(pairs: Sequence[str]) -> dict[str, object]:
-    """``key=value`` texts as fsspec storage options; ``endpoint_url`` goes into ``client_kwargs``.
-
-    >>> parse_storage_options(["key=ak", "anon=false", "endpoint_url=http://127.0.0.1:8333"])
-    {'key': 'ak', 'anon': False, 'client_kwargs': {'endpoint_url': 'http://127.0.0.1:8333'}}
-    """
+    """``key=value`` texts as fsspec storage options; ``endpoint_url`` goes into ``client_kwargs``."""
     options: dict[str, object] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
@@ -86,7 +82,7 @@ def _url(fs, path: str) -> str:
 
 def is_snapshot(name: str) -> bool:
     """Whether a file is a GPU snapshot rather than a log: nvidia-smi's (``nvidia-smi*.csv``) or a DCGM
-    exporter scrape (``dcgm*.prom``, read by :mod:`kvplan.io.dcgm`).
+    exporter scrape (``dcgm*.prom``, read by :mod:`kvplan.io.gpu_snapshot`).
 
     >>> is_snapshot("gpu-1/nvidia-smi-gpu.csv"), is_snapshot("gpu-1/dcgm.prom"), is_snapshot("gpu-1/boot.log")
     (True, True, False)
@@ -101,7 +97,7 @@ def with_dcgm_snapshots(
     hosts: Sequence[HostFiles], scrapes: Mapping[str, str], folder: str
 ) -> list[HostFiles]:
     """``hosts``, each with its DCGM exporter scrape (``scrapes``: text per DCGM ``Hostname``, e.g. from
-    :func:`kvplan.io.dcgm.dcgm_scrapes_at`) written to ``folder/<host>/dcgm.prom`` as one more GPU snapshot; a
+    :func:`kvplan.io.gpu_snapshot.dcgm_scrapes_at`) written to ``folder/<host>/dcgm.prom`` as one more GPU snapshot; a
     host without one stays as it was (planned without GPU facts, as without an nvidia-smi snapshot)."""
     from kvplan.escape import safe_component
 
@@ -257,10 +253,6 @@ def _remote_entry(fs, base: str, file: str, where: str) -> str:
 
 
 def _bucket_url(url: str) -> str:
-    """The scheme and bucket (or http host) of a remote URL, as a URL ending in ``/``.
-
-    >>> _bucket_url("http://127.0.0.1:8000/fleet"), _bucket_url("s3://fleet/small")
-    ('http://127.0.0.1:8000/', 's3://fleet/')
-    """
+    """The scheme and bucket (or http host) of a remote URL, as a URL ending in ``/``."""
     scheme, rest = url.split("://", 1)
     return f"{scheme}://{rest.split('/', 1)[0]}/"

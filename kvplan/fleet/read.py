@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from kvplan.fleet.inputs import LOG_SUFFIXES, HostFiles, filesystem
-from kvplan.io.dcgm import read_gpu_snapshot
+from kvplan.io.gpu_snapshot import read_gpu_snapshot
 from kvplan.ledger import LedgerWarning, compatibility_key, plain_value, room_per_rank
 from kvplan.notes import Note
 from kvplan.plan import Evidence, InputFileError, read_evidence

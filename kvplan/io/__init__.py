@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 from kvplan import lazy_names
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
+    from kvplan.io.gpu_snapshot import read_nvidia_smi_csv
     from kvplan.io.ledger_csv import LedgerCsvError, read_ledger_csv
     from kvplan.io.metadata import ReadMetadata
-    from kvplan.io.nvidia_smi_csv import read_nvidia_smi_csv
     from kvplan.io.vllm import LogParseError, read_vllm_log, read_vllm_logs
 
 #: The module of :mod:`kvplan.io` each name is imported from on first use.
@@ -24,7 +24,7 @@ _LAZY = {
     "LedgerCsvError": "ledger_csv",
     "read_ledger_csv": "ledger_csv",
     "ReadMetadata": "metadata",
-    "read_nvidia_smi_csv": "nvidia_smi_csv",
+    "read_nvidia_smi_csv": "gpu_snapshot",
     "LogParseError": "vllm",
     "read_vllm_log": "vllm",
     "read_vllm_logs": "vllm",

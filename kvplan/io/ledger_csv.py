@@ -35,9 +35,9 @@ from kvplan.columns import (
     OUTCOMES,
     ROOM_SOURCES,
 )
+from kvplan.io.gpu_snapshot import NVIDIA_SMI_HEADERS
 from kvplan.io.ledger_frame import ImpossibleValue, check_parallel_size, check_row, ledger_frame
 from kvplan.io.metadata import EvidenceLines, ReadMetadata, RoomRule, place_note
-from kvplan.io.nvidia_smi_csv import NVIDIA_SMI_HEADERS
 from kvplan.notes import Note
 from kvplan.releases import version_tuple
 from kvplan.units import parse_size

@@ -121,11 +121,7 @@ def check_row(values: dict, rank: int, origin: dict, source: str) -> None:
 
 
 def missing(value: object) -> bool:
-    """True for a value the ledger stores as ``NA``: None, ``pd.NA`` or NaN.
-
-    >>> missing(None), missing(pd.NA), missing(float("nan")), missing(0)
-    (True, True, True, False)
-    """
+    """True for a value the ledger stores as ``NA``: None, ``pd.NA`` or NaN."""
     return value is None or value is pd.NA or (isinstance(value, float) and value != value)
 
 
@@ -180,15 +176,7 @@ def ledger_table(rows: list[dict]) -> list[tuple]:
 
 def column_array(cells: Sequence, dtype: str) -> ExtensionArray:
     """One column's cells → its array of ``dtype`` (``Int64``, ``Float64``, ``boolean`` or ``string``),
-    None, ``pd.NA`` and NaN as ``NA``, as ``pd.array`` makes it (a string column's cells as text).
-
-    >>> column_array((5, None, pd.NA), "Int64")
-    <IntegerArray>
-    [5, <NA>, <NA>]
-    Length: 3, dtype: Int64
-    >>> column_array((0.9, float("nan")), "Float64").tolist(), column_array((7, None), "string").tolist()
-    ([0.9, <NA>], ['7', <NA>])
-    """
+    None, ``pd.NA`` and NaN as ``NA``, as ``pd.array`` makes it (a string column's cells as text)."""
     if dtype == "string":
         cells = [None if missing(value) else str(value) for value in cells]
     return pd.array(cells, dtype=dtype)

@@ -32,13 +32,7 @@ PROVENANCE_COLUMNS = ["source", "line", "boot", "rank", "column", "value", "raw"
 
 class EvidenceLines(Mapping):
     """Read-only ``(source, boot, rank, column) → line`` of the room, outcome and key values (rank ``-1``: the
-    boot's key fields; column ``boot``: its first line); ``build`` makes the index on first use only.
-
-    >>> EvidenceLines({("a.log", 0, 2, "outcome"): 65})[("a.log", 0, 2, "outcome")]
-    65
-    >>> len(EvidenceLines(build=lambda: [(("a.log", 0, -1, "boot"), 1)]))
-    1
-    """
+    boot's key fields; column ``boot``: its first line); ``build`` makes the index on first use only."""
 
     def __init__(self, items: Iterable | Mapping = (), build: Callable[[], Iterable] | None = None) -> None:
         self._build = build
@@ -182,11 +176,7 @@ LineSource = str | bytes | bytearray | None
 @dataclass(frozen=True)
 class RawLines:
     """Where raw lines are read back: ``source → (path or bytes, line end)``; a provenance ``raw`` that is an
-    ``int`` is a byte offset into its source, read back here on demand, one line as the reader saw it.
-
-    >>> RawLines({"<text>": (b"one\\ntwo\\n", b"\\n")}).line("<text>", 4)
-    'two'
-    """
+    ``int`` is a byte offset into its source, read back here on demand, one line as the reader saw it."""
 
     files: Mapping[str, tuple[LineSource, bytes]] = field(default_factory=dict)
 

@@ -22,20 +22,12 @@ class ModelConfigError(ValueError):
 
 
 def catalogue_names(models_dir: Path = MODELS_DIR) -> list[str]:
-    """Names of the bundled model configs, e.g. ``llama-3.1-70b``.
-
-    >>> "llama-3.1-70b" in catalogue_names()
-    True
-    """
+    """Names of the bundled model configs, e.g. ``llama-3.1-70b``."""
     return sorted(path.stem for path in Path(models_dir).glob("*.json"))
 
 
 def resolve_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR) -> Path:
-    """The file a ``--model`` value means: an existing path, else ``<models_dir>/<name>.json``.
-
-    >>> resolve_model_config("qwen3-8b").name
-    'qwen3-8b.json'
-    """
+    """The file a ``--model`` value means: an existing path, else ``<models_dir>/<name>.json``."""
     path = Path(path_or_name)
     if path.is_file():
         return _bounded(path)
@@ -82,11 +74,7 @@ def _relative_to_cwd(path: Path) -> Path:
 
 
 def read_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR) -> dict:
-    """The JSON object of a ``config.json`` path or a catalogue name, as a dict.
-
-    >>> read_model_config("llama-3.1-70b")["num_key_value_heads"]
-    8
-    """
+    """The JSON object of a ``config.json`` path or a catalogue name, as a dict."""
     path = resolve_model_config(path_or_name, models_dir)
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size

@@ -1,4 +1,4 @@
-"""Join what ``nvidia-smi`` snapshots (or DCGM's, :mod:`kvplan.io.dcgm`) say about each GPU to the ledger.
+"""Join what ``nvidia-smi`` snapshots (or DCGM's, :mod:`kvplan.io.gpu_snapshot`) say about each GPU to the ledger.
 
 A rank finds its GPU by its pid in the process snapshot, else by ``gpu_index_by_rank``. Memory of *other*
 processes is the sum over the GPU's processes that are not the ledger's vLLM pids; without a process snapshot it
@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from kvplan.io.dcgm import read_gpu_snapshot
+from kvplan.io.gpu_snapshot import NvidiaSmiError, read_gpu_snapshot, read_nvidia_smi_csv  # noqa: F401  (the doctests read snapshots)
 from kvplan.io.metadata import ReadMetadata
-from kvplan.io.nvidia_smi_csv import NvidiaSmiError, read_nvidia_smi_csv  # noqa: F401  (the doctests read snapshots)
 from kvplan.notes import Note
 from kvplan.units import GiB, MiB, format_size
 
@@ -35,11 +34,7 @@ DRIVER_RESERVED_MAX_FRACTION = 0.03
 
 
 def driver_reserved_max_bytes(smi_total_bytes: int) -> int:
-    """The most a GPU's driver reservation may take from nvidia-smi's ``memory.total`` [bytes].
-
-    >>> driver_reserved_max_bytes(81_559 * MiB) // MiB  # H100 80 GB: 3 % = 2,446 MiB
-    2446
-    """
+    """The most a GPU's driver reservation may take from nvidia-smi's ``memory.total`` [bytes]."""
     return max(DRIVER_RESERVED_MAX_BYTES, int(DRIVER_RESERVED_MAX_FRACTION * smi_total_bytes))
 
 
@@ -80,12 +75,7 @@ def _other_process_bytes(processes: list[dict], gpu_uuid: str, vllm_pids: set[in
 
 
 def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
-    """Which GPU index each process runs on (none without ``apps``); a process on several GPUs is refused.
-
-    >>> gpus = read_nvidia_smi_csv("1, GPU-0a1b, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")[0]
-    >>> gpu_index_by_pid(gpus, read_nvidia_smi_csv("GPU-0a1b, 7, python3, 2048")[0])
-    {7: 1}
-    """
+    """Which GPU index each process runs on (none without ``apps``); a process on several GPUs is refused."""
     if apps is None:
         return {}
     _check_apps_on_known_gpus(gpus, apps)
@@ -111,7 +101,7 @@ def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame
     (4, True)
     """
     frames: dict[str, pd.DataFrame] = {}
-    for path in paths:  # a DCGM exporter scrape is a GPU snapshot (kvplan.io.dcgm)
+    for path in paths:  # a DCGM exporter scrape is a GPU snapshot (kvplan.io.gpu_snapshot)
         frame, metadata = read_gpu_snapshot(path)
         kind = metadata.kind
         if kind in frames:
@@ -190,12 +180,7 @@ def _check_gpus_cover_ranks(gpus: pd.DataFrame, index_by_rank: Mapping[int, int]
 
 
 def free_bytes_by_rank(gpus: pd.DataFrame, by_rank: Mapping[int, int]) -> dict[int, int]:
-    """Free memory [bytes] each rank's GPU showed in the ``--query-gpu`` snapshot (unknown ranks left out).
-
-    >>> gpus = read_nvidia_smi_csv("0, GPU-0, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")[0]
-    >>> free_bytes_by_rank(gpus, {3: 0})  # 43,403 MiB × 1,048,576
-    {3: 45511344128}
-    """
+    """Free memory [bytes] each rank's GPU showed in the ``--query-gpu`` snapshot (unknown ranks left out)."""
     free = dict(zip(gpus["gpu_index"].astype(int), gpus["memory_free_bytes"]))
     return {rank: int(free[index]) for rank, index in by_rank.items() if not pd.isna(free[index])}
 

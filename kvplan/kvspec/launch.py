@@ -224,11 +224,7 @@ class BlockSizeInputs:
 
 
 def logged_block_sizes(text: object) -> tuple[int, ...]:
-    """The block sizes of vLLM's ``kv cache group sizes`` line, as logged (``(576, 576)``, ``[16]``).
-
-    >>> logged_block_sizes("(576, 576)"), logged_block_sizes("[16]"), logged_block_sizes(None)
-    ((576, 576), (16,), ())
-    """
+    """The block sizes of vLLM's ``kv cache group sizes`` line, as logged (``(576, 576)``, ``[16]``)."""
     if text is None:
         return ()
     if isinstance(text, Sequence) and not isinstance(text, str):

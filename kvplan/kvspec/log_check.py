@@ -167,15 +167,15 @@ def _check_unit(unit: pd.DataFrame, spec: KVSpec, max_model_len: int | None, tol
     elif known.empty or length is None:
         result["reason"] = "no available KV memory in the log" if known.empty else "max_model_len unknown"
     else:
-        _compare(result, row_spec, known, len(unit), int(length), tolerance)
+        result.update(_compare(result, row_spec, known, len(unit), int(length), tolerance))
     return result
 
 
 def _compare(
-    result: dict, spec: KVSpec, known: pd.DataFrame, ranks: int, length: int, tolerance: int | None
-) -> None:
-    """Fill ``result`` with the predictions from the ``known`` rows' available memory, within the tolerance
-    of how it was printed, and whether the logged figures lie in their range."""
+    logged: dict, spec: KVSpec, known: pd.DataFrame, ranks: int, length: int, tolerance: int | None
+) -> dict:
+    """The predictions from the ``known`` rows' available memory, within the tolerance of how it was
+    printed, and whether the ``logged`` figures (a check's row) lie in their range: the row's new fields."""
 
     def blocks_at(offset: int) -> int:
         if spec.num_gpu_blocks_override is not None:
@@ -190,13 +190,14 @@ def _compare(
 
     tol = 0 if known["_exact"].all() else (GIB_2DP_HALF_STEP_BYTES if tolerance is None else tolerance)
     blocks, low, high = blocks_at(0), blocks_at(-tol), blocks_at(tol)
-    result.update(
-        available_kv_bytes=int(known["_available"].min()),
-        tolerance_bytes=tol,
-        predicted_num_gpu_blocks=blocks,
-        predicted_kv_cache_tokens=spec.kv_cache_tokens(blocks, length),
-        predicted_max_concurrency=spec.max_concurrency(blocks, length),
-    )
+    found: dict[str, object] = {
+        "available_kv_bytes": int(known["_available"].min()),
+        "tolerance_bytes": tol,
+        "predicted_num_gpu_blocks": blocks,
+        "predicted_kv_cache_tokens": spec.kv_cache_tokens(blocks, length),
+        "predicted_max_concurrency": spec.max_concurrency(blocks, length),
+    }
+    result = {**logged, **found}
     checks: dict[str, bool] = {}
     if result["logged_num_gpu_blocks"] is not None:
         checks["blocks"] = low <= int(result["logged_num_gpu_blocks"]) <= high
@@ -207,18 +208,17 @@ def _compare(
         lowest, highest = (round(spec.max_concurrency(b, length), 2) for b in (low, high))
         checks["concurrency"] = lowest <= round(float(result["logged_max_concurrency"]), 2) <= highest
     if not checks:
-        result["reason"] = "the log printed no KV cache size, concurrency or block count"
-        return
-    result["agrees"] = all(checks.values())
+        return {**found, "reason": "the log printed no KV cache size, concurrency or block count"}
+    found["agrees"] = all(checks.values())
     notes = []
     if len(known) < ranks:
         notes.append(f"available memory known for {len(known)} of {ranks} ranks")
     if spec.approximate:
         notes.append(f"approximate: {spec.approximate_reason}")
-    if not result["agrees"]:
-        result["likely_cause"], reason = _cause(result, spec, checks)
+    if not found["agrees"]:
+        found["likely_cause"], reason = _cause(result, spec, checks)
         notes.insert(0, f"differs by more than block rounding: {reason}")
-    result["reason"] = "; ".join(notes)
+    return {**found, "reason": "; ".join(notes)}
 
 
 def _cause(result: dict, spec: KVSpec, checks: dict[str, bool]) -> tuple[str, str]:

@@ -107,8 +107,7 @@ def served_arch(arch: ModelArch, dtype: str | None) -> ModelArch:
 
 
 def pp_partition(num_layers: int, pp: int, partition: Sequence[int] | None = None) -> list[int]:
-    """Layers per pipeline stage as vLLM's ``get_pp_indices`` splits them: ``num_layers // pp`` each, the
-    remainder one each to the stages before the last, from the second-to-last (``partition``:
+    """Layers per pipeline stage as vLLM's ``get_pp_indices`` splits them (``partition``:
     ``VLLM_PP_LAYER_PARTITION``).
 
     >>> pp_partition(80, 3), pp_partition(61, 3), pp_partition(32, 4)

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 
 from kvplan import lazy_names
 from kvplan.drift import boot_free_bytes, reference_free_bytes
-from kvplan.plan.inputs import AdmissionPlan, LoadPolicy, ModelLayout, Policy
-from kvplan.plan.record import GIVEN, Decision, decide_rooms
+from kvplan.plan.inputs import GIVEN, AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy, decide_rooms
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
     from kvplan.plan.decision import decide, launch_layout_spec, layout_spec, model_check

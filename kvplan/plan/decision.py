@@ -1,17 +1,10 @@
 """The one decision pipeline: evidence and policy in, one frozen :class:`Decision` out.
 
-``kvplan budget``, ``approve``, ``verify``, ``gate``, the what-if panels and the notebooks all call
-:func:`decide`; none of them re-derives a room, a free-memory reference or a capacity. The steps, in
-order (each names the function that computes its number):
-
-1. evidence: the ledger of the logs (:func:`kvplan.plan.read_evidence`) or rooms given by hand;
-2. compatibility key (:func:`kvplan.ledger.compatibility_key`) and the KV spec of the model config on
-   the logs' layout (:func:`kvplan.kvspec.kv_spec`, :func:`kvplan.kvspec.options_for_logs`);
-3. room per rank, the worst boot of each (:func:`kvplan.ledger.room_per_rank`);
-4. safe budgets, uniform budget, stranded, block rounding (:func:`kvplan.budget.uniform_budget`);
-5. ``F_ref`` per rank (:func:`kvplan.drift.reference_free_bytes`);
-6. capacity at the planned lengths and the admission plan (:func:`kvplan.plan.inputs.admission_plan`);
-7. the model cross-check (:func:`kvplan.kvspec.cross_check`) and the checks; the load section.
+Every consumer calls :func:`decide`; none re-derives a room, a free-memory reference or a capacity. Its steps
+name the function that computes each number: the key (:func:`kvplan.ledger.compatibility_key`), the KV spec
+(:func:`kvplan.kvspec.kv_spec`), the worst room per rank (:func:`kvplan.ledger.room_per_rank`), the budget
+(:func:`kvplan.budget.uniform_budget`), ``F_ref`` (:func:`kvplan.drift.reference_free_bytes`), the admission
+plan (:func:`kvplan.plan.inputs.admission_plan`), the cross-check, the launch and the load section.
 """
 
 from __future__ import annotations
@@ -30,10 +23,18 @@ from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
 from kvplan.kvspec.capacity import capacity_rows
 from kvplan.ledger import compatibility_key, is_known, logged_launch_settings, room_per_rank
-from kvplan.plan.inputs import AdmissionPlan, LoadPolicy, ModelLayout, Policy, admission_plan, planned_lengths
+from kvplan.plan.inputs import (
+    AdmissionPlan,
+    Decision,
+    LoadPolicy,
+    ModelLayout,
+    Policy,
+    admission_plan,
+    decide_rooms,
+    planned_lengths,
+)
 from kvplan.plan.load_evidence import load_section, profiled_tokens, read_named_load
 from kvplan.plan.reading import Evidence, read_evidence
-from kvplan.plan.record import Decision, decide_rooms
 from kvplan.releases import version_tuple
 from kvplan.room import budget_from_rooms, check_dropped_ranks, refuse_failed_boots
 from kvplan.units import format_size

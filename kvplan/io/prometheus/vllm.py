@@ -97,16 +97,7 @@ def running_values_of_metrics(paths: Sequence[str | Path]) -> list[RunningValue]
 
 def running_values_of_logs(paths: Sequence[str | Path]) -> list[RunningValue]:
     """The engines' KV blocks from vLLM's "cache_config_info with initialization" log line (the last per engine
-    and file; the bytes are :data:`ABSENT`).
-
-    >>> import tempfile, os
-    >>> line = "(APIServer pid=1624) INFO 09-24 20:54:37 [loggers.py:142] Engine 000: vllm cache_config_info "
-    >>> with tempfile.NamedTemporaryFile("w", suffix=".log", delete=False) as log:
-    ...     _ = log.write(line + "with initialization after num_gpu_blocks is: 14834\\n")
-    >>> [(v.engine, v.num_gpu_blocks, v.kv_cache_memory_bytes) for v in running_values_of_logs([log.name])]
-    [('0', 14834, 'absent')]
-    >>> os.unlink(log.name)
-    """
+    and file; the bytes are :data:`ABSENT`)."""
     values: list[RunningValue] = []
     for path in paths:
         found: dict[str, RunningValue] = {}

@@ -5,16 +5,19 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 
 import pandas as pd
 
-from kvplan.io.ledger_frame import ImpossibleValue, check_parallel_size, possible_parallel_size
+from kvplan.columns import KEY_COLUMNS
+from kvplan.io.ledger_frame import ImpossibleValue, check_parallel_size, missing, possible_parallel_size
 from kvplan.io.metadata import place_note
 from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.handlers import Fact, PartsDisagree
 from kvplan.io.vllm.records import Record, rank_name, split_records
 from kvplan.io.vllm.values import CONFIG_NAMES
 from kvplan.notes import Note
+from kvplan.releases import version_tuple
 
 KV_SIZED_COLUMNS = (
     "available_kv_bytes",
@@ -316,3 +319,41 @@ def _config_value(column: str, value: object) -> object:
     if column in _FLAG_COLUMNS:
         return value if isinstance(value, bool) else str(value) == "True"
     return str(value)
+
+
+def boot_key(boot: Boot) -> tuple[dict, dict, tuple | None]:
+    """The boot's compatibility key, per field the line it came from (defaults: no line), and its
+    release as :func:`~kvplan.releases.version_tuple` reads it."""
+    key: dict = dict.fromkeys(KEY_COLUMNS, pd.NA)
+    origin: dict = {}
+    args = False  # whether the 'non-default args' line was read
+    for column, held in boot.config.items():
+        if column in key:
+            key[column], origin[column] = held[0], held[1:3]
+        if held[3] == "non_default_args":
+            args = True
+    unset = [name for name in ("gpu_memory_utilization", "max_model_len") if missing(key[name])]
+    for event in boot.events if unset else ():
+        for name in unset:
+            if name in event.values and missing(key[name]):
+                key[name], origin[name] = event.values[name], (event.line, event.raw)
+    version = _release(key["vllm_version"])
+    if version is not None:
+        defaults = {"gpu_memory_utilization": 0.92 if version >= (0, 20) else 0.9, "block_size": 16}
+        for name, value in defaults.items():
+            if missing(key[name]):
+                key[name], origin[name] = value, (pd.NA, f"default of vLLM {key['vllm_version']}")
+    if boot.config_printers:
+        for name in ("pipeline_parallel_size", "data_parallel_size"):
+            if missing(key[name]):
+                key[name], origin[name] = 1, (pd.NA, "not in the engine config: 1")
+    if args:
+        # 'non-default args' lists what differs from the defaults: a size it does not list is 1
+        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
+            if missing(key[name]):
+                key[name], origin[name] = 1, (pd.NA, "not in the non-default args: 1")
+    return key, origin, version
+
+
+#: :func:`~kvplan.releases.version_tuple` of each version string once (a log's boots share a few).
+_release = lru_cache(maxsize=256)(version_tuple)

@@ -4,28 +4,24 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass
-from functools import lru_cache
 
 import pandas as pd
 
-from kvplan.columns import GROUP_RANKS, KEY_COLUMNS, LEDGER_COLUMNS, SIZING_CONFIG, world_size
-from kvplan.io.ledger_frame import EMPTY_ROW, check_row, missing
+from kvplan.columns import GROUP_RANKS, LEDGER_COLUMNS, SIZING_CONFIG, world_size
+from kvplan.io.ledger_frame import EMPTY_ROW, check_row
 from kvplan.io.metadata import RoomRule, place_note
-from kvplan.io.vllm.boots import KV_SIZED_COLUMNS, Boot
+from kvplan.io.vllm.boots import KV_SIZED_COLUMNS, Boot, boot_key
 from kvplan.io.vllm.conflicts import RankObservations, completed, safest, two_launches
 from kvplan.io.vllm.manual import exact_manual
 from kvplan.io.vllm.ranks import PRINTING_SCOPES, attribute, key_size, ray_worker_name
-from kvplan.releases import version_tuple
 
 ENGINE_COLUMNS = ("kv_cache_tokens", "max_concurrency", "num_gpu_blocks")
 #: What :func:`~kvplan.io.vllm.ranks.attribute` knows of a process it did not see (read only).
 _NO_PROCESS: dict = {}
 #: :data:`~kvplan.columns.LEDGER_COLUMNS` as a set, for membership.
 _LEDGER_COLUMN_SET = frozenset(LEDGER_COLUMNS)
-#: The last startup line of a rank in releases that may print no boot-level completion line
-#: (0.5.0–0.6.3, "Graph capturing finished in N secs."). Later releases log more after graph capture
-#: (graph pool, --kv-cache-memory suggestion, warm-up), so only "init engine … took" or "Application
-#: startup complete" completes their boots.
+#: The last startup line of a rank in 0.5.0–0.6.3, which may print no boot-level completion line; later
+#: releases log more after graph capture, so only "init engine … took" or "Application startup complete" does.
 OLD_LAST_LINE_FAMILIES = ("graph_finished",)
 
 
@@ -49,7 +45,7 @@ def resolve_boot(
     """Attribute a boot's events to ranks and compute each rank's row (its room with ``room_rule``);
     without ``provenance`` the provenance rows returned are none."""
     warnings = list(boot.warnings)
-    key, key_origin, version = _boot_key(boot)
+    key, key_origin, version = boot_key(boot)
     printed = {event.key for event in boot.events if event.scope in PRINTING_SCOPES}
     ranks_of = attribute(boot, key, version, source, warnings, printed)
     rows: dict[int, dict] = {}
@@ -153,14 +149,10 @@ def _provenance(
 def _sort_events(
     boot: Boot, ranks_of: dict, row, origin: dict
 ) -> tuple[list, dict, list, dict, RankObservations]:
-    """Put each event where it belongs: a rank's observations, an engine's values, a failure, or nowhere.
-
-    Returns the lines of unattributed per-rank values, the worst failure per rank (None: engine
-    or API server; OOM first, then the earliest), the lines of failures after startup completed,
-    engine values by DP rank, and each rank's observations (:mod:`~kvplan.io.vllm.conflicts`). A rank's
-    last startup line of an old release marks it ``_done``. A failure's ``failed_in`` is the last
-    traceback frame (or V0 worker method) of a known vLLM function its process printed before it.
-    """
+    """Put each event where it belongs: the lines of unattributed per-rank values, the worst failure per
+    rank (None: engine or API server; OOM first, then the earliest; ``failed_in`` the last known vLLM frame
+    its process printed before it), the lines of failures after startup, engine values by DP rank, and
+    each rank's observations (:mod:`~kvplan.io.vllm.conflicts`); an old release's last line marks ``_done``."""
     done_line = boot.flags.get("startup_done", (None, None))[1]
     unattributed: list[int] = []
     failures: dict[int | None, _Failure] = {}
@@ -253,50 +245,12 @@ def _room_by(room_rule: RoomRule | None, row: dict, rank: int, flags: dict, sour
 
 
 def _caveats(boot: Boot, source: str) -> list:
-    """Notes for the lines that change what this boot's room means (sizing_lines.ROOM_CAVEATS)."""
+    """Notes for the lines that change what this boot's room means (families.ROOM_CAVEATS)."""
     return [
         place_note(name.removeprefix("caveat:"), source, value[1], value[0])
         for name, value in boot.flags.items()
         if name.startswith("caveat:")
     ]
-
-
-def _boot_key(boot: Boot) -> tuple[dict, dict, tuple | None]:
-    """The boot's compatibility key, per field the line it came from (defaults: no line), and its
-    release as :func:`~kvplan.releases.version_tuple` reads it."""
-    key: dict = dict.fromkeys(KEY_COLUMNS, pd.NA)
-    origin: dict = {}
-    args = False  # whether the 'non-default args' line was read
-    for column, held in boot.config.items():
-        if column in key:
-            key[column], origin[column] = held[0], held[1:3]
-        if held[3] == "non_default_args":
-            args = True
-    unset = [name for name in ("gpu_memory_utilization", "max_model_len") if missing(key[name])]
-    for event in boot.events if unset else ():
-        for name in unset:
-            if name in event.values and missing(key[name]):
-                key[name], origin[name] = event.values[name], (event.line, event.raw)
-    version = _release(key["vllm_version"])
-    if version is not None:
-        defaults = {"gpu_memory_utilization": 0.92 if version >= (0, 20) else 0.9, "block_size": 16}
-        for name, value in defaults.items():
-            if missing(key[name]):
-                key[name], origin[name] = value, (pd.NA, f"default of vLLM {key['vllm_version']}")
-    if boot.config_printers:
-        for name in ("pipeline_parallel_size", "data_parallel_size"):
-            if missing(key[name]):
-                key[name], origin[name] = 1, (pd.NA, "not in the engine config: 1")
-    if args:
-        # 'non-default args' lists what differs from the defaults: a size it does not list is 1
-        for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
-            if missing(key[name]):
-                key[name], origin[name] = 1, (pd.NA, "not in the non-default args: 1")
-    return key, origin, version
-
-
-#: :func:`~kvplan.releases.version_tuple` of each version string once (a log's boots share a few).
-_release = lru_cache(maxsize=256)(version_tuple)
 
 
 def _attach_engine_values(

@@ -34,7 +34,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"startup complete",
     b"Graph capturing",  # 0.5–0.6.3 "Graph capturing finished in N secs." has no other anchor
     b"fatal error",
-    # failed boots (failure_lines.py): generic start failures, V0 worker exceptions, transfer errors,
+    # failed boots (families.FAILURE_FAMILIES): generic start failures, V0 worker exceptions, transfer errors,
     # traceback frames
     b"failed to start",  # lines of EngineCore / WorkerProc: their pairs "eC", "rP"
     b"hit an exception",
@@ -42,7 +42,7 @@ ANCHORS: tuple[bytes, ...] = (
     b"UCX",
     b"NIXL_ERR",
     b'", line ',
-    # lines that change the arithmetic (sizing_lines.py)
+    # lines that change the arithmetic (families.SIZING_FAMILIES)
     b"num_gpu_blocks",
     b"max_num_batched_tokens",
     b"num_blocks: ",
