@@ -31,14 +31,7 @@ class Observation:
 
 
 class RankObservations:
-    """The observations of every rank of one boot, filled event by event.
-
-    >>> seen = RankObservations()
-    >>> seen.add(1, (301, None), "suggestion", {"suggested_full_bytes": 9}, (3, ""))
-    >>> seen.add(1, (301, None), "suggestion", {"suggested_full_bytes": 7}, (4, ""))
-    >>> [o.values for o in seen.of(1)]
-    [{'suggested_full_bytes': 9}, {'suggested_full_bytes': 7}]
-    """
+    """The observations of every rank of one boot, filled event by event."""
 
     def __init__(self) -> None:
         self._by_rank: dict[int, list[Observation]] = {}
@@ -109,13 +102,7 @@ def completed(observations: list[Observation]) -> list[Observation]:
 def agreed(observations: list[Observation], rooms: list[int | None]) -> Observation | None:
     """One observation for them all when they do not conflict, else None: one process's observations
     that give one room and one free memory at startup (its lines about itself, merged: the latest), or
-    observations of several processes that give no field two values (their values joined).
-
-    >>> one = Observation((1, None), {"a": 1}, {"a": (3, "")}, start=3)
-    >>> two = Observation((2, None), {"b": 2}, {"b": (4, "")}, start=4)
-    >>> agreed([one, two], [None, None]).values, agreed([one, Observation((2, None), {"a": 5})], [1, 5])
-    ({'a': 1, 'b': 2}, None)
-    """
+    observations of several processes that give no field two values (their values joined)."""
     if len({item.key for item in observations}) == 1:  # the room and the free memory decide (a gate's F_boot)
         same = len(set(rooms)) == 1 and len({_free(item) for item in observations}) == 1
         return observations[-1] if same else None

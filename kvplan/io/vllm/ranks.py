@@ -73,8 +73,6 @@ def layout_sizes(key: dict, names: set[str]) -> tuple[Sizes, dict[str, int]]:
 
     >>> layout_sizes({}, {"Worker_PP1_TP3", "Worker_PP0_TP0"})
     ((2, 1, 4), {'PP': 2, 'TP': 4})
-    >>> layout_sizes({"tensor_parallel_size": 8, "pipeline_parallel_size": 1}, {"Worker_TP3"})
-    ((1, 1, 8), {})
     """
     stated = {"PP": key_size(key, "pipeline_parallel_size"), "TP": key_size(key, "tensor_parallel_size")}
     seen = [dict(groups) for groups in map(worker_groups, names) if groups]
@@ -256,11 +254,7 @@ def _ray_workers(info: dict, boot: Boot, world: int | None, first: int, source: 
 def _named(names: tuple[str, ...], sizes: Sizes) -> dict:
     """What the names one process printed under (in order) say of it under the key's TP and PP sizes:
     its best name, roles and rank fields; the same processes recur in every boot, so each set of
-    names is read once (read only: :func:`attribute` copies it).
-
-    >>> _named(("EngineCore_DP1",), (1, 1, 1))
-    {'process': 'EngineCore_DP1', 'engine': True, 'engine_dp': 1}
-    """
+    names is read once (read only: :func:`attribute` copies it)."""
     item: dict = {"process": _best_name(list(names))}
     for name in names:
         frontend, engine, engine_dp = _roles(name)
