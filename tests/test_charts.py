@@ -288,3 +288,20 @@ def test_ledger_chart_draws_negative_graph_memory_as_zero():
     ax = charts.ledger_chart(ledger, BUDGET).axes[0]
     assert _bars(ax, "CUDA graphs") == [0.0, 1.0]
     assert _bars(ax, "not itemised in the log") == [4.0, 3.0]  # 80 − 36 − 40 on rank 0
+
+
+def test_budget_labels_never_round_above_their_bytes():
+    # issue 27: a budget shown in a chart is floored at its shown precision. Rooms 12 GiB + 511 MiB and
+    # 12 GiB + 799 MiB, reserve 512 MiB (no block rounding): rank 0 is safe for 12 GiB − 1 MiB = 11.999 GiB,
+    # which format_size rounds up to "12 GiB"; as a budget it reads "11.99 GiB" (the bar, the uniform line, the
+    # title and the KV segment alike). Rank 1's 12.28 GiB is already exact at two decimals.
+    MiB = GiB // 1024
+    budget = uniform_budget([12 * GiB + 511 * MiB, 12 * GiB + 799 * MiB], 512 * MiB)
+    assert budget.uniform_budget_bytes == 12 * GiB - MiB
+    ax = charts.safe_budget_chart(budget).axes[0]
+    texts = [t.get_text() for t in ax.texts] + ax.get_legend_handles_labels()[1]
+    assert "11.99 GiB" in texts and "uniform budget 11.99 GiB (safe on every rank)" in texts
+    assert not any("12 GiB" in text for text in texts)
+    ledger = LEDGER.assign(room_bytes=[12 * GiB + 511 * MiB, 12 * GiB + 799 * MiB])
+    ax = charts.ledger_chart(ledger, budget).axes[0]
+    assert "11.99 GiB KV on every rank" in ax.get_title(loc="left")

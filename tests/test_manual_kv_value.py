@@ -90,7 +90,8 @@ def test_gate_passes_the_exact_approved_value_and_never_a_printed_one_that_may_b
     assert check.passed is False
     assert (
         "rank 0 ran a value vLLM printed as 53.52 GiB (to 0.01 GiB), so up to "
-        "--kv-cache-memory-bytes=57472031130, which may be above the approved 53.52 GiB" in check.detail
+        # the approved value as a budget, never above its bytes: 53.5194 GiB floored to "53.51 GiB" (issue 27)
+        "--kv-cache-memory-bytes=57472031130, which may be above the approved 53.51 GiB" in check.detail
     )
     # a printed figure whose whole interval holds no more blocks than the approved value passes:
     # "53.51 GiB" = 57,455,925,002 B, up to 57,461,293,712 B = 87,678 blocks ≤ 87,685

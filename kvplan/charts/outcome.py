@@ -30,7 +30,7 @@ from kvplan.charts.style import (
     _upright,
 )
 from kvplan.drift import Drift
-from kvplan.units import bytes_to_gib, format_size
+from kvplan.units import bytes_to_gib, format_budget, format_size
 
 #: Width [in] of each of the drift chart's two plot areas.
 PANE_WIDTH_IN = 5.2
@@ -181,8 +181,8 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
     adjusted_gib = [bytes_to_gib(a) for a in drift.adjusted_bytes]
     adjusted = right.bar(labels, adjusted_gib, color=colors, width=0.6, label="adjusted budget")
     _outline_bars(right, labels, drift.ref_budget_bytes, "reference budget", linewidth=2)
-    _annotate_bars(right, adjusted, drift.adjusted_bytes, inside=True, slot_pt=slot)
-    uniform = format_size(drift.adjusted_uniform_bytes)
+    _annotate_bars(right, adjusted, drift.adjusted_bytes, inside=True, slot_pt=slot, budgets=True)
+    uniform = format_budget(drift.adjusted_uniform_bytes)
     right.axhline(
         bytes_to_gib(drift.adjusted_uniform_bytes), color="black", linewidth=2, label=f"uniform {uniform}"
     )
@@ -278,7 +278,7 @@ def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Fig
         ax.plot(i, high, **_MAX)
         ax.plot(i, mid, **_MEDIAN)
         ax.plot(i, low, **_MIN)
-        text = f"rank {budget.limiting_rank}\n{format_size(budget.min_safe_bytes)}"
+        text = f"rank {budget.limiting_rank}\n{format_budget(budget.min_safe_bytes)}"
         ax.annotate(text, (i, low), textcoords="offset points", xytext=(10, -8), fontsize=FONT_SIZE - 1)
     ax.plot([], [], marker="o", color=LIMITING_COLOR, linestyle="", label="min (limiting rank)")
     ax.plot([], [], marker="o", color="white", markeredgecolor=RANK_COLOR, linestyle="", label="median")

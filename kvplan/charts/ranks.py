@@ -30,7 +30,7 @@ from kvplan.charts.style import (
     _slot_pt,
 )
 from kvplan.ledger import worst_room_position
-from kvplan.units import bytes_to_gib, format_size
+from kvplan.units import bytes_to_gib, format_budget, format_size
 
 #: Ledger segments bottom to top: (ledger column or budget part, legend label, colour).
 LEDGER_SEGMENTS = (
@@ -128,12 +128,13 @@ def ledger_chart(ledger: pd.DataFrame | LedgerParts, budget: Budget, title: str 
         )
         if column in SIZED_SEGMENTS:
             pt_per_gib = PLOT_AREA_BESIDE[1] * 72 / (tallest * 1.05)
-            _label_segments(ax, bars, sizes[column], color in ("#000000", RANK_COLOR), pt_per_gib)
+            dark = color in ("#000000", RANK_COLOR)
+            _label_segments(ax, bars, sizes[column], dark, pt_per_gib, budgets=column == "uniform")
         bottom = [b + v for b, v in zip(bottom, values)]
     _ledger_frame(ax, budget, totals, bottom[labels.index(str(budget.limiting_rank))], tallest)
     ax.set_title(
         title
-        or f"Where each GPU's memory goes: {format_size(budget.uniform_budget_bytes)} KV on every rank, "
+        or f"Where each GPU's memory goes: {format_budget(budget.uniform_budget_bytes)} KV on every rank, "
         f"{format_size(budget.stranded_total_bytes)} stranded",
         loc="left",
     )
@@ -215,7 +216,7 @@ def safe_budget_chart(
     tied = len(weakest) == len(budget.ranks)
     fig, ax = _figure()
     if previous is not None:
-        before = format_size(previous.uniform_budget_bytes)
+        before = format_budget(previous.uniform_budget_bytes)
         _outline_bars(ax, labels, previous.safe_bytes, "at the notebook's parameters", linewidth=1.5)
         ax.axhline(
             bytes_to_gib(previous.uniform_budget_bytes),
@@ -225,13 +226,14 @@ def safe_budget_chart(
     colors = [LIMITING_COLOR if rank in weakest and not tied else RANK_COLOR for rank in budget.ranks]
     bars = ax.bar(labels, safe_gib, color=colors, width=0.6)
     # labels at the bars' feet (upright when too wide): the uniform and average lines never cross them
-    _annotate_bars(ax, bars, budget.safe_bytes, inside="base", slot_pt=_slot_pt(len(labels)) * 0.6)
-    uniform = format_size(budget.uniform_budget_bytes)
+    slot = _slot_pt(len(labels)) * 0.6
+    _annotate_bars(ax, bars, budget.safe_bytes, inside="base", slot_pt=slot, budgets=True)
+    uniform = format_budget(budget.uniform_budget_bytes)
     label = f"uniform budget {uniform} (safe on every rank)"
     ax.axhline(bytes_to_gib(budget.uniform_budget_bytes), color="black", linewidth=2, label=label)
     if not tied:
         average = sum(budget.safe_bytes) // len(budget.safe_bytes)
-        label = f"average {format_size(average)}: unsafe, {_rank_list(weakest)} cannot hold it"
+        label = f"average {format_budget(average)}: unsafe, {_rank_list(weakest)} cannot hold it"
         ax.axhline(bytes_to_gib(average), color=AVERAGE_COLOR, linestyle="--", linewidth=2, label=label)
     ax.set_xlabel(_mark_limiting_tick(ax, budget.ranks, [] if tied else weakest))
     ax.set_ylabel("safe KV budget\n(room − reserve) [GiB]")

@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
 from matplotlib.textpath import TextToPath
 
-from kvplan.units import bytes_to_gib, format_size
+from kvplan.units import bytes_to_gib, format_budget, format_size
 
 # Okabe–Ito colours: distinguishable with colour-vision deficiency and on projectors.
 RANK_COLOR = "#0072B2"
@@ -112,12 +112,18 @@ def _headroom(tallest: float, texts: Sequence[str], fontsize: float, upright: bo
 
 
 def _annotate_bars(
-    ax: Axes, bars, sizes_bytes: Sequence[int], inside: bool | str = False, slot_pt: float | None = None
+    ax: Axes,
+    bars,
+    sizes_bytes: Sequence[int],
+    inside: bool | str = False,
+    slot_pt: float | None = None,
+    budgets: bool = False,
 ) -> bool:
     """Label each bar with its size: above it, in white at its middle (``inside``) or at its foot (``"base"``,
     below any line across the bars). Labels too wide for a bar's slot (``slot_pt``, default the plot area over
-    the bars) are turned upright; returns whether they stayed level."""
-    texts = [format_size(size) for size in sizes_bytes]
+    the bars) are turned upright; returns whether they stayed level. ``budgets``: the sizes are budgets,
+    shown never above their bytes (:func:`~kvplan.units.format_budget`)."""
+    texts = [(format_budget if budgets else format_size)(size) for size in sizes_bytes]
     level = _upright(texts, FONT_SIZE, slot_pt or _slot_pt(len(texts))) and inside is not True
     rotation = 0 if level else 90
     for bar, text in zip(bars, texts):
@@ -174,15 +180,18 @@ def _legend_below(ax: Axes, handles=None, columns: int = 2) -> None:
     )
 
 
-def _label_segments(ax: Axes, bars, sizes_bytes: Sequence[int], dark: bool, pt_per_gib: float) -> None:
-    """Each stacked segment labelled with its size at its middle where the text fits inside it.
+def _label_segments(
+    ax: Axes, bars, sizes_bytes: Sequence[int], dark: bool, pt_per_gib: float, budgets: bool = False
+) -> None:
+    """Each stacked segment labelled with its size at its middle where the text fits inside it (``budgets``:
+    never above its bytes, as :func:`_annotate_bars`).
 
     Level when it fits across the bar, upright when the bar is too narrow but the segment tall enough
     (``pt_per_gib``: points per GiB of the y axis), else left unlabelled (the legend and tables say it).
     """
     fontsize = FONT_SIZE - 1
     for bar, size in zip(bars, sizes_bytes):
-        text = format_size(size)
+        text = (format_budget if budgets else format_size)(size)
         across_pt = bar.get_width() * _slot_pt(len(bars), PLOT_AREA_BESIDE[0]) * 0.95
         height_pt = bar.get_height() * pt_per_gib
         if _text_width_pt(text, fontsize) <= across_pt and height_pt >= fontsize * 1.25:

@@ -23,7 +23,7 @@ from kvplan.checks.canary import (
 )
 from kvplan.checks.key import check_compatibility_key, check_outcomes, check_ranks_present, rank_list
 from kvplan.drift import adjusted_budget_bytes, lowest_free_bytes
-from kvplan.units import format_size
+from kvplan.units import format_budget, format_size
 from kvplan.verdict import Check
 
 BUDGET_CHECK = "approved value fits every rank"
@@ -356,12 +356,12 @@ def _above_text(rank: int, shown: int, most: int, budget: int) -> str:
     """Why a rank's manual value is not a canary of the approved ``budget`` (it is, or may be, above it)."""
     if most == shown:
         return (
-            f"rank {rank} ran {kv_cache_flag(shown)}, above the approved {format_size(budget)}: not a canary "
+            f"rank {rank} ran {kv_cache_flag(shown)}, above the approved {format_budget(budget)}: not a canary "
             "of the approved value"
         )
     return (
         f"rank {rank} ran a value vLLM printed as {format_size(shown)} (to 0.01 GiB), so up to "
-        f"{kv_cache_flag(most)}, which may be above the approved {format_size(budget)}: no canary pass without "
+        f"{kv_cache_flag(most)}, which may be above the approved {format_budget(budget)}: no canary pass without "
         "the flag's exact bytes (give the API server's log: its 'non-default args' line states them)"
     )
 
