@@ -150,12 +150,12 @@ def _layout(ledger: pd.DataFrame, key: dict) -> int | None:
     """TP × PP × DP of the key; refuses logs that do not show the model or the parallel layout (a frame
     without those columns: a :class:`LedgerWarning` that the ranks seen are every rank)."""
     unknown = [name for name in ("model", *LAYOUT_FIELDS) if name in ledger.columns and key.get(name) is None]
-    if unknown:
+    if unknown:  # issue 26: vLLM adds _DP to a worker's name only when DP > 1, so such a name is no DP=1
         raise LedgerError(
-            f"{_files(ledger)}: the logs do not show {', '.join(unknown)} (no version, non-default args or "
-            "engine-config line: the start of the boot is missing?), so neither the configuration the "
-            "budget is for nor the number of ranks TP × PP × DP is known. Give the whole log from the start "
-            "of each boot."
+            f"{_files(ledger)}: the logs do not show {', '.join(unknown)}, so the number of ranks TP × PP × DP "
+            "(or the configuration the budget is for) is not known: the engine-config line ('Initializing a V1 "
+            f"LLM engine … with config: … {unknown[-1]}=N'), non-default args or version line states it (a worker "
+            "named Worker_DP… means DP > 1). Give the whole log from the start of each boot."
         )
     world = world_size(key)
     if world is None:

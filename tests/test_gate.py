@@ -332,6 +332,19 @@ class TestReserveAfterWarmup:
         assert check.passed is False
         assert "rank 2: free after warm-up (snapshot) = 900 MiB < reserve 1 GiB" in check.detail
 
+    def test_a_rank_the_snapshot_does_not_show_cannot_be_judged(self):  # issue 24
+        # rank 2's memory.free read [N/A]: the snapshot shows ranks 0, 1, 3 with 2 GiB ≥ 1 GiB reserve each,
+        # but rank 2 (here the limiting rank) is unobserved, so the check must not pass
+        frame = boot(room_bytes=[31 * GiB] * 4)
+        check = check_reserve_after_warmup(approved(), frame, {0: 2 * GiB, 1: 2 * GiB, 3: 2 * GiB})
+        assert check.passed is None
+        assert check.applicable
+        assert "rank 2: no free memory after warm-up shown: cannot judge" in check.detail
+        assert gate_verdict([Check(KEY_CHECK, True, ""), check]) is None
+        # another rank below the reserve still fails: 900 MiB < 1 GiB on rank 3
+        failing = check_reserve_after_warmup(approved(), frame, {0: 2 * GiB, 1: 2 * GiB, 3: 900 * MiB})
+        assert failing.passed is False
+
     @pytest.mark.parametrize("columns", [{}, {"room_bytes": [31 * GiB] * 4}])
     def test_no_observation_is_not_applicable(self, columns):
         # no room, or the room of a profiled boot (its KV cache was not the approved value: room −

@@ -78,6 +78,46 @@ def test_dcgm_refusals(tmp_path):  # issue 28
         read_dcgm_scrape(free_only)
 
 
+def _with_totals(scrape: str, free_of_gpu_2: str = "2314", used_of_gpu_2: str = "78775") -> str:
+    """``scrape`` with DCGM_FI_DEV_FB_TOTAL 81559 after each GPU's FB_FREE (the H100's memory.total), GPU 2's
+    free and used set as given."""
+    lines = []
+    for line in scrape.splitlines():
+        if line.startswith('DCGM_FI_DEV_FB_FREE{gpu="2"') or line.startswith('DCGM_FI_DEV_FB_USED{gpu="2"'):
+            line = line.rsplit(" ", 1)[0] + " " + (free_of_gpu_2 if "FB_FREE" in line else used_of_gpu_2)
+        lines.append(line)
+        if line.startswith("DCGM_FI_DEV_FB_FREE"):
+            lines.append(line.replace("FB_FREE", "FB_TOTAL").rsplit(" ", 1)[0] + " 81559")
+    return "\n".join(lines) + "\n"
+
+
+# GPU 2's FB_FREE sample is line 16: 3 fields × 2 lines (TYPE, sample) + 1 TOTAL line per GPU before it = 14,
+# then its FREE TYPE line (15) and sample (16)
+@pytest.mark.parametrize(
+    ("free", "used", "message"),
+    [
+        ("99999", "78775", "DCGM_FI_DEV_FB_FREE 99,999 MiB, more than its total 81,559 MiB"),
+        ("-5", "78775", "DCGM_FI_DEV_FB_FREE -5 is not a framebuffer size"),
+        ("NaN", "78775", "DCGM_FI_DEV_FB_FREE nan is not a framebuffer size"),
+        ("+Inf", "78775", "DCGM_FI_DEV_FB_FREE inf is not a framebuffer size"),
+        ("1e30", "78775", "DCGM_FI_DEV_FB_FREE 1e[+]30 is not a framebuffer size"),
+        # free 2,314 + used 80,000 = 82,314 MiB > total 81,559 MiB (DCGM: total = free + used + reserved)
+        ("2314", "80000", "DCGM_FI_DEV_FB_FREE [+] _USED = 82,314 MiB, more than its total 81,559 MiB"),
+    ],
+)
+def test_dcgm_memory_dcgm_cannot_report_is_refused(tmp_path, capsys, free, used, message):  # issue 28
+    scrape = tmp_path / "dcgm.prom"
+    text = _with_totals(dcgm_of(FOUR_RANK / "nvidia-smi-gpu.csv", "node-a"), free, used)
+    scrape.write_text(text)
+    with pytest.raises(NvidiaSmiError, match=rf"dcgm\.prom, line 16: (GPU \S+ has )?{message}"):
+        read_dcgm_scrape(scrape)
+    assert main(["budget", str(FOUR_RANK / "boot.log"), "--reserve", "0.9GiB", "--dcgm", str(scrape)]) == 2
+    assert capsys.readouterr().err.count("error:") == 1
+    # the same scrape with GPU 2's true figures reads: 2,314 + 78,775 = 81,089 ≤ 81,559 MiB
+    scrape.write_text(_with_totals(dcgm_of(FOUR_RANK / "nvidia-smi-gpu.csv", "node-a")))
+    assert int(read_dcgm_scrape(scrape)[0]["memory_free_bytes"][2]) == 2314 * 2**20
+
+
 def _fleet(tmp_path: Path, name: str, dcgm: bool) -> Path:
     """The sample fleet's boot logs with each host's GPU snapshot, as nvidia-smi's CSV or a DCGM scrape."""
     root = tmp_path / name

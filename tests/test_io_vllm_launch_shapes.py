@@ -136,6 +136,32 @@ def test_a_budget_refuses_bounded_sizes_naming_what_is_unknown(tmp_path, capsys)
     assert "tensor_parallel_size" in error and "pipeline_parallel_size" in error and "engine-config" in error
 
 
+@pytest.mark.parametrize("version", ["0.26.0", "0.33.0"])
+@pytest.mark.parametrize("command", ["budget", "approve"])
+def test_dp_named_workers_without_a_stated_dp_size_are_refused(version, command, tmp_path, capsys):
+    # issue 26: DP=2, PP=2, TP=4 with expert parallelism: 16 workers Worker_DP{d}_PP{p}_TP{t}_EP{e}
+    # (EP ranks over DP × TP: e = d·4 + t). With data_parallel_size cut from the engine-config line and
+    # the DP1 workers dropped, DP was read as 1, so the 8 DP0 ranks looked like the whole world and
+    # 'budget' printed a number (exit 0). vLLM adds '_DP{d}' only when DP > 1: the DP size is unknown
+    config = engine_config(version, tp=4, pipeline_parallel_size=2, data_parallel_size=2)
+    config = config.replace(", data_parallel_size=2", "")
+    names = [f"Worker_DP0_PP{p}_TP{t}_EP{t}" for p in range(2) for t in range(4)]
+    path = tmp_path / "dp.log"
+    path.write_text(
+        log(
+            vllm_line(version, config, "EngineCore_DP0", 200),
+            *workers(version, names),
+            vllm_line(version, DONE),
+        )
+    )
+    flags = ["--approver", "t", "--out", str(tmp_path / "out")] if command == "approve" else []
+    assert main([command, str(path), "--reserve", "1GiB", *flags]) == 2
+    error = capsys.readouterr().err
+    assert "do not show data_parallel_size" in error and "data_parallel_size=N" in error
+    assert "engine-config" in error and "DP > 1" in error
+    assert not list(tmp_path.glob("out/**/budget.json"))  # approve wrote no budget
+
+
 # --- group-rank columns: pcp_rank, dcp_rank, ep_rank beside dp/pp/tp (issue 26) --------------------------
 
 GROUPS = ["rank", "dp_rank", "pp_rank", "pcp_rank", "tp_rank", "dcp_rank", "ep_rank"]

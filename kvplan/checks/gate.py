@@ -198,7 +198,8 @@ def check_reserve_after_warmup(
     Only an observation of this boot counts: free memory per rank in a snapshot taken after warm-up
     (``free_after_warmup_bytes``, e.g. from nvidia-smi) must be ≥ the reserve; without a snapshot, a
     boot that ran a manual ``--kv-cache-memory-bytes`` value and logged its room after warm-up must
-    keep ``room − manual value`` ≥ the reserve. A profiled boot's KV cache is not the approved value,
+    keep ``room − manual value`` ≥ the reserve. A rank not observed while others are (a snapshot showing
+    ``[N/A]`` free memory) makes the check cannot judge, unless another rank fails. A profiled boot's KV cache is not the approved value,
     so ``room − approved`` would be arithmetic, not an observation (the budget check already covers
     ``room − reserve ≥ approved``): with no rank observed the check is not applicable.
 
@@ -209,7 +210,7 @@ def check_reserve_after_warmup(
     """
     room = per_rank(boot_ledger, "room_bytes", "min")
     manual = {rank: most for rank, (_shown, most) in manual_values(boot_ledger).items()}
-    lines, passed = [], True
+    lines, passed, unseen = [], True, []
     for rank in approved.ranks:
         if free_after_warmup_bytes is not None and rank in free_after_warmup_bytes:
             left, how = free_after_warmup_bytes[rank], "free after warm-up (snapshot)"
@@ -217,6 +218,7 @@ def check_reserve_after_warmup(
             left = room[rank] - manual[rank]
             how = f"room {format_size(room[rank])} − KV {format_size(manual[rank])}"
         else:
+            unseen.append(rank)
             continue
         ok = left >= approved.reserve_bytes
         passed = passed and ok
@@ -233,7 +235,10 @@ def check_reserve_after_warmup(
             "that ran the manual value and logged its room)",
             applicable=False,
         )
-    return Check(RESERVE_CHECK, passed, "; ".join(lines))
+    if unseen:  # issue 24: a rank not observed cannot pass, whatever the others show
+        lines.append(f"rank {rank_list(unseen)}: no free memory after warm-up shown: cannot judge")
+    verdict = None if passed and unseen else passed
+    return Check(RESERVE_CHECK, verdict, "; ".join(lines))
 
 
 def check_tokens(approved: Approved, boot_ledger: pd.DataFrame) -> Check:

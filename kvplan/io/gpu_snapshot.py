@@ -16,11 +16,14 @@ frame, one GPU per ``UUID``, labelled ``gpu``, ``modelName``, ``Hostname`` and t
     DCGM_FI_DEV_FB_FREE{gpu="2",UUID="GPU-2e7b…",modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"} 2314
 
 Free and used are ``DCGM_FI_DEV_FB_FREE``/``_USED`` [MiB]; the total ``_TOTAL``, else free + used + ``_RESERVED``.
+A value DCGM cannot report (NaN, ±Inf, negative, above 1 PiB; free, used or free + used above the total) is refused
+with the file and line.
 DCGM tells no per-process memory: other processes' memory stays unknown.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 
@@ -254,8 +257,41 @@ def _sample(line: str, source: str, number: int):
         ) from None
 
 
+#: No GPU's framebuffer is a PiB: a DCGM value above it is not memory (and would not fit int64 bytes far above)
+MAX_FB_MIB = 1 << 30
+
+
+def _fb_mib(sample, source: str, number: int) -> float:
+    """A framebuffer sample's MiB: finite, from 0 to :data:`MAX_FB_MIB` (issue 28: NaN, ±Inf, negative refused)."""
+    value = float(sample.value)
+    if not (math.isfinite(value) and 0 <= value <= MAX_FB_MIB):
+        raise NvidiaSmiError(
+            f"{source}, line {number}: {sample.name} {sample.value!r} is not a framebuffer size DCGM reports "
+            f"(MiB, from 0 to {MAX_FB_MIB:,})"
+        )
+    return value
+
+
+def _check_dcgm_memory(source: str, uuid: str, gpu: dict, total: float) -> None:
+    """Refuse a GPU whose free or used memory exceeds its total, or free + used does (issue 28): DCGM's
+    ``FB_TOTAL`` is ``FB_FREE + FB_USED + FB_RESERVED`` (older DCGM: ``FB_USED`` includes the reserved), so
+    free + used ≤ total either way, up to the whole-MiB rounding nvidia-smi's figures have too."""
+    mib, lines = gpu["mib"], gpu["lines"]
+    for field in ("free", "used"):
+        if mib[field] > total:
+            raise NvidiaSmiError(
+                f"{source}, line {lines[field]}: GPU {uuid} has DCGM_FI_DEV_FB_{field.upper()} {mib[field]:,.0f} "
+                f"MiB, more than its total {total:,.0f} MiB: not a scrape DCGM exports"
+            )
+    if (mib["free"] + mib["used"]) * MiB > total * MiB + MEMORY_ROUNDING_BYTES:
+        raise NvidiaSmiError(
+            f"{source}, line {lines['free']}: GPU {uuid} has DCGM_FI_DEV_FB_FREE + _USED = "
+            f"{mib['free'] + mib['used']:,.0f} MiB, more than its total {total:,.0f} MiB: not a scrape DCGM exports"
+        )
+
+
 def _gpus(path: str | Path, hostname: str | None) -> dict[str, dict]:
-    """Per GPU UUID: its labels, the MiB of each field, and the line of its first sample."""
+    """Per GPU UUID: its labels, the MiB of each field with its line, and the line of its first sample."""
     source, hosts = str(path), set()
     gpus: dict[str, dict] = {}
     with open(path, encoding="utf-8", errors="replace") as lines:
@@ -272,8 +308,9 @@ def _gpus(path: str | Path, hostname: str | None) -> dict[str, dict]:
                 raise NvidiaSmiError(
                     f"{source}, line {number}: a DCGM sample without its gpu and UUID labels"
                 )
-            gpu = gpus.setdefault(labels["UUID"], {"labels": labels, "line": number, "mib": {}})
-            gpu["mib"][DCGM_FIELDS[sample.name]] = float(sample.value)
+            gpu = gpus.setdefault(labels["UUID"], {"labels": labels, "line": number, "mib": {}, "lines": {}})
+            field = DCGM_FIELDS[sample.name]
+            gpu["mib"][field], gpu["lines"][field] = _fb_mib(sample, source, number), number
     if len(hosts) > 1:
         raise NvidiaSmiError(
             f"{source}: a DCGM scrape of {len(hosts)} hosts ({', '.join(sorted(hosts)[:3])}…): give one host's"
@@ -294,6 +331,7 @@ def read_dcgm_scrape(path: str | Path, hostname: str | None = None) -> tuple[pd.
                 f"{source}, line {gpu['line']}: GPU {uuid} needs DCGM_FI_DEV_FB_FREE, DCGM_FI_DEV_FB_USED and "
                 "DCGM_FI_DEV_FB_TOTAL (or DCGM_FI_DEV_FB_RESERVED) to be read as an nvidia-smi snapshot"
             )
+        _check_dcgm_memory(source, uuid, gpu, total)
         driver = next((labels[k] for k in _DRIVER_LABELS if labels.get(k)), pd.NA)
         values = [int(labels["gpu"]), uuid, labels.get("modelName", pd.NA), driver]
         values += [int(v) * MiB for v in (total, mib["used"], mib["free"])]

@@ -14,7 +14,7 @@ from kvplan.io.ledger_frame import ImpossibleValue, check_parallel_size, missing
 from kvplan.io.metadata import place_note
 from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.handlers import Fact, PartsDisagree
-from kvplan.io.vllm.records import Record, rank_name, split_records
+from kvplan.io.vllm.records import Record, rank_name, split_records, worker_groups
 from kvplan.io.vllm.values import CONFIG_NAMES
 from kvplan.notes import Note
 from kvplan.releases import version_tuple
@@ -343,16 +343,26 @@ def boot_key(boot: Boot) -> tuple[dict, dict, tuple | None]:
         for name, value in defaults.items():
             if missing(key[name]):
                 key[name], origin[name] = value, (pd.NA, f"default of vLLM {key['vllm_version']}")
+    # vLLM names a worker ``Worker_DP{d}…`` only when DP > 1: then an unstated DP size is unknown, not 1
+    # (issue 26; the ledger refuses a budget for it)
+    unknown = {"data_parallel_size"} if _dp_named(boot) else set()
     if boot.config_printers:
         for name in ("pipeline_parallel_size", "data_parallel_size"):
-            if missing(key[name]):
+            if missing(key[name]) and name not in unknown:
                 key[name], origin[name] = 1, (pd.NA, "not in the engine config: 1")
     if args:
         # 'non-default args' lists what differs from the defaults: a size it does not list is 1
         for name in ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size"):
-            if missing(key[name]):
+            if missing(key[name]) and name not in unknown:
                 key[name], origin[name] = 1, (pd.NA, "not in the non-default args: 1")
     return key, origin, version
+
+
+def _dp_named(boot: Boot) -> bool:
+    """Whether a worker of the boot is named with a DP rank (``Worker_DP1_TP0``: vLLM's DP size > 1)."""
+    return any(
+        dict(worker_groups(name) or ()).get("DP") is not None for n in boot.names.values() for name in n
+    )
 
 
 #: :func:`~kvplan.releases.version_tuple` of each version string once (a log's boots share a few).

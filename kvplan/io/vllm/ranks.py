@@ -77,6 +77,9 @@ def layout_sizes(key: dict, names: set[str]) -> tuple[Sizes, dict[str, int]]:
     stated = {"PP": key_size(key, "pipeline_parallel_size"), "TP": key_size(key, "tensor_parallel_size")}
     seen = [dict(groups) for groups in map(worker_groups, names) if groups]
     sizes, bounded = [], {}
+    dp_seen = [groups["DP"] for groups in seen if "DP" in groups]
+    if dp_seen and key_size(key, "data_parallel_size") is None:  # a _DP part: DP > 1 (issue 26)
+        bounded["DP"] = max(max(dp_seen) + 1, 2)
     for group in LAYOUT_GROUPS[1:]:
         size = stated.get(group)
         if size is None and seen:
@@ -172,7 +175,7 @@ def attribute(
 
 def _bounded_note(bounded: dict[str, int], boot: Boot, source: str):
     """The note that the workers' global ranks were numbered under sizes bounded from their names."""
-    named = {"PP": "pipeline_parallel_size", "TP": "tensor_parallel_size"}
+    named = {"DP": "data_parallel_size", "PP": "pipeline_parallel_size", "TP": "tensor_parallel_size"}
     sizes = ", ".join(f"{group} ≥ {size}" for group, size in bounded.items())
     stated = [named[group] for group in bounded if group in named]
     where = (
