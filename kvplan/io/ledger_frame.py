@@ -30,6 +30,8 @@ from kvplan.units import format_size
 MAX_DEVICE_BYTES = 1 << 44
 #: The largest parallel degree accepted: 65,536 GPUs in one launch.
 MAX_PARALLEL_SIZE = 1 << 16
+#: Linux's PID_MAX_LIMIT: no process id is larger.
+MAX_PID = 1 << 22
 #: Columns that cannot be below zero in any release (cudaMemGetInfo, a weight size, total × util).
 NEVER_NEGATIVE = (
     "total_bytes",
@@ -70,6 +72,29 @@ def check_parallel_size(column: str, value: object, source: str, line: object) -
         raise ImpossibleValue(
             f"{source}:{line}: {column}={value} is impossible: a parallel size is a count of GPUs from 1 to "
             f"{MAX_PARALLEL_SIZE}"
+        )
+
+
+def check_value(column: str, value: object, source: str, line: object) -> None:
+    """Refuse a value no vLLM line can show (issue 25): a whole number (bytes, tokens, blocks) beyond
+    :data:`MAX_DEVICE_BYTES` either side of zero, a pid beyond :data:`MAX_PID`, a gpu_memory_utilization
+    that is not a number in (0, 1].
+
+    >>> check_value("gpu_memory_utilization", float("inf"), "a.log", 2)
+    Traceback (most recent call last):
+    kvplan.io.ledger_frame.ImpossibleValue: a.log:2: gpu_memory_utilization=inf is impossible: expected a finite number in (0, 1]
+    """
+    if type(value) is int:
+        bound = MAX_PID if column == "pid" else MAX_DEVICE_BYTES
+        if abs(value) > bound:
+            shown = format_size(bound) if column.endswith("_bytes") else f"{bound:,}"
+            why = "Linux's largest pid" if column == "pid" else "far above any GPU's memory"
+            raise ImpossibleValue(
+                f"{source}:{line}: {column}={value} is impossible: expected at most {shown} ({why})"
+            )
+    elif column == "gpu_memory_utilization" and isinstance(value, float) and not 0 < value <= 1:
+        raise ImpossibleValue(
+            f"{source}:{line}: {column}={value} is impossible: expected a finite number in (0, 1]"
         )
 
 

@@ -10,7 +10,14 @@ from functools import lru_cache
 import pandas as pd
 
 from kvplan.columns import KEY_COLUMNS
-from kvplan.io.ledger_frame import ImpossibleValue, check_parallel_size, missing, possible_parallel_size
+from kvplan.io.ledger_frame import (
+    MAX_DEVICE_BYTES,
+    ImpossibleValue,
+    check_parallel_size,
+    check_value,
+    missing,
+    possible_parallel_size,
+)
 from kvplan.io.metadata import place_note
 from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.handlers import Fact, PartsDisagree
@@ -18,6 +25,7 @@ from kvplan.io.vllm.records import Record, rank_name, split_records, worker_grou
 from kvplan.io.vllm.values import CONFIG_NAMES
 from kvplan.notes import Note
 from kvplan.releases import version_tuple
+from kvplan.units import format_size
 
 KV_SIZED_COLUMNS = (
     "available_kv_bytes",
@@ -111,7 +119,17 @@ class BootSplitter:
                 facts = read_message(record.message)
             except PartsDisagree as refused:  # a line no vLLM prints: refused, naming it
                 raise ImpossibleValue(f"{self.source}:{number}: {refused}") from None
+            except ValueError as refused:  # a size beyond what kvplan holds (issue 25)
+                raise ImpossibleValue(
+                    f"{self.source}:{number}: {refused}: expected a GPU memory figure of at most "
+                    f"{format_size(MAX_DEVICE_BYTES)}"
+                ) from None
             if facts:
+                check_value("pid", record.pid, self.source, number)
+                for fact in facts:
+                    if fact.scope != "config":  # config values are checked as columns (_config)
+                        for name, value in fact.values.items():
+                            check_value(name, value, self.source, number)
                 self._facts(number, raw, facts, record)
 
     def scanned_line(self, number: int, offset: int | None, data: bytes) -> None:
@@ -232,6 +250,7 @@ class BootSplitter:
         config = self.boot.config
         priority = CONFIG_PRIORITY[family]
         for column, value in columns:
+            check_value(column, value, self.source, number)
             held = config.get(column)
             if held is None:
                 config[column] = (value, number, raw, family)
