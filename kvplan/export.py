@@ -1,10 +1,8 @@
 """Export: an approved launch in the forms deployments read, from a verified bundle only.
 
-:func:`verified_launch` verifies the bundle first (:func:`kvplan.evidence.verified_approval`; a changed bundle
-raises :class:`~kvplan.evidence.BundleChangedError`) and reads its :class:`Launch` from the verified record:
-the approved bytes, the recomputed decision's companion utilization and the layout fields of the
-compatibility key the approved logs show. Each :class:`Exporter` of :data:`EXPORTERS` turns it into the text a
-deployment reads, carrying the bundle's digest; a new format is one more entry.
+:func:`verified_launch` verifies the bundle (a changed one raises :class:`~kvplan.evidence.BundleChangedError`)
+and reads its :class:`Launch`: the approved bytes, the companion utilization and every launch setting of the
+compatibility key the approved logs show. Each :class:`Exporter` of :data:`EXPORTERS` writes one format.
 
 >>> launch = Launch("ab" * 32, 12_884_377_600, 0.61, {"model": "m", "tensor-parallel-size": 4})
 >>> print(EXPORTERS["args"].render(launch), end="")
@@ -14,13 +12,9 @@ deployment reads, carrying the bundle's digest; a new format is one more entry.
 --kv-cache-memory-bytes=12884377600
 --gpu-memory-utilization=0.61
 
-vLLM 0.33's startup plan (``VLLM_ENABLE_STARTUP_PLAN=1``, ``v1/worker/startup_plan.py``) applies a rank's plan
-file when its fingerprint matches and the rank's free memory at start-up is at least ``free_memory_baseline``;
-else it profiles again. kvplan writes, per rank r, ``kv_cache_memory_bytes = B − G − D`` in whole blocks and
-``free_memory_baseline = F_ref,r − D`` (B the approved value, G the guard, D the tolerated drift), with the
-fingerprint read from rank r's own "Saved startup plan to …/startup_plan_<fp>.json" line (it hashes vLLM's
-config, the device and the rank: it cannot be computed outside vLLM). Whenever vLLM applies the plan, the rank
-lost at most D of its free memory, so the value is never above kvplan's own drift-adjusted budget.
+:func:`startup_plans`: vLLM 0.33's plan file per rank r (``v1/worker/startup_plan.py``), ``B − G − D`` in whole
+blocks and baseline ``F_ref,r − D``, with the fingerprint of rank r's own "Saved startup plan to" line; vLLM applies
+it only while the rank lost at most D, so never above the drift-adjusted budget (docs/startup-plan.md).
 
 >>> plan_values(12_884_377_600, 0, 2**30, 1_310_720, 52_194_590_065)  # 9,830 − 819.2 blocks → 9,010
 (11809587200, 51120848241)
@@ -43,22 +37,36 @@ if TYPE_CHECKING:  # pandas and the readers only once a bundle is read: ``kvplan
 
 #: The annotation (and comment key) that names the bundle an output came from.
 DIGEST_ANNOTATION = "kvplan.io/bundle-digest"
-#: vLLM's flag of each compatibility-key field a launch fixes, in the order outputs list them.
+#: vLLM's flag (0.33 ``engine/arg_utils.py``; a dotted one is a field of a JSON flag, ``utils/argparse_utils.py``)
+#: of each compatibility-key field a launch sets, in the order outputs list them.
 LAYOUT_FLAGS = {
     "model": "model",
+    "revision": "revision",
+    "dtype": "dtype",
+    "quantization": "quantization",
     "tensor_parallel_size": "tensor-parallel-size",
     "pipeline_parallel_size": "pipeline-parallel-size",
+    "data_parallel_size": "data-parallel-size",
+    "decode_context_parallel_size": "decode-context-parallel-size",
     "max_model_len": "max-model-len",
     "kv_cache_dtype": "kv-cache-dtype",
     "block_size": "block-size",
+    "enforce_eager": "enforce-eager",
+    "cudagraph_mode": "compilation-config.cudagraph_mode",
+}
+#: Key fields no flag sets: where the launch runs (the gate compares them), and U (the decision's companion).
+NOT_LAUNCH_FLAGS = frozenset(("vllm_version", "gpu_name", "driver_version", "gpu_memory_utilization"))
+#: What vLLM 0.33's ``--dtype`` and ``cudagraph_mode`` take (``config/model.py``, ``config/compilation.py``).
+_CHOICES = {
+    "dtype": ("auto", "half", "float16", "bfloat16", "float", "float32"),
+    "cudagraph_mode": ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE"),
 }
 
 
 @dataclass(frozen=True)
 class Launch:
-    """An approved launch as deployments take it: the bundle digest (hex SHA-256 of ``budget.json``), the
-    value [bytes], the companion ``gpu_memory_utilization`` (None: unknown) and ``layout``, vLLM's flag names
-    (without ``--``) to values, for the key fields the approved logs show."""
+    """An approved launch: the bundle digest (hex SHA-256 of ``budget.json``), the value [bytes], the companion
+    ``gpu_memory_utilization`` (None: unknown) and ``layout`` (:func:`launch_layout`)."""
 
     digest: str
     kv_cache_memory_bytes: int
@@ -78,8 +86,11 @@ class Launch:
 
     @property
     def args(self) -> list[str]:
-        """The options as ``--flag=value`` arguments (what ``vllm serve`` takes, one a list item)."""
-        return [f"--{name}={_text(value)}" for name, value in self.options.items()]
+        """The options as ``--flag=value`` arguments, a switch on as the flag alone (what ``vllm serve`` takes)."""
+        return [
+            f"--{name}" if value is True else f"--{name}={_text(value)}"
+            for name, value in self.options.items()
+        ]
 
     @property
     def digest_text(self) -> str:
@@ -150,6 +161,8 @@ def kserve(launch: Launch) -> str:
 def ray_serve(launch: Launch) -> str:
     """Ray Serve LLM: ``engine_kwargs`` (vLLM's engine argument names, underscores) as JSON, beside the digest."""
     kwargs = {name.replace("-", "_"): value for name, value in launch.options.items() if name != "model"}
+    if "compilation_config.cudagraph_mode" in kwargs:  # a field of EngineArgs' compilation_config dict
+        kwargs["compilation_config"] = {"cudagraph_mode": kwargs.pop("compilation_config.cudagraph_mode")}
     document = {
         DIGEST_ANNOTATION: launch.digest_text,
         "model_loading_config": {"model_id": launch.layout.get("model")},
@@ -207,12 +220,7 @@ def verified_launch(bundle: str | os.PathLike, digest: str | None = None) -> tup
     verified, approved = verified_approval(bundle, digest)
     decision = verified.decision
     defaulted = decision.defaulted_key_fields if decision is not None else frozenset()
-    layout = {}
-    for name, flag in LAYOUT_FLAGS.items():
-        value = approved.compatibility_key.get(name)
-        if value is None or name in defaulted:
-            continue
-        layout[flag] = _plain(name, value)
+    layout = launch_layout(approved.compatibility_key, defaulted)
     utilization = decision.gpu_memory_utilization if decision is not None else None
     # the load policy as the verified decision recomputed it (no load evidence: none allowed)
     load = decision.load if decision is not None else None
@@ -227,21 +235,47 @@ def verified_launch(bundle: str | os.PathLike, digest: str | None = None) -> tup
     return verified, launch
 
 
+def launch_layout(key: Mapping[str, object], defaulted: frozenset[str] = frozenset()) -> dict[str, object]:
+    """vLLM's flag names (no ``--``) to values of every key field a launch sets that the logs showed; ValueError
+    naming a field no flag expresses (export refuses rather than write another launch).
+
+    >>> launch_layout({"dtype": "torch.bfloat16", "enforce_eager": True, "cudagraph_mode": "FULL"})
+    {'dtype': 'bfloat16', 'enforce-eager': True, 'compilation-config.cudagraph_mode': 'FULL'}
+    """
+    layout = {}
+    for name in [*LAYOUT_FLAGS, *sorted(set(key) - set(LAYOUT_FLAGS) - NOT_LAUNCH_FLAGS)]:
+        value = key.get(name)
+        # vLLM's defaults (None, "None", enforce_eager False: no --no-* before BooleanOptionalAction) take no flag
+        if value is None or value == "None" or name in defaulted or (name, value) == ("enforce_eager", False):
+            continue
+        layout[LAYOUT_FLAGS.get(name, name)] = _plain(name, value)
+    return layout
+
+
 def _plain(field: str, value: object) -> object:
-    """``value`` when it can be written as it is; a number stays a number. Text from the logs with spaces,
-    quotes or control characters is refused: it would change an argument list or a file's structure.
+    """``value`` as the flag takes it (a number stays a number); refused where it would change the launch or,
+    with spaces, quotes or control characters, an argument list's or a file's structure.
 
     >>> _plain("model", "meta-llama/Llama-3.1-70B-Instruct"), _plain("max_model_len", 32768)
     ('meta-llama/Llama-3.1-70B-Instruct', 32768)
     """
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise ValueError(
-            f"the bundle's compatibility key {field} is {value!r}: not a value a launch flag takes"
+    if field == "dtype" and isinstance(value, str):
+        value = value.removeprefix("torch.")  # the logs print torch.bfloat16; --dtype takes bfloat16
+    reason = ""
+    if field not in LAYOUT_FLAGS:
+        reason = "kvplan knows no vLLM flag for it"
+    elif isinstance(value, bool) != (field == "enforce_eager") or not isinstance(value, (int, str)):
+        reason = "not a value a launch flag takes"
+    elif field in _CHOICES and value not in _CHOICES[field]:
+        reason = f"vLLM's flag takes one of {', '.join(_CHOICES[field])}"
+    elif isinstance(value, str) and not _PLAIN.fullmatch(value):
+        reason = (
+            "it holds characters that would change the exported argument list or file (spaces, quotes, …)"
         )
-    if isinstance(value, str) and not _PLAIN.fullmatch(value):
+    if reason:
         raise ValueError(
-            f"the bundle's compatibility key {field} is {value!r}: it holds characters that would change the "
-            "exported argument list or file (spaces, quotes, control characters); export refuses it"
+            f"the bundle's compatibility key {field} is {value!r}: {reason}; export refuses rather than write a "
+            "launch other than the approved one"
         )
     return value
 

@@ -10,11 +10,12 @@ import yaml
 
 from kvplan import evidence
 from kvplan.cli import main
+from kvplan.columns import KEY_COLUMNS
 from kvplan.drift import adjusted_budget_bytes
-from kvplan.export import EXPORTERS
+from kvplan.export import EXPORTERS, LAYOUT_FLAGS, NOT_LAUNCH_FLAGS
 from kvplan.io.model_config import resolve_model_config
 from kvplan.units import GiB, parse_size
-from tests.conftest import TESTS_DATA_DIR
+from tests.conftest import SAMPLE_LOG, TESTS_DATA_DIR
 
 PLAN_LOG = TESTS_DATA_DIR / "v0.33-llama-3.1-70b-tp4-startup-plan.log"
 #: The fingerprint each rank's worker logged ("Saved startup plan to …/startup_plan_<fp>.json"), by pid.
@@ -68,12 +69,17 @@ def test_every_format_carries_the_digest_and_parses_back(capsys, bundle):  # iss
     # args: one flag a line after the comment
     args = outputs["args"].splitlines()
     assert args[0] == f"# kvplan.io/bundle-digest: sha256:{digest}"
+    # the key as the engine config line shows it (block_size is vLLM's default filled in: not shown)
     assert args[1:] == [
         "--model=meta-llama/Llama-3.1-70B-Instruct",
+        "--dtype=bfloat16",
         "--tensor-parallel-size=4",
         "--pipeline-parallel-size=1",
+        "--data-parallel-size=1",
+        "--decode-context-parallel-size=1",
         "--max-model-len=32768",
         "--kv-cache-dtype=auto",
+        "--compilation-config.cudagraph_mode=FULL_AND_PIECEWISE",
         f"--kv-cache-memory-bytes={value}",
         "--gpu-memory-utilization=0.98",
     ]
@@ -95,10 +101,14 @@ def test_every_format_carries_the_digest_and_parses_back(capsys, bundle):  # iss
     # Ray Serve LLM engine_kwargs (vLLM's engine argument names)
     ray = json.loads(outputs["ray-serve"])
     assert ray["engine_kwargs"] == {
+        "dtype": "bfloat16",
         "tensor_parallel_size": 4,
         "pipeline_parallel_size": 1,
+        "data_parallel_size": 1,
+        "decode_context_parallel_size": 1,
         "max_model_len": 32768,
         "kv_cache_dtype": "auto",
+        "compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE"},
         "kv_cache_memory_bytes": value,
         "gpu_memory_utilization": 0.98,
     }
@@ -120,6 +130,141 @@ def test_a_changed_bundle_is_refused(capsys, bundle, tmp_path):  # issue 24
     assert not out.exists()
     assert main(["export", "startup-plan", str(copy), "--out", str(tmp_path / "plans")]) == 2
     assert not (tmp_path / "plans").exists()
+
+
+def parsed_flags(argv: list[str]) -> dict[str, object]:
+    """``--name=value`` → ``{name: value}``; a switch alone (``--enforce-eager``) → ``{name: True}``."""
+    flags: dict[str, object] = {}
+    for arg in argv:
+        assert arg.startswith("--"), arg
+        name, eq, value = arg[2:].partition("=")
+        flags[name] = value if eq else True
+    return flags
+
+
+def launch_of_every_format(capsys, bundle: Path) -> dict[str, dict[str, object]]:
+    """Each launch format parsed back to vLLM flag names and their text (what ``vllm serve`` receives)."""
+    out = {name: export(capsys, name, bundle) for name in EXPORTERS if name != "prometheus-rules"}
+    config_args: list[str] = []  # vLLM 0.33's --config loader gives "--key", "value" (a switch alone)
+    for part in vllm_0_33_load_config_file(yaml.safe_load(out["vllm-config"])):
+        if part.startswith("--"):
+            config_args.append(part)
+        else:
+            config_args[-1] += f"={part}"
+    [spec] = yaml.safe_load(out["helm-production-stack"])["servingEngineSpec"]["modelSpec"]
+    ray = json.loads(out["ray-serve"])
+    ray_args = [f"--model={ray['model_loading_config']['model_id']}"]
+    for name, value in ray["engine_kwargs"].items():  # EngineArgs names; a config dataclass as a dict
+        items = (
+            [(f".{leaf}", item) for leaf, item in value.items()] if isinstance(value, dict) else [("", value)]
+        )
+        for leaf, item in items:
+            flag = name.replace("_", "-") + leaf
+            ray_args.append(f"--{flag}" if item is True else f"--{flag}={item}")
+    return {
+        "args": parsed_flags(out["args"].splitlines()[1:]),
+        "vllm-config": parsed_flags(config_args),
+        "helm-production-stack": parsed_flags(
+            [f"--model={spec['modelURL']}", *spec["vllmConfig"]["extraArgs"]]
+        ),
+        "kserve": parsed_flags(yaml.safe_load(out["kserve"])["spec"]["predictor"]["model"]["args"]),
+        "ray-serve": parsed_flags(ray_args),
+    }
+
+
+def test_every_format_carries_every_memory_setting_of_the_key(capsys, tmp_path):  # issue 24
+    # the reviewer's launch: the sample TP4 boot with enforce_eager=True and quantization=fp8 in the engine
+    # config line and the non-default args; eager mode captures no CUDA graphs and fp8 loads other weights
+    sample = SAMPLE_LOG.read_text().splitlines(True)
+    sample[6] = sample[6].replace("enforce_eager=False", "enforce_eager=True")
+    sample[6] = sample[6].replace("quantization=None", "quantization=fp8")
+    sample[1] = sample[1].replace(
+        "'max_num_seqs': 256}", "'max_num_seqs': 256, 'enforce_eager': True, 'quantization': 'fp8'}"
+    )
+    log = tmp_path / "boot.log"
+    log.write_text("".join(sample))
+    assert (
+        main(
+            [
+                "approve",
+                str(log),
+                "--reserve",
+                "0.9GiB",
+                "--model",
+                "llama-3.1-70b",
+                "--approver",
+                "x",
+                "--out",
+                str(tmp_path / "ev"),
+            ]
+        )
+        == 0
+    )
+    [bundle] = (tmp_path / "ev").iterdir()
+    capsys.readouterr()
+    key = evidence.read_bundle(bundle)["compatibility_key"]
+    assert (key["enforce_eager"], key["quantization"]) == (True, "fp8")
+    # vLLM 0.33's flags (engine/arg_utils.py) of every key field the engine config line shows; block_size is
+    # vLLM's default filled in by the reader (not shown), revision None is vLLM's default; the value and the
+    # companion utilization are the bundle's launch_flags
+    expected = {
+        "model": "meta-llama/Llama-3.1-70B-Instruct",
+        "dtype": "bfloat16",
+        "quantization": "fp8",
+        "tensor-parallel-size": "4",
+        "pipeline-parallel-size": "1",
+        "data-parallel-size": "1",
+        "decode-context-parallel-size": "1",
+        "max-model-len": "32768",
+        "kv-cache-dtype": "auto",
+        "enforce-eager": True,
+        "compilation-config.cudagraph_mode": "FULL_AND_PIECEWISE",
+        "kv-cache-memory-bytes": "12884377600",
+        "gpu-memory-utilization": "0.61",
+    }
+    launch_flags = evidence.read_bundle(bundle)["decision"]["launch_flags"]
+    assert [
+        f"--{name}={expected[name]}" for name in ("kv-cache-memory-bytes", "gpu-memory-utilization")
+    ] == launch_flags
+    for name, flags in launch_of_every_format(capsys, bundle).items():
+        assert flags == expected, name
+
+
+def test_every_key_field_is_a_flag_or_where_the_launch_runs():  # issue 24
+    # a new key field must be given its vLLM flag (or named as not a launch setting) before export writes it
+    assert set(LAYOUT_FLAGS) | NOT_LAUNCH_FLAGS == set(KEY_COLUMNS)
+    assert not set(LAYOUT_FLAGS) & NOT_LAUNCH_FLAGS
+
+
+def test_a_key_value_no_flag_expresses_is_refused(capsys, tmp_path):  # issue 24
+    # a CUDA graph mode vLLM 0.33's CUDAGraphMode does not name: no flag writes the approved launch
+    log = tmp_path / "boot.log"
+    sample = SAMPLE_LOG.read_text()
+    log.write_text(sample.replace("CUDAGraphMode.FULL_AND_PIECEWISE", "CUDAGraphMode.FULL_AND_SPLIT", 1))
+    assert (
+        main(
+            [
+                "approve",
+                str(log),
+                "--reserve",
+                "0.9GiB",
+                "--model",
+                "llama-3.1-70b",
+                "--approver",
+                "x",
+                "--out",
+                str(tmp_path / "ev"),
+            ]
+        )
+        == 0
+    )
+    [bundle] = (tmp_path / "ev").iterdir()
+    capsys.readouterr()
+    for name in ("vllm-config", "args", "helm-production-stack", "kserve", "ray-serve"):
+        out = tmp_path / f"{name}.out"
+        assert main(["export", name, str(bundle), "--out", str(out)]) == 2
+        assert "compatibility key cudagraph_mode is 'FULL_AND_SPLIT'" in capsys.readouterr().err
+        assert not out.exists()
 
 
 # --- the startup plan ---------------------------------------------------------------------------------

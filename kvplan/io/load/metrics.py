@@ -4,7 +4,8 @@ The exposition is parsed by ``prometheus_client``. Scrapes are told apart by sam
 distinct time), a comment holding a time (``# 2026-11-29T10:00:10Z`` or ``# 1732874410``, as
 ``echo "# $(date -u +%FT%TZ)"`` writes), a family's ``# HELP`` seen again, or a series seen again (scrapes
 concatenated without a separator: no time, so no rates). Times are naive UTC. The names read and how rows
-are made of them: :mod:`.scrapes`. ``NaN`` and ``±Inf`` samples are read as unknown, with a warning.
+are made of them: :mod:`.scrapes`. ``NaN`` and ``±Inf`` samples are read as unknown, with a warning; a counter
+below zero is refused with its file and line.
 """
 
 from __future__ import annotations
@@ -20,10 +21,12 @@ from kvplan.io.load.frame import LoadFormatError, LoadReading, bounded_lines
 from kvplan.io.load.scrapes import (
     CACHE_CONFIG,
     CREATED,
+    NEGATIVE_COUNTER,
     NON_FINITE,
     OUT_OF_RANGE,
     READ,
     Scrape,
+    negative_counter_error,
     sample_note,
     scrapes_reading,
     take_sample,
@@ -231,6 +234,9 @@ def _read_metrics_lines(lines: Iterable[str], source: str) -> tuple[list[Scrape]
                     time = chunk.time if when is None else unix_time(when)
                     scrape = by_time[when] = Scrape(source, chunk.line, time)
                 problem = take_sample(scrape, name, sample.labels, sample.value) if scrape else None
+                if problem == NEGATIVE_COUNTER:
+                    line = _sample_line(chunk, name, sample.value)
+                    raise negative_counter_error(source, line, name, sample.value)
                 if problem == NON_FINITE:
                     where = next((entry for entry in non_finite if entry[1] == name), None)
                     if where is not None:

@@ -18,7 +18,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import NamedTuple
 
-from kvplan.io.load.frame import LoadReading, LoadSource, counter_increase, frame_of, percent, reading_of
+from kvplan.io.load.frame import (
+    LoadFormatError,
+    LoadReading,
+    LoadSource,
+    counter_increase,
+    frame_of,
+    percent,
+    reading_of,
+)
 from kvplan.notes import Note
 
 KV_USAGE = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}  # fractions of the KV blocks, 0–1
@@ -44,6 +52,7 @@ READ = FRACTIONS | GAUGES | READ_COUNTERS  # the names a row's fields come from;
 CREATED = {name.removesuffix("_total") + "_created": name for name in READ_COUNTERS}  # V1's start times
 CACHE_CONFIG = "vllm:cache_config_info"  # labels num_gpu_blocks, block_size (capacity)
 NON_FINITE, OUT_OF_RANGE = "non-finite", "out-of-range"  # what :func:`take_sample` may find wrong
+NEGATIVE_COUNTER = "negative-counter"  # and refuses (:func:`negative_counter_error`)
 CONFIG_LABELS = ("kv_cache_memory_bytes", "num_gpu_blocks", "block_size")  # what a load check is judged on
 CONFIG_DISAGREES, COUNTER_DOWN = "cache-config-disagrees", "counter-down-without-restart"  # warning codes
 
@@ -85,7 +94,8 @@ def unix_time(seconds: float) -> datetime:
 
 def take_sample(scrape: Scrape, name: str, labels: Mapping[str, str], value: float) -> str | None:
     """Take one sample into ``scrape`` (a name :data:`READ` does not hold is left out); returns
-    :data:`NON_FINITE` or :data:`OUT_OF_RANGE` when the value was read as unknown (the caller warns).
+    :data:`NON_FINITE` or :data:`OUT_OF_RANGE` when the value was read as unknown (the caller warns),
+    :data:`NEGATIVE_COUNTER` for a counter below zero, not taken (the caller refuses the file).
 
     >>> scrape = Scrape("m.prom", 1, None)
     >>> take_sample(scrape, "vllm:num_requests_running", {"engine": "0"}, 3.0), scrape.values
@@ -105,6 +115,8 @@ def take_sample(scrape: Scrape, name: str, labels: Mapping[str, str], value: flo
         return None
     if name not in READ:
         return None
+    if name in READ_COUNTERS and value < 0:  # issue 28: -1 preemptions would pass "preemptions ≤ 0"
+        return NEGATIVE_COUNTER
     problem = None
     if not math.isfinite(value):
         problem = NON_FINITE
@@ -119,6 +131,17 @@ def take_sample(scrape: Scrape, name: str, labels: Mapping[str, str], value: flo
     else:
         values[name] = max(old, value) if name in FRACTIONS else old + value
     return problem
+
+
+def negative_counter_error(source: str, line: int, name: str, value: float) -> LoadFormatError:
+    """The refusal of a counter sample below zero, which no vLLM exports (its counters start at 0 and rise).
+
+    >>> str(negative_counter_error("m.prom", 30, "vllm:num_preemptions_total", -1.0))
+    'm.prom:30: vllm:num_preemptions_total is -1, below zero: a counter starts at 0 and only rises'
+    """
+    return LoadFormatError(
+        f"{source}:{line}: {name} is {value:g}, below zero: a counter starts at 0 and only rises"
+    )
 
 
 def sample_note(source: str, line: int | None, name: str, value: float) -> Note:
@@ -364,7 +387,10 @@ def samples_reading(samples: Iterable[Sample], source: str) -> LoadReading:
         if scrape is None:
             time = None if timestamp is None else unix_time(timestamp)
             scrape = by_time[timestamp] = Scrape(source, position, time)
-        if take_sample(scrape, name, labels, value) is not None:
+        problem = take_sample(scrape, name, labels, value)
+        if problem == NEGATIVE_COUNTER:
+            raise negative_counter_error(source, position, name, value)
+        if problem is not None:
             notes.append(sample_note(source, position, name, value))
     for scrape in by_time.values():
         for engine, values in scrape.values.items():
