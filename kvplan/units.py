@@ -16,6 +16,8 @@ _SI = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _VLLM_BINARY = {"K": KiB, "M": MiB, "G": GiB, "T": 1 << 40}
 _VLLM_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
+#: Far above any accelerator's memory (the largest today hold well under 1 TiB): beyond is absurd.
+MAX_DEVICE_BYTES = 1 << 44
 #: The largest size kvplan takes: the ledger holds bytes as 64-bit integers (8 EiB − 1 B).
 MAX_SIZE_BYTES = 2**63 - 1
 #: Half of the 0.01 GiB step of a 2-decimal GiB figure: how far such a figure can be from the truth.

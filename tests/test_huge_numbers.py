@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from kvplan.cli import main
+from kvplan.cli.common import CliError, print_json
 
 BOOT = Path(__file__).resolve().parents[1] / "data" / "boots" / "four-rank" / "boot.log"
 HUGE = "99999999999999999999999"  # 10^23 - 1
@@ -26,8 +27,12 @@ def edited(tmp_path: Path, number: int, old: str, new: str) -> Path:
 
 
 def refusal(capsys, argv: list[str]) -> str:
-    """The one error line of a refused command (exit 2)."""
-    assert main(argv) == 2
+    """The one error line of a refused command (exit 2; argparse's refusals exit through SystemExit)."""
+    try:
+        status = main(argv)
+    except SystemExit as exit_:
+        status = exit_.code
+    assert status == 2
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, errors
     return errors[0]
@@ -64,3 +69,35 @@ def test_a_utilization_outside_zero_to_one_is_refused_at_the_reader(tmp_path, ca
     error = refusal(capsys, argv)
     assert error.startswith(f"error: {path}:2: gpu_memory_utilization=") and "(0, 1]" in error, error
     assert not list(out.glob("**/budget.json"))
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["capacity", "--kv-bytes", "12GiB", "--bytes-per-token", "256KiB", "--max-model-len", HUGE, "--json"],
+        [
+            "budget",
+            str(BOOT),
+            "--reserve",
+            "0.9GiB",
+            "--model",
+            "llama-3.1-70b",
+            "--max-model-len",
+            HUGE,
+            "--json",
+        ],
+        ["capacity", "--kv-bytes", "17TiB", "--bytes-per-token", "256KiB", "--max-model-len", "8192"],
+        ["budget", "--room", "12GiB,99999TiB", "--reserve", "1GiB"],
+    ],
+)
+def test_an_argument_beyond_any_gpu_is_an_argument_error(capsys, argv):
+    # issue 25: a 10^23 --max-model-len reached orjson: "TypeError: Integer exceeds 64-bit range", exit 1.
+    # Whole numbers and sizes are bounded by 2^44 (16 TiB in bytes, 17,592,186,044,416 tokens)
+    error = refusal(capsys, argv)
+    assert "is out of range: expected at most 17,592,186,044,416" in error, error
+
+
+def test_the_json_writer_refuses_a_number_beyond_64_bits():
+    # issue 25: the writer's last line of defence: a CliError (one error: line, exit 2), no TypeError
+    with pytest.raises(CliError, match="cannot be written as JSON"):
+        print_json({"tokens": 2**64})

@@ -649,3 +649,50 @@ def test_suggested_bytes_above_their_printed_gib_figure_are_refused(version, tmp
     # rounding allows (the sums stay within their 0.02-0.025 GiB, so only this check sees it)
     code, err = ledger_exit(tmp_path, capsys, suggestion_line(version, printed_extra=gib("0.01")))
     assert code == 2 and "is above its printed" in err
+
+
+# --- a suggestion the check cannot verify is refused, never read (issue 26, reader safety) --------------------
+# data/boots/four-rank: rank 2's line (Worker_TP2) is free 48.61 − (32.86 + 1.41 + 0.38 + 0.92) − 150 MiB =
+# 12.89 GiB ≈ its `--kv-cache-memory=13851269530` (12.9 GiB): 13851269530 / 2^30 = 12.9000. Each edit below
+# raises that room and leaves a line the whole-line check cannot match; before the fix the reader still took
+# the edited suggestion and approve exited 0 (a 15.49 GiB budget, or a 37.11 GiB room for rank 2).
+TAMPERED_SUGGESTIONS = {
+    # the room raised to 19851269530 B (/ 2^30 = 18.488: "18.49 GiB") and one word changed so the line no
+    # longer matches whole
+    "a-word-changed": lambda line: line.replace(
+        "13851269530` (12.9 GiB)", "19851269530` (18.49 GiB)"
+    ).replace("for weight,", "for weights,"),
+    # everything from "Free memory…" up to "Replace…" deleted (no parts left to check), the room raised to
+    # 39851269530 B (/ 2^30 = 37.114: "37.11 GiB")
+    "parts-deleted": lambda line: (
+        line[: line.index("Free memory on device")] + line[line.index("Replace gpu_memory_utilization") :]
+    ).replace("13851269530` (12.9 GiB)", "39851269530` (37.11 GiB)"),
+    # a forged "fit …, or full …" fragment of 37.11 GiB placed before the real sentence, which adds up
+    "forged-fragment-first": lambda line: line.replace(
+        "Free memory on device",
+        "`--kv-cache-memory=39851269530` (37.11 GiB) to fit into requested memory, or "
+        "`--kv-cache-memory=39851269530` (37.11 GiB) to fully utilize gpu memory. Free memory on device",
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", TAMPERED_SUGGESTIONS.values(), ids=TAMPERED_SUGGESTIONS)
+def test_a_suggestion_the_check_cannot_verify_is_refused_not_read(edit, tmp_path, capsys):
+    # issue 26: the reader takes a suggestion only from the whole line the check verified; any other line
+    # holding one is refused with its file and line, and no evidence is written
+    lines = (DATA_DIR / "boots" / "four-rank" / "boot.log").read_text(encoding="utf-8").split("\n")
+    (index,) = [
+        i for i, line in enumerate(lines) if line.startswith("(Worker_TP2") and "Free memory on" in line
+    ]
+    lines[index] = edit(lines[index])
+    path = tmp_path / "tampered.log"
+    path.write_text("\n".join(lines), encoding="utf-8")
+    out = tmp_path / "evidence"
+    model = ["--model", "llama-3.1-70b", "--reserve", "0.9GiB"]
+    code = main(["approve", str(path), *model, "--approver", "QA", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert err.startswith(
+        f"error: {path}:{index + 1}: a line with a --kv-cache-memory suggestion that cannot be checked"
+    )
+    assert err.count("\n") == 1 and not list(out.glob("*"))  # approve makes the folder first; nothing in it

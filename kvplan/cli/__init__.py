@@ -21,6 +21,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import NoReturn
 
+import orjson
+
 from kvplan.cli.approve import add_approve, add_export, add_verify
 from kvplan.cli.budget import add_budget
 from kvplan.cli.capacity import add_capacity, add_drift
@@ -31,6 +33,7 @@ from kvplan.cli.common import (
     print_error,
     print_warnings,
     reader_warnings_into,
+    unwritable_json,
 )
 from kvplan.cli.common import print_json as _print_json  # tests/test_load.py checks it by this name
 from kvplan.cli.fleet import add_fleet
@@ -131,6 +134,9 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_BAD_INPUT
     except OverflowError as exc:  # a number in the input beyond what a 64-bit ledger or a float holds
         print_error(f"a number in the input is too large to hold ({exc})")
+        return EXIT_BAD_INPUT
+    except orjson.JSONEncodeError as exc:  # a JSON writer's last line of defence (issue 25)
+        print_error(unwritable_json(exc))
         return EXIT_BAD_INPUT
     finally:
         print_warnings(notes)

@@ -21,7 +21,7 @@ import orjson
 
 from kvplan.escape import terminal_text
 from kvplan.kvspec.capacity import DEFAULT_BLOCK_SIZE, VLLM_BLOCK_SIZES
-from kvplan.units import parse_size, parse_size_list
+from kvplan.units import MAX_DEVICE_BYTES, parse_size, parse_size_list
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 
@@ -77,17 +77,28 @@ T = TypeVar("T", int, float)
 
 
 def size(text: str) -> int:
-    """A size such as ``0.9GiB`` in bytes."""
+    """A size such as ``0.9GiB`` in bytes, at most 16 TiB (:data:`MAX_DEVICE_BYTES`) either side of zero."""
     try:
-        return parse_size(text)
+        return _bounded(parse_size(text), text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _bounded(value: T, text: str) -> T:
+    """``value`` when within :data:`MAX_DEVICE_BYTES` either side of zero, else argparse's refusal (issue 25:
+    a 10^23 --max-model-len reached the JSON writer as a traceback)."""
+    if not abs(value) <= MAX_DEVICE_BYTES:  # NaN too
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is out of range: expected at most {MAX_DEVICE_BYTES:,} (2^44, 16 TiB in bytes: more "
+            "bytes or tokens than any GPU holds)"
+        )
+    return value
 
 
 def size_list(text: str) -> list[int]:
     """Comma-separated sizes ≥ 0, one per rank in rank order [bytes]."""
     try:
-        sizes = parse_size_list(text)
+        sizes = [_bounded(value, text) for value in parse_size_list(text)]
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     negative = [position for position, size in enumerate(sizes) if size < 0]
@@ -149,12 +160,23 @@ def _whole_number_from_one(text: str, refusal: str) -> int:
     return value
 
 
+def whole_number(text: str) -> int:
+    """A whole number within :data:`MAX_DEVICE_BYTES` either side of zero."""
+    return _number(text, int, "a whole number")
+
+
+def real_number(text: str) -> float:
+    """A finite number within :data:`MAX_DEVICE_BYTES` either side of zero."""
+    return _number(text, float, "a number")
+
+
 def _number(text: str, convert: Callable[[str], T], what: str) -> T:
-    """``convert(text)``, or argparse's refusal ``not {what}: 'text'``."""
+    """``convert(text)`` within bounds (:func:`_bounded`), or argparse's refusal ``not {what}: 'text'``."""
     try:
-        return convert(text)
+        value = convert(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+    return _bounded(value, text)
 
 
 # --- argument groups --------------------------------------------------------------------------
@@ -252,13 +274,13 @@ def add_load_arguments(parser: argparse.ArgumentParser, files: str) -> None:
     parser.add_argument("--load", nargs="+", default=[], metavar="LOG_OR_METRICS", help=files)
     parser.add_argument(
         "--max-preemptions",
-        type=int,
+        type=whole_number,
         metavar="N",
         help="with --load: preemptions allowed in the run (default 0)",
     )
     parser.add_argument(
         "--max-capacity-loss",
-        type=float,
+        type=real_number,
         metavar="PCT",
         help="with --load, for a run at a manual --kv-cache-memory-bytes value: bound on "
         "the KV tokens lost against the approved profiled boot [%%] (default: "
@@ -357,9 +379,18 @@ def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
     return "\n".join(lines)
 
 
+def unwritable_json(exc: Exception) -> str:
+    """The error for a result orjson cannot write (a whole number beyond 64 bits)."""
+    return f"the result cannot be written as JSON ({exc}): an input far out of range?"
+
+
 def print_json(data: dict) -> int:
     """Print ``data`` as indented JSON (orjson's; a NaN or ±Inf, which JSON cannot hold, prints as null);
     returns ``EXIT_OK``."""
     options = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
-    sys.stdout.write(orjson.dumps(data, option=options | orjson.OPT_APPEND_NEWLINE).decode())
+    try:
+        text = orjson.dumps(data, option=options | orjson.OPT_APPEND_NEWLINE)
+    except orjson.JSONEncodeError as exc:  # the last line of defence (issue 25): a number beyond 64 bits
+        raise CliError(unwritable_json(exc)) from None
+    sys.stdout.write(text.decode())
     return EXIT_OK

@@ -24,10 +24,8 @@ from pandas.api.extensions import ExtensionArray
 
 from kvplan.columns import BOOL_COLUMNS, FLOAT_COLUMNS, INT_COLUMNS, LEDGER_COLUMNS
 from kvplan.escape import csv_cell
-from kvplan.units import format_size
+from kvplan.units import MAX_DEVICE_BYTES, format_size
 
-#: Far above any accelerator's memory (the largest today hold well under 1 TiB): beyond is absurd.
-MAX_DEVICE_BYTES = 1 << 44
 #: The largest parallel degree accepted: 65,536 GPUs in one launch.
 MAX_PARALLEL_SIZE = 1 << 16
 #: Linux's PID_MAX_LIMIT: no process id is larger.

@@ -11,7 +11,6 @@ import pandas as pd
 
 from kvplan.columns import KEY_COLUMNS
 from kvplan.io.ledger_frame import (
-    MAX_DEVICE_BYTES,
     ImpossibleValue,
     check_parallel_size,
     check_value,
@@ -25,7 +24,7 @@ from kvplan.io.vllm.records import Record, rank_name, split_records, worker_grou
 from kvplan.io.vllm.values import CONFIG_NAMES
 from kvplan.notes import Note
 from kvplan.releases import version_tuple
-from kvplan.units import format_size
+from kvplan.units import MAX_DEVICE_BYTES, format_size
 
 KV_SIZED_COLUMNS = (
     "available_kv_bytes",

@@ -102,7 +102,8 @@ _MEMORY_FAMILIES = [
     family("external_weights_over", "Externally held weights", "rank", ("external_weights_bytes", "total_bytes", "gpu_memory_utilization", "requested_bytes"), r"Externally held weights on device \S+ \({num}/{num} GiB\) exceed the desired GPU memory utilization \({num}, {num} GiB\)"),
     family("usage", "for CUDAGraph memory", "rank", ("weights_bytes", "activation_peak_bytes", "non_torch_bytes", "cuda_graph_bytes"), r"Actual usage is {num} GiB for weight, {num} GiB for peak activation, {num} GiB for non-torch memory, and {num} GiB for CUDAGraph memory"),
     family("usage_consumed", "for CUDAGraph memory", "rank", (None, "activation_peak_bytes", "cuda_graph_bytes"), r"Actual usage is {num} GiB for consumed memory \(weights \+ non-torch\), {num} GiB for peak activation, and {num} GiB for CUDAGraph memory"),
-    family("suggestion", "--kv-cache-memory=", "rank", suggestion, r"`--kv-cache-memory=(-?\d+)`(?: \(-?[\d.]+ GiB\))? to fit into requested memory, or `--kv-cache-memory=(-?\d+)`(?: \(-?[\d.]+ GiB\))? to fully utilize gpu memory"),
+    # any line holding a vLLM-quoted suggestion; its handler reads the whole line once, checks it, or refuses it
+    family("suggestion", "--kv-cache-memory=", "rank", suggestion, r"`--kv-cache-memory=|--kv-cache-memory=-?\d+`"),
     family("kv_in_use", "kv cache memory in use", "rank", ("kv_in_use_bytes:int", "kv_in_use_bytes"), r"Current kv cache memory in use is (?:(\d+) bytes|{num} GiB)"),
     family("manual", "as specified by kv_cache_memory_bytes", "rank", manual, r"Initial free memory {num} GiB, reserved {num} ?GiB memory for KV Cache"),
     family("startup_plan", "persisted startup plan", "rank", plan_applied, r"kv_cache_memory_bytes=(\d+) \({num} GiB\), recorded free-memory baseline {num} GiB, current {num} GiB"),

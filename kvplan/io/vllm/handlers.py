@@ -215,31 +215,59 @@ class PartsDisagree(ValueError):
 _REDUNDANCY_BUFFER_BYTES = 150 << 20
 #: The whole suggestion line (``gpu_worker.py`` ``compile_or_warm_up_model``, 0.10.2–0.33): free and total
 #: memory, utilization and requested memory, the parts (weights, activation, non-torch, graphs to 0.26;
-#: consumed, activation, graphs from 0.27), each suggestion [bytes] and its GiB figure (0.11+).
+#: consumed, activation, graphs from 0.27), each suggestion [bytes] and its GiB figure (0.11+), the KV cache
+#: in use (bytes in 0.10.2, GiB after).
 _SUGGESTION_LINE = re.compile(
     r"Free memory on device \({num}/{num} GiB\) on startup\. Desired GPU memory utilization is \({num}, {num} GiB\)\. "
     r"Actual usage is (?:{num} GiB for weight, {num} GiB for peak activation, {num} GiB for non-torch memory, and "
     r"{num}|{num} GiB for consumed memory \(weights \+ non-torch\), {num} GiB for peak activation, and {num}) GiB "
     r"for CUDAGraph memory\. Replace gpu_memory_utilization config with `--kv-cache-memory=(-?\d+)`"
-    r"(?: \({num} GiB\))? to fit into requested memory, or `--kv-cache-memory=(-?\d+)`(?: \({num} GiB\))?".replace(
+    r"(?: \({num} GiB\))? to fit into requested memory, or `--kv-cache-memory=(-?\d+)`(?: \({num} GiB\))? "
+    r"to fully utilize gpu memory\. Current kv cache memory in use is (?:\d+ bytes|{num} GiB)\.".replace(
         "{num}", NUM
     )
+)
+#: Words of the suggestion line no other vLLM line holds: a message holds each only inside its one whole line.
+_SUGGESTION_WORDS = (
+    "--kv-cache-memory=",
+    "Free memory on device",
+    "Actual usage is",
+    "kv cache memory in use",
+)
+_SUGGESTION_EXPECTED = (
+    "a line with a --kv-cache-memory suggestion that cannot be checked (cut short, edited, or more than one): "
+    "expected vLLM's whole line once, 'Free memory on device (F/T GiB) on startup. Desired GPU memory utilization "
+    "is (U, R GiB). Actual usage is … GiB for CUDAGraph memory. Replace gpu_memory_utilization config with "
+    "`--kv-cache-memory=B` … to fit into requested memory, or `--kv-cache-memory=B` … to fully utilize gpu memory. "
+    "Current kv cache memory in use is X GiB.'; give the log as vLLM wrote it"
 )
 
 
 def suggestion(m: Groups) -> dict:
-    """vLLM's two ``--kv-cache-memory`` suggestions [bytes], refused (:class:`PartsDisagree`) when the line's
-    own figures give less: a tampered suggestion must not raise a budget (:func:`check_suggestion`).
+    """vLLM's two ``--kv-cache-memory`` suggestions [bytes], read from the one whole line that
+    :func:`check_suggestion` verified; a line holding a suggestion that cannot be verified (cut short,
+    edited, two of them) is refused (:class:`PartsDisagree`): a tampered suggestion must not raise a budget.
 
-    >>> suggestion(re.search("=(-?\\d+)`.*=(-?\\d+)`", "`--kv-cache-memory=7` or `--kv-cache-memory=9`"))
-    {'suggested_fit_bytes': 7, 'suggested_full_bytes': 9}
+    >>> line = ("Free memory on device (48.61/79.19 GiB) on startup. Desired GPU memory utilization is (0.6, "
+    ...     "47.51 GiB). Actual usage is 32.86 GiB for weight, 1.41 GiB for peak activation, 0.38 GiB for non-torch "
+    ...     "memory, and 0.92 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with "
+    ...     "`--kv-cache-memory=12676748903` (11.81 GiB) to fit into requested memory, or "
+    ...     "`--kv-cache-memory=13851269530` (12.9 GiB) to fully utilize gpu memory. Current kv cache memory in "
+    ...     "use is 11.89 GiB.")
+    >>> suggestion(re.search("`--kv-cache-memory=", line))
+    {'suggested_fit_bytes': 12676748903, 'suggested_full_bytes': 13851269530}
     """
-    check_suggestion(m.string)
-    return {"suggested_fit_bytes": int(m.group(1)), "suggested_full_bytes": int(m.group(2))}
+    message = m.string
+    whole = _SUGGESTION_LINE.search(message)
+    if whole is None or any(message.count(word) != whole.group(0).count(word) for word in _SUGGESTION_WORDS):
+        raise PartsDisagree(_SUGGESTION_EXPECTED)
+    check_suggestion(whole)
+    return {"suggested_fit_bytes": int(whole.group(12)), "suggested_full_bytes": int(whole.group(14))}
 
 
-def check_suggestion(message: str) -> None:
-    """Refuse a suggestion line whose parts give less than it suggests, beyond the rounding of its figures.
+def check_suggestion(whole: re.Match) -> None:
+    """Refuse a suggestion line (``whole``, a match of the whole line) whose parts give less than it
+    suggests, beyond the rounding of its figures.
 
     vLLM computes ``full = free − Σparts − 150 MiB`` and ``fit = requested − Σparts − 150 MiB`` in bytes
     and prints every other figure rounded to 0.01 GiB (±0.005 GiB): a sum of n printed figures is within
@@ -249,9 +277,6 @@ def check_suggestion(message: str) -> None:
     one below it is on the safe side, as vLLM's own quirks are (vllm#57936 counts the graphs twice in 0.18
     and 0.27+: the suggestion is low, and its printed activation already holds the graph estimate).
     """
-    whole = _SUGGESTION_LINE.search(message)
-    if whole is None:  # a line cut short: its parts are not all there
-        return
     free, total, requested = (gib_bytes(whole.group(i)) for i in (1, 2, 4))
     util = float(whole.group(3))
     shown = [whole.group(i) for i in range(5, 12) if whole.group(i) is not None]
