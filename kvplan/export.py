@@ -209,6 +209,8 @@ EXPORTERS: dict[str, Exporter] = {
 }
 
 
+#: A worker name's ``_EP<rank>`` part means ``--enable-expert-parallel`` (0.33 ``v1/executor/multiproc_executor.py``).
+_EXPERT_WORKER = re.compile(r"_EP\d+$")
 #: What a value may hold to be written into a flag, a YAML scalar or an argument list unchanged.
 _PLAIN = re.compile(r"[A-Za-z0-9_./:@+=-]{1,512}")
 
@@ -221,6 +223,11 @@ def verified_launch(bundle: str | os.PathLike, digest: str | None = None) -> tup
     decision = verified.decision
     defaulted = decision.defaulted_key_fields if decision is not None else frozenset()
     layout = launch_layout(approved.compatibility_key, defaulted)
+    workers = (
+        decision.ledger.get("process", ()) if decision is not None and decision.ledger is not None else ()
+    )
+    if any(_EXPERT_WORKER.search(str(name)) for name in workers):
+        layout["enable-expert-parallel"] = True
     utilization = decision.gpu_memory_utilization if decision is not None else None
     # the load policy as the verified decision recomputed it (no load evidence: none allowed)
     load = decision.load if decision is not None else None
@@ -253,12 +260,7 @@ def launch_layout(key: Mapping[str, object], defaulted: frozenset[str] = frozens
 
 
 def _plain(field: str, value: object) -> object:
-    """``value`` as the flag takes it (a number stays a number); refused where it would change the launch or,
-    with spaces, quotes or control characters, an argument list's or a file's structure.
-
-    >>> _plain("model", "meta-llama/Llama-3.1-70B-Instruct"), _plain("max_model_len", 32768)
-    ('meta-llama/Llama-3.1-70B-Instruct', 32768)
-    """
+    """``value`` as the flag takes it; refused where it would change the launch or an argument list."""
     if field == "dtype" and isinstance(value, str):
         value = value.removeprefix("torch.")  # the logs print torch.bfloat16; --dtype takes bfloat16
     reason = ""

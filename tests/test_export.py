@@ -2,6 +2,7 @@
 each output parsed back here; ``export startup-plan`` writes vLLM 0.33's own per-rank plan files."""
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -228,6 +229,33 @@ def test_every_format_carries_every_memory_setting_of_the_key(capsys, tmp_path):
     ] == launch_flags
     for name, flags in launch_of_every_format(capsys, bundle).items():
         assert flags == expected, name
+
+
+def test_expert_parallel_workers_export_the_flag(capsys, tmp_path):  # issue 24
+    # the sample TP4 boot whose workers are named Worker_TP<r>_EP<r>: vLLM 0.33 adds the _EP part to a worker's
+    # name only when --enable-expert-parallel is on (multiproc_executor.py setup_proc_title_and_log_prefix)
+    log = tmp_path / "boot.log"
+    log.write_text(re.sub(r"\((Worker_TP(\d)) pid", r"(\1_EP\2 pid", SAMPLE_LOG.read_text()))
+    argv = [
+        "--reserve",
+        "0.9GiB",
+        "--model",
+        "llama-3.1-70b",
+        "--approver",
+        "x",
+        "--out",
+        str(tmp_path / "ev"),
+    ]
+    assert main(["approve", str(log), *argv]) == 0
+    [bundle] = (tmp_path / "ev").iterdir()
+    capsys.readouterr()
+    for name, flags in launch_of_every_format(capsys, bundle).items():
+        assert flags["enable-expert-parallel"] is True, name
+    # the sample as it is (Worker_TP<r>): no expert parallelism, no flag
+    assert main(["approve", str(SAMPLE_LOG), *argv[:-1], str(tmp_path / "plain")]) == 0
+    [plain] = (tmp_path / "plain").iterdir()
+    capsys.readouterr()
+    assert "enable-expert-parallel" not in launch_of_every_format(capsys, plain)["args"]
 
 
 def test_every_key_field_is_a_flag_or_where_the_launch_runs():  # issue 24
