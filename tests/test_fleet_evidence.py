@@ -222,3 +222,26 @@ def test_class_without_snapshots_is_warned_that_no_gate_can_compare_its_gpu(tmp_
     plan = plan_fleet(str(folder), FleetPolicy(GiB), scheduler="synchronous").to_dict()
     (detail,) = [d for d in plan["warning_details"] if d["code"] == "fleet-no-nvidia-smi"]
     assert "has no GPU type or driver, so a gate cannot compare them" in detail["message"]
+
+
+def test_waves_carry_the_class_bundles_whole_launch_flags(approved, tmp_path, capsys):  # issue 24
+    from kvplan.evidence import read_bundle
+
+    folder, plan, bundle = approved
+    # the bundle's launch_flags: the value and its companion utilization (vLLM refuses to start at the default
+    # 0.92 when a rank's free memory is below ceil(total × 0.92); the flags travel together)
+    flags = read_bundle(bundle)["decision"]["launch_flags"]
+    assert flags[0] == plan["classes"][0]["flag"] and flags[1].startswith("--gpu-memory-utilization=")
+    assert plan["classes"][0]["launch_flags"] == flags
+    assert [wave["launch_flags"] for wave in plan["waves"]] == [flags, flags]  # canaries, then the class
+    assert [wave["flag"] for wave in plan["waves"]] == [flags[0], flags[0]]  # the key pipelines read stays
+    # the text wave lines operators read, from a plan that writes the bundle (another --out: never overwritten)
+    argv = ["fleet", "plan", str(folder), "--reserve", "1GiB", "--model", "llama-3.1-70b"]
+    assert main([*argv, "--scheduler", "synchronous", "--out", str(tmp_path / "ev"), "--approver", "QA"]) == 0
+    waves = [line for line in capsys.readouterr().out.splitlines() if line.startswith("wave ")]
+    assert len(waves) == 2 and all(line.endswith(f"host(s)  {' '.join(flags)}") for line in waves)
+    # without --out no bundle gives the companion: a note after the waves says where it comes from
+    assert main([*argv, "--scheduler", "synchronous"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert all(line.endswith(f"host(s)  {flags[0]}") for line in lines if line.startswith("wave "))
+    assert lines[-1].startswith("note     each class bundle's launch_flags add --gpu-memory-utilization")

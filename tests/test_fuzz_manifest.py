@@ -163,7 +163,11 @@ def test_manifest_never_changes_the_structure_of_the_answer(world, tmp_path_fact
     assert not any(re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e]", line) for line in lines)
     waves = [line for line in lines if line.startswith("wave ")]
     assert len(waves) == len(data["waves"])
-    assert all(re.search(r"--kv-cache-memory-bytes=\d+$", line)[0] in flags for line in waves)
+    # each wave line ends with its class bundle's launch flags, the value first (issue 24)
+    ends = [
+        re.search(r"(--kv-cache-memory-bytes=\d+) --gpu-memory-utilization=[\d.]+$", line) for line in waves
+    ]
+    assert all(end is not None and end[1] in flags for end in ends)
     counts["exit 0"] += 1
     counts["held"] += 1
 

@@ -70,6 +70,25 @@ def test_a_missing_rank_says_cannot_judge_and_why(capsys, four_rank_bundle, tmp_
     assert checks[KEY_CHECK].passed is True  # the key of rank 0's lines is the approved one
 
 
+def test_a_rank_the_snapshot_shows_no_free_memory_for_is_not_passed(
+    capsys, four_rank_bundle, tmp_path
+):  # issue 24
+    # rank 2 is the limiting rank (12 GiB ≥ 12 GiB); its memory.free [N/A] used to leave ranks 0, 1, 3
+    # (8,356, 7,127, 5,898 MiB ≥ 921.6 MiB reserve) and gate: PASS, exit 0
+    apps = FOUR_RANK / "nvidia-smi-apps.csv"
+    status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--nvidia-smi",
+                          FOUR_RANK / "nvidia-smi-gpu.csv", "--nvidia-smi", apps)  # fmt: skip
+    assert (status, checks["reserve present after warm-up"].passed) == (0, True)  # the snapshot as taken
+    snapshot = edited(
+        tmp_path, FOUR_RANK / "nvidia-smi-gpu.csv", lambda text: text.replace("2314 MiB", "[N/A]")
+    )
+    status, checks = gate(capsys, four_rank_bundle, FOUR_RANK / "boot.log", "--nvidia-smi", snapshot,
+                          "--nvidia-smi", apps)  # fmt: skip
+    reserve = checks["reserve present after warm-up"]
+    assert (status, reserve.passed) == (2, None)
+    assert reserve.detail.endswith("rank 2: no free memory after warm-up shown: cannot judge")
+
+
 def test_one_line_per_rank_per_check(capsys, four_rank_bundle, tmp_path):
     # rank 2's own room lowered (12.9 → 12.4 GiB): both estimates shown, on one line, the lower first
     log = edited(

@@ -260,13 +260,32 @@ def test_a_counter_below_zero_is_refused_with_its_line(tmp_path, capsys):  # iss
     assert main(["load", str(path)]) == 2
     assert capsys.readouterr().err == f"error: {message}\n"
     # the same counter from Prometheus (a query_range answer): refused at its position, 2
-    from kvplan.io.load.scrapes import Sample, samples_reading
+    from kvplan.io.load import Sample, samples_reading
 
     samples = [
         Sample("vllm:num_preemptions_total", {"engine": "0"}, t, v) for t, v in ((10.0, 0.0), (20.0, -3.0))
     ]
     with pytest.raises(LoadFormatError, match=r"^prometheus:2: vllm:num_preemptions_total is -3, below zero"):
         samples_reading(samples, "prometheus")
+
+
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        # 2.5 preemptions: no engine preempts half a request (read as 2 before, so 0.5 would have passed ≤ 0)
+        ("2.5", "not a whole number: vLLM's counters count whole tokens and preemptions"),
+        # 1e30 > 2^63 − 1: refused at its own line 30, not at the scrape's first line ("mx.prom:1" before)
+        ("1e30", "beyond 9,223,372,036,854,775,807: a number too large to hold"),
+    ],
+)
+def test_a_counter_vllm_cannot_export_names_its_line(tmp_path, value, reason):  # issue 28
+    sample = (LOAD / "manual-canary-overload" / "metrics.prom").read_text(encoding="utf-8")
+    edited = re.sub(r"^(vllm:num_preemptions_total\{[^}]*\}) \S+", rf"\1 {value}", sample, flags=re.M)
+    path = tmp_path / "mx.prom"
+    path.write_text(edited, encoding="utf-8")
+    with pytest.raises(LoadFormatError) as refused:
+        read_metrics_snapshots([path])
+    assert str(refused.value) == f"{path}:30: vllm:num_preemptions_total is {float(value):g}, {reason}"
 
 
 def test_no_vllm_metric_is_refused():

@@ -44,6 +44,11 @@ def _add_engine_arguments(parser: argparse.ArgumentParser, default: str | None) 
     )
 
 
+#: After the waves when no class bundle gave the companion utilization (a plan without --out).
+NO_COMPANION = (
+    "note     each class bundle's launch_flags add --gpu-memory-utilization: plan with --out to see it"
+)
+
 FLEET_HELP = """\
 budgets per host class from many hosts' logs; rollout waves; canary gate
 
@@ -222,9 +227,11 @@ def _plan_lines(data: dict) -> list[str]:
     for wave in data["waves"]:
         lines.append(
             f"wave {wave['wave']}  {wave['kind']:6}  {wave['class']}: {len(wave['hosts'])} host(s)  "
-            f"{wave['flag']}"
+            f"{' '.join(wave['launch_flags'])}"
         )
         lines.append(f"         then: {wave['gate']}")
+    if any(len(wave["launch_flags"]) < 2 for wave in data["waves"]):
+        lines.append(NO_COMPANION)
     return lines
 
 

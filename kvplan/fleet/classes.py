@@ -304,8 +304,9 @@ def gate_command(bundle: str | None, hosts: Sequence[str]) -> str:
 
 
 def rollout_waves(classes: Sequence[Mapping], canaries: int = CANARIES) -> list[dict]:
-    """Waves for approved ``classes`` (dicts with ``class``, ``flag``, ``bundle``, ``limiting_host``,
-    ``host_budgets``): every class's canaries first, then each class's other hosts, smallest class first."""
+    """Waves for approved ``classes`` (dicts with ``class``, ``flag``, ``launch_flags``, ``bundle``,
+    ``limiting_host``, ``host_budgets``): every class's canaries first, then each class's other hosts, smallest
+    class first."""
     ordered = sorted(classes, key=lambda item: (len(item["host_budgets"]), item["class"]))
     chosen = [canary_hosts(item["host_budgets"], item["limiting_host"], canaries) for item in ordered]
     waves = [(item, "canary", hosts) for item, hosts in zip(ordered, chosen)]
@@ -320,6 +321,7 @@ def rollout_waves(classes: Sequence[Mapping], canaries: int = CANARIES) -> list[
             "class": item["class"],
             "hosts": hosts,
             "flag": item["flag"],
+            "launch_flags": item["launch_flags"],
             "gate": gate_command(item["bundle"], hosts),
             "stop_when": "any rank's adjusted budget is below the class value (free-memory floor) or the "
             "tokens fall below the admission plan: the gate exits 1",

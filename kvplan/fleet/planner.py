@@ -44,6 +44,8 @@ class ClassDecision:
     approved: bool
     reason: str | None = None
     bundle: str | None = None
+    #: the class bundle's ``launch_flags`` (the value and its companion utilization); () before one is written
+    launch_flags: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         """The class's entry of ``kvplan fleet plan --json`` (bytes as int)."""
@@ -57,6 +59,7 @@ class ClassDecision:
             "clean_hosts": len(c.hosts),
             "uniform_budget_bytes": c.budget.uniform_budget_bytes,
             "flag": c.budget.flag if self.approved else None,
+            "launch_flags": (list(self.launch_flags) or [c.budget.flag]) if self.approved else None,
             "limiting_host": c.limiting_host,
             "limiting_rank": c.limiting_rank,
             "stranded_total_bytes": c.budget.stranded_total_bytes,
@@ -279,12 +282,13 @@ def _with_bundle(
     except (ApprovalError, ValueError) as exc:
         warnings.append(Note(f"class {c.name}: not approved: {exc}", code="fleet-approval-refused"))
         return replace(decision, approved=False, reason=str(exc))
-    if c.budget.uniform_budget_bytes != int(read_bundle(bundle)["decision"]["kv_cache_memory_bytes"]):
+    recorded = read_bundle(bundle)["decision"]
+    if c.budget.uniform_budget_bytes != int(recorded["kv_cache_memory_bytes"]):
         raise ApprovalError(
             f"{bundle}: the bundle approves another value than the class's "
             f"{format_size(c.budget.uniform_budget_bytes)}: refusing a plan that disagrees"
         )
-    return replace(decision, bundle=str(bundle))
+    return replace(decision, bundle=str(bundle), launch_flags=tuple(recorded["launch_flags"]))
 
 
 def class_rows(plan: Mapping) -> list[dict]:

@@ -32,9 +32,10 @@ from kvplan.io.load.metrics import (
     parse_metrics_text,
     physical_lines,
     read_metrics_snapshots,
+    samples_reading,
 )
 from kvplan.io.load.records import log_time_shift
-from kvplan.io.load.scrapes import Sample, samples_reading
+from kvplan.io.load.scrapes import Sample
 
 __all__ = [
     "LoadFormatError",

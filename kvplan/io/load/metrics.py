@@ -5,7 +5,7 @@ distinct time), a comment holding a time (``# 2026-11-29T10:00:10Z`` or ``# 1732
 ``echo "# $(date -u +%FT%TZ)"`` writes), a family's ``# HELP`` seen again, or a series seen again (scrapes
 concatenated without a separator: no time, so no rates). Times are naive UTC. The names read and how rows
 are made of them: :mod:`.scrapes`. ``NaN`` and ``±Inf`` samples are read as unknown, with a warning; a counter
-below zero is refused with its file and line.
+below zero or not whole, or beyond 2^63 − 1, is refused with its file and line.
 """
 
 from __future__ import annotations
@@ -21,12 +21,13 @@ from kvplan.io.load.frame import LoadFormatError, LoadReading, bounded_lines
 from kvplan.io.load.scrapes import (
     CACHE_CONFIG,
     CREATED,
-    NEGATIVE_COUNTER,
     NON_FINITE,
     OUT_OF_RANGE,
     READ,
+    REFUSED,
+    Sample,
     Scrape,
-    negative_counter_error,
+    impossible_value,
     sample_note,
     scrapes_reading,
     take_sample,
@@ -234,9 +235,9 @@ def _read_metrics_lines(lines: Iterable[str], source: str) -> tuple[list[Scrape]
                     time = chunk.time if when is None else unix_time(when)
                     scrape = by_time[when] = Scrape(source, chunk.line, time)
                 problem = take_sample(scrape, name, sample.labels, sample.value) if scrape else None
-                if problem == NEGATIVE_COUNTER:
+                if problem == REFUSED:
                     line = _sample_line(chunk, name, sample.value)
-                    raise negative_counter_error(source, line, name, sample.value)
+                    raise refused_sample_error(source, line, name, sample.value)
                 if problem == NON_FINITE:
                     where = next((entry for entry in non_finite if entry[1] == name), None)
                     if where is not None:
@@ -309,3 +310,40 @@ def read_metrics_snapshots(paths: Sequence[str | Path]) -> LoadReading:
                 yield str(path), physical_lines(bounded_lines(lines, str(path)))
 
     return _metrics_reading(files())
+
+
+def refused_sample_error(source: str, line: int, name: str, value: float) -> LoadFormatError:
+    """The refusal of a sample no vLLM exports (:func:`~.scrapes.impossible_value`), naming its file and line.
+
+    >>> str(refused_sample_error("m.prom", 30, "vllm:num_preemptions_total", -1.0))
+    'm.prom:30: vllm:num_preemptions_total is -1, below zero: a counter starts at 0 and only rises'
+    """
+    return LoadFormatError(f"{source}:{line}: {name} is {value:g}, {impossible_value(name, float(value))}")
+
+
+def samples_reading(samples: Iterable[Sample], source: str) -> LoadReading:
+    """The reading of Prometheus samples of one run (e.g. a ``query_range`` answer): one scrape per distinct
+    timestamp, rows as for saved /metrics files (the same :func:`~.scrapes.take_sample` and :func:`~.scrapes.metrics_rows`),
+    every row and warning naming ``source`` (the line is the sample's position, from 1).
+
+    >>> reading = samples_reading([Sample("vllm:num_preemptions_total", {"engine": "0"}, 1732874410.0, 2.0),
+    ...     Sample("vllm:num_preemptions_total", {"engine": "0"}, 1732874420.0, 5.0)], "prometheus")
+    >>> [(row["preemptions"], row["preemptions_total"]) for row in reading.records()]
+    [(None, 2), (3, 5)]
+    """
+    by_time: dict[float | None, Scrape] = {}
+    notes: list[str] = []
+    for position, (name, labels, timestamp, value) in enumerate(samples, 1):
+        scrape = by_time.get(timestamp)
+        if scrape is None:
+            time = None if timestamp is None else unix_time(timestamp)
+            scrape = by_time[timestamp] = Scrape(source, position, time)
+        problem = take_sample(scrape, name, labels, value)
+        if problem == REFUSED:
+            raise refused_sample_error(source, position, name, value)
+        if problem is not None:
+            notes.append(sample_note(source, position, name, value))
+    for scrape in by_time.values():
+        for engine, values in scrape.values.items():
+            scrape.values[engine] = {name: v for name, v in values.items() if not math.isnan(v)}
+    return scrapes_reading(list(by_time.values()), [source], notes)

@@ -13,20 +13,12 @@ unknown, with a warning naming the file and line.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import NamedTuple
 
-from kvplan.io.load.frame import (
-    LoadFormatError,
-    LoadReading,
-    LoadSource,
-    counter_increase,
-    frame_of,
-    percent,
-    reading_of,
-)
+from kvplan.io.load.frame import LoadReading, LoadSource, counter_increase, frame_of, percent, reading_of
 from kvplan.notes import Note
 
 KV_USAGE = {"vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"}  # fractions of the KV blocks, 0–1
@@ -52,7 +44,7 @@ READ = FRACTIONS | GAUGES | READ_COUNTERS  # the names a row's fields come from;
 CREATED = {name.removesuffix("_total") + "_created": name for name in READ_COUNTERS}  # V1's start times
 CACHE_CONFIG = "vllm:cache_config_info"  # labels num_gpu_blocks, block_size (capacity)
 NON_FINITE, OUT_OF_RANGE = "non-finite", "out-of-range"  # what :func:`take_sample` may find wrong
-NEGATIVE_COUNTER = "negative-counter"  # and refuses (:func:`negative_counter_error`)
+REFUSED = "refused"  # and refuses (:func:`kvplan.io.load.metrics.refused_sample_error`)
 CONFIG_LABELS = ("kv_cache_memory_bytes", "num_gpu_blocks", "block_size")  # what a load check is judged on
 CONFIG_DISAGREES, COUNTER_DOWN = "cache-config-disagrees", "counter-down-without-restart"  # warning codes
 
@@ -95,7 +87,7 @@ def unix_time(seconds: float) -> datetime:
 def take_sample(scrape: Scrape, name: str, labels: Mapping[str, str], value: float) -> str | None:
     """Take one sample into ``scrape`` (a name :data:`READ` does not hold is left out); returns
     :data:`NON_FINITE` or :data:`OUT_OF_RANGE` when the value was read as unknown (the caller warns),
-    :data:`NEGATIVE_COUNTER` for a counter below zero, not taken (the caller refuses the file).
+    :data:`REFUSED` for a value no vLLM exports (:func:`impossible_value`), not taken (the caller refuses the file).
 
     >>> scrape = Scrape("m.prom", 1, None)
     >>> take_sample(scrape, "vllm:num_requests_running", {"engine": "0"}, 3.0), scrape.values
@@ -115,8 +107,8 @@ def take_sample(scrape: Scrape, name: str, labels: Mapping[str, str], value: flo
         return None
     if name not in READ:
         return None
-    if name in READ_COUNTERS and value < 0:  # issue 28: -1 preemptions would pass "preemptions ≤ 0"
-        return NEGATIVE_COUNTER
+    if impossible_value(name, value) is not None:  # issue 28: -1 preemptions would pass "preemptions ≤ 0"
+        return REFUSED
     problem = None
     if not math.isfinite(value):
         problem = NON_FINITE
@@ -133,15 +125,16 @@ def take_sample(scrape: Scrape, name: str, labels: Mapping[str, str], value: flo
     return problem
 
 
-def negative_counter_error(source: str, line: int, name: str, value: float) -> LoadFormatError:
-    """The refusal of a counter sample below zero, which no vLLM exports (its counters start at 0 and rise).
-
-    >>> str(negative_counter_error("m.prom", 30, "vllm:num_preemptions_total", -1.0))
-    'm.prom:30: vllm:num_preemptions_total is -1, below zero: a counter starts at 0 and only rises'
-    """
-    return LoadFormatError(
-        f"{source}:{line}: {name} is {value:g}, below zero: a counter starts at 0 and only rises"
-    )
+def impossible_value(name: str, value: float) -> str | None:
+    """Why no vLLM exports this finite ``value`` of ``name``; None when one may (issue 28)."""
+    counter = name in READ_COUNTERS and math.isfinite(value)
+    if counter and value < 0:
+        return "below zero: a counter starts at 0 and only rises"
+    if counter and not value.is_integer():
+        return "not a whole number: vLLM's counters count whole tokens and preemptions"
+    if math.isfinite(value) and name not in FRACTIONS and abs(value) >= 2**63:  # a row's int64 holds < 2^63
+        return f"beyond {2**63 - 1:,}: a number too large to hold"
+    return None
 
 
 def sample_note(source: str, line: int | None, name: str, value: float) -> Note:
@@ -368,31 +361,3 @@ def scrapes_reading(
     facts = [source_facts(source, scrapes) for source in sources]
     disagree = cache_config_disagreements(scrapes)
     return reading_of([frame_of(rows)], [*notes, *disagree, *warnings], facts)
-
-
-def samples_reading(samples: Iterable[Sample], source: str) -> LoadReading:
-    """The reading of Prometheus samples of one run (e.g. a ``query_range`` answer): one scrape per distinct
-    timestamp, rows as for saved /metrics files (the same :func:`take_sample` and :func:`metrics_rows`),
-    every row and warning naming ``source`` (the line is the sample's position, from 1).
-
-    >>> reading = samples_reading([Sample("vllm:num_preemptions_total", {"engine": "0"}, 1732874410.0, 2.0),
-    ...     Sample("vllm:num_preemptions_total", {"engine": "0"}, 1732874420.0, 5.0)], "prometheus")
-    >>> [(row["preemptions"], row["preemptions_total"]) for row in reading.records()]
-    [(None, 2), (3, 5)]
-    """
-    by_time: dict[float | None, Scrape] = {}
-    notes: list[str] = []
-    for position, (name, labels, timestamp, value) in enumerate(samples, 1):
-        scrape = by_time.get(timestamp)
-        if scrape is None:
-            time = None if timestamp is None else unix_time(timestamp)
-            scrape = by_time[timestamp] = Scrape(source, position, time)
-        problem = take_sample(scrape, name, labels, value)
-        if problem == NEGATIVE_COUNTER:
-            raise negative_counter_error(source, position, name, value)
-        if problem is not None:
-            notes.append(sample_note(source, position, name, value))
-    for scrape in by_time.values():
-        for engine, values in scrape.values.items():
-            scrape.values[engine] = {name: v for name, v in values.items() if not math.isnan(v)}
-    return scrapes_reading(list(by_time.values()), [source], notes)
