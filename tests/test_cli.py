@@ -415,6 +415,22 @@ def test_verify_of_a_renamed_bundle_exits_0_with_the_name_as_a_note(capsys, tmp_
     assert "  note: " in capsys.readouterr().out
 
 
+def test_verify_of_two_bundles_says_it_takes_one(capsys, tmp_path):
+    # issue 25: `kvplan verify evidence/*/` said "error: kvplan: unrecognized arguments: evidence/…/"
+    assert main(approve_args(tmp_path / "evidence")) == 0
+    assert main(approve_args(tmp_path / "evidence", "--note", "second")) == 0  # a second bundle
+    capsys.readouterr()
+    bundles = sorted(map(str, (tmp_path / "evidence").iterdir()))
+    assert len(bundles) == 2
+    assert main(["verify", *bundles]) == 2
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"error: verify takes one bundle, 2 were given ({', '.join(bundles)}): run kvplan verify once per bundle\n"
+    )
+    assert main(["verify", bundles[0]]) == 0  # one bundle verifies as before
+
+
 def test_approve_with_nvidia_smi_then_gate_compares_the_gpu_type(capsys, tmp_path):
     snapshots = [
         "--nvidia-smi",

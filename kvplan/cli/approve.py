@@ -245,6 +245,7 @@ def add_verify(sub: argparse._SubParsersAction) -> None:
     """Register ``kvplan verify``."""
     parser = add_command(sub, "verify", VERIFY_HELP)
     parser.add_argument("bundle", metavar="BUNDLE", help="an evidence bundle folder")
+    parser.add_argument("more_bundles", nargs="*", help=argparse.SUPPRESS)  # refused by run_verify
     parser.add_argument("--json", action="store_true", help='print {"bundle", "ok", "differences", "notes"}')
     parser.set_defaults(run=run_verify)
 
@@ -253,6 +254,14 @@ def run_verify(args: argparse.Namespace) -> int:
     """Print whether the bundle's hashes and recomputed decision agree; exit 1 with the differences."""
     from kvplan import evidence
 
+    if (
+        args.more_bundles
+    ):  # `kvplan verify evidence/*/` (issue 25): say so rather than "unrecognized arguments"
+        given = [args.bundle, *args.more_bundles]
+        raise CliError(
+            f"verify takes one bundle, {len(given)} were given ({', '.join(map(terminal_text, given))}): "
+            "run kvplan verify once per bundle"
+        )
     recomputed_warnings: list[str] = []  # the bundle records them; verify compares, never reprints them
     with reader_warnings_into(recomputed_warnings):
         verified = evidence.verify(args.bundle)
