@@ -37,8 +37,7 @@ if TYPE_CHECKING:  # pandas and the readers only once a bundle is read: ``kvplan
 
 #: The annotation (and comment key) that names the bundle an output came from.
 DIGEST_ANNOTATION = "kvplan.io/bundle-digest"
-#: vLLM's flag (0.33 ``engine/arg_utils.py``; a dotted one is a field of a JSON flag, ``utils/argparse_utils.py``)
-#: of each compatibility-key field a launch sets, in the order outputs list them.
+#: vLLM's flag of each key field a launch sets, in output order (0.33 ``engine/arg_utils.py``; dotted: a JSON field).
 LAYOUT_FLAGS = {
     "model": "model",
     "revision": "revision",
@@ -56,6 +55,8 @@ LAYOUT_FLAGS = {
 }
 #: Key fields no flag sets: where the launch runs (the gate compares them), and U (the decision's companion).
 NOT_LAUNCH_FLAGS = frozenset(("vllm_version", "gpu_name", "driver_version", "gpu_memory_utilization"))
+#: vLLM's default in every release, written by leaving the flag out (older releases have no such flag or --no-*).
+_LEFT_OUT = {"enforce_eager": False, "data_parallel_size": 1, "decode_context_parallel_size": 1}
 #: What vLLM 0.33's ``--dtype`` and ``cudagraph_mode`` take (``config/model.py``, ``config/compilation.py``).
 _CHOICES = {
     "dtype": ("auto", "half", "float16", "bfloat16", "float", "float32"),
@@ -243,8 +244,7 @@ def verified_launch(bundle: str | os.PathLike, digest: str | None = None) -> tup
 
 
 def launch_layout(key: Mapping[str, object], defaulted: frozenset[str] = frozenset()) -> dict[str, object]:
-    """vLLM's flag names (no ``--``) to values of every key field a launch sets that the logs showed; ValueError
-    naming a field no flag expresses (export refuses rather than write another launch).
+    """vLLM's flag names (no ``--``) to values of the key fields a launch sets; ValueError naming one no flag takes.
 
     >>> launch_layout({"dtype": "torch.bfloat16", "enforce_eager": True, "cudagraph_mode": "FULL"})
     {'dtype': 'bfloat16', 'enforce-eager': True, 'compilation-config.cudagraph_mode': 'FULL'}
@@ -252,8 +252,8 @@ def launch_layout(key: Mapping[str, object], defaulted: frozenset[str] = frozens
     layout = {}
     for name in [*LAYOUT_FLAGS, *sorted(set(key) - set(LAYOUT_FLAGS) - NOT_LAUNCH_FLAGS)]:
         value = key.get(name)
-        # vLLM's defaults (None, "None", enforce_eager False: no --no-* before BooleanOptionalAction) take no flag
-        if value is None or value == "None" or name in defaulted or (name, value) == ("enforce_eager", False):
+        left_out = name in _LEFT_OUT and type(value) is type(_LEFT_OUT[name]) and value == _LEFT_OUT[name]
+        if value is None or value == "None" or name in defaulted or left_out:
             continue
         layout[LAYOUT_FLAGS.get(name, name)] = _plain(name, value)
     return layout

@@ -13,7 +13,7 @@ from kvplan import evidence
 from kvplan.cli import main
 from kvplan.columns import KEY_COLUMNS
 from kvplan.drift import adjusted_budget_bytes
-from kvplan.export import EXPORTERS, LAYOUT_FLAGS, NOT_LAUNCH_FLAGS
+from kvplan.export import EXPORTERS, LAYOUT_FLAGS, NOT_LAUNCH_FLAGS, launch_layout
 from kvplan.io.model_config import resolve_model_config
 from kvplan.units import GiB, parse_size
 from tests.conftest import SAMPLE_LOG, TESTS_DATA_DIR
@@ -76,8 +76,6 @@ def test_every_format_carries_the_digest_and_parses_back(capsys, bundle):  # iss
         "--dtype=bfloat16",
         "--tensor-parallel-size=4",
         "--pipeline-parallel-size=1",
-        "--data-parallel-size=1",
-        "--decode-context-parallel-size=1",
         "--max-model-len=32768",
         "--kv-cache-dtype=auto",
         "--compilation-config.cudagraph_mode=FULL_AND_PIECEWISE",
@@ -105,8 +103,6 @@ def test_every_format_carries_the_digest_and_parses_back(capsys, bundle):  # iss
         "dtype": "bfloat16",
         "tensor_parallel_size": 4,
         "pipeline_parallel_size": 1,
-        "data_parallel_size": 1,
-        "decode_context_parallel_size": 1,
         "max_model_len": 32768,
         "kv_cache_dtype": "auto",
         "compilation_config": {"cudagraph_mode": "FULL_AND_PIECEWISE"},
@@ -214,8 +210,6 @@ def test_every_format_carries_every_memory_setting_of_the_key(capsys, tmp_path):
         "quantization": "fp8",
         "tensor-parallel-size": "4",
         "pipeline-parallel-size": "1",
-        "data-parallel-size": "1",
-        "decode-context-parallel-size": "1",
         "max-model-len": "32768",
         "kv-cache-dtype": "auto",
         "enforce-eager": True,
@@ -256,6 +250,19 @@ def test_expert_parallel_workers_export_the_flag(capsys, tmp_path):  # issue 24
     [plain] = (tmp_path / "plain").iterdir()
     capsys.readouterr()
     assert "enable-expert-parallel" not in launch_of_every_format(capsys, plain)["args"]
+
+
+def test_data_and_decode_context_parallel_sizes_are_written_above_one():  # issue 24
+    key = {"pipeline_parallel_size": 1, "data_parallel_size": 2, "decode_context_parallel_size": 4}
+    assert launch_layout(key) == {
+        "pipeline-parallel-size": 1,
+        "data-parallel-size": 2,
+        "decode-context-parallel-size": 4,
+    }
+    # 1 is vLLM's default in every release; 0.6.6 (whose key shows data_parallel_size 1) has no such flag
+    assert launch_layout({"data_parallel_size": 1, "decode_context_parallel_size": 1}) == {}
+    with pytest.raises(ValueError, match="data_parallel_size is True: not a value a launch flag takes"):
+        launch_layout({"data_parallel_size": True})
 
 
 def test_every_key_field_is_a_flag_or_where_the_launch_runs():  # issue 24
