@@ -84,3 +84,26 @@ def test_a_counter_down_without_a_restart_leaves_preemptions_unknown(capsys, bun
     [preemptions] = [c for name, c in checks.items() if name.startswith("preemptions")]
     assert status == 2 and preemptions["passed"] is None  # 5 + unknown against 8: cannot be judged
     assert "went down at" in preemptions["detail"]
+
+
+def test_two_kv_values_of_one_engine_in_one_scrape_are_refused(capsys, bundle, tmp_path):  # noqa: F811  # issue 28
+    # one scrape holding a second vllm:cache_config_info series of engine 0 at 15 GiB (16,106,127,360 B): before,
+    # the later series silently replaced the approved one and the load value check judged only it. No vLLM
+    # exports two sizes of one engine at one instant: refused, naming the file and the metric's line (48: the
+    # first scrape's cache_config_info line).
+    text = SCRAPES[0].read_text()
+    series = next(line for line in text.splitlines() if line.startswith("vllm:cache_config_info{"))
+    canary = tmp_path / "canary.prom"
+    canary.write_text(text.replace(series, f"{series}\n{series.replace(APPROVED, OTHER)}"))
+    with_same = tmp_path / "same.prom"
+    with_same.write_text(
+        text.replace(series, f"{series}\n{series}")
+    )  # the same series twice: one value, read
+    assert (
+        read_metrics_snapshots([with_same]).frame.shape[0]
+        == read_metrics_snapshots([SCRAPES[0]]).frame.shape[0]
+    )
+    status = main(["gate", "--approved", str(bundle), str(FOUR_RANK / "boot.log"), "--load", str(canary)])
+    error = capsys.readouterr().err
+    assert status == 2 and error.count("\n") == 1
+    assert error.startswith(f"error: {canary}:48: vllm:cache_config_info is 1, a second series of one engine")

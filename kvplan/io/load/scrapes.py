@@ -98,8 +98,8 @@ def take_sample(scrape: Scrape, name: str, labels: Mapping[str, str], value: flo
     engine = _engine(labels)
     value = float(value)  # prometheus_client reads "120" as the int 120
     if name == CACHE_CONFIG:
-        scrape.cache_config[engine] = dict(labels)
-        return None
+        earlier = scrape.cache_config.setdefault(engine, dict(labels))
+        return None if [earlier.get(k) for k in SIZED] == [labels.get(k) for k in SIZED] else REFUSED
     if name in CREATED:
         if math.isfinite(value):
             created = scrape.created.setdefault(engine, {})
@@ -125,8 +125,16 @@ def take_sample(scrape: Scrape, name: str, labels: Mapping[str, str], value: flo
     return problem
 
 
+#: The ``vllm:cache_config_info`` labels that size the KV cache: one engine shows one of each per scrape.
+SIZED = ("kv_cache_memory_bytes", "num_gpu_blocks")
+
+
 def impossible_value(name: str, value: float) -> str | None:
     """Why no vLLM exports this finite ``value`` of ``name``; None when one may (issue 28)."""
+    if name == CACHE_CONFIG:  # take_sample refuses only a second series of one engine that sizes it otherwise
+        return (
+            "a second series of one engine in one scrape with another kv_cache_memory_bytes or num_gpu_blocks"
+        )
     counter = name in READ_COUNTERS and math.isfinite(value)
     if counter and value < 0:
         return "below zero: a counter starts at 0 and only rises"
