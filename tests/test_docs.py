@@ -6,6 +6,7 @@ has a test that greps for the wrong text.
 """
 
 import argparse
+import os
 import re
 
 import pytest
@@ -161,3 +162,19 @@ def test_the_first_example_reads_logs():
     assert "--room" not in build_parser().format_help()
     first_command = re.search(r"^\s*(?:\$ )?(kvplan \w+ .*)$", README, re.M)
     assert first_command and "--room" not in first_command.group(1)
+
+
+def test_the_ledger_example_in_docs_cli_is_what_kvplan_prints(capsys):
+    # issue 27: the example had lost the `reason` column the table gained (issue 26); the docs show the real output
+    from kvplan.cli import main
+
+    command = "kvplan ledger data/boots/four-rank/boot.log"
+    text = (PROJECT_DIR / "docs" / "cli.md").read_text()
+    shown = text.split(f"$ {command}\n", 1)[1].split("```", 1)[0]
+    cwd = os.getcwd()
+    os.chdir(PROJECT_DIR)  # the example's relative path, as a reader types it from the checkout
+    try:
+        assert main(command.split()[1:]) == 0
+    finally:
+        os.chdir(cwd)
+    assert capsys.readouterr().out == shown
