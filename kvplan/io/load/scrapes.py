@@ -225,10 +225,15 @@ def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[dict], list[str]]:
     return [rows[key] for key in sorted(rows, key=lambda k: (k[0], -1 if k[1] is None else k[1]))], warnings
 
 
+def _went_down(values: dict, last: dict | None) -> list[str]:
+    """The counters (``…_total``) in ``values`` below their ``last`` value, in ``values``' order."""
+    return [n for n in values if n.endswith("_total") and last and values[n] < last.get(n, 0)]
+
+
 def _down_without_restart(before, scrape: Scrape, engine, last, values: dict) -> tuple | None:
     """The counters that went down since ``last`` but kept their V1 ``_created`` time (no restart created them
     anew: the two scrapes disagree) and the warning naming both samples; None when there is none."""
-    went_down = [n for n in values if n.endswith("_total") and last and values[n] < last.get(n, 0)]
+    went_down = _went_down(values, last)
     created_before = before.created.get(engine, {}) if before is not None else {}
     created_now = scrape.created.get(engine, {})
     names = [n for n in went_down if n in created_before and created_now.get(n) == created_before[n]]
@@ -286,9 +291,7 @@ def _created_anew(
     """The counters of ``engine`` created anew since the ``before`` scrape (V1: their ``_created`` time
     changed); a restart (they went down, or were created anew) is said once in ``warnings``."""
     values = scrape.values[engine]
-    went_down = sorted(
-        name for name in values if name.endswith("_total") and last and values[name] < last.get(name, 0)
-    )
+    went_down = sorted(_went_down(values, last))
     created_before = before.created.get(engine, {}) if before is not None else {}
     anew = sorted(
         name
