@@ -169,6 +169,15 @@ def launch_of_every_format(capsys, bundle: Path) -> dict[str, dict[str, object]]
     }
 
 
+def approved_from_cli(capsys, log: Path, out: Path) -> Path:
+    """The one bundle ``kvplan approve LOG`` writes into ``out`` (Llama-3.1-70B, 0.9 GiB reserve), its output read."""
+    argv = ["approve", str(log), "--reserve", "0.9GiB", "--model", "llama-3.1-70b", "--approver", "x"]
+    assert main([*argv, "--out", str(out)]) == 0
+    [bundle] = out.iterdir()
+    capsys.readouterr()
+    return bundle
+
+
 def test_every_format_carries_every_memory_setting_of_the_key(capsys, tmp_path):  # issue 24
     # the reviewer's launch: the sample TP4 boot with enforce_eager=True and quantization=fp8 in the engine
     # config line and the non-default args; eager mode captures no CUDA graphs and fp8 loads other weights
@@ -180,25 +189,7 @@ def test_every_format_carries_every_memory_setting_of_the_key(capsys, tmp_path):
     )
     log = tmp_path / "boot.log"
     log.write_text("".join(sample))
-    assert (
-        main(
-            [
-                "approve",
-                str(log),
-                "--reserve",
-                "0.9GiB",
-                "--model",
-                "llama-3.1-70b",
-                "--approver",
-                "x",
-                "--out",
-                str(tmp_path / "ev"),
-            ]
-        )
-        == 0
-    )
-    [bundle] = (tmp_path / "ev").iterdir()
-    capsys.readouterr()
+    bundle = approved_from_cli(capsys, log, tmp_path / "ev")
     key = evidence.read_bundle(bundle)["compatibility_key"]
     assert (key["enforce_eager"], key["quantization"]) == (True, "fp8")
     # vLLM 0.33's flags (engine/arg_utils.py) of every key field the engine config line shows; block_size is
@@ -230,25 +221,11 @@ def test_expert_parallel_workers_export_the_flag(capsys, tmp_path):  # issue 24
     # name only when --enable-expert-parallel is on (multiproc_executor.py setup_proc_title_and_log_prefix)
     log = tmp_path / "boot.log"
     log.write_text(re.sub(r"\((Worker_TP(\d)) pid", r"(\1_EP\2 pid", SAMPLE_LOG.read_text()))
-    argv = [
-        "--reserve",
-        "0.9GiB",
-        "--model",
-        "llama-3.1-70b",
-        "--approver",
-        "x",
-        "--out",
-        str(tmp_path / "ev"),
-    ]
-    assert main(["approve", str(log), *argv]) == 0
-    [bundle] = (tmp_path / "ev").iterdir()
-    capsys.readouterr()
+    bundle = approved_from_cli(capsys, log, tmp_path / "ev")
     for name, flags in launch_of_every_format(capsys, bundle).items():
         assert flags["enable-expert-parallel"] is True, name
     # the sample as it is (Worker_TP<r>): no expert parallelism, no flag
-    assert main(["approve", str(SAMPLE_LOG), *argv[:-1], str(tmp_path / "plain")]) == 0
-    [plain] = (tmp_path / "plain").iterdir()
-    capsys.readouterr()
+    plain = approved_from_cli(capsys, SAMPLE_LOG, tmp_path / "plain")
     assert "enable-expert-parallel" not in launch_of_every_format(capsys, plain)["args"]
 
 
@@ -276,25 +253,7 @@ def test_a_key_value_no_flag_expresses_is_refused(capsys, tmp_path):  # issue 24
     log = tmp_path / "boot.log"
     sample = SAMPLE_LOG.read_text()
     log.write_text(sample.replace("CUDAGraphMode.FULL_AND_PIECEWISE", "CUDAGraphMode.FULL_AND_SPLIT", 1))
-    assert (
-        main(
-            [
-                "approve",
-                str(log),
-                "--reserve",
-                "0.9GiB",
-                "--model",
-                "llama-3.1-70b",
-                "--approver",
-                "x",
-                "--out",
-                str(tmp_path / "ev"),
-            ]
-        )
-        == 0
-    )
-    [bundle] = (tmp_path / "ev").iterdir()
-    capsys.readouterr()
+    bundle = approved_from_cli(capsys, log, tmp_path / "ev")
     for name in ("vllm-config", "args", "helm-production-stack", "kserve", "ray-serve"):
         out = tmp_path / f"{name}.out"
         assert main(["export", name, str(bundle), "--out", str(out)]) == 2
