@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
+from kvplan.checks import verdict_word
 from kvplan.escape import markdown_code, markdown_text, terminal_text
 from kvplan.evidence.record import (
     ALLOWED_UNJUDGED_KEY,
@@ -29,7 +30,6 @@ from kvplan.io.metadata import RawLines
 from kvplan.kvspec.capacity import capacity_rows, sequence_lengths
 from kvplan.plan import Decision
 from kvplan.units import format_size
-from kvplan.verdict import verdict_word
 
 #: Rows of ``evidence.log`` whose raw lines are read back from the logs at once.
 READ_BACK_ROWS = 4096
