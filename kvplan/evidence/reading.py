@@ -22,7 +22,7 @@ from kvplan.evidence.record import (
     ALLOWED_UNJUDGED_KEY,
     BUDGET_JSON,
     CHARTS_DIR,
-    CHUNK_BYTES,
+    HASH_CHUNK_BYTES,
     INPUT_KEYS,
     INPUTS_DIR,
     ROLES,
@@ -131,7 +131,7 @@ def copy_hashed(folder: Path, name: str, target: Path, expected_size: object) ->
         digest, copied = hashlib.sha256(), 0
         with open(target, "wb") as out:
             while copied <= size:
-                chunk = handle.read(min(CHUNK_BYTES, size + 1 - copied))
+                chunk = handle.read(min(HASH_CHUNK_BYTES, size + 1 - copied))
                 if not chunk:
                     break
                 digest.update(chunk)

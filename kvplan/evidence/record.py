@@ -74,7 +74,7 @@ KNOWN_KEYS = (
 #: The keys of each ``inputs[]`` entry.
 INPUT_KEYS = ("path", "bundle_path", "sha256", "size_bytes", "role")
 #: Read unit for hashing and copying [bytes].
-CHUNK_BYTES = 1 << 20
+HASH_CHUNK_BYTES = 1 << 20
 #: Types :func:`json_value` returns as they are: never missing, already plain JSON.
 _ALWAYS_KNOWN = frozenset({int, str, bool})
 
@@ -99,7 +99,7 @@ def sha256_file(path: str | os.PathLike) -> str:
     """Hex SHA-256 of a file's bytes."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(CHUNK_BYTES), b""):
+        for chunk in iter(lambda: handle.read(HASH_CHUNK_BYTES), b""):
             digest.update(chunk)
     return digest.hexdigest()
 
