@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvplan.budget import Budget, launch_flags_text, uniform_budget
-from kvplan.kvspec.capacity import blocks_per_sequence
 from kvplan.units import format_size
 from kvplan.verdict import Check
 
@@ -132,6 +131,8 @@ def admission_plan(
         if not is_known(logged_block):
             raise ValueError("the admission plan needs the block size: the logs do not show it; give --model")
         block_size = int(logged_block)
+        from kvplan.kvspec.capacity import blocks_per_sequence  # here: `kvplan ledger` imports no kvspec
+
         blocks = plan.target_concurrency * blocks_per_sequence(plan.seq_len, block_size)
         tokens = blocks * block_size
     record = {
