@@ -44,7 +44,7 @@ def test_light_command_imports_no_pandas(command):
 
 
 #: What the reading commands never need: charts, the model arithmetic, bundles, and the other commands' modules.
-NOT_FOR_READING = ("matplotlib", "kvplan.kvspec", "kvplan.evidence", "kvplan.checks", "kvplan.cli.approve")
+NOT_FOR_READING = ("matplotlib", "kvplan.kvspec", "kvplan.evidence", "kvplan.cli.approve", "kvplan.cli.gate")
 
 #: Each command in a fresh interpreter, its output to /dev/null: its exit status and the modules of
 #: :data:`NOT_FOR_READING` it left in ``sys.modules``, on stderr.
