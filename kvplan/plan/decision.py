@@ -17,7 +17,9 @@ from typing import Any
 import pandas as pd
 
 from kvplan.budget import Budget
-from kvplan.checks import check_outcomes, check_ranks_present, launch_section
+from kvplan.checks import Check
+from kvplan.checks.key import check_outcomes, check_ranks_present
+from kvplan.checks.launch import launch_section
 from kvplan.drift import reference_free_bytes
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
@@ -38,7 +40,6 @@ from kvplan.plan.reading import Evidence, read_evidence
 from kvplan.releases import version_tuple
 from kvplan.room import budget_from_rooms, check_dropped_ranks, refuse_failed_boots
 from kvplan.units import format_size
-from kvplan.verdict import Check
 
 MODEL_CHECK = "model config matches the logs"
 
@@ -76,7 +77,7 @@ def launch_layout_spec(
     """:func:`layout_spec` on the launch the logs show: the key's shown fields and the launch settings.
 
     Key fields the reader filled with vLLM's defaults (``defaulted``,
-    :func:`kvplan.checks.defaulted_key_fields`) are left out (:func:`_shown_only`): :func:`decide` and
+    :func:`kvplan.checks.key.defaulted_key_fields`) are left out (:func:`_shown_only`): :func:`decide` and
     the notebooks' :func:`kvplan.notebook.launch_spec` both take the spec from here.
 
     >>> frame = pd.DataFrame({"block_size": [16], "max_num_batched_tokens": [8192]})
@@ -178,12 +179,9 @@ def decide(
     else:
         check_dropped_ranks(evidence.warnings)
         refuse_failed_boots(ledger, evidence.lines)
-        rooms = room_per_rank(
-            ledger, assume_uniform=policy.assume_uniform, lines=evidence.lines, notes=notes, key=key
-        )
-        budget = budget_from_rooms(
-            ledger, rooms, policy.reserve_bytes, block_bytes=block, lines=evidence.lines
-        )
+        rooms = room_per_rank(ledger, policy.assume_uniform, evidence.lines, key)
+        notes += rooms.attrs["notes"]
+        budget = budget_from_rooms(rooms, policy.reserve_bytes, block, evidence.lines)
         ref_free = reference_free_bytes(ledger, rooms)
         sources = tuple(None if not is_known(s) else str(s) for s in rooms["room_source"])
         notes += _decision_notes(rooms, budget, key)

@@ -17,7 +17,7 @@ from typing import cast
 
 import pandas as pd
 
-from kvplan.checks import read_defaulted_key_fields
+from kvplan.checks.key import read_defaulted_key_fields
 from kvplan.io.metadata import ReadMetadata, merge_metadata
 from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
 from kvplan.room import read_vllm_logs_rooms
@@ -57,7 +57,7 @@ class Evidence:
 
     @property
     def defaulted_key_fields(self) -> frozenset[str]:
-        """Key fields the reader filled with vLLM's default (:func:`kvplan.checks.read_defaulted_key_fields`)."""
+        """Key fields the reader filled with vLLM's default (:func:`kvplan.checks.key.read_defaulted_key_fields`)."""
         return read_defaulted_key_fields(self.metadata) if self.metadata is not None else frozenset()
 
 
@@ -112,11 +112,13 @@ def _read_named(logs: Sequence[tuple[str | os.PathLike, str]]) -> tuple[pd.DataF
         raise InputFileError("no log files: a decision needs the logs of at least one profiled boot")
     paths = [str(path) for path, _ in logs]
     if len(set(paths)) < len(paths):  # one file under two names: read it once per name
-        parts = [read_vllm_logs_rooms([path], {path: name}) for path, (_, name) in zip(paths, logs)]
+        parts = [read_vllm_logs_rooms([path], names={path: name}) for path, (_, name) in zip(paths, logs)]
         ledger = pd.concat([frame for frame, _ in parts], ignore_index=True)
         metadata = merge_metadata([meta for _, meta in parts])
     else:
-        ledger, metadata = read_vllm_logs_rooms(paths, {path: name for path, (_, name) in zip(paths, logs)})
+        ledger, metadata = read_vllm_logs_rooms(
+            paths, names={path: name for path, (_, name) in zip(paths, logs)}
+        )
     return ledger, metadata
 
 
