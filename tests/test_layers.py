@@ -206,10 +206,7 @@ OVER_BUDGET_FOR_NOW = {
     "kvplan.io.vllm.resolve._keep_safest",
     "kvplan.io.vllm.resolve._provenance",
     "kvplan.io.vllm.resolve.resolve_boot",
-    "kvplan.ledger._lacking_message",
-    "kvplan.ledger.room_per_rank",
     "kvplan.plan.decision.decide",
-    "kvplan.room.boot_room_warnings",
 }
 
 

@@ -179,12 +179,9 @@ def decide(
     else:
         check_dropped_ranks(evidence.warnings)
         refuse_failed_boots(ledger, evidence.lines)
-        rooms = room_per_rank(
-            ledger, assume_uniform=policy.assume_uniform, lines=evidence.lines, notes=notes, key=key
-        )
-        budget = budget_from_rooms(
-            ledger, rooms, policy.reserve_bytes, block_bytes=block, lines=evidence.lines
-        )
+        rooms = room_per_rank(ledger, policy.assume_uniform, evidence.lines, key)
+        notes += rooms.attrs["notes"]
+        budget = budget_from_rooms(rooms, policy.reserve_bytes, block, evidence.lines)
         ref_free = reference_free_bytes(ledger, rooms)
         sources = tuple(None if not is_known(s) else str(s) for s in rooms["room_source"])
         notes += _decision_notes(rooms, budget, key)

@@ -112,11 +112,13 @@ def _read_named(logs: Sequence[tuple[str | os.PathLike, str]]) -> tuple[pd.DataF
         raise InputFileError("no log files: a decision needs the logs of at least one profiled boot")
     paths = [str(path) for path, _ in logs]
     if len(set(paths)) < len(paths):  # one file under two names: read it once per name
-        parts = [read_vllm_logs_rooms([path], {path: name}) for path, (_, name) in zip(paths, logs)]
+        parts = [read_vllm_logs_rooms([path], names={path: name}) for path, (_, name) in zip(paths, logs)]
         ledger = pd.concat([frame for frame, _ in parts], ignore_index=True)
         metadata = merge_metadata([meta for _, meta in parts])
     else:
-        ledger, metadata = read_vllm_logs_rooms(paths, {path: name for path, (_, name) in zip(paths, logs)})
+        ledger, metadata = read_vllm_logs_rooms(
+            paths, names={path: name for path, (_, name) in zip(paths, logs)}
+        )
     return ledger, metadata
 
 
