@@ -17,7 +17,7 @@ from kvplan.budget import kv_cache_flag
 from kvplan.checks import Check
 from kvplan.checks.key import KEY_CHECK, OUTCOME_CHECK, RANKS_CHECK
 from kvplan.checks.launch import check_startup_memory
-from kvplan.drift import lowest_free_bytes
+from kvplan.drift import lowest_free_bytes, per_rank
 from kvplan.io.vllm.manual import APPLIED, NOT_APPLIED, StartupPlanLine
 from kvplan.units import format_size
 
@@ -110,9 +110,7 @@ def check_canary_value(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
     """
     manual = manual_values(boot_ledger)
     if not manual:
-        return Check(
-            VALUE_CHECK, None, "not applicable: the canary profiled (no manual value)", applicable=False
-        )
+        return Check.not_applicable(VALUE_CHECK, "the canary profiled (no manual value)")
     lines, passed = [], True
     budget = approved.budget_bytes
     for rank in approved.ranks:
@@ -147,20 +145,6 @@ def manual_values(boot_ledger: pd.DataFrame) -> dict[int, tuple[int, int]]:
     return {rank: (value, max(value, most.get(rank, value))) for rank, value in shown.items()}
 
 
-def per_rank(ledger: pd.DataFrame, column: str, pick: str) -> dict[int, int]:
-    """The ``pick`` (``"min"`` or ``"max"``) non-missing value of ``column`` per rank, over every row.
-
-    The worst boot wins: the lowest free memory or room, the highest manual KV value a rank ran.
-
-    >>> per_rank(pd.DataFrame({"rank": [0, 0], "room_bytes": [5, 3]}), "room_bytes", "min")
-    {0: 3}
-    """
-    if column not in ledger.columns:
-        return {}
-    values = ledger[["rank", column]].dropna()
-    return {int(rank): int(value) for rank, value in values.groupby("rank")[column].agg(pick).items()}
-
-
 def check_startup_plan(
     approved: Approved,
     boot_ledger: pd.DataFrame,
@@ -188,7 +172,7 @@ def check_startup_plan(
         ]
         by_rank.setdefault(int(row.rank), []).extend(found)
     if not any(by_rank.values()):
-        return Check(PLAN_CHECK, None, "not applicable: no rank logged a startup plan line", applicable=False)
+        return Check.not_applicable(PLAN_CHECK, "no rank logged a startup plan line")
     lines, passed = [], True
     for rank in approved.ranks:
         text, ok = _plan_line_text(by_rank.get(rank, []), plan_values)

@@ -20,10 +20,9 @@ from kvplan.checks.canary import (
     check_canary_value,
     judged_on_complete_evidence,
     manual_values,
-    per_rank,
 )
 from kvplan.checks.key import check_compatibility_key, check_outcomes, check_ranks_present, rank_list
-from kvplan.drift import adjusted_budget_bytes, lowest_free_bytes
+from kvplan.drift import adjusted_budget_bytes, lowest_free_bytes, per_rank
 from kvplan.units import format_budget, format_size
 
 BUDGET_CHECK = "approved value fits every rank"
@@ -227,14 +226,11 @@ def check_reserve_after_warmup(
             f"{format_size(approved.reserve_bytes)}"
         )
     if not lines:
-        return Check(
-            RESERVE_CHECK,
-            None,
-            "not applicable: no observation after warm-up (give an nvidia-smi "
-            "snapshot taken after warm-up with --nvidia-smi, or gate a boot "
-            "that ran the manual value and logged its room)",
-            applicable=False,
+        why = (
+            "no observation after warm-up (give an nvidia-smi snapshot taken after warm-up with --nvidia-smi, "
+            "or gate a boot that ran the manual value and logged its room)"
         )
+        return Check.not_applicable(RESERVE_CHECK, why)
     if unseen:  # issue 24: a rank not observed cannot pass, whatever the others show
         lines.append(f"rank {rank_list(unseen)}: no free memory after warm-up shown: cannot judge")
     verdict = None if passed and unseen else passed
@@ -251,13 +247,8 @@ def check_tokens(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
     False
     """
     if approved.tokens_required is None:
-        return Check(
-            TOKENS_CHECK,
-            None,
-            "not applicable: no admission plan recorded at approval (approve "
-            "with --target-concurrency and --seq-len)",
-            applicable=False,
-        )
+        why = "no admission plan recorded at approval (approve with --target-concurrency and --seq-len)"
+        return Check.not_applicable(TOKENS_CHECK, why)
     if "kv_cache_tokens" not in boot_ledger.columns or boot_ledger["kv_cache_tokens"].dropna().empty:
         return Check(TOKENS_CHECK, None, "the boot did not log its GPU KV cache size")
     tokens = int(boot_ledger["kv_cache_tokens"].dropna().min())
