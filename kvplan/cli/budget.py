@@ -94,7 +94,9 @@ def run_budget(args: argparse.Namespace) -> int:
         raise CliError("--assume-uniform and --nvidia-smi apply to LOG files only")
     policy = plan.Policy(args.reserve, assume_uniform=args.assume_uniform)
     if args.model:
-        decision, warnings = _decide(args, plan.ModelLayout(args.model, layout_options(args)), policy)
+        decision, warnings = _decide(
+            args, plan.ModelLayout(args.model, layout_options(args), max_model_len=args.max_model_len), policy
+        )
     else:
         refuse_layout_without_model(args)
         if args.room is not None:  # the pipeline's rule for rooms given by hand, without pandas
@@ -126,9 +128,7 @@ def _decide(args: argparse.Namespace, layout, policy) -> tuple:
         evidence_in = plan.read_evidence(args.logs, args.nvidia_smi)
     caught: list[str] = []  # the ledger's warnings, also in decision.notes
     with reader_warnings_into(caught):
-        decision = plan.decide(
-            evidence_in, policy, layout, max_model_len=args.max_model_len, block_bytes=args.block_bytes
-        )
+        decision = plan.decide(evidence_in, policy, layout, block_bytes=args.block_bytes)
     notes = [*decision.warnings, *decision.notes]
     return decision, notes + [note for note in caught if note not in notes]
 
