@@ -10,9 +10,9 @@ import argparse
 from kvplan.cli.common import (
     EXIT_OK,
     CliError,
-    add_command,
     add_model_arguments,
     add_nvidia_smi_argument,
+    describe,
     format_table,
     layout_options,
     positive_int,
@@ -29,8 +29,6 @@ from kvplan.escape import terminal_text
 from kvplan.units import format_budget, format_size
 
 BUDGET_HELP = """\
-uniform --kv-cache-memory-bytes from vLLM logs (or per-rank room) and a reserve
-
 The largest KV budget every rank can allocate: min over ranks of (room − reserve), rounded down to whole
 blocks. Room comes from the logs (each rank's worst boot) or from --room, one size per rank.
 
@@ -48,9 +46,9 @@ ROOMS_LAUNCH_WARNING = (
 )
 
 
-def add_budget(sub: argparse._SubParsersAction) -> None:
+def add_budget(parser: argparse.ArgumentParser) -> None:
     """Register ``kvplan budget``."""
-    parser = add_command(sub, "budget", BUDGET_HELP)
+    describe(parser, BUDGET_HELP)
     parser.add_argument("logs", nargs="*", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
     parser.add_argument(
         "--room",

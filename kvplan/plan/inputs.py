@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING, Any
 
 from kvplan.budget import Budget, launch_flags_text, uniform_budget
 from kvplan.checks import Check
-from kvplan.kvspec.capacity import blocks_per_sequence
 from kvplan.units import format_size
 
 if TYPE_CHECKING:  # the model code (and pandas) only where a spec is given
@@ -116,6 +115,8 @@ def admission_plan(
         if not is_known(logged_block):
             raise ValueError("the admission plan needs the block size: the logs do not show it; give --model")
         block_size = int(logged_block)
+        from kvplan.kvspec.capacity import blocks_per_sequence  # here: `kvplan ledger` imports no kvspec
+
         blocks = plan.target_concurrency * blocks_per_sequence(plan.seq_len, block_size)
         tokens = blocks * block_size
     needs = f"{plan.target_concurrency} × {plan.seq_len:,} tokens needs {blocks:,} blocks ({tokens:,} tokens)"
