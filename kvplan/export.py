@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pandas and the readers only once a bundle is read: ``kvplan --help`` starts light
-    from kvplan.checks import Approved
+    from kvplan.checks.gate import Approved
     from kvplan.evidence import Verified
     from kvplan.io.vllm.manual import StartupPlanLine
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from kvplan import MODELS_DIR, evidence
-from kvplan.checks import check_compatibility_key
+from kvplan.checks.key import check_compatibility_key
 from kvplan.cli import main
 from kvplan.evidence.record import record_bytes
 from tests.conftest import SAMPLE_LOG

@@ -18,13 +18,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kvplan.checks import Check, format_checks
 from kvplan.escape import FORMULA_START, is_safe_component, path_inside, safe_component
 from kvplan.evidence.render import summary_markdown
 from kvplan.io.ledger_frame import ledger_csv_text
 from kvplan.notebook.pages import Page
 from kvplan.notebook.report import index_html
 from kvplan.plan import Policy, decide_rooms
-from kvplan.verdict import Check, format_checks
 from tests.conftest import GiB
 from tests.test_untrusted_text import (
     BENIGN,

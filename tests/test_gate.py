@@ -9,31 +9,32 @@ import pandas as pd
 import pytest
 
 from kvplan import DATA_DIR, evidence
-from kvplan.checks import (
+from kvplan.checks import Check, format_checks, gate_verdict, verdict_word
+from kvplan.checks.canary import VALUE_CHECK, check_canary_utilization
+from kvplan.checks.gate import (
     BUDGET_CHECK,
+    RESERVE_CHECK,
+    TOKENS_CHECK,
+    Approved,
+    check_budget_fits,
+    check_reserve_after_warmup,
+    check_tokens,
+    gate_checks,
+)
+from kvplan.checks.key import (
     KEY_CHECK,
     OUTCOME_CHECK,
     RANKS_CHECK,
-    RESERVE_CHECK,
-    TOKENS_CHECK,
-    UTILIZATION_CHECK,
-    VALUE_CHECK,
-    Approved,
-    check_budget_fits,
-    check_canary_utilization,
     check_compatibility_key,
     check_outcomes,
     check_ranks_present,
-    check_reserve_after_warmup,
-    check_tokens,
     defaulted_key_fields,
-    gate_checks,
 )
+from kvplan.checks.launch import UTILIZATION_CHECK
 from kvplan.cli import main
 from kvplan.io.model_config import resolve_model_config
 from kvplan.room import read_vllm_log_rooms
 from kvplan.units import parse_size
-from kvplan.verdict import Check, format_checks, gate_verdict, verdict_word
 from tests.conftest import GiB, MiB
 
 KEY = {"vllm_version": "0.26.0", "model": "m", "tensor_parallel_size": 4, "block_size": 16, "gpu_name": None}

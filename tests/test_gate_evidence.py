@@ -6,7 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.checks import BUDGET_CHECK, KEY_CHECK, RANKS_CHECK, UTILIZATION_CHECK, VALUE_CHECK
+from kvplan.checks.canary import VALUE_CHECK
+from kvplan.checks.gate import BUDGET_CHECK
+from kvplan.checks.key import KEY_CHECK, RANKS_CHECK
+from kvplan.checks.launch import UTILIZATION_CHECK
 from kvplan.cli import main
 from tests.test_gate import DRIFT, FOUR_RANK, _approve, edited, gate
 

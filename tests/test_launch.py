@@ -13,13 +13,13 @@ import math
 import pytest
 
 from kvplan import DATA_DIR
-from kvplan.checks import (
+from kvplan.budget import largest_utilization
+from kvplan.checks.launch import (
     REQUEST_CHECK,
     UTILIZATION_CHECK,
     check_footprint,
     check_full_request,
     largest_length,
-    largest_utilization,
     request_bytes,
 )
 from kvplan.cli import main

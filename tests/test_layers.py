@@ -16,7 +16,6 @@ FLOORS = {
     "kvplan.columns": 0,
     "kvplan.releases": 0,
     "kvplan.notes": 0,
-    "kvplan.verdict": 0,
     "kvplan.escape": 0,
     "kvplan.io": 1,
     "kvplan.budget": 2,

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from kvplan import DATA_DIR
-from kvplan.checks import Approved, check_budget_fits
+from kvplan.checks.gate import Approved, check_budget_fits
 from kvplan.io.vllm.manual import PRINTED_HALF_BYTES
 from kvplan.room import read_vllm_log_rooms
 

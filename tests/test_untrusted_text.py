@@ -22,6 +22,7 @@ import nbformat
 import pytest
 
 from kvplan import evidence
+from kvplan.checks import Check, format_checks
 from kvplan.cli import main
 from kvplan.cli.common import format_table, print_error, print_warnings
 from kvplan.escape import FORMULA_START, is_safe_component, path_inside, safe_component, shown_controls
@@ -31,7 +32,6 @@ from kvplan.notebook.headlines import warnings_markdown
 from kvplan.notebook.pages import Page, write_pages
 from kvplan.notebook.report import index_html
 from kvplan.plan import Policy, decide_rooms
-from kvplan.verdict import Check, format_checks
 from tests.conftest import SAMPLE_LOG, GiB
 
 #: What issue 25's adversarial round fed kvplan, and more of the same kind.

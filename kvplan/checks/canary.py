@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
+from kvplan.checks import Check
 from kvplan.checks.key import KEY_CHECK, OUTCOME_CHECK, RANKS_CHECK
 from kvplan.checks.launch import check_startup_memory
 from kvplan.drift import lowest_free_bytes
 from kvplan.io.vllm.manual import APPLIED, NOT_APPLIED, StartupPlanLine
 from kvplan.units import format_size
-from kvplan.verdict import Check
 
 if TYPE_CHECKING:  # for the annotations only
     from kvplan.checks.gate import Approved
@@ -103,7 +103,7 @@ def check_canary_value(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
     value printed to 0.01 GiB only passes when its interval holds the approved bytes; a profiled canary (no
     manual value) is not applicable.
 
-    >>> from kvplan.checks import Approved
+    >>> from kvplan.checks.gate import Approved
     >>> a = Approved(100, (0,), (100,), (None,), 0, 0, None, {})
     >>> check_canary_value(a, pd.DataFrame({"rank": [0], "manual_kv_bytes": [90]})).detail
     'rank 0: ran --kv-cache-memory-bytes=90, approved --kv-cache-memory-bytes=100'
@@ -172,7 +172,7 @@ def check_startup_plan(
     files; a fingerprint not there fails); "Startup plan not applied" on a rank fails, naming its free memory.
     ``plan_lines`` are each canary log's (by source); not applicable when no rank logged either line.
 
-    >>> from kvplan.checks import Approved
+    >>> from kvplan.checks.gate import Approved
     >>> line = StartupPlanLine(9, "Worker_TP0", 7, APPLIED, "ab" * 8, 100, 50, 40)
     >>> a = Approved(120, (0,), (120,), (None,), 0, 0, None, {})
     >>> frame = pd.DataFrame({"source": ["c.log"], "rank": [0], "pid": [7]})

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag, largest_utilization, launch_flags_text, round_down_to_blocks
+from kvplan.checks import Check
 from kvplan.checks.canary import (
     MEASURE_CANARY,
     check_canary_utilization,
@@ -24,7 +25,6 @@ from kvplan.checks.canary import (
 from kvplan.checks.key import check_compatibility_key, check_outcomes, check_ranks_present, rank_list
 from kvplan.drift import adjusted_budget_bytes, lowest_free_bytes
 from kvplan.units import format_budget, format_size
-from kvplan.verdict import Check
 
 BUDGET_CHECK = "approved value fits every rank"
 

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
+from kvplan.checks import Check
 from kvplan.ledger import plain_value
-from kvplan.verdict import Check
 
 if TYPE_CHECKING:
     from kvplan.io.metadata import ReadMetadata

@@ -31,13 +31,13 @@ from kvplan.budget import (
     launch_flags_text,
     passes_startup_check,
 )
+from kvplan.checks import Check
 from kvplan.drift import lowest_free_bytes, reference_free_bytes
 from kvplan.kvspec import KVSpec
 from kvplan.kvspec.arch import parse_vllm_version
 from kvplan.ledger import is_known
 from kvplan.releases import AUTO_FIT_NULL_BLOCK_FROM, STARTUP_FREE_CHECK_FROM, V1_DEFAULT_FROM
 from kvplan.units import format_size
-from kvplan.verdict import Check
 
 UTILIZATION_CHECK = "vLLM's start-up free-memory check passes"
 REQUEST_CHECK = "one max_model_len request fits"

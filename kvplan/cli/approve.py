@@ -202,10 +202,10 @@ def _approve_warnings(args: argparse.Namespace, record: dict) -> list[str]:
 
 def _own_gate(record: dict) -> list[str]:
     """Issue 24 (review): the warning when the approval's ``--guard``, recorded as the gate's default, fails the
-    approved boots themselves at ``kvplan gate`` (:func:`kvplan.checks.check_own_gate`), with what to run."""
+    approved boots themselves at ``kvplan gate`` (:func:`kvplan.checks.gate.check_own_gate`), with what to run."""
     import pandas as pd
 
-    from kvplan.checks import check_own_gate
+    from kvplan.checks.gate import check_own_gate
     from kvplan.evidence import approved_from_record
 
     refusal = check_own_gate(approved_from_record(record), pd.DataFrame(record["ledger"]))
@@ -216,7 +216,7 @@ def _not_approved(failed) -> int:
     """Print each failed check with its evidence and the next step (stdout), the refusal (stderr): exit 1."""
     import sys
 
-    from kvplan.verdict import format_check
+    from kvplan.checks import format_check
 
     for check in failed.checks:
         print(format_check(check))

@@ -1,7 +1,7 @@
 """``kvplan gate``: a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge).
 
-The checks are :func:`kvplan.checks.gate_checks`' and :func:`kvplan.plan.gate_load`'s, the verdict
-:func:`kvplan.verdict.gate_verdict`'s; this module parses, calls them and formats the answer.
+The checks are :func:`kvplan.checks.gate.gate_checks`' and :func:`kvplan.plan.gate_load`'s, the verdict
+:func:`kvplan.checks.gate_verdict`'s; this module parses, calls them and formats the answer.
 """
 
 from __future__ import annotations
@@ -86,9 +86,9 @@ def _startup_plan_check(args: argparse.Namespace, verified, approved, ledger, ch
     import json
     from pathlib import Path
 
+    from kvplan.checks import Check
     from kvplan.checks.canary import EVIDENCE_CHECKS, PLAN_CHECK, check_startup_plan
     from kvplan.io.vllm.manual import read_startup_plan_lines
-    from kvplan.verdict import Check
 
     lines = {
         source: read_startup_plan_lines(source) for source in dict.fromkeys(ledger["source"].astype(str))
@@ -114,8 +114,8 @@ def _startup_plan_check(args: argparse.Namespace, verified, approved, ledger, ch
 
 def _ran_a_plan(check):
     """The manual-value check of a canary that ran the startup plan: not applicable (the plan's check judges)."""
+    from kvplan.checks import Check
     from kvplan.checks.canary import PLAN_CHECK, VALUE_CHECK
-    from kvplan.verdict import Check
 
     if check.name != VALUE_CHECK:
         return check
@@ -130,11 +130,11 @@ def _ran_a_plan(check):
 def run_gate(args: argparse.Namespace) -> int:
     """Print each gate check with its evidence; the exit status is the verdict."""
     from kvplan import evidence, plan
-    from kvplan.checks import gate_checks, read_defaulted_key_fields
+    from kvplan.checks import format_checks, gate_verdict, key
+    from kvplan.checks.gate import gate_checks
     from kvplan.io.nvidia_smi import join_snapshots
     from kvplan.ledger import compatibility_key
     from kvplan.room import read_vllm_logs_rooms
-    from kvplan.verdict import format_checks, gate_verdict
 
     policy = load_policy(args)
     for files, flag in [(args.logs, "BOOT_LOG"), (args.nvidia_smi, "--nvidia-smi"), (args.load, "--load")]:
@@ -160,7 +160,7 @@ def run_gate(args: argparse.Namespace) -> int:
         compatibility_key(ledger, metadata.lines),
         args.guard,
         free_after_warmup,
-        boot_defaults=read_defaulted_key_fields(metadata),
+        boot_defaults=key.read_defaulted_key_fields(metadata),
     )
     plan_check = _startup_plan_check(args, verified, approved, ledger, checks)
     if plan_check is not None:  # a plan runs B − G − D by design: the plan's own check judges the value

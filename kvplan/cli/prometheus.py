@@ -181,10 +181,10 @@ def gate_running_checks(args: argparse.Namespace, approved_bytes: int, block_byt
     judged."""
     import time
 
+    from kvplan.checks import Check
     from kvplan.checks.canary import RUNNING_CHECK, check_running_values
     from kvplan.io.prometheus.api import parse_time
     from kvplan.io.prometheus.vllm import running_values_at, running_values_of_logs, running_values_of_metrics
-    from kvplan.verdict import Check
 
     if args.at is not None and not args.prometheus:
         raise CliError("--at: only with --prometheus")

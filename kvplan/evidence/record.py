@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from kvplan import __version__
-from kvplan.checks import LAUNCH_CHECKS
+from kvplan.checks.launch import LAUNCH_CHECKS
 from kvplan.ledger import is_known
 from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy
 from kvplan.units import format_size

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
+from kvplan.checks import verdict_word
 from kvplan.escape import markdown_code, markdown_text
 from kvplan.evidence.evidence_log import decision_evidence_lines
 from kvplan.evidence.record import (
@@ -28,7 +29,6 @@ from kvplan.io.ledger_frame import ledger_frame_csv
 from kvplan.kvspec.capacity import capacity_rows, sequence_lengths
 from kvplan.plan import Decision
 from kvplan.units import format_size
-from kvplan.verdict import verdict_word
 
 #: What ``SUMMARY.md`` says of ``ledger.csv``'s text cells (a bundle with ``text_escaping``).
 CSV_README = (

@@ -14,7 +14,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from kvplan import __version__
-from kvplan.checks import Approved
+from kvplan.checks.gate import Approved
 from kvplan.columns import NEWER_THAN_0_1_0
 from kvplan.evidence.reading import (
     added_paths,

@@ -16,7 +16,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from kvplan.checks import Approved, gate_checks
+from kvplan.checks import gate_verdict
+from kvplan.checks.gate import Approved, gate_checks
 from kvplan.escape import path_inside, safe_component
 from kvplan.evidence import ModelLayout, Policy, approve, sha256_file, verified_approval
 from kvplan.fleet.classes import FleetClass, FleetPolicy
@@ -26,7 +27,6 @@ from kvplan.io.gpu_snapshot import read_gpu_snapshot
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import compatibility_key
 from kvplan.plan import read_evidence, renamed
-from kvplan.verdict import gate_verdict
 
 NOTE_MARK = "fleet class "
 FETCHED = "inputs"

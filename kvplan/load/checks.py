@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
+from kvplan.checks import Check
 from kvplan.io.load import LoadReading
 from kvplan.io.load.scrapes import CONFIG_DISAGREES, COUNTER_DOWN
 from kvplan.load.summary import load_timeline, peak_row, preemptions_lower_bound, run_preemptions, where_text
-from kvplan.verdict import Check
 
 OOM_CHECK = "no OOM under load"
 PREEMPTION_CHECK = "preemptions ≤ {max_preemptions}"

@@ -17,7 +17,9 @@ from typing import Any
 import pandas as pd
 
 from kvplan.budget import Budget
-from kvplan.checks import check_outcomes, check_ranks_present, launch_section
+from kvplan.checks import Check
+from kvplan.checks.key import check_outcomes, check_ranks_present
+from kvplan.checks.launch import launch_section
 from kvplan.drift import reference_free_bytes
 from kvplan.io.model_config import read_model_config
 from kvplan.kvspec import KVSpec, cross_check, cross_check_verdict, kv_spec, options_for_logs
@@ -38,7 +40,6 @@ from kvplan.plan.reading import Evidence, read_evidence
 from kvplan.releases import version_tuple
 from kvplan.room import budget_from_rooms, check_dropped_ranks, refuse_failed_boots
 from kvplan.units import format_size
-from kvplan.verdict import Check
 
 MODEL_CHECK = "model config matches the logs"
 
@@ -76,7 +77,7 @@ def launch_layout_spec(
     """:func:`layout_spec` on the launch the logs show: the key's shown fields and the launch settings.
 
     Key fields the reader filled with vLLM's defaults (``defaulted``,
-    :func:`kvplan.checks.defaulted_key_fields`) are left out (:func:`_shown_only`): :func:`decide` and
+    :func:`kvplan.checks.key.defaulted_key_fields`) are left out (:func:`_shown_only`): :func:`decide` and
     the notebooks' :func:`kvplan.notebook.launch_spec` both take the spec from here.
 
     >>> frame = pd.DataFrame({"block_size": [16], "max_num_batched_tokens": [8192]})

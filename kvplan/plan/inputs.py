@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kvplan.budget import Budget, launch_flags_text, uniform_budget
+from kvplan.checks import Check
 from kvplan.kvspec.capacity import blocks_per_sequence
 from kvplan.units import format_size
-from kvplan.verdict import Check
 
 if TYPE_CHECKING:  # the model code (and pandas) only where a spec is given
     import pandas as pd
@@ -210,8 +210,8 @@ class Decision:
 
     @property
     def defaulted_key_fields(self) -> frozenset[str]:
-        """Key fields the reader filled with vLLM's default (:func:`kvplan.checks.read_defaulted_key_fields`)."""
-        from kvplan.checks import defaulted_key_fields, read_defaulted_key_fields
+        """Key fields the reader filled with vLLM's default (:func:`kvplan.checks.key.read_defaulted_key_fields`)."""
+        from kvplan.checks.key import defaulted_key_fields, read_defaulted_key_fields
 
         if self.metadata is not None:
             return read_defaulted_key_fields(self.metadata)

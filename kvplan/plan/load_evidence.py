@@ -15,14 +15,14 @@ from pathlib import Path
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
-from kvplan.checks import Approved
+from kvplan.checks import Check
+from kvplan.checks.gate import Approved
 from kvplan.io.load import LoadFormatError, LoadReading, read_load_evidence, reading_of
 from kvplan.load import load_checks, load_summary
 from kvplan.load.checks import value_check
 from kvplan.notes import Note
 from kvplan.plan.inputs import LoadPolicy
 from kvplan.plan.reading import renamed, require_files
-from kvplan.verdict import Check
 
 
 def read_named_load(loads: Sequence[tuple[Path, str]], year: int | None = None) -> LoadReading:

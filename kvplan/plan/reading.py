@@ -17,7 +17,7 @@ from typing import cast
 
 import pandas as pd
 
-from kvplan.checks import read_defaulted_key_fields
+from kvplan.checks.key import read_defaulted_key_fields
 from kvplan.io.metadata import ReadMetadata, merge_metadata
 from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
 from kvplan.room import read_vllm_logs_rooms
@@ -57,7 +57,7 @@ class Evidence:
 
     @property
     def defaulted_key_fields(self) -> frozenset[str]:
-        """Key fields the reader filled with vLLM's default (:func:`kvplan.checks.read_defaulted_key_fields`)."""
+        """Key fields the reader filled with vLLM's default (:func:`kvplan.checks.key.read_defaulted_key_fields`)."""
         return read_defaulted_key_fields(self.metadata) if self.metadata is not None else frozenset()
 
 
