@@ -1,6 +1,5 @@
-"""Checks on a ledger and the room of every rank: one compatibility key (:func:`compatibility_key`), every
-rank of TP × PP × DP, and each rank's **worst** (lowest) room over repeated boots, so that one lucky boot
-cannot set the value (:func:`room_per_rank`). Every refusal is a :class:`LedgerError` naming file and line.
+"""Checks on a ledger: one compatibility key, every rank of TP × PP × DP, and each rank's **worst** room over
+repeated boots (one lucky boot cannot set the value); every refusal is a :class:`LedgerError` naming file and line.
 """
 
 from __future__ import annotations
@@ -57,9 +56,8 @@ _HOST_POOL = ("kv_cache_tokens", "max_model_len", "available_kv_bytes")
 
 
 def logged_launch_settings(ledger: pd.DataFrame) -> dict:
-    """The :data:`~kvplan.columns.SIZING_CONFIG` settings the logs show with one value (for kvspec; others
-    are left out), and for a "GPU + host" pool (HiSparse) ``host_pool``: the tokens and length of the lowest
-    concurrency and the most available memory (:func:`kvplan.kvspec.launch.host_pool_bound`).
+    """The :data:`~kvplan.columns.SIZING_CONFIG` settings the logs show with one value, and for a HiSparse pool
+    ``host_pool`` (:func:`kvplan.kvspec.launch.host_pool_bound`).
 
     >>> logged_launch_settings(pd.DataFrame({"max_num_batched_tokens": [8192] * 2, "mamba_cache_mode": [None] * 2}))
     {'max_num_batched_tokens': 8192}
@@ -81,11 +79,8 @@ def logged_launch_settings(ledger: pd.DataFrame) -> dict:
 
 
 def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dict:
-    """The one compatibility key shared by every row, as plain values (None = not logged).
-
-    A field logged with different values raises :class:`LedgerError` naming each value and where it is
-    shown (``file:line`` with the readers' ``lines`` index). A field some boots do not show is no conflict,
-    except :data:`REQUIRED_KEY`: a boot without the model or layout could be any configuration.
+    """The one compatibility key shared by every row, as plain values (None = not logged); values that differ,
+    or a :data:`REQUIRED_KEY` field some boot does not show, raise :class:`LedgerError` naming where.
 
     >>> frame = pd.DataFrame({"source": ["a.log"], "boot": [0], "rank": [0], "vllm_version": ["0.26.0"]})
     >>> compatibility_key(frame)["vllm_version"]
@@ -109,7 +104,7 @@ def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dic
             shown_boots = {pair for pair, _ in shown}
             unshown = [pair for pair in boots if pair not in shown_boots]
             if unshown:
-                places = ", ".join(f"{s} boot {b} ({_boot_where(lines, s, b)})" for s, b in unshown)
+                places = ", ".join(f"{s} boot {b} ({_where(lines, s, b, None, 'boot')})" for s, b in unshown)
                 conflicts.append(f"{column}: {values[0]!r} shown, but not logged in {places}")
                 key[column] = None
         if len(values) > 1:
@@ -141,11 +136,6 @@ def _value_where(
     return _where(lines, source, boot, None, column)
 
 
-def _boot_where(lines: Mapping, source: object, boot: object) -> str:
-    """``file:line`` of a boot's first line when the reader recorded it, else ``file``."""
-    return _where(lines, source, boot, None, "boot")
-
-
 def _layout(ledger: pd.DataFrame, key: dict) -> int | None:
     """TP × PP × DP of the key; refuses logs that do not show the model or the parallel layout (a frame
     without those columns: a :class:`LedgerWarning` that the ranks seen are every rank)."""
@@ -167,30 +157,24 @@ def _layout(ledger: pd.DataFrame, key: dict) -> int | None:
     return world
 
 
-def _warn(message: str, notes: list[str] | None = None) -> None:
-    if notes is not None:
-        notes.append(message)
+def _warn(message: str) -> str:
     warnings.warn(LedgerWarning(message), stacklevel=3)
+    return message
+
+
+#: The ledger cells :func:`room_per_rank` reads, as plain lists (no pandas per row).
+_ROOM_CELLS = ("source", "boot", "rank", "room_bytes", "room_source", "init_free_bytes")
 
 
 def room_per_rank(
     ledger: pd.DataFrame,
     assume_uniform: bool = False,
     lines: Mapping | None = None,
-    notes: list | None = None,
     key: Mapping | None = None,
 ) -> pd.DataFrame:
-    """Each rank's room over all boots of one key: the worst (lowest) boot, and the spread.
-
-    Indexed by rank: ``room_bytes`` (lowest over boots), ``room_source``, ``init_free_bytes`` (of that
-    boot, else the rank's lowest), ``room_min/median/max_bytes``, ``room_spread_bytes`` (max − min),
-    ``boots`` (showing the rank's own room), ``source`` and ``boot`` of the worst. Warnings also go to
-    ``notes``; ``lines`` as for :func:`compatibility_key`; ``key`` when the caller has it already.
-
-    A boot with any room must show one for every rank of TP × PP × DP, else :class:`LedgerError` names
-    it, unless ``assume_uniform`` (the boot's lowest room, ``assumed_uniform``: logs of local rank 0 only).
-    A **manual-value boot** (``--kv-cache-memory-bytes``) is no room evidence: left out with a warning
-    (``kvplan drift``/``gate`` judge it); any other boot without room (failed, cut off) is refused.
+    """Each rank's room over all boots of one key [bytes]: the worst (lowest) boot, its free memory, the spread;
+    ``attrs["notes"]`` holds the warnings (each also a :class:`LedgerWarning`). A boot with any room shows one
+    for every rank (else :class:`LedgerError`) unless ``assume_uniform``; a manual-value boot is left out.
 
     >>> frame = pd.DataFrame({"source": ["a.log"] * 4, "boot": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
     ...                       "room_bytes": [30, 25, 20, 26], "room_source": ["suggestion"] * 4,
@@ -202,70 +186,72 @@ def room_per_rank(
     lines = lines if lines is not None else {}
     key = dict(key) if key is not None else compatibility_key(ledger, lines)
     world = _layout(ledger, key)
-    notes = notes if notes is not None else []
     frame = ledger.assign(source=ledger.get("source", "the ledger"), boot=ledger.get("boot", 0))
     ranks_seen = sorted({int(rank) for rank in frame["rank"].dropna()})
     expected = list(range(world)) if world is not None else ranks_seen
-    cells = {
-        name: _cells(frame, name)
-        for name in ("source", "boot", "rank", "room_bytes", "room_source", "init_free_bytes")
-    }
-    boots: dict[tuple, list[int]] = {}  # (source, boot) → row positions, in order of first appearance
-    for position, pair in enumerate(zip(cells["source"], cells["boot"])):
-        if None not in pair:
-            boots.setdefault(pair, []).append(position)
+    cells = {name: _cells(frame, name) for name in _ROOM_CELLS}
+    notes, manual_boots = [], 0
     observations: dict[int, list[dict]] = {}
-    manual_boots = []
-    for (source, boot), positions in boots.items():
-        own: dict[int, dict] = {}
-        free: dict[int, int] = {}
-        for position in positions:
-            rank, room = cells["rank"][position], cells["room_bytes"][position]
-            initial = cells["init_free_bytes"][position]
-            if rank is not None and initial is not None:
-                free[int(rank)] = min(free.get(int(rank), initial), initial)
-            if room is not None and rank is not None:
-                own[int(rank)] = {"room_bytes": int(room), "room_source": cells["room_source"][position]}
-        outside = [rank for rank in own if world is not None and rank >= world]
-        if outside:
-            raise LedgerError(
-                f"{_where(lines, source, boot, outside[0], 'room_bytes')}: rank {outside[0]} of boot "
-                f"{plain_value(boot)} lies outside TP × PP × DP = {world} "
-                f"({_where(lines, source, boot, None, 'tensor_parallel_size')}): its room can neither be "
-                "left out nor given to another rank; check the rank or the parallel sizes"
-            )
+    for (source, boot), positions in _boot_positions(cells).items():
+        own, free = _boot_rooms(cells, positions, world, lines)
         if not own:
-            manual_boots.append(_roomless_boot(lines, source, boot, frame.iloc[positions], notes))
+            notes.append(_roomless_boot(lines, source, boot, frame.iloc[positions]))
+            manual_boots += 1
             continue
         lacking = [rank for rank in expected if rank not in own]
         if lacking and not assume_uniform:
-            rows = frame.iloc[positions]
-            raise LedgerError(_lacking_message(lines, key, world, source, boot, rows, own, lacking))
+            raise LedgerError(_lacking_message(lines, key, world, frame.iloc[positions], own, lacking))
         lowest = min(own.values(), key=lambda row: row["room_bytes"])
         for rank in expected:
-            row = own.get(rank, lowest)
+            seen = {**own.get(rank, {**lowest, "room_source": "assumed_uniform"}), "own": rank in own}
             observations.setdefault(rank, []).append(
-                {
-                    "room_bytes": row["room_bytes"],
-                    "room_source": row["room_source"] if rank in own else "assumed_uniform",
-                    "init_free_bytes": free.get(rank),
-                    "source": source,
-                    "boot": boot,
-                    "own": rank in own,
-                }
+                {**seen, "init_free_bytes": free.get(rank), "source": source, "boot": boot}
             )
     if not observations:
-        manual = f" ({len(manual_boots)} manual-value boot(s): no room evidence)" if manual_boots else ""
+        manual = f" ({manual_boots} manual-value boot(s): no room evidence)" if manual_boots else ""
         raise LedgerError(
             f"no rank shows its room in {_files(ledger)}{manual}: the logs hold no --kv-cache-memory "
             "suggestion, 'Available KV cache memory' or DEBUG memory lines; profile a boot without "
             "--kv-cache-memory-bytes"
         )
     records = {rank: _record(items) for rank, items in observations.items()}
-    _warn_mixed_sources(lines, records, notes)
-    result = pd.DataFrame.from_dict(records, orient="index").sort_index()
-    result.index.name = "rank"
-    return result.astype({column: "Int64" for column in result if column not in ("room_source", "source")})
+    notes += _mixed_sources(lines, records)
+    result = pd.DataFrame.from_dict(records, orient="index").sort_index().rename_axis("rank")
+    result = result.astype({column: "Int64" for column in result if column not in ("room_source", "source")})
+    result.attrs["notes"] = notes
+    return result
+
+
+def _boot_positions(cells: dict) -> dict[tuple, list[int]]:
+    """(source, boot) → its row positions, in order of first appearance."""
+    boots: dict[tuple, list[int]] = {}
+    for position, pair in enumerate(zip(cells["source"], cells["boot"])):
+        if None not in pair:
+            boots.setdefault(pair, []).append(position)
+    return boots
+
+
+def _boot_rooms(cells: dict, positions: list[int], world: int | None, lines: Mapping) -> tuple[dict, dict]:
+    """One boot's own rooms by rank (``room_bytes``, ``room_source``) and each rank's lowest startup free memory;
+    a rank outside TP × PP × DP is refused."""
+    own: dict[int, dict] = {}
+    free: dict[int, int] = {}
+    for position in positions:
+        rank, room, initial = (cells[name][position] for name in ("rank", "room_bytes", "init_free_bytes"))
+        if rank is not None and initial is not None:
+            free[int(rank)] = min(free.get(int(rank), initial), initial)
+        if room is not None and rank is not None:
+            own[int(rank)] = {"room_bytes": int(room), "room_source": cells["room_source"][position]}
+    outside = [rank for rank in own if world is not None and rank >= world]
+    if outside:
+        source, boot = cells["source"][positions[0]], cells["boot"][positions[0]]
+        raise LedgerError(
+            f"{_where(lines, source, boot, outside[0], 'room_bytes')}: rank {outside[0]} of boot "
+            f"{plain_value(boot)} lies outside TP × PP × DP = {world} "
+            f"({_where(lines, source, boot, None, 'tensor_parallel_size')}): its room can neither be "
+            "left out nor given to another rank; check the rank or the parallel sizes"
+        )
+    return own, free
 
 
 def _cells(frame: pd.DataFrame, column: str) -> list:
@@ -280,8 +266,7 @@ def _cells(frame: pd.DataFrame, column: str) -> list:
 
 
 def worst_room_position(room_bytes: Sequence[int]) -> int:
-    """Position of a rank's worst (lowest) room among its boots, the earliest of equal ones: the one rule for
-    which boot sets a rank's room (and is charted).
+    """Position of a rank's worst (lowest) room among its boots, the earliest of equal ones (the one rule).
 
     >>> worst_room_position([30, 20, 25, 20])
     1
@@ -311,19 +296,17 @@ def _record(items: list[dict]) -> dict:
     }
 
 
-def _roomless_boot(lines: Mapping, source: object, boot: object, rows: pd.DataFrame, notes: list) -> str:
-    """Warn about a manual-value boot (returns its name); refuse any other boot without room."""
-    where = _boot_where(lines, source, boot)
+def _roomless_boot(lines: Mapping, source: object, boot: object, rows: pd.DataFrame) -> str:
+    """The warning about a manual-value boot (warned, returned); any other boot without room is refused."""
+    where = _where(lines, source, boot, None, "boot")
     manual = rows["manual_kv_bytes"].dropna() if "manual_kv_bytes" in rows else pd.Series(dtype="Int64")
     if not manual.empty:
-        _warn(
+        return _warn(
             f"{where}: boot {plain_value(boot)} is a manual-value boot (--kv-cache-memory-bytes "
             f"{format_size(int(manual.min()))}): it shows the memory free at startup, not the room of its "
             "ranks, so it is no room evidence and is left out of the room. Judge it against the profiled "
-            "boot's approval with `kvplan drift` or `kvplan gate`.",
-            notes,
+            "boot's approval with `kvplan drift` or `kvplan gate`."
         )
-        return f"{source} boot {plain_value(boot)}"
     outcomes = ", ".join(
         f"rank {plain_value(rank)} {plain_value(outcome) or 'unknown'}"
         for rank, outcome in zip(rows["rank"], rows.get("outcome", pd.Series([None] * len(rows))))
@@ -335,47 +318,38 @@ def _roomless_boot(lines: Mapping, source: object, boot: object, rows: pd.DataFr
     )
 
 
-def _warn_mixed_sources(lines: Mapping, records: dict, notes: list) -> None:
+def _mixed_sources(lines: Mapping, records: dict) -> list[str]:
+    """The warning (warned, returned) when the worst rooms come from different evidence per rank."""
     sources = {rank: record["room_source"] for rank, record in records.items()}
     if len(set(sources.values()) - {"assumed_uniform"}) <= 1:
-        return
+        return []
     listing = "; ".join(
         f"rank {rank}: {source} "
         f"({_where(lines, records[rank]['source'], records[rank]['boot'], rank, 'room_bytes')})"
         for rank, source in sorted(sources.items())
     )
-    _warn(
-        f"the rooms come from different evidence per rank ({listing}): a suggestion, an available-KV "
-        "figure and a sum of parts are not measured alike; compare with care, or profile again so that "
-        "every rank logs the same lines",
-        notes,
-    )
+    return [
+        _warn(
+            f"the rooms come from different evidence per rank ({listing}): a suggestion, an available-KV "
+            "figure and a sum of parts are not measured alike; compare with care, or profile again so that "
+            "every rank logs the same lines"
+        )
+    ]
 
 
 def _files(ledger: pd.DataFrame) -> str:
-    files = (
-        list(dict.fromkeys(str(source) for source in ledger["source"].dropna())) if "source" in ledger else []
-    )
+    files = dict.fromkeys(str(source) for source in _cells(ledger, "source") if source is not None)
     return ", ".join(files) or "the ledger"
 
 
 def _lacking_message(
-    lines: Mapping,
-    key: dict,
-    world: int | None,
-    source: object,
-    boot: object,
-    rows: pd.DataFrame,
-    own: dict,
-    lacking: list[int],
+    lines: Mapping, key: dict, world: int | None, rows: pd.DataFrame, own: dict, lacking: list[int]
 ) -> str:
-    """Why a boot with room evidence shows none for some ranks, and what to do."""
-    name = f"boot {plain_value(boot)}"
-    listing = ", ".join(map(str, lacking))
-    first = min(own)
-    where = _where(lines, source, boot, first, "room_bytes")
-    sources = {plain_value(row.get("room_source")) for row in own.values()}
-    if sources == {"available_kv"}:
+    """Why a boot (``rows``) with room evidence shows none for some ranks, and what to do."""
+    source, boot = plain_value(rows["source"].iloc[0]), plain_value(rows["boot"].iloc[0])
+    name, listing = f"boot {boot}", ", ".join(map(str, lacking))
+    where = _where(lines, source, boot, min(own), "room_bytes")
+    if {plain_value(row.get("room_source")) for row in own.values()} == {"available_kv"}:
         version = version_tuple(key.get("vllm_version"))
         shown = "local rank 0" if local_rank0_only(version) else f"rank(s) {', '.join(map(str, sorted(own)))}"
         return (
@@ -387,7 +361,7 @@ def _lacking_message(
     if missing:
         size_where = _where(lines, source, boot, None, "tensor_parallel_size")
         return (
-            f"{_boot_where(lines, source, boot)}: rank(s) {', '.join(map(str, missing))} missing from "
+            f"{_where(lines, source, boot, None, 'boot')}: rank(s) {', '.join(map(str, missing))} missing from "
             f"{name}: TP × PP × DP = {world} ({size_where}) but the boot shows rank(s) "
             f"{', '.join(map(str, sorted(present)))} only. Give every rank's log (all nodes), or check "
             "that no worker died silently."

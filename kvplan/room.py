@@ -1,24 +1,16 @@
-"""The Room rule (a rank's room, what its KV cache can take, best evidence first) and the budget of a ledger's
-rooms.
+"""The Room rule, given to the readers (:data:`ROOM_RULE`), and the budget of a ledger's rooms.
 
-The rule is given to the readers (:class:`kvplan.io.metadata.RoomRule`), which report only what the logs
-say: :data:`ROOM_RULE` is the rule, :func:`read_vllm_log_rooms` and its siblings the readers with it, whose
-ledger every consumer reads. Evidence, best first:
-
-1. ``suggestion``: vLLM's own ``--kv-cache-memory`` suggestion ("to fully utilize gpu memory");
-2. ``available_kv``: "Available KV cache memory", less the CUDA graphs captured after it;
-3. ``parts``: free at startup − weights − activation peak − non-torch − graphs − 150 MiB (vLLM's buffer).
-
-:func:`budget_from_rooms` is the uniform budget of the worst room per rank; :func:`refuse_failed_boots` and
-:func:`check_dropped_ranks` refuse a ledger from which no budget may come, naming the file and line.
+A rank's room, best evidence first: ``suggestion`` (vLLM's ``--kv-cache-memory`` suggestion), ``available_kv``
+("Available KV cache memory" less the CUDA graphs captured after it), ``parts`` (free at startup − weights −
+activation peak − non-torch − graphs − 150 MiB, vLLM's buffer).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from functools import partial
 from pathlib import Path
-from typing import IO
 
 import pandas as pd
 
@@ -28,6 +20,7 @@ from kvplan.io.ledger_csv import read_ledger_csv
 from kvplan.io.metadata import BootPlace, ReadMetadata, RoomRule, place_note
 from kvplan.io.vllm import read_vllm_log, read_vllm_logs, stream_vllm_logs
 from kvplan.ledger import LedgerError, _line, _where, plain_value, room_per_rank
+from kvplan.notes import Note
 from kvplan.releases import rank0_only_advice
 from kvplan.units import MiB, format_size
 
@@ -38,10 +31,8 @@ SUGGESTION_BUFFER_BYTES = 150 * MiB
 def room_evidence(
     values: dict, rank: int, flags: dict, origin: dict, source: str, warnings: list
 ) -> tuple[int, str, tuple] | None:
-    """``(room_bytes, room_source, (line, raw))`` for one rank, best evidence first (None: no room).
-
-    ``flags``: whether vLLM subtracted a CUDA-graph estimate before sizing KV (``estimate_applied``),
-    whether graphs were off (``eager``); ``origin[(rank, column)]`` is each value's ``(line, raw)``.
+    """``(room_bytes, room_source, (line, raw))`` for one rank, best evidence first (None: no room); ``flags``:
+    ``estimate_applied`` (a CUDA-graph estimate subtracted before KV sizing), ``eager``; ``origin[(rank, column)]``.
 
     >>> room_evidence({"suggested_full_bytes": 7}, 0, {}, {(0, "suggested_full_bytes"): (9, "")}, "a.log", [])
     (7, 'suggestion', (9, ''))
@@ -91,117 +82,73 @@ def room_evidence(
 
 
 def boot_room_warnings(
-    rows: dict, key: dict, flags: dict, source: str, boot: BootPlace, origin: dict, warnings: list
-) -> None:
-    """Append to ``warnings`` what one boot's rooms need said: sources that differ per rank, ranks Ray
-    deduplicated, a room shown on local rank 0 only, CUDA graphs counted twice in the suggestion."""
-    version = flags["version"]
-    sources = {rank: values.get("room_source") for rank, values in rows.items()}
-    known = {rank: src for rank, src in sources.items() if src is not None}
-    first = boot.first_line
+    rows: dict, key: dict, flags: dict, source: str, boot: BootPlace, origin: dict
+) -> list[Note]:
+    """What one boot's rooms need said: sources that differ per rank, ranks Ray deduplicated, a room shown on
+    local rank 0 only, CUDA graphs counted twice in the suggestion."""
+    known = {
+        rank: values["room_source"] for rank, values in rows.items() if values.get("room_source") is not None
+    }
+    world = world_size(key) or len(rows)
+    lacking = ", ".join(str(rank) for rank in range(max(world, len(rows))) if rank not in known)
+    shown = ", ".join(str(rank) for rank in sorted(known))
+    notes = []
     if len(set(known.values())) > 1:
         listing = ", ".join(f"rank {rank}: {src}" for rank, src in sorted(known.items()))
-        warnings.append(
-            place_note(
-                "room-sources-differ",
-                source,
-                first,
-                f"boot {boot.index}: room comes from different evidence per rank "
-                f"({listing}); compare with care",
-            )
-        )
-    world = world_size(key) or len(rows)
-    lacking = [rank for rank in range(max(world, len(rows))) if rank not in known]
+        text = f"room comes from different evidence per rank ({listing}); compare with care"
+        notes.append(("room-sources-differ", boot.first_line, text))
     if lacking and boot.ray_repeats:
-        warnings.append(
-            place_note(
-                "ray-dedup-no-room",
-                source,
-                boot.ray_repeats[0],
-                f"boot {boot.index}: rank(s) "
-                f"{', '.join(str(rank) for rank in lacking)} show no room of their own: Ray deduplicated their "
-                "lines into other workers' '[repeated Nx across cluster]' lines (each value shown stays on the "
-                "pid that printed it). Rerun with RAY_DEDUP_LOGS=0 for per-rank numbers.",
-            )
+        text = (
+            f"rank(s) {lacking} show no room of their own: Ray deduplicated their lines into other workers' "
+            "'[repeated Nx across cluster]' lines (each value shown stays on the pid that printed it). Rerun "
+            "with RAY_DEDUP_LOGS=0 for per-rank numbers."
         )
+        notes.append(("ray-dedup-no-room", boot.ray_repeats[0], text))
     elif known and lacking and set(known.values()) == {"available_kv"}:
-        line = origin.get((min(known), "room_bytes"), (first,))[0]
-        warnings.append(
-            place_note(
-                "rank0-only-room",
-                source,
-                line,
-                f"boot {boot.index}: this log shows the room of rank(s) "
-                f"{', '.join(str(rank) for rank in sorted(known))} only; rank(s) "
-                f"{', '.join(str(rank) for rank in lacking)} show none. {rank0_only_advice(version, False)}.",
-            )
+        line = origin.get((min(known), "room_bytes"), (boot.first_line,))[0]
+        advice = rank0_only_advice(flags["version"], False)
+        text = f"this log shows the room of rank(s) {shown} only; rank(s) {lacking} show none. {advice}."
+        notes.append(("rank0-only-room", line, text))
+    if _graphs_counted_twice(rows, flags):
+        text = (
+            f"vLLM {key['vllm_version']} counts CUDA-graph memory twice in its --kv-cache-memory suggestion "
+            "(vllm#57936): the room shown is lower than the GPU really has (conservative)"
         )
-    double = version is not None and ((0, 18) <= version < (0, 19) or version >= (0, 27))
-    if (
-        double
+        notes.append(("graph-counted-twice", boot.first_line, text))
+    return [place_note(code, source, line, f"boot {boot.index}: {text}") for code, line, text in notes]
+
+
+def _graphs_counted_twice(rows: dict, flags: dict) -> bool:
+    """Whether a suggestion of this boot counts CUDA graphs twice (0.18 and 0.27+, estimate applied)."""
+    version = flags["version"]
+    return (
+        version is not None
+        and ((0, 18) <= version < (0, 19) or version >= (0, 27))
         and flags["estimate_applied"]
         and any(
             values.get("room_source") == "suggestion" and (values.get("cuda_graph_bytes") or 0) > 0
             for values in rows.values()
         )
-    ):
-        warnings.append(
-            place_note(
-                "graph-counted-twice",
-                source,
-                first,
-                f"boot {boot.index}: vLLM {key['vllm_version']} counts CUDA-graph memory "
-                "twice in "
-                "its --kv-cache-memory suggestion (vllm#57936): the room shown is lower than the GPU really has "
-                "(conservative)",
-            )
-        )
+    )
 
 
 #: The Room rule as the readers take it.
 ROOM_RULE = RoomRule(room_evidence, boot_room_warnings)
 
 
-def read_vllm_log_rooms(
-    path_or_text: str | os.PathLike | bytes | IO[bytes], source: str | None = None
-) -> tuple[pd.DataFrame, ReadMetadata]:
-    """:func:`kvplan.io.read_vllm_log` with the Room rule: each rank's ``room_bytes`` and ``room_source``.
-
-    >>> from kvplan import io
-    >>> from kvplan import DATA_DIR
-    >>> log = DATA_DIR / "boots" / "four-rank" / "boot.log"
-    >>> ledger, _ = read_vllm_log_rooms(log)
-    >>> ledger["room_source"].tolist(), int(ledger["room_bytes"].min())  # rank 2's suggestion, 12.9 GiB
-    (['suggestion', 'suggestion', 'suggestion', 'suggestion'], 13851269530)
-    >>> bool(io.read_vllm_log(log)[0]["room_bytes"].isna().all())  # the reader alone: no room
-    True
-    """
-    return read_vllm_log(path_or_text, source, room_rule=ROOM_RULE)
-
-
-def read_vllm_logs_rooms(
-    paths: str | os.PathLike | Iterable[str | os.PathLike], names: Mapping[str, str] | None = None
-) -> tuple[pd.DataFrame, ReadMetadata]:
-    """:func:`kvplan.io.read_vllm_logs` (many logs, a folder or a glob; ``names``: a file's source) with the
-    Room rule."""
-    return read_vllm_logs(paths, room_rule=ROOM_RULE, names=names)
-
-
-def stream_vllm_logs_rooms(
-    paths: str | os.PathLike | Iterable[str | os.PathLike],
-    rows_to: Callable[[list[dict]], None],
-    names: Mapping[str, str] | None = None,
-) -> ReadMetadata:
-    """:func:`kvplan.io.vllm.stream_vllm_logs` (the rows only, in batches to ``rows_to``; no frame, no
-    provenance) with the Room rule."""
-    return stream_vllm_logs(paths, rows_to, room_rule=ROOM_RULE, names=names)
+#: The readers with the Room rule (each rank's ``room_bytes`` and ``room_source``), whose ledger every consumer
+#: reads: :func:`kvplan.io.read_vllm_log`, :func:`~kvplan.io.read_vllm_logs` (``names=``: a file's source) and
+#: :func:`~kvplan.io.vllm.stream_vllm_logs` (rows only, in batches).
+read_vllm_log_rooms = partial(read_vllm_log, room_rule=ROOM_RULE)
+read_vllm_logs_rooms = partial(read_vllm_logs, room_rule=ROOM_RULE)
+stream_vllm_logs_rooms = partial(stream_vllm_logs, room_rule=ROOM_RULE)
 
 
 def read_ledger_csv_rooms(
     path: str | os.PathLike, source: str | None = None
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """:func:`kvplan.io.read_ledger_csv` with the Room rule: a CSV without ``room_bytes`` has each rank's
-    room computed from its parts, as the log reader computes it."""
+    """:func:`kvplan.io.read_ledger_csv` with the Room rule: a CSV without ``room_bytes`` has each rank's room
+    computed from its parts, as the log reader computes it."""
     return read_ledger_csv(Path(path), source, room_rule=ROOM_RULE)
 
 
@@ -211,8 +158,7 @@ DROPPED_RANK_CODES = frozenset({"rank-out-of-world"})
 
 
 def check_dropped_ranks(notes: Iterable[object]) -> None:
-    """Raise :class:`LedgerError` when a reader note (a :class:`kvplan.notes.Note`) says a rank's lines
-    were left out; the message is the note's own ``file:line`` and text.
+    """Raise :class:`LedgerError`, quoting the note, when a reader note says a rank's lines were left out.
 
     >>> check_dropped_ranks(["a.log:3: a warning of another kind"])
     """
@@ -232,10 +178,8 @@ _SHOWN_FAILURES = 6
 
 
 def refuse_failed_boots(ledger: pd.DataFrame, lines: Mapping | None = None) -> None:
-    """Raise :class:`LedgerError` when any row's boot did not come through startup cleanly.
-
-    The message lists each failed row with its own file:line and text, OOM first, then errors (a
-    rank's own before the ones it only inherits from the engine, by line), then incomplete boots.
+    """Raise :class:`LedgerError` listing each row whose boot did not come through startup cleanly, with its
+    file:line and text: OOM first, then errors (by line), then incomplete boots.
 
     >>> refuse_failed_boots(pd.DataFrame({"source": ["a.log"], "boot": [0], "rank": [0], "outcome": ["ok"]}))
     """
@@ -248,51 +192,42 @@ def refuse_failed_boots(ledger: pd.DataFrame, lines: Mapping | None = None) -> N
     items = []
     for _, row in failed.iterrows():
         outcome = plain_value(row["outcome"]) or "incomplete"
-        where = _where(lines, row["source"], row["boot"], row["rank"], "outcome")
         line = _line(lines, row["source"], row["boot"], row["rank"], "outcome")
         text = str(plain_value(row.get("error")) or "no text")
         text = text if len(text) <= 240 else text[:239] + "…"
         phase = failure_phase(plain_value(row.get("failed_in")))
-        items.append(
-            (
-                _OUTCOME_ORDER.get(outcome, 3),
-                line if line is not None else float("inf"),
-                f"{where}: boot {plain_value(row['boot'])} rank {plain_value(row['rank'])} did not boot cleanly "
-                f"({outcome}: {text})" + (f" {phase}" if phase else ""),
-            )
+        said = (
+            f"{_where(lines, row['source'], row['boot'], row['rank'], 'outcome')}: boot {plain_value(row['boot'])} "
+            f"rank {plain_value(row['rank'])} did not boot cleanly ({outcome}: {text})"
+            + (f" {phase}" if phase else "")
         )
+        items.append((_OUTCOME_ORDER.get(outcome, 3), line if line is not None else float("inf"), said))
     items.sort(key=lambda item: item[:2])
     shown = [item[2] for item in items[:_SHOWN_FAILURES]]
     more = f"; {len(items) - _SHOWN_FAILURES} more row(s) not ok" if len(items) > _SHOWN_FAILURES else ""
-    raise LedgerError(
-        "; ".join(shown)
-        + more
-        + ". The budget is refused rather than computed from partial evidence. "
-        + _next_step(failed, ledger)
-    )
+    refused = ". The budget is refused rather than computed from partial evidence. "
+    raise LedgerError("; ".join(shown) + more + refused + _next_step(failed, ledger))
 
 
 def _next_step(failed: pd.DataFrame, ledger: pd.DataFrame) -> str:
-    """What to do about the failed rows: give the rest of a log cut short, or fix a failure and boot
-    again; leaving a boot out only when the ledger holds another.
+    """What to do: give the rest of a log cut short, or fix a failure; leave a boot out when the ledger holds others.
 
     >>> frame = pd.DataFrame({"source": ["a.log"], "boot": [0], "outcome": ["incomplete"]})
     >>> _next_step(frame, frame)
     "Give the whole log, through its 'Application startup complete' line: it stops before startup completed."
     """
-    cut_short = set(failed["outcome"].fillna("incomplete")) == {"incomplete"}
     step = (
         "give the whole log, through its 'Application startup complete' line: it stops before startup completed."
-        if cut_short
+        if set(failed["outcome"].fillna("incomplete")) == {"incomplete"}
         else "fix what failed and boot again."
     )
-    boots = ledger[["source", "boot"]].drop_duplicates() if {"source", "boot"} <= set(ledger) else ledger[:1]
-    failed_boots = (
-        failed[["source", "boot"]].drop_duplicates() if {"source", "boot"} <= set(failed) else failed[:1]
-    )
-    if len(boots) > len(failed_boots):
+    if len(_boots(ledger)) > len(_boots(failed)):
         return f"Leave the failed boot(s) out (the ledger holds others), or {step}"
     return step[0].upper() + step[1:]
+
+
+def _boots(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[["source", "boot"]].drop_duplicates() if {"source", "boot"} <= set(frame) else frame[:1]
 
 
 def budget_from_ledger(
@@ -302,7 +237,7 @@ def budget_from_ledger(
     assume_uniform: bool = False,
     lines: Mapping | None = None,
 ) -> Budget:
-    """The uniform budget from a ledger: checks, worst room per rank, then :func:`uniform_budget`.
+    """The uniform budget from a ledger: :func:`refuse_failed_boots`, :func:`room_per_rank`, :func:`budget_from_rooms`.
 
     >>> GiB = 2**30
     >>> frame = pd.DataFrame({"source": ["a.log"] * 2, "boot": [0, 0], "rank": [0, 1],
@@ -311,38 +246,23 @@ def budget_from_ledger(
     >>> budget_from_ledger(frame, GiB).uniform_budget_bytes == 12 * GiB
     True
     """
-    lines = lines if lines is not None else {}
     refuse_failed_boots(ledger, lines)
-    return budget_from_rooms(
-        ledger,
-        room_per_rank(ledger, assume_uniform=assume_uniform, lines=lines),
-        reserve_bytes,
-        block_bytes,
-        lines,
-    )
+    rooms = room_per_rank(ledger, assume_uniform=assume_uniform, lines=lines)
+    return budget_from_rooms(rooms, reserve_bytes, block_bytes, lines)
 
 
 def budget_from_rooms(
-    ledger: pd.DataFrame,
-    rooms: pd.DataFrame,
-    reserve_bytes: int,
-    block_bytes: int | None = None,
-    lines: Mapping | None = None,
+    rooms: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None, lines: Mapping | None = None
 ) -> Budget:
-    """:func:`uniform_budget` of the worst room per rank (:func:`room_per_rank` of ``ledger``).
-
-    A budget that leaves nothing is refused naming the weakest rank's file and line (from ``lines``).
-    """
-    lines = lines if lines is not None else {}
+    """:func:`uniform_budget` of the worst room per rank (:func:`room_per_rank`); one that leaves nothing is
+    refused naming the weakest rank's file and line (from ``lines``)."""
+    room_bytes = rooms["room_bytes"].astype(int)
     try:
         return uniform_budget(
-            rooms["room_bytes"].astype(int).tolist(),
-            reserve_bytes,
-            block_bytes=block_bytes,
-            ranks=rooms.index.astype(int).tolist(),
+            room_bytes.tolist(), reserve_bytes, block_bytes, rooms.index.astype(int).tolist()
         )
     except BudgetError as exc:
-        weakest = int(rooms["room_bytes"].astype(int).idxmin())
+        weakest = int(room_bytes.idxmin())
         record = rooms.loc[weakest]
-        where = _where(lines, record["source"], record["boot"], weakest, "room_bytes")
+        where = _where(lines or {}, record["source"], record["boot"], weakest, "room_bytes")
         raise LedgerError(f"{where}: {exc} (weakest room {format_size(int(record['room_bytes']))})") from None

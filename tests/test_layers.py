@@ -199,12 +199,7 @@ FUNCTION_LINES, FUNCTION_PARAMETERS = 60, 6
 
 #: Today's offenders, each a module or a function (``module.qualname``). The list only shrinks: a new
 #: offender fails the test, and so does an entry that no longer offends (take it off the list).
-OVER_BUDGET_FOR_NOW = {
-    "kvplan.ledger._lacking_message",
-    "kvplan.ledger.room_per_rank",
-    "kvplan.plan.decision.decide",
-    "kvplan.room.boot_room_warnings",
-}
+OVER_BUDGET_FOR_NOW: set[str] = set()
 
 
 def _functions(tree: ast.AST, prefix: str):

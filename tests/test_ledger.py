@@ -295,7 +295,8 @@ def test_rooms_from_different_evidence_are_named_in_a_warning():
         match=r"different evidence per rank \(rank 0: parts \(a\.log\); "
         r"rank 1: suggestion \(a\.log\)\)",
     ):
-        rooms = room_per_rank(frame, notes=(notes := []))
+        rooms = room_per_rank(frame)
+    notes = rooms.attrs["notes"]
     assert rooms["room_bytes"].tolist() == [18 * GiB, 19 * GiB]
     assert len(notes) == 1
 

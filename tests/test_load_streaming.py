@@ -223,6 +223,12 @@ def csv_rows(text: str) -> list[list[str]]:
     return list(csv.reader(io.StringIO(text)))
 
 
+def csv_text(reading) -> str:
+    text = io.StringIO()
+    reading.write_csv(text)
+    return text.getvalue()
+
+
 def as_cells(records: list[dict]) -> list[list[str]]:
     """JSON rows as CSV cells: unknown empty, numbers as Python writes them."""
     return [["" if value is None else str(value) for value in record.values()] for record in records]
@@ -238,7 +244,7 @@ def test_csv_holds_the_rows(tmp_path, capsys):
     assert csv_rows(out) == [list(ROW_KEYS), *as_cells(reading.records())]
     assert '/my ""b"", c.log",' in out and ",-0.0," in out
     rows = (load_row("a,b.log", 1, None, None, kv_cache_usage_pct=math.nan, event="oom", raw="x"),)
-    assert csv_rows(load_reading(rows).csv_text()) == [
+    assert csv_rows(csv_text(load_reading(rows))) == [
         list(ROW_KEYS),
         ["a,b.log", "1", "", "", "", "", "", "", "", "", "", "", "", "oom"],
     ]
@@ -294,4 +300,4 @@ def test_json_and_csv_hold_the_rows_values(seed):
     expected = [expected_record(row) for row in rows]
     assert reading.records() == expected
     assert parsed_json(reading)["rows"] == expected
-    assert csv_rows(reading.csv_text()) == [list(ROW_KEYS), *as_cells(expected)]
+    assert csv_rows(csv_text(reading)) == [list(ROW_KEYS), *as_cells(expected)]

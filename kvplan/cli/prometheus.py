@@ -1,11 +1,4 @@
-"""The ``--prometheus URL`` options: load evidence and GPU snapshots from a Prometheus server.
-
-``--prometheus URL --start TIME --end TIME [--step 15s] [--match SELECTOR]`` reads one vLLM server's series
-(:func:`kvplan.io.prometheus.vllm.read_prometheus_load`) in place of load files (``load``, ``approve``, ``gate``);
-``--prometheus URL --at TIME [--gpu-host HOST]`` reads the GPUs' DCGM series at TIME as a ``--dcgm`` scrape
-(``budget``, ``approve``, ``gate``, ``fleet plan``, each fleet host by its ``Hostname``). Times are Unix seconds
-or ISO 8601 (UTC without an offset); without ``--step`` the samples as scraped, with it Prometheus' value each step.
-"""
+"""The ``--prometheus URL`` options: load evidence (``--start``, ``--end``) and GPU snapshots (``--at``)."""
 
 from __future__ import annotations
 
@@ -79,9 +72,7 @@ def _temporary(name: str) -> str:
 
 
 def prometheus_load_files(args: argparse.Namespace) -> list[str]:
-    """``approve --prometheus``: the run's samples saved as a /metrics file (``prometheus-load.prom`` in a
-    temporary folder removed at exit), a load file the bundle keeps and verification reads back with the file
-    reader; [] without --prometheus."""
+    """``approve --prometheus``: the run's samples saved as a temporary /metrics file the bundle keeps."""
     window = _window(args)
     if window is None:
         return []
@@ -94,8 +85,7 @@ def prometheus_load_files(args: argparse.Namespace) -> list[str]:
 def add_gpu_arguments(
     parser: argparse.ArgumentParser, url: bool = True, at: bool = True, host: bool = True
 ) -> None:
-    """``--prometheus URL`` (``url``), ``--at TIME`` (``at``) and ``--gpu-host HOST`` (``host``): the GPU
-    snapshot from the DCGM exporter's series in Prometheus, where the command has not added them already."""
+    """``--prometheus URL``, ``--at TIME`` and ``--gpu-host HOST``, where the command has not added them."""
     group = parser.add_argument_group("GPU snapshot from Prometheus (DCGM exporter)")
     if url:
         group.add_argument("--prometheus", metavar="URL", help="the Prometheus server that scrapes DCGM")
@@ -115,9 +105,8 @@ def add_gpu_arguments(
 
 
 def prometheus_gpu_files(args: argparse.Namespace, required: bool = True) -> tuple[list[str], list[str]]:
-    """``--prometheus URL --at TIME``: the GPUs' DCGM series saved as ``dcgm.prom`` (a temporary folder removed
-    at exit; a bundle keeps it as a ``--dcgm`` scrape), and the warnings. None there: refused when
-    ``required``, else a warning. ``([], [])`` without --at."""
+    """``--prometheus URL --at TIME``: the GPUs' DCGM series saved as a temporary ``dcgm.prom``, and warnings;
+    none there is refused when ``required``."""
     if getattr(args, "gpu_host", None) is not None and not (args.prometheus and args.at):
         raise CliError("--gpu-host: only with --prometheus and --at")
     if args.at is None or not args.prometheus:
@@ -141,8 +130,7 @@ def prometheus_gpu_files(args: argparse.Namespace, required: bool = True) -> tup
 
 
 def prometheus_fleet_hosts(args: argparse.Namespace, hosts: list) -> list:
-    """``fleet plan --prometheus URL --at TIME``: ``hosts`` (:class:`kvplan.fleet.inputs.HostFiles`), each with
-    its GPUs' DCGM series at TIME (found by its ``Hostname``) as a GPU snapshot in a temporary folder."""
+    """``fleet plan --prometheus URL --at TIME``: ``hosts``, each with its GPUs' DCGM series as a snapshot."""
     if not args.prometheus or args.at is None:
         raise CliError("--prometheus and --at go together here: the fleet's GPUs from DCGM at TIME")
     from kvplan.fleet.inputs import with_dcgm_snapshots
@@ -157,8 +145,7 @@ def prometheus_fleet_hosts(args: argparse.Namespace, hosts: list) -> list:
 
 
 def add_gate_prometheus_arguments(parser: argparse.ArgumentParser) -> None:
-    """The gate's ``--prometheus`` options: the canary's load series (with --start/--end) and its running
-    value at ``--at``, and ``--metrics FILE`` (the canary's saved /metrics scrapes)."""
+    """The gate's ``--prometheus`` options and ``--metrics FILE``."""
     add_prometheus_arguments(parser, "the canary's")
     parser.add_argument(
         "--at",
@@ -176,9 +163,8 @@ def add_gate_prometheus_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def gate_running_checks(args: argparse.Namespace, approved_bytes: int, block_bytes: int | None) -> list:
-    """The running-value checks of a gate: Prometheus at ``--at``, ``--metrics`` files and the boot logs'
-    "cache_config_info with initialization" lines. A source asked for that shows no engine cannot be
-    judged."""
+    """The gate's running-value checks (Prometheus, ``--metrics``, the boot logs); a source asked for that
+    shows no engine cannot be judged."""
     import time
 
     from kvplan.checks import Check
@@ -208,9 +194,8 @@ def gate_running_checks(args: argparse.Namespace, approved_bytes: int, block_byt
 
 
 def gate_prometheus_checks(args: argparse.Namespace, approved, policy) -> tuple[list, list[str]]:
-    """The gate's checks from ``--prometheus`` and ``--metrics``: the canary's load series (with --start
-    and --end, judged as ``--load`` files are, by :func:`kvplan.plan.load_section`) and the running value
-    (:func:`gate_running_checks`); with the load section's notes and warnings."""
+    """The gate's checks from ``--prometheus`` (judged as ``--load`` files are) and ``--metrics``, with the
+    load section's notes and warnings."""
     from kvplan import plan
 
     checks: list = []

@@ -339,8 +339,8 @@ class BootPlace(Protocol):
 #: ``room(values, rank, flags, origin, source, warnings)`` → ``(room_bytes, room_source, (line, raw))``
 #: or None; ``flags`` are the boot's ``estimate_applied``, ``eager`` and ``version``.
 RoomOf = Callable[[dict, int, dict, dict, str, list], "tuple[int, str, tuple] | None"]
-#: ``boot_warnings(rows, key, flags, source, boot, origin, warnings)``: notes about one boot's rooms.
-BootRoomWarnings = Callable[[dict, dict, dict, str, BootPlace, dict, list], None]
+#: ``boot_warnings(rows, key, flags, source, boot, origin)`` → the notes about one boot's rooms.
+BootRoomWarnings = Callable[[dict, dict, dict, str, BootPlace, dict], list[Note]]
 
 
 @dataclass(frozen=True)

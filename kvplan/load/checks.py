@@ -1,5 +1,4 @@
-"""Gate checks for a canary's load test (``kvplan gate … --load``, pure functions returning ``Check``) and canaries
-side by side (the capacity a manual-value canary gives up against the profiled one; the comparison table)."""
+"""Gate checks of a canary's load test, and canaries side by side (capacity loss, comparison table)."""
 
 from __future__ import annotations
 
@@ -29,10 +28,8 @@ def load_checks(
     max_capacity_loss_pct: float | None = None,
     kv_cache_tokens: int | None = None,
 ) -> list[Check]:
-    """Gate checks for a canary's load test: no OOM; preemptions ≤ ``max_preemptions`` [count]; peak KV cache
-    usage (passes whenever known); with ``profiled_kv_cache_tokens`` [tokens] (a manual-value canary), its
-    capacity loss ≤ ``max_capacity_loss_pct`` [%] (``None``: reported, no bound). ``kv_cache_tokens`` is
-    the canary's capacity when its files do not state it; ``passed`` is ``None`` when evidence cannot tell.
+    """No OOM; preemptions ≤ ``max_preemptions``; peak usage (known: passes); with ``profiled_kv_cache_tokens``
+    a capacity loss ≤ ``max_capacity_loss_pct`` [%]. ``kv_cache_tokens``: capacity the files do not state.
 
     >>> from kvplan.io.load import frame_of
     >>> rows = frame_of([{"source": "s.log", "line": 4, "engine": 0, "kv_cache_usage_pct": 88.0, "preemptions": 0}])
@@ -57,8 +54,7 @@ def load_checks(
 
 
 def _disagreements(reading: LoadReading, labels: tuple[str, ...]) -> str:
-    """The warnings of ``vllm:cache_config_info`` scrapes of one file that disagree on one of ``labels``,
-    joined (``""`` when none)."""
+    """The warnings of scrapes of one file disagreeing on one of ``labels``, joined (``""`` when none)."""
     found = [
         str(note).split(": the file's scrapes")[0]
         for note in reading.warnings
@@ -140,9 +136,8 @@ def _preemption_check(reading: LoadReading, max_preemptions: int) -> Check:
 
 
 def value_check(reading: LoadReading, approved_bytes: int) -> Check | None:
-    """FAIL when a file of the run states a manual ``--kv-cache-memory-bytes`` other than ``approved_bytes``
-    [bytes]: its load test is evidence for another value. ``None`` when every stated value is the approved
-    one, or none is stated (a profiled run: the load section notes it).
+    """FAIL when a file states a manual ``--kv-cache-memory-bytes`` other than ``approved_bytes``; ``None``
+    when none states another.
 
     >>> from kvplan.io.load import LoadSource, frame_of
     >>> run = LoadReading(frame_of([{"source": "s.log", "line": 1}]),
@@ -176,8 +171,7 @@ def value_check(reading: LoadReading, approved_bytes: int) -> Check | None:
 
 
 def _unreadable_counters(reading: LoadReading) -> str:
-    """The /metrics preemption counter samples read as unknown (``NaN``, ``±Inf``, or gone down without a
-    restart), as ``file:line`` (the first three and how many), or ``""`` when there is none."""
+    """The preemption counter samples read as unknown (``NaN``, ``±Inf``, down without a restart), or ``""``."""
     found = [
         f"{note.file}:{note.line} is {note.split(' is ', 1)[1].split(' ', 1)[0]}"
         for note in reading.warnings
@@ -206,7 +200,7 @@ def _more(found: list) -> str:
 
 
 def _first_preemption(reading: LoadReading, timeline: pd.DataFrame) -> dict:
-    """The earliest JSON row (by time, then file order) at which some engine's preemption count is above 0."""
+    """The earliest JSON row (by time, then file order) with an engine's preemption count above 0."""
     counted = timeline.reset_index()
     counted = counted[counted["preemptions_cum"].fillna(0) > 0]
     firsts = counted.groupby(["kind", "engine"], dropna=False).head(1)
@@ -244,9 +238,7 @@ def _capacity_check(capacity: int | None, profiled: int, bound_pct: float | None
 
 
 def capacity_loss(kv_cache_tokens: int, profiled_kv_cache_tokens: int) -> tuple[int, float]:
-    """Tokens and percent of KV capacity a manual-value canary gives up against the profiled canary.
-
-    Negative values are a gain.
+    """Tokens and percent of KV capacity a manual-value canary gives up against the profiled one (< 0: gain).
 
     >>> capacity_loss(157_280, 181_504)  # 181,504 − 157,280 = 24,224 tokens = 13.346%
     (24224, 13.346)
@@ -280,8 +272,7 @@ COMPARISON_ROWS = (
 
 
 def load_comparison_table(summaries: Mapping[str, Mapping]) -> pd.DataFrame:
-    """Runs side by side: one column per named :func:`load_summary`, one row per :data:`COMPARISON_ROWS` key
-    (NaN where a summary lacks it).
+    """One column per named :func:`load_summary`, one row per :data:`COMPARISON_ROWS` key.
 
     >>> runs = {"a": {"kv_cache_tokens": 100, "preemptions": 0}, "b": {"kv_cache_tokens": 90}}
     >>> load_comparison_table(runs).loc[["kv_cache_tokens", "preemptions"]]
@@ -294,8 +285,7 @@ def load_comparison_table(summaries: Mapping[str, Mapping]) -> pd.DataFrame:
 
 
 def canary_capacity_headline(profiled: Mapping, canary: Mapping) -> dict[str, str]:
-    """Capacity [tokens] of the profiled and the manual-value canary (:func:`load_summary` dicts) and the
-    change between them (:func:`capacity_loss` in words), for a headline.
+    """Capacity [tokens] of the profiled and the manual-value canary and the change, for a headline.
 
     >>> canary = {"kv_cache_tokens": 157_280, "kv_cache_memory_bytes": 12_884_377_600}
     >>> headline = canary_capacity_headline({"kv_cache_tokens": 155_856}, canary)

@@ -1,8 +1,5 @@
-"""A load run in numbers: :func:`load_timeline` (the run as a time-indexed frame, preemptions counted per
-engine) and :func:`load_summary` (peak usage, throughput, preemptions, events).
-
-Pure and column-wise: no file is read, no row object is built (a row that a summary quotes is its JSON dict). Units: usage in percent (0–100), throughput in tokens per second,
-capacity in tokens.
+"""A load run in numbers, column-wise: :func:`load_timeline` and :func:`load_summary`. Usage in percent (0–100),
+throughput in tokens/s, capacity in tokens.
 """
 
 from __future__ import annotations
@@ -19,9 +16,8 @@ TIMELINE_COLUMNS = [key for key in LOAD_ROW_KEYS if key != "time"] + ["kind", "p
 
 
 def cumulative_preemptions(group: pd.DataFrame) -> np.ndarray:
-    """Preemptions so far [count] per row, for rows of one evidence kind and engine (``NaN`` until known):
-    the first counter value plus its reset-safe increases (metrics), or the interval counts (V1) plus the
-    reset-safe increases of V0's ``total_num_cumulative_preemption``, which a restart starts anew (logs).
+    """Preemptions so far per row of one evidence kind and engine (``NaN`` until known): the first counter
+    value plus its increases (metrics), or V1's counts plus the increases of V0's total, anew per restart (logs).
 
     >>> from kvplan.io.load import frame_of
     >>> rows = frame_of([{"source": "s.log", "line": 1, "preemptions_total": 51, "event": "preemption"},
@@ -56,9 +52,8 @@ def cumulative_preemptions(group: pd.DataFrame) -> np.ndarray:
 
 
 def load_timeline(reading: LoadReading) -> pd.DataFrame:
-    """The run as a DataFrame indexed by time, one row per load row, in file order: the
-    :data:`~kvplan.columns.LOAD_ROW_KEYS` but ``time``, ``kind``, ``preemptions_cum``
-    (:func:`cumulative_preemptions`, per engine and kind) and ``elapsed_s`` (since the first timed row).
+    """The rows indexed by time, in file order: :data:`TIMELINE_COLUMNS`, ``preemptions_cum`` per engine and
+    kind, ``elapsed_s`` since the first timed row.
 
     >>> from datetime import datetime
     >>> from kvplan.io.load import frame_of
@@ -97,11 +92,8 @@ def where_text(row: Mapping) -> str:
 
 
 def _preemptions_by_kind(timeline: pd.DataFrame) -> dict[str, tuple[int, bool]]:
-    """Per evidence kind that counts preemptions: (run total summed over engines, lower bound?).
-
-    A log's total is a lower bound when it comes from V0 preemption warnings: vLLM logs one only at the
-    1st, 51st, 101st … preemption, so up to 49 more may follow the last one printed.
-    """
+    """Per evidence kind that counts preemptions: (total over engines, lower bound?); V0's warnings come only
+    at the 1st, 51st, 101st … preemption, so a log's total from them is a lower bound."""
     totals = {}
     for kind, frame in timeline.groupby("kind"):
         last = frame.groupby("engine", dropna=False)["preemptions_cum"].max()
@@ -112,9 +104,8 @@ def _preemptions_by_kind(timeline: pd.DataFrame) -> dict[str, tuple[int, bool]]:
 
 
 def run_preemptions(reading: LoadReading, timeline: pd.DataFrame | None = None) -> int | None:
-    """Preemptions in the run, summed over engines: the larger of what logs and metrics show (they count the
-    same ones); ``None`` when no file can tell (a V1 log before 0.11.1 alone). ``timeline``: the reading's
-    :func:`load_timeline`, when the caller has it.
+    """Preemptions in the run over engines: the larger of logs' and metrics' counts; ``None`` when no file can
+    tell (a V1 log before 0.11.1 alone).
 
     >>> from kvplan.io.load import frame_of
     >>> run_preemptions(LoadReading(frame_of([{"source": "s.log", "line": 3, "engine": 0, "preemptions": 4},
@@ -130,8 +121,7 @@ def run_preemptions(reading: LoadReading, timeline: pd.DataFrame | None = None) 
 
 
 def preemptions_lower_bound(reading: LoadReading, timeline: pd.DataFrame | None = None) -> bool:
-    """True when :func:`run_preemptions` is only a lower bound: no exact count (a /metrics counter, V1's
-    ``Preemptions: N``) reaches the total that V0's every-50th preemption warning shows.
+    """Whether :func:`run_preemptions` is a lower bound: no exact count reaches V0's warnings' total.
 
     >>> from kvplan.io.load import frame_of
     >>> preemptions_lower_bound(LoadReading(frame_of([{"source": "s.log", "line": 5, "preemptions_total": 51,
@@ -146,8 +136,7 @@ def preemptions_lower_bound(reading: LoadReading, timeline: pd.DataFrame | None 
 
 
 def interval_seconds(frame: pd.DataFrame) -> np.ndarray:
-    """Seconds since the previous timed row of the same evidence kind and engine (``NaN`` for the first, and
-    for a row without a time)."""
+    """Seconds since the previous timed row of the same kind and engine (``NaN`` for the first, untimed)."""
     keys = [frame["kind"], frame["engine"]]
     times = frame["time"]
     previous = times.groupby(keys, dropna=False).ffill().groupby(keys, dropna=False).shift(1)
@@ -155,11 +144,8 @@ def interval_seconds(frame: pd.DataFrame) -> np.ndarray:
 
 
 def mean_throughput(reading: LoadReading) -> tuple[float | None, float | None, str | None]:
-    """The run's mean prompt and generation throughput [tokens/s] and the evidence kind they come from.
-
-    The log's figures when there are some (each the mean over one logging interval, all of one length, so
-    their plain mean is time-weighted), else the /metrics rates weighted by the seconds each covers; never
-    the two kinds together. Means are per engine, summed over engines.
+    """Mean prompt and generation throughput [tokens/s] per engine, summed, and their evidence kind: the log's
+    (intervals of one length), else /metrics rates weighted by their seconds; never both kinds together.
 
     >>> from datetime import datetime
     >>> from kvplan.io.load import frame_of
@@ -191,14 +177,13 @@ def mean_throughput(reading: LoadReading) -> tuple[float | None, float | None, s
 
 
 def _engine_masks(engines: np.ndarray, rows: np.ndarray) -> list[np.ndarray]:
-    """One mask per engine among ``rows``, engines in the order they first appear (no engine: ``NaN``)."""
+    """One mask per engine among ``rows``, in order of appearance (no engine: ``NaN``)."""
     seen = pd.unique(engines[rows])
     return [np.isnan(engines) if np.isnan(engine) else engines == engine for engine in seen]
 
 
 def _engine_mean(values: np.ndarray, weights: np.ndarray) -> float:
-    """The mean of ``values`` weighted by ``weights`` (rows with no known interval left out; all alike when
-    none has one), summed in row order (``cumsum``, as ``sum`` adds)."""
+    """Weighted mean (rows without an interval left out; all alike when none has one), in row order."""
     timed = (weights != 0) & ~np.isnan(weights)
     if timed.any():
         values, weights = values[timed], weights[timed]
@@ -222,12 +207,8 @@ def peak_row(reading: LoadReading) -> dict | None:
 
 
 def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> dict:
-    """JSON-ready summary of one run, for notebooks, the evidence bundle and the canary comparison.
-
-    ``kv_cache_tokens`` overrides the capacity the files state. Besides counts, times and maxima: the manual
-    ``kv_cache_memory_bytes`` a log shows, ``peak_kv_cache_tokens`` (peak usage × capacity, rounded down),
-    the mean throughputs and ``throughput_from`` (:func:`mean_throughput`), ``preemptions`` and
-    ``preemptions_lower_bound`` (only V0's every-50th warning counts them), the events and warnings.
+    """JSON-ready summary of one run (``kv_cache_tokens`` overrides the files' capacity); ``peak_kv_cache_tokens``
+    is peak usage × capacity, rounded down.
 
     >>> from kvplan.io.load import frame_of
     >>> rows = [{"source": "s.log", "line": 1, "engine": 0, "kv_cache_usage_pct": 50.0, "generation_tokens_per_s": 900.0},
@@ -276,5 +257,4 @@ def load_summary(reading: LoadReading, kv_cache_tokens: int | None = None) -> di
 
 
 def _largest(column: pd.Series) -> int | None:
-    """The largest known whole number of ``column``, ``None`` when none is known."""
     return int(column.max()) if column.notna().any() else None

@@ -1,9 +1,4 @@
-"""Load-test evidence in a decision: the ``load`` section and the load checks, at approval and gate.
-
-One rule for both (:func:`load_section`): capacity is the run's own "GPU KV cache size" (or
-``vllm:cache_config_info``), else the tokens the approved value holds; a run at a manual
-``--kv-cache-memory-bytes`` value also checks its capacity against the profiled boot.
-"""
+"""Load-test evidence in a decision: the ``load`` section and load checks, one rule at approval and gate."""
 
 from __future__ import annotations
 
@@ -26,10 +21,7 @@ from kvplan.plan.reading import renamed, require_files
 
 
 def read_named_load(loads: Sequence[tuple[Path, str]], year: int | None = None) -> LoadReading:
-    """Load evidence of ``(path, name)`` pairs, read together, every row and warning naming ``name``.
-
-    As for the logs, naming the bundle copies makes approval and verification read the same text.
-    """
+    """Load evidence of ``(path, name)`` pairs read together, every row and warning naming ``name``."""
     names = {str(path): name for path, name in loads}
     try:
         reading = read_load_evidence([path for path, _ in loads], year=year)
@@ -67,16 +59,9 @@ def load_section(
     approved_tokens: int | None = None,
     profiled_kv_cache_tokens: int | None = None,
 ) -> tuple[dict, list[Check]]:
-    """The ``load`` section of ``budget.json`` and the load checks that join the approval checks.
-
-    The section is :func:`kvplan.load.load_summary` of the run plus ``max_preemptions``, ``year``,
-    ``approved_kv_cache_tokens`` (tokens the approved value ``approved_bytes`` holds at
-    ``max_model_len``; None without a model) and ``notes`` (where the run was not at the approved value).
-    The checks are :func:`kvplan.load.load_checks` with the policy's preemption threshold; a run at a
-    manual ``--kv-cache-memory-bytes`` value (stated by the run's own startup arguments) also checks
-    its capacity against ``profiled_kv_cache_tokens`` with the policy's ``max_capacity_loss_pct``, and a
-    run at another value than ``approved_bytes`` fails :func:`kvplan.load.checks.value_check`.
-    """
+    """The ``load`` section of ``budget.json`` (the summary, the policy, ``approved_kv_cache_tokens``, ``notes``)
+    and the load checks; capacity is the run's own, else ``approved_tokens``, and a manual-value run also
+    checks its capacity against ``profiled_kv_cache_tokens``."""
     stated = reading.kv_cache_tokens
     tokens = stated if stated is not None else approved_tokens
     summary = load_summary(reading, kv_cache_tokens=tokens)
@@ -120,11 +105,7 @@ def load_section(
 def gate_load(
     approved: Approved, load_paths: Sequence[str | os.PathLike], load_policy: LoadPolicy | None = None
 ) -> tuple[dict, list[Check]]:
-    """The load section and load checks of a canary's load test against an approval (``gate --load``).
-
-    The same rule as at approval (:func:`load_section`), against the profiled boot the bundle was
-    approved from; the section's ``notes`` say where the run was not at the approved value.
-    """
+    """The load section and checks of a canary's load test against an approval (``gate --load``)."""
     paths = [Path(path) for path in load_paths]
     require_files(paths, "--load")
     load_policy = load_policy or LoadPolicy()

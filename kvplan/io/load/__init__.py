@@ -1,12 +1,4 @@
-"""Load-test evidence: vLLM server logs under load and Prometheus ``/metrics`` read into one frame.
-
-:func:`read_load_evidence` reads one run's files (logs and saved /metrics snapshots alike, sniffed) into a
-:class:`LoadReading`: the :data:`~kvplan.columns.LOAD_COLUMNS` frame (nullable dtypes), its
-:class:`~kvplan.io.metadata.ReadMetadata` and what each file says about its server (:class:`LoadSource`).
-Logs are read by :mod:`.log` (records by :mod:`.records`, the sealed whole-line engine :mod:`.engine`),
-/metrics text by :mod:`.metrics`, which also takes Prometheus samples (:func:`samples_reading`); every reader
-appends its rows to one :class:`RowBuilder` (:mod:`.frame`).
-"""
+"""Load-test evidence: vLLM server logs (:mod:`.log`) and ``/metrics`` (:mod:`.metrics`) read into one frame."""
 
 from __future__ import annotations
 
@@ -60,13 +52,9 @@ __all__ = [
 def read_load_evidence(
     paths: Sequence[str | Path], year: int | None = None, utc_offset: float | None = None, scrapes=None
 ) -> LoadReading:
-    """One run's load evidence from server logs and /metrics snapshots alike, rows in file order.
-
-    Each file is sniffed: Prometheus text goes to :func:`read_metrics_snapshots` (all together, so counters
-    are diffed across files), anything else to :func:`read_vllm_stats`. Without ``year``, logs take the
-    snapshots' year (with a warning). ``utc_offset`` [h east of UTC] turns log times into UTC like /metrics
-    times (else a run that mixes them gets a warning). ``scrapes`` (a :class:`LoadReading`, e.g. from
-    Prometheus) stands for the /metrics files; its rows come after the logs'.
+    """One run's load evidence from logs and /metrics files alike (sniffed), rows in file order. Without
+    ``year`` logs take the snapshots'; ``utc_offset`` [h] makes log times UTC; ``scrapes`` (a reading, e.g.
+    from Prometheus) stands for the /metrics files.
 
     >>> from kvplan import DATA_DIR
     >>> run = DATA_DIR / "load" / "manual-canary-overload"
@@ -115,7 +103,6 @@ def read_load_evidence(
 
 
 def _is_metrics_file(path: str) -> bool:
-    """Whether the file is Prometheus text (:func:`~kvplan.io.load.metrics.is_metrics_lines`), from its
-    first lines."""
+    """Whether the file is Prometheus text, from its first lines."""
     with open(path, encoding="utf-8", errors="replace") as lines:
         return is_metrics_lines(physical_lines(bounded_lines(lines, path)))

@@ -1,10 +1,8 @@
 """The sealed whole-line engine of the load log reader: :func:`take_stats_lines`, its one entry.
 
-Most lines of a load-test log are V1 stats lines in vLLM's default form (0.8.3 on). Such a line, when it is
-one record alone, is matched whole by :data:`V1_STATS_LINE`; a run of them is taken straight into the rows'
-columns with exactly what the general reader (:mod:`kvplan.io.load.log`) would do for each. Any other line,
-or one the engine cannot take, goes through the general reader. ``tests/test_load_streaming.py`` reads its
-corpus with and without the engine and compares the readings.
+A line that is one V1 stats record in vLLM's default form (0.8.3 on) is matched whole by :data:`V1_STATS_LINE`;
+a run of them goes straight into the rows' columns as the general reader (:mod:`.log`) would take each.
+``tests/test_load_streaming.py`` reads its corpus with and without the engine and compares.
 """
 
 from __future__ import annotations
@@ -24,9 +22,8 @@ V1_PREEMPTIONS_FIELD_FROM_LINENO = (
     236  # loggers.py line of the stats call in 0.11.1, the first with "Preemptions"
 )
 _NUMBER = r"(-?\d+(?:\.\d+|))"
-#: A whole line that is one V1 stats record as vLLM prints it from 0.8.3 on (counts of up to 18 digits, so
-#: that each fits its 64-bit column; a longer one is left to the general reader, which refuses it). Optional
-#: parts are written ``(?:…|)``, which matches what ``(?:…)?`` matches at less cost to sre.
+#: One V1 stats record as a whole line (counts of up to 18 digits fit 64 bits; longer ones go to the general
+#: reader, which refuses them); ``(?:…|)`` matches what ``(?:…)?`` does at less cost to sre.
 V1_STATS_LINE = re.compile(
     r"(?:\([A-Za-z]+ pid=\d+\) |)INFO (\d\d-\d\d) (\d\d:\d\d:\d\d) \[([\w./-]+):(\d+)\] Engine (\d{1,18}): "
     rf"Avg prompt throughput: {_NUMBER} tokens/s, Avg generation throughput: {_NUMBER} tokens/s, "
@@ -38,9 +35,8 @@ V1_STATS_LINE = re.compile(
 def take_stats_lines(
     log: StatsLog, found: list[re.Match], line: int, micros: list[int], year_known: bool
 ) -> int:
-    """Take a run of lines, each one default V1 stats record (``found``: their :data:`V1_STATS_LINE`
-    matches; the first at line ``line``, stamped ``micros`` [µs since year 1]) as the general reader would;
-    returns how many were taken: all, or those before the first usage outside 0–100 % (the reader warns)."""
+    """Take a run of :data:`V1_STATS_LINE` matches (the first at ``line``, stamped ``micros`` [µs since year
+    1]) as the general reader would; returns how many: all, or those before a usage outside 0–100 %."""
     usage_pct = _numbers(_group(found, "usage"), float)
     count = len(usage_pct)
     if min(usage_pct) < 0 or max(usage_pct) > 100:
@@ -96,8 +92,8 @@ def take_stats_lines(
 
 
 def _unknown_preemptions(found: list[re.Match], preemptions: list[str | None]) -> int:
-    """How many leading lines of the run state no ``Preemptions`` and come from a V1 whose form is still
-    unknown (before a line with the field, or one from ``loggers.py`` at or after the field's line)."""
+    """How many leading lines state no ``Preemptions`` while the V1 form is unknown (before a line with
+    the field or from ``loggers.py`` at or after its line)."""
     files, linenos = _group(found, "file"), _group(found, "lineno")
     for unknown, (count, file, lineno) in enumerate(zip(preemptions, files, linenos)):
         if count is not None or (
@@ -131,7 +127,7 @@ _GROUPS = {
 
 
 def _group(found: list[re.Match], name: str) -> list:
-    """The text of group ``name`` (see :data:`_GROUPS`) of each match (``None`` where it did not take part).
+    """The text of group ``name`` of each match (``None`` where it did not take part).
 
     >>> _group([V1_STATS_LINE.match("INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Avg prompt throughput: "
     ...     "1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, "
@@ -151,7 +147,7 @@ def _count_or_zero(text: str | None) -> int:
 
 
 def _numbers(texts: Sequence[str], kind: Callable[[str], int | float]) -> list:
-    """``list(map(kind, texts))``, each distinct text converted once when texts repeat (counts, percentages).
+    """``list(map(kind, texts))``, each distinct text converted once when texts repeat.
 
     >>> _numbers(("3", "3", "3", "3", "3", "12"), int), _numbers(("0.0", "-0.0"), float)
     ([3, 3, 3, 3, 3, 12], [0.0, -0.0])

@@ -1,14 +1,10 @@
-"""The load frame and what comes with it: :class:`RowBuilder`, :class:`LoadReading`, :class:`LoadSource`.
-
-Every load reader appends its rows to a :class:`RowBuilder` (typed columns, about 100 bytes a row), which
-gives the :data:`~kvplan.columns.LOAD_COLUMNS` frame (nullable dtypes). A :class:`LoadReading` is that frame,
-its :class:`~kvplan.io.metadata.ReadMetadata` and each file's :class:`LoadSource`; it unpacks as
-``frame, metadata`` like every reader's result.
+"""The load frame: readers append rows to a :class:`RowBuilder`, which gives the
+:data:`~kvplan.columns.LOAD_COLUMNS` frame; a :class:`LoadReading` is that frame, its
+:class:`~kvplan.io.metadata.ReadMetadata` and each file's :class:`LoadSource`.
 """
 
 from __future__ import annotations
 
-import io
 import itertools
 import math
 import struct
@@ -74,7 +70,7 @@ class LoadSource:
 
 class RowBuilder:
     """Load rows appended one at a time (:meth:`add`) or a run of columns at a time (:meth:`extend`), kept in
-    typed columns until :meth:`frame` makes the :data:`~kvplan.columns.LOAD_COLUMNS` frame.
+    typed columns (about 100 bytes a row) until :meth:`frame`.
 
     >>> rows = RowBuilder()
     >>> rows.add("s.log", 7, datetime(2026, 11, 29, 10, 0, 10), {"kv_cache_usage_pct": 41.5, "running": 3})
@@ -110,9 +106,8 @@ class RowBuilder:
         event: str | None = None,
         raw: str = "",
     ) -> int:
-        """Append a row: its source, line, time and the other columns in ``values`` (``None`` or a missing
-        key = unknown; ``kind`` ``"log"`` and ``year_known`` True unless given); returns its index. A whole
-        number beyond 64 bits is a :class:`LoadFormatError`."""
+        """Append a row (a value ``None`` or missing is unknown; ``kind`` ``"log"`` and ``year_known`` True
+        unless given); returns its index. A whole number beyond 64 bits is a :class:`LoadFormatError`."""
         if event is not None and event not in EVENTS:
             raise ValueError(f"unknown load event {event!r} (expected one of {EVENTS})")
         kind = values.get("kind") or "log"
@@ -141,10 +136,9 @@ class RowBuilder:
         return len(self) - 1
 
     def extend(self, count: int, columns: Mapping[str, Any]) -> None:
-        """Append ``count`` rows given a column at a time (a reader's whole-line engine): each builder
-        column (:data:`LOAD_COLUMNS` but ``raw``; ``source`` as its :meth:`source_code`, ``time`` in µs since
-        year 1, ``event`` and ``kind`` as their index, unknown numbers :data:`UNKNOWN_NUMBER` or ``NaN``) is a
-        sequence of ``count`` values or the one value they share. Each value must fit its column.
+        """Append ``count`` rows a column at a time (the whole-line engine): each builder column (``source``
+        as its :meth:`source_code`, ``time`` in µs since year 1, ``event`` and ``kind`` as their index,
+        unknown :data:`UNKNOWN_NUMBER` or ``NaN``) as ``count`` values or the one value all share.
 
         >>> rows = RowBuilder()
         >>> shared = {name: 0 for name in _FIELDS} | {"source": rows.source_code("s.log"), "year_known": 1}
@@ -161,7 +155,7 @@ class RowBuilder:
                 column.frombytes(struct.pack(f"{len(values)}{column.typecode}", *values))
 
     def set(self, index: int, name: str, value: int) -> None:
-        """Set a whole-number column of row ``index`` (a V1 row's preemptions, once the log tells)."""
+        """Set a whole-number column of row ``index``."""
         self._columns[name][index] = value
 
     def shift_times(self, micros: int) -> None:
@@ -170,7 +164,7 @@ class RowBuilder:
         self._columns["time"] = array("q", np.where(times == UNKNOWN_NUMBER, times, times + micros).tobytes())
 
     def frame(self) -> pd.DataFrame:
-        """The rows as the :data:`LOAD_COLUMNS` frame (unknown = ``NA``; a ``NaN`` or ``±Inf`` is unknown)."""
+        """The rows as the :data:`LOAD_COLUMNS` frame (unknown, ``NaN`` and ``±Inf`` are ``NA``)."""
         data: dict[str, object] = {}
         sources = np.array(self._sources, dtype=object)
         codes = np.frombuffer(self._columns["source"], dtype=np.int32)
@@ -201,9 +195,8 @@ def _packed(value: object, dtype: str) -> object:
 
 
 def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
-    """The lines of a text file (without their line break), read a block at a time and none held longer
-    than :data:`MAX_LINE_CHARS`: a longer line is a :class:`LoadFormatError` naming the file and line, so
-    memory stays bounded whatever the file holds.
+    """The lines of a text file without their line break; a line longer than :data:`MAX_LINE_CHARS` is a
+    :class:`LoadFormatError` naming file and line (memory stays bounded).
 
     >>> import io
     >>> list(bounded_lines(io.StringIO("a\\n\\nb"), "a.log"))
@@ -227,8 +220,7 @@ def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
 
 
 def frame_of(rows: Iterable[Mapping[str, object]]) -> pd.DataFrame:
-    """The load frame of rows given as mappings of :data:`LOAD_COLUMNS` names (``source`` and ``line``
-    required; a missing or ``None`` value is unknown).
+    """The load frame of rows given as mappings of :data:`LOAD_COLUMNS` names (``source``, ``line`` required).
 
     >>> frame_of([{"source": "s.log", "line": 3, "engine": 0, "preemptions": 4}])[["engine", "preemptions"]].iloc[0].tolist()
     [0, 4]
@@ -247,8 +239,8 @@ def frame_of(rows: Iterable[Mapping[str, object]]) -> pd.DataFrame:
 
 
 def time_texts(frame: pd.DataFrame) -> np.ndarray:
-    """Each row's time as text (``None`` when unknown): ISO 8601, or vLLM's ``MM-DD HH:MM:SS`` when the
-    year is unknown; fractions of a second only when there are some (as ``datetime.isoformat`` writes).
+    """Each row's time as ``datetime.isoformat`` writes it, vLLM's ``MM-DD HH:MM:SS`` when the year is
+    unknown, ``None`` when the time is.
 
     >>> time_texts(frame_of([{"source": "a", "line": 1, "time": datetime(2000, 11, 29, 10, 0, 10),
     ...     "year_known": False}, {"source": "a", "line": 2, "time": datetime(2026, 1, 2, 3, 4, 5, 6)},
@@ -287,8 +279,8 @@ def json_values(column: pd.Series) -> list:
 
 @dataclass(frozen=True, eq=False)
 class LoadReading:
-    """One load-test run: the :data:`LOAD_COLUMNS` frame, its metadata (sources, warnings as notes) and what
-    each file says about its server. Unpacks as ``frame, metadata`` like every reader's result.
+    """One load-test run: the frame, its metadata and each file's :class:`LoadSource`; unpacks as
+    ``frame, metadata``.
 
     >>> reading = LoadReading(frame_of([{"source": "a.log", "line": 3, "engine": 0}]), ReadMetadata(("a.log",)))
     >>> frame, metadata = reading
@@ -308,7 +300,6 @@ class LoadReading:
 
     @property
     def warnings(self) -> tuple[Note, ...]:
-        """The reader's warnings, each naming its file (and line where there is one)."""
         return self.metadata.warnings
 
     @property
@@ -318,15 +309,13 @@ class LoadReading:
         return values.pop() if len(values) == 1 else None
 
     def records(self, rows: slice | Sequence[int] = slice(None)) -> list[dict]:
-        """The ``rows`` (positions, all by default) as the JSON rows of ``kvplan load --json``
-        (:data:`LOAD_ROW_KEYS`; unknown ``None``, times as :func:`time_texts`)."""
+        """The ``rows`` (positions) as the JSON rows of ``kvplan load --json`` (:data:`LOAD_ROW_KEYS`)."""
         part = self.frame.iloc[rows]
         columns = [time_texts(part).tolist() if k == "time" else json_values(part[k]) for k in LOAD_ROW_KEYS]
         return list(map(dict, map(zip, itertools.repeat(LOAD_ROW_KEYS), zip(*columns))))
 
     def json_chunks(self) -> Iterator[bytes]:
-        """``{"rows": [...], "warnings": [...]}`` and a newline as UTF-8 JSON (orjson), :data:`JSON_BATCH`
-        rows a piece, so the rows' dicts are never all held."""
+        """``{"rows": [...], "warnings": [...]}`` and a newline as JSON (orjson), :data:`JSON_BATCH` rows a piece."""
         yield b'{"rows":['
         for start in range(0, len(self.frame), JSON_BATCH):
             text = orjson.dumps(self.records(slice(start, start + JSON_BATCH)))
@@ -334,36 +323,26 @@ class LoadReading:
         yield b'],"warnings":' + orjson.dumps(list(map(str, self.warnings))) + b"}\n"
 
     def write_csv(self, stream: IO[str]) -> None:
-        """Write the rows to ``stream`` as CSV (:data:`LOAD_ROW_KEYS`, a header line first; unknown = empty),
-        by ``to_csv``, :data:`JSON_BATCH` rows at a time (the text is never held whole)."""
+        """Write the rows as CSV (:data:`LOAD_ROW_KEYS`, unknown empty) by ``to_csv``, a batch at a time."""
         for start in range(0, max(len(self.frame), 1), JSON_BATCH):
             rows = self.frame.iloc[start : start + JSON_BATCH]
             table = rows.loc[:, list(LOAD_ROW_KEYS)]
             table["time"] = pd.array(time_texts(rows), dtype="string")
             table.to_csv(stream, index=False, header=start == 0, lineterminator="\n")
 
-    def csv_text(self) -> str:
-        """:meth:`write_csv`'s text."""
-        text = io.StringIO()
-        self.write_csv(text)
-        return text.getvalue()
-
 
 def reading_of(
     frames: Sequence[pd.DataFrame], warnings: Iterable[str], sources: Sequence[LoadSource]
 ) -> LoadReading:
-    """One reading from frames of one run (in order), the warnings (plain text becomes a :class:`Note`)
-    and the files' facts."""
+    """One reading from frames of one run, its warnings (text becomes a :class:`Note`) and files' facts."""
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     notes = tuple(w if isinstance(w, Note) else Note(w) for w in warnings)
     return LoadReading(frame, ReadMetadata(tuple(s.source for s in sources), notes), tuple(sources))
 
 
 def counter_increase(previous: float | None, current: float | None) -> float | None:
-    """Increase of a Prometheus counter between two scrapes, reset-safe (never negative).
-
-    A counter that went down was reset by a server restart; as Prometheus' ``rate()`` does, the increase
-    is then the new value (everything counted since the restart).
+    """Increase of a counter between two scrapes; one that went down was reset (a restart), and its
+    increase is the new value, as in Prometheus' ``rate()``.
 
     >>> counter_increase(40, 52), counter_increase(52, 3), counter_increase(None, 3)
     (12, 3, None)

@@ -1,10 +1,7 @@
-"""Read a vLLM server log under load: stats lines, preemption warnings, OOM and error lines.
-
-Forms (``vllm-load-formats.md``): V0 and V1 stats messages of every release (:func:`parse_stats_message`),
-V0's preemption warning (``total_num_cumulative_preemption=N``), one event per run of ERROR records (``oom``
-when one says ``CUDA out of memory``/``OutOfMemoryError``). Records come from :mod:`.records` in one pass;
-runs of default V1 stats lines go to the sealed engine :mod:`.engine`. A server start after rows is a
-restart (``restarts`` ≥ 1); long gaps between stats lines are warned about (idle intervals log at DEBUG).
+"""Read a vLLM server log under load (``vllm-load-formats.md``): V0 and V1 stats messages, V0's preemption
+warning, one event per run of ERROR records (``oom`` when one says ``CUDA out of memory``). Records come from
+:mod:`.records`; runs of default V1 stats lines go to the sealed engine :mod:`.engine`. A server start after
+rows is a restart; long gaps between stats lines are warned about.
 """
 
 from __future__ import annotations
@@ -77,10 +74,7 @@ _FACTS = {  # what a file says about its server: the literal that must be there,
 
 
 def parse_stats_message(message: str) -> dict | None:
-    """The fields of one vLLM stats message (V0 or V1), or ``None`` if it is not one.
-
-    Keys: the row's fields the message states, ``engine`` (``None`` for V0 and ``N Engines Aggregated``)
-    and ``form`` (``v0`` or ``v1``).
+    """The row's fields one stats message states, ``engine`` and ``form`` (``v0``/``v1``); ``None`` if none.
 
     >>> parse_stats_message("Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 210.3 tokens/s, "
     ...     "Running: 12 reqs, Swapped: 0 reqs, Pending: 4 reqs, GPU KV cache usage: 97.1%, "
@@ -127,7 +121,7 @@ class StatsLog:
         return len(self.rows) + (self.last is not None)
 
     def add_series(self, engine: int | None, micros: Iterable[int], lines: Iterable[int]) -> None:
-        """Add stats rows' times [µs since year 1] and lines to ``engine``'s series (for the gap warnings)."""
+        """Add stats rows' times [µs since year 1] and lines to ``engine``'s series (the gap warnings)."""
         series = self.series.get(engine)
         if series is None:
             series = self.series[engine] = (array("q"), array("q"))
@@ -135,7 +129,7 @@ class StatsLog:
         series[1].extend(lines)
 
     def add(self, record: StatsRecord, form: str | None = None, **values) -> dict:
-        """Open a new row from ``record`` (its time shifted to UTC when the offset is known)."""
+        """Open a new row from ``record`` (its time shifted to UTC when the offset is given)."""
         self.close()
         time = record.time + self.shift if record.time is not None and self.shift else record.time
         row = {
@@ -157,7 +151,6 @@ class StatsLog:
         return row
 
     def close(self) -> None:
-        """Pack the open row."""
         if self.last is not None:
             row, self.last = self.last, None
             line, time, event, raw = row.pop("line"), row.pop("time"), row.get("event"), row.get("raw", "")
@@ -171,10 +164,8 @@ def parse_stats_text(
     wrap_width: int = WRAP_WIDTH,
     utc_offset: float | None = None,
 ) -> LoadReading:
-    """Rows and warnings from the text of one vLLM server log (pure; see :func:`read_vllm_stats`).
-
-    ``year`` anchors vLLM's yearless stamps (else an outer stamp's year, else ``year_known=False``);
-    ``utc_offset`` [h] makes row times UTC (else docker ``--timestamps`` stamps do, when they agree).
+    """The reading of one server log's text: ``year`` anchors vLLM's yearless stamps (else an outer stamp's,
+    else ``year_known=False``); ``utc_offset`` [h] makes times UTC (else agreeing docker stamps do).
 
     >>> parse_stats_text("2026-11-29T17:00:10Z INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Running: 4 "
     ...     "reqs, Waiting: 0 reqs, GPU KV cache usage: 5.2%", "docker.log").records()[0]["time"]  # UTC-7
@@ -188,7 +179,7 @@ def parse_stats_text(
 def read_vllm_stats(
     path: str | Path, year: int | None = None, utc_offset: float | None = None
 ) -> LoadReading:
-    """Rows and warnings from one vLLM server log file, read as a stream; ``source`` is the path as given."""
+    """The reading of one server log file, read as a stream (``source``: the path as given)."""
     with open(path, encoding="utf-8", errors="replace") as lines:
         return parse_stats_lines(bounded_lines(lines, str(path)), str(path), year=year, utc_offset=utc_offset)
 
@@ -200,8 +191,7 @@ def parse_stats_lines(
     wrap_width: int = WRAP_WIDTH,
     utc_offset: float | None = None,
 ) -> LoadReading:
-    """Rows and warnings from the lines of one vLLM server log, in one pass (see :func:`parse_stats_text`);
-    a value beyond 64 bits is a :class:`LoadFormatError` naming the file and line."""
+    """The reading of one server log's lines, in one pass (see :func:`parse_stats_text`)."""
     log = StatsLog(source, log_time_shift(utc_offset))
     reader = RecordReader(year, wrap_width, source)
     reader.read(
@@ -252,7 +242,7 @@ def parse_stats_lines(
 
 
 def _read_records(log: StatsLog, found: Iterable[StatsRecord]) -> None:
-    """Take each record into ``log`` (:func:`_read_record`); an unreadable one is a :class:`LoadFormatError`."""
+    """Take each record into ``log``; an unreadable one is a :class:`LoadFormatError`."""
     for record in found:
         try:
             _read_record(log, record)
@@ -289,8 +279,7 @@ def _read_record(log: StatsLog, record: StatsRecord) -> None:
 
 
 def _note_facts(log: StatsLog, record: StatsRecord) -> None:
-    """What a record tells about the whole log: a docker stamp's offset, no year, V1's late form (with
-    ``Preemptions``), a restart, the KV capacity or the manual KV value."""
+    """What a record tells about the log: a stamp's offset, no year, V1's late form, a restart, facts."""
     message = record.message
     if record.utc_offset_minutes is not None:
         log.stamped.add(record.utc_offset_minutes)
@@ -359,7 +348,7 @@ def _read_stats(log: StatsLog, record: StatsRecord, stats: dict) -> None:
 
 
 def _warnings(log: StatsLog) -> list[str]:
-    """What the rows of a log say about the log: no year, untimed rows, V0's lower bound, gaps."""
+    """The log's warnings: no year, untimed rows, V0's lower bound, gaps."""
     source, warnings = log.source, []
     if log.yearless:
         warnings.append(

@@ -1,11 +1,8 @@
-"""Read saved snapshots of vLLM's Prometheus ``/metrics`` endpoint: one scrape per file or many per file.
+"""Read saved snapshots of vLLM's ``/metrics`` (parsed by ``prometheus_client``), one or many scrapes a file.
 
-The exposition is parsed by ``prometheus_client``. Scrapes are told apart by sample timestamps (one scrape per
-distinct time), a comment holding a time (``# 2026-11-29T10:00:10Z`` or ``# 1732874410``, as
-``echo "# $(date -u +%FT%TZ)"`` writes), a family's ``# HELP`` seen again, or a series seen again (scrapes
-concatenated without a separator: no time, so no rates). Times are naive UTC. The names read and how rows
-are made of them: :mod:`.scrapes`. ``NaN`` and ``±Inf`` samples are read as unknown, with a warning; a counter
-below zero or not whole, or beyond 2^63 − 1, is refused with its file and line.
+Scrapes are told apart by sample timestamps, a comment holding a time (``# 2026-11-29T10:00:10Z``, ``#
+1732874410``), a family's ``# HELP`` or a series seen again (then no time, so no rates). Times are naive UTC;
+rows are made in :mod:`.scrapes`. ``NaN``/``±Inf`` samples are unknown, with a warning.
 """
 
 from __future__ import annotations
@@ -41,8 +38,7 @@ _TIME_COMMENT = re.compile(
 )
 _DECLARATION = re.compile(r"^#\s*(HELP|TYPE)\s+(\S+)")
 _SAMPLE = re.compile(r"^[A-Za-z_:][\w:]*(?:\{.*\})?\s+\S+")
-#: a label set; quoted values unrolled (``"[^"\\]*(?:\\.[^"\\]*)*"``) so that sre holds no state per character:
-#: a 20 MiB label value is matched in constant memory (``(?:[^"\\]|\\.)*`` took 170 bytes a character)
+#: a label set; quoted values unrolled so that sre matches a 20 MiB label value in constant memory
 _QUOTED = r'"[^"\\]*(?:\\.[^"\\]*)*"'
 _LABELS = rf"\{{[^\"}}]*(?:{_QUOTED}[^\"}}]*)*\}}"
 _SERIES = re.compile(
@@ -54,8 +50,8 @@ _STRICT_SAMPLE = re.compile(rf"^[A-Za-z_:][\w:]*\s*(?:{_LABELS})?\s+{_NUMBER}(?:
 
 
 def is_metrics_lines(lines: Iterable[str]) -> bool:
-    """True when ``lines`` look like Prometheus text rather than a log, read only as far as needed: a
-    ``# HELP``/``# TYPE`` line or a ``vllm:`` sample, after well-formed samples only (``python_gc_…``).
+    """Whether ``lines`` are Prometheus text: a ``# HELP``/``# TYPE`` line or a ``vllm:`` sample after
+    well-formed samples only, read as far as needed.
 
     >>> is_metrics_lines(['python_gc_objects_collected_total{generation="0"} 1.0', "vllm:num_requests_running 3"])
     True
@@ -84,8 +80,7 @@ def _comment_time(line: str) -> datetime | None:
 
 
 def _series(line: str) -> tuple[tuple, str] | None:
-    """(identity, text) of a sample line's series: name, sorted labels and sample timestamp; ``None`` if
-    the line is no sample. Equal identities in one scrape mean two scrapes were concatenated."""
+    """(identity, text) of a sample line's series (name, sorted labels, timestamp); ``None`` if no sample."""
     match = _SERIES.match(line)
     if not match:
         return None
@@ -108,7 +103,7 @@ class _Chunk:
 
 
 def physical_lines(lines: Iterable[str]) -> Iterator[str]:
-    """The lines of a file object as ``str.splitlines`` cuts its text (also at form feeds and the like).
+    """The lines as ``str.splitlines`` cuts text (also at form feeds and the like).
 
     >>> list(physical_lines(["a\\n", "b\\x0cc\\n", "\\n", ""]))
     ['a', 'b', 'c', '', '']
@@ -118,7 +113,7 @@ def physical_lines(lines: Iterable[str]) -> Iterator[str]:
 
 
 def _chunks(lines: Iterable[str]) -> Iterator[_Chunk]:
-    """The scrapes of a file, one chunk at a time: only the current scrape's lines are held."""
+    """The scrapes of a file, one at a time."""
     current: _Chunk | None = None
     for number, line in enumerate(lines, start=1):
         stamp = _comment_time(line) if line.lstrip().startswith("#") else None
@@ -184,7 +179,7 @@ def _families(chunk: _Chunk, source: str) -> list:
 
 
 def _non_finite_lines(chunk: _Chunk) -> list[tuple[int, str]]:
-    """(line number, metric name) of the chunk's samples whose value is ``NaN`` or ``±Inf``."""
+    """(line, name) of the chunk's samples that are ``NaN`` or ``±Inf``."""
     found = []
     for number, line in zip(chunk.numbers, chunk.lines):
         match = _SERIES.match(line) if line.strip() and not line.lstrip().startswith("#") else None
@@ -198,7 +193,7 @@ def _non_finite_lines(chunk: _Chunk) -> list[tuple[int, str]]:
 
 
 def _sample_line(chunk: _Chunk, name: str, value: float) -> int:
-    """The line of the chunk's first ``name`` sample with ``value`` (the chunk's first line if none)."""
+    """The line of the chunk's first ``name`` sample with ``value`` (else the chunk's first line)."""
     for number, line in zip(chunk.numbers, chunk.lines):
         match = _SERIES.match(line)
         if match and match.group("name") == name:
@@ -211,7 +206,7 @@ def _sample_line(chunk: _Chunk, name: str, value: float) -> int:
 
 
 def _read_metrics_lines(lines: Iterable[str], source: str) -> tuple[list[Scrape], list[str]]:
-    """The scrapes of one saved /metrics file and what the reader noticed (file and line in each)."""
+    """The scrapes of one saved /metrics file and the warnings."""
     scrapes: list[Scrape] = []
     warnings: list[str] = []
     found = False
@@ -264,7 +259,7 @@ def _read_metrics_lines(lines: Iterable[str], source: str) -> tuple[list[Scrape]
 
 
 def parse_metrics_text(text: str, source: str) -> list[Scrape]:
-    """The scrapes in the text of one saved /metrics file (pure; no rates yet).
+    """The scrapes in the text of one saved /metrics file (no rates yet).
 
     >>> text = ('vllm:num_preemptions_total{engine="0"} 3.0 1732874410000\\n'
     ...         'vllm:num_preemptions_created{engine="0"} 1.7328744e+09 1732874410000\\n')
@@ -276,7 +271,7 @@ def parse_metrics_text(text: str, source: str) -> list[Scrape]:
 
 
 def parse_metrics_snapshots(files: Sequence[tuple[str, str]]) -> LoadReading:
-    """Rows from the texts of one run's /metrics files, ``(source, text)`` in order (pure).
+    """The reading of one run's /metrics files given as ``(source, text)``.
 
     >>> one = '# HELP vllm:num_requests_running x\\n# TYPE vllm:num_requests_running gauge\\n'
     >>> reading = parse_metrics_snapshots([("a.prom", one + 'vllm:num_requests_running{engine="0"} 7.0\\n')])
@@ -287,7 +282,7 @@ def parse_metrics_snapshots(files: Sequence[tuple[str, str]]) -> LoadReading:
 
 
 def _metrics_reading(files: Iterable[tuple[str, Iterable[str]]]) -> LoadReading:
-    """Rows from ``(source, lines)`` of one run's /metrics files, each read as a stream, in order."""
+    """The reading of ``(source, lines)`` of one run's /metrics files, in order."""
     scrapes: list[Scrape] = []
     notes: list[str] = []
     sources: list[str] = []
@@ -300,9 +295,7 @@ def _metrics_reading(files: Iterable[tuple[str, Iterable[str]]]) -> LoadReading:
 
 
 def read_metrics_snapshots(paths: Sequence[str | Path]) -> LoadReading:
-    """Rows from saved /metrics files of one run, in the order given (``source`` = the path as given).
-
-    Each file is read as a stream, one scrape at a time."""
+    """The reading of one run's saved /metrics files, each read as a stream."""
 
     def files() -> Iterator[tuple[str, Iterator[str]]]:
         for path in paths:
@@ -313,7 +306,7 @@ def read_metrics_snapshots(paths: Sequence[str | Path]) -> LoadReading:
 
 
 def refused_sample_error(source: str, line: int, name: str, value: float) -> LoadFormatError:
-    """The refusal of a sample no vLLM exports (:func:`~.scrapes.impossible_value`), naming its file and line.
+    """The refusal of a sample no vLLM exports (:func:`~.scrapes.impossible_value`).
 
     >>> str(refused_sample_error("m.prom", 30, "vllm:num_preemptions_total", -1.0))
     'm.prom:30: vllm:num_preemptions_total is -1, below zero: a counter starts at 0 and only rises'
@@ -322,9 +315,8 @@ def refused_sample_error(source: str, line: int, name: str, value: float) -> Loa
 
 
 def samples_reading(samples: Iterable[Sample], source: str) -> LoadReading:
-    """The reading of Prometheus samples of one run (e.g. a ``query_range`` answer): one scrape per distinct
-    timestamp, rows as for saved /metrics files (the same :func:`~.scrapes.take_sample` and :func:`~.scrapes.metrics_rows`),
-    every row and warning naming ``source`` (the line is the sample's position, from 1).
+    """The reading of Prometheus samples of one run, one scrape per timestamp, as for /metrics files; rows
+    and warnings name ``source`` and the sample's position as the line.
 
     >>> reading = samples_reading([Sample("vllm:num_preemptions_total", {"engine": "0"}, 1732874410.0, 2.0),
     ...     Sample("vllm:num_preemptions_total", {"engine": "0"}, 1732874420.0, 5.0)], "prometheus")

@@ -1,10 +1,8 @@
-"""The records of a vLLM server log, as a stream: header, time and message of each, from the lines.
+"""The records of a vLLM server log as a stream: ``LEVEL MM-DD HH:MM:SS [file.py:N] message`` each.
 
-A record is one log call: ``LEVEL MM-DD HH:MM:SS [file.py:N] message``. Tolerated around it: ANSI colours,
-process prefixes (``(APIServer pid=1)``, Ray actors), docker ``--timestamps`` and bracketed
-``[YYYY-MM-DD HH:MM:SS]`` stamps in front (they give the year), ``VLLM_LOGGING_CONFIG_PATH``'s
-``YYYY-MM-DD HH:MM:SS - logger - LEVEL - message``, tqdm bars and several records on one line, a record
-hard-wrapped at column 159, and bare messages whose header was lost (no time).
+Tolerated: ANSI colours, process prefixes, docker ``--timestamps`` and ``[YYYY-MM-DD HH:MM:SS]`` stamps in front
+(they give the year), ``VLLM_LOGGING_CONFIG_PATH``'s ``YYYY-MM-DD HH:MM:SS - logger - LEVEL - message``, several
+records on one line, a record hard-wrapped at column 159, and messages whose header was lost (no time).
 """
 
 from __future__ import annotations
@@ -71,8 +69,7 @@ def _clean(line: str) -> str:
 
 
 def _first_header(line: str) -> re.Match | None:
-    """The leftmost vLLM header, as ``_HEADER.search`` finds it; tried first where one usually stands:
-    at the start, or right after a ``(… pid=N) `` process prefix that holds no level word."""
+    """``_HEADER.search(line)``, tried first where a header usually stands (after a process prefix)."""
     start = line.find(") ") + 2 if line.startswith("(") else 0
     if start == 1 or any(level in line[:start] for level in _LEVEL_WORDS):
         return _HEADER.search(line)
@@ -144,10 +141,9 @@ class _Joiner:
 
 
 class RecordReader:
-    """The records of a log, pushed one physical line at a time (:meth:`push`), or a whole log read by
-    :meth:`read`. The year of vLLM's stamps comes from ``year``, an outer stamp, or stays unknown, and is
-    carried on (a log that runs over New Year moves on a year); a stamp that names no real time (``02-30``)
-    is a :class:`LoadFormatError` naming ``source`` and the line.
+    """The records of a log, pushed a physical line at a time (:meth:`push`) or read whole (:meth:`read`).
+    The year comes from ``year``, an outer stamp, or stays unknown, and moves on at New Year; a stamp that
+    names no real time (``02-30``) is a :class:`LoadFormatError`.
 
     >>> reader = RecordReader(2026)
     >>> lines = ["INFO 12-31 23:59:50 [a.py:1] x", "INFO 01-01 00:00:00 [a.py:1] y"]
@@ -166,12 +162,11 @@ class RecordReader:
         self._clocks: dict[str, int] = {}  # "HH:MM:SS" → µs since midnight
 
     def push(self, physical: str) -> Iterator[StatsRecord]:
-        """The records that the physical line ``physical`` completes, in order."""
+        """The records that the physical line completes."""
         for start, line in self.lines.push(physical):
             yield from self._records(start, line)
 
     def finish(self) -> Iterator[StatsRecord]:
-        """The records of the line still held at the end of the log."""
         for start, line in self.lines.finish():
             yield from self._records(start, line)
 
@@ -189,7 +184,6 @@ class RecordReader:
                 self.last_month, self._day = record.time.month, None
 
     def _record(self, number: int, before: str, header: re.Match | None, message: str) -> StatsRecord:
-        """One record; the year is carried from the records before (``known``, ``year_value``)."""
         if header is None:
             return StatsRecord(number, None, None, False, None, None, None, message)
         if header.re is _CUSTOM_HEADER:
@@ -228,10 +222,9 @@ class RecordReader:
         other: Callable[[str], None],
         shift_micros: int = 0,
     ) -> None:
-        """Read ``lines`` in order: each run of lines that ``whole`` matches entirely as one record (groups 1–2
-        vLLM's ``MM-DD`` and ``HH:MM:SS``) on one day goes to ``take(matches, first line number, µs since year
-        1 plus shift_micros of each, year known)``, which returns how many it took from the start; any
-        other line, and the first one ``take`` leaves, goes to ``other`` (which :meth:`push` es it).
+        """Read ``lines``: each run of lines that ``whole`` matches (groups 1–2 ``MM-DD``, ``HH:MM:SS``) on one
+        day goes to ``take(matches, first line, µs since year 1 + shift_micros each, year known)``, which
+        returns how many it took; other lines, and the first one ``take`` leaves, go to ``other``.
 
         >>> reader, taken, other = RecordReader(2026), [], []
         >>> whole = re.compile(r"INFO (\\d\\d-\\d\\d) (\\d\\d:\\d\\d:\\d\\d) \\[a.py:1\\] ok$")
@@ -266,9 +259,8 @@ class RecordReader:
         take: Callable[[list[re.Match], int, list[int], bool], int],
         shift_micros: int,
     ) -> int:
-        """Hand the run of matched lines ``found`` to ``take`` (see :meth:`read`) one day at a time, as far
-        as :meth:`push` would read each alike: up to a line of the wrap width (it may go on), a stamp that
-        names no real time or that the shift moves out of datetime's years; returns the lines taken."""
+        """Hand ``found`` to ``take`` a day at a time, as far as :meth:`push` would read alike: up to a line
+        of the wrap width, a stamp of no real time or shifted out of datetime's years; returns lines taken."""
         joiner = self.lines
         ends = list(map(re.Match.end, found))
         if joiner.wrap_width in ends:
@@ -310,9 +302,8 @@ class RecordReader:
         return taken
 
     def _stamp(self, month_day: str, clock: str) -> tuple[int, int, str, int] | None:
-        """(year, month, ``MM-DD``, midnight [µs since year 1]) of vLLM's stamp on the next line as
-        :meth:`push` would read it with no outer stamp; ``None`` when it names no real time (the general
-        reader refuses it)."""
+        """(year, month, ``MM-DD``, midnight [µs since year 1]) of the next line's stamp as :meth:`push`
+        reads it; ``None`` when it names no real time."""
         month = int(month_day[:2])
         year = self.year_value + (self.last_month is not None and month < self.last_month)
         try:
@@ -324,7 +315,7 @@ class RecordReader:
         return year, month, month_day, midnight
 
     def _clock_micros(self, clock: str) -> int | None:
-        """µs since midnight of vLLM's ``HH:MM:SS`` (remembered); ``None`` when it names no real time."""
+        """µs since midnight of ``HH:MM:SS``; ``None`` when it names no real time."""
         seconds = self._clocks.get(clock)
         if seconds is None:
             hours, minutes, second = int(clock[:2]), int(clock[3:5]), int(clock[6:])
@@ -361,8 +352,8 @@ def log_time_shift(utc_offset: float | None) -> timedelta:
 def utc_offset_hours(
     source: str, stamped: set[int], given: float | None, warnings: list[str]
 ) -> float | None:
-    """The log's UTC offset [h]: the one given, else the one its docker stamps (``stamped``, offsets [min])
-    agree on, else ``None``; what was decided is said in ``warnings``.
+    """The log's UTC offset [h]: the one given, else the one its docker stamps (offsets [min]) agree on,
+    else ``None``; the decision is said in ``warnings``.
 
     >>> notes = []
     >>> utc_offset_hours("a.log", {-420}, None, notes), len(notes)

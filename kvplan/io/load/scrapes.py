@@ -1,13 +1,6 @@
-"""From /metrics scrapes to load rows: rates, preemptions and restarts between scrapes, per engine.
-
-A :class:`Scrape` holds the sample values of one scrape that a row reads (:data:`READ`), per engine;
-:func:`metrics_rows` turns a run's scrapes into one load row per scrape and engine:
-``vllm:kv_cache_usage_perc`` (else ``vllm:gpu_cache_usage_perc``) as 0–100 %, ``vllm:num_requests_*``,
-``vllm:prompt_tokens_total`` and ``vllm:generation_tokens_total`` as rates between scrapes (else V0's
-``vllm:avg_*_throughput_toks_per_s`` gauges), the prefix cache hit rate from its counters (else V0's
-gauge), and ``vllm:num_preemptions_total``. Counters that go down, or whose ``_created`` time changed, were
-reset by a restart and count from zero, never negative. A KV usage outside 0–1 (which vLLM cannot export) is
-unknown, with a warning naming the file and line.
+"""From /metrics scrapes to load rows: one row per scrape and engine, with rates and preemptions between
+scrapes. Counters that went down, or whose ``_created`` time changed, were reset by a restart and count from
+zero; a KV usage outside 0–1 is unknown, with a warning.
 """
 
 from __future__ import annotations
@@ -60,12 +53,8 @@ class Sample(NamedTuple):
 
 @dataclass(frozen=True)
 class Scrape:
-    """One scrape: sample values per engine (``None`` = no engine label), summed over other labels.
-
-    Only the names in :data:`READ` are kept; a ``NaN`` or ``±Inf`` sample leaves its name out (unknown).
-    ``cache_config`` holds the labels of ``vllm:cache_config_info`` per engine; ``created`` the latest
-    ``_created`` time (Unix seconds) of each counter read, per engine (V1 only).
-    """
+    """One scrape per engine (``None``: no engine label): the :data:`READ` values summed over other labels,
+    ``vllm:cache_config_info``'s labels, and each counter's latest ``_created`` time [Unix s]."""
 
     source: str
     line: int
@@ -85,9 +74,8 @@ def unix_time(seconds: float) -> datetime:
 
 
 def take_sample(scrape: Scrape, name: str, labels: Mapping[str, str], value: float) -> str | None:
-    """Take one sample into ``scrape`` (a name :data:`READ` does not hold is left out); returns
-    :data:`NON_FINITE` or :data:`OUT_OF_RANGE` when the value was read as unknown (the caller warns),
-    :data:`REFUSED` for a value no vLLM exports (:func:`impossible_value`), not taken (the caller refuses the file).
+    """Take one sample into ``scrape``; returns :data:`NON_FINITE` or :data:`OUT_OF_RANGE` when read as
+    unknown (the caller warns), :data:`REFUSED` for a value no vLLM exports (the caller refuses the file).
 
     >>> scrape = Scrape("m.prom", 1, None)
     >>> take_sample(scrape, "vllm:num_requests_running", {"engine": "0"}, 3.0), scrape.values
@@ -186,12 +174,8 @@ def _optional_int(value: float | None) -> int | None:
 
 
 def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[dict], list[str]]:
-    """One row per scrape and engine, with rates and preemptions per interval between scrapes.
-
-    Intervals follow time order when every scrape has a time, else the order given; rows keep the order
-    given. A counter that went down, or whose ``_created`` time changed (a server restart), counts from
-    zero and is reported in the warnings.
-    """
+    """One row per scrape and engine (in the order given), and the warnings; intervals follow time order
+    when every scrape has a time, else the order given."""
     order = list(range(len(scrapes)))
     if all(scrape.time is not None for scrape in scrapes):
         order.sort(key=lambda i: scrapes[i].time)
@@ -231,8 +215,8 @@ def _went_down(values: dict, last: dict | None) -> list[str]:
 
 
 def _down_without_restart(before, scrape: Scrape, engine, last, values: dict) -> tuple | None:
-    """The counters that went down since ``last`` but kept their V1 ``_created`` time (no restart created them
-    anew: the two scrapes disagree) and the warning naming both samples; None when there is none."""
+    """The counters that went down since ``last`` but kept their ``_created`` time (the scrapes disagree)
+    and the warning naming both; None when there is none."""
     went_down = _went_down(values, last)
     created_before = before.created.get(engine, {}) if before is not None else {}
     created_now = scrape.created.get(engine, {})
@@ -252,8 +236,7 @@ def _down_without_restart(before, scrape: Scrape, engine, last, values: dict) ->
 
 
 def cache_config_disagreements(scrapes: Sequence[Scrape]) -> list[Note]:
-    """A warning per file, engine and ``vllm:cache_config_info`` label of :data:`CONFIG_LABELS` whose scrapes
-    show two values, naming both samples (their scrapes' lines).
+    """A warning per file, engine and :data:`CONFIG_LABELS` label whose scrapes show two values.
 
     >>> first, second = Scrape("m.prom", 1, None), Scrape("m.prom", 9, None)
     >>> first.cache_config[0] = {"kv_cache_memory_bytes": "12884377600"}
@@ -288,8 +271,8 @@ def cache_config_disagreements(scrapes: Sequence[Scrape]) -> list[Note]:
 def _created_anew(
     scrape: Scrape, engine: int | None, before: Scrape | None, last: dict | None, warnings: list[str]
 ) -> list[str]:
-    """The counters of ``engine`` created anew since the ``before`` scrape (V1: their ``_created`` time
-    changed); a restart (they went down, or were created anew) is said once in ``warnings``."""
+    """The counters of ``engine`` created anew since ``before`` (their ``_created`` time changed); a restart
+    is said once in ``warnings``."""
     values = scrape.values[engine]
     went_down = sorted(_went_down(values, last))
     created_before = before.created.get(engine, {}) if before is not None else {}
@@ -366,8 +349,7 @@ def source_facts(source: str, scrapes: Sequence[Scrape]) -> LoadSource:
 def scrapes_reading(
     scrapes: Sequence[Scrape], sources: Sequence[str], notes: Sequence[str] = ()
 ) -> LoadReading:
-    """The reading of one run's scrapes (from ``sources``, in order): rows by :func:`metrics_rows`, the
-    ``notes`` of the reader first, then the rows' warnings, and each source's facts."""
+    """The reading of one run's scrapes: rows, the reader's ``notes`` then the rows' warnings, facts."""
     rows, warnings = metrics_rows(scrapes)
     facts = [source_facts(source, scrapes) for source in sources]
     disagree = cache_config_disagreements(scrapes)

@@ -1,9 +1,4 @@
-"""Prometheus' HTTP API (``requests``), read a page of time at a time: raw samples or ``query_range`` steps.
-
-:func:`series_pages` asks ``/api/v1/query`` for a range vector (the samples as scraped) or, given a step,
-``/api/v1/query_range``; Prometheus first counts the series, and a page then holds about :data:`PAGE_POINTS`
-points, so a 10,000-series answer is never held whole.
-"""
+"""Prometheus' HTTP API read a page of time at a time (about :data:`PAGE_POINTS` points): raw samples or steps."""
 
 from __future__ import annotations
 
@@ -92,8 +87,7 @@ def _get(session: requests.Session, url: str, path: str, params: dict, kind: str
 
 
 def instant_series(url: str, selector: str, at: float) -> list[Series]:
-    """Each series of ``selector`` at ``at`` [Unix s] with its one point (an instant query; within
-    Prometheus' 5-minute lookback)."""
+    """Each series of ``selector`` at ``at`` [Unix s] with its one point (an instant query)."""
     with requests.Session() as session:
         result = _get(session, url, "/api/v1/query", {"query": selector, "time": f"{at:.3f}"}, "vector")
     points = [(float(item["value"][0]), float(item["value"][1])) for item in result]
@@ -113,8 +107,8 @@ def _series(result: list[dict], low: float, high: float) -> list[Series]:
 def series_pages(
     url: str, selector: str, start: float, end: float, step: float | None = None
 ) -> Iterator[list[Series]]:
-    """The series of ``selector`` from ``start`` to ``end`` [Unix s], both included, a page of time at a time:
-    the raw samples, or ``query_range`` every ``step`` [s] from ``start``."""
+    """The series of ``selector`` from ``start`` to ``end`` [Unix s] a page at a time: raw samples, or every
+    ``step`` [s]."""
     if not end >= start:
         raise PrometheusError(f"--end {end:g} is before --start {start:g}")
     low = math.nextafter(start, -math.inf)  # the first page includes start
@@ -158,8 +152,7 @@ def _series_count(session: requests.Session, url: str, selector: str, start: flo
 
 
 def _interval(page: list[Series], last: float | None, interval: float) -> tuple[float, float | None]:
-    """The scrape interval [s] the pages show so far (the shortest gap between sample times, counting the
-    previous page's latest ``last``) and the latest time now seen."""
+    """The scrape interval [s] seen so far (the shortest gap, with the previous ``last``) and the latest time."""
     times = sorted({t for series in page for t, _ in series.points} | ({last} if last is not None else set()))
     gaps = [b - a for a, b in itertools.pairwise(times)]
     if not gaps:

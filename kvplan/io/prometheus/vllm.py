@@ -1,12 +1,5 @@
-"""vLLM's series in Prometheus and /metrics: load evidence, each engine's running KV value, alert rules.
-
-:func:`read_prometheus_load` asks for every name the /metrics file reader reads (:data:`QUERIED`), a page of time
-at a time, and hands the samples to :func:`kvplan.io.load.samples_reading`: the same rows, resets and warnings as
-the same samples in files; series of several scrape targets are refused (narrow them with ``--match``). The
-running value (:class:`RunningValue`) is what ``vllm:cache_config_info`` shows, from Prometheus at a time, /metrics
-files or vLLM's "cache_config_info with initialization" log line (blocks only). :func:`alert_rules` writes the
-rules of an approved launch, each annotated with the bundle digest: the running value differs, a GPU's DCGM free
-memory below the reserve after :data:`WARM_UP`, preemptions or KV usage beyond the load policy in :data:`WINDOW`.
+"""vLLM's series in Prometheus and /metrics: load evidence (:func:`read_prometheus_load`, the same rows as the
+samples in files), each engine's running KV value (:class:`RunningValue`) and the alert rules of a launch.
 """
 
 from __future__ import annotations
@@ -81,8 +74,7 @@ def running_values_at(url: str, at: float, match: str | None = None) -> list[Run
 
 
 def running_values_of_metrics(paths: Sequence[str | Path]) -> list[RunningValue]:
-    """Each engine's running values in each /metrics file: every value its scrapes show, each at its last
-    scrape (scrapes that disagree are each judged: the safe side)."""
+    """Every running value each /metrics file's scrapes show, each at its last scrape (all are judged)."""
     values: list[RunningValue] = []
     for path in paths:
         seen: dict[tuple, RunningValue] = {}
@@ -96,8 +88,7 @@ def running_values_of_metrics(paths: Sequence[str | Path]) -> list[RunningValue]
 
 
 def running_values_of_logs(paths: Sequence[str | Path]) -> list[RunningValue]:
-    """The engines' KV blocks from vLLM's "cache_config_info with initialization" log line (the last per engine
-    and file; the bytes are :data:`ABSENT`)."""
+    """The engines' KV blocks from the "cache_config_info with initialization" log line (last per engine)."""
     values: list[RunningValue] = []
     for path in paths:
         found: dict[str, RunningValue] = {}
@@ -138,7 +129,7 @@ def load_selector(match: str | None = None) -> str:
 
 
 def _samples(pages: Iterable[list[Series]], source: str) -> Iterator[Sample]:
-    """Each page's samples in time order (series order within a time), checking one target only."""
+    """Each page's samples in time order, refusing series of several scrape targets."""
     targets: set[tuple[str, ...]] = set()
     for page in pages:
         targets |= {tuple(s.labels.get(k, "") for k in TARGET_LABELS) for s in page}
@@ -163,8 +154,8 @@ def _samples(pages: Iterable[list[Series]], source: str) -> Iterator[Sample]:
 def read_prometheus_load(
     url: str, start: float, end: float, step: float | None = None, match: str | None = None
 ) -> LoadReading:
-    """One server's load evidence from Prometheus between ``start`` and ``end`` [Unix s]: the samples as
-    scraped, or Prometheus' value every ``step`` [s]; the source is ``prometheus URL``, a line a sample's place."""
+    """One server's load evidence from Prometheus between ``start`` and ``end`` [Unix s], as scraped or
+    every ``step`` [s]."""
     source = f"prometheus {url}"
     pages = series_pages(url, load_selector(match), start, end, step)
     return samples_reading(_samples(pages, source), source)
@@ -177,9 +168,8 @@ def read_load_run(
     window: Sequence[str | float | None] = (),
     step: str | float | None = None,
 ) -> LoadReading:
-    """One run's load evidence (notebook 06): its ``files``, or with ``prometheus`` (a URL) its logs and its
-    /metrics series from the server over ``window`` = ``(start, end[, match])`` (Unix s or ISO 8601, UTC) at
-    ``step`` (``"15s"``; None: as scraped), in place of its /metrics files."""
+    """One run's load evidence (notebook 06): its ``files``, with its /metrics series from ``prometheus``
+    over ``window`` = ``(start, end[, match])`` at ``step`` (``"15s"``) in place of /metrics files."""
     if prometheus is None:
         return read_load_evidence(files, year=year)
     if len(window) not in (2, 3) or window[0] is None or window[1] is None:
@@ -219,8 +209,7 @@ def sample_line(sample: Sample) -> str:
 def save_prometheus_load(
     url: str, start: float, end: float, step: float | None, match: str | None, path: str | Path
 ) -> Path:
-    """Write what :func:`read_prometheus_load` reads as a /metrics file (atomically, each sample with its
-    time): a bundle keeps the samples, and the file reader gives back the same rows."""
+    """Write what :func:`read_prometheus_load` reads as a /metrics file (atomically) that reads back alike."""
     path = Path(path)
     partial = path.with_name(path.name + ".partial")
     pages = series_pages(url, load_selector(match), start, end, step)
@@ -261,9 +250,8 @@ def alert_rules(
     kv_usage_pct: float = 95.0,
     matchers: str = "",
 ) -> str:
-    """The rules file of an approved launch (``digest``: the bundle's hex SHA-256; sizes in bytes), every rule
-    scoped by ``matchers`` (PromQL label matchers without braces); YAML written as JSON strings, so no label
-    can change its structure.
+    """The rules file of an approved launch (``digest``: the bundle's hex SHA-256), each rule scoped by
+    ``matchers``; YAML values written as JSON strings, so no label can change its structure.
 
     >>> text = alert_rules("ab" * 32, 12_884_377_600, 966_367_641)
     >>> [line.split(": ", 1)[1] for line in text.splitlines() if "alert:" in line]

@@ -80,7 +80,7 @@ def resolve_boot(
     warnings.extend(_caveats(boot, source))
     sizing = {column: boot.config[column] for column in SIZING_CONFIG if column in boot.config}
     if room_rule is not None:
-        room_rule.boot_warnings(rows, key, flags, source, boot, origin, warnings)
+        warnings += room_rule.boot_warnings(rows, key, flags, source, boot, origin)
     # the boot's key and sizing configuration fill what a rank's own values leave open
     shared = {column: value for column, (value, *_rest) in sizing.items()} | key
     for rank, values in rows.items():
