@@ -1,7 +1,5 @@
-"""``kvplan gate``: a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge).
-
-The checks are :func:`kvplan.checks.gate.gate_checks`' and :func:`kvplan.plan.gate_load`'s, the verdict
-:func:`kvplan.checks.gate_verdict`'s; this module parses, calls them and formats the answer.
+"""``kvplan gate``: a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge), by
+:func:`kvplan.checks.gate.gate_checks`, :func:`kvplan.plan.gate_load` and :func:`kvplan.checks.gate_verdict`.
 """
 
 from __future__ import annotations
@@ -12,9 +10,9 @@ from kvplan.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAIL,
     EXIT_OK,
-    add_command,
     add_load_arguments,
     add_nvidia_smi_argument,
+    describe,
     load_policy,
     print_json,
     print_warnings,
@@ -29,8 +27,6 @@ from kvplan.cli.prometheus import (
 )
 
 GATE_HELP = """\
-check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)
-
 Same compatibility key, every rank present, no OOM or error, safe_ref − max(0, F_ref − F_boot) − guard ≥ the
 approved value on every rank, the reserve still free after warm-up, tokens ≥ the admission plan, the canary's
 gpu_memory_utilization passes vLLM's start-up check on its own free memory less the guard, a manual value is
@@ -46,9 +42,9 @@ For example:
 """
 
 
-def add_gate(sub: argparse._SubParsersAction) -> None:
+def add_gate(parser: argparse.ArgumentParser) -> None:
     """Register ``kvplan gate``."""
-    parser = add_command(sub, "gate", GATE_HELP)
+    describe(parser, GATE_HELP)
     parser.add_argument("logs", nargs="+", metavar="BOOT_LOG", help="vLLM logs of the canary boot")
     parser.add_argument("--approved", required=True, metavar="BUNDLE", help="the approved evidence bundle")
     parser.add_argument(
@@ -79,10 +75,8 @@ def add_gate(sub: argparse._SubParsersAction) -> None:
 
 
 def _startup_plan_check(args: argparse.Namespace, verified, approved, ledger, checks):
-    """Issue 24: a canary that ran vLLM's startup plan applied the approved plan on every rank
-    (:func:`kvplan.checks.canary.check_startup_plan`); the plan files are ``--startup-plan``'s, else the
-    approved boot's plan without drift. Not judged when the canary is no evidence of the approved launch; None
-    when the canary logged no startup-plan line."""
+    """Issue 24: whether a canary that ran vLLM's startup plan applied the approved plan (``--startup-plan``'s
+    files, else the approved plan without drift) on every rank; None when it ran no plan."""
     import json
     from pathlib import Path
 
@@ -113,7 +107,7 @@ def _startup_plan_check(args: argparse.Namespace, verified, approved, ledger, ch
 
 
 def _ran_a_plan(check):
-    """The manual-value check of a canary that ran the startup plan: not applicable (the plan's check judges)."""
+    """The manual-value check of a canary that ran the startup plan: not applicable."""
     from kvplan.checks import Check
     from kvplan.checks.canary import PLAN_CHECK, VALUE_CHECK
 
