@@ -108,18 +108,13 @@ class RowBuilder:
     ) -> int:
         """Append a row (a value ``None`` or missing is unknown; ``kind`` ``"log"`` and ``year_known`` True
         unless given); returns its index. A whole number beyond 64 bits is a :class:`LoadFormatError`."""
-        if event is not None and event not in EVENTS:
-            raise ValueError(f"unknown load event {event!r} (expected one of {EVENTS})")
-        kind = values.get("kind") or "log"
-        if kind not in KINDS:
-            raise ValueError(f"unknown evidence kind {kind!r} (expected one of {KINDS})")
         row = {
             "source": self.source_code(source),
             "time": UNKNOWN_NUMBER if time is None else (time - EPOCH) // MICROSECOND,
             "line": line,
             **{name: _packed(values.get(name), LOAD_COLUMNS[name]) for name in _NUMBERS[1:]},
             "event": _EVENT_CODES.index(event),
-            "kind": KINDS.index(kind),
+            "kind": KINDS.index(values.get("kind") or "log"),
             "year_known": values.get("year_known") is None or bool(values.get("year_known")),
         }
         if values.get("restarts") is None:
@@ -153,15 +148,6 @@ class RowBuilder:
             else:
                 values = values if isinstance(values, list) else list(values)
                 column.frombytes(struct.pack(f"{len(values)}{column.typecode}", *values))
-
-    def set(self, index: int, name: str, value: int) -> None:
-        """Set a whole-number column of row ``index``."""
-        self._columns[name][index] = value
-
-    def shift_times(self, micros: int) -> None:
-        """Add ``micros`` [µs] to every known time (a log's local times turned into UTC)."""
-        times = np.frombuffer(self._columns["time"], dtype=np.int64)
-        self._columns["time"] = array("q", np.where(times == UNKNOWN_NUMBER, times, times + micros).tobytes())
 
     def frame(self) -> pd.DataFrame:
         """The rows as the :data:`LOAD_COLUMNS` frame (unknown, ``NaN`` and ``±Inf`` are ``NA``)."""

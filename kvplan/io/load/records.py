@@ -12,7 +12,7 @@ import itertools
 import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, time, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
@@ -159,7 +159,6 @@ class RecordReader:
         self.lines = _Joiner(wrap_width)
         self._day: str | None = None  # "MM-DD" of the last line :meth:`read` took whole, while current
         self._midnight = 0  # its midnight [µs since year 1]
-        self._clocks: dict[str, int] = {}  # "HH:MM:SS" → µs since midnight
 
     def push(self, physical: str) -> Iterator[StatsRecord]:
         """The records that the physical line completes."""
@@ -278,15 +277,10 @@ class RecordReader:
                 state = self._stamp(day, clocks[0])
                 if state is None:
                     return taken
-            seconds = list(map(self._clocks.get, clocks))
-            if None in seconds:
-                for position, clock in enumerate(clocks):
-                    if seconds[position] is None:
-                        seconds[position] = self._clock_micros(clock)
-                        if seconds[position] is None:  # no such second: the general reader refuses it
-                            count = position
-                            del seconds[count:]
-                            break
+            seconds = list(map(_clock_micros, clocks))
+            if None in seconds:  # no such second: the general reader refuses it
+                count = seconds.index(None)
+                del seconds[count:]
             midnight = (self._midnight if state is None else state[3]) + shift_micros
             micros = [midnight + second for second in seconds]
             if shift_micros and micros and (min(micros) < 0 or max(micros) > _LAST_MICROS):
@@ -310,21 +304,16 @@ class RecordReader:
             midnight = (datetime(year, month, int(month_day[3:])) - EPOCH) // MICROSECOND
         except ValueError:
             return None
-        if self._clock_micros(clock) is None:
-            return None
-        return year, month, month_day, midnight
+        return None if _clock_micros(clock) is None else (year, month, month_day, midnight)
 
-    def _clock_micros(self, clock: str) -> int | None:
-        """µs since midnight of ``HH:MM:SS``; ``None`` when it names no real time."""
-        seconds = self._clocks.get(clock)
-        if seconds is None:
-            hours, minutes, second = int(clock[:2]), int(clock[3:5]), int(clock[6:])
-            try:
-                time(hours, minutes, second)
-            except ValueError:
-                return None
-            seconds = self._clocks[clock] = ((hours * 60 + minutes) * 60 + second) * 1_000_000
-        return seconds
+
+@functools.lru_cache(maxsize=1 << 17)
+def _clock_micros(clock: str) -> int | None:
+    """µs since midnight of ``HH:MM:SS``; ``None`` when it names no real time."""
+    hours, minutes, second = int(clock[:2]), int(clock[3:5]), int(clock[6:])
+    if hours > 23 or minutes > 59 or second > 59:
+        return None
+    return ((hours * 60 + minutes) * 60 + second) * 1_000_000
 
 
 @functools.lru_cache(maxsize=1024)
