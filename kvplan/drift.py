@@ -1,12 +1,9 @@
-"""Reusing an approved budget on a later boot: cut it by lost startup free memory, never raise it.
+"""Reusing an approved budget on a later boot: ``B_adj = B_ref − max(0, F_ref − F_boot) − G``, never raised.
 
-``B_adj_i = B_ref_i − max(0, F_ref_i − F_boot_i) − G``: a rank that starts with less free memory than at the
-reference boot loses that much KV room; more free memory gains nothing (re-profile to raise). The one rule
-for the free memory on both sides, taking the side that lowers ``B_adj`` where evidence leaves a choice:
-
-- ``F_ref`` of a rank with a room of its own: the free memory of the boot that set its room (its worst boot);
-  of a rank whose room was assumed from another (``--assume-uniform``): the **highest** its own boots show;
-- ``F_boot`` of a later boot: the **lowest** free memory each rank shows over its boots.
+A rank that starts with less free memory than at the reference boot loses that much KV room (re-profile to
+raise). Where evidence leaves a choice the side that lowers ``B_adj`` wins: ``F_ref`` is the free memory of the
+boot that set the rank's room (the **highest** its own boots show for a room assumed from another rank),
+``F_boot`` the **lowest** free memory each rank shows.
 """
 
 from __future__ import annotations
@@ -40,23 +37,26 @@ def adjusted_budget_bytes(
     return ref_budget_bytes - max(0, ref_free_bytes - boot_free_bytes) - guard_bytes
 
 
-def lowest_free_bytes(ledger: pd.DataFrame) -> dict[int, int]:
-    """``F_boot`` per rank: the lowest startup free memory each rank shows [bytes]; a rank showing none is
-    left out (:func:`boot_free_bytes` refuses it).
+def per_rank(ledger: pd.DataFrame, column: str, pick: str) -> dict[int, int]:
+    """The ``pick`` (``"min"`` or ``"max"``) shown value of ``column`` per rank, over every row [bytes].
 
     >>> import pandas as pd
-    >>> lowest_free_bytes(pd.DataFrame({"rank": [0, 0, 1], "init_free_bytes": [50, 48, None]}))
+    >>> per_rank(pd.DataFrame({"rank": [0, 0, 1], "init_free_bytes": [50, 48, None]}), "init_free_bytes", "min")
     {0: 48}
     """
-    if "init_free_bytes" not in ledger.columns:
+    if column not in ledger.columns:
         return {}
-    shown = ledger[["rank", "init_free_bytes"]].dropna()
-    return {int(rank): int(free) for rank, free in shown.groupby("rank")["init_free_bytes"].min().items()}
+    values = ledger[["rank", column]].dropna()
+    return {int(rank): int(value) for rank, value in values.groupby("rank")[column].agg(pick).items()}
+
+
+def lowest_free_bytes(ledger: pd.DataFrame) -> dict[int, int]:
+    """``F_boot`` per rank: the lowest startup free memory each rank shows [bytes] (none: left out)."""
+    return per_rank(ledger, "init_free_bytes", "min")
 
 
 def reference_free_bytes(ledger: pd.DataFrame, rooms: pd.DataFrame) -> tuple[int | None, ...]:
-    """``F_ref`` per rank of ``rooms`` (:func:`kvplan.ledger.room_per_rank`, index order) [bytes]; None where
-    the rank's logs show no startup free memory.
+    """``F_ref`` per rank of ``rooms`` (:func:`kvplan.ledger.room_per_rank`) [bytes]; None where none is shown.
 
     >>> import pandas as pd
     >>> ledger = pd.DataFrame({"rank": [0, 1], "init_free_bytes": [50, 52]})
@@ -79,7 +79,7 @@ def reference_free_bytes(ledger: pd.DataFrame, rooms: pd.DataFrame) -> tuple[int
 
 
 def boot_free_bytes(ledger: pd.DataFrame, ranks: Sequence[int]) -> tuple[int, ...]:
-    """``F_boot`` per rank of ``ranks`` [bytes] (:func:`lowest_free_bytes`); a rank showing none is refused.
+    """``F_boot`` per rank of ``ranks`` [bytes]; a rank showing none is refused.
 
     >>> import pandas as pd
     >>> ledger = pd.DataFrame({"source": "c.log", "rank": [0, 0, 1], "init_free_bytes": [50, 48, 49]})
@@ -109,8 +109,7 @@ class Drift:
     guard_bytes: int
     drift_bytes: tuple[int, ...]
     adjusted_bytes: tuple[int, ...]
-    #: the bytes of one KV block (the flag is then whole blocks) and each rank's total memory (for the
-    #: companion ``--gpu-memory-utilization``); None when not known
+    #: one KV block's bytes (the flag is whole blocks) and each rank's total memory (for the companion U)
     block_bytes: int | None = None
     total_bytes: tuple[int, ...] | None = None
 
@@ -126,7 +125,7 @@ class Drift:
 
     @property
     def launch_bytes(self) -> int:
-        """The value to launch with [bytes]: the adjusted uniform value, whole blocks when ``block_bytes`` is known."""
+        """The value to launch with [bytes]: the adjusted uniform value, in whole blocks when known."""
         value = self.adjusted_uniform_bytes
         return round_down_to_blocks(value, self.block_bytes) if self.block_bytes else value
 
@@ -137,15 +136,14 @@ class Drift:
 
     @property
     def gpu_memory_utilization(self) -> float | None:
-        """The companion U: the largest vLLM's start-up check passes on every rank's boot free memory less the
-        guard (:func:`kvplan.budget.largest_utilization`); None without the total memory."""
+        """The companion U vLLM's start-up check passes on every rank's boot free memory less the guard."""
         if self.total_bytes is None:
             return None
         return largest_utilization(self.total_bytes, self.boot_free_bytes, self.guard_bytes)
 
     @property
     def launch_flags(self) -> tuple[str, ...]:
-        """The launch of this boot: the byte flag and, when known, its companion ``--gpu-memory-utilization``.
+        """The byte flag and, when known, its companion ``--gpu-memory-utilization``.
 
         >>> from dataclasses import replace
         >>> GiB = 2**30
@@ -199,8 +197,8 @@ def drift_budget(
     guard_bytes: int = 0,
     ranks: Sequence[int] | None = None,
 ) -> Drift:
-    """Adjusted budget per rank for a later boot (scalars apply to every rank); refused (:class:`BudgetError`)
-    where a budget is not positive or a reference budget exceeds its reference free memory.
+    """Adjusted budget per rank for a later boot (scalars apply to every rank); :class:`BudgetError` where a
+    budget is not positive or above its reference free memory.
 
     >>> GiB = 2**30
     >>> d = drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 43 * GiB], guard_bytes=0)

@@ -43,6 +43,40 @@ def test_light_command_imports_no_pandas(command):
     assert heavy == []
 
 
+#: What the reading commands never need: charts, the model arithmetic, bundles, and the other commands' modules.
+NOT_FOR_READING = ("matplotlib", "kvplan.kvspec", "kvplan.evidence", "kvplan.cli.approve", "kvplan.cli.gate")
+
+#: Each command in a fresh interpreter, its output to /dev/null: its exit status and the modules of
+#: :data:`NOT_FOR_READING` it left in ``sys.modules``, on stderr.
+READING_PROBE = (
+    "import json, sys\n"
+    "from kvplan.cli import main\n"
+    "status = main(sys.argv[1:])\n"
+    f"found = sorted(m for m in sys.modules if m.startswith({NOT_FOR_READING!r}))\n"
+    "print(json.dumps([status, found]), file=sys.stderr)\n"
+)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "load data/load/manual-canary-overload/server.log --year 2026 --json",
+        "load data/load/manual-canary-overload/server.log --year 2026",
+        "ledger data/boots/four-rank/",
+        "ledger data/boots/four-rank/ --csv",
+        "ledger data/boots/four-rank/ --json --rooms",
+    ],
+)
+def test_reading_commands_import_only_what_they_need(command):
+    # issue 23: `kvplan X` imports X's module alone (cli.approve cost `kvplan ledger` 0.07 s of start-up)
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    argv = [sys.executable, "-c", READING_PROBE, *command.split()]
+    done = subprocess.run(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=env, cwd=ROOT
+    )
+    assert json.loads(done.stderr.splitlines()[-1]) == [0, []]
+
+
 def test_budget_room_gives_the_pipelines_answer_without_pandas(capsys):
     # the same four-rank example through kvplan.plan.decide (pandas) and decide_rooms (none): one answer
     from kvplan.cli import main

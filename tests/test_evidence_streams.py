@@ -9,6 +9,7 @@ import pytest
 
 from kvplan import DATA_DIR, evidence, plan
 from kvplan.evidence.evidence_log import evidence_lines, iter_evidence_lines
+from kvplan.evidence.record import record_chunks
 from kvplan.room import read_vllm_logs_rooms
 
 LOGS = sorted((DATA_DIR / "boots").glob("*/*.log"))
@@ -32,3 +33,13 @@ def test_approve_bundle_returns_what_budget_json_reads_back(tmp_path) -> None:
         )
     )
     assert json.loads(json.dumps(record)) == evidence.read_bundle(folder)
+
+
+def test_record_chunks_stream_budget_json(tmp_path) -> None:  # issue 23: approve's peak at 5,000 boots
+    _, record = evidence.approve_bundle(
+        evidence.Request([DATA_DIR / "boots" / "four-rank" / "boot.log"], tmp_path, plan.Policy(2**30), "t")
+    )
+    record = {**record, "ledger": record["ledger"] * 2_000}  # the ledger rows of 2,000 such boots
+    pieces = list(record_chunks(record))
+    assert b"".join(pieces) == json.dumps(record, indent=2).encode() + b"\n"
+    assert max(map(len, pieces)) < sum(map(len, pieces)) / 100  # never the whole text at once

@@ -206,7 +206,6 @@ OVER_BUDGET_FOR_NOW = {
     "kvplan.io.vllm.resolve._keep_safest",
     "kvplan.io.vllm.resolve._provenance",
     "kvplan.io.vllm.resolve.resolve_boot",
-    "kvplan.plan.decision.decide",
 }
 
 

@@ -17,7 +17,7 @@ from kvplan import DATA_DIR, evidence
 from kvplan.cli import main
 from kvplan.io.load import LoadFormatError, read_load_evidence
 from kvplan.load import LOAD_VALUE_CHECK, PREEMPTION_CHECK, load_checks
-from kvplan.plan import decide
+from kvplan.plan import decide, read_evidence
 from kvplan.units import parse_size
 from tests.test_gate import FOUR_RANK, _approve, gate
 
@@ -79,9 +79,8 @@ def test_gate_names_the_unreadable_counters(capsys, four_rank_bundle, tmp_path):
 def test_approval_records_the_unreadable_counters_as_cannot_judge(tmp_path):  # issue 25
     path = counters_read(tmp_path, "+Inf")
     decision = decide(
-        [(FOUR_RANK / "boot.log", "inputs/boot.log")],
+        read_evidence([(FOUR_RANK / "boot.log", "inputs/boot.log")], loads=[(path, "inputs/metrics.prom")]),
         evidence.Policy(parse_size("0.9GiB")),
-        loads=[(path, "inputs/metrics.prom")],
         load_policy=evidence.LoadPolicy(),
     )
     [check] = [check for check in decision.checks if check.name == PREEMPTIONS]

@@ -237,7 +237,7 @@ def test_the_notebook_launch_spec_is_the_decisions_for_mla(h100_snapshot):
     reserve = CASES["deepseek-v3-tp8-mla-hopper"][1]
     ledger, metadata = read_launch(log, nvidia_smi=[h100_snapshot])
     decision = plan.decide(
-        [log], plan.Policy(reserve), plan.ModelLayout("deepseek-v3", {}), snapshots=[h100_snapshot]
+        plan.read_evidence([log], [h100_snapshot]), plan.Policy(reserve), plan.ModelLayout("deepseek-v3", {})
     )
     assert launch_spec(ledger, "deepseek-v3", metadata=metadata) == decision.spec
     bare, bare_metadata = read_launch(log, nvidia_smi=[])

@@ -30,6 +30,11 @@ class Check:
     detail: str
     applicable: bool = True
 
+    @classmethod
+    def not_applicable(cls, name: str, why: str) -> Check:
+        """A check with nothing to look at: neither passes, fails nor blocks (``not applicable: why``)."""
+        return cls(name, None, f"not applicable: {why}", applicable=False)
+
     def to_dict(self) -> dict:
         """JSON-ready ``{"name", "passed", "detail", "applicable"}``."""
         return asdict(self)

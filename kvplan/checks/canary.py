@@ -1,10 +1,5 @@
-"""A canary as evidence of the approved launch (issue 24): whether it is evidence at all, and its own launch.
-
-A canary cut short, missing or adding ranks, or of another key is no evidence (:func:`judged_on_complete_evidence`:
-exit 2, no value offered). One that is must start again (:func:`check_canary_utilization`), have run exactly
-the approved value (:func:`check_canary_value`, :func:`check_startup_plan`) and serve it
-(:func:`check_running_values`: every engine's ``vllm:cache_config_info``).
-"""
+"""A canary as evidence of the approved launch (issue 24): whether it is evidence at all (else exit 2), whether
+it starts again, ran exactly the approved value (or startup plan) and serves it (``vllm:cache_config_info``)."""
 
 from __future__ import annotations
 
@@ -17,7 +12,7 @@ from kvplan.budget import kv_cache_flag
 from kvplan.checks import Check
 from kvplan.checks.key import KEY_CHECK, OUTCOME_CHECK, RANKS_CHECK
 from kvplan.checks.launch import check_startup_memory
-from kvplan.drift import lowest_free_bytes
+from kvplan.drift import lowest_free_bytes, per_rank
 from kvplan.io.vllm.manual import APPLIED, NOT_APPLIED, StartupPlanLine
 from kvplan.units import format_size
 
@@ -32,15 +27,13 @@ MEASURE_CANARY = (
     "(VLLM_LOGGING_LEVEL=DEBUG prints them per rank)"
 )
 PLAN_CHECK = "startup plan applied on every rank"
-#: The checks that say whether the canary is evidence of the approved launch at all (issue 24): another key,
-#: missing or extra ranks, or a log cut short make every other check unjudgeable (exit 2, no value offered).
+#: The checks that say whether the canary is evidence of the approved launch at all (issue 24).
 EVIDENCE_CHECKS = (KEY_CHECK, RANKS_CHECK, OUTCOME_CHECK)
 
 
 def judged_on_complete_evidence(checks: list[Check]) -> list[Check]:
-    """``checks`` as a gate reports them: a canary of another key, with missing or extra ranks or cut short is
-    no evidence of the approved launch, so those checks read CANNOT JUDGE and every other check is not judged
-    (no "a lower value fits" offered); an OOM or error line still fails (issue 24).
+    """``checks`` as a gate reports them: a canary of another key, with missing or extra ranks or cut short is no
+    evidence, so those checks cannot judge and no other check is judged; an OOM or error still fails.
 
     >>> judged = judged_on_complete_evidence([Check(RANKS_CHECK, False, "missing rank 3"),
     ...                                       Check("tokens", False, "rank 2: …; a lower value fits: …")])
@@ -74,8 +67,7 @@ def judged_on_complete_evidence(checks: list[Check]) -> list[Check]:
 def check_canary_utilization(
     approved: Approved, boot_ledger: pd.DataFrame, boot_key: Mapping[str, object], guard_bytes: int
 ) -> Check:
-    """The canary's ``gpu_memory_utilization`` passes vLLM's start-up check on its own free memory less the
-    guard, every rank (:func:`kvplan.checks.launch.check_startup_memory`): else the next boot may not start."""
+    """The canary's ``gpu_memory_utilization`` passes vLLM's start-up check on its free memory less the guard."""
     utilization = boot_key.get("gpu_memory_utilization")
     totals = per_rank(boot_ledger, "total_bytes", "max")
     free = lowest_free_bytes(boot_ledger)
@@ -99,9 +91,8 @@ def check_canary_utilization(
 
 
 def check_canary_value(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
-    """Every rank of a canary that ran a manual value ran exactly the approved bytes: one line per rank. A
-    value printed to 0.01 GiB only passes when its interval holds the approved bytes; a profiled canary (no
-    manual value) is not applicable.
+    """Every rank of a canary that ran a manual value ran exactly the approved bytes (a value printed to 0.01 GiB:
+    its interval holds them).
 
     >>> from kvplan.checks.gate import Approved
     >>> a = Approved(100, (0,), (100,), (None,), 0, 0, None, {})
@@ -110,9 +101,7 @@ def check_canary_value(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
     """
     manual = manual_values(boot_ledger)
     if not manual:
-        return Check(
-            VALUE_CHECK, None, "not applicable: the canary profiled (no manual value)", applicable=False
-        )
+        return Check.not_applicable(VALUE_CHECK, "the canary profiled (no manual value)")
     lines, passed = [], True
     budget = approved.budget_bytes
     for rank in approved.ranks:
@@ -134,10 +123,8 @@ def check_canary_value(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
 
 
 def manual_values(boot_ledger: pd.DataFrame) -> dict[int, tuple[int, int]]:
-    """Per rank that ran a manual value: (the value as logged, the most the flag can be) [bytes].
-
-    The most is ``manual_kv_max_bytes`` (vLLM printed the value to 0.01 GiB only; the reader's
-    :mod:`kvplan.io.vllm.manual`), else the value itself (exact bytes, or a ledger CSV without the column).
+    """Per rank that ran a manual value: (the value as logged, the most the flag can be, ``manual_kv_max_bytes``)
+    [bytes].
 
     >>> manual_values(pd.DataFrame({"rank": [0], "manual_kv_bytes": [100], "manual_kv_max_bytes": [105]}))
     {0: (100, 105)}
@@ -147,30 +134,15 @@ def manual_values(boot_ledger: pd.DataFrame) -> dict[int, tuple[int, int]]:
     return {rank: (value, max(value, most.get(rank, value))) for rank, value in shown.items()}
 
 
-def per_rank(ledger: pd.DataFrame, column: str, pick: str) -> dict[int, int]:
-    """The ``pick`` (``"min"`` or ``"max"``) non-missing value of ``column`` per rank, over every row.
-
-    The worst boot wins: the lowest free memory or room, the highest manual KV value a rank ran.
-
-    >>> per_rank(pd.DataFrame({"rank": [0, 0], "room_bytes": [5, 3]}), "room_bytes", "min")
-    {0: 3}
-    """
-    if column not in ledger.columns:
-        return {}
-    values = ledger[["rank", column]].dropna()
-    return {int(rank): int(value) for rank, value in values.groupby("rank")[column].agg(pick).items()}
-
-
 def check_startup_plan(
     approved: Approved,
     boot_ledger: pd.DataFrame,
     plan_lines: Mapping[str, Sequence[StartupPlanLine]],
     plan_values: Mapping[str, int],
 ) -> Check:
-    """A canary that ran vLLM's startup plan: every rank logged "Applying persisted startup plan (fingerprint
-    <fp>): kv_cache_memory_bytes=<the plan's value>" (``plan_values``: fingerprint → value of the exported
-    files; a fingerprint not there fails); "Startup plan not applied" on a rank fails, naming its free memory.
-    ``plan_lines`` are each canary log's (by source); not applicable when no rank logged either line.
+    """Every rank of a canary logged "Applying persisted startup plan (fingerprint <fp>):
+    kv_cache_memory_bytes=<value>" of an exported plan (``plan_values``: fingerprint → value); "Startup plan
+    not applied" fails. ``plan_lines``: each canary log's (by source).
 
     >>> from kvplan.checks.gate import Approved
     >>> line = StartupPlanLine(9, "Worker_TP0", 7, APPLIED, "ab" * 8, 100, 50, 40)
@@ -188,7 +160,7 @@ def check_startup_plan(
         ]
         by_rank.setdefault(int(row.rank), []).extend(found)
     if not any(by_rank.values()):
-        return Check(PLAN_CHECK, None, "not applicable: no rank logged a startup plan line", applicable=False)
+        return Check.not_applicable(PLAN_CHECK, "no rank logged a startup plan line")
     lines, passed = [], True
     for rank in approved.ranks:
         text, ok = _plan_line_text(by_rank.get(rank, []), plan_values)
@@ -232,8 +204,6 @@ def approved_blocks(approved_bytes: int, block_bytes: int | None) -> int | None:
 
     >>> approved_blocks(12_884_377_600, 1_310_720)  # Llama-3.1-70B, TP 4: 16 tokens × 80 layers × K,V × 2 heads × 128 × 2 B
     9830
-    >>> approved_blocks(12_884_377_600, None) is None  # a bundle without the model's layout
-    True
     """
     return None if not block_bytes else approved_bytes // block_bytes
 

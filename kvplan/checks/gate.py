@@ -1,9 +1,4 @@
-"""Gate a canary boot against an approved budget (:class:`Approved`): each check with its verdict and evidence.
-
-The budget check takes, per rank, the lower of the drift rule on the rank's safe budget at approval
-(``safe_ref − max(0, F_ref − F_boot)``) and the boot's own room less the reserve, less the guard: that must be
-≥ the approved value; on a failure it names the launch that fits.
-"""
+"""Gate a canary boot against an approved budget (:class:`Approved`): each check with its verdict and evidence."""
 
 from __future__ import annotations
 
@@ -20,10 +15,9 @@ from kvplan.checks.canary import (
     check_canary_value,
     judged_on_complete_evidence,
     manual_values,
-    per_rank,
 )
 from kvplan.checks.key import check_compatibility_key, check_outcomes, check_ranks_present, rank_list
-from kvplan.drift import adjusted_budget_bytes, lowest_free_bytes
+from kvplan.drift import adjusted_budget_bytes, lowest_free_bytes, per_rank
 from kvplan.units import format_budget, format_size
 
 BUDGET_CHECK = "approved value fits every rank"
@@ -35,15 +29,9 @@ OWN_GATE_CHECK = "the approved boot passes its own gate"
 
 @dataclass(frozen=True)
 class Approved:
-    """What a gate needs from an approval (sizes in bytes, one entry per approved rank).
-
-    ``ref_free_bytes`` is each rank's startup free memory at approval (None where the approved
-    logs did not show it); ``tokens_required`` is the admission plan in tokens (None: no plan);
-    ``logged_tokens`` the lowest "GPU KV cache size" the approved profiled boots logged (boots at a
-    manual value left out); ``capacity_tokens`` the tokens the approved value holds at
-    ``max_model_len`` (None without a model); ``defaulted_key_fields`` the key fields the approved logs
-    did not show, filled with vLLM's default by the reader (:func:`defaulted_key_fields`).
-    """
+    """What a gate needs from an approval (bytes, one entry per approved rank): ``ref_free_bytes`` (None: not
+    shown), the admission plan in tokens, the lowest "GPU KV cache size" of the profiled boots, the tokens the
+    value holds at ``max_model_len``, the key fields the reader filled with vLLM's default."""
 
     budget_bytes: int
     ranks: tuple[int, ...]
@@ -63,18 +51,9 @@ class Approved:
 
 
 def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes: int) -> Check:
-    """Per rank, the lowest estimate of what this boot can allocate, less the guard, is ≥ the approved value.
-
-    Two estimates, the lower wins (more evidence can only lower a budget): the drift rule
-    ``safe_ref − max(0, F_ref − F_boot)`` (``F_boot`` the rank's lowest startup free memory in the boot
-    ledger) and, where the boot logs its own room, ``room_boot − reserve`` (a canary that changed what is
-    not in the key, e.g. ``max_num_batched_tokens``, shows its smaller room only there). A rank with
-    neither cannot be judged. A boot that ran a manual ``--kv-cache-memory-bytes`` value holding more whole
-    blocks than the approved one fails: it is not a canary of the approved value; so does one whose logs
-    print the value to 0.01 GiB only when that figure's interval (``manual_kv_max_bytes``) reaches more
-    blocks: it may have run more than approved. A rank left with no
-    room at all fails (it is not bad input: the boot is judged, with every check printed). On failure the
-    detail names the lower value that fits (rounded down to whole blocks), as ``kvplan drift`` does.
+    """Per rank, the lower of the drift rule ``safe_ref − max(0, F_ref − F_boot)`` and the boot's own room less
+    the reserve, less the guard, is ≥ the approved value; a manual value holding (or, printed to 0.01 GiB, maybe
+    holding) more whole blocks fails. On failure the detail names the lower launch that fits.
 
     >>> GiB = 1 << 30
     >>> a = Approved(30 * GiB, (0,), (30 * GiB,), (42 * GiB,), GiB, 0, None, {})
@@ -124,9 +103,8 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
 def _rank_estimates(
     approved: Approved, boot_free: Mapping[int, int], room: Mapping[int, int], guard_bytes: int
 ) -> tuple[list[str], dict[int, int], bool]:
-    """Per rank, one line: the lower of the drift rule and the boot's own room less the reserve first (the
-    estimate that counts), the other in parentheses; the estimates by rank; whether a rank gained free memory.
-    """
+    """Per rank one line (the lower estimate first, the other in parentheses), the estimates by rank, and
+    whether a rank gained free memory."""
     budget = approved.budget_bytes
     lines, estimates = [], {}
     reprofile = False
@@ -152,8 +130,7 @@ def _rank_estimates(
 
 
 def check_own_gate(approved: Approved, boot_ledger: pd.DataFrame) -> Check | None:
-    """The refusal of an approval whose guard, recorded as the gate's default, fails its own boots at
-    :func:`check_budget_fits` where they pass without it (issue 24), with what to run; None when it does not."""
+    """The refusal of an approval whose recorded guard fails its own boots where they pass without it (issue 24)."""
     check = check_budget_fits(approved, boot_ledger, approved.guard_bytes)
     if check.passed is not False or check_budget_fits(approved, boot_ledger, 0).passed is False:
         return None
@@ -170,8 +147,7 @@ def check_own_gate(approved: Approved, boot_ledger: pd.DataFrame) -> Check | Non
 
 
 def largest_guard(approved: Approved, boot_ledger: pd.DataFrame) -> int | None:
-    """The largest guard [bytes] with which ``boot_ledger`` passes :func:`check_budget_fits` (None: no rank has an
-    estimate); negative when it fails even without one.
+    """The largest guard [bytes] with which ``boot_ledger`` passes :func:`check_budget_fits` (None: no estimate).
 
     >>> GiB = 1 << 30
     >>> a = Approved(29 * GiB, (0,), (30 * GiB,), (42 * GiB,), GiB, 0, None, {})
@@ -193,15 +169,8 @@ def check_reserve_after_warmup(
     boot_ledger: pd.DataFrame,
     free_after_warmup_bytes: Mapping[int, int] | None = None,
 ) -> Check:
-    """The reserve is still free on every rank once the KV cache is allocated and graphs captured.
-
-    Only an observation of this boot counts: free memory per rank in a snapshot taken after warm-up
-    (``free_after_warmup_bytes``, e.g. from nvidia-smi) must be ≥ the reserve; without a snapshot, a
-    boot that ran a manual ``--kv-cache-memory-bytes`` value and logged its room after warm-up must
-    keep ``room − manual value`` ≥ the reserve. A rank not observed while others are (a snapshot showing
-    ``[N/A]`` free memory) makes the check cannot judge, unless another rank fails. A profiled boot's KV cache is not the approved value,
-    so ``room − approved`` would be arithmetic, not an observation (the budget check already covers
-    ``room − reserve ≥ approved``): with no rank observed the check is not applicable.
+    """The reserve is still free on every rank after warm-up: in a snapshot taken then, else ``room − manual
+    value`` of a boot that ran one; only observations count (none: not applicable, a rank unseen: cannot judge).
 
     >>> frame = pd.DataFrame({"rank": [0], "room_bytes": [31 << 30], "manual_kv_bytes": [None]})
     >>> a = Approved(30 << 30, (0,), (30 << 30,), (42 << 30,), 1 << 30, 0, None, {})
@@ -227,14 +196,11 @@ def check_reserve_after_warmup(
             f"{format_size(approved.reserve_bytes)}"
         )
     if not lines:
-        return Check(
-            RESERVE_CHECK,
-            None,
-            "not applicable: no observation after warm-up (give an nvidia-smi "
-            "snapshot taken after warm-up with --nvidia-smi, or gate a boot "
-            "that ran the manual value and logged its room)",
-            applicable=False,
+        why = (
+            "no observation after warm-up (give an nvidia-smi snapshot taken after warm-up with --nvidia-smi, "
+            "or gate a boot that ran the manual value and logged its room)"
         )
+        return Check.not_applicable(RESERVE_CHECK, why)
     if unseen:  # issue 24: a rank not observed cannot pass, whatever the others show
         lines.append(f"rank {rank_list(unseen)}: no free memory after warm-up shown: cannot judge")
     verdict = None if passed and unseen else passed
@@ -242,22 +208,15 @@ def check_reserve_after_warmup(
 
 
 def check_tokens(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
-    """The boot's logged "GPU KV cache size" in tokens covers the admission plan recorded at approval.
-
-    Without a recorded plan the check is not applicable (it neither passes nor blocks).
+    """The boot's logged "GPU KV cache size" [tokens] covers the admission plan recorded at approval.
 
     >>> a = Approved(1, (0,), (1,), (1,), 0, 0, None, {}, tokens_required=49_152)
     >>> check_tokens(a, pd.DataFrame({"rank": [0], "kv_cache_tokens": [40_000]})).passed
     False
     """
     if approved.tokens_required is None:
-        return Check(
-            TOKENS_CHECK,
-            None,
-            "not applicable: no admission plan recorded at approval (approve "
-            "with --target-concurrency and --seq-len)",
-            applicable=False,
-        )
+        why = "no admission plan recorded at approval (approve with --target-concurrency and --seq-len)"
+        return Check.not_applicable(TOKENS_CHECK, why)
     if "kv_cache_tokens" not in boot_ledger.columns or boot_ledger["kv_cache_tokens"].dropna().empty:
         return Check(TOKENS_CHECK, None, "the boot did not log its GPU KV cache size")
     tokens = int(boot_ledger["kv_cache_tokens"].dropna().min())
@@ -278,11 +237,8 @@ def gate_checks(
     free_after_warmup_bytes: Mapping[int, int] | None = None,
     boot_defaults: Collection[str] = (),
 ) -> list[Check]:
-    """Every gate check of a boot against an approval, in a fixed order.
-
-    ``guard_bytes`` None uses the guard recorded in the approval's policy; ``boot_defaults`` are the key
-    fields the boot's logs do not show (:func:`defaulted_key_fields` of the boot's provenance).
-    """
+    """Every gate check of a boot against an approval, in a fixed order (``guard_bytes`` None: the approval's;
+    ``boot_defaults``: the key fields the boot's logs do not show)."""
     guard = approved.guard_bytes if guard_bytes is None else guard_bytes
     if guard < 0:
         raise ValueError(f"guard must not be negative, got {guard} bytes")
@@ -313,9 +269,8 @@ def _is_manual(boot_ledger: pd.DataFrame) -> bool:
 def _remedy_utilization(
     approved: Approved, boot_ledger: pd.DataFrame, boot_free: Mapping[int, int], guard_bytes: int
 ) -> float | str:
-    """The companion ``--gpu-memory-utilization`` of a lower value: the largest two-decimal U vLLM's start-up
-    check passes on this boot's free memory less the guard, every rank (total memory: this boot's, else the
-    approval's), at most the approval's U; else why none can be given (issue 24: a remedy is a launch)."""
+    """The companion U of a lower value on this boot's free memory less the guard (at most the approval's U), or
+    why none can be given (issue 24: a remedy is a launch)."""
     totals, recorded = (
         per_rank(boot_ledger, "total_bytes", "max"),
         dict(zip(approved.ranks, approved.total_bytes)),
@@ -335,8 +290,7 @@ def _remedy_utilization(
 def _lower_value_text(
     uniform_bytes: int, limiting_rank: int, block_bytes: int | None, utilization: float | str
 ) -> str:
-    """The gate's remedy: the lower value in whole blocks with its companion ``--gpu-memory-utilization``, or
-    why no launch can be offered.
+    """The gate's remedy: the lower value in whole blocks with its companion U, or why no launch is offered.
 
     >>> _lower_value_text(30_332_682_240, 2, 655_360, 0.9)
     'a lower value fits: 28.25 GiB (whole blocks), --kv-cache-memory-bytes=30332682240 --gpu-memory-utilization=0.90 (limiting rank 2)'
@@ -372,8 +326,7 @@ def _above_text(rank: int, shown: int, most: int, budget: int) -> str:
 
 
 def _blocks(kv_bytes: int, block_bytes: int | None) -> int:
-    """What vLLM allocates for a manual value: whole blocks (``kv_bytes // block_bytes``); the bytes when
-    the block size is unknown. A manual value above the approved one by less than a block allocates the same.
+    """What vLLM allocates for a manual value: whole blocks (the bytes when the block size is unknown).
 
     >>> _blocks(12_884_377_600 + 1_000_000, 1_310_720) == _blocks(12_884_377_600, 1_310_720)  # 9,830 blocks
     True

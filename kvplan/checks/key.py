@@ -21,11 +21,10 @@ KEY_CHECK = "compatibility key"
 RANKS_CHECK = "every rank present"
 OUTCOME_CHECK = "no OOM or error"
 
-#: Key fields a manual-value boot does not use: with ``--kv-cache-memory-bytes`` vLLM sizes the KV cache
-#: from that value, and its own hint says to replace ``--gpu-memory-utilization`` by it.
+#: Key fields a manual-value boot does not use (vLLM sizes the KV cache from ``--kv-cache-memory-bytes``).
 MANUAL_BOOT_IGNORES = ("gpu_memory_utilization",)
-#: Key fields vLLM leaves out or prints as ``None`` when they are at their default (no quantization,
-#: the default revision): on a side whose logs show the model's configuration, unknown means "None".
+#: Key fields vLLM leaves out or prints as ``None`` at their default: unknown means "None" where the logs show
+#: the model's configuration.
 NONE_WHEN_CONFIG_SHOWN = ("quantization", "revision")
 #: How the log reader's provenance marks a key value it filled with vLLM's default (no log line).
 DEFAULT_PROVENANCE = "default of vLLM"
@@ -38,10 +37,7 @@ def _explicit_defaults(key: Mapping[str, object]) -> dict[str, object]:
 
 
 def defaulted_key_fields(provenance: pd.DataFrame) -> frozenset[str]:
-    """Key fields the reader filled with vLLM's default because the logs did not show them.
-
-    The log reader records such a value with no line and the raw text ``default of vLLM <release>``
-    (e.g. ``block_size`` 16, which MLA and hybrid models do not use).
+    """Key fields the reader filled with vLLM's default (no line, raw text ``default of vLLM <release>``).
 
     >>> defaulted_key_fields(pd.DataFrame({"column": ["block_size", "model"], "line": [None, 3],
     ...                                    "raw": ["default of vLLM 0.26.0", "model=m"]}))
@@ -54,9 +50,7 @@ def defaulted_key_fields(provenance: pd.DataFrame) -> frozenset[str]:
 
 
 def read_defaulted_key_fields(metadata: ReadMetadata) -> frozenset[str]:
-    """:func:`defaulted_key_fields` of ``metadata.provenance``, from the reader's compact rows: the frame
-    (every value's raw line read back from the logs) is not built. A row without a line whose raw is a
-    byte offset has that line read back, as the frame would.
+    """:func:`defaulted_key_fields` from the reader's compact provenance rows, without building the frame.
 
     >>> from kvplan.io.metadata import ProvenanceRows, ReadMetadata
     >>> rows = ProvenanceRows()
@@ -82,12 +76,9 @@ def check_compatibility_key(
     approved_defaults: Collection[str] = (),
     boot_defaults: Collection[str] = (),
 ) -> Check:
-    """Every key field shown on both sides is equal; each difference is listed.
-
-    A field unknown on both sides, shown by the boot only, or filled with vLLM's default (``*_defaults``,
-    :func:`defaulted_key_fields`) is "not compared"; one the approval recorded but the boot does not show leaves
-    the check unjudged. A ``manual_boot`` is not compared on :data:`MANUAL_BOOT_IGNORES`; a side showing the
-    model's configuration reads an unknown :data:`NONE_WHEN_CONFIG_SHOWN` field as ``None``.
+    """Every key field shown on both sides is equal; each difference is listed. A field shown on neither side,
+    by the boot only, or filled with vLLM's default (``*_defaults``) is not compared; one the approval recorded
+    but the boot does not show leaves the check unjudged.
 
     >>> check_compatibility_key({"model": "m", "block_size": 16}, {"model": "m", "block_size": 32}).detail
     'block_size: approved 16, boot 32'

@@ -1,11 +1,11 @@
 """The ``kvplan`` command: parse arguments, call the library, format the answer.
 
 Every command prints one JSON object with ``--json`` and a readable table without it; bad input exits 2
-with one ``error: …`` line on stderr. :mod:`~kvplan.cli.common` holds what the commands share, and one
-module per command group registers its subcommands with an ``add_<command>(sub)`` function that sets
-``run`` (:data:`COMMANDS`, in ``--help`` order). A command module imports the library inside its ``run``
-functions, so that ``kvplan --help`` and the light commands start without pandas or matplotlib. Commands
-only parse, call the library and format: the decision is :func:`kvplan.plan.decide`'s.
+with one ``error: …`` line on stderr. :mod:`~kvplan.cli.common` holds what the commands share. Each command
+is declared in :data:`COMMANDS` (its module and one-line summary, in ``--help`` order); its module is imported
+and its ``add_<command>(parser)`` adds the arguments only when the command runs, so that ``kvplan X`` imports
+what X needs and nothing else. Commands only parse, call the library and format: the decision is
+:func:`kvplan.plan.decide`'s.
 
 >>> sorted(build_parser().parse_args(["drift", "--ref-free", "42GiB", "--ref-budget", "30GiB",
 ...     "--boot-free", "40.75GiB", "--guard", "0.5GiB"]).__dict__)[:3]
@@ -18,14 +18,12 @@ import argparse
 import gc
 import os
 import sys
-from collections.abc import Callable, Sequence
-from typing import NoReturn
+from collections.abc import Sequence
+from importlib import import_module
+from typing import NoReturn, cast
 
 import orjson
 
-from kvplan.cli.approve import add_approve, add_export, add_verify
-from kvplan.cli.budget import add_budget
-from kvplan.cli.capacity import add_capacity, add_drift
 from kvplan.cli.common import (
     EXIT_BAD_INPUT,
     ExampleFormatter,
@@ -36,24 +34,44 @@ from kvplan.cli.common import (
     unwritable_json,
 )
 from kvplan.cli.common import print_json as _print_json  # tests/test_load.py checks it by this name
-from kvplan.cli.fleet import add_fleet
-from kvplan.cli.gate import add_gate
-from kvplan.cli.ledger import add_ledger
-from kvplan.cli.load import add_load
 
-#: Every subcommand's ``add_<command>(sub)``, in ``--help`` order.
-COMMANDS: list[Callable[[argparse._SubParsersAction], None]] = [
-    add_budget,
-    add_ledger,
-    add_capacity,
-    add_drift,
-    add_load,
-    add_approve,
-    add_verify,
-    add_gate,
-    add_export,
-    add_fleet,
-]
+#: Every subcommand in ``--help`` order: the module of :mod:`kvplan.cli` whose ``add_<command>(parser)``
+#: adds its arguments, and its one-line summary.
+COMMANDS = {
+    "budget": ("budget", "uniform --kv-cache-memory-bytes from vLLM logs (or per-rank room) and a reserve"),
+    "ledger": ("ledger", "read vLLM startup logs into the per-rank ledger (one row per boot × rank)"),
+    "capacity": ("capacity", "blocks, tokens and full-length concurrency of a per-GPU KV budget"),
+    "drift": ("capacity", "cut a reference budget by the free memory a later boot lost"),
+    "load": ("load", "KV cache usage, requests, preemptions and OOMs under load, from logs and /metrics"),
+    "approve": (
+        "approve",
+        "write an evidence bundle: the approved budget, its ledger, charts, hashes and source lines",
+    ),
+    "verify": ("approve", "re-check an evidence bundle: hashes, and the decision recomputed from its inputs"),
+    "gate": ("gate", "check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)"),
+    "export": ("approve", "write an approved launch as a deployment reads it, from a verified bundle"),
+    "fleet": ("fleet", "budgets per host class from many hosts' logs; rollout waves; canary gate"),
+}
+
+
+class _Commands(argparse._SubParsersAction):
+    """The subcommands of :data:`COMMANDS`: a command's arguments are added when it is chosen (or all at
+    once, :meth:`add_arguments`), so that its module is imported only then."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.added: set[str] = set()
+
+    def add_arguments(self, name: str) -> None:
+        """Add command ``name``'s arguments to its parser (once)."""
+        if name not in self.added:
+            self.added.add(name)
+            module = import_module(f"kvplan.cli.{COMMANDS[name][0]}")
+            getattr(module, f"add_{name}")(self.choices[name])
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        self.add_arguments(values[0])  # argparse checked it is one of the choices
+        super().__call__(parser, namespace, values, option_string)
 
 
 class _Version(argparse.Action):
@@ -82,8 +100,9 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_BAD_INPUT, f"error: {self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every subcommand registered."""
+def build_parser(every_command: bool = True) -> argparse.ArgumentParser:
+    """The argument parser of every subcommand; without ``every_command``, a command's arguments are added
+    when it is parsed (:class:`_Commands`)."""
     parser = _Parser(
         prog="kvplan",
         description="Safe, evidenced per-GPU KV-cache budgets from vLLM startup logs: read a launch's "
@@ -99,9 +118,13 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=ExampleFormatter,
     )
     parser.add_argument("--version", action=_Version)
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_command in COMMANDS:
-        add_command(sub)
+    sub = cast(
+        _Commands, parser.add_subparsers(dest="command", required=True, metavar="COMMAND", action=_Commands)
+    )
+    for name, (_module, summary) in COMMANDS.items():
+        sub.add_parser(name, help=summary)
+        if every_command:
+            sub.add_arguments(name)
     return parser
 
 
@@ -114,7 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     collecting = gc.isenabled()
     gc.disable()
     try:
-        return _run(build_parser().parse_args(argv))
+        return _run(build_parser(every_command=False).parse_args(argv))
     finally:
         if collecting:
             gc.enable()

@@ -20,10 +20,10 @@ from kvplan.cli.common import (
     LAYOUT_OPTIONS,
     MODEL_ONLY_OPTIONS,
     CliError,
-    add_command,
     add_load_arguments,
     add_model_arguments,
     add_nvidia_smi_argument,
+    describe,
     load_policy,
     positive_int,
     print_json,
@@ -39,12 +39,9 @@ from kvplan.cli.prometheus import (
     prometheus_load_files,
 )
 from kvplan.escape import terminal_text
-from kvplan.export import EXPORTERS
 from kvplan.units import format_budget
 
 APPROVE_HELP = """\
-write an evidence bundle: the approved budget, its ledger, charts, hashes and source lines
-
 Compute the uniform budget from the logs of a profiled boot and write it, with its evidence, to a new folder
 OUT/<date>-<hash> (never overwritten). With --load, the load test of a canary at that value joins the evidence
 and its checks (no OOM, preemptions ≤ N) must pass. Every check must pass (or not apply): one that cannot be
@@ -55,9 +52,9 @@ For example:
 """
 
 
-def add_approve(sub: argparse._SubParsersAction) -> None:
+def add_approve(parser: argparse.ArgumentParser) -> None:
     """Register ``kvplan approve``."""
-    parser = add_command(sub, "approve", APPROVE_HELP)
+    describe(parser, APPROVE_HELP)
     parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM logs of the profiled boot(s)")
     add_nvidia_smi_argument(
         parser,
@@ -225,8 +222,6 @@ def _not_approved(failed) -> int:
 
 
 VERIFY_HELP = """\
-re-check an evidence bundle: hashes, and the decision recomputed from its inputs
-
 Exit 0 when every hash and the recomputed decision agree with the bundle, 1 with the differences listed when
 anything changed, 2 when the bundle cannot be read. Checked: every file's SHA-256 (none missing, no file or
 folder added), charts are PNGs, the inputs digest in budget.json (it covers the inputs, policy, plan,
@@ -241,9 +236,9 @@ For example:
 """
 
 
-def add_verify(sub: argparse._SubParsersAction) -> None:
+def add_verify(parser: argparse.ArgumentParser) -> None:
     """Register ``kvplan verify``."""
-    parser = add_command(sub, "verify", VERIFY_HELP)
+    describe(parser, VERIFY_HELP)
     parser.add_argument("bundle", metavar="BUNDLE", help="an evidence bundle folder")
     parser.add_argument("more_bundles", nargs="*", help=argparse.SUPPRESS)  # refused by run_verify
     parser.add_argument("--json", action="store_true", help='print {"bundle", "ok", "differences", "notes"}')
@@ -301,8 +296,6 @@ def run_verify(args: argparse.Namespace) -> int:
 STARTUP_PLAN = "startup-plan"
 
 EXPORT_HELP = """\
-write an approved launch as a deployment reads it, from a verified bundle
-
 The bundle is verified first (as kvplan verify); a changed bundle is refused (exit 2). Formats: vllm-config
 (YAML for vllm serve --config), args (one flag a line), helm-production-stack (values fragment), kserve
 (InferenceService args patch), ray-serve (engine_kwargs JSON), prometheus-rules (alert rules for
@@ -316,9 +309,11 @@ For example:
 """
 
 
-def add_export(sub: argparse._SubParsersAction) -> None:
+def add_export(parser: argparse.ArgumentParser) -> None:
     """Register ``kvplan export``."""
-    parser = add_command(sub, "export", EXPORT_HELP)
+    from kvplan.export import EXPORTERS
+
+    describe(parser, EXPORT_HELP)
     parser.add_argument(
         "format",
         choices=[*EXPORTERS, STARTUP_PLAN],
@@ -350,7 +345,7 @@ def run_export(args: argparse.Namespace) -> int:
         return _startup_plan(args)
     if args.tolerate_drift:
         raise CliError("--tolerate-drift applies to startup-plan only")
-    from kvplan.export import verified_launch
+    from kvplan.export import EXPORTERS, verified_launch
 
     _, launch = verified_launch(args.bundle, args.approved_digest)
     text = EXPORTERS[args.format].render(launch)

@@ -10,9 +10,9 @@ import argparse
 from kvplan.cli.common import (
     EXIT_OK,
     CliError,
-    add_command,
     add_model_arguments,
     add_nvidia_smi_argument,
+    describe,
     format_table,
     layout_options,
     positive_int,
@@ -29,8 +29,6 @@ from kvplan.escape import terminal_text
 from kvplan.units import format_budget, format_size
 
 BUDGET_HELP = """\
-uniform --kv-cache-memory-bytes from vLLM logs (or per-rank room) and a reserve
-
 The largest KV budget every rank can allocate: min over ranks of (room − reserve), rounded down to whole
 blocks. Room comes from the logs (each rank's worst boot) or from --room, one size per rank.
 
@@ -48,9 +46,9 @@ ROOMS_LAUNCH_WARNING = (
 )
 
 
-def add_budget(sub: argparse._SubParsersAction) -> None:
+def add_budget(parser: argparse.ArgumentParser) -> None:
     """Register ``kvplan budget``."""
-    parser = add_command(sub, "budget", BUDGET_HELP)
+    describe(parser, BUDGET_HELP)
     parser.add_argument("logs", nargs="*", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
     parser.add_argument(
         "--room",
@@ -96,7 +94,9 @@ def run_budget(args: argparse.Namespace) -> int:
         raise CliError("--assume-uniform and --nvidia-smi apply to LOG files only")
     policy = plan.Policy(args.reserve, assume_uniform=args.assume_uniform)
     if args.model:
-        decision, warnings = _decide(args, plan.ModelLayout(args.model, layout_options(args)), policy)
+        decision, warnings = _decide(
+            args, plan.ModelLayout(args.model, layout_options(args), max_model_len=args.max_model_len), policy
+        )
     else:
         refuse_layout_without_model(args)
         if args.room is not None:  # the pipeline's rule for rooms given by hand, without pandas
@@ -128,9 +128,7 @@ def _decide(args: argparse.Namespace, layout, policy) -> tuple:
         evidence_in = plan.read_evidence(args.logs, args.nvidia_smi)
     caught: list[str] = []  # the ledger's warnings, also in decision.notes
     with reader_warnings_into(caught):
-        decision = plan.decide(
-            evidence_in, policy, layout, max_model_len=args.max_model_len, block_bytes=args.block_bytes
-        )
+        decision = plan.decide(evidence_in, policy, layout, block_bytes=args.block_bytes)
     notes = [*decision.warnings, *decision.notes]
     return decision, notes + [note for note in caught if note not in notes]
 

@@ -9,8 +9,8 @@ from dataclasses import replace
 from kvplan.cli.common import (
     EXIT_OK,
     CliError,
-    add_command,
     add_model_arguments,
+    describe,
     format_table,
     layout_options,
     positive_int,
@@ -23,8 +23,6 @@ from kvplan.cli.common import (
 from kvplan.units import format_budget, format_size
 
 CAPACITY_HELP = """\
-blocks, tokens and full-length concurrency of a per-GPU KV budget
-
 What a per-GPU KV budget buys, from bytes per token or from a model config and layout (reproducing vLLM's 'GPU
 KV cache size' and 'Maximum concurrency'). Give exactly one of --bytes-per-token or --model (one of them is
 required).
@@ -35,9 +33,9 @@ For example:
 """
 
 
-def add_capacity(sub: argparse._SubParsersAction) -> None:
+def add_capacity(parser: argparse.ArgumentParser) -> None:
     """Register ``kvplan capacity``."""
-    parser = add_command(sub, "capacity", CAPACITY_HELP)
+    describe(parser, CAPACITY_HELP)
     parser.add_argument("--kv-bytes", type=positive_size, required=True, help="KV budget per GPU")
     parser.add_argument(
         "--bytes-per-token", type=size, help="KV bytes per token per GPU (required unless --model is given)"
@@ -114,8 +112,6 @@ def run_capacity(args: argparse.Namespace) -> int:
 
 
 DRIFT_HELP = """\
-cut a reference budget by the free memory a later boot lost
-
 B_adj = B_ref − max(0, F_ref − F_boot) − guard per rank; never raises a value. --ref-free, --ref-budget and
 --boot-free are lists per rank: comma-separated sizes in rank order, one per rank (a single size stands for
 every rank); --guard is one size for every rank.
@@ -126,9 +122,9 @@ For example:
 """
 
 
-def add_drift(sub: argparse._SubParsersAction) -> None:
+def add_drift(parser: argparse.ArgumentParser) -> None:
     """Register ``kvplan drift``."""
-    parser = add_command(sub, "drift", DRIFT_HELP)
+    describe(parser, DRIFT_HELP)
     for flag, what in (
         ("--ref-free", "free at reference startup"),
         ("--ref-budget", "reference safe budget"),

@@ -20,7 +20,6 @@ from warnings import catch_warnings, showwarning, simplefilter
 import orjson
 
 from kvplan.escape import terminal_text
-from kvplan.kvspec.capacity import DEFAULT_BLOCK_SIZE, VLLM_BLOCK_SIZES
 from kvplan.units import MAX_DEVICE_BYTES, parse_size, parse_size_list
 
 EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
@@ -50,25 +49,20 @@ class ExampleFormatter(argparse.HelpFormatter):
         return super()._fill_text(text, width, indent)
 
 
-def add_command(sub: argparse._SubParsersAction, name: str, page: str) -> argparse.ArgumentParser:
-    """Register subcommand ``name`` from its help ``page``: the summary paragraph, the description (prose,
-    re-wrapped), then :data:`EXAMPLES_HEADING` and one command per indented line (kept whole).
+def describe(parser: argparse.ArgumentParser, page: str) -> argparse.ArgumentParser:
+    """Give a command's ``parser`` its help ``page``: the description (prose, re-wrapped), then
+    :data:`EXAMPLES_HEADING` and one command per indented line (kept whole); returns ``parser``.
 
-    >>> parser = argparse.ArgumentParser(prog="kvplan")
-    >>> page = "add two\\nsizes\\n\\nThe sum of A\\nand B.\\n\\nFor example:\\n  kvplan add 1 2\\n"
-    >>> added = add_command(parser.add_subparsers(), "add", page)
+    >>> page = "The sum of A\\nand B.\\n\\nFor example:\\n  kvplan add 1 2\\n"
+    >>> added = describe(argparse.ArgumentParser(prog="kvplan add"), page)
     >>> added.description, added.format_help().splitlines()[-1]
     ('The sum of A and B.', '  kvplan add 1 2')
     """
     prose, _, listed = page.partition(EXAMPLES_HEADING)
-    summary, _, description = prose.strip().partition("\n\n")
-    return sub.add_parser(
-        name,
-        help=" ".join(summary.split()),
-        description=" ".join(description.split()),
-        epilog=examples([line.strip() for line in listed.splitlines() if line.strip()]),
-        formatter_class=ExampleFormatter,
-    )
+    parser.description = " ".join(prose.split())
+    parser.epilog = examples([line.strip() for line in listed.splitlines() if line.strip()])
+    parser.formatter_class = ExampleFormatter
+    return parser
 
 
 # --- argument types ---------------------------------------------------------------------------
@@ -147,6 +141,8 @@ def labels(text: str) -> tuple[str, ...]:
 
 def block_size(text: str) -> int:
     """A ``--block-size`` vLLM accepts [tokens]."""
+    from kvplan.kvspec.capacity import VLLM_BLOCK_SIZES
+
     value = positive_int(text)
     if value not in VLLM_BLOCK_SIZES:
         raise argparse.ArgumentTypeError(f"{value} is not a block size vLLM accepts {VLLM_BLOCK_SIZES}")
@@ -189,6 +185,8 @@ LAYOUT_OPTIONS = ("tp", "pp", "dcp", "kv_cache_dtype", "block_size", "vllm_versi
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """Add --model/--tp/--pp/--dcp/--kv-cache-dtype/--block-size/--vllm-version/--max-num-batched-tokens."""
+    from kvplan.kvspec.capacity import DEFAULT_BLOCK_SIZE
+
     group = parser.add_argument_group(
         "model and layout", "bytes per token per rank from a model config, as vLLM sizes the KV cache"
     )

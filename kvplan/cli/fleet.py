@@ -11,8 +11,8 @@ import argparse
 import sys
 
 from kvplan.cli.common import (
-    add_command,
     at_least_one,
+    describe,
     format_table,
     fraction,
     labels,
@@ -50,8 +50,6 @@ NO_COMPANION = (
 )
 
 FLEET_HELP = """\
-budgets per host class from many hosts' logs; rollout waves; canary gate
-
 Fleets: hosts grouped by compatibility key and labels into classes, each with its uniform budget, bundle and
 rollout waves.
 
@@ -61,8 +59,6 @@ For example:
 
 
 FLEET_PLAN_HELP = """\
-per-class budgets, outliers, split advice, bundles and waves
-
 Read every host's startup logs (on Dask), group hosts into classes, and give each class its uniform budget,
 limiting host and rank, stranded capacity, outliers with their likely cause and the tokens a split would buy,
 then the rollout waves (canaries first).
@@ -73,8 +69,6 @@ For example:
 
 
 FLEET_GATE_HELP = """\
-canary hosts against their class's bundle: per-host verdict and the stop decision
-
 Each host is gated (as kvplan gate) against the bundle whose class lists it. Exit 0 all pass (go on), 1 any
 failed (stop), 2 a host cannot be judged or bad input.
 
@@ -83,12 +77,16 @@ For example:
 """
 
 
-def add_fleet(sub: argparse._SubParsersAction) -> None:
+def add_fleet(parser: argparse.ArgumentParser) -> None:
     """Register ``kvplan fleet plan`` and ``kvplan fleet gate``."""
-    fleet = add_command(sub, "fleet", FLEET_HELP)
-    commands = fleet.add_subparsers(dest="fleet_command", required=True, metavar="COMMAND")
-    _add_plan(add_command(commands, "plan", FLEET_PLAN_HELP))
-    _add_gate(add_command(commands, "gate", FLEET_GATE_HELP))
+    describe(parser, FLEET_HELP)
+    commands = parser.add_subparsers(dest="fleet_command", required=True, metavar="COMMAND")
+    plan = commands.add_parser("plan", help="per-class budgets, outliers, split advice, bundles and waves")
+    _add_plan(describe(plan, FLEET_PLAN_HELP))
+    gate = commands.add_parser(
+        "gate", help="canary hosts against their class's bundle: per-host verdict and the stop decision"
+    )
+    _add_gate(describe(gate, FLEET_GATE_HELP))
 
 
 def _add_plan(plan: argparse.ArgumentParser) -> None:

@@ -12,9 +12,9 @@ from kvplan.cli.common import (
     EXIT_BAD_INPUT,
     EXIT_FAIL,
     EXIT_OK,
-    add_command,
     add_load_arguments,
     add_nvidia_smi_argument,
+    describe,
     load_policy,
     print_json,
     print_warnings,
@@ -29,8 +29,6 @@ from kvplan.cli.prometheus import (
 )
 
 GATE_HELP = """\
-check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)
-
 Same compatibility key, every rank present, no OOM or error, safe_ref − max(0, F_ref − F_boot) − guard ≥ the
 approved value on every rank, the reserve still free after warm-up, tokens ≥ the admission plan, the canary's
 gpu_memory_utilization passes vLLM's start-up check on its own free memory less the guard, a manual value is
@@ -46,9 +44,9 @@ For example:
 """
 
 
-def add_gate(sub: argparse._SubParsersAction) -> None:
+def add_gate(parser: argparse.ArgumentParser) -> None:
     """Register ``kvplan gate``."""
-    parser = add_command(sub, "gate", GATE_HELP)
+    describe(parser, GATE_HELP)
     parser.add_argument("logs", nargs="+", metavar="BOOT_LOG", help="vLLM logs of the canary boot")
     parser.add_argument("--approved", required=True, metavar="BUNDLE", help="the approved evidence bundle")
     parser.add_argument(

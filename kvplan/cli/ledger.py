@@ -8,8 +8,8 @@ import sys
 from kvplan.cli.common import (
     EXIT_OK,
     CliError,
-    add_command,
     add_nvidia_smi_argument,
+    describe,
     format_table,
     print_json,
     print_warnings,
@@ -49,8 +49,6 @@ FILE_WIDTH = 24
 
 
 LEDGER_HELP = """\
-read vLLM startup logs into the per-rank ledger (one row per boot × rank)
-
 Every boot and rank in the logs with its memory ledger, room and outcome.
 
 For example:
@@ -59,9 +57,9 @@ For example:
 """
 
 
-def add_ledger(sub: argparse._SubParsersAction) -> None:
+def add_ledger(parser: argparse.ArgumentParser) -> None:
     """Register ``kvplan ledger``."""
-    parser = add_command(sub, "ledger", LEDGER_HELP)
+    describe(parser, LEDGER_HELP)
     parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
     add_nvidia_smi_argument(
         parser, "of the same boot: joins gpu_name, driver_version and other_process_bytes"

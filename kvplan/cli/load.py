@@ -5,12 +5,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvplan.cli.common import EXIT_OK, CliError, add_command, format_table, positive_int, print_warnings
+from kvplan.cli.common import EXIT_OK, CliError, describe, format_table, positive_int, print_warnings
 from kvplan.cli.prometheus import add_prometheus_arguments, prometheus_load
 
 LOAD_HELP = """\
-KV cache usage, requests, preemptions and OOMs under load, from logs and /metrics
-
 One row per vLLM stats line, per /metrics scrape and engine, and per event (preemption warning, OOM, error),
 in file order; unknown values are null. Give the files of one run: server logs and saved /metrics snapshots
 alike, or the run's series in Prometheus (--prometheus URL --start TIME --end TIME): the same rows and
@@ -22,9 +20,9 @@ For example:
 """
 
 
-def add_load(sub: argparse._SubParsersAction) -> None:
+def add_load(parser: argparse.ArgumentParser) -> None:
     """Register ``kvplan load``."""
-    parser = add_command(sub, "load", LOAD_HELP)
+    describe(parser, LOAD_HELP)
     parser.add_argument(
         "files", nargs="*", metavar="FILE", help="server logs and /metrics snapshots of one run"
     )

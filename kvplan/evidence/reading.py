@@ -22,8 +22,8 @@ from pathlib import Path, PurePosixPath
 
 import pandas as pd
 
-from kvplan.checks.canary import per_rank
 from kvplan.checks.gate import Approved
+from kvplan.drift import per_rank
 from kvplan.evidence.record import (
     ALLOWED_UNJUDGED_KEY,
     BUDGET_JSON,

@@ -11,6 +11,7 @@ name the folder) and :func:`seal` the rest of the record.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -140,8 +141,11 @@ def seal(record: Mapping) -> str:
 
 
 def record_chunks(record: Mapping) -> Iterator[bytes]:
-    """:func:`record_bytes` in pieces: ``json.dumps(record, indent=2)`` (ASCII) and a newline."""
-    yield json.dumps(record, indent=2).encode()
+    """:func:`record_bytes` in pieces of about 4,096 encoder items: ``json.dumps(record, indent=2)`` (ASCII)
+    and a newline. Streamed: ``json.dumps`` holds millions of small strings at once (+150 MB at 5,000 boots)."""
+    pieces = json.JSONEncoder(indent=2).iterencode(record)
+    while batch := "".join(itertools.islice(pieces, 4096)):
+        yield batch.encode()
     yield b"\n"
 
 

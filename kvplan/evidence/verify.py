@@ -51,7 +51,7 @@ from kvplan.evidence.record import (
 )
 from kvplan.evidence.render import artifact_pieces, artifact_texts, chart_images, chart_names
 from kvplan.io.metadata import RawLines
-from kvplan.plan import Decision, ModelLayout, decide, renamed
+from kvplan.plan import Decision, ModelLayout, decide, read_evidence, renamed
 
 #: The keys recomputed from the inputs and compared: all but the approval's identity, inputs and files
 #: (checked on their own: digest, hashes, folder name) and the model options (inputs of kv_spec).
@@ -193,9 +193,8 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
             for role, group in zip(ROLES, groups)
         }
         try:
-            decision = decide(
-                named["log"], policy, layout, plan, named["load"], load_policy, named[NVIDIA_SMI_ROLE]
-            )
+            evidence = read_evidence(named["log"], named[NVIDIA_SMI_ROLE], named["load"])
+            decision = decide(evidence, policy, layout, plan, load_policy)
         except (ValueError, TypeError, OverflowError) as exc:  # TypeError: options kv_spec does not take
             pairs = (pair for group in named.values() for pair in group)
             differences.append(f"recomputation failed: {renamed(str(exc), {str(p): n for p, n in pairs})}")

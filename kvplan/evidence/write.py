@@ -50,6 +50,7 @@ from kvplan.plan import (
     ModelLayout,
     Policy,
     decide,
+    read_evidence,
     renamed,
     require_files,
 )
@@ -193,15 +194,8 @@ def _decide_copies(
         [(config_path, config_name)] = copied["model config"]
         layout = ModelLayout(config_path, request.layout.options, name=config_name)
     try:
-        decision = decide(
-            copied["log"],
-            request.policy,
-            layout,
-            request.plan,
-            copied["load"],
-            load_policy,
-            copied[NVIDIA_SMI_ROLE],
-        )
+        evidence = read_evidence(copied["log"], copied[NVIDIA_SMI_ROLE], copied["load"])
+        decision = decide(evidence, request.policy, layout, request.plan, load_policy)
         _refuse_failed_checks(decision, list(dict.fromkeys(request.allow_unjudged)))
     except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
         users = dict(zip(names, map(str, sources)))

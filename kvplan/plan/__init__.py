@@ -1,8 +1,7 @@
 """The one decision pipeline: :func:`decide` turns evidence and policy into one frozen :class:`Decision`.
 
-The steps that read logs (and pandas with them) are imported on first use: ``kvplan.plan.decide``
-imports :mod:`kvplan.plan.decision` when first asked for, while the policy types, :class:`Decision`
-and :func:`decide_rooms` (rooms given by hand, the rule :func:`decide` applies to them) import neither.
+The steps that read logs (and pandas with them) are imported on first use; the policy types, :class:`Decision`
+and :func:`decide_rooms` (rooms given by hand) import neither.
 
 >>> from kvplan.plan import Policy, decide, given_rooms
 >>> GiB = 2**30
@@ -35,49 +34,18 @@ if TYPE_CHECKING:  # what the lazy names below are, for type checkers
 
 #: The module of :mod:`kvplan.plan` each name is imported from on first use.
 _LAZY = {
-    **dict.fromkeys(("decide", "launch_layout_spec", "layout_spec", "model_check"), "decision"),
-    **dict.fromkeys(("gate_load", "load_section", "profiled_tokens", "read_named_load"), "load_evidence"),
+    **dict.fromkeys(["decide", "launch_layout_spec", "layout_spec", "model_check"], "decision"),
+    **dict.fromkeys(["gate_load", "load_section", "profiled_tokens", "read_named_load"], "load_evidence"),
     **dict.fromkeys(
-        (
-            "STARTUP_LINES",
-            "Evidence",
-            "InputFileError",
-            "given_rooms",
-            "read_evidence",
-            "renamed",
-            "require_boot",
-            "require_files",
-        ),
-        "reading",
+        ["STARTUP_LINES", "Evidence", "InputFileError", "given_rooms", "read_evidence"], "reading"
     ),
+    **dict.fromkeys(["renamed", "require_boot", "require_files"], "reading"),
 }
 __getattr__ = lazy_names(__name__, _LAZY)
 
-
-__all__ = [
-    "GIVEN",
-    "STARTUP_LINES",
-    "AdmissionPlan",
-    "Decision",
-    "Evidence",
-    "InputFileError",
-    "LoadPolicy",
-    "ModelLayout",
-    "Policy",
-    "boot_free_bytes",
-    "decide",
-    "decide_rooms",
-    "gate_load",
-    "given_rooms",
-    "launch_layout_spec",
-    "layout_spec",
-    "load_section",
-    "model_check",
-    "profiled_tokens",
-    "read_evidence",
-    "read_named_load",
-    "reference_free_bytes",
-    "renamed",
-    "require_boot",
-    "require_files",
-]
+__all__ = ["GIVEN", "AdmissionPlan", "Decision", "LoadPolicy", "ModelLayout", "Policy", "decide_rooms"]
+__all__ += ["boot_free_bytes", "reference_free_bytes"]
+__all__ += ["decide", "launch_layout_spec", "layout_spec", "model_check"]
+__all__ += ["gate_load", "load_section", "profiled_tokens", "read_named_load"]
+__all__ += ["STARTUP_LINES", "Evidence", "InputFileError", "given_rooms", "read_evidence"]
+__all__ += ["renamed", "require_boot", "require_files"]

@@ -1,17 +1,16 @@
 """The one decision pipeline: evidence and policy in, one frozen :class:`Decision` out.
 
 Every consumer calls :func:`decide`; none re-derives a room, a free-memory reference or a capacity. Its steps
-name the function that computes each number: the key (:func:`kvplan.ledger.compatibility_key`), the KV spec
-(:func:`kvplan.kvspec.kv_spec`), the worst room per rank (:func:`kvplan.ledger.room_per_rank`), the budget
-(:func:`kvplan.budget.uniform_budget`), ``F_ref`` (:func:`kvplan.drift.reference_free_bytes`), the admission
-plan (:func:`kvplan.plan.inputs.admission_plan`), the cross-check, the launch and the load section.
+name the function that computes each number: the key (:func:`kvplan.ledger.compatibility_key`), the worst room
+per rank (:func:`kvplan.ledger.room_per_rank`), ``F_ref`` (:func:`kvplan.drift.reference_free_bytes`), the KV
+spec, capacity, admission plan, cross-check, launch and load section.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Sequence
-from pathlib import Path
+from dataclasses import replace
 from typing import Any
 
 import pandas as pd
@@ -45,9 +44,8 @@ MODEL_CHECK = "model config matches the logs"
 
 
 def layout_spec(layout: ModelLayout, key: dict, room_count: int | None = None) -> KVSpec:
-    """The KV spec of the model config on the layout; unset layout, KV dtype, release and block size are
-    the logs' (:func:`kvplan.kvspec.options_for_logs`). ``room_count`` (rooms given by hand) must fill
-    whole replicas of TP × PP ranks.
+    """The KV spec of the model config on the layout (unset options: the logs'); ``room_count`` (rooms given by
+    hand) must fill whole replicas of TP × PP ranks.
 
     >>> layout_spec(ModelLayout("llama-3.1-8b", {"tp": 1}), {}, room_count=2).bytes_per_token  # 32×2×8×128×2 B
     131072
@@ -74,11 +72,8 @@ def launch_layout_spec(
     defaulted: frozenset[str] = frozenset(),
     room_count: int | None = None,
 ) -> KVSpec:
-    """:func:`layout_spec` on the launch the logs show: the key's shown fields and the launch settings.
-
-    Key fields the reader filled with vLLM's defaults (``defaulted``,
-    :func:`kvplan.checks.key.defaulted_key_fields`) are left out (:func:`_shown_only`): :func:`decide` and
-    the notebooks' :func:`kvplan.notebook.launch_spec` both take the spec from here.
+    """:func:`layout_spec` on the launch the logs show (the key's shown fields, the launch settings): the spec
+    of :func:`decide` and of the notebooks' :func:`kvplan.notebook.launch_spec`.
 
     >>> frame = pd.DataFrame({"block_size": [16], "max_num_batched_tokens": [8192]})
     >>> launch_layout_spec(ModelLayout("llama-3.1-8b", {"tp": 1}), {"block_size": 16}, frame,
@@ -93,11 +88,8 @@ OVERRIDE_CHECK = "num_gpu_blocks_override fits the budget"
 
 
 def override_check(spec: KVSpec, budget_bytes: int) -> Check | None:
-    """Whether the logged ``num_gpu_blocks_override`` blocks fit in the proposed budget (per rank).
-
-    vLLM allocates the override's blocks whatever the memory (``kv_cache_planning.py``), so a launch
-    with it at ``budget_bytes`` uses override × block bytes; more than the budget fails the check.
-    None when the launch sets no override.
+    """Whether the logged ``num_gpu_blocks_override`` blocks fit the budget per rank (None: no override): vLLM
+    allocates them whatever the memory (``kv_cache_planning.py``).
 
     >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
     ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4, num_gpu_blocks_override=4096)
@@ -142,20 +134,11 @@ def decide(
     policy: Policy,
     layout: ModelLayout | None = None,
     plan: AdmissionPlan | None = None,
-    loads: Sequence[tuple[Path, str]] = (),
     load_policy: LoadPolicy | None = None,
-    snapshots: Sequence[str | os.PathLike | tuple[str | os.PathLike, str]] = (),
-    max_model_len: int | None = None,
     block_bytes: int | None = None,
 ) -> Decision:
-    """The decision of ``logs`` under ``policy``: the one pipeline every consumer calls.
-
-    ``logs`` is :class:`~kvplan.plan.Evidence` (e.g. :func:`~kvplan.plan.given_rooms`) or what
-    :func:`~kvplan.plan.read_evidence` reads (paths, a folder, a glob, ``(path, name)`` pairs), with
-    the nvidia-smi ``snapshots`` of the same boot. ``layout`` (a model config and layout options) sets
-    the block bytes, the capacity table and the cross-check; without it ``block_bytes`` may round.
-    ``max_model_len`` overrides the logged length for capacity. ``loads`` are ``(path, name)`` pairs of
-    a load test at the approved value, judged with ``load_policy``.
+    """The decision of ``logs`` (:class:`~kvplan.plan.Evidence`, or logs to read) under ``policy``: ``layout`` sets
+    the block bytes, capacity and cross-check (else ``block_bytes`` may round); ``load_policy`` judges load runs.
 
     >>> from kvplan import DATA_DIR
     >>> d = decide([DATA_DIR / "boots" / "four-rank" / "boot.log"], Policy(reserve_bytes=966_367_642),
@@ -163,104 +146,129 @@ def decide(
     >>> d.budget.flag, d.budget.limiting_rank, d.capacity[0]["tokens"]
     ('--kv-cache-memory-bytes=12884377600', 2, 157280)
     """
-    evidence = logs if isinstance(logs, Evidence) else read_evidence(logs, snapshots)
+    evidence = logs if isinstance(logs, Evidence) else read_evidence(logs)
     ledger = evidence.ledger
     key = compatibility_key(ledger, evidence.lines) if evidence.rooms is None else {}
     room_count = None if evidence.rooms is None else len(evidence.rooms)
     defaulted = evidence.defaulted_key_fields
-    _, shown_ledger = _shown_only(key, ledger, defaulted)
     spec = launch_layout_spec(layout, key, ledger, defaulted, room_count) if layout is not None else None
     block = spec.block_bytes if spec is not None else block_bytes
-    notes: list[str] = []
-    rooms = None
     if evidence.rooms is not None:
         given = decide_rooms(evidence.rooms, policy, block)
-        budget, ref_free, sources = given.budget, given.ref_free_bytes, given.room_sources
+        found = replace(
+            given, ledger=ledger, provenance_of=lambda: evidence.provenance, warnings=evidence.warnings
+        )
     else:
-        check_dropped_ranks(evidence.warnings)
-        refuse_failed_boots(ledger, evidence.lines)
-        rooms = room_per_rank(ledger, policy.assume_uniform, evidence.lines, key)
-        notes += rooms.attrs["notes"]
-        budget = budget_from_rooms(rooms, policy.reserve_bytes, block, evidence.lines)
-        ref_free = reference_free_bytes(ledger, rooms)
-        sources = tuple(None if not is_known(s) else str(s) for s in rooms["room_source"])
-        notes += _decision_notes(rooms, budget, key)
-    logged_len: Any = key.get("max_model_len")
-    length = max_model_len or (int(logged_len) if is_known(logged_len) else None)
-    capacity = at_max_len = rows = verdict = None
+        found = _decide_ledger(evidence, policy, key, spec, layout, block)
+    budget, checks, notes, length = found.budget, list(found.checks), list(found.notes), _length(layout, key)
+    capacity = at_max_len = None
     if spec is not None:
         capacity = capacity_rows(spec, budget.uniform_budget_bytes, planned_lengths(length, plan))
         at_max_len = spec.capacity(budget.uniform_budget_bytes, length) if length else None
-        if evidence.rooms is None:
-            rows = cross_check(shown_ledger, spec, max_model_len=max_model_len)
-            verdict = cross_check_verdict(rows)
-            if rows["agrees"].isin([False]).any():
-                notes.insert(
-                    0,
-                    f"{verdict}. The capacity below is the model config's prediction, not what "
-                    "these logs show vLLM allocating: fix the model config or the layout flags",
-                )
+        override = override_check(spec, budget.uniform_budget_bytes)
+        if override is not None:
+            checks.append(override)
+            if not override.passed:
+                notes.insert(0, override.detail)
     plan_record = admission_plan(plan, key, spec, budget) if plan else None
-    checks = []
-    utilization, launch_warning = None, None
-    if evidence.rooms is None:
-        checks = [check_ranks_present(budget.ranks, ledger), check_outcomes(ledger)]
-        if spec is not None:
-            checks.append(model_check(rows, spec))
-        flags, launch_checks = launch_section(ledger, rooms, budget, spec, length, policy.guard_bytes)
-        checks += launch_checks
-        utilization, launch_warning = flags.gpu_memory_utilization, flags.warning
-    override = override_check(spec, budget.uniform_budget_bytes) if spec is not None else None
-    if override is not None:
-        checks.append(override)
-        if not override.passed:
-            notes.insert(0, override.detail)
     if plan_record is not None and plan_record["fits"] is not None:
         checks.append(Check("admission plan fits", plan_record["fits"], plan_record["detail"]))
     load = None
-    if loads:
-        load_policy = load_policy or LoadPolicy()
-        at_length = [row["tokens"] for row in capacity or () if row["seq_len"] == length]
-        reading = read_named_load(loads, load_policy.year)
-        load, more_checks = load_section(
-            reading,
-            load_policy,
-            budget.uniform_budget_bytes,
-            at_length[0] if at_length else None,
-            profiled_tokens(ledger),
-        )
-        checks += more_checks
-    return Decision(
+    if evidence.loads:
+        load, load_checks = _load(evidence, load_policy or LoadPolicy(), budget, capacity, length)
+        checks += load_checks
+    return replace(
+        found,
         checks=tuple(checks),
         notes=tuple(notes),
+        compatibility_key=key,
+        spec=spec,
+        capacity=capacity,
+        plan=plan_record,
+        load=load,
+        max_model_len=length,
+        capacity_at_max_len=at_max_len,
+    )
+
+
+def _length(layout: ModelLayout | None, key: dict) -> int | None:
+    """The length capacity is computed at [tokens]: the layout's, else the logged ``max_model_len``."""
+    logged: Any = key.get("max_model_len")
+    return (layout.max_model_len if layout else None) or (int(logged) if is_known(logged) else None)
+
+
+def _load(
+    evidence: Evidence, load_policy: LoadPolicy, budget: Budget, capacity: tuple | None, length: int | None
+) -> tuple[dict, list[Check]]:
+    """The load section of the evidence's load runs at the approved value, and its checks."""
+    at_length = [row["tokens"] for row in capacity or () if row["seq_len"] == length]
+    reading = read_named_load(evidence.loads, load_policy.year)
+    tokens = at_length[0] if at_length else None
+    return load_section(
+        reading, load_policy, budget.uniform_budget_bytes, tokens, profiled_tokens(evidence.ledger)
+    )
+
+
+def _decide_ledger(
+    evidence: Evidence,
+    policy: Policy,
+    key: dict,
+    spec: KVSpec | None,
+    layout: ModelLayout | None,
+    block: int | None,
+) -> Decision:
+    """The decision of a ledger's rooms: the refusals, the worst room per rank, the budget, ``F_ref``, the
+    cross-check and the checks of the boots and of vLLM's start-up refusals."""
+    ledger, lines = evidence.ledger, evidence.lines
+    check_dropped_ranks(evidence.warnings)
+    refuse_failed_boots(ledger, lines)
+    rooms = room_per_rank(ledger, policy.assume_uniform, lines, key)
+    budget = budget_from_rooms(rooms, policy.reserve_bytes, block, lines)
+    notes = [*rooms.attrs["notes"], *_decision_notes(rooms, budget, key)]
+    checks = [check_ranks_present(budget.ranks, ledger), check_outcomes(ledger)]
+    rows = verdict = None
+    if spec is not None:
+        shown_ledger = _shown_only(key, ledger, evidence.defaulted_key_fields)[1]
+        rows = cross_check(shown_ledger, spec, max_model_len=layout.max_model_len if layout else None)
+        verdict = cross_check_verdict(rows)
+        if rows["agrees"].isin([False]).any():
+            notes.insert(0, f"{verdict}. {PREDICTION_NOTE}")
+        checks.append(model_check(rows, spec))
+    flags, launch_checks = launch_section(
+        ledger, rooms, budget, spec, _length(layout, key), policy.guard_bytes
+    )
+    return Decision(
         ledger=ledger,
         provenance_of=lambda: evidence.provenance,
         metadata=evidence.metadata,
         warnings=evidence.warnings,
         budget=budget,
         compatibility_key=key,
-        ref_free_bytes=ref_free,
-        room_sources=sources,
+        ref_free_bytes=reference_free_bytes(ledger, rooms),
+        room_sources=tuple(None if not is_known(s) else str(s) for s in rooms["room_source"]),
         spec=spec,
-        capacity=capacity,
-        plan=plan_record,
-        load=load,
+        capacity=None,
+        plan=None,
+        checks=tuple(checks + launch_checks),
+        notes=tuple(notes),
         rooms=rooms,
-        max_model_len=length,
-        capacity_at_max_len=at_max_len,
         cross_check=rows,
         cross_check_verdict=verdict,
-        gpu_memory_utilization=utilization,
-        launch_warning=launch_warning,
+        gpu_memory_utilization=flags.gpu_memory_utilization,
+        launch_warning=flags.warning,
     )
 
 
-def _shown_only(key: dict, ledger: pd.DataFrame, defaulted: frozenset[str]) -> tuple[dict, pd.DataFrame]:
-    """The key and ledger without the fields the reader filled with vLLM's defaults (for kvspec).
+#: What a decision says when the model config's prediction disagrees with the logs.
+PREDICTION_NOTE = (
+    "The capacity below is the model config's prediction, not what these logs show vLLM allocating: fix the "
+    "model config or the layout flags"
+)
 
-    The reader fills ``block_size`` 16 when no line shows it; MLA (0.18+) and hybrid models let the
-    attention backend choose, so a filled-in 16 must not reach :func:`kvplan.kvspec.kv_spec` as the
-    block size the launch used (it then takes the logged group sizes, the GPU type, or refuses).
+
+def _shown_only(key: dict, ledger: pd.DataFrame, defaulted: frozenset[str]) -> tuple[dict, pd.DataFrame]:
+    """The key and ledger without the fields the reader filled with vLLM's defaults: a filled-in ``block_size`` 16
+    must not reach :func:`kvplan.kvspec.kv_spec` (MLA and hybrid models let the attention backend choose).
 
     >>> _shown_only({"block_size": 16, "model": "m"}, pd.DataFrame({"block_size": [16]}),
     ...             frozenset({"block_size"}))[0]

@@ -1,7 +1,5 @@
-"""What a decision is asked under (policy, admission plan, load policy, model layout; sizes in bytes) and what
-it answers: the :class:`Decision` record, and :func:`decide_rooms` for rooms given by hand.
-
-Neither pandas nor the model code is imported here, so ``kvplan budget --room`` starts fast.
+"""What a decision is asked under (policy, admission plan, load policy, model layout; bytes) and what it answers
+(:class:`Decision`); :func:`decide_rooms` for rooms given by hand, without pandas or the model code.
 
 >>> GiB = 2**30
 >>> d = decide_rooms([int(g * GiB) for g in (18.8, 17.6, 12.9, 16.4)], Policy(int(0.9 * GiB)))
@@ -19,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 
 from kvplan.budget import Budget, launch_flags_text, uniform_budget
 from kvplan.checks import Check
-from kvplan.kvspec.capacity import blocks_per_sequence
 from kvplan.units import format_size
 
 if TYPE_CHECKING:  # the model code (and pandas) only where a spec is given
@@ -49,12 +46,8 @@ class AdmissionPlan:
 
 @dataclass(frozen=True)
 class LoadPolicy:
-    """How load-test evidence is read and judged at approval.
-
-    ``max_preemptions`` is the number of preemptions the run may show (default 0); ``year`` anchors
-    vLLM's yearless ``MM-DD HH:MM:SS`` log stamps (None: times stay yearless unless /metrics give one);
-    ``max_capacity_loss_pct`` bounds the KV tokens a run at a manual value may give up against the
-    profiled boot [%] (None: the loss is reported without a bound).
+    """How load-test evidence is judged: the preemptions a run may show, the ``year`` of vLLM's yearless log
+    stamps, the KV tokens [%] a run at a manual value may give up against the profiled boot (None: unbounded).
 
     >>> LoadPolicy(max_preemptions=-1)
     Traceback (most recent call last):
@@ -84,19 +77,14 @@ class LoadPolicy:
 
 @dataclass(frozen=True)
 class ModelLayout:
-    """How KV bytes per token were derived: the model config (an input file) and the layout options.
-
-    ``options`` are the keyword arguments of :func:`kvplan.kvspec.kv_spec` other than the config
-    (``tp``, ``pp``, ``dcp``, ``kv_cache_dtype``, ``block_size``, ``vllm_version``,
-    ``max_num_batched_tokens``), recorded so that :func:`kvplan.evidence.verify_bundle` rebuilds the
-    same spec. A ``vllm_version`` or ``block_size`` left None is taken from the logs' compatibility key.
-    ``name`` is how the config is quoted where it names no model (a bundle's copy ``inputs/config.json``,
-    so approval and verification read the same text wherever the bundle lies); None: its path.
-    """
+    """The model config (an input file) on its layout: ``options`` are :func:`kvplan.kvspec.kv_spec`'s keywords
+    (recorded, so verify rebuilds the same spec; None: the logs'), ``name`` how the config is quoted (None: its
+    path), ``max_model_len`` the length capacity is computed at [tokens] (None: the logs')."""
 
     config: Path | str
     options: Mapping[str, object] = field(default_factory=dict)
     name: str | None = None
+    max_model_len: int | None = None
 
 
 def planned_lengths(max_model_len: int | None, plan: AdmissionPlan | None) -> list[int]:
@@ -114,12 +102,8 @@ def planned_lengths(max_model_len: int | None, plan: AdmissionPlan | None) -> li
 def admission_plan(
     plan: AdmissionPlan, key: Mapping[str, object], spec: KVSpec | None, budget: Budget
 ) -> dict:
-    """The plan in blocks, logged-size tokens and (with a model) bytes against the uniform budget.
-
-    ``blocks_required = C × blocks per request of L`` (``ceil(L / block_size)`` for full attention);
-    ``tokens_required`` is the "GPU KV cache size" a boot with exactly those blocks logs (the gate
-    compares a canary's logged size with it); ``fits`` is None without a model.
-    """
+    """The plan against the uniform budget: ``blocks_required = C × blocks per request of L``, the "GPU KV cache
+    size" such a boot logs (``tokens_required``, what the gate compares) and, with a model, bytes and ``fits``."""
     from kvplan.columns import is_known  # here: pandas only once logs were read
 
     logged_len: Any = key.get("max_model_len")
@@ -132,6 +116,8 @@ def admission_plan(
         if not is_known(logged_block):
             raise ValueError("the admission plan needs the block size: the logs do not show it; give --model")
         block_size = int(logged_block)
+        from kvplan.kvspec.capacity import blocks_per_sequence  # here: `kvplan ledger` imports no kvspec
+
         blocks = plan.target_concurrency * blocks_per_sequence(plan.seq_len, block_size)
         tokens = blocks * block_size
     record = {
@@ -164,13 +150,9 @@ GIVEN = "given"
 
 @dataclass(frozen=True)
 class Decision:
-    """Everything a decision computes from its evidence and policy (all sizes in bytes).
-
-    ``rooms`` is :func:`kvplan.ledger.room_per_rank` (None for rooms given by hand); ``ref_free_bytes`` and
-    ``room_sources`` follow ``budget.ranks``; ``capacity`` holds the rows at the planned lengths;
-    ``warnings`` are the readers', ``notes`` what the decision itself has to say. ``ledger`` and
-    ``provenance`` are None when no logs were read.
-    """
+    """Everything a decision computes from its evidence and policy [bytes]: ``rooms`` (None for rooms given by
+    hand), ``ref_free_bytes`` and ``room_sources`` in ``budget.ranks`` order, the capacity rows at the planned
+    lengths, the readers' ``warnings`` and the decision's own ``notes``."""
 
     ledger: pd.DataFrame | None
     #: makes :attr:`provenance` when it is first asked for (the reader's metadata builds it once)
@@ -191,11 +173,10 @@ class Decision:
     cross_check: pd.DataFrame | None = None
     cross_check_verdict: str | None = None
     notes: tuple[str, ...] = ()
-    #: the log reader's metadata (compact provenance rows, where raw lines are read back); None without it
+    #: the log reader's metadata; None without it
     metadata: ReadMetadata | None = None
-    #: the companion ``--gpu-memory-utilization`` vLLM's start-up check passes with (:mod:`kvplan.checks.launch`)
+    #: the companion ``--gpu-memory-utilization`` and what to measure when it rests on incomplete evidence
     gpu_memory_utilization: float | None = None
-    #: what to measure when that companion rests on incomplete evidence (None: it does not)
     launch_warning: str | None = None
 
     @property
@@ -224,8 +205,7 @@ class Decision:
 
 
 def decide_rooms(room_bytes: Sequence[int], policy: Policy, block_bytes: int | None = None) -> Decision:
-    """The decision of rooms given by hand, rank order [bytes]: the uniform budget (whole blocks of
-    ``block_bytes`` when given), every source :data:`GIVEN`, no free memory known, no ledger, no checks."""
+    """The decision of rooms given by hand, rank order [bytes]: the uniform budget, every source :data:`GIVEN`."""
     budget = uniform_budget([int(room) for room in room_bytes], policy.reserve_bytes, block_bytes=block_bytes)
     ranks = len(budget.ranks)
     return Decision(

@@ -1,9 +1,8 @@
-"""The evidence a decision is made from: the ledger of the logs, its provenance and the reader's notes.
+"""The evidence a decision is made from: the ledger of the logs, its provenance, the reader's notes, the load runs.
 
-:func:`read_evidence` is the only place the pipeline reads files: the vLLM logs (or ledger CSVs),
-named as the caller wants them quoted (a bundle names its copies ``inputs/boot.log`` so approval and
-verification read the same text), joined with nvidia-smi snapshots of the same boot.
-:func:`given_rooms` is the evidence of ``kvplan budget --room``: rooms typed in by hand.
+:func:`read_evidence` reads the vLLM logs (or ledger CSVs) named as the caller wants them quoted (a bundle names
+its copies ``inputs/boot.log``, so approval and verification read the same text), joined with the nvidia-smi
+snapshots of the same boot; :func:`given_rooms` is the evidence of ``kvplan budget --room``.
 """
 
 from __future__ import annotations
@@ -34,12 +33,9 @@ class InputFileError(ValueError):
 
 @dataclass(frozen=True)
 class Evidence:
-    """What the pipeline decides from: the ledger (one row per boot × rank, bytes), the reader's
-    metadata (its :attr:`provenance`: file, line and raw text of each value) and the warnings of reading it.
-
-    ``rooms`` holds rooms given by hand (``kvplan budget --room``) instead of a ledger; then
-    ``ledger`` is empty.
-    """
+    """What the pipeline decides from: the ledger (one row per boot × rank, bytes), the reader's metadata and
+    warnings, or ``rooms`` given by hand (then ``ledger`` is empty); ``loads``: ``(path, name)`` of load-test
+    runs at the approved value, read and judged by :func:`kvplan.plan.decide` with its load policy."""
 
     ledger: pd.DataFrame
     #: the reader's metadata: the provenance frame is built from it only when asked for
@@ -48,39 +44,32 @@ class Evidence:
     rooms: tuple[int, ...] | None = None
     #: the readers' line index (:attr:`kvplan.io.metadata.ReadMetadata.lines`) refusals quote
     lines: Mapping = field(default_factory=dict)
+    loads: Sequence[tuple[Path, str]] = ()
 
     @property
     def provenance(self) -> pd.DataFrame:
-        """One row per value read (source, line, boot, rank, column, value, raw line), built on first use:
-        ``kvplan budget`` never builds it (the raw lines are read back from the logs)."""
+        """One row per value read (source, line, boot, rank, column, value, raw line), built on first use."""
         return self.metadata.provenance if self.metadata is not None else pd.DataFrame()
 
     @property
     def defaulted_key_fields(self) -> frozenset[str]:
-        """Key fields the reader filled with vLLM's default (:func:`kvplan.checks.key.read_defaulted_key_fields`)."""
+        """Key fields the reader filled with vLLM's default."""
         return read_defaulted_key_fields(self.metadata) if self.metadata is not None else frozenset()
 
 
 def given_rooms(room_bytes: Sequence[int]) -> Evidence:
-    """Evidence of rooms typed in by hand, rank order [bytes].
-
-    >>> given_rooms([13 * 2**30, 14 * 2**30]).rooms == (13 * 2**30, 14 * 2**30)
-    True
-    """
+    """Evidence of rooms typed in by hand, rank order [bytes]."""
     return Evidence(ledger=pd.DataFrame(), rooms=tuple(int(room) for room in room_bytes))
 
 
 def read_evidence(
     logs: str | os.PathLike | Sequence[str | os.PathLike | tuple[str | os.PathLike, str]],
     snapshots: Sequence[str | os.PathLike | tuple[str | os.PathLike, str]] = (),
+    loads: Sequence[tuple[Path, str]] = (),
 ) -> Evidence:
-    """The evidence of vLLM logs (paths, a folder of ``*.log``, a glob, or ``(path, name)`` pairs).
-
-    ``(path, name)`` pairs read each file with ``source = name``; plain paths keep their text. The
-    nvidia-smi ``snapshots`` (paths or pairs) of the same boot are joined by pid, else GPU index =
-    rank (:func:`kvplan.io.nvidia_smi.join_snapshots`), filling ``gpu_name``, ``driver_version`` and
-    ``other_process_bytes``; their warnings follow the reader's. A ledger with no boot at all is
-    refused (:func:`require_boot`).
+    """The evidence of vLLM logs (paths, a folder of ``*.log``, a glob, or ``(path, name)`` pairs read as
+    ``source = name``), joined with the nvidia-smi ``snapshots`` of the same boot
+    (:func:`kvplan.io.nvidia_smi.join_snapshots`), with the ``loads`` runs; no boot at all is refused.
 
     >>> from kvplan import DATA_DIR
     >>> evidence = read_evidence([DATA_DIR / "boots" / "four-rank" / "boot.log"])
@@ -99,7 +88,7 @@ def read_evidence(
     if snapshots:
         ledger, joined = _join_named(ledger, [_pair(item) for item in snapshots])
         warnings += joined
-    return Evidence(ledger=ledger, metadata=metadata, warnings=tuple(warnings), lines=metadata.lines)
+    return Evidence(ledger, metadata, tuple(warnings), lines=metadata.lines, loads=tuple(loads))
 
 
 def _pair(item: str | os.PathLike | tuple[str | os.PathLike, str]) -> tuple[Path, str]:
@@ -136,7 +125,7 @@ def _join_named(
 
 
 def require_boot(ledger: pd.DataFrame, names: Sequence[str]) -> None:
-    """Raise :class:`InputFileError` naming the files when their ledger holds no boot at all.
+    """Raise :class:`InputFileError` naming the files when their ledger holds no boot.
 
     >>> require_boot(pd.DataFrame(), ["garbage.log"])
     Traceback (most recent call last):
