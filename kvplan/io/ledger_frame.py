@@ -1,10 +1,5 @@
 """Ledger rows: their physical bounds (:func:`check_row`, issue 11), the ledger frame (:func:`ledger_frame`)
-both readers build, and the ledger CSV text, byte for byte as pandas writes the frame.
-
->>> rows = [{"rank": 0, "model": "m, 8B", "gpu_memory_utilization": 0.9, "enforce_eager": True}]
->>> ledger_csv_text(rows) == ledger_frame_csv(ledger_frame(rows))
-True
-"""
+both readers build, and the ledger CSV text, byte for byte as pandas writes the frame."""
 
 from __future__ import annotations
 
@@ -68,12 +63,7 @@ def check_parallel_size(column: str, value: object, source: str, line: object) -
 
 def check_value(column: str, value: object, source: str, line: object) -> None:
     """Refuse a value no vLLM line can show (issue 25): a whole number beyond :data:`MAX_DEVICE_BYTES` either
-    side of zero, a pid beyond :data:`MAX_PID`, a gpu_memory_utilization outside (0, 1].
-
-    >>> check_value("gpu_memory_utilization", float("inf"), "a.log", 2)
-    Traceback (most recent call last):
-    kvplan.io.ledger_frame.ImpossibleValue: a.log:2: gpu_memory_utilization=inf is impossible: expected a finite number in (0, 1]
-    """
+    side of zero, a pid beyond :data:`MAX_PID`, a gpu_memory_utilization outside (0, 1]."""
     if type(value) is int:
         bound = MAX_PID if column == "pid" else MAX_DEVICE_BYTES
         if abs(value) > bound:
@@ -162,12 +152,7 @@ MISSING_TYPES = frozenset({type(None), type(pd.NA)})
 
 
 def ledger_frame(rows: list[dict]) -> pd.DataFrame:
-    """Rows → ledger with the glossary's columns, order and nullable dtypes (a column a row lacks: ``NA``).
-
-    >>> frame = ledger_frame([{"rank": 0, "room_bytes": 12, "outcome": "ok"}])
-    >>> frame.loc[0, "room_bytes"], str(frame["room_bytes"].dtype), frame["model"].isna().all()
-    (np.int64(12), 'Int64', np.True_)
-    """
+    """Rows → ledger with the glossary's columns, order and nullable dtypes (a column a row lacks: ``NA``)."""
     return pd.DataFrame(ledger_columns(rows), columns=LEDGER_COLUMNS, copy=False)
 
 

@@ -1,11 +1,5 @@
 """What a reader is given (:class:`RoomRule`) and returns beside its frame (:class:`ReadMetadata`: files,
-warnings, provenance, line index, boots); ``metadata["warnings"]`` reads a field as a ``dict`` did.
-
->>> cut = Note("a.log:3: cut", code="cut", file="a.log", line=3)
->>> meta = ReadMetadata(sources=("a.log",), warnings=(cut,))
->>> meta["warnings"], meta.warnings[0].code, meta.kind
-(['a.log:3: cut'], 'cut', None)
-"""
+warnings, provenance, line index, boots); ``metadata["warnings"]`` reads a field as a ``dict`` did."""
 
 from __future__ import annotations
 
@@ -276,14 +270,7 @@ def _note(text: str) -> Note:
 
 
 def merge_metadata(parts: Sequence[ReadMetadata]) -> ReadMetadata:
-    """The metadata of several reads joined in order.
-
-    >>> a = ReadMetadata(sources=("a.log",), lines=EvidenceLines({("a.log", 0, 0, "outcome"): 9}))
-    >>> b = ReadMetadata(sources=("b.log",), warnings=(Note("b.log: empty"),))
-    >>> merged = merge_metadata([a, b])
-    >>> merged.sources, merged["warnings"], dict(merged.lines)
-    (('a.log', 'b.log'), ['b.log: empty'], {('a.log', 0, 0, 'outcome'): 9})
-    """
+    """The metadata of several reads joined in order."""
     if len(parts) == 1:
         return dataclasses.replace(parts[0], total_lines=None)
     files: dict[str, tuple[LineSource, bytes]] = {}
@@ -303,12 +290,7 @@ def merge_metadata(parts: Sequence[ReadMetadata]) -> ReadMetadata:
 
 
 def place_note(code: str, source: str, line: int | None, text: str) -> Note:
-    """A warning of kind ``code`` at ``source:line`` (``source`` alone when the line is None).
-
-    >>> note = place_note("cut-mid-line", "a.log", 6, "the file ends mid-line")
-    >>> str(note), note.code, note.file, note.line
-    ('a.log:6: the file ends mid-line', 'cut-mid-line', 'a.log', 6)
-    """
+    """A warning of kind ``code`` at ``source:line`` (``source`` alone when the line is None)."""
     where = f"{source}:{line}" if line is not None else f"{source}"
     return Note(f"{where}: {text}", code=code, file=source, line=line)
 

@@ -41,13 +41,7 @@ class NvidiaSmiWarning(UserWarning):
 
 
 def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame | None, vllm_pids: Iterable[int]) -> pd.DataFrame:
-    """Per GPU (:data:`CONTEXT_COLUMNS`): name, driver and memory of processes not in ``vllm_pids`` [bytes].
-
-    >>> gpus = read_nvidia_smi_csv("0, GPU-0a1b, NVIDIA H100 80GB HBM3, 580.95.05, 81559, 3072, 78017")[0]
-    >>> apps = read_nvidia_smi_csv("GPU-0a1b, 7, VLLM::Worker_TP0, 2048\\nGPU-0a1b, 9, python3, 1024")[0]
-    >>> int(gpu_context(gpus, apps, vllm_pids=[7]).loc[0, "other_process_bytes"])
-    1073741824
-    """
+    """Per GPU (:data:`CONTEXT_COLUMNS`): name, driver and memory of processes not in ``vllm_pids`` [bytes]."""
     known = {int(pid) for pid in vllm_pids}
     _check_apps_on_known_gpus(gpus, apps)
     processes = None if apps is None else _records(apps, ("gpu_uuid", "pid", "used_memory_bytes"))
@@ -89,13 +83,7 @@ def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int,
 
 
 def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """``(gpus, apps)`` of the snapshots among ``paths`` (``apps`` None without a process snapshot).
-
-    >>> from kvplan import DATA_DIR
-    >>> gpus, apps = read_nvidia_smi_snapshots([DATA_DIR / "boots" / "four-rank" / "nvidia-smi-gpu.csv"])
-    >>> len(gpus), apps is None
-    (4, True)
-    """
+    """``(gpus, apps)`` of the snapshots among ``paths`` (``apps`` None without a process snapshot)."""
     frames: dict[str, pd.DataFrame] = {}
     for path in paths:  # a DCGM exporter scrape is a GPU snapshot (kvplan.io.gpu_snapshot)
         frame, metadata = read_gpu_snapshot(path)
@@ -117,14 +105,7 @@ def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame
 
 def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
     """Which GPU each ledger rank runs on: its pid's, else GPU index = rank; refused when the snapshot is
-    another machine's.
-
-    >>> gpus = read_nvidia_smi_csv("0, GPU-0, NVIDIA L40S, 580.95.05, 46068, 2048, 43403\\n"
-    ...                            "1, GPU-1, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")[0]
-    >>> apps = read_nvidia_smi_csv("GPU-0, 8, VLLM::Worker_TP1, 2048")[0]
-    >>> gpu_index_by_rank(pd.DataFrame({"rank": [0, 1], "pid": [7, 8]}), gpus, apps)
-    {0: 0, 1: 0}
-    """
+    another machine's."""
     known = {int(index) for index in gpus["gpu_index"]}
     by_pid = gpu_index_by_pid(gpus, apps)
     ledger_pids = {int(pid) for pid in ledger["pid"].dropna()} if "pid" in ledger else set()

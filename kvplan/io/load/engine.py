@@ -98,13 +98,7 @@ def _unknown_preemptions(found: list[re.Match], preemptions: list[str | None]) -
 
 
 def _group(found: list[re.Match], name: str) -> list:
-    """The text of group ``name`` of each match (``None`` where it did not take part).
-
-    >>> _group([V1_STATS_LINE.match("INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Avg prompt throughput: "
-    ...     "1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, "
-    ...     "GPU KV cache usage: 5.2%, Prefix cache hit rate: 0.0%")], "running")
-    ['3']
-    """
+    """The text of group ``name`` of each match (``None`` where it did not take part)."""
     return list(map(operator.itemgetter(name), found))
 
 
@@ -114,11 +108,7 @@ def _count_or_zero(text: str | None) -> int:
 
 
 def _numbers(texts: Sequence[str], kind: Callable[[str], int | float]) -> list:
-    """``list(map(kind, texts))``, each distinct text converted once when texts repeat.
-
-    >>> _numbers(("3", "3", "3", "3", "3", "12"), int), _numbers(("0.0", "-0.0"), float)
-    ([3, 3, 3, 3, 3, 12], [0.0, -0.0])
-    """
+    """``list(map(kind, texts))``, each distinct text converted once when texts repeat."""
     distinct = set(texts)
     if 2 * len(distinct) > len(texts):
         return list(map(kind, texts))

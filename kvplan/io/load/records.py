@@ -223,17 +223,7 @@ class RecordReader:
     ) -> None:
         """Read ``lines``: each run of lines that ``whole`` matches (groups 1–2 ``MM-DD``, ``HH:MM:SS``) on one
         day goes to ``take(matches, first line, µs since year 1 + shift_micros each, year known)``, which
-        returns how many it took; other lines, and the first one ``take`` leaves, go to ``other``.
-
-        >>> reader, taken, other = RecordReader(2026), [], []
-        >>> whole = re.compile(r"INFO (\\d\\d-\\d\\d) (\\d\\d:\\d\\d:\\d\\d) \\[a.py:1\\] ok$")
-        >>> lines = ["INFO 12-31 23:59:50 [a.py:1] ok", "INFO 01-01 00:00:00 [a.py:1] other"]
-        >>> reader.read(lines, whole, lambda *run: taken.append(run[1:]) or len(run[2]), lambda line: other.extend(reader.push(line)))
-        >>> taken == [(1, [(datetime(2026, 12, 31, 23, 59, 50) - EPOCH) // MICROSECOND], True)]
-        True
-        >>> [(record.line, record.time.isoformat()) for record in other]
-        [(2, '2027-01-01T00:00:00')]
-        """
+        returns how many it took; other lines, and the first one ``take`` leaves, go to ``other``."""
         lines = iter(lines)
         for block in iter(lambda: list(itertools.islice(lines, READ_BLOCK)), []):
             found = list(map(whole.match, block))
@@ -323,11 +313,7 @@ def file_name(path: str) -> str:
 
 
 def log_time_shift(utc_offset: float | None) -> timedelta:
-    """What to add to a log time (the server's local time) to get UTC, for ``utc_offset`` hours east of UTC.
-
-    >>> log_time_shift(-7), log_time_shift(5.5), log_time_shift(None)
-    (datetime.timedelta(seconds=25200), datetime.timedelta(days=-1, seconds=66600), datetime.timedelta(0))
-    """
+    """What to add to a log time (the server's local time) to get UTC, for ``utc_offset`` hours east of UTC."""
     if utc_offset is None:
         return timedelta(0)
     if not -MAX_UTC_OFFSET_HOURS <= utc_offset <= MAX_UTC_OFFSET_HOURS:
@@ -342,14 +328,7 @@ def utc_offset_hours(
     source: str, stamped: set[int], given: float | None, warnings: list[str]
 ) -> float | None:
     """The log's UTC offset [h]: the one given, else the one its docker stamps (offsets [min]) agree on,
-    else ``None``; the decision is said in ``warnings``.
-
-    >>> notes = []
-    >>> utc_offset_hours("a.log", {-420}, None, notes), len(notes)
-    (-7.0, 1)
-    >>> utc_offset_hours("a.log", {15 * 60}, None, notes), len(notes)  # no offset in use: not applied
-    (None, 2)
-    """
+    else ``None``; the decision is said in ``warnings``."""
     hours = sorted({minutes / 60 for minutes in stamped})
     if given is not None:
         if hours and hours != [given]:
