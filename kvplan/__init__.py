@@ -1,10 +1,7 @@
 """kvplan: safe, evidenced per-GPU KV-cache budgets for multi-GPU vLLM servers.
 
-The core is pure functions over ``int`` bytes (:mod:`kvplan.budget`, :mod:`kvplan.kvspec`,
-:mod:`kvplan.drift`); :mod:`kvplan.units` turns text into bytes and back. Here: where the bundled data
-lives (:data:`MODELS_DIR`, the model catalogue installed with kvplan; :data:`DATA_DIR`, a checkout's sample
-logs), ``kvplan.__version__`` (read when first asked for: ``importlib.metadata`` is slow to import), and
-:func:`lazy_names`, which makes a subpackage import its names on first use.
+Here: where the bundled data lives (:data:`MODELS_DIR`, the model catalogue; :data:`DATA_DIR`, a checkout's
+sample logs), ``kvplan.__version__`` (read when first asked for) and :func:`lazy_names`.
 
 >>> (MODELS_DIR / "llama-3.1-70b.json").exists(), (DATA_DIR / "README.md").exists()
 (True, True)
@@ -39,7 +36,7 @@ def __getattr__(name: str) -> str:
 
 def lazy_names(package: str, modules: Mapping[str, str]) -> Callable[[str], object]:
     """The module ``__getattr__`` of ``package``: each name of ``modules`` is imported from
-    ``package.<modules[name]>`` when first asked for, then kept in the package.
+    ``package.<modules[name]>`` when first asked for.
 
     >>> names = lazy_names("kvplan.io", {"read_ledger_csv": "ledger_csv"})
     >>> names("read_ledger_csv").__module__

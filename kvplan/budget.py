@@ -1,8 +1,5 @@
-"""The uniform per-GPU KV budget: the minimum over ranks of room minus reserve, in whole blocks, and its launch.
-
-``--kv-cache-memory-bytes`` is one value for every rank, so the largest safe value is the *minimum* safe budget
-over ranks (an average hides the rank that fails); what stronger ranks cannot use is stranded.
-"""
+"""The uniform per-GPU KV budget: the *minimum* over ranks of room minus reserve (an average hides the rank that
+fails), in whole blocks; what stronger ranks cannot use is stranded."""
 
 from __future__ import annotations
 
@@ -58,8 +55,8 @@ def passes_startup_check(total_bytes: int, free_bytes: int, utilization: float) 
 def largest_utilization(
     total_bytes: Sequence[int], free_bytes: Sequence[int], guard_bytes: int
 ) -> float | None:
-    """The largest two-decimal U with ``ceil(total_r × U) ≤ F_r − G`` on every rank (figures on their safe
-    side: total + :data:`PRINTED_MARGIN_BYTES`, free − it); None when not even 0.01 passes.
+    """The largest two-decimal U with ``ceil(total_r × U) ≤ F_r − G`` on every rank, figures on their safe side
+    (± :data:`PRINTED_MARGIN_BYTES`); None when not even 0.01 passes.
 
     >>> largest_utilization([80 * 2**30], [10 * 2**30], 2**30)  # (10 GiB − 1 GiB − margin) / 80 GiB
     0.11
@@ -78,8 +75,7 @@ def largest_utilization(
 
 @dataclass(frozen=True)
 class Budget:
-    """One uniform KV budget and how every rank stands against it [bytes]; ``stranded_bytes`` includes the
-    block rounding loss (``rounding_loss_bytes`` per rank)."""
+    """One uniform KV budget and how every rank stands against it [bytes] (stranded includes block rounding)."""
 
     ranks: tuple[int, ...]
     room_bytes: tuple[int, ...]
@@ -158,11 +154,7 @@ class Budget:
 
 
 def safe_budget_bytes(room_bytes: int, reserve_bytes: int) -> int:
-    """A rank's safe KV budget: its room minus the reserve [bytes].
-
-    >>> safe_budget_bytes(13 * 2**30, 2**30) == 12 * 2**30
-    True
-    """
+    """A rank's safe KV budget: its room minus the reserve [bytes]."""
     return room_bytes - reserve_bytes
 
 
@@ -206,8 +198,8 @@ def uniform_budget(
     block_bytes: int | None = None,
     ranks: Sequence[int] | None = None,
 ) -> Budget:
-    """The single KV budget every rank can allocate from its room [bytes, rank order] less the reserve, rounded
-    down to whole blocks of ``block_bytes`` when given; ``ranks`` are the ids (default 0..n-1).
+    """The single KV budget every rank can allocate: room [bytes, rank order] less the reserve, in whole blocks
+    of ``block_bytes`` when given; ``ranks`` are the ids (default 0..n-1).
 
     >>> GiB = 2**30
     >>> b = uniform_budget([18 * GiB, 17 * GiB, 13 * GiB, 16 * GiB], reserve_bytes=GiB)

@@ -28,6 +28,8 @@ IDENTITY = {
     "pid": "process id as logged",
 }
 
+#: The compatibility-key fields whose product is the number of ranks.
+LAYOUT_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 #: A worker's rank in each of vLLM's parallel groups (vLLM names them DP, PP, PCP, TP, DCP, EP).
 GROUP_RANKS = ("tp_rank", "pp_rank", "dp_rank", "pcp_rank", "dcp_rank", "ep_rank")
 
@@ -163,15 +165,10 @@ INT_COLUMNS = [
     "pid",
     "max_model_len",
     "block_size",
-    "tensor_parallel_size",
-    "pipeline_parallel_size",
-    "data_parallel_size",
-    "decode_context_parallel_size",
-    "kv_cache_tokens",
-    "num_gpu_blocks",
-    "max_num_batched_tokens",
-    "num_gpu_blocks_override",
+    *LAYOUT_FIELDS,
 ]
+INT_COLUMNS += ["decode_context_parallel_size", "kv_cache_tokens", "num_gpu_blocks", "max_num_batched_tokens"]
+INT_COLUMNS += ["num_gpu_blocks_override"]
 FLOAT_COLUMNS = ["gpu_memory_utilization", "max_concurrency"]
 BOOL_COLUMNS = ["enforce_eager", "async_scheduling", "hybrid_kv_cache_manager"]
 #: Values of ``room_source``: the log reader's evidence, best first, then a room stated by hand (ledger CSV).
@@ -206,9 +203,6 @@ LOAD_COLUMNS = {
 }
 #: The load rows' keys in ``kvplan load --json`` / ``--csv``, in order.
 LOAD_ROW_KEYS = tuple(LOAD_COLUMNS)[:14]
-
-#: The compatibility-key fields whose product is the number of ranks.
-LAYOUT_FIELDS = ("tensor_parallel_size", "pipeline_parallel_size", "data_parallel_size")
 
 
 def world_size(key: Mapping[str, Any]) -> int | None:

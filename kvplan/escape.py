@@ -1,8 +1,5 @@
-"""Text that came from a file, made inert for where it lands: one function per target (``docs/safety.md``,
-"Untrusted text"): ``SUMMARY.md`` (:func:`markdown_text`, :func:`markdown_code`), HTML (:func:`html_text`),
-CSV cells a spreadsheet would run as a formula (:func:`csv_cell`), a command's lines (:func:`terminal_text`),
-file system paths (:func:`safe_component`, :func:`path_inside`). Every target shows control characters
-(line breaks, ESC, bidirectional overrides, lone surrogates) as escapes, so one record stays one line.
+"""Text that came from a file, made inert for where it lands, one function per target (``docs/safety.md``,
+"Untrusted text"); every target shows control characters as escapes, so one record stays one line.
 
 >>> print(terminal_text("llama\\n# KV-cache budget: 40 GiB \\x1b[2J"))
 llama\\n# KV-cache budget: 40 GiB \\x1b[2J
@@ -48,13 +45,12 @@ def _escape_one(match: re.Match) -> str:
 
 
 def terminal_text(value: object) -> str:
-    """``value`` for a terminal line: no escape sequence reaches the terminal, a record never spans two lines."""
+    """``value`` for a terminal line: no escape sequence reaches the terminal."""
     return shown_controls(str(value))
 
 
 def markdown_text(value: object) -> str:
-    r"""``value`` as inert Markdown inside a line: ``\ ` * _ ~ < > [ ] |`` backslash-escaped, so text cannot
-    start a heading, a table row, a link, emphasis or an HTML comment.
+    r"""``value`` as inert Markdown inside a line: ``\ ` * _ ~ < > [ ] |`` backslash-escaped.
 
     >>> print(markdown_text("ok\n# 40 GiB <!-- hide"))
     ok\n# 40 GiB \<!-- hide
@@ -63,8 +59,7 @@ def markdown_text(value: object) -> str:
 
 
 def markdown_code(value: object) -> str:
-    r"""``value`` as a Markdown code span, fenced by more backticks than it holds in a row (CommonMark); not
-    for a table cell (renderers split a row on a code span's ``\|`` differently: :func:`markdown_text`).
+    r"""``value`` as a Markdown code span, fenced by more backticks than it holds in a row (not for a table cell).
 
     >>> markdown_code("inputs/boot.log"), markdown_code("a`b")
     ('`inputs/boot.log`', '``a`b``')
@@ -86,9 +81,8 @@ def html_text(value: object) -> str:
 
 
 def csv_cell(value: object) -> object:
-    r"""``value`` for a CSV cell: text that begins with ``= + - @``, a tab or a carriage return gets a leading
-    ``'`` (OWASP), a carriage return in it shows as ``\r`` (a spreadsheet's row break, left unquoted by
-    :mod:`csv` and pandas); anything else, numbers too, as is.
+    r"""``value`` for a CSV cell: text starting like a formula gets a leading ``'`` (OWASP), a carriage return
+    shows as ``\r``; anything else as is.
 
     >>> csv_cell("@SUM(A1)"), csv_cell("meta-llama/x"), csv_cell(None), csv_cell("\rcmd")
     ("'@SUM(A1)", 'meta-llama/x', None, "'\\rcmd")
@@ -110,8 +104,7 @@ def is_safe_component(name: str) -> bool:
 
 
 def safe_component(name: str, prefix: str = "unsafe-") -> str:
-    """``name`` as one path component: itself when :func:`is_safe_component`, else ``prefix`` and the
-    first 16 hex digits of its SHA-256.
+    """``name`` as one path component: itself when safe, else ``prefix`` and 16 hex digits of its SHA-256.
 
     >>> safe_component("gpu-7"), safe_component("../../../escaped")
     ('gpu-7', 'unsafe-e9d20ae4e6d4311d')
@@ -123,8 +116,7 @@ def safe_component(name: str, prefix: str = "unsafe-") -> str:
 
 
 def path_inside(root: str | os.PathLike, *parts: str) -> Path:
-    """``root`` joined with ``parts``, refused (``ValueError``) when the result, every symlink resolved, is
-    not inside ``root``.
+    """``root`` joined with ``parts``; ValueError when the result, symlinks resolved, is not inside ``root``.
 
     >>> path_inside("/out", "..", "etc")
     Traceback (most recent call last):

@@ -1,8 +1,4 @@
-"""Export: an approved launch in the forms deployments read, from a verified bundle only.
-
-:func:`verified_launch` verifies the bundle (a changed one raises :class:`~kvplan.evidence.BundleChangedError`)
-and reads its :class:`Launch`: the approved bytes, the companion utilization and every launch setting of the
-compatibility key the approved logs show. Each :class:`Exporter` of :data:`EXPORTERS` writes one format.
+"""Export: an approved launch in the forms deployments read, from a verified bundle only (:func:`verified_launch`).
 
 >>> launch = Launch("ab" * 32, 12_884_377_600, 0.61, {"model": "m", "tensor-parallel-size": 4})
 >>> print(EXPORTERS["args"].render(launch), end="")
@@ -12,9 +8,8 @@ compatibility key the approved logs show. Each :class:`Exporter` of :data:`EXPOR
 --kv-cache-memory-bytes=12884377600
 --gpu-memory-utilization=0.61
 
-:func:`startup_plans`: vLLM 0.33's plan file per rank r (``v1/worker/startup_plan.py``), ``B − G − D`` in whole
-blocks and baseline ``F_ref,r − D``, with the fingerprint of rank r's own "Saved startup plan to" line; vLLM applies
-it only while the rank lost at most D, so never above the drift-adjusted budget (docs/startup-plan.md).
+:func:`startup_plans`: vLLM 0.33's plan file per rank (``v1/worker/startup_plan.py``), ``B − G − D`` in whole
+blocks and baseline ``F_ref − D``, applied only while the rank lost at most D (docs/startup-plan.md).
 
 >>> plan_values(12_884_377_600, 0, 2**30, 1_310_720, 52_194_590_065)  # 9,830 − 819.2 blocks → 9,010
 (11809587200, 51120848241)
@@ -66,20 +61,19 @@ _CHOICES = {
 
 @dataclass(frozen=True)
 class Launch:
-    """An approved launch: the bundle digest (hex SHA-256 of ``budget.json``), the value [bytes], the companion
-    ``gpu_memory_utilization`` (None: unknown) and ``layout`` (:func:`launch_layout`)."""
+    """An approved launch: the bundle digest (hex SHA-256 of ``budget.json``), the value [bytes], the companion U
+    (None: unknown), the ``layout`` flags (:func:`launch_layout`), the reserve and allowed preemptions."""
 
     digest: str
     kv_cache_memory_bytes: int
     gpu_memory_utilization: float | None
     layout: Mapping[str, object] = field(default_factory=dict)
-    #: the approval's reserve [bytes] and its load policy's allowed preemptions (the alert rules' bounds)
     reserve_bytes: int = 0
     max_preemptions: int = 0
 
     @property
     def options(self) -> dict[str, object]:
-        """Every flag name (vLLM's, without ``--``) to its value: the layout, then the value and utilization."""
+        """Every flag name (without ``--``) to its value: the layout, the value, the utilization."""
         options = {**self.layout, "kv-cache-memory-bytes": self.kv_cache_memory_bytes}
         if self.gpu_memory_utilization is not None:
             options["gpu-memory-utilization"] = self.gpu_memory_utilization
@@ -87,7 +81,7 @@ class Launch:
 
     @property
     def args(self) -> list[str]:
-        """The options as ``--flag=value`` arguments, a switch on as the flag alone (what ``vllm serve`` takes)."""
+        """The options as ``vllm serve`` takes them: ``--flag=value``, a switch on as the flag alone."""
         return [
             f"--{name}" if value is True else f"--{name}={_text(value)}"
             for name, value in self.options.items()
@@ -136,8 +130,7 @@ def args(launch: Launch) -> str:
 
 
 def helm_production_stack(launch: Launch) -> str:
-    """A values fragment for vLLM production-stack's Helm chart: the model and the flags as
-    ``servingEngineSpec.modelSpec[0].vllmConfig.extraArgs`` (merge it into your values file)."""
+    """A values fragment for vLLM production-stack's Helm chart (``servingEngineSpec.modelSpec[0]``)."""
     model = str(launch.layout.get("model", "model"))
     spec = {
         "name": _helm_name(model),
@@ -173,9 +166,7 @@ def ray_serve(launch: Launch) -> str:
 
 
 def prometheus_rules(launch: Launch) -> str:
-    """Prometheus alert rules of the launch (:func:`kvplan.io.prometheus.vllm.alert_rules`): the running
-    value differs from the approved one, a GPU's free memory below the reserve after warm-up, preemptions
-    beyond the load policy, KV usage high; each rule annotated with the bundle digest."""
+    """Prometheus alert rules of the launch (:func:`kvplan.io.prometheus.vllm.alert_rules`)."""
     from kvplan.io.prometheus.vllm import alert_rules
 
     return alert_rules(
@@ -217,7 +208,7 @@ _PLAIN = re.compile(r"[A-Za-z0-9_./:@+=-]{1,512}")
 
 
 def verified_launch(bundle: str | os.PathLike, digest: str | None = None) -> tuple[Verified, Launch]:
-    """The verified bundle and its :class:`Launch`; ``digest`` pins the bundle as ``gate --approved-digest``."""
+    """The verified bundle and its :class:`Launch` (a changed bundle raises); ``digest`` pins the bundle."""
     from kvplan.evidence import verified_approval
 
     verified, approved = verified_approval(bundle, digest)
@@ -244,7 +235,7 @@ def verified_launch(bundle: str | os.PathLike, digest: str | None = None) -> tup
 
 
 def launch_layout(key: Mapping[str, object], defaulted: frozenset[str] = frozenset()) -> dict[str, object]:
-    """vLLM's flag names (no ``--``) to values of the key fields a launch sets; ValueError naming one no flag takes.
+    """vLLM's flag names (no ``--``) to the key fields a launch sets; ValueError naming one no flag takes.
 
     >>> launch_layout({"dtype": "torch.bfloat16", "enforce_eager": True, "cudagraph_mode": "FULL"})
     {'dtype': 'bfloat16', 'enforce-eager': True, 'compilation-config.cudagraph_mode': 'FULL'}
@@ -288,7 +279,7 @@ PLAN_SCHEMA_VERSION = 1
 
 @dataclass(frozen=True)
 class StartupPlan:
-    """One rank's plan file: where its fingerprint was read (``where``: file and line) and its values [bytes]."""
+    """One rank's plan file [bytes]: its fingerprint (read at ``where``, file:line) and values."""
 
     rank: int
     fingerprint: str
@@ -335,8 +326,7 @@ def plan_values(
 def startup_plans(
     bundle: str | os.PathLike, drift_bytes: int = 0, digest: str | None = None
 ) -> list[StartupPlan]:
-    """The plan of every approved rank of a verified bundle; ValueError naming the rank whose approved boot
-    has no "Saved startup plan to" line (or two fingerprints), or no start-up free memory."""
+    """The plan of every approved rank of a verified bundle (ValueError naming a rank without one)."""
     from kvplan.evidence import verified_approval
 
     return plans_of(*verified_approval(bundle, digest), drift_bytes)
@@ -364,7 +354,7 @@ def plans_of(verified: Verified, approved: Approved, drift_bytes: int = 0) -> li
 
 
 def _saved_lines(folder: Path, sources: object) -> dict[str, list[StartupPlanLine]]:
-    """The "Saved startup plan" lines of each approved log (bundle-relative names, read from the bundle)."""
+    """The "Saved startup plan" lines of each approved log (read from the bundle)."""
     from kvplan.io.vllm.manual import SAVED, read_startup_plan_lines
 
     return {
@@ -374,7 +364,7 @@ def _saved_lines(folder: Path, sources: object) -> dict[str, list[StartupPlanLin
 
 
 def _rank_line(decision, saved: dict, rank: int, source: str, boot: int) -> StartupPlanLine:
-    """Rank ``rank``'s own "Saved startup plan" line in its approved boot (its process, that boot's lines)."""
+    """Rank ``rank``'s own "Saved startup plan" line in its approved boot."""
     ledger = decision.ledger
     rows = ledger[(ledger["source"] == source) & (ledger["boot"] == boot) & (ledger["rank"] == rank)]
     pids = {int(pid) for pid in rows["pid"].dropna()} if "pid" in rows else set()

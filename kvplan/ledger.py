@@ -1,6 +1,5 @@
-"""Checks on a ledger and the room of every rank: one compatibility key (:func:`compatibility_key`), every
-rank of TP × PP × DP, and each rank's **worst** (lowest) room over repeated boots, so that one lucky boot
-cannot set the value (:func:`room_per_rank`). Every refusal is a :class:`LedgerError` naming file and line.
+"""Checks on a ledger: one compatibility key, every rank of TP × PP × DP, and each rank's **worst** room over
+repeated boots (one lucky boot cannot set the value); every refusal is a :class:`LedgerError` naming file and line.
 """
 
 from __future__ import annotations
@@ -57,9 +56,8 @@ _HOST_POOL = ("kv_cache_tokens", "max_model_len", "available_kv_bytes")
 
 
 def logged_launch_settings(ledger: pd.DataFrame) -> dict:
-    """The :data:`~kvplan.columns.SIZING_CONFIG` settings the logs show with one value (for kvspec; others
-    are left out), and for a "GPU + host" pool (HiSparse) ``host_pool``: the tokens and length of the lowest
-    concurrency and the most available memory (:func:`kvplan.kvspec.launch.host_pool_bound`).
+    """The :data:`~kvplan.columns.SIZING_CONFIG` settings the logs show with one value, and for a HiSparse pool
+    ``host_pool`` (:func:`kvplan.kvspec.launch.host_pool_bound`).
 
     >>> logged_launch_settings(pd.DataFrame({"max_num_batched_tokens": [8192] * 2, "mamba_cache_mode": [None] * 2}))
     {'max_num_batched_tokens': 8192}
@@ -81,11 +79,8 @@ def logged_launch_settings(ledger: pd.DataFrame) -> dict:
 
 
 def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dict:
-    """The one compatibility key shared by every row, as plain values (None = not logged).
-
-    A field logged with different values raises :class:`LedgerError` naming each value and where it is
-    shown (``file:line`` with the readers' ``lines`` index). A field some boots do not show is no conflict,
-    except :data:`REQUIRED_KEY`: a boot without the model or layout could be any configuration.
+    """The one compatibility key shared by every row, as plain values (None = not logged); values that differ,
+    or a :data:`REQUIRED_KEY` field some boot does not show, raise :class:`LedgerError` naming where.
 
     >>> frame = pd.DataFrame({"source": ["a.log"], "boot": [0], "rank": [0], "vllm_version": ["0.26.0"]})
     >>> compatibility_key(frame)["vllm_version"]
@@ -177,14 +172,9 @@ def room_per_rank(
     lines: Mapping | None = None,
     key: Mapping | None = None,
 ) -> pd.DataFrame:
-    """Each rank's room over all boots of one key [bytes]: the worst (lowest) boot, and the spread.
-
-    Indexed by rank: ``room_bytes``, ``room_source``, ``init_free_bytes`` (of that boot, else the rank's lowest),
-    ``room_min/median/max_bytes``, ``room_spread_bytes``, ``boots`` (showing the rank's own room), ``source`` and
-    ``boot`` of the worst; ``attrs["notes"]`` holds the warnings (each also a :class:`LedgerWarning`). A boot with
-    any room shows one for every rank of TP × PP × DP, else :class:`LedgerError`, unless ``assume_uniform`` (its
-    lowest room, ``assumed_uniform``); a manual-value boot is no room evidence (left out, warned), any other
-    boot without room is refused. ``lines`` as for :func:`compatibility_key`; ``key`` when known already.
+    """Each rank's room over all boots of one key [bytes]: the worst (lowest) boot, its free memory, the spread;
+    ``attrs["notes"]`` holds the warnings (each also a :class:`LedgerWarning`). A boot with any room shows one
+    for every rank (else :class:`LedgerError`) unless ``assume_uniform``; a manual-value boot is left out.
 
     >>> frame = pd.DataFrame({"source": ["a.log"] * 4, "boot": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
     ...                       "room_bytes": [30, 25, 20, 26], "room_source": ["suggestion"] * 4,
@@ -276,8 +266,7 @@ def _cells(frame: pd.DataFrame, column: str) -> list:
 
 
 def worst_room_position(room_bytes: Sequence[int]) -> int:
-    """Position of a rank's worst (lowest) room among its boots, the earliest of equal ones: the one rule for
-    which boot sets a rank's room (and is charted).
+    """Position of a rank's worst (lowest) room among its boots, the earliest of equal ones (the one rule).
 
     >>> worst_room_position([30, 20, 25, 20])
     1
@@ -349,9 +338,7 @@ def _mixed_sources(lines: Mapping, records: dict) -> list[str]:
 
 
 def _files(ledger: pd.DataFrame) -> str:
-    files = (
-        list(dict.fromkeys(str(source) for source in ledger["source"].dropna())) if "source" in ledger else []
-    )
+    files = dict.fromkeys(str(source) for source in _cells(ledger, "source") if source is not None)
     return ", ".join(files) or "the ledger"
 
 

@@ -1,11 +1,5 @@
 """Warnings as one structured channel: a :class:`Note` is a warning's text (a ``str``) with its code, file
-and line; :func:`aggregate_notes` folds repeated notes of one kind in one file into one line.
-
->>> first = Note("two processes claim rank 0 in one boot", code="rank-claimed", file="a.log", line=213)
->>> again = Note("two processes claim rank 0 in one boot", code="rank-claimed", file="a.log", line=1000)
->>> [str(note) for note in aggregate_notes([first, again])]
-['a.log: two processes claim rank 0 in one boot: 2 times, first at lines 213, 1000']
-"""
+and line; :func:`aggregate_notes` folds repeated notes of one kind in one file into one line."""
 
 from __future__ import annotations
 
@@ -51,7 +45,7 @@ class Note(str):
         return (Note, (str(self), self.code, self.file, self.line, self.count, self.lines))
 
     def to_dict(self) -> dict:
-        """``{"code", "message", "file", "line", "count", "lines"}``: one entry of ``"warning_details"``."""
+        """One entry of ``"warning_details"``."""
         return {
             "code": self.code,
             "message": str(self),
@@ -110,11 +104,7 @@ def aggregate_notes(notes: Iterable[str]) -> list[Note]:
 
 
 def _without_place(note: Note) -> str:
-    """The note's text without a leading ``FILE:LINE:`` or ``FILE:`` (the place is kept apart).
-
-    >>> _without_place(Note("a.log:12: rank 0 twice", file="a.log", line=12))
-    'rank 0 twice'
-    """
+    """The note's text without a leading ``FILE:LINE:`` or ``FILE:``."""
     text = str(note)
     for prefix in (f"{note.file}:{note.line}: ", f"{note.file}: "):
         if note.file and text.startswith(prefix):

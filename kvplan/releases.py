@@ -86,9 +86,6 @@ V1_DEFAULT_FROM: Release = (0, 8, 0)
 #: (``v1/worker/gpu_worker.py`` ``init_device``; ``ceil`` in ``v1/worker/utils.py:request_memory`` by 0.20),
 #: also with ``--kv-cache-memory-bytes``; V0 (``worker/worker.py``) and V1 before it have no such check.
 STARTUP_FREE_CHECK_FROM: Release = (0, 9, 1)
-#: The CUDA-graph memory estimate is subtracted before KV sizing by default, and the default
-#: ``gpu_memory_utilization`` is 0.92 (``config/cache.py``); before, 0.9.
-CUDA_GRAPH_ESTIMATE_APPLIED_FROM: Release = (0, 20, 0)
 #: "Available KV cache memory" is printed on local rank 0 only (``v1/worker/gpu_worker.py``) from
 #: this release up to :data:`SUGGESTION_INFO_FROM`.
 LOCAL_RANK0_ONLY_FROM: Release = (0, 11, 1)

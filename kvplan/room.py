@@ -1,9 +1,8 @@
-"""The Room rule (a rank's room: what its KV cache can take, best evidence first) and the budget of a ledger's rooms.
+"""The Room rule, given to the readers (:data:`ROOM_RULE`), and the budget of a ledger's rooms.
 
-The readers report what the logs say; :data:`ROOM_RULE` is given to them (:class:`kvplan.io.metadata.RoomRule`).
-Evidence, best first: ``suggestion`` (vLLM's ``--kv-cache-memory`` suggestion), ``available_kv`` ("Available KV
-cache memory" less the CUDA graphs captured after it), ``parts`` (free at startup − weights − activation peak −
-non-torch − graphs − 150 MiB, vLLM's buffer).
+A rank's room, best evidence first: ``suggestion`` (vLLM's ``--kv-cache-memory`` suggestion), ``available_kv``
+("Available KV cache memory" less the CUDA graphs captured after it), ``parts`` (free at startup − weights −
+activation peak − non-torch − graphs − 150 MiB, vLLM's buffer).
 """
 
 from __future__ import annotations
@@ -211,8 +210,7 @@ def refuse_failed_boots(ledger: pd.DataFrame, lines: Mapping | None = None) -> N
 
 
 def _next_step(failed: pd.DataFrame, ledger: pd.DataFrame) -> str:
-    """What to do: give the rest of a log cut short, or fix a failure and boot again; leave a boot out only
-    when the ledger holds another.
+    """What to do: give the rest of a log cut short, or fix a failure; leave a boot out when the ledger holds others.
 
     >>> frame = pd.DataFrame({"source": ["a.log"], "boot": [0], "outcome": ["incomplete"]})
     >>> _next_step(frame, frame)

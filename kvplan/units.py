@@ -27,10 +27,8 @@ _SIZE_RE = re.compile(r"\s*([+-]?\d+(?:\.\d+)?)\s*([A-Za-z]*)\s*")
 
 
 def parse_size(text: str | int) -> int:
-    """Bytes in a size written as ``12GiB``, ``0.9 GiB``, ``512MiB``, ``12GB`` or ``12G``: binary units are
-    powers of 2, SI units powers of 10; a single letter follows vLLM's ``--kv-cache-memory-bytes`` rule
-    (``12G`` = 12·2^30, ``12g`` = 12·10^9, a decimal with an upper-case letter refused). Fractions of a byte
-    round to the nearest; a size beyond :data:`MAX_SIZE_BYTES` (either sign) is refused.
+    """Bytes in a size written as ``12GiB``, ``0.9 GiB``, ``512MiB``, ``12GB`` or ``12G`` (a single letter: vLLM's
+    ``--kv-cache-memory-bytes`` rule, ``12G`` = 12·2^30, ``12g`` = 12·10^9); beyond :data:`MAX_SIZE_BYTES` refused.
 
     >>> parse_size("12GiB")
     12884901888
@@ -93,8 +91,7 @@ def format_size(num_bytes: int, decimals: int = 2) -> str:
 
 
 def format_budget(num_bytes: int, decimals: int = 2) -> str:
-    """A budget as text never above its bytes (:func:`format_size` floored at the shown precision): typed
-    back, ``9.99GiB`` is at most the budget, never a value that eats into the reserve.
+    """A budget as text never above its bytes (:func:`format_size` floored): typed back, it never eats the reserve.
 
     >>> format_budget(10_735_351_296), format_size(10_735_351_296)  # 9.998 GiB
     ('9.99 GiB', '10 GiB')
@@ -113,9 +110,7 @@ def format_budget(num_bytes: int, decimals: int = 2) -> str:
 
 
 def format_policy_size(num_bytes: int) -> str:
-    """A policy size (reserve, guard) as the user would have typed it, when a short text reads back to
-    exactly ``num_bytes``: a whole number of :func:`format_size`'s unit, then one or two decimals of the unit
-    above it, then of its own; else :func:`format_size`.
+    """A policy size (reserve, guard) as the user would have typed it, when a short text reads back exactly.
 
     >>> format_policy_size(parse_size("0.9GiB")), format_size(parse_size("0.9GiB"))
     ('0.9 GiB', '921.6 MiB')

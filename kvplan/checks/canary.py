@@ -199,15 +199,6 @@ def _plan_line_text(
 RUNNING_CHECK = "running value"
 
 
-def approved_blocks(approved_bytes: int, block_bytes: int | None) -> int | None:
-    """Whole KV blocks the approved value holds per GPU; ``None`` when the block size is unknown.
-
-    >>> approved_blocks(12_884_377_600, 1_310_720)  # Llama-3.1-70B, TP 4: 16 tokens × 80 layers × K,V × 2 heads × 128 × 2 B
-    9830
-    """
-    return None if not block_bytes else approved_bytes // block_bytes
-
-
 def _verdict(value: RunningValue, approved_bytes: int, blocks: int | None) -> tuple[bool | None, str]:
     """Whether one engine runs the approved value, and the evidence."""
     from kvplan.io.prometheus.vllm import ABSENT  # requests: only where a running value is judged
@@ -246,7 +237,9 @@ def check_running_values(
     >>> check.detail.split("; ")[1]  # 12,288 blocks ≥ 12,884,377,600 // 1,310,720 = 9,830
     'num_gpu_blocks=12288 ≥ the approved 9830'
     """
-    blocks = approved_blocks(approved_bytes, block_bytes)
+    blocks = (
+        approved_bytes // block_bytes if block_bytes else None
+    )  # whole blocks per GPU (None: size unknown)
     checks = []
     for value in values:
         where = f"{value.where} engine {value.engine}"

@@ -1,5 +1,4 @@
-"""What a decision is asked under (policy, admission plan, load policy, model layout; bytes) and what it answers
-(:class:`Decision`); :func:`decide_rooms` for rooms given by hand, without pandas or the model code.
+"""What a decision is asked under and what it answers (:class:`Decision`), without pandas or the model code.
 
 >>> GiB = 2**30
 >>> d = decide_rooms([int(g * GiB) for g in (18.8, 17.6, 12.9, 16.4)], Policy(int(0.9 * GiB)))
@@ -120,6 +119,7 @@ def admission_plan(
 
         blocks = plan.target_concurrency * blocks_per_sequence(plan.seq_len, block_size)
         tokens = blocks * block_size
+    needs = f"{plan.target_concurrency} × {plan.seq_len:,} tokens needs {blocks:,} blocks ({tokens:,} tokens)"
     record = {
         "target_concurrency": plan.target_concurrency,
         "seq_len": plan.seq_len,
@@ -128,8 +128,7 @@ def admission_plan(
         "tokens_required": tokens,
         "bytes_required": None,
         "fits": None,
-        "detail": f"{plan.target_concurrency} × {plan.seq_len:,} tokens needs {blocks:,} blocks "
-        f"({tokens:,} tokens); bytes unknown without --model",
+        "detail": f"{needs}; bytes unknown without --model",
     }
     if spec is not None:
         needed = blocks * spec.block_bytes
@@ -137,8 +136,7 @@ def admission_plan(
         record.update(
             bytes_required=needed,
             fits=fits,
-            detail=f"{plan.target_concurrency} × {plan.seq_len:,} tokens needs {blocks:,} blocks "
-            f"({tokens:,} tokens) = {format_size(needed)} per GPU {'≤' if fits else '>'} "
+            detail=f"{needs} = {format_size(needed)} per GPU {'≤' if fits else '>'} "
             f"approved {format_size(budget.uniform_budget_bytes)}",
         )
     return record

@@ -1,9 +1,5 @@
-"""The evidence a decision is made from: the ledger of the logs, its provenance, the reader's notes, the load runs.
-
-:func:`read_evidence` reads the vLLM logs (or ledger CSVs) named as the caller wants them quoted (a bundle names
-its copies ``inputs/boot.log``, so approval and verification read the same text), joined with the nvidia-smi
-snapshots of the same boot; :func:`given_rooms` is the evidence of ``kvplan budget --room``.
-"""
+"""The evidence a decision is made from: the ledger of the logs (named as the caller quotes them: a bundle's
+``inputs/boot.log``), its provenance, the reader's notes, the load runs; or rooms given by hand."""
 
 from __future__ import annotations
 
@@ -67,9 +63,8 @@ def read_evidence(
     snapshots: Sequence[str | os.PathLike | tuple[str | os.PathLike, str]] = (),
     loads: Sequence[tuple[Path, str]] = (),
 ) -> Evidence:
-    """The evidence of vLLM logs (paths, a folder of ``*.log``, a glob, or ``(path, name)`` pairs read as
-    ``source = name``), joined with the nvidia-smi ``snapshots`` of the same boot
-    (:func:`kvplan.io.nvidia_smi.join_snapshots`), with the ``loads`` runs; no boot at all is refused.
+    """The evidence of vLLM logs (paths, a folder, a glob, or ``(path, name)`` pairs) joined with the nvidia-smi
+    ``snapshots`` of the same boot, with the ``loads`` runs; no boot at all is refused.
 
     >>> from kvplan import DATA_DIR
     >>> evidence = read_evidence([DATA_DIR / "boots" / "four-rank" / "boot.log"])
