@@ -71,6 +71,7 @@ def step_times(panel: WhatIfPanel, steps: int) -> tuple[list[float], list[float]
         slider.value = round(slider.value + direction * slider.step, 2)
         walls.append(time.perf_counter() - wall)
         cpus.append(time.process_time() - cpu)
+        assert panel.error is None and not panel.chart_errors, (panel.error, panel.chart_errors)
     return walls, cpus
 
 

@@ -58,12 +58,14 @@ def concurrency_chart(
     target_concurrency: float | None = None,
     title: str | None = None,
     marks: ConcurrencyMarks | None = None,
+    figure: Figure | None = None,
 ) -> Figure:
     """What a budget buys: full-length sequences held at once against sequence length (log–log).
 
     ``curves`` is one :func:`kvplan.kvspec.capacity.concurrency_curve` frame, or several by label; each
     legend entry states its tokens and concurrency at ``max_model_len`` (a dotted line; the x axis ends
-    just past it). A target concurrency is a dashed line; ``marks`` adds the rest (:class:`ConcurrencyMarks`).
+    just past it). A target concurrency is a dashed line; ``marks`` adds the rest (:class:`ConcurrencyMarks`);
+    ``figure``: a what-if panel's figure to draw into again.
 
     >>> from kvplan.kvspec.capacity import concurrency_curve
     >>> from kvplan.units import GiB
@@ -73,7 +75,7 @@ def concurrency_chart(
     """
     curves = {"budget": curves} if isinstance(curves, pd.DataFrame) else curves
     marks = marks or ConcurrencyMarks()
-    fig, ax = _figure()
+    fig, ax = _figure(reuse=figure)
     if marks.previous is not None:
         previous = marks.previous
         ax.plot(
@@ -162,10 +164,13 @@ def _row_at_length(curve: pd.DataFrame, seq_len: int) -> pd.Series:
     return rows.loc[rows["seq_len"].idxmax()] if len(upto) else rows.loc[rows["seq_len"].idxmin()]
 
 
-def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = None) -> Figure:
+def drift_chart(
+    drift: Drift, title: str | None = None, top_gib: float | None = None, figure: Figure | None = None
+) -> Figure:
     """Which rank moved: the free memory each rank lost at startup since the reference (left, on its own
     scale so a 0.1 GiB drift shows; lost is positive, gained below 0) and the adjusted budget (right, the
-    reference budget as a grey outline, the uniform adjusted value as a line; ``top_gib`` fixes its axis).
+    reference budget as a grey outline, the uniform adjusted value as a line; ``top_gib`` fixes its axis);
+    ``figure``: a what-if panel's figure to draw into again.
 
     >>> from kvplan.drift import drift_budget
     >>> from kvplan.units import GiB
@@ -174,7 +179,7 @@ def drift_chart(drift: Drift, title: str | None = None, top_gib: float | None = 
     [29.0, 30.0]
     """
     labels = [str(rank) for rank in drift.ranks]
-    fig, (left, right) = _figure(2, (FIGSIZE[0] + 3, FIGSIZE[1]))
+    fig, (left, right) = _figure(2, (FIGSIZE[0] + 3, FIGSIZE[1]), figure)
     slot = _slot_pt(len(labels), PANE_WIDTH_IN)
     _drift_lost(left, drift, labels, slot)
     colors = _rank_colors(drift.ranks, drift.limiting_rank)

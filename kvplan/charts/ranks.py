@@ -85,13 +85,15 @@ class LedgerParts:
         return LedgerParts(self.ranks, (other, *self.parts[1:]), self.totals)
 
 
-def ledger_chart(ledger: pd.DataFrame | LedgerParts, budget: Budget, title: str | None = None) -> Figure:
+def ledger_chart(
+    ledger: pd.DataFrame | LedgerParts, budget: Budget, title: str | None = None, figure: Figure | None = None
+) -> Figure:
     """Where each GPU's memory goes: the ledger parts, reserve, uniform budget and stranded bytes.
 
     One stacked bar per rank (:class:`LedgerParts` of ``ledger``), against that GPU's total memory (black
     tick). What the log does not itemise (CUDA context, vLLM's 150 MiB margin) fills the bar up to
     ``room_bytes`` below the KV part, so ``uniform + stranded + reserve`` is exactly the budget's room for
-    the rank. Segment heights are in GiB.
+    the rank. Segment heights are in GiB. ``figure``: a what-if panel's figure to draw into again.
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
@@ -104,7 +106,7 @@ def ledger_chart(ledger: pd.DataFrame | LedgerParts, budget: Budget, title: str 
     shown = ledger if isinstance(ledger, LedgerParts) else LedgerParts.of(ledger, budget.ranks)
     sizes, heights = _ledger_segments(shown, budget)
     totals = shown.totals
-    fig, ax = _figure()
+    fig, ax = _figure(reuse=figure)
     labels = [str(rank) for rank in budget.ranks]
     tallest = max(
         max(sum(h[i] for h in heights.values()) for i in range(len(labels))),
@@ -196,13 +198,17 @@ def _ledger_frame(
 
 
 def safe_budget_chart(
-    budget: Budget, title: str | None = None, top_gib: float | None = None, previous: Budget | None = None
+    budget: Budget,
+    title: str | None = None,
+    top_gib: float | None = None,
+    previous: Budget | None = None,
+    figure: Figure | None = None,
 ) -> Figure:
     """Why the minimum: safe budget per rank [GiB], the uniform value, and the tempting (unsafe) average.
 
     The limiting rank(s) in :data:`LIMITING_COLOR`; when every rank ties, no average line and no rank named.
     ``top_gib`` fixes the y axis (raised when a bar would not fit); ``previous`` draws that budget faintly (a
-    what-if panel's state at the notebook's parameters).
+    what-if panel's state at the notebook's parameters) into its ``figure``, drawn again.
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
@@ -214,7 +220,7 @@ def safe_budget_chart(
     safe_gib = [bytes_to_gib(safe) for safe in budget.safe_bytes]
     weakest = limiting_ranks(budget)
     tied = len(weakest) == len(budget.ranks)
-    fig, ax = _figure()
+    fig, ax = _figure(reuse=figure)
     if previous is not None:
         before = format_budget(previous.uniform_budget_bytes)
         _outline_bars(ax, labels, previous.safe_bytes, "at the notebook's parameters", linewidth=1.5)
@@ -252,12 +258,15 @@ def safe_budget_chart(
 _FAINT = {"color": REFERENCE_COLOR, "linewidth": 1.5, "alpha": 0.6}
 
 
-def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | None = None) -> Figure:
+def stranded_chart(
+    budget: Budget, title: str | None = None, top_gib: float | None = None, figure: Figure | None = None
+) -> Figure:
     """What the uniform value leaves unused: stranded bytes per rank and their total.
 
     Bar heights are ``budget.stranded_bytes`` in GiB (including block rounding, which the title
     states separately when there is any). ``top_gib`` fixes the y axis (raised when a bar would not fit). When every rank strands the same
     (ties: nothing but block rounding), the figure is one short line saying so, not an empty plot.
+    ``figure``: a what-if panel's figure to draw into again.
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
@@ -277,7 +286,7 @@ def stranded_chart(budget: Budget, title: str | None = None, top_gib: float | No
         return _note_figure(title or f"Nothing stranded: every rank holds the same safe budget{rounding}")
     labels = [str(rank) for rank in budget.ranks]
     weakest = limiting_ranks(budget)
-    fig, ax = _figure()
+    fig, ax = _figure(reuse=figure)
     colors = [LIMITING_COLOR if rank in weakest else RANK_COLOR for rank in budget.ranks]
     stranded_gib = [bytes_to_gib(s) for s in budget.stranded_bytes]
     bars = ax.bar(labels, stranded_gib, color=colors, width=0.6)

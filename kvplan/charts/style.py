@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from matplotlib import rc_context
+from matplotlib import rc_context, rcParams
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.font_manager import FontProperties
@@ -39,18 +39,40 @@ def _rank_list(ranks: Sequence[int]) -> str:
     return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
 
 
-def _figure(columns: int = 1, size_in: tuple[float, float] = FIGSIZE):
+def _figure(columns: int = 1, size_in: tuple[float, float] = FIGSIZE, reuse: Figure | None = None):
     """A figure of ``columns`` styled axes side by side (one Axes, else an array of them).
 
     Titles sit at the axes' top (``axes.titley``): no chart has ticks above its plot, so matplotlib's search
     for a place above them, which measures every tick label at each drawing, would find the same place.
+    ``reuse`` (a what-if panel's figure of the same shape) is emptied and returned, its axes and ticks kept.
     """
+    if reuse is not None and len(reuse.axes) == columns and tuple(reuse.get_size_inches()) == size_in:
+        for ax in reuse.axes:
+            _empty(ax)
+        for text in [text for text in reuse.texts if text.get_text() != reuse.get_suptitle()]:
+            text.remove()  # a note (the suptitle is kept: the chart sets it again)
+        return reuse, reuse.axes[0] if columns == 1 else reuse.axes
     fig = Figure(figsize=size_in)
     with rc_context({"axes.titley": 1.0}):
         axes = fig.subplots(1, columns)
     for ax in [axes] if columns == 1 else axes:
         _style(ax)
     return fig, axes
+
+
+def _empty(ax: Axes) -> None:
+    """Take every drawn thing off ``ax`` (bars, lines, texts, legend, titles), keeping its axis and ticks."""
+    for container in list(ax.containers):
+        container.remove()
+    for artist in [*ax.patches, *ax.lines, *ax.texts, *ax.collections]:
+        artist.remove()
+    legend = ax.get_legend()
+    if legend is not None:
+        legend.remove()
+    for loc in ("left", "center", "right"):
+        ax.set_title("", loc=loc)
+    ax.relim()
+    ax.autoscale()
 
 
 def _style(ax: Axes) -> None:
@@ -157,10 +179,12 @@ def _mark_limiting_tick(
     """
     marked = [limiting] if isinstance(limiting, int) else list(limiting)
     ax.set_xticks(range(len(ranks)), [str(rank) for rank in ranks])
-    for rank in marked:
-        label = ax.get_xticklabels()[list(ranks).index(rank)]
-        label.set_color(LIMITING_COLOR)
-        label.set_fontweight("bold")
+    plain = (
+        rcParams["xtick.color"] if rcParams["xtick.labelcolor"] == "inherit" else rcParams["xtick.labelcolor"]
+    )
+    for rank, label in zip(ranks, ax.get_xticklabels()):  # every label set: a reused axes' may be marked
+        label.set_color(LIMITING_COLOR if rank in marked else plain)
+        label.set_fontweight("bold" if rank in marked else rcParams["font.weight"])
     known = {total for total in totals if total is not None}
     if len(known) == 1:
         return f"rank (every GPU {format_size(known.pop())}: the black line)"

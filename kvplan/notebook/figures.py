@@ -7,18 +7,18 @@ import html
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+import numpy as np
 import pandas as pd
+from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
+from matplotlib.figure import Figure, SubplotParams
+from matplotlib.image import imsave
 
 from kvplan import charts
 from kvplan.budget import limiting_ranks
 from kvplan.notebook.launch import rows_that_set_the_room
 from kvplan.notebook.whatif import Outcome, evaluate, weak_rank_at_median
 from kvplan.units import bytes_to_gib, format_size
-
-if TYPE_CHECKING:
-    from matplotlib.figure import Figure
 
 #: Dots per inch of every PNG a notebook or panel shows: 10 × 5.5 in charts are 800 × 440 px.
 PANEL_DPI = 80
@@ -50,9 +50,7 @@ def figure_alt(figure: Figure) -> str:
 
 
 def sentence(figure: Figure) -> str | None:
-    """The sentence a chart without axes stands for (one boot, nothing stranded), else None.
-
-    Such a chart answers in words, so pages and panels show the sentence, not an empty picture.
+    """The sentence a chart without axes stands for (one boot, nothing stranded: shown as words), else None.
 
     >>> from kvplan.budget import uniform_budget
     >>> sentence(charts.stranded_chart(uniform_budget([13 * 2**30] * 2, 2**30)))
@@ -90,10 +88,11 @@ def concurrency_figure(
     weak_rank_fixed: bool = False,
     limits: tuple[float, float, float, float] | None = None,
     previous: Outcome | None = None,
+    figure: Figure | None = None,
 ) -> Figure:
     """:func:`kvplan.charts.concurrency_chart` of an outcome's curve, each crossing of the target marked;
     ``weak_rank_fixed`` adds the launch with its limiting rank raised to the median; ``limits`` fixes the
-    axes and ``previous`` is drawn faintly (a what-if panel's baseline)."""
+    axes, ``previous`` is drawn faintly and ``figure`` drawn into again (a what-if panel's)."""
     if outcome.curve is None:
         raise ValueError(
             "no concurrency curve: the scenario needs a model spec (or bytes per token) and max_model_len"
@@ -119,17 +118,19 @@ def concurrency_figure(
             limits,
             None if previous is None else previous.curve,
         ),
+        figure=figure,
     )
 
 
 @dataclass(frozen=True)
 class ChartStep:
     """A chart of a what-if panel: its name, the values it is drawn from (equal ``inputs``, the same
-    picture: a panel draws it again only when they change) and the function drawing it."""
+    picture: a panel draws it again only when they change) and the function drawing it (into a new figure,
+    or into the figure it is given: the panel's last one)."""
 
     name: str
     inputs: tuple
-    draw: Callable[[], Figure]
+    draw: Callable[..., Figure]
 
 
 @dataclass(frozen=True)
@@ -191,7 +192,7 @@ def _concurrency_step(outcome: Outcome, axes: Axes, baseline: Outcome | None) ->
             limits,
             baseline is None,
         ),
-        lambda: concurrency_figure(outcome, limits=limits, previous=baseline),
+        lambda figure=None: concurrency_figure(outcome, limits=limits, previous=baseline, figure=figure),
     )
 
 
@@ -228,7 +229,7 @@ def panel_charts(
         ChartStep(
             "safe budget",
             (budget, top, before),
-            lambda: charts.safe_budget_chart(budget, top_gib=top, previous=before),
+            lambda figure=None: charts.safe_budget_chart(budget, top_gib=top, previous=before, figure=figure),
         )
     ]
     if ledger is not None:
@@ -236,8 +237,10 @@ def panel_charts(
             ChartStep(
                 "ledger",
                 (budget, scenario.add_back_bytes),
-                lambda: charts.ledger_chart(
-                    ledger_parts(ledger, budget.ranks).with_add_back(scenario.add_back_bytes), budget
+                lambda figure=None: charts.ledger_chart(
+                    ledger_parts(ledger, budget.ranks).with_add_back(scenario.add_back_bytes),
+                    budget,
+                    figure=figure,
                 ),
             )
         )
@@ -251,12 +254,146 @@ def panel_charts(
         ChartStep(
             "stranded",
             (*stranded, axes.stranded_top_gib),
-            lambda: charts.stranded_chart(budget, top_gib=axes.stranded_top_gib),
+            lambda figure=None: charts.stranded_chart(budget, top_gib=axes.stranded_top_gib, figure=figure),
         )
     )
     if outcome.curve is not None:
         steps.append(_concurrency_step(outcome, axes, baseline))
     if outcome.drift is not None:
         drift = outcome.drift
-        steps.append(ChartStep("drift", (drift, top), lambda: charts.drift_chart(drift, top_gib=top)))
+        draw = lambda figure=None: charts.drift_chart(drift, top_gib=top, figure=figure)  # noqa: E731
+        steps.append(ChartStep("drift", (drift, top), draw))
     return steps
+
+
+class LiveChart:
+    """A what-if panel's chart drawn state after state as matplotlib's blitting does: while its frame
+    (:func:`_frame_key`: axes, ticks, axis labels) holds, it is neither laid out nor drawn again; what moved
+    is drawn over its pixels (texts from a cache of their pixels). A state's figure is drawn into
+    :attr:`figure`, the last one."""
+
+    def __init__(self) -> None:
+        self.figure: Figure | None = None
+        self._canvas: _Canvas | None = None
+        self._key: tuple = ()
+        self._frame = None
+
+    def png(self, figure: Figure) -> bytes:
+        """The figure as PNG at :data:`PANEL_DPI` (the pixels :func:`figure_png` gives, within antialiasing:
+        the frame is drawn under the bars)."""
+        if figure is not self.figure or self._canvas is None:
+            figure.set_dpi(PANEL_DPI)
+            self.figure, self._canvas, self._key = figure, _Canvas(figure), ()
+        key, content = _frame_key(figure), _content(figure)
+        if key != self._key:  # laid out as a new figure is (from the default margins), the frame drawn alone
+            figure.subplots_adjust(**vars(SubplotParams()))
+            figure.get_layout_engine().execute(figure)
+            figure.set_layout_engine(None)
+            shown = [artist for artist in content if artist.get_visible()]
+            for artist in shown:
+                artist.set_visible(False)
+            self._canvas.draw()
+            self._key, self._frame = key, self._canvas.copy_from_bbox(figure.bbox)
+            for artist in shown:
+                artist.set_visible(True)
+        else:
+            figure.set_layout_engine(None)
+            self._canvas.restore_region(self._frame)
+        renderer = self._canvas.get_renderer()
+        for artist in content:
+            artist.draw(renderer)
+        buffer = io.BytesIO()  # zlib's fastest level, as figure_png
+        pixels = np.asarray(self._canvas.buffer_rgba())
+        imsave(buffer, pixels, format="png", dpi=PANEL_DPI, pil_kwargs={"compress_level": 1})
+        return buffer.getvalue()
+
+
+class _TextCache(RendererAgg):
+    """An Agg renderer that keeps the pixels of every text it draws, by text, font, colour and place: a
+    panel's next state draws its unmoved texts (ticks, legend entries) as images, not glyph by glyph."""
+
+    def __init__(self, width: int, height: int, dpi: float) -> None:
+        super().__init__(width, height, dpi)
+        self._scratch = RendererAgg(width, height, dpi)
+        self._texts: dict[tuple, tuple] = {}
+
+    def draw_text(self, gc, *text, **math_text):
+        """RendererAgg's ``draw_text``: ``text`` is ``(x, y, s, prop, angle)``, ``math_text`` ``ismath``, ``mtext``."""
+        clip = gc.get_clip_rectangle()
+        if gc.get_clip_path()[0] is not None:
+            return super().draw_text(gc, *text, **math_text)
+        x, y, s, prop, angle = text
+        key = (s, hash(prop), angle, x, y, gc.get_rgb(), gc.get_alpha(), gc.get_antialiased())
+        key += (math_text.get("ismath", False), None if clip is None else tuple(clip.bounds))
+        if key not in self._texts:
+            if len(self._texts) > 1000:
+                self._texts.clear()
+            self._texts[key] = self._ink(gc, text, math_text)
+        image, left, bottom = self._texts[key]
+        if image is not None:
+            self.draw_image(gc, left, bottom, image)
+
+    def _ink(self, gc, text: tuple, math_text: dict) -> tuple:
+        """The text drawn alone: its pixels (bottom row first) and their left and bottom [px], or None."""
+        self._scratch.clear()
+        RendererAgg.draw_text(self._scratch, gc, *text, **math_text)
+        x, y, s, prop, _ = text
+        width, height, _ = self.get_text_width_height_descent(s, prop, math_text.get("ismath", False))
+        reach = int(width + height) + 4  # the text turns about (x, y): its ink lies within this distance
+        top, left = max(0, int(y) - reach), max(0, int(x) - reach)
+        pixels = np.asarray(self._scratch.buffer_rgba())[top : int(y) + reach, left : int(x) + reach]
+        rows, columns = np.flatnonzero(pixels[..., 3].any(axis=1)), np.flatnonzero(pixels[..., 3].any(axis=0))
+        if not len(rows):
+            return None, 0, 0
+        ink = pixels[rows[0] : rows[-1] + 1, columns[0] : columns[-1] + 1]
+        return ink[::-1].copy(), left + int(columns[0]), int(self.height) - top - int(rows[-1]) - 1
+
+
+class _Canvas(FigureCanvasAgg):
+    """An Agg canvas drawing with a :class:`_TextCache`, kept while the figure's size and dpi hold."""
+
+    def get_renderer(self) -> _TextCache:
+        width, height = self.get_width_height(physical=True)
+        renderer = getattr(self, "renderer", None)
+        size = (width, height, self.figure.dpi)
+        if not isinstance(renderer, _TextCache) or (renderer.width, renderer.height, renderer.dpi) != size:
+            self.renderer = _TextCache(width, height, self.figure.dpi)
+        return self.renderer
+
+
+def _frame_key(figure: Figure) -> tuple:
+    """What a chart's frame and margins depend on (axes limits and scales, axis and tick labels with their
+    colours, legend entries, title lines): equal keys, the same frame drawn at the same place.
+
+    >>> from kvplan.budget import uniform_budget
+    >>> from kvplan.charts import safe_budget_chart
+    >>> def chart(reserve_gib):  # at 13 and 18 GiB of room, with a fixed top of 20 GiB
+    ...     return safe_budget_chart(uniform_budget([13 * 2**30, 18 * 2**30], int(reserve_gib * 2**30)), top_gib=20)
+    >>> _frame_key(chart(1)) == _frame_key(chart(2))  # same axes, ticks, legend and title lines
+    True
+    """
+    axes = [
+        (
+            ax.get_xlim(),
+            ax.get_ylim(),
+            ax.get_xscale(),
+            ax.get_yscale(),
+            ax.get_xlabel(),
+            ax.get_ylabel(),
+            tuple((t.get_text(), t.get_color(), t.get_fontweight()) for t in ax.get_xticklabels()),
+            len(ax.get_legend().get_texts()) if ax.get_legend() else 0,
+            tuple(ax.get_title(loc).count("\n") for loc in ("left", "center")),
+        )
+        for ax in figure.axes
+    ]
+    return (*axes, None if figure._suptitle is None else figure._suptitle.get_text().count("\n"))
+
+
+def _content(figure: Figure) -> list:
+    """What a chart draws over its frame, in the order a full drawing draws it (by zorder, axes first)."""
+    drawn = []
+    for ax in figure.axes:
+        frame = {ax.patch, ax.xaxis, ax.yaxis, *ax.spines.values()}
+        drawn += sorted((a for a in ax.get_children() if a not in frame), key=lambda a: a.get_zorder())
+    children = [a for a in figure.get_children() if a is not figure.patch and a not in figure.axes]
+    return drawn + sorted(children, key=lambda a: a.get_zorder())

@@ -16,10 +16,10 @@ from dataclasses import replace
 
 import ipywidgets as widgets
 import pandas as pd
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 
 from kvplan.notebook.figures import (
     ChartStep,
+    LiveChart,
     figure_alt,
     figure_png,
     ledger_parts,
@@ -89,10 +89,7 @@ class WhatIfPanel:
         self.box.add_class("kvplan-panel")
         self._holding = False  # set_values: one redraw after all its changes
         self._drawn: dict[str, tuple[tuple, str, bytes | None]] = {}  # chart: (inputs, HTML, PNG) last shown
-        self._layouts: dict[str, tuple[tuple, dict[str, float]]] = {}  # chart: (layout signature, margins)
-        self._canvases: dict[
-            str, FigureCanvasAgg
-        ] = {}  # chart: its canvas, whose renderer keeps text metrics
+        self._live: dict[str, LiveChart] = {}  # chart: its figure, drawn into again at each state
         self._pngs: list[bytes] = []
         self._render_lock = threading.Lock()
         self._ticket_lock = threading.Lock()
@@ -195,30 +192,12 @@ class WhatIfPanel:
         last = self._drawn.get(step.name)
         if last is not None and last[0] == step.inputs:
             return last[1], last[2]
-        figure = step.draw()
-        png = None if sentence(figure) is not None else self._png(step.name, figure)
+        live = self._live.setdefault(step.name, LiveChart())
+        figure = step.draw(live.figure)
+        png = None if sentence(figure) is not None else live.png(figure)
         shown = _image_html(figure, png)
         self._drawn[step.name] = (step.inputs, shown, png)
         return shown, png
-
-    def _png(self, name: str, figure) -> bytes:
-        """The chart's PNG, laid out with the margins computed for it before while its layout signature
-        (:func:`_layout_signature`) is the same: the tight layout, which measures every text, runs once,
-        and drawn on the chart's one canvas, whose renderer keeps the size of every text it has drawn."""
-        canvas = self._canvases.get(name)
-        if canvas is None:
-            canvas = self._canvases[name] = FigureCanvasAgg(figure)
-        canvas.figure = figure  # each state's figure on the chart's one canvas: its renderer is reused
-        figure.set_canvas(canvas)
-        signature = _layout_signature(figure)
-        known = self._layouts.get(name)
-        if known is not None and known[0] == signature:
-            figure.set_layout_engine(None)  # no engine at all: savefig then draws once, not twice
-            figure.subplots_adjust(**known[1])
-        png = figure_png(figure)
-        margins = {key: getattr(figure.subplotpars, key) for key in ("left", "right", "bottom", "top")}
-        self._layouts[name] = (signature, {**margins, "wspace": figure.subplotpars.wspace})
-        return png
 
     def snapshot_html(self) -> str:
         """The panel at the notebook's parameters as static HTML (verdict, headline, charts with alt text)."""
@@ -270,31 +249,6 @@ def _image_html(figure, png: bytes | None = None) -> str:
         f'<img class="kvplan-chart" src="data:image/png;base64,{data}" '
         f'alt="{html.escape(figure_alt(figure))}" style="max-width:100%">'
     )
-
-
-def _layout_signature(figure) -> tuple:
-    """What a chart's margins depend on (axes limits, labels, legend entries, title lines): equal, same margins.
-
-    >>> from kvplan.budget import uniform_budget
-    >>> from kvplan.charts import safe_budget_chart
-    >>> def chart(reserve_gib):  # at 13 and 18 GiB of room, with a fixed top of 20 GiB
-    ...     return safe_budget_chart(uniform_budget([13 * 2**30, 18 * 2**30], int(reserve_gib * 2**30)), top_gib=20)
-    >>> _layout_signature(chart(1)) == _layout_signature(chart(2))  # same axes, legend and title lines
-    True
-    """
-    axes = [
-        (
-            ax.get_xlim(),
-            ax.get_ylim(),
-            ax.get_xlabel(),
-            ax.get_ylabel(),
-            tuple(text.get_text() for text in ax.get_xticklabels()),
-            len(ax.get_legend().get_texts()) if ax.get_legend() else 0,
-            tuple(ax.get_title(loc).count("\n") for loc in ("left", "center")),
-        )
-        for ax in figure.axes
-    ]
-    return (*axes, None if figure._suptitle is None else figure._suptitle.get_text().count("\n"))
 
 
 def _tables_html(outcome: Outcome) -> str:
