@@ -189,15 +189,14 @@ class _LogRows:
     def close(self, boot: Boot, source: str) -> None:
         """Resolve one finished boot into rows."""
         streaming = self.rows_to is not None
-        rows, provenance, warnings, info = resolve_boot(
-            boot, source, self.room_rule, provenance=not streaming
-        )
-        self.rows.extend(rows)
+        resolved = resolve_boot(boot, source, self.room_rule, provenance=not streaming)
+        self.rows.extend(resolved.rows)
         if len(self.rows) >= FRAME_ROWS:
             self._flush()
         if not streaming:
-            self.provenance.extend(provenance, ordered=True)
-        self.warnings.extend(warnings)
+            self.provenance.extend(resolved.provenance, ordered=True)
+        self.warnings.extend(resolved.warnings)
+        info = resolved.info
         key = info["compatibility_key"]
         with contextlib.suppress(TypeError):  # a value that cannot be hashed: this boot keeps its own
             info["compatibility_key"] = self.keys.setdefault(tuple(key.items()), key)
