@@ -1,10 +1,9 @@
-"""The scan's one specification: a line is a candidate when it holds an anchor and a signature pair.
+"""The scan's one specification: a line is a candidate when it holds an anchor.
 
 :func:`kvplan.io.vllm.scan.iter_candidate_lines` is a sealed engine (``docs/architecture.md``): it gives
 ``(line number from 1, byte offset, raw bytes)`` of every line that holds one of
-:data:`~kvplan.io.vllm.scan.ANCHORS` and one of :data:`~kvplan.io.vllm.scan.ANCHOR_PAIRS` (an anchor
-holding a pair brings its own), whatever the block size it reads. The reference below applies that rule
-line by line; the engine must give exactly its lines.
+:data:`~kvplan.io.vllm.scan.ANCHORS`, once, whatever the block size it reads. The reference below applies
+that rule line by line; the engine must give exactly its lines.
 """
 
 import io
@@ -21,10 +20,10 @@ SAMPLE_PATHS = sorted(DATA_DIR.glob("**/*.log")) + sorted(
 
 
 def reference_candidates(data):
-    """The rule, line by line: ``(number, offset, line)`` of each line holding an anchor and a pair."""
+    """The rule, line by line: ``(number, offset, line)`` of each line holding an anchor."""
     found, offset = [], 0
     for number, line in enumerate(data.split(b"\n"), start=1):
-        if any(anchor in line for anchor in scan.ANCHORS) and any(pair in line for pair in scan.ANCHOR_PAIRS):
+        if any(anchor in line for anchor in scan.ANCHORS):
             found.append((number, offset, line))
         offset += len(line) + 1
     return found
@@ -34,11 +33,13 @@ def candidates(data, chunk_bytes=None):
     return list(scan.iter_candidate_lines(io.BytesIO(data), chunk_bytes=chunk_bytes))
 
 
-def test_a_line_needs_an_anchor_and_a_signature_pair():
-    # "failed to start" holds no signature pair: "EngineCore" brings "eC", a line without one is not
-    # read; an anchor cut by a newline is in no line
-    data = b"EngineCore failed to start.\nSomething failed to start.\nAvailable KV cache me\nmory\n"
-    assert candidates(data) == [(1, 0, b"EngineCore failed to start.")]
+def test_a_line_holding_anchors_is_read_once():
+    # a line holding three anchors is one candidate; an anchor cut by a newline is in no line
+    data = b"EngineCore failed to start.\nError: Available KV cache memory\nAvailable KV cache me\nmory\n"
+    assert candidates(data) == [
+        (1, 0, b"EngineCore failed to start."),
+        (2, 28, b"Error: Available KV cache memory"),
+    ]
     assert candidates(data) == reference_candidates(data)
 
 

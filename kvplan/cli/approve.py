@@ -1,8 +1,5 @@
 """The bundle's commands: ``kvplan approve`` (write one), ``kvplan verify`` (re-check one) and ``kvplan export``
-(an approved launch as a deployment reads it).
-
-The decision is :func:`kvplan.plan.decide`'s, the bundle :mod:`kvplan.evidence`'s, the formats
-:data:`kvplan.export.EXPORTERS`' and vLLM's startup plan files; this module parses, calls them and writes.
+(an approved launch as a deployment reads it, :data:`kvplan.export.EXPORTERS`, or vLLM's startup plan files).
 """
 
 from __future__ import annotations
@@ -104,9 +101,7 @@ def run_approve(args: argparse.Namespace) -> int:
 
     try:
         bundle, written = evidence.approve_bundle(_request(args))
-    except (
-        evidence.CheckFailedError
-    ) as failed:  # issue 24: a failed check is a verdict (exit 1), not bad input
+    except evidence.CheckFailedError as failed:  # issue 24: a failed check is a verdict (exit 1)
         return _not_approved(failed)
     # the record as budget.json reads back, without its ledger rows (not shown here: most of its bytes)
     record = json.loads(json.dumps({key: value for key, value in written.items() if key != "ledger"}))
@@ -198,8 +193,7 @@ def _approve_warnings(args: argparse.Namespace, record: dict) -> list[str]:
 
 
 def _own_gate(record: dict) -> list[str]:
-    """Issue 24 (review): the warning when the approval's ``--guard``, recorded as the gate's default, fails the
-    approved boots themselves at ``kvplan gate`` (:func:`kvplan.checks.gate.check_own_gate`), with what to run."""
+    """Issue 24: the warning when the approval's ``--guard`` fails the approved boots at the gate."""
     import pandas as pd
 
     from kvplan.checks.gate import check_own_gate
@@ -210,9 +204,7 @@ def _own_gate(record: dict) -> list[str]:
 
 
 def _not_approved(failed) -> int:
-    """Print each failed check with its evidence and the next step (stdout), the refusal (stderr): exit 1."""
-    import sys
-
+    """Print each failed check with its evidence (stdout), the refusal (stderr): exit 1."""
     from kvplan.checks import format_check
 
     for check in failed.checks:
@@ -249,9 +241,7 @@ def run_verify(args: argparse.Namespace) -> int:
     """Print whether the bundle's hashes and recomputed decision agree; exit 1 with the differences."""
     from kvplan import evidence
 
-    if (
-        args.more_bundles
-    ):  # `kvplan verify evidence/*/` (issue 25): say so rather than "unrecognized arguments"
+    if args.more_bundles:  # `kvplan verify evidence/*/` (issue 25): not "unrecognized arguments"
         given = [args.bundle, *args.more_bundles]
         raise CliError(
             f"verify takes one bundle, {len(given)} were given ({', '.join(map(terminal_text, given))}): "

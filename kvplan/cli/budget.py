@@ -1,7 +1,4 @@
-"""``kvplan budget``: the uniform ``--kv-cache-memory-bytes`` of vLLM logs (or per-rank room) and a reserve.
-
-The decision is :func:`kvplan.plan.decide`'s; this module parses, calls it and formats the answer.
-"""
+"""``kvplan budget``: the uniform ``--kv-cache-memory-bytes`` of vLLM logs (or per-rank room) and a reserve."""
 
 from __future__ import annotations
 
@@ -151,7 +148,7 @@ def _budget_json(decision, warnings: list[str]) -> dict:
 
 
 def _print_budget(decision) -> None:
-    """The readable answer: the value, its capacity, rounding, flag, stranded capacity and the ranks."""
+    """The readable answer: the value, capacity, rounding, flags, stranded capacity and the ranks."""
     budget, verdict = decision.budget, decision.cross_check_verdict
     print(
         f"uniform budget  {format_budget(budget.uniform_budget_bytes)} per GPU "

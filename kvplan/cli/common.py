@@ -1,8 +1,5 @@
-"""What every command shares: exit statuses, ``--help`` pages, argument types and groups, and output.
-
-Sizes become ``int`` bytes at the edge (:func:`size`); bad input is one ``error:`` line and exit 2. A
-command prints one JSON object with ``--json`` (:func:`print_json`) or a table (:func:`format_table`), the
-readers' warnings as its ``warning:`` lines, text from files with control characters escaped.
+"""What every command shares: exit statuses, ``--help`` pages, argument types and groups, and output (one
+JSON object with ``--json``, else a table; the readers' warnings as ``warning:`` lines; file text escaped).
 
 >>> size_list("13GiB,14GiB") == [13 * 2**30, 14 * 2**30]
 True
@@ -31,7 +28,6 @@ class CliError(ValueError):
 
 # --- help pages -------------------------------------------------------------------------------
 
-#: The line above a help page's example commands.
 EXAMPLES_HEADING = "For example:"
 
 
@@ -41,7 +37,7 @@ def examples(commands: Sequence[str]) -> str:
 
 
 class ExampleFormatter(argparse.HelpFormatter):
-    """argparse's formatter, except that the examples epilog (:func:`examples`) is printed as written."""
+    """argparse's formatter that prints the examples epilog (:func:`examples`) as written."""
 
     def _fill_text(self, text: str, width: int, indent: str) -> str:
         if text.startswith(EXAMPLES_HEADING):
@@ -50,8 +46,7 @@ class ExampleFormatter(argparse.HelpFormatter):
 
 
 def describe(parser: argparse.ArgumentParser, page: str) -> argparse.ArgumentParser:
-    """Give a command's ``parser`` its help ``page``: the description (prose, re-wrapped), then
-    :data:`EXAMPLES_HEADING` and one command per indented line (kept whole); returns ``parser``.
+    """``parser`` with its help ``page``: prose (re-wrapped), then :data:`EXAMPLES_HEADING` and commands.
 
     >>> page = "The sum of A\\nand B.\\n\\nFor example:\\n  kvplan add 1 2\\n"
     >>> added = describe(argparse.ArgumentParser(prog="kvplan add"), page)
@@ -79,8 +74,7 @@ def size(text: str) -> int:
 
 
 def _bounded(value: T, text: str) -> T:
-    """``value`` when within :data:`MAX_DEVICE_BYTES` either side of zero, else argparse's refusal (issue 25:
-    a 10^23 --max-model-len reached the JSON writer as a traceback)."""
+    """``value`` within :data:`MAX_DEVICE_BYTES` either side of zero, else argparse's refusal (issue 25)."""
     if not abs(value) <= MAX_DEVICE_BYTES:  # NaN too
         raise argparse.ArgumentTypeError(
             f"{text!r} is out of range: expected at most {MAX_DEVICE_BYTES:,} (2^44, 16 TiB in bytes: more "
@@ -157,17 +151,17 @@ def _whole_number_from_one(text: str, refusal: str) -> int:
 
 
 def whole_number(text: str) -> int:
-    """A whole number within :data:`MAX_DEVICE_BYTES` either side of zero."""
+    """A whole number within :data:`MAX_DEVICE_BYTES`."""
     return _number(text, int, "a whole number")
 
 
 def real_number(text: str) -> float:
-    """A finite number within :data:`MAX_DEVICE_BYTES` either side of zero."""
+    """A finite number within :data:`MAX_DEVICE_BYTES`."""
     return _number(text, float, "a number")
 
 
 def _number(text: str, convert: Callable[[str], T], what: str) -> T:
-    """``convert(text)`` within bounds (:func:`_bounded`), or argparse's refusal ``not {what}: 'text'``."""
+    """``convert(text)`` within bounds (:func:`_bounded`), or ``not {what}: 'text'``."""
     try:
         value = convert(text)
     except ValueError:
@@ -267,8 +261,7 @@ def layout_options(args: argparse.Namespace) -> dict:
 
 
 def add_load_arguments(parser: argparse.ArgumentParser, files: str) -> None:
-    """``--load FILE ...`` (``files`` says whose) and how approve and gate judge them: --max-preemptions,
-    --max-capacity-loss and --year."""
+    """``--load FILE ...`` (``files`` says whose), --max-preemptions, --max-capacity-loss and --year."""
     parser.add_argument("--load", nargs="+", default=[], metavar="LOG_OR_METRICS", help=files)
     parser.add_argument(
         "--max-preemptions",
@@ -290,8 +283,7 @@ def add_load_arguments(parser: argparse.ArgumentParser, files: str) -> None:
 
 
 def load_policy(args: argparse.Namespace):
-    """The :class:`kvplan.plan.LoadPolicy` of --max-preemptions, --max-capacity-loss and --year; None
-    without --load."""
+    """The :class:`kvplan.plan.LoadPolicy` of the --load options; None without --load."""
     given = [args.max_preemptions, args.max_capacity_loss, args.year]
     if not args.load and getattr(args, "start", None) is None:  # --prometheus --start: load evidence too
         if any(value is not None for value in given):
@@ -305,8 +297,7 @@ def load_policy(args: argparse.Namespace):
 
 # --- output -----------------------------------------------------------------------------------
 
-#: Warnings of the readers and the ledger that a command reports as its own ``warning:`` lines / JSON,
-#: named (module and class) so that catching them imports neither the readers nor pandas.
+#: The warnings a command reports as its own, named so that catching them imports neither readers nor pandas.
 REPORTED_WARNINGS = ("kvplan.ledger.LedgerWarning", "kvplan.io.nvidia_smi.NvidiaSmiWarning")
 
 
@@ -321,12 +312,12 @@ class _NamedWarnings(type):
 
 
 class ReportedWarning(Warning, metaclass=_NamedWarnings):
-    """The category of every :data:`REPORTED_WARNINGS` class, for ``warnings`` filters and ``issubclass``."""
+    """The category of every :data:`REPORTED_WARNINGS` class."""
 
 
 @contextmanager
 def reader_warnings_into(notes: list[str]) -> Iterator[None]:
-    """Collect the :data:`REPORTED_WARNINGS` raised inside into ``notes`` (each once), not Python's print.
+    """Collect the :data:`REPORTED_WARNINGS` raised inside into ``notes`` (each once).
 
     >>> import warnings
     >>> from kvplan.ledger import LedgerWarning
@@ -350,8 +341,7 @@ def reader_warnings_into(notes: list[str]) -> Iterator[None]:
 
 
 def print_warnings(warnings: Sequence[str]) -> None:
-    """Print each warning kind of each file once (:func:`kvplan.notes.aggregate_notes`) as one
-    ``warning: …`` line each."""
+    """Print each warning kind of each file once (:func:`kvplan.notes.aggregate_notes`) as ``warning: …``."""
     from kvplan.notes import aggregate_notes
 
     for warning in aggregate_notes(warnings):
@@ -359,7 +349,7 @@ def print_warnings(warnings: Sequence[str]) -> None:
 
 
 def print_error(message: object) -> None:
-    """Print ``message`` as one ``error: …`` line on stderr, its control characters escaped."""
+    """Print ``message`` as one ``error: …`` line on stderr, escaped."""
     print(f"error: {terminal_text(message)}", file=sys.stderr)
 
 
@@ -383,8 +373,7 @@ def unwritable_json(exc: Exception) -> str:
 
 
 def print_json(data: dict) -> int:
-    """Print ``data`` as indented JSON (orjson's; a NaN or ±Inf, which JSON cannot hold, prints as null);
-    returns ``EXIT_OK``."""
+    """Print ``data`` as indented JSON (NaN and ±Inf as null); returns ``EXIT_OK``."""
     options = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
     try:
         text = orjson.dumps(data, option=options | orjson.OPT_APPEND_NEWLINE)

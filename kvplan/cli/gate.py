@@ -1,7 +1,5 @@
-"""``kvplan gate``: a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge).
-
-The checks are :func:`kvplan.checks.gate.gate_checks`' and :func:`kvplan.plan.gate_load`'s, the verdict
-:func:`kvplan.checks.gate_verdict`'s; this module parses, calls them and formats the answer.
+"""``kvplan gate``: a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge), by
+:func:`kvplan.checks.gate.gate_checks`, :func:`kvplan.plan.gate_load` and :func:`kvplan.checks.gate_verdict`.
 """
 
 from __future__ import annotations
@@ -77,10 +75,8 @@ def add_gate(parser: argparse.ArgumentParser) -> None:
 
 
 def _startup_plan_check(args: argparse.Namespace, verified, approved, ledger, checks):
-    """Issue 24: a canary that ran vLLM's startup plan applied the approved plan on every rank
-    (:func:`kvplan.checks.canary.check_startup_plan`); the plan files are ``--startup-plan``'s, else the
-    approved boot's plan without drift. Not judged when the canary is no evidence of the approved launch; None
-    when the canary logged no startup-plan line."""
+    """Issue 24: whether a canary that ran vLLM's startup plan applied the approved plan (``--startup-plan``'s
+    files, else the approved plan without drift) on every rank; None when it ran no plan."""
     import json
     from pathlib import Path
 
@@ -111,7 +107,7 @@ def _startup_plan_check(args: argparse.Namespace, verified, approved, ledger, ch
 
 
 def _ran_a_plan(check):
-    """The manual-value check of a canary that ran the startup plan: not applicable (the plan's check judges)."""
+    """The manual-value check of a canary that ran the startup plan: not applicable."""
     from kvplan.checks import Check
     from kvplan.checks.canary import PLAN_CHECK, VALUE_CHECK
 

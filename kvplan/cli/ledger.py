@@ -142,8 +142,7 @@ def run_ledger(args: argparse.Namespace) -> int:
 
 
 def ledger_text(ledger, wide: bool = False) -> str:
-    """The readable ledger: :data:`LEDGER_TABLE` with short file names, or (``wide``) every column with a
-    value under its glossary name."""
+    """The readable ledger: :data:`LEDGER_TABLE`, or (``wide``) every column with a value, by glossary name."""
     records = ledger.to_dict(orient="records")
     if wide:
         columns = {column: column for column in ledger.columns if ledger[column].notna().any()}
@@ -181,8 +180,7 @@ def rooms_text(rooms: list[dict], wide: bool = False) -> str:
 
 
 def short_names(sources, width: int = FILE_WIDTH) -> dict[str, str]:
-    """Each source path shown by as few trailing parts as tell the sources apart, its end kept within
-    ``width`` characters (``…`` marks a cut).
+    """Each source path by as few trailing parts as tell them apart, its last ``width`` characters (``…``).
 
     >>> short_names(["data/a/boot.log", "data/b/boot.log", "data/b/restart.log"])
     {'data/a/boot.log': 'a/boot.log', 'data/b/boot.log': 'b/boot.log', 'data/b/restart.log': 'restart.log'}
@@ -204,9 +202,8 @@ def short_names(sources, width: int = FILE_WIDTH) -> dict[str, str]:
 
 
 def _print_csv(logs: list[str]) -> int:
-    """``kvplan ledger --csv`` without a frame: each batch of rows becomes CSV text as it is read
-    (:mod:`kvplan.io.ledger_frame`); the text is printed once the logs are read, after the
-    warnings, so that a refused log prints none of it."""
+    """``kvplan ledger --csv`` without a frame, each batch of rows as CSV text; printed after the warnings
+    once every log is read, so that a refused log prints none of it."""
     import pandas as pd
 
     from kvplan import plan
@@ -224,8 +221,7 @@ def _print_csv(logs: list[str]) -> int:
 
 
 def _reason(row: dict) -> str:
-    """Why a row is not ``ok``, in a few words for the table (issue 26: ``incomplete`` alone said nothing):
-    ``-`` for an ok row; ``--json``'s ``error`` holds the whole text.
+    """Why a row is not ``ok``, in a few words (issue 26); ``-`` for an ok row.
 
     >>> _reason({"outcome": "incomplete", "error": "the log stops before the KV cache was sized (last line read: 40)"})
     'cut before KV sizing'

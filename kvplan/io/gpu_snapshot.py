@@ -1,24 +1,9 @@
-"""One GPU snapshot: an ``nvidia-smi`` CSV (:func:`read_nvidia_smi_csv`) or a DCGM exporter scrape
-(:func:`read_dcgm_scrape`), both as int bytes in one frame; :func:`read_gpu_snapshot` reads either kind.
+"""One GPU snapshot as int bytes: an ``nvidia-smi`` CSV or a DCGM exporter scrape (:func:`read_gpu_snapshot`).
 
-nvidia-smi's two queries are read with or without header and units, the kind told by the header or the number
-of fields::
-
-    nvidia-smi --query-gpu=index,uuid,name,driver_version,memory.total,memory.used,memory.free --format=csv
-    nvidia-smi --query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv
-
-MiB become ``int`` bytes; ``[N/A]`` and ``[Not Supported]`` become ``<NA>``, never 0. Memory nvidia-smi cannot
-print (negative, free or used above the total, used + free above it) is refused with the file and line.
-
-A DCGM scrape (saved, or Prometheus' DCGM series at a time, :func:`dcgm_scrapes_at`) gives the ``--query-gpu``
-frame, one GPU per ``UUID``, labelled ``gpu``, ``modelName``, ``Hostname`` and the driver where labelled::
-
-    DCGM_FI_DEV_FB_FREE{gpu="2",UUID="GPU-2e7b…",modelName="NVIDIA H100 80GB HBM3",Hostname="node-a"} 2314
-
-Free and used are ``DCGM_FI_DEV_FB_FREE``/``_USED`` [MiB]; the total ``_TOTAL``, else free + used + ``_RESERVED``.
-A value DCGM cannot report (NaN, ±Inf, negative, above 1 PiB; free, used or free + used above the total) is refused
-with the file and line.
-DCGM tells no per-process memory: other processes' memory stays unknown.
+nvidia-smi's ``--query-gpu=index,uuid,name,driver_version,memory.total,memory.used,memory.free`` and
+``--query-compute-apps=gpu_uuid,pid,process_name,used_memory`` are read with or without header and units; ``[N/A]``
+is ``<NA>``, never 0. A DCGM scrape (``DCGM_FI_DEV_FB_FREE``/``_USED``/``_TOTAL``/``_RESERVED`` [MiB] per ``UUID``)
+gives the ``--query-gpu`` frame. Memory neither can report (free or used above the total) is refused.
 """
 
 from __future__ import annotations
@@ -73,9 +58,8 @@ class NvidiaSmiError(ValueError):
 def read_nvidia_smi_csv(
     path_or_text: str | Path, kind: str | None = None
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """A ``--query-gpu`` or ``--query-compute-apps`` snapshot (a path, or the CSV text) as :data:`GPU_COLUMNS`
-    or :data:`APP_COLUMNS` plus ``source`` and ``line``; ``kind`` ("gpus", "apps") detected unless given (an
-    empty header-less process snapshot needs it); the metadata's ``kind`` tells which.
+    """A snapshot (a path, or the CSV text) as :data:`GPU_COLUMNS` or :data:`APP_COLUMNS` plus ``source`` and
+    ``line``; ``kind`` ("gpus", "apps") detected unless given.
 
     >>> apps, metadata = read_nvidia_smi_csv("GPU-0a1b, 4242, python3, 1024 MiB")
     >>> metadata.kind, int(apps.loc[0, "pid"]), int(apps.loc[0, "used_memory_bytes"])
@@ -121,7 +105,7 @@ def _split(line: str) -> list[str]:
 
 
 def _parse_header(line: str) -> list[str] | None:
-    """Header names with units stripped, or None when the line is data (its first field is not a name)."""
+    """Header names with units stripped, or None when the line is data."""
     names = [part.split("[")[0].strip().lower() for part in _split(line)]
     known = set(NVIDIA_SMI_HEADERS["gpus"]) | set(NVIDIA_SMI_HEADERS["apps"])
     return names if names and names[0] in known else None
@@ -212,7 +196,7 @@ MEMORY_ROUNDING_BYTES = 2 * MiB
 
 
 def _check_gpu_memory(record: dict, source: str, number: int) -> None:
-    """Refuse a ``--query-gpu`` row whose free or used memory nvidia-smi cannot print with that total."""
+    """Refuse a row whose free or used memory nvidia-smi cannot print with that total."""
     total, used, free = (record.get(f"memory_{name}_bytes", pd.NA) for name in ("total", "used", "free"))
     if pd.isna(total):
         return
@@ -242,7 +226,7 @@ _FB_LINE = re.compile(r"^\s*DCGM_FI_DEV_FB_(?:FREE|USED|TOTAL|RESERVED)\b")
 
 
 def is_dcgm_file(path: str | Path) -> bool:
-    """Whether ``path`` holds a DCGM scrape (a ``DCGM_FI_DEV_FB_*`` sample in its first 200 lines)."""
+    """Whether ``path`` holds a ``DCGM_FI_DEV_FB_*`` sample in its first 200 lines."""
     with open(path, encoding="utf-8", errors="replace") as lines:
         return any(_FB_LINE.match(line) for _, line in zip(range(200), lines))
 
@@ -262,7 +246,7 @@ MAX_FB_MIB = 1 << 30
 
 
 def _fb_mib(sample, source: str, number: int) -> float:
-    """A framebuffer sample's MiB: finite, from 0 to :data:`MAX_FB_MIB` (issue 28: NaN, ±Inf, negative refused)."""
+    """A framebuffer sample's MiB, from 0 to :data:`MAX_FB_MIB` (issue 28)."""
     value = float(sample.value)
     if not (math.isfinite(value) and 0 <= value <= MAX_FB_MIB):
         raise NvidiaSmiError(
@@ -273,9 +257,7 @@ def _fb_mib(sample, source: str, number: int) -> float:
 
 
 def _check_dcgm_memory(source: str, uuid: str, gpu: dict, total: float) -> None:
-    """Refuse a GPU whose free or used memory exceeds its total, or free + used does (issue 28): DCGM's
-    ``FB_TOTAL`` is ``FB_FREE + FB_USED + FB_RESERVED`` (older DCGM: ``FB_USED`` includes the reserved), so
-    free + used ≤ total either way, up to the whole-MiB rounding nvidia-smi's figures have too."""
+    """Refuse a GPU whose free, used, or free + used exceeds its total (``FREE + USED + RESERVED``, issue 28)."""
     mib, lines = gpu["mib"], gpu["lines"]
     for field in ("free", "used"):
         if mib[field] > total:
@@ -291,7 +273,7 @@ def _check_dcgm_memory(source: str, uuid: str, gpu: dict, total: float) -> None:
 
 
 def _gpus(path: str | Path, hostname: str | None) -> dict[str, dict]:
-    """Per GPU UUID: its labels, the MiB of each field with its line, and the line of its first sample."""
+    """Per GPU UUID: its labels, each field's MiB and line, and its first line."""
     source, hosts = str(path), set()
     gpus: dict[str, dict] = {}
     with open(path, encoding="utf-8", errors="replace") as lines:
@@ -348,14 +330,12 @@ def read_dcgm_scrape(path: str | Path, hostname: str | None = None) -> tuple[pd.
 
 
 def read_gpu_snapshot(path: str | Path) -> tuple[pd.DataFrame, ReadMetadata]:
-    """An nvidia-smi CSV snapshot or a DCGM scrape, as :func:`~kvplan.io.gpu_snapshot.read_nvidia_smi_csv`
-    reads the CSV: one reader for every GPU snapshot."""
+    """An nvidia-smi CSV snapshot or a DCGM scrape: one reader for every GPU snapshot."""
     return read_dcgm_scrape(path) if is_dcgm_file(path) else read_nvidia_smi_csv(path)
 
 
 def dcgm_scrapes_at(url: str, at: float) -> dict[str, str]:
-    """Per DCGM ``Hostname``: the framebuffer samples Prometheus at ``url`` holds at ``at`` [Unix s], as an
-    exporter scrape's text (every label kept, each sample with its time), which :func:`read_dcgm_scrape` reads."""
+    """Per ``Hostname``: Prometheus' DCGM framebuffer samples at ``at`` [Unix s] as an exporter scrape's text."""
     from kvplan.io.load import Sample  # the Prometheus readers only when Prometheus is asked
     from kvplan.io.prometheus.api import instant_series
     from kvplan.io.prometheus.vllm import sample_line
@@ -370,9 +350,8 @@ def dcgm_scrapes_at(url: str, at: float) -> dict[str, str]:
 
 
 def save_dcgm_at(url: str, at: float, path: str | Path, hostname: str | None = None) -> Path | None:
-    """One host's DCGM series in Prometheus at ``at`` [Unix s] written to ``path`` (atomically) as an exporter
-    scrape, a GPU snapshot every reader takes; None when Prometheus holds none (of ``hostname``). Series of
-    several hosts need ``hostname``."""
+    """One host's DCGM series at ``at`` [Unix s] written to ``path`` (atomically) as an exporter scrape; None
+    when Prometheus holds none."""
     scrapes = dcgm_scrapes_at(url, at)
     if hostname is not None:
         scrapes = {host: text for host, text in scrapes.items() if host == hostname}

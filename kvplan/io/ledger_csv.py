@@ -1,13 +1,8 @@
-"""Read a ledger CSV: what ``kvplan ledger --csv`` writes, or a planner's hand-made table of rooms.
+"""Read a ledger CSV (what ``kvplan ledger --csv`` writes, or a hand-made table of rooms) as the log reader reads.
 
-Returns ``(ledger, metadata)`` as :func:`kvplan.io.vllm.read_vllm_log` does, so the CSV ``kvplan ledger --csv``
-writes reads back to the same ledger. Any subset of the glossary's columns (:data:`~kvplan.columns.LEDGER_COLUMNS`;
-an unknown one is refused with the closest names), ``rank`` in every row; ``*_bytes`` cells are integers or sizes
-(``18.8GiB``); ``source`` defaults to the CSV and ``boot`` to 0. A room stated without ``room_source`` is
-``manual``; without a ``room_bytes`` column the Room rule (``room_rule``) computes it from the parts, as the log
-reader does. A row without ``outcome`` is ``ok`` with a room, else ``incomplete``, with a warning. Every value
-keeps its provenance (CSV file, line, line text); ``metadata.lines`` holds CSV lines only for rows whose
-``source`` is the CSV itself.
+Any subset of the glossary's columns, ``rank`` in every row; ``*_bytes`` cells are integers or sizes (``18.8GiB``).
+A room without ``room_source`` is ``manual``; without a ``room_bytes`` column the Room rule computes it. A row
+without ``outcome`` is ``ok`` with a room, else ``incomplete``, with a warning.
 """
 
 from __future__ import annotations
@@ -58,7 +53,7 @@ class LedgerCsvError(ValueError):
 def read_ledger_csv(
     path: str | os.PathLike, source: str | None = None, room_rule: RoomRule | None = None
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """The ledger of one ledger CSV and its metadata; ``source`` names the file (default: ``path``).
+    """The ledger of one ledger CSV and its metadata; ``source`` names the file.
 
     >>> import tempfile
     >>> path = Path(tempfile.mkdtemp()) / "rooms.csv"
@@ -98,7 +93,7 @@ def read_ledger_csv(
 
 
 def _records(physical: list[str], name: str) -> list[tuple[int, list[str], str]]:
-    """``(first line, cells, raw text)`` of every non-blank CSV record (a quoted cell may span lines)."""
+    """``(first line, cells, raw text)`` of every non-blank CSV record."""
     reader = csv.reader(physical, skipinitialspace=True)
     records, previous = [], 0
     try:
@@ -113,7 +108,6 @@ def _records(physical: list[str], name: str) -> list[tuple[int, list[str], str]]
 
 
 def _header(cells: list[str], line: int, name: str) -> list[str]:
-    """The header's column names, checked against the glossary."""
     columns = [cell.strip() for cell in cells]
     fields = {column.split("[")[0].strip().lower() for column in columns}
     uuids = any(column.upper().startswith(("GPU-", "MIG-")) for column in columns[:2])  # no header
@@ -143,7 +137,7 @@ def _header(cells: list[str], line: int, name: str) -> list[str]:
 
 
 class _Rows:
-    """Turns CSV records into ledger rows, provenance, evidence lines and warnings."""
+    """CSV records into ledger rows, provenance, evidence lines and warnings."""
 
     def __init__(self, name: str, columns: list[str], room_rule: RoomRule | None = None) -> None:
         self.name, self.columns, self.room_rule = name, columns, room_rule
@@ -215,7 +209,7 @@ class _Rows:
         self.rows.append(values)
 
     def _computed_room(self, values: dict, line: int, raw: str, read: list[str], rule: RoomRule) -> None:
-        """Room from the row's parts, as the log reader computes it (no ``room_bytes`` column)."""
+        """Room from the row's parts, as the log reader computes it."""
         version = version_tuple(values.get("vllm_version"))
         flags = {
             "estimate_applied": version is not None and version >= (0, 20),
@@ -296,13 +290,13 @@ def _rank(row: dict) -> int:
 
 
 def _shared(rows: list[dict], column: str) -> object:
-    """The value every row of a boot gives ``column`` (NA when none does or when they differ)."""
+    """The value every row of a boot gives ``column`` (else NA)."""
     values = {row[column] for row in rows if column in row}
     return values.pop() if len(values) == 1 else pd.NA
 
 
 def _value(column: str, cell: str, name: str, line: int) -> object:
-    """One cell as the glossary types it; :class:`LedgerCsvError` naming file, line and column."""
+    """One cell as the glossary types it."""
     text = cell.strip()
     where = f"{name}:{line}: column {column!r}"
     if column in BYTES_COLUMNS:

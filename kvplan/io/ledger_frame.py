@@ -1,16 +1,5 @@
-"""Ledger rows: their physical bounds, the ledger frame, and the ledger CSV text.
-
-Both readers (vLLM logs, ledger CSVs) check each row against what a GPU can show (:func:`check_row`: a 900 GB
-room on an 80 GB card, a negative free memory, ``tensor_parallel_size=0`` are refused with file and line, issue
-11) and build their frame here (:func:`ledger_frame`: the glossary's columns, order and nullable dtypes), so a
-ledger reads back alike from either. ``kvplan ledger --csv`` writes rows straight to CSV text
-(:func:`ledger_csv_text`), byte for byte as pandas writes their frame; a text cell a spreadsheet would run as a
-formula gets a leading ``'`` (:func:`kvplan.escape.csv_cell`).
-
->>> rows = [{"rank": 0, "model": "m, 8B", "gpu_memory_utilization": 0.9, "enforce_eager": True}]
->>> ledger_csv_text(rows) == ledger_frame_csv(ledger_frame(rows))
-True
-"""
+"""Ledger rows: their physical bounds (:func:`check_row`, issue 11), the ledger frame (:func:`ledger_frame`)
+both readers build, and the ledger CSV text, byte for byte as pandas writes the frame."""
 
 from __future__ import annotations
 
@@ -59,8 +48,7 @@ class ImpossibleValue(ValueError):
 
 
 def possible_parallel_size(value: object) -> bool:
-    """Whether ``value`` can be a parallel size: a count from 1 to :data:`MAX_PARALLEL_SIZE` (a value that is
-    not a whole number is not judged here)."""
+    """Whether ``value`` can be a parallel size (a whole number from 1 to :data:`MAX_PARALLEL_SIZE`)."""
     return not isinstance(value, int) or 1 <= value <= MAX_PARALLEL_SIZE
 
 
@@ -74,14 +62,8 @@ def check_parallel_size(column: str, value: object, source: str, line: object) -
 
 
 def check_value(column: str, value: object, source: str, line: object) -> None:
-    """Refuse a value no vLLM line can show (issue 25): a whole number (bytes, tokens, blocks) beyond
-    :data:`MAX_DEVICE_BYTES` either side of zero, a pid beyond :data:`MAX_PID`, a gpu_memory_utilization
-    that is not a number in (0, 1].
-
-    >>> check_value("gpu_memory_utilization", float("inf"), "a.log", 2)
-    Traceback (most recent call last):
-    kvplan.io.ledger_frame.ImpossibleValue: a.log:2: gpu_memory_utilization=inf is impossible: expected a finite number in (0, 1]
-    """
+    """Refuse a value no vLLM line can show (issue 25): a whole number beyond :data:`MAX_DEVICE_BYTES` either
+    side of zero, a pid beyond :data:`MAX_PID`, a gpu_memory_utilization outside (0, 1]."""
     if type(value) is int:
         bound = MAX_PID if column == "pid" else MAX_DEVICE_BYTES
         if abs(value) > bound:
@@ -148,7 +130,7 @@ def missing(value: object) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and value != value)
 
 
-#: A row with every ledger column unknown: a reader that starts its rows from it has them gathered faster.
+#: A row with every ledger column unknown (rows started from it are gathered in one C pass).
 EMPTY_ROW: dict = dict.fromkeys(LEDGER_COLUMNS)
 _EVERY_COLUMN = itemgetter(*LEDGER_COLUMNS)
 
@@ -170,18 +152,12 @@ MISSING_TYPES = frozenset({type(None), type(pd.NA)})
 
 
 def ledger_frame(rows: list[dict]) -> pd.DataFrame:
-    """Rows → ledger with the glossary's columns, order and nullable dtypes (a column a row lacks is
-    ``NA``).
-
-    >>> frame = ledger_frame([{"rank": 0, "room_bytes": 12, "outcome": "ok"}])
-    >>> frame.loc[0, "room_bytes"], str(frame["room_bytes"].dtype), frame["model"].isna().all()
-    (np.int64(12), 'Int64', np.True_)
-    """
+    """Rows → ledger with the glossary's columns, order and nullable dtypes (a column a row lacks: ``NA``)."""
     return pd.DataFrame(ledger_columns(rows), columns=LEDGER_COLUMNS, copy=False)
 
 
 def ledger_columns(rows: list[dict]) -> dict[str, ExtensionArray]:
-    """Rows → ``column → array`` of :func:`ledger_frame` (the frame's parts, to be joined as they are)."""
+    """Rows → ``column → array`` of :func:`ledger_frame`."""
     table = ledger_table(rows)
     cells = zip(*table) if table else [()] * len(LEDGER_COLUMNS)
     return {
@@ -198,8 +174,7 @@ def ledger_table(rows: list[dict]) -> list[tuple]:
 
 
 def column_array(cells: Sequence, dtype: str) -> ExtensionArray:
-    """One column's cells → its array of ``dtype`` (``Int64``, ``Float64``, ``boolean`` or ``string``),
-    None, ``pd.NA`` and NaN as ``NA``, as ``pd.array`` makes it (a string column's cells as text)."""
+    """One column's cells → its array of ``dtype`` (None, ``pd.NA`` and NaN as ``NA``)."""
     if dtype == "string":
         cells = [None if missing(value) else str(value) for value in cells]
     return pd.array(cells, dtype=dtype)
@@ -211,13 +186,11 @@ _NATIVE = tuple(MISSING_TYPES | {CELL_TYPES[COLUMN_DTYPES[column]]} for column i
 
 
 def ledger_csv_header() -> str:
-    """The ledger CSV's header line."""
     return ",".join(LEDGER_COLUMNS) + "\n"
 
 
 def ledger_csv_text(rows: list[dict], header: bool = True) -> str:
-    """``rows`` (dicts keyed by ledger column; a column a row lacks is ``NA``) as ledger CSV lines, the
-    text ``ledger_frame_csv(ledger_frame(rows))`` gives (without its header line if not ``header``)."""
+    """``rows`` as the text ``ledger_frame_csv(ledger_frame(rows), header)`` gives."""
     columns = _native_columns(ledger_table(rows))
     if columns is None:
         return ledger_frame_csv(ledger_frame(rows), header)
@@ -230,9 +203,8 @@ def ledger_csv_text(rows: list[dict], header: bool = True) -> str:
 
 
 def _native_columns(table: list[tuple]) -> list | None:
-    """The cells of ``table`` (rows of cells in ledger column order) by column, ``NA`` as None, if every
-    cell has its column's native type, no float is NaN (pandas writes NaN as missing, :mod:`csv` as
-    ``nan``) and every whole number fits ``Int64`` (pandas refuses one that does not); else None."""
+    """The cells of ``table`` by column (``NA`` as None) when :mod:`csv` writes them as pandas does: native
+    types, no NaN, whole numbers within ``Int64``; else None."""
     columns: list = list(zip(*table))
     for index, (cells, native) in enumerate(zip(columns, _NATIVE)):
         kinds = set(map(type, cells))
@@ -256,8 +228,7 @@ _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
 
 
 def ledger_frame_csv(ledger: pd.DataFrame, header: bool = True) -> str:
-    """A ledger frame as CSV text (``to_csv(index=False)``), each text cell through
-    :func:`kvplan.escape.csv_cell`: one that begins with ``= + - @``, a tab or a CR starts with ``'``.
+    """A ledger frame as CSV text, a text cell a spreadsheet would run as a formula led by ``'``.
 
     >>> frame = pd.DataFrame({"model": pd.array(["=1+1", "m"], dtype="string"), "rank": [-1, 0]})
     >>> print(ledger_frame_csv(frame), end="")

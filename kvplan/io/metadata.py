@@ -1,15 +1,5 @@
-"""What a reader is given (the Room rule, :class:`RoomRule`) and returns beside its frame (:class:`ReadMetadata`).
-
-Every ``read_*`` returns ``(frame, ReadMetadata)``: the files read, the warnings (:class:`kvplan.notes.Note`),
-the provenance of every value (file, line, byte offset; the raw text read back only when asked for), the line
-index refusals quote (:class:`EvidenceLines`), the boots and the kind of snapshot. ``metadata["warnings"]``
-reads a field as the earlier ``dict`` metadata did.
-
->>> cut = Note("a.log:3: cut", code="cut", file="a.log", line=3)
->>> meta = ReadMetadata(sources=("a.log",), warnings=(cut,))
->>> meta["warnings"], meta.warnings[0].code, meta.kind
-(['a.log:3: cut'], 'cut', None)
-"""
+"""What a reader is given (:class:`RoomRule`) and returns beside its frame (:class:`ReadMetadata`: files,
+warnings, provenance, line index, boots); ``metadata["warnings"]`` reads a field as a ``dict`` did."""
 
 from __future__ import annotations
 
@@ -31,8 +21,8 @@ PROVENANCE_COLUMNS = ["source", "line", "boot", "rank", "column", "value", "raw"
 
 
 class EvidenceLines(Mapping):
-    """Read-only ``(source, boot, rank, column) → line`` of the room, outcome and key values (rank ``-1``: the
-    boot's key fields; column ``boot``: its first line); ``build`` makes the index on first use only."""
+    """Read-only ``(source, boot, rank, column) → line`` of the values refusals quote (rank ``-1``: the boot's
+    key; column ``boot``: its first line), made by ``build`` on first use."""
 
     def __init__(self, items: Iterable | Mapping = (), build: Callable[[], Iterable] | None = None) -> None:
         self._build = build
@@ -59,21 +49,19 @@ _NO_NUMBER = -(2**63)
 
 
 def _append(numbers: array, values: Sequence[int]) -> None:
-    """Append ``values`` to ``numbers`` in one C pass (``array.extend`` parses each number on its own)."""
+    """Append ``values`` to ``numbers`` in one C pass."""
     numbers.frombytes(struct.pack(f"{len(values)}{numbers.typecode}", *values))
 
 
 class ProvenanceRows(Sequence):
-    """Provenance rows kept compactly (about 50 bytes a row instead of a tuple's 200: a 300 MB log's million
-    values), each row back as the tuple it was, in :data:`PROVENANCE_COLUMNS` order.
+    """Provenance rows kept in about 50 bytes a row (a tuple takes 200), each back as its tuple.
 
     >>> rows = ProvenanceRows()
     >>> rows.extend([("a.log", 3, 0, 1, "room_bytes", 5, 120), ("a.log", pd.NA, 0, pd.NA, "block_size", 16, "default")])
     >>> len(rows), rows[0], rows[1][1] is pd.NA, rows[-1][6]
     (2, ('a.log', 3, 0, 1, 'room_bytes', 5, 120), True, 'default')
 
-    ``extend(rows, ordered=True)``: one boot's rows, put in provenance order (line, a default first; rank as
-    text; column) when first read, so that a read nobody asks provenance of never sorts:
+    ``ordered=True``: one boot's rows, put in order (line, a default first; rank as text; column) on first read:
 
     >>> rows.extend([("a.log", 9, 1, 0, "outcome", "ok", 700), ("a.log", 4, 1, 0, "room_bytes", 7, 300)], ordered=True)
     >>> [row[1] for row in rows]
@@ -90,7 +78,6 @@ class ProvenanceRows(Sequence):
         self._unordered: list[tuple[int, int]] = []  # (start, stop) of the rows still to put in order
 
     def _name(self, name: str) -> int:
-        """The code of ``name``: its place in ``_names``, appended the first time."""
         code = self._index.get(name)
         if code is None:
             code = self._index[name] = len(self._names)
@@ -98,7 +85,6 @@ class ProvenanceRows(Sequence):
         return code
 
     def extend(self, rows: Iterable[tuple], ordered: bool = False) -> None:
-        """Append ``rows`` (tuples in :data:`PROVENANCE_COLUMNS` order); ``ordered``: see the class."""
         fields = tuple(zip(*rows))
         if not fields:
             return
@@ -118,7 +104,6 @@ class ProvenanceRows(Sequence):
         _append(self._raw, numbers)
 
     def _codes(self, names: tuple[str, ...]) -> tuple[int, ...]:
-        """The codes of ``names`` (see :meth:`_name`); a new name is coded in the order it comes."""
         if names.count(names[0]) == len(names):  # a boot's rows come from one source
             return (self._name(names[0]),) * len(names)
         try:
@@ -130,7 +115,6 @@ class ProvenanceRows(Sequence):
         return len(self._values)
 
     def _order(self) -> None:
-        """Put the rows given ``ordered`` in provenance order (once, before the first read)."""
         names, texts = self._names, self._texts
         for start, stop in self._unordered:
             order = sorted(
@@ -175,17 +159,16 @@ LineSource = str | bytes | bytearray | None
 
 @dataclass(frozen=True)
 class RawLines:
-    """Where raw lines are read back: ``source → (path or bytes, line end)``; a provenance ``raw`` that is an
-    ``int`` is a byte offset into its source, read back here on demand, one line as the reader saw it."""
+    """``source → (path or bytes, line end)``: where a provenance ``raw`` that is a byte offset is read back."""
 
     files: Mapping[str, tuple[LineSource, bytes]] = field(default_factory=dict)
 
     def line(self, source: str, offset: int) -> str:
-        """The line of ``source`` that starts at byte ``offset``, decoded, without its line end."""
+        """The line of ``source`` that starts at byte ``offset``, without its line end."""
         return self.lines(source, [offset])[offset]
 
     def lines(self, source: str, offsets: Iterable[int]) -> dict[int, str]:
-        """``offset → line`` for the lines of ``source`` starting at ``offsets`` (the file opened once)."""
+        """``offset → line`` for the lines of ``source`` starting at ``offsets``."""
         where, end = self.files.get(source, (None, b"\n"))
         wanted = sorted(set(offsets))
         if where is None:
@@ -205,7 +188,6 @@ class RawLines:
 
 
 def _read_to(stream, end: bytes, block: int = 4096) -> bytes:
-    """Bytes from the stream's position up to (without) ``end`` or the end of the file."""
     if end == b"\n":
         data = stream.readline()
         return data[:-1] if data.endswith(b"\n") else data
@@ -221,8 +203,8 @@ def _read_to(stream, end: bytes, block: int = 4096) -> bytes:
 
 @dataclass(frozen=True, eq=False)
 class ReadMetadata:
-    """What came with a frame: sources, warnings, provenance (:attr:`provenance`: the rows with their text
-    read back), line index, boots, ``total_lines`` of a single file read and ``kind`` of snapshot."""
+    """What came with a frame: sources, warnings, provenance, line index, boots, ``total_lines`` of a single
+    file read and ``kind`` of snapshot."""
 
     sources: tuple[str, ...] = ()
     warnings: tuple[Note, ...] = ()
@@ -235,7 +217,7 @@ class ReadMetadata:
 
     @cached_property
     def provenance(self) -> pd.DataFrame:
-        """One row per value: source, line, boot, rank, column, value and the raw line as logged."""
+        """One row per value read (:data:`PROVENANCE_COLUMNS`), the raw line as logged."""
         frame = self.compact_provenance()
         sources, raws = frame["source"].tolist(), frame["raw"].tolist()
         offsets: dict[str, list[int]] = {}
@@ -249,8 +231,7 @@ class ReadMetadata:
         return frame
 
     def compact_provenance(self) -> pd.DataFrame:
-        """:attr:`provenance` with ``raw`` as the reader keeps it (a log line's byte offset), built column by
-        column; the values column inferred as a frame of the rows infers it."""
+        """:attr:`provenance` with ``raw`` as kept (a log line's byte offset)."""
         columns: list[list] = [[] for _ in PROVENANCE_COLUMNS]
         appends = [column.append for column in columns]
         for row in self.provenance_rows:
@@ -272,14 +253,12 @@ class ReadMetadata:
         return list(value) if isinstance(value, tuple) else value
 
     def get(self, name: str, default: object = None) -> object:
-        """A field by name, as ``metadata[name]``; ``default`` for a name that is no field."""
         try:
             return self[name]
         except KeyError:
             return default
 
     def with_warnings(self, notes: Iterable[str]) -> ReadMetadata:
-        """The same metadata with ``notes`` added after its own warnings."""
         return dataclasses.replace(self, warnings=(*self.warnings, *(_note(text) for text in notes)))
 
 
@@ -291,14 +270,7 @@ def _note(text: str) -> Note:
 
 
 def merge_metadata(parts: Sequence[ReadMetadata]) -> ReadMetadata:
-    """The metadata of several reads in order: sources, warnings, lines, boots and provenance joined.
-
-    >>> a = ReadMetadata(sources=("a.log",), lines=EvidenceLines({("a.log", 0, 0, "outcome"): 9}))
-    >>> b = ReadMetadata(sources=("b.log",), warnings=(Note("b.log: empty"),))
-    >>> merged = merge_metadata([a, b])
-    >>> merged.sources, merged["warnings"], dict(merged.lines)
-    (('a.log', 'b.log'), ['b.log: empty'], {('a.log', 0, 0, 'outcome'): 9})
-    """
+    """The metadata of several reads joined in order."""
     if len(parts) == 1:
         return dataclasses.replace(parts[0], total_lines=None)
     files: dict[str, tuple[LineSource, bytes]] = {}
@@ -318,12 +290,7 @@ def merge_metadata(parts: Sequence[ReadMetadata]) -> ReadMetadata:
 
 
 def place_note(code: str, source: str, line: int | None, text: str) -> Note:
-    """A warning of kind ``code`` at ``source:line`` (``source`` alone when the line is None).
-
-    >>> note = place_note("cut-mid-line", "a.log", 6, "the file ends mid-line")
-    >>> str(note), note.code, note.file, note.line
-    ('a.log:6: the file ends mid-line', 'cut-mid-line', 'a.log', 6)
-    """
+    """A warning of kind ``code`` at ``source:line`` (``source`` alone when the line is None)."""
     where = f"{source}:{line}" if line is not None else f"{source}"
     return Note(f"{where}: {text}", code=code, file=source, line=line)
 
@@ -345,9 +312,8 @@ BootRoomWarnings = Callable[[dict, dict, dict, str, BootPlace, dict], list[Note]
 
 @dataclass(frozen=True)
 class RoomRule:
-    """What a reader is given to fill ``room_bytes``/``room_source`` and keep the safest of conflicting
-    observations of a rank: the core's Room rule (:data:`kvplan.room.ROOM_RULE`). Without it a reader fills
-    no room, and of conflicting observations keeps the one with the least free memory at startup."""
+    """The core's Room rule (:data:`kvplan.room.ROOM_RULE`) a reader fills ``room_bytes`` with; without it, no
+    room, and of conflicting observations the one with the least free memory at startup."""
 
     room: RoomOf
     boot_warnings: BootRoomWarnings

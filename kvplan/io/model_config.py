@@ -1,6 +1,4 @@
-"""Read a Hugging Face ``config.json`` by path or by name in the bundled catalogue (``kvplan/models/``), never
-from the network: a name that is neither a file nor a catalogue entry is refused, listing the catalogue.
-"""
+"""Read a Hugging Face ``config.json`` by path or by name in the bundled catalogue, never from the network."""
 
 from __future__ import annotations
 
@@ -12,8 +10,7 @@ from pathlib import Path
 
 from kvplan import MODELS_DIR
 
-#: Largest config read [bytes]: a published ``config.json`` is a few KiB (quantization configs listing
-#: every module reach a few hundred KiB); a bigger file is refused before it is read.
+#: Largest config read [bytes] (published ones are at most a few hundred KiB)
 MAX_CONFIG_BYTES = 16 << 20
 
 
@@ -44,7 +41,7 @@ def resolve_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR
 
 
 def _bounded(path: Path) -> Path:
-    """``path``, refused when above :data:`MAX_CONFIG_BYTES` (before anything reads or hashes it)."""
+    """``path``, refused when above :data:`MAX_CONFIG_BYTES`."""
     size = path.stat().st_size
     if size > MAX_CONFIG_BYTES:
         raise ModelConfigError(
@@ -54,7 +51,6 @@ def _bounded(path: Path) -> Path:
 
 
 def _kind(path: Path) -> str:
-    """What a path that is not a regular file is: a folder, a FIFO, a device, a dangling symlink."""
     try:
         mode = os.stat(path).st_mode
     except OSError:
@@ -65,8 +61,7 @@ def _kind(path: Path) -> str:
 
 
 def _relative_to_cwd(path: Path) -> Path:
-    """``path`` relative to the working directory when it lies below it (so an evidence bundle records
-    ``kvplan/models/x.json``, not the checkout's absolute path), else unchanged."""
+    """``path`` relative to the working directory when below it (a bundle records ``kvplan/models/x.json``)."""
     try:
         return path.resolve().relative_to(Path.cwd().resolve())
     except ValueError:
@@ -95,10 +90,7 @@ def read_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR) -
 
 
 def parse_config_json(text: str, path: str | Path) -> object:
-    r"""The JSON value of a config's ``text``; :class:`ModelConfigError` naming ``path`` and the line when it
-    is not JSON, nests too deeply, holds a number too long to convert, or repeats a key in one object
-    (which value a reader takes then depends on the reader: refused, never the first or the last by
-    accident).
+    r"""The JSON value of a config's ``text``; refused when not JSON, too deep, or repeating a key in an object.
 
     >>> parse_config_json('{"num_hidden_layers": 80}', "c.json")
     {'num_hidden_layers': 80}
@@ -123,8 +115,7 @@ def parse_config_json(text: str, path: str | Path) -> object:
 
 
 def _unique_keys(pairs: list[tuple[str, object]], text: str, path: str | Path) -> dict:
-    """``dict(pairs)``, refusing a key given twice, named with the lines the key is on (the second one
-    first when the file holds the key exactly twice)."""
+    """``dict(pairs)``, refusing a key given twice, with the lines it is on."""
     seen: set[str] = set()
     for key, _value in pairs:
         if key in seen:

@@ -1,9 +1,7 @@
-"""Join what ``nvidia-smi`` snapshots (or DCGM's, :mod:`kvplan.io.gpu_snapshot`) say about each GPU to the ledger.
+"""Join what GPU snapshots say about each GPU to the ledger: a rank's GPU by its pid, else by its rank.
 
-A rank finds its GPU by its pid in the process snapshot, else by ``gpu_index_by_rank``. Memory of *other*
-processes is the sum over the GPU's processes that are not the ledger's vLLM pids; without a process snapshot it
-is unknown (``<NA>``, with a :class:`NvidiaSmiWarning`), never 0. A snapshot of another machine is refused: a
-``memory.total`` that does not fit the rank's logged total (:func:`total_bytes_match`), or fewer GPUs than ranks.
+Memory of other processes is unknown (``<NA>``) without a process snapshot, never 0; a snapshot of another
+machine (a ``memory.total`` that does not fit the logged total, fewer GPUs than ranks) is refused.
 """
 
 from __future__ import annotations
@@ -43,14 +41,7 @@ class NvidiaSmiWarning(UserWarning):
 
 
 def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame | None, vllm_pids: Iterable[int]) -> pd.DataFrame:
-    """Per GPU (:data:`CONTEXT_COLUMNS`, index order): name, driver and memory of processes other than
-    ``vllm_pids`` [bytes]; ``<NA>`` when one is unreported, or on every GPU without ``apps``.
-
-    >>> gpus = read_nvidia_smi_csv("0, GPU-0a1b, NVIDIA H100 80GB HBM3, 580.95.05, 81559, 3072, 78017")[0]
-    >>> apps = read_nvidia_smi_csv("GPU-0a1b, 7, VLLM::Worker_TP0, 2048\\nGPU-0a1b, 9, python3, 1024")[0]
-    >>> int(gpu_context(gpus, apps, vllm_pids=[7]).loc[0, "other_process_bytes"])
-    1073741824
-    """
+    """Per GPU (:data:`CONTEXT_COLUMNS`): name, driver and memory of processes not in ``vllm_pids`` [bytes]."""
     known = {int(pid) for pid in vllm_pids}
     _check_apps_on_known_gpus(gpus, apps)
     processes = None if apps is None else _records(apps, ("gpu_uuid", "pid", "used_memory_bytes"))
@@ -75,7 +66,7 @@ def _other_process_bytes(processes: list[dict], gpu_uuid: str, vllm_pids: set[in
 
 
 def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
-    """Which GPU index each process runs on (none without ``apps``); a process on several GPUs is refused."""
+    """Which GPU index each process runs on; a process on several GPUs is refused."""
     if apps is None:
         return {}
     _check_apps_on_known_gpus(gpus, apps)
@@ -92,14 +83,7 @@ def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int,
 
 
 def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame, pd.DataFrame | None]:
-    """The ``--query-gpu`` (required) and ``--query-compute-apps`` snapshots among ``paths``: ``(gpus, apps)``,
-    ``apps`` None without a process snapshot (other processes unknown), empty with one of no process.
-
-    >>> from kvplan import DATA_DIR
-    >>> gpus, apps = read_nvidia_smi_snapshots([DATA_DIR / "boots" / "four-rank" / "nvidia-smi-gpu.csv"])
-    >>> len(gpus), apps is None
-    (4, True)
-    """
+    """``(gpus, apps)`` of the snapshots among ``paths`` (``apps`` None without a process snapshot)."""
     frames: dict[str, pd.DataFrame] = {}
     for path in paths:  # a DCGM exporter scrape is a GPU snapshot (kvplan.io.gpu_snapshot)
         frame, metadata = read_gpu_snapshot(path)
@@ -120,17 +104,8 @@ def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame
 
 
 def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
-    """Which GPU each ledger rank runs on: the one its pid holds memory on, else GPU index = rank (one node).
-
-    Ranks no GPU of the snapshot holds are left out when others are placed by pid, else refused, as is a
-    process snapshot of none of the ledger's pids or a ``memory.total`` that does not fit the logged total.
-
-    >>> gpus = read_nvidia_smi_csv("0, GPU-0, NVIDIA L40S, 580.95.05, 46068, 2048, 43403\\n"
-    ...                            "1, GPU-1, NVIDIA L40S, 580.95.05, 46068, 2048, 43403")[0]
-    >>> apps = read_nvidia_smi_csv("GPU-0, 8, VLLM::Worker_TP1, 2048")[0]
-    >>> gpu_index_by_rank(pd.DataFrame({"rank": [0, 1], "pid": [7, 8]}), gpus, apps)
-    {0: 0, 1: 0}
-    """
+    """Which GPU each ledger rank runs on: its pid's, else GPU index = rank; refused when the snapshot is
+    another machine's."""
     known = {int(index) for index in gpus["gpu_index"]}
     by_pid = gpu_index_by_pid(gpus, apps)
     ledger_pids = {int(pid) for pid in ledger["pid"].dropna()} if "pid" in ledger else set()
@@ -158,7 +133,7 @@ def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFra
 
 
 def _check_totals_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, index_by_rank: Mapping[int, int]) -> None:
-    """Refuse a GPU whose memory.total does not fit the ``total_bytes`` logged by a rank placed on it."""
+    """Refuse a GPU whose memory.total does not fit the ``total_bytes`` of a rank placed on it."""
     snapshot = {int(gpu["gpu_index"]): gpu for gpu in _records(gpus, GPU_CHECKED)}
     for row in _records(ledger, ROW_CHECKED):
         index = None if pd.isna(row.get("rank")) else index_by_rank.get(int(row["rank"]))
@@ -167,7 +142,7 @@ def _check_totals_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, index_by_ran
 
 
 def _check_gpus_cover_ranks(gpus: pd.DataFrame, index_by_rank: Mapping[int, int]) -> None:
-    """Refuse a ``--query-gpu`` snapshot that lacks the GPU (index = rank) of some ranks."""
+    """Refuse a snapshot that lacks the GPU of some ranks."""
     known = {int(index) for index in gpus["gpu_index"]}
     missing = [rank for rank, index in index_by_rank.items() if index not in known]
     if missing:
@@ -180,7 +155,7 @@ def _check_gpus_cover_ranks(gpus: pd.DataFrame, index_by_rank: Mapping[int, int]
 
 
 def free_bytes_by_rank(gpus: pd.DataFrame, by_rank: Mapping[int, int]) -> dict[int, int]:
-    """Free memory [bytes] each rank's GPU showed in the ``--query-gpu`` snapshot (unknown ranks left out)."""
+    """Free memory [bytes] each rank's GPU showed (unknown ones left out)."""
     free = dict(zip(gpus["gpu_index"].astype(int), gpus["memory_free_bytes"]))
     return {rank: int(free[index]) for rank, index in by_rank.items() if not pd.isna(free[index])}
 
@@ -192,12 +167,8 @@ def join_nvidia_smi(
     extra_vllm_pids: Iterable[int] = (),
     gpu_index_by_rank: Mapping[int, int] | None = None,
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """A copy of ``ledger`` with ``gpu_name``, ``driver_version`` and ``other_process_bytes`` filled in.
-
-    A row's GPU is its pid's in ``apps``, else ``gpu_index_by_rank[rank]``; the vLLM pids are the ledger's
-    plus ``extra_vllm_pids``. The two placing a row apart, a name or driver the ledger states otherwise, or a
-    ``memory.total`` that does not fit (:func:`total_bytes_match`) are refused; without ``apps`` a
-    :class:`NvidiaSmiWarning` (also in the metadata) says other processes are unknown.
+    """A copy of ``ledger`` with ``gpu_name``, ``driver_version`` and ``other_process_bytes`` filled in: a
+    row's GPU is its pid's in ``apps``, else ``gpu_index_by_rank[rank]``; conflicts are refused.
 
     >>> gpus = read_nvidia_smi_csv("0, GPU-0a1b, NVIDIA H100 80GB HBM3, 580.95.05, 81559, 3072, 78017")[0]
     >>> apps = read_nvidia_smi_csv("GPU-0a1b, 7, VLLM::Worker_TP0, 2048\\nGPU-0a1b, 9, python3, 1024")[0]
@@ -248,10 +219,8 @@ def join_nvidia_smi(
 def join_snapshots(
     ledger: pd.DataFrame, paths: Iterable[str | Path], warn: bool = True
 ) -> tuple[pd.DataFrame, dict[int, int], ReadMetadata]:
-    """The ledger joined with the snapshots among ``paths``, each rank's free memory [bytes], the metadata.
-
-    The one call of every reader of snapshots; the join's warnings are the metadata's, and ``warn=False``
-    does not also raise them as :class:`NvidiaSmiWarning`.
+    """The ledger joined with the snapshots among ``paths``, each rank's free memory [bytes], the metadata
+    (``warn=False``: its warnings not also raised as :class:`NvidiaSmiWarning`).
 
     >>> from kvplan import DATA_DIR
     >>> from kvplan.io import read_vllm_logs
@@ -271,8 +240,8 @@ def join_snapshots(
 
 
 def total_bytes_match(logged_total_bytes: int, smi_total_bytes: int) -> bool:
-    """Whether vLLM's logged total [bytes] can be the GPU of nvidia-smi's ``memory.total``: less by up to
-    :func:`driver_reserved_max_bytes`, give or take :data:`TOTAL_ROUNDING_BYTES`.
+    """Whether vLLM's logged total [bytes] can be the GPU of nvidia-smi's ``memory.total`` (less by the driver's
+    reservation, give or take rounding).
 
     >>> total_bytes_match(85_029_615_043, 81_559 * MiB)  # H100: 79.19 GiB logged, 468 MiB reserved
     True
@@ -285,7 +254,6 @@ def total_bytes_match(logged_total_bytes: int, smi_total_bytes: int) -> bool:
 
 
 def _check_total_bytes(row, gpu, index: int) -> None:
-    """Refuse a GPU whose ``memory.total`` does not fit the total vLLM logged for ``row``'s rank."""
     logged, smi = row.get("total_bytes"), gpu["memory_total_bytes"]
     if pd.isna(logged) or pd.isna(smi) or total_bytes_match(int(logged), int(smi)):
         return
@@ -312,12 +280,11 @@ def _warn_no_process_snapshot(gpus: pd.DataFrame) -> Note:
 
 
 def _source(snapshot: pd.DataFrame) -> str:
-    """The file a snapshot frame was read from (its ``source`` column)."""
     return str(snapshot["source"].iloc[0]) if len(snapshot) else "<snapshot>"
 
 
 def _records(frame: pd.DataFrame, columns: Iterable[str]) -> list[dict]:
-    """The rows of ``frame`` as plain dicts of ``columns`` (absent ones left out), read column by column."""
+    """The rows of ``frame`` as dicts of ``columns`` (absent ones left out)."""
     present = [column for column in columns if column in frame.columns]
     return [dict(zip(present, values)) for values in zip(*(frame[column].tolist() for column in present))]
 

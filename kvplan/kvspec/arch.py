@@ -1,6 +1,5 @@
-"""A model's KV-relevant architecture from its Hugging Face ``config.json`` (no layout yet): the kind of
-every decoder layer, the recurrent state of linear-attention / Mamba layers, and whether a config describes
-the logged model; with the words of the KV spec (its error, the layer kinds, the release).
+"""A model's KV-relevant architecture from its Hugging Face ``config.json`` (no layout yet): each layer's
+kind, the linear-attention / Mamba state, whether the config describes the logged model; the spec's words.
 """
 
 from __future__ import annotations
@@ -55,8 +54,7 @@ def positive_field(config: Mapping, name: str, where: str) -> int:
 
 @dataclass(frozen=True)
 class ModelArch:
-    """One model's KV-relevant architecture: a kind per decoder layer (linear attention holds Mamba state,
-    not KV), the Hugging Face name the config states, the sparse indexer's key size (DeepSeek-V3.2)."""
+    """One model's KV-relevant architecture: a kind per decoder layer, its name, its sparse indexer."""
 
     name: str
     model_type: str
@@ -120,9 +118,7 @@ def _kv_heads(lm: Mapping, num_heads: int, where: str) -> tuple[int, str | None]
     for name in _KV_HEAD_FIELDS:
         if lm.get(name) is not None:
             kv_heads = positive_field(lm, name, where)
-            if (
-                kv_heads > num_heads
-            ):  # vLLM and the config classes refuse it: each KV head serves whole query heads
+            if kv_heads > num_heads:  # vLLM refuses it: each KV head serves whole query heads
                 raise KVSpecError(
                     f"{where}: field {name!r} = {kv_heads} is above num_attention_heads {num_heads}"
                 )
@@ -178,10 +174,8 @@ def _head_dim(lm: Mapping, num_heads: int, where: str) -> tuple[int | None, int]
 
 
 def model_arch(config: Mapping) -> ModelArch:
-    """The KV-relevant architecture of a Hugging Face ``config.json`` dict (a nested language model's).
-
-    A missing field raises :class:`KVSpecError` naming it, except ``head_dim`` = ``hidden_size / heads`` (not
-    Gemma / Qwen3) and, for ``llama`` only, KV heads = heads (noted: the spec is then approximate).
+    """The KV-relevant architecture of a ``config.json`` dict (a nested language model's); a missing field
+    is a :class:`KVSpecError` naming it, except the defaults vLLM's config classes share (noted).
 
     >>> arch = model_arch({"num_hidden_layers": 80, "num_attention_heads": 64,
     ...                    "num_key_value_heads": 8, "hidden_size": 8192, "torch_dtype": "bfloat16"})
@@ -241,7 +235,7 @@ _LAYER_TYPE_NAMES = {
 def layer_kinds(
     lm: Mapping, num_layers: int, where: str, mla: bool
 ) -> tuple[tuple[str, ...], int | None, tuple[str, ...]]:
-    """Kind of every layer, the sliding window [tokens] and notes on what is assumed (``mla``: an MLA latent)."""
+    """Kind of every layer, the sliding window [tokens] and notes on what is assumed."""
     window = _sliding_window(lm, where)
     if lm.get("attention_chunk_size"):
         raise KVSpecError(
@@ -276,7 +270,7 @@ def layer_kinds(
 
 
 def _listed_kinds(raw: object, num_layers: int, where: str) -> list[str]:
-    """The kinds of a config's ``layer_types`` list, refused when not a list, or its length or a name is off."""
+    """The kinds of a config's ``layer_types`` list, checked."""
     if isinstance(raw, str) or not isinstance(raw, Sequence):
         raise KVSpecError(
             f"{where}: field 'layer_types' must be a list of one kind per layer, got {type(raw).__name__}"
@@ -360,7 +354,7 @@ MODEL_VARIANT_PART = re.compile(
 
 
 def model_base_name(repo_id: str) -> str:
-    """The architecture part of a Hugging Face model name: lower case, variant parts and date stamps dropped.
+    """The architecture part of a Hugging Face model name, without variant parts and date stamps.
 
     >>> model_base_name("Qwen/Qwen3-235B-A22B-Instruct-2507"), model_base_name("RedHatAI/Llama-3.1-70B-Instruct-FP8")
     ('qwen3-235b-a22b', 'llama-3.1-70b')
@@ -370,8 +364,7 @@ def model_base_name(repo_id: str) -> str:
 
 
 def check_model_name(arch: ModelArch, logged_model: str | None) -> None:
-    """Refuse a config that names another model than the logs served, where both are Hugging Face repo
-    ids (``org/name``; a local path is not compared) of another :func:`model_base_name`.
+    """Refuse a config of another model (:func:`model_base_name`) than the logs served (both repo ids).
 
     >>> arch = model_arch({"_source": {"model": "meta-llama/Llama-3.1-8B-Instruct"}, "model_type": "llama",
     ...     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128})

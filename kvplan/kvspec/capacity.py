@@ -1,9 +1,6 @@
-"""What KV bytes buy: bytes → blocks → tokens → full-length sequences, and the capacity table.
-
-``tokens = blocks × block_size``; full-length sequences at length L = ``blocks / ceil(L / block_size)``,
-vLLM's "Maximum concurrency". That holds where every token costs the same bytes (:class:`FlatSpec`, the
-``--bytes-per-token`` path); a model config's :class:`kvplan.kvspec.KVSpec` answers in vLLM's per-release
-arithmetic. Both return a :class:`Capacity`; :func:`capacity_rows` tabulates either.
+"""What KV bytes buy: bytes → blocks → tokens (``blocks × block_size``) → full-length sequences at length L
+(``blocks / ceil(L / block_size)``, vLLM's "Maximum concurrency") where every token costs the same bytes
+(:class:`FlatSpec`); a model config's :class:`kvplan.kvspec.KVSpec` answers in vLLM's per-release arithmetic.
 
 >>> capacity(12 * 2**30, 256 * 1024, max_model_len=8192).max_concurrency
 6.0
@@ -21,14 +18,12 @@ if TYPE_CHECKING:  # pandas only for the frames' annotations
 
 
 DEFAULT_BLOCK_SIZE = 16
-#: The ``--block-size`` values vLLM accepts (``CacheConfig.BlockSize``; 256 since 0.10). vLLM picks
-#: other sizes itself for hybrid Mamba models, never from the flag.
+#: The ``--block-size`` values vLLM accepts (``CacheConfig.BlockSize``; 256 since 0.10).
 VLLM_BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 #: The shortest request length [tokens] of a default capacity table (:func:`sequence_lengths`).
 SHORTEST_SEQUENCE_LENGTH = 256
-#: Columns of a capacity table, one row per request length.
 CAPACITY_TABLE_COLUMNS = ("seq_len", "blocks", "tokens", "max_concurrency", "whole_sequences")
-#: Fields a model-config spec adds to a :class:`Capacity`, before and after the common fields.
+#: Fields a model-config spec adds to a :class:`Capacity`.
 SPEC_FIELDS = ("model", "vllm_version", "tp", "pp", "dcp", "kv_cache_dtype")
 SPEC_TAIL_FIELDS = ("approximate", "approximate_reason", "limiting_stage", "stages", "block_size_note")
 
@@ -71,13 +66,8 @@ def bytes_for_sequences(
 
 @dataclass(frozen=True)
 class Capacity:
-    """Blocks, tokens (vLLM's "GPU KV cache size") and full-length concurrency (its "Maximum concurrency
-    for ``max_model_len`` tokens per request") of ``kv_bytes`` per rank [bytes].
-
-    A model-config spec also fills the model, release and layout, how exact the figures are (a lower
-    bound, and why), why the block size is what it is, and the pipeline stages (one dict each, the limiting
-    one); the bytes-per-token path leaves them unset and :meth:`to_dict` omits them.
-    """
+    """Blocks, tokens ("GPU KV cache size") and concurrency ("Maximum concurrency") of ``kv_bytes`` per rank;
+    a model-config spec also fills the model, layout, stages and how exact the figures are."""
 
     kv_bytes: int
     bytes_per_token: int
@@ -100,7 +90,7 @@ class Capacity:
     stages: tuple[dict, ...] | None = None
 
     def to_dict(self) -> dict:
-        """JSON-ready dict: the common fields, and the spec's fields when a model spec made it."""
+        """JSON-ready dict, with the spec's fields when a model spec made it."""
         common = [f.name for f in fields(self) if f.name not in SPEC_FIELDS + SPEC_TAIL_FIELDS]
         names = common if self.model is None else [*SPEC_FIELDS, *common, *SPEC_TAIL_FIELDS]
         data = {name: getattr(self, name) for name in names}
@@ -117,8 +107,7 @@ class Sizing(Protocol):
 
 @dataclass(frozen=True)
 class FlatSpec:
-    """A model whose every token costs ``bytes_per_token`` per rank in one pool of ``block_size``-token
-    blocks (no model config, no release arithmetic).
+    """A model whose every token costs ``bytes_per_token`` per rank, in ``block_size``-token blocks.
 
     >>> spec = FlatSpec(256 * 1024)
     >>> spec.block_bytes, spec.blocks_per_request(8193), spec.capacity(12 * 2**30, 8192).tokens
@@ -178,8 +167,8 @@ def capacity(
 def sequence_lengths(
     max_model_len: int, shortest: int = SHORTEST_SEQUENCE_LENGTH, also: Iterable[int] = ()
 ) -> list[int]:
-    """The request lengths of a capacity table [tokens]: powers of two from ``shortest`` below
-    ``max_model_len``, ``max_model_len`` itself and the lengths in ``also`` (an admission plan's), ascending.
+    """Request lengths of a capacity table [tokens]: powers of two from ``shortest``, ``max_model_len`` and
+    ``also``, ascending.
 
     >>> sequence_lengths(10000, shortest=2048, also=[3000])
     [2048, 3000, 4096, 8192, 10000]
@@ -197,18 +186,17 @@ def sequence_lengths(
 
 
 def capacity_rows(sizing: Sizing, kv_bytes: int, seq_lens: Iterable[int]) -> tuple[dict, ...]:
-    """One row per request length of ``kv_bytes`` per rank: the :data:`CAPACITY_TABLE_COLUMNS`
-    (``whole_sequences`` is the floor of ``max_concurrency``).
+    """One row per request length of ``kv_bytes`` per rank (:data:`CAPACITY_TABLE_COLUMNS`).
 
     >>> [row["whole_sequences"] for row in capacity_rows(FlatSpec(256 * 1024), 12 * 2**30, [4096, 8192])]
     [12, 6]
     """
     rows = []
-    for length in seq_lens:
-        result = sizing.capacity(kv_bytes, int(length))
+    for length in map(int, seq_lens):
+        result = sizing.capacity(kv_bytes, length)
         rows.append(
             {
-                "seq_len": int(length),
+                "seq_len": length,
                 "blocks": result.blocks,
                 "tokens": result.tokens,
                 "max_concurrency": result.max_concurrency,
@@ -220,7 +208,7 @@ def capacity_rows(sizing: Sizing, kv_bytes: int, seq_lens: Iterable[int]) -> tup
 
 def capacity_table(sizing: Sizing, kv_bytes: int, seq_lens: Sequence[int]) -> pd.DataFrame:
     """:func:`capacity_rows` as a DataFrame with the columns :data:`CAPACITY_TABLE_COLUMNS`."""
-    import pandas as pd  # here, not at import: `kvplan capacity` starts without pandas
+    import pandas as pd  # here: `kvplan capacity` starts without pandas
 
     return pd.DataFrame(list(capacity_rows(sizing, kv_bytes, seq_lens)), columns=list(CAPACITY_TABLE_COLUMNS))
 

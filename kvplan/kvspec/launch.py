@@ -1,6 +1,5 @@
-"""What a launch decides beside the model: the settings that change vLLM's KV arithmetic (tokens in flight,
-Mamba blocks per request, the GPU family), as logged or as vLLM defaults them (noted); the block size vLLM
-ends up with (logged, the flag's, the MLA backend's, or a hybrid Mamba model's); HiSparse's host pool (0.32+).
+"""What a launch decides beside the model: the settings of vLLM's KV arithmetic (tokens in flight, Mamba
+blocks, the GPU family; vLLM's defaults noted), the block size vLLM ends up with, HiSparse's host pool.
 
 >>> settings = launch_settings((0, 33, 0), LoggedLaunch(max_num_batched_tokens=8192), pp=1, sliding=True)
 >>> settings.in_flight_tokens, settings.notes
@@ -30,10 +29,8 @@ from kvplan.releases import (
     Release,
 )
 
-#: The largest ``max_num_batched_tokens`` vLLM picks by default (``engine/arg_utils.py``: 16,384 for
-#: the LLM class on ≥ 70 GiB GPUs other than A100 and for every context on ≥ 160 GiB; ``vllm serve``
-#: takes 8,192 on H100/H200 and 2,048 on A100 and smaller). Assumed when the logs do not say: more
-#: tokens in flight keep more sliding-window blocks per request, so the prediction is a lower bound.
+#: The largest ``max_num_batched_tokens`` vLLM picks by default (``engine/arg_utils.py``), assumed when the
+#: logs do not say: more tokens in flight keep more sliding-window blocks, so capacity is a lower bound.
 LARGEST_DEFAULT_MAX_NUM_BATCHED_TOKENS = 16384
 #: Mamba cache modes (``--mamba-cache-mode``): "align" keeps 2 state blocks per request (+1 checkpoint).
 MAMBA_CACHE_MODES = ("none", "align", "all")
@@ -59,9 +56,7 @@ def gpu_family(gpu_name: str | None) -> str | None:
 
 @dataclass(frozen=True)
 class LaunchSettings:
-    """What a launch contributes: ``in_flight_tokens`` (what a sliding-window group keeps beyond its window),
-    the Mamba cache mode, whether the GDN prefill keeps a checkpoint block (and aligns blocks to 64),
-    ``notes`` (assumed values) and ``approximate`` (why a figure is a lower bound)."""
+    """A launch's KV settings, ``notes`` (assumed values) and ``approximate`` (why a figure is a lower bound)."""
 
     max_num_batched_tokens: int
     in_flight_tokens: int
@@ -114,8 +109,7 @@ def launch_settings(
     head_k_dim: int | None = None,
 ) -> LaunchSettings:
     """The settings of a launch in release ``version``, vLLM's defaults where ``logged`` shows none
-    (``sliding``: the model has sliding-window groups; ``linear_kind``: its Mamba layers' kind, None
-    without; ``head_k_dim``: the gated delta net's key head size, 128 for FlashInfer's prefill on Blackwell)."""
+    (``head_k_dim``: the gated delta net's key head size)."""
     notes: list[str] = []
     approximate: list[str] = []
     max_num_batched_tokens = logged.max_num_batched_tokens
@@ -159,8 +153,7 @@ class _MambaSettings(NamedTuple):
 def _mamba_settings(
     version: Release, logged: LoggedLaunch, linear_kind: str | None, head_k_dim: int | None
 ) -> _MambaSettings:
-    """The Mamba cache mode (vLLM's default when not logged) and whether the FlashInfer GDN prefill keeps
-    a checkpoint block, with the note and the lower bound they bring."""
+    """The Mamba cache mode and whether the FlashInfer GDN prefill keeps a checkpoint block, with notes."""
     hybrid = linear_kind is not None
     mode = logged.mamba_cache_mode
     notes: tuple[str, ...] = ()
@@ -207,9 +200,8 @@ MLA_BACKEND_BLOCK_SIZES: dict[tuple[str | None, bool], int] = {
 
 @dataclass(frozen=True)
 class BlockSizeInputs:
-    """What decides the block size: ``--block-size`` (None: not given), the KV dtype, the release, one token
-    of one attention layer and one request's recurrent state in one linear layer [bytes per rank], an MLA /
-    sparse-indexer model, the GPU name, the logged "kv cache group sizes", a GDN prefill aligned to 64."""
+    """What decides the block size: ``--block-size`` (None: not given), the KV dtype and release, one
+    token's and one request's linear state bytes, the model, the GPU, the logged "kv cache group sizes"."""
 
     requested: int | None
     kv_cache_dtype: str
@@ -298,8 +290,7 @@ def _hybrid_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:
 
 
 def resolve_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:
-    """The block size [tokens] vLLM ends up with, and a note when it is not the one asked for: the logged
-    ``kv cache group sizes`` win; an MLA model from 0.18 without them, a block size or a known GPU is refused.
+    """The block size [tokens] vLLM ends up with, and a note when it is not the one asked for.
 
     >>> resolve_block_size(BlockSizeInputs(None, "auto", (0, 33, 0), 1024))
     (16, '')
@@ -328,8 +319,7 @@ HOST_POOL_NOTE = (
 
 
 class LoggedHostPool(NamedTuple):
-    """A "GPU + host KV cache size" line: its tokens, the ``max_model_len`` it was printed for, and the
-    available KV memory per rank [bytes] it was sized from."""
+    """A "GPU + host KV cache size" line: tokens, its ``max_model_len``, the available bytes per rank."""
 
     tokens: int
     max_model_len: int
@@ -337,12 +327,8 @@ class LoggedHostPool(NamedTuple):
 
 
 def host_pool_bound(capacity: Capacity, logged: LoggedHostPool) -> Capacity:
-    """``capacity`` no higher than the lower bound a logged HiSparse "GPU + host" figure gives, approximate.
-
-    vLLM's concurrency there is ``min(GPU pool limit, host pool limit)``, and its device groups are not
-    the ones kvplan sizes. The bound: ``logged tokens / logged L`` (≤ the logged concurrency), scaled down
-    for a smaller budget (less one block) and a longer length (``ceil(L / block_size)``); the host limit
-    does not shrink with the GPU budget.
+    """``capacity`` capped at the lower bound of a logged HiSparse "GPU + host" figure: ``tokens / L``,
+    scaled down for a smaller budget (less one block) and a longer length, approximate.
 
     >>> gpu = Capacity(kv_bytes=20 * 2**30, bytes_per_token=70_272, block_size=64, block_bytes=4_497_408,
     ...                blocks=4774, tokens=305_536, max_model_len=131_072, max_concurrency=2.33)

@@ -1,6 +1,5 @@
-"""The model config against what the logs show: the :func:`kv_spec` options completed from the logs'
-compatibility key (refusing contradictions), then the predicted against the logged "GPU KV cache size",
-"Maximum concurrency" and GPU blocks, with the likely cause of a disagreement, and one line for it.
+"""The model config against the logs: :func:`kv_spec` options completed from the compatibility key, and the
+predicted against the logged "GPU KV cache size", "Maximum concurrency" and GPU blocks, with a likely cause.
 """
 
 from __future__ import annotations
@@ -31,7 +30,7 @@ def _first(values: pd.Series):
 def _diagnose(
     spec: KVSpec, available_bytes: int, logged_tokens: int | None, predicted_tokens: int
 ) -> tuple[str, str]:
-    """The likely cause of a mismatch (short) and the reason: which setting the gap points to."""
+    """The likely cause of a mismatch and the reason: which setting the gap points to."""
     if not logged_tokens or not predicted_tokens:
         return "block size or max_model_len", (
             "the logged blocks or concurrency differ: check --block-size and max_model_len"
@@ -93,15 +92,9 @@ def cross_check(
     max_model_len: int | None = None,
     available_tolerance_bytes: int | None = None,
 ) -> pd.DataFrame:
-    """Predicted against logged "GPU KV cache size", "Maximum concurrency" and GPU blocks, one row per check.
-
-    Available memory is the ledger's (exact ``manual_kv_bytes`` and 0.10.2's byte-exact ``kv_in_use_bytes``
-    first). vLLM 0.9.0–0.11.0 log the figures once per worker, so each row is checked; other releases once
-    per engine (each DP rank is one) from the minimum over ranks. A 2-decimal GiB figure is known to ±0.005
-    GiB: the prediction is then a range, and ``agrees`` is False only when a logged figure lies outside it
-    (``available_tolerance_bytes=0``: exact bytes). A disagreement names its ``likely_cause`` (``KV dtype``,
-    ``TP``, ``layer count``, ``DCP``, ``block size``, ``block size or max_model_len`` or ``model config or
-    layout``); a HiSparse "GPU + host" figure is not compared. :func:`cross_check_verdict` makes one line.
+    """Predicted against logged "GPU KV cache size", "Maximum concurrency" and GPU blocks, one row per check
+    (per worker in 0.9.0–0.11.0, else per engine). A 2-decimal GiB figure makes the prediction a range
+    (``available_tolerance_bytes=0``: exact); ``agrees`` is False only outside it, with a ``likely_cause``.
 
     >>> from kvplan.kvspec import kv_spec
     >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
@@ -141,7 +134,7 @@ def cross_check(
 
 
 def _check_unit(unit: pd.DataFrame, spec: KVSpec, max_model_len: int | None, tolerance: int | None) -> dict:
-    """One check: a boot's rows (or one worker's row), its predicted and logged figures, and the verdict."""
+    """One check of a boot's rows (or one worker's row): predicted and logged figures, the verdict."""
     version = _first(unit["vllm_version"]) or spec.vllm_version
     block_size = _first(unit["block_size"])
     row_spec = spec.with_settings(
@@ -174,8 +167,8 @@ def _check_unit(unit: pd.DataFrame, spec: KVSpec, max_model_len: int | None, tol
 def _compare(
     logged: dict, spec: KVSpec, known: pd.DataFrame, ranks: int, length: int, tolerance: int | None
 ) -> dict:
-    """The predictions from the ``known`` rows' available memory, within the tolerance of how it was
-    printed, and whether the ``logged`` figures (a check's row) lie in their range: the row's new fields."""
+    """The row's predictions from the ``known`` rows' available memory (a range within the printed
+    tolerance), and whether the ``logged`` figures lie in it."""
 
     def blocks_at(offset: int) -> int:
         if spec.num_gpu_blocks_override is not None:
@@ -222,7 +215,7 @@ def _compare(
 
 
 def _cause(result: dict, spec: KVSpec, checks: dict[str, bool]) -> tuple[str, str]:
-    """The likely cause of a disagreement and why: the block count alone, else :func:`_diagnose`."""
+    """The likely cause of a disagreement: the block count alone, else :func:`_diagnose`'s."""
     others = [ok for name, ok in checks.items() if name != "blocks"]
     if not checks.get("blocks", True) and others and all(others):
         return "block size", (
@@ -241,7 +234,7 @@ def _cause(result: dict, spec: KVSpec, checks: dict[str, bool]) -> tuple[str, st
 
 
 def _compared_figure(row: pd.Series) -> str:
-    """``predicted X, logged Y`` for the first figure the log printed: tokens, blocks or concurrency."""
+    """``predicted X, logged Y`` of the first figure the log printed."""
     for name, unit in (("kv_cache_tokens", " tokens"), ("num_gpu_blocks", " GPU blocks")):
         if is_known(row[f"logged_{name}"]):
             return f"predicted {int(row[f'predicted_{name}']):,}{unit}, logged {int(row[f'logged_{name}']):,}"
@@ -252,8 +245,7 @@ def _compared_figure(row: pd.Series) -> str:
 
 
 def cross_check_verdict(rows: pd.DataFrame) -> str:
-    """One line from :func:`cross_check` rows: agreement names the rounding it allowed; a disagreement starts
-    ``model config DISAGREES`` and names the first one's likely cause; several rows give the count.
+    """One line of :func:`cross_check` rows: the rounding allowed, or the first disagreement's cause.
 
     >>> from kvplan.kvspec import kv_spec
     >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
@@ -327,13 +319,8 @@ def _same_setting(name: str, given: Any, logged: Any) -> bool:
 
 
 def options_for_logs(options: Mapping[str, object], key: Mapping[str, object]) -> dict:
-    """:func:`kv_spec` options completed from the logs' compatibility key, refusing contradictions.
-
-    ``tp``, ``pp``, ``dcp``, ``kv_cache_dtype`` and ``dtype`` left None are the logs' (else 1, 1,
-    ``auto`` and the config's); given ones must equal the logs', else :class:`KVSpecError` names both,
-    since their bytes per token would describe another deployment. ``vllm_version`` and
-    ``block_size`` left None are the logs'; ``logged_model`` carries the logs' model name so that
-    :func:`kv_spec` can refuse a config of another model.
+    """:func:`kv_spec` options completed from the logs' compatibility key: a given layout option must equal
+    the logs' (:class:`KVSpecError` names both: it would size another deployment).
 
     >>> options_for_logs({"tp": 4, "block_size": None}, {"vllm_version": "0.26.0", "block_size": 16,
     ...     "tensor_parallel_size": 4, "kv_cache_dtype": "fp8", "pipeline_parallel_size": 1})

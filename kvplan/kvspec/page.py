@@ -1,10 +1,6 @@
-"""The per-rank arithmetic of a layout: what a release serves of a model (refusals name vLLM's rule), how a
-layout splits it (layers per pipeline stage, KV heads per TP rank), KV bytes per token of one layer on one
-rank (``vllm/v1/kv_cache_interface.py``), vLLM's KV cache groups, and what each pipeline stage holds.
-
-Standard / grouped-query / multi-query attention: ``2 × kv_heads_per_rank × head_dim × dtype_bytes``;
-MLA (DeepSeek-V2/V3, Kimi): one latent of ``kv_lora_rank + qk_rope_head_dim`` values, no factor 2,
-the same on every TP rank; ``fp8_ds_mla`` stores 656 bytes per token per layer.
+"""The per-rank arithmetic of a layout: what a release serves of a model, how a layout splits it, KV bytes
+per token of one layer on one rank (``vllm/v1/kv_cache_interface.py``: ``2 × kv_heads_per_rank × head_dim ×
+dtype_bytes``; MLA one latent of ``kv_lora_rank + qk_rope_head_dim`` values), KV cache groups and stages.
 """
 
 from __future__ import annotations
@@ -96,8 +92,7 @@ SERVED_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "flo
 
 
 def served_arch(arch: ModelArch, dtype: str | None) -> ModelArch:
-    """``arch`` in the dtype vLLM served (``--dtype`` as its log shows it, e.g. ``torch.float32``);
-    None or ``auto`` keep the config's ``torch_dtype``."""
+    """``arch`` in the dtype vLLM served (``--dtype`` as logged; None or ``auto``: the config's)."""
     if dtype is None or str(dtype) == "auto":
         return arch
     served = str(dtype).removeprefix("torch.")
@@ -131,8 +126,7 @@ def pp_partition(num_layers: int, pp: int, partition: Sequence[int] | None = Non
 
 
 def kv_heads_per_rank(num_kv_heads: int, num_attention_heads: int, tp: int) -> int:
-    """KV heads each TP rank stores: ``kv // tp``, or 1 (replicated) when ``tp > kv``; the layouts vLLM
-    refuses are refused (TP not dividing the heads, KV heads and TP not dividing one another).
+    """KV heads each TP rank stores: ``kv // tp``, or 1 (replicated); the layouts vLLM refuses are refused.
 
     >>> kv_heads_per_rank(8, 64, 4), kv_heads_per_rank(8, 64, 16), kv_heads_per_rank(1, 32, 8)
     (2, 1, 1)
@@ -173,8 +167,7 @@ INDEXER_QUANT_BLOCK = 128
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int | None, model: str = "model") -> int:
-    """Bytes per stored KV value for a ``--kv-cache-dtype``; ``auto`` = the model dtype, refused when unknown
-    (vLLM serves such a config in 16 bits, but a ``--dtype float32`` launch stores 4 bytes).
+    """Bytes per stored KV value for a ``--kv-cache-dtype``; ``auto`` = the model dtype, refused when unknown.
 
     >>> kv_dtype_bytes("auto", 2), kv_dtype_bytes("fp8", 2), kv_dtype_bytes("float16", None)
     (2, 1, 2)
@@ -223,9 +216,8 @@ def attention_bytes_per_token_per_layer(arch: ModelArch, tp: int, kv_cache_dtype
 
 
 def indexer_bytes_per_token(arch: ModelArch) -> int:
-    """Bytes of the sparse-attention indexer's keys a token takes in one layer (0 without an indexer):
-    DeepSeek-V3.2 keeps them in the MLA latent's page (``UniformTypeKVCacheSpecs``), 128 fp8 values + one
-    float32 scale = 132 bytes, on every TP rank."""
+    """Bytes of the sparse indexer's keys per token and layer (DeepSeek-V3.2, in the MLA latent's page:
+    128 fp8 values + one float32 scale = 132), 0 without an indexer."""
     if arch.index_head_dim is None:
         return 0
     return arch.index_head_dim + arch.index_head_dim // INDEXER_QUANT_BLOCK * 4
@@ -268,8 +260,7 @@ def linear_state_bytes(arch: ModelArch, tp: int) -> int:
 
 @dataclass(frozen=True)
 class ServedLayers:
-    """The kind of every layer as vLLM serves it, one request's recurrent state in one linear-attention
-    layer of a TP rank [bytes] (None without such layers), and why the sizes are approximate."""
+    """Each layer's kind as vLLM serves it, one request's linear state per layer [bytes], and notes."""
 
     layer_types: tuple[str, ...]
     linear_bytes: int | None
@@ -279,9 +270,8 @@ class ServedLayers:
 def served_layers(
     arch: ModelArch, version: Release, tp: int, hybrid_kv_cache_manager: bool | None = None
 ) -> ServedLayers:
-    """The layers of ``arch`` as release ``version`` serves them: sliding-window layers as full attention
-    before the hybrid KV cache manager (0.9) or when the logs say vLLM disabled it (``False``), hybrid
-    Mamba models from 0.10 only."""
+    """The layers of ``arch`` as ``version`` serves them: sliding-window layers as full attention without
+    the hybrid KV cache manager (before 0.9, or disabled), hybrid Mamba models from 0.10."""
     reasons = []
     linear_bytes = None
     layer_types = arch.layer_types
@@ -309,8 +299,7 @@ def served_layers(
 
 
 def group_size_ratio(version: Release) -> float | None:
-    """How much larger than the smallest kind the largest may be and still set the group size:
-    none up to 0.11 (the group size is the smallest kind's count), 1.25 in 0.12–0.17, 1.5 from 0.18."""
+    """How much larger than the smallest kind the largest may be and set the group size (0.12+)."""
     if version >= GROUP_SIZE_RATIO_1_5_FROM:
         return 1.5
     return 1.25 if version >= GROUP_SIZE_RATIO_FROM else None
@@ -319,13 +308,9 @@ def group_size_ratio(version: Release) -> float | None:
 def kv_cache_groups(
     layer_types: Sequence[str], vllm_version: str | None = None
 ) -> list[tuple[str, tuple[int, ...]]]:
-    """vLLM's KV cache groups, ``(kind, layer indices)``, all of one size, sharing one pool of blocks
-    (``v1/core/kv_cache_utils.py`` ``_get_kv_cache_groups_uniform_page_size``; ``kv_cache_planning.py`` 0.33).
-
-    One kind → one group. Several → group size = the smallest kind's layer count (the largest's when under
-    :func:`group_size_ratio` × the smallest), each kind split round-robin into ``ceil(count / size)`` groups
-    (``layers[i::n]``: 52 layers in 6 groups are 9, 9, 9, 9, 8, 8; vLLM sizes memory by the largest).
-    Later releases' smarter group-size search (vLLM PRs #49472, #58175, open when written) is not modelled.
+    """vLLM's KV cache groups ``(kind, layer indices)`` (``v1/core/kv_cache_utils.py``
+    ``_get_kv_cache_groups_uniform_page_size``): group size = the smallest kind's count (the largest's within
+    :func:`group_size_ratio`), each kind split round-robin (``layers[i::n]``) into ``ceil(count / size)``.
 
     >>> [len(layers) for _, layers in kv_cache_groups(["sliding_attention"] * 5 + ["full_attention"])]
     [1, 1, 1, 1, 1, 1]
@@ -348,8 +333,7 @@ def kv_cache_groups(
 
 @dataclass(frozen=True)
 class StageSpec:
-    """What one pipeline stage's ranks hold [bytes per rank]: ``block_bytes`` = ``page_bytes ×
-    layers_per_group``, what vLLM divides available memory by; ``bytes_per_token`` = one token slot of it."""
+    """One pipeline stage's ranks [bytes per rank]: ``block_bytes = page_bytes × layers_per_group``."""
 
     pp_rank: int
     first_layer: int
@@ -369,8 +353,7 @@ def pipeline_stages(
     page_bytes: int,
     token_bytes: int,
 ) -> tuple[StageSpec, ...]:
-    """What each pipeline stage holds (``layers_per_stage``: :func:`pp_partition`'s split of ``layer_types``):
-    its layers, the layers per KV cache group it owns, its block of ``page_bytes`` per layer."""
+    """What each pipeline stage holds, ``layers_per_stage`` (:func:`pp_partition`) of ``layer_types``."""
     stages = []
     start = 0
     ordered = [sorted(layers) for _kind, layers in groups]  # counted by bisection: O(pp · groups · log L)

@@ -1,18 +1,13 @@
-"""The KV spec: the per-rank KV-cache geometry of one model on one ``tp × pp`` layout (with DCP), for one
-vLLM release, and what a budget in bytes buys on it (:meth:`KVSpec.capacity`).
+"""The KV spec: the per-rank KV-cache geometry of one model on one ``tp × pp`` layout (with DCP) for one vLLM
+release, and what a budget buys on it (:meth:`KVSpec.capacity`): ``blocks = kv_bytes // block_bytes``, the
+minimum over pipeline stages; what the config cannot give is named in ``approximate_reason``.
 
-A block holds ``block_size`` tokens of every KV layer the rank owns; ``blocks = kv_bytes // block_bytes``,
-the minimum over pipeline stages. Sliding-window and hybrid models follow vLLM's KV cache groups; what the
-config cannot give is named in ``approximate_reason``, never sized as full attention silently.
-
-The figures vLLM logs for a number of blocks follow each release's arithmetic (``v1/core/kv_cache_utils.py``
-``get_max_concurrency_for_kv_cache_config`` and ``_report_kv_cache_config``): a request of L tokens needs
-``ceil(L / block_size)`` blocks per full-attention group (L / DCP with decode context parallel),
-``ceil(min(W − 1 + in-flight tokens, L) / block_size) + 1`` per sliding-window group (in flight:
-``max_num_batched_tokens`` up to 0.25, × the batches in flight from 0.26) and per Mamba / linear-attention
-group one state block, 2 in "align" mode (+1 for a FlashInfer gated-delta-net prefill checkpoint, 0.33)
-(``v1/kv_cache_interface.py`` ``max_memory_usage_bytes``). "Maximum concurrency" = blocks / blocks per
-request (from 0.9.1); "GPU KV cache size" = ``int(max_concurrency × L)`` (from 0.21).
+vLLM's figures for a number of blocks (``v1/core/kv_cache_utils.py`` ``get_max_concurrency_for_kv_cache_config``,
+``v1/kv_cache_interface.py`` ``max_memory_usage_bytes``): a request of L tokens needs ``ceil(L / DCP /
+block_size)`` blocks per full-attention group, ``ceil(min(W − 1 + in-flight tokens, L) / block_size) + 1`` per
+sliding-window group, and per Mamba group one state block (2 in "align" mode, +1 for a FlashInfer GDN prefill
+checkpoint). "Maximum concurrency" = blocks / blocks per request (0.9.1+); "GPU KV cache size" =
+``int(max_concurrency × L)`` (0.21+).
 """
 
 from __future__ import annotations
@@ -68,8 +63,7 @@ from kvplan.releases import (
 
 @dataclass(frozen=True)
 class KVSpec:
-    """KV-cache geometry of one model on one parallel layout, for one vLLM release (:func:`kv_spec`); sizes
-    are bytes per rank."""
+    """KV-cache geometry of one model, layout and vLLM release (:func:`kv_spec`) [bytes per rank]."""
 
     arch: ModelArch
     tp: int
@@ -90,7 +84,7 @@ class KVSpec:
 
     @property
     def max_num_batched_tokens(self) -> int:
-        """``max_num_batched_tokens`` the sliding-window arithmetic used (logged, given or assumed)."""
+        """``max_num_batched_tokens`` of the sliding-window arithmetic (logged, given or assumed)."""
         return self.launch.max_num_batched_tokens
 
     @property
@@ -127,8 +121,7 @@ class KVSpec:
     def with_settings(
         self, block_size: int | None = None, vllm_version: str | None = None, **changes: object
     ) -> KVSpec:
-        """The same model and layout with another block size, release or :func:`kv_spec` keyword
-        (``None`` keeps the current)."""
+        """The same model and layout with another block size, release or :func:`kv_spec` keyword."""
         options = dict(self.options)
         if block_size is not None:
             options["block_size"] = block_size
@@ -160,8 +153,7 @@ class KVSpec:
         return total
 
     def max_concurrency(self, num_blocks: int, max_model_len: int) -> float:
-        """vLLM's "Maximum concurrency" for ``num_blocks`` blocks: before 0.9.1 ``tokens / L`` with this
-        release's "GPU KV cache size" (0.9.0 hybrid: the blocks split across the KV cache groups); from 0.9.1
+        """vLLM's "Maximum concurrency" of ``num_blocks``: ``tokens / L`` before 0.9.1, then
         ``blocks / blocks per request``.
 
         >>> spec = kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
@@ -175,8 +167,8 @@ class KVSpec:
         return num_blocks / self.blocks_per_request(max_model_len)
 
     def kv_cache_tokens(self, num_blocks: int, max_model_len: int) -> int:
-        """vLLM's "GPU KV cache size" in tokens for ``num_blocks`` blocks: up to 0.20
-        ``blocks // groups × block_size`` (× dcp from 0.11); from 0.21 ``int(max_concurrency × max_model_len)``.
+        """vLLM's "GPU KV cache size" [tokens] of ``num_blocks``: ``blocks // groups × block_size`` (× dcp
+        from 0.11) up to 0.20, then ``int(max_concurrency × max_model_len)``.
 
         >>> spec = kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
         ...                "head_dim": 64, "torch_dtype": "bfloat16"}, tp=1)
@@ -192,8 +184,7 @@ class KVSpec:
 
     def auto_fit_max_model_len(self, kv_bytes: int, max_model_len: int) -> int:
         """The ``max_model_len`` vLLM fits with ``--max-model-len -1`` (``_auto_fit_max_model_len``): the
-        longest length up to ``max_model_len`` whose one request fits every stage's ``kv_bytes`` less the
-        null block vLLM's block pool holds back (from 0.29); 0 when not even one token fits.
+        longest length whose one request fits ``kv_bytes`` less the null block (0.29+); 0 when none fits.
 
         >>> spec = kv_spec({"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
         ...                 "head_dim": 128, "torch_dtype": "bfloat16"})  # 2 MiB blocks
@@ -212,7 +203,7 @@ class KVSpec:
         return low
 
     def capacity(self, kv_bytes: int, max_model_len: int) -> Capacity:
-        """Blocks, tokens and concurrency of ``kv_bytes`` per rank, as this release would log them.
+        """Blocks, tokens and concurrency of ``kv_bytes`` per rank, as this release logs them.
 
         >>> c = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
         ...              "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4,
@@ -276,12 +267,9 @@ class KVSpec:
 
 @dataclass(frozen=True)
 class SpecOptions:
-    """:func:`kv_spec`'s keywords: the layout, the launch settings the logs show (None: vLLM's default for
-    the release, named in :attr:`KVSpec.settings_note`, or a lower bound named in ``approximate_reason``),
-    ``host_pool`` (a logged HiSparse "GPU + host KV cache size": tokens, its ``max_model_len``, the available
-    bytes; :func:`kvplan.kvspec.launch.host_pool_bound`), ``pp_layers`` (``VLLM_PP_LAYER_PARTITION``),
-    ``dtype`` (vLLM's ``--dtype`` as logged; None or ``auto``: the config's) and ``logged_model`` (the
-    logs' model name: a config of another model is refused, :func:`check_model_name`)."""
+    """:func:`kv_spec`'s keywords: the layout and the launch settings the logs show (None: the release's
+    default, noted); ``host_pool`` a logged HiSparse "GPU + host" figure (:class:`LoggedHostPool`),
+    ``pp_layers`` ``VLLM_PP_LAYER_PARTITION``, ``logged_model`` the logs' model (:func:`check_model_name`)."""
 
     tp: int = 1
     pp: int = 1
@@ -304,10 +292,8 @@ class SpecOptions:
 
 
 def kv_spec(config: Mapping | ModelArch, **options: Any) -> KVSpec:
-    """The per-rank KV geometry of a model config on a layout (:class:`SpecOptions`' keywords).
-
-    ``block_size=None`` takes vLLM's choice (16; the MLA backend's from 0.18, which needs ``gpu_name`` or the
-    logged ``kv_cache_group_block_sizes``; raised for hybrid Mamba models).
+    """The per-rank KV geometry of a model config on a layout (:class:`SpecOptions`' keywords);
+    ``block_size=None`` takes vLLM's choice (:func:`kvplan.kvspec.launch.resolve_block_size`).
 
     >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
     ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
@@ -363,7 +349,7 @@ def kv_spec(config: Mapping | ModelArch, **options: Any) -> KVSpec:
 def _block_size(
     o: SpecOptions, arch: ModelArch, version: Release, token_bytes: int, linear_bytes: int | None, gdn: bool
 ) -> tuple[int, str]:
-    """The block size vLLM ends up with (:func:`kvplan.kvspec.launch.resolve_block_size`), and its note."""
+    """The block size vLLM ends up with, and its note."""
     size, note = resolve_block_size(
         BlockSizeInputs(
             o.block_size,

@@ -137,15 +137,7 @@ def _preemption_check(reading: LoadReading, max_preemptions: int) -> Check:
 
 def value_check(reading: LoadReading, approved_bytes: int) -> Check | None:
     """FAIL when a file states a manual ``--kv-cache-memory-bytes`` other than ``approved_bytes``; ``None``
-    when none states another.
-
-    >>> from kvplan.io.load import LoadSource, frame_of
-    >>> run = LoadReading(frame_of([{"source": "s.log", "line": 1}]),
-    ...                   sources=(LoadSource("s.log", "log", kv_cache_memory_bytes=16_106_127_360),))
-    >>> check = value_check(run, 12_884_377_600)
-    >>> check.passed, check.detail[:61]
-    (False, 's.log states --kv-cache-memory-bytes=16106127360 (15.00 GiB),')
-    """
+    when none states another."""
     other = [s for s in reading.sources if s.kv_cache_memory_bytes not in (None, approved_bytes)]
     disagree = _disagreements(reading, ("kv_cache_memory_bytes",))
     if disagree:  # two values in one file: at least one is not the approved value
@@ -250,11 +242,7 @@ def capacity_loss(kv_cache_tokens: int, profiled_kv_cache_tokens: int) -> tuple[
 
 
 def capacity_change_text(loss_tokens: int, loss_pct: float) -> str:
-    """A :func:`capacity_loss` result in words: a loss, or a gain when it is negative.
-
-    >>> capacity_change_text(24_224, 13.346), capacity_change_text(-1_424, -0.914)
-    ('loss of 24,224 tokens (13.346%)', 'gain of 1,424 tokens (0.914%)')
-    """
+    """A :func:`capacity_loss` result in words: a loss, or a gain when it is negative."""
     return f"{'loss' if loss_tokens >= 0 else 'gain'} of {abs(loss_tokens):,} tokens ({abs(loss_pct):g}%)"
 
 

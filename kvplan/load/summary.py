@@ -17,16 +17,7 @@ TIMELINE_COLUMNS = [key for key in LOAD_ROW_KEYS if key != "time"] + ["kind", "p
 
 def cumulative_preemptions(group: pd.DataFrame) -> np.ndarray:
     """Preemptions so far per row of one evidence kind and engine (``NaN`` until known): the first counter
-    value plus its increases (metrics), or V1's counts plus the increases of V0's total, anew per restart (logs).
-
-    >>> from kvplan.io.load import frame_of
-    >>> rows = frame_of([{"source": "s.log", "line": 1, "preemptions_total": 51, "event": "preemption"},
-    ...     {"source": "s.log", "line": 9, "preemptions_total": 1, "event": "preemption", "restarts": 1}])
-    >>> cumulative_preemptions(rows).tolist()  # 51 before the restart + 1 after
-    [51.0, 52.0]
-    >>> cumulative_preemptions(frame_of([{"source": "s.log", "line": n, "preemptions": n} for n in (0, 2, 3)])).tolist()
-    [0.0, 2.0, 5.0]
-    """
+    value plus its increases (metrics), or V1's counts plus the increases of V0's total, anew per restart (logs)."""
     counts = group["preemptions"].to_numpy(dtype=float, na_value=np.nan)
     totals = group["preemptions_total"].to_numpy(dtype=float, na_value=np.nan)
     if len(group) and group["kind"].iloc[0] == "metrics":
@@ -81,11 +72,7 @@ def _where(row: Mapping) -> dict:
 
 
 def where_text(row: Mapping) -> str:
-    """Where a JSON row was read: ``file:line (time), engine N``.
-
-    >>> where_text({"source": "s.log", "line": 7, "time": "11-29 10:00:10", "engine": 0})
-    's.log:7 (11-29 10:00:10), engine 0'
-    """
+    """Where a JSON row was read: ``file:line (time), engine N``."""
     when = f" ({row['time']})" if row["time"] else ""
     engine = f", engine {row['engine']}" if row["engine"] is not None else ""
     return f"{row['source']}:{row['line']}{when}{engine}"
@@ -105,13 +92,7 @@ def _preemptions_by_kind(timeline: pd.DataFrame) -> dict[str, tuple[int, bool]]:
 
 def run_preemptions(reading: LoadReading, timeline: pd.DataFrame | None = None) -> int | None:
     """Preemptions in the run over engines: the larger of logs' and metrics' counts; ``None`` when no file can
-    tell (a V1 log before 0.11.1 alone).
-
-    >>> from kvplan.io.load import frame_of
-    >>> run_preemptions(LoadReading(frame_of([{"source": "s.log", "line": 3, "engine": 0, "preemptions": 4},
-    ...                                        {"source": "s.log", "line": 9, "engine": 0, "preemptions": 0}])))
-    4
-    """
+    tell (a V1 log before 0.11.1 alone)."""
     totals = _preemptions_by_kind(load_timeline(reading) if timeline is None else timeline)
     if totals:
         return max(total for total, _ in totals.values())
@@ -121,13 +102,7 @@ def run_preemptions(reading: LoadReading, timeline: pd.DataFrame | None = None) 
 
 
 def preemptions_lower_bound(reading: LoadReading, timeline: pd.DataFrame | None = None) -> bool:
-    """Whether :func:`run_preemptions` is a lower bound: no exact count reaches V0's warnings' total.
-
-    >>> from kvplan.io.load import frame_of
-    >>> preemptions_lower_bound(LoadReading(frame_of([{"source": "s.log", "line": 5, "preemptions_total": 51,
-    ...                                                "event": "preemption"}])))
-    True
-    """
+    """Whether :func:`run_preemptions` is a lower bound: no exact count reaches V0's warnings' total."""
     totals = _preemptions_by_kind(load_timeline(reading) if timeline is None else timeline)
     if not totals:
         return False
@@ -193,13 +168,7 @@ def _engine_mean(values: np.ndarray, weights: np.ndarray) -> float:
 
 
 def peak_row(reading: LoadReading) -> dict | None:
-    """The JSON row with the highest KV cache usage (the first of equals), ``None`` without one.
-
-    >>> from kvplan.io.load import frame_of
-    >>> peak_row(LoadReading(frame_of([{"source": "s", "line": 1, "kv_cache_usage_pct": 80.0},
-    ...                                 {"source": "s", "line": 2, "kv_cache_usage_pct": 90.5}])))["line"]
-    2
-    """
+    """The JSON row with the highest KV cache usage (the first of equals), ``None`` without one."""
     usage = reading.frame["kv_cache_usage_pct"]
     if not usage.notna().any():
         return None

@@ -21,14 +21,15 @@ if TYPE_CHECKING:
 V1_PREEMPTIONS_FIELD_FROM_LINENO = (
     236  # loggers.py line of the stats call in 0.11.1, the first with "Preemptions"
 )
-_NUMBER = r"(-?\d+(?:\.\d+|))"
+_NUMBER = r"-?\d+(?:\.\d+|)"
 #: One V1 stats record as a whole line (counts of up to 18 digits fit 64 bits; longer ones go to the general
 #: reader, which refuses them); ``(?:…|)`` matches what ``(?:…)?`` does at less cost to sre.
 V1_STATS_LINE = re.compile(
-    r"(?:\([A-Za-z]+ pid=\d+\) |)INFO (\d\d-\d\d) (\d\d:\d\d:\d\d) \[([\w./-]+):(\d+)\] Engine (\d{1,18}): "
-    rf"Avg prompt throughput: {_NUMBER} tokens/s, Avg generation throughput: {_NUMBER} tokens/s, "
-    r"Running: (\d{1,18}) reqs, Waiting: (\d{1,18}) reqs, (?:Preemptions: (\d{1,18}), |)[A-Z]+ KV cache usage: "
-    rf"{_NUMBER}%, Prefix cache hit rate: {_NUMBER}%$"
+    r"(?:\([A-Za-z]+ pid=\d+\) |)INFO (\d\d-\d\d) (\d\d:\d\d:\d\d) \[(?P<file>[\w./-]+):(?P<lineno>\d+)\] "
+    rf"Engine (?P<engine>\d{{1,18}}): Avg prompt throughput: (?P<prompt>{_NUMBER}) tokens/s, Avg generation "
+    rf"throughput: (?P<generation>{_NUMBER}) tokens/s, Running: (?P<running>\d{{1,18}}) reqs, Waiting: "
+    r"(?P<waiting>\d{1,18}) reqs, (?:Preemptions: (?P<preemptions>\d{1,18}), |)[A-Z]+ KV cache usage: "
+    rf"(?P<usage>{_NUMBER})%, Prefix cache hit rate: (?P<hits>{_NUMBER})%$"
 )
 
 
@@ -56,15 +57,13 @@ def take_stats_lines(
         if None not in preemptions
         else [UNKNOWN_NUMBER] * unknown + _numbers(preemptions[unknown:], _count_or_zero)
     )
-    engine_indices = _numbers(_group(found, "engine"), int)
-    times, lines = micros, list(range(line, line + count))
     log.rows.extend(
         count,
         {
             "source": log.code,
-            "time": times,
-            "line": lines,
-            "engine": engine_indices,
+            "time": micros,
+            "line": range(line, line + count),
+            "engine": _numbers(_group(found, "engine"), int),
             "kv_cache_usage_pct": usage_pct,
             "running": _numbers(_group(found, "running"), int),
             "waiting": _numbers(_group(found, "waiting"), int),
@@ -83,11 +82,6 @@ def take_stats_lines(
     log.yearless = log.yearless or not year_known
     log.last_form = "v1"
     log.forms.add("v1")
-    if engine_indices.count(engine_indices[0]) == count:  # one engine: its series grows by the run
-        log.add_series(engine_indices[0], times, lines)
-    else:
-        for number, (engine, when) in enumerate(zip(engine_indices, micros), line):
-            log.add_series(engine, (when,), (number,))
     return count
 
 
@@ -103,55 +97,18 @@ def _unknown_preemptions(found: list[re.Match], preemptions: list[str | None]) -
     return len(found)
 
 
-#: :data:`V1_STATS_LINE`'s groups by name, each the getter of that group from a match
-_GROUPS = {
-    name: operator.itemgetter(number)
-    for number, name in enumerate(
-        (
-            "day",
-            "clock",
-            "file",
-            "lineno",
-            "engine",
-            "prompt",
-            "generation",
-            "running",
-            "waiting",
-            "preemptions",
-            "usage",
-            "hits",
-        ),
-        1,
-    )
-}
-
-
 def _group(found: list[re.Match], name: str) -> list:
-    """The text of group ``name`` of each match (``None`` where it did not take part).
-
-    >>> _group([V1_STATS_LINE.match("INFO 11-29 10:00:10 [loggers.py:310] Engine 000: Avg prompt throughput: "
-    ...     "1.0 tokens/s, Avg generation throughput: 2.0 tokens/s, Running: 3 reqs, Waiting: 0 reqs, "
-    ...     "GPU KV cache usage: 5.2%, Prefix cache hit rate: 0.0%")], "running")
-    ['3']
-    """
-    return list(map(_GROUPS[name], found))
+    """The text of group ``name`` of each match (``None`` where it did not take part)."""
+    return list(map(operator.itemgetter(name), found))
 
 
 def _count_or_zero(text: str | None) -> int:
-    """A count's text as a number; a field the line leaves out (``None``) is 0.
-
-    >>> _count_or_zero("3"), _count_or_zero(None)
-    (3, 0)
-    """
+    """A count's text as a number; a field the line leaves out (``None``) is 0."""
     return 0 if text is None else int(text)
 
 
 def _numbers(texts: Sequence[str], kind: Callable[[str], int | float]) -> list:
-    """``list(map(kind, texts))``, each distinct text converted once when texts repeat.
-
-    >>> _numbers(("3", "3", "3", "3", "3", "12"), int), _numbers(("0.0", "-0.0"), float)
-    ([3, 3, 3, 3, 3, 12], [0.0, -0.0])
-    """
+    """``list(map(kind, texts))``, each distinct text converted once when texts repeat."""
     distinct = set(texts)
     if 2 * len(distinct) > len(texts):
         return list(map(kind, texts))

@@ -70,14 +70,7 @@ class LoadSource:
 
 class RowBuilder:
     """Load rows appended one at a time (:meth:`add`) or a run of columns at a time (:meth:`extend`), kept in
-    typed columns (about 100 bytes a row) until :meth:`frame`.
-
-    >>> rows = RowBuilder()
-    >>> rows.add("s.log", 7, datetime(2026, 11, 29, 10, 0, 10), {"kv_cache_usage_pct": 41.5, "running": 3})
-    0
-    >>> rows.frame()[["source", "line", "running", "waiting"]].to_dict("records")
-    [{'source': 's.log', 'line': 7, 'running': 3, 'waiting': None}]
-    """
+    typed columns (about 100 bytes a row) until :meth:`frame`."""
 
     def __init__(self) -> None:
         self._columns: dict[str, array] = {name: array(code) for name, code in _TYPES.items()}
@@ -108,18 +101,13 @@ class RowBuilder:
     ) -> int:
         """Append a row (a value ``None`` or missing is unknown; ``kind`` ``"log"`` and ``year_known`` True
         unless given); returns its index. A whole number beyond 64 bits is a :class:`LoadFormatError`."""
-        if event is not None and event not in EVENTS:
-            raise ValueError(f"unknown load event {event!r} (expected one of {EVENTS})")
-        kind = values.get("kind") or "log"
-        if kind not in KINDS:
-            raise ValueError(f"unknown evidence kind {kind!r} (expected one of {KINDS})")
         row = {
             "source": self.source_code(source),
             "time": UNKNOWN_NUMBER if time is None else (time - EPOCH) // MICROSECOND,
             "line": line,
             **{name: _packed(values.get(name), LOAD_COLUMNS[name]) for name in _NUMBERS[1:]},
             "event": _EVENT_CODES.index(event),
-            "kind": KINDS.index(kind),
+            "kind": KINDS.index(values.get("kind") or "log"),
             "year_known": values.get("year_known") is None or bool(values.get("year_known")),
         }
         if values.get("restarts") is None:
@@ -138,14 +126,7 @@ class RowBuilder:
     def extend(self, count: int, columns: Mapping[str, Any]) -> None:
         """Append ``count`` rows a column at a time (the whole-line engine): each builder column (``source``
         as its :meth:`source_code`, ``time`` in µs since year 1, ``event`` and ``kind`` as their index,
-        unknown :data:`UNKNOWN_NUMBER` or ``NaN``) as ``count`` values or the one value all share.
-
-        >>> rows = RowBuilder()
-        >>> shared = {name: 0 for name in _FIELDS} | {"source": rows.source_code("s.log"), "year_known": 1}
-        >>> rows.extend(2, shared | {"line": (3, 4), "running": [12, 9]})
-        >>> rows.frame()[["line", "running"]].to_dict("list")
-        {'line': [3, 4], 'running': [12, 9]}
-        """
+        unknown :data:`UNKNOWN_NUMBER` or ``NaN``) as ``count`` values or the one value all share."""
         for name, column in self._columns.items():
             values = columns[name]
             if isinstance(values, (int, float)):
@@ -153,15 +134,6 @@ class RowBuilder:
             else:
                 values = values if isinstance(values, list) else list(values)
                 column.frombytes(struct.pack(f"{len(values)}{column.typecode}", *values))
-
-    def set(self, index: int, name: str, value: int) -> None:
-        """Set a whole-number column of row ``index``."""
-        self._columns[name][index] = value
-
-    def shift_times(self, micros: int) -> None:
-        """Add ``micros`` [µs] to every known time (a log's local times turned into UTC)."""
-        times = np.frombuffer(self._columns["time"], dtype=np.int64)
-        self._columns["time"] = array("q", np.where(times == UNKNOWN_NUMBER, times, times + micros).tobytes())
 
     def frame(self) -> pd.DataFrame:
         """The rows as the :data:`LOAD_COLUMNS` frame (unknown, ``NaN`` and ``±Inf`` are ``NA``)."""
@@ -196,12 +168,7 @@ def _packed(value: object, dtype: str) -> object:
 
 def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
     """The lines of a text file without their line break; a line longer than :data:`MAX_LINE_CHARS` is a
-    :class:`LoadFormatError` naming file and line (memory stays bounded).
-
-    >>> import io
-    >>> list(bounded_lines(io.StringIO("a\\n\\nb"), "a.log"))
-    ['a', '', 'b']
-    """
+    :class:`LoadFormatError` naming file and line (memory stays bounded)."""
     tail, number = "", 0
     for block in iter(lambda: stream.read(READ_CHARS), ""):
         lines = (tail + block).split("\n")
@@ -220,11 +187,7 @@ def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
 
 
 def frame_of(rows: Iterable[Mapping[str, object]]) -> pd.DataFrame:
-    """The load frame of rows given as mappings of :data:`LOAD_COLUMNS` names (``source``, ``line`` required).
-
-    >>> frame_of([{"source": "s.log", "line": 3, "engine": 0, "preemptions": 4}])[["engine", "preemptions"]].iloc[0].tolist()
-    [0, 4]
-    """
+    """The load frame of rows given as mappings of :data:`LOAD_COLUMNS` names (``source``, ``line`` required)."""
     rows_builder = RowBuilder()
     for row in rows:
         rows_builder.add(
@@ -260,11 +223,7 @@ def time_texts(frame: pd.DataFrame) -> np.ndarray:
 
 
 def json_values(column: pd.Series) -> list:
-    """A column's values as JSON values (Python scalars, unknown ``None``).
-
-    >>> json_values(pd.Series([3, None], dtype="Int64")), json_values(pd.Series(["a", None], dtype="string"))
-    ([3, None], ['a', None])
-    """
+    """A column's values as JSON values (Python scalars, unknown ``None``)."""
     numpy_type = _NUMPY_TYPES.get(str(column.dtype))
     if numpy_type is None:
         return column.to_numpy(object, na_value=None).tolist()
@@ -280,13 +239,7 @@ def json_values(column: pd.Series) -> list:
 @dataclass(frozen=True, eq=False)
 class LoadReading:
     """One load-test run: the frame, its metadata and each file's :class:`LoadSource`; unpacks as
-    ``frame, metadata``.
-
-    >>> reading = LoadReading(frame_of([{"source": "a.log", "line": 3, "engine": 0}]), ReadMetadata(("a.log",)))
-    >>> frame, metadata = reading
-    >>> reading.records()[0]["engine"], metadata.sources
-    (0, ('a.log',))
-    """
+    ``frame, metadata``."""
 
     frame: pd.DataFrame
     metadata: ReadMetadata = field(default_factory=ReadMetadata)
@@ -342,20 +295,12 @@ def reading_of(
 
 def counter_increase(previous: float | None, current: float | None) -> float | None:
     """Increase of a counter between two scrapes; one that went down was reset (a restart), and its
-    increase is the new value, as in Prometheus' ``rate()``.
-
-    >>> counter_increase(40, 52), counter_increase(52, 3), counter_increase(None, 3)
-    (12, 3, None)
-    """
+    increase is the new value, as in Prometheus' ``rate()``."""
     if previous is None or current is None:
         return None
     return current - previous if current >= previous else current
 
 
 def percent(fraction: float) -> float:
-    """A 0–1 fraction as a 0–100 percentage, without float noise.
-
-    >>> percent(0.07), percent(0.153846)
-    (7.0, 15.3846)
-    """
+    """A 0–1 fraction as a 0–100 percentage, without float noise."""
     return round(fraction * 100, 6)

@@ -13,11 +13,11 @@ from datetime import timedelta
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 import kvplan.io.load.engine as whole_lines
 from kvplan.io.load.engine import V1_PREEMPTIONS_FIELD_FROM_LINENO
 from kvplan.io.load.frame import (
-    EPOCH,
     MICROSECOND,
     LoadFormatError,
     LoadReading,
@@ -111,22 +111,11 @@ class StatsLog:
         self.manual_bytes: set[int] = set()
         self.stamped: set[int] = set()  # UTC offsets [min] from docker stamps
         self.yearless = False
-        self.untimed = 0
-        self.first_untimed: int | None = None
         self.last_preemption: tuple[int, int | None] | None = None
-        self.series: dict[int | None, tuple[array, array]] = {}  # engine → (µs since the first, line)
         self.warnings: list[str] = []
 
     def count(self) -> int:
         return len(self.rows) + (self.last is not None)
-
-    def add_series(self, engine: int | None, micros: Iterable[int], lines: Iterable[int]) -> None:
-        """Add stats rows' times [µs since year 1] and lines to ``engine``'s series (the gap warnings)."""
-        series = self.series.get(engine)
-        if series is None:
-            series = self.series[engine] = (array("q"), array("q"))
-        series[0].extend(micros)
-        series[1].extend(lines)
 
     def add(self, record: StatsRecord, form: str | None = None, **values) -> dict:
         """Open a new row from ``record`` (its time shifted to UTC when the offset is given)."""
@@ -142,11 +131,6 @@ class StatsLog:
         }
         if values.get("event") is not None:
             row["raw"] = record.message
-        if time is None:
-            self.untimed += 1
-            self.first_untimed = record.line if self.first_untimed is None else self.first_untimed
-        elif form is not None:
-            self.add_series(row["engine"], ((time - EPOCH) // MICROSECOND,), (record.line,))
         self.last, self.last_form = row, form
         return row
 
@@ -208,14 +192,14 @@ def parse_stats_lines(
             f"{source}: no vLLM stats line ('… Running: N reqs …'), preemption warning, OOM or error line "
             "found; expected a vLLM server log or a saved /metrics snapshot"
         )
+    frame = log.rows.frame()
     if log.late_v1:
-        for index in log.pending_v1:
-            log.rows.set(index, "preemptions", 0)
+        frame.loc[np.asarray(log.pending_v1, dtype=np.int64), "preemptions"] = 0
     warnings: list[str] = []
     offset = utc_offset_hours(source, log.stamped, utc_offset, warnings)
     if utc_offset is None and offset is not None:
-        log.rows.shift_times(log_time_shift(offset) // MICROSECOND)
-    warnings += log.warnings + _warnings(log)
+        frame["time"] += log_time_shift(offset)
+    warnings += log.warnings + _warnings(log, frame)
     if not log.rows:
         warnings.append(
             f"{source}: startup lines only, no stats line, preemption or OOM line "
@@ -226,7 +210,7 @@ def parse_stats_lines(
             f"{source}: several 'GPU KV cache size' values {sorted(log.kv_tokens)}; capacity left unknown"
         )
     return reading_of(
-        [log.rows.frame()],
+        [frame],
         warnings,
         [
             LoadSource(
@@ -347,18 +331,19 @@ def _read_stats(log: StatsLog, record: StatsRecord, stats: dict) -> None:
         log.pending_v1.append(len(log.rows))  # its index once closed
 
 
-def _warnings(log: StatsLog) -> list[str]:
-    """The log's warnings: no year, untimed rows, V0's lower bound, gaps."""
+def _warnings(log: StatsLog, frame: pd.DataFrame) -> list[str]:
+    """The log's warnings: no year, untimed rows, V0's lower bound, gaps between stats rows."""
     source, warnings = log.source, []
+    untimed = frame["time"].isna().to_numpy()
     if log.yearless:
         warnings.append(
             f"{source}: vLLM's timestamps carry no year; times are shown as MM-DD HH:MM:SS "
             "(pass --year / year= to anchor them)"
         )
-    if log.untimed:
+    if untimed.any():
         warnings.append(
-            f"{source}: {log.untimed} row(s) lost their log header and have no time "
-            f"(first at line {log.first_untimed})"
+            f"{source}: {untimed.sum()} row(s) lost their log header and have no time "
+            f"(first at line {frame['line'].iloc[untimed.argmax()]})"
         )
     if log.last_preemption is not None:
         line, total = log.last_preemption
@@ -373,13 +358,16 @@ def _warnings(log: StatsLog) -> list[str]:
             f"{source}: these V1 stats lines (before vLLM 0.11.1) do not report preemptions; "
             "add a /metrics snapshot (vllm:num_preemptions_total) to count them"
         )
-    for engine in sorted(log.series, key=lambda e: -1 if e is None else e):
-        micros, lines = log.series[engine]
-        gaps = np.diff(np.frombuffer(micros, dtype=np.int64)) / 1e6  # [s]
+    stats = frame["event"].isna().to_numpy() & ~untimed
+    engines = frame["engine"].to_numpy(np.int64, na_value=-1)[stats]  # -1: no engine, listed first
+    micros = frame["time"].to_numpy("datetime64[us]").view(np.int64)[stats]
+    for engine in np.unique(engines).tolist():
+        lines = frame["line"].to_numpy(np.int64)[stats][engines == engine]
+        gaps = np.diff(micros[engines == engine]) / 1e6  # [s]
         usual = float(np.median(gaps)) if len(gaps) else 0
         longer = np.flatnonzero(gaps > IDLE_GAP_FACTOR * usual).tolist() if usual > 0 else []
         for position in longer:
-            name = "" if engine is None else f" of engine {engine}"
+            name = "" if engine < 0 else f" of engine {engine}"
             warnings.append(
                 f"{source}: no stats line{name} between lines {lines[position]} and "
                 f"{lines[position + 1]} ({float(gaps[position]):g} s; usual interval {usual:g} s): idle "

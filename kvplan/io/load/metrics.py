@@ -103,11 +103,7 @@ class _Chunk:
 
 
 def physical_lines(lines: Iterable[str]) -> Iterator[str]:
-    """The lines as ``str.splitlines`` cuts text (also at form feeds and the like).
-
-    >>> list(physical_lines(["a\\n", "b\\x0cc\\n", "\\n", ""]))
-    ['a', 'b', 'c', '', '']
-    """
+    """The lines as ``str.splitlines`` cuts text (also at form feeds and the like)."""
     for line in lines:
         yield from line.splitlines() or [""]  # an empty line is a line
 
@@ -149,14 +145,7 @@ def _chunks(lines: Iterable[str]) -> Iterator[_Chunk]:
 
 
 def split_scrapes(text: str) -> list[tuple[int, datetime | None, str]]:
-    """(first line number, time from a time comment or ``None``, text) for each scrape in a file.
-
-    >>> [(line, time.minute) for line, time, _ in split_scrapes(
-    ...     "# 2026-11-29T10:00:10Z\\n# HELP a x\\na 1\\n# 2026-11-29T10:01:10Z\\n# HELP a x\\na 2\\n")]
-    [(1, 0), (4, 1)]
-    >>> [(line, time) for line, time, _ in split_scrapes('a{e="0"} 1\\nb 5\\na{e="0"} 2\\n')]  # a repeats
-    [(1, None), (3, None)]
-    """
+    """(first line number, time from a time comment or ``None``, text) for each scrape in a file."""
     return [(chunk.line, chunk.time, "\n".join(chunk.lines) + "\n") for chunk in _chunks(text.splitlines())]
 
 
@@ -271,13 +260,7 @@ def parse_metrics_text(text: str, source: str) -> list[Scrape]:
 
 
 def parse_metrics_snapshots(files: Sequence[tuple[str, str]]) -> LoadReading:
-    """The reading of one run's /metrics files given as ``(source, text)``.
-
-    >>> one = '# HELP vllm:num_requests_running x\\n# TYPE vllm:num_requests_running gauge\\n'
-    >>> reading = parse_metrics_snapshots([("a.prom", one + 'vllm:num_requests_running{engine="0"} 7.0\\n')])
-    >>> reading.frame.loc[0, ["running", "engine"]].tolist()
-    [7, 0]
-    """
+    """The reading of one run's /metrics files given as ``(source, text)``."""
     return _metrics_reading([(source, text.splitlines()) for source, text in files])
 
 
@@ -306,11 +289,7 @@ def read_metrics_snapshots(paths: Sequence[str | Path]) -> LoadReading:
 
 
 def refused_sample_error(source: str, line: int, name: str, value: float) -> LoadFormatError:
-    """The refusal of a sample no vLLM exports (:func:`~.scrapes.impossible_value`).
-
-    >>> str(refused_sample_error("m.prom", 30, "vllm:num_preemptions_total", -1.0))
-    'm.prom:30: vllm:num_preemptions_total is -1, below zero: a counter starts at 0 and only rises'
-    """
+    """The refusal of a sample no vLLM exports (:func:`~.scrapes.impossible_value`)."""
     return LoadFormatError(f"{source}:{line}: {name} is {value:g}, {impossible_value(name, float(value))}")
 
 

@@ -12,7 +12,7 @@ import itertools
 import operator
 import re
 from collections.abc import Callable, Iterable, Iterator
-from datetime import datetime, time, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
@@ -159,7 +159,6 @@ class RecordReader:
         self.lines = _Joiner(wrap_width)
         self._day: str | None = None  # "MM-DD" of the last line :meth:`read` took whole, while current
         self._midnight = 0  # its midnight [µs since year 1]
-        self._clocks: dict[str, int] = {}  # "HH:MM:SS" → µs since midnight
 
     def push(self, physical: str) -> Iterator[StatsRecord]:
         """The records that the physical line completes."""
@@ -224,17 +223,7 @@ class RecordReader:
     ) -> None:
         """Read ``lines``: each run of lines that ``whole`` matches (groups 1–2 ``MM-DD``, ``HH:MM:SS``) on one
         day goes to ``take(matches, first line, µs since year 1 + shift_micros each, year known)``, which
-        returns how many it took; other lines, and the first one ``take`` leaves, go to ``other``.
-
-        >>> reader, taken, other = RecordReader(2026), [], []
-        >>> whole = re.compile(r"INFO (\\d\\d-\\d\\d) (\\d\\d:\\d\\d:\\d\\d) \\[a.py:1\\] ok$")
-        >>> lines = ["INFO 12-31 23:59:50 [a.py:1] ok", "INFO 01-01 00:00:00 [a.py:1] other"]
-        >>> reader.read(lines, whole, lambda *run: taken.append(run[1:]) or len(run[2]), lambda line: other.extend(reader.push(line)))
-        >>> taken == [(1, [(datetime(2026, 12, 31, 23, 59, 50) - EPOCH) // MICROSECOND], True)]
-        True
-        >>> [(record.line, record.time.isoformat()) for record in other]
-        [(2, '2027-01-01T00:00:00')]
-        """
+        returns how many it took; other lines, and the first one ``take`` leaves, go to ``other``."""
         lines = iter(lines)
         for block in iter(lambda: list(itertools.islice(lines, READ_BLOCK)), []):
             found = list(map(whole.match, block))
@@ -278,15 +267,10 @@ class RecordReader:
                 state = self._stamp(day, clocks[0])
                 if state is None:
                     return taken
-            seconds = list(map(self._clocks.get, clocks))
-            if None in seconds:
-                for position, clock in enumerate(clocks):
-                    if seconds[position] is None:
-                        seconds[position] = self._clock_micros(clock)
-                        if seconds[position] is None:  # no such second: the general reader refuses it
-                            count = position
-                            del seconds[count:]
-                            break
+            seconds = list(map(_clock_micros, clocks))
+            if None in seconds:  # no such second: the general reader refuses it
+                count = seconds.index(None)
+                del seconds[count:]
             midnight = (self._midnight if state is None else state[3]) + shift_micros
             micros = [midnight + second for second in seconds]
             if shift_micros and micros and (min(micros) < 0 or max(micros) > _LAST_MICROS):
@@ -310,21 +294,16 @@ class RecordReader:
             midnight = (datetime(year, month, int(month_day[3:])) - EPOCH) // MICROSECOND
         except ValueError:
             return None
-        if self._clock_micros(clock) is None:
-            return None
-        return year, month, month_day, midnight
+        return None if _clock_micros(clock) is None else (year, month, month_day, midnight)
 
-    def _clock_micros(self, clock: str) -> int | None:
-        """µs since midnight of ``HH:MM:SS``; ``None`` when it names no real time."""
-        seconds = self._clocks.get(clock)
-        if seconds is None:
-            hours, minutes, second = int(clock[:2]), int(clock[3:5]), int(clock[6:])
-            try:
-                time(hours, minutes, second)
-            except ValueError:
-                return None
-            seconds = self._clocks[clock] = ((hours * 60 + minutes) * 60 + second) * 1_000_000
-        return seconds
+
+@functools.lru_cache(maxsize=1 << 17)
+def _clock_micros(clock: str) -> int | None:
+    """µs since midnight of ``HH:MM:SS``; ``None`` when it names no real time."""
+    hours, minutes, second = int(clock[:2]), int(clock[3:5]), int(clock[6:])
+    if hours > 23 or minutes > 59 or second > 59:
+        return None
+    return ((hours * 60 + minutes) * 60 + second) * 1_000_000
 
 
 @functools.lru_cache(maxsize=1024)
@@ -334,11 +313,7 @@ def file_name(path: str) -> str:
 
 
 def log_time_shift(utc_offset: float | None) -> timedelta:
-    """What to add to a log time (the server's local time) to get UTC, for ``utc_offset`` hours east of UTC.
-
-    >>> log_time_shift(-7), log_time_shift(5.5), log_time_shift(None)
-    (datetime.timedelta(seconds=25200), datetime.timedelta(days=-1, seconds=66600), datetime.timedelta(0))
-    """
+    """What to add to a log time (the server's local time) to get UTC, for ``utc_offset`` hours east of UTC."""
     if utc_offset is None:
         return timedelta(0)
     if not -MAX_UTC_OFFSET_HOURS <= utc_offset <= MAX_UTC_OFFSET_HOURS:
@@ -353,14 +328,7 @@ def utc_offset_hours(
     source: str, stamped: set[int], given: float | None, warnings: list[str]
 ) -> float | None:
     """The log's UTC offset [h]: the one given, else the one its docker stamps (offsets [min]) agree on,
-    else ``None``; the decision is said in ``warnings``.
-
-    >>> notes = []
-    >>> utc_offset_hours("a.log", {-420}, None, notes), len(notes)
-    (-7.0, 1)
-    >>> utc_offset_hours("a.log", {15 * 60}, None, notes), len(notes)  # no offset in use: not applied
-    (None, 2)
-    """
+    else ``None``; the decision is said in ``warnings``."""
     hours = sorted({minutes / 60 for minutes in stamped})
     if given is not None:
         if hours and hours != [given]:

@@ -65,24 +65,13 @@ class Scrape:
 
 
 def unix_time(seconds: float) -> datetime:
-    """A Unix time [s] as a naive UTC ``datetime``.
-
-    >>> unix_time(1732874410).isoformat()
-    '2024-11-29T10:00:10'
-    """
+    """A Unix time [s] as a naive UTC ``datetime``."""
     return datetime.fromtimestamp(seconds, tz=timezone.utc).replace(tzinfo=None)
 
 
 def take_sample(scrape: Scrape, name: str, labels: Mapping[str, str], value: float) -> str | None:
     """Take one sample into ``scrape``; returns :data:`NON_FINITE` or :data:`OUT_OF_RANGE` when read as
-    unknown (the caller warns), :data:`REFUSED` for a value no vLLM exports (the caller refuses the file).
-
-    >>> scrape = Scrape("m.prom", 1, None)
-    >>> take_sample(scrape, "vllm:num_requests_running", {"engine": "0"}, 3.0), scrape.values
-    (None, {0: {'vllm:num_requests_running': 3.0}})
-    >>> take_sample(scrape, "vllm:num_preemptions_total", {"engine": "0"}, float("inf"))
-    'non-finite'
-    """
+    unknown (the caller warns), :data:`REFUSED` for a value no vLLM exports (the caller refuses the file)."""
     engine = _engine(labels)
     value = float(value)  # prometheus_client reads "120" as the int 120
     if name == CACHE_CONFIG:
@@ -236,14 +225,7 @@ def _down_without_restart(before, scrape: Scrape, engine, last, values: dict) ->
 
 
 def cache_config_disagreements(scrapes: Sequence[Scrape]) -> list[Note]:
-    """A warning per file, engine and :data:`CONFIG_LABELS` label whose scrapes show two values.
-
-    >>> first, second = Scrape("m.prom", 1, None), Scrape("m.prom", 9, None)
-    >>> first.cache_config[0] = {"kv_cache_memory_bytes": "12884377600"}
-    >>> second.cache_config[0] = {"kv_cache_memory_bytes": "16106127360"}
-    >>> print(cache_config_disagreements([first, second])[0].split(": the file")[0])
-    m.prom:9: vllm:cache_config_info of engine 0 shows kv_cache_memory_bytes=16106127360, but 12884377600 at m.prom:1
-    """
+    """A warning per file, engine and :data:`CONFIG_LABELS` label whose scrapes show two values."""
     seen: dict[tuple, tuple[str, Scrape]] = {}
     notes = []
     for scrape in scrapes:

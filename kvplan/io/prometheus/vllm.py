@@ -117,11 +117,7 @@ def _matchers(name: str, match: str | None) -> str:
 
 
 def load_selector(match: str | None = None) -> str:
-    """The PromQL selector of the names read, narrowed by ``match`` (label matchers in braces).
-
-    >>> load_selector('{job="vllm"}').endswith('_total)$",job="vllm"}')
-    True
-    """
+    """The PromQL selector of the names read, narrowed by ``match`` (label matchers in braces)."""
     names = "|".join(re.escape(name) for name in QUERIED)
     narrowed = _matchers("", match)
     inner = f",{narrowed[1:-1]}" if narrowed.strip("{}").strip() else ""

@@ -1,62 +1,7 @@
 """vLLM log line families: one table row per family (trigger, scope, values, regex), and reading a message.
 
-The formats (every release from 0.5 to 0.33) are in ``vllm-log-formats.md``; the table
-:data:`FAMILIES` holds one row per line family (:func:`~kvplan.io.vllm.handlers.family`): a cheap
-trigger substring, the scope, what the regex's groups hold (ledger columns, engine-level values,
-configuration, rank assignment, outcome) and the regex. Releases of the less common lines (checked
-against the released wheels, ``pip download --no-deps vllm==X.Y.Z``; 0.33 file:line where it helps):
-
-**Failed boots** (:data:`FAILURE_FAMILIES`, :data:`FAILURE_VALUE_FAMILIES`):
-
-- ``EngineCore failed to start.`` (``v1/engine/core.py`` ``run_engine_core``, 0.8.5–0.33; ERROR with
-  the traceback), ``EngineCore hit an exception: %s`` (0.7.0–0.8.4), ``WorkerProc failed to start.``
-  (``v1/executor/multiproc_executor.py``, 0.6.5–0.33).
-- ``Exception in worker %s while processing method %s.`` (V0 ``executor/multiproc_worker_utils.py``,
-  0.5.0–0.10.2): the method is where the worker failed.
-- V0 ``The model's max seq len (%d) is larger than the maximum number of tokens that can be stored in
-  KV cache (%d)`` (``worker/worker.py`` ``raise_if_cache_size_invalid``, 0.5.0–0.10.2): the tokens.
-- V1 ``… larger than the available KV cache memory (%s GiB)`` (``v1/core/kv_cache_utils.py``,
-  ``kv_cache_planning.py`` in 0.33; 0.7.0–0.33): the available memory.
-- NIXL (``NIXL_ERR_*``) and UCX (``UCX  ERROR``) transfer errors after KV sizing (0.9+).
-- Traceback frames ``File "…", line N, in capture_model``: the vLLM function a failure went through
-  (:data:`~kvplan.columns.FAILURE_PHASES`), kept as the ledger's ``failed_in``.
-
-**Lines that change vLLM's KV arithmetic or what a room means** (:data:`SIZING_FAMILIES`, mostly 0.26–0.33):
-
-- ``Overriding num_gpu_blocks=%d with num_gpu_blocks_override=%d`` (V0 ``engine/llm_engine.py``
-  0.5–0.10.2, V1 ``v1/core/kv_cache_utils.py`` 0.6.4–0.32, ``kv_cache_planning.py:1525`` 0.33).
-- ``Auto-fit max_model_len: reduced from %d to %d to fit in available GPU memory (%s GiB available for
-  KV cache)`` (0.14–0.31) and ``… in available KV cache memory (%s)`` (0.32–0.33): the fitted length.
-- ``Chunked prefill is enabled with max_num_batched_tokens=%d.`` (``config.py``/``config/scheduler.py``,
-  0.5.5–0.33).
-- ``Asynchronous scheduling is %s.`` (``config/vllm.py``, 0.14–0.26); from 0.27 it is on by default and only
-  turning it off is logged: ``Async scheduling will be disabled because it is not supported with the `%s`
-  distributed executor backend.`` / ``Async scheduling is disabled for ROCm DeepEP …`` (0.26–0.33),
-  ``Async scheduling is disabled because the V1 model runner does not support it with …`` (0.32–0.33).
-- ``Mamba cache mode is set to '%s' for %s by default when prefix caching is enabled``
-  (``model_executor/models/config.py``, 0.15–0.33, WARNING to 0.2x, INFO later).
-- The hybrid KV cache manager off: ``Hybrid KV cache manager is disabled for this hybrid model`` (0.9.1+),
-  ``KV cache page sizes cannot be unified; treating sliding-window layers as full attention`` (0.27+),
-  ``Turning off hybrid kv cache manager because`` (0.11.1+), the chunked-local ``There is a latency
-  regression … Disabling it, by default`` (0.10.1+).
-- ``kv cache group sizes %s`` (``v1/core/kv_cache_utils.py``, 0.30–0.33; a list to 0.31, a tuple after).
-- ``Encoder graph capturing finished in %.0f secs, took %.2f GiB (%d graphs)``
-  (``v1/worker/mm_encoder_model_runner.py``, 0.31–0.33).
-- ``Weights are held outside this process: of the %s GiB utilization budget, %s GiB is externally held
-  and %s GiB remains for the engine's own allocations.`` (``v1/worker/utils.py``, 0.32–0.33).
-- Sleep mode: ``Sleep mode freed %s GiB memory, %s GiB memory is still in use.`` (0.14–0.33) and
-  ``CuMemAllocator: sleep freed %.2f GiB memory in total, …`` (``device_allocator/cumem.py``, 0.11–0.33) and
-  ``CuMemAllocator: discarded %.2f GiB for tags %s.`` (0.32–0.33), the
-  executor's ``It took %.6f seconds to fall asleep.`` / ``… to wake up tags %s.`` (0.26–0.33) / ``… to discard
-  tags %s.`` (0.32–0.33).
-- ROCm ``Free memory grew by %s GiB during profiling … torch reserved …`` (``gpu_worker.py``, 0.29–0.33).
-- ``[Elastic EP] Synced KV cache memory size to new workers`` (``distributed/elastic_ep``, 0.17–0.33).
-- HiSparse ``%s KV cache size`` with ``GPU + host`` and ``HiSparse steady-state maximum concurrency for
-  %s tokens per request`` (0.32–0.33).
-- ``vLLM server version %s, serving model %s`` and its logo (``… version %s``; 0.15–0.33).
-- ``Engine %03d: vllm cache_config_info with initialization after num_gpu_blocks is: %d`` (DEBUG,
-  ``v1/metrics/loggers.py``; without ``Engine NNN:`` at INFO in 0.9–0.10) and ``%d Engines: …`` (INFO,
-  DP > 1, 0.11.1–0.33).
+:data:`FAMILIES` holds one row per line family (:func:`~kvplan.io.vllm.handlers.family`); the releases and
+vLLM source of the less common lines are in ``docs/vllm-lines.md``.
 """
 
 from __future__ import annotations
@@ -64,12 +9,12 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from itertools import chain
+from types import MappingProxyType
 
 from kvplan.columns import FAILURE_PHASES
 from kvplan.io.vllm.handlers import (
     Fact,
     Family,
-    Groups,
     engine_config,
     failure,
     family,
@@ -149,7 +94,7 @@ PROFILE_TABLE = {
 _TABLE_KEYS = "^(" + "|".join(PROFILE_TABLE) + ")"
 
 
-def _table_field(m: Groups) -> dict:
+def _table_field(m: re.Match) -> dict:
     return {PROFILE_TABLE[m.group(1)]: gib_bytes(m.group(2))}
 
 
@@ -257,14 +202,14 @@ FAILURE_FAMILIES: list[Family] = [
 ]
 # fmt: on
 
-FAMILIES: list[Family] = [
-    *_MEMORY_FAMILIES,
-    *_ENGINE_FAMILIES,
-    *_CONFIG_FAMILIES,
-    *SIZING_FAMILIES,
-    *FAILURE_VALUE_FAMILIES,
-    *FAILURE_FAMILIES,
-]
+FAMILIES = (
+    _MEMORY_FAMILIES
+    + _ENGINE_FAMILIES
+    + _CONFIG_FAMILIES
+    + SIZING_FAMILIES
+    + FAILURE_VALUE_FAMILIES
+    + FAILURE_FAMILIES
+)
 
 
 #: Each distinct trigger with the positions (in :data:`FAMILIES` order) of the families it gates.
@@ -275,23 +220,19 @@ for _position, (_family, _trigger, *_rest) in enumerate(FAMILIES):
 MESSAGES_KEPT = 4096
 
 
-def read_message(message: str) -> list[Fact]:
-    """The facts in one log message, one per line family that matches, each with its own values dict.
+@lru_cache(maxsize=MESSAGES_KEPT)
+def read_message(message: str) -> tuple[Fact, ...]:
+    """The facts in one log message, one per line family that matches; their values are read-only (the
+    facts of a message are remembered and shared).
 
     The families tried are those whose trigger the message holds, in table order. Outcome families
     stop at the first match, so one error line is one error.
 
-    >>> [(f.family, f.values) for f in read_message("Available KV cache memory: 12.5 GiB")]
+    >>> [(f.family, dict(f.values)) for f in read_message("Available KV cache memory: 12.5 GiB")]
     [('available_kv', {'available_kv_bytes': 13421772800})]
     >>> read_message("Loading safetensors checkpoint shards: 100% Completed")
-    []
+    ()
     """
-    return [Fact(family, scope, dict(values)) for family, scope, values in _message_facts(message)]
-
-
-@lru_cache(maxsize=MESSAGES_KEPT)
-def _message_facts(message: str) -> tuple[tuple[str, str, dict], ...]:
-    """What :func:`read_message` reads in ``message`` (remembered: its callers get copies)."""
     positions = sorted(
         chain.from_iterable(map(_BY_TRIGGER.__getitem__, filter(message.__contains__, _BY_TRIGGER)))
     )
@@ -303,6 +244,6 @@ def _message_facts(message: str) -> tuple[tuple[str, str, dict], ...]:
             continue
         match = pattern.search(message)
         if match is not None:
-            facts.append((name, scope, handler(match)))
+            facts.append(Fact(name, scope, MappingProxyType(handler(match))))
             seen_outcome = seen_outcome or scope == "outcome"
     return tuple(facts)

@@ -95,34 +95,43 @@ def layout_sizes(key: dict, names: set[str]) -> tuple[Sizes, dict[str, int]]:
 PRINTING_SCOPES = frozenset(("rank", "assign", "outcome"))
 
 
-def attribute(
-    boot: Boot, key: dict, version: tuple | None, source: str, warnings: list, printed: set
-) -> dict:
-    """Process identity ``(pid, ip)`` (None: no prefix) → rank, group ranks, roles; ``printed`` are the
-    processes with an event of :data:`PRINTING_SCOPES`."""
+def attribute(boot: Boot, key: dict, version: tuple | None, source: str, printed: set) -> tuple[dict, list]:
+    """Process identity ``(pid, ip)`` (None: no prefix) → rank, group ranks, roles, and the notes on how
+    ranks were told; ``printed`` are the processes with an event of :data:`PRINTING_SCOPES`."""
     world = world_size(key)
-    tp_pp = None
-    tp_size, pp_size = key_size(key, "tensor_parallel_size"), key_size(key, "pipeline_parallel_size")
-    if tp_size is not None and pp_size is not None:
-        tp_pp = tp_size * pp_size
-    assigned = {
-        event.key: event.values for event in boot.events if event.scope == "assign" and event.key is not None
-    }
     all_names = {name for names in boot.names.values() for name in names}
     sizes, bounded = layout_sizes(key, all_names)
-    if bounded:
-        warnings.append(_bounded_note(bounded, boot, source))
+    notes = [_bounded_note(bounded, boot, source)] if bounded else []
     v0 = (
         boot.flags.get("v1") is False
         or "VllmWorkerProcess" in all_names
         or (boot.flags.get("v1") is None and version is not None and version < (0, 8))
     )
+    info, has_workers = _processes(boot, key, sizes)
+    if "VllmWorkerProcess" in all_names:
+        notes += _v0_workers(info, boot, world, source)
+    if any(map(ray_worker_name, all_names)):
+        given, ray_notes = _ray_workers(info, boot, world, 1 if v0 else 0, source)
+        has_workers, notes = given or has_workers, notes + ray_notes
+    info[None] = {"engine": True, "engine_dp": None}
+    if v0 or (not has_workers and (world is None or world == 1)):
+        info[None].update(dict.fromkeys(("rank", *GROUP_RANKS), 0))
+    return info, notes + _claims(info, boot, world, printed, source)
+
+
+def _processes(boot: Boot, key: dict, sizes: Sizes) -> tuple[dict, bool]:
+    """Each process's names and rank lines read (:func:`_named`), and whether a worker has a rank; an engine
+    is its DP rank's rank when the world has one rank per engine (or no worker has one)."""
+    tp_size, pp_size = key_size(key, "tensor_parallel_size"), key_size(key, "pipeline_parallel_size")
+    tp_pp = None if tp_size is None or pp_size is None else tp_size * pp_size
+    assigned = {
+        event.key: event.values for event in boot.events if event.scope == "assign" and event.key is not None
+    }
     info: dict = {}
     for process_key, names in boot.names.items():
         item = {"pid": process_key[0], **_named(tuple(names), sizes)}
-        if process_key in assigned:
-            values = assigned[process_key]
-            item.update({k: values[k] for k in ("rank", *GROUP_RANKS) if k in values})
+        values = assigned.get(process_key, {})
+        item.update({name: values[name] for name in ("rank", *GROUP_RANKS) if name in values})
         info[process_key] = item
     has_workers = any(item.get("rank") is not None for item in info.values())
     for item in info.values():
@@ -132,45 +141,33 @@ def attribute(
             and (tp_pp == 1 or (tp_pp is None and not has_workers))
         ):
             item["rank"] = item["dp_rank"] = item.get("engine_dp") or 0
-    if "VllmWorkerProcess" in all_names:
-        _v0_workers(info, boot, world, source, warnings)
-    if any(map(ray_worker_name, all_names)):
-        has_workers = _ray_workers(info, boot, world, 1 if v0 else 0, source, warnings) or has_workers
-    info[None] = {"engine": True, "engine_dp": None}
-    if v0 or (not has_workers and (world is None or world == 1)):
-        info[None].update(dict.fromkeys(("rank", *GROUP_RANKS), 0))
-    used: dict[int, tuple] = {}
+    return info, has_workers
+
+
+def _claims(info: dict, boot: Boot, world: int | None, printed: set, source: str) -> list:
+    """The notes on ranks claimed outside the world (the claim dropped) or by two processes (both kept as
+    evidence: resolve keeps the safe one, :func:`~kvplan.io.vllm.conflicts.safest`)."""
+    notes, used = [], {}
     for process_key, item in info.items():
         rank = item.get("rank")
         if rank is None or process_key not in printed:
             continue
         if world is not None and rank >= world:
-            warnings.append(
-                place_note(
-                    "rank-out-of-world",
-                    source,
-                    first_line(boot, process_key),
-                    f"process {item.get('process') or '(no prefix)'} claims rank {rank} "
-                    f"but the world size is {world}; its lines are left out",
-                )
+            text = (
+                f"process {item.get('process') or '(no prefix)'} claims rank {rank} "
+                f"but the world size is {world}; its lines are left out"
             )
+            notes.append(place_note("rank-out-of-world", source, first_line(boot, process_key), text))
             item["rank"] = None
         elif rank in used:
-            # both are evidence about the rank: resolve keeps each as an observation and the safe one
-            # (conflicts.safest), rather than dropping one by the order it appeared in
-            warnings.append(
-                place_note(
-                    "rank-claimed-twice",
-                    source,
-                    first_line(boot, process_key),
-                    f"two processes claim rank {rank} in one boot "
-                    f"(pids {used[rank][0]} and {process_key[0] if process_key else 'none'}); "
-                    "both are kept as evidence and the lower room is used",
-                )
+            text = (
+                f"two processes claim rank {rank} in one boot (pids {used[rank][0]} and "
+                f"{process_key[0] if process_key else 'none'}); both are kept as evidence and the lower room is used"
             )
+            notes.append(place_note("rank-claimed-twice", source, first_line(boot, process_key), text))
         else:
             used[rank] = process_key or (None,)
-    return info
+    return notes
 
 
 def _bounded_note(bounded: dict[str, int], boot: Boot, source: str):
@@ -183,74 +180,62 @@ def _bounded_note(bounded: dict[str, int], boot: Boot, source: str):
         if stated
         else "no vLLM line states the PCP size"
     )
-    return place_note(
-        "parallel-size-bounded",
-        source,
-        boot.first_line,
+    text = (
         f"boot {boot.index}: the log does not state the parallel size(s) its worker names use; the workers' "
         f"global ranks are numbered with {sizes} (the largest group ranks their names show + 1) and their "
-        f"group ranks kept: {where}. A budget needs every rank present, so it needs those sizes stated",
+        f"group ranks kept: {where}. A budget needs every rank present, so it needs those sizes stated"
     )
+    return place_note("parallel-size-bounded", source, boot.first_line, text)
 
 
-def _v0_workers(info: dict, boot: Boot, world: int | None, source: str, warnings: list) -> None:
-    """V0 ``VllmWorkerProcess`` workers without a rank line: ranks 1.. in pid order (spawn order)."""
+def _v0_workers(info: dict, boot: Boot, world: int | None, source: str) -> list:
+    """V0 ``VllmWorkerProcess`` workers without a rank line: ranks 1.. in pid order (spawn order); the note."""
     pending = sorted(
         k for k, item in info.items() if item.get("rank") is None and "VllmWorkerProcess" in boot.names[k]
     )
-    if not pending:
-        return
-    taken = {item.get("rank") for item in info.values()}
-    limit = world if world is not None else len(pending) + 1
-    free = [rank for rank in range(1, limit) if rank not in taken]
-    for process_key, rank in zip(pending, free):
-        info[process_key]["rank"] = rank
-    if len(pending) > 1:
-        warnings.append(
-            place_note(
-                "v0-rank-order",
-                source,
-                first_line(boot, pending[0]),
-                f"vLLM V0 does not log which rank a "
-                f"VllmWorkerProcess is; ranks {free[: len(pending)]} were given to pids "
-                f"{[k[0] for k in pending]} in pid (spawn) order. "
-                "VLLM_LOGGING_LEVEL=DEBUG logs 'world_size=… rank=…' per worker.",
-            )
-        )
+    free = _give_ranks(info, pending, world, 1)
+    if len(pending) < 2:
+        return []
+    text = (
+        f"vLLM V0 does not log which rank a VllmWorkerProcess is; ranks {free[: len(pending)]} were given to "
+        f"pids {[k[0] for k in pending]} in pid (spawn) order. VLLM_LOGGING_LEVEL=DEBUG logs 'world_size=… "
+        "rank=…' per worker."
+    )
+    return [place_note("v0-rank-order", source, first_line(boot, pending[0]), text)]
 
 
-def _ray_workers(info: dict, boot: Boot, world: int | None, first: int, source: str, warnings: list) -> bool:
-    """Ray workers without a rank line: the free ranks from ``first`` (1 under V0, whose driver
-    without prefix is rank 0) in order of first appearance, as vLLM logs no rank for them.
-
-    True when a Ray worker was given a rank here."""
+def _ray_workers(info: dict, boot: Boot, world: int | None, first: int, source: str) -> tuple[bool, list]:
+    """Ray workers without a rank line: the free ranks from ``first`` (1 under V0, whose driver without
+    prefix is rank 0) in order of first appearance, as vLLM logs no rank for them; whether one was given
+    a rank, and the note."""
     pending = [
         k
         for k, item in info.items()  # in order of first appearance (boot.names is filled line by line)
         if item.get("rank") is None and not item.get("engine") and any(map(ray_worker_name, boot.names[k]))
     ]
     if not pending:
-        return False
+        return False, []
+    free = _give_ranks(info, pending, world, first)
+    if len(pending) < 2 and len(free) < 2:
+        return bool(free), []
+    given = ", ".join(f"pid {key[0]} → rank {rank}" for key, rank in zip(pending, free))
+    text = (
+        "no 'rank R in world size W is assigned as …' or 'world_size=… rank=…' line ties the Ray workers to "
+        f"ranks, so their rank numbers are by order of first appearance ({given}), not vLLM's own rank: the "
+        "per-rank table may name ranks differently, while the uniform budget (a minimum over all ranks) is "
+        "unaffected. VLLM_LOGGING_LEVEL=DEBUG logs 'world_size=… rank=…' per worker."
+    )
+    return bool(free), [place_note("ray-rank-order", source, first_line(boot, pending[0]), text)]
+
+
+def _give_ranks(info: dict, pending: list, world: int | None, first: int) -> list[int]:
+    """The ranks from ``first`` that no process has, given to the ``pending`` processes in order."""
     taken = {item.get("rank") for item in info.values()}
     limit = world if world is not None else len(pending) + first
     free = [rank for rank in range(first, limit) if rank not in taken]
     for process_key, rank in zip(pending, free):
         info[process_key]["rank"] = rank
-    if len(pending) > 1 or len(free) > 1:
-        given = ", ".join(f"pid {key[0]} → rank {rank}" for key, rank in zip(pending, free))
-        warnings.append(
-            place_note(
-                "ray-rank-order",
-                source,
-                first_line(boot, pending[0]),
-                f"no 'rank R in world size W is assigned as …' or "
-                f"'world_size=… rank=…' line ties the Ray workers to ranks, so their rank numbers are by order "
-                f"of first appearance ({given}), not vLLM's own rank: the per-rank table may name ranks "
-                "differently, while the uniform budget (a minimum over all ranks) is unaffected. "
-                "VLLM_LOGGING_LEVEL=DEBUG logs 'world_size=… rank=…' per worker.",
-            )
-        )
-    return bool(free)
+    return free
 
 
 @lru_cache(maxsize=1024)
@@ -258,7 +243,8 @@ def _named(names: tuple[str, ...], sizes: Sizes) -> dict:
     """What the names one process printed under (in order) say of it under the key's TP and PP sizes:
     its best name, roles and rank fields; the same processes recur in every boot, so each set of
     names is read once (read only: :func:`attribute` copies it)."""
-    item: dict = {"process": _best_name(list(names))}
+    specific = [name for name in names if _GROUP_RE.search(name) or "rank=" in name or "_DP" in name]
+    item: dict = {"process": (specific or names)[-1]}  # the last name that names its rank or group
     for name in names:
         frontend, engine, engine_dp = _roles(name)
         if frontend:
@@ -281,7 +267,6 @@ def ray_worker_name(name: str) -> bool:
     return RAY_WORKER_RE.fullmatch(name) is not None
 
 
-@lru_cache(maxsize=1024)
 def _roles(name: str) -> tuple[bool, bool, int | None]:
     """Whether a process name is a front end, an engine, and the engine's DP index (None: not given).
 
@@ -291,17 +276,6 @@ def _roles(name: str) -> tuple[bool, bool, int | None]:
     engine = _ENGINE_RE.fullmatch(name)
     index = None if engine is None else engine.group(1) or engine.group(2)
     return bool(_FRONTEND_RE.fullmatch(name)), engine is not None, None if index is None else int(index)
-
-
-def _best_name(names: list[str]) -> str:
-    specific = [name for name in names if _specific(name)]
-    return (specific or names)[-1]
-
-
-@lru_cache(maxsize=1024)
-def _specific(name: str) -> bool:
-    """Whether a process name names its rank or group (``Worker_TP1``, ``VllmWorker rank=2``, ``_DP1``)."""
-    return bool(_GROUP_RE.search(name)) or "rank=" in name or "_DP" in name
 
 
 def first_line(boot: Boot, process_key: tuple | None) -> int:

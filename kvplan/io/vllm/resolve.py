@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pandas as pd
 
@@ -39,66 +39,43 @@ class _Failure:
     failed_in: str | None = None
 
 
+@dataclass
+class ResolvedBoot:
+    """One boot resolved: its rows (by rank), provenance rows (none when not kept), warnings and summary."""
+
+    rows: list[dict]
+    provenance: list[tuple]
+    warnings: list
+    info: dict
+
+
 def resolve_boot(
     boot: Boot, source: str, room_rule: RoomRule | None = None, provenance: bool = True
-) -> tuple[list[dict], list[tuple], list[str], dict]:
+) -> ResolvedBoot:
     """Attribute a boot's events to ranks and compute each rank's row (its room with ``room_rule``);
-    without ``provenance`` the provenance rows returned are none."""
-    warnings = list(boot.warnings)
+    without ``provenance`` the provenance rows are none."""
     key, key_origin, version = boot_key(boot)
     printed = {event.key for event in boot.events if event.scope in PRINTING_SCOPES}
-    ranks_of = attribute(boot, key, version, source, warnings, printed)
-    rows: dict[int, dict] = {}
-    origin: dict[tuple[int, str], tuple[int, int | str]] = {}
-
-    def row(rank: int) -> dict:
-        if rank not in rows:
-            rows[rank] = {"rank": rank}
-        return rows[rank]
-
-    for process_key, info in ranks_of.items():
-        if info.get("rank") is not None and process_key in printed:
-            target = row(info["rank"])
-            for name in (*GROUP_RANKS, "process", "pid"):
-                if info.get(name) is not None:
-                    target[name] = info[name]
+    ranks_of, notes = attribute(boot, key, version, source, printed)
+    ranks = _Ranks(boot, source, room_rule, [*boot.warnings, *notes])
+    ranks.name(ranks_of, printed)
     if boot.conflicts:
         raise two_launches(boot.conflicts, source)
-    unattributed, failures, serving_failures, engine_values, seen = _sort_events(boot, ranks_of, row, origin)
-    if unattributed:
-        warnings.append(
-            place_note(
-                "unattributed-values",
-                source,
-                unattributed[0],
-                f"{len(unattributed)} line(s) with per-rank values carry no process "
-                "prefix that names a rank; they are left out of the ledger (first shown)",
-            )
-        )
-    if serving_failures:
-        warnings.append(
-            place_note(
-                "failure-after-startup",
-                source,
-                serving_failures[0],
-                f"out-of-memory or error after startup completed "
-                f"({len(serving_failures)} line(s)): the boot is marked oom/error, so no budget or gate "
-                "passes on it; the value may be too high for live traffic",
-            )
-        )
+    events = _sort_events(boot, ranks_of, ranks.row)
+    ranks.event_notes(events)
     sizes = key_size(key, "tensor_parallel_size"), key_size(key, "pipeline_parallel_size")
-    _attach_engine_values(engine_values, rows, sizes, origin, source, warnings, row)
-    if not rows and (failures or boot.events):
-        single = (sizes[0] or 1) * (sizes[1] or 1)
-        if single == 1 and not unattributed:
-            row(0)
+    ranks.attach_engine_values(events.engine_values, sizes)
+    rows, origin, warnings = ranks.rows, ranks.origin, ranks.warnings
+    single = (sizes[0] or 1) * (sizes[1] or 1) == 1 and not events.unattributed
+    if not rows and (events.failures or boot.events) and single:
+        ranks.row(0)
     flags = _boot_flags(boot, key, version)
     flags["startup_done"] = _startup_done(boot, rows, key)
-    _keep_safest(seen, rows, flags, origin, source, boot.index, warnings, room_rule)
+    ranks.keep_safest(events.seen, flags)
     exact_manual(rows, boot.config, origin, source, warnings)
     for rank, values in rows.items():
         group_ranks(values, rank, sizes, key, version)
-        _fill_row(values, rank, boot, source, failures, flags, origin, warnings, room_rule)
+        ranks.fill_row(rank, events.failures, flags)
         check_row(values, rank, origin, source)
     warnings.extend(_caveats(boot, source))
     sizing = {column: boot.config[column] for column in SIZING_CONFIG if column in boot.config}
@@ -108,11 +85,15 @@ def resolve_boot(
     shared = {column: value for column, (value, *_rest) in sizing.items()} | key
     for rank, values in rows.items():
         rows[rank] = {**EMPTY_ROW, **shared, **values, "source": source, "boot": boot.index}
-    records = [rows[rank] for rank in sorted(rows)]
-    provenance_rows = (
-        _provenance(rows, origin, key, key_origin, sizing, source, boot.index) if provenance else []
+    kept = ranks.provenance(key, key_origin, sizing) if provenance else []
+    return ResolvedBoot(
+        [rows[rank] for rank in sorted(rows)], kept, warnings, _summary(boot, source, rows, key)
     )
-    info = {
+
+
+def _summary(boot: Boot, source: str, rows: dict, key: dict) -> dict:
+    """What the reader's metadata keeps of a boot (``ReadMetadata.boots``)."""
+    return {
         "source": source,
         "boot": boot.index,
         "first_line": boot.first_line,
@@ -122,43 +103,198 @@ def resolve_boot(
         "ranks": sorted(rows),
         "outcomes": {rank: rows[rank].get("outcome") for rank in sorted(rows)},
     }
-    return records, provenance_rows, warnings, info
 
 
-def _provenance(
-    rows: dict, origin: dict, key: dict, key_origin: dict, sizing: dict, source: str, boot: int
-) -> list[tuple]:
-    """The boot's provenance rows (:data:`~kvplan.io.metadata.PROVENANCE_COLUMNS`): the ranks' values,
-    then the key's and the sizing configuration's (rank ``NA``); the reader puts them in provenance
-    order (:class:`~kvplan.io.metadata.ProvenanceRows`) when they are read."""
-    provenance = [
-        (source, line, boot, rank, column, rows[rank].get(column), raw)
-        for (rank, column), (line, raw) in origin.items()
-        if rank in rows and column in _LEDGER_COLUMN_SET
-    ]
-    provenance.extend(
-        (source, line, boot, pd.NA, column, key[column], raw) for column, (line, raw) in key_origin.items()
-    )
-    provenance.extend(
-        (source, line, boot, pd.NA, column, value, raw)
-        for column, (value, line, raw, _family) in sizing.items()
-    )
-    return provenance
+@dataclass
+class _Events:
+    """A boot's events sorted (:func:`_sort_events`)."""
+
+    #: lines of per-rank values no rank could be named for
+    unattributed: list[int] = field(default_factory=list)
+    #: the worst failure per rank (None: engine or API server)
+    failures: dict[int | None, _Failure] = field(default_factory=dict)
+    #: lines of failures after startup completed
+    serving: list[int] = field(default_factory=list)
+    #: engine values by DP rank (None: not given): column → [(value, event)]
+    engine_values: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
+    seen: RankObservations = field(default_factory=RankObservations)
 
 
-def _sort_events(
-    boot: Boot, ranks_of: dict, row, origin: dict
-) -> tuple[list, dict, list, dict, RankObservations]:
-    """Put each event where it belongs: the lines of unattributed per-rank values, the worst failure per
-    rank (None: engine or API server; OOM first, then the earliest; ``failed_in`` the last known vLLM frame
-    its process printed before it), the lines of failures after startup, engine values by DP rank, and
-    each rank's observations (:mod:`~kvplan.io.vllm.conflicts`); an old release's last line marks ``_done``."""
+class _Ranks:
+    """The rows of one boot's ranks as they are filled, where each value came from, and the warnings."""
+
+    def __init__(self, boot: Boot, source: str, room_rule: RoomRule | None, warnings: list) -> None:
+        self.boot, self.source, self.room_rule, self.warnings = boot, source, room_rule, warnings
+        self.rows: dict[int, dict] = {}
+        #: (rank, column) → (line, raw)
+        self.origin: dict[tuple[int, str], tuple[int, int | str]] = {}
+
+    def row(self, rank: int) -> dict:
+        """The row of ``rank``, started when first needed."""
+        if rank not in self.rows:
+            self.rows[rank] = {"rank": rank}
+        return self.rows[rank]
+
+    def name(self, ranks_of: dict, printed: set) -> None:
+        """Start the row of each process that printed for a rank, with its group ranks, name and pid."""
+        for process_key, info in ranks_of.items():
+            if info.get("rank") is not None and process_key in printed:
+                target = self.row(info["rank"])
+                for name in (*GROUP_RANKS, "process", "pid"):
+                    if info.get(name) is not None:
+                        target[name] = info[name]
+
+    def event_notes(self, events: _Events) -> None:
+        """The notes on values no rank could be named for and on failures after startup."""
+        if events.unattributed:
+            text = (
+                f"{len(events.unattributed)} line(s) with per-rank values carry no process prefix that names a "
+                "rank; they are left out of the ledger (first shown)"
+            )
+            self.warnings.append(place_note("unattributed-values", self.source, events.unattributed[0], text))
+        if events.serving:
+            text = (
+                f"out-of-memory or error after startup completed ({len(events.serving)} line(s)): the boot is "
+                "marked oom/error, so no budget or gate passes on it; the value may be too high for live traffic"
+            )
+            self.warnings.append(place_note("failure-after-startup", self.source, events.serving[0], text))
+
+    def provenance(self, key: dict, key_origin: dict, sizing: dict) -> list[tuple]:
+        """The boot's provenance rows (:data:`~kvplan.io.metadata.PROVENANCE_COLUMNS`): the ranks' values,
+        then the key's and the sizing configuration's (rank ``NA``)."""
+        source, boot, rows = self.source, self.boot.index, self.rows
+        return [
+            *(
+                (source, line, boot, rank, column, rows[rank].get(column), raw)
+                for (rank, column), (line, raw) in self.origin.items()
+                if rank in rows and column in _LEDGER_COLUMN_SET
+            ),
+            *(
+                (source, line, boot, pd.NA, column, key[column], raw)
+                for column, (line, raw) in key_origin.items()
+            ),
+            *(
+                (source, line, boot, pd.NA, column, value, raw)
+                for column, (value, line, raw, _f) in sizing.items()
+            ),
+        ]
+
+    def keep_safest(self, seen: RankObservations, flags: dict) -> None:
+        """Each rank's values from its safest observation (the lowest room by the room rule; without it the
+        least free memory), with a note when several conflict."""
+        for rank in seen.ranks():
+            observations = completed(seen.of(rank))
+            if len(observations) == 1:  # the common case: nothing conflicts
+                chosen, note = observations[0], None
+            else:
+                chosen, note = safest(
+                    rank, observations, self._room_by(rank, flags), self.source, self.boot.index
+                )
+            self.rows[rank].update(chosen.values)
+            self.origin.update({(rank, name): line_raw for name, line_raw in chosen.origin.items()})
+            if note is not None:
+                self.warnings.append(note)
+
+    def _room_by(self, rank: int, flags: dict):
+        """``room_of`` for :func:`~kvplan.io.vllm.conflicts.safest`: the room one observation's values give
+        on top of the rank's row by the room rule (None without a rule)."""
+        room_rule, row, source = self.room_rule, self.rows[rank], self.source
+
+        def room_of(values: dict, where: dict) -> int | None:
+            if room_rule is None:
+                return None
+            places = {(rank, name): line_raw for name, line_raw in where.items()}
+            room = room_rule.room({**row, **values}, rank, flags, places, source, [])
+            return None if room is None else room[0]
+
+        return room_of
+
+    def attach_engine_values(self, engine_values: dict, sizes: tuple) -> None:
+        """Engine-level values onto ranks: one line per worker in rank order (0.9–0.11.0), else to all
+        (``sizes``: the key's TP and PP sizes, None where not known)."""
+        rows, tp_pp = self.rows, (sizes[0] or 1) * (sizes[1] or 1)
+        for dp, columns in engine_values.items():
+            targets = sorted(
+                rank
+                for rank, values in rows.items()
+                if dp is None or values.get("dp_rank", rank // tp_pp) == dp
+            )
+            if not targets and tp_pp == 1 and (dp is None or sizes[0] is not None):
+                self.row(dp or 0)
+                targets = [dp or 0]
+            for column, pairs in columns.items():
+                if column not in ENGINE_COLUMNS:
+                    continue
+                for rank, (value, event) in self._assignment(column, pairs, targets):
+                    if event.family == "api_num_gpu_blocks" and not _holds_the_minimum(rows, targets, rank):
+                        continue  # the engine's block count after min-unification: the limiting rank's own
+                    rows[rank][column] = value
+                    self.origin[(rank, column)] = (event.line, event.raw)
+
+    def _assignment(self, column: str, pairs: list, targets: list) -> list:
+        """``(rank, (value, event))`` of one engine column: one line per rank in order, else the lowest
+        line for every rank (a note when they differ)."""
+        if len(pairs) == len(targets) > 1:
+            return list(zip(targets, pairs))
+        chosen = min(pairs, key=lambda pair: pair[0])
+        if len({value for value, _event in pairs}) > 1:
+            text = (
+                f"{len(pairs)} different '{column}' lines for {len(targets)} rank(s); the lowest is kept for "
+                "every rank"
+            )
+            self.warnings.append(place_note("engine-values-differ", self.source, chosen[1].line, text))
+        return [(rank, chosen) for rank in targets]
+
+    def fill_row(self, rank: int, failures: dict, flags: dict) -> None:
+        """Complete one rank's row: its outcome, error and room."""
+        values = self.rows[rank]
+        outcome, line_raw = self._outcome(values, failures.get(rank), failures.get(None), flags)
+        values.update(outcome)
+        if line_raw is not None:
+            self.origin[(rank, "outcome")] = line_raw
+        if self.room_rule is None:
+            return
+        room = self.room_rule.room(values, rank, flags, self.origin, self.source, self.warnings)
+        if room is not None:
+            values["room_bytes"], values["room_source"], self.origin[(rank, "room_bytes")] = room
+
+    def _outcome(self, values: dict, failure, engine, flags: dict) -> tuple[dict, tuple | None]:
+        """A rank's outcome and error from its own failure, else the engine's, else how far the log goes;
+        and the (line, raw) they come from."""
+        source, last = self.source, self.boot.last_line
+        if failure is not None:
+            text = failure.text
+            if failure.after_startup:
+                text = f"after startup completed, at {source}:{failure.line}: {text}"
+            return dict(outcome=failure.outcome, error=text, failed_in=failure.failed_in), (
+                failure.line,
+                failure.raw,
+            )
+        if engine is not None:  # the engine or API server failed; this rank logged no failure of its own
+            phase = " after startup completed" if engine.after_startup else ""
+            text = f"not this rank's own failure: {engine.process} failed{phase}, at {source}:{engine.line}: {engine.text}"
+            return dict(outcome="error", error=text, failed_in=engine.failed_in), (engine.line, engine.raw)
+        # a Ray worker whose KV lines Ray collapsed into another worker's [repeated Nx across cluster] line
+        # sized its KV cache like the rest: its outcome is the boot's, with no room of its own
+        collapsed = bool(self.boot.ray_repeats) and ray_worker_name(str(values.get("process") or ""))
+        if not collapsed and all(values.get(column) is None for column in KV_SIZED_COLUMNS):
+            error = f"the log stops before the KV cache was sized (last line read: {last})"
+            return dict(outcome="incomplete", error=error), (last, "")
+        if flags["startup_done"]:
+            return {"outcome": "ok"}, None
+        error = (
+            "the log stops after the KV cache was sized but before startup completed: no 'init engine … took' or "
+            f"'Application startup complete' line (last line read: {last})"
+        )
+        return dict(outcome="incomplete", error=error), (last, "")
+
+
+def _sort_events(boot: Boot, ranks_of: dict, row) -> _Events:
+    """Put each event where it belongs (:class:`_Events`): the worst failure per rank is OOM first, then the
+    earliest, ``failed_in`` the last known vLLM frame its process printed before it; each rank's values
+    are observations (:mod:`~kvplan.io.vllm.conflicts`); an old release's last line marks ``_done``."""
     done_line = boot.flags.get("startup_done", (None, None))[1]
-    unattributed: list[int] = []
-    failures: dict[int | None, _Failure] = {}
-    serving_failures: list[int] = []
-    engine_values: dict[int | None, dict[str, list]] = defaultdict(lambda: defaultdict(list))
-    seen = RankObservations()
+    sorted_ = _Events()
     frames: dict = {}
     rank_of = {process_key: info.get("rank") for process_key, info in ranks_of.items()}
     for event in boot.events:
@@ -166,7 +302,7 @@ def _sort_events(
         if scope == "rank":  # the most common: one rank's values
             rank = rank_of.get(event.key)
             if rank is None:
-                unattributed.append(event.line)
+                sorted_.unattributed.append(event.line)
                 continue
             target = row(rank)
             if event.family in OLD_LAST_LINE_FAMILIES:
@@ -174,17 +310,15 @@ def _sort_events(
             values = event.values
             if "gpu_memory_utilization" in values:  # a key field, not the rank's
                 values = {name: value for name, value in values.items() if name != "gpu_memory_utilization"}
-            seen.add(rank, event.key, event.family, values, (event.line, event.raw))
+            sorted_.seen.add(rank, event.key, event.family, values, (event.line, event.raw))
             continue
         info = ranks_of.get(event.key, _NO_PROCESS)
-        rank = info.get("rank")
         if scope == "frame":
             frames[event.key] = event.values["failed_in"]
-            continue
-        if scope == "outcome":
+        elif scope == "outcome":
             after = done_line is not None and event.line > done_line
             if after:
-                serving_failures.append(event.line)
+                sorted_.serving.append(event.line)
             outcome = event.values["outcome"]
             failure = _Failure(
                 0 if outcome == "oom" else event.values.get("priority", 1),
@@ -196,52 +330,13 @@ def _sort_events(
                 after,
                 frames.get(event.key),
             )
-            if rank not in failures or failures[rank].priority > failure.priority:
-                failures[rank] = failure
-            continue
-        if scope == "engine":
+            held = sorted_.failures.get(info.get("rank"))
+            if held is None or held.priority > failure.priority:
+                sorted_.failures[info.get("rank")] = failure
+        elif scope == "engine":
             for name, value in event.values.items():
-                engine_values[info.get("engine_dp")][name].append((value, event))
-    return unattributed, failures, serving_failures, engine_values, seen
-
-
-def _keep_safest(
-    seen: RankObservations,
-    rows: dict,
-    flags: dict,
-    origin: dict,
-    source: str,
-    boot: int,
-    warnings: list,
-    room_rule: RoomRule | None,
-) -> None:
-    """Each rank's values from its safest observation (the lowest room by ``room_rule``; without it the
-    least free memory), with a note when several conflict."""
-    for rank in seen.ranks():
-        observations = completed(seen.of(rank))
-        if len(observations) == 1:  # the common case: nothing conflicts
-            chosen, note = observations[0], None
-        else:
-            room_of = _room_by(room_rule, rows[rank], rank, flags, source)
-            chosen, note = safest(rank, observations, room_of, source, boot)
-        rows[rank].update(chosen.values)
-        origin.update({(rank, name): line_raw for name, line_raw in chosen.origin.items()})
-        if note is not None:
-            warnings.append(note)
-
-
-def _room_by(room_rule: RoomRule | None, row: dict, rank: int, flags: dict, source: str):
-    """``room_of`` for :func:`~kvplan.io.vllm.conflicts.safest`: the room one observation's values give
-    on top of the rank's ``row`` by ``room_rule`` (None without a rule)."""
-
-    def room_of(values: dict, where: dict) -> int | None:
-        if room_rule is None:
-            return None
-        places = {(rank, name): line_raw for name, line_raw in where.items()}
-        room = room_rule.room({**row, **values}, rank, flags, places, source, [])
-        return None if room is None else room[0]
-
-    return room_of
+                sorted_.engine_values[info.get("engine_dp")][name].append((value, event))
+    return sorted_
 
 
 def _caveats(boot: Boot, source: str) -> list:
@@ -251,44 +346,6 @@ def _caveats(boot: Boot, source: str) -> list:
         for name, value in boot.flags.items()
         if name.startswith("caveat:")
     ]
-
-
-def _attach_engine_values(
-    engine_values: dict, rows: dict, sizes: tuple, origin: dict, source: str, warnings: list, row
-) -> None:
-    """Engine-level values onto ranks: one line per worker in rank order (0.9–0.11.0), else to all
-    (``sizes``: the key's TP and PP sizes, None where not known)."""
-    tp_pp = (sizes[0] or 1) * (sizes[1] or 1)
-    for dp, columns in engine_values.items():
-        targets = sorted(
-            rank for rank, values in rows.items() if dp is None or values.get("dp_rank", rank // tp_pp) == dp
-        )
-        if not targets and tp_pp == 1 and (dp is None or sizes[0] is not None):
-            row(dp or 0)
-            targets = [dp or 0]
-        for column, pairs in columns.items():
-            if column not in ENGINE_COLUMNS:
-                continue
-            if len(pairs) == len(targets) > 1:
-                assignment = list(zip(targets, pairs))
-            else:
-                chosen = min(pairs, key=lambda pair: pair[0])
-                if len({value for value, _event in pairs}) > 1:
-                    warnings.append(
-                        place_note(
-                            "engine-values-differ",
-                            source,
-                            chosen[1].line,
-                            f"{len(pairs)} different '{column}' lines for "
-                            f"{len(targets)} rank(s); the lowest is kept for every rank",
-                        )
-                    )
-                assignment = [(rank, chosen) for rank in targets]
-            for rank, (value, event) in assignment:
-                if event.family == "api_num_gpu_blocks" and not _holds_the_minimum(rows, targets, rank):
-                    continue  # the engine's block count after min-unification: the limiting rank's own
-                rows[rank][column] = value
-                origin[(rank, column)] = (event.line, event.raw)
 
 
 def _holds_the_minimum(rows: dict, targets: list, rank: int) -> bool:
@@ -338,58 +395,3 @@ def group_ranks(values: dict, rank: int, sizes: tuple, key: dict, version: tuple
         values.setdefault("pcp_rank", 0)
     if key_size(key, "decode_context_parallel_size") == 1:
         values.setdefault("dcp_rank", 0)
-
-
-def _fill_row(
-    values: dict,
-    rank: int,
-    boot: Boot,
-    source: str,
-    failures: dict,
-    flags: dict,
-    origin: dict,
-    warnings: list,
-    room_rule: RoomRule | None,
-) -> None:
-    """Complete one rank's row: its outcome, error and room."""
-    failure, engine = failures.get(rank), failures.get(None)
-    # a Ray worker whose KV lines Ray collapsed into another worker's [repeated Nx across cluster] line
-    # sized its KV cache like the rest: its outcome is the boot's, with no room of its own
-    collapsed = bool(boot.ray_repeats) and ray_worker_name(str(values.get("process") or ""))
-    sized = collapsed or any(values.get(column) is not None for column in KV_SIZED_COLUMNS)
-    if failure is not None:
-        text = failure.text
-        if failure.after_startup:
-            text = f"after startup completed, at {source}:{failure.line}: {text}"
-        values.update(outcome=failure.outcome, error=text, failed_in=failure.failed_in)
-        origin[(rank, "outcome")] = (failure.line, failure.raw)
-    elif engine is not None:
-        # the engine or API server failed; this rank logged no failure of its own
-        phase = " after startup completed" if engine.after_startup else ""
-        values.update(
-            outcome="error",
-            error=f"not this rank's own failure: {engine.process} failed{phase}, at {source}:{engine.line}: "
-            f"{engine.text}",
-            failed_in=engine.failed_in,
-        )
-        origin[(rank, "outcome")] = (engine.line, engine.raw)
-    elif not sized:
-        values.update(
-            outcome="incomplete",
-            error=f"the log stops before the KV cache was sized (last line read: {boot.last_line})",
-        )
-        origin[(rank, "outcome")] = (boot.last_line, "")
-    elif flags["startup_done"]:
-        values["outcome"] = "ok"
-    else:
-        values.update(
-            outcome="incomplete",
-            error="the log stops after the KV cache was sized but before startup completed: no "
-            "'init engine … took' or 'Application startup complete' line "
-            f"(last line read: {boot.last_line})",
-        )
-        origin[(rank, "outcome")] = (boot.last_line, "")
-    room = None if room_rule is None else room_rule.room(values, rank, flags, origin, source, warnings)
-    if room is not None:
-        values["room_bytes"], values["room_source"], line_raw = room
-        origin[(rank, "room_bytes")] = line_raw

@@ -28,20 +28,13 @@ def gib_bytes(text: str, unit: str = "GiB") -> int:
     return parse_size(f"{text}{_UNITS[unit]}")
 
 
-_CONSTANTS = {"None": None, "True": True, "False": False}
 _INT_RE = re.compile(r"-?(?:0|[1-9]\d*)")
-_FLOAT_RE = re.compile(r"-?\d+\.\d+")
-#: A bare (dotted) name such as ``auto`` or ``torch.bfloat16``: no literal to Python, so it stays text.
-_NAME_RE = re.compile(r"[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*")
 
 
 def literal_value(text: str) -> object:
-    """A configuration value as Python sees it: numbers, booleans, None, quoted strings.
-
-    Anything else (``torch.bfloat16``, ``auto``, ``{...}``) stays text.
-
-    Plain numbers, bare names, simple quoted strings and the constants are read directly; the rest
-    by :func:`ast.literal_eval`, so each gives what Python would.
+    """A configuration value as Python reads it (:func:`ast.literal_eval`): numbers, booleans, None, quoted
+    strings; anything else (``torch.bfloat16``, ``auto``, ``{...}``) stays text. An integer of more digits
+    than Python converts is refused (``ValueError``), not kept as text.
 
     >>> literal_value("32768"), literal_value("'fp8'"), literal_value("None"), literal_value("torch.bfloat16")
     (32768, 'fp8', None, 'torch.bfloat16')
@@ -49,23 +42,9 @@ def literal_value(text: str) -> object:
     (0.9, '007', "a'b", [1, 2])
     """
     text = text.strip()
-    if text in _CONSTANTS:
-        return _CONSTANTS[text]
     if _INT_RE.fullmatch(text):
         return int(text)
-    if _FLOAT_RE.fullmatch(text):
-        return float(text)
-    if _NAME_RE.fullmatch(text):
-        return text
-    if (
-        len(text) > 1
-        and text[0] == text[-1]
-        and text[0] in "'\""
-        and "\\" not in text
-        and text[0] not in text[1:-1]
-    ):
-        return text[1:-1]
-    try:  # anything else Python would read (escapes, containers, underscores)
+    try:
         return ast.literal_eval(text)
     except (ValueError, SyntaxError, MemoryError, RecursionError, TypeError):
         return text
