@@ -53,10 +53,8 @@ class LoadFormatError(ValueError):
 
 @dataclass(frozen=True)
 class LoadSource:
-    """What one file says about its server: KV capacity [tokens] ("GPU KV cache size", or ``num_gpu_blocks ×
-    block_size`` of ``vllm:cache_config_info``), the manual ``--kv-cache-memory-bytes`` [bytes] it shows,
-    whether it can show preemptions at all (V1 logs before 0.11.1 cannot), a log's UTC offset [h] when
-    known (its times are then UTC)."""
+    """What one file says about its server: KV capacity [tokens], the manual ``--kv-cache-memory-bytes``
+    [bytes], whether it can show preemptions (V1 logs before 0.11.1 cannot), a log's UTC offset [h]."""
 
     source: str
     kind: str
