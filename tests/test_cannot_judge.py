@@ -11,7 +11,7 @@ import pytest
 from kvplan import MODELS_DIR, evidence
 from kvplan.checks.key import check_compatibility_key
 from kvplan.cli import main
-from kvplan.evidence.record import record_bytes
+from kvplan.evidence.record import record_chunks
 from tests.conftest import SAMPLE_LOG
 
 MODEL_CHECK = "model config matches the logs"
@@ -82,7 +82,7 @@ def test_allow_unjudged_accepts_a_named_check_and_the_bundle_records_it(log_with
     # the names are approval settings: the inputs digest covers them, so removing one is a difference
     changed = {key: value for key, value in record.items() if key not in ("allowed_unjudged", "seal_sha256")}
     changed["seal_sha256"] = evidence.seal(changed)
-    (bundle / "budget.json").write_bytes(record_bytes(changed))
+    (bundle / "budget.json").write_bytes(b"".join(record_chunks(changed)))
     assert any(d.startswith("inputs digest") for d in evidence.verify_bundle(bundle))
 
 

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from kvplan import DATA_DIR, evidence, plan
-from kvplan.evidence.evidence_log import evidence_lines, iter_evidence_lines
 from kvplan.evidence.record import record_chunks
+from kvplan.evidence.render import evidence_lines
 from kvplan.room import read_vllm_logs_rooms
 
 LOGS = sorted((DATA_DIR / "boots").glob("*/*.log"))
@@ -18,9 +18,9 @@ LOGS = sorted((DATA_DIR / "boots").glob("*/*.log"))
 @pytest.mark.parametrize("log", LOGS, ids=lambda path: path.parent.name)
 def test_compact_rows_give_the_frames_evidence_log(log, monkeypatch) -> None:
     _, metadata = read_vllm_logs_rooms([log])
-    monkeypatch.setattr("kvplan.evidence.evidence_log.READ_BACK_ROWS", 7)  # many batches, runs across them
-    streamed = list(iter_evidence_lines(metadata.compact_provenance(), metadata.raw_lines))
-    assert streamed == evidence_lines(metadata.provenance)
+    monkeypatch.setattr("kvplan.evidence.render.READ_BACK_ROWS", 7)  # many batches, runs across them
+    streamed = list(evidence_lines(metadata.compact_provenance(), metadata.raw_lines))
+    assert streamed == list(evidence_lines(metadata.provenance))
     assert any(
         line.startswith("    ") and "not a log line" not in line for line in streamed
     )  # raw lines read

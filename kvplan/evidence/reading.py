@@ -1,11 +1,5 @@
 """Reading a bundle, an untrusted input: ``budget.json`` bounded, parsed and shape-checked; every other file
-hashed once.
-
-Every path a bundle names must be a plain relative path (:func:`path_problem`); a file is opened without
-following symlinks and without blocking (a FIFO or device is refused, never waited on), checked to be a
-regular file on the open handle, and read at most to a bound. :func:`read_files` copies each input into a
-private folder while hashing it (:func:`copy_hashed`) and reads each artifact into memory, so what verify
-judges and recomputes from is exactly the bytes it hashed.
+opened without following symlinks or blocking, read to a bound and hashed once (verify judges those bytes).
 
 >>> path_problem("inputs/boot.log") is None, path_problem("../etc/passwd")
 (True, "'..' leaves the bundle")
@@ -28,6 +22,7 @@ from kvplan.evidence.record import (
     ALLOWED_UNJUDGED_KEY,
     BUDGET_JSON,
     CHARTS_DIR,
+    HASH_CHUNK_BYTES,
     INPUT_KEYS,
     INPUTS_DIR,
     ROLES,
@@ -47,10 +42,6 @@ MAX_ARTIFACT_BYTES = 512 << 20
 #: Deepest nesting of JSON objects and lists in ``budget.json`` (approve writes 5).
 MAX_DEPTH = 32
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-
-
-#: Read unit for hashing and copying [bytes].
-_CHUNK_BYTES = 1 << 20
 _FLAGS = (
     os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_BINARY", 0)
 )
@@ -117,10 +108,7 @@ def _kind(mode: int) -> str:
 
 
 def read_bounded(folder: Path, name: str, max_bytes: int) -> bytes:
-    """The bytes of bundle file ``name``; :class:`UnsafeFileError` when unsafe or over ``max_bytes``.
-
-    The size is checked on the open handle before anything is read, and the read stops at the bound.
-    """
+    """The bytes of bundle file ``name``; :class:`UnsafeFileError` when unsafe or over ``max_bytes``."""
     descriptor = _open(folder, name)
     with os.fdopen(descriptor, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -133,11 +121,8 @@ def read_bounded(folder: Path, name: str, max_bytes: int) -> bytes:
 
 
 def copy_hashed(folder: Path, name: str, target: Path, expected_size: object) -> tuple[str, int]:
-    """Copy bundle file ``name`` to ``target`` while hashing it: its SHA-256 and size.
-
-    A file whose size is not ``expected_size`` is refused before it is read (1 GB of padding is never
-    read); the copy stops where the recorded size ends.
-    """
+    """Copy bundle file ``name`` to ``target`` while hashing it: its SHA-256 and size; refused unread when its
+    size is not ``expected_size``, and never copied past it."""
     descriptor = _open(folder, name)
     with os.fdopen(descriptor, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -146,7 +131,7 @@ def copy_hashed(folder: Path, name: str, target: Path, expected_size: object) ->
         digest, copied = hashlib.sha256(), 0
         with open(target, "wb") as out:
             while copied <= size:
-                chunk = handle.read(min(_CHUNK_BYTES, size + 1 - copied))
+                chunk = handle.read(min(HASH_CHUNK_BYTES, size + 1 - copied))
                 if not chunk:
                     break
                 digest.update(chunk)
@@ -163,6 +148,7 @@ def read_bundle(bundle: str | os.PathLike) -> dict:
 
 
 def load(folder: Path) -> tuple[dict, bytes]:
+    """The record of ``folder`` and the bytes it was parsed from; :class:`BundleError` when unreadable."""
     path = folder / BUDGET_JSON
     try:
         data = read_bounded(folder, BUDGET_JSON, MAX_RECORD_BYTES)
@@ -203,7 +189,7 @@ def _depth(value: object) -> int:
     if not isinstance(value, (dict, list)):
         return 0
     deepest, todo = 0, [(value, 1)]
-    while todo:  # only containers are queued: a ledger row's scalars are looked at once, never queued
+    while todo:  # only containers are queued
         item, level = todo.pop()
         deepest = max(deepest, level)
         if level <= MAX_DEPTH:
@@ -267,9 +253,8 @@ def read_files(
 
 
 def added_paths(folder: Path, expected: Mapping[str, str] | Sequence[str]) -> list[str]:
-    """Paths under ``folder`` that are neither ``budget.json``, an ``expected`` file nor a folder holding
-    one, sorted; folders end with ``/``. Symlinks are never followed (a symlink is listed as added unless
-    expected, and then refused when opened)."""
+    """Paths under ``folder`` (folders ending in ``/``, symlinks not followed) that are neither ``budget.json``,
+    an ``expected`` file nor a folder holding one, sorted."""
     wanted = {BUDGET_JSON, *expected}
     folders = {parent.as_posix() for name in wanted for parent in Path(name).parents} - {"."}
     added = []
@@ -321,8 +306,7 @@ def stated_settings(
 
 
 def allowed_unjudged(folder: Path, record: Mapping) -> list[str]:
-    """The checks the approver accepted without a verdict (none without the key); :class:`BundleError` when
-    the key is not a non-empty list of names."""
+    """The checks the approver accepted without a verdict; :class:`BundleError` unless a non-empty list."""
     if ALLOWED_UNJUDGED_KEY not in record:
         return []
     allowed = record[ALLOWED_UNJUDGED_KEY]
@@ -344,8 +328,8 @@ def _bool(value: object) -> bool:
 
 
 def entry_differences(entries: Sequence[object]) -> list[str]:
-    """Each ``inputs[]`` entry holds exactly :data:`INPUT_KEYS` of the right types (else :class:`BundleError`),
-    named as approve would name it (else a difference)."""
+    """Each ``inputs[]`` entry is of :data:`INPUT_KEYS` (else :class:`BundleError`), named as approve names it
+    (else a difference)."""
     for i, entry in enumerate(entries):
         if (
             not isinstance(entry, dict)
@@ -365,8 +349,7 @@ def entry_differences(entries: Sequence[object]) -> list[str]:
 
 
 def approved_from_record(record: Mapping, defaulted_key_fields: frozenset[str] = frozenset()) -> Approved:
-    """What :mod:`kvplan.checks` needs from a record, with the key fields the approved logs did not show;
-    :class:`BundleError` if malformed."""
+    """The gate's view of a record, with the key fields its logs did not show; :class:`BundleError` if malformed."""
     try:
         plan = record.get("admission_plan") or {}
         max_model_len = int_or_none(record["compatibility_key"].get("max_model_len"))

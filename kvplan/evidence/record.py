@@ -1,8 +1,7 @@
-"""The bundle record (``budget.json``, schema in ``docs/budget-json.md``): its digests, seal, bytes, gate view.
+"""The bundle record (``budget.json``, schema in ``docs/budget-json.md``): its bytes, digests and seal.
 
-:func:`record_bytes` are a function of the record, so :func:`bundle_digest` (their SHA-256, the record listing
-every other file's) pins a whole bundle; :func:`inputs_digest` seals what was approved (its first 12 hex digits
-name the folder) and :func:`seal` the rest of the record.
+:func:`bundle_digest` of its bytes pins a whole bundle; :func:`inputs_digest` names the folder, :func:`seal`
+covers the rest of the record.
 
 >>> bundle_name(datetime(2026, 11, 29, 10, 40, tzinfo=timezone.utc), "0123456789abcdef")
 '2026-11-29-0123456789ab'
@@ -43,7 +42,7 @@ ALLOWED_UNJUDGED_KEY = "allowed_unjudged"
 NVIDIA_SMI_ROLE = "nvidia-smi"
 #: Input roles in the order a bundle lists them.
 ROLES = ("log", NVIDIA_SMI_ROLE, "model config", "load")
-#: Every top-level key approve writes; ``load`` only with load evidence, the seal from this release on.
+#: Every top-level key approve writes, in order; ``load`` only with load evidence, the seal after 0.1.0.
 KNOWN_KEYS = (
     "schema",
     "schema_version",
@@ -74,7 +73,8 @@ KNOWN_KEYS = (
 )
 #: The keys of each ``inputs[]`` entry.
 INPUT_KEYS = ("path", "bundle_path", "sha256", "size_bytes", "role")
-_CHUNK_BYTES = 1 << 20
+#: Read unit for hashing and copying [bytes].
+HASH_CHUNK_BYTES = 1 << 20
 #: Types :func:`json_value` returns as they are: never missing, already plain JSON.
 _ALWAYS_KNOWN = frozenset({int, str, bool})
 
@@ -99,7 +99,7 @@ def sha256_file(path: str | os.PathLike) -> str:
     """Hex SHA-256 of a file's bytes."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(_CHUNK_BYTES), b""):
+        for chunk in iter(lambda: handle.read(HASH_CHUNK_BYTES), b""):
             digest.update(chunk)
     return digest.hexdigest()
 
@@ -122,15 +122,6 @@ def inputs_digest(file_hashes: Sequence[str], settings: Mapping[str, object]) ->
     return hashlib.sha256(canonical_json({"files": list(file_hashes), "settings": settings})).hexdigest()
 
 
-def same_canonical(a: object, b: object) -> bool:
-    """Whether ``canonical_json(a) == canonical_json(b)``.
-
-    >>> same_canonical({"a": [1, 2]}, {"a": (1, 2)}), same_canonical([1], [1.0])
-    (True, False)
-    """
-    return canonical_json(a) == canonical_json(b)
-
-
 def seal(record: Mapping) -> str:
     """Hex SHA-256 of the canonical JSON of ``record`` without its seal: every key and value.
 
@@ -141,21 +132,12 @@ def seal(record: Mapping) -> str:
 
 
 def record_chunks(record: Mapping) -> Iterator[bytes]:
-    """:func:`record_bytes` in pieces of about 4,096 encoder items: ``json.dumps(record, indent=2)`` (ASCII)
-    and a newline. Streamed: ``json.dumps`` holds millions of small strings at once (+150 MB at 5,000 boots)."""
+    """The bytes of ``budget.json``, ``json.dumps(record, indent=2)`` (ASCII) and a newline, in pieces of 4,096
+    encoder items: ``json.dumps`` holds millions of small strings at once (+150 MB at 5,000 boots)."""
     pieces = json.JSONEncoder(indent=2).iterencode(record)
     while batch := "".join(itertools.islice(pieces, 4096)):
         yield batch.encode()
     yield b"\n"
-
-
-def record_bytes(record: Mapping) -> bytes:
-    """The bytes of ``budget.json``: indented JSON (ASCII), one trailing newline, as verify requires.
-
-    >>> record_bytes({"a": [1]}).decode() == json.dumps({"a": [1]}, indent=2) + chr(10)
-    True
-    """
-    return b"".join(record_chunks(record))
 
 
 def same_bytes(data: bytes, pieces: Iterable[bytes]) -> bool:
@@ -184,8 +166,7 @@ def bundle_name(created: datetime, digest: str) -> str:
 
 
 def input_names(paths: Sequence[str | os.PathLike]) -> list[str]:
-    """Bundle names of the input copies: ``inputs/<file name>``, numbered when names clash; a control
-    character or a backslash (which a bundle path may not hold) becomes ``_``.
+    """Bundle names of the input copies, numbered when names clash; a control character or ``\\`` becomes ``_``.
 
     >>> input_names(["a/reference.log", "b/canary.log"])
     ['inputs/reference.log', 'inputs/canary.log']
@@ -200,11 +181,8 @@ def input_names(paths: Sequence[str | os.PathLike]) -> list[str]:
 
 @dataclass(frozen=True)
 class Approval:
-    """Who approved under which policy and with which kvplan: what a record states besides the decision.
-
-    ``allowed_unjudged`` are the checks accepted without a verdict (``--allow-unjudged``); ``launch`` False
-    writes a record as kvplan did before the launch was recorded (no :data:`LAUNCH_KEY`, no start-up checks).
-    """
+    """Who approved under which policy with which kvplan, the checks accepted without a verdict, and whether
+    the record has the launch (False: as before issue 24, no :data:`LAUNCH_KEY` and no start-up checks)."""
 
     policy: Policy
     approver: str
@@ -221,8 +199,7 @@ def settings(
     load_policy: LoadPolicy | None,
     inputs: Sequence[Mapping[str, str]],
 ) -> dict:
-    """The settings of the inputs digest: policy, layout, plan, input paths and roles, the approval;
-    ``load`` only with load evidence, ``allowed_unjudged`` only when it names a check."""
+    """The settings the inputs digest covers; ``load`` and ``allowed_unjudged`` only when given."""
     stated: dict = {"approver": approval.approver, "note": approval.note, "kvplan_version": approval.version}
     allowed = list(approval.allowed_unjudged)
     stated.update({ALLOWED_UNJUDGED_KEY: allowed} if allowed else {})
@@ -239,7 +216,7 @@ def settings(
 
 
 def created_time(text: object) -> datetime | None:
-    """The approval time of ``created_utc`` (``…Z``, UTC, whole seconds), None when it is not one.
+    """The time of ``created_utc`` as :func:`utc_text` writes it, else None.
 
     >>> created_time("2026-11-29T10:40:00Z"), created_time("yesterday")
     (datetime.datetime(2026, 11, 29, 10, 40, tzinfo=datetime.timezone.utc), None)
@@ -254,7 +231,7 @@ def created_time(text: object) -> datetime | None:
 
 
 def utc_text(created: datetime) -> str:
-    """``created_utc`` as written: ISO 8601 UTC to the second with ``Z``."""
+    """``created_utc``: ISO 8601 UTC to the second with ``Z``."""
     return created.astimezone(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
 
 
@@ -266,8 +243,7 @@ def build_record(
     digest: str,
     layout_options: Mapping[str, object] | None = None,
 ) -> dict:
-    """The ``budget.json`` content (``docs/budget-json.md``) without ``files`` and the seal, which approve adds
-    last."""
+    """The ``budget.json`` record without ``files`` and the seal, which approve adds last."""
     policy, budget, launch = approval.policy, decision.budget, approval.launch
     return {
         "schema": SCHEMA,
@@ -283,7 +259,14 @@ def build_record(
             "human": format_size(budget.uniform_budget_bytes),
             "limiting_rank": budget.limiting_rank,
             "num_blocks": budget.num_blocks,
-            **(_launch(decision) if launch else {}),
+            **(
+                {
+                    LAUNCH_KEY: list(decision.launch_flags),
+                    "gpu_memory_utilization": decision.gpu_memory_utilization,
+                }
+                if launch
+                else {}
+            ),
         },
         "policy": {
             "reserve_bytes": policy.reserve_bytes,
@@ -342,14 +325,6 @@ def _budget_keys(decision: Decision) -> dict:
     }
     spec = decision.spec.to_dict() if decision.spec else None
     return {"ranks": ranks, "summary": summary, "stranded": stranded, "kv_spec": spec}
-
-
-def _launch(decision: Decision) -> dict:
-    """The decision's launch keys: :data:`LAUNCH_KEY` and ``gpu_memory_utilization``."""
-    return {
-        LAUNCH_KEY: list(decision.launch_flags),
-        "gpu_memory_utilization": decision.gpu_memory_utilization,
-    }
 
 
 def json_value(value: object) -> object:

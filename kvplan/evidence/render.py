@@ -1,42 +1,44 @@
-"""The bundle's text and charts, pure over the record and the decision: ``SUMMARY.md``, ``evidence.log``,
-``ledger.csv`` and ``charts/*.png`` (verify regenerates the texts byte for byte).
+"""The bundle's texts and charts, pure over the record and the decision (verify regenerates them byte for byte).
 
-Text that people or logs wrote is escaped for its file (:mod:`kvplan.escape`): in ``SUMMARY.md`` it adds no
-headings, tables or HTML, in ``ledger.csv`` it is never a formula, in ``evidence.log`` it never spans two
-lines. A bundle without ``text_escaping`` (written before the rule) is regenerated as it was written.
+Text from files is escaped for its target (:mod:`kvplan.escape`); a bundle without ``text_escaping`` (written
+before the rule) is regenerated as it was written.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import re
-from collections.abc import Iterator, Mapping
+import types
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
 
 from kvplan.budget import kv_cache_flag
 from kvplan.checks import verdict_word
-from kvplan.escape import markdown_code, markdown_text
-from kvplan.evidence.evidence_log import decision_evidence_lines
+from kvplan.escape import markdown_code, markdown_text, terminal_text
 from kvplan.evidence.record import (
     ALLOWED_UNJUDGED_KEY,
     CHARTS_DIR,
     TEXT_ESCAPING_KEY,
     int_or_none,
+    json_value,
 )
 from kvplan.io.ledger_frame import ledger_frame_csv
+from kvplan.io.metadata import RawLines
 from kvplan.kvspec.capacity import capacity_rows, sequence_lengths
 from kvplan.plan import Decision
 from kvplan.units import format_size
 
+#: Rows of ``evidence.log`` whose raw lines are read back from the logs at once.
+READ_BACK_ROWS = 4096
 #: What ``SUMMARY.md`` says of ``ledger.csv``'s text cells (a bundle with ``text_escaping``).
 CSV_README = (
     "`ledger.csv` holds the ledger, one row per boot × rank; a text cell that begins with `=`, `+`, `-`, "
     "`@`, a tab or a carriage return starts with `'` there, so a spreadsheet shows it as text and never "
     "runs it as a formula (OWASP, CSV injection)."
 )
-
 
 #: What a bundle before ``text_escaping`` escaped in its approver and note: characters, control characters.
 _BEFORE = re.compile(r"([\\`*<>\[\]|])")
@@ -62,19 +64,13 @@ class _Markdown:
     def code(self, value: object) -> str:
         return markdown_code(value) if self.escaped else f"`{value}`"
 
-    def cell(self, value: object) -> str:
-        """A file name in a table cell: escaped text (a code span cannot hold a table's ``\\|``)."""
+    def cell(self, value: object) -> str:  # a code span cannot hold a table's escaped pipe
         return markdown_text(value) if self.escaped else f"`{value}`"
 
 
-def escaped_text(record: Mapping) -> bool:
-    """Whether the bundle of ``record`` escapes every text from files (its ``text_escaping`` key)."""
-    return TEXT_ESCAPING_KEY in record
-
-
 def launch_lines(record: Mapping) -> list[str]:
-    """``SUMMARY.md``'s launch (none before issue 24): both flags, and why a rank's room is below its available
-    KV memory (vLLM sized the KV cache before capturing CUDA graphs)."""
+    """``SUMMARY.md``'s launch (none before issue 24): both flags, and each rank whose room is below its
+    available KV memory (sized before CUDA graphs were captured)."""
     flags = record["decision"].get("launch_flags")
     if flags is None:
         return []
@@ -100,7 +96,7 @@ def launch_lines(record: Mapping) -> list[str]:
 
 def summary_markdown(record: Mapping, name: str) -> str:
     """``SUMMARY.md``: the decision, per-rank table, stranded, capacity, key, checks and inputs."""
-    md = _Markdown(escaped_text(record))
+    md = _Markdown(TEXT_ESCAPING_KEY in record)
     lines = [*_decision_lines(record, name, md), *_rank_lines(record, md), *_capacity_lines(record)]
     if record["admission_plan"]:
         lines += ["", f"**Admission plan:** {record['admission_plan']['detail']}."]
@@ -218,8 +214,7 @@ def _capacity_lines(record: Mapping) -> list[str]:
 
 
 def under_load_lines(load: Mapping, escaped: bool = True) -> list[str]:
-    """The "Under load" bullets of ``SUMMARY.md`` from a ``budget.json`` ``load`` section; file names and notes
-    escaped unless not ``escaped`` (a bundle written before that rule)."""
+    """The "Under load" bullets of ``SUMMARY.md`` from a record's ``load`` section."""
     md = _Markdown(escaped)
     peak, tokens, preemptions = load["peak_kv_cache_usage_pct"], load["kv_cache_tokens"], load["preemptions"]
     span = (
@@ -259,39 +254,28 @@ def under_load_lines(load: Mapping, escaped: bool = True) -> list[str]:
 
 
 def _count_text(value: float | None) -> str:
-    """A count or rate with thousands separators, rounded to whole units; ``?`` when unknown.
-
-    >>> _count_text(1520.5), _count_text(None)
-    ('1,520', '?')
-    """
+    """A count or rate with thousands separators, rounded to whole units; ``?`` when unknown."""
     return "?" if value is None else f"{value:,.0f}"
 
 
-def artifact_texts(decision: Decision, record: Mapping, name: str) -> dict[str, str]:
-    """The text files of bundle ``name``: ``ledger.csv``, ``SUMMARY.md`` and ``evidence.log``.
-
-    Pure over the decision and the record, so verify regenerates them byte for byte.
-    """
-    return {
-        file_name: "".join(pieces) for file_name, pieces in artifact_pieces(decision, record, name).items()
-    }
-
-
 def artifact_pieces(decision: Decision, record: Mapping, name: str) -> dict[str, Iterator[str]]:
-    """The texts of :func:`artifact_texts` in pieces, made as they are read (``evidence.log`` line by line:
-    its text is never held whole)."""
-    escaped = escaped_text(record)
+    """The text files of bundle ``name`` in pieces, made as they are read (``evidence.log`` line by line)."""
+    escaped = TEXT_ESCAPING_KEY in record
     ledger = ledger_frame_csv(decision.ledger) if escaped else decision.ledger.to_csv(index=False)
+    if decision.metadata is not None:  # the reader's compact rows, raw lines read back from the logs
+        metadata = decision.metadata
+        lines = evidence_lines(metadata.compact_provenance(), metadata.raw_lines, escaped)
+    else:
+        lines = evidence_lines(decision.provenance, escaped=escaped)
     return {
         "ledger.csv": iter([ledger]),
         "SUMMARY.md": iter([summary_markdown(record, name)]),
-        "evidence.log": (f"{line}\n" for line in decision_evidence_lines(decision, escaped)),
+        "evidence.log": (f"{line}\n" for line in lines),
     }
 
 
 def chart_names(decision: Decision) -> list[str]:
-    """Names of the bundle's charts (``charts/<name>.png``); ``concurrency`` needs a model and
-    ``max_model_len``."""
+    """Names of the bundle's charts; ``concurrency`` needs a model and ``max_model_len``."""
     names = ["ledger", "safe-budget", "stranded"]
     if decision.spec is not None and int_or_none(decision.compatibility_key.get("max_model_len")):
         names.append("concurrency")
@@ -299,36 +283,116 @@ def chart_names(decision: Decision) -> list[str]:
 
 
 def chart_images(decision: Decision) -> dict[str, bytes]:
-    """The PNG bytes of each chart by bundle path (``charts/ledger.png``, ...), drawn from the decision.
+    """The PNG bytes of each chart by bundle path, without time or software stamp (redrawn byte for byte by one
+    matplotlib), which is imported only here: ``gate`` and ``verify`` of a sealed bundle never load it."""
+    from kvplan import charts
 
-    Deterministic for one matplotlib (no time or software stamp), so a bundle's charts can be redrawn and
-    compared byte for byte. matplotlib is imported only here: ``kvplan gate`` and ``verify`` of a sealed
-    bundle never load it.
-    """
-    import matplotlib.pyplot as plt
-
+    budget = decision.budget
+    figures = {
+        "ledger": lambda: charts.ledger_chart(decision.ledger, budget),
+        "safe-budget": lambda: charts.safe_budget_chart(budget),
+        "stranded": lambda: charts.stranded_chart(budget),
+        "concurrency": lambda: _concurrency_chart(decision, charts),
+    }
     images = {}
-    for chart_name, figure in _figures(decision):
+    for chart_name in chart_names(decision):
         buffer = io.BytesIO()
-        try:
-            figure.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
-        finally:
-            plt.close(figure)
+        figures[chart_name]().savefig(buffer, format="png", dpi=100, metadata={"Software": None})
         images[f"{CHARTS_DIR}/{chart_name}.png"] = buffer.getvalue()
     return images
 
 
-def _figures(decision: Decision) -> Iterator[tuple[str, object]]:
-    from kvplan import charts  # see chart_images: matplotlib only when drawing
+def _concurrency_chart(decision: Decision, charts: types.ModuleType) -> object:
+    """Full-length sequences at once against the sequence length, at the approved value."""
+    spec, max_len = decision.spec, int(decision.compatibility_key["max_model_len"])
+    planned = [decision.plan["seq_len"]] if decision.plan else []
+    lengths = sequence_lengths(max_len, shortest=512, also=planned)
+    curve = pd.DataFrame(capacity_rows(spec, decision.budget.uniform_budget_bytes, lengths))
+    target = decision.plan["target_concurrency"] if decision.plan else None
+    return charts.concurrency_chart(curve, max_len, target)
 
-    budget = decision.budget
-    yield "ledger", charts.ledger_chart(decision.ledger, budget)
-    yield "safe-budget", charts.safe_budget_chart(budget)
-    yield "stranded", charts.stranded_chart(budget)
-    if "concurrency" in chart_names(decision):
-        spec, max_len = decision.spec, int(decision.compatibility_key["max_model_len"])
-        planned = [decision.plan["seq_len"]] if decision.plan else []
-        lengths = sequence_lengths(max_len, shortest=512, also=planned)
-        curve = pd.DataFrame(capacity_rows(spec, budget.uniform_budget_bytes, lengths))
-        target = decision.plan["target_concurrency"] if decision.plan else None
-        yield "concurrency", charts.concurrency_chart(curve, max_len, target)
+
+# --- evidence.log ---------------------------------------------------------------------------------
+
+
+def evidence_lines(
+    provenance: pd.DataFrame, raw_lines: RawLines | None = None, escaped: bool = True
+) -> Iterator[str]:
+    """``evidence.log`` line by line: each source line once, with ``file:line``, boot, rank and every value read
+    from it; a ``raw`` that is a byte offset is read back from ``raw_lines`` :data:`READ_BACK_ROWS` rows at a
+    time; file names and raw lines escaped for the terminal unless not ``escaped`` (before the rule).
+
+    >>> prov = pd.DataFrame({"source": ["a.log"] * 2, "line": [9, 9], "boot": [0, 0], "rank": [2, 2],
+    ...     "column": ["init_free_bytes", "room_bytes"], "value": [100, 90], "raw": ["the line"] * 2})
+    >>> list(evidence_lines(prov))[3:]
+    ['a.log:9  boot 0  rank 2  init_free_bytes = 100; room_bytes = 90', '    the line']
+    """
+    yield "# kvplan evidence: every number in budget.json and ledger.csv, with the line it came from"
+    yield "# file:line  boot  rank  column = value; ...   then the line as logged"
+    yield ""
+    if provenance.empty:
+        yield "(the reader recorded no provenance)"
+        return
+    sort_lines = provenance["line"].astype("Int64").fillna(0).reset_index(drop=True)
+    keys = pd.DataFrame({"source": provenance["source"].reset_index(drop=True), "_line": sort_lines})
+    order = list(keys.sort_values(["source", "_line"], kind="stable").index)
+    at_sort_line = list(sort_lines)
+    at_source, at_line, at_boot, at_rank, at_column, at_value, at_raw = (
+        list(provenance[name]) for name in ("source", "line", "boot", "rank", "column", "value", "raw")
+    )
+    groups: dict[tuple, dict] = {}  # the places of one (source, line), in the order first seen
+    run = None
+    for start in range(0, len(order), READ_BACK_ROWS):
+        batch = order[start : start + READ_BACK_ROWS]
+        texts = _read_back(batch, at_source, at_raw, raw_lines) if raw_lines is not None else {}
+        stripped: dict[object, str] = {}  # str(raw).rstrip() of each raw text of the batch
+        for i in batch:
+            source, raw = str(at_source[i]), at_raw[i]
+            if texts and type(raw) is int:
+                raw = texts[at_source[i], raw]
+            if (source, at_sort_line[i]) != run:
+                yield from _place_lines(groups, escaped)
+                groups, run = {}, (source, at_sort_line[i])
+            if raw not in stripped:
+                stripped[raw] = str(raw).rstrip()
+            place = (source, _whole(at_line[i]), _whole(at_boot[i]), stripped[raw])
+            values = groups.setdefault(place, {}).setdefault(_whole(at_rank[i]), [])
+            values.append(f"{at_column[i]} = {json_value(at_value[i])}")
+    yield from _place_lines(groups, escaped)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _whole(value: object) -> int | None:
+    """:func:`~kvplan.evidence.record.int_or_none` of a line, boot or rank number (they repeat)."""
+    return int_or_none(value)
+
+
+def _read_back(
+    positions: Sequence[int], sources: Sequence[object], raws: Sequence[object], raw_lines: RawLines
+) -> dict[tuple, str]:
+    """``(source, offset) → line text`` of the rows at ``positions`` whose raw is a byte offset."""
+    offsets: dict[object, set[int]] = {}
+    for i in positions:
+        if type(raws[i]) is int:
+            offsets.setdefault(sources[i], set()).add(raws[i])
+    return {
+        (source, offset): text
+        for source, wanted in offsets.items()
+        for offset, text in raw_lines.lines(str(source), wanted).items()
+    }
+
+
+def _place_lines(groups: Mapping[tuple, Mapping], escaped: bool) -> Iterator[str]:
+    """The two lines of each (source, line, boot, raw) place: where and its values by rank, then the raw."""
+    for (source, line, boot, raw), by_rank in groups.items():
+        if escaped:
+            source, raw = terminal_text(source), terminal_text(raw)
+        where = f"{source}:{line}" if line is not None else source
+        ranks = ", ".join("-" if rank is None else str(rank) for rank in by_rank)
+        shown = list(by_rank.values())
+        if all(values == shown[0] for values in shown):
+            text = f"rank{'s' if len(by_rank) > 1 else ''} {ranks}  " + "; ".join(shown[0])
+        else:
+            text = "  ".join(f"rank {rank}: " + "; ".join(values) for rank, values in by_rank.items())
+        yield f"{where}  boot {'-' if boot is None else boot}  {text}"
+        yield f"    {raw}" if line is not None else f"    (not a log line: {raw})"

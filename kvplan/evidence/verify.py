@@ -1,6 +1,4 @@
-"""Verifying a bundle: every file, key and number recomputed from the bundle's own copies of its inputs.
-
-What is judged is exactly what was hashed (the decision is recomputed from the hashed copies), and the gate
+"""Verifying a bundle: every file, key and number recomputed from the hashed copies of its inputs; the gate
 judges the record verify parsed (:func:`verified_approval`). The folder name is a label, never a difference.
 """
 
@@ -41,20 +39,20 @@ from kvplan.evidence.record import (
     build_record,
     bundle_digest,
     bundle_name,
+    canonical_json,
     created_time,
     inputs_digest,
     record_chunks,
     same_bytes,
-    same_canonical,
     seal,
     settings,
 )
-from kvplan.evidence.render import artifact_pieces, artifact_texts, chart_images, chart_names
+from kvplan.evidence.render import artifact_pieces, chart_images, chart_names
 from kvplan.io.metadata import RawLines
 from kvplan.plan import Decision, ModelLayout, decide, read_evidence, renamed
 
-#: The keys recomputed from the inputs and compared: all but the approval's identity, inputs and files
-#: (checked on their own: digest, hashes, folder name) and the model options (inputs of kv_spec).
+#: The keys recomputed and compared: not the approval's identity, inputs and files (checked on their own) and
+#: the model options (inputs of kv_spec).
 _NOT_RECOMPUTED = frozenset(
     {"schema", "schema_version", "kvplan_version", "created_utc", "approver", "note", "inputs_digest"}
     | {"model_options", "inputs", "files", SEAL_KEY, TEXT_ESCAPING_KEY, ALLOWED_UNJUDGED_KEY}
@@ -114,8 +112,7 @@ def verify_bundle_with_notes(bundle: str | os.PathLike) -> tuple[list[str], list
 
 
 def verify(bundle: str | os.PathLike) -> Verified:
-    """Check a bundle against a fresh recomputation from its own inputs (``docs/cli.md``, ``kvplan verify``);
-    :class:`BundleError` when unreadable."""
+    """Check a bundle against a fresh recomputation from its own inputs; :class:`BundleError` when unreadable."""
     folder = Path(bundle)
     record, data = load(folder)
     digest = bundle_digest(data)
@@ -223,7 +220,7 @@ def _recomputed_differences(
         regenerated[ALLOWED_UNJUDGED_KEY] = list(approval.allowed_unjudged)
     if TEXT_ESCAPING_KEY not in record:  # written before the rule: regenerated as it was written
         del regenerated[TEXT_ESCAPING_KEY]
-    elif not same_canonical(record[TEXT_ESCAPING_KEY], TEXT_ESCAPING):
+    elif canonical_json(record[TEXT_ESCAPING_KEY]) != canonical_json(TEXT_ESCAPING):
         differences.append(
             f"{TEXT_ESCAPING_KEY}: recorded {_short(record[TEXT_ESCAPING_KEY])}, this kvplan writes {TEXT_ESCAPING}"
         )
@@ -231,7 +228,7 @@ def _recomputed_differences(
         if file_name in artifacts and not same_bytes(  # evidence.log reads raw lines from the copies
             artifacts[file_name], (piece.encode("utf-8") for piece in pieces)
         ):
-            text = artifact_texts(decision, regenerated, name)[file_name]
+            text = "".join(artifact_pieces(decision, regenerated, name)[file_name])
             differences += _text_difference(artifacts[file_name], file_name, text)
     return differences
 
@@ -243,8 +240,8 @@ def _chart_differences(
     differences: list[str],
     notes: list[str],
 ) -> tuple[list[str], list[str], Decision]:
-    """``differences`` and ``notes`` with the charts' (a bundle before seals: checked by hash only, a redraw
-    that differs is a note) and the release's."""
+    """``differences`` and ``notes`` with the charts' (without a seal: by hash only, a redraw that differs is a
+    note) and the release's."""
     expected = {f"{CHARTS_DIR}/{chart}.png" for chart in chart_names(decision)}
     recorded = {path for path in record["files"] if str(path).startswith(f"{CHARTS_DIR}/")}
     if recorded != expected:
@@ -292,8 +289,7 @@ def verified_approval(bundle: str | os.PathLike, digest: str | None = None) -> t
 
 
 def name_digest_mismatch(name: str, digest: str) -> str | None:
-    """Why folder ``name`` of the approved form ``YYYY-MM-DD-<12 hex>`` is not this bundle's (None when it is,
-    or when the name is a label of another form)."""
+    """Why folder ``name`` of the form ``YYYY-MM-DD-<12 hex>`` is not this bundle's (None: it is, or another form)."""
     if len(name) != 23 or name[10] != "-" or not all(c in "0123456789abcdef" for c in name[11:]):
         return None
     if name[11:] == digest[:12]:
@@ -341,7 +337,7 @@ def _text_difference(actual: bytes, name: str, expected: str) -> list[str]:
 
 def _compare(key: str, recorded: object, fresh: object) -> list[str]:
     """Field-by-field differences between a recorded and a recomputed JSON value."""
-    if same_canonical(recorded, fresh):  # 1, 1.0 and true are not the same record
+    if canonical_json(recorded) == canonical_json(fresh):  # 1, 1.0 and true are not the same record
         return []
     if isinstance(recorded, dict) and isinstance(fresh, dict):
         names = sorted(set(recorded) | set(fresh), key=str)
@@ -358,15 +354,13 @@ def _short(value: object) -> str:
 
 
 def _roundtrip(record: dict) -> dict:
-    """``record`` as JSON reads it back; the ledger rows, plain JSON already, are taken as they are (a second
-    copy of 20,000 rows would double verify's memory)."""
+    """``record`` as JSON reads it back; the ledger rows, plain JSON already, as they are (no second copy)."""
     read = json.loads(json.dumps({key: value for key, value in record.items() if key != "ledger"}))
     return {key: record[key] if key == "ledger" else read[key] for key in record}
 
 
 def _as_recorded(decision: Decision, recorded_ledger: object) -> Decision:
-    """``decision`` without the ledger columns (and their provenance) that a kvplan 0.1.0 bundle did not record
-    (:data:`~kvplan.columns.NEWER_THAN_0_1_0`, absent from every recorded row): the reader learned them since."""
+    """``decision`` without the columns :data:`~kvplan.columns.NEWER_THAN_0_1_0` a 0.1.0 bundle's rows lack."""
     if not isinstance(recorded_ledger, list) or not all(isinstance(row, dict) for row in recorded_ledger):
         return decision
     absent = [c for c in NEWER_THAN_0_1_0 if recorded_ledger and all(c not in row for row in recorded_ledger)]

@@ -1,9 +1,5 @@
-"""Writing a bundle: compute the decision, assemble the folder under a hidden name, fsync, rename into place.
-
-The folder (``YYYY-MM-DD-<first 12 hex digits of the inputs digest>``) is assembled under
-``.<name>.<random>.partial`` beside the target, fsync'ed, and renamed onto an empty ``mkdir`` claim of its
-name, so a bundle another process wrote meanwhile is never replaced; any failure removes the temporary
-folder, and what a killed approval left is removed by the next (:func:`clean_stale`).
+"""Writing a bundle: decide, assemble the folder under ``.<name>.<random>.partial``, fsync, and rename it onto
+an empty ``mkdir`` claim of its name (a bundle written meanwhile is never replaced; a failure leaves nothing).
 """
 
 from __future__ import annotations
@@ -72,8 +68,7 @@ PARTIAL_SUFFIX = ".partial"
 
 @dataclass(frozen=True)
 class Request:
-    """An approval as asked: the profiled boot's logs, where to write, policy, approver and optionally the
-    layout, plan, time, a load test at the approved value, nvidia-smi snapshots and checks allowed unjudged."""
+    """An approval as asked (``kvplan approve``'s arguments)."""
 
     log_paths: Sequence[str | os.PathLike]
     out_dir: str | os.PathLike
@@ -95,11 +90,9 @@ def approve(*args: Any, **kwargs: Any) -> Path:
 
 
 def approve_bundle(request: Request) -> tuple[Path, dict]:
-    """Compute the decision and write its bundle under ``out_dir``; returns the new folder and the record
-    written as its ``budget.json`` (so that a caller need not read 40 MB of ledger rows back).
+    """Decide and write the bundle under ``out_dir``: the new folder and its ``budget.json`` record.
 
-    Raises :class:`BundleExistsError` (the folder exists, or ``out_dir`` is in a bundle),
-    :class:`~kvplan.plan.InputFileError` and :class:`ApprovalError` (no budget, or a check failed or unjudged).
+    Raises :class:`BundleExistsError`, :class:`~kvplan.plan.InputFileError` and :class:`ApprovalError`.
     """
     sources, roles, load_policy = _inputs(request)
     allowed = tuple(dict.fromkeys(request.allow_unjudged))
@@ -149,8 +142,7 @@ def approve_bundle(request: Request) -> tuple[Path, dict]:
 
 
 def _inputs(request: Request) -> tuple[list[Path], list[str], LoadPolicy | None]:
-    """Every input of ``request`` (logs, snapshots, model config, load files), checked, with its role, and the
-    load policy (None without load files)."""
+    """Every input of ``request``, checked, with its role, and the load policy (None without load files)."""
     if not isinstance(request.approver, str) or not request.approver.strip():
         raise ValueError("an approval needs the approver's name (--approver)")
     if request.policy.guard_bytes < 0:
@@ -228,8 +220,8 @@ def _is_bundle(folder: Path) -> bool:
 
 
 def clean_stale(out: Path, name: str, now: float | None = None) -> list[Path]:
-    """Remove what killed approvals left in ``out``, each with a warning: an empty claim of the final
-    ``name`` (it would block the UTC day) and ``.partial`` folders older than :data:`STALE_PARTIAL_S`.
+    """Remove, with a warning, what killed approvals left in ``out``: an empty claim of ``name`` and ``.partial``
+    folders older than :data:`STALE_PARTIAL_S`.
 
     >>> clean_stale(Path("/no/such/folder"), "2026-11-29-0123456789ab")
     []
@@ -351,8 +343,7 @@ def _sync(path: Path) -> None:
 
 
 def _move_into_place(staging: Path, final: Path, exists: BundleExistsError) -> None:
-    """Rename ``staging`` onto an atomic ``mkdir`` claim of ``final``: the rename fails once another process
-    put anything there."""
+    """Rename ``staging`` onto an atomic ``mkdir`` claim of ``final`` (fails once anything else is there)."""
     try:
         final.mkdir()
     except FileExistsError:

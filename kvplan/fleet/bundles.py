@@ -1,11 +1,6 @@
-"""A class's evidence bundle, and the canary gate against it.
-
-The bundle is :func:`kvplan.evidence.approve` over the class's clean hosts' logs (one key: the class's
-budget) and its first ``--query-gpu`` snapshot; its note lists the class's hosts as JSON. Remote files are
-fetched afresh under ``OUT`` (names made safe, paths kept inside), each with the SHA-256 the plan read.
-The gate judges each canary host as ``kvplan gate`` judges one launch, against the bundle whose *verified*
-record lists it; a host in no list, unreadable as one launch, or showing the approval's own input cannot be
-judged. The rollout stops when any host fails, and cannot go on while one cannot be judged.
+"""A class's evidence bundle (:func:`kvplan.evidence.approve` over its clean hosts' logs and one ``--query-gpu``
+snapshot, its note listing the hosts), and the canary gate: each host judged as ``kvplan gate`` judges one
+launch, against the bundle whose *verified* record lists it.
 """
 
 from __future__ import annotations
@@ -62,8 +57,7 @@ def note_hosts(note: str) -> list[str] | None:
 def class_inputs(
     hosts: Sequence[HostReading], out: Path, storage_options: Mapping[str, object] | None
 ) -> tuple[list[str], list[str]]:
-    """The class's logs and one ``--query-gpu`` snapshot as local paths, remote ones fetched to
-    ``out/inputs/<host>/<file>``; a file whose SHA-256 is not the one the plan read is refused."""
+    """The class's logs and one ``--query-gpu`` snapshot as local paths (remote ones fetched under ``out``)."""
     logs: list[str] = []
     snapshot: list[str] = []
     for reading in hosts:
@@ -81,7 +75,8 @@ def class_inputs(
 def _local_copy(
     reading: HostReading, url: str, out: Path, storage_options: Mapping[str, object] | None
 ) -> str:
-    """``url`` as a local path (fetched afresh when remote) with the SHA-256 the plan read, else a refusal."""
+    """``url`` as a local path (fetched afresh to ``out/inputs/<host>/`` when remote) with the SHA-256 the plan
+    read, else a refusal."""
     local = url
     if "://" in url:
         fs, path = filesystem(url, storage_options)
@@ -146,8 +141,7 @@ class HostVerdict:
 
 @dataclass(frozen=True)
 class ClassApproval:
-    """A verified class bundle as the gate uses it: its gate view, the hosts its verified record lists,
-    and the SHA-256 of each of its inputs (a canary file among them is the approval's own evidence)."""
+    """A verified class bundle as the gate uses it: its gate view, the hosts it lists, its inputs by SHA-256."""
 
     approved: Approved
     hosts: tuple[str, ...]
@@ -204,8 +198,7 @@ def _approval_inputs(local: Sequence[tuple[str, str]], approval: ClassApproval) 
 
 
 def _canary_checks(approved: Approved, logs: Sequence[tuple[str, str]], snapshots: Sequence[tuple[str, str]]):
-    """The gate checks of one canary, as ``kvplan gate`` runs them (logs, snapshots, the key fields the
-    canary's logs did not show)."""
+    """The gate checks of one canary, as ``kvplan gate`` runs them."""
     evidence = read_evidence(logs)
     ledger, free = evidence.ledger, None
     if snapshots:
@@ -244,8 +237,8 @@ def gate_fleet(
     storage_options: Mapping[str, object] | None = None,
     progress: Progress | None = None,
 ) -> list[HostVerdict]:
-    """Every host of ``targets`` (one fleet folder or manifest, or log files of one host, whose folder
-    names it) judged against ``bundles``; ``only`` keeps the named hosts (a wave's)."""
+    """Every host of ``targets`` (a fleet, or one host's files, named by their folder) judged against
+    ``bundles``; ``only`` keeps the named hosts (a wave's)."""
     approved = approvals(bundles)
     hosts = _targets(targets, storage_options)
     if only:

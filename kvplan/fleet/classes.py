@@ -1,11 +1,5 @@
-"""Host classes: each class's uniform budget, the hosts that hold it down, and its rollout waves.
-
-Hosts are grouped by their whole compatibility key, then by the policy's ``class_by`` labels. A class's
-budget is :func:`kvplan.plan.decide` over all its hosts' ranks at once (its limiting rank names a host).
-A class whose weakest host is below ``split_below`` × the median gets split advice: the outliers, each with
-its likely cause, and what a split would gain. Rollout waves take every class's canaries first, smallest
-class first; each names its flag and the ``kvplan fleet gate`` command on :data:`CANARY_FLEET`, the wave's
-new boots (never the planning fleet).
+"""Host classes (hosts grouped by compatibility key, then ``class_by`` labels): each class's uniform budget over
+all its hosts' ranks, split advice for the hosts that hold it down, and the rollout waves (canaries first).
 """
 
 from __future__ import annotations
@@ -20,8 +14,7 @@ from kvplan.fleet.read import HostReading
 from kvplan.plan import AdmissionPlan, Policy, decide, given_rooms
 from kvplan.units import format_size
 
-#: Defaults of the policy: split advice below this min/median of host budgets, clean hosts a class needs
-#: to be approved, canary hosts per class.
+#: Defaults: split advice below this min/median of host budgets, clean hosts to approve, canaries per class.
 SPLIT_BELOW, MIN_HOSTS, CANARIES = 0.95, 3, 2
 #: What the printed gate command names for the canaries' logs: the wave's boots at the class value.
 CANARY_FLEET = "CANARY_FLEET"
@@ -88,8 +81,7 @@ class FleetClass:
 
 
 def group_classes(readings: Sequence[HostReading], class_by: Sequence[str] = ()) -> list[tuple[tuple, list]]:
-    """Clean hosts grouped by (compatibility key, ``class_by`` labels); classes in first-seen order. A host's
-    labels are its key's fields and its manifest columns."""
+    """Clean hosts grouped by (compatibility key, ``class_by`` labels of its key and manifest), first seen first."""
     groups: dict[tuple, list[HostReading]] = {}
     for reading in readings:
         if reading.excluded is not None:
@@ -165,8 +157,7 @@ def budget_refusal(reading: HostReading, reserve_bytes: int, block_bytes: int | 
 
 
 def move_hosts(readings: Sequence[HostReading], labels: Mapping[str, Mapping[str, str]]) -> list[HostReading]:
-    """The readings with extra labels on the named hosts (a what-if: planned with ``class_by`` naming the
-    label, they form a class of their own).
+    """The readings with extra labels on the named hosts (a what-if: with ``class_by`` the label, a class).
 
     >>> moved = move_hosts([HostReading("h1", (), {}, {}, (), None)], {"h1": {"pool": "weak"}})
     >>> moved[0].labels
@@ -230,9 +221,8 @@ def split_advice(
     tokens: Callable[[int], int] | None,
     replicas_per_host: int,
 ) -> dict:
-    """Outliers and the gain of splitting them off (the rest at its own minimum, the outliers at theirs)
-    or fixing them (every host at the rest's minimum), in bytes and, with ``tokens(bytes)`` (the KV tokens
-    one replica holds at a per-GPU budget; None without a model), in tokens."""
+    """Outliers and the gain of splitting them off (each part at its own minimum) or fixing them (every host at
+    the rest's minimum), in bytes and, with ``tokens(per-GPU bytes)`` of one replica, in tokens."""
     hosts, split_below = fleet_class.hosts, policy.split_below
     names = outlier_hosts(fleet_class.host_budgets, split_below)
     medians = part_medians(hosts)
@@ -290,8 +280,7 @@ def canary_hosts(host_budgets: Mapping[str, int], limiting_host: str, canaries: 
 
 
 def gate_command(bundle: str | None, hosts: Sequence[str]) -> str:
-    """The ``kvplan fleet gate`` command for ``hosts`` against ``bundle`` on :data:`CANARY_FLEET`, every name
-    shell-quoted (host names come from a manifest).
+    """The ``kvplan fleet gate`` command for ``hosts`` against ``bundle`` on :data:`CANARY_FLEET`, shell-quoted.
 
     >>> gate_command("ev/b1", ["h1;rm -rf ~"])
     "kvplan fleet gate --approved ev/b1 CANARY_FLEET --hosts 'h1;rm -rf ~'"
@@ -304,9 +293,8 @@ def gate_command(bundle: str | None, hosts: Sequence[str]) -> str:
 
 
 def rollout_waves(classes: Sequence[Mapping], canaries: int = CANARIES) -> list[dict]:
-    """Waves for approved ``classes`` (dicts with ``class``, ``flag``, ``launch_flags``, ``bundle``,
-    ``limiting_host``, ``host_budgets``): every class's canaries first, then each class's other hosts, smallest
-    class first."""
+    """Waves for approved ``classes`` (their ``--json`` dicts): every class's canaries first, then each class's
+    other hosts, smallest class first."""
     ordered = sorted(classes, key=lambda item: (len(item["host_budgets"]), item["class"]))
     chosen = [canary_hosts(item["host_budgets"], item["limiting_host"], canaries) for item in ordered]
     waves = [(item, "canary", hosts) for item, hosts in zip(ordered, chosen)]

@@ -1,10 +1,5 @@
-"""Fleet input: which hosts there are, which files each has, and the labels the manifest gives them.
-
-A fleet is a folder of host folders (``FLEET/<host>/*.log``, ``nvidia-smi*.csv``, ``dcgm*.prom``) or a manifest
-CSV ``host,path,label...`` (paths relative to it, or URLs), on local disk or in object storage (``s3://``) read
-through fsspec. Listing is the one step that touches storage before the work is spread: an unreachable bucket or a
-refused credential is a :class:`FleetInputError` naming the URL. Host names and labels are data, escaped where
-they land (:func:`kvplan.escape.terminal_text`, :func:`kvplan.escape.safe_component`).
+"""Fleet input: the hosts, each one's files and labels, from a folder of host folders (``FLEET/<host>/*.log``,
+``nvidia-smi*.csv``, ``dcgm*.prom``) or a manifest CSV ``host,path,label...``, local or through fsspec.
 """
 
 from __future__ import annotations
@@ -29,8 +24,7 @@ class FleetInputError(ValueError):
 
 @dataclass(frozen=True)
 class HostFiles:
-    """One host's evidence: its log and snapshot URLs, its labels, and one text per missing file (a manifest
-    row's, a dangling link), which excludes the host."""
+    """One host's log and snapshot URLs, labels, and one text per missing file (which excludes the host)."""
 
     host: str
     logs: tuple[str, ...]
@@ -55,8 +49,7 @@ def parse_storage_options(pairs: Sequence[str]) -> dict[str, object]:
 
 
 def filesystem(url: str, storage_options: Mapping[str, object] | None = None):
-    """The fsspec filesystem of ``url`` and the path inside it; ``AWS_ENDPOINT_URL`` sets the S3 endpoint
-    when no option gives one."""
+    """The fsspec filesystem of ``url`` and the path in it; ``AWS_ENDPOINT_URL`` is the default S3 endpoint."""
     import fsspec
 
     options = dict(storage_options or {})
@@ -81,8 +74,7 @@ def _url(fs, path: str) -> str:
 
 
 def is_snapshot(name: str) -> bool:
-    """Whether a file is a GPU snapshot rather than a log: nvidia-smi's (``nvidia-smi*.csv``) or a DCGM
-    exporter scrape (``dcgm*.prom``, read by :mod:`kvplan.io.gpu_snapshot`).
+    """Whether a file is a GPU snapshot (``nvidia-smi*.csv``, ``dcgm*.prom``) rather than a log.
 
     >>> is_snapshot("gpu-1/nvidia-smi-gpu.csv"), is_snapshot("gpu-1/dcgm.prom"), is_snapshot("gpu-1/boot.log")
     (True, True, False)
@@ -96,9 +88,8 @@ def is_snapshot(name: str) -> bool:
 def with_dcgm_snapshots(
     hosts: Sequence[HostFiles], scrapes: Mapping[str, str], folder: str
 ) -> list[HostFiles]:
-    """``hosts``, each with its DCGM exporter scrape (``scrapes``: text per DCGM ``Hostname``, e.g. from
-    :func:`kvplan.io.gpu_snapshot.dcgm_scrapes_at`) written to ``folder/<host>/dcgm.prom`` as one more GPU snapshot; a
-    host without one stays as it was (planned without GPU facts, as without an nvidia-smi snapshot)."""
+    """``hosts``, each with its DCGM scrape (text by ``Hostname``) written to ``folder/<host>/dcgm.prom`` as one
+    more GPU snapshot."""
     from kvplan.escape import safe_component
 
     found = []
@@ -139,8 +130,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _from_folders(fs, path: str) -> list[HostFiles]:
-    """Hosts of a folder of host folders; symbolic links are followed, as ``kvplan budget`` follows them
-    (a dangling one is a missing file of its host, never dropped)."""
+    """Hosts of a folder of host folders; symbolic links followed (a dangling one is a missing file of its host)."""
     if not fs.isdir(path):
         raise FleetInputError(f"{_url(fs, path)}: not a folder of host folders or a manifest .csv")
     hosts = []
@@ -162,8 +152,7 @@ def _from_folders(fs, path: str) -> list[HostFiles]:
 
 
 def _entries(fs, path: str) -> list[tuple[str, str]]:
-    """``(name, type)`` of each entry of the folder ``path``, by name (``"directory"``, ``"file"``, ``"other"``,
-    or ``"dangling"`` for a broken link); on local disk from ``os.scandir`` (fsspec stats every entry again)."""
+    """``(name, type)`` of each entry of the folder ``path``, by name; on local disk from ``os.scandir``."""
     if not _is_local(fs):
         return sorted((item["name"], item["type"]) for item in fs.ls(path, detail=True))
     with os.scandir(path) as found:
@@ -179,8 +168,7 @@ def _kind(entry: os.DirEntry) -> str:
 
 
 def _from_manifest(fs, path: str) -> list[HostFiles]:
-    """Hosts of a manifest, one row per file (relative to the manifest's folder; a remote manifest names only
-    objects of its own bucket); a file listed under two hosts is refused."""
+    """Hosts of a manifest, one row per file (relative to its folder); a file under two hosts is refused."""
     with fs.open(path, "rb") as stream:
         text = stream.read().decode("utf-8-sig")
     rows = list(csv.reader(io.StringIO(text)))
@@ -239,8 +227,7 @@ def _entry(fs, base: str, file: str, where: str):
 
 
 def _remote_entry(fs, base: str, file: str, where: str) -> str:
-    """The path of a remote manifest's row ``file``, refused unless under the manifest's own scheme and bucket
-    (host and port for http): no ``file://``, no other bucket, no ``..``."""
+    """The path of a remote manifest's row ``file``, refused unless under the manifest's own scheme and bucket."""
     root = _bucket_url(_url(fs, base))
     full = file if "://" in file else _url(fs, f"{base.rstrip('/')}/{file}")
     parts = [unquote(part) for part in full.split("://", 1)[-1].split("/")]

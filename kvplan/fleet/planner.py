@@ -1,7 +1,5 @@
-"""The fleet planner: group the hosts into classes, budget each, advise splits, bundle and plan the waves.
-
-:func:`plan_fleet` reads the fleet; :func:`plan_readings` plans readings already read (a notebook moves the
-policy without reading again). :meth:`FleetPlan.to_dict` is ``kvplan fleet plan --json``.
+"""The fleet planner: group the hosts into classes, budget each, advise splits, bundle and plan the waves
+(:func:`plan_readings` plans hosts already read; :meth:`FleetPlan.to_dict` is ``kvplan fleet plan --json``).
 """
 
 from __future__ import annotations
@@ -110,8 +108,7 @@ def plan_fleet(
     storage_options: Mapping[str, object] | None = None,
     out: str | Path | None = None,
 ) -> FleetPlan:
-    """Plan the fleet at ``fleet`` (folder of host folders or manifest; local or ``s3://``), read on
-    ``scheduler`` (:func:`kvplan.fleet.read.read_fleet`), then :func:`plan_readings`."""
+    """Read the fleet at ``fleet`` on ``scheduler``, then :func:`plan_readings`."""
     readings = read_fleet(list_fleet(fleet, storage_options), storage_options, scheduler)
     return plan_readings(fleet, readings, policy, models, out, storage_options)
 
@@ -145,8 +142,7 @@ def _class_decisions(
     excluded: list[tuple[str, str]],
     warnings: list[str],
 ) -> list[ClassDecision]:
-    """One decision per class of the usable hosts; a host that cannot hold one KV block of its class's
-    model at the reserve joins ``excluded``, by name, and its class is planned without it."""
+    """One decision per class; a host without room for one KV block at the reserve joins ``excluded``."""
     decisions = []
     for (key, labels), hosts in group_classes(usable, policy.class_by):
         name = class_name(dict(key), dict(labels))

@@ -39,11 +39,9 @@ PART_COLUMNS = (
 )
 #: How many characters of a refusal an excluded host's reason keeps.
 REASON_CHARS = 400
-#: Tasks per worker thread: enough to even out the last tasks, few enough that the scheduler's cost per
-#: task (~10 ms of the client's CPU) stays small against a task's hosts (~15 ms of CPU each).
+#: Tasks per worker thread (evens out the last tasks; the scheduler costs ~10 ms of CPU a task, a host ~15 ms).
 TASKS_PER_THREAD = 8
-#: Hosts per Dask task, at least (amortises the scheduler on small fleets) and at most (progress, and
-#: even work at the end, on large ones).
+#: Hosts per Dask task, at least (amortises the scheduler) and at most (progress and even work at the end).
 MIN_HOSTS_PER_TASK, MAX_HOSTS_PER_TASK = 8, 64
 SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 
@@ -52,8 +50,8 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class HostReading:
-    """What one host's files say [bytes]: one plain record per rank (:func:`kvplan.ledger.room_per_rank` and
-    the :data:`PART_COLUMNS` of its worst boot), why it is excluded (None: clean), each file's SHA-256."""
+    """What one host's files say: one plain record per rank (its room and the :data:`PART_COLUMNS` of its worst
+    boot) [bytes], why it is excluded (None: clean), each file's SHA-256 and its evidence identities."""
 
     host: str
     files: tuple[str, ...]
@@ -140,8 +138,7 @@ def local_files(
 
 
 def require_boot_per_file(evidence: Evidence, logs: Sequence[str]) -> None:
-    """Raise :class:`kvplan.plan.InputFileError` naming the first log that holds no vLLM boot (a ledger CSV
-    counts as one)."""
+    """Refuse (:class:`kvplan.plan.InputFileError`) the first log without a vLLM boot (a ledger CSV is one)."""
     shown = {str(boot["source"]) for boot in evidence.metadata.boots} if evidence.metadata else set()
     shown |= {str(source) for source in evidence.ledger["source"].unique()}
     for url in logs:
@@ -152,8 +149,8 @@ def require_boot_per_file(evidence: Evidence, logs: Sequence[str]) -> None:
 def evidence_identities(
     evidence: Evidence, logs: Sequence[tuple[str, str]], snapshots: Sequence[tuple[str, str]]
 ) -> tuple[dict[str, str], tuple[str, ...]]:
-    """Each file's SHA-256 by URL, and the host's evidence identities: ``boot:`` and the SHA-256 of each
-    boot's lines and its ranks' pids, ``gpu:`` and each GPU UUID (:func:`kvplan.fleet.planner.shared_evidence`)."""
+    """Each file's SHA-256 by URL, and the host's evidence identities: ``boot:`` and the SHA-256 of each boot's
+    lines and pids, ``gpu:`` and each GPU UUID."""
     pids: dict[tuple[str, int], list[int]] = {}
     ledger = evidence.ledger
     for source, boot, pid in zip(ledger["source"], ledger["boot"], ledger["pid"]):
@@ -178,7 +175,7 @@ def evidence_identities(
 
 
 def _hash_lines(path: str, ranges: Sequence[tuple[int, int | None, int | None]]) -> tuple[str, dict]:
-    """The file's SHA-256 and, per boot of ``ranges`` ``(boot, first line, last line)``, a hash of its lines."""
+    """The file's SHA-256 and, per ``(boot, first line, last line)`` of ``ranges``, a hash of its lines."""
     whole = hashlib.sha256()
     hashes = {boot: hashlib.sha256() for boot, _, _ in ranges}
     with open(path, "rb") as stream:
@@ -256,17 +253,12 @@ def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -
     cluster = None
     if scheduler == "local":
         settings = {
-            # the workers' statistical profiler samples every task's stack: ~14 % of a worker's CPU here
-            "distributed.worker.profile.enabled": False,
-            # workers start from a fork server or are spawned, never forked from this process: it already
-            # runs threads (Dask's event loop, fsspec's, a Jupyter kernel's), and a fork taken while one of
-            # them holds a lock deadlocks the worker (seen once in test_fleet_dask); macOS's system
-            # libraries are not fork-safe, Windows has no fork
+            "distributed.worker.profile.enabled": False,  # ~14 % of a worker's CPU
+            # never forked from this process, which runs threads (a fork under one's lock deadlocks)
             "distributed.worker.multiprocessing-method": (
                 "forkserver" if sys.platform.startswith("linux") else "spawn"
             ),
-            # the cluster's own clocks (event-loop watchdog every 20 ms, each worker's memory check every
-            # 100 ms, the dashboard's system monitor every 0.5 s) cost ~8 % of a core while it reads
+            # the cluster's own clocks cost ~8 % of a core at their defaults
             "distributed.admin.tick.interval": "1s",
             "distributed.worker.memory.monitor-interval": "1s",
             "distributed.admin.system-monitor.interval": "2s",
@@ -303,8 +295,7 @@ def read_fleet(
     progress: Progress | None = None,
     announce: Callable[[str], None] | None = None,
 ) -> list[HostReading]:
-    """Every host's :func:`read_host`, in the order of ``hosts``; ``progress(hosts read, hosts)`` is
-    called as groups finish."""
+    """Every host's :func:`read_host`, in host order; ``progress(hosts read, hosts)`` as groups finish."""
     return map_hosts(read_host, hosts, (storage_options,), scheduler, progress, announce)
 
 
@@ -347,7 +338,7 @@ def map_hosts(
 
 def stderr_progress(every: int = 0) -> Progress:
     """A progress callback printing ``read N/TOTAL hosts`` on stderr every ``every`` hosts (default: a
-    twentieth of the total) and at the end.
+    twentieth) and at the end.
 
     >>> stderr_progress()(0, 0) is None
     True
