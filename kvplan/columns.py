@@ -18,9 +18,7 @@ IDENTITY = {
     "tp_rank": "tensor-parallel rank",
     "pp_rank": "pipeline-parallel rank",
     "dp_rank": "data-parallel rank",
-    # issue 26: the other groups of vLLM's worker names (Worker[_DP][_PP][_PCP][_TP][_DCP][_EP]); 0 where the
-    # group has one member (a Worker_ name without that part, or a release before the group existed), NA
-    # where neither the names, the rank line nor the sizes say
+    # issue 26: the other groups of vLLM's worker names; 0 for a group of one member, NA where nothing says
     "pcp_rank": "prefill-context-parallel rank (vLLM ≥ 0.12)",
     "dcp_rank": "decode-context-parallel rank (vLLM ≥ 0.11)",
     "ep_rank": "expert-parallel rank (0 when expert parallelism is off)",
@@ -93,9 +91,8 @@ OUTCOME = {
     "e.g. 'capture_model'",
 }
 
-#: Configuration that changes vLLM's KV arithmetic, as the logs state it (NA when they do not).
-#: Kept out of :data:`COMPATIBILITY_KEY` so that gates and bundles that do not show them compare as
-#: before; a change of any of them changes capacity, so kvspec and gates read them when shown.
+#: Configuration that changes vLLM's KV arithmetic, as the logs state it (NA when they do not); kept out of
+#: :data:`COMPATIBILITY_KEY` so that gates and bundles that do not show them compare as before.
 SIZING_CONFIG = {
     "max_num_batched_tokens": "scheduler's max_num_batched_tokens ('Chunked prefill is enabled with …')",
     "async_scheduling": "True when async scheduling is on (non-default args)",
@@ -175,12 +172,9 @@ BOOL_COLUMNS = ["enforce_eager", "async_scheduling", "hybrid_kv_cache_manager"]
 ROOM_SOURCES = ("suggestion", "available_kv", "parts", "manual")
 
 
-#: The load frame (:mod:`kvplan.io.load`): one row per vLLM stats line, per /metrics scrape and engine, and per
-#: event (preemption warning, OOM, error), in file order, with its nullable dtype. Units: usage and hit rates
-#: in percent (0–100), throughput in tokens per second; ``time`` is naive (UTC for /metrics, the server's local
-#: time for logs unless its offset is known); ``kind`` is ``log`` or ``metrics``; ``year_known`` is False when
-#: the time comes from vLLM's yearless ``%m-%d %H:%M:%S`` stamp; ``restarts`` counts the server restarts the
-#: file showed before the row; ``raw`` is an event's text. The first fourteen are the JSON / CSV row keys.
+#: The load frame (:mod:`kvplan.io.load`): one row per stats line, /metrics scrape and engine, or event, in file
+#: order. Usage and hit rates in percent, throughput in tokens/s; ``time`` naive (UTC for /metrics, else the
+#: server's local time); ``year_known`` False for vLLM's yearless stamps; ``restarts`` before the row.
 LOAD_COLUMNS = {
     "source": "string",
     "line": "Int64",

@@ -79,13 +79,7 @@ def reference_free_bytes(ledger: pd.DataFrame, rooms: pd.DataFrame) -> tuple[int
 
 
 def boot_free_bytes(ledger: pd.DataFrame, ranks: Sequence[int]) -> tuple[int, ...]:
-    """``F_boot`` per rank of ``ranks`` [bytes]; a rank showing none is refused.
-
-    >>> import pandas as pd
-    >>> ledger = pd.DataFrame({"source": "c.log", "rank": [0, 0, 1], "init_free_bytes": [50, 48, 49]})
-    >>> boot_free_bytes(ledger, [0, 1])
-    (48, 49)
-    """
+    """``F_boot`` per rank of ``ranks`` [bytes] (:func:`lowest_free_bytes`); a rank showing none is refused."""
     lowest = lowest_free_bytes(ledger)
     for rank in ranks:
         if rank not in lowest:

@@ -56,11 +56,6 @@ class Note(str):
         }
 
 
-def as_note(text: str) -> Note:
-    """``text`` as a :class:`Note` (itself when it already is one)."""
-    return text if isinstance(text, Note) else Note(text)
-
-
 def aggregate_notes(notes: Iterable[str]) -> list[Note]:
     """Notes in first-seen order, a kind (code, file) seen ``n > 1`` times folded into ``"FILE: TEXT: n times,
     first at lines L1, L2, L3"`` ("the first shown" when texts differ); duplicates without a code print once.
@@ -75,7 +70,7 @@ def aggregate_notes(notes: Iterable[str]) -> list[Note]:
     """
     groups: dict[tuple, list[Note]] = {}
     for text in notes:
-        note = as_note(text)
+        note = text if isinstance(text, Note) else Note(text)
         key = (note.code, note.file) if note.code else ("", str(note))
         groups.setdefault(key, []).append(note)
     folded = []

@@ -158,10 +158,7 @@ DROPPED_RANK_CODES = frozenset({"rank-out-of-world"})
 
 
 def check_dropped_ranks(notes: Iterable[object]) -> None:
-    """Raise :class:`LedgerError`, quoting the note, when a reader note says a rank's lines were left out.
-
-    >>> check_dropped_ranks(["a.log:3: a warning of another kind"])
-    """
+    """Raise :class:`LedgerError`, quoting the note, when a reader note says a rank's lines were left out."""
     dropped = [str(note) for note in notes if getattr(note, "code", None) in DROPPED_RANK_CODES]
     if dropped:
         more = f" (and {len(dropped) - 1} more)" if len(dropped) > 1 else ""
@@ -179,10 +176,7 @@ _SHOWN_FAILURES = 6
 
 def refuse_failed_boots(ledger: pd.DataFrame, lines: Mapping | None = None) -> None:
     """Raise :class:`LedgerError` listing each row whose boot did not come through startup cleanly, with its
-    file:line and text: OOM first, then errors (by line), then incomplete boots.
-
-    >>> refuse_failed_boots(pd.DataFrame({"source": ["a.log"], "boot": [0], "rank": [0], "outcome": ["ok"]}))
-    """
+    file:line and text: OOM first, then errors (by line), then incomplete boots."""
     if "outcome" not in ledger:
         return
     lines = lines if lines is not None else {}

@@ -1,8 +1,4 @@
-"""Whether a boot is the approved launch: the compatibility key, every approved rank present, no OOM or error.
-
->>> check_ranks_present([0, 1], pd.DataFrame({"rank": [0, 1]})).detail
-'ranks 0-1 of 2'
-"""
+"""Whether a boot is the approved launch: the compatibility key, every approved rank present, no OOM or error."""
 
 from __future__ import annotations
 

@@ -80,7 +80,7 @@ def launch_layout_spec(
     ...                    frozenset({"block_size"})).block_bytes  # vLLM's default 16 × 131,072 B
     2097152
     """
-    shown_key, _ = _shown_only(key, ledger.iloc[0:0], defaulted)
+    shown_key = {name: None if name in defaulted else value for name, value in key.items()}
     return layout_spec(layout, {**shown_key, **logged_launch_settings(ledger)}, room_count)
 
 
@@ -228,7 +228,7 @@ def _decide_ledger(
     checks = [check_ranks_present(budget.ranks, ledger), check_outcomes(ledger)]
     rows = verdict = None
     if spec is not None:
-        shown_ledger = _shown_only(key, ledger, evidence.defaulted_key_fields)[1]
+        shown_ledger = _shown_ledger(ledger, evidence.defaulted_key_fields)
         rows = cross_check(shown_ledger, spec, max_model_len=layout.max_model_len if layout else None)
         verdict = cross_check_verdict(rows)
         if rows["agrees"].isin([False]).any():
@@ -266,20 +266,11 @@ PREDICTION_NOTE = (
 )
 
 
-def _shown_only(key: dict, ledger: pd.DataFrame, defaulted: frozenset[str]) -> tuple[dict, pd.DataFrame]:
-    """The key and ledger without the fields the reader filled with vLLM's defaults: a filled-in ``block_size`` 16
-    must not reach :func:`kvplan.kvspec.kv_spec` (MLA and hybrid models let the attention backend choose).
-
-    >>> _shown_only({"block_size": 16, "model": "m"}, pd.DataFrame({"block_size": [16]}),
-    ...             frozenset({"block_size"}))[0]
-    {'block_size': None, 'model': 'm'}
-    """
-    if not defaulted:
-        return key, ledger
-    shown = ledger.copy()
-    for column in defaulted & set(shown.columns):
-        shown[column] = pd.NA
-    return {name: None if name in defaulted else value for name, value in key.items()}, shown
+def _shown_ledger(ledger: pd.DataFrame, defaulted: frozenset[str]) -> pd.DataFrame:
+    """The ledger without the values the reader filled with vLLM's defaults: a filled-in ``block_size`` 16 must
+    not reach :mod:`kvplan.kvspec` (MLA and hybrid models let the attention backend choose)."""
+    columns = defaulted & set(ledger.columns)
+    return ledger.assign(**dict.fromkeys(columns, pd.NA)) if columns else ledger
 
 
 def _decision_notes(rooms: pd.DataFrame, budget: Budget, key: dict) -> list[str]:

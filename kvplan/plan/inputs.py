@@ -1,10 +1,4 @@
-"""What a decision is asked under and what it answers (:class:`Decision`), without pandas or the model code.
-
->>> GiB = 2**30
->>> d = decide_rooms([int(g * GiB) for g in (18.8, 17.6, 12.9, 16.4)], Policy(int(0.9 * GiB)))
->>> d.budget.limiting_rank, d.room_sources
-(2, ('given', 'given', 'given', 'given'))
-"""
+"""What a decision is asked under and what it answers (:class:`Decision`), without pandas or the model code."""
 
 from __future__ import annotations
 
@@ -203,7 +197,11 @@ class Decision:
 
 
 def decide_rooms(room_bytes: Sequence[int], policy: Policy, block_bytes: int | None = None) -> Decision:
-    """The decision of rooms given by hand, rank order [bytes]: the uniform budget, every source :data:`GIVEN`."""
+    """The decision of rooms given by hand, rank order [bytes]: the uniform budget, every source :data:`GIVEN`.
+
+    >>> decide_rooms([13 * 2**30, 14 * 2**30], Policy(2**30)).room_sources
+    ('given', 'given')
+    """
     budget = uniform_budget([int(room) for room in room_bytes], policy.reserve_bytes, block_bytes=block_bytes)
     ranks = len(budget.ranks)
     return Decision(

@@ -1,11 +1,8 @@
-"""vLLM startup logs into the ledger: scanning, records, line families, boots, ranks.
+"""vLLM startup logs into the ledger (:func:`read_vllm_log`, :func:`read_vllm_logs`, :func:`stream_vllm_logs`).
 
-:func:`read_vllm_log` and :func:`read_vllm_logs` are the entry points (:func:`stream_vllm_logs`: the rows only, in batches); the modules, bottom up:
-:mod:`~kvplan.io.vllm.scan` (the block scan and its anchors), :mod:`~kvplan.io.vllm.records` (a line
-into records), :mod:`~kvplan.io.vllm.values` and :mod:`~kvplan.io.vllm.handlers` (what vLLM prints,
-as values), :mod:`~kvplan.io.vllm.families` (the line families, each message read once by
-:func:`~kvplan.io.vllm.families.read_message`), :mod:`~kvplan.io.vllm.boots` (restarts), :mod:`~kvplan.io.vllm.ranks` (who printed a line), :mod:`~kvplan.io.vllm.resolve` (a boot
-into rows).
+Bottom up: ``scan`` (anchored lines), ``records`` (a line into records), ``values`` and ``handlers`` (what vLLM
+prints, as values), ``families`` (the line table), ``boots`` (restarts), ``ranks`` (who printed a line),
+``resolve`` (a boot into rows), ``read`` (files into the ledger).
 """
 
 from kvplan.io.vllm.read import LogParseError, read_vllm_log, read_vllm_logs, stream_vllm_logs

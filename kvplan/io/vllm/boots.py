@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 import pandas as pd
 
@@ -22,7 +23,6 @@ from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.handlers import Fact, PartsDisagree
 from kvplan.io.vllm.records import Record, rank_name, split_records, worker_groups
 from kvplan.io.vllm.values import CONFIG_NAMES
-from kvplan.notes import Note
 from kvplan.releases import version_tuple
 from kvplan.units import MAX_DEVICE_BYTES, format_size
 
@@ -72,7 +72,7 @@ class Event:
     key: tuple | None
     family: str
     scope: str
-    values: dict
+    values: Mapping[str, Any]
     level: str | None
 
 
@@ -100,19 +100,18 @@ class Boot:
 
 
 class BootSplitter:
-    """Turns candidate lines into boots, handing each finished boot to ``close`` (a restart, or the end).
-
-    ``raw`` of each line is what provenance keeps of it: its byte offset (read back on demand) or
-    its text.
-    """
+    """Turns candidate lines into boots, handing each finished boot to ``close`` (a restart, or the end)."""
 
     def __init__(self, source: str, close: Callable[[Boot], None]) -> None:
         self.source = source
         self.close = close
         self.boot = Boot(0, 1)
 
-    def line(self, number: int, raw: int | str, text: str) -> None:
-        """Read one physical line (number from 1)."""
+    def line(self, number: int, offset: int | None, data: bytes) -> None:
+        """Read one physical line (number from 1) as the scan found it: its bytes, at byte ``offset``, which
+        provenance keeps of it (None: it keeps the line's text)."""
+        text = data.decode("utf-8", "replace")
+        raw = text if offset is None else offset
         for record in split_records(text):
             try:
                 facts = read_message(record.message)
@@ -131,12 +130,6 @@ class BootSplitter:
                             check_value(name, value, self.source, number)
                 self._facts(number, raw, facts, record)
 
-    def scanned_line(self, number: int, offset: int | None, data: bytes) -> None:
-        """Read one physical line as the scan found it (its bytes, at byte ``offset``; None: provenance
-        keeps its text)."""
-        text = data.decode("utf-8", "replace")
-        self.line(number, text if offset is None else offset, text)
-
     def finish(self) -> None:
         """Close the last boot."""
         self._close()
@@ -152,7 +145,11 @@ class BootSplitter:
             boot = self.boot
             boot.last_line = number
             if repeated:
-                boot.warnings.append(self._collapsed(number, repeated))
+                text = (
+                    f"Ray collapsed {repeated} similar lines from other workers into this one ([repeated Nx across "
+                    "cluster]); their values are lost. Set RAY_DEDUP_LOGS=0."
+                )
+                boot.warnings.append(place_note("ray-collapsed", self.source, number, text))
             if key is not None:
                 names = boot.names[key]
                 if process not in names:
@@ -197,27 +194,13 @@ class BootSplitter:
         if other is None:
             return key
         alias = boot.aliases[(*key, record.process)] = (record.pid, f"{record.ip or ''} {record.process}")
-        boot.warnings.append(
-            place_note(
-                "pid-collision",
-                self.source,
-                number,
-                f"pid {record.pid} printed as {other} and as {record.process} in one boot: two hosts' "
-                "containers reuse pids; their lines are read apart by their process names (give each host's "
-                "log with its host name, or Ray's ip= prefixes, to be sure)",
-            )
+        text = (
+            f"pid {record.pid} printed as {other} and as {record.process} in one boot: two hosts' containers reuse "
+            "pids; their lines are read apart by their process names (give each host's log with its host name, "
+            "or Ray's ip= prefixes, to be sure)"
         )
+        boot.warnings.append(place_note("pid-collision", self.source, number, text))
         return alias
-
-    def _collapsed(self, number: int, repeated: int) -> Note:
-        """The warning that Ray collapsed ``repeated`` lines of other workers into line ``number``."""
-        return Note(
-            f"{self.source}:{number}: Ray collapsed {repeated} similar lines from other workers "
-            "into this one ([repeated Nx across cluster]); their values are lost. Set RAY_DEDUP_LOGS=0.",
-            code="ray-collapsed",
-            file=self.source,
-            line=number,
-        )
 
     def _maybe_new_boot(self, number: int, family: str, key: tuple | None) -> None:
         boot = self.boot
@@ -240,10 +223,11 @@ class BootSplitter:
             self._close()
             self.boot = Boot(boot.index + 1, number)
 
-    def _config(self, number: int, raw: int | str, family: str, values: dict) -> None:
+    def _config(self, number: int, raw: int | str, family: str, values: Mapping) -> None:
         """Hold the configuration columns a config fact (``family``'s ``values``) sets,
         each where no more trusted family set it already (:data:`CONFIG_PRIORITY`)."""
-        columns, impossible = config_columns(values)
+        columns = list(_column_values(values))
+        impossible = next((item for item in columns if not _possible(*item)), None)
         if impossible is not None:
             check_parallel_size(*impossible, self.source, number)  # refuses the log, naming this line
         config = self.boot.config
@@ -273,35 +257,18 @@ _FLAG_COLUMNS = frozenset(("enforce_eager", "async_scheduling", "hybrid_kv_cache
 _KV_SIZED = frozenset(KV_SIZED_COLUMNS)
 
 
-#: The configuration columns a config fact sets, as (column, value) pairs, and the first of them that
-#: is a parallel size no launch can have (None when all can be, :func:`config_columns`).
-ConfigColumns = tuple[tuple[tuple[str, object], ...], tuple[str, object] | None]
+def _possible(column: str, value: object) -> bool:
+    """Whether a configuration column's value is one a launch can have (a parallel size at least 1)."""
+    return column not in _PARALLEL_COLUMNS or possible_parallel_size(value)
 
 
-def config_columns(values: dict) -> ConfigColumns:
-    """The configuration columns the values of a config fact set, each
-    value as the ledger holds it, and the first impossible parallel size among them
-    (:func:`~kvplan.io.ledger_frame.check_parallel_size`).
+def _column_values(values: Mapping) -> Iterator[tuple[str, object]]:
+    """The :data:`~kvplan.io.vllm.values.CONFIG_NAMES` items of a config fact's ``values`` as columns and
+    ledger values.
 
-    >>> config_columns({"max_seq_len": "4096", "disable_hybrid_kv_cache_manager": True})
-    ((('max_model_len', 4096), ('hybrid_kv_cache_manager', False)), None)
-    >>> config_columns({"tensor_parallel_size": 0})[1]
-    ('tensor_parallel_size', 0)
+    >>> list(_column_values({"max_seq_len": "4096", "disable_hybrid_kv_cache_manager": True, "seed": 0}))
+    [('max_model_len', 4096), ('hybrid_kv_cache_manager', False)]
     """
-    columns = tuple(_column_values(values))
-    return columns, _impossible(columns)
-
-
-def _impossible(columns: tuple[tuple[str, object], ...]) -> tuple[str, object] | None:
-    """The first parallel size among ``columns`` that no launch can have, None when all can be."""
-    for column, value in columns:
-        if column in _PARALLEL_COLUMNS and not possible_parallel_size(value):
-            return column, value
-    return None
-
-
-def _column_values(values: dict) -> Iterator[tuple[str, object]]:
-    """The :data:`~kvplan.io.vllm.values.CONFIG_NAMES` items of ``values`` as columns and ledger values."""
     for name, value in values.items():
         column = CONFIG_NAMES.get(name)
         if column is None:

@@ -1,16 +1,10 @@
-"""Conflicting evidence about one rank: several observations, the safe one kept, and the note that says so.
-
-A rank is observed more than once in a boot when a second process claims it (two replicas or two
-containers writing one file, a restarted worker) or when one process prints the same line family
-again with another value (two launches with the same pids). Each observation is the rank's values
-as one process printed them; the rank's row is the observation with the **lowest room** (the value
-that has to boot every time), and a note names every observation's line. Keeping the first or the last
-by accident would let more evidence raise a budget.
+"""Conflicting evidence about one rank: several observations, the one with the lowest room kept, and the note
+that names each (``docs/safety.md``: keeping the first or the last would let more evidence raise a budget).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from kvplan.notes import Note
@@ -18,15 +12,14 @@ from kvplan.notes import Note
 
 @dataclass
 class Observation:
-    """One rank's values as one process printed them: values, their (line, raw) and the families seen."""
+    """One rank's values as one process printed them: values, their (line, raw), the family of each, the line
+    that started the observation and the families its process printed since."""
 
     key: tuple | None
     values: dict = field(default_factory=dict)
     origin: dict = field(default_factory=dict)
     families: dict = field(default_factory=dict)
-    #: the line that started this observation
     start: int = 0
-    #: the families this observation's process printed since it started
     printed: set = field(default_factory=set)
 
 
@@ -38,7 +31,7 @@ class RankObservations:
         #: (rank, process) → that process's latest observation of the rank
         self._latest: dict[tuple, Observation] = {}
 
-    def add(self, rank: int, key: tuple | None, family: str, values: dict, where: tuple) -> None:
+    def add(self, rank: int, key: tuple | None, family: str, values: Mapping, where: tuple) -> None:
         """Record one event's ``values`` of ``family`` printed by process ``key`` for ``rank`` (the values
         are copied, not kept)."""
         current = self._latest.get((rank, key))
@@ -65,7 +58,6 @@ class RankObservations:
         return current
 
     def ranks(self) -> list[int]:
-        """The ranks observed."""
         return list(self._by_rank)
 
     def of(self, rank: int) -> list[Observation]:

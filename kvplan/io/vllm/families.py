@@ -9,12 +9,12 @@ from __future__ import annotations
 import re
 from functools import lru_cache
 from itertools import chain
+from types import MappingProxyType
 
 from kvplan.columns import FAILURE_PHASES
 from kvplan.io.vllm.handlers import (
     Fact,
     Family,
-    Groups,
     engine_config,
     failure,
     family,
@@ -94,7 +94,7 @@ PROFILE_TABLE = {
 _TABLE_KEYS = "^(" + "|".join(PROFILE_TABLE) + ")"
 
 
-def _table_field(m: Groups) -> dict:
+def _table_field(m: re.Match) -> dict:
     return {PROFILE_TABLE[m.group(1)]: gib_bytes(m.group(2))}
 
 
@@ -202,14 +202,14 @@ FAILURE_FAMILIES: list[Family] = [
 ]
 # fmt: on
 
-FAMILIES: list[Family] = [
-    *_MEMORY_FAMILIES,
-    *_ENGINE_FAMILIES,
-    *_CONFIG_FAMILIES,
-    *SIZING_FAMILIES,
-    *FAILURE_VALUE_FAMILIES,
-    *FAILURE_FAMILIES,
-]
+FAMILIES = (
+    _MEMORY_FAMILIES
+    + _ENGINE_FAMILIES
+    + _CONFIG_FAMILIES
+    + SIZING_FAMILIES
+    + FAILURE_VALUE_FAMILIES
+    + FAILURE_FAMILIES
+)
 
 
 #: Each distinct trigger with the positions (in :data:`FAMILIES` order) of the families it gates.
@@ -220,23 +220,19 @@ for _position, (_family, _trigger, *_rest) in enumerate(FAMILIES):
 MESSAGES_KEPT = 4096
 
 
-def read_message(message: str) -> list[Fact]:
-    """The facts in one log message, one per line family that matches, each with its own values dict.
+@lru_cache(maxsize=MESSAGES_KEPT)
+def read_message(message: str) -> tuple[Fact, ...]:
+    """The facts in one log message, one per line family that matches; their values are read-only (the
+    facts of a message are remembered and shared).
 
     The families tried are those whose trigger the message holds, in table order. Outcome families
     stop at the first match, so one error line is one error.
 
-    >>> [(f.family, f.values) for f in read_message("Available KV cache memory: 12.5 GiB")]
+    >>> [(f.family, dict(f.values)) for f in read_message("Available KV cache memory: 12.5 GiB")]
     [('available_kv', {'available_kv_bytes': 13421772800})]
     >>> read_message("Loading safetensors checkpoint shards: 100% Completed")
-    []
+    ()
     """
-    return [Fact(family, scope, dict(values)) for family, scope, values in _message_facts(message)]
-
-
-@lru_cache(maxsize=MESSAGES_KEPT)
-def _message_facts(message: str) -> tuple[tuple[str, str, dict], ...]:
-    """What :func:`read_message` reads in ``message`` (remembered: its callers get copies)."""
     positions = sorted(
         chain.from_iterable(map(_BY_TRIGGER.__getitem__, filter(message.__contains__, _BY_TRIGGER)))
     )
@@ -248,6 +244,6 @@ def _message_facts(message: str) -> tuple[tuple[str, str, dict], ...]:
             continue
         match = pattern.search(message)
         if match is not None:
-            facts.append((name, scope, handler(match)))
+            facts.append(Fact(name, scope, MappingProxyType(handler(match))))
             seen_outcome = seen_outcome or scope == "outcome"
     return tuple(facts)

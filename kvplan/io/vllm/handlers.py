@@ -1,15 +1,15 @@
 """What a matched line family means: a table row turns its regex's groups into ledger values.
 
-A row (:func:`family`) names the columns its regex's groups hold, in order, and each group's text
-is converted by the column's kind (:data:`CONVERTERS`): GiB sizes into bytes, counts into ``int``.
-The few lines whose values need more than one conversion per group have a handler here.
+A row (:func:`family`) names the columns its regex's groups hold, in order, each converted by the column's
+kind (:data:`CONVERTERS`): GiB sizes into bytes, counts into ``int``. The lines whose values need more
+have a handler here.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
 
 from kvplan.io.vllm.manual import PRINTED_HALF_BYTES, printed_manual
 from kvplan.io.vllm.values import config_items, cudagraph_mode, gib_bytes
@@ -18,28 +18,17 @@ NUM = r"(-?\d+(?:\.\d+)?)"
 
 
 class Fact(NamedTuple):
-    """What one matched line says.
-
-    ``scope`` is ``rank`` (a value of the rank that printed it), ``engine`` (an engine-level value:
-    KV cache size, concurrency, blocks), ``config`` (compatibility-key fields), ``assign`` (ties the
-    printing process to a rank), ``outcome`` (``oom``/``error`` with text), ``flag`` (boot facts).
-    """
+    """What one matched line says. ``scope``: ``rank`` (a value of the rank that printed it), ``engine``
+    (KV cache size, concurrency, blocks), ``config`` (key fields), ``assign`` (ties the printing process to
+    a rank), ``outcome`` (``oom``/``error`` with text), ``flag`` (boot facts), ``frame`` (a traceback's)."""
 
     family: str
     scope: str
-    values: dict
+    values: Mapping[str, Any]
 
 
-class Groups(Protocol):
-    """What a handler reads of a match: its groups' texts and the message (a :class:`re.Match`)."""
-
-    @property
-    def string(self) -> str: ...
-
-    def group(self, index: int, /) -> str | Any: ...
-
-
-Handler = Callable[[Groups], dict]
+#: What turns a family's match into values.
+Handler = Callable[[re.Match], dict]
 
 
 class Family(NamedTuple):
@@ -82,7 +71,7 @@ COLUMN_KINDS = {
     "kv_cache_pools": "text",
     "failed_in": "text",
     **dict.fromkeys(
-        (
+        [
             "kv_cache_tokens",
             "max_model_len",
             "num_gpu_blocks",
@@ -95,7 +84,7 @@ COLUMN_KINDS = {
             "pp_rank",
             "tp_rank",
             "pcp_rank",
-        ),
+        ],
         "int",
     ),
 }
@@ -118,7 +107,7 @@ def family(
     if isinstance(values, tuple):
         handler = _groups_handler(values)
     elif isinstance(values, dict):
-        handler = ConstantHandler(values)
+        handler = lambda _m, values=values: dict(values)  # noqa: E731 (a new dict each match)
     else:
         handler = values
     return Family(name, trigger, re.compile(pattern.replace("{num}", NUM)), scope, handler)
@@ -128,45 +117,23 @@ def _groups_handler(columns: tuple[str | None, ...]) -> Handler:
     """The handler of a row whose groups hold ``columns`` (see :func:`family`)."""
     fields = []
     for index, item in enumerate(columns, start=1):
-        if item is None:
-            continue
-        column, _colon, kind = item.partition(":")
-        kind = kind or ("gib" if column.endswith("_bytes") else COLUMN_KINDS[column])
-        fields.append((index, column, CONVERTERS[kind]))
-    return ColumnsHandler(tuple(fields))
+        if item is not None:
+            column, _colon, kind = item.partition(":")
+            kind = kind or ("gib" if column.endswith("_bytes") else COLUMN_KINDS[column])
+            fields.append((index, column, CONVERTERS[kind]))
 
-
-class ColumnsHandler:
-    """The handler of a row whose groups hold columns: ``fields`` are (group, column, converter); a
-    group that took no part in the match gives nothing."""
-
-    __slots__ = ("fields",)
-
-    def __init__(self, fields: tuple[tuple[int, str, Callable[[str], object]], ...]) -> None:
-        self.fields = fields
-
-    def __call__(self, m: Groups) -> dict:
+    def handler(m: re.Match) -> dict:  # a group that took no part in the match gives nothing
         values = {}
-        for index, column, convert in self.fields:
+        for index, column, convert in fields:
             text = m.group(index)
             if text is not None:
                 values[column] = convert(text)
         return values
 
-
-class ConstantHandler:
-    """The handler of a row whose every match gives the same ``values`` (flags), a new dict each time."""
-
-    __slots__ = ("values",)
-
-    def __init__(self, values: dict) -> None:
-        self.values = values
-
-    def __call__(self, m: Groups) -> dict:
-        return dict(self.values)
+    return handler
 
 
-def weights(m: Groups) -> dict:
+def weights(m: re.Match) -> dict:
     """``… took N GiB`` (``GB`` and ``MB`` in old releases: GiB and MiB).
 
     >>> weights(re.search(r"took {num} (GB)".replace("{num}", NUM), "took 1.5 GB"))
@@ -182,7 +149,7 @@ _V0_RESULT_FIELDS = {
 }
 
 
-def v0_one_line(m: Groups) -> dict:
+def v0_one_line(m: re.Match) -> dict:
     """0.6.4's ``Memory profiling results: key=value …`` (space- or comma-separated forms)."""
     values = {}
     for column, pattern in _V0_RESULT_FIELDS.items():
@@ -195,7 +162,7 @@ def v0_one_line(m: Groups) -> dict:
     return values
 
 
-def profile_result(m: Groups) -> dict:
+def profile_result(m: re.Match) -> dict:
     """V1 DEBUG profile result; 0.27+ prints total consumed (weights + non-torch) instead."""
     non_kv, torch_peak, third, weights_bytes = (gib_bytes(m.group(i)) for i in (1, 2, 4, 5))
     if m.group(3).startswith("non-torch"):
@@ -243,7 +210,7 @@ _SUGGESTION_EXPECTED = (
 )
 
 
-def suggestion(m: Groups) -> dict:
+def suggestion(m: re.Match) -> dict:
     """vLLM's two ``--kv-cache-memory`` suggestions [bytes], read from the one whole line that
     :func:`check_suggestion` verified; a line holding a suggestion that cannot be verified (cut short,
     edited, two of them) is refused (:class:`PartsDisagree`): a tampered suggestion must not raise a budget.
@@ -305,18 +272,18 @@ def check_suggestion(whole: re.Match) -> None:
         )
 
 
-def manual(m: Groups) -> dict:
+def manual(m: re.Match) -> dict:
     """A manual boot's free memory and its printed KV figure, with the most the flag can be."""
     return {"init_free_bytes": gib_bytes(m.group(1)), **printed_manual(gib_bytes(m.group(2)))}
 
 
-def plan_applied(m: Groups) -> dict:
+def plan_applied(m: re.Match) -> dict:
     """The startup plan's exact ``kv_cache_memory_bytes`` (the most it can be, too) and the free memory."""
     exact = int(m.group(1))
     return {"manual_kv_bytes": exact, "manual_kv_max_bytes": exact, "init_free_bytes": gib_bytes(m.group(4))}
 
 
-def engine_config(m: Groups) -> dict:
+def engine_config(m: re.Match) -> dict:
     values = dict(config_items(m.group(2)))
     mode = cudagraph_mode(m.group(2))
     if mode:
@@ -327,7 +294,7 @@ def engine_config(m: Groups) -> dict:
     return values
 
 
-def non_default(m: Groups) -> dict:
+def non_default(m: re.Match) -> dict:
     values = dict(config_items(m.group(1).strip().removeprefix("{").removesuffix("}"), ":"))
     mode = cudagraph_mode(m.group(1))
     if mode:
@@ -335,7 +302,7 @@ def non_default(m: Groups) -> dict:
     return values
 
 
-def namespace(m: Groups) -> dict:
+def namespace(m: re.Match) -> dict:
     return dict(config_items(m.group(1)))
 
 

@@ -1,25 +1,11 @@
-"""The manual KV value a boot ran with: the flag's exact bytes where vLLM logs them, else an interval.
+"""The manual KV value a boot ran with (the flag's exact bytes where vLLM logs them, else an interval), and
+vLLM 0.33's startup-plan lines (``docs/startup-plan.md``).
 
 A boot started with ``--kv-cache-memory-bytes`` prints on every rank "reserved X GiB memory for KV Cache
-as specified by kv_cache_memory_bytes config", X rounded to 0.01 GiB (``format_gib`` or ``{:.2f}``): the
-flag's bytes lie within :data:`PRINTED_HALF_BYTES` of the figure. The API server's ``non-default args``
-(and the older ``Namespace(...)`` line), printed by every release that has the flag (0.10.2+), carry the
-flag's exact bytes (``'kv_cache_memory_bytes': 57465241600``), as does the startup-plan line. A rank's
-``manual_kv_bytes`` is the exact bytes when the boot shows them (and they agree with the printed figure),
-else the printed figure; ``manual_kv_max_bytes`` is the most the flag can be: the exact bytes, or the
-printed figure + :data:`PRINTED_HALF_BYTES`, so that a gate never passes a canary that could have run
-more than the approved value.
-
-vLLM 0.33's startup-plan lines (``VLLM_ENABLE_STARTUP_PLAN=1``, ``v1/worker/startup_plan.py:189``, ``:153``,
-``:123``) say which persisted value a worker applied: :func:`read_startup_plan_lines` returns them with the line
-number and the process prefix (``Worker_TP2``, pid) that names the rank through the ledger. Their fingerprint (16
-hex digits of a SHA-256 over vLLM's config, the device and the rank) cannot be computed outside vLLM::
-
-    Saved startup plan to %s                       (the path ends startup_plan_<fingerprint>.json)
-    Applying persisted startup plan (fingerprint %s): kv_cache_memory_bytes=%d (%.2f GiB), recorded
-        free-memory baseline %.2f GiB, current %.2f GiB. Memory profiling will be skipped.
-    Startup plan not applied: current free memory (%.2f GiB) is below the recorded baseline (%.2f GiB);
-        falling back to full memory profiling.
+as specified by kv_cache_memory_bytes config", X rounded to 0.01 GiB: the flag's bytes lie within
+:data:`PRINTED_HALF_BYTES` of the figure. ``non-default args`` (and ``Namespace(...)``, 0.10.2+) and the
+startup-plan line carry the exact bytes. ``manual_kv_max_bytes`` is the most the flag can be, so that a gate
+never passes a canary that could have run more than the approved value.
 
 >>> line = ("(Worker_TP2 pid=48604) INFO 11-24 09:16:20 [startup_plan.py:189] Saved startup plan to "
 ...         "/root/.cache/vllm/startup_plan/startup_plan_0123456789abcdef.json")
@@ -74,15 +60,11 @@ def exact_manual(rows: dict, config: dict, origin: dict, source: str, warnings: 
             origin[(rank, "manual_kv_bytes")] = origin[(rank, "manual_kv_max_bytes")] = (line, raw)
             continue
         values["manual_kv_max_bytes"] = max(most, exact)
-        warnings.append(
-            place_note(
-                "manual-value-differs",
-                source,
-                line,
-                f"the arguments give --kv-cache-memory-bytes={exact} but rank {rank} printed "
-                f"{format_size(printed)} reserved for KV cache: the larger is taken as what it may have run",
-            )
+        text = (
+            f"the arguments give --kv-cache-memory-bytes={exact} but rank {rank} printed {format_size(printed)} "
+            "reserved for KV cache: the larger is taken as what it may have run"
         )
+        warnings.append(place_note("manual-value-differs", source, line, text))
 
 
 SAVED, APPLIED, NOT_APPLIED = "saved", "applied", "not applied"

@@ -180,14 +180,12 @@ def _bounded_note(bounded: dict[str, int], boot: Boot, source: str):
         if stated
         else "no vLLM line states the PCP size"
     )
-    return place_note(
-        "parallel-size-bounded",
-        source,
-        boot.first_line,
+    text = (
         f"boot {boot.index}: the log does not state the parallel size(s) its worker names use; the workers' "
         f"global ranks are numbered with {sizes} (the largest group ranks their names show + 1) and their "
-        f"group ranks kept: {where}. A budget needs every rank present, so it needs those sizes stated",
+        f"group ranks kept: {where}. A budget needs every rank present, so it needs those sizes stated"
     )
+    return place_note("parallel-size-bounded", source, boot.first_line, text)
 
 
 def _v0_workers(info: dict, boot: Boot, world: int | None, source: str) -> list:
@@ -245,7 +243,8 @@ def _named(names: tuple[str, ...], sizes: Sizes) -> dict:
     """What the names one process printed under (in order) say of it under the key's TP and PP sizes:
     its best name, roles and rank fields; the same processes recur in every boot, so each set of
     names is read once (read only: :func:`attribute` copies it)."""
-    item: dict = {"process": _best_name(list(names))}
+    specific = [name for name in names if _GROUP_RE.search(name) or "rank=" in name or "_DP" in name]
+    item: dict = {"process": (specific or names)[-1]}  # the last name that names its rank or group
     for name in names:
         frontend, engine, engine_dp = _roles(name)
         if frontend:
@@ -268,7 +267,6 @@ def ray_worker_name(name: str) -> bool:
     return RAY_WORKER_RE.fullmatch(name) is not None
 
 
-@lru_cache(maxsize=1024)
 def _roles(name: str) -> tuple[bool, bool, int | None]:
     """Whether a process name is a front end, an engine, and the engine's DP index (None: not given).
 
@@ -278,17 +276,6 @@ def _roles(name: str) -> tuple[bool, bool, int | None]:
     engine = _ENGINE_RE.fullmatch(name)
     index = None if engine is None else engine.group(1) or engine.group(2)
     return bool(_FRONTEND_RE.fullmatch(name)), engine is not None, None if index is None else int(index)
-
-
-def _best_name(names: list[str]) -> str:
-    specific = [name for name in names if _specific(name)]
-    return (specific or names)[-1]
-
-
-@lru_cache(maxsize=1024)
-def _specific(name: str) -> bool:
-    """Whether a process name names its rank or group (``Worker_TP1``, ``VllmWorker rank=2``, ``_DP1``)."""
-    return bool(_GROUP_RE.search(name)) or "rank=" in name or "_DP" in name
 
 
 def first_line(boot: Boot, process_key: tuple | None) -> int:

@@ -1,9 +1,5 @@
-"""Read vLLM startup logs (releases 0.5 to 0.33) into the per-rank ledger.
-
-One row per boot × rank with the columns of :data:`kvplan.columns.LEDGER_COLUMNS`, bytes as
-nullable ``Int64`` and ``NA`` where the log does not say. Files are streamed in blocks
-(:mod:`kvplan.io.vllm.scan`). Every value keeps the file and line number it came from
-(``metadata.provenance``, ``metadata.lines``).
+"""Read vLLM startup logs (releases 0.5 to 0.33) into the per-rank ledger: one row per boot × rank, bytes as
+nullable ``Int64``, ``NA`` where the log does not say; every value keeps its file and line (``metadata``).
 """
 
 from __future__ import annotations
@@ -47,13 +43,9 @@ def read_vllm_log(
     source: str | None = None,
     room_rule: RoomRule | None = None,
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """``(ledger, metadata)`` of one vLLM log (a path, the log text itself, bytes or a binary stream).
-
-    The ledger has one row per boot × rank in :data:`~kvplan.columns.LEDGER_COLUMNS` order; the
-    :class:`~kvplan.io.metadata.ReadMetadata` holds the warnings, provenance, lines and boots. A ``.csv``
-    path is a ledger CSV (:func:`kvplan.io.ledger_csv.read_ledger_csv`). With ``room_rule``
-    (:data:`kvplan.room.ROOM_RULE`, :class:`kvplan.io.metadata.RoomRule`) each rank's ``room_bytes`` and
-    ``room_source`` are filled too.
+    """``(ledger, metadata)`` of one vLLM log (a path, the log text itself, bytes or a binary stream); a
+    ``.csv`` path is a ledger CSV (:func:`kvplan.io.ledger_csv.read_ledger_csv`). With ``room_rule``
+    (:data:`kvplan.room.ROOM_RULE`) each rank's ``room_bytes`` and ``room_source`` are filled too.
 
     >>> text = ("INFO 07-15 10:21:33 [gpu_worker.py:227] Available KV cache memory: 12.5 GiB\\n"
     ...         "INFO 07-15 10:21:34 [kv_cache_utils.py:1] GPU KV cache size: 102,400 tokens\\n"
@@ -84,17 +76,10 @@ def read_vllm_logs(
     room_rule: RoomRule | None = None,
     names: Mapping[str, str] | None = None,
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """The ledgers of many logs as one: a list of paths, a folder (its ``*.log``), or a glob.
-
-    ``source`` is each path as given, or its name in ``names`` (e.g. in an evidence bundle); rows and
-    metadata join in file order. A ``.csv`` path (given, or matched by a glob) is a ledger CSV, as in
-    :func:`read_vllm_log`.
+    """The ledgers of many logs as one, in file order: a list of paths, a folder (its ``*.log``), or a glob
+    (a ``.csv`` is a ledger CSV); ``source`` is each path as given, or its name in ``names``.
     """
-    frames: list[pd.DataFrame] = []
-    metas: list[ReadMetadata] = []
-    for frame, meta in _parts(paths, room_rule, names or {}):
-        frames.append(frame)
-        metas.append(meta)
+    frames, metas = zip(*_parts(paths, room_rule, names or {}))
     ledger = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     return ledger, merge_metadata(metas)
 
@@ -285,13 +270,10 @@ def _read_stream(rows: _LogRows, stream: IO[bytes], source: str, where: object) 
     splitter = BootSplitter(source, lambda boot: rows.close(boot, source))
     try:
         for number, offset, data in iter_candidate_lines(Prepend(first, stream, cr_only), stats):
-            splitter.scanned_line(number, offset if where is not None else None, data)
+            splitter.line(number, offset if where is not None else None, data)
         if stats.ended_mid_line:
-            rows.warnings.append(
-                place_note(
-                    "cut-mid-line", source, stats.lines, "the file ends mid-line (the log was cut off)"
-                )
-            )
+            cut = "the file ends mid-line (the log was cut off)"
+            rows.warnings.append(place_note("cut-mid-line", source, stats.lines, cut))
         splitter.finish()
     except (ImpossibleValue, TwoLaunches) as exc:  # a log no single vLLM launch can print: refused
         raise LogParseError(str(exc)) from None

@@ -38,17 +38,11 @@ _SHAPE = bytes.maketrans(b"123456789", b"000000000")
 #: Shapes of line whose layout :func:`split_records` remembers (the boots of a deployment repeat theirs).
 SHAPES_KEPT = 4096
 
-#: Where a piece of a record's text lies in its line: one slice, or several joined (colour codes cut out).
-Where = slice | tuple[slice, ...]
-
 
 class Record(NamedTuple):
-    """One log record: who printed it and what it says.
-
-    ``process`` is the innermost prefix name ('' when none), ``pid``/``ip`` the process identity
-    (None when no prefix), ``outer`` the relaying prefixes outside it (Ray through EngineCore),
-    ``level`` the log level when the header survived, ``repeated`` Ray's collapsed-line count.
-    """
+    """One log record: ``process`` the innermost prefix name ('' when none), ``pid``/``ip`` the process
+    identity (None without a prefix), ``level`` when the header survived, ``repeated`` Ray's collapsed-line
+    count, ``outer`` the relaying prefixes outside it (Ray through EngineCore)."""
 
     message: str
     process: str = ""
@@ -60,13 +54,11 @@ class Record(NamedTuple):
 
 
 def split_records(line: str) -> list[Record]:
-    """The records in one physical line (``\\n`` already removed).
-
-    ``\\r`` separates progress-bar updates and continuation lines; a process prefix or a log header in
-    the middle of a line starts a new record (two processes wrote into one line). Consecutive prefixes
-    are relays: the innermost one names the process that printed. Real colour codes go, and those that
-    lost their ESC byte (``[1;36m``) among a record's head. Where the records lie is learnt once per
-    shape of line (:func:`_layouts`); each record's text is sliced from the line itself.
+    """The records in one physical line (``\\n`` already removed): ``\\r`` separates progress updates; a
+    process prefix or a log header mid-line starts a new record (two processes wrote into one line);
+    consecutive prefixes are relays, the innermost names the printer. Colour codes go (also those that lost
+    their ESC byte, ``[1;36m``, among a record's head). Where the records lie is learnt once per shape of
+    line (:func:`_layouts`); each record's text is sliced from the line cleaned.
 
     >>> r = split_records("(Worker_TP1 pid=12) INFO 08-14 14:07:22 [gpu_worker.py:1] Hi")[0]
     >>> r.process, r.pid, r.level, r.message
@@ -76,53 +68,51 @@ def split_records(line: str) -> list[Record]:
     >>> [(x.pid, x.message) for x in split_records("[1;36m(W pid=902)[0;0m INFO ... x [1m")]
     [(902, 'x [1m')]
     """
-    shape = line.encode("utf-8", "surrogatepass").translate(_SHAPE)
-    return [_record(line, layout) for layout in _layouts(shape)]
-
-
-def _record(line: str, layout: tuple) -> Record:
-    """The record that ``layout`` (from :func:`_layouts`) places in ``line``."""
-    message, process, pid, ip, level, repeated, outer = layout
-    return Record(
-        line[message] if isinstance(message, slice) else _text(line, message),
-        line[process] if isinstance(process, slice) else _text(line, process),
-        None if pid is None else int(_text(line, pid)),
-        None if ip is None else _text(line, ip),
-        level,
-        0 if repeated is None else int(_text(line, repeated)),
-        tuple([_text(line, name) for name in outer]) if outer else (),
-    )
-
-
-def _text(line: str, where: Where) -> str:
-    return line[where] if isinstance(where, slice) else "".join([line[piece] for piece in where])
+    real, bare, layouts = _layouts(line.encode("utf-8", "surrogatepass").translate(_SHAPE))
+    text = _cut(_cut(line, real), bare) if real or bare else line
+    return [
+        Record(
+            text[message],
+            text[process],
+            None if pid is None else int(text[pid]),
+            None if ip is None else text[ip],
+            level,
+            0 if repeated is None else int(text[repeated]),
+            tuple([text[name] for name in outer]),
+        )
+        for message, process, pid, ip, level, repeated, outer in layouts
+    ]
 
 
 @lru_cache(maxsize=SHAPES_KEPT)
-def _layouts(shape: bytes) -> tuple[tuple, ...]:
-    """Where the records of every line of ``shape`` lie: per record ``(message, process, pid, ip, level,
-    repeated, outer)``, each text as a :data:`Where` in the line (pid, ip and count None where there are
-    none), ``level`` itself.
+def _layouts(shape: bytes) -> tuple[tuple, tuple, tuple[tuple, ...]]:
+    """How every line of ``shape`` splits: the colour codes cut from it (the real ones, then, in the text
+    left, those that lost their ESC byte) and per record ``(message, process, pid, ip, level, repeated,
+    outer)``, each a slice of the text left (None where there is none), ``level`` itself.
 
     >>> _layouts(b"(W pid=00) INFO 00-00 00:00:00 [a.py:0] x")
-    ((slice(40, 41, None), slice(1, 2, None), slice(7, 9, None), None, 'INFO', None, ()),)
+    ((), (), ((slice(40, 41, None), slice(1, 2, None), slice(7, 9, None), None, 'INFO', None, ()),))
     """
-    text = shape.decode("utf-8", "surrogatepass")
-    layouts: list[tuple] = []
-    offset = 0
-    for segment in text.split("\r"):  # a colour code holds no \r: each segment is cleaned on its own
-        real = [match.span() for match in _ANSI_RE.finditer(segment)]
-        plain = _cut(segment, real)
-        bare = _bare_codes(plain)
-        for spans, level in _walk(_cut(plain, bare)):
-            wheres = [None if span is None else _where(span, (bare, real), offset) for span in spans]
-            message, process, pid, ip, repeated, *outer = wheres
+    real: list[tuple[int, int]] = []
+    bare: list[tuple[int, int]] = []
+    layouts = []
+    starts = (0, 0, 0)  # where a segment starts in the line, without the real codes, without both
+    for segment in shape.decode("utf-8", "surrogatepass").split("\r"):  # a colour code holds no \r
+        codes = [match.span() for match in _ANSI_RE.finditer(segment)]
+        plain = _cut(segment, codes)
+        heads = _bare_codes(plain)
+        clean = _cut(plain, heads)
+        real += [(begin + starts[0], end + starts[0]) for begin, end in codes]
+        bare += [(begin + starts[1], end + starts[1]) for begin, end in heads]
+        for spans, level in _walk(clean):
+            at = [None if span is None else slice(span[0] + starts[2], span[1] + starts[2]) for span in spans]
+            message, process, pid, ip, repeated, *outer = at
             layouts.append((message, process, pid, ip, level, repeated, tuple(outer)))
-        offset += len(segment) + 1
-    return tuple(layouts)
+        starts = (starts[0] + len(segment) + 1, starts[1] + len(plain) + 1, starts[2] + len(clean) + 1)
+    return tuple(real), tuple(bare), tuple(layouts)
 
 
-def _cut(text: str, cuts: list[tuple[int, int]]) -> str:
+def _cut(text: str, cuts: list[tuple[int, int]] | tuple) -> str:
     """``text`` without the spans ``cuts`` (sorted, disjoint)."""
     if not cuts:
         return text
@@ -132,34 +122,6 @@ def _cut(text: str, cuts: list[tuple[int, int]]) -> str:
         last = end
     parts.append(text[last:])
     return "".join(parts)
-
-
-def _where(span: tuple[int, int], levels: tuple[list[tuple[int, int]], ...], offset: int) -> Where:
-    """Where ``span`` of a text cleaned by :func:`_cut` of each of ``levels`` in turn (innermost first)
-    lies in the line its segment starts at ``offset`` of."""
-    pieces = [span]
-    for cuts in levels:
-        pieces = [piece for begin, end in pieces for piece in _uncut(begin, end, cuts)]
-    slices = tuple(slice(begin + offset, end + offset) for begin, end in pieces)
-    return slices[0] if len(slices) == 1 else slices
-
-
-def _uncut(start: int, stop: int, cuts: list[tuple[int, int]]) -> list[tuple[int, int]]:
-    """The pieces of the text before :func:`_cut` that hold ``[start, stop)`` of the text after it.
-
-    >>> _uncut(0, 6, [(2, 4)])  # "abXXcdef" without "XX" is "abcdef"
-    [(0, 2), (4, 8)]
-    """
-    pieces, shift = [], 0
-    for begin, end in cuts:
-        if begin - shift > start:
-            if begin - shift >= stop:
-                break
-            pieces.append((start + shift, begin))
-            start = begin - shift
-        shift += end - begin
-    pieces.append((start + shift, stop + shift))
-    return pieces
 
 
 def _bare_codes(segment: str) -> list[tuple[int, int]]:
