@@ -222,12 +222,11 @@ def read_files(
     (private / INPUTS_DIR).mkdir()
     for name, recorded in sorted(paths.items()):
         try:
-            if name in sizes:
-                target = private / name
-                actual, _ = copy_hashed(folder, name, target, sizes[name])
-                data = None
+            if name in sizes:  # judged by its hash, and recomputed from: the same bytes
+                actual, data = copy_hashed(folder, name, private / name, sizes[name])[0], None
+                copies[name] = private / name
             else:
-                data = read_bounded(folder, name, MAX_ARTIFACT_BYTES)
+                data = artifacts[name] = read_bounded(folder, name, MAX_ARTIFACT_BYTES)
                 actual = bundle_digest(data)
         except FileNotFoundError:
             differences.append(f"{name}: missing")
@@ -235,10 +234,6 @@ def read_files(
         except (UnsafeFileError, OSError) as exc:
             differences.append(str(exc) if str(exc).startswith(name) else f"{name}: {exc}")
             continue
-        if data is None:
-            copies[name] = target  # judged by its hash, and recomputed from: the same bytes
-        else:
-            artifacts[name] = data
         if actual != recorded:
             differences.append(f"{name}: SHA-256 {actual} differs from the recorded {recorded}")
         elif name.startswith(f"{CHARTS_DIR}/") and not (
