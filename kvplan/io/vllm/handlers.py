@@ -25,6 +25,8 @@ class Fact(NamedTuple):
     family: str
     scope: str
     values: Mapping[str, Any]
+    #: a config fact's values as ledger columns (:func:`~kvplan.io.vllm.values.config_columns`)
+    columns: tuple[tuple[str, object], ...] = ()
 
 
 #: What turns a family's match into values.
