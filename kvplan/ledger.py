@@ -93,10 +93,7 @@ def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dic
     conflicts: list = []
     pairs = list(zip(_cells(ledger, "source"), _cells(ledger, "boot")))  # plain lists: no pandas per field
     boots = list(dict.fromkeys(pairs))
-    for column in KEY_COLUMNS:
-        if column not in ledger.columns:
-            key[column] = None
-            continue
+    for column in KEY_COLUMNS:  # a column the ledger lacks: no cell shown, None
         shown = [(pair, value) for pair, value in zip(pairs, _cells(ledger, column)) if value is not None]
         values = list(dict.fromkeys(value for _, value in shown))
         key[column] = values[0] if len(values) == 1 else None

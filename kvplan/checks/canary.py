@@ -27,8 +27,13 @@ MEASURE_CANARY = (
     "(VLLM_LOGGING_LEVEL=DEBUG prints them per rank)"
 )
 PLAN_CHECK = "startup plan applied on every rank"
-#: The checks that say whether the canary is evidence of the approved launch at all (issue 24).
-EVIDENCE_CHECKS = (KEY_CHECK, RANKS_CHECK, OUTCOME_CHECK)
+#: The checks that say whether the canary is evidence of the approved launch at all (issue 24), and why not.
+_NOT_EVIDENCE = {
+    KEY_CHECK: "the canary shows another compatibility key",
+    RANKS_CHECK: "the canary misses or adds ranks",
+    OUTCOME_CHECK: "the canary's log stops before the KV cache is sized",
+}
+EVIDENCE_CHECKS = tuple(_NOT_EVIDENCE)
 
 
 def judged_on_complete_evidence(checks: list[Check]) -> list[Check]:
@@ -40,15 +45,10 @@ def judged_on_complete_evidence(checks: list[Check]) -> list[Check]:
     >>> [(c.passed, c.detail) for c in judged]
     [(None, 'cannot judge: missing rank 3'), (None, 'not judged: the canary misses or adds ranks')]
     """
-    reasons = {
-        KEY_CHECK: "the canary shows another compatibility key",
-        RANKS_CHECK: "the canary misses or adds ranks",
-        OUTCOME_CHECK: "the canary's log stops before the KV cache is sized",
-    }
     incomplete = [
-        reasons[c.name]
+        _NOT_EVIDENCE[c.name]
         for c in checks
-        if c.name in reasons and (c.passed is False if c.name != OUTCOME_CHECK else c.passed is None)
+        if c.name in _NOT_EVIDENCE and (c.passed is False if c.name != OUTCOME_CHECK else c.passed is None)
     ]
     if not incomplete:
         return checks

@@ -74,17 +74,11 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
     failed = bool(above) or any(value < budget for value in estimates.values())
     unjudged = [rank for rank in approved.ranks if rank not in estimates]
     if unjudged and not failed:
-        not_approved = [
-            rank
-            for rank, ref in zip(approved.ranks, approved.ref_free_bytes)
-            if ref is None and rank in unjudged
-        ]
+        refs = dict(zip(approved.ranks, approved.ref_free_bytes))
+        not_approved = [rank for rank in unjudged if refs[rank] is None]
         not_booted = [rank for rank in unjudged if rank not in boot_free]
-        where = [
-            f"rank {rank_list(ranks)} {place}"
-            for ranks, place in ((not_approved, "at approval"), (not_booted, "in this boot"))
-            if ranks
-        ]
+        places = ((not_approved, "at approval"), (not_booted, "in this boot"))
+        where = [f"rank {rank_list(ranks)} {place}" for ranks, place in places if ranks]
         return Check(BUDGET_CHECK, None, f"startup free memory not shown for {' and '.join(where)}")
     if reprofile:
         lines.append("some rank has more free memory than at approval: re-profile to raise the value")
