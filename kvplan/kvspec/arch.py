@@ -118,9 +118,7 @@ def _kv_heads(lm: Mapping, num_heads: int, where: str) -> tuple[int, str | None]
     for name in _KV_HEAD_FIELDS:
         if lm.get(name) is not None:
             kv_heads = positive_field(lm, name, where)
-            if (
-                kv_heads > num_heads
-            ):  # vLLM and the config classes refuse it: each KV head serves whole query heads
+            if kv_heads > num_heads:  # vLLM refuses it: each KV head serves whole query heads
                 raise KVSpecError(
                     f"{where}: field {name!r} = {kv_heads} is above num_attention_heads {num_heads}"
                 )

@@ -12,12 +12,11 @@ from kvplan.io.load.frame import (
     LoadFormatError,
     LoadReading,
     LoadSource,
-    RowBuilder,
     bounded_lines,
     frame_of,
     reading_of,
 )
-from kvplan.io.load.log import parse_stats_lines, parse_stats_message, parse_stats_text, read_vllm_stats
+from kvplan.io.load.log import parse_stats_message, parse_stats_text, read_vllm_stats
 from kvplan.io.load.metrics import (
     is_metrics_lines,
     parse_metrics_snapshots,
@@ -33,12 +32,10 @@ __all__ = [
     "LoadFormatError",
     "LoadReading",
     "LoadSource",
-    "RowBuilder",
     "Sample",
     "frame_of",
     "parse_metrics_snapshots",
     "parse_metrics_text",
-    "parse_stats_lines",
     "parse_stats_message",
     "parse_stats_text",
     "read_load_evidence",
