@@ -186,7 +186,7 @@ def _mark_limiting_tick(
 def _legend_below(ax: Axes, handles=None, columns: int = 2) -> None:
     """The legend under the plot area (outside the data), in ``columns`` columns."""
     handles = handles if handles is not None else ax.get_legend_handles_labels()[0]
-    place = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.16), "ncols": columns}
+    place: dict[str, Any] = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.16), "ncols": columns}
     ax.legend(handles=handles, fontsize=FONT_SIZE - 1, frameon=False, **place)
 
 
