@@ -87,10 +87,12 @@ def read_load_evidence(
             "(kvplan load --log-utc-offset HOURS, utc_offset= in Python)"
         )
     parts = [*readings, *logs]
-    frame = parts[0].frame if len(parts) == 1 else pd.concat([p.frame for p in parts], ignore_index=True)
-    ranks = pd.Categorical(frame["source"], categories=order).codes  # each file's place in ``order``
-    if len(parts) > 1 and (ranks[1:] < ranks[:-1]).any():  # rows by file as given, then as read
-        frame = frame.iloc[np.argsort(ranks, kind="stable")].reset_index(drop=True)
+    frame = parts[0].frame
+    if len(parts) > 1:
+        frame = pd.concat([p.frame for p in parts], ignore_index=True)
+        ranks = pd.Categorical(frame["source"], categories=order).codes  # each file's place in ``order``
+        if (ranks[1:] < ranks[:-1]).any():  # rows by file as given, then as read
+            frame = frame.iloc[np.argsort(ranks, kind="stable")].reset_index(drop=True)
     warnings = [
         *(readings[0].warnings if readings else ()),
         *notes,
