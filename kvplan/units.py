@@ -14,6 +14,8 @@ _BINARY = {"kib": KiB, "mib": MiB, "gib": GiB, "tib": 1 << 40}
 _SI = {"kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 # vLLM's `human_readable_int`: upper case is binary, lower case decimal, integers only with binary.
 _VLLM_BINARY = {"K": KiB, "M": MiB, "G": GiB, "T": 1 << 40}
+#: The binary units text shows, largest first.
+_UNITS = (("TiB", 1 << 40), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB))
 _VLLM_DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
 
 #: Far above any accelerator's memory (the largest today hold well under 1 TiB): beyond is absurd.
@@ -83,7 +85,7 @@ def format_size(num_bytes: int, decimals: int = 2) -> str:
     ('17.9 GiB', '256 KiB', '-150 MiB', '512 B')
     """
     magnitude = abs(num_bytes)
-    for unit, factor in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+    for unit, factor in _UNITS:
         if magnitude >= factor:
             text = f"{num_bytes / factor:.{decimals}f}".rstrip("0").rstrip(".")
             return f"{text} {unit}"
@@ -99,7 +101,7 @@ def format_budget(num_bytes: int, decimals: int = 2) -> str:
     ('12 GiB', '11.99 GiB', '0 B')
     """
     magnitude = abs(num_bytes)
-    for unit, factor in (("TiB", 1 << 40), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+    for unit, factor in _UNITS:
         if magnitude >= factor:
             hundredths = num_bytes * 10**decimals // factor  # floor, in integers: exact at any size
             sign = "-" if hundredths < 0 else ""
@@ -117,7 +119,7 @@ def format_policy_size(num_bytes: int) -> str:
     >>> [format_policy_size(parse_size(text)) for text in ("512MiB", "1.5GiB", "12GiB", "0B", "1000")]
     ['512 MiB', '1.5 GiB', '12 GiB', '0 B', '1000 B']
     """
-    units = (("KiB", KiB), ("MiB", MiB), ("GiB", GiB), ("TiB", 1 << 40))
+    units = _UNITS[::-1]
     natural = max((i for i, (_, factor) in enumerate(units) if abs(num_bytes) >= factor), default=None)
     if natural is None:
         return format_size(num_bytes)

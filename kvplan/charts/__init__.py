@@ -1,12 +1,6 @@
-"""Charts for planners and review meetings: each takes computed results and returns a Figure.
-
-Nothing here computes a budget: the numbers come from :mod:`kvplan.budget`, :mod:`kvplan.kvspec.capacity`,
-:mod:`kvplan.drift` and the ledger, and are only converted to GiB for the axes. Every chart answers
-one question, says it in its title, and annotates the numbers a reviewer would ask about. Figures
-are sized and lettered to stay readable on a projector; they are plain ``matplotlib.figure.Figure``
-objects, never registered with pyplot, so a drawing in one thread cannot be closed or flushed by another.
-
-The limiting rank is always drawn in :data:`LIMITING_COLOR`, the other ranks in :data:`RANK_COLOR`.
+"""Charts for planners and review meetings: each takes computed results (numbers only converted to GiB),
+answers one question in its title and returns a plain ``Figure`` (never pyplot's); ``figure=`` draws into a
+what-if panel's last one again. The limiting rank is in :data:`LIMITING_COLOR`, the others in :data:`RANK_COLOR`.
 """
 
 from kvplan.budget import limiting_ranks

@@ -38,13 +38,8 @@ PANE_WIDTH_IN = 5.2
 
 @dataclass(frozen=True)
 class ConcurrencyMarks:
-    """What a concurrency chart marks besides its curves.
-
-    ``crossings``: a curve's label → the longest length at which it still holds the target (marked when
-    shorter than ``max_model_len``); ``note``: why a spec is approximate (under the plot); ``limits``:
-    ``(x_min, x_max, y_min, y_max)``, fixed axes (widened only where a curve would leave them);
-    ``previous``: a what-if panel's curve at the notebook's parameters, drawn faintly.
-    """
+    """What a concurrency chart marks besides its curves: ``crossings`` (a curve's label → the longest length
+    holding the target), a ``note`` (why approximate), fixed axis ``limits`` and a faint ``previous`` curve."""
 
     crossings: Mapping[str, int] = field(default_factory=dict)
     note: str = ""
@@ -60,12 +55,8 @@ def concurrency_chart(
     marks: ConcurrencyMarks | None = None,
     figure: Figure | None = None,
 ) -> Figure:
-    """What a budget buys: full-length sequences held at once against sequence length (log–log).
-
-    ``curves`` is one :func:`kvplan.kvspec.capacity.concurrency_curve` frame, or several by label; each
-    legend entry states its tokens and concurrency at ``max_model_len`` (a dotted line; the x axis ends
-    just past it). A target concurrency is a dashed line; ``marks`` adds the rest (:class:`ConcurrencyMarks`);
-    ``figure``: a what-if panel's figure to draw into again.
+    """What a budget buys: full-length sequences at once against length (log–log), for one
+    :func:`~kvplan.kvspec.capacity.concurrency_curve` or several by label; the target dashed, ``marks`` the rest.
 
     >>> from kvplan.kvspec.capacity import concurrency_curve
     >>> from kvplan.units import GiB
@@ -167,10 +158,8 @@ def _row_at_length(curve: pd.DataFrame, seq_len: int) -> pd.Series:
 def drift_chart(
     drift: Drift, title: str | None = None, top_gib: float | None = None, figure: Figure | None = None
 ) -> Figure:
-    """Which rank moved: the free memory each rank lost at startup since the reference (left, on its own
-    scale so a 0.1 GiB drift shows; lost is positive, gained below 0) and the adjusted budget (right, the
-    reference budget as a grey outline, the uniform adjusted value as a line; ``top_gib`` fixes its axis);
-    ``figure``: a what-if panel's figure to draw into again.
+    """Which rank moved: free memory each rank lost at startup since the reference (left, on its own scale)
+    and the adjusted budget against the reference's outline (right, ``top_gib`` fixes its axis).
 
     >>> from kvplan.drift import drift_budget
     >>> from kvplan.units import GiB
@@ -250,17 +239,13 @@ def _drift_lost(ax, drift: Drift, labels: list[str], slot: float) -> None:
 
 
 def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Figure:
-    """Is the weak rank stable? Min (its rank named) / median / max safe budget per boot [GiB].
-
-    ``budgets`` maps a boot label to that boot's :class:`~kvplan.budget.Budget`; one boot is a sentence.
+    """Is the weak rank stable? Min (its rank named) / median / max safe budget [GiB] per boot label.
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
     >>> boot = uniform_budget([13 * GiB, 18 * GiB], GiB)
     >>> spread_chart({"boot 0": boot, "boot 1": boot}).axes[0].get_title()
     'Safe budget spread over 2 boots: rank 0 limits every boot'
-    >>> spread_chart({"boot 0": boot}).get_size_inches().tolist()  # one boot: one line, not an empty plot
-    [10.0, 1.6]
     """
     if not budgets:
         raise ValueError("spread_chart needs at least one boot's budget")

@@ -1,4 +1,4 @@
-"""Per-rank charts: the memory ledger, the safe budget, stranded capacity, spread over boots; GiB tables."""
+"""Per-rank charts: the memory ledger, the safe budget and stranded capacity."""
 
 from __future__ import annotations
 
@@ -53,13 +53,9 @@ _PARTS = tuple(column for column, _, _ in LEDGER_SEGMENTS[:5])  # the ledger's o
 
 @dataclass(frozen=True)
 class LedgerParts:
-    """What a ledger says per rank for its chart, in bytes: the :data:`LEDGER_SEGMENTS` parts below the KV
-    budget (``parts``: one tuple per part, in that order, by rank; missing or negative is 0) and each GPU's
-    total (None: unknown).
-
-    Each rank is taken from its boot with the lowest ``room_bytes`` (:func:`kvplan.ledger.worst_room_position`,
-    the pipeline's rule); ``cuda_graph_estimate_bytes`` stands in where no capture was logged. Hashable: a
-    what-if panel reads its ledger once and only takes the added-back memory off (:meth:`with_add_back`).
+    """The ledger chart's bytes per rank: the :data:`LEDGER_SEGMENTS` parts below the KV budget (one tuple per
+    part, by rank; missing or negative is 0) and each GPU's total (None: unknown), from each rank's boot with
+    the lowest room (the pipeline's rule); ``cuda_graph_estimate_bytes`` where no capture was logged.
 
     >>> from kvplan.units import GiB
     >>> frame = pd.DataFrame({"rank": [0, 1], "other_process_bytes": [None, 5 * GiB]})
@@ -88,12 +84,8 @@ class LedgerParts:
 def ledger_chart(
     ledger: pd.DataFrame | LedgerParts, budget: Budget, title: str | None = None, figure: Figure | None = None
 ) -> Figure:
-    """Where each GPU's memory goes: the ledger parts, reserve, uniform budget and stranded bytes.
-
-    One stacked bar per rank (:class:`LedgerParts` of ``ledger``), against that GPU's total memory (black
-    tick). What the log does not itemise (CUDA context, vLLM's 150 MiB margin) fills the bar up to
-    ``room_bytes`` below the KV part, so ``uniform + stranded + reserve`` is exactly the budget's room for
-    the rank. Segment heights are in GiB. ``figure``: a what-if panel's figure to draw into again.
+    """Where each GPU's memory goes: one stacked bar per rank [GiB] against its GPU's total (black tick); what
+    the log does not itemise fills it up to the room, so ``uniform + stranded + reserve`` is the room.
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
@@ -204,11 +196,8 @@ def safe_budget_chart(
     previous: Budget | None = None,
     figure: Figure | None = None,
 ) -> Figure:
-    """Why the minimum: safe budget per rank [GiB], the uniform value, and the tempting (unsafe) average.
-
-    The limiting rank(s) in :data:`LIMITING_COLOR`; when every rank ties, no average line and no rank named.
-    ``top_gib`` fixes the y axis (raised when a bar would not fit); ``previous`` draws that budget faintly (a
-    what-if panel's state at the notebook's parameters) into its ``figure``, drawn again.
+    """Why the minimum: safe budget per rank [GiB], the uniform value and the tempting (unsafe) average;
+    ``top_gib`` fixes the y axis (raised where a bar needs), ``previous`` is drawn faintly.
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
@@ -261,12 +250,8 @@ _FAINT = {"color": REFERENCE_COLOR, "linewidth": 1.5, "alpha": 0.6}
 def stranded_chart(
     budget: Budget, title: str | None = None, top_gib: float | None = None, figure: Figure | None = None
 ) -> Figure:
-    """What the uniform value leaves unused: stranded bytes per rank and their total.
-
-    Bar heights are ``budget.stranded_bytes`` in GiB (including block rounding, which the title
-    states separately when there is any). ``top_gib`` fixes the y axis (raised when a bar would not fit). When every rank strands the same
-    (ties: nothing but block rounding), the figure is one short line saying so, not an empty plot.
-    ``figure``: a what-if panel's figure to draw into again.
+    """What the uniform value leaves unused: stranded bytes per rank [GiB] (block rounding in the title);
+    every rank the same is one line, not an empty plot. ``top_gib`` fixes the y axis (raised where needed).
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB

@@ -1,17 +1,5 @@
-"""The evidence bundle: an approved budget with everything needed to re-check it, written once.
-
-One folder per approval (``YYYY-MM-DD-<hash>``) holding ``budget.json`` (schema in ``docs/budget-json.md``),
-``ledger.csv``, ``SUMMARY.md``, ``evidence.log``, ``charts/*.png`` and a copy of every input under ``inputs/``:
-:mod:`~kvplan.evidence.record` (the record, its digests and seal, the gate's view),
-:mod:`~kvplan.evidence.render` (its text and charts), :mod:`~kvplan.evidence.write` (approve),
-:mod:`~kvplan.evidence.reading` (a bundle's files, read safely once) and :mod:`~kvplan.evidence.verify`.
-
->>> from kvplan import DATA_DIR
->>> verify_bundle(DATA_DIR / "no-such-bundle")
-Traceback (most recent call last):
-...
-kvplan.evidence.record.BundleError: ...no-such-bundle/budget.json: no such file: not an evidence bundle
-"""
+"""The evidence bundle: one folder per approval, written once, with everything needed to re-check it
+(``docs/budget-json.md``): the record, its texts and charts, approve, safe reading and verify."""
 
 from kvplan.evidence.reading import approved_from_record, read_bundle
 from kvplan.evidence.record import (

@@ -13,6 +13,7 @@ import os
 import stat
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
+from typing import Any
 
 import pandas as pd
 
@@ -181,11 +182,7 @@ def load(folder: Path) -> tuple[dict, bytes]:
 
 
 def _depth(value: object) -> int:
-    """Nesting depth of a JSON value, without recursion (a hostile record cannot exhaust the stack).
-
-    >>> _depth({"a": [1, {"b": []}]}), _depth(3)
-    (4, 0)
-    """
+    """Nesting depth of a JSON value, without recursion (a hostile record cannot exhaust the stack)."""
     if not isinstance(value, (dict, list)):
         return 0
     deepest, todo = 0, [(value, 1)]
@@ -277,10 +274,12 @@ def stated_settings(
     try:
         entries = list(record["inputs"])
         raw = record["policy"]
-        policy = Policy(_int(raw["reserve_bytes"]), _int(raw["guard_bytes"]), _bool(raw["assume_uniform"]))
+        policy = Policy(
+            _typed(raw["reserve_bytes"]), _typed(raw["guard_bytes"]), _typed(raw["assume_uniform"], bool)
+        )
         plan_record = record.get("admission_plan")
         plan = (
-            AdmissionPlan(_int(plan_record["target_concurrency"]), _int(plan_record["seq_len"]))
+            AdmissionPlan(_typed(plan_record["target_concurrency"]), _typed(plan_record["seq_len"]))
             if plan_record
             else None
         )
@@ -290,7 +289,7 @@ def stated_settings(
                 LoadPolicy()
                 if load_record is None
                 else LoadPolicy(
-                    _int(load_record["max_preemptions"]),
+                    _typed(load_record["max_preemptions"]),
                     int_or_none(load_record["year"]),
                     load_record.get("max_capacity_loss_pct"),
                 )
@@ -315,15 +314,10 @@ def allowed_unjudged(folder: Path, record: Mapping) -> list[str]:
     return allowed
 
 
-def _int(value: object) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise TypeError(f"expected a whole number, got {value!r}")
-    return value
-
-
-def _bool(value: object) -> bool:
-    if not isinstance(value, bool):
-        raise TypeError(f"expected true or false, got {value!r}")
+def _typed(value: object, kind: type = int) -> Any:
+    """``value`` when it is of JSON type ``kind`` (int or bool), else :class:`TypeError`."""
+    if type(value) is not kind:
+        raise TypeError(f"expected {'a whole number' if kind is int else 'true or false'}, got {value!r}")
     return value
 
 

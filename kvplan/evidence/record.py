@@ -22,7 +22,7 @@ from pathlib import Path
 from kvplan import __version__
 from kvplan.checks.launch import LAUNCH_CHECKS
 from kvplan.ledger import is_known
-from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy
+from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy, decide, read_evidence
 from kvplan.units import format_size
 
 SCHEMA = "kvplan.budget"
@@ -114,20 +114,12 @@ def canonical_json(value: object) -> bytes:
 
 
 def inputs_digest(file_hashes: Sequence[str], settings: Mapping[str, object]) -> str:
-    """Hex SHA-256 over the inputs' hashes (in order) and the settings, as canonical JSON.
-
-    >>> inputs_digest(["ab"], {"reserve_bytes": 1}) == inputs_digest(["ab"], {"reserve_bytes": 2})
-    False
-    """
+    """Hex SHA-256 over the inputs' hashes (in order) and the settings, as canonical JSON."""
     return hashlib.sha256(canonical_json({"files": list(file_hashes), "settings": settings})).hexdigest()
 
 
 def seal(record: Mapping) -> str:
-    """Hex SHA-256 of the canonical JSON of ``record`` without its seal: every key and value.
-
-    >>> seal({"a": 1, SEAL_KEY: "x"}) == seal({"a": 1})
-    True
-    """
+    """Hex SHA-256 of the canonical JSON of ``record`` without its seal: every key and value."""
     return hashlib.sha256(canonical_json({k: v for k, v in record.items() if k != SEAL_KEY})).hexdigest()
 
 
@@ -194,7 +186,7 @@ class Approval:
 
 def settings(
     approval: Approval,
-    layout: ModelLayout | None,
+    options: Mapping[str, object] | None,
     plan: AdmissionPlan | None,
     load_policy: LoadPolicy | None,
     inputs: Sequence[Mapping[str, str]],
@@ -205,7 +197,7 @@ def settings(
     stated.update({ALLOWED_UNJUDGED_KEY: allowed} if allowed else {})
     out = {
         "policy": asdict(approval.policy),
-        "model_options": dict(layout.options) if layout else None,
+        "model_options": None if options is None else dict(options),
         "plan": asdict(plan) if plan else None,
         "inputs": [{"path": entry["path"], "role": entry["role"]} for entry in inputs],
         "approval": stated,
@@ -215,12 +207,24 @@ def settings(
     return out
 
 
-def created_time(text: object) -> datetime | None:
-    """The time of ``created_utc`` as :func:`utc_text` writes it, else None.
+def decide_copies(
+    copies: Mapping[str, list[tuple[Path, str]]],
+    policy: Policy,
+    options: Mapping[str, object] | None,
+    plan: AdmissionPlan | None,
+    load_policy: LoadPolicy | None,
+) -> Decision:
+    """The decision over a bundle's copies of its inputs, ``(path, bundle path)`` by role."""
+    configs = copies["model config"]
+    layout = None
+    if configs and options is not None:
+        layout = ModelLayout(configs[0][0], options, name=configs[0][1])
+    evidence = read_evidence(copies["log"], copies[NVIDIA_SMI_ROLE], copies["load"])
+    return decide(evidence, policy, layout, plan, load_policy)
 
-    >>> created_time("2026-11-29T10:40:00Z"), created_time("yesterday")
-    (datetime.datetime(2026, 11, 29, 10, 40, tzinfo=datetime.timezone.utc), None)
-    """
+
+def created_time(text: object) -> datetime | None:
+    """The time of ``created_utc`` as :func:`utc_text` writes it, else None."""
     if not isinstance(text, str) or not text.endswith("Z"):
         return None
     try:

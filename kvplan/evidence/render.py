@@ -102,13 +102,9 @@ def summary_markdown(record: Mapping, name: str) -> str:
         lines += ["", f"**Admission plan:** {record['admission_plan']['detail']}."]
     if record.get("load") is not None:
         lines += ["", "## Under load", "", *under_load_lines(record["load"], md.escaped)]
-    lines += [
-        "",
-        "## Compatibility key (reuse only where all of these are unchanged)",
-        "",
-        "| field | value |",
-        "|---|---|",
-    ]
+    lines.append(
+        "\n## Compatibility key (reuse only where all of these are unchanged)\n\n| field | value |\n|---|---|"
+    )
     lines += [
         f"| {k} | {'not shown' if v is None else md.text(v)} |"
         for k, v in record["compatibility_key"].items()
@@ -121,18 +117,16 @@ def summary_markdown(record: Mapping, name: str) -> str:
     if record.get(ALLOWED_UNJUDGED_KEY):
         accepted = ", ".join(md.text(name) for name in record[ALLOWED_UNJUDGED_KEY])
         lines.append(f"- **Accepted by the approver without a verdict** (`--allow-unjudged`): {accepted}")
-    lines += ["", "## Inputs", "", "| file | SHA-256 |", "|---|---|"]
+    lines.append("\n## Inputs\n\n| file | SHA-256 |\n|---|---|")
     lines += [
         f"| {md.cell(entry['bundle_path'])} (was {md.cell(entry['path'])}) | `{entry['sha256']}` |"
         for entry in record["inputs"]
     ]
     if md.escaped:
         lines += ["", CSV_README]
-    lines += [
-        "",
-        f"Re-check: `kvplan verify {name}`. Gate a canary boot: `kvplan gate --approved {name} CANARY.log`.",
-        "",
-    ]
+    lines.append(
+        f"\nRe-check: `kvplan verify {name}`. Gate a canary boot: `kvplan gate --approved {name} CANARY.log`.\n"
+    )
     return "\n".join(lines)
 
 
@@ -151,16 +145,14 @@ def _decision_lines(record: Mapping, name: str, md: _Markdown) -> list[str]:
     ]
     if record.get("note"):
         lines.append(f"- **Note:** {md.person(record['note'])}")
+    blocks = uniform = ""
+    if rounding["block_bytes"]:
+        blocks = f" of {format_size(rounding['block_bytes'])} ({decision['num_blocks']:,} blocks)"
+    if policy["assume_uniform"]:
+        uniform = "; rank 0's room assumed for every rank (--assume-uniform)"
     lines.append(
         f"- **Policy:** reserve {format_size(policy['reserve_bytes'])} per GPU; canary guard "
-        f"{format_size(policy['guard_bytes'])}; rounding {rounding['rule']}"
-        + (
-            f" of {format_size(rounding['block_bytes'])} ({decision['num_blocks']:,} blocks)"
-            if rounding["block_bytes"]
-            else ""
-        )
-        + ("; rank 0's room assumed for every rank (--assume-uniform)" if policy["assume_uniform"] else "")
-        + "."
+        f"{format_size(policy['guard_bytes'])}; rounding {rounding['rule']}{blocks}{uniform}."
     )
     return lines
 
@@ -169,11 +161,8 @@ def _rank_lines(record: Mapping, md: _Markdown) -> list[str]:
     """``SUMMARY.md``'s per-rank table and stranded capacity."""
     human = record["decision"]["human"]
     lines = [
-        "",
-        "## Per rank",
-        "",
-        "| rank | room | room from | safe = room − reserve | approved | stranded | startup free |",
-        "|---:|---:|---|---:|---:|---:|---:|",
+        "\n## Per rank\n\n| rank | room | room from | safe = room − reserve | approved | stranded | startup free |"
+        "\n|---:|---:|---|---:|---:|---:|---:|"
     ]
     for rank in record["ranks"]:
         marker = " (limits)" if rank["limiting"] else ""
@@ -196,16 +185,16 @@ def _rank_lines(record: Mapping, md: _Markdown) -> list[str]:
 
 def _capacity_lines(record: Mapping) -> list[str]:
     """``SUMMARY.md``'s capacity at the approved value."""
-    lines = ["", "## Capacity at the approved value", ""]
     if not record["capacity"]:
-        return [*lines, "Not computed: approve with `--model CONFIG --tp N` to turn bytes into tokens."]
+        return [
+            "\n## Capacity at the approved value\n\n"
+            "Not computed: approve with `--model CONFIG --tp N` to turn bytes into tokens."
+        ]
     spec = record["kv_spec"]
-    lines += [
-        f"{format_size(spec['bytes_per_token'])} per token per rank, blocks of {spec['block_size']} tokens "
-        f"({format_size(spec['block_bytes'])}).",
-        "",
-        "| sequence length | blocks | tokens | full-length sequences at once |",
-        "|---:|---:|---:|---:|",
+    lines = [
+        f"\n## Capacity at the approved value\n\n{format_size(spec['bytes_per_token'])} per token per rank, blocks of "
+        f"{spec['block_size']} tokens ({format_size(spec['block_bytes'])}).\n\n"
+        "| sequence length | blocks | tokens | full-length sequences at once |\n|---:|---:|---:|---:|"
     ]
     return lines + [
         f"| {row['seq_len']:,} | {row['blocks']:,} | {row['tokens']:,} | {row['max_concurrency']:.2f} |"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -29,7 +30,6 @@ from kvplan.evidence.record import (
     CHARTS_DIR,
     KNOWN_KEYS,
     LAUNCH_KEY,
-    NVIDIA_SMI_ROLE,
     ROLES,
     SEAL_KEY,
     TEXT_ESCAPING,
@@ -41,6 +41,7 @@ from kvplan.evidence.record import (
     bundle_name,
     canonical_json,
     created_time,
+    decide_copies,
     inputs_digest,
     record_chunks,
     same_bytes,
@@ -49,7 +50,7 @@ from kvplan.evidence.record import (
 )
 from kvplan.evidence.render import artifact_pieces, chart_images, chart_names
 from kvplan.io.metadata import RawLines
-from kvplan.plan import Decision, ModelLayout, decide, read_evidence, renamed
+from kvplan.plan import Decision, renamed
 
 #: The keys recomputed and compared: not the approval's identity, inputs and files (checked on their own) and
 #: the model options (inputs of kv_spec).
@@ -119,7 +120,16 @@ def verify(bundle: str | os.PathLike) -> Verified:
     differences, notes, decision = _recompute(folder, record)
     differences = [f"{key}: not a key of a bundle" for key in record if key not in KNOWN_KEYS] + differences
     if not differences:  # the catch-alls, when nothing more specific explains the change
-        differences = _record_differences(record, data)
+        if not same_bytes(data, record_chunks(record)):
+            differences.append(
+                "budget.json: its bytes are not what approve writes for its record (padding, other spacing or "
+                "key order)"
+            )
+        if SEAL_KEY in record and record[SEAL_KEY] != seal(record):
+            differences.append(
+                f"{SEAL_KEY}: recorded {record[SEAL_KEY]!r}, recomputed {seal(record)}: the record was changed "
+                "after approval"
+            )
     if SEAL_KEY not in record:
         notes.insert(
             0,
@@ -127,22 +137,6 @@ def verify(bundle: str | os.PathLike) -> Verified:
             f"pin the bundle with kvplan gate --approved-digest sha256:{digest}",
         )
     return Verified(folder, record, digest, tuple(differences), tuple(notes), decision)
-
-
-def _record_differences(record: Mapping, data: bytes) -> list[str]:
-    """``budget.json`` is byte for byte what approve writes for its record, and its seal holds."""
-    differences = []
-    if not same_bytes(data, record_chunks(record)):
-        differences.append(
-            "budget.json: its bytes are not what approve writes for its record (padding, "
-            "other spacing or key order)"
-        )
-    if SEAL_KEY in record and record[SEAL_KEY] != seal(record):
-        differences.append(
-            f"{SEAL_KEY}: recorded {record[SEAL_KEY]!r}, recomputed {seal(record)}: the "
-            "record was changed after approval"
-        )
-    return differences
 
 
 def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decision | None]:
@@ -161,15 +155,12 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
                 "inputs: roles or order changed (logs, then nvidia-smi snapshots, then the "
                 "model config, then load files)"
             )
-        layout = None
-        if groups[2] and options is not None:
-            name = groups[2][0]["bundle_path"]
-            layout = ModelLayout(copies.get(name, private / "missing"), options, name=name)
         launch = isinstance(record.get("decision"), dict) and LAUNCH_KEY in record["decision"]
         approver, note, version = (str(record[key]) for key in ("approver", "note", "kvplan_version"))
         approval = Approval(policy, approver, note, version, tuple(allowed_unjudged(folder, record)), launch)
         digest = inputs_digest(
-            [e["sha256"] for e in ordered], settings(approval, layout, plan, load_policy, ordered)
+            [e["sha256"] for e in ordered],
+            settings(approval, options if groups[2] else None, plan, load_policy, ordered),
         )
         if digest != record.get("inputs_digest"):
             differences.append(
@@ -182,7 +173,12 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
             differences.append(f"created_utc: {record.get('created_utc')!r} is not an ISO 8601 UTC time")
             return differences, [], None
         approved_name = bundle_name(created, str(record.get("inputs_digest")))
-        notes = name_notes(folder.resolve().name, approved_name)
+        name, notes = folder.resolve().name, []
+        if name != approved_name:  # a label only, never a difference
+            notes.append(
+                f"folder name {name!r} is not the approved name {approved_name!r} (created_utc's date and the "
+                "inputs digest in budget.json): a label only; the contents are checked against that digest"
+            )
         if any(e["bundle_path"] not in copies for e in ordered):
             return differences, notes, None
         named = {
@@ -190,8 +186,7 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
             for role, group in zip(ROLES, groups)
         }
         try:
-            evidence = read_evidence(named["log"], named[NVIDIA_SMI_ROLE], named["load"])
-            decision = decide(evidence, policy, layout, plan, load_policy)
+            decision = decide_copies(named, policy, options, plan, load_policy)
         except (ValueError, TypeError, OverflowError) as exc:  # TypeError: options kv_spec does not take
             pairs = (pair for group in named.values() for pair in group)
             differences.append(f"recomputation failed: {renamed(str(exc), {str(p): n for p, n in pairs})}")
@@ -281,33 +276,14 @@ def verified_approval(bundle: str | os.PathLike, digest: str | None = None) -> t
             f"cannot judge: the approved bundle changed: {bundle} fails verification "
             f"({count}; `kvplan verify {bundle}` lists them), first: {differences[0]}"
         )
-    misnamed = name_digest_mismatch(verified.folder.resolve().name, str(verified.record["inputs_digest"]))
-    if misnamed:
-        raise BundleChangedError(f"cannot judge: {bundle}: {misnamed}")
+    name, digest = verified.folder.resolve().name, str(verified.record["inputs_digest"])[:12]
+    if re.fullmatch(r"(?s).{10}-[0-9a-f]{12}", name) and name[11:] != digest:  # the approved form of the name
+        raise BundleChangedError(
+            f"cannot judge: {bundle}: the folder name pins inputs digest {name[11:]}, but the bundle's is "
+            f"{digest}: another approval was put at the approved path"
+        )
     defaults = verified.decision.defaulted_key_fields if verified.decision is not None else frozenset()
     return verified, approved_from_record(verified.record, defaults)
-
-
-def name_digest_mismatch(name: str, digest: str) -> str | None:
-    """Why folder ``name`` of the form ``YYYY-MM-DD-<12 hex>`` is not this bundle's (None: it is, or another form)."""
-    if len(name) != 23 or name[10] != "-" or not all(c in "0123456789abcdef" for c in name[11:]):
-        return None
-    if name[11:] == digest[:12]:
-        return None
-    return (
-        f"the folder name pins inputs digest {name[11:]}, but the bundle's is {digest[:12]}: another "
-        "approval was put at the approved path"
-    )
-
-
-def name_notes(name: str, approved_name: str) -> list[str]:
-    """The note for a bundle folder whose ``name`` is not the ``approved_name`` (a label, never a difference)."""
-    if name == approved_name:
-        return []
-    return [
-        f"folder name {name!r} is not the approved name {approved_name!r} (created_utc's date and the "
-        "inputs digest in budget.json): a label only; the contents are checked against that digest"
-    ]
 
 
 def user_paths(record: Mapping, text: str) -> str:

@@ -21,8 +21,9 @@ from kvplan.escape import SURROGATE, terminal_text
 from kvplan.evidence.record import (
     ALLOWED_UNJUDGED_KEY,
     BUDGET_JSON,
+    CHARTS_DIR,
+    INPUT_KEYS,
     INPUTS_DIR,
-    NVIDIA_SMI_ROLE,
     ROLES,
     SCHEMA,
     SEAL_KEY,
@@ -31,6 +32,7 @@ from kvplan.evidence.record import (
     BundleExistsError,
     build_record,
     bundle_name,
+    decide_copies,
     input_names,
     inputs_digest,
     record_chunks,
@@ -45,8 +47,6 @@ from kvplan.plan import (
     LoadPolicy,
     ModelLayout,
     Policy,
-    decide,
-    read_evidence,
     renamed,
     require_files,
 )
@@ -100,7 +100,8 @@ def approve_bundle(request: Request) -> tuple[Path, dict]:
     approval = Approval(request.policy, request.approver, request.note, __version__, allowed)
     hashes = [sha256_file(path) for path in sources]
     entries = [{"path": str(source), "role": role} for source, role in zip(sources, roles)]
-    digest = inputs_digest(hashes, settings(approval, request.layout, request.plan, load_policy, entries))
+    options = dict(request.layout.options) if request.layout else None
+    digest = inputs_digest(hashes, settings(approval, options, request.plan, load_policy, entries))
     out = Path(request.out_dir)
     enclosing = enclosing_bundle(out)
     if enclosing is not None:
@@ -125,7 +126,6 @@ def approve_bundle(request: Request) -> tuple[Path, dict]:
         names = input_names(sources)
         inputs = _copy_inputs(sources, names, hashes, roles, staging)
         decision = _decide_copies(request, load_policy, sources, names, roles, staging)
-        options = dict(request.layout.options) if request.layout else None
         record = build_record(decision, approval, created, inputs, digest, options)
         if allowed:
             record[ALLOWED_UNJUDGED_KEY] = list(allowed)
@@ -181,13 +181,9 @@ def _decide_copies(
 ) -> Decision:
     """The decision of the bundle's own copies, every check passed; refusals name the user's files."""
     copied = {role: [(staging / name, name) for name, r in zip(names, roles) if r == role] for role in ROLES}
-    layout = None
-    if request.layout:
-        [(config_path, config_name)] = copied["model config"]
-        layout = ModelLayout(config_path, request.layout.options, name=config_name)
+    options = request.layout.options if request.layout else None
     try:
-        evidence = read_evidence(copied["log"], copied[NVIDIA_SMI_ROLE], copied["load"])
-        decision = decide(evidence, request.policy, layout, request.plan, load_policy)
+        decision = decide_copies(copied, request.policy, options, request.plan, load_policy)
         _refuse_failed_checks(decision, list(dict.fromkeys(request.allow_unjudged)))
     except ValueError as exc:  # name the user's files, not the copies in the unfinished bundle
         users = dict(zip(names, map(str, sources)))
@@ -199,11 +195,7 @@ def _decide_copies(
 
 
 def enclosing_bundle(path: str | os.PathLike) -> Path | None:
-    """The bundle folder that ``path`` (which need not exist yet) is or lies inside, resolved; else None.
-
-    >>> enclosing_bundle("/no/such/folder") is None
-    True
-    """
+    """The bundle folder that ``path`` (which need not exist yet) is or lies inside, resolved; else None."""
     resolved = Path(path).resolve()
     return next((folder for folder in (resolved, *resolved.parents) if _is_bundle(folder)), None)
 
@@ -221,11 +213,7 @@ def _is_bundle(folder: Path) -> bool:
 
 def clean_stale(out: Path, name: str, now: float | None = None) -> list[Path]:
     """Remove, with a warning, what killed approvals left in ``out``: an empty claim of ``name`` and ``.partial``
-    folders older than :data:`STALE_PARTIAL_S`.
-
-    >>> clean_stale(Path("/no/such/folder"), "2026-11-29-0123456789ab")
-    []
-    """
+    folders older than :data:`STALE_PARTIAL_S`."""
     import warnings
 
     removed = []
@@ -268,15 +256,8 @@ def _copy_inputs(
         _sync(staging / name)
         if sha256_file(staging / name) != digest:
             raise ValueError(f"{source}: changed while it was being copied; approve again")
-        entries.append(
-            {
-                "path": str(source),
-                "bundle_path": name,
-                "sha256": digest,
-                "size_bytes": (staging / name).stat().st_size,
-                "role": role,
-            }
-        )
+        size = (staging / name).stat().st_size
+        entries.append(dict(zip(INPUT_KEYS, (str(source), name, digest, size, role))))
     return entries
 
 
@@ -310,12 +291,10 @@ def _write_artifacts(staging: Path, decision: Decision, record: dict, name: str)
     for file_name, pieces in written.items():
         _write_synced(staging / file_name, (piece.encode("utf-8") for piece in pieces))
     images = chart_images(decision)
-    if images:
-        (staging / next(iter(images))).parent.mkdir()
+    (staging / CHARTS_DIR).mkdir()
     for file_name, data in images.items():
         _write_synced(staging / file_name, data)
-    if images:
-        _sync((staging / next(iter(images))).parent)
+    _sync(staging / CHARTS_DIR)
     return {file_name: sha256_file(staging / file_name) for file_name in {**written, **images}}
 
 
@@ -323,10 +302,7 @@ def _write_synced(path: Path, data: bytes | Iterable[bytes]) -> None:
     """Write a new file (its bytes, or in pieces) and fsync it; an error (a full disk) names the file."""
     try:
         with open(path, "xb") as handle:
-            if isinstance(data, bytes):
-                handle.write(data)
-            else:
-                handle.writelines(data)
+            handle.writelines([data] if isinstance(data, bytes) else data)
             handle.flush()
             os.fsync(handle.fileno())
     except OSError as exc:

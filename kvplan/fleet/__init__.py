@@ -1,9 +1,5 @@
-"""Fleets: budgets per host class from many hosts' startup logs, read on Dask from disk or object storage.
-
-Needs the ``fleet`` extra (``pip install 'kvplan-kit[fleet]'``: dask[distributed], fsspec, s3fs); ``import
-kvplan`` does not import it. :func:`plan_fleet` decides, :func:`kvplan.fleet.bundles.gate_fleet` judges
-canary hosts.
-"""
+"""Fleets: budgets per host class from many hosts' startup logs, read on Dask from disk or object storage
+(the ``fleet`` extra: dask[distributed], fsspec, s3fs; ``import kvplan`` does not import it)."""
 
 from kvplan.fleet.classes import FleetPolicy
 from kvplan.fleet.inputs import FleetInputError, list_fleet, parse_storage_options

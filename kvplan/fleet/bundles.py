@@ -31,11 +31,7 @@ _EXIT_PASS, _EXIT_FAIL, _EXIT_CANNOT_JUDGE = 0, 1, 2  # as kvplan gate
 
 
 def class_note(name: str, labels: Mapping[str, str], hosts: Sequence[str]) -> str:
-    """The bundle note of a class: name, labels and hosts as JSON after :data:`NOTE_MARK`.
-
-    >>> class_note("H100", {"zone": "a"}, ["h1", "h2"])
-    'fleet class {"class": "H100", "labels": {"zone": "a"}, "hosts": ["h1", "h2"]}'
-    """
+    """The bundle note of a class: name, labels and hosts as JSON after :data:`NOTE_MARK`."""
     return NOTE_MARK + json.dumps({"class": name, "labels": dict(labels), "hosts": list(hosts)})
 
 
@@ -62,21 +58,19 @@ def class_inputs(
     snapshot: list[str] = []
     for reading in hosts:
         for url in reading.files:
-            if is_snapshot(url) and snapshot:
-                continue
-            local = _local_copy(reading, url, out, storage_options)
-            if not is_snapshot(url):
-                logs.append(local)
-            elif read_gpu_snapshot(local)[1].kind == "gpus":  # nvidia-smi's CSV or a DCGM scrape
-                snapshot.append(local)
+            if not (is_snapshot(url) and snapshot):
+                local = _local_copy(reading, url, out, storage_options)
+                if not is_snapshot(url):
+                    logs.append(local)
+                elif read_gpu_snapshot(local)[1].kind == "gpus":  # nvidia-smi's CSV or a DCGM scrape
+                    snapshot.append(local)
     return logs, snapshot
 
 
 def _local_copy(
     reading: HostReading, url: str, out: Path, storage_options: Mapping[str, object] | None
 ) -> str:
-    """``url`` as a local path (fetched afresh to ``out/inputs/<host>/`` when remote) with the SHA-256 the plan
-    read, else a refusal."""
+    """``url`` as a local path (fetched to ``out/inputs/<host>/`` when remote) with the SHA-256 the plan read."""
     local = url
     if "://" in url:
         fs, path = filesystem(url, storage_options)
@@ -109,7 +103,7 @@ def approve_class(
     """Write the class's bundle under ``out`` and return its folder (``kvplan.evidence.approve``)."""
     layout = ModelLayout(Path(model), {}) if model else None
     note = class_note(fleet_class.name, fleet_class.labels, fleet_class.host_names)
-    logs, snapshot = class_inputs(fleet_class.hosts, out, storage_options)
+    logs, gpus = class_inputs(fleet_class.hosts, out, storage_options)
     return approve(
         logs,
         out,
@@ -118,7 +112,7 @@ def approve_class(
         note,
         layout,
         policy.admission,
-        nvidia_smi_paths=snapshot,
+        nvidia_smi_paths=gpus,
     )
 
 
@@ -220,12 +214,10 @@ def stop_decision(verdicts: Sequence[HostVerdict]) -> tuple[int, str]:
     unjudged = [v.host for v in verdicts if v.passed is None]
     if failed:
         return _EXIT_FAIL, f"STOP: {len(failed)} of {len(verdicts)} host(s) failed: {', '.join(failed)}"
-    if unjudged or not verdicts:
-        return _EXIT_CANNOT_JUDGE, (
-            f"HOLD: {len(unjudged)} host(s) cannot be judged: {', '.join(unjudged)}"
-            if verdicts
-            else "HOLD: no host to judge"
-        )
+    if not verdicts:
+        return _EXIT_CANNOT_JUDGE, "HOLD: no host to judge"
+    if unjudged:
+        return _EXIT_CANNOT_JUDGE, f"HOLD: {len(unjudged)} host(s) cannot be judged: {', '.join(unjudged)}"
     return _EXIT_PASS, f"GO: all {len(verdicts)} host(s) pass"
 
 

@@ -8,7 +8,7 @@ import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from kvplan.budget import Budget, BudgetError, median_bytes, uniform_budget
+from kvplan.budget import Budget, median_bytes, uniform_budget
 from kvplan.columns import KEY_COLUMNS
 from kvplan.fleet.read import HostReading
 from kvplan.plan import AdmissionPlan, Policy, decide, given_rooms
@@ -147,22 +147,8 @@ def host_budget(reading: HostReading, reserve_bytes: int, block_bytes: int | Non
     return uniform_budget(rooms, reserve_bytes, block_bytes=block_bytes, ranks=ranks).uniform_budget_bytes
 
 
-def budget_refusal(reading: HostReading, reserve_bytes: int, block_bytes: int | None) -> str | None:
-    """Why ``reading`` cannot take any budget at this reserve (a rank's room ≤ reserve), else None."""
-    try:
-        host_budget(reading, reserve_bytes, block_bytes)
-    except BudgetError as exc:
-        return f"{exc} (at the fleet's reserve)"
-    return None
-
-
 def move_hosts(readings: Sequence[HostReading], labels: Mapping[str, Mapping[str, str]]) -> list[HostReading]:
-    """The readings with extra labels on the named hosts (a what-if: with ``class_by`` the label, a class).
-
-    >>> moved = move_hosts([HostReading("h1", (), {}, {}, (), None)], {"h1": {"pool": "weak"}})
-    >>> moved[0].labels
-    {'pool': 'weak'}
-    """
+    """The readings with extra labels on the named hosts (a what-if: with ``class_by`` the label, a class)."""
     return [replace(r, labels={**r.labels, **labels[r.host]}) if r.host in labels else r for r in readings]
 
 

@@ -56,16 +56,11 @@ def filesystem(url: str, storage_options: Mapping[str, object] | None = None):
     protocol = url.split("://", 1)[0] if "://" in url else "file"
     if protocol in ("s3", "s3a") and os.environ.get("AWS_ENDPOINT_URL"):
         options.setdefault("client_kwargs", {}).setdefault("endpoint_url", os.environ["AWS_ENDPOINT_URL"])
-    fs, path = fsspec.core.url_to_fs(url, **options)
-    return fs, path
-
-
-def _protocol(fs) -> str:
-    return fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]
+    return fsspec.core.url_to_fs(url, **options)
 
 
 def _is_local(fs) -> bool:
-    return _protocol(fs) in ("file", "local")
+    return (fs.protocol if isinstance(fs.protocol, str) else fs.protocol[0]) in ("file", "local")
 
 
 def _url(fs, path: str) -> str:
@@ -119,14 +114,8 @@ def list_fleet(url: str, storage_options: Mapping[str, object] | None = None) ->
     except (FileNotFoundError, NotADirectoryError):
         raise FleetInputError(f"{url}: no such fleet folder or manifest") from None
     except Exception as exc:  # botocore/aiohttp errors are not OSError: name the URL, say what failed
-        raise FleetInputError(
-            f"{url}: cannot list the fleet ({type(exc).__name__}: {_first_line(exc)})"
-        ) from None
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return text[0] if text else "no detail"
+        detail = (str(exc).strip().splitlines() or ["no detail"])[0]
+        raise FleetInputError(f"{url}: cannot list the fleet ({type(exc).__name__}: {detail})") from None
 
 
 def _from_folders(fs, path: str) -> list[HostFiles]:

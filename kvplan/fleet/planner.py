@@ -8,15 +8,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from kvplan.budget import BudgetError
 from kvplan.evidence import ApprovalError, read_bundle
 from kvplan.fleet.bundles import approve_class
 from kvplan.fleet.classes import (
     FleetClass,
     FleetPolicy,
-    budget_refusal,
     class_budget,
     class_name,
     group_classes,
+    host_budget,
     rollout_waves,
     split_advice,
 )
@@ -144,36 +145,30 @@ def _class_decisions(
 ) -> list[ClassDecision]:
     """One decision per class; a host without room for one KV block at the reserve joins ``excluded``."""
     decisions = []
-    for (key, labels), hosts in group_classes(usable, policy.class_by):
-        name = class_name(dict(key), dict(labels))
-        spec, model = _spec(dict(key), models, name, warnings)
+    for (key_fields, labels), hosts in group_classes(usable, policy.class_by):
+        key = dict(key_fields)
+        name = class_name(key, dict(labels))
+        spec, model = _spec(key, models, name, warnings)
         if spec is None and models:
-            warnings.append(
-                Note(
-                    f"class {name}: no --model config matches its model {dict(key).get('model')!r}: "
-                    "no block rounding and no capacity",
-                    code="fleet-no-model",
-                )
+            text = (
+                f"no --model config matches its model {key.get('model')!r}: no block rounding and no capacity"
             )
-        if dict(key).get("gpu_name") is None:
-            warnings.append(
-                Note(
-                    f"class {name}: no nvidia-smi snapshot: its key, and its bundle's, has no GPU type or "
-                    "driver, so a gate cannot compare them; add each host's --query-gpu snapshot",
-                    code="fleet-no-nvidia-smi",
-                )
-            )
+            warnings.append(Note(f"class {name}: {text}", code="fleet-no-model"))
+        if key.get("gpu_name") is None:
+            text = "no nvidia-smi snapshot: its key, and its bundle's, has no GPU type or driver, so a gate cannot"
+            text += " compare them; add each host's --query-gpu snapshot"
+            warnings.append(Note(f"class {name}: {text}", code="fleet-no-nvidia-smi"))
         block_bytes = spec.block_bytes if spec is not None else None
         kept = []
         for reading in hosts:
-            refusal = budget_refusal(reading, policy.reserve_bytes, block_bytes)
-            if refusal:
-                excluded.append((reading.host, refusal))
-            else:
+            try:
+                host_budget(reading, policy.reserve_bytes, block_bytes)
                 kept.append(reading)
+            except BudgetError as exc:
+                excluded.append((reading.host, f"{exc} (at the fleet's reserve)"))
         if kept:
             labelled = {k: str(v) for k, v in labels}
-            fleet_class = class_budget(name, dict(key), labelled, kept, policy.reserve_bytes, block_bytes)
+            fleet_class = class_budget(name, key, labelled, kept, policy.reserve_bytes, block_bytes)
             decisions.append(_decide(fleet_class, policy, spec, model, warnings))
     return decisions
 
@@ -231,20 +226,14 @@ def _decide(
         warnings.append(Note(f"class {name}: not approved: {reason}", code="fleet-too-few-hosts"))
     if reason is None and spec is not None and policy.admission is not None:
         planned = admission_plan(policy.admission, dict(key), spec, budget)
-        if (
-            planned["fits"] is False
-        ):  # as the class's bundle would refuse it: not approved in a dry run either
+        if planned["fits"] is False:  # as the class's bundle would refuse it, in a dry run too
             reason = f"the admission plan does not fit: {planned['detail']}"
             warnings.append(Note(f"class {name}: not approved: {reason}", code="fleet-plan-does-not-fit"))
     if split["outliers"]:
         ratio = fleet_class.host_budget_summary()["min_median_ratio"]
-        warnings.append(
-            Note(
-                f"class {name}: min/median of host budgets {ratio:.3f} < {policy.split_below}: "
-                f"{len(split['outliers'])} host(s) hold it down; see the split advice",
-                code="fleet-split-advice",
-            )
-        )
+        text = f"{len(split['outliers'])} host(s) hold it down; see the split advice"
+        text = f"class {name}: min/median of host budgets {ratio:.3f} < {policy.split_below}: {text}"
+        warnings.append(Note(text, code="fleet-split-advice"))
     return ClassDecision(fleet_class, spec, capacity, split, approved=reason is None, reason=reason)
 
 
@@ -280,9 +269,9 @@ def _with_bundle(
         return replace(decision, approved=False, reason=str(exc))
     recorded = read_bundle(bundle)["decision"]
     if c.budget.uniform_budget_bytes != int(recorded["kv_cache_memory_bytes"]):
+        value = format_size(c.budget.uniform_budget_bytes)
         raise ApprovalError(
-            f"{bundle}: the bundle approves another value than the class's "
-            f"{format_size(c.budget.uniform_budget_bytes)}: refusing a plan that disagrees"
+            f"{bundle}: the bundle approves another value than the class's {value}: refusing a plan that disagrees"
         )
     return replace(decision, bundle=str(bundle), launch_flags=tuple(recorded["launch_flags"]))
 

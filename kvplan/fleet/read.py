@@ -112,12 +112,7 @@ def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = N
 def local_files(
     urls: Sequence[str], storage_options: Mapping[str, object] | None
 ) -> Iterator[list[tuple[str, str]]]:
-    """``(local path, URL)`` of each file, a remote one fetched to a temporary folder removed on exit.
-
-    >>> with local_files(["data/fleet/small/gpu-00000/boot.log"], None) as found:
-    ...     found
-    [('data/fleet/small/gpu-00000/boot.log', 'data/fleet/small/gpu-00000/boot.log')]
-    """
+    """``(local path, URL)`` of each file, a remote one fetched to a temporary folder removed on exit."""
     folder = None
     try:
         pairs = []
@@ -231,11 +226,7 @@ def run_group(task: Callable, group: Sequence[HostFiles], *args: object) -> list
 
 def hosts_per_task(hosts: int, threads: int) -> int:
     """Hosts per task: about :data:`TASKS_PER_THREAD` tasks per worker thread, within
-    :data:`MIN_HOSTS_PER_TASK` and :data:`MAX_HOSTS_PER_TASK`.
-
-    >>> hosts_per_task(100, 2), hosts_per_task(1_000, 2), hosts_per_task(10_000, 2)
-    (8, 63, 64)
-    """
+    :data:`MIN_HOSTS_PER_TASK` and :data:`MAX_HOSTS_PER_TASK`."""
     wanted = -(-hosts // max(1, threads * TASKS_PER_THREAD))
     return max(MIN_HOSTS_PER_TASK, min(MAX_HOSTS_PER_TASK, wanted))
 
@@ -338,11 +329,7 @@ def map_hosts(
 
 def stderr_progress(every: int = 0) -> Progress:
     """A progress callback printing ``read N/TOTAL hosts`` on stderr every ``every`` hosts (default: a
-    twentieth) and at the end.
-
-    >>> stderr_progress()(0, 0) is None
-    True
-    """
+    twentieth) and at the end."""
     printed = [-1]
 
     def report(done: int, total: int) -> None:

@@ -1,10 +1,7 @@
-"""Readers, one per evidence source: vLLM logs, ledger CSVs, nvidia-smi snapshots, model configs, load data.
+"""Readers, one per evidence source, each name imported on first use (the load readers: :mod:`kvplan.io.load`).
 
-The names below are imported on first use, so that a command imports only the reader it needs (the load
-readers are :mod:`kvplan.io.load`).
-The readers report what the logs say: each rank's room (``room_bytes``, ``room_source``) is the core's
-Room rule, filled by :func:`kvplan.room.read_vllm_log_rooms`, :func:`kvplan.room.read_vllm_logs_rooms` and
-:func:`kvplan.room.read_ledger_csv_rooms`, the same readers given :data:`kvplan.room.ROOM_RULE`.
+The readers report what the logs say; each rank's room is the core's Room rule, filled by the readers of
+:mod:`kvplan.room` given :data:`kvplan.room.ROOM_RULE`.
 """
 
 from __future__ import annotations

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import csv
 import io
-from collections.abc import Sequence
 from operator import itemgetter
 
 import pandas as pd
@@ -145,10 +144,6 @@ COLUMN_DTYPES = {
     else "string"
     for column in LEDGER_COLUMNS
 }
-#: A ledger dtype → the Python type of its cells (as pandas writes them).
-CELL_TYPES = {"Int64": int, "Float64": float, "boolean": bool, "string": str}
-#: The types of a missing cell.
-MISSING_TYPES = frozenset({type(None), type(pd.NA)})
 
 
 def ledger_frame(rows: list[dict]) -> pd.DataFrame:
@@ -159,10 +154,12 @@ def ledger_frame(rows: list[dict]) -> pd.DataFrame:
 def ledger_columns(rows: list[dict]) -> dict[str, ExtensionArray]:
     """Rows → ``column → array`` of :func:`ledger_frame`."""
     table = ledger_table(rows)
-    cells = zip(*table) if table else [()] * len(LEDGER_COLUMNS)
-    return {
-        column: column_array(values, COLUMN_DTYPES[column]) for column, values in zip(LEDGER_COLUMNS, cells)
-    }
+    columns = {}
+    for column, cells in zip(LEDGER_COLUMNS, zip(*table) if table else [()] * len(LEDGER_COLUMNS)):
+        texts = COLUMN_DTYPES[column] == "string"
+        values = [None if missing(value) else str(value) for value in cells] if texts else cells
+        columns[column] = pd.array(values, dtype=COLUMN_DTYPES[column])
+    return columns
 
 
 def ledger_table(rows: list[dict]) -> list[tuple]:
@@ -173,16 +170,10 @@ def ledger_table(rows: list[dict]) -> list[tuple]:
         return [tuple(row.get(column) for column in LEDGER_COLUMNS) for row in rows]
 
 
-def column_array(cells: Sequence, dtype: str) -> ExtensionArray:
-    """One column's cells → its array of ``dtype`` (None, ``pd.NA`` and NaN as ``NA``)."""
-    if dtype == "string":
-        cells = [None if missing(value) else str(value) for value in cells]
-    return pd.array(cells, dtype=dtype)
-
-
 _NA = type(pd.NA)
+_CELL_TYPES = {"Int64": int, "Float64": float, "boolean": bool, "string": str}  # as pandas writes them
 #: Each ledger column's native cell types (what :mod:`csv` writes as pandas does), in column order.
-_NATIVE = tuple(MISSING_TYPES | {CELL_TYPES[COLUMN_DTYPES[column]]} for column in LEDGER_COLUMNS)
+_NATIVE = tuple({type(None), _NA, _CELL_TYPES[COLUMN_DTYPES[column]]} for column in LEDGER_COLUMNS)
 
 
 def ledger_csv_header() -> str:

@@ -1,26 +1,13 @@
-"""What notebooks call, re-exported from one place: :mod:`~kvplan.notebook.launch` (a launch's logs, snapshots,
-spec and length), :mod:`~kvplan.notebook.headlines` (text and tables for readers), :mod:`~kvplan.notebook.whatif`
-(the pure what-if), :mod:`~kvplan.notebook.figures` (charts as PNG with alt text), :mod:`~kvplan.notebook.panel`
-(the ipywidgets panel), and the review meeting: :mod:`~kvplan.notebook.pages` and :mod:`~kvplan.notebook.report`.
-"""
+"""What notebooks call: a launch's files (``launch``), text for readers (``headlines``), the what-if (``whatif``,
+``figures``, ``panel``) and the review meeting (``pages``, ``report``)."""
 
 from kvplan.kvspec.capacity import sequence_lengths
-from kvplan.notebook.figures import (
-    Chart,
-    chart,
-    concurrency_figure,
-    figure_alt,
-    figure_png,
-    panel_charts,
-    sentence,
-)
+from kvplan.notebook.figures import chart, concurrency_figure, figure_alt, figure_png
 from kvplan.notebook.headlines import (
-    boot_budget_bytes,
     budget_headline,
     drift_headline,
     format_headline,
     launch_headline,
-    length_warning,
     moved_hosts_text,
     readable_table,
     rounding_text,
@@ -31,8 +18,6 @@ from kvplan.notebook.headlines import (
 )
 from kvplan.notebook.launch import (
     LOAD_PATTERNS,
-    LOG_PATTERNS,
-    NVIDIA_SMI_NAMES,
     ParameterError,
     budgets_by_boot,
     co_tenant_bytes,
@@ -49,31 +34,14 @@ from kvplan.notebook.launch import (
     snapshots_in,
 )
 from kvplan.notebook.panel import WhatIfPanel
-from kvplan.notebook.whatif import (
-    BLOCK_SIZES,
-    Outcome,
-    Scenario,
-    add_back_bytes,
-    add_back_limits,
-    evaluate,
-    gib_to_bytes,
-    longest_length_at,
-    weak_rank_at_median,
-)
+from kvplan.notebook.whatif import Scenario, add_back_bytes, evaluate, gib_to_bytes, weak_rank_at_median
 
 __all__ = [
-    "BLOCK_SIZES",
     "LOAD_PATTERNS",
-    "LOG_PATTERNS",
-    "NVIDIA_SMI_NAMES",
-    "Chart",
-    "Outcome",
     "ParameterError",
     "Scenario",
     "WhatIfPanel",
     "add_back_bytes",
-    "add_back_limits",
-    "boot_budget_bytes",
     "budget_headline",
     "budgets_by_boot",
     "chart",
@@ -90,10 +58,7 @@ __all__ = [
     "launch_max_model_len",
     "launch_snapshots",
     "launch_spec",
-    "length_warning",
-    "longest_length_at",
     "moved_hosts_text",
-    "panel_charts",
     "parameter_files",
     "parameter_model",
     "parameter_path",
@@ -103,7 +68,6 @@ __all__ = [
     "rows_that_set_the_room",
     "run_folder",
     "run_headline",
-    "sentence",
     "sequence_lengths",
     "snapshots_in",
     "spec_headline",

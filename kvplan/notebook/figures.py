@@ -1,5 +1,5 @@
-"""Figures as PNG with alt text for notebooks and panels (a fixed size: :data:`PANEL_DPI`, no tight bounding
-box, so a panel's image keeps its size), and the what-if charts of an outcome."""
+"""Figures as PNG with alt text (at :data:`PANEL_DPI`, no tight box: an image keeps its size), the what-if
+charts of an outcome, and a panel's chart drawn again state after state (:class:`LiveChart`)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pandas as pd
 from matplotlib.backends.backend_agg import FigureCanvasAgg, RendererAgg
 from matplotlib.figure import Figure, SubplotParams
 from matplotlib.image import imsave
+from matplotlib.legend import Legend
 
 from kvplan import charts
 from kvplan.budget import limiting_ranks
@@ -38,12 +39,7 @@ def figure_png(figure: Figure, dpi: int = PANEL_DPI) -> bytes:
 
 
 def figure_alt(figure: Figure) -> str:
-    """Alt text of a chart: its title (the question it answers and the answer), else its axes' titles.
-
-    >>> from kvplan.budget import uniform_budget
-    >>> figure_alt(charts.stranded_chart(uniform_budget([13 * 2**30, 18 * 2**30], 2**30)))
-    'Chart: Stranded on the stronger ranks: 5 GiB in total'
-    """
+    """Alt text of a chart: ``Chart: `` and its titles (the question it answers and the answer)."""
     titles = [figure._suptitle.get_text()] if figure._suptitle is not None else []
     titles += [ax.get_title(loc) for ax in figure.axes for loc in ("left", "center") if ax.get_title(loc)]
     return "Chart: " + ("; ".join(title for title in titles if title) or "untitled")
@@ -55,8 +51,6 @@ def sentence(figure: Figure) -> str | None:
     >>> from kvplan.budget import uniform_budget
     >>> sentence(charts.stranded_chart(uniform_budget([13 * 2**30] * 2, 2**30)))
     'Nothing stranded: every rank holds the same safe budget'
-    >>> sentence(charts.stranded_chart(uniform_budget([13 * 2**30, 18 * 2**30], 2**30))) is None
-    True
     """
     if figure.axes or figure._suptitle is None:
         return None
@@ -124,9 +118,8 @@ def concurrency_figure(
 
 @dataclass(frozen=True)
 class ChartStep:
-    """A chart of a what-if panel: its name, the values it is drawn from (equal ``inputs``, the same
-    picture: a panel draws it again only when they change) and the function drawing it (into a new figure,
-    or into the figure it is given: the panel's last one)."""
+    """A what-if panel's chart: its name, the values it is drawn from (equal ``inputs``: the same picture,
+    not drawn again) and ``draw(figure=None)``, drawing it into a new figure or the one given."""
 
     name: str
     inputs: tuple
@@ -143,8 +136,7 @@ class Axes:
 
 
 def panel_axes(baseline: Outcome) -> Axes:
-    """The axes of a panel: those of the notebook's own charts at its parameters (one scale per quantity on
-    the page); a chart raises its top when a moved state would not fit under it.
+    """The axes of a panel: its notebook's charts' at its parameters (raised where a moved state needs).
 
     >>> from kvplan.notebook.whatif import Scenario
     >>> GiB = 2**30
@@ -210,11 +202,8 @@ def panel_charts(
     axes: Axes | None = None,
     baseline: Outcome | None = None,
 ) -> list[ChartStep]:
-    """The charts an outcome allows, as :class:`ChartStep` in display order (nothing drawn yet).
-
-    Safe budget per rank; the ledger (when given: :func:`ledger_parts`, the add-back taken off the
-    co-tenants); stranded capacity; concurrency (with a curve); drift.
-    ``axes`` fixes the axes; ``baseline`` (the panel at the notebook's parameters) is drawn faintly.
+    """The charts an outcome allows as :class:`ChartStep` in display order: safe budget, ledger (when given,
+    add-back taken off the co-tenants), stranded, concurrency, drift; ``baseline`` is drawn faintly.
 
     >>> from kvplan.notebook.whatif import Scenario
     >>> GiB = 2**30
@@ -266,21 +255,18 @@ def panel_charts(
     return steps
 
 
+@dataclass
 class LiveChart:
-    """A what-if panel's chart drawn state after state as matplotlib's blitting does: while its frame
-    (:func:`_frame_key`: axes, ticks, axis labels) holds, it is neither laid out nor drawn again; what moved
-    is drawn over its pixels (texts from a cache of their pixels). A state's figure is drawn into
-    :attr:`figure`, the last one."""
+    """A what-if panel's chart drawn state after state (into :attr:`figure`) as matplotlib's blitting does:
+    while its frame (:func:`_frame_key`) holds, it is neither laid out nor drawn again, only what moved is."""
 
-    def __init__(self) -> None:
-        self.figure: Figure | None = None
-        self._canvas: _Canvas | None = None
-        self._key: tuple = ()
-        self._frame = None
+    figure: Figure | None = None
+    _canvas: _Canvas | None = None
+    _key: tuple = ()
+    _frame: object = None
 
     def png(self, figure: Figure) -> bytes:
-        """The figure as PNG at :data:`PANEL_DPI` (the pixels :func:`figure_png` gives, within antialiasing:
-        the frame is drawn under the bars)."""
+        """The figure as PNG at :data:`PANEL_DPI`: :func:`figure_png`'s pixels, the frame under the bars."""
         if figure is not self.figure or self._canvas is None:
             figure.set_dpi(PANEL_DPI)
             self.figure, self._canvas, self._key = figure, _Canvas(figure), ()
@@ -301,63 +287,74 @@ class LiveChart:
             self._canvas.restore_region(self._frame)
         renderer = self._canvas.get_renderer()
         for artist in content:
-            artist.draw(renderer)
+            if isinstance(artist, Legend):  # below or beside the plot: nothing else draws there
+                entries = tuple(text.get_text() for text in artist.get_texts())
+                renderer.draw_kept((key, id(artist.axes), entries), artist, artist.draw)
+            else:
+                artist.draw(renderer)
         buffer = io.BytesIO()  # zlib's fastest level, as figure_png
         pixels = np.asarray(self._canvas.buffer_rgba())
         imsave(buffer, pixels, format="png", dpi=PANEL_DPI, pil_kwargs={"compress_level": 1})
         return buffer.getvalue()
 
 
-class _TextCache(RendererAgg):
-    """An Agg renderer that keeps the pixels of every text it draws, by text, font, colour and place: a
-    panel's next state draws its unmoved texts (ticks, legend entries) as images, not glyph by glyph."""
+class _Keeper(RendererAgg):
+    """An Agg renderer that keeps the pixels of what it draws (a text by text, font, colour and place; a
+    legend by its entries): a panel's next state draws what did not move as images."""
 
     def __init__(self, width: int, height: int, dpi: float) -> None:
         super().__init__(width, height, dpi)
         self._scratch = RendererAgg(width, height, dpi)
-        self._texts: dict[tuple, tuple] = {}
+        self._kept: dict[tuple, tuple] = {}
 
     def draw_text(self, gc, *text, **math_text):
         """RendererAgg's ``draw_text``: ``text`` is ``(x, y, s, prop, angle)``, ``math_text`` ``ismath``, ``mtext``."""
-        clip = gc.get_clip_rectangle()
-        if gc.get_clip_path()[0] is not None:
+        clip, mtext = gc.get_clip_rectangle(), math_text.get("mtext")
+        if gc.get_clip_path()[0] is not None or mtext is None:
             return super().draw_text(gc, *text, **math_text)
         x, y, s, prop, angle = text
         key = (s, hash(prop), angle, x, y, gc.get_rgb(), gc.get_alpha(), gc.get_antialiased())
         key += (math_text.get("ismath", False), None if clip is None else tuple(clip.bounds))
-        if key not in self._texts:
-            if len(self._texts) > 1000:
-                self._texts.clear()
-            self._texts[key] = self._ink(gc, text, math_text)
-        image, left, bottom = self._texts[key]
-        if image is not None:
-            self.draw_image(gc, left, bottom, image)
+        self.draw_kept(key, mtext, lambda renderer: RendererAgg.draw_text(renderer, gc, *text, **math_text))
 
-    def _ink(self, gc, text: tuple, math_text: dict) -> tuple:
-        """The text drawn alone: its pixels (bottom row first) and their left and bottom [px], or None."""
-        self._scratch.clear()
-        RendererAgg.draw_text(self._scratch, gc, *text, **math_text)
-        x, y, s, prop, _ = text
-        width, height, _ = self.get_text_width_height_descent(s, prop, math_text.get("ismath", False))
-        reach = int(width + height) + 4  # the text turns about (x, y): its ink lies within this distance
-        top, left = max(0, int(y) - reach), max(0, int(x) - reach)
-        pixels = np.asarray(self._scratch.buffer_rgba())[top : int(y) + reach, left : int(x) + reach]
-        rows, columns = np.flatnonzero(pixels[..., 3].any(axis=1)), np.flatnonzero(pixels[..., 3].any(axis=0))
-        if not len(rows):
-            return None, 0, 0
-        ink = pixels[rows[0] : rows[-1] + 1, columns[0] : columns[-1] + 1]
-        return ink[::-1].copy(), left + int(columns[0]), int(self.height) - top - int(rows[-1]) - 1
+    def draw_kept(self, key: tuple, artist, draw: Callable[[RendererAgg], object]) -> None:
+        """``draw(renderer)``'s pixels, kept by ``key``: drawn alone the first time, where ``artist`` is."""
+        if key not in self._kept:
+            if len(self._kept) > 2000:
+                self._kept.clear()
+            self._scratch.clear()
+            draw(self._scratch)
+            box = artist.get_window_extent(self).padded(3)
+            left, bottom = max(0, int(box.x0)), max(0, int(box.y0))
+            top = max(0, int(self.height) - int(box.y1) - 1)
+            pixels = np.asarray(self._scratch.buffer_rgba())[
+                top : int(self.height) - bottom, left : int(box.x1) + 1
+            ]
+            rows = np.flatnonzero(pixels[..., 3].any(axis=1))
+            columns = np.flatnonzero(pixels[..., 3].any(axis=0))
+            ink = (
+                pixels[rows[0] : rows[-1] + 1, columns[0] : columns[-1] + 1][::-1].copy()
+                if len(rows)
+                else None
+            )
+            shift = (
+                (left + int(columns[0]), int(self.height) - top - int(rows[-1]) - 1) if len(rows) else (0, 0)
+            )
+            self._kept[key] = (ink, *shift)
+        image, left, bottom = self._kept[key]
+        if image is not None:
+            self.draw_image(self.new_gc(), left, bottom, image)
 
 
 class _Canvas(FigureCanvasAgg):
-    """An Agg canvas drawing with a :class:`_TextCache`, kept while the figure's size and dpi hold."""
+    """An Agg canvas drawing with a :class:`_Keeper`, kept while the figure's size and dpi hold."""
 
-    def get_renderer(self) -> _TextCache:
+    def get_renderer(self) -> _Keeper:
         width, height = self.get_width_height(physical=True)
         renderer = getattr(self, "renderer", None)
         size = (width, height, self.figure.dpi)
-        if not isinstance(renderer, _TextCache) or (renderer.width, renderer.height, renderer.dpi) != size:
-            self.renderer = _TextCache(width, height, self.figure.dpi)
+        if not isinstance(renderer, _Keeper) or (renderer.width, renderer.height, renderer.dpi) != size:
+            self.renderer = _Keeper(width, height, self.figure.dpi)
         return self.renderer
 
 
@@ -374,12 +371,14 @@ def _frame_key(figure: Figure) -> tuple:
     """
     axes = [
         (
-            ax.get_xlim(),
-            ax.get_ylim(),
-            ax.get_xscale(),
-            ax.get_yscale(),
-            ax.get_xlabel(),
-            ax.get_ylabel(),
+            (
+                ax.get_xlim(),
+                ax.get_ylim(),
+                ax.get_xscale(),
+                ax.get_yscale(),
+                ax.get_xlabel(),
+                ax.get_ylabel(),
+            ),
             tuple((t.get_text(), t.get_color(), t.get_fontweight()) for t in ax.get_xticklabels()),
             len(ax.get_legend().get_texts()) if ax.get_legend() else 0,
             tuple(ax.get_title(loc).count("\n") for loc in ("left", "center")),

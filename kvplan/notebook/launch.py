@@ -54,14 +54,7 @@ NVIDIA_SMI_NAMES = ("nvidia-smi-gpu.csv", "nvidia-smi-apps.csv")
 
 
 def snapshots_in(folder: str | Path) -> list[Path]:
-    """The nvidia-smi snapshots saved in ``folder`` under the :data:`NVIDIA_SMI_NAMES` (none in a file).
-
-    >>> from kvplan import DATA_DIR
-    >>> [path.name for path in snapshots_in(DATA_DIR / "boots" / "four-rank")]
-    ['nvidia-smi-gpu.csv', 'nvidia-smi-apps.csv']
-    >>> snapshots_in(DATA_DIR / "boots" / "four-rank" / "boot.log")
-    []
-    """
+    """The nvidia-smi snapshots saved in ``folder`` under the :data:`NVIDIA_SMI_NAMES` (none in a file)."""
     folder = Path(folder)
     return [folder / name for name in NVIDIA_SMI_NAMES if (folder / name).is_file()]
 
@@ -69,15 +62,12 @@ def snapshots_in(folder: str | Path) -> list[Path]:
 def launch_snapshots(
     log_paths: Sequence[str | Path], nvidia_smi: Sequence[str | Path] | None = None
 ) -> list[Path]:
-    """The nvidia-smi snapshots of a launch: ``nvidia_smi`` when given (``[]``: none), else
-    :func:`snapshots_in` each folder of ``log_paths``.
+    """The nvidia-smi snapshots of a launch: ``nvidia_smi`` when given (``[]``: none), else those saved
+    beside its logs (:func:`snapshots_in`).
 
     >>> from kvplan import DATA_DIR
-    >>> logs = [DATA_DIR / "boots" / "four-rank" / "boot.log"]
-    >>> [path.name for path in launch_snapshots(logs)]
+    >>> [path.name for path in launch_snapshots([DATA_DIR / "boots" / "four-rank" / "boot.log"])]
     ['nvidia-smi-gpu.csv', 'nvidia-smi-apps.csv']
-    >>> launch_snapshots(logs, [])
-    []
     """
     if nvidia_smi is not None:
         return [Path(path) for path in nvidia_smi]
@@ -99,11 +89,6 @@ def parameter_path(value: str | os.PathLike, name: str, root: Path = PROJECT_DIR
     >>> from kvplan import DATA_DIR
     >>> parameter_path("boots/four-rank", "LOG_DIR", root=DATA_DIR) == DATA_DIR / "boots" / "four-rank"
     True
-    >>> try:
-    ...     parameter_path("mylaunch", "LOG_DIR", root=Path("/checkout"))
-    ... except ParameterError as error:
-    ...     print(str(error).split(": ")[0], "...", str(error).split("(")[-1])
-    LOG_DIR = 'mylaunch' names nothing ... /checkout/mylaunch)
     """
     path = Path(value)
     candidates = [path] if path.is_absolute() else [path, root / path]
@@ -138,8 +123,6 @@ def parameter_files(
     ['boot.log']
     >>> [path.name for path in parameter_files(["boots/drift/*.log"], "LOG_FILES", root=DATA_DIR)]
     ['canary.log', 'reference.log']
-    >>> len(parameter_files("load/manual-canary", "CANARY_RUN", LOAD_PATTERNS, root=DATA_DIR))  # log + 6 scrapes
-    7
     """
     values = [value] if isinstance(value, (str, os.PathLike)) else list(value)
     if not values:
@@ -163,14 +146,7 @@ def parameter_files(
 
 def parameter_model(value: str | os.PathLike, root: Path = PROJECT_DIR) -> str | os.PathLike:
     """A notebook's ``MODEL``: a catalogue name (``kvplan/models/``) as given, or a config.json path found
-    from the notebook's folder or the repository root.
-
-    >>> parameter_model("llama-3.1-70b")
-    'llama-3.1-70b'
-    >>> from kvplan import PACKAGE_DIR
-    >>> parameter_model("models/qwen3-8b.json", root=PACKAGE_DIR) == PACKAGE_DIR / "models/qwen3-8b.json"
-    True
-    """
+    from the notebook's folder or the repository root (``root``)."""
     path = Path(value)
     if not path.is_absolute() and not path.exists() and (root / path).is_file():
         return root / path
@@ -178,14 +154,7 @@ def parameter_model(value: str | os.PathLike, root: Path = PROJECT_DIR) -> str |
 
 
 def run_folder(prefix: str, root: Path = PROJECT_DIR) -> Path:
-    """A new empty folder ``<root>/build/<prefix>-XXXXXXXX`` for one run's files (05's bundle).
-
-    >>> import tempfile
-    >>> root = Path(tempfile.mkdtemp())
-    >>> first, second = run_folder("notebook-05", root), run_folder("notebook-05", root)
-    >>> first != second, first.parent == root / "build", first.name.startswith("notebook-05-")
-    (True, True, True)
-    """
+    """A new empty folder ``<root>/build/<prefix>-XXXXXXXX`` for one run's files (05's bundle)."""
     import tempfile
 
     (root / "build").mkdir(parents=True, exist_ok=True)
@@ -237,10 +206,6 @@ def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:
     >>> ledger = pd.DataFrame({"source": "a.log", "boot": 0, "rank": [0, 1], "max_model_len": 32768})
     >>> launch_max_model_len(ledger), launch_max_model_len(ledger, 8192)
     (32768, 8192)
-    >>> launch_max_model_len(ledger.drop(columns="max_model_len"))
-    Traceback (most recent call last):
-    ...
-    ValueError: the logs show no max_model_len: set MAX_MODEL_LEN to the length the launch used
     """
     if given is not None:
         if isinstance(given, bool) or not isinstance(given, int) or given <= 0:
@@ -253,16 +218,8 @@ def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:
 
 
 def coverage(ledger: pd.DataFrame) -> pd.DataFrame:
-    """Which measurements each boot × rank printed (columns ``(boot, rank)``, with ``source`` first when
-    several files): one row per ledger measurement, True where shown.
-
-    >>> ledger = pd.DataFrame({"boot": [0, 0], "rank": [0, 1], "room_bytes": [5, None]})
-    >>> print(coverage(ledger).loc["room_bytes"])
-    boot  rank
-    0     0        True
-          1       False
-    Name: room_bytes, dtype: bool
-    """
+    """Which measurements each boot × rank printed: one row per ledger measurement, a column per
+    ``(boot, rank)`` (``source`` first when several files), True where shown."""
     index = ["boot", "rank"]
     if "source" in ledger.columns and ledger["source"].nunique() > 1:
         index = ["source", *index]
@@ -271,11 +228,9 @@ def coverage(ledger: pd.DataFrame) -> pd.DataFrame:
 
 
 def rows_that_set_the_room(ledger: pd.DataFrame) -> pd.DataFrame:
-    """The ledger rows of each rank that show its room (all its rows where none does): a manual-value boot's
-    ledger is charted from its profiled reference.
+    """The ledger rows of each rank that show its room (all its rows where none does).
 
-    >>> frame = pd.DataFrame({"rank": [0, 0, 1], "room_bytes": [None, 5, None]})
-    >>> rows_that_set_the_room(frame).index.tolist()
+    >>> rows_that_set_the_room(pd.DataFrame({"rank": [0, 0, 1], "room_bytes": [None, 5, None]})).index.tolist()
     [1, 2]
     """
     if "room_bytes" not in ledger.columns:

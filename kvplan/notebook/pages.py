@@ -1,8 +1,5 @@
-"""Notebook pages of the report: each notebook executed once, exported as a page for readers and one for auditors.
-
-The reader's page (``<name>.html``) hides the code, keeps its charts as PNG files with alt text, fits tables to
-the page and loads nothing from a CDN (a what-if panel shows its static snapshot); the auditor's page
-(``code/<name>.html``) shows the code, test markers removed. nbconvert and nbclient are imported when needed.
+"""Notebook pages of the report: each notebook run once, exported for readers (``<name>.html``: no code, PNGs
+with alt text, tables that fit, nothing from a CDN) and for auditors (``code/<name>.html``: with code).
 """
 
 from __future__ import annotations
@@ -105,9 +102,8 @@ def without_markers(notebook):
 
 
 def with_parameters(notebook, values: Mapping[str, object]):
-    """A copy of a notebook with ``values`` set after its ``parameters`` cell, for the names that cell sets.
-
-    Names the notebook has no parameter for are ignored (papermill's convention: an injected cell).
+    """A copy of a notebook with ``values`` set in a cell after its ``parameters`` cell (papermill's way), for
+    the names that cell sets.
 
     >>> import nbformat
     >>> cell = nbformat.v4.new_code_cell("BUNDLE = None  # a bundle", metadata={"tags": ["parameters"]})
@@ -129,18 +125,7 @@ def with_parameters(notebook, values: Mapping[str, object]):
 
 
 def without_machine_paths(notebook, roots: Mapping[str, str]):
-    """A copy of a notebook whose outputs name no folder of this machine: each of ``roots`` (a folder)
-    is replaced by its short name (``{"/home/me/kvplan/": ""}`` turns a data path into ``data/…``).
-
-    Longer roots are replaced first, so a folder inside another keeps its own name.
-
-    >>> import nbformat
-    >>> out = nbformat.v4.new_output("stream", name="stdout", text="read /tmp/x/data/a.log\\n")
-    >>> cell = nbformat.v4.new_code_cell("print(path)", outputs=[out])
-    >>> page = without_machine_paths(nbformat.v4.new_notebook(cells=[cell]), {"/tmp/x/": ""})
-    >>> page.cells[0].outputs[0].text
-    'read data/a.log\\n'
-    """
+    """A copy of a notebook whose outputs name no folder of this machine (:func:`without_roots`)."""
 
     def clean(text: str) -> str:
         return without_roots(text, roots)
@@ -168,8 +153,7 @@ def without_roots(text: str, roots: Mapping[str, str]) -> str:
 
 
 def shown_folder(path: str | Path) -> str:
-    """A folder as a page names it: from its short root (:func:`machine_roots`), else by its name alone, so
-    no page names a folder of this machine.
+    """A folder as a page names it: from its short root (:func:`machine_roots`), else by its name alone.
 
     >>> shown_folder("/srv/bundles/2026-12-01-d974eb240843")
     '…/2026-12-01-d974eb240843'

@@ -1,16 +1,8 @@
-"""The review meeting: the report's ``index.html`` (``make demo``) and review mode (``make review``), each
-leading with the verified bundle's decision (:func:`decision_facts`).
-
-``python -m kvplan.notebook.report OUT BUNDLE NOTEBOOK...`` verifies the bundle, executes each notebook once
-into its pages (:mod:`kvplan.notebook.pages`) and writes the index; with ``--serve [--port N]`` it writes the
-served folder instead (:func:`prepare`: the decision page ``00-decision.ipynb`` and each notebook with the
-bundle as its ``BUNDLE``) and serves it with Voilà on 127.0.0.1 (code hidden, a live kernel per page) until
-stopped.
-
-Every page shows that bundle: each notebook takes it as its ``BUNDLE`` parameter, reads its verified
-inputs and policy through :func:`show_bundle` (which replace the notebook's sample parameters) and states
-its digest (:class:`ShownBundle` displays it). The builder refuses a notebook without a ``BUNDLE``
-parameter, and a page that does not state the bundle's digest.
+"""The review meeting, each page leading with the verified bundle's decision (:func:`decision_facts`): the
+report (``python -m kvplan.notebook.report OUT BUNDLE NOTEBOOK...``: every notebook run once into pages, and
+an index) and review mode (``--serve [--port N]``: the notebooks served live by Voilà on 127.0.0.1). Each
+notebook takes the bundle as its ``BUNDLE`` parameter (:func:`show_bundle`) and states its digest; a
+notebook without that parameter, or a page without the digest, is refused.
 """
 
 from __future__ import annotations
@@ -43,10 +35,7 @@ li { margin: 0.3em 0; }
 
 
 def decision_facts(decision: Decision) -> dict[str, str]:
-    """What a reviewer reads first about a decision, as (name, text): the figures of the flag it deploys.
-
-    Tokens and concurrency appear when the decision has a model spec; ``plan`` when it has an admission
-    plan; a tie names no limiting rank.
+    """What a reviewer reads first about a decision, as (name, text): the flag and its figures.
 
     >>> from kvplan.plan import Policy, decide_rooms
     >>> GiB = 2**30
@@ -83,9 +72,8 @@ def index_html(
     version: str,
     bundle: Mapping[str, str] | None = None,
 ) -> str:
-    """The report's ``index.html``: the decision first, its date and kvplan version, then every page.
-
-    ``bundle`` (e.g. ``{"name": ..., "digest": ..., "verified": ...}``) is listed under the decision.
+    """The report's ``index.html``: the decision first, its date and kvplan version, the ``bundle``'s facts,
+    then every page.
 
     >>> from kvplan.plan import Policy, decide_rooms
     >>> GiB = 2**30
@@ -129,9 +117,8 @@ def _rows(facts: Mapping[str, str], th_style: str = "") -> str:
 
 @dataclass(frozen=True)
 class ShownBundle:
-    """A verified bundle as a notebook's parameters: the bundle copies of its inputs by role, its policy,
-    model layout and admission plan. Displayed in a notebook, it states the bundle and its digest.
-    """
+    """A verified bundle as a notebook's parameters (its input copies by role, policy, layout and admission
+    plan); displayed, it states the bundle and its digest."""
 
     folder: Path
     digest: str
@@ -164,11 +151,7 @@ class ShownBundle:
 
 
 def bundle_banner(name: str, digest: str) -> str:
-    """What a page says of the bundle it shows (Markdown): its name and digest.
-
-    >>> bundle_banner("2026-12-01-d974eb240843", "ab" * 32)[:60]
-    '**This page shows the evidence bundle** `2026-12-01-d974eb24'
-    """
+    """What a page says of the bundle it shows (Markdown): its name and digest."""
     return (
         f"**This page shows the evidence bundle** {markdown_code(name)}, digest `sha256:{digest}` (verified: "
         "every hash and the recomputed decision agree); its inputs and policy replace the sample parameters."
@@ -216,11 +199,8 @@ def takes_bundle(notebook: Any) -> bool:
 
 
 def build_report(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> tuple[Path, list[str]]:
-    """Verify ``bundle``, write every notebook's pages into ``out_dir`` and the index; returns (index, errors).
-
-    A notebook that fails is an error line naming it and its failing cell, and is left out of the index;
-    so is one that takes no ``BUNDLE`` parameter or whose page does not state the bundle's digest.
-    """
+    """Verify ``bundle``, write every notebook's pages into ``out_dir`` and the index: (index, errors), a
+    notebook that fails (or takes no ``BUNDLE``, or whose page lacks the digest) an error, left out."""
     import nbformat
 
     from kvplan.evidence.verify import verify
@@ -272,10 +252,8 @@ DEFAULT_PORT = 8866
 
 
 def decision_html(bundle: str | Path, pages: Sequence[str]) -> str:
-    """The decision of a verified ``bundle`` as HTML, then a link to each dashboard (notebook file names).
-
-    A bundle that does not verify is said plainly, with its differences, and no flag is shown.
-    """
+    """The decision of a verified ``bundle`` as HTML, then a link to each dashboard (notebook file names);
+    a bundle that does not verify is said plainly, with its differences, and no flag."""
     from kvplan.evidence.verify import verify
 
     verified = verify(bundle)
@@ -317,10 +295,7 @@ def decision_notebook(bundle: str | Path, pages: Sequence[str]):
 
 
 def prepare(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> Path:
-    """Write the served folder into ``out_dir``: the decision page and each notebook with ``BUNDLE`` set.
-
-    Returns ``out_dir``. Existing pages there are replaced (the folder is the review's own).
-    """
+    """Write the served folder ``out_dir`` (returned): the decision page and each notebook with ``BUNDLE`` set."""
     import nbformat
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -334,11 +309,7 @@ def prepare(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> Path:
 
 
 def voila_command(folder: Path, port: int = DEFAULT_PORT) -> list[str]:
-    """Voilà serving ``folder`` on 127.0.0.1:``port``: code hidden, no browser opened, no tracebacks shown.
-
-    >>> voila_command(Path("build/review"), 9000)[3:6]
-    ['--no-browser', '--port=9000', '--Voila.ip=127.0.0.1']
-    """
+    """Voilà serving ``folder`` on 127.0.0.1:``port``: code hidden, no browser opened, no tracebacks shown."""
     return [
         sys.executable,
         "-m",

@@ -1,8 +1,8 @@
-"""The pure what-if (no widgets, no drawing): :func:`evaluate` turns a :class:`Scenario` (inputs in bytes)
-into an :class:`Outcome` (the budget, what it buys, the drift); helpers turn control values into bytes."""
+"""The pure what-if (no widgets, no drawing): :func:`evaluate` turns a :class:`Scenario` into an :class:`Outcome`."""
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -35,13 +35,9 @@ BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
 @dataclass(frozen=True)
 class Scenario:
-    """Inputs of one what-if evaluation; sizes in bytes, per-rank tuples in rank order.
-
-    ``add_back_bytes`` raises a rank's room (a co-tenant that moved away). Capacity needs ``max_model_len``
-    and a ``kv_spec`` (vLLM's arithmetic for the model) or ``bytes_per_token``; ``block_size=None`` is the
-    spec's (else 16). Drift needs ``ref_free_bytes`` and ``boot_free_bytes`` (startup free memory per rank
-    of the reference and the later boot). ``max_position_embeddings`` defaults to ``kv_spec``'s.
-    """
+    """Inputs of one what-if, in bytes, per-rank tuples in rank order: ``add_back_bytes`` raises a rank's room;
+    capacity needs ``max_model_len`` and ``kv_spec`` or ``bytes_per_token``; drift needs ``ref_free_bytes`` and
+    ``boot_free_bytes`` (startup free memory per rank of the reference and the later boot)."""
 
     room_bytes: tuple[int, ...]
     reserve_bytes: int
@@ -95,11 +91,8 @@ class Scenario:
 
 @dataclass(frozen=True, eq=False)
 class Outcome:
-    """Everything one scenario gives: the budget, and where inputs allow, capacity and drift.
-
-    ``target_length``: the longest length (≤ ``max_model_len``) at which the target (whole sequences) fits,
-    0 when none does; ``spec``: the model spec at the block size in effect. Compared by identity.
-    """
+    """Everything one scenario gives: the budget and, where inputs allow, capacity, drift and ``target_length``
+    (the longest length ≤ ``max_model_len`` holding the target, 0 if none). Compared by identity."""
 
     scenario: Scenario
     budget: Budget
@@ -243,10 +236,7 @@ class Outcome:
 
 
 def weak_rank_at_median(outcome: Outcome) -> Scenario:
-    """The same scenario with the limiting rank's safe budget raised to the median rank's.
-
-    "What would the launch buy if its weak rank were a typical one?": the answer to "fix the weak
-    rank or tune the value?" in tokens. The uniform value then follows the next weakest rank.
+    """The same scenario with the limiting rank's safe budget raised to the median's ("fix the weak rank?").
 
     >>> GiB = 2**30
     >>> outcome = evaluate(Scenario((13 * GiB, 17 * GiB, 19 * GiB), GiB))  # safe 12, 16, 18 GiB
@@ -261,18 +251,14 @@ def weak_rank_at_median(outcome: Outcome) -> Scenario:
 
 
 def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outcome:
-    """The budget and what it buys for one scenario (pure: no widgets, no drawing).
-
-    Room per rank is ``room_bytes + add_back_bytes``; the budget is in whole blocks when the block is known;
-    the drift's reference budget per rank is the safe budget (room − reserve), as the gate uses it.
+    """The budget (of ``room_bytes + add_back_bytes``, in whole blocks when known) and what it buys; drift's
+    reference budget per rank is the safe budget, as the gate's.
 
     >>> GiB = 2**30
     >>> s = Scenario((13 * GiB, 18 * GiB), GiB, bytes_per_token=256 * 1024, max_model_len=8192)
     >>> o = evaluate(s)
     >>> o.budget.uniform_budget_bytes // GiB, o.capacity.tokens, o.capacity.max_concurrency
     (12, 49152, 6.0)
-    >>> evaluate(replace(s, add_back_bytes=(6 * GiB, 0))).budget.limiting_rank  # 19 vs 18 GiB
-    1
     """
     ranks = scenario.rank_ids
     add_back = scenario.add_back_bytes or (0,) * len(scenario.room_bytes)
@@ -340,16 +326,7 @@ def longest_length_at(concurrency_at, target: float, max_model_len: int) -> int:
     >>> longest_length_at(lambda n: 2.0, 8, 32_768), longest_length_at(lambda n: 9.0, 8, 32_768)
     (0, 32768)
     """
-    low, high = 0, max_model_len  # concurrency_at(low) ≥ target, or low = 0
-    if concurrency_at(high) >= target:
-        return high
-    while high - low > 1:
-        middle = (low + high) // 2
-        if concurrency_at(middle) >= target:
-            low = middle
-        else:
-            high = middle
-    return low
+    return bisect.bisect_left(range(1, max_model_len + 1), True, key=lambda n: concurrency_at(n) < target)
 
 
 def gib_to_bytes(value_gib: float) -> int:
@@ -365,10 +342,8 @@ def add_back_bytes(value_gib: float, co_tenant: int | None) -> int:
     """An add-back slider's bytes: at most the co-tenant's (exactly those at the slider's top), 0 if unknown.
 
     >>> co_tenant = 25_845_153_792  # 24.07 GiB (rounded)
-    >>> add_back_bytes(25.0, co_tenant) == add_back_bytes(co_tenant / 2**30, co_tenant) == co_tenant
-    True
-    >>> add_back_bytes(2.0, co_tenant), add_back_bytes(2.0, None)
-    (2147483648, 0)
+    >>> add_back_bytes(25.0, co_tenant) == co_tenant, add_back_bytes(2.0, co_tenant), add_back_bytes(2.0, None)
+    (True, 2147483648, 0)
     """
     if co_tenant is None:
         return 0
@@ -378,13 +353,10 @@ def add_back_bytes(value_gib: float, co_tenant: int | None) -> int:
 
 
 def add_back_limits(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None) -> list[int | None]:
-    """The most each rank's add-back may be: its co-tenant's bytes (or the scenario's own add-back when
-    more), None where unknown.
+    """The most each rank's add-back may be: its co-tenant's bytes (or more, the scenario's own), None if unknown.
 
     >>> add_back_limits(Scenario((10, 10), 1, add_back_bytes=(0, 9)), [5, 7])
     [5, 9]
-    >>> add_back_limits(Scenario((10,), 1), None)
-    [None]
     """
     add_back = scenario.add_back_bytes or (0,) * len(scenario.room_bytes)
     co_tenants = list(co_tenant_bytes) if co_tenant_bytes is not None else [None] * len(add_back)

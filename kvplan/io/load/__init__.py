@@ -12,12 +12,11 @@ from kvplan.io.load.frame import (
     LoadFormatError,
     LoadReading,
     LoadSource,
-    RowBuilder,
     bounded_lines,
     frame_of,
     reading_of,
 )
-from kvplan.io.load.log import parse_stats_lines, parse_stats_message, parse_stats_text, read_vllm_stats
+from kvplan.io.load.log import parse_stats_message, parse_stats_text, read_vllm_stats
 from kvplan.io.load.metrics import (
     is_metrics_lines,
     parse_metrics_snapshots,
@@ -33,12 +32,10 @@ __all__ = [
     "LoadFormatError",
     "LoadReading",
     "LoadSource",
-    "RowBuilder",
     "Sample",
     "frame_of",
     "parse_metrics_snapshots",
     "parse_metrics_text",
-    "parse_stats_lines",
     "parse_stats_message",
     "parse_stats_text",
     "read_load_evidence",
@@ -90,10 +87,12 @@ def read_load_evidence(
             "(kvplan load --log-utc-offset HOURS, utc_offset= in Python)"
         )
     parts = [*readings, *logs]
-    frame = parts[0].frame if len(parts) == 1 else pd.concat([p.frame for p in parts], ignore_index=True)
-    ranks = pd.Categorical(frame["source"], categories=order).codes  # each file's place in ``order``
-    if len(parts) > 1 and (ranks[1:] < ranks[:-1]).any():  # rows by file as given, then as read
-        frame = frame.iloc[np.argsort(ranks, kind="stable")].reset_index(drop=True)
+    frame = parts[0].frame
+    if len(parts) > 1:
+        frame = pd.concat([p.frame for p in parts], ignore_index=True)
+        ranks = pd.Categorical(frame["source"], categories=order).codes  # each file's place in ``order``
+        if (ranks[1:] < ranks[:-1]).any():  # rows by file as given, then as read
+            frame = frame.iloc[np.argsort(ranks, kind="stable")].reset_index(drop=True)
     warnings = [
         *(readings[0].warnings if readings else ()),
         *notes,

@@ -53,10 +53,8 @@ class LoadFormatError(ValueError):
 
 @dataclass(frozen=True)
 class LoadSource:
-    """What one file says about its server: KV capacity [tokens] ("GPU KV cache size", or ``num_gpu_blocks ×
-    block_size`` of ``vllm:cache_config_info``), the manual ``--kv-cache-memory-bytes`` [bytes] it shows,
-    whether it can show preemptions at all (V1 logs before 0.11.1 cannot), a log's UTC offset [h] when
-    known (its times are then UTC)."""
+    """What one file says about its server: KV capacity [tokens], the manual ``--kv-cache-memory-bytes``
+    [bytes], whether it can show preemptions (V1 logs before 0.11.1 cannot), a log's UTC offset [h]."""
 
     source: str
     kind: str
@@ -211,13 +209,16 @@ def time_texts(frame: pd.DataFrame) -> np.ndarray:
     ['11-29 10:00:10', '2026-01-02T03:04:05.000006', None]
     """
     times = frame["time"].to_numpy(dtype="datetime64[us]")
-    texts = times.astype("datetime64[s]").astype(str).astype(object)
+    seconds = times.astype("datetime64[s]").astype(str)
+    texts = seconds.astype(object)
     fraction = (times.view(np.int64) % 1_000_000 != 0) & ~np.isnat(times)
     if fraction.any():
         texts[fraction] = times[fraction].astype(str)
     yearless = ~frame["year_known"].to_numpy(dtype=bool, na_value=True) & ~np.isnat(times)
-    if yearless.any():
-        texts[yearless] = [f"{text[5:10]} {text[11:19]}" for text in texts[yearless]]
+    if yearless.any():  # "MM-DD HH:MM:SS" cut out of "YYYY-MM-DDTHH:MM:SS", a column of characters at a time
+        chars = seconds[yearless].view("U1").reshape(yearless.sum(), -1)
+        cut = [chars[:, 5:10], np.full((len(chars), 1), " "), chars[:, 11:19]]
+        texts[yearless] = np.concatenate(cut, axis=1).view("U14").ravel()
     texts[np.isnat(times)] = None
     return texts
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -13,16 +13,13 @@ import pandas as pd
 from kvplan.columns import KEY_COLUMNS
 from kvplan.io.ledger_frame import (
     ImpossibleValue,
-    check_parallel_size,
     check_value,
     missing,
-    possible_parallel_size,
 )
 from kvplan.io.metadata import place_note
-from kvplan.io.vllm.families import read_message
+from kvplan.io.vllm.families import impossible_in, read_message
 from kvplan.io.vllm.handlers import Fact, PartsDisagree
 from kvplan.io.vllm.records import Record, rank_name, split_records, worker_groups
-from kvplan.io.vllm.values import CONFIG_NAMES
 from kvplan.releases import version_tuple
 from kvplan.units import MAX_DEVICE_BYTES, format_size
 
@@ -124,10 +121,10 @@ class BootSplitter:
                 ) from None
             if facts:
                 check_value("pid", record.pid, self.source, number)
-                for fact in facts:
-                    if fact.scope != "config":  # config values are checked as columns (_config)
-                        for name, value in fact.values.items():
-                            check_value(name, value, self.source, number)
+                impossible = impossible_in(record.message)
+                if impossible is not None:
+                    check, column, value = impossible
+                    check(column, value, self.source, number)  # refuses the log, naming this line
                 self._facts(number, raw, facts, record)
 
     def finish(self) -> None:
@@ -139,7 +136,7 @@ class BootSplitter:
         named ``process``, at ``level``; ``repeated`` is Ray's collapsed-line count."""
         key = None if record.pid is None else self._identity(number, record)
         process, level, repeated = record.process, record.level, record.repeated
-        for family, scope, values in facts:
+        for family, scope, values, columns in facts:
             if scope == "config":
                 self._maybe_new_boot(number, family, key)
             boot = self.boot
@@ -163,7 +160,7 @@ class BootSplitter:
                 if family == "engine_config":
                     boot.config_printers.add(key)
                     boot.flags.setdefault("v1", values.get("_v1"))
-                self._config(number, raw, family, values)
+                self._config(number, raw, family, columns)
                 continue
             elif scope == "flag":
                 for name, value in values.items():
@@ -223,17 +220,12 @@ class BootSplitter:
             self._close()
             self.boot = Boot(boot.index + 1, number)
 
-    def _config(self, number: int, raw: int | str, family: str, values: Mapping) -> None:
-        """Hold the configuration columns a config fact (``family``'s ``values``) sets,
-        each where no more trusted family set it already (:data:`CONFIG_PRIORITY`)."""
-        columns = list(_column_values(values))
-        impossible = next((item for item in columns if not _possible(*item)), None)
-        if impossible is not None:
-            check_parallel_size(*impossible, self.source, number)  # refuses the log, naming this line
+    def _config(self, number: int, raw: int | str, family: str, columns: tuple) -> None:
+        """Hold the configuration ``columns`` a config fact of ``family`` sets, each where no more trusted
+        family set it already (:data:`CONFIG_PRIORITY`)."""
         config = self.boot.config
         priority = CONFIG_PRIORITY[family]
         for column, value in columns:
-            check_value(column, value, self.source, number)
             held = config.get(column)
             if held is None:
                 config[column] = (value, number, raw, family)
@@ -249,61 +241,7 @@ class BootSplitter:
             self.close(boot)
 
 
-#: Configuration columns held as whole numbers.
-INT_CONFIG = ("max_model_len", "block_size", "max_num_batched_tokens", "num_gpu_blocks_override")
-_PARALLEL_COLUMNS = frozenset(column for column in CONFIG_NAMES.values() if column.endswith("_parallel_size"))
-_INT_COLUMNS = frozenset(INT_CONFIG) | _PARALLEL_COLUMNS
-_FLAG_COLUMNS = frozenset(("enforce_eager", "async_scheduling", "hybrid_kv_cache_manager"))
 _KV_SIZED = frozenset(KV_SIZED_COLUMNS)
-
-
-def _possible(column: str, value: object) -> bool:
-    """Whether a configuration column's value is one a launch can have (a parallel size at least 1)."""
-    return column not in _PARALLEL_COLUMNS or possible_parallel_size(value)
-
-
-def _column_values(values: Mapping) -> Iterator[tuple[str, object]]:
-    """The :data:`~kvplan.io.vllm.values.CONFIG_NAMES` items of a config fact's ``values`` as columns and
-    ledger values.
-
-    >>> list(_column_values({"max_seq_len": "4096", "disable_hybrid_kv_cache_manager": True, "seed": 0}))
-    [('max_model_len', 4096), ('hybrid_kv_cache_manager', False)]
-    """
-    for name, value in values.items():
-        column = CONFIG_NAMES.get(name)
-        if column is None:
-            continue
-        if name == "disable_hybrid_kv_cache_manager" and isinstance(value, bool):
-            value = not value
-        yield column, _config_value(column, value)
-
-
-def _config_value(column: str, value: object) -> object:
-    """A configuration value as the ledger holds it (``NA`` for None, "None" or "").
-
-    >>> _config_value("block_size", "16"), _config_value("enforce_eager", "True"), _config_value("model", None)
-    (16, True, <NA>)
-    >>> _config_value("max_model_len", -1)  # auto-fit: the fitted length is printed later
-    <NA>
-    """
-    if value is None or (isinstance(value, str) and value in ("None", "")):
-        return pd.NA
-    if column in _INT_COLUMNS:
-        try:
-            number = int(value)
-        except (TypeError, ValueError):
-            return pd.NA
-        # --max-model-len -1 (0.27+) asks vLLM to fit the length: the length is the one it fitted
-        # (an 'Auto-fit max_model_len' or KV cache line), not -1 (issue 26)
-        return pd.NA if column == "max_model_len" and number < 1 else number
-    if column == "gpu_memory_utilization":
-        try:
-            return float(value)
-        except (TypeError, ValueError):
-            return pd.NA
-    if column in _FLAG_COLUMNS:
-        return value if isinstance(value, bool) else str(value) == "True"
-    return str(value)
 
 
 def boot_key(boot: Boot) -> tuple[dict, dict, tuple | None]:

@@ -66,9 +66,8 @@ class RankObservations:
 
 
 def completed(observations: list[Observation]) -> list[Observation]:
-    """Each observation with what its process printed about the rank after it (issue 26): a process's
-    later observation starts from the values it held and adds what followed, so an earlier one is
-    completed from the process's latest, its own values kept.
+    """Each observation completed (issue 26) from its process's latest (which started from the values it
+    held and added what followed), its own values kept.
 
     >>> first = Observation((7, None), {"available_kv_bytes": 9}, {"available_kv_bytes": (3, "")}, start=3)
     >>> last = Observation((7, None), {"available_kv_bytes": 8, "suggested_full_bytes": 5}, start=5)
@@ -92,9 +91,8 @@ def completed(observations: list[Observation]) -> list[Observation]:
 
 
 def agreed(observations: list[Observation], rooms: list[int | None]) -> Observation | None:
-    """One observation for them all when they do not conflict, else None: one process's observations
-    that give one room and one free memory at startup (its lines about itself, merged: the latest), or
-    observations of several processes that give no field two values (their values joined)."""
+    """One observation for them all when they do not conflict, else None: one process's giving one room and
+    one free memory (the latest), or several processes' giving no field two values (joined)."""
     if len({item.key for item in observations}) == 1:  # the room and the free memory decide (a gate's F_boot)
         same = len(set(rooms)) == 1 and len({_free(item) for item in observations}) == 1
         return observations[-1] if same else None
@@ -117,10 +115,8 @@ def safest(
     source: str,
     boot: int,
 ) -> tuple[Observation, Note | None]:
-    """The observation with the lowest room (the first when none shows a room), and the note when several.
-
-    ``room_of(values, origin)`` is the room one observation's values give (None: none). Between equal
-    rooms the one with less free memory at startup is kept: the worse start, which a canary is judged on.
+    """The observation with the lowest room by ``room_of(values, origin)`` (then the least free memory at
+    startup: the worse start, which a canary is judged on), and the note when several conflict.
 
     >>> one = Observation((1, None), {"r": 9}, {"r": (3, "")}, start=3)
     >>> two = Observation((2, None), {"r": 7}, {"r": (4, "")}, start=4)

@@ -7,11 +7,13 @@ vLLM source of the less common lines are in ``docs/vllm-lines.md``.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from functools import lru_cache
 from itertools import chain
 from types import MappingProxyType
 
 from kvplan.columns import FAILURE_PHASES
+from kvplan.io.ledger_frame import ImpossibleValue, check_parallel_size, check_value, possible_parallel_size
 from kvplan.io.vllm.handlers import (
     Fact,
     Family,
@@ -27,7 +29,7 @@ from kvplan.io.vllm.handlers import (
     v0_one_line,
     weights,
 )
-from kvplan.io.vllm.values import gib_bytes
+from kvplan.io.vllm.values import PARALLEL_COLUMNS, config_columns, gib_bytes
 
 # One row a family, in the order they are tried: family, trigger, scope, values, regex.
 # fmt: off
@@ -244,6 +246,40 @@ def read_message(message: str) -> tuple[Fact, ...]:
             continue
         match = pattern.search(message)
         if match is not None:
-            facts.append(Fact(name, scope, MappingProxyType(handler(match))))
+            values = handler(match)
+            columns = config_columns(values) if scope == "config" else ()
+            facts.append(Fact(name, scope, MappingProxyType(values), columns))
             seen_outcome = seen_outcome or scope == "outcome"
     return tuple(facts)
+
+
+@lru_cache(maxsize=MESSAGES_KEPT)
+def impossible_in(message: str) -> tuple[Callable, str, object] | None:
+    """The first value of the message's facts that no vLLM line can show, as ``(check, column, value)``:
+    ``check`` (:func:`~kvplan.io.ledger_frame.check_value`, or ``check_parallel_size`` for a config fact's
+    parallel size, checked first) refuses it with a file and line; None when all can be.
+
+    >>> impossible_in("Available KV cache memory: 12.5 GiB"), impossible_in("Available KV cache memory: 900000000 GiB")[1:]
+    (None, ('available_kv_bytes', 966367641600000000))
+    """
+    facts = read_message(message)
+    for column, value in (item for fact in facts if fact.scope != "config" for item in fact.values.items()):
+        if not _possible(check_value, column, value):
+            return check_value, column, value
+    for fact in facts:
+        for column, value in fact.columns:
+            if column in PARALLEL_COLUMNS and not possible_parallel_size(value):
+                return check_parallel_size, column, value
+        for column, value in fact.columns:
+            if not _possible(check_value, column, value):
+                return check_value, column, value
+    return None
+
+
+def _possible(check: Callable, column: str, value: object) -> bool:
+    """Whether ``check`` lets ``value`` of ``column`` pass."""
+    try:
+        check(column, value, "", 0)
+    except ImpossibleValue:
+        return False
+    return True

@@ -25,6 +25,8 @@ class Fact(NamedTuple):
     family: str
     scope: str
     values: Mapping[str, Any]
+    #: a config fact's values as ledger columns (:func:`~kvplan.io.vllm.values.config_columns`)
+    columns: tuple[tuple[str, object], ...] = ()
 
 
 #: What turns a family's match into values.
@@ -93,12 +95,9 @@ COLUMN_KINDS = {
 def family(
     name: str, trigger: str, scope: str, values: tuple[str | None, ...] | dict | Handler, pattern: str
 ) -> Family:
-    """One row of a family table. ``{num}`` in ``pattern`` is a decimal number (:data:`NUM`, a group).
-
-    ``values`` is a handler, a dict (the values every match gives: flags), or the columns the
-    regex's groups hold, in order: None skips a group, ``column:kind`` names a kind of
-    :data:`CONVERTERS` other than the column's own (:data:`COLUMN_KINDS`); a group that did not take
-    part in the match gives nothing.
+    """One row of a family table (``{num}`` in ``pattern``: a decimal number group). ``values`` is a handler,
+    a dict (what every match gives: flags), or the columns the groups hold in order (None skips a group;
+    ``column:kind`` names a kind of :data:`CONVERTERS` other than the column's, :data:`COLUMN_KINDS`).
 
     >>> row = family("pool", "pool", "rank", ("cuda_graph_bytes", None, "kv_cache_tokens"), r"pool {num} GiB(?: (x))? ([\\d,]+)")
     >>> row.handler(row.pattern.search("pool 1.5 GiB 12,288"))

@@ -36,11 +36,9 @@ def printed_manual(printed_bytes: int) -> dict:
 
 
 def exact_manual(rows: dict, config: dict, origin: dict, source: str, warnings: list) -> None:
-    """Replace each rank's printed manual figure by the flag's bytes from the boot's arguments line.
-
-    ``config`` is the boot's configuration (``column → (value, line, raw, family)``); a rank whose printed
-    figure is more than :data:`PRINTED_HALF_BYTES` from the flag keeps it, with its bound widened to the
-    flag's bytes and a note (the arguments and the workers disagree: the safe side is the larger value).
+    """Replace each rank's printed manual figure by the flag's bytes from the boot's ``config`` (``column →
+    (value, line, raw, family)``); a figure more than :data:`PRINTED_HALF_BYTES` off keeps its value, its
+    bound widened to the flag's bytes, with a note (the safe side is the larger value).
 
     >>> rows = {0: printed_manual(57_466_662_420)}
     >>> exact_manual(rows, {"manual_kv_bytes": ("57465241600", 2, 0, "non_default_args")}, {}, "a.log", [])

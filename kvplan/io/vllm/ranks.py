@@ -64,12 +64,9 @@ def _rank_from_name(name: str, sizes: Sizes) -> tuple[tuple[str, int], ...]:
 
 
 def layout_sizes(key: dict, names: set[str]) -> tuple[Sizes, dict[str, int]]:
-    """The PP, PCP and TP sizes that number the workers' global ranks, and those bounded rather than stated.
-
-    A size is the key's when the log states it (PCP never is: not in the engine-config line). Else, when
-    workers are named by their groups, a group no name shows has one member (vLLM names only groups of
-    more than one) and a group the names show has at least its largest rank + 1 members: that bound is
-    used, and returned (group → size) so that the reader can say so.
+    """The PP, PCP and TP sizes that number the workers' global ranks, and those bounded rather than stated:
+    the key's when stated (PCP never is), else from the worker names: a group no name shows has one member
+    (vLLM names only groups of more than one), one they show at least its largest rank + 1 (bounded).
 
     >>> layout_sizes({}, {"Worker_PP1_TP3", "Worker_PP0_TP0"})
     ((2, 1, 4), {'PP': 2, 'TP': 4})

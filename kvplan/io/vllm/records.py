@@ -1,7 +1,5 @@
-"""One physical vLLM log line into records: who printed each (process prefix, pid, level), what it says.
-
-:func:`split_records` copes with what real files contain: ANSI colour, ``\\r`` progress updates,
-several process prefixes on one line, two processes' output interleaved, lost headers.
+"""One physical vLLM log line into records: who printed each (process prefix, pid, level), what it says; as
+real files hold them (colour, ``\\r`` progress updates, relayed prefixes, interleaved output, lost headers).
 """
 
 from __future__ import annotations
@@ -125,10 +123,8 @@ def _cut(text: str, cuts: list[tuple[int, int]] | tuple) -> str:
 
 
 def _bare_codes(segment: str) -> list[tuple[int, int]]:
-    """The spans of the colour codes that lost their ESC byte (``[1;36m``) in a record's head.
-
-    Only codes among the process prefix, level, date and ``[file:line]`` at the start of a record (the
-    segment's start, or a process prefix) count; the same text inside a message body stays.
+    """The spans of the colour codes that lost their ESC byte (``[1;36m``) in a record's head (prefix, level,
+    date, ``[file:line]``); the same text inside a message body stays.
 
     >>> _bare_codes("[1;36m(VllmWorkerProcess pid=902)[0;0m INFO 09-13 10:00:16 [a.py:1] x [1m")
     [(0, 6), (33, 38)]
@@ -174,10 +170,9 @@ def _head_codes(segment: str, position: int) -> tuple[int, list[tuple[int, int]]
 
 
 def _walk(text: str) -> list[tuple[list, str | None]]:
-    """The records of one clean segment as ``([message, process, pid, ip, repeated, *outer], level)``, each
-    a span of ``text`` (None for no pid, ip or count; an empty span for no name): each record starts at a run of process prefixes and at
-    most one header (:data:`_START_RE`); text before the first start is a record of its own unless a
-    wrapper's stamp (:func:`_is_external_stamp`).
+    """The records of one clean segment as ``([message, process, pid, ip, repeated, *outer], level)``, spans
+    of ``text`` (None: no pid, ip or count): a record starts at a run of prefixes and at most one header;
+    text before the first is a record unless a wrapper's stamp (:func:`_is_external_stamp`).
 
     >>> [(spans[:3], level) for spans, level in _walk("(A pid=1) INFO 08-14 14:07:22 [a.py:1] x (B pid=2) y")]
     [([(39, 40), (1, 2), (7, 8)], 'INFO'), ([(51, 52), (42, 43), (48, 49)], None)]

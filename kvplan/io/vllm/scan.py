@@ -1,8 +1,5 @@
-"""The streaming scan: read a log in blocks and keep only the lines holding one of the anchors.
-
-A sealed engine (``docs/architecture.md``): Hyperscan finds the anchors of a whole block at once, so a
-gigabyte of serving traffic costs little time and memory; ``tests/test_io_vllm_scan.py`` is its one
-specification.
+"""The streaming scan, a sealed engine: Hyperscan finds the anchors of each block, and the lines holding one
+are kept; ``tests/test_io_vllm_scan.py`` is its one specification.
 """
 
 from __future__ import annotations

@@ -8,7 +8,10 @@ from __future__ import annotations
 import ast
 import functools
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
+
+import pandas as pd
 
 from kvplan.units import parse_size
 
@@ -172,3 +175,54 @@ def key_values(text: str, separator: str = "=", names: Collection[str] | None = 
         if sep and (name in names if names is not None else re.fullmatch(r"\w+", name)):
             values[name] = literal_value(value)
     return values
+
+
+#: Configuration columns held as whole numbers, and as booleans.
+INT_CONFIG = ("max_model_len", "block_size", "max_num_batched_tokens", "num_gpu_blocks_override")
+PARALLEL_COLUMNS = frozenset(column for column in CONFIG_NAMES.values() if column.endswith("_parallel_size"))
+_INT_COLUMNS = frozenset(INT_CONFIG) | PARALLEL_COLUMNS
+_FLAG_COLUMNS = frozenset(("enforce_eager", "async_scheduling", "hybrid_kv_cache_manager"))
+
+
+def config_columns(values: Mapping) -> tuple[tuple[str, object], ...]:
+    """The :data:`CONFIG_NAMES` items of a config fact's ``values`` as ``(column, ledger value)``, in order
+    (a column twice when the line names it twice: ``model_tag`` and ``model``).
+
+    >>> config_columns({"max_seq_len": "4096", "disable_hybrid_kv_cache_manager": True, "seed": 0})
+    (('max_model_len', 4096), ('hybrid_kv_cache_manager', False))
+    """
+    columns = []
+    for name, value in values.items():
+        column = CONFIG_NAMES.get(name)
+        if column is not None:
+            negated = name == "disable_hybrid_kv_cache_manager" and isinstance(value, bool)
+            columns.append((column, _config_value(column, not value if negated else value)))
+    return tuple(columns)
+
+
+def _config_value(column: str, value: Any) -> object:
+    """A configuration value as the ledger holds it (``NA`` for None, "None" or "").
+
+    >>> _config_value("block_size", "16"), _config_value("enforce_eager", "True"), _config_value("model", None)
+    (16, True, <NA>)
+    >>> _config_value("max_model_len", -1)  # auto-fit: the fitted length is printed later
+    <NA>
+    """
+    if value is None or (isinstance(value, str) and value in ("None", "")):
+        return pd.NA
+    if column in _INT_COLUMNS:
+        try:
+            number = int(value)
+        except (TypeError, ValueError):
+            return pd.NA
+        # --max-model-len -1 (0.27+) asks vLLM to fit the length: the length is the one it fitted
+        # (an 'Auto-fit max_model_len' or KV cache line), not -1 (issue 26)
+        return pd.NA if column == "max_model_len" and number < 1 else number
+    if column == "gpu_memory_utilization":
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            return pd.NA
+    if column in _FLAG_COLUMNS:
+        return value if isinstance(value, bool) else str(value) == "True"
+    return str(value)
