@@ -1,6 +1,5 @@
 """Reading a bundle, an untrusted input: ``budget.json`` bounded, parsed and shape-checked; every other file
-opened without following symlinks or blocking, read to a bound and hashed once (verify judges those bytes).
-"""
+opened without following symlinks or blocking, read to a bound and hashed once (verify judges those bytes)."""
 
 from __future__ import annotations
 
@@ -121,8 +120,7 @@ def read_bounded(folder: Path, name: str, max_bytes: int) -> bytes:
 
 
 def copy_hashed(folder: Path, name: str, target: Path, expected_size: object) -> tuple[str, int]:
-    """Copy bundle file ``name`` to ``target`` while hashing it: its SHA-256 and size; refused unread when its
-    size is not ``expected_size``, and never copied past it."""
+    """Copy bundle file ``name`` to ``target`` while hashing it (SHA-256, size); refused unread at another size."""
     descriptor = _open(folder, name)
     with os.fdopen(descriptor, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
@@ -244,8 +242,7 @@ def read_files(
 
 
 def added_paths(folder: Path, expected: Mapping[str, str] | Sequence[str]) -> list[str]:
-    """Paths under ``folder`` (folders ending in ``/``, symlinks not followed) that are neither ``budget.json``,
-    an ``expected`` file nor a folder holding one, sorted."""
+    """Paths under ``folder`` (folders end in ``/``) that are no ``expected`` file or folder holding one, sorted."""
     wanted = {BUDGET_JSON, *expected}
     folders = {parent.as_posix() for name in wanted for parent in Path(name).parents} - {"."}
     added = []
@@ -311,8 +308,7 @@ def _typed(value: object, kind: type = int) -> Any:
 
 
 def entry_differences(entries: Sequence[object]) -> list[str]:
-    """Each ``inputs[]`` entry is of :data:`INPUT_KEYS` (else :class:`BundleError`), named as approve names it
-    (else a difference)."""
+    """Each ``inputs[]`` entry is of :data:`INPUT_KEYS` (else :class:`BundleError`) and named as approve names it."""
     for i, entry in enumerate(entries):
         if (
             not isinstance(entry, dict)

@@ -1,8 +1,5 @@
 """The bundle record (``budget.json``, schema in ``docs/budget-json.md``): its bytes, digests and seal.
 
-:func:`bundle_digest` of its bytes pins a whole bundle; :func:`inputs_digest` names the folder, :func:`seal`
-covers the rest of the record.
-
 >>> bundle_name(datetime(2026, 11, 29, 10, 40, tzinfo=timezone.utc), "0123456789abcdef")
 '2026-11-29-0123456789ab'
 """
@@ -151,8 +148,7 @@ def input_names(paths: Sequence[str | os.PathLike]) -> list[str]:
 
 @dataclass(frozen=True)
 class Approval:
-    """Who approved under which policy with which kvplan, the checks accepted without a verdict, and whether
-    the record has the launch (False: as before issue 24, no :data:`LAUNCH_KEY` and no start-up checks)."""
+    """Who approved, how, with which kvplan; ``launch`` False: no :data:`LAUNCH_KEY` or start-up checks (issue 24)."""
 
     policy: Policy
     approver: str

@@ -1,8 +1,5 @@
-"""The bundle's texts and charts, pure over the record and the decision (verify regenerates them byte for byte).
-
-Text from files is escaped for its target (:mod:`kvplan.escape`); a bundle without ``text_escaping`` (written
-before the rule) is regenerated as it was written.
-"""
+"""The bundle's texts and charts, pure over the record and the decision (verify regenerates them byte for byte);
+text from files escaped for its target, unless the bundle predates ``text_escaping``."""
 
 from __future__ import annotations
 
@@ -69,8 +66,7 @@ class _Markdown:
 
 
 def launch_lines(record: Mapping) -> list[str]:
-    """``SUMMARY.md``'s launch (none before issue 24): both flags, and each rank whose room is below its
-    available KV memory (sized before CUDA graphs were captured)."""
+    """``SUMMARY.md``'s launch (none before issue 24): both flags, and each rank whose room is below its KV memory."""
     flags = record["decision"].get("launch_flags")
     if flags is None:
         return []
@@ -265,8 +261,7 @@ def chart_names(decision: Decision) -> list[str]:
 
 
 def chart_images(decision: Decision) -> dict[str, bytes]:
-    """The PNG bytes of each chart by bundle path, without time or software stamp (redrawn byte for byte by one
-    matplotlib), which is imported only here: ``gate`` and ``verify`` of a sealed bundle never load it."""
+    """Each chart's PNG bytes by bundle path, unstamped (redrawn byte for byte); matplotlib is imported only here."""
     from kvplan import charts
 
     budget = decision.budget
@@ -292,9 +287,6 @@ def _concurrency_chart(decision: Decision, charts: types.ModuleType) -> object:
     curve = pd.DataFrame(capacity_rows(spec, decision.budget.uniform_budget_bytes, lengths))
     target = decision.plan["target_concurrency"] if decision.plan else None
     return charts.concurrency_chart(curve, max_len, target)
-
-
-# --- evidence.log ---------------------------------------------------------------------------------
 
 
 def evidence_lines(

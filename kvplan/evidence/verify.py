@@ -1,6 +1,5 @@
 """Verifying a bundle: every file, key and number recomputed from the hashed copies of its inputs; the gate
-judges the record verify parsed (:func:`verified_approval`). The folder name is a label, never a difference.
-"""
+judges the record verify parsed (:func:`verified_approval`). The folder name is a label, never a difference."""
 
 from __future__ import annotations
 
@@ -63,8 +62,7 @@ _COMPARED = tuple(key for key in KNOWN_KEYS if key not in _NOT_RECOMPUTED)
 
 @dataclass(frozen=True)
 class Verified:
-    """A bundle as verified: the record parsed from the checked bytes, their SHA-256 (the bundle's digest), the
-    differences (none: it verifies), the notes and the recomputed decision."""
+    """A bundle as verified: its record, digest, differences (none: it verifies), notes and recomputed decision."""
 
     folder: Path
     record: dict
@@ -235,8 +233,7 @@ def _chart_differences(
     differences: list[str],
     notes: list[str],
 ) -> tuple[list[str], list[str], Decision]:
-    """``differences`` and ``notes`` with the charts' (without a seal: by hash only, a redraw that differs is a
-    note) and the release's."""
+    """``differences`` and ``notes`` with the charts' (without a seal: a redraw that differs is a note)."""
     expected = {f"{CHARTS_DIR}/{chart}.png" for chart in chart_names(decision)}
     recorded = {path for path in record["files"] if str(path).startswith(f"{CHARTS_DIR}/")}
     if recorded != expected:
@@ -259,8 +256,7 @@ def _chart_differences(
 
 
 def verified_approval(bundle: str | os.PathLike, digest: str | None = None) -> tuple[Verified, Approved]:
-    """The verified bundle and its gate view; :class:`BundleChangedError` when it does not verify or is not the
-    bundle pinned by ``digest`` (at least 12 hex digits of its SHA-256)."""
+    """The verified bundle and its gate view; :class:`BundleChangedError` unless it verifies and is ``digest``'s."""
     verified = verify(bundle)
     if digest is not None:
         wanted = digest.strip().lower().removeprefix("sha256:")

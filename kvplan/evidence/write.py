@@ -1,6 +1,5 @@
 """Writing a bundle: decide, assemble the folder under ``.<name>.<random>.partial``, fsync, and rename it onto
-an empty ``mkdir`` claim of its name (a bundle written meanwhile is never replaced; a failure leaves nothing).
-"""
+an empty ``mkdir`` claim of its name (a bundle written meanwhile is never replaced; a failure leaves nothing)."""
 
 from __future__ import annotations
 
@@ -82,10 +81,7 @@ def approve(*args: Any, **kwargs: Any) -> Path:
 
 
 def approve_bundle(request: Request) -> tuple[Path, dict]:
-    """Decide and write the bundle under ``out_dir``: the new folder and its ``budget.json`` record.
-
-    Raises :class:`BundleExistsError`, :class:`~kvplan.plan.InputFileError` and :class:`ApprovalError`.
-    """
+    """Decide and write the bundle under ``out_dir``: the new folder and its ``budget.json`` record."""
     sources, roles, load_policy = _inputs(request)
     allowed = tuple(dict.fromkeys(request.allow_unjudged))
     created = (request.now or datetime.now(timezone.utc)).replace(microsecond=0)
@@ -201,8 +197,7 @@ def _is_bundle(folder: Path) -> bool:
 
 
 def clean_stale(out: Path, name: str, now: float | None = None) -> list[Path]:
-    """Remove, with a warning, what killed approvals left in ``out``: an empty claim of ``name`` and ``.partial``
-    folders older than :data:`STALE_PARTIAL_S`."""
+    """Remove, with a warning, an empty claim of ``name`` and ``.partial`` folders that killed approvals left."""
     import warnings
 
     removed = []

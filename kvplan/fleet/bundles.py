@@ -1,7 +1,5 @@
-"""A class's evidence bundle (:func:`kvplan.evidence.approve` over its clean hosts' logs and one ``--query-gpu``
-snapshot, its note listing the hosts), and the canary gate: each host judged as ``kvplan gate`` judges one
-launch, against the bundle whose *verified* record lists it.
-"""
+"""A class's evidence bundle (:func:`kvplan.evidence.approve` of its clean hosts' logs, its note listing them),
+and the canary gate: each host judged as ``kvplan gate`` judges one launch, against the bundle that lists it."""
 
 from __future__ import annotations
 
@@ -116,9 +114,6 @@ def approve_class(
     )
 
 
-# --- the canary gate --------------------------------------------------------------------------
-
-
 @dataclass(frozen=True)
 class HostVerdict:
     """One host's gate result: ``passed`` True/False, None when it cannot be judged (``reason`` says why)."""
@@ -229,8 +224,7 @@ def gate_fleet(
     storage_options: Mapping[str, object] | None = None,
     progress: Progress | None = None,
 ) -> list[HostVerdict]:
-    """Every host of ``targets`` (a fleet, or one host's files, named by their folder) judged against
-    ``bundles``; ``only`` keeps the named hosts (a wave's)."""
+    """Every host of ``targets`` (a fleet, or one host's files) judged against ``bundles``; ``only``: a wave's."""
     approved = approvals(bundles)
     hosts = _targets(targets, storage_options)
     if only:

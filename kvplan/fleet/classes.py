@@ -1,6 +1,5 @@
 """Host classes (hosts grouped by compatibility key, then ``class_by`` labels): each class's uniform budget over
-all its hosts' ranks, split advice for the hosts that hold it down, and the rollout waves (canaries first).
-"""
+all its hosts' ranks, split advice for the hosts that hold it down, and the rollout waves (canaries first)."""
 
 from __future__ import annotations
 
@@ -30,8 +29,7 @@ CAUSES = (
 
 @dataclass(frozen=True)
 class FleetPolicy:
-    """The planner's policy: reserve per rank [bytes], class labels, split bound, minimum clean hosts,
-    canaries per class, optional admission plan, and who approves the bundles."""
+    """The planner's policy: reserve per rank [bytes], class labels, split bound, hosts, canaries, plan, approver."""
 
     reserve_bytes: int
     class_by: tuple[str, ...] = ()
@@ -44,8 +42,7 @@ class FleetPolicy:
 
 @dataclass(frozen=True)
 class FleetClass:
-    """One host class: its budget over every (host, rank) in ``slots`` order, each host's own budget and
-    the bytes its ranks could hold beyond the class value [bytes]."""
+    """One host class: its budget over every ``slots`` (host, rank), each host's own budget and stranded [bytes]."""
 
     name: str
     key: Mapping[str, object]
@@ -152,9 +149,6 @@ def move_hosts(readings: Sequence[HostReading], labels: Mapping[str, Mapping[str
     return [replace(r, labels={**r.labels, **labels[r.host]}) if r.host in labels else r for r in readings]
 
 
-# --- split advice -----------------------------------------------------------------------------
-
-
 def outlier_hosts(host_budgets: Mapping[str, int], split_below: float = SPLIT_BELOW) -> list[str]:
     """Hosts whose budget is below ``split_below`` × the median host budget, weakest first.
 
@@ -207,8 +201,7 @@ def split_advice(
     tokens: Callable[[int], int] | None,
     replicas_per_host: int,
 ) -> dict:
-    """Outliers and the gain of splitting them off (each part at its own minimum) or fixing them (every host at
-    the rest's minimum), in bytes and, with ``tokens(per-GPU bytes)`` of one replica, in tokens."""
+    """Outliers and the gain of splitting them off or fixing them, in bytes and, with ``tokens(bytes)``, tokens."""
     hosts, split_below = fleet_class.hosts, policy.split_below
     names = outlier_hosts(fleet_class.host_budgets, split_below)
     medians = part_medians(hosts)
@@ -248,9 +241,6 @@ def split_advice(
     return advice
 
 
-# --- rollout waves ----------------------------------------------------------------------------
-
-
 def canary_hosts(host_budgets: Mapping[str, int], limiting_host: str, canaries: int = CANARIES) -> list[str]:
     """The limiting host, then the hosts nearest the median budget, ``canaries`` in all.
 
@@ -279,8 +269,7 @@ def gate_command(bundle: str | None, hosts: Sequence[str]) -> str:
 
 
 def rollout_waves(classes: Sequence[Mapping], canaries: int = CANARIES) -> list[dict]:
-    """Waves for approved ``classes`` (their ``--json`` dicts): every class's canaries first, then each class's
-    other hosts, smallest class first."""
+    """Waves for approved ``classes`` (``--json`` dicts): all canaries first, then the rest, smallest class first."""
     ordered = sorted(classes, key=lambda item: (len(item["host_budgets"]), item["class"]))
     chosen = [canary_hosts(item["host_budgets"], item["limiting_host"], canaries) for item in ordered]
     waves = [(item, "canary", hosts) for item, hosts in zip(ordered, chosen)]

@@ -1,6 +1,5 @@
 """Fleet input: the hosts, each one's files and labels, from a folder of host folders (``FLEET/<host>/*.log``,
-``nvidia-smi*.csv``, ``dcgm*.prom``) or a manifest CSV ``host,path,label...``, local or through fsspec.
-"""
+``nvidia-smi*.csv``, ``dcgm*.prom``) or a manifest CSV ``host,path,label...``, local or through fsspec."""
 
 from __future__ import annotations
 
@@ -83,8 +82,7 @@ def is_snapshot(name: str) -> bool:
 def with_dcgm_snapshots(
     hosts: Sequence[HostFiles], scrapes: Mapping[str, str], folder: str
 ) -> list[HostFiles]:
-    """``hosts``, each with its DCGM scrape (text by ``Hostname``) written to ``folder/<host>/dcgm.prom`` as one
-    more GPU snapshot."""
+    """``hosts``, each with its DCGM scrape (text by ``Hostname``) as one more snapshot, ``folder/<host>/dcgm.prom``."""
     from kvplan.escape import safe_component
 
     found = []

@@ -1,6 +1,5 @@
 """The fleet planner: group the hosts into classes, budget each, advise splits, bundle and plan the waves
-(:func:`plan_readings` plans hosts already read; :meth:`FleetPlan.to_dict` is ``kvplan fleet plan --json``).
-"""
+(:func:`plan_readings` plans hosts already read; :meth:`FleetPlan.to_dict` is ``kvplan fleet plan --json``)."""
 
 from __future__ import annotations
 

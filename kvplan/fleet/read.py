@@ -1,8 +1,5 @@
-"""Reading a fleet: each host read as ``kvplan budget`` reads one launch (:func:`kvplan.plan.read_evidence`,
-then the pipeline's checks; a host that fails one is *excluded* with the reason), on Dask: ``scheduler`` is
-``"synchronous"``, ``"local"`` (an embedded ``distributed.LocalCluster``, one process per core; the default)
-or ``tcp://HOST:8786``. Only ledger records, file digests and evidence identities travel back, in host order.
-"""
+"""Reading a fleet: each host read as ``kvplan budget`` reads one launch (a host that fails a check is excluded),
+on Dask: ``scheduler`` ``"synchronous"``, ``"local"`` (a ``LocalCluster``, the default) or ``tcp://HOST:8786``."""
 
 from __future__ import annotations
 
@@ -45,8 +42,7 @@ Progress = Callable[[int, int], None]
 
 @dataclass(frozen=True)
 class HostReading:
-    """What one host's files say: one plain record per rank (its room and the :data:`PART_COLUMNS` of its worst
-    boot) [bytes], why it is excluded (None: clean), each file's SHA-256 and its evidence identities."""
+    """One host's files: per rank its room and :data:`PART_COLUMNS` [bytes], why excluded, digests, identities."""
 
     host: str
     files: tuple[str, ...]
@@ -139,8 +135,7 @@ def require_boot_per_file(evidence: Evidence, logs: Sequence[str]) -> None:
 def evidence_identities(
     evidence: Evidence, logs: Sequence[tuple[str, str]], snapshots: Sequence[tuple[str, str]]
 ) -> tuple[dict[str, str], tuple[str, ...]]:
-    """Each file's SHA-256 by URL, and the host's evidence identities: ``boot:`` and the SHA-256 of each boot's
-    lines and pids, ``gpu:`` and each GPU UUID."""
+    """Each file's SHA-256 by URL, and the host's identities: ``boot:`` its boots' hashes, ``gpu:`` its GPU UUIDs."""
     pids: dict[tuple[str, int], list[int]] = {}
     ledger = evidence.ledger
     for source, boot, pid in zip(ledger["source"], ledger["boot"], ledger["pid"]):
@@ -206,9 +201,6 @@ def _short(text: str) -> str:
     return first + (f" (+{len(items) - 1} more)" if len(items) > 1 else "")
 
 
-# --- on Dask ----------------------------------------------------------------------------------
-
-
 def default_scheduler(given: str | None) -> str:
     """The scheduler to use: the one given, else ``DASK_SCHEDULER_ADDRESS``, else ``"local"``."""
     return given or os.environ.get(SCHEDULER_ENV) or "local"
@@ -220,16 +212,14 @@ def run_group(task: Callable, group: Sequence[HostFiles], *args: object) -> list
 
 
 def hosts_per_task(hosts: int, threads: int) -> int:
-    """Hosts per task: about :data:`TASKS_PER_THREAD` tasks per worker thread, within
-    :data:`MIN_HOSTS_PER_TASK` and :data:`MAX_HOSTS_PER_TASK`."""
+    """Hosts per task: about :data:`TASKS_PER_THREAD` tasks per worker thread, within the bounds."""
     wanted = -(-hosts // max(1, threads * TASKS_PER_THREAD))
     return max(MIN_HOSTS_PER_TASK, min(MAX_HOSTS_PER_TASK, wanted))
 
 
 @contextmanager
 def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -> Iterator[object | None]:
-    """A ``distributed.Client`` for ``scheduler`` (None: synchronous), closed on exit; ``announce`` gets the
-    dashboard link."""
+    """A ``distributed.Client`` for ``scheduler`` (None: synchronous), closed on exit; ``announce`` gets its link."""
     if scheduler == "synchronous":
         yield None
         return
@@ -323,8 +313,7 @@ def map_hosts(
 
 
 def stderr_progress(every: int = 0) -> Progress:
-    """A progress callback printing ``read N/TOTAL hosts`` on stderr every ``every`` hosts (default: a
-    twentieth) and at the end."""
+    """A callback printing ``read N/TOTAL hosts`` on stderr every ``every`` hosts (default: 1/20) and at the end."""
     printed = [-1]
 
     def report(done: int, total: int) -> None:
