@@ -1,7 +1,4 @@
-"""The charts' shared look: colours, sizes, figure set-up and bar annotations (no chart of its own).
-
-The limiting rank is always drawn in :data:`LIMITING_COLOR`, the other ranks in :data:`RANK_COLOR`.
-"""
+"""The charts' shared look: colours, sizes, figure set-up and bar annotations (no chart of its own)."""
 
 from __future__ import annotations
 
@@ -40,12 +37,8 @@ def _rank_list(ranks: Sequence[int]) -> str:
 
 
 def _figure(columns: int = 1, size_in: tuple[float, float] = FIGSIZE, reuse: Figure | None = None):
-    """A figure of ``columns`` styled axes side by side (one Axes, else an array of them).
-
-    Titles sit at the axes' top (``axes.titley``): no chart has ticks above its plot, so matplotlib's search
-    for a place above them, which measures every tick label at each drawing, would find the same place.
-    ``reuse`` (a what-if panel's figure of the same shape) is emptied and returned, its axes and ticks kept.
-    """
+    """A figure of ``columns`` styled axes side by side (one Axes, else a list), titles at the axes' top (no
+    search above ticks); ``reuse``, a what-if panel's figure of that shape, is emptied, its axes and ticks kept."""
     if reuse is not None and len(reuse.axes) == columns and tuple(reuse.get_size_inches()) == size_in:
         for ax in reuse.axes:
             _empty(ax)
@@ -174,8 +167,7 @@ def _mark_limiting_tick(
 ) -> str:
     """Rank numbers as tick labels, the limiting one(s) coloured and bold; returns the x-axis label.
 
-    Each GPU's total memory (``totals``) is named in the axis label when every GPU has the same, else
-    the label says the black line is each GPU's total.
+    The label names the GPUs' total memory (``totals``) when every GPU has the same.
     """
     marked = [limiting] if isinstance(limiting, int) else list(limiting)
     ax.set_xticks(range(len(ranks)), [str(rank) for rank in ranks])
@@ -194,25 +186,15 @@ def _mark_limiting_tick(
 def _legend_below(ax: Axes, handles=None, columns: int = 2) -> None:
     """The legend under the plot area (outside the data), in ``columns`` columns."""
     handles = handles if handles is not None else ax.get_legend_handles_labels()[0]
-    ax.legend(
-        handles=handles,
-        loc="upper center",
-        bbox_to_anchor=(0.5, -0.16),
-        ncols=columns,
-        fontsize=FONT_SIZE - 1,
-        frameon=False,
-    )
+    place: dict[str, Any] = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.16), "ncols": columns}
+    ax.legend(handles=handles, fontsize=FONT_SIZE - 1, frameon=False, **place)
 
 
 def _label_segments(
     ax: Axes, bars, sizes_bytes: Sequence[int], dark: bool, pt_per_gib: float, budgets: bool = False
 ) -> None:
-    """Each stacked segment labelled with its size at its middle where the text fits inside it (``budgets``:
-    never above its bytes, as :func:`_annotate_bars`).
-
-    Level when it fits across the bar, upright when the bar is too narrow but the segment tall enough
-    (``pt_per_gib``: points per GiB of the y axis), else left unlabelled (the legend and tables say it).
-    """
+    """Each stacked segment labelled with its size at its middle: level where it fits across, upright where
+    the segment is tall enough (``pt_per_gib`` of the y axis), else not (``budgets``: as :func:`_annotate_bars`)."""
     fontsize = FONT_SIZE - 1
     for bar, size in zip(bars, sizes_bytes):
         text = (format_budget if budgets else format_size)(size)

@@ -1,8 +1,5 @@
-"""Charts of a fleet plan, one question each (``matplotlib.figure.Figure`` objects, never pyplot).
-
-Every function takes the dict of :meth:`kvplan.fleet.planner.FleetPlan.to_dict` and only draws it. They hold
-from one class to fifty: a figure grows a row per class, titles wrap to its width, legends sit under the
-plot, and every bar starts at zero on one scale per quantity.
+"""Charts of a fleet plan (:meth:`kvplan.fleet.planner.FleetPlan.to_dict`), one question each: from one class
+to fifty, a row per class, titles wrapped to the width, legends under the plot, bars from zero.
 """
 
 from __future__ import annotations
@@ -36,17 +33,12 @@ def _figure(rows: int, row_in: float, extra_in: float) -> tuple[Figure, Axes]:
     return figure, axes
 
 
-def _legend_below(figure: Figure, handles, columns: int = 3) -> None:
-    """The legend at the figure's foot, under the plot and its axis label; the layout leaves it room."""
+def _title_and_legend(figure: Figure, title: str, handles, columns: int = 3) -> None:
+    """The figure's title and its legend at its foot, under the plot and its axis label (laid out with room)."""
+    figure.suptitle(title, fontsize=_FONT_PT + 1)
     figure.legend(handles=handles, loc="lower center", ncols=columns, fontsize=_FONT_PT - 1, frameon=False)
     rows = -(-len(handles) // columns)
     figure.tight_layout(rect=(0, (0.1 + 0.25 * rows) / figure.get_size_inches()[1], 1, 1))
-
-
-def _title_and_legend(figure: Figure, title: str, handles, columns: int = 3) -> None:
-    """The figure's title (wrapped to its width) and its legend at its foot (:func:`_legend_below`)."""
-    figure.suptitle(title, fontsize=_FONT_PT + 1)
-    _legend_below(figure, handles, columns)
 
 
 def _patches(colours: Mapping[str, str]) -> list[Patch]:
@@ -88,11 +80,8 @@ def classes_chart(plan: Mapping) -> Figure:
 
 
 def host_budgets_chart(plan: Mapping) -> Figure:
-    """Per-host budgets of each class on one scale from zero: the class value as a bar, each host a dot.
-
-    The bar is the class value (the minimum over its hosts' ranks, rounded to blocks); the dots are each
-    host's own budget, the limiting host's in :data:`LIMITING_COLOR` and outliers in orange.
-    """
+    """Per-host budgets of each class on one scale from zero: the class value as a bar, each host a dot (the
+    limiting host's in :data:`LIMITING_COLOR`, outliers in orange)."""
     classes = plan["classes"]
     figure, axes = _figure(len(classes), 0.5, 1.9)
     positions = list(range(len(classes)))[::-1]
@@ -102,23 +91,14 @@ def host_budgets_chart(plan: Mapping) -> Figure:
         outliers = {o["host"] for o in c["outliers"]}
         budgets = c["host_budgets"]
         hosts = sorted(budgets, key=lambda host: budgets[host])
-        colours = [
-            LIMITING_COLOR
-            if host == c["limiting_host"]
-            else OUTLIER_COLOR
-            if host in outliers
-            else RANK_COLOR
-            for host in hosts
-        ]
+        kinds = {
+            c["limiting_host"]: LIMITING_COLOR,
+            **{host: OUTLIER_COLOR for host in outliers if host != c["limiting_host"]},
+        }
+        colours = [kinds.get(host, RANK_COLOR) for host in hosts]
         axes.scatter([bytes_to_gib(budgets[h]) for h in hosts], [y] * len(hosts), c=colours, s=28, zorder=3)
-        axes.text(
-            value / 2,
-            y,
-            format_size(c["uniform_budget_bytes"]),
-            ha="center",
-            va="center",
-            fontsize=_FONT_PT - 1,
-        )
+        shown = format_size(c["uniform_budget_bytes"])
+        axes.text(value / 2, y, shown, ha="center", va="center", fontsize=_FONT_PT - 1)
     tops = [bytes_to_gib(b) for c in classes for b in c["host_budgets"].values()] + values
     axes.set_xlim(0, max([*tops, 1.0]) * 1.05)
     axes.set_yticks(positions, [_class_label(c["class"]) for c in classes], fontsize=_FONT_PT - 1)

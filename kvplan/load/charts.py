@@ -1,9 +1,5 @@
-"""Charts of a load test: they draw a timeline or summaries already computed, and return a Figure.
-
-:func:`occupancy_chart` — KV cache usage against time, with the capacity line and preemptions / OOMs marked;
-:func:`requests_chart` — running against waiting requests; :func:`canary_comparison_chart` — the profiled and
-the manual-value canary side by side under the same request mix. Time is minutes since the run's first timed
-row (``elapsed_s``), so runs made at different times line up.
+"""Charts of a load test, drawn from a timeline or summaries already computed: occupancy, requests, and two
+canaries side by side. Time is minutes since the run's first timed row, so runs made at different times line up.
 """
 
 from __future__ import annotations
@@ -48,10 +44,8 @@ COMPARISON_PANELS = (
 
 
 def _series(timeline: pd.DataFrame, column: str) -> list[tuple[str, pd.Series, pd.Series, str]]:
-    """(label, minutes, values, kind) per engine and evidence kind, for rows with ``column`` and a time.
-
-    A gap longer than :data:`GAP_FACTOR` usual intervals (a restart, an idle server) breaks the line.
-    """
+    """(label, minutes, values, kind) per engine and evidence kind, for rows with ``column`` and a time; a gap
+    longer than :data:`GAP_FACTOR` usual intervals (a restart, an idle server) breaks the line."""
     known = timeline[timeline[column].notna() & timeline["elapsed_s"].notna()]
     groups = []
     for (engine, kind), rows in known.groupby(["engine", "kind"], dropna=False, sort=True):
@@ -87,22 +81,13 @@ def _preemption_minutes(timeline: pd.DataFrame) -> pd.Series:
 
 
 def occupancy_chart(timeline: pd.DataFrame, kv_cache_tokens: int | None = None, title: str = "") -> Figure:
-    """KV cache usage [%] against minutes, capacity at 100 %, a vertical line per interval with preemptions.
-
-    ``timeline`` is :func:`kvplan.load.load_timeline`'s frame; ``kv_cache_tokens`` names the capacity line.
-    Preemptions are marked from the evidence kind (log or metrics) that reports them most often, so one run's
-    log and /metrics do not mark the same preemptions twice. OOM events are black crosses at the top.
+    """KV cache usage [%] of a :func:`kvplan.load.load_timeline` against minutes: capacity at 100 %, a line per
+    interval with preemptions (from the evidence kind counting them most often: none twice), OOMs as crosses.
     """
-    fig, ax = _figure()
-    fig.set_size_inches(11, 4.5)
+    fig, ax = _figure(1, (11, 4.5))
     for label, minutes, values, kind in _series(timeline, "kv_cache_usage_pct"):
-        ax.plot(
-            minutes,
-            values,
-            color=QUANTITY_COLORS["kv_cache_usage_pct"],
-            label=label,
-            **KIND_STYLES.get(kind, {}),
-        )
+        style = {"color": QUANTITY_COLORS["kv_cache_usage_pct"], **KIND_STYLES.get(kind, {})}
+        ax.plot(minutes, values, label=label, **style)
     capacity = "capacity" + (f" = {kv_cache_tokens:,} tokens" if kv_cache_tokens is not None else "")
     ax.axhline(100, color=CAPACITY_COLOR, linestyle="--", label=capacity)
     timed = timeline[timeline["elapsed_s"].notna()]
@@ -127,17 +112,11 @@ def occupancy_chart(timeline: pd.DataFrame, kv_cache_tokens: int | None = None, 
 
 def requests_chart(timeline: pd.DataFrame, title: str = "") -> Figure:
     """Running and waiting requests against minutes, one pair of lines per engine and evidence kind."""
-    fig, ax = _figure()
-    fig.set_size_inches(11, 4.5)
+    fig, ax = _figure(1, (11, 4.5))
     for column in ("running", "waiting"):
         for label, minutes, values, kind in _series(timeline, column):
-            ax.plot(
-                minutes,
-                values,
-                color=QUANTITY_COLORS[column],
-                label=f"{column}, {label}",
-                **KIND_STYLES.get(kind, {}),
-            )
+            style = {"color": QUANTITY_COLORS[column], **KIND_STYLES.get(kind, {})}
+            ax.plot(minutes, values, label=f"{column}, {label}", **style)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # requests are counted
     ax.set_ylim(bottom=0)
     ax.set_xlabel("minutes since the first row")
@@ -152,12 +131,8 @@ def canary_comparison_chart(
     labels: Sequence[str] = ("profiled canary", "manual-value canary"),
     title: str = "",
 ) -> Figure:
-    """Side by side, one row per run: throughput, preemptions, peak KV usage, KV capacity in tokens.
-
-    ``summaries`` are :func:`kvplan.load.load_summary` dicts of runs under the same request mix. Runs are
-    rows named level on the left (as many and as long as given, none turned), each value beside its bar;
-    unknown values draw no bar and say "n/a".
-    """
+    """Runs under the same request mix side by side (:func:`kvplan.load.load_summary` dicts, one row each):
+    throughput, preemptions, peak KV usage, KV capacity in tokens, each value beside its bar ("n/a": unknown)."""
     if len(summaries) != len(labels):
         raise ValueError(f"{len(summaries)} summaries but {len(labels)} labels")
     fig = Figure(figsize=(12, 1.6 + 0.45 * len(summaries)))

@@ -1,8 +1,6 @@
-"""The what-if panel: ipywidgets controls over a scenario, redrawn correctly under any kernel threading.
-
-JupyterLab ≥ 4.4 handles widget messages on several threads, so the panel keeps no pyplot state (plain
-``Figure`` objects rendered to PNG), captures no output (``HTML`` widgets replaced whole) and renders one
-state at a time under a lock, skipping a state a newer change superseded: the last state always wins.
+"""The what-if panel: ipywidgets controls over a scenario, redrawn correctly under any kernel threading
+(JupyterLab ≥ 4.4 handles widget messages on several threads): no pyplot state, no captured output, one
+state rendered at a time under a lock, a state a newer change superseded skipped: the last state wins.
 """
 
 from __future__ import annotations
@@ -42,14 +40,10 @@ from kvplan.units import bytes_to_gib, format_size
 
 
 class WhatIfPanel:
-    """Sliders and fields over a :class:`Scenario`; every change re-runs :func:`evaluate` and redraws.
-
-    Shows the verdict, the headline, the per-rank table and :func:`~kvplan.notebook.figures.panel_charts`,
-    on the axes of the notebook's own charts, a moved state against the notebook's parameters (faintly).
-    ``co_tenant_bytes`` (default: ``ledger``'s) caps the add-back sliders (unknown: disabled). Without a
-    kernel it shows its static snapshot. Bad input shows in the verdict line; a chart that cannot be drawn
-    says why in its place (``chart_errors``).
-    """
+    """Sliders and fields over a :class:`Scenario`: every change re-runs :func:`evaluate` and shows the verdict,
+    headline, per-rank table and charts (a moved state against the notebook's, faintly). ``co_tenant_bytes``
+    (default: ``ledger``'s) caps the add-back sliders. Bad input shows in the verdict line, a chart that cannot
+    be drawn says why in its place (``chart_errors``); without a kernel it shows its static snapshot."""
 
     def __init__(
         self,
@@ -105,17 +99,7 @@ class WhatIfPanel:
             for name, control in self.controls.items()
             if control.value != self._initial[name]
         }
-        changes: dict = {}
-        if "reserve_gib" in moved:
-            changes["reserve_bytes"] = gib_to_bytes(moved["reserve_gib"])
-        if "guard_gib" in moved:
-            changes["guard_bytes"] = gib_to_bytes(moved["guard_gib"])
-        if "block_size" in moved:
-            changes["block_size"] = int(moved["block_size"])
-        if "max_model_len" in moved:
-            changes["max_model_len"] = int(moved["max_model_len"])
-        if "target_concurrency" in moved:
-            changes["target_concurrency"] = int(moved["target_concurrency"]) or None
+        changes = {field: read(moved[name]) for name, (field, read) in _FIELDS.items() if name in moved}
         ranks = self.base.rank_ids
         if any(f"add_back_{rank}" in moved for rank in ranks):
             base = self.base.add_back_bytes or (0,) * len(ranks)
@@ -258,6 +242,15 @@ def _tables_html(outcome: Outcome) -> str:
         classes="kvplan-ranks", border=0
     )
 
+
+#: The scenario field each control sets, and how its value reads.
+_FIELDS = {
+    "reserve_gib": ("reserve_bytes", gib_to_bytes),
+    "guard_gib": ("guard_bytes", gib_to_bytes),
+    "block_size": ("block_size", int),
+    "max_model_len": ("max_model_len", int),
+    "target_concurrency": ("target_concurrency", lambda value: int(value) or None),
+}
 
 #: Widget labels as wide as their text.
 _STYLE = {"description_width": "initial"}
