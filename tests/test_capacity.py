@@ -9,12 +9,10 @@ from kvplan.kvspec.capacity import (
     Capacity,
     FlatSpec,
     blocks_per_sequence,
-    bytes_for_sequences,
     capacity,
     capacity_rows,
     capacity_table,
     concurrency_curve,
-    max_concurrency,
     sequence_lengths,
 )
 from tests.conftest import GiB, KiB, MiB
@@ -33,13 +31,13 @@ def test_founding_example():
 def test_partial_last_block_counts_as_a_whole_block():
     # 8,193 tokens need ceil(8193 / 16) = 513 blocks; 3,072 / 513 = 5.988…
     assert blocks_per_sequence(8193) == 513
-    assert max_concurrency(3_072, 8193) == pytest.approx(3_072 / 513)
+    assert FlatSpec(256 * KiB).capacity(12 * GiB, 8193).max_concurrency == pytest.approx(3_072 / 513)
 
 
 def test_inverse_bytes_for_sequences():
     # 6 sequences × 512 blocks × 4 MiB = 12 GiB; 7 sequences need 14 GiB
-    assert bytes_for_sequences(6, 8192, 256 * KiB) == 12 * GiB
-    assert bytes_for_sequences(7, 8192, 256 * KiB) == 14 * GiB
+    assert FlatSpec(256 * KiB).bytes_for_sequences(6, 8192) == 12 * GiB
+    assert FlatSpec(256 * KiB).bytes_for_sequences(7, 8192) == 14 * GiB
 
 
 def test_curve():
@@ -56,7 +54,7 @@ def test_refusals():
     with pytest.raises(ValueError, match="holds no block"):  # 1 KiB < one 4 MiB block
         capacity(KiB, 256 * KiB, 8192)
     with pytest.raises(ValueError, match="sequence length"):
-        max_concurrency(10, 0)
+        blocks_per_sequence(0)
 
 
 @given(
@@ -70,7 +68,7 @@ def test_inverse_round_trip(kv_bytes, bytes_per_token, seq_len, block_size):
     assume(kv_bytes >= bytes_per_token * block_size)  # at least one block, else capacity() refuses
     result = capacity(kv_bytes, bytes_per_token, seq_len, block_size)
     whole = int(result.max_concurrency)
-    assert bytes_for_sequences(whole, seq_len, bytes_per_token, block_size) <= kv_bytes
+    assert FlatSpec(bytes_per_token, block_size).bytes_for_sequences(whole, seq_len) <= kv_bytes
 
 
 # --- one capacity model for the bytes-per-token and the model-config path ---------------------------

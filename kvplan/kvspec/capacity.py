@@ -28,15 +28,6 @@ SPEC_FIELDS = ("model", "vllm_version", "tp", "pp", "dcp", "kv_cache_dtype")
 SPEC_TAIL_FIELDS = ("approximate", "approximate_reason", "limiting_stage", "stages", "block_size_note")
 
 
-def block_bytes_from_token_bytes(bytes_per_token: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
-    """Bytes of one KV block: ``block_size × bytes_per_token``."""
-    if bytes_per_token <= 0 or block_size <= 0:
-        raise ValueError(
-            f"bytes per token and block size must be positive, got {bytes_per_token}, {block_size}"
-        )
-    return block_size * bytes_per_token
-
-
 def blocks_per_sequence(seq_len: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
     """Blocks one sequence of ``seq_len`` tokens occupies: ``ceil(seq_len / block_size)``.
 
@@ -46,22 +37,6 @@ def blocks_per_sequence(seq_len: int, block_size: int = DEFAULT_BLOCK_SIZE) -> i
     if seq_len <= 0:
         raise ValueError(f"sequence length must be positive, got {seq_len}")
     return math.ceil(seq_len / block_size)
-
-
-def max_concurrency(num_blocks: int, seq_len: int, block_size: int = DEFAULT_BLOCK_SIZE) -> float:
-    """Full-length sequences of ``seq_len`` tokens the blocks hold at once (vLLM's figure)."""
-    return num_blocks / blocks_per_sequence(seq_len, block_size)
-
-
-def bytes_for_sequences(
-    num_sequences: int, seq_len: int, bytes_per_token: int, block_size: int = DEFAULT_BLOCK_SIZE
-) -> int:
-    """KV bytes per rank that hold ``num_sequences`` full sequences of ``seq_len`` tokens.
-
-    >>> bytes_for_sequences(6, 8192, 256 * 1024) == 12 * 2**30
-    True
-    """
-    return FlatSpec(bytes_per_token, block_size).bytes_for_sequences(num_sequences, seq_len)
 
 
 @dataclass(frozen=True)
@@ -119,8 +94,12 @@ class FlatSpec:
 
     @property
     def block_bytes(self) -> int:
-        """Bytes of one block per rank."""
-        return block_bytes_from_token_bytes(self.bytes_per_token, self.block_size)
+        """Bytes of one block per rank: ``block_size × bytes_per_token``."""
+        if self.bytes_per_token <= 0 or self.block_size <= 0:
+            raise ValueError(
+                f"bytes per token and block size must be positive, got {self.bytes_per_token}, {self.block_size}"
+            )
+        return self.block_size * self.bytes_per_token
 
     def num_blocks(self, kv_bytes: int) -> int:
         """Whole blocks in ``kv_bytes`` per rank."""
@@ -131,7 +110,11 @@ class FlatSpec:
         return blocks_per_sequence(max_model_len, self.block_size)
 
     def bytes_for_sequences(self, num_sequences: int, seq_len: int) -> int:
-        """KV bytes per rank that hold ``num_sequences`` full sequences of ``seq_len`` tokens."""
+        """KV bytes per rank that hold ``num_sequences`` full sequences of ``seq_len`` tokens.
+
+        >>> FlatSpec(256 * 1024).bytes_for_sequences(6, 8192) == 12 * 2**30
+        True
+        """
         return num_sequences * self.blocks_per_request(seq_len) * self.block_bytes
 
     def capacity(self, kv_bytes: int, max_model_len: int) -> Capacity:
@@ -145,7 +128,7 @@ class FlatSpec:
             blocks=blocks,
             tokens=blocks * self.block_size,
             max_model_len=max_model_len,
-            max_concurrency=max_concurrency(blocks, max_model_len, self.block_size),
+            max_concurrency=blocks / self.blocks_per_request(max_model_len),
         )
 
 

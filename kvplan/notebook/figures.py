@@ -118,8 +118,8 @@ def concurrency_figure(
 
 @dataclass(frozen=True)
 class ChartStep:
-    """A what-if panel's chart: its name, the values it is drawn from (equal ``inputs``: the same picture,
-    not drawn again) and ``draw(figure=None)``, drawing it into a new figure or the one given."""
+    """A what-if panel's chart: its name, the values it is drawn from (equal: not drawn again) and its
+    ``draw(figure=None)``, into a new figure or the one given."""
 
     name: str
     inputs: tuple
@@ -163,11 +163,18 @@ def panel_axes(baseline: Outcome) -> Axes:
 
 
 def _lengths(outcome: Outcome, axes: Axes) -> tuple[float, float, float, float] | None:
-    """The concurrency axes of a panel: its fixed y range, x up to just past this state's max_model_len."""
+    """The concurrency axes of a panel: its y range (doubled or halved where this state's curve leaves it, so
+    neighbouring states keep one frame), x up to just past this state's max_model_len."""
     if axes.concurrency is None or outcome.curve is None:
         return axes.concurrency
-    length = float(outcome.scenario.max_model_len or outcome.curve["seq_len"].max())
-    return (float(outcome.curve["seq_len"].min()) / 1.5, length * 1.08, *axes.concurrency[2:])
+    curve, target = outcome.curve, outcome.scenario.target_concurrency
+    length = float(outcome.scenario.max_model_len or curve["seq_len"].max())
+    low, high = axes.concurrency[2:]
+    while min([float(curve["max_concurrency"].min()), *([target] if target else [])]) / 4 < low:
+        low /= 2
+    while float(curve["max_concurrency"].max()) * 2 > high:
+        high *= 2
+    return (float(curve["seq_len"].min()) / 1.5, length * 1.08, low, high)
 
 
 def _concurrency_step(outcome: Outcome, axes: Axes, baseline: Outcome | None) -> ChartStep:
@@ -211,8 +218,11 @@ def panel_charts(
     ['safe budget', 'stranded']
     """
     axes = axes or Axes()
-    top = axes.budget_top_gib
     budget, scenario = outcome.budget, outcome.scenario
+    top = axes.budget_top_gib  # raised by quarters where this state's bars need (one frame over neighbours)
+    tallest = [*budget.safe_bytes, *(() if outcome.drift is None else outcome.drift.adjusted_bytes)]
+    while top is not None and bytes_to_gib(max(tallest)) * 1.05 > top:
+        top *= 1.25
     before = None if baseline is None else baseline.budget
     steps = [
         ChartStep(
@@ -360,15 +370,7 @@ class _Canvas(FigureCanvasAgg):
 
 def _frame_key(figure: Figure) -> tuple:
     """What a chart's frame and margins depend on (axes limits and scales, axis and tick labels with their
-    colours, legend entries, title lines): equal keys, the same frame drawn at the same place.
-
-    >>> from kvplan.budget import uniform_budget
-    >>> from kvplan.charts import safe_budget_chart
-    >>> def chart(reserve_gib):  # at 13 and 18 GiB of room, with a fixed top of 20 GiB
-    ...     return safe_budget_chart(uniform_budget([13 * 2**30, 18 * 2**30], int(reserve_gib * 2**30)), top_gib=20)
-    >>> _frame_key(chart(1)) == _frame_key(chart(2))  # same axes, ticks, legend and title lines
-    True
-    """
+    colours, legend entries, title lines): equal keys, the same frame drawn at the same place."""
     axes = [
         (
             (

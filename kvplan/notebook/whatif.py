@@ -15,8 +15,7 @@ from kvplan.drift import Drift, drift_budget
 from kvplan.kvspec.capacity import (
     DEFAULT_BLOCK_SIZE,
     Capacity,
-    block_bytes_from_token_bytes,
-    bytes_for_sequences,
+    FlatSpec,
     capacity,
     capacity_table,
     concurrency_curve,
@@ -274,7 +273,7 @@ def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outco
     if spec is not None:
         block_bytes = spec.block_bytes
     else:
-        block_bytes = None if bpt is None else block_bytes_from_token_bytes(bpt, block_size)
+        block_bytes = None if bpt is None else FlatSpec(bpt, block_size).block_bytes
     budget = uniform_budget(room, scenario.reserve_bytes, block_bytes=block_bytes, ranks=ranks)
     bought: tuple = (None, None, None, None)
     if block_bytes is not None and scenario.max_model_len is not None:
@@ -307,7 +306,7 @@ def _bought(scenario: Scenario, spec: KVSpec | None, kv_bytes: int, seq_lens: Se
         cap = capacity(kv_bytes, bpt, length, block_size)
         curve = concurrency_curve(kv_bytes, bpt, lengths, block_size)
         if sequences:
-            target = bytes_for_sequences(sequences, length, bpt, block_size)
+            target = FlatSpec(bpt, block_size).bytes_for_sequences(sequences, length)
 
         def concurrency_at(seq_len: int) -> float:
             return capacity(kv_bytes, bpt, seq_len, block_size).max_concurrency
