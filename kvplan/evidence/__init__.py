@@ -26,34 +26,9 @@ from kvplan.evidence.verify import (
 from kvplan.evidence.write import CheckFailedError, Request, approve, approve_bundle, enclosing_bundle
 from kvplan.plan import AdmissionPlan, LoadPolicy, ModelLayout, Policy
 
-__all__ = [
-    "BUDGET_JSON",
-    "SEAL_KEY",
-    "AdmissionPlan",
-    "ApprovalError",
-    "BundleChangedError",
-    "BundleError",
-    "BundleExistsError",
-    "CheckFailedError",
-    "LoadPolicy",
-    "ModelLayout",
-    "Policy",
-    "Request",
-    "Verified",
-    "approve",
-    "approve_bundle",
-    "approved_from_record",
-    "bundle_digest",
-    "enclosing_bundle",
-    "inputs_digest",
-    "launch_lines",
-    "read_bundle",
-    "seal",
-    "sha256_file",
-    "summary_markdown",
-    "user_paths",
-    "verified_approval",
-    "verify",
-    "verify_bundle",
-    "verify_bundle_with_notes",
-]
+__all__ = ["approved_from_record", "launch_lines", "read_bundle", "summary_markdown"]
+__all__ += ["BUDGET_JSON", "SEAL_KEY", "ApprovalError", "BundleChangedError", "BundleError"]
+__all__ += ["BundleExistsError", "bundle_digest", "inputs_digest", "seal", "sha256_file"]
+__all__ += ["Verified", "user_paths", "verified_approval", "verify", "verify_bundle"]
+__all__ += ["CheckFailedError", "Request", "approve", "approve_bundle", "verify_bundle_with_notes"]
+__all__ += ["AdmissionPlan", "LoadPolicy", "ModelLayout", "Policy", "enclosing_bundle"]

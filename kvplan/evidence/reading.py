@@ -1,8 +1,5 @@
 """Reading a bundle, an untrusted input: ``budget.json`` bounded, parsed and shape-checked; every other file
 opened without following symlinks or blocking, read to a bound and hashed once (verify judges those bytes).
-
->>> path_problem("inputs/boot.log") is None, path_problem("../etc/passwd")
-(True, "'..' leaves the bundle")
 """
 
 from __future__ import annotations
@@ -55,8 +52,10 @@ class UnsafeFileError(ValueError):
 def path_problem(name: object) -> str | None:
     """Why ``name`` is not a plain relative path inside a bundle (None when it is one).
 
-    >>> path_problem("/etc/passwd"), path_problem("charts//x.png"), path_problem(3)
-    ('an absolute path', "an empty or '.' part", 'not a string')
+    >>> path_problem("inputs/boot.log"), path_problem("../etc/passwd"), path_problem("/etc/passwd")
+    (None, "'..' leaves the bundle", 'an absolute path')
+    >>> path_problem("charts//x.png"), path_problem(3)
+    ("an empty or '.' part", 'not a string')
     """
     if not isinstance(name, str):
         return "not a string"
@@ -223,12 +222,11 @@ def read_files(
     (private / INPUTS_DIR).mkdir()
     for name, recorded in sorted(paths.items()):
         try:
-            if name in sizes:
-                target = private / name
-                actual, _ = copy_hashed(folder, name, target, sizes[name])
-                data = None
+            if name in sizes:  # judged by its hash, and recomputed from: the same bytes
+                actual, data = copy_hashed(folder, name, private / name, sizes[name])[0], None
+                copies[name] = private / name
             else:
-                data = read_bounded(folder, name, MAX_ARTIFACT_BYTES)
+                data = artifacts[name] = read_bounded(folder, name, MAX_ARTIFACT_BYTES)
                 actual = bundle_digest(data)
         except FileNotFoundError:
             differences.append(f"{name}: missing")
@@ -236,10 +234,6 @@ def read_files(
         except (UnsafeFileError, OSError) as exc:
             differences.append(str(exc) if str(exc).startswith(name) else f"{name}: {exc}")
             continue
-        if data is None:
-            copies[name] = target  # judged by its hash, and recomputed from: the same bytes
-        else:
-            artifacts[name] = data
         if actual != recorded:
             differences.append(f"{name}: SHA-256 {actual} differs from the recorded {recorded}")
         elif name.startswith(f"{CHARTS_DIR}/") and not (
@@ -273,27 +267,22 @@ def stated_settings(
     """The inputs, policy, plan, load policy and model options a record states; :class:`BundleError`."""
     try:
         entries = list(record["inputs"])
-        raw = record["policy"]
+        raw, stated, load = record["policy"], record.get("admission_plan"), record.get("load")
         policy = Policy(
             _typed(raw["reserve_bytes"]), _typed(raw["guard_bytes"]), _typed(raw["assume_uniform"], bool)
         )
-        plan_record = record.get("admission_plan")
         plan = (
-            AdmissionPlan(_typed(plan_record["target_concurrency"]), _typed(plan_record["seq_len"]))
-            if plan_record
-            else None
+            AdmissionPlan(_typed(stated["target_concurrency"]), _typed(stated["seq_len"])) if stated else None
         )
-        load_record, load_policy = record.get("load"), None
+        load_policy = None
         if any(isinstance(e, dict) and e.get("role") == "load" for e in entries):
-            load_policy = (
-                LoadPolicy()
-                if load_record is None
-                else LoadPolicy(
-                    _typed(load_record["max_preemptions"]),
-                    int_or_none(load_record["year"]),
-                    load_record.get("max_capacity_loss_pct"),
+            load_policy = LoadPolicy()
+            if load is not None:
+                load_policy = LoadPolicy(
+                    _typed(load["max_preemptions"]),
+                    int_or_none(load["year"]),
+                    load.get("max_capacity_loss_pct"),
                 )
-            )
         options = record.get("model_options")
         if options is not None and not isinstance(options, dict):
             raise TypeError("model_options is not an object")

@@ -44,32 +44,10 @@ NVIDIA_SMI_ROLE = "nvidia-smi"
 ROLES = ("log", NVIDIA_SMI_ROLE, "model config", "load")
 #: Every top-level key approve writes, in order; ``load`` only with load evidence, the seal after 0.1.0.
 KNOWN_KEYS = (
-    "schema",
-    "schema_version",
-    "kvplan_version",
-    "created_utc",
-    "approver",
-    "note",
-    "inputs_digest",
-    "decision",
-    "policy",
-    "ranks",
-    "summary",
-    "stranded",
-    "kv_spec",
-    "model_options",
-    "capacity",
-    "admission_plan",
-    "load",
-    "compatibility_key",
-    "checks",
-    "warnings",
-    TEXT_ESCAPING_KEY,
-    "inputs",
-    ALLOWED_UNJUDGED_KEY,
-    "ledger",
-    "files",
-    SEAL_KEY,
+    *("schema", "schema_version", "kvplan_version", "created_utc", "approver", "note", "inputs_digest"),
+    *("decision", "policy", "ranks", "summary", "stranded", "kv_spec", "model_options", "capacity"),
+    *("admission_plan", "load", "compatibility_key", "checks", "warnings", TEXT_ESCAPING_KEY, "inputs"),
+    *(ALLOWED_UNJUDGED_KEY, "ledger", "files", SEAL_KEY),
 )
 #: The keys of each ``inputs[]`` entry.
 INPUT_KEYS = ("path", "bundle_path", "sha256", "size_bytes", "role")

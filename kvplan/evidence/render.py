@@ -80,12 +80,7 @@ def launch_lines(record: Mapping) -> list[str]:
     ]
     for row in record.get("ledger") or ():
         room, available = row.get("room_bytes"), row.get("available_kv_bytes")
-        if (
-            row.get("room_source") == "available_kv"
-            and room is not None
-            and available is not None
-            and room < available
-        ):
+        if row.get("room_source") == "available_kv" and None not in (room, available) and room < available:
             lines.append(
                 f"- **Room below available KV:** rank {row['rank']}: room {format_size(room)} < available KV "
                 f"{format_size(available)}: vLLM sized the KV cache before capturing CUDA graphs, which take "
@@ -206,11 +201,9 @@ def under_load_lines(load: Mapping, escaped: bool = True) -> list[str]:
     """The "Under load" bullets of ``SUMMARY.md`` from a record's ``load`` section."""
     md = _Markdown(escaped)
     peak, tokens, preemptions = load["peak_kv_cache_usage_pct"], load["kv_cache_tokens"], load["preemptions"]
-    span = (
-        f", {md.text(load['start'])} to {md.text(load['end'])} ({load['duration_s']:g} s)"
-        if load["start"]
-        else ""
-    )
+    span = ""
+    if load["start"]:
+        span = f", {md.text(load['start'])} to {md.text(load['end'])} ({load['duration_s']:g} s)"
     files = ", ".join(md.code(source) for source in load["sources"])
     lines = [f"- **Evidence:** {load['rows']} rows from {files}{span}."]
     if peak is None:

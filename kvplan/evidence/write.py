@@ -41,15 +41,7 @@ from kvplan.evidence.record import (
     sha256_file,
 )
 from kvplan.evidence.render import artifact_pieces, chart_images
-from kvplan.plan import (
-    AdmissionPlan,
-    Decision,
-    LoadPolicy,
-    ModelLayout,
-    Policy,
-    renamed,
-    require_files,
-)
+from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy, renamed, require_files
 from kvplan.units import format_size
 
 
@@ -164,11 +156,8 @@ def _inputs(request: Request) -> tuple[list[Path], list[str], LoadPolicy | None]
                     "input by name as UTF-8 text; rename the file or link it under a UTF-8 name"
                 )
     roles = [role for role, paths in zip(ROLES, groups) for _ in paths]
-    return (
-        [path for paths in groups for path in paths],
-        roles,
-        (request.load_policy or LoadPolicy()) if loads else None,
-    )
+    load_policy = (request.load_policy or LoadPolicy()) if loads else None
+    return [path for paths in groups for path in paths], roles, load_policy
 
 
 def _decide_copies(
@@ -233,11 +222,8 @@ def clean_stale(out: Path, name: str, now: float | None = None) -> list[Path]:
                 shutil.rmtree(folder, ignore_errors=True)
                 removed.append(folder)
     for path in removed:
-        warnings.warn(
-            f"{path}: removed what a killed approval left (an empty claim of a bundle name or an "
-            "unfinished .partial folder)",
-            stacklevel=2,
-        )
+        left = "an empty claim of a bundle name or an unfinished .partial folder"
+        warnings.warn(f"{path}: removed what a killed approval left ({left})", stacklevel=2)
     return removed
 
 

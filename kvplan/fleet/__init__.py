@@ -6,13 +6,5 @@ from kvplan.fleet.inputs import FleetInputError, list_fleet, parse_storage_optio
 from kvplan.fleet.planner import FleetPlan, plan_fleet, plan_readings
 from kvplan.fleet.read import read_fleet
 
-__all__ = [
-    "FleetInputError",
-    "FleetPlan",
-    "FleetPolicy",
-    "list_fleet",
-    "parse_storage_options",
-    "plan_fleet",
-    "plan_readings",
-    "read_fleet",
-]
+__all__ = ["FleetInputError", "FleetPlan", "FleetPolicy", "list_fleet", "parse_storage_options", "plan_fleet"]
+__all__ += ["plan_readings", "read_fleet"]

@@ -69,13 +69,13 @@ class FleetClass:
         return tuple(reading.host for reading in self.hosts)
 
     def host_budget_summary(self) -> dict:
-        """min, median and max of the per-host budgets, and min/median [bytes, ratio]."""
+        """min, median and max of the per-host budgets, and min/median [bytes, ratio] (``--json`` keys)."""
         values = list(self.host_budgets.values())
         low, middle = min(values), median_bytes(values)
         return {
-            "min_bytes": low,
-            "median_bytes": middle,
-            "max_bytes": max(values),
+            "host_budget_min_bytes": low,
+            "host_budget_median_bytes": middle,
+            "host_budget_max_bytes": max(values),
             "min_median_ratio": low / middle,
         }
 

@@ -49,7 +49,6 @@ class ClassDecision:
     def to_dict(self) -> dict:
         """The class's entry of ``kvplan fleet plan --json`` (bytes as int)."""
         c = self.fleet_class
-        summary = c.host_budget_summary()
         return {
             "class": c.name,
             "key": dict(c.key),
@@ -64,10 +63,7 @@ class ClassDecision:
             "stranded_total_bytes": c.budget.stranded_total_bytes,
             "stranded_by_host": dict(c.stranded_by_host),
             "host_budgets": dict(c.host_budgets),
-            "host_budget_min_bytes": summary["min_bytes"],
-            "host_budget_median_bytes": summary["median_bytes"],
-            "host_budget_max_bytes": summary["max_bytes"],
-            "min_median_ratio": summary["min_median_ratio"],
+            **c.host_budget_summary(),
             "block_bytes": c.budget.block_bytes,
             "capacity": list(self.capacity) if self.capacity else None,
             "outliers": self.split["outliers"],

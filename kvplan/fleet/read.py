@@ -29,13 +29,8 @@ from kvplan.room import check_dropped_ranks, refuse_failed_boots
 
 #: Ledger columns a host's reading keeps per rank of its worst boot (for the likely cause of a weak host).
 PART_COLUMNS = (
-    "init_free_bytes",
-    "weights_bytes",
-    "activation_peak_bytes",
-    "non_torch_bytes",
-    "cuda_graph_bytes",
-    "other_process_bytes",
-    "total_bytes",
+    *("init_free_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes", "cuda_graph_bytes"),
+    *("other_process_bytes", "total_bytes"),
 )
 #: How many characters of a refusal an excluded host's reason keeps.
 REASON_CHARS = 400
