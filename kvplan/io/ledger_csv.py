@@ -271,7 +271,10 @@ class _Rows:
                 "vllm_version": _shared(info["rows"], "vllm_version"),
                 "compatibility_key": {column: _shared(info["rows"], column) for column in KEY_COLUMNS},
                 "ranks": sorted(row["rank"] for row in info["rows"]),
-                "outcomes": {row["rank"]: row.get("outcome") for row in sorted(info["rows"], key=_rank)},
+                "outcomes": {
+                    row["rank"]: row.get("outcome")
+                    for row in sorted(info["rows"], key=lambda row: row["rank"])
+                },
             }
             for (source, boot), info in self.boots.items()
         ]
@@ -283,10 +286,6 @@ class _Rows:
             provenance_rows=tuple(self.provenance),
             total_lines=total_lines,
         )
-
-
-def _rank(row: dict) -> int:
-    return row["rank"]
 
 
 def _shared(rows: list[dict], column: str) -> object:

@@ -252,12 +252,6 @@ class ReadMetadata:
         value = getattr(self, name)
         return list(value) if isinstance(value, tuple) else value
 
-    def get(self, name: str, default: object = None) -> object:
-        try:
-            return self[name]
-        except KeyError:
-            return default
-
     def with_warnings(self, notes: Iterable[str]) -> ReadMetadata:
         return dataclasses.replace(self, warnings=(*self.warnings, *(_note(text) for text in notes)))
 

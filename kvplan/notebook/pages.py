@@ -126,18 +126,14 @@ def with_parameters(notebook, values: Mapping[str, object]):
 
 def without_machine_paths(notebook, roots: Mapping[str, str]):
     """A copy of a notebook whose outputs name no folder of this machine (:func:`without_roots`)."""
-
-    def clean(text: str) -> str:
-        return without_roots(text, roots)
-
     cleaned = copy.deepcopy(notebook)
     for cell in cleaned.cells:
         for output in cell.get("outputs", []):
             if "text" in output:
-                output["text"] = clean(output["text"])
+                output["text"] = without_roots(output["text"], roots)
             for kind, value in output.get("data", {}).items():
                 if kind.startswith("text/") and isinstance(value, str):
-                    output["data"][kind] = clean(value)
+                    output["data"][kind] = without_roots(value, roots)
     return cleaned
 
 
