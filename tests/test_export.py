@@ -117,6 +117,16 @@ def test_export_writes_a_file_with_out(capsys, bundle, tmp_path):  # issue 24
     assert yaml.safe_load(out.read_text())["kv-cache-memory-bytes"] == 16_315_842_560
 
 
+def test_out_in_a_missing_folder_names_the_users_path(capsys, bundle, tmp_path):
+    # issue 27: the error named the temporary file (".x.yaml.<random>.tmp"), not the path the user gave
+    out = tmp_path / "missing" / "x.yaml"
+    assert main(["export", "vllm-config", str(bundle), "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"error: {out}: cannot write (No such file or directory)")
+    assert ".tmp" not in error and error.count("\n") == 1
+    assert not (tmp_path / "missing").exists()
+
+
 def test_a_changed_bundle_is_refused(capsys, bundle, tmp_path):  # issue 24
     copy = Path(shutil.copytree(bundle, tmp_path / bundle.name))
     summary = copy / "SUMMARY.md"

@@ -367,14 +367,25 @@ def _startup_plan(args: argparse.Namespace) -> int:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename."""
-    handle, temporary = tempfile.mkstemp(dir=path.parent or ".", prefix=f".{path.name}.", suffix=".tmp")
+    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
+
+    A folder that is missing or not writable is one ``CliError`` naming ``path``, never the temporary file.
+    """
+    try:
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:
+        raise CliError(
+            f"{path}: cannot write ({error.strerror}): expected a file name in an existing, writable folder"
+        ) from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
             stream.flush()
             os.fsync(stream.fileno())
         os.replace(temporary, path)
+    except OSError as error:
+        Path(temporary).unlink(missing_ok=True)
+        raise CliError(f"{path}: cannot write ({error.strerror}): expected a file name") from None
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
         raise
