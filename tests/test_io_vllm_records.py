@@ -19,6 +19,7 @@ class Record(NamedTuple):
     level: str | None = None
     repeated: int = 0
 
+
 HEAD = "INFO 08-14 14:07:22 [a.py:1]"
 CASES = [
     (

@@ -185,7 +185,9 @@ class BootSplitter:
         if alias is not None:
             return alias
         claimed = rank_name(process)
-        other = next((name for name in boot.names.get(key, ()) if rank_name(name) not in (None, claimed)), None)
+        other = next(
+            (name for name in boot.names.get(key, ()) if rank_name(name) not in (None, claimed)), None
+        )
         if claimed is None or other is None:
             return key
         alias = boot.aliases[(*key, process)] = (pid, f"{ip or ''} {process}")

@@ -88,7 +88,9 @@ def _layouts(shape: bytes) -> tuple[tuple, tuple, tuple[tuple, ...]]:
         bare += [(begin + starts[1], end + starts[1]) for begin, end in heads]
         for spans, level in _walk(clean):
             at = starts[2]
-            message, process, pid, ip, repeated = (None if s is None else slice(s[0] + at, s[1] + at) for s in spans)
+            message, process, pid, ip, repeated = (
+                None if s is None else slice(s[0] + at, s[1] + at) for s in spans
+            )
             layouts.append((message, process, pid, ip, level, repeated))
         starts = (starts[0] + len(segment) + 1, starts[1] + len(plain) + 1, starts[2] + len(clean) + 1)
     return tuple(real), tuple(bare), tuple(layouts)
