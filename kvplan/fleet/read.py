@@ -178,11 +178,7 @@ def _with_parts(rooms: pd.DataFrame, ledger: pd.DataFrame) -> tuple[dict, ...]:
 
 
 def _short(text: str) -> str:
-    """A refusal cut to its first item and :data:`REASON_CHARS` characters, with the count of the rest.
-
-    >>> _short("a.log:3: rank 0 oom; a.log:4: rank 1 oom")
-    'a.log:3: rank 0 oom (+1 more)'
-    """
+    """A refusal cut to its first item and :data:`REASON_CHARS` characters, with the count of the rest."""
     items = text.split("; ")
     first = items[0] if len(items[0]) <= REASON_CHARS else items[0][: REASON_CHARS - 1] + "…"
     return first + (f" (+{len(items) - 1} more)" if len(items) > 1 else "")
@@ -215,25 +211,25 @@ def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -
 
     cluster = None
     if scheduler == "local":
+        # no worker profile (~14 % of a worker's CPU), no fork of this threaded process (a fork under one's lock
+        # deadlocks), the cluster's own clocks slowed (~8 % of a core at their defaults)
+        method = "forkserver" if sys.platform.startswith("linux") else "spawn"
         settings = {
-            "distributed.worker.profile.enabled": False,  # ~14 % of a worker's CPU
-            # never forked from this process, which runs threads (a fork under one's lock deadlocks)
-            "distributed.worker.multiprocessing-method": (
-                "forkserver" if sys.platform.startswith("linux") else "spawn"
-            ),
-            # the cluster's own clocks cost ~8 % of a core at their defaults
+            "distributed.worker.profile.enabled": False,
+            "distributed.worker.multiprocessing-method": method,
             "distributed.admin.tick.interval": "1s",
             "distributed.worker.memory.monitor-interval": "1s",
             "distributed.admin.system-monitor.interval": "2s",
         }
         with dask.config.set(settings):
+            # silent: a worker heartbeat racing the shutdown is no error of the plan
+            local = {
+                "host": "127.0.0.1",
+                "dashboard_address": "127.0.0.1:0",
+                "silence_logs": logging.CRITICAL,
+            }
             cluster = LocalCluster(
-                n_workers=os.cpu_count() or 1,
-                threads_per_worker=1,
-                processes=True,
-                host="127.0.0.1",
-                dashboard_address="127.0.0.1:0",
-                silence_logs=logging.CRITICAL,  # a worker heartbeat racing the shutdown is no error of the plan
+                n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, **local
             )
         client = Client(cluster)
     else:
