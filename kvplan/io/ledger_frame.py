@@ -200,8 +200,8 @@ def _native_columns(table: list[tuple]) -> list | None:
             return None
         if _NA in kinds:
             cells = columns[index] = [None if cell is pd.NA else cell for cell in cells]
-        if str in kinds:
-            columns[index] = [csv_cell(cell) for cell in cells]
+        if str in kinds:  # each distinct text escaped once
+            columns[index] = list(map({cell: csv_cell(cell) for cell in set(cells)}.__getitem__, cells))
         if int in kinds:
             numbers = set(cells)  # the distinct numbers: few, however many rows
             numbers.discard(None)

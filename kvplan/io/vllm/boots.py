@@ -101,8 +101,7 @@ class BootSplitter:
         self.boot = Boot(0, 1)
 
     def line(self, number: int, offset: int | None, data: bytes) -> None:
-        """Read one physical line (number from 1) as the scan found it: its bytes, at byte ``offset``, which
-        provenance keeps of it (None: it keeps the line's text)."""
+        """Read one line (number from 1, its bytes at byte ``offset``; None: provenance keeps its text)."""
         text = data.decode("utf-8", "replace")
         raw = text if offset is None else offset
         for record in split_records(text):
@@ -129,8 +128,7 @@ class BootSplitter:
         self._close()
 
     def _facts(self, number: int, raw: int | str, facts: Sequence[Fact], record: tuple) -> None:
-        """Record the facts of one record (:func:`~kvplan.io.vllm.records.split_records`), printed by process
-        ``key`` (pid, ip; None without a prefix)."""
+        """Record the facts of one record (:func:`~kvplan.io.vllm.records.split_records`)."""
         _message, process, pid, ip, level, repeated = record
         key = None
         if pid is not None:
@@ -175,9 +173,8 @@ class BootSplitter:
             boot.events.append(Event(number, raw, key, family, scope, values, level))
 
     def _identity(self, number: int, record: tuple) -> tuple:
-        """The key of the process that printed ``record``: its ``(pid, ip)``, unless a process of this boot
-        printed under that pid first with another rank's name: then two hosts' containers reuse pids
-        (issue 25), and the names tell them apart (a key of their own, and a note naming both)."""
+        """The printing process's key: ``(pid, ip)``, or its own key and a note when another process printed
+        under that pid first with another rank's name (two hosts' containers reusing pids, issue 25)."""
         _message, process, pid, ip, _level, _repeated = record
         key = (pid, ip)
         boot = self.boot
@@ -185,10 +182,12 @@ class BootSplitter:
         if alias is not None:
             return alias
         claimed = rank_name(process)
+        if claimed is None:
+            return key
         other = next(
             (name for name in boot.names.get(key, ()) if rank_name(name) not in (None, claimed)), None
         )
-        if claimed is None or other is None:
+        if other is None:
             return key
         alias = boot.aliases[(*key, process)] = (pid, f"{ip or ''} {process}")
         text = (
@@ -201,28 +200,22 @@ class BootSplitter:
 
     def _maybe_new_boot(self, number: int, family: str, key: tuple | None) -> None:
         boot = self.boot
+        started = bool(boot.events) or bool(boot.config_printers)
         if family == "version":
             held = boot.config.get("vllm_version")
-            start = (
-                bool(boot.events) or bool(boot.config_printers) or (held is not None and held[3] == family)
-            )
+            start = started or (held is not None and held[3] == family)
         elif family in ("non_default_args", "namespace_args"):
-            start = (
-                bool(boot.events)
-                or bool(boot.config_printers)
-                or any(held[3] == family for held in boot.config.values())
-            )
+            start = started or any(held[3] == family for held in boot.config.values())
         elif family == "engine_config":
             start = boot.kv_reached or "startup_done" in boot.flags or key in boot.config_printers
         else:
-            start = False
+            return
         if start:
             self._close()
             self.boot = Boot(boot.index + 1, number)
 
     def _config(self, number: int, raw: int | str, family: str, columns: tuple) -> None:
-        """Hold the configuration ``columns`` a config fact of ``family`` sets, each where no more trusted
-        family set it already (:data:`CONFIG_PRIORITY`)."""
+        """Hold each of ``columns`` unless a more trusted family set it (:data:`CONFIG_PRIORITY`)."""
         config = self.boot.config
         priority = CONFIG_PRIORITY[family]
         for column, value in columns:
@@ -245,8 +238,7 @@ _KV_SIZED = frozenset(KV_SIZED_COLUMNS)
 
 
 def boot_key(boot: Boot) -> tuple[dict, dict, tuple | None]:
-    """The boot's compatibility key, per field the line it came from (defaults: no line), and its
-    release as :func:`~kvplan.releases.version_tuple` reads it."""
+    """The boot's compatibility key, per field its ``(line, raw)`` (defaults: no line), and its release."""
     key: dict = dict.fromkeys(KEY_COLUMNS, pd.NA)
     origin: dict = {}
     args = False  # whether the 'non-default args' line was read
@@ -268,7 +260,9 @@ def boot_key(boot: Boot) -> tuple[dict, dict, tuple | None]:
                 key[name], origin[name] = value, (pd.NA, f"default of vLLM {key['vllm_version']}")
     # vLLM names a worker ``Worker_DP{d}…`` only when DP > 1: then an unstated DP size is unknown, not 1
     # (issue 26; the ledger refuses a budget for it)
-    unknown = {"data_parallel_size"} if _dp_named(boot) else set()
+    every_name = (name for names in boot.names.values() for name in names)
+    dp_named = any(group == "DP" for name in every_name for group, _rank in worker_groups(name) or ())
+    unknown = {"data_parallel_size"} if dp_named else set()
     if boot.config_printers:
         for name in ("pipeline_parallel_size", "data_parallel_size"):
             if missing(key[name]) and name not in unknown:
@@ -281,12 +275,5 @@ def boot_key(boot: Boot) -> tuple[dict, dict, tuple | None]:
     return key, origin, version
 
 
-def _dp_named(boot: Boot) -> bool:
-    """Whether a worker of the boot is named with a DP rank (``Worker_DP1_TP0``: vLLM's DP size > 1)."""
-    return any(
-        dict(worker_groups(name) or ()).get("DP") is not None for n in boot.names.values() for name in n
-    )
-
-
-#: :func:`~kvplan.releases.version_tuple` of each version string once (a log's boots share a few).
+#: :func:`~kvplan.releases.version_tuple` of each version string once.
 _release = lru_cache(maxsize=256)(version_tuple)

@@ -45,10 +45,8 @@ class RankObservations:
                     break
         current.printed.add(family)
         current.values.update(values)
-        origin, families = current.origin, current.families
-        for name in values:
-            origin[name] = where
-            families[name] = family
+        current.origin.update(dict.fromkeys(values, where))
+        current.families.update(dict.fromkeys(values, family))
 
     def _start(self, rank: int, key: tuple | None, values: dict, origin: dict, where: tuple) -> Observation:
         """A new observation of ``rank`` by process ``key`` from the line ``where``, holding ``values``."""

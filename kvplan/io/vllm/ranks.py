@@ -127,8 +127,9 @@ def _processes(boot: Boot, key: dict, sizes: Sizes) -> tuple[dict, bool]:
     info: dict = {}
     for process_key, names in boot.names.items():
         item = {"pid": process_key[0], **_named(tuple(names), sizes)}
-        values = assigned.get(process_key, {})
-        item.update({name: values[name] for name in ("rank", *GROUP_RANKS) if name in values})
+        values = assigned.get(process_key)
+        if values:
+            item.update({name: values[name] for name in ("rank", *GROUP_RANKS) if name in values})
         info[process_key] = item
     has_workers = any(item.get("rank") is not None for item in info.values())
     for item in info.values():

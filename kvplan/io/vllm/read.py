@@ -1,6 +1,4 @@
-"""Read vLLM startup logs (releases 0.5 to 0.33) into the per-rank ledger: one row per boot × rank, bytes as
-nullable ``Int64``, ``NA`` where the log does not say; every value keeps its file and line (``metadata``).
-"""
+"""vLLM startup logs (0.5 to 0.33) into the ledger: a row per boot × rank, ``NA`` where the log does not say."""
 
 from __future__ import annotations
 
@@ -42,9 +40,8 @@ def read_vllm_log(
     source: str | None = None,
     room_rule: RoomRule | None = None,
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """``(ledger, metadata)`` of one vLLM log (a path, the log text itself, bytes or a binary stream); a
-    ``.csv`` path is a ledger CSV (:func:`kvplan.io.ledger_csv.read_ledger_csv`). With ``room_rule``
-    (:data:`kvplan.room.ROOM_RULE`) each rank's ``room_bytes`` and ``room_source`` are filled too.
+    """``(ledger, metadata)`` of one vLLM log (path, text, bytes or binary stream; a ``.csv`` path is a ledger
+    CSV); with ``room_rule`` (:data:`kvplan.room.ROOM_RULE`) each rank's room is filled too.
 
     >>> text = ("INFO 07-15 10:21:33 [gpu_worker.py:227] Available KV cache memory: 12.5 GiB\\n"
     ...         "INFO 07-15 10:21:34 [kv_cache_utils.py:1] GPU KV cache size: 102,400 tokens\\n"
@@ -62,7 +59,7 @@ def read_vllm_log(
 
 
 def _is_path(path_or_text: object) -> bool:
-    """Whether :func:`read_vllm_log`'s argument names a file (rather than holding the text)."""
+    """Whether :func:`read_vllm_log`'s argument names a file (not the text)."""
     if isinstance(path_or_text, os.PathLike):
         return True
     if not isinstance(path_or_text, str) or "\n" in path_or_text or "\r" in path_or_text:
@@ -75,9 +72,8 @@ def read_vllm_logs(
     room_rule: RoomRule | None = None,
     names: Mapping[str, str] | None = None,
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """The ledgers of many logs as one, in file order: a list of paths, a folder (its ``*.log``), or a glob
-    (a ``.csv`` is a ledger CSV); ``source`` is each path as given, or its name in ``names``.
-    """
+    """The ledgers of many logs (paths, a folder's ``*.log`` or a glob) as one, in file order; ``source`` is
+    each path as given, or its name in ``names``."""
     frames, metas = zip(*_parts(paths, room_rule, names or {}))
     ledger = pd.concat(frames, ignore_index=True) if len(frames) > 1 else frames[0]
     return ledger, merge_metadata(metas)
@@ -89,8 +85,7 @@ def stream_vllm_logs(
     room_rule: RoomRule | None = None,
     names: Mapping[str, str] | None = None,
 ) -> ReadMetadata:
-    """:func:`read_vllm_logs` for a caller that wants the rows only: they go to ``rows_to`` in batches
-    (dicts in ledger column order) as boots are resolved; no frame is built, no provenance kept.
+    """:func:`read_vllm_logs` rows only: to ``rows_to`` in batches of dicts; no frame, no provenance.
 
     >>> from kvplan import DATA_DIR
     >>> batches = []
@@ -112,8 +107,7 @@ def _parts(
     names: Mapping[str, str],
     rows_to: Callable[[list[dict]], None] | None = None,
 ) -> Iterator[tuple[pd.DataFrame | None, ReadMetadata]]:
-    """``(frame, metadata)`` parts in file order: one per ledger CSV, one per run of logs between them (its
-    frame None when its rows went to ``rows_to``)."""
+    """``(frame, metadata)`` in file order: one per ledger CSV, one per run of logs (frame None with ``rows_to``)."""
     files = _expand(paths)
     if not files:
         raise FileNotFoundError(f"no log files in {paths!r} (expected paths, a folder of *.log, or a glob)")
@@ -145,22 +139,19 @@ def _expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]
     return files
 
 
-#: Rows kept as dicts before they join the ledger as columns (columns hold a row in far less memory).
+#: Rows kept as dicts before they join the ledger as columns (far less memory a row).
 FRAME_ROWS = 4096
 
 
 class _LogRows:
-    """Rows, provenance, warnings and boots of the logs read so far (one or many files)."""
+    """Rows, provenance, warnings and boots of the logs read so far."""
 
     def __init__(
         self, room_rule: RoomRule | None = None, rows_to: Callable[[list[dict]], None] | None = None
     ) -> None:
-        self.room_rule = room_rule
-        #: where rows go in batches instead of into frames (then no provenance is kept)
-        self.rows_to = rows_to
+        self.room_rule, self.rows_to = room_rule, rows_to
         self.rows: list[dict] = []
-        #: the rows already gathered into columns, FRAME_ROWS at a time (see ledger_columns)
-        self.parts: list[dict[str, ExtensionArray]] = []
+        self.parts: list[dict[str, ExtensionArray]] = []  # rows gathered into columns, FRAME_ROWS at a time
         self.provenance: list[tuple] = []
         self.warnings: list = []
         self.boots: list[dict] = []
@@ -173,21 +164,21 @@ class _LogRows:
     def close(self, boot: Boot, source: str) -> None:
         """Resolve one finished boot into rows."""
         streaming = self.rows_to is not None
-        resolved = resolve_boot(boot, source, self.room_rule, provenance=not streaming)
-        self.rows.extend(resolved.rows)
+        rows, provenance, warnings, info = resolve_boot(
+            boot, source, self.room_rule, provenance=not streaming
+        )
+        self.rows.extend(rows)
         if len(self.rows) >= FRAME_ROWS:
             self._flush()
-        if not streaming:
-            self.provenance.extend(resolved.provenance)
-        self.warnings.extend(resolved.warnings)
-        info = resolved.info
+        self.provenance.extend(provenance)
+        self.warnings.extend(warnings)
         key = info["compatibility_key"]
         with contextlib.suppress(TypeError):  # a value that cannot be hashed: this boot keeps its own
             info["compatibility_key"] = self.keys.setdefault(tuple(key.items()), key)
         self.boots.append(info)
 
     def _flush(self) -> None:
-        """The rows kept so far into columns (:func:`~kvplan.io.ledger_frame.ledger_columns`) or to ``rows_to``."""
+        """The rows kept so far into columns, or to ``rows_to``."""
         if self.rows_to is None:
             self.parts.append(ledger_columns(self.rows))
         else:
@@ -195,14 +186,17 @@ class _LogRows:
         self.rows = []
 
     def frame(self) -> pd.DataFrame | None:
-        """The ledger of the rows read so far, once: each part's column is dropped once joined, so that the
-        parts and the whole are never all in memory together. None when the rows went to ``rows_to``."""
+        """The ledger of the rows read so far, once (None with ``rows_to``); each part's column is dropped once
+        joined, so that the parts and the whole are never all in memory together."""
         if self.rows_to is not None:
             self._flush()
             return None
         parts = [*self.parts, ledger_columns(self.rows)] if self.rows or not self.parts else self.parts
         self.parts, self.rows = [], []
-        columns = {column: _joined([part.pop(column) for part in parts]) for column in LEDGER_COLUMNS}
+        columns = {}
+        for column in LEDGER_COLUMNS:
+            arrays = [pd.Series(part.pop(column), copy=False) for part in parts]
+            columns[column] = (arrays[0] if len(arrays) == 1 else pd.concat(arrays, ignore_index=True)).array
         return pd.DataFrame(columns, columns=LEDGER_COLUMNS, copy=False)
 
     def metadata(self, single: bool = True) -> ReadMetadata:
@@ -218,16 +212,8 @@ class _LogRows:
         )
 
 
-def _joined(arrays: list[ExtensionArray]) -> ExtensionArray:
-    """One column's parts (arrays of one dtype) as one array, as ``pd.concat`` of them gives it."""
-    if len(arrays) == 1:
-        return arrays[0]
-    return pd.concat([pd.Series(array, copy=False) for array in arrays], ignore_index=True).array
-
-
 def _evidence_lines(provenance: list[tuple], boots: tuple[dict, ...]) -> Iterator[tuple[tuple, int]]:
-    """The line index (:class:`~kvplan.io.metadata.EvidenceLines`): the line of each room, outcome and key
-    value, and each boot's first line."""
+    """The line index (:class:`~kvplan.io.metadata.EvidenceLines`) of each room, outcome, key value and boot."""
     for source, line, boot, rank, column, _value, _raw in provenance:
         if column in ("room_bytes", "outcome") or column in KEY_COLUMNS:
             yield (source, boot, -1 if rank is pd.NA else rank, column), line
@@ -255,8 +241,7 @@ def _read_into(
 
 
 def _read_stream(rows: _LogRows, stream: IO[bytes], source: str, where: object) -> None:
-    """Scan one stream; ``where`` (its path or bytes, None when neither) is where raw lines are read
-    back from: without it, provenance keeps each line's text."""
+    """Scan one stream; ``where`` (path or bytes) is where raw lines are read back from (None: kept as text)."""
     stats = ScanStats()
     first = stream.read(8192)
     # CR-only line ends (classic Mac, `tr '\n' '\r'`): a first block with \r but no \n. Then every \r

@@ -1,6 +1,4 @@
-"""One physical vLLM log line into records: who printed each (process prefix, pid, level), what it says; as
-real files hold them (colour, ``\\r`` progress updates, relayed prefixes, interleaved output, lost headers).
-"""
+"""One physical vLLM log line into records (process prefix, pid, level, message), as real files hold them."""
 
 from __future__ import annotations
 
@@ -20,8 +18,7 @@ _LEVEL_GROUP = 4
 _WORKER_RE = re.compile(r"(?:Worker|VllmWorker)((?:[ _](?:DP|PP|PCP|TP|DCP|EP)\d+)*)")
 _WORKER_GROUP_RE = re.compile(r"(DP|PP|PCP|TP|DCP|EP)(\d+)")
 _RAY_REPEAT_RE = re.compile(r"\s*\[repeated (\d+)x across cluster\]\s*$")
-#: A colour code whose ESC byte was lost in copy-paste (``[1;36m``), and the tokens of a record's
-#: head (process prefix, level, date, ``[file:line]``) among which such codes are stripped.
+#: A colour code whose ESC byte was lost in copy-paste (``[1;36m``), and the tokens of a record's head.
 _BARE_CODE_RE = re.compile(r"\[[0-9;]*m")
 _HEAD_TOKEN_RE = re.compile(
     r"(?P<code>\[[0-9;]*m)|(?P<space>[ \t]+)"
@@ -29,20 +26,15 @@ _HEAD_TOKEN_RE = re.compile(
     r"|(?P<level>(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)(?![\w:]))"
     r"|(?P<time>" + _TIME + r")|(?P<file>\[?[\w./<>-]+:\d+\])"
 )
-#: A line's shape: its UTF-8 bytes with every ASCII digit read as 0. Every pattern above reads a digit
-#: only as one of a class (``\d``, ``[0-9;]``, ``\w``), so lines of one shape split at the same places.
+#: A line's shape: its UTF-8 bytes with every ASCII digit read as 0 (the patterns above read digits only as a
+#: class, so lines of one shape split at the same places).
 _SHAPE = bytes.maketrans(b"123456789", b"000000000")
-#: Shapes of line whose layout :func:`split_records` remembers (the boots of a deployment repeat theirs).
-SHAPES_KEPT = 4096
 
 
 def split_records(line: str) -> list[tuple[str, str, int | None, str | None, str | None, int]]:
-    """The records in one physical line (``\\n`` removed) as ``(message, process, pid, ip, level, repeated)``:
-    ``process`` the innermost prefix name ('' when none), ``pid``/``ip`` None without a prefix, ``level`` None
-    without a header, ``repeated`` Ray's collapsed-line count. ``\\r`` separates progress updates; a prefix or
-    header mid-line starts a record; of relayed prefixes the innermost names the printer. Colour codes go
-    (also those that lost their ESC byte among a record's head). Where the records lie is learnt once per
-    shape of line (:func:`_layouts`).
+    """The records of one line (``\\n`` removed) as ``(message, process, pid, ip, level, repeated)``: ``process``
+    the innermost prefix name ('' when none), ``pid``/``ip``/``level`` None when absent, ``repeated`` Ray's
+    collapsed-line count. ``\\r``, a prefix or a header mid-line starts a record; colour codes go.
 
     >>> split_records("(Worker_TP1 pid=12) INFO 08-14 14:07:22 [gpu_worker.py:1] Hi")
     [('Hi', 'Worker_TP1', 12, None, 'INFO', 0)]
@@ -66,11 +58,10 @@ def split_records(line: str) -> list[tuple[str, str, int | None, str | None, str
     ]
 
 
-@lru_cache(maxsize=SHAPES_KEPT)
+@lru_cache(maxsize=4096)
 def _layouts(shape: bytes) -> tuple[tuple, tuple, tuple[tuple, ...]]:
-    """How every line of ``shape`` splits: the colour codes cut from it (the real ones, then, in the text
-    left, those that lost their ESC byte) and per record ``(message, process, pid, ip, level, repeated)``,
-    slices of the text left (None where there is none) but ``level`` itself.
+    """How every line of ``shape`` splits: the colour codes cut (real, then those without ESC) and per record
+    ``(message, process, pid, ip, level, repeated)`` as slices of the text left (None: absent).
 
     >>> _layouts(b"(W pid=00) INFO 00-00 00:00:00 [a.py:0] x")
     ((), (), ((slice(40, 41, None), slice(1, 2, None), slice(7, 9, None), None, 'INFO', None),))
@@ -98,19 +89,12 @@ def _layouts(shape: bytes) -> tuple[tuple, tuple, tuple[tuple, ...]]:
 
 def _cut(text: str, cuts: list[tuple[int, int]] | tuple) -> str:
     """``text`` without the spans ``cuts`` (sorted, disjoint)."""
-    if not cuts:
-        return text
-    parts, last = [], 0
-    for begin, end in cuts:
-        parts.append(text[last:begin])
-        last = end
-    parts.append(text[last:])
-    return "".join(parts)
+    edges = [0, *(edge for cut in cuts for edge in cut), len(text)]
+    return "".join(text[edges[index] : edges[index + 1]] for index in range(0, len(edges), 2))
 
 
 def _bare_codes(segment: str) -> list[tuple[int, int]]:
-    """The spans of the colour codes that lost their ESC byte (``[1;36m``) in a record's head (prefix, level,
-    date, ``[file:line]``); the same text inside a message body stays.
+    """The spans of the colour codes without their ESC byte (``[1;36m``) in a record's head, not in a message.
 
     >>> _bare_codes("[1;36m(VllmWorkerProcess pid=902)[0;0m INFO 09-13 10:00:16 [a.py:1] x [1m")
     [(0, 6), (33, 38)]
@@ -132,8 +116,7 @@ def _bare_codes(segment: str) -> list[tuple[int, int]]:
 
 
 def _head_codes(segment: str, position: int) -> tuple[int, list[tuple[int, int]], bool]:
-    """Where the head tokens from ``position`` end, the colour codes among them, and whether they hold a
-    prefix or a level (a record's head)."""
+    """Where the head tokens from ``position`` end, their colour codes, and whether they hold a prefix or level."""
     codes: list[tuple[int, int]] = []
     head = False
     while True:
@@ -156,9 +139,9 @@ def _head_codes(segment: str, position: int) -> tuple[int, list[tuple[int, int]]
 
 
 def _walk(text: str) -> list[tuple[list, str | None]]:
-    """The records of one clean segment as ``([message, process, pid, ip, repeated], level)``, spans
-    of ``text`` (None: no pid, ip or count): a record starts at a run of prefixes and at most one header;
-    text before the first is a record unless a wrapper's stamp (:func:`_is_external_stamp`).
+    """The records of one clean segment as ``([message, process, pid, ip, repeated], level)``, spans of ``text``
+    (None: absent): a record starts at a run of prefixes and at most one header; text before the first is
+    a record unless a wrapper's stamp (docker, compose, ``ts``).
 
     >>> [(spans[:3], level) for spans, level in _walk("(A pid=1) INFO 08-14 14:07:22 [a.py:1] x (B pid=2) y")]
     [([(39, 40), (1, 2), (7, 8)], 'INFO'), ([(51, 52), (42, 43), (48, 49)], None)]
@@ -169,7 +152,8 @@ def _walk(text: str) -> list[tuple[list, str | None]]:
         return [([span, (0, 0), None, None, None], None)] if span[0] < span[1] else []
     records: list[tuple[list, str | None]] = []
     head = _stripped(text, 0, starts[0].start())
-    if head[0] < head[1] and not _is_external_stamp(text[head[0] : head[1]]):
+    stamp = text[head[0] : head[1]]
+    if head[0] < head[1] and not (stamp.endswith("|") or re.fullmatch(r"[\d\-:.,TZ+ ]+", stamp)):
         records.append(([head, (0, 0), None, None, None], None))
     index, count = 0, len(starts)
     while index < count:
@@ -214,16 +198,10 @@ def _stripped(text: str, start: int, stop: int) -> tuple[int, int]:
     return begin, max(begin, stop - len(piece) + len(piece.rstrip()))
 
 
-def _is_external_stamp(text: str) -> bool:
-    """True for text that wrappers put before vLLM's own line (docker, compose, ``ts``)."""
-    return text.endswith("|") or bool(re.fullmatch(r"[\d\-:.,TZ+ ]+", text))
-
-
 @lru_cache(maxsize=1024)
 def worker_groups(name: str) -> tuple[tuple[str, int], ...] | None:
-    """The group ranks a multiproc worker's name states (``Worker[_DP{d}][_PP{p}][_PCP{c}][_TP{t}][_DCP{k}]
-    [_EP{e}]``, 0.10.2+; ``VllmWorker PP1_TP0``, 0.10.1), each part present only when its group has more
-    than one member (EP whenever expert parallelism is on); None for any other name.
+    """The group ranks a worker's name states (``Worker[_DP{d}][_PP{p}][_PCP{c}][_TP{t}][_DCP{k}][_EP{e}]``,
+    0.10.2+; ``VllmWorker PP1_TP0``, 0.10.1; a group only when it has more than one member); None otherwise.
 
     >>> worker_groups("Worker_DP1_PP0_TP3_EP7"), worker_groups("VllmWorker PP1_TP0"), worker_groups("EngineCore")
     ((('DP', 1), ('PP', 0), ('TP', 3), ('EP', 7)), (('PP', 1), ('TP', 0)), None)
@@ -236,8 +214,7 @@ def worker_groups(name: str) -> tuple[tuple[str, int], ...] | None:
 
 @lru_cache(maxsize=1024)
 def rank_name(name: str) -> tuple | None:
-    """What a process name says of the rank it printed for (its group ranks, or ``rank=N``); None for a
-    name that names no rank (``Worker`` before its groups exist, ``EngineCore``, Ray's actors).
+    """What a process name says of its rank (group ranks, or ``rank=N``); None when it names none.
 
     >>> rank_name("Worker_PP1_TP0"), rank_name("VllmWorker rank=2"), rank_name("Worker"), rank_name("EngineCore")
     ((('PP', 1), ('TP', 0)), (('rank', 2),), None, None)

@@ -16,18 +16,15 @@ from kvplan.io.vllm.manual import exact_manual
 from kvplan.io.vllm.ranks import PRINTING_SCOPES, attribute, key_size, ray_worker_name
 
 ENGINE_COLUMNS = ("kv_cache_tokens", "max_concurrency", "num_gpu_blocks")
-#: What :func:`~kvplan.io.vllm.ranks.attribute` knows of a process it did not see (read only).
-_NO_PROCESS: dict = {}
-#: :data:`~kvplan.columns.LEDGER_COLUMNS` as a set, for membership.
 _LEDGER_COLUMN_SET = frozenset(LEDGER_COLUMNS)
-#: The last startup line of a rank in 0.5.0–0.6.3, which may print no boot-level completion line; later
-#: releases log more after graph capture, so only "init engine … took" or "Application startup complete" does.
+#: The last startup line of a rank in 0.5.0–0.6.3, which may print no boot-level completion line (later
+#: releases log more after graph capture: only "init engine … took" or "Application startup complete" says).
 OLD_LAST_LINE_FAMILIES = ("graph_finished",)
 
 
 @dataclass(frozen=True)
 class _Failure:
-    """An OOM or error line: how bad (0 = OOM first), where, what, who printed it, and when."""
+    """An OOM or error line: how bad (0: OOM, first), where, what, who printed it, and when."""
 
     priority: int
     line: int
@@ -39,21 +36,11 @@ class _Failure:
     failed_in: str | None = None
 
 
-@dataclass
-class ResolvedBoot:
-    """One boot resolved: its rows (by rank), provenance rows (none when not kept), warnings and summary."""
-
-    rows: list[dict]
-    provenance: list[tuple]
-    warnings: list
-    info: dict
-
-
 def resolve_boot(
     boot: Boot, source: str, room_rule: RoomRule | None = None, provenance: bool = True
-) -> ResolvedBoot:
-    """Attribute a boot's events to ranks and compute each rank's row (its room with ``room_rule``);
-    without ``provenance`` the provenance rows are none."""
+) -> tuple[list[dict], list[tuple], list, dict]:
+    """``(rows, provenance rows, warnings, summary)`` of one boot: its events attributed to ranks, a row per
+    rank (its room with ``room_rule``); the provenance rows are none without ``provenance``."""
     key, key_origin, version = boot_key(boot)
     printed = {event.key for event in boot.events if event.scope in PRINTING_SCOPES}
     ranks_of, notes = attribute(boot, key, version, source, printed)
@@ -69,15 +56,23 @@ def resolve_boot(
     single = (sizes[0] or 1) * (sizes[1] or 1) == 1 and not events.unattributed
     if not rows and (events.failures or boot.events) and single:
         ranks.row(0)
-    flags = _boot_flags(boot, key, version)
-    flags["startup_done"] = _startup_done(boot, rows, key)
+    # whether vLLM subtracted a CUDA-graph estimate before sizing KV; the boot got through startup (its
+    # completion line, or in old releases that may print none every rank's last startup line)
+    applied = boot.flags.get("estimate_applied", (version is not None and version >= (0, 20),))[0]
+    world = range(max(world_size(key) or 0, len(rows), 1))
+    flags = {"estimate_applied": bool(applied), "eager": key.get("enforce_eager") is True, "version": version}
+    flags["startup_done"] = "startup_done" in boot.flags or all(
+        rows.get(rank, {}).get("_done") for rank in world
+    )
     ranks.keep_safest(events.seen, flags)
     exact_manual(rows, boot.config, origin, source, warnings)
     for rank, values in rows.items():
         group_ranks(values, rank, sizes, key, version)
         ranks.fill_row(rank, events.failures, flags)
         check_row(values, rank, origin, source)
-    warnings.extend(_caveats(boot, source))
+    for name, value in boot.flags.items():  # the lines that change what the room means (ROOM_CAVEATS)
+        if name.startswith("caveat:"):
+            warnings.append(place_note(name.removeprefix("caveat:"), source, value[1], value[0]))
     sizing = {column: boot.config[column] for column in SIZING_CONFIG if column in boot.config}
     if room_rule is not None:
         warnings += room_rule.boot_warnings(rows, key, flags, source, boot, origin)
@@ -85,15 +80,7 @@ def resolve_boot(
     shared = {column: value for column, (value, *_rest) in sizing.items()} | key
     for rank, values in rows.items():
         rows[rank] = {**EMPTY_ROW, **shared, **values, "source": source, "boot": boot.index}
-    kept = ranks.provenance(key, key_origin, sizing) if provenance else []
-    return ResolvedBoot(
-        [rows[rank] for rank in sorted(rows)], kept, warnings, _summary(boot, source, rows, key)
-    )
-
-
-def _summary(boot: Boot, source: str, rows: dict, key: dict) -> dict:
-    """What the reader's metadata keeps of a boot (``ReadMetadata.boots``)."""
-    return {
+    summary = {
         "source": source,
         "boot": boot.index,
         "first_line": boot.first_line,
@@ -103,34 +90,32 @@ def _summary(boot: Boot, source: str, rows: dict, key: dict) -> dict:
         "ranks": sorted(rows),
         "outcomes": {rank: rows[rank].get("outcome") for rank in sorted(rows)},
     }
+    kept = ranks.provenance(key, key_origin, sizing) if provenance else []
+    return [rows[rank] for rank in sorted(rows)], kept, warnings, summary
 
 
 @dataclass
 class _Events:
-    """A boot's events sorted (:func:`_sort_events`)."""
+    """A boot's events sorted (:func:`_sort_events`): lines of per-rank values no rank was named for, the worst
+    failure per rank (None: engine or API server), lines of failures after startup, engine values by DP rank
+    (None: not given) as column → [(value, event)], and each rank's observations."""
 
-    #: lines of per-rank values no rank could be named for
     unattributed: list[int] = field(default_factory=list)
-    #: the worst failure per rank (None: engine or API server)
     failures: dict[int | None, _Failure] = field(default_factory=dict)
-    #: lines of failures after startup completed
     serving: list[int] = field(default_factory=list)
-    #: engine values by DP rank (None: not given): column → [(value, event)]
     engine_values: dict = field(default_factory=lambda: defaultdict(lambda: defaultdict(list)))
     seen: RankObservations = field(default_factory=RankObservations)
 
 
 class _Ranks:
-    """The rows of one boot's ranks as they are filled, where each value came from, and the warnings."""
+    """The rows of one boot's ranks as they are filled, each value's ``(rank, column) → (line, raw)``, warnings."""
 
     def __init__(self, boot: Boot, source: str, room_rule: RoomRule | None, warnings: list) -> None:
         self.boot, self.source, self.room_rule, self.warnings = boot, source, room_rule, warnings
         self.rows: dict[int, dict] = {}
-        #: (rank, column) → (line, raw)
         self.origin: dict[tuple[int, str], tuple[int, int | str]] = {}
 
     def row(self, rank: int) -> dict:
-        """The row of ``rank``, started when first needed."""
         if rank not in self.rows:
             self.rows[rank] = {"rank": rank}
         return self.rows[rank]
@@ -139,10 +124,10 @@ class _Ranks:
         """Start the row of each process that printed for a rank, with its group ranks, name and pid."""
         for process_key, info in ranks_of.items():
             if info.get("rank") is not None and process_key in printed:
-                target = self.row(info["rank"])
-                for name in (*GROUP_RANKS, "process", "pid"):
-                    if info.get(name) is not None:
-                        target[name] = info[name]
+                named = {name: info.get(name) for name in (*GROUP_RANKS, "process", "pid")}
+                self.row(info["rank"]).update(
+                    {name: value for name, value in named.items() if value is not None}
+                )
 
     def event_notes(self, events: _Events) -> None:
         """The notes on values no rank could be named for and on failures after startup."""
@@ -160,8 +145,8 @@ class _Ranks:
             self.warnings.append(place_note("failure-after-startup", self.source, events.serving[0], text))
 
     def provenance(self, key: dict, key_origin: dict, sizing: dict) -> list[tuple]:
-        """The boot's provenance rows (:data:`~kvplan.io.metadata.PROVENANCE_COLUMNS`): the ranks' values, the
-        key's and the sizing configuration's (rank ``NA``), by line (a default first), rank as text, column."""
+        """The provenance rows (:data:`~kvplan.io.metadata.PROVENANCE_COLUMNS`) of the ranks', key's and sizing
+        configuration's (rank ``NA``) values, by line (a default first), rank as text, column."""
         source, boot, rows = self.source, self.boot.index, self.rows
         found = [
             *(
@@ -181,8 +166,7 @@ class _Ranks:
         return sorted(found, key=lambda row: (-1 if row[1] is pd.NA else row[1], str(row[3]), row[4]))
 
     def keep_safest(self, seen: RankObservations, flags: dict) -> None:
-        """Each rank's values from its safest observation (the lowest room by the room rule; without it the
-        least free memory), with a note when several conflict."""
+        """Each rank's values from its safest observation (:func:`~kvplan.io.vllm.conflicts.safest`)."""
         for rank in seen.ranks():
             observations = completed(seen.of(rank))
             if len(observations) == 1:  # the common case: nothing conflicts
@@ -197,8 +181,8 @@ class _Ranks:
                 self.warnings.append(note)
 
     def _room_by(self, rank: int, flags: dict):
-        """``room_of`` for :func:`~kvplan.io.vllm.conflicts.safest`: the room one observation's values give
-        on top of the rank's row by the room rule (None without a rule)."""
+        """``room_of`` for :func:`~kvplan.io.vllm.conflicts.safest`: the room of an observation's values on top of
+        the rank's row (None without a room rule)."""
         room_rule, row, source = self.room_rule, self.rows[rank], self.source
 
         def room_of(values: dict, where: dict) -> int | None:
@@ -211,8 +195,8 @@ class _Ranks:
         return room_of
 
     def attach_engine_values(self, engine_values: dict, sizes: tuple) -> None:
-        """Engine-level values onto ranks: one line per worker in rank order (0.9–0.11.0), else to all
-        (``sizes``: the key's TP and PP sizes, None where not known)."""
+        """Engine-level values onto ranks: one line per worker in rank order (0.9–0.11.0), else to all; ``sizes``
+        the key's TP and PP sizes (None: not known)."""
         rows, tp_pp = self.rows, (sizes[0] or 1) * (sizes[1] or 1)
         for dp, columns in engine_values.items():
             targets = sorted(
@@ -233,8 +217,7 @@ class _Ranks:
                     self.origin[(rank, column)] = (event.line, event.raw)
 
     def _assignment(self, column: str, pairs: list, targets: list) -> list:
-        """``(rank, (value, event))`` of one engine column: one line per rank in order, else the lowest
-        line for every rank (a note when they differ)."""
+        """``(rank, (value, event))`` of one engine column: a line per rank in order, else the lowest for all."""
         if len(pairs) == len(targets) > 1:
             return list(zip(targets, pairs))
         chosen = min(pairs, key=lambda pair: pair[0])
@@ -260,8 +243,7 @@ class _Ranks:
             values["room_bytes"], values["room_source"], self.origin[(rank, "room_bytes")] = room
 
     def _outcome(self, values: dict, failure, engine, flags: dict) -> tuple[dict, tuple | None]:
-        """A rank's outcome and error from its own failure, else the engine's, else how far the log goes;
-        and the (line, raw) they come from."""
+        """A rank's outcome and error (its own failure, the engine's, or how far the log goes), and their (line, raw)."""
         source, last = self.source, self.boot.last_line
         if failure is not None:
             text = failure.text
@@ -291,9 +273,8 @@ class _Ranks:
 
 
 def _sort_events(boot: Boot, ranks_of: dict, row) -> _Events:
-    """Put each event where it belongs (:class:`_Events`): the worst failure per rank is OOM first, then the
-    earliest, ``failed_in`` the last known vLLM frame its process printed before it; each rank's values
-    are observations (:mod:`~kvplan.io.vllm.conflicts`); an old release's last line marks ``_done``."""
+    """Each event where it belongs (:class:`_Events`): the worst failure per rank (OOM, then the earliest; its
+    ``failed_in`` the last vLLM frame its process printed), each rank's values as observations."""
     done_line = boot.flags.get("startup_done", (None, None))[1]
     sorted_ = _Events()
     frames: dict = {}
@@ -313,7 +294,7 @@ def _sort_events(boot: Boot, ranks_of: dict, row) -> _Events:
                 values = {name: value for name, value in values.items() if name != "gpu_memory_utilization"}
             sorted_.seen.add(rank, event.key, event.family, values, (event.line, event.raw))
             continue
-        info = ranks_of.get(event.key, _NO_PROCESS)
+        info = ranks_of.get(event.key, {})
         if scope == "frame":
             frames[event.key] = event.values["failed_in"]
         elif scope == "outcome":
@@ -340,44 +321,17 @@ def _sort_events(boot: Boot, ranks_of: dict, row) -> _Events:
     return sorted_
 
 
-def _caveats(boot: Boot, source: str) -> list:
-    """Notes for the lines that change what this boot's room means (families.ROOM_CAVEATS)."""
-    return [
-        place_note(name.removeprefix("caveat:"), source, value[1], value[0])
-        for name, value in boot.flags.items()
-        if name.startswith("caveat:")
-    ]
-
-
 def _holds_the_minimum(rows: dict, targets: list, rank: int) -> bool:
-    """Whether ``rank`` logged the fewest KV tokens of ``targets`` (0.9–0.11.0 print each worker's own,
-    before vLLM takes the minimum), or no rank logged tokens of its own."""
+    """Whether ``rank`` logged the fewest KV tokens of ``targets`` (0.9–0.11.0 print each worker's own, before
+    vLLM takes the minimum), or none did."""
     tokens = [rows[other].get("kv_cache_tokens") for other in targets]
     shown = [value for value in tokens if value is not None]
     return not shown or rows[rank].get("kv_cache_tokens") == min(shown)
 
 
-def _startup_done(boot: Boot, rows: dict, key: dict) -> bool:
-    """Whether the boot got through startup, for all its ranks at once: its completion line, or
-    (old releases that may print none) the last startup line of every rank of the world.
-    """
-    ranks = range(max(world_size(key) or 0, len(rows), 1))
-    return "startup_done" in boot.flags or all(rows.get(rank, {}).get("_done") for rank in ranks)
-
-
-def _boot_flags(boot: Boot, key: dict, version: tuple | None) -> dict:
-    """Whether vLLM subtracted a CUDA-graph estimate before sizing KV, and whether graphs were off."""
-    if "estimate_applied" in boot.flags:
-        applied = bool(boot.flags["estimate_applied"][0])
-    else:
-        applied = version is not None and version >= (0, 20)
-    return {"estimate_applied": applied, "eager": key.get("enforce_eager") is True, "version": version}
-
-
 def group_ranks(values: dict, rank: int, sizes: tuple, key: dict, version: tuple | None) -> None:
-    """Fill the group ranks a rank's row lacks (issue 26): TP, PP and DP from its global rank under the key's
-    TP and PP ``sizes``; 0 for a group known to have one member (PCP before vLLM 0.12, DCP when the key
-    states size 1) and for rank 0, first in every group; any other stays unknown.
+    """Fill the group ranks a row lacks (issue 26): TP, PP and DP from its global rank under the TP and PP
+    ``sizes``; 0 for a group of one member (PCP before 0.12, DCP of size 1) and for rank 0; else unknown.
 
     >>> row = {}
     >>> group_ranks(row, 5, (4, 1), {"decode_context_parallel_size": 1}, (0, 11, 0))

@@ -58,12 +58,13 @@ ANCHORS: tuple[bytes, ...] = (
 
 
 def _database() -> hyperscan.Database:
-    """Hyperscan's database of the anchors as literals (one id: which anchor does not matter)."""
+    """Hyperscan's database: an anchor, then the rest of its line; one pattern, so that a line holding
+    anchors is reported once, at its newline."""
     if any(b"\n" in anchor for anchor in ANCHORS):
         raise ValueError("an anchor holds a newline: a line could not hold it")
     database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
-    expressions = [re.escape(anchor) for anchor in ANCHORS]
-    database.compile(expressions=expressions, ids=[0] * len(expressions), elements=len(expressions))
+    expression = b"(?:" + b"|".join(map(re.escape, ANCHORS)) + b")[^\\n]*\\n"
+    database.compile(expressions=[expression], ids=[0], elements=1)
     return database
 
 
@@ -131,12 +132,10 @@ def _scan(block: bytes, base: int, offset: int, scratch: hyperscan.Scratch) -> l
     _DATABASE.scan(block, match_event_handler=_collect, context=ends, scratch=scratch)
     ends.sort()
     found = []
-    number, counted, stop = base + 1, 0, -1
+    number, counted = base + 1, 0
     for end in ends:
-        if end <= stop:  # another anchor of the line just found
-            continue
-        begin = block.rfind(b"\n", 0, end) + 1
-        stop = block.find(b"\n", end)
+        stop = end - 1  # the line's newline
+        begin = block.rfind(b"\n", 0, stop) + 1
         number += block.count(b"\n", counted, begin)
         counted = begin
         found.append((number, begin + offset, block[begin:stop]))
@@ -144,7 +143,7 @@ def _scan(block: bytes, base: int, offset: int, scratch: hyperscan.Scratch) -> l
 
 
 def _collect(_id: int, _start: int, end: int, _flags: int, ends: Any) -> None:
-    """Hyperscan's match handler: keep where the anchor ends."""
+    """Hyperscan's match handler: keep where the line ends (after its newline)."""
     ends.append(end)
 
 
