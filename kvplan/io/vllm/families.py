@@ -1,8 +1,5 @@
-"""vLLM log line families: one table row per family (trigger, scope, values, regex), and reading a message.
-
-:data:`FAMILIES` holds one row per line family (:func:`~kvplan.io.vllm.handlers.family`); the releases and
-vLLM source of the less common lines are in ``docs/vllm-lines.md``.
-"""
+"""vLLM log line families, a table row each (releases and source of the rarer ones: ``docs/vllm-lines.md``),
+and reading a message."""
 
 from __future__ import annotations
 
@@ -13,7 +10,7 @@ from itertools import chain
 from types import MappingProxyType
 
 from kvplan.columns import FAILURE_PHASES
-from kvplan.io.ledger_frame import ImpossibleValue, check_parallel_size, check_value, possible_parallel_size
+from kvplan.io.ledger_frame import ImpossibleValue, check_parallel_size, check_value
 from kvplan.io.vllm.handlers import (
     Fact,
     Family,
@@ -116,7 +113,6 @@ ROOM_CAVEATS = {
 
 
 def _caveat(code: str) -> dict:
-    """A caveat row's values: the flag ``caveat:CODE`` with its note (:data:`ROOM_CAVEATS`)."""
     return {f"caveat:{code}": ROOM_CAVEATS[code]}
 
 
@@ -218,17 +214,12 @@ FAMILIES = (
 _BY_TRIGGER: dict[str, list[int]] = {}
 for _position, (_family, _trigger, *_rest) in enumerate(FAMILIES):
     _BY_TRIGGER.setdefault(_trigger, []).append(_position)
-#: Messages :func:`read_message` remembers (the boots of one deployment print the same ones again).
-MESSAGES_KEPT = 4096
 
 
-@lru_cache(maxsize=MESSAGES_KEPT)
+@lru_cache(maxsize=4096)
 def read_message(message: str) -> tuple[Fact, ...]:
-    """The facts in one log message, one per line family that matches; their values are read-only (the
-    facts of a message are remembered and shared).
-
-    The families tried are those whose trigger the message holds, in table order. Outcome families
-    stop at the first match, so one error line is one error.
+    """The facts (read-only: shared) of one message, one per family whose trigger it holds and whose regex
+    matches, in table order; outcome families stop at the first match (one error line is one error).
 
     >>> [(f.family, dict(f.values)) for f in read_message("Available KV cache memory: 12.5 GiB")]
     [('available_kv', {'available_kv_bytes': 13421772800})]
@@ -253,33 +244,24 @@ def read_message(message: str) -> tuple[Fact, ...]:
     return tuple(facts)
 
 
-@lru_cache(maxsize=MESSAGES_KEPT)
+@lru_cache(maxsize=4096)
 def impossible_in(message: str) -> tuple[Callable, str, object] | None:
-    """The first value of the message's facts that no vLLM line can show, as ``(check, column, value)``:
-    ``check`` (:func:`~kvplan.io.ledger_frame.check_value`, or ``check_parallel_size`` for a config fact's
-    parallel size, checked first) refuses it with a file and line; None when all can be.
+    """The first value of the message's facts no vLLM line can show, as ``(check, column, value)`` (``check``
+    refuses it naming file and line; a config fact's parallel sizes first); None when all can be.
 
     >>> impossible_in("Available KV cache memory: 12.5 GiB"), impossible_in("Available KV cache memory: 900000000 GiB")[1:]
     (None, ('available_kv_bytes', 966367641600000000))
     """
     facts = read_message(message)
-    for column, value in (item for fact in facts if fact.scope != "config" for item in fact.values.items()):
-        if not _possible(check_value, column, value):
-            return check_value, column, value
+    checks: list[tuple[Callable, tuple]] = [
+        (check_value, item) for fact in facts if fact.scope != "config" for item in fact.values.items()
+    ]
     for fact in facts:
-        for column, value in fact.columns:
-            if column in PARALLEL_COLUMNS and not possible_parallel_size(value):
-                return check_parallel_size, column, value
-        for column, value in fact.columns:
-            if not _possible(check_value, column, value):
-                return check_value, column, value
+        checks += [(check_parallel_size, item) for item in fact.columns if item[0] in PARALLEL_COLUMNS]
+        checks += [(check_value, item) for item in fact.columns]
+    for check, (column, value) in checks:
+        try:
+            check(column, value, "", 0)
+        except ImpossibleValue:
+            return check, column, value
     return None
-
-
-def _possible(check: Callable, column: str, value: object) -> bool:
-    """Whether ``check`` lets ``value`` of ``column`` pass."""
-    try:
-        check(column, value, "", 0)
-    except ImpossibleValue:
-        return False
-    return True

@@ -1,9 +1,4 @@
-"""What a matched line family means: a table row turns its regex's groups into ledger values.
-
-A row (:func:`family`) names the columns its regex's groups hold, in order, each converted by the column's
-kind (:data:`CONVERTERS`): GiB sizes into bytes, counts into ``int``. The lines whose values need more
-have a handler here.
-"""
+"""What a matched line family means: a table row's regex groups into ledger values, or a handler here."""
 
 from __future__ import annotations
 
@@ -18,14 +13,13 @@ NUM = r"(-?\d+(?:\.\d+)?)"
 
 
 class Fact(NamedTuple):
-    """What one matched line says. ``scope``: ``rank`` (a value of the rank that printed it), ``engine``
-    (KV cache size, concurrency, blocks), ``config`` (key fields), ``assign`` (ties the printing process to
-    a rank), ``outcome`` (``oom``/``error`` with text), ``flag`` (boot facts), ``frame`` (a traceback's)."""
+    """What one matched line says. ``scope``: ``rank`` (the printing rank's value), ``engine`` (KV cache size,
+    concurrency, blocks), ``config`` (key fields; ``columns`` as ledger columns), ``assign`` (ties the process to a
+    rank), ``outcome`` (``oom``/``error`` with text), ``flag`` (boot facts), ``frame`` (a traceback's)."""
 
     family: str
     scope: str
     values: Mapping[str, Any]
-    #: a config fact's values as ledger columns (:func:`~kvplan.io.vllm.values.config_columns`)
     columns: tuple[tuple[str, object], ...] = ()
 
 
@@ -34,8 +28,7 @@ Handler = Callable[[re.Match], dict]
 
 
 class Family(NamedTuple):
-    """One line family: its name, a trigger substring every line of it holds (checked first, cheap),
-    its regex, its scope (as :class:`Fact`'s) and the handler that turns a match into values."""
+    """One line family: name, a substring every line of it holds (checked first), regex, scope, handler."""
 
     name: str
     trigger: str
@@ -44,20 +37,11 @@ class Family(NamedTuple):
     handler: Handler
 
 
-def count(text: str) -> int:
-    """A count as vLLM prints it, thousands commas allowed.
-
-    >>> count("12,288"), count("16")
-    (12288, 16)
-    """
-    return int(text.replace(",", ""))
-
-
 #: How a group's text becomes a value: ``gib`` a size vLLM printed in GiB into bytes, ``int`` a count
 #: (thousands commas allowed), ``version`` without its ``v``, ``enabled`` a boolean.
 CONVERTERS: dict[str, Callable[[str], object]] = {
     "gib": gib_bytes,
-    "int": count,
+    "int": lambda text: int(text.replace(",", "")),
     "float": float,
     "text": str,
     "version": lambda text: text.lstrip("v"),
@@ -95,9 +79,8 @@ COLUMN_KINDS = {
 def family(
     name: str, trigger: str, scope: str, values: tuple[str | None, ...] | dict | Handler, pattern: str
 ) -> Family:
-    """One row of a family table (``{num}`` in ``pattern``: a decimal number group). ``values`` is a handler,
-    a dict (what every match gives: flags), or the columns the groups hold in order (None skips a group;
-    ``column:kind`` names a kind of :data:`CONVERTERS` other than the column's, :data:`COLUMN_KINDS`).
+    """One row of a family table (``{num}`` in ``pattern``: a decimal number). ``values``: a handler, a dict (what
+    every match gives), or the columns the groups hold (None skips one; ``column:kind`` names a converter).
 
     >>> row = family("pool", "pool", "rank", ("cuda_graph_bytes", None, "kv_cache_tokens"), r"pool {num} GiB(?: (x))? ([\\d,]+)")
     >>> row.handler(row.pattern.search("pool 1.5 GiB 12,288"))
@@ -133,11 +116,7 @@ def _groups_handler(columns: tuple[str | None, ...]) -> Handler:
 
 
 def weights(m: re.Match) -> dict:
-    """``… took N GiB`` (``GB`` and ``MB`` in old releases: GiB and MiB).
-
-    >>> weights(re.search(r"took {num} (GB)".replace("{num}", NUM), "took 1.5 GB"))
-    {'weights_bytes': 1610612736}
-    """
+    """``… took N GiB`` (``GB`` and ``MB`` in old releases: GiB and MiB)."""
     return {"weights_bytes": gib_bytes(m.group(1), m.group(2))}
 
 
@@ -211,18 +190,8 @@ _SUGGESTION_EXPECTED = (
 
 def suggestion(m: re.Match) -> dict:
     """vLLM's two ``--kv-cache-memory`` suggestions [bytes], read from the one whole line that
-    :func:`check_suggestion` verified; a line holding a suggestion that cannot be verified (cut short,
-    edited, two of them) is refused (:class:`PartsDisagree`): a tampered suggestion must not raise a budget.
-
-    >>> line = ("Free memory on device (48.61/79.19 GiB) on startup. Desired GPU memory utilization is (0.6, "
-    ...     "47.51 GiB). Actual usage is 32.86 GiB for weight, 1.41 GiB for peak activation, 0.38 GiB for non-torch "
-    ...     "memory, and 0.92 GiB for CUDAGraph memory. Replace gpu_memory_utilization config with "
-    ...     "`--kv-cache-memory=12676748903` (11.81 GiB) to fit into requested memory, or "
-    ...     "`--kv-cache-memory=13851269530` (12.9 GiB) to fully utilize gpu memory. Current kv cache memory in "
-    ...     "use is 11.89 GiB.")
-    >>> suggestion(re.search("`--kv-cache-memory=", line))
-    {'suggested_fit_bytes': 12676748903, 'suggested_full_bytes': 13851269530}
-    """
+    :func:`check_suggestion` verified; any other line holding one is refused (:class:`PartsDisagree`): a
+    tampered suggestion must not raise a budget."""
     message = m.string
     whole = _SUGGESTION_LINE.search(message)
     if whole is None or any(message.count(word) != whole.group(0).count(word) for word in _SUGGESTION_WORDS):
@@ -232,8 +201,7 @@ def suggestion(m: re.Match) -> dict:
 
 
 def check_suggestion(whole: re.Match) -> None:
-    """Refuse a suggestion line (``whole``, a match of the whole line) whose parts give less than it
-    suggests, beyond the rounding of its figures.
+    """Refuse a suggestion line (``whole``) whose parts give less than it suggests, beyond their rounding.
 
     vLLM computes ``full = free − Σparts − 150 MiB`` and ``fit = requested − Σparts − 150 MiB`` in bytes
     and prints every other figure rounded to 0.01 GiB (±0.005 GiB): a sum of n printed figures is within
@@ -306,8 +274,8 @@ def namespace(m: re.Match) -> dict:
 
 
 def failure(outcome: str, priority: int) -> Handler:
-    """The handler of a failure family: outcome, the message as the error text, and its priority
-    (lower names the failure first: 0 OOM, 1 a specific error, 2 any exception, 3 a generic one).
+    """A failure family's handler: outcome, the message as error text, and priority (lower is named first: 0
+    OOM, 1 a specific error, 2 any exception, 3 a generic one).
 
     >>> failure("error", 3)(re.match("x", "x failed"))
     {'outcome': 'error', 'text': 'x failed', 'priority': 3}

@@ -15,7 +15,7 @@ _FRONTEND_RE = re.compile(r"(?:APIServer|ApiServer|DPSupervisor|MainProcess|DPCo
 _ENGINE_RE = re.compile(r"(?:EngineCore|DPEngineCoreActor)(?:_DP(\d+)|_(\d+))?")
 _GROUP_RE = re.compile(r"(DP|PP|PCP|TP|DCP|EP)(\d+)")
 #: Ray's name for a vLLM worker actor (V0 and V1): ``(RayWorkerWrapper pid=N, ip=A.B.C.D)``.
-RAY_WORKER_RE = re.compile(r"RayWorker\w*")
+_RAY_WORKER_RE = re.compile(r"RayWorker\w*")
 
 
 def key_size(key: dict, name: str) -> int | None:
@@ -34,9 +34,8 @@ Sizes = tuple[int | None, int | None, int | None]
 
 @lru_cache(maxsize=1024)
 def _rank_from_name(name: str, sizes: Sizes) -> tuple[tuple[str, int], ...]:
-    """Rank and group ranks, as ``(name, value)`` pairs, from a process prefix name (``Worker_PP1_TP0``,
-    ``VllmWorker rank=2``) under the layout's PP, PCP and TP ``sizes`` (None: unknown, then no global rank
-    where it needs that size); the same names recur in every boot, so each is read once.
+    """Rank and group ranks as ``(name, value)`` pairs from a process name (``Worker_PP1_TP0``, ``VllmWorker
+    rank=2``) under the PP, PCP and TP ``sizes`` (None: unknown, then no global rank where it needs it).
 
     >>> dict(_rank_from_name("Worker_PP1_TP0", (2, 1, 4)))
     {'tp_rank': 0, 'pp_rank': 1, 'dp_rank': 0, 'pcp_rank': 0, 'dcp_rank': 0, 'ep_rank': 0, 'rank': 4}
@@ -64,9 +63,8 @@ def _rank_from_name(name: str, sizes: Sizes) -> tuple[tuple[str, int], ...]:
 
 
 def layout_sizes(key: dict, names: set[str]) -> tuple[Sizes, dict[str, int]]:
-    """The PP, PCP and TP sizes that number the workers' global ranks, and those bounded rather than stated:
-    the key's when stated (PCP never is), else from the worker names: a group no name shows has one member
-    (vLLM names only groups of more than one), one they show at least its largest rank + 1 (bounded).
+    """The PP, PCP and TP sizes that number the workers' global ranks, and those bounded, not stated: the key's,
+    else from the worker names (a group no name shows has one member, one they show its largest rank + 1).
 
     >>> layout_sizes({}, {"Worker_PP1_TP3", "Worker_PP0_TP0"})
     ((2, 1, 4), {'PP': 2, 'TP': 4})
@@ -88,13 +86,12 @@ def layout_sizes(key: dict, names: set[str]) -> tuple[Sizes, dict[str, int]]:
     return (sizes[0], sizes[1], sizes[2]), bounded
 
 
-#: Event scopes whose process speaks for a rank (its rank is checked and counted).
 PRINTING_SCOPES = frozenset(("rank", "assign", "outcome"))
 
 
 def attribute(boot: Boot, key: dict, version: tuple | None, source: str, printed: set) -> tuple[dict, list]:
-    """Process identity ``(pid, ip)`` (None: no prefix) → rank, group ranks, roles, and the notes on how
-    ranks were told; ``printed`` are the processes with an event of :data:`PRINTING_SCOPES`."""
+    """Process ``(pid, ip)`` (None: no prefix) → rank, group ranks, roles; and the notes on how ranks were told.
+    ``printed``: the processes with an event of :data:`PRINTING_SCOPES`."""
     world = world_size(key)
     all_names = {name for names in boot.names.values() for name in names}
     sizes, bounded = layout_sizes(key, all_names)
@@ -117,8 +114,8 @@ def attribute(boot: Boot, key: dict, version: tuple | None, source: str, printed
 
 
 def _processes(boot: Boot, key: dict, sizes: Sizes) -> tuple[dict, bool]:
-    """Each process's names and rank lines read (:func:`_named`), and whether a worker has a rank; an engine
-    is its DP rank's rank when the world has one rank per engine (or no worker has one)."""
+    """Each process's names and rank lines read, and whether a worker has a rank; an engine is its DP rank's
+    rank when the world has one rank per engine (or no worker has one)."""
     tp_size, pp_size = key_size(key, "tensor_parallel_size"), key_size(key, "pipeline_parallel_size")
     tp_pp = None if tp_size is None or pp_size is None else tp_size * pp_size
     assigned = {
@@ -143,8 +140,7 @@ def _processes(boot: Boot, key: dict, sizes: Sizes) -> tuple[dict, bool]:
 
 
 def _claims(info: dict, boot: Boot, world: int | None, printed: set, source: str) -> list:
-    """The notes on ranks claimed outside the world (the claim dropped) or by two processes (both kept as
-    evidence: resolve keeps the safe one, :func:`~kvplan.io.vllm.conflicts.safest`)."""
+    """The notes on ranks claimed outside the world (dropped) or by two processes (both kept as evidence)."""
     notes, used = [], {}
     for process_key, item in info.items():
         rank = item.get("rank")
@@ -169,7 +165,6 @@ def _claims(info: dict, boot: Boot, world: int | None, printed: set, source: str
 
 
 def _bounded_note(bounded: dict[str, int], boot: Boot, source: str):
-    """The note that the workers' global ranks were numbered under sizes bounded from their names."""
     named = {"DP": "data_parallel_size", "PP": "pipeline_parallel_size", "TP": "tensor_parallel_size"}
     sizes = ", ".join(f"{group} ≥ {size}" for group, size in bounded.items())
     stated = [named[group] for group in bounded if group in named]
@@ -187,7 +182,7 @@ def _bounded_note(bounded: dict[str, int], boot: Boot, source: str):
 
 
 def _v0_workers(info: dict, boot: Boot, world: int | None, source: str) -> list:
-    """V0 ``VllmWorkerProcess`` workers without a rank line: ranks 1.. in pid order (spawn order); the note."""
+    """V0 ``VllmWorkerProcess`` workers without a rank line: ranks 1.. in pid (spawn) order; the note."""
     pending = sorted(
         k for k, item in info.items() if item.get("rank") is None and "VllmWorkerProcess" in boot.names[k]
     )
@@ -203,9 +198,8 @@ def _v0_workers(info: dict, boot: Boot, world: int | None, source: str) -> list:
 
 
 def _ray_workers(info: dict, boot: Boot, world: int | None, first: int, source: str) -> tuple[bool, list]:
-    """Ray workers without a rank line: the free ranks from ``first`` (1 under V0, whose driver without
-    prefix is rank 0) in order of first appearance, as vLLM logs no rank for them; whether one was given
-    a rank, and the note."""
+    """Ray workers without a rank line: the free ranks from ``first`` (1 under V0: its driver is rank 0) by first
+    appearance; whether one was given a rank, and the note."""
     pending = [
         k
         for k, item in info.items()  # in order of first appearance (boot.names is filled line by line)
@@ -238,9 +232,7 @@ def _give_ranks(info: dict, pending: list, world: int | None, first: int) -> lis
 
 @lru_cache(maxsize=1024)
 def _named(names: tuple[str, ...], sizes: Sizes) -> dict:
-    """What the names one process printed under (in order) say of it under the key's TP and PP sizes:
-    its best name, roles and rank fields; the same processes recur in every boot, so each set of
-    names is read once (read only: :func:`attribute` copies it)."""
+    """What the names one process printed under say of it: its best name, roles and rank fields (read only)."""
     specific = [name for name in names if _GROUP_RE.search(name) or "rank=" in name or "_DP" in name]
     item: dict = {"process": (specific or names)[-1]}  # the last name that names its rank or group
     for name in names:
@@ -257,12 +249,12 @@ def _named(names: tuple[str, ...], sizes: Sizes) -> dict:
 
 @lru_cache(maxsize=1024)
 def ray_worker_name(name: str) -> bool:
-    """Whether a process name is Ray's name for a vLLM worker (:data:`RAY_WORKER_RE`).
+    """Whether a process name is Ray's for a vLLM worker.
 
     >>> ray_worker_name("RayWorkerWrapper"), ray_worker_name("Worker_TP0")
     (True, False)
     """
-    return RAY_WORKER_RE.fullmatch(name) is not None
+    return _RAY_WORKER_RE.fullmatch(name) is not None
 
 
 def _roles(name: str) -> tuple[bool, bool, int | None]:

@@ -1,7 +1,4 @@
-"""Values as vLLM prints them: sizes in GiB (bytes here, and only here), config literals, key=value lists.
-
-vLLM prints GiB (and, in old releases, "GB" or "MB" meaning GiB and MiB).
-"""
+"""Values as vLLM prints them: sizes in GiB (bytes here, and only here), config literals, key=value lists."""
 
 from __future__ import annotations
 
@@ -20,10 +17,7 @@ _UNITS = {"GiB": "GiB", "GB": "GiB", "Gib": "GiB", "MiB": "MiB", "MB": "MiB"}
 
 
 def gib_bytes(text: str, unit: str = "GiB") -> int:
-    """Bytes in a number vLLM printed in GiB; "GB"/"Gib" meant GiB, "MB" meant MiB.
-
-    Read by :func:`kvplan.units.parse_size` (exact, rounded half to even to the nearest byte; sizes
-    beyond its range refused).
+    """Bytes in a number vLLM printed in GiB ("GB"/"Gib" meant GiB, "MB" MiB), exact to the nearest byte.
 
     >>> gib_bytes("10.2"), gib_bytes("-9.96"), gib_bytes("14.9864", "GB"), gib_bytes("512", "MB")
     (10952166605, -10694468567, 16091524471, 536870912)
@@ -35,9 +29,8 @@ _INT_RE = re.compile(r"-?(?:0|[1-9]\d*)")
 
 
 def literal_value(text: str) -> object:
-    """A configuration value as Python reads it (:func:`ast.literal_eval`): numbers, booleans, None, quoted
-    strings; anything else (``torch.bfloat16``, ``auto``, ``{...}``) stays text. An integer of more digits
-    than Python converts is refused (``ValueError``), not kept as text.
+    """A configuration value as :func:`ast.literal_eval` reads it; anything else (``torch.bfloat16``, ``auto``)
+    stays text; an integer of more digits than Python converts is refused (``ValueError``).
 
     >>> literal_value("32768"), literal_value("'fp8'"), literal_value("None"), literal_value("torch.bfloat16")
     (32768, 'fp8', None, 'torch.bfloat16')
@@ -149,8 +142,7 @@ def cudagraph_mode(config_text: str) -> str | None:
 
 @functools.lru_cache(maxsize=512)
 def config_items(text: str, separator: str = "=") -> tuple[tuple[str, object], ...]:
-    """The :data:`CONFIG_NAMES` items of a configuration line (:func:`key_values`), parsed once per text:
-    the boots of one deployment print the same engine config and arguments again.
+    """The :data:`CONFIG_NAMES` items of a configuration line (:func:`key_values`), parsed once per text.
 
     >>> config_items("model='m', seed=0, max_seq_len=4096")
     (('model', 'm'), ('max_seq_len', 4096))
@@ -159,9 +151,7 @@ def config_items(text: str, separator: str = "=") -> tuple[tuple[str, object], .
 
 
 def key_values(text: str, separator: str = "=", names: Collection[str] | None = None) -> dict[str, object]:
-    """``key=value, key=value`` (engine config, ``Namespace(...)``) or a dict literal's items.
-
-    With ``names``, only those keys are kept (and their values evaluated).
+    """``key=value, …`` (engine config, ``Namespace(...)``) or a dict literal's items; only ``names`` if given.
 
     >>> key_values("model='m', max_seq_len=32768, compilation_config={\\"level\\":3, \\"x\\":[1,2]}")
     {'model': 'm', 'max_seq_len': 32768, 'compilation_config': {'level': 3, 'x': [1, 2]}}
@@ -185,8 +175,7 @@ _FLAG_COLUMNS = frozenset(("enforce_eager", "async_scheduling", "hybrid_kv_cache
 
 
 def config_columns(values: Mapping) -> tuple[tuple[str, object], ...]:
-    """The :data:`CONFIG_NAMES` items of a config fact's ``values`` as ``(column, ledger value)``, in order
-    (a column twice when the line names it twice: ``model_tag`` and ``model``).
+    """The :data:`CONFIG_NAMES` items of a config fact's ``values`` as ``(column, ledger value)``, in order.
 
     >>> config_columns({"max_seq_len": "4096", "disable_hybrid_kv_cache_manager": True, "seed": 0})
     (('max_model_len', 4096), ('hybrid_kv_cache_manager', False))
