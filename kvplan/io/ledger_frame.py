@@ -1,5 +1,4 @@
-"""Ledger rows: their physical bounds (:func:`check_row`, issue 11), the ledger frame (:func:`ledger_frame`)
-both readers build, and the ledger CSV text, byte for byte as pandas writes the frame."""
+"""Ledger rows: their physical bounds (issue 11), the ledger frame both readers build, and its CSV text."""
 
 from __future__ import annotations
 
@@ -46,14 +45,9 @@ class ImpossibleValue(ValueError):
     """A value no vLLM release can print; the message names the file and line."""
 
 
-def possible_parallel_size(value: object) -> bool:
-    """Whether ``value`` can be a parallel size (a whole number from 1 to :data:`MAX_PARALLEL_SIZE`)."""
-    return not isinstance(value, int) or 1 <= value <= MAX_PARALLEL_SIZE
-
-
 def check_parallel_size(column: str, value: object, source: str, line: object) -> None:
     """Refuse a parallel size that is not a count of GPUs from 1 to :data:`MAX_PARALLEL_SIZE`."""
-    if not possible_parallel_size(value):
+    if isinstance(value, int) and not 1 <= value <= MAX_PARALLEL_SIZE:
         raise ImpossibleValue(
             f"{source}:{line}: {column}={value} is impossible: a parallel size is a count of GPUs from 1 to "
             f"{MAX_PARALLEL_SIZE}"
@@ -61,8 +55,8 @@ def check_parallel_size(column: str, value: object, source: str, line: object) -
 
 
 def check_value(column: str, value: object, source: str, line: object) -> None:
-    """Refuse a value no vLLM line can show (issue 25): a whole number beyond :data:`MAX_DEVICE_BYTES` either
-    side of zero, a pid beyond :data:`MAX_PID`, a gpu_memory_utilization outside (0, 1]."""
+    """Refuse a value no vLLM line can show (issue 25): a whole number beyond ±:data:`MAX_DEVICE_BYTES`, a pid
+    beyond :data:`MAX_PID`, a gpu_memory_utilization outside (0, 1]."""
     if type(value) is int:
         bound = MAX_PID if column == "pid" else MAX_DEVICE_BYTES
         if abs(value) > bound:

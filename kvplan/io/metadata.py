@@ -18,8 +18,8 @@ PROVENANCE_COLUMNS = ["source", "line", "boot", "rank", "column", "value", "raw"
 
 
 class EvidenceLines(Mapping):
-    """Read-only ``(source, boot, rank, column) → line`` of the values refusals quote (rank ``-1``: the boot's
-    key; column ``boot``: its first line), made by ``build`` on first use."""
+    """Read-only ``(source, boot, rank, column) → line`` of the values refusals quote (rank ``-1``: the key;
+    column ``boot``: its first line), made by ``build`` on first use."""
 
     def __init__(self, items: Iterable | Mapping = (), build: Callable[[], Iterable] | None = None) -> None:
         self._build = build
@@ -91,8 +91,7 @@ def _read_to(stream, end: bytes, block: int = 4096) -> bytes:
 
 @dataclass(frozen=True, eq=False)
 class ReadMetadata:
-    """What came with a frame: sources, warnings, provenance, line index, boots, ``total_lines`` of a single
-    file read and ``kind`` of snapshot."""
+    """What came with a frame: sources, warnings, provenance, line index, boots, lines of a single file, kind."""
 
     sources: tuple[str, ...] = ()
     warnings: tuple[Note, ...] = ()
@@ -120,15 +119,9 @@ class ReadMetadata:
 
     def compact_provenance(self) -> pd.DataFrame:
         """:attr:`provenance` with ``raw`` as kept (a log line's byte offset)."""
-        columns: list[list] = [[] for _ in PROVENANCE_COLUMNS]
-        appends = [column.append for column in columns]
-        for row in self.provenance_rows:
-            for append, field_value in zip(appends, row):
-                append(field_value)
-        data = dict(zip(PROVENANCE_COLUMNS, columns))
-        value = PROVENANCE_COLUMNS.index("value")
-        data["value"] = pd.DataFrame([(cell,) for cell in columns[value]], columns=["value"])["value"]
-        columns[value] = []
+        columns = list(zip(*self.provenance_rows)) or [()] * len(PROVENANCE_COLUMNS)
+        data: dict = dict(zip(PROVENANCE_COLUMNS, map(list, columns)))
+        data["value"] = pd.DataFrame([(cell,) for cell in data["value"]], columns=["value"])["value"]
         frame = pd.DataFrame(data, columns=PROVENANCE_COLUMNS)
         for column in ("line", "boot", "rank"):
             frame[column] = frame[column].astype("Int64")
@@ -194,8 +187,7 @@ BootRoomWarnings = Callable[[dict, dict, dict, str, BootPlace, dict], list[Note]
 
 @dataclass(frozen=True)
 class RoomRule:
-    """The core's Room rule (:data:`kvplan.room.ROOM_RULE`) a reader fills ``room_bytes`` with; without it, no
-    room, and of conflicting observations the one with the least free memory at startup."""
+    """The core's Room rule (:data:`kvplan.room.ROOM_RULE`) a reader fills ``room_bytes`` with (without it: none)."""
 
     room: RoomOf
     boot_warnings: BootRoomWarnings

@@ -1,6 +1,5 @@
-"""Conflicting evidence about one rank: several observations, the one with the lowest room kept, and the note
-that names each (``docs/safety.md``: keeping the first or the last would let more evidence raise a budget).
-"""
+"""Conflicting evidence about one rank: the observation with the lowest room is kept, with a note naming each
+(``docs/safety.md``: keeping the first or the last would let more evidence raise a budget)."""
 
 from __future__ import annotations
 
@@ -12,8 +11,8 @@ from kvplan.notes import Note
 
 @dataclass
 class Observation:
-    """One rank's values as one process printed them: values, their (line, raw), the family of each, the line
-    that started the observation and the families its process printed since."""
+    """One rank's values as one process printed them, each value's (line, raw) and family, the line that started
+    it and the families printed since."""
 
     key: tuple | None
     values: dict = field(default_factory=dict)
@@ -28,12 +27,10 @@ class RankObservations:
 
     def __init__(self) -> None:
         self._by_rank: dict[int, list[Observation]] = {}
-        #: (rank, process) → that process's latest observation of the rank
         self._latest: dict[tuple, Observation] = {}
 
     def add(self, rank: int, key: tuple | None, family: str, values: Mapping, where: tuple) -> None:
-        """Record one event's ``values`` of ``family`` printed by process ``key`` for ``rank`` (the values
-        are copied, not kept)."""
+        """Record one event's ``values`` (copied) of ``family`` printed by process ``key`` for ``rank``."""
         current = self._latest.get((rank, key))
         if current is None:
             current = self._start(rank, key, {}, {}, where)
@@ -49,7 +46,6 @@ class RankObservations:
         current.families.update(dict.fromkeys(values, family))
 
     def _start(self, rank: int, key: tuple | None, values: dict, origin: dict, where: tuple) -> Observation:
-        """A new observation of ``rank`` by process ``key`` from the line ``where``, holding ``values``."""
         current = Observation(key, values, origin, start=where[0] if isinstance(where[0], int) else 0)
         self._by_rank.setdefault(rank, []).append(current)
         self._latest[rank, key] = current
@@ -59,13 +55,11 @@ class RankObservations:
         return list(self._by_rank)
 
     def of(self, rank: int) -> list[Observation]:
-        """The observations of ``rank`` in the order they started."""
         return self._by_rank.get(rank, [])
 
 
 def completed(observations: list[Observation]) -> list[Observation]:
-    """Each observation completed (issue 26) from its process's latest (which started from the values it
-    held and added what followed), its own values kept.
+    """Each observation completed from its process's latest (issue 26), its own values kept.
 
     >>> first = Observation((7, None), {"available_kv_bytes": 9}, {"available_kv_bytes": (3, "")}, start=3)
     >>> last = Observation((7, None), {"available_kv_bytes": 8, "suggested_full_bytes": 5}, start=5)
@@ -89,8 +83,8 @@ def completed(observations: list[Observation]) -> list[Observation]:
 
 
 def agreed(observations: list[Observation], rooms: list[int | None]) -> Observation | None:
-    """One observation for them all when they do not conflict, else None: one process's giving one room and
-    one free memory (the latest), or several processes' giving no field two values (joined)."""
+    """One observation for them all when they do not conflict (one process's with one room and free memory: the
+    latest; several processes' with no field of two values: joined), else None."""
     if len({item.key for item in observations}) == 1:  # the room and the free memory decide (a gate's F_boot)
         same = len(set(rooms)) == 1 and len({_free(item) for item in observations}) == 1
         return observations[-1] if same else None
@@ -113,8 +107,8 @@ def safest(
     source: str,
     boot: int,
 ) -> tuple[Observation, Note | None]:
-    """The observation with the lowest room by ``room_of(values, origin)`` (then the least free memory at
-    startup: the worse start, which a canary is judged on), and the note when several conflict.
+    """The observation with the lowest room by ``room_of(values, origin)`` (then the least free memory at startup),
+    and the note when several conflict.
 
     >>> one = Observation((1, None), {"r": 9}, {"r": (3, "")}, start=3)
     >>> two = Observation((2, None), {"r": 7}, {"r": (4, "")}, start=4)
@@ -168,7 +162,7 @@ class TwoLaunches(ValueError):
 
 
 def two_launches(conflicts: list, source: str) -> TwoLaunches:
-    """The refusal of a boot whose identity fields were printed with two values (two launches in one file).
+    """The refusal of a boot whose identity fields were printed with two values.
 
     >>> print(str(two_launches([("model", ("a", 3), ("b", 4))], "x.log"))[:62])
     x.log:3: two launches in one boot: model 'a' at x.log:3 vs 'b'

@@ -1,16 +1,8 @@
-"""The manual KV value a boot ran with (the flag's exact bytes where vLLM logs them, else an interval), and
-vLLM 0.33's startup-plan lines (``docs/startup-plan.md``).
+"""The manual KV value a boot ran with, and vLLM 0.33's startup-plan lines (``docs/startup-plan.md``).
 
-A boot started with ``--kv-cache-memory-bytes`` prints on every rank "reserved X GiB memory for KV Cache
-as specified by kv_cache_memory_bytes config", X rounded to 0.01 GiB: the flag's bytes lie within
-:data:`PRINTED_HALF_BYTES` of the figure. ``non-default args`` (and ``Namespace(...)``, 0.10.2+) and the
-startup-plan line carry the exact bytes. ``manual_kv_max_bytes`` is the most the flag can be, so that a gate
-never passes a canary that could have run more than the approved value.
-
->>> line = ("(Worker_TP2 pid=48604) INFO 11-24 09:16:20 [startup_plan.py:189] Saved startup plan to "
-...         "/root/.cache/vllm/startup_plan/startup_plan_0123456789abcdef.json")
->>> parse_startup_plan_line(line, 7)
-StartupPlanLine(line=7, process='Worker_TP2', pid=48604, kind='saved', fingerprint='0123456789abcdef', kv_cache_memory_bytes=None, free_bytes=None, baseline_bytes=None)
+A ``--kv-cache-memory-bytes`` boot prints "reserved X GiB memory for KV Cache" rounded to 0.01 GiB: the flag
+lies within :data:`PRINTED_HALF_BYTES` of X; ``non-default args`` and the startup-plan line carry the exact
+bytes. ``manual_kv_max_bytes`` is the most the flag can be: a gate never passes a canary that may have run more.
 """
 
 from __future__ import annotations
@@ -36,9 +28,8 @@ def printed_manual(printed_bytes: int) -> dict:
 
 
 def exact_manual(rows: dict, config: dict, origin: dict, source: str, warnings: list) -> None:
-    """Replace each rank's printed manual figure by the flag's bytes from the boot's ``config`` (``column →
-    (value, line, raw, family)``); a figure more than :data:`PRINTED_HALF_BYTES` off keeps its value, its
-    bound widened to the flag's bytes, with a note (the safe side is the larger value).
+    """Each rank's printed manual figure replaced by the flag's bytes in ``config``; a figure more than
+    :data:`PRINTED_HALF_BYTES` off keeps its value, its bound widened to the flag's, with a note.
 
     >>> rows = {0: printed_manual(57_466_662_420)}
     >>> exact_manual(rows, {"manual_kv_bytes": ("57465241600", 2, 0, "non_default_args")}, {}, "a.log", [])
@@ -87,8 +78,7 @@ _MAX_LINE = 4096
 
 @dataclass(frozen=True)
 class StartupPlanLine:
-    """One startup-plan line: where (line number, process, pid), which kind, and its values [bytes]
-    (GiB figures printed to 2 decimals become bytes to the nearest byte)."""
+    """One startup-plan line: where (line, process, pid), which kind, and its values [bytes]."""
 
     line: int
     process: str
@@ -101,7 +91,12 @@ class StartupPlanLine:
 
 
 def parse_startup_plan_line(text: str, line: int) -> StartupPlanLine | None:
-    """The startup-plan line in ``text`` (line number ``line``), None when it is not one."""
+    """The startup-plan line in ``text`` (line number ``line``), None when it is not one.
+
+    >>> parse_startup_plan_line("(Worker_TP2 pid=48604) INFO 11-24 09:16:20 [startup_plan.py:189] Saved startup "
+    ...     "plan to /root/.cache/vllm/startup_plan/startup_plan_0123456789abcdef.json", 7).fingerprint
+    '0123456789abcdef'
+    """
     if "tartup plan" not in text or len(text) > _MAX_LINE:
         return None
     for kind, pattern in _PATTERNS.items():
@@ -123,7 +118,7 @@ def parse_startup_plan_line(text: str, line: int) -> StartupPlanLine | None:
 
 
 def read_startup_plan_lines(path: str | os.PathLike) -> list[StartupPlanLine]:
-    """Every startup-plan line of a vLLM log, in file order (the file is read once, line by line)."""
+    """Every startup-plan line of a vLLM log, in file order."""
     found = []
     with open(path, encoding="utf-8", errors="replace") as handle:
         for number, text in enumerate(handle, start=1):

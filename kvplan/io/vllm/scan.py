@@ -1,6 +1,5 @@
-"""The streaming scan, a sealed engine: Hyperscan finds the anchors of each block, and the lines holding one
-are kept; ``tests/test_io_vllm_scan.py`` is its one specification.
-"""
+"""The streaming scan, a sealed engine: Hyperscan finds the lines holding an anchor (its one specification:
+``tests/test_io_vllm_scan.py``)."""
 
 from __future__ import annotations
 
@@ -82,10 +81,7 @@ class ScanStats:
 def iter_candidate_lines(
     stream: IO[bytes], stats: ScanStats | None = None, chunk_bytes: int | None = None
 ) -> Iterator[tuple[int, int, bytes]]:
-    """``(line number from 1, byte offset of the line, raw bytes)`` of every line holding an anchor.
-
-    Reads ``chunk_bytes`` (default :data:`CHUNK_BYTES`) at a time; memory stays at about two blocks
-    however large the file.
+    """``(line number from 1, byte offset, bytes)`` of every line holding an anchor, ``chunk_bytes`` at a time.
 
     >>> import io
     >>> data = io.BytesIO(b"noise\\nAvailable KV cache memory: 1.0 GiB\\nnoise\\nAvailable KV")
@@ -122,8 +118,7 @@ def iter_candidate_lines(
 
 
 def _scan(block: bytes, base: int, offset: int, scratch: hyperscan.Scratch) -> list[tuple[int, int, bytes]]:
-    """Candidate lines of ``block`` (whole lines, ending with a newline; ``base`` newlines and ``offset``
-    bytes precede it).
+    """Candidate lines of ``block`` (whole lines; ``base`` newlines and ``offset`` bytes precede it).
 
     >>> _scan(b"Available KV cache memory: 1 GiB\\nnoise\\n", 1, 2, hyperscan.Scratch(_DATABASE))
     [(2, 2, b'Available KV cache memory: 1 GiB')]
@@ -148,8 +143,7 @@ def _collect(_id: int, _start: int, end: int, _flags: int, ends: Any) -> None:
 
 
 class Prepend:
-    """A binary stream with ``head`` put back in front (what the NUL check read); with ``cr_only``,
-    every ``\r`` read as ``\n``."""
+    """A binary stream with ``head`` put back in front; with ``cr_only``, every ``\r`` read as ``\n``."""
 
     def __init__(self, head: bytes, stream: IO[bytes], cr_only: bool = False) -> None:
         self.head, self.stream, self.cr_only = head, stream, cr_only
