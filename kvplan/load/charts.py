@@ -13,6 +13,7 @@ from matplotlib.ticker import MaxNLocator
 
 from kvplan.charts.style import (
     AVERAGE_COLOR,
+    BESIDE,
     FONT_SIZE,
     LIMITING_COLOR,
     RANK_COLOR,
@@ -65,7 +66,7 @@ def _series(timeline: pd.DataFrame, column: str) -> list[tuple[str, pd.Series, p
 
 def _legend_outside(ax, fig: Figure) -> None:
     """The legend right of the plot, off the data."""
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=FONT_SIZE - 2, frameon=False)
+    ax.legend(fontsize=FONT_SIZE - 2, frameon=False, **BESIDE)
     fig.tight_layout()
 
 
@@ -92,13 +93,8 @@ def occupancy_chart(timeline: pd.DataFrame, kv_cache_tokens: int | None = None, 
     ax.axhline(100, color=CAPACITY_COLOR, linestyle="--", label=capacity)
     timed = timeline[timeline["elapsed_s"].notna()]
     for position, minutes in enumerate(_preemption_minutes(timeline)):
-        ax.axvline(
-            minutes,
-            color=PREEMPTION_COLOR,
-            alpha=0.6,
-            linewidth=1,
-            label="interval with preemptions" if position == 0 else None,
-        )
+        label = "interval with preemptions" if position == 0 else None
+        ax.axvline(minutes, color=PREEMPTION_COLOR, alpha=0.6, linewidth=1, label=label)
     ooms = timed[timed["event"] == "oom"]
     if len(ooms):
         ax.plot(ooms["elapsed_s"] / 60, [100] * len(ooms), "x", color=OOM_COLOR, markersize=10, label="OOM")
@@ -137,7 +133,7 @@ def canary_comparison_chart(
         raise ValueError(f"{len(summaries)} summaries but {len(labels)} labels")
     fig = Figure(figsize=(12, 1.6 + 0.45 * len(summaries)))
     axes = fig.subplots(1, len(COMPARISON_PANELS), sharey=True)
-    rows = list(range(len(summaries)))[::-1]  # the first run on top
+    rows, small = list(range(len(summaries)))[::-1], FONT_SIZE - 2  # the first run on top
     colors = [RUN_COLORS[index % len(RUN_COLORS)] for index in range(len(summaries))]
     for ax, (key, name, unit) in zip(axes, COMPARISON_PANELS):
         _style(ax)
@@ -147,19 +143,14 @@ def canary_comparison_chart(
         ax.barh(rows, widths, color=colors, height=0.6)
         for y, width, text in zip(rows, widths, texts):
             ax.annotate(
-                text,
-                (width, y),
-                xytext=(3, 0),
-                textcoords="offset points",
-                va="center",
-                fontsize=FONT_SIZE - 2,
+                text, (width, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=small
             )
-        widest = max(_text_width_pt(text, FONT_SIZE - 2) for text in texts) + 8
+        widest = max(_text_width_pt(text, small) for text in texts) + 8
         ax.set_xlim(0, (max(widths) or 1) / (1 - min(0.6, widest / PANEL_WIDTH_PT)))  # room for the values
         ax.set_xticks([])  # each bar says its value
         ax.set_xlabel(unit, fontsize=FONT_SIZE - 1)
         ax.set_title(name, fontsize=FONT_SIZE - 1)
-    axes[0].set_yticks(rows, labels, fontsize=FONT_SIZE - 2)
+    axes[0].set_yticks(rows, labels, fontsize=small)
     fig.suptitle(title or "Same request mix: profiled vs manual-value canary", fontsize=FONT_SIZE + 1)
     fig.tight_layout()
     return fig

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from kvplan.budget import Budget, kv_cache_flag, round_down_to_blocks
+from kvplan.budget import Budget
 from kvplan.drift import Drift
 from kvplan.escape import markdown_text
 from kvplan.ledger import compatibility_key
@@ -19,14 +19,8 @@ if TYPE_CHECKING:
     from kvplan.kvspec import KVSpec
 
 
-def boot_budget_bytes(drift: Drift, block_bytes: int | None = None) -> int:
-    """The drift-adjusted uniform value for a later boot [bytes], in whole blocks when known."""
-    value = drift.adjusted_uniform_bytes
-    return value if not block_bytes else round_down_to_blocks(value, block_bytes)
-
-
 def length_warning(max_model_len: int | None, position_limit: int | None) -> str:
-    """A warning when ``max_model_len`` exceeds the model's ``max_position_embeddings``; else "".
+    """A warning when ``max_model_len`` exceeds ``max_position_embeddings``, else "".
 
     >>> length_warning(10_000_000, 131_072)[:25], length_warning(32_768, 131_072)
     ('10,000,000 tokens exceeds', '')
@@ -55,7 +49,7 @@ def limiting_text(ranks: Sequence[int], values: Sequence[int]) -> str:
 
 
 def budget_headline(budget: Budget) -> dict[str, str]:
-    """Uniform budget, flag, limiting rank, stranded total and min/median of a budget, as text.
+    """A budget's uniform value, flag, limiting rank, stranded total and min/median, as text.
 
     >>> from kvplan.budget import uniform_budget
     >>> budget_headline(uniform_budget([13 * 2**30, 18 * 2**30], 2**30))["stranded total"]
@@ -71,7 +65,7 @@ def budget_headline(budget: Budget) -> dict[str, str]:
 
 
 def spec_headline(spec: KVSpec) -> dict[str, str]:
-    """What a model spec says per rank: bytes per token and per block, block size and why, approximate or not."""
+    """A model spec per rank: bytes per token and block, block size and why, approximate or not."""
     note = f" ({spec.block_size_note})" if spec.block_size_note else ""
     return {
         "model": spec.arch.name,
@@ -84,22 +78,22 @@ def spec_headline(spec: KVSpec) -> dict[str, str]:
 
 
 def drift_headline(drift: Drift) -> dict[str, str]:
-    """The drift-adjusted value, its limiting rank, whether to re-profile, and the flag for this boot."""
+    """The drift-adjusted value, its limiting rank, whether to re-profile and this boot's flag."""
     return {
         "adjusted uniform budget": format_budget(drift.adjusted_uniform_bytes),
         "limiting rank": limiting_text(drift.ranks, drift.adjusted_bytes),
         "re-profile to raise": str(drift.reprofile_to_raise),
-        "flag for this boot": kv_cache_flag(boot_budget_bytes(drift)),
+        "flag for this boot": drift.flag,
     }
 
 
 def warnings_markdown(warnings: Sequence[str], none: str = "No warnings.") -> str:
-    """The reader's warnings as an escaped Markdown bullet list (they quote logs), or ``none``."""
+    """Warnings as an escaped Markdown list (they quote logs), or ``none``."""
     return "\n".join(f"- {markdown_text(warning)}" for warning in warnings) or none
 
 
 def format_headline(lines: Mapping[str, str]) -> str:
-    """Headline figures as aligned ``name  value`` lines, stable enough to pin in a notebook test.
+    """Headline figures as aligned ``name  value`` lines.
 
     >>> print(format_headline({"uniform budget": "12 GiB", "limiting rank": "2"}))
     uniform budget  12 GiB
@@ -110,8 +104,7 @@ def format_headline(lines: Mapping[str, str]) -> str:
 
 
 def weak_rank_verdict(budget: Budget, loss_threshold: float = 0.10) -> str:
-    """Fix the weak rank when it removes at least ``loss_threshold`` of the median rank's safe budget
-    (``1 − min/median``; 10 % is a policy choice), else tune the reserve."""
+    """Fix the weak rank when it removes ``loss_threshold`` (``1 − min/median``) or more, else tune the reserve."""
     loss = budget.weak_rank_loss_fraction
     rank, weakest = budget.limiting_rank, format_budget(budget.min_safe_bytes)
     median = format_size(budget.median_safe_bytes)
@@ -150,7 +143,7 @@ def rounding_text(budget: Budget, spec: KVSpec) -> str:
 
 
 def launch_headline(ledger: pd.DataFrame) -> dict[str, str]:
-    """What launch the logs show: model, layout, vLLM release, GPUs, boots and files, as text.
+    """The launch the logs show: model, layout, vLLM release, boots and files, as text.
 
     >>> from kvplan import DATA_DIR
     >>> from kvplan.room import read_vllm_logs_rooms
@@ -172,7 +165,7 @@ def launch_headline(ledger: pd.DataFrame) -> dict[str, str]:
 
 
 def moved_hosts_text(move: Mapping[str, object], hosts: Sequence[str]) -> str:
-    """What notebook 07's ``MOVE`` does on this fleet: the hosts it moves, and those it names that the fleet lacks.
+    """What notebook 07's ``MOVE`` does: the hosts it moves, and those it names the fleet lacks.
 
     >>> moved_hosts_text({"h2": {}, "h9": {}}, ["h1", "h2"])
     'MOVE moves h2; names no host of this fleet: h9'
@@ -190,7 +183,7 @@ def moved_hosts_text(move: Mapping[str, object], hosts: Sequence[str]) -> str:
 
 
 def run_headline(summary: Mapping) -> str:
-    """One load-test run in a sentence, from its :func:`kvplan.load.load_summary`.
+    """A load-test run's :func:`kvplan.load.load_summary` in a sentence.
 
     >>> print(run_headline({"peak_kv_cache_usage_pct": 70.1, "kv_cache_tokens": 157_280,
     ...     "peak_kv_cache_tokens": 110_253, "peak_at": {"source": "/runs/a/server.log", "line": 40},
@@ -265,8 +258,8 @@ def readable_value(key: object, value: Any) -> str:
 def readable_table(
     frame: pd.DataFrame, keys: str = "columns", names: Mapping[str, str] | None = None
 ) -> pd.DataFrame:
-    """A copy of ``frame`` for readers: values by :func:`readable_value`, names in words (``names`` overrides
-    some); ``keys`` says whether each ``"columns"`` or each ``"index"`` row is one quantity.
+    """``frame`` for readers: values by :func:`readable_value`, names in words (or ``names``); ``keys``:
+    whether each ``"columns"`` or ``"index"`` entry is one quantity.
 
     >>> run = pd.Series({"kv_cache_tokens": 155856, "peak_kv_cache_usage_pct": 70.749487}, dtype=object)
     >>> table = pd.DataFrame({"a": run})

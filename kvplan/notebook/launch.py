@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 def budgets_by_boot(
     ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None, assume_uniform: bool = False
 ) -> dict[str, Budget]:
-    """The budget each boot of a ledger would give on its own, keyed ``"<file> #<boot>"`` (the spread chart's)."""
+    """The budget each boot of a ledger gives on its own, keyed ``"<file> #<boot>"``."""
     budgets = {}
     for (source, boot), rows in ledger.groupby(["source", "boot"], sort=False):
         label = f"{Path(str(source)).name} #{int(boot)}"
@@ -37,7 +37,7 @@ def budgets_by_boot(
 
 
 def co_tenant_bytes(ledger: pd.DataFrame, ranks: Sequence[int] | None = None) -> list[int | None]:
-    """Per rank, the most memory other processes held on its GPU in any boot; None where no snapshot joined.
+    """Per rank, the most memory [bytes] other processes held on its GPU in any boot (None: no snapshot).
 
     >>> co_tenant_bytes(pd.DataFrame({"rank": [0, 1, 1], "other_process_bytes": [None, 5, 7]}))
     [None, 7]
@@ -49,12 +49,12 @@ def co_tenant_bytes(ledger: pd.DataFrame, ranks: Sequence[int] | None = None) ->
     return [None if rank not in most.index or pd.isna(most[rank]) else int(most[rank]) for rank in wanted]
 
 
-#: The snapshot files :func:`read_launch` looks for next to the logs (the README's nvidia-smi commands).
+#: The nvidia-smi snapshots :func:`read_launch` looks for beside the logs (the README's commands).
 NVIDIA_SMI_NAMES = ("nvidia-smi-gpu.csv", "nvidia-smi-apps.csv")
 
 
 def snapshots_in(folder: str | Path) -> list[Path]:
-    """The nvidia-smi snapshots saved in ``folder`` under the :data:`NVIDIA_SMI_NAMES` (none in a file)."""
+    """The :data:`NVIDIA_SMI_NAMES` snapshots saved in ``folder``."""
     folder = Path(folder)
     return [folder / name for name in NVIDIA_SMI_NAMES if (folder / name).is_file()]
 
@@ -62,8 +62,7 @@ def snapshots_in(folder: str | Path) -> list[Path]:
 def launch_snapshots(
     log_paths: Sequence[str | Path], nvidia_smi: Sequence[str | Path] | None = None
 ) -> list[Path]:
-    """The nvidia-smi snapshots of a launch: ``nvidia_smi`` when given (``[]``: none), else those saved
-    beside its logs (:func:`snapshots_in`).
+    """A launch's nvidia-smi snapshots: ``nvidia_smi`` when given (``[]``: none), else those beside its logs.
 
     >>> from kvplan import DATA_DIR
     >>> [path.name for path in launch_snapshots([DATA_DIR / "boots" / "four-rank" / "boot.log"])]
@@ -76,7 +75,7 @@ def launch_snapshots(
 
 
 class ParameterError(ValueError):
-    """A notebook parameter that names nothing: shown in a notebook as one ``error:`` line, no traceback."""
+    """A notebook parameter that names nothing: shown as one ``error:`` line, no traceback."""
 
     def _render_traceback_(self) -> list[str]:  # IPython shows this instead of the traceback
         return [f"error: {self}"]
@@ -84,7 +83,7 @@ class ParameterError(ValueError):
 
 def parameter_path(value: str | os.PathLike, name: str, root: Path = PROJECT_DIR) -> Path:
     """A notebook parameter's path: as given when it exists (or a glob matches), else from ``root`` (the
-    checkout: the README's paths); neither is a :class:`ParameterError` naming both places.
+    checkout), else a :class:`ParameterError` naming both places.
 
     >>> from kvplan import DATA_DIR
     >>> parameter_path("boots/four-rank", "LOG_DIR", root=DATA_DIR) == DATA_DIR / "boots" / "four-rank"
@@ -115,8 +114,8 @@ def parameter_files(
     patterns: Sequence[str] = LOG_PATTERNS,
     root: Path = PROJECT_DIR,
 ) -> list[Path]:
-    """The files a notebook parameter names: a path, a glob, a folder (its ``patterns`` files, sorted) or a
-    list of these, each found by :func:`parameter_path`; nothing found is a :class:`ParameterError`.
+    """The files a notebook parameter names: a path, a glob, a folder (its ``patterns`` files) or a list of
+    them, each by :func:`parameter_path`; nothing found is a :class:`ParameterError`.
 
     >>> from kvplan import DATA_DIR
     >>> [path.name for path in parameter_files("boots/four-rank", "LOG_DIR", root=DATA_DIR)]
@@ -145,8 +144,7 @@ def parameter_files(
 
 
 def parameter_model(value: str | os.PathLike, root: Path = PROJECT_DIR) -> str | os.PathLike:
-    """A notebook's ``MODEL``: a catalogue name (``kvplan/models/``) as given, or a config.json path found
-    from the notebook's folder or the repository root (``root``)."""
+    """A notebook's ``MODEL``: a catalogue name as given, or a config.json path as :func:`parameter_path`'s."""
     path = Path(value)
     if not path.is_absolute() and not path.exists() and (root / path).is_file():
         return root / path
@@ -154,7 +152,7 @@ def parameter_model(value: str | os.PathLike, root: Path = PROJECT_DIR) -> str |
 
 
 def run_folder(prefix: str, root: Path = PROJECT_DIR) -> Path:
-    """A new empty folder ``<root>/build/<prefix>-XXXXXXXX`` for one run's files (05's bundle)."""
+    """A new empty folder ``<root>/build/<prefix>-XXXXXXXX`` for one run's files."""
     import tempfile
 
     (root / "build").mkdir(parents=True, exist_ok=True)
@@ -166,9 +164,8 @@ def read_launch(
     nvidia_smi: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
     name: str = "LOG_DIR",
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """The ledger and reader metadata of a launch's logs (the notebook parameter ``name``,
-    :func:`parameter_files`), with the nvidia-smi snapshots beside them joined (``nvidia_smi``: others; ``[]``:
-    none)."""
+    """The ledger and metadata of a launch's logs (parameter ``name``), with the nvidia-smi snapshots beside
+    them joined (``nvidia_smi``: others; ``[]``: none)."""
     files = parameter_files(logs, name)
     ledger, metadata = read_vllm_logs_rooms(files)
     if nvidia_smi is None:
@@ -189,8 +186,7 @@ def launch_spec(
     metadata: ReadMetadata | None = None,
     **options,
 ) -> KVSpec:
-    """The KV spec of ``model`` (a catalogue name or a config.json) on the launch the logs show, by
-    :func:`kvplan.plan.launch_layout_spec` (the pipeline's rule); ``options`` are :func:`kvplan.kvspec.kv_spec`
+    """The KV spec of ``model`` on the launch the logs show, by the pipeline's rule; ``options``: ``kv_spec``
     keywords. Without ``metadata`` a logged block size cannot be told from vLLM's default and is not used."""
     defaulted = (
         defaulted_key_fields(metadata.provenance) if metadata is not None else frozenset({"block_size"})
@@ -200,8 +196,7 @@ def launch_spec(
 
 
 def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:
-    """The maximum model length to plan with: ``given``, else the launch's (a :class:`ValueError` naming
-    ``MAX_MODEL_LEN`` when neither is a positive whole number).
+    """The maximum model length [tokens] to plan with: ``given``, else the launch's.
 
     >>> ledger = pd.DataFrame({"source": "a.log", "boot": 0, "rank": [0, 1], "max_model_len": 32768})
     >>> launch_max_model_len(ledger), launch_max_model_len(ledger, 8192)
@@ -218,8 +213,7 @@ def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:
 
 
 def coverage(ledger: pd.DataFrame) -> pd.DataFrame:
-    """Which measurements each boot × rank printed: one row per ledger measurement, a column per
-    ``(boot, rank)`` (``source`` first when several files), True where shown."""
+    """Which measurements each boot × rank printed: a row per measurement, a column per (source,) boot, rank."""
     index = ["boot", "rank"]
     if "source" in ledger.columns and ledger["source"].nunique() > 1:
         index = ["source", *index]
