@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -155,7 +156,7 @@ def _ledger_frame(
             ax.hlines(bytes_to_gib(total), i - 0.38, i + 0.38, color="black", linewidth=2.5)
     limiting = list(budget.ranks).index(budget.limiting_rank)
     label = f"limits the budget: rank {budget.limiting_rank}"
-    box = {"fill": False, "edgecolor": LIMITING_COLOR, "linewidth": 3, "label": label}
+    box: dict[str, Any] = {"fill": False, "edgecolor": LIMITING_COLOR, "linewidth": 3, "label": label}
     ax.add_patch(Rectangle((limiting - 0.33, 0), 0.66, limiting_top, **box))
     ax.set_ylim(0, tallest * 1.05)
     ax.set_xlabel(_mark_limiting_tick(ax, budget.ranks, budget.limiting_rank, totals))

@@ -41,8 +41,18 @@ def _rank_list(ranks: Sequence[int]) -> str:
 def _figure(columns: int = 1, size_in: tuple[float, float] = FIGSIZE, reuse: Figure | None = None):
     """``columns`` styled axes side by side (one Axes, else a list); ``reuse`` (same shape) is emptied instead."""
     if reuse is not None and len(reuse.axes) == columns and tuple(reuse.get_size_inches()) == size_in:
-        for ax in reuse.axes:
-            _empty(ax)
+        for ax in reuse.axes:  # emptied of every drawn thing, its axis and ticks kept
+            for container in list(ax.containers):
+                container.remove()
+            for artist in [*ax.patches, *ax.lines, *ax.texts, *ax.collections]:
+                artist.remove()
+            legend = ax.get_legend()
+            if legend is not None:
+                legend.remove()
+            for loc in ("left", "center", "right"):
+                ax.set_title("", loc=loc)
+            ax.relim()
+            ax.autoscale()
         for text in [text for text in reuse.texts if text.get_text() != reuse.get_suptitle()]:
             text.remove()  # a note (the suptitle is kept: the chart sets it again)
         return reuse, reuse.axes[0] if columns == 1 else reuse.axes
@@ -52,21 +62,6 @@ def _figure(columns: int = 1, size_in: tuple[float, float] = FIGSIZE, reuse: Fig
     for ax in [axes] if columns == 1 else axes:
         _style(ax)
     return fig, axes
-
-
-def _empty(ax: Axes) -> None:
-    """Take every drawn thing off ``ax``, keeping its axis and ticks."""
-    for container in list(ax.containers):
-        container.remove()
-    for artist in [*ax.patches, *ax.lines, *ax.texts, *ax.collections]:
-        artist.remove()
-    legend = ax.get_legend()
-    if legend is not None:
-        legend.remove()
-    for loc in ("left", "center", "right"):
-        ax.set_title("", loc=loc)
-    ax.relim()
-    ax.autoscale()
 
 
 def _style(ax: Axes) -> None:
@@ -175,6 +170,8 @@ def _label_segments(
 ) -> None:
     """Each stacked segment's size at its middle: level, upright or not at all, as it fits."""
     fontsize = FONT_SIZE - 1
+    box = {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"}
+    shade = {"color": "white", "bbox": None} if dark else {"color": "black", "bbox": box}
     for bar, size in zip(bars, sizes_bytes):
         text = (format_budget if budgets else format_size)(size)
         across_pt = bar.get_width() * _slot_pt(len(bars), PLOT_AREA_BESIDE[0]) * 0.95
@@ -185,16 +182,8 @@ def _label_segments(
             rotation = 90
         else:
             continue
-        ax.annotate(
-            text,
-            (bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2),
-            ha="center",
-            va="center",
-            fontsize=fontsize,
-            rotation=rotation,
-            color="white" if dark else "black",
-            bbox=None if dark else {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
-        )
+        middle = (bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2)
+        ax.annotate(text, middle, ha="center", va="center", fontsize=fontsize, rotation=rotation, **shade)
 
 
 def _note_figure(title: str) -> Figure:
