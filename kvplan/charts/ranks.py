@@ -56,13 +56,7 @@ _PARTS = tuple(column for column, _, _ in LEDGER_SEGMENTS[:5])  # the ledger's o
 @dataclass(frozen=True)
 class LedgerParts:
     """The ledger chart's bytes: per part below the KV budget a tuple by rank (missing or negative: 0) and each
-    GPU's total (None: unknown), from each rank's boot with the lowest room (the pipeline's rule).
-
-    >>> from kvplan.units import GiB
-    >>> frame = pd.DataFrame({"rank": [0, 1], "other_process_bytes": [None, 5 * GiB]})
-    >>> LedgerParts.of(frame, (0, 1)).with_add_back((GiB, 2 * GiB)).parts[0]  # other processes
-    (0, 3221225472)
-    """
+    GPU's total (None: unknown), from each rank's boot with the lowest room (the pipeline's rule)."""
 
     ranks: tuple[int, ...]
     parts: tuple[tuple[int, ...], ...]  # per column of _PARTS

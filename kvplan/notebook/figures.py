@@ -26,13 +26,7 @@ PANEL_DPI = 80
 
 
 def figure_png(figure: Figure, dpi: int = PANEL_DPI) -> bytes:
-    """The figure as PNG bytes at ``dpi`` (no tight box: its size in inches × dpi), white background.
-
-    >>> from kvplan.budget import uniform_budget
-    >>> png = figure_png(charts.safe_budget_chart(uniform_budget([13 * 2**30, 18 * 2**30], 2**30)))
-    >>> png[:8] == b"\\x89PNG\\r\\n\\x1a\\n", int.from_bytes(png[16:20], "big")  # 10 in × 80 dpi wide
-    (True, 800)
-    """
+    """The figure as PNG bytes at ``dpi`` (no tight box: its size in inches × dpi), white background."""
     buffer = io.BytesIO()  # zlib's fastest level: the same pixels, encoded in a third of the time
     figure.savefig(buffer, format="png", dpi=dpi, facecolor="white", pil_kwargs={"compress_level": 1})
     return buffer.getvalue()
@@ -46,12 +40,7 @@ def figure_alt(figure: Figure) -> str:
 
 
 def sentence(figure: Figure) -> str | None:
-    """The sentence a chart without axes stands for, else None.
-
-    >>> from kvplan.budget import uniform_budget
-    >>> sentence(charts.stranded_chart(uniform_budget([13 * 2**30] * 2, 2**30)))
-    'Nothing stranded: every rank holds the same safe budget'
-    """
+    """The sentence a chart without axes stands for, else None."""
     if figure.axes or figure._suptitle is None:
         return None
     return " ".join(figure._suptitle.get_text().split())
@@ -132,14 +121,7 @@ class Axes:
 
 
 def panel_axes(baseline: Outcome) -> Axes:
-    """The axes of a panel: its notebook's charts' at its parameters.
-
-    >>> from kvplan.notebook.whatif import Scenario
-    >>> GiB = 2**30
-    >>> axes = panel_axes(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))
-    >>> axes.budget_top_gib, axes.stranded_top_gib > 5  # 17 GiB × 1.05; above the 5 GiB stranded
-    (17.85, True)
-    """
+    """The axes of a panel: its notebook's charts' at its parameters."""
     top = bytes_to_gib(max(baseline.budget.safe_bytes)) * 1.05  # safe_budget_chart's own top
     stranded = charts.stranded_chart(baseline.budget)  # its top: the notebook's chart's (none: a sentence)
     stranded_top = float(stranded.axes[0].get_ylim()[1]) if stranded.axes else None
@@ -185,13 +167,7 @@ def panel_charts(
     axes: Axes | None = None,
     baseline: Outcome | None = None,
 ) -> list[ChartStep]:
-    """The charts an outcome allows, in display order; ``baseline`` is drawn faintly.
-
-    >>> from kvplan.notebook.whatif import Scenario
-    >>> GiB = 2**30
-    >>> [step.name for step in panel_charts(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))]
-    ['safe budget', 'stranded']
-    """
+    """The charts an outcome allows, in display order; ``baseline`` is drawn faintly."""
     axes = axes or Axes()
     budget, scenario = outcome.budget, outcome.scenario
     top = axes.budget_top_gib  # raised by quarters where this state's bars need (one frame over neighbours)

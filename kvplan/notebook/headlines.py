@@ -20,11 +20,7 @@ if TYPE_CHECKING:
 
 
 def length_warning(max_model_len: int | None, position_limit: int | None) -> str:
-    """A warning when ``max_model_len`` exceeds ``max_position_embeddings``, else "".
-
-    >>> length_warning(10_000_000, 131_072)[:25], length_warning(32_768, 131_072)
-    ('10,000,000 tokens exceeds', '')
-    """
+    """A warning when ``max_model_len`` exceeds ``max_position_embeddings``, else ""."""
     if max_model_len is None or position_limit is None or max_model_len <= position_limit:
         return ""
     return (
@@ -35,11 +31,7 @@ def length_warning(max_model_len: int | None, position_limit: int | None) -> str
 
 
 def limiting_text(ranks: Sequence[int], values: Sequence[int]) -> str:
-    """The rank(s) holding the lowest of ``values``: ``"2"``, ``"1 and 3 (tied)"``, or none when all tie.
-
-    >>> limiting_text([0, 1, 2], [5, 4, 3]), limiting_text([0, 1, 2], [3, 5, 3]), limiting_text([0, 1], [3, 3])
-    ('2', '0 and 2 (tied)', 'none: every rank the same')
-    """
+    """The rank(s) holding the lowest of ``values``: ``"2"``, ``"1 and 3 (tied)"``, or none when all tie."""
     lowest = [rank for rank, value in zip(ranks, values) if value == min(values)]
     if len(lowest) == len(ranks) and len(ranks) > 1:
         return "none: every rank the same"
@@ -49,12 +41,7 @@ def limiting_text(ranks: Sequence[int], values: Sequence[int]) -> str:
 
 
 def budget_headline(budget: Budget) -> dict[str, str]:
-    """A budget's uniform value, flag, limiting rank, stranded total and min/median, as text.
-
-    >>> from kvplan.budget import uniform_budget
-    >>> budget_headline(uniform_budget([13 * 2**30, 18 * 2**30], 2**30))["stranded total"]
-    '5 GiB'
-    """
+    """A budget's uniform value, flag, limiting rank, stranded total and min/median, as text."""
     return {
         "uniform budget": format_budget(budget.uniform_budget_bytes),
         "flag": budget.flag,
@@ -218,11 +205,7 @@ _WORDS = {"kv": "KV", "oom": "OOM", "tp": "TP", "pp": "PP", "gpu": "GPU", "seq":
 
 
 def readable_name(key: object) -> str:
-    """A glossary key in words.
-
-    >>> readable_name("peak_kv_cache_usage_pct"), readable_name("safe_bytes"), readable_name("seq_len")
-    ('peak KV cache usage [%]', 'safe', 'sequence length')
-    """
+    """A glossary key in words."""
     text = str(key)
     unit = ""
     if text.endswith("_pct"):
@@ -232,15 +215,7 @@ def readable_name(key: object) -> str:
 
 
 def readable_value(key: object, value: Any) -> str:
-    """``value`` of the column (or row) ``key`` in the one number format.
-
-    >>> readable_value("kv_cache_tokens", 155856), readable_value("room_bytes", 13851156480)
-    ('155,856', '12.9 GiB')
-    >>> readable_value("peak_kv_cache_usage_pct", 70.749487), readable_value("max_concurrency", 4.7998046875)
-    ('70.75', '4.80')
-    >>> readable_value("passed", True), readable_value("preemptions", None), readable_value("detail", "ok")
-    ('yes', 'n/a', 'ok')
-    """
+    """``value`` of the column (or row) ``key`` in the one number format."""
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
         return "n/a"
     if isinstance(value, bool):

@@ -37,11 +37,7 @@ def budgets_by_boot(
 
 
 def co_tenant_bytes(ledger: pd.DataFrame, ranks: Sequence[int] | None = None) -> list[int | None]:
-    """Per rank, the most memory [bytes] other processes held on its GPU in any boot (None: no snapshot).
-
-    >>> co_tenant_bytes(pd.DataFrame({"rank": [0, 1, 1], "other_process_bytes": [None, 5, 7]}))
-    [None, 7]
-    """
+    """Per rank, the most memory [bytes] other processes held on its GPU in any boot (None: no snapshot)."""
     wanted = sorted({int(rank) for rank in ledger["rank"].dropna()}) if ranks is None else list(ranks)
     if "other_process_bytes" not in ledger.columns:
         return [None] * len(wanted)
@@ -62,12 +58,7 @@ def snapshots_in(folder: str | Path) -> list[Path]:
 def launch_snapshots(
     log_paths: Sequence[str | Path], nvidia_smi: Sequence[str | Path] | None = None
 ) -> list[Path]:
-    """A launch's nvidia-smi snapshots: ``nvidia_smi`` when given (``[]``: none), else those beside its logs.
-
-    >>> from kvplan import DATA_DIR
-    >>> [path.name for path in launch_snapshots([DATA_DIR / "boots" / "four-rank" / "boot.log"])]
-    ['nvidia-smi-gpu.csv', 'nvidia-smi-apps.csv']
-    """
+    """A launch's nvidia-smi snapshots: ``nvidia_smi`` when given (``[]``: none), else those beside its logs."""
     if nvidia_smi is not None:
         return [Path(path) for path in nvidia_smi]
     folders = dict.fromkeys(Path(path).parent for path in log_paths)
@@ -83,12 +74,7 @@ class ParameterError(ValueError):
 
 def parameter_path(value: str | os.PathLike, name: str, root: Path = PROJECT_DIR) -> Path:
     """A notebook parameter's path: as given when it exists (or a glob matches), else from ``root`` (the
-    checkout), else a :class:`ParameterError` naming both places.
-
-    >>> from kvplan import DATA_DIR
-    >>> parameter_path("boots/four-rank", "LOG_DIR", root=DATA_DIR) == DATA_DIR / "boots" / "four-rank"
-    True
-    """
+    checkout), else a :class:`ParameterError` naming both places."""
     path = Path(value)
     candidates = [path] if path.is_absolute() else [path, root / path]
     for candidate in candidates:
@@ -196,12 +182,7 @@ def launch_spec(
 
 
 def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:
-    """The maximum model length [tokens] to plan with: ``given``, else the launch's.
-
-    >>> ledger = pd.DataFrame({"source": "a.log", "boot": 0, "rank": [0, 1], "max_model_len": 32768})
-    >>> launch_max_model_len(ledger), launch_max_model_len(ledger, 8192)
-    (32768, 8192)
-    """
+    """The maximum model length [tokens] to plan with: ``given``, else the launch's."""
     if given is not None:
         if isinstance(given, bool) or not isinstance(given, int) or given <= 0:
             raise ValueError(f"MAX_MODEL_LEN must be a positive whole number of tokens, got {given!r}")
@@ -222,11 +203,7 @@ def coverage(ledger: pd.DataFrame) -> pd.DataFrame:
 
 
 def rows_that_set_the_room(ledger: pd.DataFrame) -> pd.DataFrame:
-    """The ledger rows of each rank that show its room (all its rows where none does).
-
-    >>> rows_that_set_the_room(pd.DataFrame({"rank": [0, 0, 1], "room_bytes": [None, 5, None]})).index.tolist()
-    [1, 2]
-    """
+    """The ledger rows of each rank that show its room (all its rows where none does)."""
     if "room_bytes" not in ledger.columns:
         return ledger
     shown = ledger["room_bytes"].notna()

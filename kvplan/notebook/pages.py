@@ -70,12 +70,7 @@ class Page:
 
 
 def notebook_title(notebook) -> str:
-    """The notebook's first Markdown heading without its ``#``, else "".
-
-    >>> import nbformat
-    >>> notebook_title(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 01 · Logs\\ntext")]))
-    '01 · Logs'
-    """
+    """The notebook's first Markdown heading without its ``#``, else ""."""
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
@@ -85,13 +80,7 @@ def notebook_title(notebook) -> str:
 
 
 def without_markers(notebook):
-    """A copy of a notebook without its ``# NBVAL_…`` test markers.
-
-    >>> import nbformat
-    >>> nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\\nprint(1)")])
-    >>> without_markers(nb).cells[0].source
-    'print(1)'
-    """
+    """A copy of a notebook without its ``# NBVAL_…`` test markers."""
     stripped = copy.deepcopy(notebook)
     for cell in stripped.cells:
         if cell.cell_type == "code":
@@ -100,14 +89,7 @@ def without_markers(notebook):
 
 
 def with_parameters(notebook, values: Mapping[str, object]):
-    """A copy of a notebook with ``values`` set after its ``parameters`` cell (papermill's way), those it sets.
-
-    >>> import nbformat
-    >>> cell = nbformat.v4.new_code_cell("BUNDLE = None  # a bundle", metadata={"tags": ["parameters"]})
-    >>> nb = with_parameters(nbformat.v4.new_notebook(cells=[cell]), {"BUNDLE": "b/1", "OTHER": 2})
-    >>> nb.cells[1].source
-    "BUNDLE = 'b/1'"
-    """
+    """A copy of a notebook with ``values`` set after its ``parameters`` cell (papermill's way), those it sets."""
     import nbformat
 
     changed = copy.deepcopy(notebook)
@@ -138,22 +120,14 @@ def without_machine_paths(notebook, roots: Mapping[str, str]):
 
 
 def without_roots(text: str, roots: Mapping[str, str]) -> str:
-    """``text`` with each of ``roots`` (a folder) replaced by its short name, longer roots first.
-
-    >>> without_roots("/tmp/x/data/a.log and /tmp/b", {"/tmp/x/": "", "/tmp/": "$TMPDIR/"})
-    'data/a.log and $TMPDIR/b'
-    """
+    """``text`` with each of ``roots`` (a folder) replaced by its short name, longer roots first."""
     for root, name in sorted(roots.items(), key=lambda item: -len(item[0])):
         text = text.replace(root, name)
     return text
 
 
 def shown_folder(path: str | Path) -> str:
-    """A folder as a page names it: from its short root, else by its name alone.
-
-    >>> shown_folder("/srv/bundles/2026-12-01-d974eb240843")
-    '…/2026-12-01-d974eb240843'
-    """
+    """A folder as a page names it: from its short root, else by its name alone."""
     absolute = str(Path(path).absolute())
     shown = without_roots(absolute, machine_roots())
     return f"…/{Path(path).name}" if shown == absolute else shown

@@ -182,14 +182,7 @@ class WhatIfPanel:
         )
 
     def set_values(self, values: Mapping[str, object]) -> None:
-        """Set several controls by name and redraw once.
-
-        >>> from kvplan.notebook.whatif import Scenario
-        >>> panel = WhatIfPanel(Scenario((13 * 2**30, 18 * 2**30), 2**30))
-        >>> panel.set_values({"reserve_gib": 2.0})
-        >>> panel.outcome.budget.uniform_budget_bytes // 2**30  # 13 − 2
-        11
-        """
+        """Set several controls by name and redraw once."""
         self._holding = True
         try:
             for name, value in values.items():

@@ -163,13 +163,7 @@ class Outcome:
         return frame
 
     def headline(self) -> dict[str, str]:
-        """The figures a reviewer asks for first, as text.
-
-        >>> GiB = 2**30
-        >>> outcome = evaluate(Scenario((13 * GiB, 18 * GiB), reserve_bytes=GiB))
-        >>> outcome.headline()["uniform budget"], outcome.headline()["limiting rank"]
-        ('12 GiB', '0')
-        """
+        """The figures a reviewer asks for first, as text."""
         lines = budget_headline(self.budget)
         if self.drift is not None:
             boot_value = self.boot_budget_bytes
@@ -319,21 +313,12 @@ def longest_length_at(concurrency_at, target: float, max_model_len: int) -> int:
 
 
 def gib_to_bytes(value_gib: float) -> int:
-    """A slider's GiB value in bytes, as ``parse_size`` reads it.
-
-    >>> gib_to_bytes(0.9) == parse_size("0.9GiB"), gib_to_bytes(12)
-    (True, 12884901888)
-    """
+    """A slider's GiB value in bytes, as ``parse_size`` reads it."""
     return parse_size(f"{value_gib:.6f}GiB")
 
 
 def add_back_bytes(value_gib: float, co_tenant: int | None) -> int:
-    """An add-back slider's bytes: at most the co-tenant's (all at the slider's top), 0 if unknown.
-
-    >>> co_tenant = 25_845_153_792  # 24.07 GiB (rounded)
-    >>> add_back_bytes(25.0, co_tenant) == co_tenant, add_back_bytes(2.0, co_tenant), add_back_bytes(2.0, None)
-    (True, 2147483648, 0)
-    """
+    """An add-back slider's bytes: at most the co-tenant's (all at the slider's top), 0 if unknown."""
     if co_tenant is None:
         return 0
     if value_gib >= bytes_to_gib(int(co_tenant)):  # the slider's maximum
@@ -342,11 +327,7 @@ def add_back_bytes(value_gib: float, co_tenant: int | None) -> int:
 
 
 def add_back_limits(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None) -> list[int | None]:
-    """The most each rank's add-back may be: its co-tenant's bytes (or the scenario's own), None if unknown.
-
-    >>> add_back_limits(Scenario((10, 10), 1, add_back_bytes=(0, 9)), [5, 7])
-    [5, 9]
-    """
+    """The most each rank's add-back may be: its co-tenant's bytes (or the scenario's own), None if unknown."""
     add_back = scenario.add_back_bytes or (0,) * len(scenario.room_bytes)
     co_tenants = list(co_tenant_bytes) if co_tenant_bytes is not None else [None] * len(add_back)
     if len(co_tenants) != len(add_back):
