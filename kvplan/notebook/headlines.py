@@ -177,24 +177,17 @@ def run_headline(summary: Mapping) -> str:
     ...     "max_running": 32, "max_waiting": 3, "preemptions": 0, "oom_events": 0}))
     peak KV cache usage 70.1% of 157,280 tokens (110,253 tokens, server.log:40); up to 32 requests running and 3 waiting; 0 preemptions, 0 OOM
     """
-    peak, capacity = summary.get("peak_kv_cache_usage_pct"), summary.get("kv_cache_tokens")
+    peak, tokens = summary.get("peak_kv_cache_usage_pct"), summary.get("kv_cache_tokens")
     if peak is None:
         usage = "no KV cache usage in the files"
     else:
         where = summary.get("peak_at") or {}
         place = f", {PurePath(where['source']).name}:{where['line']}" if where.get("source") else ""
-        of = (
-            f" of {capacity:,} tokens ({summary['peak_kv_cache_tokens']:,} tokens{place})"
-            if capacity
-            else place
-        )
+        of = f" of {tokens:,} tokens ({summary['peak_kv_cache_tokens']:,} tokens{place})" if tokens else place
         usage = f"peak KV cache usage {peak:.1f}%{of}"
     preemptions = summary.get("preemptions")
-    counted = (
-        "unknown preemptions"
-        if preemptions is None
-        else f"{preemptions:,} preemption{'s' * (preemptions != 1)}"
-    )
+    plural = "s" * (preemptions != 1)
+    counted = "unknown preemptions" if preemptions is None else f"{preemptions:,} preemption{plural}"
     return (
         f"{usage}; up to {summary.get('max_running')} requests running and {summary.get('max_waiting')} waiting; "
         f"{counted}, {summary.get('oom_events', 0)} OOM"
@@ -206,12 +199,9 @@ _WORDS = {"kv": "KV", "oom": "OOM", "tp": "TP", "pp": "PP", "gpu": "GPU", "seq":
 
 def readable_name(key: object) -> str:
     """A glossary key in words."""
-    text = str(key)
-    unit = ""
-    if text.endswith("_pct"):
-        text, unit = text.removesuffix("_pct"), " [%]"
-    text = text.removesuffix("_bytes")
-    return " ".join(_WORDS.get(word, word) for word in text.split("_")) + unit
+    unit = " [%]" if str(key).endswith("_pct") else ""
+    words = str(key).removesuffix("_pct").removesuffix("_bytes").split("_")
+    return " ".join(_WORDS.get(word, word) for word in words) + unit
 
 
 def readable_value(key: object, value: Any) -> str:
@@ -223,10 +213,7 @@ def readable_value(key: object, value: Any) -> str:
     if isinstance(value, int) or (hasattr(value, "dtype") and pd.api.types.is_integer(value)):
         return format_size(int(value)) if str(key).endswith("_bytes") else f"{int(value):,}"
     if isinstance(value, float) or pd.api.types.is_float(value):
-        number = float(value)
-        if str(key).endswith("_bytes"):
-            return format_size(int(number))
-        return f"{number:,.2f}"
+        return format_size(int(value)) if str(key).endswith("_bytes") else f"{float(value):,.2f}"
     return str(value)
 
 
@@ -248,10 +235,6 @@ def readable_table(
         rows = {key: [readable_value(key, value) for value in frame.loc[key]] for key in frame.index}
         shown = pd.DataFrame.from_dict(rows, orient="index", columns=list(frame.columns))
         return shown.rename(index={key: names.get(str(key), readable_name(key)) for key in frame.index})
-    shown = pd.DataFrame(
-        {column: [readable_value(column, value) for value in frame[column]] for column in frame.columns},
-        index=frame.index,
-    )
-    return shown.rename(
-        columns={column: names.get(str(column), readable_name(column)) for column in frame.columns}
-    )
+    cells = {column: [readable_value(column, value) for value in frame[column]] for column in frame.columns}
+    words = {column: names.get(str(column), readable_name(column)) for column in frame.columns}
+    return pd.DataFrame(cells, index=frame.index).rename(columns=words)

@@ -12,16 +12,15 @@ import pandas as pd
 
 from kvplan import PROJECT_DIR
 from kvplan.budget import Budget
-from kvplan.checks.key import defaulted_key_fields
 from kvplan.columns import MEASUREMENTS
 from kvplan.io import ReadMetadata
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import compatibility_key
-from kvplan.plan import Evidence, ModelLayout, Policy, decide, launch_layout_spec
+from kvplan.plan import Evidence, Policy, decide
 from kvplan.room import read_vllm_logs_rooms
 
 if TYPE_CHECKING:
-    from kvplan.kvspec import KVSpec
+    pass
 
 
 def budgets_by_boot(
@@ -163,22 +162,6 @@ def read_launch(
         metadata = metadata.with_warnings(joined_metadata.warnings)
         ledger = joined
     return ledger, metadata
-
-
-def launch_spec(
-    ledger: pd.DataFrame,
-    model: str | Path,
-    tp: int | None = None,
-    metadata: ReadMetadata | None = None,
-    **options,
-) -> KVSpec:
-    """The KV spec of ``model`` on the launch the logs show, by the pipeline's rule; ``options``: ``kv_spec``
-    keywords. Without ``metadata`` a logged block size cannot be told from vLLM's default and is not used."""
-    defaulted = (
-        defaulted_key_fields(metadata.provenance) if metadata is not None else frozenset({"block_size"})
-    )
-    layout = ModelLayout(model, {"tp": tp, **options})
-    return launch_layout_spec(layout, compatibility_key(ledger), ledger, defaulted)
 
 
 def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:

@@ -85,11 +85,7 @@ class WhatIfPanel:
 
     def scenario(self) -> Scenario:
         """The scenario the controls describe (untouched controls keep the exact bytes)."""
-        moved = {
-            name: control.value
-            for name, control in self.controls.items()
-            if control.value != self._initial[name]
-        }
+        moved = {n: c.value for n, c in self.controls.items() if c.value != self._initial[n]}
         changes = {field: read(moved[name]) for name, (field, read) in _FIELDS.items() if name in moved}
         ranks = self.base.rank_ids
         if any(f"add_back_{rank}" in moved for rank in ranks):

@@ -22,7 +22,7 @@ from kvplan.kvspec.capacity import (
     sequence_lengths,
 )
 from kvplan.notebook.headlines import budget_headline, length_warning, limiting_text
-from kvplan.plan import Decision, Evidence, Policy, decide
+from kvplan.plan import Decision
 from kvplan.units import bytes_to_gib, format_size, parse_size
 
 if TYPE_CHECKING:
@@ -59,14 +59,6 @@ class Scenario:
         budget = decision.budget
         defaults = {"kv_spec": decision.spec, "ref_free_bytes": decision.ref_free_bytes}
         return cls(budget.room_bytes, budget.reserve_bytes, ranks=budget.ranks, **{**defaults, **options})
-
-    @classmethod
-    def from_ledger(
-        cls, ledger: pd.DataFrame, reserve_bytes: int, assume_uniform: bool = False, **options
-    ) -> Scenario:
-        """:meth:`from_decision` of the pipeline's decision over a ledger (no model)."""
-        decision = decide(Evidence(ledger), Policy(reserve_bytes, assume_uniform=assume_uniform))
-        return cls.from_decision(decision, **{"kv_spec": None, "ref_free_bytes": None, **options})
 
     @property
     def effective_block_size(self) -> int:
@@ -129,20 +121,15 @@ class Outcome:
         >>> evaluate(Scenario((13 * GiB, 13 * GiB), GiB)).verdict()
         'FITS on every rank: --kv-cache-memory-bytes=12884901888 · every rank the same (none limits alone)'
         """
-        if self.drift is not None:
-            flag, rank = kv_cache_flag(self.boot_budget_bytes), self.drift.limiting_rank
-            tied = len(set(self.drift.adjusted_bytes)) == 1
-            where = "this boot"
-        else:
-            flag, rank = self.budget.flag, self.budget.limiting_rank
-            tied = len(set(self.budget.safe_bytes)) == 1
-            where = "every rank"
-        limits = "every rank the same (none limits alone)" if tied else f"rank {rank} limits"
+        judged = self.budget if self.drift is None else self.drift  # drift: this boot's value in whole blocks
+        values = self.budget.safe_bytes if self.drift is None else self.drift.adjusted_bytes
+        tied = len(set(values)) == 1
+        limits = "every rank the same (none limits alone)" if tied else f"rank {judged.limiting_rank} limits"
         if self.fits is None:
-            return f"FITS on {where}: {flag} · {limits}"
+            return f"FITS on {'every rank' if self.drift is None else 'this boot'}: {judged.flag} · {limits}"
         word = "FITS" if self.fits else "DOES NOT FIT"
         target = f"{self.target_sequences:,} sequences of {self.scenario.max_model_len:,} tokens"
-        return f"{word}: {target} · {flag} · {limits}"
+        return f"{word}: {target} · {judged.flag} · {limits}"
 
     def table(self) -> pd.DataFrame:
         """Per-rank table in bytes; under drift the uniform value and limiting rank are this boot's (the
@@ -150,13 +137,8 @@ class Outcome:
         frame = self.budget.to_frame()
         frame.insert(1, "add_back_bytes", list(self.scenario.add_back_bytes or [0] * len(frame)))
         if self.drift is not None:
-            frame = frame.rename(
-                columns={
-                    "uniform_budget_bytes": "ref_uniform_budget_bytes",
-                    "stranded_bytes": "ref_stranded_bytes",
-                    "limiting": "ref_limiting",
-                }
-            )
+            references = ("uniform_budget_bytes", "stranded_bytes", "limiting")
+            frame = frame.rename(columns={column: f"ref_{column}" for column in references})
             frame["adjusted_bytes"] = list(self.drift.adjusted_bytes)
             frame["uniform_budget_bytes"] = self.boot_budget_bytes
             frame["limiting"] = [rank == self.drift.limiting_rank for rank in self.drift.ranks]

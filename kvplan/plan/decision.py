@@ -73,7 +73,7 @@ def launch_layout_spec(
     room_count: int | None = None,
 ) -> KVSpec:
     """:func:`layout_spec` on the launch the logs show (the key's shown fields, the launch settings): the spec
-    of :func:`decide` and of the notebooks' :func:`kvplan.notebook.launch_spec`.
+    of :func:`decide`.
 
     >>> frame = pd.DataFrame({"block_size": [16], "max_num_batched_tokens": [8192]})
     >>> launch_layout_spec(ModelLayout("llama-3.1-8b", {"tp": 1}), {"block_size": 16}, frame,
