@@ -17,6 +17,7 @@ from kvplan.notebook import (
     gib_to_bytes,
     launch_max_model_len,
     launch_snapshots,
+    moved_hosts_text,
     parameter_path,
     rows_that_set_the_room,
 )
@@ -109,3 +110,14 @@ def test_set_values_sets_every_control():  # issue 23
     panel = WhatIfPanel(Scenario((13 * 2**30, 18 * 2**30), 2**30))
     panel.set_values({"reserve_gib": 2.0})
     assert panel.outcome.budget.uniform_budget_bytes // 2**30 == 11  # 13 − 2
+
+
+def test_moved_hosts_text_names_the_hosts_moved_and_those_the_fleet_lacks():  # issue 23
+    assert (
+        moved_hosts_text({"h2": {}, "h9": {}}, ["h1", "h2"])
+        == "MOVE moves h2; names no host of this fleet: h9"
+    )
+    hosts = [f"h{i}" for i in range(7)]  # the first five listed
+    assert moved_hosts_text({"h9": {}}, hosts) == (
+        "MOVE names no host of this fleet (h9): the plan below is unchanged; its hosts are h0, h1, h2, h3, h4, …"
+    )

@@ -66,10 +66,8 @@ def concurrency_chart(
     marks = marks or ConcurrencyMarks()
     fig, ax = _figure(reuse=figure)
     if marks.previous is not None:
-        previous = marks.previous
-        ax.plot(
-            previous["seq_len"], previous["max_concurrency"], label="at the notebook's parameters", **_FAINT
-        )
+        previous, label = marks.previous, "at the notebook's parameters"
+        ax.plot(previous["seq_len"], previous["max_concurrency"], label=label, **_FAINT)
     colors = [RANK_COLOR, "#E69F00", AVERAGE_COLOR, REFERENCE_COLOR]
     for index, ((label, curve), color) in enumerate(zip(curves.items(), colors * len(curves))):
         row = _row_at_length(curve, max_model_len)
@@ -180,12 +178,8 @@ def _drift_lost(ax, drift: Drift, labels: list[str], slot: float) -> None:
     lost_gib = [bytes_to_gib(moved) for moved in drift.drift_bytes]
     bars = ax.bar(labels, lost_gib, color=_rank_colors(drift.ranks, drift.limiting_rank), width=0.6)
     texts = [
-        f"lost {bytes_to_gib(moved):.2f} GiB"
-        if moved > 0
-        else f"gained {bytes_to_gib(-moved):.2f} GiB"
-        if moved
-        else "same"
-        for moved in drift.drift_bytes
+        f"{'lost' if m > 0 else 'gained'} {bytes_to_gib(abs(m)):.2f} GiB" if m else "same"
+        for m in drift.drift_bytes
     ]
     level = _annotate_bars(ax, bars, texts, slot_pt=slot, fontsize=FONT_SIZE - 1)
     ax.axhline(0, color="black", linewidth=1)
@@ -258,11 +252,5 @@ def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Fig
 
 #: The spread chart's marks: the maximum, the median (white dot) and the minimum (the limiting rank's).
 _MAX = {"marker": "_", "markersize": 22, "color": RANK_COLOR, "markeredgewidth": 3}
-_MEDIAN = {
-    "marker": "o",
-    "markersize": 10,
-    "color": "white",
-    "markeredgecolor": RANK_COLOR,
-    "markeredgewidth": 2,
-}
 _MIN = {"marker": "o", "markersize": 10, "color": LIMITING_COLOR}
+_MEDIAN = {**_MIN, "color": "white", "markeredgecolor": RANK_COLOR, "markeredgewidth": 2}

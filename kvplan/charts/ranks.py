@@ -135,8 +135,7 @@ def _ledger_segments(
         max(0.0, bytes_to_gib(total) - done - bytes_to_gib(room)) if total is not None else 0.0
         for total, done, room in zip(shown.totals, itemised, budget.room_bytes)
     ]
-    heights["uniform"] = [bytes_to_gib(size) for size in sizes["uniform"]]
-    heights["stranded"] = [bytes_to_gib(size) for size in sizes["stranded"]]
+    heights |= {column: [bytes_to_gib(size) for size in sizes[column]] for column in ("uniform", "stranded")}
     heights["reserve"] = [bytes_to_gib(budget.reserve_bytes)] * len(budget.ranks)
     return sizes, heights
 

@@ -80,16 +80,13 @@ def _outline_bars(
     ax: Axes, labels: Sequence[str], sizes_bytes: Sequence[int], label: str, linewidth: float
 ) -> None:
     """Dashed grey outlines of ``sizes_bytes`` per rank [GiB]: what the filled bars are read against."""
-    ax.bar(
-        labels,
-        [bytes_to_gib(size) for size in sizes_bytes],
-        width=0.6,
-        fill=False,
-        edgecolor=REFERENCE_COLOR,
-        linewidth=linewidth,
-        linestyle="--",
-        label=label,
-    )
+    outline: dict[str, Any] = {
+        "fill": False,
+        "edgecolor": REFERENCE_COLOR,
+        "linewidth": linewidth,
+        "linestyle": "--",
+    }
+    ax.bar(labels, [bytes_to_gib(size) for size in sizes_bytes], width=0.6, label=label, **outline)
 
 
 @lru_cache(maxsize=4096)

@@ -84,10 +84,7 @@ def host_budgets_chart(plan: Mapping) -> Figure:
         outliers = {o["host"] for o in c["outliers"]}
         budgets = c["host_budgets"]
         hosts = sorted(budgets, key=lambda host: budgets[host])
-        kinds = {
-            c["limiting_host"]: LIMITING_COLOR,
-            **{host: OUTLIER_COLOR for host in outliers if host != c["limiting_host"]},
-        }
+        kinds = {**{host: OUTLIER_COLOR for host in outliers}, c["limiting_host"]: LIMITING_COLOR}
         colours = [kinds.get(host, RANK_COLOR) for host in hosts]
         axes.scatter([bytes_to_gib(budgets[h]) for h in hosts], [y] * len(hosts), c=colours, s=28, zorder=3)
         shown = format_size(c["uniform_budget_bytes"])
@@ -97,9 +94,7 @@ def host_budgets_chart(plan: Mapping) -> Figure:
     axes.set_yticks(positions, [_class_label(c["class"]) for c in classes], fontsize=_FONT_PT - 1)
     axes.set_xlabel("KV budget per GPU [GiB]", fontsize=_FONT_PT)
     dots = {"limiting host": LIMITING_COLOR, "outlier": OUTLIER_COLOR, "other hosts": RANK_COLOR}
-    handles = [
-        Line2D([], [], marker="o", linestyle="", color=colour, label=name) for name, colour in dots.items()
-    ]
+    handles = [Line2D([], [], marker="o", linestyle="", color=c, label=name) for name, c in dots.items()]
     title = "Per-host budgets: who holds each class down (bar: the class value; dots: each host)"
     _title_and_legend(figure, title, [Patch(color="#CFE3F1", label="class value"), *handles], columns=4)
     return figure
@@ -141,11 +136,8 @@ def waves_chart(plan: Mapping) -> Figure:
     axes.barh(
         positions, counts, color=[OUTLIER_COLOR if w["kind"] == "canary" else RANK_COLOR for w in waves]
     )
-    axes.set_yticks(
-        positions,
-        [f"wave {w['wave']} · {w['kind']}: {_class_label(w['class'])}" for w in waves],
-        fontsize=_FONT_PT - 1,
-    )
+    labels = [f"wave {w['wave']} · {w['kind']}: {_class_label(w['class'])}" for w in waves]
+    axes.set_yticks(positions, labels, fontsize=_FONT_PT - 1)
     for y, wave, count in zip(positions, waves, counts):
         value = wave["flag"].rpartition("=")[2]
         shown = format_size(int(value)) if value.isdigit() else wave["flag"]

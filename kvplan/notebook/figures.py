@@ -43,9 +43,7 @@ def figure_alt(figure: Figure) -> str:
 
 def sentence(figure: Figure) -> str | None:
     """The sentence a chart without axes stands for, else None."""
-    if figure.axes or figure._suptitle is None:
-        return None
-    return " ".join(figure._suptitle.get_text().split())
+    return None if figure.axes or figure._suptitle is None else " ".join(figure._suptitle.get_text().split())
 
 
 @dataclass(frozen=True)
@@ -126,12 +124,8 @@ def panel_axes(baseline: Outcome) -> Axes:
         length = float(baseline.scenario.max_model_len or curve["seq_len"].max())
         target = baseline.scenario.target_concurrency
         lowest = min([float(curve["max_concurrency"].min()), *([target] if target else [])])
-        concurrency = (
-            float(curve["seq_len"].min()) / 1.5,
-            length * 1.08,
-            max(lowest, 1e-3) / 4,
-            float(curve["max_concurrency"].max()) * 2,
-        )
+        x_range = (float(curve["seq_len"].min()) / 1.5, length * 1.08)
+        concurrency = (*x_range, max(lowest, 1e-3) / 4, float(curve["max_concurrency"].max()) * 2)
     return Axes(top, concurrency, stranded_top)
 
 
@@ -179,14 +173,11 @@ def panel_charts(
             return charts.ledger_chart(parts, budget, figure=figure)
 
         steps.append(ChartStep("ledger", (budget, scenario.add_back_bytes), draw_ledger))
-    stranded = (
-        budget.ranks,
-        budget.stranded_bytes,
-        budget.rounding_loss_bytes,
-        tuple(limiting_ranks(budget)),
+    limiting, top_stranded = tuple(limiting_ranks(budget)), axes.stranded_top_gib
+    stranded = (budget.ranks, budget.stranded_bytes, budget.rounding_loss_bytes, limiting, top_stranded)
+    steps.append(
+        ChartStep("stranded", stranded, partial(charts.stranded_chart, budget, top_gib=top_stranded))
     )
-    draw = partial(charts.stranded_chart, budget, top_gib=axes.stranded_top_gib)
-    steps.append(ChartStep("stranded", (*stranded, axes.stranded_top_gib), draw))
     if outcome.curve is not None:
         limits = _lengths(outcome, axes)
         length = (scenario.effective_block_size, scenario.max_model_len, scenario.target_concurrency)

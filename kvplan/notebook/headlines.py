@@ -152,11 +152,7 @@ def launch_headline(ledger: pd.DataFrame) -> dict[str, str]:
 
 
 def moved_hosts_text(move: Mapping[str, object], hosts: Sequence[str]) -> str:
-    """What notebook 07's ``MOVE`` does: the hosts it moves, and those it names the fleet lacks.
-
-    >>> moved_hosts_text({"h2": {}, "h9": {}}, ["h1", "h2"])
-    'MOVE moves h2; names no host of this fleet: h9'
-    """
+    """What notebook 07's ``MOVE`` does: the hosts it moves, and those it names the fleet lacks."""
     known = [host for host in move if host in hosts]
     unknown = [host for host in move if host not in hosts]
     if not known:

@@ -158,9 +158,8 @@ def read_launch(
     else:
         snapshots = parameter_files(nvidia_smi, "NVIDIA_SMI", NVIDIA_SMI_NAMES) if nvidia_smi else []
     if snapshots:
-        joined, _, joined_metadata = join_snapshots(ledger, snapshots, warn=False)  # warnings listed below
-        metadata = metadata.with_warnings(joined_metadata.warnings)
-        ledger = joined
+        ledger, _, joined = join_snapshots(ledger, snapshots, warn=False)  # its warnings listed below
+        metadata = metadata.with_warnings(joined.warnings)
     return ledger, metadata
 
 

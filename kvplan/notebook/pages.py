@@ -174,14 +174,18 @@ def _exporter(with_code: bool):
 
     config = Config()
     config.NbConvertBase.display_data_priority = list(DISPLAY_PRIORITY)
+    hidden = {
+        "exclude_input": not with_code,
+        "exclude_input_prompt": not with_code,
+        "exclude_output_prompt": True,
+    }
+    loader = DictLoader({"kvplan-page.html.j2": TEMPLATE})
     exporter = HTMLExporter(
         config=config,
         template_name="lab",
-        extra_loaders=[DictLoader({"kvplan-page.html.j2": TEMPLATE})],
+        extra_loaders=[loader],
         template_file="kvplan-page.html.j2",
-        exclude_input=not with_code,
-        exclude_input_prompt=not with_code,
-        exclude_output_prompt=True,
+        **hidden,
     )
     exporter.log.setLevel("ERROR")
     if not with_code:
@@ -192,8 +196,7 @@ def _exporter(with_code: bool):
 def write_pages(notebook, name: str, out_dir: Path) -> Page:
     """Write an executed notebook's reader page (``name.html``, PNGs in ``name_files/``) and auditor page
     (``code/name.html``), each linking to the index and the other, naming no folder of this machine."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "code").mkdir(exist_ok=True)
+    (out_dir / "code").mkdir(parents=True, exist_ok=True)
     notebook = without_machine_paths(notebook, machine_roots())
     reader, resources = _exporter(with_code=False).from_notebook_node(
         notebook,

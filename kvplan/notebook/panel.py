@@ -213,10 +213,10 @@ def _image_html(figure, png: bytes | None = None) -> str:
 
 def _tables_html(outcome: Outcome) -> str:
     """The headline and the per-rank table as HTML."""
-    headline = pd.Series(outcome.headline(), name="value").to_frame()
-    return headline.to_html(classes="kvplan-headline", border=0) + readable_table(outcome.table()).to_html(
-        classes="kvplan-ranks", border=0
+    headline = (
+        pd.Series(outcome.headline(), name="value").to_frame().to_html(classes="kvplan-headline", border=0)
     )
+    return headline + readable_table(outcome.table()).to_html(classes="kvplan-ranks", border=0)
 
 
 #: The scenario field each control sets, and how its value reads.
@@ -287,14 +287,8 @@ _ADD_BACK_TIPS = {
 
 def _gib_slider(value_gib: float, top_gib: float, step_gib: float, description: str) -> widgets.FloatSlider:
     """A slider from 0 to ``top_gib`` [GiB], reporting only when released."""
+    shown = {"min": 0.0, "readout_format": ".2f", "style": _STYLE, "continuous_update": False}
+    layout = widgets.Layout(width="640px")
     return widgets.FloatSlider(
-        value=value_gib,
-        min=0.0,
-        max=top_gib,
-        step=step_gib,
-        readout_format=".2f",
-        description=description,
-        style=_STYLE,
-        layout=widgets.Layout(width="640px"),
-        continuous_update=False,
+        value=value_gib, max=top_gib, step=step_gib, description=description, layout=layout, **shown
     )

@@ -32,14 +32,7 @@ li { margin: 0.3em 0; }
 
 
 def decision_facts(decision: Decision) -> dict[str, str]:
-    """What a reviewer reads first about a decision, as (name, text): the flag and its figures.
-
-    >>> from kvplan.plan import Policy, decide_rooms
-    >>> GiB = 2**30
-    >>> facts = decision_facts(decide_rooms([13 * GiB, 18 * GiB], Policy(GiB)))
-    >>> facts["flag"], facts["limiting rank"], facts["stranded capacity"]
-    ('--kv-cache-memory-bytes=12884901888', '0', '5 GiB on the stronger ranks')
-    """
+    """What a reviewer reads first about a decision, as (name, text): the flag and its figures."""
     budget = decision.budget
     facts = {
         "flag": budget.flag,
@@ -69,17 +62,13 @@ def index_html(
     version: str,
     bundle: Mapping[str, str] | None = None,
 ) -> str:
-    """The report's ``index.html``: the decision, its date and kvplan version, the ``bundle``'s facts, the pages.
-
-    >>> from kvplan.plan import Policy, decide_rooms
-    >>> GiB = 2**30
-    >>> page = index_html(decide_rooms([13 * GiB, 18 * GiB], Policy(GiB)), [], "2026-12-02T00:00:00Z", "0.1.0")
-    >>> "--kv-cache-memory-bytes=12884901888" in page, "kvplan 0.1.0" in page
-    (True, True)
-    """
+    """The report's ``index.html``: the decision, its date and kvplan version, the ``bundle``'s facts, the pages."""
     facts = decision_facts(decision)
     flag = facts.pop("flag")
-    rows, bundle_rows = _rows(facts), _rows(bundle or {})
+    rows = _rows(facts)
+    evidence = (
+        f'<h2>Evidence bundle</h2><table class="kvplan-decision">{_rows(bundle)}</table>\n' if bundle else ""
+    )
     links = "".join(
         f'<li><a href="{html_text(page.href)}">{html_text(page.title)}</a>'
         f' <span class="kvplan-meta">(<a href="{html_text(page.code_href)}">with code</a>)</span></li>'
@@ -93,11 +82,7 @@ def index_html(
         f'<p class="kvplan-meta">{html_text(created_utc)} · kvplan {html_text(version)}</p>\n'
         f'<p>Deploy with</p><p class="kvplan-flag">{html_text(flag)}</p>\n'
         f'<table class="kvplan-decision">{rows}</table>\n'
-        + (
-            f'<h2>Evidence bundle</h2><table class="kvplan-decision">{bundle_rows}</table>\n'
-            if bundle
-            else ""
-        )
+        + evidence
         + "<h2>The notebooks</h2>\n<p>Each page shows the charts and tables without code; "
         "“with code” is the same page for auditors.</p>\n"
         f"<ol>{links}</ol>\n</body></html>\n"
@@ -136,9 +121,8 @@ class ShownBundle:
     def model(self) -> Path:
         """The bundle's model config (:class:`ParameterError` without one)."""
         if self.model_config is None:
-            raise ParameterError(
-                f"BUNDLE = {str(self.folder)!r} was approved without --model: no model config"
-            )
+            folder = str(self.folder)
+            raise ParameterError(f"BUNDLE = {folder!r} was approved without --model: no model config")
         return self.model_config
 
     def _repr_markdown_(self) -> str:
@@ -163,7 +147,9 @@ def show_bundle(bundle: str | Path | None) -> ShownBundle | None:
     by_role: dict[str, list[Path]] = {}
     for entry in record["inputs"]:
         by_role.setdefault(entry["role"], []).append(folder / entry["bundle_path"])
-    policy, plan = record["policy"], record.get("admission_plan") or {}
+    policy = {key: record["policy"][key] for key in ("reserve_bytes", "guard_bytes", "assume_uniform")}
+    approved = record.get("admission_plan") or {}
+    plan: dict[str, Any] = {key: approved.get(key) for key in ("target_concurrency", "seq_len")}
     return ShownBundle(
         folder=folder,
         digest=verified.digest,
@@ -171,11 +157,8 @@ def show_bundle(bundle: str | Path | None) -> ShownBundle | None:
         snapshots=by_role.get("nvidia-smi", []),
         model_config=next(iter(by_role.get("model config", [])), None),
         tp=(record.get("model_options") or {}).get("tp"),
-        reserve_bytes=policy["reserve_bytes"],
-        guard_bytes=policy["guard_bytes"],
-        assume_uniform=policy["assume_uniform"],
-        target_concurrency=plan.get("target_concurrency"),
-        seq_len=plan.get("seq_len"),
+        **policy,
+        **plan,
     )
 
 
@@ -223,14 +206,13 @@ def build_report(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> tupl
         "approved by": f"{record.get('approver', '')}: {record.get('note', '')}",
         "verified": "ok: every hash and the recomputed decision agree",
     }
-    index = out_dir / "index.html"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    index.write_text(
-        index_html(
-            verified.decision, pages, str(record["created_utc"]), str(record["kvplan_version"]), facts
-        ),
-        encoding="utf-8",
+    index, created, version = (
+        out_dir / "index.html",
+        str(record["created_utc"]),
+        str(record["kvplan_version"]),
     )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    index.write_text(index_html(verified.decision, pages, created, version, facts), encoding="utf-8")
     return index, errors
 
 
@@ -275,13 +257,12 @@ def decision_notebook(bundle: str | Path, pages: Sequence[str]):
         "from IPython.display import HTML\nfrom kvplan.notebook.report import decision_html\n"
         f"HTML(decision_html({str(bundle)!r}, {list(pages)!r}))"
     )
-    return nbformat.v4.new_notebook(
-        cells=[
-            nbformat.v4.new_markdown_cell("# KV-cache budget: the decision"),
-            nbformat.v4.new_code_cell(source),
-        ],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-    )
+    cells = [
+        nbformat.v4.new_markdown_cell("# KV-cache budget: the decision"),
+        nbformat.v4.new_code_cell(source),
+    ]
+    kernel = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": kernel})
 
 
 def prepare(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> Path:

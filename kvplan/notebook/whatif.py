@@ -150,13 +150,9 @@ class Outcome:
         if self.drift is not None:
             boot_value = self.boot_budget_bytes
             limiting = limiting_text(self.drift.ranks, self.drift.adjusted_bytes)
-            limits = (
-                "every rank the same"
-                if limiting.startswith("none")
-                else f"ranks {limiting} limit"
-                if " and " in limiting
-                else f"rank {limiting} limits"
-            )
+            limits = f"ranks {limiting} limit" if " and " in limiting else f"rank {limiting} limits"
+            if limiting.startswith("none"):
+                limits = "every rank the same"
             raise_note = "; re-profile to raise" if self.drift.reprofile_to_raise else ""
             lines = {
                 "after drift": f"{format_size(boot_value)} ({limits}{raise_note})",
@@ -201,13 +197,7 @@ class Outcome:
 
 
 def weak_rank_at_median(outcome: Outcome) -> Scenario:
-    """The scenario with the limiting rank's safe budget raised to the median's ("fix the weak rank?").
-
-    >>> GiB = 2**30
-    >>> outcome = evaluate(Scenario((13 * GiB, 17 * GiB, 19 * GiB), GiB))  # safe 12, 16, 18 GiB
-    >>> evaluate(weak_rank_at_median(outcome)).budget.uniform_budget_bytes // GiB
-    16
-    """
+    """The scenario with the limiting rank's safe budget raised to the median's ("fix the weak rank?")."""
     scenario, budget = outcome.scenario, outcome.budget
     add_back = list(scenario.add_back_bytes or (0,) * len(scenario.room_bytes))
     position = budget.ranks.index(budget.limiting_rank)
