@@ -12,10 +12,6 @@ SHOWN_LINES = 3
 class Note(str):
     """A warning's text with ``code`` (its kind; "" is never folded), ``file``, ``line`` (1-based) and, folded,
     ``count`` and ``lines``.
-
-    >>> note = Note("a.log:7: rank 1 shows no room", code="no-room", file="a.log", line=7)
-    >>> note, note.code, note.line, "no room" in note
-    ('a.log:7: rank 1 shows no room', 'no-room', 7, True)
     """
 
     code: str
@@ -57,16 +53,8 @@ class Note(str):
 
 
 def aggregate_notes(notes: Iterable[str]) -> list[Note]:
-    """Notes in first-seen order, a kind (code, file) seen ``n > 1`` times folded into ``"FILE: TEXT: n times,
-    first at lines L1, L2, L3"`` ("the first shown" when texts differ); duplicates without a code print once.
-
-    >>> notes = [Note("boot restarted", code="restart", file="a.log", line=n) for n in (5, 9, 12, 40)]
-    >>> [str(note) for note in aggregate_notes([*notes, "plain", "plain"])]
-    ['a.log: boot restarted: 4 times, first at lines 5, 9, 12', 'plain']
-    >>> boots = [Note(f"a.log:{n}: boot {n}: rank 1 shows no room", code="no-room", file="a.log", line=n)
-    ...          for n in (3, 8)]
-    >>> [str(note) for note in aggregate_notes(boots)]
-    ['a.log: boot 3: rank 1 shows no room: 2 times (the first shown), first at lines 3, 8']
+    """Notes in first-seen order, a kind (code, file) seen ``n > 1`` times folded into one line
+    (``a.log: boot restarted: 4 times, first at lines 5, 9, 12``); duplicates without a code print once.
     """
     groups: dict[tuple, list[Note]] = {}
     for text in notes:

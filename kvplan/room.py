@@ -19,7 +19,7 @@ from kvplan.columns import failure_phase, world_size
 from kvplan.io.ledger_csv import read_ledger_csv
 from kvplan.io.metadata import BootPlace, ReadMetadata, RoomRule, place_note
 from kvplan.io.vllm import read_vllm_log, read_vllm_logs, stream_vllm_logs
-from kvplan.ledger import LedgerError, _line, _where, plain_value, room_per_rank
+from kvplan.ledger import LedgerError, _line, _where, plain_value
 from kvplan.notes import Note
 from kvplan.releases import rank0_only_advice
 from kvplan.units import MiB, format_size
@@ -33,9 +33,6 @@ def room_evidence(
 ) -> tuple[int, str, tuple] | None:
     """``(room_bytes, room_source, (line, raw))`` for one rank, best evidence first (None: no room); ``flags``:
     ``estimate_applied`` (a CUDA-graph estimate subtracted before KV sizing), ``eager``; ``origin[(rank, column)]``.
-
-    >>> room_evidence({"suggested_full_bytes": 7}, 0, {}, {(0, "suggested_full_bytes"): (9, "")}, "a.log", [])
-    (7, 'suggestion', (9, ''))
     """
     if values.get("suggested_full_bytes") is not None:
         return values["suggested_full_bytes"], "suggestion", origin[(rank, "suggested_full_bytes")]
@@ -204,12 +201,7 @@ def refuse_failed_boots(ledger: pd.DataFrame, lines: Mapping | None = None) -> N
 
 
 def _next_step(failed: pd.DataFrame, ledger: pd.DataFrame) -> str:
-    """What to do: give the rest of a log cut short, or fix a failure; leave a boot out when the ledger holds others.
-
-    >>> frame = pd.DataFrame({"source": ["a.log"], "boot": [0], "outcome": ["incomplete"]})
-    >>> _next_step(frame, frame)
-    "Give the whole log, through its 'Application startup complete' line: it stops before startup completed."
-    """
+    """What to do: give the rest of a log cut short, or fix a failure; leave a boot out when the ledger holds others."""
     step = (
         "give the whole log, through its 'Application startup complete' line: it stops before startup completed."
         if set(failed["outcome"].fillna("incomplete")) == {"incomplete"}
@@ -222,27 +214,6 @@ def _next_step(failed: pd.DataFrame, ledger: pd.DataFrame) -> str:
 
 def _boots(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[["source", "boot"]].drop_duplicates() if {"source", "boot"} <= set(frame) else frame[:1]
-
-
-def budget_from_ledger(
-    ledger: pd.DataFrame,
-    reserve_bytes: int,
-    block_bytes: int | None = None,
-    assume_uniform: bool = False,
-    lines: Mapping | None = None,
-) -> Budget:
-    """The uniform budget from a ledger: :func:`refuse_failed_boots`, :func:`room_per_rank`, :func:`budget_from_rooms`.
-
-    >>> GiB = 2**30
-    >>> frame = pd.DataFrame({"source": ["a.log"] * 2, "boot": [0, 0], "rank": [0, 1],
-    ...                       "room_bytes": [13 * GiB, 14 * GiB], "room_source": ["suggestion"] * 2,
-    ...                       "outcome": ["ok", "ok"]})
-    >>> budget_from_ledger(frame, GiB).uniform_budget_bytes == 12 * GiB
-    True
-    """
-    refuse_failed_boots(ledger, lines)
-    rooms = room_per_rank(ledger, assume_uniform=assume_uniform, lines=lines)
-    return budget_from_rooms(rooms, reserve_bytes, block_bytes, lines)
 
 
 def budget_from_rooms(

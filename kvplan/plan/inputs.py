@@ -41,15 +41,6 @@ class AdmissionPlan:
 class LoadPolicy:
     """How load-test evidence is judged: the preemptions a run may show, the ``year`` of vLLM's yearless log
     stamps, the KV tokens [%] a run at a manual value may give up against the profiled boot (None: unbounded).
-
-    >>> LoadPolicy(max_preemptions=-1)
-    Traceback (most recent call last):
-    ...
-    ValueError: max_preemptions must be a count ≥ 0, got -1
-    >>> LoadPolicy(max_capacity_loss_pct=-2.0)
-    Traceback (most recent call last):
-    ...
-    ValueError: max_capacity_loss_pct must be a percentage ≥ 0, got -2.0
     """
 
     max_preemptions: int = 0
@@ -81,11 +72,7 @@ class ModelLayout:
 
 
 def planned_lengths(max_model_len: int | None, plan: AdmissionPlan | None) -> list[int]:
-    """Sequence lengths of the capacity table: the plan's length and ``max_model_len``, ascending.
-
-    >>> planned_lengths(32768, AdmissionPlan(6, 8192))
-    [8192, 32768]
-    """
+    """Sequence lengths of the capacity table: the plan's length and ``max_model_len``, ascending."""
     lengths = {plan.seq_len} if plan else set()
     if max_model_len is not None:
         lengths.add(max_model_len)
@@ -197,11 +184,7 @@ class Decision:
 
 
 def decide_rooms(room_bytes: Sequence[int], policy: Policy, block_bytes: int | None = None) -> Decision:
-    """The decision of rooms given by hand, rank order [bytes]: the uniform budget, every source :data:`GIVEN`.
-
-    >>> decide_rooms([13 * 2**30, 14 * 2**30], Policy(2**30)).room_sources
-    ('given', 'given')
-    """
+    """The decision of rooms given by hand, rank order [bytes]: the uniform budget, every source :data:`GIVEN`."""
     budget = uniform_budget([int(room) for room in room_bytes], policy.reserve_bytes, block_bytes=block_bytes)
     ranks = len(budget.ranks)
     return Decision(

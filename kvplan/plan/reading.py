@@ -65,11 +65,6 @@ def read_evidence(
 ) -> Evidence:
     """The evidence of vLLM logs (paths, a folder, a glob, or ``(path, name)`` pairs) joined with the nvidia-smi
     ``snapshots`` of the same boot, with the ``loads`` runs; no boot at all is refused.
-
-    >>> from kvplan import DATA_DIR
-    >>> evidence = read_evidence([DATA_DIR / "boots" / "four-rank" / "boot.log"])
-    >>> sorted(evidence.ledger["rank"].tolist())
-    [0, 1, 2, 3]
     """
     if isinstance(logs, (str, os.PathLike)) or not all(isinstance(item, tuple) for item in logs):
         ledger, metadata = read_vllm_logs_rooms(cast("str | os.PathLike | Sequence[str | os.PathLike]", logs))
@@ -120,26 +115,13 @@ def _join_named(
 
 
 def require_boot(ledger: pd.DataFrame, names: Sequence[str]) -> None:
-    """Raise :class:`InputFileError` naming the files when their ledger holds no boot.
-
-    >>> require_boot(pd.DataFrame(), ["garbage.log"])
-    Traceback (most recent call last):
-    ...
-    kvplan.plan.reading.InputFileError: garbage.log: no vLLM boot found: expected vLLM startup lines such \
-as 'Free memory on device (…) on startup', 'Available KV cache memory: … GiB' or 'GPU KV cache size: N tokens'
-    """
+    """Raise :class:`InputFileError` naming the files when their ledger holds no boot."""
     if ledger.empty:
         raise InputFileError(f"{', '.join(map(str, names))}: no vLLM boot found: expected {STARTUP_LINES}")
 
 
 def require_files(paths: Sequence[str | os.PathLike], argument: str) -> None:
-    """Raise :class:`InputFileError` naming the first path that is not a readable file, and its argument.
-
-    >>> require_files(["no/such.log"], "BOOT_LOG")
-    Traceback (most recent call last):
-    ...
-    kvplan.plan.reading.InputFileError: no/such.log: no such file (BOOT_LOG)
-    """
+    """Raise :class:`InputFileError` naming the first path that is not a readable file, and its argument."""
     for path in paths:
         if not Path(path).is_file():
             what = "a folder, not a file" if Path(path).is_dir() else "no such file"
@@ -147,11 +129,7 @@ def require_files(paths: Sequence[str | os.PathLike], argument: str) -> None:
 
 
 def renamed(text: str, names: Mapping[str, str]) -> str:
-    """``text`` with every key of ``names`` replaced by its value in one pass, longest key first.
-
-    >>> renamed("inputs/a.log.1: bad; inputs/a.log: ok", {"inputs/a.log": "x", "inputs/a.log.1": "y"})
-    'y: bad; x: ok'
-    """
+    """``text`` with every key of ``names`` replaced by its value in one pass, longest key first."""
     if not names:
         return text
     pattern = "|".join(re.escape(old) for old in sorted(names, key=len, reverse=True))
