@@ -37,8 +37,7 @@ PRINTED_MARGIN_BYTES = GIB_2DP_HALF_STEP_BYTES + 1
 
 def passes_startup_check(total_bytes: int, free_bytes: int, utilization: float) -> bool:
     """vLLM's ``request_memory`` (0.33 ``v1/worker/utils.py``): ``free ≥ ceil(total × gpu_memory_utilization)``,
-    a float product as vLLM computes it.
-    """
+    a float product as vLLM computes it."""
     return free_bytes >= math.ceil(total_bytes * utilization)
 
 
@@ -46,8 +45,7 @@ def largest_utilization(
     total_bytes: Sequence[int], free_bytes: Sequence[int], guard_bytes: int
 ) -> float | None:
     """The largest two-decimal U with ``ceil(total_r × U) ≤ F_r − G`` on every rank, figures on their safe side
-    (± :data:`PRINTED_MARGIN_BYTES`); None when not even 0.01 passes.
-    """
+    (± :data:`PRINTED_MARGIN_BYTES`); None when not even 0.01 passes."""
     for hundredths in range(100, 0, -1):
         utilization = hundredths / 100
         if all(

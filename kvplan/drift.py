@@ -1,5 +1,4 @@
 """Reusing an approved budget on a later boot: ``B_adj = B_ref − max(0, F_ref − F_boot) − G``, never raised.
-
 Where evidence leaves a choice the side that lowers ``B_adj`` wins: ``F_ref`` is the free memory of the boot that
 set the rank's room (the highest its own boots show for a room assumed from another rank), ``F_boot`` the lowest.
 """
@@ -170,8 +169,7 @@ def drift_budget(
     ranks: Sequence[int] | None = None,
 ) -> Drift:
     """Adjusted budget per rank for a later boot (scalars apply to every rank); :class:`BudgetError` where a
-    budget is not positive or above its reference free memory.
-    """
+    budget is not positive or above its reference free memory."""
     if guard_bytes < 0:
         raise ValueError(f"guard must not be negative, got {guard_bytes} bytes")
     columns = [_as_list(v) for v in (ref_budget_bytes, ref_free_bytes, boot_free_bytes)]

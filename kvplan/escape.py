@@ -1,6 +1,5 @@
 """Text that came from a file, made inert for where it lands, one function per target (``docs/safety.md``,
-"Untrusted text"); every target shows control characters as escapes, so one record stays one line.
-"""
+"Untrusted text"); every target shows control characters as escapes, so one record stays one line."""
 
 from __future__ import annotations
 
@@ -61,8 +60,7 @@ def html_text(value: object) -> str:
 
 def csv_cell(value: object) -> object:
     r"""``value`` for a CSV cell: text starting like a formula gets a leading ``'`` (OWASP), a carriage return
-    shows as ``\r``; anything else as is.
-    """
+    shows as ``\r``; anything else as is."""
     if not isinstance(value, str):
         return value
     if value.startswith(FORMULA_START):

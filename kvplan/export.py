@@ -8,7 +8,6 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pandas and the readers only once a bundle is read: ``kvplan --help`` starts light
@@ -67,9 +66,14 @@ class Launch:
 
     @property
     def args(self) -> list[str]:
-        """The options as ``vllm serve`` takes them: ``--flag=value``, a switch on as the flag alone."""
+        """The options as ``vllm serve`` takes them: ``--flag=value`` (U to two decimals), a switch on as the flag
+        alone."""
         return [
-            f"--{name}" if value is True else f"--{name}={_text(value)}"
+            f"--{name}"
+            if value is True
+            else f"--{name}={value:.2f}"
+            if isinstance(value, float)
+            else f"--{name}={value}"
             for name, value in self.options.items()
         ]
 
@@ -77,11 +81,6 @@ class Launch:
     def digest_text(self) -> str:
         """``sha256:<hex>``, as every output names the bundle."""
         return f"sha256:{self.digest}"
-
-
-def _text(value: object) -> str:
-    """A value as vLLM's ``--config`` loader passes it on (``str(value)``), two decimals for U."""
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 def _comment(launch: Launch) -> str:
@@ -291,11 +290,19 @@ def startup_plans(
 
 def plans_of(verified: Verified, approved: Approved, drift_bytes: int = 0) -> list[StartupPlan]:
     """:func:`startup_plans` of a bundle already verified (``kvplan gate`` has it)."""
-    bundle = verified.folder
+    from kvplan.io.vllm.manual import SAVED, read_startup_plan_lines
+
     decision = verified.decision
     if decision is None or decision.rooms is None or decision.ledger is None:
-        raise ValueError(f"{bundle}: no approved boot logs to read the startup plan's fingerprints from")
-    saved = _saved_lines(verified.folder, decision.ledger["source"].dropna().unique())
+        raise ValueError(
+            f"{verified.folder}: no approved boot logs to read the startup plan's fingerprints from"
+        )
+    saved = {  # the "Saved startup plan" lines of each approved log (read from the bundle)
+        str(source): [
+            line for line in read_startup_plan_lines(verified.folder / str(source)) if line.kind == SAVED
+        ]
+        for source in decision.ledger["source"].dropna().unique()
+    }
     plans = []
     for rank, ref_free in zip(approved.ranks, approved.ref_free_bytes):
         source, boot = decision.rooms.loc[rank, "source"], decision.rooms.loc[rank, "boot"]
@@ -308,16 +315,6 @@ def plans_of(verified: Verified, approved: Approved, drift_bytes: int = 0) -> li
         where = f"{source}:{line.line}"
         plans.append(StartupPlan(rank, str(line.fingerprint), value, baseline, where, verified.digest))
     return plans
-
-
-def _saved_lines(folder: Path, sources: object) -> dict[str, list[StartupPlanLine]]:
-    """The "Saved startup plan" lines of each approved log (read from the bundle)."""
-    from kvplan.io.vllm.manual import SAVED, read_startup_plan_lines
-
-    return {
-        str(source): [line for line in read_startup_plan_lines(folder / str(source)) if line.kind == SAVED]
-        for source in sources  # type: ignore[attr-defined]
-    }
 
 
 def _rank_line(decision, saved: dict, rank: int, source: str, boot: int) -> StartupPlanLine:

@@ -1,7 +1,6 @@
 """What kvplan knows of vLLM releases: each fact is one constant, the first release ``(major, minor, patch)`` with
 the behaviour and a comment saying what vLLM changed and where (paths under ``vllm/`` in the release wheel);
-compare with ``version >= NAME``.
-"""
+compare with ``version >= NAME``."""
 
 from __future__ import annotations
 
@@ -95,8 +94,7 @@ def version_tuple(version: object) -> tuple[int, ...] | None:
 
 def local_rank0_only(version: tuple[int, ...] | None) -> bool:
     """True when a release (None: unknown) may print 'Available KV cache memory' on local rank 0 alone
-    and the --kv-cache-memory suggestion at DEBUG only: 0.11.1 up to 0.26.
-    """
+    and the --kv-cache-memory suggestion at DEBUG only: 0.11.1 up to 0.26."""
     return version is None or LOCAL_RANK0_ONLY_FROM <= version < SUGGESTION_INFO_FROM
 
 
@@ -109,8 +107,7 @@ RAY_DEDUP_HINT = (
 
 def rank0_only_advice(version: tuple[int, ...] | None, ray_hint: bool = True) -> str:
     """Why a log shows the room of local rank 0 only, and how to get every rank's, for a release (``ray_hint``: name
-    Ray's log deduplication as a cause too).
-    """
+    Ray's log deduplication as a cause too)."""
     ray = RAY_DEDUP_HINT if ray_hint else ""
     shown = ".".join(map(str, version)) if version else None
     if version is None:  # issue 26: a log cut short of its version line may well be from 0.26+

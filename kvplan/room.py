@@ -2,8 +2,7 @@
 
 A rank's room, best evidence first: ``suggestion`` (vLLM's ``--kv-cache-memory`` suggestion), ``available_kv``
 ("Available KV cache memory" less the CUDA graphs captured after it), ``parts`` (free at startup − weights −
-activation peak − non-torch − graphs − 150 MiB, vLLM's buffer).
-"""
+activation peak − non-torch − graphs − 150 MiB, vLLM's buffer)."""
 
 from __future__ import annotations
 
@@ -47,24 +46,15 @@ def room_evidence(
             correction = 0
         else:
             correction = None if graph is None else max(0, graph)
+        where = origin[(rank, "available_kv_bytes")]
         if correction is not None:
-            return (
-                values["available_kv_bytes"] - correction,
-                "available_kv",
-                origin[(rank, "available_kv_bytes")],
-            )
-        line = origin[(rank, "available_kv_bytes")][0]
+            return values["available_kv_bytes"] - correction, "available_kv", where
         if values.get("outcome") in ("ok", "incomplete"):
-            warnings.append(
-                place_note(
-                    "available-kv-not-room",
-                    source,
-                    line,
-                    f"rank {rank}: 'Available KV cache memory' is not used as room: "
-                    "CUDA graphs are captured after it and the log shows no 'Graph capturing finished … "
-                    "took X GiB' for this rank",
-                )
+            text = (
+                f"rank {rank}: 'Available KV cache memory' is not used as room: CUDA graphs are captured after it "
+                "and the log shows no 'Graph capturing finished … took X GiB' for this rank"
             )
+            warnings.append(place_note("available-kv-not-room", source, where[0], text))
     init_free, weights, activation, non_torch = (
         values.get(name)
         for name in ("init_free_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes")
@@ -83,6 +73,7 @@ def boot_room_warnings(
 ) -> list[Note]:
     """What one boot's rooms need said: sources that differ per rank, ranks Ray deduplicated, a room shown on
     local rank 0 only, CUDA graphs counted twice in the suggestion."""
+    version = flags["version"]
     known = {
         rank: values["room_source"] for rank, values in rows.items() if values.get("room_source") is not None
     }
@@ -103,30 +94,24 @@ def boot_room_warnings(
         notes.append(("ray-dedup-no-room", boot.ray_repeats[0], text))
     elif known and lacking and set(known.values()) == {"available_kv"}:
         line = origin.get((min(known), "room_bytes"), (boot.first_line,))[0]
-        advice = rank0_only_advice(flags["version"], False)
+        advice = rank0_only_advice(version, False)
         text = f"this log shows the room of rank(s) {shown} only; rank(s) {lacking} show none. {advice}."
         notes.append(("rank0-only-room", line, text))
-    if _graphs_counted_twice(rows, flags):
+    if (  # the suggestion of 0.18 and 0.27+ counts CUDA graphs twice once an estimate is applied
+        version is not None
+        and ((0, 18) <= version < (0, 19) or version >= (0, 27))
+        and flags["estimate_applied"]
+        and any(
+            v.get("room_source") == "suggestion" and (v.get("cuda_graph_bytes") or 0) > 0
+            for v in rows.values()
+        )
+    ):
         text = (
             f"vLLM {key['vllm_version']} counts CUDA-graph memory twice in its --kv-cache-memory suggestion "
             "(vllm#57936): the room shown is lower than the GPU really has (conservative)"
         )
         notes.append(("graph-counted-twice", boot.first_line, text))
     return [place_note(code, source, line, f"boot {boot.index}: {text}") for code, line, text in notes]
-
-
-def _graphs_counted_twice(rows: dict, flags: dict) -> bool:
-    """Whether a suggestion of this boot counts CUDA graphs twice (0.18 and 0.27+, estimate applied)."""
-    version = flags["version"]
-    return (
-        version is not None
-        and ((0, 18) <= version < (0, 19) or version >= (0, 27))
-        and flags["estimate_applied"]
-        and any(
-            values.get("room_source") == "suggestion" and (values.get("cuda_graph_bytes") or 0) > 0
-            for values in rows.values()
-        )
-    )
 
 
 #: The Room rule as the readers take it.

@@ -67,7 +67,6 @@ def test_gate_examples():  # issue 23: from kvplan.checks.gate
         check_budget_fits,
         check_reserve_after_warmup,
         check_tokens,
-        largest_guard,
     )
 
     approved = Approved(30 * GiB, (0,), (30 * GiB,), (42 * GiB,), GiB, 0, None, {})
@@ -76,9 +75,6 @@ def test_gate_examples():  # issue 23: from kvplan.checks.gate
         "rank 0: the boot's own room 30 GiB − reserve 1 GiB − 0 B = 29 GiB < 30 GiB "
         "(also 30 GiB − max(0, 42 GiB − 42 GiB) − 0 B = 30 GiB ≥ 30 GiB)"
     )
-    lower = Approved(29 * GiB, (0,), (30 * GiB,), (42 * GiB,), GiB, 0, None, {})
-    free = pd.DataFrame({"rank": [0], "init_free_bytes": [42 * GiB]})
-    assert largest_guard(lower, free) == GiB  # 30 − 29 GiB
     warm = pd.DataFrame({"rank": [0], "room_bytes": [31 << 30], "manual_kv_bytes": [None]})
     assert check_reserve_after_warmup(approved, warm).applicable is False
     plan = Approved(1, (0,), (1,), (1,), 0, 0, None, {}, tokens_required=49_152)
@@ -435,3 +431,31 @@ def test_plan_examples():  # issue 23: from kvplan.plan
         require_files(["no/such.log"], "BOOT_LOG")
     names = {"inputs/a.log": "x", "inputs/a.log.1": "y"}
     assert renamed("inputs/a.log.1: bad; inputs/a.log: ok", names) == "y: bad; x: ok"
+
+
+def test_package_examples():  # issue 23: from kvplan/__init__.py
+    import pytest
+
+    from kvplan import DATA_DIR, MODELS_DIR, lazy_names
+
+    assert (MODELS_DIR / "llama-3.1-70b.json").exists() and (DATA_DIR / "README.md").exists()
+    names = lazy_names("kvplan.io", {"read_ledger_csv": "ledger_csv"})
+    assert names("read_ledger_csv").__module__ == "kvplan.io.ledger_csv"
+    with pytest.raises(AttributeError, match=r"^module 'kvplan\.io' has no attribute 'read_everything'$"):
+        names("read_everything")
+
+
+def test_more_examples():  # issue 23: from kvplan.checks, kvplan.checks.key, kvplan.units
+    from kvplan.checks.key import check_compatibility_key
+    from kvplan.units import MiB, format_policy_size, format_size, parse_size
+
+    assert gate_verdict([Check("a", True, ""), Check("b", None, "no plan", applicable=False)]) is True
+    differs = check_compatibility_key({"model": "m", "block_size": 16}, {"model": "m", "block_size": 32})
+    assert differs.detail == "block_size: approved 16, boot 32"
+    assert (parse_size("12GiB"), parse_size("12g")) == (12884901888, 12000000000)
+    sizes = [format_size(n) for n in (19219978650, 262144, -150 * MiB, 512)]
+    assert sizes == ["17.9 GiB", "256 KiB", "-150 MiB", "512 B"]
+    assert (format_policy_size(parse_size("0.9GiB")), format_size(parse_size("0.9GiB"))) == (
+        "0.9 GiB",
+        "921.6 MiB",
+    )

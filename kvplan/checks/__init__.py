@@ -34,9 +34,6 @@ class Check:
 def gate_verdict(checks: Sequence[Check]) -> bool | None:
     """False when any applicable check failed, else None when any (or, with none applicable, all) could not be
     judged, else True.
-
-    >>> gate_verdict([Check("a", True, ""), Check("b", None, "no plan", applicable=False)])
-    True
     """
     verdicts = [check.passed for check in checks if check.applicable]
     if False in verdicts:

@@ -38,8 +38,7 @@ EVIDENCE_CHECKS = tuple(_NOT_EVIDENCE)
 
 def judged_on_complete_evidence(checks: list[Check]) -> list[Check]:
     """``checks`` as a gate reports them: a canary of another key, with missing or extra ranks or cut short is no
-    evidence, so those checks cannot judge and no other check is judged; an OOM or error still fails.
-    """
+    evidence, so those checks cannot judge and no other check is judged; an OOM or error still fails."""
     incomplete = [
         _NOT_EVIDENCE[c.name]
         for c in checks
@@ -87,8 +86,7 @@ def check_canary_utilization(
 
 def check_canary_value(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
     """Every rank of a canary that ran a manual value ran exactly the approved bytes (a value printed to 0.01 GiB:
-    its interval holds them).
-    """
+    its interval holds them)."""
     manual = manual_values(boot_ledger)
     if not manual:
         return Check.not_applicable(VALUE_CHECK, "the canary profiled (no manual value)")
@@ -126,8 +124,7 @@ def check_startup_plan(
     plan_values: Mapping[str, int],
 ) -> Check:
     """Every rank of a canary logged "Applying persisted startup plan (fingerprint <fp>): kv_cache_memory_bytes=<v>" of
-    an exported plan (``plan_values``: fingerprint → value; ``plan_lines`` by source); "not applied" fails.
-    """
+    an exported plan (``plan_values``: fingerprint → value; ``plan_lines`` by source); "not applied" fails."""
     by_rank: dict[int, list[tuple[str, StartupPlanLine]]] = {}
     for row in boot_ledger[["source", "rank", "pid"]].dropna().drop_duplicates().itertuples(index=False):
         found = [

@@ -21,7 +21,6 @@ from kvplan.drift import adjusted_budget_bytes, lowest_free_bytes, per_rank
 from kvplan.units import format_budget, format_size
 
 BUDGET_CHECK = "approved value fits every rank"
-
 RESERVE_CHECK = "reserve present after warm-up"
 TOKENS_CHECK = "tokens cover the admission plan"
 OWN_GATE_CHECK = "the approved boot passes its own gate"
@@ -30,8 +29,7 @@ OWN_GATE_CHECK = "the approved boot passes its own gate"
 @dataclass(frozen=True)
 class Approved:
     """What a gate needs from an approval [bytes, one entry per approved rank; None: not shown]; tokens: the
-    admission plan's, the lowest logged "GPU KV cache size", the value's at ``max_model_len``.
-    """
+    admission plan's, the lowest logged "GPU KV cache size", the value's at ``max_model_len``."""
 
     budget_bytes: int
     ranks: tuple[int, ...]
@@ -119,7 +117,11 @@ def check_own_gate(approved: Approved, boot_ledger: pd.DataFrame) -> Check | Non
     check = check_budget_fits(approved, boot_ledger, approved.guard_bytes)
     if check.passed is not False or check_budget_fits(approved, boot_ledger, 0).passed is False:
         return None
-    most = largest_guard(approved, boot_ledger) or 0
+    room = per_rank(boot_ledger, "room_bytes", "min")
+    _, estimates, _ = _rank_estimates(approved, lowest_free_bytes(boot_ledger), room, 0)
+    most = (
+        min(estimates.values()) - approved.budget_bytes if estimates else 0
+    )  # the largest guard that passes
     keeps = f"keeps {most:,} B ({format_size(most)})" if most > 0 else "keeps nothing"
     smaller = f"--guard {most:,} B or less, or " if most > 0 else ""
     return Check(
@@ -129,13 +131,6 @@ def check_own_gate(approved: Approved, boot_ledger: pd.DataFrame) -> Check | Non
         f"itself fails the gate (its weakest rank {keeps} above the approved value); next: approve again with "
         f"{smaller}--guard 0 and give canaries their guard with kvplan gate --guard",
     )
-
-
-def largest_guard(approved: Approved, boot_ledger: pd.DataFrame) -> int | None:
-    """The largest guard [bytes] with which ``boot_ledger`` passes :func:`check_budget_fits` (None: no estimate)."""
-    room = per_rank(boot_ledger, "room_bytes", "min")
-    _, estimates, _ = _rank_estimates(approved, lowest_free_bytes(boot_ledger), room, 0)
-    return min(estimates.values()) - approved.budget_bytes if estimates else None
 
 
 def _versus(value: int, budget: int) -> str:
@@ -149,11 +144,10 @@ def check_reserve_after_warmup(
     free_after_warmup_bytes: Mapping[int, int] | None = None,
 ) -> Check:
     """The reserve is still free on every rank after warm-up: in a snapshot taken then, else ``room − manual
-    value``; no observation: not applicable, a rank unseen: cannot judge.
-    """
+    value``; no observation: not applicable, a rank unseen: cannot judge."""
     room = per_rank(boot_ledger, "room_bytes", "min")
     manual = {rank: most for rank, (_shown, most) in manual_values(boot_ledger).items()}
-    lines, passed, unseen = [], True, []
+    lines, passed, unseen, reserve = [], True, [], format_size(approved.reserve_bytes)
     for rank in approved.ranks:
         if free_after_warmup_bytes is not None and rank in free_after_warmup_bytes:
             left, how = free_after_warmup_bytes[rank], "free after warm-up (snapshot)"
@@ -165,10 +159,7 @@ def check_reserve_after_warmup(
             continue
         ok = left >= approved.reserve_bytes
         passed = passed and ok
-        lines.append(
-            f"rank {rank}: {how} = {format_size(left)} {'≥' if ok else '<'} reserve "
-            f"{format_size(approved.reserve_bytes)}"
-        )
+        lines.append(f"rank {rank}: {how} = {format_size(left)} {'≥' if ok else '<'} reserve {reserve}")
     if not lines:
         why = (
             "no observation after warm-up (give an nvidia-smi snapshot taken after warm-up with --nvidia-smi, "
@@ -190,11 +181,11 @@ def check_tokens(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
         return Check(TOKENS_CHECK, None, "the boot did not log its GPU KV cache size")
     tokens = int(boot_ledger["kv_cache_tokens"].dropna().min())
     passed = tokens >= approved.tokens_required
+    plan = approved.tokens_required
     return Check(
         TOKENS_CHECK,
         passed,
-        f"GPU KV cache size {tokens:,} tokens {'≥' if passed else '<'} "
-        f"plan {approved.tokens_required:,} tokens",
+        f"GPU KV cache size {tokens:,} tokens {'≥' if passed else '<'} plan {plan:,} tokens",
     )
 
 

@@ -67,9 +67,6 @@ def check_compatibility_key(
 ) -> Check:
     """Every key field shown on both sides is equal (each difference listed); a field the approval recorded but
     the boot does not show (or only as vLLM's default, ``*_defaults``) leaves the check unjudged.
-
-    >>> check_compatibility_key({"model": "m", "block_size": 16}, {"model": "m", "block_size": 32}).detail
-    'block_size: approved 16, boot 32'
     """
     kinds = _field_kinds(
         _explicit_defaults(approved_key),
@@ -164,7 +161,7 @@ def check_outcomes(boot_ledger: pd.DataFrame) -> Check:
         return Check(OUTCOME_CHECK, False, "; ".join(failed + unknown))
     if unknown:
         return Check(
-            OUTCOME_CHECK, None, "; ".join(unknown) + " (the log stops before the KV cache is sized)"
+            OUTCOME_CHECK, None, f"{'; '.join(unknown)} (the log stops before the KV cache is sized)"
         )
     return Check(OUTCOME_CHECK, True, f"{len(boot_ledger)} rank rows ok")
 

@@ -5,8 +5,7 @@ vLLM refuses to start, also with ``--kv-cache-memory-bytes``, when (a) a rank's 
 in ``gpu_worker.init_device`` 0.9.1–0.10.2; none before), or (b) one request of ``max_model_len`` tokens does
 not fit (V1 ``_check_enough_kv_cache_memory``, less the null block from 0.29; V0 ``raise_if_cache_size_invalid``).
 (c) is kvplan's own: the value plus the non-KV footprint fits free memory. Any other refusal of a manual value
-(0.33 ``config/cache.py``) holds by construction.
-"""
+(0.33 ``config/cache.py``) holds by construction."""
 
 from __future__ import annotations
 
@@ -84,11 +83,8 @@ def check_startup_memory(
             if guard_bytes
             else "free GPU memory (other processes) and profile again"
         )
-        return Check(
-            UTILIZATION_CHECK,
-            False,
-            f"no --gpu-memory-utilization ≥ 0.01 passes on every rank: free memory is too low; next: {step}",
-        )
+        too_low = "no --gpu-memory-utilization ≥ 0.01 passes on every rank: free memory is too low"
+        return Check(UTILIZATION_CHECK, False, f"{too_low}; next: {step}")
     lines, passed = [], True
     for rank, total, free in zip(ranks, total_bytes, free_bytes):
         if total is None or free is None:
@@ -107,8 +103,7 @@ def check_startup_memory(
 
 def largest_length(spec: KVSpec, kv_bytes: int, max_model_len: int) -> int:
     """The largest ``max_model_len`` (≤ the given one) whose one request fits ``kv_bytes``: V0 ``block_size ×
-    blocks``; V1 vLLM's ``estimate_max_model_len``, the length ``--max-model-len -1`` fits.
-    """
+    blocks``; V1 vLLM's ``estimate_max_model_len``, the length ``--max-model-len -1`` fits."""
     if parse_vllm_version(spec.vllm_version) < V1_DEFAULT_FROM:
         return min(max_model_len, spec.num_blocks(kv_bytes) * spec.block_size)
     return spec.auto_fit_max_model_len(kv_bytes, max_model_len)
@@ -116,8 +111,7 @@ def largest_length(spec: KVSpec, kv_bytes: int, max_model_len: int) -> int:
 
 def request_bytes(spec: KVSpec, max_model_len: int) -> int:
     """The smallest per-rank KV value [bytes] holding one request of ``max_model_len`` tokens (+ the null block
-    from 0.29).
-    """
+    from 0.29)."""
     version = parse_vllm_version(spec.vllm_version)
     if version < V1_DEFAULT_FROM:
         blocks = math.ceil(max_model_len / spec.block_size)
@@ -130,8 +124,7 @@ def check_full_request(
     spec: KVSpec | None, budget_bytes: int, max_model_len: int | None, min_room_bytes: int | None
 ) -> Check:
     """(b) One request of ``max_model_len`` tokens fits the approved value; else the largest length that fits,
-    or the reserve that would allow it (``min_room_bytes``: the weakest rank's room).
-    """
+    or the reserve that would allow it (``min_room_bytes``: the weakest rank's room)."""
     if spec is None or max_model_len is None:
         return Check.not_applicable(REQUEST_CHECK, "give --model (and the length) to count blocks")
     needed = request_bytes(spec, max_model_len)
@@ -159,8 +152,7 @@ def check_footprint(
     guard_bytes: int,
 ) -> Check:
     """(c) Per rank, the approved value plus the non-KV footprint (weights, activation peak, non-torch, graphs)
-    fits the start-up free memory less the guard.
-    """
+    fits the start-up free memory less the guard."""
     lines, excess = [], None  # the most a rank's value + non-KV exceeds its limit [bytes]
     for rank, free, non_kv in zip(ranks, free_bytes, non_kv_bytes):
         if free is None or non_kv is None:
@@ -198,8 +190,7 @@ def launch_section(
 ) -> tuple[float | None, str | None, list[Check]]:
     """The companion U of ``budget``, what to measure when it rests on incomplete evidence, and the checks (a), (b), (c),
     per rank on the largest total memory, the lowest start-up free memory, ``F_ref`` and the non-KV footprint of
-    the boot that set the room (``F_ref − room`` for vLLM's suggestion, else that boot's parts).
-    """
+    the boot that set the room (``F_ref − room`` for vLLM's suggestion, else that boot's parts)."""
     ref_free = reference_free_bytes(ledger, rooms)
     lowest = lowest_free_bytes(ledger)
     start_free = [
@@ -213,7 +204,10 @@ def launch_section(
             _room_boot_parts(ledger, rooms), ref_free, budget.room_bytes, rooms["room_source"].astype(str)
         )
     ]
-    utilizations, versions = (_shown(ledger, column) for column in ("gpu_memory_utilization", "vllm_version"))
+    utilizations, versions = (
+        ledger[c].dropna() if c in ledger.columns else pd.Series(dtype=object)
+        for c in ("gpu_memory_utilization", "vllm_version")
+    )
     utilization, warning = launch_flags(
         totals, start_free, guard_bytes, float(utilizations.min()) if len(utilizations) else None
     )
@@ -224,10 +218,6 @@ def launch_section(
         check_footprint(budget.ranks, budget.uniform_budget_bytes, ref_free, non_kv, guard_bytes),
     ]
     return utilization, warning, checks
-
-
-def _shown(ledger: pd.DataFrame, column: str) -> pd.Series:
-    return ledger[column].dropna() if column in ledger.columns else pd.Series(dtype=object)
 
 
 def _room_boot_parts(ledger: pd.DataFrame, rooms: pd.DataFrame) -> list[int | None]:

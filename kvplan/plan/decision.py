@@ -1,6 +1,5 @@
 """The one decision pipeline: evidence and policy in, one frozen :class:`Decision` out (:func:`decide`); every
-consumer calls it, none re-derives a room, a free-memory reference or a capacity.
-"""
+consumer calls it, none re-derives a room, a free-memory reference or a capacity."""
 
 from __future__ import annotations
 
@@ -41,8 +40,7 @@ MODEL_CHECK = "model config matches the logs"
 
 def layout_spec(layout: ModelLayout, key: dict, room_count: int | None = None) -> KVSpec:
     """The KV spec of the model config on the layout (unset options: the logs'); ``room_count`` (rooms given by
-    hand) must fill whole replicas of TP × PP ranks.
-    """
+    hand) must fill whole replicas of TP × PP ranks."""
     options = options_for_logs(layout.options, key)
     tp, pp = options.get("tp"), options.get("pp") or 1
     if tp is None:
@@ -66,8 +64,7 @@ def launch_layout_spec(
     room_count: int | None = None,
 ) -> KVSpec:
     """:func:`layout_spec` on the launch the logs show (the key's shown fields, the launch settings): the spec
-    of :func:`decide` and of the notebooks.
-    """
+    of :func:`decide` and of the notebooks."""
     shown_key = {name: None if name in defaulted else value for name, value in key.items()}
     return layout_spec(layout, {**shown_key, **logged_launch_settings(ledger)}, room_count)
 
@@ -77,8 +74,7 @@ OVERRIDE_CHECK = "num_gpu_blocks_override fits the budget"
 
 def override_check(spec: KVSpec, budget_bytes: int) -> Check | None:
     """Whether the logged ``num_gpu_blocks_override`` blocks fit the budget per rank (None: no override): vLLM
-    allocates them whatever the memory (``kv_cache_planning.py``).
-    """
+    allocates them whatever the memory (``kv_cache_planning.py``)."""
     blocks = spec.num_gpu_blocks_override
     if blocks is None:
         return None
@@ -89,12 +85,10 @@ def override_check(spec: KVSpec, budget_bytes: int) -> Check | None:
         f"({format_size(budget_bytes)})"
     )
     if override_bytes > budget_bytes:
-        return Check(
-            OVERRIDE_CHECK,
-            False,
-            f"{detail}: vLLM allocates the override's blocks whatever the budget, so this launch "
-            "would exceed the budget: lower num_gpu_blocks_override or drop it",
+        why = (
+            "vLLM allocates the override's blocks whatever the budget, so this launch would exceed the budget"
         )
+        return Check(OVERRIDE_CHECK, False, f"{detail}: {why}: lower num_gpu_blocks_override or drop it")
     return Check(OVERRIDE_CHECK, True, detail)
 
 
@@ -232,8 +226,6 @@ def _decide_ledger(
         ref_free_bytes=reference_free_bytes(ledger, rooms),
         room_sources=tuple(None if not is_known(s) else str(s) for s in rooms["room_source"]),
         spec=spec,
-        capacity=None,
-        plan=None,
         checks=tuple(checks + launch_checks),
         notes=tuple(notes),
         rooms=rooms,

@@ -134,17 +134,16 @@ class Decision:
     lengths, the readers' ``warnings`` and the decision's own ``notes``."""
 
     ledger: pd.DataFrame | None
-    #: makes :attr:`provenance` when it is first asked for (the reader's metadata builds it once)
-    provenance_of: Callable[[], pd.DataFrame | None]
+    provenance_of: Callable[[], pd.DataFrame | None]  # makes :attr:`provenance` when it is first asked for
     warnings: tuple[str, ...]
     budget: Budget
     compatibility_key: dict
     ref_free_bytes: tuple[int | None, ...]
     room_sources: tuple[str | None, ...]
-    spec: KVSpec | None
-    capacity: tuple[dict, ...] | None
-    plan: dict | None
-    checks: tuple[Check, ...]
+    spec: KVSpec | None = None
+    capacity: tuple[dict, ...] | None = None
+    plan: dict | None = None
+    checks: tuple[Check, ...] = ()
     load: dict | None = None
     rooms: pd.DataFrame | None = None
     max_model_len: int | None = None
@@ -152,11 +151,9 @@ class Decision:
     cross_check: pd.DataFrame | None = None
     cross_check_verdict: str | None = None
     notes: tuple[str, ...] = ()
-    #: the log reader's metadata; None without it
-    metadata: ReadMetadata | None = None
-    #: the companion ``--gpu-memory-utilization`` and what to measure when it rests on incomplete evidence
-    gpu_memory_utilization: float | None = None
-    launch_warning: str | None = None
+    metadata: ReadMetadata | None = None  # the log reader's; None without it
+    gpu_memory_utilization: float | None = None  # the companion U of the value
+    launch_warning: str | None = None  # what to measure when U rests on incomplete evidence
 
     @property
     def launch_flags(self) -> tuple[str, ...]:
@@ -195,8 +192,4 @@ def decide_rooms(room_bytes: Sequence[int], policy: Policy, block_bytes: int | N
         compatibility_key={},
         ref_free_bytes=(None,) * ranks,
         room_sources=(GIVEN,) * ranks,
-        spec=None,
-        capacity=None,
-        plan=None,
-        checks=(),
     )

@@ -64,8 +64,7 @@ def read_evidence(
     loads: Sequence[tuple[Path, str]] = (),
 ) -> Evidence:
     """The evidence of vLLM logs (paths, a folder, a glob, or ``(path, name)`` pairs) joined with the nvidia-smi
-    ``snapshots`` of the same boot, with the ``loads`` runs; no boot at all is refused.
-    """
+    ``snapshots`` of the same boot, with the ``loads`` runs; no boot at all is refused."""
     if isinstance(logs, (str, os.PathLike)) or not all(isinstance(item, tuple) for item in logs):
         ledger, metadata = read_vllm_logs_rooms(cast("str | os.PathLike | Sequence[str | os.PathLike]", logs))
         names = list(metadata.sources)
@@ -75,14 +74,15 @@ def read_evidence(
         names = [name for _, name in pairs]
     warnings: list[str] = list(metadata.warnings)
     require_boot(ledger, names)
-    if snapshots:
-        ledger, joined = _join_named(ledger, [_pair(item) for item in snapshots])
-        warnings += joined
+    if snapshots:  # joined, each error and warning naming the snapshot by its name
+        given = [(Path(i[0]), i[1]) if isinstance(i, tuple) else (Path(i), str(i)) for i in snapshots]
+        quoted = {str(path): name for path, name in given}
+        try:
+            ledger, _, joined = join_snapshots(ledger, [path for path, _ in given], warn=False)
+        except NvidiaSmiError as exc:
+            raise NvidiaSmiError(renamed(str(exc), quoted)) from exc
+        warnings += [renamed(warning, quoted) for warning in joined.warnings]
     return Evidence(ledger, metadata, tuple(warnings), lines=metadata.lines, loads=tuple(loads))
-
-
-def _pair(item: str | os.PathLike | tuple[str | os.PathLike, str]) -> tuple[Path, str]:
-    return (Path(item[0]), item[1]) if isinstance(item, tuple) else (Path(item), str(item))
 
 
 def _read_named(logs: Sequence[tuple[str | os.PathLike, str]]) -> tuple[pd.DataFrame, ReadMetadata]:
@@ -99,19 +99,6 @@ def _read_named(logs: Sequence[tuple[str | os.PathLike, str]]) -> tuple[pd.DataF
             paths, names={path: name for path, (_, name) in zip(paths, logs)}
         )
     return ledger, metadata
-
-
-def _join_named(
-    ledger: pd.DataFrame, snapshots: Sequence[tuple[Path, str]]
-) -> tuple[pd.DataFrame, list[str]]:
-    """The ledger joined with the snapshots, and the join's warnings, each naming the snapshot's name."""
-    names = {str(path): name for path, name in snapshots}
-    try:
-        joined, _, joined_metadata = join_snapshots(ledger, [path for path, _ in snapshots], warn=False)
-    except NvidiaSmiError as exc:
-        raise NvidiaSmiError(renamed(str(exc), names)) from exc
-    warnings = [renamed(warning, names) for warning in joined_metadata.warnings]
-    return joined, warnings
 
 
 def require_boot(ledger: pd.DataFrame, names: Sequence[str]) -> None:
