@@ -124,13 +124,12 @@ def check_own_gate(approved: Approved, boot_ledger: pd.DataFrame) -> Check | Non
     )  # the largest guard that passes
     keeps = f"keeps {most:,} B ({format_size(most)})" if most > 0 else "keeps nothing"
     smaller = f"--guard {most:,} B or less, or " if most > 0 else ""
-    return Check(
-        OWN_GATE_CHECK,
-        False,
+    why = (
         f"with --guard {format_size(approved.guard_bytes)}, recorded as kvplan gate's default, the approved boot "
         f"itself fails the gate (its weakest rank {keeps} above the approved value); next: approve again with "
-        f"{smaller}--guard 0 and give canaries their guard with kvplan gate --guard",
+        f"{smaller}--guard 0 and give canaries their guard with kvplan gate --guard"
     )
+    return Check(OWN_GATE_CHECK, False, why)
 
 
 def _versus(value: int, budget: int) -> str:

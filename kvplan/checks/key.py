@@ -90,13 +90,12 @@ def check_compatibility_key(
         if assumed_here
         else ""
     )
-    return Check(
-        KEY_CHECK,
-        None,
+    why = (
         f"the approval recorded {', '.join(approved_only)}, which this boot does not show "
         f"(for gpu_name and driver_version, give the canary's --nvidia-smi snapshots){default_note}; "
-        f"{unchanged}{note}",
+        f"{unchanged}{note}"
     )
+    return Check(KEY_CHECK, None, why)
 
 
 def _field_kinds(

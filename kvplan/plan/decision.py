@@ -101,9 +101,8 @@ def model_check(rows: pd.DataFrame, spec: KVSpec) -> Check:
     if not agrees.astype(bool).all():
         first = rows.loc[agrees[~agrees.astype(bool)].index[0]]
         return Check(MODEL_CHECK, False, f"{first['source']}: {verdict}; {first['reason']}")
-    return Check(
-        MODEL_CHECK, True, f"{spec.arch.name}: {spec.bytes_per_token:,} B per token per rank; {verdict}"
-    )
+    detail = f"{spec.arch.name}: {spec.bytes_per_token:,} B per token per rank; {verdict}"
+    return Check(MODEL_CHECK, True, detail)
 
 
 def decide(

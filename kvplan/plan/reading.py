@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import cast
 
@@ -14,7 +14,7 @@ import pandas as pd
 
 from kvplan.checks.key import read_defaulted_key_fields
 from kvplan.io.metadata import ReadMetadata, merge_metadata
-from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
+from kvplan.io.nvidia_smi import NvidiaSmiError, join_gpu_frames, read_nvidia_smi_snapshots
 from kvplan.room import read_vllm_logs_rooms
 
 STARTUP_LINES = (
@@ -34,13 +34,13 @@ class Evidence:
     runs at the approved value, read and judged by :func:`kvplan.plan.decide` with its load policy."""
 
     ledger: pd.DataFrame
-    #: the reader's metadata: the provenance frame is built from it only when asked for
-    metadata: ReadMetadata | None = None
+    metadata: ReadMetadata | None = None  # the provenance frame is built from it only when asked for
     warnings: tuple[str, ...] = ()
     rooms: tuple[int, ...] | None = None
-    #: the readers' line index (:attr:`kvplan.io.metadata.ReadMetadata.lines`) refusals quote
-    lines: Mapping = field(default_factory=dict)
+    lines: Mapping = field(default_factory=dict)  # the readers' line index (``ReadMetadata.lines``)
     loads: Sequence[tuple[Path, str]] = ()
+    gpus: pd.DataFrame | None = None  # the ``--query-gpu`` snapshot joined (one row per GPU)
+    free_bytes: Mapping[int, int] | None = None  # each rank's free memory in it
 
     @property
     def provenance(self) -> pd.DataFrame:
@@ -74,15 +74,18 @@ def read_evidence(
         names = [name for _, name in pairs]
     warnings: list[str] = list(metadata.warnings)
     require_boot(ledger, names)
+    gpus, free = None, None
     if snapshots:  # joined, each error and warning naming the snapshot by its name
         given = [(Path(i[0]), i[1]) if isinstance(i, tuple) else (Path(i), str(i)) for i in snapshots]
         quoted = {str(path): name for path, name in given}
         try:
-            ledger, _, joined = join_snapshots(ledger, [path for path, _ in given], warn=False)
+            gpus, apps = read_nvidia_smi_snapshots([path for path, _ in given])
+            ledger, free, joined = join_gpu_frames(ledger, gpus, apps, warn=False)
         except NvidiaSmiError as exc:
             raise NvidiaSmiError(renamed(str(exc), quoted)) from exc
         warnings += [renamed(warning, quoted) for warning in joined.warnings]
-    return Evidence(ledger, metadata, tuple(warnings), lines=metadata.lines, loads=tuple(loads))
+    evidence = Evidence(ledger, metadata, tuple(warnings), lines=metadata.lines, loads=tuple(loads))
+    return replace(evidence, gpus=gpus, free_bytes=free)
 
 
 def _read_named(logs: Sequence[tuple[str | os.PathLike, str]]) -> tuple[pd.DataFrame, ReadMetadata]:
