@@ -27,19 +27,16 @@ def test_key_examples():  # issue 23: from kvplan.checks.key
         defaulted_key_fields,
         read_defaulted_key_fields,
     )
-    from kvplan.io.metadata import ProvenanceRows, ReadMetadata
+    from kvplan.io.metadata import ReadMetadata
 
     provenance = pd.DataFrame(
         {"column": ["block_size", "model"], "line": [None, 3], "raw": ["default of vLLM 0.26.0", "model=m"]}
     )
     assert defaulted_key_fields(provenance) == frozenset({"block_size"})
-    rows = ProvenanceRows()
-    rows.extend(
-        [
-            ("a.log", pd.NA, 0, pd.NA, "block_size", 16, "default of vLLM 0.26.0"),
-            ("a.log", 3, 0, pd.NA, "model", "m", 120),
-        ]
-    )
+    rows = [
+        ("a.log", pd.NA, 0, pd.NA, "block_size", 16, "default of vLLM 0.26.0"),
+        ("a.log", 3, 0, pd.NA, "model", "m", 120),
+    ]
     assert read_defaulted_key_fields(ReadMetadata(provenance_rows=rows)) == frozenset({"block_size"})
     none_shown = check_compatibility_key({"model": "m", "gpu_name": None}, {"model": "m", "gpu_name": None})
     assert none_shown.detail == "3 fields unchanged; not shown on either side (not compared): gpu_name"
