@@ -134,14 +134,11 @@ class ReadMetadata:
         return list(value) if isinstance(value, tuple) else value
 
     def with_warnings(self, notes: Iterable[str]) -> ReadMetadata:
-        return dataclasses.replace(self, warnings=(*self.warnings, *(_note(text) for text in notes)))
+        added = (text if isinstance(text, Note) else Note(text) for text in notes)
+        return dataclasses.replace(self, warnings=(*self.warnings, *added))
 
 
 _FIELDS = frozenset(f.name for f in dataclasses.fields(ReadMetadata))
-
-
-def _note(text: str) -> Note:
-    return text if isinstance(text, Note) else Note(text)
 
 
 def merge_metadata(parts: Sequence[ReadMetadata]) -> ReadMetadata:

@@ -58,7 +58,7 @@ IDENTITY_FIELDS = (
 
 @dataclass(slots=True)
 class Event:
-    """One fact of a boot: its line, the raw line (byte offset, or the text), who printed it, what it says."""
+    """One fact of a boot: its line, raw line (byte offset, or text), who printed it, what it says."""
 
     line: int
     raw: int | str
@@ -83,12 +83,11 @@ class Boot:
     flags: dict = field(default_factory=dict)
     kv_reached: bool = False
     warnings: list = field(default_factory=list)
-    #: lines where Ray collapsed KV-sizing lines of several workers into one ([repeated Nx across cluster])
+    #: lines where Ray collapsed several workers' KV-sizing lines into one ([repeated Nx across cluster])
     ray_repeats: list = field(default_factory=list)
     #: identity fields printed with two values by one family: (column, (value, line), (value, line))
     conflicts: list = field(default_factory=list)
-    #: (pid, ip, name) → the key of a process whose pid another process of this boot printed under first
-    #: with another rank's name (two hosts' containers reusing pids, issue 25)
+    #: (pid, ip, name) → the own key of a process whose pid another rank's process printed under first
     aliases: dict = field(default_factory=dict)
 
 

@@ -128,7 +128,8 @@ def safest(
     index = min(shown)[2] if shown else min(range(len(observations)), key=lambda i: _free(observations[i]))
     chosen = observations[index]
     listing = "; ".join(
-        f"{_who(item)} from {source}:{item.start}"
+        ("a process without prefix" if item.key is None else f"pid {item.key[0]}")
+        + f" from {source}:{item.start}"
         + (f" shows room {room} B" if room is not None else " shows no room")
         for item, room in zip(observations, rooms)
     )
@@ -151,10 +152,6 @@ def safest(
 def _free(observation: Observation) -> float:
     free = observation.values.get("init_free_bytes")
     return free if isinstance(free, int) else float("inf")
-
-
-def _who(observation: Observation) -> str:
-    return "a process without prefix" if observation.key is None else f"pid {observation.key[0]}"
 
 
 class TwoLaunches(ValueError):

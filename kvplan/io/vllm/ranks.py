@@ -236,12 +236,12 @@ def _named(names: tuple[str, ...], sizes: Sizes) -> dict:
     specific = [name for name in names if _GROUP_RE.search(name) or "rank=" in name or "_DP" in name]
     item: dict = {"process": (specific or names)[-1]}  # the last name that names its rank or group
     for name in names:
-        frontend, engine, engine_dp = _roles(name)
-        if frontend:
+        if _FRONTEND_RE.fullmatch(name):
             item["frontend"] = True
-        if engine:
-            item["engine"] = True
-            item["engine_dp"] = engine_dp
+        engine = _ENGINE_RE.fullmatch(name)
+        if engine:  # its DP index (None: not given)
+            index = engine.group(1) or engine.group(2)
+            item["engine"], item["engine_dp"] = True, None if index is None else int(index)
         for name_key, value in _rank_from_name(name, sizes):
             item.setdefault(name_key, value)
     return item
@@ -249,23 +249,8 @@ def _named(names: tuple[str, ...], sizes: Sizes) -> dict:
 
 @lru_cache(maxsize=1024)
 def ray_worker_name(name: str) -> bool:
-    """Whether a process name is Ray's for a vLLM worker.
-
-    >>> ray_worker_name("RayWorkerWrapper"), ray_worker_name("Worker_TP0")
-    (True, False)
-    """
+    """Whether a process name is Ray's for a vLLM worker."""
     return _RAY_WORKER_RE.fullmatch(name) is not None
-
-
-def _roles(name: str) -> tuple[bool, bool, int | None]:
-    """Whether a process name is a front end, an engine, and the engine's DP index (None: not given).
-
-    >>> _roles("APIServer"), _roles("EngineCore_DP1"), _roles("Worker_TP0")
-    ((True, False, None), (False, True, 1), (False, False, None))
-    """
-    engine = _ENGINE_RE.fullmatch(name)
-    index = None if engine is None else engine.group(1) or engine.group(2)
-    return bool(_FRONTEND_RE.fullmatch(name)), engine is not None, None if index is None else int(index)
 
 
 def first_line(boot: Boot, process_key: tuple | None) -> int:

@@ -108,7 +108,15 @@ def _parts(
     rows_to: Callable[[list[dict]], None] | None = None,
 ) -> Iterator[tuple[pd.DataFrame | None, ReadMetadata]]:
     """``(frame, metadata)`` in file order: one per ledger CSV, one per run of logs (frame None with ``rows_to``)."""
-    files = _expand(paths)
+    files: list[str] = []
+    for item in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
+        text = str(item)
+        if os.path.isdir(text):
+            files.extend(sorted(str(p) for p in Path(text).glob("*.log")))
+        elif any(char in text for char in "*?[") and not os.path.exists(text):
+            files.extend(sorted(globlib.glob(text)))
+        else:
+            files.append(text)
     if not files:
         raise FileNotFoundError(f"no log files in {paths!r} (expected paths, a folder of *.log, or a glob)")
     rows: _LogRows | None = None
@@ -123,20 +131,6 @@ def _parts(
         _read_into(rows, Path(path), names.get(path, path))
     if rows is not None:
         yield rows.frame(), rows.metadata(single=False)
-
-
-def _expand(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> list[str]:
-    items = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    files: list[str] = []
-    for item in items:
-        text = str(item)
-        if os.path.isdir(text):
-            files.extend(sorted(str(p) for p in Path(text).glob("*.log")))
-        elif any(char in text for char in "*?[") and not os.path.exists(text):
-            files.extend(sorted(globlib.glob(text)))
-        else:
-            files.append(text)
-    return files
 
 
 #: Rows kept as dicts before they join the ledger as columns (far less memory a row).
