@@ -72,15 +72,7 @@ def check_value(column: str, value: object, source: str, line: object) -> None:
 
 
 def check_row(values: dict, rank: int, origin: dict, source: str) -> None:
-    """Refuse a rank's row whose memory values no GPU can show (``origin[(rank, column)]`` = (line, raw)).
-
-    >>> try:
-    ...     row = {"total_bytes": 80 << 30, "room_bytes": 900 << 30}
-    ...     check_row(row, 1, {(1, "room_bytes"): (3, "")}, "a")
-    ... except ImpossibleValue as refused:
-    ...     print(refused)
-    a:3: rank 1: room_bytes 900 GiB is impossible: above the GPU's total memory 80 GiB
-    """
+    """Refuse a rank's row whose memory values no GPU can show (``origin[(rank, column)]`` = (line, raw))."""
 
     def where(column: str) -> str:
         line = origin.get((rank, column), (None, None))[0]

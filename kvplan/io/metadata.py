@@ -1,5 +1,4 @@
-"""What a reader is given (:class:`RoomRule`) and returns beside its frame (:class:`ReadMetadata`: files,
-warnings, provenance, line index, boots); ``metadata["warnings"]`` reads a field as a ``dict`` did."""
+"""What a reader is given (:class:`RoomRule`) and returns beside its frame (:class:`ReadMetadata`)."""
 
 from __future__ import annotations
 

@@ -172,8 +172,8 @@ class BootSplitter:
             boot.events.append(Event(number, raw, key, family, scope, values, level))
 
     def _identity(self, number: int, record: tuple) -> tuple:
-        """The printing process's key: ``(pid, ip)``, or its own key and a note when another process printed
-        under that pid first with another rank's name (two hosts' containers reusing pids, issue 25)."""
+        """The printing process's key ``(pid, ip)``, or its own when another rank's process printed under that pid
+        (two hosts' containers reusing pids, issue 25: a note)."""
         _message, process, pid, ip, _level, _repeated = record
         key = (pid, ip)
         boot = self.boot

@@ -11,8 +11,7 @@ from kvplan.notes import Note
 
 @dataclass
 class Observation:
-    """One rank's values as one process printed them, each value's (line, raw) and family, the line that started
-    it and the families printed since."""
+    """One rank's values as one process printed them: each one's (line, raw) and family, start, families since."""
 
     key: tuple | None
     values: dict = field(default_factory=dict)
@@ -59,13 +58,7 @@ class RankObservations:
 
 
 def completed(observations: list[Observation]) -> list[Observation]:
-    """Each observation completed from its process's latest (issue 26), its own values kept.
-
-    >>> first = Observation((7, None), {"available_kv_bytes": 9}, {"available_kv_bytes": (3, "")}, start=3)
-    >>> last = Observation((7, None), {"available_kv_bytes": 8, "suggested_full_bytes": 5}, start=5)
-    >>> [item.values for item in completed([first, last])]
-    [{'available_kv_bytes': 9, 'suggested_full_bytes': 5}, {'available_kv_bytes': 8, 'suggested_full_bytes': 5}]
-    """
+    """Each observation completed from its process's latest (issue 26), its own values kept."""
     latest = {item.key: item for item in observations}
     return [
         item
@@ -108,14 +101,7 @@ def safest(
     boot: int,
 ) -> tuple[Observation, Note | None]:
     """The observation with the lowest room by ``room_of(values, origin)`` (then the least free memory at startup),
-    and the note when several conflict.
-
-    >>> one = Observation((1, None), {"r": 9}, {"r": (3, "")}, start=3)
-    >>> two = Observation((2, None), {"r": 7}, {"r": (4, "")}, start=4)
-    >>> chosen, note = safest(0, [one, two], lambda v, o: v["r"], "a.log", 0)
-    >>> chosen.values, note.code, note.line
-    ({'r': 7}, 'conflicting-rank-evidence', 4)
-    """
+    and the note when several conflict."""
     if len(observations) == 1:
         return observations[0], None
     rooms = [room_of(dict(item.values), dict(item.origin)) for item in observations]
@@ -159,11 +145,7 @@ class TwoLaunches(ValueError):
 
 
 def two_launches(conflicts: list, source: str) -> TwoLaunches:
-    """The refusal of a boot whose identity fields were printed with two values.
-
-    >>> print(str(two_launches([("model", ("a", 3), ("b", 4))], "x.log"))[:62])
-    x.log:3: two launches in one boot: model 'a' at x.log:3 vs 'b'
-    """
+    """The refusal of a boot whose identity fields were printed with two values."""
     column, (first, first_line), (second, second_line) = conflicts[0]
     others = "".join(f"; {c} {a!r} vs {b!r} (lines {la}, {lb})" for c, (a, la), (b, lb) in conflicts[1:])
     return TwoLaunches(

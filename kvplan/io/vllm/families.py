@@ -247,11 +247,7 @@ def read_message(message: str) -> tuple[Fact, ...]:
 @lru_cache(maxsize=4096)
 def impossible_in(message: str) -> tuple[Callable, str, object] | None:
     """The first value of the message's facts no vLLM line can show, as ``(check, column, value)`` (``check``
-    refuses it naming file and line; a config fact's parallel sizes first); None when all can be.
-
-    >>> impossible_in("Available KV cache memory: 12.5 GiB"), impossible_in("Available KV cache memory: 900000000 GiB")[1:]
-    (None, ('available_kv_bytes', 966367641600000000))
-    """
+    refuses it naming file and line; a config fact's parallel sizes first); None when all can be."""
     facts = read_message(message)
     checks: list[tuple[Callable, tuple]] = [
         (check_value, item) for fact in facts if fact.scope != "config" for item in fact.values.items()

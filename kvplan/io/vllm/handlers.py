@@ -80,12 +80,7 @@ def family(
     name: str, trigger: str, scope: str, values: tuple[str | None, ...] | dict | Handler, pattern: str
 ) -> Family:
     """One row of a family table (``{num}`` in ``pattern``: a decimal number). ``values``: a handler, a dict (what
-    every match gives), or the columns the groups hold (None skips one; ``column:kind`` names a converter).
-
-    >>> row = family("pool", "pool", "rank", ("cuda_graph_bytes", None, "kv_cache_tokens"), r"pool {num} GiB(?: (x))? ([\\d,]+)")
-    >>> row.handler(row.pattern.search("pool 1.5 GiB 12,288"))
-    {'cuda_graph_bytes': 1610612736, 'kv_cache_tokens': 12288}
-    """
+    every match gives), or the columns the groups hold (None skips one; ``column:kind`` names a converter)."""
     if isinstance(values, tuple):
         handler = _groups_handler(values)
     elif isinstance(values, dict):
@@ -275,9 +270,5 @@ def namespace(m: re.Match) -> dict:
 
 def failure(outcome: str, priority: int) -> Handler:
     """A failure family's handler: outcome, the message as error text, and priority (lower is named first: 0
-    OOM, 1 a specific error, 2 any exception, 3 a generic one).
-
-    >>> failure("error", 3)(re.match("x", "x failed"))
-    {'outcome': 'error', 'text': 'x failed', 'priority': 3}
-    """
+    OOM, 1 a specific error, 2 any exception, 3 a generic one)."""
     return lambda m: {"outcome": outcome, "text": m.string.strip(), "priority": priority}

@@ -19,23 +19,13 @@ PRINTED_HALF_BYTES = -(-(1 << 30) // 200)
 
 
 def printed_manual(printed_bytes: int) -> dict:
-    """The ledger values of a printed manual figure: the figure and the most the flag can be [bytes].
-
-    >>> printed_manual(57_466_662_420)  # "53.52 GiB": the flag is at most 53.525 GiB
-    {'manual_kv_bytes': 57466662420, 'manual_kv_max_bytes': 57472031130}
-    """
+    """The ledger values of a printed manual figure: the figure and the most the flag can be [bytes]."""
     return {"manual_kv_bytes": printed_bytes, "manual_kv_max_bytes": printed_bytes + PRINTED_HALF_BYTES}
 
 
 def exact_manual(rows: dict, config: dict, origin: dict, source: str, warnings: list) -> None:
     """Each rank's printed manual figure replaced by the flag's bytes in ``config``; a figure more than
-    :data:`PRINTED_HALF_BYTES` off keeps its value, its bound widened to the flag's, with a note.
-
-    >>> rows = {0: printed_manual(57_466_662_420)}
-    >>> exact_manual(rows, {"manual_kv_bytes": ("57465241600", 2, 0, "non_default_args")}, {}, "a.log", [])
-    >>> rows[0]["manual_kv_bytes"], rows[0]["manual_kv_max_bytes"]
-    (57465241600, 57465241600)
-    """
+    :data:`PRINTED_HALF_BYTES` off keeps its value, its bound widened to the flag's, with a note."""
     held = config.get("manual_kv_bytes")
     if held is None or not str(held[0]).isdigit():  # held as text, like every other configuration value
         return

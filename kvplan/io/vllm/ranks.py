@@ -35,13 +35,7 @@ Sizes = tuple[int | None, int | None, int | None]
 @lru_cache(maxsize=1024)
 def _rank_from_name(name: str, sizes: Sizes) -> tuple[tuple[str, int], ...]:
     """Rank and group ranks as ``(name, value)`` pairs from a process name (``Worker_PP1_TP0``, ``VllmWorker
-    rank=2``) under the PP, PCP and TP ``sizes`` (None: unknown, then no global rank where it needs it).
-
-    >>> dict(_rank_from_name("Worker_PP1_TP0", (2, 1, 4)))
-    {'tp_rank': 0, 'pp_rank': 1, 'dp_rank': 0, 'pcp_rank': 0, 'dcp_rank': 0, 'ep_rank': 0, 'rank': 4}
-    >>> dict(_rank_from_name("Worker_DP1_TP1_EP3", (1, 1, 2)))  # rank (1·1 + 0)·1·2 + 1
-    {'tp_rank': 1, 'pp_rank': 0, 'dp_rank': 1, 'pcp_rank': 0, 'dcp_rank': 0, 'ep_rank': 3, 'rank': 3}
-    """
+    rank=2``) under the PP, PCP and TP ``sizes`` (None: unknown, then no global rank where it needs it)."""
     match = re.fullmatch(r"VllmWorker rank=(\d+)", name)
     if match:
         return (("rank", int(match.group(1))),)
@@ -64,11 +58,7 @@ def _rank_from_name(name: str, sizes: Sizes) -> tuple[tuple[str, int], ...]:
 
 def layout_sizes(key: dict, names: set[str]) -> tuple[Sizes, dict[str, int]]:
     """The PP, PCP and TP sizes that number the workers' global ranks, and those bounded, not stated: the key's,
-    else from the worker names (a group no name shows has one member, one they show its largest rank + 1).
-
-    >>> layout_sizes({}, {"Worker_PP1_TP3", "Worker_PP0_TP0"})
-    ((2, 1, 4), {'PP': 2, 'TP': 4})
-    """
+    else from the worker names (a group no name shows has one member, one they show its largest rank + 1)."""
     stated = {"PP": key_size(key, "pipeline_parallel_size"), "TP": key_size(key, "tensor_parallel_size")}
     seen = [dict(groups) for groups in map(worker_groups, names) if groups]
     sizes, bounded = [], {}
@@ -114,8 +104,7 @@ def attribute(boot: Boot, key: dict, version: tuple | None, source: str, printed
 
 
 def _processes(boot: Boot, key: dict, sizes: Sizes) -> tuple[dict, bool]:
-    """Each process's names and rank lines read, and whether a worker has a rank; an engine is its DP rank's
-    rank when the world has one rank per engine (or no worker has one)."""
+    """Each process's names and rank lines, whether a worker has a rank; an engine may take its DP rank's."""
     tp_size, pp_size = key_size(key, "tensor_parallel_size"), key_size(key, "pipeline_parallel_size")
     tp_pp = None if tp_size is None or pp_size is None else tp_size * pp_size
     assigned = {

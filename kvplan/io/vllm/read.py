@@ -180,8 +180,7 @@ class _LogRows:
         self.rows = []
 
     def frame(self) -> pd.DataFrame | None:
-        """The ledger of the rows read so far, once (None with ``rows_to``); each part's column is dropped once
-        joined, so that the parts and the whole are never all in memory together."""
+        """The ledger of the rows read so far, once (None with ``rows_to``); each part's column goes once joined."""
         if self.rows_to is not None:
             self._flush()
             return None

@@ -61,11 +61,7 @@ def split_records(line: str) -> list[tuple[str, str, int | None, str | None, str
 @lru_cache(maxsize=4096)
 def _layouts(shape: bytes) -> tuple[tuple, tuple, tuple[tuple, ...]]:
     """How every line of ``shape`` splits: the colour codes cut (real, then those without ESC) and per record
-    ``(message, process, pid, ip, level, repeated)`` as slices of the text left (None: absent).
-
-    >>> _layouts(b"(W pid=00) INFO 00-00 00:00:00 [a.py:0] x")
-    ((), (), ((slice(40, 41, None), slice(1, 2, None), slice(7, 9, None), None, 'INFO', None),))
-    """
+    ``(message, process, pid, ip, level, repeated)`` as slices of the text left (None: absent)."""
     real: list[tuple[int, int]] = []
     bare: list[tuple[int, int]] = []
     layouts = []
@@ -94,13 +90,7 @@ def _cut(text: str, cuts: list[tuple[int, int]] | tuple) -> str:
 
 
 def _bare_codes(segment: str) -> list[tuple[int, int]]:
-    """The spans of the colour codes without their ESC byte (``[1;36m``) in a record's head, not in a message.
-
-    >>> _bare_codes("[1;36m(VllmWorkerProcess pid=902)[0;0m INFO 09-13 10:00:16 [a.py:1] x [1m")
-    [(0, 6), (33, 38)]
-    >>> _bare_codes("[1;36mno head here")
-    []
-    """
+    """The spans of the colour codes without their ESC byte (``[1;36m``) in a record's head, not in a message."""
     starts = [0]
     for match in _PREFIX_RE.finditer(segment):
         code = re.search(r"(?:\[[0-9;]*m)+$", segment[: match.start()])
@@ -141,11 +131,7 @@ def _head_codes(segment: str, position: int) -> tuple[int, list[tuple[int, int]]
 def _walk(text: str) -> list[tuple[list, str | None]]:
     """The records of one clean segment as ``([message, process, pid, ip, repeated], level)``, spans of ``text``
     (None: absent): a record starts at a run of prefixes and at most one header; text before the first is
-    a record unless a wrapper's stamp (docker, compose, ``ts``).
-
-    >>> [(spans[:3], level) for spans, level in _walk("(A pid=1) INFO 08-14 14:07:22 [a.py:1] x (B pid=2) y")]
-    [([(39, 40), (1, 2), (7, 8)], 'INFO'), ([(51, 52), (42, 43), (48, 49)], None)]
-    """
+    a record unless a wrapper's stamp (docker, compose, ``ts``)."""
     starts = list(_START_RE.finditer(text))
     if not starts:
         span = _stripped(text, 0, len(text))
@@ -201,11 +187,7 @@ def _stripped(text: str, start: int, stop: int) -> tuple[int, int]:
 @lru_cache(maxsize=1024)
 def worker_groups(name: str) -> tuple[tuple[str, int], ...] | None:
     """The group ranks a worker's name states (``Worker[_DP{d}][_PP{p}][_PCP{c}][_TP{t}][_DCP{k}][_EP{e}]``,
-    0.10.2+; ``VllmWorker PP1_TP0``, 0.10.1; a group only when it has more than one member); None otherwise.
-
-    >>> worker_groups("Worker_DP1_PP0_TP3_EP7"), worker_groups("VllmWorker PP1_TP0"), worker_groups("EngineCore")
-    ((('DP', 1), ('PP', 0), ('TP', 3), ('EP', 7)), (('PP', 1), ('TP', 0)), None)
-    """
+    0.10.2+; ``VllmWorker PP1_TP0``, 0.10.1; a group only when it has more than one member); None otherwise."""
     match = _WORKER_RE.fullmatch(name)
     if match is None:
         return None
@@ -214,11 +196,7 @@ def worker_groups(name: str) -> tuple[tuple[str, int], ...] | None:
 
 @lru_cache(maxsize=1024)
 def rank_name(name: str) -> tuple | None:
-    """What a process name says of its rank (group ranks, or ``rank=N``); None when it names none.
-
-    >>> rank_name("Worker_PP1_TP0"), rank_name("VllmWorker rank=2"), rank_name("Worker"), rank_name("EngineCore")
-    ((('PP', 1), ('TP', 0)), (('rank', 2),), None, None)
-    """
+    """What a process name says of its rank (group ranks, or ``rank=N``); None when it names none."""
     match = re.fullmatch(r"VllmWorker rank=(\d+)", name)
     if match:
         return (("rank", int(match.group(1))),)

@@ -39,8 +39,7 @@ class _Failure:
 def resolve_boot(
     boot: Boot, source: str, room_rule: RoomRule | None = None, provenance: bool = True
 ) -> tuple[list[dict], list[tuple], list, dict]:
-    """``(rows, provenance rows, warnings, summary)`` of one boot: its events attributed to ranks, a row per
-    rank (its room with ``room_rule``); the provenance rows are none without ``provenance``."""
+    """``(rows, provenance rows, warnings, summary)`` of one boot: a row per rank (its room with ``room_rule``)."""
     key, key_origin, version = boot_key(boot)
     printed = {event.key for event in boot.events if event.scope in PRINTING_SCOPES}
     ranks_of, notes = attribute(boot, key, version, source, printed)
@@ -331,13 +330,7 @@ def _holds_the_minimum(rows: dict, targets: list, rank: int) -> bool:
 
 def group_ranks(values: dict, rank: int, sizes: tuple, key: dict, version: tuple | None) -> None:
     """Fill the group ranks a row lacks (issue 26): TP, PP and DP from its global rank under the TP and PP
-    ``sizes``; 0 for a group of one member (PCP before 0.12, DCP of size 1) and for rank 0; else unknown.
-
-    >>> row = {}
-    >>> group_ranks(row, 5, (4, 1), {"decode_context_parallel_size": 1}, (0, 11, 0))
-    >>> row
-    {'tp_rank': 1, 'pp_rank': 0, 'dp_rank': 1, 'pcp_rank': 0, 'dcp_rank': 0}
-    """
+    ``sizes``; 0 for a group of one member (PCP before 0.12, DCP of size 1) and for rank 0; else unknown."""
     tp_size, pp_size = sizes
     if tp_size is not None and pp_size is not None:
         values.setdefault("tp_rank", rank % tp_size)

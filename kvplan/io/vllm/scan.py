@@ -57,8 +57,7 @@ ANCHORS: tuple[bytes, ...] = (
 
 
 def _database() -> hyperscan.Database:
-    """Hyperscan's database: an anchor, then the rest of its line; one pattern, so that a line holding
-    anchors is reported once, at its newline."""
+    """Hyperscan's database: one pattern, an anchor and the rest of its line (a line is reported once)."""
     if any(b"\n" in anchor for anchor in ANCHORS):
         raise ValueError("an anchor holds a newline: a line could not hold it")
     database = hyperscan.Database(mode=hyperscan.HS_MODE_BLOCK)
@@ -118,11 +117,7 @@ def iter_candidate_lines(
 
 
 def _scan(block: bytes, base: int, offset: int, scratch: hyperscan.Scratch) -> list[tuple[int, int, bytes]]:
-    """Candidate lines of ``block`` (whole lines; ``base`` newlines and ``offset`` bytes precede it).
-
-    >>> _scan(b"Available KV cache memory: 1 GiB\\nnoise\\n", 1, 2, hyperscan.Scratch(_DATABASE))
-    [(2, 2, b'Available KV cache memory: 1 GiB')]
-    """
+    """Candidate lines of ``block`` (whole lines; ``base`` newlines and ``offset`` bytes precede it)."""
     ends: list[int] = []
     _DATABASE.scan(block, match_event_handler=_collect, context=ends, scratch=scratch)
     ends.sort()

@@ -30,13 +30,7 @@ _INT_RE = re.compile(r"-?(?:0|[1-9]\d*)")
 
 def literal_value(text: str) -> object:
     """A configuration value as :func:`ast.literal_eval` reads it; anything else (``torch.bfloat16``, ``auto``)
-    stays text; an integer of more digits than Python converts is refused (``ValueError``).
-
-    >>> literal_value("32768"), literal_value("'fp8'"), literal_value("None"), literal_value("torch.bfloat16")
-    (32768, 'fp8', None, 'torch.bfloat16')
-    >>> literal_value("0.90"), literal_value("007"), literal_value("'a\\\\'b'"), literal_value("[1, 2]")
-    (0.9, '007', "a'b", [1, 2])
-    """
+    stays text; an integer of more digits than Python converts is refused (``ValueError``)."""
     text = text.strip()
     if _INT_RE.fullmatch(text):
         return int(text)
@@ -50,11 +44,7 @@ _SPLIT_RE = re.compile(r"[\"'()\[\]{},]")
 
 
 def split_top_level(text: str) -> list[str]:
-    """Split on commas outside brackets and quotes (engine-config and dict literals).
-
-    >>> split_top_level("a=1, b={'x': 1, 'y': [2, 3]}, c='p,q'")
-    ['a=1', " b={'x': 1, 'y': [2, 3]}", " c='p,q'"]
-    """
+    """Split on commas outside brackets and quotes (engine-config and dict literals)."""
     parts, depth, quote, start = [], 0, "", 0
     for match in _SPLIT_RE.finditer(text):
         char = match.group()
@@ -124,13 +114,7 @@ _CUDAGRAPH_MODES = {
 
 @functools.lru_cache(maxsize=512)
 def cudagraph_mode(config_text: str) -> str | None:
-    """The CUDA graph mode a config line states, by its enum name; None when it states none.
-
-    >>> cudagraph_mode("compilation_config={'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>}")
-    'FULL_AND_PIECEWISE'
-    >>> cudagraph_mode('compilation_config={"cudagraph_mode":[2,1]}'), cudagraph_mode('{"cudagraph_mode":1}')
-    ('FULL_AND_PIECEWISE', 'PIECEWISE')
-    """
+    """The CUDA graph mode a config line states, by its enum name; None when it states none."""
     m = _CUDAGRAPH_MODE_RE.search(config_text)
     if m is None:
         return None
@@ -142,22 +126,12 @@ def cudagraph_mode(config_text: str) -> str | None:
 
 @functools.lru_cache(maxsize=512)
 def config_items(text: str, separator: str = "=") -> tuple[tuple[str, object], ...]:
-    """The :data:`CONFIG_NAMES` items of a configuration line (:func:`key_values`), parsed once per text.
-
-    >>> config_items("model='m', seed=0, max_seq_len=4096")
-    (('model', 'm'), ('max_seq_len', 4096))
-    """
+    """The :data:`CONFIG_NAMES` items of a configuration line (:func:`key_values`), parsed once per text."""
     return tuple(key_values(text, separator, names=CONFIG_NAMES).items())
 
 
 def key_values(text: str, separator: str = "=", names: Collection[str] | None = None) -> dict[str, object]:
-    """``key=value, …`` (engine config, ``Namespace(...)``) or a dict literal's items; only ``names`` if given.
-
-    >>> key_values("model='m', max_seq_len=32768, compilation_config={\\"level\\":3, \\"x\\":[1,2]}")
-    {'model': 'm', 'max_seq_len': 32768, 'compilation_config': {'level': 3, 'x': [1, 2]}}
-    >>> key_values("'tensor_parallel_size': 4, 'kv_cache_dtype': 'fp8'", ":", names={"kv_cache_dtype"})
-    {'kv_cache_dtype': 'fp8'}
-    """
+    """``key=value, …`` (engine config, ``Namespace(...)``) or a dict literal's items; only ``names`` if given."""
     values: dict[str, object] = {}
     for part in split_top_level(text):
         name, sep, value = part.partition(separator)
@@ -175,11 +149,7 @@ _FLAG_COLUMNS = frozenset(("enforce_eager", "async_scheduling", "hybrid_kv_cache
 
 
 def config_columns(values: Mapping) -> tuple[tuple[str, object], ...]:
-    """The :data:`CONFIG_NAMES` items of a config fact's ``values`` as ``(column, ledger value)``, in order.
-
-    >>> config_columns({"max_seq_len": "4096", "disable_hybrid_kv_cache_manager": True, "seed": 0})
-    (('max_model_len', 4096), ('hybrid_kv_cache_manager', False))
-    """
+    """The :data:`CONFIG_NAMES` items of a config fact's ``values`` as ``(column, ledger value)``, in order."""
     columns = []
     for name, value in values.items():
         column = CONFIG_NAMES.get(name)
@@ -190,13 +160,7 @@ def config_columns(values: Mapping) -> tuple[tuple[str, object], ...]:
 
 
 def _config_value(column: str, value: Any) -> object:
-    """A configuration value as the ledger holds it (``NA`` for None, "None" or "").
-
-    >>> _config_value("block_size", "16"), _config_value("enforce_eager", "True"), _config_value("model", None)
-    (16, True, <NA>)
-    >>> _config_value("max_model_len", -1)  # auto-fit: the fitted length is printed later
-    <NA>
-    """
+    """A configuration value as the ledger holds it (``NA`` for None, "None" or "")."""
     if value is None or (isinstance(value, str) and value in ("None", "")):
         return pd.NA
     if column in _INT_COLUMNS:
