@@ -222,45 +222,30 @@ class _Rows:
         room = rule.room(values, rank, flags, origin, self.name, self.warnings)
         if room is None:
             if stated is not None:
-                self.warnings.append(
-                    place_note(
-                        "room-source-without-room",
-                        self.name,
-                        line,
-                        f"rank {rank}: room_source {stated!r} is stated "
-                        "but the row gives no room_bytes and not the parts to compute it",
-                    )
+                text = (
+                    f"rank {rank}: room_source {stated!r} is stated but the row gives no room_bytes and not the "
+                    "parts to compute it"
                 )
+                self.warnings.append(place_note("room-source-without-room", self.name, line, text))
                 values.pop("room_source")
                 read.remove("room_source")
             return
         values["room_bytes"], values["room_source"] = room[0], room[1]
         if stated is not None and stated != room[1]:
-            self.warnings.append(
-                place_note(
-                    "room-source-differs",
-                    self.name,
-                    line,
-                    f"rank {rank}: room_source {stated!r} is stated, but "
-                    f"the room was computed from {room[1]}",
-                )
-            )
+            text = f"rank {rank}: room_source {stated!r} is stated, but the room was computed from {room[1]}"
+            self.warnings.append(place_note("room-source-differs", self.name, line, text))
         read += [column for column in ("room_bytes", "room_source") if column not in read]
 
     def finish(self, total_lines: int) -> tuple[pd.DataFrame, ReadMetadata]:
         if self.no_outcome:
             count = len(self.no_outcome)
             listing = ", ".join(map(str, self.no_outcome[:8])) + (", …" if count > 8 else "")
-            self.warnings.append(
-                place_note(
-                    "csv-no-outcome",
-                    self.name,
-                    self.no_outcome[0],
-                    f"the CSV states no outcome for {count} row(s) "
-                    f"(line(s) {listing}): a row with a room is taken as ok (the rank booted), one without as "
-                    "incomplete; add an 'outcome' column (ok, oom, error, incomplete) to state it",
-                )
+            text = (
+                f"the CSV states no outcome for {count} row(s) (line(s) {listing}): a row with a room is taken as "
+                "ok (the rank booted), one without as incomplete; add an 'outcome' column (ok, oom, error, "
+                "incomplete) to state it"
             )
+            self.warnings.append(place_note("csv-no-outcome", self.name, self.no_outcome[0], text))
         ledger = ledger_frame(self.rows)
         boots = [
             {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -32,7 +33,11 @@ def resolve_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR
         raise ModelConfigError(f"model config {path}: {_kind(path)}, not a regular file (a config.json)")
     candidate = Path(models_dir) / f"{str(path_or_name).removesuffix('.json')}.json"
     if candidate.is_file():
-        return _bounded(_relative_to_cwd(candidate))
+        with contextlib.suppress(
+            ValueError
+        ):  # below the working directory: a bundle records kvplan/models/x.json
+            candidate = candidate.resolve().relative_to(Path.cwd().resolve())
+        return _bounded(candidate)
     names = ", ".join(catalogue_names(models_dir)) or "none"
     raise ModelConfigError(
         f"model config {str(path_or_name)!r}: no such file, and no catalogue entry "
@@ -40,9 +45,9 @@ def resolve_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR
     )
 
 
-def _bounded(path: Path) -> Path:
-    """``path``, refused when above :data:`MAX_CONFIG_BYTES`."""
-    size = path.stat().st_size
+def _bounded(path: Path, size: int | None = None) -> Path:
+    """``path``, refused when its ``size`` (default: its file's) is above :data:`MAX_CONFIG_BYTES`."""
+    size = path.stat().st_size if size is None else size
     if size > MAX_CONFIG_BYTES:
         raise ModelConfigError(
             f"{path}: {size:,} bytes, above the bound of {MAX_CONFIG_BYTES:,} for a config.json"
@@ -60,24 +65,13 @@ def _kind(path: Path) -> str:
     return "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
 
 
-def _relative_to_cwd(path: Path) -> Path:
-    """``path`` relative to the working directory when below it (a bundle records ``kvplan/models/x.json``)."""
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve())
-    except ValueError:
-        return path
-
-
 def read_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR) -> dict:
     """The JSON object of a ``config.json`` path or a catalogue name, as a dict."""
     path = resolve_model_config(path_or_name, models_dir)
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         raw = handle.read(MAX_CONFIG_BYTES + 1)
-    if max(size, len(raw)) > MAX_CONFIG_BYTES:
-        raise ModelConfigError(
-            f"{path}: {max(size, len(raw)):,} bytes, above the bound of {MAX_CONFIG_BYTES:,} for a config.json"
-        )
+    _bounded(path, max(size, len(raw)))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -1,8 +1,5 @@
-"""Join what GPU snapshots say about each GPU to the ledger: a rank's GPU by its pid, else by its rank.
-
-Memory of other processes is unknown (``<NA>``) without a process snapshot, never 0; a snapshot of another
-machine (a ``memory.total`` that does not fit the logged total, fewer GPUs than ranks) is refused.
-"""
+"""Join what GPU snapshots say about each GPU to the ledger: a rank's GPU by its pid, else by its rank; a snapshot
+of another machine (a ``memory.total`` that does not fit the logged total, fewer GPUs than ranks) is refused."""
 
 from __future__ import annotations
 
@@ -25,15 +22,13 @@ GPU_CHECKED = ("gpu_index", "memory_total_bytes", "source", "line")
 
 # Rounding between one GPU's totals: vLLM logs 2 decimals of GiB (±5.1 MiB), nvidia-smi whole MiB.
 TOTAL_ROUNDING_BYTES = GiB // 200 + MiB
-# The driver's reservation is in memory.total, not in vLLM's (H100: 468 MiB, RTX PRO 6000: 638 MiB): up to the
-# larger of 1 GiB and 3 % passes, while models of one family differ by far more (H100 80 vs 94 GB: 14 GiB).
-DRIVER_RESERVED_MAX_BYTES = GiB
-DRIVER_RESERVED_MAX_FRACTION = 0.03
 
 
 def driver_reserved_max_bytes(smi_total_bytes: int) -> int:
     """The most a GPU's driver reservation may take from nvidia-smi's ``memory.total`` [bytes]."""
-    return max(DRIVER_RESERVED_MAX_BYTES, int(DRIVER_RESERVED_MAX_FRACTION * smi_total_bytes))
+    # The reservation is in memory.total, not in vLLM's (H100: 468 MiB, RTX PRO 6000: 638 MiB): up to the larger
+    # of 1 GiB and 3 % passes, while models of one family differ by far more (H100 80 vs 94 GB: 14 GiB).
+    return max(GiB, int(0.03 * smi_total_bytes))
 
 
 class NvidiaSmiWarning(UserWarning):
@@ -44,25 +39,20 @@ def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame | None, vllm_pids: Iterab
     """Per GPU (:data:`CONTEXT_COLUMNS`): name, driver and memory of processes not in ``vllm_pids`` [bytes]."""
     known = {int(pid) for pid in vllm_pids}
     _check_apps_on_known_gpus(gpus, apps)
-    processes = None if apps is None else _records(apps, ("gpu_uuid", "pid", "used_memory_bytes"))
+    processes = [] if apps is None else _records(apps, ("gpu_uuid", "pid", "used_memory_bytes"))
     rows = []
     for gpu in sorted(_records(gpus, CONTEXT_COLUMNS[:4]), key=lambda gpu: gpu["gpu_index"]):
-        other = pd.NA if processes is None else _other_process_bytes(processes, gpu["gpu_uuid"], known)
+        used = [  # <NA> if one process on the GPU is unreported
+            process["used_memory_bytes"]
+            for process in processes
+            if process["gpu_uuid"] == gpu["gpu_uuid"]
+            and (pd.isna(process["pid"]) or int(process["pid"]) not in known)
+        ]
+        other = pd.NA if apps is None or any(pd.isna(value) for value in used) else int(sum(used))
         rows.append([gpu.get(column) for column in CONTEXT_COLUMNS[:4]] + [other])
     frame = pd.DataFrame(rows, columns=CONTEXT_COLUMNS)
     frame["other_process_bytes"] = frame["other_process_bytes"].astype("Int64")
     return frame
-
-
-def _other_process_bytes(processes: list[dict], gpu_uuid: str, vllm_pids: set[int]):
-    """Memory [bytes] of the processes on ``gpu_uuid`` not in ``vllm_pids``; ``<NA>`` if one is unreported."""
-    used = [
-        process["used_memory_bytes"]
-        for process in processes
-        if process["gpu_uuid"] == gpu_uuid
-        and (pd.isna(process["pid"]) or int(process["pid"]) not in vllm_pids)
-    ]
-    return pd.NA if any(pd.isna(value) for value in used) else int(sum(used))
 
 
 def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
@@ -127,37 +117,20 @@ def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFra
         placed_by_pid = placed_by_pid or len(found) == 1
         mapping[rank] = found.pop() if len(found) == 1 else rank
     mapping = {rank: index for rank, index in mapping.items() if index in known or not placed_by_pid}
-    _check_totals_by_rank(ledger, gpus, mapping)
-    _check_gpus_cover_ranks(gpus, mapping)
-    return mapping
-
-
-def _check_totals_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, index_by_rank: Mapping[int, int]) -> None:
-    """Refuse a GPU whose memory.total does not fit the ``total_bytes`` of a rank placed on it."""
     snapshot = {int(gpu["gpu_index"]): gpu for gpu in _records(gpus, GPU_CHECKED)}
-    for row in _records(ledger, ROW_CHECKED):
-        index = None if pd.isna(row.get("rank")) else index_by_rank.get(int(row["rank"]))
+    for row in _records(ledger, ROW_CHECKED):  # each GPU's memory.total fits its ranks' total_bytes
+        index = None if pd.isna(row.get("rank")) else mapping.get(int(row["rank"]))
         if index in snapshot:
             _check_total_bytes(row, snapshot[index], index)
-
-
-def _check_gpus_cover_ranks(gpus: pd.DataFrame, index_by_rank: Mapping[int, int]) -> None:
-    """Refuse a snapshot that lacks the GPU of some ranks."""
-    known = {int(index) for index in gpus["gpu_index"]}
-    missing = [rank for rank, index in index_by_rank.items() if index not in known]
+    missing = [rank for rank, index in mapping.items() if index not in known]
     if missing:
         raise NvidiaSmiError(
             f"{_source(gpus)}: the snapshot lists {len(known)} GPU(s) "
             f"(index {', '.join(map(str, sorted(known)))}), none for rank(s) {', '.join(map(str, missing))} "
-            f"of the {len(index_by_rank)} logged: a snapshot of another machine? Add the "
+            f"of the {len(mapping)} logged: a snapshot of another machine? Add the "
             "--query-compute-apps snapshot taken with it to place the ranks by pid"
         )
-
-
-def free_bytes_by_rank(gpus: pd.DataFrame, by_rank: Mapping[int, int]) -> dict[int, int]:
-    """Free memory [bytes] each rank's GPU showed (unknown ones left out)."""
-    free = dict(zip(gpus["gpu_index"].astype(int), gpus["memory_free_bytes"]))
-    return {rank: int(free[index]) for rank, index in by_rank.items() if not pd.isna(free[index])}
+    return mapping
 
 
 def join_nvidia_smi(
@@ -236,7 +209,8 @@ def join_snapshots(
         if not warn:
             warnings.simplefilter("ignore", NvidiaSmiWarning)
         joined, metadata = join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)
-    return joined, free_bytes_by_rank(gpus, by_rank), metadata
+    free = dict(zip(gpus["gpu_index"].astype(int), gpus["memory_free_bytes"]))
+    return joined, {rank: int(free[i]) for rank, i in by_rank.items() if not pd.isna(free[i])}, metadata
 
 
 def total_bytes_match(logged_total_bytes: int, smi_total_bytes: int) -> bool:
@@ -248,9 +222,8 @@ def total_bytes_match(logged_total_bytes: int, smi_total_bytes: int) -> bool:
     >>> total_bytes_match(85_029_615_043, 97_887 * MiB)  # an RTX PRO 6000: 16.4 GiB more
     False
     """
-    reserved_bytes = smi_total_bytes - logged_total_bytes
     allowed_bytes = driver_reserved_max_bytes(smi_total_bytes) + TOTAL_ROUNDING_BYTES
-    return -TOTAL_ROUNDING_BYTES <= reserved_bytes <= allowed_bytes
+    return -TOTAL_ROUNDING_BYTES <= smi_total_bytes - logged_total_bytes <= allowed_bytes
 
 
 def _check_total_bytes(row, gpu, index: int) -> None:
