@@ -18,7 +18,7 @@ from kvplan.units import format_size
 
 if TYPE_CHECKING:  # for the annotations only
     from kvplan.checks.gate import Approved
-    from kvplan.io.prometheus.vllm import RunningValue
+    from kvplan.io.prometheus import RunningValue
 
 VALUE_CHECK = "canary ran the approved value"
 #: What to give when a canary rank's free or total memory at start-up is not shown.
@@ -201,7 +201,7 @@ RUNNING_CHECK = "running value"
 
 def _verdict(value: RunningValue, approved_bytes: int, blocks: int | None) -> tuple[bool | None, str]:
     """Whether one engine runs the approved value, and the evidence."""
-    from kvplan.io.prometheus.vllm import ABSENT  # requests: only where a running value is judged
+    from kvplan.io.prometheus import ABSENT  # requests: only where a running value is judged
 
     got = value.kv_cache_memory_bytes
     if got == ABSENT:
@@ -229,7 +229,7 @@ def check_running_values(
 ) -> list[Check]:
     """One check per engine that reported a running value; none when nothing reported one.
 
-    >>> from kvplan.io.prometheus.vllm import RunningValue
+    >>> from kvplan.io.prometheus import RunningValue
     >>> v = RunningValue("canary.prom:12", "0", 16_106_127_360, 12_288)
     >>> check = check_running_values([v], 12_884_377_600, 1_310_720)[0]
     >>> check.passed, check.detail.split(";")[0]

@@ -24,6 +24,9 @@ NVIDIA_SMI_HEADERS = {
     "apps": {**dict(zip(_APP_FIELDS, APP_COLUMNS)), "used_memory": "used_memory_bytes"},
 }
 _COLUMNS = {"gpus": GPU_COLUMNS, "apps": APP_COLUMNS}
+_DTYPES = {"gpu_index": "int64", "pid": "int64", "line": "int64"} | dict.fromkeys(
+    ("memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "used_memory_bytes"), "Int64"
+)
 _NOT_AVAILABLE = {"[n/a]", "n/a", "[not supported]", "[unknown error]", "[insufficient permissions]"}
 
 
@@ -43,7 +46,13 @@ def read_nvidia_smi_csv(
     """
     if kind not in (None, "gpus", "apps"):
         raise NvidiaSmiError(f"kind must be 'gpus', 'apps' or None, not {kind!r}")
-    source, text = _source_and_text(path_or_text)
+    source, text = "<text>", str(path_or_text)
+    if isinstance(path_or_text, Path) or ("\n" not in path_or_text and "," not in path_or_text):
+        source = str(Path(path_or_text))
+        try:
+            text = Path(path_or_text).read_bytes().decode("utf-8", errors="replace").lstrip("\ufeff")
+        except OSError as exc:
+            raise NvidiaSmiError(f"{source}: cannot read nvidia-smi snapshot ({exc.strerror})") from None
     rows = [(number, line.strip()) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not rows:
         if kind is None:
@@ -53,41 +62,24 @@ def read_nvidia_smi_csv(
             )
         return _frame([], kind), ReadMetadata(sources=(source,), kind=kind)
     number, first = rows[0]
-    header = _parse_header(first)
-    if header is not None:
-        detected, fields = _header_kind(header, source, number)
-        rows = rows[1:]
-    else:
-        detected, fields = _headerless_kind(first, source, number)
+    header = _header(first, source, number)
+    detected, fields = header or _headerless_kind(first, source, number)
+    rows = rows[1:] if header else rows
     if kind is not None and kind != detected:
         raise NvidiaSmiError(f"{source}, line {number}: expected a {kind!r} snapshot, found {detected!r}")
     records = [_parse_row(line, fields, detected, source, line_no) for line_no, line in rows]
     return _frame(records, detected), ReadMetadata(sources=(source,), kind=detected)
 
 
-def _source_and_text(path_or_text: str | Path) -> tuple[str, str]:
-    if isinstance(path_or_text, Path) or ("\n" not in path_or_text and "," not in path_or_text):
-        path = Path(path_or_text)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise NvidiaSmiError(f"{path}: cannot read nvidia-smi snapshot ({exc.strerror})") from None
-        return str(path), data.decode("utf-8", errors="replace").lstrip("\ufeff")
-    return "<text>", path_or_text
-
-
 def _split(line: str) -> list[str]:
     return [part.strip() for part in line.split(",")]
 
 
-def _parse_header(line: str) -> list[str] | None:
-    """Header names with units stripped, or None when the line is data."""
+def _header(line: str, source: str, number: int) -> tuple[str, list[str | None]] | None:
+    """The kind and fields of a header (names with units stripped), None when the line is data."""
     names = [part.split("[")[0].strip().lower() for part in _split(line)]
-    known = set(NVIDIA_SMI_HEADERS["gpus"]) | set(NVIDIA_SMI_HEADERS["apps"])
-    return names if names and names[0] in known else None
-
-
-def _header_kind(names: list[str], source: str, number: int) -> tuple[str, list[str | None]]:
+    if names[0] not in {*NVIDIA_SMI_HEADERS["gpus"], *NVIDIA_SMI_HEADERS["apps"]}:
+        return None
     for kind, mapping in NVIDIA_SMI_HEADERS.items():
         fields = [mapping.get(name) for name in names]
         if set(_COLUMNS[kind]) <= set(fields) - {None}:
@@ -125,9 +117,7 @@ def _parse_row(line: str, fields: list[str | None], kind: str, source: str, numb
             f"{line[:80]!r}"
         )
     record = {"source": source, "line": number}
-    for field, value in zip(fields, parts):
-        if field is not None:
-            record[field] = _value(field, value, source, number)
+    record |= {field: _value(field, value, source, number) for field, value in zip(fields, parts) if field}
     if kind == "gpus":
         _check_gpu_memory(record, source, number)
     return record
@@ -152,13 +142,7 @@ def _value(field: str, value: str, source: str, number: int):
 
 def _frame(records: list[dict], kind: str) -> pd.DataFrame:
     columns = [*_COLUMNS[kind], "source", "line"]
-    frame = pd.DataFrame(records, columns=columns)
-    for column in columns:
-        if column.endswith("_bytes"):
-            frame[column] = frame[column].astype("Int64")
-        elif column in ("gpu_index", "pid", "line"):
-            frame[column] = frame[column].astype("int64")
-    return frame
+    return pd.DataFrame(records, columns=columns).astype({c: _DTYPES[c] for c in columns if c in _DTYPES})
 
 
 # used, free and total are each printed in whole MiB: used + free may pass total by their rounding
@@ -188,8 +172,6 @@ DCGM_FIELDS = {f"DCGM_FI_DEV_FB_{field.upper()}": field for field in ("free", "u
 _DRIVER_LABELS = ("DCGM_FI_DRIVER_VERSION", "driver_version")
 FB_SELECTOR = '{__name__=~"DCGM_FI_DEV_FB_(FREE|USED|TOTAL|RESERVED)"}'  # every GPU's framebuffer series
 _FB_LINE = re.compile(r"^\s*DCGM_FI_DEV_FB_(?:FREE|USED|TOTAL|RESERVED)\b")
-
-
 #: No GPU's framebuffer is a PiB: a DCGM value above it is not memory (and would not fit int64 bytes far above)
 MAX_FB_MIB = 1 << 30
 
@@ -285,32 +267,11 @@ def read_gpu_snapshot(path: str | Path) -> tuple[pd.DataFrame, ReadMetadata]:
 def dcgm_scrapes_at(url: str, at: float) -> dict[str, str]:
     """Per ``Hostname``: Prometheus' DCGM framebuffer samples at ``at`` [Unix s] as an exporter scrape's text."""
     from kvplan.io.load import Sample  # the Prometheus readers only when Prometheus is asked
-    from kvplan.io.prometheus.api import instant_series
-    from kvplan.io.prometheus.vllm import sample_line
+    from kvplan.io.prometheus import instant_series, sample_line
 
     lines: dict[str, list[str]] = {}
     for series in instant_series(url, FB_SELECTOR, at):
         name, host = series.labels.get("__name__", ""), series.labels.get("Hostname", "")
-        lines.setdefault(host, []).extend(
-            sample_line(Sample(name, series.labels, t, v)) for t, v in series.points
-        )
+        samples = [sample_line(Sample(name, series.labels, t, v)) for t, v in series.points]
+        lines.setdefault(host, []).extend(samples)
     return {host: "".join(found) for host, found in sorted(lines.items())}
-
-
-def save_dcgm_at(url: str, at: float, path: str | Path, hostname: str | None = None) -> Path | None:
-    """One host's DCGM series at ``at`` [Unix s] written to ``path`` (atomically) as an exporter scrape; None
-    when Prometheus holds none."""
-    scrapes = dcgm_scrapes_at(url, at)
-    if hostname is not None:
-        scrapes = {host: text for host, text in scrapes.items() if host == hostname}
-    if len(scrapes) > 1:
-        raise NvidiaSmiError(
-            f"prometheus {url}: DCGM series of {len(scrapes)} hosts at {at:.0f} (Unix s) "
-            f"({', '.join(list(scrapes)[:3])}…): choose the launch's host with --gpu-host"
-        )
-    if not scrapes:
-        return None
-    path = Path(path)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(next(iter(scrapes.values())), encoding="utf-8")
-    return partial.replace(path)

@@ -6,7 +6,6 @@ import contextlib
 import json
 import os
 import re
-import stat
 from pathlib import Path
 
 from kvplan import MODELS_DIR
@@ -30,12 +29,12 @@ def resolve_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR
     if path.is_file():
         return _bounded(path)
     if os.path.lexists(path):
-        raise ModelConfigError(f"model config {path}: {_kind(path)}, not a regular file (a config.json)")
+        kind = "a folder" if path.is_dir() else "a FIFO" if path.is_fifo() else "a device or socket"
+        kind = kind if path.exists() else "a dangling symlink"
+        raise ModelConfigError(f"model config {path}: {kind}, not a regular file (a config.json)")
     candidate = Path(models_dir) / f"{str(path_or_name).removesuffix('.json')}.json"
     if candidate.is_file():
-        with contextlib.suppress(
-            ValueError
-        ):  # below the working directory: a bundle records kvplan/models/x.json
+        with contextlib.suppress(ValueError):  # below the working directory: kvplan/models/x.json
             candidate = candidate.resolve().relative_to(Path.cwd().resolve())
         return _bounded(candidate)
     names = ", ".join(catalogue_names(models_dir)) or "none"
@@ -53,16 +52,6 @@ def _bounded(path: Path, size: int | None = None) -> Path:
             f"{path}: {size:,} bytes, above the bound of {MAX_CONFIG_BYTES:,} for a config.json"
         )
     return path
-
-
-def _kind(path: Path) -> str:
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return "a dangling symlink"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    return "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
 
 
 def read_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR) -> dict:

@@ -94,8 +94,7 @@ def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame
 
 
 def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
-    """Which GPU each ledger rank runs on: its pid's, else GPU index = rank; refused when the snapshot is
-    another machine's."""
+    """Which GPU each ledger rank runs on: its pid's, else GPU index = rank (another machine's: refused)."""
     known = {int(index) for index in gpus["gpu_index"]}
     by_pid = gpu_index_by_pid(gpus, apps)
     ledger_pids = {int(pid) for pid in ledger["pid"].dropna()} if "pid" in ledger else set()
@@ -137,7 +136,6 @@ def join_nvidia_smi(
     ledger: pd.DataFrame,
     gpus: pd.DataFrame,
     apps: pd.DataFrame,
-    extra_vllm_pids: Iterable[int] = (),
     gpu_index_by_rank: Mapping[int, int] | None = None,
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """A copy of ``ledger`` with ``gpu_name``, ``driver_version`` and ``other_process_bytes`` filled in: a
@@ -150,17 +148,13 @@ def join_nvidia_smi(
     >>> row["gpu_name"], int(row["other_process_bytes"])
     ('NVIDIA H100 80GB HBM3', 1073741824)
     """
-    joined = ledger.copy()
-    pids = joined["pid"] if "pid" in joined.columns else pd.Series(pd.NA, index=joined.index)
-    vllm_pids = {int(pid) for pid in pids.dropna()} | {int(pid) for pid in extra_vllm_pids}
+    joined = ledger.assign(**{column: pd.NA for column in JOINED_COLUMNS if column not in ledger.columns})
+    vllm_pids = {int(pid) for pid in joined["pid"].dropna()} if "pid" in joined.columns else set()
     context = {
         int(gpu["gpu_index"]): gpu for gpu in _records(gpu_context(gpus, apps, vllm_pids), CONTEXT_COLUMNS)
     }
     snapshot = {int(gpu["gpu_index"]): gpu for gpu in _records(gpus, GPU_CHECKED)}
     by_pid = gpu_index_by_pid(gpus, apps)
-    for column in JOINED_COLUMNS:
-        if column not in joined.columns:
-            joined[column] = pd.NA
     values = {column: joined[column].tolist() for column in JOINED_COLUMNS}
     for position, row in enumerate(_records(joined, (*ROW_CHECKED, *JOINED_COLUMNS))):  # no pandas per row
         index = _row_gpu_index(row, by_pid, gpu_index_by_rank, context)
@@ -180,13 +174,19 @@ def join_nvidia_smi(
     for column in ("gpu_name", "driver_version"):
         joined[column] = pd.array(values[column], dtype=joined[column].dtype)
     joined["other_process_bytes"] = pd.array(values["other_process_bytes"], dtype="Int64")
-    sources = tuple(
-        dict.fromkeys(
-            str(source) for frame in (gpus, apps) if frame is not None for source in frame["source"]
-        )
+    frames = [frame for frame in (gpus, apps) if frame is not None]
+    sources = tuple(dict.fromkeys(str(source) for frame in frames for source in frame["source"]))
+    if apps is not None:
+        return joined, ReadMetadata(sources=sources)
+    note = Note(
+        f"{_source(gpus)}: no nvidia-smi --query-compute-apps snapshot, so the memory of other processes on "
+        "each GPU is unknown (other_process_bytes left empty); add one taken with it: nvidia-smi "
+        "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv",
+        code="nvidia-smi-no-process-snapshot",
+        file=_source(gpus),
     )
-    notes = (_warn_no_process_snapshot(gpus),) if apps is None else ()
-    return joined, ReadMetadata(sources=sources, warnings=notes)
+    warnings.warn(NvidiaSmiWarning(note), stacklevel=2)
+    return joined, ReadMetadata(sources=sources, warnings=(note,))
 
 
 def join_snapshots(
@@ -237,19 +237,6 @@ def _check_total_bytes(row, gpu, index: int) -> None:
         f"(here up to {format_size(driver_reserved_max_bytes(int(smi)))}) and rounding: a snapshot of "
         "another machine?"
     )
-
-
-def _warn_no_process_snapshot(gpus: pd.DataFrame) -> Note:
-    source = _source(gpus)
-    message = Note(
-        f"{source}: no nvidia-smi --query-compute-apps snapshot, so the memory of other processes on each "
-        "GPU is unknown (other_process_bytes left empty); add one taken with it: nvidia-smi "
-        "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv",
-        code="nvidia-smi-no-process-snapshot",
-        file=source,
-    )
-    warnings.warn(NvidiaSmiWarning(message), stacklevel=3)
-    return message
 
 
 def _source(snapshot: pd.DataFrame) -> str:
