@@ -93,7 +93,6 @@ def prometheus_gpu_files(args: argparse.Namespace, required: bool = True) -> tup
         if args.prometheus and required and getattr(args, "start", None) is None:
             raise CliError("--prometheus needs --at TIME here: when to read the GPUs' DCGM series")
         return [], []
-    from kvplan.cli.approve import write_atomic
     from kvplan.io.gpu_snapshot import dcgm_scrapes_at
     from kvplan.io.prometheus import parse_time
 
@@ -107,9 +106,10 @@ def prometheus_gpu_files(args: argparse.Namespace, required: bool = True) -> tup
             f"({', '.join(list(scrapes)[:3])}…): choose the launch's host with --gpu-host"
         )
     if scrapes:
-        path = _temporary("dcgm.prom")
-        write_atomic(Path(path), next(iter(scrapes.values())))
-        return [path], []
+        path = Path(_temporary("dcgm.prom"))
+        partial = path.with_name(path.name + ".partial")
+        partial.write_text(next(iter(scrapes.values())), encoding="utf-8")
+        return [str(partial.replace(path))], []
     missing = (
         f"prometheus {args.prometheus} shows no DCGM framebuffer series (DCGM_FI_DEV_FB_FREE, _USED) "
         f"{'' if host is None else f'of {host} '}at {at:.0f} (Unix s)"

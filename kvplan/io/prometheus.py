@@ -101,12 +101,10 @@ def instant_series(url: str, selector: str, at: float) -> list[Series]:
 
 def _series(result: list[dict], low: float, high: float) -> list[Series]:
     """The series of one answer with the points in ``(low, high]`` (pages share no point)."""
-    series = []
-    for item in result:
-        points = [(float(t), float(v)) for t, v in item.get("values", ()) if low < float(t) <= high]
-        if points:
-            series.append(Series(item.get("metric", {}), points))
-    return series
+    kept = (
+        [(float(t), float(v)) for t, v in item.get("values", ()) if low < float(t) <= high] for item in result
+    )
+    return [Series(item.get("metric", {}), points) for item, points in zip(result, kept) if points]
 
 
 def series_pages(
