@@ -182,17 +182,15 @@ def gate_prometheus_checks(args: argparse.Namespace, approved, policy) -> tuple[
     """The gate's checks from ``--prometheus`` (as ``--load`` files) and ``--metrics``, and the load warnings."""
     from kvplan import plan
 
-    checks: list = []
-    warnings: list[str] = []
-    if args.prometheus and args.start is None and args.end is None:
-        if args.step is not None:
-            raise CliError("--step: only with --start and --end")
-    else:
-        served = prometheus_load(args)
-        if served is not None:
-            section, checks = plan.load_section(
-                served, policy or plan.LoadPolicy(), approved.budget_bytes, approved.capacity_tokens,
-                approved.logged_tokens,
-            )  # fmt: skip
-            warnings = [*section["notes"], *section["warnings"]]
-    return checks + gate_running_checks(args, approved.budget_bytes, approved.block_bytes), warnings
+    at_only = args.prometheus and args.start is None and args.end is None  # --at: the running value alone
+    if at_only and args.step is not None:
+        raise CliError("--step: only with --start and --end")
+    served = None if at_only else prometheus_load(args)
+    if served is None:
+        return gate_running_checks(args, approved.budget_bytes, approved.block_bytes), []
+    section, checks = plan.load_section(
+        served, policy or plan.LoadPolicy(), approved.budget_bytes, approved.capacity_tokens,
+        approved.logged_tokens,
+    )  # fmt: skip
+    running = gate_running_checks(args, approved.budget_bytes, approved.block_bytes)
+    return checks + running, [*section["notes"], *section["warnings"]]

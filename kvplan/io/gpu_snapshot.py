@@ -7,6 +7,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -24,8 +25,8 @@ NVIDIA_SMI_HEADERS = {
     "apps": {**dict(zip(_APP_FIELDS, APP_COLUMNS)), "used_memory": "used_memory_bytes"},
 }
 _COLUMNS = {"gpus": GPU_COLUMNS, "apps": APP_COLUMNS}
-_DTYPES = {"gpu_index": "int64", "pid": "int64", "line": "int64"} | dict.fromkeys(
-    ("memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "used_memory_bytes"), "Int64"
+_DTYPES = dict.fromkeys(("gpu_index", "pid", "line"), np.dtype(np.int64)) | dict.fromkeys(
+    ("memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "used_memory_bytes"), pd.Int64Dtype()
 )
 _NOT_AVAILABLE = {"[n/a]", "n/a", "[not supported]", "[unknown error]", "[insufficient permissions]"}
 
@@ -142,7 +143,10 @@ def _value(field: str, value: str, source: str, number: int):
 
 def _frame(records: list[dict], kind: str) -> pd.DataFrame:
     columns = [*_COLUMNS[kind], "source", "line"]
-    return pd.DataFrame(records, columns=columns).astype({c: _DTYPES[c] for c in columns if c in _DTYPES})
+    data: dict = {column: [record.get(column) for record in records] for column in columns}
+    for column in _DTYPES.keys() & set(columns):  # at its dtype (an object frame cast is ~5x slower)
+        data[column] = pd.array(data[column], dtype=_DTYPES[column])
+    return pd.DataFrame(data, columns=columns)
 
 
 # used, free and total are each printed in whole MiB: used + free may pass total by their rounding

@@ -148,10 +148,11 @@ class _Rows:
             raise LedgerCsvError(
                 f"{self.name}:{line}: {len(cells)} fields, but the header has {len(self.columns)}"
             )
-        values: dict[str, Any] = {}
-        for column, cell in zip(self.columns, cells):
-            if cell.strip():
-                values[column] = _value(column, cell, self.name, line)
+        values: dict[str, Any] = {
+            column: _value(column, cell, self.name, line)
+            for column, cell in zip(self.columns, cells)
+            if cell.strip()
+        }
         if "rank" not in values:
             raise LedgerCsvError(
                 f"{self.name}:{line}: no rank: every row of a ledger CSV is one rank (column 'rank')"

@@ -134,16 +134,11 @@ EMPTY_ROW: dict = dict.fromkeys(LEDGER_COLUMNS)
 _EVERY_COLUMN = itemgetter(*LEDGER_COLUMNS)
 
 #: Each ledger column's dtype.
-COLUMN_DTYPES = {
-    column: "Int64"
-    if column in INT_COLUMNS
-    else "Float64"
-    if column in FLOAT_COLUMNS
-    else "boolean"
-    if column in BOOL_COLUMNS
-    else "string"
-    for column in LEDGER_COLUMNS
-}
+COLUMN_DTYPES = dict.fromkeys(LEDGER_COLUMNS, "string")
+COLUMN_DTYPES |= {**dict.fromkeys(INT_COLUMNS, "Int64"), **dict.fromkeys(FLOAT_COLUMNS, "Float64")}
+COLUMN_DTYPES |= dict.fromkeys(BOOL_COLUMNS, "boolean")
+#: Each column's dtype object (a dtype's name is looked up in pandas' registry on every use).
+_DTYPES = {column: pd.api.types.pandas_dtype(dtype) for column, dtype in COLUMN_DTYPES.items()}
 
 
 def ledger_frame(rows: list[dict]) -> pd.DataFrame:
@@ -158,7 +153,7 @@ def ledger_columns(rows: list[dict]) -> dict[str, ExtensionArray]:
     for column, cells in zip(LEDGER_COLUMNS, zip(*table) if table else [()] * len(LEDGER_COLUMNS)):
         texts = COLUMN_DTYPES[column] == "string"
         values = [None if missing(value) else str(value) for value in cells] if texts else cells
-        columns[column] = pd.array(values, dtype=COLUMN_DTYPES[column])
+        columns[column] = pd.array(values, dtype=_DTYPES[column])
     return columns
 
 

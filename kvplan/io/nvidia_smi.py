@@ -50,9 +50,7 @@ def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame | None, vllm_pids: Iterab
         ]
         other = pd.NA if apps is None or any(pd.isna(value) for value in used) else int(sum(used))
         rows.append([gpu.get(column) for column in CONTEXT_COLUMNS[:4]] + [other])
-    frame = pd.DataFrame(rows, columns=CONTEXT_COLUMNS)
-    frame["other_process_bytes"] = frame["other_process_bytes"].astype("Int64")
-    return frame
+    return pd.DataFrame(rows, columns=CONTEXT_COLUMNS).astype({"other_process_bytes": "Int64"})
 
 
 def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
@@ -203,7 +201,13 @@ def join_snapshots(
     >>> joined["gpu_name"].unique().tolist(), free[2] // MiB, metadata.warnings[0].code
     (['NVIDIA H100 80GB HBM3'], 2314, 'nvidia-smi-no-process-snapshot')
     """
-    gpus, apps = read_nvidia_smi_snapshots(list(paths))
+    return join_gpu_frames(ledger, *read_nvidia_smi_snapshots(list(paths)), warn=warn)
+
+
+def join_gpu_frames(
+    ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFrame | None, warn: bool = True
+) -> tuple[pd.DataFrame, dict[int, int], ReadMetadata]:
+    """:func:`join_snapshots` of snapshots already read (:func:`read_nvidia_smi_snapshots`)."""
     by_rank = gpu_index_by_rank(ledger, gpus, apps)
     with warnings.catch_warnings():
         if not warn:
@@ -250,10 +254,8 @@ def _records(frame: pd.DataFrame, columns: Iterable[str]) -> list[dict]:
 
 
 def _row_gpu_index(row, by_pid, gpu_index_by_rank, known_indexes) -> int | None:
-    pid = row.get("pid")
+    pid, rank, from_rank = row.get("pid"), row.get("rank"), None
     from_pid = None if pd.isna(pid) else by_pid.get(int(pid))
-    rank = row.get("rank")
-    from_rank = None
     if gpu_index_by_rank is not None and not pd.isna(rank) and int(rank) in gpu_index_by_rank:
         from_rank = int(gpu_index_by_rank[int(rank)])
         if from_rank not in known_indexes:
@@ -269,8 +271,7 @@ def _row_gpu_index(row, by_pid, gpu_index_by_rank, known_indexes) -> int | None:
 
 
 def _where(row) -> str:
-    source = row.get("source", "ledger")
-    rank = row.get("rank")
+    source, rank = row.get("source", "ledger"), row.get("rank")
     return f"{source}, rank {rank}" if not pd.isna(rank) else str(source)
 
 

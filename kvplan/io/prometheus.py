@@ -187,11 +187,8 @@ def _label_int(labels: Mapping[str, str], name: str) -> int | str | None:
 
 
 def _running(where: str, labels: Mapping[str, str]) -> RunningValue:
-    blocks = _label_int(labels, "num_gpu_blocks")
-    return RunningValue(
-        where, labels.get("engine", "0"), _label_int(labels, "kv_cache_memory_bytes"),
-        blocks if isinstance(blocks, int) else None,
-    )  # fmt: skip
+    value, blocks = (_label_int(labels, name) for name in ("kv_cache_memory_bytes", "num_gpu_blocks"))
+    return RunningValue(where, labels.get("engine", "0"), value, blocks if isinstance(blocks, int) else None)
 
 
 def running_values_at(url: str, at: float, match: str | None = None) -> list[RunningValue]:
@@ -274,8 +271,7 @@ def _samples(pages: Iterable[list[Series]], source: str) -> Iterator[Sample]:
             ((t, i, v) for i, s in enumerate(page) for t, v in s.points), key=lambda p: (p[0], p[1])
         )
         for t, i, v in points:
-            labels = page[i].labels
-            yield Sample(labels["__name__"], labels, t, v)
+            yield Sample(page[i].labels["__name__"], page[i].labels, t, v)
         del page, points  # not held while the next page is read
 
 
