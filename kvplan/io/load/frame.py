@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
 import math
 import struct
@@ -264,9 +266,11 @@ class LoadReading:
 
     def records(self, rows: slice | Sequence[int] = slice(None)) -> list[dict]:
         """The ``rows`` (positions) as the JSON rows of ``kvplan load --json`` (:data:`LOAD_ROW_KEYS`)."""
+        return list(map(dict, map(zip, itertools.repeat(LOAD_ROW_KEYS), zip(*self._columns(rows)))))
+
+    def _columns(self, rows: slice | Sequence[int]) -> list[list]:
         part = self.frame.iloc[rows]
-        columns = [time_texts(part).tolist() if k == "time" else json_values(part[k]) for k in LOAD_ROW_KEYS]
-        return list(map(dict, map(zip, itertools.repeat(LOAD_ROW_KEYS), zip(*columns))))
+        return [time_texts(part).tolist() if k == "time" else json_values(part[k]) for k in LOAD_ROW_KEYS]
 
     def json_chunks(self) -> Iterator[bytes]:
         """``{"rows": [...], "warnings": [...]}`` and a newline as JSON (orjson), :data:`JSON_BATCH` rows a piece."""
@@ -277,12 +281,15 @@ class LoadReading:
         yield b'],"warnings":' + orjson.dumps(list(map(str, self.warnings))) + b"}\n"
 
     def write_csv(self, stream: IO[str]) -> None:
-        """Write the rows as CSV (:data:`LOAD_ROW_KEYS`, unknown empty) by ``to_csv``, a batch at a time."""
+        """Write the rows as CSV (:data:`LOAD_ROW_KEYS`, unknown empty) by the writer ``to_csv`` uses, a batch
+        at a time."""
         for start in range(0, max(len(self.frame), 1), JSON_BATCH):
-            rows = self.frame.iloc[start : start + JSON_BATCH]
-            table = rows.loc[:, list(LOAD_ROW_KEYS)]
-            table["time"] = pd.array(time_texts(rows), dtype="string")
-            table.to_csv(stream, index=False, header=start == 0, lineterminator="\n")
+            batch = io.StringIO()
+            writer = csv.writer(batch, lineterminator="\n")
+            if start == 0:
+                writer.writerow(LOAD_ROW_KEYS)
+            writer.writerows(zip(*self._columns(slice(start, start + JSON_BATCH))))
+            stream.write(batch.getvalue())
 
 
 def reading_of(
