@@ -69,86 +69,70 @@ class LoadSource:
 
 
 class RowBuilder:
-    """Load rows appended one at a time (:meth:`add`) or a run of columns at a time (:meth:`extend`), kept in
-    typed columns (about 100 bytes a row) until :meth:`frame`."""
+    """Load rows in typed columns (about 100 bytes a row), one (:meth:`add`) or a run (:meth:`extend`) at a time."""
 
     def __init__(self) -> None:
         self._columns: dict[str, array] = {name: array(code) for name, code in _TYPES.items()}
         self._raw: dict[int, str] = {}
-        self._sources: list[str] = []
-        self._source_codes: dict[str, int] = {}
+        self._sources: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._columns["line"])
 
     def source_code(self, source: str) -> int:
         """The number that stands for ``source`` in the ``source`` column (see :meth:`extend`)."""
-        code = self._source_codes.get(source)
-        if code is None:
-            code = self._source_codes[source] = len(self._sources)
-            self._sources.append(source)
-        return code
+        return self._sources.setdefault(source, len(self._sources))
 
-    def add(
-        self,
-        source: str,
-        line: int,
-        time: datetime | None,
-        values: Mapping[str, object],
-        *,
-        event: str | None = None,
-        raw: str = "",
-    ) -> int:
-        """Append a row (a value ``None`` or missing is unknown; ``kind`` ``"log"`` and ``year_known`` True
-        unless given); returns its index. A whole number beyond 64 bits is a :class:`LoadFormatError`."""
-        row = {
-            "source": self.source_code(source),
-            "time": UNKNOWN_NUMBER if time is None else (time - EPOCH) // MICROSECOND,
-            "line": line,
-            **{name: _packed(values.get(name), LOAD_COLUMNS[name]) for name in _NUMBERS[1:]},
-            "event": _EVENT_CODES.index(event),
-            "kind": KINDS.index(values.get("kind") or "log"),
-            "year_known": values.get("year_known") is None or bool(values.get("year_known")),
-        }
-        if values.get("restarts") is None:
-            row["restarts"] = 0
-        fields = [row[name] for name in _FIELDS]
+    def add(self, row: Mapping[str, Any]) -> None:
+        """Append a row of :data:`LOAD_COLUMNS` values (``None`` or missing: unknown; ``kind`` ``"log"``,
+        ``year_known`` True, ``restarts`` 0 unless given); a number beyond 64 bits is a :class:`LoadFormatError`."""
+        time = row.get("time")
+        fields = [
+            self.source_code(row["source"]),
+            UNKNOWN_NUMBER if time is None else (time - EPOCH) // MICROSECOND,
+            *(_packed(row.get(name), LOAD_COLUMNS[name]) for name in _NUMBERS),
+            _EVENT_CODES.index(row.get("event")),
+            KINDS.index(row.get("kind") or "log"),
+            row.get("year_known") is None or bool(row.get("year_known")),
+        ]
+        if row.get("restarts") is None:
+            fields[_FIELDS.index("restarts")] = 0
         try:
             _LAYOUT.pack(*fields)
         except struct.error as exc:
-            raise LoadFormatError(f"{source}:{line}: a number too large to hold ({exc})") from None
+            raise LoadFormatError(
+                f"{row['source']}:{row['line']}: a number too large to hold ({exc})"
+            ) from None
         for column, value in zip(self._columns.values(), fields):
             column.append(value)  # each fits: checked by _LAYOUT
-        if event is not None and raw:
-            self._raw[len(self) - 1] = raw
-        return len(self) - 1
+        if row.get("event") is not None and row.get("raw"):
+            self._raw[len(self) - 1] = row["raw"]
 
     def extend(self, count: int, columns: Mapping[str, Any]) -> None:
-        """Append ``count`` rows a column at a time (the whole-line engine): each builder column (``source``
-        as its :meth:`source_code`, ``time`` in µs since year 1, ``event`` and ``kind`` as their index,
-        unknown :data:`UNKNOWN_NUMBER` or ``NaN``) as ``count`` values or the one value all share."""
+        """Append ``count`` rows (the whole-line engine): each column (``source`` as its :meth:`source_code`,
+        ``time`` in µs since year 1, codes for ``event``, ``kind``) as ``count`` values or one shared value."""
         for name, column in self._columns.items():
             values = columns[name]
             if isinstance(values, (int, float)):
                 column.extend(array(column.typecode, [values]) * count)
             else:
-                values = values if isinstance(values, list) else list(values)
-                column.frombytes(struct.pack(f"{len(values)}{column.typecode}", *values))
+                column.frombytes(struct.pack(f"{count}{column.typecode}", *values))
 
     def frame(self) -> pd.DataFrame:
         """The rows as the :data:`LOAD_COLUMNS` frame (unknown, ``NaN`` and ``±Inf`` are ``NA``)."""
-        data: dict[str, object] = {}
-        sources = np.array(self._sources, dtype=object)
+        sources = np.array(list(self._sources), dtype=object)
         codes = np.frombuffer(self._columns["source"], dtype=np.int32)
-        data["source"] = pd.array(sources[codes] if len(sources) else [], dtype="string")
+        data = {"source": pd.array(sources[codes] if len(sources) else [], dtype="string")}
         micros = np.frombuffer(self._columns["time"], dtype=np.int64)
-        unix = np.where(micros == UNKNOWN_NUMBER, micros, micros - _UNIX_MICROS)  # the sentinel is NaT
-        data["time"] = unix.view("datetime64[us]")
+        data["time"] = np.where(micros == UNKNOWN_NUMBER, micros, micros - _UNIX_MICROS).view(
+            "datetime64[us]"
+        )
         for name in _NUMBERS:
-            values = np.frombuffer(self._columns[name], dtype=_TYPES[name])
-            column = pd.array(values, dtype=LOAD_COLUMNS[name])
-            column[(values == UNKNOWN_NUMBER) if _TYPES[name] == "q" else ~np.isfinite(values)] = pd.NA
-            data[name] = column
+            values = np.array(self._columns[name], dtype=_TYPES[name])
+            if _TYPES[name] == "q":
+                data[name] = pd.arrays.IntegerArray(values, values == UNKNOWN_NUMBER)
+            else:
+                data[name] = pd.arrays.FloatingArray(values, ~np.isfinite(values))
         for name, names in (("event", _EVENT_CODES), ("kind", KINDS)):
             texts = np.array(names, dtype=object)[np.frombuffer(self._columns[name], dtype=np.uint8)]
             data[name] = pd.array(texts, dtype="string")
@@ -186,19 +170,12 @@ def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
         yield tail
 
 
-def frame_of(rows: Iterable[Mapping[str, object]]) -> pd.DataFrame:
+def frame_of(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """The load frame of rows given as mappings of :data:`LOAD_COLUMNS` names (``source``, ``line`` required)."""
-    rows_builder = RowBuilder()
+    builder = RowBuilder()
     for row in rows:
-        rows_builder.add(
-            str(row["source"]),
-            int(row["line"]),  # type: ignore[call-overload]
-            row.get("time"),  # type: ignore[arg-type]
-            row,
-            event=row.get("event"),  # type: ignore[arg-type]
-            raw=str(row.get("raw") or ""),
-        )
-    return rows_builder.frame()
+        builder.add(row)
+    return builder.frame()
 
 
 def time_texts(frame: pd.DataFrame) -> np.ndarray:

@@ -121,14 +121,8 @@ class StatsLog:
         """Open a new row from ``record`` (its time shifted to UTC when the offset is given)."""
         self.close()
         time = record.time + self.shift if record.time is not None and self.shift else record.time
-        row = {
-            "engine": record.engine_prefix,
-            "restarts": self.restarts,
-            "year_known": record.year_known,
-            **values,
-            "line": record.line,
-            "time": time,
-        }
+        row = {"engine": record.engine_prefix, "restarts": self.restarts, "year_known": record.year_known}
+        row.update(values, source=self.source, line=record.line, time=time)
         if values.get("event") is not None:
             row["raw"] = record.message
         self.last, self.last_form = row, form
@@ -136,9 +130,8 @@ class StatsLog:
 
     def close(self) -> None:
         if self.last is not None:
-            row, self.last = self.last, None
-            line, time, event, raw = row.pop("line"), row.pop("time"), row.get("event"), row.get("raw", "")
-            self.rows.add(self.source, line, time, row, event=event, raw=raw)
+            self.rows.add(self.last)
+            self.last = None
 
 
 def parse_stats_text(
