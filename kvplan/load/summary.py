@@ -1,6 +1,4 @@
-"""A load run in numbers, column-wise: :func:`load_timeline` and :func:`load_summary`. Usage in percent (0–100),
-throughput in tokens/s, capacity in tokens.
-"""
+"""A load run in numbers, column-wise: :func:`load_timeline` and :func:`load_summary` (usage [%], tokens/s)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""The load frame: readers append rows to a :class:`RowBuilder`, which gives the
-:data:`~kvplan.columns.LOAD_COLUMNS` frame; a :class:`LoadReading` is that frame, its
-:class:`~kvplan.io.metadata.ReadMetadata` and each file's :class:`LoadSource`.
-"""
+"""The :data:`~kvplan.columns.LOAD_COLUMNS` frame, built by a :class:`RowBuilder`; a :class:`LoadReading` is
+that frame, its :class:`~kvplan.io.metadata.ReadMetadata` and each file's :class:`LoadSource`."""
 
 from __future__ import annotations
 
@@ -151,8 +149,7 @@ def _packed(value: object, dtype: str) -> object:
 
 
 def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
-    """The lines of a text file without their line break; a line longer than :data:`MAX_LINE_CHARS` is a
-    :class:`LoadFormatError` naming file and line (memory stays bounded)."""
+    """The lines of a text file without their break; one longer than :data:`MAX_LINE_CHARS` is a :class:`LoadFormatError`."""
     tail, number = "", 0
     for block in iter(lambda: stream.read(READ_CHARS), ""):
         lines = (tail + block).split("\n")
@@ -258,8 +255,7 @@ class LoadReading:
         yield b'],"warnings":' + orjson.dumps(list(map(str, self.warnings))) + b"}\n"
 
     def write_csv(self, stream: IO[str]) -> None:
-        """Write the rows as CSV (:data:`LOAD_ROW_KEYS`, unknown empty) by the writer ``to_csv`` uses, a batch
-        at a time."""
+        """Write the rows as CSV (:data:`LOAD_ROW_KEYS`, unknown empty) by ``to_csv``'s writer, a batch at a time."""
         for start in range(0, max(len(self.frame), 1), JSON_BATCH):
             batch = io.StringIO()
             writer = csv.writer(batch, lineterminator="\n")
@@ -279,8 +275,7 @@ def reading_of(
 
 
 def counter_increase(previous: float | None, current: float | None) -> float | None:
-    """Increase of a counter between two scrapes; one that went down was reset (a restart), and its
-    increase is the new value, as in Prometheus' ``rate()``."""
+    """Increase of a counter between two scrapes; after a reset (it went down) the new value, as ``rate()``."""
     if previous is None or current is None:
         return None
     return current - previous if current >= previous else current

@@ -1,8 +1,6 @@
-"""Read a vLLM server log under load (``vllm-load-formats.md``): V0 and V1 stats messages, V0's preemption
-warning, one event per run of ERROR records (``oom`` when one says ``CUDA out of memory``). Records come from
-:mod:`.records`; runs of default V1 stats lines go to the sealed engine :mod:`.engine`. A server start after
-rows is a restart; long gaps between stats lines are warned about.
-"""
+"""Read a vLLM server log under load (``vllm-load-formats.md``): V0/V1 stats messages, V0's preemption warning,
+one event per run of ERROR records (``oom`` for ``CUDA out of memory``), restarts, gaps; records from :mod:`.records`,
+runs of default V1 stats lines through the sealed engine :mod:`.engine`."""
 
 from __future__ import annotations
 

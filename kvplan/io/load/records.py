@@ -1,9 +1,7 @@
-"""The records of a vLLM server log as a stream: ``LEVEL MM-DD HH:MM:SS [file.py:N] message`` each.
-
-Tolerated: ANSI colours, process prefixes, docker ``--timestamps`` and ``[YYYY-MM-DD HH:MM:SS]`` stamps in front
-(they give the year), ``VLLM_LOGGING_CONFIG_PATH``'s ``YYYY-MM-DD HH:MM:SS - logger - LEVEL - message``, several
-records on one line, a record hard-wrapped at column 159, and messages whose header was lost (no time).
-"""
+"""The records of a vLLM server log as a stream, ``LEVEL MM-DD HH:MM:SS [file.py:N] message`` each; tolerated:
+ANSI colours, process prefixes, docker ``--timestamps`` and ``[YYYY-MM-DD HH:MM:SS]`` stamps (they give the year),
+``VLLM_LOGGING_CONFIG_PATH``'s ``YYYY-MM-DD HH:MM:SS - logger - LEVEL - message``, several records on a line,
+a record hard-wrapped at column 159, messages whose header was lost (no time)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""From /metrics scrapes to load rows: one row per scrape and engine, with rates and preemptions between
-scrapes. Counters that went down, or whose ``_created`` time changed, were reset by a restart and count from
-zero; a KV usage outside 0–1 is unknown, with a warning.
-"""
+"""From /metrics scrapes to load rows, one per scrape and engine, with rates and preemptions between scrapes;
+counters that went down or got a new ``_created`` time were reset by a restart."""
 
 from __future__ import annotations
 
