@@ -117,28 +117,30 @@ class RowBuilder:
                 column.frombytes(struct.pack(f"{count}{column.typecode}", *values))
 
     def frame(self) -> pd.DataFrame:
-        """The rows as the :data:`LOAD_COLUMNS` frame (unknown, ``NaN`` and ``±Inf`` are ``NA``)."""
+        """The rows as the :data:`LOAD_COLUMNS` frame (unknown, ``NaN`` and ``±Inf`` are ``NA``); empties the
+        builder column by column, so that the rows are held about once."""
+        count, columns = len(self), self._columns
         sources = np.array(list(self._sources), dtype=object)
-        codes = np.frombuffer(self._columns["source"], dtype=np.int32)
+        codes = np.frombuffer(columns.pop("source"), dtype=np.int32)
         data = {"source": pd.array(sources[codes] if len(sources) else [], dtype="string")}
-        micros = np.frombuffer(self._columns["time"], dtype=np.int64)
+        micros = np.frombuffer(columns.pop("time"), dtype=np.int64)
         data["time"] = np.where(micros == UNKNOWN_NUMBER, micros, micros - _UNIX_MICROS).view(
             "datetime64[us]"
         )
         for name in _NUMBERS:
-            values = np.array(self._columns[name], dtype=_TYPES[name])
+            values = np.array(columns.pop(name), dtype=_TYPES[name])
             if _TYPES[name] == "q":
                 data[name] = pd.arrays.IntegerArray(values, values == UNKNOWN_NUMBER)
             else:
                 data[name] = pd.arrays.FloatingArray(values, ~np.isfinite(values))
         for name, names in (("event", _EVENT_CODES), ("kind", KINDS)):
-            texts = np.array(names, dtype=object)[np.frombuffer(self._columns[name], dtype=np.uint8)]
+            texts = np.array(names, dtype=object)[np.frombuffer(columns.pop(name), dtype=np.uint8)]
             data[name] = pd.array(texts, dtype="string")
-        data["year_known"] = pd.array(np.frombuffer(self._columns["year_known"], np.uint8) == 1, "boolean")
-        raw = np.full(len(self), None, dtype=object)
+        data["year_known"] = pd.array(np.frombuffer(columns.pop("year_known"), np.uint8) == 1, "boolean")
+        raw = np.full(count, None, dtype=object)
         raw[list(self._raw)] = list(self._raw.values())
         data["raw"] = pd.array(raw, dtype="string")
-        return pd.DataFrame(data, columns=list(LOAD_COLUMNS))
+        return pd.DataFrame(data, columns=list(LOAD_COLUMNS), copy=False)
 
 
 def _packed(value: object, dtype: str) -> object:

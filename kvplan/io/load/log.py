@@ -191,7 +191,7 @@ def parse_stats_lines(
     if utc_offset is None and offset is not None:
         frame["time"] += log_time_shift(offset)
     warnings += log.warnings + _warnings(log, frame)
-    if not log.rows:
+    if frame.empty:
         warnings.append(
             f"{source}: startup lines only, no stats line, preemption or OOM line "
             "(idle intervals are logged at DEBUG)"
