@@ -50,7 +50,8 @@ def take_stats_lines(
     counts = (
         _numbers(preemptions, int)
         if None not in preemptions
-        else [UNKNOWN_NUMBER] * unknown + _numbers(preemptions[unknown:], _count_or_zero)
+        else [UNKNOWN_NUMBER] * unknown
+        + _numbers(preemptions[unknown:], lambda text: 0 if text is None else int(text))
     )
     log.rows.extend(
         count,
@@ -93,10 +94,6 @@ def _unknown_preemptions(found: list[re.Match], preemptions: list[str | None]) -
 
 def _group(found: list[re.Match], name: str) -> list:
     return list(map(operator.itemgetter(name), found))
-
-
-def _count_or_zero(text: str | None) -> int:
-    return 0 if text is None else int(text)
 
 
 def _numbers(texts: Sequence[str], kind: Callable[[str], int | float]) -> list:

@@ -53,8 +53,7 @@ class LoadFormatError(ValueError):
 
 @dataclass(frozen=True)
 class LoadSource:
-    """What one file says about its server: KV capacity [tokens], the manual ``--kv-cache-memory-bytes``
-    [bytes], whether it can show preemptions (V1 logs before 0.11.1 cannot), a log's UTC offset [h]."""
+    """What a file says of its server: KV capacity [tokens], manual KV bytes, preemptions, UTC offset [h]."""
 
     source: str
     kind: str
@@ -67,7 +66,7 @@ class LoadSource:
 
 
 class RowBuilder:
-    """Load rows in typed columns (about 100 bytes a row), one (:meth:`add`) or a run (:meth:`extend`) at a time."""
+    """Load rows in typed columns (about 100 bytes a row), added one or a run (:meth:`extend`) at a time."""
 
     def __init__(self) -> None:
         self._columns: dict[str, array] = {name: array(code) for name, code in _TYPES.items()}
@@ -82,8 +81,7 @@ class RowBuilder:
         return self._sources.setdefault(source, len(self._sources))
 
     def add(self, row: Mapping[str, Any]) -> None:
-        """Append a row of :data:`LOAD_COLUMNS` values (``None`` or missing: unknown; ``kind`` ``"log"``,
-        ``year_known`` True, ``restarts`` 0 unless given); a number beyond 64 bits is a :class:`LoadFormatError`."""
+        """Append a row of :data:`LOAD_COLUMNS` values (missing: unknown; else a log row, year known)."""
         time = row.get("time")
         fields = [
             self.source_code(row["source"]),
@@ -107,8 +105,7 @@ class RowBuilder:
             self._raw[len(self) - 1] = row["raw"]
 
     def extend(self, count: int, columns: Mapping[str, Any]) -> None:
-        """Append ``count`` rows (the whole-line engine): each column (``source`` as its :meth:`source_code`,
-        ``time`` in µs since year 1, codes for ``event``, ``kind``) as ``count`` values or one shared value."""
+        """Append ``count`` rows, a column's values or one shared value each (codes; time in µs since year 1)."""
         for name, column in self._columns.items():
             values = columns[name]
             if isinstance(values, (int, float)):
@@ -117,8 +114,7 @@ class RowBuilder:
                 column.frombytes(struct.pack(f"{count}{column.typecode}", *values))
 
     def frame(self) -> pd.DataFrame:
-        """The rows as the :data:`LOAD_COLUMNS` frame (unknown, ``NaN`` and ``±Inf`` are ``NA``); empties the
-        builder column by column, so that the rows are held about once."""
+        """The rows as the :data:`LOAD_COLUMNS` frame (unknown, ``NaN``, ``±Inf``: ``NA``); empties the builder."""
         count, columns = len(self), self._columns
         sources = np.array(list(self._sources), dtype=object)
         codes = np.frombuffer(columns.pop("source"), dtype=np.int32)
@@ -151,7 +147,7 @@ def _packed(value: object, dtype: str) -> object:
 
 
 def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
-    """The lines of a text file without their break; one longer than :data:`MAX_LINE_CHARS` is a :class:`LoadFormatError`."""
+    """The lines of a text file without their break; a longer one than :data:`MAX_LINE_CHARS` is refused."""
     tail, number = "", 0
     for block in iter(lambda: stream.read(READ_CHARS), ""):
         lines = (tail + block).split("\n")
@@ -217,8 +213,7 @@ def json_values(column: pd.Series) -> list:
 
 @dataclass(frozen=True, eq=False)
 class LoadReading:
-    """One load-test run: the frame, its metadata and each file's :class:`LoadSource`; unpacks as
-    ``frame, metadata``."""
+    """A load-test run: frame, metadata, each file's :class:`LoadSource`; unpacks as ``frame, metadata``."""
 
     frame: pd.DataFrame
     metadata: ReadMetadata = field(default_factory=ReadMetadata)

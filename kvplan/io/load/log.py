@@ -1,6 +1,6 @@
-"""Read a vLLM server log under load (``vllm-load-formats.md``): V0/V1 stats messages, V0's preemption warning,
-one event per run of ERROR records (``oom`` for ``CUDA out of memory``), restarts, gaps; records from :mod:`.records`,
-runs of default V1 stats lines through the sealed engine :mod:`.engine`."""
+"""Read a vLLM server log under load (``vllm-load-formats.md``): V0/V1 stats messages, V0's preemption
+warning, an event per run of ERROR records (``oom``: ``CUDA out of memory``), restarts, gaps; records from
+:mod:`.records`, runs of default V1 stats lines through the sealed engine :mod:`.engine`."""
 
 from __future__ import annotations
 

@@ -70,7 +70,7 @@ def _comment_time(line: str) -> datetime | None:
     if not match:
         return None
     if match.group("epoch"):
-        return datetime.fromtimestamp(float(match.group("epoch")), tz=timezone.utc).replace(tzinfo=None)
+        return unix_time(float(match.group("epoch")))
     stamp = datetime.fromisoformat(match.group("iso").replace("Z", "+00:00").replace(" ", "T"))
     return stamp.astimezone(timezone.utc).replace(tzinfo=None) if stamp.tzinfo else stamp
 

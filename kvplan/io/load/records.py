@@ -57,15 +57,6 @@ class StatsRecord(NamedTuple):
     utc_offset_minutes: int | None = None  # from a docker --timestamps UTC stamp in front
 
 
-def _clean(line: str) -> str:
-    """A physical line without its newline, carriage return and ANSI colours."""
-    if line.endswith("\n"):
-        line = line[:-1]
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
-    return line.rstrip("\r")
-
-
 def _first_header(line: str) -> re.Match | None:
     """``_HEADER.search(line)``, tried first where a header usually stands (after a process prefix)."""
     start = line.find(") ") + 2 if line.startswith("(") else 0
@@ -113,7 +104,8 @@ class _Joiner:
 
     def push(self, physical: str) -> list[tuple[int, str]]:
         """The (first line number, text) of each logical line that ``physical`` completes."""
-        line = _clean(physical)
+        line = physical[:-1] if physical.endswith("\n") else physical  # without newline, CR and ANSI colours
+        line = (_ANSI.sub("", line) if "\x1b" in line else line).rstrip("\r")
         self.number += 1
         done = []
         if self.held is not None:
@@ -139,9 +131,8 @@ class _Joiner:
 
 
 class RecordReader:
-    """The records of a log, pushed a physical line at a time (:meth:`push`) or read whole (:meth:`read`).
-    The year comes from ``year``, an outer stamp, or stays unknown, and moves on at New Year; a stamp that
-    names no real time (``02-30``) is a :class:`LoadFormatError`.
+    """The records of a log, a physical line at a time (:meth:`push`) or whole (:meth:`read`); the year (``year``
+    or an outer stamp) moves on at New Year; a stamp of no real time is a :class:`LoadFormatError`.
 
     >>> reader = RecordReader(2026)
     >>> lines = ["INFO 12-31 23:59:50 [a.py:1] x", "INFO 01-01 00:00:00 [a.py:1] y"]
@@ -219,9 +210,9 @@ class RecordReader:
         other: Callable[[str], None],
         shift_micros: int = 0,
     ) -> None:
-        """Read ``lines``: each run of lines that ``whole`` matches (groups 1–2 ``MM-DD``, ``HH:MM:SS``) on one
-        day goes to ``take(matches, first line, µs since year 1 + shift_micros each, year known)``, which
-        returns how many it took; other lines, and the first one ``take`` leaves, go to ``other``."""
+        """Read ``lines``: runs that ``whole`` matches (groups 1–2 ``MM-DD``, ``HH:MM:SS``) go a day at a time
+        to ``take(matches, first line, µs since year 1 + shift each, year known)``, which returns how many it
+        took; the others go to ``other``."""
         lines = iter(lines)
         for block in iter(lambda: list(itertools.islice(lines, READ_BLOCK)), []):
             found = list(map(whole.match, block))
@@ -246,8 +237,7 @@ class RecordReader:
         take: Callable[[list[re.Match], int, list[int], bool], int],
         shift_micros: int,
     ) -> int:
-        """Hand ``found`` to ``take`` a day at a time, as far as :meth:`push` would read alike: up to a line
-        of the wrap width, a stamp of no real time or shifted out of datetime's years; returns lines taken."""
+        """Hand ``found`` to ``take`` as far as :meth:`push` would read alike; returns the lines taken."""
         joiner = self.lines
         ends = list(map(re.Match.end, found))
         if joiner.wrap_width in ends:
@@ -284,8 +274,7 @@ class RecordReader:
         return taken
 
     def _stamp(self, month_day: str, clock: str) -> tuple[int, int, str, int] | None:
-        """(year, month, ``MM-DD``, midnight [µs since year 1]) of the next line's stamp as :meth:`push`
-        reads it; ``None`` when it names no real time."""
+        """(year, month, ``MM-DD``, midnight [µs since year 1]) of the next stamp; ``None``: no real time."""
         month = int(month_day[:2])
         year = self.year_value + (self.last_month is not None and month < self.last_month)
         try:
@@ -325,8 +314,7 @@ def log_time_shift(utc_offset: float | None) -> timedelta:
 def utc_offset_hours(
     source: str, stamped: set[int], given: float | None, warnings: list[str]
 ) -> float | None:
-    """The log's UTC offset [h]: the one given, else the one its docker stamps (offsets [min]) agree on,
-    else ``None``; the decision is said in ``warnings``."""
+    """The log's UTC offset [h]: the one given, else its docker stamps' when they agree (said in ``warnings``)."""
     hours = sorted({minutes / 60 for minutes in stamped})
     if given is not None:
         if hours and hours != [given]:
