@@ -94,42 +94,6 @@ def _split(start: int, line: str) -> Iterator[tuple[int, str, re.Match | None, s
         yield start, before, header, message.strip()
 
 
-class _Joiner:
-    """Physical lines pushed one at a time, given back as logical lines (a hard-wrapped record joined)."""
-
-    def __init__(self, wrap_width: int) -> None:
-        self.wrap_width = wrap_width
-        self.number = 0  # physical lines pushed
-        self.held: tuple[int, str] | None = None  # a line of wrap_width characters, maybe continued
-
-    def push(self, physical: str) -> list[tuple[int, str]]:
-        """The (first line number, text) of each logical line that ``physical`` completes."""
-        line = physical[:-1] if physical.endswith("\n") else physical  # without newline, CR and ANSI colours
-        line = (_ANSI.sub("", line) if "\x1b" in line else line).rstrip("\r")
-        self.number += 1
-        done = []
-        if self.held is not None:
-            start, held = self.held
-            self.held = None
-            if not _find_headers(line):  # the continuation of a wrapped record
-                held += line
-                if len(held) == self.wrap_width:  # an empty continuation: still wrapped
-                    self.held = (start, held)
-                    return []
-                return [(start, held)]
-            done.append((start, held))
-        if len(line) == self.wrap_width:
-            self.held = (self.number, line)
-            return done
-        done.append((self.number, line))
-        return done
-
-    def finish(self) -> list[tuple[int, str]]:
-        """The logical line still held at the end of the log."""
-        held, self.held = self.held, None
-        return [] if held is None else [held]
-
-
 class RecordReader:
     """The records of a log, a physical line at a time (:meth:`push`) or whole (:meth:`read`); the year (``year``
     or an outer stamp) moves on at New Year; a stamp of no real time is a :class:`LoadFormatError`.
@@ -145,18 +109,37 @@ class RecordReader:
         self.known = year is not None  # whether the year of the records so far is known
         self.year_value = year if year is not None else PLACEHOLDER_YEAR
         self.last_month: int | None = None
-        self.lines = _Joiner(wrap_width)
+        self.wrap_width = wrap_width
+        self.number = 0  # physical lines pushed
+        self.held: tuple[int, str] | None = None  # a line of wrap_width characters, maybe continued
         self._day: str | None = None  # "MM-DD" of the last line :meth:`read` took whole, while current
         self._midnight = 0  # its midnight [µs since year 1]
 
     def push(self, physical: str) -> Iterator[StatsRecord]:
-        """The records that the physical line completes."""
-        for start, line in self.lines.push(physical):
-            yield from self._records(start, line)
+        """The records that the physical line completes (a hard-wrapped record joined)."""
+        line = physical[:-1] if physical.endswith("\n") else physical  # without newline, CR and ANSI colours
+        line = (_ANSI.sub("", line) if "\x1b" in line else line).rstrip("\r")
+        self.number += 1
+        if self.held is not None:
+            (start, held), self.held = self.held, None
+            if not _find_headers(line):  # the continuation of a wrapped record
+                held += line
+                if len(held) == self.wrap_width:  # an empty continuation: still wrapped
+                    self.held = (start, held)
+                else:
+                    yield from self._records(start, held)
+                return
+            yield from self._records(start, held)
+        if len(line) == self.wrap_width:
+            self.held = (self.number, line)
+        else:
+            yield from self._records(self.number, line)
 
     def finish(self) -> Iterator[StatsRecord]:
-        for start, line in self.lines.finish():
-            yield from self._records(start, line)
+        """The records of the line still held at the end of the log."""
+        if self.held is not None:
+            (start, held), self.held = self.held, None
+            yield from self._records(start, held)
 
     def _records(self, start: int, line: str) -> Iterator[StatsRecord]:
         for number, before, header, message in _split(start, line):
@@ -221,7 +204,7 @@ class RecordReader:
             position = 0
             for miss in misses:
                 while position < miss:
-                    if self.lines.held is None:  # else a wrapped record may go on here
+                    if self.held is None:  # else a wrapped record may go on here
                         position += self._take_run(found[position:miss], take, shift_micros)
                         if position == miss:
                             break
@@ -238,10 +221,9 @@ class RecordReader:
         shift_micros: int,
     ) -> int:
         """Hand ``found`` to ``take`` as far as :meth:`push` would read alike; returns the lines taken."""
-        joiner = self.lines
         ends = list(map(re.Match.end, found))
-        if joiner.wrap_width in ends:
-            found = found[: ends.index(joiner.wrap_width)]
+        if self.wrap_width in ends:
+            found = found[: ends.index(self.wrap_width)]
         if not found:
             return 0
         all_clocks = list(map(_CLOCK_GROUP, found))
@@ -264,8 +246,8 @@ class RecordReader:
             if shift_micros and micros and (min(micros) < 0 or max(micros) > _LAST_MICROS):
                 count = next(n for n, value in enumerate(micros) if not 0 <= value <= _LAST_MICROS)
                 del micros[count:]
-            got = take(found[taken : taken + count], joiner.number + 1, micros, self.known) if count else 0
-            joiner.number += got
+            got = take(found[taken : taken + count], self.number + 1, micros, self.known) if count else 0
+            self.number += got
             taken += got
             if got and state is not None:
                 self.year_value, self.last_month, self._day, self._midnight = state
