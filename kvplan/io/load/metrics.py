@@ -108,29 +108,24 @@ def _chunks(lines: Iterable[str]) -> Iterator[_Chunk]:
     """The scrapes of a file, one at a time."""
     current: _Chunk | None = None
     for number, line in enumerate(lines, start=1):
-        stamp = _comment_time(line) if line.lstrip().startswith("#") else None
         stripped = line.strip()
-        if stamp is not None:
-            if current is not None and not current.has_samples and current.time is None:
-                current.time = stamp
-            else:
-                if current is not None and current.has_samples:
-                    yield current
-                current = _Chunk(number, stamp)
+        comment = stripped.startswith("#")
+        stamp = _comment_time(line) if comment else None
+        declaration = _DECLARATION.match(stripped) if comment else None
+        series = _series(stripped) if stripped and not comment else None
+        if stamp is not None and current is not None and not current.has_samples and current.time is None:
+            current.time = stamp
             continue
-        declaration = _DECLARATION.match(stripped) if stripped.startswith("#") else None
-        series = _series(stripped) if stripped and not stripped.startswith("#") else None
-        if current is None or (declaration and declaration.groups() in current.declared):
+        repeated = series is not None and current is not None and series[0] in current.series
+        if stamp or current is None or repeated or (declaration and declaration.groups() in current.declared):
             if current is not None and current.has_samples:
                 yield current
-            current = _Chunk(number, None)
-        elif series is not None and series[0] in current.series:
-            if current.has_samples:
-                yield current
-            current = _Chunk(number, None, repeated=series[1])
+            current = _Chunk(number, stamp, repeated=series[1] if series and repeated else None)
+            if stamp is not None:
+                continue
         if declaration:
             current.declared.add(declaration.groups())
-        elif stripped and not stripped.startswith("#"):
+        elif stripped and not comment:
             current.has_samples = True
             if series is not None:
                 current.series.add(series[0])
