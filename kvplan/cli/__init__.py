@@ -1,11 +1,6 @@
-"""The ``kvplan`` command: parse arguments, call the library, format the answer.
-
-Every command prints one JSON object with ``--json`` and a readable table without it; bad input exits 2
-with one ``error: …`` line on stderr. :mod:`~kvplan.cli.common` holds what the commands share. Each command
-is declared in :data:`COMMANDS` (its module and one-line summary, in ``--help`` order); its module is imported
-and its ``add_<command>(parser)`` adds the arguments only when the command runs, so that ``kvplan X`` imports
-what X needs and nothing else. Commands only parse, call the library and format: the decision is
-:func:`kvplan.plan.decide`'s.
+"""The ``kvplan`` command: parse arguments, call the library, format the answer (a table, or one JSON
+object with ``--json``; bad input: one ``error: …`` line, exit 2). A command's module is imported, and its
+``add_<command>(parser)`` called, only when it runs, so that ``kvplan X`` imports what X needs.
 
 >>> sorted(build_parser().parse_args(["drift", "--ref-free", "42GiB", "--ref-budget", "30GiB",
 ...     "--boot-free", "40.75GiB", "--guard", "0.5GiB"]).__dict__)[:3]
@@ -35,8 +30,7 @@ from kvplan.cli.common import (
 )
 from kvplan.cli.common import print_json as _print_json  # tests/test_load.py checks it by this name
 
-#: Every subcommand in ``--help`` order: the module of :mod:`kvplan.cli` whose ``add_<command>(parser)``
-#: adds its arguments, and its one-line summary.
+#: Every subcommand in ``--help`` order: its module of :mod:`kvplan.cli` and its one-line summary.
 COMMANDS = {
     "budget": ("budget", "uniform --kv-cache-memory-bytes from vLLM logs (or per-rank room) and a reserve"),
     "ledger": ("ledger", "read vLLM startup logs into the per-rank ledger (one row per boot × rank)"),
@@ -55,15 +49,13 @@ COMMANDS = {
 
 
 class _Commands(argparse._SubParsersAction):
-    """The subcommands of :data:`COMMANDS`: a command's arguments are added when it is chosen (or all at
-    once, :meth:`add_arguments`), so that its module is imported only then."""
+    """The subcommands of :data:`COMMANDS`, each command's arguments added when it is chosen."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.added: set[str] = set()
 
     def add_arguments(self, name: str) -> None:
-        """Add command ``name``'s arguments to its parser (once)."""
         if name not in self.added:
             self.added.add(name)
             module = import_module(f"kvplan.cli.{COMMANDS[name][0]}")
@@ -75,7 +67,7 @@ class _Commands(argparse._SubParsersAction):
 
 
 class _Version(argparse.Action):
-    """``--version``: print ``kvplan VERSION`` and exit 0; the version is read only when asked for."""
+    """``--version``: print ``kvplan VERSION`` and exit 0."""
 
     def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
         super().__init__(
@@ -101,8 +93,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser(every_command: bool = True) -> argparse.ArgumentParser:
-    """The argument parser of every subcommand; without ``every_command``, a command's arguments are added
-    when it is parsed (:class:`_Commands`)."""
+    """The argument parser; without ``every_command``, a command's arguments are added when it is parsed."""
     parser = _Parser(
         prog="kvplan",
         description="Safe, evidenced per-GPU KV-cache budgets from vLLM startup logs: read a launch's "
@@ -129,11 +120,8 @@ def build_parser(every_command: bool = True) -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run one ``kvplan`` command; returns the exit status (0 ok, 1 failed check, 2 bad input).
-
-    The cyclic collector is paused for the command (the process is its own, unlike a notebook's kernel):
-    its millions of small objects make no cycles, and each full collection walks them all (9 % of a 300 MB
-    log's read)."""
+    """Run one ``kvplan`` command with the cyclic collector paused (the process is its own, unlike a notebook
+    kernel); returns the exit status (0 ok, 1 failed check, 2 bad input)."""
     collecting = gc.isenabled()
     gc.disable()
     try:
@@ -144,7 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    """Run the parsed command, its errors as one line and exit 2, the warnings it left unsaid after."""
+    """Run the parsed command: its errors as one line and exit 2, then the warnings it left unsaid."""
     notes: list[str] = []
     try:
         with reader_warnings_into(notes):  # what a command did not report itself

@@ -1,6 +1,5 @@
 """The bundle's commands: ``kvplan approve`` (write one), ``kvplan verify`` (re-check one) and ``kvplan export``
-(an approved launch as a deployment reads it, :data:`kvplan.export.EXPORTERS`, or vLLM's startup plan files).
-"""
+(its launch as a deployment reads it)."""
 
 from __future__ import annotations
 
@@ -14,13 +13,15 @@ from pathlib import Path
 from kvplan.cli.common import (
     EXIT_FAIL,
     EXIT_OK,
-    LAYOUT_OPTIONS,
     MODEL_ONLY_OPTIONS,
     CliError,
+    add_admission_arguments,
     add_load_arguments,
     add_model_arguments,
     add_nvidia_smi_argument,
+    admission_from_args,
     describe,
+    layout_options,
     load_policy,
     positive_int,
     print_json,
@@ -39,10 +40,9 @@ from kvplan.escape import terminal_text
 from kvplan.units import format_budget
 
 APPROVE_HELP = """\
-Compute the uniform budget from the logs of a profiled boot and write it, with its evidence, to a new folder
-OUT/<date>-<hash> (never overwritten). With --load, the load test of a canary at that value joins the evidence
-and its checks (no OOM, preemptions ≤ N) must pass. Every check must pass (or not apply): one that cannot be
-judged refuses the approval (exit 2) unless --allow-unjudged names it, which the bundle records.
+Write the uniform budget of a profiled boot's logs, with its evidence, to a new folder OUT/<date>-<hash>. Every
+check must pass (exit 1 if one fails); one that cannot be judged refuses the approval (exit 2) unless
+--allow-unjudged names it. See docs/cli.md.
 
 For example:
   kvplan approve data/boots/four-rank/boot.log --reserve 0.9GiB --model llama-3.1-70b --tp 4 --target-concurrency 4 --seq-len 32768 --approver 'Ana Planner' --out evidence/
@@ -50,7 +50,6 @@ For example:
 
 
 def add_approve(parser: argparse.ArgumentParser) -> None:
-    """Register ``kvplan approve``."""
     describe(parser, APPROVE_HELP)
     parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM logs of the profiled boot(s)")
     add_nvidia_smi_argument(
@@ -67,14 +66,8 @@ def add_approve(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="use rank 0's room for ranks whose logs do not show theirs",
     )
-    parser.add_argument(
-        "--target-concurrency",
-        type=positive_int,
-        metavar="C",
-        help="admission plan: C full sequences at once (with --seq-len and --model)",
-    )
-    parser.add_argument(
-        "--seq-len", type=positive_int, metavar="L", help="admission plan: tokens per sequence"
+    add_admission_arguments(
+        parser, positive_int, "admission plan: C full sequences at once (with --seq-len and --model)"
     )
     parser.add_argument("--approver", required=True, metavar="NAME", help="who approves")
     parser.add_argument("--note", default="", metavar="TEXT", help="e.g. the change ticket")
@@ -96,7 +89,7 @@ def add_approve(parser: argparse.ArgumentParser) -> None:
 
 
 def run_approve(args: argparse.Namespace) -> int:
-    """Write the bundle of the logs' decision and print the approved value and where the bundle is."""
+    """Write the bundle of the logs' decision; print the approved value and where the bundle is."""
     from kvplan import evidence
 
     try:
@@ -140,12 +133,10 @@ def run_approve(args: argparse.Namespace) -> int:
 
 
 def _request(args: argparse.Namespace):
-    """The :class:`kvplan.evidence.Request` of ``kvplan approve``'s arguments."""
     from kvplan import evidence, plan
     from kvplan.io.model_config import resolve_model_config
 
-    if (args.target_concurrency is None) != (args.seq_len is None):
-        raise CliError("an admission plan needs both --target-concurrency and --seq-len")
+    admission = admission_from_args(args)
     if args.seq_len is not None and not args.model:
         raise CliError(
             "an admission plan needs --model: without the model config its bytes are unknown, so it cannot "
@@ -155,8 +146,7 @@ def _request(args: argparse.Namespace):
     if not args.model:
         refuse_layout_without_model(args, (*MODEL_ONLY_OPTIONS, "block_size"))
     else:
-        options = {name: getattr(args, name) for name in sorted(LAYOUT_OPTIONS)}
-        layout = plan.ModelLayout(resolve_model_config(args.model), options)
+        layout = plan.ModelLayout(resolve_model_config(args.model), layout_options(args))
     args.nvidia_smi = [*args.nvidia_smi, *prometheus_gpu_files(args)[0]]  # --prometheus --at: DCGM's
     return evidence.Request(
         args.logs,
@@ -165,7 +155,7 @@ def _request(args: argparse.Namespace):
         args.approver,
         args.note,
         layout,
-        plan.AdmissionPlan(args.target_concurrency, args.seq_len) if args.seq_len else None,
+        admission,
         load_paths=[*args.load, *prometheus_load_files(args)],  # --prometheus: its samples saved
         load_policy=load_policy(args),
         nvidia_smi_paths=args.nvidia_smi,
@@ -174,7 +164,6 @@ def _request(args: argparse.Namespace):
 
 
 def _approve_warnings(args: argparse.Namespace, record: dict) -> list[str]:
-    """The reader's warnings (naming the user's files) and what the approval lacks."""
     from kvplan import evidence
 
     warnings = [evidence.user_paths(record, warning) for warning in record["warnings"]]
@@ -204,7 +193,7 @@ def _own_gate(record: dict) -> list[str]:
 
 
 def _not_approved(failed) -> int:
-    """Print each failed check with its evidence (stdout), the refusal (stderr): exit 1."""
+    """Print each failed check (stdout) and the refusal (stderr): exit 1."""
     from kvplan.checks import format_check
 
     for check in failed.checks:
@@ -214,14 +203,11 @@ def _not_approved(failed) -> int:
 
 
 VERIFY_HELP = """\
-Exit 0 when every hash and the recomputed decision agree with the bundle, 1 with the differences listed when
-anything changed, 2 when the bundle cannot be read. Checked: every file's SHA-256 (none missing, no file or
-folder added), charts are PNGs, the inputs digest in budget.json (it covers the inputs, policy, plan,
-approver, note and kvplan version) and the decision recomputed from the input copies, SUMMARY.md, ledger.csv
-and evidence.log regenerated byte for byte. The folder name <date>-<hash> (created_utc's date, the digest's
-first 12 hex digits) is a label: a copied or renamed bundle folder verifies (exit 0) when its contents agree,
-and a second approver (or a different note) approving the same inputs on the same day gets a folder of its
-own.
+Re-check an evidence bundle: every file's SHA-256, the inputs digest, and the decision, SUMMARY.md, ledger.csv and
+evidence.log recomputed from the input copies. Exit 0 when all agree, 1 with the differences listed, 2 when the
+bundle cannot be read. The folder name is a label: a copied or renamed bundle folder verifies (exit 0) when its
+contents agree, and a second approver (or a different note) approving the same inputs on the same day gets a folder
+of its own.
 
 For example:
   kvplan verify evidence/2026-11-29-0123456789ab
@@ -229,7 +215,6 @@ For example:
 
 
 def add_verify(parser: argparse.ArgumentParser) -> None:
-    """Register ``kvplan verify``."""
     describe(parser, VERIFY_HELP)
     parser.add_argument("bundle", metavar="BUNDLE", help="an evidence bundle folder")
     parser.add_argument("more_bundles", nargs="*", help=argparse.SUPPRESS)  # refused by run_verify
@@ -238,7 +223,6 @@ def add_verify(parser: argparse.ArgumentParser) -> None:
 
 
 def run_verify(args: argparse.Namespace) -> int:
-    """Print whether the bundle's hashes and recomputed decision agree; exit 1 with the differences."""
     from kvplan import evidence
 
     if args.more_bundles:  # `kvplan verify evidence/*/` (issue 25): not "unrecognized arguments"
@@ -286,12 +270,8 @@ def run_verify(args: argparse.Namespace) -> int:
 STARTUP_PLAN = "startup-plan"
 
 EXPORT_HELP = """\
-The bundle is verified first (as kvplan verify); a changed bundle is refused (exit 2). Formats: vllm-config
-(YAML for vllm serve --config), args (one flag a line), helm-production-stack (values fragment), kserve
-(InferenceService args patch), ray-serve (engine_kwargs JSON), prometheus-rules (alert rules for
-promtool check rules / a Prometheus rule_files entry), startup-plan (vLLM 0.33's per-rank
-startup_plan_<fingerprint>.json files, --out DIR). Every output names the bundle's digest
-(kvplan.io/bundle-digest). Without --out the text goes to stdout.
+The approved launch in a deployment's format, each output naming the bundle's digest. The bundle is verified
+first (a changed bundle: exit 2). Without --out the text goes to stdout. See docs/cli.md for each format.
 
 For example:
   kvplan export vllm-config evidence/2026-11-29-0123456789ab --out serve.yaml
@@ -300,7 +280,6 @@ For example:
 
 
 def add_export(parser: argparse.ArgumentParser) -> None:
-    """Register ``kvplan export``."""
     from kvplan.export import EXPORTERS
 
     describe(parser, EXPORT_HELP)
@@ -330,7 +309,6 @@ def add_export(parser: argparse.ArgumentParser) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
-    """Verify the bundle, then write the format's text (or the startup plan's files)."""
     if args.format == STARTUP_PLAN:
         return _startup_plan(args)
     if args.tolerate_drift:
@@ -367,10 +345,7 @@ def _startup_plan(args: argparse.Namespace) -> int:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file in the same folder and a rename.
-
-    A folder that is missing or not writable is one ``CliError`` naming ``path``, never the temporary file.
-    """
+    """Write ``text`` to ``path`` through a temporary file and a rename; errors name ``path``."""
     try:
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as error:

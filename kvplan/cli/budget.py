@@ -34,7 +34,7 @@ For example:
   kvplan budget --room 18.8GiB,17.6GiB,12.9GiB,16.4GiB --reserve 0.9GiB
 """
 
-#: Rooms given by hand say nothing of free or total memory: what to measure for the companion flag.
+#: Rooms given by hand show no free or total memory: what to measure for the companion flag.
 ROOMS_LAUNCH_WARNING = (
     "no free or total memory is known, so no --gpu-memory-utilization is given: vLLM refuses to start when a "
     "rank's free memory is below ceil(total × gpu_memory_utilization) (default 0.92), also with "
@@ -44,7 +44,6 @@ ROOMS_LAUNCH_WARNING = (
 
 
 def add_budget(parser: argparse.ArgumentParser) -> None:
-    """Register ``kvplan budget``."""
     describe(parser, BUDGET_HELP)
     parser.add_argument("logs", nargs="*", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
     parser.add_argument(
@@ -77,7 +76,6 @@ def add_budget(parser: argparse.ArgumentParser) -> None:
 
 
 def run_budget(args: argparse.Namespace) -> int:
-    """Print the decision of the logs (or ``--room``) under ``--reserve``."""
     from kvplan import plan
 
     if bool(args.logs) == (args.room is not None):
@@ -115,7 +113,7 @@ def run_budget(args: argparse.Namespace) -> int:
 
 
 def _decide(args: argparse.Namespace, layout, policy) -> tuple:
-    """:func:`kvplan.plan.decide` of the logs (or ``--room`` with ``--model``) and its warnings."""
+    """:func:`kvplan.plan.decide` of the logs (or ``--room`` with ``--model``), and its warnings."""
     from kvplan import plan
 
     if args.room is not None:
@@ -131,7 +129,6 @@ def _decide(args: argparse.Namespace, layout, policy) -> tuple:
 
 
 def _budget_json(decision, warnings: list[str]) -> dict:
-    """The ``kvplan budget --json`` object: the budget, each rank's room source, warnings, capacity."""
     budget = decision.budget
     room_sources = dict(zip(budget.ranks, decision.room_sources))
     data = budget.to_dict()
@@ -148,7 +145,6 @@ def _budget_json(decision, warnings: list[str]) -> dict:
 
 
 def _print_budget(decision) -> None:
-    """The readable answer: the value, capacity, rounding, flags, stranded capacity and the ranks."""
     budget, verdict = decision.budget, decision.cross_check_verdict
     print(
         f"uniform budget  {format_budget(budget.uniform_budget_bytes)} per GPU "

@@ -1,5 +1,4 @@
-"""``kvplan capacity`` (what a per-GPU KV budget buys) and ``kvplan drift`` (a reference budget reused
-on a later boot)."""
+"""``kvplan capacity`` (what a per-GPU KV budget buys) and ``kvplan drift`` (a reference budget reused later)."""
 
 from __future__ import annotations
 
@@ -34,7 +33,6 @@ For example:
 
 
 def add_capacity(parser: argparse.ArgumentParser) -> None:
-    """Register ``kvplan capacity``."""
     describe(parser, CAPACITY_HELP)
     parser.add_argument("--kv-bytes", type=positive_size, required=True, help="KV budget per GPU")
     parser.add_argument(
@@ -47,7 +45,6 @@ def add_capacity(parser: argparse.ArgumentParser) -> None:
 
 
 def _kv_spec_from_args(args: argparse.Namespace):
-    """The :class:`kvplan.kvspec.KVSpec` the --model arguments describe, or None without --model."""
     if not args.model:
         refuse_layout_without_model(args)
         return None
@@ -60,7 +57,6 @@ def _kv_spec_from_args(args: argparse.Namespace):
 
 
 def run_capacity(args: argparse.Namespace) -> int:
-    """Print the blocks, tokens and concurrency ``--kv-bytes`` buys."""
     spec = _kv_spec_from_args(args)
     if (spec is None) == (args.bytes_per_token is None):
         raise CliError("give exactly one of --bytes-per-token or --model")
@@ -123,7 +119,6 @@ For example:
 
 
 def add_drift(parser: argparse.ArgumentParser) -> None:
-    """Register ``kvplan drift``."""
     describe(parser, DRIFT_HELP)
     for flag, what in (
         ("--ref-free", "free at reference startup"),
@@ -159,7 +154,6 @@ def add_drift(parser: argparse.ArgumentParser) -> None:
 
 
 def run_drift(args: argparse.Namespace) -> int:
-    """Print the drift-adjusted budget of each rank and the uniform value."""
     from kvplan.drift import drift_budget
 
     result = drift_budget(args.ref_budget, args.ref_free, args.boot_free, args.guard)

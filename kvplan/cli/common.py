@@ -1,9 +1,4 @@
-"""What every command shares: exit statuses, ``--help`` pages, argument types and groups, and output (one
-JSON object with ``--json``, else a table; the readers' warnings as ``warning:`` lines; file text escaped).
-
->>> size_list("13GiB,14GiB") == [13 * 2**30, 14 * 2**30]
-True
-"""
+"""What every command shares: exit statuses, ``--help`` pages, argument types and groups, and output."""
 
 from __future__ import annotations
 
@@ -32,7 +27,7 @@ EXAMPLES_HEADING = "For example:"
 
 
 def examples(commands: Sequence[str]) -> str:
-    """The epilog of a help page: :data:`EXAMPLES_HEADING`, then each command indented on its own line."""
+    """The epilog of a help page: :data:`EXAMPLES_HEADING`, then each command indented."""
     return "\n".join([EXAMPLES_HEADING, *(f"  {command}" for command in commands)])
 
 
@@ -65,14 +60,6 @@ def describe(parser: argparse.ArgumentParser, page: str) -> argparse.ArgumentPar
 T = TypeVar("T", int, float)
 
 
-def size(text: str) -> int:
-    """A size such as ``0.9GiB`` in bytes, at most 16 TiB (:data:`MAX_DEVICE_BYTES`) either side of zero."""
-    try:
-        return _bounded(parse_size(text), text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-
-
 def _bounded(value: T, text: str) -> T:
     """``value`` within :data:`MAX_DEVICE_BYTES` either side of zero, else argparse's refusal (issue 25)."""
     if not abs(value) <= MAX_DEVICE_BYTES:  # NaN too
@@ -83,8 +70,20 @@ def _bounded(value: T, text: str) -> T:
     return value
 
 
+def size(text: str) -> int:
+    """A size such as ``0.9GiB`` [bytes], within 16 TiB of zero."""
+    try:
+        return _bounded(parse_size(text), text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def size_list(text: str) -> list[int]:
-    """Comma-separated sizes ≥ 0, one per rank in rank order [bytes]."""
+    """Comma-separated sizes ≥ 0, one per rank in rank order [bytes].
+
+    >>> size_list("13GiB,14GiB") == [13 * 2**30, 14 * 2**30]
+    True
+    """
     try:
         sizes = [_bounded(value, text) for value in parse_size_list(text)]
     except ValueError as exc:
@@ -103,19 +102,44 @@ def positive_size(text: str) -> int:
     return value
 
 
+def _number(text: str, convert: Callable[[str], T], what: str) -> T:
+    try:
+        value = convert(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
+    return _bounded(value, text)
+
+
+def whole_number(text: str) -> int:
+    """A whole number within :data:`MAX_DEVICE_BYTES`."""
+    return _number(text, int, "a whole number")
+
+
+def real_number(text: str) -> float:
+    """A finite number within :data:`MAX_DEVICE_BYTES`."""
+    return _number(text, float, "a number")
+
+
+def _from_one(text: str, refusal: str) -> int:
+    value = whole_number(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"{refusal}, got {value}")
+    return value
+
+
 def positive_int(text: str) -> int:
     """A whole number > 0."""
-    return _whole_number_from_one(text, "must be positive")
+    return _from_one(text, "must be positive")
 
 
 def at_least_one(text: str) -> int:
     """A whole number ≥ 1 (hosts, sequences, tokens)."""
-    return _whole_number_from_one(text, "must be ≥ 1")
+    return _from_one(text, "must be ≥ 1")
 
 
 def fraction(text: str) -> float:
     """A number in (0, 1], such as a share of hosts."""
-    value = _number(text, float, "a number")
+    value = real_number(text)
     if not 0 < value <= 1:
         raise argparse.ArgumentTypeError(f"must be in (0, 1], got {text}")
     return value
@@ -143,43 +167,16 @@ def block_size(text: str) -> int:
     return value
 
 
-def _whole_number_from_one(text: str, refusal: str) -> int:
-    value = _number(text, int, "a whole number")
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"{refusal}, got {value}")
-    return value
-
-
-def whole_number(text: str) -> int:
-    """A whole number within :data:`MAX_DEVICE_BYTES`."""
-    return _number(text, int, "a whole number")
-
-
-def real_number(text: str) -> float:
-    """A finite number within :data:`MAX_DEVICE_BYTES`."""
-    return _number(text, float, "a number")
-
-
-def _number(text: str, convert: Callable[[str], T], what: str) -> T:
-    """``convert(text)`` within bounds (:func:`_bounded`), or ``not {what}: 'text'``."""
-    try:
-        value = convert(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not {what}: {text!r}") from None
-    return _bounded(value, text)
-
-
 # --- argument groups --------------------------------------------------------------------------
 
 #: --model options that mean nothing without --model (--block-size also sizes `kvplan capacity` alone).
 MODEL_ONLY_OPTIONS = ("tp", "pp", "dcp", "kv_cache_dtype", "vllm_version", "max_num_batched_tokens")
-#: The layout options of a model config, as :class:`kvplan.plan.ModelLayout` takes them.
-LAYOUT_OPTIONS = ("tp", "pp", "dcp", "kv_cache_dtype", "block_size", "vllm_version", "max_num_batched_tokens")
 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """Add --model/--tp/--pp/--dcp/--kv-cache-dtype/--block-size/--vllm-version/--max-num-batched-tokens."""
     from kvplan.kvspec.capacity import DEFAULT_BLOCK_SIZE
+    from kvplan.kvspec.page import KV_CACHE_DTYPE_BYTES
 
     group = parser.add_argument_group(
         "model and layout", "bytes per token per rank from a model config, as vLLM sizes the KV cache"
@@ -189,16 +186,15 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="CONFIG",
         help="a config.json path, or a name of the catalogue kvplan/models/ (e.g. llama-3.1-70b)",
     )
-    group.add_argument(
-        "--tp", type=positive_int, help="tensor-parallel size (needed with --model unless the logs show it)"
-    )
-    group.add_argument("--pp", type=positive_int, help="pipeline-parallel size (default: the logs', else 1)")
-    group.add_argument(
-        "--dcp", type=positive_int, help="decode-context-parallel size (default: the logs', else 1)"
-    )
+    for flag, size_of, default in (
+        ("--tp", "tensor", "needed with --model unless the logs show it"),
+        ("--pp", "pipeline", "default: the logs', else 1"),
+        ("--dcp", "decode-context", "default: the logs', else 1"),
+    ):
+        group.add_argument(flag, type=positive_int, help=f"{size_of}-parallel size ({default})")
     group.add_argument(
         "--kv-cache-dtype",
-        choices=KVCacheDtypes(),
+        choices=list(KV_CACHE_DTYPE_BYTES),
         metavar="DTYPE",
         help="vLLM's --kv-cache-dtype, one of %(choices)s (default: the logs', else auto = the model dtype)",
     )
@@ -221,18 +217,6 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-class KVCacheDtypes:
-    """The ``--kv-cache-dtype`` names vLLM accepts, as argparse ``choices``, read when first asked."""
-
-    def __iter__(self) -> Iterator[str]:
-        from kvplan.kvspec import KV_CACHE_DTYPE_BYTES
-
-        return iter(KV_CACHE_DTYPE_BYTES)
-
-    def __contains__(self, name: object) -> bool:
-        return name in list(self)
-
-
 def add_nvidia_smi_argument(parser: argparse.ArgumentParser, snapshot: str) -> None:
     """Add the repeatable ``--nvidia-smi CSV``: ``snapshot`` says which boot and what it joins."""
     parser.add_argument(
@@ -246,6 +230,21 @@ def add_nvidia_smi_argument(parser: argparse.ArgumentParser, snapshot: str) -> N
     )
 
 
+def add_admission_arguments(parser: argparse.ArgumentParser, count: Callable[[str], int], help: str) -> None:
+    """Add ``--target-concurrency C`` (its ``help``) and ``--seq-len L``, both of type ``count``."""
+    parser.add_argument("--target-concurrency", type=count, metavar="C", help=help)
+    parser.add_argument("--seq-len", type=count, metavar="L", help="admission plan: tokens per sequence")
+
+
+def admission_from_args(args: argparse.Namespace):
+    """The :class:`kvplan.plan.AdmissionPlan` of ``--target-concurrency`` and ``--seq-len``; None without."""
+    if (args.target_concurrency is None) != (args.seq_len is None):
+        raise CliError("an admission plan needs both --target-concurrency and --seq-len")
+    from kvplan.plan import AdmissionPlan
+
+    return AdmissionPlan(args.target_concurrency, args.seq_len) if args.seq_len else None
+
+
 def refuse_layout_without_model(
     args: argparse.Namespace, options: Sequence[str] = MODEL_ONLY_OPTIONS
 ) -> None:
@@ -256,8 +255,8 @@ def refuse_layout_without_model(
 
 
 def layout_options(args: argparse.Namespace) -> dict:
-    """The :data:`LAYOUT_OPTIONS` the --model arguments give (None where not given)."""
-    return {name: getattr(args, name) for name in LAYOUT_OPTIONS}
+    """The layout options of the --model arguments, by name (None where not given)."""
+    return {name: getattr(args, name) for name in sorted((*MODEL_ONLY_OPTIONS, "block_size"))}
 
 
 def add_load_arguments(parser: argparse.ArgumentParser, files: str) -> None:

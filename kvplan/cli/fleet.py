@@ -1,9 +1,5 @@
-"""``kvplan fleet plan`` and ``kvplan fleet gate``: budgets per host class, bundles, waves, canary verdicts.
-
-Exit codes as ``kvplan gate``: 0 pass, 1 fail (a canary failed: stop the rollout), 2 cannot judge or bad
-input (one ``error:`` line naming the file or URL). The fleet extra (dask, fsspec, s3fs) is imported
-only when a fleet command runs.
-"""
+"""``kvplan fleet plan`` and ``kvplan fleet gate``: budgets per host class, bundles, waves, canary verdicts
+(exit codes as ``kvplan gate``)."""
 
 from __future__ import annotations
 
@@ -11,6 +7,8 @@ import argparse
 import sys
 
 from kvplan.cli.common import (
+    add_admission_arguments,
+    admission_from_args,
     at_least_one,
     describe,
     format_table,
@@ -44,7 +42,7 @@ def _add_engine_arguments(parser: argparse.ArgumentParser, default: str | None) 
     )
 
 
-#: After the waves when no class bundle gave the companion utilization (a plan without --out).
+#: After the waves of a plan without --out (no class bundle gave the companion utilization).
 NO_COMPANION = (
     "note     each class bundle's launch_flags add --gpu-memory-utilization: plan with --out to see it"
 )
@@ -78,7 +76,6 @@ For example:
 
 
 def add_fleet(parser: argparse.ArgumentParser) -> None:
-    """Register ``kvplan fleet plan`` and ``kvplan fleet gate``."""
     describe(parser, FLEET_HELP)
     commands = parser.add_subparsers(dest="fleet_command", required=True, metavar="COMMAND")
     plan = commands.add_parser("plan", help="per-class budgets, outliers, split advice, bundles and waves")
@@ -131,10 +128,7 @@ def _add_plan(plan: argparse.ArgumentParser) -> None:
     plan.add_argument(
         "--canaries", type=at_least_one, default=None, metavar="N", help="canary hosts per class (default 2)"
     )
-    plan.add_argument(
-        "--target-concurrency", type=at_least_one, metavar="C", help="admission plan (with --seq-len)"
-    )
-    plan.add_argument("--seq-len", type=at_least_one, metavar="L", help="admission plan: tokens per sequence")
+    add_admission_arguments(plan, at_least_one, "admission plan (with --seq-len)")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     _add_engine_arguments(plan, None)
     add_gpu_arguments(plan, host=False)
@@ -155,25 +149,17 @@ def _add_gate(gate: argparse.ArgumentParser) -> None:
     gate.set_defaults(run=_run_gate)
 
 
-def _storage(args: argparse.Namespace) -> dict:
-    from kvplan.fleet.inputs import parse_storage_options
-
-    return parse_storage_options(args.storage_option)
-
-
 def _run_plan(args: argparse.Namespace) -> int:
-    from kvplan.evidence import AdmissionPlan
     from kvplan.fleet import FleetPolicy, list_fleet, plan_readings, read_fleet
+    from kvplan.fleet.inputs import parse_storage_options
     from kvplan.fleet.planner import class_rows
     from kvplan.fleet.read import default_scheduler, stderr_progress
 
-    if (args.target_concurrency is None) != (args.seq_len is None):
-        raise ValueError("an admission plan needs both --target-concurrency and --seq-len")
     policy = FleetPolicy(
         args.reserve,
         tuple(args.class_by),
         approver=args.approver,
-        admission=AdmissionPlan(args.target_concurrency, args.seq_len) if args.seq_len else None,
+        admission=admission_from_args(args),
         **{
             name: value
             for name, value in (
@@ -184,7 +170,7 @@ def _run_plan(args: argparse.Namespace) -> int:
             if value is not None
         },
     )
-    storage = _storage(args)
+    storage = parse_storage_options(args.storage_option)
     hosts = list_fleet(args.fleet, storage)
     if args.prometheus or args.at:  # each host's GPUs from DCGM's series in Prometheus
         hosts = prometheus_fleet_hosts(args, hosts)
@@ -208,7 +194,7 @@ def _run_plan(args: argparse.Namespace) -> int:
 
 
 def _plan_lines(data: dict) -> list[str]:
-    """The plan's records after its table, one line each (text from the manifest escaped by the caller)."""
+    """The plan's records after its table, one line each (escaped by the caller)."""
     lines = []
     for c in data["classes"]:
         for outlier in c["outliers"]:
@@ -234,7 +220,9 @@ def _plan_lines(data: dict) -> list[str]:
 
 
 def _run_gate(args: argparse.Namespace) -> int:
+    from kvplan.checks import verdict_word
     from kvplan.fleet.bundles import gate_fleet, stop_decision
+    from kvplan.fleet.inputs import parse_storage_options
     from kvplan.fleet.read import default_scheduler
 
     if not args.targets and len(args.approved) > 1:  # --approved B1 B2 FLEET: the last one is the fleet
@@ -243,15 +231,14 @@ def _run_gate(args: argparse.Namespace) -> int:
         raise ValueError(
             "kvplan fleet gate: give LOGS_OR_FLEET after the bundles (--approved BUNDLE... FLEET)"
         )
-    verdicts = gate_fleet(
-        args.approved, args.targets, args.hosts, default_scheduler(args.scheduler), _storage(args)
-    )
+    storage = parse_storage_options(args.storage_option)
+    verdicts = gate_fleet(args.approved, args.targets, args.hosts, default_scheduler(args.scheduler), storage)
     status, decision = stop_decision(verdicts)
     if args.json:
         print_json({"passed": status == 0, "decision": decision, "hosts": [v.to_dict() for v in verdicts]})
         return status
     for verdict in verdicts:
-        state = {True: "PASS", False: "FAIL", None: "CANNOT JUDGE"}[verdict.passed]
+        state = verdict_word(verdict.passed)
         print(terminal_text(f"{verdict.host}: {state}" + (f" ({verdict.reason})" if verdict.reason else "")))
         for check in verdict.checks:
             if check["passed"] is False:

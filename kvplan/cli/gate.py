@@ -1,6 +1,4 @@
-"""``kvplan gate``: a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge), by
-:func:`kvplan.checks.gate.gate_checks`, :func:`kvplan.plan.gate_load` and :func:`kvplan.checks.gate_verdict`.
-"""
+"""``kvplan gate``: a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)."""
 
 from __future__ import annotations
 
@@ -27,15 +25,10 @@ from kvplan.cli.prometheus import (
 )
 
 GATE_HELP = """\
-Same compatibility key, every rank present, no OOM or error, safe_ref − max(0, F_ref − F_boot) − guard ≥ the
-approved value on every rank, the reserve still free after warm-up, tokens ≥ the admission plan, the canary's
-gpu_memory_utilization passes vLLM's start-up check on its own free memory less the guard, a manual value is
-exactly the approved one; with --load, the load-test checks too. A canary that is cut short, misses ranks or
-shows another key cannot be judged (exit 2, no value offered). One line per rank per check; the last line
-counts PASS, FAIL, CANNOT JUDGE and N/A. The bundle is verified first (as kvplan verify); a changed bundle cannot be judged
-against. A check with no evidence here (no plan recorded; no observation of the reserve after warm-up) is
-listed as N/A and does not decide the verdict. Exit 0 pass, 1 fail, 2 cannot judge (bad or incomplete input,
-or a changed bundle).
+Check a canary boot against a verified approved bundle: same compatibility key, every rank present, no OOM or
+error, safe_ref − max(0, F_ref − F_boot) − guard ≥ the approved value on every rank, and the other checks of
+docs/cli.md, one line per rank per check. Exit 0 pass, 1 fail, 2 cannot judge (bad or incomplete input, or a
+changed bundle).
 
 For example:
   kvplan gate --approved evidence/2026-11-29-0123456789ab canary.log --guard 0.5GiB
@@ -43,7 +36,6 @@ For example:
 
 
 def add_gate(parser: argparse.ArgumentParser) -> None:
-    """Register ``kvplan gate``."""
     describe(parser, GATE_HELP)
     parser.add_argument("logs", nargs="+", metavar="BOOT_LOG", help="vLLM logs of the canary boot")
     parser.add_argument("--approved", required=True, metavar="BUNDLE", help="the approved evidence bundle")
@@ -74,23 +66,29 @@ def add_gate(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run_gate)
 
 
-def _startup_plan_check(args: argparse.Namespace, verified, approved, ledger, checks):
-    """Issue 24: whether a canary that ran vLLM's startup plan applied the approved plan (``--startup-plan``'s
-    files, else the approved plan without drift) on every rank; None when it ran no plan."""
+def _with_startup_plan(args: argparse.Namespace, verified, approved, ledger, checks: list) -> list:
+    """Issue 24: ``checks`` and, for a canary that ran vLLM's startup plan, whether it applied the approved one
+    (``--startup-plan``'s files, else the approved plan without drift) on every rank; a plan runs B − G − D
+    by design, so the manual-value check does not apply then."""
     import json
     from pathlib import Path
 
     from kvplan.checks import Check
-    from kvplan.checks.canary import EVIDENCE_CHECKS, PLAN_CHECK, check_startup_plan
+    from kvplan.checks.canary import EVIDENCE_CHECKS, PLAN_CHECK, VALUE_CHECK, check_startup_plan
     from kvplan.io.vllm.manual import read_startup_plan_lines
 
     lines = {
         source: read_startup_plan_lines(source) for source in dict.fromkeys(ledger["source"].astype(str))
     }
     if not any(lines.values()):
-        return None  # the canary ran no startup plan: no such check
+        return checks  # the canary ran no startup plan: no such check
+    ran_a_plan = Check.not_applicable(VALUE_CHECK, f"the canary ran vLLM's startup plan ({PLAN_CHECK})")
+    kept = [ran_a_plan if check.name == VALUE_CHECK else check for check in checks]
     if any(c.name in EVIDENCE_CHECKS and c.passed is not True for c in checks):
-        return Check(PLAN_CHECK, None, "not judged: the canary is no evidence of the approved launch")
+        return [
+            *kept,
+            Check(PLAN_CHECK, None, "not judged: the canary is no evidence of the approved launch"),
+        ]
     if args.startup_plan is not None:
         files = sorted(Path(args.startup_plan).glob("startup_plan_*.json"))
         plans = [json.loads(path.read_text()) for path in files]
@@ -103,26 +101,10 @@ def _startup_plan_check(args: argparse.Namespace, verified, approved, ledger, ch
         from kvplan.export import plans_of
 
         values = {plan.fingerprint: plan.kv_cache_memory_bytes for plan in plans_of(verified, approved)}
-    return check_startup_plan(approved, ledger, lines, values)
-
-
-def _ran_a_plan(check):
-    """The manual-value check of a canary that ran the startup plan: not applicable."""
-    from kvplan.checks import Check
-    from kvplan.checks.canary import PLAN_CHECK, VALUE_CHECK
-
-    if check.name != VALUE_CHECK:
-        return check
-    return Check(
-        VALUE_CHECK,
-        None,
-        f"not applicable: the canary ran vLLM's startup plan ({PLAN_CHECK})",
-        applicable=False,
-    )
+    return [*kept, check_startup_plan(approved, ledger, lines, values)]
 
 
 def run_gate(args: argparse.Namespace) -> int:
-    """Print each gate check with its evidence; the exit status is the verdict."""
     from kvplan import evidence, plan
     from kvplan.checks import format_checks, gate_verdict, key
     from kvplan.checks.gate import gate_checks
@@ -156,9 +138,7 @@ def run_gate(args: argparse.Namespace) -> int:
         free_after_warmup,
         boot_defaults=key.read_defaulted_key_fields(metadata),
     )
-    plan_check = _startup_plan_check(args, verified, approved, ledger, checks)
-    if plan_check is not None:  # a plan runs B − G − D by design: the plan's own check judges the value
-        checks = [_ran_a_plan(check) for check in checks] + [plan_check]
+    checks = _with_startup_plan(args, verified, approved, ledger, checks)
     if args.load:
         section, load_checks = plan.gate_load(approved, args.load, policy)
         checks += load_checks

@@ -17,8 +17,7 @@ from kvplan.cli.common import (
 )
 from kvplan.units import format_size
 
-#: The readable ``kvplan ledger`` table: glossary column -> header. It fits 120 terminal columns with about
-#: 20 to spare (``tests/test_cli.py``); ``--wide`` shows every column with a value under its glossary name.
+#: The readable ``kvplan ledger`` table: glossary column -> header (fits 120 terminal columns).
 LEDGER_TABLE = {
     "source": "file",
     "boot": "boot",
@@ -30,7 +29,7 @@ LEDGER_TABLE = {
     "room_source": "room from",
     "reason": "reason",
 }
-#: Characters of a row's reason in the table (the whole text is ``--json``'s ``error``).
+#: Characters of a row's reason in the table.
 TABLE_REASON_CHARS = 20
 #: The ``kvplan ledger --rooms`` table: each rank's room over the boots of one key (column -> header).
 ROOMS_TABLE = {
@@ -44,7 +43,7 @@ ROOMS_TABLE = {
     "boots": "boots",
     "worst_boot": "worst boot",
 }
-#: The widest a file name is shown in the readable tables (its end is kept, ``…`` marks the cut).
+#: The widest a file name is shown in the readable tables.
 FILE_WIDTH = 24
 
 
@@ -58,7 +57,6 @@ For example:
 
 
 def add_ledger(parser: argparse.ArgumentParser) -> None:
-    """Register ``kvplan ledger``."""
     describe(parser, LEDGER_HELP)
     parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
     add_nvidia_smi_argument(
@@ -92,7 +90,6 @@ def add_ledger(parser: argparse.ArgumentParser) -> None:
 
 
 def run_ledger(args: argparse.Namespace) -> int:
-    """Print the ledger of the logs (and each rank's room over the boots with ``--rooms``)."""
     from kvplan import plan
     from kvplan.io.ledger_frame import ledger_frame_csv
     from kvplan.io.nvidia_smi import join_snapshots
@@ -142,7 +139,7 @@ def run_ledger(args: argparse.Namespace) -> int:
 
 
 def ledger_text(ledger, wide: bool = False) -> str:
-    """The readable ledger: :data:`LEDGER_TABLE`, or (``wide``) every column with a value, by glossary name."""
+    """The readable ledger: :data:`LEDGER_TABLE`, or (``wide``) every column with a value."""
     records = ledger.to_dict(orient="records")
     if wide:
         columns = {column: column for column in ledger.columns if ledger[column].notna().any()}
@@ -202,8 +199,7 @@ def short_names(sources, width: int = FILE_WIDTH) -> dict[str, str]:
 
 
 def _print_csv(logs: list[str]) -> int:
-    """``kvplan ledger --csv`` without a frame, each batch of rows as CSV text; printed after the warnings
-    once every log is read, so that a refused log prints none of it."""
+    """``kvplan ledger --csv`` without a frame, printed once every log is read (a refused log prints none)."""
     import pandas as pd
 
     from kvplan import plan
@@ -248,7 +244,6 @@ def _reason(row: dict) -> str:
 
 
 def _table_cell(column: str, value: object) -> str:
-    """A ledger value for the readable table: ``-`` when unknown, sizes formatted."""
     from kvplan.ledger import plain_value
 
     plain = plain_value(value)

@@ -17,9 +17,8 @@ from kvplan.fleet.classes import FleetClass, FleetPolicy
 from kvplan.fleet.inputs import FleetInputError, HostFiles, filesystem, is_snapshot, list_fleet
 from kvplan.fleet.read import HostReading, Progress, local_files, map_hosts
 from kvplan.io.gpu_snapshot import read_gpu_snapshot
-from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import compatibility_key
-from kvplan.plan import read_evidence, renamed
+from kvplan.plan import read_evidence
 
 NOTE_MARK = "fleet class "
 FETCHED = "inputs"
@@ -188,15 +187,10 @@ def _approval_inputs(local: Sequence[tuple[str, str]], approval: ClassApproval) 
 
 def _canary_checks(approved: Approved, logs: Sequence[tuple[str, str]], snapshots: Sequence[tuple[str, str]]):
     """The gate checks of one canary, as ``kvplan gate`` runs them."""
-    evidence = read_evidence(logs)
-    ledger, free = evidence.ledger, None
-    if snapshots:
-        try:
-            ledger, free, _ = join_snapshots(ledger, [path for path, _ in snapshots], warn=False)
-        except ValueError as exc:
-            raise ValueError(renamed(str(exc), dict(snapshots))) from None
-    key = compatibility_key(ledger, evidence.lines)
-    return gate_checks(approved, ledger, key, None, free, boot_defaults=evidence.defaulted_key_fields)
+    evidence = read_evidence(logs, snapshots)
+    key = compatibility_key(evidence.ledger, evidence.lines)
+    free, defaults = evidence.free_bytes, evidence.defaulted_key_fields
+    return gate_checks(approved, evidence.ledger, key, None, free, boot_defaults=defaults)
 
 
 def stop_decision(verdicts: Sequence[HostVerdict]) -> tuple[int, str]:
