@@ -200,20 +200,15 @@ def parse_stats_lines(
         warnings.append(
             f"{source}: several 'GPU KV cache size' values {sorted(log.kv_tokens)}; capacity left unknown"
         )
-    return reading_of(
-        [frame],
-        warnings,
-        [
-            LoadSource(
-                source,
-                "log",
-                kv_cache_tokens=next(iter(log.kv_tokens)) if len(log.kv_tokens) == 1 else None,
-                kv_cache_memory_bytes=next(iter(log.manual_bytes)) if len(log.manual_bytes) == 1 else None,
-                reports_preemptions="v0" in log.forms or ("v1" in log.forms and log.late_v1),
-                utc_offset_hours=offset,
-            )
-        ],
+    facts = LoadSource(
+        source,
+        "log",
+        kv_cache_tokens=next(iter(log.kv_tokens)) if len(log.kv_tokens) == 1 else None,
+        kv_cache_memory_bytes=next(iter(log.manual_bytes)) if len(log.manual_bytes) == 1 else None,
+        reports_preemptions="v0" in log.forms or ("v1" in log.forms and log.late_v1),
+        utc_offset_hours=offset,
     )
+    return reading_of([frame], warnings, [facts])
 
 
 def _read_records(log: StatsLog, found: Iterable[StatsRecord]) -> None:
