@@ -242,7 +242,7 @@ class RecordReader:
                 count = seconds.index(None)
                 del seconds[count:]
             midnight = (self._midnight if state is None else state[3]) + shift_micros
-            micros = [midnight + second for second in seconds]
+            micros = list(map(midnight.__add__, seconds))
             if shift_micros and micros and (min(micros) < 0 or max(micros) > _LAST_MICROS):
                 count = next(n for n, value in enumerate(micros) if not 0 <= value <= _LAST_MICROS)
                 del micros[count:]
