@@ -68,11 +68,7 @@ def _url(fs, path: str) -> str:
 
 
 def is_snapshot(name: str) -> bool:
-    """Whether a file is a GPU snapshot (``nvidia-smi*.csv``, ``dcgm*.prom``) rather than a log.
-
-    >>> is_snapshot("gpu-1/nvidia-smi-gpu.csv"), is_snapshot("gpu-1/dcgm.prom"), is_snapshot("gpu-1/boot.log")
-    (True, True, False)
-    """
+    """Whether a file is a GPU snapshot (``nvidia-smi*.csv``, ``dcgm*.prom``) rather than a log."""
     base = name.rstrip("/").rsplit("/", 1)[-1].lower()
     return (base.startswith("nvidia-smi") and base.endswith(".csv")) or (
         base.startswith("dcgm") and base.endswith(".prom")
@@ -126,9 +122,7 @@ def _from_folders(fs, path: str) -> list[HostFiles]:
             continue
         entries = _entries(fs, folder)
         files = [name for name, kind in entries if kind == "file"]
-        dangling = tuple(
-            f"{_url(fs, name)}: a dangling symbolic link" for name, kind in entries if kind == "dangling"
-        )
+        dangling = tuple(f"{_url(fs, n)}: a dangling symbolic link" for n, k in entries if k == "dangling")
         name = folder.rstrip("/").rsplit("/", 1)[-1]
         logs = [_url(fs, f) for f in files if not is_snapshot(f) and f.lower().endswith(LOG_SUFFIXES)]
         snapshots = [_url(fs, f) for f in files if is_snapshot(f)]
@@ -167,31 +161,26 @@ def _from_manifest(fs, path: str) -> list[HostFiles]:
     by_host: dict[str, dict] = {}
     owner: dict[str, tuple[str, int]] = {}
     for number, row in enumerate(rows[1:], start=2):
+        at = f"{where}:{number}"
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != len(header):
-            raise FleetInputError(
-                f"{where}:{number}: expected {len(header)} fields ({','.join(header)}), got {len(row)}"
-            )
+            raise FleetInputError(f"{at}: expected {len(header)} fields ({','.join(header)}), got {len(row)}")
         values = dict(zip(header, (cell.strip() for cell in row)))
         host, file = values["host"], values["path"]
         if not host or not file:
-            raise FleetInputError(f"{where}:{number}: empty host or path")
+            raise FleetInputError(f"{at}: empty host or path")
         entry = by_host.setdefault(host, {"logs": [], "snapshots": [], "missing": [], "labels": {}})
         labels = {name: value for name, value in values.items() if name not in MANIFEST_FIELDS}
         if entry["labels"] and entry["labels"] != labels:
-            raise FleetInputError(
-                f"{where}:{number}: host {host!r} has other labels than on its earlier rows"
-            )
+            raise FleetInputError(f"{at}: host {host!r} has other labels than on its earlier rows")
         entry["labels"] = labels
-        file_fs, file_path = _entry(fs, base, file, f"{where}:{number}")
+        file_fs, file_path = _entry(fs, base, file, at)
         url = _url(file_fs, file_path)
         first_host, first_line = owner.setdefault(url, (host, number))
         if first_host != host:
-            raise FleetInputError(
-                f"{where}:{number}: {file!r} is listed under host {host!r} and, on line {first_line}, under "
-                f"host {first_host!r}: a file is the evidence of one host"
-            )
+            why = f"and, on line {first_line}, under host {first_host!r}: a file is the evidence of one host"
+            raise FleetInputError(f"{at}: {file!r} is listed under host {host!r} {why}")
         if not file_fs.exists(file_path):
             entry["missing"].append(f"manifest line {number}: {file}: no such file")
             continue
@@ -205,28 +194,16 @@ def _from_manifest(fs, path: str) -> list[HostFiles]:
 
 
 def _entry(fs, base: str, file: str, where: str):
-    """``(filesystem, path)`` of a manifest row's file: a URL, an absolute path, or relative to ``base``."""
-    if not _is_local(fs):
-        return fs, _remote_entry(fs, base, file, where)
-    if "://" in file:
+    """``(filesystem, path)`` of a manifest row's file: a URL, an absolute path, or relative to ``base``; a remote
+    manifest's file is refused unless under the manifest's own scheme and bucket (or http host)."""
+    if _is_local(fs) and "://" in file:
         return filesystem(file, getattr(fs, "storage_options", None))
-    return fs, file if file.startswith("/") else f"{base}/{file}" if base else file
-
-
-def _remote_entry(fs, base: str, file: str, where: str) -> str:
-    """The path of a remote manifest's row ``file``, refused unless under the manifest's own scheme and bucket."""
-    root = _bucket_url(_url(fs, base))
+    if _is_local(fs):
+        return fs, file if file.startswith("/") else f"{base}/{file}" if base else file
+    scheme, rest = _url(fs, base).split("://", 1)
+    root = f"{scheme}://{rest.split('/', 1)[0]}/"
     full = file if "://" in file else _url(fs, f"{base.rstrip('/')}/{file}")
-    parts = [unquote(part) for part in full.split("://", 1)[-1].split("/")]
-    if ".." in parts or not full.startswith(root):
-        raise FleetInputError(
-            f"{where}: {file!r}: a manifest at {root} names only objects under {root} (no other scheme or "
-            "bucket, no '..')"
-        )
-    return type(fs)._strip_protocol(full)
-
-
-def _bucket_url(url: str) -> str:
-    """The scheme and bucket (or http host) of a remote URL, as a URL ending in ``/``."""
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://{rest.split('/', 1)[0]}/"
+    if ".." in [unquote(part) for part in full.split("://", 1)[-1].split("/")] or not full.startswith(root):
+        why = f"a manifest at {root} names only objects under {root} (no other scheme or bucket, no '..')"
+        raise FleetInputError(f"{where}: {file!r}: {why}")
+    return fs, type(fs)._strip_protocol(full)

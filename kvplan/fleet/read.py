@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import warnings
@@ -94,23 +93,17 @@ def local_files(
     urls: Sequence[str], storage_options: Mapping[str, object] | None
 ) -> Iterator[list[tuple[str, str]]]:
     """``(local path, URL)`` of each file, a remote one fetched to a temporary folder removed on exit."""
-    folder = None
-    try:
+    with tempfile.TemporaryDirectory(prefix="kvplan-fleet-", ignore_cleanup_errors=True) as folder:
         pairs = []
         for number, url in enumerate(urls):
-            if "://" not in url:
-                pairs.append((url, url))
-                continue
-            folder = folder or tempfile.mkdtemp(prefix="kvplan-fleet-")
-            fs, path = filesystem(url, storage_options)
-            suffix = next((s for s in LOG_SUFFIXES if url.lower().endswith(s)), ".log")
-            local = os.path.join(folder, f"{number}{suffix}")
-            fs.get(path, local)
+            local = url
+            if "://" in url:
+                fs, path = filesystem(url, storage_options)
+                suffix = next((s for s in LOG_SUFFIXES if url.lower().endswith(s)), ".log")
+                local = os.path.join(folder, f"{number}{suffix}")
+                fs.get(path, local)
             pairs.append((local, url))
         yield pairs
-    finally:
-        if folder:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 def require_boot_per_file(evidence: Evidence, logs: Sequence[str]) -> None:
@@ -178,11 +171,7 @@ def _with_parts(rooms: pd.DataFrame, ledger: pd.DataFrame) -> tuple[dict, ...]:
 
 
 def _short(text: str) -> str:
-    """A refusal cut to its first item and :data:`REASON_CHARS` characters, with the count of the rest.
-
-    >>> _short("a.log:3: rank 0 oom; a.log:4: rank 1 oom")
-    'a.log:3: rank 0 oom (+1 more)'
-    """
+    """A refusal cut to its first item and :data:`REASON_CHARS` characters, with the count of the rest."""
     items = text.split("; ")
     first = items[0] if len(items[0]) <= REASON_CHARS else items[0][: REASON_CHARS - 1] + "…"
     return first + (f" (+{len(items) - 1} more)" if len(items) > 1 else "")
@@ -215,25 +204,21 @@ def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -
 
     cluster = None
     if scheduler == "local":
+        # no worker profile (~14 % of a worker's CPU), no fork of this threaded process (a fork under one's lock
+        # deadlocks), the cluster's own clocks slowed (~8 % of a core at their defaults)
+        method = "forkserver" if sys.platform.startswith("linux") else "spawn"
         settings = {
-            "distributed.worker.profile.enabled": False,  # ~14 % of a worker's CPU
-            # never forked from this process, which runs threads (a fork under one's lock deadlocks)
-            "distributed.worker.multiprocessing-method": (
-                "forkserver" if sys.platform.startswith("linux") else "spawn"
-            ),
-            # the cluster's own clocks cost ~8 % of a core at their defaults
+            "distributed.worker.profile.enabled": False,
+            "distributed.worker.multiprocessing-method": method,
             "distributed.admin.tick.interval": "1s",
             "distributed.worker.memory.monitor-interval": "1s",
             "distributed.admin.system-monitor.interval": "2s",
         }
         with dask.config.set(settings):
+            # silent: a worker heartbeat racing the shutdown is no error of the plan
+            opts = {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0", "silence_logs": logging.CRITICAL}
             cluster = LocalCluster(
-                n_workers=os.cpu_count() or 1,
-                threads_per_worker=1,
-                processes=True,
-                host="127.0.0.1",
-                dashboard_address="127.0.0.1:0",
-                silence_logs=logging.CRITICAL,  # a worker heartbeat racing the shutdown is no error of the plan
+                n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, **opts
             )
         client = Client(cluster)
     else:
@@ -281,9 +266,7 @@ def map_hosts(
         else:
             from distributed import as_completed
 
-            futures = {
-                client.submit(run_group, task, group, *args, pure=False): i for i, group in enumerate(groups)
-            }
+            futures = {client.submit(run_group, task, g, *args, pure=False): i for i, g in enumerate(groups)}
             # each future dropped (so released) once its result is taken
             finished = ((futures.pop(future), future.result()) for future in as_completed(futures))
         for index, result in finished:
