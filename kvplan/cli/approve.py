@@ -316,7 +316,7 @@ def run_export(args: argparse.Namespace) -> int:
     from kvplan.export import EXPORTERS, verified_launch
 
     _, launch = verified_launch(args.bundle, args.approved_digest)
-    text = EXPORTERS[args.format].render(launch)
+    text = EXPORTERS[args.format](launch)
     if args.out is None:
         sys.stdout.write(text)
     else:
