@@ -14,9 +14,9 @@ from typing import Any
 
 import pandas as pd
 
+import kvplan.evidence.record as rec
 from kvplan.checks.gate import Approved
 from kvplan.drift import per_rank
-from kvplan.evidence import record as rec
 from kvplan.plan import AdmissionPlan, LoadPolicy, Policy, profiled_tokens
 
 #: Largest ``budget.json`` read [bytes]; a bigger one is refused before it is read.

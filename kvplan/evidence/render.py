@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+import kvplan.evidence.record as rec
 from kvplan.budget import kv_cache_flag
 from kvplan.checks import verdict_word
 from kvplan.escape import markdown_code, markdown_text, terminal_text
-from kvplan.evidence import record as rec
 from kvplan.io.ledger_frame import ledger_frame_csv
 from kvplan.io.metadata import RawLines
 from kvplan.kvspec.capacity import capacity_rows, sequence_lengths

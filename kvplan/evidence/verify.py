@@ -11,11 +11,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import kvplan.evidence.reading as reading
+import kvplan.evidence.record as rec
 from kvplan import __version__
 from kvplan.checks.gate import Approved
 from kvplan.columns import NEWER_THAN_0_1_0
-from kvplan.evidence import reading
-from kvplan.evidence import record as rec
 from kvplan.evidence.render import artifact_pieces, chart_images, chart_names
 from kvplan.io.metadata import RawLines
 from kvplan.plan import Decision, renamed

@@ -17,9 +17,9 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+import kvplan.evidence.record as rec
 from kvplan import __version__
 from kvplan.escape import SURROGATE, terminal_text
-from kvplan.evidence import record as rec
 from kvplan.evidence.render import artifact_pieces, chart_images
 from kvplan.plan import AdmissionPlan, Decision, LoadPolicy, ModelLayout, Policy, renamed, require_files
 from kvplan.units import format_size
