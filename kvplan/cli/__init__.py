@@ -1,11 +1,6 @@
 """The ``kvplan`` command: parse arguments, call the library, format the answer (a table, or one JSON
 object with ``--json``; bad input: one ``error: …`` line, exit 2). A command's module is imported, and its
-``add_<command>(parser)`` called, only when it runs, so that ``kvplan X`` imports what X needs.
-
->>> sorted(build_parser().parse_args(["drift", "--ref-free", "42GiB", "--ref-budget", "30GiB",
-...     "--boot-free", "40.75GiB", "--guard", "0.5GiB"]).__dict__)[:3]
-['block_bytes', 'boot_free', 'command']
-"""
+``add_<command>(parser)`` called, only when it runs, so that ``kvplan X`` imports what X needs."""
 
 from __future__ import annotations
 

@@ -53,33 +53,17 @@ def add_approve(parser: argparse.ArgumentParser) -> None:
     describe(parser, APPROVE_HELP)
     parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM logs of the profiled boot(s)")
     add_nvidia_smi_argument(
-        parser,
-        "of the profiled boot: inputs of the bundle; joins gpu_name and driver_version into the "
-        "compatibility key (a gate compares them) and other_process_bytes",
+        parser, "of the profiled boot: joins GPU type, driver and other processes' memory"
     )
     parser.add_argument("--reserve", type=size, required=True, help="operating reserve per rank")
-    parser.add_argument(
-        "--guard", type=size, default=0, help="guard a canary gate subtracts by default (default 0)"
-    )
-    parser.add_argument(
-        "--assume-uniform",
-        action="store_true",
-        help="use rank 0's room for ranks whose logs do not show theirs",
-    )
-    add_admission_arguments(
-        parser, positive_int, "admission plan: C full sequences at once (with --seq-len and --model)"
-    )
+    parser.add_argument("--guard", type=size, default=0, help="guard a canary gate subtracts (default 0)")
+    parser.add_argument("--assume-uniform", action="store_true", help="rank 0's room for ranks not shown")
+    add_admission_arguments(parser, positive_int, "admission plan: C full sequences at once (with --model)")
     parser.add_argument("--approver", required=True, metavar="NAME", help="who approves")
     parser.add_argument("--note", default="", metavar="TEXT", help="e.g. the change ticket")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder the bundle folder is created in")
-    parser.add_argument(
-        "--allow-unjudged",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="accept the check NAME although it cannot be judged (repeatable; the bundle records it); "
-        "without it a check that cannot be judged refuses the approval (exit 2)",
-    )
+    unjudged = "accept the check NAME although it cannot be judged (repeatable; recorded)"
+    parser.add_argument("--allow-unjudged", action="append", default=[], metavar="NAME", help=unjudged)
     add_load_arguments(parser, "server logs and /metrics snapshots of a load test at the approved value")
     add_prometheus_arguments(parser, "a load test's (at the approved value)")
     add_gpu_arguments(parser, url=False)
@@ -283,28 +267,15 @@ def add_export(parser: argparse.ArgumentParser) -> None:
     from kvplan.export import EXPORTERS
 
     describe(parser, EXPORT_HELP)
-    parser.add_argument(
-        "format",
-        choices=[*EXPORTERS, STARTUP_PLAN],
-        metavar="FORMAT",
-        help=", ".join([*EXPORTERS, STARTUP_PLAN]),
-    )
+    formats = [*EXPORTERS, STARTUP_PLAN]
+    parser.add_argument("format", choices=formats, metavar="FORMAT", help=", ".join(formats))
     parser.add_argument("bundle", metavar="BUNDLE", help="an evidence bundle folder (verified first)")
     parser.add_argument(
         "--out", metavar="PATH", help="file to write (startup-plan: the folder; default stdout)"
     )
-    parser.add_argument(
-        "--approved-digest",
-        metavar="SHA256",
-        help="the bundle's digest as approved (as kvplan gate takes it)",
-    )
-    parser.add_argument(
-        "--tolerate-drift",
-        type=size,
-        default=0,
-        metavar="SIZE",
-        help="startup-plan: free memory a rank may lose before vLLM profiles again (default 0)",
-    )
+    parser.add_argument("--approved-digest", metavar="SHA256", help="the bundle's digest as approved")
+    drift = "startup-plan: free memory a rank may lose before vLLM profiles again (default 0)"
+    parser.add_argument("--tolerate-drift", type=size, default=0, metavar="SIZE", help=drift)
     parser.set_defaults(run=run_export)
 
 

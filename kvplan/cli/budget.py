@@ -10,11 +10,11 @@ from kvplan.cli.common import (
     add_model_arguments,
     add_nvidia_smi_argument,
     describe,
-    format_table,
     layout_options,
     positive_int,
     positive_size,
     print_json,
+    print_table,
     print_warnings,
     reader_warnings_into,
     refuse_layout_without_model,
@@ -47,29 +47,15 @@ def add_budget(parser: argparse.ArgumentParser) -> None:
     describe(parser, BUDGET_HELP)
     parser.add_argument("logs", nargs="*", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
     parser.add_argument(
-        "--room",
-        type=size_list,
-        metavar="SIZE,...",
-        help="room per rank, comma-separated, rank order (no LOG)",
+        "--room", type=size_list, metavar="SIZE,...", help="room per rank, in rank order (no LOG)"
     )
     parser.add_argument("--reserve", type=size, required=True, help="operating reserve per rank")
     parser.add_argument("--block-bytes", type=positive_size, help="round down to whole blocks of this size")
-    parser.add_argument(
-        "--assume-uniform",
-        action="store_true",
-        help="logs showing local rank 0 only: take its room for every rank",
-    )
-    parser.add_argument(
-        "--max-model-len",
-        type=positive_int,
-        metavar="L",
-        help="with --model: sequence length for the concurrency figure (default: the logs')",
-    )
+    parser.add_argument("--assume-uniform", action="store_true", help="rank 0's room for ranks not shown")
+    length = "with --model: sequence length of the concurrency figure (default: the logs')"
+    parser.add_argument("--max-model-len", type=positive_int, metavar="L", help=length)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    add_nvidia_smi_argument(
-        parser,
-        "of the same boot: names the GPU type (with --model: vLLM's MLA and gated-delta-net block size)",
-    )
+    add_nvidia_smi_argument(parser, "of the same boot: names the GPU type (with --model: its block size)")
     add_model_arguments(parser)
     add_gpu_arguments(parser)
     parser.set_defaults(run=run_budget)
@@ -181,15 +167,13 @@ def _print_budget(decision) -> None:
         f"min/median      {budget.min_median_ratio:.3f} "
         f"(the weak rank removes {budget.weak_rank_loss_fraction:.0%} of typical capacity)"
     )
+    sizes = ("room_bytes", "safe_bytes", "stranded_bytes")
     rows = [
-        {
-            "rank": rank["rank"],
-            "room": format_size(rank["room_bytes"]),
-            "safe": format_size(rank["safe_bytes"]),
-            "stranded": format_size(rank["stranded_bytes"]),
-            "limits": "<-" if rank["rank"] == budget.limiting_rank else "",
-        }
-        for rank in budget.to_dict()["ranks"]
+        (
+            r["rank"],
+            *(format_size(r[size]) for size in sizes),
+            "<-" if r["rank"] == budget.limiting_rank else "",
+        )
+        for r in budget.to_dict()["ranks"]
     ]
-    print()
-    print(format_table(rows, ["rank", "room", "safe", "stranded", "limits"]))
+    print_table(["rank", "room", "safe", "stranded", "limits"], rows)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 from warnings import catch_warnings, showwarning, simplefilter
@@ -41,13 +41,7 @@ class ExampleFormatter(argparse.HelpFormatter):
 
 
 def describe(parser: argparse.ArgumentParser, page: str) -> argparse.ArgumentParser:
-    """``parser`` with its help ``page``: prose (re-wrapped), then :data:`EXAMPLES_HEADING` and commands.
-
-    >>> page = "The sum of A\\nand B.\\n\\nFor example:\\n  kvplan add 1 2\\n"
-    >>> added = describe(argparse.ArgumentParser(prog="kvplan add"), page)
-    >>> added.description, added.format_help().splitlines()[-1]
-    ('The sum of A and B.', '  kvplan add 1 2')
-    """
+    """``parser`` with its help ``page``: prose (re-wrapped), then :data:`EXAMPLES_HEADING` and commands."""
     prose, _, listed = page.partition(EXAMPLES_HEADING)
     parser.description = " ".join(prose.split())
     parser.epilog = examples([line.strip() for line in listed.splitlines() if line.strip()])
@@ -79,11 +73,7 @@ def size(text: str) -> int:
 
 
 def size_list(text: str) -> list[int]:
-    """Comma-separated sizes ≥ 0, one per rank in rank order [bytes].
-
-    >>> size_list("13GiB,14GiB") == [13 * 2**30, 14 * 2**30]
-    True
-    """
+    """Comma-separated sizes ≥ 0, one per rank in rank order [bytes]."""
     try:
         sizes = [_bounded(value, text) for value in parse_size_list(text)]
     except ValueError as exc:
@@ -146,11 +136,7 @@ def fraction(text: str) -> float:
 
 
 def labels(text: str) -> tuple[str, ...]:
-    """Comma-separated names (hosts, labels), blanks dropped.
-
-    >>> labels("gpu-1, gpu-2,")
-    ('gpu-1', 'gpu-2')
-    """
+    """Comma-separated names (hosts, labels), blanks dropped."""
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     if not names:
         raise argparse.ArgumentTypeError(f"expected comma-separated label names, got {text!r}")
@@ -316,16 +302,7 @@ class ReportedWarning(Warning, metaclass=_NamedWarnings):
 
 @contextmanager
 def reader_warnings_into(notes: list[str]) -> Iterator[None]:
-    """Collect the :data:`REPORTED_WARNINGS` raised inside into ``notes`` (each once).
-
-    >>> import warnings
-    >>> from kvplan.ledger import LedgerWarning
-    >>> notes = []
-    >>> with reader_warnings_into(notes):
-    ...     warnings.warn(LedgerWarning("rank 1 shows no room"))
-    >>> notes
-    ['rank 1 shows no room']
-    """
+    """Collect the :data:`REPORTED_WARNINGS` raised inside into ``notes`` (each once)."""
     caught: list = []
     try:
         with catch_warnings(record=True) as caught:
@@ -364,6 +341,12 @@ def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
     lines = ["  ".join(column.rjust(width) for column, width in zip(columns, widths))]
     lines += ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in cells]
     return "\n".join(lines)
+
+
+def print_table(columns: Sequence[str], rows: Iterable[Sequence]) -> None:
+    """A blank line, then :func:`format_table` of ``rows`` (one value per column)."""
+    print()
+    print(format_table([dict(zip(columns, row)) for row in rows], columns))
 
 
 def unwritable_json(exc: Exception) -> str:

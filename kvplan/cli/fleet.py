@@ -24,22 +24,12 @@ from kvplan.units import format_size
 
 
 def _add_engine_arguments(parser: argparse.ArgumentParser, default: str | None) -> None:
-    parser.add_argument(
-        "--scheduler",
-        metavar="ADDR",
-        default=default,
-        help="'local' (an embedded cluster, one process per core), 'synchronous', or a Dask "
-        "scheduler address tcp://HOST:8786 (default: DASK_SCHEDULER_ADDRESS, else "
-        f"{default or 'local'})",
+    scheduler = (
+        f"local, synchronous or tcp://HOST:8786 (default: DASK_SCHEDULER_ADDRESS, else {default or 'local'})"
     )
-    parser.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="fsspec storage option for s3:// fleets (key, secret, endpoint_url, anon, ...); "
-        "repeat; the standard AWS environment variables work too",
-    )
+    parser.add_argument("--scheduler", metavar="ADDR", default=default, help=scheduler)
+    storage = "fsspec storage option for s3:// fleets (key, secret, endpoint_url, anon, ...); repeat"
+    parser.add_argument("--storage-option", action="append", default=[], metavar="K=V", help=storage)
 
 
 #: After the waves of a plan without --out (no class bundle gave the companion utilization).
@@ -88,46 +78,22 @@ def add_fleet(parser: argparse.ArgumentParser) -> None:
 
 def _add_plan(plan: argparse.ArgumentParser) -> None:
     plan.add_argument(
-        "fleet",
-        metavar="FLEET",
-        help="folder of host folders, or a manifest CSV host,path,labels (local or s3://)",
+        "fleet", metavar="FLEET", help="folder of host folders, or a manifest CSV host,path,labels"
     )
     plan.add_argument("--reserve", type=size, required=True, help="operating reserve per rank")
-    plan.add_argument(
-        "--class-by",
-        type=labels,
-        default=(),
-        metavar="LABELS",
-        help="labels that split classes further, comma-separated (manifest columns or key fields)",
-    )
-    plan.add_argument(
-        "--model",
-        action="append",
-        default=[],
-        metavar="CONFIG",
-        help="model config(s): each class uses the one that serves its model; repeat",
-    )
+    class_by = "labels that split classes further, comma-separated (manifest columns or key fields)"
+    plan.add_argument("--class-by", type=labels, default=(), metavar="LABELS", help=class_by)
+    model = "model config(s): each class uses the one that serves its model; repeat"
+    plan.add_argument("--model", action="append", default=[], metavar="CONFIG", help=model)
     plan.add_argument("--out", metavar="DIR", help="write one evidence bundle per approved class here")
     plan.add_argument(
         "--approver", default="kvplan fleet plan", metavar="NAME", help="who approves the bundles"
     )
-    plan.add_argument(
-        "--split-below",
-        type=fraction,
-        default=None,
-        metavar="R",
-        help="advise a split when min/median of host budgets < R (default 0.95)",
-    )
-    plan.add_argument(
-        "--min-hosts",
-        type=at_least_one,
-        default=None,
-        metavar="N",
-        help="a class needs N clean hosts to be approved (default 3)",
-    )
-    plan.add_argument(
-        "--canaries", type=at_least_one, default=None, metavar="N", help="canary hosts per class (default 2)"
-    )
+    split = "advise a split when min/median of host budgets < R (default 0.95)"
+    plan.add_argument("--split-below", type=fraction, metavar="R", help=split)
+    min_hosts = "a class needs N clean hosts to be approved (default 3)"
+    plan.add_argument("--min-hosts", type=at_least_one, metavar="N", help=min_hosts)
+    plan.add_argument("--canaries", type=at_least_one, metavar="N", help="canary hosts per class (default 2)")
     add_admission_arguments(plan, at_least_one, "admission plan (with --seq-len)")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     _add_engine_arguments(plan, None)
@@ -136,12 +102,8 @@ def _add_plan(plan: argparse.ArgumentParser) -> None:
 
 
 def _add_gate(gate: argparse.ArgumentParser) -> None:
-    gate.add_argument(
-        "targets",
-        nargs="*",
-        metavar="LOGS_OR_FLEET",
-        help="a fleet folder or manifest of canary hosts, or the log files of one host",
-    )
+    targets = "a fleet folder or manifest of canary hosts, or the log files of one host"
+    gate.add_argument("targets", nargs="*", metavar="LOGS_OR_FLEET", help=targets)
     gate.add_argument("--approved", nargs="+", required=True, metavar="BUNDLE", help="the classes' bundles")
     gate.add_argument("--hosts", type=labels, default=(), metavar="H1,H2", help="gate only these hosts")
     gate.add_argument("--json", action="store_true", help='print {"passed", "decision", "hosts": [...]}')

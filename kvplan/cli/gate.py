@@ -39,30 +39,16 @@ def add_gate(parser: argparse.ArgumentParser) -> None:
     describe(parser, GATE_HELP)
     parser.add_argument("logs", nargs="+", metavar="BOOT_LOG", help="vLLM logs of the canary boot")
     parser.add_argument("--approved", required=True, metavar="BUNDLE", help="the approved evidence bundle")
-    parser.add_argument(
-        "--approved-digest",
-        metavar="SHA256",
-        help="the bundle's digest as approved (SHA-256 of its budget.json, as approve and "
-        "verify print it; at least 12 hex digits): another bundle at --approved is not "
-        "judged",
-    )
+    digest = "the bundle's digest as approved (at least 12 hex digits): another bundle is not judged"
+    parser.add_argument("--approved-digest", metavar="SHA256", help=digest)
     add_nvidia_smi_argument(parser, "taken after warm-up")
-    parser.add_argument(
-        "--startup-plan",
-        metavar="DIR",
-        help="the startup plan files the canary ran (kvplan export startup-plan --out DIR); default: the "
-        "approved plan without tolerated drift",
-    )
+    plan = "the startup plan files the canary ran (default: the approved plan without drift)"
+    parser.add_argument("--startup-plan", metavar="DIR", help=plan)
     parser.add_argument("--guard", type=size, help="guard per rank (default: the approval's, normally 0)")
     add_load_arguments(parser, "load-test server logs and /metrics snapshots of the canary")
     add_gate_prometheus_arguments(parser)
     add_gpu_arguments(parser, url=False, at=False)
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help='print {"passed", "checks": [{"name", "passed", "detail", "applicable"}], "warnings", '
-        '"approved_digest"}',
-    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=run_gate)
 
 

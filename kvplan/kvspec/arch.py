@@ -76,8 +76,8 @@ class ModelArch:
 
 
 _NESTED_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
-#: Bytes per value of a config's ``torch_dtype``: vLLM serves float32 checkpoints in 16 bits (``dtype=auto``).
-_MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2}
+#: Bytes per value of a dtype; vLLM serves a float32 checkpoint in 16 bits unless ``--dtype`` says otherwise.
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 #: Model types whose config class sets a missing ``num_key_value_heads`` to the heads (``LlamaConfig``); others
 #: default it to a number (``Gemma3TextConfig`` 4, ``MistralConfig`` 8, ``Qwen3Config`` 32): not guessed.
 KV_HEADS_DEFAULT_TO_HEADS = ("llama",)
@@ -143,11 +143,9 @@ def _dtype_bytes(lm: Mapping, where: str) -> int | None:
     if raw is None:
         return None
     dtype = str(raw).removeprefix("torch.")
-    if dtype not in _MODEL_DTYPE_BYTES:
-        raise KVSpecError(
-            f"{where}: field 'torch_dtype' = {dtype!r} is not one of {sorted(_MODEL_DTYPE_BYTES)}"
-        )
-    return _MODEL_DTYPE_BYTES[dtype]
+    if dtype not in DTYPE_BYTES:
+        raise KVSpecError(f"{where}: field 'torch_dtype' = {dtype!r} is not one of {sorted(DTYPE_BYTES)}")
+    return min(2, DTYPE_BYTES[dtype])
 
 
 def _head_dim(lm: Mapping, num_heads: int, where: str) -> tuple[int | None, int]:
@@ -364,15 +362,7 @@ def model_base_name(repo_id: str) -> str:
 
 
 def check_model_name(arch: ModelArch, logged_model: str | None) -> None:
-    """Refuse a config of another model (:func:`model_base_name`) than the logs served (both repo ids).
-
-    >>> arch = model_arch({"_source": {"model": "meta-llama/Llama-3.1-8B-Instruct"}, "model_type": "llama",
-    ...     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128})
-    >>> check_model_name(arch, "RedHatAI/Llama-3.1-8B-Instruct-FP8")  # a quantised variant: same architecture
-    >>> check_model_name(arch, "meta-llama/Llama-3.1-70B-Instruct")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    kvplan.kvspec.KVSpecError: the model config describes meta-llama/Llama-3.1-8B-Instruct, but the logs ...
-    """
+    """Refuse a config of another model (:func:`model_base_name`) than the logs served (both repo ids)."""
     if not logged_model or not arch.model_id:
         return
     if not (_HF_REPO_ID.fullmatch(logged_model) and _HF_REPO_ID.fullmatch(arch.model_id)):

@@ -1,10 +1,6 @@
 """What KV bytes buy: bytes → blocks → tokens (``blocks × block_size``) → full-length sequences at length L
 (``blocks / ceil(L / block_size)``, vLLM's "Maximum concurrency") where every token costs the same bytes
-(:class:`FlatSpec`); a model config's :class:`kvplan.kvspec.KVSpec` answers in vLLM's per-release arithmetic.
-
->>> capacity(12 * 2**30, 256 * 1024, max_model_len=8192).max_concurrency
-6.0
-"""
+(:class:`FlatSpec`); a model config's :class:`kvplan.kvspec.KVSpec` answers in vLLM's per-release arithmetic."""
 
 from __future__ import annotations
 

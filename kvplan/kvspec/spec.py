@@ -83,16 +83,6 @@ class KVSpec:
     options: Mapping[str, object] = field(default_factory=dict)
 
     @property
-    def max_num_batched_tokens(self) -> int:
-        """``max_num_batched_tokens`` of the sliding-window arithmetic (logged, given or assumed)."""
-        return self.launch.max_num_batched_tokens
-
-    @property
-    def settings_note(self) -> str:
-        """Which launch settings were vLLM's defaults because the logs did not show them."""
-        return "; ".join(self.launch.notes)
-
-    @property
     def approximate(self) -> bool:
         """True when vLLM's figures cannot be reproduced exactly; see ``approximate_reason``."""
         return bool(self.approximate_reason)
@@ -268,8 +258,7 @@ class KVSpec:
 @dataclass(frozen=True)
 class SpecOptions:
     """:func:`kv_spec`'s keywords: the layout and the launch settings the logs show (None: the release's
-    default, noted); ``host_pool`` a logged HiSparse "GPU + host" figure (:class:`LoggedHostPool`),
-    ``pp_layers`` ``VLLM_PP_LAYER_PARTITION``, ``logged_model`` the logs' model (:func:`check_model_name`)."""
+    default); ``pp_layers`` is ``VLLM_PP_LAYER_PARTITION``, ``logged_model`` the logs' model."""
 
     tp: int = 1
     pp: int = 1
@@ -292,8 +281,7 @@ class SpecOptions:
 
 
 def kv_spec(config: Mapping | ModelArch, **options: Any) -> KVSpec:
-    """The per-rank KV geometry of a model config on a layout (:class:`SpecOptions`' keywords);
-    ``block_size=None`` takes vLLM's choice (:func:`kvplan.kvspec.launch.resolve_block_size`).
+    """The per-rank KV geometry of a model config on a layout (:class:`SpecOptions`' keywords).
 
     >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
     ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
@@ -349,7 +337,6 @@ def kv_spec(config: Mapping | ModelArch, **options: Any) -> KVSpec:
 def _block_size(
     o: SpecOptions, arch: ModelArch, version: Release, token_bytes: int, linear_bytes: int | None, gdn: bool
 ) -> tuple[int, str]:
-    """The block size vLLM ends up with, and its note."""
     size, note = resolve_block_size(
         BlockSizeInputs(
             o.block_size,
