@@ -5,18 +5,28 @@ import re
 import pandas as pd
 import pytest
 
-from kvplan.kvspec import KVSpecError, check_model_name, cross_check, cross_check_verdict, kv_spec, model_arch
-from kvplan.kvspec.capacity import Capacity
+from kvplan.kvspec import (
+    KVSpecError,
+    check_model_name,
+    cross_check,
+    cross_check_verdict,
+    kv_spec,
+    model_arch,
+    model_base_name,
+    parse_vllm_version,
+)
+from kvplan.kvspec.capacity import Capacity, FlatSpec, blocks_per_sequence, capacity_rows, sequence_lengths
 from kvplan.kvspec.launch import (
     BlockSizeInputs,
     LoggedHostPool,
-    LoggedLaunch,
+    SpecOptions,
+    gpu_family,
     host_pool_bound,
     launch_settings,
     resolve_block_size,
 )
 from kvplan.kvspec.log_check import options_for_logs
-from kvplan.kvspec.page import linear_state_bytes
+from kvplan.kvspec.page import kv_dtype_bytes, kv_heads_per_rank, linear_state_bytes
 
 #: Llama-3.1-70B's KV geometry: 80 layers, 8 KV heads of 128, bf16.
 LLAMA_70B = {
@@ -30,7 +40,7 @@ LLAMA_70B = {
 
 def test_launch_settings_and_block_size_of_0_33():  # issue 23
     # async scheduling is on by default from 0.26: 2 batches of 8,192 tokens in flight
-    settings = launch_settings((0, 33, 0), LoggedLaunch(max_num_batched_tokens=8192), pp=1, sliding=True)
+    settings = launch_settings((0, 33, 0), SpecOptions(max_num_batched_tokens=8192), sliding=True)
     assert settings.in_flight_tokens == 16384
     assert settings.notes == (
         "async scheduling not in the logs: on, vLLM 0.26+ default (2 batches in flight)",
@@ -148,3 +158,52 @@ def test_options_for_logs_completes_and_refuses():  # issue 23
         KVSpecError, match="kv_cache_dtype 'auto' given, but the logs show kv_cache_dtype 'fp8'"
     ):
         options_for_logs({"kv_cache_dtype": "auto"}, {"kv_cache_dtype": "fp8"})
+
+
+def test_flat_spec_blocks_tokens_and_sequences():  # issue 23
+    spec = FlatSpec(256 * 1024)
+    # a block is 16 tokens × 256 KiB = 4 MiB; 8,193 tokens take ceil(8,193 / 16) = 513 blocks
+    assert (spec.block_bytes, spec.blocks_per_request(8193)) == (4_194_304, 513)
+    assert (blocks_per_sequence(8192, 16), blocks_per_sequence(8193, 16)) == (512, 513)
+    # 12 GiB / 4 MiB = 3,072 blocks × 16 = 49,152 tokens; 6 sequences of 512 blocks fill them
+    assert spec.capacity(12 * 2**30, 8192).tokens == 49152
+    assert spec.bytes_for_sequences(6, 8192) == 12 * 2**30
+    rows = capacity_rows(spec, 12 * 2**30, [4096, 8192])
+    assert [row["whole_sequences"] for row in rows] == [3072 // 256, 3072 // 512] == [12, 6]
+    assert sequence_lengths(10000, shortest=2048, also=[3000]) == [2048, 3000, 4096, 8192, 10000]
+
+
+def test_heads_dtypes_versions_names_and_gpus():  # issue 23
+    # 8 KV heads over TP 4: 2 each; over TP 16 (or 1 head over 8) replicated: 1 each
+    assert (kv_heads_per_rank(8, 64, 4), kv_heads_per_rank(8, 64, 16), kv_heads_per_rank(1, 32, 8)) == (
+        2,
+        1,
+        1,
+    )
+    assert (kv_dtype_bytes("auto", 2), kv_dtype_bytes("fp8", 2), kv_dtype_bytes("float16", None)) == (2, 1, 2)
+    versions = [parse_vllm_version(text) for text in ("0.6.6.post1", "v0.11.0", "0.19")]
+    assert versions == [(0, 6, 6), (0, 11, 0), (0, 19, 0)]
+    assert model_base_name("Qwen/Qwen3-235B-A22B-Instruct-2507") == "qwen3-235b-a22b"
+    assert model_base_name("RedHatAI/Llama-3.1-70B-Instruct-FP8") == "llama-3.1-70b"
+    names = ("NVIDIA H100 80GB HBM3", "NVIDIA B200", "NVIDIA A100-SXM4-80GB")
+    assert [gpu_family(name) for name in names] == ["hopper", "blackwell", "other"]
+    assert resolve_block_size(BlockSizeInputs(None, "auto", (0, 33, 0), 1024)) == (16, "")
+
+
+def test_concurrency_and_tokens_by_release():  # issue 23
+    spec = kv_spec(
+        {
+            "num_hidden_layers": 2,
+            "num_attention_heads": 8,
+            "num_key_value_heads": 8,
+            "head_dim": 64,
+            "torch_dtype": "bfloat16",
+        },
+        tp=1,
+    )
+    old = spec.with_settings(vllm_version="0.8.5")
+    # 0.9.1+: 3,072 blocks / ceil(8,193 / 16) = 513 blocks a request; before: 49,152 tokens / 8,193
+    assert (spec.max_concurrency(3072, 8193), old.max_concurrency(3072, 8193)) == (3072 / 513, 49152 / 8193)
+    # 0.21+: int(3,072 / 513 × 8,193) = 49,062; up to 0.20: 3,072 blocks × 16 tokens
+    twenty = spec.with_settings(vllm_version="0.20.0")
+    assert [s.kv_cache_tokens(3072, 8193) for s in (spec, twenty)] == [49062, 49152]

@@ -1,5 +1,5 @@
-"""The bundle's commands: ``kvplan approve`` (write one), ``kvplan verify`` (re-check one) and ``kvplan export``
-(its launch as a deployment reads it)."""
+"""The bundle's commands: ``kvplan approve`` (write one), ``kvplan verify`` (re-check one) and
+``kvplan export`` (its launch as a deployment reads it)."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ from kvplan.escape import terminal_text
 from kvplan.units import format_budget
 
 APPROVE_HELP = """\
-Write the uniform budget of a profiled boot's logs, with its evidence, to a new folder OUT/<date>-<hash>. Every
-check must pass (exit 1 if one fails); one that cannot be judged refuses the approval (exit 2) unless
+Write the uniform budget of a profiled boot's logs, with its evidence, to a new folder OUT/<date>-<hash>.
+Every check must pass (exit 1 if one fails); one that cannot be judged refuses the approval (exit 2) unless
 --allow-unjudged names it. See docs/cli.md.
 
 For example:
@@ -79,7 +79,12 @@ def run_approve(args: argparse.Namespace) -> int:
     try:
         bundle, written = evidence.approve_bundle(_request(args))
     except evidence.CheckFailedError as failed:  # issue 24: a failed check is a verdict (exit 1)
-        return _not_approved(failed)
+        from kvplan.checks import format_check
+
+        for check in failed.checks:
+            print(format_check(check))
+        print(f"error: {terminal_text(failed)}", file=sys.stderr)
+        return EXIT_FAIL
     # the record as budget.json reads back, without its ledger rows (not shown here: most of its bytes)
     record = json.loads(json.dumps({key: value for key, value in written.items() if key != "ledger"}))
     own_gate = _own_gate(written)
@@ -176,22 +181,12 @@ def _own_gate(record: dict) -> list[str]:
     return [] if refusal is None else [refusal.detail]
 
 
-def _not_approved(failed) -> int:
-    """Print each failed check (stdout) and the refusal (stderr): exit 1."""
-    from kvplan.checks import format_check
-
-    for check in failed.checks:
-        print(format_check(check))
-    print(f"error: {terminal_text(failed)}", file=sys.stderr)
-    return EXIT_FAIL
-
-
 VERIFY_HELP = """\
-Re-check an evidence bundle: every file's SHA-256, the inputs digest, and the decision, SUMMARY.md, ledger.csv and
-evidence.log recomputed from the input copies. Exit 0 when all agree, 1 with the differences listed, 2 when the
-bundle cannot be read. The folder name is a label: a copied or renamed bundle folder verifies (exit 0) when its
-contents agree, and a second approver (or a different note) approving the same inputs on the same day gets a folder
-of its own.
+Re-check an evidence bundle: every file's SHA-256, the inputs digest, and the decision, SUMMARY.md,
+ledger.csv and evidence.log recomputed from the input copies. Exit 0 when all agree, 1 with the differences
+listed, 2 when the bundle cannot be read. The folder name is a label: a copied or renamed bundle folder
+verifies (exit 0) when its contents agree, and a second approver (or a different note) approving the same
+inputs on the same day gets a folder of its own.
 
 For example:
   kvplan verify evidence/2026-11-29-0123456789ab
@@ -280,12 +275,25 @@ def add_export(parser: argparse.ArgumentParser) -> None:
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from kvplan.export import EXPORTERS, startup_plans, verified_launch
+
     if args.format == STARTUP_PLAN:
-        return _startup_plan(args)
+        if args.out is None:
+            raise CliError("startup-plan needs --out DIR (one file per rank)")
+        if args.tolerate_drift < 0:
+            raise CliError("--tolerate-drift must not be negative")
+        plans = startup_plans(args.bundle, args.tolerate_drift, args.approved_digest)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for plan in plans:
+            write_atomic(out / plan.file_name, plan.text)
+            print(
+                f"rank {plan.rank}: {out / plan.file_name}: kv_cache_memory_bytes={plan.kv_cache_memory_bytes}, "
+                f"free_memory_baseline={plan.free_memory_baseline}"
+            )
+        return EXIT_OK
     if args.tolerate_drift:
         raise CliError("--tolerate-drift applies to startup-plan only")
-    from kvplan.export import EXPORTERS, verified_launch
-
     _, launch = verified_launch(args.bundle, args.approved_digest)
     text = EXPORTERS[args.format].render(launch)
     if args.out is None:
@@ -293,25 +301,6 @@ def run_export(args: argparse.Namespace) -> int:
     else:
         write_atomic(Path(args.out), text)
         print(f"{args.out}: {args.format} of bundle sha256:{launch.digest}", file=sys.stderr)
-    return EXIT_OK
-
-
-def _startup_plan(args: argparse.Namespace) -> int:
-    from kvplan.export import startup_plans
-
-    if args.out is None:
-        raise CliError("startup-plan needs --out DIR (one file per rank)")
-    if args.tolerate_drift < 0:
-        raise CliError("--tolerate-drift must not be negative")
-    plans = startup_plans(args.bundle, args.tolerate_drift, args.approved_digest)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for plan in plans:
-        write_atomic(out / plan.file_name, plan.text)
-        print(
-            f"rank {plan.rank}: {out / plan.file_name}: kv_cache_memory_bytes={plan.kv_cache_memory_bytes}, "
-            f"free_memory_baseline={plan.free_memory_baseline}"
-        )
     return EXIT_OK
 
 

@@ -84,18 +84,26 @@ def run_budget(args: argparse.Namespace) -> int:
             decision, warnings = plan.decide_rooms(args.room, policy, args.block_bytes), []
         else:
             decision, warnings = _decide(args, None, policy)
-    launch_warning = decision.launch_warning
-    if launch_warning is None and decision.gpu_memory_utilization is None:
-        launch_warning = ROOMS_LAUNCH_WARNING
-    if launch_warning is not None:
-        warnings.append(launch_warning)
+    if decision.launch_warning is not None or decision.gpu_memory_utilization is None:
+        warnings.append(decision.launch_warning or ROOMS_LAUNCH_WARNING)
     print_warnings(warnings)
     if decision.spec is not None and decision.max_model_len is None:
         raise CliError("--model needs --max-model-len L when the logs do not show max_model_len")
-    if args.json:
-        return print_json(_budget_json(decision, warnings))
-    _print_budget(decision)
-    return EXIT_OK
+    if not args.json:
+        _print_budget(decision)
+        return EXIT_OK
+    budget = decision.budget
+    room_sources = dict(zip(budget.ranks, decision.room_sources))
+    data = budget.to_dict()
+    for rank in data["ranks"]:
+        rank["room_source"] = room_sources[rank["rank"]]
+    data.update(warnings=warnings, launch_flags=list(decision.launch_flags))
+    data["gpu_memory_utilization"] = decision.gpu_memory_utilization
+    if decision.spec is not None:
+        data["capacity"] = decision.capacity_at_max_len.to_dict()
+    if decision.cross_check_verdict is not None:
+        data["cross_check"] = decision.cross_check_verdict
+    return print_json(data)
 
 
 def _decide(args: argparse.Namespace, layout, policy) -> tuple:
@@ -112,22 +120,6 @@ def _decide(args: argparse.Namespace, layout, policy) -> tuple:
         decision = plan.decide(evidence_in, policy, layout, block_bytes=args.block_bytes)
     notes = [*decision.warnings, *decision.notes]
     return decision, notes + [note for note in caught if note not in notes]
-
-
-def _budget_json(decision, warnings: list[str]) -> dict:
-    budget = decision.budget
-    room_sources = dict(zip(budget.ranks, decision.room_sources))
-    data = budget.to_dict()
-    for rank in data["ranks"]:
-        rank["room_source"] = room_sources[rank["rank"]]
-    data["warnings"] = warnings
-    data["launch_flags"] = list(decision.launch_flags)
-    data["gpu_memory_utilization"] = decision.gpu_memory_utilization
-    if decision.spec is not None:
-        data["capacity"] = decision.capacity_at_max_len.to_dict()
-    if decision.cross_check_verdict is not None:
-        data["cross_check"] = decision.cross_check_verdict
-    return data
 
 
 def _print_budget(decision) -> None:
@@ -167,13 +159,9 @@ def _print_budget(decision) -> None:
         f"min/median      {budget.min_median_ratio:.3f} "
         f"(the weak rank removes {budget.weak_rank_loss_fraction:.0%} of typical capacity)"
     )
-    sizes = ("room_bytes", "safe_bytes", "stranded_bytes")
+    sizes, limiting = ("room_bytes", "safe_bytes", "stranded_bytes"), budget.limiting_rank
     rows = [
-        (
-            r["rank"],
-            *(format_size(r[size]) for size in sizes),
-            "<-" if r["rank"] == budget.limiting_rank else "",
-        )
+        (r["rank"], *(format_size(r[size]) for size in sizes), "<-" if r["rank"] == limiting else "")
         for r in budget.to_dict()["ranks"]
     ]
     print_table(["rank", "room", "safe", "stranded", "limits"], rows)

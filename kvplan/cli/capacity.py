@@ -1,4 +1,4 @@
-"""``kvplan capacity`` (what a per-GPU KV budget buys) and ``kvplan drift`` (a reference budget reused later)."""
+"""``kvplan capacity`` (what a per-GPU KV budget buys) and ``kvplan drift`` (a reference budget, later)."""
 
 from __future__ import annotations
 
@@ -42,20 +42,17 @@ def add_capacity(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(run=run_capacity)
 
 
-def _kv_spec_from_args(args: argparse.Namespace):
+def run_capacity(args: argparse.Namespace) -> int:
+    spec = None
     if not args.model:
         refuse_layout_without_model(args)
-        return None
-    if args.tp is None:
+    elif args.tp is None:
         raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
-    from kvplan.io.model_config import read_model_config
-    from kvplan.kvspec import kv_spec, options_for_logs
+    else:
+        from kvplan.io.model_config import read_model_config
+        from kvplan.kvspec import kv_spec, options_for_logs
 
-    return kv_spec(read_model_config(args.model), **options_for_logs(layout_options(args), {}))
-
-
-def run_capacity(args: argparse.Namespace) -> int:
-    spec = _kv_spec_from_args(args)
+        spec = kv_spec(read_model_config(args.model), **options_for_logs(layout_options(args), {}))
     if (spec is None) == (args.bytes_per_token is None):
         raise CliError("give exactly one of --bytes-per-token or --model")
     if spec is None:

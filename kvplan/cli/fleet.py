@@ -44,18 +44,13 @@ rollout waves.
 For example:
   kvplan fleet plan data/fleet/small --reserve 1GiB --model llama-3.1-70b
 """
-
-
 FLEET_PLAN_HELP = """\
 Read every host's startup logs (on Dask), group hosts into classes, and give each class its uniform budget,
-limiting host and rank, stranded capacity, outliers with their likely cause and the tokens a split would buy,
-then the rollout waves (canaries first).
+outliers with their likely cause, and the rollout waves (canaries first). See docs/cli.md.
 
 For example:
   kvplan fleet plan data/fleet/small --reserve 1GiB --model llama-3.1-70b --out evidence/
 """
-
-
 FLEET_GATE_HELP = """\
 Each host is gated (as kvplan gate) against the bundle whose class lists it. Exit 0 all pass (go on), 1 any
 failed (stop), 2 a host cannot be judged or bad input.
@@ -69,14 +64,7 @@ def add_fleet(parser: argparse.ArgumentParser) -> None:
     describe(parser, FLEET_HELP)
     commands = parser.add_subparsers(dest="fleet_command", required=True, metavar="COMMAND")
     plan = commands.add_parser("plan", help="per-class budgets, outliers, split advice, bundles and waves")
-    _add_plan(describe(plan, FLEET_PLAN_HELP))
-    gate = commands.add_parser(
-        "gate", help="canary hosts against their class's bundle: per-host verdict and the stop decision"
-    )
-    _add_gate(describe(gate, FLEET_GATE_HELP))
-
-
-def _add_plan(plan: argparse.ArgumentParser) -> None:
+    describe(plan, FLEET_PLAN_HELP)
     plan.add_argument(
         "fleet", metavar="FLEET", help="folder of host folders, or a manifest CSV host,path,labels"
     )
@@ -99,9 +87,10 @@ def _add_plan(plan: argparse.ArgumentParser) -> None:
     _add_engine_arguments(plan, None)
     add_gpu_arguments(plan, host=False)
     plan.set_defaults(run=_run_plan)
-
-
-def _add_gate(gate: argparse.ArgumentParser) -> None:
+    gate = commands.add_parser(
+        "gate", help="canary hosts against their class's bundle: per-host verdict and the stop decision"
+    )
+    describe(gate, FLEET_GATE_HELP)
     targets = "a fleet folder or manifest of canary hosts, or the log files of one host"
     gate.add_argument("targets", nargs="*", metavar="LOGS_OR_FLEET", help=targets)
     gate.add_argument("--approved", nargs="+", required=True, metavar="BUNDLE", help="the classes' bundles")
@@ -117,20 +106,13 @@ def _run_plan(args: argparse.Namespace) -> int:
     from kvplan.fleet.planner import class_rows
     from kvplan.fleet.read import default_scheduler, stderr_progress
 
+    tuning = {"split_below": args.split_below, "min_hosts": args.min_hosts, "canaries": args.canaries}
     policy = FleetPolicy(
         args.reserve,
         tuple(args.class_by),
         approver=args.approver,
         admission=admission_from_args(args),
-        **{
-            name: value
-            for name, value in (
-                ("split_below", args.split_below),
-                ("min_hosts", args.min_hosts),
-                ("canaries", args.canaries),
-            )
-            if value is not None
-        },
+        **{name: value for name, value in tuning.items() if value is not None},
     )
     storage = parse_storage_options(args.storage_option)
     hosts = list_fleet(args.fleet, storage)

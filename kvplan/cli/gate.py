@@ -53,9 +53,9 @@ def add_gate(parser: argparse.ArgumentParser) -> None:
 
 
 def _with_startup_plan(args: argparse.Namespace, verified, approved, ledger, checks: list) -> list:
-    """Issue 24: ``checks`` and, for a canary that ran vLLM's startup plan, whether it applied the approved one
-    (``--startup-plan``'s files, else the approved plan without drift) on every rank; a plan runs B − G − D
-    by design, so the manual-value check does not apply then."""
+    """Issue 24: ``checks`` and, for a canary that ran vLLM's startup plan, whether it applied the approved
+    one (``--startup-plan``'s files, else the approved plan without drift) on every rank; a plan runs
+    B − G − D by design, so the manual-value check does not apply then."""
     import json
     from pathlib import Path
 
@@ -116,14 +116,8 @@ def run_gate(args: argparse.Namespace) -> int:
     if args.nvidia_smi or gpus:
         with reader_warnings_into(warnings):
             ledger, free_after_warmup, _ = join_snapshots(ledger, [*args.nvidia_smi, *gpus])
-    checks = gate_checks(
-        approved,
-        ledger,
-        compatibility_key(ledger, metadata.lines),
-        args.guard,
-        free_after_warmup,
-        boot_defaults=key.read_defaulted_key_fields(metadata),
-    )
+    boot_key, defaults = compatibility_key(ledger, metadata.lines), key.read_defaulted_key_fields(metadata)
+    checks = gate_checks(approved, ledger, boot_key, args.guard, free_after_warmup, boot_defaults=defaults)
     checks = _with_startup_plan(args, verified, approved, ledger, checks)
     if args.load:
         section, load_checks = plan.gate_load(approved, args.load, policy)

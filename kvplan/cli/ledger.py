@@ -129,15 +129,7 @@ def ledger_text(ledger, wide: bool = False) -> str:
     else:
         columns, names = LEDGER_TABLE, short_names(ledger["source"].unique())
     rows = [
-        {
-            header: names[row[column]]
-            if column == "source"
-            else _reason(row)
-            if column == "reason"
-            else _table_cell(column, row.get(column))
-            for column, header in columns.items()
-        }
-        for row in records
+        {header: _table_cell(column, row, names) for column, header in columns.items()} for row in records
     ]
     return format_table(rows, list(columns.values()))
 
@@ -145,12 +137,11 @@ def ledger_text(ledger, wide: bool = False) -> str:
 def rooms_text(rooms: list[dict], wide: bool = False) -> str:
     """The ``--rooms`` table: :data:`ROOMS_TABLE`'s headers (``wide``: glossary names, whole paths)."""
     columns = {column: column for column in ROOMS_TABLE} if wide else ROOMS_TABLE
-    names = {room["source"]: room["source"] for room in rooms}
-    if not wide:
-        names = short_names(list(names))
+    sources = list(dict.fromkeys(room["source"] for room in rooms))
+    names = {source: source for source in sources} if wide else short_names(sources)
     rows = [
         {
-            **{header: _table_cell(column, room.get(column)) for column, header in columns.items()},
+            **{header: _table_cell(column, room, names) for column, header in columns.items()},
             columns["worst_boot"]: f"{names[room['source']]} #{room['boot']}",
         }
         for room in rooms
@@ -211,10 +202,13 @@ def _reason(row: dict) -> str:
     return reason if len(reason) <= TABLE_REASON_CHARS else reason[: TABLE_REASON_CHARS - 1] + "…"
 
 
-def _table_cell(column: str, value: object) -> str:
+def _table_cell(column: str, row: dict, names: dict[str, str]) -> str:
+    """A row's cell of the readable tables: file names shortened, sizes formatted, ``-`` when unknown."""
     from kvplan.ledger import plain_value
 
-    plain = plain_value(value)
+    if column in ("source", "reason"):
+        return names[row[column]] if column == "source" else _reason(row)
+    plain = plain_value(row.get(column))
     if plain is None:
         return "-"
     return format_size(int(plain)) if column.endswith("_bytes") else str(plain)

@@ -1,5 +1,5 @@
-"""KV-cache bytes per token per rank from a Hugging Face model config and the parallel layout, and what a budget
-buys as vLLM prints it ("GPU KV cache size", "Maximum concurrency"), release by release; imported on first use."""
+"""KV-cache bytes per token per rank from a Hugging Face model config and the parallel layout, and what a
+budget buys as vLLM prints it ("GPU KV cache size", "Maximum concurrency"); names imported on first use."""
 
 from typing import TYPE_CHECKING
 

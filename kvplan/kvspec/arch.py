@@ -28,11 +28,7 @@ KVSpecError.__module__ = "kvplan.kvspec"  # its public home, as tracebacks and d
 
 
 def parse_vllm_version(version: str | None) -> Release:
-    """``(major, minor, patch)`` of a vLLM release string; ``None`` means the newest known release.
-
-    >>> parse_vllm_version("0.6.6.post1"), parse_vllm_version("v0.11.0"), parse_vllm_version("0.19")
-    ((0, 6, 6), (0, 11, 0), (0, 19, 0))
-    """
+    """``(major, minor, patch)`` of a vLLM release string; ``None`` means the newest known release."""
     text = DEFAULT_VLLM_VERSION if version is None else str(version).strip()
     parsed = version_tuple(text)
     if parsed is None:
@@ -221,13 +217,8 @@ def model_arch(config: Mapping) -> ModelArch:
     )
 
 
-_LAYER_TYPE_NAMES = {
-    "full_attention": FULL_ATTENTION,
-    "attention": FULL_ATTENTION,
-    "sliding_attention": SLIDING_ATTENTION,
-    "linear_attention": LINEAR_ATTENTION,
-    "mamba": LINEAR_ATTENTION,
-}
+_LAYER_TYPE_NAMES = {kind: kind for kind in (FULL_ATTENTION, SLIDING_ATTENTION, LINEAR_ATTENTION)}
+_LAYER_TYPE_NAMES.update(attention=FULL_ATTENTION, mamba=LINEAR_ATTENTION)
 
 
 def layer_kinds(
@@ -352,11 +343,7 @@ MODEL_VARIANT_PART = re.compile(
 
 
 def model_base_name(repo_id: str) -> str:
-    """The architecture part of a Hugging Face model name, without variant parts and date stamps.
-
-    >>> model_base_name("Qwen/Qwen3-235B-A22B-Instruct-2507"), model_base_name("RedHatAI/Llama-3.1-70B-Instruct-FP8")
-    ('qwen3-235b-a22b', 'llama-3.1-70b')
-    """
+    """The architecture part of a Hugging Face model name, without variant parts and date stamps."""
     parts = re.split(r"[-_]", repo_id.rsplit("/", 1)[-1].lower())
     return "-".join(part for part in parts if not MODEL_VARIANT_PART.fullmatch(part))
 

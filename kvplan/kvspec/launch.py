@@ -33,11 +33,7 @@ _BLACKWELL = re.compile(r"\b(B100|B200|B300|GB200|GB300)\b", re.IGNORECASE)
 
 
 def gpu_family(gpu_name: str | None) -> str | None:
-    """``hopper`` (SM90), ``blackwell`` (SM100) or ``other`` for an nvidia-smi GPU name; None when unknown.
-
-    >>> gpu_family("NVIDIA H100 80GB HBM3"), gpu_family("NVIDIA B200"), gpu_family("NVIDIA A100-SXM4-80GB")
-    ('hopper', 'blackwell', 'other')
-    """
+    """``hopper`` (SM90), ``blackwell`` (SM100) or ``other`` for an nvidia-smi GPU name; None when unknown."""
     if not gpu_name:
         return None
     if _HOPPER.search(gpu_name):
@@ -83,20 +79,34 @@ def _in_flight_batches(version: Release, async_scheduling: bool, pp: int) -> tup
 
 
 @dataclass(frozen=True)
-class LoggedLaunch:
-    """What the logs (or the caller) show of a launch; None: not shown, vLLM's default for the release."""
+class SpecOptions:
+    """:func:`kv_spec`'s keywords: the layout and the launch settings the logs show (None: the release's
+    default); ``pp_layers`` is ``VLLM_PP_LAYER_PARTITION``, ``logged_model`` the logs' model."""
 
+    tp: int = 1
+    pp: int = 1
+    dcp: int = 1
+    pcp: int = 1
+    kv_cache_dtype: str = "auto"
+    block_size: int | None = None
+    vllm_version: str | None = None
     max_num_batched_tokens: int | None = None
     async_scheduling: bool | None = None
     mamba_cache_mode: str | None = None
+    hybrid_kv_cache_manager: bool | None = None
+    num_gpu_blocks_override: int | None = None
     gpu_name: str | None = None
+    kv_cache_group_block_sizes: object = None
+    host_pool: Sequence[int] | None = None
+    pp_layers: Sequence[int] = ()
+    dtype: str | None = None
+    logged_model: str | None = None
 
 
 def launch_settings(
     version: Release,
-    logged: LoggedLaunch,
+    logged: SpecOptions,
     *,
-    pp: int,
     sliding: bool = False,
     linear_kind: str | None = None,
     head_k_dim: int | None = None,
@@ -121,7 +131,7 @@ def launch_settings(
         async_scheduling = version >= ASYNC_SCHEDULING_DEFAULT_FROM
         if version >= IN_FLIGHT_TOKENS_FROM and sliding:
             notes.append("async scheduling not in the logs: on, vLLM 0.26+ default (2 batches in flight)")
-    batches, why = _in_flight_batches(version, bool(async_scheduling), pp)
+    batches, why = _in_flight_batches(version, bool(async_scheduling), logged.pp)
     if why and sliding:
         approximate.append(why)
     mode, gdn_checkpoint, mamba_notes, mamba_approximate = _mamba_settings(
@@ -139,9 +149,9 @@ def launch_settings(
 
 
 def _mamba_settings(
-    version: Release, logged: LoggedLaunch, linear_kind: str | None, head_k_dim: int | None
+    version: Release, logged: SpecOptions, linear_kind: str | None, head_k_dim: int | None
 ) -> tuple[str, bool, tuple[str, ...], tuple[str, ...]]:
-    """The Mamba cache mode, whether the FlashInfer GDN prefill keeps a checkpoint block, notes, approximations."""
+    """The Mamba cache mode, whether a FlashInfer GDN prefill keeps a checkpoint block, notes, approximations."""
     hybrid = linear_kind is not None
     mode = logged.mamba_cache_mode
     notes: tuple[str, ...] = ()
@@ -278,11 +288,7 @@ def _hybrid_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:
 
 
 def resolve_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:
-    """The block size [tokens] vLLM ends up with, and a note when it is not the one asked for.
-
-    >>> resolve_block_size(BlockSizeInputs(None, "auto", (0, 33, 0), 1024))
-    (16, '')
-    """
+    """The block size [tokens] vLLM ends up with, and a note when it is not the one asked for."""
     requested = inputs.requested
     if requested is not None and requested <= 0:
         raise KVSpecError(f"block_size must be positive, got {requested}")

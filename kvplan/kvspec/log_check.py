@@ -262,14 +262,10 @@ def cross_check_verdict(rows: pd.DataFrame) -> str:
     return f"model config agrees with the log: {figure} ({allowed}){count}{approximate}"
 
 
-_LOGGED_OPTIONS = {
-    "tp": "tensor_parallel_size",
-    "pp": "pipeline_parallel_size",
-    "dcp": "decode_context_parallel_size",
-    "kv_cache_dtype": "kv_cache_dtype",
-    "dtype": "dtype",
-    "max_num_batched_tokens": "max_num_batched_tokens",
-}
+_LOGGED_OPTIONS = dict(
+    tp="tensor_parallel_size", pp="pipeline_parallel_size", dcp="decode_context_parallel_size"
+)
+_LOGGED_OPTIONS.update((name, name) for name in ("kv_cache_dtype", "dtype", "max_num_batched_tokens"))
 #: Launch settings the logs show (ledger columns of the same name), taken when not given.
 _LAUNCH_OPTIONS = {
     "async_scheduling": bool,

@@ -1,6 +1,6 @@
 """The per-rank arithmetic of a layout: what a release serves of a model, KV bytes per token of one layer on
-one rank (``vllm/v1/kv_cache_interface.py``: ``2 × kv_heads_per_rank × head_dim × dtype_bytes``; MLA one latent
-of ``kv_lora_rank + qk_rope_head_dim`` values), KV cache groups and pipeline stages."""
+one rank (``vllm/v1/kv_cache_interface.py``: ``2 × kv_heads_per_rank × head_dim × dtype_bytes``; MLA one
+latent of ``kv_lora_rank + qk_rope_head_dim`` values), KV cache groups and pipeline stages."""
 
 from __future__ import annotations
 
@@ -122,11 +122,7 @@ def pp_partition(num_layers: int, pp: int, partition: Sequence[int] | None = Non
 
 
 def kv_heads_per_rank(num_kv_heads: int, num_attention_heads: int, tp: int) -> int:
-    """KV heads each TP rank stores: ``kv // tp``, or 1 (replicated); the layouts vLLM refuses are refused.
-
-    >>> kv_heads_per_rank(8, 64, 4), kv_heads_per_rank(8, 64, 16), kv_heads_per_rank(1, 32, 8)
-    (2, 1, 1)
-    """
+    """KV heads each TP rank stores: ``kv // tp``, or 1 (replicated); the layouts vLLM refuses are refused."""
     if tp <= 0:
         raise KVSpecError(f"tp must be positive, got {tp}")
     if num_attention_heads % tp:
@@ -156,11 +152,7 @@ INDEXER_QUANT_BLOCK = 128
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int | None, model: str = "model") -> int:
-    """Bytes per stored KV value for a ``--kv-cache-dtype``; ``auto`` = the model dtype, refused when unknown.
-
-    >>> kv_dtype_bytes("auto", 2), kv_dtype_bytes("fp8", 2), kv_dtype_bytes("float16", None)
-    (2, 1, 2)
-    """
+    """Bytes per stored KV value for a ``--kv-cache-dtype``; ``auto`` = the model dtype, refused when unknown."""
     if kv_cache_dtype not in KV_CACHE_DTYPE_BYTES:
         raise KVSpecError(f"kv_cache_dtype {kv_cache_dtype!r}: expected one of {list(KV_CACHE_DTYPE_BYTES)}")
     size = KV_CACHE_DTYPE_BYTES[kv_cache_dtype]
@@ -230,19 +222,11 @@ def linear_state_bytes(arch: ModelArch, tp: int) -> int:
     raise KVSpecError(f"{arch.name}: no linear-attention layers")
 
 
-@dataclass(frozen=True)
-class ServedLayers:
-    """Each layer's kind as vLLM serves it, one request's linear state per layer [bytes], and why approximate."""
-
-    layer_types: tuple[str, ...]
-    linear_bytes: int | None
-    reasons: tuple[str, ...]
-
-
 def served_layers(
     arch: ModelArch, version: Release, tp: int, hybrid_kv_cache_manager: bool | None = None
-) -> ServedLayers:
-    """The layers of ``arch`` as ``version`` serves them (sliding windows as full attention before 0.9)."""
+) -> tuple[tuple[str, ...], int | None, list[str]]:
+    """Each layer's kind as ``version`` serves it (sliding windows as full attention before 0.9), one
+    request's linear state per layer [bytes] and why the figures are approximate."""
     reasons = []
     linear_bytes = None
     layer_types = arch.layer_types
@@ -266,15 +250,16 @@ def served_layers(
         if why:
             layer_types = tuple(FULL_ATTENTION if kind == SLIDING_ATTENTION else kind for kind in layer_types)
             reasons.append(f"{why}; sliding-window layers sized as full attention")
-    return ServedLayers(layer_types, linear_bytes, tuple(reasons))
+    return layer_types, linear_bytes, reasons
 
 
 def kv_cache_groups(
     layer_types: Sequence[str], vllm_version: str | None = None
 ) -> list[tuple[str, tuple[int, ...]]]:
     """vLLM's KV cache groups ``(kind, layer indices)`` (``v1/core/kv_cache_utils.py``
-    ``_get_kv_cache_groups_uniform_page_size``): group size = the smallest kind's count (the largest's when under
-    1.25× it from 0.12, 1.5× from 0.18), each kind split round-robin (``layers[i::n]``) into ``ceil(count / size)``.
+    ``_get_kv_cache_groups_uniform_page_size``): group size = the smallest kind's count (the largest's when
+    under 1.25× it from 0.12, 1.5× from 0.18), each kind split round-robin (``layers[i::n]``) into
+    ``ceil(count / size)``.
 
     >>> [len(layers) for _, layers in kv_cache_groups(["sliding_attention"] * 5 + ["full_attention"])]
     [1, 1, 1, 1, 1, 1]
