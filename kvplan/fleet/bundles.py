@@ -17,9 +17,8 @@ from kvplan.fleet.classes import FleetClass, FleetPolicy
 from kvplan.fleet.inputs import FleetInputError, HostFiles, filesystem, is_snapshot, list_fleet
 from kvplan.fleet.read import HostReading, Progress, local_files, map_hosts
 from kvplan.io.gpu_snapshot import read_gpu_snapshot
-from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import compatibility_key
-from kvplan.plan import read_evidence, renamed
+from kvplan.plan import read_evidence
 
 NOTE_MARK = "fleet class "
 FETCHED = "inputs"
@@ -34,11 +33,7 @@ def class_note(name: str, labels: Mapping[str, str], hosts: Sequence[str]) -> st
 
 
 def note_hosts(note: str) -> list[str] | None:
-    """The hosts a fleet-class note lists (None: not a fleet bundle).
-
-    >>> note_hosts(class_note("H100", {}, ["h1", "h 2; hosts: h3"])), note_hosts("CHG-1")
-    (['h1', 'h 2; hosts: h3'], None)
-    """
+    """The hosts a fleet-class note lists (None: not a fleet bundle)."""
     if not note.startswith(NOTE_MARK):
         return None
     try:
@@ -100,18 +95,10 @@ def approve_class(
 ) -> Path:
     """Write the class's bundle under ``out`` and return its folder (``kvplan.evidence.approve``)."""
     layout = ModelLayout(Path(model), {}) if model else None
-    note = class_note(fleet_class.name, fleet_class.labels, fleet_class.host_names)
+    note = class_note(fleet_class.name, fleet_class.labels, [r.host for r in fleet_class.hosts])
     logs, gpus = class_inputs(fleet_class.hosts, out, storage_options)
-    return approve(
-        logs,
-        out,
-        Policy(policy.reserve_bytes),
-        policy.approver,
-        note,
-        layout,
-        policy.admission,
-        nvidia_smi_paths=gpus,
-    )
+    reserve = Policy(policy.reserve_bytes)
+    return approve(logs, out, reserve, policy.approver, note, layout, policy.admission, nvidia_smi_paths=gpus)
 
 
 @dataclass(frozen=True)
@@ -165,46 +152,28 @@ def gate_host(
         return HostVerdict(files.host, bundle, None, reason="no log files of the canary boot")
     try:
         with local_files((*files.logs, *files.snapshots), storage_options) as local:
-            own = _approval_inputs(local, approval)
-            if own:
-                return HostVerdict(files.host, bundle, None, reason=own)
+            for path, url in local:  # a canary is a new boot at the approved value, not its evidence
+                digest = sha256_file(path)
+                if digest in approval.inputs:
+                    why = f"{url} is the approval's own input {approval.inputs[digest]} (sha256 {digest[:16]}): a "
+                    why += "canary is a new boot at the approved value, not the evidence it was approved from"
+                    return HostVerdict(files.host, bundle, None, reason=why)
             checks = _canary_checks(approval.approved, local[: len(files.logs)], local[len(files.logs) :])
     except (ValueError, OSError) as exc:
         return HostVerdict(files.host, bundle, None, reason=str(exc))
     return HostVerdict(files.host, bundle, gate_verdict(checks), tuple(check.to_dict() for check in checks))
 
 
-def _approval_inputs(local: Sequence[tuple[str, str]], approval: ClassApproval) -> str | None:
-    """Why the canary's files are the approval's own inputs (by SHA-256), or None when none is."""
-    for path, url in local:
-        digest = sha256_file(path)
-        if digest in approval.inputs:
-            return (
-                f"{url} is the approval's own input {approval.inputs[digest]} (sha256 {digest[:16]}): a "
-                "canary is a new boot at the approved value, not the evidence it was approved from"
-            )
-    return None
-
-
 def _canary_checks(approved: Approved, logs: Sequence[tuple[str, str]], snapshots: Sequence[tuple[str, str]]):
     """The gate checks of one canary, as ``kvplan gate`` runs them."""
-    evidence = read_evidence(logs)
-    ledger, free = evidence.ledger, None
-    if snapshots:
-        try:
-            ledger, free, _ = join_snapshots(ledger, [path for path, _ in snapshots], warn=False)
-        except ValueError as exc:
-            raise ValueError(renamed(str(exc), dict(snapshots))) from None
-    key = compatibility_key(ledger, evidence.lines)
-    return gate_checks(approved, ledger, key, None, free, boot_defaults=evidence.defaulted_key_fields)
+    evidence = read_evidence(logs, snapshots)
+    key = compatibility_key(evidence.ledger, evidence.lines)
+    free, defaults = evidence.free_bytes, evidence.defaulted_key_fields
+    return gate_checks(approved, evidence.ledger, key, None, free, boot_defaults=defaults)
 
 
 def stop_decision(verdicts: Sequence[HostVerdict]) -> tuple[int, str]:
-    """The exit status and the decision: stop on any failed host, cannot go on while any is unjudged.
-
-    >>> stop_decision([HostVerdict("a", "b", True), HostVerdict("c", "b", False)])
-    (1, 'STOP: 1 of 2 host(s) failed: c')
-    """
+    """The exit status and the decision: stop on any failed host, cannot go on while any is unjudged."""
     failed = [v.host for v in verdicts if v.passed is False]
     unjudged = [v.host for v in verdicts if v.passed is None]
     if failed:

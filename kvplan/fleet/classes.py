@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from kvplan.budget import Budget, median_bytes, uniform_budget
 from kvplan.columns import KEY_COLUMNS
 from kvplan.fleet.read import HostReading
-from kvplan.plan import AdmissionPlan, Policy, decide, given_rooms
+from kvplan.plan import AdmissionPlan
 from kvplan.units import format_size
 
 #: Defaults: split advice below this min/median of host budgets, clean hosts to approve, canaries per class.
@@ -42,28 +42,18 @@ class FleetPolicy:
 
 @dataclass(frozen=True)
 class FleetClass:
-    """One host class: its budget over every ``slots`` (host, rank), each host's own budget and stranded [bytes]."""
+    """One host class: its budget over every rank of its hosts, the limiting (host, rank), each host's own budget
+    and stranded bytes [bytes]."""
 
     name: str
     key: Mapping[str, object]
     labels: Mapping[str, str]
     hosts: tuple[HostReading, ...]
-    slots: tuple[tuple[str, int], ...]
     budget: Budget
+    limiting_host: str
+    limiting_rank: int
     host_budgets: Mapping[str, int]
     stranded_by_host: Mapping[str, int]
-
-    @property
-    def limiting_host(self) -> str:
-        return self.slots[self.budget.limiting_rank][0]
-
-    @property
-    def limiting_rank(self) -> int:
-        return self.slots[self.budget.limiting_rank][1]
-
-    @property
-    def host_names(self) -> tuple[str, ...]:
-        return tuple(reading.host for reading in self.hosts)
 
     def host_budget_summary(self) -> dict:
         """min, median and max of the per-host budgets, and min/median [bytes, ratio] (``--json`` keys)."""
@@ -92,32 +82,19 @@ def group_classes(readings: Sequence[HostReading], class_by: Sequence[str] = ())
 
 
 def class_name(key: Mapping[str, object], labels: Mapping[str, str | None]) -> str:
-    """A readable class name: GPU type, driver, vLLM release and the chosen labels' values.
-
-    >>> class_name({"gpu_name": "NVIDIA H100 80GB HBM3", "driver_version": "580.95.05",
-    ...             "vllm_version": "0.26.0"}, {"zone": "us-east-1a"})
-    'NVIDIA H100 80GB HBM3 / 580.95.05 / vLLM 0.26.0 / zone=us-east-1a'
-    """
-    parts = [
-        str(key.get("gpu_name") or "unknown GPU"),
-        str(key.get("driver_version") or "unknown driver"),
-        f"vLLM {key.get('vllm_version') or 'unknown'}",
-    ]
-    parts += [f"{name}={value}" for name, value in labels.items()]
+    """A readable class name: GPU type, driver, vLLM release and the chosen labels' values."""
+    parts = [str(key.get("gpu_name") or "unknown GPU"), str(key.get("driver_version") or "unknown driver")]
+    parts += [f"vLLM {key.get('vllm_version') or 'unknown'}", *(f"{k}={v}" for k, v in labels.items())]
     return " / ".join(parts)
 
 
 def hosts_budget(
     hosts: Sequence[HostReading], reserve_bytes: int, block_bytes: int | None
-) -> tuple[Budget, tuple[tuple[str, int], ...]]:
+) -> tuple[Budget, list[tuple[str, int]]]:
     """``(budget over every rank of every host, slots)``: the ranks' ``(host, rank)`` in the budget's order."""
-    slots, rooms = [], []
-    for reading in hosts:
-        for record in reading.rooms or ():
-            slots.append((reading.host, int(record["rank"])))
-            rooms.append(int(record["room_bytes"]))
-    budget = decide(given_rooms(rooms), Policy(reserve_bytes), block_bytes=block_bytes).budget
-    return budget, tuple(slots)
+    slots = [(reading.host, int(record["rank"])) for reading in hosts for record in reading.rooms or ()]
+    rooms = [int(record["room_bytes"]) for reading in hosts for record in reading.rooms or ()]
+    return uniform_budget(rooms, reserve_bytes, block_bytes=block_bytes), slots
 
 
 def class_budget(
@@ -134,7 +111,8 @@ def class_budget(
     stranded = dict.fromkeys(own, 0)
     for (host, _), extra in zip(slots, budget.stranded_bytes):
         stranded[host] += extra
-    return FleetClass(name, key, labels, tuple(hosts), slots, budget, own, stranded)
+    limiting = slots[budget.limiting_rank]
+    return FleetClass(name, key, labels, tuple(hosts), budget, *limiting, own, stranded)
 
 
 def host_budget(reading: HostReading, reserve_bytes: int, block_bytes: int | None) -> int:
@@ -150,11 +128,7 @@ def move_hosts(readings: Sequence[HostReading], labels: Mapping[str, Mapping[str
 
 
 def outlier_hosts(host_budgets: Mapping[str, int], split_below: float = SPLIT_BELOW) -> list[str]:
-    """Hosts whose budget is below ``split_below`` × the median host budget, weakest first.
-
-    >>> outlier_hosts({"a": 100, "b": 100, "c": 90, "d": 99}, 0.95)
-    ['c']
-    """
+    """Hosts whose budget is below ``split_below`` × the median host budget, weakest first."""
     middle = median_bytes(list(host_budgets.values()))
     weak = [host for host, budget in host_budgets.items() if budget < split_below * middle]
     return sorted(weak, key=lambda host: (host_budgets[host], host))
@@ -202,22 +176,21 @@ def split_advice(
     replicas_per_host: int,
 ) -> dict:
     """Outliers and the gain of splitting them off or fixing them, in bytes and, with ``tokens(bytes)``, tokens."""
-    hosts, split_below = fleet_class.hosts, policy.split_below
-    names = outlier_hosts(fleet_class.host_budgets, split_below)
-    medians = part_medians(hosts)
+    hosts, split_below, budgets = fleet_class.hosts, policy.split_below, fleet_class.host_budgets
+    names, medians = outlier_hosts(budgets, split_below), part_medians(hosts)
     by_name = {reading.host: reading for reading in hosts}
     outliers = [
-        {
-            "host": name,
-            "budget_bytes": fleet_class.host_budgets[name],
-            "likely_cause": likely_cause(by_name[name], medians),
-        }
+        dict(host=name, budget_bytes=budgets[name], likely_cause=likely_cause(by_name[name], medians))
         for name in names
     ]
-    advice: dict = {"split_below": split_below, "outliers": outliers, "rest_budget_bytes": None}
-    advice.update(
-        outlier_budget_bytes=None, gain_split_tokens=None, gain_fixed_tokens=None, gain_split_bytes=None
+    gains = (
+        "rest_budget_bytes",
+        "outlier_budget_bytes",
+        "gain_split_tokens",
+        "gain_fixed_tokens",
+        "gain_split_bytes",
     )
+    advice: dict = {"split_below": split_below, "outliers": outliers, **dict.fromkeys(gains)}
     rest = [reading for reading in hosts if reading.host not in set(names)]
     if not outliers or not rest:
         return advice
@@ -242,11 +215,7 @@ def split_advice(
 
 
 def canary_hosts(host_budgets: Mapping[str, int], limiting_host: str, canaries: int = CANARIES) -> list[str]:
-    """The limiting host, then the hosts nearest the median budget, ``canaries`` in all.
-
-    >>> canary_hosts({"a": 10, "b": 12, "c": 13, "d": 20}, "a", 2)
-    ['a', 'c']
-    """
+    """The limiting host, then the hosts nearest the median budget, ``canaries`` in all."""
     ordered = sorted(host_budgets, key=lambda host: (host_budgets[host], host))
     middle = host_budgets[ordered[len(ordered) // 2]]
     rest = sorted(
@@ -256,16 +225,9 @@ def canary_hosts(host_budgets: Mapping[str, int], limiting_host: str, canaries: 
 
 
 def gate_command(bundle: str | None, hosts: Sequence[str]) -> str:
-    """The ``kvplan fleet gate`` command for ``hosts`` against ``bundle`` on :data:`CANARY_FLEET`, shell-quoted.
-
-    >>> gate_command("ev/b1", ["h1;rm -rf ~"])
-    "kvplan fleet gate --approved ev/b1 CANARY_FLEET --hosts 'h1;rm -rf ~'"
-    """
-    approved = bundle or "BUNDLE"
-    return (
-        f"kvplan fleet gate --approved {shlex.quote(approved)} {CANARY_FLEET} "
-        f"--hosts {shlex.quote(','.join(hosts))}"
-    )
+    """The ``kvplan fleet gate`` command for ``hosts`` against ``bundle`` on :data:`CANARY_FLEET`, shell-quoted."""
+    approved, listed = shlex.quote(bundle or "BUNDLE"), shlex.quote(",".join(hosts))
+    return f"kvplan fleet gate --approved {approved} {CANARY_FLEET} --hosts {listed}"
 
 
 def rollout_waves(classes: Sequence[Mapping], canaries: int = CANARIES) -> list[dict]:

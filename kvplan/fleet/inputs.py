@@ -68,11 +68,7 @@ def _url(fs, path: str) -> str:
 
 
 def is_snapshot(name: str) -> bool:
-    """Whether a file is a GPU snapshot (``nvidia-smi*.csv``, ``dcgm*.prom``) rather than a log.
-
-    >>> is_snapshot("gpu-1/nvidia-smi-gpu.csv"), is_snapshot("gpu-1/dcgm.prom"), is_snapshot("gpu-1/boot.log")
-    (True, True, False)
-    """
+    """Whether a file is a GPU snapshot (``nvidia-smi*.csv``, ``dcgm*.prom``) rather than a log."""
     base = name.rstrip("/").rsplit("/", 1)[-1].lower()
     return (base.startswith("nvidia-smi") and base.endswith(".csv")) or (
         base.startswith("dcgm") and base.endswith(".prom")
@@ -205,28 +201,16 @@ def _from_manifest(fs, path: str) -> list[HostFiles]:
 
 
 def _entry(fs, base: str, file: str, where: str):
-    """``(filesystem, path)`` of a manifest row's file: a URL, an absolute path, or relative to ``base``."""
-    if not _is_local(fs):
-        return fs, _remote_entry(fs, base, file, where)
-    if "://" in file:
+    """``(filesystem, path)`` of a manifest row's file: a URL, an absolute path, or relative to ``base``; a remote
+    manifest's file is refused unless under the manifest's own scheme and bucket (or http host)."""
+    if _is_local(fs) and "://" in file:
         return filesystem(file, getattr(fs, "storage_options", None))
-    return fs, file if file.startswith("/") else f"{base}/{file}" if base else file
-
-
-def _remote_entry(fs, base: str, file: str, where: str) -> str:
-    """The path of a remote manifest's row ``file``, refused unless under the manifest's own scheme and bucket."""
-    root = _bucket_url(_url(fs, base))
+    if _is_local(fs):
+        return fs, file if file.startswith("/") else f"{base}/{file}" if base else file
+    scheme, rest = _url(fs, base).split("://", 1)
+    root = f"{scheme}://{rest.split('/', 1)[0]}/"
     full = file if "://" in file else _url(fs, f"{base.rstrip('/')}/{file}")
-    parts = [unquote(part) for part in full.split("://", 1)[-1].split("/")]
-    if ".." in parts or not full.startswith(root):
-        raise FleetInputError(
-            f"{where}: {file!r}: a manifest at {root} names only objects under {root} (no other scheme or "
-            "bucket, no '..')"
-        )
-    return type(fs)._strip_protocol(full)
-
-
-def _bucket_url(url: str) -> str:
-    """The scheme and bucket (or http host) of a remote URL, as a URL ending in ``/``."""
-    scheme, rest = url.split("://", 1)
-    return f"{scheme}://{rest.split('/', 1)[0]}/"
+    if ".." in [unquote(part) for part in full.split("://", 1)[-1].split("/")] or not full.startswith(root):
+        why = f"a manifest at {root} names only objects under {root} (no other scheme or bucket, no '..')"
+        raise FleetInputError(f"{where}: {file!r}: {why}")
+    return fs, type(fs)._strip_protocol(full)

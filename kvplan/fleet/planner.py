@@ -52,7 +52,7 @@ class ClassDecision:
             "class": c.name,
             "key": dict(c.key),
             "labels": dict(c.labels),
-            "hosts": list(c.host_names),
+            "hosts": [r.host for r in c.hosts],
             "clean_hosts": len(c.hosts),
             "uniform_budget_bytes": c.budget.uniform_budget_bytes,
             "flag": c.budget.flag if self.approved else None,
@@ -151,16 +151,14 @@ def _class_decisions(
             warnings.append(Note(f"class {name}: {text}", code="fleet-no-model"))
         if key.get("gpu_name") is None:
             text = "no nvidia-smi snapshot: its key, and its bundle's, has no GPU type or driver, so a gate cannot"
-            text += " compare them; add each host's --query-gpu snapshot"
-            warnings.append(Note(f"class {name}: {text}", code="fleet-no-nvidia-smi"))
+            warnings.append(
+                Note(
+                    f"class {name}: {text} compare them; add each host's --query-gpu snapshot",
+                    code="fleet-no-nvidia-smi",
+                )
+            )
         block_bytes = spec.block_bytes if spec is not None else None
-        kept = []
-        for reading in hosts:
-            try:
-                host_budget(reading, policy.reserve_bytes, block_bytes)
-                kept.append(reading)
-            except BudgetError as exc:
-                excluded.append((reading.host, f"{exc} (at the fleet's reserve)"))
+        kept = [reading for reading in hosts if _fits(reading, policy.reserve_bytes, block_bytes, excluded)]
         if kept:
             labelled = {k: str(v) for k, v in labels}
             fleet_class = class_budget(name, key, labelled, kept, policy.reserve_bytes, block_bytes)
@@ -168,14 +166,17 @@ def _class_decisions(
     return decisions
 
 
-def shared_evidence(readings: Sequence[HostReading]) -> dict[str, str]:
-    """The hosts whose boot or GPU another host also claims, each with the reason naming the others.
+def _fits(reading: HostReading, reserve_bytes: int, block_bytes: int | None, excluded: list) -> bool:
+    """Whether the host has room for one KV block at the reserve; if not, it joins ``excluded`` with why."""
+    try:
+        return host_budget(reading, reserve_bytes, block_bytes) > 0
+    except BudgetError as exc:
+        excluded.append((reading.host, f"{exc} (at the fleet's reserve)"))
+        return False
 
-    >>> a = HostReading("a", (), {}, {}, (), None, identities=("boot:1f2e",))
-    >>> b = HostReading("b", (), {}, {}, (), None, identities=("boot:1f2e", "gpu:GPU-7"))
-    >>> shared_evidence([a, b])["b"]
-    'the same boot (sha256 1f2e) is also under host(s) a: a boot is the evidence of one host'
-    """
+
+def shared_evidence(readings: Sequence[HostReading]) -> dict[str, str]:
+    """The hosts whose boot or GPU another host also claims, each with the reason naming the others."""
     holders: dict[str, list[str]] = {}
     for reading in readings:
         for identity in reading.identities:
@@ -200,14 +201,15 @@ def _decide(
     """One class's capacity, split advice and approval (the policy's minimum hosts, the admission plan)."""
     name, key, budget = fleet_class.name, fleet_class.key, fleet_class.budget
     capacity, tokens = None, None
-    max_len = key.get("max_model_len")
+    max_len = int(key["max_model_len"]) if key.get("max_model_len") else None
     if spec is not None:
-        lengths = planned_lengths(int(max_len) if max_len else None, policy.admission)
-        capacity = capacity_rows(spec, budget.uniform_budget_bytes, lengths)
+        capacity = capacity_rows(
+            spec, budget.uniform_budget_bytes, planned_lengths(max_len, policy.admission)
+        )
         if max_len:
 
             def tokens(num_bytes: int) -> int:
-                return spec.capacity(num_bytes, int(max_len)).tokens
+                return spec.capacity(num_bytes, max_len).tokens
 
     replicas = int(key.get("data_parallel_size") or 1)
     split = split_advice(fleet_class, policy, spec.block_bytes if spec else None, tokens, replicas)

@@ -17,7 +17,6 @@ from dataclasses import dataclass, field
 import pandas as pd
 
 from kvplan.fleet.inputs import LOG_SUFFIXES, HostFiles, filesystem
-from kvplan.io.gpu_snapshot import read_gpu_snapshot
 from kvplan.ledger import LedgerWarning, compatibility_key, plain_value, room_per_rank
 from kvplan.notes import Note
 from kvplan.plan import Evidence, InputFileError, read_evidence
@@ -47,9 +46,9 @@ class HostReading:
     host: str
     files: tuple[str, ...]
     labels: Mapping[str, str]
-    key: Mapping[str, object] | None
-    rooms: tuple[dict, ...] | None
-    excluded: str | None
+    key: Mapping[str, object] | None = None
+    rooms: tuple[dict, ...] | None = None
+    excluded: str | None = None
     warnings: tuple[Note, ...] = ()
     digests: Mapping[str, str] = field(default_factory=dict)
     identities: tuple[str, ...] = ()
@@ -59,10 +58,10 @@ def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = N
     """Read and check one host (runs inside a Dask task); never raises for the host's own content."""
     names = (*files.logs, *files.snapshots)
     base = {"host": files.host, "files": names, "labels": dict(files.labels)}
-    if files.missing:
-        return HostReading(**base, key=None, rooms=None, excluded="; ".join(files.missing))
-    if not files.logs:
-        return HostReading(**base, key=None, rooms=None, excluded="no log files (expected <host>/*.log)")
+    if files.missing or not files.logs:
+        return HostReading(
+            **base, excluded="; ".join(files.missing) or "no log files (expected <host>/*.log)"
+        )
     notes: list[Note] = []
     try:
         with local_files(names, storage_options) as local:
@@ -78,24 +77,15 @@ def read_host(files: HostFiles, storage_options: Mapping[str, object] | None = N
                 refuse_failed_boots(ledger, lines)
                 rooms = room_per_rank(ledger, lines=lines, key=key)
             digests, identities = evidence_identities(evidence, logs, snapshots)
-        notes += [
-            Note(str(w.message), code="ledger", file=files.host)
-            for w in caught
-            if issubclass(w.category, LedgerWarning)
-        ]
+        ledger_notes = [w for w in caught if issubclass(w.category, LedgerWarning)]
+        notes += [Note(str(w.message), code="ledger", file=files.host) for w in ledger_notes]
     except FileNotFoundError as exc:
-        return HostReading(**base, key=None, rooms=None, excluded=f"{exc.filename or exc}: no such file")
+        return HostReading(**base, excluded=f"{exc.filename or exc}: no such file")
     except ValueError as exc:  # LedgerError, LogParseError, NvidiaSmiError: the host's evidence is refused
-        return HostReading(**base, key=None, rooms=None, excluded=_short(str(exc)), warnings=tuple(notes))
+        return HostReading(**base, excluded=_short(str(exc)), warnings=tuple(notes))
     records = _with_parts(rooms, ledger)
     return HostReading(
-        **base,
-        key=key,
-        rooms=records,
-        excluded=None,
-        warnings=tuple(notes),
-        digests=digests,
-        identities=identities,
+        **base, key=key, rooms=records, warnings=tuple(notes), digests=digests, identities=identities
     )
 
 
@@ -137,8 +127,7 @@ def evidence_identities(
 ) -> tuple[dict[str, str], tuple[str, ...]]:
     """Each file's SHA-256 by URL, and the host's identities: ``boot:`` its boots' hashes, ``gpu:`` its GPU UUIDs."""
     pids: dict[tuple[str, int], list[int]] = {}
-    ledger = evidence.ledger
-    for source, boot, pid in zip(ledger["source"], ledger["boot"], ledger["pid"]):
+    for source, boot, pid in zip(*(evidence.ledger[name].tolist() for name in ("source", "boot", "pid"))):
         if not pd.isna(pid):
             pids.setdefault((str(source), int(boot)), []).append(int(pid))
     boots = evidence.metadata.boots if evidence.metadata else ()
@@ -151,11 +140,9 @@ def evidence_identities(
             identities.append("boot:" + boot_hash.hexdigest())
         if not ranges:  # a ledger CSV: the file is the boot
             identities.append("boot:" + digests[url])
-    for path, url in snapshots:
-        digests[url] = _hash_lines(path, [])[0]
-        frame, metadata = read_gpu_snapshot(path)  # nvidia-smi's CSV or a DCGM scrape
-        if metadata.kind == "gpus":
-            identities += [f"gpu:{uuid}" for uuid in frame["gpu_uuid"].dropna().astype(str)]
+    digests.update((url, _hash_lines(path, [])[0]) for path, url in snapshots)
+    gpus = evidence.gpus["gpu_uuid"].tolist() if evidence.gpus is not None else []  # the snapshots' GPUs
+    identities += [f"gpu:{uuid}" for uuid in gpus if not pd.isna(uuid)]
     return digests, tuple(sorted(set(identities)))
 
 
@@ -174,14 +161,14 @@ def _hash_lines(path: str, ranges: Sequence[tuple[int, int | None, int | None]])
 
 def _with_parts(rooms: pd.DataFrame, ledger: pd.DataFrame) -> tuple[dict, ...]:
     """One plain record per rank: its room and the ledger parts of its worst boot."""
-    where = zip(*(ledger[name].tolist() for name in ("source", "boot", "rank")))
     first: dict[tuple, int] = {}
-    for position, place in enumerate(where):
+    for position, place in enumerate(zip(*(ledger[name].tolist() for name in ("source", "boot", "rank")))):
         first.setdefault(tuple(plain_value(value) for value in place), position)
     parts = {column: ledger[column].tolist() for column in PART_COLUMNS if column in ledger.columns}
+    names = rooms.columns.tolist()
     records = []
-    for rank, room in zip(rooms.index.tolist(), rooms.to_dict("records")):
-        record = {"rank": int(rank), **{name: plain_value(value) for name, value in room.items()}}
+    for rank, *values in zip(rooms.index.tolist(), *(rooms[name].tolist() for name in names)):
+        record = {"rank": int(rank), **{name: plain_value(value) for name, value in zip(names, values)}}
         position = first.get((record["source"], record["boot"], int(rank)))
         for column in PART_COLUMNS:
             found = position is not None and column in parts
@@ -191,11 +178,7 @@ def _with_parts(rooms: pd.DataFrame, ledger: pd.DataFrame) -> tuple[dict, ...]:
 
 
 def _short(text: str) -> str:
-    """A refusal cut to its first item and :data:`REASON_CHARS` characters, with the count of the rest.
-
-    >>> _short("a.log:3: rank 0 oom; a.log:4: rank 1 oom")
-    'a.log:3: rank 0 oom (+1 more)'
-    """
+    """A refusal cut to its first item and :data:`REASON_CHARS` characters, with the count of the rest."""
     items = text.split("; ")
     first = items[0] if len(items[0]) <= REASON_CHARS else items[0][: REASON_CHARS - 1] + "…"
     return first + (f" (+{len(items) - 1} more)" if len(items) > 1 else "")
@@ -228,25 +211,25 @@ def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -
 
     cluster = None
     if scheduler == "local":
+        # no worker profile (~14 % of a worker's CPU), no fork of this threaded process (a fork under one's lock
+        # deadlocks), the cluster's own clocks slowed (~8 % of a core at their defaults)
+        method = "forkserver" if sys.platform.startswith("linux") else "spawn"
         settings = {
-            "distributed.worker.profile.enabled": False,  # ~14 % of a worker's CPU
-            # never forked from this process, which runs threads (a fork under one's lock deadlocks)
-            "distributed.worker.multiprocessing-method": (
-                "forkserver" if sys.platform.startswith("linux") else "spawn"
-            ),
-            # the cluster's own clocks cost ~8 % of a core at their defaults
+            "distributed.worker.profile.enabled": False,
+            "distributed.worker.multiprocessing-method": method,
             "distributed.admin.tick.interval": "1s",
             "distributed.worker.memory.monitor-interval": "1s",
             "distributed.admin.system-monitor.interval": "2s",
         }
         with dask.config.set(settings):
+            # silent: a worker heartbeat racing the shutdown is no error of the plan
+            local = {
+                "host": "127.0.0.1",
+                "dashboard_address": "127.0.0.1:0",
+                "silence_logs": logging.CRITICAL,
+            }
             cluster = LocalCluster(
-                n_workers=os.cpu_count() or 1,
-                threads_per_worker=1,
-                processes=True,
-                host="127.0.0.1",
-                dashboard_address="127.0.0.1:0",
-                silence_logs=logging.CRITICAL,  # a worker heartbeat racing the shutdown is no error of the plan
+                n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, **local
             )
         client = Client(cluster)
     else:
@@ -285,31 +268,26 @@ def map_hosts(
 ) -> list:
     """``task(files, *args)`` for every host, spread over the scheduler in groups, results in host order."""
     hosts, done = list(hosts), 0
-    total = len(hosts)
     with dask_client(scheduler, announce) as client:
-        size = hosts_per_task(total, 1 if client is None else max(1, sum(client.nthreads().values())))
-        groups = [hosts[start : start + size] for start in range(0, total, size)]
-        readings: list[list | None] = [None] * len(groups)
+        size = hosts_per_task(len(hosts), 1 if client is None else max(1, sum(client.nthreads().values())))
+        groups = [hosts[start : start + size] for start in range(0, len(hosts), size)]
+        readings: list[list] = [[] for _ in groups]
         if client is None:
-            for index, group in enumerate(groups):
-                readings[index] = run_group(task, group, *args)
-                done += len(group)
-                if progress:
-                    progress(done, total)
+            finished = ((index, run_group(task, group, *args)) for index, group in enumerate(groups))
         else:
             from distributed import as_completed
 
             futures = {
-                client.submit(run_group, task, group, *args, pure=False): index
-                for index, group in enumerate(groups)
+                client.submit(run_group, task, group, *args, pure=False): i for i, group in enumerate(groups)
             }
-            for future in as_completed(futures):
-                readings[futures[future]] = future.result()
-                done += len(groups[futures[future]])
-                if progress:
-                    progress(done, total)
-                future.release()
-    return [reading for group in readings for reading in group or ()]
+            # each future dropped (so released) once its result is taken
+            finished = ((futures.pop(future), future.result()) for future in as_completed(futures))
+        for index, result in finished:
+            readings[index] = result
+            done += len(result)
+            if progress:
+                progress(done, len(hosts))
+    return [reading for group in readings for reading in group]
 
 
 def stderr_progress(every: int = 0) -> Progress:

@@ -12,6 +12,7 @@ import math
 import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -182,13 +183,13 @@ def _bad(field: str, value: str, source: str, number: int):
 
 def _frame(records: list[dict], kind: str) -> pd.DataFrame:
     columns = [*_COLUMNS[kind], "source", "line"]
-    frame = pd.DataFrame(records, columns=columns)
-    for column in columns:
+    data: dict = {column: [record.get(column) for record in records] for column in columns}
+    for column in columns:  # each column built at its dtype (an object frame cast per column is ~5x slower)
         if column.endswith("_bytes"):
-            frame[column] = frame[column].astype("Int64")
+            data[column] = pd.array(data[column], dtype=pd.Int64Dtype())
         elif column in ("gpu_index", "pid", "line"):
-            frame[column] = frame[column].astype("int64")
-    return frame
+            data[column] = np.array(data[column], dtype=np.int64)
+    return pd.DataFrame(data, columns=columns)
 
 
 # used, free and total are each printed in whole MiB: used + free may pass total by their rounding

@@ -144,6 +144,8 @@ COLUMN_DTYPES = {
     else "string"
     for column in LEDGER_COLUMNS
 }
+#: Each column's dtype object (a dtype's name is looked up in pandas' registry on every use).
+_DTYPES = {column: pd.api.types.pandas_dtype(dtype) for column, dtype in COLUMN_DTYPES.items()}
 
 
 def ledger_frame(rows: list[dict]) -> pd.DataFrame:
@@ -158,7 +160,7 @@ def ledger_columns(rows: list[dict]) -> dict[str, ExtensionArray]:
     for column, cells in zip(LEDGER_COLUMNS, zip(*table) if table else [()] * len(LEDGER_COLUMNS)):
         texts = COLUMN_DTYPES[column] == "string"
         values = [None if missing(value) else str(value) for value in cells] if texts else cells
-        columns[column] = pd.array(values, dtype=COLUMN_DTYPES[column])
+        columns[column] = pd.array(values, dtype=_DTYPES[column])
     return columns
 
 

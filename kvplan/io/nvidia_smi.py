@@ -230,7 +230,13 @@ def join_snapshots(
     >>> joined["gpu_name"].unique().tolist(), free[2] // MiB, metadata.warnings[0].code
     (['NVIDIA H100 80GB HBM3'], 2314, 'nvidia-smi-no-process-snapshot')
     """
-    gpus, apps = read_nvidia_smi_snapshots(list(paths))
+    return join_gpu_frames(ledger, *read_nvidia_smi_snapshots(list(paths)), warn=warn)
+
+
+def join_gpu_frames(
+    ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFrame | None, warn: bool = True
+) -> tuple[pd.DataFrame, dict[int, int], ReadMetadata]:
+    """:func:`join_snapshots` of snapshots already read (:func:`read_nvidia_smi_snapshots`)."""
     by_rank = gpu_index_by_rank(ledger, gpus, apps)
     with warnings.catch_warnings():
         if not warn:

@@ -14,7 +14,7 @@ import pandas as pd
 
 from kvplan.checks.key import read_defaulted_key_fields
 from kvplan.io.metadata import ReadMetadata, merge_metadata
-from kvplan.io.nvidia_smi import NvidiaSmiError, join_snapshots
+from kvplan.io.nvidia_smi import NvidiaSmiError, join_gpu_frames, read_nvidia_smi_snapshots
 from kvplan.room import read_vllm_logs_rooms
 
 STARTUP_LINES = (
@@ -41,6 +41,9 @@ class Evidence:
     #: the readers' line index (:attr:`kvplan.io.metadata.ReadMetadata.lines`) refusals quote
     lines: Mapping = field(default_factory=dict)
     loads: Sequence[tuple[Path, str]] = ()
+    #: the ``--query-gpu`` snapshot joined (one row per GPU; None without one) and each rank's free memory in it
+    gpus: pd.DataFrame | None = None
+    free_bytes: Mapping[int, int] | None = None
 
     @property
     def provenance(self) -> pd.DataFrame:
@@ -80,10 +83,19 @@ def read_evidence(
         names = [name for _, name in pairs]
     warnings: list[str] = list(metadata.warnings)
     require_boot(ledger, names)
+    gpus, free = None, None
     if snapshots:
-        ledger, joined = _join_named(ledger, [_pair(item) for item in snapshots])
+        ledger, joined, gpus, free = _join_named(ledger, [_pair(item) for item in snapshots])
         warnings += joined
-    return Evidence(ledger, metadata, tuple(warnings), lines=metadata.lines, loads=tuple(loads))
+    return Evidence(
+        ledger,
+        metadata,
+        tuple(warnings),
+        lines=metadata.lines,
+        loads=tuple(loads),
+        gpus=gpus,
+        free_bytes=free,
+    )
 
 
 def _pair(item: str | os.PathLike | tuple[str | os.PathLike, str]) -> tuple[Path, str]:
@@ -106,17 +118,16 @@ def _read_named(logs: Sequence[tuple[str | os.PathLike, str]]) -> tuple[pd.DataF
     return ledger, metadata
 
 
-def _join_named(
-    ledger: pd.DataFrame, snapshots: Sequence[tuple[Path, str]]
-) -> tuple[pd.DataFrame, list[str]]:
-    """The ledger joined with the snapshots, and the join's warnings, each naming the snapshot's name."""
+def _join_named(ledger: pd.DataFrame, snapshots: Sequence[tuple[Path, str]]) -> tuple:
+    """The ledger joined with the snapshots, the join's warnings (each naming the snapshot's name), the GPUs
+    and each rank's free memory [bytes]."""
     names = {str(path): name for path, name in snapshots}
     try:
-        joined, _, joined_metadata = join_snapshots(ledger, [path for path, _ in snapshots], warn=False)
+        gpus, apps = read_nvidia_smi_snapshots([path for path, _ in snapshots])
+        joined, free, joined_metadata = join_gpu_frames(ledger, gpus, apps, warn=False)
     except NvidiaSmiError as exc:
         raise NvidiaSmiError(renamed(str(exc), names)) from exc
-    warnings = [renamed(warning, names) for warning in joined_metadata.warnings]
-    return joined, warnings
+    return joined, [renamed(warning, names) for warning in joined_metadata.warnings], gpus, free
 
 
 def require_boot(ledger: pd.DataFrame, names: Sequence[str]) -> None:
