@@ -56,11 +56,11 @@ def concurrency_chart(
     figure: Figure | None = None,
 ) -> Figure:
     """What a budget buys: full-length sequences at once against length (log–log), for one
-    :func:`~kvplan.kvspec.capacity.concurrency_curve` or several by label; the target dashed, ``marks`` the rest.
+    :func:`~kvplan.kvspec.capacity.capacity_table` or several by label; the target dashed, ``marks`` the rest.
 
-    >>> from kvplan.kvspec.capacity import concurrency_curve
+    >>> from kvplan.kvspec.capacity import FlatSpec, capacity_table
     >>> from kvplan.units import GiB
-    >>> fig = concurrency_chart(concurrency_curve(12 * GiB, 256 * 1024, [4096, 8192]), 8192, 8)
+    >>> fig = concurrency_chart(capacity_table(FlatSpec(256 * 1024), 12 * GiB, [4096, 8192]), 8192, 8)
     >>> fig.axes[0].get_lines()[0].get_ydata().tolist()
     [12.0, 6.0]
     """

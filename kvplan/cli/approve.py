@@ -81,7 +81,8 @@ def run_approve(args: argparse.Namespace) -> int:
     except evidence.CheckFailedError as failed:  # issue 24: a failed check is a verdict (exit 1)
         from kvplan.checks import format_check
 
-        for check in failed.checks:
+        checks: tuple = failed.checks  # each a kvplan.checks.Check
+        for check in checks:
             print(format_check(check))
         print(f"error: {terminal_text(failed)}", file=sys.stderr)
         return EXIT_FAIL

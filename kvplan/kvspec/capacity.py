@@ -155,10 +155,3 @@ def capacity_table(sizing: FlatSpec | KVSpec, kv_bytes: int, seq_lens: Sequence[
     import pandas as pd  # here: `kvplan capacity` starts without pandas
 
     return pd.DataFrame(list(capacity_rows(sizing, kv_bytes, seq_lens)), columns=list(CAPACITY_TABLE_COLUMNS))
-
-
-def concurrency_curve(
-    kv_bytes: int, bytes_per_token: int, seq_lens: Iterable[int], block_size: int = DEFAULT_BLOCK_SIZE
-) -> pd.DataFrame:
-    """The capacity table of the bytes-per-token path: :func:`capacity_table` of a :class:`FlatSpec`."""
-    return capacity_table(FlatSpec(bytes_per_token, block_size), kv_bytes, list(seq_lens))
