@@ -18,7 +18,8 @@ from tests.conftest import TESTS_DATA_DIR
 def test_the_0_1_0_bundle_verifies(capsys):
     # 0.1.0 wrote no seal: its charts are redrawn and compared byte for byte, and a note says its
     # created_utc is pinned only by the bundle's digest
-    differences, notes = evidence.verify_bundle_with_notes(V0_1_0)
+    verified = evidence.verify(V0_1_0)
+    differences, notes = list(verified.differences), list(verified.notes)
     assert differences == []
     digest = evidence.bundle_digest((V0_1_0 / "budget.json").read_bytes())
     assert notes[0] == (

@@ -303,7 +303,8 @@ class TestVerify:
         # the contents are checked against the inputs digest inside budget.json, the name only noted
         digest = evidence.read_bundle(bundle)["inputs_digest"]
         folder = Path(shutil.copytree(bundle, tmp_path / name.format(digest=digest[:12])))
-        differences, notes = evidence.verify_bundle_with_notes(folder)
+        verified = evidence.verify(folder)
+        differences, notes = list(verified.differences), list(verified.notes)
         assert differences == []
         assert notes == [
             f"folder name {folder.name!r} is not the approved name {bundle.name!r} "
@@ -315,12 +316,14 @@ class TestVerify:
     def test_renamed_and_changed_bundle_still_fails(self, bundle, tmp_path):
         folder = Path(shutil.copytree(bundle, tmp_path / "renamed"))
         (folder / "notes.txt").write_text("x")
-        differences, notes = evidence.verify_bundle_with_notes(folder)
+        verified = evidence.verify(folder)
+        differences, notes = list(verified.differences), list(verified.notes)
         assert differences == ["notes.txt: not part of the bundle as approved"] and len(notes) == 1
         assert main(["verify", str(folder)]) == 1
 
     def test_untouched_bundle_has_no_notes(self, bundle):
-        assert evidence.verify_bundle_with_notes(bundle) == ([], [])
+        verified = evidence.verify(bundle)
+        assert verified.differences == () and verified.notes == ()
 
     def test_verify_help_documents_names(self, capsys):
         with pytest.raises(SystemExit):

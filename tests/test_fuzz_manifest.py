@@ -12,7 +12,7 @@ MANIFEST --out OUT`` must:
 - write nothing outside ``OUT``, and copy no file that is not a vLLM log or snapshot (the planted secret) into it;
 - put each host in at most one class, and no file under two hosts (a host's evidence is its own).
 
-The remote scope rule (:func:`kvplan.fleet.inputs._remote_entry`) is fuzzed on its own: any row it accepts is a
+The remote scope rule (:func:`kvplan.fleet.inputs._entry` of a remote manifest) is fuzzed on its own: any row it accepts is a
 URL under the manifest's scheme and bucket with no ``..`` part. The module prints the cases tried and held per
 target (``-s``). Bounded for ``make unit``; a longer run: ``KVPLAN_FUZZ_EXAMPLES=500 python -m pytest -q -s
 tests/test_fuzz_manifest.py`` (``make fuzz``).
@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 
 from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.fleet.inputs import FleetInputError, _remote_entry
+from kvplan.fleet.inputs import FleetInputError, _entry
 
 #: Manifests per run (each plans twice and approves its classes: ~4 s); the scope rule runs 40 times as many.
 EXAMPLES = int(os.environ.get("KVPLAN_FUZZ_EXAMPLES", "5"))
@@ -194,7 +194,7 @@ def test_remote_rows_stay_under_their_manifests_bucket(base, scheme, host, parts
     root = base.split("://")[0] + "://" + base.split("://")[1].split("/")[0] + "/"
     counts["tried"] += 1
     try:
-        kept = _remote_entry(fs, path, row, "m.csv:2")
+        kept = _entry(fs, path, row, "m.csv:2")[1]
     except FleetInputError as exc:
         assert str(exc).startswith("m.csv:2: ")
         counts["refused"] += 1

@@ -567,23 +567,17 @@ def test_split_records_handles_relays_interleaving_and_wrappers():
         "(EngineCore_DP0 pid=1) (RayWorkerWrapper pid=77, ip=10.0.0.2) INFO 08-14 14:00:00 "
         "[x.py:1] Hello [repeated 3x across cluster]"
     )
-    assert (ray.process, ray.pid, ray.ip, ray.outer, ray.repeated, ray.message) == (
-        "RayWorkerWrapper",
-        77,
-        "10.0.0.2",
-        ("EngineCore_DP0",),
-        3,
-        "Hello",
-    )
+    # the innermost prefix names the printer
+    assert ray == ("Hello", "RayWorkerWrapper", 77, "10.0.0.2", "INFO", 3)
     first, second = split_records(
         "(Worker_TP0 pid=1) INFO 08-14 14:00:00 [a.py:1] Available KV cac"
         "(Worker_TP1 pid=2) INFO 08-14 14:00:00 [a.py:1] Available KV cache memory: 2.0 GiB"
     )
-    assert (first.pid, first.message, second.pid) == (1, "Available KV cac", 2)
+    assert (first[2], first[0], second[2]) == (1, "Available KV cac", 2)
     (docker,) = split_records(
         "2026-04-19 12:59:18.350 | (EngineCore pid=196) INFO 04-19 10:59:18 [a.py:1] hi"
     )
-    assert (docker.process, docker.message) == ("EngineCore", "hi")
+    assert (docker[1], docker[0]) == ("EngineCore", "hi")
 
 
 def test_ansi_crlf_cr_interleaving_bad_bytes_and_a_cut_off_end():
@@ -1156,7 +1150,7 @@ def test_the_v0_engine_config_form_of_0_7_3_to_0_10_is_read():
         "disable_custom_all_reduce=False, quantization=None, enforce_eager=False, kv_cache_dtype=auto, "
         "device_config=cuda, seed=0, served_model_name=meta-llama/Llama-3.1-8B-Instruct, enable_prefix_caching=False"
     )
-    [fact] = read_message(split_records(line)[0].message)
+    [fact] = read_message(split_records(line)[0][0])
     assert fact.family == "engine_config" and fact.values["_v1"] is False
     text = (
         line + "\n"
@@ -1201,17 +1195,12 @@ def test_colour_codes_that_lost_their_esc_byte_are_stripped_around_the_prefix_an
         "(Worker_TP1 pid=12) [32mINFO[0m [90m08-14 14:07:22[0m [90m[gpu_worker.py:227][0m "
         "Available KV cache memory: 5.0 GiB"
     )
-    assert (record.process, record.pid, record.level, record.message) == (
-        "Worker_TP1",
-        12,
-        "INFO",
-        "Available KV cache memory: 5.0 GiB",
-    )
+    assert record == ("Available KV cache memory: 5.0 GiB", "Worker_TP1", 12, None, "INFO", 0)
     records = split_records("50%|## [1;36m(VllmWorkerProcess pid=7)[0;0m " + HEAD + "done")
-    assert [(r.pid, r.level, r.message) for r in records] == [(None, None, "50%|##"), (7, "INFO", "done")]
+    assert [(r[2], r[4], r[0]) for r in records] == [(None, None, "50%|##"), (7, "INFO", "done")]
     # never inside a message body, nor on a line without a prefix or level
-    assert split_records(HEAD + "[1;36mtext[0;0m [32mINFO[0m")[0].message == "[1;36mtext[0;0m [32mINFO[0m"
-    assert split_records("[1;36mno header")[0].message == "[1;36mno header"
+    assert split_records(HEAD + "[1;36mtext[0;0m [32mINFO[0m")[0][0] == "[1;36mtext[0;0m [32mINFO[0m"
+    assert split_records("[1;36mno header")[0][0] == "[1;36mno header"
 
 
 def test_ranks_whose_lines_ray_deduplicated_are_not_incomplete_and_the_budget_says_why():

@@ -2,9 +2,23 @@
 record (process prefix, pid, ip, level, Ray's repeat count) and what it says, for the shapes real
 files hold."""
 
+from typing import NamedTuple
+
 import pytest
 
-from kvplan.io.vllm.records import Record, split_records
+from kvplan.io.vllm.records import split_records
+
+
+class Record(NamedTuple):
+    """A record as :func:`split_records` gives it (a plain tuple), by field."""
+
+    message: str
+    process: str = ""
+    pid: int | None = None
+    ip: str | None = None
+    level: str | None = None
+    repeated: int = 0
+
 
 HEAD = "INFO 08-14 14:07:22 [a.py:1]"
 CASES = [

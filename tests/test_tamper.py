@@ -224,7 +224,8 @@ def test_every_file_changed_with_its_hash_fixed_fails_verify(which, sealed, tmp_
     record = json.loads((folder / "budget.json").read_text())
     fix_hashes(folder, record)
     if which == "v0.1.0" and name.startswith("charts/"):
-        differences, notes = evidence.verify_bundle_with_notes(folder)
+        verified = evidence.verify(folder)
+        differences, notes = list(verified.differences), list(verified.notes)
         assert differences == [] and any(note.startswith(f"{name}: differs") for note in notes)
     else:
         assert rejected(folder)
@@ -239,7 +240,8 @@ def test_a_chart_swapped_in_a_bundle_without_a_seal_is_noted(tmp_path):
     shutil.copyfile(folder / "charts" / "ledger.png", folder / "charts" / "stranded.png")
     record = json.loads((folder / "budget.json").read_text())
     fix_hashes(folder, record)
-    differences, notes = evidence.verify_bundle_with_notes(folder)
+    verified = evidence.verify(folder)
+    differences, notes = list(verified.differences), list(verified.notes)
     assert differences == []
     assert any(note.startswith("charts/stranded.png: differs from the chart") for note in notes)
 

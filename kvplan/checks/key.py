@@ -48,10 +48,9 @@ def defaulted_key_fields(provenance: pd.DataFrame) -> frozenset[str]:
 def read_defaulted_key_fields(metadata: ReadMetadata) -> frozenset[str]:
     """:func:`defaulted_key_fields` from the reader's compact provenance rows, without building the frame.
 
-    >>> from kvplan.io.metadata import ProvenanceRows, ReadMetadata
-    >>> rows = ProvenanceRows()
-    >>> rows.extend([("a.log", pd.NA, 0, pd.NA, "block_size", 16, "default of vLLM 0.26.0"),
-    ...              ("a.log", 3, 0, pd.NA, "model", "m", 120)])
+    >>> from kvplan.io.metadata import ReadMetadata
+    >>> rows = [("a.log", pd.NA, 0, pd.NA, "block_size", 16, "default of vLLM 0.26.0"),
+    ...         ("a.log", 3, 0, pd.NA, "model", "m", 120)]
     >>> read_defaulted_key_fields(ReadMetadata(provenance_rows=rows))
     frozenset({'block_size'})
     """

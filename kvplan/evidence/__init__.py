@@ -21,7 +21,6 @@ from kvplan.evidence.verify import (
     verified_approval,
     verify,
     verify_bundle,
-    verify_bundle_with_notes,
 )
 from kvplan.evidence.write import CheckFailedError, Request, approve, approve_bundle, enclosing_bundle
 from kvplan.plan import AdmissionPlan, LoadPolicy, ModelLayout, Policy
@@ -30,5 +29,5 @@ __all__ = ["approved_from_record", "launch_lines", "read_bundle", "summary_markd
 __all__ += ["BUDGET_JSON", "SEAL_KEY", "ApprovalError", "BundleChangedError", "BundleError"]
 __all__ += ["BundleExistsError", "bundle_digest", "inputs_digest", "seal", "sha256_file"]
 __all__ += ["Verified", "user_paths", "verified_approval", "verify", "verify_bundle"]
-__all__ += ["CheckFailedError", "Request", "approve", "approve_bundle", "verify_bundle_with_notes"]
+__all__ += ["CheckFailedError", "Request", "approve", "approve_bundle"]
 __all__ += ["AdmissionPlan", "LoadPolicy", "ModelLayout", "Policy", "enclosing_bundle"]

@@ -1,5 +1,5 @@
 """Reading a bundle, an untrusted input: ``budget.json`` bounded, parsed and shape-checked; every other file
-opened without following symlinks or blocking, read to a bound and hashed once (verify judges those bytes)."""
+opened without following symlinks or blocking, bounded, and copied once while hashed (verify judges the copy)."""
 
 from __future__ import annotations
 
@@ -26,7 +26,6 @@ from kvplan.evidence.record import (
     SCHEMA,
     SCHEMA_VERSION,
     BundleError,
-    bundle_digest,
     input_names,
     int_or_none,
 )
@@ -95,21 +94,14 @@ def _open(folder: Path, name: str) -> int:
 
 
 def _kind(mode: int) -> str:
-    kinds = {
-        stat.S_ISLNK: "a symlink",
-        stat.S_ISDIR: "a folder",
-        stat.S_ISFIFO: "a FIFO",
-        stat.S_ISSOCK: "a socket",
-        stat.S_ISCHR: "a device",
-        stat.S_ISBLK: "a device",
-    }
+    kinds = {stat.S_ISLNK: "a symlink", stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO"}
+    kinds.update({stat.S_ISSOCK: "a socket", stat.S_ISCHR: "a device", stat.S_ISBLK: "a device"})
     return next((text for test, text in kinds.items() if test(mode)), "not a file")
 
 
 def read_bounded(folder: Path, name: str, max_bytes: int) -> bytes:
     """The bytes of bundle file ``name``; :class:`UnsafeFileError` when unsafe or over ``max_bytes``."""
-    descriptor = _open(folder, name)
-    with os.fdopen(descriptor, "rb") as handle:
+    with os.fdopen(_open(folder, name), "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if size > max_bytes:
             raise UnsafeFileError(f"{name}: {size:,} bytes, above the bound of {max_bytes:,}")
@@ -119,25 +111,25 @@ def read_bounded(folder: Path, name: str, max_bytes: int) -> bytes:
     return data
 
 
-def copy_hashed(folder: Path, name: str, target: Path, expected_size: object) -> tuple[str, int]:
-    """Copy bundle file ``name`` to ``target`` while hashing it (SHA-256, size); refused unread at another size."""
-    descriptor = _open(folder, name)
-    with os.fdopen(descriptor, "rb") as handle:
+def copy_hashed(folder: Path, name: str, target: Path, sizes: Mapping[str, object]) -> str:
+    """Copy bundle file ``name`` to ``target`` while hashing it: its SHA-256. Refused unread at another size
+    than ``sizes`` records for it (an input), or else above :data:`MAX_ARTIFACT_BYTES`."""
+    with os.fdopen(_open(folder, name), "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
-        if not isinstance(expected_size, int) or isinstance(expected_size, bool) or size != expected_size:
-            raise UnsafeFileError(f"{name}: {size} bytes, recorded {expected_size!r}")
+        if name in sizes:
+            if type(sizes[name]) is not int or size != sizes[name]:
+                raise UnsafeFileError(f"{name}: {size} bytes, recorded {sizes[name]!r}")
+        elif size > MAX_ARTIFACT_BYTES:
+            raise UnsafeFileError(f"{name}: {size:,} bytes, above the bound of {MAX_ARTIFACT_BYTES:,}")
         digest, copied = hashlib.sha256(), 0
         with open(target, "wb") as out:
-            while copied <= size:
-                chunk = handle.read(min(HASH_CHUNK_BYTES, size + 1 - copied))
-                if not chunk:
-                    break
+            while copied <= size and (chunk := handle.read(min(HASH_CHUNK_BYTES, size + 1 - copied))):
                 digest.update(chunk)
                 out.write(chunk)
                 copied += len(chunk)
     if copied != size:
         raise UnsafeFileError(f"{name}: changed while it was read ({copied} bytes, expected {size})")
-    return digest.hexdigest(), size
+    return digest.hexdigest()
 
 
 def read_bundle(bundle: str | os.PathLike) -> dict:
@@ -213,29 +205,30 @@ def bundle_paths(record: Mapping, differences: list[str]) -> dict[str, str]:
 
 def read_files(
     folder: Path, private: Path, record: Mapping, paths: Mapping[str, str], differences: list[str]
-) -> tuple[dict[str, Path], dict[str, bytes]]:
-    """Hash each file once: inputs copied into ``private`` (their paths returned), artifacts into memory."""
+) -> tuple[dict[str, Path], dict[str, tuple[Path, str]]]:
+    """Copy each file once into ``private`` while hashing it (verify judges and recomputes from the copies):
+    the inputs' copies, and every other file's copy and SHA-256, by bundle path."""
     sizes = {e["bundle_path"]: e["size_bytes"] for e in record["inputs"]}
     copies, artifacts = {}, {}
     (private / INPUTS_DIR).mkdir()
-    for name, recorded in sorted(paths.items()):
+    for i, (name, recorded) in enumerate(sorted(paths.items())):
+        target = private / name if name in sizes else private / f"{i}.copy"
         try:
-            if name in sizes:  # judged by its hash, and recomputed from: the same bytes
-                actual, data = copy_hashed(folder, name, private / name, sizes[name])[0], None
-                copies[name] = private / name
-            else:
-                data = artifacts[name] = read_bounded(folder, name, MAX_ARTIFACT_BYTES)
-                actual = bundle_digest(data)
+            actual = copy_hashed(folder, name, target, sizes)
         except FileNotFoundError:
             differences.append(f"{name}: missing")
             continue
         except (UnsafeFileError, OSError) as exc:
             differences.append(str(exc) if str(exc).startswith(name) else f"{name}: {exc}")
             continue
+        if name in sizes:
+            copies[name] = target
+        else:
+            artifacts[name] = (target, actual)
         if actual != recorded:
             differences.append(f"{name}: SHA-256 {actual} differs from the recorded {recorded}")
         elif name.startswith(f"{CHARTS_DIR}/") and not (
-            name.endswith(".png") and data.startswith(PNG_SIGNATURE)
+            name.endswith(".png") and target.read_bytes()[: len(PNG_SIGNATURE)] == PNG_SIGNATURE
         ):
             differences.append(f"{name}: not a PNG image")
     return copies, artifacts

@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from kvplan import __version__
 from kvplan.checks.launch import LAUNCH_CHECKS
@@ -46,12 +47,17 @@ KNOWN_KEYS = (
     *("admission_plan", "load", "compatibility_key", "checks", "warnings", TEXT_ESCAPING_KEY, "inputs"),
     *(ALLOWED_UNJUDGED_KEY, "ledger", "files", SEAL_KEY),
 )
+#: The keys of ``summary``, each the budget's attribute of that name.
+SUMMARY_KEYS = ("min_safe_bytes", "median_safe_bytes", "max_safe_bytes", "min_median_ratio")
+SUMMARY_KEYS += ("weak_rank_loss_fraction", "allocated_total_bytes")
 #: The keys of each ``inputs[]`` entry.
 INPUT_KEYS = ("path", "bundle_path", "sha256", "size_bytes", "role")
 #: Read unit for hashing and copying [bytes].
 HASH_CHUNK_BYTES = 1 << 20
 #: Types :func:`json_value` returns as they are: never missing, already plain JSON.
 _ALWAYS_KNOWN = frozenset({int, str, bool})
+#: ``json.dumps``'s options of the digests' canonical JSON: sorted keys, no spaces, ASCII.
+CANONICAL: dict[str, Any] = {"sort_keys": True, "separators": (",", ":")}
 
 
 class BundleError(ValueError):
@@ -70,22 +76,35 @@ class ApprovalError(ValueError):
     """A check at approval failed (e.g. the admission plan does not fit): no bundle is written."""
 
 
-def sha256_file(path: str | os.PathLike) -> str:
-    """Hex SHA-256 of a file's bytes."""
+def sha256_of(pieces: Iterable[bytes]) -> str:
+    """Hex SHA-256 of the concatenated ``pieces``, never joined."""
     digest = hashlib.sha256()
-    with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(HASH_CHUNK_BYTES), b""):
-            digest.update(chunk)
+    for piece in pieces:
+        digest.update(piece)
     return digest.hexdigest()
 
 
+def sha256_file(path: str | os.PathLike) -> str:
+    """Hex SHA-256 of a file's bytes."""
+    with open(path, "rb") as handle:
+        return sha256_of(iter(lambda: handle.read(HASH_CHUNK_BYTES), b""))
+
+
 def canonical_json(value: object) -> bytes:
-    """Sorted keys, no spaces, ASCII: the bytes the digests are taken over.
+    """The bytes the digests are taken over (:data:`CANONICAL`).
 
     >>> canonical_json({"b": 1, "a": [True, None]})
     b'{"a":[true,null],"b":1}'
     """
-    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+    return json.dumps(value, **CANONICAL).encode()
+
+
+def json_chunks(value: object, **options: Any) -> Iterator[bytes]:
+    """``json.dumps(value, **options)`` in pieces of 4,096 encoder items, never whole (budget.json: 40 MB at
+    5,000 boots, and ``json.dumps`` holds millions of small strings at once)."""
+    pieces = json.JSONEncoder(**options).iterencode(value)
+    while batch := "".join(itertools.islice(pieces, 4096)):
+        yield batch.encode()
 
 
 def inputs_digest(file_hashes: Sequence[str], settings: Mapping[str, object]) -> str:
@@ -95,31 +114,13 @@ def inputs_digest(file_hashes: Sequence[str], settings: Mapping[str, object]) ->
 
 def seal(record: Mapping) -> str:
     """Hex SHA-256 of the canonical JSON of ``record`` without its seal: every key and value."""
-    return hashlib.sha256(canonical_json({k: v for k, v in record.items() if k != SEAL_KEY})).hexdigest()
+    return sha256_of(json_chunks({k: v for k, v in record.items() if k != SEAL_KEY}, **CANONICAL))
 
 
 def record_chunks(record: Mapping) -> Iterator[bytes]:
-    """The bytes of ``budget.json``, ``json.dumps(record, indent=2)`` (ASCII) and a newline, in pieces of 4,096
-    encoder items: ``json.dumps`` holds millions of small strings at once (+150 MB at 5,000 boots)."""
-    pieces = json.JSONEncoder(indent=2).iterencode(record)
-    while batch := "".join(itertools.islice(pieces, 4096)):
-        yield batch.encode()
+    """The bytes of ``budget.json``: ``json.dumps(record, indent=2)`` (ASCII) and a newline, in pieces."""
+    yield from json_chunks(record, indent=2)
     yield b"\n"
-
-
-def same_bytes(data: bytes, pieces: Iterable[bytes]) -> bool:
-    """Whether ``data`` is the concatenation of ``pieces`` (no copy of ``data``).
-
-    >>> same_bytes(b"abc", [b"a", b"bc"]), same_bytes(b"abc", [b"ab"]), same_bytes(b"ab", [b"a", b"bc"])
-    (True, False, False)
-    """
-    view, offset = memoryview(data), 0
-    for piece in pieces:
-        end = offset + len(piece)
-        if end > len(view) or view[offset:end] != piece:
-            return False
-        offset = end
-    return offset == len(view)
 
 
 def bundle_digest(data: bytes) -> str:
@@ -167,8 +168,8 @@ def settings(
 ) -> dict:
     """The settings the inputs digest covers; ``load`` and ``allowed_unjudged`` only when given."""
     stated: dict = {"approver": approval.approver, "note": approval.note, "kvplan_version": approval.version}
-    allowed = list(approval.allowed_unjudged)
-    stated.update({ALLOWED_UNJUDGED_KEY: allowed} if allowed else {})
+    if approval.allowed_unjudged:
+        stated[ALLOWED_UNJUDGED_KEY] = list(approval.allowed_unjudged)
     out = {
         "policy": asdict(approval.policy),
         "model_options": None if options is None else dict(options),
@@ -190,9 +191,9 @@ def decide_copies(
 ) -> Decision:
     """The decision over a bundle's copies of its inputs, ``(path, bundle path)`` by role."""
     configs = copies["model config"]
-    layout = None
-    if configs and options is not None:
-        layout = ModelLayout(configs[0][0], options, name=configs[0][1])
+    layout = (
+        ModelLayout(configs[0][0], options, name=configs[0][1]) if configs and options is not None else None
+    )
     evidence = read_evidence(copies["log"], copies[NVIDIA_SMI_ROLE], copies["load"])
     return decide(evidence, policy, layout, plan, load_policy)
 
@@ -237,14 +238,8 @@ def build_record(
             "human": format_size(budget.uniform_budget_bytes),
             "limiting_rank": budget.limiting_rank,
             "num_blocks": budget.num_blocks,
-            **(
-                {
-                    LAUNCH_KEY: list(decision.launch_flags),
-                    "gpu_memory_utilization": decision.gpu_memory_utilization,
-                }
-                if launch
-                else {}
-            ),
+            **({LAUNCH_KEY: list(decision.launch_flags)} if launch else {}),
+            **({"gpu_memory_utilization": decision.gpu_memory_utilization} if launch else {}),
         },
         "policy": {
             "reserve_bytes": policy.reserve_bytes,
@@ -288,14 +283,7 @@ def _budget_keys(decision: Decision) -> dict:
         }
         for i, rank in enumerate(budget.ranks)
     ]
-    summary = {
-        "min_safe_bytes": budget.min_safe_bytes,
-        "median_safe_bytes": budget.median_safe_bytes,
-        "max_safe_bytes": budget.max_safe_bytes,
-        "min_median_ratio": budget.min_median_ratio,
-        "weak_rank_loss_fraction": budget.weak_rank_loss_fraction,
-        "allocated_total_bytes": budget.allocated_total_bytes,
-    }
+    summary = {key: getattr(budget, key) for key in SUMMARY_KEYS}
     stranded = {
         "total_bytes": budget.stranded_total_bytes,
         "rounding_loss_bytes": budget.rounding_loss_bytes,

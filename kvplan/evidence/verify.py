@@ -43,9 +43,9 @@ from kvplan.evidence.record import (
     decide_copies,
     inputs_digest,
     record_chunks,
-    same_bytes,
     seal,
     settings,
+    sha256_of,
 )
 from kvplan.evidence.render import artifact_pieces, chart_images, chart_names
 from kvplan.io.metadata import RawLines
@@ -104,12 +104,6 @@ def verify_bundle(bundle: str | os.PathLike) -> list[str]:
     return list(verify(bundle).differences)
 
 
-def verify_bundle_with_notes(bundle: str | os.PathLike) -> tuple[list[str], list[str]]:
-    """The differences of :func:`verify` and its notes (e.g. a folder renamed: a label only)."""
-    verified = verify(bundle)
-    return list(verified.differences), list(verified.notes)
-
-
 def verify(bundle: str | os.PathLike) -> Verified:
     """Check a bundle against a fresh recomputation from its own inputs; :class:`BundleError` when unreadable."""
     folder = Path(bundle)
@@ -118,14 +112,14 @@ def verify(bundle: str | os.PathLike) -> Verified:
     differences, notes, decision = _recompute(folder, record)
     differences = [f"{key}: not a key of a bundle" for key in record if key not in KNOWN_KEYS] + differences
     if not differences:  # the catch-alls, when nothing more specific explains the change
-        if not same_bytes(data, record_chunks(record)):
+        if sha256_of(record_chunks(record)) != digest:
             differences.append(
                 "budget.json: its bytes are not what approve writes for its record (padding, other spacing or "
                 "key order)"
             )
-        if SEAL_KEY in record and record[SEAL_KEY] != seal(record):
+        if SEAL_KEY in record and record[SEAL_KEY] != (sealed := seal(record)):
             differences.append(
-                f"{SEAL_KEY}: recorded {record[SEAL_KEY]!r}, recomputed {seal(record)}: the record was changed "
+                f"{SEAL_KEY}: recorded {record[SEAL_KEY]!r}, recomputed {sealed}: the record was changed "
                 "after approval"
             )
     if SEAL_KEY not in record:
@@ -192,8 +186,8 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
         decision = _as_recorded(decision, record.get("ledger"))
         fresh = _roundtrip(build_record(decision, approval, created, entries, digest, options))
         differences += _recomputed_differences(decision, record, fresh, approval, artifacts, approved_name)
-        decision = _rehomed(decision, private, folder)
-    return _chart_differences(decision, record, artifacts, differences, notes)
+        differences, notes = _chart_differences(decision, record, artifacts, differences, notes)
+        return differences, notes, _rehomed(decision, private, folder)
 
 
 def _recomputed_differences(
@@ -201,7 +195,7 @@ def _recomputed_differences(
     record: Mapping,
     fresh: dict,
     approval: Approval,
-    artifacts: Mapping[str, bytes],
+    artifacts: Mapping[str, tuple[Path, str]],
     name: str,
 ) -> list[str]:
     """The ``fresh`` record's keys against the recorded ones, then the text files regenerated from both."""
@@ -218,21 +212,20 @@ def _recomputed_differences(
             f"{TEXT_ESCAPING_KEY}: recorded {_short(record[TEXT_ESCAPING_KEY])}, this kvplan writes {TEXT_ESCAPING}"
         )
     for file_name, pieces in artifact_pieces(decision, regenerated, name).items():
-        if file_name in artifacts and not same_bytes(  # evidence.log reads raw lines from the copies
-            artifacts[file_name], (piece.encode("utf-8") for piece in pieces)
-        ):
+        copy, actual = artifacts.get(file_name, (None, None))
+        if copy is not None and sha256_of(piece.encode("utf-8") for piece in pieces) != actual:
             text = "".join(artifact_pieces(decision, regenerated, name)[file_name])
-            differences += _text_difference(artifacts[file_name], file_name, text)
+            differences += _text_difference(copy.read_bytes(), file_name, text)
     return differences
 
 
 def _chart_differences(
     decision: Decision,
     record: Mapping,
-    artifacts: Mapping[str, bytes],
+    artifacts: Mapping[str, tuple[Path, str]],
     differences: list[str],
     notes: list[str],
-) -> tuple[list[str], list[str], Decision]:
+) -> tuple[list[str], list[str]]:
     """``differences`` and ``notes`` with the charts' (without a seal: a redraw that differs is a note)."""
     expected = {f"{CHARTS_DIR}/{chart}.png" for chart in chart_names(decision)}
     recorded = {path for path in record["files"] if str(path).startswith(f"{CHARTS_DIR}/")}
@@ -243,7 +236,7 @@ def _chart_differences(
             f"{name}: differs from the chart this kvplan draws for the record; a bundle without a seal "
             "has its charts checked by hash only"
             for name, image in chart_images(decision).items()
-            if artifacts.get(name) != image
+            if name not in artifacts or artifacts[name][0].read_bytes() != image
         ]
     approved_with = str(record["kvplan_version"])
     if differences and approved_with != __version__:
@@ -252,7 +245,7 @@ def _chart_differences(
             f"note: approved with kvplan {approved_with}, verified with {__version__}; a reader "
             "change can explain a recomputed difference",
         ]
-    return differences, notes, decision
+    return differences, notes
 
 
 def verified_approval(bundle: str | os.PathLike, digest: str | None = None) -> tuple[Verified, Approved]:
@@ -308,15 +301,16 @@ def _text_difference(actual: bytes, name: str, expected: str) -> list[str]:
 
 
 def _compare(key: str, recorded: object, fresh: object) -> list[str]:
-    """Field-by-field differences between a recorded and a recomputed JSON value."""
+    """Field-by-field differences between a recorded and a recomputed JSON value; lists of one length item by
+    item (the ledger's canonical JSON is never whole)."""
+    if isinstance(recorded, list) and isinstance(fresh, list) and len(recorded) == len(fresh):
+        return [d for i, (a, b) in enumerate(zip(recorded, fresh)) for d in _compare(f"{key}[{i}]", a, b)]
     if canonical_json(recorded) == canonical_json(fresh):  # 1, 1.0 and true are not the same record
         return []
     if isinstance(recorded, dict) and isinstance(fresh, dict):
         names = sorted(set(recorded) | set(fresh), key=str)
         out = [d for name in names for d in _compare(f"{key}.{name}", recorded.get(name), fresh.get(name))]
         return out or [f"{key}: recorded {_short(recorded)}, recomputed {_short(fresh)}"]
-    if isinstance(recorded, list) and isinstance(fresh, list) and len(recorded) == len(fresh):
-        return [d for i, (a, b) in enumerate(zip(recorded, fresh)) for d in _compare(f"{key}[{i}]", a, b)]
     return [f"{key}: recorded {_short(recorded)}, recomputed {_short(fresh)}"]
 
 

@@ -48,7 +48,7 @@ def class_inputs(
 ) -> tuple[list[str], list[str]]:
     """The class's logs and one ``--query-gpu`` snapshot as local paths (remote ones fetched under ``out``)."""
     logs: list[str] = []
-    snapshot: list[str] = []
+    snapshot: list[str] = []  # the first --query-gpu one
     for reading in hosts:
         for url in reading.files:
             if not (is_snapshot(url) and snapshot):
@@ -80,9 +80,8 @@ def _local_copy(
                 os.remove(partial)
     read = reading.digests.get(url)
     if read is None or sha256_file(local) != read:
-        raise ValueError(
-            f"{url}: not the file the plan read (SHA-256 {read or 'unknown'}): it changed since; plan again"
-        )
+        why = f"not the file the plan read (SHA-256 {read or 'unknown'}): it changed since; plan again"
+        raise ValueError(f"{url}: {why}")
     return local
 
 
@@ -146,8 +145,7 @@ def gate_host(
     if len(listed) != 1:
         why = "no approved bundle lists it" if not listed else f"{len(listed)} bundles list it"
         return HostVerdict(files.host, None, None, reason=f"{why}: gate it against its class's bundle")
-    bundle = listed[0]
-    approval = bundles[bundle]
+    bundle, approval = listed[0], bundles[listed[0]]
     if files.missing or not files.logs:
         return HostVerdict(files.host, bundle, None, reason="no log files of the canary boot")
     try:
@@ -158,18 +156,13 @@ def gate_host(
                     why = f"{url} is the approval's own input {approval.inputs[digest]} (sha256 {digest[:16]}): a "
                     why += "canary is a new boot at the approved value, not the evidence it was approved from"
                     return HostVerdict(files.host, bundle, None, reason=why)
-            checks = _canary_checks(approval.approved, local[: len(files.logs)], local[len(files.logs) :])
+            evidence = read_evidence(local[: len(files.logs)], local[len(files.logs) :])  # as kvplan gate
+            free, defaults = evidence.free_bytes, evidence.defaulted_key_fields
+            key = compatibility_key(evidence.ledger, evidence.lines)
+            checks = gate_checks(approval.approved, evidence.ledger, key, None, free, boot_defaults=defaults)
     except (ValueError, OSError) as exc:
         return HostVerdict(files.host, bundle, None, reason=str(exc))
     return HostVerdict(files.host, bundle, gate_verdict(checks), tuple(check.to_dict() for check in checks))
-
-
-def _canary_checks(approved: Approved, logs: Sequence[tuple[str, str]], snapshots: Sequence[tuple[str, str]]):
-    """The gate checks of one canary, as ``kvplan gate`` runs them."""
-    evidence = read_evidence(logs, snapshots)
-    key = compatibility_key(evidence.ledger, evidence.lines)
-    free, defaults = evidence.free_bytes, evidence.defaulted_key_fields
-    return gate_checks(approved, evidence.ledger, key, None, free, boot_defaults=defaults)
 
 
 def stop_decision(verdicts: Sequence[HostVerdict]) -> tuple[int, str]:
@@ -205,13 +198,12 @@ def gate_fleet(
 
 
 def _targets(targets: Sequence[str], storage_options: Mapping[str, object] | None) -> list[HostFiles]:
-    if len(targets) == 1 and (
-        Path(targets[0]).is_dir() or targets[0].lower().endswith(".csv") or "://" in targets[0]
-    ):
-        return list_fleet(targets[0], storage_options)
+    first = targets[0]
+    if len(targets) == 1 and (Path(first).is_dir() or first.lower().endswith(".csv") or "://" in first):
+        return list_fleet(first, storage_options)
     missing = [target for target in targets if not Path(target).is_file()]
     if missing:
         raise FleetInputError(f"{missing[0]}: no such file (LOGS_OR_FLEET)")
-    host = Path(targets[0]).resolve().parent.name
+    snapshots = tuple(t for t in targets if is_snapshot(t))
     logs = tuple(t for t in targets if not is_snapshot(t))
-    return [HostFiles(host, logs, tuple(t for t in targets if is_snapshot(t)))]
+    return [HostFiles(Path(first).resolve().parent.name, logs, snapshots)]

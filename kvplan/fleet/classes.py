@@ -42,8 +42,7 @@ class FleetPolicy:
 
 @dataclass(frozen=True)
 class FleetClass:
-    """One host class: its budget over every rank of its hosts, the limiting (host, rank), each host's own budget
-    and stranded bytes [bytes]."""
+    """One host class: its budget over every rank of its hosts [bytes], limiting (host, rank), hosts' own budgets."""
 
     name: str
     key: Mapping[str, object]
@@ -158,16 +157,6 @@ def likely_cause(reading: HostReading, medians: Mapping[str, int]) -> str:
     return cause
 
 
-def part_medians(hosts: Sequence[HostReading]) -> dict[str, int]:
-    """The median over every rank of the class of each ledger part in :data:`CAUSES` [bytes]."""
-    medians = {}
-    for column, _, _ in CAUSES:
-        values = [int(r[column]) for h in hosts for r in h.rooms or () if r.get(column) is not None]
-        if values:
-            medians[column] = median_bytes(values)
-    return medians
-
-
 def split_advice(
     fleet_class: FleetClass,
     policy: FleetPolicy,
@@ -177,20 +166,18 @@ def split_advice(
 ) -> dict:
     """Outliers and the gain of splitting them off or fixing them, in bytes and, with ``tokens(bytes)``, tokens."""
     hosts, split_below, budgets = fleet_class.hosts, policy.split_below, fleet_class.host_budgets
-    names, medians = outlier_hosts(budgets, split_below), part_medians(hosts)
+    names, medians = outlier_hosts(budgets, split_below), {}
+    for column, _, _ in CAUSES:  # each ledger part's median over every rank of the class
+        values = [int(r[column]) for h in hosts for r in h.rooms or () if r.get(column) is not None]
+        if values:
+            medians[column] = median_bytes(values)
     by_name = {reading.host: reading for reading in hosts}
     outliers = [
-        dict(host=name, budget_bytes=budgets[name], likely_cause=likely_cause(by_name[name], medians))
-        for name in names
+        dict(host=n, budget_bytes=budgets[n], likely_cause=likely_cause(by_name[n], medians)) for n in names
     ]
-    gains = (
-        "rest_budget_bytes",
-        "outlier_budget_bytes",
-        "gain_split_tokens",
-        "gain_fixed_tokens",
-        "gain_split_bytes",
-    )
-    advice: dict = {"split_below": split_below, "outliers": outliers, **dict.fromkeys(gains)}
+    advice: dict = {"split_below": split_below, "outliers": outliers, "rest_budget_bytes": None}
+    advice.update(outlier_budget_bytes=None, gain_split_tokens=None, gain_fixed_tokens=None)
+    advice["gain_split_bytes"] = None
     rest = [reading for reading in hosts if reading.host not in set(names)]
     if not outliers or not rest:
         return advice
@@ -200,16 +187,12 @@ def split_advice(
 
     old, rest_budget, outlier_budget = budget(hosts), budget(rest), budget([by_name[name] for name in names])
     rest_ranks = sum(len(reading.rooms or ()) for reading in rest)
-    advice.update(
-        rest_budget_bytes=rest_budget,
-        outlier_budget_bytes=outlier_budget,
-        gain_split_bytes=(rest_budget - old) * rest_ranks,
-    )
+    advice.update(rest_budget_bytes=rest_budget, outlier_budget_bytes=outlier_budget)
+    advice["gain_split_bytes"] = (rest_budget - old) * rest_ranks
     if tokens is not None:
         base = tokens(old)
-        advice["gain_split_tokens"] = replicas_per_host * (
-            len(rest) * (tokens(rest_budget) - base) + len(names) * (tokens(outlier_budget) - base)
-        )
+        split = len(rest) * (tokens(rest_budget) - base) + len(names) * (tokens(outlier_budget) - base)
+        advice["gain_split_tokens"] = replicas_per_host * split
         advice["gain_fixed_tokens"] = replicas_per_host * len(hosts) * (tokens(rest_budget) - base)
     return advice
 

@@ -122,9 +122,7 @@ def _from_folders(fs, path: str) -> list[HostFiles]:
             continue
         entries = _entries(fs, folder)
         files = [name for name, kind in entries if kind == "file"]
-        dangling = tuple(
-            f"{_url(fs, name)}: a dangling symbolic link" for name, kind in entries if kind == "dangling"
-        )
+        dangling = tuple(f"{_url(fs, n)}: a dangling symbolic link" for n, k in entries if k == "dangling")
         name = folder.rstrip("/").rsplit("/", 1)[-1]
         logs = [_url(fs, f) for f in files if not is_snapshot(f) and f.lower().endswith(LOG_SUFFIXES)]
         snapshots = [_url(fs, f) for f in files if is_snapshot(f)]
@@ -163,31 +161,26 @@ def _from_manifest(fs, path: str) -> list[HostFiles]:
     by_host: dict[str, dict] = {}
     owner: dict[str, tuple[str, int]] = {}
     for number, row in enumerate(rows[1:], start=2):
+        at = f"{where}:{number}"
         if not any(cell.strip() for cell in row):
             continue
         if len(row) != len(header):
-            raise FleetInputError(
-                f"{where}:{number}: expected {len(header)} fields ({','.join(header)}), got {len(row)}"
-            )
+            raise FleetInputError(f"{at}: expected {len(header)} fields ({','.join(header)}), got {len(row)}")
         values = dict(zip(header, (cell.strip() for cell in row)))
         host, file = values["host"], values["path"]
         if not host or not file:
-            raise FleetInputError(f"{where}:{number}: empty host or path")
+            raise FleetInputError(f"{at}: empty host or path")
         entry = by_host.setdefault(host, {"logs": [], "snapshots": [], "missing": [], "labels": {}})
         labels = {name: value for name, value in values.items() if name not in MANIFEST_FIELDS}
         if entry["labels"] and entry["labels"] != labels:
-            raise FleetInputError(
-                f"{where}:{number}: host {host!r} has other labels than on its earlier rows"
-            )
+            raise FleetInputError(f"{at}: host {host!r} has other labels than on its earlier rows")
         entry["labels"] = labels
-        file_fs, file_path = _entry(fs, base, file, f"{where}:{number}")
+        file_fs, file_path = _entry(fs, base, file, at)
         url = _url(file_fs, file_path)
         first_host, first_line = owner.setdefault(url, (host, number))
         if first_host != host:
-            raise FleetInputError(
-                f"{where}:{number}: {file!r} is listed under host {host!r} and, on line {first_line}, under "
-                f"host {first_host!r}: a file is the evidence of one host"
-            )
+            why = f"and, on line {first_line}, under host {first_host!r}: a file is the evidence of one host"
+            raise FleetInputError(f"{at}: {file!r} is listed under host {host!r} {why}")
         if not file_fs.exists(file_path):
             entry["missing"].append(f"manifest line {number}: {file}: no such file")
             continue

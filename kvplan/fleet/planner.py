@@ -36,7 +36,6 @@ class ClassDecision:
     """One class's decision: budget and hosts (:class:`FleetClass`), capacity, split advice, bundle."""
 
     fleet_class: FleetClass
-    spec: KVSpec | None
     capacity: tuple[dict, ...] | None
     split: dict
     approved: bool
@@ -145,18 +144,12 @@ def _class_decisions(
         name = class_name(key, dict(labels))
         spec, model = _spec(key, models, name, warnings)
         if spec is None and models:
-            text = (
-                f"no --model config matches its model {key.get('model')!r}: no block rounding and no capacity"
-            )
-            warnings.append(Note(f"class {name}: {text}", code="fleet-no-model"))
+            text = f"matches its model {key.get('model')!r}: no block rounding and no capacity"
+            warnings.append(Note(f"class {name}: no --model config {text}", code="fleet-no-model"))
         if key.get("gpu_name") is None:
             text = "no nvidia-smi snapshot: its key, and its bundle's, has no GPU type or driver, so a gate cannot"
-            warnings.append(
-                Note(
-                    f"class {name}: {text} compare them; add each host's --query-gpu snapshot",
-                    code="fleet-no-nvidia-smi",
-                )
-            )
+            text += " compare them; add each host's --query-gpu snapshot"
+            warnings.append(Note(f"class {name}: {text}", code="fleet-no-nvidia-smi"))
         block_bytes = spec.block_bytes if spec is not None else None
         kept = [reading for reading in hosts if _fits(reading, policy.reserve_bytes, block_bytes, excluded)]
         if kept:
@@ -203,9 +196,8 @@ def _decide(
     capacity, tokens = None, None
     max_len = int(key["max_model_len"]) if key.get("max_model_len") else None
     if spec is not None:
-        capacity = capacity_rows(
-            spec, budget.uniform_budget_bytes, planned_lengths(max_len, policy.admission)
-        )
+        lengths = planned_lengths(max_len, policy.admission)
+        capacity = capacity_rows(spec, budget.uniform_budget_bytes, lengths)
         if max_len:
 
             def tokens(num_bytes: int) -> int:
@@ -218,6 +210,8 @@ def _decide(
     if len(fleet_class.hosts) < policy.min_hosts:
         reason = (
             f"{len(fleet_class.hosts)} clean host(s), fewer than the policy's minimum of {policy.min_hosts}: "
+        )
+        reason += (
             "too few boots to trust a class value; profile more hosts of this class or join them to another"
         )
         warnings.append(Note(f"class {name}: not approved: {reason}", code="fleet-too-few-hosts"))
@@ -231,7 +225,7 @@ def _decide(
         text = f"{len(split['outliers'])} host(s) hold it down; see the split advice"
         text = f"class {name}: min/median of host budgets {ratio:.3f} < {policy.split_below}: {text}"
         warnings.append(Note(text, code="fleet-split-advice"))
-    return ClassDecision(fleet_class, spec, capacity, split, approved=reason is None, reason=reason)
+    return ClassDecision(fleet_class, capacity, split, approved=reason is None, reason=reason)
 
 
 def _spec(key: Mapping[str, object], models: Sequence[str], name: str, warnings: list[str]):

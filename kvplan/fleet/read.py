@@ -6,7 +6,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import shutil
 import sys
 import tempfile
 import warnings
@@ -94,23 +93,17 @@ def local_files(
     urls: Sequence[str], storage_options: Mapping[str, object] | None
 ) -> Iterator[list[tuple[str, str]]]:
     """``(local path, URL)`` of each file, a remote one fetched to a temporary folder removed on exit."""
-    folder = None
-    try:
+    with tempfile.TemporaryDirectory(prefix="kvplan-fleet-", ignore_cleanup_errors=True) as folder:
         pairs = []
         for number, url in enumerate(urls):
-            if "://" not in url:
-                pairs.append((url, url))
-                continue
-            folder = folder or tempfile.mkdtemp(prefix="kvplan-fleet-")
-            fs, path = filesystem(url, storage_options)
-            suffix = next((s for s in LOG_SUFFIXES if url.lower().endswith(s)), ".log")
-            local = os.path.join(folder, f"{number}{suffix}")
-            fs.get(path, local)
+            local = url
+            if "://" in url:
+                fs, path = filesystem(url, storage_options)
+                suffix = next((s for s in LOG_SUFFIXES if url.lower().endswith(s)), ".log")
+                local = os.path.join(folder, f"{number}{suffix}")
+                fs.get(path, local)
             pairs.append((local, url))
         yield pairs
-    finally:
-        if folder:
-            shutil.rmtree(folder, ignore_errors=True)
 
 
 def require_boot_per_file(evidence: Evidence, logs: Sequence[str]) -> None:
@@ -223,13 +216,9 @@ def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -
         }
         with dask.config.set(settings):
             # silent: a worker heartbeat racing the shutdown is no error of the plan
-            local = {
-                "host": "127.0.0.1",
-                "dashboard_address": "127.0.0.1:0",
-                "silence_logs": logging.CRITICAL,
-            }
+            opts = {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0", "silence_logs": logging.CRITICAL}
             cluster = LocalCluster(
-                n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, **local
+                n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, **opts
             )
         client = Client(cluster)
     else:
@@ -277,9 +266,7 @@ def map_hosts(
         else:
             from distributed import as_completed
 
-            futures = {
-                client.submit(run_group, task, group, *args, pure=False): i for i, group in enumerate(groups)
-            }
+            futures = {client.submit(run_group, task, g, *args, pure=False): i for i, g in enumerate(groups)}
             # each future dropped (so released) once its result is taken
             finished = ((futures.pop(future), future.result()) for future in as_completed(futures))
         for index, result in finished:

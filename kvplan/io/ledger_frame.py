@@ -134,16 +134,9 @@ EMPTY_ROW: dict = dict.fromkeys(LEDGER_COLUMNS)
 _EVERY_COLUMN = itemgetter(*LEDGER_COLUMNS)
 
 #: Each ledger column's dtype.
-COLUMN_DTYPES = {
-    column: "Int64"
-    if column in INT_COLUMNS
-    else "Float64"
-    if column in FLOAT_COLUMNS
-    else "boolean"
-    if column in BOOL_COLUMNS
-    else "string"
-    for column in LEDGER_COLUMNS
-}
+COLUMN_DTYPES = dict.fromkeys(LEDGER_COLUMNS, "string")
+COLUMN_DTYPES |= {**dict.fromkeys(INT_COLUMNS, "Int64"), **dict.fromkeys(FLOAT_COLUMNS, "Float64")}
+COLUMN_DTYPES |= dict.fromkeys(BOOL_COLUMNS, "boolean")
 #: Each column's dtype object (a dtype's name is looked up in pandas' registry on every use).
 _DTYPES = {column: pd.api.types.pandas_dtype(dtype) for column, dtype in COLUMN_DTYPES.items()}
 

@@ -4,12 +4,9 @@ warnings, provenance, line index, boots); ``metadata["warnings"]`` reads a field
 from __future__ import annotations
 
 import dataclasses
-import struct
-from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from operator import itemgetter
 from typing import Protocol
 
 import pandas as pd
@@ -42,115 +39,6 @@ class EvidenceLines(Mapping):
 
     def __len__(self) -> int:
         return len(self._lines)
-
-
-#: "Not available" for a line or rank kept as a 64-bit number in :class:`ProvenanceRows`.
-_NO_NUMBER = -(2**63)
-
-
-def _append(numbers: array, values: Sequence[int]) -> None:
-    """Append ``values`` to ``numbers`` in one C pass."""
-    numbers.frombytes(struct.pack(f"{len(values)}{numbers.typecode}", *values))
-
-
-class ProvenanceRows(Sequence):
-    """Provenance rows kept in about 50 bytes a row (a tuple takes 200), each back as its tuple.
-
-    >>> rows = ProvenanceRows()
-    >>> rows.extend([("a.log", 3, 0, 1, "room_bytes", 5, 120), ("a.log", pd.NA, 0, pd.NA, "block_size", 16, "default")])
-    >>> len(rows), rows[0], rows[1][1] is pd.NA, rows[-1][6]
-    (2, ('a.log', 3, 0, 1, 'room_bytes', 5, 120), True, 'default')
-
-    ``ordered=True``: one boot's rows, put in order (line, a default first; rank as text; column) on first read:
-
-    >>> rows.extend([("a.log", 9, 1, 0, "outcome", "ok", 700), ("a.log", 4, 1, 0, "room_bytes", 7, 300)], ordered=True)
-    >>> [row[1] for row in rows]
-    [3, <NA>, 4, 9]
-    """
-
-    def __init__(self) -> None:
-        self._names: list[str] = []  # sources and columns, each once
-        self._index: dict[str, int] = {}
-        self._source, self._column = array("i"), array("i")  # indexes into _names: 4 bytes each
-        self._line, self._boot, self._rank, self._raw = array("q"), array("q"), array("q"), array("q")
-        self._values: list = []
-        self._texts: dict[int, str] = {}  # row → raw text (the raw of the other rows is a byte offset)
-        self._unordered: list[tuple[int, int]] = []  # (start, stop) of the rows still to put in order
-
-    def _name(self, name: str) -> int:
-        code = self._index.get(name)
-        if code is None:
-            code = self._index[name] = len(self._names)
-            self._names.append(name)
-        return code
-
-    def extend(self, rows: Iterable[tuple], ordered: bool = False) -> None:
-        fields = tuple(zip(*rows))
-        if not fields:
-            return
-        sources, lines, boots, ranks, columns, values, raws = fields
-        start = len(self._values)
-        if ordered:
-            self._unordered.append((start, start + len(values)))
-        _append(self._source, self._codes(sources))
-        _append(self._line, [_NO_NUMBER if line is pd.NA else line for line in lines])
-        _append(self._boot, boots)
-        _append(self._rank, [_NO_NUMBER if rank is pd.NA else rank for rank in ranks])
-        _append(self._column, self._codes(columns))
-        self._values.extend(values)
-        numbers = [_NO_NUMBER if isinstance(raw, str) else raw for raw in raws]
-        if _NO_NUMBER in numbers:
-            self._texts.update((start + row, raw) for row, raw in enumerate(raws) if isinstance(raw, str))
-        _append(self._raw, numbers)
-
-    def _codes(self, names: tuple[str, ...]) -> tuple[int, ...]:
-        if names.count(names[0]) == len(names):  # a boot's rows come from one source
-            return (self._name(names[0]),) * len(names)
-        try:
-            return itemgetter(*names)(self._index)
-        except KeyError:
-            return tuple(map(self._name, names))
-
-    def __len__(self) -> int:
-        return len(self._values)
-
-    def _order(self) -> None:
-        names, texts = self._names, self._texts
-        for start, stop in self._unordered:
-            order = sorted(
-                range(start, stop),
-                key=lambda row: (
-                    -1 if self._line[row] == _NO_NUMBER else self._line[row],
-                    "<NA>" if self._rank[row] == _NO_NUMBER else str(self._rank[row]),
-                    names[self._column[row]],
-                ),
-            )
-            for numbers in (self._source, self._line, self._boot, self._rank, self._column, self._raw):
-                numbers[start:stop] = array(numbers.typecode, [numbers[row] for row in order])
-            self._values[start:stop] = [self._values[row] for row in order]
-            moved = {start + place: texts.pop(row) for place, row in enumerate(order) if row in texts}
-            texts.update(moved)
-        self._unordered = []
-
-    def __getitem__(self, index):  # an int gives a row, a slice a list of rows
-        if self._unordered:
-            self._order()
-        if isinstance(index, slice):
-            return [self[i] for i in range(*index.indices(len(self)))]
-        index = range(len(self))[index]
-        line, rank, raw = self._line[index], self._rank[index], self._raw[index]
-        return (
-            self._names[self._source[index]],
-            pd.NA if line == _NO_NUMBER else line,
-            self._boot[index],
-            pd.NA if rank == _NO_NUMBER else rank,
-            self._names[self._column[index]],
-            self._values[index],
-            self._texts[index] if raw == _NO_NUMBER else raw,
-        )
-
-    def __iter__(self) -> Iterator[tuple]:
-        return (self[index] for index in range(len(self)))
 
 
 #: Where a file's raw lines are read back from: its path, its bytes, or None (the text is kept instead).

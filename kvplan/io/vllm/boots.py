@@ -11,15 +11,11 @@ from typing import Any
 import pandas as pd
 
 from kvplan.columns import KEY_COLUMNS
-from kvplan.io.ledger_frame import (
-    ImpossibleValue,
-    check_value,
-    missing,
-)
+from kvplan.io.ledger_frame import MAX_PID, ImpossibleValue, check_value, missing
 from kvplan.io.metadata import place_note
 from kvplan.io.vllm.families import impossible_in, read_message
 from kvplan.io.vllm.handlers import Fact, PartsDisagree
-from kvplan.io.vllm.records import Record, rank_name, split_records, worker_groups
+from kvplan.io.vllm.records import rank_name, split_records, worker_groups
 from kvplan.releases import version_tuple
 from kvplan.units import MAX_DEVICE_BYTES, format_size
 
@@ -111,7 +107,7 @@ class BootSplitter:
         raw = text if offset is None else offset
         for record in split_records(text):
             try:
-                facts = read_message(record.message)
+                facts = read_message(record[0])
             except PartsDisagree as refused:  # a line no vLLM prints: refused, naming it
                 raise ImpossibleValue(f"{self.source}:{number}: {refused}") from None
             except ValueError as refused:  # a size beyond what kvplan holds (issue 25)
@@ -120,8 +116,9 @@ class BootSplitter:
                     f"{format_size(MAX_DEVICE_BYTES)}"
                 ) from None
             if facts:
-                check_value("pid", record.pid, self.source, number)
-                impossible = impossible_in(record.message)
+                if record[2] is not None and record[2] > MAX_PID:
+                    check_value("pid", record[2], self.source, number)
+                impossible = impossible_in(record[0])
                 if impossible is not None:
                     check, column, value = impossible
                     check(column, value, self.source, number)  # refuses the log, naming this line
@@ -131,11 +128,16 @@ class BootSplitter:
         """Close the last boot."""
         self._close()
 
-    def _facts(self, number: int, raw: int | str, facts: Sequence[Fact], record: Record) -> None:
-        """Record the facts of one record, printed by process ``key`` (pid, ip; None without a prefix)
-        named ``process``, at ``level``; ``repeated`` is Ray's collapsed-line count."""
-        key = None if record.pid is None else self._identity(number, record)
-        process, level, repeated = record.process, record.level, record.repeated
+    def _facts(self, number: int, raw: int | str, facts: Sequence[Fact], record: tuple) -> None:
+        """Record the facts of one record (:func:`~kvplan.io.vllm.records.split_records`), printed by process
+        ``key`` (pid, ip; None without a prefix)."""
+        _message, process, pid, ip, level, repeated = record
+        key = None
+        if pid is not None:
+            key = (pid, ip)
+            names = self.boot.names.get(key)
+            if self.boot.aliases or (names is not None and names != [process]):
+                key = self._identity(number, record)
         for family, scope, values, columns in facts:
             if scope == "config":
                 self._maybe_new_boot(number, family, key)
@@ -172,27 +174,25 @@ class BootSplitter:
                 boot.kv_reached = True
             boot.events.append(Event(number, raw, key, family, scope, values, level))
 
-    def _identity(self, number: int, record: Record) -> tuple:
+    def _identity(self, number: int, record: tuple) -> tuple:
         """The key of the process that printed ``record``: its ``(pid, ip)``, unless a process of this boot
         printed under that pid first with another rank's name: then two hosts' containers reuse pids
         (issue 25), and the names tell them apart (a key of their own, and a note naming both)."""
-        key = (record.pid, record.ip)
+        _message, process, pid, ip, _level, _repeated = record
+        key = (pid, ip)
         boot = self.boot
-        alias = boot.aliases.get((*key, record.process))
+        alias = boot.aliases.get((*key, process))
         if alias is not None:
             return alias
-        names = boot.names.get(key)
-        if not names or names == [record.process]:  # the common case: a process under its one name
+        claimed = rank_name(process)
+        other = next(
+            (name for name in boot.names.get(key, ()) if rank_name(name) not in (None, claimed)), None
+        )
+        if claimed is None or other is None:
             return key
-        claimed = rank_name(record.process)
-        if claimed is None:
-            return key
-        other = next((name for name in names if rank_name(name) not in (None, claimed)), None)
-        if other is None:
-            return key
-        alias = boot.aliases[(*key, record.process)] = (record.pid, f"{record.ip or ''} {record.process}")
+        alias = boot.aliases[(*key, process)] = (pid, f"{ip or ''} {process}")
         text = (
-            f"pid {record.pid} printed as {other} and as {record.process} in one boot: two hosts' containers reuse "
+            f"pid {pid} printed as {other} and as {process} in one boot: two hosts' containers reuse "
             "pids; their lines are read apart by their process names (give each host's log with its host name, "
             "or Ray's ip= prefixes, to be sure)"
         )

@@ -21,7 +21,6 @@ from kvplan.io.ledger_csv import read_ledger_csv
 from kvplan.io.ledger_frame import ImpossibleValue, ledger_columns
 from kvplan.io.metadata import (
     EvidenceLines,
-    ProvenanceRows,
     RawLines,
     ReadMetadata,
     RoomRule,
@@ -162,7 +161,7 @@ class _LogRows:
         self.rows: list[dict] = []
         #: the rows already gathered into columns, FRAME_ROWS at a time (see ledger_columns)
         self.parts: list[dict[str, ExtensionArray]] = []
-        self.provenance = ProvenanceRows()
+        self.provenance: list[tuple] = []
         self.warnings: list = []
         self.boots: list[dict] = []
         self.files: dict[str, tuple[object, bytes]] = {}
@@ -179,7 +178,7 @@ class _LogRows:
         if len(self.rows) >= FRAME_ROWS:
             self._flush()
         if not streaming:
-            self.provenance.extend(resolved.provenance, ordered=True)
+            self.provenance.extend(resolved.provenance)
         self.warnings.extend(resolved.warnings)
         info = resolved.info
         key = info["compatibility_key"]
@@ -226,7 +225,7 @@ def _joined(arrays: list[ExtensionArray]) -> ExtensionArray:
     return pd.concat([pd.Series(array, copy=False) for array in arrays], ignore_index=True).array
 
 
-def _evidence_lines(provenance: ProvenanceRows, boots: tuple[dict, ...]) -> Iterator[tuple[tuple, int]]:
+def _evidence_lines(provenance: list[tuple], boots: tuple[dict, ...]) -> Iterator[tuple[tuple, int]]:
     """The line index (:class:`~kvplan.io.metadata.EvidenceLines`): the line of each room, outcome and key
     value, and each boot's first line."""
     for source, line, boot, rank, column, _value, _raw in provenance:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
-from typing import NamedTuple
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX_RE = re.compile(r"\((?:([A-Za-z_][\w.\-= ]*?) )?pid=(\d+)(?:, ip=([^)\s]+))?\)\s?")
@@ -37,59 +36,44 @@ _SHAPE = bytes.maketrans(b"123456789", b"000000000")
 SHAPES_KEPT = 4096
 
 
-class Record(NamedTuple):
-    """One log record: ``process`` the innermost prefix name ('' when none), ``pid``/``ip`` the process
-    identity (None without a prefix), ``level`` when the header survived, ``repeated`` Ray's collapsed-line
-    count, ``outer`` the relaying prefixes outside it (Ray through EngineCore)."""
+def split_records(line: str) -> list[tuple[str, str, int | None, str | None, str | None, int]]:
+    """The records in one physical line (``\\n`` removed) as ``(message, process, pid, ip, level, repeated)``:
+    ``process`` the innermost prefix name ('' when none), ``pid``/``ip`` None without a prefix, ``level`` None
+    without a header, ``repeated`` Ray's collapsed-line count. ``\\r`` separates progress updates; a prefix or
+    header mid-line starts a record; of relayed prefixes the innermost names the printer. Colour codes go
+    (also those that lost their ESC byte among a record's head). Where the records lie is learnt once per
+    shape of line (:func:`_layouts`).
 
-    message: str
-    process: str = ""
-    pid: int | None = None
-    ip: str | None = None
-    level: str | None = None
-    repeated: int = 0
-    outer: tuple[str, ...] = ()
-
-
-def split_records(line: str) -> list[Record]:
-    """The records in one physical line (``\\n`` already removed): ``\\r`` separates progress updates; a
-    process prefix or a log header mid-line starts a new record (two processes wrote into one line);
-    consecutive prefixes are relays, the innermost names the printer. Colour codes go (also those that lost
-    their ESC byte, ``[1;36m``, among a record's head). Where the records lie is learnt once per shape of
-    line (:func:`_layouts`); each record's text is sliced from the line cleaned.
-
-    >>> r = split_records("(Worker_TP1 pid=12) INFO 08-14 14:07:22 [gpu_worker.py:1] Hi")[0]
-    >>> r.process, r.pid, r.level, r.message
-    ('Worker_TP1', 12, 'INFO', 'Hi')
-    >>> [x.message for x in split_records("50%|##  \\rINFO 08-14 14:07:22 [a.py:1] done")]
+    >>> split_records("(Worker_TP1 pid=12) INFO 08-14 14:07:22 [gpu_worker.py:1] Hi")
+    [('Hi', 'Worker_TP1', 12, None, 'INFO', 0)]
+    >>> [r[0] for r in split_records("50%|##  \\rINFO 08-14 14:07:22 [a.py:1] done")]
     ['50%|##', 'done']
-    >>> [(x.pid, x.message) for x in split_records("[1;36m(W pid=902)[0;0m INFO ... x [1m")]
-    [(902, 'x [1m')]
+    >>> split_records("[1;36m(W pid=902)[0;0m INFO ... x [1m")
+    [('x [1m', 'W', 902, None, 'INFO', 0)]
     """
     real, bare, layouts = _layouts(line.encode("utf-8", "surrogatepass").translate(_SHAPE))
     text = _cut(_cut(line, real), bare) if real or bare else line
     return [
-        Record(
+        (
             text[message],
             text[process],
             None if pid is None else int(text[pid]),
             None if ip is None else text[ip],
             level,
             0 if repeated is None else int(text[repeated]),
-            tuple([text[name] for name in outer]),
         )
-        for message, process, pid, ip, level, repeated, outer in layouts
+        for message, process, pid, ip, level, repeated in layouts
     ]
 
 
 @lru_cache(maxsize=SHAPES_KEPT)
 def _layouts(shape: bytes) -> tuple[tuple, tuple, tuple[tuple, ...]]:
     """How every line of ``shape`` splits: the colour codes cut from it (the real ones, then, in the text
-    left, those that lost their ESC byte) and per record ``(message, process, pid, ip, level, repeated,
-    outer)``, each a slice of the text left (None where there is none), ``level`` itself.
+    left, those that lost their ESC byte) and per record ``(message, process, pid, ip, level, repeated)``,
+    slices of the text left (None where there is none) but ``level`` itself.
 
     >>> _layouts(b"(W pid=00) INFO 00-00 00:00:00 [a.py:0] x")
-    ((), (), ((slice(40, 41, None), slice(1, 2, None), slice(7, 9, None), None, 'INFO', None, ()),))
+    ((), (), ((slice(40, 41, None), slice(1, 2, None), slice(7, 9, None), None, 'INFO', None),))
     """
     real: list[tuple[int, int]] = []
     bare: list[tuple[int, int]] = []
@@ -103,9 +87,11 @@ def _layouts(shape: bytes) -> tuple[tuple, tuple, tuple[tuple, ...]]:
         real += [(begin + starts[0], end + starts[0]) for begin, end in codes]
         bare += [(begin + starts[1], end + starts[1]) for begin, end in heads]
         for spans, level in _walk(clean):
-            at = [None if span is None else slice(span[0] + starts[2], span[1] + starts[2]) for span in spans]
-            message, process, pid, ip, repeated, *outer = at
-            layouts.append((message, process, pid, ip, level, repeated, tuple(outer)))
+            at = starts[2]
+            message, process, pid, ip, repeated = (
+                None if s is None else slice(s[0] + at, s[1] + at) for s in spans
+            )
+            layouts.append((message, process, pid, ip, level, repeated))
         starts = (starts[0] + len(segment) + 1, starts[1] + len(plain) + 1, starts[2] + len(clean) + 1)
     return tuple(real), tuple(bare), tuple(layouts)
 
@@ -170,7 +156,7 @@ def _head_codes(segment: str, position: int) -> tuple[int, list[tuple[int, int]]
 
 
 def _walk(text: str) -> list[tuple[list, str | None]]:
-    """The records of one clean segment as ``([message, process, pid, ip, repeated, *outer], level)``, spans
+    """The records of one clean segment as ``([message, process, pid, ip, repeated], level)``, spans
     of ``text`` (None: no pid, ip or count): a record starts at a run of prefixes and at most one header;
     text before the first is a record unless a wrapper's stamp (:func:`_is_external_stamp`).
 
@@ -205,7 +191,8 @@ def _walk(text: str) -> list[tuple[list, str | None]]:
 
 
 def _spans(text: str, message: tuple[int, int], prefixes: list[re.Match]) -> list:
-    """One record's ``[message, process, pid, ip, repeated, *outer]`` (see :func:`_walk`)."""
+    """One record's ``[message, process, pid, ip, repeated]`` (see :func:`_walk`); the innermost prefix
+    names the process."""
     repeated = None
     if "[repeated " in text[message[0] : message[1]]:
         repeat = _RAY_REPEAT_RE.search(text, message[0], message[1])
@@ -214,14 +201,10 @@ def _spans(text: str, message: tuple[int, int], prefixes: list[re.Match]) -> lis
             message = (message[0], repeat.start())
     if not prefixes:
         return [message, (0, 0), None, None, repeated]
-    *outer, inner = prefixes
+    inner = prefixes[-1]
     ip = inner.span(3) if inner.group(3) is not None else None
-    return [message, _name(text, inner), inner.span(2), ip, repeated, *(_name(text, m) for m in outer)]
-
-
-def _name(text: str, prefix: re.Match) -> tuple[int, int]:
-    """The span of a prefix's process name without its spaces (empty when it has none)."""
-    return (0, 0) if prefix.group(1) is None else _stripped(text, *prefix.span(1))
+    name = (0, 0) if inner.group(1) is None else _stripped(text, *inner.span(1))
+    return [message, name, inner.span(2), ip, repeated]
 
 
 def _stripped(text: str, start: int, stop: int) -> tuple[int, int]:

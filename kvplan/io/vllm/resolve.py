@@ -160,10 +160,10 @@ class _Ranks:
             self.warnings.append(place_note("failure-after-startup", self.source, events.serving[0], text))
 
     def provenance(self, key: dict, key_origin: dict, sizing: dict) -> list[tuple]:
-        """The boot's provenance rows (:data:`~kvplan.io.metadata.PROVENANCE_COLUMNS`): the ranks' values,
-        then the key's and the sizing configuration's (rank ``NA``)."""
+        """The boot's provenance rows (:data:`~kvplan.io.metadata.PROVENANCE_COLUMNS`): the ranks' values, the
+        key's and the sizing configuration's (rank ``NA``), by line (a default first), rank as text, column."""
         source, boot, rows = self.source, self.boot.index, self.rows
-        return [
+        found = [
             *(
                 (source, line, boot, rank, column, rows[rank].get(column), raw)
                 for (rank, column), (line, raw) in self.origin.items()
@@ -178,6 +178,7 @@ class _Ranks:
                 for column, (value, line, raw, _f) in sizing.items()
             ),
         ]
+        return sorted(found, key=lambda row: (-1 if row[1] is pd.NA else row[1], str(row[3]), row[4]))
 
     def keep_safest(self, seen: RankObservations, flags: dict) -> None:
         """Each rank's values from its safest observation (the lowest room by the room rule; without it the
