@@ -1,11 +1,7 @@
 """kvplan: safe, evidenced per-GPU KV-cache budgets for multi-GPU vLLM servers.
 
 Here: where the bundled data lives (:data:`MODELS_DIR`, the model catalogue; :data:`DATA_DIR`, a checkout's
-sample logs), ``kvplan.__version__`` (read when first asked for) and :func:`lazy_names`.
-
->>> (MODELS_DIR / "llama-3.1-70b.json").exists(), (DATA_DIR / "README.md").exists()
-(True, True)
-"""
+sample logs), ``kvplan.__version__`` (read when first asked for) and :func:`lazy_names`."""
 
 from __future__ import annotations
 
@@ -36,15 +32,7 @@ def __getattr__(name: str) -> str:
 
 def lazy_names(package: str, modules: Mapping[str, str]) -> Callable[[str], object]:
     """The module ``__getattr__`` of ``package``: each name of ``modules`` is imported from
-    ``package.<modules[name]>`` when first asked for.
-
-    >>> names = lazy_names("kvplan.io", {"read_ledger_csv": "ledger_csv"})
-    >>> names("read_ledger_csv").__module__
-    'kvplan.io.ledger_csv'
-    >>> names("read_everything")
-    Traceback (most recent call last):
-    AttributeError: module 'kvplan.io' has no attribute 'read_everything'
-    """
+    ``package.<modules[name]>`` when first asked for."""
 
     def __getattr__(name: str) -> object:
         if name not in modules:

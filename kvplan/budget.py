@@ -19,20 +19,12 @@ class BudgetError(ValueError):
 
 
 def kv_cache_flag(num_bytes: int) -> str:
-    """vLLM's flag for a per-GPU KV budget, exactly as a launch command takes it.
-
-    >>> kv_cache_flag(12 * 2**30)
-    '--kv-cache-memory-bytes=12884901888'
-    """
+    """vLLM's flag for a per-GPU KV budget, exactly as a launch command takes it (``--kv-cache-memory-bytes=N``)."""
     return f"--kv-cache-memory-bytes={num_bytes}"
 
 
 def launch_flags_text(num_bytes: int, gpu_memory_utilization: float | None) -> tuple[str, ...]:
-    """The byte flag and its companion ``--gpu-memory-utilization`` (two decimals; left out when unknown).
-
-    >>> launch_flags_text(12_884_377_600, 0.61)
-    ('--kv-cache-memory-bytes=12884377600', '--gpu-memory-utilization=0.61')
-    """
+    """The byte flag and its companion ``--gpu-memory-utilization`` (two decimals; left out when unknown)."""
     companion = (
         () if gpu_memory_utilization is None else (f"--gpu-memory-utilization={gpu_memory_utilization:.2f}",)
     )
@@ -44,11 +36,8 @@ PRINTED_MARGIN_BYTES = GIB_2DP_HALF_STEP_BYTES + 1
 
 
 def passes_startup_check(total_bytes: int, free_bytes: int, utilization: float) -> bool:
-    """vLLM's ``request_memory``: ``free ≥ ceil(total × gpu_memory_utilization)`` (float product, as vLLM).
-
-    >>> passes_startup_check(100, 61, 0.61), passes_startup_check(100, 60, 0.61)
-    (True, False)
-    """
+    """vLLM's ``request_memory`` (0.33 ``v1/worker/utils.py``): ``free ≥ ceil(total × gpu_memory_utilization)``,
+    a float product as vLLM computes it."""
     return free_bytes >= math.ceil(total_bytes * utilization)
 
 
@@ -56,11 +45,7 @@ def largest_utilization(
     total_bytes: Sequence[int], free_bytes: Sequence[int], guard_bytes: int
 ) -> float | None:
     """The largest two-decimal U with ``ceil(total_r × U) ≤ F_r − G`` on every rank, figures on their safe side
-    (± :data:`PRINTED_MARGIN_BYTES`); None when not even 0.01 passes.
-
-    >>> largest_utilization([80 * 2**30], [10 * 2**30], 2**30)  # (10 GiB − 1 GiB − margin) / 80 GiB
-    0.11
-    """
+    (± :data:`PRINTED_MARGIN_BYTES`); None when not even 0.01 passes."""
     for hundredths in range(100, 0, -1):
         utilization = hundredths / 100
         if all(
@@ -134,9 +119,8 @@ class Budget:
 
     def to_dict(self) -> dict:
         """Plain JSON-ready dict: the headline keys, the flag and a ``ranks`` list."""
-        data = asdict(self)
-        for name in ("ranks", "room_bytes", "safe_bytes", "stranded_bytes"):
-            data.pop(name)
+        per_rank = ("ranks", "room_bytes", "safe_bytes", "stranded_bytes")
+        data = {name: value for name, value in asdict(self).items() if name not in per_rank}
         data.update(
             allocated_total_bytes=self.allocated_total_bytes,
             stranded_total_bytes=self.stranded_total_bytes,
@@ -159,22 +143,14 @@ def safe_budget_bytes(room_bytes: int, reserve_bytes: int) -> int:
 
 
 def round_down_to_blocks(num_bytes: int, block_bytes: int) -> int:
-    """The largest whole number of blocks that fits in ``num_bytes``, in bytes.
-
-    >>> round_down_to_blocks(10_000, 4096)
-    8192
-    """
+    """The largest whole number of blocks that fits in ``num_bytes``, in bytes."""
     if block_bytes <= 0:
         raise BudgetError(f"block size must be positive, got {block_bytes} bytes")
     return num_bytes // block_bytes * block_bytes
 
 
 def median_bytes(values: Sequence[int]) -> int:
-    """Median of byte counts as an int (the mean of the middle pair rounded down).
-
-    >>> median_bytes([12, 18, 30]), median_bytes([12, 17, 18, 30])
-    (18, 17)
-    """
+    """Median of byte counts as an int (the mean of the middle pair rounded down)."""
     ordered = sorted(values)
     middle = len(ordered) // 2
     if len(ordered) % 2:
@@ -183,12 +159,7 @@ def median_bytes(values: Sequence[int]) -> int:
 
 
 def limiting_ranks(budget: Budget) -> list[int]:
-    """Every rank whose safe budget is the minimum (``Budget.limiting_rank`` is the first).
-
-    >>> GiB = 2**30
-    >>> limiting_ranks(uniform_budget([13 * GiB, 18 * GiB, 13 * GiB], GiB))
-    [0, 2]
-    """
+    """Every rank whose safe budget is the minimum (``Budget.limiting_rank`` is the first)."""
     return [rank for rank, safe in zip(budget.ranks, budget.safe_bytes) if safe == budget.min_safe_bytes]
 
 

@@ -1,8 +1,5 @@
-"""The ledger glossary: one canonical name per quantity, one row per boot × rank.
-
-Every memory column is ``int`` bytes and ends in ``_bytes``. Readers produce these names,
-every other module consumes them; add a column here before using it anywhere else.
-"""
+"""The ledger glossary: one name per quantity, one row per boot × rank; memory columns are ``int`` ``*_bytes``.
+Readers produce these names, every other module consumes them: add a column here before using it elsewhere."""
 
 from __future__ import annotations
 
@@ -106,29 +103,30 @@ SIZING_CONFIG = {
 
 #: ``failed_in`` → what vLLM was doing (the words a refusal uses).
 FAILURE_PHASES = {
-    "capture_model": "capturing CUDA graphs",
-    "_capture_cudagraphs": "capturing CUDA graphs",
-    "profile_cudagraph_memory": "estimating CUDA graph memory",
-    "determine_num_available_blocks": "profiling memory to size the KV cache",
-    "determine_available_memory": "profiling memory to size the KV cache",
-    "profile_run": "profiling memory to size the KV cache",
-    "initialize_cache": "allocating the KV cache",
-    "initialize_from_config": "allocating the KV cache",
-    "initialize_kv_cache": "allocating the KV cache",
-    "load_model": "loading the model weights",
-    "compile_or_warm_up_model": "compiling and warming up the model",
-    "init_device": "checking free GPU memory at startup",
-    "check_enough_kv_cache_memory": "checking that the KV cache holds one request of the max model length",
-    "_check_enough_kv_cache_memory": "checking that the KV cache holds one request of the max model length",
+    name: phase
+    for phase, names in {
+        "capturing CUDA graphs": ("capture_model", "_capture_cudagraphs"),
+        "estimating CUDA graph memory": ("profile_cudagraph_memory",),
+        "profiling memory to size the KV cache": (
+            "determine_num_available_blocks",
+            "determine_available_memory",
+            "profile_run",
+        ),
+        "allocating the KV cache": ("initialize_cache", "initialize_from_config", "initialize_kv_cache"),
+        "loading the model weights": ("load_model",),
+        "compiling and warming up the model": ("compile_or_warm_up_model",),
+        "checking free GPU memory at startup": ("init_device",),
+        "checking that the KV cache holds one request of the max model length": (
+            "check_enough_kv_cache_memory",
+            "_check_enough_kv_cache_memory",
+        ),
+    }.items()
+    for name in names
 }
 
 
 def failure_phase(failed_in: object) -> str:
-    """Words for where a boot failed, from its ``failed_in`` ('' when unknown).
-
-    >>> failure_phase("capture_model"), failure_phase(None)
-    ('while capturing CUDA graphs (capture_model)', '')
-    """
+    """Words for where a boot failed, from its ``failed_in`` ('' when unknown), e.g. ``while capturing CUDA graphs (capture_model)``."""
     if not isinstance(failed_in, str) or not failed_in:
         return ""
     return f"while {FAILURE_PHASES.get(failed_in, 'running')} ({failed_in})"
@@ -156,13 +154,13 @@ OUTCOMES = ("ok", "oom", "error", "incomplete")
 #: every other column ``string``.
 INT_COLUMNS = [
     *BYTES_COLUMNS,
+    *GROUP_RANKS,
+    *LAYOUT_FIELDS,
     "boot",
     "rank",
-    *GROUP_RANKS,
     "pid",
     "max_model_len",
     "block_size",
-    *LAYOUT_FIELDS,
 ]
 INT_COLUMNS += ["decode_context_parallel_size", "kv_cache_tokens", "num_gpu_blocks", "max_num_batched_tokens"]
 INT_COLUMNS += ["num_gpu_blocks_override"]
@@ -200,13 +198,7 @@ LOAD_ROW_KEYS = tuple(LOAD_COLUMNS)[:14]
 
 
 def world_size(key: Mapping[str, Any]) -> int | None:
-    """TP × PP × DP of a compatibility key; None when any of the three is not known.
-
-    >>> world_size({"tensor_parallel_size": 4, "pipeline_parallel_size": 1, "data_parallel_size": 2})
-    8
-    >>> world_size({"tensor_parallel_size": 4}) is None
-    True
-    """
+    """TP × PP × DP of a compatibility key; None when any of the three is not known."""
     world = 1
     for name in LAYOUT_FIELDS:
         value: Any = key.get(name)
@@ -218,11 +210,7 @@ def world_size(key: Mapping[str, Any]) -> int | None:
 
 
 def is_known(value: object) -> bool:
-    """False for a missing ledger cell (None, NaN, ``pd.NA``); lists and dicts count as known.
-
-    >>> is_known(pd.NA), is_known(float("nan")), is_known(0), is_known([1])
-    (False, False, True, True)
-    """
+    """False for a missing ledger cell (None, NaN, ``pd.NA``); lists and dicts count as known."""
     if value is None:
         return False
     try:

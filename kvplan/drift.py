@@ -1,9 +1,6 @@
 """Reusing an approved budget on a later boot: ``B_adj = B_ref − max(0, F_ref − F_boot) − G``, never raised.
-
-A rank that starts with less free memory than at the reference boot loses that much KV room (re-profile to
-raise). Where evidence leaves a choice the side that lowers ``B_adj`` wins: ``F_ref`` is the free memory of the
-boot that set the rank's room (the **highest** its own boots show for a room assumed from another rank),
-``F_boot`` the **lowest** free memory each rank shows.
+Where evidence leaves a choice the side that lowers ``B_adj`` wins: ``F_ref`` is the free memory of the boot that
+set the rank's room (the highest its own boots show for a room assumed from another rank), ``F_boot`` the lowest.
 """
 
 from __future__ import annotations
@@ -38,12 +35,7 @@ def adjusted_budget_bytes(
 
 
 def per_rank(ledger: pd.DataFrame, column: str, pick: str) -> dict[int, int]:
-    """The ``pick`` (``"min"`` or ``"max"``) shown value of ``column`` per rank, over every row [bytes].
-
-    >>> import pandas as pd
-    >>> per_rank(pd.DataFrame({"rank": [0, 0, 1], "init_free_bytes": [50, 48, None]}), "init_free_bytes", "min")
-    {0: 48}
-    """
+    """The ``pick`` (``"min"`` or ``"max"``) shown value of ``column`` per rank, over every row [bytes]."""
     if column not in ledger.columns:
         return {}
     values = ledger[["rank", column]].dropna()
@@ -56,15 +48,7 @@ def lowest_free_bytes(ledger: pd.DataFrame) -> dict[int, int]:
 
 
 def reference_free_bytes(ledger: pd.DataFrame, rooms: pd.DataFrame) -> tuple[int | None, ...]:
-    """``F_ref`` per rank of ``rooms`` (:func:`kvplan.ledger.room_per_rank`) [bytes]; None where none is shown.
-
-    >>> import pandas as pd
-    >>> ledger = pd.DataFrame({"rank": [0, 1], "init_free_bytes": [50, 52]})
-    >>> rooms = pd.DataFrame({"room_source": ["suggestion", "assumed_uniform"],
-    ...                       "init_free_bytes": [50, 50]}, index=[0, 1])
-    >>> reference_free_bytes(ledger, rooms)  # rank 1's room is rank 0's: its own free memory, 52
-    (50, 52)
-    """
+    """``F_ref`` per rank of ``rooms`` (:func:`kvplan.ledger.room_per_rank`) [bytes]; None where none is shown."""
     from kvplan.columns import is_known  # pandas: only once logs were read
 
     free: list[int | None] = []
@@ -137,14 +121,7 @@ class Drift:
 
     @property
     def launch_flags(self) -> tuple[str, ...]:
-        """The byte flag and, when known, its companion ``--gpu-memory-utilization``.
-
-        >>> from dataclasses import replace
-        >>> GiB = 2**30
-        >>> d = drift_budget(30 * GiB, 42 * GiB, 40 * GiB + 3 * GiB // 4, GiB // 2)
-        >>> replace(d, block_bytes=655_360, total_bytes=(47_663_399_567,)).launch_flags  # 46,284 blocks
-        ('--kv-cache-memory-bytes=30332682240', '--gpu-memory-utilization=0.90')
-        """
+        """The byte flag and, when known, its companion ``--gpu-memory-utilization``."""
         return launch_flags_text(self.launch_bytes, self.gpu_memory_utilization)
 
     @property
@@ -192,13 +169,7 @@ def drift_budget(
     ranks: Sequence[int] | None = None,
 ) -> Drift:
     """Adjusted budget per rank for a later boot (scalars apply to every rank); :class:`BudgetError` where a
-    budget is not positive or above its reference free memory.
-
-    >>> GiB = 2**30
-    >>> d = drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 43 * GiB], guard_bytes=0)
-    >>> d.adjusted_uniform_bytes // GiB, d.limiting_rank, d.reprofile_to_raise
-    (29, 0, True)
-    """
+    budget is not positive or above its reference free memory."""
     if guard_bytes < 0:
         raise ValueError(f"guard must not be negative, got {guard_bytes} bytes")
     columns = [_as_list(v) for v in (ref_budget_bytes, ref_free_bytes, boot_free_bytes)]

@@ -1,11 +1,5 @@
 """Text that came from a file, made inert for where it lands, one function per target (``docs/safety.md``,
-"Untrusted text"); every target shows control characters as escapes, so one record stays one line.
-
->>> print(terminal_text("llama\\n# KV-cache budget: 40 GiB \\x1b[2J"))
-llama\\n# KV-cache budget: 40 GiB \\x1b[2J
->>> csv_cell('=HYPERLINK("http://x")'), csv_cell(-3)
-('\\'=HYPERLINK("http://x")', -3)
-"""
+"Untrusted text"); every target shows control characters as escapes, so one record stays one line."""
 
 from __future__ import annotations
 
@@ -29,11 +23,7 @@ SAFE_COMPONENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,127}")
 
 
 def shown_controls(text: str) -> str:
-    r"""``text`` with each control character (:data:`CONTROL`) shown as its Python escape: one line, UTF-8.
-
-    >>> shown_controls("a\tb\r\n\u202ec")
-    'a\\tb\\r\\n\\u202ec'
-    """
+    """``text`` with each control character (:data:`CONTROL`) shown as its Python escape: one line, UTF-8."""
     return CONTROL.sub(_escape_one, text)
 
 
@@ -50,20 +40,12 @@ def terminal_text(value: object) -> str:
 
 
 def markdown_text(value: object) -> str:
-    r"""``value`` as inert Markdown inside a line: ``\ ` * _ ~ < > [ ] |`` backslash-escaped.
-
-    >>> print(markdown_text("ok\n# 40 GiB <!-- hide"))
-    ok\n# 40 GiB \<!-- hide
-    """
+    r"""``value`` as inert Markdown inside a line: ``\ ` * _ ~ < > [ ] |`` backslash-escaped."""
     return shown_controls(_MARKUP.sub(r"\\\1", str(value)))
 
 
 def markdown_code(value: object) -> str:
-    r"""``value`` as a Markdown code span, fenced by more backticks than it holds in a row (not for a table cell).
-
-    >>> markdown_code("inputs/boot.log"), markdown_code("a`b")
-    ('`inputs/boot.log`', '``a`b``')
-    """
+    """``value`` as a Markdown code span, fenced by more backticks than it holds in a row (not for a table cell)."""
     text = shown_controls(str(value))
     runs = [len(run) for run in re.findall("`+", text)]
     fence = "`" * (max(runs, default=0) + 1)
@@ -72,21 +54,13 @@ def markdown_code(value: object) -> str:
 
 
 def html_text(value: object) -> str:
-    r"""``value`` as HTML text or attribute value: ``& < > " '`` as entities.
-
-    >>> html_text('<img src=x onerror="alert(1)">')
-    '&lt;img src=x onerror=&quot;alert(1)&quot;&gt;'
-    """
+    """``value`` as HTML text or attribute value: ``& < > " '`` as entities."""
     return html.escape(shown_controls(str(value)), quote=True)
 
 
 def csv_cell(value: object) -> object:
     r"""``value`` for a CSV cell: text starting like a formula gets a leading ``'`` (OWASP), a carriage return
-    shows as ``\r``; anything else as is.
-
-    >>> csv_cell("@SUM(A1)"), csv_cell("meta-llama/x"), csv_cell(None), csv_cell("\rcmd")
-    ("'@SUM(A1)", 'meta-llama/x', None, "'\\rcmd")
-    """
+    shows as ``\r``; anything else as is."""
     if not isinstance(value, str):
         return value
     if value.startswith(FORMULA_START):
@@ -95,20 +69,12 @@ def csv_cell(value: object) -> object:
 
 
 def is_safe_component(name: str) -> bool:
-    """Whether ``name`` may be one path component as it is (:data:`SAFE_COMPONENT`).
-
-    >>> is_safe_component("gpu-00019.zone-a"), is_safe_component("../../escaped"), is_safe_component(".")
-    (True, False, False)
-    """
+    """Whether ``name`` may be one path component as it is (:data:`SAFE_COMPONENT`)."""
     return SAFE_COMPONENT.fullmatch(name) is not None
 
 
 def safe_component(name: str, prefix: str = "unsafe-") -> str:
-    """``name`` as one path component: itself when safe, else ``prefix`` and 16 hex digits of its SHA-256.
-
-    >>> safe_component("gpu-7"), safe_component("../../../escaped")
-    ('gpu-7', 'unsafe-e9d20ae4e6d4311d')
-    """
+    """``name`` as one path component: itself when safe, else ``prefix`` and 16 hex digits of its SHA-256."""
     if is_safe_component(name):
         return name
     digest = hashlib.sha256(name.encode("utf-8", "surrogateescape")).hexdigest()
@@ -116,12 +82,7 @@ def safe_component(name: str, prefix: str = "unsafe-") -> str:
 
 
 def path_inside(root: str | os.PathLike, *parts: str) -> Path:
-    """``root`` joined with ``parts``; ValueError when the result, symlinks resolved, is not inside ``root``.
-
-    >>> path_inside("/out", "..", "etc")
-    Traceback (most recent call last):
-    ValueError: /out/../etc: outside /out (a name from a file is a label, never a way out of the folder)
-    """
+    """``root`` joined with ``parts``; ValueError when the result, symlinks resolved, is not inside ``root``."""
     base = Path(root)
     path = base.joinpath(*parts)
     resolved_base = base.resolve()

@@ -1,19 +1,5 @@
-"""Export: an approved launch in the forms deployments read, from a verified bundle only (:func:`verified_launch`).
-
->>> launch = Launch("ab" * 32, 12_884_377_600, 0.61, {"model": "m", "tensor-parallel-size": 4})
->>> print(EXPORTERS["args"].render(launch), end="")
-# kvplan.io/bundle-digest: sha256:abababababababababababababababababababababababababababababababab
---model=m
---tensor-parallel-size=4
---kv-cache-memory-bytes=12884377600
---gpu-memory-utilization=0.61
-
-:func:`startup_plans`: vLLM 0.33's plan file per rank (``v1/worker/startup_plan.py``), ``B − G − D`` in whole
-blocks and baseline ``F_ref − D``, applied only while the rank lost at most D (docs/startup-plan.md).
-
->>> plan_values(12_884_377_600, 0, 2**30, 1_310_720, 52_194_590_065)  # 9,830 − 819.2 blocks → 9,010
-(11809587200, 51120848241)
-"""
+"""Export: an approved launch in the forms deployments read, from a verified bundle only (:func:`verified_launch`),
+and vLLM 0.33's startup plan file per rank (``v1/worker/startup_plan.py``; :func:`startup_plans`)."""
 
 from __future__ import annotations
 
@@ -22,7 +8,6 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pandas and the readers only once a bundle is read: ``kvplan --help`` starts light
@@ -81,9 +66,14 @@ class Launch:
 
     @property
     def args(self) -> list[str]:
-        """The options as ``vllm serve`` takes them: ``--flag=value``, a switch on as the flag alone."""
+        """The options as ``vllm serve`` takes them: ``--flag=value`` (U to two decimals), a switch on as the flag
+        alone."""
         return [
-            f"--{name}" if value is True else f"--{name}={_text(value)}"
+            f"--{name}"
+            if value is True
+            else f"--{name}={value:.2f}"
+            if isinstance(value, float)
+            else f"--{name}={value}"
             for name, value in self.options.items()
         ]
 
@@ -91,20 +81,6 @@ class Launch:
     def digest_text(self) -> str:
         """``sha256:<hex>``, as every output names the bundle."""
         return f"sha256:{self.digest}"
-
-
-@dataclass(frozen=True)
-class Exporter:
-    """One deployment format: its name (``kvplan export NAME``), what it is for, and its text."""
-
-    name: str
-    summary: str
-    render: Callable[[Launch], str]
-
-
-def _text(value: object) -> str:
-    """A value as vLLM's ``--config`` loader passes it on (``str(value)``), two decimals for U."""
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
 def _comment(launch: Launch) -> str:
@@ -118,8 +94,7 @@ def _yaml(value: object) -> str:
 
 
 def vllm_config(launch: Launch) -> str:
-    """YAML for ``vllm serve --config FILE``: flat ``flag-name: value`` keys (vLLM 0.33
-    ``FlexibleArgumentParser.load_config_file`` turns each into ``--flag value``)."""
+    """YAML for ``vllm serve --config FILE``: flat ``flag-name: value`` keys (0.33 ``load_config_file``)."""
     options = {name: float(f"{v:.2f}") if isinstance(v, float) else v for name, v in launch.options.items()}
     return _comment(launch) + _yaml(options)
 
@@ -166,8 +141,8 @@ def ray_serve(launch: Launch) -> str:
 
 
 def prometheus_rules(launch: Launch) -> str:
-    """Prometheus alert rules of the launch (:func:`kvplan.io.prometheus.vllm.alert_rules`)."""
-    from kvplan.io.prometheus.vllm import alert_rules
+    """Prometheus alert rules of the launch (:func:`kvplan.io.prometheus.alert_rules`)."""
+    from kvplan.io.prometheus import alert_rules
 
     return alert_rules(
         launch.digest, launch.kv_cache_memory_bytes, launch.reserve_bytes, launch.max_preemptions
@@ -175,29 +150,20 @@ def prometheus_rules(launch: Launch) -> str:
 
 
 def _helm_name(model: str) -> str:
-    """A Kubernetes-safe name from a model name: lower case, ``[a-z0-9-]``, at most 63 characters.
-
-    >>> _helm_name("meta-llama/Llama-3.1-70B-Instruct")
-    'llama-3-1-70b-instruct'
-    """
+    """A Kubernetes-safe name from a model name: lower case, ``[a-z0-9-]``, at most 63 characters."""
     tail = model.rsplit("/", 1)[-1].lower()
     name = "".join(c if c.isalnum() and c.isascii() else "-" for c in tail).strip("-")
     return ("-".join(part for part in name.split("-") if part) or "model")[:63]
 
 
 #: Every deployment format ``kvplan export`` writes, by name.
-EXPORTERS: dict[str, Exporter] = {
-    exporter.name: exporter
-    for exporter in (
-        Exporter("vllm-config", "YAML for vllm serve --config", vllm_config),
-        Exporter("args", "one vLLM flag a line", args),
-        Exporter(
-            "helm-production-stack", "vLLM production-stack Helm values fragment", helm_production_stack
-        ),
-        Exporter("kserve", "KServe InferenceService args patch", kserve),
-        Exporter("ray-serve", "Ray Serve LLM engine_kwargs JSON", ray_serve),
-        Exporter("prometheus-rules", "Prometheus alert rules (promtool check rules)", prometheus_rules),
-    )
+EXPORTERS: dict[str, Callable[[Launch], str]] = {
+    "vllm-config": vllm_config,
+    "args": args,
+    "helm-production-stack": helm_production_stack,
+    "kserve": kserve,
+    "ray-serve": ray_serve,
+    "prometheus-rules": prometheus_rules,
 }
 
 
@@ -213,33 +179,23 @@ def verified_launch(bundle: str | os.PathLike, digest: str | None = None) -> tup
 
     verified, approved = verified_approval(bundle, digest)
     decision = verified.decision
-    defaulted = decision.defaulted_key_fields if decision is not None else frozenset()
-    layout = launch_layout(approved.compatibility_key, defaulted)
-    workers = (
-        decision.ledger.get("process", ()) if decision is not None and decision.ledger is not None else ()
+    layout = launch_layout(
+        approved.compatibility_key, decision.defaulted_key_fields if decision else frozenset()
     )
+    workers = decision.ledger.get("process", ()) if decision and decision.ledger is not None else ()
     if any(_EXPERT_WORKER.search(str(name)) for name in workers):
         layout["enable-expert-parallel"] = True
-    utilization = decision.gpu_memory_utilization if decision is not None else None
-    # the load policy as the verified decision recomputed it (no load evidence: none allowed)
-    load = decision.load if decision is not None else None
+    load = decision.load if decision else None  # the load policy as the verified decision recomputed it
+    utilization = decision.gpu_memory_utilization if decision else None
+    preemptions = load["max_preemptions"] if load else 0  # no load evidence: none allowed
     launch = Launch(
-        verified.digest,
-        approved.budget_bytes,
-        utilization,
-        layout,
-        reserve_bytes=approved.reserve_bytes,
-        max_preemptions=load["max_preemptions"] if load else 0,
+        verified.digest, approved.budget_bytes, utilization, layout, approved.reserve_bytes, preemptions
     )
     return verified, launch
 
 
 def launch_layout(key: Mapping[str, object], defaulted: frozenset[str] = frozenset()) -> dict[str, object]:
-    """vLLM's flag names (no ``--``) to the key fields a launch sets; ValueError naming one no flag takes.
-
-    >>> launch_layout({"dtype": "torch.bfloat16", "enforce_eager": True, "cudagraph_mode": "FULL"})
-    {'dtype': 'bfloat16', 'enforce-eager': True, 'compilation-config.cudagraph_mode': 'FULL'}
-    """
+    """vLLM's flag names (no ``--``) to the key fields a launch sets; ValueError naming one no flag takes."""
     layout = {}
     for name in [*LAYOUT_FLAGS, *sorted(set(key) - set(LAYOUT_FLAGS) - NOT_LAUNCH_FLAGS)]:
         value = key.get(name)
@@ -334,11 +290,19 @@ def startup_plans(
 
 def plans_of(verified: Verified, approved: Approved, drift_bytes: int = 0) -> list[StartupPlan]:
     """:func:`startup_plans` of a bundle already verified (``kvplan gate`` has it)."""
-    bundle = verified.folder
+    from kvplan.io.vllm.manual import SAVED, read_startup_plan_lines
+
     decision = verified.decision
     if decision is None or decision.rooms is None or decision.ledger is None:
-        raise ValueError(f"{bundle}: no approved boot logs to read the startup plan's fingerprints from")
-    saved = _saved_lines(verified.folder, decision.ledger["source"].dropna().unique())
+        raise ValueError(
+            f"{verified.folder}: no approved boot logs to read the startup plan's fingerprints from"
+        )
+    saved = {  # the "Saved startup plan" lines of each approved log (read from the bundle)
+        str(source): [
+            line for line in read_startup_plan_lines(verified.folder / str(source)) if line.kind == SAVED
+        ]
+        for source in decision.ledger["source"].dropna().unique()
+    }
     plans = []
     for rank, ref_free in zip(approved.ranks, approved.ref_free_bytes):
         source, boot = decision.rooms.loc[rank, "source"], decision.rooms.loc[rank, "boot"]
@@ -351,16 +315,6 @@ def plans_of(verified: Verified, approved: Approved, drift_bytes: int = 0) -> li
         where = f"{source}:{line.line}"
         plans.append(StartupPlan(rank, str(line.fingerprint), value, baseline, where, verified.digest))
     return plans
-
-
-def _saved_lines(folder: Path, sources: object) -> dict[str, list[StartupPlanLine]]:
-    """The "Saved startup plan" lines of each approved log (read from the bundle)."""
-    from kvplan.io.vllm.manual import SAVED, read_startup_plan_lines
-
-    return {
-        str(source): [line for line in read_startup_plan_lines(folder / str(source)) if line.kind == SAVED]
-        for source in sources  # type: ignore[attr-defined]
-    }
 
 
 def _rank_line(decision, saved: dict, rank: int, source: str, boot: int) -> StartupPlanLine:

@@ -28,12 +28,7 @@ class LedgerWarning(UserWarning):
 
 
 def plain_value(value: object) -> Any:
-    """A ledger cell as a plain Python value: None when missing, numpy scalars unwrapped.
-
-    >>> import numpy as np
-    >>> plain_value(np.int64(7)), plain_value(pd.NA)
-    (7, None)
-    """
+    """A ledger cell as a plain Python value: None when missing, numpy scalars unwrapped."""
     if not is_known(value):
         return None
     return value.item() if hasattr(value, "item") else value
@@ -57,11 +52,7 @@ _HOST_POOL = ("kv_cache_tokens", "max_model_len", "available_kv_bytes")
 
 def logged_launch_settings(ledger: pd.DataFrame) -> dict:
     """The :data:`~kvplan.columns.SIZING_CONFIG` settings the logs show with one value, and for a HiSparse pool
-    ``host_pool`` (:func:`kvplan.kvspec.launch.host_pool_bound`).
-
-    >>> logged_launch_settings(pd.DataFrame({"max_num_batched_tokens": [8192] * 2, "mamba_cache_mode": [None] * 2}))
-    {'max_num_batched_tokens': 8192}
-    """
+    ``host_pool`` (:func:`kvplan.kvspec.launch.host_pool_bound`)."""
     settings = {}
     for column in SIZING_CONFIG:
         if column in ledger.columns:
@@ -80,12 +71,7 @@ def logged_launch_settings(ledger: pd.DataFrame) -> dict:
 
 def compatibility_key(ledger: pd.DataFrame, lines: Mapping | None = None) -> dict:
     """The one compatibility key shared by every row, as plain values (None = not logged); values that differ,
-    or a :data:`REQUIRED_KEY` field some boot does not show, raise :class:`LedgerError` naming where.
-
-    >>> frame = pd.DataFrame({"source": ["a.log"], "boot": [0], "rank": [0], "vllm_version": ["0.26.0"]})
-    >>> compatibility_key(frame)["vllm_version"]
-    '0.26.0'
-    """
+    or a :data:`REQUIRED_KEY` field some boot does not show, raise :class:`LedgerError` naming where."""
     if ledger.empty:
         raise LedgerError("the ledger is empty: no boot was found in the logs")
     lines = lines if lines is not None else {}
@@ -159,10 +145,6 @@ def _warn(message: str) -> str:
     return message
 
 
-#: The ledger cells :func:`room_per_rank` reads, as plain lists (no pandas per row).
-_ROOM_CELLS = ("source", "boot", "rank", "room_bytes", "room_source", "init_free_bytes")
-
-
 def room_per_rank(
     ledger: pd.DataFrame,
     assume_uniform: bool = False,
@@ -171,25 +153,22 @@ def room_per_rank(
 ) -> pd.DataFrame:
     """Each rank's room over all boots of one key [bytes]: the worst (lowest) boot, its free memory, the spread;
     ``attrs["notes"]`` holds the warnings (each also a :class:`LedgerWarning`). A boot with any room shows one
-    for every rank (else :class:`LedgerError`) unless ``assume_uniform``; a manual-value boot is left out.
-
-    >>> frame = pd.DataFrame({"source": ["a.log"] * 4, "boot": [0, 0, 1, 1], "rank": [0, 1, 0, 1],
-    ...                       "room_bytes": [30, 25, 20, 26], "room_source": ["suggestion"] * 4,
-    ...                       "model": "m", "tensor_parallel_size": 2, "pipeline_parallel_size": 1,
-    ...                       "data_parallel_size": 1})
-    >>> room_per_rank(frame)[["room_bytes", "room_max_bytes", "room_spread_bytes", "boots"]].values.tolist()
-    [[20, 30, 10, 2], [25, 26, 1, 2]]
-    """
+    for every rank (else :class:`LedgerError`) unless ``assume_uniform``; a manual-value boot is left out."""
     lines = lines if lines is not None else {}
     key = dict(key) if key is not None else compatibility_key(ledger, lines)
     world = _layout(ledger, key)
     frame = ledger.assign(source=ledger.get("source", "the ledger"), boot=ledger.get("boot", 0))
     ranks_seen = sorted({int(rank) for rank in frame["rank"].dropna()})
     expected = list(range(world)) if world is not None else ranks_seen
-    cells = {name: _cells(frame, name) for name in _ROOM_CELLS}
+    names = ("source", "boot", "rank", "room_bytes", "room_source", "init_free_bytes")
+    cells = {name: _cells(frame, name) for name in names}  # plain lists: no pandas per row
+    boots: dict[tuple, list[int]] = {}  # (source, boot) → its row positions, in order of first appearance
+    for position, pair in enumerate(zip(cells["source"], cells["boot"])):
+        if None not in pair:
+            boots.setdefault(pair, []).append(position)
     notes, manual_boots = [], 0
     observations: dict[int, list[dict]] = {}
-    for (source, boot), positions in _boot_positions(cells).items():
+    for (source, boot), positions in boots.items():
         own, free = _boot_rooms(cells, positions, world, lines)
         if not own:
             notes.append(_roomless_boot(lines, source, boot, frame.iloc[positions]))
@@ -217,15 +196,6 @@ def room_per_rank(
     result = result.astype({column: "Int64" for column in result if column not in ("room_source", "source")})
     result.attrs["notes"] = notes
     return result
-
-
-def _boot_positions(cells: dict) -> dict[tuple, list[int]]:
-    """(source, boot) → its row positions, in order of first appearance."""
-    boots: dict[tuple, list[int]] = {}
-    for position, pair in enumerate(zip(cells["source"], cells["boot"])):
-        if None not in pair:
-            boots.setdefault(pair, []).append(position)
-    return boots
 
 
 def _boot_rooms(cells: dict, positions: list[int], world: int | None, lines: Mapping) -> tuple[dict, dict]:
@@ -263,11 +233,7 @@ def _cells(frame: pd.DataFrame, column: str) -> list:
 
 
 def worst_room_position(room_bytes: Sequence[int]) -> int:
-    """Position of a rank's worst (lowest) room among its boots, the earliest of equal ones (the one rule).
-
-    >>> worst_room_position([30, 20, 25, 20])
-    1
-    """
+    """Position of a rank's worst (lowest) room among its boots, the earliest of equal ones (the one rule)."""
     return min(range(len(room_bytes)), key=room_bytes.__getitem__)
 
 

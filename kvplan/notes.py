@@ -11,12 +11,7 @@ SHOWN_LINES = 3
 
 class Note(str):
     """A warning's text with ``code`` (its kind; "" is never folded), ``file``, ``line`` (1-based) and, folded,
-    ``count`` and ``lines``.
-
-    >>> note = Note("a.log:7: rank 1 shows no room", code="no-room", file="a.log", line=7)
-    >>> note, note.code, note.line, "no room" in note
-    ('a.log:7: rank 1 shows no room', 'no-room', 7, True)
-    """
+    ``count`` and ``lines``."""
 
     code: str
     file: str | None
@@ -57,17 +52,8 @@ class Note(str):
 
 
 def aggregate_notes(notes: Iterable[str]) -> list[Note]:
-    """Notes in first-seen order, a kind (code, file) seen ``n > 1`` times folded into ``"FILE: TEXT: n times,
-    first at lines L1, L2, L3"`` ("the first shown" when texts differ); duplicates without a code print once.
-
-    >>> notes = [Note("boot restarted", code="restart", file="a.log", line=n) for n in (5, 9, 12, 40)]
-    >>> [str(note) for note in aggregate_notes([*notes, "plain", "plain"])]
-    ['a.log: boot restarted: 4 times, first at lines 5, 9, 12', 'plain']
-    >>> boots = [Note(f"a.log:{n}: boot {n}: rank 1 shows no room", code="no-room", file="a.log", line=n)
-    ...          for n in (3, 8)]
-    >>> [str(note) for note in aggregate_notes(boots)]
-    ['a.log: boot 3: rank 1 shows no room: 2 times (the first shown), first at lines 3, 8']
-    """
+    """Notes in first-seen order, a kind (code, file) seen ``n > 1`` times folded into one line
+    (``a.log: boot restarted: 4 times, first at lines 5, 9, 12``); duplicates without a code print once."""
     groups: dict[tuple, list[Note]] = {}
     for text in notes:
         note = text if isinstance(text, Note) else Note(text)
@@ -78,23 +64,13 @@ def aggregate_notes(notes: Iterable[str]) -> list[Note]:
         if len(members) == 1 or not code:
             folded.append(members[0])
             continue
-        varied = len({_without_place(member) for member in members}) > 1
-        lines = tuple(sorted({line for member in members for line in member.lines}))
+        varied = " (the first shown)" if len({_without_place(member) for member in members}) > 1 else ""
+        lines = tuple(sorted({line for member in members for line in member.lines}))[:SHOWN_LINES]
         count = sum(member.count for member in members)
-        shown = ", ".join(str(line) for line in lines[:SHOWN_LINES])
-        where = f", first at lines {shown}" if shown else ""
-        prefix = f"{file}: " if file else ""
-        text = f"{_without_place(members[0])}: {count:,} times" + (" (the first shown)" if varied else "")
-        folded.append(
-            Note(
-                f"{prefix}{text}{where}",
-                code=code,
-                file=file,
-                line=lines[0] if lines else None,
-                count=count,
-                lines=lines[:SHOWN_LINES],
-            )
-        )
+        where = f", first at lines {', '.join(map(str, lines))}" if lines else ""
+        text = f"{file}: " if file else ""
+        text += f"{_without_place(members[0])}: {count:,} times{varied}{where}"
+        folded.append(Note(text, code, file, lines[0] if lines else None, count, lines))
     return folded
 
 

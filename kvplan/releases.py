@@ -1,15 +1,6 @@
-"""What kvplan knows of vLLM releases: version strings, the release each rule starts in, and which
-releases print which rank's room.
-
-Every release fact is one named constant: the first release ``(major, minor, patch)`` with the
-behaviour, and a comment saying what vLLM changed and where (paths relative to ``vllm/`` in the
-release wheel). Compare with ``version >= NAME`` (``version < NAME``: before it).
-
->>> version_tuple("v0.11.0"), local_rank0_only((0, 14, 0))
-((0, 11, 0), True)
->>> version_tuple("0.26.1") >= MAMBA_ALIGN_FROM
-True
-"""
+"""What kvplan knows of vLLM releases: each fact is one constant, the first release ``(major, minor, patch)`` with
+the behaviour and a comment saying what vLLM changed and where (paths under ``vllm/`` in the release wheel);
+compare with ``version >= NAME``."""
 
 from __future__ import annotations
 
@@ -94,11 +85,7 @@ SUGGESTION_INFO_FROM: Release = (0, 26, 0)
 
 
 def version_tuple(version: object) -> tuple[int, ...] | None:
-    """``(major, minor, patch)`` of a vLLM version string, None when unknown.
-
-    >>> version_tuple("0.6.6.post1"), version_tuple("0.11.1rc2"), version_tuple(None)
-    ((0, 6, 6), (0, 11, 1), None)
-    """
+    """``(major, minor, patch)`` of a vLLM version string (``0.11.1rc2`` → ``(0, 11, 1)``), None when unknown."""
     match = re.match(r"v?(\d+)\.(\d+)(?:\.(\d+))?", str(version)) if isinstance(version, str) else None
     if match is None:
         return None
@@ -107,11 +94,7 @@ def version_tuple(version: object) -> tuple[int, ...] | None:
 
 def local_rank0_only(version: tuple[int, ...] | None) -> bool:
     """True when a release (None: unknown) may print 'Available KV cache memory' on local rank 0 alone
-    and the --kv-cache-memory suggestion at DEBUG only: 0.11.1 up to 0.26.
-
-    >>> local_rank0_only((0, 11, 0)), local_rank0_only((0, 14, 0)), local_rank0_only((0, 26, 0))
-    (False, True, False)
-    """
+    and the --kv-cache-memory suggestion at DEBUG only: 0.11.1 up to 0.26."""
     return version is None or LOCAL_RANK0_ONLY_FROM <= version < SUGGESTION_INFO_FROM
 
 
@@ -123,15 +106,8 @@ RAY_DEDUP_HINT = (
 
 
 def rank0_only_advice(version: tuple[int, ...] | None, ray_hint: bool = True) -> str:
-    """Why a log shows the room of local rank 0 only, and how to get every rank's, for a release.
-
-    ``ray_hint`` names Ray's log deduplication as a cause too (False: the caller knows it is not).
-
-    >>> rank0_only_advice((0, 26, 0)).startswith("vLLM 0.26.0 prints the --kv-cache-memory suggestion")
-    True
-    >>> "RAY_DEDUP_LOGS=0" in rank0_only_advice((0, 7, 2)), "Ray" in rank0_only_advice((0, 7, 2), False)
-    (True, False)
-    """
+    """Why a log shows the room of local rank 0 only, and how to get every rank's, for a release (``ray_hint``: name
+    Ray's log deduplication as a cause too)."""
     ray = RAY_DEDUP_HINT if ray_hint else ""
     shown = ".".join(map(str, version)) if version else None
     if version is None:  # issue 26: a log cut short of its version line may well be from 0.26+

@@ -2,8 +2,7 @@
 
 A rank's room, best evidence first: ``suggestion`` (vLLM's ``--kv-cache-memory`` suggestion), ``available_kv``
 ("Available KV cache memory" less the CUDA graphs captured after it), ``parts`` (free at startup − weights −
-activation peak − non-torch − graphs − 150 MiB, vLLM's buffer).
-"""
+activation peak − non-torch − graphs − 150 MiB, vLLM's buffer)."""
 
 from __future__ import annotations
 
@@ -19,7 +18,7 @@ from kvplan.columns import failure_phase, world_size
 from kvplan.io.ledger_csv import read_ledger_csv
 from kvplan.io.metadata import BootPlace, ReadMetadata, RoomRule, place_note
 from kvplan.io.vllm import read_vllm_log, read_vllm_logs, stream_vllm_logs
-from kvplan.ledger import LedgerError, _line, _where, plain_value, room_per_rank
+from kvplan.ledger import LedgerError, _line, _where, plain_value
 from kvplan.notes import Note
 from kvplan.releases import rank0_only_advice
 from kvplan.units import MiB, format_size
@@ -33,9 +32,6 @@ def room_evidence(
 ) -> tuple[int, str, tuple] | None:
     """``(room_bytes, room_source, (line, raw))`` for one rank, best evidence first (None: no room); ``flags``:
     ``estimate_applied`` (a CUDA-graph estimate subtracted before KV sizing), ``eager``; ``origin[(rank, column)]``.
-
-    >>> room_evidence({"suggested_full_bytes": 7}, 0, {}, {(0, "suggested_full_bytes"): (9, "")}, "a.log", [])
-    (7, 'suggestion', (9, ''))
     """
     if values.get("suggested_full_bytes") is not None:
         return values["suggested_full_bytes"], "suggestion", origin[(rank, "suggested_full_bytes")]
@@ -50,24 +46,15 @@ def room_evidence(
             correction = 0
         else:
             correction = None if graph is None else max(0, graph)
+        where = origin[(rank, "available_kv_bytes")]
         if correction is not None:
-            return (
-                values["available_kv_bytes"] - correction,
-                "available_kv",
-                origin[(rank, "available_kv_bytes")],
-            )
-        line = origin[(rank, "available_kv_bytes")][0]
+            return values["available_kv_bytes"] - correction, "available_kv", where
         if values.get("outcome") in ("ok", "incomplete"):
-            warnings.append(
-                place_note(
-                    "available-kv-not-room",
-                    source,
-                    line,
-                    f"rank {rank}: 'Available KV cache memory' is not used as room: "
-                    "CUDA graphs are captured after it and the log shows no 'Graph capturing finished … "
-                    "took X GiB' for this rank",
-                )
+            text = (
+                f"rank {rank}: 'Available KV cache memory' is not used as room: CUDA graphs are captured after it "
+                "and the log shows no 'Graph capturing finished … took X GiB' for this rank"
             )
+            warnings.append(place_note("available-kv-not-room", source, where[0], text))
     init_free, weights, activation, non_torch = (
         values.get(name)
         for name in ("init_free_bytes", "weights_bytes", "activation_peak_bytes", "non_torch_bytes")
@@ -86,6 +73,7 @@ def boot_room_warnings(
 ) -> list[Note]:
     """What one boot's rooms need said: sources that differ per rank, ranks Ray deduplicated, a room shown on
     local rank 0 only, CUDA graphs counted twice in the suggestion."""
+    version = flags["version"]
     known = {
         rank: values["room_source"] for rank, values in rows.items() if values.get("room_source") is not None
     }
@@ -106,30 +94,24 @@ def boot_room_warnings(
         notes.append(("ray-dedup-no-room", boot.ray_repeats[0], text))
     elif known and lacking and set(known.values()) == {"available_kv"}:
         line = origin.get((min(known), "room_bytes"), (boot.first_line,))[0]
-        advice = rank0_only_advice(flags["version"], False)
+        advice = rank0_only_advice(version, False)
         text = f"this log shows the room of rank(s) {shown} only; rank(s) {lacking} show none. {advice}."
         notes.append(("rank0-only-room", line, text))
-    if _graphs_counted_twice(rows, flags):
+    if (  # the suggestion of 0.18 and 0.27+ counts CUDA graphs twice once an estimate is applied
+        version is not None
+        and ((0, 18) <= version < (0, 19) or version >= (0, 27))
+        and flags["estimate_applied"]
+        and any(
+            v.get("room_source") == "suggestion" and (v.get("cuda_graph_bytes") or 0) > 0
+            for v in rows.values()
+        )
+    ):
         text = (
             f"vLLM {key['vllm_version']} counts CUDA-graph memory twice in its --kv-cache-memory suggestion "
             "(vllm#57936): the room shown is lower than the GPU really has (conservative)"
         )
         notes.append(("graph-counted-twice", boot.first_line, text))
     return [place_note(code, source, line, f"boot {boot.index}: {text}") for code, line, text in notes]
-
-
-def _graphs_counted_twice(rows: dict, flags: dict) -> bool:
-    """Whether a suggestion of this boot counts CUDA graphs twice (0.18 and 0.27+, estimate applied)."""
-    version = flags["version"]
-    return (
-        version is not None
-        and ((0, 18) <= version < (0, 19) or version >= (0, 27))
-        and flags["estimate_applied"]
-        and any(
-            values.get("room_source") == "suggestion" and (values.get("cuda_graph_bytes") or 0) > 0
-            for values in rows.values()
-        )
-    )
 
 
 #: The Room rule as the readers take it.
@@ -204,12 +186,7 @@ def refuse_failed_boots(ledger: pd.DataFrame, lines: Mapping | None = None) -> N
 
 
 def _next_step(failed: pd.DataFrame, ledger: pd.DataFrame) -> str:
-    """What to do: give the rest of a log cut short, or fix a failure; leave a boot out when the ledger holds others.
-
-    >>> frame = pd.DataFrame({"source": ["a.log"], "boot": [0], "outcome": ["incomplete"]})
-    >>> _next_step(frame, frame)
-    "Give the whole log, through its 'Application startup complete' line: it stops before startup completed."
-    """
+    """What to do: give the rest of a log cut short, or fix a failure; leave a boot out when the ledger holds others."""
     step = (
         "give the whole log, through its 'Application startup complete' line: it stops before startup completed."
         if set(failed["outcome"].fillna("incomplete")) == {"incomplete"}
@@ -222,27 +199,6 @@ def _next_step(failed: pd.DataFrame, ledger: pd.DataFrame) -> str:
 
 def _boots(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[["source", "boot"]].drop_duplicates() if {"source", "boot"} <= set(frame) else frame[:1]
-
-
-def budget_from_ledger(
-    ledger: pd.DataFrame,
-    reserve_bytes: int,
-    block_bytes: int | None = None,
-    assume_uniform: bool = False,
-    lines: Mapping | None = None,
-) -> Budget:
-    """The uniform budget from a ledger: :func:`refuse_failed_boots`, :func:`room_per_rank`, :func:`budget_from_rooms`.
-
-    >>> GiB = 2**30
-    >>> frame = pd.DataFrame({"source": ["a.log"] * 2, "boot": [0, 0], "rank": [0, 1],
-    ...                       "room_bytes": [13 * GiB, 14 * GiB], "room_source": ["suggestion"] * 2,
-    ...                       "outcome": ["ok", "ok"]})
-    >>> budget_from_ledger(frame, GiB).uniform_budget_bytes == 12 * GiB
-    True
-    """
-    refuse_failed_boots(ledger, lines)
-    rooms = room_per_rank(ledger, assume_uniform=assume_uniform, lines=lines)
-    return budget_from_rooms(rooms, reserve_bytes, block_bytes, lines)
 
 
 def budget_from_rooms(

@@ -19,11 +19,12 @@ from kvplan.io.vllm.families import read_message
 from kvplan.io.vllm.records import split_records
 from kvplan.io.vllm.values import key_values
 from kvplan.ledger import LedgerError
-from kvplan.room import budget_from_ledger, read_vllm_log_rooms, read_vllm_logs_rooms
+from kvplan.room import read_vllm_log_rooms, read_vllm_logs_rooms
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR, GiB, MiB
 from tests.test_io_vllm_families import SAMPLE_LINES as FIDELITY_LINES
 from tests.test_io_vllm_scan import candidates
+from tests.test_ledger import budget_from_ledger
 
 LOGS = TESTS_DATA_DIR / "logs"
 HEAD = "INFO 08-14 14:07:22 [gpu_worker.py:227] "

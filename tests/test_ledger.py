@@ -8,7 +8,7 @@ import pytest
 from kvplan import DATA_DIR
 from kvplan.cli import main
 from kvplan.ledger import LedgerError, LedgerWarning, compatibility_key, room_per_rank
-from kvplan.room import budget_from_ledger, read_vllm_log_rooms, read_vllm_logs_rooms
+from kvplan.room import budget_from_rooms, read_vllm_log_rooms, read_vllm_logs_rooms, refuse_failed_boots
 from kvplan.units import parse_size
 from tests.conftest import TESTS_DATA_DIR, GiB, approve_args
 
@@ -16,6 +16,13 @@ LOGS = TESTS_DATA_DIR / "logs"
 FOUR_RANK = DATA_DIR / "boots" / "four-rank"
 RESERVE = parse_size("0.9GiB")
 HEAD = "INFO 08-14 14:07:22 [gpu_worker.py:227] "
+
+
+def budget_from_ledger(ledger, reserve_bytes, block_bytes=None, assume_uniform=False, lines=None):
+    """The uniform budget of a ledger as the pipeline computes it: refusals, worst room per rank, budget."""
+    refuse_failed_boots(ledger, lines)
+    rooms = room_per_rank(ledger, assume_uniform=assume_uniform, lines=lines)
+    return budget_from_rooms(rooms, reserve_bytes, block_bytes, lines)
 
 
 def boot_text(version, rooms, tp=None):

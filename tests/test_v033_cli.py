@@ -224,26 +224,3 @@ def test_a_block_override_beyond_the_budget_is_warned(capsys, h100_snapshot):
     decision = plan.decide([log], plan.Policy(12_988_417_310), plan.ModelLayout("llama-3.1-70b", {}))
     check = [c for c in decision.checks if c.name == "num_gpu_blocks_override fits the budget"]
     assert [c.passed for c in check] == [False]
-
-
-def test_the_notebook_launch_spec_is_the_decisions_for_mla(h100_snapshot):
-    # an MLA 0.18+ log shows no block size: the reader's filled-in 16 is not the launch's, so the
-    # notebooks' launch_spec takes the GPU type (H100: FLASH_ATTN_MLA, 16) as decide does, and without
-    # it refuses as decide does (not a 16-token block from the default)
-    from kvplan import plan
-    from kvplan.notebook import launch_spec, read_launch
-
-    log = TESTS_DATA_DIR / "v0.33-deepseek-v3-tp8-mla-hopper.log"
-    reserve = CASES["deepseek-v3-tp8-mla-hopper"][1]
-    ledger, metadata = read_launch(log, nvidia_smi=[h100_snapshot])
-    decision = plan.decide(
-        plan.read_evidence([log], [h100_snapshot]), plan.Policy(reserve), plan.ModelLayout("deepseek-v3", {})
-    )
-    assert launch_spec(ledger, "deepseek-v3", metadata=metadata) == decision.spec
-    bare, bare_metadata = read_launch(log, nvidia_smi=[])
-    with pytest.raises(ValueError, match="MLA attention backend pick the block size") as from_decide:
-        plan.decide([log], plan.Policy(reserve), plan.ModelLayout("deepseek-v3", {}))
-    for given in (bare_metadata, None):
-        with pytest.raises(ValueError) as from_notebook:
-            launch_spec(bare, "deepseek-v3", metadata=given)
-        assert str(from_notebook.value) == str(from_decide.value)

@@ -25,18 +25,24 @@ from kvplan.notebook import (
     figure_alt,
     format_headline,
     gib_to_bytes,
-    launch_spec,
     read_launch,
     rows_that_set_the_room,
     sequence_lengths,
     weak_rank_at_median,
     weak_rank_verdict,
 )
-from kvplan.plan import Evidence, Policy, boot_free_bytes, decide
+from kvplan.plan import Evidence, ModelLayout, Policy, boot_free_bytes, decide
 from kvplan.units import parse_size
 from tests.conftest import GiB, MiB
 
 SAMPLE = DATA_DIR / "boots" / "four-rank"
+
+
+def scenario_of(ledger, reserve_bytes, **options):
+    """The what-if of the pipeline's decision over a ledger, no model."""
+    decision = decide(Evidence(ledger), Policy(reserve_bytes))
+    return Scenario.from_decision(decision, **{"kv_spec": None, "ref_free_bytes": None, **options})
+
 
 # Scenario A: rooms 18.8, 17.6, 12.9, 16.4 GiB (nearest byte), reserve 0.9 GiB → 12 GiB, rank 2 limits.
 ROOMS = tuple(parse_size(f"{gib}GiB") for gib in ("18.8", "17.6", "12.9", "16.4"))
@@ -263,7 +269,7 @@ def test_scenario_and_co_tenants_from_a_ledger_take_each_rank_at_its_worst():
             "outcome": ["ok"] * 4,
         }
     )
-    scenario = Scenario.from_ledger(ledger, GiB, max_model_len=8192)
+    scenario = scenario_of(ledger, GiB, max_model_len=8192)
     assert scenario == Scenario((13 * GiB, 12 * GiB), GiB, ranks=(0, 1), max_model_len=8192)
     assert co_tenant_bytes(ledger) == [None, 6 * GiB]  # the most any boot saw
     assert co_tenant_bytes(ledger.drop(columns="other_process_bytes")) == [None, None]
@@ -350,15 +356,6 @@ def test_read_launch_joins_the_snapshots_found_next_to_the_logs(tmp_path):
     assert len(alone) == len(ledger)
 
 
-def test_launch_spec_takes_the_layout_from_the_logs():
-    ledger, _ = read_launch(SAMPLE, nvidia_smi=[])
-    spec = launch_spec(ledger, "llama-3.1-70b")  # TP 4, block 16, 0.26.0 from the log
-    assert (spec.tp, spec.block_size, spec.block_bytes) == (4, 16, 1_310_720)
-    assert launch_spec(ledger, "llama-3.1-70b", tp=4) == spec
-    with pytest.raises(ValueError, match="logs show tensor_parallel_size 4"):
-        launch_spec(ledger, "llama-3.1-70b", tp=2)
-
-
 def test_coverage_marks_what_each_rank_printed():
     ledger = pd.DataFrame(
         {
@@ -405,7 +402,7 @@ def test_startup_free_bytes_of_a_reference_and_of_a_later_boot():
 
 def test_panel_redraws_the_ledger_chart_with_the_co_tenant_added_back():
     ledger, _ = read_launch(SAMPLE)
-    panel = WhatIfPanel(Scenario.from_ledger(ledger, RESERVE), ledger=ledger)
+    panel = WhatIfPanel(scenario_of(ledger, RESERVE), ledger=ledger)
     titles = [fig.axes[0].get_title() or fig.axes[0].get_title("left") for fig in panel.figures()]
     assert titles[1].startswith("Where each GPU's memory goes: 12 GiB KV on every rank")
     panel.controls["add_back_2"].value = 5.0
@@ -496,7 +493,7 @@ def test_add_back_is_capped_at_the_co_tenants_exact_bytes():
     ledger, _ = read_launch(SAMPLE)
     co_tenants = co_tenant_bytes(ledger)
     assert co_tenants[0] == 25_840_058_368  # rank 0's co-tenant: 24.07 GiB
-    panel = WhatIfPanel(Scenario.from_ledger(ledger, RESERVE), co_tenant_bytes=co_tenants, ledger=ledger)
+    panel = WhatIfPanel(scenario_of(ledger, RESERVE), co_tenant_bytes=co_tenants, ledger=ledger)
     slider = panel.controls["add_back_0"]
     assert slider.max == 25_840_058_368 / 2**30  # 24.0654… GiB exactly, not ceil() = 25
     slider.value = 25.0  # more than the co-tenant holds: the slider stops at its max
@@ -507,7 +504,7 @@ def test_add_back_is_capped_at_the_co_tenants_exact_bytes():
 
 def test_rank_without_known_co_tenant_memory_gets_no_add_back():
     ledger, _ = read_launch(SAMPLE, nvidia_smi=[])  # no nvidia-smi: co-tenants unknown
-    panel = WhatIfPanel(Scenario.from_ledger(ledger, RESERVE), ledger=ledger)
+    panel = WhatIfPanel(scenario_of(ledger, RESERVE), ledger=ledger)
     slider = panel.controls["add_back_2"]
     assert slider.disabled and slider.max == 0.0
     assert "co-tenant memory is unknown" in slider.tooltip
@@ -524,7 +521,7 @@ def test_panel_on_a_reference_and_a_manual_value_boot_draws_the_ledger_from_the_
     # data/boots/drift: 4 rows with room (reference.log) + 4 without (canary.log, a manual value);
     # building the panel used to raise "ledger has several rows for rank(s) [0, 1, 2, 3]"
     ledger, _ = read_launch(DRIFT)
-    panel = WhatIfPanel(Scenario.from_ledger(ledger, GiB), ledger=ledger)
+    panel = WhatIfPanel(scenario_of(ledger, GiB), ledger=ledger)
     assert panel.error is None and panel.chart_errors == {}
     titles = [figure_alt(fig).removeprefix("Chart: ") for fig in panel.figures()]
     assert titles[1].startswith("Where each GPU's memory goes: 30 GiB KV")  # 31 − 1 GiB, the reference
@@ -596,18 +593,17 @@ def test_max_model_len_beyond_the_configs_max_position_embeddings_is_warned(tmp_
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     ledger, _ = read_launch(SAMPLE, nvidia_smi=[])
-    spec = launch_spec(ledger, path)
+    spec = decide(Evidence(ledger), Policy(RESERVE), ModelLayout(path)).spec
     assert spec.arch.max_position_embeddings == 131_072
-    panel = WhatIfPanel(Scenario.from_ledger(ledger, RESERVE, kv_spec=spec, max_model_len=32_768))
+    panel = WhatIfPanel(scenario_of(ledger, RESERVE, kv_spec=spec, max_model_len=32_768))
     assert "max model length" not in panel.outcome.headline()  # 32,768 ≤ 131,072
     panel.controls["max_model_len"].value = 10_000_000
     assert panel.outcome.headline()["max model length"].startswith(
         "10,000,000 tokens exceeds the model config's max_position_embeddings (131,072)"
     )
     # the bundled llama-3.1-70b config states none: no warning
-    plain = Scenario.from_ledger(
-        ledger, RESERVE, kv_spec=launch_spec(ledger, "llama-3.1-70b"), max_model_len=10_000_000
-    )
+    bundled = decide(Evidence(ledger), Policy(RESERVE), ModelLayout("llama-3.1-70b")).spec
+    plain = scenario_of(ledger, RESERVE, kv_spec=bundled, max_model_len=10_000_000)
     assert plain.position_limit is None and "max model length" not in evaluate(plain).headline()
 
 

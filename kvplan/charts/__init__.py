@@ -1,7 +1,5 @@
-"""Charts for planners and review meetings: each takes computed results (numbers only converted to GiB),
-answers one question in its title and returns a plain ``Figure`` (never pyplot's); ``figure=`` draws into a
-what-if panel's last one again. The limiting rank is in :data:`LIMITING_COLOR`, the others in :data:`RANK_COLOR`.
-"""
+"""Charts of computed results, each answering one question in its title as a plain ``Figure`` (never pyplot's);
+``figure=`` draws into a what-if panel's last one again. The limiting rank is in :data:`LIMITING_COLOR`."""
 
 from kvplan.budget import limiting_ranks
 from kvplan.charts.outcome import ConcurrencyMarks, concurrency_chart, drift_chart, spread_chart

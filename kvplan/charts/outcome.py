@@ -1,5 +1,4 @@
-"""Charts beyond one boot's per-rank bars: what the budget buys (concurrency against length), how the
-budget moves over boots (spread) and what a later boot leaves (drift per rank)."""
+"""Charts beyond one boot's bars: what the budget buys, its spread over boots and a later boot's drift."""
 
 from __future__ import annotations
 
@@ -38,8 +37,8 @@ PANE_WIDTH_IN = 5.2
 
 @dataclass(frozen=True)
 class ConcurrencyMarks:
-    """What a concurrency chart marks besides its curves: ``crossings`` (a curve's label → the longest length
-    holding the target), a ``note`` (why approximate), fixed axis ``limits`` and a faint ``previous`` curve."""
+    """A concurrency chart's marks: ``crossings`` (label → longest length holding the target), a ``note``
+    (why approximate), fixed axis ``limits`` and a faint ``previous`` curve."""
 
     crossings: Mapping[str, int] = field(default_factory=dict)
     note: str = ""
@@ -55,8 +54,7 @@ def concurrency_chart(
     marks: ConcurrencyMarks | None = None,
     figure: Figure | None = None,
 ) -> Figure:
-    """What a budget buys: full-length sequences at once against length (log–log), for one
-    :func:`~kvplan.kvspec.capacity.capacity_table` or several by label; the target dashed, ``marks`` the rest.
+    """Full-length sequences at once against length (log–log) of one capacity table or several by label.
 
     >>> from kvplan.kvspec.capacity import FlatSpec, capacity_table
     >>> from kvplan.units import GiB
@@ -68,10 +66,8 @@ def concurrency_chart(
     marks = marks or ConcurrencyMarks()
     fig, ax = _figure(reuse=figure)
     if marks.previous is not None:
-        previous = marks.previous
-        ax.plot(
-            previous["seq_len"], previous["max_concurrency"], label="at the notebook's parameters", **_FAINT
-        )
+        previous, label = marks.previous, "at the notebook's parameters"
+        ax.plot(previous["seq_len"], previous["max_concurrency"], label=label, **_FAINT)
     colors = [RANK_COLOR, "#E69F00", AVERAGE_COLOR, REFERENCE_COLOR]
     for index, ((label, curve), color) in enumerate(zip(curves.items(), colors * len(curves))):
         row = _row_at_length(curve, max_model_len)
@@ -93,43 +89,26 @@ def concurrency_chart(
     return fig
 
 
-#: How the concurrency chart draws its curves, the faint curve it is read against, the target and a note.
+#: How the concurrency chart draws its curves, the faint previous one, the target, a crossing and a note.
 _CURVE = {"marker": "o", "linewidth": 2}
 _FAINT = {"color": REFERENCE_COLOR, "linewidth": 1.5, "linestyle": "--", "alpha": 0.7}
 _TARGET = {"color": TARGET_COLOR, "linestyle": "--", "linewidth": 2}
+_DIAMOND = {"marker": "D", "markersize": 9, "markeredgecolor": "black", "linestyle": "", "label": "_crossing"}
 _NOTE = {"fontsize": FONT_SIZE - 2, "color": "#555555", "wrap": True, "va": "bottom"}
 
 
 def _mark_crossing(ax, crossing: int, target: float, color: str, index: int) -> None:
-    """A diamond where a curve crosses the target line, labelled in the empty lower left, below every curve."""
-    ax.plot(
-        [crossing],
-        [target],
-        marker="D",
-        markersize=9,
-        color=color,
-        markeredgecolor="black",
-        linestyle="",
-        label="_crossing",
-    )
-    ax.annotate(
-        f"{target:g} sequences up to {crossing:,} tokens",
-        (crossing, target),
-        xycoords="data",
-        textcoords="axes fraction",
-        xytext=(0.03, 0.05 + 0.08 * index),
-        ha="left",
-        va="bottom",
-        fontsize=FONT_SIZE - 1,
-        color=color,
-        fontweight="bold",
-        arrowprops={"arrowstyle": "->", "color": color, "linewidth": 1.2},
-    )
+    """A diamond where a curve crosses the target, labelled in the empty lower left."""
+    ax.plot([crossing], [target], color=color, **_DIAMOND)
+    text = f"{target:g} sequences up to {crossing:,} tokens"
+    arrow = {"arrowstyle": "->", "color": color, "linewidth": 1.2}
+    place = {"xytext": (0.03, 0.05 + 0.08 * index), "ha": "left", "va": "bottom", "fontsize": FONT_SIZE - 1}
+    font = {"color": color, "fontweight": "bold", "arrowprops": arrow}
+    ax.annotate(text, (crossing, target), textcoords="axes fraction", **place, **font)
 
 
 def _concurrency_axes(ax, curves: Mapping[str, pd.DataFrame], max_model_len: int, target, limits) -> None:
-    """Log–log axes: room below the lowest curve (or target) for the crossing labels, x up to past
-    ``max_model_len`` (vLLM admits no longer request); ``limits`` fixed, widened where a curve leaves them."""
+    """Log–log axes, x just past ``max_model_len``; ``limits`` fixed, widened where a curve leaves them."""
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     lowest = min([float(c["max_concurrency"].min()) for c in curves.values()] + ([target] if target else []))
@@ -149,7 +128,7 @@ def _concurrency_axes(ax, curves: Mapping[str, pd.DataFrame], max_model_len: int
 
 
 def _row_at_length(curve: pd.DataFrame, seq_len: int) -> pd.Series:
-    """The curve's row at ``seq_len``, else its longest length below it (else its shortest)."""
+    """The curve's row at ``seq_len``, else the longest below it, else its shortest."""
     upto = curve[curve["seq_len"] <= seq_len]
     rows = upto if len(upto) else curve
     return rows.loc[rows["seq_len"].idxmax()] if len(upto) else rows.loc[rows["seq_len"].idxmin()]
@@ -158,8 +137,7 @@ def _row_at_length(curve: pd.DataFrame, seq_len: int) -> pd.Series:
 def drift_chart(
     drift: Drift, title: str | None = None, top_gib: float | None = None, figure: Figure | None = None
 ) -> Figure:
-    """Which rank moved: free memory each rank lost at startup since the reference (left, on its own scale)
-    and the adjusted budget against the reference's outline (right, ``top_gib`` fixes its axis).
+    """Free memory each rank lost since the reference (left) and the adjusted budget (right, ``top_gib``).
 
     >>> from kvplan.drift import drift_budget
     >>> from kvplan.units import GiB
@@ -175,7 +153,7 @@ def drift_chart(
     adjusted_gib = [bytes_to_gib(a) for a in drift.adjusted_bytes]
     adjusted = right.bar(labels, adjusted_gib, color=colors, width=0.6, label="adjusted budget")
     _outline_bars(right, labels, drift.ref_budget_bytes, "reference budget", linewidth=2)
-    _annotate_bars(right, adjusted, drift.adjusted_bytes, inside=True, slot_pt=slot, budgets=True)
+    _annotate_bars(right, adjusted, [format_budget(size) for size in drift.adjusted_bytes], True, slot)
     uniform = format_budget(drift.adjusted_uniform_bytes)
     right.axhline(
         bytes_to_gib(drift.adjusted_uniform_bytes), color="black", linewidth=2, label=f"uniform {uniform}"
@@ -200,25 +178,10 @@ def _drift_lost(ax, drift: Drift, labels: list[str], slot: float) -> None:
     lost_gib = [bytes_to_gib(moved) for moved in drift.drift_bytes]
     bars = ax.bar(labels, lost_gib, color=_rank_colors(drift.ranks, drift.limiting_rank), width=0.6)
     texts = [
-        f"lost {bytes_to_gib(moved):.2f} GiB"
-        if moved > 0
-        else f"gained {bytes_to_gib(-moved):.2f} GiB"
-        if moved
-        else "same"
-        for moved in drift.drift_bytes
+        f"{'lost' if m > 0 else 'gained'} {bytes_to_gib(abs(m)):.2f} GiB" if m else "same"
+        for m in drift.drift_bytes
     ]
-    level = _upright(texts, FONT_SIZE - 1, slot)
-    for bar, text in zip(bars, texts):
-        ax.annotate(
-            text,
-            (bar.get_x() + bar.get_width() / 2, max(0.0, bar.get_height())),
-            textcoords="offset points",
-            xytext=(0, 4),
-            ha="center",
-            va="bottom",
-            fontsize=FONT_SIZE - 1,
-            rotation=0 if level else 90,
-        )
+    level = _annotate_bars(ax, bars, texts, slot_pt=slot, fontsize=FONT_SIZE - 1)
     ax.axhline(0, color="black", linewidth=1)
     free = [
         f"{rank}\n{format_size(ref)} →\n{format_size(now)}"
@@ -239,7 +202,7 @@ def _drift_lost(ax, drift: Drift, labels: list[str], slot: float) -> None:
 
 
 def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Figure:
-    """Is the weak rank stable? Min (its rank named) / median / max safe budget [GiB] per boot label.
+    """Min (its rank named), median and max safe budget [GiB] per boot label: is the weak rank stable?
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
@@ -289,11 +252,5 @@ def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Fig
 
 #: The spread chart's marks: the maximum, the median (white dot) and the minimum (the limiting rank's).
 _MAX = {"marker": "_", "markersize": 22, "color": RANK_COLOR, "markeredgewidth": 3}
-_MEDIAN = {
-    "marker": "o",
-    "markersize": 10,
-    "color": "white",
-    "markeredgecolor": RANK_COLOR,
-    "markeredgewidth": 2,
-}
 _MIN = {"marker": "o", "markersize": 10, "color": LIMITING_COLOR}
+_MEDIAN = {**_MIN, "color": "white", "markeredgecolor": RANK_COLOR, "markeredgewidth": 2}

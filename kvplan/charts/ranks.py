@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 from matplotlib.figure import Figure
@@ -12,6 +13,7 @@ from matplotlib.patches import Patch, Rectangle
 from kvplan.budget import Budget, limiting_ranks
 from kvplan.charts.style import (
     AVERAGE_COLOR,
+    BESIDE,
     FONT_SIZE,
     LIMITING_COLOR,
     PLOT_AREA_BESIDE,
@@ -53,15 +55,8 @@ _PARTS = tuple(column for column, _, _ in LEDGER_SEGMENTS[:5])  # the ledger's o
 
 @dataclass(frozen=True)
 class LedgerParts:
-    """The ledger chart's bytes per rank: the :data:`LEDGER_SEGMENTS` parts below the KV budget (one tuple per
-    part, by rank; missing or negative is 0) and each GPU's total (None: unknown), from each rank's boot with
-    the lowest room (the pipeline's rule); ``cuda_graph_estimate_bytes`` where no capture was logged.
-
-    >>> from kvplan.units import GiB
-    >>> frame = pd.DataFrame({"rank": [0, 1], "other_process_bytes": [None, 5 * GiB]})
-    >>> LedgerParts.of(frame, (0, 1)).with_add_back((GiB, 2 * GiB)).parts[0]  # other processes
-    (0, 3221225472)
-    """
+    """The ledger chart's bytes: per part below the KV budget a tuple by rank (missing or negative: 0) and each
+    GPU's total (None: unknown), from each rank's boot with the lowest room (the pipeline's rule)."""
 
     ranks: tuple[int, ...]
     parts: tuple[tuple[int, ...], ...]  # per column of _PARTS
@@ -74,7 +69,7 @@ class LedgerParts:
         return cls(tuple(ranks), parts, tuple(_optional_int(rows, "total_bytes", rank) for rank in ranks))
 
     def with_add_back(self, add_back: Sequence[int] | None) -> LedgerParts:
-        """The same parts with ``add_back`` [bytes per rank] taken off the other processes (never below 0)."""
+        """The same parts with ``add_back`` [bytes per rank] taken off the other processes (not below 0)."""
         if not add_back:
             return self
         other = tuple(max(0, held - extra) for held, extra in zip(self.parts[0], add_back))
@@ -84,8 +79,8 @@ class LedgerParts:
 def ledger_chart(
     ledger: pd.DataFrame | LedgerParts, budget: Budget, title: str | None = None, figure: Figure | None = None
 ) -> Figure:
-    """Where each GPU's memory goes: one stacked bar per rank [GiB] against its GPU's total (black tick); what
-    the log does not itemise fills it up to the room, so ``uniform + stranded + reserve`` is the room.
+    """Where each GPU's memory goes: a stacked bar per rank [GiB] against its total; ``uniform + stranded +
+    reserve`` is the room.
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
@@ -109,17 +104,8 @@ def ledger_chart(
         values = heights[column]
         if not any(values):
             continue
-        stranded = column == "stranded"
-        bars = ax.bar(
-            labels,
-            values,
-            bottom=bottom,
-            color=color,
-            label=label,
-            width=0.6,
-            edgecolor=RANK_COLOR if stranded else "white",
-            hatch="//" if stranded else None,
-        )
+        edge = {"edgecolor": RANK_COLOR, "hatch": "//"} if column == "stranded" else {"edgecolor": "white"}
+        bars = ax.bar(labels, values, bottom=bottom, color=color, label=label, width=0.6, **edge)
         if column in SIZED_SEGMENTS:
             pt_per_gib = PLOT_AREA_BESIDE[1] * 72 / (tallest * 1.05)
             dark = color in ("#000000", RANK_COLOR)
@@ -139,7 +125,7 @@ def ledger_chart(
 def _ledger_segments(
     shown: LedgerParts, budget: Budget
 ) -> tuple[dict[str, list[int]], dict[str, list[float]]]:
-    """The exact bytes of the labelled segments, and every segment's height per rank [GiB]."""
+    """The labelled segments' bytes, and every segment's height per rank [GiB]."""
     sizes = {column: list(values) for column, values in zip(_PARTS, shown.parts)}
     sizes["uniform"] = [budget.uniform_budget_bytes] * len(budget.ranks)
     sizes["stranded"] = list(budget.stranded_bytes)
@@ -149,8 +135,7 @@ def _ledger_segments(
         max(0.0, bytes_to_gib(total) - done - bytes_to_gib(room)) if total is not None else 0.0
         for total, done, room in zip(shown.totals, itemised, budget.room_bytes)
     ]
-    heights["uniform"] = [bytes_to_gib(size) for size in sizes["uniform"]]
-    heights["stranded"] = [bytes_to_gib(size) for size in sizes["stranded"]]
+    heights |= {column: [bytes_to_gib(size) for size in sizes[column]] for column in ("uniform", "stranded")}
     heights["reserve"] = [bytes_to_gib(budget.reserve_bytes)] * len(budget.ranks)
     return sizes, heights
 
@@ -158,35 +143,19 @@ def _ledger_segments(
 def _ledger_frame(
     ax, budget: Budget, totals: Sequence[int | None], limiting_top: float, tallest: float
 ) -> None:
-    """The ledger chart's totals (black ticks), the limiting rank's box, axes and legend beside the plot."""
+    """The ledger chart's totals, the limiting rank's box, axes and legend."""
     for i, total in enumerate(totals):
         if total is not None:
             ax.hlines(bytes_to_gib(total), i - 0.38, i + 0.38, color="black", linewidth=2.5)
     limiting = list(budget.ranks).index(budget.limiting_rank)
     label = f"limits the budget: rank {budget.limiting_rank}"
-    ax.add_patch(
-        Rectangle(
-            (limiting - 0.33, 0),
-            0.66,
-            limiting_top,
-            fill=False,
-            edgecolor=LIMITING_COLOR,
-            linewidth=3,
-            label=label,
-        )
-    )
+    box: dict[str, Any] = {"fill": False, "edgecolor": LIMITING_COLOR, "linewidth": 3, "label": label}
+    ax.add_patch(Rectangle((limiting - 0.33, 0), 0.66, limiting_top, **box))
     ax.set_ylim(0, tallest * 1.05)
     ax.set_xlabel(_mark_limiting_tick(ax, budget.ranks, budget.limiting_rank, totals))
     ax.set_ylabel("GPU memory [GiB]")
     handles, names = ax.get_legend_handles_labels()
-    ax.legend(
-        handles[::-1],
-        names[::-1],
-        loc="upper left",
-        bbox_to_anchor=(1.01, 1.0),
-        fontsize=FONT_SIZE - 1,
-        frameon=False,
-    )
+    ax.legend(handles[::-1], names[::-1], fontsize=FONT_SIZE - 1, frameon=False, **BESIDE)
 
 
 def safe_budget_chart(
@@ -196,8 +165,8 @@ def safe_budget_chart(
     previous: Budget | None = None,
     figure: Figure | None = None,
 ) -> Figure:
-    """Why the minimum: safe budget per rank [GiB], the uniform value and the tempting (unsafe) average;
-    ``top_gib`` fixes the y axis (raised where a bar needs), ``previous`` is drawn faintly.
+    """Safe budget per rank [GiB], the uniform value and the unsafe average; ``top_gib`` fixes the y axis (raised
+    where a bar needs), ``previous`` is drawn faintly.
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
@@ -222,7 +191,7 @@ def safe_budget_chart(
     bars = ax.bar(labels, safe_gib, color=colors, width=0.6)
     # labels at the bars' feet (upright when too wide): the uniform and average lines never cross them
     slot = _slot_pt(len(labels)) * 0.6
-    _annotate_bars(ax, bars, budget.safe_bytes, inside="base", slot_pt=slot, budgets=True)
+    _annotate_bars(ax, bars, [format_budget(size) for size in budget.safe_bytes], "base", slot)
     uniform = format_budget(budget.uniform_budget_bytes)
     label = f"uniform budget {uniform} (safe on every rank)"
     ax.axhline(bytes_to_gib(budget.uniform_budget_bytes), color="black", linewidth=2, label=label)
@@ -250,8 +219,7 @@ _FAINT = {"color": REFERENCE_COLOR, "linewidth": 1.5, "alpha": 0.6}
 def stranded_chart(
     budget: Budget, title: str | None = None, top_gib: float | None = None, figure: Figure | None = None
 ) -> Figure:
-    """What the uniform value leaves unused: stranded bytes per rank [GiB] (block rounding in the title);
-    every rank the same is one line, not an empty plot. ``top_gib`` fixes the y axis (raised where needed).
+    """Stranded bytes per rank [GiB] (every rank the same: a sentence); ``top_gib`` as :func:`safe_budget_chart`.
 
     >>> from kvplan.budget import uniform_budget
     >>> from kvplan.units import GiB
@@ -275,7 +243,7 @@ def stranded_chart(
     colors = [LIMITING_COLOR if rank in weakest else RANK_COLOR for rank in budget.ranks]
     stranded_gib = [bytes_to_gib(s) for s in budget.stranded_bytes]
     bars = ax.bar(labels, stranded_gib, color=colors, width=0.6)
-    level = _annotate_bars(ax, bars, budget.stranded_bytes)
+    level = _annotate_bars(ax, bars, [format_size(size) for size in budget.stranded_bytes])
     for rank in weakest:  # the limiting rank's label in its colour: it strands nothing but block rounding
         label = ax.texts[list(budget.ranks).index(rank)]
         label.set_color(LIMITING_COLOR)

@@ -26,22 +26,33 @@ FIGSIZE = (10, 5.5)
 #: Plot-area size [in] of a :data:`FIGSIZE` chart with its legend below, and beside (the ledger chart).
 PLOT_AREA = (8.9, 3.3)
 PLOT_AREA_BESIDE = (6.2, 4.0)
+#: Where a legend beside the plot area goes (right of it, off the data).
+BESIDE = {"loc": "upper left", "bbox_to_anchor": (1.01, 1.0)}
 _TEXT_PATH = TextToPath()  # measures text in points without a figure
 
 
 def _rank_list(ranks: Sequence[int]) -> str:
-    """``rank 2`` or ``ranks 1 and 2`` or ``ranks 0, 1 and 3``."""
+    """``rank 2``, ``ranks 1 and 2`` or ``ranks 0, 1 and 3``."""
     if len(ranks) == 1:
         return f"rank {ranks[0]}"
     return "ranks " + ", ".join(map(str, ranks[:-1])) + f" and {ranks[-1]}"
 
 
 def _figure(columns: int = 1, size_in: tuple[float, float] = FIGSIZE, reuse: Figure | None = None):
-    """A figure of ``columns`` styled axes side by side (one Axes, else a list), titles at the axes' top (no
-    search above ticks); ``reuse``, a what-if panel's figure of that shape, is emptied, its axes and ticks kept."""
+    """``columns`` styled axes side by side (one Axes, else a list); ``reuse`` (same shape) is emptied instead."""
     if reuse is not None and len(reuse.axes) == columns and tuple(reuse.get_size_inches()) == size_in:
-        for ax in reuse.axes:
-            _empty(ax)
+        for ax in reuse.axes:  # emptied of every drawn thing, its axis and ticks kept
+            for container in list(ax.containers):
+                container.remove()
+            for artist in [*ax.patches, *ax.lines, *ax.texts, *ax.collections]:
+                artist.remove()
+            legend = ax.get_legend()
+            if legend is not None:
+                legend.remove()
+            for loc in ("left", "center", "right"):
+                ax.set_title("", loc=loc)
+            ax.relim()
+            ax.autoscale()
         for text in [text for text in reuse.texts if text.get_text() != reuse.get_suptitle()]:
             text.remove()  # a note (the suptitle is kept: the chart sets it again)
         return reuse, reuse.axes[0] if columns == 1 else reuse.axes
@@ -51,21 +62,6 @@ def _figure(columns: int = 1, size_in: tuple[float, float] = FIGSIZE, reuse: Fig
     for ax in [axes] if columns == 1 else axes:
         _style(ax)
     return fig, axes
-
-
-def _empty(ax: Axes) -> None:
-    """Take every drawn thing off ``ax`` (bars, lines, texts, legend, titles), keeping its axis and ticks."""
-    for container in list(ax.containers):
-        container.remove()
-    for artist in [*ax.patches, *ax.lines, *ax.texts, *ax.collections]:
-        artist.remove()
-    legend = ax.get_legend()
-    if legend is not None:
-        legend.remove()
-    for loc in ("left", "center", "right"):
-        ax.set_title("", loc=loc)
-    ax.relim()
-    ax.autoscale()
 
 
 def _style(ax: Axes) -> None:
@@ -83,26 +79,19 @@ def _rank_colors(ranks: Sequence[int], limiting_rank: int) -> list[str]:
 def _outline_bars(
     ax: Axes, labels: Sequence[str], sizes_bytes: Sequence[int], label: str, linewidth: float
 ) -> None:
-    """Dashed grey outlines of ``sizes_bytes`` per rank, drawn in GiB: the reference filled bars are read against."""
-    ax.bar(
-        labels,
-        [bytes_to_gib(size) for size in sizes_bytes],
-        width=0.6,
-        fill=False,
-        edgecolor=REFERENCE_COLOR,
-        linewidth=linewidth,
-        linestyle="--",
-        label=label,
-    )
+    """Dashed grey outlines of ``sizes_bytes`` per rank [GiB]: what the filled bars are read against."""
+    outline: dict[str, Any] = {
+        "fill": False,
+        "edgecolor": REFERENCE_COLOR,
+        "linewidth": linewidth,
+        "linestyle": "--",
+    }
+    ax.bar(labels, [bytes_to_gib(size) for size in sizes_bytes], width=0.6, label=label, **outline)
 
 
 @lru_cache(maxsize=4096)
 def _text_width_pt(text: str, fontsize: float) -> float:
-    """Width of ``text``'s widest line in points, as matplotlib lays it out in the default font.
-
-    >>> round(_text_width_pt("12 GiB", 10))
-    33
-    """
+    """Width [pt] of ``text``'s widest line in the default font: ``_text_width_pt("12 GiB", 10)`` is 33."""
     font = FontProperties(size=fontsize)
     return max(
         _TEXT_PATH.get_text_width_height_descent(line, font, ismath=False)[0] for line in text.split("\n")
@@ -110,65 +99,48 @@ def _text_width_pt(text: str, fontsize: float) -> float:
 
 
 def _slot_pt(count: int, width_in: float = PLOT_AREA[0]) -> float:
-    """Width [pt] of one of ``count`` bar slots across a plot area ``width_in`` wide."""
+    """Width [pt] of one of ``count`` bar slots across ``width_in``."""
     return width_in * 72 / max(1, count)
 
 
 def _upright(texts: Sequence[str], fontsize: float, slot_pt: float) -> bool:
-    """Whether every text fits across its slot (else bar labels are turned upright)."""
+    """Whether every text fits across its slot."""
     return all(_text_width_pt(text, fontsize) <= slot_pt * 0.95 for text in texts)
 
 
 def _headroom(tallest: float, texts: Sequence[str], fontsize: float, upright: bool) -> float:
-    """The y-axis top that leaves room above the tallest bar for labels over it (turned or not)."""
+    """The y-axis top leaving room for labels over the tallest bar."""
     label_pt = fontsize * 1.6 if upright else max(_text_width_pt(t, fontsize) for t in texts) + 10
     share = min(0.6, label_pt / (PLOT_AREA[1] * 72))
     return max(tallest, 1e-9) / (1 - share)
 
 
 def _annotate_bars(
-    ax: Axes,
-    bars,
-    sizes_bytes: Sequence[int],
-    inside: bool | str = False,
-    slot_pt: float | None = None,
-    budgets: bool = False,
+    ax: Axes, bars, texts: Sequence[str], inside: bool | str = False, slot_pt: float = 0, fontsize=FONT_SIZE
 ) -> bool:
-    """Label each bar with its size: above it, in white at its middle (``inside``) or at its foot (``"base"``,
-    below any line across the bars). Labels too wide for a bar's slot (``slot_pt``, default the plot area over
-    the bars) are turned upright; returns whether they stayed level. ``budgets``: the sizes are budgets,
-    shown never above their bytes (:func:`~kvplan.units.format_budget`)."""
-    texts = [(format_budget if budgets else format_size)(size) for size in sizes_bytes]
-    level = _upright(texts, FONT_SIZE, slot_pt or _slot_pt(len(texts))) and inside is not True
+    """Label each bar above it, white at its middle (``inside``) or foot (``"base"``), upright when too wide
+    for ``slot_pt`` (default: the plot area's share); returns whether the labels stayed level."""
+    level = _upright(texts, fontsize, slot_pt or _slot_pt(len(texts))) and inside is not True
     rotation = 0 if level else 90
     for bar, text in zip(bars, texts):
         x = bar.get_x() + bar.get_width() / 2
         place: dict[str, Any]
         if inside == "base":
-            place = {
-                "xy": (x, 0),
-                "xytext": (0, 6),
-                "color": "white",
-                "fontweight": "bold",
-                "rotation": rotation,
-            }
+            place = {"xy": (x, 0), "xytext": (0, 6), "color": "white", "fontweight": "bold"}
+            place["rotation"] = rotation
         elif inside:
             place = {"xy": (x, bar.get_height() / 2), "va": "center", "color": "white", "rotation": 90}
         else:
-            place = {"xy": (x, bar.get_height()), "xytext": (0, 4), "rotation": rotation}
+            place = {"xy": (x, max(0.0, bar.get_height())), "xytext": (0, 4), "rotation": rotation}
         offset = {"textcoords": "offset points"} if "xytext" in place else {}
-        shown: dict[str, Any] = {"va": "bottom", "fontsize": FONT_SIZE, **offset, **place}
-        ax.annotate(text, ha="center", **shown)
+        ax.annotate(text, ha="center", **{"va": "bottom", "fontsize": fontsize, **offset, **place})
     return level
 
 
 def _mark_limiting_tick(
     ax: Axes, ranks: Sequence[int], limiting: int | Sequence[int], totals: Sequence[int | None] = ()
 ) -> str:
-    """Rank numbers as tick labels, the limiting one(s) coloured and bold; returns the x-axis label.
-
-    The label names the GPUs' total memory (``totals``) when every GPU has the same.
-    """
+    """Rank numbers as tick labels, the limiting one(s) coloured and bold; returns the x-axis label."""
     marked = [limiting] if isinstance(limiting, int) else list(limiting)
     ax.set_xticks(range(len(ranks)), [str(rank) for rank in ranks])
     plain = (
@@ -184,7 +156,7 @@ def _mark_limiting_tick(
 
 
 def _legend_below(ax: Axes, handles=None, columns: int = 2) -> None:
-    """The legend under the plot area (outside the data), in ``columns`` columns."""
+    """The legend under the plot area, in ``columns`` columns."""
     handles = handles if handles is not None else ax.get_legend_handles_labels()[0]
     place: dict[str, Any] = {"loc": "upper center", "bbox_to_anchor": (0.5, -0.16), "ncols": columns}
     ax.legend(handles=handles, fontsize=FONT_SIZE - 1, frameon=False, **place)
@@ -193,9 +165,10 @@ def _legend_below(ax: Axes, handles=None, columns: int = 2) -> None:
 def _label_segments(
     ax: Axes, bars, sizes_bytes: Sequence[int], dark: bool, pt_per_gib: float, budgets: bool = False
 ) -> None:
-    """Each stacked segment labelled with its size at its middle: level where it fits across, upright where
-    the segment is tall enough (``pt_per_gib`` of the y axis), else not (``budgets``: as :func:`_annotate_bars`)."""
+    """Each stacked segment's size at its middle: level, upright or not at all, as it fits."""
     fontsize = FONT_SIZE - 1
+    box = {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"}
+    shade = {"color": "white", "bbox": None} if dark else {"color": "black", "bbox": box}
     for bar, size in zip(bars, sizes_bytes):
         text = (format_budget if budgets else format_size)(size)
         across_pt = bar.get_width() * _slot_pt(len(bars), PLOT_AREA_BESIDE[0]) * 0.95
@@ -206,20 +179,12 @@ def _label_segments(
             rotation = 90
         else:
             continue
-        ax.annotate(
-            text,
-            (bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2),
-            ha="center",
-            va="center",
-            fontsize=fontsize,
-            rotation=rotation,
-            color="white" if dark else "black",
-            bbox=None if dark else {"boxstyle": "round,pad=0.15", "facecolor": "white", "edgecolor": "none"},
-        )
+        middle = (bar.get_x() + bar.get_width() / 2, bar.get_y() + bar.get_height() / 2)
+        ax.annotate(text, middle, ha="center", va="center", fontsize=fontsize, rotation=rotation, **shade)
 
 
 def _note_figure(title: str) -> Figure:
-    """A one-line figure: a chart whose answer is a sentence (nothing stranded, one boot) is not a blank plot."""
+    """A figure of one sentence: a chart whose answer is a sentence."""
     fig = Figure(figsize=(FIGSIZE[0], 1.6))
     fig.suptitle(title, fontsize=FONT_SIZE + 1, y=0.5, va="center")
     return fig

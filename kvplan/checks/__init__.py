@@ -1,11 +1,5 @@
-"""Checks: pure functions of evidence that return a :class:`Check`, and how verdicts fold.
-
-A check passes (``True``), fails (``False``) or cannot be judged (``None``); one with nothing to look at is
-*not applicable* (``N/A``): it neither passes, fails nor blocks the verdict. The checks live in
-:mod:`~kvplan.checks.key` (is the boot the approved launch), :mod:`~kvplan.checks.launch` (vLLM's own
-start-up refusals), :mod:`~kvplan.checks.gate` (a canary against an approval) and
-:mod:`~kvplan.checks.canary` (a canary as evidence, its launch and running value).
-"""
+"""Checks: pure functions of evidence returning a :class:`Check` (passed, failed, None: cannot judge; a check
+with nothing to look at is not applicable), and how their verdicts fold."""
 
 from __future__ import annotations
 
@@ -15,15 +9,12 @@ from dataclasses import asdict, dataclass
 from kvplan.escape import terminal_text
 
 NOT_APPLICABLE = "N/A"
+_WORDS = {True: "PASS", False: "FAIL", None: "CANNOT JUDGE"}
 
 
 @dataclass(frozen=True)
 class Check:
-    """One check: its name, whether it passed (None = cannot judge), the evidence, whether it applies.
-
-    >>> Check("every rank present", True, "ranks 0-3 of 4").to_dict()
-    {'name': 'every rank present', 'passed': True, 'detail': 'ranks 0-3 of 4', 'applicable': True}
-    """
+    """One check: its name, whether it passed (None = cannot judge), the evidence, whether it applies."""
 
     name: str
     passed: bool | None
@@ -41,12 +32,8 @@ class Check:
 
 
 def gate_verdict(checks: Sequence[Check]) -> bool | None:
-    """False when any check failed, else None when any (or, with none applicable, all) could not be judged.
-
-    >>> gate_verdict([Check("a", True, ""), Check("b", None, "")]) is None
-    True
-    >>> gate_verdict([Check("a", True, ""), Check("b", None, "no plan", applicable=False)])
-    True
+    """False when any applicable check failed, else None when any (or, with none applicable, all) could not be
+    judged, else True.
     """
     verdicts = [check.passed for check in checks if check.applicable]
     if False in verdicts:
@@ -58,29 +45,23 @@ def gate_verdict(checks: Sequence[Check]) -> bool | None:
 
 def verdict_word(passed: bool | None) -> str:
     """The one word for a verdict: ``PASS``, ``FAIL`` or ``CANNOT JUDGE``."""
-    return {True: "PASS", False: "FAIL", None: "CANNOT JUDGE"}[passed]
+    return _WORDS[passed]
+
+
+def _word(check: Check) -> str:
+    return verdict_word(check.passed) if check.applicable else NOT_APPLICABLE
 
 
 def format_check(check: Check) -> str:
-    """One check as the CLI prints it: verdict and name, then each ``; ``-part of its evidence indented.
-
-    >>> print(format_check(Check("every rank present", False, "missing rank 3; rank 2: ok")))
-    FAIL  every rank present
-          missing rank 3
-          rank 2: ok
-    """
-    word = verdict_word(check.passed) if check.applicable else NOT_APPLICABLE
+    """One check as the CLI prints it: verdict and name, then each ``; ``-part of its evidence indented."""
     parts = [f"      {terminal_text(part)}" for part in check.detail.split("; ") if part]  # text from files
-    return "\n".join([f"{word}  {terminal_text(check.name)}", *parts])
+    return "\n".join([f"{_word(check)}  {terminal_text(check.name)}", *parts])
 
 
 def format_checks(checks: Sequence[Check]) -> str:
-    """What ``kvplan gate`` prints: each check, then the verdict and the count of each verdict word (issue 24),
-    e.g. ``gate: FAIL (5 PASS, 1 FAIL, 0 CANNOT JUDGE, 2 N/A)``."""
-    lines = [format_check(check) for check in checks]
-    counts = {word: 0 for word in (*map(verdict_word, (True, False, None)), NOT_APPLICABLE)}
+    """What ``kvplan gate`` prints: each check, then ``gate: FAIL (5 PASS, 1 FAIL, 0 CANNOT JUDGE, 2 N/A)``."""
+    counts = dict.fromkeys([*_WORDS.values(), NOT_APPLICABLE], 0)
     for check in checks:
-        counts[verdict_word(check.passed) if check.applicable else NOT_APPLICABLE] += 1
+        counts[_word(check)] += 1
     tally = ", ".join(f"{count} {word}" for word, count in counts.items())
-    lines.append(f"gate: {verdict_word(gate_verdict(checks))} ({tally})")
-    return "\n".join(lines)
+    return "\n".join([*map(format_check, checks), f"gate: {verdict_word(gate_verdict(checks))} ({tally})"])

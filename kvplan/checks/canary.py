@@ -16,9 +16,9 @@ from kvplan.drift import lowest_free_bytes, per_rank
 from kvplan.io.vllm.manual import APPLIED, NOT_APPLIED, StartupPlanLine
 from kvplan.units import format_size
 
-if TYPE_CHECKING:  # for the annotations only
+if TYPE_CHECKING:
     from kvplan.checks.gate import Approved
-    from kvplan.io.prometheus.vllm import RunningValue
+    from kvplan.io.prometheus import RunningValue
 
 VALUE_CHECK = "canary ran the approved value"
 #: What to give when a canary rank's free or total memory at start-up is not shown.
@@ -38,13 +38,7 @@ EVIDENCE_CHECKS = tuple(_NOT_EVIDENCE)
 
 def judged_on_complete_evidence(checks: list[Check]) -> list[Check]:
     """``checks`` as a gate reports them: a canary of another key, with missing or extra ranks or cut short is no
-    evidence, so those checks cannot judge and no other check is judged; an OOM or error still fails.
-
-    >>> judged = judged_on_complete_evidence([Check(RANKS_CHECK, False, "missing rank 3"),
-    ...                                       Check("tokens", False, "rank 2: …; a lower value fits: …")])
-    >>> [(c.passed, c.detail) for c in judged]
-    [(None, 'cannot judge: missing rank 3'), (None, 'not judged: the canary misses or adds ranks')]
-    """
+    evidence, so those checks cannot judge and no other check is judged; an OOM or error still fails."""
     incomplete = [
         _NOT_EVIDENCE[c.name]
         for c in checks
@@ -92,13 +86,7 @@ def check_canary_utilization(
 
 def check_canary_value(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
     """Every rank of a canary that ran a manual value ran exactly the approved bytes (a value printed to 0.01 GiB:
-    its interval holds them).
-
-    >>> from kvplan.checks.gate import Approved
-    >>> a = Approved(100, (0,), (100,), (None,), 0, 0, None, {})
-    >>> check_canary_value(a, pd.DataFrame({"rank": [0], "manual_kv_bytes": [90]})).detail
-    'rank 0: ran --kv-cache-memory-bytes=90, approved --kv-cache-memory-bytes=100'
-    """
+    its interval holds them)."""
     manual = manual_values(boot_ledger)
     if not manual:
         return Check.not_applicable(VALUE_CHECK, "the canary profiled (no manual value)")
@@ -123,12 +111,7 @@ def check_canary_value(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
 
 
 def manual_values(boot_ledger: pd.DataFrame) -> dict[int, tuple[int, int]]:
-    """Per rank that ran a manual value: (the value as logged, the most the flag can be, ``manual_kv_max_bytes``)
-    [bytes].
-
-    >>> manual_values(pd.DataFrame({"rank": [0], "manual_kv_bytes": [100], "manual_kv_max_bytes": [105]}))
-    {0: (100, 105)}
-    """
+    """Per rank that ran a manual value: (the value as logged, the most the flag can be) [bytes]."""
     shown = per_rank(boot_ledger, "manual_kv_bytes", "max")
     most = per_rank(boot_ledger, "manual_kv_max_bytes", "max")
     return {rank: (value, max(value, most.get(rank, value))) for rank, value in shown.items()}
@@ -140,17 +123,8 @@ def check_startup_plan(
     plan_lines: Mapping[str, Sequence[StartupPlanLine]],
     plan_values: Mapping[str, int],
 ) -> Check:
-    """Every rank of a canary logged "Applying persisted startup plan (fingerprint <fp>):
-    kv_cache_memory_bytes=<value>" of an exported plan (``plan_values``: fingerprint → value); "Startup plan
-    not applied" fails. ``plan_lines``: each canary log's (by source).
-
-    >>> from kvplan.checks.gate import Approved
-    >>> line = StartupPlanLine(9, "Worker_TP0", 7, APPLIED, "ab" * 8, 100, 50, 40)
-    >>> a = Approved(120, (0,), (120,), (None,), 0, 0, None, {})
-    >>> frame = pd.DataFrame({"source": ["c.log"], "rank": [0], "pid": [7]})
-    >>> check_startup_plan(a, frame, {"c.log": [line]}, {"ab" * 8: 100}).detail
-    'rank 0: applied plan abababababababab, kv_cache_memory_bytes=100 = the plan (c.log:9)'
-    """
+    """Every rank of a canary logged "Applying persisted startup plan (fingerprint <fp>): kv_cache_memory_bytes=<v>" of
+    an exported plan (``plan_values``: fingerprint → value; ``plan_lines`` by source); "not applied" fails."""
     by_rank: dict[int, list[tuple[str, StartupPlanLine]]] = {}
     for row in boot_ledger[["source", "rank", "pid"]].dropna().drop_duplicates().itertuples(index=False):
         found = [
@@ -201,7 +175,7 @@ RUNNING_CHECK = "running value"
 
 def _verdict(value: RunningValue, approved_bytes: int, blocks: int | None) -> tuple[bool | None, str]:
     """Whether one engine runs the approved value, and the evidence."""
-    from kvplan.io.prometheus.vllm import ABSENT  # requests: only where a running value is judged
+    from kvplan.io.prometheus import ABSENT  # requests: only where a running value is judged
 
     got = value.kv_cache_memory_bytes
     if got == ABSENT:
@@ -227,19 +201,8 @@ def _verdict(value: RunningValue, approved_bytes: int, blocks: int | None) -> tu
 def check_running_values(
     values: Sequence[RunningValue], approved_bytes: int, block_bytes: int | None
 ) -> list[Check]:
-    """One check per engine that reported a running value; none when nothing reported one.
-
-    >>> from kvplan.io.prometheus.vllm import RunningValue
-    >>> v = RunningValue("canary.prom:12", "0", 16_106_127_360, 12_288)
-    >>> check = check_running_values([v], 12_884_377_600, 1_310_720)[0]
-    >>> check.passed, check.detail.split(";")[0]
-    (False, 'canary.prom:12 engine 0: kv_cache_memory_bytes=16106127360 ≠ the approved 12884377600')
-    >>> check.detail.split("; ")[1]  # 12,288 blocks ≥ 12,884,377,600 // 1,310,720 = 9,830
-    'num_gpu_blocks=12288 ≥ the approved 9830'
-    """
-    blocks = (
-        approved_bytes // block_bytes if block_bytes else None
-    )  # whole blocks per GPU (None: size unknown)
+    """One check per engine that reported a running value (``vllm:cache_config_info``); none when none did."""
+    blocks = approved_bytes // block_bytes if block_bytes else None  # whole blocks per GPU (None: unknown)
     checks = []
     for value in values:
         where = f"{value.where} engine {value.engine}"

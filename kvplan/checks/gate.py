@@ -21,7 +21,6 @@ from kvplan.drift import adjusted_budget_bytes, lowest_free_bytes, per_rank
 from kvplan.units import format_budget, format_size
 
 BUDGET_CHECK = "approved value fits every rank"
-
 RESERVE_CHECK = "reserve present after warm-up"
 TOKENS_CHECK = "tokens cover the admission plan"
 OWN_GATE_CHECK = "the approved boot passes its own gate"
@@ -29,9 +28,8 @@ OWN_GATE_CHECK = "the approved boot passes its own gate"
 
 @dataclass(frozen=True)
 class Approved:
-    """What a gate needs from an approval (bytes, one entry per approved rank): ``ref_free_bytes`` (None: not
-    shown), the admission plan in tokens, the lowest "GPU KV cache size" of the profiled boots, the tokens the
-    value holds at ``max_model_len``, the key fields the reader filled with vLLM's default."""
+    """What a gate needs from an approval [bytes, one entry per approved rank; None: not shown]; tokens: the
+    admission plan's, the lowest logged "GPU KV cache size", the value's at ``max_model_len``."""
 
     budget_bytes: int
     ranks: tuple[int, ...]
@@ -45,21 +43,13 @@ class Approved:
     logged_tokens: int | None = None
     capacity_tokens: int | None = None
     defaulted_key_fields: frozenset[str] = frozenset()
-    #: the approved launch's companion ``--gpu-memory-utilization`` and each rank's total memory [bytes]
     gpu_memory_utilization: float | None = None
     total_bytes: tuple[int | None, ...] = ()
 
 
 def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes: int) -> Check:
     """Per rank, the lower of the drift rule ``safe_ref − max(0, F_ref − F_boot)`` and the boot's own room less
-    the reserve, less the guard, is ≥ the approved value; a manual value holding (or, printed to 0.01 GiB, maybe
-    holding) more whole blocks fails. On failure the detail names the lower launch that fits.
-
-    >>> GiB = 1 << 30
-    >>> a = Approved(30 * GiB, (0,), (30 * GiB,), (42 * GiB,), GiB, 0, None, {})
-    >>> frame = pd.DataFrame({"rank": [0], "init_free_bytes": [42 * GiB], "room_bytes": [30 * GiB]})
-    >>> check_budget_fits(a, frame, 0).detail.split("; ")[0]  # one line per rank, the lower estimate first
-    "rank 0: the boot's own room 30 GiB − reserve 1 GiB − 0 B = 29 GiB < 30 GiB (also 30 GiB − max(0, 42 GiB − 42 GiB) − 0 B = 30 GiB ≥ 30 GiB)"
+    the reserve, less the guard, is ≥ the approved value; a manual value that may hold more whole blocks fails.
     """
     boot_free = lowest_free_bytes(boot_ledger)
     room = per_rank(boot_ledger, "room_bytes", "min")
@@ -97,8 +87,7 @@ def check_budget_fits(approved: Approved, boot_ledger: pd.DataFrame, guard_bytes
 def _rank_estimates(
     approved: Approved, boot_free: Mapping[int, int], room: Mapping[int, int], guard_bytes: int
 ) -> tuple[list[str], dict[int, int], bool]:
-    """Per rank one line (the lower estimate first, the other in parentheses), the estimates by rank, and
-    whether a rank gained free memory."""
+    """Per rank one line (the lower estimate first), the estimates by rank, whether a rank gained free memory."""
     budget = approved.budget_bytes
     lines, estimates = [], {}
     reprofile = False
@@ -128,29 +117,19 @@ def check_own_gate(approved: Approved, boot_ledger: pd.DataFrame) -> Check | Non
     check = check_budget_fits(approved, boot_ledger, approved.guard_bytes)
     if check.passed is not False or check_budget_fits(approved, boot_ledger, 0).passed is False:
         return None
-    most = largest_guard(approved, boot_ledger) or 0
-    keeps = f"keeps {most:,} B ({format_size(most)})" if most > 0 else "keeps nothing"
-    smaller = f"--guard {most:,} B or less, or " if most > 0 else ""
-    return Check(
-        OWN_GATE_CHECK,
-        False,
-        f"with --guard {format_size(approved.guard_bytes)}, recorded as kvplan gate's default, the approved boot "
-        f"itself fails the gate (its weakest rank {keeps} above the approved value); next: approve again with "
-        f"{smaller}--guard 0 and give canaries their guard with kvplan gate --guard",
-    )
-
-
-def largest_guard(approved: Approved, boot_ledger: pd.DataFrame) -> int | None:
-    """The largest guard [bytes] with which ``boot_ledger`` passes :func:`check_budget_fits` (None: no estimate).
-
-    >>> GiB = 1 << 30
-    >>> a = Approved(29 * GiB, (0,), (30 * GiB,), (42 * GiB,), GiB, 0, None, {})
-    >>> largest_guard(a, pd.DataFrame({"rank": [0], "init_free_bytes": [42 * GiB]})) // GiB  # 30 − 29 GiB
-    1
-    """
     room = per_rank(boot_ledger, "room_bytes", "min")
     _, estimates, _ = _rank_estimates(approved, lowest_free_bytes(boot_ledger), room, 0)
-    return min(estimates.values()) - approved.budget_bytes if estimates else None
+    most = (
+        min(estimates.values()) - approved.budget_bytes if estimates else 0
+    )  # the largest guard that passes
+    keeps = f"keeps {most:,} B ({format_size(most)})" if most > 0 else "keeps nothing"
+    smaller = f"--guard {most:,} B or less, or " if most > 0 else ""
+    why = (
+        f"with --guard {format_size(approved.guard_bytes)}, recorded as kvplan gate's default, the approved boot "
+        f"itself fails the gate (its weakest rank {keeps} above the approved value); next: approve again with "
+        f"{smaller}--guard 0 and give canaries their guard with kvplan gate --guard"
+    )
+    return Check(OWN_GATE_CHECK, False, why)
 
 
 def _versus(value: int, budget: int) -> str:
@@ -164,16 +143,10 @@ def check_reserve_after_warmup(
     free_after_warmup_bytes: Mapping[int, int] | None = None,
 ) -> Check:
     """The reserve is still free on every rank after warm-up: in a snapshot taken then, else ``room − manual
-    value`` of a boot that ran one; only observations count (none: not applicable, a rank unseen: cannot judge).
-
-    >>> frame = pd.DataFrame({"rank": [0], "room_bytes": [31 << 30], "manual_kv_bytes": [None]})
-    >>> a = Approved(30 << 30, (0,), (30 << 30,), (42 << 30,), 1 << 30, 0, None, {})
-    >>> check_reserve_after_warmup(a, frame).applicable
-    False
-    """
+    value``; no observation: not applicable, a rank unseen: cannot judge."""
     room = per_rank(boot_ledger, "room_bytes", "min")
     manual = {rank: most for rank, (_shown, most) in manual_values(boot_ledger).items()}
-    lines, passed, unseen = [], True, []
+    lines, passed, unseen, reserve = [], True, [], format_size(approved.reserve_bytes)
     for rank in approved.ranks:
         if free_after_warmup_bytes is not None and rank in free_after_warmup_bytes:
             left, how = free_after_warmup_bytes[rank], "free after warm-up (snapshot)"
@@ -185,10 +158,7 @@ def check_reserve_after_warmup(
             continue
         ok = left >= approved.reserve_bytes
         passed = passed and ok
-        lines.append(
-            f"rank {rank}: {how} = {format_size(left)} {'≥' if ok else '<'} reserve "
-            f"{format_size(approved.reserve_bytes)}"
-        )
+        lines.append(f"rank {rank}: {how} = {format_size(left)} {'≥' if ok else '<'} reserve {reserve}")
     if not lines:
         why = (
             "no observation after warm-up (give an nvidia-smi snapshot taken after warm-up with --nvidia-smi, "
@@ -202,12 +172,7 @@ def check_reserve_after_warmup(
 
 
 def check_tokens(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
-    """The boot's logged "GPU KV cache size" [tokens] covers the admission plan recorded at approval.
-
-    >>> a = Approved(1, (0,), (1,), (1,), 0, 0, None, {}, tokens_required=49_152)
-    >>> check_tokens(a, pd.DataFrame({"rank": [0], "kv_cache_tokens": [40_000]})).passed
-    False
-    """
+    """The boot's logged "GPU KV cache size" [tokens] covers the admission plan recorded at approval."""
     if approved.tokens_required is None:
         why = "no admission plan recorded at approval (approve with --target-concurrency and --seq-len)"
         return Check.not_applicable(TOKENS_CHECK, why)
@@ -215,11 +180,11 @@ def check_tokens(approved: Approved, boot_ledger: pd.DataFrame) -> Check:
         return Check(TOKENS_CHECK, None, "the boot did not log its GPU KV cache size")
     tokens = int(boot_ledger["kv_cache_tokens"].dropna().min())
     passed = tokens >= approved.tokens_required
+    plan = approved.tokens_required
     return Check(
         TOKENS_CHECK,
         passed,
-        f"GPU KV cache size {tokens:,} tokens {'≥' if passed else '<'} "
-        f"plan {approved.tokens_required:,} tokens",
+        f"GPU KV cache size {tokens:,} tokens {'≥' if passed else '<'} plan {plan:,} tokens",
     )
 
 
@@ -231,8 +196,7 @@ def gate_checks(
     free_after_warmup_bytes: Mapping[int, int] | None = None,
     boot_defaults: Collection[str] = (),
 ) -> list[Check]:
-    """Every gate check of a boot against an approval, in a fixed order (``guard_bytes`` None: the approval's;
-    ``boot_defaults``: the key fields the boot's logs do not show)."""
+    """Every gate check of a boot against an approval, in a fixed order (``guard_bytes`` None: the approval's)."""
     guard = approved.guard_bytes if guard_bytes is None else guard_bytes
     if guard < 0:
         raise ValueError(f"guard must not be negative, got {guard} bytes")
@@ -240,7 +204,7 @@ def gate_checks(
         check_compatibility_key(
             approved.compatibility_key,
             boot_key,
-            manual_boot=_is_manual(boot_ledger),
+            "manual_kv_bytes" in boot_ledger and bool(boot_ledger["manual_kv_bytes"].notna().any()),
             approved_defaults=approved.defaulted_key_fields,
             boot_defaults=boot_defaults,
         ),
@@ -255,16 +219,10 @@ def gate_checks(
     return judged_on_complete_evidence(checks)
 
 
-def _is_manual(boot_ledger: pd.DataFrame) -> bool:
-    """Whether the boot ran a manual ``--kv-cache-memory-bytes`` value (its ledger shows one)."""
-    return "manual_kv_bytes" in boot_ledger and bool(boot_ledger["manual_kv_bytes"].notna().any())
-
-
 def _remedy_utilization(
     approved: Approved, boot_ledger: pd.DataFrame, boot_free: Mapping[int, int], guard_bytes: int
 ) -> float | str:
-    """The companion U of a lower value on this boot's free memory less the guard (at most the approval's U), or
-    why none can be given (issue 24: a remedy is a launch)."""
+    """The companion U of a lower value on this boot's free memory less the guard (≤ the approval's), or why none."""
     totals, recorded = (
         per_rank(boot_ledger, "total_bytes", "max"),
         dict(zip(approved.ranks, approved.total_bytes)),
@@ -284,11 +242,7 @@ def _remedy_utilization(
 def _lower_value_text(
     uniform_bytes: int, limiting_rank: int, block_bytes: int | None, utilization: float | str
 ) -> str:
-    """The gate's remedy: the lower value in whole blocks with its companion U, or why no launch is offered.
-
-    >>> _lower_value_text(30_332_682_240, 2, 655_360, 0.9)
-    'a lower value fits: 28.25 GiB (whole blocks), --kv-cache-memory-bytes=30332682240 --gpu-memory-utilization=0.90 (limiting rank 2)'
-    """
+    """The gate's remedy: the lower value in whole blocks with its companion U, or why no launch is offered."""
     value = (
         uniform_bytes
         if block_bytes is None or uniform_bytes <= 0
@@ -320,9 +274,5 @@ def _above_text(rank: int, shown: int, most: int, budget: int) -> str:
 
 
 def _blocks(kv_bytes: int, block_bytes: int | None) -> int:
-    """What vLLM allocates for a manual value: whole blocks (the bytes when the block size is unknown).
-
-    >>> _blocks(12_884_377_600 + 1_000_000, 1_310_720) == _blocks(12_884_377_600, 1_310_720)  # 9,830 blocks
-    True
-    """
+    """What vLLM allocates for a manual value: whole blocks (the bytes when the block size is unknown)."""
     return kv_bytes if not block_bytes else kv_bytes // block_bytes

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from collections.abc import Collection, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -19,11 +20,16 @@ OUTCOME_CHECK = "no OOM or error"
 
 #: Key fields a manual-value boot does not use (vLLM sizes the KV cache from ``--kv-cache-memory-bytes``).
 MANUAL_BOOT_IGNORES = ("gpu_memory_utilization",)
-#: Key fields vLLM leaves out or prints as ``None`` at their default: unknown means "None" where the logs show
-#: the model's configuration.
+#: Key fields vLLM prints as ``None`` at their default: unknown means "None" where the logs show the model.
 NONE_WHEN_CONFIG_SHOWN = ("quantization", "revision")
 #: How the log reader's provenance marks a key value it filled with vLLM's default (no log line).
 DEFAULT_PROVENANCE = "default of vLLM"
+#: The key fields not compared, by kind, as the check lists them.
+_UNCOMPARED = {
+    "boot only": "not recorded at approval (not compared)",
+    "neither": "not shown on either side (not compared)",
+    "ignored": "not used by a manual-value boot",
+}
 
 
 def _explicit_defaults(key: Mapping[str, object]) -> dict[str, object]:
@@ -33,12 +39,7 @@ def _explicit_defaults(key: Mapping[str, object]) -> dict[str, object]:
 
 
 def defaulted_key_fields(provenance: pd.DataFrame) -> frozenset[str]:
-    """Key fields the reader filled with vLLM's default (no line, raw text ``default of vLLM <release>``).
-
-    >>> defaulted_key_fields(pd.DataFrame({"column": ["block_size", "model"], "line": [None, 3],
-    ...                                    "raw": ["default of vLLM 0.26.0", "model=m"]}))
-    frozenset({'block_size'})
-    """
+    """Key fields the reader filled with vLLM's default (no line, raw text ``default of vLLM <release>``)."""
     if provenance.empty or not {"column", "line", "raw"} <= set(provenance.columns):
         return frozenset()
     filled = provenance["line"].isna() & provenance["raw"].astype(str).str.startswith(DEFAULT_PROVENANCE)
@@ -46,14 +47,7 @@ def defaulted_key_fields(provenance: pd.DataFrame) -> frozenset[str]:
 
 
 def read_defaulted_key_fields(metadata: ReadMetadata) -> frozenset[str]:
-    """:func:`defaulted_key_fields` from the reader's compact provenance rows, without building the frame.
-
-    >>> from kvplan.io.metadata import ReadMetadata
-    >>> rows = [("a.log", pd.NA, 0, pd.NA, "block_size", 16, "default of vLLM 0.26.0"),
-    ...         ("a.log", 3, 0, pd.NA, "model", "m", 120)]
-    >>> read_defaulted_key_fields(ReadMetadata(provenance_rows=rows))
-    frozenset({'block_size'})
-    """
+    """:func:`defaulted_key_fields` from the reader's compact provenance rows, without building the frame."""
     found = set()
     for source, line, _, _, column, _, raw in metadata.provenance_rows:
         if type(line) is int or not pd.isna(line):
@@ -71,18 +65,8 @@ def check_compatibility_key(
     approved_defaults: Collection[str] = (),
     boot_defaults: Collection[str] = (),
 ) -> Check:
-    """Every key field shown on both sides is equal; each difference is listed. A field shown on neither side,
-    by the boot only, or filled with vLLM's default (``*_defaults``) is not compared; one the approval recorded
-    but the boot does not show leaves the check unjudged.
-
-    >>> check_compatibility_key({"model": "m", "block_size": 16}, {"model": "m", "block_size": 32}).detail
-    'block_size: approved 16, boot 32'
-    >>> check_compatibility_key({"model": "m", "gpu_name": None}, {"model": "m", "gpu_name": None}).detail
-    '3 fields unchanged; not shown on either side (not compared): gpu_name'
-    >>> check_compatibility_key({"model": "m"}, {"model": "m", "quantization": "fp8"}).detail
-    'quantization: approved None, boot fp8'
-    >>> check_compatibility_key({"model": "m", "gpu_name": "H100"}, {"model": "m"}).passed is None
-    True
+    """Every key field shown on both sides is equal (each difference listed); a field the approval recorded but
+    the boot does not show (or only as vLLM's default, ``*_defaults``) leaves the check unjudged.
     """
     kinds = _field_kinds(
         _explicit_defaults(approved_key),
@@ -91,35 +75,27 @@ def check_compatibility_key(
         approved_defaults,
         boot_defaults,
     )
-    differences, boot_only, approved_only = kinds["differs"], kinds["boot only"], kinds["approved only"]
-    neither, ignored, equal = kinds["neither"], kinds["ignored"], len(kinds["equal"])
-    notes = [
-        f"not recorded at approval (not compared): {', '.join(boot_only)}" if boot_only else "",
-        f"not shown on either side (not compared): {', '.join(neither)}" if neither else "",
-        f"not used by a manual-value boot: {', '.join(ignored)}" if ignored else "",
-    ]
-    note = "".join(f"; {part}" for part in notes if part)
-    if differences:
-        return Check(KEY_CHECK, False, "; ".join(differences) + note)
+    note = "".join(f"; {what}: {', '.join(kinds[kind])}" for kind, what in _UNCOMPARED.items() if kinds[kind])
+    if kinds["differs"]:
+        return Check(KEY_CHECK, False, "; ".join(kinds["differs"]) + note)
+    equal = len(kinds["equal"])
     unchanged = f"{equal} field{'s' if equal != 1 else ''} unchanged"
-    if approved_only:
-        assumed_here = [field for field in approved_only if field in boot_defaults]
-        default_note = (
-            f"; this boot does not show {', '.join(assumed_here)} (the reader assumed vLLM's default, which is "
-            "not evidence)"
-            if assumed_here
-            else ""
-        )
-        return Check(
-            KEY_CHECK,
-            None,
-            (
-                f"the approval recorded {', '.join(approved_only)}, which this boot does not show "
-                f"(for gpu_name and driver_version, give the canary's --nvidia-smi snapshots){default_note}; "
-                f"{unchanged}{note}"
-            ),
-        )
-    return Check(KEY_CHECK, True, unchanged + note)
+    approved_only = kinds["approved only"]
+    if not approved_only:
+        return Check(KEY_CHECK, True, unchanged + note)
+    assumed_here = [field for field in approved_only if field in boot_defaults]
+    default_note = (
+        f"; this boot does not show {', '.join(assumed_here)} (the reader assumed vLLM's default, which is "
+        "not evidence)"
+        if assumed_here
+        else ""
+    )
+    why = (
+        f"the approval recorded {', '.join(approved_only)}, which this boot does not show "
+        f"(for gpu_name and driver_version, give the canary's --nvidia-smi snapshots){default_note}; "
+        f"{unchanged}{note}"
+    )
+    return Check(KEY_CHECK, None, why)
 
 
 def _field_kinds(
@@ -130,9 +106,7 @@ def _field_kinds(
     boot_defaults: Collection[str],
 ) -> dict[str, list[str]]:
     """Each key field by how it compares (a difference is listed as its text)."""
-    kinds: dict[str, list[str]] = {
-        k: [] for k in ("differs", "boot only", "approved only", "neither", "ignored", "equal")
-    }
+    kinds: dict[str, list[str]] = defaultdict(list)
     for field in sorted(set(approved_key) | set(boot_key)):
         approved, boot = plain_value(approved_key.get(field)), plain_value(boot_key.get(field))
         assumed = (field in approved_defaults, field in boot_defaults)
@@ -154,38 +128,30 @@ def _field_kinds(
 
 
 def check_ranks_present(approved_ranks: Sequence[int], boot_ledger: pd.DataFrame) -> Check:
-    """The boot shows exactly the approved ranks.
-
-    >>> check_ranks_present([0, 1], pd.DataFrame({"rank": [0]})).detail
-    'missing rank 1 (the boot shows rank 0 of approved 0-1)'
-    """
+    """The boot shows exactly the approved ranks."""
     boot = sorted({int(rank) for rank in boot_ledger["rank"].dropna()})
     approved = sorted(int(rank) for rank in approved_ranks)
     missing = [rank for rank in approved if rank not in boot]
     extra = [rank for rank in boot if rank not in approved]
-    problems = []
-    if missing:
-        problems.append(f"missing rank{'s' if len(missing) > 1 else ''} {rank_list(missing)}")
-    if extra:
-        problems.append(f"unapproved rank{'s' if len(extra) > 1 else ''} {rank_list(extra)}")
-    seen = f"the boot shows rank {rank_list(boot) or 'none'} of approved {_rank_span(approved)}"
+    problems = [
+        f"{what} rank{'s' if len(ranks) > 1 else ''} {rank_list(ranks)}"
+        for what, ranks in (("missing", missing), ("unapproved", extra))
+        if ranks
+    ]
     if problems:
+        seen = f"the boot shows rank {rank_list(boot) or 'none'} of approved {_rank_span(approved)}"
         return Check(RANKS_CHECK, False, f"{', '.join(problems)} ({seen})")
     return Check(RANKS_CHECK, True, f"ranks {_rank_span(boot)} of {len(approved)}")
 
 
 def check_outcomes(boot_ledger: pd.DataFrame) -> Check:
-    """No rank ran out of memory or stopped with an error; an incomplete boot cannot be judged.
-
-    >>> frame = pd.DataFrame({"source": ["c.log"], "rank": [2], "outcome": ["oom"],
-    ...                       "error": ["CUDA out of memory"]})
-    >>> check_outcomes(frame).detail
-    'c.log rank 2: oom: CUDA out of memory'
-    """
+    """No rank ran out of memory or stopped with an error; an incomplete boot cannot be judged."""
     failed, unknown = [], []
     for row in boot_ledger.itertuples(index=False):
         outcome = plain_value(getattr(row, "outcome", None))
-        where = f"{getattr(row, 'source', '?')} rank {_rank_text(row.rank)}"
+        where = (
+            f"{getattr(row, 'source', '?')} rank {'?' if plain_value(row.rank) is None else int(row.rank)}"
+        )
         if outcome in ("oom", "error"):
             failed.append(f"{where}: {outcome}: {plain_value(getattr(row, 'error', None)) or 'no text'}")
         elif outcome != "ok":
@@ -193,13 +159,10 @@ def check_outcomes(boot_ledger: pd.DataFrame) -> Check:
     if failed:
         return Check(OUTCOME_CHECK, False, "; ".join(failed + unknown))
     if unknown:
-        detail = "; ".join(unknown) + " (the log stops before the KV cache is sized)"
-        return Check(OUTCOME_CHECK, None, detail)
+        return Check(
+            OUTCOME_CHECK, None, f"{'; '.join(unknown)} (the log stops before the KV cache is sized)"
+        )
     return Check(OUTCOME_CHECK, True, f"{len(boot_ledger)} rank rows ok")
-
-
-def _rank_text(rank: Any) -> str:
-    return "?" if plain_value(rank) is None else str(int(rank))
 
 
 def rank_list(ranks: Sequence[int]) -> str:
@@ -207,11 +170,7 @@ def rank_list(ranks: Sequence[int]) -> str:
 
 
 def _rank_span(ranks: Sequence[int]) -> str:
-    """``0-3`` for a contiguous run, else the list.
-
-    >>> _rank_span([0, 1, 2, 3]), _rank_span([0, 2])
-    ('0-3', '0, 2')
-    """
+    """``0-3`` for a contiguous run, else the list."""
     if len(ranks) > 1 and list(ranks) == list(range(ranks[0], ranks[-1] + 1)):
         return f"{ranks[0]}-{ranks[-1]}"
     return rank_list(ranks)

@@ -5,14 +5,12 @@ vLLM refuses to start, also with ``--kv-cache-memory-bytes``, when (a) a rank's 
 in ``gpu_worker.init_device`` 0.9.1–0.10.2; none before), or (b) one request of ``max_model_len`` tokens does
 not fit (V1 ``_check_enough_kv_cache_memory``, less the null block from 0.29; V0 ``raise_if_cache_size_invalid``).
 (c) is kvplan's own: the value plus the non-KV footprint fits free memory. Any other refusal of a manual value
-(0.33 ``config/cache.py``) holds by construction.
-"""
+(0.33 ``config/cache.py``) holds by construction."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import pandas as pd
 
@@ -41,27 +39,14 @@ MEASURE_FREE = (
 )
 
 
-@dataclass(frozen=True)
-class LaunchFlags:
-    """The companion ``--gpu-memory-utilization`` of a launch (None: not known) and, when it rests on incomplete
-    evidence, what to measure."""
-
-    gpu_memory_utilization: float | None
-    warning: str | None = None
-
-
 def launch_flags(
     total_bytes: Sequence[int | None],
     free_bytes: Sequence[int | None],
     guard_bytes: int,
     logged_utilization: float | None = None,
-) -> LaunchFlags:
-    """The companion U on ranks with these totals and start-up free memory [bytes]: from the ranks where both
-    are known, else the utilization the profiled boot ran at, with a warning.
-
-    >>> launch_flags([None], [None], 0, 0.6).warning.startswith("no rank's free memory")
-    True
-    """
+) -> tuple[float | None, str | None]:
+    """The companion U on ranks with these totals and start-up free memory [bytes] (none known: the profiled
+    boot's), and what to measure when it rests on incomplete evidence."""
     known = [(t, f) for t, f in zip(total_bytes, free_bytes) if t is not None and f is not None]
     if not known:
         given = (
@@ -70,12 +55,12 @@ def launch_flags(
             else "not given: none is known"
         )
         unknown = f"no rank's free memory at start-up is known, so --gpu-memory-utilization is {given}"
-        return LaunchFlags(logged_utilization, f"{unknown}; {MEASURE_FREE}")
+        return logged_utilization, f"{unknown}; {MEASURE_FREE}"
     utilization = largest_utilization([t for t, _ in known], [f for _, f in known], guard_bytes)
     if len(known) < len(total_bytes):
         missing = "some rank's free or total memory at start-up is not shown; U covers the others only"
-        return LaunchFlags(utilization, f"{missing}: {MEASURE_FREE}")
-    return LaunchFlags(utilization)
+        return utilization, f"{missing}: {MEASURE_FREE}"
+    return utilization, None
 
 
 def check_startup_memory(
@@ -86,11 +71,7 @@ def check_startup_memory(
     utilization: float | None,
     vllm_version: str | None,
 ) -> Check:
-    """(a) vLLM's start-up check with ``utilization`` on every rank's free memory less the guard, one line per rank.
-
-    >>> check_startup_memory([0], [85_029_615_043], [52_194_590_065], 0, 0.61, "0.33.0").detail
-    'rank 0: free 48.61 GiB − margin 5.12 MiB − guard 0 B ≥ ceil(79.2 GiB × 0.61) = 48.31 GiB'
-    """
+    """(a) vLLM's start-up check with ``utilization`` on every rank's free memory less the guard, one line per rank."""
     if parse_vllm_version(vllm_version) < STARTUP_FREE_CHECK_FROM:
         why = f"vLLM {vllm_version} has no start-up free-memory check (V0 worker.py, V1 before 0.9.1)"
         return Check.not_applicable(UTILIZATION_CHECK, why)
@@ -102,11 +83,8 @@ def check_startup_memory(
             if guard_bytes
             else "free GPU memory (other processes) and profile again"
         )
-        return Check(
-            UTILIZATION_CHECK,
-            False,
-            f"no --gpu-memory-utilization ≥ 0.01 passes on every rank: free memory is too low; next: {step}",
-        )
+        too_low = "no --gpu-memory-utilization ≥ 0.01 passes on every rank: free memory is too low"
+        return Check(UTILIZATION_CHECK, False, f"{too_low}; next: {step}")
     lines, passed = [], True
     for rank, total, free in zip(ranks, total_bytes, free_bytes):
         if total is None or free is None:
@@ -125,14 +103,7 @@ def check_startup_memory(
 
 def largest_length(spec: KVSpec, kv_bytes: int, max_model_len: int) -> int:
     """The largest ``max_model_len`` (≤ the given one) whose one request fits ``kv_bytes``: V0 ``block_size ×
-    blocks``; V1 vLLM's ``estimate_max_model_len``, the length ``--max-model-len -1`` fits.
-
-    >>> from kvplan.kvspec import kv_spec
-    >>> spec = kv_spec({"num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8,
-    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, vllm_version="0.6.6")  # 2 MiB blocks
-    >>> largest_length(spec, 4 * 2**30, 131072)  # V0: 2,048 blocks × 16 tokens
-    32768
-    """
+    blocks``; V1 vLLM's ``estimate_max_model_len``, the length ``--max-model-len -1`` fits."""
     if parse_vllm_version(spec.vllm_version) < V1_DEFAULT_FROM:
         return min(max_model_len, spec.num_blocks(kv_bytes) * spec.block_size)
     return spec.auto_fit_max_model_len(kv_bytes, max_model_len)
@@ -140,14 +111,7 @@ def largest_length(spec: KVSpec, kv_bytes: int, max_model_len: int) -> int:
 
 def request_bytes(spec: KVSpec, max_model_len: int) -> int:
     """The smallest per-rank KV value [bytes] holding one request of ``max_model_len`` tokens (+ the null block
-    from 0.29).
-
-    >>> from kvplan.kvspec import kv_spec
-    >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4, vllm_version="0.33.0")
-    >>> request_bytes(spec, 32768) // spec.block_bytes  # 2,048 blocks + the null block
-    2049
-    """
+    from 0.29)."""
     version = parse_vllm_version(spec.vllm_version)
     if version < V1_DEFAULT_FROM:
         blocks = math.ceil(max_model_len / spec.block_size)
@@ -160,14 +124,7 @@ def check_full_request(
     spec: KVSpec | None, budget_bytes: int, max_model_len: int | None, min_room_bytes: int | None
 ) -> Check:
     """(b) One request of ``max_model_len`` tokens fits the approved value; else the largest length that fits,
-    or the reserve that would allow it (``min_room_bytes``: the weakest rank's room).
-
-    >>> from kvplan.kvspec import kv_spec
-    >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4, vllm_version="0.26.0")
-    >>> check_full_request(spec, 12_884_377_600, 32768, None).passed
-    True
-    """
+    or the reserve that would allow it (``min_room_bytes``: the weakest rank's room)."""
     if spec is None or max_model_len is None:
         return Check.not_applicable(REQUEST_CHECK, "give --model (and the length) to count blocks")
     needed = request_bytes(spec, max_model_len)
@@ -195,11 +152,7 @@ def check_footprint(
     guard_bytes: int,
 ) -> Check:
     """(c) Per rank, the approved value plus the non-KV footprint (weights, activation peak, non-torch, graphs)
-    fits the start-up free memory less the guard.
-
-    >>> check_footprint([0], 10, [100], [80], 5).detail
-    'rank 0: 10 B + non-KV 80 B = 90 B ≤ free 100 B − guard 5 B'
-    """
+    fits the start-up free memory less the guard."""
     lines, excess = [], None  # the most a rank's value + non-KV exceeds its limit [bytes]
     for rank, free, non_kv in zip(ranks, free_bytes, non_kv_bytes):
         if free is None or non_kv is None:
@@ -234,10 +187,10 @@ def launch_section(
     spec: KVSpec | None,
     max_model_len: int | None,
     guard_bytes: int,
-) -> tuple[LaunchFlags, list[Check]]:
-    """The launch flags of ``budget`` and the checks (a), (b), (c), per rank on the largest total memory, the
-    lowest start-up free memory (vLLM's check runs at every boot), ``F_ref`` and the non-KV footprint of the boot
-    that set the room (``F_ref − room`` for vLLM's suggestion, else that boot's parts)."""
+) -> tuple[float | None, str | None, list[Check]]:
+    """The companion U of ``budget``, what to measure when it rests on incomplete evidence, and the checks (a), (b), (c),
+    per rank on the largest total memory, the lowest start-up free memory, ``F_ref`` and the non-KV footprint of
+    the boot that set the room (``F_ref − room`` for vLLM's suggestion, else that boot's parts)."""
     ref_free = reference_free_bytes(ledger, rooms)
     lowest = lowest_free_bytes(ledger)
     start_free = [
@@ -251,33 +204,24 @@ def launch_section(
             _room_boot_parts(ledger, rooms), ref_free, budget.room_bytes, rooms["room_source"].astype(str)
         )
     ]
-    utilizations, versions = (_shown(ledger, column) for column in ("gpu_memory_utilization", "vllm_version"))
-    flags = launch_flags(
+    utilizations, versions = (
+        ledger[c].dropna() if c in ledger.columns else pd.Series(dtype=object)
+        for c in ("gpu_memory_utilization", "vllm_version")
+    )
+    utilization, warning = launch_flags(
         totals, start_free, guard_bytes, float(utilizations.min()) if len(utilizations) else None
     )
     version = spec.vllm_version if spec is not None else str(versions.iloc[0]) if len(versions) else None
     checks = [
-        check_startup_memory(
-            budget.ranks, totals, start_free, guard_bytes, flags.gpu_memory_utilization, version
-        ),
+        check_startup_memory(budget.ranks, totals, start_free, guard_bytes, utilization, version),
         check_full_request(spec, budget.uniform_budget_bytes, max_model_len, min(budget.room_bytes)),
         check_footprint(budget.ranks, budget.uniform_budget_bytes, ref_free, non_kv, guard_bytes),
     ]
-    return flags, checks
-
-
-def _shown(ledger: pd.DataFrame, column: str) -> pd.Series:
-    return ledger[column].dropna() if column in ledger.columns else pd.Series(dtype=object)
+    return utilization, warning, checks
 
 
 def _room_boot_parts(ledger: pd.DataFrame, rooms: pd.DataFrame) -> list[int | None]:
-    """Per rank of ``rooms``, the largest sum of the non-KV parts over the rows of the boot that set its room.
-
-    >>> ledger = pd.DataFrame({"source": ["a", "b"], "boot": [0, 0], "rank": [0, 0], "weights_bytes": [5, 9],
-    ...                        "activation_peak_bytes": [1, 1], "non_torch_bytes": [1, 1], "cuda_graph_bytes": [1, 1]})
-    >>> _room_boot_parts(ledger, pd.DataFrame({"source": ["a"], "boot": [0]}, index=[0]))
-    [8]
-    """
+    """Per rank of ``rooms``, the largest sum of the non-KV parts over the rows of the boot that set its room."""
     if any(column not in ledger.columns for column in NON_KV_PARTS):
         return [None] * len(rooms)
     out: list[int | None] = []

@@ -296,7 +296,7 @@ def run_export(args: argparse.Namespace) -> int:
     if args.tolerate_drift:
         raise CliError("--tolerate-drift applies to startup-plan only")
     _, launch = verified_launch(args.bundle, args.approved_digest)
-    text = EXPORTERS[args.format].render(launch)
+    text = EXPORTERS[args.format](launch)
     if args.out is None:
         sys.stdout.write(text)
     else:

@@ -34,16 +34,13 @@ def _figure(rows: int, row_in: float, extra_in: float) -> tuple[Figure, Axes]:
 
 
 def _title_and_legend(figure: Figure, title: str, handles, columns: int = 3) -> None:
-    """The figure's title and its legend at its foot, under the plot and its axis label (laid out with room)."""
-    figure.suptitle(title, fontsize=_FONT_PT + 1)
+    """The figure's wrapped title, and its legend (``handles``, or colours by label) under the plot."""
+    if isinstance(handles, Mapping):
+        handles = [Patch(color=colour, label=label) for label, colour in handles.items()]
+    figure.suptitle(_wrap(title), fontsize=_FONT_PT + 1)
     figure.legend(handles=handles, loc="lower center", ncols=columns, fontsize=_FONT_PT - 1, frameon=False)
     rows = -(-len(handles) // columns)
     figure.tight_layout(rect=(0, (0.1 + 0.25 * rows) / figure.get_size_inches()[1], 1, 1))
-
-
-def _patches(colours: Mapping[str, str]) -> list[Patch]:
-    """Legend patches by label."""
-    return [Patch(color=colour, label=label) for label, colour in colours.items()]
 
 
 def _class_label(name: str) -> str:
@@ -66,16 +63,12 @@ def classes_chart(plan: Mapping) -> Figure:
     axes.set_xlim(0, max([*counts, 1]) * 1.12)
     axes.set_xlabel("hosts", fontsize=_FONT_PT)
     classes, excluded = len(plan["classes"]), len(plan["excluded"])
-    _title_and_legend(
-        figure,
-        _wrap(
-            f"Host classes and their size: {classes} class{'es' if classes != 1 else ''}, "
-            f"{excluded} host{'s' if excluded != 1 else ''} excluded"
-        ),
-        _patches(
-            {"approved class": RANK_COLOR, "not approved": OUTLIER_COLOR, "excluded hosts": REFERENCE_COLOR}
-        ),
+    title = (
+        f"Host classes and their size: {classes} class{'es' if classes != 1 else ''}, "
+        f"{excluded} host{'s' if excluded != 1 else ''} excluded"
     )
+    kinds = {"approved class": RANK_COLOR, "not approved": OUTLIER_COLOR, "excluded hosts": REFERENCE_COLOR}
+    _title_and_legend(figure, title, kinds)
     return figure
 
 
@@ -91,10 +84,7 @@ def host_budgets_chart(plan: Mapping) -> Figure:
         outliers = {o["host"] for o in c["outliers"]}
         budgets = c["host_budgets"]
         hosts = sorted(budgets, key=lambda host: budgets[host])
-        kinds = {
-            c["limiting_host"]: LIMITING_COLOR,
-            **{host: OUTLIER_COLOR for host in outliers if host != c["limiting_host"]},
-        }
+        kinds = {**{host: OUTLIER_COLOR for host in outliers}, c["limiting_host"]: LIMITING_COLOR}
         colours = [kinds.get(host, RANK_COLOR) for host in hosts]
         axes.scatter([bytes_to_gib(budgets[h]) for h in hosts], [y] * len(hosts), c=colours, s=28, zorder=3)
         shown = format_size(c["uniform_budget_bytes"])
@@ -103,17 +93,10 @@ def host_budgets_chart(plan: Mapping) -> Figure:
     axes.set_xlim(0, max([*tops, 1.0]) * 1.05)
     axes.set_yticks(positions, [_class_label(c["class"]) for c in classes], fontsize=_FONT_PT - 1)
     axes.set_xlabel("KV budget per GPU [GiB]", fontsize=_FONT_PT)
-    _title_and_legend(
-        figure,
-        _wrap("Per-host budgets: who holds each class down (bar: the class value; dots: each host)"),
-        [
-            Patch(color="#CFE3F1", label="class value"),
-            Line2D([], [], marker="o", linestyle="", color=LIMITING_COLOR, label="limiting host"),
-            Line2D([], [], marker="o", linestyle="", color=OUTLIER_COLOR, label="outlier"),
-            Line2D([], [], marker="o", linestyle="", color=RANK_COLOR, label="other hosts"),
-        ],
-        columns=4,
-    )
+    dots = {"limiting host": LIMITING_COLOR, "outlier": OUTLIER_COLOR, "other hosts": RANK_COLOR}
+    handles = [Line2D([], [], marker="o", linestyle="", color=c, label=name) for name, c in dots.items()]
+    title = "Per-host budgets: who holds each class down (bar: the class value; dots: each host)"
+    _title_and_legend(figure, title, [Patch(color="#CFE3F1", label="class value"), *handles], columns=4)
     return figure
 
 
@@ -138,11 +121,9 @@ def split_gain_chart(plan: Mapping) -> Figure:
     axes.set_xlabel("KV tokens over the class [millions]", fontsize=_FONT_PT)
     split = sum(c["split"]["gain_split_tokens"] for c in classes)
     fixed = sum(c["split"]["gain_fixed_tokens"] or 0 for c in classes)
-    _title_and_legend(
-        figure,
-        _wrap(f"What splitting the weak hosts off buys: +{split:,} tokens (+{fixed:,} with them fixed)"),
-        _patches({"now": REFERENCE_COLOR, "outliers split off": RANK_COLOR, "outliers fixed": TARGET_COLOR}),
-    )
+    title = f"What splitting the weak hosts off buys: +{split:,} tokens (+{fixed:,} with them fixed)"
+    kinds = {"now": REFERENCE_COLOR, "outliers split off": RANK_COLOR, "outliers fixed": TARGET_COLOR}
+    _title_and_legend(figure, title, kinds)
     return figure
 
 
@@ -155,23 +136,15 @@ def waves_chart(plan: Mapping) -> Figure:
     axes.barh(
         positions, counts, color=[OUTLIER_COLOR if w["kind"] == "canary" else RANK_COLOR for w in waves]
     )
-    axes.set_yticks(
-        positions,
-        [f"wave {w['wave']} · {w['kind']}: {_class_label(w['class'])}" for w in waves],
-        fontsize=_FONT_PT - 1,
-    )
+    labels = [f"wave {w['wave']} · {w['kind']}: {_class_label(w['class'])}" for w in waves]
+    axes.set_yticks(positions, labels, fontsize=_FONT_PT - 1)
     for y, wave, count in zip(positions, waves, counts):
         value = wave["flag"].rpartition("=")[2]
         shown = format_size(int(value)) if value.isdigit() else wave["flag"]
         axes.text(count, y, f" {count} · {shown}", va="center", fontsize=_FONT_PT - 1)
     axes.set_xlim(0, max([*counts, 1]) * 1.6)
     axes.set_xlabel("hosts (each wave's class value per GPU beside its bar)", fontsize=_FONT_PT)
-    _title_and_legend(
-        figure,
-        _wrap(
-            f"Rollout waves: {len(waves)} wave{'s' if len(waves) != 1 else ''}, every class's canaries first"
-        ),
-        _patches({"canaries, gated before the wave": OUTLIER_COLOR, "class wave": RANK_COLOR}),
-        columns=2,
-    )
+    title = f"Rollout waves: {len(waves)} wave{'s' if len(waves) != 1 else ''}, every class's canaries first"
+    kinds = {"canaries, gated before the wave": OUTLIER_COLOR, "class wave": RANK_COLOR}
+    _title_and_legend(figure, title, kinds, columns=2)
     return figure

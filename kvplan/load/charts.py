@@ -1,6 +1,5 @@
-"""Charts of a load test, drawn from a timeline or summaries already computed: occupancy, requests, and two
-canaries side by side. Time is minutes since the run's first timed row, so runs made at different times line up.
-"""
+"""Charts of a load test from a timeline or summaries: occupancy, requests, and canaries side by side. Time is
+minutes since the run's first timed row, so runs made at different times line up."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ from matplotlib.ticker import MaxNLocator
 
 from kvplan.charts.style import (
     AVERAGE_COLOR,
+    BESIDE,
     FONT_SIZE,
     LIMITING_COLOR,
     RANK_COLOR,
@@ -44,8 +44,7 @@ COMPARISON_PANELS = (
 
 
 def _series(timeline: pd.DataFrame, column: str) -> list[tuple[str, pd.Series, pd.Series, str]]:
-    """(label, minutes, values, kind) per engine and evidence kind, for rows with ``column`` and a time; a gap
-    longer than :data:`GAP_FACTOR` usual intervals (a restart, an idle server) breaks the line."""
+    """(label, minutes, values, kind) per engine and evidence kind of ``column``, a line broken at long gaps."""
     known = timeline[timeline[column].notna() & timeline["elapsed_s"].notna()]
     groups = []
     for (engine, kind), rows in known.groupby(["engine", "kind"], dropna=False, sort=True):
@@ -63,10 +62,14 @@ def _series(timeline: pd.DataFrame, column: str) -> list[tuple[str, pd.Series, p
     return groups
 
 
-def _legend_outside(ax, fig: Figure) -> None:
-    """The legend right of the plot, off the data."""
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=FONT_SIZE - 2, frameon=False)
+def _finish(fig: Figure, ax, ylabel: str, title: str) -> Figure:
+    """A timeline chart's labels, its title and its legend right of the plot, laid out."""
+    ax.set_xlabel("minutes since the first row")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=FONT_SIZE - 2, frameon=False, **BESIDE)
     fig.tight_layout()
+    return fig
 
 
 def _preemption_minutes(timeline: pd.DataFrame) -> pd.Series:
@@ -82,8 +85,7 @@ def _preemption_minutes(timeline: pd.DataFrame) -> pd.Series:
 
 def occupancy_chart(timeline: pd.DataFrame, kv_cache_tokens: int | None = None, title: str = "") -> Figure:
     """KV cache usage [%] of a :func:`kvplan.load.load_timeline` against minutes: capacity at 100 %, a line per
-    interval with preemptions (from the evidence kind counting them most often: none twice), OOMs as crosses.
-    """
+    interval with preemptions (from the kind counting them most often), OOMs as crosses."""
     fig, ax = _figure(1, (11, 4.5))
     for label, minutes, values, kind in _series(timeline, "kv_cache_usage_pct"):
         style = {"color": QUANTITY_COLORS["kv_cache_usage_pct"], **KIND_STYLES.get(kind, {})}
@@ -92,22 +94,13 @@ def occupancy_chart(timeline: pd.DataFrame, kv_cache_tokens: int | None = None, 
     ax.axhline(100, color=CAPACITY_COLOR, linestyle="--", label=capacity)
     timed = timeline[timeline["elapsed_s"].notna()]
     for position, minutes in enumerate(_preemption_minutes(timeline)):
-        ax.axvline(
-            minutes,
-            color=PREEMPTION_COLOR,
-            alpha=0.6,
-            linewidth=1,
-            label="interval with preemptions" if position == 0 else None,
-        )
+        shown = "interval with preemptions" if position == 0 else None
+        ax.axvline(minutes, color=PREEMPTION_COLOR, alpha=0.6, linewidth=1, label=shown)
     ooms = timed[timed["event"] == "oom"]
     if len(ooms):
         ax.plot(ooms["elapsed_s"] / 60, [100] * len(ooms), "x", color=OOM_COLOR, markersize=10, label="OOM")
     ax.set_ylim(0, 105)
-    ax.set_xlabel("minutes since the first row")
-    ax.set_ylabel("KV cache usage [%]")
-    ax.set_title(title or "KV cache occupancy under load")
-    _legend_outside(ax, fig)
-    return fig
+    return _finish(fig, ax, "KV cache usage [%]", title or "KV cache occupancy under load")
 
 
 def requests_chart(timeline: pd.DataFrame, title: str = "") -> Figure:
@@ -119,11 +112,7 @@ def requests_chart(timeline: pd.DataFrame, title: str = "") -> Figure:
             ax.plot(minutes, values, label=f"{column}, {label}", **style)
     ax.yaxis.set_major_locator(MaxNLocator(integer=True))  # requests are counted
     ax.set_ylim(bottom=0)
-    ax.set_xlabel("minutes since the first row")
-    ax.set_ylabel("requests")
-    ax.set_title(title or "Running vs waiting requests")
-    _legend_outside(ax, fig)
-    return fig
+    return _finish(fig, ax, "requests", title or "Running vs waiting requests")
 
 
 def canary_comparison_chart(
@@ -131,13 +120,12 @@ def canary_comparison_chart(
     labels: Sequence[str] = ("profiled canary", "manual-value canary"),
     title: str = "",
 ) -> Figure:
-    """Runs under the same request mix side by side (:func:`kvplan.load.load_summary` dicts, one row each):
-    throughput, preemptions, peak KV usage, KV capacity in tokens, each value beside its bar ("n/a": unknown)."""
+    """Runs' :func:`kvplan.load.load_summary` dicts side by side, a row each and its value beside each bar."""
     if len(summaries) != len(labels):
         raise ValueError(f"{len(summaries)} summaries but {len(labels)} labels")
     fig = Figure(figsize=(12, 1.6 + 0.45 * len(summaries)))
     axes = fig.subplots(1, len(COMPARISON_PANELS), sharey=True)
-    rows = list(range(len(summaries)))[::-1]  # the first run on top
+    rows, small = list(range(len(summaries)))[::-1], FONT_SIZE - 2  # the first run on top
     colors = [RUN_COLORS[index % len(RUN_COLORS)] for index in range(len(summaries))]
     for ax, (key, name, unit) in zip(axes, COMPARISON_PANELS):
         _style(ax)
@@ -147,19 +135,14 @@ def canary_comparison_chart(
         ax.barh(rows, widths, color=colors, height=0.6)
         for y, width, text in zip(rows, widths, texts):
             ax.annotate(
-                text,
-                (width, y),
-                xytext=(3, 0),
-                textcoords="offset points",
-                va="center",
-                fontsize=FONT_SIZE - 2,
+                text, (width, y), xytext=(3, 0), textcoords="offset points", va="center", fontsize=small
             )
-        widest = max(_text_width_pt(text, FONT_SIZE - 2) for text in texts) + 8
+        widest = max(_text_width_pt(text, small) for text in texts) + 8
         ax.set_xlim(0, (max(widths) or 1) / (1 - min(0.6, widest / PANEL_WIDTH_PT)))  # room for the values
         ax.set_xticks([])  # each bar says its value
         ax.set_xlabel(unit, fontsize=FONT_SIZE - 1)
         ax.set_title(name, fontsize=FONT_SIZE - 1)
-    axes[0].set_yticks(rows, labels, fontsize=FONT_SIZE - 2)
+    axes[0].set_yticks(rows, labels, fontsize=small)
     fig.suptitle(title or "Same request mix: profiled vs manual-value canary", fontsize=FONT_SIZE + 1)
     fig.tight_layout()
     return fig

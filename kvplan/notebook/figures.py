@@ -1,5 +1,4 @@
-"""Figures as PNG with alt text (at :data:`PANEL_DPI`, no tight box: an image keeps its size), the what-if
-charts of an outcome, and a panel's chart drawn again state after state (:class:`LiveChart`)."""
+"""Figures as PNG with alt text, the what-if charts of an outcome, and a panel's chart redrawn (:class:`LiveChart`)."""
 
 from __future__ import annotations
 
@@ -7,6 +6,7 @@ import html
 import io
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -23,44 +23,32 @@ from kvplan.units import bytes_to_gib, format_size
 
 #: Dots per inch of every PNG a notebook or panel shows: 10 × 5.5 in charts are 800 × 440 px.
 PANEL_DPI = 80
+#: zlib's fastest level: the same pixels, encoded in a third of the time.
+_FAST = {"compress_level": 1}
 
 
 def figure_png(figure: Figure, dpi: int = PANEL_DPI) -> bytes:
-    """The figure as PNG bytes at ``dpi`` (its size in inches × dpi, white background).
-
-    >>> from kvplan.budget import uniform_budget
-    >>> png = figure_png(charts.safe_budget_chart(uniform_budget([13 * 2**30, 18 * 2**30], 2**30)))
-    >>> png[:8] == b"\\x89PNG\\r\\n\\x1a\\n", int.from_bytes(png[16:20], "big")  # 10 in × 80 dpi wide
-    (True, 800)
-    """
-    buffer = io.BytesIO()  # zlib's fastest level: the same pixels, encoded in a third of the time
-    figure.savefig(buffer, format="png", dpi=dpi, facecolor="white", pil_kwargs={"compress_level": 1})
+    """The figure as PNG bytes at ``dpi`` (no tight box: its size in inches × dpi), white background."""
+    buffer = io.BytesIO()
+    figure.savefig(buffer, format="png", dpi=dpi, facecolor="white", pil_kwargs=_FAST)
     return buffer.getvalue()
 
 
 def figure_alt(figure: Figure) -> str:
-    """Alt text of a chart: ``Chart: `` and its titles (the question it answers and the answer)."""
+    """Alt text of a chart: ``Chart: `` and its titles."""
     titles = [figure._suptitle.get_text()] if figure._suptitle is not None else []
     titles += [ax.get_title(loc) for ax in figure.axes for loc in ("left", "center") if ax.get_title(loc)]
     return "Chart: " + ("; ".join(title for title in titles if title) or "untitled")
 
 
 def sentence(figure: Figure) -> str | None:
-    """The sentence a chart without axes stands for (one boot, nothing stranded: shown as words), else None.
-
-    >>> from kvplan.budget import uniform_budget
-    >>> sentence(charts.stranded_chart(uniform_budget([13 * 2**30] * 2, 2**30)))
-    'Nothing stranded: every rank holds the same safe budget'
-    """
-    if figure.axes or figure._suptitle is None:
-        return None
-    return " ".join(figure._suptitle.get_text().split())
+    """The sentence a chart without axes stands for, else None."""
+    return None if figure.axes or figure._suptitle is None else " ".join(figure._suptitle.get_text().split())
 
 
 @dataclass(frozen=True)
 class Chart:
-    """A figure shown as a PNG with alt text, or as its sentence when it has no axes (:func:`sentence`);
-    the last expression of a notebook cell displays it."""
+    """A figure a notebook cell displays as a PNG with alt text, or as its :func:`sentence`."""
 
     figure: Figure
 
@@ -72,9 +60,8 @@ class Chart:
         return {"image/png": figure_png(self.figure), "text/plain": alt}, {"image/png": {"alt": alt}}
 
 
-def chart(figure: Figure) -> Chart:
-    """Show a :mod:`kvplan.charts` figure in a notebook: ``chart(safe_budget_chart(budget))``."""
-    return Chart(figure)
+#: Show a :mod:`kvplan.charts` figure in a notebook: ``chart(safe_budget_chart(budget))``.
+chart = Chart
 
 
 def concurrency_figure(
@@ -84,9 +71,8 @@ def concurrency_figure(
     previous: Outcome | None = None,
     figure: Figure | None = None,
 ) -> Figure:
-    """:func:`kvplan.charts.concurrency_chart` of an outcome's curve, each crossing of the target marked;
-    ``weak_rank_fixed`` adds the launch with its limiting rank raised to the median; ``limits`` fixes the
-    axes, ``previous`` is drawn faintly and ``figure`` drawn into again (a what-if panel's)."""
+    """The concurrency chart of an outcome (``weak_rank_fixed``: also with its limiting rank at the median);
+    ``limits``, ``previous`` and ``figure`` as :func:`kvplan.charts.concurrency_chart`'s."""
     if outcome.curve is None:
         raise ValueError(
             "no concurrency curve: the scenario needs a model spec (or bytes per token) and max_model_len"
@@ -102,24 +88,16 @@ def concurrency_figure(
         )
         outcomes[label] = fixed
     crossings = {label: o.target_length for label, o in outcomes.items() if o.target_length is not None}
-    return charts.concurrency_chart(
-        {label: o.curve for label, o in outcomes.items()},
-        outcome.scenario.max_model_len,
-        outcome.scenario.target_concurrency,
-        marks=charts.ConcurrencyMarks(
-            crossings,
-            getattr(outcome.capacity, "approximate_reason", ""),
-            limits,
-            None if previous is None else previous.curve,
-        ),
-        figure=figure,
-    )
+    note, scenario = getattr(outcome.capacity, "approximate_reason", ""), outcome.scenario
+    marks = charts.ConcurrencyMarks(crossings, note, limits, None if previous is None else previous.curve)
+    curves = {label: o.curve for label, o in outcomes.items()}
+    length, target = scenario.max_model_len, scenario.target_concurrency
+    return charts.concurrency_chart(curves, length, target, marks=marks, figure=figure)
 
 
 @dataclass(frozen=True)
 class ChartStep:
-    """A what-if panel's chart: its name, the values it is drawn from (equal: not drawn again) and its
-    ``draw(figure=None)``, into a new figure or the one given."""
+    """A panel's chart: its name, the values it is drawn from (equal: not redrawn) and ``draw(figure=None)``."""
 
     name: str
     inputs: tuple
@@ -136,14 +114,7 @@ class Axes:
 
 
 def panel_axes(baseline: Outcome) -> Axes:
-    """The axes of a panel: its notebook's charts' at its parameters (raised where a moved state needs).
-
-    >>> from kvplan.notebook.whatif import Scenario
-    >>> GiB = 2**30
-    >>> axes = panel_axes(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))
-    >>> axes.budget_top_gib, axes.stranded_top_gib > 5  # 17 GiB × 1.05; above the 5 GiB stranded
-    (17.85, True)
-    """
+    """The axes of a panel: its notebook's charts' at its parameters."""
     top = bytes_to_gib(max(baseline.budget.safe_bytes)) * 1.05  # safe_budget_chart's own top
     stranded = charts.stranded_chart(baseline.budget)  # its top: the notebook's chart's (none: a sentence)
     stranded_top = float(stranded.axes[0].get_ylim()[1]) if stranded.axes else None
@@ -153,18 +124,13 @@ def panel_axes(baseline: Outcome) -> Axes:
         length = float(baseline.scenario.max_model_len or curve["seq_len"].max())
         target = baseline.scenario.target_concurrency
         lowest = min([float(curve["max_concurrency"].min()), *([target] if target else [])])
-        concurrency = (
-            float(curve["seq_len"].min()) / 1.5,
-            length * 1.08,
-            max(lowest, 1e-3) / 4,
-            float(curve["max_concurrency"].max()) * 2,
-        )
+        x_range = (float(curve["seq_len"].min()) / 1.5, length * 1.08)
+        concurrency = (*x_range, max(lowest, 1e-3) / 4, float(curve["max_concurrency"].max()) * 2)
     return Axes(top, concurrency, stranded_top)
 
 
 def _lengths(outcome: Outcome, axes: Axes) -> tuple[float, float, float, float] | None:
-    """The concurrency axes of a panel: its y range (doubled or halved where this state's curve leaves it, so
-    neighbouring states keep one frame), x up to just past this state's max_model_len."""
+    """A state's concurrency axes: the panel's y range, doubled or halved where its curve leaves it."""
     if axes.concurrency is None or outcome.curve is None:
         return axes.concurrency
     curve, target = outcome.curve, outcome.scenario.target_concurrency
@@ -177,27 +143,8 @@ def _lengths(outcome: Outcome, axes: Axes) -> tuple[float, float, float, float] 
     return (float(curve["seq_len"].min()) / 1.5, length * 1.08, low, high)
 
 
-def _concurrency_step(outcome: Outcome, axes: Axes, baseline: Outcome | None) -> ChartStep:
-    """The concurrency chart of a panel: drawn from the uniform value, block size, length, target and axes."""
-    limits = _lengths(outcome, axes)
-    scenario = outcome.scenario
-    return ChartStep(
-        "concurrency",
-        (
-            outcome.budget.uniform_budget_bytes,
-            scenario.effective_block_size,
-            scenario.max_model_len,
-            scenario.target_concurrency,
-            limits,
-            baseline is None,
-        ),
-        lambda figure=None: concurrency_figure(outcome, limits=limits, previous=baseline, figure=figure),
-    )
-
-
 def ledger_parts(ledger: pd.DataFrame | charts.LedgerParts, ranks: tuple[int, ...]) -> charts.LedgerParts:
-    """What the ledger chart draws of a launch's ledger: the rows that set each rank's room
-    (:func:`~kvplan.notebook.launch.rows_that_set_the_room`), read once (parts given are kept)."""
+    """The ledger chart's parts of the rows that set each rank's room (parts given are kept)."""
     if isinstance(ledger, charts.LedgerParts):
         return ledger
     return charts.LedgerParts.of(rows_that_set_the_room(ledger), ranks)
@@ -209,14 +156,7 @@ def panel_charts(
     axes: Axes | None = None,
     baseline: Outcome | None = None,
 ) -> list[ChartStep]:
-    """The charts an outcome allows as :class:`ChartStep` in display order: safe budget, ledger (when given,
-    add-back taken off the co-tenants), stranded, concurrency, drift; ``baseline`` is drawn faintly.
-
-    >>> from kvplan.notebook.whatif import Scenario
-    >>> GiB = 2**30
-    >>> [step.name for step in panel_charts(evaluate(Scenario((13 * GiB, 18 * GiB), GiB)))]
-    ['safe budget', 'stranded']
-    """
+    """The charts an outcome allows, in display order; ``baseline`` is drawn faintly."""
     axes = axes or Axes()
     budget, scenario = outcome.budget, outcome.scenario
     top = axes.budget_top_gib  # raised by quarters where this state's bars need (one frame over neighbours)
@@ -224,51 +164,36 @@ def panel_charts(
     while top is not None and bytes_to_gib(max(tallest)) * 1.05 > top:
         top *= 1.25
     before = None if baseline is None else baseline.budget
-    steps = [
-        ChartStep(
-            "safe budget",
-            (budget, top, before),
-            lambda figure=None: charts.safe_budget_chart(budget, top_gib=top, previous=before, figure=figure),
-        )
-    ]
+    draw = partial(charts.safe_budget_chart, budget, top_gib=top, previous=before)
+    steps = [ChartStep("safe budget", (budget, top, before), draw)]
     if ledger is not None:
-        steps.append(
-            ChartStep(
-                "ledger",
-                (budget, scenario.add_back_bytes),
-                lambda figure=None: charts.ledger_chart(
-                    ledger_parts(ledger, budget.ranks).with_add_back(scenario.add_back_bytes),
-                    budget,
-                    figure=figure,
-                ),
-            )
-        )
-    stranded = (
-        budget.ranks,
-        budget.stranded_bytes,
-        budget.rounding_loss_bytes,
-        tuple(limiting_ranks(budget)),
-    )
+
+        def draw_ledger(figure: Figure | None = None) -> Figure:
+            parts = ledger_parts(ledger, budget.ranks).with_add_back(scenario.add_back_bytes)
+            return charts.ledger_chart(parts, budget, figure=figure)
+
+        steps.append(ChartStep("ledger", (budget, scenario.add_back_bytes), draw_ledger))
+    limiting, top_stranded = tuple(limiting_ranks(budget)), axes.stranded_top_gib
+    stranded = (budget.ranks, budget.stranded_bytes, budget.rounding_loss_bytes, limiting, top_stranded)
     steps.append(
-        ChartStep(
-            "stranded",
-            (*stranded, axes.stranded_top_gib),
-            lambda figure=None: charts.stranded_chart(budget, top_gib=axes.stranded_top_gib, figure=figure),
-        )
+        ChartStep("stranded", stranded, partial(charts.stranded_chart, budget, top_gib=top_stranded))
     )
     if outcome.curve is not None:
-        steps.append(_concurrency_step(outcome, axes, baseline))
+        limits = _lengths(outcome, axes)
+        length = (scenario.effective_block_size, scenario.max_model_len, scenario.target_concurrency)
+        draw = partial(concurrency_figure, outcome, limits=limits, previous=baseline)
+        inputs = (budget.uniform_budget_bytes, *length, limits, baseline is None)
+        steps.append(ChartStep("concurrency", inputs, draw))
     if outcome.drift is not None:
-        drift = outcome.drift
-        draw = lambda figure=None: charts.drift_chart(drift, top_gib=top, figure=figure)  # noqa: E731
-        steps.append(ChartStep("drift", (drift, top), draw))
+        draw = partial(charts.drift_chart, outcome.drift, top_gib=top)
+        steps.append(ChartStep("drift", (outcome.drift, top), draw))
     return steps
 
 
 @dataclass
 class LiveChart:
-    """A what-if panel's chart drawn state after state (into :attr:`figure`) as matplotlib's blitting does:
-    while its frame (:func:`_frame_key`) holds, it is neither laid out nor drawn again, only what moved is."""
+    """A panel's chart drawn state after state into :attr:`figure` by blitting: while its frame
+    (:func:`_frame_key`) holds, only what moved is drawn."""
 
     figure: Figure | None = None
     _canvas: _Canvas | None = None
@@ -276,7 +201,7 @@ class LiveChart:
     _frame: object = None
 
     def png(self, figure: Figure) -> bytes:
-        """The figure as PNG at :data:`PANEL_DPI`: :func:`figure_png`'s pixels, the frame under the bars."""
+        """The figure as PNG at :data:`PANEL_DPI`: :func:`figure_png`'s pixels."""
         if figure is not self.figure or self._canvas is None:
             figure.set_dpi(PANEL_DPI)
             self.figure, self._canvas, self._key = figure, _Canvas(figure), ()
@@ -303,14 +228,12 @@ class LiveChart:
             else:
                 artist.draw(renderer)
         buffer = io.BytesIO()  # zlib's fastest level, as figure_png
-        pixels = np.asarray(self._canvas.buffer_rgba())
-        imsave(buffer, pixels, format="png", dpi=PANEL_DPI, pil_kwargs={"compress_level": 1})
+        imsave(buffer, np.asarray(self._canvas.buffer_rgba()), format="png", dpi=PANEL_DPI, pil_kwargs=_FAST)
         return buffer.getvalue()
 
 
 class _Keeper(RendererAgg):
-    """An Agg renderer that keeps the pixels of what it draws (a text by text, font, colour and place; a
-    legend by its entries): a panel's next state draws what did not move as images."""
+    """An Agg renderer keeping the pixels of texts and legends it draws, drawn as images when they recur."""
 
     def __init__(self, width: int, height: int, dpi: float) -> None:
         super().__init__(width, height, dpi)
@@ -318,7 +241,7 @@ class _Keeper(RendererAgg):
         self._kept: dict[tuple, tuple] = {}
 
     def draw_text(self, gc, *text, **math_text):
-        """RendererAgg's ``draw_text``: ``text`` is ``(x, y, s, prop, angle)``, ``math_text`` ``ismath``, ``mtext``."""
+        """``text`` is ``(x, y, s, prop, angle)``, ``math_text`` ``ismath`` and ``mtext``."""
         clip, mtext = gc.get_clip_rectangle(), math_text.get("mtext")
         if gc.get_clip_path()[0] is not None or mtext is None:
             return super().draw_text(gc, *text, **math_text)
@@ -328,36 +251,28 @@ class _Keeper(RendererAgg):
         self.draw_kept(key, mtext, lambda renderer: RendererAgg.draw_text(renderer, gc, *text, **math_text))
 
     def draw_kept(self, key: tuple, artist, draw: Callable[[RendererAgg], object]) -> None:
-        """``draw(renderer)``'s pixels, kept by ``key``: drawn alone the first time, where ``artist`` is."""
+        """``draw(renderer)``'s pixels, kept by ``key``."""
         if key not in self._kept:
             if len(self._kept) > 2000:
                 self._kept.clear()
             self._scratch.clear()
             draw(self._scratch)
-            box = artist.get_window_extent(self).padded(3)
-            left, bottom = max(0, int(box.x0)), max(0, int(box.y0))
-            top = max(0, int(self.height) - int(box.y1) - 1)
-            pixels = np.asarray(self._scratch.buffer_rgba())[
-                top : int(self.height) - bottom, left : int(box.x1) + 1
-            ]
+            box, height = artist.get_window_extent(self).padded(3), int(self.height)
+            left, bottom, top = max(0, int(box.x0)), max(0, int(box.y0)), max(0, height - int(box.y1) - 1)
+            pixels = np.asarray(self._scratch.buffer_rgba())[top : height - bottom, left : int(box.x1) + 1]
             rows = np.flatnonzero(pixels[..., 3].any(axis=1))
             columns = np.flatnonzero(pixels[..., 3].any(axis=0))
-            ink = (
-                pixels[rows[0] : rows[-1] + 1, columns[0] : columns[-1] + 1][::-1].copy()
-                if len(rows)
-                else None
-            )
-            shift = (
-                (left + int(columns[0]), int(self.height) - top - int(rows[-1]) - 1) if len(rows) else (0, 0)
-            )
-            self._kept[key] = (ink, *shift)
+            self._kept[key] = (None, 0, 0)
+            if len(rows):
+                ink = pixels[rows[0] : rows[-1] + 1, columns[0] : columns[-1] + 1][::-1].copy()
+                self._kept[key] = (ink, left + int(columns[0]), height - top - int(rows[-1]) - 1)
         image, left, bottom = self._kept[key]
         if image is not None:
             self.draw_image(self.new_gc(), left, bottom, image)
 
 
 class _Canvas(FigureCanvasAgg):
-    """An Agg canvas drawing with a :class:`_Keeper`, kept while the figure's size and dpi hold."""
+    """An Agg canvas drawing with a :class:`_Keeper`."""
 
     def get_renderer(self) -> _Keeper:
         width, height = self.get_width_height(physical=True)
@@ -369,29 +284,19 @@ class _Canvas(FigureCanvasAgg):
 
 
 def _frame_key(figure: Figure) -> tuple:
-    """What a chart's frame and margins depend on (axes limits and scales, axis and tick labels with their
-    colours, legend entries, title lines): equal keys, the same frame drawn at the same place."""
-    axes = [
-        (
-            (
-                ax.get_xlim(),
-                ax.get_ylim(),
-                ax.get_xscale(),
-                ax.get_yscale(),
-                ax.get_xlabel(),
-                ax.get_ylabel(),
-            ),
-            tuple((t.get_text(), t.get_color(), t.get_fontweight()) for t in ax.get_xticklabels()),
-            len(ax.get_legend().get_texts()) if ax.get_legend() else 0,
-            tuple(ax.get_title(loc).count("\n") for loc in ("left", "center")),
-        )
-        for ax in figure.axes
-    ]
-    return (*axes, None if figure._suptitle is None else figure._suptitle.get_text().count("\n"))
+    """What a chart's frame and margins depend on: equal keys, the same frame at the same place."""
+    key: list = [None if figure._suptitle is None else figure._suptitle.get_text().count("\n")]
+    for ax in figure.axes:
+        legend = ax.get_legend()
+        key += [ax.get_xlim(), ax.get_ylim(), ax.get_xscale(), ax.get_yscale(), ax.get_xlabel()]
+        key += [ax.get_ylabel(), len(legend.get_texts()) if legend else 0, ax.get_title("left").count("\n")]
+        key += [tuple((t.get_text(), t.get_color(), t.get_fontweight()) for t in ax.get_xticklabels())]
+        key += [ax.get_title("center").count("\n")]
+    return tuple(key)
 
 
 def _content(figure: Figure) -> list:
-    """What a chart draws over its frame, in the order a full drawing draws it (by zorder, axes first)."""
+    """What a chart draws over its frame, in a full drawing's order."""
     drawn = []
     for ax in figure.axes:
         frame = {ax.patch, ax.xaxis, ax.yaxis, *ax.spines.values()}

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from kvplan.budget import Budget, kv_cache_flag, round_down_to_blocks
+from kvplan.budget import Budget
 from kvplan.drift import Drift
 from kvplan.escape import markdown_text
 from kvplan.ledger import compatibility_key
@@ -19,18 +19,8 @@ if TYPE_CHECKING:
     from kvplan.kvspec import KVSpec
 
 
-def boot_budget_bytes(drift: Drift, block_bytes: int | None = None) -> int:
-    """The drift-adjusted uniform value for a later boot [bytes], in whole blocks when known."""
-    value = drift.adjusted_uniform_bytes
-    return value if not block_bytes else round_down_to_blocks(value, block_bytes)
-
-
 def length_warning(max_model_len: int | None, position_limit: int | None) -> str:
-    """A warning when ``max_model_len`` exceeds the model's ``max_position_embeddings``; else "".
-
-    >>> length_warning(10_000_000, 131_072)[:25], length_warning(32_768, 131_072)
-    ('10,000,000 tokens exceeds', '')
-    """
+    """A warning when ``max_model_len`` exceeds ``max_position_embeddings``, else ""."""
     if max_model_len is None or position_limit is None or max_model_len <= position_limit:
         return ""
     return (
@@ -41,11 +31,7 @@ def length_warning(max_model_len: int | None, position_limit: int | None) -> str
 
 
 def limiting_text(ranks: Sequence[int], values: Sequence[int]) -> str:
-    """The rank(s) holding the lowest of ``values``: ``"2"``, ``"1 and 3 (tied)"``, or none when all tie.
-
-    >>> limiting_text([0, 1, 2], [5, 4, 3]), limiting_text([0, 1, 2], [3, 5, 3]), limiting_text([0, 1], [3, 3])
-    ('2', '0 and 2 (tied)', 'none: every rank the same')
-    """
+    """The rank(s) holding the lowest of ``values``: ``"2"``, ``"1 and 3 (tied)"``, or none when all tie."""
     lowest = [rank for rank, value in zip(ranks, values) if value == min(values)]
     if len(lowest) == len(ranks) and len(ranks) > 1:
         return "none: every rank the same"
@@ -55,12 +41,7 @@ def limiting_text(ranks: Sequence[int], values: Sequence[int]) -> str:
 
 
 def budget_headline(budget: Budget) -> dict[str, str]:
-    """Uniform budget, flag, limiting rank, stranded total and min/median of a budget, as text.
-
-    >>> from kvplan.budget import uniform_budget
-    >>> budget_headline(uniform_budget([13 * 2**30, 18 * 2**30], 2**30))["stranded total"]
-    '5 GiB'
-    """
+    """A budget's uniform value, flag, limiting rank, stranded total and min/median, as text."""
     return {
         "uniform budget": format_budget(budget.uniform_budget_bytes),
         "flag": budget.flag,
@@ -71,7 +52,7 @@ def budget_headline(budget: Budget) -> dict[str, str]:
 
 
 def spec_headline(spec: KVSpec) -> dict[str, str]:
-    """What a model spec says per rank: bytes per token and per block, block size and why, approximate or not."""
+    """A model spec per rank: bytes per token and block, block size and why, approximate or not."""
     note = f" ({spec.block_size_note})" if spec.block_size_note else ""
     return {
         "model": spec.arch.name,
@@ -84,22 +65,22 @@ def spec_headline(spec: KVSpec) -> dict[str, str]:
 
 
 def drift_headline(drift: Drift) -> dict[str, str]:
-    """The drift-adjusted value, its limiting rank, whether to re-profile, and the flag for this boot."""
+    """The drift-adjusted value, its limiting rank, whether to re-profile and this boot's flag."""
     return {
         "adjusted uniform budget": format_budget(drift.adjusted_uniform_bytes),
         "limiting rank": limiting_text(drift.ranks, drift.adjusted_bytes),
         "re-profile to raise": str(drift.reprofile_to_raise),
-        "flag for this boot": kv_cache_flag(boot_budget_bytes(drift)),
+        "flag for this boot": drift.flag,
     }
 
 
 def warnings_markdown(warnings: Sequence[str], none: str = "No warnings.") -> str:
-    """The reader's warnings as an escaped Markdown bullet list (they quote logs), or ``none``."""
+    """Warnings as an escaped Markdown list (they quote logs), or ``none``."""
     return "\n".join(f"- {markdown_text(warning)}" for warning in warnings) or none
 
 
 def format_headline(lines: Mapping[str, str]) -> str:
-    """Headline figures as aligned ``name  value`` lines, stable enough to pin in a notebook test.
+    """Headline figures as aligned ``name  value`` lines.
 
     >>> print(format_headline({"uniform budget": "12 GiB", "limiting rank": "2"}))
     uniform budget  12 GiB
@@ -110,8 +91,7 @@ def format_headline(lines: Mapping[str, str]) -> str:
 
 
 def weak_rank_verdict(budget: Budget, loss_threshold: float = 0.10) -> str:
-    """Fix the weak rank when it removes at least ``loss_threshold`` of the median rank's safe budget
-    (``1 − min/median``; 10 % is a policy choice), else tune the reserve."""
+    """Fix the weak rank when it removes ``loss_threshold`` (``1 − min/median``) or more, else tune the reserve."""
     loss = budget.weak_rank_loss_fraction
     rank, weakest = budget.limiting_rank, format_budget(budget.min_safe_bytes)
     median = format_size(budget.median_safe_bytes)
@@ -150,7 +130,7 @@ def rounding_text(budget: Budget, spec: KVSpec) -> str:
 
 
 def launch_headline(ledger: pd.DataFrame) -> dict[str, str]:
-    """What launch the logs show: model, layout, vLLM release, GPUs, boots and files, as text.
+    """The launch the logs show: model, layout, vLLM release, boots and files, as text.
 
     >>> from kvplan import DATA_DIR
     >>> from kvplan.room import read_vllm_logs_rooms
@@ -172,11 +152,7 @@ def launch_headline(ledger: pd.DataFrame) -> dict[str, str]:
 
 
 def moved_hosts_text(move: Mapping[str, object], hosts: Sequence[str]) -> str:
-    """What notebook 07's ``MOVE`` does on this fleet: the hosts it moves, and those it names that the fleet lacks.
-
-    >>> moved_hosts_text({"h2": {}, "h9": {}}, ["h1", "h2"])
-    'MOVE moves h2; names no host of this fleet: h9'
-    """
+    """What notebook 07's ``MOVE`` does: the hosts it moves, and those it names the fleet lacks."""
     known = [host for host in move if host in hosts]
     unknown = [host for host in move if host not in hosts]
     if not known:
@@ -190,31 +166,24 @@ def moved_hosts_text(move: Mapping[str, object], hosts: Sequence[str]) -> str:
 
 
 def run_headline(summary: Mapping) -> str:
-    """One load-test run in a sentence, from its :func:`kvplan.load.load_summary`.
+    """A load-test run's :func:`kvplan.load.load_summary` in a sentence.
 
     >>> print(run_headline({"peak_kv_cache_usage_pct": 70.1, "kv_cache_tokens": 157_280,
     ...     "peak_kv_cache_tokens": 110_253, "peak_at": {"source": "/runs/a/server.log", "line": 40},
     ...     "max_running": 32, "max_waiting": 3, "preemptions": 0, "oom_events": 0}))
     peak KV cache usage 70.1% of 157,280 tokens (110,253 tokens, server.log:40); up to 32 requests running and 3 waiting; 0 preemptions, 0 OOM
     """
-    peak, capacity = summary.get("peak_kv_cache_usage_pct"), summary.get("kv_cache_tokens")
+    peak, tokens = summary.get("peak_kv_cache_usage_pct"), summary.get("kv_cache_tokens")
     if peak is None:
         usage = "no KV cache usage in the files"
     else:
         where = summary.get("peak_at") or {}
         place = f", {PurePath(where['source']).name}:{where['line']}" if where.get("source") else ""
-        of = (
-            f" of {capacity:,} tokens ({summary['peak_kv_cache_tokens']:,} tokens{place})"
-            if capacity
-            else place
-        )
+        of = f" of {tokens:,} tokens ({summary['peak_kv_cache_tokens']:,} tokens{place})" if tokens else place
         usage = f"peak KV cache usage {peak:.1f}%{of}"
     preemptions = summary.get("preemptions")
-    counted = (
-        "unknown preemptions"
-        if preemptions is None
-        else f"{preemptions:,} preemption{'s' * (preemptions != 1)}"
-    )
+    plural = "s" * (preemptions != 1)
+    counted = "unknown preemptions" if preemptions is None else f"{preemptions:,} preemption{plural}"
     return (
         f"{usage}; up to {summary.get('max_running')} requests running and {summary.get('max_waiting')} waiting; "
         f"{counted}, {summary.get('oom_events', 0)} OOM"
@@ -225,29 +194,14 @@ _WORDS = {"kv": "KV", "oom": "OOM", "tp": "TP", "pp": "PP", "gpu": "GPU", "seq":
 
 
 def readable_name(key: object) -> str:
-    """A glossary key in words.
-
-    >>> readable_name("peak_kv_cache_usage_pct"), readable_name("safe_bytes"), readable_name("seq_len")
-    ('peak KV cache usage [%]', 'safe', 'sequence length')
-    """
-    text = str(key)
-    unit = ""
-    if text.endswith("_pct"):
-        text, unit = text.removesuffix("_pct"), " [%]"
-    text = text.removesuffix("_bytes")
-    return " ".join(_WORDS.get(word, word) for word in text.split("_")) + unit
+    """A glossary key in words."""
+    unit = " [%]" if str(key).endswith("_pct") else ""
+    words = str(key).removesuffix("_pct").removesuffix("_bytes").split("_")
+    return " ".join(_WORDS.get(word, word) for word in words) + unit
 
 
 def readable_value(key: object, value: Any) -> str:
-    """``value`` of the column (or row) ``key`` in the one number format.
-
-    >>> readable_value("kv_cache_tokens", 155856), readable_value("room_bytes", 13851156480)
-    ('155,856', '12.9 GiB')
-    >>> readable_value("peak_kv_cache_usage_pct", 70.749487), readable_value("max_concurrency", 4.7998046875)
-    ('70.75', '4.80')
-    >>> readable_value("passed", True), readable_value("preemptions", None), readable_value("detail", "ok")
-    ('yes', 'n/a', 'ok')
-    """
+    """``value`` of the column (or row) ``key`` in the one number format."""
     if value is None or (isinstance(value, float) and math.isnan(value)) or value is pd.NA:
         return "n/a"
     if isinstance(value, bool):
@@ -255,18 +209,15 @@ def readable_value(key: object, value: Any) -> str:
     if isinstance(value, int) or (hasattr(value, "dtype") and pd.api.types.is_integer(value)):
         return format_size(int(value)) if str(key).endswith("_bytes") else f"{int(value):,}"
     if isinstance(value, float) or pd.api.types.is_float(value):
-        number = float(value)
-        if str(key).endswith("_bytes"):
-            return format_size(int(number))
-        return f"{number:,.2f}"
+        return format_size(int(value)) if str(key).endswith("_bytes") else f"{float(value):,.2f}"
     return str(value)
 
 
 def readable_table(
     frame: pd.DataFrame, keys: str = "columns", names: Mapping[str, str] | None = None
 ) -> pd.DataFrame:
-    """A copy of ``frame`` for readers: values by :func:`readable_value`, names in words (``names`` overrides
-    some); ``keys`` says whether each ``"columns"`` or each ``"index"`` row is one quantity.
+    """``frame`` for readers: values by :func:`readable_value`, names in words (or ``names``); ``keys``:
+    whether each ``"columns"`` or ``"index"`` entry is one quantity.
 
     >>> run = pd.Series({"kv_cache_tokens": 155856, "peak_kv_cache_usage_pct": 70.749487}, dtype=object)
     >>> table = pd.DataFrame({"a": run})
@@ -280,10 +231,6 @@ def readable_table(
         rows = {key: [readable_value(key, value) for value in frame.loc[key]] for key in frame.index}
         shown = pd.DataFrame.from_dict(rows, orient="index", columns=list(frame.columns))
         return shown.rename(index={key: names.get(str(key), readable_name(key)) for key in frame.index})
-    shown = pd.DataFrame(
-        {column: [readable_value(column, value) for value in frame[column]] for column in frame.columns},
-        index=frame.index,
-    )
-    return shown.rename(
-        columns={column: names.get(str(column), readable_name(column)) for column in frame.columns}
-    )
+    cells = {column: [readable_value(column, value) for value in frame[column]] for column in frame.columns}
+    words = {column: names.get(str(column), readable_name(column)) for column in frame.columns}
+    return pd.DataFrame(cells, index=frame.index).rename(columns=words)

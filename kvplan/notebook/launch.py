@@ -12,22 +12,21 @@ import pandas as pd
 
 from kvplan import PROJECT_DIR
 from kvplan.budget import Budget
-from kvplan.checks.key import defaulted_key_fields
 from kvplan.columns import MEASUREMENTS
 from kvplan.io import ReadMetadata
 from kvplan.io.nvidia_smi import join_snapshots
 from kvplan.ledger import compatibility_key
-from kvplan.plan import Evidence, ModelLayout, Policy, decide, launch_layout_spec
+from kvplan.plan import Evidence, Policy, decide
 from kvplan.room import read_vllm_logs_rooms
 
 if TYPE_CHECKING:
-    from kvplan.kvspec import KVSpec
+    pass
 
 
 def budgets_by_boot(
     ledger: pd.DataFrame, reserve_bytes: int, block_bytes: int | None = None, assume_uniform: bool = False
 ) -> dict[str, Budget]:
-    """The budget each boot of a ledger would give on its own, keyed ``"<file> #<boot>"`` (the spread chart's)."""
+    """The budget each boot of a ledger gives on its own, keyed ``"<file> #<boot>"``."""
     budgets = {}
     for (source, boot), rows in ledger.groupby(["source", "boot"], sort=False):
         label = f"{Path(str(source)).name} #{int(boot)}"
@@ -37,11 +36,7 @@ def budgets_by_boot(
 
 
 def co_tenant_bytes(ledger: pd.DataFrame, ranks: Sequence[int] | None = None) -> list[int | None]:
-    """Per rank, the most memory other processes held on its GPU in any boot; None where no snapshot joined.
-
-    >>> co_tenant_bytes(pd.DataFrame({"rank": [0, 1, 1], "other_process_bytes": [None, 5, 7]}))
-    [None, 7]
-    """
+    """Per rank, the most memory [bytes] other processes held on its GPU in any boot (None: no snapshot)."""
     wanted = sorted({int(rank) for rank in ledger["rank"].dropna()}) if ranks is None else list(ranks)
     if "other_process_bytes" not in ledger.columns:
         return [None] * len(wanted)
@@ -49,12 +44,12 @@ def co_tenant_bytes(ledger: pd.DataFrame, ranks: Sequence[int] | None = None) ->
     return [None if rank not in most.index or pd.isna(most[rank]) else int(most[rank]) for rank in wanted]
 
 
-#: The snapshot files :func:`read_launch` looks for next to the logs (the README's nvidia-smi commands).
+#: The nvidia-smi snapshots :func:`read_launch` looks for beside the logs (the README's commands).
 NVIDIA_SMI_NAMES = ("nvidia-smi-gpu.csv", "nvidia-smi-apps.csv")
 
 
 def snapshots_in(folder: str | Path) -> list[Path]:
-    """The nvidia-smi snapshots saved in ``folder`` under the :data:`NVIDIA_SMI_NAMES` (none in a file)."""
+    """The :data:`NVIDIA_SMI_NAMES` snapshots saved in ``folder``."""
     folder = Path(folder)
     return [folder / name for name in NVIDIA_SMI_NAMES if (folder / name).is_file()]
 
@@ -62,13 +57,7 @@ def snapshots_in(folder: str | Path) -> list[Path]:
 def launch_snapshots(
     log_paths: Sequence[str | Path], nvidia_smi: Sequence[str | Path] | None = None
 ) -> list[Path]:
-    """The nvidia-smi snapshots of a launch: ``nvidia_smi`` when given (``[]``: none), else those saved
-    beside its logs (:func:`snapshots_in`).
-
-    >>> from kvplan import DATA_DIR
-    >>> [path.name for path in launch_snapshots([DATA_DIR / "boots" / "four-rank" / "boot.log"])]
-    ['nvidia-smi-gpu.csv', 'nvidia-smi-apps.csv']
-    """
+    """A launch's nvidia-smi snapshots: ``nvidia_smi`` when given (``[]``: none), else those beside its logs."""
     if nvidia_smi is not None:
         return [Path(path) for path in nvidia_smi]
     folders = dict.fromkeys(Path(path).parent for path in log_paths)
@@ -76,7 +65,7 @@ def launch_snapshots(
 
 
 class ParameterError(ValueError):
-    """A notebook parameter that names nothing: shown in a notebook as one ``error:`` line, no traceback."""
+    """A notebook parameter that names nothing: shown as one ``error:`` line, no traceback."""
 
     def _render_traceback_(self) -> list[str]:  # IPython shows this instead of the traceback
         return [f"error: {self}"]
@@ -84,12 +73,7 @@ class ParameterError(ValueError):
 
 def parameter_path(value: str | os.PathLike, name: str, root: Path = PROJECT_DIR) -> Path:
     """A notebook parameter's path: as given when it exists (or a glob matches), else from ``root`` (the
-    checkout: the README's paths); neither is a :class:`ParameterError` naming both places.
-
-    >>> from kvplan import DATA_DIR
-    >>> parameter_path("boots/four-rank", "LOG_DIR", root=DATA_DIR) == DATA_DIR / "boots" / "four-rank"
-    True
-    """
+    checkout), else a :class:`ParameterError` naming both places."""
     path = Path(value)
     candidates = [path] if path.is_absolute() else [path, root / path]
     for candidate in candidates:
@@ -115,8 +99,8 @@ def parameter_files(
     patterns: Sequence[str] = LOG_PATTERNS,
     root: Path = PROJECT_DIR,
 ) -> list[Path]:
-    """The files a notebook parameter names: a path, a glob, a folder (its ``patterns`` files, sorted) or a
-    list of these, each found by :func:`parameter_path`; nothing found is a :class:`ParameterError`.
+    """The files a notebook parameter names: a path, a glob, a folder (its ``patterns`` files) or a list of
+    them, each by :func:`parameter_path`; nothing found is a :class:`ParameterError`.
 
     >>> from kvplan import DATA_DIR
     >>> [path.name for path in parameter_files("boots/four-rank", "LOG_DIR", root=DATA_DIR)]
@@ -145,8 +129,7 @@ def parameter_files(
 
 
 def parameter_model(value: str | os.PathLike, root: Path = PROJECT_DIR) -> str | os.PathLike:
-    """A notebook's ``MODEL``: a catalogue name (``kvplan/models/``) as given, or a config.json path found
-    from the notebook's folder or the repository root (``root``)."""
+    """A notebook's ``MODEL``: a catalogue name as given, or a config.json path as :func:`parameter_path`'s."""
     path = Path(value)
     if not path.is_absolute() and not path.exists() and (root / path).is_file():
         return root / path
@@ -154,7 +137,7 @@ def parameter_model(value: str | os.PathLike, root: Path = PROJECT_DIR) -> str |
 
 
 def run_folder(prefix: str, root: Path = PROJECT_DIR) -> Path:
-    """A new empty folder ``<root>/build/<prefix>-XXXXXXXX`` for one run's files (05's bundle)."""
+    """A new empty folder ``<root>/build/<prefix>-XXXXXXXX`` for one run's files."""
     import tempfile
 
     (root / "build").mkdir(parents=True, exist_ok=True)
@@ -166,9 +149,8 @@ def read_launch(
     nvidia_smi: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
     name: str = "LOG_DIR",
 ) -> tuple[pd.DataFrame, ReadMetadata]:
-    """The ledger and reader metadata of a launch's logs (the notebook parameter ``name``,
-    :func:`parameter_files`), with the nvidia-smi snapshots beside them joined (``nvidia_smi``: others; ``[]``:
-    none)."""
+    """The ledger and metadata of a launch's logs (parameter ``name``), with the nvidia-smi snapshots beside
+    them joined (``nvidia_smi``: others; ``[]``: none)."""
     files = parameter_files(logs, name)
     ledger, metadata = read_vllm_logs_rooms(files)
     if nvidia_smi is None:
@@ -176,37 +158,13 @@ def read_launch(
     else:
         snapshots = parameter_files(nvidia_smi, "NVIDIA_SMI", NVIDIA_SMI_NAMES) if nvidia_smi else []
     if snapshots:
-        joined, _, joined_metadata = join_snapshots(ledger, snapshots, warn=False)  # warnings listed below
-        metadata = metadata.with_warnings(joined_metadata.warnings)
-        ledger = joined
+        ledger, _, joined = join_snapshots(ledger, snapshots, warn=False)  # its warnings listed below
+        metadata = metadata.with_warnings(joined.warnings)
     return ledger, metadata
 
 
-def launch_spec(
-    ledger: pd.DataFrame,
-    model: str | Path,
-    tp: int | None = None,
-    metadata: ReadMetadata | None = None,
-    **options,
-) -> KVSpec:
-    """The KV spec of ``model`` (a catalogue name or a config.json) on the launch the logs show, by
-    :func:`kvplan.plan.launch_layout_spec` (the pipeline's rule); ``options`` are :func:`kvplan.kvspec.kv_spec`
-    keywords. Without ``metadata`` a logged block size cannot be told from vLLM's default and is not used."""
-    defaulted = (
-        defaulted_key_fields(metadata.provenance) if metadata is not None else frozenset({"block_size"})
-    )
-    layout = ModelLayout(model, {"tp": tp, **options})
-    return launch_layout_spec(layout, compatibility_key(ledger), ledger, defaulted)
-
-
 def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:
-    """The maximum model length to plan with: ``given``, else the launch's (a :class:`ValueError` naming
-    ``MAX_MODEL_LEN`` when neither is a positive whole number).
-
-    >>> ledger = pd.DataFrame({"source": "a.log", "boot": 0, "rank": [0, 1], "max_model_len": 32768})
-    >>> launch_max_model_len(ledger), launch_max_model_len(ledger, 8192)
-    (32768, 8192)
-    """
+    """The maximum model length [tokens] to plan with: ``given``, else the launch's."""
     if given is not None:
         if isinstance(given, bool) or not isinstance(given, int) or given <= 0:
             raise ValueError(f"MAX_MODEL_LEN must be a positive whole number of tokens, got {given!r}")
@@ -218,8 +176,7 @@ def launch_max_model_len(ledger: pd.DataFrame, given: int | None = None) -> int:
 
 
 def coverage(ledger: pd.DataFrame) -> pd.DataFrame:
-    """Which measurements each boot × rank printed: one row per ledger measurement, a column per
-    ``(boot, rank)`` (``source`` first when several files), True where shown."""
+    """Which measurements each boot × rank printed: a row per measurement, a column per (source,) boot, rank."""
     index = ["boot", "rank"]
     if "source" in ledger.columns and ledger["source"].nunique() > 1:
         index = ["source", *index]
@@ -228,11 +185,7 @@ def coverage(ledger: pd.DataFrame) -> pd.DataFrame:
 
 
 def rows_that_set_the_room(ledger: pd.DataFrame) -> pd.DataFrame:
-    """The ledger rows of each rank that show its room (all its rows where none does).
-
-    >>> rows_that_set_the_room(pd.DataFrame({"rank": [0, 0, 1], "room_bytes": [None, 5, None]})).index.tolist()
-    [1, 2]
-    """
+    """The ledger rows of each rank that show its room (all its rows where none does)."""
     if "room_bytes" not in ledger.columns:
         return ledger
     shown = ledger["room_bytes"].notna()

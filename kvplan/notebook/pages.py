@@ -1,6 +1,5 @@
-"""Notebook pages of the report: each notebook run once, exported for readers (``<name>.html``: no code, PNGs
-with alt text, tables that fit, nothing from a CDN) and for auditors (``code/<name>.html``: with code).
-"""
+"""The report's notebook pages: each notebook run once, exported for readers (``<name>.html``: no code, PNGs
+with alt text, nothing from a CDN) and for auditors (``code/<name>.html``: with code)."""
 
 from __future__ import annotations
 
@@ -10,8 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-#: Output types a page may show, best first: a widget view is never among them (it needs a live kernel
-#: or a CDN), so a panel falls back to its static HTML snapshot.
+#: Output types a page may show, best first: no widget view (it needs a kernel), so a panel shows its snapshot.
 DISPLAY_PRIORITY = (
     "text/html",
     "text/markdown",
@@ -63,7 +61,7 @@ _MARKER = re.compile(r"^\s*# NBVAL_[A-Z_]+\s*\n?", re.MULTILINE)
 
 @dataclass(frozen=True)
 class Page:
-    """A notebook's pages in the report: its title, the reader's page and the auditor's (paths in the report)."""
+    """A notebook's pages in the report: its title, the reader's page and the auditor's."""
 
     name: str
     title: str
@@ -72,12 +70,7 @@ class Page:
 
 
 def notebook_title(notebook) -> str:
-    """The notebook's first Markdown heading, without its ``#`` (else its name is used by the caller).
-
-    >>> import nbformat
-    >>> notebook_title(nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# 01 · Logs\\ntext")]))
-    '01 · Logs'
-    """
+    """The notebook's first Markdown heading without its ``#``, else ""."""
     for cell in notebook.cells:
         if cell.cell_type == "markdown":
             for line in cell.source.splitlines():
@@ -87,13 +80,7 @@ def notebook_title(notebook) -> str:
 
 
 def without_markers(notebook):
-    """A copy of a notebook whose code cells lose their ``# NBVAL_…`` test markers (the auditor's page).
-
-    >>> import nbformat
-    >>> nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("# NBVAL_CHECK_OUTPUT\\nprint(1)")])
-    >>> without_markers(nb).cells[0].source
-    'print(1)'
-    """
+    """A copy of a notebook without its ``# NBVAL_…`` test markers."""
     stripped = copy.deepcopy(notebook)
     for cell in stripped.cells:
         if cell.cell_type == "code":
@@ -102,15 +89,9 @@ def without_markers(notebook):
 
 
 def with_parameters(notebook, values: Mapping[str, object]):
-    """A copy of a notebook with ``values`` set in a cell after its ``parameters`` cell (papermill's way), for
-    the names that cell sets.
+    """A copy of a notebook with ``values`` set after its ``parameters`` cell (papermill's way), those it sets."""
+    import nbformat
 
-    >>> import nbformat
-    >>> cell = nbformat.v4.new_code_cell("BUNDLE = None  # a bundle", metadata={"tags": ["parameters"]})
-    >>> nb = with_parameters(nbformat.v4.new_notebook(cells=[cell]), {"BUNDLE": "b/1", "OTHER": 2})
-    >>> nb.cells[1].source
-    "BUNDLE = 'b/1'"
-    """
     changed = copy.deepcopy(notebook)
     for index, cell in enumerate(changed.cells):
         if "parameters" in cell.get("metadata", {}).get("tags", []):
@@ -119,13 +100,14 @@ def with_parameters(notebook, values: Mapping[str, object]):
             ]
             if names:
                 source = "\n".join(f"{name} = {values[name]!r}" for name in names)
-                changed.cells.insert(index + 1, _code_cell(source))
+                injected = nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
+                changed.cells.insert(index + 1, injected)
             break
     return changed
 
 
 def without_machine_paths(notebook, roots: Mapping[str, str]):
-    """A copy of a notebook whose outputs name no folder of this machine (:func:`without_roots`)."""
+    """A copy of a notebook whose outputs name no folder of this machine."""
     cleaned = copy.deepcopy(notebook)
     for cell in cleaned.cells:
         for output in cell.get("outputs", []):
@@ -138,30 +120,21 @@ def without_machine_paths(notebook, roots: Mapping[str, str]):
 
 
 def without_roots(text: str, roots: Mapping[str, str]) -> str:
-    """``text`` with each of ``roots`` (a folder) replaced by its short name, longer roots first.
-
-    >>> without_roots("/tmp/x/data/a.log and /tmp/b", {"/tmp/x/": "", "/tmp/": "$TMPDIR/"})
-    'data/a.log and $TMPDIR/b'
-    """
+    """``text`` with each of ``roots`` (a folder) replaced by its short name, longer roots first."""
     for root, name in sorted(roots.items(), key=lambda item: -len(item[0])):
         text = text.replace(root, name)
     return text
 
 
 def shown_folder(path: str | Path) -> str:
-    """A folder as a page names it: from its short root (:func:`machine_roots`), else by its name alone.
-
-    >>> shown_folder("/srv/bundles/2026-12-01-d974eb240843")
-    '…/2026-12-01-d974eb240843'
-    """
+    """A folder as a page names it: from its short root, else by its name alone."""
     absolute = str(Path(path).absolute())
     shown = without_roots(absolute, machine_roots())
     return f"…/{Path(path).name}" if shown == absolute else shown
 
 
 def machine_roots() -> dict[str, str]:
-    """The folders of this machine a page must not name: the project's (its paths become ``data/…``),
-    the temporary folder (``$TMPDIR/…``) and the home folder (``~/…``)."""
+    """The folders a page must not name, by short name: the project's, the temporary and the home folder."""
     import tempfile
 
     from kvplan import DATA_DIR
@@ -174,15 +147,9 @@ def machine_roots() -> dict[str, str]:
     }
 
 
-def _code_cell(source: str):
-    import nbformat
-
-    return nbformat.v4.new_code_cell(source, metadata={"tags": ["injected-parameters"]})
-
-
 def execute_notebook(path: Path, parameters: Mapping[str, object] | None = None, timeout_s: int = 300):
-    """The notebook at ``path`` executed in its own folder by a fresh, quiet kernel with ``parameters`` set
-    (:func:`with_parameters`), widget state not stored; a failing cell raises nbclient's ``CellExecutionError``."""
+    """The notebook at ``path`` run in its folder by a fresh kernel with ``parameters`` set; a failing cell
+    raises nbclient's ``CellExecutionError``."""
     import nbformat
     from nbclient import NotebookClient
 
@@ -207,14 +174,18 @@ def _exporter(with_code: bool):
 
     config = Config()
     config.NbConvertBase.display_data_priority = list(DISPLAY_PRIORITY)
+    hidden = {
+        "exclude_input": not with_code,
+        "exclude_input_prompt": not with_code,
+        "exclude_output_prompt": True,
+    }
+    loader = DictLoader({"kvplan-page.html.j2": TEMPLATE})
     exporter = HTMLExporter(
         config=config,
         template_name="lab",
-        extra_loaders=[DictLoader({"kvplan-page.html.j2": TEMPLATE})],
+        extra_loaders=[loader],
         template_file="kvplan-page.html.j2",
-        exclude_input=not with_code,
-        exclude_input_prompt=not with_code,
-        exclude_output_prompt=True,
+        **hidden,
     )
     exporter.log.setLevel("ERROR")
     if not with_code:
@@ -224,10 +195,8 @@ def _exporter(with_code: bool):
 
 def write_pages(notebook, name: str, out_dir: Path) -> Page:
     """Write an executed notebook's reader page (``name.html``, PNGs in ``name_files/``) and auditor page
-    (``code/name.html``), each linking back to the index and to the other, neither naming a folder of this
-    machine (:func:`without_machine_paths`)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "code").mkdir(exist_ok=True)
+    (``code/name.html``), each linking to the index and the other, naming no folder of this machine."""
+    (out_dir / "code").mkdir(parents=True, exist_ok=True)
     notebook = without_machine_paths(notebook, machine_roots())
     reader, resources = _exporter(with_code=False).from_notebook_node(
         notebook,

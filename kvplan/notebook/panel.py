@@ -1,7 +1,5 @@
-"""The what-if panel: ipywidgets controls over a scenario, redrawn correctly under any kernel threading
-(JupyterLab ≥ 4.4 handles widget messages on several threads): no pyplot state, no captured output, one
-state rendered at a time under a lock, a state a newer change superseded skipped: the last state wins.
-"""
+"""The what-if panel: ipywidgets controls over a scenario, safe under a kernel handling widget messages on
+several threads: no pyplot state, one state rendered at a time under a lock, the last state wins."""
 
 from __future__ import annotations
 
@@ -40,10 +38,9 @@ from kvplan.units import bytes_to_gib, format_size
 
 
 class WhatIfPanel:
-    """Sliders and fields over a :class:`Scenario`: every change re-runs :func:`evaluate` and shows the verdict,
-    headline, per-rank table and charts (a moved state against the notebook's, faintly). ``co_tenant_bytes``
-    (default: ``ledger``'s) caps the add-back sliders. Bad input shows in the verdict line, a chart that cannot
-    be drawn says why in its place (``chart_errors``); without a kernel it shows its static snapshot."""
+    """Controls over a :class:`Scenario`: each change shows :func:`evaluate`'s verdict, headline, table and
+    charts (against the notebook's, faintly); ``co_tenant_bytes`` (default ``ledger``'s) caps the add-backs.
+    Bad input shows in the verdict line, a chart that fails says why in its place (``chart_errors``)."""
 
     def __init__(
         self,
@@ -72,14 +69,8 @@ class WhatIfPanel:
         self.table_html = widgets.HTML()
         self.table_html.add_class("kvplan-table")
         self.images = {step.name: widgets.HTML() for step in self.chart_steps()}  # one output per chart
-        self.box = widgets.VBox(
-            [
-                widgets.VBox(list(self.controls.values())),
-                self.verdict_html,
-                self.table_html,
-                *self.images.values(),
-            ]
-        )
+        shown = [self.verdict_html, self.table_html, *self.images.values()]
+        self.box = widgets.VBox([widgets.VBox(list(self.controls.values())), *shown])
         self.box.add_class("kvplan-panel")
         self._holding = False  # set_values: one redraw after all its changes
         self._drawn: dict[str, tuple[tuple, str, bytes | None]] = {}  # chart: (inputs, HTML, PNG) last shown
@@ -93,12 +84,8 @@ class WhatIfPanel:
         self.update()
 
     def scenario(self) -> Scenario:
-        """The scenario the controls currently describe (untouched controls keep the exact bytes)."""
-        moved = {
-            name: control.value
-            for name, control in self.controls.items()
-            if control.value != self._initial[name]
-        }
+        """The scenario the controls describe (untouched controls keep the exact bytes)."""
+        moved = {n: c.value for n, c in self.controls.items() if c.value != self._initial[n]}
         changes = {field: read(moved[name]) for name, (field, read) in _FIELDS.items() if name in moved}
         ranks = self.base.rank_ids
         if any(f"add_back_{rank}" in moved for rank in ranks):
@@ -110,29 +97,27 @@ class WhatIfPanel:
         return replace(self.base, **changes)
 
     def verdict(self) -> str:
-        """The verdict line the panel shows: :meth:`Outcome.verdict`, or why there is no safe budget."""
+        """The verdict line: :meth:`Outcome.verdict`, or why there is no safe budget."""
         if self.outcome is None:
             return f"DOES NOT FIT: no safe budget: {self.error}"
         return self.outcome.verdict()
 
     def chart_steps(self, outcome: Outcome | None = None) -> list[ChartStep]:
-        """The panel's charts for ``outcome`` (default: the baseline) with its axes; a moved state is drawn
-        against the baseline (faintly), the baseline itself alone, as the notebook's charts draw it."""
+        """The panel's charts for ``outcome`` (default: the baseline), a moved state against the baseline."""
         outcome = outcome or self.baseline
         moved = outcome.scenario != self.base
         return panel_charts(outcome, self._ledger_shown, self.axes, self.baseline if moved else None)
 
     def chart_pngs(self) -> list[bytes]:
-        """The PNG of every chart with axes for the current state, as the panel shows them (drawn by the last
-        render; a chart that is a sentence has none)."""
+        """The PNG of every chart with axes of the current state, as shown."""
         return list(self._pngs)
 
     def figures(self) -> list:
-        """The chart figures for the current outcome (plain ``Figure`` objects: nothing to close)."""
+        """The chart figures of the current outcome."""
         return [] if self.outcome is None else [step.draw() for step in self.chart_steps(self.outcome)]
 
     def update(self) -> None:
-        """Re-evaluate the controls' scenario and redraw; a state superseded while waiting is skipped."""
+        """Re-evaluate the controls' scenario and redraw, unless superseded while waiting."""
         with self._ticket_lock:
             self._ticket += 1
             ticket = self._ticket
@@ -142,8 +127,7 @@ class WhatIfPanel:
             self._render(self.scenario(), ticket)
 
     def _render(self, scenario: Scenario, ticket: int | None = None) -> None:
-        """Evaluate ``scenario`` and show it; a render that a newer change (``ticket``) supersedes stops
-        between charts and shows nothing: the newer one, waiting for the lock, shows its state."""
+        """Evaluate and show ``scenario``; superseded by a newer ``ticket``, stop and show nothing."""
         try:
             outcome, error = evaluate(scenario), None
         except ValueError as exc:
@@ -172,19 +156,19 @@ class WhatIfPanel:
         self.verdict_html.value = f"<b>{html.escape(self.verdict())}</b>"
 
     def _chart(self, step: ChartStep) -> tuple[str, bytes | None]:
-        """A chart's HTML and PNG (None for a sentence): the last drawing while its inputs are the same."""
+        """A chart's HTML and PNG (None for a sentence), the last ones while its inputs are the same."""
         last = self._drawn.get(step.name)
         if last is not None and last[0] == step.inputs:
             return last[1], last[2]
         live = self._live.setdefault(step.name, LiveChart())
-        figure = step.draw(live.figure)
+        figure = step.draw(figure=live.figure)
         png = None if sentence(figure) is not None else live.png(figure)
         shown = _image_html(figure, png)
         self._drawn[step.name] = (step.inputs, shown, png)
         return shown, png
 
     def snapshot_html(self) -> str:
-        """The panel at the notebook's parameters as static HTML (verdict, headline, charts with alt text)."""
+        """The panel at the notebook's parameters as static HTML."""
         outcome = self.baseline
         images = [_image_html(step.draw()) for step in self.chart_steps(outcome)]
         return (
@@ -194,14 +178,7 @@ class WhatIfPanel:
         )
 
     def set_values(self, values: Mapping[str, object]) -> None:
-        """Set several controls (by :attr:`controls` name) and redraw once, not once per control.
-
-        >>> from kvplan.notebook.whatif import Scenario
-        >>> panel = WhatIfPanel(Scenario((13 * 2**30, 18 * 2**30), 2**30))
-        >>> panel.set_values({"reserve_gib": 2.0})
-        >>> panel.outcome.budget.uniform_budget_bytes // 2**30  # 13 − 2
-        11
-        """
+        """Set several controls by name and redraw once."""
         self._holding = True
         try:
             for name, value in values.items():
@@ -223,8 +200,7 @@ class WhatIfPanel:
 
 
 def _image_html(figure, png: bytes | None = None) -> str:
-    """A chart as an ``<img>`` with its PNG inline and its title as alt text (no file, no network), or
-    its sentence (:func:`~kvplan.notebook.figures.sentence`) as a paragraph."""
+    """A chart as an inline ``<img>`` with alt text, or its sentence as a paragraph."""
     words = sentence(figure)
     if words is not None:
         return f'<p class="kvplan-chart-sentence">{html.escape(words)}</p>'
@@ -236,11 +212,11 @@ def _image_html(figure, png: bytes | None = None) -> str:
 
 
 def _tables_html(outcome: Outcome) -> str:
-    """The headline (name, value) and the per-rank table (:func:`~kvplan.notebook.headlines.readable_table`), as HTML."""
-    headline = pd.Series(outcome.headline(), name="value").to_frame()
-    return headline.to_html(classes="kvplan-headline", border=0) + readable_table(outcome.table()).to_html(
-        classes="kvplan-ranks", border=0
+    """The headline and the per-rank table as HTML."""
+    headline = (
+        pd.Series(outcome.headline(), name="value").to_frame().to_html(classes="kvplan-headline", border=0)
     )
+    return headline + readable_table(outcome.table()).to_html(classes="kvplan-ranks", border=0)
 
 
 #: The scenario field each control sets, and how its value reads.
@@ -259,8 +235,7 @@ _STYLE = {"description_width": "initial"}
 def _controls(
     scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None, limits: Sequence[int | None]
 ) -> dict[str, widgets.Widget]:
-    """The panel's controls by name: reserve, drift guard (with boot free memory), block size and the
-    length and target fields (with a spec), and one add-back slider per rank, capped at its co-tenant."""
+    """The panel's controls by name: reserve, guard (drift), block size, length and target (a spec), add-backs."""
     reserve_gib = bytes_to_gib(scenario.reserve_bytes)
     controls = {
         "reserve_gib": _gib_slider(reserve_gib, max(4.0, 2 * reserve_gib), 0.05, "reserve per rank [GiB]")
@@ -311,15 +286,9 @@ _ADD_BACK_TIPS = {
 
 
 def _gib_slider(value_gib: float, top_gib: float, step_gib: float, description: str) -> widgets.FloatSlider:
-    """A slider from 0 to ``top_gib`` [GiB], two decimals, reporting only when released (one render a move)."""
+    """A slider from 0 to ``top_gib`` [GiB], reporting only when released."""
+    shown = {"min": 0.0, "readout_format": ".2f", "style": _STYLE, "continuous_update": False}
+    layout = widgets.Layout(width="640px")
     return widgets.FloatSlider(
-        value=value_gib,
-        min=0.0,
-        max=top_gib,
-        step=step_gib,
-        readout_format=".2f",
-        description=description,
-        style=_STYLE,
-        layout=widgets.Layout(width="640px"),
-        continuous_update=False,
+        value=value_gib, max=top_gib, step=step_gib, description=description, layout=layout, **shown
     )

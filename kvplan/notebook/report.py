@@ -1,9 +1,6 @@
-"""The review meeting, each page leading with the verified bundle's decision (:func:`decision_facts`): the
-report (``python -m kvplan.notebook.report OUT BUNDLE NOTEBOOK...``: every notebook run once into pages, and
-an index) and review mode (``--serve [--port N]``: the notebooks served live by Voilà on 127.0.0.1). Each
-notebook takes the bundle as its ``BUNDLE`` parameter (:func:`show_bundle`) and states its digest; a
-notebook without that parameter, or a page without the digest, is refused.
-"""
+"""The review meeting over a verified bundle's decision: the report (``python -m kvplan.notebook.report OUT
+BUNDLE NOTEBOOK...``: each notebook run once into pages, and an index) and review mode (``--serve``: Voilà on
+127.0.0.1). Each notebook takes the bundle as ``BUNDLE`` and states its digest, else it is refused."""
 
 from __future__ import annotations
 
@@ -35,14 +32,7 @@ li { margin: 0.3em 0; }
 
 
 def decision_facts(decision: Decision) -> dict[str, str]:
-    """What a reviewer reads first about a decision, as (name, text): the flag and its figures.
-
-    >>> from kvplan.plan import Policy, decide_rooms
-    >>> GiB = 2**30
-    >>> facts = decision_facts(decide_rooms([13 * GiB, 18 * GiB], Policy(GiB)))
-    >>> facts["flag"], facts["limiting rank"], facts["stranded capacity"]
-    ('--kv-cache-memory-bytes=12884901888', '0', '5 GiB on the stronger ranks')
-    """
+    """What a reviewer reads first about a decision, as (name, text): the flag and its figures."""
     budget = decision.budget
     facts = {
         "flag": budget.flag,
@@ -72,18 +62,13 @@ def index_html(
     version: str,
     bundle: Mapping[str, str] | None = None,
 ) -> str:
-    """The report's ``index.html``: the decision first, its date and kvplan version, the ``bundle``'s facts,
-    then every page.
-
-    >>> from kvplan.plan import Policy, decide_rooms
-    >>> GiB = 2**30
-    >>> page = index_html(decide_rooms([13 * GiB, 18 * GiB], Policy(GiB)), [], "2026-12-02T00:00:00Z", "0.1.0")
-    >>> "--kv-cache-memory-bytes=12884901888" in page, "kvplan 0.1.0" in page
-    (True, True)
-    """
+    """The report's ``index.html``: the decision, its date and kvplan version, the ``bundle``'s facts, the pages."""
     facts = decision_facts(decision)
     flag = facts.pop("flag")
-    rows, bundle_rows = _rows(facts), _rows(bundle or {})
+    rows = _rows(facts)
+    evidence = (
+        f'<h2>Evidence bundle</h2><table class="kvplan-decision">{_rows(bundle)}</table>\n' if bundle else ""
+    )
     links = "".join(
         f'<li><a href="{html_text(page.href)}">{html_text(page.title)}</a>'
         f' <span class="kvplan-meta">(<a href="{html_text(page.code_href)}">with code</a>)</span></li>'
@@ -97,11 +82,7 @@ def index_html(
         f'<p class="kvplan-meta">{html_text(created_utc)} · kvplan {html_text(version)}</p>\n'
         f'<p>Deploy with</p><p class="kvplan-flag">{html_text(flag)}</p>\n'
         f'<table class="kvplan-decision">{rows}</table>\n'
-        + (
-            f'<h2>Evidence bundle</h2><table class="kvplan-decision">{bundle_rows}</table>\n'
-            if bundle
-            else ""
-        )
+        + evidence
         + "<h2>The notebooks</h2>\n<p>Each page shows the charts and tables without code; "
         "“with code” is the same page for auditors.</p>\n"
         f"<ol>{links}</ol>\n</body></html>\n"
@@ -109,7 +90,7 @@ def index_html(
 
 
 def _rows(facts: Mapping[str, str], th_style: str = "") -> str:
-    """(name, text) pairs as HTML table rows, both escaped."""
+    """(name, text) pairs as escaped HTML table rows."""
     return "".join(
         f"<tr><th{th_style}>{html_text(k)}</th><td>{html_text(v)}</td></tr>" for k, v in facts.items()
     )
@@ -117,8 +98,7 @@ def _rows(facts: Mapping[str, str], th_style: str = "") -> str:
 
 @dataclass(frozen=True)
 class ShownBundle:
-    """A verified bundle as a notebook's parameters (its input copies by role, policy, layout and admission
-    plan); displayed, it states the bundle and its digest."""
+    """A verified bundle as a notebook's parameters; displayed, it states the bundle and its digest."""
 
     folder: Path
     digest: str
@@ -134,33 +114,27 @@ class ShownBundle:
 
     @property
     def plan(self) -> tuple[int | None, int | None]:
-        """The admission plan approved: (full sequences at once, tokens each); (None, None) without one."""
+        """The approved admission plan: (full sequences at once, tokens each), else (None, None)."""
         return self.target_concurrency, self.seq_len
 
     @property
     def model(self) -> Path:
-        """The bundle's model config; :class:`ParameterError` when it was approved without ``--model``."""
+        """The bundle's model config (:class:`ParameterError` without one)."""
         if self.model_config is None:
-            raise ParameterError(
-                f"BUNDLE = {str(self.folder)!r} was approved without --model: no model config"
-            )
+            folder = str(self.folder)
+            raise ParameterError(f"BUNDLE = {folder!r} was approved without --model: no model config")
         return self.model_config
 
     def _repr_markdown_(self) -> str:
-        return bundle_banner(self.folder.name, self.digest)
-
-
-def bundle_banner(name: str, digest: str) -> str:
-    """What a page says of the bundle it shows (Markdown): its name and digest."""
-    return (
-        f"**This page shows the evidence bundle** {markdown_code(name)}, digest `sha256:{digest}` (verified: "
-        "every hash and the recomputed decision agree); its inputs and policy replace the sample parameters."
-    )
+        return (
+            f"**This page shows the evidence bundle** {markdown_code(self.folder.name)}, digest "
+            f"`sha256:{self.digest}` (verified: every hash and the recomputed decision agree); its inputs and "
+            "policy replace the sample parameters."
+        )
 
 
 def show_bundle(bundle: str | Path | None) -> ShownBundle | None:
-    """The verified ``bundle`` a notebook shows (None when ``bundle`` is None); :class:`ParameterError` when
-    it does not verify."""
+    """The verified ``bundle`` a notebook shows (None: None); :class:`ParameterError` when it does not verify."""
     from kvplan.evidence.verify import verify
 
     if bundle is None:
@@ -173,7 +147,9 @@ def show_bundle(bundle: str | Path | None) -> ShownBundle | None:
     by_role: dict[str, list[Path]] = {}
     for entry in record["inputs"]:
         by_role.setdefault(entry["role"], []).append(folder / entry["bundle_path"])
-    policy, plan = record["policy"], record.get("admission_plan") or {}
+    policy = {key: record["policy"][key] for key in ("reserve_bytes", "guard_bytes", "assume_uniform")}
+    approved = record.get("admission_plan") or {}
+    plan: dict[str, Any] = {key: approved.get(key) for key in ("target_concurrency", "seq_len")}
     return ShownBundle(
         folder=folder,
         digest=verified.digest,
@@ -181,16 +157,13 @@ def show_bundle(bundle: str | Path | None) -> ShownBundle | None:
         snapshots=by_role.get("nvidia-smi", []),
         model_config=next(iter(by_role.get("model config", [])), None),
         tp=(record.get("model_options") or {}).get("tp"),
-        reserve_bytes=policy["reserve_bytes"],
-        guard_bytes=policy["guard_bytes"],
-        assume_uniform=policy["assume_uniform"],
-        target_concurrency=plan.get("target_concurrency"),
-        seq_len=plan.get("seq_len"),
+        **policy,
+        **plan,
     )
 
 
 def takes_bundle(notebook: Any) -> bool:
-    """Whether a notebook's ``parameters`` cell sets ``BUNDLE`` (the report passes its bundle there)."""
+    """Whether a notebook's ``parameters`` cell sets ``BUNDLE``."""
     return any(
         "parameters" in cell.get("metadata", {}).get("tags", [])
         and re.search(r"^BUNDLE\s*=", cell.source, re.MULTILINE)
@@ -199,8 +172,8 @@ def takes_bundle(notebook: Any) -> bool:
 
 
 def build_report(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> tuple[Path, list[str]]:
-    """Verify ``bundle``, write every notebook's pages into ``out_dir`` and the index: (index, errors), a
-    notebook that fails (or takes no ``BUNDLE``, or whose page lacks the digest) an error, left out."""
+    """Verify ``bundle``, write each notebook's pages and the index into ``out_dir``: (index, errors); a notebook
+    that fails, takes no ``BUNDLE`` or whose page lacks the digest is an error, left out."""
     import nbformat
 
     from kvplan.evidence.verify import verify
@@ -233,14 +206,13 @@ def build_report(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> tupl
         "approved by": f"{record.get('approver', '')}: {record.get('note', '')}",
         "verified": "ok: every hash and the recomputed decision agree",
     }
-    index = out_dir / "index.html"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    index.write_text(
-        index_html(
-            verified.decision, pages, str(record["created_utc"]), str(record["kvplan_version"]), facts
-        ),
-        encoding="utf-8",
+    index, created, version = (
+        out_dir / "index.html",
+        str(record["created_utc"]),
+        str(record["kvplan_version"]),
     )
+    out_dir.mkdir(parents=True, exist_ok=True)
+    index.write_text(index_html(verified.decision, pages, created, version, facts), encoding="utf-8")
     return index, errors
 
 
@@ -252,8 +224,8 @@ DEFAULT_PORT = 8866
 
 
 def decision_html(bundle: str | Path, pages: Sequence[str]) -> str:
-    """The decision of a verified ``bundle`` as HTML, then a link to each dashboard (notebook file names);
-    a bundle that does not verify is said plainly, with its differences, and no flag."""
+    """A verified ``bundle``'s decision as HTML, then a link to each dashboard (notebook file names); a bundle
+    that does not verify shows its differences and no flag."""
     from kvplan.evidence.verify import verify
 
     verified = verify(bundle)
@@ -278,24 +250,23 @@ def decision_html(bundle: str | Path, pages: Sequence[str]) -> str:
 
 
 def decision_notebook(bundle: str | Path, pages: Sequence[str]):
-    """The review's first page: a heading and one cell showing :func:`decision_html` of ``bundle``."""
+    """The review's first page: a heading and :func:`decision_html` of ``bundle``."""
     import nbformat
 
     source = (
         "from IPython.display import HTML\nfrom kvplan.notebook.report import decision_html\n"
         f"HTML(decision_html({str(bundle)!r}, {list(pages)!r}))"
     )
-    return nbformat.v4.new_notebook(
-        cells=[
-            nbformat.v4.new_markdown_cell("# KV-cache budget: the decision"),
-            nbformat.v4.new_code_cell(source),
-        ],
-        metadata={"kernelspec": {"name": "python3", "display_name": "Python 3", "language": "python"}},
-    )
+    cells = [
+        nbformat.v4.new_markdown_cell("# KV-cache budget: the decision"),
+        nbformat.v4.new_code_cell(source),
+    ]
+    kernel = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    return nbformat.v4.new_notebook(cells=cells, metadata={"kernelspec": kernel})
 
 
 def prepare(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> Path:
-    """Write the served folder ``out_dir`` (returned): the decision page and each notebook with ``BUNDLE`` set."""
+    """Write the served folder ``out_dir``: the decision page and each notebook with ``BUNDLE`` set."""
     import nbformat
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -309,22 +280,14 @@ def prepare(out_dir: Path, bundle: Path, notebooks: Sequence[Path]) -> Path:
 
 
 def voila_command(folder: Path, port: int = DEFAULT_PORT) -> list[str]:
-    """Voilà serving ``folder`` on 127.0.0.1:``port``: code hidden, no browser opened, no tracebacks shown."""
-    return [
-        sys.executable,
-        "-m",
-        "voila",
-        "--no-browser",
-        f"--port={port}",
-        "--Voila.ip=127.0.0.1",
-        "--VoilaConfiguration.strip_sources=True",
-        "--VoilaConfiguration.show_tracebacks=False",
-        str(folder),
-    ]
+    """Voilà serving ``folder`` on 127.0.0.1:``port``, code and tracebacks hidden."""
+    hidden = ["--VoilaConfiguration.strip_sources=True", "--VoilaConfiguration.show_tracebacks=False"]
+    served = ["--no-browser", f"--port={port}", "--Voila.ip=127.0.0.1", *hidden, str(folder)]
+    return [sys.executable, "-m", "voila", *served]
 
 
 def serve(out_dir: Path, bundle: Path, notebooks: Sequence[Path], port: int = DEFAULT_PORT) -> int:
-    """Prepare the review's folder (:func:`prepare`) and serve it with Voilà until stopped (``make review``)."""
+    """:func:`prepare` the review's folder and serve it with Voilà until stopped (``make review``)."""
     folder = prepare(out_dir, bundle, notebooks)
     print(f"review: http://127.0.0.1:{port}/voila/render/{DECISION_PAGE} (Ctrl-C stops it)", flush=True)
     try:

@@ -20,8 +20,8 @@ from kvplan.kvspec.capacity import (
     capacity_table,
     sequence_lengths,
 )
-from kvplan.notebook.headlines import boot_budget_bytes, budget_headline, length_warning, limiting_text
-from kvplan.plan import Decision, Evidence, Policy, decide
+from kvplan.notebook.headlines import budget_headline, length_warning, limiting_text
+from kvplan.plan import Decision
 from kvplan.units import bytes_to_gib, format_size, parse_size
 
 if TYPE_CHECKING:
@@ -34,9 +34,9 @@ BLOCK_SIZES = (1, 8, 16, 32, 64, 128, 256)
 
 @dataclass(frozen=True)
 class Scenario:
-    """Inputs of one what-if, in bytes, per-rank tuples in rank order: ``add_back_bytes`` raises a rank's room;
+    """Inputs of one what-if in bytes, per-rank tuples in rank order: ``add_back_bytes`` raises a rank's room;
     capacity needs ``max_model_len`` and ``kv_spec`` or ``bytes_per_token``; drift needs ``ref_free_bytes`` and
-    ``boot_free_bytes`` (startup free memory per rank of the reference and the later boot)."""
+    ``boot_free_bytes`` (startup free memory of the reference and the later boot)."""
 
     room_bytes: tuple[int, ...]
     reserve_bytes: int
@@ -54,30 +54,21 @@ class Scenario:
 
     @classmethod
     def from_decision(cls, decision: Decision, **options) -> Scenario:
-        """A scenario over a decision's worst room per rank, reserve, KV spec and ``F_ref``; ``options``
-        are the other fields (``max_model_len``, ``target_concurrency``, ``boot_free_bytes``, ...)."""
+        """A scenario over a decision's worst room per rank, reserve, KV spec and ``F_ref``; ``options``: fields."""
         budget = decision.budget
         defaults = {"kv_spec": decision.spec, "ref_free_bytes": decision.ref_free_bytes}
         return cls(budget.room_bytes, budget.reserve_bytes, ranks=budget.ranks, **{**defaults, **options})
 
-    @classmethod
-    def from_ledger(
-        cls, ledger: pd.DataFrame, reserve_bytes: int, assume_uniform: bool = False, **options
-    ) -> Scenario:
-        """:meth:`from_decision` of the pipeline's decision over a ledger (no model: ``kv_spec`` option)."""
-        decision = decide(Evidence(ledger), Policy(reserve_bytes, assume_uniform=assume_uniform))
-        return cls.from_decision(decision, **{"kv_spec": None, "ref_free_bytes": None, **options})
-
     @property
     def effective_block_size(self) -> int:
-        """Block size in tokens: the one given, else the spec's, else vLLM's default 16."""
+        """Block size [tokens]: the one given, else the spec's, else vLLM's default 16."""
         if self.block_size is not None:
             return self.block_size
         return self.kv_spec.block_size if self.kv_spec is not None else DEFAULT_BLOCK_SIZE
 
     @property
     def position_limit(self) -> int | None:
-        """The model's longest context in tokens: the one given, else the config's behind ``kv_spec``."""
+        """The model's longest context [tokens]: the one given, else ``kv_spec``'s."""
         if self.max_position_embeddings is not None:
             return self.max_position_embeddings
         return self.kv_spec.arch.max_position_embeddings if self.kv_spec is not None else None
@@ -90,8 +81,8 @@ class Scenario:
 
 @dataclass(frozen=True, eq=False)
 class Outcome:
-    """Everything one scenario gives: the budget and, where inputs allow, capacity, drift and ``target_length``
-    (the longest length ≤ ``max_model_len`` holding the target, 0 if none). Compared by identity."""
+    """What one scenario gives: the budget and, where inputs allow, capacity, drift and ``target_length`` (the
+    longest length ≤ ``max_model_len`` holding the target, 0 if none). Compared by identity."""
 
     scenario: Scenario
     budget: Budget
@@ -104,12 +95,12 @@ class Outcome:
 
     @property
     def boot_budget_bytes(self) -> int | None:
-        """Under drift, this boot's value in whole blocks (:func:`boot_budget_bytes`); else None."""
-        return None if self.drift is None else boot_budget_bytes(self.drift, self.budget.block_bytes)
+        """Under drift, this boot's value in whole blocks; else None."""
+        return None if self.drift is None else self.drift.launch_bytes
 
     @property
     def target_sequences(self) -> int | None:
-        """The target concurrency in whole sequences (rounded up), None without a target."""
+        """The target concurrency rounded up to whole sequences; None without one."""
         target = self.scenario.target_concurrency
         return math.ceil(target) if target else None
 
@@ -120,18 +111,6 @@ class Outcome:
             return None
         return self.target_length >= (self.scenario.max_model_len or 0)
 
-    def target_fit(self) -> str:
-        """Yes or no for the target, in words: ``yes: 4 sequences of 32,768 tokens at once`` or why not."""
-        sequences, length = self.target_sequences, self.scenario.max_model_len
-        if self.fits:
-            return f"yes: {sequences:,} sequences of {length:,} tokens at once"
-        if self.target_length:
-            return (
-                f"no: {sequences:,} sequences of {length:,} do not fit; "
-                f"{sequences:,} fit up to {self.target_length:,} tokens each"
-            )
-        return f"no: {sequences:,} sequences do not fit at any length (not even 1 token each)"
-
     def verdict(self) -> str:
         """One plain line: FITS / DOES NOT FIT, the flag to deploy and the limiting rank.
 
@@ -141,71 +120,44 @@ class Outcome:
         >>> evaluate(Scenario((13 * GiB, 13 * GiB), GiB)).verdict()
         'FITS on every rank: --kv-cache-memory-bytes=12884901888 · every rank the same (none limits alone)'
         """
-        if self.drift is not None:
-            flag, rank = kv_cache_flag(self.boot_budget_bytes), self.drift.limiting_rank
-            tied = len(set(self.drift.adjusted_bytes)) == 1
-            where = "this boot"
-        else:
-            flag, rank = self.budget.flag, self.budget.limiting_rank
-            tied = len(set(self.budget.safe_bytes)) == 1
-            where = "every rank"
-        limits = "every rank the same (none limits alone)" if tied else f"rank {rank} limits"
+        judged = self.budget if self.drift is None else self.drift  # drift: this boot's value in whole blocks
+        values = self.budget.safe_bytes if self.drift is None else self.drift.adjusted_bytes
+        tied = len(set(values)) == 1
+        limits = "every rank the same (none limits alone)" if tied else f"rank {judged.limiting_rank} limits"
         if self.fits is None:
-            return f"FITS on {where}: {flag} · {limits}"
+            return f"FITS on {'every rank' if self.drift is None else 'this boot'}: {judged.flag} · {limits}"
         word = "FITS" if self.fits else "DOES NOT FIT"
         target = f"{self.target_sequences:,} sequences of {self.scenario.max_model_len:,} tokens"
-        return f"{word}: {target} · {flag} · {limits}"
+        return f"{word}: {target} · {judged.flag} · {limits}"
 
     def table(self) -> pd.DataFrame:
-        """Per-rank table in bytes: room (after add-back), safe, uniform, stranded, limiting; under drift the
-        uniform value and limiting rank are this boot's, the reference's kept as ``ref_…`` columns."""
+        """Per-rank table in bytes; under drift the uniform value and limiting rank are this boot's (the
+        reference's as ``ref_…`` columns)."""
         frame = self.budget.to_frame()
         frame.insert(1, "add_back_bytes", list(self.scenario.add_back_bytes or [0] * len(frame)))
         if self.drift is not None:
-            frame = frame.rename(
-                columns={
-                    "uniform_budget_bytes": "ref_uniform_budget_bytes",
-                    "stranded_bytes": "ref_stranded_bytes",
-                    "limiting": "ref_limiting",
-                }
-            )
+            references = ("uniform_budget_bytes", "stranded_bytes", "limiting")
+            frame = frame.rename(columns={column: f"ref_{column}" for column in references})
             frame["adjusted_bytes"] = list(self.drift.adjusted_bytes)
             frame["uniform_budget_bytes"] = self.boot_budget_bytes
             frame["limiting"] = [rank == self.drift.limiting_rank for rank in self.drift.ranks]
         return frame
 
     def headline(self) -> dict[str, str]:
-        """The figures a reviewer asks for first, as readable text.
-
-        >>> GiB = 2**30
-        >>> outcome = evaluate(Scenario((13 * GiB, 18 * GiB), reserve_bytes=GiB))
-        >>> outcome.headline()["uniform budget"], outcome.headline()["limiting rank"]
-        ('12 GiB', '0')
-        """
+        """The figures a reviewer asks for first, as text."""
         lines = budget_headline(self.budget)
         if self.drift is not None:
             boot_value = self.boot_budget_bytes
             limiting = limiting_text(self.drift.ranks, self.drift.adjusted_bytes)
-            limits = (
-                "every rank the same"
-                if limiting.startswith("none")
-                else f"ranks {limiting} limit"
-                if " and " in limiting
-                else f"rank {limiting} limits"
-            )
+            limits = f"ranks {limiting} limit" if " and " in limiting else f"rank {limiting} limits"
+            if limiting.startswith("none"):
+                limits = "every rank the same"
+            raise_note = "; re-profile to raise" if self.drift.reprofile_to_raise else ""
             lines = {
-                "after drift": (
-                    f"{format_size(boot_value)} ({limits}"
-                    + ("; re-profile to raise" if self.drift.reprofile_to_raise else "")
-                    + ")"
-                ),
+                "after drift": f"{format_size(boot_value)} ({limits}{raise_note})",
                 "flag for this boot": kv_cache_flag(boot_value),
                 "limiting rank": limiting,
-                "reference budget": lines["uniform budget"],
-                "reference flag": lines["flag"],
-                "reference limiting rank": lines["limiting rank"],
-                "reference stranded total": lines["stranded total"],
-                "reference min/median": lines["min/median"],
+                **{"reference " + name.removeprefix("uniform "): text for name, text in lines.items()},
             }
         if self.capacity is not None:
             cap = self.capacity
@@ -220,14 +172,23 @@ class Outcome:
             lines["block size"] = f"{self.spec.block_size} tokens" + (f" ({note})" if note else "")
         elif self.budget.block_bytes is not None:
             lines["block size"] = f"{self.scenario.effective_block_size} tokens"
-        length = self.scenario.max_model_len
+        scenario, sequences = self.scenario, self.target_sequences
+        length, target = scenario.max_model_len, scenario.target_concurrency
         if self.target_bytes is not None:
-            target, sequences = self.scenario.target_concurrency, self.target_sequences
             rounded = f" ({target:g} rounded up to {sequences})" if sequences != target else ""
             needed = format_size(self.target_bytes)
             lines["target needs"] = f"{needed} per rank for {sequences:,} sequences of {length:,}{rounded}"
-        if self.target_length is not None:
-            lines["target fits"] = self.target_fit()
+        if self.fits:
+            lines["target fits"] = f"yes: {sequences:,} sequences of {length:,} tokens at once"
+        elif self.target_length:
+            lines["target fits"] = (
+                f"no: {sequences:,} sequences of {length:,} do not fit; "
+                f"{sequences:,} fit up to {self.target_length:,} tokens each"
+            )
+        elif self.target_length is not None:
+            lines["target fits"] = (
+                f"no: {sequences:,} sequences do not fit at any length (not even 1 token each)"
+            )
         warning = length_warning(length, self.scenario.position_limit)
         if warning:
             lines["max model length"] = warning
@@ -235,13 +196,7 @@ class Outcome:
 
 
 def weak_rank_at_median(outcome: Outcome) -> Scenario:
-    """The same scenario with the limiting rank's safe budget raised to the median's ("fix the weak rank?").
-
-    >>> GiB = 2**30
-    >>> outcome = evaluate(Scenario((13 * GiB, 17 * GiB, 19 * GiB), GiB))  # safe 12, 16, 18 GiB
-    >>> evaluate(weak_rank_at_median(outcome)).budget.uniform_budget_bytes // GiB
-    16
-    """
+    """The scenario with the limiting rank's safe budget raised to the median's ("fix the weak rank?")."""
     scenario, budget = outcome.scenario, outcome.budget
     add_back = list(scenario.add_back_bytes or (0,) * len(scenario.room_bytes))
     position = budget.ranks.index(budget.limiting_rank)
@@ -250,8 +205,8 @@ def weak_rank_at_median(outcome: Outcome) -> Scenario:
 
 
 def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outcome:
-    """The budget (of ``room_bytes + add_back_bytes``, in whole blocks when known) and what it buys; drift's
-    reference budget per rank is the safe budget, as the gate's.
+    """The budget of ``room_bytes + add_back_bytes`` (in whole blocks when known) and what it buys; drift's
+    reference per rank is the safe budget, as the gate's.
 
     >>> GiB = 2**30
     >>> s = Scenario((13 * GiB, 18 * GiB), GiB, bytes_per_token=256 * 1024, max_model_len=8192)
@@ -283,13 +238,13 @@ def evaluate(scenario: Scenario, seq_lens: Sequence[int] | None = None) -> Outco
             raise ValueError("drift needs the reference boot's free memory per rank (ref_free_bytes)")
         free = (list(scenario.ref_free_bytes), list(scenario.boot_free_bytes))
         drift = drift_budget(list(budget.safe_bytes), *free, scenario.guard_bytes, ranks)
+        drift = replace(drift, block_bytes=budget.block_bytes)
     cap, curve, target, target_length = bought
     return Outcome(scenario, budget, cap, curve, target, drift, target_length, spec)
 
 
 def _bought(scenario: Scenario, spec: KVSpec | None, kv_bytes: int, seq_lens: Sequence[int] | None) -> tuple:
-    """What ``kv_bytes`` per rank buys: capacity at ``max_model_len``, the concurrency curve, the bytes the
-    target needs and the longest length the target fits at; by the spec, else by bytes per token."""
+    """What ``kv_bytes`` per rank buys: capacity, curve, the target's bytes and longest length (spec or flat)."""
     length, block_size, bpt = scenario.max_model_len, scenario.effective_block_size, scenario.bytes_per_token
     lengths = list(seq_lens) if seq_lens is not None else sequence_lengths(length)
     sequences = math.ceil(scenario.target_concurrency) if scenario.target_concurrency else None
@@ -316,8 +271,8 @@ def _bought(scenario: Scenario, spec: KVSpec | None, kv_bytes: int, seq_lens: Se
 
 
 def longest_length_at(concurrency_at, target: float, max_model_len: int) -> int:
-    """The longest length ≤ ``max_model_len`` [tokens] with ``concurrency_at(length) ≥ target``, 0 if none,
-    by bisection (``concurrency_at`` never rises with the length, as vLLM's does not).
+    """The longest length ≤ ``max_model_len`` [tokens] with ``concurrency_at(length) ≥ target`` (0: none), by
+    bisection: concurrency never rises with the length.
 
     >>> # 3072 blocks of 16 tokens: 8 requests fit while a request needs ≤ 3072 / 8 = 384 blocks = 6144 tokens
     >>> longest_length_at(lambda n: 3072 / -(-n // 16), 8, 32_768)
@@ -329,21 +284,12 @@ def longest_length_at(concurrency_at, target: float, max_model_len: int) -> int:
 
 
 def gib_to_bytes(value_gib: float) -> int:
-    """Bytes in a slider's GiB value, to the nearest byte (0.9 → parse_size("0.9GiB")).
-
-    >>> gib_to_bytes(0.9) == parse_size("0.9GiB"), gib_to_bytes(12)
-    (True, 12884901888)
-    """
+    """A slider's GiB value in bytes, as ``parse_size`` reads it."""
     return parse_size(f"{value_gib:.6f}GiB")
 
 
 def add_back_bytes(value_gib: float, co_tenant: int | None) -> int:
-    """An add-back slider's bytes: at most the co-tenant's (exactly those at the slider's top), 0 if unknown.
-
-    >>> co_tenant = 25_845_153_792  # 24.07 GiB (rounded)
-    >>> add_back_bytes(25.0, co_tenant) == co_tenant, add_back_bytes(2.0, co_tenant), add_back_bytes(2.0, None)
-    (True, 2147483648, 0)
-    """
+    """An add-back slider's bytes: at most the co-tenant's (all at the slider's top), 0 if unknown."""
     if co_tenant is None:
         return 0
     if value_gib >= bytes_to_gib(int(co_tenant)):  # the slider's maximum
@@ -352,11 +298,7 @@ def add_back_bytes(value_gib: float, co_tenant: int | None) -> int:
 
 
 def add_back_limits(scenario: Scenario, co_tenant_bytes: Sequence[int | None] | None) -> list[int | None]:
-    """The most each rank's add-back may be: its co-tenant's bytes (or more, the scenario's own), None if unknown.
-
-    >>> add_back_limits(Scenario((10, 10), 1, add_back_bytes=(0, 9)), [5, 7])
-    [5, 9]
-    """
+    """The most each rank's add-back may be: its co-tenant's bytes (or the scenario's own), None if unknown."""
     add_back = scenario.add_back_bytes or (0,) * len(scenario.room_bytes)
     co_tenants = list(co_tenant_bytes) if co_tenant_bytes is not None else [None] * len(add_back)
     if len(co_tenants) != len(add_back):

@@ -1,12 +1,9 @@
-"""The one decision pipeline: :func:`decide` turns evidence and policy into one frozen :class:`Decision`.
-
-The steps that read logs (and pandas with them) are imported on first use; the policy types, :class:`Decision`
-and :func:`decide_rooms` (rooms given by hand) import neither.
+"""The one decision pipeline: :func:`decide` turns evidence and policy into one frozen :class:`Decision`; the
+steps that read logs (and pandas) are imported on first use.
 
 >>> from kvplan.plan import Policy, decide, given_rooms
->>> GiB = 2**30
->>> rooms = [int(gib * GiB) for gib in (18.8, 17.6, 12.9, 16.4)]
->>> decide(given_rooms(rooms), Policy(int(0.9 * GiB))).budget.limiting_rank
+>>> rooms = [int(gib * 2**30) for gib in (18.8, 17.6, 12.9, 16.4)]
+>>> decide(given_rooms(rooms), Policy(int(0.9 * 2**30))).budget.limiting_rank
 2
 """
 

@@ -1,10 +1,5 @@
-"""The one decision pipeline: evidence and policy in, one frozen :class:`Decision` out.
-
-Every consumer calls :func:`decide`; none re-derives a room, a free-memory reference or a capacity. Its steps
-name the function that computes each number: the key (:func:`kvplan.ledger.compatibility_key`), the worst room
-per rank (:func:`kvplan.ledger.room_per_rank`), ``F_ref`` (:func:`kvplan.drift.reference_free_bytes`), the KV
-spec, capacity, admission plan, cross-check, launch and load section.
-"""
+"""The one decision pipeline: evidence and policy in, one frozen :class:`Decision` out (:func:`decide`); every
+consumer calls it, none re-derives a room, a free-memory reference or a capacity."""
 
 from __future__ import annotations
 
@@ -45,11 +40,7 @@ MODEL_CHECK = "model config matches the logs"
 
 def layout_spec(layout: ModelLayout, key: dict, room_count: int | None = None) -> KVSpec:
     """The KV spec of the model config on the layout (unset options: the logs'); ``room_count`` (rooms given by
-    hand) must fill whole replicas of TP × PP ranks.
-
-    >>> layout_spec(ModelLayout("llama-3.1-8b", {"tp": 1}), {}, room_count=2).bytes_per_token  # 32×2×8×128×2 B
-    131072
-    """
+    hand) must fill whole replicas of TP × PP ranks."""
     options = options_for_logs(layout.options, key)
     tp, pp = options.get("tp"), options.get("pp") or 1
     if tp is None:
@@ -73,13 +64,7 @@ def launch_layout_spec(
     room_count: int | None = None,
 ) -> KVSpec:
     """:func:`layout_spec` on the launch the logs show (the key's shown fields, the launch settings): the spec
-    of :func:`decide` and of the notebooks' :func:`kvplan.notebook.launch_spec`.
-
-    >>> frame = pd.DataFrame({"block_size": [16], "max_num_batched_tokens": [8192]})
-    >>> launch_layout_spec(ModelLayout("llama-3.1-8b", {"tp": 1}), {"block_size": 16}, frame,
-    ...                    frozenset({"block_size"})).block_bytes  # vLLM's default 16 × 131,072 B
-    2097152
-    """
+    of :func:`decide` and of the notebooks."""
     shown_key = {name: None if name in defaulted else value for name, value in key.items()}
     return layout_spec(layout, {**shown_key, **logged_launch_settings(ledger)}, room_count)
 
@@ -89,13 +74,7 @@ OVERRIDE_CHECK = "num_gpu_blocks_override fits the budget"
 
 def override_check(spec: KVSpec, budget_bytes: int) -> Check | None:
     """Whether the logged ``num_gpu_blocks_override`` blocks fit the budget per rank (None: no override): vLLM
-    allocates them whatever the memory (``kv_cache_planning.py``).
-
-    >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4, num_gpu_blocks_override=4096)
-    >>> override_check(spec, 4 * 2**30).passed  # 4,096 × 1,310,720 B = 5 GiB > 4 GiB
-    False
-    """
+    allocates them whatever the memory (``kv_cache_planning.py``)."""
     blocks = spec.num_gpu_blocks_override
     if blocks is None:
         return None
@@ -106,12 +85,10 @@ def override_check(spec: KVSpec, budget_bytes: int) -> Check | None:
         f"({format_size(budget_bytes)})"
     )
     if override_bytes > budget_bytes:
-        return Check(
-            OVERRIDE_CHECK,
-            False,
-            f"{detail}: vLLM allocates the override's blocks whatever the budget, so this launch "
-            "would exceed the budget: lower num_gpu_blocks_override or drop it",
+        why = (
+            "vLLM allocates the override's blocks whatever the budget, so this launch would exceed the budget"
         )
+        return Check(OVERRIDE_CHECK, False, f"{detail}: {why}: lower num_gpu_blocks_override or drop it")
     return Check(OVERRIDE_CHECK, True, detail)
 
 
@@ -124,9 +101,8 @@ def model_check(rows: pd.DataFrame, spec: KVSpec) -> Check:
     if not agrees.astype(bool).all():
         first = rows.loc[agrees[~agrees.astype(bool)].index[0]]
         return Check(MODEL_CHECK, False, f"{first['source']}: {verdict}; {first['reason']}")
-    return Check(
-        MODEL_CHECK, True, f"{spec.arch.name}: {spec.bytes_per_token:,} B per token per rank; {verdict}"
-    )
+    detail = f"{spec.arch.name}: {spec.bytes_per_token:,} B per token per rank; {verdict}"
+    return Check(MODEL_CHECK, True, detail)
 
 
 def decide(
@@ -228,13 +204,15 @@ def _decide_ledger(
     checks = [check_ranks_present(budget.ranks, ledger), check_outcomes(ledger)]
     rows = verdict = None
     if spec is not None:
-        shown_ledger = _shown_ledger(ledger, evidence.defaulted_key_fields)
+        # the reader's filled-in defaults (block_size 16) must not reach kvspec: MLA and hybrid backends choose
+        defaulted = evidence.defaulted_key_fields & set(ledger.columns)
+        shown_ledger = ledger.assign(**dict.fromkeys(defaulted, pd.NA)) if defaulted else ledger
         rows = cross_check(shown_ledger, spec, max_model_len=layout.max_model_len if layout else None)
         verdict = cross_check_verdict(rows)
         if rows["agrees"].isin([False]).any():
             notes.insert(0, f"{verdict}. {PREDICTION_NOTE}")
         checks.append(model_check(rows, spec))
-    flags, launch_checks = launch_section(
+    utilization, launch_warning, launch_checks = launch_section(
         ledger, rooms, budget, spec, _length(layout, key), policy.guard_bytes
     )
     return Decision(
@@ -247,15 +225,13 @@ def _decide_ledger(
         ref_free_bytes=reference_free_bytes(ledger, rooms),
         room_sources=tuple(None if not is_known(s) else str(s) for s in rooms["room_source"]),
         spec=spec,
-        capacity=None,
-        plan=None,
         checks=tuple(checks + launch_checks),
         notes=tuple(notes),
         rooms=rooms,
         cross_check=rows,
         cross_check_verdict=verdict,
-        gpu_memory_utilization=flags.gpu_memory_utilization,
-        launch_warning=flags.warning,
+        gpu_memory_utilization=utilization,
+        launch_warning=launch_warning,
     )
 
 
@@ -264,13 +240,6 @@ PREDICTION_NOTE = (
     "The capacity below is the model config's prediction, not what these logs show vLLM allocating: fix the "
     "model config or the layout flags"
 )
-
-
-def _shown_ledger(ledger: pd.DataFrame, defaulted: frozenset[str]) -> pd.DataFrame:
-    """The ledger without the values the reader filled with vLLM's defaults: a filled-in ``block_size`` 16 must
-    not reach :mod:`kvplan.kvspec` (MLA and hybrid models let the attention backend choose)."""
-    columns = defaulted & set(ledger.columns)
-    return ledger.assign(**dict.fromkeys(columns, pd.NA)) if columns else ledger
 
 
 def _decision_notes(rooms: pd.DataFrame, budget: Budget, key: dict) -> list[str]:

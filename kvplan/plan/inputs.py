@@ -41,15 +41,6 @@ class AdmissionPlan:
 class LoadPolicy:
     """How load-test evidence is judged: the preemptions a run may show, the ``year`` of vLLM's yearless log
     stamps, the KV tokens [%] a run at a manual value may give up against the profiled boot (None: unbounded).
-
-    >>> LoadPolicy(max_preemptions=-1)
-    Traceback (most recent call last):
-    ...
-    ValueError: max_preemptions must be a count ≥ 0, got -1
-    >>> LoadPolicy(max_capacity_loss_pct=-2.0)
-    Traceback (most recent call last):
-    ...
-    ValueError: max_capacity_loss_pct must be a percentage ≥ 0, got -2.0
     """
 
     max_preemptions: int = 0
@@ -81,11 +72,7 @@ class ModelLayout:
 
 
 def planned_lengths(max_model_len: int | None, plan: AdmissionPlan | None) -> list[int]:
-    """Sequence lengths of the capacity table: the plan's length and ``max_model_len``, ascending.
-
-    >>> planned_lengths(32768, AdmissionPlan(6, 8192))
-    [8192, 32768]
-    """
+    """Sequence lengths of the capacity table: the plan's length and ``max_model_len``, ascending."""
     lengths = {plan.seq_len} if plan else set()
     if max_model_len is not None:
         lengths.add(max_model_len)
@@ -147,17 +134,16 @@ class Decision:
     lengths, the readers' ``warnings`` and the decision's own ``notes``."""
 
     ledger: pd.DataFrame | None
-    #: makes :attr:`provenance` when it is first asked for (the reader's metadata builds it once)
-    provenance_of: Callable[[], pd.DataFrame | None]
+    provenance_of: Callable[[], pd.DataFrame | None]  # makes :attr:`provenance` when it is first asked for
     warnings: tuple[str, ...]
     budget: Budget
     compatibility_key: dict
     ref_free_bytes: tuple[int | None, ...]
     room_sources: tuple[str | None, ...]
-    spec: KVSpec | None
-    capacity: tuple[dict, ...] | None
-    plan: dict | None
-    checks: tuple[Check, ...]
+    spec: KVSpec | None = None
+    capacity: tuple[dict, ...] | None = None
+    plan: dict | None = None
+    checks: tuple[Check, ...] = ()
     load: dict | None = None
     rooms: pd.DataFrame | None = None
     max_model_len: int | None = None
@@ -165,11 +151,9 @@ class Decision:
     cross_check: pd.DataFrame | None = None
     cross_check_verdict: str | None = None
     notes: tuple[str, ...] = ()
-    #: the log reader's metadata; None without it
-    metadata: ReadMetadata | None = None
-    #: the companion ``--gpu-memory-utilization`` and what to measure when it rests on incomplete evidence
-    gpu_memory_utilization: float | None = None
-    launch_warning: str | None = None
+    metadata: ReadMetadata | None = None  # the log reader's; None without it
+    gpu_memory_utilization: float | None = None  # the companion U of the value
+    launch_warning: str | None = None  # what to measure when U rests on incomplete evidence
 
     @property
     def launch_flags(self) -> tuple[str, ...]:
@@ -197,11 +181,7 @@ class Decision:
 
 
 def decide_rooms(room_bytes: Sequence[int], policy: Policy, block_bytes: int | None = None) -> Decision:
-    """The decision of rooms given by hand, rank order [bytes]: the uniform budget, every source :data:`GIVEN`.
-
-    >>> decide_rooms([13 * 2**30, 14 * 2**30], Policy(2**30)).room_sources
-    ('given', 'given')
-    """
+    """The decision of rooms given by hand, rank order [bytes]: the uniform budget, every source :data:`GIVEN`."""
     budget = uniform_budget([int(room) for room in room_bytes], policy.reserve_bytes, block_bytes=block_bytes)
     ranks = len(budget.ranks)
     return Decision(
@@ -212,8 +192,4 @@ def decide_rooms(room_bytes: Sequence[int], policy: Policy, block_bytes: int | N
         compatibility_key={},
         ref_free_bytes=(None,) * ranks,
         room_sources=(GIVEN,) * ranks,
-        spec=None,
-        capacity=None,
-        plan=None,
-        checks=(),
     )

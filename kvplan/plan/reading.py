@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import cast
 
@@ -34,16 +34,13 @@ class Evidence:
     runs at the approved value, read and judged by :func:`kvplan.plan.decide` with its load policy."""
 
     ledger: pd.DataFrame
-    #: the reader's metadata: the provenance frame is built from it only when asked for
-    metadata: ReadMetadata | None = None
+    metadata: ReadMetadata | None = None  # the provenance frame is built from it only when asked for
     warnings: tuple[str, ...] = ()
     rooms: tuple[int, ...] | None = None
-    #: the readers' line index (:attr:`kvplan.io.metadata.ReadMetadata.lines`) refusals quote
-    lines: Mapping = field(default_factory=dict)
+    lines: Mapping = field(default_factory=dict)  # the readers' line index (``ReadMetadata.lines``)
     loads: Sequence[tuple[Path, str]] = ()
-    #: the ``--query-gpu`` snapshot joined (one row per GPU; None without one) and each rank's free memory in it
-    gpus: pd.DataFrame | None = None
-    free_bytes: Mapping[int, int] | None = None
+    gpus: pd.DataFrame | None = None  # the ``--query-gpu`` snapshot joined (one row per GPU)
+    free_bytes: Mapping[int, int] | None = None  # each rank's free memory in it
 
     @property
     def provenance(self) -> pd.DataFrame:
@@ -67,13 +64,7 @@ def read_evidence(
     loads: Sequence[tuple[Path, str]] = (),
 ) -> Evidence:
     """The evidence of vLLM logs (paths, a folder, a glob, or ``(path, name)`` pairs) joined with the nvidia-smi
-    ``snapshots`` of the same boot, with the ``loads`` runs; no boot at all is refused.
-
-    >>> from kvplan import DATA_DIR
-    >>> evidence = read_evidence([DATA_DIR / "boots" / "four-rank" / "boot.log"])
-    >>> sorted(evidence.ledger["rank"].tolist())
-    [0, 1, 2, 3]
-    """
+    ``snapshots`` of the same boot, with the ``loads`` runs; no boot at all is refused."""
     if isinstance(logs, (str, os.PathLike)) or not all(isinstance(item, tuple) for item in logs):
         ledger, metadata = read_vllm_logs_rooms(cast("str | os.PathLike | Sequence[str | os.PathLike]", logs))
         names = list(metadata.sources)
@@ -84,22 +75,17 @@ def read_evidence(
     warnings: list[str] = list(metadata.warnings)
     require_boot(ledger, names)
     gpus, free = None, None
-    if snapshots:
-        ledger, joined, gpus, free = _join_named(ledger, [_pair(item) for item in snapshots])
-        warnings += joined
-    return Evidence(
-        ledger,
-        metadata,
-        tuple(warnings),
-        lines=metadata.lines,
-        loads=tuple(loads),
-        gpus=gpus,
-        free_bytes=free,
-    )
-
-
-def _pair(item: str | os.PathLike | tuple[str | os.PathLike, str]) -> tuple[Path, str]:
-    return (Path(item[0]), item[1]) if isinstance(item, tuple) else (Path(item), str(item))
+    if snapshots:  # joined, each error and warning naming the snapshot by its name
+        given = [(Path(i[0]), i[1]) if isinstance(i, tuple) else (Path(i), str(i)) for i in snapshots]
+        quoted = {str(path): name for path, name in given}
+        try:
+            gpus, apps = read_nvidia_smi_snapshots([path for path, _ in given])
+            ledger, free, joined = join_gpu_frames(ledger, gpus, apps, warn=False)
+        except NvidiaSmiError as exc:
+            raise NvidiaSmiError(renamed(str(exc), quoted)) from exc
+        warnings += [renamed(warning, quoted) for warning in joined.warnings]
+    evidence = Evidence(ledger, metadata, tuple(warnings), lines=metadata.lines, loads=tuple(loads))
+    return replace(evidence, gpus=gpus, free_bytes=free)
 
 
 def _read_named(logs: Sequence[tuple[str | os.PathLike, str]]) -> tuple[pd.DataFrame, ReadMetadata]:
@@ -118,39 +104,14 @@ def _read_named(logs: Sequence[tuple[str | os.PathLike, str]]) -> tuple[pd.DataF
     return ledger, metadata
 
 
-def _join_named(ledger: pd.DataFrame, snapshots: Sequence[tuple[Path, str]]) -> tuple:
-    """The ledger joined with the snapshots, the join's warnings (each naming the snapshot's name), the GPUs
-    and each rank's free memory [bytes]."""
-    names = {str(path): name for path, name in snapshots}
-    try:
-        gpus, apps = read_nvidia_smi_snapshots([path for path, _ in snapshots])
-        joined, free, joined_metadata = join_gpu_frames(ledger, gpus, apps, warn=False)
-    except NvidiaSmiError as exc:
-        raise NvidiaSmiError(renamed(str(exc), names)) from exc
-    return joined, [renamed(warning, names) for warning in joined_metadata.warnings], gpus, free
-
-
 def require_boot(ledger: pd.DataFrame, names: Sequence[str]) -> None:
-    """Raise :class:`InputFileError` naming the files when their ledger holds no boot.
-
-    >>> require_boot(pd.DataFrame(), ["garbage.log"])
-    Traceback (most recent call last):
-    ...
-    kvplan.plan.reading.InputFileError: garbage.log: no vLLM boot found: expected vLLM startup lines such \
-as 'Free memory on device (…) on startup', 'Available KV cache memory: … GiB' or 'GPU KV cache size: N tokens'
-    """
+    """Raise :class:`InputFileError` naming the files when their ledger holds no boot."""
     if ledger.empty:
         raise InputFileError(f"{', '.join(map(str, names))}: no vLLM boot found: expected {STARTUP_LINES}")
 
 
 def require_files(paths: Sequence[str | os.PathLike], argument: str) -> None:
-    """Raise :class:`InputFileError` naming the first path that is not a readable file, and its argument.
-
-    >>> require_files(["no/such.log"], "BOOT_LOG")
-    Traceback (most recent call last):
-    ...
-    kvplan.plan.reading.InputFileError: no/such.log: no such file (BOOT_LOG)
-    """
+    """Raise :class:`InputFileError` naming the first path that is not a readable file, and its argument."""
     for path in paths:
         if not Path(path).is_file():
             what = "a folder, not a file" if Path(path).is_dir() else "no such file"
@@ -158,11 +119,7 @@ def require_files(paths: Sequence[str | os.PathLike], argument: str) -> None:
 
 
 def renamed(text: str, names: Mapping[str, str]) -> str:
-    """``text`` with every key of ``names`` replaced by its value in one pass, longest key first.
-
-    >>> renamed("inputs/a.log.1: bad; inputs/a.log: ok", {"inputs/a.log": "x", "inputs/a.log.1": "y"})
-    'y: bad; x: ok'
-    """
+    """``text`` with every key of ``names`` replaced by its value in one pass, longest key first."""
     if not names:
         return text
     pattern = "|".join(re.escape(old) for old in sorted(names, key=len, reverse=True))
