@@ -54,11 +54,11 @@ def concurrency_chart(
     marks: ConcurrencyMarks | None = None,
     figure: Figure | None = None,
 ) -> Figure:
-    """Full-length sequences at once against length (log–log) of one concurrency curve or several by label.
+    """Full-length sequences at once against length (log–log) of one capacity table or several by label.
 
-    >>> from kvplan.kvspec.capacity import concurrency_curve
+    >>> from kvplan.kvspec.capacity import FlatSpec, capacity_table
     >>> from kvplan.units import GiB
-    >>> fig = concurrency_chart(concurrency_curve(12 * GiB, 256 * 1024, [4096, 8192]), 8192, 8)
+    >>> fig = concurrency_chart(capacity_table(FlatSpec(256 * 1024), 12 * GiB, [4096, 8192]), 8192, 8)
     >>> fig.axes[0].get_lines()[0].get_ydata().tolist()
     [12.0, 6.0]
     """
