@@ -141,8 +141,8 @@ def ray_serve(launch: Launch) -> str:
 
 
 def prometheus_rules(launch: Launch) -> str:
-    """Prometheus alert rules of the launch (:func:`kvplan.io.prometheus.vllm.alert_rules`)."""
-    from kvplan.io.prometheus.vllm import alert_rules
+    """Prometheus alert rules of the launch (:func:`kvplan.io.prometheus.alert_rules`)."""
+    from kvplan.io.prometheus import alert_rules
 
     return alert_rules(
         launch.digest, launch.kv_cache_memory_bytes, launch.reserve_bytes, launch.max_preemptions

@@ -12,7 +12,6 @@ from kvplan.kvspec.capacity import (
     capacity,
     capacity_rows,
     capacity_table,
-    concurrency_curve,
     sequence_lengths,
 )
 from tests.conftest import GiB, KiB, MiB
@@ -41,7 +40,7 @@ def test_inverse_bytes_for_sequences():
 
 
 def test_curve():
-    curve = concurrency_curve(12 * GiB, 256 * KiB, [1024, 8192, 100_000])
+    curve = capacity_table(FlatSpec(256 * KiB), 12 * GiB, [1024, 8192, 100_000])
     assert curve["tokens"].tolist() == [49_152] * 3
     # 3,072 blocks / 64 = 48; / 512 = 6; / ceil(100000/16)=6,250 → 0.49…
     assert curve["max_concurrency"].tolist() == pytest.approx([48.0, 6.0, 3_072 / 6_250])

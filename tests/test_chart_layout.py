@@ -24,7 +24,7 @@ from kvplan.budget import uniform_budget
 from kvplan.drift import drift_budget
 from kvplan.fleet import FleetPolicy, list_fleet, plan_readings, read_fleet
 from kvplan.fleet import charts as fleet_charts
-from kvplan.kvspec.capacity import concurrency_curve
+from kvplan.kvspec.capacity import FlatSpec, capacity_table
 from kvplan.load.charts import canary_comparison_chart
 from kvplan.notebook import read_launch
 from kvplan.notebook.figures import PANEL_DPI, sentence
@@ -126,8 +126,8 @@ def _rank_charts(ranks: int) -> dict[str, Figure]:
     moved = uniform_budget([room + parse_size("1GiB") for room in budget.room_bytes], budget.reserve_bytes)
     free = [int(total) - int(parse_size("20GiB")) for total in ledger["total_bytes"]]
     boot = [value - (i % 3) * parse_size("0.7GiB") for i, value in enumerate(free)]
-    curve = concurrency_curve(budget.uniform_budget_bytes, 40_960, [1024 * 2**k for k in range(8)])
-    fixed = concurrency_curve(budget.median_safe_bytes, 40_960, [1024 * 2**k for k in range(8)])
+    curve = capacity_table(FlatSpec(40_960), budget.uniform_budget_bytes, [1024 * 2**k for k in range(8)])
+    fixed = capacity_table(FlatSpec(40_960), budget.median_safe_bytes, [1024 * 2**k for k in range(8)])
     return {
         "ledger": charts.ledger_chart(ledger, budget),
         "safe budget": charts.safe_budget_chart(budget),

@@ -8,7 +8,7 @@ from matplotlib.colors import to_rgba
 from kvplan import charts
 from kvplan.budget import uniform_budget
 from kvplan.drift import drift_budget
-from kvplan.kvspec.capacity import concurrency_curve
+from kvplan.kvspec.capacity import FlatSpec, capacity_table
 from kvplan.ledger import room_per_rank
 from kvplan.units import parse_size
 from tests.conftest import GiB, KiB
@@ -185,7 +185,7 @@ def test_stranded_chart_marks_a_limiting_rank_with_nothing_stranded():
 
 def test_concurrency_chart_draws_the_curve_target_and_max_model_len():
     # 12 GiB at 256 KiB per token: 3072 blocks of 16 → 49,152 tokens; 12, 6, 3 sequences at 4k, 8k, 16k
-    curve = concurrency_curve(12 * GiB, 256 * KiB, [4096, 8192, 16384])
+    curve = capacity_table(FlatSpec(256 * KiB), 12 * GiB, [4096, 8192, 16384])
     ax = charts.concurrency_chart({"uniform 12 GiB": curve}, max_model_len=8192, target_concurrency=8).axes[0]
     (line,) = [line for line in ax.get_lines() if line.get_label().startswith("uniform")]
     assert line.get_label() == "uniform 12 GiB: 49,152 tokens at 8,192 (6.00×)"  # 49,152 / 8,192
@@ -212,7 +212,7 @@ def test_concurrency_chart_labels_tokens_at_max_model_len():
 
 def test_concurrency_chart_marks_where_a_curve_crosses_the_target():
     # 12 GiB / (16 × 256 KiB) = 3072 blocks; 8 sequences fit while one needs ≤ 384 blocks = 6144 tokens
-    curve = concurrency_curve(12 * GiB, 256 * KiB, [4096, 8192])
+    curve = capacity_table(FlatSpec(256 * KiB), 12 * GiB, [4096, 8192])
     ax = charts.concurrency_chart(
         {"uniform": curve}, 8192, 8, marks=charts.ConcurrencyMarks({"uniform": 6144})
     ).axes[0]

@@ -95,7 +95,7 @@ def test_canary_examples():  # issue 23: from kvplan.checks.canary
     )
     from kvplan.checks.gate import Approved
     from kvplan.checks.key import RANKS_CHECK
-    from kvplan.io.prometheus.vllm import RunningValue
+    from kvplan.io.prometheus import RunningValue
     from kvplan.io.vllm.manual import APPLIED, StartupPlanLine
 
     judged = judged_on_complete_evidence(
@@ -456,3 +456,26 @@ def test_more_examples():  # issue 23: from kvplan.checks, kvplan.checks.key, kv
         "0.9 GiB",
         "921.6 MiB",
     )
+
+
+def test_own_gate_names_the_largest_guard_that_passes():  # issue 23: largest_guard went into check_own_gate
+    from kvplan.checks.gate import Approved, check_own_gate
+
+    # the drift rule gives 30 GiB − max(0, 42 − 42 GiB) − guard: with the recorded 2 GiB guard 28 GiB < 29 GiB,
+    # without it 30 GiB ≥ 29 GiB, so the largest guard that passes is 30 − 29 = 1 GiB
+    approved = Approved(29 * GiB, (0,), (30 * GiB,), (42 * GiB,), GiB, 2 * GiB, None, {})
+    check = check_own_gate(approved, pd.DataFrame({"rank": [0], "init_free_bytes": [42 * GiB]}))
+    assert check is not None and check.passed is False
+    assert "(its weakest rank keeps 1,073,741,824 B (1 GiB) above the approved value)" in check.detail
+    assert "approve again with --guard 1,073,741,824 B or less, or --guard 0" in check.detail
+
+
+def test_room_and_units_small_examples():  # issue 23: from kvplan.room._next_step, kvplan.units.bytes_to_gib
+    from kvplan.room import _next_step
+    from kvplan.units import bytes_to_gib
+
+    frame = pd.DataFrame({"source": ["a.log"], "boot": [0], "outcome": ["incomplete"]})
+    assert _next_step(frame, frame) == (
+        "Give the whole log, through its 'Application startup complete' line: it stops before startup completed."
+    )
+    assert bytes_to_gib(13 * GiB // 2) == 6.5

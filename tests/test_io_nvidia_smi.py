@@ -130,13 +130,15 @@ def test_join_uses_the_rank_map_for_pids_not_in_the_snapshot(gpus, apps):
     assert placed["other_process_bytes"].tolist() == [78775 * MiB, 75191 * MiB]
 
 
-def test_join_excludes_extra_vllm_pids():
+def test_join_excludes_every_logged_vllm_pid():
     gpus = read_nvidia_smi_csv(GPU_CSV)[0]
     apps = read_nvidia_smi_csv(APPS_CSV)[0]
     ledger = pd.DataFrame({"source": ["x.log"], "rank": [0], "pid": [100]})
     assert int(join_nvidia_smi(ledger, gpus, apps)[0].loc[0, "other_process_bytes"]) == 2000 * MiB
-    excluded = join_nvidia_smi(ledger, gpus, apps, extra_vllm_pids=[200])[0]
-    assert int(excluded.loc[0, "other_process_bytes"]) == 0
+    # pid 200 is another boot's rank 0 in the ledger: a vLLM worker, not another process on GPU 0
+    two_boots = pd.DataFrame({"source": ["x.log"] * 2, "boot": [0, 1], "rank": [0, 0], "pid": [100, 200]})
+    excluded = join_nvidia_smi(two_boots, gpus, apps)[0]
+    assert excluded["other_process_bytes"].tolist() == [0, 0]
 
 
 def test_join_refuses_a_pid_on_another_gpu_than_the_rank_map(gpus, apps):

@@ -16,11 +16,10 @@ import requests
 
 from kvplan import DATA_DIR, PROJECT_DIR, evidence
 from kvplan.cli import main
+from kvplan.io import prometheus as prometheus_api
 from kvplan.io.load import read_metrics_snapshots
 from kvplan.io.model_config import resolve_model_config
-from kvplan.io.prometheus import api as prometheus_api
-from kvplan.io.prometheus.api import PrometheusError, parse_time
-from kvplan.io.prometheus.vllm import read_prometheus_load, save_prometheus_load
+from kvplan.io.prometheus import PrometheusError, parse_time, read_prometheus_load, save_prometheus_load
 from kvplan.units import parse_size
 from tests.conftest import approve_args
 from tests.prometheus_server import needs_prometheus, openmetrics_of, running_prometheus, samples_of

@@ -57,7 +57,7 @@ def test_sliding_window_in_flight_tokens_gemma3_27b_tp2():
     capacity = spec.capacity(30 * GiB, 131_072)
     assert (capacity.blocks, spec.blocks_per_request(131_072)) == (49_152, 14_726)
     assert (capacity.tokens, round(capacity.max_concurrency, 2)) == (437_488, 3.34) == _logged(ledger)
-    assert not spec.approximate and spec.settings_note == ""
+    assert not spec.approximate and "; ".join(spec.launch.notes) == ""
     assert cross_check_verdict(cross_check(ledger, spec)).startswith("model config agrees")
 
 
@@ -68,7 +68,7 @@ def test_sliding_window_defaults_are_named_and_a_lower_bound():
     spec = kv_spec(read_model_config("gemma-3-27b"), tp=2, vllm_version="0.33.0")
     assert spec.blocks_per_request(131_072) == 20_870
     assert spec.approximate and "16,384" in spec.approximate_reason
-    assert "async scheduling not in the logs" in spec.settings_note
+    assert "async scheduling not in the logs" in "; ".join(spec.launch.notes)
     assert spec.capacity(30 * GiB, 131_072).tokens < 437_488
     # vLLM printed that it disabled the hybrid KV cache manager: sliding layers are full attention,
     # 62 layers in one group → block 16 × 4,096 × 62 = 4,063,232 B; 30 GiB → 7,927 blocks; 8,192 per request

@@ -14,6 +14,7 @@ import random
 import re
 from datetime import datetime, timedelta
 
+import pandas as pd
 import pytest
 
 from kvplan import DATA_DIR
@@ -21,7 +22,7 @@ from kvplan.cli import main
 from kvplan.columns import LOAD_ROW_KEYS as ROW_KEYS
 from kvplan.io.load import LoadFormatError, parse_stats_text, read_vllm_stats
 from kvplan.io.load import engine as stats_log
-from kvplan.io.load.frame import JSON_BATCH
+from kvplan.io.load.frame import JSON_BATCH, time_texts
 from kvplan.io.load.records import READ_BLOCK
 from tests.load_rows import load_reading, load_row, rows_of
 
@@ -301,3 +302,11 @@ def test_json_and_csv_hold_the_rows_values(seed):
     assert reading.records() == expected
     assert parsed_json(reading)["rows"] == expected
     assert csv_rows(csv_text(reading)) == [list(ROW_KEYS), *as_cells(expected)]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_csv_is_the_bytes_to_csv_writes(seed):  # issue 23: --csv by to_csv's own writer, batch by batch
+    reading = load_reading(random_rows(seed))
+    table = reading.frame.loc[:, list(ROW_KEYS)]
+    table["time"] = pd.array(time_texts(reading.frame), dtype="string")
+    assert csv_text(reading) == table.to_csv(index=False, lineterminator="\n")

@@ -125,10 +125,10 @@ def test_moved_hosts_text_names_the_hosts_moved_and_those_the_fleet_lacks():  # 
 
 def test_each_chart_draws_its_numbers_in_gib():  # issue 23: the charts' docstring examples
     from kvplan.drift import drift_budget
-    from kvplan.kvspec.capacity import concurrency_curve
+    from kvplan.kvspec.capacity import FlatSpec, capacity_table
 
     # 12 GiB / (256 KiB × 4096 tokens) = 12 sequences at 4096, 6 at 8192
-    fig = charts.concurrency_chart(concurrency_curve(12 * GiB, 256 * 1024, [4096, 8192]), 8192, 8)
+    fig = charts.concurrency_chart(capacity_table(FlatSpec(256 * 1024), 12 * GiB, [4096, 8192]), 8192, 8)
     assert fig.axes[0].get_lines()[0].get_ydata().tolist() == [12.0, 6.0]
     fig = charts.drift_chart(drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 42 * GiB]))
     assert [float(bar.get_height()) for bar in fig.axes[1].containers[0]] == [

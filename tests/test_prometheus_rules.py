@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from kvplan.io.prometheus.vllm import alert_rules
+from kvplan.io.prometheus import alert_rules
 from tests.prometheus_server import PROMTOOL, needs_prometheus
 
 pytestmark = needs_prometheus

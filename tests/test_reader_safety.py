@@ -20,7 +20,7 @@ import pytest
 
 from kvplan import DATA_DIR
 from kvplan.cli import main
-from kvplan.io.model_config import read_model_config
+from kvplan.io.model_config import ModelConfigError, read_model_config, resolve_model_config
 from kvplan.units import MiB, parse_size
 from tests.conftest import TESTS_DATA_DIR
 from tests.fidelity_lines import engine_config, log, vllm_line
@@ -505,6 +505,16 @@ def test_a_config_that_is_not_a_regular_file_is_refused_without_waiting(tmp_path
     config.mkdir() if kind == "folder" else os.mkfifo(config)
     for argv in entry_points(config, tmp_path / "out", "--tp", "4"):
         assert "not a regular file" in one_error_line(run_bounded(argv), config)
+
+
+def test_a_config_that_is_not_a_regular_file_names_what_it_is(tmp_path):  # issue 23 (kept when _kind went)
+    folder, fifo, dangling = tmp_path / "dir.json", tmp_path / "fifo.json", tmp_path / "gone.json"
+    folder.mkdir()
+    os.mkfifo(fifo)
+    dangling.symlink_to(tmp_path / "missing.json")
+    for path, kind in ((folder, "a folder"), (fifo, "a FIFO"), (dangling, "a dangling symlink")):
+        with pytest.raises(ModelConfigError, match=f"^model config {path}: {kind}, not a regular file"):
+            resolve_model_config(path)
 
 
 def test_a_million_layers_in_a_thousand_stages_is_sized_in_bounded_time(tmp_path):

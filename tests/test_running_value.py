@@ -9,7 +9,7 @@ from kvplan import DATA_DIR, evidence
 from kvplan.checks.canary import RUNNING_CHECK, check_running_values
 from kvplan.cli import main
 from kvplan.io.model_config import resolve_model_config
-from kvplan.io.prometheus.vllm import RunningValue, running_values_of_metrics
+from kvplan.io.prometheus import RunningValue, running_values_of_metrics
 from kvplan.units import parse_size
 
 FOUR_RANK = DATA_DIR / "boots" / "four-rank"

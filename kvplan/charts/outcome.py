@@ -54,7 +54,7 @@ def concurrency_chart(
     marks: ConcurrencyMarks | None = None,
     figure: Figure | None = None,
 ) -> Figure:
-    """Full-length sequences at once against length (log–log) of one concurrency curve or several by label."""
+    """Full-length sequences at once against length (log–log) of one capacity table or several by label."""
     curves = {"budget": curves} if isinstance(curves, pd.DataFrame) else curves
     marks = marks or ConcurrencyMarks()
     fig, ax = _figure(reuse=figure)

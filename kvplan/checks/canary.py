@@ -18,7 +18,7 @@ from kvplan.units import format_size
 
 if TYPE_CHECKING:
     from kvplan.checks.gate import Approved
-    from kvplan.io.prometheus.vllm import RunningValue
+    from kvplan.io.prometheus import RunningValue
 
 VALUE_CHECK = "canary ran the approved value"
 #: What to give when a canary rank's free or total memory at start-up is not shown.
@@ -175,7 +175,7 @@ RUNNING_CHECK = "running value"
 
 def _verdict(value: RunningValue, approved_bytes: int, blocks: int | None) -> tuple[bool | None, str]:
     """Whether one engine runs the approved value, and the evidence."""
-    from kvplan.io.prometheus.vllm import ABSENT  # requests: only where a running value is judged
+    from kvplan.io.prometheus import ABSENT  # requests: only where a running value is judged
 
     got = value.kv_cache_memory_bytes
     if got == ABSENT:

@@ -1,11 +1,6 @@
 """The ``kvplan`` command: parse arguments, call the library, format the answer (a table, or one JSON
 object with ``--json``; bad input: one ``error: …`` line, exit 2). A command's module is imported, and its
-``add_<command>(parser)`` called, only when it runs, so that ``kvplan X`` imports what X needs.
-
->>> sorted(build_parser().parse_args(["drift", "--ref-free", "42GiB", "--ref-budget", "30GiB",
-...     "--boot-free", "40.75GiB", "--guard", "0.5GiB"]).__dict__)[:3]
-['block_bytes', 'boot_free', 'command']
-"""
+``add_<command>(parser)`` called, only when it runs, so that ``kvplan X`` imports what X needs."""
 
 from __future__ import annotations
 
@@ -37,10 +32,7 @@ COMMANDS = {
     "capacity": ("capacity", "blocks, tokens and full-length concurrency of a per-GPU KV budget"),
     "drift": ("capacity", "cut a reference budget by the free memory a later boot lost"),
     "load": ("load", "KV cache usage, requests, preemptions and OOMs under load, from logs and /metrics"),
-    "approve": (
-        "approve",
-        "write an evidence bundle: the approved budget, its ledger, charts, hashes and source lines",
-    ),
+    "approve": ("approve", "write an evidence bundle: the approved budget, its ledger, charts and hashes"),
     "verify": ("approve", "re-check an evidence bundle: hashes, and the decision recomputed from its inputs"),
     "gate": ("gate", "check a canary boot against an approved budget (exit 0 pass, 1 fail, 2 cannot judge)"),
     "export": ("approve", "write an approved launch as a deployment reads it, from a verified bundle"),
@@ -68,15 +60,6 @@ class _Commands(argparse._SubParsersAction):
 
 class _Version(argparse.Action):
     """``--version``: print ``kvplan VERSION`` and exit 0."""
-
-    def __init__(self, option_strings: Sequence[str], dest: str, **kwargs: object) -> None:
-        super().__init__(
-            option_strings,
-            dest,
-            nargs=0,
-            default=argparse.SUPPRESS,
-            help="show program's version number and exit",
-        )
 
     def __call__(self, parser: argparse.ArgumentParser, *args: object) -> NoReturn:
         from kvplan import __version__
@@ -108,7 +91,8 @@ def build_parser(every_command: bool = True) -> argparse.ArgumentParser:
         ),
         formatter_class=ExampleFormatter,
     )
-    parser.add_argument("--version", action=_Version)
+    version = "show program's version number and exit"
+    parser.add_argument("--version", action=_Version, nargs=0, default=argparse.SUPPRESS, help=version)
     sub = cast(
         _Commands, parser.add_subparsers(dest="command", required=True, metavar="COMMAND", action=_Commands)
     )

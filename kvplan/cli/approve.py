@@ -1,5 +1,5 @@
-"""The bundle's commands: ``kvplan approve`` (write one), ``kvplan verify`` (re-check one) and ``kvplan export``
-(its launch as a deployment reads it)."""
+"""The bundle's commands: ``kvplan approve`` (write one), ``kvplan verify`` (re-check one) and
+``kvplan export`` (its launch as a deployment reads it)."""
 
 from __future__ import annotations
 
@@ -40,8 +40,8 @@ from kvplan.escape import terminal_text
 from kvplan.units import format_budget
 
 APPROVE_HELP = """\
-Write the uniform budget of a profiled boot's logs, with its evidence, to a new folder OUT/<date>-<hash>. Every
-check must pass (exit 1 if one fails); one that cannot be judged refuses the approval (exit 2) unless
+Write the uniform budget of a profiled boot's logs, with its evidence, to a new folder OUT/<date>-<hash>.
+Every check must pass (exit 1 if one fails); one that cannot be judged refuses the approval (exit 2) unless
 --allow-unjudged names it. See docs/cli.md.
 
 For example:
@@ -53,33 +53,17 @@ def add_approve(parser: argparse.ArgumentParser) -> None:
     describe(parser, APPROVE_HELP)
     parser.add_argument("logs", nargs="+", metavar="LOG", help="vLLM logs of the profiled boot(s)")
     add_nvidia_smi_argument(
-        parser,
-        "of the profiled boot: inputs of the bundle; joins gpu_name and driver_version into the "
-        "compatibility key (a gate compares them) and other_process_bytes",
+        parser, "of the profiled boot: joins GPU type, driver and other processes' memory"
     )
     parser.add_argument("--reserve", type=size, required=True, help="operating reserve per rank")
-    parser.add_argument(
-        "--guard", type=size, default=0, help="guard a canary gate subtracts by default (default 0)"
-    )
-    parser.add_argument(
-        "--assume-uniform",
-        action="store_true",
-        help="use rank 0's room for ranks whose logs do not show theirs",
-    )
-    add_admission_arguments(
-        parser, positive_int, "admission plan: C full sequences at once (with --seq-len and --model)"
-    )
+    parser.add_argument("--guard", type=size, default=0, help="guard a canary gate subtracts (default 0)")
+    parser.add_argument("--assume-uniform", action="store_true", help="rank 0's room for ranks not shown")
+    add_admission_arguments(parser, positive_int, "admission plan: C full sequences at once (with --model)")
     parser.add_argument("--approver", required=True, metavar="NAME", help="who approves")
     parser.add_argument("--note", default="", metavar="TEXT", help="e.g. the change ticket")
     parser.add_argument("--out", required=True, metavar="DIR", help="folder the bundle folder is created in")
-    parser.add_argument(
-        "--allow-unjudged",
-        action="append",
-        default=[],
-        metavar="NAME",
-        help="accept the check NAME although it cannot be judged (repeatable; the bundle records it); "
-        "without it a check that cannot be judged refuses the approval (exit 2)",
-    )
+    unjudged = "accept the check NAME although it cannot be judged (repeatable; recorded)"
+    parser.add_argument("--allow-unjudged", action="append", default=[], metavar="NAME", help=unjudged)
     add_load_arguments(parser, "server logs and /metrics snapshots of a load test at the approved value")
     add_prometheus_arguments(parser, "a load test's (at the approved value)")
     add_gpu_arguments(parser, url=False)
@@ -95,7 +79,13 @@ def run_approve(args: argparse.Namespace) -> int:
     try:
         bundle, written = evidence.approve_bundle(_request(args))
     except evidence.CheckFailedError as failed:  # issue 24: a failed check is a verdict (exit 1)
-        return _not_approved(failed)
+        from kvplan.checks import format_check
+
+        checks: tuple = failed.checks  # each a kvplan.checks.Check
+        for check in checks:
+            print(format_check(check))
+        print(f"error: {terminal_text(failed)}", file=sys.stderr)
+        return EXIT_FAIL
     # the record as budget.json reads back, without its ledger rows (not shown here: most of its bytes)
     record = json.loads(json.dumps({key: value for key, value in written.items() if key != "ledger"}))
     own_gate = _own_gate(written)
@@ -192,22 +182,12 @@ def _own_gate(record: dict) -> list[str]:
     return [] if refusal is None else [refusal.detail]
 
 
-def _not_approved(failed) -> int:
-    """Print each failed check (stdout) and the refusal (stderr): exit 1."""
-    from kvplan.checks import format_check
-
-    for check in failed.checks:
-        print(format_check(check))
-    print(f"error: {terminal_text(failed)}", file=sys.stderr)
-    return EXIT_FAIL
-
-
 VERIFY_HELP = """\
-Re-check an evidence bundle: every file's SHA-256, the inputs digest, and the decision, SUMMARY.md, ledger.csv and
-evidence.log recomputed from the input copies. Exit 0 when all agree, 1 with the differences listed, 2 when the
-bundle cannot be read. The folder name is a label: a copied or renamed bundle folder verifies (exit 0) when its
-contents agree, and a second approver (or a different note) approving the same inputs on the same day gets a folder
-of its own.
+Re-check an evidence bundle: every file's SHA-256, the inputs digest, and the decision, SUMMARY.md,
+ledger.csv and evidence.log recomputed from the input copies. Exit 0 when all agree, 1 with the differences
+listed, 2 when the bundle cannot be read. The folder name is a label: a copied or renamed bundle folder
+verifies (exit 0) when its contents agree, and a second approver (or a different note) approving the same
+inputs on the same day gets a folder of its own.
 
 For example:
   kvplan verify evidence/2026-11-29-0123456789ab
@@ -283,38 +263,38 @@ def add_export(parser: argparse.ArgumentParser) -> None:
     from kvplan.export import EXPORTERS
 
     describe(parser, EXPORT_HELP)
-    parser.add_argument(
-        "format",
-        choices=[*EXPORTERS, STARTUP_PLAN],
-        metavar="FORMAT",
-        help=", ".join([*EXPORTERS, STARTUP_PLAN]),
-    )
+    formats = [*EXPORTERS, STARTUP_PLAN]
+    parser.add_argument("format", choices=formats, metavar="FORMAT", help=", ".join(formats))
     parser.add_argument("bundle", metavar="BUNDLE", help="an evidence bundle folder (verified first)")
     parser.add_argument(
         "--out", metavar="PATH", help="file to write (startup-plan: the folder; default stdout)"
     )
-    parser.add_argument(
-        "--approved-digest",
-        metavar="SHA256",
-        help="the bundle's digest as approved (as kvplan gate takes it)",
-    )
-    parser.add_argument(
-        "--tolerate-drift",
-        type=size,
-        default=0,
-        metavar="SIZE",
-        help="startup-plan: free memory a rank may lose before vLLM profiles again (default 0)",
-    )
+    parser.add_argument("--approved-digest", metavar="SHA256", help="the bundle's digest as approved")
+    drift = "startup-plan: free memory a rank may lose before vLLM profiles again (default 0)"
+    parser.add_argument("--tolerate-drift", type=size, default=0, metavar="SIZE", help=drift)
     parser.set_defaults(run=run_export)
 
 
 def run_export(args: argparse.Namespace) -> int:
+    from kvplan.export import EXPORTERS, startup_plans, verified_launch
+
     if args.format == STARTUP_PLAN:
-        return _startup_plan(args)
+        if args.out is None:
+            raise CliError("startup-plan needs --out DIR (one file per rank)")
+        if args.tolerate_drift < 0:
+            raise CliError("--tolerate-drift must not be negative")
+        plans = startup_plans(args.bundle, args.tolerate_drift, args.approved_digest)
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for plan in plans:
+            write_atomic(out / plan.file_name, plan.text)
+            print(
+                f"rank {plan.rank}: {out / plan.file_name}: kv_cache_memory_bytes={plan.kv_cache_memory_bytes}, "
+                f"free_memory_baseline={plan.free_memory_baseline}"
+            )
+        return EXIT_OK
     if args.tolerate_drift:
         raise CliError("--tolerate-drift applies to startup-plan only")
-    from kvplan.export import EXPORTERS, verified_launch
-
     _, launch = verified_launch(args.bundle, args.approved_digest)
     text = EXPORTERS[args.format](launch)
     if args.out is None:
@@ -322,25 +302,6 @@ def run_export(args: argparse.Namespace) -> int:
     else:
         write_atomic(Path(args.out), text)
         print(f"{args.out}: {args.format} of bundle sha256:{launch.digest}", file=sys.stderr)
-    return EXIT_OK
-
-
-def _startup_plan(args: argparse.Namespace) -> int:
-    from kvplan.export import startup_plans
-
-    if args.out is None:
-        raise CliError("startup-plan needs --out DIR (one file per rank)")
-    if args.tolerate_drift < 0:
-        raise CliError("--tolerate-drift must not be negative")
-    plans = startup_plans(args.bundle, args.tolerate_drift, args.approved_digest)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    for plan in plans:
-        write_atomic(out / plan.file_name, plan.text)
-        print(
-            f"rank {plan.rank}: {out / plan.file_name}: kv_cache_memory_bytes={plan.kv_cache_memory_bytes}, "
-            f"free_memory_baseline={plan.free_memory_baseline}"
-        )
     return EXIT_OK
 
 

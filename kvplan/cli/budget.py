@@ -10,11 +10,11 @@ from kvplan.cli.common import (
     add_model_arguments,
     add_nvidia_smi_argument,
     describe,
-    format_table,
     layout_options,
     positive_int,
     positive_size,
     print_json,
+    print_table,
     print_warnings,
     reader_warnings_into,
     refuse_layout_without_model,
@@ -47,29 +47,15 @@ def add_budget(parser: argparse.ArgumentParser) -> None:
     describe(parser, BUDGET_HELP)
     parser.add_argument("logs", nargs="*", metavar="LOG", help="vLLM startup logs (files, folders or globs)")
     parser.add_argument(
-        "--room",
-        type=size_list,
-        metavar="SIZE,...",
-        help="room per rank, comma-separated, rank order (no LOG)",
+        "--room", type=size_list, metavar="SIZE,...", help="room per rank, in rank order (no LOG)"
     )
     parser.add_argument("--reserve", type=size, required=True, help="operating reserve per rank")
     parser.add_argument("--block-bytes", type=positive_size, help="round down to whole blocks of this size")
-    parser.add_argument(
-        "--assume-uniform",
-        action="store_true",
-        help="logs showing local rank 0 only: take its room for every rank",
-    )
-    parser.add_argument(
-        "--max-model-len",
-        type=positive_int,
-        metavar="L",
-        help="with --model: sequence length for the concurrency figure (default: the logs')",
-    )
+    parser.add_argument("--assume-uniform", action="store_true", help="rank 0's room for ranks not shown")
+    length = "with --model: sequence length of the concurrency figure (default: the logs')"
+    parser.add_argument("--max-model-len", type=positive_int, metavar="L", help=length)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    add_nvidia_smi_argument(
-        parser,
-        "of the same boot: names the GPU type (with --model: vLLM's MLA and gated-delta-net block size)",
-    )
+    add_nvidia_smi_argument(parser, "of the same boot: names the GPU type (with --model: its block size)")
     add_model_arguments(parser)
     add_gpu_arguments(parser)
     parser.set_defaults(run=run_budget)
@@ -98,18 +84,26 @@ def run_budget(args: argparse.Namespace) -> int:
             decision, warnings = plan.decide_rooms(args.room, policy, args.block_bytes), []
         else:
             decision, warnings = _decide(args, None, policy)
-    launch_warning = decision.launch_warning
-    if launch_warning is None and decision.gpu_memory_utilization is None:
-        launch_warning = ROOMS_LAUNCH_WARNING
-    if launch_warning is not None:
-        warnings.append(launch_warning)
+    if decision.launch_warning is not None or decision.gpu_memory_utilization is None:
+        warnings.append(decision.launch_warning or ROOMS_LAUNCH_WARNING)
     print_warnings(warnings)
     if decision.spec is not None and decision.max_model_len is None:
         raise CliError("--model needs --max-model-len L when the logs do not show max_model_len")
-    if args.json:
-        return print_json(_budget_json(decision, warnings))
-    _print_budget(decision)
-    return EXIT_OK
+    if not args.json:
+        _print_budget(decision)
+        return EXIT_OK
+    budget = decision.budget
+    room_sources = dict(zip(budget.ranks, decision.room_sources))
+    data = budget.to_dict()
+    for rank in data["ranks"]:
+        rank["room_source"] = room_sources[rank["rank"]]
+    data.update(warnings=warnings, launch_flags=list(decision.launch_flags))
+    data["gpu_memory_utilization"] = decision.gpu_memory_utilization
+    if decision.spec is not None:
+        data["capacity"] = decision.capacity_at_max_len.to_dict()
+    if decision.cross_check_verdict is not None:
+        data["cross_check"] = decision.cross_check_verdict
+    return print_json(data)
 
 
 def _decide(args: argparse.Namespace, layout, policy) -> tuple:
@@ -126,22 +120,6 @@ def _decide(args: argparse.Namespace, layout, policy) -> tuple:
         decision = plan.decide(evidence_in, policy, layout, block_bytes=args.block_bytes)
     notes = [*decision.warnings, *decision.notes]
     return decision, notes + [note for note in caught if note not in notes]
-
-
-def _budget_json(decision, warnings: list[str]) -> dict:
-    budget = decision.budget
-    room_sources = dict(zip(budget.ranks, decision.room_sources))
-    data = budget.to_dict()
-    for rank in data["ranks"]:
-        rank["room_source"] = room_sources[rank["rank"]]
-    data["warnings"] = warnings
-    data["launch_flags"] = list(decision.launch_flags)
-    data["gpu_memory_utilization"] = decision.gpu_memory_utilization
-    if decision.spec is not None:
-        data["capacity"] = decision.capacity_at_max_len.to_dict()
-    if decision.cross_check_verdict is not None:
-        data["cross_check"] = decision.cross_check_verdict
-    return data
 
 
 def _print_budget(decision) -> None:
@@ -181,15 +159,9 @@ def _print_budget(decision) -> None:
         f"min/median      {budget.min_median_ratio:.3f} "
         f"(the weak rank removes {budget.weak_rank_loss_fraction:.0%} of typical capacity)"
     )
+    sizes, limiting = ("room_bytes", "safe_bytes", "stranded_bytes"), budget.limiting_rank
     rows = [
-        {
-            "rank": rank["rank"],
-            "room": format_size(rank["room_bytes"]),
-            "safe": format_size(rank["safe_bytes"]),
-            "stranded": format_size(rank["stranded_bytes"]),
-            "limits": "<-" if rank["rank"] == budget.limiting_rank else "",
-        }
-        for rank in budget.to_dict()["ranks"]
+        (r["rank"], *(format_size(r[size]) for size in sizes), "<-" if r["rank"] == limiting else "")
+        for r in budget.to_dict()["ranks"]
     ]
-    print()
-    print(format_table(rows, ["rank", "room", "safe", "stranded", "limits"]))
+    print_table(["rank", "room", "safe", "stranded", "limits"], rows)

@@ -1,4 +1,4 @@
-"""``kvplan capacity`` (what a per-GPU KV budget buys) and ``kvplan drift`` (a reference budget reused later)."""
+"""``kvplan capacity`` (what a per-GPU KV budget buys) and ``kvplan drift`` (a reference budget, later)."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from kvplan.cli.common import (
     CliError,
     add_model_arguments,
     describe,
-    format_table,
     layout_options,
     positive_int,
     positive_size,
     print_json,
+    print_table,
     refuse_layout_without_model,
     size,
     size_list,
@@ -35,29 +35,24 @@ For example:
 def add_capacity(parser: argparse.ArgumentParser) -> None:
     describe(parser, CAPACITY_HELP)
     parser.add_argument("--kv-bytes", type=positive_size, required=True, help="KV budget per GPU")
-    parser.add_argument(
-        "--bytes-per-token", type=size, help="KV bytes per token per GPU (required unless --model is given)"
-    )
+    parser.add_argument("--bytes-per-token", type=size, help="KV bytes per token per GPU (or give --model)")
     parser.add_argument("--max-model-len", type=positive_int, required=True, help="sequence length")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     add_model_arguments(parser)
     parser.set_defaults(run=run_capacity)
 
 
-def _kv_spec_from_args(args: argparse.Namespace):
+def run_capacity(args: argparse.Namespace) -> int:
+    spec = None
     if not args.model:
         refuse_layout_without_model(args)
-        return None
-    if args.tp is None:
+    elif args.tp is None:
         raise CliError("--model needs --tp N: the tensor-parallel size the ranks run with")
-    from kvplan.io.model_config import read_model_config
-    from kvplan.kvspec import kv_spec, options_for_logs
+    else:
+        from kvplan.io.model_config import read_model_config
+        from kvplan.kvspec import kv_spec, options_for_logs
 
-    return kv_spec(read_model_config(args.model), **options_for_logs(layout_options(args), {}))
-
-
-def run_capacity(args: argparse.Namespace) -> int:
-    spec = _kv_spec_from_args(args)
+        spec = kv_spec(read_model_config(args.model), **options_for_logs(layout_options(args), {}))
     if (spec is None) == (args.bytes_per_token is None):
         raise CliError("give exactly one of --bytes-per-token or --model")
     if spec is None:
@@ -92,18 +87,17 @@ def run_capacity(args: argparse.Namespace) -> int:
         if spec.approximate:
             print(f"approximate       {spec.approximate_reason}")
         if spec.pp > 1:
-            rows = [
-                {
-                    "stage": st["pp_rank"],
-                    "layers": f"{st['first_layer']}-{st['end_layer'] - 1}",
-                    "per token": format_size(st["bytes_per_token"]),
-                    "block": format_size(st["block_bytes"]),
-                    "blocks": f"{st['blocks']:,}",
-                }
+            stages = [
+                (
+                    st["pp_rank"],
+                    f"{st['first_layer']}-{st['end_layer'] - 1}",
+                    format_size(st["bytes_per_token"]),
+                    format_size(st["block_bytes"]),
+                    f"{st['blocks']:,}",
+                )
                 for st in data["stages"]
             ]
-            print()
-            print(format_table(rows, ["stage", "layers", "per token", "block", "blocks"]))
+            print_table(["stage", "layers", "per token", "block", "blocks"], stages)
     return EXIT_OK
 
 
@@ -125,30 +119,13 @@ def add_drift(parser: argparse.ArgumentParser) -> None:
         ("--ref-budget", "reference safe budget"),
         ("--boot-free", "free at this startup"),
     ):
-        parser.add_argument(
-            flag,
-            type=size_list,
-            required=True,
-            metavar="SIZE,...",
-            help=f"{what}, per rank (comma-separated, rank order)",
-        )
-    parser.add_argument(
-        "--guard",
-        type=size,
-        required=True,
-        help="extra guard per rank, one size for every rank (policy: give it; 0GiB for none)",
-    )
-    parser.add_argument(
-        "--block-bytes",
-        type=positive_size,
-        help="bytes of one KV block: the flag is rounded down to whole blocks",
-    )
-    parser.add_argument(
-        "--total",
-        type=size_list,
-        metavar="SIZE,...",
-        help="each rank's total GPU memory (rank order): gives the companion --gpu-memory-utilization",
-    )
+        per_rank = f"{what}, per rank (comma-separated, rank order)"
+        parser.add_argument(flag, type=size_list, required=True, metavar="SIZE,...", help=per_rank)
+    guard = "extra guard per rank, one size for every rank (policy: give it; 0GiB for none)"
+    parser.add_argument("--guard", type=size, required=True, help=guard)
+    parser.add_argument("--block-bytes", type=positive_size, help="round down to whole blocks of this size")
+    total = "each rank's total GPU memory (rank order): gives the companion --gpu-memory-utilization"
+    parser.add_argument("--total", type=size_list, metavar="SIZE,...", help=total)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=run_drift)
 
@@ -187,14 +164,7 @@ def run_drift(args: argparse.Namespace) -> int:
             "note             some rank has more free memory than at the reference: "
             "re-profile to raise the value"
         )
-    rows = [
-        {
-            "rank": r["rank"],
-            "drift": format_size(r["drift_bytes"]),
-            "adjusted": format_size(r["adjusted_bytes"]),
-        }
-        for r in result.to_dict()["ranks"]
-    ]
-    print()
-    print(format_table(rows, ["rank", "drift", "adjusted"]))
+    ranks = result.to_dict()["ranks"]
+    rows = [(r["rank"], format_size(r["drift_bytes"]), format_size(r["adjusted_bytes"])) for r in ranks]
+    print_table(["rank", "drift", "adjusted"], rows)
     return EXIT_OK

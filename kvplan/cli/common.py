@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import TypeVar
 from warnings import catch_warnings, showwarning, simplefilter
@@ -20,8 +20,6 @@ EXIT_OK, EXIT_FAIL, EXIT_BAD_INPUT = 0, 1, 2
 class CliError(ValueError):
     """Bad command-line input; printed as ``error: …`` with exit status 2."""
 
-
-# --- help pages -------------------------------------------------------------------------------
 
 EXAMPLES_HEADING = "For example:"
 
@@ -41,21 +39,13 @@ class ExampleFormatter(argparse.HelpFormatter):
 
 
 def describe(parser: argparse.ArgumentParser, page: str) -> argparse.ArgumentParser:
-    """``parser`` with its help ``page``: prose (re-wrapped), then :data:`EXAMPLES_HEADING` and commands.
-
-    >>> page = "The sum of A\\nand B.\\n\\nFor example:\\n  kvplan add 1 2\\n"
-    >>> added = describe(argparse.ArgumentParser(prog="kvplan add"), page)
-    >>> added.description, added.format_help().splitlines()[-1]
-    ('The sum of A and B.', '  kvplan add 1 2')
-    """
+    """``parser`` with its help ``page``: prose (re-wrapped), then :data:`EXAMPLES_HEADING` and commands."""
     prose, _, listed = page.partition(EXAMPLES_HEADING)
     parser.description = " ".join(prose.split())
     parser.epilog = examples([line.strip() for line in listed.splitlines() if line.strip()])
     parser.formatter_class = ExampleFormatter
     return parser
 
-
-# --- argument types ---------------------------------------------------------------------------
 
 T = TypeVar("T", int, float)
 
@@ -79,11 +69,7 @@ def size(text: str) -> int:
 
 
 def size_list(text: str) -> list[int]:
-    """Comma-separated sizes ≥ 0, one per rank in rank order [bytes].
-
-    >>> size_list("13GiB,14GiB") == [13 * 2**30, 14 * 2**30]
-    True
-    """
+    """Comma-separated sizes ≥ 0, one per rank in rank order [bytes]."""
     try:
         sizes = [_bounded(value, text) for value in parse_size_list(text)]
     except ValueError as exc:
@@ -146,11 +132,7 @@ def fraction(text: str) -> float:
 
 
 def labels(text: str) -> tuple[str, ...]:
-    """Comma-separated names (hosts, labels), blanks dropped.
-
-    >>> labels("gpu-1, gpu-2,")
-    ('gpu-1', 'gpu-2')
-    """
+    """Comma-separated names (hosts, labels), blanks dropped."""
     names = tuple(name.strip() for name in text.split(",") if name.strip())
     if not names:
         raise argparse.ArgumentTypeError(f"expected comma-separated label names, got {text!r}")
@@ -167,8 +149,6 @@ def block_size(text: str) -> int:
     return value
 
 
-# --- argument groups --------------------------------------------------------------------------
-
 #: --model options that mean nothing without --model (--block-size also sizes `kvplan capacity` alone).
 MODEL_ONLY_OPTIONS = ("tp", "pp", "dcp", "kv_cache_dtype", "vllm_version", "max_num_batched_tokens")
 
@@ -181,53 +161,28 @@ def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group(
         "model and layout", "bytes per token per rank from a model config, as vLLM sizes the KV cache"
     )
-    group.add_argument(
-        "--model",
-        metavar="CONFIG",
-        help="a config.json path, or a name of the catalogue kvplan/models/ (e.g. llama-3.1-70b)",
-    )
+    model = "a config.json path, or a name of the catalogue kvplan/models/ (e.g. llama-3.1-70b)"
+    group.add_argument("--model", metavar="CONFIG", help=model)
     for flag, size_of, default in (
         ("--tp", "tensor", "needed with --model unless the logs show it"),
         ("--pp", "pipeline", "default: the logs', else 1"),
         ("--dcp", "decode-context", "default: the logs', else 1"),
     ):
         group.add_argument(flag, type=positive_int, help=f"{size_of}-parallel size ({default})")
-    group.add_argument(
-        "--kv-cache-dtype",
-        choices=list(KV_CACHE_DTYPE_BYTES),
-        metavar="DTYPE",
-        help="vLLM's --kv-cache-dtype, one of %(choices)s (default: the logs', else auto = the model dtype)",
-    )
-    group.add_argument(
-        "--block-size",
-        type=block_size,
-        help=f"tokens per block (default {DEFAULT_BLOCK_SIZE}; with --model, vLLM's choice "
-        "for the model: 64 for MLA, larger for hybrid Mamba models)",
-    )
-    group.add_argument(
-        "--vllm-version",
-        metavar="V",
-        help="vLLM release whose arithmetic to reproduce (default: the newest known)",
-    )
-    group.add_argument(
-        "--max-num-batched-tokens",
-        type=positive_int,
-        metavar="N",
-        help="vLLM's --max-num-batched-tokens; sizes sliding-window layers exactly",
-    )
+    dtype = "vLLM's --kv-cache-dtype, one of %(choices)s (default: the logs', else auto = the model dtype)"
+    group.add_argument("--kv-cache-dtype", choices=list(KV_CACHE_DTYPE_BYTES), metavar="DTYPE", help=dtype)
+    size = f"tokens per block (default {DEFAULT_BLOCK_SIZE}; with --model, vLLM's choice for the model)"
+    group.add_argument("--block-size", type=block_size, help=size)
+    version = "vLLM release whose arithmetic to reproduce (default: the newest known)"
+    group.add_argument("--vllm-version", metavar="V", help=version)
+    batched = "vLLM's --max-num-batched-tokens; sizes sliding-window layers exactly"
+    group.add_argument("--max-num-batched-tokens", type=positive_int, metavar="N", help=batched)
 
 
 def add_nvidia_smi_argument(parser: argparse.ArgumentParser, snapshot: str) -> None:
     """Add the repeatable ``--nvidia-smi CSV``: ``snapshot`` says which boot and what it joins."""
-    parser.add_argument(
-        "--nvidia-smi",
-        "--dcgm",
-        action="append",
-        default=[],
-        metavar="CSV",
-        help=f"nvidia-smi --query-gpu (and --query-compute-apps) CSV {snapshot}; repeat for both. "
-        "A DCGM exporter scrape of the host's GPUs (--dcgm SCRAPE) stands for the --query-gpu CSV",
-    )
+    text = f"nvidia-smi --query-gpu (and --query-compute-apps) CSV {snapshot}; or a DCGM exporter scrape"
+    parser.add_argument("--nvidia-smi", "--dcgm", action="append", default=[], metavar="CSV", help=text)
 
 
 def add_admission_arguments(parser: argparse.ArgumentParser, count: Callable[[str], int], help: str) -> None:
@@ -262,23 +217,12 @@ def layout_options(args: argparse.Namespace) -> dict:
 def add_load_arguments(parser: argparse.ArgumentParser, files: str) -> None:
     """``--load FILE ...`` (``files`` says whose), --max-preemptions, --max-capacity-loss and --year."""
     parser.add_argument("--load", nargs="+", default=[], metavar="LOG_OR_METRICS", help=files)
-    parser.add_argument(
-        "--max-preemptions",
-        type=whole_number,
-        metavar="N",
-        help="with --load: preemptions allowed in the run (default 0)",
-    )
-    parser.add_argument(
-        "--max-capacity-loss",
-        type=real_number,
-        metavar="PCT",
-        help="with --load, for a run at a manual --kv-cache-memory-bytes value: bound on "
-        "the KV tokens lost against the approved profiled boot [%%] (default: "
-        "reported, no bound)",
-    )
-    parser.add_argument(
-        "--year", type=positive_int, help="with --load: year of vLLM's yearless MM-DD timestamps"
-    )
+    preemptions = "with --load: preemptions allowed in the run (default 0)"
+    parser.add_argument("--max-preemptions", type=whole_number, metavar="N", help=preemptions)
+    loss = "with --load, a run at a manual value: bound on the KV tokens lost against the approved boot [%%]"
+    parser.add_argument("--max-capacity-loss", type=real_number, metavar="PCT", help=loss)
+    year = "with --load: year of vLLM's yearless MM-DD timestamps"
+    parser.add_argument("--year", type=positive_int, help=year)
 
 
 def load_policy(args: argparse.Namespace):
@@ -293,8 +237,6 @@ def load_policy(args: argparse.Namespace):
     allowed = 0 if args.max_preemptions is None else args.max_preemptions
     return plan.LoadPolicy(allowed, args.year, args.max_capacity_loss)
 
-
-# --- output -----------------------------------------------------------------------------------
 
 #: The warnings a command reports as its own, named so that catching them imports neither readers nor pandas.
 REPORTED_WARNINGS = ("kvplan.ledger.LedgerWarning", "kvplan.io.nvidia_smi.NvidiaSmiWarning")
@@ -316,16 +258,7 @@ class ReportedWarning(Warning, metaclass=_NamedWarnings):
 
 @contextmanager
 def reader_warnings_into(notes: list[str]) -> Iterator[None]:
-    """Collect the :data:`REPORTED_WARNINGS` raised inside into ``notes`` (each once).
-
-    >>> import warnings
-    >>> from kvplan.ledger import LedgerWarning
-    >>> notes = []
-    >>> with reader_warnings_into(notes):
-    ...     warnings.warn(LedgerWarning("rank 1 shows no room"))
-    >>> notes
-    ['rank 1 shows no room']
-    """
+    """Collect the :data:`REPORTED_WARNINGS` raised inside into ``notes`` (each once)."""
     caught: list = []
     try:
         with catch_warnings(record=True) as caught:
@@ -364,6 +297,12 @@ def format_table(rows: Sequence[dict], columns: Sequence[str]) -> str:
     lines = ["  ".join(column.rjust(width) for column, width in zip(columns, widths))]
     lines += ["  ".join(cell.rjust(width) for cell, width in zip(row, widths)) for row in cells]
     return "\n".join(lines)
+
+
+def print_table(columns: Sequence[str], rows: Iterable[Sequence]) -> None:
+    """A blank line, then :func:`format_table` of ``rows`` (one value per column)."""
+    print()
+    print(format_table([dict(zip(columns, row)) for row in rows], columns))
 
 
 def unwritable_json(exc: Exception) -> str:

@@ -24,22 +24,12 @@ from kvplan.units import format_size
 
 
 def _add_engine_arguments(parser: argparse.ArgumentParser, default: str | None) -> None:
-    parser.add_argument(
-        "--scheduler",
-        metavar="ADDR",
-        default=default,
-        help="'local' (an embedded cluster, one process per core), 'synchronous', or a Dask "
-        "scheduler address tcp://HOST:8786 (default: DASK_SCHEDULER_ADDRESS, else "
-        f"{default or 'local'})",
+    scheduler = (
+        f"local, synchronous or tcp://HOST:8786 (default: DASK_SCHEDULER_ADDRESS, else {default or 'local'})"
     )
-    parser.add_argument(
-        "--storage-option",
-        action="append",
-        default=[],
-        metavar="K=V",
-        help="fsspec storage option for s3:// fleets (key, secret, endpoint_url, anon, ...); "
-        "repeat; the standard AWS environment variables work too",
-    )
+    parser.add_argument("--scheduler", metavar="ADDR", default=default, help=scheduler)
+    storage = "fsspec storage option for s3:// fleets (key, secret, endpoint_url, anon, ...); repeat"
+    parser.add_argument("--storage-option", action="append", default=[], metavar="K=V", help=storage)
 
 
 #: After the waves of a plan without --out (no class bundle gave the companion utilization).
@@ -54,18 +44,13 @@ rollout waves.
 For example:
   kvplan fleet plan data/fleet/small --reserve 1GiB --model llama-3.1-70b
 """
-
-
 FLEET_PLAN_HELP = """\
 Read every host's startup logs (on Dask), group hosts into classes, and give each class its uniform budget,
-limiting host and rank, stranded capacity, outliers with their likely cause and the tokens a split would buy,
-then the rollout waves (canaries first).
+outliers with their likely cause, and the rollout waves (canaries first). See docs/cli.md.
 
 For example:
   kvplan fleet plan data/fleet/small --reserve 1GiB --model llama-3.1-70b --out evidence/
 """
-
-
 FLEET_GATE_HELP = """\
 Each host is gated (as kvplan gate) against the bundle whose class lists it. Exit 0 all pass (go on), 1 any
 failed (stop), 2 a host cannot be judged or bad input.
@@ -79,69 +64,35 @@ def add_fleet(parser: argparse.ArgumentParser) -> None:
     describe(parser, FLEET_HELP)
     commands = parser.add_subparsers(dest="fleet_command", required=True, metavar="COMMAND")
     plan = commands.add_parser("plan", help="per-class budgets, outliers, split advice, bundles and waves")
-    _add_plan(describe(plan, FLEET_PLAN_HELP))
-    gate = commands.add_parser(
-        "gate", help="canary hosts against their class's bundle: per-host verdict and the stop decision"
-    )
-    _add_gate(describe(gate, FLEET_GATE_HELP))
-
-
-def _add_plan(plan: argparse.ArgumentParser) -> None:
+    describe(plan, FLEET_PLAN_HELP)
     plan.add_argument(
-        "fleet",
-        metavar="FLEET",
-        help="folder of host folders, or a manifest CSV host,path,labels (local or s3://)",
+        "fleet", metavar="FLEET", help="folder of host folders, or a manifest CSV host,path,labels"
     )
     plan.add_argument("--reserve", type=size, required=True, help="operating reserve per rank")
-    plan.add_argument(
-        "--class-by",
-        type=labels,
-        default=(),
-        metavar="LABELS",
-        help="labels that split classes further, comma-separated (manifest columns or key fields)",
-    )
-    plan.add_argument(
-        "--model",
-        action="append",
-        default=[],
-        metavar="CONFIG",
-        help="model config(s): each class uses the one that serves its model; repeat",
-    )
+    class_by = "labels that split classes further, comma-separated (manifest columns or key fields)"
+    plan.add_argument("--class-by", type=labels, default=(), metavar="LABELS", help=class_by)
+    model = "model config(s): each class uses the one that serves its model; repeat"
+    plan.add_argument("--model", action="append", default=[], metavar="CONFIG", help=model)
     plan.add_argument("--out", metavar="DIR", help="write one evidence bundle per approved class here")
     plan.add_argument(
         "--approver", default="kvplan fleet plan", metavar="NAME", help="who approves the bundles"
     )
-    plan.add_argument(
-        "--split-below",
-        type=fraction,
-        default=None,
-        metavar="R",
-        help="advise a split when min/median of host budgets < R (default 0.95)",
-    )
-    plan.add_argument(
-        "--min-hosts",
-        type=at_least_one,
-        default=None,
-        metavar="N",
-        help="a class needs N clean hosts to be approved (default 3)",
-    )
-    plan.add_argument(
-        "--canaries", type=at_least_one, default=None, metavar="N", help="canary hosts per class (default 2)"
-    )
+    split = "advise a split when min/median of host budgets < R (default 0.95)"
+    plan.add_argument("--split-below", type=fraction, metavar="R", help=split)
+    min_hosts = "a class needs N clean hosts to be approved (default 3)"
+    plan.add_argument("--min-hosts", type=at_least_one, metavar="N", help=min_hosts)
+    plan.add_argument("--canaries", type=at_least_one, metavar="N", help="canary hosts per class (default 2)")
     add_admission_arguments(plan, at_least_one, "admission plan (with --seq-len)")
     plan.add_argument("--json", action="store_true", help="print one JSON object")
     _add_engine_arguments(plan, None)
     add_gpu_arguments(plan, host=False)
     plan.set_defaults(run=_run_plan)
-
-
-def _add_gate(gate: argparse.ArgumentParser) -> None:
-    gate.add_argument(
-        "targets",
-        nargs="*",
-        metavar="LOGS_OR_FLEET",
-        help="a fleet folder or manifest of canary hosts, or the log files of one host",
+    gate = commands.add_parser(
+        "gate", help="canary hosts against their class's bundle: per-host verdict and the stop decision"
     )
+    describe(gate, FLEET_GATE_HELP)
+    targets = "a fleet folder or manifest of canary hosts, or the log files of one host"
+    gate.add_argument("targets", nargs="*", metavar="LOGS_OR_FLEET", help=targets)
     gate.add_argument("--approved", nargs="+", required=True, metavar="BUNDLE", help="the classes' bundles")
     gate.add_argument("--hosts", type=labels, default=(), metavar="H1,H2", help="gate only these hosts")
     gate.add_argument("--json", action="store_true", help='print {"passed", "decision", "hosts": [...]}')
@@ -155,20 +106,13 @@ def _run_plan(args: argparse.Namespace) -> int:
     from kvplan.fleet.planner import class_rows
     from kvplan.fleet.read import default_scheduler, stderr_progress
 
+    tuning = {"split_below": args.split_below, "min_hosts": args.min_hosts, "canaries": args.canaries}
     policy = FleetPolicy(
         args.reserve,
         tuple(args.class_by),
         approver=args.approver,
         admission=admission_from_args(args),
-        **{
-            name: value
-            for name, value in (
-                ("split_below", args.split_below),
-                ("min_hosts", args.min_hosts),
-                ("canaries", args.canaries),
-            )
-            if value is not None
-        },
+        **{name: value for name, value in tuning.items() if value is not None},
     )
     storage = parse_storage_options(args.storage_option)
     hosts = list_fleet(args.fleet, storage)

@@ -39,37 +39,23 @@ def add_gate(parser: argparse.ArgumentParser) -> None:
     describe(parser, GATE_HELP)
     parser.add_argument("logs", nargs="+", metavar="BOOT_LOG", help="vLLM logs of the canary boot")
     parser.add_argument("--approved", required=True, metavar="BUNDLE", help="the approved evidence bundle")
-    parser.add_argument(
-        "--approved-digest",
-        metavar="SHA256",
-        help="the bundle's digest as approved (SHA-256 of its budget.json, as approve and "
-        "verify print it; at least 12 hex digits): another bundle at --approved is not "
-        "judged",
-    )
+    digest = "the bundle's digest as approved (at least 12 hex digits): another bundle is not judged"
+    parser.add_argument("--approved-digest", metavar="SHA256", help=digest)
     add_nvidia_smi_argument(parser, "taken after warm-up")
-    parser.add_argument(
-        "--startup-plan",
-        metavar="DIR",
-        help="the startup plan files the canary ran (kvplan export startup-plan --out DIR); default: the "
-        "approved plan without tolerated drift",
-    )
+    plan = "the startup plan files the canary ran (default: the approved plan without drift)"
+    parser.add_argument("--startup-plan", metavar="DIR", help=plan)
     parser.add_argument("--guard", type=size, help="guard per rank (default: the approval's, normally 0)")
     add_load_arguments(parser, "load-test server logs and /metrics snapshots of the canary")
     add_gate_prometheus_arguments(parser)
     add_gpu_arguments(parser, url=False, at=False)
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help='print {"passed", "checks": [{"name", "passed", "detail", "applicable"}], "warnings", '
-        '"approved_digest"}',
-    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(run=run_gate)
 
 
 def _with_startup_plan(args: argparse.Namespace, verified, approved, ledger, checks: list) -> list:
-    """Issue 24: ``checks`` and, for a canary that ran vLLM's startup plan, whether it applied the approved one
-    (``--startup-plan``'s files, else the approved plan without drift) on every rank; a plan runs B − G − D
-    by design, so the manual-value check does not apply then."""
+    """Issue 24: ``checks`` and, for a canary that ran vLLM's startup plan, whether it applied the approved
+    one (``--startup-plan``'s files, else the approved plan without drift) on every rank; a plan runs
+    B − G − D by design, so the manual-value check does not apply then."""
     import json
     from pathlib import Path
 
@@ -130,14 +116,8 @@ def run_gate(args: argparse.Namespace) -> int:
     if args.nvidia_smi or gpus:
         with reader_warnings_into(warnings):
             ledger, free_after_warmup, _ = join_snapshots(ledger, [*args.nvidia_smi, *gpus])
-    checks = gate_checks(
-        approved,
-        ledger,
-        compatibility_key(ledger, metadata.lines),
-        args.guard,
-        free_after_warmup,
-        boot_defaults=key.read_defaulted_key_fields(metadata),
-    )
+    boot_key, defaults = compatibility_key(ledger, metadata.lines), key.read_defaulted_key_fields(metadata)
+    checks = gate_checks(approved, ledger, boot_key, args.guard, free_after_warmup, boot_defaults=defaults)
     checks = _with_startup_plan(args, verified, approved, ledger, checks)
     if args.load:
         section, load_checks = plan.gate_load(approved, args.load, policy)

@@ -62,30 +62,12 @@ def add_ledger(parser: argparse.ArgumentParser) -> None:
     add_nvidia_smi_argument(
         parser, "of the same boot: joins gpu_name, driver_version and other_process_bytes"
     )
-    parser.add_argument(
-        "--rooms",
-        action="store_true",
-        help="also each rank's room over the boots: worst, min, median, max, spread "
-        '(JSON key "rooms"); refused as kvplan budget refuses',
-    )
-    parser.add_argument(
-        "--assume-uniform",
-        action="store_true",
-        help="with --rooms: logs showing local rank 0 only: take its room for every rank",
-    )
+    parser.add_argument("--rooms", action="store_true", help="also each rank's room over the boots")
+    parser.add_argument("--assume-uniform", action="store_true", help="with --rooms: rank 0's for all")
     form = parser.add_mutually_exclusive_group()
-    form.add_argument(
-        "--json",
-        action="store_true",
-        help='print {"rows": [...], "warnings": [...]} (and "rooms": [...] with --rooms)',
-    )
+    form.add_argument("--json", action="store_true", help="print one JSON object")
     form.add_argument("--csv", action="store_true", help="print the ledger as CSV")
-    form.add_argument(
-        "--wide",
-        action="store_true",
-        help="the table with every column that has a value, under its glossary name, and whole file "
-        "paths (the default table fits 120 columns)",
-    )
+    form.add_argument("--wide", action="store_true", help="every column with a value, whole paths")
     parser.set_defaults(run=run_ledger)
 
 
@@ -147,15 +129,7 @@ def ledger_text(ledger, wide: bool = False) -> str:
     else:
         columns, names = LEDGER_TABLE, short_names(ledger["source"].unique())
     rows = [
-        {
-            header: names[row[column]]
-            if column == "source"
-            else _reason(row)
-            if column == "reason"
-            else _table_cell(column, row.get(column))
-            for column, header in columns.items()
-        }
-        for row in records
+        {header: _table_cell(column, row, names) for column, header in columns.items()} for row in records
     ]
     return format_table(rows, list(columns.values()))
 
@@ -163,12 +137,11 @@ def ledger_text(ledger, wide: bool = False) -> str:
 def rooms_text(rooms: list[dict], wide: bool = False) -> str:
     """The ``--rooms`` table: :data:`ROOMS_TABLE`'s headers (``wide``: glossary names, whole paths)."""
     columns = {column: column for column in ROOMS_TABLE} if wide else ROOMS_TABLE
-    names = {room["source"]: room["source"] for room in rooms}
-    if not wide:
-        names = short_names(list(names))
+    sources = list(dict.fromkeys(room["source"] for room in rooms))
+    names = {source: source for source in sources} if wide else short_names(sources)
     rows = [
         {
-            **{header: _table_cell(column, room.get(column)) for column, header in columns.items()},
+            **{header: _table_cell(column, room, names) for column, header in columns.items()},
             columns["worst_boot"]: f"{names[room['source']]} #{room['boot']}",
         }
         for room in rooms
@@ -177,13 +150,7 @@ def rooms_text(rooms: list[dict], wide: bool = False) -> str:
 
 
 def short_names(sources, width: int = FILE_WIDTH) -> dict[str, str]:
-    """Each source path by as few trailing parts as tell them apart, its last ``width`` characters (``…``).
-
-    >>> short_names(["data/a/boot.log", "data/b/boot.log", "data/b/restart.log"])
-    {'data/a/boot.log': 'a/boot.log', 'data/b/boot.log': 'b/boot.log', 'data/b/restart.log': 'restart.log'}
-    >>> short_names(["logs/" + "x" * 30 + ".log"], width=12)
-    {'logs/xxxxxxxxxxxxxxxxxxxxxxxxxxxxxx.log': '…xxxxxxx.log'}
-    """
+    """Each source path by as few trailing parts as tell them apart, its last ``width`` characters (``…``)."""
     from pathlib import PurePath
 
     parts = {str(source): PurePath(str(source)).parts for source in sources}
@@ -217,15 +184,7 @@ def _print_csv(logs: list[str]) -> int:
 
 
 def _reason(row: dict) -> str:
-    """Why a row is not ``ok``, in a few words (issue 26); ``-`` for an ok row.
-
-    >>> _reason({"outcome": "incomplete", "error": "the log stops before the KV cache was sized (last line read: 40)"})
-    'cut before KV sizing'
-    >>> _reason({"outcome": "oom", "error": "torch.OutOfMemoryError: …", "failed_in": "capture_model"})
-    'OOM in capture_model'
-    >>> _reason({"outcome": "ok", "error": None})
-    '-'
-    """
+    """Why a row is not ``ok``, in a few words (issue 26); ``-`` for an ok row."""
     from kvplan.ledger import plain_value
 
     outcome, text = plain_value(row.get("outcome")), str(plain_value(row.get("error")) or "")
@@ -243,10 +202,13 @@ def _reason(row: dict) -> str:
     return reason if len(reason) <= TABLE_REASON_CHARS else reason[: TABLE_REASON_CHARS - 1] + "…"
 
 
-def _table_cell(column: str, value: object) -> str:
+def _table_cell(column: str, row: dict, names: dict[str, str]) -> str:
+    """A row's cell of the readable tables: file names shortened, sizes formatted, ``-`` when unknown."""
     from kvplan.ledger import plain_value
 
-    plain = plain_value(value)
+    if column in ("source", "reason"):
+        return names[row[column]] if column == "source" else _reason(row)
+    plain = plain_value(row.get(column))
     if plain is None:
         return "-"
     return format_size(int(plain)) if column.endswith("_bytes") else str(plain)

@@ -58,23 +58,17 @@ def run_load(args: argparse.Namespace) -> int:
     if args.csv:  # to_csv's text of the rows, a batch of rows at a time
         reading.write_csv(sys.stdout)
     else:
+        from kvplan.columns import LOAD_ROW_KEYS
         from kvplan.load import load_summary
 
         rows = reading.records()
         summary = load_summary(reading)
         shown = [{**row, "where": f"{row['source']}:{row['line']}"} for row in rows]
+        hidden = ("swapped", "prompt_tokens_per_s", "prefix_cache_hit_pct")
         columns = [
             "where",
-            "time",
-            "engine",
-            "kv_cache_usage_pct",
-            "running",
-            "waiting",
-            "generation_tokens_per_s",
-            "preemptions",
-            "preemptions_total",
-            "event",
-        ]
+            *(key for key in LOAD_ROW_KEYS[2:] if key not in hidden),
+        ]  # source:line, then the rest
         print(format_table([{k: ("" if v is None else v) for k, v in row.items()} for row in shown], columns))
         print()
         print(

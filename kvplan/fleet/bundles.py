@@ -46,43 +46,34 @@ def note_hosts(note: str) -> list[str] | None:
 def class_inputs(
     hosts: Sequence[HostReading], out: Path, storage_options: Mapping[str, object] | None
 ) -> tuple[list[str], list[str]]:
-    """The class's logs and one ``--query-gpu`` snapshot as local paths (remote ones fetched under ``out``)."""
+    """The class's logs and one ``--query-gpu`` snapshot as local paths (remote ones fetched to
+    ``out/inputs/<host>/``), each refused unless it has the SHA-256 the plan read."""
     logs: list[str] = []
     snapshot: list[str] = []  # the first --query-gpu one
     for reading in hosts:
-        for url in reading.files:
-            if not (is_snapshot(url) and snapshot):
-                local = _local_copy(reading, url, out, storage_options)
-                if not is_snapshot(url):
-                    logs.append(local)
-                elif read_gpu_snapshot(local)[1].kind == "gpus":  # nvidia-smi's CSV or a DCGM scrape
-                    snapshot.append(local)
+        for url in (url for url in reading.files if not (is_snapshot(url) and snapshot)):
+            local = url
+            if "://" in url:
+                fs, path = filesystem(url, storage_options)
+                name = safe_component(path.rsplit("/", 1)[-1], "file-")
+                target = path_inside(out, FETCHED, safe_component(reading.host, HOST_PREFIX), name)
+                target.parent.mkdir(parents=True, exist_ok=True)
+                local, partial = str(target), f"{target}.{os.getpid()}.partial"
+                try:
+                    fs.get(path, partial)
+                    os.replace(partial, local)
+                finally:
+                    if os.path.exists(partial):
+                        os.remove(partial)
+            read = reading.digests.get(url)
+            if read is None or sha256_file(local) != read:
+                why = f"(SHA-256 {read or 'unknown'}): it changed since; plan again"
+                raise ValueError(f"{url}: not the file the plan read {why}")
+            if not is_snapshot(url):
+                logs.append(local)
+            elif read_gpu_snapshot(local)[1].kind == "gpus":  # nvidia-smi's CSV or a DCGM scrape
+                snapshot.append(local)
     return logs, snapshot
-
-
-def _local_copy(
-    reading: HostReading, url: str, out: Path, storage_options: Mapping[str, object] | None
-) -> str:
-    """``url`` as a local path (fetched to ``out/inputs/<host>/`` when remote) with the SHA-256 the plan read."""
-    local = url
-    if "://" in url:
-        fs, path = filesystem(url, storage_options)
-        name = safe_component(path.rsplit("/", 1)[-1], "file-")
-        target = path_inside(out, FETCHED, safe_component(reading.host, HOST_PREFIX), name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        local = str(target)
-        partial = f"{local}.{os.getpid()}.partial"
-        try:
-            fs.get(path, partial)
-            os.replace(partial, local)
-        finally:
-            if os.path.exists(partial):
-                os.remove(partial)
-    read = reading.digests.get(url)
-    if read is None or sha256_file(local) != read:
-        why = f"not the file the plan read (SHA-256 {read or 'unknown'}): it changed since; plan again"
-        raise ValueError(f"{url}: {why}")
-    return local
 
 
 def approve_class(
@@ -130,8 +121,8 @@ def approvals(bundles: Sequence[str]) -> dict[str, ClassApproval]:
         verified, approved = verified_approval(bundle)
         record = verified.record
         inputs = {str(e["sha256"]): str(e["path"]) for e in record.get("inputs") or () if e.get("sha256")}
-        hosts = note_hosts(str(record.get("note") or "")) or []
-        found[str(bundle)] = ClassApproval(approved, tuple(hosts), inputs)
+        hosts = tuple(note_hosts(str(record.get("note") or "")) or ())
+        found[str(bundle)] = ClassApproval(approved, hosts, inputs)
     return found
 
 
@@ -187,23 +178,18 @@ def gate_fleet(
     progress: Progress | None = None,
 ) -> list[HostVerdict]:
     """Every host of ``targets`` (a fleet, or one host's files) judged against ``bundles``; ``only``: a wave's."""
-    approved = approvals(bundles)
-    hosts = _targets(targets, storage_options)
+    approved, first = approvals(bundles), targets[0]
+    if len(targets) == 1 and (Path(first).is_dir() or first.lower().endswith(".csv") or "://" in first):
+        hosts = list_fleet(first, storage_options)
+    else:  # one host's files
+        missing = [target for target in targets if not Path(target).is_file()]
+        if missing:
+            raise FleetInputError(f"{missing[0]}: no such file (LOGS_OR_FLEET)")
+        logs, snapshots = [t for t in targets if not is_snapshot(t)], [t for t in targets if is_snapshot(t)]
+        hosts = [HostFiles(Path(first).resolve().parent.name, tuple(logs), tuple(snapshots))]
     if only:
         unknown = sorted(set(only) - {files.host for files in hosts})
         if unknown:
             raise FleetInputError(f"{targets[0]}: no host {', '.join(unknown)} in it (--hosts)")
         hosts = [files for files in hosts if files.host in set(only)]
     return map_hosts(gate_host, hosts, (approved, storage_options), scheduler, progress)
-
-
-def _targets(targets: Sequence[str], storage_options: Mapping[str, object] | None) -> list[HostFiles]:
-    first = targets[0]
-    if len(targets) == 1 and (Path(first).is_dir() or first.lower().endswith(".csv") or "://" in first):
-        return list_fleet(first, storage_options)
-    missing = [target for target in targets if not Path(target).is_file()]
-    if missing:
-        raise FleetInputError(f"{missing[0]}: no such file (LOGS_OR_FLEET)")
-    snapshots = tuple(t for t in targets if is_snapshot(t))
-    logs = tuple(t for t in targets if not is_snapshot(t))
-    return [HostFiles(Path(first).resolve().parent.name, logs, snapshots)]

@@ -58,12 +58,8 @@ class FleetClass:
         """min, median and max of the per-host budgets, and min/median [bytes, ratio] (``--json`` keys)."""
         values = list(self.host_budgets.values())
         low, middle = min(values), median_bytes(values)
-        return {
-            "host_budget_min_bytes": low,
-            "host_budget_median_bytes": middle,
-            "host_budget_max_bytes": max(values),
-            "min_median_ratio": low / middle,
-        }
+        summary = {"host_budget_min_bytes": low, "host_budget_median_bytes": middle}
+        return {**summary, "host_budget_max_bytes": max(values), "min_median_ratio": low / middle}
 
 
 def group_classes(readings: Sequence[HostReading], class_by: Sequence[str] = ()) -> list[tuple[tuple, list]]:
@@ -72,8 +68,8 @@ def group_classes(readings: Sequence[HostReading], class_by: Sequence[str] = ())
     for reading in readings:
         if reading.excluded is not None:
             continue
-        labels = {name: str(value) for name, value in (reading.key or {}).items() if value is not None}
-        labels.update({name: str(value) for name, value in reading.labels.items()})
+        found = [*(reading.key or {}).items(), *reading.labels.items()]  # a manifest label over a key field
+        labels = {name: str(value) for name, value in found if value is not None}
         key = tuple((name, (reading.key or {}).get(name)) for name in KEY_COLUMNS)
         chosen = tuple((name, labels.get(name)) for name in class_by)
         groups.setdefault((key, chosen), []).append(reading)
@@ -136,18 +132,17 @@ def outlier_hosts(host_budgets: Mapping[str, int], split_below: float = SPLIT_BE
 def likely_cause(reading: HostReading, medians: Mapping[str, int]) -> str:
     """The ledger part of the host's weakest rank furthest from the class median, in words and bytes."""
     weakest = min(reading.rooms or (), key=lambda record: (int(record["room_bytes"]), int(record["rank"])))
-    worst, gap = None, 0
-    for column, larger_is_worse, _ in CAUSES:
+    worst, gap, text = None, 0, ""
+    for column, larger_is_worse, words in CAUSES:
         value, middle = weakest.get(column), medians.get(column)
         if value is None or middle is None:
             continue
         difference = (value - middle) if larger_is_worse else (middle - value)
         if difference > gap:
-            worst, gap = column, difference
+            worst, gap, text = column, difference, words
     rank = int(weakest["rank"])
     if worst is None:
         return f"rank {rank}: no ledger part differs from the class median (the room itself is lower)"
-    text = next(words for column, _, words in CAUSES if column == worst)
     cause = f"rank {rank}: {text}, {format_size(gap)} against the class median"
     other = weakest.get("other_process_bytes")
     if worst == "init_free_bytes" and other:
@@ -201,9 +196,7 @@ def canary_hosts(host_budgets: Mapping[str, int], limiting_host: str, canaries: 
     """The limiting host, then the hosts nearest the median budget, ``canaries`` in all."""
     ordered = sorted(host_budgets, key=lambda host: (host_budgets[host], host))
     middle = host_budgets[ordered[len(ordered) // 2]]
-    rest = sorted(
-        (h for h in ordered if h != limiting_host), key=lambda h: (abs(host_budgets[h] - middle), h)
-    )
+    rest = sorted(set(ordered) - {limiting_host}, key=lambda h: (abs(host_budgets[h] - middle), h))
     return [limiting_host, *rest][: max(1, canaries)]
 
 
@@ -217,11 +210,9 @@ def rollout_waves(classes: Sequence[Mapping], canaries: int = CANARIES) -> list[
     """Waves for approved ``classes`` (``--json`` dicts): all canaries first, then the rest, smallest class first."""
     ordered = sorted(classes, key=lambda item: (len(item["host_budgets"]), item["class"]))
     chosen = [canary_hosts(item["host_budgets"], item["limiting_host"], canaries) for item in ordered]
+    rests = [[h for h in item["host_budgets"] if h not in canary] for item, canary in zip(ordered, chosen)]
     waves = [(item, "canary", hosts) for item, hosts in zip(ordered, chosen)]
-    for item, canary in zip(ordered, chosen):
-        rest = [host for host in item["host_budgets"] if host not in canary]
-        if rest:
-            waves.append((item, "class", rest))
+    waves += [(item, "class", rest) for item, rest in zip(ordered, rests) if rest]
     return [
         {
             "wave": number,

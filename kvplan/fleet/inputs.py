@@ -39,11 +39,10 @@ def parse_storage_options(pairs: Sequence[str]) -> dict[str, object]:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
             raise FleetInputError(f"--storage-option {pair!r}: expected KEY=VALUE")
-        parsed: object = {"true": True, "false": False}.get(value.lower(), value)
         if name.strip() == "endpoint_url":
             options.setdefault("client_kwargs", {})["endpoint_url"] = value  # type: ignore[index]
         else:
-            options[name.strip()] = parsed
+            options[name.strip()] = {"true": True, "false": False}.get(value.lower(), value)
     return options
 
 
@@ -52,8 +51,7 @@ def filesystem(url: str, storage_options: Mapping[str, object] | None = None):
     import fsspec
 
     options = dict(storage_options or {})
-    protocol = url.split("://", 1)[0] if "://" in url else "file"
-    if protocol in ("s3", "s3a") and os.environ.get("AWS_ENDPOINT_URL"):
+    if url.startswith(("s3://", "s3a://")) and os.environ.get("AWS_ENDPOINT_URL"):
         options.setdefault("client_kwargs", {}).setdefault("endpoint_url", os.environ["AWS_ENDPOINT_URL"])
     return fsspec.core.url_to_fs(url, **options)
 
@@ -83,11 +81,10 @@ def with_dcgm_snapshots(
 
     found = []
     for files in hosts:
-        text = scrapes.get(files.host)
-        if text is not None:
+        if files.host in scrapes:
             path = Path(folder) / safe_component(files.host) / "dcgm.prom"
             path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+            path.write_text(scrapes[files.host], encoding="utf-8")
             files = dataclasses.replace(files, snapshots=(*files.snapshots, str(path)))
         found.append(files)
     return found
@@ -117,9 +114,7 @@ def _from_folders(fs, path: str) -> list[HostFiles]:
     if not fs.isdir(path):
         raise FleetInputError(f"{_url(fs, path)}: not a folder of host folders or a manifest .csv")
     hosts = []
-    for folder, kind in _entries(fs, path):
-        if kind != "directory":
-            continue
+    for folder in [name for name, kind in _entries(fs, path) if kind == "directory"]:
         entries = _entries(fs, folder)
         files = [name for name, kind in entries if kind == "file"]
         dangling = tuple(f"{_url(fs, n)}: a dangling symbolic link" for n, k in entries if k == "dangling")
@@ -151,8 +146,7 @@ def _kind(entry: os.DirEntry) -> str:
 def _from_manifest(fs, path: str) -> list[HostFiles]:
     """Hosts of a manifest, one row per file (relative to its folder); a file under two hosts is refused."""
     with fs.open(path, "rb") as stream:
-        text = stream.read().decode("utf-8-sig")
-    rows = list(csv.reader(io.StringIO(text)))
+        rows = list(csv.reader(io.StringIO(stream.read().decode("utf-8-sig"))))
     where = _url(fs, path)
     if not rows or [name.strip() for name in rows[0][:2]] != list(MANIFEST_FIELDS):
         raise FleetInputError(f"{where}:1: expected the header host,path[,label...]")
@@ -194,8 +188,7 @@ def _from_manifest(fs, path: str) -> list[HostFiles]:
 
 
 def _entry(fs, base: str, file: str, where: str):
-    """``(filesystem, path)`` of a manifest row's file: a URL, an absolute path, or relative to ``base``; a remote
-    manifest's file is refused unless under the manifest's own scheme and bucket (or http host)."""
+    """``(filesystem, path)`` of a manifest row's file; a remote manifest's stays under its scheme and bucket."""
     if _is_local(fs) and "://" in file:
         return filesystem(file, getattr(fs, "storage_options", None))
     if _is_local(fs):

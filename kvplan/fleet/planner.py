@@ -125,8 +125,7 @@ def plan_readings(
     decisions.sort(key=lambda d: (-len(d.fleet_class.hosts), d.fleet_class.name))
     if out is not None:
         decisions = [_with_bundle(d, Path(out), policy, storage_options, warnings) for d in decisions]
-    approved = [decision.to_dict() for decision in decisions if decision.approved]
-    waves = rollout_waves(approved, policy.canaries)
+    waves = rollout_waves([d.to_dict() for d in decisions if d.approved], policy.canaries)
     return FleetPlan(fleet, tuple(decisions), tuple(sorted(excluded)), tuple(waves), tuple(warnings))
 
 
@@ -137,12 +136,20 @@ def _class_decisions(
     excluded: list[tuple[str, str]],
     warnings: list[str],
 ) -> list[ClassDecision]:
-    """One decision per class; a host without room for one KV block at the reserve joins ``excluded``."""
     decisions = []
     for (key_fields, labels), hosts in group_classes(usable, policy.class_by):
         key = dict(key_fields)
         name = class_name(key, dict(labels))
-        spec, model = _spec(key, models, name, warnings)
+        spec, model, refusals = None, None, []
+        for candidate in models:  # the first config that fits the class's key
+            config = resolve_model_config(candidate)
+            try:
+                spec, model = layout_spec(ModelLayout(config, {}), key), str(config)
+                break
+            except ValueError as exc:
+                refusals.append(f"{candidate}: {exc}")
+        if spec is None and len(refusals) > 1:
+            warnings.append(Note(f"class {name}: " + "; ".join(refusals), code="fleet-model-refused"))
         if spec is None and models:
             text = f"matches its model {key.get('model')!r}: no block rounding and no capacity"
             warnings.append(Note(f"class {name}: no --model config {text}", code="fleet-no-model"))
@@ -151,21 +158,18 @@ def _class_decisions(
             text += " compare them; add each host's --query-gpu snapshot"
             warnings.append(Note(f"class {name}: {text}", code="fleet-no-nvidia-smi"))
         block_bytes = spec.block_bytes if spec is not None else None
-        kept = [reading for reading in hosts if _fits(reading, policy.reserve_bytes, block_bytes, excluded)]
+        kept = []
+        for reading in hosts:  # a host without room for one KV block at the reserve is excluded
+            try:
+                host_budget(reading, policy.reserve_bytes, block_bytes)
+                kept.append(reading)
+            except BudgetError as exc:
+                excluded.append((reading.host, f"{exc} (at the fleet's reserve)"))
         if kept:
             labelled = {k: str(v) for k, v in labels}
             fleet_class = class_budget(name, key, labelled, kept, policy.reserve_bytes, block_bytes)
             decisions.append(_decide(fleet_class, policy, spec, model, warnings))
     return decisions
-
-
-def _fits(reading: HostReading, reserve_bytes: int, block_bytes: int | None, excluded: list) -> bool:
-    """Whether the host has room for one KV block at the reserve; if not, it joins ``excluded`` with why."""
-    try:
-        return host_budget(reading, reserve_bytes, block_bytes) > 0
-    except BudgetError as exc:
-        excluded.append((reading.host, f"{exc} (at the fleet's reserve)"))
-        return False
 
 
 def shared_evidence(readings: Sequence[HostReading]) -> dict[str, str]:
@@ -182,9 +186,8 @@ def shared_evidence(readings: Sequence[HostReading]) -> dict[str, str]:
         what = f"the same boot (sha256 {value[:16]})" if kind == "boot" else f"the same GPU ({value})"
         for host in hosts:
             others = ", ".join(h for h in hosts if h != host)
-            reasons.setdefault(
-                host, f"{what} is also under host(s) {others}: a {kind} is the evidence of one host"
-            )
+            why = f"{what} is also under host(s) {others}: a {kind} is the evidence of one host"
+            reasons.setdefault(host, why)
     return reasons
 
 
@@ -206,14 +209,10 @@ def _decide(
     replicas = int(key.get("data_parallel_size") or 1)
     split = split_advice(fleet_class, policy, spec.block_bytes if spec else None, tokens, replicas)
     split["model"] = model
-    reason = None
-    if len(fleet_class.hosts) < policy.min_hosts:
-        reason = (
-            f"{len(fleet_class.hosts)} clean host(s), fewer than the policy's minimum of {policy.min_hosts}: "
-        )
-        reason += (
-            "too few boots to trust a class value; profile more hosts of this class or join them to another"
-        )
+    reason, clean = None, len(fleet_class.hosts)
+    if clean < policy.min_hosts:
+        reason = f"{clean} clean host(s), fewer than the policy's minimum of {policy.min_hosts}: too few "
+        reason += "boots to trust a class value; profile more hosts of this class or join them to another"
         warnings.append(Note(f"class {name}: not approved: {reason}", code="fleet-too-few-hosts"))
     if reason is None and spec is not None and policy.admission is not None:
         planned = admission_plan(policy.admission, dict(key), spec, budget)
@@ -226,20 +225,6 @@ def _decide(
         text = f"class {name}: min/median of host budgets {ratio:.3f} < {policy.split_below}: {text}"
         warnings.append(Note(text, code="fleet-split-advice"))
     return ClassDecision(fleet_class, capacity, split, approved=reason is None, reason=reason)
-
-
-def _spec(key: Mapping[str, object], models: Sequence[str], name: str, warnings: list[str]):
-    """The KV spec of the first ``models`` config that fits the class's key, and that config's path."""
-    refusals = []
-    for model in models:
-        config = resolve_model_config(model)
-        try:
-            return layout_spec(ModelLayout(config, {}), key), str(config)
-        except ValueError as exc:
-            refusals.append(f"{model}: {exc}")
-    if refusals and len(models) > 1:
-        warnings.append(Note(f"class {name}: " + "; ".join(refusals), code="fleet-model-refused"))
-    return None, None
 
 
 def _with_bundle(
@@ -261,9 +246,8 @@ def _with_bundle(
     recorded = read_bundle(bundle)["decision"]
     if c.budget.uniform_budget_bytes != int(recorded["kv_cache_memory_bytes"]):
         value = format_size(c.budget.uniform_budget_bytes)
-        raise ApprovalError(
-            f"{bundle}: the bundle approves another value than the class's {value}: refusing a plan that disagrees"
-        )
+        why = f"the bundle approves another value than the class's {value}: refusing a plan that disagrees"
+        raise ApprovalError(f"{bundle}: {why}")
     return replace(decision, bundle=str(bundle), launch_flags=tuple(recorded["launch_flags"]))
 
 

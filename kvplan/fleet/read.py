@@ -33,7 +33,6 @@ REASON_CHARS = 400
 TASKS_PER_THREAD = 8
 #: Hosts per Dask task, at least (amortises the scheduler) and at most (progress and even work at the end).
 MIN_HOSTS_PER_TASK, MAX_HOSTS_PER_TASK = 8, 64
-SCHEDULER_ENV = "DASK_SCHEDULER_ADDRESS"
 
 Progress = Callable[[int, int], None]
 
@@ -179,7 +178,7 @@ def _short(text: str) -> str:
 
 def default_scheduler(given: str | None) -> str:
     """The scheduler to use: the one given, else ``DASK_SCHEDULER_ADDRESS``, else ``"local"``."""
-    return given or os.environ.get(SCHEDULER_ENV) or "local"
+    return given or os.environ.get("DASK_SCHEDULER_ADDRESS") or "local"
 
 
 def run_group(task: Callable, group: Sequence[HostFiles], *args: object) -> list:
@@ -216,10 +215,8 @@ def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -
         }
         with dask.config.set(settings):
             # silent: a worker heartbeat racing the shutdown is no error of the plan
-            opts = {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0", "silence_logs": logging.CRITICAL}
-            cluster = LocalCluster(
-                n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, **opts
-            )
+            kw = {"host": "127.0.0.1", "dashboard_address": "127.0.0.1:0", "silence_logs": logging.CRITICAL}
+            cluster = LocalCluster(n_workers=os.cpu_count() or 1, threads_per_worker=1, processes=True, **kw)
         client = Client(cluster)
     else:
         try:

@@ -1,8 +1,4 @@
-"""Readers, one per evidence source, each name imported on first use (the load readers: :mod:`kvplan.io.load`).
-
-The readers report what the logs say; each rank's room is the core's Room rule, filled by the readers of
-:mod:`kvplan.room` given :data:`kvplan.room.ROOM_RULE`.
-"""
+"""Readers, one per evidence source, each name imported on first use (the load readers: :mod:`kvplan.io.load`)."""
 
 from __future__ import annotations
 
@@ -11,12 +7,11 @@ from typing import TYPE_CHECKING
 from kvplan import lazy_names
 
 if TYPE_CHECKING:  # what the lazy names below are, for type checkers
-    from kvplan.io.gpu_snapshot import read_nvidia_smi_csv
-    from kvplan.io.ledger_csv import LedgerCsvError, read_ledger_csv
-    from kvplan.io.metadata import ReadMetadata
-    from kvplan.io.vllm import LogParseError, read_vllm_log, read_vllm_logs
+    from kvplan.io.gpu_snapshot import read_nvidia_smi_csv  # noqa: F401
+    from kvplan.io.ledger_csv import LedgerCsvError, read_ledger_csv  # noqa: F401
+    from kvplan.io.metadata import ReadMetadata  # noqa: F401
+    from kvplan.io.vllm import LogParseError, read_vllm_log, read_vllm_logs  # noqa: F401
 
-#: The module of :mod:`kvplan.io` each name is imported from on first use.
 _LAZY = {
     "LedgerCsvError": "ledger_csv",
     "read_ledger_csv": "ledger_csv",
@@ -27,14 +22,4 @@ _LAZY = {
     "read_vllm_logs": "vllm",
 }
 __getattr__ = lazy_names(__name__, _LAZY)
-
-
-__all__ = [
-    "LedgerCsvError",
-    "LogParseError",
-    "ReadMetadata",
-    "read_ledger_csv",
-    "read_nvidia_smi_csv",
-    "read_vllm_log",
-    "read_vllm_logs",
-]
+__all__ = sorted(_LAZY)

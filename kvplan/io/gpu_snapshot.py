@@ -1,10 +1,5 @@
-"""One GPU snapshot as int bytes: an ``nvidia-smi`` CSV or a DCGM exporter scrape (:func:`read_gpu_snapshot`).
-
-nvidia-smi's ``--query-gpu=index,uuid,name,driver_version,memory.total,memory.used,memory.free`` and
-``--query-compute-apps=gpu_uuid,pid,process_name,used_memory`` are read with or without header and units; ``[N/A]``
-is ``<NA>``, never 0. A DCGM scrape (``DCGM_FI_DEV_FB_FREE``/``_USED``/``_TOTAL``/``_RESERVED`` [MiB] per ``UUID``)
-gives the ``--query-gpu`` frame. Memory neither can report (free or used above the total) is refused.
-"""
+"""One GPU snapshot as int bytes: an ``nvidia-smi`` CSV (with or without header and units; ``[N/A]`` is ``<NA>``,
+never 0) or a DCGM exporter scrape read as the ``--query-gpu`` frame (:func:`read_gpu_snapshot`)."""
 
 from __future__ import annotations
 
@@ -19,36 +14,20 @@ from prometheus_client.parser import text_string_to_metric_families
 from kvplan.io.metadata import ReadMetadata
 from kvplan.units import MiB, parse_size
 
-GPU_COLUMNS = [
-    "gpu_index",
-    "gpu_uuid",
-    "gpu_name",
-    "driver_version",
-    "memory_total_bytes",
-    "memory_used_bytes",
-    "memory_free_bytes",
-]
+GPU_COLUMNS = ["gpu_index", "gpu_uuid", "gpu_name", "driver_version", "memory_total_bytes", "memory_used_bytes",
+               "memory_free_bytes"]  # fmt: skip
 APP_COLUMNS = ["gpu_uuid", "pid", "process_name", "used_memory_bytes"]
 # Header field (units stripped) -> column, per kind. ``used_memory`` prints as ``used_gpu_memory``.
+_GPU_FIELDS = ["index", "uuid", "name", "driver_version", "memory.total", "memory.used", "memory.free"]
+_APP_FIELDS = ["gpu_uuid", "pid", "process_name", "used_gpu_memory"]
 NVIDIA_SMI_HEADERS = {
-    "gpus": {
-        "index": "gpu_index",
-        "uuid": "gpu_uuid",
-        "name": "gpu_name",
-        "driver_version": "driver_version",
-        "memory.total": "memory_total_bytes",
-        "memory.used": "memory_used_bytes",
-        "memory.free": "memory_free_bytes",
-    },
-    "apps": {
-        "gpu_uuid": "gpu_uuid",
-        "pid": "pid",
-        "process_name": "process_name",
-        "used_gpu_memory": "used_memory_bytes",
-        "used_memory": "used_memory_bytes",
-    },
+    "gpus": dict(zip(_GPU_FIELDS, GPU_COLUMNS)),
+    "apps": {**dict(zip(_APP_FIELDS, APP_COLUMNS)), "used_memory": "used_memory_bytes"},
 }
 _COLUMNS = {"gpus": GPU_COLUMNS, "apps": APP_COLUMNS}
+_DTYPES = dict.fromkeys(("gpu_index", "pid", "line"), np.dtype(np.int64)) | dict.fromkeys(
+    ("memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "used_memory_bytes"), pd.Int64Dtype()
+)
 _NOT_AVAILABLE = {"[n/a]", "n/a", "[not supported]", "[unknown error]", "[insufficient permissions]"}
 
 
@@ -68,7 +47,13 @@ def read_nvidia_smi_csv(
     """
     if kind not in (None, "gpus", "apps"):
         raise NvidiaSmiError(f"kind must be 'gpus', 'apps' or None, not {kind!r}")
-    source, text = _source_and_text(path_or_text)
+    source, text = "<text>", str(path_or_text)
+    if isinstance(path_or_text, Path) or ("\n" not in path_or_text and "," not in path_or_text):
+        source = str(Path(path_or_text))
+        try:
+            text = Path(path_or_text).read_bytes().decode("utf-8", errors="replace").lstrip("\ufeff")
+        except OSError as exc:
+            raise NvidiaSmiError(f"{source}: cannot read nvidia-smi snapshot ({exc.strerror})") from None
     rows = [(number, line.strip()) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
     if not rows:
         if kind is None:
@@ -78,41 +63,24 @@ def read_nvidia_smi_csv(
             )
         return _frame([], kind), ReadMetadata(sources=(source,), kind=kind)
     number, first = rows[0]
-    header = _parse_header(first)
-    if header is not None:
-        detected, fields = _header_kind(header, source, number)
-        rows = rows[1:]
-    else:
-        detected, fields = _headerless_kind(first, source, number)
+    header = _header(first, source, number)
+    detected, fields = header or _headerless_kind(first, source, number)
+    rows = rows[1:] if header else rows
     if kind is not None and kind != detected:
         raise NvidiaSmiError(f"{source}, line {number}: expected a {kind!r} snapshot, found {detected!r}")
     records = [_parse_row(line, fields, detected, source, line_no) for line_no, line in rows]
     return _frame(records, detected), ReadMetadata(sources=(source,), kind=detected)
 
 
-def _source_and_text(path_or_text: str | Path) -> tuple[str, str]:
-    if isinstance(path_or_text, Path) or ("\n" not in path_or_text and "," not in path_or_text):
-        path = Path(path_or_text)
-        try:
-            data = path.read_bytes()
-        except OSError as exc:
-            raise NvidiaSmiError(f"{path}: cannot read nvidia-smi snapshot ({exc.strerror})") from None
-        return str(path), data.decode("utf-8", errors="replace").lstrip("\ufeff")
-    return "<text>", path_or_text
-
-
 def _split(line: str) -> list[str]:
     return [part.strip() for part in line.split(",")]
 
 
-def _parse_header(line: str) -> list[str] | None:
-    """Header names with units stripped, or None when the line is data."""
+def _header(line: str, source: str, number: int) -> tuple[str, list[str | None]] | None:
+    """The kind and fields of a header (names with units stripped), None when the line is data."""
     names = [part.split("[")[0].strip().lower() for part in _split(line)]
-    known = set(NVIDIA_SMI_HEADERS["gpus"]) | set(NVIDIA_SMI_HEADERS["apps"])
-    return names if names and names[0] in known else None
-
-
-def _header_kind(names: list[str], source: str, number: int) -> tuple[str, list[str | None]]:
+    if names[0] not in {*NVIDIA_SMI_HEADERS["gpus"], *NVIDIA_SMI_HEADERS["apps"]}:
+        return None
     for kind, mapping in NVIDIA_SMI_HEADERS.items():
         fields = [mapping.get(name) for name in names]
         if set(_COLUMNS[kind]) <= set(fields) - {None}:
@@ -125,10 +93,10 @@ def _header_kind(names: list[str], source: str, number: int) -> tuple[str, list[
 
 
 def _headerless_kind(line: str, source: str, number: int) -> tuple[str, list[str | None]]:
-    count = len(_split(line))
-    if count == len(GPU_COLUMNS) and _split(line)[0].isdigit():
+    first, count = _split(line)[0], len(_split(line))
+    if count == len(GPU_COLUMNS) and first.isdigit():
         return "gpus", list(GPU_COLUMNS)
-    if count >= len(APP_COLUMNS) and _split(line)[0].upper().startswith(("GPU-", "MIG-")):
+    if count >= len(APP_COLUMNS) and first.upper().startswith(("GPU-", "MIG-")):
         return "apps", list(APP_COLUMNS)
     raise NvidiaSmiError(
         f"{source}, line {number}: expected an nvidia-smi CSV header, a --query-gpu row of 7 fields "
@@ -150,45 +118,34 @@ def _parse_row(line: str, fields: list[str | None], kind: str, source: str, numb
             f"{line[:80]!r}"
         )
     record = {"source": source, "line": number}
-    for field, value in zip(fields, parts):
-        if field is not None:
-            record[field] = _value(field, value, source, number)
+    record |= {field: _value(field, value, source, number) for field, value in zip(fields, parts) if field}
     if kind == "gpus":
         _check_gpu_memory(record, source, number)
     return record
 
 
 def _value(field: str, value: str, source: str, number: int):
-    if field.endswith("_bytes"):
-        if value.lower() in _NOT_AVAILABLE:
-            return pd.NA
-        # nvidia-smi reports memory in MiB; ``nounits`` drops the unit but not the scale.
-        text = value if value.lower().endswith("ib") else f"{value} MiB"
-        try:
-            size = parse_size(text)
-        except ValueError:
-            return _bad(field, value, source, number)
-        return size if size >= 0 else _bad(field, value, source, number)
-    if field in ("gpu_index", "pid"):
-        if not value.isdigit():
-            return _bad(field, value, source, number)
-        return int(value)
-    return value
-
-
-def _bad(field: str, value: str, source: str, number: int):
-    unit = " (MiB, e.g. '81559 MiB' or '81559')" if field.endswith("_bytes") else " (a whole number)"
+    memory = field.endswith("_bytes")
+    if memory and value.lower() in _NOT_AVAILABLE:
+        return pd.NA
+    if not memory and field not in ("gpu_index", "pid"):
+        return value
+    try:  # nvidia-smi reports memory in MiB; ``nounits`` drops the unit but not the scale
+        if memory and (size := parse_size(value if value.lower().endswith("ib") else f"{value} MiB")) >= 0:
+            return size
+        if not memory and value.isdigit():
+            return int(value)
+    except ValueError:
+        pass
+    unit = " (MiB, e.g. '81559 MiB' or '81559')" if memory else " (a whole number)"
     raise NvidiaSmiError(f"{source}, line {number}: {field} {value!r} is not a valid value{unit}")
 
 
 def _frame(records: list[dict], kind: str) -> pd.DataFrame:
     columns = [*_COLUMNS[kind], "source", "line"]
     data: dict = {column: [record.get(column) for record in records] for column in columns}
-    for column in columns:  # each column built at its dtype (an object frame cast per column is ~5x slower)
-        if column.endswith("_bytes"):
-            data[column] = pd.array(data[column], dtype=pd.Int64Dtype())
-        elif column in ("gpu_index", "pid", "line"):
-            data[column] = np.array(data[column], dtype=np.int64)
+    for column in _DTYPES.keys() & set(columns):  # at its dtype (an object frame cast is ~5x slower)
+        data[column] = pd.array(data[column], dtype=_DTYPES[column])
     return pd.DataFrame(data, columns=columns)
 
 
@@ -215,46 +172,12 @@ def _check_gpu_memory(record: dict, source: str, number: int) -> None:
         )
 
 
-DCGM_FIELDS = {
-    "DCGM_FI_DEV_FB_FREE": "free",
-    "DCGM_FI_DEV_FB_USED": "used",
-    "DCGM_FI_DEV_FB_TOTAL": "total",
-    "DCGM_FI_DEV_FB_RESERVED": "reserved",
-}
+DCGM_FIELDS = {f"DCGM_FI_DEV_FB_{field.upper()}": field for field in ("free", "used", "total", "reserved")}
 _DRIVER_LABELS = ("DCGM_FI_DRIVER_VERSION", "driver_version")
 FB_SELECTOR = '{__name__=~"DCGM_FI_DEV_FB_(FREE|USED|TOTAL|RESERVED)"}'  # every GPU's framebuffer series
 _FB_LINE = re.compile(r"^\s*DCGM_FI_DEV_FB_(?:FREE|USED|TOTAL|RESERVED)\b")
-
-
-def is_dcgm_file(path: str | Path) -> bool:
-    """Whether ``path`` holds a ``DCGM_FI_DEV_FB_*`` sample in its first 200 lines."""
-    with open(path, encoding="utf-8", errors="replace") as lines:
-        return any(_FB_LINE.match(line) for _, line in zip(range(200), lines))
-
-
-def _sample(line: str, source: str, number: int):
-    try:
-        [family] = text_string_to_metric_families(line)
-        return family.samples[0]
-    except (ValueError, IndexError):
-        raise NvidiaSmiError(
-            f"{source}, line {number}: expected a DCGM exporter sample, got {line[:80]!r}"
-        ) from None
-
-
 #: No GPU's framebuffer is a PiB: a DCGM value above it is not memory (and would not fit int64 bytes far above)
 MAX_FB_MIB = 1 << 30
-
-
-def _fb_mib(sample, source: str, number: int) -> float:
-    """A framebuffer sample's MiB, from 0 to :data:`MAX_FB_MIB` (issue 28)."""
-    value = float(sample.value)
-    if not (math.isfinite(value) and 0 <= value <= MAX_FB_MIB):
-        raise NvidiaSmiError(
-            f"{source}, line {number}: {sample.name} {sample.value!r} is not a framebuffer size DCGM reports "
-            f"(MiB, from 0 to {MAX_FB_MIB:,})"
-        )
-    return value
 
 
 def _check_dcgm_memory(source: str, uuid: str, gpu: dict, total: float) -> None:
@@ -281,8 +204,13 @@ def _gpus(path: str | Path, hostname: str | None) -> dict[str, dict]:
         for number, line in enumerate(lines, 1):
             if not _FB_LINE.match(line):
                 continue
-            sample = _sample(line.strip(), source, number)
-            labels = sample.labels
+            try:
+                [family] = text_string_to_metric_families(line.strip())
+                sample, labels = family.samples[0], family.samples[0].labels
+            except (ValueError, IndexError):
+                raise NvidiaSmiError(
+                    f"{source}, line {number}: expected a DCGM exporter sample, got {line.strip()[:80]!r}"
+                ) from None
             host = labels.get("Hostname", "")
             if hostname is not None and host != hostname:
                 continue
@@ -292,8 +220,14 @@ def _gpus(path: str | Path, hostname: str | None) -> dict[str, dict]:
                     f"{source}, line {number}: a DCGM sample without its gpu and UUID labels"
                 )
             gpu = gpus.setdefault(labels["UUID"], {"labels": labels, "line": number, "mib": {}, "lines": {}})
+            value = float(sample.value)  # MiB, from 0 to MAX_FB_MIB (issue 28)
+            if not (math.isfinite(value) and 0 <= value <= MAX_FB_MIB):
+                raise NvidiaSmiError(
+                    f"{source}, line {number}: {sample.name} {sample.value!r} is not a framebuffer size DCGM "
+                    f"reports (MiB, from 0 to {MAX_FB_MIB:,})"
+                )
             field = DCGM_FIELDS[sample.name]
-            gpu["mib"][field], gpu["lines"][field] = _fb_mib(sample, source, number), number
+            gpu["mib"][field], gpu["lines"][field] = value, number
     if len(hosts) > 1:
         raise NvidiaSmiError(
             f"{source}: a DCGM scrape of {len(hosts)} hosts ({', '.join(sorted(hosts)[:3])}…): give one host's"
@@ -323,47 +257,25 @@ def read_dcgm_scrape(path: str | Path, hostname: str | None = None) -> tuple[pd.
         raise NvidiaSmiError(
             f"{source}: no DCGM_FI_DEV_FB_* sample{'' if hostname is None else ' of ' + hostname}"
         )
-    frame = pd.DataFrame(records, columns=[*GPU_COLUMNS, "source", "line"]).sort_values("gpu_index")
-    for column in ("memory_total_bytes", "memory_used_bytes", "memory_free_bytes"):
-        frame[column] = frame[column].astype("Int64")
-    frame = frame.astype({"gpu_index": "int64", "line": "int64"}).reset_index(drop=True)
+    frame = _frame(records, "gpus").sort_values("gpu_index").reset_index(drop=True)
     return frame, ReadMetadata(sources=(source,), kind="gpus")
 
 
 def read_gpu_snapshot(path: str | Path) -> tuple[pd.DataFrame, ReadMetadata]:
-    """An nvidia-smi CSV snapshot or a DCGM scrape: one reader for every GPU snapshot."""
-    return read_dcgm_scrape(path) if is_dcgm_file(path) else read_nvidia_smi_csv(path)
+    """An nvidia-smi CSV snapshot, or a DCGM scrape (a ``DCGM_FI_DEV_FB_*`` sample in its first 200 lines)."""
+    with open(path, encoding="utf-8", errors="replace") as lines:
+        dcgm = any(_FB_LINE.match(line) for _, line in zip(range(200), lines))
+    return read_dcgm_scrape(path) if dcgm else read_nvidia_smi_csv(path)
 
 
 def dcgm_scrapes_at(url: str, at: float) -> dict[str, str]:
     """Per ``Hostname``: Prometheus' DCGM framebuffer samples at ``at`` [Unix s] as an exporter scrape's text."""
     from kvplan.io.load import Sample  # the Prometheus readers only when Prometheus is asked
-    from kvplan.io.prometheus.api import instant_series
-    from kvplan.io.prometheus.vllm import sample_line
+    from kvplan.io.prometheus import instant_series, sample_line
 
     lines: dict[str, list[str]] = {}
     for series in instant_series(url, FB_SELECTOR, at):
         name, host = series.labels.get("__name__", ""), series.labels.get("Hostname", "")
-        lines.setdefault(host, []).extend(
-            sample_line(Sample(name, series.labels, t, v)) for t, v in series.points
-        )
+        samples = [sample_line(Sample(name, series.labels, t, v)) for t, v in series.points]
+        lines.setdefault(host, []).extend(samples)
     return {host: "".join(found) for host, found in sorted(lines.items())}
-
-
-def save_dcgm_at(url: str, at: float, path: str | Path, hostname: str | None = None) -> Path | None:
-    """One host's DCGM series at ``at`` [Unix s] written to ``path`` (atomically) as an exporter scrape; None
-    when Prometheus holds none."""
-    scrapes = dcgm_scrapes_at(url, at)
-    if hostname is not None:
-        scrapes = {host: text for host, text in scrapes.items() if host == hostname}
-    if len(scrapes) > 1:
-        raise NvidiaSmiError(
-            f"prometheus {url}: DCGM series of {len(scrapes)} hosts at {at:.0f} (Unix s) "
-            f"({', '.join(list(scrapes)[:3])}…): choose the launch's host with --gpu-host"
-        )
-    if not scrapes:
-        return None
-    path = Path(path)
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(next(iter(scrapes.values())), encoding="utf-8")
-    return partial.replace(path)

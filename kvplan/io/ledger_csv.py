@@ -1,9 +1,5 @@
-"""Read a ledger CSV (what ``kvplan ledger --csv`` writes, or a hand-made table of rooms) as the log reader reads.
-
-Any subset of the glossary's columns, ``rank`` in every row; ``*_bytes`` cells are integers or sizes (``18.8GiB``).
-A room without ``room_source`` is ``manual``; without a ``room_bytes`` column the Room rule computes it. A row
-without ``outcome`` is ``ok`` with a room, else ``incomplete``, with a warning.
-"""
+"""Read a ledger CSV (what ``kvplan ledger --csv`` writes, or a hand-made table of rooms) as the log reader reads:
+any subset of the glossary's columns, ``rank`` in every row, ``*_bytes`` cells integers or sizes (``18.8GiB``)."""
 
 from __future__ import annotations
 
@@ -38,9 +34,7 @@ from kvplan.releases import version_tuple
 from kvplan.units import parse_size
 
 #: Header fields of ``nvidia-smi --query-gpu`` / ``--query-compute-apps`` that are no glossary name.
-NVIDIA_SMI_FIELDS = frozenset(name for kind in NVIDIA_SMI_HEADERS.values() for name in kind) - set(
-    LEDGER_COLUMNS
-)
+NVIDIA_SMI_FIELDS = frozenset().union(*NVIDIA_SMI_HEADERS.values()) - set(LEDGER_COLUMNS)
 #: Columns whose values are never negative.
 _COUNT_COLUMNS = ("boot", "rank", *GROUP_RANKS)
 _TRUE, _FALSE = {"true", "1", "yes"}, {"false", "0", "no"}
@@ -141,13 +135,12 @@ class _Rows:
 
     def __init__(self, name: str, columns: list[str], room_rule: RoomRule | None = None) -> None:
         self.name, self.columns, self.room_rule = name, columns, room_rule
-        self.states_room = "room_bytes" in columns
         self.rows: list[dict] = []
         self.provenance: list[tuple] = []
         self.lines: dict[tuple, int] = {}
         self.warnings: list[Note] = []
         self.seen: dict[tuple, int] = {}
-        self.boots: dict[tuple, dict] = {}
+        self.boots: dict[tuple, list[tuple[int, dict]]] = {}
         self.no_outcome: list[int] = []
 
     def row(self, line: int, cells: list[str], raw: str) -> None:
@@ -155,17 +148,17 @@ class _Rows:
             raise LedgerCsvError(
                 f"{self.name}:{line}: {len(cells)} fields, but the header has {len(self.columns)}"
             )
-        values: dict[str, Any] = {}
-        for column, cell in zip(self.columns, cells):
-            if cell.strip():
-                values[column] = _value(column, cell, self.name, line)
+        values: dict[str, Any] = {
+            column: _value(column, cell, self.name, line)
+            for column, cell in zip(self.columns, cells)
+            if cell.strip()
+        }
         if "rank" not in values:
             raise LedgerCsvError(
                 f"{self.name}:{line}: no rank: every row of a ledger CSV is one rank (column 'rank')"
             )
-        values.setdefault("source", self.name)
-        values.setdefault("boot", 0)
-        source, boot, rank = values["source"], values["boot"], values["rank"]
+        source, boot = values.setdefault("source", self.name), values.setdefault("boot", 0)
+        rank = values["rank"]
         identity = (source, boot, rank)
         if identity in self.seen:
             raise LedgerCsvError(
@@ -174,7 +167,7 @@ class _Rows:
             )
         self.seen[identity] = line
         read = [column for column in self.columns if column in values]
-        if not self.states_room and self.room_rule is not None:
+        if "room_bytes" not in self.columns and self.room_rule is not None:
             self._computed_room(values, line, raw, read, self.room_rule)
         elif "room_bytes" in values and "room_source" not in values:
             values["room_source"] = "manual"
@@ -198,9 +191,7 @@ class _Rows:
             self.provenance.append((self.name, line, boot, rank, column, values[column], raw))
             if own and (column in ("room_bytes", "outcome") or column in KEY_COLUMNS):
                 self.lines[(source, boot, rank, column)] = line
-        boot_info = self.boots.setdefault((source, boot), {"first_line": line, "rows": []})
-        boot_info["last_line"] = line
-        boot_info["rows"].append(values)
+        self.boots.setdefault((source, boot), []).append((line, values))
         if own:
             self.lines.setdefault((source, boot, -1, "boot"), line)
             for column in KEY_COLUMNS:
@@ -211,74 +202,46 @@ class _Rows:
     def _computed_room(self, values: dict, line: int, raw: str, read: list[str], rule: RoomRule) -> None:
         """Room from the row's parts, as the log reader computes it."""
         version = version_tuple(values.get("vllm_version"))
-        flags = {
-            "estimate_applied": version is not None and version >= (0, 20),
-            "eager": values.get("enforce_eager") is True,
-            "version": version,
-        }
+        applied, eager = version is not None and version >= (0, 20), values.get("enforce_eager") is True
+        flags = {"estimate_applied": applied, "eager": eager, "version": version}
         rank = values["rank"]
         origin = {(rank, column): (line, raw) for column in values}
         stated = values.get("room_source")
         room = rule.room(values, rank, flags, origin, self.name, self.warnings)
         if room is None:
             if stated is not None:
-                self.warnings.append(
-                    place_note(
-                        "room-source-without-room",
-                        self.name,
-                        line,
-                        f"rank {rank}: room_source {stated!r} is stated "
-                        "but the row gives no room_bytes and not the parts to compute it",
-                    )
+                text = (
+                    f"rank {rank}: room_source {stated!r} is stated but the row gives no room_bytes and not the "
+                    "parts to compute it"
                 )
+                self.warnings.append(place_note("room-source-without-room", self.name, line, text))
                 values.pop("room_source")
                 read.remove("room_source")
             return
         values["room_bytes"], values["room_source"] = room[0], room[1]
         if stated is not None and stated != room[1]:
-            self.warnings.append(
-                place_note(
-                    "room-source-differs",
-                    self.name,
-                    line,
-                    f"rank {rank}: room_source {stated!r} is stated, but "
-                    f"the room was computed from {room[1]}",
-                )
-            )
+            text = f"rank {rank}: room_source {stated!r} is stated, but the room was computed from {room[1]}"
+            self.warnings.append(place_note("room-source-differs", self.name, line, text))
         read += [column for column in ("room_bytes", "room_source") if column not in read]
 
     def finish(self, total_lines: int) -> tuple[pd.DataFrame, ReadMetadata]:
         if self.no_outcome:
             count = len(self.no_outcome)
             listing = ", ".join(map(str, self.no_outcome[:8])) + (", …" if count > 8 else "")
-            self.warnings.append(
-                place_note(
-                    "csv-no-outcome",
-                    self.name,
-                    self.no_outcome[0],
-                    f"the CSV states no outcome for {count} row(s) "
-                    f"(line(s) {listing}): a row with a room is taken as ok (the rank booted), one without as "
-                    "incomplete; add an 'outcome' column (ok, oom, error, incomplete) to state it",
-                )
+            text = (
+                f"the CSV states no outcome for {count} row(s) (line(s) {listing}): a row with a room is taken as "
+                "ok (the rank booted), one without as incomplete; add an 'outcome' column (ok, oom, error, "
+                "incomplete) to state it"
             )
-        ledger = ledger_frame(self.rows)
-        boots = [
-            {
-                "source": source,
-                "boot": boot,
-                "first_line": info["first_line"],
-                "last_line": info["last_line"],
-                "vllm_version": _shared(info["rows"], "vllm_version"),
-                "compatibility_key": {column: _shared(info["rows"], column) for column in KEY_COLUMNS},
-                "ranks": sorted(row["rank"] for row in info["rows"]),
-                "outcomes": {
-                    row["rank"]: row.get("outcome")
-                    for row in sorted(info["rows"], key=lambda row: row["rank"])
-                },
-            }
-            for (source, boot), info in self.boots.items()
-        ]
-        return ledger, ReadMetadata(
+            self.warnings.append(place_note("csv-no-outcome", self.name, self.no_outcome[0], text))
+        boots = []
+        for (source, boot), rows in self.boots.items():  # rows: (line, values) in order
+            key = {column: _shared([values for _, values in rows], column) for column in KEY_COLUMNS}
+            outcomes = dict(sorted((values["rank"], values.get("outcome")) for _, values in rows))
+            boots.append({"source": source, "boot": boot, "first_line": rows[0][0], "last_line": rows[-1][0],
+                          "vllm_version": key["vllm_version"], "compatibility_key": key, "ranks": list(outcomes),
+                          "outcomes": outcomes})  # fmt: skip
+        return ledger_frame(self.rows), ReadMetadata(
             sources=(self.name,),
             warnings=tuple(self.warnings),
             lines=EvidenceLines(self.lines),

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
-import stat
 from pathlib import Path
 
 from kvplan import MODELS_DIR
@@ -29,10 +29,14 @@ def resolve_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR
     if path.is_file():
         return _bounded(path)
     if os.path.lexists(path):
-        raise ModelConfigError(f"model config {path}: {_kind(path)}, not a regular file (a config.json)")
+        kind = "a folder" if path.is_dir() else "a FIFO" if path.is_fifo() else "a device or socket"
+        kind = kind if path.exists() else "a dangling symlink"
+        raise ModelConfigError(f"model config {path}: {kind}, not a regular file (a config.json)")
     candidate = Path(models_dir) / f"{str(path_or_name).removesuffix('.json')}.json"
     if candidate.is_file():
-        return _bounded(_relative_to_cwd(candidate))
+        with contextlib.suppress(ValueError):  # below the working directory: kvplan/models/x.json
+            candidate = candidate.resolve().relative_to(Path.cwd().resolve())
+        return _bounded(candidate)
     names = ", ".join(catalogue_names(models_dir)) or "none"
     raise ModelConfigError(
         f"model config {str(path_or_name)!r}: no such file, and no catalogue entry "
@@ -40,32 +44,14 @@ def resolve_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR
     )
 
 
-def _bounded(path: Path) -> Path:
-    """``path``, refused when above :data:`MAX_CONFIG_BYTES`."""
-    size = path.stat().st_size
+def _bounded(path: Path, size: int | None = None) -> Path:
+    """``path``, refused when its ``size`` (default: its file's) is above :data:`MAX_CONFIG_BYTES`."""
+    size = path.stat().st_size if size is None else size
     if size > MAX_CONFIG_BYTES:
         raise ModelConfigError(
             f"{path}: {size:,} bytes, above the bound of {MAX_CONFIG_BYTES:,} for a config.json"
         )
     return path
-
-
-def _kind(path: Path) -> str:
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return "a dangling symlink"
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    return "a FIFO" if stat.S_ISFIFO(mode) else "a device or socket"
-
-
-def _relative_to_cwd(path: Path) -> Path:
-    """``path`` relative to the working directory when below it (a bundle records ``kvplan/models/x.json``)."""
-    try:
-        return path.resolve().relative_to(Path.cwd().resolve())
-    except ValueError:
-        return path
 
 
 def read_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR) -> dict:
@@ -74,10 +60,7 @@ def read_model_config(path_or_name: str | Path, models_dir: Path = MODELS_DIR) -
     with open(path, "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         raw = handle.read(MAX_CONFIG_BYTES + 1)
-    if max(size, len(raw)) > MAX_CONFIG_BYTES:
-        raise ModelConfigError(
-            f"{path}: {max(size, len(raw)):,} bytes, above the bound of {MAX_CONFIG_BYTES:,} for a config.json"
-        )
+    _bounded(path, max(size, len(raw)))
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -1,8 +1,5 @@
-"""Join what GPU snapshots say about each GPU to the ledger: a rank's GPU by its pid, else by its rank.
-
-Memory of other processes is unknown (``<NA>``) without a process snapshot, never 0; a snapshot of another
-machine (a ``memory.total`` that does not fit the logged total, fewer GPUs than ranks) is refused.
-"""
+"""Join what GPU snapshots say about each GPU to the ledger: a rank's GPU by its pid, else by its rank; a snapshot
+of another machine (a ``memory.total`` that does not fit the logged total, fewer GPUs than ranks) is refused."""
 
 from __future__ import annotations
 
@@ -25,15 +22,13 @@ GPU_CHECKED = ("gpu_index", "memory_total_bytes", "source", "line")
 
 # Rounding between one GPU's totals: vLLM logs 2 decimals of GiB (±5.1 MiB), nvidia-smi whole MiB.
 TOTAL_ROUNDING_BYTES = GiB // 200 + MiB
-# The driver's reservation is in memory.total, not in vLLM's (H100: 468 MiB, RTX PRO 6000: 638 MiB): up to the
-# larger of 1 GiB and 3 % passes, while models of one family differ by far more (H100 80 vs 94 GB: 14 GiB).
-DRIVER_RESERVED_MAX_BYTES = GiB
-DRIVER_RESERVED_MAX_FRACTION = 0.03
 
 
 def driver_reserved_max_bytes(smi_total_bytes: int) -> int:
     """The most a GPU's driver reservation may take from nvidia-smi's ``memory.total`` [bytes]."""
-    return max(DRIVER_RESERVED_MAX_BYTES, int(DRIVER_RESERVED_MAX_FRACTION * smi_total_bytes))
+    # The reservation is in memory.total, not in vLLM's (H100: 468 MiB, RTX PRO 6000: 638 MiB): up to the larger
+    # of 1 GiB and 3 % passes, while models of one family differ by far more (H100 80 vs 94 GB: 14 GiB).
+    return max(GiB, int(0.03 * smi_total_bytes))
 
 
 class NvidiaSmiWarning(UserWarning):
@@ -44,25 +39,18 @@ def gpu_context(gpus: pd.DataFrame, apps: pd.DataFrame | None, vllm_pids: Iterab
     """Per GPU (:data:`CONTEXT_COLUMNS`): name, driver and memory of processes not in ``vllm_pids`` [bytes]."""
     known = {int(pid) for pid in vllm_pids}
     _check_apps_on_known_gpus(gpus, apps)
-    processes = None if apps is None else _records(apps, ("gpu_uuid", "pid", "used_memory_bytes"))
+    processes = [] if apps is None else _records(apps, ("gpu_uuid", "pid", "used_memory_bytes"))
     rows = []
     for gpu in sorted(_records(gpus, CONTEXT_COLUMNS[:4]), key=lambda gpu: gpu["gpu_index"]):
-        other = pd.NA if processes is None else _other_process_bytes(processes, gpu["gpu_uuid"], known)
+        used = [  # <NA> if one process on the GPU is unreported
+            process["used_memory_bytes"]
+            for process in processes
+            if process["gpu_uuid"] == gpu["gpu_uuid"]
+            and (pd.isna(process["pid"]) or int(process["pid"]) not in known)
+        ]
+        other = pd.NA if apps is None or any(pd.isna(value) for value in used) else int(sum(used))
         rows.append([gpu.get(column) for column in CONTEXT_COLUMNS[:4]] + [other])
-    frame = pd.DataFrame(rows, columns=CONTEXT_COLUMNS)
-    frame["other_process_bytes"] = frame["other_process_bytes"].astype("Int64")
-    return frame
-
-
-def _other_process_bytes(processes: list[dict], gpu_uuid: str, vllm_pids: set[int]):
-    """Memory [bytes] of the processes on ``gpu_uuid`` not in ``vllm_pids``; ``<NA>`` if one is unreported."""
-    used = [
-        process["used_memory_bytes"]
-        for process in processes
-        if process["gpu_uuid"] == gpu_uuid
-        and (pd.isna(process["pid"]) or int(process["pid"]) not in vllm_pids)
-    ]
-    return pd.NA if any(pd.isna(value) for value in used) else int(sum(used))
+    return pd.DataFrame(rows, columns=CONTEXT_COLUMNS).astype({"other_process_bytes": "Int64"})
 
 
 def gpu_index_by_pid(gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
@@ -104,8 +92,7 @@ def read_nvidia_smi_snapshots(paths: Iterable[str | Path]) -> tuple[pd.DataFrame
 
 
 def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFrame | None) -> dict[int, int]:
-    """Which GPU each ledger rank runs on: its pid's, else GPU index = rank; refused when the snapshot is
-    another machine's."""
+    """Which GPU each ledger rank runs on: its pid's, else GPU index = rank (another machine's: refused)."""
     known = {int(index) for index in gpus["gpu_index"]}
     by_pid = gpu_index_by_pid(gpus, apps)
     ledger_pids = {int(pid) for pid in ledger["pid"].dropna()} if "pid" in ledger else set()
@@ -127,44 +114,26 @@ def gpu_index_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, apps: pd.DataFra
         placed_by_pid = placed_by_pid or len(found) == 1
         mapping[rank] = found.pop() if len(found) == 1 else rank
     mapping = {rank: index for rank, index in mapping.items() if index in known or not placed_by_pid}
-    _check_totals_by_rank(ledger, gpus, mapping)
-    _check_gpus_cover_ranks(gpus, mapping)
-    return mapping
-
-
-def _check_totals_by_rank(ledger: pd.DataFrame, gpus: pd.DataFrame, index_by_rank: Mapping[int, int]) -> None:
-    """Refuse a GPU whose memory.total does not fit the ``total_bytes`` of a rank placed on it."""
     snapshot = {int(gpu["gpu_index"]): gpu for gpu in _records(gpus, GPU_CHECKED)}
-    for row in _records(ledger, ROW_CHECKED):
-        index = None if pd.isna(row.get("rank")) else index_by_rank.get(int(row["rank"]))
+    for row in _records(ledger, ROW_CHECKED):  # each GPU's memory.total fits its ranks' total_bytes
+        index = None if pd.isna(row.get("rank")) else mapping.get(int(row["rank"]))
         if index in snapshot:
             _check_total_bytes(row, snapshot[index], index)
-
-
-def _check_gpus_cover_ranks(gpus: pd.DataFrame, index_by_rank: Mapping[int, int]) -> None:
-    """Refuse a snapshot that lacks the GPU of some ranks."""
-    known = {int(index) for index in gpus["gpu_index"]}
-    missing = [rank for rank, index in index_by_rank.items() if index not in known]
+    missing = [rank for rank, index in mapping.items() if index not in known]
     if missing:
         raise NvidiaSmiError(
             f"{_source(gpus)}: the snapshot lists {len(known)} GPU(s) "
             f"(index {', '.join(map(str, sorted(known)))}), none for rank(s) {', '.join(map(str, missing))} "
-            f"of the {len(index_by_rank)} logged: a snapshot of another machine? Add the "
+            f"of the {len(mapping)} logged: a snapshot of another machine? Add the "
             "--query-compute-apps snapshot taken with it to place the ranks by pid"
         )
-
-
-def free_bytes_by_rank(gpus: pd.DataFrame, by_rank: Mapping[int, int]) -> dict[int, int]:
-    """Free memory [bytes] each rank's GPU showed (unknown ones left out)."""
-    free = dict(zip(gpus["gpu_index"].astype(int), gpus["memory_free_bytes"]))
-    return {rank: int(free[index]) for rank, index in by_rank.items() if not pd.isna(free[index])}
+    return mapping
 
 
 def join_nvidia_smi(
     ledger: pd.DataFrame,
     gpus: pd.DataFrame,
     apps: pd.DataFrame,
-    extra_vllm_pids: Iterable[int] = (),
     gpu_index_by_rank: Mapping[int, int] | None = None,
 ) -> tuple[pd.DataFrame, ReadMetadata]:
     """A copy of ``ledger`` with ``gpu_name``, ``driver_version`` and ``other_process_bytes`` filled in: a
@@ -177,17 +146,13 @@ def join_nvidia_smi(
     >>> row["gpu_name"], int(row["other_process_bytes"])
     ('NVIDIA H100 80GB HBM3', 1073741824)
     """
-    joined = ledger.copy()
-    pids = joined["pid"] if "pid" in joined.columns else pd.Series(pd.NA, index=joined.index)
-    vllm_pids = {int(pid) for pid in pids.dropna()} | {int(pid) for pid in extra_vllm_pids}
+    joined = ledger.assign(**{column: pd.NA for column in JOINED_COLUMNS if column not in ledger.columns})
+    vllm_pids = {int(pid) for pid in joined["pid"].dropna()} if "pid" in joined.columns else set()
     context = {
         int(gpu["gpu_index"]): gpu for gpu in _records(gpu_context(gpus, apps, vllm_pids), CONTEXT_COLUMNS)
     }
     snapshot = {int(gpu["gpu_index"]): gpu for gpu in _records(gpus, GPU_CHECKED)}
     by_pid = gpu_index_by_pid(gpus, apps)
-    for column in JOINED_COLUMNS:
-        if column not in joined.columns:
-            joined[column] = pd.NA
     values = {column: joined[column].tolist() for column in JOINED_COLUMNS}
     for position, row in enumerate(_records(joined, (*ROW_CHECKED, *JOINED_COLUMNS))):  # no pandas per row
         index = _row_gpu_index(row, by_pid, gpu_index_by_rank, context)
@@ -207,13 +172,19 @@ def join_nvidia_smi(
     for column in ("gpu_name", "driver_version"):
         joined[column] = pd.array(values[column], dtype=joined[column].dtype)
     joined["other_process_bytes"] = pd.array(values["other_process_bytes"], dtype="Int64")
-    sources = tuple(
-        dict.fromkeys(
-            str(source) for frame in (gpus, apps) if frame is not None for source in frame["source"]
-        )
+    frames = [frame for frame in (gpus, apps) if frame is not None]
+    sources = tuple(dict.fromkeys(str(source) for frame in frames for source in frame["source"]))
+    if apps is not None:
+        return joined, ReadMetadata(sources=sources)
+    note = Note(
+        f"{_source(gpus)}: no nvidia-smi --query-compute-apps snapshot, so the memory of other processes on "
+        "each GPU is unknown (other_process_bytes left empty); add one taken with it: nvidia-smi "
+        "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv",
+        code="nvidia-smi-no-process-snapshot",
+        file=_source(gpus),
     )
-    notes = (_warn_no_process_snapshot(gpus),) if apps is None else ()
-    return joined, ReadMetadata(sources=sources, warnings=notes)
+    warnings.warn(NvidiaSmiWarning(note), stacklevel=2)
+    return joined, ReadMetadata(sources=sources, warnings=(note,))
 
 
 def join_snapshots(
@@ -242,7 +213,8 @@ def join_gpu_frames(
         if not warn:
             warnings.simplefilter("ignore", NvidiaSmiWarning)
         joined, metadata = join_nvidia_smi(ledger, gpus, apps, gpu_index_by_rank=by_rank)
-    return joined, free_bytes_by_rank(gpus, by_rank), metadata
+    free = dict(zip(gpus["gpu_index"].astype(int), gpus["memory_free_bytes"]))
+    return joined, {rank: int(free[i]) for rank, i in by_rank.items() if not pd.isna(free[i])}, metadata
 
 
 def total_bytes_match(logged_total_bytes: int, smi_total_bytes: int) -> bool:
@@ -254,9 +226,8 @@ def total_bytes_match(logged_total_bytes: int, smi_total_bytes: int) -> bool:
     >>> total_bytes_match(85_029_615_043, 97_887 * MiB)  # an RTX PRO 6000: 16.4 GiB more
     False
     """
-    reserved_bytes = smi_total_bytes - logged_total_bytes
     allowed_bytes = driver_reserved_max_bytes(smi_total_bytes) + TOTAL_ROUNDING_BYTES
-    return -TOTAL_ROUNDING_BYTES <= reserved_bytes <= allowed_bytes
+    return -TOTAL_ROUNDING_BYTES <= smi_total_bytes - logged_total_bytes <= allowed_bytes
 
 
 def _check_total_bytes(row, gpu, index: int) -> None:
@@ -272,19 +243,6 @@ def _check_total_bytes(row, gpu, index: int) -> None:
     )
 
 
-def _warn_no_process_snapshot(gpus: pd.DataFrame) -> Note:
-    source = _source(gpus)
-    message = Note(
-        f"{source}: no nvidia-smi --query-compute-apps snapshot, so the memory of other processes on each "
-        "GPU is unknown (other_process_bytes left empty); add one taken with it: nvidia-smi "
-        "--query-compute-apps=gpu_uuid,pid,process_name,used_memory --format=csv",
-        code="nvidia-smi-no-process-snapshot",
-        file=source,
-    )
-    warnings.warn(NvidiaSmiWarning(message), stacklevel=3)
-    return message
-
-
 def _source(snapshot: pd.DataFrame) -> str:
     return str(snapshot["source"].iloc[0]) if len(snapshot) else "<snapshot>"
 
@@ -296,10 +254,8 @@ def _records(frame: pd.DataFrame, columns: Iterable[str]) -> list[dict]:
 
 
 def _row_gpu_index(row, by_pid, gpu_index_by_rank, known_indexes) -> int | None:
-    pid = row.get("pid")
+    pid, rank, from_rank = row.get("pid"), row.get("rank"), None
     from_pid = None if pd.isna(pid) else by_pid.get(int(pid))
-    rank = row.get("rank")
-    from_rank = None
     if gpu_index_by_rank is not None and not pd.isna(rank) and int(rank) in gpu_index_by_rank:
         from_rank = int(gpu_index_by_rank[int(rank)])
         if from_rank not in known_indexes:
@@ -315,8 +271,7 @@ def _row_gpu_index(row, by_pid, gpu_index_by_rank, known_indexes) -> int | None:
 
 
 def _where(row) -> str:
-    source = row.get("source", "ledger")
-    rank = row.get("rank")
+    source, rank = row.get("source", "ledger"), row.get("rank")
     return f"{source}, rank {rank}" if not pd.isna(rank) else str(source)
 
 

@@ -1,11 +1,5 @@
-"""KV-cache bytes per token per rank from a Hugging Face model config and the parallel layout, and what
-a budget buys as vLLM prints it ("GPU KV cache size", "Maximum concurrency"), release by release.
-
-Bottom up: :mod:`~kvplan.kvspec.capacity` (bytes → blocks → tokens → concurrency), :mod:`~kvplan.kvspec.arch`
-(config → architecture), :mod:`~kvplan.kvspec.page` (a layout's per-rank arithmetic), :mod:`~kvplan.kvspec.launch`
-(launch settings, block size), :mod:`~kvplan.kvspec.spec` (:class:`KVSpec`) and :mod:`~kvplan.kvspec.log_check`
-(the config against the logs). The names below are imported on first use: ``kvplan --help`` loads none of it.
-"""
+"""KV-cache bytes per token per rank from a Hugging Face model config and the parallel layout, and what a
+budget buys as vLLM prints it ("GPU KV cache size", "Maximum concurrency"); names imported on first use."""
 
 from typing import TYPE_CHECKING
 

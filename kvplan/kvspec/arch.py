@@ -28,11 +28,7 @@ KVSpecError.__module__ = "kvplan.kvspec"  # its public home, as tracebacks and d
 
 
 def parse_vllm_version(version: str | None) -> Release:
-    """``(major, minor, patch)`` of a vLLM release string; ``None`` means the newest known release.
-
-    >>> parse_vllm_version("0.6.6.post1"), parse_vllm_version("v0.11.0"), parse_vllm_version("0.19")
-    ((0, 6, 6), (0, 11, 0), (0, 19, 0))
-    """
+    """``(major, minor, patch)`` of a vLLM release string; ``None`` means the newest known release."""
     text = DEFAULT_VLLM_VERSION if version is None else str(version).strip()
     parsed = version_tuple(text)
     if parsed is None:
@@ -76,8 +72,8 @@ class ModelArch:
 
 
 _NESTED_CONFIG_KEYS = ("text_config", "llm_config", "language_config")
-#: Bytes per value of a config's ``torch_dtype``: vLLM serves float32 checkpoints in 16 bits (``dtype=auto``).
-_MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 2, "float": 2}
+#: Bytes per value of a dtype; vLLM serves a float32 checkpoint in 16 bits unless ``--dtype`` says otherwise.
+DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
 #: Model types whose config class sets a missing ``num_key_value_heads`` to the heads (``LlamaConfig``); others
 #: default it to a number (``Gemma3TextConfig`` 4, ``MistralConfig`` 8, ``Qwen3Config`` 32): not guessed.
 KV_HEADS_DEFAULT_TO_HEADS = ("llama",)
@@ -143,11 +139,9 @@ def _dtype_bytes(lm: Mapping, where: str) -> int | None:
     if raw is None:
         return None
     dtype = str(raw).removeprefix("torch.")
-    if dtype not in _MODEL_DTYPE_BYTES:
-        raise KVSpecError(
-            f"{where}: field 'torch_dtype' = {dtype!r} is not one of {sorted(_MODEL_DTYPE_BYTES)}"
-        )
-    return _MODEL_DTYPE_BYTES[dtype]
+    if dtype not in DTYPE_BYTES:
+        raise KVSpecError(f"{where}: field 'torch_dtype' = {dtype!r} is not one of {sorted(DTYPE_BYTES)}")
+    return min(2, DTYPE_BYTES[dtype])
 
 
 def _head_dim(lm: Mapping, num_heads: int, where: str) -> tuple[int | None, int]:
@@ -223,13 +217,8 @@ def model_arch(config: Mapping) -> ModelArch:
     )
 
 
-_LAYER_TYPE_NAMES = {
-    "full_attention": FULL_ATTENTION,
-    "attention": FULL_ATTENTION,
-    "sliding_attention": SLIDING_ATTENTION,
-    "linear_attention": LINEAR_ATTENTION,
-    "mamba": LINEAR_ATTENTION,
-}
+_LAYER_TYPE_NAMES = {kind: kind for kind in (FULL_ATTENTION, SLIDING_ATTENTION, LINEAR_ATTENTION)}
+_LAYER_TYPE_NAMES.update(attention=FULL_ATTENTION, mamba=LINEAR_ATTENTION)
 
 
 def layer_kinds(
@@ -354,25 +343,13 @@ MODEL_VARIANT_PART = re.compile(
 
 
 def model_base_name(repo_id: str) -> str:
-    """The architecture part of a Hugging Face model name, without variant parts and date stamps.
-
-    >>> model_base_name("Qwen/Qwen3-235B-A22B-Instruct-2507"), model_base_name("RedHatAI/Llama-3.1-70B-Instruct-FP8")
-    ('qwen3-235b-a22b', 'llama-3.1-70b')
-    """
+    """The architecture part of a Hugging Face model name, without variant parts and date stamps."""
     parts = re.split(r"[-_]", repo_id.rsplit("/", 1)[-1].lower())
     return "-".join(part for part in parts if not MODEL_VARIANT_PART.fullmatch(part))
 
 
 def check_model_name(arch: ModelArch, logged_model: str | None) -> None:
-    """Refuse a config of another model (:func:`model_base_name`) than the logs served (both repo ids).
-
-    >>> arch = model_arch({"_source": {"model": "meta-llama/Llama-3.1-8B-Instruct"}, "model_type": "llama",
-    ...     "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128})
-    >>> check_model_name(arch, "RedHatAI/Llama-3.1-8B-Instruct-FP8")  # a quantised variant: same architecture
-    >>> check_model_name(arch, "meta-llama/Llama-3.1-70B-Instruct")  # doctest: +ELLIPSIS
-    Traceback (most recent call last):
-    kvplan.kvspec.KVSpecError: the model config describes meta-llama/Llama-3.1-8B-Instruct, but the logs ...
-    """
+    """Refuse a config of another model (:func:`model_base_name`) than the logs served (both repo ids)."""
     if not logged_model or not arch.model_id:
         return
     if not (_HF_REPO_ID.fullmatch(logged_model) and _HF_REPO_ID.fullmatch(arch.model_id)):

@@ -1,20 +1,18 @@
 """What KV bytes buy: bytes → blocks → tokens (``blocks × block_size``) → full-length sequences at length L
 (``blocks / ceil(L / block_size)``, vLLM's "Maximum concurrency") where every token costs the same bytes
-(:class:`FlatSpec`); a model config's :class:`kvplan.kvspec.KVSpec` answers in vLLM's per-release arithmetic.
-
->>> capacity(12 * 2**30, 256 * 1024, max_model_len=8192).max_concurrency
-6.0
-"""
+(:class:`FlatSpec`); a model config's :class:`kvplan.kvspec.KVSpec` answers per vLLM release."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, fields
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # pandas only for the frames' annotations
+if TYPE_CHECKING:  # for annotations only
     import pandas as pd
+
+    from kvplan.kvspec.spec import KVSpec
 
 
 DEFAULT_BLOCK_SIZE = 16
@@ -29,11 +27,7 @@ SPEC_TAIL_FIELDS = ("approximate", "approximate_reason", "limiting_stage", "stag
 
 
 def blocks_per_sequence(seq_len: int, block_size: int = DEFAULT_BLOCK_SIZE) -> int:
-    """Blocks one sequence of ``seq_len`` tokens occupies: ``ceil(seq_len / block_size)``.
-
-    >>> blocks_per_sequence(8192, 16), blocks_per_sequence(8193, 16)
-    (512, 513)
-    """
+    """Blocks one sequence of ``seq_len`` tokens occupies: ``ceil(seq_len / block_size)``."""
     if seq_len <= 0:
         raise ValueError(f"sequence length must be positive, got {seq_len}")
     return math.ceil(seq_len / block_size)
@@ -74,20 +68,9 @@ class Capacity:
         return data
 
 
-class Sizing(Protocol):
-    """What sizes a KV budget: :class:`FlatSpec` or a model config's :class:`kvplan.kvspec.KVSpec`."""
-
-    def capacity(self, kv_bytes: int, max_model_len: int) -> Capacity: ...  # pragma: no cover
-
-
 @dataclass(frozen=True)
 class FlatSpec:
-    """A model whose every token costs ``bytes_per_token`` per rank, in ``block_size``-token blocks.
-
-    >>> spec = FlatSpec(256 * 1024)
-    >>> spec.block_bytes, spec.blocks_per_request(8193), spec.capacity(12 * 2**30, 8192).tokens
-    (4194304, 513, 49152)
-    """
+    """A model whose every token costs ``bytes_per_token`` per rank, in ``block_size``-token blocks."""
 
     bytes_per_token: int
     block_size: int = DEFAULT_BLOCK_SIZE
@@ -110,11 +93,7 @@ class FlatSpec:
         return blocks_per_sequence(max_model_len, self.block_size)
 
     def bytes_for_sequences(self, num_sequences: int, seq_len: int) -> int:
-        """KV bytes per rank that hold ``num_sequences`` full sequences of ``seq_len`` tokens.
-
-        >>> FlatSpec(256 * 1024).bytes_for_sequences(6, 8192) == 12 * 2**30
-        True
-        """
+        """KV bytes per rank that hold ``num_sequences`` full sequences of ``seq_len`` tokens."""
         return num_sequences * self.blocks_per_request(seq_len) * self.block_bytes
 
     def capacity(self, kv_bytes: int, max_model_len: int) -> Capacity:
@@ -151,11 +130,7 @@ def sequence_lengths(
     max_model_len: int, shortest: int = SHORTEST_SEQUENCE_LENGTH, also: Iterable[int] = ()
 ) -> list[int]:
     """Request lengths of a capacity table [tokens]: powers of two from ``shortest``, ``max_model_len`` and
-    ``also``, ascending.
-
-    >>> sequence_lengths(10000, shortest=2048, also=[3000])
-    [2048, 3000, 4096, 8192, 10000]
-    """
+    ``also``, ascending."""
     if max_model_len <= 0:
         raise ValueError(f"max_model_len must be positive, got {max_model_len}")
     if shortest <= 0:
@@ -168,36 +143,15 @@ def sequence_lengths(
     return sorted(lengths)
 
 
-def capacity_rows(sizing: Sizing, kv_bytes: int, seq_lens: Iterable[int]) -> tuple[dict, ...]:
-    """One row per request length of ``kv_bytes`` per rank (:data:`CAPACITY_TABLE_COLUMNS`).
-
-    >>> [row["whole_sequences"] for row in capacity_rows(FlatSpec(256 * 1024), 12 * 2**30, [4096, 8192])]
-    [12, 6]
-    """
-    rows = []
-    for length in map(int, seq_lens):
-        result = sizing.capacity(kv_bytes, length)
-        rows.append(
-            {
-                "seq_len": length,
-                "blocks": result.blocks,
-                "tokens": result.tokens,
-                "max_concurrency": result.max_concurrency,
-                "whole_sequences": math.floor(result.max_concurrency),
-            }
-        )
-    return tuple(rows)
+def capacity_rows(sizing: FlatSpec | KVSpec, kv_bytes: int, seq_lens: Iterable[int]) -> tuple[dict, ...]:
+    """One row per request length of ``kv_bytes`` per rank (:data:`CAPACITY_TABLE_COLUMNS`)."""
+    pairs = [(int(length), sizing.capacity(kv_bytes, int(length))) for length in seq_lens]
+    values = [(n, r.blocks, r.tokens, r.max_concurrency, math.floor(r.max_concurrency)) for n, r in pairs]
+    return tuple(dict(zip(CAPACITY_TABLE_COLUMNS, row)) for row in values)
 
 
-def capacity_table(sizing: Sizing, kv_bytes: int, seq_lens: Sequence[int]) -> pd.DataFrame:
+def capacity_table(sizing: FlatSpec | KVSpec, kv_bytes: int, seq_lens: Sequence[int]) -> pd.DataFrame:
     """:func:`capacity_rows` as a DataFrame with the columns :data:`CAPACITY_TABLE_COLUMNS`."""
     import pandas as pd  # here: `kvplan capacity` starts without pandas
 
     return pd.DataFrame(list(capacity_rows(sizing, kv_bytes, seq_lens)), columns=list(CAPACITY_TABLE_COLUMNS))
-
-
-def concurrency_curve(
-    kv_bytes: int, bytes_per_token: int, seq_lens: Iterable[int], block_size: int = DEFAULT_BLOCK_SIZE
-) -> pd.DataFrame:
-    """The capacity table of the bytes-per-token path: :func:`capacity_table` of a :class:`FlatSpec`."""
-    return capacity_table(FlatSpec(bytes_per_token, block_size), kv_bytes, list(seq_lens))

@@ -1,12 +1,5 @@
 """What a launch decides beside the model: the settings of vLLM's KV arithmetic (tokens in flight, Mamba
-blocks, the GPU family; vLLM's defaults noted), the block size vLLM ends up with, HiSparse's host pool.
-
->>> settings = launch_settings((0, 33, 0), LoggedLaunch(max_num_batched_tokens=8192), pp=1, sliding=True)
->>> settings.in_flight_tokens, settings.notes
-(16384, ('async scheduling not in the logs: on, vLLM 0.26+ default (2 batches in flight)',))
->>> resolve_block_size(BlockSizeInputs(None, "auto", (0, 33, 0), 1152, mla=True, gpu_name="NVIDIA H100"))[0]
-16
-"""
+blocks, the GPU family; vLLM's defaults noted), the block size vLLM ends up with, HiSparse's host pool."""
 
 from __future__ import annotations
 
@@ -40,11 +33,7 @@ _BLACKWELL = re.compile(r"\b(B100|B200|B300|GB200|GB300)\b", re.IGNORECASE)
 
 
 def gpu_family(gpu_name: str | None) -> str | None:
-    """``hopper`` (SM90), ``blackwell`` (SM100) or ``other`` for an nvidia-smi GPU name; None when unknown.
-
-    >>> gpu_family("NVIDIA H100 80GB HBM3"), gpu_family("NVIDIA B200"), gpu_family("NVIDIA A100-SXM4-80GB")
-    ('hopper', 'blackwell', 'other')
-    """
+    """``hopper`` (SM90), ``blackwell`` (SM100) or ``other`` for an nvidia-smi GPU name; None when unknown."""
     if not gpu_name:
         return None
     if _HOPPER.search(gpu_name):
@@ -90,20 +79,34 @@ def _in_flight_batches(version: Release, async_scheduling: bool, pp: int) -> tup
 
 
 @dataclass(frozen=True)
-class LoggedLaunch:
-    """What the logs (or the caller) show of a launch; None: not shown, vLLM's default for the release."""
+class SpecOptions:
+    """:func:`kv_spec`'s keywords: the layout and the launch settings the logs show (None: the release's
+    default); ``pp_layers`` is ``VLLM_PP_LAYER_PARTITION``, ``logged_model`` the logs' model."""
 
+    tp: int = 1
+    pp: int = 1
+    dcp: int = 1
+    pcp: int = 1
+    kv_cache_dtype: str = "auto"
+    block_size: int | None = None
+    vllm_version: str | None = None
     max_num_batched_tokens: int | None = None
     async_scheduling: bool | None = None
     mamba_cache_mode: str | None = None
+    hybrid_kv_cache_manager: bool | None = None
+    num_gpu_blocks_override: int | None = None
     gpu_name: str | None = None
+    kv_cache_group_block_sizes: object = None
+    host_pool: Sequence[int] | None = None
+    pp_layers: Sequence[int] = ()
+    dtype: str | None = None
+    logged_model: str | None = None
 
 
 def launch_settings(
     version: Release,
-    logged: LoggedLaunch,
+    logged: SpecOptions,
     *,
-    pp: int,
     sliding: bool = False,
     linear_kind: str | None = None,
     head_k_dim: int | None = None,
@@ -128,32 +131,27 @@ def launch_settings(
         async_scheduling = version >= ASYNC_SCHEDULING_DEFAULT_FROM
         if version >= IN_FLIGHT_TOKENS_FROM and sliding:
             notes.append("async scheduling not in the logs: on, vLLM 0.26+ default (2 batches in flight)")
-    batches, why = _in_flight_batches(version, bool(async_scheduling), pp)
+    batches, why = _in_flight_batches(version, bool(async_scheduling), logged.pp)
     if why and sliding:
         approximate.append(why)
-    mamba = _mamba_settings(version, logged, linear_kind, head_k_dim)
+    mode, gdn_checkpoint, mamba_notes, mamba_approximate = _mamba_settings(
+        version, logged, linear_kind, head_k_dim
+    )
     return LaunchSettings(
         max_num_batched_tokens=max_num_batched_tokens,
         in_flight_tokens=batches * max_num_batched_tokens,
         async_scheduling=bool(async_scheduling),
-        mamba_cache_mode=mamba.mamba_cache_mode,
-        gdn_checkpoint=mamba.gdn_checkpoint,
-        notes=(*notes, *mamba.notes),
-        approximate=(*approximate, *mamba.approximate),
+        mamba_cache_mode=mode,
+        gdn_checkpoint=gdn_checkpoint,
+        notes=(*notes, *mamba_notes),
+        approximate=(*approximate, *mamba_approximate),
     )
 
 
-class _MambaSettings(NamedTuple):
-    mamba_cache_mode: str
-    gdn_checkpoint: bool
-    notes: tuple[str, ...]
-    approximate: tuple[str, ...]
-
-
 def _mamba_settings(
-    version: Release, logged: LoggedLaunch, linear_kind: str | None, head_k_dim: int | None
-) -> _MambaSettings:
-    """The Mamba cache mode and whether the FlashInfer GDN prefill keeps a checkpoint block, with notes."""
+    version: Release, logged: SpecOptions, linear_kind: str | None, head_k_dim: int | None
+) -> tuple[str, bool, tuple[str, ...], tuple[str, ...]]:
+    """The Mamba cache mode, whether a FlashInfer GDN prefill keeps a checkpoint block, notes, approximations."""
     hybrid = linear_kind is not None
     mode = logged.mamba_cache_mode
     notes: tuple[str, ...] = ()
@@ -177,7 +175,7 @@ def _mamba_settings(
                 "block size and a checkpoint block per request, a lower bound"
                 + ("" if family else "; the GPU type (nvidia-smi snapshot) makes it exact"),
             )
-    return _MambaSettings(mode, gdn_checkpoint, notes, approximate)
+    return mode, gdn_checkpoint, notes, approximate
 
 
 #: Block size the FlashMLA backends force ("Forcing kv cache block size to 64 for FlashMLA backend").
@@ -290,11 +288,7 @@ def _hybrid_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:
 
 
 def resolve_block_size(inputs: BlockSizeInputs) -> tuple[int, str]:
-    """The block size [tokens] vLLM ends up with, and a note when it is not the one asked for.
-
-    >>> resolve_block_size(BlockSizeInputs(None, "auto", (0, 33, 0), 1024))
-    (16, '')
-    """
+    """The block size [tokens] vLLM ends up with, and a note when it is not the one asked for."""
     requested = inputs.requested
     if requested is not None and requested <= 0:
         raise KVSpecError(f"block_size must be positive, got {requested}")
@@ -328,15 +322,7 @@ class LoggedHostPool(NamedTuple):
 
 def host_pool_bound(capacity: Capacity, logged: LoggedHostPool) -> Capacity:
     """``capacity`` capped at the lower bound of a logged HiSparse "GPU + host" figure: ``tokens / L``,
-    scaled down for a smaller budget (less one block) and a longer length, approximate.
-
-    >>> gpu = Capacity(kv_bytes=20 * 2**30, bytes_per_token=70_272, block_size=64, block_bytes=4_497_408,
-    ...                blocks=4774, tokens=305_536, max_model_len=131_072, max_concurrency=2.33)
-    >>> capped = host_pool_bound(gpu, LoggedHostPool(tokens=262_144, max_model_len=131_072,
-    ...                                              available_bytes=20 * 2**30))
-    >>> capped.tokens, round(capped.max_concurrency, 4), capped.approximate  # 2.0 × (20 GiB − 1 block) / 20 GiB
-    (262089, 1.9996, True)
-    """
+    scaled down for a smaller budget (less one block) and a longer length, approximate."""
     if min(logged) <= 0:
         raise ValueError(f"a logged GPU + host figure needs positive tokens, length and memory, got {logged}")
     room = max(0, capacity.kv_bytes - capacity.block_bytes)  # one block lost to rounding

@@ -30,7 +30,7 @@ def _first(values: pd.Series):
 def _diagnose(
     spec: KVSpec, available_bytes: int, logged_tokens: int | None, predicted_tokens: int
 ) -> tuple[str, str]:
-    """The likely cause of a mismatch and the reason: which setting the gap points to."""
+    """The likely cause of a mismatch, and which setting the gap points to."""
     if not logged_tokens or not predicted_tokens:
         return "block size or max_model_len", (
             "the logged blocks or concurrency differ: check --block-size and max_model_len"
@@ -66,7 +66,7 @@ def _diagnose(
 
 
 #: The ledger columns a cross-check reads (None where the ledger lacks one).
-_CHECKED_COLUMNS = (
+_CHECKED_COLUMNS = [
     "source",
     "boot",
     "dp_rank",
@@ -82,7 +82,7 @@ _CHECKED_COLUMNS = (
     "kv_cache_tokens",
     "max_concurrency",
     "kv_cache_pools",
-)
+]
 
 
 def cross_check(
@@ -94,17 +94,7 @@ def cross_check(
 ) -> pd.DataFrame:
     """Predicted against logged "GPU KV cache size", "Maximum concurrency" and GPU blocks, one row per check
     (per worker in 0.9.0–0.11.0, else per engine). A 2-decimal GiB figure makes the prediction a range
-    (``available_tolerance_bytes=0``: exact); ``agrees`` is False only outside it, with a ``likely_cause``.
-
-    >>> from kvplan.kvspec import kv_spec
-    >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
-    >>> ledger = pd.DataFrame({"available_kv_bytes": [12 * 2**30], "kv_cache_tokens": [157280],
-    ...     "max_concurrency": [4.8], "max_model_len": [32768], "vllm_version": ["0.26.0"]})
-    >>> cross_check(ledger, spec, available_tolerance_bytes=0)[["predicted_kv_cache_tokens", "agrees"]]
-       predicted_kv_cache_tokens  agrees
-    0                     157280    True
-    """
+    (``available_tolerance_bytes=0``: exact); ``agrees`` is False only outside it, with a ``likely_cause``."""
     rows = ledger.reset_index(drop=True).copy()
     for column in _CHECKED_COLUMNS:
         if column not in rows:
@@ -167,8 +157,8 @@ def _check_unit(unit: pd.DataFrame, spec: KVSpec, max_model_len: int | None, tol
 def _compare(
     logged: dict, spec: KVSpec, known: pd.DataFrame, ranks: int, length: int, tolerance: int | None
 ) -> dict:
-    """The row's predictions from the ``known`` rows' available memory (a range within the printed
-    tolerance), and whether the ``logged`` figures lie in it."""
+    """The predictions from the ``known`` rows' available memory (a range within the printed tolerance), and
+    whether the ``logged`` figures lie in it."""
 
     def blocks_at(offset: int) -> int:
         if spec.num_gpu_blocks_override is not None:
@@ -245,21 +235,7 @@ def _compared_figure(row: pd.Series) -> str:
 
 
 def cross_check_verdict(rows: pd.DataFrame) -> str:
-    """One line of :func:`cross_check` rows: the rounding allowed, or the first disagreement's cause.
-
-    >>> from kvplan.kvspec import kv_spec
-    >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
-    ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
-    >>> def ledger(tokens):
-    ...     return pd.DataFrame({"available_kv_bytes": [12 * 2**30], "kv_cache_tokens": [tokens],
-    ...                          "max_model_len": [32768], "vllm_version": ["0.26.0"]})
-    >>> print(cross_check_verdict(cross_check(ledger(157280), spec)))
-    model config agrees with the log: predicted 157,280 tokens, logged 157,280 (within 2-decimal GiB rounding)
-    >>> print(cross_check_verdict(cross_check(ledger(314560), spec, available_tolerance_bytes=0)))
-    model config DISAGREES with the log: predicted 157,280 tokens, logged 314,560; likely cause: KV dtype
-    >>> print(cross_check_verdict(cross_check(ledger(None), spec)))
-    nothing to cross-check: the log printed no KV cache size, concurrency or block count
-    """
+    """One line of :func:`cross_check` rows: the rounding allowed, or the first disagreement's cause."""
     judged = rows[rows["agrees"].notna()] if "agrees" in rows else rows.iloc[0:0]
     if judged.empty:
         reason = rows["reason"].iloc[0] if len(rows) and rows["reason"].iloc[0] else "no boot to compare"
@@ -286,14 +262,10 @@ def cross_check_verdict(rows: pd.DataFrame) -> str:
     return f"model config agrees with the log: {figure} ({allowed}){count}{approximate}"
 
 
-_LOGGED_OPTIONS = {
-    "tp": "tensor_parallel_size",
-    "pp": "pipeline_parallel_size",
-    "dcp": "decode_context_parallel_size",
-    "kv_cache_dtype": "kv_cache_dtype",
-    "dtype": "dtype",
-    "max_num_batched_tokens": "max_num_batched_tokens",
-}
+_LOGGED_OPTIONS = dict(
+    tp="tensor_parallel_size", pp="pipeline_parallel_size", dcp="decode_context_parallel_size"
+)
+_LOGGED_OPTIONS.update((name, name) for name in ("kv_cache_dtype", "dtype", "max_num_batched_tokens"))
 #: Launch settings the logs show (ledger columns of the same name), taken when not given.
 _LAUNCH_OPTIONS = {
     "async_scheduling": bool,
@@ -320,16 +292,7 @@ def _same_setting(name: str, given: Any, logged: Any) -> bool:
 
 def options_for_logs(options: Mapping[str, object], key: Mapping[str, object]) -> dict:
     """:func:`kv_spec` options completed from the logs' compatibility key: a given layout option must equal
-    the logs' (:class:`KVSpecError` names both: it would size another deployment).
-
-    >>> options_for_logs({"tp": 4, "block_size": None}, {"vllm_version": "0.26.0", "block_size": 16,
-    ...     "tensor_parallel_size": 4, "kv_cache_dtype": "fp8", "pipeline_parallel_size": 1})
-    {'tp': 4, 'block_size': 16, 'pp': 1, 'dcp': 1, 'kv_cache_dtype': 'fp8', 'vllm_version': '0.26.0'}
-    >>> options_for_logs({"kv_cache_dtype": "auto"}, {"kv_cache_dtype": "fp8"})
-    Traceback (most recent call last):
-    ...
-    kvplan.kvspec.KVSpecError: kv_cache_dtype 'auto' given, but the logs show kv_cache_dtype 'fp8'
-    """
+    the logs' (:class:`KVSpecError` names both: it would size another deployment)."""
     completed = dict(options)
     for name, column in _LOGGED_OPTIONS.items():
         given: Any = completed.get(name)

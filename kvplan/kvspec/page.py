@@ -1,7 +1,6 @@
-"""The per-rank arithmetic of a layout: what a release serves of a model, how a layout splits it, KV bytes
-per token of one layer on one rank (``vllm/v1/kv_cache_interface.py``: ``2 × kv_heads_per_rank × head_dim ×
-dtype_bytes``; MLA one latent of ``kv_lora_rank + qk_rope_head_dim`` values), KV cache groups and stages.
-"""
+"""The per-rank arithmetic of a layout: what a release serves of a model, KV bytes per token of one layer on
+one rank (``vllm/v1/kv_cache_interface.py``: ``2 × kv_heads_per_rank × head_dim × dtype_bytes``; MLA one
+latent of ``kv_lora_rank + qk_rope_head_dim`` values), KV cache groups and pipeline stages."""
 
 from __future__ import annotations
 
@@ -11,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from kvplan.kvspec.arch import (
+    DTYPE_BYTES,
     FULL_ATTENTION,
     LINEAR_ATTENTION,
     SLIDING_ATTENTION,
@@ -76,7 +76,7 @@ def check_release_support(
 
 
 def pcp_note(pcp: int) -> str:
-    """Why a prefill-context-parallel launch is approximate (empty for ``pcp`` 1)."""
+    """Why a prefill-context-parallel launch is approximate (empty for 1)."""
     if pcp < 1:
         raise KVSpecError(f"pcp must be positive, got {pcp}")
     if pcp == 1:
@@ -87,18 +87,14 @@ def pcp_note(pcp: int) -> str:
     )
 
 
-#: Bytes per value of the dtype vLLM really served (``dtype=torch.bfloat16`` in its config line).
-SERVED_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4}
-
-
 def served_arch(arch: ModelArch, dtype: str | None) -> ModelArch:
     """``arch`` in the dtype vLLM served (``--dtype`` as logged; None or ``auto``: the config's)."""
     if dtype is None or str(dtype) == "auto":
         return arch
     served = str(dtype).removeprefix("torch.")
-    if served not in SERVED_DTYPE_BYTES:
-        raise KVSpecError(f"dtype {dtype!r}: expected one of {sorted(SERVED_DTYPE_BYTES)} (or auto)")
-    return replace(arch, dtype_bytes=SERVED_DTYPE_BYTES[served])
+    if served not in DTYPE_BYTES:
+        raise KVSpecError(f"dtype {dtype!r}: expected one of {sorted(DTYPE_BYTES)} (or auto)")
+    return replace(arch, dtype_bytes=DTYPE_BYTES[served])
 
 
 def pp_partition(num_layers: int, pp: int, partition: Sequence[int] | None = None) -> list[int]:
@@ -126,11 +122,7 @@ def pp_partition(num_layers: int, pp: int, partition: Sequence[int] | None = Non
 
 
 def kv_heads_per_rank(num_kv_heads: int, num_attention_heads: int, tp: int) -> int:
-    """KV heads each TP rank stores: ``kv // tp``, or 1 (replicated); the layouts vLLM refuses are refused.
-
-    >>> kv_heads_per_rank(8, 64, 4), kv_heads_per_rank(8, 64, 16), kv_heads_per_rank(1, 32, 8)
-    (2, 1, 1)
-    """
+    """KV heads each TP rank stores: ``kv // tp``, or 1 (replicated); the layouts vLLM refuses are refused."""
     if tp <= 0:
         raise KVSpecError(f"tp must be positive, got {tp}")
     if num_attention_heads % tp:
@@ -150,28 +142,17 @@ def kv_heads_per_rank(num_kv_heads: int, num_attention_heads: int, tp: int) -> i
 
 
 #: Bytes per stored value for each ``--kv-cache-dtype``; ``auto`` follows the model dtype.
-KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {
-    "auto": None,
-    "bfloat16": 2,
-    "float16": 2,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-    "fp8_ds_mla": 1,
-}
+KV_CACHE_DTYPE_BYTES: dict[str, int | None] = {"auto": None, "bfloat16": 2, "float16": 2}
+KV_CACHE_DTYPE_BYTES.update(dict.fromkeys(("fp8", "fp8_e4m3", "fp8_e5m2", "fp8_ds_mla"), 1))
 #: ``fp8_ds_mla`` page: 512 fp8 latent values + 4 float32 scales + 64 bf16 rope values per token.
 FP8_DS_MLA_BYTES_PER_TOKEN = 656
 #: DeepSeek-V3.2's indexer keys are fp8 with one float32 scale per this many values (``deepseek_v2.py``
-#: ``quant_block_size``), stored as uint8: ``index_head_dim + index_head_dim // 128 × 4`` bytes a token.
+#: ``quant_block_size``): ``index_head_dim + index_head_dim // 128 × 4`` bytes a token and layer.
 INDEXER_QUANT_BLOCK = 128
 
 
 def kv_dtype_bytes(kv_cache_dtype: str, model_dtype_bytes: int | None, model: str = "model") -> int:
-    """Bytes per stored KV value for a ``--kv-cache-dtype``; ``auto`` = the model dtype, refused when unknown.
-
-    >>> kv_dtype_bytes("auto", 2), kv_dtype_bytes("fp8", 2), kv_dtype_bytes("float16", None)
-    (2, 1, 2)
-    """
+    """Bytes per stored KV value for a ``--kv-cache-dtype``; ``auto`` = the model dtype, refused when unknown."""
     if kv_cache_dtype not in KV_CACHE_DTYPE_BYTES:
         raise KVSpecError(f"kv_cache_dtype {kv_cache_dtype!r}: expected one of {list(KV_CACHE_DTYPE_BYTES)}")
     size = KV_CACHE_DTYPE_BYTES[kv_cache_dtype]
@@ -195,9 +176,10 @@ def attention_bytes_per_token_per_layer(arch: ModelArch, tp: int, kv_cache_dtype
     1024
     """
     dtype_bytes = kv_dtype_bytes(kv_cache_dtype, arch.dtype_bytes, arch.name)
-    kv_heads_per_rank(arch.num_kv_heads, arch.num_attention_heads, tp)  # validates the TP layout
+    heads = kv_heads_per_rank(arch.num_kv_heads, arch.num_attention_heads, tp)  # validates the TP layout
     if arch.mla_latent_dim is not None:
-        indexer = indexer_bytes_per_token(arch)
+        index_dim = arch.index_head_dim or 0  # the sparse indexer's keys share the latent's page
+        indexer = index_dim + index_dim // INDEXER_QUANT_BLOCK * 4
         if kv_cache_dtype == "fp8_ds_mla":
             if not arch.sparse_indexer:
                 raise KVSpecError(
@@ -211,31 +193,13 @@ def attention_bytes_per_token_per_layer(arch: ModelArch, tp: int, kv_cache_dtype
         raise KVSpecError(
             f"kv_cache_dtype 'fp8_ds_mla' is for MLA models only; {arch.name} has no kv_lora_rank"
         )
-    heads = kv_heads_per_rank(arch.num_kv_heads, arch.num_attention_heads, tp)
     return 2 * heads * arch.head_dim * dtype_bytes
-
-
-def indexer_bytes_per_token(arch: ModelArch) -> int:
-    """Bytes of the sparse indexer's keys per token and layer (DeepSeek-V3.2, in the MLA latent's page:
-    128 fp8 values + one float32 scale = 132), 0 without an indexer."""
-    if arch.index_head_dim is None:
-        return 0
-    return arch.index_head_dim + arch.index_head_dim // INDEXER_QUANT_BLOCK * 4
 
 
 def linear_state_bytes(arch: ModelArch, tp: int) -> int:
     """Bytes of one request's recurrent state in one linear-attention / Mamba layer of a TP rank, in the
     model dtype: gated delta net ``(2·k_heads·k_dim + v_heads·v_dim) / tp × (kernel − 1)`` (conv) ``+ v_heads
-    / tp × k_dim × v_dim`` (temporal); Mamba-1 ``d_inner / tp × (d_conv − 1 + d_state)``.
-
-    >>> from kvplan.kvspec.arch import model_arch
-    >>> arch = model_arch({"num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 2,
-    ...     "head_dim": 256, "full_attention_interval": 4, "linear_num_key_heads": 16,
-    ...     "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
-    ...     "linear_conv_kernel_dim": 4, "torch_dtype": "bfloat16"})
-    >>> linear_state_bytes(arch, tp=1)
-    1097728
-    """
+    / tp × k_dim × v_dim`` (temporal); Mamba-1 ``d_inner / tp × (d_conv − 1 + d_state)``."""
     if arch.dtype_bytes is None:
         raise KVSpecError(f"{arch.name}: missing field 'torch_dtype' (it sizes the recurrent state)")
 
@@ -258,20 +222,11 @@ def linear_state_bytes(arch: ModelArch, tp: int) -> int:
     raise KVSpecError(f"{arch.name}: no linear-attention layers")
 
 
-@dataclass(frozen=True)
-class ServedLayers:
-    """Each layer's kind as vLLM serves it, one request's linear state per layer [bytes], and notes."""
-
-    layer_types: tuple[str, ...]
-    linear_bytes: int | None
-    reasons: tuple[str, ...]
-
-
 def served_layers(
     arch: ModelArch, version: Release, tp: int, hybrid_kv_cache_manager: bool | None = None
-) -> ServedLayers:
-    """The layers of ``arch`` as ``version`` serves them: sliding-window layers as full attention without
-    the hybrid KV cache manager (before 0.9, or disabled), hybrid Mamba models from 0.10."""
+) -> tuple[tuple[str, ...], int | None, list[str]]:
+    """Each layer's kind as ``version`` serves it (sliding windows as full attention before 0.9), one
+    request's linear state per layer [bytes] and why the figures are approximate."""
     reasons = []
     linear_bytes = None
     layer_types = arch.layer_types
@@ -295,22 +250,16 @@ def served_layers(
         if why:
             layer_types = tuple(FULL_ATTENTION if kind == SLIDING_ATTENTION else kind for kind in layer_types)
             reasons.append(f"{why}; sliding-window layers sized as full attention")
-    return ServedLayers(layer_types, linear_bytes, tuple(reasons))
-
-
-def group_size_ratio(version: Release) -> float | None:
-    """How much larger than the smallest kind the largest may be and set the group size (0.12+)."""
-    if version >= GROUP_SIZE_RATIO_1_5_FROM:
-        return 1.5
-    return 1.25 if version >= GROUP_SIZE_RATIO_FROM else None
+    return layer_types, linear_bytes, reasons
 
 
 def kv_cache_groups(
     layer_types: Sequence[str], vllm_version: str | None = None
 ) -> list[tuple[str, tuple[int, ...]]]:
     """vLLM's KV cache groups ``(kind, layer indices)`` (``v1/core/kv_cache_utils.py``
-    ``_get_kv_cache_groups_uniform_page_size``): group size = the smallest kind's count (the largest's within
-    :func:`group_size_ratio`), each kind split round-robin (``layers[i::n]``) into ``ceil(count / size)``.
+    ``_get_kv_cache_groups_uniform_page_size``): group size = the smallest kind's count (the largest's when
+    under 1.25× it from 0.12, 1.5× from 0.18), each kind split round-robin (``layers[i::n]``) into
+    ``ceil(count / size)``.
 
     >>> [len(layers) for _, layers in kv_cache_groups(["sliding_attention"] * 5 + ["full_attention"])]
     [1, 1, 1, 1, 1, 1]
@@ -322,8 +271,9 @@ def kv_cache_groups(
         kind, layers = next(iter(by_kind.items()))
         return [(kind, tuple(layers))]
     counts = [len(layers) for layers in by_kind.values()]
-    ratio = group_size_ratio(parse_vllm_version(vllm_version))
-    group_size = max(counts) if ratio is not None and max(counts) < min(counts) * ratio else min(counts)
+    version = parse_vllm_version(vllm_version)
+    ratio = 1.5 if version >= GROUP_SIZE_RATIO_1_5_FROM else 1.25 if version >= GROUP_SIZE_RATIO_FROM else 0
+    group_size = max(counts) if max(counts) < min(counts) * ratio else min(counts)
     groups = []
     for kind, layers in by_kind.items():
         num_groups = math.ceil(len(layers) / group_size)

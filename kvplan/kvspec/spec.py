@@ -13,7 +13,7 @@ checkpoint). "Maximum concurrency" = blocks / blocks per request (0.9.1+); "GPU 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -27,13 +27,13 @@ from kvplan.kvspec.arch import (
     model_arch,
     parse_vllm_version,
 )
-from kvplan.kvspec.capacity import Capacity
+from kvplan.kvspec.capacity import SPEC_FIELDS, Capacity
 from kvplan.kvspec.launch import (
     HOST_POOL_NOTE,
     BlockSizeInputs,
     LaunchSettings,
     LoggedHostPool,
-    LoggedLaunch,
+    SpecOptions,
     host_pool_bound,
     launch_settings,
     logged_block_sizes,
@@ -81,16 +81,6 @@ class KVSpec:
     num_gpu_blocks_override: int | None = None
     host_pool: LoggedHostPool | None = None
     options: Mapping[str, object] = field(default_factory=dict)
-
-    @property
-    def max_num_batched_tokens(self) -> int:
-        """``max_num_batched_tokens`` of the sliding-window arithmetic (logged, given or assumed)."""
-        return self.launch.max_num_batched_tokens
-
-    @property
-    def settings_note(self) -> str:
-        """Which launch settings were vLLM's defaults because the logs did not show them."""
-        return "; ".join(self.launch.notes)
 
     @property
     def approximate(self) -> bool:
@@ -154,27 +144,14 @@ class KVSpec:
 
     def max_concurrency(self, num_blocks: int, max_model_len: int) -> float:
         """vLLM's "Maximum concurrency" of ``num_blocks``: ``tokens / L`` before 0.9.1, then
-        ``blocks / blocks per request``.
-
-        >>> spec = kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
-        ...                "head_dim": 64, "torch_dtype": "bfloat16"}, tp=1)
-        >>> old = spec.with_settings(vllm_version="0.8.5")
-        >>> spec.max_concurrency(3072, 8193), old.max_concurrency(3072, 8193)
-        (5.988304093567251, 5.999267667521054)
-        """
+        ``blocks / blocks per request``."""
         if parse_vllm_version(self.vllm_version) < CONCURRENCY_FROM_BLOCKS_FROM:
             return self.kv_cache_tokens(num_blocks, max_model_len) / max_model_len
         return num_blocks / self.blocks_per_request(max_model_len)
 
     def kv_cache_tokens(self, num_blocks: int, max_model_len: int) -> int:
         """vLLM's "GPU KV cache size" [tokens] of ``num_blocks``: ``blocks // groups × block_size`` (× dcp
-        from 0.11) up to 0.20, then ``int(max_concurrency × max_model_len)``.
-
-        >>> spec = kv_spec({"num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 8,
-        ...                "head_dim": 64, "torch_dtype": "bfloat16"}, tp=1)
-        >>> [s.kv_cache_tokens(3072, 8193) for s in (spec, spec.with_settings(vllm_version="0.20.0"))]
-        [49062, 49152]
-        """
+        from 0.11) up to 0.20, then ``int(max_concurrency × max_model_len)``."""
         version = parse_vllm_version(self.vllm_version)
         if version >= TOKENS_FROM_CONCURRENCY_FROM:
             return int(self.max_concurrency(num_blocks, max_model_len) * max_model_len)
@@ -215,11 +192,7 @@ class KVSpec:
         limiting = self.limiting_stage
         result = Capacity(
             model=self.arch.name,
-            vllm_version=self.vllm_version,
-            tp=self.tp,
-            pp=self.pp,
-            dcp=self.dcp,
-            kv_cache_dtype=self.kv_cache_dtype,
+            **{name: getattr(self, name) for name in SPEC_FIELDS[1:]},
             kv_bytes=kv_bytes,
             bytes_per_token=limiting.bytes_per_token,
             block_size=self.block_size,
@@ -246,18 +219,16 @@ class KVSpec:
 
     def to_dict(self) -> dict:
         """JSON-ready summary: layout, block size, per-stage geometry, approximate flag."""
+        shown = (
+            "block_size",
+            "block_size_note",
+            "bytes_per_token_per_layer",
+            "bytes_per_token",
+            "block_bytes",
+        )
         return {
             "model": self.arch.name,
-            "vllm_version": self.vllm_version,
-            "tp": self.tp,
-            "pp": self.pp,
-            "dcp": self.dcp,
-            "kv_cache_dtype": self.kv_cache_dtype,
-            "block_size": self.block_size,
-            "block_size_note": self.block_size_note,
-            "bytes_per_token_per_layer": self.bytes_per_token_per_layer,
-            "bytes_per_token": self.bytes_per_token,
-            "block_bytes": self.block_bytes,
+            **{name: getattr(self, name) for name in (*SPEC_FIELDS[1:], *shown)},
             "kv_cache_groups": [{"kind": kind, "layers": len(layers)} for kind, layers in self.groups],
             "approximate": self.approximate,
             "approximate_reason": self.approximate_reason,
@@ -265,35 +236,8 @@ class KVSpec:
         }
 
 
-@dataclass(frozen=True)
-class SpecOptions:
-    """:func:`kv_spec`'s keywords: the layout and the launch settings the logs show (None: the release's
-    default, noted); ``host_pool`` a logged HiSparse "GPU + host" figure (:class:`LoggedHostPool`),
-    ``pp_layers`` ``VLLM_PP_LAYER_PARTITION``, ``logged_model`` the logs' model (:func:`check_model_name`)."""
-
-    tp: int = 1
-    pp: int = 1
-    dcp: int = 1
-    pcp: int = 1
-    kv_cache_dtype: str = "auto"
-    block_size: int | None = None
-    vllm_version: str | None = None
-    max_num_batched_tokens: int | None = None
-    async_scheduling: bool | None = None
-    mamba_cache_mode: str | None = None
-    hybrid_kv_cache_manager: bool | None = None
-    num_gpu_blocks_override: int | None = None
-    gpu_name: str | None = None
-    kv_cache_group_block_sizes: object = None
-    host_pool: Sequence[int] | None = None
-    pp_layers: Sequence[int] = ()
-    dtype: str | None = None
-    logged_model: str | None = None
-
-
 def kv_spec(config: Mapping | ModelArch, **options: Any) -> KVSpec:
-    """The per-rank KV geometry of a model config on a layout (:class:`SpecOptions`' keywords);
-    ``block_size=None`` takes vLLM's choice (:func:`kvplan.kvspec.launch.resolve_block_size`).
+    """The per-rank KV geometry of a model config on a layout (:class:`SpecOptions`' keywords).
 
     >>> spec = kv_spec({"num_hidden_layers": 80, "num_attention_heads": 64, "num_key_value_heads": 8,
     ...                 "head_dim": 128, "torch_dtype": "bfloat16"}, tp=4)
@@ -312,19 +256,18 @@ def kv_spec(config: Mapping | ModelArch, **options: Any) -> KVSpec:
     logged_pool = None if o.host_pool is None else LoggedHostPool(*(int(value) for value in o.host_pool))
     if logged_pool is not None:
         reasons.append(HOST_POOL_NOTE)
-    served = served_layers(arch, version, o.tp, o.hybrid_kv_cache_manager)
-    reasons += served.reasons
+    layer_types, linear_bytes, served_reasons = served_layers(arch, version, o.tp, o.hybrid_kv_cache_manager)
+    reasons += served_reasons
     launch = launch_settings(
         version,
-        LoggedLaunch(o.max_num_batched_tokens, o.async_scheduling, o.mamba_cache_mode, o.gpu_name),
-        pp=o.pp,
-        sliding=SLIDING_ATTENTION in served.layer_types,
+        o,
+        sliding=SLIDING_ATTENTION in layer_types,
         linear_kind=arch.linear_kind,
         head_k_dim=arch.linear_dims[2] if arch.linear_kind == "gated_delta_net" else None,
     )
     reasons += launch.approximate
-    size, note = _block_size(o, arch, version, token_bytes, served.linear_bytes, launch.gdn_checkpoint)
-    groups = tuple(kv_cache_groups(served.layer_types, ".".join(map(str, version))))
+    size, note = _block_size(o, arch, version, token_bytes, linear_bytes, launch.gdn_checkpoint)
+    groups = tuple(kv_cache_groups(layer_types, ".".join(map(str, version))))
     layers_per_stage = pp_partition(arch.num_layers, o.pp, list(o.pp_layers) or None)
     return KVSpec(
         arch=arch,
@@ -337,7 +280,7 @@ def kv_spec(config: Mapping | ModelArch, **options: Any) -> KVSpec:
         block_size_note=note,
         bytes_per_token_per_layer=token_bytes,
         groups=groups,
-        stages=pipeline_stages(served.layer_types, groups, layers_per_stage, size * token_bytes, token_bytes),
+        stages=pipeline_stages(layer_types, groups, layers_per_stage, size * token_bytes, token_bytes),
         launch=launch,
         approximate_reason="; ".join(reasons),
         num_gpu_blocks_override=o.num_gpu_blocks_override,
@@ -349,7 +292,6 @@ def kv_spec(config: Mapping | ModelArch, **options: Any) -> KVSpec:
 def _block_size(
     o: SpecOptions, arch: ModelArch, version: Release, token_bytes: int, linear_bytes: int | None, gdn: bool
 ) -> tuple[int, str]:
-    """The block size vLLM ends up with, and its note."""
     size, note = resolve_block_size(
         BlockSizeInputs(
             o.block_size,

@@ -125,19 +125,20 @@ def _preemption_check(reading: LoadReading, max_preemptions: int) -> Check:
                 "/metrics snapshot with vllm:num_preemptions_total for the exact count",
             )
         return Check(name, True, f"{total} preemption(s) in the run; policy allows {max_preemptions}")
-    first = _first_preemption(reading, timeline)
+    seen = timeline.reset_index()  # the earliest row (by time, then file order) with preemptions counted
+    firsts = seen[seen["preemptions_cum"].fillna(0) > 0].groupby(["kind", "engine"], dropna=False).head(1)
+    first = firsts.sort_values(["time", "kind", "engine"], kind="stable", na_position="last").index[0]
     return Check(
         name,
         False,
-        f"{counted} preemption(s) in the run, first seen at {where_text(first)}; policy "
+        f"{counted} preemption(s) in the run, first seen at {where_text(reading.records([int(first)])[0])}; policy "
         f"allows {max_preemptions}: the KV cache ran out for this request mix (requests were "
         f"evicted and recomputed){why}",
     )
 
 
 def value_check(reading: LoadReading, approved_bytes: int) -> Check | None:
-    """FAIL when a file states a manual ``--kv-cache-memory-bytes`` other than ``approved_bytes``; ``None``
-    when none states another."""
+    """FAIL when a file states another ``--kv-cache-memory-bytes`` than ``approved_bytes``, else ``None``."""
     other = [s for s in reading.sources if s.kv_cache_memory_bytes not in (None, approved_bytes)]
     disagree = _disagreements(reading, ("kv_cache_memory_bytes",))
     if disagree:  # two values in one file: at least one is not the approved value
@@ -189,15 +190,6 @@ def _unreadable_counters(reading: LoadReading) -> str:
 
 def _more(found: list) -> str:
     return f" and {len(found) - 3} more" if len(found) > 3 else ""
-
-
-def _first_preemption(reading: LoadReading, timeline: pd.DataFrame) -> dict:
-    """The earliest JSON row (by time, then file order) with an engine's preemption count above 0."""
-    counted = timeline.reset_index()
-    counted = counted[counted["preemptions_cum"].fillna(0) > 0]
-    firsts = counted.groupby(["kind", "engine"], dropna=False).head(1)
-    first = firsts.sort_values(["time", "kind", "engine"], kind="stable", na_position="last").index[0]
-    return reading.records([int(first)])[0]
 
 
 def _peak_check(reading: LoadReading, capacity: int | None) -> Check:

@@ -1,6 +1,4 @@
-"""A load run in numbers, column-wise: :func:`load_timeline` and :func:`load_summary`. Usage in percent (0–100),
-throughput in tokens/s, capacity in tokens.
-"""
+"""A load run in numbers, column-wise: :func:`load_timeline` and :func:`load_summary` (usage [%], tokens/s)."""
 
 from __future__ import annotations
 
@@ -16,8 +14,7 @@ TIMELINE_COLUMNS = [key for key in LOAD_ROW_KEYS if key != "time"] + ["kind", "p
 
 
 def cumulative_preemptions(group: pd.DataFrame) -> np.ndarray:
-    """Preemptions so far per row of one evidence kind and engine (``NaN`` until known): the first counter
-    value plus its increases (metrics), or V1's counts plus the increases of V0's total, anew per restart (logs)."""
+    """Preemptions so far per row of one kind and engine (``NaN`` until known), anew per restart in logs."""
     counts = group["preemptions"].to_numpy(dtype=float, na_value=np.nan)
     totals = group["preemptions_total"].to_numpy(dtype=float, na_value=np.nan)
     if len(group) and group["kind"].iloc[0] == "metrics":
@@ -79,8 +76,7 @@ def where_text(row: Mapping) -> str:
 
 
 def _preemptions_by_kind(timeline: pd.DataFrame) -> dict[str, tuple[int, bool]]:
-    """Per evidence kind that counts preemptions: (total over engines, lower bound?); V0's warnings come only
-    at the 1st, 51st, 101st … preemption, so a log's total from them is a lower bound."""
+    """(total over engines, lower bound?) per evidence kind; V0's warnings give a lower bound."""
     totals = {}
     for kind, frame in timeline.groupby("kind"):
         last = frame.groupby("engine", dropna=False)["preemptions_cum"].max()
@@ -91,8 +87,7 @@ def _preemptions_by_kind(timeline: pd.DataFrame) -> dict[str, tuple[int, bool]]:
 
 
 def run_preemptions(reading: LoadReading, timeline: pd.DataFrame | None = None) -> int | None:
-    """Preemptions in the run over engines: the larger of logs' and metrics' counts; ``None`` when no file can
-    tell (a V1 log before 0.11.1 alone)."""
+    """Preemptions in the run, the larger of logs' and metrics' counts; ``None`` when no file can tell."""
     totals = _preemptions_by_kind(load_timeline(reading) if timeline is None else timeline)
     if totals:
         return max(total for total, _ in totals.values())

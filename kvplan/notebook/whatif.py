@@ -18,7 +18,6 @@ from kvplan.kvspec.capacity import (
     FlatSpec,
     capacity,
     capacity_table,
-    concurrency_curve,
     sequence_lengths,
 )
 from kvplan.notebook.headlines import budget_headline, length_warning, limiting_text
@@ -259,7 +258,7 @@ def _bought(scenario: Scenario, spec: KVSpec | None, kv_bytes: int, seq_lens: Se
             return spec.capacity(kv_bytes, seq_len).max_concurrency
     else:
         cap = capacity(kv_bytes, bpt, length, block_size)
-        curve = concurrency_curve(kv_bytes, bpt, lengths, block_size)
+        curve = capacity_table(FlatSpec(bpt, block_size), kv_bytes, lengths)
         if sequences:
             target = FlatSpec(bpt, block_size).bytes_for_sequences(sequences, length)
 

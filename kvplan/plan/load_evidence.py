@@ -59,8 +59,7 @@ def load_section(
     approved_tokens: int | None = None,
     profiled_kv_cache_tokens: int | None = None,
 ) -> tuple[dict, list[Check]]:
-    """The ``load`` section of ``budget.json`` and the load checks; capacity is the run's own, else
-    ``approved_tokens``; a manual-value run also checks it against ``profiled_kv_cache_tokens``."""
+    """The ``load`` section of ``budget.json`` and the checks (capacity: the run's, else ``approved_tokens``)."""
     stated = reading.kv_cache_tokens
     tokens = stated if stated is not None else approved_tokens
     summary = load_summary(reading, kv_cache_tokens=tokens)

@@ -1,9 +1,5 @@
-"""The sealed whole-line engine of the load log reader: :func:`take_stats_lines`, its one entry.
-
-A line that is one V1 stats record in vLLM's default form (0.8.3 on) is matched whole by :data:`V1_STATS_LINE`;
-a run of them goes straight into the rows' columns as the general reader (:mod:`.log`) would take each.
-``tests/test_load_streaming.py`` reads its corpus with and without the engine and compares.
-"""
+"""The sealed whole-line engine of the load log reader (:func:`take_stats_lines`): a run of V1 stats lines in
+vLLM's default form (0.8.3 on) goes straight into the columns; ``tests/test_load_streaming.py`` compares it."""
 
 from __future__ import annotations
 
@@ -22,8 +18,7 @@ V1_PREEMPTIONS_FIELD_FROM_LINENO = (
     236  # loggers.py line of the stats call in 0.11.1, the first with "Preemptions"
 )
 _NUMBER = r"-?\d+(?:\.\d+|)"
-#: One V1 stats record as a whole line (counts of up to 18 digits fit 64 bits; longer ones go to the general
-#: reader, which refuses them); ``(?:…|)`` matches what ``(?:…)?`` does at less cost to sre.
+#: One V1 stats record as a whole line (counts of up to 18 digits fit 64 bits; ``(?:…|)``: ``(?:…)?``, cheaper)
 V1_STATS_LINE = re.compile(
     r"(?:\([A-Za-z]+ pid=\d+\) |)INFO (\d\d-\d\d) (\d\d:\d\d:\d\d) \[(?P<file>[\w./-]+):(?P<lineno>\d+)\] "
     rf"Engine (?P<engine>\d{{1,18}}): Avg prompt throughput: (?P<prompt>{_NUMBER}) tokens/s, Avg generation "
@@ -36,8 +31,8 @@ V1_STATS_LINE = re.compile(
 def take_stats_lines(
     log: StatsLog, found: list[re.Match], line: int, micros: list[int], year_known: bool
 ) -> int:
-    """Take a run of :data:`V1_STATS_LINE` matches (the first at ``line``, stamped ``micros`` [µs since year
-    1]) as the general reader would; returns how many: all, or those before a usage outside 0–100 %."""
+    """Take matches of :data:`V1_STATS_LINE` from ``line`` on (``micros``: µs since year 1) as the general
+    reader would; returns how many: all, or those before a usage outside 0–100 %."""
     usage_pct = _numbers(_group(found, "usage"), float)
     count = len(usage_pct)
     if min(usage_pct) < 0 or max(usage_pct) > 100:
@@ -55,7 +50,8 @@ def take_stats_lines(
     counts = (
         _numbers(preemptions, int)
         if None not in preemptions
-        else [UNKNOWN_NUMBER] * unknown + _numbers(preemptions[unknown:], _count_or_zero)
+        else [UNKNOWN_NUMBER] * unknown
+        + _numbers(preemptions[unknown:], lambda text: 0 if text is None else int(text))
     )
     log.rows.extend(
         count,
@@ -86,8 +82,7 @@ def take_stats_lines(
 
 
 def _unknown_preemptions(found: list[re.Match], preemptions: list[str | None]) -> int:
-    """How many leading lines state no ``Preemptions`` while the V1 form is unknown (before a line with
-    the field or from ``loggers.py`` at or after its line)."""
+    """How many leading lines state no ``Preemptions`` while the V1 form is unknown."""
     files, linenos = _group(found, "file"), _group(found, "lineno")
     for unknown, (count, file, lineno) in enumerate(zip(preemptions, files, linenos)):
         if count is not None or (
@@ -98,17 +93,11 @@ def _unknown_preemptions(found: list[re.Match], preemptions: list[str | None]) -
 
 
 def _group(found: list[re.Match], name: str) -> list:
-    """The text of group ``name`` of each match (``None`` where it did not take part)."""
     return list(map(operator.itemgetter(name), found))
 
 
-def _count_or_zero(text: str | None) -> int:
-    """A count's text as a number; a field the line leaves out (``None``) is 0."""
-    return 0 if text is None else int(text)
-
-
 def _numbers(texts: Sequence[str], kind: Callable[[str], int | float]) -> list:
-    """``list(map(kind, texts))``, each distinct text converted once when texts repeat."""
+    """``list(map(kind, texts))``, each distinct text converted once."""
     distinct = set(texts)
     if 2 * len(distinct) > len(texts):
         return list(map(kind, texts))

@@ -1,10 +1,10 @@
-"""The load frame: readers append rows to a :class:`RowBuilder`, which gives the
-:data:`~kvplan.columns.LOAD_COLUMNS` frame; a :class:`LoadReading` is that frame, its
-:class:`~kvplan.io.metadata.ReadMetadata` and each file's :class:`LoadSource`.
-"""
+"""The :data:`~kvplan.columns.LOAD_COLUMNS` frame, built by a :class:`RowBuilder`; a :class:`LoadReading` is
+that frame, its :class:`~kvplan.io.metadata.ReadMetadata` and each file's :class:`LoadSource`."""
 
 from __future__ import annotations
 
+import csv
+import io
 import itertools
 import math
 import struct
@@ -53,8 +53,7 @@ class LoadFormatError(ValueError):
 
 @dataclass(frozen=True)
 class LoadSource:
-    """What one file says about its server: KV capacity [tokens], the manual ``--kv-cache-memory-bytes``
-    [bytes], whether it can show preemptions (V1 logs before 0.11.1 cannot), a log's UTC offset [h]."""
+    """What a file says of its server: KV capacity [tokens], manual KV bytes, preemptions, UTC offset [h]."""
 
     source: str
     kind: str
@@ -67,94 +66,77 @@ class LoadSource:
 
 
 class RowBuilder:
-    """Load rows appended one at a time (:meth:`add`) or a run of columns at a time (:meth:`extend`), kept in
-    typed columns (about 100 bytes a row) until :meth:`frame`."""
+    """Load rows in typed columns (about 100 bytes a row), added one or a run (:meth:`extend`) at a time."""
 
     def __init__(self) -> None:
         self._columns: dict[str, array] = {name: array(code) for name, code in _TYPES.items()}
         self._raw: dict[int, str] = {}
-        self._sources: list[str] = []
-        self._source_codes: dict[str, int] = {}
+        self._sources: dict[str, int] = {}
 
     def __len__(self) -> int:
         return len(self._columns["line"])
 
     def source_code(self, source: str) -> int:
         """The number that stands for ``source`` in the ``source`` column (see :meth:`extend`)."""
-        code = self._source_codes.get(source)
-        if code is None:
-            code = self._source_codes[source] = len(self._sources)
-            self._sources.append(source)
-        return code
+        return self._sources.setdefault(source, len(self._sources))
 
-    def add(
-        self,
-        source: str,
-        line: int,
-        time: datetime | None,
-        values: Mapping[str, object],
-        *,
-        event: str | None = None,
-        raw: str = "",
-    ) -> int:
-        """Append a row (a value ``None`` or missing is unknown; ``kind`` ``"log"`` and ``year_known`` True
-        unless given); returns its index. A whole number beyond 64 bits is a :class:`LoadFormatError`."""
-        row = {
-            "source": self.source_code(source),
-            "time": UNKNOWN_NUMBER if time is None else (time - EPOCH) // MICROSECOND,
-            "line": line,
-            **{name: _packed(values.get(name), LOAD_COLUMNS[name]) for name in _NUMBERS[1:]},
-            "event": _EVENT_CODES.index(event),
-            "kind": KINDS.index(values.get("kind") or "log"),
-            "year_known": values.get("year_known") is None or bool(values.get("year_known")),
-        }
-        if values.get("restarts") is None:
-            row["restarts"] = 0
-        fields = [row[name] for name in _FIELDS]
+    def add(self, row: Mapping[str, Any]) -> None:
+        """Append a row of :data:`LOAD_COLUMNS` values (missing: unknown; else a log row, year known)."""
+        time = row.get("time")
+        fields = [
+            self.source_code(row["source"]),
+            UNKNOWN_NUMBER if time is None else (time - EPOCH) // MICROSECOND,
+            *(_packed(row.get(name), LOAD_COLUMNS[name]) for name in _NUMBERS),
+            _EVENT_CODES.index(row.get("event")),
+            KINDS.index(row.get("kind") or "log"),
+            row.get("year_known") is None or bool(row.get("year_known")),
+        ]
+        if row.get("restarts") is None:
+            fields[_FIELDS.index("restarts")] = 0
         try:
             _LAYOUT.pack(*fields)
         except struct.error as exc:
-            raise LoadFormatError(f"{source}:{line}: a number too large to hold ({exc})") from None
+            raise LoadFormatError(
+                f"{row['source']}:{row['line']}: a number too large to hold ({exc})"
+            ) from None
         for column, value in zip(self._columns.values(), fields):
             column.append(value)  # each fits: checked by _LAYOUT
-        if event is not None and raw:
-            self._raw[len(self) - 1] = raw
-        return len(self) - 1
+        if row.get("event") is not None and row.get("raw"):
+            self._raw[len(self) - 1] = row["raw"]
 
     def extend(self, count: int, columns: Mapping[str, Any]) -> None:
-        """Append ``count`` rows a column at a time (the whole-line engine): each builder column (``source``
-        as its :meth:`source_code`, ``time`` in µs since year 1, ``event`` and ``kind`` as their index,
-        unknown :data:`UNKNOWN_NUMBER` or ``NaN``) as ``count`` values or the one value all share."""
+        """Append ``count`` rows, a column's values or one shared value each (codes; time in µs since year 1)."""
         for name, column in self._columns.items():
             values = columns[name]
             if isinstance(values, (int, float)):
                 column.extend(array(column.typecode, [values]) * count)
             else:
-                values = values if isinstance(values, list) else list(values)
-                column.frombytes(struct.pack(f"{len(values)}{column.typecode}", *values))
+                column.frombytes(struct.pack(f"{count}{column.typecode}", *values))
 
     def frame(self) -> pd.DataFrame:
-        """The rows as the :data:`LOAD_COLUMNS` frame (unknown, ``NaN`` and ``±Inf`` are ``NA``)."""
-        data: dict[str, object] = {}
-        sources = np.array(self._sources, dtype=object)
-        codes = np.frombuffer(self._columns["source"], dtype=np.int32)
-        data["source"] = pd.array(sources[codes] if len(sources) else [], dtype="string")
-        micros = np.frombuffer(self._columns["time"], dtype=np.int64)
-        unix = np.where(micros == UNKNOWN_NUMBER, micros, micros - _UNIX_MICROS)  # the sentinel is NaT
-        data["time"] = unix.view("datetime64[us]")
+        """The rows as the :data:`LOAD_COLUMNS` frame (unknown, ``NaN``, ``±Inf``: ``NA``); empties the builder."""
+        count, columns = len(self), self._columns
+        sources = np.array(list(self._sources), dtype=object)
+        codes = np.frombuffer(columns.pop("source"), dtype=np.int32)
+        data = {"source": pd.array(sources[codes] if len(sources) else [], dtype="string")}
+        micros = np.frombuffer(columns.pop("time"), dtype=np.int64)
+        data["time"] = np.where(micros == UNKNOWN_NUMBER, micros, micros - _UNIX_MICROS).view(
+            "datetime64[us]"
+        )
         for name in _NUMBERS:
-            values = np.frombuffer(self._columns[name], dtype=_TYPES[name])
-            column = pd.array(values, dtype=LOAD_COLUMNS[name])
-            column[(values == UNKNOWN_NUMBER) if _TYPES[name] == "q" else ~np.isfinite(values)] = pd.NA
-            data[name] = column
+            values = np.array(columns.pop(name), dtype=_TYPES[name])
+            if _TYPES[name] == "q":
+                data[name] = pd.arrays.IntegerArray(values, values == UNKNOWN_NUMBER)
+            else:
+                data[name] = pd.arrays.FloatingArray(values, ~np.isfinite(values))
         for name, names in (("event", _EVENT_CODES), ("kind", KINDS)):
-            texts = np.array(names, dtype=object)[np.frombuffer(self._columns[name], dtype=np.uint8)]
+            texts = np.array(names, dtype=object)[np.frombuffer(columns.pop(name), dtype=np.uint8)]
             data[name] = pd.array(texts, dtype="string")
-        data["year_known"] = pd.array(np.frombuffer(self._columns["year_known"], np.uint8) == 1, "boolean")
-        raw = np.full(len(self), None, dtype=object)
+        data["year_known"] = pd.array(np.frombuffer(columns.pop("year_known"), np.uint8) == 1, "boolean")
+        raw = np.full(count, None, dtype=object)
         raw[list(self._raw)] = list(self._raw.values())
         data["raw"] = pd.array(raw, dtype="string")
-        return pd.DataFrame(data, columns=list(LOAD_COLUMNS))
+        return pd.DataFrame(data, columns=list(LOAD_COLUMNS), copy=False)
 
 
 def _packed(value: object, dtype: str) -> object:
@@ -165,8 +147,7 @@ def _packed(value: object, dtype: str) -> object:
 
 
 def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
-    """The lines of a text file without their line break; a line longer than :data:`MAX_LINE_CHARS` is a
-    :class:`LoadFormatError` naming file and line (memory stays bounded)."""
+    """The lines of a text file without their break; a longer one than :data:`MAX_LINE_CHARS` is refused."""
     tail, number = "", 0
     for block in iter(lambda: stream.read(READ_CHARS), ""):
         lines = (tail + block).split("\n")
@@ -184,19 +165,12 @@ def bounded_lines(stream: IO[str], source: str) -> Iterator[str]:
         yield tail
 
 
-def frame_of(rows: Iterable[Mapping[str, object]]) -> pd.DataFrame:
+def frame_of(rows: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """The load frame of rows given as mappings of :data:`LOAD_COLUMNS` names (``source``, ``line`` required)."""
-    rows_builder = RowBuilder()
+    builder = RowBuilder()
     for row in rows:
-        rows_builder.add(
-            str(row["source"]),
-            int(row["line"]),  # type: ignore[call-overload]
-            row.get("time"),  # type: ignore[arg-type]
-            row,
-            event=row.get("event"),  # type: ignore[arg-type]
-            raw=str(row.get("raw") or ""),
-        )
-    return rows_builder.frame()
+        builder.add(row)
+    return builder.frame()
 
 
 def time_texts(frame: pd.DataFrame) -> np.ndarray:
@@ -239,8 +213,7 @@ def json_values(column: pd.Series) -> list:
 
 @dataclass(frozen=True, eq=False)
 class LoadReading:
-    """One load-test run: the frame, its metadata and each file's :class:`LoadSource`; unpacks as
-    ``frame, metadata``."""
+    """A load-test run: frame, metadata, each file's :class:`LoadSource`; unpacks as ``frame, metadata``."""
 
     frame: pd.DataFrame
     metadata: ReadMetadata = field(default_factory=ReadMetadata)
@@ -264,9 +237,11 @@ class LoadReading:
 
     def records(self, rows: slice | Sequence[int] = slice(None)) -> list[dict]:
         """The ``rows`` (positions) as the JSON rows of ``kvplan load --json`` (:data:`LOAD_ROW_KEYS`)."""
+        return list(map(dict, map(zip, itertools.repeat(LOAD_ROW_KEYS), zip(*self._columns(rows)))))
+
+    def _columns(self, rows: slice | Sequence[int]) -> list[list]:
         part = self.frame.iloc[rows]
-        columns = [time_texts(part).tolist() if k == "time" else json_values(part[k]) for k in LOAD_ROW_KEYS]
-        return list(map(dict, map(zip, itertools.repeat(LOAD_ROW_KEYS), zip(*columns))))
+        return [time_texts(part).tolist() if k == "time" else json_values(part[k]) for k in LOAD_ROW_KEYS]
 
     def json_chunks(self) -> Iterator[bytes]:
         """``{"rows": [...], "warnings": [...]}`` and a newline as JSON (orjson), :data:`JSON_BATCH` rows a piece."""
@@ -277,12 +252,14 @@ class LoadReading:
         yield b'],"warnings":' + orjson.dumps(list(map(str, self.warnings))) + b"}\n"
 
     def write_csv(self, stream: IO[str]) -> None:
-        """Write the rows as CSV (:data:`LOAD_ROW_KEYS`, unknown empty) by ``to_csv``, a batch at a time."""
+        """Write the rows as CSV (:data:`LOAD_ROW_KEYS`, unknown empty) by ``to_csv``'s writer, a batch at a time."""
         for start in range(0, max(len(self.frame), 1), JSON_BATCH):
-            rows = self.frame.iloc[start : start + JSON_BATCH]
-            table = rows.loc[:, list(LOAD_ROW_KEYS)]
-            table["time"] = pd.array(time_texts(rows), dtype="string")
-            table.to_csv(stream, index=False, header=start == 0, lineterminator="\n")
+            batch = io.StringIO()
+            writer = csv.writer(batch, lineterminator="\n")
+            if start == 0:
+                writer.writerow(LOAD_ROW_KEYS)
+            writer.writerows(zip(*self._columns(slice(start, start + JSON_BATCH))))
+            stream.write(batch.getvalue())
 
 
 def reading_of(
@@ -295,8 +272,7 @@ def reading_of(
 
 
 def counter_increase(previous: float | None, current: float | None) -> float | None:
-    """Increase of a counter between two scrapes; one that went down was reset (a restart), and its
-    increase is the new value, as in Prometheus' ``rate()``."""
+    """Increase of a counter between two scrapes; after a reset (it went down) the new value, as ``rate()``."""
     if previous is None or current is None:
         return None
     return current - previous if current >= previous else current

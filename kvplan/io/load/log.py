@@ -1,8 +1,6 @@
-"""Read a vLLM server log under load (``vllm-load-formats.md``): V0 and V1 stats messages, V0's preemption
-warning, one event per run of ERROR records (``oom`` when one says ``CUDA out of memory``). Records come from
-:mod:`.records`; runs of default V1 stats lines go to the sealed engine :mod:`.engine`. A server start after
-rows is a restart; long gaps between stats lines are warned about.
-"""
+"""Read a vLLM server log under load (``vllm-load-formats.md``): V0/V1 stats messages, V0's preemption
+warning, an event per run of ERROR records (``oom``: ``CUDA out of memory``), restarts, gaps; records from
+:mod:`.records`, runs of default V1 stats lines through the sealed engine :mod:`.engine`."""
 
 from __future__ import annotations
 
@@ -121,14 +119,8 @@ class StatsLog:
         """Open a new row from ``record`` (its time shifted to UTC when the offset is given)."""
         self.close()
         time = record.time + self.shift if record.time is not None and self.shift else record.time
-        row = {
-            "engine": record.engine_prefix,
-            "restarts": self.restarts,
-            "year_known": record.year_known,
-            **values,
-            "line": record.line,
-            "time": time,
-        }
+        row = {"engine": record.engine_prefix, "restarts": self.restarts, "year_known": record.year_known}
+        row.update(values, source=self.source, line=record.line, time=time)
         if values.get("event") is not None:
             row["raw"] = record.message
         self.last, self.last_form = row, form
@@ -136,9 +128,8 @@ class StatsLog:
 
     def close(self) -> None:
         if self.last is not None:
-            row, self.last = self.last, None
-            line, time, event, raw = row.pop("line"), row.pop("time"), row.get("event"), row.get("raw", "")
-            self.rows.add(self.source, line, time, row, event=event, raw=raw)
+            self.rows.add(self.last)
+            self.last = None
 
 
 def parse_stats_text(
@@ -200,7 +191,7 @@ def parse_stats_lines(
     if utc_offset is None and offset is not None:
         frame["time"] += log_time_shift(offset)
     warnings += log.warnings + _warnings(log, frame)
-    if not log.rows:
+    if frame.empty:
         warnings.append(
             f"{source}: startup lines only, no stats line, preemption or OOM line "
             "(idle intervals are logged at DEBUG)"
@@ -209,20 +200,15 @@ def parse_stats_lines(
         warnings.append(
             f"{source}: several 'GPU KV cache size' values {sorted(log.kv_tokens)}; capacity left unknown"
         )
-    return reading_of(
-        [frame],
-        warnings,
-        [
-            LoadSource(
-                source,
-                "log",
-                kv_cache_tokens=next(iter(log.kv_tokens)) if len(log.kv_tokens) == 1 else None,
-                kv_cache_memory_bytes=next(iter(log.manual_bytes)) if len(log.manual_bytes) == 1 else None,
-                reports_preemptions="v0" in log.forms or ("v1" in log.forms and log.late_v1),
-                utc_offset_hours=offset,
-            )
-        ],
+    facts = LoadSource(
+        source,
+        "log",
+        kv_cache_tokens=next(iter(log.kv_tokens)) if len(log.kv_tokens) == 1 else None,
+        kv_cache_memory_bytes=next(iter(log.manual_bytes)) if len(log.manual_bytes) == 1 else None,
+        reports_preemptions="v0" in log.forms or ("v1" in log.forms and log.late_v1),
+        utc_offset_hours=offset,
     )
+    return reading_of([frame], warnings, [facts])
 
 
 def _read_records(log: StatsLog, found: Iterable[StatsRecord]) -> None:

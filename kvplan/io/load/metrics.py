@@ -1,12 +1,10 @@
-"""Read saved snapshots of vLLM's ``/metrics`` (parsed by ``prometheus_client``), one or many scrapes a file.
-
-Scrapes are told apart by sample timestamps, a comment holding a time (``# 2026-11-29T10:00:10Z``, ``#
-1732874410``), a family's ``# HELP`` or a series seen again (then no time, so no rates). Times are naive UTC;
-rows are made in :mod:`.scrapes`. ``NaN``/``±Inf`` samples are unknown, with a warning.
-"""
+"""Read saved snapshots of vLLM's ``/metrics`` (``prometheus_client``), one or many scrapes a file, told apart
+by sample timestamps, a time comment (``# 2026-11-29T10:00:10Z``, ``# 1732874410``), a family's ``# HELP`` or a
+series seen again (no time, so no rates); times naive UTC; ``NaN``/``±Inf`` samples unknown, with a warning."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 from collections.abc import Iterable, Iterator, Sequence
@@ -18,8 +16,6 @@ from kvplan.io.load.frame import LoadFormatError, LoadReading, bounded_lines
 from kvplan.io.load.scrapes import (
     CACHE_CONFIG,
     CREATED,
-    NON_FINITE,
-    OUT_OF_RANGE,
     READ,
     REFUSED,
     Sample,
@@ -74,7 +70,7 @@ def _comment_time(line: str) -> datetime | None:
     if not match:
         return None
     if match.group("epoch"):
-        return datetime.fromtimestamp(float(match.group("epoch")), tz=timezone.utc).replace(tzinfo=None)
+        return unix_time(float(match.group("epoch")))
     stamp = datetime.fromisoformat(match.group("iso").replace("Z", "+00:00").replace(" ", "T"))
     return stamp.astimezone(timezone.utc).replace(tzinfo=None) if stamp.tzinfo else stamp
 
@@ -112,29 +108,24 @@ def _chunks(lines: Iterable[str]) -> Iterator[_Chunk]:
     """The scrapes of a file, one at a time."""
     current: _Chunk | None = None
     for number, line in enumerate(lines, start=1):
-        stamp = _comment_time(line) if line.lstrip().startswith("#") else None
         stripped = line.strip()
-        if stamp is not None:
-            if current is not None and not current.has_samples and current.time is None:
-                current.time = stamp
-            else:
-                if current is not None and current.has_samples:
-                    yield current
-                current = _Chunk(number, stamp)
+        comment = stripped.startswith("#")
+        stamp = _comment_time(line) if comment else None
+        declaration = _DECLARATION.match(stripped) if comment else None
+        series = _series(stripped) if stripped and not comment else None
+        if stamp is not None and current is not None and not current.has_samples and current.time is None:
+            current.time = stamp
             continue
-        declaration = _DECLARATION.match(stripped) if stripped.startswith("#") else None
-        series = _series(stripped) if stripped and not stripped.startswith("#") else None
-        if current is None or (declaration and declaration.groups() in current.declared):
+        repeated = series is not None and current is not None and series[0] in current.series
+        if stamp or current is None or repeated or (declaration and declaration.groups() in current.declared):
             if current is not None and current.has_samples:
                 yield current
-            current = _Chunk(number, None)
-        elif series is not None and series[0] in current.series:
-            if current.has_samples:
-                yield current
-            current = _Chunk(number, None, repeated=series[1])
+            current = _Chunk(number, stamp, repeated=series[1] if series and repeated else None)
+            if stamp is not None:
+                continue
         if declaration:
             current.declared.add(declaration.groups())
-        elif stripped and not stripped.startswith("#"):
+        elif stripped and not comment:
             current.has_samples = True
             if series is not None:
                 current.series.add(series[0])
@@ -167,31 +158,26 @@ def _families(chunk: _Chunk, source: str) -> list:
         ) from None
 
 
-def _non_finite_lines(chunk: _Chunk) -> list[tuple[int, str]]:
-    """(line, name) of the chunk's samples that are ``NaN`` or ``±Inf``."""
+def _sample_lines(chunk: _Chunk) -> list[tuple[int, str, float]]:
+    """(line, name, value) of the chunk's samples whose value is a number."""
     found = []
     for number, line in zip(chunk.numbers, chunk.lines):
-        match = _SERIES.match(line) if line.strip() and not line.lstrip().startswith("#") else None
-        try:
-            finite = match is None or math.isfinite(float(match.group("value")))
-        except ValueError:
-            finite = True
-        if not finite:
-            found.append((number, match.group("name")))
+        match = _SERIES.match(line)
+        if match:
+            with contextlib.suppress(ValueError):
+                found.append((number, match.group("name"), float(match.group("value"))))
     return found
 
 
-def _sample_line(chunk: _Chunk, name: str, value: float) -> int:
-    """The line of the chunk's first ``name`` sample with ``value`` (else the chunk's first line)."""
-    for number, line in zip(chunk.numbers, chunk.lines):
-        match = _SERIES.match(line)
-        if match and match.group("name") == name:
-            try:
-                if float(match.group("value")) == value:
-                    return number
-            except ValueError:
-                continue
-    return chunk.line
+def _sample_line(lines: list[tuple[int, str, float]], name: str, value: float, default: int) -> int:
+    """The line of the first ``name`` sample with ``value``; non-finite ones match any non-finite value once."""
+    finite = math.isfinite(value)
+    for entry in lines:
+        if entry[1] == name and (entry[2] == value if finite else not math.isfinite(entry[2])):
+            if not finite:
+                lines.remove(entry)
+            return entry[0]
+    return default
 
 
 def _read_metrics_lines(lines: Iterable[str], source: str) -> tuple[list[Scrape], list[str]]:
@@ -203,7 +189,7 @@ def _read_metrics_lines(lines: Iterable[str], source: str) -> tuple[list[Scrape]
     for chunk in _chunks(lines):
         if chunk.repeated is not None:
             repeats.append((chunk.line, chunk.repeated))
-        non_finite = _non_finite_lines(chunk)
+        sampled: list | None = None  # the chunk's sample lines, read when a sample needs its line
         by_time: dict[float | None, Scrape] = {}
         for family in _families(chunk, source):
             for sample in family.samples:
@@ -219,18 +205,11 @@ def _read_metrics_lines(lines: Iterable[str], source: str) -> tuple[list[Scrape]
                     time = chunk.time if when is None else unix_time(when)
                     scrape = by_time[when] = Scrape(source, chunk.line, time)
                 problem = take_sample(scrape, name, sample.labels, sample.value) if scrape else None
-                if problem == REFUSED:
-                    line = _sample_line(chunk, name, sample.value)
-                    raise refused_sample_error(source, line, name, sample.value)
-                if problem == NON_FINITE:
-                    where = next((entry for entry in non_finite if entry[1] == name), None)
-                    if where is not None:
-                        non_finite.remove(where)
-                    warnings.append(
-                        sample_note(source, where[0] if where else chunk.line, name, sample.value)
-                    )
-                elif problem == OUT_OF_RANGE:
-                    line = _sample_line(chunk, name, sample.value)
+                if problem is not None:
+                    sampled = _sample_lines(chunk) if sampled is None else sampled
+                    line = _sample_line(sampled, name, sample.value, chunk.line)
+                    if problem == REFUSED:
+                        raise refused_sample_error(source, line, name, sample.value)
                     warnings.append(sample_note(source, line, name, sample.value))
         for scrape in by_time.values():
             for engine, values in scrape.values.items():

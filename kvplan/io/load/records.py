@@ -1,9 +1,7 @@
-"""The records of a vLLM server log as a stream: ``LEVEL MM-DD HH:MM:SS [file.py:N] message`` each.
-
-Tolerated: ANSI colours, process prefixes, docker ``--timestamps`` and ``[YYYY-MM-DD HH:MM:SS]`` stamps in front
-(they give the year), ``VLLM_LOGGING_CONFIG_PATH``'s ``YYYY-MM-DD HH:MM:SS - logger - LEVEL - message``, several
-records on one line, a record hard-wrapped at column 159, and messages whose header was lost (no time).
-"""
+"""The records of a vLLM server log as a stream, ``LEVEL MM-DD HH:MM:SS [file.py:N] message`` each; tolerated:
+ANSI colours, process prefixes, docker ``--timestamps`` and ``[YYYY-MM-DD HH:MM:SS]`` stamps (they give the year),
+``VLLM_LOGGING_CONFIG_PATH``'s ``YYYY-MM-DD HH:MM:SS - logger - LEVEL - message``, several records on a line,
+a record hard-wrapped at column 159, messages whose header was lost (no time)."""
 
 from __future__ import annotations
 
@@ -59,15 +57,6 @@ class StatsRecord(NamedTuple):
     utc_offset_minutes: int | None = None  # from a docker --timestamps UTC stamp in front
 
 
-def _clean(line: str) -> str:
-    """A physical line without its newline, carriage return and ANSI colours."""
-    if line.endswith("\n"):
-        line = line[:-1]
-    if "\x1b" in line:
-        line = _ANSI.sub("", line)
-    return line.rstrip("\r")
-
-
 def _first_header(line: str) -> re.Match | None:
     """``_HEADER.search(line)``, tried first where a header usually stands (after a process prefix)."""
     start = line.find(") ") + 2 if line.startswith("(") else 0
@@ -105,45 +94,9 @@ def _split(start: int, line: str) -> Iterator[tuple[int, str, re.Match | None, s
         yield start, before, header, message.strip()
 
 
-class _Joiner:
-    """Physical lines pushed one at a time, given back as logical lines (a hard-wrapped record joined)."""
-
-    def __init__(self, wrap_width: int) -> None:
-        self.wrap_width = wrap_width
-        self.number = 0  # physical lines pushed
-        self.held: tuple[int, str] | None = None  # a line of wrap_width characters, maybe continued
-
-    def push(self, physical: str) -> list[tuple[int, str]]:
-        """The (first line number, text) of each logical line that ``physical`` completes."""
-        line = _clean(physical)
-        self.number += 1
-        done = []
-        if self.held is not None:
-            start, held = self.held
-            self.held = None
-            if not _find_headers(line):  # the continuation of a wrapped record
-                held += line
-                if len(held) == self.wrap_width:  # an empty continuation: still wrapped
-                    self.held = (start, held)
-                    return []
-                return [(start, held)]
-            done.append((start, held))
-        if len(line) == self.wrap_width:
-            self.held = (self.number, line)
-            return done
-        done.append((self.number, line))
-        return done
-
-    def finish(self) -> list[tuple[int, str]]:
-        """The logical line still held at the end of the log."""
-        held, self.held = self.held, None
-        return [] if held is None else [held]
-
-
 class RecordReader:
-    """The records of a log, pushed a physical line at a time (:meth:`push`) or read whole (:meth:`read`).
-    The year comes from ``year``, an outer stamp, or stays unknown, and moves on at New Year; a stamp that
-    names no real time (``02-30``) is a :class:`LoadFormatError`.
+    """The records of a log, a physical line at a time (:meth:`push`) or whole (:meth:`read`); the year (``year``
+    or an outer stamp) moves on at New Year; a stamp of no real time is a :class:`LoadFormatError`.
 
     >>> reader = RecordReader(2026)
     >>> lines = ["INFO 12-31 23:59:50 [a.py:1] x", "INFO 01-01 00:00:00 [a.py:1] y"]
@@ -156,18 +109,37 @@ class RecordReader:
         self.known = year is not None  # whether the year of the records so far is known
         self.year_value = year if year is not None else PLACEHOLDER_YEAR
         self.last_month: int | None = None
-        self.lines = _Joiner(wrap_width)
+        self.wrap_width = wrap_width
+        self.number = 0  # physical lines pushed
+        self.held: tuple[int, str] | None = None  # a line of wrap_width characters, maybe continued
         self._day: str | None = None  # "MM-DD" of the last line :meth:`read` took whole, while current
         self._midnight = 0  # its midnight [µs since year 1]
 
     def push(self, physical: str) -> Iterator[StatsRecord]:
-        """The records that the physical line completes."""
-        for start, line in self.lines.push(physical):
-            yield from self._records(start, line)
+        """The records that the physical line completes (a hard-wrapped record joined)."""
+        line = physical[:-1] if physical.endswith("\n") else physical  # without newline, CR and ANSI colours
+        line = (_ANSI.sub("", line) if "\x1b" in line else line).rstrip("\r")
+        self.number += 1
+        if self.held is not None:
+            (start, held), self.held = self.held, None
+            if not _find_headers(line):  # the continuation of a wrapped record
+                held += line
+                if len(held) == self.wrap_width:  # an empty continuation: still wrapped
+                    self.held = (start, held)
+                else:
+                    yield from self._records(start, held)
+                return
+            yield from self._records(start, held)
+        if len(line) == self.wrap_width:
+            self.held = (self.number, line)
+        else:
+            yield from self._records(self.number, line)
 
     def finish(self) -> Iterator[StatsRecord]:
-        for start, line in self.lines.finish():
-            yield from self._records(start, line)
+        """The records of the line still held at the end of the log."""
+        if self.held is not None:
+            (start, held), self.held = self.held, None
+            yield from self._records(start, held)
 
     def _records(self, start: int, line: str) -> Iterator[StatsRecord]:
         for number, before, header, message in _split(start, line):
@@ -221,9 +193,9 @@ class RecordReader:
         other: Callable[[str], None],
         shift_micros: int = 0,
     ) -> None:
-        """Read ``lines``: each run of lines that ``whole`` matches (groups 1–2 ``MM-DD``, ``HH:MM:SS``) on one
-        day goes to ``take(matches, first line, µs since year 1 + shift_micros each, year known)``, which
-        returns how many it took; other lines, and the first one ``take`` leaves, go to ``other``."""
+        """Read ``lines``: runs that ``whole`` matches (groups 1–2 ``MM-DD``, ``HH:MM:SS``) go a day at a time
+        to ``take(matches, first line, µs since year 1 + shift each, year known)``, which returns how many it
+        took; the others go to ``other``."""
         lines = iter(lines)
         for block in iter(lambda: list(itertools.islice(lines, READ_BLOCK)), []):
             found = list(map(whole.match, block))
@@ -232,7 +204,7 @@ class RecordReader:
             position = 0
             for miss in misses:
                 while position < miss:
-                    if self.lines.held is None:  # else a wrapped record may go on here
+                    if self.held is None:  # else a wrapped record may go on here
                         position += self._take_run(found[position:miss], take, shift_micros)
                         if position == miss:
                             break
@@ -248,12 +220,10 @@ class RecordReader:
         take: Callable[[list[re.Match], int, list[int], bool], int],
         shift_micros: int,
     ) -> int:
-        """Hand ``found`` to ``take`` a day at a time, as far as :meth:`push` would read alike: up to a line
-        of the wrap width, a stamp of no real time or shifted out of datetime's years; returns lines taken."""
-        joiner = self.lines
+        """Hand ``found`` to ``take`` as far as :meth:`push` would read alike; returns the lines taken."""
         ends = list(map(re.Match.end, found))
-        if joiner.wrap_width in ends:
-            found = found[: ends.index(joiner.wrap_width)]
+        if self.wrap_width in ends:
+            found = found[: ends.index(self.wrap_width)]
         if not found:
             return 0
         all_clocks = list(map(_CLOCK_GROUP, found))
@@ -272,12 +242,12 @@ class RecordReader:
                 count = seconds.index(None)
                 del seconds[count:]
             midnight = (self._midnight if state is None else state[3]) + shift_micros
-            micros = [midnight + second for second in seconds]
+            micros = list(map(midnight.__add__, seconds))
             if shift_micros and micros and (min(micros) < 0 or max(micros) > _LAST_MICROS):
                 count = next(n for n, value in enumerate(micros) if not 0 <= value <= _LAST_MICROS)
                 del micros[count:]
-            got = take(found[taken : taken + count], joiner.number + 1, micros, self.known) if count else 0
-            joiner.number += got
+            got = take(found[taken : taken + count], self.number + 1, micros, self.known) if count else 0
+            self.number += got
             taken += got
             if got and state is not None:
                 self.year_value, self.last_month, self._day, self._midnight = state
@@ -286,8 +256,7 @@ class RecordReader:
         return taken
 
     def _stamp(self, month_day: str, clock: str) -> tuple[int, int, str, int] | None:
-        """(year, month, ``MM-DD``, midnight [µs since year 1]) of the next line's stamp as :meth:`push`
-        reads it; ``None`` when it names no real time."""
+        """(year, month, ``MM-DD``, midnight [µs since year 1]) of the next stamp; ``None``: no real time."""
         month = int(month_day[:2])
         year = self.year_value + (self.last_month is not None and month < self.last_month)
         try:
@@ -327,8 +296,7 @@ def log_time_shift(utc_offset: float | None) -> timedelta:
 def utc_offset_hours(
     source: str, stamped: set[int], given: float | None, warnings: list[str]
 ) -> float | None:
-    """The log's UTC offset [h]: the one given, else the one its docker stamps (offsets [min]) agree on,
-    else ``None``; the decision is said in ``warnings``."""
+    """The log's UTC offset [h]: the one given, else its docker stamps' when they agree (said in ``warnings``)."""
     hours = sorted({minutes / 60 for minutes in stamped})
     if given is not None:
         if hours and hours != [given]:

@@ -1,7 +1,5 @@
-"""From /metrics scrapes to load rows: one row per scrape and engine, with rates and preemptions between
-scrapes. Counters that went down, or whose ``_created`` time changed, were reset by a restart and count from
-zero; a KV usage outside 0–1 is unknown, with a warning.
-"""
+"""From /metrics scrapes to load rows, one per scrape and engine, with rates and preemptions between scrapes;
+counters that went down or got a new ``_created`` time were reset by a restart."""
 
 from __future__ import annotations
 
@@ -53,8 +51,7 @@ class Sample(NamedTuple):
 
 @dataclass(frozen=True)
 class Scrape:
-    """One scrape per engine (``None``: no engine label): the :data:`READ` values summed over other labels,
-    ``vllm:cache_config_info``'s labels, and each counter's latest ``_created`` time [Unix s]."""
+    """A scrape by engine: :data:`READ` values summed over labels, cache config, ``_created`` [Unix s]."""
 
     source: str
     line: int
@@ -70,9 +67,9 @@ def unix_time(seconds: float) -> datetime:
 
 
 def take_sample(scrape: Scrape, name: str, labels: Mapping[str, str], value: float) -> str | None:
-    """Take one sample into ``scrape``; returns :data:`NON_FINITE` or :data:`OUT_OF_RANGE` when read as
-    unknown (the caller warns), :data:`REFUSED` for a value no vLLM exports (the caller refuses the file)."""
-    engine = _engine(labels)
+    """Take one sample; returns :data:`NON_FINITE`, :data:`OUT_OF_RANGE` (unknown) or :data:`REFUSED`."""
+    engine = labels.get("engine")
+    engine = int(engine) if engine is not None and engine.isdigit() else None
     value = float(value)  # prometheus_client reads "120" as the int 120
     if name == CACHE_CONFIG:
         earlier = scrape.cache_config.setdefault(engine, dict(labels))
@@ -136,11 +133,6 @@ def sample_note(source: str, line: int | None, name: str, value: float) -> Note:
     return Note(text, code="metrics-non-finite", file=source, line=line)
 
 
-def _engine(labels: Mapping[str, str]) -> int | None:
-    engine = labels.get("engine")
-    return int(engine) if engine is not None and engine.isdigit() else None
-
-
 def _rate(previous: dict | None, current: dict, name: str, seconds: float | None) -> float | None:
     increase = counter_increase(previous.get(name) if previous else None, current.get(name))
     return round(increase / seconds, 3) if increase is not None and seconds else None
@@ -163,8 +155,7 @@ def _optional_int(value: float | None) -> int | None:
 
 
 def metrics_rows(scrapes: Sequence[Scrape]) -> tuple[list[dict], list[str]]:
-    """One row per scrape and engine (in the order given), and the warnings; intervals follow time order
-    when every scrape has a time, else the order given."""
+    """One row per scrape and engine, and the warnings; intervals in time order when all are timed."""
     order = list(range(len(scrapes)))
     if all(scrape.time is not None for scrape in scrapes):
         order.sort(key=lambda i: scrapes[i].time)
@@ -204,8 +195,7 @@ def _went_down(values: dict, last: dict | None) -> list[str]:
 
 
 def _down_without_restart(before, scrape: Scrape, engine, last, values: dict) -> tuple | None:
-    """The counters that went down since ``last`` but kept their ``_created`` time (the scrapes disagree)
-    and the warning naming both; None when there is none."""
+    """The counters that went down but kept their ``_created`` time, and the warning; None if none."""
     went_down = _went_down(values, last)
     created_before = before.created.get(engine, {}) if before is not None else {}
     created_now = scrape.created.get(engine, {})
@@ -253,8 +243,7 @@ def cache_config_disagreements(scrapes: Sequence[Scrape]) -> list[Note]:
 def _created_anew(
     scrape: Scrape, engine: int | None, before: Scrape | None, last: dict | None, warnings: list[str]
 ) -> list[str]:
-    """The counters of ``engine`` created anew since ``before`` (their ``_created`` time changed); a restart
-    is said once in ``warnings``."""
+    """The counters of ``engine`` with a new ``_created`` time; a restart is said in ``warnings``."""
     values = scrape.values[engine]
     went_down = sorted(_went_down(values, last))
     created_before = before.created.get(engine, {}) if before is not None else {}
