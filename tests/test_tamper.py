@@ -403,6 +403,7 @@ class TestStaleClaims:
     [
         (lambda r: r["inputs"][0].__setitem__("path", 5), "inputs[0] is not an input entry"),
         (lambda r: r["policy"].__setitem__("reserve_bytes", "1GiB"), "malformed policy"),
+        (lambda r: r.pop("approver"), "malformed policy, plan, load, approval"),  # issue 23: was a KeyError
     ],
 )
 def test_garbled_records_are_one_error_line(sealed, tmp_path, capsys, edit, message):

@@ -8,27 +8,15 @@ import json
 import os
 import stat
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 import pandas as pd
 
+import kvplan.evidence.record as rec
 from kvplan.checks.gate import Approved
 from kvplan.drift import per_rank
-from kvplan.evidence.record import (
-    ALLOWED_UNJUDGED_KEY,
-    BUDGET_JSON,
-    CHARTS_DIR,
-    HASH_CHUNK_BYTES,
-    INPUT_KEYS,
-    INPUTS_DIR,
-    ROLES,
-    SCHEMA,
-    SCHEMA_VERSION,
-    BundleError,
-    input_names,
-    int_or_none,
-)
 from kvplan.plan import AdmissionPlan, LoadPolicy, Policy, profiled_tokens
 
 #: Largest ``budget.json`` read [bytes]; a bigger one is refused before it is read.
@@ -48,13 +36,7 @@ class UnsafeFileError(ValueError):
 
 
 def path_problem(name: object) -> str | None:
-    """Why ``name`` is not a plain relative path inside a bundle (None when it is one).
-
-    >>> path_problem("inputs/boot.log"), path_problem("../etc/passwd"), path_problem("/etc/passwd")
-    (None, "'..' leaves the bundle", 'an absolute path')
-    >>> path_problem("charts//x.png"), path_problem(3)
-    ("an empty or '.' part", 'not a string')
-    """
+    """Why ``name`` is not a plain relative path inside a bundle (None when it is one)."""
     if not isinstance(name, str):
         return "not a string"
     if not name or name.startswith("/") or "\\" in name or (len(name) > 1 and name[1] == ":"):
@@ -76,8 +58,7 @@ def _open(folder: Path, name: str) -> int:
     here = folder
     for part in parts[:-1]:
         here = here / part
-        info = os.lstat(here)
-        if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        if not stat.S_ISDIR(os.lstat(here).st_mode):  # lstat: a symlink is no folder
             raise UnsafeFileError(
                 f"{name}: {here.relative_to(folder).as_posix()} is not a folder of the bundle "
                 "(a symlink or a file)"
@@ -112,8 +93,7 @@ def read_bounded(folder: Path, name: str, max_bytes: int) -> bytes:
 
 
 def copy_hashed(folder: Path, name: str, target: Path, sizes: Mapping[str, object]) -> str:
-    """Copy bundle file ``name`` to ``target`` while hashing it: its SHA-256. Refused unread at another size
-    than ``sizes`` records for it (an input), or else above :data:`MAX_ARTIFACT_BYTES`."""
+    """Copy bundle file ``name`` to ``target``: its SHA-256; refused unread at a size ``sizes`` does not record."""
     with os.fdopen(_open(folder, name), "rb") as handle:
         size = os.fstat(handle.fileno()).st_size
         if name in sizes:
@@ -123,7 +103,7 @@ def copy_hashed(folder: Path, name: str, target: Path, sizes: Mapping[str, objec
             raise UnsafeFileError(f"{name}: {size:,} bytes, above the bound of {MAX_ARTIFACT_BYTES:,}")
         digest, copied = hashlib.sha256(), 0
         with open(target, "wb") as out:
-            while copied <= size and (chunk := handle.read(min(HASH_CHUNK_BYTES, size + 1 - copied))):
+            while copied <= size and (chunk := handle.read(min(rec.HASH_CHUNK_BYTES, size + 1 - copied))):
                 digest.update(chunk)
                 out.write(chunk)
                 copied += len(chunk)
@@ -139,34 +119,34 @@ def read_bundle(bundle: str | os.PathLike) -> dict:
 
 def load(folder: Path) -> tuple[dict, bytes]:
     """The record of ``folder`` and the bytes it was parsed from; :class:`BundleError` when unreadable."""
-    path = folder / BUDGET_JSON
+    path = folder / rec.BUDGET_JSON
     try:
-        data = read_bounded(folder, BUDGET_JSON, MAX_RECORD_BYTES)
+        data = read_bounded(folder, rec.BUDGET_JSON, MAX_RECORD_BYTES)
     except FileNotFoundError:
-        raise BundleError(f"{path}: no such file: not an evidence bundle") from None
+        raise rec.BundleError(f"{path}: no such file: not an evidence bundle") from None
     except NotADirectoryError:
-        raise BundleError(f"{folder}: not a folder: not an evidence bundle") from None
+        raise rec.BundleError(f"{folder}: not a folder: not an evidence bundle") from None
     except (UnsafeFileError, OSError) as exc:
-        raise BundleError(f"{path}: unreadable: {exc}") from None
+        raise rec.BundleError(f"{path}: unreadable: {exc}") from None
     try:
         record = json.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
-        raise BundleError(
+        raise rec.BundleError(
             f"{path}: unreadable: {exc if not isinstance(exc, RecursionError) else 'too deep'}"
         ) from None
-    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
-        raise BundleError(f"{path}: not a {SCHEMA} record")
+    if not isinstance(record, dict) or record.get("schema") != rec.SCHEMA:
+        raise rec.BundleError(f"{path}: not a {rec.SCHEMA} record")
     if _depth(record) > MAX_DEPTH:
-        raise BundleError(f"{path}: nested deeper than {MAX_DEPTH} levels: not a record approve writes")
-    if record.get("schema_version") != SCHEMA_VERSION:
-        raise BundleError(
+        raise rec.BundleError(f"{path}: nested deeper than {MAX_DEPTH} levels: not a record approve writes")
+    if record.get("schema_version") != rec.SCHEMA_VERSION:
+        raise rec.BundleError(
             f"{path}: schema version {record.get('schema_version')!r}; this kvplan reads "
-            f"version {SCHEMA_VERSION}"
+            f"version {rec.SCHEMA_VERSION}"
         )
     required = ("decision", "policy", "ranks", "inputs", "files", "compatibility_key")
     missing = [key for key in required if key not in record]
     if missing:
-        raise BundleError(f"{path}: missing {', '.join(missing)}")
+        raise rec.BundleError(f"{path}: missing {', '.join(missing)}")
     return record, data
 
 
@@ -188,13 +168,13 @@ def bundle_paths(record: Mapping, differences: list[str]) -> dict[str, str]:
     """Recorded SHA-256 by bundle path, files then inputs; unsafe paths become differences, never opened."""
     files = record["files"]
     if not isinstance(files, dict) or not all(isinstance(v, str) for v in files.values()):
-        raise BundleError("budget.json: files is not an object of SHA-256 strings by path")
+        raise rec.BundleError("budget.json: files is not an object of SHA-256 strings by path")
     paths = {}
     for name, digest in [*files.items(), *((e["bundle_path"], e["sha256"]) for e in record["inputs"])]:
         problem = path_problem(name)
-        if problem is None and name.split("/")[0] not in (INPUTS_DIR, CHARTS_DIR) and "/" in name:
+        if problem is None and name.split("/")[0] not in (rec.INPUTS_DIR, rec.CHARTS_DIR) and "/" in name:
             problem = "not under inputs/ or charts/"
-        if problem is None and name == BUDGET_JSON:
+        if problem is None and name == rec.BUDGET_JSON:
             problem = "budget.json hashes itself"
         if problem is not None:
             differences.append(f"{name!r}: {problem}: not opened")
@@ -206,11 +186,10 @@ def bundle_paths(record: Mapping, differences: list[str]) -> dict[str, str]:
 def read_files(
     folder: Path, private: Path, record: Mapping, paths: Mapping[str, str], differences: list[str]
 ) -> tuple[dict[str, Path], dict[str, tuple[Path, str]]]:
-    """Copy each file once into ``private`` while hashing it (verify judges and recomputes from the copies):
-    the inputs' copies, and every other file's copy and SHA-256, by bundle path."""
+    """Copy each file into ``private`` once: the inputs' copies, and the other files' copies and SHA-256."""
     sizes = {e["bundle_path"]: e["size_bytes"] for e in record["inputs"]}
     copies, artifacts = {}, {}
-    (private / INPUTS_DIR).mkdir()
+    (private / rec.INPUTS_DIR).mkdir()
     for i, (name, recorded) in enumerate(sorted(paths.items())):
         target = private / name if name in sizes else private / f"{i}.copy"
         try:
@@ -227,7 +206,7 @@ def read_files(
             artifacts[name] = (target, actual)
         if actual != recorded:
             differences.append(f"{name}: SHA-256 {actual} differs from the recorded {recorded}")
-        elif name.startswith(f"{CHARTS_DIR}/") and not (
+        elif name.startswith(f"{rec.CHARTS_DIR}/") and not (
             name.endswith(".png") and target.read_bytes()[: len(PNG_SIGNATURE)] == PNG_SIGNATURE
         ):
             differences.append(f"{name}: not a PNG image")
@@ -236,7 +215,7 @@ def read_files(
 
 def added_paths(folder: Path, expected: Mapping[str, str] | Sequence[str]) -> list[str]:
     """Paths under ``folder`` (folders end in ``/``) that are no ``expected`` file or folder holding one, sorted."""
-    wanted = {BUDGET_JSON, *expected}
+    wanted = {rec.BUDGET_JSON, *expected}
     folders = {parent.as_posix() for name in wanted for parent in Path(name).parents} - {"."}
     added = []
     for root, dirs, files in os.walk(folder, followlinks=False):
@@ -251,10 +230,13 @@ def added_paths(folder: Path, expected: Mapping[str, str] | Sequence[str]) -> li
     return sorted(added)
 
 
-def stated_settings(
-    folder: Path, record: Mapping
-) -> tuple[list, Policy, AdmissionPlan | None, LoadPolicy | None, object]:
-    """The inputs, policy, plan, load policy and model options a record states; :class:`BundleError`."""
+def stated_settings(folder: Path, record: Mapping) -> tuple[list, rec.Approval]:
+    """The inputs and the :class:`Approval` a record states; :class:`BundleError` when malformed."""
+    path, allowed = folder / rec.BUDGET_JSON, record.get(rec.ALLOWED_UNJUDGED_KEY, ())
+    if rec.ALLOWED_UNJUDGED_KEY in record and not (
+        isinstance(allowed, list) and allowed and all(isinstance(name, str) for name in allowed)
+    ):
+        raise rec.BundleError(f"{path}: {rec.ALLOWED_UNJUDGED_KEY} is not a list of check names")
     try:
         entries = list(record["inputs"])
         raw, stated, load = record["policy"], record.get("admission_plan"), record.get("load")
@@ -264,33 +246,26 @@ def stated_settings(
         plan = (
             AdmissionPlan(_typed(stated["target_concurrency"]), _typed(stated["seq_len"])) if stated else None
         )
-        load_policy = None
-        if any(isinstance(e, dict) and e.get("role") == "load" for e in entries):
-            load_policy = LoadPolicy()
-            if load is not None:
-                load_policy = LoadPolicy(
-                    _typed(load["max_preemptions"]),
-                    int_or_none(load["year"]),
-                    load.get("max_capacity_loss_pct"),
-                )
+        roles = [entry.get("role") for entry in entries if isinstance(entry, dict)]
+        load_policy = LoadPolicy() if "load" in roles else None
+        if load_policy is not None and load is not None:
+            load_policy = LoadPolicy(
+                _typed(load["max_preemptions"]),
+                rec.int_or_none(load["year"]),
+                load.get("max_capacity_loss_pct"),
+            )
         options = record.get("model_options")
         if options is not None and not isinstance(options, dict):
             raise TypeError("model_options is not an object")
-        return entries, policy, plan, load_policy, options
+        identity = [str(record[key]) for key in ("approver", "note", "kvplan_version")]
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise BundleError(
-            f"{folder / BUDGET_JSON}: malformed policy, plan, load, approval or inputs: {exc!r}"
-        ) from None
-
-
-def allowed_unjudged(folder: Path, record: Mapping) -> list[str]:
-    """The checks the approver accepted without a verdict; :class:`BundleError` unless a non-empty list."""
-    if ALLOWED_UNJUDGED_KEY not in record:
-        return []
-    allowed = record[ALLOWED_UNJUDGED_KEY]
-    if not isinstance(allowed, list) or not allowed or not all(isinstance(name, str) for name in allowed):
-        raise BundleError(f"{folder / BUDGET_JSON}: {ALLOWED_UNJUDGED_KEY} is not a list of check names")
-    return allowed
+        raise rec.BundleError(f"{path}: malformed policy, plan, load, approval or inputs: {exc!r}") from None
+    launch = isinstance(record.get("decision"), dict) and rec.LAUNCH_KEY in record["decision"]
+    approval = rec.Approval(
+        policy, *identity, tuple(allowed), launch, rec.TEXT_ESCAPING_KEY in record, plan=plan
+    )
+    options = options if "model config" in roles else None
+    return entries, replace(approval, options=options, load_policy=load_policy)
 
 
 def _typed(value: object, kind: type = int) -> Any:
@@ -305,16 +280,16 @@ def entry_differences(entries: Sequence[object]) -> list[str]:
     for i, entry in enumerate(entries):
         if (
             not isinstance(entry, dict)
-            or sorted(entry) != sorted(INPUT_KEYS)
+            or sorted(entry) != sorted(rec.INPUT_KEYS)
             or not all(isinstance(entry[k], str) for k in ("path", "bundle_path", "sha256", "role"))
-            or entry["role"] not in ROLES
+            or entry["role"] not in rec.ROLES
         ):
-            raise BundleError(
-                f"budget.json: inputs[{i}] is not an input entry ({', '.join(INPUT_KEYS)}; role "
-                f"one of {', '.join(ROLES)})"
+            raise rec.BundleError(
+                f"budget.json: inputs[{i}] is not an input entry ({', '.join(rec.INPUT_KEYS)}; role "
+                f"one of {', '.join(rec.ROLES)})"
             )
     out = []
-    for entry, name in zip(entries, input_names([entry["path"] for entry in entries])):
+    for entry, name in zip(entries, rec.input_names([entry["path"] for entry in entries])):
         if entry["bundle_path"] != name:
             out.append(f"inputs: {entry['path']} is copied as {name}, recorded {entry['bundle_path']}")
     return out
@@ -324,7 +299,7 @@ def approved_from_record(record: Mapping, defaulted_key_fields: frozenset[str] =
     """The gate's view of a record, with the key fields its logs did not show; :class:`BundleError` if malformed."""
     try:
         plan = record.get("admission_plan") or {}
-        max_model_len = int_or_none(record["compatibility_key"].get("max_model_len"))
+        max_model_len = rec.int_or_none(record["compatibility_key"].get("max_model_len"))
         at_max_len = [
             int(row["tokens"]) for row in record.get("capacity") or () if row["seq_len"] == max_model_len
         ]
@@ -335,12 +310,12 @@ def approved_from_record(record: Mapping, defaulted_key_fields: frozenset[str] =
             budget_bytes=int(record["decision"]["kv_cache_memory_bytes"]),
             ranks=tuple(int(r["rank"]) for r in record["ranks"]),
             safe_bytes=tuple(int(r["safe_bytes"]) for r in record["ranks"]),
-            ref_free_bytes=tuple(int_or_none(r.get("init_free_bytes")) for r in record["ranks"]),
+            ref_free_bytes=tuple(rec.int_or_none(r.get("init_free_bytes")) for r in record["ranks"]),
             reserve_bytes=int(record["policy"]["reserve_bytes"]),
             guard_bytes=int(record["policy"]["guard_bytes"]),
-            block_bytes=int_or_none(record["policy"]["rounding"]["block_bytes"]),
+            block_bytes=rec.int_or_none(record["policy"]["rounding"]["block_bytes"]),
             compatibility_key=dict(record["compatibility_key"]),
-            tokens_required=int_or_none(plan.get("tokens_required")),
+            tokens_required=rec.int_or_none(plan.get("tokens_required")),
             logged_tokens=profiled_tokens(ledger),
             capacity_tokens=at_max_len[0] if at_max_len else None,
             defaulted_key_fields=frozenset(defaulted_key_fields),
@@ -348,4 +323,4 @@ def approved_from_record(record: Mapping, defaulted_key_fields: frozenset[str] =
             total_bytes=tuple(totals.get(int(r["rank"])) for r in record["ranks"]),
         )
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        raise BundleError(f"budget.json lacks or garbles what a gate needs: {exc!r}") from None
+        raise rec.BundleError(f"budget.json lacks or garbles what a gate needs: {exc!r}") from None

@@ -1,8 +1,4 @@
-"""The bundle record (``budget.json``, schema in ``docs/budget-json.md``): its bytes, digests and seal.
-
->>> bundle_name(datetime(2026, 11, 29, 10, 40, tzinfo=timezone.utc), "0123456789abcdef")
-'2026-11-29-0123456789ab'
-"""
+"""The bundle record (``budget.json``, schema in ``docs/budget-json.md``): its bytes, digests and seal."""
 
 from __future__ import annotations
 
@@ -100,8 +96,7 @@ def canonical_json(value: object) -> bytes:
 
 
 def json_chunks(value: object, **options: Any) -> Iterator[bytes]:
-    """``json.dumps(value, **options)`` in pieces of 4,096 encoder items, never whole (budget.json: 40 MB at
-    5,000 boots, and ``json.dumps`` holds millions of small strings at once)."""
+    """``json.dumps(value, **options)`` in pieces, never whole (``budget.json``: 40 MB at 5,000 boots)."""
     pieces = json.JSONEncoder(**options).iterencode(value)
     while batch := "".join(itertools.islice(pieces, 4096)):
         yield batch.encode()
@@ -134,14 +129,8 @@ def bundle_name(created: datetime, digest: str) -> str:
 
 
 def input_names(paths: Sequence[str | os.PathLike]) -> list[str]:
-    """Bundle names of the input copies, numbered when names clash; a control character or ``\\`` becomes ``_``.
-
-    >>> input_names(["a/reference.log", "b/canary.log"])
-    ['inputs/reference.log', 'inputs/canary.log']
-    >>> input_names(["a/x.log", "b/x.log"])
-    ['inputs/1-x.log', 'inputs/2-x.log']
-    """
-    names = [re.sub(r"[\x00-\x1f\\]", "_", Path(path).name) for path in paths]  # see files.path_problem
+    """Bundle names of the input copies, numbered when names clash; a control character or ``\\`` becomes ``_``."""
+    names = [re.sub(r"[\x00-\x1f\\]", "_", Path(path).name) for path in paths]  # see reading.path_problem
     if len(set(names)) == len(names):
         return [f"{INPUTS_DIR}/{name}" for name in names]
     return [f"{INPUTS_DIR}/{i}-{name}" for i, name in enumerate(names, start=1)]
@@ -149,7 +138,8 @@ def input_names(paths: Sequence[str | os.PathLike]) -> list[str]:
 
 @dataclass(frozen=True)
 class Approval:
-    """Who approved, how, with which kvplan; ``launch`` False: no :data:`LAUNCH_KEY` or start-up checks (issue 24)."""
+    """What an approval states: who, with which kvplan, its policy and settings; ``launch`` False: no
+    :data:`LAUNCH_KEY` or start-up checks (issue 24); ``escaping`` False: no :data:`TEXT_ESCAPING_KEY`."""
 
     policy: Policy
     approver: str
@@ -157,56 +147,46 @@ class Approval:
     version: str = __version__
     allowed_unjudged: tuple[str, ...] = ()
     launch: bool = True
+    escaping: bool = True
+    options: Mapping[str, object] | None = None
+    plan: AdmissionPlan | None = None
+    load_policy: LoadPolicy | None = None
 
 
-def settings(
-    approval: Approval,
-    options: Mapping[str, object] | None,
-    plan: AdmissionPlan | None,
-    load_policy: LoadPolicy | None,
-    inputs: Sequence[Mapping[str, str]],
-) -> dict:
-    """The settings the inputs digest covers; ``load`` and ``allowed_unjudged`` only when given."""
+def stated_digest(approval: Approval, inputs: Sequence[Mapping[str, object]]) -> str:
+    """:func:`inputs_digest` of the inputs (``path``, ``role``, ``sha256``) and what ``approval`` states."""
     stated: dict = {"approver": approval.approver, "note": approval.note, "kvplan_version": approval.version}
     if approval.allowed_unjudged:
         stated[ALLOWED_UNJUDGED_KEY] = list(approval.allowed_unjudged)
-    out = {
+    options, plan, load = approval.options, approval.plan, approval.load_policy
+    settings = {
         "policy": asdict(approval.policy),
         "model_options": None if options is None else dict(options),
         "plan": asdict(plan) if plan else None,
         "inputs": [{"path": entry["path"], "role": entry["role"]} for entry in inputs],
         "approval": stated,
+        **({"load": asdict(load)} if load is not None else {}),
     }
-    if load_policy is not None:
-        out["load"] = asdict(load_policy)
-    return out
+    return inputs_digest([str(entry["sha256"]) for entry in inputs], settings)
 
 
-def decide_copies(
-    copies: Mapping[str, list[tuple[Path, str]]],
-    policy: Policy,
-    options: Mapping[str, object] | None,
-    plan: AdmissionPlan | None,
-    load_policy: LoadPolicy | None,
-) -> Decision:
+def decide_copies(copies: Mapping[str, list[tuple[Path, str]]], approval: Approval) -> Decision:
     """The decision over a bundle's copies of its inputs, ``(path, bundle path)`` by role."""
-    configs = copies["model config"]
+    configs, options = copies["model config"], approval.options
     layout = (
         ModelLayout(configs[0][0], options, name=configs[0][1]) if configs and options is not None else None
     )
     evidence = read_evidence(copies["log"], copies[NVIDIA_SMI_ROLE], copies["load"])
-    return decide(evidence, policy, layout, plan, load_policy)
+    return decide(evidence, approval.policy, layout, approval.plan, approval.load_policy)
 
 
 def created_time(text: object) -> datetime | None:
     """The time of ``created_utc`` as :func:`utc_text` writes it, else None."""
-    if not isinstance(text, str) or not text.endswith("Z"):
-        return None
     try:
-        created = datetime.fromisoformat(text[:-1] + "+00:00")
-    except ValueError:
+        created = datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
         return None
-    return created if created.utcoffset() is not None and utc_text(created) == text else None
+    return created if utc_text(created) == text else None
 
 
 def utc_text(created: datetime) -> str:
@@ -215,15 +195,10 @@ def utc_text(created: datetime) -> str:
 
 
 def build_record(
-    decision: Decision,
-    approval: Approval,
-    created: datetime,
-    inputs: Sequence[Mapping[str, object]],
-    digest: str,
-    layout_options: Mapping[str, object] | None = None,
+    decision: Decision, approval: Approval, created: datetime, inputs: Sequence[Mapping], digest: str
 ) -> dict:
     """The ``budget.json`` record without ``files`` and the seal, which approve adds last."""
-    policy, budget, launch = approval.policy, decision.budget, approval.launch
+    policy, budget, launch, options = approval.policy, decision.budget, approval.launch, approval.options
     return {
         "schema": SCHEMA,
         "schema_version": SCHEMA_VERSION,
@@ -251,54 +226,44 @@ def build_record(
             },
         },
         **_budget_keys(decision),
-        "model_options": dict(layout_options) if layout_options is not None else None,
+        "model_options": dict(options) if options is not None else None,
         "capacity": [dict(row) for row in decision.capacity] if decision.capacity is not None else None,
         "admission_plan": decision.plan,
         **({"load": decision.load} if decision.load is not None else {}),
         "compatibility_key": {k: json_value(v) for k, v in decision.compatibility_key.items()},
         "checks": [check.to_dict() for check in decision.checks if launch or check.name not in LAUNCH_CHECKS],
         "warnings": list(decision.warnings),
-        TEXT_ESCAPING_KEY: TEXT_ESCAPING,
+        **({TEXT_ESCAPING_KEY: TEXT_ESCAPING} if approval.escaping else {}),
         "inputs": [dict(entry) for entry in inputs],
         "ledger": [
             {str(k): json_value(v) for k, v in row.items()}
             for row in decision.ledger.to_dict(orient="records")
         ],
         "files": {},
+        **({ALLOWED_UNJUDGED_KEY: list(approval.allowed_unjudged)} if approval.allowed_unjudged else {}),
     }
 
 
 def _budget_keys(decision: Decision) -> dict:
     """The record's ``ranks``, ``summary``, ``stranded`` and ``kv_spec``, in that order."""
     budget = decision.budget
+    columns = {"room_bytes": budget.room_bytes, "room_source": decision.room_sources}
+    columns |= {"safe_bytes": budget.safe_bytes, "stranded_bytes": budget.stranded_bytes}
+    columns["init_free_bytes"] = decision.ref_free_bytes
+    limiting = budget.limiting_rank
     ranks = [
-        {
-            "rank": rank,
-            "room_bytes": budget.room_bytes[i],
-            "room_source": decision.room_sources[i],
-            "safe_bytes": budget.safe_bytes[i],
-            "stranded_bytes": budget.stranded_bytes[i],
-            "init_free_bytes": decision.ref_free_bytes[i],
-            "limiting": rank == budget.limiting_rank,
-        }
+        {"rank": rank, **{key: column[i] for key, column in columns.items()}, "limiting": rank == limiting}
         for i, rank in enumerate(budget.ranks)
     ]
     summary = {key: getattr(budget, key) for key in SUMMARY_KEYS}
-    stranded = {
-        "total_bytes": budget.stranded_total_bytes,
-        "rounding_loss_bytes": budget.rounding_loss_bytes,
-        "per_rank_bytes": list(budget.stranded_bytes),
-    }
+    stranded = {"total_bytes": budget.stranded_total_bytes, "rounding_loss_bytes": budget.rounding_loss_bytes}
+    stranded["per_rank_bytes"] = list(budget.stranded_bytes)
     spec = decision.spec.to_dict() if decision.spec else None
     return {"ranks": ranks, "summary": summary, "stranded": stranded, "kv_spec": spec}
 
 
 def json_value(value: object) -> object:
-    """Plain JSON value: None for missing, int for whole numbers, float, bool or str otherwise.
-
-    >>> json_value(float("nan")), json_value(3)
-    (None, 3)
-    """
+    """Plain JSON value: None for missing, int for whole numbers, float, bool or str otherwise."""
     if type(value) in _ALWAYS_KNOWN:  # the common cells, without pd.isna (no change in the answer)
         return value
     if type(value) is float:

@@ -12,16 +12,10 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+import kvplan.evidence.record as rec
 from kvplan.budget import kv_cache_flag
 from kvplan.checks import verdict_word
 from kvplan.escape import markdown_code, markdown_text, terminal_text
-from kvplan.evidence.record import (
-    ALLOWED_UNJUDGED_KEY,
-    CHARTS_DIR,
-    TEXT_ESCAPING_KEY,
-    int_or_none,
-    json_value,
-)
 from kvplan.io.ledger_frame import ledger_frame_csv
 from kvplan.io.metadata import RawLines
 from kvplan.kvspec.capacity import capacity_rows, sequence_lengths
@@ -30,6 +24,7 @@ from kvplan.units import format_size
 
 #: Rows of ``evidence.log`` whose raw lines are read back from the logs at once.
 READ_BACK_ROWS = 4096
+_COLUMNS = ("source", "line", "boot", "rank", "column", "value", "raw")
 #: What ``SUMMARY.md`` says of ``ledger.csv``'s text cells (a bundle with ``text_escaping``).
 CSV_README = (
     "`ledger.csv` holds the ledger, one row per boot × rank; a text cell that begins with `=`, `+`, `-`, "
@@ -87,7 +82,7 @@ def launch_lines(record: Mapping) -> list[str]:
 
 def summary_markdown(record: Mapping, name: str) -> str:
     """``SUMMARY.md``: the decision, per-rank table, stranded, capacity, key, checks and inputs."""
-    md = _Markdown(TEXT_ESCAPING_KEY in record)
+    md = _Markdown(rec.TEXT_ESCAPING_KEY in record)
     lines = [*_decision_lines(record, name, md), *_rank_lines(record, md), *_capacity_lines(record)]
     if record["admission_plan"]:
         lines += ["", f"**Admission plan:** {record['admission_plan']['detail']}."]
@@ -105,8 +100,8 @@ def summary_markdown(record: Mapping, name: str) -> str:
         f"- **{verdict_word(c['passed'])}** {md.text(c['name'])}: {md.text(c['detail'])}"
         for c in record["checks"]
     ]
-    if record.get(ALLOWED_UNJUDGED_KEY):
-        accepted = ", ".join(md.text(name) for name in record[ALLOWED_UNJUDGED_KEY])
+    if record.get(rec.ALLOWED_UNJUDGED_KEY):
+        accepted = ", ".join(md.text(name) for name in record[rec.ALLOWED_UNJUDGED_KEY])
         lines.append(f"- **Accepted by the approver without a verdict** (`--allow-unjudged`): {accepted}")
     lines.append("\n## Inputs\n\n| file | SHA-256 |\n|---|---|")
     lines += [
@@ -238,7 +233,7 @@ def _count_text(value: float | None) -> str:
 
 def artifact_pieces(decision: Decision, record: Mapping, name: str) -> dict[str, Iterator[str]]:
     """The text files of bundle ``name`` in pieces, made as they are read (``evidence.log`` line by line)."""
-    escaped = TEXT_ESCAPING_KEY in record
+    escaped = rec.TEXT_ESCAPING_KEY in record
     ledger = ledger_frame_csv(decision.ledger) if escaped else decision.ledger.to_csv(index=False)
     if decision.metadata is not None:  # the reader's compact rows, raw lines read back from the logs
         metadata = decision.metadata
@@ -255,7 +250,7 @@ def artifact_pieces(decision: Decision, record: Mapping, name: str) -> dict[str,
 def chart_names(decision: Decision) -> list[str]:
     """Names of the bundle's charts; ``concurrency`` needs a model and ``max_model_len``."""
     names = ["ledger", "safe-budget", "stranded"]
-    if decision.spec is not None and int_or_none(decision.compatibility_key.get("max_model_len")):
+    if decision.spec is not None and rec.int_or_none(decision.compatibility_key.get("max_model_len")):
         names.append("concurrency")
     return names
 
@@ -275,7 +270,7 @@ def chart_images(decision: Decision) -> dict[str, bytes]:
     for chart_name in chart_names(decision):
         buffer = io.BytesIO()
         figures[chart_name]().savefig(buffer, format="png", dpi=100, metadata={"Software": None})
-        images[f"{CHARTS_DIR}/{chart_name}.png"] = buffer.getvalue()
+        images[f"{rec.CHARTS_DIR}/{chart_name}.png"] = buffer.getvalue()
     return images
 
 
@@ -307,48 +302,44 @@ def evidence_lines(
     if provenance.empty:
         yield "(the reader recorded no provenance)"
         return
-    sort_lines = provenance["line"].astype("Int64").fillna(0).reset_index(drop=True)
-    keys = pd.DataFrame({"source": provenance["source"].reset_index(drop=True), "_line": sort_lines})
-    order = list(keys.sort_values(["source", "_line"], kind="stable").index)
-    at_sort_line = list(sort_lines)
-    at_source, at_line, at_boot, at_rank, at_column, at_value, at_raw = (
-        list(provenance[name]) for name in ("source", "line", "boot", "rank", "column", "value", "raw")
-    )
+    frame = provenance.reset_index(drop=True)
+    sort_line = frame["line"].astype("Int64").fillna(0)
+    keys = pd.DataFrame({"source": frame["source"], "_line": sort_line})
+    order = keys.sort_values(["source", "_line"], kind="stable").index.to_numpy()
     groups: dict[tuple, dict] = {}  # the places of one (source, line), in the order first seen
     run = None
-    for start in range(0, len(order), READ_BACK_ROWS):
-        batch = order[start : start + READ_BACK_ROWS]
-        texts = _read_back(batch, at_source, at_raw, raw_lines) if raw_lines is not None else {}
+    for start in range(0, len(order), READ_BACK_ROWS):  # one batch of rows as lists at a time
+        at = order[start : start + READ_BACK_ROWS]
+        rows = list(zip(sort_line.take(at).tolist(), *(frame[name].take(at).tolist() for name in _COLUMNS)))
+        texts = _read_back(rows, raw_lines) if raw_lines is not None else {}
         stripped: dict[object, str] = {}  # str(raw).rstrip() of each raw text of the batch
-        for i in batch:
-            source, raw = str(at_source[i]), at_raw[i]
+        for sort_at, source, line, boot, rank, column, value, raw in rows:
             if texts and type(raw) is int:
-                raw = texts[at_source[i], raw]
-            if (source, at_sort_line[i]) != run:
+                raw = texts[source, raw]
+            if (str(source), sort_at) != run:
                 yield from _place_lines(groups, escaped)
-                groups, run = {}, (source, at_sort_line[i])
+                groups, run = {}, (str(source), sort_at)
             if raw not in stripped:
                 stripped[raw] = str(raw).rstrip()
-            place = (source, _whole(at_line[i]), _whole(at_boot[i]), stripped[raw])
-            values = groups.setdefault(place, {}).setdefault(_whole(at_rank[i]), [])
-            values.append(f"{at_column[i]} = {json_value(at_value[i])}")
+            place = (str(source), _whole(line), _whole(boot), stripped[raw])
+            groups.setdefault(place, {}).setdefault(_whole(rank), []).append(
+                f"{column} = {rec.json_value(value)}"
+            )
     yield from _place_lines(groups, escaped)
 
 
 @functools.lru_cache(maxsize=1 << 16)
 def _whole(value: object) -> int | None:
     """:func:`~kvplan.evidence.record.int_or_none` of a line, boot or rank number (they repeat)."""
-    return int_or_none(value)
+    return rec.int_or_none(value)
 
 
-def _read_back(
-    positions: Sequence[int], sources: Sequence[object], raws: Sequence[object], raw_lines: RawLines
-) -> dict[tuple, str]:
-    """``(source, offset) → line text`` of the rows at ``positions`` whose raw is a byte offset."""
+def _read_back(rows: Sequence[tuple], raw_lines: RawLines) -> dict[tuple, str]:
+    """``(source, offset) → line text`` of the ``rows`` whose raw is a byte offset."""
     offsets: dict[object, set[int]] = {}
-    for i in positions:
-        if type(raws[i]) is int:
-            offsets.setdefault(sources[i], set()).add(raws[i])
+    for _, source, *_, raw in rows:
+        if type(raw) is int:
+            offsets.setdefault(source, set()).add(raw)
     return {
         (source, offset): text
         for source, wanted in offsets.items()

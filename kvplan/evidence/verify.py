@@ -11,53 +11,19 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import kvplan.evidence.reading as reading
+import kvplan.evidence.record as rec
 from kvplan import __version__
 from kvplan.checks.gate import Approved
 from kvplan.columns import NEWER_THAN_0_1_0
-from kvplan.evidence.reading import (
-    added_paths,
-    allowed_unjudged,
-    approved_from_record,
-    bundle_paths,
-    entry_differences,
-    load,
-    read_files,
-    stated_settings,
-)
-from kvplan.evidence.record import (
-    ALLOWED_UNJUDGED_KEY,
-    CHARTS_DIR,
-    KNOWN_KEYS,
-    LAUNCH_KEY,
-    ROLES,
-    SEAL_KEY,
-    TEXT_ESCAPING,
-    TEXT_ESCAPING_KEY,
-    Approval,
-    BundleChangedError,
-    build_record,
-    bundle_digest,
-    bundle_name,
-    canonical_json,
-    created_time,
-    decide_copies,
-    inputs_digest,
-    record_chunks,
-    seal,
-    settings,
-    sha256_of,
-)
 from kvplan.evidence.render import artifact_pieces, chart_images, chart_names
 from kvplan.io.metadata import RawLines
 from kvplan.plan import Decision, renamed
 
-#: The keys recomputed and compared: not the approval's identity, inputs and files (checked on their own) and
-#: the model options (inputs of kv_spec).
-_NOT_RECOMPUTED = frozenset(
-    {"schema", "schema_version", "kvplan_version", "created_utc", "approver", "note", "inputs_digest"}
-    | {"model_options", "inputs", "files", SEAL_KEY, TEXT_ESCAPING_KEY, ALLOWED_UNJUDGED_KEY}
-)
-_COMPARED = tuple(key for key in KNOWN_KEYS if key not in _NOT_RECOMPUTED)
+#: The keys recomputed and compared, in order: not the approval's identity, inputs, files and seal (checked on
+#: their own), nor the model options (inputs of kv_spec).
+_COMPARED = ("decision", "policy", "ranks", "summary", "stranded", "kv_spec", "capacity", "admission_plan")
+_COMPARED += ("load", "compatibility_key", "checks", "warnings", "ledger")
 
 
 @dataclass(frozen=True)
@@ -79,7 +45,7 @@ class Verified:
     @property
     def sealed(self) -> bool:
         """Whether the record carries a seal (else only the digest pins ``created_utc`` and the charts)."""
-        return SEAL_KEY in self.record
+        return rec.SEAL_KEY in self.record
 
     @property
     def verdict(self) -> str:
@@ -107,25 +73,26 @@ def verify_bundle(bundle: str | os.PathLike) -> list[str]:
 def verify(bundle: str | os.PathLike) -> Verified:
     """Check a bundle against a fresh recomputation from its own inputs; :class:`BundleError` when unreadable."""
     folder = Path(bundle)
-    record, data = load(folder)
-    digest = bundle_digest(data)
+    record, data = reading.load(folder)
+    digest = rec.bundle_digest(data)
     differences, notes, decision = _recompute(folder, record)
-    differences = [f"{key}: not a key of a bundle" for key in record if key not in KNOWN_KEYS] + differences
+    unknown = [f"{key}: not a key of a bundle" for key in record if key not in rec.KNOWN_KEYS]
+    differences = unknown + differences
     if not differences:  # the catch-alls, when nothing more specific explains the change
-        if sha256_of(record_chunks(record)) != digest:
+        if rec.sha256_of(rec.record_chunks(record)) != digest:
             differences.append(
                 "budget.json: its bytes are not what approve writes for its record (padding, other spacing or "
                 "key order)"
             )
-        if SEAL_KEY in record and record[SEAL_KEY] != (sealed := seal(record)):
+        if rec.SEAL_KEY in record and record[rec.SEAL_KEY] != (sealed := rec.seal(record)):
             differences.append(
-                f"{SEAL_KEY}: recorded {record[SEAL_KEY]!r}, recomputed {sealed}: the record was changed "
+                f"{rec.SEAL_KEY}: recorded {record[rec.SEAL_KEY]!r}, recomputed {sealed}: the record was changed "
                 "after approval"
             )
-    if SEAL_KEY not in record:
+    if rec.SEAL_KEY not in record:
         notes.insert(
             0,
-            f"no {SEAL_KEY} (written by kvplan 0.1.0 or before): its created_utc is not sealed; "
+            f"no {rec.SEAL_KEY} (written by kvplan 0.1.0 or before): its created_utc is not sealed; "
             f"pin the bundle with kvplan gate --approved-digest sha256:{digest}",
         )
     return Verified(folder, record, digest, tuple(differences), tuple(notes), decision)
@@ -133,38 +100,34 @@ def verify(bundle: str | os.PathLike) -> Verified:
 
 def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decision | None]:
     """The differences found by recomputing the bundle from its inputs, the notes, and the decision."""
-    entries, policy, plan, load_policy, options = stated_settings(folder, record)
-    differences = entry_differences(entries)
-    paths = bundle_paths(record, differences)
+    entries, approval = reading.stated_settings(folder, record)
+    differences = reading.entry_differences(entries)
+    paths = reading.bundle_paths(record, differences)
     with tempfile.TemporaryDirectory(prefix="kvplan-verify-") as temporary:
         private = Path(temporary)
-        copies, artifacts = read_files(folder, private, record, paths, differences)
-        differences += [f"{name}: not part of the bundle as approved" for name in added_paths(folder, paths)]
-        groups = [[e for e in entries if e.get("role") == role] for role in ROLES]
+        copies, artifacts = reading.read_files(folder, private, record, paths, differences)
+        differences += [
+            f"{name}: not part of the bundle as approved" for name in reading.added_paths(folder, paths)
+        ]
+        groups = [[e for e in entries if e.get("role") == role] for role in rec.ROLES]
         ordered = [entry for group in groups for entry in group]
         if ordered != list(entries):
             differences.append(
                 "inputs: roles or order changed (logs, then nvidia-smi snapshots, then the "
                 "model config, then load files)"
             )
-        launch = isinstance(record.get("decision"), dict) and LAUNCH_KEY in record["decision"]
-        approver, note, version = (str(record[key]) for key in ("approver", "note", "kvplan_version"))
-        approval = Approval(policy, approver, note, version, tuple(allowed_unjudged(folder, record)), launch)
-        digest = inputs_digest(
-            [e["sha256"] for e in ordered],
-            settings(approval, options if groups[2] else None, plan, load_policy, ordered),
-        )
+        digest = rec.stated_digest(approval, ordered)
         if digest != record.get("inputs_digest"):
             differences.append(
                 f"inputs digest: recorded {record.get('inputs_digest')}, recomputed {digest} "
                 "(policy, plan, model options, load policy, input hashes or paths, approver, "
                 "note or kvplan version were changed)"
             )
-        created = created_time(record.get("created_utc"))
+        created = rec.created_time(record.get("created_utc"))
         if created is None:
             differences.append(f"created_utc: {record.get('created_utc')!r} is not an ISO 8601 UTC time")
             return differences, [], None
-        approved_name = bundle_name(created, str(record.get("inputs_digest")))
+        approved_name = rec.bundle_name(created, str(record.get("inputs_digest")))
         name, notes = folder.resolve().name, []
         if name != approved_name:  # a label only, never a difference
             notes.append(
@@ -175,46 +138,39 @@ def _recompute(folder: Path, record: dict) -> tuple[list[str], list[str], Decisi
             return differences, notes, None
         named = {
             role: [(copies[e["bundle_path"]], e["bundle_path"]) for e in group]
-            for role, group in zip(ROLES, groups)
+            for role, group in zip(rec.ROLES, groups)
         }
         try:
-            decision = decide_copies(named, policy, options, plan, load_policy)
+            decision = rec.decide_copies(named, approval)
         except (ValueError, TypeError, OverflowError) as exc:  # TypeError: options kv_spec does not take
             pairs = (pair for group in named.values() for pair in group)
             differences.append(f"recomputation failed: {renamed(str(exc), {str(p): n for p, n in pairs})}")
             return differences, notes, None
         decision = _as_recorded(decision, record.get("ledger"))
-        fresh = _roundtrip(build_record(decision, approval, created, entries, digest, options))
-        differences += _recomputed_differences(decision, record, fresh, approval, artifacts, approved_name)
+        fresh = _roundtrip(rec.build_record(decision, approval, created, entries, digest))
+        differences += _recomputed_differences(decision, record, fresh, artifacts, approved_name)
         differences, notes = _chart_differences(decision, record, artifacts, differences, notes)
         return differences, notes, _rehomed(decision, private, folder)
 
 
 def _recomputed_differences(
-    decision: Decision,
-    record: Mapping,
-    fresh: dict,
-    approval: Approval,
-    artifacts: Mapping[str, tuple[Path, str]],
-    name: str,
+    decision: Decision, record: Mapping, fresh: dict, artifacts: Mapping[str, tuple[Path, str]], name: str
 ) -> list[str]:
-    """The ``fresh`` record's keys against the recorded ones, then the text files regenerated from both."""
+    """The ``fresh`` record's keys against the recorded ones, then the text files regenerated from it."""
     differences = [
         difference for key in _COMPARED for difference in _compare(key, record.get(key), fresh.get(key))
     ]
-    regenerated = {**fresh, "kvplan_version": approval.version}
-    if approval.allowed_unjudged:
-        regenerated[ALLOWED_UNJUDGED_KEY] = list(approval.allowed_unjudged)
-    if TEXT_ESCAPING_KEY not in record:  # written before the rule: regenerated as it was written
-        del regenerated[TEXT_ESCAPING_KEY]
-    elif canonical_json(record[TEXT_ESCAPING_KEY]) != canonical_json(TEXT_ESCAPING):
+    recorded = record.get(
+        rec.TEXT_ESCAPING_KEY, rec.TEXT_ESCAPING
+    )  # absent: written before the rule, regenerated so
+    if rec.canonical_json(recorded) != rec.canonical_json(rec.TEXT_ESCAPING):
         differences.append(
-            f"{TEXT_ESCAPING_KEY}: recorded {_short(record[TEXT_ESCAPING_KEY])}, this kvplan writes {TEXT_ESCAPING}"
+            f"{rec.TEXT_ESCAPING_KEY}: recorded {_short(recorded)}, this kvplan writes {rec.TEXT_ESCAPING}"
         )
-    for file_name, pieces in artifact_pieces(decision, regenerated, name).items():
+    for file_name, pieces in artifact_pieces(decision, fresh, name).items():
         copy, actual = artifacts.get(file_name, (None, None))
-        if copy is not None and sha256_of(piece.encode("utf-8") for piece in pieces) != actual:
-            text = "".join(artifact_pieces(decision, regenerated, name)[file_name])
+        if copy is not None and rec.sha256_of(piece.encode("utf-8") for piece in pieces) != actual:
+            text = "".join(artifact_pieces(decision, fresh, name)[file_name])
             differences += _text_difference(copy.read_bytes(), file_name, text)
     return differences
 
@@ -227,11 +183,11 @@ def _chart_differences(
     notes: list[str],
 ) -> tuple[list[str], list[str]]:
     """``differences`` and ``notes`` with the charts' (without a seal: a redraw that differs is a note)."""
-    expected = {f"{CHARTS_DIR}/{chart}.png" for chart in chart_names(decision)}
-    recorded = {path for path in record["files"] if str(path).startswith(f"{CHARTS_DIR}/")}
+    expected = {f"{rec.CHARTS_DIR}/{chart}.png" for chart in chart_names(decision)}
+    recorded = {path for path in record["files"] if str(path).startswith(f"{rec.CHARTS_DIR}/")}
     if recorded != expected:
         differences = [*differences, f"charts: recorded {sorted(recorded)}, expected {sorted(expected)}"]
-    elif SEAL_KEY not in record and not differences:
+    elif rec.SEAL_KEY not in record and not differences:
         notes = notes + [
             f"{name}: differs from the chart this kvplan draws for the record; a bundle without a seal "
             "has its charts checked by hash only"
@@ -254,34 +210,29 @@ def verified_approval(bundle: str | os.PathLike, digest: str | None = None) -> t
     if digest is not None:
         wanted = digest.strip().lower().removeprefix("sha256:")
         if len(wanted) < 12 or not verified.digest.startswith(wanted):
-            raise BundleChangedError(
+            raise rec.BundleChangedError(
                 f"cannot judge: {bundle} is not the approved bundle: its digest is "
                 f"sha256:{verified.digest}, --approved-digest asks for {digest}"
             )
     if verified.differences:
         differences = verified.differences
         count = f"{len(differences)} difference{'s' if len(differences) > 1 else ''}"
-        raise BundleChangedError(
+        raise rec.BundleChangedError(
             f"cannot judge: the approved bundle changed: {bundle} fails verification "
             f"({count}; `kvplan verify {bundle}` lists them), first: {differences[0]}"
         )
     name, digest = verified.folder.resolve().name, str(verified.record["inputs_digest"])[:12]
     if re.fullmatch(r"(?s).{10}-[0-9a-f]{12}", name) and name[11:] != digest:  # the approved form of the name
-        raise BundleChangedError(
+        raise rec.BundleChangedError(
             f"cannot judge: {bundle}: the folder name pins inputs digest {name[11:]}, but the bundle's is "
             f"{digest}: another approval was put at the approved path"
         )
     defaults = verified.decision.defaulted_key_fields if verified.decision is not None else frozenset()
-    return verified, approved_from_record(verified.record, defaults)
+    return verified, reading.approved_from_record(verified.record, defaults)
 
 
 def user_paths(record: Mapping, text: str) -> str:
-    """``text`` with the bundle's input copies (``inputs/boot.log``) named as the user gave them.
-
-    >>> user_paths({"inputs": [{"bundle_path": "inputs/oom.log", "path": "data/oom.log"}]},
-    ...            "inputs/oom.log:88: no KV cache line")
-    'data/oom.log:88: no KV cache line'
-    """
+    """``text`` with the bundle's input copies (``inputs/boot.log``) named as the user gave them."""
     return renamed(text, {entry["bundle_path"]: entry["path"] for entry in record.get("inputs", [])})
 
 
@@ -301,11 +252,10 @@ def _text_difference(actual: bytes, name: str, expected: str) -> list[str]:
 
 
 def _compare(key: str, recorded: object, fresh: object) -> list[str]:
-    """Field-by-field differences between a recorded and a recomputed JSON value; lists of one length item by
-    item (the ledger's canonical JSON is never whole)."""
+    """Field-by-field differences between a recorded and a recomputed JSON value (lists item by item)."""
     if isinstance(recorded, list) and isinstance(fresh, list) and len(recorded) == len(fresh):
         return [d for i, (a, b) in enumerate(zip(recorded, fresh)) for d in _compare(f"{key}[{i}]", a, b)]
-    if canonical_json(recorded) == canonical_json(fresh):  # 1, 1.0 and true are not the same record
+    if rec.canonical_json(recorded) == rec.canonical_json(fresh):  # 1, 1.0 and true are not the same record
         return []
     if isinstance(recorded, dict) and isinstance(fresh, dict):
         names = sorted(set(recorded) | set(fresh), key=str)
