@@ -121,3 +121,44 @@ def test_moved_hosts_text_names_the_hosts_moved_and_those_the_fleet_lacks():  # 
     assert moved_hosts_text({"h9": {}}, hosts) == (
         "MOVE names no host of this fleet (h9): the plan below is unchanged; its hosts are h0, h1, h2, h3, h4, …"
     )
+
+
+def test_each_chart_draws_its_numbers_in_gib():  # issue 23: the charts' docstring examples
+    from kvplan.drift import drift_budget
+    from kvplan.kvspec.capacity import FlatSpec, capacity_table
+
+    # 12 GiB / (256 KiB × 4096 tokens) = 12 sequences at 4096, 6 at 8192
+    fig = charts.concurrency_chart(capacity_table(FlatSpec(256 * 1024), 12 * GiB, [4096, 8192]), 8192, 8)
+    assert fig.axes[0].get_lines()[0].get_ydata().tolist() == [12.0, 6.0]
+    fig = charts.drift_chart(drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 42 * GiB]))
+    assert [float(bar.get_height()) for bar in fig.axes[1].containers[0]] == [
+        29.0,
+        30.0,
+    ]  # 30 − (42 − 41), 30
+    boot = uniform_budget([13 * GiB, 18 * GiB], GiB)
+    title = charts.spread_chart({"boot 0": boot, "boot 1": boot}).axes[0].get_title()
+    assert title == "Safe budget spread over 2 boots: rank 0 limits every boot"
+    ledger = pd.DataFrame({"rank": [0, 1], "total_bytes": [20 * GiB] * 2, "weights_bytes": [5 * GiB] * 2})
+    fig = charts.ledger_chart(ledger, uniform_budget([13 * GiB, 15 * GiB], GiB))
+    # weights, not itemised (20 − 5 − room), uniform KV, stranded, reserve
+    heights = [[float(p.get_height()) for p in c] for c in fig.axes[0].containers]
+    assert heights == [[5.0, 5.0], [2.0, 0.0], [12.0, 12.0], [0.0, 2.0], [1.0, 1.0]]
+    fig = charts.safe_budget_chart(boot)
+    assert [float(bar.get_height()) for bar in fig.axes[0].containers[0]] == [12.0, 17.0]
+    assert charts.stranded_chart(boot).axes[0].get_title() == "Stranded on the stronger ranks: 5 GiB in total"
+    fig = charts.stranded_chart(uniform_budget([31 * GiB] * 4, GiB))
+    assert fig.get_size_inches().tolist() == [10.0, 1.6]
+    assert fig.get_suptitle() == "Nothing stranded: every rank holds the same safe budget"
+
+
+def test_launch_headline_of_the_sample():  # issue 23
+    from kvplan.notebook import format_headline, launch_headline
+    from kvplan.room import read_vllm_logs_rooms
+
+    ledger = read_vllm_logs_rooms(DATA_DIR / "boots" / "four-rank")[0]
+    assert format_headline(launch_headline(ledger)).splitlines() == [
+        "model   meta-llama/Llama-3.1-70B-Instruct",
+        "layout  TP 4 × PP 1 (4 ranks)",
+        "vLLM    0.26.0",
+        "boots   1 in 1 file",
+    ]

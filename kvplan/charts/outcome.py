@@ -54,14 +54,7 @@ def concurrency_chart(
     marks: ConcurrencyMarks | None = None,
     figure: Figure | None = None,
 ) -> Figure:
-    """Full-length sequences at once against length (log–log) of one capacity table or several by label.
-
-    >>> from kvplan.kvspec.capacity import FlatSpec, capacity_table
-    >>> from kvplan.units import GiB
-    >>> fig = concurrency_chart(capacity_table(FlatSpec(256 * 1024), 12 * GiB, [4096, 8192]), 8192, 8)
-    >>> fig.axes[0].get_lines()[0].get_ydata().tolist()
-    [12.0, 6.0]
-    """
+    """Full-length sequences at once against length (log–log) of one capacity table or several by label."""
     curves = {"budget": curves} if isinstance(curves, pd.DataFrame) else curves
     marks = marks or ConcurrencyMarks()
     fig, ax = _figure(reuse=figure)
@@ -137,14 +130,7 @@ def _row_at_length(curve: pd.DataFrame, seq_len: int) -> pd.Series:
 def drift_chart(
     drift: Drift, title: str | None = None, top_gib: float | None = None, figure: Figure | None = None
 ) -> Figure:
-    """Free memory each rank lost since the reference (left) and the adjusted budget (right, ``top_gib``).
-
-    >>> from kvplan.drift import drift_budget
-    >>> from kvplan.units import GiB
-    >>> fig = drift_chart(drift_budget(30 * GiB, 42 * GiB, [41 * GiB, 42 * GiB]))
-    >>> [float(bar.get_height()) for bar in fig.axes[1].containers[0]]  # 30 − (42 − 41), 30
-    [29.0, 30.0]
-    """
+    """Free memory each rank lost since the reference (left) and the adjusted budget (right, ``top_gib``)."""
     labels = [str(rank) for rank in drift.ranks]
     fig, (left, right) = _figure(2, (FIGSIZE[0] + 3, FIGSIZE[1]), figure)
     slot = _slot_pt(len(labels), PANE_WIDTH_IN)
@@ -202,14 +188,7 @@ def _drift_lost(ax, drift: Drift, labels: list[str], slot: float) -> None:
 
 
 def spread_chart(budgets: Mapping[str, Budget], title: str | None = None) -> Figure:
-    """Min (its rank named), median and max safe budget [GiB] per boot label: is the weak rank stable?
-
-    >>> from kvplan.budget import uniform_budget
-    >>> from kvplan.units import GiB
-    >>> boot = uniform_budget([13 * GiB, 18 * GiB], GiB)
-    >>> spread_chart({"boot 0": boot, "boot 1": boot}).axes[0].get_title()
-    'Safe budget spread over 2 boots: rank 0 limits every boot'
-    """
+    """Min (its rank named), median and max safe budget [GiB] per boot label: is the weak rank stable?"""
     if not budgets:
         raise ValueError("spread_chart needs at least one boot's budget")
     labels = list(budgets)

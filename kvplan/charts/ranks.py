@@ -55,7 +55,7 @@ _PARTS = tuple(column for column, _, _ in LEDGER_SEGMENTS[:5])  # the ledger's o
 
 @dataclass(frozen=True)
 class LedgerParts:
-    """The ledger chart's bytes: per part below the KV budget a tuple by rank (missing or negative: 0) and each
+    """The ledger chart's bytes: per part below the KV budget a tuple by rank (missing or negative: 0), each
     GPU's total (None: unknown), from each rank's boot with the lowest room (the pipeline's rule)."""
 
     ranks: tuple[int, ...]
@@ -80,16 +80,7 @@ def ledger_chart(
     ledger: pd.DataFrame | LedgerParts, budget: Budget, title: str | None = None, figure: Figure | None = None
 ) -> Figure:
     """Where each GPU's memory goes: a stacked bar per rank [GiB] against its total; ``uniform + stranded +
-    reserve`` is the room.
-
-    >>> from kvplan.budget import uniform_budget
-    >>> from kvplan.units import GiB
-    >>> ledger = pd.DataFrame({"rank": [0, 1], "total_bytes": [20 * GiB] * 2, "weights_bytes": [5 * GiB] * 2})
-    >>> fig = ledger_chart(ledger, uniform_budget([13 * GiB, 15 * GiB], GiB))
-    >>> # weights, not itemised (20 − 5 − room), uniform KV, stranded, reserve
-    >>> [[float(p.get_height()) for p in c] for c in fig.axes[0].containers]
-    [[5.0, 5.0], [2.0, 0.0], [12.0, 12.0], [0.0, 2.0], [1.0, 1.0]]
-    """
+    reserve`` is the room."""
     shown = ledger if isinstance(ledger, LedgerParts) else LedgerParts.of(ledger, budget.ranks)
     sizes, heights = _ledger_segments(shown, budget)
     totals = shown.totals
@@ -165,15 +156,8 @@ def safe_budget_chart(
     previous: Budget | None = None,
     figure: Figure | None = None,
 ) -> Figure:
-    """Safe budget per rank [GiB], the uniform value and the unsafe average; ``top_gib`` fixes the y axis (raised
-    where a bar needs), ``previous`` is drawn faintly.
-
-    >>> from kvplan.budget import uniform_budget
-    >>> from kvplan.units import GiB
-    >>> fig = safe_budget_chart(uniform_budget([13 * GiB, 18 * GiB], GiB))
-    >>> [float(bar.get_height()) for bar in fig.axes[0].containers[0]]
-    [12.0, 17.0]
-    """
+    """Safe budget per rank [GiB], the uniform value and the unsafe average; ``top_gib`` fixes the y axis
+    (raised where a bar needs), ``previous`` is drawn faintly."""
     labels = [str(rank) for rank in budget.ranks]
     safe_gib = [bytes_to_gib(safe) for safe in budget.safe_bytes]
     weakest = limiting_ranks(budget)
@@ -219,17 +203,7 @@ _FAINT = {"color": REFERENCE_COLOR, "linewidth": 1.5, "alpha": 0.6}
 def stranded_chart(
     budget: Budget, title: str | None = None, top_gib: float | None = None, figure: Figure | None = None
 ) -> Figure:
-    """Stranded bytes per rank [GiB] (every rank the same: a sentence); ``top_gib`` as :func:`safe_budget_chart`.
-
-    >>> from kvplan.budget import uniform_budget
-    >>> from kvplan.units import GiB
-    >>> fig = stranded_chart(uniform_budget([13 * GiB, 18 * GiB], GiB))
-    >>> fig.axes[0].get_title()
-    'Stranded on the stronger ranks: 5 GiB in total'
-    >>> fig = stranded_chart(uniform_budget([31 * GiB] * 4, GiB))
-    >>> fig.get_size_inches().tolist(), fig.get_suptitle()
-    ([10.0, 1.6], 'Nothing stranded: every rank holds the same safe budget')
-    """
+    """Stranded bytes per rank [GiB] (all the same: a sentence); ``top_gib``: the y axis while bars fit."""
     rounding = (
         f" ({format_size(budget.rounding_loss_bytes)} per rank from block rounding)"
         if budget.rounding_loss_bytes

@@ -39,7 +39,7 @@ def _rank_list(ranks: Sequence[int]) -> str:
 
 
 def _figure(columns: int = 1, size_in: tuple[float, float] = FIGSIZE, reuse: Figure | None = None):
-    """``columns`` styled axes side by side (one Axes, else a list); ``reuse`` (same shape) is emptied instead."""
+    """``columns`` styled axes side by side (one Axes, else a list); ``reuse`` of that shape is emptied."""
     if reuse is not None and len(reuse.axes) == columns and tuple(reuse.get_size_inches()) == size_in:
         for ax in reuse.axes:  # emptied of every drawn thing, its axis and ticks kept
             for container in list(ax.containers):

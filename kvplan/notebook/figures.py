@@ -1,4 +1,4 @@
-"""Figures as PNG with alt text, the what-if charts of an outcome, and a panel's chart redrawn (:class:`LiveChart`)."""
+"""Figures as PNG with alt text, an outcome's what-if charts and a panel's live chart (:class:`LiveChart`)."""
 
 from __future__ import annotations
 
@@ -97,7 +97,7 @@ def concurrency_figure(
 
 @dataclass(frozen=True)
 class ChartStep:
-    """A panel's chart: its name, the values it is drawn from (equal: not redrawn) and ``draw(figure=None)``."""
+    """A panel's chart: its name, what it is drawn from (equal: not redrawn) and ``draw(figure=None)``."""
 
     name: str
     inputs: tuple

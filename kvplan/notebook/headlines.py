@@ -130,16 +130,7 @@ def rounding_text(budget: Budget, spec: KVSpec) -> str:
 
 
 def launch_headline(ledger: pd.DataFrame) -> dict[str, str]:
-    """The launch the logs show: model, layout, vLLM release, boots and files, as text.
-
-    >>> from kvplan import DATA_DIR
-    >>> from kvplan.room import read_vllm_logs_rooms
-    >>> print(format_headline(launch_headline(read_vllm_logs_rooms(DATA_DIR / "boots" / "four-rank")[0])))
-    model   meta-llama/Llama-3.1-70B-Instruct
-    layout  TP 4 × PP 1 (4 ranks)
-    vLLM    0.26.0
-    boots   1 in 1 file
-    """
+    """The launch the logs show: model, layout, vLLM release, boots and files, as text."""
     key = compatibility_key(ledger)
     files, boots = ledger["source"].nunique(), ledger.groupby(["source", "boot"]).ngroups
     tp, pp = key.get("tensor_parallel_size"), key.get("pipeline_parallel_size")
