@@ -27,7 +27,7 @@ def test_key_examples():  # issue 23: from kvplan.checks.key
         defaulted_key_fields,
         read_defaulted_key_fields,
     )
-    from kvplan.io.metadata import ReadMetadata
+    from kvplan.io.metadata import ReadMetadata, provenance_part
 
     provenance = pd.DataFrame(
         {"column": ["block_size", "model"], "line": [None, 3], "raw": ["default of vLLM 0.26.0", "model=m"]}
@@ -37,7 +37,9 @@ def test_key_examples():  # issue 23: from kvplan.checks.key
         ("a.log", pd.NA, 0, pd.NA, "block_size", 16, "default of vLLM 0.26.0"),
         ("a.log", 3, 0, pd.NA, "model", "m", 120),
     ]
-    assert read_defaulted_key_fields(ReadMetadata(provenance_rows=rows)) == frozenset({"block_size"})
+    assert read_defaulted_key_fields(ReadMetadata(provenance_parts=(provenance_part(rows),))) == frozenset(
+        {"block_size"}
+    )
     none_shown = check_compatibility_key({"model": "m", "gpu_name": None}, {"model": "m", "gpu_name": None})
     assert none_shown.detail == "3 fields unchanged; not shown on either side (not compared): gpu_name"
     quantized = check_compatibility_key({"model": "m"}, {"model": "m", "quantization": "fp8"})

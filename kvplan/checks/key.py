@@ -49,12 +49,12 @@ def defaulted_key_fields(provenance: pd.DataFrame) -> frozenset[str]:
 def read_defaulted_key_fields(metadata: ReadMetadata) -> frozenset[str]:
     """:func:`defaulted_key_fields` from the reader's compact provenance rows, without building the frame."""
     found = set()
-    for source, line, _, _, column, _, raw in metadata.provenance_rows:
-        if type(line) is int or not pd.isna(line):
-            continue
-        text = metadata.raw_lines.line(source, raw) if isinstance(raw, int) else str(raw)
-        if text.startswith(DEFAULT_PROVENANCE):
-            found.add(str(column))
+    for part in metadata.provenance_parts:
+        defaults = part[part["line"].isna()]
+        for source, column, raw in zip(defaults["source"], defaults["column"], defaults["raw"]):
+            text = metadata.raw_lines.line(source, raw) if isinstance(raw, int) else str(raw)
+            if text.startswith(DEFAULT_PROVENANCE):
+                found.add(str(column))
     return frozenset(found)
 
 

@@ -28,7 +28,7 @@ from kvplan.columns import (
 )
 from kvplan.io.gpu_snapshot import NVIDIA_SMI_HEADERS
 from kvplan.io.ledger_frame import ImpossibleValue, check_parallel_size, check_row, ledger_frame
-from kvplan.io.metadata import EvidenceLines, ReadMetadata, RoomRule, place_note
+from kvplan.io.metadata import EvidenceLines, ReadMetadata, RoomRule, place_note, provenance_part
 from kvplan.notes import Note
 from kvplan.releases import version_tuple
 from kvplan.units import parse_size
@@ -246,7 +246,7 @@ class _Rows:
             warnings=tuple(self.warnings),
             lines=EvidenceLines(self.lines),
             boots=tuple(boots),
-            provenance_rows=tuple(self.provenance),
+            provenance_parts=(provenance_part(self.provenance),),
             total_lines=total_lines,
         )
 

@@ -24,6 +24,7 @@ from kvplan.io.metadata import (
     RoomRule,
     merge_metadata,
     place_note,
+    provenance_part,
 )
 from kvplan.io.vllm.boots import Boot, BootSplitter
 from kvplan.io.vllm.conflicts import TwoLaunches
@@ -90,7 +91,7 @@ def stream_vllm_logs(
     >>> from kvplan import DATA_DIR
     >>> batches = []
     >>> meta = stream_vllm_logs([DATA_DIR / "boots" / "four-rank" / "boot.log"], batches.append)
-    >>> [row["rank"] for batch in batches for row in batch], len(meta.boots), len(meta.provenance_rows)
+    >>> [row["rank"] for batch in batches for row in batch], len(meta.boots), sum(map(len, meta.provenance_parts))
     ([0, 1, 2, 3], 1, 0)
     """
     metas = []
@@ -146,7 +147,8 @@ class _LogRows:
         self.room_rule, self.rows_to = room_rule, rows_to
         self.rows: list[dict] = []
         self.parts: list[dict[str, ExtensionArray]] = []  # rows gathered into columns, FRAME_ROWS at a time
-        self.provenance: list[tuple] = []
+        self.provenance: list[tuple] = []  # into a frame FRAME_ROWS at a time
+        self.provenance_parts: list[pd.DataFrame] = []
         self.warnings: list = []
         self.boots: list[dict] = []
         self.files: dict[str, tuple[object, bytes]] = {}
@@ -165,6 +167,9 @@ class _LogRows:
         if len(self.rows) >= FRAME_ROWS:
             self._flush()
         self.provenance.extend(provenance)
+        if len(self.provenance) >= FRAME_ROWS:
+            self.provenance_parts.append(provenance_part(self.provenance))
+            self.provenance = []
         self.warnings.extend(warnings)
         key = info["compatibility_key"]
         with contextlib.suppress(TypeError):  # a value that cannot be hashed: this boot keeps its own
@@ -193,22 +198,24 @@ class _LogRows:
         return pd.DataFrame(columns, columns=LEDGER_COLUMNS, copy=False)
 
     def metadata(self, single: bool = True) -> ReadMetadata:
-        provenance, boots = self.provenance, tuple(self.boots)
+        provenance, boots = (*self.provenance_parts, provenance_part(self.provenance)), tuple(self.boots)
         return ReadMetadata(
             sources=tuple(self.sources),
             warnings=tuple(self.warnings),
             lines=EvidenceLines(build=lambda: _evidence_lines(provenance, boots)),
             boots=boots,
-            provenance_rows=provenance,
+            provenance_parts=provenance,
             raw_lines=RawLines(self.files),
             total_lines=self.total_lines if single else None,
         )
 
 
-def _evidence_lines(provenance: list[tuple], boots: tuple[dict, ...]) -> Iterator[tuple[tuple, int]]:
+def _evidence_lines(parts: tuple[pd.DataFrame, ...], boots: tuple[dict, ...]) -> Iterator[tuple[tuple, int]]:
     """The line index (:class:`~kvplan.io.metadata.EvidenceLines`) of each room, outcome, key value and boot."""
-    for source, line, boot, rank, column, _value, _raw in provenance:
-        if column in ("room_bytes", "outcome") or column in KEY_COLUMNS:
+    for part in parts:
+        kept = part[part["column"].isin(["room_bytes", "outcome", *KEY_COLUMNS])]
+        places = (kept[name].tolist() for name in ("source", "boot", "rank", "column", "line"))
+        for source, boot, rank, column, line in zip(*places):
             yield (source, boot, -1 if rank is pd.NA else rank, column), line
     for info in boots:
         yield (info["source"], info["boot"], -1, "boot"), info["first_line"]
