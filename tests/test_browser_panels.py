@@ -20,6 +20,7 @@ from __future__ import annotations
 import base64
 import io
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -56,6 +57,7 @@ CHROMIUM_ARGS = [
 ]
 SAMPLE = DATA_DIR / "boots" / "four-rank"
 PANEL = ".kvplan-panel"
+RUN_ALL_SECONDS = 480  # the bound of one notebook's "Run All Cells" (see _wait_until_run)
 SCREENS = os.environ.get("KVPLAN_SCREENS")  # a folder: screenshots of each panel before and after a burst
 
 
@@ -271,16 +273,26 @@ def _open_and_start(page, lab, notebook: str) -> None:
 
 
 def _wait_until_run(page) -> None:
-    """Every code cell has run and the panel has drawn its charts.
+    """Every code cell has run and the panel has drawn its charts; a cell's error fails at once, with its text.
 
     The three notebooks' kernels start and run at once on two cores: alone they are done in about a
-    minute, on a loaded machine in up to three (seen: 161–200 s). The waits end as soon as the cells
-    are done, so a generous bound costs nothing when the machine is quiet."""
-    page.wait_for_function(
-        """() => { const prompts = [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')];
-                   return prompts.length && prompts.every(p => /\\[\\d+\\]/.test(p.textContent)); }""",
-        timeout=300_000,
-    )
+    minute, on a loaded machine in up to three (seen: 161–200 s; once over 300 s in a fresh venv's first
+    JupyterLab start beside a benchmark run). The wait ends as soon as the cells are done, so a generous
+    bound costs nothing when the machine is quiet."""
+    state = """() => ({
+        prompts: [...document.querySelectorAll('.jp-CodeCell .jp-InputPrompt')].map(p => p.textContent.trim()),
+        errors: [...document.querySelectorAll('.jp-OutputArea-output')].map(e => e.textContent)
+            .filter(t => t.includes('Traceback (most recent call last)')).map(t => t.slice(0, 2000))})"""
+    deadline = time.monotonic() + RUN_ALL_SECONDS
+    while True:
+        now = page.evaluate(state)
+        assert not now["errors"], "a cell failed:\n" + "\n".join(now["errors"])
+        if now["prompts"] and all(re.search(r"\[\d+\]", prompt) for prompt in now["prompts"]):
+            break
+        assert time.monotonic() < deadline, (
+            f"cells not run after {RUN_ALL_SECONDS} s: prompts {now['prompts']}"
+        )
+        page.wait_for_timeout(2_000)
     page.wait_for_selector(f"{PANEL} img.kvplan-chart", state="attached", timeout=60_000)
 
 

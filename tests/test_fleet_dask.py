@@ -151,6 +151,12 @@ def test_local_workers_are_not_forked_from_the_client():
     holds a lock deadlocks the worker (a full-suite run once hung here with forked workers)."""
     from kvplan.fleet.read import dask_client
 
+    def readers_imported() -> bool:  # a local function travels by value: asking imports nothing in the worker
+        return "kvplan.fleet.read" in sys.modules
+
     with dask_client("local") as client:
+        imported = client.run(readers_imported)  # before any function of this module reaches a worker
         parents = set(client.run(_parent_pid).values())
     assert parents and os.getpid() not in parents
+    # issue 23: the fork server imported the readers once, each worker starts with them (~0.7 CPU s each)
+    assert imported and all(imported.values())

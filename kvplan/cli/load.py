@@ -65,10 +65,7 @@ def run_load(args: argparse.Namespace) -> int:
         summary = load_summary(reading)
         shown = [{**row, "where": f"{row['source']}:{row['line']}"} for row in rows]
         hidden = ("swapped", "prompt_tokens_per_s", "prefix_cache_hit_pct")
-        columns = [
-            "where",
-            *(key for key in LOAD_ROW_KEYS[2:] if key not in hidden),
-        ]  # source:line, then the rest
+        columns = ["where", *(key for key in LOAD_ROW_KEYS[2:] if key not in hidden)]  # source:line, the rest
         print(format_table([{k: ("" if v is None else v) for k, v in row.items()} for row in shown], columns))
         print()
         print(

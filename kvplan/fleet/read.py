@@ -198,6 +198,14 @@ def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -
     if scheduler == "synchronous":
         yield None
         return
+    method = "forkserver" if sys.platform.startswith("linux") else "spawn"
+    if scheduler == "local" and method == "forkserver":
+        import multiprocessing.forkserver
+
+        # the fork server imports Dask, pandas and the readers once while this process starts the scheduler;
+        # each worker forked from it has them (instead of importing the readers itself: ~0.7 CPU s a worker)
+        multiprocessing.set_forkserver_preload(["distributed", "kvplan.fleet"])
+        multiprocessing.forkserver.ensure_running()
     import dask
     from distributed import Client, LocalCluster
 
@@ -205,7 +213,6 @@ def dask_client(scheduler: str, announce: Callable[[str], None] | None = None) -
     if scheduler == "local":
         # no worker profile (~14 % of a worker's CPU), no fork of this threaded process (a fork under one's lock
         # deadlocks), the cluster's own clocks slowed (~8 % of a core at their defaults)
-        method = "forkserver" if sys.platform.startswith("linux") else "spawn"
         settings = {
             "distributed.worker.profile.enabled": False,
             "distributed.worker.multiprocessing-method": method,

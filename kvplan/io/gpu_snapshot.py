@@ -9,7 +9,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from prometheus_client.parser import text_string_to_metric_families
 
 from kvplan.io.metadata import ReadMetadata
 from kvplan.units import MiB, parse_size
@@ -198,6 +197,8 @@ def _check_dcgm_memory(source: str, uuid: str, gpu: dict, total: float) -> None:
 
 def _gpus(path: str | Path, hostname: str | None) -> dict[str, dict]:
     """Per GPU UUID: its labels, each field's MiB and line, and its first line."""
+    from prometheus_client.parser import text_string_to_metric_families  # 2 MiB: not for nvidia-smi CSVs
+
     source, hosts = str(path), set()
     gpus: dict[str, dict] = {}
     with open(path, encoding="utf-8", errors="replace") as lines:

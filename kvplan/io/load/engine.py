@@ -14,9 +14,8 @@ from kvplan.io.load.records import file_name
 if TYPE_CHECKING:
     from kvplan.io.load.log import StatsLog
 
-V1_PREEMPTIONS_FIELD_FROM_LINENO = (
-    236  # loggers.py line of the stats call in 0.11.1, the first with "Preemptions"
-)
+#: loggers.py line of the stats call in vLLM 0.11.1, the first with "Preemptions"
+V1_PREEMPTIONS_FIELD_FROM_LINENO = 236
 _NUMBER = r"-?\d+(?:\.\d+|)"
 #: One V1 stats record as a whole line (counts of up to 18 digits fit 64 bits; ``(?:…|)``: ``(?:…)?``, cheaper)
 V1_STATS_LINE = re.compile(
@@ -93,7 +92,7 @@ def _unknown_preemptions(found: list[re.Match], preemptions: list[str | None]) -
 
 
 def _group(found: list[re.Match], name: str) -> list:
-    return list(map(operator.itemgetter(name), found))
+    return list(map(operator.itemgetter(V1_STATS_LINE.groupindex[name]), found))  # by number: no look-up
 
 
 def _numbers(texts: Sequence[str], kind: Callable[[str], int | float]) -> list:

@@ -25,13 +25,7 @@ from kvplan.io.load.frame import (
     percent,
     reading_of,
 )
-from kvplan.io.load.records import (
-    WRAP_WIDTH,
-    RecordReader,
-    StatsRecord,
-    log_time_shift,
-    utc_offset_hours,
-)
+from kvplan.io.load.records import WRAP_WIDTH, RecordReader, StatsRecord, log_time_shift, utc_offset_hours
 from kvplan.notes import Note
 
 IDLE_GAP_FACTOR = 3  # a gap longer than this many usual intervals is reported
