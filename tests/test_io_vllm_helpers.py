@@ -29,9 +29,16 @@ from kvplan.io.vllm.values import (
 
 def test_a_line_shape_is_laid_out_once_as_slices():
     assert _layouts(b"(W pid=00) INFO 00-00 00:00:00 [a.py:0] x") == (
-        (),
-        (),
+        None,  # no colour code to cut
         ((slice(40, 41), slice(1, 2), slice(7, 9), None, "INFO", None),),
+    )
+    # a real colour code (ESC [ 1 m, 4 characters) and one without its ESC byte ([0m) in the head: the text
+    # left is the line's pieces around them
+    kept, _ = _layouts(b"\x1b[0m(W pid=00)[0m INFO 00-00 00:00:00 [a.py:0] x")
+    assert kept("\x1b[1m(W pid=12)[0m INFO 08-14 14:07:22 [a.py:1] x") == (
+        "",
+        "(W pid=12)",
+        " INFO 08-14 14:07:22 [a.py:1] x",
     )
 
 
@@ -78,7 +85,10 @@ def test_a_global_rank_from_a_worker_name_and_the_layout_sizes():
         "ep_rank": 3,
         "rank": 3,
     }
-    assert layout_sizes({}, {"Worker_PP1_TP3", "Worker_PP0_TP0"}) == ((2, 1, 4), {"PP": 2, "TP": 4})
+    assert layout_sizes((None, None, None), frozenset({"Worker_PP1_TP3", "Worker_PP0_TP0"})) == (
+        (2, 1, 4),
+        {"PP": 2, "TP": 4},
+    )
 
 
 def test_group_ranks_from_a_global_rank():

@@ -52,7 +52,7 @@ def read_defaulted_key_fields(metadata: ReadMetadata) -> frozenset[str]:
     for part in metadata.provenance_parts:
         defaults = part[part["line"].isna()]
         for source, column, raw in zip(defaults["source"], defaults["column"], defaults["raw"]):
-            text = metadata.raw_lines.line(source, raw) if isinstance(raw, int) else str(raw)
+            text = metadata.raw_lines.lines(source, [raw])[raw] if isinstance(raw, int) else str(raw)
             if text.startswith(DEFAULT_PROVENANCE):
                 found.add(str(column))
     return frozenset(found)

@@ -83,7 +83,7 @@ def read_ledger_csv(
     reader = _Rows(name, columns, room_rule)
     for line, cells, raw in records[1:]:
         reader.row(line, cells, raw)
-    return reader.finish(len(physical))
+    return reader.finish()
 
 
 def _records(physical: list[str], name: str) -> list[tuple[int, list[str], str]]:
@@ -224,7 +224,7 @@ class _Rows:
             self.warnings.append(place_note("room-source-differs", self.name, line, text))
         read += [column for column in ("room_bytes", "room_source") if column not in read]
 
-    def finish(self, total_lines: int) -> tuple[pd.DataFrame, ReadMetadata]:
+    def finish(self) -> tuple[pd.DataFrame, ReadMetadata]:
         if self.no_outcome:
             count = len(self.no_outcome)
             listing = ", ".join(map(str, self.no_outcome[:8])) + (", …" if count > 8 else "")
@@ -247,7 +247,6 @@ class _Rows:
             lines=EvidenceLines(self.lines),
             boots=tuple(boots),
             provenance_parts=(provenance_part(self.provenance),),
-            total_lines=total_lines,
         )
 
 

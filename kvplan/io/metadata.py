@@ -15,14 +15,13 @@ from kvplan.notes import Note
 
 #: Columns of :attr:`ReadMetadata.provenance`: one row per value read.
 PROVENANCE_COLUMNS = ["source", "line", "boot", "rank", "column", "value", "raw"]
-_PART_DTYPES = ("category", "Int64", "Int64", "Int64", "category", object, object)
 
 
 def provenance_part(rows: Sequence[tuple]) -> pd.DataFrame:
-    """Provenance rows (tuples in :data:`PROVENANCE_COLUMNS` order) as a frame: numbers nullable, the rest as
-    given (60 bytes a row beside its objects; a tuple takes 200)."""
+    """Provenance rows (:data:`PROVENANCE_COLUMNS` tuples) as a frame: 50 bytes a row (a tuple takes 200)."""
     cells = list(zip(*rows)) or [()] * len(PROVENANCE_COLUMNS)
-    columns = zip(PROVENANCE_COLUMNS, cells, _PART_DTYPES)
+    dtypes = ("category", "Int64", "Int64", "Int64", "category", object, object)
+    columns = zip(PROVENANCE_COLUMNS, cells, dtypes)
     return pd.DataFrame({name: pd.Series(list(c), dtype=dtype) for name, c, dtype in columns}, copy=False)
 
 
@@ -60,10 +59,6 @@ class RawLines:
 
     files: Mapping[str, tuple[LineSource, bytes]] = field(default_factory=dict)
 
-    def line(self, source: str, offset: int) -> str:
-        """The line of ``source`` that starts at byte ``offset``, without its line end."""
-        return self.lines(source, [offset])[offset]
-
     def lines(self, source: str, offsets: Iterable[int]) -> dict[int, str]:
         """``offset → line`` for the lines of ``source`` starting at ``offsets``."""
         where, end = self.files.get(source, (None, b"\n"))
@@ -100,7 +95,7 @@ def _read_to(stream, end: bytes, block: int = 4096) -> bytes:
 
 @dataclass(frozen=True, eq=False)
 class ReadMetadata:
-    """What came with a frame: sources, warnings, provenance, line index, boots, lines of a single file, kind."""
+    """What came with a frame: sources, warnings, provenance, line index, boots, kind."""
 
     sources: tuple[str, ...] = ()
     warnings: tuple[Note, ...] = ()
@@ -108,7 +103,6 @@ class ReadMetadata:
     boots: tuple[dict, ...] = ()
     provenance_parts: tuple[pd.DataFrame, ...] = ()  # :func:`provenance_part` frames, raw as kept
     raw_lines: RawLines = field(default_factory=RawLines)
-    total_lines: int | None = None
     kind: str | None = None
 
     @cached_property
@@ -129,10 +123,7 @@ class ReadMetadata:
     def compact_provenance(self) -> pd.DataFrame:
         """:attr:`provenance` with ``raw`` as kept (a log line's byte offset)."""
         parts = self.provenance_parts
-        data = {
-            name: list(chain.from_iterable(part[name].tolist() for part in parts))
-            for name in PROVENANCE_COLUMNS
-        }
+        data = {name: list(chain(*(part[name].tolist() for part in parts))) for name in PROVENANCE_COLUMNS}
         data["value"] = pd.DataFrame([(cell,) for cell in data["value"]], columns=["value"])["value"]
         frame = pd.DataFrame(data, columns=PROVENANCE_COLUMNS)
         for column in ("line", "boot", "rank"):
@@ -156,12 +147,9 @@ _FIELDS = frozenset(f.name for f in dataclasses.fields(ReadMetadata))
 def merge_metadata(parts: Sequence[ReadMetadata]) -> ReadMetadata:
     """The metadata of several reads joined in order."""
     if len(parts) == 1:
-        return dataclasses.replace(parts[0], total_lines=None)
-    files: dict[str, tuple[LineSource, bytes]] = {}
-    lines: dict = {}
-    for part in parts:
-        files.update(part.raw_lines.files)
-        lines.update(part.lines)
+        return parts[0]
+    files = {source: where for part in parts for source, where in part.raw_lines.files.items()}
+    lines = {place: line for part in parts for place, line in part.lines.items()}
     return ReadMetadata(
         sources=tuple(source for part in parts for source in part.sources),
         warnings=tuple(note for part in parts for note in part.warnings),

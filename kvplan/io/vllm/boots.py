@@ -259,7 +259,7 @@ def boot_key(boot: Boot) -> tuple[dict, dict, tuple | None]:
                 key[name], origin[name] = value, (pd.NA, f"default of vLLM {key['vllm_version']}")
     # vLLM names a worker ``Worker_DP{d}…`` only when DP > 1: then an unstated DP size is unknown, not 1
     # (issue 26; the ledger refuses a budget for it)
-    every_name = (name for names in boot.names.values() for name in names)
+    every_name = (name for names in boot.names.values() for name in names if "DP" in name)
     dp_named = any(group == "DP" for name in every_name for group, _rank in worker_groups(name) or ())
     unknown = {"data_parallel_size"} if dp_named else set()
     if boot.config_printers:

@@ -56,14 +56,15 @@ def _rank_from_name(name: str, sizes: Sizes) -> tuple[tuple[str, int], ...]:
     return tuple(info.items())
 
 
-def layout_sizes(key: dict, names: set[str]) -> tuple[Sizes, dict[str, int]]:
-    """The PP, PCP and TP sizes that number the workers' global ranks, and those bounded, not stated: the key's,
-    else from the worker names (a group no name shows has one member, one they show its largest rank + 1)."""
-    stated = {"PP": key_size(key, "pipeline_parallel_size"), "TP": key_size(key, "tensor_parallel_size")}
+@lru_cache(maxsize=1024)
+def layout_sizes(pp_tp_dp: tuple[int | None, ...], names: frozenset[str]) -> tuple[Sizes, dict[str, int]]:
+    """The PP, PCP and TP sizes numbering the workers' global ranks, and those bounded (read only): the key's PP, TP
+    and DP, else from the worker names (a group no name shows has one member, one they show its largest rank + 1)."""
+    stated = {"PP": pp_tp_dp[0], "TP": pp_tp_dp[1]}
     seen = [dict(groups) for groups in map(worker_groups, names) if groups]
     sizes, bounded = [], {}
     dp_seen = [groups["DP"] for groups in seen if "DP" in groups]
-    if dp_seen and key_size(key, "data_parallel_size") is None:  # a _DP part: DP > 1 (issue 26)
+    if dp_seen and pp_tp_dp[2] is None:  # a _DP part: DP > 1 (issue 26)
         bounded["DP"] = max(max(dp_seen) + 1, 2)
     for group in LAYOUT_GROUPS[1:]:
         size = stated.get(group)
@@ -84,7 +85,8 @@ def attribute(boot: Boot, key: dict, version: tuple | None, source: str, printed
     ``printed``: the processes with an event of :data:`PRINTING_SCOPES`."""
     world = world_size(key)
     all_names = {name for names in boot.names.values() for name in names}
-    sizes, bounded = layout_sizes(key, all_names)
+    stated = key_size(key, "pipeline_parallel_size"), key_size(key, "tensor_parallel_size")
+    sizes, bounded = layout_sizes((*stated, key_size(key, "data_parallel_size")), frozenset(all_names))
     notes = [_bounded_note(bounded, boot, source)] if bounded else []
     v0 = (
         boot.flags.get("v1") is False

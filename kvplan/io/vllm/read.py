@@ -124,14 +124,14 @@ def _parts(
     for path in files:
         if path.lower().endswith(".csv"):
             if rows is not None:
-                yield rows.frame(), rows.metadata(single=False)
+                yield rows.frame(), rows.metadata()
                 rows = None
             yield read_ledger_csv(Path(path), source=names.get(path, path), room_rule=room_rule)
             continue
         rows = rows if rows is not None else _LogRows(room_rule, rows_to)
         _read_into(rows, Path(path), names.get(path, path))
     if rows is not None:
-        yield rows.frame(), rows.metadata(single=False)
+        yield rows.frame(), rows.metadata()
 
 
 #: Rows kept as dicts before they join the ledger as columns (far less memory a row).
@@ -153,16 +153,13 @@ class _LogRows:
         self.boots: list[dict] = []
         self.files: dict[str, tuple[object, bytes]] = {}
         self.sources: list[str] = []
-        self.total_lines: int | None = None
         #: each distinct compatibility key once: the boots of one deployment share theirs
         self.keys: dict[tuple, dict] = {}
 
     def close(self, boot: Boot, source: str) -> None:
         """Resolve one finished boot into rows."""
-        streaming = self.rows_to is not None
-        rows, provenance, warnings, info = resolve_boot(
-            boot, source, self.room_rule, provenance=not streaming
-        )
+        keep = self.rows_to is None  # provenance, unless the rows stream on
+        rows, provenance, warnings, info = resolve_boot(boot, source, self.room_rule, provenance=keep)
         self.rows.extend(rows)
         if len(self.rows) >= FRAME_ROWS:
             self._flush()
@@ -197,7 +194,7 @@ class _LogRows:
             columns[column] = (arrays[0] if len(arrays) == 1 else pd.concat(arrays, ignore_index=True)).array
         return pd.DataFrame(columns, columns=LEDGER_COLUMNS, copy=False)
 
-    def metadata(self, single: bool = True) -> ReadMetadata:
+    def metadata(self) -> ReadMetadata:
         provenance, boots = (*self.provenance_parts, provenance_part(self.provenance)), tuple(self.boots)
         return ReadMetadata(
             sources=tuple(self.sources),
@@ -206,7 +203,6 @@ class _LogRows:
             boots=boots,
             provenance_parts=provenance,
             raw_lines=RawLines(self.files),
-            total_lines=self.total_lines if single else None,
         )
 
 
@@ -264,4 +260,3 @@ def _read_stream(rows: _LogRows, stream: IO[bytes], source: str, where: object) 
     if where is not None:
         rows.files[source] = (where, end)
     rows.sources.append(source)
-    rows.total_lines = stats.lines

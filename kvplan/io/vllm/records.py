@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from operator import itemgetter
 
 _ANSI_RE = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
 _PREFIX_RE = re.compile(r"\((?:([A-Za-z_][\w.\-= ]*?) )?pid=(\d+)(?:, ip=([^)\s]+))?\)\s?")
@@ -43,8 +44,8 @@ def split_records(line: str) -> list[tuple[str, str, int | None, str | None, str
     >>> split_records("[1;36m(W pid=902)[0;0m INFO ... x [1m")
     [('x [1m', 'W', 902, None, 'INFO', 0)]
     """
-    real, bare, layouts = _layouts(line.encode("utf-8", "surrogatepass").translate(_SHAPE))
-    text = _cut(_cut(line, real), bare) if real or bare else line
+    kept, layouts = _layouts(line.encode("utf-8", "surrogatepass").translate(_SHAPE))
+    text = "".join(kept(line)) if kept is not None else line
     return [
         (
             text[message],
@@ -59,14 +60,15 @@ def split_records(line: str) -> list[tuple[str, str, int | None, str | None, str
 
 
 @lru_cache(maxsize=4096)
-def _layouts(shape: bytes) -> tuple[tuple, tuple, tuple[tuple, ...]]:
-    """How every line of ``shape`` splits: the colour codes cut (real, then those without ESC) and per record
-    ``(message, process, pid, ip, level, repeated)`` as slices of the text left (None: absent)."""
+def _layouts(shape: bytes) -> tuple[itemgetter | None, tuple[tuple, ...]]:
+    """How every line of ``shape`` splits: the pieces left once the colour codes go (real, then those without ESC;
+    None: no code) and per record ``(message, process, pid, ip, level, repeated)`` as slices of the text left."""
     real: list[tuple[int, int]] = []
     bare: list[tuple[int, int]] = []
     layouts = []
     starts = (0, 0, 0)  # where a segment starts in the line, without the real codes, without both
-    for segment in shape.decode("utf-8", "surrogatepass").split("\r"):  # a colour code holds no \r
+    whole = shape.decode("utf-8", "surrogatepass")
+    for segment in whole.split("\r"):  # a colour code holds no \r
         codes = [match.span() for match in _ANSI_RE.finditer(segment)]
         plain = _cut(segment, codes)
         heads = _bare_codes(plain)
@@ -80,7 +82,13 @@ def _layouts(shape: bytes) -> tuple[tuple, tuple, tuple[tuple, ...]]:
             )
             layouts.append((message, process, pid, ip, level, repeated))
         starts = (starts[0] + len(segment) + 1, starts[1] + len(plain) + 1, starts[2] + len(clean) + 1)
-    return tuple(real), tuple(bare), tuple(layouts)
+    if not real and not bare:
+        return None, tuple(layouts)
+    unreal = [at for at in range(len(whole)) if not any(begin <= at < end for begin, end in real)]
+    left = [at for index, at in enumerate(unreal) if not any(begin <= index < end for begin, end in bare)]
+    firsts = [at for index, at in enumerate(left) if index == 0 or left[index - 1] != at - 1]
+    lasts = [at + 1 for index, at in enumerate(left) if index == len(left) - 1 or left[index + 1] != at + 1]
+    return itemgetter(slice(0, 0), *map(slice, firsts, lasts)), tuple(layouts)
 
 
 def _cut(text: str, cuts: list[tuple[int, int]] | tuple) -> str:

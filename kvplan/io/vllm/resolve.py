@@ -123,10 +123,8 @@ class _Ranks:
         """Start the row of each process that printed for a rank, with its group ranks, name and pid."""
         for process_key, info in ranks_of.items():
             if info.get("rank") is not None and process_key in printed:
-                named = {name: info.get(name) for name in (*GROUP_RANKS, "process", "pid")}
-                self.row(info["rank"]).update(
-                    {name: value for name, value in named.items() if value is not None}
-                )
+                named = (name for name in (*GROUP_RANKS, "process", "pid") if info.get(name) is not None)
+                self.row(info["rank"]).update({name: info[name] for name in named})
 
     def event_notes(self, events: _Events) -> None:
         """The notes on values no rank could be named for and on failures after startup."""
