@@ -21,8 +21,8 @@ def provenance_part(rows: Sequence[tuple]) -> pd.DataFrame:
     """Provenance rows (:data:`PROVENANCE_COLUMNS` tuples) as a frame: 50 bytes a row (a tuple takes 200)."""
     cells = list(zip(*rows)) or [()] * len(PROVENANCE_COLUMNS)
     dtypes = ("category", "Int64", "Int64", "Int64", "category", object, object)
-    columns = zip(PROVENANCE_COLUMNS, cells, dtypes)
-    return pd.DataFrame({name: pd.Series(list(c), dtype=dtype) for name, c, dtype in columns}, copy=False)
+    columns = zip(PROVENANCE_COLUMNS, cells, dtypes)  # pd.array: a third cheaper than a Series a column
+    return pd.DataFrame({name: pd.array(list(c), dtype=dtype) for name, c, dtype in columns}, copy=False)
 
 
 class EvidenceLines(Mapping):

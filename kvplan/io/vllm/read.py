@@ -190,8 +190,9 @@ class _LogRows:
         self.parts, self.rows = [], []
         columns = {}
         for column in LEDGER_COLUMNS:
-            arrays = [pd.Series(part.pop(column), copy=False) for part in parts]
-            columns[column] = (arrays[0] if len(arrays) == 1 else pd.concat(arrays, ignore_index=True)).array
+            arrays = [part.pop(column) for part in parts]
+            series = (pd.Series(array, copy=False) for array in arrays)
+            columns[column] = arrays[0] if len(arrays) == 1 else pd.concat(series, ignore_index=True).array
         return pd.DataFrame(columns, columns=LEDGER_COLUMNS, copy=False)
 
     def metadata(self) -> ReadMetadata:
