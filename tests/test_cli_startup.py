@@ -110,3 +110,23 @@ def test_help_and_version_import_no_pandas():
             [sys.executable, "-c", code, flag], capture_output=True, text=True, env=env, check=True
         )
         assert done.stdout.splitlines()[-1] == "[]", flag
+
+
+def test_a_table_command_starts_without_orjson():  # issue 23
+    # orjson brings uuid, platform and random along (~20 ms of a 60 ms start): only the JSON writers import it
+    probe = "import sys\nfrom kvplan.cli import main\nmain(sys.argv[1:])\nprint('orjson' in sys.modules)\n"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    for argv, imported in (([], "False"), (["--json"], "True")):
+        command = [
+            sys.executable,
+            "-c",
+            probe,
+            "budget",
+            "--room",
+            "13.1GiB,20GiB",
+            "--reserve",
+            "1GiB",
+            *argv,
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, env=env, cwd=ROOT, check=True)
+        assert done.stdout.splitlines()[-1] == imported

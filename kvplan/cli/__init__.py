@@ -12,8 +12,6 @@ from collections.abc import Sequence
 from importlib import import_module
 from typing import NoReturn, cast
 
-import orjson
-
 from kvplan.cli.common import (
     EXIT_BAD_INPUT,
     ExampleFormatter,
@@ -134,7 +132,10 @@ def _run(args: argparse.Namespace) -> int:
     except OverflowError as exc:  # a number in the input beyond what a 64-bit ledger or a float holds
         print_error(f"a number in the input is too large to hold ({exc})")
         return EXIT_BAD_INPUT
-    except orjson.JSONEncodeError as exc:  # a JSON writer's last line of defence (issue 25)
+    except TypeError as exc:  # orjson's JSONEncodeError: a JSON writer's last line of defence (issue 25)
+        orjson = sys.modules.get("orjson")  # imported by the writers only: light commands start without it
+        if orjson is None or not isinstance(exc, orjson.JSONEncodeError):
+            raise
         print_error(unwritable_json(exc))
         return EXIT_BAD_INPUT
     finally:

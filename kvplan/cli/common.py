@@ -9,8 +9,6 @@ from contextlib import contextmanager
 from typing import TypeVar
 from warnings import catch_warnings, showwarning, simplefilter
 
-import orjson
-
 from kvplan.escape import terminal_text
 from kvplan.units import MAX_DEVICE_BYTES, parse_size, parse_size_list
 
@@ -312,6 +310,8 @@ def unwritable_json(exc: Exception) -> str:
 
 def print_json(data: dict) -> int:
     """Print ``data`` as indented JSON (NaN and ±Inf as null); returns ``EXIT_OK``."""
+    import orjson
+
     options = orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS | orjson.OPT_SERIALIZE_NUMPY
     try:
         text = orjson.dumps(data, option=options | orjson.OPT_APPEND_NEWLINE)
